@@ -1,0 +1,4 @@
+//! Subcommands of the `devgate` binary: argument structs and their entry points.
+pub mod inventory;
+pub mod nri;
+pub mod plan;

@@ -1,0 +1,182 @@
+//! Node configuration (`/etc/devgate/config.toml`). A missing file means defaults.
+//!
+//! Every key has a default, so an empty file is a valid config. Unknown keys are
+//! rejected so that a typo does not silently fall back to a default.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Default location of the config file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/devgate/config.toml";
+/// Upper bound on the config size: the runtime passes pre-installed plugin config inline.
+pub const MAX_CONFIG_BYTES: usize = 256 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config {origin} is larger than {MAX_CONFIG_BYTES} bytes")]
+    TooLarge { origin: String },
+    #[error("parse config {origin}: {message}")]
+    Parse { origin: String, message: String },
+}
+
+/// What to do when an allocation cannot be applied exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FailurePolicy {
+    /// Refuse the container (default, safe).
+    #[default]
+    Fail,
+    /// Koordinator's behaviour: log and start the container without devices. Unsafe.
+    Ignore,
+}
+
+/// The whole node config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Log format for `devgate nri`: "text" or "json".
+    pub log_format: LogFormat,
+    pub failure_policy: FailurePolicy,
+    /// Mode of injected device nodes.
+    pub device_file_mode: u32,
+    /// Path of `devgate-hook`; empty = the `devgate-hook` next to the running `devgate`.
+    pub hook_path: String,
+    /// Seconds the runtime gives the hook before killing it.
+    pub hook_timeout_secs: i64,
+    pub rdma: RdmaConfig,
+    pub hami: HamiConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            log_format: LogFormat::Text,
+            failure_policy: FailurePolicy::Fail,
+            device_file_mode: 0o666,
+            hook_path: String::new(),
+            hook_timeout_secs: 10,
+            rdma: RdmaConfig::default(),
+            hami: HamiConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// The kernel's RDMA netns mode (`rdma system set netns`), as the node is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RdmaNetnsMode {
+    /// Kernel default: RDMA devices are visible in every netns; no move.
+    #[default]
+    Shared,
+    /// `ib_core netns_mode=0`: the RDMA device must be moved into the pod netns.
+    Exclusive,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RdmaConfig {
+    pub netns_mode: RdmaNetnsMode,
+    /// Also inject `issmN` nodes (subnet-manager access; off by default).
+    pub allow_issm: bool,
+    /// Prefix of container interface names for moved VF netdevs: net1, net2, ...
+    pub ifname_prefix: String,
+}
+
+impl Default for RdmaConfig {
+    fn default() -> Self {
+        RdmaConfig {
+            netns_mode: RdmaNetnsMode::Shared,
+            allow_issm: false,
+            ifname_prefix: "net".to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HamiConfig {
+    /// Host path of HAMi-core's libvgpu.so; mounted at the same path in the container.
+    pub library_path: String,
+    /// Host lock directory HAMi-core needs shared across containers.
+    pub lock_dir: String,
+}
+
+impl Default for HamiConfig {
+    fn default() -> Self {
+        HamiConfig {
+            library_path: "/usr/local/vgpu/libvgpu.so".to_string(),
+            lock_dir: "/tmp/vgpulock".to_string(),
+        }
+    }
+}
+
+impl Config {
+    /// Parse config text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        if text.len() > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge {
+                origin: origin.to_string(),
+            });
+        }
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            origin: origin.to_string(),
+            message: e.message().to_string(),
+        })
+    }
+
+    /// Load from a file; a missing file gives the defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text, &path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(source) => Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_text_is_defaults() {
+        assert_eq!(Config::parse("", "t").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn missing_file_is_defaults() {
+        let c = Config::load(Path::new("/nonexistent/devgate.toml")).unwrap();
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn keys_parse_and_unknown_keys_fail() {
+        let c = Config::parse(
+            "failure_policy = \"ignore\"\n[rdma]\nnetns_mode = \"exclusive\"\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.failure_policy, FailurePolicy::Ignore);
+        assert_eq!(c.rdma.netns_mode, RdmaNetnsMode::Exclusive);
+        let e = Config::parse("failure_polcy = \"ignore\"", "t").unwrap_err();
+        assert!(e.to_string().contains("failure_polcy"), "{e}");
+    }
+}

@@ -1,0 +1,3 @@
+//! Device inventory read from a host root.
+pub mod model;
+pub use model::*;

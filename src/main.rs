@@ -1,0 +1,39 @@
+//! `devgate`: the NRI plugin and the operator commands.
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use devgate::cli;
+
+#[derive(Parser)]
+#[command(name = "devgate", version, about = "apply scheduler-chosen GPU and RDMA allocations to containers")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the containerd/CRI-O NRI plugin.
+    Nri(cli::nri::NriArgs),
+    /// Show the devices of a host root.
+    Inventory(cli::inventory::InventoryArgs),
+    /// Show what a pod's container would get.
+    Plan(cli::plan::PlanArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result: anyhow::Result<()> = match cli.cmd {
+        Cmd::Nri(args) => cli::nri::run(args).map_err(Into::into),
+        Cmd::Inventory(args) => cli::inventory::run(args).map_err(Into::into),
+        Cmd::Plan(args) => cli::plan::run(args).map_err(Into::into),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line on stderr: kubelet and operators read the first line only.
+            eprintln!("devgate: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
