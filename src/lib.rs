@@ -2,3 +2,4 @@
 pub mod cli;
 pub mod config;
 pub mod inventory;
+pub mod ledger;

@@ -5,7 +5,11 @@ use clap::{Parser, Subcommand};
 use devgate::cli;
 
 #[derive(Parser)]
-#[command(name = "devgate", version, about = "apply scheduler-chosen GPU and RDMA allocations to containers")]
+#[command(
+    name = "devgate",
+    version,
+    about = "apply scheduler-chosen GPU and RDMA allocations to containers"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -19,6 +23,8 @@ enum Cmd {
     Inventory(cli::inventory::InventoryArgs),
     /// Show what a pod's container would get.
     Plan(cli::plan::PlanArgs),
+    /// Show devices, holders and state from the ledger.
+    Status(cli::status::StatusArgs),
 }
 
 fn main() -> ExitCode {
@@ -27,6 +33,7 @@ fn main() -> ExitCode {
         Cmd::Nri(args) => cli::nri::run(args).map_err(Into::into),
         Cmd::Inventory(args) => cli::inventory::run(args).map_err(Into::into),
         Cmd::Plan(args) => cli::plan::run(args).map_err(Into::into),
+        Cmd::Status(args) => cli::status::run(args).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

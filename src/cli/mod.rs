@@ -2,3 +2,4 @@
 pub mod inventory;
 pub mod nri;
 pub mod plan;
+pub mod status;

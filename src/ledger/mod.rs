@@ -1,0 +1,333 @@
+//! The claim ledger: which pod sandbox holds which device, crash-safe and shared by
+//! the plugin and the hook processes (see `store` for the on-disk protocol).
+//!
+//! Rules: an exclusive device (a whole GPU, a VF, a PF) has one holder; a shared GPU
+//! accepts holders while gpu-core and gpu-memory-ratio each sum to at most 100.
+//! Claims are per sandbox and idempotent: a second container of the same pod
+//! re-claiming the same devices changes nothing.
+
+mod model;
+mod store;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use model::*;
+pub use store::Store;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("ledger {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("ledger {path} is corrupt: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("{device} is held by pod {holder}")]
+    Held { device: DeviceId, holder: String },
+    #[error("{device} is quarantined: {reason}")]
+    Quarantined { device: DeviceId, reason: String },
+    #[error(
+        "{device} share over 100%: core {core}%, memory {memory_ratio}% with existing holders"
+    )]
+    Overcommitted {
+        device: DeviceId,
+        core: u32,
+        memory_ratio: u32,
+    },
+    #[error("pod {pod} already holds a different set of devices")]
+    ClaimMismatch { pod: String },
+}
+
+/// Work that must run before a pod's claims are dropped (VF restore, GPU cleanup).
+/// An error keeps the pod's record so a later reconcile retries.
+pub trait Teardown {
+    fn teardown(&self, pod: &PodRecord) -> Result<(), String>;
+}
+
+/// A teardown with nothing to do.
+pub struct NoTeardown;
+
+impl Teardown for NoTeardown {
+    fn teardown(&self, _pod: &PodRecord) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// What a release did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Released {
+    pub pods: Vec<PodRef>,
+    /// Pods whose teardown failed: their claims stay, their devices are quarantined.
+    pub failed: Vec<(PodRef, String)>,
+}
+
+/// The ledger under one state directory.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    store: Store,
+}
+
+pub(crate) fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Ledger {
+    pub fn open(dir: &std::path::Path) -> Result<Ledger, LedgerError> {
+        Ok(Ledger {
+            store: Store::open(dir)?,
+        })
+    }
+
+    /// A consistent copy of the ledger, for status and tests.
+    pub fn snapshot(&self) -> Result<LedgerState, LedgerError> {
+        self.store.read_unlocked()
+    }
+
+    /// Claims `claims` for `pod`, all or nothing. Re-claiming the same set is a no-op.
+    pub fn claim(&self, pod: &PodRef, claims: &[Claim]) -> Result<(), LedgerError> {
+        let mut txn = self.store.begin()?;
+        if let Some(existing) = txn.state.pods.get(&pod.sandbox_id) {
+            if same_claims(&existing.claims, claims) {
+                return Ok(());
+            }
+            return Err(LedgerError::ClaimMismatch {
+                pod: pod.to_string(),
+            });
+        }
+        for claim in claims {
+            check_claim(&txn.state, claim)?;
+        }
+        for claim in claims {
+            let key = claim.device.to_string();
+            let record = txn
+                .state
+                .devices
+                .entry(key)
+                .or_insert_with(|| DeviceRecord {
+                    device: claim.device.clone(),
+                    holders: Vec::new(),
+                    quarantine: None,
+                });
+            record.holders.push(Holder {
+                sandbox_id: pod.sandbox_id.clone(),
+                share: claim.share,
+            });
+        }
+        txn.state.pods.insert(
+            pod.sandbox_id.clone(),
+            PodRecord {
+                pod: pod.clone(),
+                claims: claims.to_vec(),
+                claimed_unix: now_unix(),
+                containers: Default::default(),
+            },
+        );
+        txn.commit()
+    }
+
+    /// Records what was applied to a container of a pod that holds claims.
+    pub fn record_container(
+        &self,
+        sandbox_id: &str,
+        container_id: &str,
+        record: ContainerRecord,
+    ) -> Result<(), LedgerError> {
+        let mut txn = self.store.begin()?;
+        let Some(pod) = txn.state.pods.get_mut(sandbox_id) else {
+            return Ok(());
+        };
+        pod.containers.insert(container_id.to_string(), record);
+        txn.commit()
+    }
+
+    /// Forgets a container record; the pod keeps its claims.
+    pub fn remove_container(
+        &self,
+        sandbox_id: &str,
+        container_id: &str,
+    ) -> Result<(), LedgerError> {
+        let mut txn = self.store.begin()?;
+        let removed = txn
+            .state
+            .pods
+            .get_mut(sandbox_id)
+            .and_then(|p| p.containers.remove(container_id));
+        if removed.is_none() {
+            return Ok(());
+        }
+        txn.commit()
+    }
+
+    /// Releases one pod after its teardown ran. Unknown pods are a no-op.
+    pub fn release_pod(
+        &self,
+        sandbox_id: &str,
+        teardown: &dyn Teardown,
+    ) -> Result<Released, LedgerError> {
+        self.release_where(teardown, |id| id == sandbox_id)
+    }
+
+    /// Releases every pod the runtime no longer reports (`live` = sandbox ids it has).
+    pub fn reconcile(
+        &self,
+        live: &HashSet<String>,
+        teardown: &dyn Teardown,
+    ) -> Result<Released, LedgerError> {
+        self.release_where(teardown, |id| !live.contains(id))
+    }
+
+    /// Marks a device as not to be handed out until cleared.
+    pub fn quarantine(&self, device: &DeviceId, reason: &str) -> Result<(), LedgerError> {
+        let mut txn = self.store.begin()?;
+        quarantine_in(&mut txn.state, device, reason);
+        txn.commit()
+    }
+
+    /// Returns a quarantined device to service.
+    pub fn clear_quarantine(&self, device: &DeviceId) -> Result<(), LedgerError> {
+        let mut txn = self.store.begin()?;
+        if let Some(rec) = txn.state.devices.get_mut(&device.to_string()) {
+            rec.quarantine = None;
+        }
+        prune_empty(&mut txn.state);
+        txn.commit()
+    }
+
+    fn release_where(
+        &self,
+        teardown: &dyn Teardown,
+        select: impl Fn(&str) -> bool,
+    ) -> Result<Released, LedgerError> {
+        let mut txn = self.store.begin()?;
+        let chosen: Vec<PodRecord> = txn
+            .state
+            .pods
+            .values()
+            .filter(|p| select(&p.pod.sandbox_id))
+            .cloned()
+            .collect();
+        if chosen.is_empty() {
+            return Ok(Released::default());
+        }
+        let mut out = Released::default();
+        for pod in chosen {
+            // Teardown runs under the ledger lock so that no new claim can take a
+            // device before it is clean.
+            match teardown.teardown(&pod) {
+                Ok(()) => {
+                    drop_pod(&mut txn.state, &pod.pod.sandbox_id);
+                    out.pods.push(pod.pod);
+                }
+                Err(reason) => {
+                    for claim in &pod.claims {
+                        quarantine_in(&mut txn.state, &claim.device, &reason);
+                    }
+                    out.failed.push((pod.pod, reason));
+                }
+            }
+        }
+        prune_empty(&mut txn.state);
+        txn.commit()?;
+        Ok(out)
+    }
+}
+
+fn same_claims(a: &[Claim], b: &[Claim]) -> bool {
+    a.len() == b.len() && a.iter().all(|c| b.contains(c))
+}
+
+fn check_claim(state: &LedgerState, claim: &Claim) -> Result<(), LedgerError> {
+    let Some(record) = state.devices.get(&claim.device.to_string()) else {
+        return Ok(());
+    };
+    if let Some(q) = &record.quarantine {
+        return Err(LedgerError::Quarantined {
+            device: claim.device.clone(),
+            reason: q.reason.clone(),
+        });
+    }
+    let other = |h: &Holder| -> String {
+        state
+            .pods
+            .get(&h.sandbox_id)
+            .map(|p| p.pod.to_string())
+            .unwrap_or_else(|| h.sandbox_id.clone())
+    };
+    let (mut core, mut mem) = match claim.share {
+        Share::Exclusive => {
+            if let Some(h) = record.holders.first() {
+                return Err(LedgerError::Held {
+                    device: claim.device.clone(),
+                    holder: other(h),
+                });
+            }
+            return Ok(());
+        }
+        Share::Shared { core, memory_ratio } => (core, memory_ratio),
+    };
+    for h in &record.holders {
+        match h.share {
+            Share::Exclusive => {
+                return Err(LedgerError::Held {
+                    device: claim.device.clone(),
+                    holder: other(h),
+                })
+            }
+            Share::Shared {
+                core: c,
+                memory_ratio: m,
+            } => {
+                core = core.saturating_add(c);
+                mem = mem.saturating_add(m);
+            }
+        }
+    }
+    if core > 100 || mem > 100 {
+        return Err(LedgerError::Overcommitted {
+            device: claim.device.clone(),
+            core,
+            memory_ratio: mem,
+        });
+    }
+    Ok(())
+}
+
+fn quarantine_in(state: &mut LedgerState, device: &DeviceId, reason: &str) {
+    let rec = state
+        .devices
+        .entry(device.to_string())
+        .or_insert_with(|| DeviceRecord {
+            device: device.clone(),
+            holders: Vec::new(),
+            quarantine: None,
+        });
+    if rec.quarantine.is_none() {
+        rec.quarantine = Some(Quarantine {
+            reason: reason.to_string(),
+            since_unix: now_unix(),
+        });
+    }
+}
+
+fn drop_pod(state: &mut LedgerState, sandbox_id: &str) {
+    state.pods.remove(sandbox_id);
+    for rec in state.devices.values_mut() {
+        rec.holders.retain(|h| h.sandbox_id != sandbox_id);
+    }
+}
+
+fn prune_empty(state: &mut LedgerState) {
+    state
+        .devices
+        .retain(|_, r| !r.holders.is_empty() || r.quarantine.is_some());
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,127 @@
+//! What the ledger records: devices with their holders, and pods with the containers
+//! devgate applied a plan to. Serialized as one JSON document, readable by people.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::inventory::PciAddr;
+
+/// A device a pod can hold. GPUs are keyed by UUID (stable across driver reloads,
+/// unlike minors); NICs by PCI address.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "id", rename_all = "snake_case")]
+pub enum DeviceId {
+    Gpu(String),
+    /// An RDMA NIC physical function used whole.
+    Pf(PciAddr),
+    /// An SR-IOV virtual function.
+    Vf(PciAddr),
+}
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceId::Gpu(uuid) => write!(f, "gpu {uuid}"),
+            DeviceId::Pf(addr) => write!(f, "pf {addr}"),
+            DeviceId::Vf(addr) => write!(f, "vf {addr}"),
+        }
+    }
+}
+
+/// How a pod holds a device. Shares are percentages of one GPU (Koordinator's
+/// gpu-core and gpu-memory-ratio count 100 per GPU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum Share {
+    Exclusive,
+    Shared { core: u32, memory_ratio: u32 },
+}
+
+/// One device a pod asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    pub device: DeviceId,
+    pub share: Share,
+}
+
+/// The pod sandbox that holds claims; claims live and die with the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct PodRef {
+    pub sandbox_id: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl fmt::Display for PodRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One holder of a device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    pub sandbox_id: String,
+    pub share: Share,
+}
+
+/// Why a device must not be handed out, whatever its holders.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quarantine {
+    pub reason: String,
+    pub since_unix: u64,
+}
+
+/// A device's entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceRecord {
+    pub device: DeviceId,
+    pub holders: Vec<Holder>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine: Option<Quarantine>,
+}
+
+/// What devgate applied to one container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerRecord {
+    pub name: String,
+    /// Device nodes given to the container (paths inside it).
+    pub devices: Vec<String>,
+    pub applied_unix: u64,
+}
+
+/// A pod's entry: its claims and its containers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRecord {
+    pub pod: PodRef,
+    pub claims: Vec<Claim>,
+    pub claimed_unix: u64,
+    /// Container id → record.
+    #[serde(default)]
+    pub containers: BTreeMap<String, ContainerRecord>,
+}
+
+/// The whole ledger document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerState {
+    pub version: u32,
+    /// Keyed by the device's display form, so the file reads well.
+    pub devices: BTreeMap<String, DeviceRecord>,
+    /// Keyed by sandbox id.
+    pub pods: BTreeMap<String, PodRecord>,
+}
+
+impl Default for LedgerState {
+    fn default() -> Self {
+        LedgerState {
+            version: LEDGER_VERSION,
+            devices: BTreeMap::new(),
+            pods: BTreeMap::new(),
+        }
+    }
+}
+
+pub const LEDGER_VERSION: u32 = 1;

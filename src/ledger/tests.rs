@@ -1,0 +1,212 @@
+use std::sync::{Arc, Barrier};
+
+use super::*;
+
+fn pod(id: &str) -> PodRef {
+    PodRef {
+        sandbox_id: id.to_string(),
+        namespace: "ns".to_string(),
+        name: format!("pod-{id}"),
+        uid: format!("uid-{id}"),
+    }
+}
+
+fn gpu(uuid: &str, share: Share) -> Claim {
+    Claim {
+        device: DeviceId::Gpu(uuid.to_string()),
+        share,
+    }
+}
+
+fn shared(core: u32, mem: u32) -> Share {
+    Share::Shared {
+        core,
+        memory_ratio: mem,
+    }
+}
+
+fn ledger() -> (tempfile::TempDir, Ledger) {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Ledger::open(dir.path()).unwrap();
+    (dir, l)
+}
+
+struct Failing;
+impl Teardown for Failing {
+    fn teardown(&self, _pod: &PodRecord) -> Result<(), String> {
+        Err("vf restore failed".to_string())
+    }
+}
+
+#[test]
+fn exclusive_has_one_holder_until_released() {
+    let (_d, l) = ledger();
+    l.claim(&pod("a"), &[gpu("GPU-1", Share::Exclusive)])
+        .unwrap();
+    let err = l
+        .claim(&pod("b"), &[gpu("GPU-1", Share::Exclusive)])
+        .unwrap_err();
+    assert_eq!(err.to_string(), "gpu GPU-1 is held by pod ns/pod-a");
+    let err = l
+        .claim(&pod("b"), &[gpu("GPU-1", shared(10, 10))])
+        .unwrap_err();
+    assert!(matches!(err, LedgerError::Held { .. }), "{err}");
+    let rel = l.release_pod("a", &NoTeardown).unwrap();
+    assert_eq!(rel.pods, vec![pod("a")]);
+    l.claim(&pod("b"), &[gpu("GPU-1", Share::Exclusive)])
+        .unwrap();
+}
+
+#[test]
+fn shares_sum_to_at_most_100() {
+    let (_d, l) = ledger();
+    l.claim(&pod("a"), &[gpu("GPU-1", shared(50, 50))]).unwrap();
+    l.claim(&pod("b"), &[gpu("GPU-1", shared(50, 50))]).unwrap();
+    let err = l
+        .claim(&pod("c"), &[gpu("GPU-1", shared(1, 0))])
+        .unwrap_err();
+    assert!(
+        matches!(err, LedgerError::Overcommitted { core: 101, .. }),
+        "{err}"
+    );
+    let err = l
+        .claim(&pod("c"), &[gpu("GPU-1", Share::Exclusive)])
+        .unwrap_err();
+    assert!(matches!(err, LedgerError::Held { .. }), "{err}");
+}
+
+#[test]
+fn claims_are_all_or_nothing_and_idempotent_per_pod() {
+    let (_d, l) = ledger();
+    l.claim(&pod("a"), &[gpu("GPU-2", Share::Exclusive)])
+        .unwrap();
+    let set = [
+        gpu("GPU-1", Share::Exclusive),
+        gpu("GPU-2", Share::Exclusive),
+    ];
+    assert!(l.claim(&pod("b"), &set).is_err());
+    let snap = l.snapshot().unwrap();
+    assert!(
+        !snap.devices.contains_key("gpu GPU-1"),
+        "partial claim left behind"
+    );
+    assert!(!snap.pods.contains_key("b"));
+    // Same pod, same set: a second container of the pod.
+    l.claim(&pod("a"), &[gpu("GPU-2", Share::Exclusive)])
+        .unwrap();
+    let err = l
+        .claim(&pod("a"), &[gpu("GPU-3", Share::Exclusive)])
+        .unwrap_err();
+    assert!(matches!(err, LedgerError::ClaimMismatch { .. }), "{err}");
+}
+
+#[test]
+fn state_survives_reopen_and_reconcile_drops_dead_pods() {
+    let (d, l) = ledger();
+    l.claim(&pod("a"), &[gpu("GPU-1", Share::Exclusive)])
+        .unwrap();
+    l.claim(&pod("b"), &[gpu("GPU-2", Share::Exclusive)])
+        .unwrap();
+    l.record_container(
+        "a",
+        "ctr1",
+        ContainerRecord {
+            name: "main".into(),
+            devices: vec!["/dev/nvidia3".into()],
+            applied_unix: 1,
+        },
+    )
+    .unwrap();
+    drop(l);
+    let l = Ledger::open(d.path()).unwrap();
+    let snap = l.snapshot().unwrap();
+    assert_eq!(snap.pods["a"].containers["ctr1"].name, "main");
+    let live = ["a".to_string()].into_iter().collect();
+    let rel = l.reconcile(&live, &NoTeardown).unwrap();
+    assert_eq!(rel.pods, vec![pod("b")]);
+    let snap = l.snapshot().unwrap();
+    assert!(snap.pods.contains_key("a") && !snap.pods.contains_key("b"));
+    assert!(!snap.devices.contains_key("gpu GPU-2"));
+}
+
+#[test]
+fn failed_teardown_keeps_record_and_quarantines() {
+    let (_d, l) = ledger();
+    let vf = Claim {
+        device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
+        share: Share::Exclusive,
+    };
+    l.claim(&pod("a"), std::slice::from_ref(&vf)).unwrap();
+    let rel = l.release_pod("a", &Failing).unwrap();
+    assert_eq!(rel.failed.len(), 1);
+    let snap = l.snapshot().unwrap();
+    assert!(snap.pods.contains_key("a"));
+    let err = l.claim(&pod("b"), &[vf.clone()]).unwrap_err();
+    assert!(matches!(
+        err,
+        LedgerError::Held { .. } | LedgerError::Quarantined { .. }
+    ));
+    // A later reconcile whose teardown works releases it; quarantine stays until cleared.
+    l.release_pod("a", &NoTeardown).unwrap();
+    let err = l.claim(&pod("b"), &[vf.clone()]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "vf 0000:19:00.2 is quarantined: vf restore failed"
+    );
+    l.clear_quarantine(&vf.device).unwrap();
+    l.claim(&pod("b"), &[vf]).unwrap();
+}
+
+#[test]
+fn release_of_unknown_pod_changes_nothing() {
+    let (d, l) = ledger();
+    assert_eq!(
+        l.release_pod("nope", &NoTeardown).unwrap(),
+        Released::default()
+    );
+    assert!(!d.path().join("ledger.json").exists());
+}
+
+#[test]
+fn concurrent_claims_never_share_an_exclusive_gpu() {
+    let (d, _l) = ledger();
+    let threads = 16;
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            let dir = d.path().to_path_buf();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                // A separate Ledger per thread: the flock, not shared memory, must decide.
+                let l = Ledger::open(&dir).unwrap();
+                barrier.wait();
+                l.claim(
+                    &pod(&format!("p{i}")),
+                    &[gpu(&format!("GPU-{}", i % 4), Share::Exclusive)],
+                )
+                .is_ok()
+            })
+        })
+        .collect();
+    let wins = handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .filter(|won| *won)
+        .count();
+    assert_eq!(wins, 4, "one winner per gpu");
+    let snap = Ledger::open(d.path()).unwrap().snapshot().unwrap();
+    assert_eq!(snap.pods.len(), 4);
+    for rec in snap.devices.values() {
+        assert_eq!(rec.holders.len(), 1);
+    }
+}
+
+#[test]
+fn corrupt_ledger_is_an_error_not_a_reset() {
+    let (d, l) = ledger();
+    std::fs::write(d.path().join("ledger.json"), b"{not json").unwrap();
+    let err = l
+        .claim(&pod("a"), &[gpu("GPU-1", Share::Exclusive)])
+        .unwrap_err();
+    assert!(matches!(err, LedgerError::Corrupt { .. }), "{err}");
+}
