@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod vf;
+pub use vf::{MacPolicy, VfConfig, VfLinkState, VfSettings};
+
 /// Default location of the config file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/devgate/config.toml";
 /// Upper bound on the config size: the runtime passes pre-installed plugin config inline.
@@ -24,6 +27,8 @@ pub enum ConfigError {
     TooLarge { origin: String },
     #[error("parse config {origin}: {message}")]
     Parse { origin: String, message: String },
+    #[error("config key {key}: {reason}")]
+    Invalid { key: String, reason: String },
 }
 
 /// What to do when an allocation cannot be applied exactly.
@@ -52,6 +57,8 @@ pub struct Config {
     pub hook_timeout_secs: i64,
     pub rdma: RdmaConfig,
     pub hami: HamiConfig,
+    pub gpu: GpuConfig,
+    pub vf: VfConfig,
 }
 
 impl Default for Config {
@@ -64,6 +71,8 @@ impl Default for Config {
             hook_timeout_secs: 10,
             rdma: RdmaConfig::default(),
             hami: HamiConfig::default(),
+            gpu: GpuConfig::default(),
+            vf: VfConfig::default(),
         }
     }
 }
@@ -125,6 +134,99 @@ impl Default for HamiConfig {
     }
 }
 
+/// Compute mode restored when a GPU is released (nvidia-smi(1) `-c`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuComputeMode {
+    /// Several contexts per device (the driver's default after a reboot).
+    #[default]
+    Default,
+    ExclusiveProcess,
+    Prohibited,
+}
+
+/// Persistence mode set when a GPU is released (nvidia-smi(1) `-pm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuPersistence {
+    /// Leave it as it is (nvidia-persistenced usually owns it).
+    #[default]
+    Keep,
+    On,
+    Off,
+}
+
+/// `[gpu]`: what happens to a GPU when its last claim goes, and how health is judged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GpuConfig {
+    /// Directory of `health.json`. Not under /run: health must outlive a reboot.
+    pub health_dir: PathBuf,
+    /// Milliseconds a leftover process of the released pod gets between SIGTERM and SIGKILL.
+    /// Teardown may run inside an NRI request (2 s deadline by default), so keep it short.
+    pub kill_grace_ms: u64,
+    /// Milliseconds to wait for SIGKILLed processes to go before the teardown fails.
+    pub kill_wait_ms: u64,
+    /// Cgroups of node daemons that keep GPUs open and are no tenant (a systemd unit
+    /// name, or an absolute cgroup path prefix); they neither block nor get killed.
+    /// NVML keeps every GPU open while loaded: list devgate's own cgroup here when
+    /// teardown runs in a process other than the one watching health.
+    pub ignored_cgroups: Vec<String>,
+    /// Load libnvidia-ml.so.1 when present. Off: clocks, modes and MIG are left alone.
+    pub nvml: bool,
+    /// Reset application and locked clocks (nvidia-smi `-rac`, `-rgc`, `-rmc`).
+    pub reset_clocks: bool,
+    /// The node's compute mode, restored on release.
+    pub compute_mode: GpuComputeMode,
+    pub persistence: GpuPersistence,
+    /// Destroy MIG compute and GPU instances when the pod held the whole GPU.
+    pub destroy_mig: bool,
+    /// Run `reset_command` after release. Never by default: nvidia-smi(1) calls a reset
+    /// "not recommended for production", and it needs every GPU it touches idle.
+    pub full_reset: bool,
+    /// The reset, `{bus_id}` and `{uuid}` replaced by the GPU's.
+    pub reset_command: Vec<String>,
+    /// XIDs that are application errors, not device faults (k8s-device-plugin health.go).
+    pub ignored_xids: Vec<u64>,
+    /// Consecutive clean health checks before an unhealthy GPU returns to service.
+    pub recovery_clean_checks: u32,
+    /// Seconds without a new fault before an unhealthy GPU returns to service.
+    pub recovery_quiet_secs: u64,
+    /// Seconds between health checks (also the NVML event wait).
+    pub health_interval_secs: u64,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        GpuConfig {
+            health_dir: PathBuf::from("/var/lib/devgate"),
+            kill_grace_ms: 1000,
+            kill_wait_ms: 500,
+            ignored_cgroups: [
+                "nvidia-persistenced.service",
+                "nvidia-fabricmanager.service",
+                "nvidia-dcgm.service",
+                "devgate.service",
+            ]
+            .map(String::from)
+            .to_vec(),
+            nvml: true,
+            reset_clocks: true,
+            compute_mode: GpuComputeMode::Default,
+            persistence: GpuPersistence::Keep,
+            destroy_mig: true,
+            full_reset: false,
+            reset_command: ["nvidia-smi", "--gpu-reset", "-i", "{bus_id}"]
+                .map(String::from)
+                .to_vec(),
+            ignored_xids: vec![13, 31, 43, 45, 68, 109],
+            recovery_clean_checks: 3,
+            recovery_quiet_secs: 600,
+            health_interval_secs: 30,
+        }
+    }
+}
+
 impl Config {
     /// Parse config text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
@@ -133,10 +235,12 @@ impl Config {
                 origin: origin.to_string(),
             });
         }
-        toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             origin: origin.to_string(),
             message: e.message().to_string(),
-        })
+        })?;
+        config.vf.validate()?;
+        Ok(config)
     }
 
     /// Load from a file; a missing file gives the defaults.
@@ -178,5 +282,19 @@ mod tests {
         assert_eq!(c.rdma.netns_mode, RdmaNetnsMode::Exclusive);
         let e = Config::parse("failure_polcy = \"ignore\"", "t").unwrap_err();
         assert!(e.to_string().contains("failure_polcy"), "{e}");
+    }
+
+    #[test]
+    fn gpu_section_parses_with_defaults() {
+        let c = Config::parse(
+            "[gpu]\nfull_reset = true\nignored_xids = [13]\ncompute_mode = \"exclusive_process\"\n",
+            "t",
+        )
+        .unwrap();
+        assert!(c.gpu.full_reset);
+        assert_eq!(c.gpu.ignored_xids, vec![13]);
+        assert_eq!(c.gpu.compute_mode, GpuComputeMode::ExclusiveProcess);
+        assert_eq!(c.gpu.kill_grace_ms, GpuConfig::default().kill_grace_ms);
+        assert!(Config::parse("[gpu]\nfull_rest = true\n", "t").is_err());
     }
 }

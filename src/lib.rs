@@ -1,5 +1,12 @@
 //! devgate: applies scheduler-chosen GPU and RDMA allocations to containers.
+pub mod allocation;
 pub mod cli;
 pub mod config;
+pub mod fixture;
+pub mod gpu;
+pub mod hook;
 pub mod inventory;
 pub mod ledger;
+pub mod netdev;
+pub mod plan;
+pub mod plugin;

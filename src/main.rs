@@ -27,8 +27,21 @@ enum Cmd {
     Status(cli::status::StatusArgs),
 }
 
+/// Parses the command line. A runtime launches a pre-installed NRI plugin
+/// with no arguments and only `NRI_PLUGIN_*` in the environment
+/// (containerd/nri `adaptation/plugin.go`), which means `devgate nri`.
+fn parse_cli() -> Cli {
+    let launched_by_runtime =
+        std::env::args_os().len() <= 1 && std::env::var_os(nri::stub::ENV_PLUGIN_SOCKET).is_some();
+    if launched_by_runtime {
+        Cli::parse_from(["devgate", "nri"])
+    } else {
+        Cli::parse()
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     let result: anyhow::Result<()> = match cli.cmd {
         Cmd::Nri(args) => cli::nri::run(args).map_err(Into::into),
         Cmd::Inventory(args) => cli::inventory::run(args).map_err(Into::into),

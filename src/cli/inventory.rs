@@ -1,5 +1,17 @@
 //! `devgate inventory`: show the devices of a host root.
+//!
+//! `-o table` is for people; `-o json` prints [`InventoryView`] (a stable contract, see
+//! `inventory::view`); `-o device-cr` prints the Koordinator `Device` object as YAML (see
+//! `inventory::device_cr`). Warnings go to stderr, one line each, never to stdout.
+
+mod table;
+
+use std::io::{self, Write};
 use std::path::PathBuf;
+
+use crate::inventory::device_cr::device_cr;
+use crate::inventory::view::InventoryView;
+use crate::inventory::{discover, host_name, Inventory, InventoryError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum InventoryFormat {
@@ -10,18 +22,80 @@ pub enum InventoryFormat {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct InventoryArgs {
+    /// Root holding the host's `sys/` and `proc/`.
     #[arg(long, default_value = "/")]
     pub host_root: PathBuf,
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: InventoryFormat,
+    /// Node name for `-o device-cr`; default: the host root's `proc/sys/kernel/hostname`,
+    /// lower-cased as the kubelet does.
+    #[arg(long)]
+    pub node_name: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryCmdError {
-    #[error("not built yet")]
-    NotBuilt,
+    #[error("no node name for the device object (pass --node-name)")]
+    NodeName {
+        #[source]
+        source: InventoryError,
+    },
+    #[error("encode the inventory as {format}")]
+    Encode {
+        format: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("write to stdout")]
+    Write {
+        #[source]
+        source: io::Error,
+    },
 }
 
-pub fn run(_args: InventoryArgs) -> Result<(), InventoryCmdError> {
-    Err(InventoryCmdError::NotBuilt)
+pub fn run(args: InventoryArgs) -> Result<(), InventoryCmdError> {
+    let inv = discover(&args.host_root);
+    let mut stderr = io::stderr().lock();
+    for warning in &inv.warnings {
+        // Best effort: a closed stderr must not hide the inventory itself.
+        let _ = writeln!(stderr, "devgate: warning: {warning}");
+    }
+    let text = render(&inv, &args)?;
+    let mut stdout = io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|source| InventoryCmdError::Write { source })
+}
+
+/// The text `run` prints for `inv`.
+pub fn render(inv: &Inventory, args: &InventoryArgs) -> Result<String, InventoryCmdError> {
+    match args.output {
+        InventoryFormat::Table => Ok(table::render(inv)),
+        InventoryFormat::Json => {
+            let mut text = serde_json::to_string_pretty(&InventoryView::new(inv))
+                .map_err(|e| encode_err("json", e))?;
+            text.push('\n');
+            Ok(text)
+        }
+        InventoryFormat::DeviceCr => {
+            let name = match &args.node_name {
+                Some(name) => name.clone(),
+                None => host_name(&args.host_root)
+                    .map_err(|source| InventoryCmdError::NodeName { source })?
+                    .to_lowercase(),
+            };
+            serde_yaml_ng::to_string(&device_cr(inv, &name)).map_err(|e| encode_err("yaml", e))
+        }
+    }
+}
+
+fn encode_err(
+    format: &'static str,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> InventoryCmdError {
+    InventoryCmdError::Encode {
+        format,
+        source: Box::new(e),
+    }
 }

@@ -1,5 +1,25 @@
 //! `devgate nri`: run the NRI plugin.
+//!
+//! Two modes (nri.md §1):
+//! - external (default): dial `--socket` and stay registered across runtime
+//!   restarts; config from `--config`.
+//! - pre-installed: the runtime launched us from its plugin directory with
+//!   the connection on a descriptor (`NRI_PLUGIN_SOCKET`); name, index and
+//!   config (`ConfigureRequest.config`) come from the runtime, flags are
+//!   ignored, and we exit when the runtime closes the connection.
 use std::path::PathBuf;
+
+use nri::{stub::Preinstalled, Stub, StubError};
+use tracing_subscriber::EnvFilter;
+
+use crate::{
+    config::{Config, ConfigError, LogFormat},
+    plugin::{DevgatePlugin, PluginOptions},
+};
+
+/// Environment variable holding the log filter (`tracing` `EnvFilter` syntax).
+pub const LOG_ENV: &str = "DEVGATE_LOG";
+const DEFAULT_LOG_FILTER: &str = "info";
 
 /// Flags of `devgate nri` (a contract: install scripts and tests rely on them).
 #[derive(Debug, Clone, clap::Args)]
@@ -30,10 +50,89 @@ const fn devgate_default_config() -> &'static str {
 
 #[derive(Debug, thiserror::Error)]
 pub enum NriCmdError {
-    #[error("not built yet")]
-    NotBuilt,
+    #[error("load config")]
+    Config(#[source] ConfigError),
+    // The filter's parse error repeats its own cause in its text, so it is
+    // kept as text rather than chained.
+    #[error("invalid {LOG_ENV}={value:?}: {reason}")]
+    LogFilter { value: String, reason: String },
+    #[error("set up logging")]
+    Logging(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("start the async runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("install signal handlers")]
+    Signals(#[source] std::io::Error),
+    #[error("nri plugin")]
+    Stub(#[from] StubError),
 }
 
-pub fn run(_args: NriArgs) -> Result<(), NriCmdError> {
-    Err(NriCmdError::NotBuilt)
+pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
+    let preinstalled = Preinstalled::from_env()?;
+    // A runtime-launched plugin gets its config in Configure; until then,
+    // and for its log format, the defaults apply.
+    let config = match preinstalled {
+        Some(_) => Config::default(),
+        None => Config::load(&args.config).map_err(NriCmdError::Config)?,
+    };
+    init_logging(config.log_format)?;
+    let options = PluginOptions {
+        host_root: args.host_root,
+        state_dir: args.state_dir,
+        config_from_runtime: preinstalled.is_some(),
+    };
+    let plugin = DevgatePlugin::new(config, options);
+    let stub = match preinstalled {
+        Some(runtime) => {
+            tracing::info!(name = %runtime.name, idx = %runtime.idx, "started by the runtime");
+            Stub::preinstalled(plugin, runtime)
+        }
+        None => {
+            tracing::info!(socket = %args.socket.display(), name = %args.name, idx = %args.idx, "starting");
+            Stub::new(plugin)
+                .with_name(args.name)
+                .with_idx(args.idx)
+                .with_socket_path(args.socket)
+        }
+    };
+    // One thread: the plugin handles one runtime request at a time, and a
+    // small footprint matters more than parallelism on a node agent.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(NriCmdError::Runtime)?;
+    rt.block_on(serve(stub))
+}
+
+async fn serve(stub: Stub<DevgatePlugin>) -> Result<(), NriCmdError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(NriCmdError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(NriCmdError::Signals)?;
+    tokio::select! {
+        result = stub.run() => {
+            result?;
+            tracing::info!("runtime closed the connection; exiting");
+        }
+        _ = term.recv() => tracing::info!(signal = "SIGTERM", "exiting"),
+        _ = int.recv() => tracing::info!(signal = "SIGINT", "exiting"),
+    }
+    Ok(())
+}
+
+/// Logs go to stderr, filtered by `DEVGATE_LOG` (default `info`).
+fn init_logging(format: LogFormat) -> Result<(), NriCmdError> {
+    let filter = match std::env::var(LOG_ENV) {
+        Ok(value) => EnvFilter::try_new(&value).map_err(|e| NriCmdError::LogFilter {
+            reason: e.to_string(),
+            value,
+        })?,
+        Err(_) => EnvFilter::new(DEFAULT_LOG_FILTER),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let installed = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+    installed.map_err(NriCmdError::Logging)
 }

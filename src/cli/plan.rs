@@ -1,5 +1,22 @@
 //! `devgate plan`: show what a pod's container would get.
-use std::path::PathBuf;
+//!
+//! Reads a Kubernetes Pod object (`kubectl get pod -o json` or YAML): its
+//! annotations, labels and container names. Nothing is changed on the node.
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::allocation::{parse_pod, AllocationError};
+use crate::config::Config;
+use crate::inventory;
+use crate::ledger::{Claim, Ledger, LedgerState, Share};
+use crate::plan::{self, Plan, PlanError};
+
+/// Largest pod file accepted; a Pod object is far smaller (etcd caps objects at 1.5 MiB).
+pub const MAX_POD_BYTES: u64 = 1024 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PlanFormat {
@@ -17,18 +34,296 @@ pub struct PlanArgs {
     pub container: Option<String>,
     #[arg(long, default_value = "/")]
     pub host_root: PathBuf,
+    /// Ledger directory: devices held by other pods are reported as warnings.
     #[arg(long, default_value = "/run/devgate")]
     pub state_dir: PathBuf,
+    /// Node config file; a missing file means defaults.
+    #[arg(long, default_value = crate::config::DEFAULT_CONFIG_PATH)]
+    pub config: PathBuf,
     #[arg(short = 'o', long = "output", value_enum, default_value = "json")]
     pub output: PlanFormat,
 }
 
+/// Why `devgate plan` failed; `Display` is one line.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanCmdError {
-    #[error("not built yet")]
-    NotBuilt,
+    #[error("read pod {origin}")]
+    Read {
+        origin: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("pod {origin}: larger than {MAX_POD_BYTES} bytes")]
+    TooLarge { origin: String },
+    #[error("pod {origin}: not a pod object: {reason}")]
+    Parse { origin: String, reason: String },
+    #[error("pod {origin}: no container {name:?} in spec.containers or spec.initContainers")]
+    NoSuchContainer { origin: String, name: String },
+    #[error("pod {origin}: no containers in spec.containers")]
+    NoContainers { origin: String },
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    Allocation(#[from] AllocationError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("encode plan: {0}")]
+    Encode(#[from] serde_json::Error),
 }
 
-pub fn run(_args: PlanArgs) -> Result<(), PlanCmdError> {
-    Err(PlanCmdError::NotBuilt)
+/// The parts of a Pod object devgate reads; everything else is ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PodObject {
+    pub metadata: PodMeta,
+    pub spec: PodSpec,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PodMeta {
+    pub name: String,
+    pub namespace: String,
+    pub annotations: Option<BTreeMap<String, String>>,
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodSpec {
+    pub containers: Option<Vec<ContainerName>>,
+    pub init_containers: Option<Vec<ContainerName>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ContainerName {
+    pub name: String,
+}
+
+pub fn run(args: PlanArgs) -> Result<(), PlanCmdError> {
+    let origin = if args.pod == "-" {
+        "<stdin>".to_string()
+    } else {
+        args.pod.clone()
+    };
+    let text = read_bounded(&args.pod, &origin)?;
+    let pod = parse_pod_object(&text, &origin)?;
+    let container = choose_container(&pod, args.container.as_deref(), &origin)?;
+    let config = Config::load(&args.config).map_err(|e| PlanCmdError::Config(e.to_string()))?;
+    let plan = plan_pod(&pod, &container, &args.host_root, &config)?;
+    let plan = with_ledger_warnings(plan, &args.state_dir, &pod.metadata);
+    match args.output {
+        PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
+        PlanFormat::Table => print!("{}", table(&plan)),
+    }
+    Ok(())
+}
+
+/// Parses a Pod object: JSON when it looks like JSON, YAML otherwise.
+pub fn parse_pod_object(text: &str, origin: &str) -> Result<PodObject, PlanCmdError> {
+    let parsed = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    } else {
+        serde_yaml_ng::from_str(text).map_err(|e| e.to_string())
+    };
+    parsed.map_err(|reason| PlanCmdError::Parse {
+        origin: origin.to_string(),
+        reason: one_line(&reason),
+    })
+}
+
+/// The plan of `container` in `pod`, against the inventory of `host_root`.
+pub fn plan_pod(
+    pod: &PodObject,
+    container: &str,
+    host_root: &Path,
+    config: &Config,
+) -> Result<Plan, PlanCmdError> {
+    let empty = BTreeMap::new();
+    let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    let devices = parse_pod(annotations, labels)?;
+    // Discovery is skipped for a pod without devices: its plan is empty on any node.
+    let inventory = if devices.allocation.is_empty() {
+        inventory::Inventory::default()
+    } else {
+        inventory::discover(host_root)
+    };
+    Ok(plan::build(&inventory, &devices, container, config)?)
+}
+
+fn read_bounded(path: &str, origin: &str) -> Result<String, PlanCmdError> {
+    let read_err = |source| PlanCmdError::Read {
+        origin: origin.to_string(),
+        source,
+    };
+    let reader: Box<dyn Read> = if path == "-" {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(std::fs::File::open(path).map_err(read_err)?)
+    };
+    let mut bytes = Vec::new();
+    reader
+        .take(MAX_POD_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > MAX_POD_BYTES {
+        return Err(PlanCmdError::TooLarge {
+            origin: origin.to_string(),
+        });
+    }
+    String::from_utf8(bytes).map_err(|_| PlanCmdError::Parse {
+        origin: origin.to_string(),
+        reason: "not utf-8".to_string(),
+    })
+}
+
+fn choose_container(
+    pod: &PodObject,
+    wanted: Option<&str>,
+    origin: &str,
+) -> Result<String, PlanCmdError> {
+    let apps = pod.spec.containers.as_deref().unwrap_or_default();
+    let inits = pod.spec.init_containers.as_deref().unwrap_or_default();
+    match wanted {
+        Some(name) if apps.iter().chain(inits).any(|c| c.name == name) => Ok(name.to_string()),
+        Some(name) => Err(PlanCmdError::NoSuchContainer {
+            origin: origin.to_string(),
+            name: name.chars().take(64).collect(),
+        }),
+        None => apps
+            .first()
+            .map(|c| c.name.clone())
+            .ok_or_else(|| PlanCmdError::NoContainers {
+                origin: origin.to_string(),
+            }),
+    }
+}
+
+/// Adds a warning per claimed device that another pod holds in the ledger. The
+/// ledger is only read, and only when the directory exists: `plan` changes nothing.
+fn with_ledger_warnings(mut plan: Plan, state_dir: &Path, me: &PodMeta) -> Plan {
+    if plan.claims.is_empty() || !state_dir.is_dir() {
+        return plan;
+    }
+    match Ledger::open(state_dir).and_then(|l| l.snapshot()) {
+        Ok(state) => {
+            for claim in &plan.claims {
+                plan.warnings.extend(held_by_others(&state, claim, me));
+            }
+        }
+        Err(e) => plan
+            .warnings
+            .push(format!("ledger not read: {}", one_line(&e.to_string()))),
+    }
+    plan
+}
+
+fn held_by_others(state: &LedgerState, claim: &Claim, me: &PodMeta) -> Option<String> {
+    let record = state.devices.get(&claim.device.to_string())?;
+    let others: Vec<String> = record
+        .holders
+        .iter()
+        .filter_map(|h| state.pods.get(&h.sandbox_id).map(|p| (p, h)))
+        .filter(|(p, _)| p.pod.name != me.name || p.pod.namespace != me.namespace)
+        .map(|(p, h)| format!("{} ({})", p.pod, share_text(&h.share)))
+        .collect();
+    (!others.is_empty()).then(|| format!("{} is held by {}", claim.device, others.join(", ")))
+}
+
+fn share_text(share: &Share) -> String {
+    match share {
+        Share::Exclusive => "exclusive".to_string(),
+        Share::Shared { core, memory_ratio } => format!("core {core}%, memory {memory_ratio}%"),
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(300)
+        .collect()
+}
+
+/// A people-readable view of a plan.
+pub fn table(plan: &Plan) -> String {
+    let mut out = String::new();
+    let selected = if plan.selected {
+        ""
+    } else {
+        " (not selected: gets nothing)"
+    };
+    let _ = writeln!(out, "CONTAINER {}{selected}", plan.container);
+    if !plan.devices.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<32} {:<5} {:<12} MODE",
+            "DEVICE", "TYPE", "NUMBER"
+        );
+        for d in &plan.devices {
+            let number = format!("{}:{}", d.major, d.minor);
+            let _ = writeln!(
+                out,
+                "{:<32} {:<5} {:<12} {:04o}",
+                d.path, "c", number, d.file_mode
+            );
+        }
+    }
+    if !plan.env.is_empty() {
+        let _ = writeln!(out, "\nENV");
+        for (k, v) in &plan.env {
+            let _ = writeln!(out, "{k}={v}");
+        }
+    }
+    if !plan.mounts.is_empty() {
+        let _ = writeln!(out, "\nMOUNT");
+        for m in &plan.mounts {
+            let _ = writeln!(
+                out,
+                "{} -> {} ({})",
+                m.source,
+                m.destination,
+                m.options.join(",")
+            );
+        }
+    }
+    if !plan.network.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<14} {:<4} {:<14} {:<16} {:<12} IFNAME",
+            "PF", "VF", "VF BUS", "NETDEV", "RDMA"
+        );
+        for n in &plan.network {
+            let dash = |s: &Option<String>| s.clone().unwrap_or_else(|| "-".to_string());
+            let _ = writeln!(
+                out,
+                "{:<14} {:<4} {:<14} {:<16} {:<12} {}",
+                n.pf.to_string(),
+                n.vf_index,
+                n.vf_bus_id.to_string(),
+                dash(&n.netdev),
+                dash(&n.rdma_device),
+                dash(&n.container_ifname)
+            );
+        }
+    }
+    if !plan.claims.is_empty() {
+        let _ = writeln!(out, "\nCLAIM");
+        for c in &plan.claims {
+            let _ = writeln!(out, "{} {}", c.device, share_text(&c.share));
+        }
+    }
+    for (title, list) in [
+        ("IGNORED TYPES", &plan.ignored_types),
+        ("WARNINGS", &plan.warnings),
+    ] {
+        if !list.is_empty() {
+            let _ = writeln!(out, "\n{title}");
+            for item in list {
+                let _ = writeln!(out, "{item}");
+            }
+        }
+    }
+    out
 }

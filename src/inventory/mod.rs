@@ -1,3 +1,118 @@
 //! Device inventory read from a host root.
+//!
+//! [`discover`] reads a host's `sys/` and `proc/` below a given root exactly as Linux lays them
+//! out, resolving every symlink inside that root, and returns a typed [`Inventory`]:
+//!
+//! - NVIDIA GPUs: the BDF links in `sys/bus/pci/drivers/nvidia/`, each described by
+//!   `proc/driver/nvidia/gpus/<bdf>/information`; majors from `proc/devices`.
+//! - RDMA devices of any vendor: `sys/class/infiniband/<ibdev>` (`device`, `node_guid`,
+//!   `ports/`), their char devices from `sys/class/infiniband_verbs` and
+//!   `sys/class/infiniband_mad`, and `sys/class/misc/rdma_cm`.
+//! - SR-IOV: a PF's `sriov_totalvfs`, `sriov_numvfs` and `virtfnN` links; a VF's `physfn`,
+//!   driver, netdev and RDMA device.
+//! - Topology: NUMA node, root complex and switch from the resolved sysfs path
+//!   ([`topology`]).
+//!
+//! Nothing here fails: what cannot be read becomes one line in `Inventory.warnings`.
+
+mod error;
+mod gpu;
+mod hostfs;
+mod nic;
+mod parse;
+mod pci;
+mod rdma;
+
+pub mod device_cr;
 pub mod model;
+pub mod topology;
+pub mod view;
+
+use std::path::Path;
+
+pub use error::InventoryError;
+pub use gpu::{GpuFacts, GpuLibrary, NoGpuLibrary};
 pub use model::*;
+pub use nic::port_health;
+pub use parse::mlx_minor;
+pub use topology::{relation, PcieRelation};
+
+use hostfs::HostFs;
+
+/// Reads the inventory of the host whose `sys/` and `proc/` are below `host_root`, without a
+/// GPU library: GPU indices are PCI bus order.
+pub fn discover(host_root: &Path) -> Inventory {
+    discover_with(host_root, &NoGpuLibrary)
+}
+
+/// Like [`discover`], asking `gpu_library` (NVML) for GPU indices, memory and health.
+pub fn discover_with(host_root: &Path, gpu_library: &dyn GpuLibrary) -> Inventory {
+    discover_in(HostFs::new(host_root), gpu_library)
+}
+
+/// Discovery resolving every symlink without `openat2`, as on kernels before 5.6.
+#[cfg(test)]
+fn discover_without_openat2(host_root: &Path) -> Inventory {
+    discover_in(HostFs::new(host_root).without_openat2(), &NoGpuLibrary)
+}
+
+fn discover_in(fs: HostFs, gpu_library: &dyn GpuLibrary) -> Inventory {
+    let mut scan = Scan {
+        fs,
+        gpu_library,
+        warnings: Vec::new(),
+    };
+    let gpus = scan.gpus();
+    let nvidia_majors = scan.nvidia_majors(!gpus.is_empty());
+    let rdma = scan.rdma_nics();
+    let rdma_cm = scan.rdma_cm(!rdma.is_empty());
+    Inventory {
+        gpus,
+        nvidia_majors,
+        rdma,
+        rdma_cm,
+        warnings: scan.warnings,
+    }
+}
+
+/// The node's host name from `proc/sys/kernel/hostname` below `host_root`.
+pub fn host_name(host_root: &Path) -> Result<String, InventoryError> {
+    let path = "proc/sys/kernel/hostname";
+    let text = HostFs::new(host_root).read(path)?;
+    let name = text.trim();
+    if name.is_empty() {
+        return Err(InventoryError::malformed(path, &text));
+    }
+    Ok(name.to_owned())
+}
+
+/// One discovery pass: the host root, the GPU library and the warnings so far.
+struct Scan<'a> {
+    fs: HostFs,
+    gpu_library: &'a dyn GpuLibrary,
+    warnings: Vec<String>,
+}
+
+impl Scan<'_> {
+    fn warn(&mut self, err: InventoryError) {
+        self.warnings.push(err.to_warning());
+    }
+
+    /// The value of `result`, or `None` after recording its error as a warning.
+    fn ok<T>(&mut self, result: Result<T, InventoryError>) -> Option<T> {
+        result.map_err(|e| self.warn(e)).ok()
+    }
+
+    /// Like `ok`, but a missing file is normal and not worth a warning.
+    fn optional<T>(&mut self, result: Result<T, InventoryError>) -> Option<T> {
+        match result {
+            Err(e) if e.is_not_found() => None,
+            other => self.ok(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod discover_tests;
+#[cfg(test)]
+mod malformed_tests;

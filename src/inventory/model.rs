@@ -109,7 +109,9 @@ pub struct Topology {
     pub numa_node: Option<u32>,
     /// The PCIe root complex, `pciDDDD:BB`, the first component of the resolved sysfs path.
     pub pcie_root: String,
-    /// The nearest upstream PCIe switch port (class 0x0604xx), if any.
+    /// The PCIe switch the device hangs off, named by the switch's upstream port (class
+    /// 0x0604xx), so that a GPU and a NIC behind the same switch compare equal; `None` for a
+    /// device on a root port or on the root bus. See `topology::switch_of`.
     pub pcie_switch: Option<PciAddr>,
     /// Bridges from the root complex down to the device (exclusive), as resolved from sysfs.
     pub pci_path: Vec<PciAddr>,
@@ -123,7 +125,9 @@ pub struct Topology {
 pub enum Health {
     #[default]
     Healthy,
-    Unhealthy { reason: String },
+    Unhealthy {
+        reason: String,
+    },
 }
 
 /// One NVIDIA GPU.
@@ -137,6 +141,9 @@ pub struct Gpu {
     pub uuid: String,
     pub bus_id: PciAddr,
     pub model: String,
+    /// Total framebuffer memory in bytes, when a GPU library (NVML) reported it.
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
     pub topology: Topology,
     pub health: Health,
 }

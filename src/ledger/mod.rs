@@ -6,6 +6,7 @@
 //! Claims are per sandbox and idempotent: a second container of the same pod
 //! re-claiming the same devices changes nothing.
 
+mod compose;
 mod model;
 mod store;
 
@@ -13,6 +14,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use compose::Teardowns;
 pub use model::*;
 pub use store::Store;
 

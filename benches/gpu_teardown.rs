@@ -1,0 +1,137 @@
+//! GPU teardown with nothing to clean: a pod releasing all 8 GPUs of the fixture's
+//! HGX-class node, with 2000 processes to look through. The processes are a proc tree
+//! written under a temp dir (`<pid>/fd/<n>` links to /dev/null, /dev/zero, a regular
+//! file, dangling `socket:[..]` and `pipe:[..]` targets), so the real procfs code runs:
+//! one pass over the tree for all eight GPUs. Target: < 20 ms. Criterion reports the
+//! mean; the percentiles are printed after it from 200 timed runs. A second group
+//! scans this machine's own /proc.
+use std::hint::black_box;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, Criterion};
+use devgate::config::GpuConfig;
+use devgate::fixture::HostRootBuilder;
+use devgate::gpu::{ClaimView, GpuTeardown, NoNvml, ProcHost};
+use devgate::ledger::{Claim, DeviceId, PodRecord, PodRef, Share, Teardown};
+
+const PROCESSES: u32 = 2000;
+
+/// Every GPU is held by the releasing pod alone.
+struct OnlyHolder;
+
+impl ClaimView for OnlyHolder {
+    fn holders(&self, _device: &DeviceId) -> Result<Vec<String>, String> {
+        Ok(vec!["sb-bench".to_string()])
+    }
+}
+
+fn write_proc(root: &Path) {
+    std::fs::create_dir_all(root).unwrap();
+    let plain = root.join("plain-file");
+    std::fs::write(&plain, "x").unwrap();
+    for pid in 1..=PROCESSES {
+        let dir = root.join(pid.to_string());
+        std::fs::create_dir_all(dir.join("fd")).unwrap();
+        let targets = [
+            Path::new("/dev/null"),
+            Path::new("/dev/null"),
+            Path::new("/dev/null"),
+            plain.as_path(),
+            Path::new("socket:[4242]"),
+            Path::new("pipe:[4243]"),
+            Path::new("/dev/zero"),
+            Path::new("anon_inode:[eventpoll]"),
+        ];
+        for (n, target) in targets.iter().enumerate() {
+            symlink(target, dir.join("fd").join(n.to_string())).unwrap();
+        }
+        std::fs::write(dir.join("cgroup"), "0::/system.slice/x.service\n").unwrap();
+        let stat = format!("{pid} (bench) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {pid} 0 0\n");
+        std::fs::write(dir.join("stat"), stat).unwrap();
+    }
+}
+
+fn pod(inv: &devgate::inventory::Inventory) -> PodRecord {
+    let claims = inv
+        .gpus
+        .iter()
+        .map(|g| Claim {
+            device: DeviceId::Gpu(g.uuid.clone()),
+            share: Share::Exclusive,
+        })
+        .collect();
+    PodRecord {
+        pod: PodRef {
+            sandbox_id: "sb-bench".to_string(),
+            namespace: "bench".to_string(),
+            name: "bench".to_string(),
+            uid: "6b2c1f0e-1a2b-4c3d-8e9f-001122334455".to_string(),
+        },
+        claims,
+        claimed_unix: 0,
+        containers: Default::default(),
+    }
+}
+
+fn teardown(proc_root: &Path, state: &Path) -> (GpuTeardown, PodRecord) {
+    let inv = HostRootBuilder::hgx().expected().unwrap();
+    assert_eq!(inv.gpus.len(), 8);
+    let config = GpuConfig {
+        health_dir: state.to_path_buf(),
+        ..GpuConfig::default()
+    };
+    let record = pod(&inv);
+    let t = GpuTeardown::new(
+        inv,
+        config,
+        Arc::new(ProcHost::new(proc_root)),
+        Arc::new(NoNvml),
+        Arc::new(OnlyHolder),
+    );
+    (t, record)
+}
+
+fn percentiles(name: &str, t: &GpuTeardown, record: &PodRecord) {
+    let mut samples: Vec<Duration> = (0..200)
+        .map(|_| {
+            let start = Instant::now();
+            t.teardown(black_box(record)).unwrap();
+            start.elapsed()
+        })
+        .collect();
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize];
+    println!(
+        "{name}: p50 {:?} p99 {:?} max {:?}",
+        at(0.5),
+        at(0.99),
+        at(1.0)
+    );
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    write_proc(&proc_root);
+    let (t, record) = teardown(&proc_root, &dir.path().join("state"));
+    c.bench_function("gpu_teardown_8_gpus_2000_processes", |b| {
+        b.iter(|| t.teardown(black_box(&record)).unwrap())
+    });
+    percentiles("gpu_teardown_8_gpus_2000_processes", &t, &record);
+
+    let (t, record) = teardown(Path::new("/proc"), &dir.path().join("state"));
+    c.bench_function("gpu_teardown_8_gpus_host_proc", |b| {
+        b.iter(|| t.teardown(black_box(&record)).unwrap())
+    });
+    percentiles("gpu_teardown_8_gpus_host_proc", &t, &record);
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -1,0 +1,305 @@
+//! The plugin side of NRI: connect, register, serve, and reconnect.
+//!
+//! Handshake (nri.md §1, `pkg/stub/stub.go`): over one unix stream split by
+//! [`crate::mux`], the plugin serves the `Plugin` service on connection 1
+//! and calls `Runtime.RegisterPlugin` on connection 2. The runtime answers
+//! with `Configure` right after accepting the registration, which can
+//! overtake the registration reply, so connection 1 is served first.
+//!
+//! Two ways in:
+//! - dial the runtime's socket ([`Stub::with_socket_path`], default
+//!   [`DEFAULT_SOCKET_PATH`]); the runtime never reconnects to a plugin, so
+//!   when the connection closes (runtime restart) the stub dials again with
+//!   capped exponential backoff and registers anew;
+//! - pre-installed: the runtime started us with the connection on a file
+//!   descriptor ([`Preinstalled::from_env`]); when that closes the runtime
+//!   is done with us and [`Stub::run`] returns.
+
+mod plugin;
+mod preinstalled;
+mod rpc;
+mod service;
+
+use std::{
+    io,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use futures::StreamExt;
+use tokio::net::UnixStream;
+use ttrpc::r#async::{
+    transport::{Listener, Socket},
+    Client, Server,
+};
+
+use self::service::Service;
+pub use self::{
+    plugin::{Plugin, RpcError, RuntimeInfo},
+    preinstalled::{Preinstalled, ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET},
+};
+use crate::{
+    api, api_ttrpc,
+    mux::{Mux, MuxConn, MuxError, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN},
+};
+
+/// Where containerd and CRI-O listen for external plugins by default.
+pub const DEFAULT_SOCKET_PATH: &str = "/var/run/nri/nri.sock";
+/// The NRI release whose API this crate implements, sent at registration.
+pub const NRI_API_VERSION: &str = "v0.12.2";
+/// The runtime's registration timeout default (`pkg/api/timeouts.go`).
+const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(5);
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StubError {
+    #[error("plugin index {idx:?} is not two ascii digits")]
+    InvalidIndex { idx: String },
+    #[error("plugin name {name:?} must be non-empty and use only [A-Za-z0-9_.+-]")]
+    InvalidName { name: String },
+    #[error("plugin subscribes to no events")]
+    NoEvents,
+    #[error("environment variable {var} is {problem}")]
+    Env { var: &'static str, problem: String },
+    #[error("file descriptor {fd} from {ENV_PLUGIN_SOCKET}")]
+    InheritedFd {
+        fd: i32,
+        #[source]
+        source: io::Error,
+    },
+    #[error("adopt the connection from the runtime")]
+    Adopt {
+        #[source]
+        source: io::Error,
+    },
+    #[error("connect to {path}")]
+    Connect {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("set up multiplexed connection")]
+    Mux(#[from] MuxError),
+    #[error("start plugin service")]
+    Serve(#[source] ttrpc::Error),
+    #[error("register with the runtime")]
+    Register(#[source] ttrpc::Error),
+    #[error("runtime closed the connection before synchronizing")]
+    Refused {
+        #[source]
+        source: Option<io::Error>,
+    },
+}
+
+enum Transport {
+    Socket(PathBuf),
+    Connected(std::os::unix::net::UnixStream),
+}
+
+/// Runs a [`Plugin`] against a runtime.
+pub struct Stub<P> {
+    conn: Connector<P>,
+    transport: Transport,
+}
+
+/// What every connection needs: the plugin and the identity it registers.
+struct Connector<P> {
+    plugin: Arc<P>,
+    name: String,
+    idx: String,
+}
+
+impl<P: Plugin> Stub<P> {
+    /// A stub that dials [`DEFAULT_SOCKET_PATH`]; set the name and index
+    /// before running it.
+    pub fn new(plugin: P) -> Stub<P> {
+        Stub {
+            conn: Connector {
+                plugin: Arc::new(plugin),
+                name: String::new(),
+                idx: String::new(),
+            },
+            transport: Transport::Socket(PathBuf::from(DEFAULT_SOCKET_PATH)),
+        }
+    }
+
+    /// A stub for a plugin the runtime launched: name, index and
+    /// connection come from the runtime.
+    pub fn preinstalled(plugin: P, runtime: Preinstalled) -> Stub<P> {
+        Stub::new(plugin)
+            .with_name(runtime.name)
+            .with_idx(runtime.idx)
+            .with_connection(runtime.stream)
+    }
+
+    /// Name registered with the runtime.
+    pub fn with_name(mut self, name: impl Into<String>) -> Stub<P> {
+        self.conn.name = name.into();
+        self
+    }
+
+    /// Two-digit index; the runtime calls plugins in ascending order.
+    pub fn with_idx(mut self, idx: impl Into<String>) -> Stub<P> {
+        self.conn.idx = idx.into();
+        self
+    }
+
+    /// Dial this socket, and dial again whenever the connection closes.
+    pub fn with_socket_path(mut self, path: impl AsRef<Path>) -> Stub<P> {
+        self.transport = Transport::Socket(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Use an already connected stream; [`Stub::run`] returns when it closes.
+    pub fn with_connection(mut self, stream: std::os::unix::net::UnixStream) -> Stub<P> {
+        self.transport = Transport::Connected(stream);
+        self
+    }
+
+    pub fn plugin(&self) -> &Arc<P> {
+        &self.conn.plugin
+    }
+
+    /// Serves the plugin. With a socket path this runs until the future is
+    /// dropped; with a given connection it returns once that closes.
+    pub async fn run(self) -> Result<(), StubError> {
+        let Stub { conn, transport } = self;
+        check_identity(&conn.name, &conn.idx)?;
+        if conn.plugin.events().is_empty() {
+            return Err(StubError::NoEvents);
+        }
+        match transport {
+            Transport::Connected(stream) => {
+                let stream = stream
+                    .set_nonblocking(true)
+                    .and_then(|()| UnixStream::from_std(stream))
+                    .map_err(|source| StubError::Adopt { source })?;
+                conn.serve_connection(stream).await
+            }
+            Transport::Socket(path) => conn.redial(&path).await,
+        }
+    }
+}
+
+impl<P: Plugin> Connector<P> {
+    /// Dials `path` until dropped; backoff 100 ms doubling to 5 s, reset by
+    /// every connection that got as far as synchronizing.
+    async fn redial(&self, path: &Path) -> Result<(), StubError> {
+        let mut delay = FIRST_RETRY;
+        loop {
+            let result = match UnixStream::connect(path).await {
+                Ok(stream) => self.serve_connection(stream).await,
+                Err(source) => Err(StubError::Connect {
+                    path: path.to_path_buf(),
+                    source,
+                }),
+            };
+            match result {
+                Ok(()) => {
+                    tracing::info!(socket = %path.display(), "connection to runtime closed; reconnecting");
+                    delay = FIRST_RETRY;
+                }
+                // Warn on the first failure of a series only: a runtime that
+                // is down for minutes would otherwise flood the log.
+                Err(e) if delay == FIRST_RETRY => {
+                    tracing::warn!(error = %ErrorChain(&e), "cannot reach the runtime; retrying");
+                }
+                Err(e) => {
+                    tracing::debug!(error = %ErrorChain(&e), retry_in_ms = %delay.as_millis(), "cannot reach the runtime");
+                }
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(MAX_RETRY);
+        }
+    }
+
+    /// One connection: serve, register, wait for the close. `Ok` if the
+    /// runtime synchronized the plugin, whatever closed the connection later.
+    async fn serve_connection(&self, stream: UnixStream) -> Result<(), StubError> {
+        let mut mux = Mux::new(stream);
+        let plugin_conn = mux.open(PLUGIN_SERVICE_CONN)?;
+        let runtime_conn = mux.open(RUNTIME_SERVICE_CONN)?;
+        let mux = mux.start();
+
+        let service = Arc::new(Service::new(Arc::clone(&self.plugin)));
+        let mut server = Server::new()
+            .register_service(api_ttrpc::create_plugin(service.clone()))
+            .add_listener(single_connection(plugin_conn));
+        server.start().await.map_err(StubError::Serve)?;
+
+        let runtime = api_ttrpc::RuntimeClient::new(Client::new(Socket::new(runtime_conn)));
+        let req = api::RegisterPluginRequest {
+            plugin_name: self.name.clone(),
+            plugin_idx: self.idx.clone(),
+            NRI_version: NRI_API_VERSION.to_string(),
+            ..Default::default()
+        };
+        let ctx = ttrpc::context::with_duration(REGISTRATION_TIMEOUT);
+        runtime
+            .register_plugin(ctx, &req)
+            .await
+            .map_err(StubError::Register)?;
+        tracing::info!(name = %self.name, idx = %self.idx, "registered with the runtime");
+
+        let closed = mux.closed().await;
+        self.plugin.on_close().await;
+        drop(runtime);
+        drop(server);
+        // Closed before the handshake finished: the runtime refused the
+        // plugin (e.g. at Configure); count it as a failure so that the
+        // next attempt backs off instead of looping every 100 ms.
+        if !service.is_synchronized() {
+            return Err(StubError::Refused {
+                source: closed.err(),
+            });
+        }
+        if let Err(e) = closed {
+            tracing::warn!(error = %e, "connection to runtime failed");
+        }
+        Ok(())
+    }
+}
+
+/// A listener that yields `conn` once and then never again, so that the
+/// ttrpc server serves exactly this connection.
+fn single_connection(conn: MuxConn) -> Listener {
+    let once = futures::stream::once(async move { Ok::<_, io::Error>(conn) });
+    Listener::new(once.chain(futures::stream::pending()))
+}
+
+/// The runtime's checks on external plugins (`pkg/api/plugin.go`
+/// `CheckPluginIndex`, and `CheckPluginName` from NRI v0.12).
+fn check_identity(name: &str, idx: &str) -> Result<(), StubError> {
+    if idx.len() != 2 || !idx.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(StubError::InvalidIndex {
+            idx: idx.to_string(),
+        });
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '+' | '-');
+    if name.is_empty() || !name.chars().all(allowed) {
+        return Err(StubError::InvalidName {
+            name: name.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Displays an error with its `source()` chain, `a: b: c`.
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(e) = source {
+            write!(f, ": {e}")?;
+            source = e.source();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,186 @@
+//! The surface a plugin implements: one method per NRI event.
+
+use async_trait::async_trait;
+use ttrpc::Code;
+
+use crate::{
+    api::{
+        Container, ContainerUpdate, CreateContainerResponse, LinuxResources, PodSandbox,
+        UpdateContainerResponse, UpdatePodSandboxRequest, ValidateContainerAdjustmentRequest,
+        ValidateContainerAdjustmentResponse,
+    },
+    EventMask, NriVersion,
+};
+
+/// An error a plugin hands back to the runtime.
+///
+/// The stub sends it as a ttrpc status with [`RpcError::code`] and the
+/// error's text, its `source()` chain joined by `": "`. For CreateContainer
+/// the runtime fails the container with that text, which kubelet shows.
+pub trait RpcError: std::error::Error + Send + Sync + 'static {
+    /// The status code; the stub replaces codes the runtime would misread
+    /// (see [`crate::stub`]) with `UNKNOWN`.
+    fn code(&self) -> Code {
+        Code::UNKNOWN
+    }
+}
+
+impl RpcError for std::convert::Infallible {}
+
+/// What the runtime told the plugin in `ConfigureRequest`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeInfo {
+    /// "containerd" or "cri-o".
+    pub name: String,
+    pub version: String,
+    /// Stated by the runtime (NRI v0.12+) or inferred from name and version.
+    pub nri_version: Option<NriVersion>,
+    /// Plugin configuration: set only for plugins the runtime launched (the
+    /// content of their drop-in file); empty otherwise.
+    pub config: String,
+    /// How long the runtime waits for a registration, in milliseconds (0 if not sent).
+    pub registration_timeout_ms: i64,
+    /// How long the runtime waits for any reply, in milliseconds (0 if not sent).
+    pub request_timeout_ms: i64,
+    /// The subscription the stub answered with: [`Plugin::events`] minus
+    /// what this runtime does not accept.
+    pub events: EventMask,
+}
+
+/// An NRI plugin. Every event method has a no-op default; override the
+/// ones named in [`Plugin::events`].
+///
+/// Handlers run on the connection's task and must return well inside the
+/// runtime's request timeout (2 s by default): a late reply makes the runtime
+/// drop the connection for good. The stub also cuts off a handler at three
+/// quarters of that timeout and reports an error instead.
+#[async_trait]
+pub trait Plugin: Send + Sync + 'static {
+    type Error: RpcError;
+
+    /// The events this plugin wants; must not be empty (the runtime reads an
+    /// empty subscription as "all events"). Events the runtime does not
+    /// know are left out of the subscription automatically.
+    fn events(&self) -> EventMask;
+
+    /// Called once per connection, before [`Plugin::synchronize`]. An error
+    /// makes the runtime close the connection.
+    async fn configure(&self, _runtime: &RuntimeInfo) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// The runtime's pods and containers when the connection starts, all at
+    /// once even if the runtime sent them in several messages. The result
+    /// updates existing containers.
+    async fn synchronize(
+        &self,
+        _pods: Vec<PodSandbox>,
+        _containers: Vec<Container>,
+    ) -> Result<Vec<ContainerUpdate>, Self::Error> {
+        Ok(Vec::new())
+    }
+
+    /// The runtime is shutting down (containerd never sends this; expect a
+    /// closed connection instead).
+    async fn shutdown(&self) {}
+
+    /// The connection to the runtime is gone.
+    async fn on_close(&self) {}
+
+    async fn run_pod_sandbox(&self, _pod: &PodSandbox) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// NRI v0.10+.
+    async fn update_pod_sandbox(&self, _req: &UpdatePodSandboxRequest) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// NRI v0.10+.
+    async fn post_update_pod_sandbox(&self, _pod: &PodSandbox) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    async fn stop_pod_sandbox(&self, _pod: &PodSandbox) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    async fn remove_pod_sandbox(&self, _pod: &PodSandbox) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// Adjust the container being created. An error fails the creation.
+    async fn create_container(
+        &self,
+        _pod: &PodSandbox,
+        _container: &Container,
+    ) -> Result<CreateContainerResponse, Self::Error> {
+        Ok(CreateContainerResponse::default())
+    }
+
+    async fn post_create_container(
+        &self,
+        _pod: &PodSandbox,
+        _container: &Container,
+    ) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    async fn start_container(
+        &self,
+        _pod: &PodSandbox,
+        _container: &Container,
+    ) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    async fn post_start_container(
+        &self,
+        _pod: &PodSandbox,
+        _container: &Container,
+    ) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// `resources` is what CRI asks to set.
+    async fn update_container(
+        &self,
+        _pod: &PodSandbox,
+        _container: &Container,
+        _resources: &LinuxResources,
+    ) -> Result<UpdateContainerResponse, Self::Error> {
+        Ok(UpdateContainerResponse::default())
+    }
+
+    async fn post_update_container(
+        &self,
+        _pod: &PodSandbox,
+        _container: &Container,
+    ) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    async fn stop_container(
+        &self,
+        _pod: &PodSandbox,
+        _container: &Container,
+    ) -> Result<Vec<ContainerUpdate>, Self::Error> {
+        Ok(Vec::new())
+    }
+
+    async fn remove_container(
+        &self,
+        _pod: &PodSandbox,
+        _container: &Container,
+    ) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// NRI v0.10+: accept or reject the merged adjustment of all plugins.
+    async fn validate_container_adjustment(
+        &self,
+        _req: &ValidateContainerAdjustmentRequest,
+    ) -> Result<ValidateContainerAdjustmentResponse, Self::Error> {
+        Ok(ValidateContainerAdjustmentResponse::default())
+    }
+}

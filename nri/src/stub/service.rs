@@ -1,0 +1,224 @@
+//! The ttrpc `Plugin` service: turns NRI requests into [`Plugin`] calls.
+//!
+//! Both ways a runtime delivers lifecycle events are served and routed to
+//! the same trait method: the per-event RPCs of NRI v0.12+ and the older
+//! `StateChange` (nri.md §1). The generated trait's default for a method
+//! is `NOT_FOUND`, which a v0.12 runtime treats as a failure rather than as
+//! "fall back to StateChange" (that needs `UNIMPLEMENTED`), so every method
+//! is implemented here.
+
+use std::{
+    future::Future,
+    mem,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex, PoisonError,
+    },
+    time::Duration,
+};
+
+use ttrpc::{r#async::TtrpcContext, Code};
+
+use super::{ErrorChain, Plugin, RpcError, RuntimeInfo};
+use crate::{api, api::Event, NriVersion};
+
+/// The runtime's default request timeout (`pkg/api/timeouts.go`), used
+/// until Configure tells otherwise.
+const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 2000;
+
+pub(super) struct Service<P> {
+    pub(super) plugin: Arc<P>,
+    request_timeout_ms: AtomicU64,
+    /// Set once the initial Synchronize was answered: the connection is up.
+    synchronized: AtomicBool,
+    /// Chunks of a split Synchronize, until the last one arrives.
+    sync: Mutex<SyncBuffer>,
+}
+
+#[derive(Default)]
+struct SyncBuffer {
+    pods: Vec<api::PodSandbox>,
+    containers: Vec<api::Container>,
+}
+
+/// Converts a plugin error into the status the runtime sees.
+///
+/// `DEADLINE_EXCEEDED` could read as a timeout, which makes the runtime
+/// drop the plugin (`isFatalError`), and `UNIMPLEMENTED` makes a v0.12
+/// runtime switch this connection to StateChange for good
+/// (`adaptation/plugin_type.go`); neither is what a plugin error means.
+pub(crate) fn status_of<E: RpcError>(err: &E) -> ttrpc::Error {
+    let code = match err.code() {
+        Code::OK | Code::DEADLINE_EXCEEDED | Code::UNIMPLEMENTED => Code::UNKNOWN,
+        code => code,
+    };
+    ttrpc::Error::RpcStatus(ttrpc::get_status(code, ErrorChain(err).to_string()))
+}
+
+impl<P: Plugin> Service<P> {
+    pub(super) fn new(plugin: Arc<P>) -> Service<P> {
+        Service {
+            plugin,
+            request_timeout_ms: AtomicU64::new(DEFAULT_REQUEST_TIMEOUT_MS),
+            synchronized: AtomicBool::new(false),
+            sync: Mutex::new(SyncBuffer::default()),
+        }
+    }
+
+    /// Records the runtime's request timeout from Configure (ms, 0 = unset).
+    pub(super) fn set_request_timeout(&self, ms: i64) {
+        if let Ok(ms) = u64::try_from(ms) {
+            if ms > 0 {
+                self.request_timeout_ms.store(ms, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub(super) fn mark_synchronized(&self) {
+        self.synchronized.store(true, Ordering::Relaxed);
+    }
+
+    pub(super) fn is_synchronized(&self) -> bool {
+        self.synchronized.load(Ordering::Relaxed)
+    }
+
+    /// Adds one Synchronize chunk; returns everything collected once the
+    /// last chunk (`more == false`) is in.
+    pub(super) fn collect_sync(
+        &self,
+        req: api::SynchronizeRequest,
+    ) -> Option<(Vec<api::PodSandbox>, Vec<api::Container>)> {
+        let mut buf = self.sync.lock().unwrap_or_else(PoisonError::into_inner);
+        buf.pods.extend(req.pods);
+        buf.containers.extend(req.containers);
+        if req.more {
+            return None;
+        }
+        let buf = mem::take(&mut *buf);
+        Some((buf.pods, buf.containers))
+    }
+
+    /// Time a handler may take: three quarters of the runtime's timeout for
+    /// this request, leaving room for the reply to travel.
+    fn budget(&self, ctx: &TtrpcContext) -> Duration {
+        let configured = Duration::from_millis(self.request_timeout_ms.load(Ordering::Relaxed));
+        let total = match u64::try_from(ctx.timeout_nano) {
+            Ok(nanos) if nanos > 0 => configured.min(Duration::from_nanos(nanos)),
+            _ => configured,
+        };
+        total * 3 / 4
+    }
+
+    /// Runs one handler under the time budget; errors leave here as ttrpc
+    /// statuses, and this is where they are logged.
+    pub(super) async fn call<T>(
+        &self,
+        ctx: &TtrpcContext,
+        method: &'static str,
+        handler: impl Future<Output = Result<T, P::Error>>,
+    ) -> ttrpc::Result<T> {
+        let budget = self.budget(ctx);
+        match tokio::time::timeout(budget, handler).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(err)) => {
+                let status = status_of(&err);
+                tracing::warn!(method, error = %ErrorChain(&err), "plugin handler failed");
+                Err(status)
+            }
+            Err(_) => {
+                let ms = budget.as_millis();
+                tracing::error!(method, budget_ms = %ms, "plugin handler timed out");
+                Err(ttrpc::Error::RpcStatus(ttrpc::get_status(
+                    Code::UNKNOWN,
+                    format!("{method} handler did not finish within {ms} ms"),
+                )))
+            }
+        }
+    }
+
+    /// Delivers a lifecycle event that carries no reply data, whichever RPC
+    /// brought it.
+    pub(super) async fn relay(
+        &self,
+        ctx: &TtrpcContext,
+        event: Event,
+        pod: &api::PodSandbox,
+        ctr: &api::Container,
+    ) -> ttrpc::Result<()> {
+        tracing::debug!(?event, pod = %pod.name, container = %ctr.name, "event");
+        let p = &self.plugin;
+        let handler = async {
+            match event {
+                Event::RUN_POD_SANDBOX => p.run_pod_sandbox(pod).await,
+                Event::POST_UPDATE_POD_SANDBOX => p.post_update_pod_sandbox(pod).await,
+                Event::STOP_POD_SANDBOX => p.stop_pod_sandbox(pod).await,
+                Event::REMOVE_POD_SANDBOX => p.remove_pod_sandbox(pod).await,
+                Event::POST_CREATE_CONTAINER => p.post_create_container(pod, ctr).await,
+                Event::START_CONTAINER => p.start_container(pod, ctr).await,
+                Event::POST_START_CONTAINER => p.post_start_container(pod, ctr).await,
+                Event::POST_UPDATE_CONTAINER => p.post_update_container(pod, ctr).await,
+                Event::REMOVE_CONTAINER => p.remove_container(pod, ctr).await,
+                // These have replies and always come through their own RPC.
+                Event::CREATE_CONTAINER
+                | Event::UPDATE_CONTAINER
+                | Event::STOP_CONTAINER
+                | Event::UPDATE_POD_SANDBOX
+                | Event::VALIDATE_CONTAINER_ADJUSTMENT
+                | Event::UNKNOWN
+                | Event::LAST => Ok(()),
+            }
+        };
+        self.call(ctx, event_name(event), handler).await
+    }
+
+    pub(super) fn runtime_info(&self, req: &api::ConfigureRequest) -> ttrpc::Result<RuntimeInfo> {
+        let nri_version = NriVersion::parse(&req.NRI_version)
+            .or_else(|| NriVersion::infer_from_runtime(&req.runtime_name, &req.runtime_version));
+        let wanted = self.plugin.events();
+        let accepted = NriVersion::valid_events_of(nri_version);
+        let events = wanted.intersection(accepted);
+        let left_out = wanted.difference(accepted);
+        if !left_out.is_empty() {
+            tracing::info!(
+                runtime = %req.runtime_name,
+                runtime_version = %req.runtime_version,
+                events = ?left_out,
+                "runtime does not support these events; not subscribing to them"
+            );
+        }
+        if events.is_empty() {
+            // An empty mask would subscribe to everything.
+            return Err(ttrpc::Error::RpcStatus(ttrpc::get_status(
+                Code::FAILED_PRECONDITION,
+                format!(
+                    "runtime {} {} supports none of the plugin's events {wanted}",
+                    req.runtime_name, req.runtime_version
+                ),
+            )));
+        }
+        Ok(RuntimeInfo {
+            name: req.runtime_name.clone(),
+            version: req.runtime_version.clone(),
+            nri_version,
+            config: req.config.clone(),
+            registration_timeout_ms: req.registration_timeout,
+            request_timeout_ms: req.request_timeout,
+            events,
+        })
+    }
+}
+
+fn event_name(event: Event) -> &'static str {
+    match event {
+        Event::RUN_POD_SANDBOX => "run_pod_sandbox",
+        Event::POST_UPDATE_POD_SANDBOX => "post_update_pod_sandbox",
+        Event::STOP_POD_SANDBOX => "stop_pod_sandbox",
+        Event::REMOVE_POD_SANDBOX => "remove_pod_sandbox",
+        Event::POST_CREATE_CONTAINER => "post_create_container",
+        Event::START_CONTAINER => "start_container",
+        Event::POST_START_CONTAINER => "post_start_container",
+        Event::POST_UPDATE_CONTAINER => "post_update_container",
+        Event::REMOVE_CONTAINER => "remove_container",
+        _ => "state_change",
+    }
+}

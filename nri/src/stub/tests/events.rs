@@ -1,0 +1,116 @@
+//! Event delivery, replies and errors.
+
+use super::*;
+
+#[tokio::test]
+async fn create_container_returns_the_adjustment() {
+    let config = FakeConfig::containerd_1_7();
+    let (_p, conn, _dir) = connect(Recorder::new(create_and_remove()), config).await;
+    let reply = conn
+        .unwrap()
+        .create_container(&pod("web"), &ctr("app"))
+        .await
+        .unwrap();
+    assert_eq!(reply.adjust.env[0].key, "POD");
+    assert_eq!(reply.adjust.env[0].value, "web");
+}
+
+#[tokio::test]
+async fn lifecycle_events_arrive_by_either_rpc_style() {
+    let events = create_and_remove().with(Event::RUN_POD_SANDBOX);
+    for config in [FakeConfig::containerd_1_7(), FakeConfig::nri_v0_12()] {
+        let (plugin, conn, _dir) = connect(Recorder::new(events), config).await;
+        let conn = conn.unwrap();
+        conn.event(Event::RUN_POD_SANDBOX, &pod("p"), None)
+            .await
+            .unwrap();
+        let c = ctr("gone");
+        conn.event(Event::REMOVE_CONTAINER, &pod("p"), Some(&c))
+            .await
+            .unwrap();
+        assert_eq!(&plugin.calls()[1..], ["run_pod p", "remove gone"]);
+    }
+}
+
+#[tokio::test]
+async fn state_change_still_works_on_new_runtimes() {
+    let config = FakeConfig::nri_v0_12();
+    let (plugin, conn, _dir) = connect(Recorder::new(create_and_remove()), config).await;
+    let conn = conn.unwrap();
+    let req = crate::api::StateChangeEvent {
+        event: Event::REMOVE_CONTAINER.into(),
+        pod: Some(pod("p")).into(),
+        container: Some(ctr("old")).into(),
+        ..Default::default()
+    };
+    let ctx = ttrpc::context::with_duration(LIMIT);
+    conn.client().state_change(ctx, &req).await.unwrap();
+    assert_eq!(plugin.calls().last().unwrap(), "remove old");
+}
+
+#[tokio::test]
+async fn plugin_error_reaches_the_runtime_as_a_status() {
+    let plugin = Recorder {
+        refuse_with: Some(Code::INVALID_ARGUMENT),
+        ..Recorder::new(create_and_remove())
+    };
+    let (_p, conn, _dir) = connect(plugin, FakeConfig::containerd_1_7()).await;
+    let err = conn
+        .unwrap()
+        .create_container(&pod("p"), &ctr("app"))
+        .await
+        .unwrap_err();
+    let ttrpc::Error::RpcStatus(status) = err else {
+        panic!("not a status: {err:?}");
+    };
+    assert_eq!(status.code(), Code::INVALID_ARGUMENT);
+    assert_eq!(status.message(), "refused container app");
+}
+
+#[tokio::test]
+async fn misleading_error_codes_are_replaced() {
+    for code in [Code::UNIMPLEMENTED, Code::DEADLINE_EXCEEDED, Code::OK] {
+        let plugin = Recorder {
+            refuse_with: Some(code),
+            ..Recorder::new(create_and_remove())
+        };
+        let (_p, conn, _dir) = connect(plugin, FakeConfig::nri_v0_12()).await;
+        let err = conn
+            .unwrap()
+            .create_container(&pod("p"), &ctr("c"))
+            .await
+            .unwrap_err();
+        let ttrpc::Error::RpcStatus(status) = err else {
+            panic!("not a status: {err:?}");
+        };
+        assert_eq!(status.code(), Code::UNKNOWN, "{code:?}");
+    }
+}
+
+#[tokio::test]
+async fn slow_handler_is_cut_off_before_the_runtime_gives_up() {
+    let plugin = Recorder {
+        stall: Some(Duration::from_secs(5)),
+        ..Recorder::new(create_and_remove())
+    };
+    let config = FakeConfig {
+        request_timeout: Duration::from_millis(1000),
+        ..FakeConfig::containerd_1_7()
+    };
+    let (_p, conn, _dir) = connect(plugin, config).await;
+    // The fake's own deadline is the runtime's timeout: a status carrying
+    // the stub's message shows the reply beat it.
+    let err = conn
+        .unwrap()
+        .create_container(&pod("p"), &ctr("c"))
+        .await
+        .unwrap_err();
+    let ttrpc::Error::RpcStatus(status) = err else {
+        panic!("not a status: {err:?}");
+    };
+    assert!(
+        status.message().contains("did not finish within 750 ms"),
+        "{}",
+        status.message()
+    );
+}

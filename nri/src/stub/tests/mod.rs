@@ -1,0 +1,182 @@
+//! The stub against the fake runtime, over real unix sockets.
+
+mod events;
+mod handshake;
+
+use std::{
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use ttrpc::Code;
+
+use super::*;
+use crate::{
+    api::{Container, ContainerUpdate, CreateContainerResponse, Event, KeyValue, PodSandbox},
+    testing::{handshake, FakeConfig, FakeError, FakeRuntime, PluginConn},
+    EventMask,
+};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+#[error("refused {what}")]
+struct Refusal {
+    what: String,
+    code: Code,
+}
+
+impl RpcError for Refusal {
+    fn code(&self) -> Code {
+        self.code
+    }
+}
+
+/// Records every call; behaviour is set per test.
+#[derive(Default)]
+struct Recorder {
+    events: EventMask,
+    calls: Mutex<Vec<String>>,
+    synced: Mutex<Vec<(usize, usize)>>,
+    refuse_with: Option<Code>,
+    stall: Option<Duration>,
+}
+
+impl Recorder {
+    fn new(events: EventMask) -> Recorder {
+        Recorder {
+            events,
+            ..Recorder::default()
+        }
+    }
+
+    fn note(&self, call: String) {
+        self.calls.lock().unwrap().push(call);
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl Plugin for Recorder {
+    type Error = Refusal;
+
+    fn events(&self) -> EventMask {
+        self.events
+    }
+
+    async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), Refusal> {
+        self.note(format!("configure {} {}", runtime.name, runtime.events));
+        Ok(())
+    }
+
+    async fn synchronize(
+        &self,
+        pods: Vec<PodSandbox>,
+        containers: Vec<Container>,
+    ) -> Result<Vec<ContainerUpdate>, Refusal> {
+        self.synced
+            .lock()
+            .unwrap()
+            .push((pods.len(), containers.len()));
+        let update = ContainerUpdate {
+            container_id: "c0".to_string(),
+            ..Default::default()
+        };
+        Ok(vec![update])
+    }
+
+    async fn on_close(&self) {
+        self.note("close".to_string());
+    }
+
+    async fn run_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), Refusal> {
+        self.note(format!("run_pod {}", pod.name));
+        Ok(())
+    }
+
+    async fn create_container(
+        &self,
+        pod: &PodSandbox,
+        ctr: &Container,
+    ) -> Result<CreateContainerResponse, Refusal> {
+        if let Some(stall) = self.stall {
+            tokio::time::sleep(stall).await;
+        }
+        if let Some(code) = self.refuse_with {
+            return Err(Refusal {
+                what: format!("container {}", ctr.name),
+                code,
+            });
+        }
+        let mut reply = CreateContainerResponse::default();
+        reply.adjust.mut_or_insert_default().env.push(KeyValue {
+            key: "POD".to_string(),
+            value: pod.name.clone(),
+            ..Default::default()
+        });
+        Ok(reply)
+    }
+
+    async fn remove_container(&self, _pod: &PodSandbox, ctr: &Container) -> Result<(), Refusal> {
+        self.note(format!("remove {}", ctr.name));
+        Ok(())
+    }
+}
+
+fn pod(name: &str) -> PodSandbox {
+    PodSandbox {
+        id: format!("{name}-id"),
+        name: name.to_string(),
+        ..Default::default()
+    }
+}
+
+fn ctr(name: &str) -> Container {
+    Container {
+        id: format!("{name}-id"),
+        name: name.to_string(),
+        ..Default::default()
+    }
+}
+
+fn create_and_remove() -> EventMask {
+    EventMask::of(Event::CREATE_CONTAINER).with(Event::REMOVE_CONTAINER)
+}
+
+/// A short socket path: unix socket paths are limited to 107 bytes.
+fn socket_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("nri")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let path = dir.path().join("s");
+    (dir, path)
+}
+
+/// Starts `plugin` dialling a fresh fake runtime; returns the connection.
+async fn connect(
+    plugin: Recorder,
+    config: FakeConfig,
+) -> (
+    Arc<Recorder>,
+    Result<PluginConn, FakeError>,
+    tempfile::TempDir,
+) {
+    let (dir, path) = socket_dir();
+    let runtime = FakeRuntime::bind(&path, config).unwrap();
+    let stub = Stub::new(plugin)
+        .with_name("test")
+        .with_idx("42")
+        .with_socket_path(&path);
+    let plugin = Arc::clone(stub.plugin());
+    tokio::spawn(stub.run());
+    let conn = tokio::time::timeout(LIMIT, runtime.accept())
+        .await
+        .expect("plugin connects in time");
+    (plugin, conn, dir)
+}

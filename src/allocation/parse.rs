@@ -1,0 +1,406 @@
+//! The `device-allocated` parser: serde into permissive raw shapes, then one
+//! validation pass that turns them into typed entries with precise errors.
+//!
+//! Each entry is parsed from its own raw JSON text so that an error can name it
+//! (`gpu[1]`), and objects are read with duplicate-key detection: Go's decoder keeps
+//! the last duplicate, and devgate must not read a different device than koordlet.
+use std::collections::BTreeMap;
+
+use serde_json::value::RawValue;
+
+use super::raw::{RawEntry, RawQuantity, UniqueMap};
+use super::*;
+use crate::inventory::PciAddr;
+
+const ANN: &str = DEVICE_ALLOCATED;
+/// Longest value echoed back in an error message.
+const MAX_ECHO: usize = 64;
+
+/// Parses the value of `scheduling.koordinator.sh/device-allocated`.
+pub fn parse_allocation(bytes: &[u8]) -> Result<Allocation, AllocationError> {
+    if bytes.len() > MAX_ANNOTATION_BYTES {
+        return Err(AllocationError::TooLarge {
+            annotation: ANN,
+            len: bytes.len(),
+            limit: MAX_ANNOTATION_BYTES,
+        });
+    }
+    let top: UniqueMap<Box<RawValue>> =
+        serde_json::from_slice(bytes).map_err(|e| malformed("-", e))?;
+    if top.0.len() > MAX_TYPES {
+        return Err(too_many("-", "device types", MAX_TYPES));
+    }
+    let mut p = Parser::default();
+    for (kind, raw) in &top.0 {
+        check_name("-", "device type", kind, MAX_TYPE_LEN, NameRule::Token)?;
+        match kind.as_str() {
+            "gpu" | "rdma" | "fpga" => p.device_type(kind, raw)?,
+            _ => p.out.ignored_types.push(kind.clone()),
+        }
+    }
+    Ok(p.out)
+}
+
+/// Parses `devgate.io/containers`: comma-separated container names.
+pub(super) fn parse_containers(text: &str) -> Result<ContainerSelector, AllocationError> {
+    const ANN: &str = CONTAINERS;
+    // 64 names of at most 63 characters, with separators and spaces.
+    let limit = MAX_CONTAINERS * 66;
+    if text.len() > limit {
+        return Err(AllocationError::TooLarge {
+            annotation: ANN,
+            len: text.len(),
+            limit,
+        });
+    }
+    let mut names: Vec<String> = Vec::new();
+    for (i, name) in text.split(',').map(str::trim).enumerate() {
+        let entry = format!("[{i}]");
+        if names.len() == MAX_CONTAINERS {
+            return Err(AllocationError::TooMany {
+                annotation: ANN,
+                entry,
+                what: "containers",
+                limit: MAX_CONTAINERS,
+            });
+        }
+        if !is_dns_label(name) {
+            return Err(AllocationError::BadName {
+                annotation: ANN,
+                entry,
+                field: "container name".into(),
+                value: clip(name),
+            });
+        }
+        if let Some(first) = names.iter().position(|n| n == name) {
+            return Err(AllocationError::Duplicate {
+                annotation: ANN,
+                entry,
+                what: format!("container {name}"),
+                first: format!("[{first}]"),
+            });
+        }
+        names.push(name.to_string());
+    }
+    Ok(ContainerSelector::Only(names))
+}
+
+/// A container name: an RFC 1123 label, as Kubernetes validates it.
+fn is_dns_label(s: &str) -> bool {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| alnum(b) || b == b'-')
+        && s.bytes().next().is_some_and(alnum)
+        && s.bytes().last().is_some_and(alnum)
+}
+
+#[derive(Default)]
+struct Parser {
+    out: Allocation,
+    entries: usize,
+    /// Every device seen so far (e.g. `gpu minor 3`, `vf 0000:19:00.2`) → its entry.
+    seen: BTreeMap<String, String>,
+}
+
+impl Parser {
+    fn device_type(&mut self, kind: &str, raw: &RawValue) -> Result<(), AllocationError> {
+        let list: Option<Vec<Box<RawValue>>> =
+            serde_json::from_str(raw.get()).map_err(|e| malformed(kind, e))?;
+        for (i, raw) in list.unwrap_or_default().iter().enumerate() {
+            let entry = format!("{kind}[{i}]");
+            self.count(&entry)?;
+            let e: RawEntry = serde_json::from_str(raw.get()).map_err(|e| malformed(&entry, e))?;
+            match kind {
+                "gpu" => {
+                    let gpu = self.gpu(&entry, e)?;
+                    self.out.gpus.push(gpu);
+                }
+                "rdma" => {
+                    let rdma = self.rdma(&entry, e)?;
+                    self.out.rdma.push(rdma);
+                }
+                _ => {
+                    let fpga = self.fpga(&entry, e)?;
+                    self.out.fpga.push(fpga);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn count(&mut self, entry: &str) -> Result<(), AllocationError> {
+        self.entries += 1;
+        if self.entries > MAX_ENTRIES {
+            return Err(too_many(entry, "entries", MAX_ENTRIES));
+        }
+        Ok(())
+    }
+
+    /// Records `key` as taken by `entry`, or fails naming the first holder.
+    fn unique(&mut self, entry: &str, key: String) -> Result<(), AllocationError> {
+        if let Some(first) = self.seen.get(&key) {
+            return Err(AllocationError::Duplicate {
+                annotation: ANN,
+                entry: entry.to_string(),
+                what: key,
+                first: first.clone(),
+            });
+        }
+        self.seen.insert(key, entry.to_string());
+        Ok(())
+    }
+
+    fn gpu(&mut self, entry: &str, e: RawEntry) -> Result<GpuEntry, AllocationError> {
+        let minor = device_minor(entry, e.minor)?;
+        self.unique(entry, format!("gpu minor {minor}"))?;
+        let uuid = non_empty(e.id);
+        if let Some(id) = &uuid {
+            check_name(entry, "id", id, MAX_ID_LEN, NameRule::Token)?;
+            self.unique(entry, format!("gpu id {id}"))?;
+        }
+        let mut res = GpuResources::default();
+        for (name, value) in resources(entry, e.resources)? {
+            match name.as_str() {
+                RES_GPU_CORE => res.core_percent = Some(percent(entry, &name, value, 0)?),
+                RES_GPU_MEMORY_RATIO => {
+                    res.memory_ratio_percent = Some(percent(entry, &name, value, 0)?)
+                }
+                RES_GPU_MEMORY => res.memory_bytes = Some(value),
+                _ => {}
+            }
+        }
+        Ok(GpuEntry {
+            minor,
+            uuid,
+            resources: res,
+        })
+    }
+
+    fn rdma(&mut self, entry: &str, e: RawEntry) -> Result<RdmaEntry, AllocationError> {
+        let minor = device_minor(entry, e.minor)?;
+        self.unique(entry, format!("rdma minor {minor}"))?;
+        let pf = match non_empty(e.id) {
+            Some(id) => {
+                let pf = bus_id(entry, "id", &id)?;
+                self.unique(entry, format!("pf {pf}"))?;
+                Some(pf)
+            }
+            None => None,
+        };
+        let mut share_percent = FULL_SHARE;
+        for (name, value) in resources(entry, e.resources)? {
+            if name == RES_RDMA {
+                share_percent = percent(entry, &name, value, 1)?;
+            }
+        }
+        let mut vfs = Vec::new();
+        let raw_vfs = e.extension.and_then(|x| x.vfs).unwrap_or_default();
+        for (j, vf) in raw_vfs.into_iter().enumerate() {
+            let entry = format!("{entry}.vfs[{j}]");
+            self.count(&entry)?;
+            let text = vf.bus_id.ok_or_else(|| missing(&entry, "busID"))?;
+            let bus = bus_id(&entry, "busID", &text)?;
+            self.unique(&entry, format!("vf {bus}"))?;
+            let minor = match vf.minor {
+                None => None,
+                Some(m) if m < -1 => return Err(negative(&entry, "minor", m)),
+                Some(m) => Some(
+                    i32::try_from(m)
+                        .map_err(|_| out_of_range(&entry, "minor", m, "-1..=2147483647"))?,
+                ),
+            };
+            vfs.push(VfRef { bus_id: bus, minor });
+        }
+        Ok(RdmaEntry {
+            minor,
+            pf,
+            share_percent,
+            vfs,
+        })
+    }
+
+    fn fpga(&mut self, entry: &str, e: RawEntry) -> Result<FpgaEntry, AllocationError> {
+        let minor = device_minor(entry, e.minor)?;
+        self.unique(entry, format!("fpga minor {minor}"))?;
+        let id = non_empty(e.id);
+        if let Some(id) = &id {
+            check_name(entry, "id", id, MAX_ID_LEN, NameRule::Token)?;
+        }
+        resources(entry, e.resources)?;
+        Ok(FpgaEntry { minor, id })
+    }
+}
+
+/// Go's `omitempty` drops empty strings, so an empty `id` means "not filled".
+fn non_empty(s: Option<String>) -> Option<String> {
+    s.filter(|s| !s.is_empty())
+}
+
+/// A device minor: Koordinator's int32, never negative for a device.
+fn device_minor(entry: &str, minor: Option<i64>) -> Result<u32, AllocationError> {
+    let m = minor.ok_or_else(|| missing(entry, "minor"))?;
+    if m < 0 {
+        return Err(negative(entry, "minor", m));
+    }
+    match i32::try_from(m) {
+        Ok(v) => Ok(v.unsigned_abs()),
+        Err(_) => Err(out_of_range(entry, "minor", m, "0..=2147483647")),
+    }
+}
+
+/// Checks resource names and parses every quantity; returns (name, value) in order.
+fn resources(
+    entry: &str,
+    raw: Option<UniqueMap<RawQuantity>>,
+) -> Result<Vec<(String, u64)>, AllocationError> {
+    let raw = raw.map(|m| m.0).unwrap_or_default();
+    if raw.len() > MAX_RESOURCES {
+        return Err(too_many(entry, "resources", MAX_RESOURCES));
+    }
+    let mut out = Vec::with_capacity(raw.len());
+    for (name, q) in raw {
+        check_name(
+            entry,
+            "resource name",
+            &name,
+            MAX_RESOURCE_NAME_LEN,
+            NameRule::Qualified,
+        )?;
+        let field = format!("resources[{name}]");
+        let value = q.value().map_err(|reason| AllocationError::Quantity {
+            annotation: ANN,
+            entry: entry.to_string(),
+            field,
+            reason,
+        })?;
+        out.push((name, value));
+    }
+    Ok(out)
+}
+
+/// A share in percent of one device: at most 100, at least `min`.
+fn percent(entry: &str, name: &str, value: u64, min: u64) -> Result<u32, AllocationError> {
+    let range = if min == 0 { "0..=100" } else { "1..=100" };
+    match u32::try_from(value) {
+        Ok(v) if value >= min && v <= FULL_SHARE => Ok(v),
+        _ => Err(AllocationError::OutOfRange {
+            annotation: ANN,
+            entry: entry.to_string(),
+            field: format!("resources[{name}]"),
+            value,
+            range,
+        }),
+    }
+}
+
+fn bus_id(entry: &str, field: &'static str, text: &str) -> Result<PciAddr, AllocationError> {
+    check_name(entry, field, text, 16, NameRule::Token)?;
+    text.parse().map_err(|_| AllocationError::BadBusId {
+        annotation: ANN,
+        entry: entry.to_string(),
+        field,
+        value: clip(text),
+    })
+}
+
+#[derive(Clone, Copy)]
+enum NameRule {
+    /// Letters, digits, `-`, `_`, `.`, `:` (UUIDs, PCI addresses, type names).
+    Token,
+    /// A Kubernetes qualified name: a Token with at most one `/` (prefix/name).
+    Qualified,
+}
+
+/// Rejects anything that could act as a path: `/` (beyond a qualified name's one),
+/// `..`, NUL and every other character outside a conservative set.
+fn check_name(
+    entry: &str,
+    field: &str,
+    value: &str,
+    max: usize,
+    rule: NameRule,
+) -> Result<(), AllocationError> {
+    if value.len() > max {
+        return Err(AllocationError::TooLong {
+            annotation: ANN,
+            entry: entry.to_string(),
+            field: field.to_string(),
+            limit: max,
+        });
+    }
+    let token = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':');
+    let slashes = value.bytes().filter(|&b| b == b'/').count();
+    let ok = !value.is_empty()
+        && !value.contains("..")
+        && value.bytes().all(|b| token(b) || b == b'/')
+        && match rule {
+            NameRule::Token => slashes == 0,
+            NameRule::Qualified => slashes <= 1 && !value.starts_with('/') && !value.ends_with('/'),
+        };
+    if ok {
+        return Ok(());
+    }
+    Err(AllocationError::BadName {
+        annotation: ANN,
+        entry: entry.to_string(),
+        field: field.to_string(),
+        value: clip(value),
+    })
+}
+
+/// At most [`MAX_ECHO`] characters of untrusted text, for error messages.
+pub(super) fn clip(s: &str) -> String {
+    s.chars().take(MAX_ECHO).collect()
+}
+
+fn malformed(entry: &str, e: serde_json::Error) -> AllocationError {
+    // serde_json quotes input with escapes, so the message stays one line; clip it anyway.
+    let reason: String = e
+        .to_string()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(200)
+        .collect();
+    AllocationError::Malformed {
+        annotation: ANN,
+        entry: entry.to_string(),
+        reason,
+    }
+}
+
+fn too_many(entry: &str, what: &'static str, limit: usize) -> AllocationError {
+    AllocationError::TooMany {
+        annotation: ANN,
+        entry: entry.to_string(),
+        what,
+        limit,
+    }
+}
+
+fn missing(entry: &str, field: &'static str) -> AllocationError {
+    AllocationError::Missing {
+        annotation: ANN,
+        entry: entry.to_string(),
+        field,
+    }
+}
+
+fn negative(entry: &str, field: &'static str, value: i64) -> AllocationError {
+    AllocationError::Negative {
+        annotation: ANN,
+        entry: entry.to_string(),
+        field,
+        value,
+    }
+}
+
+fn out_of_range(entry: &str, field: &str, value: i64, range: &'static str) -> AllocationError {
+    AllocationError::OutOfRange {
+        annotation: ANN,
+        entry: entry.to_string(),
+        field: field.to_string(),
+        value: value.unsigned_abs(),
+        range,
+    }
+}

@@ -1,0 +1,167 @@
+//! `[vf]`: settings the hook applies to VF netdevs handed to pods.
+//!
+//! ```toml
+//! [vf.defaults]
+//! spoofchk = true
+//! trust = false
+//! [vf.pf."0000:19:00.0"]   # overrides for the VFs of one PF
+//! vlan = 100
+//! ```
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+use crate::inventory::PciAddr;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct VfConfig {
+    pub defaults: VfSettings,
+    /// Per-PF overrides, keyed by PCI address; set fields replace the defaults.
+    pub pf: BTreeMap<PciAddr, VfSettings>,
+}
+
+impl VfConfig {
+    /// The settings for the VFs of `pf`: its overrides over the defaults.
+    pub fn for_pf(&self, pf: &PciAddr) -> VfSettings {
+        match self.pf.get(pf) {
+            Some(o) => o.over(&self.defaults),
+            None => self.defaults.clone(),
+        }
+    }
+
+    /// Checks the ranges serde cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.defaults.validate("vf.defaults")?;
+        for (pf, settings) in &self.pf {
+            settings.validate(&format!("vf.pf.\"{pf}\""))?;
+        }
+        Ok(())
+    }
+}
+
+/// VF settings; every one is optional, and unset means "leave as it is".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct VfSettings {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mac: Option<MacPolicy>,
+    /// 802.1Q VLAN id, 0 (none) to 4094.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    /// 802.1p priority, 0 to 7; applies with `vlan`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qos: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spoofchk: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trust: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_state: Option<VfLinkState>,
+    /// Mbps; 0 = no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_tx_rate: Option<u32>,
+    /// Mbps; 0 = no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tx_rate: Option<u32>,
+    /// MTU of the VF netdev, 68 to 65535.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+}
+
+impl VfSettings {
+    /// `self` where set, else `base`.
+    pub fn over(&self, base: &VfSettings) -> VfSettings {
+        VfSettings {
+            mac: self.mac.or(base.mac),
+            vlan: self.vlan.or(base.vlan),
+            qos: self.qos.or(base.qos),
+            spoofchk: self.spoofchk.or(base.spoofchk),
+            trust: self.trust.or(base.trust),
+            link_state: self.link_state.or(base.link_state),
+            min_tx_rate: self.min_tx_rate.or(base.min_tx_rate),
+            max_tx_rate: self.max_tx_rate.or(base.max_tx_rate),
+            mtu: self.mtu.or(base.mtu),
+        }
+    }
+
+    fn validate(&self, at: &str) -> Result<(), ConfigError> {
+        let invalid = |k: &str, reason: &str| ConfigError::Invalid {
+            key: format!("{at}.{k}"),
+            reason: reason.to_string(),
+        };
+        if self.vlan.is_some_and(|v| v > 4094) {
+            return Err(invalid("vlan", "must be 0 to 4094"));
+        }
+        if self.qos.is_some_and(|q| q > 7) {
+            return Err(invalid("qos", "must be 0 to 7"));
+        }
+        if self.mtu.is_some_and(|m| !(68..=65535).contains(&m)) {
+            return Err(invalid("mtu", "must be 68 to 65535"));
+        }
+        if let (Some(min), Some(max)) = (self.min_tx_rate, self.max_tx_rate) {
+            if max != 0 && min > max {
+                return Err(invalid("min_tx_rate", "must not exceed max_tx_rate"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the hook does with a VF's MAC address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MacPolicy {
+    /// Leave the MAC the VF has.
+    Keep,
+    /// A random locally administered unicast MAC per pod, restored at teardown.
+    Random,
+}
+
+/// `ip link set <pf> vf N state ...`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VfLinkState {
+    Auto,
+    Enable,
+    Disable,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Config;
+    use super::*;
+
+    #[test]
+    fn merge_and_validate() {
+        let c = Config::parse(
+            "[vf.defaults]\nspoofchk = true\nvlan = 10\nmac = \"random\"\n\
+             [vf.pf.\"0000:19:00.0\"]\nvlan = 20\nlink_state = \"enable\"\n",
+            "t",
+        )
+        .unwrap();
+        let s = c.vf.for_pf(&"0000:19:00.0".parse().unwrap());
+        assert_eq!(s.vlan, Some(20));
+        assert_eq!(s.spoofchk, Some(true));
+        assert_eq!(s.mac, Some(MacPolicy::Random));
+        assert_eq!(s.link_state, Some(VfLinkState::Enable));
+        assert_eq!(c.vf.for_pf(&"0000:3b:00.0".parse().unwrap()).vlan, Some(10));
+
+        let bad = [
+            ("[vf.defaults]\nvlan = 4095\n", "vf.defaults.vlan"),
+            ("[vf.defaults]\nqos = 8\n", "vf.defaults.qos"),
+            ("[vf.pf.\"0000:19:00.0\"]\nmtu = 10\n", "mtu"),
+            (
+                "[vf.defaults]\nmin_tx_rate = 10\nmax_tx_rate = 5\n",
+                "min_tx_rate",
+            ),
+            ("[vf.pf.\"../x\"]\nvlan = 1\n", "pci address"),
+            ("[vf.defaults]\nbogus = 1\n", "bogus"),
+        ];
+        for (text, want) in bad {
+            let e = Config::parse(text, "t").unwrap_err();
+            assert!(e.to_string().contains(want), "{text}: {e}");
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Which processes belong to a pod, judged from `/proc/<pid>/cgroup` (cgroups(7): one
+//! `hierarchy-id:controllers:path` line per hierarchy; v2 is `0::path`).
+//!
+//! A pod is known by what NRI says (PodSandbox `linux.cgroup_parent`, container
+//! `linux.cgroups_path`) or, after a restart, by its UID as kubelet names its cgroups:
+//! `/kubepods/<qos>/pod<uid>` with the cgroupfs driver and
+//! `kubepods-<qos>-pod<uid with _ for ->.slice` with the systemd driver
+//! (kubelet `pkg/kubelet/cm/cgroup_manager_linux.go`).
+
+/// One way a cgroup path can place a process in the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pattern {
+    /// An absolute path: the process path equals it or lies beneath it.
+    Prefix(String),
+    /// A single path component, e.g. a systemd slice name: it occurs in the path.
+    Component(String),
+}
+
+/// The cgroups of one pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodCgroups {
+    patterns: Vec<Pattern>,
+}
+
+impl PodCgroups {
+    /// No process belongs: every user of a released GPU is an outsider.
+    pub fn none() -> PodCgroups {
+        PodCgroups::default()
+    }
+
+    /// From NRI paths. Accepted forms: `/kubepods/burstable/pod<uid>` (cgroupfs),
+    /// `kubepods-burstable-pod<uid>.slice` (a systemd slice) and
+    /// `<slice>:<prefix>:<name>` (systemd `cgroups_path` of a container; its slice is
+    /// the pod's).
+    pub fn from_paths<S: AsRef<str>>(paths: &[S]) -> PodCgroups {
+        let patterns = paths.iter().filter_map(|p| pattern(p.as_ref())).collect();
+        PodCgroups { patterns }
+    }
+
+    /// From the pod UID, for pods released when NRI's paths are no longer known.
+    pub fn from_uid(uid: &str) -> PodCgroups {
+        let uid = uid.trim();
+        if uid.is_empty() || uid.contains('/') {
+            return PodCgroups::none();
+        }
+        let mut patterns = vec![Pattern::Component(format!("pod{uid}"))];
+        let slice_uid = uid.replace('-', "_");
+        for qos in ["", "besteffort-", "burstable-"] {
+            patterns.push(Pattern::Component(format!(
+                "kubepods-{qos}pod{slice_uid}.slice"
+            )));
+        }
+        PodCgroups { patterns }
+    }
+
+    /// Both sets of patterns.
+    pub fn merged(mut self, other: PodCgroups) -> PodCgroups {
+        self.patterns.extend(other.patterns);
+        self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
+    }
+
+    /// Whether any hierarchy in a `/proc/<pid>/cgroup` text places the process in the pod.
+    pub fn contains(&self, proc_cgroup: &str) -> bool {
+        proc_cgroup
+            .lines()
+            .filter_map(|line| line.splitn(3, ':').nth(2))
+            .any(|path| self.patterns.iter().any(|p| matches(p, path)))
+    }
+}
+
+fn pattern(path: &str) -> Option<Pattern> {
+    let path = path.trim();
+    if path.is_empty() || path == "/" {
+        return None; // the root would take in every process on the node
+    }
+    if path.starts_with('/') {
+        return Some(Pattern::Prefix(path.trim_end_matches('/').to_string()));
+    }
+    // systemd `slice:prefix:name`: the slice holds the whole pod.
+    let slice = path.split(':').next().unwrap_or(path);
+    if slice.is_empty() || slice.contains('/') || slice == "-.slice" {
+        return None;
+    }
+    Some(Pattern::Component(slice.to_string()))
+}
+
+fn matches(pattern: &Pattern, path: &str) -> bool {
+    match pattern {
+        Pattern::Prefix(prefix) => path
+            .strip_prefix(prefix.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')),
+        Pattern::Component(name) => path.split('/').any(|c| c == name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UID: &str = "6b2c1f0e-1a2b-4c3d-8e9f-001122334455";
+
+    #[test]
+    fn nri_paths_match_by_prefix_and_slice() {
+        let table = [
+            (
+                "/kubepods/burstable/podX",
+                "4:pids:/kubepods/burstable/podX/abc\n",
+                true,
+            ),
+            (
+                "/kubepods/burstable/podX",
+                "0::/kubepods/burstable/podX\n",
+                true,
+            ),
+            (
+                "/kubepods/burstable/podX",
+                "0::/kubepods/burstable/podXY/abc\n",
+                false,
+            ),
+            (
+                "/kubepods/burstable/podX/",
+                "0::/kubepods/burstable/podX/c\n",
+                true,
+            ),
+            (
+                "kubepods-pod1.slice:cri-containerd:abc",
+                "0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope\n",
+                true,
+            ),
+            (
+                "kubepods-pod1.slice",
+                "0::/kubepods.slice/kubepods-pod12.slice\n",
+                false,
+            ),
+            ("/", "0::/anything\n", false),
+            ("", "0::/\n", false),
+        ];
+        for (nri, proc_cgroup, want) in table {
+            let pod = PodCgroups::from_paths(&[nri]);
+            assert_eq!(pod.contains(proc_cgroup), want, "{nri} vs {proc_cgroup}");
+        }
+    }
+
+    #[test]
+    fn uid_matches_both_cgroup_drivers() {
+        let pod = PodCgroups::from_uid(UID);
+        let cgroupfs = format!("9:memory:/kubepods/besteffort/pod{UID}/ctr\n0::/\n");
+        let systemd = format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/x.scope\n",
+            UID.replace('-', "_")
+        );
+        assert!(pod.contains(&cgroupfs));
+        assert!(pod.contains(&systemd));
+        assert!(!pod.contains("0::/system.slice/containerd.service\n"));
+        assert!(PodCgroups::from_uid("").is_empty());
+        assert!(PodCgroups::from_uid("../x").is_empty());
+    }
+}

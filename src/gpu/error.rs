@@ -1,0 +1,73 @@
+//! The gpu module's error: every variant names the GPU, process or file it is about.
+
+use std::error::Error as _;
+use std::path::PathBuf;
+
+use super::nvml::NvmlError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("gpu {uuid} is unhealthy: {reason}")]
+    Unhealthy { uuid: String, reason: String },
+    #[error("gpu {uuid} is not in the inventory")]
+    UnknownGpu { uuid: String },
+    #[error("the inventory has no nvidia char device major (proc/devices), gpu {uuid} cannot be checked")]
+    NoNvidiaMajor { uuid: String },
+    #[error("list the processes of the proc root")]
+    ListProcesses {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("read open files of pid {pid}")]
+    ProcessUnreadable {
+        pid: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("send {signal} to pid {pid}")]
+    Signal {
+        pid: u32,
+        signal: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("pids {pids:?} of the released pod outlived SIGKILL")]
+    Survived { pids: Vec<u32> },
+    #[error("gpu {uuid} is still open in pids {pids:?} outside the released pod")]
+    OutsideUsers { uuid: String, pids: Vec<u32> },
+    #[error(transparent)]
+    Nvml(#[from] NvmlError),
+    #[error("reset of gpu {uuid} with {command:?} failed: {reason}")]
+    Reset {
+        uuid: String,
+        command: Vec<String>,
+        reason: String,
+    },
+    #[error("health store {path}")]
+    HealthIo {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("health store {path} is corrupt: {reason}")]
+    HealthCorrupt { path: PathBuf, reason: String },
+    #[error("read the claims of gpu {uuid}: {reason}")]
+    Claims { uuid: String, reason: String },
+}
+
+/// An error and its causes on one line: `a: b: c` (Display never repeats the source).
+pub fn chain(err: &GpuError) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+/// Several errors as one teardown failure reason.
+pub fn join(errors: &[GpuError]) -> String {
+    errors.iter().map(chain).collect::<Vec<_>>().join("; ")
+}

@@ -1,0 +1,137 @@
+//! The health loop: wait for NVML events up to one interval, read each GPU's memory
+//! health, fold both into the store. One step is one check.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{apply, observe, HealthStore, Observation, Recovery, Transition};
+use crate::config::GpuConfig;
+use crate::gpu::nvml::{GpuEvent, MemoryHealth, Nvml};
+use crate::gpu::GpuError;
+use crate::inventory::Inventory;
+
+/// What the monitor judges by, from `[gpu]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthPolicy {
+    pub ignored_xids: Vec<u64>,
+    pub recovery: Recovery,
+    pub interval: Duration,
+}
+
+impl HealthPolicy {
+    pub fn from_config(config: &GpuConfig) -> HealthPolicy {
+        HealthPolicy {
+            ignored_xids: config.ignored_xids.clone(),
+            recovery: Recovery {
+                clean_checks: config.recovery_clean_checks,
+                quiet_secs: config.recovery_quiet_secs,
+            },
+            interval: Duration::from_secs(config.health_interval_secs.max(1)),
+        }
+    }
+}
+
+/// Watches the GPUs of an inventory.
+pub struct HealthMonitor {
+    nvml: Arc<dyn Nvml>,
+    store: HealthStore,
+    uuids: Vec<String>,
+    policy: HealthPolicy,
+}
+
+impl HealthMonitor {
+    pub fn new(
+        nvml: Arc<dyn Nvml>,
+        store: HealthStore,
+        inventory: &Inventory,
+        policy: HealthPolicy,
+    ) -> HealthMonitor {
+        let uuids = inventory.gpus.iter().map(|g| g.uuid.clone()).collect();
+        HealthMonitor {
+            nvml,
+            store,
+            uuids,
+            policy,
+        }
+    }
+
+    /// One check at `now` (unix seconds). Blocks up to one interval for events.
+    pub fn step(&self, now: u64) -> Result<Vec<Transition>, GpuError> {
+        // If the wait fails nothing is known about any GPU: no check counts as clean.
+        // (k8s-device-plugin marks every device unhealthy then; a transient NVML error
+        // should not drain a node, so this only holds recovery back.)
+        let (events, events_ok) = match self.nvml.wait_events(self.policy.interval) {
+            Ok(events) => (events, true),
+            Err(e) => {
+                tracing::warn!(error = %e, "gpu health: event wait failed");
+                (Vec::new(), false)
+            }
+        };
+        let mut by_gpu: BTreeMap<String, Vec<GpuEvent>> = BTreeMap::new();
+        for e in events {
+            by_gpu.entry(e.uuid.clone()).or_default().push(e);
+        }
+        let mut uuids: BTreeSet<String> = self.uuids.iter().cloned().collect();
+        uuids.extend(by_gpu.keys().cloned());
+        let readings: BTreeMap<String, Option<MemoryHealth>> =
+            uuids.iter().map(|u| (u.clone(), self.reading(u))).collect();
+        self.store.update(|state| {
+            let mut out = Vec::new();
+            for (uuid, reading) in &readings {
+                let entry = state.gpus.entry(uuid.clone()).or_default();
+                let events = by_gpu.get(uuid).map(Vec::as_slice).unwrap_or(&[]);
+                let faults = observe(
+                    events,
+                    reading.as_ref(),
+                    &mut entry.dbe_seen,
+                    &self.policy.ignored_xids,
+                );
+                let obs = Observation {
+                    faults,
+                    complete: events_ok && reading.is_some(),
+                };
+                out.extend(apply(uuid, entry, &obs, self.policy.recovery, now));
+            }
+            state.gpus.retain(|_, g| *g != Default::default());
+            out
+        })
+    }
+
+    fn reading(&self, uuid: &str) -> Option<MemoryHealth> {
+        match self.nvml.memory_health(uuid) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(gpu = uuid, error = %e, "gpu health: read failed");
+                None
+            }
+        }
+    }
+
+    /// Checks until `stop` is set. Without NVML there is nothing to watch.
+    pub fn run(&self, stop: &AtomicBool) {
+        if !self.nvml.present() {
+            tracing::info!("gpu health: no nvml, not monitoring");
+            return;
+        }
+        while !stop.load(Ordering::Relaxed) {
+            match self.step(crate::ledger::now_unix()) {
+                Ok(changes) => changes.iter().for_each(log_transition),
+                Err(e) => {
+                    tracing::warn!(error = %super::super::error::chain(&e), "gpu health: store update failed");
+                    std::thread::sleep(self.policy.interval);
+                }
+            }
+        }
+    }
+}
+
+fn log_transition(t: &Transition) {
+    match t {
+        Transition::Unhealthy { uuid, reason } => {
+            tracing::warn!(gpu = %uuid, reason = %reason, "gpu unhealthy")
+        }
+        Transition::Recovered { uuid } => tracing::info!(gpu = %uuid, "gpu recovered"),
+    }
+}

@@ -1,0 +1,206 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::config::GpuConfig;
+use crate::gpu::nvml::fake::FakeNvml;
+use crate::gpu::tests::gpu_inventory;
+use crate::inventory::Health;
+
+fn xid(uuid: &str, code: u64) -> GpuEvent {
+    GpuEvent {
+        uuid: uuid.to_string(),
+        kind: EventKind::Xid(code),
+    }
+}
+
+fn policy(clean_checks: u32, quiet_secs: u64) -> HealthPolicy {
+    HealthPolicy {
+        ignored_xids: GpuConfig::default().ignored_xids,
+        recovery: Recovery {
+            clean_checks,
+            quiet_secs,
+        },
+        interval: Duration::from_millis(1),
+    }
+}
+
+fn monitor(dir: &std::path::Path, nvml: &Arc<FakeNvml>, p: HealthPolicy) -> HealthMonitor {
+    let inv = gpu_inventory(195, &[0, 1]);
+    HealthMonitor::new(nvml.clone(), HealthStore::new(dir), &inv, p)
+}
+
+#[test]
+fn critical_xids_mark_unhealthy_and_application_xids_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let nvml = Arc::new(FakeNvml::default());
+    let m = monitor(dir.path(), &nvml, policy(3, 60));
+    nvml.push_events(vec![xid("GPU-0", 13), xid("GPU-0", 43), xid("GPU-1", 79)]);
+    let changes = m.step(1000).unwrap();
+    assert_eq!(
+        changes,
+        vec![Transition::Unhealthy {
+            uuid: "GPU-1".into(),
+            reason: "xid 79".into()
+        }]
+    );
+    let store = HealthStore::new(dir.path());
+    store.check("GPU-0").unwrap();
+    let err = store.check("GPU-1").unwrap_err();
+    assert_eq!(err.to_string(), "gpu GPU-1 is unhealthy: xid 79");
+}
+
+#[test]
+fn a_gpu_recovers_after_clean_checks_and_a_quiet_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let nvml = Arc::new(FakeNvml::default());
+    let m = monitor(dir.path(), &nvml, policy(2, 100));
+    nvml.push_events(vec![xid("GPU-0", 48)]);
+    m.step(1000).unwrap();
+    nvml.push_events(vec![xid("GPU-0", 48)]);
+    assert_eq!(
+        m.step(1050).unwrap(),
+        vec![],
+        "a repeat is no new transition"
+    );
+    assert!(m.step(1060).unwrap().is_empty(), "1 clean check");
+    assert!(
+        m.step(1070).unwrap().is_empty(),
+        "2 clean checks, not quiet yet"
+    );
+    let store = HealthStore::new(dir.path());
+    assert_eq!(store.snapshot().unwrap().gpus["GPU-0"].clean_checks, 2);
+    let changes = m.step(1150).unwrap();
+    assert_eq!(
+        changes,
+        vec![Transition::Recovered {
+            uuid: "GPU-0".into()
+        }]
+    );
+    store.check("GPU-0").unwrap();
+    assert_eq!(
+        store.snapshot().unwrap().gpus["GPU-0"].recovered_unix,
+        Some(1150)
+    );
+}
+
+#[test]
+fn pending_retired_pages_hold_a_gpu_out_until_they_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let nvml = Arc::new(FakeNvml::default());
+    let m = monitor(dir.path(), &nvml, policy(1, 0));
+    let pending = MemoryHealth {
+        retired_pages_pending: Some(true),
+        dbe_volatile: Some(0),
+        ..MemoryHealth::default()
+    };
+    nvml.set_health("GPU-0", pending);
+    assert_eq!(m.step(10).unwrap().len(), 1);
+    for now in 11..20 {
+        assert!(m.step(now).unwrap().is_empty());
+    }
+    let clean = MemoryHealth {
+        retired_pages_pending: Some(false),
+        dbe_volatile: Some(0),
+        ..MemoryHealth::default()
+    };
+    nvml.set_health("GPU-0", clean);
+    assert_eq!(
+        m.step(20).unwrap(),
+        vec![Transition::Recovered {
+            uuid: "GPU-0".into()
+        }]
+    );
+}
+
+#[test]
+fn a_rising_double_bit_count_is_a_fault_and_a_driver_reload_is_not() {
+    let mut seen = None;
+    let reading = |n| MemoryHealth {
+        dbe_volatile: Some(n),
+        ..MemoryHealth::default()
+    };
+    assert!(
+        observe(&[], Some(&reading(4)), &mut seen, &[]).is_empty(),
+        "baseline"
+    );
+    assert_eq!(
+        observe(&[], Some(&reading(5)), &mut seen, &[]),
+        vec![Fault::DoubleBitEcc]
+    );
+    assert!(
+        observe(&[], Some(&reading(0)), &mut seen, &[]).is_empty(),
+        "counter reset"
+    );
+    assert_eq!(seen, Some(0));
+}
+
+#[test]
+fn incomplete_checks_do_not_count_towards_recovery() {
+    let mut h = GpuHealth::default();
+    let r = Recovery {
+        clean_checks: 1,
+        quiet_secs: 0,
+    };
+    let bad = Observation {
+        faults: vec![Fault::Xid { code: 79 }],
+        complete: true,
+    };
+    assert!(apply("g", &mut h, &bad, r, 1).is_some());
+    assert!(apply("g", &mut h, &Observation::default(), r, 2).is_none());
+    let clean = Observation {
+        faults: vec![],
+        complete: true,
+    };
+    assert!(matches!(
+        apply("g", &mut h, &clean, r, 3),
+        Some(Transition::Recovered { .. })
+    ));
+}
+
+#[test]
+fn health_survives_a_restart_and_can_be_cleared_by_hand() {
+    let dir = tempfile::tempdir().unwrap();
+    HealthStore::new(dir.path())
+        .mark("GPU-0", &[Fault::Xid { code: 79 }, Fault::DoubleBitEcc], 5)
+        .unwrap();
+    let reopened = HealthStore::new(dir.path());
+    let err = reopened.check("GPU-0").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "gpu GPU-0 is unhealthy: xid 79, double-bit ecc error"
+    );
+    let state = reopened.snapshot().unwrap();
+    let text = std::fs::read_to_string(reopened.path()).unwrap();
+    assert_eq!(serde_json::from_str::<HealthState>(&text).unwrap(), state);
+    assert!(reopened.clear("GPU-0").unwrap());
+    assert!(!reopened.clear("GPU-0").unwrap());
+    HealthStore::new(dir.path()).check("GPU-0").unwrap();
+}
+
+#[test]
+fn a_corrupt_store_is_an_error_not_healthy() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("health.json"), "{not json").unwrap();
+    let err = HealthStore::new(dir.path()).check("GPU-0").unwrap_err();
+    assert!(err.to_string().contains("is corrupt"), "{err}");
+}
+
+#[test]
+fn health_merges_into_the_inventory_and_the_status_table() {
+    let mut inv = gpu_inventory(195, &[0, 1]);
+    let mut state = HealthState::default();
+    let entry = state.gpus.entry("GPU-1".into()).or_default();
+    add_faults("GPU-1", entry, &[Fault::Xid { code: 94 }], 77);
+    merge_into(&mut inv, &state);
+    assert_eq!(inv.gpus[0].health, Health::Healthy);
+    assert_eq!(
+        inv.gpus[1].health,
+        Health::Unhealthy {
+            reason: "xid 94".into()
+        }
+    );
+    let text = table(&state);
+    assert!(text.lines().nth(1).unwrap().starts_with("GPU-1"), "{text}");
+    assert!(text.contains("unhealthy") && text.contains("xid 94") && text.contains("77"));
+}

@@ -1,0 +1,233 @@
+//! Every touch of the host that GPU teardown needs: procfs, signals, sleeping and the
+//! optional reset command. [`ProcHost`] is the real one, rooted at a proc directory
+//! that tests and benchmarks point at a tree of their own.
+
+use std::ffi::CStr;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::dir::Dir;
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{fstatat, Mode, SFlag};
+use nix::unistd::Pid;
+
+/// A signal teardown sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Term,
+    Kill,
+}
+
+impl Signal {
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Term => "SIGTERM",
+            Signal::Kill => "SIGKILL",
+        }
+    }
+}
+
+/// The host as GPU teardown sees it.
+pub trait Host: Send + Sync {
+    /// The pids under the proc root.
+    fn pids(&self) -> io::Result<Vec<u32>>;
+    /// Appends the device numbers (`st_rdev`) of the char devices `pid` holds open.
+    /// `NotFound` when the process is gone.
+    fn open_char_devices(&self, pid: u32, out: &mut Vec<u64>) -> io::Result<()>;
+    /// The text of `<proc>/<pid>/cgroup`.
+    fn cgroup(&self, pid: u32) -> io::Result<String>;
+    /// The start time of a live process (field 22 of `<proc>/<pid>/stat`), `None` once it
+    /// is gone or a zombie. Guards signals against pid reuse.
+    fn start_time(&self, pid: u32) -> io::Result<Option<u64>>;
+    fn signal(&self, pid: u32, signal: Signal) -> io::Result<()>;
+    fn sleep(&self, duration: Duration);
+    /// Runs a command to completion within `timeout`; the error is its reason, one line.
+    fn run(&self, argv: &[String], timeout: Duration) -> Result<(), String>;
+}
+
+/// The real host, reading processes from `proc_root` (normally `/proc`).
+#[derive(Debug, Clone)]
+pub struct ProcHost {
+    proc_root: PathBuf,
+}
+
+impl ProcHost {
+    pub fn new(proc_root: &Path) -> ProcHost {
+        ProcHost {
+            proc_root: proc_root.to_path_buf(),
+        }
+    }
+
+    fn pid_path(&self, pid: u32, name: &str) -> PathBuf {
+        let mut path = self.proc_root.join(pid.to_string());
+        path.push(name);
+        path
+    }
+}
+
+impl Host for ProcHost {
+    fn pids(&self) -> io::Result<Vec<u32>> {
+        let mut pids = Vec::with_capacity(1024);
+        for entry in std::fs::read_dir(&self.proc_root)? {
+            let name = entry?.file_name();
+            if let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) {
+                pids.push(pid);
+            }
+        }
+        Ok(pids)
+    }
+
+    fn open_char_devices(&self, pid: u32, out: &mut Vec<u64>) -> io::Result<()> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let mut dir = Dir::open(&self.pid_path(pid, "fd"), flags, Mode::empty())?;
+        let dirfd = std::os::fd::AsRawFd::as_raw_fd(&dir);
+        for entry in dir.iter() {
+            let entry = entry?;
+            let name = entry.file_name();
+            if is_dot(name) {
+                continue;
+            }
+            // Following the fd's magic link stats the open file itself, whatever mount
+            // namespace its path lives in; a path name would not say which device it is.
+            let Ok(st) = fstatat(Some(dirfd), name, AtFlags::empty()) else {
+                continue; // closed meanwhile, or a dangling link in a test tree
+            };
+            if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFCHR {
+                out.push(st.st_rdev);
+            }
+        }
+        Ok(())
+    }
+
+    fn cgroup(&self, pid: u32) -> io::Result<String> {
+        std::fs::read_to_string(self.pid_path(pid, "cgroup"))
+    }
+
+    fn start_time(&self, pid: u32) -> io::Result<Option<u64>> {
+        match std::fs::read_to_string(self.pid_path(pid, "stat")) {
+            Ok(text) => Ok(parse_stat(&text)),
+            Err(e) if gone(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn signal(&self, pid: u32, signal: Signal) -> io::Result<()> {
+        let sig = match signal {
+            Signal::Term => nix::sys::signal::Signal::SIGTERM,
+            Signal::Kill => nix::sys::signal::Signal::SIGKILL,
+        };
+        let pid = i32::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        nix::sys::signal::kill(Pid::from_raw(pid), sig).map_err(io::Error::from)
+    }
+
+    fn sleep(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
+
+    fn run(&self, argv: &[String], timeout: Duration) -> Result<(), String> {
+        let (program, args) = argv.split_first().ok_or("empty command")?;
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("start {program}: {e}"))?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) if status.success() => return Ok(()),
+                Ok(Some(status)) => {
+                    let said = last_line(child.stderr.take());
+                    return Err(format!("{program} exited with {status}{said}"));
+                }
+                Ok(None) if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("{program} ran past {timeout:?}"));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(format!("wait for {program}: {e}")),
+            }
+        }
+    }
+}
+
+/// `: <last line of stderr>`, or nothing.
+fn last_line(stderr: Option<std::process::ChildStderr>) -> String {
+    let mut text = String::new();
+    if let Some(s) = stderr {
+        let _ = s.take(4096).read_to_string(&mut text);
+    }
+    match text.lines().rev().find(|l| !l.trim().is_empty()) {
+        Some(line) => format!(": {}", line.trim()),
+        None => String::new(),
+    }
+}
+
+fn is_dot(name: &CStr) -> bool {
+    matches!(name.to_bytes(), b"." | b"..")
+}
+
+/// ENOENT and ESRCH both mean the process went away while we looked.
+pub fn gone(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::NotFound || err.raw_os_error() == Some(libc::ESRCH)
+}
+
+/// The start time of a `stat` line, `None` for a zombie or dead task (proc(5): state
+/// is field 3, starttime field 22; comm may hold spaces and parentheses, so split at
+/// the last `)`).
+pub fn parse_stat(text: &str) -> Option<u64> {
+    let (_, rest) = text.rsplit_once(')')?;
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?;
+    if matches!(state, "Z" | "X" | "x") {
+        return None;
+    }
+    // After the state come fields 4..; starttime is the 19th of them.
+    fields.nth(18)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_parse() {
+        let live = "42 (my (odd) comm) S 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 777 0 0";
+        assert_eq!(parse_stat(live), Some(777));
+        let zombie = "42 (sleep) Z 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 777 0 0";
+        assert_eq!(parse_stat(zombie), None);
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn commands_report_their_failure() {
+        let host = ProcHost::new(Path::new("/proc"));
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let secs = Duration::from_secs(5);
+        host.run(&argv(&["true"]), secs).unwrap();
+        let err = host
+            .run(&argv(&["sh", "-c", "echo gpu busy >&2; exit 3"]), secs)
+            .unwrap_err();
+        assert_eq!(err, "sh exited with exit status: 3: gpu busy");
+        let err = host
+            .run(&argv(&["sleep", "5"]), Duration::from_millis(50))
+            .unwrap_err();
+        assert_eq!(err, "sleep ran past 50ms");
+    }
+
+    #[test]
+    fn this_process_holds_its_open_char_device() {
+        let file = std::fs::File::open("/dev/full").unwrap();
+        let host = ProcHost::new(Path::new("/proc"));
+        let mut devs = Vec::new();
+        host.open_char_devices(std::process::id(), &mut devs)
+            .unwrap();
+        assert!(devs.contains(&libc::makedev(1, 7)), "{devs:?}");
+        assert!(host.start_time(std::process::id()).unwrap().is_some());
+        drop(file);
+    }
+}

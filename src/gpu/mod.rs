@@ -1,0 +1,71 @@
+//! GPU teardown and health: no GPU is handed on dirty.
+//!
+//! - [`GpuTeardown`] implements the ledger's `Teardown`: when a pod releases a GPU, its
+//!   leftover processes are ended (SIGTERM, grace, SIGKILL), processes of anyone else
+//!   keep the GPU in quarantine, and what a tenant could change is reset through NVML.
+//! - [`HealthStore`] keeps GPU health across reboots; [`HealthMonitor`] feeds it from
+//!   NVML events and readings and lets GPUs recover; [`check_claims`] is the gate the
+//!   plugin calls before claiming.
+//!
+//! Every host touch goes through [`Host`] (procfs, signals, commands) and [`Nvml`].
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use devgate::config::Config;
+//! use devgate::gpu::{check_claims, GpuTeardown};
+//! use devgate::ledger::{Ledger, PodRef};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = Config::default();
+//! let ledger = Ledger::open(std::path::Path::new("/run/devgate"))?;
+//! let inventory = devgate::inventory::Inventory::default();
+//! let teardown = GpuTeardown::for_node(inventory, config.gpu.clone(), ledger.clone());
+//! check_claims(teardown.health(), &[])?;
+//! teardown.set_pod_cgroups("sandbox-id", &["/kubepods/burstable/pod1234"]);
+//! ledger.release_pod("sandbox-id", &teardown)?;
+//! # Ok(()) }
+//! ```
+
+mod cgroup;
+pub mod error;
+pub mod health;
+pub mod host;
+mod kill;
+pub mod nvml;
+mod reset;
+mod scan;
+mod teardown;
+
+pub use cgroup::PodCgroups;
+pub use error::GpuError;
+pub use health::{HealthMonitor, HealthPolicy, HealthState, HealthStore};
+pub use host::{Host, ProcHost, Signal};
+pub use nvml::{NoNvml, Nvml};
+pub use teardown::{ClaimView, GpuTeardown};
+
+use crate::ledger::{Claim, DeviceId};
+
+/// Fails when a claim names an unhealthy GPU. Quarantine is `Ledger::claim`'s check.
+pub fn check_claims(health: &HealthStore, claims: &[Claim]) -> Result<(), GpuError> {
+    let gpus = claims.iter().filter_map(|c| match &c.device {
+        DeviceId::Gpu(uuid) => Some(uuid),
+        _ => None,
+    });
+    let mut state = None;
+    for uuid in gpus {
+        let state = match &mut state {
+            Some(s) => s,
+            None => state.insert(health.snapshot()?),
+        };
+        if let Some(cond) = state.unhealthy(uuid) {
+            return Err(GpuError::Unhealthy {
+                uuid: uuid.clone(),
+                reason: cond.reason(),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,321 @@
+//! NVML through `dlopen(3)`: no link-time dependency, so the binaries run on nodes
+//! without the driver. Signatures and struct layouts follow nvml.h (NVIDIA/go-nvml
+//! `gen/nvml/nvml.h`); every symbol is looked up when called, so an older driver
+//! missing one yields `NotSupported` for that call only.
+
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr, CString};
+use std::sync::Mutex;
+use std::time::Duration;
+
+mod health;
+mod mig;
+
+use super::{ComputeMode, GpuEvent, MemoryHealth, MigDestroyed, Nvml, NvmlError};
+
+type Handle = *mut c_void;
+type Ret = c_int;
+
+const SUCCESS: Ret = 0;
+const ERROR_NOT_SUPPORTED: Ret = 3;
+const ERROR_INSUFFICIENT_SIZE: Ret = 7;
+const ERROR_TIMEOUT: Ret = 10;
+const ERROR_FUNCTION_NOT_FOUND: Ret = 13;
+const EVENT_DOUBLE_BIT_ECC: u64 = 0x2;
+const EVENT_XID_CRITICAL: u64 = 0x8;
+const MIG_ENABLE: c_uint = 1;
+const GPU_INSTANCE_PROFILE_COUNT: c_uint = 0x12;
+const COMPUTE_INSTANCE_PROFILE_COUNT: c_uint = 0x9;
+const COMPUTE_ENGINE_PROFILE_SHARED: c_uint = 0;
+const UUID_BUFFER: usize = 96;
+/// Profile info structs are read only for their leading `u32` fields (id, counts); a
+/// buffer larger than any version of them keeps the library from writing past it.
+const INFO_WORDS: usize = 64;
+
+/// `nvmlProcessInfo_v2_t`, the layout of the `_v2` and `_v3` process queries.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ProcessInfo {
+    pid: c_uint,
+    used_gpu_memory: c_ulonglong,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+/// `nvmlEventData_t`.
+#[repr(C)]
+struct EventData {
+    device: Handle,
+    event_type: c_ulonglong,
+    event_data: c_ulonglong,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+/// The loaded library, initialised. NVML is thread-safe (nvml.h, "Thread safety").
+pub struct DlNvml {
+    lib: Handle,
+    events: Mutex<Option<EventSet>>,
+}
+
+struct EventSet(Handle);
+
+// SAFETY: both are opaque handles NVML allows on any thread.
+unsafe impl Send for DlNvml {}
+unsafe impl Sync for DlNvml {}
+unsafe impl Send for EventSet {}
+
+impl DlNvml {
+    /// Opens `library` and calls `nvmlInit_v2`.
+    pub fn open(library: &str) -> Result<DlNvml, NvmlError> {
+        let load = |reason: String| NvmlError::Load {
+            library: library.to_string(),
+            reason,
+        };
+        let name = CString::new(library).map_err(|e| load(e.to_string()))?;
+        // SAFETY: a valid C string; RTLD_LOCAL keeps its symbols out of the process.
+        let lib = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if lib.is_null() {
+            return Err(load(dl_error()));
+        }
+        let nvml = DlNvml {
+            lib,
+            events: Mutex::new(None),
+        };
+        let init: unsafe extern "C" fn() -> Ret = nvml.sym(c"nvmlInit_v2", "-")?;
+        // SAFETY: nvmlInit_v2 takes no arguments.
+        let code = unsafe { init() };
+        if code != SUCCESS {
+            return Err(load(format!("nvmlInit_v2: {} (code {code})", reason(code))));
+        }
+        Ok(nvml)
+    }
+
+    /// A function of the library. `F` must be the `unsafe extern "C" fn` type nvml.h
+    /// declares for `name`.
+    fn sym<F: Copy>(&self, name: &'static CStr, uuid: &str) -> Result<F, NvmlError> {
+        // SAFETY: `lib` is a live handle and `name` a C string.
+        let ptr = unsafe { libc::dlsym(self.lib, name.as_ptr()) };
+        if ptr.is_null() || size_of::<F>() != size_of::<*mut c_void>() {
+            return Err(NvmlError::NotSupported {
+                call: static_name(name),
+                uuid: uuid.to_string(),
+            });
+        }
+        // SAFETY: same size, and the caller names the declared signature.
+        Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&ptr) })
+    }
+
+    fn device(&self, uuid: &str) -> Result<Handle, NvmlError> {
+        let f: unsafe extern "C" fn(*const c_char, *mut Handle) -> Ret =
+            self.sym(c"nvmlDeviceGetHandleByUUID", uuid)?;
+        let text = CString::new(uuid).map_err(|_| NvmlError::Call {
+            call: "nvmlDeviceGetHandleByUUID",
+            uuid: uuid.to_string(),
+            code: 2,
+            reason: "invalid argument",
+        })?;
+        let mut dev: Handle = std::ptr::null_mut();
+        // SAFETY: valid string and out pointer.
+        check("nvmlDeviceGetHandleByUUID", uuid, unsafe {
+            f(text.as_ptr(), &mut dev)
+        })?;
+        Ok(dev)
+    }
+
+    /// Calls a `fn(device) -> Ret` function.
+    fn device_call(&self, name: &'static CStr, uuid: &str) -> Result<(), NvmlError> {
+        let dev = self.device(uuid)?;
+        let f: unsafe extern "C" fn(Handle) -> Ret = self.sym(name, uuid)?;
+        // SAFETY: a handle from NVML.
+        check(static_name(name), uuid, unsafe { f(dev) })
+    }
+
+    fn device_set(&self, name: &'static CStr, uuid: &str, value: c_uint) -> Result<(), NvmlError> {
+        let dev = self.device(uuid)?;
+        let f: unsafe extern "C" fn(Handle, c_uint) -> Ret = self.sym(name, uuid)?;
+        // SAFETY: a handle from NVML and an enum value nvml.h defines.
+        check(static_name(name), uuid, unsafe { f(dev, value) })
+    }
+
+    fn process_list(
+        &self,
+        dev: Handle,
+        uuid: &str,
+        v3: &'static CStr,
+        v2: &'static CStr,
+    ) -> Result<Vec<u32>, NvmlError> {
+        type F = unsafe extern "C" fn(Handle, *mut c_uint, *mut ProcessInfo) -> Ret;
+        let (name, f) = match self.sym::<F>(v3, uuid) {
+            Ok(f) => (v3, f),
+            Err(_) => (v2, self.sym::<F>(v2, uuid)?),
+        };
+        let mut infos = vec![ProcessInfo::default(); 64];
+        for _ in 0..4 {
+            let mut count = infos.len() as c_uint;
+            // SAFETY: `count` entries of the declared layout.
+            let code = unsafe { f(dev, &mut count, infos.as_mut_ptr()) };
+            if code == ERROR_INSUFFICIENT_SIZE {
+                infos.resize(count as usize + 16, ProcessInfo::default());
+                continue;
+            }
+            check(static_name(name), uuid, code)?;
+            let n = (count as usize).min(infos.len());
+            return Ok(infos[..n].iter().map(|p| p.pid).collect());
+        }
+        Err(NvmlError::Call {
+            call: static_name(name),
+            uuid: uuid.to_string(),
+            code: ERROR_INSUFFICIENT_SIZE,
+            reason: reason(ERROR_INSUFFICIENT_SIZE),
+        })
+    }
+}
+
+impl Drop for DlNvml {
+    fn drop(&mut self) {
+        let set = self.events.get_mut().ok().and_then(|s| s.take());
+        // SAFETY: the handles are live; nothing else uses them once we are dropped.
+        unsafe {
+            if let (Some(set), Ok(free)) = (
+                set,
+                self.sym::<unsafe extern "C" fn(Handle) -> Ret>(c"nvmlEventSetFree", "-"),
+            ) {
+                free(set.0);
+            }
+            if let Ok(shutdown) = self.sym::<unsafe extern "C" fn() -> Ret>(c"nvmlShutdown", "-") {
+                shutdown();
+            }
+            libc::dlclose(self.lib);
+        }
+    }
+}
+
+impl Nvml for DlNvml {
+    fn present(&self) -> bool {
+        true
+    }
+
+    fn processes(&self, uuid: &str) -> Result<Vec<u32>, NvmlError> {
+        let dev = self.device(uuid)?;
+        let mut pids = self.process_list(
+            dev,
+            uuid,
+            c"nvmlDeviceGetComputeRunningProcesses_v3",
+            c"nvmlDeviceGetComputeRunningProcesses_v2",
+        )?;
+        pids.extend(self.process_list(
+            dev,
+            uuid,
+            c"nvmlDeviceGetGraphicsRunningProcesses_v3",
+            c"nvmlDeviceGetGraphicsRunningProcesses_v2",
+        )?);
+        pids.sort_unstable();
+        pids.dedup();
+        Ok(pids)
+    }
+
+    fn reset_application_clocks(&self, uuid: &str) -> Result<(), NvmlError> {
+        self.device_call(c"nvmlDeviceResetApplicationsClocks", uuid)
+    }
+
+    fn reset_locked_clocks(&self, uuid: &str) -> Result<(), NvmlError> {
+        self.device_call(c"nvmlDeviceResetGpuLockedClocks", uuid)?;
+        self.device_call(c"nvmlDeviceResetMemoryLockedClocks", uuid)
+    }
+
+    fn set_compute_mode(&self, uuid: &str, mode: ComputeMode) -> Result<(), NvmlError> {
+        self.device_set(c"nvmlDeviceSetComputeMode", uuid, mode as c_uint)
+    }
+
+    fn set_persistence(&self, uuid: &str, enabled: bool) -> Result<(), NvmlError> {
+        self.device_set(c"nvmlDeviceSetPersistenceMode", uuid, enabled as c_uint)
+    }
+
+    fn mig_enabled(&self, uuid: &str) -> Result<bool, NvmlError> {
+        self.mig_mode(uuid)
+    }
+
+    fn destroy_mig_instances(&self, uuid: &str) -> Result<MigDestroyed, NvmlError> {
+        self.destroy_all(uuid)
+    }
+
+    fn wait_events(&self, timeout: Duration) -> Result<Vec<GpuEvent>, NvmlError> {
+        self.wait(timeout)
+    }
+
+    fn memory_health(&self, uuid: &str) -> Result<MemoryHealth, NvmlError> {
+        self.memory(uuid)
+    }
+}
+
+fn static_name(name: &'static CStr) -> &'static str {
+    name.to_str().unwrap_or("nvml")
+}
+
+fn check(call: &'static str, uuid: &str, code: Ret) -> Result<(), NvmlError> {
+    match code {
+        SUCCESS => Ok(()),
+        ERROR_NOT_SUPPORTED | ERROR_FUNCTION_NOT_FOUND => Err(NvmlError::NotSupported {
+            call,
+            uuid: uuid.to_string(),
+        }),
+        code => Err(NvmlError::Call {
+            call,
+            uuid: uuid.to_string(),
+            code,
+            reason: reason(code),
+        }),
+    }
+}
+
+/// `Ok(false)` for "not supported", so optional readings can be skipped.
+fn optional(call: &'static str, uuid: &str, code: Ret) -> Result<bool, NvmlError> {
+    match check(call, uuid, code) {
+        Ok(()) => Ok(true),
+        Err(NvmlError::NotSupported { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+fn events_check(call: &'static str, code: Ret) -> Result<(), NvmlError> {
+    if code == SUCCESS {
+        return Ok(());
+    }
+    Err(NvmlError::Events {
+        call,
+        code,
+        reason: reason(code),
+    })
+}
+
+/// nvmlReturn_t names (nvml.h), lower-case.
+fn reason(code: Ret) -> &'static str {
+    match code {
+        1 => "uninitialized",
+        2 => "invalid argument",
+        3 => "not supported",
+        4 => "no permission",
+        6 => "not found",
+        7 => "insufficient size",
+        9 => "driver not loaded",
+        10 => "timeout",
+        12 => "library not found",
+        13 => "function not found",
+        15 => "gpu is lost",
+        16 => "gpu requires reset",
+        19 => "in use",
+        _ => "unknown error",
+    }
+}
+
+fn dl_error() -> String {
+    // SAFETY: dlerror returns a thread-local C string or null.
+    let msg = unsafe { libc::dlerror() };
+    if msg.is_null() {
+        return "dlopen failed".to_string();
+    }
+    // SAFETY: non-null, NUL-terminated.
+    unsafe { CStr::from_ptr(msg) }
+        .to_string_lossy()
+        .into_owned()
+}

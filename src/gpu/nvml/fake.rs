@@ -1,0 +1,114 @@
+//! A recording NVML for tests: canned processes, events and readings; every change
+//! it is asked for lands in `calls`.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{ComputeMode, GpuEvent, MemoryHealth, MigDestroyed, Nvml, NvmlError};
+
+/// One change requested of the fake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    ResetApplicationClocks(String),
+    ResetLockedClocks(String),
+    SetComputeMode(String, ComputeMode),
+    SetPersistence(String, bool),
+    DestroyMig(String),
+}
+
+#[derive(Default)]
+pub struct FakeNvml {
+    pub calls: Mutex<Vec<Call>>,
+    pub processes: Mutex<BTreeMap<String, Vec<u32>>>,
+    pub mig: Mutex<BTreeSet<String>>,
+    /// Each `wait_events` call takes the next batch.
+    pub events: Mutex<VecDeque<Vec<GpuEvent>>>,
+    pub health: Mutex<BTreeMap<String, MemoryHealth>>,
+    /// GPUs whose changes fail.
+    pub failing: Mutex<BTreeSet<String>>,
+}
+
+impl FakeNvml {
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    pub fn set_health(&self, uuid: &str, health: MemoryHealth) {
+        self.health.lock().unwrap().insert(uuid.to_string(), health);
+    }
+
+    pub fn push_events(&self, events: Vec<GpuEvent>) {
+        self.events.lock().unwrap().push_back(events);
+    }
+
+    fn record(&self, uuid: &str, call: &'static str, c: Call) -> Result<(), NvmlError> {
+        if self.failing.lock().unwrap().contains(uuid) {
+            return Err(NvmlError::Call {
+                call,
+                uuid: uuid.to_string(),
+                code: 4,
+                reason: "no permission",
+            });
+        }
+        self.calls.lock().unwrap().push(c);
+        Ok(())
+    }
+}
+
+impl Nvml for FakeNvml {
+    fn present(&self) -> bool {
+        true
+    }
+    fn processes(&self, uuid: &str) -> Result<Vec<u32>, NvmlError> {
+        Ok(self
+            .processes
+            .lock()
+            .unwrap()
+            .get(uuid)
+            .cloned()
+            .unwrap_or_default())
+    }
+    fn reset_application_clocks(&self, uuid: &str) -> Result<(), NvmlError> {
+        let call = Call::ResetApplicationClocks(uuid.to_string());
+        self.record(uuid, "nvmlDeviceResetApplicationsClocks", call)
+    }
+    fn reset_locked_clocks(&self, uuid: &str) -> Result<(), NvmlError> {
+        let call = Call::ResetLockedClocks(uuid.to_string());
+        self.record(uuid, "nvmlDeviceResetGpuLockedClocks", call)
+    }
+    fn set_compute_mode(&self, uuid: &str, mode: ComputeMode) -> Result<(), NvmlError> {
+        let call = Call::SetComputeMode(uuid.to_string(), mode);
+        self.record(uuid, "nvmlDeviceSetComputeMode", call)
+    }
+    fn set_persistence(&self, uuid: &str, enabled: bool) -> Result<(), NvmlError> {
+        let call = Call::SetPersistence(uuid.to_string(), enabled);
+        self.record(uuid, "nvmlDeviceSetPersistenceMode", call)
+    }
+    fn mig_enabled(&self, uuid: &str) -> Result<bool, NvmlError> {
+        Ok(self.mig.lock().unwrap().contains(uuid))
+    }
+    fn destroy_mig_instances(&self, uuid: &str) -> Result<MigDestroyed, NvmlError> {
+        self.record(
+            uuid,
+            "nvmlGpuInstanceDestroy",
+            Call::DestroyMig(uuid.to_string()),
+        )?;
+        Ok(MigDestroyed {
+            compute_instances: 2,
+            gpu_instances: 1,
+        })
+    }
+    fn wait_events(&self, _timeout: Duration) -> Result<Vec<GpuEvent>, NvmlError> {
+        Ok(self.events.lock().unwrap().pop_front().unwrap_or_default())
+    }
+    fn memory_health(&self, uuid: &str) -> Result<MemoryHealth, NvmlError> {
+        Ok(self
+            .health
+            .lock()
+            .unwrap()
+            .get(uuid)
+            .copied()
+            .unwrap_or_default())
+    }
+}

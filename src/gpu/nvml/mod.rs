@@ -1,0 +1,233 @@
+//! NVML behind a narrow trait. A node without the NVIDIA driver has no NVML; that is
+//! normal, and [`NoNvml`] stands in. [`load`] picks libnvidia-ml.so.1 at run time,
+//! on first use, so a process that never tears a GPU down never loads it.
+
+mod dl;
+#[cfg(test)]
+pub mod fake;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::config::GpuComputeMode;
+
+/// The library NVIDIA installs with the driver (k8s-device-plugin and the container
+/// toolkit open the same soname).
+pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NvmlError {
+    #[error("nvml {call} on gpu {uuid} failed: {reason} (code {code})")]
+    Call {
+        call: &'static str,
+        uuid: String,
+        code: i32,
+        reason: &'static str,
+    },
+    #[error("nvml {call} is not supported on gpu {uuid}")]
+    NotSupported { call: &'static str, uuid: String },
+    #[error("nvml {call} failed: {reason} (code {code})")]
+    Events {
+        call: &'static str,
+        code: i32,
+        reason: &'static str,
+    },
+    #[error("load nvml from {library}: {reason}")]
+    Load { library: String, reason: String },
+}
+
+/// nvmlComputeMode_t values (nvml.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComputeMode {
+    Default = 0,
+    Prohibited = 2,
+    ExclusiveProcess = 3,
+}
+
+impl From<GpuComputeMode> for ComputeMode {
+    fn from(mode: GpuComputeMode) -> Self {
+        match mode {
+            GpuComputeMode::Default => ComputeMode::Default,
+            GpuComputeMode::Prohibited => ComputeMode::Prohibited,
+            GpuComputeMode::ExclusiveProcess => ComputeMode::ExclusiveProcess,
+        }
+    }
+}
+
+/// What an NVML event reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// `nvmlEventTypeXidCriticalError`; 999 is an XID NVML does not know.
+    Xid(u64),
+    DoubleBitEcc,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuEvent {
+    pub uuid: String,
+    pub kind: EventKind,
+}
+
+/// Memory readings; `None` where the device does not support one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryHealth {
+    /// Volatile uncorrected (double-bit) ECC errors since the driver loaded.
+    pub dbe_volatile: Option<u64>,
+    /// Pages waiting to be retired at the next reset (nvidia-smi `retired_pages.pending`).
+    pub retired_pages_pending: Option<bool>,
+    /// Row remappings waiting for a reset (Ampere and later).
+    pub remap_pending: Option<bool>,
+    /// A row remapping failed: the GPU needs service.
+    pub remap_failed: Option<bool>,
+}
+
+/// MIG instances destroyed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MigDestroyed {
+    pub compute_instances: u32,
+    pub gpu_instances: u32,
+}
+
+/// The NVML calls devgate makes. GPUs are named by UUID.
+pub trait Nvml: Send + Sync {
+    /// Whether a library answered.
+    fn present(&self) -> bool;
+    /// Pids with a compute or graphics context (host pid namespace).
+    fn processes(&self, uuid: &str) -> Result<Vec<u32>, NvmlError>;
+    /// nvidia-smi `-rac`.
+    fn reset_application_clocks(&self, uuid: &str) -> Result<(), NvmlError>;
+    /// nvidia-smi `-rgc` and `-rmc`.
+    fn reset_locked_clocks(&self, uuid: &str) -> Result<(), NvmlError>;
+    fn set_compute_mode(&self, uuid: &str, mode: ComputeMode) -> Result<(), NvmlError>;
+    fn set_persistence(&self, uuid: &str, enabled: bool) -> Result<(), NvmlError>;
+    fn mig_enabled(&self, uuid: &str) -> Result<bool, NvmlError>;
+    /// Compute instances first, then GPU instances (nvidia-smi `mig -dci`, `-dgi`).
+    fn destroy_mig_instances(&self, uuid: &str) -> Result<MigDestroyed, NvmlError>;
+    /// XID and double-bit ECC events of every GPU, waiting up to `timeout` for the first.
+    fn wait_events(&self, timeout: Duration) -> Result<Vec<GpuEvent>, NvmlError>;
+    fn memory_health(&self, uuid: &str) -> Result<MemoryHealth, NvmlError>;
+}
+
+/// No NVML on this node: nothing to reset, nothing to report.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoNvml;
+
+impl Nvml for NoNvml {
+    fn present(&self) -> bool {
+        false
+    }
+    fn processes(&self, _uuid: &str) -> Result<Vec<u32>, NvmlError> {
+        Ok(Vec::new())
+    }
+    fn reset_application_clocks(&self, _uuid: &str) -> Result<(), NvmlError> {
+        Ok(())
+    }
+    fn reset_locked_clocks(&self, _uuid: &str) -> Result<(), NvmlError> {
+        Ok(())
+    }
+    fn set_compute_mode(&self, _uuid: &str, _mode: ComputeMode) -> Result<(), NvmlError> {
+        Ok(())
+    }
+    fn set_persistence(&self, _uuid: &str, _enabled: bool) -> Result<(), NvmlError> {
+        Ok(())
+    }
+    fn mig_enabled(&self, _uuid: &str) -> Result<bool, NvmlError> {
+        Ok(false)
+    }
+    fn destroy_mig_instances(&self, _uuid: &str) -> Result<MigDestroyed, NvmlError> {
+        Ok(MigDestroyed::default())
+    }
+    fn wait_events(&self, _timeout: Duration) -> Result<Vec<GpuEvent>, NvmlError> {
+        Ok(Vec::new())
+    }
+    fn memory_health(&self, _uuid: &str) -> Result<MemoryHealth, NvmlError> {
+        Ok(MemoryHealth::default())
+    }
+}
+
+/// NVML from `library`, opened and initialised on first use; [`NoNvml`] when that fails.
+pub struct LazyNvml {
+    library: String,
+    inner: OnceLock<Box<dyn Nvml>>,
+}
+
+impl LazyNvml {
+    pub fn new(library: &str) -> LazyNvml {
+        LazyNvml {
+            library: library.to_string(),
+            inner: OnceLock::new(),
+        }
+    }
+
+    fn get(&self) -> &dyn Nvml {
+        self.inner
+            .get_or_init(|| match dl::DlNvml::open(&self.library) {
+                Ok(nvml) => Box::new(nvml),
+                Err(e) => {
+                    tracing::info!(error = %e, "nvml absent, gpu clocks, modes and mig left alone");
+                    Box::new(NoNvml)
+                }
+            })
+            .as_ref()
+    }
+}
+
+impl Nvml for LazyNvml {
+    fn present(&self) -> bool {
+        self.get().present()
+    }
+    fn processes(&self, uuid: &str) -> Result<Vec<u32>, NvmlError> {
+        self.get().processes(uuid)
+    }
+    fn reset_application_clocks(&self, uuid: &str) -> Result<(), NvmlError> {
+        self.get().reset_application_clocks(uuid)
+    }
+    fn reset_locked_clocks(&self, uuid: &str) -> Result<(), NvmlError> {
+        self.get().reset_locked_clocks(uuid)
+    }
+    fn set_compute_mode(&self, uuid: &str, mode: ComputeMode) -> Result<(), NvmlError> {
+        self.get().set_compute_mode(uuid, mode)
+    }
+    fn set_persistence(&self, uuid: &str, enabled: bool) -> Result<(), NvmlError> {
+        self.get().set_persistence(uuid, enabled)
+    }
+    fn mig_enabled(&self, uuid: &str) -> Result<bool, NvmlError> {
+        self.get().mig_enabled(uuid)
+    }
+    fn destroy_mig_instances(&self, uuid: &str) -> Result<MigDestroyed, NvmlError> {
+        self.get().destroy_mig_instances(uuid)
+    }
+    fn wait_events(&self, timeout: Duration) -> Result<Vec<GpuEvent>, NvmlError> {
+        self.get().wait_events(timeout)
+    }
+    fn memory_health(&self, uuid: &str) -> Result<MemoryHealth, NvmlError> {
+        self.get().memory_health(uuid)
+    }
+}
+
+/// The NVML a node agent uses: lazily loaded when `enabled`, else none.
+pub fn load(enabled: bool) -> Arc<dyn Nvml> {
+    if enabled {
+        Arc::new(LazyNvml::new(NVML_LIBRARY))
+    } else {
+        Arc::new(NoNvml)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_is_no_nvml() {
+        let nvml = LazyNvml::new("libdevgate-no-such-nvml.so.1");
+        assert!(!nvml.present());
+        assert_eq!(nvml.processes("GPU-x").unwrap(), Vec::<u32>::new());
+        assert_eq!(
+            dl::DlNvml::open("libdevgate-no-such-nvml.so.1")
+                .err()
+                .map(|e| matches!(e, NvmlError::Load { .. })),
+            Some(true)
+        );
+    }
+}

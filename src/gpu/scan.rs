@@ -1,0 +1,145 @@
+//! Who holds a GPU: one pass over the proc root for every device being released, plus
+//! NVML's view of compute and graphics contexts.
+//!
+//! Device files are matched by number (`st_rdev`), never by name: a container may see
+//! `/dev/nvidia3` under any path, and a node may have stale nodes whose names lie.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::cgroup::PodCgroups;
+use super::host::{gone, Host};
+use super::nvml::Nvml;
+use super::GpuError;
+
+/// The processes holding each device, from one pass.
+#[derive(Debug, Default)]
+pub struct Users {
+    /// Device number → pids holding it, ascending.
+    by_dev: HashMap<u64, Vec<u32>>,
+}
+
+impl Users {
+    pub fn of(&self, rdev: u64) -> &[u32] {
+        self.by_dev.get(&rdev).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Adds a holder found another way (NVML).
+    pub fn add(&mut self, rdev: u64, pid: u32) {
+        let pids = self.by_dev.entry(rdev).or_default();
+        if let Err(at) = pids.binary_search(&pid) {
+            pids.insert(at, pid);
+        }
+    }
+
+    /// Forgets processes that have been ended.
+    pub fn remove_all(&mut self, ended: &BTreeSet<u32>) {
+        for pids in self.by_dev.values_mut() {
+            pids.retain(|p| !ended.contains(p));
+        }
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.by_dev.values().all(Vec::is_empty)
+    }
+}
+
+/// One pass over the proc root: which of `targets` each process holds. `skip` is
+/// devgate itself, which holds GPUs while NVML is loaded.
+pub fn scan(host: &dyn Host, targets: &[u64], skip: u32) -> Result<Users, GpuError> {
+    let mut users = Users::default();
+    if targets.is_empty() {
+        return Ok(users);
+    }
+    let pids = host
+        .pids()
+        .map_err(|source| GpuError::ListProcesses { source })?;
+    let mut devs = Vec::with_capacity(64);
+    for pid in pids {
+        if pid == skip {
+            continue;
+        }
+        devs.clear();
+        match host.open_char_devices(pid, &mut devs) {
+            Ok(()) => {}
+            Err(e) if gone(&e) => continue,
+            Err(source) => return Err(GpuError::ProcessUnreadable { pid, source }),
+        }
+        for rdev in devs.iter().filter(|d| targets.contains(d)) {
+            users.add(*rdev, pid);
+        }
+    }
+    Ok(users)
+}
+
+/// Adds NVML's compute and graphics processes of each GPU to `users`.
+pub fn add_nvml_users(
+    nvml: &dyn Nvml,
+    gpus: &[(String, u64)],
+    skip: u32,
+    users: &mut Users,
+) -> Result<(), GpuError> {
+    for (uuid, rdev) in gpus {
+        for pid in nvml.processes(uuid)? {
+            if pid != skip {
+                users.add(*rdev, pid);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where each holder belongs.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Split {
+    /// In the released pod: to be ended.
+    pub pod: BTreeSet<u32>,
+    /// Outside it, by device.
+    pub outside: BTreeMap<u64, Vec<u32>>,
+}
+
+/// Sorts the holders of `devs` into the pod's and everyone else's. Processes in
+/// `ignored` (node daemons such as nvidia-persistenced) are neither.
+pub fn split(
+    host: &dyn Host,
+    users: &Users,
+    devs: &[u64],
+    pod: &PodCgroups,
+    ignored: &PodCgroups,
+) -> Split {
+    let mut out = Split::default();
+    let mut seen: HashMap<u32, Membership> = HashMap::new();
+    for rdev in devs {
+        for &pid in users.of(*rdev) {
+            let m = *seen
+                .entry(pid)
+                .or_insert_with(|| membership(host, pid, pod, ignored));
+            match m {
+                Membership::Pod => {
+                    out.pod.insert(pid);
+                }
+                Membership::Outside => out.outside.entry(*rdev).or_default().push(pid),
+                Membership::Ignored | Membership::Gone => {}
+            }
+        }
+    }
+    out
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Membership {
+    Pod,
+    Outside,
+    Ignored,
+    Gone,
+}
+
+fn membership(host: &dyn Host, pid: u32, pod: &PodCgroups, ignored: &PodCgroups) -> Membership {
+    match host.cgroup(pid) {
+        Ok(text) if pod.contains(&text) => Membership::Pod,
+        Ok(text) if ignored.contains(&text) => Membership::Ignored,
+        Ok(_) => Membership::Outside,
+        Err(e) if gone(&e) => Membership::Gone,
+        // Unknown cgroup: not provably the pod's, so it must not be killed.
+        Err(_) => Membership::Outside,
+    }
+}

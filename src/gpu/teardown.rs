@@ -1,0 +1,338 @@
+//! [`GpuTeardown`]: what runs, under the ledger lock, before a pod's GPU claims go.
+//!
+//! For each GPU the pod claimed: its processes still holding the GPU are ended. When
+//! the pod is the GPU's last holder, any other process holding it fails the teardown
+//! (the ledger then quarantines the GPU rather than hand it on in use), and otherwise
+//! the GPU's tenant-visible state is reset. The NVIDIA toolkit does no teardown at all
+//! (its poststop hook is a no-op); epilogs on HPC clusters do the same checks with
+//! `nvidia-smi --query-compute-apps` and `fuser /dev/nvidia*`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use crate::config::GpuConfig;
+use crate::inventory::Inventory;
+use crate::ledger::{DeviceId, Ledger, PodRecord, Share, Teardown};
+
+use super::cgroup::PodCgroups;
+use super::error::join;
+use super::health::{observe, HealthStore};
+use super::host::{Host, ProcHost};
+use super::kill::{self, KillTimes};
+use super::nvml::{self, Nvml};
+use super::reset;
+use super::scan::{add_nvml_users, scan, split, Users};
+use super::GpuError;
+
+/// Sandboxes released by this teardown, remembered so that pods sharing a GPU and
+/// released in one ledger transaction see each other gone (the ledger commits after
+/// all of them). Older entries are long committed.
+const RELEASED_MEMORY: usize = 1024;
+
+/// Who holds a device now.
+pub trait ClaimView: Send + Sync {
+    /// The sandbox ids holding `device`.
+    fn holders(&self, device: &DeviceId) -> Result<Vec<String>, String>;
+}
+
+impl ClaimView for Ledger {
+    fn holders(&self, device: &DeviceId) -> Result<Vec<String>, String> {
+        let state = self.snapshot().map_err(|e| e.to_string())?;
+        let holders = state.devices.get(&device.to_string()).map(|r| &r.holders);
+        Ok(holders
+            .map(|h| h.iter().map(|h| h.sandbox_id.clone()).collect())
+            .unwrap_or_default())
+    }
+}
+
+/// One GPU being released.
+#[derive(Debug, Clone)]
+struct Target {
+    uuid: String,
+    bus_id: String,
+    rdev: u64,
+    /// The pod held it exclusively.
+    whole: bool,
+    /// No other pod holds it.
+    last: bool,
+}
+
+/// GPU teardown for the ledger.
+pub struct GpuTeardown {
+    inventory: RwLock<Inventory>,
+    config: GpuConfig,
+    host: Arc<dyn Host>,
+    nvml: Arc<dyn Nvml>,
+    claims: Arc<dyn ClaimView>,
+    health: HealthStore,
+    ignored: PodCgroups,
+    pod_cgroups: Mutex<HashMap<String, PodCgroups>>,
+    released: Mutex<VecDeque<String>>,
+}
+
+impl GpuTeardown {
+    pub fn new(
+        inventory: Inventory,
+        config: GpuConfig,
+        host: Arc<dyn Host>,
+        nvml: Arc<dyn Nvml>,
+        claims: Arc<dyn ClaimView>,
+    ) -> GpuTeardown {
+        GpuTeardown {
+            inventory: RwLock::new(inventory),
+            health: HealthStore::new(&config.health_dir),
+            ignored: PodCgroups::from_paths(&config.ignored_cgroups),
+            config,
+            host,
+            nvml,
+            claims,
+            pod_cgroups: Mutex::new(HashMap::new()),
+            released: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The node's teardown: processes from `/proc`, NVML loaded on first use.
+    pub fn for_node(inventory: Inventory, config: GpuConfig, ledger: Ledger) -> GpuTeardown {
+        let nvml = nvml::load(config.nvml);
+        let host = Arc::new(ProcHost::new(std::path::Path::new("/proc")));
+        GpuTeardown::new(inventory, config, host, nvml, Arc::new(ledger))
+    }
+
+    pub fn health(&self) -> &HealthStore {
+        &self.health
+    }
+
+    /// Replaces the inventory after a rediscovery.
+    pub fn set_inventory(&self, inventory: Inventory) {
+        *self.inventory.write().unwrap_or_else(|p| p.into_inner()) = inventory;
+    }
+
+    /// The pod's cgroup paths as NRI gave them (sandbox `linux.cgroup_parent`,
+    /// containers' `linux.cgroups_path`). Without them the pod UID is used.
+    pub fn set_pod_cgroups<S: AsRef<str>>(&self, sandbox_id: &str, paths: &[S]) {
+        let mut map = self.pod_cgroups.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = map.entry(sandbox_id.to_string()).or_default();
+        *entry = std::mem::take(entry).merged(PodCgroups::from_paths(paths));
+    }
+
+    /// Retries quarantined GPUs no pod holds: those found idle and reset leave
+    /// quarantine. Returns their UUIDs. Call it periodically, outside a ledger call.
+    pub fn retry_quarantined(&self, ledger: &Ledger) -> Result<Vec<String>, GpuError> {
+        let ledger_err = |uuid: &str, e: crate::ledger::LedgerError| GpuError::Claims {
+            uuid: uuid.to_string(),
+            reason: e.to_string(),
+        };
+        let state = ledger.snapshot().map_err(|e| ledger_err("*", e))?;
+        let mut cleared = Vec::new();
+        for rec in state.devices.values() {
+            let DeviceId::Gpu(uuid) = &rec.device else {
+                continue;
+            };
+            if rec.quarantine.is_none() || !rec.holders.is_empty() {
+                continue;
+            }
+            let errors = match self.target(uuid, Share::Exclusive, None) {
+                Ok(mut t) => {
+                    t.whole = false; // its MIG layout may be the node's, not a tenant's
+                    self.clean(&PodCgroups::none(), &[t])
+                }
+                Err(e) => vec![e],
+            };
+            if errors.is_empty() {
+                ledger
+                    .clear_quarantine(&rec.device)
+                    .map_err(|e| ledger_err(uuid, e))?;
+                cleared.push(uuid.clone());
+            } else {
+                tracing::info!(gpu = %uuid, reason = %join(&errors), "gpu stays quarantined");
+            }
+        }
+        Ok(cleared)
+    }
+
+    fn times(&self) -> KillTimes {
+        KillTimes {
+            grace: Duration::from_millis(self.config.kill_grace_ms),
+            kill_wait: Duration::from_millis(self.config.kill_wait_ms),
+        }
+    }
+
+    fn pod_cgroups_of(&self, pod: &PodRecord) -> PodCgroups {
+        let map = self.pod_cgroups.lock().unwrap_or_else(|p| p.into_inner());
+        let known = map.get(&pod.pod.sandbox_id).cloned().unwrap_or_default();
+        known.merged(PodCgroups::from_uid(&pod.pod.uid))
+    }
+
+    fn targets(&self, pod: &PodRecord) -> (Vec<Target>, Vec<GpuError>) {
+        let (mut targets, mut errors) = (Vec::new(), Vec::new());
+        for claim in &pod.claims {
+            if let DeviceId::Gpu(uuid) = &claim.device {
+                match self.target(uuid, claim.share, Some(&pod.pod.sandbox_id)) {
+                    Ok(t) => targets.push(t),
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+        (targets, errors)
+    }
+
+    /// Resolves a GPU to its device number; `sandbox` is the releasing pod, if any.
+    fn target(&self, uuid: &str, share: Share, sandbox: Option<&str>) -> Result<Target, GpuError> {
+        let inv = self.inventory.read().unwrap_or_else(|p| p.into_inner());
+        let gpu = inv.gpus.iter().find(|g| g.uuid == uuid);
+        let gpu = gpu.ok_or_else(|| GpuError::UnknownGpu {
+            uuid: uuid.to_string(),
+        })?;
+        let major = inv
+            .nvidia_majors
+            .nvidia
+            .ok_or_else(|| GpuError::NoNvidiaMajor {
+                uuid: uuid.to_string(),
+            })?;
+        let last = match sandbox {
+            Some(sandbox) => self.is_last(uuid, sandbox)?,
+            None => true,
+        };
+        Ok(Target {
+            uuid: uuid.to_string(),
+            bus_id: gpu.bus_id.to_string(),
+            rdev: libc::makedev(major, gpu.minor),
+            whole: share == Share::Exclusive,
+            last,
+        })
+    }
+
+    fn is_last(&self, uuid: &str, sandbox: &str) -> Result<bool, GpuError> {
+        let holders = self
+            .claims
+            .holders(&DeviceId::Gpu(uuid.to_string()))
+            .map_err(|reason| GpuError::Claims {
+                uuid: uuid.to_string(),
+                reason,
+            })?;
+        let released = self.released.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(holders.iter().all(|h| h == sandbox || released.contains(h)))
+    }
+
+    fn mark_released(&self, sandbox: &str) {
+        let mut released = self.released.lock().unwrap_or_else(|p| p.into_inner());
+        if released.len() >= RELEASED_MEMORY {
+            released.pop_front();
+        }
+        released.push_back(sandbox.to_string());
+        drop(released);
+        let mut map = self.pod_cgroups.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(sandbox);
+    }
+
+    /// Ends the pod's users of `targets`, then checks and resets those it held last.
+    fn clean(&self, pod: &PodCgroups, targets: &[Target]) -> Vec<GpuError> {
+        let own = std::process::id();
+        let watched = self.watched(targets);
+        let rdevs: Vec<u64> = watched.iter().map(|(_, r)| *r).collect();
+        let mut users = match scan(self.host.as_ref(), &rdevs, own) {
+            Ok(users) => users,
+            Err(e) => return vec![e],
+        };
+        if let Err(e) = add_nvml_users(self.nvml.as_ref(), &watched, own, &mut users) {
+            return vec![e];
+        }
+        let target_devs: Vec<u64> = targets.iter().map(|t| t.rdev).collect();
+        let split = split(self.host.as_ref(), &users, &target_devs, pod, &self.ignored);
+        match kill::end(self.host.as_ref(), &split.pod, self.times()) {
+            Ok(ended) if !split.pod.is_empty() => {
+                tracing::info!(terminated = ?ended.terminated, killed = ?ended.killed, "ended the released pod's gpu users");
+            }
+            Ok(_) => {}
+            // A survivor still holds the GPU: nothing after this is safe.
+            Err(e) => return vec![e],
+        }
+        users.remove_all(&split.pod);
+        let mut errors = Vec::new();
+        let mut reset_ok = Vec::new();
+        for t in targets.iter().filter(|t| t.last) {
+            if let Some(pids) = split.outside.get(&t.rdev) {
+                tracing::warn!(gpu = %t.uuid, pids = ?pids, "gpu open outside the released pod");
+                errors.push(GpuError::OutsideUsers {
+                    uuid: t.uuid.clone(),
+                    pids: pids.clone(),
+                });
+                continue;
+            }
+            let errs = reset::reset_gpu(self.nvml.as_ref(), &t.uuid, &self.config, t.whole);
+            if errs.is_empty() {
+                reset_ok.push(t);
+            }
+            errors.extend(errs);
+            self.note_memory_health(&t.uuid);
+        }
+        if self.config.full_reset && errors.is_empty() {
+            errors.extend(self.full_resets(&reset_ok, &users));
+        }
+        errors
+    }
+
+    /// The devices to scan: the targets, and every GPU when a full reset may follow
+    /// (it needs all of them idle, nvidia-smi(1) `--gpu-reset`).
+    fn watched(&self, targets: &[Target]) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> =
+            targets.iter().map(|t| (t.uuid.clone(), t.rdev)).collect();
+        if !self.config.full_reset {
+            return out;
+        }
+        let inv = self.inventory.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(major) = inv.nvidia_majors.nvidia {
+            for g in &inv.gpus {
+                if !out.iter().any(|(u, _)| *u == g.uuid) {
+                    out.push((g.uuid.clone(), libc::makedev(major, g.minor)));
+                }
+            }
+        }
+        out
+    }
+
+    fn full_resets(&self, targets: &[&Target], users: &Users) -> Vec<GpuError> {
+        if !users.is_idle() {
+            tracing::warn!("full gpu reset skipped: a gpu on the node is in use");
+            return Vec::new();
+        }
+        targets
+            .iter()
+            .filter_map(|t| {
+                reset::full_reset(self.host.as_ref(), &self.config, &t.uuid, &t.bus_id).err()
+            })
+            .collect()
+    }
+
+    /// A GPU handed back with pages waiting for retirement needs a reset first: mark it
+    /// unhealthy now rather than at the monitor's next check.
+    fn note_memory_health(&self, uuid: &str) {
+        let Ok(reading) = self.nvml.memory_health(uuid) else {
+            return;
+        };
+        let faults = observe(&[], Some(&reading), &mut None, &[]);
+        if faults.is_empty() {
+            return;
+        }
+        if let Err(e) = self.health.mark(uuid, &faults, crate::ledger::now_unix()) {
+            tracing::warn!(gpu = uuid, error = %super::error::chain(&e), "gpu health not recorded");
+        }
+    }
+}
+
+impl Teardown for GpuTeardown {
+    fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+        let (targets, mut errors) = self.targets(pod);
+        if !targets.is_empty() {
+            errors.extend(self.clean(&self.pod_cgroups_of(pod), &targets));
+        }
+        if !errors.is_empty() {
+            return Err(join(&errors));
+        }
+        if !targets.is_empty() {
+            self.mark_released(&pod.pod.sandbox_id);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,107 @@
+//! A recording host: processes are entries in a map, signals remove them unless they
+//! resist, sleeping only adds up.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::gpu::host::{Host, Signal};
+
+#[derive(Debug, Clone, Default)]
+pub struct FakeProc {
+    pub devs: Vec<u64>,
+    pub cgroup: String,
+    pub start: u64,
+    pub ignores_term: bool,
+    pub unkillable: bool,
+}
+
+#[derive(Default)]
+pub struct FakeHost {
+    pub procs: Mutex<BTreeMap<u32, FakeProc>>,
+    pub signals: Mutex<Vec<(u32, Signal)>>,
+    pub slept: Mutex<Duration>,
+    pub commands: Mutex<Vec<Vec<String>>>,
+}
+
+impl FakeHost {
+    pub fn add(&self, pid: u32, devs: &[u64], cgroup: &str) -> &Self {
+        self.add_proc(
+            pid,
+            FakeProc {
+                devs: devs.to_vec(),
+                cgroup: format!("0::{cgroup}\n"),
+                start: u64::from(pid) * 10,
+                ..FakeProc::default()
+            },
+        )
+    }
+
+    pub fn add_proc(&self, pid: u32, p: FakeProc) -> &Self {
+        self.procs.lock().unwrap().insert(pid, p);
+        self
+    }
+
+    pub fn alive(&self, pid: u32) -> bool {
+        self.procs.lock().unwrap().contains_key(&pid)
+    }
+
+    pub fn signals(&self) -> Vec<(u32, Signal)> {
+        self.signals.lock().unwrap().clone()
+    }
+
+    pub fn slept(&self) -> Duration {
+        *self.slept.lock().unwrap()
+    }
+}
+
+fn not_found() -> io::Error {
+    io::Error::from(io::ErrorKind::NotFound)
+}
+
+impl Host for FakeHost {
+    fn pids(&self) -> io::Result<Vec<u32>> {
+        Ok(self.procs.lock().unwrap().keys().copied().collect())
+    }
+
+    fn open_char_devices(&self, pid: u32, out: &mut Vec<u64>) -> io::Result<()> {
+        let procs = self.procs.lock().unwrap();
+        out.extend(&procs.get(&pid).ok_or_else(not_found)?.devs);
+        Ok(())
+    }
+
+    fn cgroup(&self, pid: u32) -> io::Result<String> {
+        let procs = self.procs.lock().unwrap();
+        Ok(procs.get(&pid).ok_or_else(not_found)?.cgroup.clone())
+    }
+
+    fn start_time(&self, pid: u32) -> io::Result<Option<u64>> {
+        Ok(self.procs.lock().unwrap().get(&pid).map(|p| p.start))
+    }
+
+    fn signal(&self, pid: u32, signal: Signal) -> io::Result<()> {
+        self.signals.lock().unwrap().push((pid, signal));
+        let mut procs = self.procs.lock().unwrap();
+        let p = procs
+            .get(&pid)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+        let dies = match signal {
+            Signal::Term => !p.ignores_term && !p.unkillable,
+            Signal::Kill => !p.unkillable,
+        };
+        if dies {
+            procs.remove(&pid);
+        }
+        Ok(())
+    }
+
+    fn sleep(&self, duration: Duration) {
+        *self.slept.lock().unwrap() += duration;
+    }
+
+    fn run(&self, argv: &[String], _timeout: Duration) -> Result<(), String> {
+        self.commands.lock().unwrap().push(argv.to_vec());
+        Ok(())
+    }
+}

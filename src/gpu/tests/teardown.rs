@@ -1,0 +1,323 @@
+//! GpuTeardown against a fake host and a recording NVML, through the real ledger.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::fake_host::{FakeHost, FakeProc};
+use super::{gpu_inventory, pod};
+use crate::config::GpuConfig;
+use crate::gpu::health::Fault;
+use crate::gpu::host::Signal;
+use crate::gpu::nvml::fake::{Call, FakeNvml};
+use crate::gpu::nvml::{ComputeMode, MemoryHealth};
+use crate::gpu::{check_claims, GpuTeardown};
+use crate::ledger::{Claim, DeviceId, Ledger, Share};
+
+struct Node {
+    _dir: tempfile::TempDir,
+    ledger: Ledger,
+    host: Arc<FakeHost>,
+    nvml: Arc<FakeNvml>,
+    teardown: GpuTeardown,
+}
+
+fn node(config: impl FnOnce(&mut GpuConfig)) -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&dir.path().join("ledger")).unwrap();
+    let mut cfg = GpuConfig {
+        health_dir: dir.path().join("health"),
+        kill_grace_ms: 100,
+        kill_wait_ms: 50,
+        ..GpuConfig::default()
+    };
+    config(&mut cfg);
+    let (host, nvml) = (Arc::new(FakeHost::default()), Arc::new(FakeNvml::default()));
+    let teardown = GpuTeardown::new(
+        gpu_inventory(195, &[0, 1, 2]),
+        cfg,
+        host.clone(),
+        nvml.clone(),
+        Arc::new(ledger.clone()),
+    );
+    Node {
+        _dir: dir,
+        ledger,
+        host,
+        nvml,
+        teardown,
+    }
+}
+
+fn dev(minor: u32) -> u64 {
+    libc::makedev(195, minor)
+}
+
+fn claim(uuid: &str, share: Share) -> Claim {
+    Claim {
+        device: DeviceId::Gpu(uuid.to_string()),
+        share,
+    }
+}
+
+const HALF: Share = Share::Shared {
+    core: 50,
+    memory_ratio: 50,
+};
+
+fn resets(nvml: &FakeNvml, uuid: &str) -> usize {
+    let want = Call::SetComputeMode(uuid.to_string(), ComputeMode::Default);
+    nvml.calls().iter().filter(|c| **c == want).count()
+}
+
+#[test]
+fn pod_users_end_and_an_outside_user_quarantines_until_it_is_gone() {
+    let n = node(|_| {});
+    let a = pod("a");
+    n.ledger
+        .claim(&a, &[claim("GPU-0", Share::Exclusive)])
+        .unwrap();
+    n.host
+        .add(100, &[dev(0)], "/kubepods/besteffort/poduid-a/c1");
+    n.host.add_proc(
+        101,
+        FakeProc {
+            devs: vec![dev(0)],
+            cgroup: "0::/kubepods/besteffort/poduid-a/c2\n".into(),
+            start: 7,
+            ignores_term: true,
+            ..FakeProc::default()
+        },
+    );
+    n.host.add(200, &[dev(0)], "/system.slice/ssh.service");
+    n.host.add(
+        300,
+        &[dev(0), dev(1)],
+        "/system.slice/nvidia-persistenced.service",
+    );
+    n.host.add(
+        400,
+        &[libc::makedev(1, 3)],
+        "/kubepods/besteffort/poduid-a/c1",
+    );
+
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert_eq!(out.pods, vec![]);
+    let reason = &out.failed[0].1;
+    assert!(
+        reason.contains("gpu GPU-0 is still open in pids [200]"),
+        "{reason}"
+    );
+    let sigs = n.host.signals();
+    assert_eq!(
+        sigs,
+        vec![
+            (100, Signal::Term),
+            (101, Signal::Term),
+            (101, Signal::Kill)
+        ]
+    );
+    assert!(n.host.slept().as_millis() >= 100, "grace period honoured");
+    assert!(n.host.alive(200) && n.host.alive(300) && n.host.alive(400));
+    assert_eq!(resets(&n.nvml, "GPU-0"), 0, "a gpu in use is not reset");
+    let state = n.ledger.snapshot().unwrap();
+    assert!(state.devices["gpu GPU-0"].quarantine.is_some());
+    assert!(state.pods.contains_key("sb-a"));
+
+    n.host.procs.lock().unwrap().remove(&200);
+    let out = n.ledger.reconcile(&HashSet::new(), &n.teardown).unwrap();
+    assert_eq!(out.pods.len(), 1);
+    assert!(n.ledger.snapshot().unwrap().devices["gpu GPU-0"]
+        .quarantine
+        .is_some());
+    assert_eq!(
+        n.teardown.retry_quarantined(&n.ledger).unwrap(),
+        vec!["GPU-0"]
+    );
+    assert!(n.ledger.snapshot().unwrap().devices.is_empty());
+    assert!(resets(&n.nvml, "GPU-0") >= 1);
+}
+
+#[test]
+fn a_clean_whole_gpu_is_reset_mig_first() {
+    let n = node(|_| {});
+    n.nvml.mig.lock().unwrap().insert("GPU-1".into());
+    n.ledger
+        .claim(&pod("a"), &[claim("GPU-1", Share::Exclusive)])
+        .unwrap();
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert_eq!(out.failed, vec![]);
+    assert_eq!(
+        n.nvml.calls(),
+        vec![
+            Call::DestroyMig("GPU-1".into()),
+            Call::ResetApplicationClocks("GPU-1".into()),
+            Call::ResetLockedClocks("GPU-1".into()),
+            Call::SetComputeMode("GPU-1".into(), ComputeMode::Default),
+        ]
+    );
+    assert!(n.host.signals().is_empty());
+}
+
+#[test]
+fn a_shared_gpu_is_reset_by_its_last_holder_only() {
+    let n = node(|_| {});
+    n.nvml.mig.lock().unwrap().insert("GPU-1".into());
+    n.ledger.claim(&pod("a"), &[claim("GPU-1", HALF)]).unwrap();
+    n.ledger.claim(&pod("b"), &[claim("GPU-1", HALF)]).unwrap();
+    n.host.add(10, &[dev(1)], "/kubepods/poduid-a");
+    n.host.add(20, &[dev(1)], "/kubepods/poduid-b");
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert_eq!(out.failed, vec![]);
+    assert!(!n.host.alive(10) && n.host.alive(20));
+    assert!(n.nvml.calls().is_empty(), "b still uses it");
+
+    let out = n.ledger.release_pod("sb-b", &n.teardown).unwrap();
+    assert_eq!(out.failed, vec![]);
+    assert!(!n.host.alive(20));
+    assert_eq!(resets(&n.nvml, "GPU-1"), 1);
+    assert!(!n.nvml.calls().contains(&Call::DestroyMig("GPU-1".into())));
+}
+
+#[test]
+fn pods_sharing_a_gpu_released_together_reset_it_once() {
+    let n = node(|_| {});
+    n.ledger.claim(&pod("a"), &[claim("GPU-2", HALF)]).unwrap();
+    n.ledger.claim(&pod("b"), &[claim("GPU-2", HALF)]).unwrap();
+    let out = n.ledger.reconcile(&HashSet::new(), &n.teardown).unwrap();
+    assert_eq!((out.pods.len(), out.failed.len()), (2, 0));
+    assert_eq!(resets(&n.nvml, "GPU-2"), 1);
+}
+
+#[test]
+fn nvml_contexts_count_as_users() {
+    let n = node(|_| {});
+    n.ledger
+        .claim(&pod("a"), &[claim("GPU-0", Share::Exclusive)])
+        .unwrap();
+    n.host.add(40, &[], "/kubepods/poduid-a/c");
+    n.host.add(41, &[], "/user.slice");
+    n.nvml
+        .processes
+        .lock()
+        .unwrap()
+        .insert("GPU-0".into(), vec![40, 41]);
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert!(!n.host.alive(40) && n.host.alive(41));
+    assert!(out.failed[0].1.contains("pids [41]"), "{:?}", out.failed);
+}
+
+#[test]
+fn nvml_failure_and_survivors_fail_the_teardown() {
+    let n = node(|_| {});
+    n.nvml.failing.lock().unwrap().insert("GPU-0".into());
+    n.ledger
+        .claim(&pod("a"), &[claim("GPU-0", Share::Exclusive)])
+        .unwrap();
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert!(
+        out.failed[0].1.contains("no permission"),
+        "{:?}",
+        out.failed
+    );
+
+    let n = node(|_| {});
+    n.ledger
+        .claim(&pod("a"), &[claim("GPU-0", Share::Exclusive)])
+        .unwrap();
+    let stuck = FakeProc {
+        devs: vec![dev(0)],
+        cgroup: "0::/kubepods/poduid-a\n".into(),
+        start: 1,
+        unkillable: true,
+        ..FakeProc::default()
+    };
+    n.host.add_proc(50, stuck);
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert!(out.failed[0]
+        .1
+        .contains("pids [50] of the released pod outlived SIGKILL"));
+    assert!(n.nvml.calls().is_empty());
+}
+
+#[test]
+fn nri_cgroup_paths_place_processes_without_a_uid() {
+    let n = node(|_| {});
+    let mut p = pod("a");
+    p.uid.clear();
+    n.ledger
+        .claim(&p, &[claim("GPU-0", Share::Exclusive)])
+        .unwrap();
+    n.teardown
+        .set_pod_cgroups("sb-a", &["kubepods-burstable-podA.slice"]);
+    n.host.add(
+        60,
+        &[dev(0)],
+        "/kubepods.slice/kubepods-burstable-podA.slice/x.scope",
+    );
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert_eq!(out.failed, vec![]);
+    assert!(!n.host.alive(60));
+}
+
+#[test]
+fn unknown_gpus_fail_rather_than_pass_unchecked() {
+    let n = node(|_| {});
+    n.ledger
+        .claim(&pod("a"), &[claim("GPU-9", Share::Exclusive)])
+        .unwrap();
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert!(out.failed[0]
+        .1
+        .contains("gpu GPU-9 is not in the inventory"));
+}
+
+#[test]
+fn full_reset_runs_only_when_every_gpu_is_idle() {
+    let n = node(|c| c.full_reset = true);
+    n.ledger
+        .claim(&pod("a"), &[claim("GPU-0", Share::Exclusive)])
+        .unwrap();
+    n.ledger
+        .claim(&pod("b"), &[claim("GPU-1", Share::Exclusive)])
+        .unwrap();
+    n.host.add(70, &[dev(1)], "/kubepods/poduid-b");
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert_eq!(out.failed, vec![]);
+    assert!(n.host.commands.lock().unwrap().is_empty(), "gpu 1 busy");
+
+    n.host.procs.lock().unwrap().remove(&70);
+    n.ledger
+        .claim(&pod("c"), &[claim("GPU-0", Share::Exclusive)])
+        .unwrap();
+    let out = n.ledger.release_pod("sb-c", &n.teardown).unwrap();
+    assert_eq!(out.failed, vec![]);
+    let commands = n.host.commands.lock().unwrap().clone();
+    assert_eq!(
+        commands,
+        vec![["nvidia-smi", "--gpu-reset", "-i", "0000:18:00.0"]]
+    );
+}
+
+#[test]
+fn pending_retired_pages_take_a_released_gpu_out_of_service() {
+    let n = node(|_| {});
+    let pending = MemoryHealth {
+        retired_pages_pending: Some(true),
+        ..MemoryHealth::default()
+    };
+    n.nvml.set_health("GPU-0", pending);
+    let claims = [claim("GPU-0", Share::Exclusive)];
+    check_claims(n.teardown.health(), &claims).unwrap();
+    n.ledger.claim(&pod("a"), &claims).unwrap();
+    n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    let err = check_claims(n.teardown.health(), &claims).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "gpu GPU-0 is unhealthy: retired pages pending"
+    );
+    let state = n.teardown.health().snapshot().unwrap();
+    assert_eq!(
+        state.unhealthy("GPU-0").unwrap().faults,
+        vec![Fault::RetiredPagesPending]
+    );
+}

@@ -1,0 +1,261 @@
+//! `devgate-hook <stage>`: the OCI hook the NRI plugin injects.
+//!
+//! - `prestart` / `createRuntime` (runtime namespace, `status: creating`, `pid` =
+//!   container init as the host sees it): attach the VFs listed in the
+//!   [`RESOLVED_ANNOTATION`] to the netns of `/proc/<pid>/ns/net`.
+//! - `createContainer`: runs in the container's namespaces, where host VFs are
+//!   out of reach; nothing to do.
+//! - `poststop` (no pid; runc also runs it after a failed create, so it must
+//!   tolerate a container that never started): detach what was saved for the
+//!   container id.
+//!
+//! runc shows a hook's output only inside its error (libcontainer `Command.Run`),
+//! so logs go to a file and the binary prints one line, on failure only.
+
+mod log;
+mod resolved;
+mod state;
+
+use std::path::PathBuf;
+
+pub use log::init_log;
+pub use resolved::{Resolved, ResolvedError, MAX_NETWORKS, RESOLVED_ANNOTATION, RESOLVED_VERSION};
+pub use state::{State, MAX_STATE_BYTES};
+
+use crate::config::ConfigError;
+use crate::netdev::{self, NetnsError, NetnsRoots, SavedStore, SysNetEnv, VfError, VfOps};
+
+/// Default directory of saved VF state and the hook log.
+pub const DEFAULT_STATE_DIR: &str = "/run/devgate";
+/// Environment variable naming the config file.
+pub const CONFIG_ENV: &str = "DEVGATE_CONFIG";
+/// Fault injection for the crash tests: `abort-after:<checkpoint>` kills the hook
+/// with SIGKILL right after that attach checkpoint ("save", "pf", "move",
+/// "configure", "rdma"), leaving everything as a `kill -9` would.
+pub const FAULT_ENV: &str = "DEVGATE_HOOK_FAULT";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Prestart,
+    CreateRuntime,
+    CreateContainer,
+    Poststop,
+}
+
+impl std::str::FromStr for Stage {
+    type Err = HookError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "prestart" => Ok(Stage::Prestart),
+            "createRuntime" => Ok(Stage::CreateRuntime),
+            "createContainer" => Ok(Stage::CreateContainer),
+            "poststop" => Ok(Stage::Poststop),
+            other => Err(HookError::Stage(other.chars().take(64).collect())),
+        }
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stage::Prestart => "prestart",
+            Stage::CreateRuntime => "createRuntime",
+            Stage::CreateContainer => "createContainer",
+            Stage::Poststop => "poststop",
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error("unknown stage {0:?} (want prestart, createRuntime, createContainer or poststop)")]
+    Stage(String),
+    #[error("read the container state from stdin")]
+    Stdin(#[source] std::io::Error),
+    #[error("the container state on stdin is larger than {MAX_STATE_BYTES} bytes")]
+    StateTooLarge,
+    #[error("parse the container state: {0}")]
+    State(String),
+    #[error(transparent)]
+    Resolved(#[from] ResolvedError),
+    #[error("{stage}: the container state has no pid")]
+    NoPid { stage: Stage },
+    #[error("{stage}: container status is {status:?}, want creating")]
+    Status { stage: Stage, status: String },
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("container netns")]
+    Netns(#[source] NetnsError),
+    #[error(transparent)]
+    Vf(#[from] VfError),
+    #[error("hooks-only mode (no NRI plugin) is not supported yet: run `devgate nri` and let it inject the hook")]
+    HooksOnly,
+}
+
+/// Where the hook works.
+#[derive(Debug, Clone)]
+pub struct HookEnv {
+    /// Host root for sysfs reads (hooks-only discovery; NRI mode reads nothing there).
+    pub host_root: PathBuf,
+    pub state_dir: PathBuf,
+    /// `/proc` of the host: where `<pid>/ns/net` is opened and netns are searched.
+    pub roots: NetnsRoots,
+}
+
+/// What a run did, for the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Attached(usize),
+    Detached(usize),
+    Nothing,
+}
+
+/// Runs one stage for one container state.
+pub fn run(
+    stage: Stage,
+    state: &State,
+    env: &HookEnv,
+    checkpoint: &dyn Fn(&'static str),
+) -> Result<Outcome, HookError> {
+    match stage {
+        Stage::Prestart | Stage::CreateRuntime => attach(stage, state, env, checkpoint),
+        Stage::CreateContainer => Ok(Outcome::Nothing),
+        Stage::Poststop => detach(state, env, checkpoint),
+    }
+}
+
+fn attach(
+    stage: Stage,
+    state: &State,
+    env: &HookEnv,
+    checkpoint: &dyn Fn(&'static str),
+) -> Result<Outcome, HookError> {
+    let Some(resolved) = Resolved::from_annotations(&state.annotations)? else {
+        return Ok(Outcome::Nothing);
+    };
+    if resolved.networks.is_empty() {
+        return Ok(Outcome::Nothing);
+    }
+    if !matches!(state.status.as_str(), "creating" | "created") {
+        return Err(HookError::Status {
+            stage,
+            status: state.status.chars().take(32).collect(),
+        });
+    }
+    let pid = state.pid().ok_or(HookError::NoPid { stage })?;
+    let pod = netdev::Netns::of_pid(&env.roots.proc_root, pid).map_err(HookError::Netns)?;
+    let mut net = SysNetEnv::new(env.roots.clone()).map_err(HookError::Netns)?;
+    let store = SavedStore::new(&env.state_dir);
+    let mut ops = VfOps {
+        env: &mut net,
+        store: &store,
+        checkpoint,
+    };
+    netdev::attach_all(&mut ops, &state.id, &pod, None, &resolved.networks)?;
+    Ok(Outcome::Attached(resolved.networks.len()))
+}
+
+fn detach(
+    state: &State,
+    env: &HookEnv,
+    checkpoint: &dyn Fn(&'static str),
+) -> Result<Outcome, HookError> {
+    let store = SavedStore::new(&env.state_dir);
+    // The common case, a container without VFs, reads one directory and stops.
+    let held = store.for_container(&state.id).map_err(VfError::Records)?;
+    if held.is_empty() {
+        return Ok(Outcome::Nothing);
+    }
+    let mut net = SysNetEnv::new(env.roots.clone()).map_err(HookError::Netns)?;
+    let mut ops = VfOps {
+        env: &mut net,
+        store: &store,
+        checkpoint,
+    };
+    let n = netdev::detach_container(&mut ops, &state.id)?;
+    Ok(Outcome::Detached(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_parse_and_unknown_ones_fail() {
+        for s in ["prestart", "createRuntime", "createContainer", "poststop"] {
+            assert_eq!(s.parse::<Stage>().unwrap().to_string(), s);
+        }
+        for s in ["startContainer", "poststart", "", "PRESTART"] {
+            assert!(
+                matches!(s.parse::<Stage>(), Err(HookError::Stage(_))),
+                "{s}"
+            );
+        }
+    }
+
+    fn env(dir: &std::path::Path) -> HookEnv {
+        HookEnv {
+            host_root: PathBuf::from("/"),
+            state_dir: dir.to_path_buf(),
+            roots: NetnsRoots::default(),
+        }
+    }
+
+    #[test]
+    fn without_the_annotation_or_records_there_is_nothing_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let nop = |_: &'static str| {};
+        let create = State::parse(br#"{"id":"c1","status":"creating","pid":1}"#).unwrap();
+        for stage in [
+            Stage::Prestart,
+            Stage::CreateRuntime,
+            Stage::CreateContainer,
+        ] {
+            assert_eq!(
+                run(stage, &create, &env(dir.path()), &nop).unwrap(),
+                Outcome::Nothing
+            );
+        }
+        let stop = State::parse(br#"{"id":"c1","status":"stopped"}"#).unwrap();
+        assert_eq!(
+            run(Stage::Poststop, &stop, &env(dir.path()), &nop).unwrap(),
+            Outcome::Nothing
+        );
+        assert!(
+            !dir.path().join("vf").exists(),
+            "poststop must not create state"
+        );
+    }
+
+    #[test]
+    fn attach_needs_a_creating_container_with_a_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let nop = |_: &'static str| {};
+        let value = r#"{"version":1,"networks":[{"vf_index":0,"vf_bus_id":"0000:00:10.1","host_netdev":"veth0","container_ifname":"net1"}]}"#;
+        let state = |status: &str, pid: &str| {
+            let json = serde_json::json!({"id": "c1", "status": status, "pid": serde_json::from_str::<serde_json::Value>(pid).unwrap(),
+                "annotations": {RESOLVED_ANNOTATION: value}});
+            State::parse(json.to_string().as_bytes()).unwrap()
+        };
+        let e = run(
+            Stage::CreateRuntime,
+            &state("creating", "0"),
+            &env(dir.path()),
+            &nop,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "createRuntime: the container state has no pid"
+        );
+        let e = run(
+            Stage::Prestart,
+            &state("running", "5"),
+            &env(dir.path()),
+            &nop,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("status is \"running\""), "{e}");
+    }
+}

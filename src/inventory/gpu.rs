@@ -1,0 +1,141 @@
+//! NVIDIA GPUs: the functions bound to the `nvidia` driver, described by the driver's procfs.
+
+use std::path::Path;
+
+use super::error::InventoryError;
+use super::model::{Gpu, Health, NvidiaMajors, PciAddr};
+use super::parse::{nvidia_majors, parse_gpu_information, GpuInformation};
+use super::pci::PciFunction;
+use super::Scan;
+
+/// Where the PCI core links the functions a driver is bound to (drivers/base/bus.c).
+const NVIDIA_DRIVER_DIR: &str = "sys/bus/pci/drivers/nvidia";
+
+/// What a GPU management library (NVML) knows about one GPU.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuFacts {
+    /// The library's index, which `NVIDIA_VISIBLE_DEVICES` integers refer to.
+    pub index: Option<u32>,
+    pub memory_bytes: Option<u64>,
+    pub health: Option<Health>,
+}
+
+/// A source of GPU facts beyond sysfs and procfs. Absent is normal: see [`NoGpuLibrary`].
+pub trait GpuLibrary {
+    /// Facts about the GPU at `bus_id`, or `None` when the library does not know it.
+    fn gpu(&self, bus_id: PciAddr) -> Option<GpuFacts>;
+}
+
+/// No GPU library: indices follow PCI bus order, memory is unknown.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoGpuLibrary;
+
+impl GpuLibrary for NoGpuLibrary {
+    fn gpu(&self, _bus_id: PciAddr) -> Option<GpuFacts> {
+        None
+    }
+}
+
+impl Scan<'_> {
+    /// Every GPU bound to `nvidia`, in PCI bus order.
+    pub(super) fn gpus(&mut self) -> Vec<Gpu> {
+        let names = self.fs.list_optional(NVIDIA_DRIVER_DIR);
+        let names = self.ok(names).unwrap_or_default();
+        // The driver directory also holds `bind`, `unbind`, `module`, ...: keep BDF names.
+        let mut found: Vec<(Gpu, Option<u32>)> = names
+            .iter()
+            .filter_map(|n| n.parse::<PciAddr>().ok().map(|a| (n, a)))
+            .filter_map(|(name, addr)| self.gpu(name, addr))
+            .collect();
+        found.sort_by_key(|(gpu, _)| gpu.bus_id);
+        for (position, (gpu, library_index)) in found.iter_mut().enumerate() {
+            // NVML orders by PCI bus id too, but only NVML's own index is authoritative.
+            gpu.index = library_index.unwrap_or(position as u32);
+        }
+        found.into_iter().map(|(gpu, _)| gpu).collect()
+    }
+
+    fn gpu(&mut self, name: &str, addr: PciAddr) -> Option<(Gpu, Option<u32>)> {
+        let link = Path::new(NVIDIA_DRIVER_DIR).join(name);
+        let function = self.pci_function(&link);
+        let function = self.ok(function)?;
+        let path = format!("proc/driver/nvidia/gpus/{addr}/information");
+        let info = match self.fs.read(&path) {
+            Ok(text) => self.gpu_information(&path, &text, addr),
+            // NVSwitches (class 0x0680) bind to `nvidia` too but have no information file;
+            // only a display controller (class 0x03) without one is worth a warning.
+            Err(e) if e.is_not_found() && !self.is_display(&function) => return None,
+            Err(e) => {
+                self.warn(e);
+                return None;
+            }
+        };
+        let topology = self.topology(&function);
+        let facts = self.gpu_library.gpu(addr).unwrap_or_default();
+        let health = match (facts.health, info.excluded) {
+            (Some(health), _) => health,
+            (None, true) => Health::Unhealthy {
+                reason: "excluded by NVreg_ExcludedGpus".to_owned(),
+            },
+            (None, false) => Health::Healthy,
+        };
+        let gpu = Gpu {
+            index: 0,
+            minor: info.minor?,
+            uuid: info.uuid?,
+            bus_id: addr,
+            model: info.model.unwrap_or_default(),
+            memory_bytes: facts.memory_bytes,
+            topology,
+            health,
+        };
+        Some((gpu, facts.index))
+    }
+
+    /// The parsed information file of `addr`, with a warning for each missing field.
+    fn gpu_information(&mut self, path: &str, text: &str, addr: PciAddr) -> GpuInformation {
+        let info = parse_gpu_information(text);
+        let required = [
+            ("GPU UUID", info.uuid.is_none()),
+            ("Device Minor", info.minor.is_none()),
+            ("Model", info.model.is_none()),
+        ];
+        for (field, missing) in required {
+            if missing {
+                let path = path.into();
+                self.warn(InventoryError::MissingField { path, field });
+            }
+        }
+        let location = info.bus_location.as_deref().map(str::parse::<PciAddr>);
+        if location.is_some_and(|l| l != Ok(addr)) {
+            self.warn(InventoryError::Device {
+                device: addr.to_string(),
+                what: format!("{path} says bus location {:?}", info.bus_location),
+            });
+        }
+        info
+    }
+
+    /// Whether the function is a display controller; an unreadable class counts as one.
+    fn is_display(&mut self, function: &PciFunction) -> bool {
+        self.class(&function.dir).is_none_or(|c| c >> 16 == 0x03)
+    }
+
+    /// Majors from `proc/devices`; a GPU without them is worth a warning.
+    pub(super) fn nvidia_majors(&mut self, have_gpus: bool) -> NvidiaMajors {
+        let text = self.fs.read("proc/devices");
+        let text = if have_gpus {
+            self.ok(text)
+        } else {
+            self.optional(text)
+        };
+        let majors = text.as_deref().map(nvidia_majors).unwrap_or_default();
+        if have_gpus && text.is_some() && majors.nvidia.is_none() {
+            self.warn(InventoryError::Device {
+                device: "nvidia".to_owned(),
+                what: "proc/devices has no nvidia major".to_owned(),
+            });
+        }
+        majors
+    }
+}

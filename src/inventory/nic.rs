@@ -1,0 +1,132 @@
+//! RDMA NICs: physical functions with an RDMA device, and their SR-IOV virtual functions.
+
+use std::collections::BTreeMap;
+
+use super::error::InventoryError;
+use super::model::{Health, PciAddr, RdmaDev, RdmaNic, RdmaPort, Vf};
+use super::parse::{parse_decimal, parse_virtfn};
+use super::pci::PciFunction;
+use super::rdma::INFINIBAND_CLASS;
+use super::Scan;
+
+/// Healthy when every port is ACTIVE, the rule koordlet reports RDMA health by.
+pub fn port_health(ports: &[RdmaPort]) -> Health {
+    if ports.is_empty() {
+        return Health::Unhealthy {
+            reason: "no ports".to_owned(),
+        };
+    }
+    match ports.iter().find(|p| p.state != "ACTIVE") {
+        None => Health::Healthy,
+        Some(p) => Health::Unhealthy {
+            reason: format!("port {} is {}", p.num, p.state),
+        },
+    }
+}
+
+impl Scan<'_> {
+    /// Every PF with an RDMA device, in PCI order, with its VFs.
+    pub(super) fn rdma_nics(&mut self) -> Vec<RdmaNic> {
+        let names = self.fs.list_optional(INFINIBAND_CLASS);
+        let names = self.ok(names).unwrap_or_default();
+        if names.is_empty() {
+            return Vec::new();
+        }
+        let mut chars = self.rdma_char_devs();
+        let mut pfs = BTreeMap::new();
+        let mut vfs = BTreeMap::new();
+        for name in names {
+            let Some((dev, function)) = self.rdma_dev(&name, &mut chars) else {
+                continue;
+            };
+            // A VF has `physfn` (drivers/pci/iov.c); everything else counts as a PF.
+            let is_vf = self.fs.exists_in(&function.dir, "physfn");
+            let map = if is_vf { &mut vfs } else { &mut pfs };
+            if let Some((other, _)) = map.insert(function.addr, (dev, function)) {
+                self.warn(InventoryError::Device {
+                    device: other.name,
+                    what: "shares its PCI function with another RDMA device".to_owned(),
+                });
+            }
+        }
+        let nics = pfs
+            .into_values()
+            .map(|(dev, function)| self.rdma_nic(dev, function, &mut vfs))
+            .collect();
+        for (addr, (dev, _)) in vfs {
+            self.warn(InventoryError::Device {
+                device: dev.name,
+                what: format!("VF {addr} is not listed by any PF with an RDMA device"),
+            });
+        }
+        nics
+    }
+
+    fn rdma_nic(
+        &mut self,
+        rdma: RdmaDev,
+        function: PciFunction,
+        vf_rdma: &mut BTreeMap<PciAddr, (RdmaDev, PciFunction)>,
+    ) -> RdmaNic {
+        let sriov_total_vfs = self.sriov_count(&function, "sriov_totalvfs");
+        let sriov_num_vfs = self.sriov_count(&function, "sriov_numvfs");
+        let vfs = self.vfs(&function, vf_rdma);
+        RdmaNic {
+            bus_id: function.addr,
+            driver: self.driver(&function),
+            health: port_health(&rdma.ports),
+            netdevs: self.netdevs(&function),
+            topology: self.topology(&function),
+            rdma,
+            sriov_total_vfs,
+            sriov_num_vfs,
+            vfs,
+        }
+    }
+
+    /// A missing SR-IOV attribute means a function without SR-IOV: zero.
+    fn sriov_count(&mut self, function: &PciFunction, name: &str) -> u32 {
+        let text = self.fs.read_in(&function.dir, name);
+        let Some(text) = self.optional(text) else {
+            return 0;
+        };
+        parse_decimal(&text).unwrap_or_else(|| {
+            self.warn(InventoryError::malformed(
+                function.dir.as_path().join(name),
+                &text,
+            ));
+            0
+        })
+    }
+
+    /// The PF's `virtfnN` links, in N order.
+    fn vfs(
+        &mut self,
+        pf: &PciFunction,
+        vf_rdma: &mut BTreeMap<PciAddr, (RdmaDev, PciFunction)>,
+    ) -> Vec<Vf> {
+        let names = self.fs.list_in(&pf.dir, "");
+        let names = self.ok(names).unwrap_or_default();
+        let mut links: Vec<(u32, String)> = names
+            .into_iter()
+            .filter_map(|n| parse_virtfn(&n).map(|i| (i, n)))
+            .collect();
+        links.sort();
+        let mut out = Vec::with_capacity(links.len());
+        for (index, link) in links {
+            let function = self.pci_function(&pf.dir.as_path().join(&link));
+            let Some(function) = self.ok(function) else {
+                continue;
+            };
+            let netdev = self.netdevs(&function).into_iter().next();
+            out.push(Vf {
+                index,
+                bus_id: function.addr,
+                netdev,
+                rdma: vf_rdma.remove(&function.addr).map(|(dev, _)| dev),
+                driver: self.driver(&function),
+            });
+        }
+        out
+    }
+}

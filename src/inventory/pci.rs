@@ -1,0 +1,124 @@
+//! Reading one PCI function: its resolved sysfs directory, driver, netdevs and topology.
+
+use std::path::Path;
+
+use super::error::InventoryError;
+use super::hostfs::RealPath;
+use super::model::{PciAddr, Topology};
+use super::parse::{is_bridge_class, is_pcie_root, parse_class, parse_numa_node};
+use super::topology::switch_of;
+use super::Scan;
+
+/// Where the kernel puts every PCI device: `sys/devices/pciDDDD:BB/<bridges>/<bdf>`.
+const SYS_DEVICES: &str = "sys/devices";
+
+/// One PCI function as found in sysfs.
+#[derive(Debug, Clone)]
+pub(crate) struct PciFunction {
+    pub addr: PciAddr,
+    pub dir: RealPath,
+}
+
+impl Scan<'_> {
+    /// Resolves a link or path to a PCI function directory, whose name must be its BDF.
+    pub(super) fn pci_function(&mut self, rel: &Path) -> Result<PciFunction, InventoryError> {
+        let dir = self.fs.resolve(rel)?;
+        let name = dir.name().unwrap_or_default();
+        let addr = name
+            .parse()
+            .map_err(|_| InventoryError::malformed(dir.as_path(), name))?;
+        Ok(PciFunction { addr, dir })
+    }
+
+    /// The bound driver: the basename of the `driver` link; `None` when unbound.
+    pub(super) fn driver(&mut self, f: &PciFunction) -> Option<String> {
+        let link = self.fs.link_name_in(&f.dir, "driver");
+        self.optional(link)
+    }
+
+    /// Netdev names of the function (`net/*`), sorted.
+    pub(super) fn netdevs(&mut self, f: &PciFunction) -> Vec<String> {
+        let list = self.fs.list_in(&f.dir, "net");
+        self.optional(list).unwrap_or_default()
+    }
+
+    /// The PCI class code, if readable.
+    pub(super) fn class(&mut self, dir: &RealPath) -> Option<u32> {
+        let text = self.fs.read_in(dir, "class");
+        let text = self.ok(text)?;
+        let class = parse_class(&text);
+        if class.is_none() {
+            self.warn(InventoryError::malformed(
+                dir.as_path().join("class"),
+                &text,
+            ));
+        }
+        class
+    }
+
+    /// NUMA node, root complex, switch and bridge path, from the resolved directory.
+    pub(super) fn topology(&mut self, f: &PciFunction) -> Topology {
+        let numa_node = self.numa_node(&f.dir);
+        let Ok(rel) = f.dir.as_path().strip_prefix(SYS_DEVICES) else {
+            self.warn(InventoryError::Device {
+                device: f.addr.to_string(),
+                what: format!(
+                    "resolves outside {SYS_DEVICES}: {}",
+                    f.dir.as_path().display()
+                ),
+            });
+            return Topology {
+                numa_node,
+                ..Topology::default()
+            };
+        };
+        let pcie_root = rel
+            .components()
+            .next()
+            .and_then(|c| c.as_os_str().to_str())
+            .filter(|c| is_pcie_root(c))
+            .unwrap_or_default()
+            .to_owned();
+        let pci_path = self.bridges(f);
+        Topology {
+            numa_node,
+            pcie_root,
+            pcie_switch: switch_of(&pci_path),
+            pci_path,
+            sysfs_path: rel.to_path_buf(),
+        }
+    }
+
+    /// The bridges above `f`: ancestors named like a BDF whose class is 0x0604xx. An ancestor
+    /// whose class cannot be read still counts: only a bridge has PCI functions below it.
+    fn bridges(&mut self, f: &PciFunction) -> Vec<PciAddr> {
+        let mut out = Vec::new();
+        let mut dir = f.dir.parent();
+        while let Some(d) = dir {
+            if let Some(addr) = d.name().and_then(|n| n.parse::<PciAddr>().ok()) {
+                if self.class(&d).is_none_or(is_bridge_class) {
+                    out.push(addr);
+                }
+            }
+            dir = d.parent();
+        }
+        out.reverse();
+        out
+    }
+
+    fn numa_node(&mut self, dir: &RealPath) -> Option<u32> {
+        // Absent without CONFIG_NUMA (drivers/pci/pci-sysfs.c): not worth a warning.
+        let text = self.fs.read_in(dir, "numa_node");
+        let text = self.optional(text)?;
+        match parse_numa_node(&text) {
+            Some(node) => node,
+            None => {
+                self.warn(InventoryError::malformed(
+                    dir.as_path().join("numa_node"),
+                    &text,
+                ));
+                None
+            }
+        }
+    }
+}

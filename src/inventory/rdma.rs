@@ -1,0 +1,198 @@
+//! RDMA devices (`sys/class/infiniband`) of any vendor, their ports and char devices.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::error::InventoryError;
+use super::hostfs::RealPath;
+use super::model::{DevNum, GidEntry, RdmaCharDev, RdmaCharKind, RdmaDev, RdmaPort};
+use super::parse::{
+    parse_decimal, parse_dev_num, parse_link_layer, parse_port_state, parse_rdma_char_name,
+};
+use super::pci::PciFunction;
+use super::Scan;
+
+pub(super) const INFINIBAND_CLASS: &str = "sys/class/infiniband";
+/// uverbs: one node per device (drivers/infiniband/core/uverbs_main.c).
+const VERBS_CLASS: &str = "sys/class/infiniband_verbs";
+/// umad and issm: one node each per port (drivers/infiniband/core/user_mad.c).
+const MAD_CLASS: &str = "sys/class/infiniband_mad";
+/// `rdma_cm` is a misc device with a dynamic minor (drivers/infiniband/core/ucma.c).
+const RDMA_CM_DEV: &str = "sys/class/misc/rdma_cm/dev";
+
+/// Char devices by the name of the RDMA device they belong to.
+pub(super) type CharDevIndex = HashMap<String, Vec<RdmaCharDev>>;
+
+impl Scan<'_> {
+    /// Reads every uverbs, umad and issm class entry once.
+    pub(super) fn rdma_char_devs(&mut self) -> CharDevIndex {
+        let mut index = CharDevIndex::new();
+        for class in [VERBS_CLASS, MAD_CLASS] {
+            let names = self.fs.list_optional(class);
+            let names = self.ok(names).unwrap_or_default();
+            if names.is_empty() {
+                self.warn(InventoryError::Device {
+                    device: class.to_owned(),
+                    what: "no char devices although RDMA devices exist".to_owned(),
+                });
+            }
+            for name in names {
+                let Some((kind, _)) = parse_rdma_char_name(&name) else {
+                    continue; // `abi_version`
+                };
+                let rel = Path::new(class).join(&name);
+                if let Some((ibdev, dev)) = self.rdma_char_dev(&rel, kind, name) {
+                    index.entry(ibdev).or_default().push(dev);
+                }
+            }
+        }
+        index
+    }
+
+    fn rdma_char_dev(
+        &mut self,
+        rel: &Path,
+        kind: RdmaCharKind,
+        name: String,
+    ) -> Option<(String, RdmaCharDev)> {
+        let ibdev = self.fs.read(rel.join("ibdev"));
+        let ibdev = self.ok(ibdev)?.trim().to_owned();
+        let dev = self.dev_num(&rel.join("dev"))?;
+        let port = match kind {
+            RdmaCharKind::Uverbs => None,
+            RdmaCharKind::Umad | RdmaCharKind::Issm => Some(self.decimal(&rel.join("port"))?),
+        };
+        Some((
+            ibdev,
+            RdmaCharDev {
+                kind,
+                name,
+                port,
+                dev,
+            },
+        ))
+    }
+
+    /// `/dev/infiniband/rdma_cm`, worth a warning only when RDMA devices exist.
+    pub(super) fn rdma_cm(&mut self, have_rdma: bool) -> Option<DevNum> {
+        let text = self.fs.read(RDMA_CM_DEV);
+        let text = if have_rdma {
+            self.ok(text)?
+        } else {
+            self.optional(text)?
+        };
+        let dev = parse_dev_num(&text);
+        if dev.is_none() {
+            self.warn(InventoryError::malformed(RDMA_CM_DEV, &text));
+        }
+        dev
+    }
+
+    /// One RDMA device and the PCI function its `device` link points to.
+    pub(super) fn rdma_dev(
+        &mut self,
+        name: &str,
+        chars: &mut CharDevIndex,
+    ) -> Option<(RdmaDev, PciFunction)> {
+        let rel = Path::new(INFINIBAND_CLASS).join(name);
+        let dir = self.fs.resolve(&rel);
+        let dir = self.ok(dir)?;
+        // Soft devices (rxe, siw) have no PCI parent: nothing to allocate.
+        if !self.fs.exists_in(&dir, "device") {
+            return None;
+        }
+        let function = self.pci_function(&dir.as_path().join("device"));
+        let function = self.ok(function)?;
+        let node_guid = self.fs.read_in(&dir, "node_guid");
+        let node_guid = self.optional(node_guid).map(|g| g.trim().to_owned());
+        let mut char_devs = chars.remove(name).unwrap_or_default();
+        char_devs.sort_by(|a, b| (a.kind, a.port, &a.name).cmp(&(b.kind, b.port, &b.name)));
+        let dev = RdmaDev {
+            name: name.to_owned(),
+            node_guid,
+            ports: self.rdma_ports(&dir),
+            char_devs,
+        };
+        Some((dev, function))
+    }
+
+    fn rdma_ports(&mut self, dir: &RealPath) -> Vec<RdmaPort> {
+        let names = self.fs.list_in(dir, "ports");
+        let names = self.ok(names).unwrap_or_default();
+        let mut nums: Vec<u32> = names.iter().filter_map(|n| parse_decimal(n)).collect();
+        nums.sort_unstable();
+        nums.into_iter()
+            .filter_map(|num| self.rdma_port(dir, num))
+            .collect()
+    }
+
+    /// Port `num` of the device at `dir`. Its files are read by path: each open resolves
+    /// inside the root anyway, so `ports/<num>` itself need not be resolved first.
+    fn rdma_port(&mut self, dir: &RealPath, num: u32) -> Option<RdmaPort> {
+        let port = dir.as_path().join(format!("ports/{num}"));
+        let state = self.fs.read(port.join("state"));
+        let state_text = self.ok(state)?;
+        let Some(state) = parse_port_state(&state_text) else {
+            self.warn(InventoryError::malformed(port.join("state"), &state_text));
+            return None;
+        };
+        let link_layer = self.fs.read(port.join("link_layer"));
+        let link_layer = parse_link_layer(&self.ok(link_layer).unwrap_or_default());
+        Some(RdmaPort {
+            num,
+            state,
+            link_layer,
+            gids: self.gids(&port),
+        })
+    }
+
+    /// Populated GID entries. The kernel fails the read of an empty entry's type with EINVAL
+    /// (sysfs.c `print_ndev`/`print_gid_type`), so unreadable entries are skipped silently.
+    fn gids(&mut self, port: &Path) -> Vec<GidEntry> {
+        let names = self
+            .fs
+            .list_in(&self.fs.top(), port.join("gid_attrs/types"));
+        let names = self.optional(names).unwrap_or_default();
+        let mut indices: Vec<u32> = names.iter().filter_map(|n| parse_decimal(n)).collect();
+        indices.sort_unstable();
+        let mut out = Vec::new();
+        for index in indices {
+            let read = |rel: String| {
+                self.fs
+                    .read(port.join(rel))
+                    .ok()
+                    .map(|t| t.trim().to_owned())
+            };
+            let Some(gid_type) = read(format!("gid_attrs/types/{index}")) else {
+                continue;
+            };
+            out.push(GidEntry {
+                index,
+                gid_type,
+                gid: read(format!("gids/{index}")),
+                ndev: read(format!("gid_attrs/ndevs/{index}")),
+            });
+        }
+        out
+    }
+
+    fn dev_num(&mut self, path: &Path) -> Option<DevNum> {
+        let text = self.fs.read(path);
+        let text = self.ok(text)?;
+        let dev = parse_dev_num(&text);
+        if dev.is_none() {
+            self.warn(InventoryError::malformed(path, &text));
+        }
+        dev
+    }
+
+    fn decimal(&mut self, path: &Path) -> Option<u32> {
+        let text = self.fs.read(path);
+        let text = self.ok(text)?;
+        let value = parse_decimal(&text);
+        if value.is_none() {
+            self.warn(InventoryError::malformed(path, &text));
+        }
+        value
+    }
+}

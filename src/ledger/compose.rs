@@ -1,0 +1,54 @@
+//! Several teardowns as one: GPU cleanup and VF restore for the same pod.
+
+use super::{PodRecord, Teardown};
+
+/// Runs every teardown, in order, even after one fails, so each device kind gets its
+/// cleanup; fails with all the reasons, `; `-separated.
+pub struct Teardowns(pub Vec<Box<dyn Teardown + Send + Sync>>);
+
+impl Teardown for Teardowns {
+    fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+        let reasons: Vec<String> = self
+            .0
+            .iter()
+            .filter_map(|t| t.teardown(pod).err())
+            .collect();
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons.join("; "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{NoTeardown, PodRef};
+
+    struct Fails(&'static str);
+
+    impl Teardown for Fails {
+        fn teardown(&self, _pod: &PodRecord) -> Result<(), String> {
+            Err(self.0.to_string())
+        }
+    }
+
+    #[test]
+    fn all_run_and_all_reasons_come_back() {
+        let pod = PodRecord {
+            pod: PodRef::default(),
+            claims: Vec::new(),
+            claimed_unix: 0,
+            containers: Default::default(),
+        };
+        let ok = Teardowns(vec![Box::new(NoTeardown), Box::new(NoTeardown)]);
+        assert_eq!(ok.teardown(&pod), Ok(()));
+        let bad = Teardowns(vec![
+            Box::new(Fails("gpu busy")),
+            Box::new(NoTeardown),
+            Box::new(Fails("vf stuck")),
+        ]);
+        assert_eq!(bad.teardown(&pod), Err("gpu busy; vf stuck".to_string()));
+    }
+}

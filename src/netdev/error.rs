@@ -1,0 +1,140 @@
+//! Errors of VF attach and detach: every one names the VF and the step.
+
+use super::netns::NetnsError;
+use super::nl::NlError;
+use super::saved::SavedError;
+use super::settings::SettingsError;
+use crate::inventory::PciAddr;
+
+/// Why a step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Cause {
+    #[error(transparent)]
+    Netlink(#[from] NlError),
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    #[error(transparent)]
+    Saved(#[from] SavedError),
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error("{what} {name} not found")]
+    NotFound { what: &'static str, name: String },
+    #[error("{name} already exists in the pod netns")]
+    NameTaken { name: String },
+    #[error("host name {name} is taken by another link (ifindex {index})")]
+    HostNameTaken { name: String, index: u32 },
+    #[error("vf is attached to container {holder}")]
+    Held { holder: String },
+    #[error("more than one link looks like this vf: {names:?}")]
+    Ambiguous { names: Vec<String> },
+    #[error("settings need the pf, but pf {pf:?} is not on this host")]
+    NoPf { pf: String },
+    #[error("pf {pf} reports no vf {index}")]
+    NoVf { pf: String, index: u32 },
+    #[error("the kernel's rdma netns mode is shared; moving a device needs exclusive")]
+    RdmaShared,
+    #[error("mac stayed {got} instead of {want}")]
+    MacNotApplied { want: String, got: String },
+    #[error("{what} is listed twice: {value}")]
+    Duplicate { what: &'static str, value: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VfError {
+    #[error("vf {vf}{}: {step}", named(.netdev))]
+    Step {
+        vf: PciAddr,
+        netdev: String,
+        step: &'static str,
+        #[source]
+        cause: Cause,
+    },
+    #[error(
+        "vf {vf}{}: {step} failed ({cause}) and the rollback failed too, state kept for a later detach: {rollback}",
+        named(.netdev)
+    )]
+    Rollback {
+        vf: PciAddr,
+        netdev: String,
+        step: &'static str,
+        cause: Cause,
+        rollback: Box<VfError>,
+    },
+    #[error("{}", join(.0))]
+    Several(Vec<VfError>),
+    #[error("read saved vf states")]
+    Records(#[source] SavedError),
+}
+
+fn named(netdev: &str) -> String {
+    if netdev.is_empty() {
+        String::new()
+    } else {
+        format!(" ({netdev})")
+    }
+}
+
+fn join(errors: &[VfError]) -> String {
+    errors
+        .iter()
+        .map(|e| chain(e))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// An error and its sources on one line, `: `-separated.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        next = s.source();
+    }
+    out
+}
+
+impl VfError {
+    /// `first` with the errors that followed it; alone it stays itself.
+    pub fn with(first: VfError, mut rest: Vec<VfError>) -> VfError {
+        if rest.is_empty() {
+            return first;
+        }
+        rest.insert(0, first);
+        VfError::Several(rest)
+    }
+
+    /// All of `errors` as one, if there are any.
+    pub fn all(mut errors: Vec<VfError>) -> Option<VfError> {
+        if errors.is_empty() {
+            return None;
+        }
+        let first = errors.remove(0);
+        Some(VfError::with(first, errors))
+    }
+}
+
+/// Binds errors to one VF.
+pub(crate) struct At<'a> {
+    pub vf: PciAddr,
+    pub netdev: &'a str,
+}
+
+impl At<'_> {
+    pub fn err(&self, step: &'static str) -> impl FnOnce(Cause) -> VfError + '_ {
+        move |cause| VfError::Step {
+            vf: self.vf,
+            netdev: self.netdev.to_string(),
+            step,
+            cause,
+        }
+    }
+
+    pub fn step<T, E: Into<Cause>>(
+        &self,
+        step: &'static str,
+        r: Result<T, E>,
+    ) -> Result<T, VfError> {
+        r.map_err(|e| (self.err(step))(e.into()))
+    }
+}

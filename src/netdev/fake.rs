@@ -1,0 +1,368 @@
+//! A small model of the kernel objects VF work touches (links per namespace,
+//! a PF's VF table, RDMA devices), behind the same traits as the real sockets.
+//! It follows the kernel rules the logic depends on: a move carries the new
+//! name when the old one is taken (`__dev_change_net_namespace`), a rename of
+//! an up link is EBUSY (`dev_change_name`), a dying namespace hands physical
+//! devices back to the host as `dev<ifindex>` and destroys virtual ones.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+use super::netns::Netns;
+use super::nl::NlError;
+use super::rdma::{NetnsMode, RdmaNl};
+use super::rtnl::{Link, LinkChange, LinkRef, Rtnl, VfField};
+use super::saved::SavedNetns;
+use super::settings::{HwAddr, VfState};
+use super::{Cause, NetEnv};
+
+pub const HOST: u64 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FLink {
+    pub ns: u64,
+    pub link: Link,
+    /// Returned to the host when its namespace dies (a VF), else destroyed (a veth).
+    pub physical: bool,
+}
+
+/// A mutating call, as the kernel would see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    SetLink {
+        ns: u64,
+        index: u32,
+        to_ns: Option<u64>,
+        name: Option<String>,
+        mac: Option<HwAddr>,
+        mtu: Option<u32>,
+        up: Option<bool>,
+    },
+    DelAltname {
+        ns: u64,
+        index: u32,
+        name: String,
+    },
+    SetVf {
+        pf: u32,
+        vf: u32,
+        field: VfField,
+    },
+    RdmaSetNs {
+        name: String,
+        to_ns: u64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Model {
+    pub links: Vec<FLink>,
+    pub vfs: BTreeMap<(u32, u32), VfState>,
+    /// name → (index, netns)
+    pub rdma: BTreeMap<String, (u32, u64)>,
+    pub rdma_shared: bool,
+    pub namespaces: BTreeSet<u64>,
+    /// Add the old name as an altname on rename (what udev does on many hosts).
+    pub altname_on_rename: bool,
+    pub calls: Vec<Call>,
+    /// Fail the n-th mutating call (0-based) with EIO.
+    pub fail_at: Option<usize>,
+    pub next_index: u32,
+}
+
+/// What tests compare: the kernel objects, without the call log.
+pub type World = (
+    Vec<FLink>,
+    BTreeMap<(u32, u32), VfState>,
+    BTreeMap<String, (u32, u64)>,
+);
+
+fn kernel(op: &'static str, errno: i32) -> NlError {
+    NlError::Kernel { op, errno }
+}
+
+impl Model {
+    pub fn world(&self) -> World {
+        let mut links = self.links.clone();
+        links.sort_by_key(|l| (l.ns, l.link.index));
+        (links, self.vfs.clone(), self.rdma.clone())
+    }
+
+    pub fn add_link(&mut self, ns: u64, name: &str, mac: &str, physical: bool) -> u32 {
+        self.next_index = self.next_index.max(10) + 1;
+        self.namespaces.insert(ns);
+        self.links.push(FLink {
+            ns,
+            physical,
+            link: Link {
+                index: self.next_index,
+                name: name.to_string(),
+                mac: mac.parse().ok(),
+                mtu: 1500,
+                up: false,
+                altnames: Vec::new(),
+                parent: None,
+            },
+        });
+        self.next_index
+    }
+
+    fn name_in_use(&self, ns: u64, name: &str) -> bool {
+        self.links.iter().any(|l| {
+            l.ns == ns && (l.link.name == name || l.link.altnames.iter().any(|a| a == name))
+        })
+    }
+
+    fn pos(&self, ns: u64, index: u32) -> Result<usize, NlError> {
+        self.links
+            .iter()
+            .position(|l| l.ns == ns && l.link.index == index)
+            .ok_or(kernel("fake", libc::ENODEV))
+    }
+
+    fn mutate(&mut self, call: Call) -> Result<(), NlError> {
+        let n = self.calls.len();
+        self.calls.push(call);
+        if self.fail_at == Some(n) {
+            return Err(kernel("fake", libc::EIO));
+        }
+        Ok(())
+    }
+
+    /// The namespace dies: physical links go home, virtual ones vanish.
+    pub fn destroy_ns(&mut self, ns: u64) {
+        self.namespaces.remove(&ns);
+        let moving: Vec<usize> = (0..self.links.len())
+            .filter(|i| self.links[*i].ns == ns)
+            .collect();
+        for i in moving {
+            if self.links[i].physical {
+                let name = self.links[i].link.name.clone();
+                if self.name_in_use(HOST, &name) {
+                    self.links[i].link.name = format!("dev{}", self.links[i].link.index);
+                }
+                self.links[i].ns = HOST;
+                self.links[i].link.up = false;
+            }
+        }
+        self.links.retain(|l| l.ns != ns);
+        for dev in self.rdma.values_mut() {
+            if dev.1 == ns {
+                dev.1 = HOST;
+            }
+        }
+    }
+
+    fn set_link(&mut self, ns: u64, index: u32, c: &LinkChange<'_>) -> Result<(), NlError> {
+        let to_ns = c.netns.map(|n| n.id().ino);
+        self.mutate(Call::SetLink {
+            ns,
+            index,
+            to_ns,
+            name: c.name.map(str::to_string),
+            mac: c.mac.cloned(),
+            mtu: c.mtu,
+            up: c.up,
+        })?;
+        let i = self.pos(ns, index)?;
+        let mut ns = ns;
+        if let Some(to) = to_ns.filter(|t| *t != ns) {
+            if !self.namespaces.contains(&to) {
+                return Err(kernel("fake", libc::EINVAL));
+            }
+            let l = &self.links[i].link;
+            let clash =
+                self.name_in_use(to, &l.name) || l.altnames.iter().any(|a| self.name_in_use(to, a));
+            if clash && (c.name.is_none() || self.name_in_use(to, c.name.unwrap_or_default())) {
+                return Err(kernel("fake", libc::EEXIST));
+            }
+            if clash {
+                self.links[i].link.name = c.name.unwrap_or_default().to_string();
+            }
+            self.links[i].ns = to;
+            self.links[i].link.up = false;
+            ns = to;
+        }
+        if let Some(mac) = c.mac {
+            self.links[i].link.mac = Some(mac.clone());
+        }
+        if let Some(mtu) = c.mtu {
+            self.links[i].link.mtu = mtu;
+        }
+        if let Some(name) = c.name.filter(|n| *n != self.links[i].link.name) {
+            if self.name_in_use(ns, name) {
+                return Err(kernel("fake", libc::EEXIST));
+            }
+            if self.links[i].link.up {
+                return Err(kernel("fake", libc::EBUSY));
+            }
+            let old = std::mem::replace(&mut self.links[i].link.name, name.to_string());
+            if self.altname_on_rename {
+                self.links[i].link.altnames.push(old);
+            }
+        }
+        if let Some(up) = c.up {
+            self.links[i].link.up = up;
+        }
+        Ok(())
+    }
+}
+
+/// The fake environment: one shared model, sockets bound to a namespace id.
+pub struct FakeNet {
+    pub model: Rc<RefCell<Model>>,
+    host: Netns,
+}
+
+impl FakeNet {
+    pub fn new(model: Model) -> FakeNet {
+        let model = Rc::new(RefCell::new(model));
+        model.borrow_mut().namespaces.insert(HOST);
+        FakeNet {
+            model,
+            host: Netns::fake(HOST),
+        }
+    }
+}
+
+struct FakeRtnl {
+    model: Rc<RefCell<Model>>,
+    ns: u64,
+}
+
+struct FakeRdma {
+    model: Rc<RefCell<Model>>,
+    ns: u64,
+}
+
+impl NetEnv for FakeNet {
+    fn host_netns(&self) -> &Netns {
+        &self.host
+    }
+
+    fn rtnl(&mut self, ns: Option<&Netns>) -> Result<Box<dyn Rtnl>, Cause> {
+        Ok(Box::new(FakeRtnl {
+            model: self.model.clone(),
+            ns: ns.map_or(HOST, |n| n.id().ino),
+        }))
+    }
+
+    fn rdma(&mut self, ns: Option<&Netns>) -> Result<Box<dyn RdmaNl>, Cause> {
+        Ok(Box::new(FakeRdma {
+            model: self.model.clone(),
+            ns: ns.map_or(HOST, |n| n.id().ino),
+        }))
+    }
+
+    fn find_netns(&self, saved: &SavedNetns) -> Option<Netns> {
+        let alive = self.model.borrow().namespaces.contains(&saved.id.ino);
+        alive.then(|| Netns::fake(saved.id.ino))
+    }
+}
+
+impl Rtnl for FakeRtnl {
+    fn link(&mut self, by: LinkRef<'_>) -> Result<Option<Link>, NlError> {
+        let m = self.model.borrow();
+        Ok(m.links
+            .iter()
+            .filter(|l| l.ns == self.ns)
+            .find(|l| match by {
+                LinkRef::Index(i) => l.link.index == i,
+                LinkRef::Name(n) => l.link.name == n || l.link.altnames.iter().any(|a| a == n),
+            })
+            .map(|l| l.link.clone()))
+    }
+
+    fn links(&mut self) -> Result<Vec<Link>, NlError> {
+        let m = self.model.borrow();
+        Ok(m.links
+            .iter()
+            .filter(|l| l.ns == self.ns)
+            .map(|l| l.link.clone())
+            .collect())
+    }
+
+    fn set_link(&mut self, index: u32, change: &LinkChange<'_>) -> Result<(), NlError> {
+        self.model.borrow_mut().set_link(self.ns, index, change)
+    }
+
+    fn del_altname(&mut self, index: u32, name: &str) -> Result<bool, NlError> {
+        let mut m = self.model.borrow_mut();
+        m.mutate(Call::DelAltname {
+            ns: self.ns,
+            index,
+            name: name.to_string(),
+        })?;
+        let i = m.pos(self.ns, index)?;
+        let before = m.links[i].link.altnames.len();
+        m.links[i].link.altnames.retain(|a| a != name);
+        Ok(m.links[i].link.altnames.len() != before)
+    }
+
+    fn vf_state(&mut self, pf_index: u32, vf: u32) -> Result<Option<VfState>, NlError> {
+        let m = self.model.borrow();
+        m.pos(self.ns, pf_index)?;
+        Ok(m.vfs.get(&(pf_index, vf)).cloned())
+    }
+
+    fn set_vf(&mut self, pf_index: u32, vf: u32, field: &VfField) -> Result<(), NlError> {
+        let mut m = self.model.borrow_mut();
+        m.mutate(Call::SetVf {
+            pf: pf_index,
+            vf,
+            field: field.clone(),
+        })?;
+        m.pos(self.ns, pf_index)?;
+        let s = m
+            .vfs
+            .get_mut(&(pf_index, vf))
+            .ok_or(kernel("fake", libc::EINVAL))?;
+        match field {
+            VfField::Mac(x) => s.mac = x.clone(),
+            VfField::Vlan(x) => s.vlan = *x,
+            VfField::Rate(x) => s.rate = *x,
+            VfField::SpoofChk(x) => s.spoofchk = *x,
+            VfField::Trust(x) => s.trust = *x,
+            VfField::LinkState(x) => s.link_state = *x,
+        }
+        Ok(())
+    }
+}
+
+impl RdmaNl for FakeRdma {
+    fn dev_index(&mut self, name: &str) -> Result<Option<u32>, NlError> {
+        let m = self.model.borrow();
+        Ok(m.rdma
+            .get(name)
+            .filter(|(_, ns)| m.rdma_shared || *ns == self.ns)
+            .map(|(i, _)| *i))
+    }
+
+    fn set_netns(&mut self, index: u32, netns: &Netns) -> Result<(), NlError> {
+        let mut m = self.model.borrow_mut();
+        let to = netns.id().ino;
+        let name = m
+            .rdma
+            .iter()
+            .find(|(_, (i, ns))| *i == index && *ns == self.ns)
+            .map(|(n, _)| n.clone())
+            .ok_or(kernel("fake", libc::ENODEV))?;
+        m.mutate(Call::RdmaSetNs {
+            name: name.clone(),
+            to_ns: to,
+        })?;
+        if let Some(dev) = m.rdma.get_mut(&name) {
+            dev.1 = to;
+        }
+        Ok(())
+    }
+
+    fn netns_mode(&mut self) -> Result<NetnsMode, NlError> {
+        Ok(if self.model.borrow().rdma_shared {
+            NetnsMode::Shared
+        } else {
+            NetnsMode::Exclusive
+        })
+    }
+}

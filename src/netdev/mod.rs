@@ -1,0 +1,89 @@
+//! VF netdevs and RDMA devices in and out of pod network namespaces.
+//!
+//! Layers, bottom up:
+//! - `nl`: netlink framing over a [`nl::Transport`] (a real socket or a script);
+//! - `rtnl`, `rdma`: the link and RDMA device operations behind the narrow
+//!   [`Rtnl`] and [`RdmaNl`] traits, encoded with netlink-packet-route (rtnetlink)
+//!   and by hand (RDMA netlink);
+//! - `netns`: namespace handles and per-thread entry;
+//! - `saved`: the crash-safe record of each VF's original state;
+//! - `vf`, `restore`: attach and detach as transactions over a [`NetEnv`].
+//!
+//! Synchronous on purpose: the hook runs on the container-start path, and the
+//! plugin calls this from a dedicated thread (setns is per thread).
+
+mod error;
+pub mod netns;
+pub mod nl;
+pub mod rdma;
+mod restore;
+pub mod rtnl;
+pub mod saved;
+pub mod settings;
+mod vf;
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
+
+pub use error::{chain, Cause, VfError};
+pub use netns::{Netns, NetnsError, NetnsId, NetnsRoots};
+pub use nl::NlError;
+pub use rdma::{NetnsMode, RdmaConn, RdmaNl};
+pub use restore::{detach_container, detach_vf};
+pub use rtnl::{Link, LinkChange, LinkRef, Rtnl, RtnlConn, VfField};
+pub use saved::{SavedError, SavedStore, SavedVf};
+pub use settings::{HwAddr, LinkState, SettingsError, VfAttach, VfSettings, VlanProto};
+pub use vf::{attach_all, VfOps};
+
+use saved::SavedNetns;
+
+/// The OS side of VF work: netlink sockets per namespace and finding namespaces.
+pub trait NetEnv {
+    /// The namespace devices return to.
+    fn host_netns(&self) -> &Netns;
+    /// rtnetlink in `ns`, or in the host namespace for `None`.
+    fn rtnl(&mut self, ns: Option<&Netns>) -> Result<Box<dyn Rtnl>, Cause>;
+    /// RDMA netlink in `ns`, or in the host namespace for `None`.
+    fn rdma(&mut self, ns: Option<&Netns>) -> Result<Box<dyn RdmaNl>, Cause>;
+    /// The saved namespace, if it still exists.
+    fn find_netns(&self, saved: &SavedNetns) -> Option<Netns>;
+}
+
+/// The real environment: sockets are created inside each namespace on the
+/// calling thread, which returns to where it was before the call ends.
+pub struct SysNetEnv {
+    host: Netns,
+    roots: NetnsRoots,
+}
+
+impl SysNetEnv {
+    /// The calling thread's namespace is the host's.
+    pub fn new(roots: NetnsRoots) -> Result<SysNetEnv, NetnsError> {
+        Ok(SysNetEnv {
+            host: Netns::current()?,
+            roots,
+        })
+    }
+}
+
+impl NetEnv for SysNetEnv {
+    fn host_netns(&self) -> &Netns {
+        &self.host
+    }
+
+    fn rtnl(&mut self, ns: Option<&Netns>) -> Result<Box<dyn Rtnl>, Cause> {
+        let _guard = ns.unwrap_or(&self.host).enter()?;
+        Ok(Box::new(RtnlConn::open()?))
+    }
+
+    fn rdma(&mut self, ns: Option<&Netns>) -> Result<Box<dyn RdmaNl>, Cause> {
+        let _guard = ns.unwrap_or(&self.host).enter()?;
+        Ok(Box::new(RdmaConn::open()?))
+    }
+
+    fn find_netns(&self, saved: &SavedNetns) -> Option<Netns> {
+        self.roots.find(saved.id, saved.path.as_deref())
+    }
+}

@@ -1,0 +1,206 @@
+//! Network namespaces: handles, per-thread entry with guaranteed return, and
+//! finding a pod's namespace again from its saved identity.
+//!
+//! `setns(2)` with CLONE_NEWNET changes only the calling thread, and a netlink
+//! socket stays bound to the namespace it was created in (af_netlink.c), so the
+//! pattern is: enter, create the socket, leave; then use the socket from anywhere.
+
+use std::fs::{self, File};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::sched::{setns, CloneFlags};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    #[error("open netns {path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("enter netns {id}: {source}")]
+    Enter {
+        id: NetnsId,
+        #[source]
+        source: nix::Error,
+    },
+}
+
+/// A namespace's identity: the nsfs device and inode (`stat -L /proc/<pid>/ns/net`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NetnsId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl std::fmt::Display for NetnsId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "net:[{}]", self.ino)
+    }
+}
+
+/// An open network namespace; holding it keeps the namespace alive.
+#[derive(Debug)]
+pub struct Netns {
+    fd: OwnedFd,
+    id: NetnsId,
+}
+
+impl Netns {
+    /// Opens a namespace file (`/proc/<pid>/ns/net`, `/run/netns/<name>`).
+    pub fn open(path: &Path) -> Result<Netns, NetnsError> {
+        let err = |source| NetnsError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(err)?;
+        let meta = file.metadata().map_err(err)?;
+        Ok(Netns {
+            fd: file.into(),
+            id: NetnsId {
+                dev: meta.dev(),
+                ino: meta.ino(),
+            },
+        })
+    }
+
+    /// The calling thread's namespace.
+    pub fn current() -> Result<Netns, NetnsError> {
+        Netns::open(Path::new("/proc/thread-self/ns/net"))
+    }
+
+    /// The namespace of a process, through a proc root (normally `/proc`).
+    pub fn of_pid(proc_root: &Path, pid: u32) -> Result<Netns, NetnsError> {
+        Netns::open(&proc_root.join(pid.to_string()).join("ns/net"))
+    }
+
+    pub fn id(&self) -> NetnsId {
+        self.id
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Moves the calling thread into this namespace until the guard drops.
+    pub fn enter(&self) -> Result<NetnsGuard, NetnsError> {
+        let prev = Netns::current()?;
+        if prev.id == self.id {
+            return Ok(NetnsGuard { prev: None });
+        }
+        setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|source| NetnsError::Enter {
+            id: self.id,
+            source,
+        })?;
+        Ok(NetnsGuard { prev: Some(prev) })
+    }
+
+    /// A handle whose identity is made up, for logic tests against a fake kernel.
+    #[cfg(test)]
+    pub fn fake(ino: u64) -> Netns {
+        let file = File::open("/dev/null").expect("open /dev/null");
+        Netns {
+            fd: file.into(),
+            id: NetnsId { dev: 0, ino },
+        }
+    }
+}
+
+/// Returns the thread to the namespace it was in.
+#[must_use = "the thread leaves the namespace when the guard drops"]
+pub struct NetnsGuard {
+    prev: Option<Netns>,
+}
+
+impl Drop for NetnsGuard {
+    fn drop(&mut self) {
+        let Some(prev) = self.prev.take() else {
+            return;
+        };
+        if let Err(e) = setns(prev.fd.as_fd(), CloneFlags::CLONE_NEWNET) {
+            // A thread stranded in a pod's namespace would act on the wrong
+            // devices from here on; stopping is the only safe outcome.
+            tracing::error!(error = %e, netns = %prev.id, "cannot return to the original netns");
+            std::process::abort();
+        }
+    }
+}
+
+/// Where to look for a namespace again: the saved path first, then the bind-mount
+/// directories `ip netns` and CNI use, then every process's `ns/net`.
+#[derive(Debug, Clone)]
+pub struct NetnsRoots {
+    pub proc_root: PathBuf,
+    pub bind_dirs: Vec<PathBuf>,
+}
+
+impl Default for NetnsRoots {
+    fn default() -> Self {
+        NetnsRoots {
+            proc_root: PathBuf::from("/proc"),
+            bind_dirs: vec![PathBuf::from("/run/netns"), PathBuf::from("/var/run/netns")],
+        }
+    }
+}
+
+/// Most processes examined when searching `/proc` for a namespace.
+const MAX_PROC_SCAN: usize = 1 << 20;
+
+impl NetnsRoots {
+    /// Opens the namespace `id` if it still exists. `hint` is a path saved when
+    /// the namespace was known (it may now name another namespace, so it is checked).
+    pub fn find(&self, id: NetnsId, hint: Option<&Path>) -> Option<Netns> {
+        let try_open = |p: &Path| Netns::open(p).ok().filter(|ns| ns.id == id);
+        if let Some(ns) = hint.and_then(try_open) {
+            return Some(ns);
+        }
+        for dir in &self.bind_dirs {
+            let Ok(entries) = fs::read_dir(dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let same = entry
+                    .metadata()
+                    .map(|m| m.dev() == id.dev && m.ino() == id.ino)
+                    .unwrap_or(false);
+                if same {
+                    if let Some(ns) = try_open(&entry.path()) {
+                        return Some(ns);
+                    }
+                }
+            }
+        }
+        self.scan_proc(id)
+    }
+
+    fn scan_proc(&self, id: NetnsId) -> Option<Netns> {
+        let want = format!("net:[{}]", id.ino);
+        let entries = fs::read_dir(&self.proc_root).ok()?;
+        for entry in entries.flatten().take(MAX_PROC_SCAN) {
+            let name = entry.file_name();
+            if !name.as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+                continue;
+            }
+            let link = entry.path().join("ns/net");
+            let matches = fs::read_link(&link)
+                .map(|t| t.as_os_str() == want.as_str())
+                .unwrap_or(false);
+            if matches {
+                // The process may have exited or changed namespace since the readlink.
+                if let Some(ns) = Netns::open(&link).ok().filter(|ns| ns.id == id) {
+                    return Some(ns);
+                }
+            }
+        }
+        None
+    }
+}
+
+impl AsRawFd for Netns {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+}

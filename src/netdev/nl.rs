@@ -1,0 +1,340 @@
+//! Netlink request/response over a datagram transport, shared by rtnetlink and
+//! RDMA netlink. The transport is the only part that differs between the real
+//! socket and the scripted one the message tests use, so the bytes a test sees
+//! are the bytes the kernel gets.
+//!
+//! Framing follows netlink(7): every reply carries the request's sequence number;
+//! a request with `NLM_F_ACK` ends with an `NLMSG_ERROR` whose code is 0 (ack) or
+//! a negative errno; a dump ends with `NLMSG_DONE`.
+
+use std::io;
+
+use netlink_packet_core::{
+    NetlinkBuffer, NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
+};
+
+/// Netlink header length (`struct nlmsghdr`).
+pub const NLMSG_HDRLEN: usize = 16;
+/// A reply larger than this is refused rather than buffered (a PF with hundreds
+/// of VFs answers a VF-info GETLINK with tens of KiB; nothing legitimate is near this).
+const MAX_DATAGRAM: usize = 4 * 1024 * 1024;
+/// Most messages accepted in one dump, so a misbehaving peer cannot grow memory forever.
+const MAX_DUMP_MESSAGES: usize = 65_536;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NlError {
+    #[error("{op}: netlink socket: {source}")]
+    Socket {
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{op}: kernel answered {}", io::Error::from_raw_os_error(*.errno))]
+    Kernel { op: &'static str, errno: i32 },
+    #[error("{op}: malformed reply: {reason}")]
+    Malformed { op: &'static str, reason: String },
+}
+
+impl NlError {
+    /// The errno the kernel answered with, if that is what failed.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            NlError::Kernel { errno, .. } => Some(*errno),
+            _ => None,
+        }
+    }
+
+    /// The kernel has no such netlink family (EPROTONOSUPPORT from socket(2)):
+    /// for NETLINK_RDMA, no RDMA core, so no RDMA device anywhere.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, NlError::Socket { source, .. } if source.raw_os_error() == Some(libc::EPROTONOSUPPORT))
+    }
+
+    /// ENODEV: rtnetlink's "no such link".
+    pub fn is_no_device(&self) -> bool {
+        self.errno() == Some(libc::ENODEV)
+    }
+}
+
+/// One netlink socket, or a stand-in: sends one datagram, receives one datagram.
+pub trait Transport {
+    fn send(&mut self, datagram: &[u8]) -> io::Result<()>;
+    fn recv(&mut self) -> io::Result<Vec<u8>>;
+}
+
+/// A kernel netlink socket of one protocol, bound to the netns of the thread that
+/// created it (net/netlink/af_netlink.c takes `current->nsproxy->net_ns`).
+pub struct NlSocket {
+    sock: netlink_sys::Socket,
+}
+
+impl NlSocket {
+    pub fn open(protocol: isize) -> Result<NlSocket, NlError> {
+        let err = |source| NlError::Socket { op: "open", source };
+        let mut sock = netlink_sys::Socket::new(protocol).map_err(err)?;
+        sock.bind_auto().map_err(err)?;
+        sock.connect(&netlink_sys::SocketAddr::new(0, 0))
+            .map_err(err)?;
+        Ok(NlSocket { sock })
+    }
+}
+
+impl Transport for NlSocket {
+    fn send(&mut self, datagram: &[u8]) -> io::Result<()> {
+        let sent = self.sock.send(datagram, 0)?;
+        if sent != datagram.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "short netlink send",
+            ));
+        }
+        Ok(())
+    }
+
+    fn recv(&mut self) -> io::Result<Vec<u8>> {
+        // Peek for the size first (MSG_TRUNC reports the full length), so a large
+        // VF list is never cut short.
+        let mut probe: Vec<u8> = Vec::new();
+        let len = self
+            .sock
+            .recv(&mut probe, libc::MSG_PEEK | libc::MSG_TRUNC)?;
+        if len > MAX_DATAGRAM {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("netlink datagram of {len} bytes"),
+            ));
+        }
+        let mut buf = Vec::with_capacity(len.max(NLMSG_HDRLEN));
+        let got = self.sock.recv(&mut buf, 0)?;
+        buf.truncate(got.min(buf.len()));
+        Ok(buf)
+    }
+}
+
+/// A request/response connection over a transport.
+pub struct Conn<T> {
+    transport: T,
+    seq: u32,
+}
+
+/// What a request expects back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A single-object request with `NLM_F_ACK`: replies, then an ack.
+    Do,
+    /// `NLM_F_DUMP`: replies until `NLMSG_DONE`.
+    Dump,
+}
+
+impl<T: Transport> Conn<T> {
+    pub fn new(transport: T) -> Conn<T> {
+        Conn { transport, seq: 0 }
+    }
+
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    /// Frames `payload` as one message of `msg_type` and returns the payloads of
+    /// the replies (without their netlink headers).
+    pub fn request(
+        &mut self,
+        op: &'static str,
+        msg_type: u16,
+        kind: Kind,
+        payload: &[u8],
+    ) -> Result<Vec<Vec<u8>>, NlError> {
+        self.seq = self.seq.wrapping_add(1).max(1);
+        let flags = match kind {
+            Kind::Do => NLM_F_REQUEST | NLM_F_ACK,
+            Kind::Dump => NLM_F_REQUEST | NLM_F_DUMP,
+        };
+        let datagram = frame(msg_type, flags, self.seq, payload);
+        self.transport
+            .send(&datagram)
+            .map_err(|source| NlError::Socket { op, source })?;
+        let mut replies = Vec::new();
+        loop {
+            let data = self
+                .transport
+                .recv()
+                .map_err(|source| NlError::Socket { op, source })?;
+            if data.is_empty() {
+                return Err(malformed(op, "empty datagram"));
+            }
+            if self.take(op, &data, &mut replies)? {
+                return Ok(replies);
+            }
+            if replies.len() > MAX_DUMP_MESSAGES {
+                return Err(malformed(op, "too many messages"));
+            }
+        }
+    }
+
+    /// Walks one datagram; true when the request is complete.
+    fn take(&self, op: &'static str, data: &[u8], out: &mut Vec<Vec<u8>>) -> Result<bool, NlError> {
+        let mut off = 0;
+        while off < data.len() {
+            let buf = NetlinkBuffer::new_checked(&data[off..])
+                .map_err(|e| malformed(op, &e.to_string()))?;
+            let len = buf.length() as usize;
+            let msg = &data[off..off + len];
+            off += align4(len);
+            if buf.sequence_number() != self.seq {
+                // A late reply to an earlier request; not ours.
+                continue;
+            }
+            let body = &msg[NLMSG_HDRLEN..];
+            match buf.message_type() {
+                NLMSG_NOOP => {}
+                NLMSG_DONE => return Ok(true),
+                NLMSG_ERROR => {
+                    let code = body
+                        .get(..4)
+                        .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+                        .ok_or_else(|| malformed(op, "short NLMSG_ERROR"))?;
+                    if code == 0 {
+                        return Ok(true);
+                    }
+                    return Err(NlError::Kernel {
+                        op,
+                        errno: code.checked_neg().unwrap_or(libc::EINVAL),
+                    });
+                }
+                _ => out.push(body.to_vec()),
+            }
+        }
+        Ok(false)
+    }
+}
+
+fn malformed(op: &'static str, reason: &str) -> NlError {
+    NlError::Malformed {
+        op,
+        reason: reason.to_string(),
+    }
+}
+
+pub fn align4(len: usize) -> usize {
+    (len + 3) & !3
+}
+
+/// `struct nlmsghdr` + payload; the port id is 0 (the kernel fills it in).
+pub fn frame(msg_type: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+    let len = NLMSG_HDRLEN + payload.len();
+    let mut out = Vec::with_capacity(align4(len));
+    out.extend_from_slice(&(len as u32).to_ne_bytes());
+    out.extend_from_slice(&msg_type.to_ne_bytes());
+    out.extend_from_slice(&flags.to_ne_bytes());
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// One attribute (`struct nlattr`), padded to 4 bytes (NLA_ALIGNTO).
+pub fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
+    let len = 4 + value.len();
+    let mut out = Vec::with_capacity(align4(len));
+    out.extend_from_slice(&(len as u16).to_ne_bytes());
+    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(value);
+    out.resize(align4(len), 0);
+    out
+}
+
+/// Iterates the attributes of a payload as `(kind without flags, value)`.
+pub fn attrs(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if data.len() < 4 {
+            return None;
+        }
+        let len = u16::from_ne_bytes([data[0], data[1]]) as usize;
+        let kind = u16::from_ne_bytes([data[2], data[3]]) & netlink_packet_core::NLA_TYPE_MASK;
+        if len < 4 || len > data.len() {
+            return None;
+        }
+        let value = &data[4..len];
+        data = &data[align4(len).min(data.len())..];
+        Some((kind, value))
+    })
+}
+
+#[cfg(test)]
+pub mod script {
+    //! A transport that records what is sent and answers from a script.
+    use std::collections::VecDeque;
+    use std::io;
+
+    use super::{frame, Transport, NLMSG_HDRLEN};
+    use netlink_packet_core::{NLMSG_DONE, NLMSG_ERROR};
+
+    /// What to answer to the next request.
+    pub enum Reply {
+        /// These payloads as messages of `msg_type`, then an ack (errno 0).
+        Ack {
+            msg_type: u16,
+            payloads: Vec<Vec<u8>>,
+        },
+        /// These payloads, then `NLMSG_DONE`.
+        Dump {
+            msg_type: u16,
+            payloads: Vec<Vec<u8>>,
+        },
+        /// An `NLMSG_ERROR` with `-errno`.
+        Errno(i32),
+    }
+
+    #[derive(Default)]
+    pub struct Script {
+        pub sent: Vec<Vec<u8>>,
+        pub replies: VecDeque<Reply>,
+        pending: VecDeque<Vec<u8>>,
+    }
+
+    impl Script {
+        pub fn new(replies: Vec<Reply>) -> Script {
+            Script {
+                replies: replies.into(),
+                ..Script::default()
+            }
+        }
+    }
+
+    fn error_msg(seq: u32, errno: i32, request: &[u8]) -> Vec<u8> {
+        let mut body = (-errno).to_ne_bytes().to_vec();
+        body.extend_from_slice(&request[..NLMSG_HDRLEN.min(request.len())]);
+        frame(NLMSG_ERROR, 0, seq, &body)
+    }
+
+    impl Transport for Script {
+        fn send(&mut self, datagram: &[u8]) -> io::Result<()> {
+            let seq = u32::from_ne_bytes([datagram[8], datagram[9], datagram[10], datagram[11]]);
+            self.sent.push(datagram.to_vec());
+            let reply = self.replies.pop_front().unwrap_or(Reply::Errno(0));
+            match reply {
+                Reply::Ack { msg_type, payloads } => {
+                    for p in payloads {
+                        self.pending.push_back(frame(msg_type, 0, seq, &p));
+                    }
+                    self.pending.push_back(error_msg(seq, 0, datagram));
+                }
+                Reply::Dump { msg_type, payloads } => {
+                    for p in payloads {
+                        self.pending.push_back(frame(msg_type, 2, seq, &p));
+                    }
+                    self.pending
+                        .push_back(frame(NLMSG_DONE, 2, seq, &0i32.to_ne_bytes()));
+                }
+                Reply::Errno(e) => self.pending.push_back(error_msg(seq, e, datagram)),
+            }
+            Ok(())
+        }
+
+        fn recv(&mut self) -> io::Result<Vec<u8>> {
+            self.pending
+                .pop_front()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::WouldBlock, "script ran dry"))
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! Putting a VF back from its saved record: detach at poststop and pod removal,
+//! and the rollback of a failed attach. Every step compares with the saved state
+//! and only changes what differs, so it is idempotent: a second run, a run after
+//! a failed attach, or a run with no record changes nothing.
+//!
+//! Order: the RDMA device first (dranet #177 / PR #180: from a socket inside the
+//! pod netns), then the PF-side settings (sriov-cni resets the VF config before
+//! releasing the netdev: some drivers refuse netdev changes while the admin MAC
+//! pins them), then the netdev itself. The netdev is found wherever it is: in the
+//! pod netns under its container name; or, when the netns is gone, on the host
+//! where the kernel put it back (`default_device_exit_net`: its pod name, or
+//! `dev<ifindex>` when that is taken). Each stage runs even if an earlier one
+//! failed; any failure keeps the record so the VF can be quarantined and retried.
+
+use super::error::{At, Cause, VfError};
+use super::netns::Netns;
+use super::rtnl::{Link, LinkChange, LinkRef, Rtnl};
+use super::saved::SavedVf;
+use super::vf::{vf_fields, VfOps};
+use crate::inventory::PciAddr;
+
+/// Detaches every VF recorded for `container_id`; returns how many were restored.
+pub fn detach_container(ops: &mut VfOps<'_>, container_id: &str) -> Result<usize, VfError> {
+    let records = ops
+        .store
+        .for_container(container_id)
+        .map_err(VfError::Records)?;
+    let mut restored = 0;
+    let mut errors = Vec::new();
+    for rec in records {
+        match detach_vf(ops, rec.vf(), Some(container_id)) {
+            Ok(true) => restored += 1,
+            Ok(false) => {}
+            Err(e) => errors.push(e),
+        }
+    }
+    match VfError::all(errors) {
+        None => Ok(restored),
+        Some(e) => Err(e),
+    }
+}
+
+/// Detaches one VF if it has a record (held by `container_id`, when given).
+/// Returns whether there was anything to restore.
+pub fn detach_vf(
+    ops: &mut VfOps<'_>,
+    vf: PciAddr,
+    container_id: Option<&str>,
+) -> Result<bool, VfError> {
+    let at = At { vf, netdev: "" };
+    let _lock = at.step("lock", ops.store.lock(vf))?;
+    let Some(rec) = at.step("read saved state", ops.store.load(vf))? else {
+        return Ok(false);
+    };
+    if container_id.is_some_and(|c| c != rec.container_id) {
+        return Ok(false);
+    }
+    restore(ops, &rec, None)?;
+    Ok(true)
+}
+
+/// Restores `rec` and drops it. `pod` is the pod netns when the caller holds it;
+/// otherwise it is looked up from the record.
+pub(crate) fn restore(
+    ops: &mut VfOps<'_>,
+    rec: &SavedVf,
+    pod: Option<&Netns>,
+) -> Result<(), VfError> {
+    let at = At {
+        vf: rec.vf(),
+        netdev: &rec.host.name,
+    };
+    let found;
+    let pod = match pod {
+        Some(p) => Some(p),
+        None => {
+            found = ops.env.find_netns(&rec.netns);
+            found.as_ref()
+        }
+    };
+    let mut errors = Vec::new();
+    if rec.attach.move_rdma {
+        errors.extend(restore_rdma(ops, &at, rec, pod).err());
+    }
+    let mut host = at.step("open host netlink", ops.env.rtnl(None))?;
+    errors.extend(restore_pf(&at, host.as_mut(), rec).err());
+    errors.extend(restore_netdev(ops, &at, host.as_mut(), rec, pod).err());
+    if let Some(e) = VfError::all(errors) {
+        return Err(e);
+    }
+    at.step("drop saved state", ops.store.remove(rec.vf()))
+}
+
+/// Whether `link` is this record's VF: by PCI parent when the kernel reports
+/// one, else by MAC (the saved one or the one attach set).
+pub(crate) fn is_ours(link: &Link, rec: &SavedVf) -> bool {
+    if let Some(parent) = &rec.host.parent {
+        return link.parent.as_ref() == Some(parent);
+    }
+    let Some(mac) = &link.mac else {
+        return false;
+    };
+    rec.host.mac.as_ref() == Some(mac) || rec.attach.settings.mac.as_ref() == Some(mac)
+}
+
+/// `dev%d`: the name the kernel gives a device it pulls out of a dying netns
+/// when the device's own name is taken on the host (net/core/dev.c).
+fn is_fallback_name(name: &str) -> bool {
+    name.strip_prefix("dev")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The VF among the links of one namespace: under one of `names` first (one
+/// request each), else by parent if known, or by MAC among the names the
+/// kernel can have given it (one dump).
+fn locate(nl: &mut dyn Rtnl, rec: &SavedVf, names: &[&str]) -> Result<Option<Link>, Cause> {
+    for name in names {
+        if let Some(l) = nl.link(LinkRef::Name(name))? {
+            if l.name == *name && is_ours(&l, rec) {
+                return Ok(Some(l));
+            }
+        }
+    }
+    let mut hits: Vec<Link> = nl
+        .links()?
+        .into_iter()
+        .filter(|l| is_ours(l, rec))
+        .filter(|l| {
+            rec.host.parent.is_some()
+                || names.contains(&l.name.as_str())
+                || is_fallback_name(&l.name)
+        })
+        .collect();
+    match hits.len() {
+        0 | 1 => Ok(hits.pop()),
+        _ => Err(Cause::Ambiguous {
+            names: hits.into_iter().map(|l| l.name).collect(),
+        }),
+    }
+}
+
+fn restore_rdma(
+    ops: &mut VfOps<'_>,
+    at: &At<'_>,
+    rec: &SavedVf,
+    pod: Option<&Netns>,
+) -> Result<(), VfError> {
+    let name = rec.attach.rdma_device.as_deref().unwrap_or_default();
+    // Without RDMA netlink there is no RDMA core, so nothing was moved (an
+    // attach that failed opening it is being rolled back).
+    let unsupported = |c: &Cause| matches!(c, Cause::Netlink(e) if e.is_unsupported());
+    if let Some(pod) = pod {
+        // Exclusive mode hides the device from other namespaces: ask inside the pod's.
+        let mut rdma = match ops.env.rdma(Some(pod)) {
+            Err(c) if unsupported(&c) => return Ok(()),
+            other => at.step("open pod rdma netlink", other)?,
+        };
+        if let Some(index) = at.step("find rdma device", rdma.dev_index(name))? {
+            let host = ops.env.host_netns();
+            return at.step("return rdma device", rdma.set_netns(index, host));
+        }
+    }
+    // Gone with its netns: rdma_dev_exit_net returns it to init_net.
+    let mut rdma = match ops.env.rdma(None) {
+        Err(c) if unsupported(&c) => return Ok(()),
+        other => at.step("open host rdma netlink", other)?,
+    };
+    match at.step("find rdma device", rdma.dev_index(name))? {
+        Some(_) => Ok(()),
+        None => Err((at.err("find rdma device"))(Cause::NotFound {
+            what: "rdma device",
+            name: name.to_string(),
+        })),
+    }
+}
+
+fn restore_pf(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), VfError> {
+    let (Some(state), Some(_)) = (&rec.pf, rec.pf_index) else {
+        return Ok(());
+    };
+    let pf_name = &rec.attach.pf_netdev;
+    let pf = at
+        .step("find pf", host.link(LinkRef::Name(pf_name)))?
+        .ok_or_else(|| {
+            (at.err("find pf"))(Cause::NotFound {
+                what: "pf",
+                name: pf_name.clone(),
+            })
+        })?;
+    let now = at.step(
+        "read pf vf state",
+        host.vf_state(pf.index, rec.attach.vf_index),
+    )?;
+    let restore = state.restore_config(&rec.attach.settings.pf_config());
+    for field in vf_fields(&restore) {
+        if now.as_ref().is_some_and(|n| same(n, &field)) {
+            continue;
+        }
+        at.step(
+            field.step(),
+            host.set_vf(pf.index, rec.attach.vf_index, &field),
+        )?;
+    }
+    Ok(())
+}
+
+/// Whether the PF already reports `field`'s value.
+fn same(now: &super::settings::VfState, field: &super::VfField) -> bool {
+    use super::VfField as F;
+    match field {
+        F::Mac(m) => now.mac == *m,
+        F::Vlan(v) => now.vlan == *v,
+        F::Rate(r) => now.rate == *r,
+        F::SpoofChk(s) => now.spoofchk == *s,
+        F::Trust(t) => now.trust == *t,
+        F::LinkState(l) => now.link_state == *l,
+    }
+}
+
+fn restore_netdev(
+    ops: &mut VfOps<'_>,
+    at: &At<'_>,
+    host: &mut dyn Rtnl,
+    rec: &SavedVf,
+    pod: Option<&Netns>,
+) -> Result<(), VfError> {
+    let saved = &rec.host;
+    let ifname = rec.attach.container_ifname.as_str();
+    if let Some(pod) = pod {
+        let mut pod_nl = at.step("open pod netlink", ops.env.rtnl(Some(pod)))?;
+        let in_pod = at.step(
+            "find netdev in pod",
+            locate(pod_nl.as_mut(), rec, &[ifname, &saved.name]),
+        )?;
+        if let Some(link) = in_pod {
+            // Check before touching it: a VF left up in the pod beats one stranded down.
+            host_name_free(at, host, rec, None)?;
+            if link.up {
+                at.step("bring down", pod_nl.set_link(link.index, &down()))?;
+            }
+            let home = LinkChange {
+                netns: Some(ops.env.host_netns()),
+                name: Some(&saved.name),
+                ..LinkChange::default()
+            };
+            at.step("move to host netns", pod_nl.set_link(link.index, &home))?;
+        }
+    }
+    let found = at.step(
+        "find netdev on host",
+        locate(host, rec, &[&saved.name, ifname]),
+    )?;
+    let mut link = found.ok_or_else(|| {
+        (at.err("find netdev"))(Cause::NotFound {
+            what: "vf netdev",
+            name: saved.name.clone(),
+        })
+    })?;
+    if link.name != saved.name {
+        host_name_free(at, host, rec, Some(link.index))?;
+        if link.up {
+            at.step("bring down", host.set_link(link.index, &down()))?;
+        }
+        let rename = LinkChange {
+            name: Some(&saved.name),
+            ..LinkChange::default()
+        };
+        at.step("restore name", host.set_link(link.index, &rename))?;
+        link = at
+            .step("restore name", host.link(LinkRef::Index(link.index)))?
+            .ok_or_else(|| {
+                (at.err("restore name"))(Cause::NotFound {
+                    what: "vf netdev",
+                    name: saved.name.clone(),
+                })
+            })?;
+    }
+    if link.altnames.iter().any(|n| n == ifname) {
+        at.step("delete altname", host.del_altname(link.index, ifname))?;
+    }
+    if saved.mac.is_some() && link.mac != saved.mac {
+        let change = LinkChange {
+            mac: saved.mac.as_ref(),
+            ..LinkChange::default()
+        };
+        at.step("restore mac", host.set_link(link.index, &change))?;
+    }
+    if link.mtu != saved.mtu {
+        let change = LinkChange {
+            mtu: Some(saved.mtu),
+            ..LinkChange::default()
+        };
+        at.step("restore mtu", host.set_link(link.index, &change))?;
+    }
+    if link.up != saved.up {
+        let change = LinkChange {
+            up: Some(saved.up),
+            ..LinkChange::default()
+        };
+        at.step("restore link state", host.set_link(link.index, &change))?;
+    }
+    Ok(())
+}
+
+fn down() -> LinkChange<'static> {
+    LinkChange {
+        up: Some(false),
+        ..LinkChange::default()
+    }
+}
+
+/// Fails when another link on the host holds the VF's original name. The record
+/// stays; the operator frees the name (or the VF is quarantined) and a later
+/// detach finishes the job.
+fn host_name_free(
+    at: &At<'_>,
+    host: &mut dyn Rtnl,
+    rec: &SavedVf,
+    ours: Option<u32>,
+) -> Result<(), VfError> {
+    let holder = at.step("check host name", host.link(LinkRef::Name(&rec.host.name)))?;
+    match holder {
+        Some(l) if Some(l.index) != ours && !is_ours(&l, rec) => {
+            Err((at.err("check host name"))(Cause::HostNameTaken {
+                name: rec.host.name.clone(),
+                index: l.index,
+            }))
+        }
+        _ => Ok(()),
+    }
+}

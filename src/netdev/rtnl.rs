@@ -1,0 +1,378 @@
+//! rtnetlink: the few link operations VF attach and detach need, encoded with
+//! netlink-packet-route. Attribute numbers are include/uapi/linux/if_link.h;
+//! the kernel side is net/core/rtnetlink.c (`rtnl_getlink`, `do_setlink`,
+//! `do_setvfinfo`, `rtnl_linkprop`).
+
+use std::os::fd::AsRawFd;
+
+use netlink_packet_core::{Emitable, Parseable};
+use netlink_packet_route::link::{
+    LinkAttribute, LinkExtentMask, LinkFlags, LinkMessage, LinkVfInfo, Prop, VfInfo,
+    VfInfoLinkState, VfInfoMac, VfInfoRate, VfInfoSpoofCheck, VfInfoTrust, VfLinkState, VfVlan,
+    VfVlanInfo, VlanProtocol,
+};
+
+use super::netns::Netns;
+use super::nl::{Conn, Kind, NlError, NlSocket, Transport};
+use super::settings::{HwAddr, LinkState, RateConfig, VfState, VlanConfig, VlanProto};
+
+// include/uapi/linux/rtnetlink.h
+pub const RTM_NEWLINK: u16 = 16;
+pub const RTM_GETLINK: u16 = 18;
+pub const RTM_SETLINK: u16 = 19;
+pub const RTM_DELLINKPROP: u16 = 109;
+
+/// A netdev as rtnetlink reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    pub index: u32,
+    pub name: String,
+    /// `IFLA_ADDRESS`.
+    pub mac: Option<HwAddr>,
+    pub mtu: u32,
+    /// `IFF_UP`.
+    pub up: bool,
+    /// `IFLA_PROP_LIST > IFLA_ALT_IFNAME`.
+    pub altnames: Vec<String>,
+    /// `IFLA_PARENT_DEV_NAME`: the PCI address of a VF netdev (absent on virtual links).
+    pub parent: Option<String>,
+}
+
+/// Which link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkRef<'a> {
+    Name(&'a str),
+    Index(u32),
+}
+
+/// One RTM_SETLINK. `do_setlink` applies the namespace move first, then the
+/// address, MTU, name and flags, so a move and a rename are one request: the
+/// device never shows its host name in the target namespace, and if that name
+/// is taken there the kernel uses the new name for the move itself.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LinkChange<'a> {
+    pub netns: Option<&'a Netns>,
+    pub name: Option<&'a str>,
+    pub mac: Option<&'a HwAddr>,
+    pub mtu: Option<u32>,
+    pub up: Option<bool>,
+}
+
+/// One PF-side VF setting (`IFLA_VFINFO_LIST > IFLA_VF_INFO > ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VfField {
+    Mac(HwAddr),
+    Vlan(VlanConfig),
+    Rate(RateConfig),
+    SpoofChk(bool),
+    Trust(bool),
+    LinkState(LinkState),
+}
+
+impl VfField {
+    pub fn step(&self) -> &'static str {
+        match self {
+            VfField::Mac(_) => "set pf vf mac",
+            VfField::Vlan(_) => "set pf vf vlan",
+            VfField::Rate(_) => "set pf vf rate",
+            VfField::SpoofChk(_) => "set pf vf spoofchk",
+            VfField::Trust(_) => "set pf vf trust",
+            VfField::LinkState(_) => "set pf vf link state",
+        }
+    }
+}
+
+/// The link operations, in one namespace.
+pub trait Rtnl {
+    /// `None` when there is no such link (ENODEV).
+    fn link(&mut self, by: LinkRef<'_>) -> Result<Option<Link>, NlError>;
+    fn links(&mut self) -> Result<Vec<Link>, NlError>;
+    fn set_link(&mut self, index: u32, change: &LinkChange<'_>) -> Result<(), NlError>;
+    /// False when the link has no such altname.
+    fn del_altname(&mut self, index: u32, name: &str) -> Result<bool, NlError>;
+    /// The PF's view of VF `vf`, `None` when the PF reports no such VF.
+    fn vf_state(&mut self, pf_index: u32, vf: u32) -> Result<Option<VfState>, NlError>;
+    fn set_vf(&mut self, pf_index: u32, vf: u32, field: &VfField) -> Result<(), NlError>;
+}
+
+/// rtnetlink over a transport; `RtnlConn<NlSocket>` is the real one.
+pub struct RtnlConn<T> {
+    conn: Conn<T>,
+}
+
+impl RtnlConn<NlSocket> {
+    /// A socket in the calling thread's namespace.
+    pub fn open() -> Result<Self, NlError> {
+        Ok(RtnlConn::new(NlSocket::open(
+            netlink_sys::constants::NETLINK_ROUTE,
+        )?))
+    }
+}
+
+fn emit(msg: &LinkMessage) -> Vec<u8> {
+    let mut buf = vec![0; msg.buffer_len()];
+    msg.emit(&mut buf);
+    buf
+}
+
+fn link_msg(index: u32, attributes: Vec<LinkAttribute>) -> LinkMessage {
+    let mut msg = LinkMessage::default();
+    msg.header.index = index;
+    msg.attributes = attributes;
+    msg
+}
+
+/// RTM_GETLINK by index or name, with `mask` as IFLA_EXT_MASK.
+pub fn getlink_request(by: LinkRef<'_>, mask: Vec<LinkExtentMask>) -> Vec<u8> {
+    let mut attrs = Vec::new();
+    let index = match by {
+        LinkRef::Index(i) => i,
+        LinkRef::Name(n) => {
+            attrs.push(LinkAttribute::IfName(n.to_string()));
+            0
+        }
+    };
+    attrs.push(LinkAttribute::ExtMask(mask));
+    emit(&link_msg(index, attrs))
+}
+
+pub fn setlink_request(index: u32, change: &LinkChange<'_>) -> Vec<u8> {
+    let mut msg = link_msg(index, Vec::new());
+    if let Some(up) = change.up {
+        msg.header.change_mask = LinkFlags::Up;
+        if up {
+            msg.header.flags = LinkFlags::Up;
+        }
+    }
+    if let Some(ns) = change.netns {
+        msg.attributes.push(LinkAttribute::NetNsFd(ns.as_raw_fd()));
+    }
+    if let Some(name) = change.name {
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+    }
+    if let Some(mac) = change.mac {
+        msg.attributes
+            .push(LinkAttribute::Address(mac.as_bytes().to_vec()));
+    }
+    if let Some(mtu) = change.mtu {
+        msg.attributes.push(LinkAttribute::Mtu(mtu));
+    }
+    emit(&msg)
+}
+
+pub fn del_altname_request(index: u32, name: &str) -> Vec<u8> {
+    let prop = vec![Prop::AltIfName(name.to_string())];
+    emit(&link_msg(index, vec![LinkAttribute::PropList(prop)]))
+}
+
+/// RTM_SETLINK on the PF with one `IFLA_VF_INFO` holding one setting.
+pub fn set_vf_request(pf_index: u32, vf: u32, field: &VfField) -> Vec<u8> {
+    let info = match field {
+        VfField::Mac(mac) => VfInfo::Mac(VfInfoMac::new(vf, mac.as_bytes())),
+        VfField::Vlan(v) => VfInfo::VlanList(vec![VfVlan::Info(VfVlanInfo::new(
+            vf,
+            u32::from(v.vlan),
+            u32::from(v.qos),
+            VlanProtocol::from(v.proto.ethertype()),
+        ))]),
+        VfField::Rate(r) => VfInfo::Rate(VfInfoRate::new(vf, r.min, r.max)),
+        VfField::SpoofChk(on) => VfInfo::SpoofCheck(VfInfoSpoofCheck::new(vf, *on)),
+        VfField::Trust(on) => VfInfo::Trust(VfInfoTrust::new(vf, *on)),
+        VfField::LinkState(s) => {
+            VfInfo::LinkState(VfInfoLinkState::new(vf, VfLinkState::from(s.raw())))
+        }
+    };
+    let list = vec![LinkVfInfo(vec![info])];
+    emit(&link_msg(pf_index, vec![LinkAttribute::VfInfoList(list)]))
+}
+
+/// Reads a GETLINK reply into a [`Link`].
+pub fn parse_link(op: &'static str, payload: &[u8]) -> Result<(Link, LinkMessage), NlError> {
+    let msg = LinkMessage::parse(payload).map_err(|e| NlError::Malformed {
+        op,
+        reason: e.to_string(),
+    })?;
+    let mut link = Link {
+        index: msg.header.index,
+        name: String::new(),
+        mac: None,
+        mtu: 0,
+        up: msg.header.flags.contains(LinkFlags::Up),
+        altnames: Vec::new(),
+        parent: None,
+    };
+    for attr in &msg.attributes {
+        match attr {
+            LinkAttribute::IfName(n) => link.name = n.clone(),
+            LinkAttribute::Address(a) => link.mac = HwAddr::new(a),
+            LinkAttribute::Mtu(m) => link.mtu = *m,
+            LinkAttribute::ParentDevName(p) => link.parent = Some(p.clone()),
+            LinkAttribute::PropList(props) => {
+                for p in props {
+                    if let Prop::AltIfName(n) = p {
+                        link.altnames.push(n.clone());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((link, msg))
+}
+
+/// Picks VF `vf` out of a PF's `IFLA_VFINFO_LIST`. The MAC is cut to the PF's
+/// address length (`ifla_vf_mac.mac` is always 32 bytes).
+pub fn vf_state_from(msg: &LinkMessage, pf_addr_len: usize, vf: u32) -> Option<VfState> {
+    let list = msg.attributes.iter().find_map(|a| match a {
+        LinkAttribute::VfInfoList(l) => Some(l),
+        _ => None,
+    })?;
+    let entry = list.iter().find(|e| {
+        e.0.iter()
+            .any(|i| matches!(i, VfInfo::Mac(m) if m.vf_id == vf))
+    })?;
+    let mut state = VfState {
+        vf,
+        mac: HwAddr::default(),
+        vlan: VlanConfig {
+            vlan: 0,
+            qos: 0,
+            proto: VlanProto::Dot1Q,
+        },
+        rate: RateConfig { min: 0, max: 0 },
+        spoofchk: false,
+        trust: false,
+        link_state: LinkState::Auto,
+    };
+    let addr_len = pf_addr_len.clamp(1, super::settings::HWADDR_MAX);
+    for info in &entry.0 {
+        match info {
+            VfInfo::Mac(m) => state.mac = HwAddr::new(&m.mac[..addr_len]).unwrap_or_default(),
+            VfInfo::Vlan(v) => {
+                state.vlan.vlan = v.vlan_id as u16;
+                state.vlan.qos = v.qos as u8;
+            }
+            VfInfo::VlanList(list) => {
+                if let Some(VfVlan::Info(i)) = list.first() {
+                    state.vlan = VlanConfig {
+                        vlan: i.vlan_id as u16,
+                        qos: i.qos as u8,
+                        proto: match u16::from(i.protocol) {
+                            0x88a8 => VlanProto::Dot1Ad,
+                            _ => VlanProto::Dot1Q,
+                        },
+                    };
+                }
+            }
+            VfInfo::Rate(r) => {
+                state.rate = RateConfig {
+                    min: r.min_tx_rate,
+                    max: r.max_tx_rate,
+                }
+            }
+            VfInfo::SpoofCheck(s) => state.spoofchk = s.enabled,
+            VfInfo::Trust(t) => state.trust = t.enabled,
+            VfInfo::LinkState(l) => {
+                state.link_state = match l.state {
+                    VfLinkState::Enable => LinkState::Enable,
+                    VfLinkState::Disable => LinkState::Disable,
+                    _ => LinkState::Auto,
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(state)
+}
+
+impl<T: Transport> RtnlConn<T> {
+    pub fn new(transport: T) -> Self {
+        RtnlConn {
+            conn: Conn::new(transport),
+        }
+    }
+
+    pub fn transport(&self) -> &T {
+        self.conn.transport()
+    }
+
+    fn get(
+        &mut self,
+        op: &'static str,
+        req: &[u8],
+    ) -> Result<Option<(Link, LinkMessage)>, NlError> {
+        match self.conn.request(op, RTM_GETLINK, Kind::Do, req) {
+            Ok(replies) => match replies.first() {
+                Some(p) => parse_link(op, p).map(Some),
+                None => Err(NlError::Malformed {
+                    op,
+                    reason: "no link in the reply".to_string(),
+                }),
+            },
+            Err(e) if e.is_no_device() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl<T: Transport> Rtnl for RtnlConn<T> {
+    fn link(&mut self, by: LinkRef<'_>) -> Result<Option<Link>, NlError> {
+        let req = getlink_request(by, vec![LinkExtentMask::SkipStats]);
+        Ok(self.get("get link", &req)?.map(|(l, _)| l))
+    }
+
+    fn links(&mut self) -> Result<Vec<Link>, NlError> {
+        let req = getlink_request(LinkRef::Index(0), vec![LinkExtentMask::SkipStats]);
+        let replies = self
+            .conn
+            .request("list links", RTM_GETLINK, Kind::Dump, &req)?;
+        replies
+            .iter()
+            .map(|p| parse_link("list links", p).map(|(l, _)| l))
+            .collect()
+    }
+
+    fn set_link(&mut self, index: u32, change: &LinkChange<'_>) -> Result<(), NlError> {
+        let req = setlink_request(index, change);
+        self.conn
+            .request("set link", RTM_SETLINK, Kind::Do, &req)
+            .map(drop)
+    }
+
+    fn del_altname(&mut self, index: u32, name: &str) -> Result<bool, NlError> {
+        let req = del_altname_request(index, name);
+        match self
+            .conn
+            .request("delete altname", RTM_DELLINKPROP, Kind::Do, &req)
+        {
+            Ok(_) => Ok(true),
+            // netdev_name_node_alt_destroy: ENOENT when the name is not an altname of the link.
+            Err(e) if e.errno() == Some(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn vf_state(&mut self, pf_index: u32, vf: u32) -> Result<Option<VfState>, NlError> {
+        // IFLA_VFINFO_LIST is only filled when RTEXT_FILTER_VF is asked for
+        // (rtnl_vfinfo_size / rtnl_fill_vf); SKIP_STATS drops the per-VF counters.
+        let req = getlink_request(
+            LinkRef::Index(pf_index),
+            vec![LinkExtentMask::Vf, LinkExtentMask::SkipStats],
+        );
+        let Some((link, msg)) = self.get("get pf vf info", &req)? else {
+            return Err(NlError::Kernel {
+                op: "get pf vf info",
+                errno: libc::ENODEV,
+            });
+        };
+        let addr_len = link.mac.as_ref().map_or(6, |m| m.as_bytes().len());
+        Ok(vf_state_from(&msg, addr_len, vf))
+    }
+
+    fn set_vf(&mut self, pf_index: u32, vf: u32, field: &VfField) -> Result<(), NlError> {
+        let req = set_vf_request(pf_index, vf, field);
+        self.conn
+            .request(field.step(), RTM_SETLINK, Kind::Do, &req)
+            .map(drop)
+    }
+}

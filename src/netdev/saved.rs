@@ -1,0 +1,245 @@
+//! Saved VF state: what a VF looked like before devgate touched it, written
+//! before the first change and removed only after a full restore. One JSON file
+//! per VF (`<state-dir>/vf/<bdf>.json`), replaced atomically (temp, fsync,
+//! rename, fsync dir) as the ledger does, under a per-VF `flock` so the hook
+//! and the plugin never work on the same VF at once (sriov-cni's per-BDF lock,
+//! commit d5232e68).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+use super::netns::NetnsId;
+use super::settings::{HwAddr, VfAttach, VfState};
+use crate::inventory::PciAddr;
+
+pub const SAVED_VERSION: u32 = 1;
+const DIR: &str = "vf";
+/// A record is a few hundred bytes; anything this large is not one of ours.
+const MAX_RECORD_BYTES: u64 = 256 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SavedError {
+    #[error("vf state {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("vf state {path} is corrupt: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+/// The VF netdev as it was on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedLink {
+    pub name: String,
+    pub index: u32,
+    pub mac: Option<HwAddr>,
+    pub mtu: u32,
+    pub up: bool,
+    /// PCI address the kernel reports as the netdev's parent; identifies the VF
+    /// wherever it is and whatever its name.
+    pub parent: Option<String>,
+}
+
+/// Where the VF went.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedNetns {
+    pub id: NetnsId,
+    /// A path that named the namespace at attach time, when one was known.
+    pub path: Option<PathBuf>,
+}
+
+/// Everything needed to put a VF back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedVf {
+    pub version: u32,
+    pub container_id: String,
+    pub attach: VfAttach,
+    pub netns: SavedNetns,
+    pub host: SavedLink,
+    /// The PF's admin view of the VF; `None` when the PF is not on this host.
+    pub pf: Option<VfState>,
+    /// The PF's ifindex when `pf` was read.
+    pub pf_index: Option<u32>,
+    pub saved_unix: u64,
+}
+
+impl SavedVf {
+    pub fn vf(&self) -> PciAddr {
+        self.attach.vf_bus_id
+    }
+}
+
+/// The store under one state directory.
+#[derive(Debug, Clone)]
+pub struct SavedStore {
+    dir: PathBuf,
+}
+
+/// Held while a VF is being attached or detached.
+pub struct VfLock {
+    _lock: Flock<File>,
+}
+
+impl SavedStore {
+    /// Nothing is created until the first save or lock.
+    pub fn new(state_dir: &Path) -> SavedStore {
+        SavedStore {
+            dir: state_dir.join(DIR),
+        }
+    }
+
+    fn path(&self, vf: PciAddr, ext: &str) -> PathBuf {
+        self.dir.join(format!("{vf}.{ext}"))
+    }
+
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SavedError + '_ {
+        move |source| SavedError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    fn ensure_dir(&self) -> Result<(), SavedError> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(Self::io(&self.dir))
+    }
+
+    /// Takes the VF's exclusive lock, waiting for a holder in another process.
+    pub fn lock(&self, vf: PciAddr) -> Result<VfLock, SavedError> {
+        self.ensure_dir()?;
+        let path = self.path(vf, "lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(Self::io(&path))?;
+        let lock =
+            Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| SavedError::Io {
+                path: path.clone(),
+                source: errno.into(),
+            })?;
+        Ok(VfLock { _lock: lock })
+    }
+
+    pub fn load(&self, vf: PciAddr) -> Result<Option<SavedVf>, SavedError> {
+        read_record(&self.path(vf, "json"))
+    }
+
+    pub fn save(&self, rec: &SavedVf) -> Result<(), SavedError> {
+        self.ensure_dir()?;
+        let path = self.path(rec.vf(), "json");
+        let tmp = self.path(rec.vf(), "json.tmp");
+        let mut text = serde_json::to_vec_pretty(rec).map_err(|e| SavedError::Corrupt {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        text.push(b'\n');
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(Self::io(&tmp))?;
+        file.write_all(&text).map_err(Self::io(&tmp))?;
+        file.sync_all().map_err(Self::io(&tmp))?;
+        fs::rename(&tmp, &path).map_err(Self::io(&path))?;
+        self.sync_dir()
+    }
+
+    /// Drops a record; a missing one is fine.
+    pub fn remove(&self, vf: PciAddr) -> Result<(), SavedError> {
+        let path = self.path(vf, "json");
+        match fs::remove_file(&path) {
+            Ok(()) => self.sync_dir(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(SavedError::Io { path, source }),
+        }
+    }
+
+    fn sync_dir(&self) -> Result<(), SavedError> {
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(Self::io(&self.dir))
+    }
+
+    /// Every record, in file-name order. A missing directory means none.
+    pub fn all(&self) -> Result<Vec<SavedVf>, SavedError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(SavedError::Io {
+                    path: self.dir.clone(),
+                    source,
+                })
+            }
+        };
+        let mut paths: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        paths.sort();
+        let mut out = Vec::new();
+        for p in paths {
+            if let Some(rec) = read_record(&p)? {
+                out.push(rec);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The records of one container.
+    pub fn for_container(&self, container_id: &str) -> Result<Vec<SavedVf>, SavedError> {
+        Ok(self
+            .all()?
+            .into_iter()
+            .filter(|r| r.container_id == container_id)
+            .collect())
+    }
+}
+
+fn read_record(path: &Path) -> Result<Option<SavedVf>, SavedError> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(SavedError::Io {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let mut text = Vec::new();
+    file.take(MAX_RECORD_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(SavedStore::io(path))?;
+    let corrupt = |reason: String| SavedError::Corrupt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if text.len() as u64 > MAX_RECORD_BYTES {
+        return Err(corrupt("larger than 256 KiB".to_string()));
+    }
+    let rec: SavedVf = serde_json::from_slice(&text).map_err(|e| corrupt(e.to_string()))?;
+    if rec.version != SAVED_VERSION {
+        return Err(corrupt(format!(
+            "version {} (want {SAVED_VERSION})",
+            rec.version
+        )));
+    }
+    Ok(Some(rec))
+}

@@ -1,0 +1,418 @@
+//! Attach and detach against the kernel model in `fake`: end states, rollback
+//! from every failure point, idempotence, and the ways a VF can come home.
+
+use crate::netdev::chain;
+use crate::netdev::fake::{Call, FakeNet, Model, HOST};
+use crate::netdev::saved::SavedStore;
+use crate::netdev::settings::{LinkState, RateConfig, VfState, VlanConfig, VlanProto};
+use crate::netdev::{
+    attach_all, detach_container, Cause, Netns, VfAttach, VfError, VfOps, VfSettings,
+};
+
+const POD: u64 = 2;
+const PF: u32 = 11;
+const VF_NETDEV: u32 = 12;
+
+fn nop(_: &'static str) {}
+
+fn vf_state() -> VfState {
+    VfState {
+        vf: 3,
+        mac: "00:00:00:00:00:00".parse().unwrap(),
+        vlan: VlanConfig {
+            vlan: 0,
+            qos: 0,
+            proto: VlanProto::Dot1Q,
+        },
+        rate: RateConfig { min: 0, max: 0 },
+        spoofchk: true,
+        trust: false,
+        link_state: LinkState::Auto,
+    }
+}
+
+/// A host with PF ens1f0 (VF 3 = ens1f0v3, RDMA mlx5_3) and a pod with lo and eth0.
+fn model() -> Model {
+    let mut m = Model::default();
+    let pf = m.add_link(HOST, "ens1f0", "0c:42:a1:00:00:01", true);
+    let vf = m.add_link(HOST, "ens1f0v3", "0e:00:00:00:00:03", true);
+    assert_eq!((pf, vf), (PF, VF_NETDEV));
+    m.links[1].link.parent = Some("0000:3b:02.3".to_string());
+    m.vfs.insert((PF, 3), vf_state());
+    m.rdma.insert("mlx5_3".to_string(), (5, HOST));
+    m.add_link(POD, "lo", "00:00:00:00:00:00", false);
+    m.add_link(POD, "eth0", "0a:58:0a:00:00:05", false);
+    m
+}
+
+fn action() -> VfAttach {
+    VfAttach {
+        pf_netdev: "ens1f0".to_string(),
+        vf_index: 3,
+        vf_bus_id: "0000:3b:02.3".parse().unwrap(),
+        host_netdev: "ens1f0v3".to_string(),
+        rdma_device: Some("mlx5_3".to_string()),
+        container_ifname: "net1".to_string(),
+        settings: VfSettings {
+            mac: Some("02:00:00:00:00:11".parse().unwrap()),
+            vlan: Some(100),
+            qos: Some(2),
+            spoofchk: Some(false),
+            trust: Some(true),
+            link_state: Some(LinkState::Enable),
+            max_tx_rate: Some(1000),
+            mtu: Some(9000),
+            ..VfSettings::default()
+        },
+        move_rdma: true,
+    }
+}
+
+struct Rig {
+    net: FakeNet,
+    dir: tempfile::TempDir,
+    store: SavedStore,
+    pod: Netns,
+}
+
+impl Rig {
+    fn new(m: Model) -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SavedStore::new(dir.path());
+        Rig {
+            net: FakeNet::new(m),
+            dir,
+            store,
+            pod: Netns::fake(POD),
+        }
+    }
+
+    fn attach(&mut self, actions: &[VfAttach]) -> Result<(), VfError> {
+        let mut ops = VfOps {
+            env: &mut self.net,
+            store: &self.store,
+            checkpoint: &nop,
+        };
+        attach_all(&mut ops, "ctr1", &self.pod, None, actions)
+    }
+
+    fn detach(&mut self, container: &str) -> Result<usize, VfError> {
+        let mut ops = VfOps {
+            env: &mut self.net,
+            store: &self.store,
+            checkpoint: &nop,
+        };
+        detach_container(&mut ops, container)
+    }
+
+    fn m(&self) -> std::cell::RefMut<'_, Model> {
+        self.net.model.borrow_mut()
+    }
+
+    fn records(&self) -> usize {
+        let _ = &self.dir;
+        self.store.all().unwrap().len()
+    }
+}
+
+fn host_world(m: &Model) -> crate::netdev::fake::World {
+    let (links, vfs, rdma) = m.world();
+    (
+        links.into_iter().filter(|l| l.ns == HOST).collect(),
+        vfs,
+        rdma,
+    )
+}
+
+#[test]
+fn attach_applies_everything_and_detach_puts_it_back() {
+    let mut rig = Rig::new(model());
+    let before = rig.m().world();
+    rig.attach(&[action()]).unwrap();
+    {
+        let m = rig.m();
+        let net1 = m.links.iter().find(|l| l.link.name == "net1").unwrap();
+        assert_eq!(net1.ns, POD);
+        assert!(net1.link.up);
+        assert_eq!(net1.link.mtu, 9000);
+        assert_eq!(
+            net1.link.mac.as_ref().unwrap().to_string(),
+            "02:00:00:00:00:11"
+        );
+        assert!(!m
+            .links
+            .iter()
+            .any(|l| l.ns == HOST && l.link.name == "ens1f0v3"));
+        let s = &m.vfs[&(PF, 3)];
+        assert_eq!(s.mac.to_string(), "02:00:00:00:00:11");
+        assert_eq!((s.vlan.vlan, s.vlan.qos), (100, 2));
+        assert_eq!(
+            (s.spoofchk, s.trust, s.link_state),
+            (false, true, LinkState::Enable)
+        );
+        assert_eq!(s.rate, RateConfig { min: 0, max: 1000 });
+        assert_eq!(m.rdma["mlx5_3"].1, POD);
+    }
+    assert_eq!(rig.records(), 1);
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    assert_eq!(rig.m().world(), before);
+    assert_eq!(rig.records(), 0);
+}
+
+#[test]
+fn a_failure_at_any_step_rolls_everything_back() {
+    let mut probe = Rig::new(model());
+    probe.attach(&[action()]).unwrap();
+    let steps = probe.m().calls.len();
+    assert!(steps >= 10, "{:?}", probe.m().calls);
+    for k in 0..steps {
+        let mut rig = Rig::new(model());
+        let before = rig.m().world();
+        rig.m().fail_at = Some(k);
+        let err = rig.attach(&[action()]).unwrap_err();
+        let text = chain(&err);
+        assert!(text.starts_with("vf 0000:3b:02.3 (ens1f0v3): "), "{text}");
+        assert_eq!(rig.m().world(), before, "failure at call {k}: {text}");
+        assert_eq!(rig.records(), 0, "failure at call {k}");
+    }
+}
+
+#[test]
+fn detach_twice_or_without_a_record_changes_nothing() {
+    let mut rig = Rig::new(model());
+    assert_eq!(rig.detach("ctr1").unwrap(), 0);
+    rig.attach(&[action()]).unwrap();
+    rig.detach("ctr1").unwrap();
+    let calls = rig.m().calls.len();
+    assert_eq!(rig.detach("ctr1").unwrap(), 0);
+    assert_eq!(rig.detach("other").unwrap(), 0);
+    assert_eq!(rig.m().calls.len(), calls);
+}
+
+#[test]
+fn a_second_stage_for_the_same_container_is_a_no_op() {
+    let mut rig = Rig::new(model());
+    rig.attach(&[action()]).unwrap();
+    let calls = rig.m().calls.len();
+    rig.attach(&[action()]).unwrap();
+    assert_eq!(rig.m().calls.len(), calls);
+    // Half done (the link is down, as after a crash): restored, then attached again.
+    let before_attach = FakeNet::new(model()).model.borrow().world();
+    rig.m()
+        .links
+        .iter_mut()
+        .filter(|l| l.ns == POD)
+        .for_each(|l| l.link.up = false);
+    rig.attach(&[action()]).unwrap();
+    assert!(rig
+        .m()
+        .links
+        .iter()
+        .any(|l| l.ns == POD && l.link.name == "net1" && l.link.up));
+    rig.detach("ctr1").unwrap();
+    assert_eq!(rig.m().world(), before_attach);
+}
+
+#[test]
+fn a_vf_held_by_another_container_is_refused() {
+    let mut rig = Rig::new(model());
+    rig.attach(&[action()]).unwrap();
+    let mut ops = VfOps {
+        env: &mut rig.net,
+        store: &rig.store,
+        checkpoint: &nop,
+    };
+    let err = attach_all(&mut ops, "ctr2", &rig.pod, None, &[action()]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            VfError::Step {
+                cause: Cause::Held { .. },
+                ..
+            }
+        ),
+        "{}",
+        chain(&err)
+    );
+}
+
+#[test]
+fn netns_gone_vf_comes_home_under_its_pod_name_or_dev_ifindex() {
+    for host_has_net1 in [false, true] {
+        let mut m = model();
+        if host_has_net1 {
+            m.add_link(HOST, "net1", "0e:99:00:00:00:01", false);
+        }
+        let mut rig = Rig::new(m);
+        let before = host_world(&rig.m());
+        rig.attach(&[action()]).unwrap();
+        rig.m().destroy_ns(POD);
+        let want = if host_has_net1 {
+            format!("dev{VF_NETDEV}")
+        } else {
+            "net1".to_string()
+        };
+        assert!(rig
+            .m()
+            .links
+            .iter()
+            .any(|l| l.ns == HOST && l.link.name == want));
+        assert_eq!(rig.detach("ctr1").unwrap(), 1);
+        assert_eq!(
+            host_world(&rig.m()),
+            before,
+            "host_has_net1 {host_has_net1}"
+        );
+        assert_eq!(rig.records(), 0);
+    }
+}
+
+#[test]
+fn a_taken_pod_name_fails_before_any_change() {
+    let mut m = model();
+    m.add_link(POD, "net1", "0a:00:00:00:00:09", false);
+    let mut rig = Rig::new(m);
+    let err = rig.attach(&[action()]).unwrap_err();
+    assert!(
+        chain(&err).contains("check container name: net1 already exists in the pod netns"),
+        "{}",
+        chain(&err)
+    );
+    assert!(rig.m().calls.is_empty());
+    assert_eq!(rig.records(), 0);
+}
+
+#[test]
+fn a_taken_host_name_keeps_the_record_until_freed() {
+    let mut rig = Rig::new(model());
+    rig.attach(&[action()]).unwrap();
+    let squatter = rig
+        .m()
+        .add_link(HOST, "ens1f0v3", "0e:77:00:00:00:01", false);
+    let err = rig.detach("ctr1").unwrap_err();
+    assert!(
+        chain(&err).contains("host name ens1f0v3 is taken"),
+        "{}",
+        chain(&err)
+    );
+    assert_eq!(rig.records(), 1);
+    // The VF stays usable in the pod.
+    assert!(rig
+        .m()
+        .links
+        .iter()
+        .any(|l| l.ns == POD && l.link.name == "net1" && l.link.up));
+    rig.m().links.retain(|l| l.link.index != squatter);
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    assert_eq!(rig.records(), 0);
+}
+
+#[test]
+fn altnames_left_by_renames_are_removed() {
+    let mut m = model();
+    m.altname_on_rename = true;
+    let mut rig = Rig::new(m);
+    let mut a = action();
+    a.move_rdma = false;
+    // The move keeps the name and the rename after it leaves the old one as an altname.
+    rig.attach(&[a]).unwrap();
+    rig.m()
+        .links
+        .iter()
+        .for_each(|l| assert!(!l.link.altnames.contains(&"ens1f0v3".to_string()), "{l:?}"));
+    rig.detach("ctr1").unwrap();
+    rig.m()
+        .links
+        .iter()
+        .for_each(|l| assert!(l.link.altnames.is_empty(), "{l:?}"));
+}
+
+#[test]
+fn without_a_pf_only_the_netdev_mac_is_set() {
+    let mut rig = Rig::new(model());
+    let mut a = action();
+    a.pf_netdev = "ens9f9".to_string();
+    let err = rig.attach(&[a.clone()]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            VfError::Step {
+                step: "find pf",
+                cause: Cause::NoPf { .. },
+                ..
+            }
+        ),
+        "{}",
+        chain(&err)
+    );
+    assert!(rig.m().calls.is_empty());
+    a.settings = VfSettings {
+        mac: a.settings.mac.clone(),
+        mtu: Some(1400),
+        ..VfSettings::default()
+    };
+    a.move_rdma = false;
+    let before = rig.m().world();
+    rig.attach(&[a]).unwrap();
+    assert!(!rig
+        .m()
+        .calls
+        .iter()
+        .any(|c| matches!(c, Call::SetVf { .. })));
+    rig.detach("ctr1").unwrap();
+    assert_eq!(rig.m().world(), before);
+}
+
+#[test]
+fn shared_rdma_mode_is_refused_and_rolled_back() {
+    let mut m = model();
+    m.rdma_shared = true;
+    let mut rig = Rig::new(m);
+    let before = rig.m().world();
+    let err = rig.attach(&[action()]).unwrap_err();
+    assert!(
+        chain(&err).contains("rdma netns mode is shared"),
+        "{}",
+        chain(&err)
+    );
+    assert_eq!(rig.m().world(), before);
+}
+
+#[test]
+fn a_later_vf_failing_undoes_the_earlier_ones() {
+    let mut m = model();
+    m.add_link(HOST, "ens1f0v4", "0e:00:00:00:00:04", false);
+    let mut rig = Rig::new(m);
+    let before = rig.m().world();
+    let mut second = action();
+    second.vf_bus_id = "0000:3b:02.4".parse().unwrap();
+    second.host_netdev = "ens1f0v4".to_string();
+    second.container_ifname = "net2".to_string();
+    second.vf_index = 4; // the PF has no VF 4
+    second.rdma_device = None;
+    second.move_rdma = false;
+    let err = rig.attach(&[action(), second]).unwrap_err();
+    assert!(
+        chain(&err).contains("pf ens1f0 reports no vf 4"),
+        "{}",
+        chain(&err)
+    );
+    assert_eq!(rig.m().world(), before);
+    assert_eq!(rig.records(), 0);
+}
+
+#[test]
+fn a_batch_with_duplicates_is_refused() {
+    let mut rig = Rig::new(model());
+    let err = rig.attach(&[action(), action()]).unwrap_err();
+    assert!(
+        chain(&err).contains("vf is listed twice"),
+        "{}",
+        chain(&err)
+    );
+    let mut bad = action();
+    bad.container_ifname = "a/b".to_string();
+    let err = rig.attach(&[bad]).unwrap_err();
+    assert!(chain(&err).contains("validate"), "{}", chain(&err));
+    assert!(rig.m().calls.is_empty());
+}

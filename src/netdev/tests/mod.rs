@@ -1,0 +1,4 @@
+//! Unit tests of the netlink messages, the attach/detach logic and the records.
+mod logic;
+mod msg;
+mod store;

@@ -1,0 +1,144 @@
+//! The saved-state store and the settings types.
+
+use std::fs;
+
+use crate::netdev::netns::NetnsId;
+use crate::netdev::saved::{SavedLink, SavedNetns, SavedStore, SavedVf, SAVED_VERSION};
+use crate::netdev::settings::{HwAddr, VfAttach, VfSettings};
+
+fn record(container: &str, bdf: &str) -> SavedVf {
+    SavedVf {
+        version: SAVED_VERSION,
+        container_id: container.to_string(),
+        attach: VfAttach {
+            pf_netdev: String::new(),
+            vf_index: 0,
+            vf_bus_id: bdf.parse().unwrap(),
+            host_netdev: "veth0".to_string(),
+            rdma_device: None,
+            container_ifname: "net1".to_string(),
+            settings: VfSettings::default(),
+            move_rdma: false,
+        },
+        netns: SavedNetns {
+            id: NetnsId {
+                dev: 4,
+                ino: 4026532000,
+            },
+            path: None,
+        },
+        host: SavedLink {
+            name: "veth0".to_string(),
+            index: 9,
+            mac: "02:00:00:00:00:01".parse().ok(),
+            mtu: 1500,
+            up: false,
+            parent: None,
+        },
+        pf: None,
+        pf_index: None,
+        saved_unix: 1,
+    }
+}
+
+#[test]
+fn records_round_trip_and_filter_by_container() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SavedStore::new(dir.path());
+    assert!(
+        store.all().unwrap().is_empty(),
+        "a missing directory is no records"
+    );
+    let a = record("c1", "0000:00:10.1");
+    let b = record("c2", "0000:00:10.2");
+    store.save(&a).unwrap();
+    store.save(&b).unwrap();
+    assert_eq!(store.load(a.vf()).unwrap(), Some(a.clone()));
+    assert_eq!(store.for_container("c1").unwrap(), vec![a.clone()]);
+    // A temp file from a crash in the middle of a save is not a record.
+    fs::write(dir.path().join("vf/0000:00:10.3.json.tmp"), b"{").unwrap();
+    assert_eq!(store.all().unwrap().len(), 2);
+    store.remove(a.vf()).unwrap();
+    store.remove(a.vf()).unwrap();
+    assert_eq!(store.all().unwrap(), vec![b]);
+}
+
+#[test]
+fn corrupt_or_foreign_records_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SavedStore::new(dir.path());
+    let rec = record("c1", "0000:00:10.1");
+    store.save(&rec).unwrap();
+    let path = dir.path().join("vf/0000:00:10.1.json");
+    fs::write(&path, b"{\"version\": 1").unwrap();
+    assert!(store
+        .load(rec.vf())
+        .unwrap_err()
+        .to_string()
+        .contains("is corrupt"));
+    let mut text = serde_json::to_value(&rec).unwrap();
+    text["version"] = 99.into();
+    fs::write(&path, text.to_string()).unwrap();
+    assert!(store.all().unwrap_err().to_string().contains("version 99"));
+    fs::write(&path, vec![b' '; 300 * 1024]).unwrap();
+    assert!(store
+        .load(rec.vf())
+        .unwrap_err()
+        .to_string()
+        .contains("larger than"));
+}
+
+#[test]
+fn the_lock_is_exclusive_across_open_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SavedStore::new(dir.path());
+    let vf = "0000:00:10.1".parse().unwrap();
+    let held = store.lock(vf).unwrap();
+    let path = dir.path().join("vf/0000:00:10.1.lock");
+    let other = fs::File::open(&path).unwrap();
+    let try_lock = nix::fcntl::Flock::lock(other, nix::fcntl::FlockArg::LockExclusiveNonblock);
+    assert!(try_lock.is_err());
+    drop(held);
+    let other = fs::File::open(&path).unwrap();
+    assert!(nix::fcntl::Flock::lock(other, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok());
+}
+
+#[test]
+fn hwaddr_parses_only_hex_pairs() {
+    let table = [
+        ("02:00:00:00:00:11", Some("02:00:00:00:00:11")),
+        ("02:AB:cd:00:00:11", Some("02:ab:cd:00:00:11")),
+        ("2:00:00:00:00:11", None),
+        ("02-00-00-00-00-11", None),
+        ("", None),
+        ("zz:00", None),
+    ];
+    for (input, want) in table {
+        let got = input.parse::<HwAddr>().ok().map(|m| m.to_string());
+        assert_eq!(got.as_deref(), want, "{input:?}");
+    }
+    let long = vec!["aa"; 33].join(":");
+    assert!(long.parse::<HwAddr>().is_err());
+}
+
+#[test]
+fn settings_validate_like_sriov_cni() {
+    let ok = |json: &str| serde_json::from_str::<VfSettings>(json).unwrap().validate();
+    assert!(ok(r#"{"vlan": 100, "qos": 7, "vlan_proto": "802.1ad"}"#).is_ok());
+    assert!(ok(r#"{"vlan_proto": "802.1Q", "spoofchk": true, "link_state": "disable"}"#).is_ok());
+    for (json, field) in [
+        (r#"{"vlan": 4095}"#, "vlan"),
+        (r#"{"qos": 1}"#, "qos"),
+        (r#"{"vlan": 5, "qos": 8}"#, "qos"),
+        (r#"{"vlan_proto": "802.1ad"}"#, "vlan_proto"),
+        (r#"{"mac": "01:00:00:00:00:01"}"#, "mac"),
+        (r#"{"mac": "00:00:00:00:00:00"}"#, "mac"),
+        (r#"{"min_tx_rate": 10, "max_tx_rate": 5}"#, "min_tx_rate"),
+        (r#"{"mtu": 67}"#, "mtu"),
+    ] {
+        let e = ok(json).unwrap_err().to_string();
+        assert!(e.starts_with(field), "{json}: {e}");
+    }
+    assert!(serde_json::from_str::<VfSettings>(r#"{"vlna": 1}"#).is_err());
+    assert!(serde_json::from_str::<VfSettings>(r#"{"link_state": "up"}"#).is_err());
+}

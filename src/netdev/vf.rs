@@ -1,0 +1,350 @@
+//! Attaching VFs to a pod namespace, as one transaction.
+//!
+//! Per VF (sriov-cni `cmdAdd` + rdma-cni `cmdAdd`, in that order):
+//! 1. lock the VF and save its state (host link, PF admin view) before any change;
+//! 2. apply the PF-side settings (VLAN, MAC, rate, spoofchk, trust, link state:
+//!    sriov-cni `ApplyVFConfig` order);
+//! 3. move the netdev into the pod netns and rename it in the same RTM_SETLINK,
+//!    so its host name never appears there and cannot collide; drop the old
+//!    name if it stayed as an altname (sriov-cni #445);
+//! 4. set MAC, MTU, bring it up;
+//! 5. in exclusive RDMA mode, move the RDMA device too.
+//!
+//! The saved record is the undo log: any failure runs the detach path over it
+//! (`restore`), which puts back whatever was changed. VFs already attached in
+//! the same call are detached too, newest first.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::error::{At, Cause, VfError};
+use super::netns::Netns;
+use super::rdma::NetnsMode;
+use super::restore::{is_ours, restore};
+use super::rtnl::{LinkChange, LinkRef, Rtnl, VfField};
+use super::saved::{SavedLink, SavedNetns, SavedStore, SavedVf, SAVED_VERSION};
+use super::settings::{VfAttach, VfConfig};
+use super::NetEnv;
+use crate::inventory::PciAddr;
+
+/// i40e/iavf apply a VF MAC asynchronously through the PF: sriov-cni retries 20×100 ms.
+const MAC_TRIES: u32 = 20;
+const MAC_RETRY: Duration = Duration::from_millis(100);
+
+/// What attach and detach work with.
+pub struct VfOps<'a> {
+    pub env: &'a mut dyn NetEnv,
+    pub store: &'a SavedStore,
+    /// Called with the name of each attach stage once it is done ("save", "pf",
+    /// "move", "configure", "rdma"); the hook's fault injection uses it.
+    pub checkpoint: &'a dyn Fn(&'static str),
+}
+
+/// Attaches every VF of `actions` to `pod` for `container_id`, all or nothing.
+/// `pod_path` is saved to find the namespace again at detach.
+pub fn attach_all(
+    ops: &mut VfOps<'_>,
+    container_id: &str,
+    pod: &Netns,
+    pod_path: Option<&Path>,
+    actions: &[VfAttach],
+) -> Result<(), VfError> {
+    check_batch(actions)?;
+    let mut done: Vec<PciAddr> = Vec::new();
+    for action in actions {
+        let at = At {
+            vf: action.vf_bus_id,
+            netdev: &action.host_netdev,
+        };
+        let saved_ns = SavedNetns {
+            id: pod.id(),
+            path: pod_path.map(Path::to_path_buf),
+        };
+        if let Err(e) = attach_one(ops, &at, container_id, pod, saved_ns, action) {
+            let rollbacks = done
+                .iter()
+                .rev()
+                .filter_map(|vf| super::restore::detach_vf(ops, *vf, Some(container_id)).err())
+                .collect();
+            return Err(VfError::with(e, rollbacks));
+        }
+        done.push(action.vf_bus_id);
+    }
+    Ok(())
+}
+
+fn check_batch(actions: &[VfAttach]) -> Result<(), VfError> {
+    let mut seen = std::collections::HashSet::new();
+    for a in actions {
+        let at = At {
+            vf: a.vf_bus_id,
+            netdev: &a.host_netdev,
+        };
+        at.step("validate", a.validate())?;
+        for (what, value) in [
+            ("vf", a.vf_bus_id.to_string()),
+            ("host netdev", a.host_netdev.clone()),
+            ("container interface", a.container_ifname.clone()),
+        ] {
+            if !seen.insert((what, value.clone())) {
+                return Err((at.err("validate"))(Cause::Duplicate { what, value }));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn attach_one(
+    ops: &mut VfOps<'_>,
+    at: &At<'_>,
+    container_id: &str,
+    pod: &Netns,
+    saved_ns: SavedNetns,
+    a: &VfAttach,
+) -> Result<(), VfError> {
+    let _lock = at.step("lock", ops.store.lock(a.vf_bus_id))?;
+    let mut host = at.step("open host netlink", ops.env.rtnl(None))?;
+    let mut pod_nl = at.step("open pod netlink", ops.env.rtnl(Some(pod)))?;
+    if let Some(rec) = at.step("read saved state", ops.store.load(a.vf_bus_id))? {
+        if rec.container_id != container_id {
+            return Err((at.err("check holder"))(Cause::Held {
+                holder: rec.container_id,
+            }));
+        }
+        // A second stage (prestart and createRuntime) or a retry: done already?
+        if rec.netns.id == pod.id() && rec.attach == *a && attached(pod_nl.as_mut(), &rec) {
+            return Ok(());
+        }
+        // Half done (a crash) or different: put it back, then start over.
+        let same_ns = (rec.netns.id == pod.id()).then_some(pod);
+        restore(ops, &rec, same_ns)?;
+    }
+    let rec = prepare(
+        at,
+        host.as_mut(),
+        pod_nl.as_mut(),
+        container_id,
+        saved_ns,
+        a,
+    )?;
+    at.step("save state", ops.store.save(&rec))?;
+    (ops.checkpoint)("save");
+    let applied = apply(ops, at, host.as_mut(), pod_nl.as_mut(), pod, &rec);
+    let Err(failed) = applied else {
+        return Ok(());
+    };
+    match restore(ops, &rec, Some(pod)) {
+        Ok(()) => Err(failed),
+        Err(rollback) => match failed {
+            VfError::Step {
+                vf,
+                netdev,
+                step,
+                cause,
+            } => Err(VfError::Rollback {
+                vf,
+                netdev,
+                step,
+                cause,
+                rollback: Box::new(rollback),
+            }),
+            other => Err(VfError::with(other, vec![rollback])),
+        },
+    }
+}
+
+/// True when the VF is in the pod under its container name and up.
+fn attached(pod_nl: &mut dyn Rtnl, rec: &SavedVf) -> bool {
+    matches!(
+        pod_nl.link(LinkRef::Name(&rec.attach.container_ifname)),
+        Ok(Some(l)) if l.up && is_ours(&l, rec)
+    )
+}
+
+/// Reads everything the record needs; changes nothing.
+fn prepare(
+    at: &At<'_>,
+    host: &mut dyn Rtnl,
+    pod_nl: &mut dyn Rtnl,
+    container_id: &str,
+    netns: SavedNetns,
+    a: &VfAttach,
+) -> Result<SavedVf, VfError> {
+    let link = at
+        .step("find host netdev", host.link(LinkRef::Name(&a.host_netdev)))?
+        .filter(|l| l.name == a.host_netdev)
+        .ok_or_else(|| {
+            (at.err("find host netdev"))(Cause::NotFound {
+                what: "host netdev",
+                name: a.host_netdev.clone(),
+            })
+        })?;
+    let taken = at.step(
+        "check container name",
+        pod_nl.link(LinkRef::Name(&a.container_ifname)),
+    )?;
+    if taken.is_some() {
+        return Err((at.err("check container name"))(Cause::NameTaken {
+            name: a.container_ifname.clone(),
+        }));
+    }
+    let pf_link = match a.pf_netdev.as_str() {
+        "" => None,
+        pf => at.step("find pf", host.link(LinkRef::Name(pf)))?,
+    };
+    let (pf, pf_index) = match &pf_link {
+        Some(l) => {
+            let state = at.step("read pf vf state", host.vf_state(l.index, a.vf_index))?;
+            let state = state.ok_or_else(|| {
+                (at.err("read pf vf state"))(Cause::NoVf {
+                    pf: a.pf_netdev.clone(),
+                    index: a.vf_index,
+                })
+            })?;
+            (Some(state), Some(l.index))
+        }
+        None => {
+            // Without a PF only the netdev MAC can be set; anything else would be silently lost.
+            let mut config = a.settings.pf_config();
+            config.mac = None;
+            if !config.is_empty() {
+                return Err((at.err("find pf"))(Cause::NoPf {
+                    pf: a.pf_netdev.clone(),
+                }));
+            }
+            (None, None)
+        }
+    };
+    Ok(SavedVf {
+        version: SAVED_VERSION,
+        container_id: container_id.to_string(),
+        attach: a.clone(),
+        netns,
+        host: SavedLink {
+            name: link.name,
+            index: link.index,
+            mac: link.mac,
+            mtu: link.mtu,
+            up: link.up,
+            parent: link.parent,
+        },
+        pf,
+        pf_index,
+        saved_unix: crate::ledger::now_unix(),
+    })
+}
+
+/// The PF-side fields to send, in sriov-cni `ApplyVFConfig` order.
+pub(crate) fn vf_fields(config: &VfConfig) -> Vec<VfField> {
+    let mut out = Vec::new();
+    out.extend(config.vlan.map(VfField::Vlan));
+    out.extend(config.mac.clone().map(VfField::Mac));
+    out.extend(config.rate.map(VfField::Rate));
+    out.extend(config.spoofchk.map(VfField::SpoofChk));
+    out.extend(config.trust.map(VfField::Trust));
+    out.extend(config.link_state.map(VfField::LinkState));
+    out
+}
+
+fn apply(
+    ops: &mut VfOps<'_>,
+    at: &At<'_>,
+    host: &mut dyn Rtnl,
+    pod_nl: &mut dyn Rtnl,
+    pod: &Netns,
+    rec: &SavedVf,
+) -> Result<(), VfError> {
+    let a = &rec.attach;
+    if let Some(pf_index) = rec.pf_index {
+        for field in vf_fields(&a.settings.pf_config()) {
+            at.step(field.step(), host.set_vf(pf_index, a.vf_index, &field))?;
+        }
+    }
+    (ops.checkpoint)("pf");
+    let to_pod = LinkChange {
+        netns: Some(pod),
+        name: Some(&a.container_ifname),
+        ..LinkChange::default()
+    };
+    at.step("move to pod netns", host.set_link(rec.host.index, &to_pod))?;
+    (ops.checkpoint)("move");
+    let link = at
+        .step(
+            "find moved netdev",
+            pod_nl.link(LinkRef::Name(&a.container_ifname)),
+        )?
+        .ok_or_else(|| {
+            (at.err("find moved netdev"))(Cause::NotFound {
+                what: "pod netdev",
+                name: a.container_ifname.clone(),
+            })
+        })?;
+    if link.altnames.contains(&rec.host.name) {
+        at.step(
+            "delete altname",
+            pod_nl.del_altname(link.index, &rec.host.name),
+        )?;
+    }
+    if let Some(mac) = &a.settings.mac {
+        set_mac(at, pod_nl, link.index, mac)?;
+    }
+    if let Some(mtu) = a.settings.mtu {
+        let change = LinkChange {
+            mtu: Some(mtu),
+            ..LinkChange::default()
+        };
+        at.step("set mtu", pod_nl.set_link(link.index, &change))?;
+    }
+    let up = LinkChange {
+        up: Some(true),
+        ..LinkChange::default()
+    };
+    at.step("bring up", pod_nl.set_link(link.index, &up))?;
+    (ops.checkpoint)("configure");
+    if a.move_rdma {
+        move_rdma(ops, at, pod, a)?;
+    }
+    (ops.checkpoint)("rdma");
+    Ok(())
+}
+
+fn set_mac(at: &At<'_>, nl: &mut dyn Rtnl, index: u32, mac: &super::HwAddr) -> Result<(), VfError> {
+    let change = LinkChange {
+        mac: Some(mac),
+        ..LinkChange::default()
+    };
+    let mut got = String::new();
+    for attempt in 0..MAC_TRIES {
+        if attempt > 0 {
+            std::thread::sleep(MAC_RETRY);
+        }
+        at.step("set mac", nl.set_link(index, &change))?;
+        let now = at.step("set mac", nl.link(LinkRef::Index(index)))?;
+        match now.and_then(|l| l.mac) {
+            Some(m) if m == *mac => return Ok(()),
+            other => got = other.map(|m| m.to_string()).unwrap_or_default(),
+        }
+    }
+    Err((at.err("set mac"))(Cause::MacNotApplied {
+        want: mac.to_string(),
+        got,
+    }))
+}
+
+fn move_rdma(ops: &mut VfOps<'_>, at: &At<'_>, pod: &Netns, a: &VfAttach) -> Result<(), VfError> {
+    let name = a.rdma_device.as_deref().unwrap_or_default();
+    let mut rdma = at.step("open rdma netlink", ops.env.rdma(None))?;
+    // In shared mode the kernel refuses the move (ib_device_set_netns_put); say why.
+    if at.step("read rdma netns mode", rdma.netns_mode())? != NetnsMode::Exclusive {
+        return Err((at.err("move rdma device"))(Cause::RdmaShared));
+    }
+    let index = at
+        .step("find rdma device", rdma.dev_index(name))?
+        .ok_or_else(|| {
+            (at.err("find rdma device"))(Cause::NotFound {
+                what: "rdma device",
+                name: name.to_string(),
+            })
+        })?;
+    at.step("move rdma device", rdma.set_netns(index, pod))
+}

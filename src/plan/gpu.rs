@@ -1,0 +1,180 @@
+//! GPU part of a plan: device nodes, `NVIDIA_VISIBLE_DEVICES`, HAMi-core limits.
+use super::{plain_name, Builder, Mount, PlanError, ANN};
+use crate::allocation::{GpuEntry, PodDevices};
+use crate::inventory::{Gpu, Health, Inventory};
+use crate::ledger::{Claim, DeviceId, Share};
+
+/// `/dev/nvidiactl` is minor 255 of the `nvidia` major (libnvidia-container
+/// `nvc_internal.h`); `nvidia-uvm` and `nvidia-uvm-tools` are minors 0 and 1 of theirs.
+const NVIDIACTL_MINOR: u32 = 255;
+const UVM_MINOR: u32 = 0;
+const UVM_TOOLS_MINOR: u32 = 1;
+
+pub(super) fn plan_gpus(
+    out: &mut Builder,
+    inv: &Inventory,
+    pod: &PodDevices,
+) -> Result<(), PlanError> {
+    let entries = &pod.allocation.gpus;
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let no_major = |device| PlanError::NoMajor {
+        annotation: ANN,
+        entry: "gpu".into(),
+        device,
+    };
+    let nvidia = inv.nvidia_majors.nvidia.ok_or_else(|| no_major("nvidia"))?;
+    let uvm = inv
+        .nvidia_majors
+        .nvidia_uvm
+        .ok_or_else(|| no_major("nvidia-uvm"))?;
+
+    let mut gpus: Vec<&Gpu> = Vec::with_capacity(entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        let entry = format!("gpu[{i}]");
+        let gpu = resolve(inv, e, &entry)?;
+        // The UUID goes into a comma-separated env value; sysfs text is not trusted.
+        plain_name(&entry, &gpu.uuid, 128)?;
+        if let Health::Unhealthy { reason } = &gpu.health {
+            out.plan.warnings.push(format!(
+                "{entry}: gpu minor {} is unhealthy: {reason}",
+                gpu.minor
+            ));
+        }
+        out.device(format!("/dev/nvidia{}", gpu.minor), nvidia, gpu.minor);
+        out.plan.claims.push(Claim {
+            device: DeviceId::Gpu(gpu.uuid.clone()),
+            share: share(e),
+        });
+        gpus.push(gpu);
+    }
+    out.device("/dev/nvidiactl".into(), nvidia, NVIDIACTL_MINOR);
+    out.device("/dev/nvidia-uvm".into(), uvm, UVM_MINOR);
+    out.device("/dev/nvidia-uvm-tools".into(), uvm, UVM_TOOLS_MINOR);
+    // UUIDs, never minors or indices: nvidia-container-runtime reads integers as NVML
+    // indices, which need not equal minors (NVIDIA/nvidia-docker#1432).
+    let uuids: Vec<&str> = gpus.iter().map(|g| g.uuid.as_str()).collect();
+    out.plan
+        .env
+        .insert("NVIDIA_VISIBLE_DEVICES".into(), uuids.join(","));
+
+    let shared = entries.iter().any(|e| e.resources.is_shared());
+    if shared && pod.hami_core {
+        hami_core(out, entries, &gpus)?;
+    } else if shared {
+        out.plan.warnings.push(
+            "gpu: shared gpu without the HAMi-core label: core and memory shares are not enforced"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// The inventory GPU of an entry: by minor, with the UUID checked when present.
+fn resolve<'a>(inv: &'a Inventory, e: &GpuEntry, entry: &str) -> Result<&'a Gpu, PlanError> {
+    let gpu = inv
+        .gpus
+        .iter()
+        .find(|g| g.minor == e.minor)
+        .ok_or_else(|| PlanError::UnknownGpu {
+            annotation: ANN,
+            entry: entry.to_string(),
+            minor: e.minor,
+        })?;
+    let Some(id) = &e.uuid else {
+        return Ok(gpu);
+    };
+    if *id == gpu.uuid {
+        return Ok(gpu);
+    }
+    Err(match inv.gpus.iter().find(|g| g.uuid == *id) {
+        Some(owner) => PlanError::GpuIdOfOther {
+            annotation: ANN,
+            entry: entry.to_string(),
+            id: id.clone(),
+            minor: e.minor,
+            owner: owner.minor,
+        },
+        None => PlanError::GpuIdMismatch {
+            annotation: ANN,
+            entry: entry.to_string(),
+            id: id.clone(),
+            minor: e.minor,
+            actual: gpu.uuid.chars().take(64).collect(),
+        },
+    })
+}
+
+fn share(e: &GpuEntry) -> Share {
+    if !e.resources.is_shared() {
+        return Share::Exclusive;
+    }
+    Share::Shared {
+        core: e.resources.core_percent.unwrap_or(100),
+        memory_ratio: e.resources.memory_ratio_percent.unwrap_or(100),
+    }
+}
+
+/// HAMi-core reads per-device limits `CUDA_DEVICE_MEMORY_LIMIT_<i>` and
+/// `CUDA_DEVICE_SM_LIMIT_<i>` (HAMi-core README; `i` = position in
+/// `NVIDIA_VISIBLE_DEVICES`, as HAMi's device plugin numbers them), and is loaded
+/// through `LD_PRELOAD`. Per-device values, unlike koordlet's single
+/// `CUDA_DEVICE_MEMORY_LIMIT`, keep each GPU's own share.
+fn hami_core(out: &mut Builder, entries: &[GpuEntry], gpus: &[&Gpu]) -> Result<(), PlanError> {
+    for (i, (e, gpu)) in entries.iter().zip(gpus).enumerate() {
+        // 0 means "no limit" to HAMi-core: a shared GPU must carry a real limit.
+        match (memory_limit(e, gpu), e.resources.is_shared()) {
+            (Some(bytes), _) => {
+                out.plan
+                    .env
+                    .insert(format!("CUDA_DEVICE_MEMORY_LIMIT_{i}"), bytes.to_string());
+            }
+            (None, true) => {
+                return Err(PlanError::NoGpuMemory {
+                    annotation: ANN,
+                    entry: format!("gpu[{i}]"),
+                });
+            }
+            (None, false) => {}
+        }
+        if let Some(core) = e.resources.core_percent {
+            out.plan
+                .env
+                .insert(format!("CUDA_DEVICE_SM_LIMIT_{i}"), core.to_string());
+        }
+    }
+    let hami = &out.config.hami;
+    out.plan
+        .env
+        .insert("LD_PRELOAD".into(), hami.library_path.clone());
+    out.plan.mounts.push(Mount {
+        source: hami.library_path.clone(),
+        destination: hami.library_path.clone(),
+        kind: "bind".into(),
+        options: ["rbind", "ro", "nosuid", "nodev"]
+            .map(String::from)
+            .to_vec(),
+    });
+    // Shared by every HAMi-core container on the node (HAMi issue #696).
+    out.plan.mounts.push(Mount {
+        source: hami.lock_dir.clone(),
+        destination: hami.lock_dir.clone(),
+        kind: "bind".into(),
+        options: ["rbind", "rw", "nosuid", "nodev"]
+            .map(String::from)
+            .to_vec(),
+    });
+    Ok(())
+}
+
+/// `gpu-memory`, or else the ratio of the GPU's total memory, as Koordinator's
+/// `fillGPUTotalMem` derives one from the other. `None` when neither gives a limit.
+fn memory_limit(e: &GpuEntry, gpu: &Gpu) -> Option<u64> {
+    let derived = || {
+        let ratio = u128::from(e.resources.memory_ratio_percent?);
+        let total = u128::from(gpu.memory_bytes?);
+        u64::try_from(total * ratio / 100).ok()
+    };
+    e.resources.memory_bytes.or_else(derived).filter(|&b| b > 0)
+}

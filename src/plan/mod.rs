@@ -1,0 +1,338 @@
+//! The plan: what one container gets, from the node's inventory, the pod's
+//! allocation and the node config. It is the single source for the NRI adjustment
+//! (devices, env, mounts), the OCI hook (network actions) and the ledger (claims).
+//!
+//! Everything in a plan comes from the inventory or the config: the pod only names
+//! devices by minor, UUID or PCI address, and every name is resolved here or refused.
+mod gpu;
+mod rdma;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::allocation::{PodDevices, DEVICE_ALLOCATED};
+use crate::config::{Config, ConfigError, VfSettings};
+use crate::inventory::{Inventory, PciAddr};
+use crate::ledger::Claim;
+
+/// A device node to create in the container and allow in its device cgroup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceNode {
+    /// Path inside the container (the same as on the host).
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: DeviceKind,
+    pub major: u32,
+    pub minor: u32,
+    pub file_mode: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeviceKind {
+    /// A character device, `c` in OCI and NRI.
+    #[serde(rename = "c")]
+    Char,
+}
+
+/// A bind mount from the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mount {
+    pub source: String,
+    pub destination: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub options: Vec<String>,
+}
+
+/// One VF netdev for the hook to configure and move into the pod's network namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkAction {
+    pub pf: PciAddr,
+    /// The PF's netdev, through which the VF settings are made.
+    pub pf_netdev: Option<String>,
+    /// N of the PF's `virtfnN`.
+    pub vf_index: u32,
+    pub vf_bus_id: PciAddr,
+    /// The VF's host netdev; `None` when it has none (e.g. bound to vfio-pci).
+    pub netdev: Option<String>,
+    /// The VF's RDMA device (ibdev).
+    pub rdma_device: Option<String>,
+    /// Name inside the pod: prefix from config + 1, 2, ... in annotation order.
+    pub container_ifname: Option<String>,
+    pub settings: VfSettings,
+    /// Move the RDMA device into the pod netns (`rdma.netns_mode = "exclusive"`).
+    pub move_rdma: bool,
+}
+
+/// What one container gets. Field names are stable: the hook and tooling read them.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Plan {
+    pub container: String,
+    /// False when `devgate.io/containers` leaves this container out: it gets nothing,
+    /// but `claims` still lists the pod's devices.
+    pub selected: bool,
+    pub devices: Vec<DeviceNode>,
+    pub env: BTreeMap<String, String>,
+    pub mounts: Vec<Mount>,
+    pub network: Vec<NetworkAction>,
+    /// The pod's devices and shares, for the ledger; the same for every container.
+    pub claims: Vec<Claim>,
+    /// Device types in the annotation that devgate does not handle (`fpga` among them).
+    pub ignored_types: Vec<String>,
+    /// Things that do not stop the plan but that an operator should see.
+    pub warnings: Vec<String>,
+}
+
+impl Plan {
+    /// True when nothing is to be done for the container.
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+            && self.env.is_empty()
+            && self.mounts.is_empty()
+            && self.network.is_empty()
+    }
+}
+
+/// Why an allocation cannot be applied on this node. Each variant names the
+/// annotation, the entry and the reason; `Display` is one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("{annotation}: {entry}: no gpu with minor {minor} on this node")]
+    UnknownGpu {
+        annotation: &'static str,
+        entry: String,
+        minor: u32,
+    },
+    #[error(
+        "{annotation}: {entry}: id {id} is the uuid of gpu minor {owner}, not of minor {minor}"
+    )]
+    GpuIdOfOther {
+        annotation: &'static str,
+        entry: String,
+        id: String,
+        minor: u32,
+        owner: u32,
+    },
+    #[error("{annotation}: {entry}: id {id} is not the uuid of gpu minor {minor} ({actual})")]
+    GpuIdMismatch {
+        annotation: &'static str,
+        entry: String,
+        id: String,
+        minor: u32,
+        actual: String,
+    },
+    #[error("{annotation}: {entry}: no {device} major in proc/devices")]
+    NoMajor {
+        annotation: &'static str,
+        entry: String,
+        device: &'static str,
+    },
+    #[error("{annotation}: {entry}: HAMi-core needs a memory limit (resources gpu-memory, or gpu-memory-ratio and a known gpu memory) for a shared gpu")]
+    NoGpuMemory {
+        annotation: &'static str,
+        entry: String,
+    },
+    #[error("{annotation}: {entry}: no rdma device with minor {minor} on this node")]
+    UnknownRdma {
+        annotation: &'static str,
+        entry: String,
+        minor: u32,
+    },
+    #[error("{annotation}: {entry}: id {id} is not an rdma pf on this node")]
+    UnknownPf {
+        annotation: &'static str,
+        entry: String,
+        id: PciAddr,
+    },
+    #[error("{annotation}: {entry}: id {id} is a vf of pf {pf}, not a pf")]
+    IdIsVf {
+        annotation: &'static str,
+        entry: String,
+        id: PciAddr,
+        pf: PciAddr,
+    },
+    #[error("{annotation}: {entry}: id {id} is rdma minor {owner}, not minor {minor}")]
+    PfMinorMismatch {
+        annotation: &'static str,
+        entry: String,
+        id: PciAddr,
+        minor: u32,
+        owner: u32,
+    },
+    #[error("{annotation}: {entry}: pf {pf} is also in {first}")]
+    DuplicatePf {
+        annotation: &'static str,
+        entry: String,
+        pf: PciAddr,
+        first: String,
+    },
+    #[error("{annotation}: {entry}: vf {vf} belongs to pf {owner}, not to pf {pf}")]
+    VfOfOtherPf {
+        annotation: &'static str,
+        entry: String,
+        vf: PciAddr,
+        pf: PciAddr,
+        owner: PciAddr,
+    },
+    #[error("{annotation}: {entry}: busID {bus} is a pf, not a vf")]
+    BusIsPf {
+        annotation: &'static str,
+        entry: String,
+        bus: PciAddr,
+    },
+    #[error("{annotation}: {entry}: busID {bus} is not a vf of any rdma pf on this node")]
+    UnknownVf {
+        annotation: &'static str,
+        entry: String,
+        bus: PciAddr,
+    },
+    #[error("{annotation}: {entry}: {bus} has no rdma device")]
+    NoRdmaDevice {
+        annotation: &'static str,
+        entry: String,
+        bus: PciAddr,
+    },
+    #[error("{annotation}: {entry}: {bus} has no uverbs device")]
+    NoUverbs {
+        annotation: &'static str,
+        entry: String,
+        bus: PciAddr,
+    },
+    #[error("{annotation}: {entry}: no rdma_cm device on this node")]
+    NoRdmaCm {
+        annotation: &'static str,
+        entry: String,
+    },
+    #[error("{annotation}: {entry}: inventory name {name:?} is not a plain device name")]
+    UnsafeName {
+        annotation: &'static str,
+        entry: String,
+        name: String,
+    },
+    #[error("config key {key}: {reason}")]
+    Config { key: String, reason: String },
+}
+
+/// Builds the plan of `container` in a pod with `pod`'s devices.
+///
+/// Every entry is resolved and checked whether or not the container is selected, so
+/// all containers of a pod see the same verdict. A pod without devices gives an
+/// empty plan.
+pub fn build(
+    inventory: &Inventory,
+    pod: &PodDevices,
+    container: &str,
+    config: &Config,
+) -> Result<Plan, PlanError> {
+    check_config(config)?;
+    let mut plan = Plan {
+        container: container.to_string(),
+        selected: pod.containers.selects(container),
+        ignored_types: pod.allocation.ignored_types.clone(),
+        ..Plan::default()
+    };
+    if !pod.allocation.fpga.is_empty() {
+        plan.ignored_types.insert(0, "fpga".to_string());
+    }
+    let mut out = Builder { config, plan };
+    gpu::plan_gpus(&mut out, inventory, pod)?;
+    rdma::plan_rdma(&mut out, inventory, &pod.allocation.rdma)?;
+    let mut plan = out.plan;
+    if !plan.selected {
+        plan.devices.clear();
+        plan.env.clear();
+        plan.mounts.clear();
+        plan.network.clear();
+    }
+    Ok(plan)
+}
+
+/// The plan under construction, with the config it is built from.
+struct Builder<'a> {
+    config: &'a Config,
+    plan: Plan,
+}
+
+impl Builder<'_> {
+    fn device(&mut self, path: String, major: u32, minor: u32) {
+        self.plan.devices.push(DeviceNode {
+            path,
+            kind: DeviceKind::Char,
+            major,
+            minor,
+            file_mode: self.config.device_file_mode,
+        });
+    }
+}
+
+const ANN: &str = DEVICE_ALLOCATED;
+
+/// Device and interface names from the inventory end up in paths; allow only plain
+/// names, whatever sysfs held.
+fn plain_name(entry: &str, name: &str, max: usize) -> Result<(), PlanError> {
+    let ok = !name.is_empty()
+        && name.len() <= max
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        return Ok(());
+    }
+    Err(PlanError::UnsafeName {
+        annotation: ANN,
+        entry: entry.to_string(),
+        name: name.chars().take(64).collect(),
+    })
+}
+
+/// Config values the plan uses as paths and names; checked here too because a
+/// `Config` can be built in memory, not only parsed.
+fn check_config(config: &Config) -> Result<(), PlanError> {
+    let invalid = |key: &str, reason: &str| PlanError::Config {
+        key: key.to_string(),
+        reason: reason.to_string(),
+    };
+    for (key, path) in [
+        ("hami.library_path", &config.hami.library_path),
+        ("hami.lock_dir", &config.hami.lock_dir),
+    ] {
+        let p = std::path::Path::new(path);
+        if !p.is_absolute()
+            || p.components().any(|c| c == std::path::Component::ParentDir)
+            || path.contains('\0')
+        {
+            return Err(invalid(key, "must be an absolute path without .."));
+        }
+    }
+    let prefix = &config.rdma.ifname_prefix;
+    // IFNAMSIZ is 16 with the NUL: leave room for 4 digits.
+    if prefix.is_empty()
+        || prefix.len() > 11
+        || !prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(invalid(
+            "rdma.ifname_prefix",
+            "must be 1 to 11 characters of [A-Za-z0-9_-]",
+        ));
+    }
+    if config.device_file_mode > 0o777 {
+        return Err(invalid("device_file_mode", "must be at most 0o777"));
+    }
+    match config.vf.validate() {
+        Err(ConfigError::Invalid { key, reason }) => Err(PlanError::Config { key, reason }),
+        Err(other) => Err(invalid("vf", &other.to_string())),
+        Ok(()) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod testinv;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_errors;

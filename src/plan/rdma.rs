@@ -1,0 +1,245 @@
+//! RDMA part of a plan: char devices of the allocated PFs and VFs, and the network
+//! actions the hook performs for each VF netdev.
+use super::{plain_name, Builder, NetworkAction, PlanError, ANN};
+use crate::allocation::{RdmaEntry, VfRef, FULL_SHARE};
+use crate::config::RdmaNetnsMode;
+use crate::inventory::device_cr::rdma_minors;
+use crate::inventory::{Health, Inventory, PciAddr, RdmaCharKind, RdmaDev, RdmaNic, Vf};
+use crate::ledger::{Claim, DeviceId, Share};
+
+/// Linux IFNAMSIZ without the NUL.
+const MAX_IFNAME: usize = 15;
+
+pub(super) fn plan_rdma(
+    out: &mut Builder,
+    inv: &Inventory,
+    entries: &[RdmaEntry],
+) -> Result<(), PlanError> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let cm = inv.rdma_cm.ok_or_else(|| PlanError::NoRdmaCm {
+        annotation: ANN,
+        entry: "rdma".into(),
+    })?;
+    out.device("/dev/infiniband/rdma_cm".into(), cm.major, cm.minor);
+
+    let minors = rdma_minors(&inv.rdma);
+    let mut used: Vec<(PciAddr, String)> = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let entry = format!("rdma[{i}]");
+        let nic = resolve_pf(inv, &minors, e, &entry)?;
+        if let Some((_, first)) = used.iter().find(|(pf, _)| *pf == nic.bus_id) {
+            return Err(PlanError::DuplicatePf {
+                annotation: ANN,
+                entry,
+                pf: nic.bus_id,
+                first: first.clone(),
+            });
+        }
+        used.push((nic.bus_id, entry.clone()));
+        if let Health::Unhealthy { reason } = &nic.health {
+            out.plan.warnings.push(format!(
+                "{entry}: rdma pf {} is unhealthy: {reason}",
+                nic.bus_id
+            ));
+        }
+        if e.vfs.is_empty() {
+            pf_whole(out, nic, e, &entry)?;
+            continue;
+        }
+        // koordlet skips the PF when VFs are listed: a pod never gets both.
+        for (j, v) in e.vfs.iter().enumerate() {
+            let entry = format!("{entry}.vfs[{j}]");
+            let vf = resolve_vf(inv, nic, v, &entry)?;
+            let dev = vf.rdma.as_ref().ok_or_else(|| PlanError::NoRdmaDevice {
+                annotation: ANN,
+                entry: entry.clone(),
+                bus: vf.bus_id,
+            })?;
+            char_devs(out, &entry, vf.bus_id, dev)?;
+            network(out, nic, vf, dev, &entry)?;
+            out.plan.claims.push(Claim {
+                device: DeviceId::Vf(vf.bus_id),
+                share: Share::Exclusive,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A PF used without VFs: its own char devices. A share below 100 is Koordinator's
+/// shared RDMA, claimed as a share so that pods on the same PF add up to 100.
+fn pf_whole(out: &mut Builder, nic: &RdmaNic, e: &RdmaEntry, entry: &str) -> Result<(), PlanError> {
+    char_devs(out, entry, nic.bus_id, &nic.rdma)?;
+    let share = match e.share_percent {
+        FULL_SHARE => Share::Exclusive,
+        s => Share::Shared {
+            core: s,
+            memory_ratio: s,
+        },
+    };
+    out.plan.claims.push(Claim {
+        device: DeviceId::Pf(nic.bus_id),
+        share,
+    });
+    if out.config.rdma.netns_mode == RdmaNetnsMode::Exclusive {
+        out.plan.warnings.push(format!(
+            "{entry}: pf {} is used without vfs while rdma netns_mode is exclusive: it stays in the host netns",
+            nic.bus_id
+        ));
+    }
+    Ok(())
+}
+
+/// The PF of an entry: by `id` when present (and then the minor must agree), else
+/// by minor through the one mapping the Device CR report also uses.
+fn resolve_pf<'a>(
+    inv: &'a Inventory,
+    minors: &[u32],
+    e: &RdmaEntry,
+    entry: &str,
+) -> Result<&'a RdmaNic, PlanError> {
+    let Some(id) = e.pf else {
+        let i =
+            minors
+                .iter()
+                .position(|&m| m == e.minor)
+                .ok_or_else(|| PlanError::UnknownRdma {
+                    annotation: ANN,
+                    entry: entry.to_string(),
+                    minor: e.minor,
+                })?;
+        return Ok(&inv.rdma[i]);
+    };
+    let Some(i) = inv.rdma.iter().position(|n| n.bus_id == id) else {
+        return Err(match owner_of_vf(inv, id) {
+            Some(pf) => PlanError::IdIsVf {
+                annotation: ANN,
+                entry: entry.to_string(),
+                id,
+                pf: pf.bus_id,
+            },
+            None => PlanError::UnknownPf {
+                annotation: ANN,
+                entry: entry.to_string(),
+                id,
+            },
+        });
+    };
+    match minors.get(i) {
+        Some(&owner) if owner != e.minor => Err(PlanError::PfMinorMismatch {
+            annotation: ANN,
+            entry: entry.to_string(),
+            id,
+            minor: e.minor,
+            owner,
+        }),
+        _ => Ok(&inv.rdma[i]),
+    }
+}
+
+/// A VF by bus id, which must be one of `nic`'s.
+fn resolve_vf<'a>(
+    inv: &Inventory,
+    nic: &'a RdmaNic,
+    v: &VfRef,
+    entry: &str,
+) -> Result<&'a Vf, PlanError> {
+    if let Some(vf) = nic.vfs.iter().find(|vf| vf.bus_id == v.bus_id) {
+        return Ok(vf);
+    }
+    let entry = entry.to_string();
+    Err(if let Some(owner) = owner_of_vf(inv, v.bus_id) {
+        PlanError::VfOfOtherPf {
+            annotation: ANN,
+            entry,
+            vf: v.bus_id,
+            pf: nic.bus_id,
+            owner: owner.bus_id,
+        }
+    } else if inv.rdma.iter().any(|n| n.bus_id == v.bus_id) {
+        PlanError::BusIsPf {
+            annotation: ANN,
+            entry,
+            bus: v.bus_id,
+        }
+    } else {
+        PlanError::UnknownVf {
+            annotation: ANN,
+            entry,
+            bus: v.bus_id,
+        }
+    })
+}
+
+fn owner_of_vf(inv: &Inventory, bus: PciAddr) -> Option<&RdmaNic> {
+    inv.rdma
+        .iter()
+        .find(|n| n.vfs.iter().any(|vf| vf.bus_id == bus))
+}
+
+/// uverbs (required), then umad per port, then issm per port when the config allows
+/// subnet-manager access. Numbers come from sysfs via the inventory, never computed.
+fn char_devs(out: &mut Builder, entry: &str, bus: PciAddr, dev: &RdmaDev) -> Result<(), PlanError> {
+    if !dev.char_devs.iter().any(|c| c.kind == RdmaCharKind::Uverbs) {
+        return Err(PlanError::NoUverbs {
+            annotation: ANN,
+            entry: entry.to_string(),
+            bus,
+        });
+    }
+    let allow_issm = out.config.rdma.allow_issm;
+    for kind in [RdmaCharKind::Uverbs, RdmaCharKind::Umad, RdmaCharKind::Issm] {
+        if kind == RdmaCharKind::Issm && !allow_issm {
+            continue;
+        }
+        for c in dev.char_devs.iter().filter(|c| c.kind == kind) {
+            plain_name(entry, &c.name, 32)?;
+            out.device(
+                format!("/dev/infiniband/{}", c.name),
+                c.dev.major,
+                c.dev.minor,
+            );
+        }
+    }
+    Ok(())
+}
+
+fn network(
+    out: &mut Builder,
+    nic: &RdmaNic,
+    vf: &Vf,
+    dev: &RdmaDev,
+    entry: &str,
+) -> Result<(), PlanError> {
+    for name in vf.netdev.iter().chain(nic.netdevs.first()) {
+        plain_name(entry, name, MAX_IFNAME)?;
+    }
+    plain_name(entry, &dev.name, 64)?;
+    let container_ifname = match &vf.netdev {
+        Some(_) => {
+            let n = out
+                .plan
+                .network
+                .iter()
+                .filter(|a| a.container_ifname.is_some())
+                .count()
+                + 1;
+            Some(format!("{}{n}", out.config.rdma.ifname_prefix))
+        }
+        None => None,
+    };
+    out.plan.network.push(NetworkAction {
+        pf: nic.bus_id,
+        pf_netdev: nic.netdevs.first().cloned(),
+        vf_index: vf.index,
+        vf_bus_id: vf.bus_id,
+        netdev: vf.netdev.clone(),
+        rdma_device: Some(dev.name.clone()),
+        container_ifname,
+        settings: out.config.vf.for_pf(&nic.bus_id),
+        move_rdma: out.config.rdma.netns_mode == RdmaNetnsMode::Exclusive,
+    });
+    Ok(())
+}

@@ -1,0 +1,313 @@
+use std::collections::BTreeMap;
+
+use super::testinv::{hgx, pf_bus, uuid, vf_bus};
+use super::*;
+use crate::allocation::{
+    parse_pod, ContainerSelector, PodDevices, CONTAINERS, GPU_ISOLATION_PROVIDER,
+};
+use crate::config::{MacPolicy, RdmaNetnsMode};
+use crate::ledger::{DeviceId, Share};
+
+pub(super) fn pod(annotation: &str) -> PodDevices {
+    pod_with(annotation, &[], &[])
+}
+
+fn pod_with(annotation: &str, annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> PodDevices {
+    let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let mut ann = map(annotations);
+    ann.insert(DEVICE_ALLOCATED.into(), annotation.into());
+    parse_pod(&ann, &map(labels)).unwrap()
+}
+
+pub(super) fn plan(annotation: &str) -> Result<Plan, PlanError> {
+    build(&hgx(), &pod(annotation), "main", &Config::default())
+}
+
+fn paths(p: &Plan) -> Vec<&str> {
+    p.devices.iter().map(|d| d.path.as_str()).collect()
+}
+
+#[test]
+fn empty_allocation_is_empty_plan() {
+    let p = build(&hgx(), &PodDevices::default(), "main", &Config::default()).unwrap();
+    assert!(p.is_empty() && p.claims.is_empty() && p.selected);
+    let json = serde_json::to_value(&p).unwrap();
+    assert_eq!(json["devices"], serde_json::json!([]));
+    assert_eq!(json["env"], serde_json::json!({}));
+    assert_eq!(json["mounts"], serde_json::json!([]));
+    assert_eq!(json["network"], serde_json::json!([]));
+}
+
+#[test]
+fn gpus_by_minor_in_annotation_order() {
+    let ann = format!(
+        r#"{{"gpu":[{{"minor":5,"id":"{}"}},{{"minor":2}}]}}"#,
+        uuid(5)
+    );
+    let p = plan(&ann).unwrap();
+    assert_eq!(
+        paths(&p),
+        [
+            "/dev/nvidia5",
+            "/dev/nvidia2",
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools"
+        ]
+    );
+    let nums: Vec<(u32, u32)> = p.devices.iter().map(|d| (d.major, d.minor)).collect();
+    assert_eq!(nums, [(195, 5), (195, 2), (195, 255), (509, 0), (509, 1)]);
+    assert!(p
+        .devices
+        .iter()
+        .all(|d| d.file_mode == 0o666 && d.kind == DeviceKind::Char));
+    assert_eq!(
+        p.env["NVIDIA_VISIBLE_DEVICES"],
+        format!("{},{}", uuid(5), uuid(2))
+    );
+    assert_eq!(p.env.len(), 1);
+    assert_eq!(
+        p.claims,
+        [
+            Claim {
+                device: DeviceId::Gpu(uuid(5)),
+                share: Share::Exclusive
+            },
+            Claim {
+                device: DeviceId::Gpu(uuid(2)),
+                share: Share::Exclusive
+            },
+        ]
+    );
+    let json = serde_json::to_value(&p).unwrap();
+    assert_eq!(json["devices"][0]["type"], "c");
+    assert_eq!(json["devices"][0]["file_mode"], 0o666);
+}
+
+#[test]
+fn shared_gpu_with_and_without_hami() {
+    let ann = r#"{"gpu":[{"minor":3,"resources":{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory":"23034Mi","koordinator.sh/gpu-memory-ratio":"50"}},
+        {"minor":4,"resources":{"koordinator.sh/gpu-core":"30","koordinator.sh/gpu-memory":"8Gi","koordinator.sh/gpu-memory-ratio":"10"}}]}"#;
+    let p = plan(ann).unwrap();
+    assert_eq!(
+        p.claims[0].share,
+        Share::Shared {
+            core: 50,
+            memory_ratio: 50
+        }
+    );
+    assert!(p.mounts.is_empty() && !p.env.contains_key("LD_PRELOAD"));
+    assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+
+    let hami = pod_with(ann, &[], &[(GPU_ISOLATION_PROVIDER, "HAMi-core")]);
+    let p = build(&hgx(), &hami, "main", &Config::default()).unwrap();
+    let env: Vec<(&str, &str)> = p
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let mem0 = (23034u64 << 20).to_string();
+    let mem1 = (8u64 << 30).to_string();
+    let want_uuids = format!("{},{}", uuid(3), uuid(4));
+    assert_eq!(
+        env,
+        [
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", mem0.as_str()),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", mem1.as_str()),
+            ("CUDA_DEVICE_SM_LIMIT_0", "50"),
+            ("CUDA_DEVICE_SM_LIMIT_1", "30"),
+            ("LD_PRELOAD", "/usr/local/vgpu/libvgpu.so"),
+            ("NVIDIA_VISIBLE_DEVICES", want_uuids.as_str()),
+        ]
+    );
+    let mounts: Vec<(&str, &str, &[String])> = p
+        .mounts
+        .iter()
+        .map(|m| {
+            (
+                m.source.as_str(),
+                m.destination.as_str(),
+                m.options.as_slice(),
+            )
+        })
+        .collect();
+    assert_eq!(mounts[0].0, "/usr/local/vgpu/libvgpu.so");
+    assert_eq!(mounts[0].1, "/usr/local/vgpu/libvgpu.so");
+    assert!(mounts[0].2.contains(&"ro".to_string()));
+    assert_eq!(mounts[1].0, "/tmp/vgpulock");
+    assert!(p.warnings.is_empty());
+
+    // The label alone does nothing for whole GPUs, as in koordlet.
+    let whole = pod_with(
+        r#"{"gpu":[{"minor":0}]}"#,
+        &[],
+        &[(GPU_ISOLATION_PROVIDER, "HAMi-core")],
+    );
+    let p = build(&hgx(), &whole, "main", &Config::default()).unwrap();
+    assert!(p.mounts.is_empty() && p.env.len() == 1);
+
+    // Without gpu-memory the limit is the ratio of the GPU's memory, as Koordinator fills it.
+    let ratio_only = pod_with(
+        r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-memory-ratio":"25"}}]}"#,
+        &[],
+        &[(GPU_ISOLATION_PROVIDER, "HAMi-core")],
+    );
+    let p = build(&hgx(), &ratio_only, "main", &Config::default()).unwrap();
+    assert_eq!(
+        p.env["CUDA_DEVICE_MEMORY_LIMIT_0"],
+        (20u64 << 30).to_string()
+    );
+    assert!(!p.env.contains_key("CUDA_DEVICE_SM_LIMIT_0"));
+
+    // A shared GPU without any memory limit cannot be isolated.
+    let mut inv = hgx();
+    inv.gpus[0].memory_bytes = None;
+    for res in [
+        r#"{"koordinator.sh/gpu-memory-ratio":"50"}"#,
+        r#"{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory":"0"}"#,
+    ] {
+        let ann = format!(r#"{{"gpu":[{{"minor":0,"resources":{res}}}]}}"#);
+        let p = pod_with(&ann, &[], &[(GPU_ISOLATION_PROVIDER, "HAMi-core")]);
+        let e = build(&inv, &p, "main", &Config::default()).unwrap_err();
+        assert!(matches!(e, PlanError::NoGpuMemory { .. }), "{e}");
+    }
+}
+
+#[test]
+fn rdma_vfs_and_pf() {
+    let ann = format!(
+        r#"{{"rdma":[{{"minor":1,"id":"{}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"minor":-1,"busID":"{}"}},{{"busID":"{}"}}]}}}},{{"minor":4,"resources":{{"koordinator.sh/rdma":"25"}}}}]}}"#,
+        pf_bus(1),
+        vf_bus(1, 3),
+        vf_bus(1, 0)
+    );
+    let p = plan(&ann).unwrap();
+    assert_eq!(
+        paths(&p),
+        [
+            "/dev/infiniband/rdma_cm",
+            "/dev/infiniband/uverbs12",
+            "/dev/infiniband/umad12",
+            "/dev/infiniband/uverbs9",
+            "/dev/infiniband/umad9",
+            "/dev/infiniband/uverbs30",
+            "/dev/infiniband/umad30",
+        ]
+    );
+    assert_eq!((p.devices[1].major, p.devices[1].minor), (231, 192 + 12));
+    let ifnames: Vec<_> = p
+        .network
+        .iter()
+        .map(|n| n.container_ifname.as_deref())
+        .collect();
+    assert_eq!(ifnames, [Some("net1"), Some("net2")]);
+    let n = &p.network[0];
+    assert_eq!(
+        (n.pf, n.vf_index, n.vf_bus_id),
+        (pf_bus(1), 3, vf_bus(1, 3))
+    );
+    assert_eq!(
+        (n.netdev.as_deref(), n.rdma_device.as_deref()),
+        (Some("ens1f0v3"), Some("mlx5_12"))
+    );
+    assert_eq!(n.pf_netdev.as_deref(), Some("ens1f0"));
+    assert!(!n.move_rdma);
+    assert_eq!(
+        p.claims,
+        [
+            Claim {
+                device: DeviceId::Vf(vf_bus(1, 3)),
+                share: Share::Exclusive
+            },
+            Claim {
+                device: DeviceId::Vf(vf_bus(1, 0)),
+                share: Share::Exclusive
+            },
+            Claim {
+                device: DeviceId::Pf(pf_bus(4)),
+                share: Share::Shared {
+                    core: 25,
+                    memory_ratio: 25
+                }
+            },
+        ]
+    );
+    let json = serde_json::to_value(&p).unwrap();
+    let net = &json["network"][0];
+    for key in [
+        "pf",
+        "vf_index",
+        "vf_bus_id",
+        "netdev",
+        "rdma_device",
+        "container_ifname",
+    ] {
+        assert!(!net[key].is_null(), "{key}");
+    }
+    assert_eq!(net["vf_bus_id"], vf_bus(1, 3).to_string());
+}
+
+#[test]
+fn rdma_config_knobs() {
+    let ann = format!(
+        r#"{{"rdma":[{{"minor":0,"extension":{{"vfs":[{{"busID":"{}"}}]}}}}]}}"#,
+        vf_bus(0, 1)
+    );
+    let mut config = Config::default();
+    config.rdma.allow_issm = true;
+    config.rdma.netns_mode = RdmaNetnsMode::Exclusive;
+    config.rdma.ifname_prefix = "rdma".into();
+    config.vf.defaults.mac = Some(MacPolicy::Random);
+    config.vf.pf.insert(
+        pf_bus(0),
+        crate::config::VfSettings {
+            vlan: Some(7),
+            ..Default::default()
+        },
+    );
+    config.device_file_mode = 0o660;
+    let p = build(&hgx(), &pod(&ann), "main", &config).unwrap();
+    assert!(paths(&p).contains(&"/dev/infiniband/issm6"));
+    let n = &p.network[0];
+    assert!(n.move_rdma);
+    assert_eq!(n.container_ifname.as_deref(), Some("rdma1"));
+    assert_eq!(
+        (n.settings.mac, n.settings.vlan),
+        (Some(MacPolicy::Random), Some(7))
+    );
+    assert!(p.devices.iter().all(|d| d.file_mode == 0o660));
+
+    let whole = plan(r#"{"rdma":[{"minor":0}]}"#).unwrap();
+    assert_eq!(
+        whole.claims[0],
+        Claim {
+            device: DeviceId::Pf(pf_bus(0)),
+            share: Share::Exclusive
+        }
+    );
+    assert!(whole.network.is_empty());
+}
+
+#[test]
+fn container_selection() {
+    let ann = r#"{"gpu":[{"minor":0}]}"#;
+    let only = pod_with(ann, &[(CONTAINERS, "trainer,init-net")], &[]);
+    assert_eq!(
+        only.containers,
+        ContainerSelector::Only(vec!["trainer".into(), "init-net".into()])
+    );
+    for (name, selected) in [("trainer", true), ("init-net", true), ("sidecar", false)] {
+        let p = build(&hgx(), &only, name, &Config::default()).unwrap();
+        assert_eq!(p.selected, selected, "{name}");
+        assert_eq!(p.is_empty(), !selected, "{name}");
+        assert_eq!(p.claims.len(), 1, "claims are the pod's: {name}");
+    }
+    // An unselected container still fails on a bad allocation.
+    let bad = pod_with(r#"{"gpu":[{"minor":42}]}"#, &[(CONTAINERS, "trainer")], &[]);
+    assert!(build(&hgx(), &bad, "sidecar", &Config::default()).is_err());
+}

@@ -1,0 +1,149 @@
+//! The plan's refusals: every unsatisfiable allocation and node, one error each.
+use super::testinv::{hgx, pf_bus, uuid, vf_bus};
+use super::tests::{plan, pod};
+use super::*;
+use crate::inventory::Health;
+
+#[test]
+fn unsatisfiable_allocations() {
+    type Check = fn(&PlanError) -> bool;
+    let (pf0, pf1, pf4) = (pf_bus(0), pf_bus(1), pf_bus(4));
+    let (vf00, vf10) = (vf_bus(0, 0), vf_bus(1, 0));
+    #[rustfmt::skip]
+    let table: Vec<(&str, String, &str, Check)> = vec![
+        ("unknown gpu minor", r#"{"gpu":[{"minor":0},{"minor":9}]}"#.into(), "gpu[1]", |e| matches!(e, PlanError::UnknownGpu { minor: 9, .. })),
+        ("uuid of another gpu", format!(r#"{{"gpu":[{{"minor":1,"id":"{}"}}]}}"#, uuid(2)), "gpu[0]", |e| matches!(e, PlanError::GpuIdOfOther { owner: 2, .. })),
+        ("uuid of no gpu", r#"{"gpu":[{"minor":1,"id":"GPU-deadbeef"}]}"#.into(), "gpu[0]", |e| matches!(e, PlanError::GpuIdMismatch { .. })),
+        ("unknown rdma minor", r#"{"rdma":[{"minor":17}]}"#.into(), "rdma[0]", |e| matches!(e, PlanError::UnknownRdma { minor: 17, .. })),
+        ("unknown pf id", r#"{"rdma":[{"minor":0,"id":"0000:ee:00.0"}]}"#.into(), "rdma[0]", |e| matches!(e, PlanError::UnknownPf { .. })),
+        ("pf id is a vf", format!(r#"{{"rdma":[{{"minor":0,"id":"{vf00}"}}]}}"#), "rdma[0]", |e| matches!(e, PlanError::IdIsVf { .. })),
+        ("pf id and minor disagree", format!(r#"{{"rdma":[{{"minor":0,"id":"{pf1}"}}]}}"#), "rdma[0]", |e| matches!(e, PlanError::PfMinorMismatch { owner: 1, .. })),
+        ("vf not under its pf", format!(r#"{{"rdma":[{{"minor":0,"id":"{pf0}","extension":{{"vfs":[{{"busID":"{vf10}"}}]}}}}]}}"#), "rdma[0].vfs[0]", |e| matches!(e, PlanError::VfOfOtherPf { .. })),
+        ("bus id is a pf", format!(r#"{{"rdma":[{{"minor":0,"extension":{{"vfs":[{{"busID":"{pf1}"}}]}}}}]}}"#), "rdma[0].vfs[0]", |e| matches!(e, PlanError::BusIsPf { .. })),
+        ("bus id of nothing", r#"{"rdma":[{"minor":0,"extension":{"vfs":[{"busID":"0000:ee:01.2"}]}}]}"#.into(), "rdma[0].vfs[0]", |e| matches!(e, PlanError::UnknownVf { .. })),
+        ("pf without vfs asked for one", format!(r#"{{"rdma":[{{"minor":4,"id":"{pf4}","extension":{{"vfs":[{{"busID":"{vf00}"}}]}}}}]}}"#), "rdma[0].vfs[0]", |e| matches!(e, PlanError::VfOfOtherPf { .. })),
+    ];
+    for (name, ann, entry, check) in table {
+        let e = match plan(&ann) {
+            Ok(p) => panic!("{name}: planned {p:?}"),
+            Err(e) => e,
+        };
+        assert!(check(&e), "{name}: {e:?}");
+        let text = e.to_string();
+        assert!(
+            text.starts_with(DEVICE_ALLOCATED) && text.contains(&format!(": {entry}: ")),
+            "{name}: {text}"
+        );
+        assert!(!text.contains('\n'), "{name}");
+    }
+}
+
+#[test]
+fn same_pf_twice() {
+    // The parser refuses repeated minors and ids; the plan still checks resolved PFs.
+    let mut p = pod(r#"{"rdma":[{"minor":1},{"minor":2}]}"#);
+    p.allocation.rdma[1].minor = 1;
+    let e = build(&hgx(), &p, "main", &Config::default()).unwrap_err();
+    assert!(
+        matches!(&e, PlanError::DuplicatePf { first, .. } if first == "rdma[0]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn node_without_what_is_asked() {
+    let mut inv = hgx();
+    inv.nvidia_majors.nvidia_uvm = None;
+    let gpu = pod(r#"{"gpu":[{"minor":0}]}"#);
+    let e = build(&inv, &gpu, "main", &Config::default()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PlanError::NoMajor {
+                device: "nvidia-uvm",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Missing majors do not matter when no GPU is allocated.
+    assert!(build(&inv, &PodDevices::default(), "main", &Config::default()).is_ok());
+
+    let mut inv = hgx();
+    inv.rdma_cm = None;
+    let e = build(
+        &inv,
+        &pod(r#"{"rdma":[{"minor":0}]}"#),
+        "main",
+        &Config::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, PlanError::NoRdmaCm { .. }), "{e}");
+
+    let mut inv = hgx();
+    inv.rdma[0].vfs[0].rdma = None;
+    let ann = format!(
+        r#"{{"rdma":[{{"minor":0,"extension":{{"vfs":[{{"busID":"{}"}}]}}}}]}}"#,
+        vf_bus(0, 0)
+    );
+    let e = build(&inv, &pod(&ann), "main", &Config::default()).unwrap_err();
+    assert!(matches!(e, PlanError::NoRdmaDevice { .. }), "{e}");
+
+    let mut inv = hgx();
+    inv.rdma[0]
+        .rdma
+        .char_devs
+        .retain(|c| c.name.starts_with("umad"));
+    let e = build(
+        &inv,
+        &pod(r#"{"rdma":[{"minor":0}]}"#),
+        "main",
+        &Config::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, PlanError::NoUverbs { .. }), "{e}");
+
+    // Names from sysfs end up in paths: a hostile one is refused.
+    let mut inv = hgx();
+    inv.rdma[0].rdma.char_devs[2].name = "../../sda".into();
+    let e = build(
+        &inv,
+        &pod(r#"{"rdma":[{"minor":0}]}"#),
+        "main",
+        &Config::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, PlanError::UnsafeName { .. }), "{e}");
+
+    let mut inv = hgx();
+    inv.gpus[0].health = Health::Unhealthy {
+        reason: "Xid79".into(),
+    };
+    let p = build(&inv, &gpu, "main", &Config::default()).unwrap();
+    assert!(p.warnings[0].contains("Xid79"), "{:?}", p.warnings);
+}
+
+#[test]
+fn bad_config_is_refused() {
+    type Edit = fn(&mut Config);
+    let cases: [(&str, Edit); 5] = [
+        ("hami.library_path", |c| {
+            c.hami.library_path = "libvgpu.so".into()
+        }),
+        ("hami.lock_dir", |c| c.hami.lock_dir = "/tmp/../etc".into()),
+        ("rdma.ifname_prefix", |c| {
+            c.rdma.ifname_prefix = "a/b".into()
+        }),
+        ("device_file_mode", |c| c.device_file_mode = 0o4777),
+        ("vf.defaults.vlan", |c| c.vf.defaults.vlan = Some(5000)),
+    ];
+    for (key, edit) in cases {
+        let mut config = Config::default();
+        edit(&mut config);
+        let e = build(&hgx(), &PodDevices::default(), "main", &config).unwrap_err();
+        assert!(
+            matches!(&e, PlanError::Config { key: k, .. } if k == key),
+            "{key}: {e}"
+        );
+    }
+}

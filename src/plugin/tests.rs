@@ -1,0 +1,175 @@
+//! devgate's plugin behind the real stub, driven by the fake runtime.
+
+use std::{sync::Arc, time::Duration};
+
+use nri::{
+    api::{Container, PodSandbox},
+    testing::{FakeConfig, FakeError, FakeRuntime, PluginConn},
+    ttrpc::{self, Code},
+    Stub,
+};
+
+use super::{probe::PROBE_ANNOTATION, *};
+use crate::config::LogFormat;
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn options(config_from_runtime: bool) -> PluginOptions {
+    PluginOptions {
+        host_root: PathBuf::from("/"),
+        state_dir: PathBuf::from("/run/devgate"),
+        config_from_runtime,
+    }
+}
+
+fn pod(probe: Option<&str>) -> PodSandbox {
+    let mut pod = PodSandbox {
+        name: "web".to_string(),
+        namespace: "team".to_string(),
+        ..Default::default()
+    };
+    if let Some(v) = probe {
+        pod.annotations
+            .insert(PROBE_ANNOTATION.to_string(), v.to_string());
+    }
+    pod
+}
+
+fn ctr() -> Container {
+    Container {
+        name: "app".to_string(),
+        ..Default::default()
+    }
+}
+
+/// Runs the plugin against a fake runtime on a short socket path.
+async fn connect(
+    plugin: DevgatePlugin,
+    config: FakeConfig,
+) -> (
+    Arc<DevgatePlugin>,
+    Result<PluginConn, FakeError>,
+    tempfile::TempDir,
+) {
+    let dir = tempfile::Builder::new()
+        .prefix("dg")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let path = dir.path().join("s");
+    let runtime = FakeRuntime::bind(&path, config).unwrap();
+    let stub = Stub::new(plugin)
+        .with_name("devgate")
+        .with_idx("10")
+        .with_socket_path(&path);
+    let plugin = Arc::clone(stub.plugin());
+    tokio::spawn(stub.run());
+    let conn = tokio::time::timeout(LIMIT, runtime.accept()).await.unwrap();
+    (plugin, conn, dir)
+}
+
+#[tokio::test]
+async fn probe_annotation_becomes_container_env() {
+    let plugin = DevgatePlugin::new(Config::default(), options(false));
+    let (_p, conn, _dir) = connect(plugin, FakeConfig::containerd_1_7()).await;
+    let conn = conn.unwrap();
+    assert_eq!(conn.events, EVENTS);
+    let reply = conn
+        .create_container(&pod(Some("hi")), &ctr())
+        .await
+        .unwrap();
+    let env = &reply.adjust.env;
+    assert_eq!(env.len(), 1);
+    assert_eq!(
+        (env[0].key.as_str(), env[0].value.as_str()),
+        ("DEVGATE_PROBE", "hi")
+    );
+}
+
+#[tokio::test]
+async fn other_pods_get_an_empty_adjustment() {
+    let plugin = DevgatePlugin::new(Config::default(), options(false));
+    let (_p, conn, _dir) = connect(plugin, FakeConfig::nri_v0_12()).await;
+    let reply = conn
+        .unwrap()
+        .create_container(&pod(None), &ctr())
+        .await
+        .unwrap();
+    assert_eq!(*reply.adjust, nri::api::ContainerAdjustment::default());
+    assert!(reply.update.is_empty() && reply.evict.is_empty());
+}
+
+#[tokio::test]
+async fn oversized_probe_fails_the_container_with_a_readable_reason() {
+    let plugin = DevgatePlugin::new(Config::default(), options(false));
+    let (_p, conn, _dir) = connect(plugin, FakeConfig::containerd_1_7()).await;
+    let long = "x".repeat(1000);
+    let err = conn
+        .unwrap()
+        .create_container(&pod(Some(&long)), &ctr())
+        .await
+        .unwrap_err();
+    let ttrpc::Error::RpcStatus(status) = err else {
+        panic!("not a status: {err:?}");
+    };
+    assert_eq!(status.code(), Code::INVALID_ARGUMENT);
+    assert_eq!(
+        status.message(),
+        "devgate refused container \"app\" of pod team/web: \
+         pod annotation devgate.io/probe is 1000 bytes long, limit 256"
+    );
+}
+
+fn log_format(plugin: &DevgatePlugin) -> LogFormat {
+    plugin.config().expect("valid config").log_format
+}
+
+#[tokio::test]
+async fn runtime_config_is_used_when_preinstalled() {
+    let plugin = DevgatePlugin::new(Config::default(), options(true));
+    let runtime = FakeConfig {
+        config: "log_format = \"json\"\n".to_string(),
+        ..FakeConfig::containerd_1_7()
+    };
+    let (plugin, conn, _dir) = connect(plugin, runtime).await;
+    conn.unwrap();
+    assert_eq!(log_format(&plugin), LogFormat::Json);
+}
+
+#[tokio::test]
+async fn runtime_config_is_ignored_otherwise() {
+    let plugin = DevgatePlugin::new(Config::default(), options(false));
+    let runtime = FakeConfig {
+        config: "log_format = \"json\"\n".to_string(),
+        ..FakeConfig::containerd_1_7()
+    };
+    let (plugin, conn, _dir) = connect(plugin, runtime).await;
+    conn.unwrap();
+    assert_eq!(log_format(&plugin), LogFormat::Text);
+}
+
+#[tokio::test]
+async fn bad_runtime_config_refuses_only_containers_that_need_devgate() {
+    let plugin = DevgatePlugin::new(Config::default(), options(true));
+    let runtime = FakeConfig {
+        config: "no_such_key = 1\n".to_string(),
+        ..FakeConfig::containerd_1_7()
+    };
+    let (_p, conn, _dir) = connect(plugin, runtime).await;
+    // Configure succeeds: containerd 1.7 would exit otherwise.
+    let conn = conn.unwrap();
+    let plain = conn.create_container(&pod(None), &ctr()).await.unwrap();
+    assert!(plain.adjust.env.is_empty());
+    let err = conn
+        .create_container(&pod(Some("v")), &ctr())
+        .await
+        .unwrap_err();
+    let ttrpc::Error::RpcStatus(status) = err else {
+        panic!("not a status: {err:?}");
+    };
+    assert_eq!(status.code(), Code::FAILED_PRECONDITION);
+    assert!(
+        status.message().contains("no_such_key"),
+        "{}",
+        status.message()
+    );
+}

@@ -1,0 +1,212 @@
+//! `devgate inventory` run as a process on fixture host roots.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use devgate::fixture::{Fixture, HostRootBuilder};
+use devgate::inventory::view::InventoryView;
+use devgate::inventory::{Health, LinkLayer};
+use serde_json::Value;
+
+fn inventory(root: &Path, args: &[&str]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .arg("inventory")
+        .arg("--host-root")
+        .arg(root)
+        .args(args)
+        .output()
+        .expect("run devgate");
+    assert!(
+        output.status.success(),
+        "devgate failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn hgx() -> (tempfile::TempDir, Fixture) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = HostRootBuilder::hgx().build(dir.path()).expect("fixture");
+    (dir, fixture)
+}
+
+/// One fixture for all three formats: writing it takes a while on a slow disk.
+#[test]
+fn every_format_on_the_hgx_fixture() {
+    let (_dir, fixture) = hgx();
+    check_json(&fixture);
+    check_device_cr(&fixture);
+    let table = inventory(fixture.root(), &[]);
+    let text = String::from_utf8(table.stdout).expect("utf-8");
+    assert!(
+        text.contains("0000:18:00.0") && text.contains("rocep218s0f1") && text.contains("PIX"),
+        "{text}"
+    );
+    assert!(
+        table.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&table.stderr)
+    );
+}
+
+fn check_json(fixture: &Fixture) {
+    let out = inventory(fixture.root(), &["-o", "json"]);
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let typed: InventoryView = serde_json::from_value(json.clone()).expect("typed view");
+    assert_eq!(typed.version, 1);
+    let want = fixture.expected();
+
+    let gpus = json["gpus"].as_array().expect("gpus");
+    assert_eq!(gpus.len(), want.gpus.len());
+    for (got, want) in gpus.iter().zip(&want.gpus) {
+        assert_eq!(got["index"], want.index);
+        assert_eq!(got["minor"], want.minor);
+        assert_eq!(got["uuid"], want.uuid.as_str());
+        assert_eq!(got["bus_id"], want.bus_id.to_string());
+        assert_eq!(got["numa_node"], want.topology.numa_node.expect("numa"));
+        assert_eq!(got["pcie_root"], want.topology.pcie_root.as_str());
+        assert_eq!(got["model"], want.model.as_str());
+        assert_eq!(got["health"], "healthy");
+        assert_eq!(got["device"], format!("195:{}", want.minor));
+    }
+    assert_eq!(gpus[0]["minor"], 2);
+    assert_eq!(gpus[0]["rdma_affinity"]["mlx5_0"], "PIX");
+
+    let nics = json["rdma"].as_array().expect("rdma");
+    assert_eq!(nics.len(), want.rdma.len());
+    for (got, want) in nics.iter().zip(&want.rdma) {
+        assert_eq!(got["name"], want.rdma.name.as_str());
+        assert_eq!(got["bus_id"], want.bus_id.to_string());
+        assert_eq!(got["netdev"], want.netdevs[0].as_str());
+        assert_eq!(got["numa_node"], want.topology.numa_node.expect("numa"));
+        assert_eq!(got["pcie_root"], want.topology.pcie_root.as_str());
+        let layer = match want.rdma.ports[0].link_layer {
+            LinkLayer::InfiniBand => "InfiniBand",
+            _ => "Ethernet",
+        };
+        assert_eq!(got["link_layer"], layer);
+        assert_eq!(got["ports"][0]["state"], want.rdma.ports[0].state.as_str());
+        assert_eq!(
+            got["health"],
+            if want.health == Health::Healthy {
+                "healthy"
+            } else {
+                "unhealthy"
+            }
+        );
+        let chars = got["char_devices"].as_array().expect("char devices");
+        assert_eq!(chars.len(), want.rdma.char_devs.len());
+        for (c, w) in chars.iter().zip(&want.rdma.char_devs) {
+            assert_eq!(c["dev"], w.dev.to_string());
+            assert_eq!(c["path"], format!("/dev/infiniband/{}", w.name));
+        }
+        let vfs = got["vfs"].as_array().expect("vfs");
+        assert_eq!(vfs.len(), want.vfs.len());
+        for (v, w) in vfs.iter().zip(&want.vfs) {
+            assert_eq!(v["index"], w.index);
+            assert_eq!(v["bus_id"], w.bus_id.to_string());
+            assert_eq!(v["netdev"].as_str(), w.netdev.as_deref());
+            assert_eq!(v["rdma"].as_str(), w.rdma.as_ref().map(|r| r.name.as_str()));
+            assert_eq!(v["driver"].as_str(), w.driver.as_deref());
+        }
+    }
+    assert_eq!(nics[0]["char_devices"][0]["dev"], "231:192");
+    assert_eq!(nics[0]["vfs"][0]["netdev"], "ibp25s0v0");
+    assert_eq!(nics[7]["vfs"][3]["char_devices"][0]["dev"], "510:9");
+    assert_eq!(nics[9]["health"], "unhealthy");
+    assert!(json.get("warnings").is_none());
+}
+
+fn check_device_cr(fixture: &Fixture) {
+    let out = inventory(fixture.root(), &["-o", "device-cr"]);
+    let cr: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&out.stdout).expect("yaml");
+    assert_eq!(
+        cr["apiVersion"].as_str(),
+        Some("scheduling.koordinator.sh/v1alpha1")
+    );
+    assert_eq!(cr["kind"].as_str(), Some("Device"));
+    assert_eq!(cr["metadata"]["name"].as_str(), Some(fixture.hostname()));
+    let devices = cr["spec"]["devices"].as_sequence().expect("devices");
+    assert_eq!(devices.len(), 18);
+    let mut gpu_minors = Vec::new();
+    let mut rdma_minors = Vec::new();
+    for d in devices {
+        let minor = d["minor"].as_i64().expect("every device has a minor");
+        let topology = &d["topology"];
+        assert_eq!(topology["socketID"].as_i64(), Some(-1));
+        assert!(topology["pcieID"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("pci0000:")));
+        match d["type"].as_str() {
+            Some("gpu") => {
+                gpu_minors.push(minor);
+                assert!(d["id"].as_str().is_some_and(|id| id.starts_with("GPU-")));
+                assert_eq!(
+                    d["resources"]["koordinator.sh/gpu-core"].as_str(),
+                    Some("100")
+                );
+            }
+            Some("rdma") => {
+                rdma_minors.push(minor);
+                assert_eq!(d["resources"]["koordinator.sh/rdma"].as_str(), Some("100"));
+                for vf in d["vfGroups"][0]["vfs"].as_sequence().into_iter().flatten() {
+                    assert_eq!(vf["minor"].as_i64(), Some(-1));
+                }
+            }
+            other => panic!("unexpected device type {other:?}"),
+        }
+    }
+    assert_eq!(gpu_minors, (0..8).collect::<Vec<_>>());
+    assert_eq!(rdma_minors, (0..10).collect::<Vec<_>>());
+    let named = inventory(
+        fixture.root(),
+        &["-o", "device-cr", "--node-name", "node-7"],
+    );
+    let named: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&named.stdout).expect("yaml");
+    assert_eq!(named["metadata"]["name"].as_str(), Some("node-7"));
+}
+
+#[test]
+fn warnings_go_to_stderr_and_json_stays_clean() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = HostRootBuilder::hgx()
+        .gpus(2)
+        .nics(1)
+        .vfs_per_pf(1)
+        .intel_rdma(false);
+    let fixture = b.build(dir.path()).expect("fixture");
+    let info = dir
+        .path()
+        .join("proc/driver/nvidia/gpus/0000:18:00.0/information");
+    std::fs::remove_file(info).expect("remove");
+    let out = inventory(fixture.root(), &["-o", "json"]);
+    let json: Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
+    assert_eq!(json["gpus"].as_array().map(Vec::len), Some(1));
+    let stderr = String::from_utf8(out.stderr).expect("utf-8");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("devgate: warning: ") && lines[0].contains("information"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_missing_hostname_needs_a_node_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let status = Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .args(["inventory", "-o", "device-cr", "--host-root"])
+        .arg(dir.path())
+        .output()
+        .expect("run devgate");
+    assert!(!status.status.success());
+    assert!(String::from_utf8_lossy(&status.stderr).contains("--node-name"));
+    let ok = inventory(dir.path(), &["-o", "device-cr", "--node-name", "empty"]);
+    let cr: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&ok.stdout).expect("yaml");
+    assert_eq!(cr["spec"]["devices"].as_sequence().map(Vec::len), Some(0));
+}

@@ -1,0 +1,258 @@
+//! `devgate plan` end to end: the binary against the fixture's HGX-class host root.
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use devgate::allocation::DEVICE_ALLOCATED;
+use devgate::fixture::{Fixture, HostRootBuilder};
+use serde_json::{json, Value};
+
+fn fixture() -> (tempfile::TempDir, Fixture) {
+    let dir = tempfile::tempdir().unwrap();
+    let fx = HostRootBuilder::hgx()
+        .build(&dir.path().join("root"))
+        .unwrap();
+    (dir, fx)
+}
+
+fn pod(annotations: Value, labels: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train-0", "namespace": "ml", "uid": "4f1c", "annotations": annotations, "labels": labels},
+        "spec": {
+            "initContainers": [{"name": "setup", "image": "busybox"}],
+            "containers": [{"name": "main", "image": "cuda"}, {"name": "sidecar", "image": "busybox"}]
+        },
+        "status": {"phase": "Pending"}
+    })
+}
+
+fn allocated(annotation: &str) -> Value {
+    pod(json!({ DEVICE_ALLOCATED: annotation }), json!({}))
+}
+
+/// Runs `devgate plan` on `pod_text` (written to a file, or piped for `-`).
+fn plan_cmd(root: &Path, pod_text: &[u8], extra: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pod.json");
+    std::fs::write(&file, pod_text).unwrap();
+    let stdin = extra.contains(&"-");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_devgate"));
+    cmd.arg("plan")
+        .args(["--host-root", root.to_str().unwrap()])
+        .args(["--config", "/nonexistent/devgate.toml"])
+        .args(["--state-dir", dir.path().join("state").to_str().unwrap()]);
+    if !stdin {
+        cmd.args(["--pod", file.to_str().unwrap()]);
+    }
+    cmd.args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if stdin {
+        input.write_all(pod_text).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn plan_ok(root: &Path, pod: &Value, extra: &[&str]) -> Value {
+    let out = plan_cmd(root, pod.to_string().as_bytes(), extra);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn unannotated_pod_is_an_empty_plan() {
+    let (_dir, fx) = fixture();
+    let p = plan_ok(fx.root(), &pod(json!({}), json!({})), &[]);
+    for key in ["devices", "mounts", "network", "claims"] {
+        assert_eq!(p[key], json!([]), "{key}");
+    }
+    assert_eq!(p["env"], json!({}));
+    assert_eq!(p["container"], "main");
+    // No annotations at all, and null maps, as YAML may carry them.
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n  annotations: null\nspec:\n  containers:\n  - name: app\n";
+    let out = plan_cmd(fx.root(), yaml.as_bytes(), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn gpu_and_vf_plan_fields() {
+    let (_dir, fx) = fixture();
+    let inv = fx.expected();
+    let (g0, g1) = (&inv.gpus[0], &inv.gpus[5]);
+    let nic = &inv.rdma[1];
+    let vf = &nic.vfs[2];
+    let ann = format!(
+        r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory":"40Gi","koordinator.sh/gpu-memory-ratio":"50"}}}},{{"minor":{},"resources":{{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory":"40Gi","koordinator.sh/gpu-memory-ratio":"50"}}}}],
+            "rdma":[{{"minor":1,"id":"{}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"minor":-1,"busID":"{}"}}]}}}}]}}"#,
+        g0.minor, g0.uuid, g1.minor, nic.bus_id, vf.bus_id
+    );
+    let labels = json!({"koordinator.sh/gpu-isolation-provider": "HAMi-core"});
+    let p = plan_ok(
+        fx.root(),
+        &pod(json!({ DEVICE_ALLOCATED: ann }), labels),
+        &["--container", "main"],
+    );
+
+    let dev0 = &p["devices"][0];
+    assert_eq!(dev0["path"], format!("/dev/nvidia{}", g0.minor));
+    assert_eq!(
+        (dev0["type"].as_str(), dev0["major"].as_u64()),
+        (Some("c"), Some(195))
+    );
+    assert_eq!(dev0["minor"], g0.minor);
+    assert_eq!(dev0["file_mode"], 0o666);
+    let paths: Vec<&str> = p["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap())
+        .collect();
+    for want in [
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/infiniband/rdma_cm",
+    ] {
+        assert!(paths.contains(&want), "{want} in {paths:?}");
+    }
+    let verbs = vf
+        .rdma
+        .as_ref()
+        .unwrap()
+        .char_devs
+        .iter()
+        .find(|c| c.name.starts_with("uverbs"))
+        .unwrap();
+    assert!(
+        paths.contains(&format!("/dev/infiniband/{}", verbs.name).as_str()),
+        "{paths:?}"
+    );
+
+    assert_eq!(
+        p["env"]["NVIDIA_VISIBLE_DEVICES"],
+        format!("{},{}", g0.uuid, g1.uuid)
+    );
+    assert_eq!(
+        p["env"]["CUDA_DEVICE_MEMORY_LIMIT_1"],
+        (40u64 << 30).to_string()
+    );
+    assert_eq!(p["env"]["CUDA_DEVICE_SM_LIMIT_0"], "50");
+    assert_eq!(p["env"]["LD_PRELOAD"], "/usr/local/vgpu/libvgpu.so");
+    assert_eq!(p["mounts"].as_array().unwrap().len(), 2);
+
+    let net = &p["network"][0];
+    assert_eq!(net["pf"], nic.bus_id.to_string());
+    assert_eq!(net["vf_index"], vf.index);
+    assert_eq!(net["vf_bus_id"], vf.bus_id.to_string());
+    assert_eq!(net["netdev"], json!(vf.netdev));
+    assert_eq!(net["rdma_device"], vf.rdma.as_ref().unwrap().name);
+    assert_eq!(net["container_ifname"], "net1");
+
+    let claims = &p["claims"];
+    assert_eq!(
+        claims[0],
+        json!({"device": {"kind": "gpu", "id": g0.uuid}, "share": {"mode": "shared", "core": 50, "memory_ratio": 50}})
+    );
+    assert_eq!(
+        claims[2],
+        json!({"device": {"kind": "vf", "id": vf.bus_id.to_string()}, "share": {"mode": "exclusive"}})
+    );
+
+    // Same pod, a container left out by devgate.io/containers: nothing, but the claims.
+    let mut only = pod(
+        json!({ DEVICE_ALLOCATED: ann, "devgate.io/containers": "main" }),
+        json!({}),
+    );
+    let p = plan_ok(fx.root(), &only, &["--container", "sidecar"]);
+    assert_eq!(
+        (
+            p["selected"].as_bool(),
+            p["devices"].as_array().unwrap().len()
+        ),
+        (Some(false), 0)
+    );
+    assert_eq!(p["claims"].as_array().unwrap().len(), 3);
+    // Init containers get the devices unless the list leaves them out; stdin works.
+    only["metadata"]["annotations"] = json!({ DEVICE_ALLOCATED: ann });
+    let out = plan_cmd(
+        fx.root(),
+        only.to_string().as_bytes(),
+        &["--pod", "-", "--container", "setup", "-o", "table"],
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && table.contains("/dev/nvidiactl"),
+        "{table}"
+    );
+}
+
+/// Every invalid or unsatisfiable allocation: exit 1 and exactly one stderr line
+/// naming the annotation, the entry and the reason.
+#[test]
+fn bad_allocations_exit_1_with_one_line() {
+    let (_dir, fx) = fixture();
+    let inv = fx.expected();
+    let (nic0, nic1) = (&inv.rdma[0], &inv.rdma[1]);
+    let other_uuid = &inv.gpus[1].uuid;
+    let many: Vec<String> = (0..257).map(|i| format!(r#"{{"minor":{i}}}"#)).collect();
+    #[rustfmt::skip]
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("malformed json", r#"{"gpu":[{"minor":0}"#.into(), "-: malformed"),
+        ("unknown minor", r#"{"gpu":[{"minor":77}]}"#.into(), "gpu[0]: no gpu with minor 77"),
+        ("uuid of another gpu", format!(r#"{{"gpu":[{{"minor":{},"id":"{other_uuid}"}}]}}"#, inv.gpus[0].minor), "gpu[0]: id"),
+        ("vf not under its pf", format!(r#"{{"rdma":[{{"minor":0,"id":"{}","extension":{{"vfs":[{{"busID":"{}"}}]}}}}]}}"#, nic0.bus_id, nic1.vfs[0].bus_id), "rdma[0].vfs[0]: vf"),
+        ("bus id not a vf", format!(r#"{{"rdma":[{{"minor":0,"extension":{{"vfs":[{{"busID":"{}"}}]}}}}]}}"#, nic1.bus_id), "rdma[0].vfs[0]: busID"),
+        ("path-like", r#"{"rdma":[{"minor":0,"extension":{"vfs":[{"busID":"../../../dev/sda"}]}}]}"#.into(), "rdma[0].vfs[0]: busID"),
+        ("duplicate", r#"{"gpu":[{"minor":0},{"minor":0}]}"#.into(), "gpu[1]: duplicate"),
+        ("share over 100", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"150"}}]}"#.into(), "gpu[0]: resources[koordinator.sh/gpu-core] 150"),
+        ("negative", r#"{"gpu":[{"minor":-3}]}"#.into(), "gpu[0]: minor -3 is negative"),
+        ("oversized", format!(r#"{{"gpu":[],"x":"{}"}}"#, "a".repeat(70_000)), "bytes, over the limit"),
+        ("too many entries", format!(r#"{{"gpu":[{}]}}"#, many.join(",")), "gpu[256]: more than 256"),
+    ];
+    for (name, ann, want) in cases {
+        let out = plan_cmd(fx.root(), allocated(&ann).to_string().as_bytes(), &[]);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        assert!(out.stdout.is_empty(), "{name}");
+        assert_eq!(stderr.lines().count(), 1, "{name}: {stderr:?}");
+        let prefix = format!("devgate: {DEVICE_ALLOCATED}: ");
+        assert!(
+            stderr.starts_with(&prefix) && stderr.contains(want),
+            "{name}: want {want:?} in {stderr:?}"
+        );
+    }
+}
+
+#[test]
+fn bad_pod_files_exit_1_with_one_line() {
+    let (_dir, fx) = fixture();
+    let big = vec![b' '; 1024 * 1024 + 1];
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Vec<u8>, Vec<&str>, &str)> = vec![
+        ("not a pod", b"{\"metadata\": 5}".to_vec(), vec![], "not a pod object"),
+        ("too large", big, vec![], "larger than"),
+        ("unknown container", pod(json!({}), json!({})).to_string().into_bytes(), vec!["--container", "nope"], "no container \"nope\""),
+        ("bad container list", pod(json!({"devgate.io/containers": "a/b"}), json!({})).to_string().into_bytes(), vec![], "devgate.io/containers: [0]"),
+    ];
+    for (name, text, extra, want) in cases {
+        let out = plan_cmd(fx.root(), &text, &extra);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{name}: {stderr:?}");
+        assert!(
+            stderr.starts_with("devgate: ") && stderr.contains(want),
+            "{name}: {stderr:?}"
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! The NRI foundation against a real containerd 1.7.24: registration, the
+//! `devgate.io/probe` adjustment seen from inside a container, and recovery
+//! from a plugin crash, a runtime restart, and runtime-launched mode.
+//!
+//! The probe contract: a pod annotated `devgate.io/probe=<value>` gets
+//! `DEVGATE_PROBE=<value>` in every container's environment; other pods don't.
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{require_root, ContainerSpec, Containerd, Cri, DevgatePlugin, Pod, PodSpec, SLOW};
+
+const PROBE_ANNOTATION: &str = "devgate.io/probe";
+
+/// What `DEVGATE_PROBE` is inside a new container of `pod` ("unset" if absent).
+fn probe_from_inside(cri: &Cri, pod: &Pod, name: &str) -> String {
+    let spec = ContainerSpec::shell(name, r#"echo "DEVGATE_PROBE=${DEVGATE_PROBE-unset}""#);
+    let run = cri.run_container(pod, &spec).expect("run probe container");
+    assert_eq!(run.exit_code, 0, "probe container failed: {}", run.log);
+    run.log
+        .lines()
+        .find_map(|l| l.strip_prefix("DEVGATE_PROBE="))
+        .unwrap_or_else(|| {
+            panic!(
+                "probe container printed no DEVGATE_PROBE line: {:?}",
+                run.log
+            )
+        })
+        .to_string()
+}
+
+fn probe_pod(cri: &Cri, name: &str, value: &str) -> Pod {
+    cri.run_pod(&PodSpec::new(name).annotation(PROBE_ANNOTATION, value))
+        .expect("RunPodSandbox")
+}
+
+/// The environment containerd put into the container's OCI spec.
+fn spec_env(cri: &Cri, id: &str) -> Vec<String> {
+    let spec = cri.runtime_spec(id).expect("verbose ContainerStatus");
+    let env = spec["process"]["env"]
+        .as_array()
+        .expect("spec has process.env");
+    env.iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect()
+}
+
+/// Creates containers in `pod` until one carries the probe env; returns how
+/// long that took from `since`. Containers created before the plugin is back
+/// are removed: they only show that creation does not wait for the plugin.
+fn time_until_probe_applied(cri: &Cri, pod: &Pod, value: &str, since: Instant) -> Duration {
+    let want = format!("DEVGATE_PROBE={value}");
+    let mut attempt = 0;
+    loop {
+        let spec = ContainerSpec::shell(&format!("retry{attempt}"), "true");
+        let id = cri.create_container(pod, &spec).expect("CreateContainer");
+        let applied = spec_env(cri, &id).contains(&want);
+        cri.remove_container(&id).expect("RemoveContainer");
+        if applied {
+            return since.elapsed();
+        }
+        assert!(since.elapsed() < SLOW, "probe env never came back");
+        attempt += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn plugin_registers_with_containerd() {
+    require_root();
+    let ctrd = Containerd::launch();
+    let mark = ctrd.log_mark();
+    let _plugin = DevgatePlugin::launch(&ctrd, &[]);
+    let log = &ctrd.log()[mark..];
+    assert!(
+        log.contains(r#"registered as \"10-devgate\""#),
+        "log: {log}"
+    );
+    assert!(
+        log.contains(r#"#1: \"10-devgate\" (external:10-devgate["#),
+        "not in the invocation order: {log}"
+    );
+}
+
+#[test]
+fn probe_annotation_reaches_the_container_environment() {
+    require_root();
+    let ctrd = Containerd::launch();
+    let _plugin = DevgatePlugin::launch(&ctrd, &[]);
+    let cri = ctrd.cri();
+
+    let annotated = probe_pod(&cri, "annotated", "hello-42");
+    assert_eq!(probe_from_inside(&cri, &annotated, "probe"), "hello-42");
+
+    let plain = cri.run_pod(&PodSpec::new("plain")).expect("RunPodSandbox");
+    assert_eq!(probe_from_inside(&cri, &plain, "probe"), "unset");
+}
+
+/// After a SIGKILL, containers still start (without the plugin), and a
+/// restarted plugin applies the probe again. The 2 s bound runs from the moment
+/// the new process is spawned to a CreateContainer whose spec has the env: it
+/// covers process start, connect, register, configure and synchronize.
+#[test]
+fn plugin_recovers_from_kill_within_two_seconds() {
+    require_root();
+    let ctrd = Containerd::launch();
+    let mut plugin = DevgatePlugin::launch(&ctrd, &[]);
+    let cri = ctrd.cri();
+    let pod = probe_pod(&cri, "crash", "after-crash");
+    assert_eq!(probe_from_inside(&cri, &pod, "before"), "after-crash");
+
+    let mark = ctrd.log_mark();
+    plugin.kill();
+    ctrd.wait_for_log(mark, r#"connection to plugin \"10-devgate\" closed"#, SLOW);
+    assert_eq!(probe_from_inside(&cri, &pod, "without"), "unset");
+
+    let respawned = Instant::now();
+    plugin.respawn(&ctrd);
+    let elapsed = time_until_probe_applied(&cri, &pod, "after-crash", respawned);
+    eprintln!("probe applied {elapsed:?} after the plugin was respawned");
+    assert!(
+        elapsed <= Duration::from_secs(2),
+        "probe applied {elapsed:?} after restart"
+    );
+    assert_eq!(probe_from_inside(&cri, &pod, "after"), "after-crash");
+}
+
+/// containerd never reconnects to external plugins: the running devgate must
+/// notice the closed connection and dial again (backoff 100 ms to 5 s).
+#[test]
+fn plugin_reconnects_after_containerd_restart() {
+    require_root();
+    let mut ctrd = Containerd::launch();
+    let mut plugin = DevgatePlugin::launch(&ctrd, &[]);
+    let mark = ctrd.log_mark();
+    ctrd.restart();
+    // containerd startup on a loaded machine plus at most one 5 s backoff step.
+    plugin.wait_registered_after(&ctrd, mark, SLOW);
+    assert!(
+        plugin.is_running(),
+        "devgate exited instead of reconnecting"
+    );
+
+    let cri = ctrd.cri();
+    let pod = probe_pod(&cri, "restarted", "after-restart");
+    assert_eq!(probe_from_inside(&cri, &pod, "probe"), "after-restart");
+}
+
+/// Runtime-launched ("pre-installed") mode: containerd starts
+/// `<plugin_path>/10-devgate` itself, with only NRI_PLUGIN_NAME/IDX/SOCKET in
+/// the environment and the connection on fd 3, and sends `10-devgate.conf`
+/// as the Configure payload.
+#[test]
+fn preinstalled_plugin_applies_the_probe() {
+    require_root();
+    let mut ctrd = Containerd::prepare();
+    let installed = ctrd.plugin_dir().join("10-devgate");
+    std::fs::copy(support::DEVGATE, &installed).expect("install devgate as a pre-installed plugin");
+    std::fs::write(
+        ctrd.plugin_config_dir().join("10-devgate.conf"),
+        "failure_policy = \"fail\"\n",
+    )
+    .expect("write plugin config");
+    let mark = ctrd.log_mark();
+    ctrd.start();
+    ctrd.wait_for_log(
+        mark,
+        r#"#1: \"10-devgate\" (pre-connected:10-devgate["#,
+        SLOW,
+    );
+
+    let cri = ctrd.cri();
+    let pod = probe_pod(&cri, "preinstalled", "launched");
+    assert_eq!(probe_from_inside(&cri, &pod, "probe"), "launched");
+}

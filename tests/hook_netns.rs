@@ -1,0 +1,367 @@
+//! VF attach and detach on a real kernel, with veth pairs standing in for VF
+//! netdevs and scratch network namespaces for pods. Needs root; fails without it.
+//!
+//! Every test uses its own link names, namespaces and state directory, so the
+//! tests can run in parallel threads.
+
+#[path = "hook_netns/net.rs"]
+mod net;
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+
+use devgate::netdev::{self, Netns, NetnsRoots, SavedStore, SysNetEnv, VfOps};
+use net::{
+    action, hook, link, links, ok, records, require_root, state, In, NamedNs, Sleeper, Veth,
+};
+
+const ORIG_MTU: u32 = 1500;
+
+fn nop(_: &'static str) {}
+
+/// The stand-in is back on the host exactly as it was.
+fn assert_home(v: &Veth) {
+    let l = link(In::Host, &v.name).unwrap_or_else(|| panic!("{} is not back on the host", v.name));
+    assert_eq!(l.address.as_deref(), Some(v.mac.as_str()), "{l:?}");
+    assert_eq!(l.mtu, ORIG_MTU, "{l:?}");
+    assert!(!l.up(), "{l:?}");
+    assert!(l.altnames.is_empty(), "{l:?}");
+}
+
+fn assert_in_pod(at: In<'_>, ifname: &str, mac: &str, mtu: u32) {
+    let l = link(at, ifname).unwrap_or_else(|| panic!("{ifname} is not in the pod"));
+    assert_eq!(l.address.as_deref(), Some(mac), "{l:?}");
+    assert_eq!(l.mtu, mtu, "{l:?}");
+    assert!(l.up(), "{l:?}");
+}
+
+/// Does what the kernel does to a physical netdev whose netns dies: back to the
+/// host as `dev<ifindex>` (test-environment.md; veths would die with the netns).
+fn return_like_the_kernel(pod: &NamedNs, ifname: &str) -> String {
+    let l = link(In::Named(&pod.0), ifname).unwrap();
+    let fallback = format!("dev{}", l.ifindex);
+    net::sh(&[
+        "ip", "-n", &pod.0, "link", "set", ifname, "netns", "1", "name", &fallback,
+    ]);
+    pod.delete();
+    fallback
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn library_attach_and_detach_in_a_named_netns() {
+    require_root();
+    let pod = NamedNs::new("dg-lib");
+    let v = Veth::new("dgl0v", "dgl0p", "02:00:00:0a:00:01");
+    let dir = tempfile::tempdir().unwrap();
+    let store = SavedStore::new(dir.path());
+    let mut env = SysNetEnv::new(NetnsRoots::default()).unwrap();
+    let mut ops = VfOps {
+        env: &mut env,
+        store: &store,
+        checkpoint: &nop,
+    };
+    let ns = Netns::open(Path::new("/run/netns/dg-lib")).unwrap();
+    let a = action(&v, "0000:ee:01.0", "net1", "02:00:00:0b:00:01", 9000);
+    netdev::attach_all(&mut ops, "lib1", &ns, None, &[a]).unwrap();
+    assert_in_pod(In::Named(&pod.0), "net1", "02:00:00:0b:00:01", 9000);
+    assert!(link(In::Host, &v.name).is_none());
+    drop(ns);
+    assert_eq!(netdev::detach_container(&mut ops, "lib1").unwrap(), 1);
+    assert_home(&v);
+    assert!(link(In::Named(&pod.0), "net1").is_none());
+    assert_eq!(netdev::detach_container(&mut ops, "lib1").unwrap(), 0);
+    assert_home(&v);
+}
+
+#[test]
+fn hook_moves_vfs_into_the_container_netns_and_poststop_restores() {
+    require_root();
+    let pod = Sleeper::new();
+    let v1 = Veth::new("dgh0v", "dgh0p", "02:00:00:0a:01:01");
+    let v2 = Veth::new("dgh1v", "dgh1p", "02:00:00:0a:01:02");
+    let dir = tempfile::tempdir().unwrap();
+    let nets = [
+        action(&v1, "0000:ee:02.0", "net1", "02:00:00:0b:01:01", 9000),
+        action(&v2, "0000:ee:02.1", "net2", "02:00:00:0b:01:02", 4000),
+    ];
+    let out = hook(
+        "createRuntime",
+        &state("e2e1", "creating", Some(pod.pid()), &nets),
+        dir.path(),
+        &[],
+    );
+    ok(&out);
+    assert_in_pod(In::Pid(pod.pid()), "net1", "02:00:00:0b:01:01", 9000);
+    assert_in_pod(In::Pid(pod.pid()), "net2", "02:00:00:0b:01:02", 4000);
+    assert!(link(In::Host, &v1.name).is_none() && link(In::Host, &v2.name).is_none());
+    assert_eq!(records(dir.path()), 2);
+    // A second stage for the same container (prestart after createRuntime) changes nothing.
+    ok(&hook(
+        "prestart",
+        &state("e2e1", "creating", Some(pod.pid()), &nets),
+        dir.path(),
+        &[],
+    ));
+    let log = std::fs::read_to_string(dir.path().join("hook.log")).unwrap();
+    assert!(log.contains("hook done"), "{log}");
+
+    ok(&hook(
+        "poststop",
+        &state("e2e1", "stopped", None, &[]),
+        dir.path(),
+        &[],
+    ));
+    assert_home(&v1);
+    assert_home(&v2);
+    let pod_links: Vec<String> = links(In::Pid(pod.pid()))
+        .into_iter()
+        .map(|l| l.ifname)
+        .collect();
+    assert_eq!(pod_links, ["lo"]);
+    assert_eq!(records(dir.path()), 0);
+}
+
+#[test]
+fn poststop_after_the_netns_is_gone() {
+    require_root();
+    let pod = NamedNs::new("dg-gone");
+    let v = Veth::new("dgg0v", "dgg0p", "02:00:00:0a:02:01");
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Netns::open(Path::new("/run/netns/dg-gone")).unwrap();
+    let store = SavedStore::new(dir.path());
+    let mut env = SysNetEnv::new(NetnsRoots::default()).unwrap();
+    let mut ops = VfOps {
+        env: &mut env,
+        store: &store,
+        checkpoint: &nop,
+    };
+    let a = action(&v, "0000:ee:03.0", "net1", "02:00:00:0b:02:01", 9000);
+    netdev::attach_all(&mut ops, "gone1", &ns, None, &[a]).unwrap();
+    drop(ns);
+    let fallback = return_like_the_kernel(&pod, "net1");
+    assert!(link(In::Host, &fallback).is_some());
+    ok(&hook(
+        "poststop",
+        &state("gone1", "stopped", None, &[]),
+        dir.path(),
+        &[],
+    ));
+    assert_home(&v);
+    assert!(link(In::Host, &fallback).is_none());
+    assert_eq!(records(dir.path()), 0);
+}
+
+#[test]
+fn killed_midway_then_poststop_restores() {
+    require_root();
+    for (i, checkpoint) in ["save", "move", "configure"].into_iter().enumerate() {
+        let pod = Sleeper::new();
+        let v = Veth::new(
+            &format!("dgk{i}v"),
+            &format!("dgk{i}p"),
+            "02:00:00:0a:03:01",
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let a = action(&v, "0000:ee:04.0", "net1", "02:00:00:0b:03:01", 9000);
+        let fault = format!("abort-after:{checkpoint}");
+        let out = hook(
+            "createRuntime",
+            &state("kill1", "creating", Some(pod.pid()), &[a]),
+            dir.path(),
+            &[("DEVGATE_HOOK_FAULT", &fault)],
+        );
+        assert_eq!(out.status.signal(), Some(9), "{checkpoint}: {out:?}");
+        assert_eq!(
+            records(dir.path()),
+            1,
+            "{checkpoint}: the record is written before any change"
+        );
+        let moved = link(In::Pid(pod.pid()), "net1").is_some();
+        assert_eq!(moved, checkpoint != "save", "{checkpoint}");
+        ok(&hook(
+            "poststop",
+            &state("kill1", "stopped", None, &[]),
+            dir.path(),
+            &[],
+        ));
+        assert_home(&v);
+        assert!(link(In::Pid(pod.pid()), "net1").is_none(), "{checkpoint}");
+        assert_eq!(records(dir.path()), 0, "{checkpoint}");
+    }
+}
+
+#[test]
+fn a_host_link_already_named_like_the_target_is_left_alone() {
+    require_root();
+    let squatter = Veth::new("net1", "dgs0q", "02:00:00:0a:04:99");
+    let pod = NamedNs::new("dg-squat");
+    let v = Veth::new("dgs0v", "dgs0p", "02:00:00:0a:04:01");
+    let dir = tempfile::tempdir().unwrap();
+    let a = action(&v, "0000:ee:05.0", "net1", "02:00:00:0b:04:01", 9000);
+    let pid = Sleeper::in_named(&pod.0);
+    ok(&hook(
+        "createRuntime",
+        &state("squat1", "creating", Some(pid.0.id()), &[a]),
+        dir.path(),
+        &[],
+    ));
+    assert_in_pod(In::Named(&pod.0), "net1", "02:00:00:0b:04:01", 9000);
+    assert_eq!(
+        link(In::Host, "net1").unwrap().address.as_deref(),
+        Some(squatter.mac.as_str())
+    );
+    // The netns goes away; net1 is taken on the host, so the VF would come back as dev<N>.
+    drop(pid);
+    return_like_the_kernel(&pod, "net1");
+    ok(&hook(
+        "poststop",
+        &state("squat1", "stopped", None, &[]),
+        dir.path(),
+        &[],
+    ));
+    assert_home(&v);
+    assert_eq!(
+        link(In::Host, "net1").unwrap().address.as_deref(),
+        Some(squatter.mac.as_str())
+    );
+}
+
+#[test]
+fn detach_twice_and_detach_without_a_record_change_nothing() {
+    require_root();
+    let pod = Sleeper::new();
+    let v = Veth::new("dgt0v", "dgt0p", "02:00:00:0a:05:01");
+    let dir = tempfile::tempdir().unwrap();
+    let a = action(&v, "0000:ee:06.0", "net1", "02:00:00:0b:05:01", 9000);
+    ok(&hook(
+        "poststop",
+        &state("twice1", "stopped", None, &[]),
+        dir.path(),
+        &[],
+    ));
+    assert!(!dir.path().join("vf").exists());
+    ok(&hook(
+        "createRuntime",
+        &state("twice1", "creating", Some(pod.pid()), &[a]),
+        dir.path(),
+        &[],
+    ));
+    ok(&hook(
+        "poststop",
+        &state("twice1", "stopped", None, &[]),
+        dir.path(),
+        &[],
+    ));
+    let before = link(In::Host, &v.name).unwrap();
+    ok(&hook(
+        "poststop",
+        &state("twice1", "stopped", None, &[]),
+        dir.path(),
+        &[],
+    ));
+    ok(&hook(
+        "poststop",
+        &state("someone-else", "stopped", None, &[]),
+        dir.path(),
+        &[],
+    ));
+    let after = link(In::Host, &v.name).unwrap();
+    assert_eq!(
+        (before.ifindex, before.address, before.mtu),
+        (after.ifindex, after.address, after.mtu)
+    );
+    assert_home(&v);
+}
+
+#[test]
+fn a_failing_later_step_rolls_everything_back() {
+    require_root();
+    let pod = Sleeper::new();
+    let v1 = Veth::new("dgf0v", "dgf0p", "02:00:00:0a:06:01");
+    let v2 = Veth::new("dgf1v", "dgf1p", "02:00:00:0a:06:02");
+    let dir = tempfile::tempdir().unwrap();
+    // RDMA netlink does not exist on this kernel: the move of the RDMA device, the
+    // last step, fails after the netdev was moved, renamed, configured and brought up.
+    let mut rdma = action(&v2, "0000:ee:07.1", "net2", "02:00:00:0b:06:02", 9000);
+    rdma.rdma_device = Some("mlx5_9".to_string());
+    rdma.move_rdma = true;
+    let first = action(&v1, "0000:ee:07.0", "net1", "02:00:00:0b:06:01", 9000);
+    let out = hook(
+        "createRuntime",
+        &state("fail1", "creating", Some(pod.pid()), &[first, rdma]),
+        dir.path(),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("devgate-hook: vf 0000:ee:07.1 (dgf1v): open rdma netlink"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(out.stdout.is_empty());
+    assert_home(&v1);
+    assert_home(&v2);
+    assert_eq!(links(In::Pid(pod.pid())).len(), 1);
+    assert_eq!(records(dir.path()), 0);
+
+    let missing = {
+        let mut a = action(&v2, "0000:ee:07.1", "net2", "02:00:00:0b:06:02", 9000);
+        a.host_netdev = "dgf9v".to_string();
+        a
+    };
+    let first = action(&v1, "0000:ee:07.0", "net1", "02:00:00:0b:06:01", 9000);
+    let out = hook(
+        "createRuntime",
+        &state("fail2", "creating", Some(pod.pid()), &[first, missing]),
+        dir.path(),
+        &[],
+    );
+    assert!(
+        stderr(&out).contains("find host netdev: host netdev dgf9v not found"),
+        "{}",
+        stderr(&out)
+    );
+    assert_home(&v1);
+    assert_eq!(records(dir.path()), 0);
+}
+
+#[test]
+fn bad_input_fails_with_one_line() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "startContainer",
+            state("x", "created", Some(1), &[]),
+            "unknown stage",
+        ),
+        (
+            "createRuntime",
+            "{not json".to_string(),
+            "parse the container state",
+        ),
+        (
+            "createRuntime",
+            state("x", "creating", Some(1), &[]).replace(
+                "\"annotations\":{",
+                "\"annotations\":{\"devgate.io/resolved\":\"{}\",",
+            ),
+            "annotation devgate.io/resolved",
+        ),
+    ];
+    for (stage, input, want) in cases {
+        let out = hook(stage, &input, dir.path(), &[]);
+        assert_eq!(out.status.code(), Some(1), "{stage}");
+        let err = stderr(&out);
+        assert!(
+            err.starts_with("devgate-hook: ") && err.contains(want),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}

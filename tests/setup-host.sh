@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Installs what the end-to-end tests need on a Debian bookworm host, as root.
+# Idempotent: a second run finds everything in place and installs nothing.
+#
+# containerd comes from Debian trixie (1.7.24, NRI v0.6.1): bookworm's 1.6 has no
+# NRI. The .deb is fetched through a private apt source list so that trixie is
+# never added to the system's sources.
+set -euo pipefail
+
+readonly CONTAINERD_VERSION_GLOB='1.7.24~ds1-*'
+readonly CACHE=/var/cache/devgate-test
+readonly BOOKWORM_PACKAGES=(runc protobuf-compiler busybox-static iproute2 tar coreutils util-linux)
+
+log() { printf 'setup-host: %s\n' "$*" >&2; }
+die() {
+    log "error: $*"
+    exit 1
+}
+
+[[ $(id -u) -eq 0 ]] || die "must run as root (installs packages; the e2e tests start containerd)"
+command -v apt-get >/dev/null || die "apt-get not found: this script targets Debian bookworm"
+
+# Versions of installed packages, empty when absent.
+installed_version() {
+    { dpkg-query -W -f='${db:Status-Abbrev} ${Version}\n' "$1" 2>/dev/null || true; } | awk '$1 == "ii" { print $2 }'
+}
+
+install_bookworm_packages() {
+    local missing=() pkg
+    for pkg in "${BOOKWORM_PACKAGES[@]}"; do
+        [[ -n $(installed_version "$pkg") ]] || missing+=("$pkg")
+    done
+    if ((${#missing[@]} == 0)); then
+        return
+    fi
+    log "installing ${missing[*]}"
+    # Only refresh the system lists when a package is unknown to them.
+    if ! apt-get install -y --no-install-recommends --dry-run "${missing[@]}" >/dev/null 2>&1; then
+        apt-get update
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+# apt options that confine every read and write to $CACHE.
+private_apt_options() {
+    printf '%s\n' \
+        -o "Dir::Etc::SourceList=$CACHE/trixie.list" \
+        -o "Dir::Etc::SourceParts=/dev/null" \
+        -o "Dir::State::Lists=$CACHE/lists" \
+        -o "Dir::Cache=$CACHE/cache" \
+        -o "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false"
+}
+
+# Prints the .deb path of containerd 1.7.24 from trixie, downloading it when needed.
+fetch_containerd_deb() {
+    local existing
+    existing=$(compgen -G "$CACHE/debs/containerd_1.7.24~ds1-*_amd64.deb" | head -n1 || true)
+    if [[ -n $existing ]]; then
+        printf '%s\n' "$existing"
+        return
+    fi
+    mkdir -p "$CACHE/lists/partial" "$CACHE/cache/archives/partial" "$CACHE/debs"
+    # apt downloads as _apt; let it write there instead of warning and falling back to root.
+    ! id _apt >/dev/null 2>&1 || chown _apt "$CACHE/debs"
+    echo "deb http://deb.debian.org/debian trixie main" >"$CACHE/trixie.list"
+    local -a opts
+    mapfile -t opts < <(private_apt_options)
+    apt-get "${opts[@]}" update >&2
+    local version
+    version=$(apt-cache "${opts[@]}" madison containerd | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' |
+        while read -r v; do
+            # shellcheck disable=SC2053 # the glob is intended
+            [[ $v == $CONTAINERD_VERSION_GLOB ]] && echo "$v"
+        done | head -n1)
+    [[ -n $version ]] || die "trixie offers no containerd $CONTAINERD_VERSION_GLOB (has: $(apt-cache "${opts[@]}" madison containerd | tr '\n' ' '))"
+    (cd "$CACHE/debs" && apt-get "${opts[@]}" download "containerd=$version" >&2)
+    compgen -G "$CACHE/debs/containerd_1.7.24~ds1-*_amd64.deb" | head -n1
+}
+
+install_containerd() {
+    local current
+    current=$(installed_version containerd)
+    # shellcheck disable=SC2053 # the glob is intended
+    if [[ -n $current && $current == $CONTAINERD_VERSION_GLOB ]]; then
+        return
+    fi
+    [[ -z $current ]] || log "replacing containerd $current with $CONTAINERD_VERSION_GLOB"
+    local deb
+    deb=$(fetch_containerd_deb)
+    log "installing $deb"
+    # Keep the package's maintainer scripts from starting the service on hosts
+    # without systemd: a policy-rc.d that denies every start, removed afterwards.
+    local policy=/usr/sbin/policy-rc.d own_policy=0
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod 0755 "$policy"
+        own_policy=1
+    fi
+    local rc=0
+    DEBIAN_FRONTEND=noninteractive dpkg -i "$deb" || rc=$?
+    ((own_policy == 0)) || rm -f "$policy"
+    ((rc == 0)) || die "dpkg -i $deb failed"
+    current=$(installed_version containerd)
+    # shellcheck disable=SC2053 # the glob is intended
+    [[ $current == $CONTAINERD_VERSION_GLOB ]] || die "containerd $current installed, want $CONTAINERD_VERSION_GLOB"
+}
+
+# The tests start private instances; the packaged service would only hold
+# /run/containerd and compete for the CPU, so keep it off. `systemctl disable`
+# also works when systemd is not PID 1 (it edits the unit symlinks), which keeps
+# a later boot from starting it.
+disable_containerd_service() {
+    command -v systemctl >/dev/null || return 0
+    if systemctl is-enabled --quiet containerd 2>/dev/null; then
+        log "disabling the packaged containerd service"
+        systemctl disable containerd
+    fi
+    if [[ -d /run/systemd/system ]] && systemctl is-active --quiet containerd; then
+        log "stopping the packaged containerd service"
+        systemctl stop containerd
+    fi
+}
+
+install_bookworm_packages
+install_containerd
+disable_containerd_service
+containerd --version >&2
