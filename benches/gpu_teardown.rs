@@ -73,6 +73,7 @@ fn pod(inv: &devgate::inventory::Inventory) -> PodRecord {
         claims,
         claimed_unix: 0,
         containers: Default::default(),
+        network_owner: None,
     }
 }
 
@@ -94,7 +95,21 @@ fn teardown(proc_root: &Path, state: &Path) -> (GpuTeardown, PodRecord) {
     (t, record)
 }
 
+/// CPU time of this process so far, all threads (the bench machine may be shared:
+/// CPU time per teardown does not grow with other load, wall time does).
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the struct it is given.
+    let usage = unsafe {
+        let mut u = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
 fn percentiles(name: &str, t: &GpuTeardown, record: &PodRecord) {
+    let cpu = cpu_time();
     let mut samples: Vec<Duration> = (0..200)
         .map(|_| {
             let start = Instant::now();
@@ -102,10 +117,11 @@ fn percentiles(name: &str, t: &GpuTeardown, record: &PodRecord) {
             start.elapsed()
         })
         .collect();
+    let cpu = (cpu_time() - cpu) / 200;
     samples.sort();
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize];
     println!(
-        "{name}: p50 {:?} p99 {:?} max {:?}",
+        "{name}: p50 {:?} p99 {:?} max {:?}, cpu {cpu:?} per teardown",
         at(0.5),
         at(0.99),
         at(1.0)

@@ -95,11 +95,11 @@ fn exec_program(program: &str, stage: &str, input: &str, state_dir: &Path) -> Ru
     let got = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     let wall = start.elapsed();
     assert_eq!(got, pid, "wait4");
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "{stage} failed (status {status:#x}); see {}/hook.log",
-        state_dir.display()
-    );
+    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        let log = std::fs::read_to_string(state_dir.join("hook.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        panic!("{program} {stage} failed (status {status:#x}); log: {tail:#?}");
+    }
     Run {
         wall,
         cpu: tv(usage.ru_utime) + tv(usage.ru_stime),

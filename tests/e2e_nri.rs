@@ -172,4 +172,17 @@ fn preinstalled_plugin_applies_the_probe() {
     let cri = ctrd.cri();
     let pod = probe_pod(&cri, "preinstalled", "launched");
     assert_eq!(probe_from_inside(&cri, &pod, "probe"), "launched");
+
+    // It cannot reconnect to a descriptor: it must exit with the runtime
+    // rather than linger as an orphan.
+    let needle = installed.to_string_lossy().into_owned();
+    assert_eq!(
+        support::pids_matching(&needle).len(),
+        1,
+        "one launched devgate"
+    );
+    ctrd.kill();
+    support::wait_for("the launched devgate to exit", SLOW, || {
+        support::pids_matching(&needle).is_empty().then_some(())
+    });
 }

@@ -64,6 +64,8 @@ pub enum NriCmdError {
     Signals(#[source] std::io::Error),
     #[error("nri plugin")]
     Stub(#[from] StubError),
+    #[error("open device state")]
+    State(#[source] crate::ledger::LedgerError),
 }
 
 pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
@@ -80,7 +82,7 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
         state_dir: args.state_dir,
         config_from_runtime: preinstalled.is_some(),
     };
-    let plugin = DevgatePlugin::new(config, options);
+    let plugin = DevgatePlugin::new(config, options).map_err(NriCmdError::State)?;
     let stub = match preinstalled {
         Some(runtime) => {
             tracing::info!(name = %runtime.name, idx = %runtime.idx, "started by the runtime");

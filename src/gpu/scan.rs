@@ -43,8 +43,14 @@ impl Users {
     }
 }
 
+/// Processes per scanning thread: below this one thread beats starting more.
+const PIDS_PER_WORKER: usize = 400;
+const MAX_WORKERS: usize = 4;
+
 /// One pass over the proc root: which of `targets` each process holds. `skip` is
-/// devgate itself, which holds GPUs while NVML is loaded.
+/// devgate itself, which holds GPUs while NVML is loaded. A large node's processes
+/// are split over a few threads: the pass is one open, one getdents and a stat per
+/// fd for every process, and runs while the ledger is locked.
 pub fn scan(host: &dyn Host, targets: &[u64], skip: u32) -> Result<Users, GpuError> {
     let mut users = Users::default();
     if targets.is_empty() {
@@ -53,22 +59,54 @@ pub fn scan(host: &dyn Host, targets: &[u64], skip: u32) -> Result<Users, GpuErr
     let pids = host
         .pids()
         .map_err(|source| GpuError::ListProcesses { source })?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = (pids.len() / PIDS_PER_WORKER).clamp(1, cores.min(MAX_WORKERS));
+    let found = if workers == 1 {
+        scan_pids(host, &pids, targets, skip)?
+    } else {
+        std::thread::scope(|s| {
+            let chunk = pids.len().div_ceil(workers);
+            let handles: Vec<_> = pids
+                .chunks(chunk)
+                .map(|part| s.spawn(move || scan_pids(host, part, targets, skip)))
+                .collect();
+            let mut found = Vec::new();
+            for h in handles {
+                let part = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+                found.extend(part);
+            }
+            Ok::<_, GpuError>(found)
+        })?
+    };
+    for (rdev, pid) in found {
+        users.add(rdev, pid);
+    }
+    Ok(users)
+}
+
+/// `(device, pid)` for every target device open in `pids`.
+fn scan_pids(
+    host: &dyn Host,
+    pids: &[u32],
+    targets: &[u64],
+    skip: u32,
+) -> Result<Vec<(u64, u32)>, GpuError> {
+    let mut found = Vec::new();
     let mut devs = Vec::with_capacity(64);
-    for pid in pids {
-        if pid == skip {
-            continue;
-        }
+    for &pid in pids.iter().filter(|p| **p != skip) {
         devs.clear();
         match host.open_char_devices(pid, &mut devs) {
             Ok(()) => {}
             Err(e) if gone(&e) => continue,
             Err(source) => return Err(GpuError::ProcessUnreadable { pid, source }),
         }
-        for rdev in devs.iter().filter(|d| targets.contains(d)) {
-            users.add(*rdev, pid);
-        }
+        found.extend(
+            devs.iter()
+                .filter(|d| targets.contains(d))
+                .map(|d| (*d, pid)),
+        );
     }
-    Ok(users)
+    Ok(found)
 }
 
 /// Adds NVML's compute and graphics processes of each GPU to `users`.
@@ -141,5 +179,28 @@ fn membership(host: &dyn Host, pid: u32, pod: &PodCgroups, ignored: &PodCgroups)
         Err(e) if gone(&e) => Membership::Gone,
         // Unknown cgroup: not provably the pod's, so it must not be killed.
         Err(_) => Membership::Outside,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::tests::fake_host::FakeHost;
+
+    #[test]
+    fn a_large_node_is_scanned_in_parallel_and_nothing_is_lost() {
+        let host = FakeHost::default();
+        let (gpu, other) = (libc::makedev(195, 0), libc::makedev(1, 3));
+        for pid in 1..=3000 {
+            let devs: &[u64] = if pid % 500 == 0 {
+                &[other, gpu]
+            } else {
+                &[other]
+            };
+            host.add(pid, devs, "/x");
+        }
+        let users = scan(&host, &[gpu], 1500).unwrap();
+        assert_eq!(users.of(gpu), [500, 1000, 2000, 2500, 3000]);
+        assert!(users.of(other).is_empty());
     }
 }

@@ -41,6 +41,7 @@ mod tests {
             claims: Vec::new(),
             claimed_unix: 0,
             containers: Default::default(),
+            network_owner: None,
         };
         let ok = Teardowns(vec![Box::new(NoTeardown), Box::new(NoTeardown)]);
         assert_eq!(ok.teardown(&pod), Ok(()));

@@ -59,6 +59,12 @@ impl Teardown for NoTeardown {
     }
 }
 
+/// What [`Ledger::admit`] decided for a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Admission {
+    pub network_owner: bool,
+}
+
 /// What a release did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Released {
@@ -73,7 +79,7 @@ pub struct Ledger {
     store: Store,
 }
 
-pub(crate) fn now_unix() -> u64 {
+pub fn now_unix() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -95,43 +101,39 @@ impl Ledger {
     /// Claims `claims` for `pod`, all or nothing. Re-claiming the same set is a no-op.
     pub fn claim(&self, pod: &PodRef, claims: &[Claim]) -> Result<(), LedgerError> {
         let mut txn = self.store.begin()?;
-        if let Some(existing) = txn.state.pods.get(&pod.sandbox_id) {
-            if same_claims(&existing.claims, claims) {
-                return Ok(());
-            }
-            return Err(LedgerError::ClaimMismatch {
-                pod: pod.to_string(),
-            });
+        if claim_in(&mut txn.state, pod, claims)? {
+            txn.commit()?;
         }
-        for claim in claims {
-            check_claim(&txn.state, claim)?;
-        }
-        for claim in claims {
-            let key = claim.device.to_string();
-            let record = txn
-                .state
-                .devices
-                .entry(key)
-                .or_insert_with(|| DeviceRecord {
-                    device: claim.device.clone(),
-                    holders: Vec::new(),
-                    quarantine: None,
-                });
-            record.holders.push(Holder {
-                sandbox_id: pod.sandbox_id.clone(),
-                share: claim.share,
-            });
-        }
-        txn.state.pods.insert(
-            pod.sandbox_id.clone(),
-            PodRecord {
-                pod: pod.clone(),
-                claims: claims.to_vec(),
-                claimed_unix: now_unix(),
-                containers: Default::default(),
-            },
-        );
-        txn.commit()
+        Ok(())
+    }
+
+    /// One transaction per container creation: claims the pod's devices (all or
+    /// nothing, idempotent per pod), records the container, and tells whether this
+    /// container carries the pod's network actions.
+    pub fn admit(
+        &self,
+        pod: &PodRef,
+        claims: &[Claim],
+        container_id: &str,
+        record: ContainerRecord,
+        wants_network: bool,
+    ) -> Result<Admission, LedgerError> {
+        let mut txn = self.store.begin()?;
+        claim_in(&mut txn.state, pod, claims)?;
+        let Some(rec) = txn.state.pods.get_mut(&pod.sandbox_id) else {
+            return Ok(Admission::default());
+        };
+        rec.containers.insert(container_id.to_string(), record);
+        let network_owner = wants_network
+            && match &rec.network_owner {
+                None => {
+                    rec.network_owner = Some(container_id.to_string());
+                    true
+                }
+                Some(owner) => owner == container_id,
+            };
+        txn.commit()?;
+        Ok(Admission { network_owner })
     }
 
     /// Records what was applied to a container of a pod that holds claims.
@@ -156,12 +158,15 @@ impl Ledger {
         container_id: &str,
     ) -> Result<(), LedgerError> {
         let mut txn = self.store.begin()?;
-        let removed = txn
-            .state
-            .pods
-            .get_mut(sandbox_id)
-            .and_then(|p| p.containers.remove(container_id));
-        if removed.is_none() {
+        let Some(pod) = txn.state.pods.get_mut(sandbox_id) else {
+            return Ok(());
+        };
+        let removed = pod.containers.remove(container_id).is_some();
+        let was_owner = pod.network_owner.as_deref() == Some(container_id);
+        if was_owner {
+            pod.network_owner = None;
+        }
+        if !removed && !was_owner {
             return Ok(());
         }
         txn.commit()
@@ -202,27 +207,36 @@ impl Ledger {
         txn.commit()
     }
 
+    /// Releases the selected pods. Teardown runs outside the ledger lock (it may
+    /// wait seconds for processes to exit, while container creation must answer
+    /// the runtime within its request timeout); the pods keep their claims until
+    /// it is done, so nobody can take a device before it is clean.
     fn release_where(
         &self,
         teardown: &dyn Teardown,
         select: impl Fn(&str) -> bool,
     ) -> Result<Released, LedgerError> {
-        let mut txn = self.store.begin()?;
-        let chosen: Vec<PodRecord> = txn
-            .state
+        let chosen: Vec<PodRecord> = self
+            .store
+            .read_unlocked()?
             .pods
-            .values()
+            .into_values()
             .filter(|p| select(&p.pod.sandbox_id))
-            .cloned()
             .collect();
         if chosen.is_empty() {
             return Ok(Released::default());
         }
+        let outcomes: Vec<(PodRecord, Result<(), String>)> = chosen
+            .into_iter()
+            .map(|pod| {
+                let outcome = teardown.teardown(&pod);
+                (pod, outcome)
+            })
+            .collect();
+        let mut txn = self.store.begin()?;
         let mut out = Released::default();
-        for pod in chosen {
-            // Teardown runs under the ledger lock so that no new claim can take a
-            // device before it is clean.
-            match teardown.teardown(&pod) {
+        for (pod, outcome) in outcomes {
+            match outcome {
                 Ok(()) => {
                     drop_pod(&mut txn.state, &pod.pod.sandbox_id);
                     out.pods.push(pod.pod);
@@ -239,6 +253,50 @@ impl Ledger {
         txn.commit()?;
         Ok(out)
     }
+}
+
+/// Claims in `state`; true when something changed. An empty claim list records
+/// nothing: pods without devices leave no trace.
+fn claim_in(state: &mut LedgerState, pod: &PodRef, claims: &[Claim]) -> Result<bool, LedgerError> {
+    if claims.is_empty() {
+        return Ok(false);
+    }
+    if let Some(existing) = state.pods.get(&pod.sandbox_id) {
+        if same_claims(&existing.claims, claims) {
+            return Ok(false);
+        }
+        return Err(LedgerError::ClaimMismatch {
+            pod: pod.to_string(),
+        });
+    }
+    for claim in claims {
+        check_claim(state, claim)?;
+    }
+    for claim in claims {
+        let record = state
+            .devices
+            .entry(claim.device.to_string())
+            .or_insert_with(|| DeviceRecord {
+                device: claim.device.clone(),
+                holders: Vec::new(),
+                quarantine: None,
+            });
+        record.holders.push(Holder {
+            sandbox_id: pod.sandbox_id.clone(),
+            share: claim.share,
+        });
+    }
+    state.pods.insert(
+        pod.sandbox_id.clone(),
+        PodRecord {
+            pod: pod.clone(),
+            claims: claims.to_vec(),
+            claimed_unix: now_unix(),
+            containers: Default::default(),
+            network_owner: None,
+        },
+    );
+    Ok(true)
 }
 
 fn same_claims(a: &[Claim], b: &[Claim]) -> bool {

@@ -102,6 +102,11 @@ pub struct PodRecord {
     /// Container id → record.
     #[serde(default)]
     pub containers: BTreeMap<String, ContainerRecord>,
+    /// The container whose hooks move the pod's VFs into its network namespace.
+    /// The namespace is the pod's, so one container carries the network actions;
+    /// when it is removed the next container created takes over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_owner: Option<String>,
 }
 
 /// The whole ledger document.

@@ -141,14 +141,14 @@ fn failed_teardown_keeps_record_and_quarantines() {
     assert_eq!(rel.failed.len(), 1);
     let snap = l.snapshot().unwrap();
     assert!(snap.pods.contains_key("a"));
-    let err = l.claim(&pod("b"), &[vf.clone()]).unwrap_err();
+    let err = l.claim(&pod("b"), std::slice::from_ref(&vf)).unwrap_err();
     assert!(matches!(
         err,
         LedgerError::Held { .. } | LedgerError::Quarantined { .. }
     ));
     // A later reconcile whose teardown works releases it; quarantine stays until cleared.
     l.release_pod("a", &NoTeardown).unwrap();
-    let err = l.claim(&pod("b"), &[vf.clone()]).unwrap_err();
+    let err = l.claim(&pod("b"), std::slice::from_ref(&vf)).unwrap_err();
     assert_eq!(
         err.to_string(),
         "vf 0000:19:00.2 is quarantined: vf restore failed"
@@ -209,4 +209,68 @@ fn corrupt_ledger_is_an_error_not_a_reset() {
         .claim(&pod("a"), &[gpu("GPU-1", Share::Exclusive)])
         .unwrap_err();
     assert!(matches!(err, LedgerError::Corrupt { .. }), "{err}");
+}
+
+fn record(name: &str) -> ContainerRecord {
+    ContainerRecord {
+        name: name.to_string(),
+        devices: vec!["/dev/nvidia0".to_string()],
+        applied_unix: 1,
+    }
+}
+
+#[test]
+fn admit_picks_one_network_owner_until_it_is_removed() {
+    let (_d, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    let a = l
+        .admit(&pod("p"), &claims, "c1", record("init"), true)
+        .unwrap();
+    assert!(a.network_owner);
+    let b = l
+        .admit(&pod("p"), &claims, "c2", record("main"), true)
+        .unwrap();
+    assert!(!b.network_owner, "the pod netns already has its VFs");
+    // Re-creation of the owner (same id) stays owner.
+    assert!(
+        l.admit(&pod("p"), &claims, "c1", record("init"), true)
+            .unwrap()
+            .network_owner
+    );
+    l.remove_container("p", "c1").unwrap();
+    let c = l
+        .admit(&pod("p"), &claims, "c3", record("main"), true)
+        .unwrap();
+    assert!(c.network_owner);
+    let snap = l.snapshot().unwrap();
+    assert_eq!(snap.pods["p"].network_owner.as_deref(), Some("c3"));
+    assert_eq!(snap.pods["p"].containers.len(), 2);
+}
+
+#[test]
+fn admit_without_claims_records_nothing() {
+    let (d, l) = ledger();
+    let a = l
+        .admit(&pod("p"), &[], "c1", record("main"), false)
+        .unwrap();
+    assert!(!a.network_owner);
+    assert!(!d.path().join("ledger.json").exists());
+}
+
+#[test]
+fn admit_conflict_claims_nothing_and_records_nothing() {
+    let (_d, l) = ledger();
+    l.claim(&pod("a"), &[gpu("GPU-1", Share::Exclusive)])
+        .unwrap();
+    let err = l
+        .admit(
+            &pod("b"),
+            &[gpu("GPU-1", Share::Exclusive)],
+            "c1",
+            record("main"),
+            true,
+        )
+        .unwrap_err();
+    assert!(matches!(err, LedgerError::Held { .. }));
+    assert!(!l.snapshot().unwrap().pods.contains_key("b"));
 }

@@ -1,11 +1,15 @@
 //! devgate's NRI plugin: what happens to a container at CreateContainer.
 //!
 //! [`DevgatePlugin::adjustment`] is the single place where a container's
-//! adjustment is put together; each source of changes (today the probe
-//! annotation, later the device plan from `crate::plan`) contributes there.
+//! adjustment is put together; each source of changes (the device plan from
+//! `crate::plan`, and the `devgate.io/probe` diagnostic) contributes there.
+//! Pod removal and Synchronize release claims through [`lifecycle`].
 //! Errors leave the plugin as ttrpc statuses through [`nri::RpcError`],
 //! implemented once for [`PluginError`].
 
+pub mod adjust;
+pub mod devices;
+mod lifecycle;
 pub mod probe;
 
 use std::{
@@ -15,16 +19,25 @@ use std::{
 
 use async_trait::async_trait;
 use nri::{
-    api::{Container, ContainerAdjustment, CreateContainerResponse, Event, PodSandbox},
+    api::{
+        Container, ContainerAdjustment, ContainerUpdate, CreateContainerResponse, Event, PodSandbox,
+    },
     protobuf::MessageField,
     ttrpc::Code,
-    EventMask, RpcError, RuntimeInfo,
+    EventMask, NriVersion, RpcError, RuntimeInfo,
 };
 
-use crate::config::{Config, ConfigError};
+use crate::allocation::DEVICE_ALLOCATED;
+use crate::config::{Config, ConfigError, FailurePolicy};
+use crate::ledger::{LedgerError, NoTeardown, Teardown};
+use devices::RuntimeFeatures;
 
-/// The events devgate subscribes to.
-pub const EVENTS: EventMask = EventMask::of(Event::CREATE_CONTAINER);
+/// The events devgate subscribes to: creation applies a plan; container and
+/// pod removal release what it applied.
+pub const EVENTS: EventMask = EventMask::of(Event::CREATE_CONTAINER)
+    .with(Event::STOP_POD_SANDBOX)
+    .with(Event::REMOVE_POD_SANDBOX)
+    .with(Event::REMOVE_CONTAINER);
 
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
@@ -44,6 +57,14 @@ pub enum PluginError {
         #[source]
         source: Arc<ConfigError>,
     },
+    #[error("devgate refused container {container:?} of pod {namespace}/{pod}")]
+    Devices {
+        namespace: String,
+        pod: String,
+        container: String,
+        #[source]
+        source: devices::DeviceError,
+    },
 }
 
 /// The one conversion to the wire: the runtime fails the container with
@@ -54,6 +75,7 @@ impl RpcError for PluginError {
         match self {
             PluginError::Probe { .. } => Code::INVALID_ARGUMENT,
             PluginError::Config { .. } => Code::FAILED_PRECONDITION,
+            PluginError::Devices { .. } => Code::FAILED_PRECONDITION,
         }
     }
 }
@@ -76,14 +98,33 @@ type ConfigState = Result<Arc<Config>, Arc<ConfigError>>;
 pub struct DevgatePlugin {
     config: RwLock<ConfigState>,
     options: PluginOptions,
+    devices: Arc<devices::Devices>,
+    features: RwLock<RuntimeFeatures>,
+    teardown: Arc<dyn Teardown + Send + Sync>,
 }
 
 impl DevgatePlugin {
-    pub fn new(config: Config, options: PluginOptions) -> DevgatePlugin {
-        DevgatePlugin {
+    /// Reads the inventory and opens the ledger under `options.state_dir`.
+    pub fn new(config: Config, options: PluginOptions) -> Result<DevgatePlugin, LedgerError> {
+        let devices =
+            devices::Devices::open(&options.host_root, &options.state_dir, default_hook_path())?;
+        Ok(DevgatePlugin {
             config: RwLock::new(Ok(Arc::new(config))),
             options,
-        }
+            devices: Arc::new(devices),
+            features: RwLock::new(RuntimeFeatures::default()),
+            teardown: Arc::new(NoTeardown),
+        })
+    }
+
+    /// Work run before a pod's claims are dropped (VF restore, GPU cleanup).
+    pub fn with_teardown(mut self, teardown: Arc<dyn Teardown + Send + Sync>) -> DevgatePlugin {
+        self.teardown = teardown;
+        self
+    }
+
+    pub fn devices(&self) -> &devices::Devices {
+        &self.devices
     }
 
     pub fn options(&self) -> &PluginOptions {
@@ -108,25 +149,56 @@ impl DevgatePlugin {
         pod: &PodSandbox,
         ctr: &Container,
     ) -> Result<ContainerAdjustment, PluginError> {
-        let mut adjust = ContainerAdjustment::default();
         let probe = probe::probe_env(pod).map_err(|source| PluginError::Probe {
             namespace: pod.namespace.clone(),
             pod: pod.name.clone(),
             container: ctr.name.clone(),
             source,
         })?;
-        if probe.is_none() {
-            return Ok(adjust);
+        if probe.is_none() && !pod.annotations.contains_key(DEVICE_ALLOCATED) {
+            return Ok(ContainerAdjustment::default());
         }
-        self.config().map_err(|source| PluginError::Config {
+        let config = self.config().map_err(|source| PluginError::Config {
             namespace: pod.namespace.clone(),
             pod: pod.name.clone(),
             container: ctr.name.clone(),
             source,
         })?;
+        let features = *self.features.read().unwrap_or_else(PoisonError::into_inner);
+        let mut adjust = match self.devices.apply(pod, ctr, &config, features) {
+            Ok(adjust) => adjust,
+            Err(source) if config.failure_policy == FailurePolicy::Ignore => {
+                // Koordinator's fail-open behaviour, for operators who chose it.
+                tracing::warn!(
+                    namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
+                    error = %source, "allocation not applied (failure_policy = ignore)"
+                );
+                ContainerAdjustment::default()
+            }
+            Err(source) => {
+                tracing::warn!(
+                    namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
+                    error = %source, "container refused"
+                );
+                return Err(PluginError::Devices {
+                    namespace: pod.namespace.clone(),
+                    pod: pod.name.clone(),
+                    container: ctr.name.clone(),
+                    source,
+                });
+            }
+        };
         adjust.env.extend(probe);
         Ok(adjust)
     }
+}
+
+/// `devgate-hook` beside the running `devgate`, as installed.
+fn default_hook_path() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("devgate-hook")))
+        .unwrap_or_else(|| PathBuf::from("/usr/local/bin/devgate-hook"))
 }
 
 #[async_trait]
@@ -141,6 +213,20 @@ impl nri::Plugin for DevgatePlugin {
     /// Configure ("failed to start NRI interface", fatal for CRI), so a bad
     /// drop-in file is reported here and on each container it affects.
     async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), PluginError> {
+        let features = RuntimeFeatures {
+            explicit_cgroup_rules: runtime
+                .nri_version
+                .is_some_and(|v| v >= NriVersion::new(0, 10, 0)),
+        };
+        tracing::info!(
+            runtime = %runtime.name, version = %runtime.version,
+            nri = ?runtime.nri_version, explicit_cgroup_rules = features.explicit_cgroup_rules,
+            "configured"
+        );
+        *self
+            .features
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = features;
         if !self.options.config_from_runtime {
             return Ok(());
         }
@@ -171,6 +257,31 @@ impl nri::Plugin for DevgatePlugin {
             adjust: MessageField::some(adjust),
             ..Default::default()
         })
+    }
+
+    async fn synchronize(
+        &self,
+        pods: Vec<PodSandbox>,
+        _containers: Vec<Container>,
+    ) -> Result<Vec<ContainerUpdate>, PluginError> {
+        let live = pods.into_iter().map(|p| p.id).collect();
+        self.release_in_background(lifecycle::Release::AllBut(live));
+        Ok(Vec::new())
+    }
+
+    async fn stop_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
+        self.release_in_background(lifecycle::Release::Pod(pod.id.clone()));
+        Ok(())
+    }
+
+    async fn remove_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
+        self.release_in_background(lifecycle::Release::Pod(pod.id.clone()));
+        Ok(())
+    }
+
+    async fn remove_container(&self, pod: &PodSandbox, ctr: &Container) -> Result<(), PluginError> {
+        lifecycle::forget_container(self.devices.ledger(), &pod.id, &ctr.id);
+        Ok(())
     }
 }
 

@@ -14,12 +14,20 @@ use crate::config::LogFormat;
 
 const LIMIT: Duration = Duration::from_secs(10);
 
-fn options(config_from_runtime: bool) -> PluginOptions {
-    PluginOptions {
-        host_root: PathBuf::from("/"),
-        state_dir: PathBuf::from("/run/devgate"),
+/// Options with a private state directory, kept alive by the returned guard.
+fn options(config_from_runtime: bool) -> (PluginOptions, tempfile::TempDir) {
+    let state = tempfile::tempdir().unwrap();
+    let options = PluginOptions {
+        host_root: state.path().join("empty-host"),
+        state_dir: state.path().join("state"),
         config_from_runtime,
-    }
+    };
+    (options, state)
+}
+
+fn plugin(config: Config, config_from_runtime: bool) -> (DevgatePlugin, tempfile::TempDir) {
+    let (options, guard) = options(config_from_runtime);
+    (DevgatePlugin::new(config, options).unwrap(), guard)
 }
 
 fn pod(probe: Option<&str>) -> PodSandbox {
@@ -69,7 +77,7 @@ async fn connect(
 
 #[tokio::test]
 async fn probe_annotation_becomes_container_env() {
-    let plugin = DevgatePlugin::new(Config::default(), options(false));
+    let (plugin, _state) = plugin(Config::default(), false);
     let (_p, conn, _dir) = connect(plugin, FakeConfig::containerd_1_7()).await;
     let conn = conn.unwrap();
     assert_eq!(conn.events, EVENTS);
@@ -87,7 +95,7 @@ async fn probe_annotation_becomes_container_env() {
 
 #[tokio::test]
 async fn other_pods_get_an_empty_adjustment() {
-    let plugin = DevgatePlugin::new(Config::default(), options(false));
+    let (plugin, _state) = plugin(Config::default(), false);
     let (_p, conn, _dir) = connect(plugin, FakeConfig::nri_v0_12()).await;
     let reply = conn
         .unwrap()
@@ -100,7 +108,7 @@ async fn other_pods_get_an_empty_adjustment() {
 
 #[tokio::test]
 async fn oversized_probe_fails_the_container_with_a_readable_reason() {
-    let plugin = DevgatePlugin::new(Config::default(), options(false));
+    let (plugin, _state) = plugin(Config::default(), false);
     let (_p, conn, _dir) = connect(plugin, FakeConfig::containerd_1_7()).await;
     let long = "x".repeat(1000);
     let err = conn
@@ -125,7 +133,7 @@ fn log_format(plugin: &DevgatePlugin) -> LogFormat {
 
 #[tokio::test]
 async fn runtime_config_is_used_when_preinstalled() {
-    let plugin = DevgatePlugin::new(Config::default(), options(true));
+    let (plugin, _state) = plugin(Config::default(), true);
     let runtime = FakeConfig {
         config: "log_format = \"json\"\n".to_string(),
         ..FakeConfig::containerd_1_7()
@@ -137,7 +145,7 @@ async fn runtime_config_is_used_when_preinstalled() {
 
 #[tokio::test]
 async fn runtime_config_is_ignored_otherwise() {
-    let plugin = DevgatePlugin::new(Config::default(), options(false));
+    let (plugin, _state) = plugin(Config::default(), false);
     let runtime = FakeConfig {
         config: "log_format = \"json\"\n".to_string(),
         ..FakeConfig::containerd_1_7()
@@ -149,7 +157,7 @@ async fn runtime_config_is_ignored_otherwise() {
 
 #[tokio::test]
 async fn bad_runtime_config_refuses_only_containers_that_need_devgate() {
-    let plugin = DevgatePlugin::new(Config::default(), options(true));
+    let (plugin, _state) = plugin(Config::default(), true);
     let runtime = FakeConfig {
         config: "no_such_key = 1\n".to_string(),
         ..FakeConfig::containerd_1_7()

@@ -4,12 +4,22 @@
 //!
 //! Included by each end-to-end test file with `mod support;`; each binary uses a
 //! different subset, hence the module-level allowances for unused items below.
+//!
+//! ```ignore
+//! let ctrd = Containerd::launch();                  // private containerd, images imported
+//! let _plugin = DevgatePlugin::launch(&ctrd, &[]);  // `devgate nri`, registered
+//! let cri = ctrd.cri();
+//! let pod = cri.run_pod(&PodSpec::new("p").annotation("k", "v")).expect("RunPodSandbox");
+//! let run = cri.run_container(&pod, &ContainerSpec::shell("c", "env")).expect("run");
+//! assert!(run.log.contains("..."));
+//! ```
 #![allow(dead_code, unused_imports)]
 
 mod cni;
 mod containerd;
 mod cri;
 mod images;
+pub mod node;
 mod plugin;
 mod process;
 mod spec;
@@ -20,6 +30,7 @@ pub use containerd::Containerd;
 pub use cri::{ContainerRun, Cri, Pod};
 pub use images::{SANDBOX_IMAGE, WORKLOAD_IMAGE};
 pub use plugin::{DevgatePlugin, DEVGATE};
+pub use process::pids_matching;
 pub use spec::{ContainerSpec, PodSpec};
 
 /// Generous bound for anything that starts processes: a loaded 2-core machine

@@ -43,22 +43,28 @@ pub fn run(program: &str, args: &[&str]) -> Result<String, String> {
     }
 }
 
+/// PIDs of the processes whose command line contains `needle`.
+pub fn pids_matching(needle: &str) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_string_lossy().parse::<i32>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmdline)
+                .contains(needle)
+                .then_some(pid)
+        })
+        .collect()
+}
+
 /// Kills every process whose command line contains `needle` (a path private to
 /// one test instance, so no other process can match).
 pub fn kill_matching(needle: &str) {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        if String::from_utf8_lossy(&cmdline).contains(needle) {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
+    for pid in pids_matching(needle) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
     }
 }
 

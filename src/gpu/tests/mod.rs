@@ -1,6 +1,6 @@
 //! Tests of GPU teardown: against fakes, and against real processes and cgroups.
 
-mod fake_host;
+pub mod fake_host;
 mod real_proc;
 mod teardown;
 

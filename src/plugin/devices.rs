@@ -1,0 +1,267 @@
+//! The device path of CreateContainer: pod annotation → allocation → plan →
+//! claim → adjustment. Fail closed: any step that cannot be applied exactly
+//! refuses the container, and nothing is claimed unless everything before
+//! the claim succeeded (the claim is the last step that can fail).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use nri::api::{Container, ContainerAdjustment, PodSandbox};
+
+use crate::allocation::{self, AllocationError, DEVICE_ALLOCATED};
+use crate::config::{self, Config, MacPolicy, VfLinkState};
+use crate::hook::{Resolved, ResolvedError, RESOLVED_ANNOTATION};
+use crate::inventory::{self, Inventory, PciAddr};
+use crate::ledger::{ContainerRecord, Ledger, LedgerError, PodRef};
+use crate::netdev::{self, VfAttach};
+use crate::plan::{self, NetworkAction, Plan, PlanError};
+
+use super::adjust::{to_adjustment, AdjustOptions, HookSpec};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error(transparent)]
+    Allocation(#[from] AllocationError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("{DEVICE_ALLOCATED}: {reason}")]
+    Claim {
+        reason: String,
+        #[source]
+        source: LedgerError,
+    },
+    #[error("{DEVICE_ALLOCATED}: rdma vf {vf} has no host netdev to move into the pod")]
+    NoNetdev { vf: String },
+    #[error(transparent)]
+    Resolved(#[from] ResolvedError),
+}
+
+/// What the runtime supports, from ConfigureRequest.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RuntimeFeatures {
+    /// `linux.resources.devices` in an adjustment takes effect (NRI >= v0.10).
+    pub explicit_cgroup_rules: bool,
+}
+
+/// Inventory cache and ledger of a running plugin.
+pub struct Devices {
+    host_root: PathBuf,
+    state_dir: PathBuf,
+    hook_path: PathBuf,
+    inventory: RwLock<Arc<Inventory>>,
+    ledger: Ledger,
+}
+
+impl Devices {
+    pub fn open(
+        host_root: &Path,
+        state_dir: &Path,
+        hook_path: PathBuf,
+    ) -> Result<Devices, LedgerError> {
+        let inv = inventory::discover(host_root);
+        for w in &inv.warnings {
+            tracing::warn!(warning = %w, "inventory");
+        }
+        Ok(Devices {
+            host_root: host_root.to_path_buf(),
+            state_dir: state_dir.to_path_buf(),
+            hook_path,
+            inventory: RwLock::new(Arc::new(inv)),
+            ledger: Ledger::open(state_dir)?,
+        })
+    }
+
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    pub fn inventory(&self) -> Arc<Inventory> {
+        self.inventory
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Re-reads the host: devices come and go (VFs created, drivers rebound).
+    pub fn refresh(&self) -> Arc<Inventory> {
+        let inv = Arc::new(inventory::discover(&self.host_root));
+        *self
+            .inventory
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = inv.clone();
+        inv
+    }
+
+    /// The plan, from the cached inventory; a device the cache does not know
+    /// triggers one re-read before the container is refused.
+    fn plan(
+        &self,
+        pod: &allocation::PodDevices,
+        container: &str,
+        config: &Config,
+    ) -> Result<Plan, PlanError> {
+        match plan::build(&self.inventory(), pod, container, config) {
+            Err(e) if is_unknown_device(&e) => plan::build(&self.refresh(), pod, container, config),
+            other => other,
+        }
+    }
+
+    /// The container's adjustment; empty for pods without the annotation.
+    pub fn apply(
+        &self,
+        pod: &PodSandbox,
+        ctr: &Container,
+        config: &Config,
+        features: RuntimeFeatures,
+    ) -> Result<ContainerAdjustment, DeviceError> {
+        let devices = allocation::parse_pod(&pod.annotations, &pod.labels)?;
+        if devices.allocation.is_empty() {
+            return Ok(ContainerAdjustment::default());
+        }
+        let plan = self.plan(&devices, &ctr.name, config)?;
+        let networks = vf_attachments(&plan.network, &pod.uid)?;
+        let pod_ref = PodRef {
+            sandbox_id: pod.id.clone(),
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+        };
+        let record = ContainerRecord {
+            name: ctr.name.clone(),
+            devices: plan.devices.iter().map(|d| d.path.clone()).collect(),
+            applied_unix: crate::ledger::now_unix(),
+        };
+        let mut opts = AdjustOptions {
+            explicit_cgroup_rules: features.explicit_cgroup_rules,
+            ..AdjustOptions::default()
+        };
+        // Serialise before claiming: nothing after the claim may fail.
+        let resolved = if networks.is_empty() {
+            None
+        } else {
+            Some(Resolved::new(networks).to_annotation()?)
+        };
+        let admission = self
+            .ledger
+            .admit(&pod_ref, &plan.claims, &ctr.id, record, resolved.is_some())
+            .map_err(|source| DeviceError::Claim {
+                reason: source.to_string(),
+                source,
+            })?;
+        if let (Some(value), true) = (resolved, admission.network_owner) {
+            opts.hook = Some(self.hook_spec(config));
+            opts.annotations
+                .push((RESOLVED_ANNOTATION.to_string(), value));
+        }
+        for w in &plan.warnings {
+            tracing::warn!(pod = %pod_ref, container = %ctr.name, warning = %w, "plan");
+        }
+        Ok(to_adjustment(&plan, &opts))
+    }
+
+    fn hook_spec(&self, config: &Config) -> HookSpec {
+        let path = if config.hook_path.is_empty() {
+            self.hook_path.display().to_string()
+        } else {
+            config.hook_path.clone()
+        };
+        HookSpec {
+            path,
+            flags: vec![
+                "--state-dir".to_string(),
+                self.state_dir.display().to_string(),
+                "--host-root".to_string(),
+                self.host_root.display().to_string(),
+            ],
+            timeout_secs: config.hook_timeout_secs,
+        }
+    }
+}
+
+fn is_unknown_device(e: &PlanError) -> bool {
+    matches!(
+        e,
+        PlanError::UnknownGpu { .. }
+            | PlanError::UnknownRdma { .. }
+            | PlanError::UnknownPf { .. }
+            | PlanError::UnknownVf { .. }
+            | PlanError::NoMajor { .. }
+            | PlanError::NoRdmaCm { .. }
+    )
+}
+
+/// The hook's view of the plan's network actions. A VF without a host netdev
+/// (bound to vfio-pci) has nothing to move; refusing keeps the promise that the
+/// container gets exactly its allocation.
+fn vf_attachments(actions: &[NetworkAction], pod_uid: &str) -> Result<Vec<VfAttach>, DeviceError> {
+    actions
+        .iter()
+        .filter(|a| a.container_ifname.is_some())
+        .map(|a| {
+            let host_netdev = a.netdev.clone().ok_or_else(|| DeviceError::NoNetdev {
+                vf: a.vf_bus_id.to_string(),
+            })?;
+            Ok(VfAttach {
+                pf_netdev: a.pf_netdev.clone().unwrap_or_default(),
+                vf_index: a.vf_index,
+                vf_bus_id: a.vf_bus_id,
+                host_netdev,
+                rdma_device: a.rdma_device.clone(),
+                container_ifname: a.container_ifname.clone().unwrap_or_default(),
+                settings: netdev_settings(&a.settings, pod_uid, &a.vf_bus_id),
+                move_rdma: a.move_rdma,
+            })
+        })
+        .collect()
+}
+
+/// Node config settings as the hook applies them. `mac = "random"` becomes a
+/// locally administered unicast MAC derived from the pod and the VF, so a
+/// re-run hook or a second container of the pod computes the same address.
+fn netdev_settings(cfg: &config::VfSettings, pod_uid: &str, vf: &PciAddr) -> netdev::VfSettings {
+    let mac = match cfg.mac {
+        Some(MacPolicy::Random) => netdev::HwAddr::new(&pod_mac(pod_uid, vf)),
+        Some(MacPolicy::Keep) | None => None,
+    };
+    netdev::VfSettings {
+        mac,
+        vlan: cfg.vlan,
+        qos: cfg.qos,
+        vlan_proto: None,
+        spoofchk: cfg.spoofchk,
+        trust: cfg.trust,
+        link_state: cfg.link_state.map(|s| match s {
+            VfLinkState::Auto => netdev::LinkState::Auto,
+            VfLinkState::Enable => netdev::LinkState::Enable,
+            VfLinkState::Disable => netdev::LinkState::Disable,
+        }),
+        min_tx_rate: cfg.min_tx_rate,
+        max_tx_rate: cfg.max_tx_rate,
+        mtu: cfg.mtu,
+    }
+}
+
+fn pod_mac(pod_uid: &str, vf: &PciAddr) -> [u8; 6] {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same pod and VF give the same MAC in every process.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    pod_uid.hash(&mut h);
+    vf.hash(&mut h);
+    let b = h.finish().to_be_bytes();
+    // Locally administered (bit 1), unicast (bit 0 clear): IEEE 802 section 8.2.
+    [(b[0] & 0xfc) | 0x02, b[1], b[2], b[3], b[4], b[5]]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_mac_is_stable_local_unicast() {
+        let vf: PciAddr = "0000:19:00.1".parse().unwrap();
+        let a = pod_mac("uid-1", &vf);
+        assert_eq!(a, pod_mac("uid-1", &vf));
+        assert_ne!(a, pod_mac("uid-2", &vf));
+        assert_eq!(a[0] & 0x03, 0x02);
+    }
+}

@@ -1,0 +1,60 @@
+//! Releasing claims: at pod stop/removal and, at Synchronize, for pods the runtime
+//! no longer has. Teardown (process cleanup, VF restore) may take seconds, longer
+//! than the runtime's 2 s request timeout, so it runs on a blocking thread and the
+//! event is answered at once; the ledger keeps the claims until it is done.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::ledger::{Ledger, Released, Teardown};
+
+use super::DevgatePlugin;
+
+/// Which pods to release.
+#[derive(Debug, Clone)]
+pub enum Release {
+    Pod(String),
+    /// Every pod except these sandbox ids (the runtime's live pods).
+    AllBut(HashSet<String>),
+}
+
+/// Runs one release and logs its outcome; returns it for tests.
+pub fn release(ledger: &Ledger, teardown: &dyn Teardown, which: &Release) -> Option<Released> {
+    let result = match which {
+        Release::Pod(id) => ledger.release_pod(id, teardown),
+        Release::AllBut(live) => ledger.reconcile(live, teardown),
+    };
+    match result {
+        Ok(released) => {
+            for pod in &released.pods {
+                tracing::info!(pod = %pod, sandbox = %pod.sandbox_id, "released devices");
+            }
+            for (pod, reason) in &released.failed {
+                tracing::error!(pod = %pod, sandbox = %pod.sandbox_id, reason = %reason, "teardown failed; devices quarantined");
+            }
+            Some(released)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "release failed; a later event or synchronize retries");
+            None
+        }
+    }
+}
+
+pub fn forget_container(ledger: &Ledger, sandbox_id: &str, container_id: &str) {
+    if let Err(e) = ledger.remove_container(sandbox_id, container_id) {
+        tracing::error!(error = %e, sandbox = %sandbox_id, container = %container_id, "forget container");
+    }
+}
+
+impl DevgatePlugin {
+    pub(super) fn release_in_background(&self, which: Release) {
+        let devices = Arc::clone(&self.devices);
+        let teardown = Arc::clone(&self.teardown);
+        // spawn_blocking: the plugin runs a current-thread runtime, which must keep
+        // answering the runtime while teardown waits on processes.
+        tokio::task::spawn_blocking(move || {
+            release(devices.ledger(), teardown.as_ref(), &which);
+        });
+    }
+}

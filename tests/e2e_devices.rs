@@ -1,0 +1,328 @@
+//! Applying Koordinator's allocation at container creation against a real
+//! containerd 1.7.24, on a simulated HGX host root: exact device nodes and
+//! cgroup rules, fail-closed refusals, and the claim ledger across pods,
+//! plugin crashes and concurrent creation.
+mod support;
+
+use std::collections::HashMap;
+
+use support::node::{gpu_entry, gpu_share_entry, gpus, Node, DEVICE_ALLOCATED};
+use support::{require_root, wait_for, ContainerSpec, PodSpec, SLOW};
+
+/// Prints each /dev/nvidia* node with its numbers, what opening the granted GPU
+/// gives, what opening an ungranted GPU number gives, and the env.
+const GPU_CHECK: &str = r#"
+for d in /dev/nvidia*; do echo "node $d $(stat -c '%t:%T' $d)"; done
+echo "open-granted: $(cat /dev/nvidia2 2>&1)"
+mknod /tmp/other c 195 3 && echo "open-ungranted: $(cat /tmp/other 2>&1)"
+echo "VIS=$NVIDIA_VISIBLE_DEVICES"
+"#;
+
+#[test]
+fn gpu_pod_gets_exactly_its_gpu_and_unannotated_pod_nothing() {
+    require_root();
+    let node = Node::start(&[]);
+    let cri = node.cri();
+    let gpu = node.gpu(2).clone();
+    let pod = cri
+        .run_pod(
+            &PodSpec::new("gpu").annotation(DEVICE_ALLOCATED, &gpus(&[gpu_entry(2, &gpu.uuid)])),
+        )
+        .expect("RunPodSandbox");
+    let run = cri
+        .run_container(&pod, &ContainerSpec::shell("main", GPU_CHECK))
+        .expect("gpu container");
+    let log = run.log;
+    // 195 = 0xc3; minor 2; nvidiactl is 195:255 (0xff); uvm majors from proc/devices (508 = 0x1fc).
+    let nodes: Vec<&str> = log.lines().filter(|l| l.starts_with("node ")).collect();
+    assert_eq!(
+        nodes,
+        [
+            "node /dev/nvidia-uvm 1fc:0",
+            "node /dev/nvidia-uvm-tools 1fc:1",
+            "node /dev/nvidia2 c3:2",
+            "node /dev/nvidiactl c3:ff",
+        ],
+        "log: {log}"
+    );
+    assert!(
+        log.contains("open-granted: cat: can't open '/dev/nvidia2': No such device or address"),
+        "{log}"
+    );
+    assert!(
+        log.contains("open-ungranted: cat: can't open '/tmp/other': Operation not permitted"),
+        "{log}"
+    );
+    assert!(log.contains(&format!("VIS={}", gpu.uuid)), "{log}");
+    let state = node.ledger();
+    assert_eq!(state.pods.len(), 1);
+    assert!(state.devices.contains_key(&format!("gpu {}", gpu.uuid)));
+
+    let plain = cri.run_pod(&PodSpec::new("plain")).expect("RunPodSandbox");
+    let run = cri
+        .run_container(
+            &plain,
+            &ContainerSpec::shell("main", "ls /dev; echo VIS=${NVIDIA_VISIBLE_DEVICES-unset}"),
+        )
+        .expect("plain container");
+    assert!(!run.log.contains("nvidia"), "{}", run.log);
+    assert!(run.log.contains("VIS=unset"), "{}", run.log);
+    assert_eq!(
+        node.ledger().pods.len(),
+        1,
+        "an unannotated pod claims nothing"
+    );
+}
+
+#[test]
+fn rdma_pf_gets_its_verbs_nodes_and_rdma_cm() {
+    require_root();
+    let node = Node::start(&[]);
+    let cri = node.cri();
+    let nic = &node.fixture.expected().rdma[1];
+    let alloc = format!(
+        r#"{{"rdma":[{{"minor":1,"id":"{}","resources":{{"koordinator.sh/rdma":"100"}}}}]}}"#,
+        nic.bus_id
+    );
+    let pod = cri
+        .run_pod(&PodSpec::new("rdma").annotation(DEVICE_ALLOCATED, &alloc))
+        .expect("RunPodSandbox");
+    let script = "for d in /dev/infiniband/*; do echo \"node $d $(stat -c '%t:%T' $d)\"; done";
+    let run = cri
+        .run_container(&pod, &ContainerSpec::shell("main", script))
+        .expect("rdma container");
+    let mut want: Vec<String> = nic
+        .rdma
+        .char_devs
+        .iter()
+        .filter(|c| c.kind != devgate::inventory::RdmaCharKind::Issm)
+        .map(|c| {
+            format!(
+                "node /dev/infiniband/{} {:x}:{:x}",
+                c.name, c.dev.major, c.dev.minor
+            )
+        })
+        .collect();
+    let cm = node.fixture.expected().rdma_cm.expect("fixture rdma_cm");
+    want.push(format!(
+        "node /dev/infiniband/rdma_cm {:x}:{:x}",
+        cm.major, cm.minor
+    ));
+    want.sort();
+    let mut got: Vec<String> = run
+        .log
+        .lines()
+        .filter(|l| l.starts_with("node "))
+        .map(str::to_string)
+        .collect();
+    got.sort();
+    assert_eq!(got, want, "log: {}", run.log);
+}
+
+/// Each class of bad input fails creation with a message naming the
+/// annotation, the entry and the reason, and leaves no claim.
+#[test]
+fn bad_allocations_fail_closed_with_their_reason() {
+    require_root();
+    let node = Node::start(&[]);
+    let cri = node.cri();
+    let g2 = node.gpu(2).uuid.clone();
+    let g3 = node.gpu(3).uuid.clone();
+    let inv = node.fixture.expected();
+    let pf0 = inv.rdma[0].bus_id;
+    let vf_of_pf1 = inv.rdma[1].vfs[0].bus_id;
+    let huge = format!(r#"{{"gpu":[{}]}}"#, vec![gpu_entry(2, &g2); 2000].join(","));
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("malformed", "{\"gpu\":[".to_string(), "malformed"),
+        (
+            "unknown-minor",
+            gpus(&[gpu_entry(9, &g2)]),
+            "no gpu with minor 9",
+        ),
+        (
+            "other-uuid",
+            gpus(&[gpu_entry(2, &g3)]),
+            "is the uuid of gpu minor 3",
+        ),
+        (
+            "vf-of-other-pf",
+            format!(
+                r#"{{"rdma":[{{"minor":0,"id":"{pf0}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"minor":-1,"busID":"{vf_of_pf1}"}}]}}}}]}}"#
+            ),
+            "not to pf",
+        ),
+        (
+            "bus-not-vf",
+            format!(
+                r#"{{"rdma":[{{"minor":0,"id":"{pf0}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"busID":"{pf0}"}}]}}}}]}}"#
+            ),
+            "is a pf, not a vf",
+        ),
+        (
+            "path-like",
+            gpus(&[gpu_entry(2, "../../dev/sda")]),
+            "gpu[0]",
+        ),
+        (
+            "duplicate",
+            gpus(&[gpu_entry(2, &g2), gpu_entry(2, &g2)]),
+            "duplicate",
+        ),
+        ("over-100", gpus(&[gpu_share_entry(2, &g2, 150)]), "gpu[0]"),
+        (
+            "negative",
+            r#"{"gpu":[{"minor":-2}]}"#.to_string(),
+            "negative",
+        ),
+        ("oversized", huge, "over the limit"),
+    ];
+    for (name, alloc, reason) in cases {
+        let pod = cri
+            .run_pod(&PodSpec::new(name).annotation(DEVICE_ALLOCATED, &alloc))
+            .expect("RunPodSandbox");
+        let err = cri
+            .create_container(&pod, &ContainerSpec::shell("main", "true"))
+            .expect_err(name);
+        let msg = err.message();
+        assert!(msg.contains(DEVICE_ALLOCATED), "{name}: {msg}");
+        assert!(msg.contains(reason), "{name}: want {reason:?} in {msg}");
+        assert!(node.ledger().pods.is_empty(), "{name} left a claim");
+    }
+}
+
+#[test]
+fn exclusive_gpu_has_one_holder_until_released_and_shares_stop_at_100() {
+    require_root();
+    let node = Node::start(&[]);
+    let cri = node.cri();
+    let g = node.gpu(4).uuid.clone();
+    let whole = gpus(&[gpu_entry(4, &g)]);
+    let first = cri
+        .run_pod(&PodSpec::new("first").annotation(DEVICE_ALLOCATED, &whole))
+        .unwrap();
+    cri.create_container(&first, &ContainerSpec::shell("main", "true"))
+        .expect("first holder");
+    let second = cri
+        .run_pod(&PodSpec::new("second").annotation(DEVICE_ALLOCATED, &whole))
+        .unwrap();
+    let err = cri
+        .create_container(&second, &ContainerSpec::shell("main", "true"))
+        .expect_err("held gpu");
+    assert!(
+        err.message().contains("is held by pod default/first"),
+        "{}",
+        err.message()
+    );
+    cri.stop_pod(&first).unwrap();
+    cri.remove_pod(&first).unwrap();
+    // The release runs in the background after RemovePodSandbox.
+    wait_for("gpu released", SLOW, || {
+        cri.create_container(&second, &ContainerSpec::shell("main", "true"))
+            .ok()
+    });
+
+    let s = node.gpu(5).uuid.clone();
+    let half = gpus(&[gpu_share_entry(5, &s, 50)]);
+    for name in ["half-a", "half-b"] {
+        let pod = cri
+            .run_pod(&PodSpec::new(name).annotation(DEVICE_ALLOCATED, &half))
+            .unwrap();
+        let run = cri
+            .run_container(&pod, &ContainerSpec::shell("main", "echo ok"))
+            .expect(name);
+        assert_eq!(run.exit_code, 0);
+    }
+    let third = cri
+        .run_pod(&PodSpec::new("half-c").annotation(DEVICE_ALLOCATED, &half))
+        .unwrap();
+    let err = cri
+        .create_container(&third, &ContainerSpec::shell("main", "true"))
+        .expect_err("third share");
+    assert!(
+        err.message().contains("share over 100%"),
+        "{}",
+        err.message()
+    );
+}
+
+#[test]
+fn claims_survive_plugin_crash_and_vanished_pods_are_released_at_sync() {
+    require_root();
+    let mut node = Node::start(&[]);
+    let cri = node.cri();
+    let (a, b) = (node.gpu(0).uuid.clone(), node.gpu(1).uuid.clone());
+    let keep = cri
+        .run_pod(&PodSpec::new("keep").annotation(DEVICE_ALLOCATED, &gpus(&[gpu_entry(0, &a)])))
+        .unwrap();
+    cri.create_container(&keep, &ContainerSpec::shell("main", "true"))
+        .unwrap();
+    let gone = cri
+        .run_pod(&PodSpec::new("gone").annotation(DEVICE_ALLOCATED, &gpus(&[gpu_entry(1, &b)])))
+        .unwrap();
+    cri.create_container(&gone, &ContainerSpec::shell("main", "true"))
+        .unwrap();
+
+    node.plugin.kill();
+    let held = node.ledger();
+    assert_eq!(held.pods.len(), 2, "kill -9 keeps every claim");
+    cri.stop_pod(&gone).unwrap();
+    cri.remove_pod(&gone).unwrap();
+    assert_eq!(
+        node.ledger().pods.len(),
+        2,
+        "nobody released while the plugin was down"
+    );
+
+    node.plugin.respawn(&node.ctrd);
+    node.plugin.wait_registered(&node.ctrd, SLOW);
+    wait_for("vanished pod released at synchronize", SLOW, || {
+        let s = node.ledger();
+        (s.pods.len() == 1 && s.pods.contains_key(&keep.id)).then_some(())
+    });
+    let state = node.ledger();
+    assert!(state.devices.contains_key(&format!("gpu {a}")));
+    assert!(!state.devices.contains_key(&format!("gpu {b}")));
+}
+
+#[test]
+fn concurrent_creation_never_gives_one_gpu_two_holders() {
+    require_root();
+    let node = Node::start(&[]);
+    let minors: Vec<u32> = (0..8).collect();
+    let uuids: HashMap<u32, String> = minors
+        .iter()
+        .map(|m| (*m, node.gpu(*m).uuid.clone()))
+        .collect();
+    let wins: Vec<(u32, bool)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..50u32)
+            .map(|i| {
+                let minor = i % 8;
+                let alloc = gpus(&[gpu_entry(minor, &uuids[&minor])]);
+                let node = &node;
+                s.spawn(move || {
+                    let cri = node.cri();
+                    let pod = cri
+                        .run_pod(
+                            &PodSpec::new(&format!("race{i}")).annotation(DEVICE_ALLOCATED, &alloc),
+                        )
+                        .expect("RunPodSandbox");
+                    let won = cri
+                        .create_container(&pod, &ContainerSpec::shell("main", "true"))
+                        .is_ok();
+                    (minor, won)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    for minor in minors {
+        let n = wins.iter().filter(|(m, won)| *m == minor && *won).count();
+        assert_eq!(n, 1, "gpu minor {minor} got {n} holders");
+    }
+    let state = node.ledger();
+    assert_eq!(state.pods.len(), 8);
+    assert!(state.devices.values().all(|d| d.holders.len() == 1));
+}

@@ -1,0 +1,80 @@
+//! A simulated GPU node: a private containerd, an HGX-class host root written by
+//! `devgate::fixture`, and `devgate nri` reading that root.
+
+use std::path::PathBuf;
+
+use devgate::fixture::{Fixture, HostRootBuilder};
+use devgate::inventory::Gpu;
+use devgate::ledger::{Ledger, LedgerState};
+
+use super::{Containerd, Cri, DevgatePlugin};
+
+pub const DEVICE_ALLOCATED: &str = "scheduling.koordinator.sh/device-allocated";
+
+pub struct Node {
+    pub plugin: DevgatePlugin,
+    pub fixture: Fixture,
+    // Dropped last: the plugin and containerd run inside it.
+    pub ctrd: Containerd,
+}
+
+impl Node {
+    /// containerd + the default HGX host root + devgate, registered.
+    pub fn start(extra: &[&str]) -> Node {
+        Node::start_with(HostRootBuilder::hgx(), extra)
+    }
+
+    pub fn start_with(builder: HostRootBuilder, extra: &[&str]) -> Node {
+        let ctrd = Containerd::launch();
+        let fixture = builder.build(&ctrd.path("host")).expect("write host root");
+        let root = fixture.root().to_string_lossy().into_owned();
+        let mut args = vec!["--host-root", root.as_str()];
+        args.extend_from_slice(extra);
+        let plugin = DevgatePlugin::launch(&ctrd, &args);
+        Node {
+            plugin,
+            fixture,
+            ctrd,
+        }
+    }
+
+    pub fn cri(&self) -> Cri {
+        self.ctrd.cri()
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.ctrd.path("devgate-state")
+    }
+
+    pub fn ledger(&self) -> LedgerState {
+        Ledger::open(&self.state_dir())
+            .and_then(|l| l.snapshot())
+            .expect("read ledger")
+    }
+
+    /// The fixture GPU with this minor.
+    pub fn gpu(&self, minor: u32) -> &Gpu {
+        self.fixture
+            .expected()
+            .gpus
+            .iter()
+            .find(|g| g.minor == minor)
+            .expect("fixture gpu minor")
+    }
+}
+
+/// A Koordinator GPU entry with whole-GPU resources.
+pub fn gpu_entry(minor: u32, uuid: &str) -> String {
+    gpu_share_entry(minor, uuid, 100)
+}
+
+pub fn gpu_share_entry(minor: u32, uuid: &str, percent: u32) -> String {
+    format!(
+        r#"{{"minor":{minor},"id":"{uuid}","resources":{{"koordinator.sh/gpu-core":"{percent}","koordinator.sh/gpu-memory-ratio":"{percent}"}}}}"#
+    )
+}
+
+/// `{"gpu":[entries]}`.
+pub fn gpus(entries: &[String]) -> String {
+    format!(r#"{{"gpu":[{}]}}"#, entries.join(","))
+}
