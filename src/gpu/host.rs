@@ -5,14 +5,15 @@
 use std::ffi::CStr;
 use std::fs::OpenOptions;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use nix::fcntl::AtFlags;
-use nix::sys::stat::{fstatat, SFlag};
+use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::sys::stat::{fstatat, Mode, SFlag};
 use nix::unistd::Pid;
 
 /// A signal teardown sends.
@@ -53,13 +54,45 @@ pub trait Host: Send + Sync {
 #[derive(Debug, Clone)]
 pub struct ProcHost {
     proc_root: PathBuf,
+    /// The root, opened on first use: `<pid>/fd` is opened relative to it, which
+    /// spares a path walk per process.
+    root_dir: Arc<OnceLock<Option<OwnedFd>>>,
 }
 
 impl ProcHost {
     pub fn new(proc_root: &Path) -> ProcHost {
         ProcHost {
             proc_root: proc_root.to_path_buf(),
+            root_dir: Arc::default(),
         }
+    }
+
+    /// Opens `<pid>/fd`, relative to the root when it could be opened.
+    fn open_fd_dir(&self, pid: u32) -> io::Result<OwnedFd> {
+        let root = self.root_dir.get_or_init(|| {
+            let dir = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY)
+                .open(&self.proc_root);
+            dir.ok().map(OwnedFd::from)
+        });
+        let Some(root) = root else {
+            let path = self.pid_path(pid, "fd");
+            let dir = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY)
+                .open(path)?;
+            return Ok(dir.into());
+        };
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let fd = openat(
+            Some(root.as_raw_fd()),
+            format!("{pid}/fd").as_str(),
+            flags,
+            Mode::empty(),
+        )?;
+        // SAFETY: openat returned a new descriptor that nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
     fn pid_path(&self, pid: u32, name: &str) -> PathBuf {
@@ -82,10 +115,7 @@ impl Host for ProcHost {
     }
 
     fn open_char_devices(&self, pid: u32, out: &mut Vec<u64>) -> io::Result<()> {
-        let dir = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY)
-            .open(self.pid_path(pid, "fd"))?;
+        let dir = self.open_fd_dir(pid)?;
         let dirfd = dir.as_raw_fd();
         for_each_entry(dir.as_fd(), |name| {
             // Following the fd's magic link stats the open file itself, whatever mount

@@ -105,7 +105,7 @@ impl Store {
     fn write_atomic(&self, state: &LedgerState) -> Result<(), LedgerError> {
         let tmp_name = format!("{LEDGER_FILE}.tmp");
         let tmp = self.path(&tmp_name);
-        let mut text = serde_json::to_vec_pretty(state).map_err(|e| LedgerError::Corrupt {
+        let mut text = serde_json::to_vec(state).map_err(|e| LedgerError::Corrupt {
             path: tmp.clone(),
             reason: e.to_string(),
         })?;

@@ -50,7 +50,8 @@ fn cache_dir() -> PathBuf {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("mtime after epoch")
         .as_secs();
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+    // Examples (the demo) have no CARGO_TARGET_TMPDIR; they run from target/.
+    PathBuf::from(option_env!("CARGO_TARGET_TMPDIR").unwrap_or("target/tmp"))
         .join(format!("images-v{FORMAT}-{}-{secs}", meta.len()))
 }
 

@@ -1,7 +1,7 @@
 //! A simulated GPU node: a private containerd, an HGX-class host root written by
 //! `devgate::fixture`, and `devgate nri` reading that root.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use devgate::fixture::{Fixture, HostRootBuilder};
 use devgate::inventory::Gpu;
@@ -26,6 +26,7 @@ impl Node {
 
     pub fn start_with(builder: HostRootBuilder, extra: &[&str]) -> Node {
         let ctrd = Containerd::launch();
+        mount_state_tmpfs(&ctrd.path("devgate-state"));
         let fixture = builder.build(&ctrd.path("host")).expect("write host root");
         let root = fixture.root().to_string_lossy().into_owned();
         let mut args = vec!["--host-root", root.as_str()];
@@ -61,6 +62,22 @@ impl Node {
             .find(|g| g.minor == minor)
             .expect("fixture gpu minor")
     }
+}
+
+/// devgate's state lives on tmpfs on a node (`/run/devgate`), where fsync is
+/// free; the test's directory is on disk, so give it a tmpfs of its own. The
+/// containerd guard unmounts everything below its directory on drop.
+fn mount_state_tmpfs(dir: &Path) {
+    use nix::mount::{mount, MsFlags};
+    std::fs::create_dir_all(dir).expect("state dir");
+    mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=0700,size=16m"),
+    )
+    .expect("mount tmpfs on the state dir");
 }
 
 /// A Koordinator GPU entry with whole-GPU resources.

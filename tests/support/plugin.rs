@@ -12,7 +12,11 @@ use super::process::stop_child;
 use super::SLOW;
 
 /// The binary under test, built by cargo for this test run.
-pub const DEVGATE: &str = env!("CARGO_BIN_EXE_devgate");
+pub const DEVGATE: &str = match option_env!("CARGO_BIN_EXE_devgate") {
+    Some(path) => path,
+    // Examples get no CARGO_BIN_EXE_*; the demo runs after `cargo build --bins`.
+    None => "target/debug/devgate",
+};
 
 pub struct DevgatePlugin {
     child: Option<Child>,
@@ -90,6 +94,11 @@ impl DevgatePlugin {
     pub fn respawn(&mut self, ctrd: &Containerd) {
         assert!(self.child.is_none(), "devgate nri is still running");
         self.spawn(ctrd);
+    }
+
+    /// The running process, for CPU and memory readings.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Whether the process is still running.

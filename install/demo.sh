@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The main job on a fresh Debian machine, as root: installs containerd 1.7 with
+# NRI and what the demo needs, builds devgate, and runs a GPU + RDMA pod on a
+# simulated HGX host root through CRI (examples/demo.rs), printing what the
+# container got and what was released after it went. Cleans up after itself.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [[ -d ${HOME:-/root}/.cargo/bin ]]; then
+    PATH="${HOME:-/root}/.cargo/bin:$PATH"
+fi
+./tests/setup-host.sh
+cargo build --quiet --bins
+cargo run --quiet --example demo
