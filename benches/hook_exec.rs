@@ -71,6 +71,9 @@ fn exec(stage: &str, input: &str, state_dir: &Path) -> Run {
     exec_program(env!("CARGO_BIN_EXE_devgate-hook"), stage, input, state_dir)
 }
 
+// The child is reaped by wait4, which std's `Child::wait` cannot replace: it
+// drops the rusage.
+#[allow(clippy::zombie_processes)]
 fn exec_program(program: &str, stage: &str, input: &str, state_dir: &Path) -> Run {
     let start = Instant::now();
     let mut child = Command::new(program)

@@ -326,3 +326,31 @@ fn concurrent_creation_never_gives_one_gpu_two_holders() {
     assert_eq!(state.pods.len(), 8);
     assert!(state.devices.values().all(|d| d.holders.len() == 1));
 }
+
+/// A GPU marked unhealthy in the persistent health state (as an XID would)
+/// is refused; once its condition clears it is handed out again.
+#[test]
+fn unhealthy_gpu_is_refused_until_it_recovers() {
+    require_root();
+    let health = tempfile::tempdir().expect("health dir");
+    let config = format!("[gpu]\nhealth_dir = {:?}\nnvml = false\n", health.path());
+    let node = Node::start_full(devgate::fixture::HostRootBuilder::hgx(), &config, &[]);
+    let cri = node.cri();
+    let uuid = node.gpu(6).uuid.clone();
+    let store = devgate::gpu::HealthStore::new(health.path());
+    store
+        .mark(&uuid, &[devgate::gpu::health::Fault::Xid { code: 79 }], 1)
+        .expect("mark unhealthy");
+    let pod = cri
+        .run_pod(&PodSpec::new("sick").annotation(DEVICE_ALLOCATED, &gpus(&[gpu_entry(6, &uuid)])))
+        .unwrap();
+    let err = cri
+        .create_container(&pod, &ContainerSpec::shell("main", "true"))
+        .expect_err("unhealthy gpu");
+    assert!(err.message().contains(&uuid), "{}", err.message());
+    assert!(err.message().contains("xid 79"), "{}", err.message());
+    assert!(node.ledger().pods.is_empty());
+    store.clear(&uuid).expect("clear");
+    cri.create_container(&pod, &ContainerSpec::shell("main", "true"))
+        .expect("recovered gpu is handed out");
+}

@@ -2,6 +2,9 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use serde::Serialize;
+
+use crate::gpu::{GpuError, HealthState, HealthStore};
 use crate::ledger::{Ledger, LedgerError, LedgerState, Share};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -14,6 +17,9 @@ pub enum StatusFormat {
 pub struct StatusArgs {
     #[arg(long, default_value = "/run/devgate")]
     pub state_dir: PathBuf,
+    /// GPU health that survives reboots (`[gpu] health_dir`).
+    #[arg(long, default_value = "/var/lib/devgate")]
+    pub health_dir: PathBuf,
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: StatusFormat,
 }
@@ -24,13 +30,33 @@ pub enum StatusCmdError {
     Ledger(#[from] LedgerError),
     #[error("encode status: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error(transparent)]
+    Health(#[from] GpuError),
+}
+
+/// `-o json`: the ledger's devices and pods, and GPU health.
+#[derive(Serialize)]
+struct StatusView<'a> {
+    #[serde(flatten)]
+    ledger: &'a LedgerState,
+    gpu_health: &'a HealthState,
 }
 
 pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
     let state = Ledger::open(&args.state_dir)?.snapshot()?;
+    let health = HealthStore::new(&args.health_dir).snapshot()?;
     match args.output {
-        StatusFormat::Json => println!("{}", serde_json::to_string_pretty(&state)?),
-        StatusFormat::Table => print!("{}", table(&state)),
+        StatusFormat::Json => {
+            let view = StatusView {
+                ledger: &state,
+                gpu_health: &health,
+            };
+            println!("{}", serde_json::to_string_pretty(&view)?)
+        }
+        StatusFormat::Table => {
+            print!("{}", table(&state));
+            print!("\n{}", crate::gpu::health::table(&health));
+        }
     }
     Ok(())
 }

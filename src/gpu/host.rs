@@ -3,10 +3,8 @@
 //! that tests and benchmarks point at a tree of their own.
 
 use std::ffi::CStr;
-use std::fs::OpenOptions;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
@@ -69,30 +67,13 @@ impl ProcHost {
 
     /// Opens `<pid>/fd`, relative to the root when it could be opened.
     fn open_fd_dir(&self, pid: u32) -> io::Result<OwnedFd> {
-        let root = self.root_dir.get_or_init(|| {
-            let dir = OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECTORY)
-                .open(&self.proc_root);
-            dir.ok().map(OwnedFd::from)
-        });
-        let Some(root) = root else {
-            let path = self.pid_path(pid, "fd");
-            let dir = OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECTORY)
-                .open(path)?;
-            return Ok(dir.into());
-        };
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-        let fd = openat(
-            Some(root.as_raw_fd()),
-            format!("{pid}/fd").as_str(),
-            flags,
-            Mode::empty(),
-        )?;
-        // SAFETY: openat returned a new descriptor that nothing else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        let root = self
+            .root_dir
+            .get_or_init(|| open_dir(None, self.proc_root.as_path()).ok());
+        match root {
+            Some(root) => open_dir(Some(root), format!("{pid}/fd").as_str()),
+            None => open_dir(None, self.pid_path(pid, "fd").as_path()),
+        }
     }
 
     fn pid_path(&self, pid: u32, name: &str) -> PathBuf {
@@ -181,6 +162,13 @@ impl Host for ProcHost {
             }
         }
     }
+}
+
+fn open_dir<P: ?Sized + nix::NixPath>(at: Option<&OwnedFd>, path: &P) -> io::Result<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let fd = openat(at.map(|d| d.as_raw_fd()), path, flags, Mode::empty())?;
+    // SAFETY: openat returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// `: <last line of stderr>`, or nothing.

@@ -1,6 +1,15 @@
 //! Several teardowns as one: GPU cleanup and VF restore for the same pod.
 
+use std::sync::Arc;
+
 use super::{PodRecord, Teardown};
+
+/// A shared teardown (kept by its owner for other calls too) is a teardown.
+impl<T: Teardown + ?Sized> Teardown for Arc<T> {
+    fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+        (**self).teardown(pod)
+    }
+}
 
 /// Runs every teardown, in order, even after one fails, so each device kind gets its
 /// cleanup; fails with all the reasons, `; `-separated.

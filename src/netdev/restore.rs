@@ -88,7 +88,15 @@ pub(crate) fn restore(
     if let Some(e) = VfError::all(errors) {
         return Err(e);
     }
-    at.step("drop saved state", ops.store.remove(rec.vf()))
+    at.step("drop saved state", ops.store.remove(rec.vf()))?;
+    tracing::info!(
+        vf = %rec.vf(),
+        netdev = %rec.host.name,
+        container = %rec.container_id,
+        netns_alive = pod.is_some(),
+        "vf restored"
+    );
+    Ok(())
 }
 
 /// Whether `link` is this record's VF: by PCI parent when the kernel reports

@@ -113,6 +113,7 @@ fn attach_one(
         }
         // A second stage (prestart and createRuntime) or a retry: done already?
         if rec.netns.id == pod.id() && rec.attach == *a && attached(pod_nl.as_mut(), &rec) {
+            tracing::debug!(vf = %a.vf_bus_id, container = container_id, "vf already attached");
             return Ok(());
         }
         // Half done (a crash) or different: put it back, then start over.
@@ -131,6 +132,14 @@ fn attach_one(
     (ops.checkpoint)("save");
     let applied = apply(ops, at, host.as_mut(), pod_nl.as_mut(), pod, &rec);
     let Err(failed) = applied else {
+        tracing::info!(
+            vf = %a.vf_bus_id,
+            netdev = %a.host_netdev,
+            ifname = %a.container_ifname,
+            container = container_id,
+            netns = %pod.id(),
+            "vf attached"
+        );
         return Ok(());
     };
     match restore(ops, &rec, Some(pod)) {

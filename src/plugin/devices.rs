@@ -10,6 +10,7 @@ use nri::api::{Container, ContainerAdjustment, PodSandbox};
 
 use crate::allocation::{self, AllocationError, DEVICE_ALLOCATED};
 use crate::config::{self, Config, MacPolicy, VfLinkState};
+use crate::gpu::{self, GpuError, HealthStore};
 use crate::hook::{Resolved, ResolvedError, RESOLVED_ANNOTATION};
 use crate::inventory::{self, Inventory, PciAddr};
 use crate::ledger::{ContainerRecord, Ledger, LedgerError, PodRef};
@@ -34,6 +35,8 @@ pub enum DeviceError {
     NoNetdev { vf: String },
     #[error(transparent)]
     Resolved(#[from] ResolvedError),
+    #[error("{DEVICE_ALLOCATED}: {0}")]
+    Health(#[from] GpuError),
 }
 
 /// What the runtime supports, from ConfigureRequest.
@@ -50,12 +53,14 @@ pub struct Devices {
     hook_path: PathBuf,
     inventory: RwLock<Arc<Inventory>>,
     ledger: Ledger,
+    health: HealthStore,
 }
 
 impl Devices {
     pub fn open(
         host_root: &Path,
         state_dir: &Path,
+        health_dir: &Path,
         hook_path: PathBuf,
     ) -> Result<Devices, LedgerError> {
         let inv = inventory::discover(host_root);
@@ -68,6 +73,7 @@ impl Devices {
             hook_path,
             inventory: RwLock::new(Arc::new(inv)),
             ledger: Ledger::open(state_dir)?,
+            health: HealthStore::new(health_dir),
         })
     }
 
@@ -135,6 +141,8 @@ impl Devices {
             explicit_cgroup_rules: features.explicit_cgroup_rules,
             ..AdjustOptions::default()
         };
+        // An unhealthy GPU is refused before anything is claimed.
+        gpu::check_claims(&self.health, &plan.claims)?;
         // Serialise before claiming: nothing after the claim may fail.
         let resolved = if networks.is_empty() {
             None

@@ -29,7 +29,8 @@ use nri::{
 
 use crate::allocation::DEVICE_ALLOCATED;
 use crate::config::{Config, ConfigError, FailurePolicy};
-use crate::ledger::{LedgerError, NoTeardown, Teardown};
+use crate::gpu::GpuTeardown;
+use crate::ledger::{LedgerError, Teardown, Teardowns};
 use devices::RuntimeFeatures;
 
 /// The events devgate subscribes to: creation applies a plan; container and
@@ -100,27 +101,40 @@ pub struct DevgatePlugin {
     options: PluginOptions,
     devices: Arc<devices::Devices>,
     features: RwLock<RuntimeFeatures>,
+    gpu: Arc<GpuTeardown>,
+    /// Run before a pod's claims are dropped: GPU cleanup, VF restore.
     teardown: Arc<dyn Teardown + Send + Sync>,
 }
 
 impl DevgatePlugin {
     /// Reads the inventory and opens the ledger under `options.state_dir`.
     pub fn new(config: Config, options: PluginOptions) -> Result<DevgatePlugin, LedgerError> {
-        let devices =
-            devices::Devices::open(&options.host_root, &options.state_dir, default_hook_path())?;
+        let devices = devices::Devices::open(
+            &options.host_root,
+            &options.state_dir,
+            &config.gpu.health_dir,
+            default_hook_path(),
+        )?;
+        let gpu = Arc::new(GpuTeardown::for_node(
+            (*devices.inventory()).clone(),
+            config.gpu.clone(),
+            devices.ledger().clone(),
+        ));
+        let teardown: Arc<dyn Teardown + Send + Sync> =
+            Arc::new(Teardowns(vec![Box::new(Arc::clone(&gpu))]));
         Ok(DevgatePlugin {
             config: RwLock::new(Ok(Arc::new(config))),
             options,
             devices: Arc::new(devices),
             features: RwLock::new(RuntimeFeatures::default()),
-            teardown: Arc::new(NoTeardown),
+            gpu,
+            teardown,
         })
     }
 
-    /// Work run before a pod's claims are dropped (VF restore, GPU cleanup).
-    pub fn with_teardown(mut self, teardown: Arc<dyn Teardown + Send + Sync>) -> DevgatePlugin {
-        self.teardown = teardown;
-        self
+    /// GPU cleanup and health of this node.
+    pub fn gpu(&self) -> &Arc<GpuTeardown> {
+        &self.gpu
     }
 
     pub fn devices(&self) -> &devices::Devices {
@@ -188,6 +202,20 @@ impl DevgatePlugin {
                 });
             }
         };
+        if adjust.linux.is_some() {
+            // Teardown ends leftover processes of this pod only: its cgroups.
+            let linux = pod.linux.as_ref();
+            let paths = [
+                linux.map(|l| l.cgroup_parent.as_str()).unwrap_or_default(),
+                linux.map(|l| l.cgroups_path.as_str()).unwrap_or_default(),
+                ctr.linux
+                    .as_ref()
+                    .map(|l| l.cgroups_path.as_str())
+                    .unwrap_or_default(),
+            ];
+            let paths: Vec<&str> = paths.into_iter().filter(|p| !p.is_empty()).collect();
+            self.gpu.set_pod_cgroups(&pod.id, &paths);
+        }
         adjust.env.extend(probe);
         Ok(adjust)
     }

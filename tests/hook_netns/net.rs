@@ -70,7 +70,7 @@ impl Sleeper {
     /// A process alone in a fresh netns (`unshare -n`).
     pub fn new() -> Sleeper {
         let me = std::fs::read_link("/proc/self/ns/net").unwrap();
-        Sleeper::spawn(&["unshare", "-n", "sleep", "120"], |l| {
+        Sleeper::spawn(&["unshare", "-n", "sleep", "infinity"], |l| {
             l.read_link().map(|t| t != me)
         })
     }
@@ -79,7 +79,7 @@ impl Sleeper {
     pub fn in_named(ns: &str) -> Sleeper {
         use std::os::unix::fs::MetadataExt;
         let want = std::fs::metadata(format!("/run/netns/{ns}")).unwrap().ino();
-        Sleeper::spawn(&["ip", "netns", "exec", ns, "sleep", "120"], |l| {
+        Sleeper::spawn(&["ip", "netns", "exec", ns, "sleep", "infinity"], |l| {
             l.metadata().map(|m| m.ino() == want)
         })
     }

@@ -25,7 +25,13 @@ impl Node {
     }
 
     pub fn start_with(builder: HostRootBuilder, extra: &[&str]) -> Node {
+        Node::start_full(builder, "", extra)
+    }
+
+    /// With `config` as devgate's config file (`devgate.toml` of the instance).
+    pub fn start_full(builder: HostRootBuilder, config: &str, extra: &[&str]) -> Node {
         let ctrd = Containerd::launch();
+        std::fs::write(ctrd.path("devgate.toml"), config).expect("write devgate config");
         mount_state_tmpfs(&ctrd.path("devgate-state"));
         let fixture = builder.build(&ctrd.path("host")).expect("write host root");
         let root = fixture.root().to_string_lossy().into_owned();
