@@ -1,74 +1,7 @@
-//! Parse + plan against the fixture's HGX-class inventory. The first byte picks the
-//! pod label, `devgate.io/containers` and the container; the rest is the annotation.
-//! A plan must only hold device nodes from the inventory; an error must be one line.
+//! Fuzz target: see `checks::plan`.
 #![no_main]
 
-use std::collections::BTreeMap;
-use std::sync::OnceLock;
+#[path = "../checks.rs"]
+mod checks;
 
-use devgate::allocation::{parse_pod, CONTAINERS, DEVICE_ALLOCATED, GPU_ISOLATION_PROVIDER};
-use devgate::config::Config;
-use devgate::fixture::HostRootBuilder;
-use devgate::inventory::Inventory;
-use devgate::plan;
-use libfuzzer_sys::fuzz_target;
-
-fn inventory() -> &'static Inventory {
-    static INV: OnceLock<Inventory> = OnceLock::new();
-    INV.get_or_init(|| {
-        HostRootBuilder::hgx()
-            .expected()
-            .expect("fixture inventory")
-    })
-}
-
-fuzz_target!(|data: &[u8]| {
-    let Some((&flags, rest)) = data.split_first() else {
-        return;
-    };
-    let Ok(text) = std::str::from_utf8(rest) else {
-        return;
-    };
-    let mut annotations = BTreeMap::new();
-    annotations.insert(DEVICE_ALLOCATED.to_string(), text.to_string());
-    if flags & 1 != 0 {
-        annotations.insert(CONTAINERS.to_string(), "main,init".to_string());
-    }
-    let mut labels = BTreeMap::new();
-    if flags & 2 != 0 {
-        labels.insert(GPU_ISOLATION_PROVIDER.to_string(), "HAMi-core".to_string());
-    }
-    let mut config = Config::default();
-    config.rdma.allow_issm = flags & 4 != 0;
-    let container = if flags & 8 != 0 { "sidecar" } else { "main" };
-    let pod = match parse_pod(&annotations, &labels) {
-        Ok(pod) => pod,
-        Err(e) => return assert!(!e.to_string().contains('\n')),
-    };
-    match plan::build(inventory(), &pod, container, &config) {
-        Ok(p) => check(&p),
-        Err(e) => {
-            let text = e.to_string();
-            assert!(text.starts_with(DEVICE_ALLOCATED), "{text}");
-            assert!(!text.contains(['\n', '\r', '\0']), "{text:?}");
-        }
-    }
-});
-
-fn check(p: &plan::Plan) {
-    for d in &p.devices {
-        assert!(
-            d.path.starts_with("/dev/") && !d.path.contains(".."),
-            "{}",
-            d.path
-        );
-    }
-    let mut paths: Vec<&str> = p.devices.iter().map(|d| d.path.as_str()).collect();
-    paths.sort_unstable();
-    let n = paths.len();
-    paths.dedup();
-    assert_eq!(n, paths.len(), "a device node twice");
-    let json = serde_json::to_string(p).unwrap();
-    let back: plan::Plan = serde_json::from_str(&json).unwrap();
-    assert_eq!(&back, p);
-}
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::plan(data));

@@ -11,6 +11,7 @@ pub mod adjust;
 pub mod devices;
 mod lifecycle;
 pub mod probe;
+mod vf_teardown;
 
 use std::{
     path::PathBuf,
@@ -64,7 +65,7 @@ pub enum PluginError {
         pod: String,
         container: String,
         #[source]
-        source: devices::DeviceError,
+        source: Box<devices::DeviceError>,
     },
 }
 
@@ -120,8 +121,12 @@ impl DevgatePlugin {
             config.gpu.clone(),
             devices.ledger().clone(),
         ));
-        let teardown: Arc<dyn Teardown + Send + Sync> =
-            Arc::new(Teardowns(vec![Box::new(Arc::clone(&gpu))]));
+        let teardown: Arc<dyn Teardown + Send + Sync> = Arc::new(Teardowns(vec![
+            // VFs first: a VF's RDMA device and netdev go back before the
+            // GPU cleanup ends any leftover process of the pod.
+            Box::new(vf_teardown::VfTeardown::new(options.state_dir.clone())),
+            Box::new(Arc::clone(&gpu)),
+        ]));
         Ok(DevgatePlugin {
             config: RwLock::new(Ok(Arc::new(config))),
             options,
@@ -198,7 +203,7 @@ impl DevgatePlugin {
                     namespace: pod.namespace.clone(),
                     pod: pod.name.clone(),
                     container: ctr.name.clone(),
-                    source,
+                    source: Box::new(source),
                 });
             }
         };

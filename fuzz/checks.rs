@@ -1,0 +1,102 @@
+//! The properties the fuzz targets check, shared with the test suite's short
+//! smoke run (`tests/fuzz_smoke.rs`), so CI exercises the same assertions.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use devgate::allocation::{
+    parse_allocation, parse_pod, CONTAINERS, DEVICE_ALLOCATED, GPU_ISOLATION_PROVIDER, MAX_ENTRIES,
+};
+use devgate::config::Config;
+use devgate::fixture::HostRootBuilder;
+use devgate::inventory::Inventory;
+use devgate::plan;
+
+/// The `device-allocated` parser on arbitrary bytes: it must return, never panic,
+/// and every error must print as one bounded line naming the annotation.
+pub fn allocation(data: &[u8]) {
+    match parse_allocation(data) {
+        Ok(a) => {
+            let vfs: usize = a.rdma.iter().map(|e| e.vfs.len()).sum();
+            assert!(a.gpus.len() + a.rdma.len() + a.fpga.len() + vfs <= MAX_ENTRIES);
+            assert!(a
+                .gpus
+                .iter()
+                .all(|g| g.resources.core_percent.unwrap_or(0) <= 100));
+            assert!(a.rdma.iter().all(|r| (1..=100).contains(&r.share_percent)));
+            // The typed value must survive a serde round trip.
+            let json = serde_json::to_string(&a).unwrap();
+            let back: devgate::allocation::Allocation = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, a);
+        }
+        Err(e) => {
+            let text = e.to_string();
+            assert!(text.starts_with(DEVICE_ALLOCATED), "{text}");
+            assert!(!text.contains(['\n', '\r', '\0']), "{text:?}");
+            assert!(text.len() < 1024, "{}", text.len());
+        }
+    }
+}
+
+fn inventory() -> &'static Inventory {
+    static INV: OnceLock<Inventory> = OnceLock::new();
+    INV.get_or_init(|| {
+        HostRootBuilder::hgx()
+            .expected()
+            .expect("fixture inventory")
+    })
+}
+
+/// Parse + plan against the fixture's HGX-class inventory. The first byte picks the
+/// pod label, `devgate.io/containers` and the container; the rest is the annotation.
+/// A plan must only hold device nodes from the inventory; an error must be one line.
+pub fn plan(data: &[u8]) {
+    let Some((&flags, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let mut annotations = BTreeMap::new();
+    annotations.insert(DEVICE_ALLOCATED.to_string(), text.to_string());
+    if flags & 1 != 0 {
+        annotations.insert(CONTAINERS.to_string(), "main,init".to_string());
+    }
+    let mut labels = BTreeMap::new();
+    if flags & 2 != 0 {
+        labels.insert(GPU_ISOLATION_PROVIDER.to_string(), "HAMi-core".to_string());
+    }
+    let mut config = Config::default();
+    config.rdma.allow_issm = flags & 4 != 0;
+    let container = if flags & 8 != 0 { "sidecar" } else { "main" };
+    let pod = match parse_pod(&annotations, &labels) {
+        Ok(pod) => pod,
+        Err(e) => return assert!(!e.to_string().contains('\n')),
+    };
+    match plan::build(inventory(), &pod, container, &config) {
+        Ok(p) => check(&p),
+        Err(e) => {
+            let text = e.to_string();
+            assert!(text.starts_with(DEVICE_ALLOCATED), "{text}");
+            assert!(!text.contains(['\n', '\r', '\0']), "{text:?}");
+        }
+    }
+}
+
+fn check(p: &plan::Plan) {
+    for d in &p.devices {
+        assert!(
+            d.path.starts_with("/dev/") && !d.path.contains(".."),
+            "{}",
+            d.path
+        );
+    }
+    let mut paths: Vec<&str> = p.devices.iter().map(|d| d.path.as_str()).collect();
+    paths.sort_unstable();
+    let n = paths.len();
+    paths.dedup();
+    assert_eq!(n, paths.len(), "a device node twice");
+    let json = serde_json::to_string(p).unwrap();
+    let back: plan::Plan = serde_json::from_str(&json).unwrap();
+    assert_eq!(&back, p);
+}
