@@ -6,7 +6,6 @@
 mod support;
 
 #[path = "hook_netns/net.rs"]
-#[allow(dead_code)]
 mod net;
 
 use devgate::fixture::HostRootBuilder;
