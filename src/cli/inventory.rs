@@ -31,6 +31,9 @@ pub struct InventoryArgs {
     /// lower-cased as the kubelet does.
     #[arg(long)]
     pub node_name: Option<String>,
+    /// GPU health state (`[gpu] health_dir`): unhealthy GPUs show with their reason.
+    #[arg(long, default_value = "/var/lib/devgate")]
+    pub health_dir: PathBuf,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +57,11 @@ pub enum InventoryCmdError {
 }
 
 pub fn run(args: InventoryArgs) -> Result<(), InventoryCmdError> {
-    let inv = discover(&args.host_root);
+    let mut inv = discover(&args.host_root);
+    match crate::gpu::HealthStore::new(&args.health_dir).snapshot() {
+        Ok(health) => crate::gpu::health::merge_into(&mut inv, &health),
+        Err(e) => inv.warnings.push(format!("gpu health: {e}")),
+    }
     let mut stderr = io::stderr().lock();
     for warning in &inv.warnings {
         // Best effort: a closed stderr must not hide the inventory itself.

@@ -82,7 +82,9 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
         state_dir: args.state_dir,
         config_from_runtime: preinstalled.is_some(),
     };
+    let gpu_config = config.gpu.clone();
     let plugin = DevgatePlugin::new(config, options).map_err(NriCmdError::State)?;
+    plugin.start_gpu_health(&gpu_config);
     let stub = match preinstalled {
         Some(runtime) => {
             tracing::info!(name = %runtime.name, idx = %runtime.idx, "started by the runtime");

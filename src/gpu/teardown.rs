@@ -103,6 +103,11 @@ impl GpuTeardown {
         &self.health
     }
 
+    /// The NVML handle teardown uses, shared with the health monitor.
+    pub fn nvml(&self) -> Arc<dyn Nvml> {
+        Arc::clone(&self.nvml)
+    }
+
     /// Replaces the inventory after a rediscovery.
     pub fn set_inventory(&self, inventory: Inventory) {
         *self.inventory.write().unwrap_or_else(|p| p.into_inner()) = inventory;

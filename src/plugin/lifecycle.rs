@@ -4,7 +4,11 @@
 //! event is answered at once; the ledger keeps the claims until it is done.
 
 use std::collections::HashSet;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
+
+use crate::gpu::{HealthMonitor, HealthPolicy};
 
 use crate::ledger::{Ledger, Released, Teardown};
 
@@ -48,6 +52,34 @@ pub fn forget_container(ledger: &Ledger, sandbox_id: &str, container_id: &str) {
 }
 
 impl DevgatePlugin {
+    /// Starts the GPU health monitor (NVML events, ECC, retired pages) and the
+    /// periodic retry of quarantined GPUs, each on a thread of its own: both block.
+    /// Without NVML the monitor returns at once; the retry still runs, since a
+    /// GPU quarantined for a leftover process recovers when that process is gone.
+    pub fn start_gpu_health(&self, config: &crate::config::GpuConfig) {
+        let inventory = self.devices.inventory();
+        let monitor = HealthMonitor::new(
+            self.gpu.nvml(),
+            self.gpu.health().clone(),
+            &inventory,
+            HealthPolicy::from_config(config),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        std::thread::spawn(move || monitor.run(&stop));
+        let gpu = Arc::clone(&self.gpu);
+        let devices = Arc::clone(&self.devices);
+        let interval = Duration::from_secs(config.health_interval_secs.max(1));
+        std::thread::spawn(move || loop {
+            std::thread::sleep(interval);
+            match gpu.retry_quarantined(devices.ledger()) {
+                Ok(cleared) => cleared
+                    .iter()
+                    .for_each(|uuid| tracing::info!(gpu = %uuid, "gpu back in service")),
+                Err(e) => tracing::warn!(error = %e, "gpu quarantine retry"),
+            }
+        });
+    }
+
     pub(super) fn release_in_background(&self, which: Release) {
         let devices = Arc::clone(&self.devices);
         let teardown = Arc::clone(&self.teardown);
