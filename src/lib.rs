@@ -3,6 +3,7 @@ pub mod allocation;
 pub mod cli;
 pub mod config;
 pub mod fixture;
+pub mod fsutil;
 pub mod gpu;
 pub mod hook;
 pub mod inventory;

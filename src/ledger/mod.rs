@@ -18,6 +18,15 @@ pub use compose::Teardowns;
 pub use model::*;
 pub use store::Store;
 
+impl From<crate::fsutil::FsError> for LedgerError {
+    fn from(e: crate::fsutil::FsError) -> LedgerError {
+        LedgerError::Io {
+            path: e.path,
+            source: e.source,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     #[error("ledger {path}: {source}")]

@@ -3,12 +3,13 @@
 //! old or the new document, never a mix. The plugin and the hook are separate
 //! processes; the lock makes every read-modify-write a transaction between them.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::{self, File};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
+
+use crate::fsutil;
 
 use super::model::LedgerState;
 use super::LedgerError;
@@ -58,18 +59,7 @@ impl Store {
 
     /// Takes the exclusive lock and reads the current state.
     pub fn begin(&self) -> Result<Txn<'_>, LedgerError> {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(self.path(LOCK_FILE))
-            .map_err(self.io(LOCK_FILE))?;
-        let lock =
-            Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| LedgerError::Io {
-                path: self.path(LOCK_FILE),
-                source: errno.into(),
-            })?;
+        let lock = fsutil::lock_exclusive(&self.path(LOCK_FILE)).map_err(LedgerError::from)?;
         let state = self.read_unlocked()?;
         Ok(Txn {
             store: self,
@@ -103,30 +93,15 @@ impl Store {
     }
 
     fn write_atomic(&self, state: &LedgerState) -> Result<(), LedgerError> {
-        let tmp_name = format!("{LEDGER_FILE}.tmp");
-        let tmp = self.path(&tmp_name);
+        let path = self.path(LEDGER_FILE);
+        // Compact: the ledger is rewritten at every container creation;
+        // `devgate status` is the view for people.
         let mut text = serde_json::to_vec(state).map_err(|e| LedgerError::Corrupt {
-            path: tmp.clone(),
+            path: path.clone(),
             reason: e.to_string(),
         })?;
         text.push(b'\n');
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(self.io(&tmp_name))?;
-        file.write_all(&text).map_err(self.io(&tmp_name))?;
-        file.sync_all().map_err(self.io(&tmp_name))?;
-        fs::rename(&tmp, self.path(LEDGER_FILE)).map_err(self.io(LEDGER_FILE))?;
-        // The rename is durable only once the directory entry is on disk.
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|source| LedgerError::Io {
-                path: self.dir.clone(),
-                source,
-            })
+        fsutil::replace_file(&path, &text).map_err(LedgerError::from)
     }
 }
 

@@ -5,16 +5,17 @@
 //! and the plugin never work on the same VF at once (sriov-cni's per-BDF lock,
 //! commit d5232e68).
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs::{self, File};
+use std::io::Read;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 
 use super::netns::NetnsId;
 use super::settings::{HwAddr, VfAttach, VfState};
+use crate::fsutil;
 use crate::inventory::PciAddr;
 
 pub const SAVED_VERSION: u32 = 1;
@@ -117,19 +118,7 @@ impl SavedStore {
     /// Takes the VF's exclusive lock, waiting for a holder in another process.
     pub fn lock(&self, vf: PciAddr) -> Result<VfLock, SavedError> {
         self.ensure_dir()?;
-        let path = self.path(vf, "lock");
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(Self::io(&path))?;
-        let lock =
-            Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| SavedError::Io {
-                path: path.clone(),
-                source: errno.into(),
-            })?;
+        let lock = fsutil::lock_exclusive(&self.path(vf, "lock")).map_err(saved_io)?;
         Ok(VfLock { _lock: lock })
     }
 
@@ -140,23 +129,12 @@ impl SavedStore {
     pub fn save(&self, rec: &SavedVf) -> Result<(), SavedError> {
         self.ensure_dir()?;
         let path = self.path(rec.vf(), "json");
-        let tmp = self.path(rec.vf(), "json.tmp");
         let mut text = serde_json::to_vec_pretty(rec).map_err(|e| SavedError::Corrupt {
             path: path.clone(),
             reason: e.to_string(),
         })?;
         text.push(b'\n');
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(Self::io(&tmp))?;
-        file.write_all(&text).map_err(Self::io(&tmp))?;
-        file.sync_all().map_err(Self::io(&tmp))?;
-        fs::rename(&tmp, &path).map_err(Self::io(&path))?;
-        self.sync_dir()
+        fsutil::replace_file(&path, &text).map_err(saved_io)
     }
 
     /// Drops a record; a missing one is fine.
@@ -170,9 +148,7 @@ impl SavedStore {
     }
 
     fn sync_dir(&self) -> Result<(), SavedError> {
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(Self::io(&self.dir))
+        fsutil::sync_dir(&self.dir).map_err(saved_io)
     }
 
     /// Every record, in file-name order. A missing directory means none.
@@ -242,4 +218,11 @@ fn read_record(path: &Path) -> Result<Option<SavedVf>, SavedError> {
         )));
     }
     Ok(Some(rec))
+}
+
+fn saved_io(e: fsutil::FsError) -> SavedError {
+    SavedError::Io {
+        path: e.path,
+        source: e.source,
+    }
 }

@@ -3,12 +3,14 @@
 //! (temp, fsync, rename, fsync dir); readers need no lock. The default directory is
 //! under /var/lib, not /run, so that a GPU that faulted stays out after a reboot.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs::{self, File};
+use std::io::Read;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
+
+use crate::fsutil;
 
 use super::{add_faults, Fault, HealthState, Transition};
 use crate::gpu::GpuError;
@@ -124,39 +126,23 @@ impl HealthStore {
     }
 
     fn lock(&self) -> Result<Flock<File>, GpuError> {
-        let path = self.dir.join(LOCK_FILE);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(self.io(path.clone()))?;
-        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| GpuError::HealthIo {
-            path,
-            source: errno.into(),
-        })
+        fsutil::lock_exclusive(&self.dir.join(LOCK_FILE)).map_err(health_io)
     }
 
     fn write_atomic(&self, state: &HealthState) -> Result<(), GpuError> {
-        let tmp = self.dir.join(format!("{HEALTH_FILE}.tmp"));
+        let path = self.path();
         let mut text = serde_json::to_vec_pretty(state).map_err(|e| GpuError::HealthCorrupt {
-            path: tmp.clone(),
+            path: path.clone(),
             reason: e.to_string(),
         })?;
         text.push(b'\n');
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(self.io(tmp.clone()))?;
-        file.write_all(&text).map_err(self.io(tmp.clone()))?;
-        file.sync_all().map_err(self.io(tmp.clone()))?;
-        fs::rename(&tmp, self.path()).map_err(self.io(self.path()))?;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(self.io(self.dir.clone()))
+        fsutil::replace_file(&path, &text).map_err(health_io)
+    }
+}
+
+fn health_io(e: fsutil::FsError) -> GpuError {
+    GpuError::HealthIo {
+        path: e.path,
+        source: e.source,
     }
 }
