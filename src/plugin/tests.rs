@@ -181,3 +181,52 @@ async fn bad_runtime_config_refuses_only_containers_that_need_devgate() {
         status.message()
     );
 }
+
+fn allocated_pod(value: &str) -> PodSandbox {
+    let mut pod = pod(None);
+    pod.id = "sandbox-1".to_string();
+    pod.annotations.insert(
+        crate::allocation::DEVICE_ALLOCATED.to_string(),
+        value.to_string(),
+    );
+    pod
+}
+
+#[tokio::test]
+async fn unapplicable_allocation_fails_closed_by_default() {
+    let (plugin, _state) = plugin(Config::default(), false);
+    let (p, conn, _dir) = connect(plugin, FakeConfig::containerd_1_7()).await;
+    let err = conn
+        .unwrap()
+        .create_container(&allocated_pod(r#"{"gpu":[{"minor":0}]}"#), &ctr())
+        .await
+        .unwrap_err();
+    let ttrpc::Error::RpcStatus(status) = err else {
+        panic!("not a status: {err:?}");
+    };
+    assert_eq!(status.code(), Code::FAILED_PRECONDITION);
+    assert!(
+        status
+            .message()
+            .contains("scheduling.koordinator.sh/device-allocated: gpu: no nvidia major"),
+        "{}",
+        status.message()
+    );
+    assert!(p.devices().ledger().snapshot().unwrap().pods.is_empty());
+}
+
+/// `failure_policy = "ignore"`: Koordinator's fail-open behaviour. The container
+/// starts without devices and nothing is claimed.
+#[tokio::test]
+async fn failure_policy_ignore_starts_the_container_without_devices() {
+    let config = Config::parse("failure_policy = \"ignore\"\n", "test").unwrap();
+    let (plugin, _state) = plugin(config, false);
+    let (p, conn, _dir) = connect(plugin, FakeConfig::containerd_1_7()).await;
+    let reply = conn
+        .unwrap()
+        .create_container(&allocated_pod(r#"{"gpu":[{"minor":0}]}"#), &ctr())
+        .await
+        .unwrap();
+    assert_eq!(*reply.adjust, nri::api::ContainerAdjustment::default());
+    assert!(p.devices().ledger().snapshot().unwrap().pods.is_empty());
+}
