@@ -8,6 +8,8 @@
 //!   config (`ConfigureRequest.config`) come from the runtime, flags are
 //!   ignored, and we exit when the runtime closes the connection.
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use nri::{stub::Preinstalled, Stub, StubError};
 use tracing_subscriber::EnvFilter;
@@ -104,11 +106,13 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
         .enable_all()
         .build()
         .map_err(NriCmdError::Runtime)?;
-    rt.block_on(serve(stub))
+    let retry = Duration::from_secs(gpu_config.health_interval_secs.max(1));
+    rt.block_on(serve(stub, retry))
 }
 
-async fn serve(stub: Stub<DevgatePlugin>) -> Result<(), NriCmdError> {
+async fn serve(stub: Stub<DevgatePlugin>, retry: Duration) -> Result<(), NriCmdError> {
     use tokio::signal::unix::{signal, SignalKind};
+    tokio::spawn(Arc::clone(stub.plugin()).retry_quarantined_every(retry));
     let mut term = signal(SignalKind::terminate()).map_err(NriCmdError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(NriCmdError::Signals)?;
     tokio::select! {

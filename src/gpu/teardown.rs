@@ -60,7 +60,7 @@ struct Target {
 
 /// GPU teardown for the ledger.
 pub struct GpuTeardown {
-    inventory: RwLock<Inventory>,
+    inventory: RwLock<Arc<Inventory>>,
     config: GpuConfig,
     host: Arc<dyn Host>,
     nvml: Arc<dyn Nvml>,
@@ -73,14 +73,14 @@ pub struct GpuTeardown {
 
 impl GpuTeardown {
     pub fn new(
-        inventory: Inventory,
+        inventory: impl Into<Arc<Inventory>>,
         config: GpuConfig,
         host: Arc<dyn Host>,
         nvml: Arc<dyn Nvml>,
         claims: Arc<dyn ClaimView>,
     ) -> GpuTeardown {
         GpuTeardown {
-            inventory: RwLock::new(inventory),
+            inventory: RwLock::new(inventory.into()),
             health: HealthStore::new(&config.health_dir),
             ignored: PodCgroups::from_paths(&config.ignored_cgroups),
             config,
@@ -93,7 +93,11 @@ impl GpuTeardown {
     }
 
     /// The node's teardown: processes from `/proc`, NVML loaded on first use.
-    pub fn for_node(inventory: Inventory, config: GpuConfig, ledger: Ledger) -> GpuTeardown {
+    pub fn for_node(
+        inventory: impl Into<Arc<Inventory>>,
+        config: GpuConfig,
+        ledger: Ledger,
+    ) -> GpuTeardown {
         let nvml = nvml::load(config.nvml);
         let host = Arc::new(ProcHost::new(std::path::Path::new("/proc")));
         GpuTeardown::new(inventory, config, host, nvml, Arc::new(ledger))
@@ -109,8 +113,8 @@ impl GpuTeardown {
     }
 
     /// Replaces the inventory after a rediscovery.
-    pub fn set_inventory(&self, inventory: Inventory) {
-        *self.inventory.write().unwrap_or_else(|p| p.into_inner()) = inventory;
+    pub fn set_inventory(&self, inventory: impl Into<Arc<Inventory>>) {
+        *self.inventory.write().unwrap_or_else(|p| p.into_inner()) = inventory.into();
     }
 
     /// The pod's cgroup paths as NRI gave them (sandbox `linux.cgroup_parent`,

@@ -52,32 +52,39 @@ pub fn forget_container(ledger: &Ledger, sandbox_id: &str, container_id: &str) {
 }
 
 impl DevgatePlugin {
-    /// Starts the GPU health monitor (NVML events, ECC, retired pages) and the
-    /// periodic retry of quarantined GPUs, each on a thread of its own: both block.
-    /// Without NVML the monitor returns at once; the retry still runs, since a
-    /// GPU quarantined for a leftover process recovers when that process is gone.
+    /// Starts the GPU health monitor (NVML events, ECC, retired pages) on a thread
+    /// of its own, since it blocks waiting for events. A node without GPUs, or with
+    /// NVML turned off, gets none: nothing to watch, and no library to load.
     pub fn start_gpu_health(&self, config: &crate::config::GpuConfig) {
         let inventory = self.devices.inventory();
+        if inventory.gpus.is_empty() || !config.nvml {
+            return;
+        }
         let monitor = HealthMonitor::new(
             self.gpu.nvml(),
             self.gpu.health().clone(),
             &inventory,
             HealthPolicy::from_config(config),
         );
-        let stop = Arc::new(AtomicBool::new(false));
-        std::thread::spawn(move || monitor.run(&stop));
-        let gpu = Arc::clone(&self.gpu);
-        let devices = Arc::clone(&self.devices);
-        let interval = Duration::from_secs(config.health_interval_secs.max(1));
-        std::thread::spawn(move || loop {
-            std::thread::sleep(interval);
-            match gpu.retry_quarantined(devices.ledger()) {
+        std::thread::spawn(move || monitor.run(&AtomicBool::new(false)));
+    }
+
+    /// Retries quarantined GPUs every `interval`: one quarantined for a leftover
+    /// process returns to service once that process is gone. Runs on the plugin's
+    /// runtime; without quarantined GPUs a round is one ledger read.
+    pub async fn retry_quarantined_every(self: Arc<Self>, interval: Duration) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            match self.gpu.retry_quarantined(self.devices.ledger()) {
                 Ok(cleared) => cleared
                     .iter()
                     .for_each(|uuid| tracing::info!(gpu = %uuid, "gpu back in service")),
                 Err(e) => tracing::warn!(error = %e, "gpu quarantine retry"),
             }
-        });
+        }
     }
 
     pub(super) fn release_in_background(&self, which: Release) {

@@ -117,7 +117,7 @@ impl DevgatePlugin {
             default_hook_path(),
         )?;
         let gpu = Arc::new(GpuTeardown::for_node(
-            (*devices.inventory()).clone(),
+            devices.inventory(),
             config.gpu.clone(),
             devices.ledger().clone(),
         ));
