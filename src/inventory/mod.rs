@@ -50,6 +50,31 @@ pub fn discover_with(host_root: &Path, gpu_library: &dyn GpuLibrary) -> Inventor
     discover_in(HostFs::new(host_root), gpu_library)
 }
 
+/// The populated GID entries of port `port` of RDMA device `ibdev`, read on demand
+/// (discovery leaves `RdmaPort::gids` empty). `ibdev` must be a plain device name.
+pub fn port_gids(host_root: &Path, ibdev: &str, port: u32) -> Vec<GidEntry> {
+    let plain = !ibdev.is_empty()
+        && ibdev.len() <= 64
+        && ibdev
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        && ibdev != "."
+        && ibdev != "..";
+    if !plain {
+        return Vec::new();
+    }
+    let mut scan = Scan {
+        fs: HostFs::new(host_root),
+        gpu_library: &NoGpuLibrary,
+        warnings: Vec::new(),
+    };
+    scan.gids(
+        &Path::new("sys/class/infiniband")
+            .join(ibdev)
+            .join(format!("ports/{port}")),
+    )
+}
+
 /// Discovery resolving every symlink without `openat2`, as on kernels before 5.6.
 #[cfg(test)]
 fn discover_without_openat2(host_root: &Path) -> Inventory {

@@ -142,13 +142,16 @@ impl Scan<'_> {
             num,
             state,
             link_layer,
-            gids: self.gids(&port),
+            // Not read here: a RoCE port's GID table has 128 to 256 entries (most of
+            // them empty), thousands of reads per discovery on a node with many VFs.
+            // `inventory::port_gids` reads one port's table when it is needed.
+            gids: Vec::new(),
         })
     }
 
     /// Populated GID entries. The kernel fails the read of an empty entry's type with EINVAL
     /// (sysfs.c `print_ndev`/`print_gid_type`), so unreadable entries are skipped silently.
-    fn gids(&mut self, port: &Path) -> Vec<GidEntry> {
+    pub(super) fn gids(&mut self, port: &Path) -> Vec<GidEntry> {
         let names = self
             .fs
             .list_in(&self.fs.top(), port.join("gid_attrs/types"));
