@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use crate::inventory::device_cr::device_cr;
 use crate::inventory::view::InventoryView;
-use crate::inventory::{discover, host_name, Inventory, InventoryError};
+use crate::inventory::{host_name, Inventory, InventoryError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum InventoryFormat {
@@ -57,7 +57,7 @@ pub enum InventoryCmdError {
 }
 
 pub fn run(args: InventoryArgs) -> Result<(), InventoryCmdError> {
-    let mut inv = discover(&args.host_root);
+    let mut inv = crate::gpu::discover_node(&args.host_root);
     match crate::gpu::HealthStore::new(&args.health_dir).snapshot() {
         Ok(health) => crate::gpu::health::merge_into(&mut inv, &health),
         Err(e) => inv.warnings.push(format!("gpu health: {e}")),

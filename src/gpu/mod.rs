@@ -45,6 +45,15 @@ pub use teardown::{ClaimView, GpuTeardown};
 
 use crate::ledger::{Claim, DeviceId};
 
+/// Discovery of `host_root` with NVML's indices and memory when the root is the
+/// machine's own and the driver is there; plain discovery otherwise.
+pub fn discover_node(host_root: &std::path::Path) -> crate::inventory::Inventory {
+    match nvml::NvmlGpuLibrary::for_root(host_root) {
+        Some(lib) => crate::inventory::discover_with(host_root, &lib),
+        None => crate::inventory::discover(host_root),
+    }
+}
+
 /// Fails when a claim names an unhealthy GPU. Quarantine is `Ledger::claim`'s check.
 pub fn check_claims(health: &HealthStore, claims: &[Claim]) -> Result<(), GpuError> {
     let gpus = claims.iter().filter_map(|c| match &c.device {

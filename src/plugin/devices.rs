@@ -12,7 +12,7 @@ use crate::allocation::{self, AllocationError, DEVICE_ALLOCATED};
 use crate::config::{self, Config, MacPolicy, VfLinkState};
 use crate::gpu::{self, GpuError, HealthStore};
 use crate::hook::{Resolved, ResolvedError, RESOLVED_ANNOTATION};
-use crate::inventory::{self, Inventory, PciAddr};
+use crate::inventory::{Inventory, PciAddr};
 use crate::ledger::{ContainerRecord, Ledger, LedgerError, PodRef};
 use crate::netdev::{self, VfAttach};
 use crate::plan::{self, NetworkAction, Plan, PlanError};
@@ -63,7 +63,7 @@ impl Devices {
         health_dir: &Path,
         hook_path: PathBuf,
     ) -> Result<Devices, LedgerError> {
-        let inv = inventory::discover(host_root);
+        let inv = gpu::discover_node(host_root);
         for w in &inv.warnings {
             tracing::warn!(warning = %w, "inventory");
         }
@@ -90,7 +90,7 @@ impl Devices {
 
     /// Re-reads the host: devices come and go (VFs created, drivers rebound).
     pub fn refresh(&self) -> Arc<Inventory> {
-        let inv = Arc::new(inventory::discover(&self.host_root));
+        let inv = Arc::new(gpu::discover_node(&self.host_root));
         *self
             .inventory
             .write()

@@ -3,6 +3,8 @@
 //! on first use, so a process that never tears a GPU down never loads it.
 
 mod dl;
+
+pub use dl::NvmlGpuLibrary;
 #[cfg(test)]
 pub mod fake;
 

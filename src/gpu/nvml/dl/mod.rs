@@ -7,8 +7,11 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr, CString};
 use std::sync::Mutex;
 use std::time::Duration;
 
+mod facts;
 mod health;
 mod mig;
+
+pub use facts::NvmlGpuLibrary;
 
 use super::{ComputeMode, GpuEvent, MemoryHealth, MigDestroyed, Nvml, NvmlError};
 
