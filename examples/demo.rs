@@ -1,51 +1,125 @@
 //! The README's main job: a private containerd 1.7 with NRI, devgate on a
-//! simulated 8-GPU, 8-NIC HGX host root, and a GPU + RDMA pod created through
-//! CRI as kubelet does. Prints what the container got and what was released
-//! after removal. Run as root: `sudo ./install/demo.sh`.
+//! simulated 8-GPU, 8-NIC HGX host root, and a GPU + RDMA pod created through CRI
+//! as kubelet does. The pod's VF is a veth pair named like the simulated VF
+//! netdev. Prints what the container got, then what came back after removal.
+//! Run as root: `sudo ./install/demo.sh`.
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::process::Command;
+
+use devgate::fixture::HostRootBuilder;
 use support::node::{gpu_entry, Node, DEVICE_ALLOCATED};
 use support::{require_root, wait_for, ContainerSpec, PodSpec, SLOW};
 
 const SHOW: &str = r#"
-echo "device nodes:"
+echo "device nodes (major:minor):"
 for d in /dev/nvidia* /dev/infiniband/*; do set -- $(stat -c '%t %T' $d); printf '  %-28s %d:%d\n' $d 0x$1 0x$2; done
 echo "opening /dev/nvidia2 (granted, no driver): $(cat /dev/nvidia2 2>&1 | sed 's/.*: //')"
 mknod /tmp/nvidia5 c 195 5 && echo "opening 195:5 (not granted): $(cat /tmp/nvidia5 2>&1 | sed 's/.*: //')"
 echo "env:"
 env | grep -E '^(NVIDIA|CUDA|NCCL|UCX)' | sort | sed 's/^/  /'
+echo "network interfaces:"
+ip -o link show | sed 's/^/  /'
 "#;
+
+const VF_MAC: &str = "02:00:00:de:00:01";
+const PEER: &str = "dgdemopeer";
+
+/// The stand-in for the VF netdev; deleting the peer deletes the pair.
+struct Veth;
+
+impl Veth {
+    fn new(name: &str) -> Veth {
+        // A pair left by an interrupted run; absent is the normal case.
+        let _ = Command::new("ip")
+            .args(["link", "del", PEER])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let ok = Command::new("ip")
+            .args([
+                "link", "add", name, "address", VF_MAC, "type", "veth", "peer", "name", PEER,
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip link add {name}");
+        Veth
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", PEER]).status();
+    }
+}
+
+fn host_link(name: &str) -> Option<String> {
+    let out = Command::new("ip")
+        .args(["-o", "link", "show", name])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
 
 fn main() {
     require_root();
     println!("starting containerd 1.7 with NRI and devgate on a simulated HGX node...");
-    let node = Node::start(&[]);
+    let node = Node::start_with(HostRootBuilder::hgx().vf_netdev_prefix("dgdemo"), &[]);
     let inv = node.fixture.expected();
     let cri = node.cri();
     let (g0, g1) = (node.gpu(2).clone(), node.gpu(3).clone());
-    let nic = &inv.rdma[0];
+    let (nic, vf) = (&inv.rdma[0], &inv.rdma[0].vfs[0]);
+    let vf_netdev = vf.netdev.clone().expect("simulated vf netdev");
+    let _veth = Veth::new(&vf_netdev);
     let alloc = format!(
-        r#"{{"gpu":[{},{}],"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"100"}}}}]}}"#,
+        r#"{{"gpu":[{},{}],"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"minor":-1,"busID":"{}"}}]}}}}]}}"#,
         gpu_entry(2, &g0.uuid),
         gpu_entry(3, &g1.uuid),
-        nic.bus_id
+        nic.bus_id,
+        vf.bus_id
     );
     println!("\npod annotation {DEVICE_ALLOCATED}:\n  {alloc}");
+    println!(
+        "\nVF {} on the host: {}",
+        vf.bus_id,
+        host_link(&vf_netdev).unwrap_or_default()
+    );
     let pod = cri
-        .run_pod(&PodSpec::new("train").annotation(DEVICE_ALLOCATED, &alloc))
+        .run_pod(
+            &PodSpec::new("train")
+                .own_netns()
+                .annotation(DEVICE_ALLOCATED, &alloc),
+        )
         .expect("RunPodSandbox");
-    let run = cri
-        .run_container(&pod, &ContainerSpec::shell("main", SHOW))
-        .expect("container");
-    println!("\ninside the container:\n{}", run.log.trim_end());
+    let id = cri
+        .create_container(&pod, &ContainerSpec::shell("main", "sleep 600"))
+        .expect("CreateContainer");
+    cri.start_container(&id).expect("StartContainer");
+    let (_, out, err) = cri.exec(&id, &["sh", "-c", SHOW]).expect("exec");
+    println!(
+        "\ninside the container:\n{}{}",
+        out.trim_end(),
+        err.trim_end()
+    );
+    println!(
+        "\nVF netdev {vf_netdev} on the host while the pod runs: {}",
+        host_link(&vf_netdev).unwrap_or_else(|| "absent (moved into the pod)".into())
+    );
     println!("\ndevgate status while the pod runs:");
     print!("{}", devgate::cli::status::table(&node.ledger()));
+    cri.stop_container(&id, 5).expect("StopContainer");
+    cri.remove_container(&id).expect("RemoveContainer");
     cri.stop_pod(&pod).expect("StopPodSandbox");
     cri.remove_pod(&pod).expect("RemovePodSandbox");
     wait_for("claims released", SLOW, || {
         node.ledger().pods.is_empty().then_some(())
     });
-    println!("\nafter removal: every claim released");
+    println!("\nafter removal:");
+    println!(
+        "  VF back on the host: {}",
+        host_link(&vf_netdev).unwrap_or_default()
+    );
     print!("{}", devgate::cli::status::table(&node.ledger()));
 }
