@@ -15,7 +15,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::node::{gpu_entry, Node, DEVICE_ALLOCATED};
+use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
 use support::{require_root, ContainerSpec, Cri, Pod, PodSpec, SLOW};
 
 fn env_usize(key: &str, default: usize) -> usize {
@@ -26,7 +26,7 @@ fn env_usize(key: &str, default: usize) -> usize {
 }
 
 /// 4 whole GPUs and one VF on each of 4 PFs.
-fn allocation(node: &Node) -> String {
+fn pod_allocation(node: &Node) -> String {
     let inv = node.fixture.expected();
     let gpus: Vec<String> = inv.gpus[..4]
         .iter()
@@ -35,18 +35,9 @@ fn allocation(node: &Node) -> String {
     let rdma: Vec<String> = inv.rdma[..4]
         .iter()
         .enumerate()
-        .map(|(i, nic)| {
-            format!(
-                r#"{{"minor":{i},"id":"{}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"minor":-1,"busID":"{}"}}]}}}}"#,
-                nic.bus_id, nic.vfs[0].bus_id
-            )
-        })
+        .map(|(i, nic)| vf_entry(i, nic.bus_id, nic.vfs[0].bus_id))
         .collect();
-    format!(
-        r#"{{"gpu":[{}],"rdma":[{}]}}"#,
-        gpus.join(","),
-        rdma.join(",")
-    )
+    allocation(&gpus, &rdma)
 }
 
 /// Jiffies of user + system CPU of a process.
@@ -106,7 +97,7 @@ fn main() {
     let mut node = Node::start(&[]);
     let cri = node.cri();
     let pod = cri
-        .run_pod(&PodSpec::new("bench").annotation(DEVICE_ALLOCATED, &allocation(&node)))
+        .run_pod(&PodSpec::new("bench").annotation(DEVICE_ALLOCATED, &pod_allocation(&node)))
         .expect("RunPodSandbox");
     let pid = node.plugin.pid().expect("plugin pid");
     let idle_rss = rss_kib(pid);

@@ -9,7 +9,7 @@ mod support;
 use std::process::Command;
 
 use devgate::fixture::HostRootBuilder;
-use support::node::{gpu_entry, Node, DEVICE_ALLOCATED};
+use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
 use support::{require_root, wait_for, ContainerSpec, PodSpec, SLOW};
 
 const SHOW: &str = r#"
@@ -73,12 +73,9 @@ fn main() {
     let (nic, vf) = (&inv.rdma[0], &inv.rdma[0].vfs[0]);
     let vf_netdev = vf.netdev.clone().expect("simulated vf netdev");
     let _veth = Veth::new(&vf_netdev);
-    let alloc = format!(
-        r#"{{"gpu":[{},{}],"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"minor":-1,"busID":"{}"}}]}}}}]}}"#,
-        gpu_entry(2, &g0.uuid),
-        gpu_entry(3, &g1.uuid),
-        nic.bus_id,
-        vf.bus_id
+    let alloc = allocation(
+        &[gpu_entry(2, &g0.uuid), gpu_entry(3, &g1.uuid)],
+        &[vf_entry(0, nic.bus_id, vf.bus_id)],
     );
     println!("\npod annotation {DEVICE_ALLOCATED}:\n  {alloc}");
     println!(

@@ -6,7 +6,9 @@ mod support;
 
 use std::collections::HashMap;
 
-use support::node::{gpu_entry, gpu_share_entry, gpus, Node, DEVICE_ALLOCATED};
+use support::node::{
+    allocation, gpu_entry, gpu_share_entry, gpus, vf_entry, Node, DEVICE_ALLOCATED,
+};
 use support::{require_root, wait_for, ContainerSpec, PodSpec, SLOW};
 
 /// Prints each /dev/nvidia* node with its numbers, what opening the granted GPU
@@ -146,16 +148,12 @@ fn bad_allocations_fail_closed_with_their_reason() {
         ),
         (
             "vf-of-other-pf",
-            format!(
-                r#"{{"rdma":[{{"minor":0,"id":"{pf0}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"minor":-1,"busID":"{vf_of_pf1}"}}]}}}}]}}"#
-            ),
+            allocation(&[], &[vf_entry(0, pf0, vf_of_pf1)]),
             "not to pf",
         ),
         (
             "bus-not-vf",
-            format!(
-                r#"{{"rdma":[{{"minor":0,"id":"{pf0}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"busID":"{pf0}"}}]}}}}]}}"#
-            ),
+            allocation(&[], &[vf_entry(0, pf0, pf0)]),
             "is a pf, not a vf",
         ),
         (

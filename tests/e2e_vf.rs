@@ -10,7 +10,7 @@ mod net;
 
 use devgate::fixture::HostRootBuilder;
 use net::{link, In, Veth};
-use support::node::{Node, DEVICE_ALLOCATED};
+use support::node::{allocation, vf_entry, Node, DEVICE_ALLOCATED};
 use support::{require_root, wait_for, ContainerSpec, PodSpec, SLOW};
 
 #[test]
@@ -21,10 +21,7 @@ fn vf_moves_into_the_pod_as_net1_and_comes_back() {
     let (pf, vf) = (&inv.rdma[0], &inv.rdma[0].vfs[1]);
     let host_name = vf.netdev.clone().expect("fixture vf netdev");
     let stand_in = Veth::new(&host_name, "dgevpeer", "02:00:00:de:0a:01");
-    let alloc = format!(
-        r#"{{"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"minor":-1,"busID":"{}"}}]}}}}]}}"#,
-        pf.bus_id, vf.bus_id
-    );
+    let alloc = allocation(&[], &[vf_entry(0, pf.bus_id, vf.bus_id)]);
     let cri = node.cri();
     let pod = cri
         .run_pod(

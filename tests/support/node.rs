@@ -99,5 +99,24 @@ pub fn gpu_share_entry(minor: u32, uuid: &str, percent: u32) -> String {
 
 /// `{"gpu":[entries]}`.
 pub fn gpus(entries: &[String]) -> String {
-    format!(r#"{{"gpu":[{}]}}"#, entries.join(","))
+    allocation(entries, &[])
+}
+
+/// A Koordinator RDMA entry for one VF of a PF, as koord-scheduler writes it.
+pub fn vf_entry(minor: usize, pf: impl std::fmt::Display, vf: impl std::fmt::Display) -> String {
+    format!(
+        r#"{{"minor":{minor},"id":"{pf}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"minor":-1,"busID":"{vf}"}}]}}}}"#
+    )
+}
+
+/// `{"gpu":[...],"rdma":[...]}`, leaving out an empty type.
+pub fn allocation(gpus: &[String], rdma: &[String]) -> String {
+    let mut parts = Vec::new();
+    if !gpus.is_empty() {
+        parts.push(format!(r#""gpu":[{}]"#, gpus.join(",")));
+    }
+    if !rdma.is_empty() {
+        parts.push(format!(r#""rdma":[{}]"#, rdma.join(",")));
+    }
+    format!("{{{}}}", parts.join(","))
 }
