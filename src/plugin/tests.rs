@@ -116,15 +116,21 @@ async fn oversized_probe_fails_the_container_with_a_readable_reason() {
         .create_container(&pod(Some(&long)), &ctr())
         .await
         .unwrap_err();
-    let ttrpc::Error::RpcStatus(status) = err else {
-        panic!("not a status: {err:?}");
-    };
+    let status = rpc_status(err);
     assert_eq!(status.code(), Code::INVALID_ARGUMENT);
     assert_eq!(
         status.message(),
         "devgate refused container \"app\" of pod team/web: \
          pod annotation devgate.io/probe is 1000 bytes long, limit 256"
     );
+}
+
+/// The ttrpc status a refused request came back with.
+fn rpc_status(err: ttrpc::Error) -> ttrpc::proto::Status {
+    match err {
+        ttrpc::Error::RpcStatus(status) => status,
+        other => panic!("not a status: {other:?}"),
+    }
 }
 
 fn log_format(plugin: &DevgatePlugin) -> LogFormat {
@@ -171,9 +177,7 @@ async fn bad_runtime_config_refuses_only_containers_that_need_devgate() {
         .create_container(&pod(Some("v")), &ctr())
         .await
         .unwrap_err();
-    let ttrpc::Error::RpcStatus(status) = err else {
-        panic!("not a status: {err:?}");
-    };
+    let status = rpc_status(err);
     assert_eq!(status.code(), Code::FAILED_PRECONDITION);
     assert!(
         status.message().contains("no_such_key"),
@@ -201,9 +205,7 @@ async fn unapplicable_allocation_fails_closed_by_default() {
         .create_container(&allocated_pod(r#"{"gpu":[{"minor":0}]}"#), &ctr())
         .await
         .unwrap_err();
-    let ttrpc::Error::RpcStatus(status) = err else {
-        panic!("not a status: {err:?}");
-    };
+    let status = rpc_status(err);
     assert_eq!(status.code(), Code::FAILED_PRECONDITION);
     assert!(
         status
