@@ -148,23 +148,9 @@ fn hami_core(out: &mut Builder, entries: &[GpuEntry], gpus: &[&Gpu]) -> Result<(
     out.plan
         .env
         .insert("LD_PRELOAD".into(), hami.library_path.clone());
-    out.plan.mounts.push(Mount {
-        source: hami.library_path.clone(),
-        destination: hami.library_path.clone(),
-        kind: "bind".into(),
-        options: ["rbind", "ro", "nosuid", "nodev"]
-            .map(String::from)
-            .to_vec(),
-    });
+    out.plan.mounts.push(host_bind(&hami.library_path, "ro"));
     // Shared by every HAMi-core container on the node (HAMi issue #696).
-    out.plan.mounts.push(Mount {
-        source: hami.lock_dir.clone(),
-        destination: hami.lock_dir.clone(),
-        kind: "bind".into(),
-        options: ["rbind", "rw", "nosuid", "nodev"]
-            .map(String::from)
-            .to_vec(),
-    });
+    out.plan.mounts.push(host_bind(&hami.lock_dir, "rw"));
     Ok(())
 }
 
@@ -177,4 +163,16 @@ fn memory_limit(e: &GpuEntry, gpu: &Gpu) -> Option<u64> {
         u64::try_from(total * ratio / 100).ok()
     };
     e.resources.memory_bytes.or_else(derived).filter(|&b| b > 0)
+}
+
+/// A host path bound at the same path in the container, `ro` or `rw`.
+fn host_bind(path: &str, mode: &str) -> Mount {
+    Mount {
+        source: path.to_string(),
+        destination: path.to_string(),
+        kind: "bind".into(),
+        options: ["rbind", mode, "nosuid", "nodev"]
+            .map(String::from)
+            .to_vec(),
+    }
 }
