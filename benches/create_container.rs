@@ -1,4 +1,5 @@
-//! CreateContainer through CRI against the real containerd 1.7.24, with devgate
+//! CreateContainer through CRI against a real containerd (1.7.24, or 2.1.9 with
+//! `DEVGATE_TEST_RUNTIME=containerd-2.1`; the report names it), with devgate
 //! connected versus no plugin connected, for a pod with 4 GPUs + 4 VFs on the
 //! simulated HGX host root. Sets alternate (with, without, with, ...) so that
 //! machine drift cancels; each creation is timed from the CRI call to its
@@ -126,7 +127,10 @@ fn main() {
 
     let hz = 100.0; // USER_HZ on Linux x86-64
     let creations = (n * sets) as f64;
-    println!("CreateContainer through CRI, pod with 4 GPUs + 4 VFs ({sets} alternating set pairs of {n})");
+    println!(
+        "CreateContainer through CRI on {}, pod with 4 GPUs + 4 VFs ({sets} alternating set pairs of {n})",
+        node.ctrd.runtime()
+    );
     let m_with = report("devgate", with);
     let m_without = report("no plugin", without);
     println!("median overhead: {:.3} ms", m_with - m_without);

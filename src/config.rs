@@ -10,6 +10,11 @@ use serde::{Deserialize, Serialize};
 mod vf;
 pub use vf::{MacPolicy, VfConfig, VfLinkState, VfSettings};
 
+pub mod comm_env;
+pub mod sriov;
+pub use comm_env::{CommEnvConfig, CommVar, GidFamily, VarSetting};
+pub use sriov::SriovConfig;
+
 /// Default location of the config file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/devgate/config.toml";
 /// Upper bound on the config size: the runtime passes pre-installed plugin config inline.
@@ -59,6 +64,22 @@ pub struct Config {
     pub hami: HamiConfig,
     pub gpu: GpuConfig,
     pub vf: VfConfig,
+    /// Grant only what the pod's containers request (`crate::grant`). Unset:
+    /// `requests` when an API server is configured or found in-cluster, else `off`.
+    pub grant_check: Option<crate::grant::GrantCheck>,
+    /// When not empty, only pods in these namespaces get devices.
+    pub allowed_namespaces: Vec<String>,
+    /// Pods in these namespaces never get devices.
+    pub denied_namespaces: Vec<String>,
+    /// Milliseconds CreateContainer waits for a pod the API watch has not delivered yet.
+    pub grant_wait_ms: u64,
+    pub kube_api: crate::grant::KubeApiConfig,
+    /// VF counts the node should have (bootstrap creates them, doctor checks).
+    pub sriov: SriovConfig,
+    pub comm_env: CommEnvConfig,
+    /// How the adjustment names devices: raw nodes, or CDI names where the
+    /// runtime injects them.
+    pub device_mode: DeviceMode,
 }
 
 impl Default for Config {
@@ -73,8 +94,29 @@ impl Default for Config {
             hami: HamiConfig::default(),
             gpu: GpuConfig::default(),
             vf: VfConfig::default(),
+            grant_check: None,
+            allowed_namespaces: Vec::new(),
+            denied_namespaces: Vec::new(),
+            grant_wait_ms: crate::grant::DEFAULT_WAIT_MS,
+            kube_api: crate::grant::KubeApiConfig::default(),
+            sriov: SriovConfig::default(),
+            comm_env: CommEnvConfig::default(),
+            device_mode: DeviceMode::Nodes,
         }
     }
+}
+
+/// How a container's devices appear in the NRI adjustment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceMode {
+    /// `linux.devices` with numbers from sysfs (every runtime).
+    #[default]
+    Nodes,
+    /// CDI names (`devgate.io/gpu=<uuid>`, `devgate.io/rdma=<bdf>`) from the spec
+    /// `devgate cdi generate` writes, where the runtime injects CDI devices;
+    /// raw nodes elsewhere.
+    Cdi,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -240,6 +282,9 @@ impl Config {
             message: e.message().to_string(),
         })?;
         config.vf.validate()?;
+        crate::grant::validate(&config)?;
+        config.sriov.validate()?;
+        config.comm_env.validate()?;
         Ok(config)
     }
 

@@ -1,10 +1,12 @@
 //! devgate: applies scheduler-chosen GPU and RDMA allocations to containers.
 pub mod allocation;
+pub mod cdi;
 pub mod cli;
 pub mod config;
 pub mod fixture;
 pub mod fsutil;
 pub mod gpu;
+pub mod grant;
 pub mod hook;
 pub mod inventory;
 pub mod ledger;

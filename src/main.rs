@@ -25,6 +25,10 @@ enum Cmd {
     Plan(cli::plan::PlanArgs),
     /// Show devices, holders and state from the ledger.
     Status(cli::status::StatusArgs),
+    /// CDI specs of this node's devices.
+    Cdi(cli::cdi::CdiArgs),
+    /// Check the node's setup: runtime, NRI, hooks, devices, config.
+    Doctor(cli::doctor::DoctorArgs),
 }
 
 /// Parses the command line. A runtime launches a pre-installed NRI plugin
@@ -47,6 +51,8 @@ fn main() -> ExitCode {
         Cmd::Inventory(args) => cli::inventory::run(args).map_err(Into::into),
         Cmd::Plan(args) => cli::plan::run(args).map_err(Into::into),
         Cmd::Status(args) => cli::status::run(args).map_err(Into::into),
+        Cmd::Doctor(args) => cli::doctor::run(args).map_err(Into::into),
+        Cmd::Cdi(args) => cli::cdi::run(args).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

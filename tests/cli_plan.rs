@@ -256,3 +256,52 @@ fn bad_pod_files_exit_1_with_one_line() {
         );
     }
 }
+
+/// Communication-library variables from the host's own tables: the RoCE v2 GID
+/// index read from sysfs, the VF's container name, and a variable the pod spec sets
+/// left alone; the table shows them under ENV.
+#[test]
+fn comm_env_from_the_host_and_the_pod_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    let fx = HostRootBuilder::hgx()
+        .roce_ipv4(true)
+        .build(&dir.path().join("root"))
+        .unwrap();
+    let inv = fx.expected();
+    let (nic, whole) = (&inv.rdma[1], &inv.rdma[3]);
+    let vf = &nic.vfs[2];
+    let ann = format!(
+        r#"{{"gpu":[{{"minor":{}}}],"rdma":[{{"minor":1,"id":"{}","extension":{{"vfs":[{{"busID":"{}"}}]}}}},{{"minor":3,"id":"{}"}}]}}"#,
+        inv.gpus[1].minor, nic.bus_id, vf.bus_id, whole.bus_id
+    );
+    let mut p = allocated(&ann);
+    p["spec"]["containers"][0]["env"] = json!([{"name": "UCX_NET_DEVICES", "value": "mine"}]);
+    let vf_dev = &vf.rdma.as_ref().unwrap().name;
+    let hca = format!("{vf_dev}:1,{}:1", whole.rdma.name);
+    let plan = plan_ok(fx.root(), &p, &[]);
+    let env = &plan["env"];
+    assert_eq!(env["NCCL_IB_HCA"], format!("={hca}"));
+    assert_eq!(env["NCCL_IB_GID_INDEX"], "3");
+    assert_eq!(env["NCCL_SOCKET_IFNAME"], "net1");
+    assert_eq!(env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+    assert!(env.get("UCX_NET_DEVICES").is_none(), "{env}");
+    assert_eq!(plan["warnings"], json!([]));
+
+    // Another container of the pod does not set it: it gets the devgate value.
+    let out = plan_cmd(
+        fx.root(),
+        p.to_string().as_bytes(),
+        &["--container", "sidecar", "-o", "table"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!("\nUCX_NET_DEVICES={hca}\n")),
+        "{text}"
+    );
+    assert!(text.contains(&format!("\nNCCL_IB_HCA=={hca}\n")), "{text}");
+}

@@ -12,7 +12,8 @@ use std::path::Path;
 
 use devgate::netdev::{self, Netns, NetnsRoots, SavedStore, SysNetEnv, VfOps};
 use net::{
-    action, hook, link, links, ok, records, require_root, state, In, NamedNs, Sleeper, Veth,
+    action, arp_notify, hook, link, links, ok, records, require_root, state, In, NamedNs, Sleeper,
+    Veth,
 };
 
 const ORIG_MTU: u32 = 1500;
@@ -33,6 +34,7 @@ fn assert_in_pod(at: In<'_>, ifname: &str, mac: &str, mtu: u32) {
     assert_eq!(l.address.as_deref(), Some(mac), "{l:?}");
     assert_eq!(l.mtu, mtu, "{l:?}");
     assert!(l.up(), "{l:?}");
+    assert_eq!(arp_notify(at, ifname), "1", "arp_notify of {ifname}");
 }
 
 /// Does what the kernel does to a physical netdev whose netns dies: back to the

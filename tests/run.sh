@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's single test command. As root on Debian bookworm: installs what
 # the end-to-end tests need (tests/setup-host.sh), then runs formatting,
-# clippy, every unit and end-to-end test, and the benchmarks in smoke mode
-# (each benchmark run once).
+# clippy, every unit and end-to-end test (the end-to-end ones once per
+# containerd line: 1.7 and 2.1), and the benchmarks in smoke mode (each
+# benchmark run once, against each containerd line).
 # The end-to-end tests start private containerd instances, so this must run as
 # root; they fail rather than skip otherwise.
 set -euo pipefail
@@ -31,14 +32,16 @@ step() {
 # fat-LTO build of the whole dependency tree, which alone takes longer than the
 # rest of this script on two cores: DEVGATE_BENCH=quick runs criterion's
 # `--quick` measurement instead.
+# $1: a benchmark target name, or '*' for every one.
 run_benches() {
+    local which=${1:-*}
     if ! cargo metadata --no-deps --format-version 1 | grep -q '"kind":\["bench"\]'; then
         echo "no benchmark targets in the workspace" >&2
         return
     fi
     case ${DEVGATE_BENCH:-smoke} in
-    smoke) cargo test --workspace --bench '*' ;;
-    quick) cargo bench --workspace --bench '*' -- --quick --noplot ;;
+    smoke) cargo test --workspace --bench "$which" ;;
+    quick) cargo bench --workspace --bench "$which" -- --quick --noplot ;;
     *)
         echo "run.sh: DEVGATE_BENCH must be smoke or quick" >&2
         return 1
@@ -46,9 +49,60 @@ run_benches() {
     esac
 }
 
+# The end-to-end suite runs once per containerd line (tests/support/runtime.rs).
+# The first line runs with everything else; the others rerun every
+# tests/e2e_*.rs, found by name so that new files join without an edit here.
+# e2e_podman drives podman only and does not depend on the containerd line.
+readonly RUNTIMES=(containerd-1.7 containerd-2.1)
+readonly RUNTIME_FREE_E2E=(e2e_podman)
+
+# Runs "$@" with DEVGATE_TEST_RUNTIME=$1; a failure names the runtime.
+under_runtime() {
+    local runtime=$1
+    shift
+    printf -- '--- runtime: %s\n' "$runtime" >&2
+    if ! DEVGATE_TEST_RUNTIME=$runtime "$@"; then
+        printf '\nrun.sh: FAILED under %s: %s\n' "$runtime" "$*" >&2
+        return 1
+    fi
+}
+
+# `--test NAME` for each runtime-dependent end-to-end test file.
+e2e_test_args() {
+    local f name skip
+    for f in tests/e2e_*.rs; do
+        name=$(basename "$f" .rs)
+        for skip in "${RUNTIME_FREE_E2E[@]}"; do
+            [[ $name == "$skip" ]] && continue 2
+        done
+        printf -- '--test\n%s\n' "$name"
+    done
+}
+
+run_e2e_again() {
+    local runtime=$1
+    local -a args
+    mapfile -t args < <(e2e_test_args)
+    ((${#args[@]} > 0)) || {
+        echo "run.sh: no tests/e2e_*.rs found" >&2
+        return 1
+    }
+    under_runtime "$runtime" cargo test "${args[@]}" --no-fail-fast
+}
+
 step "host setup" ./tests/setup-host.sh
 step "cargo fmt" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
-step "cargo test" cargo test --workspace --no-fail-fast
-step "cargo bench (smoke)" run_benches
+step "cargo test (end-to-end under ${RUNTIMES[0]})" under_runtime "${RUNTIMES[0]}" cargo test --workspace --no-fail-fast
+for runtime in "${RUNTIMES[@]:1}"; do
+    step "end-to-end tests under $runtime" run_e2e_again "$runtime"
+done
+# The README's main job, end to end, as a user runs it (about a minute:
+# it reuses the test build).
+step "demo (install/demo.sh)" ./install/demo.sh
+step "cargo bench (${DEVGATE_BENCH:-smoke}) under ${RUNTIMES[0]}" under_runtime "${RUNTIMES[0]}" run_benches
+# Only the benchmark that drives containerd depends on the line.
+for runtime in "${RUNTIMES[@]:1}"; do
+    step "create_container bench under $runtime" under_runtime "$runtime" run_benches create_container
+done
 printf '\nall checks passed in %ds\n' $((SECONDS - started)) >&2

@@ -8,8 +8,12 @@
 set -euo pipefail
 
 readonly CONTAINERD_VERSION_GLOB='1.7.24~ds1-*'
+# The second runtime of the end-to-end matrix: containerd 2.1 (NRI v0.8.0) from
+# Debian forky, unpacked (dpkg -x, never installed) beside 1.7 so both coexist.
+readonly CONTAINERD21_VERSION_GLOB='2.1.9+ds1-*'
+readonly CONTAINERD21_PREFIX=/opt/devgate-test/containerd-2.1
 readonly CACHE=/var/cache/devgate-test
-readonly BOOKWORM_PACKAGES=(runc protobuf-compiler busybox-static iproute2 tar coreutils util-linux)
+readonly BOOKWORM_PACKAGES=(runc protobuf-compiler busybox-static iproute2 tar coreutils util-linux podman)
 
 log() { printf 'setup-host: %s\n' "$*" >&2; }
 die() {
@@ -49,6 +53,57 @@ private_apt_options() {
         -o "Dir::State::Lists=$CACHE/lists" \
         -o "Dir::Cache=$CACHE/cache" \
         -o "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false"
+}
+
+# Prints the .deb path of containerd matching $2 from Debian suite $1, downloading it
+# when needed through a private source list of that suite alone.
+fetch_suite_deb() {
+    local suite=$1 glob=$2 pattern existing
+    pattern="$CACHE/debs/containerd_${glob%-\*}-*_amd64.deb"
+    existing=$(compgen -G "$pattern" | head -n1 || true)
+    if [[ -n $existing ]]; then
+        printf '%s\n' "$existing"
+        return
+    fi
+    local dir="$CACHE/$suite"
+    mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial" "$CACHE/debs"
+    ! id _apt >/dev/null 2>&1 || chown _apt "$CACHE/debs"
+    echo "deb http://deb.debian.org/debian $suite main" >"$dir/sources.list"
+    local -a opts=(
+        -o "Dir::Etc::SourceList=$dir/sources.list"
+        -o "Dir::Etc::SourceParts=/dev/null"
+        -o "Dir::State::Lists=$dir/lists"
+        -o "Dir::Cache=$dir/cache"
+        -o "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false"
+    )
+    apt-get "${opts[@]}" update >&2
+    local version
+    version=$(apt-cache "${opts[@]}" madison containerd | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' |
+        while read -r v; do
+            # shellcheck disable=SC2053 # the glob is intended
+            [[ $v == $glob ]] && echo "$v"
+        done | head -n1)
+    [[ -n $version ]] || die "$suite offers no containerd $glob (has: $(apt-cache "${opts[@]}" madison containerd | tr '\n' ' '))"
+    (cd "$CACHE/debs" && apt-get "${opts[@]}" download "containerd=$version" >&2)
+    compgen -G "$pattern" | head -n1
+}
+
+# containerd 2.1 under $CONTAINERD21_PREFIX (usr/bin/containerd, ctr, the runc shim).
+# The unpacked tree is replaced only when its version is not the wanted one.
+install_containerd21() {
+    local bin=$CONTAINERD21_PREFIX/usr/bin/containerd
+    if [[ -x $bin ]] && "$bin" --version 2>/dev/null | grep -q ' 2\.1\.'; then
+        return
+    fi
+    local deb
+    deb=$(fetch_suite_deb forky "$CONTAINERD21_VERSION_GLOB")
+    log "unpacking $deb into $CONTAINERD21_PREFIX"
+    rm -rf "$CONTAINERD21_PREFIX.new"
+    mkdir -p "$CONTAINERD21_PREFIX.new"
+    dpkg -x "$deb" "$CONTAINERD21_PREFIX.new"
+    rm -rf "$CONTAINERD21_PREFIX"
+    mv "$CONTAINERD21_PREFIX.new" "$CONTAINERD21_PREFIX"
+    "$bin" --version >&2 || die "containerd 2.1 at $bin does not run"
 }
 
 # Prints the .deb path of containerd 1.7.24 from trixie, downloading it when needed.
@@ -123,5 +178,6 @@ disable_containerd_service() {
 
 install_bookworm_packages
 install_containerd
+install_containerd21
 disable_containerd_service
 containerd --version >&2

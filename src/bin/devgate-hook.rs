@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use devgate::config::{Config, DEFAULT_CONFIG_PATH};
 use devgate::hook::{
-    self, HookEnv, HookError, Stage, State, CONFIG_ENV, DEFAULT_STATE_DIR, FAULT_ENV,
+    self, HookEnv, HookError, Stage, State, SysContainerOs, CONFIG_ENV, DEFAULT_STATE_DIR,
+    FAULT_ENV,
 };
 use devgate::netdev::NetnsRoots;
 use tracing::level_filters::LevelFilter;
@@ -20,7 +21,9 @@ use tracing::level_filters::LevelFilter;
     about = "OCI hook: give pods their VFs and take them back"
 )]
 struct Args {
-    /// prestart, createRuntime, createContainer or poststop.
+    /// prestart, createRuntime, createContainer or poststop; `auto` takes it
+    /// from the state's status (creating: createRuntime, stopped: poststop),
+    /// for a hooks.d file that lists both stages with one argument list.
     stage: String,
     /// Root of the host filesystem for sysfs reads.
     #[arg(long, default_value = "/")]
@@ -33,9 +36,13 @@ struct Args {
     log_file: Option<PathBuf>,
     #[arg(long, default_value = "info")]
     log_level: LevelFilter,
-    /// Resolve devices from the pod annotation without the NRI plugin.
+    /// Resolve devices from the pod annotation without the NRI plugin
+    /// (hooks.d): device nodes, device cgroup rules and VFs.
     #[arg(long)]
     hooks_only: bool,
+    /// Where the cgroup v1 hierarchies are mounted (hooks-only mode).
+    #[arg(long, default_value = "/sys/fs/cgroup")]
+    cgroup_root: PathBuf,
 }
 
 fn main() -> ExitCode {
@@ -57,14 +64,18 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), HookError> {
-    let stage: Stage = args.stage.parse()?;
+    let fixed: Option<Stage> = match args.stage.as_str() {
+        "auto" => None,
+        other => Some(other.parse()?),
+    };
     let config_path = std::env::var_os(CONFIG_ENV)
         .map_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH), PathBuf::from);
-    let _config = Config::load(&config_path)?;
-    if args.hooks_only {
-        return Err(HookError::HooksOnly);
-    }
+    let config = Config::load(&config_path)?;
     let state = State::read(std::io::stdin().lock())?;
+    let stage = match fixed {
+        Some(stage) => stage,
+        None => Stage::from_status(&state.status)?,
+    };
     let env = HookEnv {
         host_root: args.host_root.clone(),
         state_dir: args.state_dir.clone(),
@@ -81,7 +92,15 @@ fn run(args: &Args) -> Result<(), HookError> {
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
         }
     };
-    let outcome = hook::run(stage, &state, &env, &checkpoint)?;
+    let outcome = if args.hooks_only {
+        let mut os = SysContainerOs {
+            env: env.clone(),
+            cgroup_root: args.cgroup_root.clone(),
+        };
+        hook::run_hooks_only(stage, &state, &env, &config, &mut os, &checkpoint)?
+    } else {
+        hook::run(stage, &state, &env, &checkpoint)?
+    };
     tracing::info!(%stage, container = %state.id, ?outcome, "hook done");
     Ok(())
 }

@@ -12,16 +12,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nri::{stub::Preinstalled, Stub, StubError};
-use tracing_subscriber::EnvFilter;
+use tracing::level_filters::LevelFilter;
+use tracing_subscriber::{filter::Targets, layer::SubscriberExt, util::SubscriberInitExt};
 
 use crate::{
     config::{Config, ConfigError, LogFormat},
     plugin::{DevgatePlugin, PluginOptions},
 };
 
-/// Environment variable holding the log filter (`tracing` `EnvFilter` syntax).
+/// Environment variable holding the log filter: a default level and per-target
+/// levels, `info,devgate::ledger=debug` (`tracing_subscriber::filter::Targets`;
+/// no regular expressions, which keeps them out of the resident binary).
 pub const LOG_ENV: &str = "DEVGATE_LOG";
-const DEFAULT_LOG_FILTER: &str = "info";
+const DEFAULT_LOG_LEVEL: LevelFilter = LevelFilter::INFO;
 
 /// Flags of `devgate nri` (a contract: install scripts and tests rely on them).
 #[derive(Debug, Clone, clap::Args)]
@@ -129,18 +132,18 @@ async fn serve(stub: Stub<DevgatePlugin>, retry: Duration) -> Result<(), NriCmdE
 /// Logs go to stderr, filtered by `DEVGATE_LOG` (default `info`).
 fn init_logging(format: LogFormat) -> Result<(), NriCmdError> {
     let filter = match std::env::var(LOG_ENV) {
-        Ok(value) => EnvFilter::try_new(&value).map_err(|e| NriCmdError::LogFilter {
-            reason: e.to_string(),
-            value,
-        })?,
-        Err(_) => EnvFilter::new(DEFAULT_LOG_FILTER),
+        Ok(value) => value
+            .parse::<Targets>()
+            .map_err(|e| NriCmdError::LogFilter {
+                reason: e.to_string(),
+                value,
+            })?,
+        Err(_) => Targets::new().with_default(DEFAULT_LOG_LEVEL),
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let fmt = tracing_subscriber::fmt().with_writer(std::io::stderr);
     let installed = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => fmt.finish().with(filter).try_init(),
+        LogFormat::Json => fmt.json().finish().with(filter).try_init(),
     };
-    installed.map_err(NriCmdError::Logging)
+    installed.map_err(|e| NriCmdError::Logging(Box::new(e)))
 }

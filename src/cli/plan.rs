@@ -99,6 +99,30 @@ pub struct PodSpec {
 #[serde(default)]
 pub struct ContainerName {
     pub name: String,
+    /// The container's own variables: a communication variable set here wins.
+    pub env: Option<Vec<EnvVar>>,
+}
+
+/// One `env` entry; `valueFrom` entries count as set, their value unknown here.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: Option<String>,
+}
+
+impl PodObject {
+    /// `NAME=value` for each variable `container` sets in the pod spec, as the
+    /// runtime passes a container's env. The image's variables are not known here.
+    pub fn container_env(&self, container: &str) -> Vec<String> {
+        let apps = self.spec.containers.as_deref().unwrap_or_default();
+        let inits = self.spec.init_containers.as_deref().unwrap_or_default();
+        let found = apps.iter().chain(inits).find(|c| c.name == container);
+        let vars = found.and_then(|c| c.env.as_deref()).unwrap_or_default();
+        vars.iter()
+            .map(|v| format!("{}={}", v.name, v.value.as_deref().unwrap_or_default()))
+            .collect()
+    }
 }
 
 pub fn run(args: PlanArgs) -> Result<(), PlanCmdError> {
@@ -150,7 +174,14 @@ pub fn plan_pod(
     } else {
         inventory::discover(host_root)
     };
-    Ok(plan::build(&inventory, &devices, container, config)?)
+    let env = pod.container_env(container);
+    let ctx = plan::ContainerContext {
+        env: &env,
+        gids: &plan::HostGids { root: host_root },
+    };
+    Ok(plan::build_for(
+        &inventory, &devices, container, config, &ctx,
+    )?)
 }
 
 fn read_bounded(path: &str, origin: &str) -> Result<String, PlanCmdError> {

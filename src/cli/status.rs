@@ -1,4 +1,8 @@
-//! `devgate status`: devices, holders and state from the ledger.
+//! `devgate status`: devices, holders and state from the ledger, and how each
+//! pod's GPUs and NICs connect.
+mod pairs;
+mod runtime;
+
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -6,6 +10,7 @@ use serde::Serialize;
 
 use crate::gpu::{GpuError, HealthState, HealthStore};
 use crate::ledger::{Ledger, LedgerError, LedgerState, Share};
+pub use pairs::{pod_pairs, Pair, PodPairs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StatusFormat {
@@ -20,6 +25,9 @@ pub struct StatusArgs {
     /// GPU health that survives reboots (`[gpu] health_dir`).
     #[arg(long, default_value = "/var/lib/devgate")]
     pub health_dir: PathBuf,
+    /// Root holding the host's `sys/`, for the PCIe placement of held devices.
+    #[arg(long, default_value = "/")]
+    pub host_root: PathBuf,
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: StatusFormat,
 }
@@ -32,6 +40,10 @@ pub enum StatusCmdError {
     Encode(#[from] serde_json::Error),
     #[error(transparent)]
     Health(#[from] GpuError),
+    #[error(transparent)]
+    Runtime(#[from] crate::plugin::features::FeaturesError),
+    #[error(transparent)]
+    Grants(#[from] crate::grant::audit::AuditError),
 }
 
 /// `-o json`: the ledger's devices and pods, and GPU health.
@@ -40,25 +52,59 @@ struct StatusView<'a> {
     #[serde(flatten)]
     ledger: &'a LedgerState,
     gpu_health: &'a HealthState,
+    gpu_nic_pairs: &'a [PodPairs],
+    /// The runtime devgate was last configured by, and the features in use.
+    runtime: Option<&'a crate::plugin::features::RuntimeRecord>,
+    /// Grant check decisions: granted, refused and why.
+    grants: &'a crate::grant::GrantCounters,
 }
 
 pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
     let state = Ledger::open(&args.state_dir)?.snapshot()?;
     let health = HealthStore::new(&args.health_dir).snapshot()?;
+    let runtime_record = crate::plugin::features::RuntimeRecord::load(&args.state_dir)?;
+    let grants = crate::grant::audit::read_counters(&args.state_dir)?;
+    // Discovery only when some pod holds both kinds: it is the slow part.
+    let pairs = if state.pods.values().any(holds_gpu_and_nic) {
+        pod_pairs(&state, &crate::inventory::discover(&args.host_root))
+    } else {
+        Vec::new()
+    };
     match args.output {
         StatusFormat::Json => {
             let view = StatusView {
                 ledger: &state,
                 gpu_health: &health,
+                gpu_nic_pairs: &pairs,
+                runtime: runtime_record.as_ref(),
+                grants: &grants,
             };
             println!("{}", serde_json::to_string_pretty(&view)?)
         }
         StatusFormat::Table => {
+            println!("{}", runtime::table(runtime_record.as_ref()));
             print!("{}", table(&state));
             print!("\n{}", crate::gpu::health::table(&health));
+            print!("\n{}", crate::grant::audit::table(&grants));
+            if !pairs.is_empty() {
+                print!("\n{}", pairs::table(&pairs));
+            }
         }
     }
     Ok(())
+}
+
+fn holds_gpu_and_nic(pod: &crate::ledger::PodRecord) -> bool {
+    use crate::ledger::DeviceId;
+    let gpu = pod
+        .claims
+        .iter()
+        .any(|c| matches!(c.device, DeviceId::Gpu(_)));
+    let nic = pod
+        .claims
+        .iter()
+        .any(|c| !matches!(c.device, DeviceId::Gpu(_)));
+    gpu && nic
 }
 
 fn share_text(share: &Share) -> String {

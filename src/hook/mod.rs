@@ -12,14 +12,18 @@
 //! runc shows a hook's output only inside its error (libcontainer `Command.Run`),
 //! so logs go to a file and the binary prints one line, on failure only.
 
+pub mod cgroup;
+pub mod devnodes;
 mod log;
 mod resolved;
+mod standalone;
 mod state;
 
 use std::path::PathBuf;
 
 pub use log::init_log;
 pub use resolved::{Resolved, ResolvedError, MAX_NETWORKS, RESOLVED_ANNOTATION, RESOLVED_VERSION};
+pub use standalone::{run_hooks_only, ContainerOs, HooksOnlyError, SysContainerOs};
 pub use state::{State, MAX_STATE_BYTES};
 
 use crate::config::ConfigError;
@@ -56,6 +60,18 @@ impl std::str::FromStr for Stage {
     }
 }
 
+impl Stage {
+    /// The stage a runtime is in when it passes a state with `status`
+    /// (runtime-spec `runtime.md`: `creating` at createRuntime, `stopped` at poststop).
+    pub fn from_status(status: &str) -> Result<Stage, HookError> {
+        match status {
+            "creating" => Ok(Stage::CreateRuntime),
+            "stopped" => Ok(Stage::Poststop),
+            other => Err(HookError::AutoStage(other.chars().take(32).collect())),
+        }
+    }
+}
+
 impl std::fmt::Display for Stage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -71,6 +87,8 @@ impl std::fmt::Display for Stage {
 pub enum HookError {
     #[error("unknown stage {0:?} (want prestart, createRuntime, createContainer or poststop)")]
     Stage(String),
+    #[error("stage auto: container status {0:?} is neither creating nor stopped")]
+    AutoStage(String),
     #[error("read the container state from stdin")]
     Stdin(#[source] std::io::Error),
     #[error("the container state on stdin is larger than {MAX_STATE_BYTES} bytes")]
@@ -89,8 +107,8 @@ pub enum HookError {
     Netns(#[source] NetnsError),
     #[error(transparent)]
     Vf(#[from] VfError),
-    #[error("hooks-only mode (no NRI plugin) is not supported yet: run `devgate nri` and let it inject the hook")]
-    HooksOnly,
+    #[error(transparent)]
+    HooksOnly(#[from] HooksOnlyError),
 }
 
 /// Where the hook works.
@@ -108,6 +126,16 @@ pub struct HookEnv {
 pub enum Outcome {
     Attached(usize),
     Detached(usize),
+    /// Hooks-only mode: device nodes made and VFs attached.
+    Applied {
+        nodes: usize,
+        networks: usize,
+    },
+    /// Hooks-only mode: VFs restored, and whether the pod's claims were released.
+    Released {
+        networks: usize,
+        pod_released: bool,
+    },
     Nothing,
 }
 
@@ -144,6 +172,18 @@ fn attach(
         });
     }
     let pid = state.pid().ok_or(HookError::NoPid { stage })?;
+    attach_networks(env, &state.id, pid, &resolved.networks, checkpoint)?;
+    Ok(Outcome::Attached(resolved.networks.len()))
+}
+
+/// Moves `networks` into the netns of `pid` for `container_id`, all or nothing.
+pub(crate) fn attach_networks(
+    env: &HookEnv,
+    container_id: &str,
+    pid: u32,
+    networks: &[netdev::VfAttach],
+    checkpoint: &dyn Fn(&'static str),
+) -> Result<(), HookError> {
     let pod = netdev::Netns::of_pid(&env.roots.proc_root, pid).map_err(HookError::Netns)?;
     let mut net = SysNetEnv::new(env.roots.clone()).map_err(HookError::Netns)?;
     let store = SavedStore::new(&env.state_dir);
@@ -152,8 +192,8 @@ fn attach(
         store: &store,
         checkpoint,
     };
-    netdev::attach_all(&mut ops, &state.id, &pod, None, &resolved.networks)?;
-    Ok(Outcome::Attached(resolved.networks.len()))
+    netdev::attach_all(&mut ops, container_id, &pod, None, networks)?;
+    Ok(())
 }
 
 fn detach(
@@ -161,11 +201,25 @@ fn detach(
     env: &HookEnv,
     checkpoint: &dyn Fn(&'static str),
 ) -> Result<Outcome, HookError> {
+    match detach_networks(env, &state.id, checkpoint)? {
+        0 => Ok(Outcome::Nothing),
+        n => Ok(Outcome::Detached(n)),
+    }
+}
+
+/// Restores every VF saved for `container_id`; how many there were.
+pub(crate) fn detach_networks(
+    env: &HookEnv,
+    container_id: &str,
+    checkpoint: &dyn Fn(&'static str),
+) -> Result<usize, HookError> {
     let store = SavedStore::new(&env.state_dir);
     // The common case, a container without VFs, reads one directory and stops.
-    let held = store.for_container(&state.id).map_err(VfError::Records)?;
+    let held = store
+        .for_container(container_id)
+        .map_err(VfError::Records)?;
     if held.is_empty() {
-        return Ok(Outcome::Nothing);
+        return Ok(0);
     }
     let mut net = SysNetEnv::new(env.roots.clone()).map_err(HookError::Netns)?;
     let mut ops = VfOps {
@@ -173,8 +227,7 @@ fn detach(
         store: &store,
         checkpoint,
     };
-    let n = netdev::detach_container(&mut ops, &state.id)?;
-    Ok(Outcome::Detached(n))
+    Ok(netdev::detach_container(&mut ops, container_id)?)
 }
 
 #[cfg(test)]
@@ -189,6 +242,21 @@ mod tests {
         for s in ["startContainer", "poststart", "", "PRESTART"] {
             assert!(
                 matches!(s.parse::<Stage>(), Err(HookError::Stage(_))),
+                "{s}"
+            );
+        }
+    }
+
+    #[test]
+    fn auto_stage_follows_the_status() {
+        assert_eq!(
+            Stage::from_status("creating").unwrap(),
+            Stage::CreateRuntime
+        );
+        assert_eq!(Stage::from_status("stopped").unwrap(), Stage::Poststop);
+        for s in ["running", "created", ""] {
+            assert!(
+                matches!(Stage::from_status(s), Err(HookError::AutoStage(_))),
                 "{s}"
             );
         }

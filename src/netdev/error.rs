@@ -37,6 +37,12 @@ pub enum Cause {
     MacNotApplied { want: String, got: String },
     #[error("{what} is listed twice: {value}")]
     Duplicate { what: &'static str, value: String },
+    #[error("write {path}: {source}")]
+    Sysctl {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]

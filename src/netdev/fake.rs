@@ -53,6 +53,10 @@ pub enum Call {
         name: String,
         to_ns: u64,
     },
+    ArpNotify {
+        ns: u64,
+        name: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -69,6 +73,8 @@ pub struct Model {
     /// Fail the n-th mutating call (0-based) with EIO.
     pub fail_at: Option<usize>,
     pub next_index: u32,
+    /// Links (by index) with arp_notify set; a move to another netns clears it.
+    pub arp_notify: BTreeSet<u32>,
 }
 
 /// What tests compare: the kernel objects, without the call log.
@@ -182,6 +188,7 @@ impl Model {
             }
             self.links[i].ns = to;
             self.links[i].link.up = false;
+            self.arp_notify.remove(&index);
             ns = to;
         }
         if let Some(mac) = c.mac {
@@ -258,6 +265,23 @@ impl NetEnv for FakeNet {
     fn find_netns(&self, saved: &SavedNetns) -> Option<Netns> {
         let alive = self.model.borrow().namespaces.contains(&saved.id.ino);
         alive.then(|| Netns::fake(saved.id.ino))
+    }
+
+    fn set_arp_notify(&mut self, ns: &Netns, ifname: &str) -> Result<(), Cause> {
+        let mut m = self.model.borrow_mut();
+        let ns = ns.id().ino;
+        m.mutate(Call::ArpNotify {
+            ns,
+            name: ifname.to_string(),
+        })?;
+        let index = m
+            .links
+            .iter()
+            .find(|l| l.ns == ns && l.link.name == ifname)
+            .map(|l| l.link.index)
+            .ok_or(kernel("fake", libc::ENOENT))?;
+        m.arp_notify.insert(index);
+        Ok(())
     }
 }
 

@@ -49,6 +49,13 @@ pub trait NetEnv {
     fn rdma(&mut self, ns: Option<&Netns>) -> Result<Box<dyn RdmaNl>, Cause>;
     /// The saved namespace, if it still exists.
     fn find_netns(&self, saved: &SavedNetns) -> Option<Netns>;
+    /// Sets `net.ipv4.conf.<ifname>.arp_notify = 1` in `ns`, so the kernel sends a
+    /// gratuitous ARP when the link comes up or its MAC changes (ip-sysctl.rst):
+    /// peers learn the VF's new location at once instead of after their ARP
+    /// entries time out. No undo is needed: a netdev that changes namespace gets a
+    /// fresh `in_device` with the target namespace's defaults (inetdev_event on
+    /// NETDEV_UNREGISTER / NETDEV_REGISTER).
+    fn set_arp_notify(&mut self, ns: &Netns, ifname: &str) -> Result<(), Cause>;
 }
 
 /// The real environment: sockets are created inside each namespace on the
@@ -85,5 +92,17 @@ impl NetEnv for SysNetEnv {
 
     fn find_netns(&self, saved: &SavedNetns) -> Option<Netns> {
         self.roots.find(saved.id, saved.path.as_deref())
+    }
+
+    fn set_arp_notify(&mut self, ns: &Netns, ifname: &str) -> Result<(), Cause> {
+        // /proc/sys/net resolves against the opening thread's netns (net_ctl_header_lookup).
+        let _guard = ns.enter()?;
+        let path = self
+            .roots
+            .proc_root
+            .join("sys/net/ipv4/conf")
+            .join(ifname)
+            .join("arp_notify");
+        std::fs::write(&path, b"1").map_err(|source| Cause::Sysctl { path, source })
     }
 }

@@ -294,6 +294,11 @@ fn apply(
             pod_nl.del_altname(link.index, &rec.host.name),
         )?;
     }
+    // Before the MAC and the link go up: both send the gratuitous ARP.
+    at.step(
+        "set arp_notify",
+        ops.env.set_arp_notify(pod, &a.container_ifname),
+    )?;
     if let Some(mac) = &a.settings.mac {
         set_mac(at, pod_nl, link.index, mac)?;
     }

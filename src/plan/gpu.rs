@@ -47,6 +47,9 @@ pub(super) fn plan_gpus(
             device: DeviceId::Gpu(gpu.uuid.clone()),
             share: share(e),
         });
+        out.comm
+            .gpus
+            .push((gpu.uuid.clone(), gpu.topology.numa_node));
         gpus.push(gpu);
     }
     out.device("/dev/nvidiactl".into(), nvidia, NVIDIACTL_MINOR);

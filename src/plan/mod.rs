@@ -4,8 +4,11 @@
 //!
 //! Everything in a plan comes from the inventory or the config: the pod only names
 //! devices by minor, UUID or PCI address, and every name is resolved here or refused.
+mod comm_env;
 mod gpu;
 mod rdma;
+
+pub use comm_env::{GidSource, HostGids, NoGids};
 
 use std::collections::BTreeMap;
 
@@ -214,6 +217,24 @@ pub enum PlanError {
     Config { key: String, reason: String },
 }
 
+/// What a plan reads about the container beyond the pod's devices.
+#[derive(Clone, Copy)]
+pub struct ContainerContext<'a> {
+    /// The container's env as the runtime has it (`NAME=value`, image and pod spec):
+    /// a variable set there is never overridden by a derived one.
+    pub env: &'a [String],
+    /// GID tables of RoCE ports, read only for the ports the container gets.
+    pub gids: &'a dyn GidSource,
+}
+
+impl ContainerContext<'static> {
+    /// No container env and no GID tables: `NCCL_IB_GID_INDEX` is not derived.
+    pub const NONE: ContainerContext<'static> = ContainerContext {
+        env: &[],
+        gids: &NoGids,
+    };
+}
+
 /// Builds the plan of `container` in a pod with `pod`'s devices.
 ///
 /// Every entry is resolved and checked whether or not the container is selected, so
@@ -225,6 +246,17 @@ pub fn build(
     container: &str,
     config: &Config,
 ) -> Result<Plan, PlanError> {
+    build_for(inventory, pod, container, config, &ContainerContext::NONE)
+}
+
+/// [`build`] for a container whose env and GID tables are known.
+pub fn build_for(
+    inventory: &Inventory,
+    pod: &PodDevices,
+    container: &str,
+    config: &Config,
+    ctx: &ContainerContext,
+) -> Result<Plan, PlanError> {
     check_config(config)?;
     let mut plan = Plan {
         container: container.to_string(),
@@ -235,9 +267,16 @@ pub fn build(
     if !pod.allocation.fpga.is_empty() {
         plan.ignored_types.insert(0, "fpga".to_string());
     }
-    let mut out = Builder { config, plan };
+    let mut out = Builder {
+        config,
+        plan,
+        comm: comm_env::Inputs::default(),
+    };
     gpu::plan_gpus(&mut out, inventory, pod)?;
     rdma::plan_rdma(&mut out, inventory, &pod.allocation.rdma)?;
+    if out.plan.selected {
+        comm_env::plan_comm_env(&mut out, ctx);
+    }
     let mut plan = out.plan;
     if !plan.selected {
         plan.devices.clear();
@@ -252,6 +291,8 @@ pub fn build(
 struct Builder<'a> {
     config: &'a Config,
     plan: Plan,
+    /// What the communication-library variables are made from.
+    comm: comm_env::Inputs,
 }
 
 impl Builder<'_> {
@@ -323,7 +364,11 @@ fn check_config(config: &Config) -> Result<(), PlanError> {
     if config.device_file_mode > 0o777 {
         return Err(invalid("device_file_mode", "must be at most 0o777"));
     }
-    match config.vf.validate() {
+    match config
+        .vf
+        .validate()
+        .and_then(|()| config.comm_env.validate())
+    {
         Err(ConfigError::Invalid { key, reason }) => Err(PlanError::Config { key, reason }),
         Err(other) => Err(invalid("vf", &other.to_string())),
         Ok(()) => Ok(()),
@@ -334,5 +379,7 @@ fn check_config(config: &Config) -> Result<(), PlanError> {
 mod testinv;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_comm_env;
 #[cfg(test)]
 mod tests_errors;

@@ -1,5 +1,6 @@
 //! RDMA part of a plan: char devices of the allocated PFs and VFs, and the network
 //! actions the hook performs for each VF netdev.
+use super::comm_env::RdmaUse;
 use super::{plain_name, Builder, NetworkAction, PlanError, ANN};
 use crate::allocation::{RdmaEntry, VfRef, FULL_SHARE};
 use crate::config::RdmaNetnsMode;
@@ -59,6 +60,7 @@ pub(super) fn plan_rdma(
             })?;
             char_devs(out, &entry, vf.bus_id, dev)?;
             network(out, nic, vf, dev, &entry)?;
+            record_use(out, nic, dev);
             out.plan.claims.push(Claim {
                 device: DeviceId::Vf(vf.bus_id),
                 share: Share::Exclusive,
@@ -72,6 +74,9 @@ pub(super) fn plan_rdma(
 /// shared RDMA, claimed as a share so that pods on the same PF add up to 100.
 fn pf_whole(out: &mut Builder, nic: &RdmaNic, e: &RdmaEntry, entry: &str) -> Result<(), PlanError> {
     char_devs(out, entry, nic.bus_id, &nic.rdma)?;
+    // The name goes into comma-separated env values.
+    plain_name(entry, &nic.rdma.name, 64)?;
+    record_use(out, nic, &nic.rdma);
     let share = match e.share_percent {
         FULL_SHARE => Share::Exclusive,
         s => Share::Shared {
@@ -90,6 +95,16 @@ fn pf_whole(out: &mut Builder, nic: &RdmaNic, e: &RdmaEntry, entry: &str) -> Res
         ));
     }
     Ok(())
+}
+
+/// Records a device for the communication-library variables; a VF sits below its
+/// PF's switch, so the PF's NUMA node is the VF's.
+fn record_use(out: &mut Builder, nic: &RdmaNic, dev: &RdmaDev) {
+    out.comm.rdma.push(RdmaUse {
+        name: dev.name.clone(),
+        ports: dev.ports.clone(),
+        numa: nic.topology.numa_node,
+    });
 }
 
 /// The PF of an entry: by `id` when present (and then the minor must agree), else

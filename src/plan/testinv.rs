@@ -1,5 +1,7 @@
 //! An in-memory HGX-like inventory for the plan's tests: 8 GPUs, 4 mlx5 PFs with
-//! 4 VFs each, and one irdma PF without VFs.
+//! 4 VFs each, and one irdma PF without VFs. mlx5 PFs 0 and 2 (and their VFs) are
+//! InfiniBand, 1, 3 and the irdma PF RoCE; each device has one ACTIVE port 1.
+//! GPUs 0-3 and PFs 0-1 are on NUMA node 0, the rest on node 1.
 use crate::inventory::*;
 
 pub fn uuid(minor: u32) -> String {
@@ -36,11 +38,16 @@ fn char_dev(kind: RdmaCharKind, n: u32, port: Option<u32>) -> RdmaCharDev {
     }
 }
 
-fn rdma_dev(name: String, n: u32) -> RdmaDev {
+fn rdma_dev(name: String, n: u32, link_layer: LinkLayer) -> RdmaDev {
     RdmaDev {
         name,
         node_guid: None,
-        ports: vec![],
+        ports: vec![RdmaPort {
+            num: 1,
+            state: "ACTIVE".into(),
+            link_layer,
+            gids: vec![],
+        }],
         char_devs: vec![
             char_dev(RdmaCharKind::Issm, n, Some(1)),
             char_dev(RdmaCharKind::Umad, n, Some(1)),
@@ -50,6 +57,11 @@ fn rdma_dev(name: String, n: u32) -> RdmaDev {
 }
 
 fn nic(i: u32) -> RdmaNic {
+    let layer = if i.is_multiple_of(2) {
+        LinkLayer::InfiniBand
+    } else {
+        LinkLayer::Ethernet
+    };
     let vfs = (0..4)
         .map(|j| {
             let n = 5 + i * 4 + j;
@@ -57,7 +69,7 @@ fn nic(i: u32) -> RdmaNic {
                 index: j,
                 bus_id: vf_bus(i, j),
                 netdev: Some(format!("ens{i}f0v{j}")),
-                rdma: Some(rdma_dev(format!("mlx5_{n}"), n)),
+                rdma: Some(rdma_dev(format!("mlx5_{n}"), n, layer)),
                 driver: Some("mlx5_core".into()),
             }
         })
@@ -65,13 +77,20 @@ fn nic(i: u32) -> RdmaNic {
     RdmaNic {
         bus_id: pf_bus(i),
         driver: Some("mlx5_core".into()),
-        rdma: rdma_dev(format!("mlx5_{i}"), i),
+        rdma: rdma_dev(format!("mlx5_{i}"), i, layer),
         netdevs: vec![format!("ens{i}f0")],
-        topology: Topology::default(),
+        topology: numa(u32::from(i >= 2)),
         sriov_total_vfs: 8,
         sriov_num_vfs: 4,
         vfs,
         health: Health::Healthy,
+    }
+}
+
+fn numa(node: u32) -> Topology {
+    Topology {
+        numa_node: Some(node),
+        ..Topology::default()
     }
 }
 
@@ -89,13 +108,13 @@ pub fn hgx() -> Inventory {
             },
             model: "H100".into(),
             memory_bytes: Some(80 << 30),
-            topology: Topology::default(),
+            topology: numa(u32::from(i >= 4)),
             health: Health::Healthy,
         })
         .collect();
     let mut rdma: Vec<RdmaNic> = (0..4).map(nic).collect();
     let mut irdma = nic(4);
-    irdma.rdma = rdma_dev("rocep175s0f0".into(), 30);
+    irdma.rdma = rdma_dev("rocep175s0f0".into(), 30, LinkLayer::Ethernet);
     irdma.vfs.clear();
     irdma.driver = Some("ice".into());
     rdma.push(irdma);

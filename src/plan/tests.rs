@@ -70,7 +70,8 @@ fn gpus_by_minor_in_annotation_order() {
         p.env["NVIDIA_VISIBLE_DEVICES"],
         format!("{},{}", uuid(5), uuid(2))
     );
-    assert_eq!(p.env.len(), 1);
+    assert_eq!(p.env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+    assert_eq!(p.env.len(), 2);
     assert_eq!(
         p.claims,
         [
@@ -119,6 +120,7 @@ fn shared_gpu_with_and_without_hami() {
         [
             ("CUDA_DEVICE_MEMORY_LIMIT_0", mem0.as_str()),
             ("CUDA_DEVICE_MEMORY_LIMIT_1", mem1.as_str()),
+            ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
             ("CUDA_DEVICE_SM_LIMIT_0", "50"),
             ("CUDA_DEVICE_SM_LIMIT_1", "30"),
             ("LD_PRELOAD", "/usr/local/vgpu/libvgpu.so"),
@@ -149,7 +151,7 @@ fn shared_gpu_with_and_without_hami() {
         &[(GPU_ISOLATION_PROVIDER, "HAMi-core")],
     );
     let p = build(&hgx(), &whole, "main", &Config::default()).unwrap();
-    assert!(p.mounts.is_empty() && p.env.len() == 1);
+    assert!(p.mounts.is_empty() && p.env.len() == 2);
 
     // Without gpu-memory the limit is the ratio of the GPU's memory, as Koordinator fills it.
     let ratio_only = pod_with(

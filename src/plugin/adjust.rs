@@ -5,6 +5,9 @@
 //!   adds its allow rule (containerd/nri `pkg/runtime-tools/generate`).
 //! - `linux.resources.devices`: explicit rules, applied only from NRI v0.10 (nri#168);
 //!   older runtimes ignore them, so they are sent only where they take effect.
+//! - `CDI_devices` (`device_mode = "cdi"`, where the runtime injects them): the
+//!   runtime takes nodes and their cgroup rules from devgate's CDI spec, so
+//!   neither `linux.devices` nor explicit rules are sent.
 //! - hooks: `devgate-hook` at createRuntime (netns set-up, runc runs it after the
 //!   cgroup is applied) and poststop (restore), each with a timeout because runc
 //!   has none by default.
@@ -12,7 +15,7 @@
 use std::collections::HashMap;
 
 use nri::api::{
-    ContainerAdjustment, Hook, Hooks, KeyValue, LinuxContainerAdjustment, LinuxDevice,
+    CDIDevice, ContainerAdjustment, Hook, Hooks, KeyValue, LinuxContainerAdjustment, LinuxDevice,
     LinuxDeviceCgroup, LinuxResources, Mount, OptionalFileMode, OptionalInt, OptionalInt64,
 };
 use nri::protobuf::MessageField;
@@ -33,6 +36,9 @@ pub struct HookSpec {
 pub struct AdjustOptions {
     /// The runtime applies `linux.resources.devices` (NRI >= v0.10).
     pub explicit_cgroup_rules: bool,
+    /// Fully qualified CDI names that replace the plan's device nodes; empty
+    /// means raw nodes.
+    pub cdi_devices: Vec<String>,
     /// Set when the plan has work for the hook.
     pub hook: Option<HookSpec>,
     /// Container annotations to add (the resolved allocation for the hook).
@@ -81,7 +87,8 @@ pub fn to_adjustment(plan: &Plan, opts: &AdjustOptions) -> ContainerAdjustment {
         })
         .collect();
     let mut linux = LinuxContainerAdjustment::default();
-    if opts.explicit_cgroup_rules && !plan.devices.is_empty() {
+    let use_cdi = !opts.cdi_devices.is_empty();
+    if opts.explicit_cgroup_rules && !plan.devices.is_empty() && !use_cdi {
         let rules = plan
             .devices
             .iter()
@@ -105,7 +112,18 @@ pub fn to_adjustment(plan: &Plan, opts: &AdjustOptions) -> ContainerAdjustment {
             ..Default::default()
         });
     }
-    linux.devices = devices;
+    if use_cdi {
+        adjust.CDI_devices = opts
+            .cdi_devices
+            .iter()
+            .map(|name| CDIDevice {
+                name: name.clone(),
+                ..Default::default()
+            })
+            .collect();
+    } else {
+        linux.devices = devices;
+    }
     adjust.linux = MessageField::some(linux);
     adjust.env = plan
         .env
@@ -192,6 +210,7 @@ mod tests {
     fn explicit_rules_and_hooks_when_asked() {
         let opts = AdjustOptions {
             explicit_cgroup_rules: true,
+            cdi_devices: Vec::new(),
             hook: Some(HookSpec {
                 path: "/usr/local/bin/devgate-hook".into(),
                 flags: vec!["--state-dir".into(), "/run/devgate".into()],
@@ -218,5 +237,23 @@ mod tests {
         assert_eq!(hooks.poststop[0].args[1], "poststop");
         assert_eq!(hooks.poststop[0].timeout.value, 10);
         assert_eq!(a.annotations["devgate.io/resolved"], "{}");
+    }
+
+    #[test]
+    fn cdi_names_replace_nodes_and_rules() {
+        let opts = AdjustOptions {
+            explicit_cgroup_rules: true,
+            cdi_devices: vec!["devgate.io/gpu=GPU-1".into()],
+            ..AdjustOptions::default()
+        };
+        let a = to_adjustment(&plan(), &opts);
+        let names: Vec<&str> = a.CDI_devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["devgate.io/gpu=GPU-1"]);
+        let linux = a.linux.as_ref().unwrap();
+        assert!(linux.devices.is_empty());
+        assert!(linux.resources.is_none());
+        // Env and mounts still travel in the adjustment.
+        assert_eq!(a.env[0].key, "NVIDIA_VISIBLE_DEVICES");
+        assert_eq!(a.mounts.len(), 1);
     }
 }

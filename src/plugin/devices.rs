@@ -9,11 +9,12 @@ use std::sync::{Arc, PoisonError, RwLock};
 use nri::api::{Container, ContainerAdjustment, PodSandbox};
 
 use crate::allocation::{self, AllocationError, DEVICE_ALLOCATED};
+use crate::cdi::Class;
 use crate::config::{self, Config, MacPolicy, VfLinkState};
 use crate::gpu::{self, GpuError, HealthStore};
 use crate::hook::{Resolved, ResolvedError, RESOLVED_ANNOTATION};
 use crate::inventory::{Inventory, PciAddr};
-use crate::ledger::{ContainerRecord, Ledger, LedgerError, PodRef};
+use crate::ledger::{ContainerRecord, DeviceId, Ledger, LedgerError, PodRef};
 use crate::netdev::{self, VfAttach};
 use crate::plan::{self, NetworkAction, Plan, PlanError};
 
@@ -37,6 +38,8 @@ pub enum DeviceError {
     Resolved(#[from] ResolvedError),
     #[error("{DEVICE_ALLOCATED}: {0}")]
     Health(#[from] GpuError),
+    #[error(transparent)]
+    Grant(#[from] crate::grant::GrantError),
 }
 
 /// What the runtime supports, from ConfigureRequest.
@@ -44,6 +47,8 @@ pub enum DeviceError {
 pub struct RuntimeFeatures {
     /// `linux.resources.devices` in an adjustment takes effect (NRI >= v0.10).
     pub explicit_cgroup_rules: bool,
+    /// The runtime injects `CDI_devices` of an adjustment (see `features`).
+    pub cdi_devices: bool,
 }
 
 /// Inventory cache and ledger of a running plugin.
@@ -54,6 +59,8 @@ pub struct Devices {
     inventory: RwLock<Arc<Inventory>>,
     ledger: Ledger,
     health: HealthStore,
+    /// Set once the grant check is configured; checked before anything is planned.
+    grant: std::sync::OnceLock<Arc<crate::grant::GrantChecker>>,
 }
 
 impl Devices {
@@ -74,7 +81,17 @@ impl Devices {
             inventory: RwLock::new(Arc::new(inv)),
             ledger: Ledger::open(state_dir)?,
             health: HealthStore::new(health_dir),
+            grant: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Installs the grant check; the first one installed stays.
+    pub fn set_grant_checker(&self, checker: Arc<crate::grant::GrantChecker>) {
+        let _ = self.grant.set(checker);
+    }
+
+    pub fn grant_checker(&self) -> Option<&Arc<crate::grant::GrantChecker>> {
+        self.grant.get()
     }
 
     pub fn ledger(&self) -> &Ledger {
@@ -103,11 +120,20 @@ impl Devices {
     fn plan(
         &self,
         pod: &allocation::PodDevices,
-        container: &str,
+        ctr: &Container,
         config: &Config,
     ) -> Result<Plan, PlanError> {
-        match plan::build(&self.inventory(), pod, container, config) {
-            Err(e) if is_unknown_device(&e) => plan::build(&self.refresh(), pod, container, config),
+        // The container's env: a communication variable it sets itself wins.
+        let gids = plan::HostGids {
+            root: &self.host_root,
+        };
+        let ctx = plan::ContainerContext {
+            env: &ctr.env,
+            gids: &gids,
+        };
+        let build = |inv: &Inventory| plan::build_for(inv, pod, &ctr.name, config, &ctx);
+        match build(&self.inventory()) {
+            Err(e) if is_unknown_device(&e) => build(&self.refresh()),
             other => other,
         }
     }
@@ -124,7 +150,16 @@ impl Devices {
         if devices.allocation.is_empty() {
             return Ok(ContainerAdjustment::default());
         }
-        let plan = self.plan(&devices, &ctr.name, config)?;
+        // Only the scheduler grants devices: the pod's requests bound what it gets.
+        if let (Some(grant), true) = (self.grant.get(), devices.containers.selects(&ctr.name)) {
+            let pod_id = crate::grant::PodIdentity {
+                namespace: &pod.namespace,
+                name: &pod.name,
+                uid: &pod.uid,
+            };
+            grant.check(config, pod_id, &ctr.name, &devices.allocation)?;
+        }
+        let plan = self.plan(&devices, ctr, config)?;
         let networks = vf_attachments(&plan.network, &pod.uid)?;
         let pod_ref = PodRef {
             sandbox_id: pod.id.clone(),
@@ -139,6 +174,7 @@ impl Devices {
         };
         let mut opts = AdjustOptions {
             explicit_cgroup_rules: features.explicit_cgroup_rules,
+            cdi_devices: cdi_names(&plan, config.device_mode, features),
             ..AdjustOptions::default()
         };
         // An unhealthy GPU is refused before anything is claimed.
@@ -186,6 +222,25 @@ impl Devices {
     }
 }
 
+/// The CDI names of the plan's devices when the config asks for CDI and the
+/// runtime injects it; empty otherwise (raw nodes). The spec from
+/// `devgate cdi generate` holds the same nodes the plan does, and a name the
+/// runtime cannot resolve fails the container: never a silent fallback.
+fn cdi_names(plan: &Plan, mode: config::DeviceMode, features: RuntimeFeatures) -> Vec<String> {
+    if super::features::devices_as(mode, features) != config::DeviceMode::Cdi
+        || plan.devices.is_empty()
+    {
+        return Vec::new();
+    }
+    plan.claims
+        .iter()
+        .map(|c| match &c.device {
+            DeviceId::Gpu(uuid) => Class::Gpu.qualified(uuid),
+            DeviceId::Pf(bus) | DeviceId::Vf(bus) => Class::Rdma.qualified(&bus.to_string()),
+        })
+        .collect()
+}
+
 fn is_unknown_device(e: &PlanError) -> bool {
     matches!(
         e,
@@ -201,7 +256,10 @@ fn is_unknown_device(e: &PlanError) -> bool {
 /// The hook's view of the plan's network actions. A VF without a host netdev
 /// (bound to vfio-pci) has nothing to move; refusing keeps the promise that the
 /// container gets exactly its allocation.
-fn vf_attachments(actions: &[NetworkAction], pod_uid: &str) -> Result<Vec<VfAttach>, DeviceError> {
+pub(crate) fn vf_attachments(
+    actions: &[NetworkAction],
+    pod_uid: &str,
+) -> Result<Vec<VfAttach>, DeviceError> {
     actions
         .iter()
         .filter(|a| a.container_ifname.is_some())

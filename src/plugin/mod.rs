@@ -9,6 +9,7 @@
 
 pub mod adjust;
 pub mod devices;
+pub mod features;
 mod lifecycle;
 pub mod probe;
 mod vf_teardown;
@@ -25,7 +26,7 @@ use nri::{
     },
     protobuf::MessageField,
     ttrpc::Code,
-    EventMask, NriVersion, RpcError, RuntimeInfo,
+    EventMask, RpcError, RuntimeInfo,
 };
 
 use crate::allocation::DEVICE_ALLOCATED;
@@ -137,6 +138,15 @@ impl DevgatePlugin {
         })
     }
 
+    /// Starts the grant check (`crate::grant`, with its pod watch when the config
+    /// asks for one). The first call wins: the watch outlives reconnections.
+    pub fn enable_grant_check(&self, config: &Config) {
+        if self.devices.grant_checker().is_none() {
+            let checker = crate::grant::GrantChecker::start(config, &self.options.state_dir);
+            self.devices.set_grant_checker(Arc::new(checker));
+        }
+    }
+
     /// GPU cleanup and health of this node.
     pub fn gpu(&self) -> &Arc<GpuTeardown> {
         &self.gpu
@@ -246,30 +256,42 @@ impl nri::Plugin for DevgatePlugin {
     /// Configure ("failed to start NRI interface", fatal for CRI), so a bad
     /// drop-in file is reported here and on each container it affects.
     async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), PluginError> {
-        let features = RuntimeFeatures {
-            explicit_cgroup_rules: runtime
-                .nri_version
-                .is_some_and(|v| v >= NriVersion::new(0, 10, 0)),
-        };
+        if self.options.config_from_runtime {
+            let state = Config::parse(&runtime.config, "from the runtime")
+                .map(Arc::new)
+                .map_err(Arc::new);
+            if let Err(e) = &state {
+                tracing::error!(error = %e, "invalid plugin config; refusing containers that need devgate");
+            }
+            *self.config.write().unwrap_or_else(PoisonError::into_inner) = state;
+        }
+        if let Ok(config) = self.config() {
+            self.enable_grant_check(&config);
+        }
+        let features = features::detect(runtime);
+        let mode = self.config().map(|c| c.device_mode).unwrap_or_default();
+        let record = features::RuntimeRecord::new(runtime, features, mode);
         tracing::info!(
             runtime = %runtime.name, version = %runtime.version,
-            nri = ?runtime.nri_version, explicit_cgroup_rules = features.explicit_cgroup_rules,
+            nri = ?runtime.nri_version, events = %runtime.events,
+            explicit_cgroup_rules = features.explicit_cgroup_rules,
+            cdi_devices = features.cdi_devices, devices_as = ?record.devices_as,
             "configured"
         );
+        if record.device_mode != record.devices_as {
+            tracing::warn!(
+                runtime = %runtime.name, version = %runtime.version,
+                "device_mode = \"cdi\" but this runtime does not inject cdi devices; using device nodes"
+            );
+        }
         *self
             .features
             .write()
             .unwrap_or_else(PoisonError::into_inner) = features;
-        if !self.options.config_from_runtime {
-            return Ok(());
+        // For `devgate status`; the plugin works the same without it.
+        if let Err(e) = record.save(&self.options.state_dir) {
+            tracing::warn!(error = %e, "runtime record not saved");
         }
-        let state = Config::parse(&runtime.config, "from the runtime")
-            .map(Arc::new)
-            .map_err(Arc::new);
-        if let Err(e) = &state {
-            tracing::error!(error = %e, "invalid plugin config; refusing containers that need devgate");
-        }
-        *self.config.write().unwrap_or_else(PoisonError::into_inner) = state;
         Ok(())
     }
 

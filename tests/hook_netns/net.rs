@@ -183,6 +183,22 @@ pub fn links(at: In<'_>) -> Vec<IpLink> {
     serde_json::from_str(&sh(&cmd)).expect("ip -j output")
 }
 
+/// `net.ipv4.conf.<ifname>.arp_notify` as seen inside `at`.
+pub fn arp_notify(at: In<'_>, ifname: &str) -> String {
+    let pid;
+    let mut cmd: Vec<&str> = match at {
+        In::Host => vec![],
+        In::Named(ns) => vec!["ip", "netns", "exec", ns],
+        In::Pid(p) => {
+            pid = p.to_string();
+            vec!["nsenter", "-t", &pid, "-n"]
+        }
+    };
+    let path = format!("/proc/sys/net/ipv4/conf/{ifname}/arp_notify");
+    cmd.extend(["cat", &path]);
+    sh(&cmd).trim().to_string()
+}
+
 pub fn link(at: In<'_>, name: &str) -> Option<IpLink> {
     links(at).into_iter().find(|l| l.ifname == name)
 }

@@ -1,6 +1,7 @@
-//! A private containerd 1.7 instance: its own root, state, sockets, NRI plugin
-//! directories, CNI and runc root, all inside one short directory under /tmp,
-//! torn down on Drop together with every container it started.
+//! A private containerd instance (1.7 or 2.1, see [`Runtime`]): its own root,
+//! state, sockets, NRI plugin directories, CNI and runc root, all inside one
+//! short directory under /tmp, torn down on Drop together with every container
+//! it started.
 use std::fs::OpenOptions;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -9,12 +10,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::process::{delete_runc_containers, kill_matching, run, stop_child, unmount_below};
+use super::runtime::{ConfigPaths, Runtime};
 use super::{cni, cri::Cri, images, wait_for, SLOW};
-
-const CONTAINERD: &str = "/usr/bin/containerd";
-const CTR: &str = "/usr/bin/ctr";
-/// containerd starts runc, the shim and CNI plugins through PATH.
-const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// One private containerd. Created stopped so that a test can prepare the
 /// pre-installed plugin directories first; [`Containerd::launch`] prepares and starts.
@@ -23,13 +20,15 @@ pub struct Containerd {
     dir: tempfile::TempDir,
     child: Option<Child>,
     images_imported: bool,
+    runtime: Runtime,
 }
 
 impl Containerd {
     /// Writes the config and directories; does not start the daemon.
     pub fn prepare() -> Containerd {
         super::require_root();
-        check_version();
+        let runtime = Runtime::current();
+        check_version(runtime);
         let dir = tempfile::Builder::new()
             .prefix("dg")
             .tempdir_in("/tmp")
@@ -38,8 +37,9 @@ impl Containerd {
             dir,
             child: None,
             images_imported: false,
+            runtime,
         };
-        for sub in ["plugins", "plugins.d", "logs"] {
+        for sub in ["plugins", "plugins.d", "logs", "cdi"] {
             std::fs::create_dir_all(ctrd.path(sub)).expect("create instance subdir");
         }
         cni::install(&ctrd.path("cni/bin"), &ctrd.path("cni/conf"));
@@ -63,19 +63,19 @@ impl Containerd {
             .append(true)
             .open(self.log_path())
             .expect("open containerd log");
-        let child = Command::new(CONTAINERD)
+        let child = Command::new(self.runtime.containerd())
             .arg("--config")
             .arg(self.config_path())
             .env_clear()
-            .env("PATH", PATH)
+            .env("PATH", self.runtime.path_env())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup log fd"))
             .stderr(log)
             .spawn()
-            .expect("spawn containerd");
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.runtime));
         self.child = Some(child);
         let cri = self.cri();
-        wait_for("containerd to serve CRI", SLOW, || {
+        wait_for(&format!("{} to serve CRI", self.runtime), SLOW, || {
             self.assert_running();
             cri.version().ok()
         });
@@ -99,6 +99,17 @@ impl Containerd {
     pub fn restart(&mut self) {
         self.kill();
         self.start();
+    }
+
+    /// Which containerd this instance runs.
+    pub fn runtime(&self) -> Runtime {
+        self.runtime
+    }
+
+    /// Directory the instance reads CDI specs from (containerd 2.1; 1.7 runs
+    /// with CDI off).
+    pub fn cdi_dir(&self) -> PathBuf {
+        self.path("cdi")
     }
 
     /// A new CRI client for this instance.
@@ -155,16 +166,17 @@ impl Containerd {
     fn assert_running(&mut self) {
         let child = self.child.as_mut().expect("containerd started");
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("containerd exited ({status}); log:\n{}", self.log());
+            panic!("{} exited ({status}); log:\n{}", self.runtime, self.log());
         }
     }
 
     fn import_images(&self) {
         let set = images::image_set();
         let address = self.path("c.sock");
+        let ctr = self.runtime.ctr();
         for tarball in [&set.sandbox, &set.workload] {
             run(
-                CTR,
+                &ctr.to_string_lossy(),
                 &[
                     "-a",
                     &address.to_string_lossy(),
@@ -189,52 +201,21 @@ impl Containerd {
 
     fn config(&self) -> String {
         let p = |rel: &str| self.path(rel).to_string_lossy().into_owned();
-        format!(
-            r#"version = 2
-root = "{root}"
-state = "{state}"
-
-[grpc]
-  address = "{grpc}"
-[ttrpc]
-  address = "{ttrpc}"
-[debug]
-  level = "info"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{opt}"
-[plugins."io.containerd.nri.v1.nri"]
-  disable = false
-  socket_path = "{nri}"
-  plugin_path = "{plugins}"
-  plugin_config_path = "{plugins_d}"
-[plugins."io.containerd.grpc.v1.cri"]
-  # Without it runc fails every sandbox on this kernel, which refuses negative oom_score_adj.
-  restrict_oom_score_adj = true
-  sandbox_image = "{sandbox}"
-  netns_mounts_under_state_dir = true
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{cni_bin}"
-    conf_dir = "{cni_conf}"
-  # A private runc root keeps leftover containers findable and off the host's /run/containerd.
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-    Root = "{runc}"
-"#,
-            root = p("root"),
-            state = p("state"),
-            grpc = p("c.sock"),
-            ttrpc = p("t.sock"),
-            opt = p("opt"),
-            nri = p("nri.sock"),
-            plugins = p("plugins"),
-            plugins_d = p("plugins.d"),
-            sandbox = images::SANDBOX_IMAGE,
-            cni_bin = p("cni/bin"),
-            cni_conf = p("cni/conf"),
-            runc = p("runc"),
-        )
+        self.runtime.config(&ConfigPaths {
+            root: p("root"),
+            state: p("state"),
+            grpc: p("c.sock"),
+            ttrpc: p("t.sock"),
+            opt: p("opt"),
+            nri: p("nri.sock"),
+            plugins: p("plugins"),
+            plugins_d: p("plugins.d"),
+            sandbox: images::SANDBOX_IMAGE.to_string(),
+            cni_bin: p("cni/bin"),
+            cni_conf: p("cni/conf"),
+            runc: p("runc"),
+            cdi: p("cdi"),
+        })
     }
 
     /// Removes pods through CRI while the daemon still runs, so that shims exit
@@ -255,7 +236,8 @@ impl Drop for Containerd {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!(
-                "--- containerd log (last lines) ---\n{}",
+                "--- {} log (last lines) ---\n{}",
+                self.runtime,
                 super::tail(&self.log(), 60)
             );
         }
@@ -271,19 +253,26 @@ impl Drop for Containerd {
     }
 }
 
-/// The harness is written against containerd 1.7's config and log format.
-fn check_version() {
-    let out = run(CONTAINERD, &["--version"])
-        .unwrap_or_else(|e| panic!("{e}: install containerd 1.7.24 (tests/setup-host.sh does)"));
+/// The config layout depends on the line: refuse a binary of another one.
+fn check_version(runtime: Runtime) {
+    let bin = runtime.containerd();
+    let out = run(&bin.to_string_lossy(), &["--version"])
+        .unwrap_or_else(|e| panic!("{e}: install {runtime} (tests/setup-host.sh does)"));
     assert!(
-        out.contains(" 1.7."),
-        "need containerd 1.7.x at {CONTAINERD}, found: {out}"
+        out.contains(runtime.version_marker()),
+        "need {runtime} at {}, found: {out}",
+        bin.display()
     );
 }
 
 /// So that a test's failure message can point at the instance's files.
 impl std::fmt::Debug for Containerd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Containerd({})", self.dir.path().display())
+        write!(
+            f,
+            "Containerd({}, {})",
+            self.runtime,
+            self.dir.path().display()
+        )
     }
 }

@@ -1,6 +1,7 @@
-//! Real-runtime test harness: a private containerd 1.7 per test, driven over CRI
-//! the way kubelet drives it, with images built locally from busybox-static and
-//! a stand-in CNI plugin. Every resource is owned by an RAII guard.
+//! Real-runtime test harness: a private containerd per test (1.7 or 2.1, chosen
+//! by `DEVGATE_TEST_RUNTIME`), driven over CRI the way kubelet drives it, with
+//! images built locally from busybox-static and a stand-in CNI plugin. Every
+//! resource is owned by an RAII guard.
 //!
 //! Included by each end-to-end test file with `mod support;`; each binary uses a
 //! different subset, hence the module-level allowances for unused items below.
@@ -22,15 +23,17 @@ mod images;
 pub mod node;
 mod plugin;
 mod process;
+pub mod runtime;
 mod spec;
 
 use std::time::{Duration, Instant};
 
 pub use containerd::Containerd;
 pub use cri::{ContainerRun, Cri, Pod};
-pub use images::{SANDBOX_IMAGE, WORKLOAD_IMAGE};
+pub use images::{image_set, SANDBOX_IMAGE, WORKLOAD_IMAGE};
 pub use plugin::{DevgatePlugin, DEVGATE};
 pub use process::pids_matching;
+pub use runtime::Runtime;
 pub use spec::{ContainerSpec, PodSpec};
 
 /// Generous bound for anything that starts processes: a loaded 2-core machine

@@ -35,6 +35,7 @@ fn attach_applies_everything_and_detach_puts_it_back() {
         );
         assert_eq!(s.rate, RateConfig { min: 0, max: 1000 });
         assert_eq!(m.rdma["mlx5_3"].1, POD);
+        assert!(m.arp_notify.contains(&net1.link.index), "{:?}", m.calls);
     }
     assert_eq!(rig.records(), 1);
     assert_eq!(rig.detach("ctr1").unwrap(), 1);

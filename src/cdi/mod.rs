@@ -1,0 +1,145 @@
+//! CDI (Container Device Interface) specs for the node's devices, so that
+//! podman, Docker, CRI-O and containerd users can ask for
+//! `--device devgate.io/rdma=0000:19:00.2` without devgate's NRI plugin, and so
+//! that `device_mode = "cdi"` can name devices in the NRI adjustment.
+//!
+//! Two kinds: `devgate.io/gpu` (each GPU by UUID and by minor) and
+//! `devgate.io/rdma` (each RDMA PF and VF by PCI address). The device nodes of
+//! each CDI device are exactly those devgate's planner grants a container that
+//! is allocated that one device ([`generate`]); nodes that every device of a
+//! kind needs (`nvidiactl`, `rdma_cm`) are spec-wide edits. Numbers come from
+//! sysfs through the inventory and are always written, so runtimes never stat
+//! the host path (CDI `container-edits_unix.go` fills only missing numbers).
+//!
+//! Rules: cncf-tags/container-device-interface SPEC.md (v1.1.0) and its parser
+//! (`pkg/parser`), checked by [`validate`].
+
+mod generate;
+mod validate;
+
+pub use generate::{generate, Generated};
+pub use validate::{validate, version_at_least};
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The spec version written by default: the first with spec annotations
+/// and dotted class names, understood by containerd 2.x and CRI-O.
+pub const DEFAULT_CDI_VERSION: &str = "0.6.0";
+/// Versions devgate writes: 0.5.0 (names starting with a digit, `hostPath`)
+/// for runtimes that vendor an older CDI library, e.g. podman 4.3 (CDI v0.5.2).
+pub const WRITABLE_VERSIONS: [&str; 2] = ["0.5.0", "0.6.0"];
+
+pub const VENDOR: &str = "devgate.io";
+pub const GPU_CLASS: &str = "gpu";
+pub const RDMA_CLASS: &str = "rdma";
+
+/// Upper bound on devices in one spec: a node has tens, never thousands.
+pub const MAX_DEVICES: usize = 4096;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CdiError {
+    #[error("cdi spec {kind}: {reason}")]
+    Invalid { kind: String, reason: String },
+    #[error("cdi spec {kind}: device {name:?}: {reason}")]
+    InvalidDevice {
+        kind: String,
+        name: String,
+        reason: String,
+    },
+    #[error("cdi version {version:?} is not one devgate writes (one of {WRITABLE_VERSIONS:?})")]
+    Version { version: String },
+}
+
+/// The class of a devgate kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Class {
+    Gpu,
+    Rdma,
+}
+
+impl Class {
+    pub const ALL: [Class; 2] = [Class::Gpu, Class::Rdma];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Gpu => GPU_CLASS,
+            Class::Rdma => RDMA_CLASS,
+        }
+    }
+
+    /// `devgate.io/gpu`.
+    pub fn kind(self) -> String {
+        format!("{VENDOR}/{}", self.name())
+    }
+
+    /// `devgate.io/gpu=<device>`, the name runtimes resolve.
+    pub fn qualified(self, device: &str) -> String {
+        format!("{VENDOR}/{}={device}", self.name())
+    }
+
+    /// The file name CDI's own tooling uses for a vendor and class
+    /// (`GenerateSpecName`: `vendor-class`), with `.json`.
+    pub fn file_name(self) -> String {
+        format!("{VENDOR}-{}.json", self.name())
+    }
+}
+
+/// A CDI spec document. Empty optional fields are left out: runtimes refuse
+/// unknown fields and fields newer than `cdiVersion`, never missing optional ones.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Spec {
+    pub cdi_version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    pub devices: Vec<Device>,
+    #[serde(default, skip_serializing_if = "ContainerEdits::is_empty")]
+    pub container_edits: ContainerEdits,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Device {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Required by the schema, and must not be empty (CDI `Device.validate`).
+    pub container_edits: ContainerEdits,
+}
+
+/// The subset of CDI container edits devgate writes.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContainerEdits {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_nodes: Vec<DeviceNode>,
+}
+
+impl ContainerEdits {
+    pub fn is_empty(&self) -> bool {
+        self.env.is_empty() && self.device_nodes.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeviceNode {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_path: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub major: i64,
+    pub minor: i64,
+    pub file_mode: u32,
+    /// Cgroup access: devgate grants `rw`, never `m` (mknod).
+    pub permissions: String,
+}
+
+#[cfg(test)]
+mod tests;

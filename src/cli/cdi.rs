@@ -1,0 +1,158 @@
+//! `devgate cdi generate`: CDI specs for the node's GPUs and RDMA devices.
+//!
+//! Without `-o` the specs go to stdout (one JSON document per kind). `-o DIR`
+//! (an existing directory, e.g. `/etc/cdi`) writes one file per kind, named as
+//! CDI's own tooling names them (`devgate.io-gpu.json`), and removes the file of
+//! a kind that has no devices, since a spec without devices is invalid and a
+//! stale one would name devices that are gone. `-o FILE` takes one `--kind`.
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::cdi::{self, CdiError, Class};
+use crate::config::{Config, ConfigError};
+use crate::fsutil::{self, FsError};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct CdiArgs {
+    #[command(subcommand)]
+    pub cmd: CdiCmd,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum CdiCmd {
+    /// Write CDI specs (kinds devgate.io/gpu and devgate.io/rdma) for this node.
+    Generate(GenerateArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct GenerateArgs {
+    /// Root holding the host's `sys/` and `proc/`.
+    #[arg(long, default_value = "/")]
+    pub host_root: PathBuf,
+    /// Node config: device file mode and `rdma.allow_issm` shape the nodes.
+    #[arg(long, default_value = crate::config::DEFAULT_CONFIG_PATH)]
+    pub config: PathBuf,
+    /// Only this kind; needed when `-o` names a file.
+    #[arg(long, value_enum)]
+    pub kind: Option<Class>,
+    /// `cdiVersion` to write: 0.6.0, or 0.5.0 for runtimes with an older CDI
+    /// library (podman 4.3).
+    #[arg(long, default_value = cdi::DEFAULT_CDI_VERSION)]
+    pub cdi_version: String,
+    /// A directory (one file per kind) or, with `--kind`, a file.
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CdiCmdError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Spec(#[from] CdiError),
+    #[error("{path} is not a directory: writing both kinds needs one (or pass --kind)")]
+    NeedsKind { path: PathBuf },
+    #[error("no {kind} devices on this node: no spec to write to {path}")]
+    Empty { kind: &'static str, path: PathBuf },
+    #[error("encode cdi spec: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("write cdi spec {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: FsError,
+    },
+    #[error("set mode of {path}")]
+    Mode {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("remove stale cdi spec {path}")]
+    Remove {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("write to stdout")]
+    Stdout(#[source] std::io::Error),
+}
+
+pub fn run(args: CdiArgs) -> Result<(), CdiCmdError> {
+    match args.cmd {
+        CdiCmd::Generate(a) => generate(a),
+    }
+}
+
+fn generate(args: GenerateArgs) -> Result<(), CdiCmdError> {
+    let config = Config::load(&args.config)?;
+    let inv = crate::gpu::discover_node(&args.host_root);
+    let classes: Vec<Class> = args.kind.map_or(Class::ALL.to_vec(), |k| vec![k]);
+    let generated = cdi::generate(&inv, &config, &classes, &args.cdi_version)?;
+    // stderr, one line each: stdout carries only the specs.
+    for w in inv.warnings.iter().chain(&generated.warnings) {
+        eprintln!("warning: {w}");
+    }
+    let Some(out) = args.output else {
+        let mut stdout = std::io::stdout().lock();
+        for (_, spec) in &generated.specs {
+            let text = serde_json::to_string_pretty(spec)?;
+            writeln!(stdout, "{text}").map_err(CdiCmdError::Stdout)?;
+        }
+        return Ok(());
+    };
+    if out.is_dir() {
+        for class in classes {
+            let path = out.join(class.file_name());
+            match generated.specs.iter().find(|(c, _)| *c == class) {
+                Some((_, spec)) => write_spec(&path, spec)?,
+                None => remove_stale(&path)?,
+            }
+        }
+        return Ok(());
+    }
+    let Some(kind) = args.kind else {
+        return Err(CdiCmdError::NeedsKind { path: out });
+    };
+    match generated.specs.first() {
+        Some((_, spec)) => write_spec(&out, spec),
+        None => Err(CdiCmdError::Empty {
+            kind: kind.name(),
+            path: out,
+        }),
+    }
+}
+
+/// Atomically, so that a runtime never reads half a spec; world-readable,
+/// as CDI spec directories are read by unprivileged podman too.
+fn write_spec(path: &Path, spec: &cdi::Spec) -> Result<(), CdiCmdError> {
+    let mut text = serde_json::to_vec_pretty(spec)?;
+    text.push(b'\n');
+    fsutil::replace_file(path, &text).map_err(|source| CdiCmdError::Write {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(|source| {
+        CdiCmdError::Mode {
+            path: path.to_path_buf(),
+            source,
+        }
+    })?;
+    tracing::info!(path = %path.display(), kind = %spec.kind, devices = spec.devices.len(), "wrote cdi spec");
+    Ok(())
+}
+
+fn remove_stale(path: &Path) -> Result<(), CdiCmdError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), "removed cdi spec of a kind without devices");
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(CdiCmdError::Remove {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}

@@ -1,0 +1,312 @@
+//! Checks of devgate's own setup: its config, the runtime connection, hooks.d,
+//! state directories.
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use super::host::{read_bounded, Host, Roots};
+use super::Check;
+use crate::config::Config;
+
+/// The socket `devgate nri` dials when not told otherwise.
+const DEFAULT_SOCKET: &str = "/var/run/nri/nri.sock";
+/// Longest command line read per process.
+const MAX_CMDLINE_BYTES: u64 = 64 * 1024;
+/// At most this many hooks.d files are read per directory.
+const MAX_HOOK_FILES: usize = 256;
+
+pub fn config(roots: &Roots) -> (Check, Config) {
+    const NAME: &str = "config";
+    let path = roots.config.display();
+    match Config::load(&roots.config) {
+        Ok(c) if roots.config.exists() => (Check::pass(NAME, path.to_string()), c),
+        Ok(c) => (Check::pass(NAME, format!("no {path}: defaults")), c),
+        Err(e) => (
+            Check::fail(
+                NAME,
+                format!("{:#}", anyhow::Error::new(e)),
+                format!("fix {path}; the README lists every key"),
+            ),
+            Config::default(),
+        ),
+    }
+}
+
+pub fn nri_socket(roots: &Roots, host: &dyn Host) -> Check {
+    const NAME: &str = "nri socket";
+    let socket = roots.nri_socket.display();
+    match host.connect(&roots.nri_socket) {
+        Ok(()) => Check::pass(NAME, format!("{socket} accepts connections")),
+        Err(e) => Check::fail(
+            NAME,
+            format!("connect {socket}: {e}"),
+            "start containerd with NRI enabled; its [plugins.\"io.containerd.nri.v1.nri\"] socket_path must be this socket",
+        ),
+    }
+}
+
+/// How a running devgate plugin was found.
+#[derive(Debug, PartialEq, Eq)]
+enum Running {
+    /// `devgate nri` dialing a socket.
+    Socket { pid: u32, socket: PathBuf },
+    /// Started by the runtime from its plugin directory (`NN-devgate`).
+    Preinstalled { pid: u32 },
+}
+
+fn classify(pid: u32, cmdline: &[u8]) -> Option<Running> {
+    let args: Vec<&str> = cmdline
+        .split(|b| *b == 0)
+        .filter_map(|a| std::str::from_utf8(a).ok())
+        .collect();
+    let base = Path::new(args.first()?).file_name()?.to_str()?;
+    let preinstalled = base.len() == 10
+        && base.as_bytes()[..2].iter().all(u8::is_ascii_digit)
+        && base.ends_with("-devgate");
+    if preinstalled {
+        return Some(Running::Preinstalled { pid });
+    }
+    if base != "devgate" || args.get(1) != Some(&"nri") {
+        return None;
+    }
+    let mut socket = DEFAULT_SOCKET.to_string();
+    for (i, a) in args.iter().enumerate() {
+        if let Some(v) = a.strip_prefix("--socket=") {
+            socket = v.to_string();
+        } else if *a == "--socket" {
+            socket = args.get(i + 1).unwrap_or(&"").to_string();
+        }
+    }
+    Some(Running::Socket {
+        pid,
+        socket: socket.into(),
+    })
+}
+
+fn running_plugins(proc_dir: &Path) -> Vec<Running> {
+    let Ok(entries) = std::fs::read_dir(proc_dir) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let mut cmdline = Vec::new();
+        let read = std::fs::File::open(entry.path().join("cmdline"))
+            .and_then(|f| f.take(MAX_CMDLINE_BYTES).read_to_end(&mut cmdline));
+        if read.is_ok() {
+            found.extend(classify(pid, &cmdline));
+        }
+    }
+    found.sort_by_key(|r| match r {
+        Running::Socket { pid, .. } | Running::Preinstalled { pid } => *pid,
+    });
+    found
+}
+
+pub fn registered(roots: &Roots) -> Check {
+    const NAME: &str = "devgate registered";
+    let running = running_plugins(&roots.proc_dir);
+    let want = &roots.nri_socket;
+    for r in &running {
+        match r {
+            Running::Socket { pid, socket } if socket == want => {
+                return Check::pass(
+                    NAME,
+                    format!("devgate nri (pid {pid}) on {}", want.display()),
+                )
+            }
+            Running::Preinstalled { pid } => {
+                return Check::pass(
+                    NAME,
+                    format!("pre-installed plugin (pid {pid}), started by the runtime"),
+                )
+            }
+            Running::Socket { .. } => {}
+        }
+    }
+    let others: Vec<String> = running
+        .iter()
+        .filter_map(|r| match r {
+            Running::Socket { pid, socket } => Some(format!("pid {pid} on {}", socket.display())),
+            Running::Preinstalled { .. } => None,
+        })
+        .collect();
+    let detail = if others.is_empty() {
+        format!("no devgate nri process in {}", roots.proc_dir.display())
+    } else {
+        format!("devgate nri runs on another socket: {}", others.join(", "))
+    };
+    Check::fail(
+        NAME,
+        detail,
+        "systemctl enable --now devgate (install/bootstrap.sh installs the unit); journalctl -u devgate shows why it stopped",
+    )
+}
+
+/// A hooks.d file of devgate: its name, and the hook's path when it has one.
+fn devgate_hook_files(dir: &Path) -> Vec<(PathBuf, Result<String, String>)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .take(MAX_HOOK_FILES)
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for file in names {
+        let ours_by_name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.contains("devgate"));
+        let parsed = read_bounded(&file)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(|e| e.to_string()));
+        let path = parsed.and_then(|v| {
+            v.pointer("/hook/path")
+                .and_then(|p| p.as_str())
+                .map(String::from)
+                .ok_or_else(|| "no hook.path".to_string())
+        });
+        let ours = ours_by_name || path.as_ref().is_ok_and(|p| p.ends_with("/devgate-hook"));
+        if ours {
+            out.push((file, path));
+        }
+    }
+    out
+}
+
+pub fn hooks_d(roots: &Roots) -> Check {
+    const NAME: &str = "hooks.d";
+    let dirs = [
+        roots.host_path(Path::new("/etc/containers/oci/hooks.d")),
+        roots.host_path(Path::new("/usr/share/containers/oci/hooks.d")),
+    ];
+    let files: Vec<_> = dirs.iter().flat_map(|d| devgate_hook_files(d)).collect();
+    if files.is_empty() {
+        return Check::warn(
+            NAME,
+            "no devgate file in /etc/containers/oci/hooks.d or /usr/share/containers/oci/hooks.d",
+            "only CRI-O and podman need it (containerd gets the hooks through NRI): install hooks/*.json there (install/bootstrap.sh does)",
+        );
+    }
+    let mut good = Vec::new();
+    for (file, hook) in files {
+        let problem = match &hook {
+            Err(e) => Some(format!("{}: {e}", file.display())),
+            Ok(hook) => {
+                let on_host = roots.host_path(Path::new(hook));
+                let executable = Path::new(hook).is_absolute()
+                    && std::fs::metadata(&on_host)
+                        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+                (!executable)
+                    .then(|| format!("{}: hook {hook} is not an executable file", file.display()))
+            }
+        };
+        match problem {
+            Some(p) => return Check::fail(
+                NAME,
+                p,
+                "install devgate-hook where the file points (install/bootstrap.sh installs both)",
+            ),
+            None => good.push(format!(
+                "{} -> {}",
+                file.display(),
+                hook.unwrap_or_default()
+            )),
+        }
+    }
+    Check::pass(NAME, good.join(", "))
+}
+
+fn probe_writable(dir: &Path) -> std::io::Result<()> {
+    let probe = dir.join(format!(".devgate-doctor-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)?;
+    std::fs::remove_file(&probe)
+}
+
+pub fn state_dirs(roots: &Roots, config: &Config) -> Check {
+    const NAME: &str = "state dirs";
+    let dirs = [
+        roots.state_dir.clone(),
+        roots.host_path(&config.gpu.health_dir),
+    ];
+    let mut missing = Vec::new();
+    for dir in &dirs {
+        if !dir.exists() {
+            missing.push(dir.display().to_string());
+            continue;
+        }
+        if !dir.is_dir() {
+            return Check::fail(
+                NAME,
+                format!("{} is not a directory", dir.display()),
+                "remove it; devgate creates the directory at start",
+            );
+        }
+        if let Err(e) = probe_writable(dir) {
+            return Check::fail(
+                NAME,
+                format!("{} is not writable: {e}", dir.display()),
+                "devgate keeps claims and GPU health there: mount it read-write for root",
+            );
+        }
+    }
+    if !missing.is_empty() {
+        return Check::warn(
+            NAME,
+            format!("missing: {}", missing.join(", ")),
+            "devgate creates them at start; the systemd unit's RuntimeDirectory= and StateDirectory= do too",
+        );
+    }
+    let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    Check::pass(NAME, format!("{} writable", shown.join(", ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classify_command_lines() {
+        let table: [(&[u8], Option<Running>); 6] = [
+            (
+                b"/usr/local/bin/devgate\0nri\0--socket\0/x.sock\0",
+                Some(Running::Socket {
+                    pid: 7,
+                    socket: "/x.sock".into(),
+                }),
+            ),
+            (
+                b"devgate\0nri\0--socket=/y.sock\0",
+                Some(Running::Socket {
+                    pid: 7,
+                    socket: "/y.sock".into(),
+                }),
+            ),
+            (
+                b"devgate\0nri\0",
+                Some(Running::Socket {
+                    pid: 7,
+                    socket: DEFAULT_SOCKET.into(),
+                }),
+            ),
+            (
+                b"/opt/nri/plugins/10-devgate\0",
+                Some(Running::Preinstalled { pid: 7 }),
+            ),
+            (b"devgate\0status\0", None),
+            (b"\xff\xfe\0", None),
+        ];
+        for (cmdline, want) in table {
+            assert_eq!(classify(7, cmdline), want, "{cmdline:?}");
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! containerd checks: its version, NRI on, and what its config says about cgroups.
+use std::path::{Path, PathBuf};
+
+use super::host::{read_bounded, Host, Roots};
+use super::Check;
+
+const NRI_PLUGIN: &str = "io.containerd.nri.v1.nri";
+/// At most this many imported config files are read.
+const MAX_IMPORTS: usize = 64;
+const NRI_FIX: &str = "set [plugins.\"io.containerd.nri.v1.nri\"] disable = false (install/bootstrap.sh does it and keeps a backup), then restart containerd";
+
+/// What the checks need from containerd's config, imports merged in.
+#[derive(Debug, Default)]
+pub struct Effective {
+    /// The NRI plugin's table, from the last file that has one (containerd replaces
+    /// a plugin's whole table with an imported one).
+    pub nri: Option<toml::Table>,
+    pub disabled_plugins: Vec<String>,
+    /// The CRI plugin's table (`io.containerd.grpc.v1.cri` in version 2 configs,
+    /// `io.containerd.cri.v1.runtime` in version 3).
+    pub cri: Option<toml::Table>,
+}
+
+pub struct ContainerdConfig {
+    pub path: PathBuf,
+    /// `Ok(None)`: there is no config file (containerd's defaults apply).
+    pub loaded: Result<Option<Effective>, String>,
+}
+
+impl ContainerdConfig {
+    pub fn load(roots: &Roots) -> ContainerdConfig {
+        let path = roots.containerd_config.clone();
+        let loaded = match read_bounded(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("read {}: {e}", path.display())),
+            Ok(text) => load_text(roots, &path, &text).map(Some),
+        };
+        ContainerdConfig { path, loaded }
+    }
+}
+
+fn parse(path: &Path, text: &str) -> Result<toml::Table, String> {
+    text.parse::<toml::Table>()
+        .map_err(|e| format!("parse {}: {}", path.display(), e.message()))
+}
+
+fn load_text(roots: &Roots, path: &Path, text: &str) -> Result<Effective, String> {
+    let main = parse(path, text)?;
+    let mut eff = Effective::default();
+    merge(&mut eff, &main);
+    let imports: Vec<&str> = main
+        .get("imports")
+        .and_then(|v| v.as_array())
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    for import in expand_imports(roots, dir, &imports) {
+        let text = read_bounded(&import).map_err(|e| format!("read {}: {e}", import.display()))?;
+        merge(&mut eff, &parse(&import, &text)?);
+    }
+    Ok(eff)
+}
+
+/// containerd resolves a relative import against the config's directory and
+/// expands globs (containerd 1.7 services/server/config/config.go). Only a `*`
+/// in the file name is expanded here, which is how drop-in directories are named.
+fn expand_imports(roots: &Roots, config_dir: &Path, imports: &[&str]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for import in imports {
+        let path = if Path::new(import).is_absolute() {
+            roots.host_path(Path::new(import))
+        } else {
+            config_dir.join(import)
+        };
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        match (name.split_once('*'), path.parent()) {
+            (Some((prefix, suffix)), Some(parent)) => {
+                let mut matched: Vec<PathBuf> = std::fs::read_dir(parent)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| n.starts_with(prefix) && n.ends_with(suffix))
+                    .map(|n| parent.join(n))
+                    .collect();
+                matched.sort();
+                out.extend(matched);
+            }
+            _ => out.push(path),
+        }
+    }
+    out.truncate(MAX_IMPORTS);
+    out
+}
+
+fn merge(eff: &mut Effective, file: &toml::Table) {
+    if let Some(list) = file.get("disabled_plugins").and_then(|v| v.as_array()) {
+        let names = list.iter().filter_map(|v| v.as_str()).map(String::from);
+        eff.disabled_plugins.extend(names);
+    }
+    let Some(plugins) = file.get("plugins").and_then(|v| v.as_table()) else {
+        return;
+    };
+    if let Some(t) = plugins.get(NRI_PLUGIN).and_then(|v| v.as_table()) {
+        eff.nri = Some(t.clone());
+    }
+    for cri in ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"] {
+        if let Some(t) = plugins.get(cri).and_then(|v| v.as_table()) {
+            eff.cri = Some(t.clone());
+        }
+    }
+}
+
+/// `(major, minor)` from `containerd --version` ("containerd <module> v1.7.24 <commit>").
+pub fn parse_version(line: &str) -> Option<(u32, u32)> {
+    let version = line.split_whitespace().nth(2)?;
+    let mut parts = version.trim_start_matches('v').split(['.', '~', '-', '+']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+pub fn version(host: &dyn Host) -> Check {
+    const NAME: &str = "containerd";
+    const FIX: &str = "install containerd 1.7 or later (Debian bookworm's 1.6 has no NRI)";
+    let line = match host.containerd_version() {
+        Ok(line) => line,
+        Err(e) => return Check::fail(NAME, e, FIX),
+    };
+    match parse_version(&line) {
+        Some((major, minor)) if (major, minor) >= (1, 7) => Check::pass(NAME, line),
+        Some(_) => Check::fail(NAME, format!("{line}: no NRI before 1.7"), FIX),
+        None => Check::fail(NAME, format!("cannot read a version from {line:?}"), FIX),
+    }
+}
+
+pub fn nri_enabled(host: &dyn Host, config: &ContainerdConfig, socket: &Path) -> Check {
+    const NAME: &str = "nri enabled";
+    let path = config.path.display();
+    // 2.x turns NRI on by default, 1.7 off (containerd docs/NRI.md).
+    let on_by_default = host
+        .containerd_version()
+        .ok()
+        .and_then(|l| parse_version(&l))
+        .is_some_and(|(major, _)| major >= 2);
+    let eff = match &config.loaded {
+        Err(e) => return Check::fail(NAME, e.clone(), "fix containerd's config file"),
+        Ok(None) if on_by_default => {
+            return Check::pass(NAME, format!("no {path}: containerd 2.x has NRI on"))
+        }
+        Ok(None) => return Check::fail(NAME, format!("no {path}: NRI is off"), NRI_FIX),
+        Ok(Some(eff)) => eff,
+    };
+    if eff.disabled_plugins.iter().any(|p| p == NRI_PLUGIN) {
+        return Check::fail(
+            NAME,
+            format!("{path} lists {NRI_PLUGIN} in disabled_plugins"),
+            format!("remove it from disabled_plugins; {NRI_FIX}"),
+        );
+    }
+    let disable = eff
+        .nri
+        .as_ref()
+        .and_then(|t| t.get("disable"))
+        .and_then(|v| v.as_bool());
+    let on = disable.map(|d| !d).unwrap_or(on_by_default);
+    if !on {
+        let why = match disable {
+            Some(_) => "disable = true",
+            None => "no disable = false (1.7 defaults to off)",
+        };
+        return Check::fail(
+            NAME,
+            format!("{path}: [plugins.\"{NRI_PLUGIN}\"] {why}"),
+            NRI_FIX,
+        );
+    }
+    let configured = eff
+        .nri
+        .as_ref()
+        .and_then(|t| t.get("socket_path"))
+        .and_then(|v| v.as_str());
+    match configured {
+        Some(s) if Path::new(s) != socket => Check::warn(
+            NAME,
+            format!("on, but its socket_path is {s}, not {}", socket.display()),
+            format!("run devgate nri (and doctor) with --socket {s}"),
+        ),
+        _ => Check::pass(NAME, format!("on ({path})")),
+    }
+}
+
+/// The CRI runtime devgate's containers run with: its name and whether runc
+/// uses the systemd cgroup driver.
+pub fn cri_runtime(config: &ContainerdConfig) -> (String, bool) {
+    let cri = match &config.loaded {
+        Ok(Some(eff)) => eff.cri.as_ref(),
+        _ => None,
+    };
+    let ctrd = cri
+        .and_then(|t| t.get("containerd"))
+        .and_then(|v| v.as_table());
+    let name = ctrd
+        .and_then(|t| t.get("default_runtime_name"))
+        .and_then(|v| v.as_str())
+        .unwrap_or("runc")
+        .to_string();
+    let systemd = ctrd
+        .and_then(|t| t.get("runtimes"))
+        .and_then(|v| v.get(&name))
+        .and_then(|v| v.get("options"))
+        .and_then(|v| v.get("SystemdCgroup"))
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    (name, systemd)
+}

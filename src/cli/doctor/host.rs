@@ -1,0 +1,174 @@
+//! What `devgate doctor` touches on a node, behind roots and one narrow trait so
+//! that every check runs on a fake tree in tests and on the node for real.
+use std::io::Read;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Largest file a check reads (configs, hooks.d files, sysfs attributes).
+pub const MAX_READ_BYTES: u64 = 1024 * 1024;
+/// Largest `containerd --version` output kept.
+const MAX_VERSION_BYTES: u64 = 4096;
+
+/// The directories and sockets the checks look at, as parameters.
+#[derive(Debug, Clone)]
+pub struct Roots {
+    /// Holds the host's `sys/`, `proc/` (driver files), `dev/` and `usr/`.
+    pub host_root: PathBuf,
+    /// The host's `/etc` (containerd, containers/oci/hooks.d, modprobe.d).
+    pub etc_root: PathBuf,
+    /// Process directories (`<pid>/cmdline`): `/proc`, or a fake tree.
+    pub proc_dir: PathBuf,
+    /// containerd's config file.
+    pub containerd_config: PathBuf,
+    /// devgate's config file.
+    pub config: PathBuf,
+    /// Claims and saved device state (`devgate nri --state-dir`).
+    pub state_dir: PathBuf,
+    /// The runtime's NRI socket.
+    pub nri_socket: PathBuf,
+}
+
+impl Roots {
+    /// `host_path` (absolute, as the node sees it) below the host root, or below
+    /// the /etc root for paths under /etc.
+    pub fn host_path(&self, host_path: &Path) -> PathBuf {
+        let rel = host_path.strip_prefix("/").unwrap_or(host_path);
+        match rel.strip_prefix("etc") {
+            Ok(under_etc) => self.etc_root.join(under_etc),
+            Err(_) => self.host_root.join(rel),
+        }
+    }
+}
+
+/// The OS touches that a directory tree cannot stand in for.
+pub trait Host {
+    /// The first line `containerd --version` prints.
+    fn containerd_version(&self) -> Result<String, String>;
+    /// Connects to a unix socket and closes the connection.
+    fn connect(&self, socket: &Path) -> std::io::Result<()>;
+    /// `(major, minor)` when `path` is a char device, `None` for anything else.
+    fn char_device(&self, path: &Path) -> std::io::Result<Option<(u32, u32)>>;
+}
+
+/// The node itself.
+pub struct RealHost {
+    /// The containerd binary, found through PATH when not absolute.
+    pub containerd: PathBuf,
+}
+
+impl Host for RealHost {
+    fn containerd_version(&self) -> Result<String, String> {
+        let child = Command::new(&self.containerd)
+            .arg("--version")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("run {} --version: {e}", self.containerd.display()))?;
+        let output = child
+            .wait_with_output()
+            .map_err(|e| format!("run {} --version: {e}", self.containerd.display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "{} --version exited with {}",
+                self.containerd.display(),
+                output.status
+            ));
+        }
+        let mut text = String::new();
+        let _ = output
+            .stdout
+            .take(MAX_VERSION_BYTES)
+            .read_to_string(&mut text);
+        Ok(text.lines().next().unwrap_or_default().to_string())
+    }
+
+    fn connect(&self, socket: &Path) -> std::io::Result<()> {
+        std::os::unix::net::UnixStream::connect(socket).map(drop)
+    }
+
+    fn char_device(&self, path: &Path) -> std::io::Result<Option<(u32, u32)>> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(path)?;
+        if !meta.file_type().is_char_device() {
+            return Ok(None);
+        }
+        let rdev = meta.rdev();
+        Ok(Some((libc::major(rdev), libc::minor(rdev))))
+    }
+}
+
+/// Reads at most [`MAX_READ_BYTES`] of a text file; longer files are an error.
+pub fn read_bounded(path: &Path) -> std::io::Result<String> {
+    let file = std::fs::File::open(path)?;
+    let mut text = String::new();
+    file.take(MAX_READ_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_READ_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_READ_BYTES} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn real_host_touches() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = RealHost {
+            containerd: dir.path().join("containerd"),
+        };
+        assert_eq!(
+            host.char_device(Path::new("/dev/null")).unwrap(),
+            Some((1, 3))
+        );
+        assert_eq!(host.char_device(dir.path()).unwrap(), None);
+
+        let sock = dir.path().join("s.sock");
+        assert!(host.connect(&sock).is_err());
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        host.connect(&sock).unwrap();
+
+        assert!(host.containerd_version().is_err());
+        let script = "#!/bin/sh\necho 'containerd github.com/containerd/containerd 1.7.24~ds1 x'\n";
+        std::fs::write(&host.containerd, script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&host.containerd, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(
+            host.containerd_version().unwrap(),
+            "containerd github.com/containerd/containerd 1.7.24~ds1 x"
+        );
+    }
+
+    #[test]
+    fn host_paths_map_under_their_roots() {
+        let roots = Roots {
+            host_root: "/h".into(),
+            etc_root: "/e".into(),
+            proc_dir: "/proc".into(),
+            containerd_config: "/e/containerd/config.toml".into(),
+            config: "/e/devgate/config.toml".into(),
+            state_dir: "/run/devgate".into(),
+            nri_socket: "/var/run/nri/nri.sock".into(),
+        };
+        assert_eq!(
+            roots.host_path(Path::new("/usr/bin/x")),
+            Path::new("/h/usr/bin/x")
+        );
+        assert_eq!(roots.host_path(Path::new("/etc/a/b")), Path::new("/e/a/b"));
+        assert_eq!(roots.host_path(Path::new("/etcx")), Path::new("/h/etcx"));
+    }
+
+    #[test]
+    fn bounded_reads_refuse_large_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'a'; MAX_READ_BYTES as usize + 1]).unwrap();
+        assert!(read_bounded(&big).is_err());
+    }
+}

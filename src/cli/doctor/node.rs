@@ -1,0 +1,243 @@
+//! Checks of the node's devices against what devgate and its config expect.
+
+use super::containerd::{cri_runtime, ContainerdConfig};
+use super::host::{read_bounded, Host, Roots};
+use super::Check;
+use crate::config::{Config, RdmaNetnsMode};
+use crate::inventory::Inventory;
+
+/// Minor of `/dev/nvidiactl` (NVIDIA's driver README, "Device Nodes").
+const NVIDIACTL_MINOR: u32 = 255;
+
+pub fn inventory(inv: &Inventory) -> Check {
+    const NAME: &str = "inventory";
+    let vfs: usize = inv.rdma.iter().map(|n| n.vfs.len()).sum();
+    let found = format!(
+        "{} GPUs, {} RDMA devices, {vfs} VFs",
+        inv.gpus.len(),
+        inv.rdma.len()
+    );
+    if let Some(first) = inv.warnings.first() {
+        return Check::warn(
+            NAME,
+            format!("{found}; {} warnings, first: {first}", inv.warnings.len()),
+            "devgate inventory lists every warning; fix the driver or sysfs entry it names",
+        );
+    }
+    if inv.gpus.is_empty() && inv.rdma.is_empty() {
+        return Check::warn(
+            NAME,
+            "no NVIDIA GPU and no RDMA device found",
+            "load the nvidia and RDMA drivers; devgate refuses every allocation on this node until then",
+        );
+    }
+    Check::pass(NAME, found)
+}
+
+pub fn nvidia(roots: &Roots, host: &dyn Host, inv: &Inventory) -> Check {
+    const NAME: &str = "nvidia devices";
+    // The driver's sysfs links exist as soon as it binds a GPU; discovery also
+    // needs /proc/driver/nvidia, so count both.
+    let bound = nvidia_bound(&roots.host_root);
+    if inv.gpus.is_empty() && bound == 0 {
+        return Check::pass(NAME, "no NVIDIA GPUs: nothing to check");
+    }
+    if !roots.host_root.join("proc/driver/nvidia").is_dir() {
+        return Check::fail(
+            NAME,
+            format!("{bound} GPUs bound to the nvidia driver, but no /proc/driver/nvidia"),
+            "load the NVIDIA kernel driver (modprobe nvidia)",
+        );
+    }
+    if bound > inv.gpus.len() {
+        return Check::fail(
+            NAME,
+            format!(
+                "{bound} GPUs bound to the nvidia driver, {} in the inventory",
+                inv.gpus.len()
+            ),
+            "devgate inventory names what it could not read in /proc/driver/nvidia/gpus",
+        );
+    }
+    let major = inv.nvidia_majors.nvidia.unwrap_or(195);
+    let mut want: Vec<(String, u32, u32)> = inv
+        .gpus
+        .iter()
+        .map(|g| (format!("nvidia{}", g.minor), major, g.minor))
+        .collect();
+    want.push(("nvidiactl".to_string(), major, NVIDIACTL_MINOR));
+    let mut problems = Vec::new();
+    for (name, major, minor) in &want {
+        let path = roots.host_root.join("dev").join(name);
+        match host.char_device(&path) {
+            Ok(Some(got)) if got == (*major, *minor) => {}
+            Ok(Some((a, b))) => {
+                problems.push(format!("/dev/{name} is {a}:{b}, not {major}:{minor}"))
+            }
+            Ok(None) => problems.push(format!("/dev/{name} is not a char device")),
+            Err(e) => problems.push(format!("/dev/{name}: {e}")),
+        }
+    }
+    let uvm = roots.host_root.join("dev/nvidia-uvm");
+    let uvm_ok = matches!(host.char_device(&uvm), Ok(Some(_)));
+    if let Some(first) = problems.first() {
+        return Check::fail(
+            NAME,
+            format!("{first} ({} problems)", problems.len()),
+            "run nvidia-smi once or nvidia-modprobe -c <minor> to create the nodes",
+        );
+    }
+    if !uvm_ok {
+        return Check::warn(
+            NAME,
+            "no /dev/nvidia-uvm: CUDA programs fail to start",
+            "nvidia-modprobe -u -c=0 loads nvidia-uvm and creates its nodes",
+        );
+    }
+    Check::pass(
+        NAME,
+        format!("/proc/driver/nvidia, {} device nodes", want.len() + 1),
+    )
+}
+
+/// PCI functions bound to the nvidia driver (`sys/bus/pci/drivers/nvidia/<bdf>`).
+fn nvidia_bound(host_root: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(host_root.join("sys/bus/pci/drivers/nvidia")) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<crate::inventory::PciAddr>().is_ok())
+        })
+        .count()
+}
+
+fn modprobe_sets_exclusive(roots: &Roots) -> bool {
+    let Ok(entries) = std::fs::read_dir(roots.etc_root.join("modprobe.d")) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        read_bounded(&e.path()).is_ok_and(|t| {
+            t.lines().any(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                words.len() >= 3
+                    && words[0] == "options"
+                    && words[1] == "ib_core"
+                    && words[2..].contains(&"netns_mode=0")
+            })
+        })
+    })
+}
+
+pub fn rdma_netns(roots: &Roots, config: &Config, inv: &Inventory) -> Check {
+    const NAME: &str = "rdma netns mode";
+    let want = config.rdma.netns_mode;
+    // ib_core's netns_mode parameter is a bool: Y = shared, N = exclusive
+    // (drivers/infiniband/core/device.c, ib_devices_shared_netns).
+    let param = roots
+        .host_root
+        .join("sys/module/ib_core/parameters/netns_mode");
+    let kernel = match read_bounded(&param).map(|t| t.trim().to_string()) {
+        Ok(v) if v == "Y" || v == "1" => Some(RdmaNetnsMode::Shared),
+        Ok(v) if v == "N" || v == "0" => Some(RdmaNetnsMode::Exclusive),
+        _ => None,
+    };
+    let name = |m: RdmaNetnsMode| match m {
+        RdmaNetnsMode::Shared => "shared",
+        RdmaNetnsMode::Exclusive => "exclusive",
+    };
+    match kernel {
+        None if inv.rdma.is_empty() => Check::pass(NAME, "no RDMA devices: nothing to check"),
+        None => Check::warn(
+            NAME,
+            "ib_core is not loaded (no /sys/module/ib_core/parameters/netns_mode)",
+            "load the RDMA drivers",
+        ),
+        Some(k) if k != want => Check::fail(
+            NAME,
+            format!("kernel is {}, config rdma.netns_mode is {}", name(k), name(want)),
+            match want {
+                RdmaNetnsMode::Exclusive => "write `options ib_core netns_mode=0` to /etc/modprobe.d (install/bootstrap.sh does) and reboot, or set rdma.netns_mode = \"shared\"",
+                RdmaNetnsMode::Shared => "set rdma.netns_mode = \"exclusive\", or remove `options ib_core netns_mode=0` from /etc/modprobe.d and reboot",
+            },
+        ),
+        Some(RdmaNetnsMode::Exclusive) if !modprobe_sets_exclusive(roots) => Check::warn(
+            NAME,
+            "exclusive now, but no /etc/modprobe.d file keeps it after a reboot",
+            "write `options ib_core netns_mode=0` to /etc/modprobe.d/devgate-rdma.conf (install/bootstrap.sh does)",
+        ),
+        Some(k) => Check::pass(NAME, format!("{}, as configured", name(k))),
+    }
+}
+
+pub fn vfs(roots: &Roots, config: &Config) -> Check {
+    const NAME: &str = "vfs";
+    if config.sriov.num_vfs.is_empty() {
+        return Check::pass(NAME, "no [sriov] num_vfs in the config: nothing to check");
+    }
+    let mut problems = Vec::new();
+    for (pf, want) in &config.sriov.num_vfs {
+        let file = roots
+            .host_root
+            .join("sys/bus/pci/devices")
+            .join(pf.to_string())
+            .join("sriov_numvfs");
+        match read_bounded(&file).map(|t| t.trim().parse::<u32>()) {
+            Ok(Ok(got)) if got == *want => {}
+            Ok(Ok(got)) => problems.push(format!("{pf} has {got} VFs, config wants {want}")),
+            Ok(Err(_)) => problems.push(format!("{pf}: sriov_numvfs is not a number")),
+            Err(e) => problems.push(format!("{pf}: {e}")),
+        }
+    }
+    if problems.is_empty() {
+        return Check::pass(
+            NAME,
+            format!("{} PFs as configured", config.sriov.num_vfs.len()),
+        );
+    }
+    Check::fail(
+        NAME,
+        problems.join("; "),
+        "install/bootstrap.sh writes sriov_numvfs (0 first: the kernel refuses a change between two non-zero counts); it destroys the PF's VFs, so drain the node first",
+    )
+}
+
+pub fn cgroup(roots: &Roots, containerd: &ContainerdConfig) -> Check {
+    const NAME: &str = "cgroup";
+    let fs = roots.host_root.join("sys/fs/cgroup");
+    let version = if fs.join("cgroup.controllers").exists() {
+        "v2"
+    } else if fs.join("unified").is_dir() {
+        "v1 (hybrid)"
+    } else if fs.join("devices").is_dir() {
+        "v1"
+    } else {
+        return Check::warn(
+            NAME,
+            "no cgroup filesystem under /sys/fs/cgroup",
+            "mount cgroup2 on /sys/fs/cgroup",
+        );
+    };
+    let (runtime, systemd) = cri_runtime(containerd);
+    let driver = if systemd { "systemd" } else { "cgroupfs" };
+    let found = format!("cgroup {version}, runtime {runtime}, {driver} driver");
+    // With the systemd driver, `systemctl daemon-reload` re-applies each scope's
+    // DeviceAllow= from what runc told systemd, i.e. from the OCI spec: device
+    // access that a runtime hook granted by writing the cgroup directly (env-only
+    // GPU requests through nvidia-container-runtime) is lost then. devgate puts
+    // every device in linux.devices, so its grants survive a reload.
+    if systemd && runtime.contains("nvidia") {
+        return Check::warn(
+            NAME,
+            format!("{found}: GPUs granted only through NVIDIA_VISIBLE_DEVICES vanish from a container's cgroup at the next systemctl daemon-reload"),
+            "let devgate grant the devices (they are in the OCI spec) or use CDI; kubelet's cgroupDriver must be systemd too",
+        );
+    }
+    Check::pass(
+        NAME,
+        format!("{found}; devgate's device rules are in the OCI spec and survive systemctl daemon-reload"),
+    )
+}

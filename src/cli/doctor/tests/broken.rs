@@ -1,0 +1,317 @@
+//! Each way of breaking the healthy node fails or warns the check that owns it.
+use std::os::unix::fs::PermissionsExt;
+
+use super::{check, healthy, healthy_from, write, Node, CONTAINERD_CONFIG};
+use crate::cli::doctor::{run_checks, Check, Status};
+
+type Breakage = fn(&mut Node);
+
+#[test]
+fn each_broken_setup_fails_or_warns_its_own_check() {
+    let cases: &[(&str, Breakage, &str, Status, &str)] = &[
+        (
+            "bad config",
+            |n| write(&n.roots.config, "failure_polcy = 1\n"),
+            "config",
+            Status::Fail,
+            "failure_polcy",
+        ),
+        (
+            "containerd 1.6",
+            |n| n.host.version = Ok("containerd x 1.6.20 y".into()),
+            "containerd",
+            Status::Fail,
+            "no NRI before 1.7",
+        ),
+        (
+            "no containerd",
+            |n| n.host.version = Err("run containerd: not found".into()),
+            "containerd",
+            Status::Fail,
+            "not found",
+        ),
+        (
+            "nri disabled",
+            |n| {
+                write(
+                    &n.roots.containerd_config,
+                    "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
+                )
+            },
+            "nri enabled",
+            Status::Fail,
+            "disable = true",
+        ),
+        (
+            "nri absent on 1.7",
+            |n| write(&n.roots.containerd_config, "version = 2\n"),
+            "nri enabled",
+            Status::Fail,
+            "defaults to off",
+        ),
+        (
+            "nri in disabled_plugins",
+            |n| {
+                write(&n.roots.containerd_config, "version = 2\ndisabled_plugins = [\"io.containerd.nri.v1.nri\"]\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n")
+            },
+            "nri enabled",
+            Status::Fail,
+            "disabled_plugins",
+        ),
+        (
+            "nri off in an import",
+            |n| {
+                write(
+                    &n.roots.containerd_config,
+                    &format!("imports = [\"conf.d/*.toml\"]\n{CONTAINERD_CONFIG}"),
+                );
+                write(
+                    &n.roots.etc_root.join("containerd/conf.d/50-nri.toml"),
+                    "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
+                );
+            },
+            "nri enabled",
+            Status::Fail,
+            "disable = true",
+        ),
+        (
+            "other socket",
+            |n| {
+                write(&n.roots.containerd_config, "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  socket_path = \"/run/other.sock\"\n")
+            },
+            "nri enabled",
+            Status::Warn,
+            "/run/other.sock",
+        ),
+        (
+            "socket down",
+            |n| n.host.socket_up = false,
+            "nri socket",
+            Status::Fail,
+            "refused",
+        ),
+        (
+            "plugin not running",
+            |n| std::fs::remove_dir_all(n.roots.proc_dir.join("4242")).unwrap(),
+            "devgate registered",
+            Status::Fail,
+            "no devgate nri process",
+        ),
+        (
+            "plugin on another socket",
+            |n| {
+                write(
+                    &n.roots.proc_dir.join("4242/cmdline"),
+                    "devgate\0nri\0--socket=/x.sock\0",
+                )
+            },
+            "devgate registered",
+            Status::Fail,
+            "/x.sock",
+        ),
+        (
+            "hook not executable",
+            |n| {
+                std::fs::set_permissions(
+                    n.roots.host_root.join("usr/local/bin/devgate-hook"),
+                    std::fs::Permissions::from_mode(0o644),
+                )
+                .unwrap()
+            },
+            "hooks.d",
+            Status::Fail,
+            "not an executable file",
+        ),
+        (
+            "hooks.d file garbage",
+            |n| {
+                write(
+                    &n.roots.etc_root.join("containers/oci/hooks.d/devgate.json"),
+                    "{",
+                )
+            },
+            "hooks.d",
+            Status::Fail,
+            "devgate.json",
+        ),
+        (
+            "no hooks.d file",
+            |n| {
+                std::fs::remove_file(n.roots.etc_root.join("containers/oci/hooks.d/devgate.json"))
+                    .unwrap()
+            },
+            "hooks.d",
+            Status::Warn,
+            "no devgate file",
+        ),
+        (
+            "state dir is a file",
+            |n| {
+                std::fs::remove_dir(&n.roots.state_dir).unwrap();
+                std::fs::create_dir(&n.roots.state_dir).unwrap();
+                std::fs::remove_dir(&n.roots.state_dir).unwrap();
+            },
+            "state dirs",
+            Status::Warn,
+            "missing",
+        ),
+        (
+            "no devices",
+            |n| {
+                std::fs::remove_dir_all(n.roots.host_root.join("sys/bus")).unwrap();
+                std::fs::remove_dir_all(n.roots.host_root.join("sys/class")).unwrap();
+                std::fs::remove_dir_all(n.roots.host_root.join("proc/driver")).unwrap();
+            },
+            "inventory",
+            Status::Warn,
+            "no NVIDIA GPU",
+        ),
+        (
+            "gpu node missing",
+            |n| {
+                let minor = n.fixture.gpus[3].minor;
+                n.host
+                    .devs
+                    .remove(&n.roots.host_root.join(format!("dev/nvidia{minor}")));
+            },
+            "nvidia devices",
+            Status::Fail,
+            "is not a char device",
+        ),
+        (
+            "gpu node wrong numbers",
+            |n| {
+                n.host
+                    .devs
+                    .insert(n.roots.host_root.join("dev/nvidiactl"), (195, 254));
+            },
+            "nvidia devices",
+            Status::Fail,
+            "is 195:254, not 195:255",
+        ),
+        (
+            "no nvidia-uvm",
+            |n| {
+                n.host
+                    .devs
+                    .remove(&n.roots.host_root.join("dev/nvidia-uvm"));
+            },
+            "nvidia devices",
+            Status::Warn,
+            "nvidia-uvm",
+        ),
+        (
+            "no /proc/driver/nvidia",
+            |n| {
+                std::fs::rename(
+                    n.roots.host_root.join("proc/driver/nvidia"),
+                    n.roots.host_root.join("proc/driver/nv"),
+                )
+                .unwrap();
+            },
+            "nvidia devices",
+            Status::Fail,
+            "8 GPUs bound to the nvidia driver, but no /proc/driver/nvidia",
+        ),
+        (
+            "a gpu missing from /proc/driver/nvidia",
+            |n| {
+                let bdf = n.fixture.gpus[0].bus_id;
+                std::fs::remove_dir_all(
+                    n.roots
+                        .host_root
+                        .join(format!("proc/driver/nvidia/gpus/{bdf}")),
+                )
+                .unwrap();
+            },
+            "nvidia devices",
+            Status::Fail,
+            "8 GPUs bound to the nvidia driver, 7 in the inventory",
+        ),
+        (
+            "rdma exclusive in config, shared kernel",
+            |n| write(&n.roots.config, "[rdma]\nnetns_mode = \"exclusive\"\n"),
+            "rdma netns mode",
+            Status::Fail,
+            "kernel is shared, config rdma.netns_mode is exclusive",
+        ),
+        (
+            "rdma exclusive without modprobe file",
+            |n| {
+                write(&n.roots.config, "[rdma]\nnetns_mode = \"exclusive\"\n");
+                write(
+                    &n.roots
+                        .host_root
+                        .join("sys/module/ib_core/parameters/netns_mode"),
+                    "N\n",
+                );
+            },
+            "rdma netns mode",
+            Status::Warn,
+            "after a reboot",
+        ),
+        (
+            "vf count differs",
+            |n| write(&n.roots.config, "[sriov.num_vfs]\n\"0000:19:00.0\" = 8\n"),
+            "vfs",
+            Status::Fail,
+            "has 4 VFs, config wants 8",
+        ),
+        (
+            "vf pf absent",
+            |n| write(&n.roots.config, "[sriov.num_vfs]\n\"0000:77:00.0\" = 8\n"),
+            "vfs",
+            Status::Fail,
+            "0000:77:00.0",
+        ),
+        (
+            "env-only gpus under systemd",
+            |n| {
+                write(&n.roots.containerd_config, &CONTAINERD_CONFIG.replace("runc.options]", "nvidia.options]").replace("version = 2\n", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"nvidia\"\n"))
+            },
+            "cgroup",
+            Status::Warn,
+            "daemon-reload",
+        ),
+        (
+            "no cgroup fs",
+            |n| {
+                std::fs::remove_file(n.roots.host_root.join("sys/fs/cgroup/cgroup.controllers"))
+                    .unwrap()
+            },
+            "cgroup",
+            Status::Warn,
+            "no cgroup filesystem",
+        ),
+    ];
+    let template = healthy();
+    for (case, breakage, name, status, needle) in cases {
+        let mut node = healthy_from(Some(&template.roots.host_root));
+        breakage(&mut node);
+        let checks = run_checks(&node.roots, &node.host);
+        let c = check(&checks, name);
+        assert_eq!(c.status, *status, "{case}: {c:?}");
+        assert!(c.detail.contains(needle), "{case}: {c:?}");
+        assert!(c.fix.is_some(), "{case}: a {status:?} needs a fix");
+        let others: Vec<&Check> = checks
+            .iter()
+            .filter(|o| o.name != *name && o.status != Status::Pass)
+            .collect();
+        // A broken config or a removed device tree may show in a second place;
+        // the check named is the one that must say so.
+        if !matches!(
+            *case,
+            "bad config"
+                | "no devices"
+                | "no /proc/driver/nvidia"
+                | "a gpu missing from /proc/driver/nvidia"
+                | "nri off in an import"
+                | "env-only gpus under systemd"
+        ) {
+            assert!(
+                others.is_empty(),
+                "{case}: other checks also changed: {others:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Every check on a healthy fake node, then on fakes broken one way each
+//! ([`broken`]).
+mod broken;
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use super::host::{Host, Roots};
+use super::{run_checks, table, Check, Status};
+use crate::fixture::HostRootBuilder;
+use crate::inventory::Inventory;
+
+struct FakeHost {
+    version: Result<String, String>,
+    socket_up: bool,
+    devs: HashMap<PathBuf, (u32, u32)>,
+}
+
+impl Host for FakeHost {
+    fn containerd_version(&self) -> Result<String, String> {
+        self.version.clone()
+    }
+
+    fn connect(&self, socket: &Path) -> std::io::Result<()> {
+        match self.socket_up {
+            true => Ok(()),
+            false => Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                format!("{} refused", socket.display()),
+            )),
+        }
+    }
+
+    fn char_device(&self, path: &Path) -> std::io::Result<Option<(u32, u32)>> {
+        Ok(self.devs.get(path).copied())
+    }
+}
+
+/// A node as `install/bootstrap.sh` leaves it, with the HGX fixture's devices.
+struct Node {
+    _dir: tempfile::TempDir,
+    roots: Roots,
+    host: FakeHost,
+    fixture: Inventory,
+}
+
+const CONTAINERD_CONFIG: &str = "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n";
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A healthy node whose host root is a copy of `template` (writing the HGX
+/// fixture is the slow part), or a newly written one.
+fn healthy_from(template: Option<&Path>) -> Node {
+    // The fixture is a few thousand small files: on tmpfs when there is one.
+    let dir = match Path::new("/dev/shm").is_dir() {
+        true => tempfile::tempdir_in("/dev/shm"),
+        false => tempfile::tempdir(),
+    }
+    .unwrap();
+    let root = dir.path().join("host");
+    let fixture = match template {
+        Some(t) => {
+            let copied = std::process::Command::new("cp")
+                .arg("-a")
+                .arg(t)
+                .arg(&root)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(copied, "copy the fixture");
+            HostRootBuilder::hgx().expected().unwrap()
+        }
+        None => HostRootBuilder::hgx()
+            .build(&root)
+            .unwrap()
+            .expected()
+            .clone(),
+    };
+    let etc = root.join("etc");
+    let roots = Roots {
+        host_root: root.clone(),
+        etc_root: etc.clone(),
+        proc_dir: dir.path().join("procs"),
+        containerd_config: etc.join("containerd/config.toml"),
+        config: etc.join("devgate/config.toml"),
+        state_dir: dir.path().join("run-devgate"),
+        nri_socket: "/var/run/nri/nri.sock".into(),
+    };
+    write(&roots.containerd_config, CONTAINERD_CONFIG);
+    write(&roots.config, "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n");
+    write(
+        &roots.proc_dir.join("4242/cmdline"),
+        "/usr/local/bin/devgate\0nri\0--socket\0/var/run/nri/nri.sock\0",
+    );
+    write(&roots.proc_dir.join("1/cmdline"), "/sbin/init\0");
+    let hook = root.join("usr/local/bin/devgate-hook");
+    write(&hook, "#!/bin/sh\n");
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write(
+        &etc.join("containers/oci/hooks.d/devgate.json"),
+        r#"{"version":"1.0.0","hook":{"path":"/usr/local/bin/devgate-hook","args":["devgate-hook","createRuntime"]},"when":{"always":true},"stages":["createRuntime"]}"#,
+    );
+    std::fs::create_dir_all(&roots.state_dir).unwrap();
+    std::fs::create_dir_all(root.join("var/lib/devgate")).unwrap();
+    write(
+        &root.join("sys/module/ib_core/parameters/netns_mode"),
+        "Y\n",
+    );
+    write(
+        &root.join("sys/fs/cgroup/cgroup.controllers"),
+        "cpu memory\n",
+    );
+    let mut devs = HashMap::new();
+    for g in &fixture.gpus {
+        devs.insert(root.join(format!("dev/nvidia{}", g.minor)), (195, g.minor));
+    }
+    devs.insert(root.join("dev/nvidiactl"), (195, 255));
+    devs.insert(root.join("dev/nvidia-uvm"), (508, 0));
+    let host = FakeHost {
+        version: Ok("containerd github.com/containerd/containerd v1.7.24 abc".into()),
+        socket_up: true,
+        devs,
+    };
+    Node {
+        _dir: dir,
+        roots,
+        host,
+        fixture,
+    }
+}
+
+fn healthy() -> Node {
+    healthy_from(None)
+}
+
+fn check<'a>(checks: &'a [Check], name: &str) -> &'a Check {
+    checks
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no check {name}"))
+}
+
+#[test]
+fn healthy_node_passes_every_check() {
+    let node = healthy();
+    let checks = run_checks(&node.roots, &node.host);
+    let report = table(&checks);
+    assert!(checks.iter().all(|c| c.status == Status::Pass), "{report}");
+    assert_eq!(checks.len(), 12, "{report}");
+    assert!(
+        report.contains("12 passed, 0 warnings, 0 failed"),
+        "{report}"
+    );
+    assert!(check(&checks, "cgroup").detail.contains("systemd driver"));
+    assert!(check(&checks, "devgate registered")
+        .detail
+        .contains("pid 4242"));
+}
+
+#[test]
+fn state_dir_that_is_a_file_fails() {
+    let node = healthy();
+    std::fs::remove_dir(&node.roots.state_dir).unwrap();
+    std::fs::write(&node.roots.state_dir, "").unwrap();
+    let checks = run_checks(&node.roots, &node.host);
+    let c = check(&checks, "state dirs");
+    assert_eq!(c.status, Status::Fail, "{c:?}");
+    assert!(c.detail.contains("not a directory"), "{c:?}");
+}
+
+#[test]
+fn node_prep_lists_vfs_and_rdma_mode() {
+    let config = crate::config::Config::parse(
+        "[rdma]\nnetns_mode = \"exclusive\"\n[sriov.num_vfs]\n\"0000:19:00.0\" = 8\n\"0000:1d:00.0\" = 0\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(
+        super::node_prep(&config),
+        "sriov_numvfs 0000:19:00.0 8\nsriov_numvfs 0000:1d:00.0 0\nrdma_netns_mode exclusive\n"
+    );
+}

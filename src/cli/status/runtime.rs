@@ -1,0 +1,72 @@
+//! The runtime part of `devgate status`: which runtime configured the plugin
+//! last and what the adjustments use there (the record `devgate nri` writes at
+//! Configure).
+use std::fmt::Write as _;
+
+use crate::config::DeviceMode;
+use crate::plugin::features::RuntimeRecord;
+
+fn mode(m: DeviceMode) -> &'static str {
+    match m {
+        DeviceMode::Nodes => "device nodes",
+        DeviceMode::Cdi => "cdi names",
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// A few people-readable lines.
+pub fn table(record: Option<&RuntimeRecord>) -> String {
+    let Some(r) = record else {
+        return "RUNTIME: none has configured devgate yet\n".to_string();
+    };
+    let mut out = String::new();
+    let nri = r.nri_version.as_deref().unwrap_or("unknown");
+    let _ = writeln!(out, "RUNTIME: {} {} (nri {nri})", r.runtime, r.version);
+    let _ = writeln!(out, "  events subscribed:        {}", r.events);
+    let _ = writeln!(
+        out,
+        "  explicit cgroup rules:    {}",
+        yes_no(r.explicit_cgroup_rules)
+    );
+    let _ = writeln!(out, "  cdi device injection:     {}", yes_no(r.cdi_devices));
+    let _ = writeln!(
+        out,
+        "  devices as:               {} (device_mode {})",
+        mode(r.devices_as),
+        mode(r.device_mode)
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shows_runtime_and_features_in_use() {
+        let rec = RuntimeRecord {
+            runtime: "containerd".into(),
+            version: "2.1.9+unknown".into(),
+            nri_version: Some("v0.8.0".into()),
+            events: "0x60c".into(),
+            explicit_cgroup_rules: false,
+            cdi_devices: true,
+            device_mode: DeviceMode::Cdi,
+            devices_as: DeviceMode::Cdi,
+            configured_unix: 0,
+        };
+        let t = table(Some(&rec));
+        assert!(t.starts_with("RUNTIME: containerd 2.1.9+unknown (nri v0.8.0)\n"));
+        assert!(t.contains("explicit cgroup rules:    no"));
+        assert!(t.contains("cdi device injection:     yes"));
+        assert!(t.contains("devices as:               cdi names (device_mode cdi names)"));
+        assert!(table(None).contains("none has configured"));
+    }
+}

@@ -1,0 +1,259 @@
+//! One structured log line per grant decision and counters that `devgate status`
+//! (another process) reads from the state directory.
+//!
+//! The counters are a small JSON file replaced atomically at each decision; the
+//! state directory is a tmpfs (`/run/devgate`), so that costs a write and a
+//! rename of a few hundred bytes, and only for containers that ask for devices.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+
+use crate::fsutil;
+
+/// File of the counters in the state directory.
+pub const COUNTERS_FILE: &str = "grant-audit.json";
+/// Longest reason kept for `last_refusal`.
+const MAX_REASON: usize = 512;
+
+/// What the grant check decided for one container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The allocation matches the pod's requests.
+    Granted,
+    /// `grant_check = "off"`: applied as the annotation says.
+    Unchecked,
+    /// Not verified (no cache entry, no API server) but let through by
+    /// `failure_policy = "ignore"`.
+    Unverified,
+    /// Refused; the kind names the rule.
+    Refused(RefusalKind),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalKind {
+    Mismatch,
+    Namespace,
+    UnknownPod,
+    BadRequest,
+    Unavailable,
+}
+
+impl RefusalKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalKind::Mismatch => "mismatch",
+            RefusalKind::Namespace => "namespace",
+            RefusalKind::UnknownPod => "unknown_pod",
+            RefusalKind::BadRequest => "bad_request",
+            RefusalKind::Unavailable => "api_unavailable",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LastRefusal {
+    pub pod: String,
+    pub container: String,
+    pub reason: String,
+    pub unix: u64,
+}
+
+/// Totals since the state directory was created (it is a tmpfs: since boot).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GrantCounters {
+    pub granted: u64,
+    pub unchecked: u64,
+    pub unverified: u64,
+    pub refused: u64,
+    pub refused_by_reason: BTreeMap<String, u64>,
+    pub last_refusal: Option<LastRefusal>,
+}
+
+/// One decision, for the log line and the counters.
+pub struct Decision<'a> {
+    pub pod: &'a str,
+    pub uid: &'a str,
+    pub container: &'a str,
+    pub devices: &'a str,
+    pub outcome: Outcome,
+    pub reason: &'a str,
+}
+
+pub struct Audit {
+    path: PathBuf,
+    counters: Mutex<GrantCounters>,
+}
+
+impl Audit {
+    /// Continues the counters found in `state_dir`; unreadable ones start over.
+    pub fn open(state_dir: &Path) -> Audit {
+        let path = state_dir.join(COUNTERS_FILE);
+        let counters = match read_counters(state_dir) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "grant counters unreadable; starting from zero");
+                GrantCounters::default()
+            }
+        };
+        Audit {
+            path,
+            counters: Mutex::new(counters),
+        }
+    }
+
+    /// Logs the decision and counts it.
+    pub fn record(&self, d: &Decision<'_>) {
+        match d.outcome {
+            Outcome::Refused(kind) => tracing::warn!(
+                target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
+                devices = %d.devices, outcome = "refused", rule = kind.as_str(), reason = %d.reason,
+                "device grant refused"
+            ),
+            outcome => tracing::info!(
+                target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
+                devices = %d.devices, outcome = outcome_name(outcome), reason = %d.reason,
+                "device grant"
+            ),
+        }
+        let mut c = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        match d.outcome {
+            Outcome::Granted => c.granted += 1,
+            Outcome::Unchecked => c.unchecked += 1,
+            Outcome::Unverified => c.unverified += 1,
+            Outcome::Refused(kind) => {
+                c.refused += 1;
+                *c.refused_by_reason
+                    .entry(kind.as_str().to_string())
+                    .or_default() += 1;
+                c.last_refusal = Some(LastRefusal {
+                    pod: d.pod.to_string(),
+                    container: d.container.to_string(),
+                    reason: d.reason.chars().take(MAX_REASON).collect(),
+                    unix: crate::ledger::now_unix(),
+                });
+            }
+        }
+        // Counters are diagnostics: a failed write is logged, never fails the container.
+        let bytes = serde_json::to_vec(&*c).unwrap_or_default();
+        if let Err(e) = fsutil::replace_file(&self.path, &bytes) {
+            tracing::warn!(path = %self.path.display(), error = %e, "write grant counters");
+        }
+    }
+
+    pub fn counters(&self) -> GrantCounters {
+        self.counters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+fn outcome_name(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Granted => "granted",
+        Outcome::Unchecked => "unchecked",
+        Outcome::Unverified => "unverified",
+        Outcome::Refused(_) => "refused",
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("decode {path}: {source}")]
+    Decode {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// The counters as the plugin last wrote them; zero when it never did.
+pub fn read_counters(state_dir: &Path) -> Result<GrantCounters, AuditError> {
+    let path = state_dir.join(COUNTERS_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes).map_err(|source| AuditError::Decode { path, source })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(GrantCounters::default()),
+        Err(source) => Err(AuditError::Read { path, source }),
+    }
+}
+
+/// `devgate status`'s lines for the counters.
+pub fn table(c: &GrantCounters) -> String {
+    let reasons: Vec<String> = c
+        .refused_by_reason
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let mut out = format!(
+        "GRANTS granted {} unchecked {} unverified {} refused {}",
+        c.granted, c.unchecked, c.unverified, c.refused
+    );
+    if !reasons.is_empty() {
+        out.push_str(&format!(" ({})", reasons.join(", ")));
+    }
+    out.push('\n');
+    if let Some(r) = &c.last_refusal {
+        out.push_str(&format!(
+            "last refusal: {} container {}: {}\n",
+            r.pod, r.container, r.reason
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_survive_into_another_reader_and_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_counters(dir.path()).unwrap(), GrantCounters::default());
+        let audit = Audit::open(dir.path());
+        let d = |outcome| Decision {
+            pod: "ns/p",
+            uid: "u",
+            container: "c",
+            devices: "gpu minors [0]",
+            outcome,
+            reason: "the pod's containers request no gpu",
+        };
+        audit.record(&d(Outcome::Granted));
+        audit.record(&d(Outcome::Refused(RefusalKind::Mismatch)));
+        audit.record(&d(Outcome::Refused(RefusalKind::Mismatch)));
+        let c = read_counters(dir.path()).unwrap();
+        assert_eq!((c.granted, c.refused), (1, 2));
+        assert_eq!(c.refused_by_reason["mismatch"], 2);
+        assert_eq!(c.last_refusal.as_ref().unwrap().pod, "ns/p");
+        let text = table(&c);
+        assert!(
+            text.contains("granted 1") && text.contains("mismatch 2"),
+            "{text}"
+        );
+        // A restarted plugin counts on.
+        Audit::open(dir.path()).record(&d(Outcome::Unchecked));
+        let c = read_counters(dir.path()).unwrap();
+        assert_eq!((c.granted, c.unchecked, c.refused), (1, 1, 2));
+    }
+
+    #[test]
+    fn a_corrupt_file_is_an_error_for_readers_and_zero_for_the_plugin() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(COUNTERS_FILE), b"{not json").unwrap();
+        assert!(read_counters(dir.path()).is_err());
+        assert_eq!(Audit::open(dir.path()).counters(), GrantCounters::default());
+    }
+}

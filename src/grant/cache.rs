@@ -1,0 +1,202 @@
+//! The pods bound to this node, as the watch last saw them, keyed by UID. The
+//! runtime's CreateContainer reads it without touching the network; for a pod the
+//! watch has not delivered yet it waits on a condition variable, bounded.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::model::PodSummary;
+
+/// Most pods kept: far above kubelet's `maxPods` (110 by default, at most a few
+/// hundred in practice), so that a runaway list cannot take the node's memory.
+pub const MAX_PODS: usize = 4096;
+
+#[derive(Default)]
+struct State {
+    by_uid: HashMap<String, Arc<PodSummary>>,
+    /// Static pod UID (as the runtime knows it) -> mirror pod UID.
+    by_mirror: HashMap<String, String>,
+    /// A full list has been loaded at least once.
+    synced: bool,
+}
+
+impl State {
+    fn insert(&mut self, pod: PodSummary) {
+        if !self.by_uid.contains_key(&pod.uid) && self.by_uid.len() >= MAX_PODS {
+            tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), limit = MAX_PODS, "pod cache full; pod not cached");
+            return;
+        }
+        if let Some(static_uid) = &pod.mirror_of {
+            self.by_mirror.insert(static_uid.clone(), pod.uid.clone());
+        }
+        self.by_uid.insert(pod.uid.clone(), Arc::new(pod));
+    }
+
+    fn get(&self, uid: &str) -> Option<Arc<PodSummary>> {
+        self.by_uid.get(uid).cloned().or_else(|| {
+            self.by_mirror
+                .get(uid)
+                .and_then(|m| self.by_uid.get(m).cloned())
+        })
+    }
+}
+
+/// What a lookup found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    Found(Arc<PodSummary>),
+    /// Not there after the wait; `synced` says whether a full list ever arrived.
+    Missing {
+        synced: bool,
+    },
+}
+
+#[derive(Default)]
+pub struct PodCache {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl PodCache {
+    pub fn new() -> PodCache {
+        PodCache::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A fresh list: replaces everything (pods deleted while the watch was down go).
+    pub fn replace_all(&self, pods: impl IntoIterator<Item = PodSummary>) {
+        let mut next = State {
+            synced: true,
+            ..State::default()
+        };
+        for p in pods {
+            next.insert(p);
+        }
+        *self.lock() = next;
+        self.changed.notify_all();
+    }
+
+    pub fn upsert(&self, pod: PodSummary) {
+        self.lock().insert(pod);
+        self.changed.notify_all();
+    }
+
+    pub fn remove(&self, uid: &str) {
+        let mut s = self.lock();
+        if let Some(p) = s.by_uid.remove(uid) {
+            if let Some(static_uid) = &p.mirror_of {
+                s.by_mirror.remove(static_uid);
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().by_uid.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn is_synced(&self) -> bool {
+        self.lock().synced
+    }
+
+    /// The pod with this UID (or the mirror pod of the static pod with this UID),
+    /// waiting up to `wait` for the watch to deliver it.
+    pub fn wait_for(&self, uid: &str, wait: Duration) -> Lookup {
+        let deadline = Instant::now() + wait;
+        let mut s = self.lock();
+        loop {
+            if let Some(p) = s.get(uid) {
+                return Lookup::Found(p);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Lookup::Missing { synced: s.synced };
+            }
+            s = self
+                .changed
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grant::request::DeviceRequest;
+
+    fn pod(uid: &str, mirror_of: Option<&str>) -> PodSummary {
+        PodSummary {
+            namespace: "ns".into(),
+            name: format!("p-{uid}"),
+            uid: uid.into(),
+            mirror_of: mirror_of.map(String::from),
+            request: Ok(DeviceRequest::default()),
+            containers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn missing_pod_waits_then_reports_sync_state() {
+        let c = PodCache::new();
+        let t = Instant::now();
+        assert_eq!(
+            c.wait_for("u1", Duration::from_millis(50)),
+            Lookup::Missing { synced: false }
+        );
+        assert!(t.elapsed() >= Duration::from_millis(50));
+        c.replace_all([pod("u2", None)]);
+        assert_eq!(
+            c.wait_for("u1", Duration::ZERO),
+            Lookup::Missing { synced: true }
+        );
+    }
+
+    #[test]
+    fn a_waiter_wakes_when_the_pod_arrives() {
+        let c = Arc::new(PodCache::new());
+        let c2 = Arc::clone(&c);
+        let waiter = std::thread::spawn(move || c2.wait_for("u1", Duration::from_secs(30)));
+        std::thread::sleep(Duration::from_millis(20));
+        c.upsert(pod("u1", None));
+        match waiter.join().unwrap() {
+            Lookup::Found(p) => assert_eq!(p.uid, "u1"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn relist_drops_deleted_pods_and_mirror_pods_resolve_by_static_uid() {
+        let c = PodCache::new();
+        c.upsert(pod("u1", None));
+        c.replace_all([pod("m1", Some("static-1"))]);
+        assert!(matches!(
+            c.wait_for("u1", Duration::ZERO),
+            Lookup::Missing { .. }
+        ));
+        match c.wait_for("static-1", Duration::ZERO) {
+            Lookup::Found(p) => assert_eq!(p.uid, "m1"),
+            other => panic!("{other:?}"),
+        }
+        c.remove("m1");
+        assert!(matches!(
+            c.wait_for("static-1", Duration::ZERO),
+            Lookup::Missing { .. }
+        ));
+    }
+
+    #[test]
+    fn the_cache_is_bounded() {
+        let c = PodCache::new();
+        c.replace_all((0..MAX_PODS + 10).map(|i| pod(&i.to_string(), None)));
+        assert_eq!(c.len(), MAX_PODS);
+    }
+}

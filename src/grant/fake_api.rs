@@ -1,0 +1,315 @@
+//! A stand-in for the API server's core v1 pods endpoint, for tests and demos: plain
+//! HTTP on 127.0.0.1, one thread per connection, speaking the list and watch JSON
+//! (resourceVersion, chunked watch streams, `410 Gone` for compacted versions) and
+//! able to drop every open watch connection the way a restarted API server does.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+#[derive(Default)]
+struct State {
+    version: u64,
+    /// uid -> pod object.
+    pods: BTreeMap<String, Value>,
+    /// (version, type, object) of every change.
+    events: Vec<(u64, &'static str, Value)>,
+    /// Watches from a version below this get 410 Gone.
+    compacted_below: u64,
+    /// Bumped to make every open watch close its connection abruptly.
+    drops: u64,
+    /// Bumped to make every open watch send an ERROR 410 event.
+    expiries: u64,
+    requests: Vec<String>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+pub struct FakeApi {
+    url: String,
+    shared: Arc<Shared>,
+}
+
+impl FakeApi {
+    /// Listens on an ephemeral port of 127.0.0.1.
+    pub fn start() -> std::io::Result<FakeApi> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                version: 100,
+                ..State::default()
+            }),
+            changed: Condvar::new(),
+        });
+        let s = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("fake-api".into())
+            .spawn(move || {
+                for stream in listener.incoming().flatten() {
+                    let s = Arc::clone(&s);
+                    let _ = std::thread::Builder::new()
+                        .name("fake-api-conn".into())
+                        .spawn(move || serve(stream, &s));
+                }
+            })?;
+        Ok(FakeApi { url, shared })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn change(&self, kind: &'static str, mut pod: Value) {
+        let mut s = self.shared.lock();
+        s.version += 1;
+        let v = s.version;
+        pod["metadata"]["resourceVersion"] = json!(v.to_string());
+        let uid = pod["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if kind == "DELETED" {
+            s.pods.remove(&uid);
+        } else {
+            s.pods.insert(uid, pod.clone());
+        }
+        s.events.push((v, kind, pod));
+        drop(s);
+        self.shared.changed.notify_all();
+    }
+
+    /// Adds or replaces a pod (ADDED or MODIFIED).
+    pub fn put_pod(&self, pod: Value) {
+        let uid = pod["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let kind = if self.shared.lock().pods.contains_key(&uid) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        self.change(kind, pod);
+    }
+
+    pub fn delete_pod(&self, uid: &str) {
+        let pod = self.shared.lock().pods.get(uid).cloned();
+        if let Some(pod) = pod {
+            self.change("DELETED", pod);
+        }
+    }
+
+    /// Closes every open watch connection without ending the stream.
+    pub fn drop_watches(&self) {
+        self.shared.lock().drops += 1;
+        self.shared.changed.notify_all();
+    }
+
+    /// Forgets history: watches from any version before now get 410 Gone.
+    pub fn compact(&self) {
+        let mut s = self.shared.lock();
+        s.compacted_below = s.version + 1;
+        s.events.clear();
+    }
+
+    /// Open watches send an ERROR event with a 410 Status, as when etcd compacted.
+    pub fn expire_watches(&self) {
+        self.compact();
+        self.shared.lock().expiries += 1;
+        self.shared.changed.notify_all();
+    }
+
+    /// Request lines seen so far (`list ...` or `watch <version>`).
+    pub fn requests(&self) -> Vec<String> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// Waits until `pred` holds for the requests seen, up to `timeout`.
+    pub fn wait_requests(&self, timeout: Duration, pred: impl Fn(&[String]) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if pred(&self.requests()) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        pred(&self.requests())
+    }
+}
+
+/// A pod bound to `node` whose containers request `resources` (name, quantity).
+pub fn pod(
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    node: &str,
+    resources: &[(&str, &str)],
+) -> Value {
+    let requests: BTreeMap<&str, &str> = resources.iter().copied().collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": name, "namespace": namespace, "uid": uid,
+                      "annotations": { "unrelated": "x" }, "managedFields": [{ "manager": "kubectl" }] },
+        "spec": { "nodeName": node, "containers": [{
+            "name": "main", "image": "busybox",
+            "resources": { "requests": requests, "limits": requests },
+        }]},
+        "status": { "phase": "Pending" },
+    })
+}
+
+fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
+fn serve(stream: TcpStream, shared: &Shared) {
+    let mut reader = BufReader::new(match stream.try_clone() {
+        Ok(s) => s,
+        Err(_) => return,
+    });
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
+        return;
+    }
+    loop {
+        let mut header = String::new();
+        match reader.read_line(&mut header) {
+            Ok(0) | Err(_) => return,
+            Ok(_) if header == "\r\n" => break,
+            Ok(_) => {}
+        }
+    }
+    let target = request_line.split(' ').nth(1).unwrap_or_default();
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let node = query_param(query, "fieldSelector")
+        .and_then(|f| f.strip_prefix("spec.nodeName%3D"))
+        .unwrap_or_default()
+        .to_string();
+    let mut out = stream;
+    if path != "/api/v1/pods" {
+        let _ = respond(
+            &mut out,
+            404,
+            &json!({"kind": "Status", "code": 404, "message": "not found"}),
+        );
+        return;
+    }
+    if query_param(query, "watch").is_some() {
+        let version: u64 = query_param(query, "resourceVersion")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let timeout = query_param(query, "timeoutSeconds")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(60);
+        shared.lock().requests.push(format!("watch {version}"));
+        watch(out, shared, &node, version, Duration::from_secs(timeout));
+    } else {
+        let s = {
+            let mut s = shared.lock();
+            s.requests.push(format!("list {node}"));
+            let items: Vec<Value> = s
+                .pods
+                .values()
+                .filter(|p| p["spec"]["nodeName"] == node.as_str())
+                .cloned()
+                .collect();
+            json!({ "kind": "PodList", "apiVersion": "v1",
+                    "metadata": { "resourceVersion": s.version.to_string() }, "items": items })
+        };
+        let _ = respond(&mut out, 200, &s);
+    }
+}
+
+fn respond(out: &mut TcpStream, code: u16, body: &Value) -> std::io::Result<()> {
+    let body = body.to_string();
+    write!(
+        out,
+        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+fn chunk(out: &mut TcpStream, line: &Value) -> std::io::Result<()> {
+    let text = format!("{line}\n");
+    write!(out, "{:x}\r\n{text}\r\n", text.len())?;
+    out.flush()
+}
+
+fn watch(mut out: TcpStream, shared: &Shared, node: &str, from: u64, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    let (drops, expiries) = {
+        let s = shared.lock();
+        if from < s.compacted_below {
+            drop(s);
+            let gone = json!({"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"});
+            let _ = respond(&mut out, 410, &gone);
+            return;
+        }
+        (s.drops, s.expiries)
+    };
+    if write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    .is_err()
+    {
+        return;
+    }
+    let mut sent = from;
+    let mut s = shared.lock();
+    loop {
+        if s.drops != drops {
+            let _ = out.shutdown(Shutdown::Both);
+            return;
+        }
+        if s.expiries != expiries {
+            let gone = json!({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}});
+            let _ = chunk(&mut out, &gone);
+            let _ = write!(out, "0\r\n\r\n");
+            return;
+        }
+        let pending: Vec<Value> = s
+            .events
+            .iter()
+            .filter(|(v, _, p)| *v > sent && p["spec"]["nodeName"] == node)
+            .map(|(_, kind, p)| json!({ "type": kind, "object": p }))
+            .collect();
+        sent = s.version;
+        if !pending.is_empty() {
+            drop(s);
+            for e in &pending {
+                if chunk(&mut out, e).is_err() {
+                    return;
+                }
+            }
+            s = shared.lock();
+            continue;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            let _ = write!(out, "0\r\n\r\n");
+            return;
+        }
+        s = shared
+            .changed
+            .wait_timeout(s, deadline - now)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+}

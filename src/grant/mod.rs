@@ -1,0 +1,290 @@
+//! Only the scheduler grants devices: before anything is claimed, the allocation
+//! annotation of a pod is compared with what the pod's containers request, as the
+//! API server has the pod.
+//!
+//! Any pod author can write `scheduling.koordinator.sh/device-allocated` into their
+//! own pod, and koord-scheduler keeps a pre-set allocation when the pod requests
+//! no device resource. The cluster-side guard is the admission policy in
+//! `install/kubernetes/validating-admission-policy.yaml`; this is the node-side one.
+//!
+//! - [`request`]: container resources in Koordinator's device units;
+//! - [`check`]: request against allocation (pure);
+//! - [`watch`] fills [`cache`] from a list/watch of this node's pods, on its own
+//!   thread, so CreateContainer never waits on the network except for a pod the
+//!   watch has not delivered yet (at most `grant_wait_ms`);
+//! - [`audit`]: a log line per decision and counters for `devgate status`.
+
+pub mod audit;
+pub mod cache;
+pub mod check;
+pub mod fake_api;
+pub mod model;
+pub mod request;
+pub mod settings;
+pub mod watch;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::allocation::{Allocation, DEVICE_ALLOCATED};
+use crate::config::{Config, FailurePolicy};
+
+pub use audit::{Audit, GrantCounters};
+pub use settings::{
+    validate, Endpoint, GrantCheck, KubeApiConfig, Mode, DEFAULT_WAIT_MS, SERVICE_ACCOUNT_DIR,
+};
+
+use audit::{Decision, Outcome, RefusalKind};
+use cache::{Lookup, PodCache};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    #[error("{DEVICE_ALLOCATED}: pod {pod}: namespace {namespace} {rule}")]
+    Namespace {
+        pod: String,
+        namespace: String,
+        rule: &'static str,
+    },
+    #[error(
+        "{DEVICE_ALLOCATED}: pod {pod} is not granted {devices}: more than its containers request"
+    )]
+    Mismatch {
+        pod: String,
+        devices: String,
+        #[source]
+        source: check::Mismatch,
+    },
+    #[error("{DEVICE_ALLOCATED}: pod {pod}: its resource requests cannot be read")]
+    BadRequest {
+        pod: String,
+        #[source]
+        source: request::RequestError,
+    },
+    #[error("{DEVICE_ALLOCATED}: pod {pod} (uid {uid}) is not among this node's pods on the api server after {waited_ms} ms{list_state}: its allocation cannot be checked against its requests")]
+    UnknownPod {
+        pod: String,
+        uid: String,
+        waited_ms: u64,
+        list_state: &'static str,
+    },
+    #[error("{DEVICE_ALLOCATED}: pod {pod}: the allocation cannot be checked: {reason}")]
+    Unavailable { pod: String, reason: String },
+}
+
+/// The pod as the runtime names it.
+#[derive(Debug, Clone, Copy)]
+pub struct PodIdentity<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+}
+
+/// The grant check of a running plugin: its mode, the pod cache and the audit.
+pub struct GrantChecker {
+    mode: Mode,
+    cache: Arc<PodCache>,
+    audit: Audit,
+    // Held for its lifetime: dropping it stops the watch thread.
+    _watch: Option<watch::PodWatch>,
+}
+
+impl GrantChecker {
+    /// Resolves the mode from `config` and this process's environment and starts
+    /// the watch when the mode needs one.
+    pub fn start(config: &Config, state_dir: &Path) -> GrantChecker {
+        // The kernel's host name, kubelet's default node name.
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default();
+        let mode = settings::resolve(
+            config,
+            &|k| std::env::var(k).ok(),
+            Path::new(SERVICE_ACCOUNT_DIR),
+            &hostname,
+        );
+        GrantChecker::with_mode(mode, state_dir)
+    }
+
+    /// With an explicit mode (tests, and [`GrantChecker::start`]).
+    pub fn with_mode(mode: Mode, state_dir: &Path) -> GrantChecker {
+        let cache = Arc::new(PodCache::new());
+        let mut checker_mode = mode;
+        let mut handle = None;
+        if let Mode::Requests(ep) = &checker_mode {
+            let started = watch::PodClient::new(ep)
+                .map_err(|e| e.to_string())
+                .and_then(|client| {
+                    watch::PodWatch::spawn(client, Arc::clone(&cache)).map_err(|e| e.to_string())
+                });
+            match started {
+                Ok(w) => {
+                    tracing::info!(api = %ep.base, node = %ep.node_name, "grant check: watching this node's pods");
+                    handle = Some(w);
+                }
+                Err(reason) => {
+                    tracing::error!(api = %ep.base, error = %reason, "grant check: cannot start the pod watch");
+                    checker_mode = Mode::Unavailable(format!("pod watch not started: {reason}"));
+                }
+            }
+        }
+        match &checker_mode {
+            Mode::Off => tracing::info!("grant check off: allocations are applied as annotated"),
+            Mode::Unavailable(reason) => tracing::error!(%reason, "grant check unavailable"),
+            Mode::Requests(_) => {}
+        }
+        GrantChecker {
+            mode: checker_mode,
+            cache,
+            audit: Audit::open(state_dir),
+            _watch: handle,
+        }
+    }
+
+    pub fn mode(&self) -> &Mode {
+        &self.mode
+    }
+
+    pub fn cache(&self) -> &Arc<PodCache> {
+        &self.cache
+    }
+
+    pub fn counters(&self) -> GrantCounters {
+        self.audit.counters()
+    }
+
+    /// Whether `pod` may be given `alloc` for `container`. Logs and counts the
+    /// decision. A missing cache entry or an unreachable API server refuses unless
+    /// `failure_policy = "ignore"`; a mismatch, a namespace rule or unreadable
+    /// requests always refuse (with `ignore`, the plugin then starts the container
+    /// without devices).
+    pub fn check(
+        &self,
+        config: &Config,
+        pod: PodIdentity<'_>,
+        container: &str,
+        alloc: &Allocation,
+    ) -> Result<(), GrantError> {
+        let pod_name = format!("{}/{}", pod.namespace, pod.name);
+        let devices = check::describe(alloc);
+        let result = self.decide(config, pod, &pod_name, &devices, alloc);
+        let (outcome, reason) = match &result {
+            Ok((outcome, reason)) => (*outcome, reason.clone()),
+            Err((kind, e)) => (Outcome::Refused(*kind), error_chain(e)),
+        };
+        self.audit.record(&Decision {
+            pod: &pod_name,
+            uid: pod.uid,
+            container,
+            devices: &devices,
+            outcome,
+            reason: &reason,
+        });
+        result.map(|_| ()).map_err(|(_, e)| e)
+    }
+
+    fn decide(
+        &self,
+        config: &Config,
+        pod: PodIdentity<'_>,
+        pod_name: &str,
+        devices: &str,
+        alloc: &Allocation,
+    ) -> Result<(Outcome, String), (RefusalKind, GrantError)> {
+        let namespace = |rule| {
+            (
+                RefusalKind::Namespace,
+                GrantError::Namespace {
+                    pod: pod_name.to_string(),
+                    namespace: pod.namespace.to_string(),
+                    rule,
+                },
+            )
+        };
+        if config.denied_namespaces.iter().any(|n| n == pod.namespace) {
+            return Err(namespace("is in denied_namespaces"));
+        }
+        if !config.allowed_namespaces.is_empty()
+            && !config.allowed_namespaces.iter().any(|n| n == pod.namespace)
+        {
+            return Err(namespace("is not in allowed_namespaces"));
+        }
+        let ignore = config.failure_policy == FailurePolicy::Ignore;
+        if config.grant_check == Some(GrantCheck::Off) {
+            return Ok((Outcome::Unchecked, "grant_check off".into()));
+        }
+        match &self.mode {
+            Mode::Off => Ok((Outcome::Unchecked, "grant_check off".into())),
+            Mode::Unavailable(reason) if ignore => Ok((
+                Outcome::Unverified,
+                format!("{reason} (failure_policy ignore)"),
+            )),
+            Mode::Unavailable(reason) => Err((
+                RefusalKind::Unavailable,
+                GrantError::Unavailable {
+                    pod: pod_name.to_string(),
+                    reason: reason.clone(),
+                },
+            )),
+            Mode::Requests(_) => {
+                let wait = Duration::from_millis(config.grant_wait_ms);
+                match self.cache.wait_for(pod.uid, wait) {
+                    Lookup::Found(summary) => {
+                        let req = summary.request.clone().map_err(|source| {
+                            (
+                                RefusalKind::BadRequest,
+                                GrantError::BadRequest {
+                                    pod: pod_name.to_string(),
+                                    source,
+                                },
+                            )
+                        })?;
+                        check::check(&req, alloc).map_err(|source| {
+                            (
+                                RefusalKind::Mismatch,
+                                GrantError::Mismatch {
+                                    pod: pod_name.to_string(),
+                                    devices: devices.to_string(),
+                                    source,
+                                },
+                            )
+                        })?;
+                        Ok((Outcome::Granted, "matches the pod's requests".into()))
+                    }
+                    Lookup::Missing { .. } if ignore => Ok((
+                        Outcome::Unverified,
+                        "pod not in the api cache (failure_policy ignore)".into(),
+                    )),
+                    Lookup::Missing { synced } => Err((
+                        RefusalKind::UnknownPod,
+                        GrantError::UnknownPod {
+                            pod: pod_name.to_string(),
+                            uid: pod.uid.to_string(),
+                            waited_ms: config.grant_wait_ms,
+                            list_state: if synced {
+                                ""
+                            } else {
+                                " (the pod list has not loaded yet)"
+                            },
+                        },
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// An error with its sources, `a: b: c`, for the audit line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests;

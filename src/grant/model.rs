@@ -1,0 +1,154 @@
+//! The few fields of core v1 Pods, PodLists, watch events and Status objects the
+//! grant check reads. Everything else in the API server's JSON is skipped.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::request::{self, ContainerResources, DeviceRequest, RequestError};
+
+/// kubelet's annotation on a mirror pod: the static pod's own UID, which is what
+/// the runtime sees as the pod UID.
+pub const CONFIG_MIRROR: &str = "kubernetes.io/config.mirror";
+
+#[derive(Debug, Deserialize)]
+pub struct PodList {
+    #[serde(default)]
+    pub metadata: ListMeta,
+    #[serde(default)]
+    pub items: Vec<Pod>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ListMeta {
+    #[serde(default, rename = "resourceVersion")]
+    pub resource_version: String,
+    #[serde(default, rename = "continue")]
+    pub continue_token: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Pod {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: PodSpec,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ObjectMeta {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default, rename = "resourceVersion")]
+    pub resource_version: String,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct PodSpec {
+    #[serde(default)]
+    pub containers: Vec<Container>,
+    #[serde(default, rename = "initContainers")]
+    pub init_containers: Vec<Container>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Container {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub resources: Resources,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct Resources {
+    #[serde(default)]
+    pub requests: BTreeMap<String, String>,
+    #[serde(default)]
+    pub limits: BTreeMap<String, String>,
+}
+
+/// One line of a watch stream. The object is decoded once the type is known: a
+/// Pod for ADDED/MODIFIED/DELETED, a Status for ERROR, metadata only for BOOKMARK.
+#[derive(Debug, Deserialize)]
+pub struct WatchEvent<'a> {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(borrow)]
+    pub object: &'a RawValue,
+}
+
+/// A metav1.Status, as in a watch ERROR event or an error response.
+#[derive(Debug, Default, Deserialize)]
+pub struct Status {
+    #[serde(default)]
+    pub code: u16,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// A BOOKMARK event's object: only its resourceVersion matters.
+#[derive(Debug, Deserialize)]
+pub struct Bookmark {
+    pub metadata: ObjectMeta,
+}
+
+/// What the cache keeps of a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSummary {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// The static pod's UID when this is a mirror pod.
+    pub mirror_of: Option<String>,
+    /// The pod's effective device request, or why its spec cannot be read.
+    pub request: Result<DeviceRequest, RequestError>,
+    /// Per container, in spec order (init containers first): name and request.
+    pub containers: Vec<(String, DeviceRequest)>,
+}
+
+fn resources(c: &Container) -> ContainerResources {
+    // Only device resources are kept: cpu, memory and the rest do not matter here.
+    let keep = |m: &BTreeMap<String, String>| {
+        m.iter()
+            .filter(|(k, _)| request::DEVICE_RESOURCES.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    ContainerResources {
+        name: c.name.clone(),
+        requests: keep(&c.resources.requests),
+        limits: keep(&c.resources.limits),
+    }
+}
+
+impl Pod {
+    pub fn summary(&self) -> PodSummary {
+        let init: Vec<ContainerResources> =
+            self.spec.init_containers.iter().map(resources).collect();
+        let app: Vec<ContainerResources> = self.spec.containers.iter().map(resources).collect();
+        let containers = init
+            .iter()
+            .chain(app.iter())
+            .map(|c| {
+                let r = request::container_request(c).unwrap_or_default();
+                (c.name.clone(), r)
+            })
+            .collect();
+        PodSummary {
+            namespace: self.metadata.namespace.clone(),
+            name: self.metadata.name.clone(),
+            uid: self.metadata.uid.clone(),
+            mirror_of: self.metadata.annotations.get(CONFIG_MIRROR).cloned(),
+            request: request::pod_request(&app, &init),
+            containers,
+        }
+    }
+}

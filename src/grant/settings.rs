@@ -1,0 +1,223 @@
+//! Config of the grant check and where the API server is.
+//!
+//! In a pod (the DaemonSet), the API server is found as every in-cluster client
+//! finds it: `KUBERNETES_SERVICE_HOST`/`_PORT` and the service account's token and
+//! CA under `/var/run/secrets/kubernetes.io/serviceaccount`. Outside a pod,
+//! `kube_api.url` names it. `http://` is accepted only as an explicit `url` and
+//! never with a token (a bearer token is not sent in clear text): for a local
+//! authenticating proxy such as `kubectl proxy`, or a test API server.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::ConfigError;
+
+/// The service account directory of a pod.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// NRI's default request timeout: the grant wait must end well inside it.
+pub const NRI_TIMEOUT_MS: u64 = 2000;
+/// Largest `grant_wait_ms` accepted: leaves the rest of NRI's 2 s to the plan,
+/// the claim and the runtime.
+pub const MAX_WAIT_MS: u64 = 1500;
+/// Default wait for a pod the watch has not delivered: kubelet creates the
+/// sandbox only after it saw the pod from the same API server, so the watch is
+/// normally far ahead.
+pub const DEFAULT_WAIT_MS: u64 = 800;
+
+/// `grant_check`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantCheck {
+    /// Trust the annotation (the admission policy is then the only guard).
+    Off,
+    /// Grant only what the pod's containers request, per the API server.
+    Requests,
+}
+
+/// `[kube_api]`: how to reach the API server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KubeApiConfig {
+    /// `https://host:port` (or `http://` for a local proxy); empty = in-cluster.
+    pub url: String,
+    /// Bearer token file, re-read at each connection (tokens rotate); empty = the
+    /// service account's in a pod, none otherwise.
+    pub token_file: PathBuf,
+    /// PEM CA bundle of the API server; empty = the service account's in a pod,
+    /// public web roots otherwise.
+    pub ca_file: PathBuf,
+    /// This node's name as the API server knows it; empty = `$NODE_NAME`, else the
+    /// host name.
+    pub node_name: String,
+    /// Seconds the API server keeps one watch request open.
+    pub watch_timeout_secs: u64,
+}
+
+impl Default for KubeApiConfig {
+    fn default() -> Self {
+        KubeApiConfig {
+            url: String::new(),
+            token_file: PathBuf::new(),
+            ca_file: PathBuf::new(),
+            node_name: String::new(),
+            watch_timeout_secs: 240,
+        }
+    }
+}
+
+/// Everything the watch needs, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Scheme, host and port, no trailing slash.
+    pub base: String,
+    pub token_file: Option<PathBuf>,
+    pub ca_file: Option<PathBuf>,
+    pub node_name: String,
+    pub watch_timeout_secs: u64,
+}
+
+/// What the grant check will do, from the config and the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    Off,
+    Requests(Endpoint),
+    /// `grant_check = "requests"` but no API server: every allocation is refused
+    /// (or, with `failure_policy = "ignore"`, applied unverified).
+    Unavailable(String),
+}
+
+/// Checks the keys of the grant check; called from `Config::parse`.
+pub fn validate(cfg: &crate::config::Config) -> Result<(), ConfigError> {
+    let invalid = |key: &str, reason: String| ConfigError::Invalid {
+        key: key.to_string(),
+        reason,
+    };
+    if cfg.grant_wait_ms > MAX_WAIT_MS {
+        return Err(invalid(
+            "grant_wait_ms",
+            format!(
+                "{} is over {MAX_WAIT_MS}: NRI times out after {NRI_TIMEOUT_MS} ms",
+                cfg.grant_wait_ms
+            ),
+        ));
+    }
+    let api = &cfg.kube_api;
+    if !api.url.is_empty() {
+        let rest = api
+            .url
+            .strip_prefix("https://")
+            .or_else(|| api.url.strip_prefix("http://"))
+            .ok_or_else(|| {
+                invalid(
+                    "kube_api.url",
+                    format!("{:?} is not an http(s) url", api.url),
+                )
+            })?;
+        if rest.is_empty() || rest.contains(['?', '#', ' ']) {
+            return Err(invalid(
+                "kube_api.url",
+                format!("{:?} has no host or has a query", api.url),
+            ));
+        }
+        if api.url.starts_with("http://")
+            && (!api.token_file.as_os_str().is_empty() || !api.ca_file.as_os_str().is_empty())
+        {
+            return Err(invalid(
+                "kube_api.url",
+                "an http:// url takes no token_file or ca_file: a token is never sent in clear text".into(),
+            ));
+        }
+    }
+    if !api.node_name.is_empty() && !valid_node_name(&api.node_name) {
+        return Err(invalid(
+            "kube_api.node_name",
+            format!("{:?} is not a node name", api.node_name),
+        ));
+    }
+    if !(10..=3600).contains(&api.watch_timeout_secs) {
+        return Err(invalid(
+            "kube_api.watch_timeout_secs",
+            "must be 10..=3600".into(),
+        ));
+    }
+    for (key, list) in [
+        ("allowed_namespaces", &cfg.allowed_namespaces),
+        ("denied_namespaces", &cfg.denied_namespaces),
+    ] {
+        if let Some(bad) = list.iter().find(|n| !valid_namespace(n)) {
+            return Err(invalid(key, format!("{bad:?} is not a namespace name")));
+        }
+    }
+    Ok(())
+}
+
+/// RFC 1123 subdomain: lower-case alphanumerics, `-` and `.`, at most 253.
+fn valid_node_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+}
+
+/// RFC 1123 label: lower-case alphanumerics and `-`, at most 63.
+fn valid_namespace(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// The mode, from the config, environment lookups, the service account directory
+/// and the host name (parameters, so that tests do not depend on the machine).
+pub fn resolve(
+    cfg: &crate::config::Config,
+    env: &dyn Fn(&str) -> Option<String>,
+    sa_dir: &Path,
+    hostname: &str,
+) -> Mode {
+    if cfg.grant_check == Some(GrantCheck::Off) {
+        return Mode::Off;
+    }
+    let api = &cfg.kube_api;
+    let node_name = [api.node_name.clone(), env("NODE_NAME").unwrap_or_default()]
+        .into_iter()
+        .find(|n| !n.is_empty())
+        .unwrap_or_else(|| hostname.to_ascii_lowercase());
+    let path = |p: &PathBuf| (!p.as_os_str().is_empty()).then(|| p.clone());
+    let endpoint = |base: String, token: Option<PathBuf>, ca: Option<PathBuf>| Endpoint {
+        base,
+        token_file: token,
+        ca_file: ca,
+        node_name: node_name.clone(),
+        watch_timeout_secs: api.watch_timeout_secs,
+    };
+    if !api.url.is_empty() {
+        let base = api.url.trim_end_matches('/').to_string();
+        return Mode::Requests(endpoint(base, path(&api.token_file), path(&api.ca_file)));
+    }
+    let token = sa_dir.join("token");
+    if let (Some(host), Some(port)) = (
+        env("KUBERNETES_SERVICE_HOST"),
+        env("KUBERNETES_SERVICE_PORT"),
+    ) {
+        if token.exists() {
+            let host = if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host
+            };
+            return Mode::Requests(endpoint(
+                format!("https://{host}:{port}"),
+                path(&api.token_file).or(Some(token)),
+                path(&api.ca_file).or(Some(sa_dir.join("ca.crt"))),
+            ));
+        }
+    }
+    match cfg.grant_check {
+        Some(GrantCheck::Requests) => Mode::Unavailable(
+            "grant_check is \"requests\" but no api server is configured (kube_api.url) or found (in-cluster service account)".into(),
+        ),
+        _ => Mode::Off,
+    }
+}

@@ -1,0 +1,347 @@
+//! The grant check end to end in process: the watch against a fake API server
+//! (list, watch, dropped connections, 410 Gone), and the checker's decisions.
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::cache::Lookup;
+use super::fake_api::{pod, FakeApi};
+use super::*;
+use crate::allocation::parse_allocation;
+
+const NODE: &str = "node-a";
+const LONG: Duration = Duration::from_secs(20);
+
+fn endpoint(api: &FakeApi) -> Endpoint {
+    Endpoint {
+        base: api.url().to_string(),
+        token_file: None,
+        ca_file: None,
+        node_name: NODE.to_string(),
+        watch_timeout_secs: 30,
+    }
+}
+
+fn found(checker: &GrantChecker, uid: &str) -> bool {
+    matches!(checker.cache().wait_for(uid, LONG), Lookup::Found(_))
+}
+
+/// Polls until `uid` is gone from the cache.
+fn gone(checker: &GrantChecker, uid: &str) -> bool {
+    let deadline = Instant::now() + LONG;
+    while Instant::now() < deadline {
+        if matches!(
+            checker.cache().wait_for(uid, Duration::ZERO),
+            Lookup::Missing { .. }
+        ) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+fn watching(state: &tempfile::TempDir, api: &FakeApi) -> GrantChecker {
+    GrantChecker::with_mode(Mode::Requests(endpoint(api)), state.path())
+}
+
+#[test]
+fn list_then_watch_fills_the_cache_with_this_nodes_pods_only() {
+    let api = FakeApi::start().unwrap();
+    api.put_pod(pod(
+        "ns",
+        "before",
+        "u-before",
+        NODE,
+        &[("nvidia.com/gpu", "1")],
+    ));
+    api.put_pod(pod("ns", "elsewhere", "u-other", "node-b", &[]));
+    let dir = tempfile::tempdir().unwrap();
+    let checker = watching(&dir, &api);
+    assert!(found(&checker, "u-before"));
+    match checker.cache().wait_for("u-before", Duration::ZERO) {
+        Lookup::Found(p) => {
+            assert_eq!((p.namespace.as_str(), p.name.as_str()), ("ns", "before"));
+            assert_eq!(p.request.as_ref().unwrap().gpu_core, 100);
+            assert_eq!(p.containers.len(), 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Added after the list: arrives through the watch, resumed from the list's version.
+    api.put_pod(pod(
+        "ns",
+        "after",
+        "u-after",
+        NODE,
+        &[("koordinator.sh/rdma", "1")],
+    ));
+    assert!(found(&checker, "u-after"));
+    assert!(api
+        .requests()
+        .iter()
+        .any(|r| r == "watch 101" || r == "watch 102"));
+    assert_eq!(
+        checker.cache().len(),
+        2,
+        "the other node's pod is not cached"
+    );
+    api.delete_pod("u-before");
+    assert!(gone(&checker, "u-before"));
+}
+
+#[test]
+fn a_dropped_watch_resumes_from_the_last_version_without_relisting() {
+    let api = FakeApi::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let checker = watching(&dir, &api);
+    api.put_pod(pod("ns", "a", "u-a", NODE, &[]));
+    assert!(found(&checker, "u-a"));
+    api.drop_watches();
+    api.put_pod(pod("ns", "b", "u-b", NODE, &[]));
+    assert!(found(&checker, "u-b"));
+    let requests = api.requests();
+    let lists = requests.iter().filter(|r| r.starts_with("list")).count();
+    assert_eq!(lists, 1, "{requests:?}");
+    // The second watch starts from the version of u-a's event, not from the list's.
+    assert!(requests.iter().any(|r| r == "watch 101"), "{requests:?}");
+}
+
+#[test]
+fn gone_relists_and_drops_pods_deleted_meanwhile() {
+    let api = FakeApi::start().unwrap();
+    api.put_pod(pod("ns", "a", "u-a", NODE, &[]));
+    let dir = tempfile::tempdir().unwrap();
+    let checker = watching(&dir, &api);
+    assert!(found(&checker, "u-a"));
+    // The API server loses its history while the watch is down: the resumed
+    // watch gets 410 and the plugin lists again, seeing the deletion.
+    api.compact();
+    api.delete_pod("u-a");
+    api.compact();
+    api.put_pod(pod("ns", "b", "u-b", NODE, &[]));
+    api.compact();
+    api.drop_watches();
+    assert!(found(&checker, "u-b"));
+    assert!(gone(&checker, "u-a"));
+    assert!(
+        api.wait_requests(LONG, |r| r.iter().filter(|x| x.starts_with("list")).count()
+            >= 2)
+    );
+    // An ERROR event with 410 in an open watch does the same.
+    api.expire_watches();
+    assert!(
+        api.wait_requests(LONG, |r| r.iter().filter(|x| x.starts_with("list")).count()
+            >= 3)
+    );
+}
+
+#[test]
+fn an_unreachable_api_server_is_retried_until_it_answers() {
+    // Reserve a port, then free it: nothing listens there at first.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let ep = Endpoint {
+        base: format!("http://127.0.0.1:{port}"),
+        token_file: None,
+        ca_file: None,
+        node_name: NODE.into(),
+        watch_timeout_secs: 30,
+    };
+    let checker = GrantChecker::with_mode(Mode::Requests(ep), dir.path());
+    assert_eq!(
+        checker.cache().wait_for("x", Duration::from_millis(300)),
+        Lookup::Missing { synced: false }
+    );
+}
+
+fn alloc(text: &str) -> Allocation {
+    parse_allocation(text.as_bytes()).unwrap()
+}
+
+const ONE_GPU: &str = r#"{"gpu":[{"minor":2,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}]}"#;
+
+fn id<'a>(ns: &'a str, name: &'a str, uid: &'a str) -> PodIdentity<'a> {
+    PodIdentity {
+        namespace: ns,
+        name,
+        uid,
+    }
+}
+
+#[test]
+fn decisions_refuse_forged_allocations_and_count_them() {
+    let api = FakeApi::start().unwrap();
+    api.put_pod(pod("team", "forged", "u-forged", NODE, &[("cpu", "1")]));
+    api.put_pod(pod(
+        "team",
+        "legit",
+        "u-legit",
+        NODE,
+        &[("nvidia.com/gpu", "1")],
+    ));
+    api.put_pod(pod(
+        "team",
+        "bad",
+        "u-bad",
+        NODE,
+        &[("nvidia.com/gpu", "half")],
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let checker = watching(&dir, &api);
+    let config = Config {
+        grant_wait_ms: 100,
+        ..Config::default()
+    };
+    let a = alloc(ONE_GPU);
+    assert!(found(&checker, "u-bad"));
+    checker
+        .check(&config, id("team", "legit", "u-legit"), "main", &a)
+        .expect("legit pod granted");
+    let e = checker
+        .check(&config, id("team", "forged", "u-forged"), "main", &a)
+        .unwrap_err();
+    let text = error_chain(&e);
+    assert!(text.starts_with(DEVICE_ALLOCATED), "{text}");
+    assert!(text.contains("request no gpu"), "{text}");
+    let e = checker
+        .check(&config, id("team", "bad", "u-bad"), "main", &a)
+        .unwrap_err();
+    assert!(error_chain(&e).contains("nvidia.com/gpu"), "{e}");
+    // Not known to the API server: waits the bound, then refuses.
+    let t = Instant::now();
+    let e = checker
+        .check(&config, id("team", "ghost", "u-ghost"), "main", &a)
+        .unwrap_err();
+    assert!(t.elapsed() >= Duration::from_millis(100));
+    assert!(
+        e.to_string().contains("u-ghost") && e.to_string().contains("100 ms"),
+        "{e}"
+    );
+    // failure_policy = ignore lets an unknown pod through unverified, never a mismatch.
+    let ignore = Config {
+        failure_policy: FailurePolicy::Ignore,
+        ..config.clone()
+    };
+    checker
+        .check(&ignore, id("team", "ghost", "u-ghost"), "main", &a)
+        .expect("unverified under ignore");
+    assert!(checker
+        .check(&ignore, id("team", "forged", "u-forged"), "main", &a)
+        .is_err());
+    let c = audit::read_counters(dir.path()).unwrap();
+    assert_eq!((c.granted, c.unverified, c.refused), (1, 1, 4), "{c:?}");
+    assert_eq!(c.refused_by_reason["mismatch"], 2);
+    assert_eq!(c.refused_by_reason["unknown_pod"], 1);
+    assert_eq!(c.refused_by_reason["bad_request"], 1);
+}
+
+#[test]
+fn namespace_rules_and_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = alloc(ONE_GPU);
+    let off = GrantChecker::with_mode(Mode::Off, dir.path());
+    let denied = Config {
+        denied_namespaces: vec!["tenants".into()],
+        ..Config::default()
+    };
+    let e = off
+        .check(&denied, id("tenants", "p", "u"), "c", &a)
+        .unwrap_err();
+    assert!(e.to_string().contains("denied_namespaces"), "{e}");
+    off.check(&denied, id("ml", "p", "u"), "c", &a)
+        .expect("other namespace, grant_check off");
+    let allowed = Config {
+        allowed_namespaces: vec!["ml".into()],
+        ..Config::default()
+    };
+    off.check(&allowed, id("ml", "p", "u"), "c", &a).unwrap();
+    let e = off
+        .check(&allowed, id("web", "p", "u"), "c", &a)
+        .unwrap_err();
+    assert!(e.to_string().contains("not in allowed_namespaces"), "{e}");
+    let unavailable =
+        GrantChecker::with_mode(Mode::Unavailable("no api server".into()), dir.path());
+    let e = unavailable
+        .check(&Config::default(), id("ml", "p", "u"), "c", &a)
+        .unwrap_err();
+    assert!(e.to_string().contains("no api server"), "{e}");
+    let ignore = Config {
+        failure_policy: FailurePolicy::Ignore,
+        ..Config::default()
+    };
+    unavailable
+        .check(&ignore, id("ml", "p", "u"), "c", &a)
+        .expect("fail open when chosen");
+}
+
+#[test]
+fn mode_resolution() {
+    let sa = tempfile::tempdir().unwrap();
+    std::fs::write(sa.path().join("token"), "t").unwrap();
+    let no_env = |_: &str| None;
+    let in_cluster = |k: &str| match k {
+        "KUBERNETES_SERVICE_HOST" => Some("10.96.0.1".to_string()),
+        "KUBERNETES_SERVICE_PORT" => Some("443".to_string()),
+        "NODE_NAME" => Some("n1".to_string()),
+        _ => None,
+    };
+    let cfg = Config::default();
+    assert_eq!(
+        settings::resolve(&cfg, &no_env, sa.path(), "Host"),
+        Mode::Off
+    );
+    match settings::resolve(&cfg, &in_cluster, sa.path(), "host") {
+        Mode::Requests(ep) => {
+            assert_eq!(ep.base, "https://10.96.0.1:443");
+            assert_eq!(ep.node_name, "n1");
+            assert_eq!(ep.token_file, Some(sa.path().join("token")));
+            assert_eq!(ep.ca_file, Some(sa.path().join("ca.crt")));
+        }
+        other => panic!("{other:?}"),
+    }
+    let explicit = Config::parse(
+        "grant_check = \"requests\"\n[kube_api]\nurl = \"http://127.0.0.1:8001/\"\n",
+        "t",
+    )
+    .unwrap();
+    match settings::resolve(&explicit, &no_env, sa.path(), "Host-1") {
+        Mode::Requests(ep) => {
+            assert_eq!(ep.base, "http://127.0.0.1:8001");
+            assert_eq!(ep.node_name, "host-1");
+            assert_eq!(ep.token_file, None);
+        }
+        other => panic!("{other:?}"),
+    }
+    let required = Config::parse("grant_check = \"requests\"", "t").unwrap();
+    assert!(matches!(
+        settings::resolve(&required, &no_env, sa.path(), "h"),
+        Mode::Unavailable(_)
+    ));
+    let off = Config::parse("grant_check = \"off\"", "t").unwrap();
+    assert_eq!(
+        settings::resolve(&off, &in_cluster, sa.path(), "h"),
+        Mode::Off
+    );
+}
+
+#[test]
+fn config_keys_are_validated() {
+    for (text, key) in [
+        ("grant_wait_ms = 1900", "grant_wait_ms"),
+        ("[kube_api]\nurl = \"ftp://x\"", "kube_api.url"),
+        (
+            "[kube_api]\nurl = \"http://10.0.0.1:8080\"\ntoken_file = \"/t\"",
+            "clear text",
+        ),
+        ("[kube_api]\nnode_name = \"Node A\"", "kube_api.node_name"),
+        ("denied_namespaces = [\"Bad_NS\"]", "denied_namespaces"),
+        ("grant_check = \"maybe\"", "unknown variant `maybe`"),
+    ] {
+        let e = Config::parse(text, "t").unwrap_err();
+        assert!(e.to_string().contains(key), "{text}: {e}");
+    }
+    let _ = PathBuf::new();
+}

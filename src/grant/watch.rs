@@ -1,0 +1,346 @@
+//! List and watch of the pods bound to this node (`spec.nodeName=<node>`) against
+//! the API server, on one background thread with a small blocking HTTP client.
+//!
+//! The protocol is the API server's (API concepts, "Efficient detection of
+//! changes"): a list gives a resourceVersion; a watch from it streams one JSON
+//! event per line; a watch that ends normally (the server's `timeoutSeconds`) is
+//! resumed from the last version seen; `410 Gone` (as the response or as an ERROR
+//! event) means the version is too old and the cache is rebuilt from a new list;
+//! any other failure reconnects with exponential backoff (100 ms to 5 s).
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::cache::PodCache;
+use super::model::{Bookmark, Pod, PodList, PodSummary, Status, WatchEvent};
+use super::settings::Endpoint;
+
+/// Largest list page accepted (a page holds at most [`PAGE`] pods).
+pub const MAX_LIST_BYTES: u64 = 64 << 20;
+/// Largest watch event accepted: etcd's default request limit is 1.5 MiB.
+pub const MAX_EVENT_BYTES: u64 = 4 << 20;
+/// Largest error body read.
+const MAX_STATUS_BYTES: u64 = 64 << 10;
+/// Pods per list page.
+const PAGE: u32 = 500;
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("read token file {path}: {source}")]
+    Token {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("read ca file {path}: {reason}")]
+    Ca { path: PathBuf, reason: String },
+    #[error("request {url}: {source}")]
+    Http {
+        url: String,
+        #[source]
+        source: Box<ureq::Error>,
+    },
+    #[error("request {url}: status {code}: {message}")]
+    Status {
+        url: String,
+        code: u16,
+        message: String,
+    },
+    #[error("resource version {version} is gone (410)")]
+    Gone { version: String },
+    #[error("read {url}: {source}")]
+    Read {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("decode {what} from {url}: {source}")]
+    Decode {
+        url: String,
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("watch event from {url} is larger than {MAX_EVENT_BYTES} bytes")]
+    EventTooLarge { url: String },
+}
+
+/// A client of the core v1 pods endpoint, for one node.
+pub struct PodClient {
+    agent: ureq::Agent,
+    base: String,
+    token_file: Option<PathBuf>,
+    selector: String,
+    watch_timeout_secs: u64,
+}
+
+impl PodClient {
+    pub fn new(ep: &Endpoint) -> Result<PodClient, WatchError> {
+        let mut tls = ureq::tls::TlsConfig::builder();
+        if let Some(path) = &ep.ca_file {
+            let ca = |reason: String| WatchError::Ca {
+                path: path.clone(),
+                reason,
+            };
+            let pem = std::fs::read(path).map_err(|e| ca(e.to_string()))?;
+            let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
+                .filter_map(|item| match item {
+                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(Ok(c)),
+                    Ok(_) => None,
+                    Err(e) => Some(Err(e)),
+                })
+                .collect::<Result<_, _>>()
+                .map_err(|e| ca(e.to_string()))?;
+            if certs.is_empty() {
+                return Err(ca("no certificate in the file".into()));
+            }
+            tls = tls.root_certs(ureq::tls::RootCerts::new_with_certs(&certs));
+        }
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .tls_config(tls.build())
+            .max_redirects(0)
+            .timeout_connect(Some(Duration::from_secs(5)))
+            .timeout_recv_response(Some(Duration::from_secs(30)))
+            // A silent connection is dead once the server's own timeout has passed.
+            .timeout_per_read(Some(Duration::from_secs(ep.watch_timeout_secs + 30)))
+            .user_agent("devgate")
+            .build()
+            .new_agent();
+        Ok(PodClient {
+            agent,
+            base: ep.base.clone(),
+            token_file: ep.token_file.clone(),
+            selector: format!("spec.nodeName%3D{}", ep.node_name),
+            watch_timeout_secs: ep.watch_timeout_secs,
+        })
+    }
+
+    fn get(&self, query: &str) -> Result<(String, ureq::Body), WatchError> {
+        let url = format!(
+            "{}/api/v1/pods?fieldSelector={}&{query}",
+            self.base, self.selector
+        );
+        let mut req = self.agent.get(&url).header("Accept", "application/json");
+        if let Some(path) = &self.token_file {
+            let token = std::fs::read_to_string(path).map_err(|source| WatchError::Token {
+                path: path.clone(),
+                source,
+            })?;
+            req = req.header("Authorization", format!("Bearer {}", token.trim()));
+        }
+        let resp = req.call().map_err(|e| WatchError::Http {
+            url: url.clone(),
+            source: Box::new(e),
+        })?;
+        let code = resp.status().as_u16();
+        let body = resp.into_body();
+        if code == 200 {
+            return Ok((url, body));
+        }
+        let status: Status = body
+            .into_with_config()
+            .limit(MAX_STATUS_BYTES)
+            .read_to_vec()
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        Err(WatchError::Status {
+            url,
+            code,
+            message: status.message,
+        })
+    }
+
+    /// Every pod of the node and the list's resourceVersion, page by page.
+    pub fn list(&self) -> Result<(Vec<PodSummary>, String), WatchError> {
+        let mut pods = Vec::new();
+        let mut cont = String::new();
+        loop {
+            let mut query = format!("limit={PAGE}");
+            if !cont.is_empty() {
+                query.push_str("&continue=");
+                query.push_str(&percent_encode(&cont));
+            }
+            let (url, body) = self.get(&query)?;
+            let reader = BufReader::new(body.into_with_config().limit(MAX_LIST_BYTES).reader());
+            let page: PodList =
+                serde_json::from_reader(reader).map_err(|source| WatchError::Decode {
+                    url,
+                    what: "pod list",
+                    source,
+                })?;
+            pods.extend(page.items.iter().map(Pod::summary));
+            if page.metadata.continue_token.is_empty() {
+                return Ok((pods, page.metadata.resource_version));
+            }
+            cont = page.metadata.continue_token;
+        }
+    }
+
+    /// Watches from `version`, applying each event to `cache` and advancing
+    /// `version`, until the server ends the watch or it fails.
+    pub fn watch(&self, version: &mut String, cache: &PodCache) -> Result<(), WatchError> {
+        let query = format!(
+            "watch=1&allowWatchBookmarks=true&timeoutSeconds={}&resourceVersion={}",
+            self.watch_timeout_secs,
+            percent_encode(version)
+        );
+        let (url, body) = match self.get(&query) {
+            Err(WatchError::Status { code: 410, .. }) => {
+                return Err(WatchError::Gone {
+                    version: version.clone(),
+                })
+            }
+            other => other?,
+        };
+        let mut reader = BufReader::new(body.into_with_config().limit(u64::MAX).reader());
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = (&mut reader)
+                .take(MAX_EVENT_BYTES + 1)
+                .read_until(b'\n', &mut line)
+                .map_err(|source| WatchError::Read {
+                    url: url.clone(),
+                    source,
+                })?;
+            if n == 0 {
+                return Ok(());
+            }
+            if n as u64 > MAX_EVENT_BYTES {
+                return Err(WatchError::EventTooLarge { url });
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            if let Some(v) = apply_event(&line, cache, &url)? {
+                *version = v;
+            }
+        }
+    }
+}
+
+/// Applies one watch event; returns the resourceVersion it carries.
+fn apply_event(line: &[u8], cache: &PodCache, url: &str) -> Result<Option<String>, WatchError> {
+    let decode = |what: &'static str| {
+        move |source| WatchError::Decode {
+            url: url.to_string(),
+            what,
+            source,
+        }
+    };
+    let event: WatchEvent = serde_json::from_slice(line).map_err(decode("watch event"))?;
+    match event.kind.as_str() {
+        "ADDED" | "MODIFIED" | "DELETED" => {
+            let pod: Pod = serde_json::from_str(event.object.get()).map_err(decode("pod"))?;
+            let version = pod.metadata.resource_version.clone();
+            if event.kind == "DELETED" {
+                cache.remove(&pod.metadata.uid);
+            } else {
+                cache.upsert(pod.summary());
+            }
+            Ok(Some(version))
+        }
+        "BOOKMARK" => {
+            let b: Bookmark =
+                serde_json::from_str(event.object.get()).map_err(decode("bookmark"))?;
+            Ok(Some(b.metadata.resource_version))
+        }
+        _ => {
+            let s: Status = serde_json::from_str(event.object.get()).unwrap_or_default();
+            if s.code == 410 {
+                return Err(WatchError::Gone { version: s.message });
+            }
+            Err(WatchError::Status {
+                url: url.to_string(),
+                code: s.code,
+                message: format!("watch error event {}: {}", s.reason, s.message),
+            })
+        }
+    }
+}
+
+/// Percent-encodes everything outside RFC 3986's unreserved set.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The watch thread; dropping the handle asks it to stop at its next step.
+pub struct PodWatch {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for PodWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl PodWatch {
+    /// Starts the list/watch loop on its own thread, filling `cache`.
+    pub fn spawn(client: PodClient, cache: Arc<PodCache>) -> std::io::Result<PodWatch> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("devgate-pod-watch".into())
+            .spawn(move || run(&client, &cache, &flag))?;
+        Ok(PodWatch { stop })
+    }
+}
+
+fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
+    let mut backoff = BACKOFF_MIN;
+    let pause = |backoff: &mut Duration| {
+        std::thread::sleep(*backoff);
+        *backoff = (*backoff * 2).min(BACKOFF_MAX);
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let mut version = match client.list() {
+            Ok((pods, version)) => {
+                tracing::info!(pods = pods.len(), version = %version, "pod list loaded");
+                cache.replace_all(pods);
+                backoff = BACKOFF_MIN;
+                version
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, "pod list failed");
+                pause(&mut backoff);
+                continue;
+            }
+        };
+        while !stop.load(Ordering::Relaxed) {
+            let started = Instant::now();
+            match client.watch(&mut version, cache) {
+                Ok(()) => {
+                    tracing::debug!(version = %version, "watch ended; resuming");
+                    backoff = BACKOFF_MIN;
+                }
+                Err(e @ WatchError::Gone { .. }) => {
+                    tracing::info!(error = %e, "watch expired; listing again");
+                    break;
+                }
+                Err(e) => {
+                    if started.elapsed() > BACKOFF_MAX {
+                        backoff = BACKOFF_MIN;
+                    }
+                    tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, "pod watch failed");
+                    pause(&mut backoff);
+                }
+            }
+        }
+    }
+}

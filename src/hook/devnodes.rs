@@ -1,0 +1,247 @@
+//! Device nodes in a container's `/dev`, made by the hook in hooks-only mode
+//! (no NRI plugin puts them into the OCI spec).
+//!
+//! runc runs prestart and createRuntime hooks after it has mounted the
+//! container's `/dev` and before `pivot_root` (libcontainer `prepareRootfs` →
+//! `syncParentHooks`). The container's mount tree is then reachable from the
+//! runtime's namespace through `/proc/<pid>/root`, with the rootfs at the
+//! bundle's `root.path`. Every path below that is resolved with
+//! `openat2(RESOLVE_IN_ROOT)` and directories under `/dev` with
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, so a symlink planted in an image
+//! cannot send a node outside the container (the NVIDIA container toolkit's
+//! CVE-2024-0132 class of bug).
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::AtFlags;
+use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+use nix::sys::stat::{fchmodat, fstatat, mkdirat, mknodat, FchmodatFlags, Mode, SFlag};
+use serde::Deserialize;
+
+use crate::plan::{DeviceKind, DeviceNode};
+
+/// A runtime's `config.json` is a few KiB to a few hundred with many mounts.
+pub const MAX_BUNDLE_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("read bundle config {path}: {source}")]
+    Bundle {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("bundle config {path}: {reason}")]
+    BundleConfig { path: PathBuf, reason: String },
+    #[error("open {path} in the container: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: Errno,
+    },
+    #[error("device path {path:?} is not /dev/<name> or /dev/<dir>/<name> with plain names")]
+    BadPath { path: String },
+    #[error("create {path} in the container: {source}")]
+    Create {
+        path: String,
+        #[source]
+        source: Errno,
+    },
+    #[error("{path} already exists in the container and is not char device {major}:{minor}")]
+    Occupied {
+        path: String,
+        major: u32,
+        minor: u32,
+    },
+}
+
+#[derive(Deserialize)]
+struct BundleConfig {
+    root: BundleRoot,
+}
+
+#[derive(Deserialize)]
+struct BundleRoot {
+    path: PathBuf,
+}
+
+/// The rootfs path from `<bundle>/config.json` (runtime-spec `root.path`;
+/// relative paths are relative to the bundle).
+pub fn rootfs_path(bundle: &Path) -> Result<PathBuf, NodeError> {
+    let path = bundle.join("config.json");
+    let err = |source| NodeError::Bundle {
+        path: path.clone(),
+        source,
+    };
+    let mut text = Vec::new();
+    File::open(&path)
+        .map_err(err)?
+        .take(MAX_BUNDLE_CONFIG_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(err)?;
+    let invalid = |reason: String| NodeError::BundleConfig {
+        path: path.clone(),
+        reason,
+    };
+    if text.len() as u64 > MAX_BUNDLE_CONFIG_BYTES {
+        return Err(invalid(format!(
+            "larger than {MAX_BUNDLE_CONFIG_BYTES} bytes"
+        )));
+    }
+    let config: BundleConfig = serde_json::from_slice(&text).map_err(|e| invalid(e.to_string()))?;
+    let root = config.root.path;
+    if root.as_os_str().is_empty() {
+        return Err(invalid("root.path is empty".to_string()));
+    }
+    Ok(if root.is_absolute() {
+        root
+    } else {
+        bundle.join(root)
+    })
+}
+
+fn open_how(flags: OFlag, resolve: ResolveFlag) -> OpenHow {
+    OpenHow::new()
+        .flags(flags | OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+        .resolve(resolve)
+}
+
+fn open2(dir: RawFd, path: &Path, resolve: ResolveFlag) -> Result<OwnedFd, Errno> {
+    let raw = openat2(dir, path, open_how(OFlag::empty(), resolve))?;
+    // SAFETY: `openat2` just returned this descriptor and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// The container's rootfs as seen from its mount namespace: `rootfs` resolved
+/// inside `<proc_root>/<pid>/root`, so absolute symlinks on the way stay there.
+pub fn open_rootfs(proc_root: &Path, pid: u32, rootfs: &Path) -> Result<OwnedFd, NodeError> {
+    let root_path = proc_root.join(pid.to_string()).join("root");
+    let root = File::open(&root_path).map_err(|e| NodeError::Open {
+        path: root_path.clone(),
+        source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+    })?;
+    let rel = rootfs.strip_prefix("/").unwrap_or(rootfs);
+    open2(
+        root.as_raw_fd(),
+        rel,
+        ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+    )
+    .map_err(|source| NodeError::Open {
+        path: root_path.join(rel),
+        source,
+    })
+}
+
+/// `/dev/<name>` → (None, name); `/dev/<dir>/<name>` → (Some(dir), name).
+fn split(path: &str) -> Option<(Option<&str>, &str)> {
+    let rest = path.strip_prefix("/dev/")?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 64
+            && s != "."
+            && s != ".."
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    };
+    if !parts.iter().all(|p| plain(p)) {
+        return None;
+    }
+    match parts[..] {
+        [name] => Some((None, name)),
+        [dir, name] => Some((Some(dir), name)),
+        _ => None,
+    }
+}
+
+/// Creates `nodes` below `rootfs` (an `O_PATH` directory, normally from
+/// [`open_rootfs`]); a node already there with the same type and numbers is
+/// kept (a second stage, or the runtime made it). Returns how many were made.
+pub fn make_nodes(rootfs: BorrowedFd<'_>, nodes: &[DeviceNode]) -> Result<usize, NodeError> {
+    let mut made = 0;
+    if nodes.is_empty() {
+        return Ok(0);
+    }
+    let dev = open2(
+        rootfs.as_raw_fd(),
+        Path::new("dev"),
+        ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+    )
+    .map_err(|source| NodeError::Open {
+        path: PathBuf::from("/dev"),
+        source,
+    })?;
+    for node in nodes {
+        let (sub, name) = split(&node.path).ok_or_else(|| NodeError::BadPath {
+            path: node.path.chars().take(128).collect(),
+        })?;
+        let dir = match sub {
+            None => None,
+            Some(sub) => Some(open_subdir(&dev, sub)?),
+        };
+        let dir_fd = dir.as_ref().unwrap_or(&dev).as_raw_fd();
+        if make_node(dir_fd, name, node)? {
+            made += 1;
+        }
+    }
+    Ok(made)
+}
+
+/// `/dev/<sub>`, created 0755 when missing; never through a symlink.
+fn open_subdir(dev: &OwnedFd, sub: &str) -> Result<OwnedFd, NodeError> {
+    let path = format!("/dev/{sub}");
+    match mkdirat(Some(dev.as_raw_fd()), sub, Mode::from_bits_truncate(0o755)) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(source) => return Err(NodeError::Create { path, source }),
+    }
+    open2(
+        dev.as_raw_fd(),
+        Path::new(sub),
+        ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS,
+    )
+    .map_err(|source| NodeError::Open {
+        path: PathBuf::from(path),
+        source,
+    })
+}
+
+/// True when the node was created, false when the same node was there.
+fn make_node(dir: RawFd, name: &str, node: &DeviceNode) -> Result<bool, NodeError> {
+    let kind = match node.kind {
+        DeviceKind::Char => SFlag::S_IFCHR,
+    };
+    let rdev = libc::makedev(node.major, node.minor);
+    let perm = Mode::from_bits_truncate(node.file_mode & 0o777);
+    let create = |source| NodeError::Create {
+        path: node.path.clone(),
+        source,
+    };
+    let made = match mknodat(Some(dir), name, kind, perm, rdev) {
+        Ok(()) => true,
+        Err(Errno::EEXIST) => false,
+        Err(e) => return Err(create(e)),
+    };
+    let st = fstatat(Some(dir), name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(create)?;
+    let same =
+        SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == kind && st.st_rdev == rdev;
+    if !same {
+        return Err(NodeError::Occupied {
+            path: node.path.clone(),
+            major: node.major,
+            minor: node.minor,
+        });
+    }
+    // mknod applied the umask; the plan's mode is the contract. The name was
+    // just checked to be a device node, not a symlink, and the container has
+    // not started, so nothing can swap it in between.
+    fchmodat(Some(dir), name, perm, FchmodatFlags::FollowSymlink).map_err(create)?;
+    Ok(made)
+}
+
+#[cfg(test)]
+#[path = "devnodes_tests.rs"]
+mod tests;

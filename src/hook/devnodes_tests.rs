@@ -1,0 +1,149 @@
+//! Device nodes in a scratch rootfs: made with the planned numbers and mode,
+//! idempotent, and never outside the rootfs whatever symlinks it holds. mknod
+//! needs root, as in CI.
+
+use std::os::fd::AsFd;
+use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt, PermissionsExt};
+
+use super::*;
+
+fn node(path: &str, major: u32, minor: u32) -> DeviceNode {
+    DeviceNode {
+        path: path.to_string(),
+        kind: DeviceKind::Char,
+        major,
+        minor,
+        file_mode: 0o666,
+    }
+}
+
+fn nodes() -> Vec<DeviceNode> {
+    vec![
+        node("/dev/nvidia3", 195, 3),
+        node("/dev/nvidiactl", 195, 255),
+        node("/dev/infiniband/uverbs3", 231, 195),
+    ]
+}
+
+fn rootfs() -> (tempfile::TempDir, OwnedFd) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("dev")).unwrap();
+    let fd = File::open(dir.path()).unwrap().into();
+    (dir, fd)
+}
+
+fn assert_node(path: &Path, major: u32, minor: u32) {
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    assert!(meta.file_type().is_char_device(), "{path:?}");
+    assert_eq!(meta.rdev(), libc::makedev(major, minor), "{path:?}");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o666, "{path:?}");
+}
+
+#[test]
+fn nodes_are_made_with_their_numbers_and_mode_once() {
+    let (dir, fd) = rootfs();
+    assert_eq!(make_nodes(fd.as_fd(), &nodes()).unwrap(), 3);
+    assert_node(&dir.path().join("dev/nvidia3"), 195, 3);
+    assert_node(&dir.path().join("dev/nvidiactl"), 195, 255);
+    assert_node(&dir.path().join("dev/infiniband/uverbs3"), 231, 195);
+    // A second stage finds them in place.
+    assert_eq!(make_nodes(fd.as_fd(), &nodes()).unwrap(), 0);
+    assert_eq!(make_nodes(fd.as_fd(), &[]).unwrap(), 0);
+}
+
+#[test]
+fn a_different_file_under_the_name_is_refused() {
+    let (dir, fd) = rootfs();
+    std::fs::write(dir.path().join("dev/nvidia3"), "x").unwrap();
+    let e = make_nodes(fd.as_fd(), &nodes()).unwrap_err();
+    assert!(matches!(e, NodeError::Occupied { .. }), "{e}");
+    let (_dir2, fd2) = rootfs();
+    make_nodes(fd2.as_fd(), &[node("/dev/nvidia3", 195, 3)]).unwrap();
+    let e = make_nodes(fd2.as_fd(), &[node("/dev/nvidia3", 195, 4)]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "/dev/nvidia3 already exists in the container and is not char device 195:4"
+    );
+}
+
+#[test]
+fn symlinks_in_the_image_cannot_lead_outside() {
+    let outside = tempfile::tempdir().unwrap();
+    let out = outside.path().to_str().unwrap().to_string();
+    // /dev an absolute link to a host directory: resolved inside the rootfs, where it does not exist.
+    let dir = tempfile::tempdir().unwrap();
+    symlink(&out, dir.path().join("dev")).unwrap();
+    let fd: OwnedFd = File::open(dir.path()).unwrap().into();
+    assert!(make_nodes(fd.as_fd(), &nodes()).is_err());
+    // /dev/infiniband a relative link climbing out: no symlinks below /dev.
+    let (dir, fd) = rootfs();
+    symlink(format!("../../..{out}"), dir.path().join("dev/infiniband")).unwrap();
+    let e = make_nodes(fd.as_fd(), &[node("/dev/infiniband/uverbs3", 231, 195)]).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("open /dev/infiniband in the container"),
+        "{e}"
+    );
+    // A dangling node link pointing out: mknod does not follow it.
+    let (dir, fd) = rootfs();
+    symlink(format!("{out}/x"), dir.path().join("dev/nvidia3")).unwrap();
+    assert!(matches!(
+        make_nodes(fd.as_fd(), &[node("/dev/nvidia3", 195, 3)]),
+        Err(NodeError::Occupied { .. })
+    ));
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn only_plain_dev_paths_are_accepted() {
+    assert_eq!(split("/dev/nvidia0"), Some((None, "nvidia0")));
+    assert_eq!(
+        split("/dev/infiniband/uverbs1"),
+        Some((Some("infiniband"), "uverbs1"))
+    );
+    for bad in [
+        "/dev/",
+        "/dev/../etc/passwd",
+        "/dev/a/b/c",
+        "/etc/x",
+        "dev/x",
+        "/dev//x",
+        "/dev/a b",
+        "/dev/./x",
+    ] {
+        assert_eq!(split(bad), None, "{bad}");
+    }
+    let (_dir, fd) = rootfs();
+    let e = make_nodes(fd.as_fd(), &[node("/dev/../x", 1, 3)]).unwrap_err();
+    assert!(matches!(e, NodeError::BadPath { .. }), "{e}");
+}
+
+#[test]
+fn the_rootfs_comes_from_the_bundle_and_resolves_in_the_process_root() {
+    let bundle = tempfile::tempdir().unwrap();
+    let write = |v: &str| std::fs::write(bundle.path().join("config.json"), v).unwrap();
+    write(r#"{"ociVersion":"1.0.2","root":{"path":"/var/lib/c/merged"},"process":{}}"#);
+    assert_eq!(
+        rootfs_path(bundle.path()).unwrap(),
+        Path::new("/var/lib/c/merged")
+    );
+    write(r#"{"root":{"path":"rootfs","readonly":true}}"#);
+    assert_eq!(
+        rootfs_path(bundle.path()).unwrap(),
+        bundle.path().join("rootfs")
+    );
+    for bad in [r#"{"root":{"path":""}}"#, r#"{}"#, "{"] {
+        write(bad);
+        assert!(rootfs_path(bundle.path()).is_err(), "{bad}");
+    }
+    // A fake /proc/<pid>/root whose /var/lib is an absolute link: followed inside it.
+    let proc = tempfile::tempdir().unwrap();
+    let root = proc.path().join("42/root");
+    std::fs::create_dir_all(root.join("data/c/merged/dev")).unwrap();
+    std::fs::create_dir_all(root.join("var")).unwrap();
+    symlink("/data", root.join("var/lib")).unwrap();
+    let fd = open_rootfs(proc.path(), 42, Path::new("/var/lib/c/merged")).unwrap();
+    make_nodes(fd.as_fd(), &[node("/dev/nvidia0", 195, 0)]).unwrap();
+    assert_node(&root.join("data/c/merged/dev/nvidia0"), 195, 0);
+    assert!(open_rootfs(proc.path(), 43, Path::new("/x")).is_err());
+}

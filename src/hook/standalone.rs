@@ -1,0 +1,368 @@
+//! Hooks-only mode (`devgate-hook --hooks-only`, from a hooks.d file): for
+//! runtimes without NRI (podman, CRI-O without NRI), the hook resolves the pod
+//! annotation itself through the same code as the plugin and applies what the
+//! plugin would have put into the OCI spec.
+//!
+//! At prestart/createRuntime: parse the allocation, plan against the host
+//! root's inventory, claim in the ledger (all or nothing), then make the
+//! device nodes in the container's `/dev`, allow them in its device cgroup,
+//! and move its VFs into its netns. Any failure after the claim releases it:
+//! the container fails and holds nothing. A `kill -9` after the claim leaves it
+//! to poststop, which runc runs when a create fails (libcontainer `destroy`).
+//!
+//! At poststop: restore the container's VFs, forget the container, and release
+//! the pod's claims when it was the pod's last container.
+//!
+//! A hook cannot change the container's environment: the state it reads is a
+//! copy and the process is already configured. `NVIDIA_VISIBLE_DEVICES` and
+//! the HAMi-core variables are not set in this mode; users pass them
+//! themselves (`podman run -e`) or use CDI.
+//!
+//! A container that carries [`RESOLVED_ANNOTATION`] was handled by the plugin:
+//! the hook then works as the plugin's hook.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::{cgroup, devnodes, HookEnv, HookError, Outcome, Stage, State, RESOLVED_ANNOTATION};
+use crate::allocation::{self, AllocationError};
+use crate::config::Config;
+use crate::gpu::{self, GpuError, HealthStore};
+use crate::ledger::{ContainerRecord, Ledger, LedgerError, NoTeardown, PodRef};
+use crate::netdev::VfAttach;
+use crate::plan::{self, DeviceNode, PlanError};
+use crate::plugin::devices::{vf_attachments, DeviceError};
+
+/// Longest identity value taken from an annotation (ids are 64, names 253).
+const MAX_IDENTITY: usize = 256;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HooksOnlyError {
+    #[error(transparent)]
+    Allocation(#[from] AllocationError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error(transparent)]
+    Health(#[from] GpuError),
+    #[error("ledger: {0}")]
+    Ledger(#[from] LedgerError),
+    #[error("annotation {key}: not a usable identity (at most {MAX_IDENTITY} printable bytes)")]
+    Identity { key: &'static str },
+    #[error("the plan mounts {count} host paths, which a hook cannot add (use NRI or CDI)")]
+    Mounts { count: usize },
+    #[error("device nodes")]
+    Nodes(#[source] devnodes::NodeError),
+    #[error("device cgroup")]
+    Cgroup(#[source] cgroup::CgroupError),
+    #[error("{failed}; releasing the claims failed too: {release}")]
+    Release {
+        failed: Box<HookError>,
+        release: LedgerError,
+    },
+}
+
+/// The container side of hooks-only mode, where it touches the OS.
+pub trait ContainerOs {
+    /// Makes `nodes` in the container's `/dev`; how many were new.
+    fn make_nodes(
+        &mut self,
+        state: &State,
+        pid: u32,
+        nodes: &[DeviceNode],
+    ) -> Result<usize, HookError>;
+    /// Allows `nodes` in the device cgroup of `pid`.
+    fn allow(&mut self, pid: u32, nodes: &[DeviceNode]) -> Result<(), HookError>;
+    /// Moves `networks` into the netns of `pid`, all or nothing.
+    fn attach(
+        &mut self,
+        container_id: &str,
+        pid: u32,
+        networks: &[VfAttach],
+        checkpoint: &dyn Fn(&'static str),
+    ) -> Result<(), HookError>;
+    /// Restores the VFs saved for `container_id`; how many.
+    fn detach(
+        &mut self,
+        container_id: &str,
+        checkpoint: &dyn Fn(&'static str),
+    ) -> Result<usize, HookError>;
+}
+
+/// The real container side: `/proc` and sockets from `env`, cgroup v1
+/// hierarchies under `cgroup_root`.
+pub struct SysContainerOs {
+    pub env: HookEnv,
+    pub cgroup_root: PathBuf,
+}
+
+impl ContainerOs for SysContainerOs {
+    fn make_nodes(
+        &mut self,
+        state: &State,
+        pid: u32,
+        nodes: &[DeviceNode],
+    ) -> Result<usize, HookError> {
+        if nodes.is_empty() {
+            return Ok(0);
+        }
+        let nodes_err = |e| HookError::HooksOnly(HooksOnlyError::Nodes(e));
+        let rootfs =
+            devnodes::rootfs_path(std::path::Path::new(&state.bundle)).map_err(nodes_err)?;
+        let fd =
+            devnodes::open_rootfs(&self.env.roots.proc_root, pid, &rootfs).map_err(nodes_err)?;
+        devnodes::make_nodes(std::os::fd::AsFd::as_fd(&fd), nodes).map_err(nodes_err)
+    }
+
+    fn allow(&mut self, pid: u32, nodes: &[DeviceNode]) -> Result<(), HookError> {
+        cgroup::allow(&self.env.roots.proc_root, &self.cgroup_root, pid, nodes)
+            .map(|_| ())
+            .map_err(|e| HookError::HooksOnly(HooksOnlyError::Cgroup(e)))
+    }
+
+    fn attach(
+        &mut self,
+        container_id: &str,
+        pid: u32,
+        networks: &[VfAttach],
+        checkpoint: &dyn Fn(&'static str),
+    ) -> Result<(), HookError> {
+        super::attach_networks(&self.env, container_id, pid, networks, checkpoint)
+    }
+
+    fn detach(
+        &mut self,
+        container_id: &str,
+        checkpoint: &dyn Fn(&'static str),
+    ) -> Result<usize, HookError> {
+        super::detach_networks(&self.env, container_id, checkpoint)
+    }
+}
+
+/// Runs one stage in hooks-only mode.
+pub fn run_hooks_only(
+    stage: Stage,
+    state: &State,
+    env: &HookEnv,
+    config: &Config,
+    os: &mut dyn ContainerOs,
+    checkpoint: &dyn Fn(&'static str),
+) -> Result<Outcome, HookError> {
+    if state.annotations.contains_key(RESOLVED_ANNOTATION) {
+        return super::run(stage, state, env, checkpoint);
+    }
+    match stage {
+        Stage::Prestart | Stage::CreateRuntime => create(stage, state, env, config, os, checkpoint),
+        Stage::CreateContainer => Ok(Outcome::Nothing),
+        Stage::Poststop => stop(state, env, os, checkpoint),
+    }
+}
+
+/// Who the container is, from the runtime's annotations; a container outside
+/// a pod (podman) is its own pod.
+struct Identity {
+    pod: PodRef,
+    container: String,
+}
+
+fn pick(
+    a: &BTreeMap<String, String>,
+    keys: [&'static str; 2],
+) -> Result<Option<String>, HooksOnlyError> {
+    for key in keys {
+        if let Some(v) = a.get(key) {
+            let ok = v.len() <= MAX_IDENTITY && v.bytes().all(|b| b.is_ascii_graphic());
+            if !ok {
+                return Err(HooksOnlyError::Identity { key });
+            }
+            return Ok(Some(v.clone()));
+        }
+    }
+    Ok(None)
+}
+
+fn identity(state: &State) -> Result<Identity, HooksOnlyError> {
+    let a = &state.annotations;
+    // containerd's CRI keys first, then CRI-O's.
+    let sandbox_id = pick(
+        a,
+        [
+            "io.kubernetes.cri.sandbox-id",
+            "io.kubernetes.cri-o.SandboxID",
+        ],
+    )?
+    .unwrap_or_else(|| state.id.clone());
+    let namespace = pick(
+        a,
+        [
+            "io.kubernetes.cri.sandbox-namespace",
+            "io.kubernetes.pod.namespace",
+        ],
+    )?
+    .unwrap_or_default();
+    let name = pick(
+        a,
+        ["io.kubernetes.cri.sandbox-name", "io.kubernetes.pod.name"],
+    )?
+    .unwrap_or_else(|| state.id.clone());
+    let uid = pick(
+        a,
+        ["io.kubernetes.cri.sandbox-uid", "io.kubernetes.pod.uid"],
+    )?
+    .unwrap_or_else(|| sandbox_id.clone());
+    let container = pick(
+        a,
+        [
+            "io.kubernetes.cri.container-name",
+            "io.kubernetes.container.name",
+        ],
+    )?
+    .unwrap_or_default();
+    Ok(Identity {
+        pod: PodRef {
+            sandbox_id,
+            namespace,
+            name,
+            uid,
+        },
+        container,
+    })
+}
+
+fn create(
+    stage: Stage,
+    state: &State,
+    env: &HookEnv,
+    config: &Config,
+    os: &mut dyn ContainerOs,
+    checkpoint: &dyn Fn(&'static str),
+) -> Result<Outcome, HookError> {
+    let no_labels = BTreeMap::new();
+    let devices =
+        allocation::parse_pod(&state.annotations, &no_labels).map_err(HooksOnlyError::from)?;
+    if devices.allocation.is_empty() {
+        return Ok(Outcome::Nothing);
+    }
+    if !matches!(state.status.as_str(), "creating" | "created") {
+        return Err(HookError::Status {
+            stage,
+            status: state.status.chars().take(32).collect(),
+        });
+    }
+    let pid = state.pid().ok_or(HookError::NoPid { stage })?;
+    let who = identity(state)?;
+    let inventory = gpu::discover_node(&env.host_root);
+    let plan =
+        plan::build(&inventory, &devices, &who.container, config).map_err(HooksOnlyError::from)?;
+    if !plan.mounts.is_empty() {
+        return Err(HooksOnlyError::Mounts {
+            count: plan.mounts.len(),
+        }
+        .into());
+    }
+    if !plan.env.is_empty() {
+        tracing::warn!(
+            container = %state.id,
+            keys = ?plan.env.keys().collect::<Vec<_>>(),
+            "a hook cannot set environment variables: pass them to the container or use CDI"
+        );
+    }
+    let networks = vf_attachments(&plan.network, &who.pod.uid).map_err(HooksOnlyError::from)?;
+    gpu::check_claims(&HealthStore::new(&config.gpu.health_dir), &plan.claims)
+        .map_err(HooksOnlyError::from)?;
+    let ledger = Ledger::open(&env.state_dir).map_err(HooksOnlyError::from)?;
+    let record = ContainerRecord {
+        name: who.container.clone(),
+        devices: plan.devices.iter().map(|d| d.path.clone()).collect(),
+        applied_unix: crate::ledger::now_unix(),
+    };
+    let admission = ledger
+        .admit(
+            &who.pod,
+            &plan.claims,
+            &state.id,
+            record,
+            !networks.is_empty(),
+        )
+        .map_err(HooksOnlyError::from)?;
+    checkpoint("admit");
+    let applied = (|| -> Result<Outcome, HookError> {
+        let nodes = os.make_nodes(state, pid, &plan.devices)?;
+        os.allow(pid, &plan.devices)?;
+        let mut moved = 0;
+        if admission.network_owner && !networks.is_empty() {
+            os.attach(&state.id, pid, &networks, checkpoint)?;
+            moved = networks.len();
+        }
+        Ok(Outcome::Applied {
+            nodes,
+            networks: moved,
+        })
+    })();
+    match applied {
+        Ok(outcome) => {
+            tracing::info!(pod = %who.pod, container = %state.id, ?outcome, "hooks-only plan applied");
+            Ok(outcome)
+        }
+        Err(failed) => match release(&ledger, &who.pod.sandbox_id, &state.id) {
+            Ok(_) => Err(failed),
+            Err(release) => Err(HooksOnlyError::Release {
+                failed: Box::new(failed),
+                release,
+            }
+            .into()),
+        },
+    }
+}
+
+/// Forgets the container; releases the pod when no container of it is left.
+fn release(ledger: &Ledger, sandbox_id: &str, container_id: &str) -> Result<bool, LedgerError> {
+    ledger.remove_container(sandbox_id, container_id)?;
+    let empty = ledger
+        .snapshot()?
+        .pods
+        .get(sandbox_id)
+        .is_some_and(|p| p.containers.is_empty());
+    if !empty {
+        return Ok(false);
+    }
+    // VFs were restored before this is called; nothing else to undo.
+    let released = ledger.release_pod(sandbox_id, &NoTeardown)?;
+    Ok(!released.pods.is_empty())
+}
+
+fn stop(
+    state: &State,
+    env: &HookEnv,
+    os: &mut dyn ContainerOs,
+    checkpoint: &dyn Fn(&'static str),
+) -> Result<Outcome, HookError> {
+    // A failed restore keeps the record and the claims: the VF stays out of
+    // service until someone looks, instead of going to the next pod half set.
+    let networks = os.detach(&state.id, checkpoint)?;
+    let ledger = Ledger::open(&env.state_dir).map_err(HooksOnlyError::from)?;
+    // The pod is found by the container, not by annotations: poststop may see fewer.
+    let sandbox = ledger
+        .snapshot()
+        .map_err(HooksOnlyError::from)?
+        .pods
+        .into_values()
+        .find(|p| p.containers.contains_key(&state.id))
+        .map(|p| p.pod.sandbox_id);
+    let pod_released = match sandbox {
+        Some(sandbox) => release(&ledger, &sandbox, &state.id).map_err(HooksOnlyError::from)?,
+        None => false,
+    };
+    if networks == 0 && !pod_released {
+        return Ok(Outcome::Nothing);
+    }
+    Ok(Outcome::Released {
+        networks,
+        pod_released,
+    })
+}
+
+#[cfg(test)]
+#[path = "standalone_tests.rs"]
+mod tests;

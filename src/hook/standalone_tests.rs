@@ -1,0 +1,365 @@
+//! Hooks-only mode against a simulated HGX host root and a fake container
+//! side: what is planned reaches the container, claims are taken and given
+//! back, and every failure leaves nothing claimed.
+
+use std::cell::RefCell;
+use std::path::Path;
+
+use super::*;
+use crate::allocation::DEVICE_ALLOCATED;
+use crate::fixture::{Fixture, HostRootBuilder};
+use crate::netdev::NetnsRoots;
+
+#[derive(Default)]
+struct FakeOs {
+    nodes: Vec<DeviceNode>,
+    allowed: Vec<DeviceNode>,
+    attached: Vec<VfAttach>,
+    detached: RefCell<Vec<String>>,
+    fail: Option<&'static str>,
+}
+
+fn fail(step: &'static str) -> HookError {
+    HookError::Stage(format!("fake {step} failure"))
+}
+
+impl ContainerOs for FakeOs {
+    fn make_nodes(&mut self, _: &State, _: u32, nodes: &[DeviceNode]) -> Result<usize, HookError> {
+        if self.fail == Some("nodes") {
+            return Err(fail("nodes"));
+        }
+        self.nodes.extend_from_slice(nodes);
+        Ok(nodes.len())
+    }
+
+    fn allow(&mut self, _: u32, nodes: &[DeviceNode]) -> Result<(), HookError> {
+        if self.fail == Some("allow") {
+            return Err(fail("allow"));
+        }
+        self.allowed.extend_from_slice(nodes);
+        Ok(())
+    }
+
+    fn attach(
+        &mut self,
+        _: &str,
+        _: u32,
+        networks: &[VfAttach],
+        _: &dyn Fn(&'static str),
+    ) -> Result<(), HookError> {
+        if self.fail == Some("attach") {
+            return Err(fail("attach"));
+        }
+        self.attached.extend_from_slice(networks);
+        Ok(())
+    }
+
+    fn detach(&mut self, id: &str, _: &dyn Fn(&'static str)) -> Result<usize, HookError> {
+        if self.fail == Some("detach") {
+            return Err(fail("detach"));
+        }
+        self.detached.borrow_mut().push(id.to_string());
+        Ok(std::mem::take(&mut self.attached).len())
+    }
+}
+
+struct World {
+    _dir: tempfile::TempDir,
+    fixture: Fixture,
+    env: HookEnv,
+    config: Config,
+}
+
+fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = HostRootBuilder::hgx()
+        .build(&dir.path().join("host"))
+        .unwrap();
+    let env = HookEnv {
+        host_root: fixture.root().to_path_buf(),
+        state_dir: dir.path().join("state"),
+        roots: NetnsRoots::default(),
+    };
+    let mut config = Config::default();
+    config.gpu.health_dir = dir.path().join("health");
+    World {
+        _dir: dir,
+        fixture,
+        env,
+        config,
+    }
+}
+
+impl World {
+    /// GPU 0 and the second VF of the first NIC.
+    fn allocation(&self) -> String {
+        let inv = self.fixture.expected();
+        let (g, pf) = (&inv.gpus[0], &inv.rdma[0]);
+        format!(
+            r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}],"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"minor":-1,"busID":"{}"}}]}}}}]}}"#,
+            g.minor, g.uuid, pf.bus_id, pf.vfs[1].bus_id
+        )
+    }
+
+    fn run(&self, stage: Stage, state: &State, os: &mut FakeOs) -> Result<Outcome, HookError> {
+        run_hooks_only(stage, state, &self.env, &self.config, os, &|_| {})
+    }
+
+    fn ledger(&self) -> crate::ledger::LedgerState {
+        Ledger::open(&self.env.state_dir)
+            .unwrap()
+            .snapshot()
+            .unwrap()
+    }
+}
+
+fn state(id: &str, status: &str, pid: Option<u32>, annotations: &[(&str, &str)]) -> State {
+    let mut s = serde_json::json!({"ociVersion": "1.0.2", "id": id, "status": status,
+        "bundle": "/nonexistent", "annotations": annotations.iter().cloned().collect::<BTreeMap<_, _>>()});
+    if let Some(p) = pid {
+        s["pid"] = p.into();
+    }
+    State::parse(s.to_string().as_bytes()).unwrap()
+}
+
+#[test]
+fn the_plan_reaches_the_container_and_poststop_gives_everything_back() {
+    let w = world();
+    let alloc = w.allocation();
+    let ann = [(DEVICE_ALLOCATED, alloc.as_str())];
+    let mut os = FakeOs::default();
+    let out = w
+        .run(
+            Stage::CreateRuntime,
+            &state("c1", "creating", Some(7), &ann),
+            &mut os,
+        )
+        .unwrap();
+    let inv = w.fixture.expected();
+    let gpu_node = format!("/dev/nvidia{}", inv.gpus[0].minor);
+    let paths: Vec<&str> = os.nodes.iter().map(|n| n.path.as_str()).collect();
+    assert!(paths.contains(&gpu_node.as_str()), "{paths:?}");
+    assert!(paths.contains(&"/dev/nvidiactl"), "{paths:?}");
+    assert!(paths.contains(&"/dev/infiniband/rdma_cm"), "{paths:?}");
+    assert!(!paths.contains(&"/dev/nvidia7"), "{paths:?}");
+    assert_eq!(os.allowed, os.nodes);
+    assert_eq!(os.attached.len(), 1);
+    let vf = &inv.rdma[0].vfs[1];
+    assert_eq!(os.attached[0].vf_bus_id, vf.bus_id);
+    assert_eq!(Some(&os.attached[0].host_netdev), vf.netdev.as_ref());
+    assert_eq!(os.attached[0].container_ifname, "net1");
+    assert_eq!(
+        out,
+        Outcome::Applied {
+            nodes: os.nodes.len(),
+            networks: 1
+        }
+    );
+    let held = w.ledger();
+    let pod = &held.pods["c1"];
+    assert_eq!(pod.claims.len(), 2);
+    assert_eq!(pod.network_owner.as_deref(), Some("c1"));
+    // prestart after createRuntime: the same claims, nothing new held.
+    w.run(
+        Stage::Prestart,
+        &state("c1", "creating", Some(7), &ann),
+        &mut os,
+    )
+    .unwrap();
+    assert_eq!(w.ledger().pods.len(), 1);
+
+    let out = w
+        .run(Stage::Poststop, &state("c1", "stopped", None, &[]), &mut os)
+        .unwrap();
+    assert_eq!(
+        out,
+        Outcome::Released {
+            networks: 2,
+            pod_released: true
+        }
+    );
+    assert!(w.ledger().pods.is_empty() && w.ledger().devices.is_empty());
+    // Twice: nothing left to do.
+    let out = w
+        .run(Stage::Poststop, &state("c1", "stopped", None, &[]), &mut os)
+        .unwrap();
+    assert_eq!(out, Outcome::Nothing);
+}
+
+#[test]
+fn a_failure_after_the_claim_releases_it() {
+    let w = world();
+    let alloc = w.allocation();
+    let ann = [(DEVICE_ALLOCATED, alloc.as_str())];
+    for step in ["nodes", "allow", "attach"] {
+        let mut os = FakeOs {
+            fail: Some(step),
+            ..FakeOs::default()
+        };
+        let e = w
+            .run(
+                Stage::CreateRuntime,
+                &state("c2", "creating", Some(7), &ann),
+                &mut os,
+            )
+            .unwrap_err();
+        assert!(
+            e.to_string().contains(&format!("fake {step} failure")),
+            "{e}"
+        );
+        let l = w.ledger();
+        assert!(l.pods.is_empty() && l.devices.is_empty(), "{step}: {l:?}");
+    }
+}
+
+#[test]
+fn devices_held_by_another_pod_are_refused_untouched() {
+    let w = world();
+    let alloc = w.allocation();
+    let ann = [(DEVICE_ALLOCATED, alloc.as_str())];
+    let mut os = FakeOs::default();
+    w.run(
+        Stage::CreateRuntime,
+        &state("a", "creating", Some(7), &ann),
+        &mut os,
+    )
+    .unwrap();
+    let mut other = FakeOs::default();
+    let e = w
+        .run(
+            Stage::CreateRuntime,
+            &state("b", "creating", Some(8), &ann),
+            &mut other,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("is held by pod"), "{e}");
+    assert!(other.nodes.is_empty() && other.attached.is_empty());
+    assert_eq!(w.ledger().pods.len(), 1);
+}
+
+#[test]
+fn bad_input_claims_nothing() {
+    let w = world();
+    let alloc = w.allocation();
+    type Case<'a> = (Vec<(&'a str, &'a str)>, &'a str, Option<u32>);
+    let cases: Vec<Case<'_>> = vec![
+        (vec![(DEVICE_ALLOCATED, "{not json")], "creating", Some(9)),
+        (
+            vec![(DEVICE_ALLOCATED, r#"{"gpu":[{"minor":99}]}"#)],
+            "creating",
+            Some(9),
+        ),
+        (vec![(DEVICE_ALLOCATED, &alloc)], "running", Some(9)),
+        (vec![(DEVICE_ALLOCATED, &alloc)], "creating", None),
+        (
+            vec![
+                (DEVICE_ALLOCATED, &alloc),
+                ("io.kubernetes.cri.sandbox-id", "a b"),
+            ],
+            "creating",
+            Some(9),
+        ),
+    ];
+    for (ann, status, pid) in cases {
+        let mut os = FakeOs::default();
+        let e = w.run(
+            Stage::CreateRuntime,
+            &state("c", status, pid, &ann),
+            &mut os,
+        );
+        assert!(e.is_err(), "{ann:?} {status}");
+        assert!(os.nodes.is_empty() && os.attached.is_empty());
+    }
+    assert!(!w.env.state_dir.join("ledger.json").exists() || w.ledger().pods.is_empty());
+}
+
+#[test]
+fn nri_handled_or_device_free_containers_are_left_alone() {
+    let w = world();
+    let mut os = FakeOs::default();
+    let out = w
+        .run(
+            Stage::CreateRuntime,
+            &state("c3", "creating", Some(7), &[("k", "v")]),
+            &mut os,
+        )
+        .unwrap();
+    assert_eq!(out, Outcome::Nothing);
+    // With the plugin's annotation the hook acts on it only (no plan, no claim).
+    let resolved = r#"{"version":1,"networks":[]}"#;
+    let alloc = w.allocation();
+    let ann = [
+        (DEVICE_ALLOCATED, alloc.as_str()),
+        (RESOLVED_ANNOTATION, resolved),
+    ];
+    let out = w
+        .run(
+            Stage::CreateRuntime,
+            &state("c3", "creating", Some(7), &ann),
+            &mut os,
+        )
+        .unwrap();
+    assert_eq!(out, Outcome::Nothing);
+    assert!(os.nodes.is_empty());
+    assert!(!Path::new(&w.env.state_dir).join("ledger.json").exists());
+}
+
+#[test]
+fn identity_comes_from_cri_keys_or_the_container_itself() {
+    let s = state(
+        "ctr",
+        "creating",
+        Some(1),
+        &[
+            ("io.kubernetes.cri.sandbox-id", "sb1"),
+            ("io.kubernetes.cri.sandbox-namespace", "ns"),
+            ("io.kubernetes.cri.sandbox-name", "pod"),
+            ("io.kubernetes.cri.sandbox-uid", "uid-1"),
+            ("io.kubernetes.cri.container-name", "main"),
+        ],
+    );
+    let who = identity(&s).unwrap();
+    assert_eq!(
+        (
+            who.pod.sandbox_id.as_str(),
+            who.pod.to_string(),
+            who.pod.uid.as_str(),
+            who.container.as_str()
+        ),
+        ("sb1", "ns/pod".to_string(), "uid-1", "main")
+    );
+    let crio = state(
+        "ctr",
+        "creating",
+        Some(1),
+        &[
+            ("io.kubernetes.cri-o.SandboxID", "sb2"),
+            ("io.kubernetes.container.name", "app"),
+        ],
+    );
+    let who = identity(&crio).unwrap();
+    assert_eq!(
+        (who.pod.sandbox_id.as_str(), who.container.as_str()),
+        ("sb2", "app")
+    );
+    let who = identity(&state("solo", "creating", Some(1), &[])).unwrap();
+    assert_eq!(
+        (
+            who.pod.sandbox_id.as_str(),
+            who.pod.name.as_str(),
+            who.pod.uid.as_str()
+        ),
+        ("solo", "solo", "solo")
+    );
+    let long = "x".repeat(MAX_IDENTITY + 1);
+    let bad = state(
+        "c",
+        "creating",
+        Some(1),
+        &[("io.kubernetes.pod.name", &long)],
+    );
+    assert!(matches!(
+        identity(&bad),
+        Err(HooksOnlyError::Identity { .. })
+    ));
+}

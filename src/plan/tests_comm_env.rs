@@ -1,0 +1,404 @@
+//! Communication-library variables: table tests over IB and RoCE ports, mixed link
+//! layers, missing GID types, values the container sets itself, and config overrides.
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+
+use super::comm_env::roce_v2_index;
+use super::testinv::{hgx, pf_bus, uuid, vf_bus};
+use super::tests::pod;
+use super::*;
+use crate::allocation::{parse_pod, CONTAINERS};
+use crate::config::{GidFamily, VarSetting};
+use crate::inventory::GidEntry;
+
+const V4: &str = "0000:0000:0000:0000:0000:ffff:0a00:0001";
+const V6: &str = "2001:0db8:0000:0000:0000:0000:0000:0001";
+const LINK_LOCAL: &str = "fe80:0000:0000:0000:ba3f:d2ff:fe19:0001";
+
+fn gid(index: u32, gid_type: &str, gid: &str) -> GidEntry {
+    GidEntry {
+        index,
+        gid_type: gid_type.into(),
+        gid: Some(gid.into()),
+        ndev: Some("ens1f0".into()),
+    }
+}
+
+/// The table a RoCE port has once its netdev has an IPv4 and an IPv6 address:
+/// default GIDs from the MAC at 0 and 1, then v1/v2 pairs per address.
+fn roce_table() -> Vec<GidEntry> {
+    vec![
+        gid(0, "IB/RoCE v1", LINK_LOCAL),
+        gid(1, "RoCE v2", LINK_LOCAL),
+        gid(2, "IB/RoCE v1", V4),
+        gid(3, "RoCE v2", V4),
+        gid(4, "IB/RoCE v1", V6),
+        gid(5, "RoCE v2", V6),
+    ]
+}
+
+/// GID tables by device, recording every port read.
+#[derive(Default)]
+struct FakeGids {
+    tables: HashMap<String, Vec<GidEntry>>,
+    reads: RefCell<Vec<String>>,
+}
+
+impl FakeGids {
+    fn with(devices: &[(&str, Vec<GidEntry>)]) -> FakeGids {
+        FakeGids {
+            tables: devices
+                .iter()
+                .map(|(d, t)| (d.to_string(), t.clone()))
+                .collect(),
+            reads: RefCell::default(),
+        }
+    }
+}
+
+impl GidSource for FakeGids {
+    fn port_gids(&self, ibdev: &str, port: u32) -> Vec<GidEntry> {
+        self.reads.borrow_mut().push(format!("{ibdev}:{port}"));
+        self.tables.get(ibdev).cloned().unwrap_or_default()
+    }
+}
+
+/// `{"rdma":[...]}` with one entry per `(pf, [vfs])`; no VFs = the PF whole.
+fn rdma(entries: &[(u32, &[u32])]) -> String {
+    let list: Vec<String> = entries
+        .iter()
+        .map(|(pf, vfs)| {
+            let vfs: Vec<String> = vfs
+                .iter()
+                .map(|v| format!(r#"{{"busID":"{}"}}"#, vf_bus(*pf, *v)))
+                .collect();
+            format!(
+                r#"{{"minor":{pf},"id":"{}","extension":{{"vfs":[{}]}}}}"#,
+                pf_bus(*pf),
+                vfs.join(",")
+            )
+        })
+        .collect();
+    format!(r#"{{"rdma":[{}]}}"#, list.join(","))
+}
+
+fn with_gpus(rdma_json: &str, minors: &[u32]) -> String {
+    let gpus: Vec<String> = minors
+        .iter()
+        .map(|m| format!(r#"{{"minor":{m}}}"#))
+        .collect();
+    let tail = rdma_json.trim_start_matches('{');
+    format!(r#"{{"gpu":[{}],{tail}"#, gpus.join(","))
+}
+
+struct Case {
+    name: &'static str,
+    ann: String,
+    config: Config,
+    env: Vec<String>,
+    gids: FakeGids,
+    /// Every variable besides `NVIDIA_VISIBLE_DEVICES`.
+    want: Vec<(&'static str, String)>,
+    warning: Option<&'static str>,
+    reads: Vec<&'static str>,
+}
+
+fn case(name: &'static str, ann: String) -> Case {
+    Case {
+        name,
+        ann,
+        config: Config::default(),
+        env: Vec::new(),
+        gids: FakeGids::default(),
+        want: Vec::new(),
+        warning: None,
+        reads: Vec::new(),
+    }
+}
+
+fn want(pairs: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    pairs.iter().map(|(k, v)| (*k, v.to_string())).collect()
+}
+
+fn config(edit: impl FnOnce(&mut Config)) -> Config {
+    let mut c = Config::default();
+    edit(&mut c);
+    c
+}
+
+fn cases() -> Vec<Case> {
+    let roce = || FakeGids::with(&[("mlx5_9", roce_table()), ("mlx5_10", roce_table())]);
+    vec![
+        Case {
+            want: want(&[
+                ("NCCL_IB_HCA", "=mlx5_5:1,mlx5_6:1"),
+                ("NCCL_SOCKET_IFNAME", "net1,net2"),
+                ("UCX_NET_DEVICES", "mlx5_5:1,mlx5_6:1"),
+            ]),
+            ..case("infiniband vfs: no gid reads", rdma(&[(0, &[0, 1])]))
+        },
+        Case {
+            gids: roce(),
+            want: want(&[
+                ("NCCL_IB_GID_INDEX", "3"),
+                ("NCCL_IB_HCA", "=mlx5_9:1,mlx5_10:1"),
+                ("NCCL_SOCKET_IFNAME", "net1,net2"),
+                ("UCX_NET_DEVICES", "mlx5_9:1,mlx5_10:1"),
+            ]),
+            reads: vec!["mlx5_9:1", "mlx5_10:1"],
+            ..case("roce vfs: the ipv4 roce v2 gid", rdma(&[(1, &[0, 1])]))
+        },
+        Case {
+            gids: FakeGids::with(&[("mlx5_9", roce_table())]),
+            want: want(&[
+                ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+                ("NCCL_IB_GID_INDEX", "3"),
+                ("NCCL_IB_HCA", "=mlx5_5:1,mlx5_9:1"),
+                ("NCCL_SOCKET_IFNAME", "net1,net2"),
+                ("UCX_NET_DEVICES", "mlx5_5:1,mlx5_9:1"),
+            ]),
+            reads: vec!["mlx5_9:1"],
+            ..case(
+                "mixed link layers: the index from the roce port only",
+                with_gpus(&rdma(&[(0, &[0]), (1, &[0])]), &[0, 1]),
+            )
+        },
+        Case {
+            gids: FakeGids::with(&[("mlx5_9", roce_table())]),
+            want: want(&[
+                ("NCCL_IB_HCA", "=mlx5_9:1,mlx5_10:1"),
+                ("NCCL_SOCKET_IFNAME", "net1,net2"),
+                ("UCX_NET_DEVICES", "mlx5_9:1,mlx5_10:1"),
+            ]),
+            warning: Some("NCCL_IB_GID_INDEX not set: mlx5_10:1 has no RoCE v2 GID of family ipv4"),
+            reads: vec!["mlx5_9:1", "mlx5_10:1"],
+            ..case("missing gid types", rdma(&[(1, &[0, 1])]))
+        },
+        Case {
+            gids: FakeGids::with(&[
+                ("mlx5_9", roce_table()),
+                (
+                    "mlx5_10",
+                    vec![gid(1, "RoCE v2", LINK_LOCAL), gid(7, "RoCE v2", V4)],
+                ),
+            ]),
+            want: want(&[
+                ("NCCL_IB_HCA", "=mlx5_9:1,mlx5_10:1"),
+                ("NCCL_SOCKET_IFNAME", "net1,net2"),
+                ("UCX_NET_DEVICES", "mlx5_9:1,mlx5_10:1"),
+            ]),
+            warning: Some("the RoCE v2 GID indices differ (mlx5_9:1=3, mlx5_10:1=7)"),
+            reads: vec!["mlx5_9:1", "mlx5_10:1"],
+            ..case("devices that disagree", rdma(&[(1, &[0, 1])]))
+        },
+        Case {
+            config: config(|c| c.comm_env.gid_family = GidFamily::Ipv6),
+            gids: FakeGids::with(&[("rocep175s0f0", roce_table())]),
+            want: want(&[
+                ("NCCL_IB_GID_INDEX", "5"),
+                ("NCCL_IB_HCA", "=rocep175s0f0:1"),
+                ("UCX_NET_DEVICES", "rocep175s0f0:1"),
+            ]),
+            reads: vec!["rocep175s0f0:1"],
+            ..case("ipv6 from the config, a whole pf", rdma(&[(4, &[])]))
+        },
+        Case {
+            env: vec!["NCCL_IB_ADDR_FAMILY=AF_INET6".into()],
+            gids: FakeGids::with(&[("rocep175s0f0", roce_table())]),
+            want: want(&[
+                ("NCCL_IB_GID_INDEX", "5"),
+                ("NCCL_IB_HCA", "=rocep175s0f0:1"),
+                ("UCX_NET_DEVICES", "rocep175s0f0:1"),
+            ]),
+            reads: vec!["rocep175s0f0:1"],
+            ..case("ipv6 asked for by the container", rdma(&[(4, &[])]))
+        },
+        Case {
+            env: vec![
+                "PATH=/bin".into(),
+                "NCCL_IB_HCA=mlx5_0".into(),
+                "UCX_NET_DEVICES=".into(),
+                "NCCL_IB_GID_INDEX=0".into(),
+                "CUDA_DEVICE_ORDER".into(),
+            ],
+            gids: roce(),
+            want: want(&[("NCCL_SOCKET_IFNAME", "net1")]),
+            ..case(
+                "the container's own values win, and its gid index spares the reads",
+                with_gpus(&rdma(&[(1, &[0])]), &[2]),
+            )
+        },
+        Case {
+            config: config(|c| {
+                c.comm_env.nccl_ib_hca = VarSetting::On(false);
+                c.comm_env.cuda_device_order = VarSetting::On(false);
+                c.comm_env.nccl_socket_ifname = VarSetting::Rename("GLOO_SOCKET_IFNAME".into());
+                c.comm_env.nccl_ib_gid_index = VarSetting::On(false);
+                c.comm_env.extra = BTreeMap::from([
+                    ("NCCL_IB_HCA".to_string(), "^{rdma_devices}".to_string()),
+                    ("MY_GPUS".to_string(), "{gpu_uuids}".to_string()),
+                    ("MY_NUMA".to_string(), "numa={numa_nodes}".to_string()),
+                    (
+                        "MY_NETS".to_string(),
+                        "{netdevs};{rdma_devices}".to_string(),
+                    ),
+                ]);
+            }),
+            gids: roce(),
+            want: vec![
+                ("GLOO_SOCKET_IFNAME", "net1".into()),
+                ("MY_GPUS", format!("{},{}", uuid(5), uuid(0))),
+                ("MY_NETS", "net1;mlx5_9,rocep175s0f0".into()),
+                ("MY_NUMA", "numa=0,1".into()),
+                ("NCCL_IB_HCA", "^mlx5_9,rocep175s0f0".into()),
+                ("UCX_NET_DEVICES", "mlx5_9:1,rocep175s0f0:1".into()),
+            ],
+            ..case(
+                "config: off, renamed, templated",
+                with_gpus(&rdma(&[(1, &[0]), (4, &[])]), &[5, 0]),
+            )
+        },
+        Case {
+            config: config(|c| {
+                c.comm_env.extra = BTreeMap::from([
+                    ("MY_NETS".to_string(), "{netdevs}".to_string()),
+                    ("MY_GPUS".to_string(), "x{gpu_uuids}".to_string()),
+                ]);
+            }),
+            want: vec![
+                ("CUDA_DEVICE_ORDER", "PCI_BUS_ID".into()),
+                ("MY_GPUS", format!("x{}", uuid(6))),
+            ],
+            ..case(
+                "templates with an empty list set nothing",
+                r#"{"gpu":[{"minor":6}]}"#.into(),
+            )
+        },
+        Case {
+            config: config(|c| {
+                c.comm_env.enabled = false;
+                c.comm_env.extra = BTreeMap::from([("X".to_string(), "{gpu_uuids}".to_string())]);
+            }),
+            gids: roce(),
+            ..case(
+                "turned off entirely",
+                with_gpus(&rdma(&[(1, &[0, 1])]), &[0]),
+            )
+        },
+    ]
+}
+
+#[test]
+fn variables_by_case() {
+    for c in cases() {
+        let ctx = ContainerContext {
+            env: &c.env,
+            gids: &c.gids,
+        };
+        let p = build_for(&hgx(), &pod(&c.ann), "main", &c.config, &ctx)
+            .unwrap_or_else(|e| panic!("{}: {e}", c.name));
+        let got: Vec<(&str, String)> = p
+            .env
+            .iter()
+            .filter(|(k, _)| *k != "NVIDIA_VISIBLE_DEVICES")
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        assert_eq!(got, c.want, "{}", c.name);
+        match c.warning {
+            Some(w) => assert!(
+                p.warnings.iter().any(|x| x.contains(w)),
+                "{}: {:?}",
+                c.name,
+                p.warnings
+            ),
+            None => assert!(p.warnings.is_empty(), "{}: {:?}", c.name, p.warnings),
+        }
+        assert_eq!(*c.gids.reads.borrow(), c.reads, "{}: gid reads", c.name);
+    }
+}
+
+#[test]
+fn unselected_container_reads_nothing_and_gets_nothing() {
+    let ann = rdma(&[(1, &[0])]);
+    let mut ann_map = BTreeMap::new();
+    ann_map.insert(DEVICE_ALLOCATED.to_string(), ann);
+    ann_map.insert(CONTAINERS.to_string(), "trainer".to_string());
+    let p = parse_pod(&ann_map, &BTreeMap::new()).unwrap();
+    let gids = FakeGids::with(&[("mlx5_9", roce_table())]);
+    let ctx = ContainerContext {
+        env: &[],
+        gids: &gids,
+    };
+    let plan = build_for(&hgx(), &p, "sidecar", &Config::default(), &ctx).unwrap();
+    assert!(plan.env.is_empty());
+    assert!(gids.reads.borrow().is_empty());
+    let plan = build_for(&hgx(), &p, "trainer", &Config::default(), &ctx).unwrap();
+    assert_eq!(plan.env["NCCL_IB_GID_INDEX"], "3");
+}
+
+#[test]
+fn ports_that_are_down_or_unknown() {
+    let mut inv = hgx();
+    let vf = inv.rdma[0].vfs[0].rdma.as_mut().unwrap();
+    vf.ports[0].state = "DOWN".into();
+    let ann = rdma(&[(0, &[0, 1])]);
+    let p = build(&inv, &pod(&ann), "main", &Config::default()).unwrap();
+    assert_eq!(p.env["NCCL_IB_HCA"], "=mlx5_5:1,mlx5_6:1");
+    assert_eq!(
+        p.warnings,
+        ["comm_env: rdma device mlx5_5 has no ACTIVE port: listed with all its ports"]
+    );
+
+    inv.rdma[0].vfs[0].rdma.as_mut().unwrap().ports.clear();
+    let p = build(&inv, &pod(&ann), "main", &Config::default()).unwrap();
+    assert!(!p.env.contains_key("NCCL_IB_HCA") && !p.env.contains_key("UCX_NET_DEVICES"));
+    assert_eq!(p.env["NCCL_SOCKET_IFNAME"], "net1,net2");
+    assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+    assert!(
+        p.warnings[0].contains("mlx5_5 has no ports"),
+        "{:?}",
+        p.warnings
+    );
+}
+
+#[test]
+fn a_device_name_unfit_for_a_list_refuses_the_plan() {
+    let mut inv = hgx();
+    inv.rdma[4].rdma.name = "roce,p175".into();
+    let e = build(
+        &inv,
+        &pod(r#"{"rdma":[{"minor":4}]}"#),
+        "main",
+        &Config::default(),
+    );
+    assert!(matches!(e, Err(PlanError::UnsafeName { .. })), "{e:?}");
+}
+
+#[test]
+fn roce_v2_gid_selection() {
+    let v1_only = vec![gid(0, "IB/RoCE v1", LINK_LOCAL), gid(2, "IB/RoCE v1", V4)];
+    let link_local_only = vec![
+        gid(0, "IB/RoCE v1", LINK_LOCAL),
+        gid(1, "RoCE v2", LINK_LOCAL),
+    ];
+    let unparsable = vec![gid(3, "RoCE v2", "not a gid"), gid(4, "RoCE v2", "::")];
+    let no_gid_text = vec![GidEntry {
+        gid: None,
+        ..gid(3, "RoCE v2", V4)
+    }];
+    let two_v4 = vec![gid(9, "RoCE v2", V4), gid(3, "RoCE v2", V4)];
+    let table: [(&[GidEntry], GidFamily, Option<u32>); 9] = [
+        (&roce_table(), GidFamily::Ipv4, Some(3)),
+        (&roce_table(), GidFamily::Ipv6, Some(5)),
+        (&[], GidFamily::Ipv4, None),
+        (&v1_only, GidFamily::Ipv4, None),
+        (&link_local_only, GidFamily::Ipv4, None),
+        (&link_local_only, GidFamily::Ipv6, None),
+        (&unparsable, GidFamily::Ipv6, None),
+        (&no_gid_text, GidFamily::Ipv4, None),
+        (&two_v4, GidFamily::Ipv4, Some(3)),
+    ];
+    for (i, (gids, family, want)) in table.into_iter().enumerate() {
+        assert_eq!(roce_v2_index(gids, family), want, "row {i}");
+    }
+}

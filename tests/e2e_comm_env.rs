@@ -1,0 +1,114 @@
+//! Communication-library variables inside a container created through a real
+//! containerd 1.7.24: a GPU, an RDMA VF moved into the pod as `net1` and a whole
+//! RoCE PF give NCCL and UCX exactly those devices, the RoCE v2 GID index comes
+//! from the simulated host's sysfs, a variable the pod spec sets stays the pod's,
+//! and the node config's templated variable is filled in.
+mod support;
+
+#[path = "hook_netns/net.rs"]
+mod net;
+
+use devgate::fixture::HostRootBuilder;
+use net::{link, In, Veth};
+use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
+use support::{require_root, wait_for, ContainerSpec, PodSpec, DEVGATE, SLOW};
+
+const CONFIG: &str = r#"
+[comm_env]
+NCCL_SOCKET_IFNAME = "DG_SOCKET_IFNAME"
+[comm_env.extra]
+GLOO_SOCKET_IFNAME = "{netdevs}"
+DG_NUMA = "numa {numa_nodes}"
+"#;
+
+const PRINT: &str = r#"
+for v in NCCL_IB_HCA UCX_NET_DEVICES NCCL_SOCKET_IFNAME DG_SOCKET_IFNAME NCCL_IB_GID_INDEX \
+         CUDA_DEVICE_ORDER GLOO_SOCKET_IFNAME DG_NUMA; do
+  eval "echo $v=\${$v-unset}"
+done
+ip -o link show net1 >/dev/null && echo has-net1
+"#;
+
+#[test]
+fn nccl_and_ucx_variables_name_the_allocated_devices() {
+    require_root();
+    let builder = HostRootBuilder::hgx()
+        .roce_ipv4(true)
+        .vf_netdev_prefix("dgce");
+    let node = Node::start_full(builder, CONFIG, &[]);
+    let inv = node.fixture.expected();
+    // Slot 1 (NUMA 0): its GPU and a VF of its RoCE NIC; slot 3's RoCE PF whole.
+    let (gpu, nic, whole) = (&inv.gpus[1], &inv.rdma[1], &inv.rdma[3]);
+    let vf = &nic.vfs[1];
+    let host_name = vf.netdev.clone().expect("fixture vf netdev");
+    let stand_in = Veth::new(&host_name, "dgcepeer", "02:00:00:de:0c:01");
+    let whole_entry = format!(
+        r#"{{"minor":3,"id":"{}","resources":{{"koordinator.sh/rdma":"100"}}}}"#,
+        whole.bus_id
+    );
+    let alloc = allocation(
+        &[gpu_entry(gpu.minor, &gpu.uuid)],
+        &[vf_entry(1, nic.bus_id, vf.bus_id), whole_entry],
+    );
+    let cri = node.cri();
+    let pod = cri
+        .run_pod(
+            &PodSpec::new("nccl")
+                .own_netns()
+                .annotation(DEVICE_ALLOCATED, &alloc),
+        )
+        .expect("RunPodSandbox");
+    let spec = ContainerSpec::shell("main", PRINT).env("UCX_NET_DEVICES", "mine");
+    let run = cri.run_container(&pod, &spec).expect("container");
+    let log = run.log;
+    let vf_dev = &vf.rdma.as_ref().expect("vf rdma").name;
+    let hca = format!("{vf_dev}:1,{}:1", whole.rdma.name);
+    for want in [
+        format!("NCCL_IB_HCA=={hca}"),
+        "UCX_NET_DEVICES=mine".to_string(),
+        "NCCL_SOCKET_IFNAME=unset".to_string(),
+        "DG_SOCKET_IFNAME=net1".to_string(),
+        "NCCL_IB_GID_INDEX=3".to_string(),
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID".to_string(),
+        "GLOO_SOCKET_IFNAME=net1".to_string(),
+        "DG_NUMA=numa 0".to_string(),
+        "has-net1".to_string(),
+    ] {
+        assert!(log.lines().any(|l| l == want), "{want} in:\n{log}");
+    }
+    assert_eq!(run.exit_code, 0, "{log}");
+
+    // `devgate status` pairs the pod's GPU with its NICs: the VF's NIC shares the
+    // GPU's switch (PIX), slot 3's NIC is on another root complex of NUMA node 0.
+    let out = std::process::Command::new(DEVGATE)
+        .arg("status")
+        .arg("--state-dir")
+        .arg(node.state_dir())
+        .arg("--health-dir")
+        .arg(node.ctrd.path("health"))
+        .arg("--host-root")
+        .arg(node.fixture.root())
+        .output()
+        .expect("devgate status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("\nPOD default/nccl\n"), "{text}");
+    assert!(text.contains("\nGPU0   PIX    NODE\n"), "{text}");
+    assert!(
+        text.contains(&format!("\nNIC0: {vf_dev} (vf {})\n", vf.bus_id)),
+        "{text}"
+    );
+
+    cri.remove_container(&run.id).expect("RemoveContainer");
+    cri.stop_pod(&pod).expect("StopPodSandbox");
+    cri.remove_pod(&pod).expect("RemovePodSandbox");
+    wait_for("vf back on the host", SLOW, || link(In::Host, &host_name));
+    wait_for("claims released", SLOW, || {
+        node.ledger().pods.is_empty().then_some(())
+    });
+    drop(stand_in);
+}

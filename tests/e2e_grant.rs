@@ -1,0 +1,115 @@
+//! Only the scheduler grants devices, against a real containerd 1.7.24: devgate
+//! watches this node's pods on a fake API server (plain HTTP on localhost, in this
+//! process) and refuses an allocation its pod's containers do not request.
+mod support;
+
+use std::process::Command;
+
+use devgate::fixture::HostRootBuilder;
+use devgate::grant::fake_api::{pod, FakeApi};
+use support::node::{gpu_entry, gpus, Node, DEVICE_ALLOCATED};
+use support::{require_root, ContainerSpec, PodSpec, DEVGATE};
+
+const NODE: &str = "e2e-node";
+
+fn start(api: &FakeApi) -> Node {
+    let config = format!(
+        "grant_check = \"requests\"\ngrant_wait_ms = 400\n[kube_api]\nurl = \"{}\"\nnode_name = \"{NODE}\"\n",
+        api.url()
+    );
+    Node::start_full(HostRootBuilder::hgx(), &config, &[])
+}
+
+#[test]
+fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
+    require_root();
+    let api = FakeApi::start().expect("fake api server");
+    let node = start(&api);
+    let cri = node.cri();
+    let gpu = node.gpu(2).clone();
+    let alloc = gpus(&[gpu_entry(2, &gpu.uuid)]);
+
+    // A tenant's pod that requests no device but carries an allocation.
+    let forged = PodSpec::new("forged").annotation(DEVICE_ALLOCATED, &alloc);
+    api.put_pod(pod("default", "forged", &forged.uid, NODE, &[("cpu", "1")]));
+    let sandbox = cri.run_pod(&forged).expect("RunPodSandbox");
+    let err = cri
+        .create_container(&sandbox, &ContainerSpec::shell("main", "true"))
+        .expect_err("forged allocation refused");
+    let msg = err.message();
+    assert!(msg.contains(DEVICE_ALLOCATED), "{msg}");
+    assert!(msg.contains("default/forged"), "{msg}");
+    assert!(
+        msg.contains("the pod's containers request no gpu, but 1 gpus are allocated"),
+        "{msg}"
+    );
+    assert!(
+        node.ledger().pods.is_empty(),
+        "a refused pod claims nothing"
+    );
+
+    // The scheduler's pod: requests one GPU, gets exactly that one.
+    let legit = PodSpec::new("legit").annotation(DEVICE_ALLOCATED, &alloc);
+    api.put_pod(pod(
+        "default",
+        "legit",
+        &legit.uid,
+        NODE,
+        &[("nvidia.com/gpu", "1")],
+    ));
+    let sandbox = cri.run_pod(&legit).expect("RunPodSandbox");
+    let run = cri
+        .run_container(
+            &sandbox,
+            &ContainerSpec::shell("main", "ls /dev; echo VIS=$NVIDIA_VISIBLE_DEVICES"),
+        )
+        .expect("legit pod starts");
+    assert!(run.log.contains("nvidia2"), "{}", run.log);
+    assert!(
+        run.log.contains(&format!("VIS={}", gpu.uuid)),
+        "{}",
+        run.log
+    );
+    assert_eq!(node.ledger().pods.len(), 1);
+
+    // A pod the API server does not know: refused once the wait is over.
+    let ghost = PodSpec::new("ghost").annotation(DEVICE_ALLOCATED, &alloc);
+    let sandbox = cri.run_pod(&ghost).expect("RunPodSandbox");
+    let err = cri
+        .create_container(&sandbox, &ContainerSpec::shell("main", "true"))
+        .expect_err("unknown pod refused");
+    let msg = err.message();
+    assert!(msg.contains(DEVICE_ALLOCATED), "{msg}");
+    assert!(
+        msg.contains("is not among this node's pods on the api server after 400 ms"),
+        "{msg}"
+    );
+
+    // The decisions, as a separate `devgate status` process shows them.
+    let health = node.ctrd.path("health");
+    let out = Command::new(DEVGATE)
+        .arg("status")
+        .arg("--state-dir")
+        .arg(node.state_dir())
+        .arg("--health-dir")
+        .arg(&health)
+        .output()
+        .expect("run devgate status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(
+            "GRANTS granted 1 unchecked 0 unverified 0 refused 2 (mismatch 1, unknown_pod 1)"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("last refusal: default/ghost"), "{text}");
+    // Pods without the annotation never consult the API server.
+    let plain = cri.run_pod(&PodSpec::new("plain")).expect("RunPodSandbox");
+    cri.run_container(&plain, &ContainerSpec::shell("main", "true"))
+        .expect("plain pod starts");
+}

@@ -1,0 +1,119 @@
+//! The shipped install files agree with devgate: install/config.toml and the
+//! ConfigMap parse as devgate's config, the DaemonSet mounts the host paths
+//! devgate needs, passes flags `devgate nri` knows, and runs as the service
+//! account the RBAC binds.
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use devgate::config::Config;
+use serde_yaml_ng::Value;
+
+fn read(rel: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+}
+
+fn documents(rel: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    let text = read(rel);
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{rel}: {e}")))
+        .collect()
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter()
+        .filter(|d| d["kind"].as_str() == Some(kind))
+        .collect()
+}
+
+fn strs(v: &Value) -> Vec<&str> {
+    v.as_sequence()
+        .map(|s| s.iter().filter_map(|x| x.as_str()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn shipped_configs_parse() {
+    Config::parse(&read("install/config.toml"), "install/config.toml").unwrap();
+    let cm = &documents("install/kubernetes/configmap.yaml")[0];
+    let text = cm["data"]["config.toml"].as_str().expect("config.toml key");
+    let config = Config::parse(text, "configmap").unwrap();
+    assert_eq!(config.hook_path, "/opt/devgate/bin/devgate-hook");
+}
+
+#[test]
+fn daemonset_mounts_what_devgate_needs_and_matches_rbac() {
+    let ds = documents("install/kubernetes/daemonset.yaml");
+    let spec = &of_kind(&ds, "DaemonSet")[0]["spec"]["template"]["spec"];
+    let host_paths: BTreeSet<&str> = spec["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["hostPath"]["path"].as_str())
+        .collect();
+    for want in [
+        "/var/run/nri",
+        "/run/devgate",
+        "/var/lib/devgate",
+        "/sys",
+        "/proc",
+        "/dev",
+        "/opt/devgate/bin",
+    ] {
+        assert!(
+            host_paths.contains(want),
+            "no hostPath {want}: {host_paths:?}"
+        );
+    }
+    assert_eq!(spec["hostPID"].as_bool(), Some(true));
+
+    let container = &spec["containers"][0];
+    let args = strs(&container["args"]);
+    assert_eq!(args[0], "nri");
+    // clap rejects an unknown flag before it reaches --help.
+    let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .args(&args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let rbac = documents("install/kubernetes/rbac.yaml");
+    let account = spec["serviceAccountName"].as_str().unwrap();
+    let namespace = of_kind(&ds, "DaemonSet")[0]["metadata"]["namespace"]
+        .as_str()
+        .unwrap();
+    let sa = of_kind(&rbac, "ServiceAccount")[0];
+    assert_eq!(sa["metadata"]["name"].as_str(), Some(account));
+    assert_eq!(sa["metadata"]["namespace"].as_str(), Some(namespace));
+    for binding in of_kind(&rbac, "ClusterRoleBinding") {
+        let subject = &binding["subjects"][0];
+        assert_eq!(subject["name"].as_str(), Some(account));
+        assert_eq!(subject["namespace"].as_str(), Some(namespace));
+    }
+    let rules: Vec<(&str, &str, Vec<&str>)> = of_kind(&rbac, "ClusterRole")
+        .iter()
+        .flat_map(|r| r["rules"].as_sequence().unwrap().iter())
+        .map(|r| {
+            (
+                strs(&r["apiGroups"])[0],
+                strs(&r["resources"])[0],
+                strs(&r["verbs"]),
+            )
+        })
+        .collect();
+    let allows = |group: &str, resource: &str, verb: &str| {
+        rules
+            .iter()
+            .any(|(g, r, v)| *g == group && *r == resource && v.contains(&verb))
+    };
+    assert!(allows("", "pods", "watch"));
+    assert!(allows("scheduling.koordinator.sh", "devices", "patch"));
+    assert!(!allows("", "pods", "delete"), "devgate never changes pods");
+}
