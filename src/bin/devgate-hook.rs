@@ -43,6 +43,10 @@ struct Args {
     /// Where the cgroup v1 hierarchies are mounted (hooks-only mode).
     #[arg(long, default_value = "/sys/fs/cgroup")]
     cgroup_root: PathBuf,
+    /// Where the cgroup v2 hierarchy is mounted (hooks-only mode; on a hybrid
+    /// host usually `/sys/fs/cgroup/unified`).
+    #[arg(long, default_value = "/sys/fs/cgroup")]
+    cgroup2_root: PathBuf,
 }
 
 fn main() -> ExitCode {
@@ -96,6 +100,7 @@ fn run(args: &Args) -> Result<(), HookError> {
         let mut os = SysContainerOs {
             env: env.clone(),
             cgroup_root: args.cgroup_root.clone(),
+            cgroup2_root: args.cgroup2_root.clone(),
         };
         hook::run_hooks_only(stage, &state, &env, &config, &mut os, &checkpoint)?
     } else {

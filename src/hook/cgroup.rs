@@ -11,10 +11,12 @@
 //!   container's `devices.allow` (Documentation/admin-guide/cgroup-v1/devices.rst;
 //!   the kernel takes one rule per write).
 //! - cgroup v2: the device controller is a BPF_PROG_TYPE_CGROUP_DEVICE program
-//!   that the runtime attached; every attached program must allow an access
-//!   (BPF_PROG_RUN_ARRAY_CG), so extra devices need the runtime's program
-//!   replaced by one holding its rules and ours. Not done yet: the hook refuses
-//!   (fail closed) rather than start a container without its devices.
+//!   that the runtime attached; it is replaced by one holding its rules and
+//!   ours ([`super::cgroup_v2`]).
+//!
+//! Which one governs: a process listed in a v1 `devices` hierarchy in
+//! `/proc/<pid>/cgroup` is under the v1 controller (a hybrid host mounts both
+//! kinds and runc then uses v1); otherwise its `0::` cgroup v2 entry is used.
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
@@ -35,10 +37,8 @@ pub enum CgroupError {
     },
     #[error("{path}: {reason}")]
     Malformed { path: PathBuf, reason: String },
-    #[error(
-        "container cgroup {path} is on cgroup v2, where adding device rules is not supported yet"
-    )]
-    V2Unsupported { path: String },
+    #[error("cgroup v2")]
+    V2(#[from] super::cgroup_v2::CgroupV2Error),
     #[error("open {path}: {source}")]
     Open {
         path: PathBuf,
@@ -59,6 +59,8 @@ pub enum CgroupError {
 pub enum Applied {
     /// The `devices.allow` file written.
     V1(PathBuf),
+    /// The cgroup v2 device program replaced.
+    V2(super::cgroup_v2::Replaced),
     Nothing,
 }
 
@@ -70,18 +72,25 @@ pub fn rule(node: &DeviceNode) -> String {
     format!("{t} {}:{} rw", node.major, node.minor)
 }
 
-/// Allows `nodes` in the device cgroup of process `pid`. `proc_root` is where
-/// `<pid>/cgroup` is read (normally `/proc`), `cgroup_root` where the v1
-/// hierarchies are mounted (normally `/sys/fs/cgroup`).
-pub fn allow(
-    proc_root: &Path,
-    cgroup_root: &Path,
-    pid: u32,
-    nodes: &[DeviceNode],
-) -> Result<Applied, CgroupError> {
-    if nodes.is_empty() {
-        return Ok(Applied::Nothing);
-    }
+/// Where the hook finds cgroups: `proc_root` holds `<pid>/cgroup` (normally
+/// `/proc`), `v1_root` the v1 hierarchies (normally `/sys/fs/cgroup`), `v2_root`
+/// the cgroup2 mount (`/sys/fs/cgroup` on a v2-only host).
+#[derive(Debug, Clone)]
+pub struct CgroupRoots {
+    pub proc_root: PathBuf,
+    pub v1_root: PathBuf,
+    pub v2_root: PathBuf,
+}
+
+/// The hierarchy that decides a process's device access, with its cgroup path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hierarchy {
+    V1(String),
+    V2(String),
+}
+
+/// Reads `<proc_root>/<pid>/cgroup` and picks the device hierarchy.
+pub fn hierarchy(proc_root: &Path, pid: u32) -> Result<Hierarchy, CgroupError> {
     let proc_path = proc_root.join(pid.to_string()).join("cgroup");
     let text = read_bounded(&proc_path)?;
     let malformed = |reason: &str| CgroupError::Malformed {
@@ -102,15 +111,39 @@ pub fn allow(
             v1 = Some(path);
         }
     }
-    let Some(rel) = v1 else {
-        return Err(match v2 {
-            Some(path) => CgroupError::V2Unsupported {
-                path: path.chars().take(256).collect(),
-            },
-            None => malformed("no devices hierarchy and no cgroup v2 entry"),
-        });
+    match (v1, v2) {
+        (Some(p), _) => Ok(Hierarchy::V1(p.to_string())),
+        (None, Some(p)) => Ok(Hierarchy::V2(p.to_string())),
+        (None, None) => Err(malformed("no devices hierarchy and no cgroup v2 entry")),
+    }
+}
+
+/// Allows `nodes` in the device cgroup of process `pid`, whose bundle (for
+/// the runtime's own rules on cgroup v2) is `bundle`.
+pub fn allow(
+    roots: &CgroupRoots,
+    pid: u32,
+    bundle: &Path,
+    nodes: &[DeviceNode],
+    bpf: &mut dyn super::cgroup_v2::BpfSys,
+) -> Result<Applied, CgroupError> {
+    if nodes.is_empty() {
+        return Ok(Applied::Nothing);
+    }
+    let rel = match hierarchy(&roots.proc_root, pid)? {
+        Hierarchy::V1(rel) => rel,
+        Hierarchy::V2(rel) => {
+            let dir = super::cgroup_v2::cgroup_dir(&roots.v2_root, &rel)?;
+            return Ok(Applied::V2(super::cgroup_v2::allow(
+                bpf, &dir, bundle, nodes,
+            )?));
+        }
     };
-    let rel = Path::new(rel);
+    let malformed = |reason: &str| CgroupError::Malformed {
+        path: roots.proc_root.join(pid.to_string()).join("cgroup"),
+        reason: reason.to_string(),
+    };
+    let rel = Path::new(&rel);
     let clean = rel.is_absolute()
         && rel
             .components()
@@ -118,7 +151,8 @@ pub fn allow(
     if !clean {
         return Err(malformed("devices cgroup path is not absolute and plain"));
     }
-    let file = cgroup_root
+    let file = roots
+        .v1_root
         .join("devices")
         .join(rel.strip_prefix("/").unwrap_or(rel))
         .join("devices.allow");
@@ -170,9 +204,15 @@ mod tests {
         }
     }
 
-    /// A fake proc and cgroup root; `devices.allow` is a plain file that
-    /// collects what was written.
-    fn roots(proc_cgroup: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    /// A fake proc, cgroup v1 and v2 root and bundle; `devices.allow` is a
+    /// plain file that collects what was written.
+    struct Fake {
+        _dir: tempfile::TempDir,
+        roots: CgroupRoots,
+        bundle: PathBuf,
+    }
+
+    fn fake(proc_cgroup: &str) -> Fake {
         let dir = tempfile::tempdir().unwrap();
         let proc = dir.path().join("proc");
         fs::create_dir_all(proc.join("7")).unwrap();
@@ -184,7 +224,32 @@ mod tests {
             "",
         )
         .unwrap();
-        (dir, proc, cg)
+        let v2 = dir.path().join("unified");
+        fs::create_dir_all(v2.join("system.slice/x.scope")).unwrap();
+        let bundle = dir.path().join("bundle");
+        fs::create_dir_all(&bundle).unwrap();
+        let spec = r#"{"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]}}}"#;
+        fs::write(bundle.join("config.json"), spec).unwrap();
+        Fake {
+            _dir: dir,
+            roots: CgroupRoots {
+                proc_root: proc,
+                v1_root: cg,
+                v2_root: v2,
+            },
+            bundle,
+        }
+    }
+
+    impl Fake {
+        fn allow(
+            &self,
+            pid: u32,
+            nodes: &[DeviceNode],
+            bpf: &mut FakeBpf,
+        ) -> Result<Applied, CgroupError> {
+            allow(&self.roots, pid, &self.bundle, nodes, bpf)
+        }
     }
 
     const HYBRID: &str = "12:pids:/libpod_parent/libpod-abc\n\
@@ -192,33 +257,69 @@ mod tests {
         1:name=systemd:/libpod_parent/libpod-abc\n\
         0::/libpod_parent/libpod-abc\n";
 
+    use super::super::cgroup_v2::fake::FakeBpf;
+
     #[test]
     fn v1_rules_go_to_the_containers_devices_allow() {
-        let (_d, proc, cg) = roots(HYBRID);
-        let applied = allow(&proc, &cg, 7, &[node(195, 3), node(231, 195)]).unwrap();
-        let file = cg.join("devices/libpod_parent/libpod-abc/devices.allow");
+        let f = fake(HYBRID);
+        let mut bpf = FakeBpf::with_attached(&[1]);
+        let applied = f
+            .allow(7, &[node(195, 3), node(231, 195)], &mut bpf)
+            .unwrap();
+        let file = f
+            .roots
+            .v1_root
+            .join("devices/libpod_parent/libpod-abc/devices.allow");
         assert_eq!(applied, Applied::V1(file.clone()));
         assert_eq!(fs::read_to_string(file).unwrap(), "c 195:3 rwc 231:195 rw");
-        assert_eq!(allow(&proc, &cg, 7, &[]).unwrap(), Applied::Nothing);
+        assert_eq!(f.allow(7, &[], &mut bpf).unwrap(), Applied::Nothing);
+        assert!(bpf.calls.is_empty(), "a v1 cgroup touches no bpf program");
     }
 
     #[test]
-    fn v2_only_is_refused_and_bad_files_are_errors() {
-        let (_d, proc, cg) = roots("0::/system.slice/x.scope\n");
-        let e = allow(&proc, &cg, 7, &[node(195, 3)]).unwrap_err();
-        assert!(matches!(e, CgroupError::V2Unsupported { .. }), "{e}");
+    fn v2_only_replaces_the_device_program_of_the_containers_cgroup() {
+        let f = fake("0::/system.slice/x.scope\n");
+        let mut bpf = FakeBpf::with_attached(&[1]);
+        let applied = f.allow(7, &[node(195, 3)], &mut bpf).unwrap();
+        let Applied::V2(r) = applied else {
+            panic!("{applied:?}")
+        };
+        assert_eq!(r.cgroup, f.roots.v2_root.join("system.slice/x.scope"));
+        assert_eq!((r.old, r.in_place), (1, true));
+        assert_eq!(bpf.attached, vec![100]);
+        assert_eq!(
+            hierarchy(&f.roots.proc_root, 7).unwrap(),
+            Hierarchy::V2("/system.slice/x.scope".into())
+        );
+        let f = fake(HYBRID);
+        assert_eq!(
+            hierarchy(&f.roots.proc_root, 7).unwrap(),
+            Hierarchy::V1("/libpod_parent/libpod-abc".into())
+        );
+    }
+
+    #[test]
+    fn bad_files_and_paths_are_errors() {
         for bad in [
             "garbage\n",
             "5:devices:/a/../../etc\n",
             "5:devices:relative\n",
+            "0::/a/../../etc\n",
+            "0::relative\n",
             "",
         ] {
-            let (_d, proc, cg) = roots(bad);
-            assert!(allow(&proc, &cg, 7, &[node(195, 3)]).is_err(), "{bad:?}");
+            let f = fake(bad);
+            let mut bpf = FakeBpf::default();
+            assert!(f.allow(7, &[node(195, 3)], &mut bpf).is_err(), "{bad:?}");
+            assert!(bpf.attached.is_empty(), "{bad:?}");
         }
-        let (_d, proc, cg) = roots("5:devices:/elsewhere\n");
-        let e = allow(&proc, &cg, 7, &[node(195, 3)]).unwrap_err();
+        let f = fake("5:devices:/elsewhere\n");
+        let mut bpf = FakeBpf::default();
+        let e = f.allow(7, &[node(195, 3)], &mut bpf).unwrap_err();
         assert!(matches!(e, CgroupError::Open { .. }), "{e}");
-        assert!(allow(&proc, &cg, 8, &[node(195, 3)]).is_err());
+        assert!(f.allow(8, &[node(195, 3)], &mut bpf).is_err());
+        let f = fake("0::/not/there\n");
+        let e = f.allow(7, &[node(195, 3)], &mut bpf).unwrap_err();
+        assert!(e.to_string().contains("cgroup v2"), "{e}");
     }
 }

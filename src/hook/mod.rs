@@ -13,8 +13,11 @@
 //! so logs go to a file and the binary prints one line, on failure only.
 
 pub mod cgroup;
+pub mod cgroup_v2;
 pub mod devnodes;
+pub mod liveness;
 mod log;
+mod release;
 mod resolved;
 mod standalone;
 mod state;

@@ -11,7 +11,10 @@
 //! to poststop, which runc runs when a create fails (libcontainer `destroy`).
 //!
 //! At poststop: restore the container's VFs, forget the container, and release
-//! the pod's claims when it was the pod's last container.
+//! the pod's claims after its GPU teardown when it was the pod's last
+//! container; a failed restore or teardown quarantines the devices. Each
+//! createRuntime first releases pods whose containers all exited without a
+//! poststop ([`super::release`]).
 //!
 //! A hook cannot change the container's environment: the state it reads is a
 //! copy and the process is already configured. `NVIDIA_VISIBLE_DEVICES` and
@@ -24,11 +27,14 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::{cgroup, devnodes, HookEnv, HookError, Outcome, Stage, State, RESOLVED_ANNOTATION};
+use super::{
+    cgroup, devnodes, liveness, release, HookEnv, HookError, Outcome, Stage, State,
+    RESOLVED_ANNOTATION,
+};
 use crate::allocation::{self, AllocationError};
 use crate::config::Config;
 use crate::gpu::{self, GpuError, HealthStore};
-use crate::ledger::{ContainerRecord, Ledger, LedgerError, NoTeardown, PodRef};
+use crate::ledger::{ContainerRecord, Ledger, LedgerError, PodRef, Teardown};
 use crate::netdev::VfAttach;
 use crate::plan::{self, DeviceNode, PlanError};
 use crate::plugin::devices::{vf_attachments, DeviceError};
@@ -59,8 +65,10 @@ pub enum HooksOnlyError {
     #[error("{failed}; releasing the claims failed too: {release}")]
     Release {
         failed: Box<HookError>,
-        release: LedgerError,
+        release: Box<HooksOnlyError>,
     },
+    #[error("pod {pod}: teardown failed, its devices are quarantined: {reason}")]
+    Teardown { pod: String, reason: String },
 }
 
 /// The container side of hooks-only mode, where it touches the OS.
@@ -73,7 +81,7 @@ pub trait ContainerOs {
         nodes: &[DeviceNode],
     ) -> Result<usize, HookError>;
     /// Allows `nodes` in the device cgroup of `pid`.
-    fn allow(&mut self, pid: u32, nodes: &[DeviceNode]) -> Result<(), HookError>;
+    fn allow(&mut self, state: &State, pid: u32, nodes: &[DeviceNode]) -> Result<(), HookError>;
     /// Moves `networks` into the netns of `pid`, all or nothing.
     fn attach(
         &mut self,
@@ -88,13 +96,16 @@ pub trait ContainerOs {
         container_id: &str,
         checkpoint: &dyn Fn(&'static str),
     ) -> Result<usize, HookError>;
+    /// The GPU cleanup that runs before a pod's claims go.
+    fn gpu_teardown(&mut self, config: &Config, ledger: &Ledger) -> Box<dyn Teardown>;
 }
 
 /// The real container side: `/proc` and sockets from `env`, cgroup v1
-/// hierarchies under `cgroup_root`.
+/// hierarchies under `cgroup_root`, the cgroup2 mount at `cgroup2_root`.
 pub struct SysContainerOs {
     pub env: HookEnv,
     pub cgroup_root: PathBuf,
+    pub cgroup2_root: PathBuf,
 }
 
 impl ContainerOs for SysContainerOs {
@@ -115,8 +126,14 @@ impl ContainerOs for SysContainerOs {
         devnodes::make_nodes(std::os::fd::AsFd::as_fd(&fd), nodes).map_err(nodes_err)
     }
 
-    fn allow(&mut self, pid: u32, nodes: &[DeviceNode]) -> Result<(), HookError> {
-        cgroup::allow(&self.env.roots.proc_root, &self.cgroup_root, pid, nodes)
+    fn allow(&mut self, state: &State, pid: u32, nodes: &[DeviceNode]) -> Result<(), HookError> {
+        let roots = cgroup::CgroupRoots {
+            proc_root: self.env.roots.proc_root.clone(),
+            v1_root: self.cgroup_root.clone(),
+            v2_root: self.cgroup2_root.clone(),
+        };
+        let bundle = std::path::Path::new(&state.bundle);
+        cgroup::allow(&roots, pid, bundle, nodes, &mut super::cgroup_v2::SysBpf)
             .map(|_| ())
             .map_err(|e| HookError::HooksOnly(HooksOnlyError::Cgroup(e)))
     }
@@ -138,6 +155,16 @@ impl ContainerOs for SysContainerOs {
     ) -> Result<usize, HookError> {
         super::detach_networks(&self.env, container_id, checkpoint)
     }
+
+    fn gpu_teardown(&mut self, config: &Config, ledger: &Ledger) -> Box<dyn Teardown> {
+        // Built only when a pod goes: discovery and NVML cost milliseconds.
+        let inventory = gpu::discover_node(&self.env.host_root);
+        Box::new(gpu::GpuTeardown::for_node(
+            inventory,
+            config.gpu.clone(),
+            ledger.clone(),
+        ))
+    }
 }
 
 /// Runs one stage in hooks-only mode.
@@ -155,7 +182,7 @@ pub fn run_hooks_only(
     match stage {
         Stage::Prestart | Stage::CreateRuntime => create(stage, state, env, config, os, checkpoint),
         Stage::CreateContainer => Ok(Outcome::Nothing),
-        Stage::Poststop => stop(state, env, os, checkpoint),
+        Stage::Poststop => release::stop(state, env, config, os, checkpoint),
     }
 }
 
@@ -272,10 +299,12 @@ fn create(
     gpu::check_claims(&HealthStore::new(&config.gpu.health_dir), &plan.claims)
         .map_err(HooksOnlyError::from)?;
     let ledger = Ledger::open(&env.state_dir).map_err(HooksOnlyError::from)?;
+    release::reap_stale(env, config, os, &ledger)?;
     let record = ContainerRecord {
         name: who.container.clone(),
         devices: plan.devices.iter().map(|d| d.path.clone()).collect(),
         applied_unix: crate::ledger::now_unix(),
+        init: liveness::identify(&env.roots.proc_root, pid),
     };
     let admission = ledger
         .admit(
@@ -289,7 +318,7 @@ fn create(
     checkpoint("admit");
     let applied = (|| -> Result<Outcome, HookError> {
         let nodes = os.make_nodes(state, pid, &plan.devices)?;
-        os.allow(pid, &plan.devices)?;
+        os.allow(state, pid, &plan.devices)?;
         let mut moved = 0;
         if admission.network_owner && !networks.is_empty() {
             os.attach(&state.id, pid, &networks, checkpoint)?;
@@ -305,62 +334,15 @@ fn create(
             tracing::info!(pod = %who.pod, container = %state.id, ?outcome, "hooks-only plan applied");
             Ok(outcome)
         }
-        Err(failed) => match release(&ledger, &who.pod.sandbox_id, &state.id) {
+        Err(failed) => match release::forget(&ledger, config, os, &who.pod.sandbox_id, &state.id) {
             Ok(_) => Err(failed),
             Err(release) => Err(HooksOnlyError::Release {
                 failed: Box::new(failed),
-                release,
+                release: Box::new(release),
             }
             .into()),
         },
     }
-}
-
-/// Forgets the container; releases the pod when no container of it is left.
-fn release(ledger: &Ledger, sandbox_id: &str, container_id: &str) -> Result<bool, LedgerError> {
-    ledger.remove_container(sandbox_id, container_id)?;
-    let empty = ledger
-        .snapshot()?
-        .pods
-        .get(sandbox_id)
-        .is_some_and(|p| p.containers.is_empty());
-    if !empty {
-        return Ok(false);
-    }
-    // VFs were restored before this is called; nothing else to undo.
-    let released = ledger.release_pod(sandbox_id, &NoTeardown)?;
-    Ok(!released.pods.is_empty())
-}
-
-fn stop(
-    state: &State,
-    env: &HookEnv,
-    os: &mut dyn ContainerOs,
-    checkpoint: &dyn Fn(&'static str),
-) -> Result<Outcome, HookError> {
-    // A failed restore keeps the record and the claims: the VF stays out of
-    // service until someone looks, instead of going to the next pod half set.
-    let networks = os.detach(&state.id, checkpoint)?;
-    let ledger = Ledger::open(&env.state_dir).map_err(HooksOnlyError::from)?;
-    // The pod is found by the container, not by annotations: poststop may see fewer.
-    let sandbox = ledger
-        .snapshot()
-        .map_err(HooksOnlyError::from)?
-        .pods
-        .into_values()
-        .find(|p| p.containers.contains_key(&state.id))
-        .map(|p| p.pod.sandbox_id);
-    let pod_released = match sandbox {
-        Some(sandbox) => release(&ledger, &sandbox, &state.id).map_err(HooksOnlyError::from)?,
-        None => false,
-    };
-    if networks == 0 && !pod_released {
-        return Ok(Outcome::Nothing);
-    }
-    Ok(Outcome::Released {
-        networks,
-        pod_released,
-    })
 }
 
 #[cfg(test)]

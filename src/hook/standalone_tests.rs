@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 use std::path::Path;
+use std::rc::Rc;
 
 use super::*;
 use crate::allocation::DEVICE_ALLOCATED;
@@ -17,6 +18,24 @@ struct FakeOs {
     attached: Vec<VfAttach>,
     detached: RefCell<Vec<String>>,
     fail: Option<&'static str>,
+    /// Sandbox ids whose GPU teardown ran.
+    gpu_torn: Rc<RefCell<Vec<String>>>,
+}
+
+/// The GPU teardown side of [`FakeOs`]; fails when `fail` is "gpu".
+struct FakeGpu {
+    torn: Rc<RefCell<Vec<String>>>,
+    fail: bool,
+}
+
+impl Teardown for FakeGpu {
+    fn teardown(&self, pod: &crate::ledger::PodRecord) -> Result<(), String> {
+        self.torn.borrow_mut().push(pod.pod.sandbox_id.clone());
+        if self.fail {
+            return Err("gpu 0 open outside the released pod".to_string());
+        }
+        Ok(())
+    }
 }
 
 fn fail(step: &'static str) -> HookError {
@@ -32,7 +51,7 @@ impl ContainerOs for FakeOs {
         Ok(nodes.len())
     }
 
-    fn allow(&mut self, _: u32, nodes: &[DeviceNode]) -> Result<(), HookError> {
+    fn allow(&mut self, _: &State, _: u32, nodes: &[DeviceNode]) -> Result<(), HookError> {
         if self.fail == Some("allow") {
             return Err(fail("allow"));
         }
@@ -61,6 +80,13 @@ impl ContainerOs for FakeOs {
         self.detached.borrow_mut().push(id.to_string());
         Ok(std::mem::take(&mut self.attached).len())
     }
+
+    fn gpu_teardown(&mut self, _: &Config, _: &Ledger) -> Box<dyn Teardown> {
+        Box::new(FakeGpu {
+            torn: Rc::clone(&self.gpu_torn),
+            fail: self.fail == Some("gpu"),
+        })
+    }
 }
 
 struct World {
@@ -75,10 +101,18 @@ fn world() -> World {
     let fixture = HostRootBuilder::hgx()
         .build(&dir.path().join("host"))
         .unwrap();
+    // A procfs where the test's container inits 7, 8 and 9 run.
+    let proc_root = dir.path().join("proc");
+    for pid in [7, 8, 9] {
+        set_start(&proc_root, pid, Some(1000 + u64::from(pid)));
+    }
     let env = HookEnv {
         host_root: fixture.root().to_path_buf(),
         state_dir: dir.path().join("state"),
-        roots: NetnsRoots::default(),
+        roots: NetnsRoots {
+            proc_root,
+            ..NetnsRoots::default()
+        },
     };
     let mut config = Config::default();
     config.gpu.health_dir = dir.path().join("health");
@@ -110,6 +144,22 @@ impl World {
             .unwrap()
             .snapshot()
             .unwrap()
+    }
+}
+
+/// Gives `pid` a stat with start time `start` under `proc`, or removes it.
+fn set_start(proc: &Path, pid: u32, start: Option<u64>) {
+    let dir = proc.join(pid.to_string());
+    match start {
+        Some(t) => {
+            std::fs::create_dir_all(&dir).unwrap();
+            let stat =
+                format!("{pid} (init) S 0 {pid} {pid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {t} 0 0\n");
+            std::fs::write(dir.join("stat"), stat).unwrap();
+        }
+        None => {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -363,3 +413,6 @@ fn identity_comes_from_cri_keys_or_the_container_itself() {
         Err(HooksOnlyError::Identity { .. })
     ));
 }
+
+#[path = "release_tests.rs"]
+mod release;

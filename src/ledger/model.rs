@@ -91,6 +91,19 @@ pub struct ContainerRecord {
     /// Device nodes given to the container (paths inside it).
     pub devices: Vec<String>,
     pub applied_unix: u64,
+    /// The container's init as the host saw it at creation (hooks-only mode,
+    /// where no long-running process watches containers): gone when no
+    /// process `pid` with that start time exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init: Option<InitProcess>,
+}
+
+/// A process identity that survives pid reuse: the pid and its start time in
+/// clock ticks after boot (proc(5) `/proc/<pid>/stat` field 22).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitProcess {
+    pub pid: u32,
+    pub start_ticks: u64,
 }
 
 /// A pod's entry: its claims and its containers.

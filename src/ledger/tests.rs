@@ -114,6 +114,7 @@ fn state_survives_reopen_and_reconcile_drops_dead_pods() {
             name: "main".into(),
             devices: vec!["/dev/nvidia3".into()],
             applied_unix: 1,
+            init: None,
         },
     )
     .unwrap();
@@ -216,6 +217,7 @@ fn record(name: &str) -> ContainerRecord {
         name: name.to_string(),
         devices: vec!["/dev/nvidia0".to_string()],
         applied_unix: 1,
+        init: None,
     }
 }
 

@@ -171,6 +171,7 @@ impl Devices {
             name: ctr.name.clone(),
             devices: plan.devices.iter().map(|d| d.path.clone()).collect(),
             applied_unix: crate::ledger::now_unix(),
+            init: None,
         };
         let mut opts = AdjustOptions {
             explicit_cgroup_rules: features.explicit_cgroup_rules,

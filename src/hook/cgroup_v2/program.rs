@@ -166,12 +166,10 @@ const fn unreachable_kind() -> i32 {
 /// The program for `set`.
 pub fn generate(set: &Ruleset) -> Result<Vec<Insn>, ProgramError> {
     let mut out = PROLOGUE.to_vec();
-    let mut count = 0;
-    for rule in set.exceptions() {
-        count += 1;
+    for (i, rule) in set.exceptions().enumerate() {
         out.extend(block(&rule));
         if out.len() + 2 > MAX_INSNS {
-            return Err(ProgramError::TooLarge { count });
+            return Err(ProgramError::TooLarge { count: i + 1 });
         }
     }
     out.push(Insn::alu32_imm(BPF_MOV, R0, i32::from(set.default_allow)));

@@ -85,11 +85,17 @@ pub const RUNC_DEFAULTS: [(Option<&str>, Rule); 11] = [
     (None, Rule::new(true, DevType::Char, -1, -1, Access::MKNOD)),
     (None, Rule::new(true, DevType::Block, -1, -1, Access::MKNOD)),
     (Some("/dev/null"), Rule::new(true, DevType::Char, 1, 3, RWM)),
-    (Some("/dev/random"), Rule::new(true, DevType::Char, 1, 8, RWM)),
+    (
+        Some("/dev/random"),
+        Rule::new(true, DevType::Char, 1, 8, RWM),
+    ),
     (Some("/dev/full"), Rule::new(true, DevType::Char, 1, 7, RWM)),
     (Some("/dev/tty"), Rule::new(true, DevType::Char, 5, 0, RWM)),
     (Some("/dev/zero"), Rule::new(true, DevType::Char, 1, 5, RWM)),
-    (Some("/dev/urandom"), Rule::new(true, DevType::Char, 1, 9, RWM)),
+    (
+        Some("/dev/urandom"),
+        Rule::new(true, DevType::Char, 1, 9, RWM),
+    ),
     (None, Rule::new(true, DevType::Char, 136, -1, RWM)),
     (None, Rule::new(true, DevType::Char, 5, 2, RWM)),
     (None, Rule::new(true, DevType::Char, 10, 200, RWM)),
@@ -276,12 +282,14 @@ impl Ruleset {
 
     /// The exceptions in a stable order: by major, minor, type.
     pub fn exceptions(&self) -> impl Iterator<Item = Rule> + '_ {
-        self.exceptions.iter().map(|(&(major, minor, kind), &access)| Rule {
-            allow: !self.default_allow,
-            kind,
-            major: (major != WILD).then_some(major),
-            minor: (minor != WILD).then_some(minor),
-            access,
-        })
+        self.exceptions
+            .iter()
+            .map(|(&(major, minor, kind), &access)| Rule {
+                allow: !self.default_allow,
+                kind,
+                major: (major != WILD).then_some(major),
+                minor: (minor != WILD).then_some(minor),
+                access,
+            })
     }
 }

@@ -1,0 +1,240 @@
+//! Device access on cgroup v2: the device controller there is a
+//! BPF_PROG_TYPE_CGROUP_DEVICE program the runtime attached to the container's
+//! cgroup with `BPF_F_ALLOW_MULTI`. Every attached program must allow an access
+//! (kernel/bpf/cgroup.c `__cgroup_bpf_check_dev_permission` runs the effective
+//! array with `bpf_prog_run_array_cg`, which ANDs the verdicts), so a second
+//! program can only narrow access. The hook therefore rebuilds the runtime's
+//! program from the rules it was made of (the bundle's `config.json`
+//! `linux.resources.devices` and runc's defaults, [`rules`]), adds the planned
+//! nodes, and swaps the new program in for the old one.
+//!
+//! The swap is one `BPF_PROG_ATTACH` with `BPF_F_REPLACE` when exactly one
+//! program is attached (Linux 5.6). Otherwise, or when the kernel rejects
+//! `BPF_F_REPLACE` with EINVAL, the new program is attached next to the old
+//! ones and then they are detached: while both are attached the intersection
+//! applies, so access never widens past the new rules at any moment.
+
+pub mod program;
+pub mod rules;
+pub mod sys;
+
+#[cfg(test)]
+pub(crate) mod fake;
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use crate::plan::{DeviceKind, DeviceNode};
+
+pub use program::{generate, Insn, ProgramError};
+pub use rules::{Access, DevType, Rule, Ruleset, Spec};
+pub use sys::{BpfSys, LoadError, SysBpf, SysError};
+
+/// An OCI `config.json` is tens of KiB; a bound keeps a bad bundle from
+/// costing memory.
+pub const MAX_CONFIG_BYTES: u64 = 8 * 1024 * 1024;
+/// The license the program is loaded under (the kernel records it; device
+/// programs call no GPL-only helpers).
+pub const LICENSE: &std::ffi::CStr = c"Apache-2.0";
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupV2Error {
+    #[error("read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is larger than {MAX_CONFIG_BYTES} bytes")]
+    TooLarge { path: PathBuf },
+    #[error("parse {path}: {reason}")]
+    Parse { path: PathBuf, reason: String },
+    #[error("linux.resources.devices[{index}]: {reason}")]
+    SpecRule { index: usize, reason: String },
+    #[error(
+        "{count} device rules or devices in the spec (at most {})",
+        rules::MAX_SPEC_RULES
+    )]
+    TooManyRules { count: usize },
+    #[error(
+        "rule {rule} would punch a hole into a wildcard rule, which the device controller refuses"
+    )]
+    Hole { rule: String },
+    #[error(transparent)]
+    Program(#[from] ProgramError),
+    #[error("cgroup path {path:?} is not absolute and plain")]
+    Path { path: String },
+    #[error("open cgroup {path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("device program for {path}")]
+    Load {
+        path: PathBuf,
+        #[source]
+        source: LoadError,
+    },
+    #[error("device programs of {path}")]
+    Sys {
+        path: PathBuf,
+        #[source]
+        source: SysError,
+    },
+}
+
+/// What [`allow`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replaced {
+    pub cgroup: PathBuf,
+    /// Programs that were attached before, now detached or replaced.
+    pub old: usize,
+    /// Whether `BPF_F_REPLACE` did it in one step.
+    pub in_place: bool,
+}
+
+/// Reads the device-relevant part of `<bundle>/config.json`, size-bounded.
+pub fn read_spec(bundle: &Path) -> Result<Spec, CgroupV2Error> {
+    let path = bundle.join("config.json");
+    let read = |source| CgroupV2Error::Read {
+        path: path.clone(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    File::open(&path)
+        .map_err(read)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(CgroupV2Error::TooLarge { path });
+    }
+    serde_json::from_slice(&bytes).map_err(|e| CgroupV2Error::Parse {
+        path,
+        reason: e.to_string(),
+    })
+}
+
+/// The rule for a planned node: read and write, as with cgroup v1 (the hook
+/// makes the node itself, from outside the container).
+pub fn node_rule(node: &DeviceNode) -> Rule {
+    let kind = match node.kind {
+        DeviceKind::Char => DevType::Char,
+    };
+    Rule {
+        allow: true,
+        kind,
+        major: Some(node.major),
+        minor: Some(node.minor),
+        access: Access(Access::READ | Access::WRITE),
+    }
+}
+
+/// The rule set the container's new program enforces: the runtime's, then
+/// the planned nodes.
+pub fn ruleset(spec: &Spec, nodes: &[DeviceNode]) -> Result<Ruleset, CgroupV2Error> {
+    let mut set = Ruleset::from_rules(&spec.runtime_rules()?)?;
+    for node in nodes {
+        set.apply(&node_rule(node))?;
+    }
+    Ok(set)
+}
+
+/// The directory of cgroup `rel` (the `0::` path of `/proc/<pid>/cgroup`)
+/// under the cgroup2 mount `v2_root`.
+pub fn cgroup_dir(v2_root: &Path, rel: &str) -> Result<PathBuf, CgroupV2Error> {
+    let p = Path::new(rel);
+    let plain = p.is_absolute()
+        && p.components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !plain {
+        return Err(CgroupV2Error::Path {
+            path: rel.chars().take(256).collect(),
+        });
+    }
+    Ok(v2_root.join(p.strip_prefix("/").unwrap_or(p)))
+}
+
+/// Gives the cgroup at `dir` a device program for `bundle`'s rules plus
+/// `nodes`, in place of what is attached there.
+pub fn allow(
+    sys: &mut dyn BpfSys,
+    dir: &Path,
+    bundle: &Path,
+    nodes: &[DeviceNode],
+) -> Result<Replaced, CgroupV2Error> {
+    let spec = read_spec(bundle)?;
+    let insns = generate(&ruleset(&spec, nodes)?)?;
+    let cgroup = File::open(dir).map_err(|source| CgroupV2Error::Open {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let replaced = install(sys, cgroup.as_fd(), &insns).map_err(|e| e.at(dir))?;
+    let out = Replaced {
+        cgroup: dir.to_path_buf(),
+        old: replaced.0,
+        in_place: replaced.1,
+    };
+    tracing::info!(cgroup = %dir.display(), old = out.old, in_place = out.in_place,
+        insns = insns.len(), nodes = nodes.len(), "device program replaced");
+    Ok(out)
+}
+
+/// An [`install`] failure before its path is known.
+#[derive(Debug)]
+pub enum InstallError {
+    Load(LoadError),
+    Sys(SysError),
+}
+
+impl InstallError {
+    fn at(self, path: &Path) -> CgroupV2Error {
+        let path = path.to_path_buf();
+        match self {
+            InstallError::Load(source) => CgroupV2Error::Load { path, source },
+            InstallError::Sys(source) => CgroupV2Error::Sys { path, source },
+        }
+    }
+}
+
+/// Loads `insns` and puts them in place of the device programs attached to
+/// `cgroup`: how many there were, and whether one replace did it.
+pub fn install(
+    sys: &mut dyn BpfSys,
+    cgroup: std::os::fd::BorrowedFd<'_>,
+    insns: &[Insn],
+) -> Result<(usize, bool), InstallError> {
+    let new = sys.load(insns, LICENSE).map_err(InstallError::Load)?;
+    let ids = sys.query(cgroup).map_err(InstallError::Sys)?;
+    let old: Vec<OwnedFd> = ids
+        .iter()
+        .map(|&id| sys.prog_fd(id))
+        .collect::<Result<_, _>>()
+        .map_err(InstallError::Sys)?;
+    if let [only] = old.as_slice() {
+        match sys.attach(cgroup, new.as_fd(), Some(only.as_fd())) {
+            Ok(()) => return Ok((1, true)),
+            // EINVAL: no BPF_F_REPLACE before Linux 5.6 (runc probes the same way).
+            Err(e) if e.errno == nix::errno::Errno::EINVAL => {
+                tracing::debug!("bpf_f_replace unsupported, attaching then detaching");
+            }
+            Err(e) => return Err(InstallError::Sys(e)),
+        }
+    }
+    sys.attach(cgroup, new.as_fd(), None)
+        .map_err(InstallError::Sys)?;
+    for fd in &old {
+        if let Err(e) = sys.detach(cgroup, fd.as_fd()) {
+            // The new program stays: with the old one still attached the
+            // container gets at most the old access, never more.
+            return Err(InstallError::Sys(e));
+        }
+    }
+    Ok((old.len(), false))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,180 @@
+//! Release in hooks-only mode: GPU teardown with the pod's last container,
+//! quarantine when a restore or teardown fails, and pods whose containers
+//! exited without a poststop released at the next createRuntime.
+
+use super::*;
+use crate::ledger::DeviceId;
+
+fn created(w: &World, id: &str, pid: u32) -> FakeOs {
+    let alloc = w.allocation();
+    let mut os = FakeOs::default();
+    w.run(
+        Stage::CreateRuntime,
+        &state(
+            id,
+            "creating",
+            Some(pid),
+            &[(DEVICE_ALLOCATED, alloc.as_str())],
+        ),
+        &mut os,
+    )
+    .unwrap();
+    os
+}
+
+fn stopped(id: &str) -> State {
+    state(id, "stopped", None, &[])
+}
+
+fn quarantined(w: &World) -> Vec<DeviceId> {
+    w.ledger()
+        .devices
+        .into_values()
+        .filter(|d| d.quarantine.is_some())
+        .map(|d| d.device)
+        .collect()
+}
+
+#[test]
+fn the_last_container_releases_after_the_gpu_teardown() {
+    let w = world();
+    let mut os = created(&w, "c1", 7);
+    let init = w.ledger().pods["c1"].containers["c1"].init;
+    assert_eq!(
+        init,
+        Some(crate::ledger::InitProcess {
+            pid: 7,
+            start_ticks: 1007
+        })
+    );
+    assert!(os.gpu_torn.borrow().is_empty());
+    w.run(Stage::Poststop, &stopped("c1"), &mut os).unwrap();
+    assert_eq!(*os.gpu_torn.borrow(), ["c1"]);
+    assert!(w.ledger().pods.is_empty());
+}
+
+#[test]
+fn a_failed_gpu_teardown_keeps_the_claims_and_quarantines() {
+    let w = world();
+    created(&w, "c1", 7);
+    let mut os = FakeOs {
+        fail: Some("gpu"),
+        ..FakeOs::default()
+    };
+    let e = w.run(Stage::Poststop, &stopped("c1"), &mut os).unwrap_err();
+    assert!(
+        e.to_string().contains("open outside the released pod"),
+        "{e}"
+    );
+    let l = w.ledger();
+    assert_eq!(l.pods["c1"].claims.len(), 2);
+    assert_eq!(quarantined(&w).len(), 2, "{l:?}");
+}
+
+#[test]
+fn a_failed_vf_restore_quarantines_the_vf_and_keeps_the_record() {
+    let w = world();
+    created(&w, "c1", 7);
+    let mut os = FakeOs {
+        fail: Some("detach"),
+        ..FakeOs::default()
+    };
+    let e = w.run(Stage::Poststop, &stopped("c1"), &mut os).unwrap_err();
+    assert!(e.to_string().contains("fake detach failure"), "{e}");
+    let l = w.ledger();
+    assert!(l.pods["c1"].containers.contains_key("c1"));
+    let q = quarantined(&w);
+    assert_eq!(q.len(), 1, "{q:?}");
+    assert!(matches!(q[0], DeviceId::Vf(_)), "{q:?}");
+    assert!(os.gpu_torn.borrow().is_empty());
+    // The next pod cannot get the VF.
+    let alloc = w.allocation();
+    let mut other = FakeOs::default();
+    let e = w
+        .run(
+            Stage::CreateRuntime,
+            &state(
+                "c2",
+                "creating",
+                Some(8),
+                &[(DEVICE_ALLOCATED, alloc.as_str())],
+            ),
+            &mut other,
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("quarantined") || e.to_string().contains("held"),
+        "{e}"
+    );
+}
+
+#[test]
+fn pods_whose_inits_exited_are_released_at_the_next_create() {
+    let w = world();
+    created(&w, "a", 7);
+    // Alive: the next pod asking for the same devices is refused.
+    let alloc = w.allocation();
+    let ann = [(DEVICE_ALLOCATED, alloc.as_str())];
+    let mut b = FakeOs::default();
+    let e = w
+        .run(
+            Stage::CreateRuntime,
+            &state("b", "creating", Some(8), &ann),
+            &mut b,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("is held by pod"), "{e}");
+    assert!(b.detached.borrow().is_empty() && b.gpu_torn.borrow().is_empty());
+
+    // Pid 7 reused by another process: a's init is gone, no poststop ran.
+    set_start(&w.env.roots.proc_root, 7, Some(5));
+    let mut b = FakeOs::default();
+    w.run(
+        Stage::CreateRuntime,
+        &state("b", "creating", Some(8), &ann),
+        &mut b,
+    )
+    .unwrap();
+    assert_eq!(*b.detached.borrow(), ["a"], "a's VFs restored");
+    assert_eq!(*b.gpu_torn.borrow(), ["a"], "a's GPU torn down");
+    let l = w.ledger();
+    assert!(
+        !l.pods.contains_key("a") && l.pods.contains_key("b"),
+        "{l:?}"
+    );
+
+    // Exited outright (no /proc entry): released the same way.
+    set_start(&w.env.roots.proc_root, 8, None);
+    let mut c = FakeOs::default();
+    w.run(
+        Stage::CreateRuntime,
+        &state("c", "creating", Some(9), &ann),
+        &mut c,
+    )
+    .unwrap();
+    assert_eq!(*c.detached.borrow(), ["b"]);
+    assert_eq!(w.ledger().pods.keys().collect::<Vec<_>>(), ["c"]);
+}
+
+#[test]
+fn records_without_a_known_init_are_never_stale() {
+    let w = world();
+    // Pid 5 has no stat: its init cannot be identified.
+    created(&w, "a", 5);
+    assert_eq!(w.ledger().pods["a"].containers["a"].init, None);
+    let alloc = w.allocation();
+    let mut b = FakeOs::default();
+    let e = w
+        .run(
+            Stage::CreateRuntime,
+            &state(
+                "b",
+                "creating",
+                Some(8),
+                &[(DEVICE_ALLOCATED, alloc.as_str())],
+            ),
+            &mut b,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("is held by pod"), "{e}");
+}

@@ -1,0 +1,178 @@
+//! The hook's cgroup v2 device rules against the real kernel (needs root and a
+//! cgroup2 hierarchy at /sys/fs/cgroup/unified, as on the CI host).
+//!
+//! A cgroup gets a deny-most device program like runc's; processes in it are
+//! refused a 195:N node with EPERM. After the hook's v2 code the granted node
+//! opens as far as the driver (ENXIO: no driver behind major 195 here), an
+//! ungranted one is still EPERM, and /dev/null, allowed before, still opens.
+//! Probes also join the root of the v1 devices hierarchy, which allows
+//! everything, so only the BPF program decides.
+
+use std::ffi::CString;
+use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+use devgate::hook::cgroup_v2::{self, BpfSys, SysBpf};
+use devgate::plan::{DeviceKind, DeviceNode};
+use nix::errno::Errno;
+use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+
+const V2_ROOT: &str = "/sys/fs/cgroup/unified";
+const V1_DEVICES_ROOT: &str = "/sys/fs/cgroup/devices";
+const RUNTIME_SPEC: &str =
+    r#"{"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]}}}"#;
+
+/// A cgroup removed (with its process) on drop.
+struct Cgroup {
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Moves the calling process into each `procs` file; runs between fork and
+/// exec, so only raw calls on prepared strings.
+fn join(procs: &[CString]) -> std::io::Result<()> {
+    for p in procs {
+        // SAFETY: p is a valid C string; the fd is closed below.
+        let fd = unsafe { libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: writes one byte from a static buffer to fd.
+        let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+        // SAFETY: fd is ours.
+        unsafe { libc::close(fd) };
+        if n != 1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn procs(cg: &Path) -> Vec<CString> {
+    [
+        cg.join("cgroup.procs"),
+        Path::new(V1_DEVICES_ROOT).join("cgroup.procs"),
+    ]
+    .iter()
+    .map(|p| CString::new(p.as_os_str().as_encoded_bytes()).unwrap())
+    .collect()
+}
+
+/// Opens `node` from a new process in `cg`; the errno, or None when it opened.
+fn probe(cg: &Path, node: &Path, flags: libc::c_int) -> Option<Errno> {
+    let procs = procs(cg);
+    let path = CString::new(node.as_os_str().as_encoded_bytes()).unwrap();
+    let mut cmd = Command::new("/bin/true");
+    // SAFETY: the closure only makes raw syscalls on prepared buffers.
+    unsafe {
+        cmd.pre_exec(move || {
+            join(&procs)?;
+            let fd = libc::open(path.as_ptr(), flags | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+            Ok(())
+        });
+    }
+    match cmd.spawn() {
+        Ok(mut child) => {
+            assert!(child.wait().unwrap().success());
+            None
+        }
+        Err(e) => Some(Errno::from_raw(e.raw_os_error().expect("an os error"))),
+    }
+}
+
+fn node(minor: u32) -> DeviceNode {
+    DeviceNode {
+        path: format!("/dev/nvidia{minor}"),
+        kind: DeviceKind::Char,
+        major: 195,
+        minor,
+        file_mode: 0o666,
+    }
+}
+
+#[test]
+fn the_hook_grants_exactly_the_planned_node_on_cgroup_v2() {
+    let dir = Path::new(V2_ROOT).join(format!("devgate-test-{}", std::process::id()));
+    std::fs::create_dir(&dir).unwrap();
+    let mut cg = Cgroup {
+        dir: dir.clone(),
+        child: None,
+    };
+
+    // runc's program: the spec's deny-all plus its defaults, ALLOW_MULTI.
+    let spec: cgroup_v2::Spec = serde_json::from_str(RUNTIME_SPEC).unwrap();
+    let insns = cgroup_v2::generate(&cgroup_v2::ruleset(&spec, &[]).unwrap()).unwrap();
+    let mut bpf = SysBpf;
+    let runc_prog = bpf.load(&insns, cgroup_v2::LICENSE).unwrap();
+    let cg_fd = std::fs::File::open(&dir).unwrap();
+    bpf.attach(cg_fd.as_fd(), runc_prog.as_fd(), None).unwrap();
+    let before = bpf.query(cg_fd.as_fd()).unwrap();
+    assert_eq!(before.len(), 1);
+
+    // The container's init, for the hook to find the cgroup by.
+    let join_procs = procs(&dir);
+    let mut sleep = Command::new("sleep");
+    sleep.arg("1000");
+    // SAFETY: the closure only makes raw syscalls on prepared buffers.
+    unsafe { sleep.pre_exec(move || join(&join_procs)) };
+    let child = sleep.spawn().unwrap();
+    let pid = child.id();
+    cg.child = Some(child);
+
+    let nodes = tempfile::tempdir().unwrap();
+    let granted = nodes.path().join("nvidia250");
+    let other = nodes.path().join("nvidia251");
+    for (p, minor) in [(&granted, 250), (&other, 251)] {
+        mknod(
+            p,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            makedev(195, minor),
+        )
+        .unwrap();
+    }
+    let null = Path::new("/dev/null");
+    assert_eq!(probe(&dir, &granted, libc::O_RDONLY), Some(Errno::EPERM));
+    assert_eq!(probe(&dir, &other, libc::O_RDONLY), Some(Errno::EPERM));
+    assert_eq!(probe(&dir, null, libc::O_RDWR), None);
+
+    let bundle = tempfile::tempdir().unwrap();
+    std::fs::write(bundle.path().join("config.json"), RUNTIME_SPEC).unwrap();
+    let proc_cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let rel = proc_cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("a cgroup v2 entry");
+    let found = cgroup_v2::cgroup_dir(Path::new(V2_ROOT), rel).unwrap();
+    assert_eq!(found, dir);
+    let replaced = cgroup_v2::allow(&mut bpf, &found, bundle.path(), &[node(250)]).unwrap();
+    assert_eq!(replaced.old, 1);
+
+    let after = bpf.query(cg_fd.as_fd()).unwrap();
+    assert_eq!(
+        after.len(),
+        1,
+        "the runtime's program was replaced, not joined"
+    );
+    assert_ne!(after, before);
+    assert_eq!(probe(&dir, &granted, libc::O_RDWR), Some(Errno::ENXIO));
+    assert_eq!(probe(&dir, &other, libc::O_RDONLY), Some(Errno::EPERM));
+    assert_eq!(probe(&dir, null, libc::O_RDWR), None);
+    drop(cg);
+}
