@@ -80,6 +80,9 @@ pub struct Config {
     /// How the adjustment names devices: raw nodes, or CDI names where the
     /// runtime injects them.
     pub device_mode: DeviceMode,
+    /// Whether the runtime injects CDI devices named in an adjustment, where the
+    /// plugin cannot tell from ConfigureRequest (containerd 1.7's `enable_cdi`).
+    pub runtime_cdi: RuntimeCdi,
 }
 
 impl Default for Config {
@@ -102,6 +105,7 @@ impl Default for Config {
             sriov: SriovConfig::default(),
             comm_env: CommEnvConfig::default(),
             device_mode: DeviceMode::Nodes,
+            runtime_cdi: RuntimeCdi::Auto,
         }
     }
 }
@@ -117,6 +121,20 @@ pub enum DeviceMode {
     /// `devgate cdi generate` writes, where the runtime injects CDI devices;
     /// raw nodes elsewhere.
     Cdi,
+}
+
+/// What the operator states about the runtime's CDI injection (`runtime_cdi`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RuntimeCdi {
+    /// From the runtime's name and version: containerd >= 2.1, CRI-O >= 1.34.
+    #[default]
+    Auto,
+    /// The runtime's CDI injection is enabled (containerd 1.7.30+ with
+    /// `enable_cdi = true`); honoured only by releases that inject when enabled.
+    On,
+    /// Never name CDI devices (the spec is not in the runtime's CDI directories).
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

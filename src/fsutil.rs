@@ -45,6 +45,12 @@ pub fn lock_exclusive(path: &Path) -> Result<Flock<File>, FsError> {
 /// rename over `path`, then fsync of the directory, since the rename is durable
 /// only once the directory entry is on disk. Callers hold the file's lock.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), FsError> {
+    replace_file_meta(path, bytes).map(drop)
+}
+
+/// [`replace_file`], returning the new file's metadata (the rename keeps its
+/// inode, size and mtime) for callers that cache what they wrote.
+pub fn replace_file_meta(path: &Path, bytes: &[u8]) -> Result<fs::Metadata, FsError> {
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(".tmp");
     let tmp = path.with_file_name(tmp_name);
@@ -57,8 +63,10 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), FsError> {
         .map_err(at(&tmp))?;
     file.write_all(bytes).map_err(at(&tmp))?;
     file.sync_all().map_err(at(&tmp))?;
+    let meta = file.metadata().map_err(at(&tmp))?;
     fs::rename(&tmp, path).map_err(at(path))?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
+    sync_dir(path.parent().unwrap_or(Path::new(".")))?;
+    Ok(meta)
 }
 
 /// Makes entries added, renamed or removed in `dir` durable.

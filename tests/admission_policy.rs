@@ -174,6 +174,14 @@ fn only_listed_users_add_change_or_remove_the_allocation() {
             true,
         ),
         (
+            "kubelet creates the mirror pod of a static pod with an allocation",
+            "system:node:node-a",
+            "CREATE",
+            pod(&[(KEY, ALLOC), ("kubernetes.io/config.mirror", "hash")]),
+            null.clone(),
+            false,
+        ),
+        (
             "tenant adds the allocation later",
             TENANT,
             "UPDATE",

@@ -1,17 +1,17 @@
 //! CDI: `devgate cdi generate` specs used by a runtime, and `device_mode = "cdi"`
 //! through NRI. containerd 2.1 injects CDI devices named in an adjustment, so
 //! there the devices come from the spec (and a missing spec fails the
-//! container); containerd 1.7 does not, and gets raw nodes. podman 4.3.1
-//! (bookworm) resolves `--device devgate.io/...` from a 0.5.0 spec: its CDI
-//! library (v0.5.2) knows no spec version after 0.5.0.
+//! container); containerd 1.7 does not, and gets raw nodes. The suite runs
+//! under both lines (1.7.24 and 2.1.9); podman's use of the specs, which does
+//! not depend on the containerd line, is in `e2e_podman_cdi.rs`.
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use devgate::fixture::HostRootBuilder;
 use support::node::{gpu_entry, gpus, Node, DEVICE_ALLOCATED};
-use support::{image_set, require_root, ContainerSpec, PodSpec, Runtime, DEVGATE};
+use support::{require_root, ContainerSpec, PodSpec, Runtime, DEVGATE};
 
 /// Each /dev/nvidia* node with its numbers, and what opening the granted GPU gives.
 const GPU_CHECK: &str = r#"
@@ -130,136 +130,4 @@ fn device_mode_cdi_uses_the_spec_where_the_runtime_injects_cdi() {
             assert!(run.log.contains("node /dev/nvidia2 c3:2"), "{}", run.log);
         }
     }
-}
-
-/// A CDI spec file in podman's dynamic spec directory, removed on drop.
-struct SpecFile(PathBuf);
-
-impl Drop for SpecFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// Private podman storage (vfs) so the host's is left alone; settings this VM needs.
-fn podman(store: &Path, args: &[&str]) -> std::process::Output {
-    let root = store.join("root");
-    let run = store.join("run");
-    Command::new("podman")
-        .arg("--root")
-        .arg(&root)
-        .arg("--runroot")
-        .arg(&run)
-        .args(["--storage-driver", "vfs", "--cgroup-manager", "cgroupfs"])
-        .args(["--events-backend", "file"])
-        .args(args)
-        .output()
-        .expect("run podman (tests/setup-host.sh installs it)")
-}
-
-const RDMA_CHECK: &str = r#"
-for d in /dev/infiniband/*; do echo "node $d $(stat -c '%t:%T' $d)"; done
-for d in /dev/infiniband/uverbs*; do echo "open: $(cat $d 2>&1)"; done
-"#;
-
-#[test]
-fn podman_runs_a_container_with_a_devgate_rdma_vf_by_pci_address() {
-    require_root();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fixture = HostRootBuilder::hgx()
-        .build(&dir.path().join("host"))
-        .expect("host root");
-    let config = dir.path().join("none.toml");
-    let spec = SpecFile(PathBuf::from(format!(
-        "/var/run/cdi/devgate-e2e-{}.json",
-        std::process::id()
-    )));
-    std::fs::create_dir_all("/var/run/cdi").expect("create /var/run/cdi");
-    let out = podman(
-        dir.path(),
-        &["load", "-i", &image_set().workload.to_string_lossy()],
-    );
-    assert!(out.status.success(), "podman load: {out:?}");
-    let inv = fixture.expected();
-    let nic = &inv.rdma[0];
-    let vf = &nic.vfs[0];
-    let device = format!("devgate.io/rdma={}", vf.bus_id);
-    let run = |name: &str| {
-        podman(
-            dir.path(),
-            &[
-                "run",
-                "--rm",
-                "--name",
-                name,
-                "--network",
-                "none",
-                "--ulimit",
-                "nofile=1024:1024",
-                "--ulimit",
-                "nproc=1024:1024",
-                "--device",
-                &device,
-                support::WORKLOAD_IMAGE,
-                "sh",
-                "-c",
-                RDMA_CHECK,
-            ],
-        )
-    };
-    let spec_path = spec.0.to_string_lossy().into_owned();
-
-    // cdiVersion 0.6.0 is past what podman 4.3's CDI library knows.
-    generate(
-        fixture.root(),
-        &config,
-        &["--kind", "rdma", "-o", &spec_path],
-    );
-    let out = run("cdi-060");
-    assert!(
-        !out.status.success(),
-        "podman 4.3 took a 0.6.0 spec: {out:?}"
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("unresolvable CDI devices"),
-        "{out:?}"
-    );
-
-    generate(
-        fixture.root(),
-        &config,
-        &["--kind", "rdma", "--cdi-version", "0.5.0", "-o", &spec_path],
-    );
-    let out = run("cdi-050");
-    let log = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "podman run: {out:?}");
-    let rdma = vf.rdma.as_ref().expect("fixture vf has an rdma device");
-    let mut want: Vec<String> = rdma
-        .char_devs
-        .iter()
-        .filter(|c| !c.name.starts_with("issm"))
-        .map(|c| {
-            format!(
-                "node /dev/infiniband/{} {:x}:{:x}",
-                c.name, c.dev.major, c.dev.minor
-            )
-        })
-        .collect();
-    let cm = inv.rdma_cm.expect("fixture rdma_cm");
-    want.push(format!(
-        "node /dev/infiniband/rdma_cm {:x}:{:x}",
-        cm.major, cm.minor
-    ));
-    want.sort();
-    let mut got: Vec<String> = log
-        .lines()
-        .filter(|l| l.starts_with("node "))
-        .map(String::from)
-        .collect();
-    got.sort();
-    assert_eq!(got, want, "{log}");
-    assert!(
-        log.contains("No such device or address"),
-        "cgroup must allow uverbs: {log}"
-    );
 }

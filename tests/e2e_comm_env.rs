@@ -1,5 +1,5 @@
 //! Communication-library variables inside a container created through a real
-//! containerd 1.7.24: a GPU, an RDMA VF moved into the pod as `net1` and a whole
+//! containerd (1.7.24 or 2.1.9: the suite runs under both): a GPU, an RDMA VF moved into the pod as `net1` and a whole
 //! RoCE PF give NCCL and UCX exactly those devices, the RoCE v2 GID index comes
 //! from the simulated host's sysfs, a variable the pod spec sets stays the pod's,
 //! and the node config's templated variable is filled in.

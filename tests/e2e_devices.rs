@@ -1,5 +1,6 @@
 //! Applying Koordinator's allocation at container creation against a real
-//! containerd 1.7.24, on a simulated HGX host root: exact device nodes and
+//! containerd (1.7.24 and 2.1.9: the suite runs under both), on a simulated
+//! HGX host root: exact device nodes and
 //! cgroup rules, fail-closed refusals, and the claim ledger across pods,
 //! plugin crashes and concurrent creation.
 mod support;

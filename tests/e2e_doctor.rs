@@ -1,5 +1,5 @@
-//! `devgate doctor` against a real private containerd (the line the suite runs
-//! under) with `devgate nri` registered, on the simulated HGX host root.
+//! `devgate doctor` against a real private containerd (1.7.24 and 2.1.9: the
+//! suite runs under both) with `devgate nri` registered, on the simulated HGX host root.
 mod support;
 
 use std::collections::BTreeMap;
@@ -63,6 +63,7 @@ fn doctor_sees_containerd_nri_and_the_running_plugin() {
         // The simulated host root has sysfs and procfs, but no /dev nodes.
         ("nvidia devices", "fail"),
         ("vfs", "pass"),
+        ("cdi", "pass"),
     ] {
         assert_eq!(status(name), want, "{name}: {checks:#?}");
     }
@@ -73,6 +74,24 @@ fn doctor_sees_containerd_nri_and_the_running_plugin() {
             .1
             .contains(&format!("pid {pid}")),
         "{checks:#?}"
+    );
+    // Registration is read from the runtime record `devgate nri` writes at
+    // Configure, which the runtime sends only to a plugin it accepted. The
+    // containerd log line the check's fix text names (`plugin
+    // "external:10-devgate[<pid>]" registered as "10-devgate"`) is logged by
+    // 1.7.24 and 2.1.9 alike.
+    let runtime = node.ctrd.runtime();
+    assert!(
+        checks["devgate registered"]
+            .1
+            .contains("configured by containerd"),
+        "{runtime}: {checks:#?}"
+    );
+    let log = node.ctrd.log();
+    let needle = "registered as \\\"10-devgate\\\"";
+    assert!(
+        log.contains(needle),
+        "{runtime}: containerd did not log {needle}: {log}"
     );
     let marker = node.ctrd.runtime().version_marker();
     assert!(checks["containerd"].1.contains(marker), "{checks:#?}");

@@ -1,9 +1,11 @@
-//! Only the scheduler grants devices, against a real containerd 1.7.24: devgate
+//! Only the scheduler grants devices, against a real containerd (1.7.24 and
+//! 2.1.9: the suite runs under both): devgate
 //! watches this node's pods on a fake API server (plain HTTP on localhost, in this
 //! process) and refuses an allocation its pod's containers do not request.
 mod support;
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use devgate::fixture::HostRootBuilder;
 use devgate::grant::fake_api::{pod, FakeApi};
@@ -85,31 +87,55 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
         "{msg}"
     );
 
-    // The decisions, as a separate `devgate status` process shows them.
-    let health = node.ctrd.path("health");
+    // A static pod (kubelet marks its source): the scheduler placed nothing on it.
+    let static_pod = PodSpec::new("static")
+        .annotation("kubernetes.io/config.source", "file")
+        .annotation(DEVICE_ALLOCATED, &alloc);
+    let sandbox = cri.run_pod(&static_pod).expect("RunPodSandbox");
+    let err = cri
+        .create_container(&sandbox, &ContainerSpec::shell("main", "true"))
+        .expect_err("static pod refused");
+    let msg = err.message();
+    assert!(
+        msg.contains("pod default/static is a static pod (kubernetes.io/config.source: file)"),
+        "{msg}"
+    );
+
+    // The decisions, as a separate `devgate status` process shows them. The
+    // plugin writes its counters in the background: wait until they are there.
+    let expected =
+        "GRANTS granted 1 unchecked 0 unverified 0 refused 3 (mismatch 1, static_pod 1, unknown_pod 1)";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = status(&node);
+        if text.contains(expected) || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(text.contains(expected), "{text}");
+    assert!(text.contains("last refusal: default/static"), "{text}");
+    // Pods without the annotation never consult the API server.
+    let plain = cri.run_pod(&PodSpec::new("plain")).expect("RunPodSandbox");
+    cri.run_container(&plain, &ContainerSpec::shell("main", "true"))
+        .expect("plain pod starts");
+}
+
+/// `devgate status` of `node`, run as its own process.
+fn status(node: &Node) -> String {
     let out = Command::new(DEVGATE)
         .arg("status")
         .arg("--state-dir")
         .arg(node.state_dir())
         .arg("--health-dir")
-        .arg(&health)
+        .arg(node.ctrd.path("health"))
         .output()
         .expect("run devgate status");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        text.contains(
-            "GRANTS granted 1 unchecked 0 unverified 0 refused 2 (mismatch 1, unknown_pod 1)"
-        ),
-        "{text}"
-    );
-    assert!(text.contains("last refusal: default/ghost"), "{text}");
-    // Pods without the annotation never consult the API server.
-    let plain = cri.run_pod(&PodSpec::new("plain")).expect("RunPodSandbox");
-    cri.run_container(&plain, &ContainerSpec::shell("main", "true"))
-        .expect("plain pod starts");
+    text
 }

@@ -1,4 +1,5 @@
-//! The NRI foundation against a real containerd 1.7.24: registration, the
+//! The NRI foundation against a real containerd (1.7.24 and 2.1.9: the suite
+//! runs under both): registration, the
 //! `devgate.io/probe` adjustment seen from inside a container, and recovery
 //! from a plugin crash, a runtime restart, and runtime-launched mode.
 //!

@@ -15,6 +15,7 @@ use std::process::{Command, Output};
 
 use devgate::allocation::DEVICE_ALLOCATED;
 use devgate::fixture::HostRootBuilder;
+use devgate::hook::FAULT_ENV;
 use devgate::ledger::Ledger;
 use net::{link, In, NamedNs, Veth};
 use support::node::{allocation, gpu_entry, vf_entry};
@@ -89,7 +90,13 @@ impl Drop for Podman {
 }
 
 /// The shipped hooks file, with the hook binary, state and host root of this test.
-fn hooks_dir(dir: &Path, host_root: &Path, state: &Path, config: &Path) -> PathBuf {
+fn hooks_dir(
+    dir: &Path,
+    host_root: &Path,
+    state: &Path,
+    config: &Path,
+    fault: Option<&str>,
+) -> PathBuf {
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks/devgate.json");
     let mut hook: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&shipped).unwrap()).unwrap();
@@ -101,27 +108,48 @@ fn hooks_dir(dir: &Path, host_root: &Path, state: &Path, config: &Path) -> PathB
     args.extend(["--host-root".to_string(), host_root.display().to_string()]);
     hook["hook"]["path"] = env!("CARGO_BIN_EXE_devgate-hook").into();
     hook["hook"]["args"] = args.into();
-    hook["hook"]["env"] = vec![format!("DEVGATE_CONFIG={}", config.display())].into();
-    let hooks = dir.join("hooks.d");
+    let mut env = vec![format!("DEVGATE_CONFIG={}", config.display())];
+    env.extend(fault.map(|f| format!("{FAULT_ENV}={f}")));
+    hook["hook"]["env"] = env.into();
+    let hooks = dir.join(if fault.is_some() {
+        "hooks-fault.d"
+    } else {
+        "hooks.d"
+    });
     std::fs::create_dir_all(&hooks).unwrap();
     std::fs::write(hooks.join("devgate.json"), hook.to_string()).unwrap();
     hooks
 }
 
-#[test]
-fn podman_container_gets_its_devices_and_vf_from_the_hooks_file() {
-    require_root();
+/// A simulated HGX host with a veth stand-in for one VF, podman with the
+/// hooks file, and a pinned netns for the container; names start with `tag`.
+struct Setup {
+    // Dropped in this order: podman's containers before the netns and the
+    // stand-in, the temp dir with podman's store last.
+    podman: Podman,
+    pod_ns: NamedNs,
+    _stand_in: Veth,
+    fixture: devgate::fixture::Fixture,
+    state: PathBuf,
+    config: PathBuf,
+    host_name: String,
+    alloc: String,
+    _dir: tempfile::TempDir,
+}
+
+const VF_MAC: &str = "02:00:00:de:0b:01";
+
+fn setup(tag: &str, fault: Option<&str>) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let fixture = HostRootBuilder::hgx()
-        .vf_netdev_prefix("dgpm")
+        .vf_netdev_prefix(tag)
         .build(&dir.path().join("host"))
         .unwrap();
     let inv = fixture.expected();
-    let (gpu, other_gpu) = (&inv.gpus[0], &inv.gpus[1]);
+    let gpu = &inv.gpus[0];
     let (pf, vf) = (&inv.rdma[0], &inv.rdma[0].vfs[1]);
     let host_name = vf.netdev.clone().expect("fixture vf netdev");
-    let stand_in = Veth::new(&host_name, "dgpmpeer", "02:00:00:de:0b:01");
-    let uverbs = vf.rdma.as_ref().expect("vf rdma").char_devs[0].name.clone();
+    let stand_in = Veth::new(&host_name, &format!("{tag}peer"), VF_MAC);
     let alloc = allocation(
         &[gpu_entry(gpu.minor, &gpu.uuid)],
         &[vf_entry(0, pf.bus_id, vf.bus_id)],
@@ -129,40 +157,100 @@ fn podman_container_gets_its_devices_and_vf_from_the_hooks_file() {
     let state = dir.path().join("state");
     let config = dir.path().join("config.toml");
     std::fs::write(&config, "log_format = \"text\"\n").unwrap();
-    let hooks = hooks_dir(dir.path(), fixture.root(), &state, &config);
+    let hooks = hooks_dir(dir.path(), fixture.root(), &state, &config, fault);
     let podman = Podman::new(dir.path(), hooks);
     podman.ok(&[
         "load",
         "--input",
         &image_set().workload.display().to_string(),
     ]);
-
     // The container's own netns, pinned like a pod's: a veth stand-in would die
     // with an unpinned one (a real VF returns to the host), leaving nothing to restore.
-    let pod_ns = NamedNs::new("dgpm");
-    let netns = format!("ns:/run/netns/{}", pod_ns.0);
-    // podman 4.3 reads --annotation as a CSV list (pflag StringSlice): quote it.
-    let annotation = format!(
-        "\"{}\"",
-        format!("{DEVICE_ALLOCATED}={alloc}").replace('"', "\"\"")
+    let pod_ns = NamedNs::new(tag);
+    Setup {
+        podman,
+        pod_ns,
+        _stand_in: stand_in,
+        fixture,
+        state,
+        config,
+        host_name,
+        alloc,
+        _dir: dir,
+    }
+}
+
+impl Setup {
+    /// `podman run --detach` of `sleep 300` named `name` with the annotation.
+    fn run(&self, name: &str) -> Output {
+        let netns = format!("ns:/run/netns/{}", self.pod_ns.0);
+        // podman 4.3 reads --annotation as a CSV list (pflag StringSlice): quote it.
+        let annotation = format!(
+            "\"{}\"",
+            format!("{DEVICE_ALLOCATED}={}", self.alloc).replace('"', "\"\"")
+        );
+        self.podman.cmd(&[
+            "run",
+            "--detach",
+            "--name",
+            name,
+            "--network",
+            &netns,
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+            "--annotation",
+            &annotation,
+            WORKLOAD_IMAGE,
+            "sleep",
+            "300",
+        ])
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.state.join("hook.log")).unwrap_or_default()
+    }
+
+    /// The VF is back on the host under its name and MAC, the ledger holds
+    /// nothing and nothing is quarantined.
+    fn assert_all_back(&self) {
+        let back = wait_for("vf back on the host", SLOW, || {
+            link(In::Host, &self.host_name)
+        });
+        assert_eq!(back.address.as_deref(), Some(VF_MAC));
+        wait_for("claims released", SLOW, || {
+            let l = Ledger::open(&self.state).ok()?.snapshot().ok()?;
+            l.pods.is_empty().then_some(())
+        });
+        // Released clean: a failed teardown would have left quarantined devices.
+        let after = Ledger::open(&self.state).unwrap().snapshot().unwrap();
+        let quarantined: Vec<_> = after
+            .devices
+            .values()
+            .filter(|d| d.quarantine.is_some())
+            .collect();
+        assert!(quarantined.is_empty(), "{quarantined:?}\n{}", self.log());
+        assert!(after.devices.is_empty(), "{after:?}");
+    }
+}
+
+#[test]
+fn podman_container_gets_its_devices_and_vf_from_the_hooks_file() {
+    require_root();
+    let s = setup("dgpm", None);
+    let inv = s.fixture.expected();
+    let (gpu, other_gpu) = (&inv.gpus[0], &inv.gpus[1]);
+    let vf = &inv.rdma[0].vfs[1];
+    let uverbs = vf.rdma.as_ref().expect("vf rdma").char_devs[0].name.clone();
+    let (podman, state, host_name) = (&s.podman, &s.state, &s.host_name);
+    let out = s.run("dgpm");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.log()
     );
-    podman.ok(&[
-        "run",
-        "--detach",
-        "--name",
-        "dgpm",
-        "--network",
-        &netns,
-        "--ulimit",
-        "nofile=1024:1024",
-        "--ulimit",
-        "nproc=1024:1024",
-        "--annotation",
-        &annotation,
-        WORKLOAD_IMAGE,
-        "sleep",
-        "300",
-    ]);
     let gpu_node = format!("/dev/nvidia{}", gpu.minor);
     let (code, out) = podman.exec(
         "dgpm",
@@ -184,27 +272,57 @@ fn podman_container_gets_its_devices_and_vf_from_the_hooks_file() {
         "ip -o link show net1 && cat /proc/sys/net/ipv4/conf/net1/arp_notify",
     );
     assert_eq!(code, 0, "net1 missing in the container: {out}");
+    assert!(out.contains(VF_MAC) && out.ends_with("1\n"), "{out}");
     assert!(
-        out.contains("02:00:00:de:0b:01") && out.ends_with("1\n"),
-        "{out}"
-    );
-    assert!(
-        link(In::Host, &host_name).is_none(),
+        link(In::Host, host_name).is_none(),
         "the VF is still on the host"
     );
-    let held = Ledger::open(&state).unwrap().snapshot().unwrap();
+    let held = Ledger::open(state).unwrap().snapshot().unwrap();
     assert_eq!(held.pods.len(), 1, "{held:?}");
+    // The container's own cgroup is recorded for the GPU teardown: podman's
+    // paths carry no pod UID.
+    let id = podman.ok(&["inspect", "--format", "{{.Id}}", "dgpm"]);
+    let record = &held.pods[id.trim()].containers[id.trim()];
+    assert!(
+        record
+            .cgroups
+            .iter()
+            .any(|c| c.ends_with(&format!("libpod-{}", id.trim()))),
+        "{record:?}"
+    );
 
     podman.ok(&["stop", "--time", "1", "dgpm"]);
     podman.ok(&["rm", "dgpm"]);
-    let log = || std::fs::read_to_string(state.join("hook.log")).unwrap_or_default();
-    let back = wait_for("vf back on the host", SLOW, || link(In::Host, &host_name));
-    assert!(log().contains("hook done"), "{}", log());
-    assert_eq!(back.address.as_deref(), Some("02:00:00:de:0b:01"));
-    wait_for("claims released", SLOW, || {
-        let l = Ledger::open(&state).ok()?.snapshot().ok()?;
-        (l.pods.is_empty() && l.devices.is_empty()).then_some(())
-    });
-    drop(stand_in);
-    drop(pod_ns);
+    s.assert_all_back();
+    assert!(s.log().contains("hook done"), "{}", s.log());
+}
+
+#[test]
+fn a_hook_killed_midway_is_undone_by_the_next_create() {
+    require_root();
+    // SIGKILL right after the VF moved into the container's netns.
+    let mut s = setup("dgpk", Some("abort-after:move"));
+    let out = s.run("dgpk1");
+    assert!(!out.status.success(), "the container started: {}", s.log());
+    assert!(link(In::Host, &s.host_name).is_none(), "the vf never moved");
+    // podman runs poststop hooks itself, at the removal of a container the
+    // runtime created (libpod `postDeleteHooks`); one whose create failed
+    // gets none. Its init is gone, so the next create releases it.
+    let dir = s.podman.dir.clone();
+    s.podman.hooks = hooks_dir(&dir, s.fixture.root(), &s.state, &s.config, None);
+    let out = s.run("dgpk2");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.log()
+    );
+    assert!(s.log().contains("stale pod released"), "{}", s.log());
+    let held = Ledger::open(&s.state).unwrap().snapshot().unwrap();
+    assert_eq!(held.pods.len(), 1, "{held:?}");
+    let (code, out) = s.podman.exec("dgpk2", "ip -o link show net1");
+    assert_eq!(code, 0, "net1 missing in the container: {out}");
+    s.podman.ok(&["stop", "--time", "1", "dgpk2"]);
+    s.podman.ok(&["rm", "dgpk2"]);
+    s.assert_all_back();
 }

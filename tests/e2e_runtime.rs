@@ -1,4 +1,5 @@
-//! The harness itself, without any NRI plugin: pods start, containers run and
+//! The harness itself, without any NRI plugin, under each containerd line the
+//! suite runs on (1.7.24 and 2.1.9): pods start, containers run and
 //! log, and everything stops and is removed cleanly. When these fail, the NRI
 //! tests' failures say nothing about devgate.
 mod support;

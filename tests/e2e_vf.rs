@@ -1,5 +1,6 @@
 //! A pod with its own network namespace gets its SR-IOV VF through the hook
-//! devgate injects, against a real containerd 1.7.24: the VF netdev (a veth
+//! devgate injects, against a real containerd (1.7.24 and 2.1.9: the suite
+//! runs under both): the VF netdev (a veth
 //! stand-in named like the simulated host root's VF) is `net1` inside the pod
 //! and absent from the host; after removal it is back on the host with its
 //! name and MAC.

@@ -13,7 +13,7 @@ readonly CONTAINERD_VERSION_GLOB='1.7.24~ds1-*'
 readonly CONTAINERD21_VERSION_GLOB='2.1.9+ds1-*'
 readonly CONTAINERD21_PREFIX=/opt/devgate-test/containerd-2.1
 readonly CACHE=/var/cache/devgate-test
-readonly BOOKWORM_PACKAGES=(runc protobuf-compiler busybox-static iproute2 tar coreutils util-linux podman)
+readonly BOOKWORM_PACKAGES=(runc protobuf-compiler busybox-static iproute2 tar coreutils util-linux podman shellcheck)
 
 log() { printf 'setup-host: %s\n' "$*" >&2; }
 die() {

@@ -116,16 +116,28 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
 async fn serve(stub: Stub<DevgatePlugin>, retry: Duration) -> Result<(), NriCmdError> {
     use tokio::signal::unix::{signal, SignalKind};
     tokio::spawn(Arc::clone(stub.plugin()).retry_quarantined_every(retry));
+    let plugin = Arc::clone(stub.plugin());
     let mut term = signal(SignalKind::terminate()).map_err(NriCmdError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(NriCmdError::Signals)?;
-    tokio::select! {
+    let result = tokio::select! {
         result = stub.run() => {
-            result?;
-            tracing::info!("runtime closed the connection; exiting");
+            if result.is_ok() {
+                tracing::info!("runtime closed the connection; exiting");
+            }
+            result
         }
-        _ = term.recv() => tracing::info!(signal = "SIGTERM", "exiting"),
-        _ = int.recv() => tracing::info!(signal = "SIGINT", "exiting"),
-    }
+        _ = term.recv() => {
+            tracing::info!(signal = "SIGTERM", "exiting");
+            Ok(())
+        }
+        _ = int.recv() => {
+            tracing::info!(signal = "SIGINT", "exiting");
+            Ok(())
+        }
+    };
+    // The grant counters are written in the background; the last ones now.
+    plugin.flush_grant_audit();
+    result?;
     Ok(())
 }
 

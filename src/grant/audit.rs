@@ -1,13 +1,20 @@
 //! One structured log line per grant decision and counters that `devgate status`
 //! (another process) reads from the state directory.
 //!
-//! The counters are a small JSON file replaced atomically at each decision; the
-//! state directory is a tmpfs (`/run/devgate`), so that costs a write and a
-//! rename of a few hundred bytes, and only for containers that ask for devices.
+//! The log line is the record of each decision and is written as it is made.
+//! The counters are diagnostics: a small JSON file that a background thread
+//! replaces atomically, at most once per [`FLUSH_INTERVAL`] and once more when
+//! the plugin stops. So CreateContainer never waits on the file, whether the
+//! check is on or off (with `grant_check = "off"` every annotated container is
+//! still counted, as `unchecked`), and a burst of containers costs one write.
+//! Another process (`devgate status`) sees a decision within the interval; a
+//! plugin killed outright loses at most the last interval's counts.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -17,6 +24,8 @@ use crate::fsutil;
 pub const COUNTERS_FILE: &str = "grant-audit.json";
 /// Longest reason kept for `last_refusal`.
 const MAX_REASON: usize = 512;
+/// Least time between two writes of the counters file.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(500);
 
 /// What the grant check decided for one container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +48,7 @@ pub enum RefusalKind {
     UnknownPod,
     BadRequest,
     Unavailable,
+    StaticPod,
 }
 
 impl RefusalKind {
@@ -49,6 +59,7 @@ impl RefusalKind {
             RefusalKind::UnknownPod => "unknown_pod",
             RefusalKind::BadRequest => "bad_request",
             RefusalKind::Unavailable => "api_unavailable",
+            RefusalKind::StaticPod => "static_pod",
         }
     }
 }
@@ -84,9 +95,72 @@ pub struct Decision<'a> {
     pub reason: &'a str,
 }
 
-pub struct Audit {
+#[derive(Default)]
+struct State {
+    counters: GrantCounters,
+    /// Counted since the last write.
+    dirty: bool,
+    stop: bool,
+}
+
+struct Shared {
     path: PathBuf,
-    counters: Mutex<GrantCounters>,
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes the counters if anything was counted since the last write.
+    fn write_if_dirty(&self) {
+        let bytes = {
+            let mut s = self.lock();
+            if !s.dirty {
+                return;
+            }
+            s.dirty = false;
+            serde_json::to_vec(&s.counters).unwrap_or_default()
+        };
+        // Counters are diagnostics: a failed write is logged, never fails a container.
+        if let Err(e) = fsutil::replace_file(&self.path, &bytes) {
+            tracing::warn!(path = %self.path.display(), error = %e, "write grant counters");
+        }
+    }
+
+    /// The flusher: waits for a decision, writes, then rests an interval.
+    fn run(&self) {
+        loop {
+            {
+                let mut s = self.lock();
+                while !s.dirty && !s.stop {
+                    s = self.wake.wait(s).unwrap_or_else(PoisonError::into_inner);
+                }
+            }
+            self.write_if_dirty();
+            let s = self.lock();
+            if s.stop {
+                return;
+            }
+            let (s, _) = self
+                .wake
+                .wait_timeout_while(s, FLUSH_INTERVAL, |s| !s.stop)
+                .unwrap_or_else(PoisonError::into_inner);
+            if s.stop {
+                drop(s);
+                self.write_if_dirty();
+                return;
+            }
+        }
+    }
+}
+
+pub struct Audit {
+    shared: Arc<Shared>,
+    /// None when the thread could not start: then each decision writes.
+    flusher: Option<JoinHandle<()>>,
 }
 
 impl Audit {
@@ -100,10 +174,21 @@ impl Audit {
                 GrantCounters::default()
             }
         };
-        Audit {
+        let shared = Arc::new(Shared {
             path,
-            counters: Mutex::new(counters),
-        }
+            state: Mutex::new(State {
+                counters,
+                ..State::default()
+            }),
+            wake: Condvar::new(),
+        });
+        let worker = Arc::clone(&shared);
+        let flusher = std::thread::Builder::new()
+            .name("devgate-grant-audit".into())
+            .spawn(move || worker.run())
+            .map_err(|e| tracing::warn!(error = %e, "grant counters: no flush thread; writing each decision"))
+            .ok();
+        Audit { shared, flusher }
     }
 
     /// Logs the decision and counts it.
@@ -120,36 +205,52 @@ impl Audit {
                 "device grant"
             ),
         }
-        let mut c = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
-        match d.outcome {
-            Outcome::Granted => c.granted += 1,
-            Outcome::Unchecked => c.unchecked += 1,
-            Outcome::Unverified => c.unverified += 1,
-            Outcome::Refused(kind) => {
-                c.refused += 1;
-                *c.refused_by_reason
-                    .entry(kind.as_str().to_string())
-                    .or_default() += 1;
-                c.last_refusal = Some(LastRefusal {
-                    pod: d.pod.to_string(),
-                    container: d.container.to_string(),
-                    reason: d.reason.chars().take(MAX_REASON).collect(),
-                    unix: crate::ledger::now_unix(),
-                });
+        {
+            let mut s = self.shared.lock();
+            let c = &mut s.counters;
+            match d.outcome {
+                Outcome::Granted => c.granted += 1,
+                Outcome::Unchecked => c.unchecked += 1,
+                Outcome::Unverified => c.unverified += 1,
+                Outcome::Refused(kind) => {
+                    c.refused += 1;
+                    *c.refused_by_reason
+                        .entry(kind.as_str().to_string())
+                        .or_default() += 1;
+                    c.last_refusal = Some(LastRefusal {
+                        pod: d.pod.to_string(),
+                        container: d.container.to_string(),
+                        reason: d.reason.chars().take(MAX_REASON).collect(),
+                        unix: crate::ledger::now_unix(),
+                    });
+                }
             }
+            s.dirty = true;
         }
-        // Counters are diagnostics: a failed write is logged, never fails the container.
-        let bytes = serde_json::to_vec(&*c).unwrap_or_default();
-        if let Err(e) = fsutil::replace_file(&self.path, &bytes) {
-            tracing::warn!(path = %self.path.display(), error = %e, "write grant counters");
+        match self.flusher {
+            Some(_) => self.shared.wake.notify_all(),
+            None => self.shared.write_if_dirty(),
         }
     }
 
+    /// Writes what was counted and not yet written, now.
+    pub fn flush(&self) {
+        self.shared.write_if_dirty();
+    }
+
     pub fn counters(&self) -> GrantCounters {
-        self.counters
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.shared.lock().counters.clone()
+    }
+}
+
+impl Drop for Audit {
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.wake.notify_all();
+        if let Some(t) = self.flusher.take() {
+            let _ = t.join();
+        }
+        self.shared.write_if_dirty();
     }
 }
 
@@ -234,7 +335,13 @@ mod tests {
         audit.record(&d(Outcome::Granted));
         audit.record(&d(Outcome::Refused(RefusalKind::Mismatch)));
         audit.record(&d(Outcome::Refused(RefusalKind::Mismatch)));
-        let c = read_counters(dir.path()).unwrap();
+        // The flush thread writes them without being asked.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut c = read_counters(dir.path()).unwrap();
+        while c.refused < 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            c = read_counters(dir.path()).unwrap();
+        }
         assert_eq!((c.granted, c.refused), (1, 2));
         assert_eq!(c.refused_by_reason["mismatch"], 2);
         assert_eq!(c.last_refusal.as_ref().unwrap().pod, "ns/p");
@@ -243,10 +350,34 @@ mod tests {
             text.contains("granted 1") && text.contains("mismatch 2"),
             "{text}"
         );
-        // A restarted plugin counts on.
-        Audit::open(dir.path()).record(&d(Outcome::Unchecked));
+        // A restarted plugin counts on; what it counted is written when it stops.
+        drop(audit);
+        let restarted = Audit::open(dir.path());
+        restarted.record(&d(Outcome::Unchecked));
+        drop(restarted);
         let c = read_counters(dir.path()).unwrap();
         assert_eq!((c.granted, c.unchecked, c.refused), (1, 1, 2));
+    }
+
+    #[test]
+    fn flush_writes_now_and_only_what_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let audit = Audit::open(dir.path());
+        audit.flush();
+        assert!(
+            !dir.path().join(COUNTERS_FILE).exists(),
+            "nothing counted, nothing written"
+        );
+        audit.record(&Decision {
+            pod: "ns/p",
+            uid: "u",
+            container: "c",
+            devices: "gpu minors [0]",
+            outcome: Outcome::Unchecked,
+            reason: "grant_check off",
+        });
+        audit.flush();
+        assert_eq!(read_counters(dir.path()).unwrap().unchecked, 1);
     }
 
     #[test]

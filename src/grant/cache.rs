@@ -1,6 +1,13 @@
 //! The pods bound to this node, as the watch last saw them, keyed by UID. The
 //! runtime's CreateContainer reads it without touching the network; for a pod the
 //! watch has not delivered yet it waits on a condition variable, bounded.
+//!
+//! The key is the UID the runtime has for the sandbox, which kubelet sets to its
+//! pod's UID (`PodSandboxMetadata.uid`): `metadata.uid` of the API object for
+//! pods from the API server. A static pod's UID is its config hash and differs
+//! from its mirror pod's `metadata.uid`; the mirror names it in
+//! `kubernetes.io/config.mirror`, so it is found through that, and the checker
+//! refuses it (see `GrantError::StaticPod`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -11,6 +18,8 @@ use super::model::PodSummary;
 /// Most pods kept: far above kubelet's `maxPods` (110 by default, at most a few
 /// hundred in practice), so that a runaway list cannot take the node's memory.
 pub const MAX_PODS: usize = 4096;
+/// Longest watch error kept for a refusal message.
+const MAX_ERROR: usize = 512;
 
 #[derive(Default)]
 struct State {
@@ -19,6 +28,8 @@ struct State {
     by_mirror: HashMap<String, String>,
     /// A full list has been loaded at least once.
     synced: bool,
+    /// Why the last list or watch request failed; none once one succeeds.
+    last_error: Option<String>,
 }
 
 impl State {
@@ -71,6 +82,7 @@ impl PodCache {
     pub fn replace_all(&self, pods: impl IntoIterator<Item = PodSummary>) {
         let mut next = State {
             synced: true,
+            last_error: self.lock().last_error.take(),
             ..State::default()
         };
         for p in pods {
@@ -104,6 +116,16 @@ impl PodCache {
 
     pub fn is_synced(&self) -> bool {
         self.lock().synced
+    }
+
+    /// Records why the watch failed (`None`: it is connected), for refusals.
+    pub fn set_error(&self, error: Option<String>) {
+        self.lock().last_error = error.map(|e| e.chars().take(MAX_ERROR).collect());
+    }
+
+    /// Why the watch last failed, while it has not reconnected.
+    pub fn last_error(&self) -> Option<String> {
+        self.lock().last_error.clone()
     }
 
     /// The pod with this UID (or the mirror pod of the static pod with this UID),

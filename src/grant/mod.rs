@@ -17,7 +17,9 @@
 pub mod audit;
 pub mod cache;
 pub mod check;
+pub mod credentials;
 pub mod fake_api;
+pub mod kubeconfig;
 pub mod model;
 pub mod request;
 pub mod settings;
@@ -66,10 +68,12 @@ pub enum GrantError {
         pod: String,
         uid: String,
         waited_ms: u64,
-        list_state: &'static str,
+        list_state: String,
     },
     #[error("{DEVICE_ALLOCATED}: pod {pod}: the allocation cannot be checked: {reason}")]
     Unavailable { pod: String, reason: String },
+    #[error("{DEVICE_ALLOCATED}: pod {pod} is a static pod ({how}): only the scheduler grants devices and it does not place static pods")]
+    StaticPod { pod: String, how: String },
 }
 
 /// The pod as the runtime names it.
@@ -77,7 +81,12 @@ pub enum GrantError {
 pub struct PodIdentity<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
+    /// The sandbox's UID: `metadata.uid` for pods from the API server; for a
+    /// static pod, its config hash, which its mirror pod names in
+    /// `kubernetes.io/config.mirror` (see [`model::CONFIG_MIRROR`]).
     pub uid: &'a str,
+    /// The sandbox's `kubernetes.io/config.source` annotation, when present.
+    pub config_source: Option<&'a str>,
 }
 
 /// The grant check of a running plugin: its mode, the pod cache and the audit.
@@ -153,6 +162,12 @@ impl GrantChecker {
         self.audit.counters()
     }
 
+    /// Writes the decision counters now (at shutdown; they are otherwise written
+    /// in the background, see [`audit`]).
+    pub fn flush_audit(&self) {
+        self.audit.flush();
+    }
+
     /// Whether `pod` may be given `alloc` for `container`. Logs and counts the
     /// decision. A missing cache entry or an unreachable API server refuses unless
     /// `failure_policy = "ignore"`; a mismatch, a namespace rule or unreadable
@@ -210,8 +225,23 @@ impl GrantChecker {
             return Err(namespace("is not in allowed_namespaces"));
         }
         let ignore = config.failure_policy == FailurePolicy::Ignore;
-        if config.grant_check == Some(GrantCheck::Off) {
+        if config.grant_check == Some(GrantCheck::Off) || self.mode == Mode::Off {
             return Ok((Outcome::Unchecked, "grant_check off".into()));
+        }
+        // A static pod comes from a file on the node, never through the
+        // scheduler, so no allocation on it is the scheduler's: refused whatever
+        // its mirror pod requests, and whatever failure_policy says.
+        let static_pod = |how: String| {
+            (
+                RefusalKind::StaticPod,
+                GrantError::StaticPod {
+                    pod: pod_name.to_string(),
+                    how,
+                },
+            )
+        };
+        if let Some(source) = pod.config_source.filter(|s| *s != "api") {
+            return Err(static_pod(format!("{}: {source}", model::CONFIG_SOURCE)));
         }
         match &self.mode {
             Mode::Off => Ok((Outcome::Unchecked, "grant_check off".into())),
@@ -229,6 +259,9 @@ impl GrantChecker {
             Mode::Requests(_) => {
                 let wait = Duration::from_millis(config.grant_wait_ms);
                 match self.cache.wait_for(pod.uid, wait) {
+                    Lookup::Found(summary) if summary.mirror_of.is_some() => Err(static_pod(
+                        format!("its mirror pod is {}/{}", summary.namespace, summary.name),
+                    )),
                     Lookup::Found(summary) => {
                         let req = summary.request.clone().map_err(|source| {
                             (
@@ -261,16 +294,22 @@ impl GrantChecker {
                             pod: pod_name.to_string(),
                             uid: pod.uid.to_string(),
                             waited_ms: config.grant_wait_ms,
-                            list_state: if synced {
-                                ""
-                            } else {
-                                " (the pod list has not loaded yet)"
-                            },
+                            list_state: list_state(synced, self.cache.last_error()),
                         },
                     )),
                 }
             }
         }
+    }
+}
+
+/// Why a pod may be missing from the cache, for [`GrantError::UnknownPod`].
+fn list_state(synced: bool, last_error: Option<String>) -> String {
+    match (synced, last_error) {
+        (false, None) => " (the pod list has not loaded yet)".into(),
+        (false, Some(e)) => format!(" (the pod list has not loaded yet: {e})"),
+        (true, Some(e)) => format!(" (the pod watch is reconnecting: {e})"),
+        (true, None) => String::new(),
     }
 }
 
@@ -288,3 +327,5 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;

@@ -8,9 +8,15 @@ use serde_json::value::RawValue;
 
 use super::request::{self, ContainerResources, DeviceRequest, RequestError};
 
-/// kubelet's annotation on a mirror pod: the static pod's own UID, which is what
-/// the runtime sees as the pod UID.
+/// kubelet's annotation on a mirror pod: the static pod's config hash, which
+/// kubelet also uses as the static pod's UID (pkg/kubelet/config/common.go,
+/// `applyDefaults`), so it is what the runtime sees as the pod UID.
 pub const CONFIG_MIRROR: &str = "kubernetes.io/config.mirror";
+/// kubelet's annotation on every pod it runs, passed to the runtime with the
+/// sandbox: `api` for pods from the API server, `file` or `http` for static pods.
+/// kubelet overwrites it (pkg/kubelet/config/config.go), so a pod author cannot
+/// make an API pod look static, and a forged value could only cause a refusal.
+pub const CONFIG_SOURCE: &str = "kubernetes.io/config.source";
 
 #[derive(Debug, Deserialize)]
 pub struct PodList {

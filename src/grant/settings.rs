@@ -3,7 +3,8 @@
 //! In a pod (the DaemonSet), the API server is found as every in-cluster client
 //! finds it: `KUBERNETES_SERVICE_HOST`/`_PORT` and the service account's token and
 //! CA under `/var/run/secrets/kubernetes.io/serviceaccount`. Outside a pod,
-//! `kube_api.url` names it. `http://` is accepted only as an explicit `url` and
+//! `kube_api.kubeconfig` (kubelet's, to watch as the node; see [`super::kubeconfig`])
+//! or `kube_api.url` names it. `http://` is accepted only as an explicit `url` and
 //! never with a token (a bearer token is not sent in clear text): for a local
 //! authenticating proxy such as `kubectl proxy`, or a test API server.
 
@@ -11,6 +12,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::credentials::{ClientCert, Secret};
+use super::kubeconfig;
 use crate::config::ConfigError;
 
 /// The service account directory of a pod.
@@ -41,6 +44,11 @@ pub enum GrantCheck {
 pub struct KubeApiConfig {
     /// `https://host:port` (or `http://` for a local proxy); empty = in-cluster.
     pub url: String,
+    /// A kubeconfig to take the server and credentials from, e.g. kubelet's
+    /// `/etc/kubernetes/kubelet.conf`; excludes `url`, `token_file`, `ca_file`.
+    pub kubeconfig: PathBuf,
+    /// The kubeconfig's context; empty = its `current-context`.
+    pub context: String,
     /// Bearer token file, re-read at each connection (tokens rotate); empty = the
     /// service account's in a pod, none otherwise.
     pub token_file: PathBuf,
@@ -58,6 +66,8 @@ impl Default for KubeApiConfig {
     fn default() -> Self {
         KubeApiConfig {
             url: String::new(),
+            kubeconfig: PathBuf::new(),
+            context: String::new(),
             token_file: PathBuf::new(),
             ca_file: PathBuf::new(),
             node_name: String::new(),
@@ -71,8 +81,12 @@ impl Default for KubeApiConfig {
 pub struct Endpoint {
     /// Scheme, host and port, no trailing slash.
     pub base: String,
-    pub token_file: Option<PathBuf>,
-    pub ca_file: Option<PathBuf>,
+    /// Bearer token, re-read at each connection when a file.
+    pub token: Option<Secret>,
+    /// CA bundle of the API server; none = public web roots.
+    pub ca: Option<Secret>,
+    /// Client certificate and key (kubelet's identity), re-read at each connection.
+    pub client: Option<ClientCert>,
     pub node_name: String,
     pub watch_timeout_secs: u64,
 }
@@ -103,6 +117,28 @@ pub fn validate(cfg: &crate::config::Config) -> Result<(), ConfigError> {
         ));
     }
     let api = &cfg.kube_api;
+    if !api.kubeconfig.as_os_str().is_empty() {
+        if !api.kubeconfig.is_absolute() {
+            return Err(invalid(
+                "kube_api.kubeconfig",
+                format!("{} is not an absolute path", api.kubeconfig.display()),
+            ));
+        }
+        if !api.url.is_empty()
+            || !api.token_file.as_os_str().is_empty()
+            || !api.ca_file.as_os_str().is_empty()
+        {
+            return Err(invalid(
+                "kube_api.kubeconfig",
+                "takes the server and credentials from the file: set no url, token_file or ca_file with it".into(),
+            ));
+        }
+    } else if !api.context.is_empty() {
+        return Err(invalid(
+            "kube_api.context",
+            "names a context of kube_api.kubeconfig, which is not set".into(),
+        ));
+    }
     if !api.url.is_empty() {
         let rest = api
             .url
@@ -184,17 +220,31 @@ pub fn resolve(
         .into_iter()
         .find(|n| !n.is_empty())
         .unwrap_or_else(|| hostname.to_ascii_lowercase());
-    let path = |p: &PathBuf| (!p.as_os_str().is_empty()).then(|| p.clone());
-    let endpoint = |base: String, token: Option<PathBuf>, ca: Option<PathBuf>| Endpoint {
+    let path = |p: &PathBuf| (!p.as_os_str().is_empty()).then(|| Secret::File(p.clone()));
+    let endpoint = |base: String, token, ca, client| Endpoint {
         base,
-        token_file: token,
-        ca_file: ca,
+        token,
+        ca,
+        client,
         node_name: node_name.clone(),
         watch_timeout_secs: api.watch_timeout_secs,
     };
+    if !api.kubeconfig.as_os_str().is_empty() {
+        // Configured explicitly: an unusable file fails closed, it never turns
+        // the check off.
+        return match kubeconfig::load(&api.kubeconfig, &api.context) {
+            Ok(k) => Mode::Requests(endpoint(k.server, k.token, k.ca, k.client)),
+            Err(e) => Mode::Unavailable(format!("kube_api.kubeconfig: {e}")),
+        };
+    }
     if !api.url.is_empty() {
         let base = api.url.trim_end_matches('/').to_string();
-        return Mode::Requests(endpoint(base, path(&api.token_file), path(&api.ca_file)));
+        return Mode::Requests(endpoint(
+            base,
+            path(&api.token_file),
+            path(&api.ca_file),
+            None,
+        ));
     }
     let token = sa_dir.join("token");
     if let (Some(host), Some(port)) = (
@@ -209,14 +259,15 @@ pub fn resolve(
             };
             return Mode::Requests(endpoint(
                 format!("https://{host}:{port}"),
-                path(&api.token_file).or(Some(token)),
-                path(&api.ca_file).or(Some(sa_dir.join("ca.crt"))),
+                path(&api.token_file).or(Some(Secret::File(token))),
+                path(&api.ca_file).or(Some(Secret::File(sa_dir.join("ca.crt")))),
+                None,
             ));
         }
     }
     match cfg.grant_check {
         Some(GrantCheck::Requests) => Mode::Unavailable(
-            "grant_check is \"requests\" but no api server is configured (kube_api.url) or found (in-cluster service account)".into(),
+            "grant_check is \"requests\" but no api server is configured (kube_api.kubeconfig or kube_api.url) or found (in-cluster service account)".into(),
         ),
         _ => Mode::Off,
     }

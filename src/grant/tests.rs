@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::cache::Lookup;
+use super::credentials::Secret;
 use super::fake_api::{pod, FakeApi};
 use super::*;
 use crate::allocation::parse_allocation;
@@ -14,8 +15,9 @@ const LONG: Duration = Duration::from_secs(20);
 fn endpoint(api: &FakeApi) -> Endpoint {
     Endpoint {
         base: api.url().to_string(),
-        token_file: None,
-        ca_file: None,
+        token: None,
+        ca: None,
+        client: None,
         node_name: NODE.to_string(),
         watch_timeout_secs: 30,
     }
@@ -145,8 +147,9 @@ fn an_unreachable_api_server_is_retried_until_it_answers() {
     let dir = tempfile::tempdir().unwrap();
     let ep = Endpoint {
         base: format!("http://127.0.0.1:{port}"),
-        token_file: None,
-        ca_file: None,
+        token: None,
+        ca: None,
+        client: None,
         node_name: NODE.into(),
         watch_timeout_secs: 30,
     };
@@ -154,6 +157,23 @@ fn an_unreachable_api_server_is_retried_until_it_answers() {
     assert_eq!(
         checker.cache().wait_for("x", Duration::from_millis(300)),
         Lookup::Missing { synced: false }
+    );
+    // The refusal says why the pod is unknown.
+    let deadline = Instant::now() + LONG;
+    while checker.cache().last_error().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let config = Config {
+        grant_wait_ms: 300,
+        ..Config::default()
+    };
+    let e = checker
+        .check(&config, id("ns", "p", "x"), "c", &alloc(ONE_GPU))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("(the pod list has not loaded yet: request http://127.0.0.1"),
+        "{e}"
     );
 }
 
@@ -168,6 +188,7 @@ fn id<'a>(ns: &'a str, name: &'a str, uid: &'a str) -> PodIdentity<'a> {
         namespace: ns,
         name,
         uid,
+        config_source: None,
     }
 }
 
@@ -231,6 +252,8 @@ fn decisions_refuse_forged_allocations_and_count_them() {
     assert!(checker
         .check(&ignore, id("team", "forged", "u-forged"), "main", &a)
         .is_err());
+    // Written in the background; written at the latest when the checker stops.
+    drop(checker);
     let c = audit::read_counters(dir.path()).unwrap();
     assert_eq!((c.granted, c.unverified, c.refused), (1, 1, 4), "{c:?}");
     assert_eq!(c.refused_by_reason["mismatch"], 2);
@@ -297,8 +320,8 @@ fn mode_resolution() {
         Mode::Requests(ep) => {
             assert_eq!(ep.base, "https://10.96.0.1:443");
             assert_eq!(ep.node_name, "n1");
-            assert_eq!(ep.token_file, Some(sa.path().join("token")));
-            assert_eq!(ep.ca_file, Some(sa.path().join("ca.crt")));
+            assert_eq!(ep.token, Some(Secret::File(sa.path().join("token"))));
+            assert_eq!(ep.ca, Some(Secret::File(sa.path().join("ca.crt"))));
         }
         other => panic!("{other:?}"),
     }
@@ -311,7 +334,7 @@ fn mode_resolution() {
         Mode::Requests(ep) => {
             assert_eq!(ep.base, "http://127.0.0.1:8001");
             assert_eq!(ep.node_name, "host-1");
-            assert_eq!(ep.token_file, None);
+            assert_eq!(ep.token, None);
         }
         other => panic!("{other:?}"),
     }
@@ -339,9 +362,21 @@ fn config_keys_are_validated() {
         ("[kube_api]\nnode_name = \"Node A\"", "kube_api.node_name"),
         ("denied_namespaces = [\"Bad_NS\"]", "denied_namespaces"),
         ("grant_check = \"maybe\"", "unknown variant `maybe`"),
+        (
+            "[kube_api]\nkubeconfig = \"kubelet.conf\"",
+            "not an absolute path",
+        ),
+        (
+            "[kube_api]\nkubeconfig = \"/k\"\nurl = \"https://h\"",
+            "set no url, token_file or ca_file",
+        ),
+        ("[kube_api]\ncontext = \"x\"", "kube_api.context"),
     ] {
         let e = Config::parse(text, "t").unwrap_err();
         assert!(e.to_string().contains(key), "{text}: {e}");
     }
     let _ = PathBuf::new();
 }
+
+#[path = "static_pod_tests.rs"]
+mod static_pods;

@@ -9,12 +9,12 @@
 //! any other failure reconnects with exponential backoff (100 ms to 5 s).
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::cache::PodCache;
+use super::credentials::{self, ClientCert, CredentialError, Secret};
 use super::model::{Bookmark, Pod, PodList, PodSummary, Status, WatchEvent};
 use super::settings::Endpoint;
 
@@ -31,14 +31,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
-    #[error("read token file {path}: {source}")]
-    Token {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("read ca file {path}: {reason}")]
-    Ca { path: PathBuf, reason: String },
+    #[error("credentials: {0}")]
+    Credentials(#[from] CredentialError),
     #[error("request {url}: {source}")]
     Http {
         url: String,
@@ -72,53 +66,53 @@ pub enum WatchError {
 
 /// A client of the core v1 pods endpoint, for one node.
 pub struct PodClient {
-    agent: ureq::Agent,
     base: String,
-    token_file: Option<PathBuf>,
+    token: Option<Secret>,
+    ca: Option<Secret>,
+    client: Option<ClientCert>,
     selector: String,
     watch_timeout_secs: u64,
 }
 
 impl PodClient {
+    /// The client of `ep`. Its credentials are read now only to report a bad
+    /// file at start: a file missing or broken now may be fixed or rotated in
+    /// later, so the watch keeps retrying and the check refuses meanwhile.
     pub fn new(ep: &Endpoint) -> Result<PodClient, WatchError> {
-        let mut tls = ureq::tls::TlsConfig::builder();
-        if let Some(path) = &ep.ca_file {
-            let ca = |reason: String| WatchError::Ca {
-                path: path.clone(),
-                reason,
-            };
-            let pem = std::fs::read(path).map_err(|e| ca(e.to_string()))?;
-            let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
-                .filter_map(|item| match item {
-                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(Ok(c)),
-                    Ok(_) => None,
-                    Err(e) => Some(Err(e)),
-                })
-                .collect::<Result<_, _>>()
-                .map_err(|e| ca(e.to_string()))?;
-            if certs.is_empty() {
-                return Err(ca("no certificate in the file".into()));
-            }
-            tls = tls.root_certs(ureq::tls::RootCerts::new_with_certs(&certs));
+        let client = PodClient {
+            base: ep.base.clone(),
+            token: ep.token.clone(),
+            ca: ep.ca.clone(),
+            client: ep.client.clone(),
+            selector: format!("spec.nodeName%3D{}", ep.node_name),
+            watch_timeout_secs: ep.watch_timeout_secs,
+        };
+        let usable = client.agent().and_then(|_| match &client.token {
+            Some(t) => credentials::bearer(t).map(drop).map_err(WatchError::from),
+            None => Ok(()),
+        });
+        if let Err(e) = usable {
+            tracing::warn!(api = %client.base, error = %e, "grant check: api credentials unusable for now");
         }
-        let agent = ureq::Agent::config_builder()
+        Ok(client)
+    }
+
+    /// An agent with the credentials as they are now on disk. One per request:
+    /// a request is a list page or a watch of minutes, and a fresh TLS config
+    /// picks up kubelet's rotated client certificate (see [`credentials`]).
+    fn agent(&self) -> Result<ureq::Agent, WatchError> {
+        let tls = credentials::tls_config(self.ca.as_ref(), self.client.as_ref())?;
+        Ok(ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .tls_config(tls.build())
+            .tls_config(tls)
             .max_redirects(0)
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_recv_response(Some(Duration::from_secs(30)))
             // A silent connection is dead once the server's own timeout has passed.
-            .timeout_per_read(Some(Duration::from_secs(ep.watch_timeout_secs + 30)))
+            .timeout_per_read(Some(Duration::from_secs(self.watch_timeout_secs + 30)))
             .user_agent("devgate")
             .build()
-            .new_agent();
-        Ok(PodClient {
-            agent,
-            base: ep.base.clone(),
-            token_file: ep.token_file.clone(),
-            selector: format!("spec.nodeName%3D{}", ep.node_name),
-            watch_timeout_secs: ep.watch_timeout_secs,
-        })
+            .new_agent())
     }
 
     fn get(&self, query: &str) -> Result<(String, ureq::Body), WatchError> {
@@ -126,13 +120,9 @@ impl PodClient {
             "{}/api/v1/pods?fieldSelector={}&{query}",
             self.base, self.selector
         );
-        let mut req = self.agent.get(&url).header("Accept", "application/json");
-        if let Some(path) = &self.token_file {
-            let token = std::fs::read_to_string(path).map_err(|source| WatchError::Token {
-                path: path.clone(),
-                source,
-            })?;
-            req = req.header("Authorization", format!("Bearer {}", token.trim()));
+        let mut req = self.agent()?.get(&url).header("Accept", "application/json");
+        if let Some(token) = &self.token {
+            req = req.header("Authorization", credentials::bearer(token)?);
         }
         let resp = req.call().map_err(|e| WatchError::Http {
             url: url.clone(),
@@ -199,6 +189,7 @@ impl PodClient {
             }
             other => other?,
         };
+        cache.set_error(None);
         let mut reader = BufReader::new(body.into_with_config().limit(u64::MAX).reader());
         let mut line = Vec::new();
         loop {
@@ -312,12 +303,14 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
         let mut version = match client.list() {
             Ok((pods, version)) => {
                 tracing::info!(pods = pods.len(), version = %version, "pod list loaded");
+                cache.set_error(None);
                 cache.replace_all(pods);
                 backoff = BACKOFF_MIN;
                 version
             }
             Err(e) => {
                 tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, "pod list failed");
+                cache.set_error(Some(e.to_string()));
                 pause(&mut backoff);
                 continue;
             }
@@ -338,6 +331,7 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                         backoff = BACKOFF_MIN;
                     }
                     tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, "pod watch failed");
+                    cache.set_error(Some(e.to_string()));
                     pause(&mut backoff);
                 }
             }

@@ -176,7 +176,7 @@ pub fn allow(
     Ok(Applied::V1(file))
 }
 
-fn read_bounded(path: &Path) -> Result<String, CgroupError> {
+pub(super) fn read_bounded(path: &Path) -> Result<String, CgroupError> {
     let err = |source| CgroupError::Read {
         path: path.to_path_buf(),
         source,

@@ -17,6 +17,7 @@ pub mod cgroup_v2;
 pub mod devnodes;
 pub mod liveness;
 mod log;
+pub mod membership;
 mod release;
 mod resolved;
 mod standalone;

@@ -6,13 +6,17 @@
 //! Like the plugin's release, a pod's claims go only after its teardown: VF
 //! restore, then GPU cleanup ([`crate::gpu::GpuTeardown`] through
 //! [`ContainerOs::gpu_teardown`]). What cannot be cleaned is quarantined in
-//! the ledger instead of being handed to the next pod.
+//! the ledger instead of being handed to the next pod. Hooks of one pod run
+//! concurrently, so a pod goes only if its container set is still what the
+//! decision was based on ([`Ledger::release_pod_if_unchanged`]).
+
+use std::collections::BTreeSet;
 
 use super::liveness;
 use super::standalone::{ContainerOs, HooksOnlyError};
 use super::{HookEnv, HookError, Outcome, State};
 use crate::config::Config;
-use crate::ledger::{DeviceId, Ledger, PodRecord, PodRef};
+use crate::ledger::{DeviceId, GuardedRelease, Ledger, PodRecord, PodRef};
 
 /// Quarantines the pod's VFs after a failed restore: they may sit half
 /// configured in a namespace, so they stay out of service until someone looks.
@@ -31,40 +35,38 @@ fn quarantine_vfs(ledger: &Ledger, pod: &PodRecord, reason: &str) {
     }
 }
 
-/// Releases the pod when no container of it is left; true when released.
-fn release_if_empty(
+/// Releases the pod after its GPU teardown if its containers are still
+/// `expected` when the ledger commits; true when released. `seen` is the
+/// pod as the caller read it: its containers' recorded cgroups, the one
+/// being forgotten included, tell the teardown which processes are the pod's.
+fn release_guarded(
     ledger: &Ledger,
     config: &Config,
     os: &mut dyn ContainerOs,
-    sandbox_id: &str,
+    seen: &PodRecord,
+    expected: &BTreeSet<String>,
 ) -> Result<bool, HooksOnlyError> {
-    let empty = ledger
-        .snapshot()?
-        .pods
-        .get(sandbox_id)
-        .is_some_and(|p| p.containers.is_empty());
-    if !empty {
-        return Ok(false);
+    let mut cgroups: Vec<String> = Vec::new();
+    for path in seen.containers.values().flat_map(|c| &c.cgroups) {
+        if !cgroups.contains(path) {
+            cgroups.push(path.clone());
+        }
     }
-    release_pod(ledger, config, os, sandbox_id)
-}
-
-fn release_pod(
-    ledger: &Ledger,
-    config: &Config,
-    os: &mut dyn ContainerOs,
-    sandbox_id: &str,
-) -> Result<bool, HooksOnlyError> {
-    let teardown = os.gpu_teardown(config, ledger);
-    let released = ledger.release_pod(sandbox_id, teardown.as_ref())?;
-    // A failed teardown left the claims in place and quarantined the devices.
-    if let Some((pod, reason)) = released.failed.into_iter().next() {
-        return Err(HooksOnlyError::Teardown {
-            pod: pod.to_string(),
+    let sandbox_id = &seen.pod.sandbox_id;
+    let teardown = os.gpu_teardown(config, ledger, sandbox_id, &cgroups);
+    match ledger.release_pod_if_unchanged(sandbox_id, expected, teardown.as_ref())? {
+        GuardedRelease::Released(_) => Ok(true),
+        GuardedRelease::Changed => {
+            tracing::info!(pod = %seen.pod, "pod kept: its containers changed meanwhile");
+            Ok(false)
+        }
+        GuardedRelease::Absent => Ok(false),
+        // The claims stay and the devices are quarantined.
+        GuardedRelease::Failed { pod, reason } => Err(HooksOnlyError::Teardown {
+            pod: pod.pod.to_string(),
             reason,
-        });
+        }),
     }
-    Ok(!released.pods.is_empty())
 }
 
 /// Forgets the container and releases the pod when it was its last. Used
@@ -77,8 +79,22 @@ pub(super) fn forget(
     sandbox_id: &str,
     container_id: &str,
 ) -> Result<bool, HooksOnlyError> {
+    let seen = ledger.snapshot()?.pods.remove(sandbox_id);
     ledger.remove_container(sandbox_id, container_id)?;
-    release_if_empty(ledger, config, os, sandbox_id)
+    let Some(seen) = seen else {
+        return Ok(false);
+    };
+    // Other containers remain: no teardown to build (discovery, NVML).
+    let left = ledger
+        .snapshot()?
+        .pods
+        .get(sandbox_id)
+        .map(|p| p.containers.len());
+    if left != Some(0) {
+        return Ok(false);
+    }
+    // Released only if still no container is left under the lock.
+    release_guarded(ledger, config, os, &seen, &BTreeSet::new())
 }
 
 /// poststop: restore the container's VFs, forget it, and release the pod
@@ -159,10 +175,20 @@ pub(super) fn reap_stale(
             quarantine_vfs(ledger, &pod, &reason);
             continue;
         }
-        match release_pod(ledger, config, os, &pod.pod.sandbox_id) {
-            Ok(_) => {
+        let expected: BTreeSet<String> = pod.containers.keys().cloned().collect();
+        match release_guarded(ledger, config, os, &pod, &expected) {
+            Ok(true) => {
                 tracing::info!(pod = %pod.pod, "stale pod released");
                 released.push(pod.pod);
+            }
+            // A container joined meanwhile: the pod stays with it, without
+            // the exited ones (their VFs are back, their network role free).
+            Ok(false) => {
+                for id in &expected {
+                    if let Err(e) = ledger.remove_container(&pod.pod.sandbox_id, id) {
+                        tracing::warn!(pod = %pod.pod, container = %id, error = %e, "exited container not forgotten");
+                    }
+                }
             }
             Err(e) => tracing::warn!(pod = %pod.pod, error = %e, "stale pod kept"),
         }

@@ -178,3 +178,153 @@ fn records_without_a_known_init_are_never_stale() {
         .unwrap_err();
     assert!(e.to_string().contains("is held by pod"), "{e}");
 }
+
+#[test]
+fn a_container_admitted_into_a_stale_pod_during_its_release_keeps_it() {
+    let w = world();
+    let alloc = w.allocation();
+    let pod_ann = |id: &str| {
+        state(
+            id,
+            "creating",
+            Some(7),
+            &[
+                (DEVICE_ALLOCATED, alloc.as_str()),
+                ("io.kubernetes.cri.sandbox-id", "sb"),
+            ],
+        )
+    };
+    let mut first = FakeOs::default();
+    w.run(Stage::CreateRuntime, &pod_ann("old"), &mut first)
+        .unwrap();
+    set_start(&w.env.roots.proc_root, 7, None);
+    // While the stale pod's GPU is torn down, another hook of the pod (past
+    // its own reaping) admits a new container with the pod's claims.
+    let dir = w.env.state_dir.clone();
+    let admit_new = move || {
+        let l = Ledger::open(&dir).unwrap();
+        let held = l.snapshot().unwrap().pods["sb"].clone();
+        let record = crate::ledger::ContainerRecord {
+            name: String::new(),
+            devices: Vec::new(),
+            applied_unix: 1,
+            init: None,
+            cgroups: Vec::new(),
+        };
+        l.admit(&held.pod, &held.claims, "new", record, true)
+            .unwrap();
+    };
+    let mut other = FakeOs {
+        meanwhile: Some(std::rc::Rc::new(admit_new)),
+        ..FakeOs::default()
+    };
+    let e = w
+        .run(
+            Stage::CreateRuntime,
+            &state(
+                "x",
+                "creating",
+                Some(8),
+                &[(DEVICE_ALLOCATED, alloc.as_str())],
+            ),
+            &mut other,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("is held by pod"), "{e}");
+    assert_eq!(*other.gpu_torn.borrow(), ["sb"]);
+    let l = w.ledger();
+    let sb = &l.pods["sb"];
+    assert_eq!(sb.claims.len(), 2, "{l:?}");
+    assert_eq!(sb.containers.keys().collect::<Vec<_>>(), ["new"]);
+    assert_eq!(sb.network_owner, None, "the exited owner is forgotten");
+    assert!(!l.pods.contains_key("x"));
+    assert!(quarantined(&w).is_empty(), "{l:?}");
+}
+
+const LONG_ID: &str = "4f1c0e6a9b2d4e8f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f";
+
+#[test]
+fn the_containers_cgroups_reach_the_gpu_teardown() {
+    let w = world();
+    w.set_cgroup(
+        7,
+        &format!("5:devices:/libpod_parent/libpod-{LONG_ID}\n0::/libpod_parent/libpod-{LONG_ID}\n"),
+    );
+    let mut os = created(&w, LONG_ID, 7);
+    let own = vec![format!("/libpod_parent/libpod-{LONG_ID}")];
+    assert_eq!(w.ledger().pods[LONG_ID].containers[LONG_ID].cgroups, own);
+    w.run(Stage::Poststop, &stopped(LONG_ID), &mut os).unwrap();
+    assert_eq!(
+        *os.teardowns.borrow(),
+        [TornDown {
+            sandbox_id: LONG_ID.to_string(),
+            cgroups: own.clone(),
+        }]
+    );
+    assert!(w.ledger().pods.is_empty());
+
+    // A stale pod's teardown gets them too.
+    w.set_cgroup(
+        8,
+        &format!("0::/machine.slice/libpod-{LONG_ID}.scope/container\n"),
+    );
+    created(&w, LONG_ID, 8);
+    set_start(&w.env.roots.proc_root, 8, None);
+    let next = created(&w, "next", 9);
+    let torn = next.teardowns.borrow_mut().remove(0);
+    assert_eq!(
+        torn.cgroups,
+        [format!("/machine.slice/libpod-{LONG_ID}.scope")]
+    );
+    assert_eq!(w.ledger().pods.keys().collect::<Vec<_>>(), ["next"]);
+}
+
+#[test]
+fn unreadable_cgroups_are_recorded_as_none() {
+    let w = world();
+    // Pid 7 has a stat but no cgroup file.
+    let mut os = created(&w, LONG_ID, 7);
+    assert!(w.ledger().pods[LONG_ID].containers[LONG_ID]
+        .cgroups
+        .is_empty());
+    w.run(Stage::Poststop, &stopped(LONG_ID), &mut os).unwrap();
+    assert!(os.teardowns.borrow()[0].cgroups.is_empty());
+}
+
+#[test]
+fn only_the_pods_last_container_builds_a_teardown() {
+    let w = world();
+    let alloc = w.allocation();
+    let ann = [
+        (DEVICE_ALLOCATED, alloc.as_str()),
+        ("io.kubernetes.cri.sandbox-id", "sb"),
+    ];
+    let mut os = FakeOs::default();
+    for (id, pid) in [("c1", 7), ("c2", 8)] {
+        w.run(
+            Stage::CreateRuntime,
+            &state(id, "creating", Some(pid), &ann),
+            &mut os,
+        )
+        .unwrap();
+    }
+    w.run(Stage::Poststop, &stopped("c1"), &mut os).unwrap();
+    assert!(os.teardowns.borrow().is_empty());
+    assert_eq!(
+        w.ledger().pods["sb"].containers.keys().collect::<Vec<_>>(),
+        ["c2"]
+    );
+    let out = w.run(Stage::Poststop, &stopped("c2"), &mut os).unwrap();
+    assert!(
+        matches!(
+            out,
+            Outcome::Released {
+                pod_released: true,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert_eq!(*os.gpu_torn.borrow(), ["sb"]);
+    assert!(w.ledger().pods.is_empty() && w.ledger().devices.is_empty());
+}

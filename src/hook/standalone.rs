@@ -8,11 +8,14 @@
 //! device nodes in the container's `/dev`, allow them in its device cgroup,
 //! and move its VFs into its netns. Any failure after the claim releases it:
 //! the container fails and holds nothing. A `kill -9` after the claim leaves it
-//! to poststop, which runc runs when a create fails (libcontainer `destroy`).
+//! to poststop where the spec carries it (runc runs it when a create fails,
+//! libcontainer `destroy`); podman keeps poststop hooks out of the spec and
+//! runs them only when it deletes a container the runtime created (libpod
+//! `postDeleteHooks`), so there the next createRuntime releases it.
 //!
 //! At poststop: restore the container's VFs, forget the container, and release
 //! the pod's claims after its GPU teardown when it was the pod's last
-//! container; a failed restore or teardown quarantines the devices. Each
+//! container (its cgroups, recorded at creation, mark its processes); a failed restore or teardown quarantines the devices. Each
 //! createRuntime first releases pods whose containers all exited without a
 //! poststop ([`super::release`]).
 //!
@@ -28,7 +31,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::{
-    cgroup, devnodes, liveness, release, HookEnv, HookError, Outcome, Stage, State,
+    cgroup, devnodes, liveness, membership, release, HookEnv, HookError, Outcome, Stage, State,
     RESOLVED_ANNOTATION,
 };
 use crate::allocation::{self, AllocationError};
@@ -96,8 +99,15 @@ pub trait ContainerOs {
         container_id: &str,
         checkpoint: &dyn Fn(&'static str),
     ) -> Result<usize, HookError>;
-    /// The GPU cleanup that runs before a pod's claims go.
-    fn gpu_teardown(&mut self, config: &Config, ledger: &Ledger) -> Box<dyn Teardown>;
+    /// The GPU cleanup that runs before a pod's claims go; processes in
+    /// `cgroups` (the containers' own, as recorded) count as the pod's.
+    fn gpu_teardown(
+        &mut self,
+        config: &Config,
+        ledger: &Ledger,
+        sandbox_id: &str,
+        cgroups: &[String],
+    ) -> Box<dyn Teardown>;
 }
 
 /// The real container side: `/proc` and sockets from `env`, cgroup v1
@@ -156,14 +166,18 @@ impl ContainerOs for SysContainerOs {
         super::detach_networks(&self.env, container_id, checkpoint)
     }
 
-    fn gpu_teardown(&mut self, config: &Config, ledger: &Ledger) -> Box<dyn Teardown> {
+    fn gpu_teardown(
+        &mut self,
+        config: &Config,
+        ledger: &Ledger,
+        sandbox_id: &str,
+        cgroups: &[String],
+    ) -> Box<dyn Teardown> {
         // Built only when a pod goes: discovery and NVML cost milliseconds.
         let inventory = gpu::discover_node(&self.env.host_root);
-        Box::new(gpu::GpuTeardown::for_node(
-            inventory,
-            config.gpu.clone(),
-            ledger.clone(),
-        ))
+        let teardown = gpu::GpuTeardown::for_node(inventory, config.gpu.clone(), ledger.clone());
+        teardown.set_pod_cgroups(sandbox_id, cgroups);
+        Box::new(teardown)
     }
 }
 
@@ -257,6 +271,19 @@ fn identity(state: &State) -> Result<Identity, HooksOnlyError> {
     })
 }
 
+/// The container's cgroups for its GPU teardown. Unreadable ones are left
+/// out: its leftover processes then count as outside users, which
+/// quarantines the GPU rather than hands it on in use.
+fn own_cgroups(env: &HookEnv, pid: u32, container_id: &str) -> Vec<String> {
+    match membership::own_cgroups(&env.roots.proc_root, pid, container_id) {
+        Ok(paths) => paths,
+        Err(e) => {
+            tracing::warn!(container = %container_id, error = %e, "container cgroups not recorded");
+            Vec::new()
+        }
+    }
+}
+
 fn create(
     stage: Stage,
     state: &State,
@@ -305,6 +332,7 @@ fn create(
         devices: plan.devices.iter().map(|d| d.path.clone()).collect(),
         applied_unix: crate::ledger::now_unix(),
         init: liveness::identify(&env.roots.proc_root, pid),
+        cgroups: own_cgroups(env, pid, &state.id),
     };
     let admission = ledger
         .admit(

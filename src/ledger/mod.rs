@@ -7,6 +7,7 @@
 //! re-claiming the same devices changes nothing.
 
 mod compose;
+mod guarded;
 mod model;
 mod store;
 
@@ -15,6 +16,7 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use compose::Teardowns;
+pub use guarded::GuardedRelease;
 pub use model::*;
 pub use store::Store;
 

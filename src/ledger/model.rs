@@ -96,6 +96,11 @@ pub struct ContainerRecord {
     /// process `pid` with that start time exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init: Option<InitProcess>,
+    /// The container's own cgroup paths as `/proc/<init>/cgroup` showed them
+    /// (hooks-only mode): its processes belong to the pod at GPU teardown
+    /// even where the runtime names its cgroups without the pod UID (podman).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroups: Vec<String>,
 }
 
 /// A process identity that survives pid reuse: the pid and its start time in

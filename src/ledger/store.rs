@@ -2,10 +2,18 @@
 //! atomically (write temp, fsync, rename, fsync dir) so a crash leaves either the
 //! old or the new document, never a mix. The plugin and the hook are separate
 //! processes; the lock makes every read-modify-write a transaction between them.
+//!
+//! The plugin runs a transaction at every container creation and removal, so the
+//! store keeps the last document it read or wrote, keyed by the file's identity
+//! (device, inode, size, mtime). Every replacement is a new inode, so a matching
+//! key under the lock means nobody else has written since: the cached document is
+//! reused and the file is neither read nor parsed.
 
 use std::fs::{self, File};
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use nix::fcntl::Flock;
 
@@ -23,6 +31,35 @@ const MAX_LEDGER_BYTES: u64 = 16 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct Store {
     dir: PathBuf,
+    cache: Arc<Mutex<Option<Cached>>>,
+}
+
+/// What identifies one version of the ledger file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+impl FileKey {
+    fn of(meta: &fs::Metadata) -> FileKey {
+        FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Cached {
+    key: FileKey,
+    state: LedgerState,
 }
 
 /// An open transaction: holds the lock until dropped.
@@ -41,6 +78,7 @@ impl Store {
         })?;
         Ok(Store {
             dir: dir.to_path_buf(),
+            cache: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -57,15 +95,40 @@ impl Store {
         move |source| LedgerError::Io { path, source }
     }
 
-    /// Takes the exclusive lock and reads the current state.
+    /// Takes the exclusive lock and reads the current state (from the cache when
+    /// the file is the one this store last saw).
     pub fn begin(&self) -> Result<Txn<'_>, LedgerError> {
         let lock = fsutil::lock_exclusive(&self.path(LOCK_FILE)).map_err(LedgerError::from)?;
-        let state = self.read_unlocked()?;
+        let state = match self.cached_state()? {
+            Some(state) => state,
+            None => self.read_unlocked()?,
+        };
         Ok(Txn {
             store: self,
             _lock: lock,
             state,
         })
+    }
+
+    /// The cached document when the file on disk is still the cached version.
+    fn cached_state(&self) -> Result<Option<LedgerState>, LedgerError> {
+        let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(cached) = cache.as_ref() else {
+            return Ok(None);
+        };
+        match fs::metadata(self.path(LEDGER_FILE)) {
+            Ok(meta) if FileKey::of(&meta) == cached.key => Ok(Some(cached.state.clone())),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(LedgerError::Io {
+                path: self.path(LEDGER_FILE),
+                source,
+            }),
+        }
+    }
+
+    fn remember(&self, key: FileKey, state: LedgerState) {
+        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = Some(Cached { key, state });
     }
 
     /// Reads the state without the lock: the rename makes every read consistent.
@@ -76,20 +139,27 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LedgerState::default()),
             Err(source) => return Err(LedgerError::Io { path, source }),
         };
-        let mut text = String::new();
+        let meta = file.metadata().map_err(self.io(LEDGER_FILE))?;
+        if meta.len() > MAX_LEDGER_BYTES {
+            return Err(too_large(path));
+        }
+        // Sized from fstat: one read instead of a doubling series.
+        let mut text = String::with_capacity(meta.len() as usize + 1);
         file.take(MAX_LEDGER_BYTES + 1)
             .read_to_string(&mut text)
             .map_err(self.io(LEDGER_FILE))?;
         if text.len() as u64 > MAX_LEDGER_BYTES {
-            return Err(LedgerError::Corrupt {
-                path,
-                reason: "larger than 16 MiB".to_string(),
-            });
+            return Err(too_large(path));
         }
-        serde_json::from_str(&text).map_err(|e| LedgerError::Corrupt {
+        let state: LedgerState = serde_json::from_str(&text).map_err(|e| LedgerError::Corrupt {
             path,
             reason: e.to_string(),
-        })
+        })?;
+        // Only a file read whole at the size fstat saw is worth caching.
+        if text.len() as u64 == meta.len() {
+            self.remember(FileKey::of(&meta), state.clone());
+        }
+        Ok(state)
     }
 
     fn write_atomic(&self, state: &LedgerState) -> Result<(), LedgerError> {
@@ -101,7 +171,16 @@ impl Store {
             reason: e.to_string(),
         })?;
         text.push(b'\n');
-        fsutil::replace_file(&path, &text).map_err(LedgerError::from)
+        let meta = fsutil::replace_file_meta(&path, &text).map_err(LedgerError::from)?;
+        self.remember(FileKey::of(&meta), state.clone());
+        Ok(())
+    }
+}
+
+fn too_large(path: PathBuf) -> LedgerError {
+    LedgerError::Corrupt {
+        path,
+        reason: "larger than 16 MiB".to_string(),
     }
 }
 
@@ -109,5 +188,64 @@ impl Txn<'_> {
     /// Writes the state and releases the lock.
     pub fn commit(self) -> Result<(), LedgerError> {
         self.store.write_atomic(&self.state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_version(v: u32) -> LedgerState {
+        LedgerState {
+            version: v,
+            ..LedgerState::default()
+        }
+    }
+
+    fn write(store: &Store, state: LedgerState) {
+        let mut txn = store.begin().unwrap();
+        txn.state = state;
+        txn.commit().unwrap();
+    }
+
+    #[test]
+    fn a_write_by_another_handle_is_seen_despite_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ours, theirs) = (
+            Store::open(dir.path()).unwrap(),
+            Store::open(dir.path()).unwrap(),
+        );
+        write(&ours, with_version(7));
+        assert_eq!(ours.begin().unwrap().state.version, 7);
+        write(&theirs, with_version(8));
+        assert_eq!(ours.begin().unwrap().state.version, 8);
+    }
+
+    #[test]
+    fn a_file_replaced_behind_the_cache_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        write(&store, with_version(7));
+        // Same length, new inode: what any other writer's rename produces.
+        let path = dir.path().join(LEDGER_FILE);
+        let text = fs::read_to_string(&path).unwrap().replace(":7,", ":9,");
+        fs::write(dir.path().join("other"), &text).unwrap();
+        fs::rename(dir.path().join("other"), &path).unwrap();
+        assert_eq!(store.begin().unwrap().state.version, 9);
+        fs::write(&path, b"{torn").unwrap();
+        assert!(matches!(store.begin(), Err(LedgerError::Corrupt { .. })));
+        fs::remove_file(&path).unwrap();
+        assert_eq!(store.begin().unwrap().state, LedgerState::default());
+    }
+
+    #[test]
+    fn an_uncommitted_change_does_not_leak_into_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        write(&store, with_version(7));
+        let mut txn = store.begin().unwrap();
+        txn.state.version = 99;
+        drop(txn);
+        assert_eq!(store.begin().unwrap().state.version, 7);
     }
 }

@@ -115,6 +115,7 @@ fn state_survives_reopen_and_reconcile_drops_dead_pods() {
             devices: vec!["/dev/nvidia3".into()],
             applied_unix: 1,
             init: None,
+            cgroups: Vec::new(),
         },
     )
     .unwrap();
@@ -218,6 +219,7 @@ fn record(name: &str) -> ContainerRecord {
         devices: vec!["/dev/nvidia0".to_string()],
         applied_unix: 1,
         init: None,
+        cgroups: Vec::new(),
     }
 }
 

@@ -60,7 +60,7 @@ pub(super) fn plan_rdma(
             })?;
             char_devs(out, &entry, vf.bus_id, dev)?;
             network(out, nic, vf, dev, &entry)?;
-            record_use(out, nic, dev);
+            record_use(out, nic, dev, vf.netdev.is_some());
             out.plan.claims.push(Claim {
                 device: DeviceId::Vf(vf.bus_id),
                 share: Share::Exclusive,
@@ -76,7 +76,7 @@ fn pf_whole(out: &mut Builder, nic: &RdmaNic, e: &RdmaEntry, entry: &str) -> Res
     char_devs(out, entry, nic.bus_id, &nic.rdma)?;
     // The name goes into comma-separated env values.
     plain_name(entry, &nic.rdma.name, 64)?;
-    record_use(out, nic, &nic.rdma);
+    record_use(out, nic, &nic.rdma, false);
     let share = match e.share_percent {
         FULL_SHARE => Share::Exclusive,
         s => Share::Shared {
@@ -98,12 +98,14 @@ fn pf_whole(out: &mut Builder, nic: &RdmaNic, e: &RdmaEntry, entry: &str) -> Res
 }
 
 /// Records a device for the communication-library variables; a VF sits below its
-/// PF's switch, so the PF's NUMA node is the VF's.
-fn record_use(out: &mut Builder, nic: &RdmaNic, dev: &RdmaDev) {
+/// PF's switch, so the PF's NUMA node is the VF's. `moved`: its netdev goes into
+/// the pod, where it gets its addresses.
+fn record_use(out: &mut Builder, nic: &RdmaNic, dev: &RdmaDev, moved: bool) {
     out.comm.rdma.push(RdmaUse {
         name: dev.name.clone(),
         ports: dev.ports.clone(),
         numa: nic.topology.numa_node,
+        netdev_moved: moved,
     });
 }
 

@@ -128,6 +128,7 @@ fn config(edit: impl FnOnce(&mut Config)) -> Config {
 
 fn cases() -> Vec<Case> {
     let roce = || FakeGids::with(&[("mlx5_9", roce_table()), ("mlx5_10", roce_table())]);
+    let roce_pfs = || FakeGids::with(&[("mlx5_1", roce_table()), ("mlx5_3", roce_table())]);
     vec![
         Case {
             want: want(&[
@@ -140,56 +141,82 @@ fn cases() -> Vec<Case> {
         Case {
             gids: roce(),
             want: want(&[
-                ("NCCL_IB_GID_INDEX", "3"),
                 ("NCCL_IB_HCA", "=mlx5_9:1,mlx5_10:1"),
                 ("NCCL_SOCKET_IFNAME", "net1,net2"),
                 ("UCX_NET_DEVICES", "mlx5_9:1,mlx5_10:1"),
             ]),
-            reads: vec!["mlx5_9:1", "mlx5_10:1"],
-            ..case("roce vfs: the ipv4 roce v2 gid", rdma(&[(1, &[0, 1])]))
-        },
-        Case {
-            gids: FakeGids::with(&[("mlx5_9", roce_table())]),
-            want: want(&[
-                ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
-                ("NCCL_IB_GID_INDEX", "3"),
-                ("NCCL_IB_HCA", "=mlx5_5:1,mlx5_9:1"),
-                ("NCCL_SOCKET_IFNAME", "net1,net2"),
-                ("UCX_NET_DEVICES", "mlx5_5:1,mlx5_9:1"),
-            ]),
-            reads: vec!["mlx5_9:1"],
+            warning: Some("NCCL_IB_GID_INDEX not set: mlx5_9:1's netdev moves into the pod"),
             ..case(
-                "mixed link layers: the index from the roce port only",
-                with_gpus(&rdma(&[(0, &[0]), (1, &[0])]), &[0, 1]),
+                "roce vfs: moved in, so the host's gids are not read",
+                rdma(&[(1, &[0, 1])]),
             )
         },
         Case {
-            gids: FakeGids::with(&[("mlx5_9", roce_table())]),
+            gids: roce_pfs(),
             want: want(&[
-                ("NCCL_IB_HCA", "=mlx5_9:1,mlx5_10:1"),
-                ("NCCL_SOCKET_IFNAME", "net1,net2"),
-                ("UCX_NET_DEVICES", "mlx5_9:1,mlx5_10:1"),
+                ("NCCL_IB_GID_INDEX", "3"),
+                ("NCCL_IB_HCA", "=mlx5_1:1,mlx5_3:1"),
+                ("UCX_NET_DEVICES", "mlx5_1:1,mlx5_3:1"),
             ]),
-            warning: Some("NCCL_IB_GID_INDEX not set: mlx5_10:1 has no RoCE v2 GID of family ipv4"),
-            reads: vec!["mlx5_9:1", "mlx5_10:1"],
-            ..case("missing gid types", rdma(&[(1, &[0, 1])]))
+            reads: vec!["mlx5_1:1", "mlx5_3:1"],
+            ..case(
+                "roce pfs whole: the ipv4 roce v2 gid",
+                rdma(&[(1, &[]), (3, &[])]),
+            )
+        },
+        Case {
+            gids: roce_pfs(),
+            want: want(&[
+                ("NCCL_IB_GID_INDEX", "3"),
+                ("NCCL_IB_HCA", "=mlx5_9:1,mlx5_3:1"),
+                ("NCCL_SOCKET_IFNAME", "net1"),
+                ("UCX_NET_DEVICES", "mlx5_9:1,mlx5_3:1"),
+            ]),
+            reads: vec!["mlx5_3:1"],
+            ..case(
+                "a moved roce vf takes no part: the whole pf gives the index",
+                rdma(&[(1, &[0]), (3, &[])]),
+            )
+        },
+        Case {
+            gids: FakeGids::with(&[("mlx5_1", roce_table())]),
+            want: want(&[
+                ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+                ("NCCL_IB_GID_INDEX", "3"),
+                ("NCCL_IB_HCA", "=mlx5_0:1,mlx5_1:1"),
+                ("UCX_NET_DEVICES", "mlx5_0:1,mlx5_1:1"),
+            ]),
+            reads: vec!["mlx5_1:1"],
+            ..case(
+                "mixed link layers: the index from the roce port only",
+                with_gpus(&rdma(&[(0, &[]), (1, &[])]), &[0, 1]),
+            )
+        },
+        Case {
+            gids: FakeGids::with(&[("mlx5_1", roce_table())]),
+            want: want(&[
+                ("NCCL_IB_HCA", "=mlx5_1:1,mlx5_3:1"),
+                ("UCX_NET_DEVICES", "mlx5_1:1,mlx5_3:1"),
+            ]),
+            warning: Some("NCCL_IB_GID_INDEX not set: mlx5_3:1 has no RoCE v2 GID of family ipv4"),
+            reads: vec!["mlx5_1:1", "mlx5_3:1"],
+            ..case("missing gid types", rdma(&[(1, &[]), (3, &[])]))
         },
         Case {
             gids: FakeGids::with(&[
-                ("mlx5_9", roce_table()),
+                ("mlx5_1", roce_table()),
                 (
-                    "mlx5_10",
+                    "mlx5_3",
                     vec![gid(1, "RoCE v2", LINK_LOCAL), gid(7, "RoCE v2", V4)],
                 ),
             ]),
             want: want(&[
-                ("NCCL_IB_HCA", "=mlx5_9:1,mlx5_10:1"),
-                ("NCCL_SOCKET_IFNAME", "net1,net2"),
-                ("UCX_NET_DEVICES", "mlx5_9:1,mlx5_10:1"),
+                ("NCCL_IB_HCA", "=mlx5_1:1,mlx5_3:1"),
+                ("UCX_NET_DEVICES", "mlx5_1:1,mlx5_3:1"),
             ]),
-            warning: Some("the RoCE v2 GID indices differ (mlx5_9:1=3, mlx5_10:1=7)"),
-            reads: vec!["mlx5_9:1", "mlx5_10:1"],
-            ..case("devices that disagree", rdma(&[(1, &[0, 1])]))
+            warning: Some("the RoCE v2 GID indices differ (mlx5_1:1=3, mlx5_3:1=7)"),
+            reads: vec!["mlx5_1:1", "mlx5_3:1"],
+            ..case("devices that disagree", rdma(&[(1, &[]), (3, &[])]))
         },
         Case {
             config: config(|c| c.comm_env.gid_family = GidFamily::Ipv6),
@@ -319,12 +346,12 @@ fn variables_by_case() {
 
 #[test]
 fn unselected_container_reads_nothing_and_gets_nothing() {
-    let ann = rdma(&[(1, &[0])]);
+    let ann = rdma(&[(1, &[])]);
     let mut ann_map = BTreeMap::new();
     ann_map.insert(DEVICE_ALLOCATED.to_string(), ann);
     ann_map.insert(CONTAINERS.to_string(), "trainer".to_string());
     let p = parse_pod(&ann_map, &BTreeMap::new()).unwrap();
-    let gids = FakeGids::with(&[("mlx5_9", roce_table())]);
+    let gids = FakeGids::with(&[("mlx5_1", roce_table())]);
     let ctx = ContainerContext {
         env: &[],
         gids: &gids,

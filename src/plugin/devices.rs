@@ -156,6 +156,10 @@ impl Devices {
                 namespace: &pod.namespace,
                 name: &pod.name,
                 uid: &pod.uid,
+                config_source: pod
+                    .annotations
+                    .get(crate::grant::model::CONFIG_SOURCE)
+                    .map(String::as_str),
             };
             grant.check(config, pod_id, &ctr.name, &devices.allocation)?;
         }
@@ -172,6 +176,7 @@ impl Devices {
             devices: plan.devices.iter().map(|d| d.path.clone()).collect(),
             applied_unix: crate::ledger::now_unix(),
             init: None,
+            cgroups: Vec::new(),
         };
         let mut opts = AdjustOptions {
             explicit_cgroup_rules: features.explicit_cgroup_rules,

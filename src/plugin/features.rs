@@ -6,15 +6,17 @@
 //!   (nri#168); before that the runtime drops them silently.
 //! - `CDI_devices` in an adjustment are injected by containerd from 2.1.0 and
 //!   CRI-O from 1.34. containerd 1.7.30+ injects them only with `enable_cdi`,
-//!   which is off by default in 1.7 and invisible to a plugin, and 1.7.26-1.7.29
-//!   and 2.0 drop them silently (containerd#12650), so those get raw nodes.
+//!   which is off by default in 1.7 and invisible to a plugin: the operator
+//!   states it with `runtime_cdi = "on"`. 1.7.26-1.7.29 and 2.0 drop them
+//!   silently (containerd#12650), so those get raw nodes whatever the config
+//!   says; `runtime_cdi = "off"` keeps raw nodes everywhere.
 //! - Events: the stub subscribes only to events the runtime's NRI accepts.
 use std::path::{Path, PathBuf};
 
 use nri::RuntimeInfo;
 use serde::{Deserialize, Serialize};
 
-use crate::config::DeviceMode;
+use crate::config::{DeviceMode, RuntimeCdi};
 use crate::fsutil::{self, FsError};
 
 use super::devices::RuntimeFeatures;
@@ -54,29 +56,34 @@ pub enum FeaturesError {
     },
 }
 
-/// The features of `runtime`.
-pub fn detect(runtime: &RuntimeInfo) -> RuntimeFeatures {
+/// The features of `runtime`, with what the config states about its CDI injection.
+pub fn detect(runtime: &RuntimeInfo, cdi: RuntimeCdi) -> RuntimeFeatures {
     RuntimeFeatures {
         explicit_cgroup_rules: runtime
             .nri_version
             .is_some_and(|v| v >= nri::NriVersion::new(0, 10, 0)),
-        cdi_devices: injects_cdi(&runtime.name, &runtime.version),
+        cdi_devices: injects_cdi(&runtime.name, &runtime.version, cdi),
     }
 }
 
-fn injects_cdi(name: &str, version: &str) -> bool {
+/// `on` only adds containerd 1.7.30+, where injection depends on `enable_cdi`;
+/// it never enables a release that drops CDI devices silently: a container
+/// would then start without its devices.
+fn injects_cdi(name: &str, version: &str, cdi: RuntimeCdi) -> bool {
     let Some(v) = release(version) else {
         return false;
     };
-    match name {
-        "containerd" => v >= (2, 1, 0),
-        "cri-o" | "crio" | "CRI-O" => v >= (1, 34, 0),
+    let stated_on = cdi == RuntimeCdi::On;
+    match (name, cdi) {
+        (_, RuntimeCdi::Off) => false,
+        ("containerd", _) => v >= (2, 1, 0) || (stated_on && ((1, 7, 30)..(1, 8, 0)).contains(&v)),
+        ("cri-o" | "crio" | "CRI-O", _) => v >= (1, 34, 0),
         _ => false,
     }
 }
 
 /// `2.1.9+unknown`, `v1.7.24`, `1.7.24~ds1` → (major, minor, patch).
-fn release(version: &str) -> Option<(u32, u32, u32)> {
+pub fn release(version: &str) -> Option<(u32, u32, u32)> {
     let core = version.trim().trim_start_matches('v');
     let core = core.split(['-', '+', '~']).next()?;
     let mut parts = core.split('.').map(|p| p.parse::<u32>().ok());
@@ -107,13 +114,21 @@ pub struct RuntimeRecord {
     pub cdi_devices: bool,
     /// `device_mode` of the config.
     pub device_mode: DeviceMode,
+    /// `runtime_cdi` of the config (absent in records of older releases).
+    #[serde(default)]
+    pub runtime_cdi: RuntimeCdi,
     /// What the adjustment uses: `cdi` only where the runtime injects CDI devices.
     pub devices_as: DeviceMode,
     pub configured_unix: u64,
 }
 
 impl RuntimeRecord {
-    pub fn new(runtime: &RuntimeInfo, features: RuntimeFeatures, mode: DeviceMode) -> Self {
+    pub fn new(
+        runtime: &RuntimeInfo,
+        features: RuntimeFeatures,
+        mode: DeviceMode,
+        runtime_cdi: RuntimeCdi,
+    ) -> Self {
         RuntimeRecord {
             runtime: runtime.name.chars().take(64).collect(),
             version: runtime.version.chars().take(64).collect(),
@@ -122,6 +137,7 @@ impl RuntimeRecord {
             explicit_cgroup_rules: features.explicit_cgroup_rules,
             cdi_devices: features.cdi_devices,
             device_mode: mode,
+            runtime_cdi,
             devices_as: devices_as(mode, features),
             configured_unix: crate::ledger::now_unix(),
         }
@@ -193,7 +209,7 @@ mod tests {
             ("dev", false, false),
         ];
         for (version, rules, cdi) in cases {
-            let f = detect(&info("containerd", version, None));
+            let f = detect(&info("containerd", version, None), RuntimeCdi::Auto);
             assert_eq!(
                 (f.explicit_cgroup_rules, f.cdi_devices),
                 (rules, cdi),
@@ -204,15 +220,48 @@ mod tests {
 
     #[test]
     fn stated_nri_version_wins_and_other_runtimes_get_no_cdi() {
-        let f = detect(&info(
-            "containerd",
-            "2.1.9",
-            Some(NriVersion::new(0, 12, 0)),
-        ));
+        let auto = RuntimeCdi::Auto;
+        let f = detect(
+            &info("containerd", "2.1.9", Some(NriVersion::new(0, 12, 0))),
+            auto,
+        );
         assert!(f.explicit_cgroup_rules);
-        assert!(detect(&info("cri-o", "1.34.0", None)).cdi_devices);
-        assert!(!detect(&info("cri-o", "1.33.2", None)).cdi_devices);
-        assert!(!detect(&info("podman", "5.0.0", None)).cdi_devices);
+        assert!(detect(&info("cri-o", "1.34.0", None), auto).cdi_devices);
+        assert!(!detect(&info("cri-o", "1.33.2", None), auto).cdi_devices);
+        assert!(!detect(&info("podman", "5.0.0", None), auto).cdi_devices);
+    }
+
+    /// containerd 1.7.30+ injects only with `enable_cdi`, which the plugin cannot
+    /// see: `on` states it, and never enables a release that drops CDI devices.
+    #[test]
+    fn runtime_cdi_overrides_only_where_the_runtime_can_inject() {
+        let cases = [
+            // (runtime, version, auto, on, off)
+            ("containerd", "1.7.24~ds1", false, false, false),
+            ("containerd", "1.7.29", false, false, false),
+            ("containerd", "1.7.30", false, true, false),
+            ("containerd", "v1.7.31", false, true, false),
+            ("containerd", "2.0.7", false, false, false),
+            ("containerd", "2.1.9+unknown", true, true, false),
+            ("cri-o", "1.34.0", true, true, false),
+            ("podman", "5.0.0", false, false, false),
+            ("containerd", "garbage", false, false, false),
+        ];
+        for (name, version, auto, on, off) in cases {
+            let rt = info(name, version, None);
+            let got = [RuntimeCdi::Auto, RuntimeCdi::On, RuntimeCdi::Off]
+                .map(|c| detect(&rt, c).cdi_devices);
+            assert_eq!(got, [auto, on, off], "{name} {version}");
+        }
+    }
+
+    #[test]
+    fn runtime_cdi_parses_and_defaults_to_auto() {
+        use crate::config::Config;
+        assert_eq!(Config::default().runtime_cdi, RuntimeCdi::Auto);
+        let c = Config::parse("runtime_cdi = \"on\"\n", "test").unwrap();
+        assert_eq!(c.runtime_cdi, RuntimeCdi::On);
+        assert!(Config::parse("runtime_cdi = \"yes\"\n", "test").is_err());
     }
 
     #[test]
@@ -232,11 +281,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(RuntimeRecord::load(dir.path()).unwrap(), None);
         let runtime = info("containerd", "2.1.9+unknown", None);
-        let f = detect(&runtime);
-        let rec = RuntimeRecord::new(&runtime, f, DeviceMode::Cdi);
+        let f = detect(&runtime, RuntimeCdi::Auto);
+        let rec = RuntimeRecord::new(&runtime, f, DeviceMode::Cdi, RuntimeCdi::Auto);
         rec.save(dir.path()).unwrap();
         let back = RuntimeRecord::load(dir.path()).unwrap().unwrap();
         assert_eq!(back, rec);
+        let mut old: serde_json::Value = serde_json::to_value(&rec).unwrap();
+        old.as_object_mut().unwrap().remove("runtime_cdi");
+        let old: RuntimeRecord = serde_json::from_value(old).unwrap();
+        assert_eq!(old.runtime_cdi, RuntimeCdi::Auto);
         assert_eq!(back.nri_version.as_deref(), Some("v0.8.0"));
         assert_eq!(back.devices_as, DeviceMode::Cdi);
     }

@@ -147,6 +147,13 @@ impl DevgatePlugin {
         }
     }
 
+    /// Writes the grant decision counters before the process exits.
+    pub fn flush_grant_audit(&self) {
+        if let Some(grant) = self.devices.grant_checker() {
+            grant.flush_audit();
+        }
+    }
+
     /// GPU cleanup and health of this node.
     pub fn gpu(&self) -> &Arc<GpuTeardown> {
         &self.gpu
@@ -268,9 +275,12 @@ impl nri::Plugin for DevgatePlugin {
         if let Ok(config) = self.config() {
             self.enable_grant_check(&config);
         }
-        let features = features::detect(runtime);
-        let mode = self.config().map(|c| c.device_mode).unwrap_or_default();
-        let record = features::RuntimeRecord::new(runtime, features, mode);
+        let (mode, runtime_cdi) = self
+            .config()
+            .map(|c| (c.device_mode, c.runtime_cdi))
+            .unwrap_or_default();
+        let features = features::detect(runtime, runtime_cdi);
+        let record = features::RuntimeRecord::new(runtime, features, mode, runtime_cdi);
         tracing::info!(
             runtime = %runtime.name, version = %runtime.version,
             nri = ?runtime.nri_version, events = %runtime.events,
@@ -281,6 +291,7 @@ impl nri::Plugin for DevgatePlugin {
         if record.device_mode != record.devices_as {
             tracing::warn!(
                 runtime = %runtime.name, version = %runtime.version,
+                ?runtime_cdi,
                 "device_mode = \"cdi\" but this runtime does not inject cdi devices; using device nodes"
             );
         }

@@ -10,7 +10,7 @@ use nri::{
 };
 
 use super::{probe::PROBE_ANNOTATION, *};
-use crate::config::LogFormat;
+use crate::config::{DeviceMode, LogFormat};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -231,4 +231,70 @@ async fn failure_policy_ignore_starts_the_container_without_devices() {
         .unwrap();
     assert_eq!(*reply.adjust, nri::api::ContainerAdjustment::default());
     assert!(p.devices().ledger().snapshot().unwrap().pods.is_empty());
+}
+
+/// The record `devgate status` shows, as Configure wrote it.
+async fn configured_record(config: Config, runtime: FakeConfig) -> features::RuntimeRecord {
+    let (plugin, state) = plugin(config, false);
+    let state_dir = state.path().join("state");
+    let (_p, conn, _dir) = connect(plugin, runtime).await;
+    let conn = conn.unwrap();
+    let record = features::RuntimeRecord::load(&state_dir)
+        .unwrap()
+        .expect("runtime.json written at configure");
+    assert_eq!(record.events, conn.events.to_string());
+    record
+}
+
+#[tokio::test]
+async fn configure_records_the_runtime_and_the_features_in_use() {
+    let config = Config::parse("device_mode = \"cdi\"\n", "test").unwrap();
+    let containerd_2_1 = FakeConfig {
+        runtime_version: "2.1.9+unknown".to_string(),
+        ..FakeConfig::containerd_1_7()
+    };
+    let r = configured_record(config.clone(), containerd_2_1).await;
+    assert_eq!(
+        (r.runtime.as_str(), r.version.as_str()),
+        ("containerd", "2.1.9+unknown")
+    );
+    // Not stated by NRI v0.8: inferred from the release.
+    assert_eq!(r.nri_version.as_deref(), Some("v0.8.0"));
+    assert!(r.cdi_devices && !r.explicit_cgroup_rules);
+    assert_eq!(
+        (r.device_mode, r.devices_as),
+        (DeviceMode::Cdi, DeviceMode::Cdi)
+    );
+
+    let r = configured_record(config, FakeConfig::containerd_1_7()).await;
+    assert_eq!(r.nri_version.as_deref(), Some("v0.6.1"));
+    assert!(!r.cdi_devices && !r.explicit_cgroup_rules);
+    assert_eq!(r.devices_as, DeviceMode::Nodes);
+
+    let r = configured_record(Config::default(), FakeConfig::nri_v0_12()).await;
+    assert_eq!(r.nri_version.as_deref(), Some("v0.12.0"));
+    assert!(r.explicit_cgroup_rules);
+    assert_eq!(
+        (r.device_mode, r.devices_as),
+        (DeviceMode::Nodes, DeviceMode::Nodes)
+    );
+}
+
+/// containerd 1.7.30+ with `enable_cdi`: only the config can say so.
+#[tokio::test]
+async fn runtime_cdi_on_lets_containerd_1_7_30_take_cdi_names() {
+    let text = "device_mode = \"cdi\"\nruntime_cdi = \"on\"\n";
+    let containerd_1_7_30 = FakeConfig {
+        runtime_version: "1.7.30".to_string(),
+        ..FakeConfig::containerd_1_7()
+    };
+    let config = Config::parse(text, "test").unwrap();
+    let r = configured_record(config.clone(), containerd_1_7_30).await;
+    assert_eq!(r.runtime_cdi, crate::config::RuntimeCdi::On);
+    assert!(r.cdi_devices);
+    assert_eq!(r.devices_as, DeviceMode::Cdi);
+    // 1.7.24 drops CDI devices whatever the config says.
+    let r = configured_record(config, FakeConfig::containerd_1_7()).await;
+    assert!(!r.cdi_devices);
+    assert_eq!(r.devices_as, DeviceMode::Nodes);
 }

@@ -5,6 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use super::host::{read_bounded, Host, Roots};
+use super::registration::Registration;
 use super::Check;
 use crate::config::Config;
 
@@ -105,23 +106,19 @@ fn running_plugins(proc_dir: &Path) -> Vec<Running> {
     found
 }
 
-pub fn registered(roots: &Roots) -> Check {
+pub fn registered(roots: &Roots, host: &dyn Host) -> Check {
     const NAME: &str = "devgate registered";
     let running = running_plugins(&roots.proc_dir);
     let want = &roots.nri_socket;
     for r in &running {
         match r {
             Running::Socket { pid, socket } if socket == want => {
-                return Check::pass(
-                    NAME,
-                    format!("devgate nri (pid {pid}) on {}", want.display()),
-                )
+                let what = format!("devgate nri (pid {pid}) on {}", want.display());
+                return accepted(roots, host, *pid, what);
             }
             Running::Preinstalled { pid } => {
-                return Check::pass(
-                    NAME,
-                    format!("pre-installed plugin (pid {pid}), started by the runtime"),
-                )
+                let what = format!("pre-installed plugin (pid {pid}), started by the runtime");
+                return accepted(roots, host, *pid, what);
             }
             Running::Socket { .. } => {}
         }
@@ -143,6 +140,38 @@ pub fn registered(roots: &Roots) -> Check {
         detail,
         "systemctl enable --now devgate (install/bootstrap.sh installs the unit); journalctl -u devgate shows why it stopped",
     )
+}
+
+/// The plugin process runs: whether a runtime configured it since it started.
+fn accepted(roots: &Roots, host: &dyn Host, pid: u32, what: String) -> Check {
+    const NAME: &str = "devgate registered";
+    const NOT_ACCEPTED: &str = "the runtime has not accepted the plugin: see the nri checks above and journalctl -u devgate; containerd logs 'plugin \"external:10-devgate[<pid>]\" registered as \"10-devgate\"' when it accepts it. A running plugin is registered only once the runtime configured it (recorded in <state-dir>/runtime.json); if containerd restarted since, wait for the plugin to reconnect";
+    let state = roots.state_dir.display();
+    match super::registration::registration(roots, host, pid) {
+        Ok(Registration::Configured(r)) => Check::pass(
+            NAME,
+            format!(
+                "{what}; configured by {} {} at unix time {}",
+                r.runtime, r.version, r.configured_unix
+            ),
+        ),
+        Ok(Registration::NotSinceStart { started_unix, last }) => {
+            let last = match last {
+                Some(r) => format!("the last configure in {state} was at unix time {}", r.configured_unix),
+                None => format!("no configure recorded in {state}"),
+            };
+            Check::fail(
+                NAME,
+                format!("{what} since unix time {started_unix}, but no runtime configured it since: {last}"),
+                NOT_ACCEPTED,
+            )
+        }
+        Err(e) => Check::warn(
+            NAME,
+            format!("{what}; whether a runtime accepted it is unknown: {:#}", anyhow::Error::new(e)),
+            format!("run devgate doctor as root with the plugin's --state-dir ({state} here), where devgate nri records each configure"),
+        ),
+    }
 }
 
 /// A hooks.d file of devgate: its name, and the hook's path when it has one.

@@ -49,6 +49,8 @@ pub trait Host {
     fn connect(&self, socket: &Path) -> std::io::Result<()>;
     /// `(major, minor)` when `path` is a char device, `None` for anything else.
     fn char_device(&self, path: &Path) -> std::io::Result<Option<(u32, u32)>>;
+    /// The unit of proc(5) process start times (`sysconf(_SC_CLK_TCK)`).
+    fn clock_ticks_per_sec(&self) -> u64;
 }
 
 /// The node itself.
@@ -96,6 +98,14 @@ impl Host for RealHost {
         }
         let rdev = meta.rdev();
         Ok(Some((libc::major(rdev), libc::minor(rdev))))
+    }
+
+    fn clock_ticks_per_sec(&self) -> u64 {
+        // SAFETY: sysconf reads a constant and touches no memory of ours.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        // USER_HZ is 100 on every Linux architecture; sysconf fails only when
+        // the name is unknown.
+        u64::try_from(hz).ok().filter(|&v| v > 0).unwrap_or(100)
     }
 }
 

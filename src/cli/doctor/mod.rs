@@ -3,10 +3,12 @@
 //!
 //! Every check reads below [`Roots`] and asks [`Host`] for what a directory tree
 //! cannot hold, so the checks run on fake trees in tests.
+mod cdi;
 mod checks;
 mod containerd;
 mod host;
 mod node;
+mod registration;
 #[cfg(test)]
 mod tests;
 
@@ -129,7 +131,7 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
         containerd::version(host),
         containerd::nri_enabled(host, &containerd_config, &roots.nri_socket),
         checks::nri_socket(roots, host),
-        checks::registered(roots),
+        checks::registered(roots, host),
         checks::hooks_d(roots),
         checks::state_dirs(roots, &config),
         node::inventory(&inventory),
@@ -137,6 +139,7 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
         node::rdma_netns(roots, &config, &inventory),
         node::vfs(roots, &config),
         node::cgroup(roots, &containerd_config),
+        cdi::cdi(host, &containerd_config, &config),
     ]
 }
 

@@ -3,13 +3,21 @@
 //! Configure).
 use std::fmt::Write as _;
 
-use crate::config::DeviceMode;
+use crate::config::{DeviceMode, RuntimeCdi};
 use crate::plugin::features::RuntimeRecord;
 
 fn mode(m: DeviceMode) -> &'static str {
     match m {
         DeviceMode::Nodes => "device nodes",
         DeviceMode::Cdi => "cdi names",
+    }
+}
+
+fn stated(c: RuntimeCdi) -> &'static str {
+    match c {
+        RuntimeCdi::Auto => "auto",
+        RuntimeCdi::On => "on",
+        RuntimeCdi::Off => "off",
     }
 }
 
@@ -35,7 +43,12 @@ pub fn table(record: Option<&RuntimeRecord>) -> String {
         "  explicit cgroup rules:    {}",
         yes_no(r.explicit_cgroup_rules)
     );
-    let _ = writeln!(out, "  cdi device injection:     {}", yes_no(r.cdi_devices));
+    let _ = writeln!(
+        out,
+        "  cdi device injection:     {} (runtime_cdi {})",
+        yes_no(r.cdi_devices),
+        stated(r.runtime_cdi)
+    );
     let _ = writeln!(
         out,
         "  devices as:               {} (device_mode {})",
@@ -59,13 +72,14 @@ mod tests {
             explicit_cgroup_rules: false,
             cdi_devices: true,
             device_mode: DeviceMode::Cdi,
+            runtime_cdi: RuntimeCdi::Auto,
             devices_as: DeviceMode::Cdi,
             configured_unix: 0,
         };
         let t = table(Some(&rec));
         assert!(t.starts_with("RUNTIME: containerd 2.1.9+unknown (nri v0.8.0)\n"));
         assert!(t.contains("explicit cgroup rules:    no"));
-        assert!(t.contains("cdi device injection:     yes"));
+        assert!(t.contains("cdi device injection:     yes (runtime_cdi auto)"));
         assert!(t.contains("devices as:               cdi names (device_mode cdi names)"));
         assert!(table(None).contains("none has configured"));
     }

@@ -14,6 +14,7 @@
 //! ones and then they are detached: while both are attached the intersection
 //! applies, so access never widens past the new rules at any moment.
 
+pub mod memlock;
 pub mod program;
 pub mod rules;
 pub mod sys;

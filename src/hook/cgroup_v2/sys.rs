@@ -174,6 +174,13 @@ impl BpfSys for SysBpf {
                 log: format!("{} instructions", insns.len()),
             });
         }
+        // Kernels before 5.11 charge the program to RLIMIT_MEMLOCK.
+        match super::memlock::raise(&mut super::memlock::SysMemlock) {
+            Ok(raised) => tracing::debug!(?raised, "rlimit_memlock before the program load"),
+            Err(e) => {
+                tracing::warn!(error = %e, "rlimit_memlock not raised: the load may fail before linux 5.11")
+            }
+        }
         let errno = match Self::load_once(insns, license, None) {
             Ok(fd) => return Ok(fd),
             Err(e) => e,

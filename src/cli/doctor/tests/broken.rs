@@ -6,6 +6,10 @@ use crate::cli::doctor::{run_checks, Check, Status};
 
 type Breakage = fn(&mut Node);
 
+/// The healthy node's config with CDI names stated to be injected.
+const CDI_ON: &str =
+    "device_mode = \"cdi\"\nruntime_cdi = \"on\"\n[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n";
+
 #[test]
 fn each_broken_setup_fails_or_warns_its_own_check() {
     let cases: &[(&str, Breakage, &str, Status, &str)] = &[
@@ -110,6 +114,52 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             "/x.sock",
         ),
         (
+            "plugin runs but no runtime ever configured it",
+            |n| std::fs::remove_file(n.roots.state_dir.join("runtime.json")).unwrap(),
+            "devgate registered",
+            Status::Fail,
+            "no configure recorded",
+        ),
+        (
+            "plugin restarted and not configured since",
+            |n| super::write_record(&n.roots.state_dir, super::BOOT + 5),
+            "devgate registered",
+            Status::Fail,
+            "the last configure in",
+        ),
+        (
+            "plugin start time unreadable",
+            |n| std::fs::remove_file(n.roots.proc_dir.join("4242/stat")).unwrap(),
+            "devgate registered",
+            Status::Warn,
+            "whether a runtime accepted it is unknown",
+        ),
+        (
+            "cdi names that containerd 1.7.30 drops without enable_cdi",
+            |n| {
+                n.host.version = Ok("containerd x v1.7.30 y".into());
+                write(&n.roots.config, CDI_ON);
+            },
+            "cdi",
+            Status::Fail,
+            "does not inject them (enable_cdi unset",
+        ),
+        (
+            "containerd 1.7.30 with enable_cdi and runtime_cdi auto",
+            |n| {
+                n.host.version = Ok("containerd x v1.7.30 y".into());
+                write(&n.roots.config, &CDI_ON.replace("\"on\"", "\"auto\""));
+                // TOML allows the table after its sub-table.
+                let with_cdi = format!(
+                    "{CONTAINERD_CONFIG}[plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_cdi = true\n"
+                );
+                write(&n.roots.containerd_config, &with_cdi);
+            },
+            "cdi",
+            Status::Warn,
+            "devgate cannot see that",
+        ),
+        (
             "hook not executable",
             |n| {
                 std::fs::set_permissions(
@@ -147,7 +197,7 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
         (
             "state dir is a file",
             |n| {
-                std::fs::remove_dir(&n.roots.state_dir).unwrap();
+                std::fs::remove_dir_all(&n.roots.state_dir).unwrap();
                 std::fs::create_dir(&n.roots.state_dir).unwrap();
                 std::fs::remove_dir(&n.roots.state_dir).unwrap();
             },
@@ -297,11 +347,13 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             .iter()
             .filter(|o| o.name != *name && o.status != Status::Pass)
             .collect();
-        // A broken config or a removed device tree may show in a second place;
-        // the check named is the one that must say so.
+        // A broken config or a removed device tree may show in a second place,
+        // and a missing state directory holds no runtime record either; the
+        // check named is the one that must say so.
         if !matches!(
             *case,
             "bad config"
+                | "state dir is a file"
                 | "no devices"
                 | "no /proc/driver/nvidia"
                 | "a gpu missing from /proc/driver/nvidia"

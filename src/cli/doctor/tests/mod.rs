@@ -35,6 +35,10 @@ impl Host for FakeHost {
     fn char_device(&self, path: &Path) -> std::io::Result<Option<(u32, u32)>> {
         Ok(self.devs.get(path).copied())
     }
+
+    fn clock_ticks_per_sec(&self) -> u64 {
+        100
+    }
 }
 
 /// A node as `install/bootstrap.sh` leaves it, with the HGX fixture's devices.
@@ -96,6 +100,13 @@ fn healthy_from(template: Option<&Path>) -> Node {
         "/usr/local/bin/devgate\0nri\0--socket\0/var/run/nri/nri.sock\0",
     );
     write(&roots.proc_dir.join("1/cmdline"), "/sbin/init\0");
+    // Booted at BOOT; the plugin started 10 s later (1000 ticks at 100 Hz) and
+    // was configured 10 s after that.
+    write(
+        &roots.proc_dir.join("stat"),
+        &format!("cpu 1 2 3\nbtime {BOOT}\n"),
+    );
+    write(&roots.proc_dir.join("4242/stat"), &proc_stat(1000));
     let hook = root.join("usr/local/bin/devgate-hook");
     write(&hook, "#!/bin/sh\n");
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -104,6 +115,7 @@ fn healthy_from(template: Option<&Path>) -> Node {
         r#"{"version":"1.0.0","hook":{"path":"/usr/local/bin/devgate-hook","args":["devgate-hook","createRuntime"]},"when":{"always":true},"stages":["createRuntime"]}"#,
     );
     std::fs::create_dir_all(&roots.state_dir).unwrap();
+    write_record(&roots.state_dir, BOOT + 20);
     std::fs::create_dir_all(root.join("var/lib/devgate")).unwrap();
     write(
         &root.join("sys/module/ib_core/parameters/netns_mode"),
@@ -132,6 +144,24 @@ fn healthy_from(template: Option<&Path>) -> Node {
     }
 }
 
+/// Boot time of the fake node (`btime`).
+const BOOT: u64 = 1_700_000_000;
+
+/// proc(5) `/proc/<pid>/stat` of `devgate nri` started `start_ticks` after boot.
+fn proc_stat(start_ticks: u64) -> String {
+    format!("4242 (devgate) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 {start_ticks} 1000 10\n")
+}
+
+/// The record `devgate nri` writes at Configure.
+fn write_record(state_dir: &Path, configured_unix: u64) {
+    let record = serde_json::json!({
+        "runtime": "containerd", "version": "1.7.24", "nri_version": "v0.6.1",
+        "events": "0x60c", "explicit_cgroup_rules": false, "cdi_devices": false,
+        "device_mode": "nodes", "devices_as": "nodes", "configured_unix": configured_unix,
+    });
+    write(&state_dir.join("runtime.json"), &record.to_string());
+}
+
 fn healthy() -> Node {
     healthy_from(None)
 }
@@ -149,21 +179,24 @@ fn healthy_node_passes_every_check() {
     let checks = run_checks(&node.roots, &node.host);
     let report = table(&checks);
     assert!(checks.iter().all(|c| c.status == Status::Pass), "{report}");
-    assert_eq!(checks.len(), 12, "{report}");
+    assert_eq!(checks.len(), 13, "{report}");
     assert!(
-        report.contains("12 passed, 0 warnings, 0 failed"),
+        report.contains("13 passed, 0 warnings, 0 failed"),
         "{report}"
     );
     assert!(check(&checks, "cgroup").detail.contains("systemd driver"));
-    assert!(check(&checks, "devgate registered")
-        .detail
-        .contains("pid 4242"));
+    let registered = &check(&checks, "devgate registered").detail;
+    assert!(registered.contains("pid 4242"), "{registered}");
+    assert!(
+        registered.contains("configured by containerd 1.7.24 at unix time 1700000020"),
+        "{registered}"
+    );
 }
 
 #[test]
 fn state_dir_that_is_a_file_fails() {
     let node = healthy();
-    std::fs::remove_dir(&node.roots.state_dir).unwrap();
+    std::fs::remove_dir_all(&node.roots.state_dir).unwrap();
     std::fs::write(&node.roots.state_dir, "").unwrap();
     let checks = run_checks(&node.roots, &node.host);
     let c = check(&checks, "state dirs");

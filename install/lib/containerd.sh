@@ -1,0 +1,78 @@
+# shellcheck shell=bash disable=SC2034,SC2154 # globals are bootstrap.sh's
+# Part of install/bootstrap.sh, which sources it: enabling NRI in containerd's
+# config. Uses the globals and helpers bootstrap.sh defines (p, log, warn, die,
+# DRY_RUN, CHANGES, FAILURES, the host paths).
+
+# --- containerd --------------------------------------------------------------
+
+containerd_major_minor() {
+    local v=$CONTAINERD_VERSION
+    if [[ -z $v ]]; then
+        command -v containerd >/dev/null || die "containerd not found: install containerd 1.7 or later first"
+        # "containerd github.com/containerd/containerd 1.7.24~ds1 ..." or "containerd containerd.io v1.7.24 ..."
+        v=$(containerd --version | awk '{ print $3 }')
+    fi
+    v=${v#v}
+    [[ $v =~ ^([0-9]+)\.([0-9]+) ]] || die "cannot read the containerd version from '$v'"
+    printf '%s %s\n' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+}
+
+# Prints the containerd config with NRI enabled, reading the current one on
+# stdin. Exit 3: the file names the NRI plugin in a form this edit does not
+# know (dotted keys, disabled_plugins): fail rather than guess.
+nri_enabled_config() {
+    local need_section=$1
+    awk -v need="$need_section" '
+        function header(line) { return line ~ /^[ \t]*\[/ }
+        /^[ \t]*\[plugins\."io\.containerd\.nri\.v1\.nri"\][ \t]*(#.*)?$/ {
+            found = 1; in_nri = 1; print; next
+        }
+        header($0) {
+            if (in_nri && !set && need == 1) print "  disable = false"
+            in_nri = 0; print; next
+        }
+        in_nri && /^[ \t]*disable[ \t]*=/ {
+            match($0, /^[ \t]*/); print substr($0, 1, RLENGTH) "disable = false"; set = 1; next
+        }
+        /^[ \t]*#/ { print; next }
+        /io\.containerd\.nri\.v1\.nri/ { odd = 1 }
+        { print }
+        END {
+            if (odd) exit 3
+            if (in_nri && !set && need == 1) print "  disable = false"
+            if (!found && need == 1) {
+                print ""
+                print "[plugins.\"io.containerd.nri.v1.nri\"]"
+                print "  disable = false"
+            }
+        }'
+}
+
+enable_nri() {
+    local major minor need=1 cfg new rc=0
+    read -r major minor < <(containerd_major_minor)
+    ((major > 1 || (major == 1 && minor >= 7))) || die "containerd $major.$minor has no NRI: install 1.7 or later"
+    # 2.x enables NRI unless its config says otherwise.
+    ((major == 1)) || need=0
+    cfg=$(p "$CONTAINERD_CONFIG")
+    if [[ ! -e $cfg ]]; then
+        ((need)) || return 0
+        ! put_text "$CONTAINERD_CONFIG" 644 < <(printf 'version = 2\n\n[%s]\n  disable = false\n' "$NRI_SECTION") ||
+            RESTART_CONTAINERD=1
+        return 0
+    fi
+    grep -Eq '^[[:space:]]*version[[:space:]]*=[[:space:]]*[23]([[:space:]]|#|$)' "$cfg" ||
+        die "$CONTAINERD_CONFIG is not a version 2 or 3 config: run 'containerd config migrate' first"
+    new=$(mktemp)
+    nri_enabled_config "$need" <"$cfg" >"$new" || rc=$?
+    if ((rc == 3)); then
+        rm -f "$new"
+        die "$CONTAINERD_CONFIG names io.containerd.nri.v1.nri outside a [$NRI_SECTION] table: set disable = false there by hand"
+    fi
+    ((rc == 0)) || die "cannot edit $CONTAINERD_CONFIG"
+    # Keep the file's mode: containerd configs may hold registry credentials.
+    if put_file "$new" "$CONTAINERD_CONFIG" "$(stat -c '%a' "$cfg")"; then
+        RESTART_CONTAINERD=1
+    fi
+    rm -f "$new"
+}

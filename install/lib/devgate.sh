@@ -1,0 +1,85 @@
+# shellcheck shell=bash disable=SC2034,SC2154 # globals are bootstrap.sh's
+# Part of install/bootstrap.sh, which sources it: devgate's binaries, config,
+# systemd unit or pre-installed plugin, hooks.d files, and the service restarts.
+# Uses the globals and helpers bootstrap.sh defines (p, log, warn, die, DRY_RUN,
+# CHANGES, FAILURES, the host paths).
+
+# --- devgate -----------------------------------------------------------------
+
+unit_text() {
+    cat <<EOF
+# Installed by devgate's install/bootstrap.sh.
+[Unit]
+Description=devgate NRI plugin (GPU and RDMA device allocation)
+After=containerd.service
+Wants=containerd.service
+
+[Service]
+ExecStart=$BIN/devgate nri --config $CONFIG --socket /var/run/nri/nri.sock --state-dir /run/devgate
+# The plugin reconnects when containerd restarts; a crash is restarted here.
+Restart=always
+RestartSec=1
+# Claims and saved VF state: /run/devgate (tmpfs), GPU health: /var/lib/devgate.
+RuntimeDirectory=devgate
+RuntimeDirectoryPreserve=yes
+StateDirectory=devgate
+Environment=DEVGATE_LOG=info
+
+[Install]
+WantedBy=multi-user.target
+EOF
+}
+
+install_devgate() {
+    local b
+    for b in devgate devgate-hook; do
+        [[ -x $BIN_DIR/$b ]] || die "$BIN_DIR/$b not found: build with 'cargo build --release' or pass --bin-dir"
+        ! put_file "$BIN_DIR/$b" "$BIN/$b" 755 || RESTART_DEVGATE=1
+    done
+    if [[ ! -e $(p "$CONFIG") ]]; then
+        ! put_file "$SCRIPT_DIR/config.toml" "$CONFIG" 644 || RESTART_DEVGATE=1
+    fi
+    if ((PREINSTALLED)); then
+        # containerd starts pre-installed plugins itself, only when it starts.
+        ! put_file "$BIN_DIR/devgate" "$PREINSTALLED_PLUGIN" 755 || RESTART_CONTAINERD=1
+        ! put_link "$PREINSTALLED_CONF" "$CONFIG" || RESTART_CONTAINERD=1
+    else
+        if put_text "$UNIT" 644 < <(unit_text); then
+            RESTART_DEVGATE=1
+            ((DRY_RUN)) || manifest_put unit devgate.service -
+        fi
+    fi
+    local hook found=0
+    for hook in "$HOOKS_SRC"/*.json; do
+        [[ -f $hook ]] || continue
+        found=1
+        put_file "$hook" "$HOOKS_DIR/$(basename "$hook")" 644 || true
+    done
+    ((found)) || warn "no $HOOKS_SRC/*.json: CRI-O and podman will not run devgate-hook"
+}
+
+# --- services ------------------------------------------------------------------
+
+systemctl_do() {
+    if ((DRY_RUN)); then
+        log "would run: systemctl $*"
+    elif ! real_root; then
+        log "skip (prefix $PREFIX): systemctl $*"
+    elif [[ ! -d /run/systemd/system ]]; then
+        warn "systemd is not running: run 'systemctl $*' yourself"
+    else
+        log "systemctl $*"
+        systemctl "$@" || FAILURES=$((FAILURES + 1))
+    fi
+}
+
+restart_services() {
+    if ((RESTART_CONTAINERD)); then
+        systemctl_do restart containerd.service
+    fi
+    if ((RESTART_DEVGATE && !PREINSTALLED)); then
+        systemctl_do daemon-reload
+        systemctl_do enable devgate.service
+        systemctl_do restart devgate.service
+    fi
+}

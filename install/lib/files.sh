@@ -1,0 +1,190 @@
+# shellcheck shell=bash disable=SC2034,SC2154 # globals are bootstrap.sh's
+# Part of install/bootstrap.sh, which sources it: the install manifest and the
+# file operations that record what they did in it, and their reversal at
+# --uninstall. Uses the globals and helpers bootstrap.sh defines (p, log, warn,
+# die, DRY_RUN, CHANGES, FAILURES, the host paths).
+
+# --- the manifest: one tab-separated line per thing an install did ---------
+#   created  <path>  <sha256 written>      removed at uninstall
+#   modified <path>  <sha256 written>      restored from <path>.devgate-backup
+#   numvfs   <bdf>   <count before>        written back at uninstall
+#   unit     <name>                        disabled at uninstall
+#   dir      <path>                        removed at uninstall when empty
+
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+
+manifest_get() { # kind key -> third field, or nothing
+    [[ -f $(p "$MANIFEST") ]] || return 0
+    awk -F'\t' -v k="$1" -v p="$2" '$1 == k && $2 == p { print $3; exit }' "$(p "$MANIFEST")"
+}
+
+manifest_kind() { # path -> created|modified|nothing
+    [[ -f $(p "$MANIFEST") ]] || return 0
+    awk -F'\t' -v p="$1" '($1 == "created" || $1 == "modified") && $2 == p { print $1; exit }' "$(p "$MANIFEST")"
+}
+
+# ensure_dir DIR: creates the host directory DIR and its missing parents,
+# recording each one it created.
+ensure_dir() {
+    local d=$1 i
+    local -a missing=()
+    while [[ ! -d $(p "$d") ]]; do
+        missing+=("$d")
+        d=$(dirname "$d")
+    done
+    for ((i = ${#missing[@]} - 1; i >= 0; i--)); do
+        mkdir "$(p "${missing[i]}")"
+        manifest_put dir "${missing[i]}" -
+    done
+}
+
+manifest_put() { # kind key value: replaces the line for (kind, key)
+    local m
+    m=$(p "$MANIFEST")
+    if [[ ! -d $(dirname "$m") ]]; then
+        # The manifest's own directories are recorded in it, parents first.
+        local d i
+        local -a missing=()
+        d=$(dirname "$MANIFEST")
+        while [[ ! -d $(p "$d") ]]; do
+            missing+=("$d")
+            d=$(dirname "$d")
+        done
+        mkdir -p "$(dirname "$m")"
+        for ((i = ${#missing[@]} - 1; i >= 0; i--)); do
+            printf 'dir\t%s\t-\n' "${missing[i]}" >>"$m"
+        done
+    fi
+    touch "$m"
+    awk -F'\t' -v k="$1" -v p="$2" '!($1 == k && $2 == p)' "$m" >"$m.new"
+    printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$m.new"
+    mv "$m.new" "$m"
+}
+
+manifest_drop() { # kind key
+    local m
+    m=$(p "$MANIFEST")
+    [[ -f $m ]] || return 0
+    awk -F'\t' -v k="$1" -v p="$2" '!($1 == k && $2 == p)' "$m" >"$m.new"
+    mv "$m.new" "$m"
+}
+
+# --- file operations ---------------------------------------------------------
+
+# put_file SRC DEST MODE: installs SRC as host path DEST when its content or
+# mode differs. The first time devgate touches a file that already exists, the
+# file is kept as DEST.devgate-backup. Returns 0 when it changed something.
+put_file() {
+    local src=$1 dest=$2 mode=$3 target
+    target=$(p "$dest")
+    if [[ -f $target && ! -L $target ]] && cmp -s "$src" "$target" &&
+        [[ $(stat -c '%a' "$target") == "$mode" ]]; then
+        return 1
+    fi
+    CHANGES=$((CHANGES + 1))
+    if ((DRY_RUN)); then
+        log "would install $dest (mode $mode)"
+        # Show edits of text files (the containerd config) as a diff.
+        if [[ -f $target ]] && grep -Iq . "$target" && grep -Iq . "$src"; then
+            diff -u --label "$dest" --label "$dest (new)" "$target" "$src" | sed 's/^/    /' || true
+        fi
+        return 0
+    fi
+    log "install $dest"
+    ensure_dir "$(dirname "$dest")"
+    local kind
+    kind=$(manifest_kind "$dest")
+    if [[ -z $kind ]]; then
+        if [[ -e $target || -L $target ]]; then
+            cp -a "$target" "$target.devgate-backup"
+            kind=modified
+        else
+            kind=created
+        fi
+    fi
+    install -m "$mode" "$src" "$target.devgate-new"
+    mv -f "$target.devgate-new" "$target"
+    manifest_put "$kind" "$dest" "$(sha "$target")"
+}
+
+# put_text DEST MODE: like put_file with the text on stdin.
+put_text() {
+    local tmp rc=0
+    tmp=$(mktemp)
+    cat >"$tmp"
+    put_file "$tmp" "$1" "$2" || rc=$?
+    rm -f "$tmp"
+    return "$rc"
+}
+
+# put_link DEST TARGET: a symlink, created when absent; never replaces a file.
+put_link() {
+    local link
+    link=$(p "$1")
+    if [[ -L $link && $(readlink "$link") == "$2" ]]; then
+        return 1
+    fi
+    [[ ! -e $link && ! -L $link ]] || die "$1 exists and is not devgate's link to $2: move it away first"
+    CHANGES=$((CHANGES + 1))
+    if ((DRY_RUN)); then
+        log "would link $1 -> $2"
+        return 0
+    fi
+    log "link $1 -> $2"
+    ensure_dir "$(dirname "$1")"
+    ln -s "$2" "$link"
+    manifest_put created "$1" link
+}
+
+# --- removing and restoring what the manifest records --------------------------
+
+# Removes a file devgate created (per the manifest). Returns 0 when it did.
+remove_owned() {
+    local path=$1 target written
+    target=$(p "$path")
+    [[ $(manifest_kind "$path") == created ]] || return 1
+    written=$(manifest_get created "$path")
+    if [[ ! -e $target && ! -L $target ]]; then
+        ((DRY_RUN)) || manifest_drop created "$path"
+        return 1
+    fi
+    if { [[ $written == link ]] && [[ ! -L $target ]]; } ||
+        { [[ $written != link && -f $target ]] && [[ $(sha "$target") != "$written" ]]; }; then
+        warn "$path changed after devgate wrote it; left in place"
+        ((DRY_RUN)) || manifest_drop created "$path"
+        return 1
+    fi
+    CHANGES=$((CHANGES + 1))
+    if ((DRY_RUN)); then
+        log "would remove $path"
+        return 0
+    fi
+    log "remove $path"
+    rm -f "$target"
+    manifest_drop created "$path"
+}
+
+# Restores a file devgate modified, when nobody changed it since.
+restore_owned() {
+    local path=$1 target written
+    target=$(p "$path")
+    written=$(manifest_get modified "$path")
+    [[ -f $target.devgate-backup || -L $target.devgate-backup ]] || {
+        warn "$path: backup $path.devgate-backup is gone; left as it is"
+        FAILURES=$((FAILURES + 1))
+        return
+    }
+    if [[ -f $target && $(sha "$target") != "$written" ]]; then
+        warn "$path changed after devgate wrote it; left as it is (the original is $path.devgate-backup)"
+        FAILURES=$((FAILURES + 1))
+        return
+    fi
+    CHANGES=$((CHANGES + 1))
+    if ((DRY_RUN)); then
+        log "would restore $path from $path.devgate-backup"
+        return
+    fi
+    log "restore $path"
+    mv -f "$target.devgate-backup" "$target"
+    manifest_drop modified "$path"
+}

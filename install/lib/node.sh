@@ -1,0 +1,63 @@
+# shellcheck shell=bash disable=SC2034,SC2154 # globals are bootstrap.sh's
+# Part of install/bootstrap.sh, which sources it: node preparation from the
+# config (VF counts, the RDMA netns mode). Uses the globals and helpers
+# bootstrap.sh defines (p, log, warn, die, DRY_RUN, CHANGES, FAILURES, the host
+# paths).
+
+# --- node preparation ----------------------------------------------------------
+
+write_sysfs() { # host path, value
+    if ((DRY_RUN)); then
+        log "would write $2 to $1"
+        return
+    fi
+    log "write $2 to $1"
+    printf '%s\n' "$2" >"$(p "$1")" || die "write $2 to $1 failed"
+}
+
+set_numvfs() { # bdf count
+    local dev=/sys/bus/pci/devices/$1 current total
+    [[ -f $(p "$dev/sriov_numvfs") ]] || die "[sriov] num_vfs names $1, which has no $dev/sriov_numvfs"
+    current=$(<"$(p "$dev/sriov_numvfs")")
+    total=$(<"$(p "$dev/sriov_totalvfs")")
+    ((current == $2)) && return 0
+    (($2 <= total)) || die "[sriov] num_vfs asks $2 VFs of $1, which has at most $total"
+    CHANGES=$((CHANGES + 1))
+    [[ -n $(manifest_get numvfs "$1") ]] || ((DRY_RUN)) || manifest_put numvfs "$1" "$current"
+    # A change between two non-zero counts is refused with EBUSY.
+    ((current == 0)) || write_sysfs "$dev/sriov_numvfs" 0
+    write_sysfs "$dev/sriov_numvfs" "$2"
+}
+
+prepare_node() {
+    local cfg=$CONFIG kind a b c mode=shared
+    # A dry run on a fresh node has no config yet: the shipped one applies.
+    [[ -e $(p "$cfg") ]] || cfg=$SCRIPT_DIR/config.toml
+    [[ $cfg == "$SCRIPT_DIR"/* ]] || cfg=$(p "$cfg")
+    local plan
+    plan=$("$BIN_DIR/devgate" doctor --config "$cfg" --print-node-prep) || die "read the node preparation from $cfg"
+    while read -r kind a b c; do
+        case $kind in
+        sriov_numvfs) set_numvfs "$a" "$b" ;;
+        rdma_netns_mode) mode=$a ;;
+        "") ;;
+        *) die "unexpected node preparation line: $kind $a $b $c" ;;
+        esac
+    done <<<"$plan"
+    local changed=1
+    if [[ $mode == exclusive ]]; then
+        put_text "$MODPROBE" 644 < <(printf '# Installed by devgate: RDMA devices belong to one network namespace.\noptions ib_core netns_mode=0\n') ||
+            changed=0
+    else
+        remove_owned "$MODPROBE" || changed=0
+    fi
+    # ib_core's netns_mode parameter reads Y (shared) or N (exclusive); it is
+    # absent while ib_core is not loaded, and then the file applies at its load.
+    local param runtime="" want=Y
+    param=$(p /sys/module/ib_core/parameters/netns_mode)
+    [[ ! -r $param ]] || runtime=$(<"$param")
+    [[ $mode == shared ]] || want=N
+    if [[ $runtime != "$want" ]] && { ((changed)) || [[ -n $runtime ]]; }; then
+        log "notice: rdma.netns_mode = $mode takes effect after a reboot (ib_core reads netns_mode when it loads)"
+    fi
+}

@@ -1,0 +1,59 @@
+# shellcheck shell=bash disable=SC2034,SC2154 # globals are bootstrap.sh's
+# Part of install/bootstrap.sh, which sources it: --uninstall, driven by the
+# manifest. Uses the globals and helpers bootstrap.sh defines (p, log, warn,
+# die, DRY_RUN, CHANGES, FAILURES, the host paths).
+
+# --- uninstall -----------------------------------------------------------------
+
+uninstall() {
+    local m kind key value
+    local -a dirs=()
+    m=$(p "$MANIFEST")
+    if [[ ! -f $m ]]; then
+        log "nothing installed (no $MANIFEST)"
+        return
+    fi
+    if [[ -n $(manifest_get unit devgate.service) ]]; then
+        systemctl_do disable --now devgate.service
+        ((DRY_RUN)) || manifest_drop unit devgate.service
+    fi
+    while IFS=$'\t' read -r kind key value; do
+        case $kind in
+        created)
+            if [[ $key == "$MODPROBE" ]] && remove_owned "$key"; then
+                log "notice: the RDMA netns mode returns to shared after a reboot"
+            elif [[ $key == "$CONTAINERD_CONFIG" || $key == "$PREINSTALLED_PLUGIN" ]] && remove_owned "$key"; then
+                RESTART_CONTAINERD=1
+            else
+                remove_owned "$key" || true
+            fi
+            ;;
+        modified)
+            restore_owned "$key"
+            [[ $key != "$CONTAINERD_CONFIG" ]] || RESTART_CONTAINERD=1
+            ;;
+        numvfs)
+            local dev=/sys/bus/pci/devices/$key current
+            current=$(<"$(p "$dev/sriov_numvfs")")
+            if ((current != value)); then
+                CHANGES=$((CHANGES + 1))
+                ((current == 0)) || write_sysfs "$dev/sriov_numvfs" 0
+                ((value == 0)) || write_sysfs "$dev/sriov_numvfs" "$value"
+            fi
+            ((DRY_RUN)) || manifest_drop numvfs "$key"
+            ;;
+        dir) dirs+=("$key") ;;
+        esac
+    done < <(tac "$m")
+    if ((RESTART_CONTAINERD)); then
+        systemctl_do restart containerd.service
+    fi
+    if ((!DRY_RUN && FAILURES == 0)); then
+        rm -f "$m"
+        # Newest first: children before their parents; a directory that holds
+        # something else is kept.
+        for key in "${dirs[@]}"; do
+            rmdir "$(p "$key")" 2>/dev/null || true
+        done
+    fi
+}

@@ -1,0 +1,108 @@
+//! `device_mode = "cdi"` against what containerd will do with CDI names.
+//!
+//! The plugin decides from the runtime's name and version and `runtime_cdi`
+//! (`plugin::features`); only the node shows containerd's `enable_cdi`, which
+//! decides 1.7.30+ (off by default) and can turn 2.1+ off (on by default). A
+//! runtime that gets CDI names it does not inject starts the container without
+//! those devices or fails it, so that mismatch fails; one that could take them
+//! but gets raw nodes only warns (raw nodes are always exact).
+use nri::RuntimeInfo;
+
+use super::containerd::ContainerdConfig;
+use super::host::Host;
+use super::Check;
+use crate::config::{Config, DeviceMode, RuntimeCdi};
+use crate::plugin::features;
+
+const NAME: &str = "cdi";
+
+pub fn cdi(host: &dyn Host, containerd: &ContainerdConfig, config: &Config) -> Check {
+    if config.device_mode == DeviceMode::Nodes {
+        return Check::pass(NAME, "device_mode = \"nodes\": devices as raw nodes");
+    }
+    let Ok(line) = host.containerd_version() else {
+        return Check::warn(
+            NAME,
+            "containerd version unknown: cannot tell whether it injects cdi devices",
+            "see the containerd check",
+        );
+    };
+    let version = line.split_whitespace().nth(2).unwrap_or_default();
+    let Some(v) = features::release(version) else {
+        return Check::warn(
+            NAME,
+            format!("cannot read a release from {line:?}"),
+            "see the containerd check",
+        );
+    };
+    let enable_cdi = match &containerd.loaded {
+        Ok(Some(eff)) => eff
+            .cri
+            .as_ref()
+            .and_then(|t| t.get("enable_cdi"))
+            .and_then(|v| v.as_bool()),
+        Ok(None) => None,
+        Err(e) => return Check::warn(NAME, e.clone(), "see the nri enabled check"),
+    };
+    let runtime = RuntimeInfo {
+        name: "containerd".into(),
+        version: version.into(),
+        ..RuntimeInfo::default()
+    };
+    let devgate_names = features::detect(&runtime, config.runtime_cdi).cdi_devices;
+    let injects = injects(v, enable_cdi);
+    let setting = match enable_cdi {
+        Some(b) => format!("enable_cdi = {b}"),
+        None => "enable_cdi unset".to_string(),
+    };
+    let path = containerd.path.display();
+    match (devgate_names, injects) {
+        (true, true) => Check::pass(NAME, format!("cdi names; containerd {version} injects them ({setting})")),
+        (false, false) => Check::pass(NAME, format!("raw nodes; containerd {version} does not inject cdi devices ({setting})")),
+        (true, false) => Check::fail(
+            NAME,
+            format!("devgate would name cdi devices, but containerd {version} does not inject them ({setting} in {path})"),
+            "set enable_cdi = true in containerd's CRI config and restart it, or set runtime_cdi = \"off\" (or \"auto\") in devgate's config",
+        ),
+        (false, true) if config.runtime_cdi == RuntimeCdi::Off => Check::pass(
+            NAME,
+            format!("raw nodes (runtime_cdi = \"off\"); containerd {version} could inject cdi devices"),
+        ),
+        (false, true) => Check::warn(
+            NAME,
+            format!("containerd {version} injects cdi devices ({setting}), but devgate cannot see that and uses raw nodes"),
+            "set runtime_cdi = \"on\" in devgate's config to use the cdi names of device_mode = \"cdi\"",
+        ),
+    }
+}
+
+/// Whether containerd `v` injects CDI devices of an NRI adjustment:
+/// 2.1+ unless `enable_cdi = false`, 1.7.30+ only with `enable_cdi = true`
+/// (containerd#12650); 1.7.26-1.7.29 and 2.0 drop them.
+fn injects(v: (u32, u32, u32), enable_cdi: Option<bool>) -> bool {
+    if v >= (2, 1, 0) {
+        enable_cdi != Some(false)
+    } else {
+        ((1, 7, 30)..(1, 8, 0)).contains(&v) && enable_cdi == Some(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn containerd_lines_and_enable_cdi() {
+        let cases = [
+            ((1, 7, 24), Some(true), false),
+            ((1, 7, 30), None, false),
+            ((1, 7, 30), Some(true), true),
+            ((2, 0, 7), Some(true), false),
+            ((2, 1, 9), None, true),
+            ((2, 1, 9), Some(false), false),
+        ];
+        for (v, enable, want) in cases {
+            assert_eq!(injects(v, enable), want, "{v:?} {enable:?}");
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! Releasing a pod only while its container set is what the caller saw.
+//!
+//! Hooks-only mode has no long-running process to serialise container events:
+//! one hook may decide that a pod is finished (its last container stopped, or
+//! every init exited) while another hook admits a new container into it. The
+//! decision is taken from a snapshot and the teardown runs outside the lock,
+//! so the set is compared again under the lock and the pod is kept when it
+//! changed: the new container keeps the claims it was admitted with.
+
+use std::collections::BTreeSet;
+
+use super::{drop_pod, prune_empty, quarantine_in, Ledger, LedgerError, PodRecord, Teardown};
+
+/// What [`Ledger::release_pod_if_unchanged`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuardedRelease {
+    /// The teardown ran and the claims are gone.
+    Released(PodRecord),
+    /// The container set differed from the expected one; the claims stay.
+    Changed,
+    /// The teardown failed: the claims stay and the pod's devices are quarantined.
+    Failed { pod: PodRecord, reason: String },
+    /// No such pod (never claimed, or released by someone else).
+    Absent,
+}
+
+fn container_set(pod: &PodRecord) -> BTreeSet<&str> {
+    pod.containers.keys().map(String::as_str).collect()
+}
+
+fn same_set(pod: &PodRecord, expected: &BTreeSet<String>) -> bool {
+    container_set(pod) == expected.iter().map(String::as_str).collect()
+}
+
+impl Ledger {
+    /// Releases `sandbox_id` after `teardown` if its container ids are exactly
+    /// `expected`, both before the teardown and again under the ledger lock.
+    ///
+    /// Like [`Ledger::release_pod`], the teardown runs unlocked and the pod
+    /// holds its claims until it is done. A failed teardown quarantines the
+    /// pod's devices even when the set changed meanwhile: the devices were
+    /// found in a state nobody should be handed.
+    pub fn release_pod_if_unchanged(
+        &self,
+        sandbox_id: &str,
+        expected: &BTreeSet<String>,
+        teardown: &dyn Teardown,
+    ) -> Result<GuardedRelease, LedgerError> {
+        let Some(seen) = self.store.read_unlocked()?.pods.remove(sandbox_id) else {
+            return Ok(GuardedRelease::Absent);
+        };
+        if !same_set(&seen, expected) {
+            return Ok(GuardedRelease::Changed);
+        }
+        let outcome = teardown.teardown(&seen);
+        let mut txn = self.store.begin()?;
+        let Some(now) = txn.state.pods.get(sandbox_id) else {
+            return Ok(GuardedRelease::Absent);
+        };
+        let unchanged = same_set(now, expected);
+        let result = match outcome {
+            Err(reason) => {
+                for claim in &seen.claims {
+                    quarantine_in(&mut txn.state, &claim.device, &reason);
+                }
+                GuardedRelease::Failed { pod: seen, reason }
+            }
+            Ok(()) if unchanged => {
+                drop_pod(&mut txn.state, sandbox_id);
+                prune_empty(&mut txn.state);
+                GuardedRelease::Released(seen)
+            }
+            Ok(()) => return Ok(GuardedRelease::Changed),
+        };
+        txn.commit()?;
+        Ok(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::super::{Claim, ContainerRecord, DeviceId, PodRef, Share};
+    use super::*;
+
+    fn pod(id: &str) -> PodRef {
+        PodRef {
+            sandbox_id: id.to_string(),
+            namespace: "ns".to_string(),
+            name: format!("pod-{id}"),
+            uid: format!("uid-{id}"),
+        }
+    }
+
+    fn claims() -> Vec<Claim> {
+        vec![Claim {
+            device: DeviceId::Gpu("GPU-1".to_string()),
+            share: Share::Exclusive,
+        }]
+    }
+
+    fn record() -> ContainerRecord {
+        ContainerRecord {
+            name: "main".to_string(),
+            devices: Vec::new(),
+            applied_unix: 1,
+            init: None,
+            cgroups: Vec::new(),
+        }
+    }
+
+    fn set(ids: &[&str]) -> BTreeSet<String> {
+        ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// A teardown that lets another ledger handle act while it runs, the way
+    /// a second hook process would between the snapshot and the commit.
+    struct Meanwhile<'a> {
+        act: Box<dyn Fn() + 'a>,
+        fail: bool,
+        seen: RefCell<Vec<String>>,
+    }
+
+    impl Teardown for Meanwhile<'_> {
+        fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+            self.seen.borrow_mut().push(pod.pod.sandbox_id.clone());
+            (self.act)();
+            if self.fail {
+                return Err("gpu busy".to_string());
+            }
+            Ok(())
+        }
+    }
+
+    fn two_handles() -> (tempfile::TempDir, Ledger, Ledger) {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Ledger::open(dir.path()).unwrap();
+        let b = Ledger::open(dir.path()).unwrap();
+        (dir, a, b)
+    }
+
+    #[test]
+    fn a_container_admitted_during_the_teardown_keeps_the_pod() {
+        let (_d, hook1, hook2) = two_handles();
+        hook1
+            .admit(&pod("p"), &claims(), "old", record(), false)
+            .unwrap();
+        let admit_new = || {
+            hook2
+                .admit(&pod("p"), &claims(), "new", record(), false)
+                .unwrap();
+        };
+        let teardown = Meanwhile {
+            act: Box::new(admit_new),
+            fail: false,
+            seen: RefCell::default(),
+        };
+        let out = hook1
+            .release_pod_if_unchanged("p", &set(&["old"]), &teardown)
+            .unwrap();
+        assert_eq!(out, GuardedRelease::Changed);
+        assert_eq!(*teardown.seen.borrow(), ["p"]);
+        let state = hook2.snapshot().unwrap();
+        let held = &state.pods["p"];
+        assert_eq!(held.claims, claims());
+        assert!(held.containers.contains_key("new"), "{held:?}");
+        assert_eq!(state.devices["gpu GPU-1"].holders.len(), 1);
+        // A later release with the current set goes through.
+        let none = Meanwhile {
+            act: Box::new(|| {}),
+            fail: false,
+            seen: RefCell::default(),
+        };
+        let out = hook2
+            .release_pod_if_unchanged("p", &set(&["new", "old"]), &none)
+            .unwrap();
+        assert!(matches!(out, GuardedRelease::Released(_)), "{out:?}");
+        let state = hook1.snapshot().unwrap();
+        assert!(
+            state.pods.is_empty() && state.devices.is_empty(),
+            "{state:?}"
+        );
+    }
+
+    #[test]
+    fn a_set_that_differs_up_front_skips_the_teardown() {
+        let (_d, l, _) = two_handles();
+        l.admit(&pod("p"), &claims(), "c1", record(), false)
+            .unwrap();
+        let teardown = Meanwhile {
+            act: Box::new(|| {}),
+            fail: false,
+            seen: RefCell::default(),
+        };
+        let out = l
+            .release_pod_if_unchanged("p", &set(&[]), &teardown)
+            .unwrap();
+        assert_eq!(out, GuardedRelease::Changed);
+        assert!(teardown.seen.borrow().is_empty());
+        let out = l
+            .release_pod_if_unchanged("q", &set(&[]), &teardown)
+            .unwrap();
+        assert_eq!(out, GuardedRelease::Absent);
+        assert_eq!(l.snapshot().unwrap().pods.len(), 1);
+    }
+
+    #[test]
+    fn a_failed_teardown_quarantines_and_keeps_the_claims() {
+        let (_d, l, _) = two_handles();
+        l.admit(&pod("p"), &claims(), "c1", record(), false)
+            .unwrap();
+        l.remove_container("p", "c1").unwrap();
+        let teardown = Meanwhile {
+            act: Box::new(|| {}),
+            fail: true,
+            seen: RefCell::default(),
+        };
+        let out = l
+            .release_pod_if_unchanged("p", &set(&[]), &teardown)
+            .unwrap();
+        assert!(
+            matches!(&out, GuardedRelease::Failed { reason, .. } if reason == "gpu busy"),
+            "{out:?}"
+        );
+        let state = l.snapshot().unwrap();
+        assert_eq!(state.pods["p"].claims, claims());
+        let q = state.devices["gpu GPU-1"].quarantine.as_ref().unwrap();
+        assert_eq!(q.reason, "gpu busy");
+    }
+
+    #[test]
+    fn a_pod_released_by_another_hook_meanwhile_is_absent() {
+        let (_d, hook1, hook2) = two_handles();
+        hook1
+            .admit(&pod("p"), &claims(), "c1", record(), false)
+            .unwrap();
+        let release_elsewhere = || {
+            hook2.release_pod("p", &super::super::NoTeardown).unwrap();
+        };
+        let teardown = Meanwhile {
+            act: Box::new(release_elsewhere),
+            fail: false,
+            seen: RefCell::default(),
+        };
+        let out = hook1
+            .release_pod_if_unchanged("p", &set(&["c1"]), &teardown)
+            .unwrap();
+        assert_eq!(out, GuardedRelease::Absent);
+        assert!(hook1.snapshot().unwrap().pods.is_empty());
+    }
+}
