@@ -56,7 +56,8 @@ private_apt_options() {
 }
 
 # Prints the .deb path of containerd matching $2 from Debian suite $1, downloading it
-# when needed through a private source list of that suite alone.
+# when needed through a private source list of that suite alone; fails (status 1)
+# when the suite has no such version.
 fetch_suite_deb() {
     local suite=$1 glob=$2 pattern existing
     pattern="$CACHE/debs/containerd_${glob%-\*}-*_amd64.deb"
@@ -83,7 +84,10 @@ fetch_suite_deb() {
             # shellcheck disable=SC2053 # the glob is intended
             [[ $v == $glob ]] && echo "$v"
         done | head -n1)
-    [[ -n $version ]] || die "$suite offers no containerd $glob (has: $(apt-cache "${opts[@]}" madison containerd | tr '\n' ' '))"
+    if [[ -z $version ]]; then
+        log "$suite offers no containerd $glob (has: $(apt-cache "${opts[@]}" madison containerd | tr '\n' ' '))"
+        return 1
+    fi
     (cd "$CACHE/debs" && apt-get "${opts[@]}" download "containerd=$version" >&2)
     compgen -G "$pattern" | head -n1
 }
@@ -96,7 +100,15 @@ install_containerd21() {
         return
     fi
     local deb
-    deb=$(fetch_suite_deb forky "$CONTAINERD21_VERSION_GLOB")
+    # Debian testing moves on: take the pinned release where a suite still has
+    # it, else another 2.1 release (same NRI line), forky first, then sid.
+    local deb="" glob suite
+    for glob in "$CONTAINERD21_VERSION_GLOB" '2.1.*'; do
+        for suite in forky sid; do
+            deb=$(fetch_suite_deb "$suite" "$glob") && break 2
+        done
+    done
+    [[ -n $deb ]] || die "neither forky nor sid offers containerd 2.1"
     log "unpacking $deb into $CONTAINERD21_PREFIX"
     rm -rf "$CONTAINERD21_PREFIX.new"
     mkdir -p "$CONTAINERD21_PREFIX.new"
