@@ -4,7 +4,9 @@
 //! file, dangling `socket:[..]` and `pipe:[..]` targets), so the real procfs code runs:
 //! one pass over the tree for all eight GPUs. Target: < 20 ms. Criterion reports the
 //! mean; the percentiles are printed after it from 200 timed runs. A second group
-//! scans this machine's own /proc.
+//! scans this machine's own /proc with 2000 extra real processes, each holding eight
+//! open files (forked children that wait in `pause`): the kernel's own procfs, whose
+//! fd links resolve without a path walk, as on a node. A third scans /proc as it is.
 use std::hint::black_box;
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -128,6 +130,51 @@ fn percentiles(name: &str, t: &GpuTeardown, record: &PodRecord) {
     );
 }
 
+/// `n` forked children holding the same eight open files, killed and reaped on drop.
+struct Children(Vec<libc::pid_t>);
+
+impl Children {
+    fn spawn(n: u32) -> Children {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain-file");
+        std::fs::write(&plain, "x").unwrap();
+        // Held open until the children are gone; they inherit them across fork.
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let files = [
+            std::fs::File::open("/dev/null").unwrap(),
+            std::fs::File::open("/dev/null").unwrap(),
+            std::fs::File::open("/dev/zero").unwrap(),
+            std::fs::File::open(&plain).unwrap(),
+        ];
+        let mut pids = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            // SAFETY: the child only calls pause(2) and _exit(2), both async-signal-safe.
+            match unsafe { libc::fork() } {
+                0 => loop {
+                    unsafe { libc::pause() };
+                },
+                -1 => panic!("fork: {}", std::io::Error::last_os_error()),
+                pid => pids.push(pid),
+            }
+        }
+        drop((r, w, a, b, files));
+        Children(pids)
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            // SAFETY: plain syscalls on our own children.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        for &pid in &self.0 {
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        }
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let proc_root = dir.path().join("proc");
@@ -138,7 +185,14 @@ fn bench(c: &mut Criterion) {
     });
     percentiles("gpu_teardown_8_gpus_2000_processes", &t, &record);
 
+    let children = Children::spawn(PROCESSES);
     let (t, record) = teardown(Path::new("/proc"), &dir.path().join("state"));
+    c.bench_function("gpu_teardown_8_gpus_2000_real_processes", |b| {
+        b.iter(|| t.teardown(black_box(&record)).unwrap())
+    });
+    percentiles("gpu_teardown_8_gpus_2000_real_processes", &t, &record);
+    drop(children);
+
     c.bench_function("gpu_teardown_8_gpus_host_proc", |b| {
         b.iter(|| t.teardown(black_box(&record)).unwrap())
     });
