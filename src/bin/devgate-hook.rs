@@ -5,52 +5,29 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
 use devgate::config::{Config, DEFAULT_CONFIG_PATH};
+use devgate::hook::args::{self, Command, HookArgs, USAGE};
 use devgate::hook::{
-    self, HookEnv, HookError, Stage, State, SysContainerOs, CONFIG_ENV, DEFAULT_STATE_DIR,
-    FAULT_ENV,
+    self, HookEnv, HookError, Stage, State, SysContainerOs, CONFIG_ENV, FAULT_ENV,
 };
 use devgate::netdev::NetnsRoots;
-use tracing::level_filters::LevelFilter;
-
-#[derive(Parser)]
-#[command(
-    name = "devgate-hook",
-    version,
-    about = "OCI hook: give pods their VFs and take them back"
-)]
-struct Args {
-    /// prestart, createRuntime, createContainer or poststop; `auto` takes it
-    /// from the state's status (creating: createRuntime, stopped: poststop),
-    /// for a hooks.d file that lists both stages with one argument list.
-    stage: String,
-    /// Root of the host filesystem for sysfs reads.
-    #[arg(long, default_value = "/")]
-    host_root: PathBuf,
-    /// Saved VF state (keep it on tmpfs: it describes this boot only).
-    #[arg(long, default_value = DEFAULT_STATE_DIR)]
-    state_dir: PathBuf,
-    /// Log file; default `<state-dir>/hook.log`.
-    #[arg(long)]
-    log_file: Option<PathBuf>,
-    #[arg(long, default_value = "info")]
-    log_level: LevelFilter,
-    /// Resolve devices from the pod annotation without the NRI plugin
-    /// (hooks.d): device nodes, device cgroup rules and VFs.
-    #[arg(long)]
-    hooks_only: bool,
-    /// Where the cgroup v1 hierarchies are mounted (hooks-only mode).
-    #[arg(long, default_value = "/sys/fs/cgroup")]
-    cgroup_root: PathBuf,
-    /// Where the cgroup v2 hierarchy is mounted (hooks-only mode; on a hybrid
-    /// host usually `/sys/fs/cgroup/unified`).
-    #[arg(long, default_value = "/sys/fs/cgroup")]
-    cgroup2_root: PathBuf,
-}
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match args::parse(std::env::args_os().skip(1)) {
+        Ok(Command::Run(args)) => args,
+        Ok(Command::Help) => {
+            println!("devgate-hook: OCI hook: give pods their VFs and take them back\n{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Version) => {
+            println!("devgate-hook {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("devgate-hook: {e}; {USAGE}");
+            return ExitCode::from(2);
+        }
+    };
     let log_file = args
         .log_file
         .clone()
@@ -67,7 +44,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &Args) -> Result<(), HookError> {
+fn run(args: &HookArgs) -> Result<(), HookError> {
     let fixed: Option<Stage> = match args.stage.as_str() {
         "auto" => None,
         other => Some(other.parse()?),

@@ -12,6 +12,7 @@
 //! runc shows a hook's output only inside its error (libcontainer `Command.Run`),
 //! so logs go to a file and the binary prints one line, on failure only.
 
+pub mod args;
 pub mod cgroup;
 pub mod cgroup_v2;
 pub mod devnodes;
