@@ -143,19 +143,64 @@ async fn serve(stub: Stub<DevgatePlugin>, retry: Duration) -> Result<(), NriCmdE
 
 /// Logs go to stderr, filtered by `DEVGATE_LOG` (default `info`).
 fn init_logging(format: LogFormat) -> Result<(), NriCmdError> {
-    let filter = match std::env::var(LOG_ENV) {
-        Ok(value) => value
-            .parse::<Targets>()
-            .map_err(|e| NriCmdError::LogFilter {
-                reason: e.to_string(),
-                value,
-            })?,
-        Err(_) => Targets::new().with_default(DEFAULT_LOG_LEVEL),
-    };
+    let filter = log_filter(std::env::var(LOG_ENV).ok())?;
     let fmt = tracing_subscriber::fmt().with_writer(std::io::stderr);
     let installed = match format {
         LogFormat::Text => fmt.finish().with(filter).try_init(),
         LogFormat::Json => fmt.json().finish().with(filter).try_init(),
     };
     installed.map_err(|e| NriCmdError::Logging(Box::new(e)))
+}
+
+/// The filter `DEVGATE_LOG` asks for: a level, and levels per target.
+fn log_filter(value: Option<String>) -> Result<Targets, NriCmdError> {
+    match value {
+        Some(value) => value
+            .parse::<Targets>()
+            .map_err(|e| NriCmdError::LogFilter {
+                reason: e.to_string(),
+                value,
+            }),
+        None => Ok(Targets::new().with_default(DEFAULT_LOG_LEVEL)),
+    }
+}
+
+#[cfg(test)]
+mod log_filter_tests {
+    use super::*;
+
+    #[test]
+    fn filters_by_level_and_target() {
+        let cases: [(Option<&str>, &str, LevelFilter); 4] = [
+            (None, "devgate::ledger", LevelFilter::INFO),
+            (Some("warn"), "devgate::ledger", LevelFilter::WARN),
+            (
+                Some("info,devgate::ledger=debug"),
+                "devgate::ledger",
+                LevelFilter::DEBUG,
+            ),
+            (
+                Some("info,devgate::ledger=debug"),
+                "devgate::plugin",
+                LevelFilter::INFO,
+            ),
+        ];
+        for (value, target, want) in cases {
+            let filter = log_filter(value.map(String::from)).unwrap();
+            let level = want.into_level().unwrap();
+            assert!(filter.would_enable(target, &level), "{value:?} {target}");
+            if let Some(finer) = [tracing::Level::DEBUG, tracing::Level::TRACE]
+                .into_iter()
+                .find(|l| LevelFilter::from_level(*l) > want)
+            {
+                assert!(!filter.would_enable(target, &finer), "{value:?} {target}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_bad_filter_is_an_error_naming_it() {
+        let err = log_filter(Some("info,x=loud".to_string())).unwrap_err();
+        assert!(err.to_string().contains("info,x=loud"), "{err}");
+    }
 }

@@ -60,7 +60,7 @@ struct StatusView<'a> {
 }
 
 pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
-    let state = Ledger::open(&args.state_dir)?.snapshot()?;
+    let state = Ledger::read(&args.state_dir)?;
     let health = HealthStore::new(&args.health_dir).snapshot()?;
     let runtime_record = crate::plugin::features::RuntimeRecord::load(&args.state_dir)?;
     let grants = crate::grant::audit::read_counters(&args.state_dir)?;

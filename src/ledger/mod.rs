@@ -109,6 +109,12 @@ impl Ledger {
         self.store.read_unlocked()
     }
 
+    /// The ledger under `dir` for a reader: a missing directory is an empty
+    /// ledger, and nothing is created (`devgate status` on a fresh node).
+    pub fn read(dir: &std::path::Path) -> Result<LedgerState, LedgerError> {
+        Store::at(dir).read_unlocked()
+    }
+
     /// Claims `claims` for `pod`, all or nothing. Re-claiming the same set is a no-op.
     pub fn claim(&self, pod: &PodRef, claims: &[Claim]) -> Result<(), LedgerError> {
         let mut txn = self.store.begin()?;

@@ -76,10 +76,15 @@ impl Store {
             path: dir.to_path_buf(),
             source,
         })?;
-        Ok(Store {
+        Ok(Store::at(dir))
+    }
+
+    /// The store under `dir`, which may not exist (readers only).
+    pub fn at(dir: &Path) -> Store {
+        Store {
             dir: dir.to_path_buf(),
             cache: Arc::new(Mutex::new(None)),
-        })
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -236,6 +241,17 @@ mod tests {
         assert!(matches!(store.begin(), Err(LedgerError::Corrupt { .. })));
         fs::remove_file(&path).unwrap();
         assert_eq!(store.begin().unwrap().state, LedgerState::default());
+    }
+
+    #[test]
+    fn a_reader_of_a_missing_dir_sees_nothing_and_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("state");
+        assert_eq!(
+            crate::ledger::Ledger::read(&missing).unwrap(),
+            LedgerState::default()
+        );
+        assert!(!missing.exists());
     }
 
     #[test]

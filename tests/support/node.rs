@@ -31,6 +31,7 @@ impl Node {
     /// With `config` as devgate's config file (`devgate.toml` of the instance).
     pub fn start_full(builder: HostRootBuilder, config: &str, extra: &[&str]) -> Node {
         let ctrd = Containerd::launch();
+        let config = with_private_health_dir(config, &ctrd.path("gpu-health"));
         std::fs::write(ctrd.path("devgate.toml"), config).expect("write devgate config");
         mount_state_tmpfs(&ctrd.path("devgate-state"));
         let fixture = builder.build(&ctrd.path("host")).expect("write host root");
@@ -120,3 +121,19 @@ pub fn allocation(gpus: &[String], rdma: &[String]) -> String {
     }
     format!("{{{}}}", parts.join(","))
 }
+
+/// The config with `gpu.health_dir` inside the instance unless the test sets it:
+/// GPU health outlives reboots in /var/lib/devgate, which a test must not read or
+/// leave behind.
+fn with_private_health_dir(config: &str, dir: &Path) -> String {
+    let mut doc: toml::Table = toml::from_str(config).expect("test config is toml");
+    let gpu = doc
+        .entry("gpu")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if let toml::Value::Table(gpu) = gpu {
+        gpu.entry("health_dir")
+            .or_insert_with(|| toml::Value::String(dir.to_string_lossy().into_owned()));
+    }
+    toml::to_string(&doc).expect("serialize test config")
+}
+
