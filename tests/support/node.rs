@@ -136,4 +136,3 @@ fn with_private_health_dir(config: &str, dir: &Path) -> String {
     }
     toml::to_string(&doc).expect("serialize test config")
 }
-
