@@ -104,10 +104,7 @@ impl Store {
     /// the file is the one this store last saw).
     pub fn begin(&self) -> Result<Txn<'_>, LedgerError> {
         let lock = fsutil::lock_exclusive(&self.path(LOCK_FILE)).map_err(LedgerError::from)?;
-        let state = match self.cached_state()? {
-            Some(state) => state,
-            None => self.read_unlocked()?,
-        };
+        let state = self.read_unlocked()?;
         Ok(Txn {
             store: self,
             _lock: lock,
@@ -115,16 +112,27 @@ impl Store {
         })
     }
 
-    /// The cached document when the file on disk is still the cached version.
-    fn cached_state(&self) -> Result<Option<LedgerState>, LedgerError> {
-        let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(cached) = cache.as_ref() else {
-            return Ok(None);
-        };
+    /// Runs `f` on the current document without the lock, on the cached copy when
+    /// the file is still that version (no read, no parse, no clone). For questions
+    /// whose answer no concurrent writer can change under the caller, such as
+    /// whether a container id, unique and admitted only at its creation, is known.
+    pub fn peek<R>(&self, f: impl FnOnce(&LedgerState) -> R) -> Result<R, LedgerError> {
+        {
+            let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(cached) = cache.as_ref() {
+                if self.is_current(cached.key)? {
+                    return Ok(f(&cached.state));
+                }
+            }
+        }
+        Ok(f(&self.read_file()?))
+    }
+
+    /// Whether the ledger file is still the version `key` names.
+    fn is_current(&self, key: FileKey) -> Result<bool, LedgerError> {
         match fs::metadata(self.path(LEDGER_FILE)) {
-            Ok(meta) if FileKey::of(&meta) == cached.key => Ok(Some(cached.state.clone())),
-            Ok(_) => Ok(None),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Ok(meta) => Ok(FileKey::of(&meta) == key),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(source) => Err(LedgerError::Io {
                 path: self.path(LEDGER_FILE),
                 source,
@@ -138,6 +146,11 @@ impl Store {
 
     /// Reads the state without the lock: the rename makes every read consistent.
     pub fn read_unlocked(&self) -> Result<LedgerState, LedgerError> {
+        self.peek(LedgerState::clone)
+    }
+
+    /// Reads and parses the file, and caches what it read.
+    fn read_file(&self) -> Result<LedgerState, LedgerError> {
         let path = self.path(LEDGER_FILE);
         let file = match File::open(&path) {
             Ok(f) => f,

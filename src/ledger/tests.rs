@@ -278,3 +278,31 @@ fn admit_conflict_claims_nothing_and_records_nothing() {
     assert!(matches!(err, LedgerError::Held { .. }));
     assert!(!l.snapshot().unwrap().pods.contains_key("b"));
 }
+
+/// Removing a container devgate never admitted is answered from the cached
+/// document, without waiting for the lock another process holds; a known one
+/// still goes through a transaction.
+#[test]
+fn unknown_containers_are_forgotten_without_the_lock() {
+    let (dir, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    l.admit(&pod("p"), &claims, "c1", record("main"), false)
+        .unwrap();
+    let held = crate::fsutil::lock_exclusive(&dir.path().join("ledger.lock")).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = {
+        let l = l.clone();
+        std::thread::spawn(move || {
+            l.remove_container("p", "not-ours").unwrap();
+            l.remove_container("other-pod", "c1").unwrap();
+            tx.send(()).unwrap();
+            l.remove_container("p", "c1").unwrap();
+        })
+    };
+    // A liveness bound, not a measurement: the lock is held until answered.
+    rx.recv_timeout(std::time::Duration::from_secs(30))
+        .expect("unknown containers answered while the lock was held");
+    drop(held);
+    worker.join().unwrap();
+    assert!(l.snapshot().unwrap().pods["p"].containers.is_empty());
+}
