@@ -45,16 +45,6 @@ install_bookworm_packages() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 }
 
-# apt options that confine every read and write to $CACHE.
-private_apt_options() {
-    printf '%s\n' \
-        -o "Dir::Etc::SourceList=$CACHE/trixie.list" \
-        -o "Dir::Etc::SourceParts=/dev/null" \
-        -o "Dir::State::Lists=$CACHE/lists" \
-        -o "Dir::Cache=$CACHE/cache" \
-        -o "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false"
-}
-
 # Prints the .deb path of containerd matching $2 from Debian suite $1, downloading it
 # when needed through a private source list of that suite alone; fails (status 1)
 # when the suite has no such version.
@@ -118,32 +108,6 @@ install_containerd21() {
     "$bin" --version >&2 || die "containerd 2.1 at $bin does not run"
 }
 
-# Prints the .deb path of containerd 1.7.24 from trixie, downloading it when needed.
-fetch_containerd_deb() {
-    local existing
-    existing=$(compgen -G "$CACHE/debs/containerd_1.7.24~ds1-*_amd64.deb" | head -n1 || true)
-    if [[ -n $existing ]]; then
-        printf '%s\n' "$existing"
-        return
-    fi
-    mkdir -p "$CACHE/lists/partial" "$CACHE/cache/archives/partial" "$CACHE/debs"
-    # apt downloads as _apt; let it write there instead of warning and falling back to root.
-    ! id _apt >/dev/null 2>&1 || chown _apt "$CACHE/debs"
-    echo "deb http://deb.debian.org/debian trixie main" >"$CACHE/trixie.list"
-    local -a opts
-    mapfile -t opts < <(private_apt_options)
-    apt-get "${opts[@]}" update >&2
-    local version
-    version=$(apt-cache "${opts[@]}" madison containerd | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' |
-        while read -r v; do
-            # shellcheck disable=SC2053 # the glob is intended
-            [[ $v == $CONTAINERD_VERSION_GLOB ]] && echo "$v"
-        done | head -n1)
-    [[ -n $version ]] || die "trixie offers no containerd $CONTAINERD_VERSION_GLOB (has: $(apt-cache "${opts[@]}" madison containerd | tr '\n' ' '))"
-    (cd "$CACHE/debs" && apt-get "${opts[@]}" download "containerd=$version" >&2)
-    compgen -G "$CACHE/debs/containerd_1.7.24~ds1-*_amd64.deb" | head -n1
-}
-
 install_containerd() {
     local current
     current=$(installed_version containerd)
@@ -153,7 +117,7 @@ install_containerd() {
     fi
     [[ -z $current ]] || log "replacing containerd $current with $CONTAINERD_VERSION_GLOB"
     local deb
-    deb=$(fetch_containerd_deb)
+    deb=$(fetch_suite_deb trixie "$CONTAINERD_VERSION_GLOB") || die "trixie offers no containerd $CONTAINERD_VERSION_GLOB"
     log "installing $deb"
     # Keep the package's maintainer scripts from starting the service on hosts
     # without systemd: a policy-rc.d that denies every start, removed afterwards.

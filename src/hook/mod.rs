@@ -170,15 +170,22 @@ fn attach(
     if resolved.networks.is_empty() {
         return Ok(Outcome::Nothing);
     }
+    let pid = creating_pid(stage, state)?;
+    attach_networks(env, &state.id, pid, &resolved.networks, checkpoint)?;
+    Ok(Outcome::Attached(resolved.networks.len()))
+}
+
+/// The container's init pid at a creation stage: the state must say the
+/// container is being created (runc's "creating", or "created" for prestart
+/// runtimes), and its pid is the way into the pod's network namespace.
+pub(crate) fn creating_pid(stage: Stage, state: &State) -> Result<u32, HookError> {
     if !matches!(state.status.as_str(), "creating" | "created") {
         return Err(HookError::Status {
             stage,
             status: state.status.chars().take(32).collect(),
         });
     }
-    let pid = state.pid().ok_or(HookError::NoPid { stage })?;
-    attach_networks(env, &state.id, pid, &resolved.networks, checkpoint)?;
-    Ok(Outcome::Attached(resolved.networks.len()))
+    state.pid().ok_or(HookError::NoPid { stage })
 }
 
 /// Moves `networks` into the netns of `pid` for `container_id`, all or nothing.

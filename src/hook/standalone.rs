@@ -298,13 +298,7 @@ fn create(
     if devices.allocation.is_empty() {
         return Ok(Outcome::Nothing);
     }
-    if !matches!(state.status.as_str(), "creating" | "created") {
-        return Err(HookError::Status {
-            stage,
-            status: state.status.chars().take(32).collect(),
-        });
-    }
-    let pid = state.pid().ok_or(HookError::NoPid { stage })?;
+    let pid = super::creating_pid(stage, state)?;
     let who = identity(state)?;
     let inventory = gpu::discover_node(&env.host_root);
     let plan =
