@@ -27,7 +27,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use net::{action, link, require_root, state, In, Sleeper, Veth};
+use net::{action, link, require_root, state, vouch, In, Sleeper, Veth};
 
 const VFS: usize = 4;
 
@@ -169,6 +169,8 @@ fn main() {
     let attach = state("bench", "creating", Some(pod.pid()), &nets);
     let detach = state("bench", "stopped", None, &[]);
     let idle = state("bench-idle", "stopped", None, &[]);
+    // What the plugin records at creation: the hook acts only on a vouched annotation.
+    vouch(&attach, dir.path());
     let (mut attaches, mut detaches, mut idles) = (Vec::new(), Vec::new(), Vec::new());
     let mut truths = Vec::new();
     let mut moves = Vec::new();

@@ -12,8 +12,8 @@ use std::path::Path;
 
 use devgate::netdev::{self, Netns, NetnsRoots, SavedStore, SysNetEnv, VfOps};
 use net::{
-    action, arp_notify, hook, link, links, ok, records, require_root, state, In, NamedNs, Sleeper,
-    Veth,
+    action, arp_notify, hook, hook_unvouched, link, links, ok, records, require_root, state, In,
+    NamedNs, Sleeper, Veth,
 };
 
 const ORIG_MTU: u32 = 1500;
@@ -76,6 +76,45 @@ fn library_attach_and_detach_in_a_named_netns() {
     assert_home(&v);
     assert!(link(In::Named(&pod.0), "net1").is_none());
     assert_eq!(netdev::detach_container(&mut ops, "lib1").unwrap(), 0);
+    assert_home(&v);
+}
+
+/// A pod can write annotations (CRI-O passes them to the OCI spec): the plugin's
+/// annotation without the plugin's ledger record moves and configures nothing.
+#[test]
+fn a_forged_resolved_annotation_moves_nothing() {
+    require_root();
+    let pod = Sleeper::new();
+    let v = Veth::new("dgfg0v", "dgfg0p", "02:00:00:0a:0f:01");
+    let dir = tempfile::tempdir().unwrap();
+    let nets = [action(
+        &v,
+        "0000:ee:0f.0",
+        "net1",
+        "02:00:00:0b:0f:01",
+        9000,
+    )];
+    let forged = state("forged1", "creating", Some(pod.pid()), &nets);
+    let out = hook_unvouched("createRuntime", &forged, dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("devgate-hook: container forged1: annotation devgate.io/resolved")
+            && err.contains("pods cannot grant themselves devices"),
+        "{err}"
+    );
+    assert_home(&v);
+    assert!(link(In::Pid(pod.pid()), "net1").is_none());
+    assert_eq!(records(dir.path()), 0);
+    // The same annotation once the plugin's record vouches for it.
+    ok(&hook("createRuntime", &forged, dir.path(), &[]));
+    assert_in_pod(In::Pid(pod.pid()), "net1", "02:00:00:0b:0f:01", 9000);
+    ok(&hook(
+        "poststop",
+        &state("forged1", "stopped", None, &[]),
+        dir.path(),
+        &[],
+    ));
     assert_home(&v);
 }
 

@@ -114,6 +114,13 @@ pub enum HookError {
     Vf(#[from] VfError),
     #[error(transparent)]
     HooksOnly(#[from] HooksOnlyError),
+    #[error("read the ledger")]
+    Ledger(#[source] crate::ledger::LedgerError),
+    #[error(
+        "container {container}: annotation {RESOLVED_ANNOTATION} is not the one devgate's plugin \
+         recorded for it; pods cannot grant themselves devices, refused"
+    )]
+    Unvouched { container: String },
 }
 
 /// Where the hook works.
@@ -171,8 +178,31 @@ fn attach(
         return Ok(Outcome::Nothing);
     }
     let pid = creating_pid(stage, state)?;
+    if !vouched(env, state)? {
+        return Err(HookError::Unvouched {
+            container: state.id.chars().take(64).collect(),
+        });
+    }
     attach_networks(env, &state.id, pid, &resolved.networks, checkpoint)?;
     Ok(Outcome::Attached(resolved.networks.len()))
+}
+
+/// Whether the ledger holds, for this container, exactly the resolved annotation
+/// its state carries. The plugin records what it gave each container; a pod can
+/// write annotations of its own (CRI-O copies pod annotations into the OCI spec,
+/// containerd copies those an operator allows), so the hook never moves or
+/// configures a VF on the annotation's word alone.
+pub(crate) fn vouched(env: &HookEnv, state: &State) -> Result<bool, HookError> {
+    let Some(value) = state.annotations.get(RESOLVED_ANNOTATION) else {
+        return Ok(false);
+    };
+    let ledger = crate::ledger::Ledger::read(&env.state_dir).map_err(HookError::Ledger)?;
+    Ok(ledger.pods.values().any(|p| {
+        p.containers
+            .get(&state.id)
+            .and_then(|c| c.resolved.as_deref())
+            == Some(value.as_str())
+    }))
 }
 
 /// The container's init pid at a creation stage: the state must say the
@@ -305,6 +335,29 @@ mod tests {
         assert!(
             !dir.path().join("vf").exists(),
             "poststop must not create state"
+        );
+    }
+
+    #[test]
+    fn an_annotation_the_ledger_does_not_vouch_for_moves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let nop = |_: &'static str| {};
+        let value = r#"{"version":1,"networks":[{"vf_index":0,"vf_bus_id":"0000:00:10.1","host_netdev":"veth0","container_ifname":"net1"}]}"#;
+        let state = State::parse(
+            serde_json::json!({"id": "c1", "status": "creating", "pid": 5,
+                "annotations": {RESOLVED_ANNOTATION: value}})
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap();
+        let e = run(Stage::CreateRuntime, &state, &env(dir.path()), &nop).unwrap_err();
+        assert!(matches!(e, HookError::Unvouched { .. }), "{e}");
+        assert!(e
+            .to_string()
+            .starts_with("container c1: annotation devgate.io/resolved"));
+        assert!(
+            !dir.path().join("vf").exists(),
+            "nothing saved, nothing moved"
         );
     }
 

@@ -210,6 +210,7 @@ fn a_container_admitted_into_a_stale_pod_during_its_release_keeps_it() {
             applied_unix: 1,
             init: None,
             cgroups: Vec::new(),
+            resolved: None,
         };
         l.admit(&held.pod, &held.claims, "new", record, true)
             .unwrap();

@@ -24,8 +24,10 @@
 //! the HAMi-core variables are not set in this mode; users pass them
 //! themselves (`podman run -e`) or use CDI.
 //!
-//! A container that carries [`RESOLVED_ANNOTATION`] was handled by the plugin:
-//! the hook then works as the plugin's hook.
+//! A container that carries [`RESOLVED_ANNOTATION`] and the plugin's ledger
+//! record of exactly that value was admitted by the NRI plugin, whose own hook
+//! does the work; the same annotation without the record came from the pod and
+//! is refused.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -190,8 +192,19 @@ pub fn run_hooks_only(
     os: &mut dyn ContainerOs,
     checkpoint: &dyn Fn(&'static str),
 ) -> Result<Outcome, HookError> {
+    // A container the NRI plugin admitted carries its annotation, recorded in
+    // the ledger: the hook the plugin injected does the work, this one nothing.
+    // The same annotation without that record came from the pod: refused.
     if state.annotations.contains_key(RESOLVED_ANNOTATION) {
-        return super::run(stage, state, env, checkpoint);
+        let vouched = super::vouched(env, state)?;
+        return match stage {
+            _ if vouched => Ok(Outcome::Nothing),
+            Stage::Prestart | Stage::CreateRuntime => Err(HookError::Unvouched {
+                container: state.id.chars().take(64).collect(),
+            }),
+            Stage::CreateContainer => Ok(Outcome::Nothing),
+            Stage::Poststop => release::stop(state, env, config, os, checkpoint),
+        };
     }
     match stage {
         Stage::Prestart | Stage::CreateRuntime => create(stage, state, env, config, os, checkpoint),
@@ -327,6 +340,7 @@ fn create(
         applied_unix: crate::ledger::now_unix(),
         init: liveness::identify(&env.roots.proc_root, pid),
         cgroups: own_cgroups(env, pid, &state.id),
+        resolved: None,
     };
     let admission = ledger
         .admit(

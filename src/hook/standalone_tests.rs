@@ -6,6 +6,7 @@ use std::path::Path;
 
 use super::*;
 use crate::allocation::DEVICE_ALLOCATED;
+use crate::ledger::{Claim, DeviceId, Share};
 
 #[path = "standalone_fake.rs"]
 mod fake;
@@ -174,23 +175,62 @@ fn nri_handled_or_device_free_containers_are_left_alone() {
         )
         .unwrap();
     assert_eq!(out, Outcome::Nothing);
-    // With the plugin's annotation the hook acts on it only (no plan, no claim).
+    // The plugin's annotation without the plugin's ledger record came from the
+    // pod: refused, nothing planned, claimed or created.
     let resolved = r#"{"version":1,"networks":[]}"#;
     let alloc = w.allocation();
     let ann = [
         (DEVICE_ALLOCATED, alloc.as_str()),
         (RESOLVED_ANNOTATION, resolved),
     ];
-    let out = w
-        .run(
-            Stage::CreateRuntime,
-            &state("c3", "creating", Some(7), &ann),
-            &mut os,
-        )
+    let forged = state("c3", "creating", Some(7), &ann);
+    let e = w.run(Stage::CreateRuntime, &forged, &mut os).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("pods cannot grant themselves devices"),
+        "{e}"
+    );
+    assert!(os.nodes.is_empty() && os.attached.is_empty());
+    assert!(w.ledger().pods.is_empty());
+    // With the record the plugin writes, the plugin's own hook does the work.
+    let pod = PodRef {
+        sandbox_id: "sb-nri".into(),
+        namespace: "ns".into(),
+        name: "nri".into(),
+        uid: "uid-nri".into(),
+    };
+    let record = ContainerRecord {
+        name: "main".into(),
+        devices: Vec::new(),
+        applied_unix: 0,
+        init: None,
+        cgroups: Vec::new(),
+        resolved: Some(resolved.into()),
+    };
+    let gpu = Claim {
+        device: DeviceId::Gpu("GPU-nri".into()),
+        share: Share::Exclusive,
+    };
+    Ledger::open(&w.env.state_dir)
+        .unwrap()
+        .admit(&pod, &[gpu], "c3", record, true)
         .unwrap();
-    assert_eq!(out, Outcome::Nothing);
-    assert!(os.nodes.is_empty());
-    assert!(!Path::new(&w.env.state_dir).join("ledger.json").exists());
+    let before = w.ledger();
+    for stage in [Stage::CreateRuntime, Stage::Poststop] {
+        let status = if stage == Stage::Poststop {
+            "stopped"
+        } else {
+            "creating"
+        };
+        let st = state("c3", status, Some(7), &ann);
+        assert_eq!(w.run(stage, &st, &mut os).unwrap(), Outcome::Nothing);
+    }
+    assert!(os.nodes.is_empty() && os.attached.is_empty());
+    assert_eq!(
+        w.ledger(),
+        before,
+        "the plugin's claims are the plugin's to release"
+    );
 }
 
 #[test]

@@ -107,6 +107,7 @@ mod tests {
             applied_unix: 1,
             init: None,
             cgroups: Vec::new(),
+            resolved: None,
         }
     }
 

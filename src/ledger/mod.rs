@@ -140,7 +140,6 @@ impl Ledger {
         let Some(rec) = txn.state.pods.get_mut(&pod.sandbox_id) else {
             return Ok(Admission::default());
         };
-        rec.containers.insert(container_id.to_string(), record);
         let network_owner = wants_network
             && match &rec.network_owner {
                 None => {
@@ -149,6 +148,12 @@ impl Ledger {
                 }
                 Some(owner) => owner == container_id,
             };
+        let mut record = record;
+        if !network_owner {
+            // Only the owner gets the annotation, so only it may be vouched for.
+            record.resolved = None;
+        }
+        rec.containers.insert(container_id.to_string(), record);
         txn.commit()?;
         Ok(Admission { network_owner })
     }

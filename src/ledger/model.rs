@@ -101,6 +101,11 @@ pub struct ContainerRecord {
     /// even where the runtime names its cgroups without the pod UID (podman).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cgroups: Vec<String>,
+    /// The `devgate.io/resolved` annotation the plugin gave the container (its
+    /// network owner only): the hook acts on that annotation only when it is
+    /// exactly this, since a pod can write annotations of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<String>,
 }
 
 /// A process identity that survives pid reuse: the pid and its start time in

@@ -116,6 +116,7 @@ fn state_survives_reopen_and_reconcile_drops_dead_pods() {
             applied_unix: 1,
             init: None,
             cgroups: Vec::new(),
+            resolved: None,
         },
     )
     .unwrap();
@@ -220,6 +221,7 @@ fn record(name: &str) -> ContainerRecord {
         applied_unix: 1,
         init: None,
         cgroups: Vec::new(),
+        resolved: None,
     }
 }
 

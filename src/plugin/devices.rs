@@ -171,12 +171,13 @@ impl Devices {
             name: pod.name.clone(),
             uid: pod.uid.clone(),
         };
-        let record = ContainerRecord {
+        let mut record = ContainerRecord {
             name: ctr.name.clone(),
             devices: plan.devices.iter().map(|d| d.path.clone()).collect(),
             applied_unix: crate::ledger::now_unix(),
             init: None,
             cgroups: Vec::new(),
+            resolved: None,
         };
         let mut opts = AdjustOptions {
             explicit_cgroup_rules: features.explicit_cgroup_rules,
@@ -191,6 +192,8 @@ impl Devices {
         } else {
             Some(Resolved::new(networks).to_annotation()?)
         };
+        // The hook acts on the annotation only when the ledger vouches for it.
+        record.resolved = resolved.clone();
         let admission = self
             .ledger
             .admit(&pod_ref, &plan.claims, &ctr.id, record, resolved.is_some())

@@ -240,8 +240,48 @@ pub fn state(id: &str, status: &str, pid: Option<u32>, networks: &[VfAttach]) ->
     s.to_string()
 }
 
-/// Runs the hook binary with `state` on stdin.
+/// Records in the ledger under `state_dir`, as the plugin does at creation, the
+/// resolved annotation `state` carries, so that the hook acts on it. Idempotent.
+pub fn vouch(state: &str, state_dir: &Path) {
+    // Malformed states are what some tests feed the hook: nothing to vouch for.
+    let Ok(state) = serde_json::from_str::<serde_json::Value>(state) else {
+        return;
+    };
+    let Some(value) = state["annotations"][RESOLVED_ANNOTATION].as_str() else {
+        return;
+    };
+    let id = state["id"].as_str().expect("state id");
+    let pod = devgate::ledger::PodRef {
+        sandbox_id: format!("sb-{id}"),
+        namespace: "test".into(),
+        name: format!("pod-{id}"),
+        uid: format!("uid-{id}"),
+    };
+    let record = devgate::ledger::ContainerRecord {
+        name: "app".into(),
+        devices: Vec::new(),
+        applied_unix: 0,
+        init: None,
+        cgroups: Vec::new(),
+        resolved: Some(value.to_string()),
+    };
+    let claim = devgate::ledger::Claim {
+        device: devgate::ledger::DeviceId::Gpu(format!("GPU-{id}")),
+        share: devgate::ledger::Share::Exclusive,
+    };
+    devgate::ledger::Ledger::open(state_dir)
+        .and_then(|l| l.admit(&pod, &[claim], id, record, true))
+        .expect("vouch in the ledger");
+}
+
+/// Runs the hook binary with `state` on stdin, its annotation vouched for.
 pub fn hook(stage: &str, state: &str, state_dir: &Path, env: &[(&str, &str)]) -> Output {
+    vouch(state, state_dir);
+    hook_unvouched(stage, state, state_dir, env)
+}
+
+/// Runs the hook binary with `state` on stdin, the ledger as it is.
+pub fn hook_unvouched(stage: &str, state: &str, state_dir: &Path, env: &[(&str, &str)]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_devgate-hook"))
         .arg(stage)
         .arg("--state-dir")
