@@ -2,7 +2,6 @@
 //! side: what is planned reaches the container, claims are taken and given
 //! back, and every failure leaves nothing claimed.
 
-
 use super::*;
 use crate::allocation::DEVICE_ALLOCATED;
 use crate::ledger::{Claim, DeviceId, Share};
