@@ -13,6 +13,11 @@
 //!   thread, so CreateContainer never waits on the network except for a pod the
 //!   watch has not delivered yet (at most `grant_wait_ms`);
 //! - [`audit`]: a log line per decision and counters for `devgate status`.
+//!
+//! The watch is a blocking HTTP client (`ureq` with rustls) on one thread and
+//! deserializes only the fields it needs, rather than kube-rs with k8s-openapi:
+//! the plugin stays one small single-threaded runtime, and nothing of the client
+//! runs or is faulted in while the check is off.
 
 pub mod audit;
 pub mod cache;
