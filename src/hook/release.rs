@@ -114,6 +114,13 @@ pub(super) fn stop(
         .pods
         .into_values()
         .find(|p| p.containers.contains_key(&state.id));
+    if pod
+        .as_ref()
+        .is_some_and(|p| p.containers[&state.id].by_plugin())
+    {
+        // The NRI plugin admitted it: its hook and its release do the work.
+        return Ok(Outcome::Nothing);
+    }
     let networks = match os.detach(&state.id, checkpoint) {
         Ok(n) => n,
         Err(e) => {

@@ -305,6 +305,10 @@ fn create(
     os: &mut dyn ContainerOs,
     checkpoint: &dyn Fn(&'static str),
 ) -> Result<Outcome, HookError> {
+    if admitted_by_plugin(env, &state.id)? {
+        // CRI-O with NRI and this hooks.d file: the plugin applied the allocation.
+        return Ok(Outcome::Nothing);
+    }
     let no_labels = BTreeMap::new();
     let devices =
         allocation::parse_pod(&state.annotations, &no_labels).map_err(HooksOnlyError::from)?;
@@ -341,6 +345,7 @@ fn create(
         init: liveness::identify(&env.roots.proc_root, pid),
         cgroups: own_cgroups(env, pid, &state.id),
         resolved: None,
+        hooks_only: true,
     };
     let admission = ledger
         .admit(
@@ -384,3 +389,14 @@ fn create(
 #[cfg(test)]
 #[path = "standalone_tests.rs"]
 mod tests;
+
+/// Whether the NRI plugin has a record of this container: the runtime runs
+/// both the plugin and the hooks.d file, and the plugin got there first.
+fn admitted_by_plugin(env: &HookEnv, container_id: &str) -> Result<bool, HookError> {
+    let ledger = Ledger::read(&env.state_dir).map_err(HooksOnlyError::from)?;
+    Ok(ledger.pods.values().any(|p| {
+        p.containers
+            .get(container_id)
+            .is_some_and(ContainerRecord::by_plugin)
+    }))
+}

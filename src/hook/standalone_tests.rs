@@ -204,6 +204,7 @@ fn nri_handled_or_device_free_containers_are_left_alone() {
         init: None,
         cgroups: Vec::new(),
         resolved: Some(resolved.into()),
+        hooks_only: false,
     };
     let gpu = Claim {
         device: DeviceId::Gpu("GPU-nri".into()),
@@ -293,3 +294,51 @@ fn identity_comes_from_cri_keys_or_the_container_itself() {
 
 #[path = "release_tests.rs"]
 mod release;
+
+/// CRI-O with NRI and the hooks.d file: for a container the plugin admitted
+/// (here GPU only, so without the resolved annotation) the hooks.d hook plans,
+/// claims, creates and releases nothing.
+#[test]
+fn containers_the_plugin_admitted_are_the_plugins() {
+    let w = world();
+    let alloc = w.allocation();
+    let ann = [(DEVICE_ALLOCATED, alloc.as_str())];
+    let pod = PodRef {
+        sandbox_id: "sb-nri".into(),
+        namespace: "ns".into(),
+        name: "nri".into(),
+        uid: "uid-nri".into(),
+    };
+    let record = ContainerRecord {
+        name: "main".into(),
+        devices: vec!["/dev/nvidia0".into()],
+        applied_unix: 0,
+        init: None,
+        cgroups: Vec::new(),
+        resolved: None,
+        hooks_only: false,
+    };
+    let gpu = Claim {
+        device: DeviceId::Gpu("GPU-nri".into()),
+        share: Share::Exclusive,
+    };
+    Ledger::open(&w.env.state_dir)
+        .unwrap()
+        .admit(&pod, &[gpu], "c9", record, false)
+        .unwrap();
+    let before = w.ledger();
+    let mut os = FakeOs::default();
+    let created = state("c9", "creating", Some(7), &ann);
+    assert_eq!(
+        w.run(Stage::CreateRuntime, &created, &mut os).unwrap(),
+        Outcome::Nothing
+    );
+    let stopped = state("c9", "stopped", None, &ann);
+    assert_eq!(
+        w.run(Stage::Poststop, &stopped, &mut os).unwrap(),
+        Outcome::Nothing
+    );
+    assert!(os.nodes.is_empty() && os.attached.is_empty());
+    assert!(os.teardowns.borrow().is_empty());
+    assert_eq!(w.ledger(), before);
+}

@@ -108,6 +108,7 @@ mod tests {
             init: None,
             cgroups: Vec::new(),
             resolved: None,
+            hooks_only: false,
         }
     }
 

@@ -106,6 +106,19 @@ pub struct ContainerRecord {
     /// exactly this, since a pod can write annotations of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved: Option<String>,
+    /// Admitted by `devgate-hook --hooks-only` rather than the NRI plugin: on a
+    /// runtime with both (CRI-O with NRI and a hooks.d file), each leaves the
+    /// other's containers alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hooks_only: bool,
+}
+
+impl ContainerRecord {
+    /// Whether the NRI plugin admitted the container (records from before
+    /// `hooks_only` existed carry the init only hooks-only mode records).
+    pub fn by_plugin(&self) -> bool {
+        !self.hooks_only && self.init.is_none()
+    }
 }
 
 /// A process identity that survives pid reuse: the pid and its start time in

@@ -117,6 +117,7 @@ fn state_survives_reopen_and_reconcile_drops_dead_pods() {
             init: None,
             cgroups: Vec::new(),
             resolved: None,
+            hooks_only: false,
         },
     )
     .unwrap();
@@ -222,6 +223,7 @@ fn record(name: &str) -> ContainerRecord {
         init: None,
         cgroups: Vec::new(),
         resolved: None,
+        hooks_only: false,
     }
 }
 

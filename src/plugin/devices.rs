@@ -178,6 +178,7 @@ impl Devices {
             init: None,
             cgroups: Vec::new(),
             resolved: None,
+            hooks_only: false,
         };
         let mut opts = AdjustOptions {
             explicit_cgroup_rules: features.explicit_cgroup_rules,

@@ -264,6 +264,7 @@ pub fn vouch(state: &str, state_dir: &Path) {
         init: None,
         cgroups: Vec::new(),
         resolved: Some(value.to_string()),
+        hooks_only: false,
     };
     let claim = devgate::ledger::Claim {
         device: devgate::ledger::DeviceId::Gpu(format!("GPU-{id}")),
