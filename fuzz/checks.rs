@@ -9,6 +9,7 @@ use devgate::allocation::{
 };
 use devgate::config::Config;
 use devgate::fixture::HostRootBuilder;
+use devgate::hook::{args, Resolved, State, MAX_NETWORKS};
 use devgate::inventory::Inventory;
 use devgate::plan;
 
@@ -99,4 +100,39 @@ fn check(p: &plan::Plan) {
     let json = serde_json::to_string(p).unwrap();
     let back: plan::Plan = serde_json::from_str(&json).unwrap();
     assert_eq!(&back, p);
+}
+
+/// What a runtime writes on the hook's stdin, annotations included (a pod can
+/// write `devgate.io/resolved` too): parsing must return, never panic; a
+/// resolved value that parses holds only validated networks and survives its
+/// own round trip; every error is one bounded line.
+pub fn hook_state(data: &[u8]) {
+    let state = match State::parse(data) {
+        Ok(s) => s,
+        Err(e) => return one_line(&e.to_string()),
+    };
+    assert!(!state.id.is_empty() && state.id.len() <= 256);
+    let _ = state.pid();
+    match Resolved::from_annotations(&state.annotations) {
+        Ok(Some(r)) => {
+            assert!(r.networks.len() <= MAX_NETWORKS);
+            assert!(r.networks.iter().all(|n| n.validate().is_ok()));
+            let text = r.to_annotation().unwrap();
+            assert_eq!(Resolved::parse(&text).unwrap(), r);
+        }
+        Ok(None) => {}
+        Err(e) => one_line(&e.to_string()),
+    }
+    // The same bytes as a command line (NUL-separated): parsed or refused.
+    let argv = data
+        .split(|b| *b == 0)
+        .map(|a| std::ffi::OsString::from(String::from_utf8_lossy(a).into_owned()));
+    if let Err(e) = args::parse(argv) {
+        one_line(&e.to_string());
+    }
+}
+
+fn one_line(text: &str) {
+    assert!(!text.contains(['\n', '\r']), "{text:?}");
+    assert!(text.len() < 4096, "{}", text.len());
 }

@@ -100,3 +100,8 @@ fn allocation_parser_survives_mutated_seeds() {
 fn plan_survives_mutated_seeds() {
     smoke("plan", 10_000, checks::plan);
 }
+
+#[test]
+fn hook_state_survives_mutated_seeds() {
+    smoke("hook_state", 20_000, checks::hook_state);
+}
