@@ -13,3 +13,4 @@ pub mod ledger;
 pub mod netdev;
 pub mod plan;
 pub mod plugin;
+pub mod untrusted;

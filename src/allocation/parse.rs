@@ -355,13 +355,8 @@ pub(super) fn clip(s: &str) -> String {
 }
 
 fn malformed(entry: &str, e: serde_json::Error) -> AllocationError {
-    // serde_json quotes input with escapes, so the message stays one line; clip it anyway.
-    let reason: String = e
-        .to_string()
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(200)
-        .collect();
+    // serde_json decodes escapes in what it quotes (an unknown field name).
+    let reason = crate::untrusted::one_line(&e.to_string(), 200);
     AllocationError::Malformed {
         annotation: ANN,
         entry: entry.to_string(),

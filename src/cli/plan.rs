@@ -271,10 +271,7 @@ fn share_text(share: &Share) -> String {
 }
 
 fn one_line(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(300)
-        .collect()
+    crate::untrusted::one_line(s, 300)
 }
 
 /// A people-readable view of a plan.

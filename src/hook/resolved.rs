@@ -73,7 +73,10 @@ impl Resolved {
                 value.len()
             )));
         }
-        let resolved: Resolved = serde_json::from_str(value).map_err(|e| err(e.to_string()))?;
+        // A pod can write this annotation, and serde_json decodes the escapes in
+        // what it quotes (an unknown field's name): one line, bounded.
+        let resolved: Resolved = serde_json::from_str(value)
+            .map_err(|e| err(crate::untrusted::one_line(&e.to_string(), 300)))?;
         resolved.check()?;
         Ok(resolved)
     }
@@ -103,6 +106,19 @@ impl Resolved {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pod can write the annotation: a field name with escaped line breaks must
+    /// not break the one-line error the runtime shows (found by fuzzing).
+    #[test]
+    fn errors_quoting_the_pod_stay_one_line() {
+        let value = r#"{"version":1,"networks":[{"x\r\ndevgate-hook: forged":1}]}"#;
+        let e = Resolved::parse(value).unwrap_err().to_string();
+        assert!(!e.contains(['\r', '\n']), "{e:?}");
+        assert!(
+            e.starts_with("annotation devgate.io/resolved: unknown field"),
+            "{e}"
+        );
+    }
 
     const FULL: &str = r#"{"version":1,"networks":[{"pf_netdev":"ens1f0","vf_index":3,
         "vf_bus_id":"0000:3b:02.3","host_netdev":"ens1f0v3","rdma_device":"mlx5_5",

@@ -42,8 +42,8 @@ impl State {
     }
 
     pub fn parse(text: &[u8]) -> Result<State, HookError> {
-        let state: State =
-            serde_json::from_slice(text).map_err(|e| HookError::State(e.to_string()))?;
+        let state: State = serde_json::from_slice(text)
+            .map_err(|e| HookError::State(crate::untrusted::one_line(&e.to_string(), 300)))?;
         let id_ok = !state.id.is_empty()
             && state.id.len() <= MAX_ID_LEN
             && state.id.bytes().all(|b| b.is_ascii_graphic());
