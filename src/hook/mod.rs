@@ -197,12 +197,10 @@ pub(crate) fn vouched(env: &HookEnv, state: &State) -> Result<bool, HookError> {
         return Ok(false);
     };
     let ledger = crate::ledger::Ledger::read(&env.state_dir).map_err(HookError::Ledger)?;
-    Ok(ledger.pods.values().any(|p| {
-        p.containers
-            .get(&state.id)
-            .and_then(|c| c.resolved.as_deref())
-            == Some(value.as_str())
-    }))
+    let recorded = ledger
+        .container(&state.id)
+        .and_then(|c| c.resolved.as_deref());
+    Ok(recorded == Some(value.as_str()))
 }
 
 /// The container's init pid at a creation stage: the state must say the

@@ -394,9 +394,7 @@ mod tests;
 /// both the plugin and the hooks.d file, and the plugin got there first.
 fn admitted_by_plugin(env: &HookEnv, container_id: &str) -> Result<bool, HookError> {
     let ledger = Ledger::read(&env.state_dir).map_err(HooksOnlyError::from)?;
-    Ok(ledger.pods.values().any(|p| {
-        p.containers
-            .get(container_id)
-            .is_some_and(ContainerRecord::by_plugin)
-    }))
+    Ok(ledger
+        .container(container_id)
+        .is_some_and(ContainerRecord::by_plugin))
 }

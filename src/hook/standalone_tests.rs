@@ -191,29 +191,7 @@ fn nri_handled_or_device_free_containers_are_left_alone() {
     assert!(os.nodes.is_empty() && os.attached.is_empty());
     assert!(w.ledger().pods.is_empty());
     // With the record the plugin writes, the plugin's own hook does the work.
-    let pod = PodRef {
-        sandbox_id: "sb-nri".into(),
-        namespace: "ns".into(),
-        name: "nri".into(),
-        uid: "uid-nri".into(),
-    };
-    let record = ContainerRecord {
-        name: "main".into(),
-        devices: Vec::new(),
-        applied_unix: 0,
-        init: None,
-        cgroups: Vec::new(),
-        resolved: Some(resolved.into()),
-        hooks_only: false,
-    };
-    let gpu = Claim {
-        device: DeviceId::Gpu("GPU-nri".into()),
-        share: Share::Exclusive,
-    };
-    Ledger::open(&w.env.state_dir)
-        .unwrap()
-        .admit(&pod, &[gpu], "c3", record, true)
-        .unwrap();
+    admit_as_plugin(&w, "c3", Some(resolved));
     let before = w.ledger();
     for stage in [Stage::CreateRuntime, Stage::Poststop] {
         let status = if stage == Stage::Poststop {
@@ -303,29 +281,7 @@ fn containers_the_plugin_admitted_are_the_plugins() {
     let w = world();
     let alloc = w.allocation();
     let ann = [(DEVICE_ALLOCATED, alloc.as_str())];
-    let pod = PodRef {
-        sandbox_id: "sb-nri".into(),
-        namespace: "ns".into(),
-        name: "nri".into(),
-        uid: "uid-nri".into(),
-    };
-    let record = ContainerRecord {
-        name: "main".into(),
-        devices: vec!["/dev/nvidia0".into()],
-        applied_unix: 0,
-        init: None,
-        cgroups: Vec::new(),
-        resolved: None,
-        hooks_only: false,
-    };
-    let gpu = Claim {
-        device: DeviceId::Gpu("GPU-nri".into()),
-        share: Share::Exclusive,
-    };
-    Ledger::open(&w.env.state_dir)
-        .unwrap()
-        .admit(&pod, &[gpu], "c9", record, false)
-        .unwrap();
+    admit_as_plugin(&w, "c9", None);
     let before = w.ledger();
     let mut os = FakeOs::default();
     let created = state("c9", "creating", Some(7), &ann);
@@ -341,4 +297,32 @@ fn containers_the_plugin_admitted_are_the_plugins() {
     assert!(os.nodes.is_empty() && os.attached.is_empty());
     assert!(os.teardowns.borrow().is_empty());
     assert_eq!(w.ledger(), before);
+}
+
+/// What the NRI plugin records when it admits `container` (with `resolved`,
+/// the annotation it gives the pod's network owner).
+fn admit_as_plugin(w: &World, container: &str, resolved: Option<&str>) {
+    let pod = PodRef {
+        sandbox_id: "sb-nri".into(),
+        namespace: "ns".into(),
+        name: "nri".into(),
+        uid: "uid-nri".into(),
+    };
+    let record = ContainerRecord {
+        name: "main".into(),
+        devices: vec!["/dev/nvidia0".into()],
+        applied_unix: 0,
+        init: None,
+        cgroups: Vec::new(),
+        resolved: resolved.map(String::from),
+        hooks_only: false,
+    };
+    let gpu = Claim {
+        device: DeviceId::Gpu("GPU-nri".into()),
+        share: Share::Exclusive,
+    };
+    Ledger::open(&w.env.state_dir)
+        .unwrap()
+        .admit(&pod, &[gpu], container, record, resolved.is_some())
+        .unwrap();
 }

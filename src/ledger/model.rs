@@ -155,6 +155,15 @@ pub struct LedgerState {
     pub pods: BTreeMap<String, PodRecord>,
 }
 
+impl LedgerState {
+    /// The record of a container, whichever pod holds it (container ids are unique).
+    pub fn container(&self, container_id: &str) -> Option<&ContainerRecord> {
+        self.pods
+            .values()
+            .find_map(|p| p.containers.get(container_id))
+    }
+}
+
 impl Default for LedgerState {
     fn default() -> Self {
         LedgerState {
