@@ -180,17 +180,17 @@ impl Store {
         Ok(state)
     }
 
-    fn write_atomic(&self, state: &LedgerState) -> Result<(), LedgerError> {
+    fn write_atomic(&self, state: LedgerState) -> Result<(), LedgerError> {
         let path = self.path(LEDGER_FILE);
         // Compact: the ledger is rewritten at every container creation;
         // `devgate status` is the view for people.
-        let mut text = serde_json::to_vec(state).map_err(|e| LedgerError::Corrupt {
+        let mut text = serde_json::to_vec(&state).map_err(|e| LedgerError::Corrupt {
             path: path.clone(),
             reason: e.to_string(),
         })?;
         text.push(b'\n');
         let meta = fsutil::replace_file_meta(&path, &text).map_err(LedgerError::from)?;
-        self.remember(FileKey::of(&meta), state.clone());
+        self.remember(FileKey::of(&meta), state);
         Ok(())
     }
 }
@@ -203,9 +203,10 @@ fn too_large(path: PathBuf) -> LedgerError {
 }
 
 impl Txn<'_> {
-    /// Writes the state and releases the lock.
+    /// Writes the state and releases the lock (held until the new document is in
+    /// place: `_lock` is dropped when this returns); the document moves into the cache.
     pub fn commit(self) -> Result<(), LedgerError> {
-        self.store.write_atomic(&self.state)
+        self.store.write_atomic(self.state)
     }
 }
 
