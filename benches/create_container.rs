@@ -10,7 +10,9 @@
 //!
 //! `cargo bench --bench create_container` (root). `DEVGATE_BENCH_CREATES=N`
 //! sets the creations per set (default 500; smoke runs without `--bench` use 10),
-//! `DEVGATE_BENCH_SETS=N` the number of set pairs (default 2).
+//! `DEVGATE_BENCH_SETS=N` the number of set pairs (default 2). With
+//! `DEVGATE_BENCH_PLAIN=1` the pod has no allocation: the plugin's cost for a
+//! container it gives nothing (receiving and answering the runtime's messages).
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -97,9 +99,14 @@ fn main() {
     let sets = env_usize("DEVGATE_BENCH_SETS", 2);
     let mut node = Node::start(&[]);
     let cri = node.cri();
-    let pod = cri
-        .run_pod(&PodSpec::new("bench").annotation(DEVICE_ALLOCATED, &pod_allocation(&node)))
-        .expect("RunPodSandbox");
+    let spec = PodSpec::new("bench");
+    let plain = std::env::var_os("DEVGATE_BENCH_PLAIN").is_some();
+    let spec = if plain {
+        spec
+    } else {
+        spec.annotation(DEVICE_ALLOCATED, &pod_allocation(&node))
+    };
+    let pod = cri.run_pod(&spec).expect("RunPodSandbox");
     let pid = node.plugin.pid().expect("plugin pid");
     let idle_rss = rss_kib(pid);
     // Warm-up: first creations pull the image into the snapshotter.
@@ -127,8 +134,13 @@ fn main() {
 
     let hz = 100.0; // USER_HZ on Linux x86-64
     let creations = (n * sets) as f64;
+    let what = if plain {
+        "pod without an allocation"
+    } else {
+        "pod with 4 GPUs + 4 VFs"
+    };
     println!(
-        "CreateContainer through CRI on {}, pod with 4 GPUs + 4 VFs ({sets} alternating set pairs of {n})",
+        "CreateContainer through CRI on {}, {what} ({sets} alternating set pairs of {n})",
         node.ctrd.runtime()
     );
     let m_with = report("devgate", with);

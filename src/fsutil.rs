@@ -69,6 +69,45 @@ pub fn replace_file_meta(path: &Path, bytes: &[u8]) -> Result<fs::Metadata, FsEr
     Ok(meta)
 }
 
+/// [`replace_file_meta`] for a file directly in the open directory `dir` (at
+/// `dir_path`, for errors): every step is relative to the directory, so a caller
+/// that keeps the directory open walks no path per replacement.
+pub fn replace_in(
+    dir: &File,
+    dir_path: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<fs::Metadata, FsError> {
+    use nix::fcntl::{openat, renameat, OFlag};
+    use nix::sys::stat::Mode;
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let tmp_name = format!("{name}.tmp");
+    let failed = |name: &str| {
+        let path = dir_path.join(name);
+        move |source: std::io::Error| FsError { path, source }
+    };
+    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_CLOEXEC;
+    let fd = openat(
+        Some(dir.as_raw_fd()),
+        tmp_name.as_str(),
+        flags,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| failed(&tmp_name)(e.into()))?;
+    // SAFETY: openat returned a new descriptor that nothing else owns.
+    let mut file = unsafe { File::from_raw_fd(fd) };
+    file.write_all(bytes).map_err(failed(&tmp_name))?;
+    file.sync_all().map_err(failed(&tmp_name))?;
+    let meta = file.metadata().map_err(failed(&tmp_name))?;
+    let dirfd = Some(dir.as_raw_fd());
+    renameat(dirfd, tmp_name.as_str(), dirfd, name).map_err(|e| failed(name)(e.into()))?;
+    dir.sync_all().map_err(|source| FsError {
+        path: dir_path.to_path_buf(),
+        source,
+    })?;
+    Ok(meta)
+}
+
 /// Makes entries added, renamed or removed in `dir` durable.
 pub fn sync_dir(dir: &Path) -> Result<(), FsError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(at(dir))

@@ -12,6 +12,7 @@
 //! Devices are named by minor, GPU UUID or PCI address only and are resolved against
 //! the node's inventory by [`crate::plan`]; no path, device number or command is ever
 //! taken from the pod.
+mod last_pod;
 mod parse;
 pub mod quantity;
 mod raw;
@@ -22,6 +23,7 @@ use std::hash::BuildHasher;
 use serde::{Deserialize, Serialize};
 
 use crate::inventory::PciAddr;
+pub use last_pod::LastPod;
 pub use parse::parse_allocation;
 pub use quantity::{parse_quantity, QuantityError};
 

@@ -144,7 +144,12 @@ async fn serve(stub: Stub<DevgatePlugin>, retry: Duration) -> Result<(), NriCmdE
 /// Logs go to stderr, filtered by `DEVGATE_LOG` (default `info`).
 fn init_logging(format: LogFormat) -> Result<(), NriCmdError> {
     let filter = log_filter(std::env::var(LOG_ENV).ok())?;
-    let fmt = tracing_subscriber::fmt().with_writer(std::io::stderr);
+    // Colour only for a person at a terminal: the journal and log files would keep
+    // the escape sequences.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let fmt = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let installed = match format {
         LogFormat::Text => fmt.finish().with(filter).try_init(),
         LogFormat::Json => fmt.json().finish().with(filter).try_init(),

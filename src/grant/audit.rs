@@ -100,6 +100,10 @@ struct State {
     counters: GrantCounters,
     /// Counted since the last write.
     dirty: bool,
+    /// The flusher waits for the next count (not resting between writes): only
+    /// then is it worth waking. Waking it for every count would cost every
+    /// container creation two context switches.
+    waiting: bool,
     stop: bool,
 }
 
@@ -136,8 +140,10 @@ impl Shared {
             {
                 let mut s = self.lock();
                 while !s.dirty && !s.stop {
+                    s.waiting = true;
                     s = self.wake.wait(s).unwrap_or_else(PoisonError::into_inner);
                 }
+                s.waiting = false;
             }
             self.write_if_dirty();
             let s = self.lock();
@@ -226,11 +232,14 @@ impl Audit {
                 }
             }
             s.dirty = true;
+            if self.flusher.is_some() {
+                if s.waiting {
+                    self.shared.wake.notify_all();
+                }
+                return;
+            }
         }
-        match self.flusher {
-            Some(_) => self.shared.wake.notify_all(),
-            None => self.shared.write_if_dirty(),
-        }
+        self.shared.write_if_dirty();
     }
 
     /// Writes what was counted and not yet written, now.

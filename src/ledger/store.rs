@@ -11,11 +11,14 @@
 
 use std::fs::{self, File};
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use nix::fcntl::Flock;
+use nix::errno::Errno;
+use nix::fcntl::AtFlags;
+use nix::sys::stat::fstatat;
 
 use crate::fsutil;
 
@@ -32,6 +35,54 @@ const MAX_LEDGER_BYTES: u64 = 16 * 1024 * 1024;
 pub struct Store {
     dir: PathBuf,
     cache: Arc<Mutex<Option<Cached>>>,
+    /// The directory and the lock file, opened by the first transaction and kept,
+    /// so that a transaction walks no path. The mutex orders this process's
+    /// transactions: `flock` excludes other open files, not two users of one.
+    handles: Arc<Mutex<Option<Handles>>>,
+}
+
+/// What a transaction works through.
+#[derive(Debug)]
+struct Handles {
+    dir: File,
+    lock: File,
+}
+
+impl Handles {
+    fn open(dir: &Path) -> Result<Handles, LedgerError> {
+        let io = |path: PathBuf| move |source| LedgerError::Io { path, source };
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&lock_path)
+            .map_err(io(lock_path))?;
+        let dir = File::open(dir).map_err(io(dir.to_path_buf()))?;
+        Ok(Handles { dir, lock })
+    }
+
+    /// Whether the lock file is still linked: one removed together with the state
+    /// directory no longer excludes the processes that open it by name.
+    fn lock_is_linked(&self) -> bool {
+        self.lock.metadata().is_ok_and(|m| m.nlink() > 0)
+    }
+}
+
+/// `flock(2)` on a kept descriptor; a signal interrupting the wait retries it.
+fn flock(file: &File, op: libc::c_int) -> std::io::Result<()> {
+    loop {
+        // SAFETY: flock on a descriptor this process owns.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
 }
 
 /// What identifies one version of the ledger file.
@@ -45,6 +96,16 @@ struct FileKey {
 }
 
 impl FileKey {
+    fn of_stat(st: &nix::sys::stat::FileStat) -> FileKey {
+        FileKey {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime: st.st_mtime,
+            mtime_nsec: st.st_mtime_nsec,
+        }
+    }
+
     fn of(meta: &fs::Metadata) -> FileKey {
         FileKey {
             dev: meta.dev(),
@@ -65,8 +126,17 @@ struct Cached {
 /// An open transaction: holds the lock until dropped.
 pub struct Txn<'a> {
     store: &'a Store,
-    _lock: Flock<File>,
+    handles: MutexGuard<'a, Option<Handles>>,
     pub state: LedgerState,
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        if let Some(h) = self.handles.as_ref() {
+            // Closing would release it too; the descriptor is kept for the next one.
+            let _ = flock(&h.lock, libc::LOCK_UN);
+        }
+    }
 }
 
 impl Store {
@@ -84,6 +154,7 @@ impl Store {
         Store {
             dir: dir.to_path_buf(),
             cache: Arc::new(Mutex::new(None)),
+            handles: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -100,16 +171,56 @@ impl Store {
         move |source| LedgerError::Io { path, source }
     }
 
-    /// Takes the exclusive lock and reads the current state (from the cache when
-    /// the file is the one this store last saw).
+    /// Takes the exclusive lock and reads the current state. The cached document
+    /// moves into the transaction when the file is the one this store last saw
+    /// (a commit moves it back; a transaction dropped unwritten leaves the cache
+    /// empty, and the next one reads the file).
     pub fn begin(&self) -> Result<Txn<'_>, LedgerError> {
-        let lock = fsutil::lock_exclusive(&self.path(LOCK_FILE)).map_err(LedgerError::from)?;
-        let state = self.read_unlocked()?;
+        let mut handles = self.handles.lock().unwrap_or_else(PoisonError::into_inner);
+        let h = self.locked(&mut handles)?;
+        let state = self.take_current(&h.dir)?;
         Ok(Txn {
             store: self,
-            _lock: lock,
+            handles,
             state,
         })
+    }
+
+    /// Locks the kept lock file, (re)opening the handles first when there are none
+    /// or their lock file has been unlinked.
+    fn locked<'h>(&self, handles: &'h mut Option<Handles>) -> Result<&'h Handles, LedgerError> {
+        for _ in 0..2 {
+            let h = match handles.take() {
+                Some(h) => h,
+                None => Handles::open(&self.dir)?,
+            };
+            flock(&h.lock, libc::LOCK_EX).map_err(self.io(LOCK_FILE))?;
+            if h.lock_is_linked() {
+                return Ok(handles.insert(h));
+            }
+            // Dropping the handles closes the stale lock file and releases it.
+        }
+        Err(LedgerError::Io {
+            path: self.path(LOCK_FILE),
+            source: std::io::Error::other("lock file unlinked while locking"),
+        })
+    }
+
+    /// The current document under the lock, from the cache or the file.
+    fn take_current(&self, dir: &File) -> Result<LedgerState, LedgerError> {
+        let key = match fstatat(Some(dir.as_raw_fd()), LEDGER_FILE, AtFlags::empty()) {
+            Ok(st) => FileKey::of_stat(&st),
+            Err(Errno::ENOENT) => return Ok(LedgerState::default()),
+            Err(e) => return Err(self.io(LEDGER_FILE)(e.into())),
+        };
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        match cache.take() {
+            Some(cached) if cached.key == key => Ok(cached.state),
+            _ => {
+                drop(cache);
+                self.read_file()
+            }
+        }
     }
 
     /// Runs `f` on the current document without the lock, on the cached copy when
@@ -180,7 +291,7 @@ impl Store {
         Ok(state)
     }
 
-    fn write_atomic(&self, state: LedgerState) -> Result<(), LedgerError> {
+    fn write_atomic(&self, dir: &File, state: LedgerState) -> Result<(), LedgerError> {
         let path = self.path(LEDGER_FILE);
         // Compact: the ledger is rewritten at every container creation;
         // `devgate status` is the view for people.
@@ -189,7 +300,8 @@ impl Store {
             reason: e.to_string(),
         })?;
         text.push(b'\n');
-        let meta = fsutil::replace_file_meta(&path, &text).map_err(LedgerError::from)?;
+        let meta =
+            fsutil::replace_in(dir, &self.dir, LEDGER_FILE, &text).map_err(LedgerError::from)?;
         self.remember(FileKey::of(&meta), state);
         Ok(())
     }
@@ -205,8 +317,15 @@ fn too_large(path: PathBuf) -> LedgerError {
 impl Txn<'_> {
     /// Writes the state and releases the lock (held until the new document is in
     /// place: `_lock` is dropped when this returns); the document moves into the cache.
-    pub fn commit(self) -> Result<(), LedgerError> {
-        self.store.write_atomic(self.state)
+    pub fn commit(mut self) -> Result<(), LedgerError> {
+        let state = std::mem::take(&mut self.state);
+        // `begin` filled the handles before handing out the transaction.
+        let Some(h) = self.handles.as_ref() else {
+            return Err(self.store.io(LOCK_FILE)(std::io::Error::other(
+                "no lock held",
+            )));
+        };
+        self.store.write_atomic(&h.dir, state)
     }
 }
 
@@ -277,5 +396,59 @@ mod tests {
         txn.state.version = 99;
         drop(txn);
         assert_eq!(store.begin().unwrap().state.version, 7);
+    }
+
+    #[test]
+    fn threads_sharing_one_store_never_lose_an_update() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        write(&store, with_version(0));
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..50 {
+                        let mut txn = store.begin().unwrap();
+                        txn.state.version += 1;
+                        txn.commit().unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(store.begin().unwrap().state.version, 200);
+    }
+
+    #[test]
+    fn a_state_dir_removed_and_made_again_is_locked_and_written_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let store = Store::open(&state).unwrap();
+        write(&store, with_version(7));
+        fs::remove_dir_all(&state).unwrap();
+        fs::create_dir(&state).unwrap();
+        // Another process locks the new lock file by name: ours must be that file.
+        let other = crate::fsutil::lock_exclusive(&state.join(LOCK_FILE)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut txn = store.begin().unwrap();
+                tx.send(txn.state.version).unwrap();
+                txn.state.version = 8;
+                txn.commit().unwrap();
+            });
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(
+                rx.try_recv().is_err(),
+                "a transaction ran under another's lock"
+            );
+            drop(other);
+            let fresh = LedgerState::default().version;
+            assert_eq!(
+                rx.recv().unwrap(),
+                fresh,
+                "the old directory's document is gone"
+            );
+        });
+        let text = fs::read_to_string(state.join(LEDGER_FILE)).unwrap();
+        assert!(text.contains("\"version\":8"), "{text}");
     }
 }

@@ -61,6 +61,7 @@ pub struct Devices {
     health: HealthStore,
     /// Set once the grant check is configured; checked before anything is planned.
     grant: std::sync::OnceLock<Arc<crate::grant::GrantChecker>>,
+    last_pod: allocation::LastPod,
 }
 
 impl Devices {
@@ -82,6 +83,7 @@ impl Devices {
             ledger: Ledger::open(state_dir)?,
             health: HealthStore::new(health_dir),
             grant: std::sync::OnceLock::new(),
+            last_pod: allocation::LastPod::default(),
         })
     }
 
@@ -146,7 +148,7 @@ impl Devices {
         config: &Config,
         features: RuntimeFeatures,
     ) -> Result<ContainerAdjustment, DeviceError> {
-        let devices = allocation::parse_pod(&pod.annotations, &pod.labels)?;
+        let devices = self.last_pod.parse(&pod.annotations, &pod.labels)?;
         if devices.allocation.is_empty() {
             return Ok(ContainerAdjustment::default());
         }

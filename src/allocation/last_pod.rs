@@ -1,0 +1,100 @@
+//! The last pod's parsed devices. A pod's containers are created one after another
+//! with the same annotations, and for every container after the first, parsing the
+//! allocation is the largest part of what its creation costs. The entry is keyed by
+//! the exact texts [`parse_pod`] reads, so a hit returns what parsing would.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::{parse_pod, AllocationError, Metadata, PodDevices};
+use super::{CONTAINERS, DEVICE_ALLOCATED, GPU_ISOLATION_PROVIDER};
+
+/// The inputs of [`parse_pod`]: two annotations and one label.
+type Key<T> = [Option<T>; 3];
+
+#[derive(Debug, Default)]
+pub struct LastPod {
+    entry: Mutex<Option<(Key<String>, Arc<PodDevices>)>>,
+}
+
+impl LastPod {
+    /// [`parse_pod`], answered from the last pod when its texts are the same.
+    /// Only pods with an allocation are kept; errors are not.
+    pub fn parse(
+        &self,
+        annotations: &impl Metadata,
+        labels: &impl Metadata,
+    ) -> Result<Arc<PodDevices>, AllocationError> {
+        let key: Key<&str> = [
+            annotations.get_value(DEVICE_ALLOCATED),
+            annotations.get_value(CONTAINERS),
+            labels.get_value(GPU_ISOLATION_PROVIDER),
+        ];
+        let mut entry = self.entry.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((last, devices)) = entry.as_ref() {
+            if last.iter().map(Option::as_deref).eq(key) {
+                return Ok(Arc::clone(devices));
+            }
+        }
+        let devices = Arc::new(parse_pod(annotations, labels)?);
+        if key[0].is_some() {
+            *entry = Some((key.map(|k| k.map(str::to_owned)), Arc::clone(&devices)));
+        }
+        Ok(devices)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    const ONE_GPU: &str = r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}]}"#;
+    const TWO_GPUS: &str = r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}},{"minor":1,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}]}"#;
+
+    #[test]
+    fn the_same_texts_give_the_same_parse_and_any_change_parses_again() {
+        let last = LastPod::default();
+        let none = map(&[]);
+        let a = last
+            .parse(&map(&[(DEVICE_ALLOCATED, ONE_GPU)]), &none)
+            .unwrap();
+        let again = last
+            .parse(&map(&[(DEVICE_ALLOCATED, ONE_GPU)]), &none)
+            .unwrap();
+        assert!(Arc::ptr_eq(&a, &again));
+        assert_eq!(
+            *a,
+            parse_pod(&map(&[(DEVICE_ALLOCATED, ONE_GPU)]), &none).unwrap()
+        );
+
+        let b = last
+            .parse(&map(&[(DEVICE_ALLOCATED, TWO_GPUS)]), &none)
+            .unwrap();
+        assert_eq!(b.allocation.gpus.len(), 2);
+        let only_main = map(&[(DEVICE_ALLOCATED, TWO_GPUS), (CONTAINERS, "main")]);
+        let c = last.parse(&only_main, &none).unwrap();
+        assert!(!c.containers.selects("sidecar"));
+        let hami = map(&[(GPU_ISOLATION_PROVIDER, super::super::HAMI_CORE)]);
+        assert!(last.parse(&only_main, &hami).unwrap().hami_core);
+        assert!(!last.parse(&only_main, &none).unwrap().hami_core);
+    }
+
+    #[test]
+    fn errors_and_pods_without_an_allocation_are_not_kept() {
+        let last = LastPod::default();
+        let none = map(&[]);
+        let bad = map(&[(DEVICE_ALLOCATED, "{not json")]);
+        assert!(last.parse(&bad, &none).is_err());
+        assert!(last.parse(&bad, &none).is_err());
+        assert!(last.parse(&none, &none).unwrap().allocation.is_empty());
+        assert!(last.entry.lock().unwrap().is_none());
+    }
+}
