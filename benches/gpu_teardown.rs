@@ -7,6 +7,9 @@
 //! scans this machine's own /proc with 2000 extra real processes, each holding eight
 //! open files (forked children that wait in `pause`): the kernel's own procfs, whose
 //! fd links resolve without a path walk, as on a node. A third scans /proc as it is.
+//! After the first two, the same tree is walked by the bare syscalls on one thread
+//! (`raw_pass`): the kernel's cost of any scan, which the teardown's pass splits
+//! over the cores.
 use std::hint::black_box;
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -130,6 +133,72 @@ fn percentiles(name: &str, t: &GpuTeardown, record: &PodRecord) {
     );
 }
 
+/// The pass's syscalls alone on one thread, as a C loop makes them: open
+/// `<pid>/fd` relative to the root, getdents64 until it returns nothing, fstatat
+/// on every entry. This is what any scan of the tree costs this machine's kernel,
+/// whatever program makes it; the teardown's pass is this split over the cores.
+fn raw_pass(proc_root: &Path) -> usize {
+    use std::ffi::CString;
+    let root = CString::new(proc_root.as_os_str().as_encoded_bytes()).unwrap();
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    // SAFETY: plain syscalls on descriptors opened here, into buffers owned here.
+    unsafe {
+        let rootfd = libc::open(root.as_ptr(), flags);
+        assert!(rootfd >= 0, "open {}", proc_root.display());
+        let pids: Vec<CString> = std::fs::read_dir(proc_root)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            .map(|n| CString::new(format!("{n}/fd")).unwrap())
+            .collect();
+        let mut chars = 0;
+        let mut buf = vec![0u8; 8192];
+        for fd_dir in &pids {
+            let dir = libc::openat(rootfd, fd_dir.as_ptr(), flags);
+            if dir < 0 {
+                continue;
+            }
+            loop {
+                let n = libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len());
+                if n <= 0 {
+                    break;
+                }
+                let mut off = 0usize;
+                while off < n as usize {
+                    let d = buf.as_ptr().add(off) as *const libc::dirent64;
+                    off += (*d).d_reclen as usize;
+                    let name = (*d).d_name.as_ptr();
+                    if *name == b'.' as libc::c_char {
+                        continue;
+                    }
+                    let mut st = std::mem::zeroed::<libc::stat>();
+                    if libc::fstatat(dir, name, &mut st, 0) == 0
+                        && st.st_mode & libc::S_IFMT == libc::S_IFCHR
+                    {
+                        chars += 1;
+                    }
+                }
+            }
+            libc::close(dir);
+        }
+        libc::close(rootfd);
+        chars
+    }
+}
+
+/// Median wall time of [`raw_pass`] over 50 runs, printed beside the teardown's.
+fn floor(name: &str, proc_root: &Path) {
+    let mut samples: Vec<Duration> = (0..50)
+        .map(|_| {
+            let start = Instant::now();
+            black_box(raw_pass(proc_root));
+            start.elapsed()
+        })
+        .collect();
+    samples.sort();
+    println!("{name}: syscall floor on one thread, p50 {:?}", samples[25]);
+}
+
 /// `n` forked children holding the same eight open files, killed and reaped on drop.
 struct Children(Vec<libc::pid_t>);
 
@@ -184,6 +253,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| t.teardown(black_box(&record)).unwrap())
     });
     percentiles("gpu_teardown_8_gpus_2000_processes", &t, &record);
+    floor("gpu_teardown_8_gpus_2000_processes", &proc_root);
 
     let children = Children::spawn(PROCESSES);
     let (t, record) = teardown(Path::new("/proc"), &dir.path().join("state"));
@@ -191,6 +261,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| t.teardown(black_box(&record)).unwrap())
     });
     percentiles("gpu_teardown_8_gpus_2000_real_processes", &t, &record);
+    floor("gpu_teardown_8_gpus_2000_real_processes", Path::new("/proc"));
     drop(children);
 
     c.bench_function("gpu_teardown_8_gpus_host_proc", |b| {
