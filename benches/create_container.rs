@@ -5,8 +5,8 @@
 //! machine drift cancels; each creation is timed from the CRI call to its
 //! reply, and the container is removed untimed.
 //!
-//! Also reports the plugin's CPU time per creation (utime+stime from
-//! /proc/<pid>/stat) and its RSS idle and after all creations.
+//! Also reports the plugin's CPU time (schedstat, nanoseconds) per creation alone
+//! and per creation with its removal, and its RSS idle and after all creations.
 //!
 //! `cargo bench --bench create_container` (root). `DEVGATE_BENCH_CREATES=N`
 //! sets the creations per set (default 500; smoke runs without `--bench` use 10),
@@ -43,14 +43,27 @@ fn pod_allocation(node: &Node) -> String {
     allocation(&gpus, &rdma)
 }
 
-/// Jiffies of user + system CPU of a process.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command (which may hold spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    get(11) + get(12) // utime, stime: fields 14 and 15 of proc(5)
+/// CPU time of all of a process's threads, in nanoseconds: the first field of each
+/// `/proc/<pid>/task/<tid>/schedstat` (time on a CPU, nanosecond precision, unlike
+/// the clock ticks of `stat`). Threads that ended are not counted: the plugin's
+/// threads live as long as it does.
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| {
+            let text = std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok()?;
+            text.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// Plugin CPU over a set: creation calls alone, and creation plus removal.
+#[derive(Default)]
+struct Cpu {
+    create_ns: u64,
+    total_ns: u64,
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -62,13 +75,30 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn run_set(cri: &Cri, pod: &Pod, n: usize, tag: &str, out: &mut Vec<Duration>) {
+/// Creates and removes `n` containers, timing each creation; with `plugin`, also
+/// adds that process's CPU time to `cpu` (the removal's RemoveContainer event is
+/// answered before the CRI call returns, so each window holds its own work only).
+fn run_set(
+    cri: &Cri,
+    pod: &Pod,
+    n: usize,
+    tag: &str,
+    out: &mut Vec<Duration>,
+    plugin: Option<(u32, &mut Cpu)>,
+) {
+    let mut plugin = plugin;
     for i in 0..n {
         let spec = ContainerSpec::shell(&format!("{tag}{i}"), "true");
+        let before = plugin.as_ref().map_or(0, |(pid, _)| cpu_ns(*pid));
         let start = Instant::now();
         let id = cri.create_container(pod, &spec).expect("CreateContainer");
         out.push(start.elapsed());
+        let created = plugin.as_ref().map_or(0, |(pid, _)| cpu_ns(*pid));
         cri.remove_container(&id).expect("RemoveContainer");
+        if let Some((pid, cpu)) = plugin.as_mut() {
+            cpu.create_ns += created - before;
+            cpu.total_ns += cpu_ns(*pid) - before;
+        }
     }
 }
 
@@ -111,28 +141,26 @@ fn main() {
     let idle_rss = rss_kib(pid);
     // Warm-up: first creations pull the image into the snapshotter.
     let mut warm = Vec::new();
-    run_set(&cri, &pod, 5, "warm", &mut warm);
+    run_set(&cri, &pod, 5, "warm", &mut warm, None);
 
     let (mut with, mut without) = (Vec::new(), Vec::new());
-    let mut ticks = 0;
+    let mut cpu = Cpu::default();
     for set in 0..sets {
         let pid = node.plugin.pid().expect("plugin pid");
-        let before = cpu_ticks(pid);
-        run_set(&cri, &pod, n, &format!("w{set}-"), &mut with);
-        ticks += cpu_ticks(pid) - before;
+        let tag = format!("w{set}-");
+        run_set(&cri, &pod, n, &tag, &mut with, Some((pid, &mut cpu)));
         node.plugin.kill();
         // containerd notices the closed connection on its next write; give it a moment.
         std::thread::sleep(Duration::from_millis(200));
-        run_set(&cri, &pod, n, &format!("n{set}-"), &mut without);
+        run_set(&cri, &pod, n, &format!("n{set}-"), &mut without, None);
         node.plugin.respawn(&node.ctrd);
         node.plugin.wait_registered(&node.ctrd, SLOW);
     }
     // The last respawned process ran no set: measure RSS of a process that did.
     let pid = node.plugin.pid().expect("plugin pid");
-    run_set(&cri, &pod, 2 * n, "rss", &mut Vec::new());
+    run_set(&cri, &pod, 2 * n, "rss", &mut Vec::new(), None);
     let after_rss = rss_kib(pid);
 
-    let hz = 100.0; // USER_HZ on Linux x86-64
     let creations = (n * sets) as f64;
     let what = if plain {
         "pod without an allocation"
@@ -146,11 +174,11 @@ fn main() {
     let m_with = report("devgate", with);
     let m_without = report("no plugin", without);
     println!("median overhead: {:.3} ms", m_with - m_without);
+    let per = |ns: u64| ns as f64 / 1e6 / creations;
     println!(
-        "plugin cpu: {:.3} ms per CreateContainer ({} ticks over {} creations)",
-        ticks as f64 / hz * 1e3 / creations,
-        ticks,
-        creations
+        "plugin cpu: {:.3} ms per CreateContainer, {:.3} ms with its RemoveContainer ({creations} creations)",
+        per(cpu.create_ns),
+        per(cpu.total_ns),
     );
     println!(
         "plugin rss: {:.1} MiB idle, {:.1} MiB after {} creations",
