@@ -261,7 +261,10 @@ fn bench(c: &mut Criterion) {
         b.iter(|| t.teardown(black_box(&record)).unwrap())
     });
     percentiles("gpu_teardown_8_gpus_2000_real_processes", &t, &record);
-    floor("gpu_teardown_8_gpus_2000_real_processes", Path::new("/proc"));
+    floor(
+        "gpu_teardown_8_gpus_2000_real_processes",
+        Path::new("/proc"),
+    );
     drop(children);
 
     c.bench_function("gpu_teardown_8_gpus_host_proc", |b| {

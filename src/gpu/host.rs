@@ -3,7 +3,7 @@
 //! that tests and benchmarks point at a tree of their own.
 
 use std::ffi::CStr;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -65,13 +65,29 @@ impl ProcHost {
         }
     }
 
-    /// Opens `<pid>/fd`, relative to the root when it could be opened.
+    /// The proc root, opened on first use (`None` when it cannot be).
+    fn root(&self) -> Option<&OwnedFd> {
+        self.root_dir
+            .get_or_init(|| open_dir(None, self.proc_root.as_path()).ok())
+            .as_ref()
+    }
+
+    /// Opens `<pid>/fd`, relative to the root when it could be opened. The name is
+    /// formatted on the stack: this runs once per process of the node.
     fn open_fd_dir(&self, pid: u32) -> io::Result<OwnedFd> {
-        let root = self
-            .root_dir
-            .get_or_init(|| open_dir(None, self.proc_root.as_path()).ok());
-        match root {
-            Some(root) => open_dir(Some(root), format!("{pid}/fd").as_str()),
+        match self.root() {
+            Some(root) => {
+                let mut name = [0u8; 16]; // "4294967295/fd" and its NUL
+                let left = {
+                    let mut w = &mut name[..];
+                    write!(w, "{pid}/fd")?;
+                    w.len()
+                };
+                let len = name.len() - left;
+                let name = CStr::from_bytes_until_nul(&name[..=len])
+                    .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+                open_dir(Some(root), name)
+            }
             None => open_dir(None, self.pid_path(pid, "fd").as_path()),
         }
     }
@@ -86,12 +102,25 @@ impl ProcHost {
 impl Host for ProcHost {
     fn pids(&self) -> io::Result<Vec<u32>> {
         let mut pids = Vec::with_capacity(1024);
-        for entry in std::fs::read_dir(&self.proc_root)? {
-            let name = entry?.file_name();
-            if let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) {
+        let opened;
+        let root = match self.root() {
+            Some(root) => root,
+            None => {
+                opened = open_dir(None, self.proc_root.as_path())?;
+                &opened
+            }
+        };
+        // A descriptor of its own: reading moves the directory offset, and scans may
+        // run on several threads.
+        let dir = open_dir(Some(root), c".")?;
+        for_each_entry(dir.as_fd(), |name| {
+            if let Some(pid) = std::str::from_utf8(name.to_bytes())
+                .ok()
+                .and_then(|n| n.parse::<u32>().ok())
+            {
                 pids.push(pid);
             }
-        }
+        })?;
         Ok(pids)
     }
 

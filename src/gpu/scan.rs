@@ -66,11 +66,13 @@ pub fn scan(host: &dyn Host, targets: &[u64], skip: u32) -> Result<Users, GpuErr
     } else {
         std::thread::scope(|s| {
             let chunk = pids.len().div_ceil(workers);
-            let handles: Vec<_> = pids
-                .chunks(chunk)
+            let mut parts = pids.chunks(chunk);
+            let first = parts.next().unwrap_or_default();
+            // This thread takes the first part itself: one thread fewer to start.
+            let handles: Vec<_> = parts
                 .map(|part| s.spawn(move || scan_pids(host, part, targets, skip)))
                 .collect();
-            let mut found = Vec::new();
+            let mut found = scan_pids(host, first, targets, skip)?;
             for h in handles {
                 let part = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
                 found.extend(part);
