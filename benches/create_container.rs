@@ -1,8 +1,8 @@
 //! CreateContainer through CRI against a real containerd (1.7.24, or 2.1.9 with
 //! `DEVGATE_TEST_RUNTIME=containerd-2.1`; the report names it), with devgate
 //! connected versus no plugin connected, for a pod with 4 GPUs + 4 VFs on the
-//! simulated HGX host root. Sets alternate (with, without, with, ...) so that
-//! machine drift cancels; each creation is timed from the CRI call to its
+//! simulated HGX host root. Sets alternate (with, without, without, with, ...)
+//! so that machine drift cancels; each creation is timed from the CRI call to its
 //! reply, and the container is removed untimed.
 //!
 //! Also reports the plugin's CPU time (schedstat, nanoseconds) per creation alone
@@ -102,6 +102,23 @@ fn run_set(
     }
 }
 
+/// One set with the plugin stopped; it is running again afterwards.
+fn without_plugin(
+    node: &mut Node,
+    cri: &Cri,
+    pod: &Pod,
+    n: usize,
+    set: usize,
+    out: &mut Vec<Duration>,
+) {
+    node.plugin.kill();
+    // containerd notices the closed connection on its next write; give it a moment.
+    std::thread::sleep(Duration::from_millis(200));
+    run_set(cri, pod, n, &format!("n{set}-"), out, None);
+    node.plugin.respawn(&node.ctrd);
+    node.plugin.wait_registered(&node.ctrd, SLOW);
+}
+
 fn pct(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -146,15 +163,18 @@ fn main() {
     let (mut with, mut without) = (Vec::new(), Vec::new());
     let mut cpu = Cpu::default();
     for set in 0..sets {
-        let pid = node.plugin.pid().expect("plugin pid");
         let tag = format!("w{set}-");
+        // ABBA: odd pairs run without the plugin first, so that drift within a
+        // pair (the machine warming or slowing) cancels too, not only drift
+        // between pairs.
+        if set % 2 == 1 {
+            without_plugin(&mut node, &cri, &pod, n, set, &mut without);
+        }
+        let pid = node.plugin.pid().expect("plugin pid");
         run_set(&cri, &pod, n, &tag, &mut with, Some((pid, &mut cpu)));
-        node.plugin.kill();
-        // containerd notices the closed connection on its next write; give it a moment.
-        std::thread::sleep(Duration::from_millis(200));
-        run_set(&cri, &pod, n, &format!("n{set}-"), &mut without, None);
-        node.plugin.respawn(&node.ctrd);
-        node.plugin.wait_registered(&node.ctrd, SLOW);
+        if set % 2 == 0 {
+            without_plugin(&mut node, &cri, &pod, n, set, &mut without);
+        }
     }
     // The last respawned process ran no set: measure RSS of a process that did.
     let pid = node.plugin.pid().expect("plugin pid");
@@ -171,6 +191,20 @@ fn main() {
         "CreateContainer through CRI on {}, {what} ({sets} alternating set pairs of {n})",
         node.ctrd.runtime()
     );
+    // Each set's median, in the order they ran: a set far from its neighbours
+    // points at drift, not at the plugin.
+    for (set, (w, o)) in with.chunks(n).zip(without.chunks(n)).enumerate() {
+        let median = |v: &[Duration]| {
+            let mut v = v.to_vec();
+            v.sort();
+            pct(&v, 0.5)
+        };
+        println!(
+            "pair {set}: devgate median {:.3} ms, no plugin {:.3} ms",
+            median(w),
+            median(o)
+        );
+    }
     let m_with = report("devgate", with);
     let m_without = report("no plugin", without);
     println!("median overhead: {:.3} ms", m_with - m_without);
