@@ -177,13 +177,17 @@ impl Store {
     /// empty, and the next one reads the file).
     pub fn begin(&self) -> Result<Txn<'_>, LedgerError> {
         let mut handles = self.handles.lock().unwrap_or_else(PoisonError::into_inner);
-        let h = self.locked(&mut handles)?;
-        let state = self.take_current(&h.dir)?;
-        Ok(Txn {
+        self.locked(&mut handles)?;
+        // The transaction exists from here on, so a failure to read unlocks.
+        let mut txn = Txn {
             store: self,
             handles,
-            state,
-        })
+            state: LedgerState::default(),
+        };
+        if let Some(h) = txn.handles.as_ref() {
+            txn.state = self.take_current(&h.dir)?;
+        }
+        Ok(txn)
     }
 
     /// Locks the kept lock file, (re)opening the handles first when there are none
@@ -396,6 +400,24 @@ mod tests {
         txn.state.version = 99;
         drop(txn);
         assert_eq!(store.begin().unwrap().state.version, 7);
+    }
+
+    #[test]
+    fn a_transaction_that_cannot_read_the_document_leaves_the_lock_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        fs::write(dir.path().join(LEDGER_FILE), b"{torn").unwrap();
+        assert!(matches!(store.begin(), Err(LedgerError::Corrupt { .. })));
+        // Another process's view: its own open of the lock file.
+        let other = File::open(dir.path().join(LOCK_FILE)).unwrap();
+        // SAFETY: flock on a descriptor this test owns.
+        let rc = unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(
+            rc,
+            0,
+            "the lock is still held: {}",
+            std::io::Error::last_os_error()
+        );
     }
 
     #[test]
