@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use devgate::fixture::HostRootBuilder;
-use support::node::{gpu_entry, gpus, Node, DEVICE_ALLOCATED};
+use support::node::{gpu_entry, gpus, Node, DEVICE_ALLOCATED, GPU2_NODES};
 use support::{require_root, ContainerSpec, PodSpec, Runtime, DEVGATE};
 
 /// Each /dev/nvidia* node with its numbers, and what opening the granted GPU gives.
@@ -64,17 +64,7 @@ fn device_mode_cdi_uses_the_spec_where_the_runtime_injects_cdi() {
         .run_container(&pod, &ContainerSpec::shell("main", GPU_CHECK))
         .unwrap_or_else(|e| panic!("{runtime}: gpu container: {e}"));
     let nodes: Vec<&str> = run.log.lines().filter(|l| l.starts_with("node ")).collect();
-    assert_eq!(
-        nodes,
-        [
-            "node /dev/nvidia-uvm 1fc:0",
-            "node /dev/nvidia-uvm-tools 1fc:1",
-            "node /dev/nvidia2 c3:2",
-            "node /dev/nvidiactl c3:ff",
-        ],
-        "{runtime}: {}",
-        run.log
-    );
+    assert_eq!(nodes, GPU2_NODES, "{runtime}: {}", run.log);
     assert!(
         run.log
             .contains("open-granted: cat: can't open '/dev/nvidia2': No such device or address"),

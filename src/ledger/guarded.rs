@@ -81,17 +81,9 @@ impl Ledger {
 mod tests {
     use std::cell::RefCell;
 
-    use super::super::{Claim, ContainerRecord, DeviceId, PodRef, Share};
+    use super::super::tests::pod;
+    use super::super::{Claim, ContainerRecord, DeviceId, Share};
     use super::*;
-
-    fn pod(id: &str) -> PodRef {
-        PodRef {
-            sandbox_id: id.to_string(),
-            namespace: "ns".to_string(),
-            name: format!("pod-{id}"),
-            uid: format!("uid-{id}"),
-        }
-    }
 
     fn claims() -> Vec<Claim> {
         vec![Claim {

@@ -2,7 +2,7 @@ use std::sync::{Arc, Barrier};
 
 use super::*;
 
-fn pod(id: &str) -> PodRef {
+pub(super) fn pod(id: &str) -> PodRef {
     PodRef {
         sandbox_id: id.to_string(),
         namespace: "ns".to_string(),

@@ -170,23 +170,19 @@ impl IpLink {
 }
 
 pub fn links(at: In<'_>) -> Vec<IpLink> {
-    let pid;
-    let mut cmd: Vec<&str> = match at {
-        In::Host => vec![],
-        In::Named(ns) => vec!["ip", "netns", "exec", ns],
-        In::Pid(p) => {
-            pid = p.to_string();
-            vec!["nsenter", "-t", &pid, "-n"]
-        }
-    };
-    cmd.extend(["ip", "-j", "link", "show"]);
-    serde_json::from_str(&sh(&cmd)).expect("ip -j output")
+    serde_json::from_str(&sh_in(at, &["ip", "-j", "link", "show"])).expect("ip -j output")
 }
 
 /// `net.ipv4.conf.<ifname>.arp_notify` as seen inside `at`.
 pub fn arp_notify(at: In<'_>, ifname: &str) -> String {
+    let path = format!("/proc/sys/net/ipv4/conf/{ifname}/arp_notify");
+    sh_in(at, &["cat", &path]).trim().to_string()
+}
+
+/// Runs `cmd` in the network namespace `at` names.
+fn sh_in(at: In<'_>, cmd: &[&str]) -> String {
     let pid;
-    let mut cmd: Vec<&str> = match at {
+    let mut full: Vec<&str> = match at {
         In::Host => vec![],
         In::Named(ns) => vec!["ip", "netns", "exec", ns],
         In::Pid(p) => {
@@ -194,9 +190,8 @@ pub fn arp_notify(at: In<'_>, ifname: &str) -> String {
             vec!["nsenter", "-t", &pid, "-n"]
         }
     };
-    let path = format!("/proc/sys/net/ipv4/conf/{ifname}/arp_notify");
-    cmd.extend(["cat", &path]);
-    sh(&cmd).trim().to_string()
+    full.extend_from_slice(cmd);
+    sh(&full)
 }
 
 pub fn link(at: In<'_>, name: &str) -> Option<IpLink> {

@@ -11,6 +11,16 @@ use super::{Containerd, Cri, DevgatePlugin};
 
 pub const DEVICE_ALLOCATED: &str = "scheduling.koordinator.sh/device-allocated";
 
+/// The `/dev/nvidia*` nodes of a container granted the fixture's GPU 2, as
+/// `node <path> <major>:<minor>` in hex (`stat -c '%t:%T'`): 195 = 0xc3, minor 2;
+/// nvidiactl is 195:255 (0xff); the uvm major comes from proc/devices (508 = 0x1fc).
+pub const GPU2_NODES: [&str; 4] = [
+    "node /dev/nvidia-uvm 1fc:0",
+    "node /dev/nvidia-uvm-tools 1fc:1",
+    "node /dev/nvidia2 c3:2",
+    "node /dev/nvidiactl c3:ff",
+];
+
 pub struct Node {
     pub plugin: DevgatePlugin,
     pub fixture: Fixture,

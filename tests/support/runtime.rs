@@ -131,52 +131,52 @@ state = "{state}"
 {common}
 [plugins."io.containerd.internal.v1.opt"]
   path = "{opt}"
-[plugins."io.containerd.grpc.v1.cri"]
-  # Without it runc fails every sandbox on this kernel, which refuses negative oom_score_adj.
-  restrict_oom_score_adj = true
-  sandbox_image = "{sandbox}"
-  netns_mounts_under_state_dir = true
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{cni_bin}"
-    conf_dir = "{cni_conf}"
-  # A private runc root keeps leftover containers findable and off the host's /run/containerd.
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-    Root = "{runc}"
-"#,
+{cri}"#,
                 opt = p.opt,
-                sandbox = p.sandbox,
-                cni_bin = p.cni_bin,
-                cni_conf = p.cni_conf,
-                runc = p.runc,
+                cri = cri_runtime(
+                    "io.containerd.grpc.v1.cri",
+                    &format!("  sandbox_image = \"{}\"\n", p.sandbox),
+                    &format!("bin_dir = \"{}\"", p.cni_bin),
+                    p,
+                ),
             ),
             Runtime::Containerd21 => format!(
                 r#"version = 3
 {common}
-[plugins."io.containerd.cri.v1.runtime"]
-  # Without it runc fails every sandbox on this kernel, which refuses negative oom_score_adj.
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  enable_cdi = true
-  cdi_spec_dirs = ["{cdi}"]
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = ["{cni_bin}"]
-    conf_dir = "{cni_conf}"
-  # A private runc root keeps leftover containers findable and off the host's /run/containerd.
-  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-    Root = "{runc}"
-[plugins."io.containerd.cri.v1.images".pinned_images]
+{cri}[plugins."io.containerd.cri.v1.images".pinned_images]
   sandbox = "{sandbox}"
 "#,
-                cdi = p.cdi,
+                cri = cri_runtime(
+                    "io.containerd.cri.v1.runtime",
+                    &format!("  enable_cdi = true\n  cdi_spec_dirs = [\"{}\"]\n", p.cdi),
+                    &format!("bin_dirs = [\"{}\"]", p.cni_bin),
+                    p,
+                ),
                 sandbox = p.sandbox,
-                cni_bin = p.cni_bin,
-                cni_conf = p.cni_conf,
-                runc = p.runc,
             ),
         }
     }
+}
+
+/// The CRI runtime settings both lines share, under `table` (`grpc.v1.cri` in 1.7,
+/// `cri.v1.runtime` in 2.1): `extra` holds the line's own keys, `cni_bin` its
+/// spelling of the CNI binary directory.
+fn cri_runtime(table: &str, extra: &str, cni_bin: &str, p: &ConfigPaths) -> String {
+    format!(
+        r#"[plugins."{table}"]
+  # Without it runc fails every sandbox on this kernel, which refuses negative oom_score_adj.
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+{extra}  [plugins."{table}".cni]
+    {cni_bin}
+    conf_dir = "{cni_conf}"
+  # A private runc root keeps leftover containers findable and off the host's /run/containerd.
+  [plugins."{table}".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+  [plugins."{table}".containerd.runtimes.runc.options]
+    Root = "{runc}"
+"#,
+        cni_conf = p.cni_conf,
+        runc = p.runc,
+    )
 }
