@@ -2,12 +2,15 @@
 //! state: an exclusive `flock` between processes, and whole-file replacement
 //! that a crash leaves either old or new, never torn.
 
+use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::{openat, renameat, Flock, FlockArg, OFlag};
+use nix::sys::stat::Mode;
 
 /// An I/O failure on one file.
 #[derive(Debug, thiserror::Error)]
@@ -51,22 +54,8 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), FsError> {
 /// [`replace_file`], returning the new file's metadata (the rename keeps its
 /// inode, size and mtime) for callers that cache what they wrote.
 pub fn replace_file_meta(path: &Path, bytes: &[u8]) -> Result<fs::Metadata, FsError> {
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = path.with_file_name(tmp_name);
-    let mut file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(at(&tmp))?;
-    file.write_all(bytes).map_err(at(&tmp))?;
-    file.sync_all().map_err(at(&tmp))?;
-    let meta = file.metadata().map_err(at(&tmp))?;
-    fs::rename(&tmp, path).map_err(at(path))?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))?;
-    Ok(meta)
+    let dir = path.parent().unwrap_or(Path::new("."));
+    replace(None, dir, path.file_name().unwrap_or_default(), bytes)
 }
 
 /// [`replace_file_meta`] for a file directly in the open directory `dir` (at
@@ -78,33 +67,37 @@ pub fn replace_in(
     name: &str,
     bytes: &[u8],
 ) -> Result<fs::Metadata, FsError> {
-    use nix::fcntl::{openat, renameat, OFlag};
-    use nix::sys::stat::Mode;
-    use std::os::fd::{AsRawFd, FromRawFd};
-    let tmp_name = format!("{name}.tmp");
-    let failed = |name: &str| {
-        let path = dir_path.join(name);
-        move |source: std::io::Error| FsError { path, source }
+    replace(Some(dir), dir_path, OsStr::new(name), bytes)
+}
+
+/// The replacement itself: names relative to `open` when the caller holds the
+/// directory open, whole paths under `dir_path` otherwise.
+fn replace(
+    open: Option<&File>,
+    dir_path: &Path,
+    name: &OsStr,
+    bytes: &[u8],
+) -> Result<fs::Metadata, FsError> {
+    let mut tmp_name = name.to_os_string();
+    tmp_name.push(".tmp");
+    let (tmp, dst) = (dir_path.join(&tmp_name), dir_path.join(name));
+    let (at_fd, tmp_at, dst_at) = match open {
+        Some(d) => (Some(d.as_raw_fd()), Path::new(&tmp_name), Path::new(name)),
+        None => (None, tmp.as_path(), dst.as_path()),
     };
     let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_CLOEXEC;
-    let fd = openat(
-        Some(dir.as_raw_fd()),
-        tmp_name.as_str(),
-        flags,
-        Mode::from_bits_truncate(0o600),
-    )
-    .map_err(|e| failed(&tmp_name)(e.into()))?;
+    let fd = openat(at_fd, tmp_at, flags, Mode::from_bits_truncate(0o600))
+        .map_err(|e| at(&tmp)(e.into()))?;
     // SAFETY: openat returned a new descriptor that nothing else owns.
     let mut file = unsafe { File::from_raw_fd(fd) };
-    file.write_all(bytes).map_err(failed(&tmp_name))?;
-    file.sync_all().map_err(failed(&tmp_name))?;
-    let meta = file.metadata().map_err(failed(&tmp_name))?;
-    let dirfd = Some(dir.as_raw_fd());
-    renameat(dirfd, tmp_name.as_str(), dirfd, name).map_err(|e| failed(name)(e.into()))?;
-    dir.sync_all().map_err(|source| FsError {
-        path: dir_path.to_path_buf(),
-        source,
-    })?;
+    file.write_all(bytes).map_err(at(&tmp))?;
+    file.sync_all().map_err(at(&tmp))?;
+    let meta = file.metadata().map_err(at(&tmp))?;
+    renameat(at_fd, tmp_at, at_fd, dst_at).map_err(|e| at(&dst)(e.into()))?;
+    match open {
+        Some(d) => d.sync_all().map_err(at(dir_path))?,
+        None => sync_dir(dir_path)?,
+    }
     Ok(meta)
 }
 
