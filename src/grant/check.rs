@@ -88,14 +88,7 @@ fn check_gpus(req: &DeviceRequest, alloc: &Allocation) -> Result<(), Mismatch> {
             .map(|g| u64::from(f(&g.resources).unwrap_or(FULL_SHARE)))
             .sum()
     };
-    let core = sum(&|r| r.core_percent);
-    if core > req.gpu_core {
-        return Err(Mismatch::GpuOver {
-            what: "core",
-            allocated: core,
-            requested: req.gpu_core,
-        });
-    }
+    within("core", sum(&|r| r.core_percent), req.gpu_core)?;
     if req.gpu_memory_ratio == 0 && req.gpu_memory_bytes > 0 {
         // Memory requested in bytes: the scheduler derives the ratio from the
         // device's size, so the bytes are what can be compared.
@@ -107,21 +100,22 @@ fn check_gpus(req: &DeviceRequest, alloc: &Allocation) -> Result<(), Mismatch> {
                 .ok_or(Mismatch::GpuMemoryMissing { index })?;
             bytes = bytes.saturating_add(b);
         }
-        if bytes > req.gpu_memory_bytes {
-            return Err(Mismatch::GpuOver {
-                what: "memory bytes",
-                allocated: bytes,
-                requested: req.gpu_memory_bytes,
-            });
-        }
-        return Ok(());
+        return within("memory bytes", bytes, req.gpu_memory_bytes);
     }
-    let ratio = sum(&|r| r.memory_ratio_percent);
-    if ratio > req.gpu_memory_ratio {
+    within(
+        "memory ratio",
+        sum(&|r| r.memory_ratio_percent),
+        req.gpu_memory_ratio,
+    )
+}
+
+/// `allocated` of `what` may not exceed what the pod requested.
+fn within(what: &'static str, allocated: u64, requested: u64) -> Result<(), Mismatch> {
+    if allocated > requested {
         return Err(Mismatch::GpuOver {
-            what: "memory ratio",
-            allocated: ratio,
-            requested: req.gpu_memory_ratio,
+            what,
+            allocated,
+            requested,
         });
     }
     Ok(())
