@@ -7,6 +7,9 @@
 //!
 //! Also reports the plugin's CPU time (schedstat, nanoseconds) per creation alone
 //! and per creation with its removal, and its RSS idle and after all creations.
+//! Next to it, the floor: the CPU time of a thread that only receives a message
+//! of a CreateContainer request's size and answers it, pinged right after each
+//! creation, so in the same state of caches and CPUs.
 //!
 //! `cargo bench --bench create_container` (root). `DEVGATE_BENCH_CREATES=N`
 //! sets the creations per set (default 500; smoke runs without `--bench` use 10),
@@ -16,6 +19,8 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
@@ -59,6 +64,60 @@ fn cpu_ns(pid: u32) -> u64 {
         .sum()
 }
 
+/// A thread that answers every message with 24 bytes and does nothing else: the
+/// cost of being woken, receiving and sending on this machine.
+struct Echo {
+    stream: UnixStream,
+    tid: i32,
+    /// About the size containerd 1.7 sends for the benchmark pod's CreateContainer.
+    request: Vec<u8>,
+    cpu_ns: u64,
+    pings: u64,
+}
+
+impl Echo {
+    fn start() -> Echo {
+        let (stream, mut peer) = UnixStream::pair().expect("socketpair");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() }).expect("send tid");
+            let mut buf = vec![0u8; 64 << 10];
+            while matches!(peer.read(&mut buf), Ok(n) if n > 0) {
+                if peer.write_all(&[0u8; 24]).is_err() {
+                    break;
+                }
+            }
+        });
+        let tid = rx.recv().expect("echo tid");
+        Echo {
+            stream,
+            tid,
+            request: vec![0x5a; 2700],
+            cpu_ns: 0,
+            pings: 0,
+        }
+    }
+
+    fn cpu(&self) -> u64 {
+        let path = format!("/proc/self/task/{}/schedstat", self.tid);
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        text.split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn ping(&mut self) {
+        let before = self.cpu();
+        let mut reply = [0u8; 24];
+        self.stream.write_all(&self.request).expect("echo send");
+        self.stream.read_exact(&mut reply).expect("echo reply");
+        self.cpu_ns += self.cpu() - before;
+        self.pings += 1;
+    }
+}
+
 /// Plugin CPU over a set: creation calls alone, and creation plus removal.
 #[derive(Default)]
 struct Cpu {
@@ -84,18 +143,21 @@ fn run_set(
     n: usize,
     tag: &str,
     out: &mut Vec<Duration>,
-    plugin: Option<(u32, &mut Cpu)>,
+    plugin: Option<(u32, &mut Cpu, &mut Echo)>,
 ) {
     let mut plugin = plugin;
     for i in 0..n {
         let spec = ContainerSpec::shell(&format!("{tag}{i}"), "true");
-        let before = plugin.as_ref().map_or(0, |(pid, _)| cpu_ns(*pid));
+        let before = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
         let start = Instant::now();
         let id = cri.create_container(pod, &spec).expect("CreateContainer");
         out.push(start.elapsed());
-        let created = plugin.as_ref().map_or(0, |(pid, _)| cpu_ns(*pid));
+        let created = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
+        if let Some((_, _, echo)) = plugin.as_mut() {
+            echo.ping();
+        }
         cri.remove_container(&id).expect("RemoveContainer");
-        if let Some((pid, cpu)) = plugin.as_mut() {
+        if let Some((pid, cpu, _)) = plugin.as_mut() {
             cpu.create_ns += created - before;
             cpu.total_ns += cpu_ns(*pid) - before;
         }
@@ -162,6 +224,7 @@ fn main() {
 
     let (mut with, mut without) = (Vec::new(), Vec::new());
     let mut cpu = Cpu::default();
+    let mut echo = Echo::start();
     for set in 0..sets {
         let tag = format!("w{set}-");
         // ABBA: odd pairs run without the plugin first, so that drift within a
@@ -171,7 +234,14 @@ fn main() {
             without_plugin(&mut node, &cri, &pod, n, set, &mut without);
         }
         let pid = node.plugin.pid().expect("plugin pid");
-        run_set(&cri, &pod, n, &tag, &mut with, Some((pid, &mut cpu)));
+        run_set(
+            &cri,
+            &pod,
+            n,
+            &tag,
+            &mut with,
+            Some((pid, &mut cpu, &mut echo)),
+        );
         if set % 2 == 0 {
             without_plugin(&mut node, &cri, &pod, n, set, &mut without);
         }
@@ -213,6 +283,11 @@ fn main() {
         "plugin cpu: {:.3} ms per CreateContainer, {:.3} ms with its RemoveContainer ({creations} creations)",
         per(cpu.create_ns),
         per(cpu.total_ns),
+    );
+    println!(
+        "floor: {:.3} ms per message for a thread that only receives {} bytes and answers, pinged after each creation",
+        echo.cpu_ns as f64 / 1e6 / echo.pings.max(1) as f64,
+        echo.request.len(),
     );
     println!(
         "plugin rss: {:.1} MiB idle, {:.1} MiB after {} creations",

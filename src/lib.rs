@@ -13,4 +13,5 @@ pub mod ledger;
 pub mod netdev;
 pub mod plan;
 pub mod plugin;
+pub mod residency;
 pub mod untrusted;

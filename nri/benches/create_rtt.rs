@@ -1,7 +1,8 @@
 //! CreateContainer round trip as the runtime sees it: request out, empty
 //! adjustment back, over a real unix socket through the mux and ttrpc on
-//! both sides. The plugin runs on its own thread with a current-thread
-//! runtime, as `devgate nri` does. Target: p99 < 100 µs.
+//! the fake runtime's side, the stub's blocking transport on the plugin's.
+//! The plugin runs on its own thread, as `devgate nri` does. Target: p99 <
+//! 100 µs.
 //!
 //! Besides criterion's estimate, prints latency percentiles from a separate
 //! run of `NRI_BENCH_SAMPLES` round trips (default 20000).
@@ -14,7 +15,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use async_trait::async_trait;
 use criterion::{criterion_group, criterion_main, Criterion};
 use nri::{
     api::{Container, CreateContainerResponse, Event, PodSandbox},
@@ -28,7 +28,6 @@ const DEFAULT_SAMPLES: usize = 20_000;
 /// Answers every CreateContainer with an empty adjustment.
 struct Empty;
 
-#[async_trait]
 impl Plugin for Empty {
     type Error = std::convert::Infallible;
 
@@ -36,7 +35,7 @@ impl Plugin for Empty {
         EventMask::of(Event::CREATE_CONTAINER)
     }
 
-    async fn create_container(
+    fn create_container(
         &self,
         _pod: &PodSandbox,
         _ctr: &Container,
@@ -79,7 +78,7 @@ impl Rig {
                 .with_idx("50")
                 .with_socket_path(plugin_path);
             let _ = ready_tx.send(());
-            let _ = current_thread().block_on(stub.run());
+            let _ = stub.run();
         });
         let _ = ready_rx.recv();
         let conn = rt.block_on(runtime.accept()).expect("plugin registers");

@@ -1,16 +1,6 @@
-//! The NRI socket multiplexer (`pkg/net/multiplex` in containerd/nri).
-//!
-//! One stream carries several byte-stream "connections". Every frame is an
-//! 8-byte header, big-endian `u32` connection id then big-endian `u32`
-//! payload length, followed by the payload. There is no handshake and no
-//! close signal; frames for an id nobody opened are dropped. NRI uses id 1
-//! for the plugin's ttrpc server and id 2 for the runtime's.
-//!
-//! Frame size: the Go side reads each connection through a 4 KiB `bufio`
-//! reader, and its mux returns `ENOMEM` when a frame is larger than the read
-//! buffer (nri#102). A frame that starts a ttrpc message must therefore fit
-//! in 4096 bytes. Capping every frame at [`MAX_FRAME_PAYLOAD`] satisfies that
-//! for any write pattern; each `poll_write` sends at most one frame.
+//! The NRI socket multiplexer on tokio (`pkg/net/multiplex` in
+//! containerd/nri), for the fake runtime of tests and benchmarks; the frame
+//! layout is in [`crate::frame`]. Each `poll_write` sends at most one frame.
 
 use std::{
     collections::HashMap,
@@ -26,20 +16,11 @@ use tokio::{
 };
 use tokio_util::sync::PollSender;
 
-/// A connection id on the multiplexed stream.
-pub type ConnId = u32;
+use crate::frame::{decode_mux_header as decode_header, MUX_HEADER_LEN as HEADER_LEN};
+pub use crate::frame::{
+    ConnId, MAX_FRAME_PAYLOAD, MAX_PEER_PAYLOAD, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN,
+};
 
-/// The plugin serves `nri.pkg.api.v1alpha1.Plugin` on this connection.
-pub const PLUGIN_SERVICE_CONN: ConnId = 1;
-/// The runtime serves `nri.pkg.api.v1alpha1.Runtime` on this connection.
-pub const RUNTIME_SERVICE_CONN: ConnId = 2;
-/// Largest payload this side puts in one frame (see the module docs).
-pub const MAX_FRAME_PAYLOAD: usize = 4096;
-/// Largest payload accepted from the peer: the Go mux's limit up to v0.6.1
-/// (`1 << 24`); later versions send at most `10 + 4 MiB`.
-pub const MAX_PEER_PAYLOAD: usize = 1 << 24;
-
-const HEADER_LEN: usize = 8;
 /// Frames queued per connection before the reader waits (the Go mux uses 256).
 const READ_QUEUE: usize = 256;
 /// Frames queued for the socket writer before writers wait.
@@ -191,21 +172,12 @@ async fn write_frames<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-fn decode_header(h: [u8; HEADER_LEN]) -> (ConnId, usize) {
-    let conn = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
-    let len = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
-    (conn, len as usize)
-}
-
 /// Builds one frame: header plus at most [`MAX_FRAME_PAYLOAD`] bytes of
 /// `data`. Returns the frame and how many bytes of `data` it carries.
 fn encode_frame(conn: ConnId, data: &[u8]) -> (Vec<u8>, usize) {
     let n = data.len().min(MAX_FRAME_PAYLOAD);
     let mut frame = Vec::with_capacity(HEADER_LEN + n);
-    frame.extend_from_slice(&conn.to_be_bytes());
-    // n <= MAX_FRAME_PAYLOAD, so it fits in a u32.
-    frame.extend_from_slice(&(n as u32).to_be_bytes());
-    frame.extend_from_slice(&data[..n]);
+    crate::frame::append_mux_frames(&mut frame, conn, &data[..n]);
     (frame, n)
 }
 

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nix::sys::signal::{SigSet, Signal};
 use nri::{stub::Preinstalled, Stub, StubError};
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::{filter::Targets, layer::SubscriberExt, util::SubscriberInitExt};
@@ -63,10 +64,10 @@ pub enum NriCmdError {
     LogFilter { value: String, reason: String },
     #[error("set up logging")]
     Logging(#[source] Box<dyn std::error::Error + Send + Sync>),
-    #[error("start the async runtime")]
-    Runtime(#[source] std::io::Error),
-    #[error("install signal handlers")]
+    #[error("set up signal handling")]
     Signals(#[source] std::io::Error),
+    #[error("start a thread")]
+    Threads(#[source] std::io::Error),
     #[error("nri plugin")]
     Stub(#[from] StubError),
     #[error("open device state")]
@@ -74,6 +75,8 @@ pub enum NriCmdError {
 }
 
 pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
+    // Before any thread starts, so that all of them inherit the mask.
+    let signals = block_exit_signals()?;
     let preinstalled = Preinstalled::from_env()?;
     // A runtime-launched plugin gets its config in Configure; until then,
     // and for its log format, the defaults apply.
@@ -103,42 +106,58 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
                 .with_socket_path(args.socket)
         }
     };
-    // One thread: the plugin handles one runtime request at a time, and a
-    // small footprint matters more than parallelism on a node agent.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(NriCmdError::Runtime)?;
     let retry = Duration::from_secs(gpu_config.health_interval_secs.max(1));
-    rt.block_on(serve(stub, retry))
+    serve(stub, signals, retry)
 }
 
-async fn serve(stub: Stub<DevgatePlugin>, retry: Duration) -> Result<(), NriCmdError> {
-    use tokio::signal::unix::{signal, SignalKind};
-    tokio::spawn(Arc::clone(stub.plugin()).retry_quarantined_every(retry));
+/// Serves on this thread (the plugin answers one runtime request at a time);
+/// GPU quarantine retries and signals get a thread each.
+fn serve(stub: Stub<DevgatePlugin>, signals: SigSet, retry: Duration) -> Result<(), NriCmdError> {
     let plugin = Arc::clone(stub.plugin());
-    let mut term = signal(SignalKind::terminate()).map_err(NriCmdError::Signals)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(NriCmdError::Signals)?;
-    let result = tokio::select! {
-        result = stub.run() => {
-            if result.is_ok() {
-                tracing::info!("runtime closed the connection; exiting");
-            }
-            result
-        }
-        _ = term.recv() => {
-            tracing::info!(signal = "SIGTERM", "exiting");
-            Ok(())
-        }
-        _ = int.recv() => {
-            tracing::info!(signal = "SIGINT", "exiting");
-            Ok(())
-        }
-    };
+    let on_signal = Arc::clone(&plugin);
+    std::thread::Builder::new()
+        .name("signals".to_string())
+        .spawn(move || exit_on_signal(signals, &on_signal))
+        .map_err(NriCmdError::Signals)?;
+    let retrying = Arc::clone(&plugin);
+    std::thread::Builder::new()
+        .name("gpu-retry".to_string())
+        .spawn(move || retrying.retry_quarantined_every(retry))
+        .map_err(NriCmdError::Threads)?;
+    let result = stub.run();
+    if result.is_ok() {
+        tracing::info!("runtime closed the connection; exiting");
+    }
     // The grant counters are written in the background; the last ones now.
     plugin.flush_grant_audit();
     result?;
     Ok(())
+}
+
+/// SIGTERM and SIGINT, blocked in this thread and every thread it starts
+/// afterwards, so that only [`exit_on_signal`] receives them.
+fn block_exit_signals() -> Result<SigSet, NriCmdError> {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set.thread_block()
+        .map_err(|e| NriCmdError::Signals(e.into()))?;
+    Ok(set)
+}
+
+/// Waits for SIGTERM or SIGINT, then writes the last grant counters and
+/// exits. Claims need nothing more: every ledger change is already on disk.
+fn exit_on_signal(signals: SigSet, plugin: &DevgatePlugin) {
+    match signals.wait() {
+        Ok(signal) => tracing::info!(signal = %signal.as_str(), "exiting"),
+        Err(e) => {
+            // Signals then keep their default action, which also ends us.
+            tracing::warn!(error = %e, "waiting for signals failed");
+            return;
+        }
+    }
+    plugin.flush_grant_audit();
+    std::process::exit(0);
 }
 
 /// Logs go to stderr, filtered by `DEVGATE_LOG` (default `info`).

@@ -74,6 +74,8 @@ impl Teardown for NoTeardown {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Admission {
     pub network_owner: bool,
+    /// This transaction claimed the pod's devices: its first container.
+    pub claimed: bool,
 }
 
 /// What a release did.
@@ -136,7 +138,7 @@ impl Ledger {
         wants_network: bool,
     ) -> Result<Admission, LedgerError> {
         let mut txn = self.store.begin()?;
-        claim_in(&mut txn.state, pod, claims)?;
+        let claimed = claim_in(&mut txn.state, pod, claims)?;
         let Some(rec) = txn.state.pods.get_mut(&pod.sandbox_id) else {
             return Ok(Admission::default());
         };
@@ -155,7 +157,10 @@ impl Ledger {
         }
         rec.containers.insert(container_id.to_string(), record);
         txn.commit()?;
-        Ok(Admission { network_owner })
+        Ok(Admission {
+            network_owner,
+            claimed,
+        })
     }
 
     /// Records what was applied to a container of a pod that holds claims.

@@ -235,10 +235,12 @@ fn admit_picks_one_network_owner_until_it_is_removed() {
         .admit(&pod("p"), &claims, "c1", record("init"), true)
         .unwrap();
     assert!(a.network_owner);
+    assert!(a.claimed, "the first container claims the pod's devices");
     let b = l
         .admit(&pod("p"), &claims, "c2", record("main"), true)
         .unwrap();
     assert!(!b.network_owner, "the pod netns already has its VFs");
+    assert!(!b.claimed, "the pod holds them already");
     // Re-creation of the owner (same id) stays owner.
     assert!(
         l.admit(&pod("p"), &claims, "c1", record("init"), true)

@@ -209,8 +209,14 @@ impl Devices {
             opts.annotations
                 .push((RESOLVED_ANNOTATION.to_string(), value));
         }
+        // Once per pod: its containers share the allocation, so the rest
+        // would repeat the same lines on every creation.
         for w in &plan.warnings {
-            tracing::warn!(pod = %pod_ref, container = %ctr.name, warning = %w, "plan");
+            if admission.claimed {
+                tracing::warn!(pod = %pod_ref, container = %ctr.name, warning = %w, "plan");
+            } else {
+                tracing::debug!(pod = %pod_ref, container = %ctr.name, warning = %w, "plan");
+            }
         }
         Ok(to_adjustment(&plan, &opts))
     }

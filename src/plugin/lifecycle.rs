@@ -69,15 +69,12 @@ impl DevgatePlugin {
         std::thread::spawn(move || monitor.run(&AtomicBool::new(false)));
     }
 
-    /// Retries quarantined GPUs every `interval`: one quarantined for a leftover
-    /// process returns to service once that process is gone. Runs on the plugin's
-    /// runtime; without quarantined GPUs a round is one ledger read.
-    pub async fn retry_quarantined_every(self: Arc<Self>, interval: Duration) {
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
+    /// Retries quarantined GPUs every `interval`, for ever: one quarantined for
+    /// a leftover process returns to service once that process is gone. Runs on
+    /// a thread of its own; without quarantined GPUs a round is one ledger read.
+    pub fn retry_quarantined_every(&self, interval: Duration) {
         loop {
-            tick.tick().await;
+            std::thread::sleep(interval);
             match self.gpu.retry_quarantined(self.devices.ledger()) {
                 Ok(cleared) => cleared
                     .iter()
@@ -88,12 +85,16 @@ impl DevgatePlugin {
     }
 
     pub(super) fn release_in_background(&self, which: Release) {
-        let devices = Arc::clone(&self.devices);
-        let teardown = Arc::clone(&self.teardown);
-        // spawn_blocking: the plugin runs a current-thread runtime, which must keep
-        // answering the runtime while teardown waits on processes.
-        tokio::task::spawn_blocking(move || {
-            release(devices.ledger(), teardown.as_ref(), &which);
-        });
+        let (devices, teardown) = (Arc::clone(&self.devices), Arc::clone(&self.teardown));
+        let job = which.clone();
+        // A thread of its own: the stub's thread must keep answering the runtime
+        // while teardown waits on processes.
+        let spawned = std::thread::Builder::new()
+            .name("release".to_string())
+            .spawn(move || release(devices.ledger(), teardown.as_ref(), &job));
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start a release thread; releasing inline");
+            release(self.devices.ledger(), self.teardown.as_ref(), &which);
+        }
     }
 }

@@ -19,7 +19,6 @@ use std::{
     sync::{Arc, PoisonError, RwLock},
 };
 
-use async_trait::async_trait;
 use nri::{
     api::{
         Container, ContainerAdjustment, ContainerUpdate, CreateContainerResponse, Event, PodSandbox,
@@ -251,7 +250,6 @@ fn default_hook_path() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/usr/local/bin/devgate-hook"))
 }
 
-#[async_trait]
 impl nri::Plugin for DevgatePlugin {
     type Error = PluginError;
 
@@ -262,7 +260,7 @@ impl nri::Plugin for DevgatePlugin {
     /// Never fails: containerd 1.7 exits when a plugin it launched fails
     /// Configure ("failed to start NRI interface", fatal for CRI), so a bad
     /// drop-in file is reported here and on each container it affects.
-    async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), PluginError> {
+    fn configure(&self, runtime: &RuntimeInfo) -> Result<(), PluginError> {
         if self.options.config_from_runtime {
             let state = Config::parse(&runtime.config, "from the runtime")
                 .map(Arc::new)
@@ -306,7 +304,7 @@ impl nri::Plugin for DevgatePlugin {
         Ok(())
     }
 
-    async fn create_container(
+    fn create_container(
         &self,
         pod: &PodSandbox,
         ctr: &Container,
@@ -325,27 +323,32 @@ impl nri::Plugin for DevgatePlugin {
         })
     }
 
-    async fn synchronize(
+    fn synchronize(
         &self,
         pods: Vec<PodSandbox>,
         _containers: Vec<Container>,
     ) -> Result<Vec<ContainerUpdate>, PluginError> {
         let live = pods.into_iter().map(|p| p.id).collect();
         self.release_in_background(lifecycle::Release::AllBut(live));
+        // Start-up is over: keep only the code the plugin still runs resident.
+        match crate::residency::shed_file_pages(std::path::Path::new("/proc")) {
+            Ok(bytes) => tracing::debug!(bytes, "dropped start-up pages"),
+            Err(e) => tracing::debug!(error = %e, "start-up pages kept"),
+        }
         Ok(Vec::new())
     }
 
-    async fn stop_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
+    fn stop_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
         self.release_in_background(lifecycle::Release::Pod(pod.id.clone()));
         Ok(())
     }
 
-    async fn remove_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
+    fn remove_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
         self.release_in_background(lifecycle::Release::Pod(pod.id.clone()));
         Ok(())
     }
 
-    async fn remove_container(&self, pod: &PodSandbox, ctr: &Container) -> Result<(), PluginError> {
+    fn remove_container(&self, pod: &PodSandbox, ctr: &Container) -> Result<(), PluginError> {
         lifecycle::forget_container(self.devices.ledger(), &pod.id, &ctr.id);
         Ok(())
     }

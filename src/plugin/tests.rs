@@ -70,7 +70,8 @@ async fn connect(
         .with_idx("10")
         .with_socket_path(&path);
     let plugin = Arc::clone(stub.plugin());
-    tokio::spawn(stub.run());
+    // Redials for ever: the thread ends with the test process.
+    std::thread::spawn(move || stub.run());
     let conn = tokio::time::timeout(LIMIT, runtime.accept()).await.unwrap();
     (plugin, conn, dir)
 }

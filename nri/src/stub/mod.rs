@@ -1,10 +1,17 @@
 //! The plugin side of NRI: connect, register, serve, and reconnect.
 //!
-//! Handshake (nri.md §1, `pkg/stub/stub.go`): over one unix stream split by
-//! [`crate::mux`], the plugin serves the `Plugin` service on connection 1
-//! and calls `Runtime.RegisterPlugin` on connection 2. The runtime answers
-//! with `Configure` right after accepting the registration, which can
-//! overtake the registration reply, so connection 1 is served first.
+//! Handshake (nri.md §1, `pkg/stub/stub.go`): over one unix stream split into
+//! connections ([`crate::frame`]), the plugin serves the `Plugin` service on
+//! connection 1 and calls `Runtime.RegisterPlugin` on connection 2. The
+//! runtime answers with `Configure` right after accepting the registration,
+//! which can overtake the registration reply, so requests are served while
+//! the reply is awaited.
+//!
+//! Everything runs on the calling thread: [`Stub::run`] blocks, reading a
+//! request, running its handler and writing the reply before it reads the
+//! next. A runtime sends a plugin one request at a time, so this costs no
+//! parallelism, and it keeps the path of a CreateContainer to one read, the
+//! handler, and one write.
 //!
 //! Two ways in:
 //! - dial the runtime's socket ([`Stub::with_socket_path`], default
@@ -19,29 +26,29 @@ mod plugin;
 mod preinstalled;
 mod rpc;
 mod service;
+mod wire;
 
 use std::{
     io,
+    os::unix::net::UnixStream,
     path::{Path, PathBuf},
     sync::Arc,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
-use futures::StreamExt;
-use tokio::net::UnixStream;
-use ttrpc::r#async::{
-    transport::{Listener, Socket},
-    Client, Server,
-};
+use protobuf::Message as _;
+use ttrpc::{Code, Request, Response};
 
-use self::service::Service;
 pub use self::{
     plugin::{Plugin, RpcError, RuntimeInfo},
     preinstalled::{Preinstalled, ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET},
 };
+use self::{service::Service, wire::Wire};
 use crate::{
-    api, api_ttrpc,
-    mux::{Mux, MuxConn, MuxError, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN},
+    api,
+    frame::{
+        TtrpcHeader, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, TTRPC_REQUEST, TTRPC_RESPONSE,
+    },
 };
 
 /// Where containerd and CRI-O listen for external plugins by default.
@@ -80,12 +87,8 @@ pub enum StubError {
         #[source]
         source: io::Error,
     },
-    #[error("set up multiplexed connection")]
-    Mux(#[from] MuxError),
-    #[error("start plugin service")]
-    Serve(#[source] ttrpc::Error),
-    #[error("register with the runtime")]
-    Register(#[source] ttrpc::Error),
+    #[error("register with the runtime: {reason}")]
+    Register { reason: String },
     #[error("runtime closed the connection before synchronizing")]
     Refused {
         #[source]
@@ -162,9 +165,9 @@ impl<P: Plugin> Stub<P> {
         &self.conn.plugin
     }
 
-    /// Serves the plugin. With a socket path this runs until the future is
-    /// dropped; with a given connection it returns once that closes.
-    pub async fn run(self) -> Result<(), StubError> {
+    /// Serves the plugin on this thread. With a socket path this never
+    /// returns `Ok`; with a given connection it returns once that closes.
+    pub fn run(self) -> Result<(), StubError> {
         let Stub { conn, transport } = self;
         check_identity(&conn.name, &conn.idx)?;
         if conn.plugin.events().is_empty() {
@@ -172,25 +175,24 @@ impl<P: Plugin> Stub<P> {
         }
         match transport {
             Transport::Connected(stream) => {
-                let stream = stream
-                    .set_nonblocking(true)
-                    .and_then(|()| UnixStream::from_std(stream))
+                stream
+                    .set_nonblocking(false)
                     .map_err(|source| StubError::Adopt { source })?;
-                conn.serve_connection(stream).await
+                conn.serve_connection(stream)
             }
-            Transport::Socket(path) => conn.redial(&path).await,
+            Transport::Socket(path) => conn.redial(&path),
         }
     }
 }
 
 impl<P: Plugin> Connector<P> {
-    /// Dials `path` until dropped; backoff 100 ms doubling to 5 s, reset by
+    /// Dials `path` for ever; backoff 100 ms doubling to 5 s, reset by
     /// every connection that got as far as synchronizing.
-    async fn redial(&self, path: &Path) -> Result<(), StubError> {
+    fn redial(&self, path: &Path) -> Result<(), StubError> {
         let mut delay = FIRST_RETRY;
         loop {
-            let result = match UnixStream::connect(path).await {
-                Ok(stream) => self.serve_connection(stream).await,
+            let result = match UnixStream::connect(path) {
+                Ok(stream) => self.serve_connection(stream),
                 Err(source) => Err(StubError::Connect {
                     path: path.to_path_buf(),
                     source,
@@ -210,43 +212,19 @@ impl<P: Plugin> Connector<P> {
                     tracing::debug!(error = %ErrorChain(&e), retry_in_ms = %delay.as_millis(), "cannot reach the runtime");
                 }
             }
-            tokio::time::sleep(delay).await;
+            std::thread::sleep(delay);
             delay = (delay * 2).min(MAX_RETRY);
         }
     }
 
-    /// One connection: serve, register, wait for the close. `Ok` if the
+    /// One connection: register, serve, until the close. `Ok` if the
     /// runtime synchronized the plugin, whatever closed the connection later.
-    async fn serve_connection(&self, stream: UnixStream) -> Result<(), StubError> {
-        let mut mux = Mux::new(stream);
-        let plugin_conn = mux.open(PLUGIN_SERVICE_CONN)?;
-        let runtime_conn = mux.open(RUNTIME_SERVICE_CONN)?;
-        let mux = mux.start();
-
-        let service = Arc::new(Service::new(Arc::clone(&self.plugin)));
-        let mut server = Server::new()
-            .register_service(api_ttrpc::create_plugin(service.clone()))
-            .add_listener(single_connection(plugin_conn));
-        server.start().await.map_err(StubError::Serve)?;
-
-        let runtime = api_ttrpc::RuntimeClient::new(Client::new(Socket::new(runtime_conn)));
-        let req = api::RegisterPluginRequest {
-            plugin_name: self.name.clone(),
-            plugin_idx: self.idx.clone(),
-            NRI_version: NRI_API_VERSION.to_string(),
-            ..Default::default()
-        };
-        let ctx = ttrpc::context::with_duration(REGISTRATION_TIMEOUT);
-        runtime
-            .register_plugin(ctx, &req)
-            .await
-            .map_err(StubError::Register)?;
-        tracing::info!(name = %self.name, idx = %self.idx, "registered with the runtime");
-
-        let closed = mux.closed().await;
-        self.plugin.on_close().await;
-        drop(runtime);
-        drop(server);
+    fn serve_connection(&self, stream: UnixStream) -> Result<(), StubError> {
+        let service = Service::new(Arc::clone(&self.plugin));
+        let mut wire = Wire::new(stream);
+        let closed = self.exchange(&service, &mut wire);
+        self.plugin.on_close();
+        let closed = closed?;
         // Closed before the handshake finished: the runtime refused the
         // plugin (e.g. at Configure); count it as a failure so that the
         // next attempt backs off instead of looping every 100 ms.
@@ -260,13 +238,121 @@ impl<P: Plugin> Connector<P> {
         }
         Ok(())
     }
+
+    /// Sends the registration, then answers requests until the stream
+    /// closes (`Ok(Ok)`) or fails (`Ok(Err)`). The registration reply must
+    /// come within [`REGISTRATION_TIMEOUT`].
+    fn exchange(&self, service: &Service<P>, wire: &mut Wire) -> Result<io::Result<()>, StubError> {
+        let register = |reason: String| StubError::Register { reason };
+        let req = api::RegisterPluginRequest {
+            plugin_name: self.name.clone(),
+            plugin_idx: self.idx.clone(),
+            NRI_version: NRI_API_VERSION.to_string(),
+            ..Default::default()
+        };
+        let req = Request {
+            service: "nri.pkg.api.v1alpha1.Runtime".to_string(),
+            method: "RegisterPlugin".to_string(),
+            payload: req.write_to_bytes().map_err(|e| register(e.to_string()))?,
+            timeout_nano: REGISTRATION_TIMEOUT.as_nanos() as i64,
+            ..Default::default()
+        };
+        let payload = req.write_to_bytes().map_err(|e| register(e.to_string()))?;
+        let header = TtrpcHeader {
+            length: 0,
+            stream_id: REGISTER_STREAM,
+            kind: TTRPC_REQUEST,
+            flags: 0,
+        };
+        if let Err(e) = wire.write(RUNTIME_SERVICE_CONN, header, &payload) {
+            return Ok(Err(e));
+        }
+        let deadline = Instant::now() + REGISTRATION_TIMEOUT;
+        let mut registered = false;
+        loop {
+            if !registered {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if let Err(e) = wire.set_read_timeout(Some(left.max(Duration::from_millis(1)))) {
+                    return Ok(Err(e));
+                }
+            }
+            let msg = match wire.read() {
+                Ok(Some(msg)) => msg,
+                Ok(None) => return Ok(Ok(())),
+                Err(e) if !registered && is_timeout(&e) => {
+                    let ms = REGISTRATION_TIMEOUT.as_millis();
+                    return Err(register(format!("no reply within {ms} ms")));
+                }
+                Err(e) => return Ok(Err(e)),
+            };
+            match (msg.conn, msg.header.kind) {
+                (PLUGIN_SERVICE_CONN, TTRPC_REQUEST) => {
+                    let reply = answer(service, &msg.payload);
+                    let header = TtrpcHeader {
+                        kind: TTRPC_RESPONSE,
+                        flags: 0,
+                        ..msg.header
+                    };
+                    if let Err(e) = wire.write(PLUGIN_SERVICE_CONN, header, &reply) {
+                        return Ok(Err(e));
+                    }
+                }
+                (RUNTIME_SERVICE_CONN, TTRPC_RESPONSE)
+                    if !registered && msg.header.stream_id == REGISTER_STREAM =>
+                {
+                    let resp = Response::parse_from_bytes(&msg.payload)
+                        .map_err(|e| register(format!("decode reply: {e}")))?;
+                    if resp.status.code() != Code::OK {
+                        return Err(register(resp.status.message().to_string()));
+                    }
+                    registered = true;
+                    if let Err(e) = wire.set_read_timeout(None) {
+                        return Ok(Err(e));
+                    }
+                    tracing::info!(name = %self.name, idx = %self.idx, "registered with the runtime");
+                }
+                (conn, kind) => {
+                    tracing::debug!(
+                        conn,
+                        kind,
+                        stream = msg.header.stream_id,
+                        "ignoring unexpected ttrpc message"
+                    );
+                }
+            }
+        }
+    }
 }
 
-/// A listener that yields `conn` once and then never again, so that the
-/// ttrpc server serves exactly this connection.
-fn single_connection(conn: MuxConn) -> Listener {
-    let once = futures::stream::once(async move { Ok::<_, io::Error>(conn) });
-    Listener::new(once.chain(futures::stream::pending()))
+/// The stream id of the registration: the first (odd) id of our client side.
+const REGISTER_STREAM: u32 = 1;
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// The encoded `Response` to one request on the plugin connection.
+fn answer<P: Plugin>(service: &Service<P>, payload: &[u8]) -> Vec<u8> {
+    let result = Request::parse_from_bytes(payload)
+        .map_err(|e| ttrpc::get_status(Code::INVALID_ARGUMENT, format!("decode request: {e}")))
+        .and_then(|req| service.handle(&req));
+    let resp = match result {
+        Ok(payload) => Response {
+            status: Some(ttrpc::get_status(Code::OK, "")).into(),
+            payload,
+            ..Default::default()
+        },
+        Err(status) => Response {
+            status: Some(status).into(),
+            ..Default::default()
+        },
+    };
+    // Encoding a message of set fields cannot fail; an empty reply would
+    // still tell the runtime something went wrong.
+    resp.write_to_bytes().unwrap_or_default()
 }
 
 /// The runtime's checks on external plugins (`pkg/api/plugin.go`

@@ -1,6 +1,5 @@
 //! The surface a plugin implements: one method per NRI event.
 
-use async_trait::async_trait;
 use ttrpc::Code;
 
 use crate::{
@@ -50,11 +49,11 @@ pub struct RuntimeInfo {
 /// An NRI plugin. Every event method has a no-op default; override the
 /// ones named in [`Plugin::events`].
 ///
-/// Handlers run on the connection's task and must return well inside the
-/// runtime's request timeout (2 s by default): a late reply makes the runtime
-/// drop the connection for good. The stub also cuts off a handler at three
-/// quarters of that timeout and reports an error instead.
-#[async_trait]
+/// Handlers run one at a time on the stub's thread, which reads the next
+/// request only after the reply is out. They must bound their own waits well
+/// inside the runtime's request timeout ([`RuntimeInfo::request_timeout_ms`],
+/// 2 s by default): a late reply makes the runtime drop the connection for
+/// good. The stub logs a handler that took more than three quarters of it.
 pub trait Plugin: Send + Sync + 'static {
     type Error: RpcError;
 
@@ -65,14 +64,14 @@ pub trait Plugin: Send + Sync + 'static {
 
     /// Called once per connection, before [`Plugin::synchronize`]. An error
     /// makes the runtime close the connection.
-    async fn configure(&self, _runtime: &RuntimeInfo) -> Result<(), Self::Error> {
+    fn configure(&self, _runtime: &RuntimeInfo) -> Result<(), Self::Error> {
         Ok(())
     }
 
     /// The runtime's pods and containers when the connection starts, all at
     /// once even if the runtime sent them in several messages. The result
     /// updates existing containers.
-    async fn synchronize(
+    fn synchronize(
         &self,
         _pods: Vec<PodSandbox>,
         _containers: Vec<Container>,
@@ -82,35 +81,35 @@ pub trait Plugin: Send + Sync + 'static {
 
     /// The runtime is shutting down (containerd never sends this; expect a
     /// closed connection instead).
-    async fn shutdown(&self) {}
+    fn shutdown(&self) {}
 
     /// The connection to the runtime is gone.
-    async fn on_close(&self) {}
+    fn on_close(&self) {}
 
-    async fn run_pod_sandbox(&self, _pod: &PodSandbox) -> Result<(), Self::Error> {
+    fn run_pod_sandbox(&self, _pod: &PodSandbox) -> Result<(), Self::Error> {
         Ok(())
     }
 
     /// NRI v0.10+.
-    async fn update_pod_sandbox(&self, _req: &UpdatePodSandboxRequest) -> Result<(), Self::Error> {
+    fn update_pod_sandbox(&self, _req: &UpdatePodSandboxRequest) -> Result<(), Self::Error> {
         Ok(())
     }
 
     /// NRI v0.10+.
-    async fn post_update_pod_sandbox(&self, _pod: &PodSandbox) -> Result<(), Self::Error> {
+    fn post_update_pod_sandbox(&self, _pod: &PodSandbox) -> Result<(), Self::Error> {
         Ok(())
     }
 
-    async fn stop_pod_sandbox(&self, _pod: &PodSandbox) -> Result<(), Self::Error> {
+    fn stop_pod_sandbox(&self, _pod: &PodSandbox) -> Result<(), Self::Error> {
         Ok(())
     }
 
-    async fn remove_pod_sandbox(&self, _pod: &PodSandbox) -> Result<(), Self::Error> {
+    fn remove_pod_sandbox(&self, _pod: &PodSandbox) -> Result<(), Self::Error> {
         Ok(())
     }
 
     /// Adjust the container being created. An error fails the creation.
-    async fn create_container(
+    fn create_container(
         &self,
         _pod: &PodSandbox,
         _container: &Container,
@@ -118,7 +117,7 @@ pub trait Plugin: Send + Sync + 'static {
         Ok(CreateContainerResponse::default())
     }
 
-    async fn post_create_container(
+    fn post_create_container(
         &self,
         _pod: &PodSandbox,
         _container: &Container,
@@ -126,7 +125,7 @@ pub trait Plugin: Send + Sync + 'static {
         Ok(())
     }
 
-    async fn start_container(
+    fn start_container(
         &self,
         _pod: &PodSandbox,
         _container: &Container,
@@ -134,7 +133,7 @@ pub trait Plugin: Send + Sync + 'static {
         Ok(())
     }
 
-    async fn post_start_container(
+    fn post_start_container(
         &self,
         _pod: &PodSandbox,
         _container: &Container,
@@ -143,7 +142,7 @@ pub trait Plugin: Send + Sync + 'static {
     }
 
     /// `resources` is what CRI asks to set.
-    async fn update_container(
+    fn update_container(
         &self,
         _pod: &PodSandbox,
         _container: &Container,
@@ -152,7 +151,7 @@ pub trait Plugin: Send + Sync + 'static {
         Ok(UpdateContainerResponse::default())
     }
 
-    async fn post_update_container(
+    fn post_update_container(
         &self,
         _pod: &PodSandbox,
         _container: &Container,
@@ -160,7 +159,7 @@ pub trait Plugin: Send + Sync + 'static {
         Ok(())
     }
 
-    async fn stop_container(
+    fn stop_container(
         &self,
         _pod: &PodSandbox,
         _container: &Container,
@@ -168,7 +167,7 @@ pub trait Plugin: Send + Sync + 'static {
         Ok(Vec::new())
     }
 
-    async fn remove_container(
+    fn remove_container(
         &self,
         _pod: &PodSandbox,
         _container: &Container,
@@ -177,7 +176,7 @@ pub trait Plugin: Send + Sync + 'static {
     }
 
     /// NRI v0.10+: accept or reject the merged adjustment of all plugins.
-    async fn validate_container_adjustment(
+    fn validate_container_adjustment(
         &self,
         _req: &ValidateContainerAdjustmentRequest,
     ) -> Result<ValidateContainerAdjustmentResponse, Self::Error> {

@@ -1,22 +1,149 @@
-//! The generated `Plugin` service trait, implemented method by method.
+//! The `Plugin` service: each method of `proto/api.proto` decoded, handed
+//! to [`Plugin`], and its reply encoded.
+//!
+//! A method this proto does not know answers `UNIMPLEMENTED`, as a Go ttrpc
+//! server does; a runtime then falls back to `StateChange` for events.
 
-use async_trait::async_trait;
-use ttrpc::r#async::TtrpcContext;
+use protobuf::Message;
+use ttrpc::{Code, Request, Status};
 
 use super::{service::Service, Plugin};
-use crate::{api, api::Event, api_ttrpc};
+use crate::{api, api::Event};
 
-#[async_trait]
-impl<P: Plugin> api_ttrpc::Plugin for Service<P> {
-    async fn configure(
+/// The service name runtimes call.
+pub(super) const PLUGIN_SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
+
+/// `CreateContainerRequest` for `nri::api::CreateContainerRequest`; the
+/// protobuf descriptors would give the same but link the reflection tables.
+fn short_type_name<T>() -> &'static str {
+    let full = std::any::type_name::<T>();
+    full.rsplit("::").next().unwrap_or(full)
+}
+
+/// Decodes `payload` as `Req`, runs `f`, encodes its reply.
+fn reply<Req: Message, Resp: Message>(
+    payload: &[u8],
+    f: impl FnOnce(Req) -> Result<Resp, Status>,
+) -> Result<Vec<u8>, Status> {
+    let req = Req::parse_from_bytes(payload).map_err(|e| {
+        ttrpc::get_status(
+            Code::INVALID_ARGUMENT,
+            format!("decode {}: {e}", short_type_name::<Req>()),
+        )
+    })?;
+    let resp = f(req)?;
+    resp.write_to_bytes()
+        .map_err(|e| ttrpc::get_status(Code::INTERNAL, format!("encode reply: {e}")))
+}
+
+impl<P: Plugin> Service<P> {
+    /// Answers one request: the encoded reply, or the status to send.
+    pub(super) fn handle(&self, req: &Request) -> Result<Vec<u8>, Status> {
+        if req.service != PLUGIN_SERVICE {
+            return Err(ttrpc::get_status(
+                Code::UNIMPLEMENTED,
+                format!("service {}", req.service),
+            ));
+        }
+        let (t, p) = (req.timeout_nano, req.payload.as_slice());
+        match req.method.as_str() {
+            "Configure" => reply(p, |r| self.configure(t, &r)),
+            "Synchronize" => reply(p, |r| self.synchronize(t, r)),
+            "Shutdown" => reply(p, |_: api::Empty| {
+                tracing::info!("runtime is shutting down");
+                self.plugin.shutdown();
+                Ok(api::Empty::default())
+            }),
+            "CreateContainer" => reply(p, |r: api::CreateContainerRequest| {
+                let (pod, ctr) = (r.pod.get_or_default(), r.container.get_or_default());
+                tracing::debug!(pod = %pod.name, container = %ctr.name, id = %ctr.id, "create container");
+                self.call(t, "create_container", || {
+                    self.plugin.create_container(pod, ctr)
+                })
+            }),
+            "UpdateContainer" => reply(p, |r: api::UpdateContainerRequest| {
+                let (pod, ctr) = (r.pod.get_or_default(), r.container.get_or_default());
+                let resources = r.linux_resources.get_or_default();
+                tracing::debug!(pod = %pod.name, container = %ctr.name, id = %ctr.id, "update container");
+                self.call(t, "update_container", || {
+                    self.plugin.update_container(pod, ctr, resources)
+                })
+            }),
+            "StopContainer" => reply(p, |r: api::StopContainerRequest| {
+                let (pod, ctr) = (r.pod.get_or_default(), r.container.get_or_default());
+                tracing::debug!(pod = %pod.name, container = %ctr.name, id = %ctr.id, "stop container");
+                let update =
+                    self.call(t, "stop_container", || self.plugin.stop_container(pod, ctr))?;
+                Ok(api::StopContainerResponse {
+                    update,
+                    ..Default::default()
+                })
+            }),
+            "StateChange" => reply(p, |r: api::StateChangeEvent| {
+                // An event number this proto does not know is ignored, not
+                // refused: a newer runtime may add events.
+                match r.event.enum_value() {
+                    Ok(event) => self.relay(t, event, &r.pod, &r.container)?,
+                    Err(n) => tracing::debug!(event = n, "ignoring unknown state change"),
+                }
+                Ok(api::Empty::default())
+            }),
+            "UpdatePodSandbox" => reply(p, |r: api::UpdatePodSandboxRequest| {
+                tracing::debug!(pod = %r.pod.name, "update pod sandbox");
+                self.call(t, "update_pod_sandbox", || {
+                    self.plugin.update_pod_sandbox(&r)
+                })?;
+                Ok(api::UpdatePodSandboxResponse::default())
+            }),
+            "ValidateContainerAdjustment" => {
+                reply(p, |r: api::ValidateContainerAdjustmentRequest| {
+                    self.call(t, "validate_container_adjustment", || {
+                        self.plugin.validate_container_adjustment(&r)
+                    })
+                })
+            }
+            "RunPodSandbox" => pod_event(p, |r: api::RunPodSandboxRequest| {
+                self.relay_pod(t, Event::RUN_POD_SANDBOX, &r.pod)
+            }),
+            "PostUpdatePodSandbox" => pod_event(p, |r: api::PostUpdatePodSandboxRequest| {
+                self.relay_pod(t, Event::POST_UPDATE_POD_SANDBOX, &r.pod)
+            }),
+            "StopPodSandbox" => pod_event(p, |r: api::StopPodSandboxRequest| {
+                self.relay_pod(t, Event::STOP_POD_SANDBOX, &r.pod)
+            }),
+            "RemovePodSandbox" => pod_event(p, |r: api::RemovePodSandboxRequest| {
+                self.relay_pod(t, Event::REMOVE_POD_SANDBOX, &r.pod)
+            }),
+            "PostCreateContainer" => pod_event(p, |r: api::PostCreateContainerRequest| {
+                self.relay(t, Event::POST_CREATE_CONTAINER, &r.pod, &r.container)
+            }),
+            "StartContainer" => pod_event(p, |r: api::StartContainerRequest| {
+                self.relay(t, Event::START_CONTAINER, &r.pod, &r.container)
+            }),
+            "PostStartContainer" => pod_event(p, |r: api::PostStartContainerRequest| {
+                self.relay(t, Event::POST_START_CONTAINER, &r.pod, &r.container)
+            }),
+            "PostUpdateContainer" => pod_event(p, |r: api::PostUpdateContainerRequest| {
+                self.relay(t, Event::POST_UPDATE_CONTAINER, &r.pod, &r.container)
+            }),
+            "RemoveContainer" => pod_event(p, |r: api::RemoveContainerRequest| {
+                self.relay(t, Event::REMOVE_CONTAINER, &r.pod, &r.container)
+            }),
+            other => Err(ttrpc::get_status(
+                Code::UNIMPLEMENTED,
+                format!("method {other}"),
+            )),
+        }
+    }
+
+    fn configure(
         &self,
-        ctx: &TtrpcContext,
-        req: api::ConfigureRequest,
-    ) -> ttrpc::Result<api::ConfigureResponse> {
-        let info = self.runtime_info(&req)?;
+        t: i64,
+        req: &api::ConfigureRequest,
+    ) -> Result<api::ConfigureResponse, Status> {
+        let info = self.runtime_info(req)?;
         self.set_request_timeout(info.request_timeout_ms);
-        self.call(ctx, "configure", self.plugin.configure(&info))
-            .await?;
+        self.call(t, "configure", || self.plugin.configure(&info))?;
         tracing::info!(
             runtime = %info.name,
             runtime_version = %info.version,
@@ -31,11 +158,11 @@ impl<P: Plugin> api_ttrpc::Plugin for Service<P> {
         })
     }
 
-    async fn synchronize(
+    fn synchronize(
         &self,
-        ctx: &TtrpcContext,
+        t: i64,
         req: api::SynchronizeRequest,
-    ) -> ttrpc::Result<api::SynchronizeResponse> {
+    ) -> Result<api::SynchronizeResponse, Status> {
         // A split sync (NRI v0.7+) must be acknowledged chunk by chunk with
         // `more` echoed and no updates, or the runtime drops the plugin.
         let Some((pods, containers)) = self.collect_sync(req) else {
@@ -45,13 +172,9 @@ impl<P: Plugin> api_ttrpc::Plugin for Service<P> {
             });
         };
         let (n_pods, n_containers) = (pods.len(), containers.len());
-        let update = self
-            .call(
-                ctx,
-                "synchronize",
-                self.plugin.synchronize(pods, containers),
-            )
-            .await?;
+        let update = self.call(t, "synchronize", || {
+            self.plugin.synchronize(pods, containers)
+        })?;
         self.mark_synchronized();
         tracing::info!(
             pods = n_pods,
@@ -65,202 +188,16 @@ impl<P: Plugin> api_ttrpc::Plugin for Service<P> {
         })
     }
 
-    async fn shutdown(&self, _ctx: &TtrpcContext, _req: api::Empty) -> ttrpc::Result<api::Empty> {
-        tracing::info!("runtime is shutting down");
-        self.plugin.shutdown().await;
-        Ok(api::Empty::default())
+    fn relay_pod(&self, t: i64, event: Event, pod: &api::PodSandbox) -> Result<(), Status> {
+        self.relay(t, event, pod, api::Container::default_instance())
     }
+}
 
-    async fn create_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::CreateContainerRequest,
-    ) -> ttrpc::Result<api::CreateContainerResponse> {
-        let (pod, ctr) = (req.pod.get_or_default(), req.container.get_or_default());
-        tracing::debug!(pod = %pod.name, container = %ctr.name, id = %ctr.id, "create container");
-        self.call(
-            ctx,
-            "create_container",
-            self.plugin.create_container(pod, ctr),
-        )
-        .await
-    }
-
-    async fn update_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::UpdateContainerRequest,
-    ) -> ttrpc::Result<api::UpdateContainerResponse> {
-        let (pod, ctr) = (req.pod.get_or_default(), req.container.get_or_default());
-        let resources = req.linux_resources.get_or_default();
-        tracing::debug!(pod = %pod.name, container = %ctr.name, id = %ctr.id, "update container");
-        let handler = self.plugin.update_container(pod, ctr, resources);
-        self.call(ctx, "update_container", handler).await
-    }
-
-    async fn stop_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::StopContainerRequest,
-    ) -> ttrpc::Result<api::StopContainerResponse> {
-        let (pod, ctr) = (req.pod.get_or_default(), req.container.get_or_default());
-        tracing::debug!(pod = %pod.name, container = %ctr.name, id = %ctr.id, "stop container");
-        let update = self
-            .call(ctx, "stop_container", self.plugin.stop_container(pod, ctr))
-            .await?;
-        Ok(api::StopContainerResponse {
-            update,
-            ..Default::default()
-        })
-    }
-
-    async fn state_change(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::StateChangeEvent,
-    ) -> ttrpc::Result<api::Empty> {
-        // An event number this proto does not know is ignored, not refused:
-        // a newer runtime may add events.
-        let Ok(event) = req.event.enum_value() else {
-            tracing::debug!(event = req.event.value(), "ignoring unknown state change");
-            return Ok(api::Empty::default());
-        };
-        let (pod, ctr) = (req.pod.get_or_default(), req.container.get_or_default());
-        self.relay(ctx, event, pod, ctr).await?;
-        Ok(api::Empty::default())
-    }
-
-    async fn update_pod_sandbox(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::UpdatePodSandboxRequest,
-    ) -> ttrpc::Result<api::UpdatePodSandboxResponse> {
-        tracing::debug!(pod = %req.pod.name, "update pod sandbox");
-        self.call(
-            ctx,
-            "update_pod_sandbox",
-            self.plugin.update_pod_sandbox(&req),
-        )
-        .await?;
-        Ok(api::UpdatePodSandboxResponse::default())
-    }
-
-    async fn validate_container_adjustment(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::ValidateContainerAdjustmentRequest,
-    ) -> ttrpc::Result<api::ValidateContainerAdjustmentResponse> {
-        let handler = self.plugin.validate_container_adjustment(&req);
-        self.call(ctx, "validate_container_adjustment", handler)
-            .await
-    }
-
-    async fn run_pod_sandbox(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::RunPodSandboxRequest,
-    ) -> ttrpc::Result<api::RunPodSandboxResponse> {
-        let no_ctr = api::Container::default();
-        self.relay(
-            ctx,
-            Event::RUN_POD_SANDBOX,
-            req.pod.get_or_default(),
-            &no_ctr,
-        )
-        .await?;
-        Ok(Default::default())
-    }
-
-    async fn post_update_pod_sandbox(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::PostUpdatePodSandboxRequest,
-    ) -> ttrpc::Result<api::PostUpdatePodSandboxResponse> {
-        let no_ctr = api::Container::default();
-        let pod = req.pod.get_or_default();
-        self.relay(ctx, Event::POST_UPDATE_POD_SANDBOX, pod, &no_ctr)
-            .await?;
-        Ok(Default::default())
-    }
-
-    async fn stop_pod_sandbox(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::StopPodSandboxRequest,
-    ) -> ttrpc::Result<api::StopPodSandboxResponse> {
-        let no_ctr = api::Container::default();
-        self.relay(
-            ctx,
-            Event::STOP_POD_SANDBOX,
-            req.pod.get_or_default(),
-            &no_ctr,
-        )
-        .await?;
-        Ok(Default::default())
-    }
-
-    async fn remove_pod_sandbox(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::RemovePodSandboxRequest,
-    ) -> ttrpc::Result<api::RemovePodSandboxResponse> {
-        let no_ctr = api::Container::default();
-        let pod = req.pod.get_or_default();
-        self.relay(ctx, Event::REMOVE_POD_SANDBOX, pod, &no_ctr)
-            .await?;
-        Ok(Default::default())
-    }
-
-    async fn post_create_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::PostCreateContainerRequest,
-    ) -> ttrpc::Result<api::PostCreateContainerResponse> {
-        let (pod, ctr) = (req.pod.get_or_default(), req.container.get_or_default());
-        self.relay(ctx, Event::POST_CREATE_CONTAINER, pod, ctr)
-            .await?;
-        Ok(Default::default())
-    }
-
-    async fn start_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::StartContainerRequest,
-    ) -> ttrpc::Result<api::StartContainerResponse> {
-        let (pod, ctr) = (req.pod.get_or_default(), req.container.get_or_default());
-        self.relay(ctx, Event::START_CONTAINER, pod, ctr).await?;
-        Ok(Default::default())
-    }
-
-    async fn post_start_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::PostStartContainerRequest,
-    ) -> ttrpc::Result<api::PostStartContainerResponse> {
-        let (pod, ctr) = (req.pod.get_or_default(), req.container.get_or_default());
-        self.relay(ctx, Event::POST_START_CONTAINER, pod, ctr)
-            .await?;
-        Ok(Default::default())
-    }
-
-    async fn post_update_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::PostUpdateContainerRequest,
-    ) -> ttrpc::Result<api::PostUpdateContainerResponse> {
-        let (pod, ctr) = (req.pod.get_or_default(), req.container.get_or_default());
-        self.relay(ctx, Event::POST_UPDATE_CONTAINER, pod, ctr)
-            .await?;
-        Ok(Default::default())
-    }
-
-    async fn remove_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: api::RemoveContainerRequest,
-    ) -> ttrpc::Result<api::RemoveContainerResponse> {
-        let (pod, ctr) = (req.pod.get_or_default(), req.container.get_or_default());
-        self.relay(ctx, Event::REMOVE_CONTAINER, pod, ctr).await?;
-        Ok(Default::default())
-    }
+/// A lifecycle event whose reply message is empty (any empty message
+/// encodes the same: zero bytes).
+fn pod_event<Req: Message>(
+    payload: &[u8],
+    f: impl FnOnce(Req) -> Result<(), Status>,
+) -> Result<Vec<u8>, Status> {
+    reply(payload, |r| f(r).map(|()| api::Empty::default()))
 }

@@ -8,16 +8,15 @@
 //! is implemented here.
 
 use std::{
-    future::Future,
     mem,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex, PoisonError,
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
-use ttrpc::{r#async::TtrpcContext, Code};
+use ttrpc::{Code, Status};
 
 use super::{ErrorChain, Plugin, RpcError, RuntimeInfo};
 use crate::{api, api::Event, NriVersion};
@@ -47,12 +46,12 @@ struct SyncBuffer {
 /// drop the plugin (`isFatalError`), and `UNIMPLEMENTED` makes a v0.12
 /// runtime switch this connection to StateChange for good
 /// (`adaptation/plugin_type.go`); neither is what a plugin error means.
-pub(crate) fn status_of<E: RpcError>(err: &E) -> ttrpc::Error {
+pub(crate) fn status_of<E: RpcError>(err: &E) -> Status {
     let code = match err.code() {
         Code::OK | Code::DEADLINE_EXCEEDED | Code::UNIMPLEMENTED => Code::UNKNOWN,
         code => code,
     };
-    ttrpc::Error::RpcStatus(ttrpc::get_status(code, ErrorChain(err).to_string()))
+    ttrpc::get_status(code, ErrorChain(err).to_string())
 }
 
 impl<P: Plugin> Service<P> {
@@ -98,66 +97,67 @@ impl<P: Plugin> Service<P> {
         Some((buf.pods, buf.containers))
     }
 
-    /// Time a handler may take: three quarters of the runtime's timeout for
-    /// this request, leaving room for the reply to travel.
-    fn budget(&self, ctx: &TtrpcContext) -> Duration {
+    /// Time a handler should take: three quarters of the runtime's timeout
+    /// for this request (`timeout_nano`, 0 if unset), leaving room for the
+    /// reply to travel.
+    fn budget(&self, timeout_nano: i64) -> Duration {
         let configured = Duration::from_millis(self.request_timeout_ms.load(Ordering::Relaxed));
-        let total = match u64::try_from(ctx.timeout_nano) {
+        let total = match u64::try_from(timeout_nano) {
             Ok(nanos) if nanos > 0 => configured.min(Duration::from_nanos(nanos)),
             _ => configured,
         };
         total * 3 / 4
     }
 
-    /// Runs one handler under the time budget; errors leave here as ttrpc
-    /// statuses, and this is where they are logged.
-    pub(super) async fn call<T>(
+    /// Runs one handler; errors leave here as ttrpc statuses, and this is
+    /// where they are logged. A handler that ran past its budget is logged
+    /// too: the runtime may have given up on it already.
+    pub(super) fn call<T>(
         &self,
-        ctx: &TtrpcContext,
+        timeout_nano: i64,
         method: &'static str,
-        handler: impl Future<Output = Result<T, P::Error>>,
-    ) -> ttrpc::Result<T> {
-        let budget = self.budget(ctx);
-        match tokio::time::timeout(budget, handler).await {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(err)) => {
-                let status = status_of(&err);
-                tracing::warn!(method, error = %ErrorChain(&err), "plugin handler failed");
-                Err(status)
-            }
-            Err(_) => {
-                let ms = budget.as_millis();
-                tracing::error!(method, budget_ms = %ms, "plugin handler timed out");
-                Err(ttrpc::Error::RpcStatus(ttrpc::get_status(
-                    Code::UNKNOWN,
-                    format!("{method} handler did not finish within {ms} ms"),
-                )))
-            }
+        handler: impl FnOnce() -> Result<T, P::Error>,
+    ) -> Result<T, Status> {
+        let start = Instant::now();
+        let result = handler();
+        let took = start.elapsed();
+        let budget = self.budget(timeout_nano);
+        if took > budget {
+            tracing::error!(
+                method,
+                took_ms = %took.as_millis(),
+                budget_ms = %budget.as_millis(),
+                "plugin handler ran past its time budget"
+            );
         }
+        result.map_err(|err| {
+            tracing::warn!(method, error = %ErrorChain(&err), "plugin handler failed");
+            status_of(&err)
+        })
     }
 
     /// Delivers a lifecycle event that carries no reply data, whichever RPC
     /// brought it.
-    pub(super) async fn relay(
+    pub(super) fn relay(
         &self,
-        ctx: &TtrpcContext,
+        timeout_nano: i64,
         event: Event,
         pod: &api::PodSandbox,
         ctr: &api::Container,
-    ) -> ttrpc::Result<()> {
+    ) -> Result<(), Status> {
         tracing::debug!(?event, pod = %pod.name, container = %ctr.name, "event");
         let p = &self.plugin;
-        let handler = async {
+        let handler = || {
             match event {
-                Event::RUN_POD_SANDBOX => p.run_pod_sandbox(pod).await,
-                Event::POST_UPDATE_POD_SANDBOX => p.post_update_pod_sandbox(pod).await,
-                Event::STOP_POD_SANDBOX => p.stop_pod_sandbox(pod).await,
-                Event::REMOVE_POD_SANDBOX => p.remove_pod_sandbox(pod).await,
-                Event::POST_CREATE_CONTAINER => p.post_create_container(pod, ctr).await,
-                Event::START_CONTAINER => p.start_container(pod, ctr).await,
-                Event::POST_START_CONTAINER => p.post_start_container(pod, ctr).await,
-                Event::POST_UPDATE_CONTAINER => p.post_update_container(pod, ctr).await,
-                Event::REMOVE_CONTAINER => p.remove_container(pod, ctr).await,
+                Event::RUN_POD_SANDBOX => p.run_pod_sandbox(pod),
+                Event::POST_UPDATE_POD_SANDBOX => p.post_update_pod_sandbox(pod),
+                Event::STOP_POD_SANDBOX => p.stop_pod_sandbox(pod),
+                Event::REMOVE_POD_SANDBOX => p.remove_pod_sandbox(pod),
+                Event::POST_CREATE_CONTAINER => p.post_create_container(pod, ctr),
+                Event::START_CONTAINER => p.start_container(pod, ctr),
+                Event::POST_START_CONTAINER => p.post_start_container(pod, ctr),
+                Event::POST_UPDATE_CONTAINER => p.post_update_container(pod, ctr),
+                Event::REMOVE_CONTAINER => p.remove_container(pod, ctr),
                 // These have replies and always come through their own RPC.
                 Event::CREATE_CONTAINER
                 | Event::UPDATE_CONTAINER
@@ -168,10 +168,10 @@ impl<P: Plugin> Service<P> {
                 | Event::LAST => Ok(()),
             }
         };
-        self.call(ctx, event_name(event), handler).await
+        self.call(timeout_nano, event_name(event), handler)
     }
 
-    pub(super) fn runtime_info(&self, req: &api::ConfigureRequest) -> ttrpc::Result<RuntimeInfo> {
+    pub(super) fn runtime_info(&self, req: &api::ConfigureRequest) -> Result<RuntimeInfo, Status> {
         let nri_version = NriVersion::parse(&req.NRI_version)
             .or_else(|| NriVersion::infer_from_runtime(&req.runtime_name, &req.runtime_version));
         let wanted = self.plugin.events();
@@ -188,13 +188,13 @@ impl<P: Plugin> Service<P> {
         }
         if events.is_empty() {
             // An empty mask would subscribe to everything.
-            return Err(ttrpc::Error::RpcStatus(ttrpc::get_status(
+            return Err(ttrpc::get_status(
                 Code::FAILED_PRECONDITION,
                 format!(
                     "runtime {} {} supports none of the plugin's events {wanted}",
                     req.runtime_name, req.runtime_version
                 ),
-            )));
+            ));
         }
         Ok(RuntimeInfo {
             name: req.runtime_name.clone(),

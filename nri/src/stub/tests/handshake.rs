@@ -79,7 +79,7 @@ async fn reconnects_after_the_runtime_restarts() {
         .with_idx("42")
         .with_socket_path(&path);
     let plugin = Arc::clone(stub.plugin());
-    tokio::spawn(stub.run());
+    std::thread::spawn(move || stub.run());
     let first = tokio::time::timeout(LIMIT, runtime.accept())
         .await
         .unwrap()
@@ -106,7 +106,7 @@ async fn given_connection_ends_the_stub_when_closed() {
         .with_name("devgate")
         .with_idx("10")
         .with_connection(ours);
-    let running = tokio::spawn(stub.run());
+    let running = tokio::task::spawn_blocking(move || stub.run());
     theirs.set_nonblocking(true).unwrap();
     let theirs = tokio::net::UnixStream::from_std(theirs).unwrap();
     let conn = handshake(theirs, FakeConfig::containerd_1_7())
@@ -126,7 +126,7 @@ async fn refusal_before_synchronize_is_an_error() {
         .with_name("devgate")
         .with_idx("10")
         .with_connection(ours);
-    let running = tokio::spawn(stub.run());
+    let running = tokio::task::spawn_blocking(move || stub.run());
     theirs.set_nonblocking(true).unwrap();
     let theirs = tokio::net::UnixStream::from_std(theirs).unwrap();
     let config = FakeConfig {
@@ -156,7 +156,7 @@ async fn invalid_identity_is_refused_before_connecting() {
             .with_name(name)
             .with_idx(idx)
             .with_socket_path("/nonexistent/nri.sock");
-        let err = stub.run().await.unwrap_err();
+        let err = stub.run().unwrap_err();
         assert!(
             matches!(
                 err,
@@ -168,5 +168,5 @@ async fn invalid_identity_is_refused_before_connecting() {
     let stub = Stub::new(Recorder::new(EventMask::EMPTY))
         .with_name("x")
         .with_idx("10");
-    assert!(matches!(stub.run().await, Err(StubError::NoEvents)));
+    assert!(matches!(stub.run(), Err(StubError::NoEvents)));
 }

@@ -9,7 +9,6 @@ use std::{
     time::Duration,
 };
 
-use async_trait::async_trait;
 use ttrpc::Code;
 
 use super::*;
@@ -41,7 +40,8 @@ struct Recorder {
     calls: Mutex<Vec<String>>,
     synced: Mutex<Vec<(usize, usize)>>,
     refuse_with: Option<Code>,
-    stall: Option<Duration>,
+    /// Delays the first CreateContainer this long.
+    stall: Mutex<Option<Duration>>,
 }
 
 impl Recorder {
@@ -61,7 +61,6 @@ impl Recorder {
     }
 }
 
-#[async_trait]
 impl Plugin for Recorder {
     type Error = Refusal;
 
@@ -69,12 +68,12 @@ impl Plugin for Recorder {
         self.events
     }
 
-    async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), Refusal> {
+    fn configure(&self, runtime: &RuntimeInfo) -> Result<(), Refusal> {
         self.note(format!("configure {} {}", runtime.name, runtime.events));
         Ok(())
     }
 
-    async fn synchronize(
+    fn synchronize(
         &self,
         pods: Vec<PodSandbox>,
         containers: Vec<Container>,
@@ -90,22 +89,22 @@ impl Plugin for Recorder {
         Ok(vec![update])
     }
 
-    async fn on_close(&self) {
+    fn on_close(&self) {
         self.note("close".to_string());
     }
 
-    async fn run_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), Refusal> {
+    fn run_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), Refusal> {
         self.note(format!("run_pod {}", pod.name));
         Ok(())
     }
 
-    async fn create_container(
+    fn create_container(
         &self,
         pod: &PodSandbox,
         ctr: &Container,
     ) -> Result<CreateContainerResponse, Refusal> {
-        if let Some(stall) = self.stall {
-            tokio::time::sleep(stall).await;
+        if let Some(stall) = self.stall.lock().unwrap().take() {
+            std::thread::sleep(stall);
         }
         if let Some(code) = self.refuse_with {
             return Err(Refusal {
@@ -122,7 +121,7 @@ impl Plugin for Recorder {
         Ok(reply)
     }
 
-    async fn remove_container(&self, _pod: &PodSandbox, ctr: &Container) -> Result<(), Refusal> {
+    fn remove_container(&self, _pod: &PodSandbox, ctr: &Container) -> Result<(), Refusal> {
         self.note(format!("remove {}", ctr.name));
         Ok(())
     }
@@ -174,7 +173,8 @@ async fn connect(
         .with_idx("42")
         .with_socket_path(&path);
     let plugin = Arc::clone(stub.plugin());
-    tokio::spawn(stub.run());
+    // Redials for ever: the thread ends with the test process.
+    std::thread::spawn(move || stub.run());
     let conn = tokio::time::timeout(LIMIT, runtime.accept())
         .await
         .expect("plugin connects in time");

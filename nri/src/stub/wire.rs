@@ -1,0 +1,193 @@
+//! Blocking transport of the plugin side: ttrpc messages on the two mux
+//! connections of one unix stream ([`crate::frame`]), read and written on
+//! the calling thread.
+//!
+//! A plugin answers one request at a time (the runtime waits for each
+//! reply), so one thread with one blocking read per burst of frames and one
+//! write per reply is all the transport needs: no reactor, no task hand-offs.
+
+use std::{
+    io::{self, Read, Write},
+    os::unix::net::UnixStream,
+    time::Duration,
+};
+
+use crate::frame::{
+    append_mux_frames, decode_mux_header, ConnId, TtrpcHeader, MAX_PEER_PAYLOAD, MUX_HEADER_LEN,
+    PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, TTRPC_HEADER_LEN, TTRPC_MAX_PAYLOAD,
+};
+
+/// Bytes asked of the socket per read; a CreateContainer request fits.
+const READ_CHUNK: usize = 64 << 10;
+
+/// One whole ttrpc message from the runtime.
+#[derive(Debug)]
+pub(super) struct Message {
+    pub conn: ConnId,
+    pub header: TtrpcHeader,
+    pub payload: Vec<u8>,
+}
+
+/// The plugin's end of the stream.
+pub(super) struct Wire {
+    stream: UnixStream,
+    /// Bytes read from the socket; `rpos..rlen` is not yet split into frames.
+    rbuf: Vec<u8>,
+    rpos: usize,
+    rlen: usize,
+    /// The byte stream of connections 1 and 2, reassembled from frames.
+    conns: [Vec<u8>; 2],
+    /// Reused for every reply.
+    wbuf: Vec<u8>,
+}
+
+fn invalid(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+impl Wire {
+    pub(super) fn new(stream: UnixStream) -> Wire {
+        Wire {
+            stream,
+            rbuf: vec![0; READ_CHUNK],
+            rpos: 0,
+            rlen: 0,
+            conns: [Vec::new(), Vec::new()],
+            wbuf: Vec::new(),
+        }
+    }
+
+    /// Bounds each blocking read (`None`: wait forever).
+    pub(super) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.stream.set_read_timeout(timeout)
+    }
+
+    /// The next whole message on connection 1 or 2; `None` once the runtime
+    /// closed the stream. Frames for other connections are dropped, as the
+    /// Go mux drops them.
+    pub(super) fn read(&mut self) -> io::Result<Option<Message>> {
+        loop {
+            for (i, conn) in [PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN]
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(msg) = take_message(&mut self.conns[i], conn)? {
+                    return Ok(Some(msg));
+                }
+            }
+            if !self.split_frame()? && !self.fill()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Moves one whole frame from the read buffer to its connection's
+    /// stream; `false` if the buffer holds no whole frame.
+    fn split_frame(&mut self) -> io::Result<bool> {
+        let pending = &self.rbuf[self.rpos..self.rlen];
+        let Some(header) = pending.first_chunk::<MUX_HEADER_LEN>() else {
+            return Ok(false);
+        };
+        let (conn, len) = decode_mux_header(*header);
+        if len > MAX_PEER_PAYLOAD {
+            return Err(invalid(format!(
+                "mux frame for conn {conn} has {len} bytes, limit {MAX_PEER_PAYLOAD}"
+            )));
+        }
+        let Some(payload) = pending.get(MUX_HEADER_LEN..MUX_HEADER_LEN + len) else {
+            // Make room for the rest of a frame larger than the buffer.
+            let need = MUX_HEADER_LEN + len;
+            if self.rbuf.len() < need {
+                self.rbuf.resize(need, 0);
+            }
+            return Ok(false);
+        };
+        match conn {
+            PLUGIN_SERVICE_CONN => self.conns[0].extend_from_slice(payload),
+            RUNTIME_SERVICE_CONN => self.conns[1].extend_from_slice(payload),
+            _ => tracing::trace!(conn, len, "dropping mux frame for unknown connection"),
+        }
+        self.rpos += MUX_HEADER_LEN + len;
+        Ok(true)
+    }
+
+    /// Reads more bytes from the socket; `false` at end of stream.
+    fn fill(&mut self) -> io::Result<bool> {
+        if self.rpos == self.rlen {
+            (self.rpos, self.rlen) = (0, 0);
+        } else if self.rpos > 0 {
+            self.rbuf.copy_within(self.rpos..self.rlen, 0);
+            (self.rpos, self.rlen) = (0, self.rlen - self.rpos);
+        }
+        if self.rlen == self.rbuf.len() {
+            self.rbuf.resize(self.rlen + READ_CHUNK, 0);
+        }
+        loop {
+            match self.stream.read(&mut self.rbuf[self.rlen..]) {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
+                    self.rlen += n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Sends one ttrpc message on `conn` in a single write.
+    pub(super) fn write(
+        &mut self,
+        conn: ConnId,
+        header: TtrpcHeader,
+        payload: &[u8],
+    ) -> io::Result<()> {
+        if payload.len() > TTRPC_MAX_PAYLOAD {
+            return Err(invalid(format!(
+                "ttrpc message of {} bytes, limit {TTRPC_MAX_PAYLOAD}",
+                payload.len()
+            )));
+        }
+        let header = TtrpcHeader {
+            length: payload.len(),
+            ..header
+        };
+        // The ttrpc header and the first bytes of the payload share a frame,
+        // as the Go runtime expects a message's start within one frame.
+        let mut message = Vec::with_capacity(TTRPC_HEADER_LEN + payload.len());
+        message.extend_from_slice(&header.encode());
+        message.extend_from_slice(payload);
+        self.wbuf.clear();
+        append_mux_frames(&mut self.wbuf, conn, &message);
+        self.stream.write_all(&self.wbuf)
+    }
+}
+
+/// Splits the first whole ttrpc message off a connection's stream.
+fn take_message(stream: &mut Vec<u8>, conn: ConnId) -> io::Result<Option<Message>> {
+    let Some(raw) = stream.first_chunk::<TTRPC_HEADER_LEN>() else {
+        return Ok(None);
+    };
+    let header = TtrpcHeader::decode(raw);
+    if header.length > TTRPC_MAX_PAYLOAD {
+        return Err(invalid(format!(
+            "ttrpc message of {} bytes on conn {conn}, limit {TTRPC_MAX_PAYLOAD}",
+            header.length
+        )));
+    }
+    let end = TTRPC_HEADER_LEN + header.length;
+    if stream.len() < end {
+        return Ok(None);
+    }
+    let payload = stream[TTRPC_HEADER_LEN..end].to_vec();
+    stream.drain(..end);
+    Ok(Some(Message {
+        conn,
+        header,
+        payload,
+    }))
+}
+
+#[cfg(test)]
+#[path = "wire_tests.rs"]
+mod tests;

@@ -1,0 +1,129 @@
+use std::{io::Write, thread};
+
+use super::*;
+use crate::frame::{TTRPC_REQUEST, TTRPC_RESPONSE};
+
+fn ttrpc(stream_id: u32, payload: &[u8]) -> Vec<u8> {
+    let header = TtrpcHeader {
+        length: payload.len(),
+        stream_id,
+        kind: TTRPC_REQUEST,
+        flags: 0,
+    };
+    [header.encode().as_slice(), payload].concat()
+}
+
+fn frame(conn: ConnId, data: &[u8]) -> Vec<u8> {
+    let mut out = conn.to_be_bytes().to_vec();
+    out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// Sends `chunks` as separate writes with pauses, so that reads see them apart.
+fn wire_fed_by(chunks: Vec<Vec<u8>>) -> Wire {
+    let (ours, mut peer) = UnixStream::pair().unwrap();
+    thread::spawn(move || {
+        for chunk in chunks {
+            peer.write_all(&chunk).unwrap();
+            thread::sleep(Duration::from_millis(5));
+        }
+    });
+    Wire::new(ours)
+}
+
+fn read_all(wire: &mut Wire) -> Vec<(ConnId, u32, Vec<u8>)> {
+    let mut got = Vec::new();
+    while let Some(m) = wire.read().unwrap() {
+        got.push((m.conn, m.header.stream_id, m.payload));
+    }
+    got
+}
+
+#[test]
+fn messages_are_reassembled_however_frames_and_reads_cut_them() {
+    let big: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+    let msg1 = ttrpc(1, b"configure");
+    let msg2 = ttrpc(3, &big);
+    let msg3 = ttrpc(1, b"registered");
+    // msg1 split over two frames; msg2 over three frames and two writes; an
+    // unknown connection in between; msg3 on conn 2 sharing a write.
+    let mut first = frame(1, &msg1[..4]);
+    first.extend(frame(1, &msg1[4..]));
+    first.extend(frame(9, b"ignored"));
+    first.extend(frame(1, &msg2[..4096]));
+    let half = frame(1, &msg2[4096..8192]);
+    let second = half[..100].to_vec();
+    let mut third = half[100..].to_vec();
+    third.extend(frame(1, &msg2[8192..]));
+    third.extend(frame(2, &msg3));
+    let mut wire = wire_fed_by(vec![first, second, third]);
+    let got = read_all(&mut wire);
+    assert_eq!(
+        got,
+        [
+            (1, 1, b"configure".to_vec()),
+            (1, 3, big),
+            (2, 1, b"registered".to_vec()),
+        ]
+    );
+}
+
+#[test]
+fn oversized_frames_and_messages_are_refused() {
+    let mut huge_frame = 1u32.to_be_bytes().to_vec();
+    huge_frame.extend_from_slice(&((MAX_PEER_PAYLOAD as u32) + 1).to_be_bytes());
+    let mut wire = wire_fed_by(vec![huge_frame]);
+    assert_eq!(wire.read().unwrap_err().kind(), io::ErrorKind::InvalidData);
+
+    let mut header = TtrpcHeader {
+        length: TTRPC_MAX_PAYLOAD + 1,
+        stream_id: 1,
+        kind: TTRPC_REQUEST,
+        flags: 0,
+    }
+    .encode()
+    .to_vec();
+    header.truncate(TTRPC_HEADER_LEN);
+    let mut wire = wire_fed_by(vec![frame(1, &header)]);
+    assert_eq!(wire.read().unwrap_err().kind(), io::ErrorKind::InvalidData);
+}
+
+#[test]
+fn a_reply_goes_out_as_frames_the_go_side_can_read() {
+    let (ours, mut peer) = UnixStream::pair().unwrap();
+    let mut wire = Wire::new(ours);
+    let payload: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+    let header = TtrpcHeader {
+        length: 0,
+        stream_id: 7,
+        kind: TTRPC_RESPONSE,
+        flags: 0,
+    };
+    wire.write(PLUGIN_SERVICE_CONN, header, &payload).unwrap();
+    drop(wire);
+    let mut raw = Vec::new();
+    peer.read_to_end(&mut raw).unwrap();
+    // Two frames: 4096 bytes (header and the payload's start), then the rest.
+    let (conn, n) = decode_mux_header(raw[..8].try_into().unwrap());
+    assert_eq!((conn, n), (1, 4096));
+    let (conn, m) = decode_mux_header(raw[8 + n..16 + n].try_into().unwrap());
+    assert_eq!((conn, m), (1, TTRPC_HEADER_LEN + 5000 - 4096));
+    let message = [&raw[8..8 + n], &raw[16 + n..]].concat();
+    let got = TtrpcHeader::decode(message[..10].try_into().unwrap());
+    assert_eq!(
+        got,
+        TtrpcHeader {
+            length: 5000,
+            ..header
+        }
+    );
+    assert_eq!(&message[10..], payload.as_slice());
+}
+
+#[test]
+fn end_of_stream_mid_message_is_the_end() {
+    let msg = ttrpc(1, b"cut short");
+    let mut wire = wire_fed_by(vec![frame(1, &msg[..12])]);
+    assert!(wire.read().unwrap().is_none());
+}
