@@ -84,6 +84,24 @@ fn plugin_registers_with_containerd() {
 }
 
 #[test]
+fn sigterm_ends_the_plugin_and_its_connection() {
+    require_root();
+    let ctrd = Containerd::launch();
+    let mut plugin = DevgatePlugin::launch(&ctrd, &[]);
+    let mark = ctrd.log_mark();
+    let status = plugin
+        .signal_and_wait(nix::sys::signal::Signal::SIGTERM, Duration::from_secs(5))
+        .expect("devgate nri ends on SIGTERM");
+    assert!(status.success(), "exit status {status}");
+    let output = plugin.output();
+    assert!(
+        output.contains("exiting signal=SIGTERM"),
+        "output: {output}"
+    );
+    ctrd.wait_for_log(mark, r#"connection to plugin \"10-devgate\" closed"#, SLOW);
+}
+
+#[test]
 fn probe_annotation_reaches_the_container_environment() {
     require_root();
     let ctrd = Containerd::launch();

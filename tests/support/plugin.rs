@@ -90,6 +90,27 @@ impl DevgatePlugin {
         }
     }
 
+    /// Sends `signal` and waits up to `limit` for the process to end; its exit
+    /// status, or `None` if it was still running (it is killed then).
+    pub fn signal_and_wait(
+        &mut self,
+        signal: Signal,
+        limit: Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, signal);
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stop_child(&mut child, Signal::SIGKILL, Duration::ZERO);
+        None
+    }
+
     /// Starts a new process with the same flags (after [`DevgatePlugin::kill`]).
     pub fn respawn(&mut self, ctrd: &Containerd) {
         assert!(self.child.is_none(), "devgate nri is still running");

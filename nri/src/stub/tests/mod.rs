@@ -2,6 +2,7 @@
 
 mod events;
 mod handshake;
+mod raw;
 
 use std::{
     path::PathBuf,

@@ -1,0 +1,154 @@
+//! The stub against hand-made frames: what a Go ttrpc client sends and
+//! expects, byte for byte, including the cases the fake runtime never makes.
+
+use std::io::{Read, Write};
+
+use protobuf::Message as _;
+use ttrpc::{Request, Response};
+
+use super::*;
+use crate::frame::{decode_mux_header, TtrpcHeader, TTRPC_REQUEST, TTRPC_RESPONSE};
+
+/// The runtime's end of a connected stub.
+struct RawRuntime {
+    stream: std::os::unix::net::UnixStream,
+    next_stream: u32,
+}
+
+impl RawRuntime {
+    fn send(&mut self, conn: u32, header: TtrpcHeader, payload: &[u8]) {
+        let mut msg = header.encode().to_vec();
+        msg.extend_from_slice(payload);
+        let mut frame = conn.to_be_bytes().to_vec();
+        frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&msg);
+        self.stream.write_all(&frame).unwrap();
+    }
+
+    /// The next whole message, reassembled from the stub's frames.
+    fn recv(&mut self) -> (u32, TtrpcHeader, Vec<u8>) {
+        let mut data = Vec::new();
+        loop {
+            let mut h = [0u8; 8];
+            self.stream.read_exact(&mut h).unwrap();
+            let (c, len) = decode_mux_header(h);
+            assert!(
+                len <= crate::frame::MAX_FRAME_PAYLOAD,
+                "frame of {len} bytes"
+            );
+            let mut payload = vec![0u8; len];
+            self.stream.read_exact(&mut payload).unwrap();
+            data.extend_from_slice(&payload);
+            if data.len() >= 10 {
+                let header = TtrpcHeader::decode(data[..10].try_into().unwrap());
+                if data.len() == 10 + header.length {
+                    return (c, header, data[10..].to_vec());
+                }
+            }
+        }
+    }
+
+    /// Calls `method` of the Plugin service; returns the response.
+    fn call(&mut self, method: &str, payload: Vec<u8>) -> Response {
+        let req = Request {
+            service: "nri.pkg.api.v1alpha1.Plugin".to_string(),
+            method: method.to_string(),
+            payload,
+            ..Default::default()
+        };
+        let stream_id = self.next_stream;
+        self.next_stream += 2;
+        let header = TtrpcHeader {
+            length: 0,
+            stream_id,
+            kind: TTRPC_REQUEST,
+            flags: 0,
+        };
+        let bytes = req.write_to_bytes().unwrap();
+        self.send(
+            1,
+            TtrpcHeader {
+                length: bytes.len(),
+                ..header
+            },
+            &bytes,
+        );
+        let (conn, h, body) = self.recv();
+        assert_eq!((conn, h.stream_id, h.kind), (1, stream_id, TTRPC_RESPONSE));
+        Response::parse_from_bytes(&body).unwrap()
+    }
+}
+
+/// A stub serving one end of a socket pair, registered and configured.
+fn registered(events: EventMask) -> (RawRuntime, std::thread::JoinHandle<Result<(), StubError>>) {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let stub = Stub::new(Recorder::new(events))
+        .with_name("raw")
+        .with_idx("10")
+        .with_connection(ours);
+    let running = std::thread::spawn(move || stub.run());
+    let mut rt = RawRuntime {
+        stream: theirs,
+        next_stream: 1,
+    };
+    let (conn, h, body) = rt.recv();
+    assert_eq!((conn, h.stream_id, h.kind), (2, 1, TTRPC_REQUEST));
+    let req = Request::parse_from_bytes(&body).unwrap();
+    assert_eq!(
+        (req.service.as_str(), req.method.as_str()),
+        ("nri.pkg.api.v1alpha1.Runtime", "RegisterPlugin")
+    );
+    let reply = Response {
+        status: Some(ttrpc::get_status(Code::OK, "")).into(),
+        payload: crate::api::Empty::default().write_to_bytes().unwrap(),
+        ..Default::default()
+    }
+    .write_to_bytes()
+    .unwrap();
+    let header = TtrpcHeader {
+        length: reply.len(),
+        stream_id: 1,
+        kind: TTRPC_RESPONSE,
+        flags: 0,
+    };
+    rt.send(2, header, &reply);
+    (rt, running)
+}
+
+#[test]
+fn unknown_methods_and_services_are_unimplemented_as_in_go_ttrpc() {
+    let (mut rt, running) = registered(create_and_remove());
+    let resp = rt.call("NoSuchMethod", Vec::new());
+    assert_eq!(resp.status.code(), Code::UNIMPLEMENTED);
+    assert_eq!(resp.status.message(), "method NoSuchMethod");
+    // A request that does not decode is refused, and the stub keeps serving.
+    let resp = rt.call("CreateContainer", vec![0xff, 0xff, 0xff]);
+    assert_eq!(resp.status.code(), Code::INVALID_ARGUMENT);
+    let resp = rt.call("Shutdown", Vec::new());
+    assert_eq!(resp.status.code(), Code::OK);
+    drop(rt);
+    // Closed before any Synchronize: a refusal.
+    let result = running.join().unwrap();
+    assert!(
+        matches!(result, Err(StubError::Refused { .. })),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn a_large_reply_is_split_into_frames_and_reassembles() {
+    let (mut rt, _running) = registered(create_and_remove());
+    let pod = crate::api::PodSandbox {
+        name: "p".repeat(10_000),
+        ..Default::default()
+    };
+    let req = crate::api::CreateContainerRequest {
+        pod: Some(pod).into(),
+        container: Some(ctr("c")).into(),
+        ..Default::default()
+    };
+    let resp = rt.call("CreateContainer", req.write_to_bytes().unwrap());
+    assert_eq!(resp.status.code(), Code::OK);
+    let reply = crate::api::CreateContainerResponse::parse_from_bytes(&resp.payload).unwrap();
+    assert_eq!(reply.adjust.env[0].value.len(), 10_000);
+}
