@@ -12,7 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::{SigSet, Signal};
-use nri::{stub::Preinstalled, Stub, StubError};
+use nri::{
+    stub::{Preinstalled, RequestGate},
+    Stub, StubError,
+};
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::{filter::Targets, layer::SubscriberExt, util::SubscriberInitExt};
 
@@ -115,9 +118,10 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
 fn serve(stub: Stub<DevgatePlugin>, signals: SigSet, retry: Duration) -> Result<(), NriCmdError> {
     let plugin = Arc::clone(stub.plugin());
     let on_signal = Arc::clone(&plugin);
+    let gate = stub.request_gate();
     std::thread::Builder::new()
         .name("signals".to_string())
-        .spawn(move || exit_on_signal(signals, &on_signal))
+        .spawn(move || exit_on_signal(signals, &gate, &on_signal))
         .map_err(NriCmdError::Signals)?;
     let retrying = Arc::clone(&plugin);
     std::thread::Builder::new()
@@ -145,9 +149,10 @@ fn block_exit_signals() -> Result<SigSet, NriCmdError> {
     Ok(set)
 }
 
-/// Waits for SIGTERM or SIGINT, then writes the last grant counters and
-/// exits. Claims need nothing more: every ledger change is already on disk.
-fn exit_on_signal(signals: SigSet, plugin: &DevgatePlugin) {
+/// Waits for SIGTERM or SIGINT, then for the request in progress, writes the
+/// last grant counters and exits. Claims need nothing more: every ledger
+/// change is on disk when its transaction ends.
+fn exit_on_signal(signals: SigSet, gate: &RequestGate, plugin: &DevgatePlugin) {
     match signals.wait() {
         Ok(signal) => tracing::info!(signal = %signal.as_str(), "exiting"),
         Err(e) => {
@@ -156,6 +161,8 @@ fn exit_on_signal(signals: SigSet, plugin: &DevgatePlugin) {
             return;
         }
     }
+    // Held until the process is gone: no request starts after this point.
+    let _between_requests = gate.hold();
     plugin.flush_grant_audit();
     std::process::exit(0);
 }

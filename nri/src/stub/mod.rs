@@ -112,6 +112,23 @@ struct Connector<P> {
     plugin: Arc<P>,
     name: String,
     idx: String,
+    gate: RequestGate,
+}
+
+/// Held by the stub while a handler runs. Whoever holds it knows no request
+/// is half handled and none starts: a process that exits on a signal takes it
+/// first, so that it ends between requests, never inside one.
+#[derive(Clone, Default)]
+pub struct RequestGate(Arc<std::sync::Mutex<()>>);
+
+impl RequestGate {
+    /// Waits for the handler in progress, if any, and keeps new ones out
+    /// until the guard is dropped.
+    pub fn hold(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl<P: Plugin> Stub<P> {
@@ -123,6 +140,7 @@ impl<P: Plugin> Stub<P> {
                 plugin: Arc::new(plugin),
                 name: String::new(),
                 idx: String::new(),
+                gate: RequestGate::default(),
             },
             transport: Transport::Socket(PathBuf::from(DEFAULT_SOCKET_PATH)),
         }
@@ -163,6 +181,11 @@ impl<P: Plugin> Stub<P> {
 
     pub fn plugin(&self) -> &Arc<P> {
         &self.conn.plugin
+    }
+
+    /// The gate every request passes while its handler runs.
+    pub fn request_gate(&self) -> RequestGate {
+        self.conn.gate.clone()
     }
 
     /// Serves the plugin on this thread. With a socket path this never
@@ -287,7 +310,10 @@ impl<P: Plugin> Connector<P> {
             };
             match (msg.conn, msg.header.kind) {
                 (PLUGIN_SERVICE_CONN, TTRPC_REQUEST) => {
-                    let reply = answer(service, &msg.payload);
+                    let reply = {
+                        let _running = self.gate.hold();
+                        answer(service, &msg.payload)
+                    };
                     let header = TtrpcHeader {
                         kind: TTRPC_RESPONSE,
                         flags: 0,

@@ -113,3 +113,37 @@ async fn a_late_reply_does_not_confuse_the_next_request() {
         .unwrap();
     assert_eq!(reply.adjust.env[0].value, "p");
 }
+
+#[tokio::test]
+async fn the_request_gate_waits_for_the_handler_in_progress() {
+    let (_dir, path) = socket_dir();
+    let runtime = FakeRuntime::bind(&path, FakeConfig::containerd_1_7()).unwrap();
+    let plugin = Recorder {
+        stall: Mutex::new(Some(Duration::from_millis(400))),
+        ..Recorder::new(create_and_remove())
+    };
+    let stub = Stub::new(plugin)
+        .with_name("test")
+        .with_idx("42")
+        .with_socket_path(&path);
+    let gate = stub.request_gate();
+    std::thread::spawn(move || stub.run());
+    let conn = tokio::time::timeout(LIMIT, runtime.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let holder = std::thread::spawn(move || {
+        // Well inside the stalled handler.
+        std::thread::sleep(Duration::from_millis(100));
+        let _held = gate.hold();
+        started.elapsed()
+    });
+    let reply = conn.create_container(&pod("p"), &ctr("c")).await.unwrap();
+    assert_eq!(reply.adjust.env[0].value, "p");
+    let waited = holder.join().unwrap();
+    assert!(
+        waited >= Duration::from_millis(400),
+        "the gate was taken after {waited:?}, before the handler ended"
+    );
+}
