@@ -7,9 +7,11 @@
 //!
 //! Also reports the plugin's CPU time (schedstat, nanoseconds) per creation alone
 //! and per creation with its removal, and its RSS idle and after all creations.
-//! Next to it, the floor: the CPU time of a thread that only receives a message
-//! of a CreateContainer request's size and answers it, pinged right after each
-//! creation, so in the same state of caches and CPUs.
+//! Next to it, two floors, each the CPU time of a thread pinged right after each
+//! creation, so in the same state of caches and CPUs: one only receives a message
+//! of a CreateContainer request's size and answers it; the other also makes the
+//! one crash-safe ledger write a claim needs (flock, temporary file, write,
+//! fsync, rename, directory fsync of a 3 KiB document on tmpfs).
 //!
 //! `cargo bench --bench create_container` (root). `DEVGATE_BENCH_CREATES=N`
 //! sets the creations per set (default 500; smoke runs without `--bench` use 10),
@@ -64,8 +66,9 @@ fn cpu_ns(pid: u32) -> u64 {
         .sum()
 }
 
-/// A thread that answers every message with 24 bytes and does nothing else: the
-/// cost of being woken, receiving and sending on this machine.
+/// A thread that answers every message with 24 bytes, after replacing a file
+/// under a lock when given a directory, and does nothing else: the cost of being
+/// woken, receiving and sending (and committing) on this machine.
 struct Echo {
     stream: UnixStream,
     tid: i32,
@@ -76,14 +79,29 @@ struct Echo {
 }
 
 impl Echo {
-    fn start() -> Echo {
+    fn start(commit_in: Option<std::path::PathBuf>) -> Echo {
         let (stream, mut peer) = UnixStream::pair().expect("socketpair");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             // SAFETY: gettid has no preconditions.
             tx.send(unsafe { libc::gettid() }).expect("send tid");
+            let commit = commit_in.map(|dir| {
+                let lock = std::fs::File::create(dir.join("lock")).expect("lock file");
+                let dir_file = std::fs::File::open(&dir).expect("open dir");
+                (dir, dir_file, lock)
+            });
+            let document = vec![b'x'; 3 << 10];
             let mut buf = vec![0u8; 64 << 10];
             while matches!(peer.read(&mut buf), Ok(n) if n > 0) {
+                if let Some((path, dir, lock)) = &commit {
+                    use std::os::fd::AsRawFd;
+                    // SAFETY: flock on a descriptor this thread owns.
+                    unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+                    devgate::fsutil::replace_in(dir, path, "ledger.json", &document)
+                        .expect("replace");
+                    // SAFETY: as above.
+                    unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_UN) };
+                }
                 if peer.write_all(&[0u8; 24]).is_err() {
                     break;
                 }
@@ -143,7 +161,7 @@ fn run_set(
     n: usize,
     tag: &str,
     out: &mut Vec<Duration>,
-    plugin: Option<(u32, &mut Cpu, &mut Echo)>,
+    plugin: Option<(u32, &mut Cpu, [&mut Echo; 2])>,
 ) {
     let mut plugin = plugin;
     for i in 0..n {
@@ -153,8 +171,8 @@ fn run_set(
         let id = cri.create_container(pod, &spec).expect("CreateContainer");
         out.push(start.elapsed());
         let created = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
-        if let Some((_, _, echo)) = plugin.as_mut() {
-            echo.ping();
+        if let Some((_, _, floors)) = plugin.as_mut() {
+            floors.iter_mut().for_each(|f| f.ping());
         }
         cri.remove_container(&id).expect("RemoveContainer");
         if let Some((pid, cpu, _)) = plugin.as_mut() {
@@ -224,7 +242,9 @@ fn main() {
 
     let (mut with, mut without) = (Vec::new(), Vec::new());
     let mut cpu = Cpu::default();
-    let mut echo = Echo::start();
+    let mut echo = Echo::start(None);
+    let tmpfs = tempfile::tempdir_in("/dev/shm").expect("tmpfs dir");
+    let mut committer = Echo::start(Some(tmpfs.path().to_path_buf()));
     for set in 0..sets {
         let tag = format!("w{set}-");
         // ABBA: odd pairs run without the plugin first, so that drift within a
@@ -240,7 +260,7 @@ fn main() {
             n,
             &tag,
             &mut with,
-            Some((pid, &mut cpu, &mut echo)),
+            Some((pid, &mut cpu, [&mut echo, &mut committer])),
         );
         if set % 2 == 0 {
             without_plugin(&mut node, &cri, &pod, n, set, &mut without);
@@ -284,10 +304,13 @@ fn main() {
         per(cpu.create_ns),
         per(cpu.total_ns),
     );
+    let floor = |e: &Echo| e.cpu_ns as f64 / 1e6 / e.pings.max(1) as f64;
     println!(
-        "floor: {:.3} ms per message for a thread that only receives {} bytes and answers, pinged after each creation",
-        echo.cpu_ns as f64 / 1e6 / echo.pings.max(1) as f64,
+        "floor: {:.3} ms per message for a thread that only receives {} bytes and answers; \
+         {:.3} ms with one crash-safe 3 KiB ledger write (pinged after each creation)",
+        floor(&echo),
         echo.request.len(),
+        floor(&committer),
     );
     println!(
         "plugin rss: {:.1} MiB idle, {:.1} MiB after {} creations",
