@@ -149,8 +149,12 @@ fn block_exit_signals() -> Result<SigSet, NriCmdError> {
     Ok(set)
 }
 
-/// Waits for SIGTERM or SIGINT, then for the request in progress, writes the
-/// last grant counters and exits. Claims need nothing more: every ledger
+/// How long an exit waits for teardowns in progress: well inside systemd's
+/// default stop timeout (90 s) and the kubelet's grace period (30 s).
+const RELEASE_WAIT: Duration = Duration::from_secs(20);
+
+/// Waits for SIGTERM or SIGINT, then for the request and the teardowns in
+/// progress, writes the last grant counters and exits. Claims need nothing more: every ledger
 /// change is on disk when its transaction ends.
 fn exit_on_signal(signals: SigSet, gate: &RequestGate, plugin: &DevgatePlugin) {
     match signals.wait() {
@@ -163,6 +167,12 @@ fn exit_on_signal(signals: SigSet, gate: &RequestGate, plugin: &DevgatePlugin) {
     }
     // Held until the process is gone: no request starts after this point.
     let _between_requests = gate.hold();
+    if !plugin.wait_for_releases(RELEASE_WAIT) {
+        tracing::warn!(
+            waited_s = RELEASE_WAIT.as_secs(),
+            "teardown still running at exit; the next start finishes it"
+        );
+    }
     plugin.flush_grant_audit();
     std::process::exit(0);
 }

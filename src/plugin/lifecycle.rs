@@ -5,8 +5,8 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::gpu::{HealthMonitor, HealthPolicy};
 
@@ -20,6 +20,53 @@ pub enum Release {
     Pod(String),
     /// Every pod except these sandbox ids (the runtime's live pods).
     AllBut(HashSet<String>),
+}
+
+/// Releases running on their threads, counted so that an exit can wait for them:
+/// a teardown cut short is finished at the next start, but one that completes
+/// leaves nothing for it.
+#[derive(Default)]
+pub struct InFlight {
+    count: Mutex<usize>,
+    idle: Condvar,
+}
+
+/// One running release; dropping it ends it.
+pub struct Running(Arc<InFlight>);
+
+impl InFlight {
+    pub fn enter(self: &Arc<Self>) -> Running {
+        *self.count.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        Running(Arc::clone(self))
+    }
+
+    /// Waits until no release runs or `limit` passes; true if none runs.
+    pub fn wait_idle(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        while *count > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            count = self
+                .idle
+                .wait_timeout(count, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut count = self.0.count.lock().unwrap_or_else(PoisonError::into_inner);
+        *count -= 1;
+        if *count == 0 {
+            self.0.idle.notify_all();
+        }
+    }
 }
 
 /// Runs one release and logs its outcome; returns it for tests.
@@ -87,14 +134,45 @@ impl DevgatePlugin {
     pub(super) fn release_in_background(&self, which: Release) {
         let (devices, teardown) = (Arc::clone(&self.devices), Arc::clone(&self.teardown));
         let job = which.clone();
+        let running = self.releases.enter();
         // A thread of its own: the stub's thread must keep answering the runtime
         // while teardown waits on processes.
         let spawned = std::thread::Builder::new()
             .name("release".to_string())
-            .spawn(move || release(devices.ledger(), teardown.as_ref(), &job));
+            .spawn(move || {
+                let _running = running;
+                release(devices.ledger(), teardown.as_ref(), &job);
+            });
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "cannot start a release thread; releasing inline");
+            let _running = self.releases.enter();
             release(self.devices.ledger(), self.teardown.as_ref(), &which);
         }
+    }
+
+    /// Waits up to `limit` for releases still running (before an exit); true if
+    /// none is left.
+    pub fn wait_for_releases(&self, limit: Duration) -> bool {
+        self.releases.wait_idle(limit)
+    }
+}
+
+#[cfg(test)]
+mod in_flight_tests {
+    use super::*;
+
+    #[test]
+    fn waiting_ends_when_the_last_release_does() {
+        let releases = Arc::new(InFlight::default());
+        assert!(releases.wait_idle(Duration::ZERO), "nothing runs");
+        let running = releases.enter();
+        assert!(!releases.wait_idle(Duration::from_millis(50)));
+        let start = Instant::now();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(running);
+        });
+        assert!(releases.wait_idle(Duration::from_secs(10)));
+        assert!(start.elapsed() >= Duration::from_millis(190));
     }
 }

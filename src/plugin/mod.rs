@@ -105,6 +105,8 @@ pub struct DevgatePlugin {
     gpu: Arc<GpuTeardown>,
     /// Run before a pod's claims are dropped: GPU cleanup, VF restore.
     teardown: Arc<dyn Teardown + Send + Sync>,
+    /// Releases running in the background.
+    releases: Arc<lifecycle::InFlight>,
 }
 
 impl DevgatePlugin {
@@ -134,6 +136,7 @@ impl DevgatePlugin {
             features: RwLock::new(RuntimeFeatures::default()),
             gpu,
             teardown,
+            releases: Arc::default(),
         })
     }
 
