@@ -26,6 +26,7 @@ mod plugin;
 mod preinstalled;
 mod rpc;
 mod service;
+mod session;
 mod wire;
 
 use std::{
@@ -33,22 +34,12 @@ use std::{
     os::unix::net::UnixStream,
     path::{Path, PathBuf},
     sync::Arc,
-    time::{Duration, Instant},
+    time::Duration,
 };
-
-use protobuf::Message as _;
-use ttrpc::{Code, Request, Response};
 
 pub use self::{
     plugin::{Plugin, RpcError, RuntimeInfo},
     preinstalled::{Preinstalled, ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET},
-};
-use self::{service::Service, wire::Wire};
-use crate::{
-    api,
-    frame::{
-        TtrpcHeader, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, TTRPC_REQUEST, TTRPC_RESPONSE,
-    },
 };
 
 /// Where containerd and CRI-O listen for external plugins by default.
@@ -239,146 +230,6 @@ impl<P: Plugin> Connector<P> {
             delay = (delay * 2).min(MAX_RETRY);
         }
     }
-
-    /// One connection: register, serve, until the close. `Ok` if the
-    /// runtime synchronized the plugin, whatever closed the connection later.
-    fn serve_connection(&self, stream: UnixStream) -> Result<(), StubError> {
-        let service = Service::new(Arc::clone(&self.plugin));
-        let mut wire = Wire::new(stream);
-        let closed = self.exchange(&service, &mut wire);
-        self.plugin.on_close();
-        let closed = closed?;
-        // Closed before the handshake finished: the runtime refused the
-        // plugin (e.g. at Configure); count it as a failure so that the
-        // next attempt backs off instead of looping every 100 ms.
-        if !service.is_synchronized() {
-            return Err(StubError::Refused {
-                source: closed.err(),
-            });
-        }
-        if let Err(e) = closed {
-            tracing::warn!(error = %e, "connection to runtime failed");
-        }
-        Ok(())
-    }
-
-    /// Sends the registration, then answers requests until the stream
-    /// closes (`Ok(Ok)`) or fails (`Ok(Err)`). The registration reply must
-    /// come within [`REGISTRATION_TIMEOUT`].
-    fn exchange(&self, service: &Service<P>, wire: &mut Wire) -> Result<io::Result<()>, StubError> {
-        let register = |reason: String| StubError::Register { reason };
-        let req = api::RegisterPluginRequest {
-            plugin_name: self.name.clone(),
-            plugin_idx: self.idx.clone(),
-            NRI_version: NRI_API_VERSION.to_string(),
-            ..Default::default()
-        };
-        let req = Request {
-            service: "nri.pkg.api.v1alpha1.Runtime".to_string(),
-            method: "RegisterPlugin".to_string(),
-            payload: req.write_to_bytes().map_err(|e| register(e.to_string()))?,
-            timeout_nano: REGISTRATION_TIMEOUT.as_nanos() as i64,
-            ..Default::default()
-        };
-        let payload = req.write_to_bytes().map_err(|e| register(e.to_string()))?;
-        let header = TtrpcHeader {
-            length: 0,
-            stream_id: REGISTER_STREAM,
-            kind: TTRPC_REQUEST,
-            flags: 0,
-        };
-        if let Err(e) = wire.write(RUNTIME_SERVICE_CONN, header, &payload) {
-            return Ok(Err(e));
-        }
-        let deadline = Instant::now() + REGISTRATION_TIMEOUT;
-        let mut registered = false;
-        loop {
-            if !registered {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if let Err(e) = wire.set_read_timeout(Some(left.max(Duration::from_millis(1)))) {
-                    return Ok(Err(e));
-                }
-            }
-            let msg = match wire.read() {
-                Ok(Some(msg)) => msg,
-                Ok(None) => return Ok(Ok(())),
-                Err(e) if !registered && is_timeout(&e) => {
-                    let ms = REGISTRATION_TIMEOUT.as_millis();
-                    return Err(register(format!("no reply within {ms} ms")));
-                }
-                Err(e) => return Ok(Err(e)),
-            };
-            match (msg.conn, msg.header.kind) {
-                (PLUGIN_SERVICE_CONN, TTRPC_REQUEST) => {
-                    let reply = {
-                        let _running = self.gate.hold();
-                        answer(service, &msg.payload)
-                    };
-                    let header = TtrpcHeader {
-                        kind: TTRPC_RESPONSE,
-                        flags: 0,
-                        ..msg.header
-                    };
-                    if let Err(e) = wire.write(PLUGIN_SERVICE_CONN, header, &reply) {
-                        return Ok(Err(e));
-                    }
-                }
-                (RUNTIME_SERVICE_CONN, TTRPC_RESPONSE)
-                    if !registered && msg.header.stream_id == REGISTER_STREAM =>
-                {
-                    let resp = Response::parse_from_bytes(&msg.payload)
-                        .map_err(|e| register(format!("decode reply: {e}")))?;
-                    if resp.status.code() != Code::OK {
-                        return Err(register(resp.status.message().to_string()));
-                    }
-                    registered = true;
-                    if let Err(e) = wire.set_read_timeout(None) {
-                        return Ok(Err(e));
-                    }
-                    tracing::info!(name = %self.name, idx = %self.idx, "registered with the runtime");
-                }
-                (conn, kind) => {
-                    tracing::debug!(
-                        conn,
-                        kind,
-                        stream = msg.header.stream_id,
-                        "ignoring unexpected ttrpc message"
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// The stream id of the registration: the first (odd) id of our client side.
-const REGISTER_STREAM: u32 = 1;
-
-fn is_timeout(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
-}
-
-/// The encoded `Response` to one request on the plugin connection.
-fn answer<P: Plugin>(service: &Service<P>, payload: &[u8]) -> Vec<u8> {
-    let result = Request::parse_from_bytes(payload)
-        .map_err(|e| ttrpc::get_status(Code::INVALID_ARGUMENT, format!("decode request: {e}")))
-        .and_then(|req| service.handle(&req));
-    let resp = match result {
-        Ok(payload) => Response {
-            status: Some(ttrpc::get_status(Code::OK, "")).into(),
-            payload,
-            ..Default::default()
-        },
-        Err(status) => Response {
-            status: Some(status).into(),
-            ..Default::default()
-        },
-    };
-    // Encoding a message of set fields cannot fail; an empty reply would
-    // still tell the runtime something went wrong.
-    resp.write_to_bytes().unwrap_or_default()
 }
 
 /// The runtime's checks on external plugins (`pkg/api/plugin.go`
