@@ -7,7 +7,7 @@
 //!
 //! Also reports the plugin's CPU time (schedstat, nanoseconds) per creation alone
 //! and per creation with its removal, and its RSS idle and after all creations.
-//! Next to it, two floors, each the CPU time of a thread pinged right after each
+//! Next to it, two floors, each the CPU time of a process pinged right after each
 //! creation, so in the same state of caches and CPUs: one only receives a message
 //! of a CreateContainer request's size and answers it; the other also makes the
 //! one crash-safe ledger write a claim needs (flock, temporary file, write,
@@ -66,12 +66,18 @@ fn cpu_ns(pid: u32) -> u64 {
         .sum()
 }
 
-/// A thread that answers every message with 24 bytes, after replacing a file
-/// under a lock when given a directory, and does nothing else: the cost of being
-/// woken, receiving and sending (and committing) on this machine.
+/// Set in the environment of the floor processes this bench starts: `-` for a
+/// bare echo, else the directory of the ledger-like file it replaces.
+const ECHO_ENV: &str = "DEVGATE_BENCH_ECHO";
+
+/// A process (this bench binary again) that answers every message with 24 bytes,
+/// after replacing a file under a lock when given a directory, and does nothing
+/// else: the cost, on this machine, of waking another process, receiving and
+/// sending (and committing). Another process, as the plugin is: waking a thread
+/// of the pinging process itself would skip the address-space switch.
 struct Echo {
     stream: UnixStream,
-    tid: i32,
+    child: std::process::Child,
     /// About the size containerd 1.7 sends for the benchmark pod's CreateContainer.
     request: Vec<u8>,
     cpu_ns: u64,
@@ -79,61 +85,66 @@ struct Echo {
 }
 
 impl Echo {
-    fn start(commit_in: Option<std::path::PathBuf>) -> Echo {
-        let (stream, mut peer) = UnixStream::pair().expect("socketpair");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            tx.send(unsafe { libc::gettid() }).expect("send tid");
-            let commit = commit_in.map(|dir| {
-                let lock = std::fs::File::create(dir.join("lock")).expect("lock file");
-                let dir_file = std::fs::File::open(&dir).expect("open dir");
-                (dir, dir_file, lock)
-            });
-            let document = vec![b'x'; 3 << 10];
-            let mut buf = vec![0u8; 64 << 10];
-            while matches!(peer.read(&mut buf), Ok(n) if n > 0) {
-                if let Some((path, dir, lock)) = &commit {
-                    use std::os::fd::AsRawFd;
-                    // SAFETY: flock on a descriptor this thread owns.
-                    unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
-                    devgate::fsutil::replace_in(dir, path, "ledger.json", &document)
-                        .expect("replace");
-                    // SAFETY: as above.
-                    unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_UN) };
-                }
-                if peer.write_all(&[0u8; 24]).is_err() {
-                    break;
-                }
-            }
-        });
-        let tid = rx.recv().expect("echo tid");
+    fn start(commit_in: Option<&std::path::Path>) -> Echo {
+        let (stream, peer) = UnixStream::pair().expect("socketpair");
+        let mode = commit_in.map_or("-".into(), |d| d.display().to_string());
+        let child = std::process::Command::new(std::env::current_exe().expect("bench binary"))
+            .env(ECHO_ENV, mode)
+            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(peer)))
+            .spawn()
+            .expect("spawn the floor process");
         Echo {
             stream,
-            tid,
+            child,
             request: vec![0x5a; 2700],
             cpu_ns: 0,
             pings: 0,
         }
     }
 
-    fn cpu(&self) -> u64 {
-        let path = format!("/proc/self/task/{}/schedstat", self.tid);
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        text.split_whitespace()
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    }
-
     fn ping(&mut self) {
-        let before = self.cpu();
+        let before = cpu_ns(self.child.id());
         let mut reply = [0u8; 24];
         self.stream.write_all(&self.request).expect("echo send");
         self.stream.read_exact(&mut reply).expect("echo reply");
-        self.cpu_ns += self.cpu() - before;
+        self.cpu_ns += cpu_ns(self.child.id()) - before;
         self.pings += 1;
     }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The floor process: serves its stdin (a socket) until it closes.
+fn serve_echo(mode: &str) -> ! {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: the parent made descriptor 0 a socket for this process alone.
+    let mut peer = unsafe { UnixStream::from_raw_fd(0) };
+    let commit = (mode != "-").then(|| {
+        let dir = std::path::PathBuf::from(mode);
+        let lock = std::fs::File::create(dir.join("lock")).expect("lock file");
+        let dir_file = std::fs::File::open(&dir).expect("open dir");
+        (dir, dir_file, lock)
+    });
+    let document = vec![b'x'; 3 << 10];
+    let mut buf = vec![0u8; 64 << 10];
+    while matches!(peer.read(&mut buf), Ok(n) if n > 0) {
+        if let Some((path, dir, lock)) = &commit {
+            // SAFETY: flock on a descriptor this process owns.
+            unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+            devgate::fsutil::replace_in(dir, path, "ledger.json", &document).expect("replace");
+            // SAFETY: as above.
+            unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_UN) };
+        }
+        if peer.write_all(&[0u8; 24]).is_err() {
+            break;
+        }
+    }
+    std::process::exit(0)
 }
 
 /// Plugin CPU over a set: creation calls alone, and creation plus removal.
@@ -220,6 +231,9 @@ fn report(name: &str, mut v: Vec<Duration>) -> f64 {
 }
 
 fn main() {
+    if let Some(mode) = std::env::var_os(ECHO_ENV) {
+        serve_echo(&mode.to_string_lossy());
+    }
     require_root();
     let full = std::env::args().any(|a| a == "--bench");
     let n = env_usize("DEVGATE_BENCH_CREATES", if full { 500 } else { 10 });
@@ -244,7 +258,7 @@ fn main() {
     let mut cpu = Cpu::default();
     let mut echo = Echo::start(None);
     let tmpfs = tempfile::tempdir_in("/dev/shm").expect("tmpfs dir");
-    let mut committer = Echo::start(Some(tmpfs.path().to_path_buf()));
+    let mut committer = Echo::start(Some(tmpfs.path()));
     for set in 0..sets {
         let tag = format!("w{set}-");
         // ABBA: odd pairs run without the plugin first, so that drift within a
@@ -306,7 +320,7 @@ fn main() {
     );
     let floor = |e: &Echo| e.cpu_ns as f64 / 1e6 / e.pings.max(1) as f64;
     println!(
-        "floor: {:.3} ms per message for a thread that only receives {} bytes and answers; \
+        "floor: {:.3} ms per message for a process that only receives {} bytes and answers; \
          {:.3} ms with one crash-safe 3 KiB ledger write (pinged after each creation)",
         floor(&echo),
         echo.request.len(),
