@@ -13,8 +13,17 @@
 //! Only mappings that hold no written page qualify: a writable mapping would
 //! lose data, and so would a read-only one the loader wrote before sealing it
 //! (RELRO: relocated pointers, `mprotect`ed read-only afterwards). Those show
-//! as `Anonymous:` pages in `/proc/self/smaps` (proc(5)) and are skipped.
+//! as `Anonymous:` pages in `/proc/self/smaps` (proc(5)) and are skipped. And
+//! only files mapped before the plugin started anything qualify (the program,
+//! its loader and the libraries it was linked with, all relocated before
+//! `main`): a library opened later (NVML, loaded on demand) could be in the
+//! middle of its relocation on another thread, and a page dropped then would
+//! lose what the loader wrote.
+//!
+//! The kernel drops such clean file pages on its own under memory pressure;
+//! this only does it early, for pages the plugin is done with.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -34,15 +43,43 @@ pub struct Range {
     pub end: usize,
 }
 
+/// The files this process mapped before it started anything: the only ones
+/// whose pages [`shed_file_pages`] drops.
+#[derive(Debug, Clone, Default)]
+pub struct StartupFiles(HashSet<String>);
+
+impl StartupFiles {
+    /// The files mapped now, from `<proc_root>/self/maps`; none if it cannot
+    /// be read (then nothing is ever shed).
+    pub fn capture(proc_root: &Path) -> StartupFiles {
+        let maps = std::fs::read_to_string(proc_root.join("self/maps")).unwrap_or_default();
+        StartupFiles::from_maps(&maps)
+    }
+
+    pub fn from_maps(maps: &str) -> StartupFiles {
+        let paths = maps
+            .lines()
+            .filter_map(|l| l.split_ascii_whitespace().nth(5))
+            .filter(|p| p.starts_with('/'))
+            .map(str::to_string)
+            .collect();
+        StartupFiles(paths)
+    }
+
+    fn contains(&self, path: &str) -> bool {
+        self.0.contains(path)
+    }
+}
+
 /// The ranges of `smaps` (the text of `/proc/<pid>/smaps`) that map a file
 /// privately and read-only and hold no copied-on-write page: program text,
 /// read-only data and shared libraries. Anonymous, writable, shared, written
 /// (RELRO) and special (`[vdso]`, `[vvar]`) mappings are left out, as is a
 /// mapping whose lines do not parse.
-pub fn clean_read_only_file_ranges(smaps: &str) -> Vec<Range> {
+pub fn clean_read_only_file_ranges(smaps: &str) -> Vec<(Range, &str)> {
     let mut out = Vec::new();
     // The current mapping, while it still qualifies.
-    let mut current: Option<Range> = None;
+    let mut current: Option<(Range, &str)> = None;
     let mut anonymous_seen = false;
     for line in smaps.lines() {
         if let Some((key, value)) = line.split_once(':').filter(|(k, _)| !k.contains(' ')) {
@@ -67,9 +104,9 @@ pub fn clean_read_only_file_ranges(smaps: &str) -> Vec<Range> {
     out
 }
 
-/// The range of one mapping header line, if it maps a file privately and
-/// read-only.
-fn read_only_file_range(line: &str) -> Option<Range> {
+/// The range and file of one mapping header line, if it maps a file privately
+/// and read-only.
+fn read_only_file_range(line: &str) -> Option<(Range, &str)> {
     let mut fields = line.split_ascii_whitespace();
     let (start, end) = fields.next()?.split_once('-')?;
     let perms = fields.next()?.as_bytes();
@@ -84,20 +121,24 @@ fn read_only_file_range(line: &str) -> Option<Range> {
     }
     let start = usize::from_str_radix(start, 16).ok()?;
     let end = usize::from_str_radix(end, 16).ok()?;
-    (start < end).then_some(Range { start, end })
+    (start < end).then_some((Range { start, end }, path))
 }
 
-/// Drops the resident pages of this process's clean private read-only file
-/// mappings, as listed in `<proc_root>/self/smaps`; returns the bytes advised.
-/// A range the kernel refuses is skipped: this only ever saves memory.
-pub fn shed_file_pages(proc_root: &Path) -> Result<usize, ResidencyError> {
+/// Drops the resident pages of this process's clean private read-only
+/// mappings of `startup` files, as listed in `<proc_root>/self/smaps`; returns
+/// the bytes advised. A range the kernel refuses is skipped: this only ever
+/// saves memory.
+pub fn shed_file_pages(proc_root: &Path, startup: &StartupFiles) -> Result<usize, ResidencyError> {
     let path = proc_root.join("self/smaps");
     let smaps = std::fs::read_to_string(&path).map_err(|source| ResidencyError::Maps {
         path: path.clone(),
         source,
     })?;
     let mut advised = 0;
-    for r in clean_read_only_file_ranges(&smaps) {
+    for (r, path) in clean_read_only_file_ranges(&smaps) {
+        if !startup.contains(path) {
+            continue;
+        }
         let len = r.end - r.start;
         // SAFETY: the range is a whole private read-only file mapping of this
         // process; MADV_DONTNEED there changes no byte a reader sees, only
@@ -152,7 +193,7 @@ Anonymous:             0 kB
 ";
         let got: Vec<(usize, usize)> = clean_read_only_file_ranges(smaps)
             .into_iter()
-            .map(|r| (r.start, r.end))
+            .map(|(r, _)| (r.start, r.end))
             .collect();
         assert_eq!(
             got,
@@ -173,10 +214,31 @@ Anonymous:             0 kB
         static COUNTER: AtomicU64 = AtomicU64::new(41);
         COUNTER.fetch_add(1, Ordering::Relaxed);
         let heap = vec![7u8; 1 << 20];
-        let advised = shed_file_pages(Path::new("/proc")).unwrap();
+        let startup = StartupFiles::capture(Path::new("/proc"));
+        let advised = shed_file_pages(Path::new("/proc"), &startup).unwrap();
         assert!(advised > 0);
+        assert_eq!(
+            shed_file_pages(Path::new("/proc"), &StartupFiles::default()).unwrap(),
+            0,
+            "files mapped later are never shed"
+        );
         assert_eq!(COUNTER.load(Ordering::Relaxed), 42);
         assert!(heap.iter().all(|b| *b == 7));
         assert_eq!(format!("{}", 6 * 7), "42");
+    }
+
+    #[test]
+    fn startup_files_are_the_mapped_files() {
+        let maps = "\
+55d0c0a00000-55d0c0b00000 r--p 00000000 08:01 131 /usr/local/bin/devgate
+55d0c2000000-55d0c2100000 rw-p 00000000 00:00 0 [heap]
+7f0000100000-7f0000200000 r-xp 00000000 08:01 77 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f0000300000-7f0000400000 r--p 00000000 00:00 0
+";
+        let files = StartupFiles::from_maps(maps);
+        assert!(files.contains("/usr/local/bin/devgate"));
+        assert!(files.contains("/usr/lib/x86_64-linux-gnu/libc.so.6"));
+        assert!(!files.contains("[heap]"));
+        assert_eq!(files.0.len(), 2);
     }
 }

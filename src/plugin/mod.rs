@@ -107,11 +107,15 @@ pub struct DevgatePlugin {
     teardown: Arc<dyn Teardown + Send + Sync>,
     /// Releases running in the background.
     releases: Arc<lifecycle::InFlight>,
+    /// Files mapped before the plugin loaded anything on demand.
+    startup_files: crate::residency::StartupFiles,
 }
 
 impl DevgatePlugin {
     /// Reads the inventory and opens the ledger under `options.state_dir`.
     pub fn new(config: Config, options: PluginOptions) -> Result<DevgatePlugin, LedgerError> {
+        // Before anything below can load a library (NVML).
+        let startup_files = crate::residency::StartupFiles::capture(std::path::Path::new("/proc"));
         let devices = devices::Devices::open(
             &options.host_root,
             &options.state_dir,
@@ -137,6 +141,7 @@ impl DevgatePlugin {
             gpu,
             teardown,
             releases: Arc::default(),
+            startup_files,
         })
     }
 
@@ -334,7 +339,8 @@ impl nri::Plugin for DevgatePlugin {
         let live = pods.into_iter().map(|p| p.id).collect();
         self.release_in_background(lifecycle::Release::AllBut(live));
         // Start-up is over: keep only the code the plugin still runs resident.
-        match crate::residency::shed_file_pages(std::path::Path::new("/proc")) {
+        match crate::residency::shed_file_pages(std::path::Path::new("/proc"), &self.startup_files)
+        {
             Ok(bytes) => tracing::debug!(bytes, "dropped start-up pages"),
             Err(e) => tracing::debug!(error = %e, "start-up pages kept"),
         }
