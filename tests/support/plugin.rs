@@ -98,17 +98,7 @@ impl DevgatePlugin {
         limit: Duration,
     ) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, signal);
-        let deadline = std::time::Instant::now() + limit;
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        stop_child(&mut child, Signal::SIGKILL, Duration::ZERO);
-        None
+        stop_child(&mut child, signal, limit)
     }
 
     /// Starts a new process with the same flags (after [`DevgatePlugin::kill`]).

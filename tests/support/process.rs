@@ -8,21 +8,28 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 /// Sends `signal` to `child` and reaps it, escalating to SIGKILL after `grace`.
-pub fn stop_child(child: &mut Child, signal: Signal, grace: Duration) {
-    if matches!(child.try_wait(), Ok(Some(_))) {
-        return;
+/// Returns the exit status when the child ended before that (by itself or on
+/// `signal`), `None` when it took the SIGKILL.
+pub fn stop_child(
+    child: &mut Child,
+    signal: Signal,
+    grace: Duration,
+) -> Option<std::process::ExitStatus> {
+    if let Ok(Some(status)) = child.try_wait() {
+        return Some(status);
     }
     let pid = Pid::from_raw(child.id() as i32);
     let _ = kill(pid, signal);
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
-        if matches!(child.try_wait(), Ok(Some(_))) {
-            return;
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = kill(pid, Signal::SIGKILL);
     let _ = child.wait();
+    None
 }
 
 /// Runs a command to completion; returns its stdout, or the failure text.
