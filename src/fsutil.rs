@@ -28,16 +28,21 @@ fn at(path: &Path) -> impl FnOnce(std::io::Error) -> FsError + '_ {
     }
 }
 
-/// Opens (creating, mode 0600) `path` and waits for an exclusive lock on it; the
-/// lock goes with the returned value.
-pub fn lock_exclusive(path: &Path) -> Result<Flock<File>, FsError> {
-    let file = OpenOptions::new()
+/// Opens (creating, mode 0600) the lock file `path`, for `flock`.
+pub fn open_lock_file(path: &Path) -> Result<File, FsError> {
+    OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .mode(0o600)
         .open(path)
-        .map_err(at(path))?;
+        .map_err(at(path))
+}
+
+/// Opens (creating, mode 0600) `path` and waits for an exclusive lock on it; the
+/// lock goes with the returned value.
+pub fn lock_exclusive(path: &Path) -> Result<Flock<File>, FsError> {
+    let file = open_lock_file(path)?;
     Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| FsError {
         path: path.to_path_buf(),
         source: errno.into(),

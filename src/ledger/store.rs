@@ -12,7 +12,7 @@
 use std::fs::{self, File};
 use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -50,17 +50,11 @@ struct Handles {
 
 impl Handles {
     fn open(dir: &Path) -> Result<Handles, LedgerError> {
-        let io = |path: PathBuf| move |source| LedgerError::Io { path, source };
-        let lock_path = dir.join(LOCK_FILE);
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(&lock_path)
-            .map_err(io(lock_path))?;
-        let dir = File::open(dir).map_err(io(dir.to_path_buf()))?;
+        let lock = fsutil::open_lock_file(&dir.join(LOCK_FILE))?;
+        let dir = File::open(dir).map_err(|source| LedgerError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         Ok(Handles { dir, lock })
     }
 
@@ -320,7 +314,8 @@ fn too_large(path: PathBuf) -> LedgerError {
 
 impl Txn<'_> {
     /// Writes the state and releases the lock (held until the new document is in
-    /// place: `_lock` is dropped when this returns); the document moves into the cache.
+    /// place: the transaction's drop unlocks when this returns); the document
+    /// moves into the cache.
     pub fn commit(mut self) -> Result<(), LedgerError> {
         let state = std::mem::take(&mut self.state);
         // `begin` filled the handles before handing out the transaction.
