@@ -1,11 +1,12 @@
-//! The ttrpc `Plugin` service: turns NRI requests into [`Plugin`] calls.
+//! What the `Plugin` service keeps per connection (the runtime's timeout, a
+//! split Synchronize, whether the handshake finished) and how a handler's
+//! result becomes a ttrpc status.
 //!
-//! Both ways a runtime delivers lifecycle events are served and routed to
-//! the same trait method: the per-event RPCs of NRI v0.12+ and the older
-//! `StateChange` (nri.md §1). The generated trait's default for a method
-//! is `NOT_FOUND`, which a v0.12 runtime treats as a failure rather than as
-//! "fall back to StateChange" (that needs `UNIMPLEMENTED`), so every method
-//! is implemented here.
+//! Both ways a runtime delivers lifecycle events are routed to the same trait
+//! method ([`Service::relay`]): the per-event RPCs of NRI v0.12+ and the older
+//! `StateChange` (nri.md §1). `rpc.rs` implements every method of the proto:
+//! answering one with `UNIMPLEMENTED` would make a v0.12 runtime fall back to
+//! `StateChange` for good.
 
 use std::{
     mem,

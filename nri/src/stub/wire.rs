@@ -37,7 +37,8 @@ pub(super) struct Wire {
     rlen: usize,
     /// The byte stream of connections 1 and 2, reassembled from frames.
     conns: [Vec<u8>; 2],
-    /// Reused for every reply.
+    /// Reused for every reply: the ttrpc message, then its frames.
+    message: Vec<u8>,
     wbuf: Vec<u8>,
 }
 
@@ -53,6 +54,7 @@ impl Wire {
             rpos: 0,
             rlen: 0,
             conns: [Vec::new(), Vec::new()],
+            message: Vec::new(),
             wbuf: Vec::new(),
         }
     }
@@ -154,11 +156,11 @@ impl Wire {
         };
         // The ttrpc header and the first bytes of the payload share a frame,
         // as the Go runtime expects a message's start within one frame.
-        let mut message = Vec::with_capacity(TTRPC_HEADER_LEN + payload.len());
-        message.extend_from_slice(&header.encode());
-        message.extend_from_slice(payload);
+        self.message.clear();
+        self.message.extend_from_slice(&header.encode());
+        self.message.extend_from_slice(payload);
         self.wbuf.clear();
-        append_mux_frames(&mut self.wbuf, conn, &message);
+        append_mux_frames(&mut self.wbuf, conn, &self.message);
         self.stream.write_all(&self.wbuf)
     }
 }
