@@ -22,6 +22,7 @@
 //!   descriptor ([`Preinstalled::from_env`]); when that closes the runtime
 //!   is done with us and [`Stub::run`] returns.
 
+mod envelope;
 mod plugin;
 mod preinstalled;
 mod rpc;

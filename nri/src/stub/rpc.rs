@@ -5,8 +5,9 @@
 //! server does; a runtime then falls back to `StateChange` for events.
 
 use protobuf::Message;
-use ttrpc::{Code, Request, Status};
+use ttrpc::{Code, Status};
 
+use super::envelope::{self, RequestView};
 use super::{service::Service, Plugin};
 use crate::{api, api::Event};
 
@@ -20,11 +21,13 @@ fn short_type_name<T>() -> &'static str {
     full.rsplit("::").next().unwrap_or(full)
 }
 
-/// Decodes `payload` as `Req`, runs `f`, encodes its reply.
+/// Decodes `payload` as `Req`, runs `f`, and appends the `Response`
+/// carrying its reply to `out`.
 fn reply<Req: Message, Resp: Message>(
     payload: &[u8],
+    out: &mut Vec<u8>,
     f: impl FnOnce(Req) -> Result<Resp, Status>,
-) -> Result<Vec<u8>, Status> {
+) -> Result<(), Status> {
     let req = Req::parse_from_bytes(payload).map_err(|e| {
         ttrpc::get_status(
             Code::INVALID_ARGUMENT,
@@ -32,36 +35,37 @@ fn reply<Req: Message, Resp: Message>(
         )
     })?;
     let resp = f(req)?;
-    resp.write_to_bytes()
+    envelope::encode_ok(out, &resp)
         .map_err(|e| ttrpc::get_status(Code::INTERNAL, format!("encode reply: {e}")))
 }
 
 impl<P: Plugin> Service<P> {
-    /// Answers one request: the encoded reply, or the status to send.
-    pub(super) fn handle(&self, req: &Request) -> Result<Vec<u8>, Status> {
+    /// Answers one request: appends the encoded `Response` to `out`, or
+    /// returns the status to send instead.
+    pub(super) fn handle(&self, req: &RequestView<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
         if req.service != PLUGIN_SERVICE {
             return Err(ttrpc::get_status(
                 Code::UNIMPLEMENTED,
                 format!("service {}", req.service),
             ));
         }
-        let (t, p) = (req.timeout_nano, req.payload.as_slice());
-        match req.method.as_str() {
-            "Configure" => reply(p, |r| self.configure(t, &r)),
-            "Synchronize" => reply(p, |r| self.synchronize(t, r)),
-            "Shutdown" => reply(p, |_: api::Empty| {
+        let (t, p) = (req.timeout_nano, req.payload);
+        match req.method {
+            "Configure" => reply(p, out, |r| self.configure(t, &r)),
+            "Synchronize" => reply(p, out, |r| self.synchronize(t, r)),
+            "Shutdown" => reply(p, out, |_: api::Empty| {
                 tracing::info!("runtime is shutting down");
                 self.plugin.shutdown();
                 Ok(api::Empty::default())
             }),
-            "CreateContainer" => reply(p, |r: api::CreateContainerRequest| {
+            "CreateContainer" => reply(p, out, |r: api::CreateContainerRequest| {
                 let (pod, ctr) = (r.pod.get_or_default(), r.container.get_or_default());
                 tracing::debug!(pod = %pod.name, container = %ctr.name, id = %ctr.id, "create container");
                 self.call(t, "create_container", || {
                     self.plugin.create_container(pod, ctr)
                 })
             }),
-            "UpdateContainer" => reply(p, |r: api::UpdateContainerRequest| {
+            "UpdateContainer" => reply(p, out, |r: api::UpdateContainerRequest| {
                 let (pod, ctr) = (r.pod.get_or_default(), r.container.get_or_default());
                 let resources = r.linux_resources.get_or_default();
                 tracing::debug!(pod = %pod.name, container = %ctr.name, id = %ctr.id, "update container");
@@ -69,7 +73,7 @@ impl<P: Plugin> Service<P> {
                     self.plugin.update_container(pod, ctr, resources)
                 })
             }),
-            "StopContainer" => reply(p, |r: api::StopContainerRequest| {
+            "StopContainer" => reply(p, out, |r: api::StopContainerRequest| {
                 let (pod, ctr) = (r.pod.get_or_default(), r.container.get_or_default());
                 tracing::debug!(pod = %pod.name, container = %ctr.name, id = %ctr.id, "stop container");
                 let update =
@@ -79,7 +83,7 @@ impl<P: Plugin> Service<P> {
                     ..Default::default()
                 })
             }),
-            "StateChange" => reply(p, |r: api::StateChangeEvent| {
+            "StateChange" => reply(p, out, |r: api::StateChangeEvent| {
                 // An event number this proto does not know is ignored, not
                 // refused: a newer runtime may add events.
                 match r.event.enum_value() {
@@ -88,7 +92,7 @@ impl<P: Plugin> Service<P> {
                 }
                 Ok(api::Empty::default())
             }),
-            "UpdatePodSandbox" => reply(p, |r: api::UpdatePodSandboxRequest| {
+            "UpdatePodSandbox" => reply(p, out, |r: api::UpdatePodSandboxRequest| {
                 tracing::debug!(pod = %r.pod.name, "update pod sandbox");
                 self.call(t, "update_pod_sandbox", || {
                     self.plugin.update_pod_sandbox(&r)
@@ -96,37 +100,37 @@ impl<P: Plugin> Service<P> {
                 Ok(api::UpdatePodSandboxResponse::default())
             }),
             "ValidateContainerAdjustment" => {
-                reply(p, |r: api::ValidateContainerAdjustmentRequest| {
+                reply(p, out, |r: api::ValidateContainerAdjustmentRequest| {
                     self.call(t, "validate_container_adjustment", || {
                         self.plugin.validate_container_adjustment(&r)
                     })
                 })
             }
-            "RunPodSandbox" => pod_event(p, |r: api::RunPodSandboxRequest| {
+            "RunPodSandbox" => pod_event(p, out, |r: api::RunPodSandboxRequest| {
                 self.relay_pod(t, Event::RUN_POD_SANDBOX, &r.pod)
             }),
-            "PostUpdatePodSandbox" => pod_event(p, |r: api::PostUpdatePodSandboxRequest| {
+            "PostUpdatePodSandbox" => pod_event(p, out, |r: api::PostUpdatePodSandboxRequest| {
                 self.relay_pod(t, Event::POST_UPDATE_POD_SANDBOX, &r.pod)
             }),
-            "StopPodSandbox" => pod_event(p, |r: api::StopPodSandboxRequest| {
+            "StopPodSandbox" => pod_event(p, out, |r: api::StopPodSandboxRequest| {
                 self.relay_pod(t, Event::STOP_POD_SANDBOX, &r.pod)
             }),
-            "RemovePodSandbox" => pod_event(p, |r: api::RemovePodSandboxRequest| {
+            "RemovePodSandbox" => pod_event(p, out, |r: api::RemovePodSandboxRequest| {
                 self.relay_pod(t, Event::REMOVE_POD_SANDBOX, &r.pod)
             }),
-            "PostCreateContainer" => pod_event(p, |r: api::PostCreateContainerRequest| {
+            "PostCreateContainer" => pod_event(p, out, |r: api::PostCreateContainerRequest| {
                 self.relay(t, Event::POST_CREATE_CONTAINER, &r.pod, &r.container)
             }),
-            "StartContainer" => pod_event(p, |r: api::StartContainerRequest| {
+            "StartContainer" => pod_event(p, out, |r: api::StartContainerRequest| {
                 self.relay(t, Event::START_CONTAINER, &r.pod, &r.container)
             }),
-            "PostStartContainer" => pod_event(p, |r: api::PostStartContainerRequest| {
+            "PostStartContainer" => pod_event(p, out, |r: api::PostStartContainerRequest| {
                 self.relay(t, Event::POST_START_CONTAINER, &r.pod, &r.container)
             }),
-            "PostUpdateContainer" => pod_event(p, |r: api::PostUpdateContainerRequest| {
+            "PostUpdateContainer" => pod_event(p, out, |r: api::PostUpdateContainerRequest| {
                 self.relay(t, Event::POST_UPDATE_CONTAINER, &r.pod, &r.container)
             }),
-            "RemoveContainer" => pod_event(p, |r: api::RemoveContainerRequest| {
+            "RemoveContainer" => pod_event(p, out, |r: api::RemoveContainerRequest| {
                 self.relay(t, Event::REMOVE_CONTAINER, &r.pod, &r.container)
             }),
             other => Err(ttrpc::get_status(
@@ -197,7 +201,8 @@ impl<P: Plugin> Service<P> {
 /// encodes the same: zero bytes).
 fn pod_event<Req: Message>(
     payload: &[u8],
+    out: &mut Vec<u8>,
     f: impl FnOnce(Req) -> Result<(), Status>,
-) -> Result<Vec<u8>, Status> {
-    reply(payload, |r| f(r).map(|()| api::Empty::default()))
+) -> Result<(), Status> {
+    reply(payload, out, |r| f(r).map(|()| api::Empty::default()))
 }

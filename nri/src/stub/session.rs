@@ -12,7 +12,9 @@ use protobuf::Message as _;
 use ttrpc::{Code, Request, Response};
 
 use super::{
-    service::Service, wire::Wire, Connector, Plugin, StubError, NRI_API_VERSION,
+    envelope::{self, RequestView},
+    service::Service,
+    wire::Wire, Connector, Plugin, StubError, NRI_API_VERSION,
     REGISTRATION_TIMEOUT,
 };
 use crate::{
@@ -75,6 +77,7 @@ impl<P: Plugin> Connector<P> {
         }
         let deadline = Instant::now() + REGISTRATION_TIMEOUT;
         let mut registered = false;
+        let mut reply = Vec::new();
         loop {
             if !registered {
                 let left = deadline.saturating_duration_since(Instant::now());
@@ -93,10 +96,10 @@ impl<P: Plugin> Connector<P> {
             };
             match (msg.conn, msg.header.kind) {
                 (PLUGIN_SERVICE_CONN, TTRPC_REQUEST) => {
-                    let reply = {
+                    {
                         let _running = self.gate.hold();
-                        answer(service, &msg.payload)
-                    };
+                        answer(service, &msg.payload, &mut reply);
+                    }
                     let header = TtrpcHeader {
                         kind: TTRPC_RESPONSE,
                         flags: 0,
@@ -105,6 +108,7 @@ impl<P: Plugin> Connector<P> {
                     if let Err(e) = wire.write(PLUGIN_SERVICE_CONN, header, &reply) {
                         return Ok(Err(e));
                     }
+                    wire.recycle(msg.payload);
                 }
                 (RUNTIME_SERVICE_CONN, TTRPC_RESPONSE)
                     if !registered && msg.header.stream_id == REGISTER_STREAM =>
@@ -143,23 +147,15 @@ fn is_timeout(e: &io::Error) -> bool {
     )
 }
 
-/// The encoded `Response` to one request on the plugin connection.
-fn answer<P: Plugin>(service: &Service<P>, payload: &[u8]) -> Vec<u8> {
-    let result = Request::parse_from_bytes(payload)
+/// Puts the encoded `Response` to one request on the plugin connection in
+/// `out` (a buffer reused from call to call).
+fn answer<P: Plugin>(service: &Service<P>, payload: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    let result = RequestView::decode(payload)
         .map_err(|e| ttrpc::get_status(Code::INVALID_ARGUMENT, format!("decode request: {e}")))
-        .and_then(|req| service.handle(&req));
-    let resp = match result {
-        Ok(payload) => Response {
-            status: Some(ttrpc::get_status(Code::OK, "")).into(),
-            payload,
-            ..Default::default()
-        },
-        Err(status) => Response {
-            status: Some(status).into(),
-            ..Default::default()
-        },
-    };
-    // Encoding a message of set fields cannot fail; an empty reply would
-    // still tell the runtime something went wrong.
-    resp.write_to_bytes().unwrap_or_default()
+        .and_then(|req| service.handle(&req, out));
+    if let Err(status) = result {
+        out.clear();
+        envelope::encode_status(out, status);
+    }
 }

@@ -40,6 +40,9 @@ pub(super) struct Wire {
     /// Reused for every reply: the ttrpc message, then its frames.
     message: Vec<u8>,
     wbuf: Vec<u8>,
+    /// A received message's payload buffer, given back by [`Wire::recycle`]
+    /// to hold the next one instead of a fresh allocation.
+    spare: Vec<u8>,
 }
 
 fn invalid(what: String) -> io::Error {
@@ -56,7 +59,14 @@ impl Wire {
             conns: [Vec::new(), Vec::new()],
             message: Vec::new(),
             wbuf: Vec::new(),
+            spare: Vec::new(),
         }
+    }
+
+    /// Takes back the payload of a message that has been handled.
+    pub(super) fn recycle(&mut self, mut payload: Vec<u8>) {
+        payload.clear();
+        self.spare = payload;
     }
 
     /// Bounds each blocking read (`None`: wait forever).
@@ -73,7 +83,7 @@ impl Wire {
                 .into_iter()
                 .enumerate()
             {
-                if let Some(msg) = take_message(&mut self.conns[i], conn)? {
+                if let Some(msg) = take_message(&mut self.conns[i], conn, &mut self.spare)? {
                     return Ok(Some(msg));
                 }
             }
@@ -165,8 +175,13 @@ impl Wire {
     }
 }
 
-/// Splits the first whole ttrpc message off a connection's stream.
-fn take_message(stream: &mut Vec<u8>, conn: ConnId) -> io::Result<Option<Message>> {
+/// Splits the first whole ttrpc message off a connection's stream, into
+/// `spare`'s buffer when there is one.
+fn take_message(
+    stream: &mut Vec<u8>,
+    conn: ConnId,
+    spare: &mut Vec<u8>,
+) -> io::Result<Option<Message>> {
     let Some(raw) = stream.first_chunk::<TTRPC_HEADER_LEN>() else {
         return Ok(None);
     };
@@ -181,7 +196,8 @@ fn take_message(stream: &mut Vec<u8>, conn: ConnId) -> io::Result<Option<Message
     if stream.len() < end {
         return Ok(None);
     }
-    let payload = stream[TTRPC_HEADER_LEN..end].to_vec();
+    let mut payload = std::mem::take(spare);
+    payload.extend_from_slice(&stream[TTRPC_HEADER_LEN..end]);
     stream.drain(..end);
     Ok(Some(Message {
         conn,

@@ -1,0 +1,146 @@
+use protobuf::Message;
+use ttrpc::proto::KeyValue;
+use ttrpc::{Code, Request, Response};
+
+use super::*;
+use crate::api;
+
+fn request(service: &str, method: &str, payload: &[u8], timeout_nano: i64) -> Request {
+    Request {
+        service: service.into(),
+        method: method.into(),
+        payload: payload.to_vec(),
+        timeout_nano,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn reads_what_the_generated_request_writes() {
+    let big: Vec<u8> = (0..5000).map(|i| i as u8).collect();
+    let mut with_metadata = request("s", "m", b"p", 1);
+    with_metadata.metadata.push(KeyValue {
+        key: "k".into(),
+        value: "v".into(),
+        ..Default::default()
+    });
+    let cases = [
+        request("nri.pkg.api.v1alpha1.Plugin", "CreateContainer", &big, 2_000_000_000),
+        request("", "", b"", 0),
+        request("a", "b", b"", -1),
+        request("a", "b", b"x", i64::MAX),
+        request("a", "b", b"x", i64::MIN),
+        with_metadata,
+    ];
+    for req in cases {
+        let bytes = req.write_to_bytes().unwrap();
+        let view = RequestView::decode(&bytes).unwrap();
+        assert_eq!(view.service, req.service);
+        assert_eq!(view.method, req.method);
+        assert_eq!(view.payload, req.payload.as_slice());
+        assert_eq!(view.timeout_nano, req.timeout_nano);
+    }
+}
+
+#[test]
+fn skips_unknown_fields_and_keeps_the_last_of_a_repeated_one() {
+    let mut bytes = request("a", "first", b"p", 5).write_to_bytes().unwrap();
+    // field 9 varint, field 10 fixed64, field 11 bytes, field 12 fixed32
+    bytes.extend_from_slice(&[9 << 3, 0x96, 0x01]);
+    bytes.extend_from_slice(&[10 << 3 | 1, 1, 2, 3, 4, 5, 6, 7, 8]);
+    bytes.extend_from_slice(&[11 << 3 | 2, 2, b'x', b'y']);
+    bytes.extend_from_slice(&[12 << 3 | 5, 1, 2, 3, 4]);
+    bytes.extend_from_slice(&[2 << 3 | 2, 4, b'l', b'a', b's', b't']);
+    let view = RequestView::decode(&bytes).unwrap();
+    assert_eq!(
+        view,
+        RequestView {
+            service: "a",
+            method: "last",
+            payload: b"p",
+            timeout_nano: 5
+        }
+    );
+}
+
+#[test]
+fn refuses_malformed_envelopes() {
+    let cases: [(&[u8], EnvelopeError); 6] = [
+        (&[1 << 3 | 2, 5, b'a'], EnvelopeError::Truncated { at: 2 }),
+        (&[1 << 3 | 2], EnvelopeError::Truncated { at: 1 }),
+        (&[4 << 3, 0x80], EnvelopeError::Truncated { at: 2 }),
+        (
+            &[4 << 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
+            EnvelopeError::VarintTooLong { at: 1 },
+        ),
+        (&[7 << 3 | 3], EnvelopeError::WireType { field: 7, wire_type: 3 }),
+        (&[2 << 3 | 2, 1, 0xff], EnvelopeError::NotUtf8 { field: 2 }),
+    ];
+    for (bytes, want) in cases {
+        assert_eq!(RequestView::decode(bytes), Err(want), "{bytes:?}");
+    }
+    // A length that does not fit in memory is truncation, not an overflow.
+    let huge = [3 << 3 | 2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+    assert!(matches!(
+        RequestView::decode(&huge),
+        Err(EnvelopeError::Truncated { .. })
+    ));
+}
+
+#[test]
+fn every_prefix_of_a_request_decodes_or_fails_without_panicking() {
+    let bytes = request("svc", "method", &[7; 300], 42)
+        .write_to_bytes()
+        .unwrap();
+    for end in 0..bytes.len() {
+        let _ = RequestView::decode(&bytes[..end]);
+    }
+}
+
+#[test]
+fn ok_replies_are_the_bytes_of_the_generated_response() {
+    let mut big = api::CreateContainerResponse::default();
+    big.adjust.mut_or_insert_default().annotations =
+        (0..200).map(|i| (format!("k{i}"), "v".repeat(i))).collect();
+    let replies: [Box<dyn Fn(&mut Vec<u8>) -> Vec<u8>>; 3] = [
+        Box::new(|out| encode_and_payload(out, &api::Empty::default())),
+        Box::new(|out| {
+            encode_and_payload(
+                out,
+                &api::ConfigureResponse {
+                    events: 7,
+                    ..Default::default()
+                },
+            )
+        }),
+        Box::new(move |out| encode_and_payload(out, &big)),
+    ];
+    for encode in replies {
+        let mut out = vec![0xee];
+        let payload = encode(&mut out);
+        let want = Response {
+            status: Some(ttrpc::get_status(Code::OK, "")).into(),
+            payload,
+            ..Default::default()
+        }
+        .write_to_bytes()
+        .unwrap();
+        assert_eq!(out[0], 0xee, "appends, keeps what was there");
+        assert_eq!(&out[1..], want.as_slice());
+    }
+}
+
+fn encode_and_payload<M: Message>(out: &mut Vec<u8>, m: &M) -> Vec<u8> {
+    encode_ok(out, m).unwrap();
+    m.write_to_bytes().unwrap()
+}
+
+#[test]
+fn error_replies_carry_the_status() {
+    let mut out = Vec::new();
+    encode_status(&mut out, ttrpc::get_status(Code::NOT_FOUND, "gone"));
+    let resp = Response::parse_from_bytes(&out).unwrap();
+    assert_eq!(resp.status.code(), Code::NOT_FOUND);
+    assert_eq!(resp.status.message(), "gone");
+    assert!(resp.payload.is_empty());
+}
