@@ -16,8 +16,10 @@
 
 pub mod event;
 pub mod frame;
+pub mod lean;
 #[cfg(feature = "test-util")]
 pub mod mux;
+mod protowire;
 pub mod stub;
 #[cfg(feature = "test-util")]
 #[doc(hidden)]
@@ -25,6 +27,8 @@ pub mod testing;
 pub mod version;
 
 pub use event::EventMask;
+pub use lean::Decode;
+pub use protowire::WireError;
 pub use protobuf;
 pub use stub::{Plugin, RpcError, RuntimeInfo, Stub, StubError};
 pub use ttrpc;

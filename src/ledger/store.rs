@@ -46,6 +46,9 @@ pub struct Store {
 struct Handles {
     dir: File,
     lock: File,
+    /// The serialized document of the last commit, kept for its capacity:
+    /// the next one is about as long and needs no growing allocations.
+    text: Vec<u8>,
 }
 
 impl Handles {
@@ -55,7 +58,11 @@ impl Handles {
             path: dir.to_path_buf(),
             source,
         })?;
-        Ok(Handles { dir, lock })
+        Ok(Handles {
+            dir,
+            lock,
+            text: Vec::new(),
+        })
     }
 
     /// Whether the lock file is still linked: one removed together with the state
@@ -289,17 +296,18 @@ impl Store {
         Ok(state)
     }
 
-    fn write_atomic(&self, dir: &File, state: LedgerState) -> Result<(), LedgerError> {
-        let path = self.path(LEDGER_FILE);
+    fn write_atomic(&self, h: &mut Handles, state: LedgerState) -> Result<(), LedgerError> {
         // Compact: the ledger is rewritten at every container creation;
         // `devgate status` is the view for people.
-        let mut text = serde_json::to_vec(&state).map_err(|e| LedgerError::Corrupt {
-            path: path.clone(),
+        let text = &mut h.text;
+        text.clear();
+        serde_json::to_writer(&mut *text, &state).map_err(|e| LedgerError::Corrupt {
+            path: self.path(LEDGER_FILE),
             reason: e.to_string(),
         })?;
         text.push(b'\n');
         let meta =
-            fsutil::replace_in(dir, &self.dir, LEDGER_FILE, &text).map_err(LedgerError::from)?;
+            fsutil::replace_in(&h.dir, &self.dir, LEDGER_FILE, text).map_err(LedgerError::from)?;
         self.remember(FileKey::of(&meta), state);
         Ok(())
     }
@@ -319,12 +327,12 @@ impl Txn<'_> {
     pub fn commit(mut self) -> Result<(), LedgerError> {
         let state = std::mem::take(&mut self.state);
         // `begin` filled the handles before handing out the transaction.
-        let Some(h) = self.handles.as_ref() else {
+        let Some(h) = self.handles.as_mut() else {
             return Err(self.store.io(LOCK_FILE)(std::io::Error::other(
                 "no lock held",
             )));
         };
-        self.store.write_atomic(&h.dir, state)
+        self.store.write_atomic(h, state)
     }
 }
 

@@ -265,6 +265,13 @@ impl nri::Plugin for DevgatePlugin {
         EVENTS
     }
 
+    /// devgate reads the pod's identity, labels, annotations and cgroup
+    /// paths, and the container's identity, env and cgroup path: nothing
+    /// else of a request needs building on the container-start path.
+    fn decode(&self) -> nri::Decode {
+        nri::Decode::Lean
+    }
+
     /// Never fails: containerd 1.7 exits when a plugin it launched fails
     /// Configure ("failed to start NRI interface", fatal for CRI), so a bad
     /// drop-in file is reported here and on each container it affects.

@@ -3,6 +3,7 @@ use ttrpc::proto::KeyValue;
 use ttrpc::{Code, Request, Response};
 
 use super::*;
+use crate::protowire::WireError;
 use crate::api;
 
 fn request(service: &str, method: &str, payload: &[u8], timeout_nano: i64) -> Request {
@@ -65,16 +66,16 @@ fn skips_unknown_fields_and_keeps_the_last_of_a_repeated_one() {
 
 #[test]
 fn refuses_malformed_envelopes() {
-    let cases: [(&[u8], EnvelopeError); 6] = [
-        (&[1 << 3 | 2, 5, b'a'], EnvelopeError::Truncated { at: 2 }),
-        (&[1 << 3 | 2], EnvelopeError::Truncated { at: 1 }),
-        (&[4 << 3, 0x80], EnvelopeError::Truncated { at: 2 }),
+    let cases: [(&[u8], WireError); 6] = [
+        (&[1 << 3 | 2, 5, b'a'], WireError::Truncated { at: 2 }),
+        (&[1 << 3 | 2], WireError::Truncated { at: 1 }),
+        (&[4 << 3, 0x80], WireError::Truncated { at: 2 }),
         (
             &[4 << 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
-            EnvelopeError::VarintTooLong { at: 1 },
+            WireError::VarintTooLong { at: 1 },
         ),
-        (&[7 << 3 | 3], EnvelopeError::WireType { field: 7, wire_type: 3 }),
-        (&[2 << 3 | 2, 1, 0xff], EnvelopeError::NotUtf8 { field: 2 }),
+        (&[7 << 3 | 3], WireError::WireType { field: 7, wire_type: 3 }),
+        (&[2 << 3 | 2, 1, 0xff], WireError::NotUtf8 { field: 2 }),
     ];
     for (bytes, want) in cases {
         assert_eq!(RequestView::decode(bytes), Err(want), "{bytes:?}");
@@ -83,7 +84,7 @@ fn refuses_malformed_envelopes() {
     let huge = [3 << 3 | 2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
     assert!(matches!(
         RequestView::decode(&huge),
-        Err(EnvelopeError::Truncated { .. })
+        Err(WireError::Truncated { .. })
     ));
 }
 

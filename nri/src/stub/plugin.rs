@@ -8,7 +8,7 @@ use crate::{
         UpdateContainerResponse, UpdatePodSandboxRequest, ValidateContainerAdjustmentRequest,
         ValidateContainerAdjustmentResponse,
     },
-    EventMask, NriVersion,
+    Decode, EventMask, NriVersion,
 };
 
 /// An error a plugin hands back to the runtime.
@@ -61,6 +61,16 @@ pub trait Plugin: Send + Sync + 'static {
     /// empty subscription as "all events"). Events the runtime does not
     /// know are left out of the subscription automatically.
     fn events(&self) -> EventMask;
+
+    /// How much of each request's pod and container the handlers get:
+    /// everything, or only the fields listed in [`crate::lean`] (the rest
+    /// left default), which spares decoding the container's mounts, hooks
+    /// and resources on every call. `UpdateContainer`, `UpdatePodSandbox`,
+    /// `ValidateContainerAdjustment` and `Synchronize` are always decoded
+    /// whole.
+    fn decode(&self) -> Decode {
+        Decode::Full
+    }
 
     /// Called once per connection, before [`Plugin::synchronize`]. An error
     /// makes the runtime close the connection.

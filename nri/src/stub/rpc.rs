@@ -9,6 +9,7 @@ use ttrpc::{Code, Status};
 
 use super::envelope::{self, RequestView};
 use super::{service::Service, Plugin};
+use crate::lean::{self, Decode, Layout, Parts};
 use crate::{api, api::Event};
 
 /// The service name runtimes call.
@@ -21,6 +22,24 @@ fn short_type_name<T>() -> &'static str {
     full.rsplit("::").next().unwrap_or(full)
 }
 
+/// Decodes `payload` as `Req`.
+fn decode<Req: Message>(payload: &[u8]) -> Result<Req, Status> {
+    Req::parse_from_bytes(payload).map_err(|e| undecodable::<Req>(e))
+}
+
+fn undecodable<Req>(e: impl std::fmt::Display) -> Status {
+    ttrpc::get_status(
+        Code::INVALID_ARGUMENT,
+        format!("decode {}: {e}", short_type_name::<Req>()),
+    )
+}
+
+/// Appends the `Response` carrying `resp` to `out`.
+fn finish<Resp: Message>(out: &mut Vec<u8>, resp: &Resp) -> Result<(), Status> {
+    envelope::encode_ok(out, resp)
+        .map_err(|e| ttrpc::get_status(Code::INTERNAL, format!("encode reply: {e}")))
+}
+
 /// Decodes `payload` as `Req`, runs `f`, and appends the `Response`
 /// carrying its reply to `out`.
 fn reply<Req: Message, Resp: Message>(
@@ -28,15 +47,58 @@ fn reply<Req: Message, Resp: Message>(
     out: &mut Vec<u8>,
     f: impl FnOnce(Req) -> Result<Resp, Status>,
 ) -> Result<(), Status> {
-    let req = Req::parse_from_bytes(payload).map_err(|e| {
-        ttrpc::get_status(
-            Code::INVALID_ARGUMENT,
-            format!("decode {}: {e}", short_type_name::<Req>()),
-        )
-    })?;
-    let resp = f(req)?;
-    envelope::encode_ok(out, &resp)
-        .map_err(|e| ttrpc::get_status(Code::INTERNAL, format!("encode reply: {e}")))
+    finish(out, &f(decode(payload)?)?)
+}
+
+/// A request that carries a pod and maybe a container, which a plugin
+/// asking for [`Decode::Lean`] gets through [`lean::decode`].
+trait WithParts: Message {
+    const LAYOUT: Layout;
+    fn into_parts(self) -> Parts;
+}
+
+macro_rules! with_parts {
+    ($layout:ident: $($req:ty),* $(,)?) => {$(
+        impl WithParts for $req {
+            const LAYOUT: Layout = lean::$layout;
+            fn into_parts(self) -> Parts {
+                Parts {
+                    pod: self.pod.unwrap_or_default(),
+                    container: with_parts!(@container $layout self),
+                    ..Default::default()
+                }
+            }
+        }
+    )*};
+    (@container POD $req:ident) => { api::Container::default() };
+    (@container POD_AND_CONTAINER $req:ident) => { $req.container.unwrap_or_default() };
+}
+
+with_parts!(POD_AND_CONTAINER:
+    api::CreateContainerRequest,
+    api::StopContainerRequest,
+    api::PostCreateContainerRequest,
+    api::StartContainerRequest,
+    api::PostStartContainerRequest,
+    api::PostUpdateContainerRequest,
+    api::RemoveContainerRequest,
+);
+with_parts!(POD:
+    api::RunPodSandboxRequest,
+    api::PostUpdatePodSandboxRequest,
+    api::StopPodSandboxRequest,
+    api::RemovePodSandboxRequest,
+);
+
+impl WithParts for api::StateChangeEvent {
+    const LAYOUT: Layout = lean::STATE_CHANGE;
+    fn into_parts(self) -> Parts {
+        Parts {
+            event: self.event,
+            pod: self.pod.unwrap_or_default(),
+            container: self.container.unwrap_or_default(),
+        }
+    }
 }
 
 impl<P: Plugin> Service<P> {
@@ -58,13 +120,15 @@ impl<P: Plugin> Service<P> {
                 self.plugin.shutdown();
                 Ok(api::Empty::default())
             }),
-            "CreateContainer" => reply(p, out, |r: api::CreateContainerRequest| {
-                let (pod, ctr) = (r.pod.get_or_default(), r.container.get_or_default());
+            "CreateContainer" => {
+                let r = self.parts::<api::CreateContainerRequest>(p)?;
+                let (pod, ctr) = (&r.pod, &r.container);
                 tracing::debug!(pod = %pod.name, container = %ctr.name, id = %ctr.id, "create container");
-                self.call(t, "create_container", || {
+                let resp = self.call(t, "create_container", || {
                     self.plugin.create_container(pod, ctr)
-                })
-            }),
+                })?;
+                finish(out, &resp)
+            }
             "UpdateContainer" => reply(p, out, |r: api::UpdateContainerRequest| {
                 let (pod, ctr) = (r.pod.get_or_default(), r.container.get_or_default());
                 let resources = r.linux_resources.get_or_default();
@@ -73,25 +137,28 @@ impl<P: Plugin> Service<P> {
                     self.plugin.update_container(pod, ctr, resources)
                 })
             }),
-            "StopContainer" => reply(p, out, |r: api::StopContainerRequest| {
-                let (pod, ctr) = (r.pod.get_or_default(), r.container.get_or_default());
+            "StopContainer" => {
+                let r = self.parts::<api::StopContainerRequest>(p)?;
+                let (pod, ctr) = (&r.pod, &r.container);
                 tracing::debug!(pod = %pod.name, container = %ctr.name, id = %ctr.id, "stop container");
                 let update =
                     self.call(t, "stop_container", || self.plugin.stop_container(pod, ctr))?;
-                Ok(api::StopContainerResponse {
+                let resp = api::StopContainerResponse {
                     update,
                     ..Default::default()
-                })
-            }),
-            "StateChange" => reply(p, out, |r: api::StateChangeEvent| {
+                };
+                finish(out, &resp)
+            }
+            "StateChange" => {
+                let r = self.parts::<api::StateChangeEvent>(p)?;
                 // An event number this proto does not know is ignored, not
                 // refused: a newer runtime may add events.
                 match r.event.enum_value() {
                     Ok(event) => self.relay(t, event, &r.pod, &r.container)?,
                     Err(n) => tracing::debug!(event = n, "ignoring unknown state change"),
                 }
-                Ok(api::Empty::default())
-            }),
+                finish(out, &api::Empty::default())
+            }
             "UpdatePodSandbox" => reply(p, out, |r: api::UpdatePodSandboxRequest| {
                 tracing::debug!(pod = %r.pod.name, "update pod sandbox");
                 self.call(t, "update_pod_sandbox", || {
@@ -106,33 +173,45 @@ impl<P: Plugin> Service<P> {
                     })
                 })
             }
-            "RunPodSandbox" => pod_event(p, out, |r: api::RunPodSandboxRequest| {
-                self.relay_pod(t, Event::RUN_POD_SANDBOX, &r.pod)
-            }),
-            "PostUpdatePodSandbox" => pod_event(p, out, |r: api::PostUpdatePodSandboxRequest| {
-                self.relay_pod(t, Event::POST_UPDATE_POD_SANDBOX, &r.pod)
-            }),
-            "StopPodSandbox" => pod_event(p, out, |r: api::StopPodSandboxRequest| {
-                self.relay_pod(t, Event::STOP_POD_SANDBOX, &r.pod)
-            }),
-            "RemovePodSandbox" => pod_event(p, out, |r: api::RemovePodSandboxRequest| {
-                self.relay_pod(t, Event::REMOVE_POD_SANDBOX, &r.pod)
-            }),
-            "PostCreateContainer" => pod_event(p, out, |r: api::PostCreateContainerRequest| {
-                self.relay(t, Event::POST_CREATE_CONTAINER, &r.pod, &r.container)
-            }),
-            "StartContainer" => pod_event(p, out, |r: api::StartContainerRequest| {
-                self.relay(t, Event::START_CONTAINER, &r.pod, &r.container)
-            }),
-            "PostStartContainer" => pod_event(p, out, |r: api::PostStartContainerRequest| {
-                self.relay(t, Event::POST_START_CONTAINER, &r.pod, &r.container)
-            }),
-            "PostUpdateContainer" => pod_event(p, out, |r: api::PostUpdateContainerRequest| {
-                self.relay(t, Event::POST_UPDATE_CONTAINER, &r.pod, &r.container)
-            }),
-            "RemoveContainer" => pod_event(p, out, |r: api::RemoveContainerRequest| {
-                self.relay(t, Event::REMOVE_CONTAINER, &r.pod, &r.container)
-            }),
+            "RunPodSandbox" => {
+                self.event::<api::RunPodSandboxRequest>(t, p, out, Event::RUN_POD_SANDBOX)
+            }
+            "PostUpdatePodSandbox" => self.event::<api::PostUpdatePodSandboxRequest>(
+                t,
+                p,
+                out,
+                Event::POST_UPDATE_POD_SANDBOX,
+            ),
+            "StopPodSandbox" => {
+                self.event::<api::StopPodSandboxRequest>(t, p, out, Event::STOP_POD_SANDBOX)
+            }
+            "RemovePodSandbox" => {
+                self.event::<api::RemovePodSandboxRequest>(t, p, out, Event::REMOVE_POD_SANDBOX)
+            }
+            "PostCreateContainer" => self.event::<api::PostCreateContainerRequest>(
+                t,
+                p,
+                out,
+                Event::POST_CREATE_CONTAINER,
+            ),
+            "StartContainer" => {
+                self.event::<api::StartContainerRequest>(t, p, out, Event::START_CONTAINER)
+            }
+            "PostStartContainer" => self.event::<api::PostStartContainerRequest>(
+                t,
+                p,
+                out,
+                Event::POST_START_CONTAINER,
+            ),
+            "PostUpdateContainer" => self.event::<api::PostUpdateContainerRequest>(
+                t,
+                p,
+                out,
+                Event::POST_UPDATE_CONTAINER,
+            ),
+            "RemoveContainer" => {
+                self.event::<api::RemoveContainerRequest>(t, p, out, Event::REMOVE_CONTAINER)
+            }
             other => Err(ttrpc::get_status(
                 Code::UNIMPLEMENTED,
                 format!("method {other}"),
@@ -192,17 +271,24 @@ impl<P: Plugin> Service<P> {
         })
     }
 
-    fn relay_pod(&self, t: i64, event: Event, pod: &api::PodSandbox) -> Result<(), Status> {
-        self.relay(t, event, pod, api::Container::default_instance())
+    /// Decodes a request's pod and container, fully or lean as the plugin asks.
+    fn parts<Req: WithParts>(&self, payload: &[u8]) -> Result<Parts, Status> {
+        match self.plugin.decode() {
+            Decode::Full => decode::<Req>(payload).map(Req::into_parts),
+            Decode::Lean => lean::decode(payload, Req::LAYOUT).map_err(undecodable::<Req>),
+        }
     }
-}
 
-/// A lifecycle event whose reply message is empty (any empty message
-/// encodes the same: zero bytes).
-fn pod_event<Req: Message>(
-    payload: &[u8],
-    out: &mut Vec<u8>,
-    f: impl FnOnce(Req) -> Result<(), Status>,
-) -> Result<(), Status> {
-    reply(payload, out, |r| f(r).map(|()| api::Empty::default()))
+    /// A lifecycle event with an empty reply.
+    fn event<Req: WithParts>(
+        &self,
+        t: i64,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        event: Event,
+    ) -> Result<(), Status> {
+        let r = self.parts::<Req>(payload)?;
+        self.relay(t, event, &r.pod, &r.container)?;
+        finish(out, &api::Empty::default())
+    }
 }

@@ -16,6 +16,37 @@ async fn create_container_returns_the_adjustment() {
 }
 
 #[tokio::test]
+async fn a_lean_plugin_gets_what_it_reads_and_not_the_rest() {
+    let mut pod = pod("web");
+    pod.labels.insert("app".into(), "web".into());
+    let mut c = ctr("app");
+    c.env.push("A=1".into());
+    c.mounts.push(crate::api::Mount {
+        destination: "/data".into(),
+        ..Default::default()
+    });
+    for (decode, mounts) in [(crate::Decode::Full, 1), (crate::Decode::Lean, 0)] {
+        for config in [FakeConfig::containerd_1_7(), FakeConfig::nri_v0_12()] {
+            let plugin = Recorder {
+                decode,
+                ..Recorder::new(create_and_remove())
+            };
+            let (plugin, conn, _dir) = connect(plugin, config).await;
+            let conn = conn.unwrap();
+            let reply = conn.create_container(&pod, &c).await.unwrap();
+            assert_eq!(reply.adjust.env[0].value, "web");
+            conn.event(Event::REMOVE_CONTAINER, &pod, Some(&c))
+                .await
+                .unwrap();
+            let want = format!(
+                "create app in web: env [\"A=1\"], mounts {mounts}, pod labels 1"
+            );
+            assert_eq!(plugin.calls()[1..], [want, "remove app".to_string()], "{decode:?}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn lifecycle_events_arrive_by_either_rpc_style() {
     let events = create_and_remove().with(Event::RUN_POD_SANDBOX);
     for config in [FakeConfig::containerd_1_7(), FakeConfig::nri_v0_12()] {

@@ -43,6 +43,7 @@ struct Recorder {
     refuse_with: Option<Code>,
     /// Delays the first CreateContainer this long.
     stall: Mutex<Option<Duration>>,
+    decode: crate::Decode,
 }
 
 impl Recorder {
@@ -67,6 +68,10 @@ impl Plugin for Recorder {
 
     fn events(&self) -> EventMask {
         self.events
+    }
+
+    fn decode(&self) -> crate::Decode {
+        self.decode
     }
 
     fn configure(&self, runtime: &RuntimeInfo) -> Result<(), Refusal> {
@@ -113,6 +118,14 @@ impl Plugin for Recorder {
                 code,
             });
         }
+        self.note(format!(
+            "create {} in {}: env {:?}, mounts {}, pod labels {}",
+            ctr.name,
+            pod.name,
+            ctr.env,
+            ctr.mounts.len(),
+            pod.labels.len()
+        ));
         let mut reply = CreateContainerResponse::default();
         reply.adjust.mut_or_insert_default().env.push(KeyValue {
             key: "POD".to_string(),

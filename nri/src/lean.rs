@@ -1,0 +1,177 @@
+//! Lean decoding of the pod and container a request carries.
+//!
+//! A CreateContainer request holds the container's whole OCI-level state:
+//! mounts, hooks, args, rlimits, namespaces, device lists and the full Linux
+//! resources of both container and pod. Building every one of those as
+//! generated messages, and freeing them, is most of the cost of receiving a
+//! request, on a path that runs with cold caches at every container start.
+//! A plugin that reads only identities, labels, annotations, env and cgroup
+//! paths asks for [`Decode::Lean`]; the stub then fills just these fields of
+//! the usual [`PodSandbox`] and [`Container`] and skips the rest unread.
+//!
+//! Kept under [`Decode::Lean`]:
+//! - `PodSandbox`: `id`, `name`, `uid`, `namespace`, `labels`, `annotations`,
+//!   `linux.cgroup_parent`, `linux.cgroups_path`;
+//! - `Container`: `id`, `pod_sandbox_id`, `name`, `state`, `env`, `pid`,
+//!   `linux.cgroups_path`.
+//!
+//! Every other field is left at its default. Kept fields decode as the
+//! protobuf encoding guide says and Go's protobuf does: a scalar given twice
+//! keeps its last value, lists and maps accumulate (a map key given twice
+//! keeps its last value), an embedded message given twice merges, strings
+//! must be UTF-8. Skipped fields are not validated.
+
+use std::collections::HashMap;
+
+use protobuf::EnumOrUnknown;
+
+use crate::api::{Container, Event, LinuxContainer, LinuxPodSandbox, PodSandbox};
+use crate::protowire::{Reader, WireError, LEN, VARINT};
+
+/// How the stub decodes the pod and container of each request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Decode {
+    /// Every field, as the generated messages decode them.
+    #[default]
+    Full,
+    /// Only the fields listed in the module docs.
+    Lean,
+}
+
+/// Where a request message keeps its parts (field numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub event: Option<u64>,
+    pub pod: u64,
+    pub container: Option<u64>,
+}
+
+/// `CreateContainerRequest`, `RemoveContainerRequest`, `StartContainerRequest`
+/// and the other container events: `pod = 1; container = 2`.
+pub const POD_AND_CONTAINER: Layout = Layout {
+    event: None,
+    pod: 1,
+    container: Some(2),
+};
+
+/// `RunPodSandboxRequest`, `StopPodSandboxRequest`, `RemovePodSandboxRequest`,
+/// `PostUpdatePodSandboxRequest`: `pod = 1`.
+pub const POD: Layout = Layout {
+    event: None,
+    pod: 1,
+    container: None,
+};
+
+/// `StateChangeEvent`: `event = 1; pod = 2; container = 3`.
+pub const STATE_CHANGE: Layout = Layout {
+    event: Some(1),
+    pod: 2,
+    container: Some(3),
+};
+
+/// What a request carries, lean.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Parts {
+    /// Set for `StateChangeEvent` only.
+    pub event: EnumOrUnknown<Event>,
+    pub pod: PodSandbox,
+    pub container: Container,
+}
+
+/// Decodes the parts `layout` names out of a request message.
+pub fn decode(bytes: &[u8], layout: Layout) -> Result<Parts, WireError> {
+    let mut parts = Parts::default();
+    let mut r = Reader::new(bytes);
+    while let Some((field, wire_type)) = r.key()? {
+        match wire_type {
+            VARINT if Some(field) == layout.event => {
+                parts.event = EnumOrUnknown::from_i32(r.varint()? as i32);
+            }
+            LEN if field == layout.pod => merge_pod(r.bytes()?, &mut parts.pod)?,
+            LEN if Some(field) == layout.container => {
+                merge_container(r.bytes()?, &mut parts.container)?;
+            }
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    Ok(parts)
+}
+
+fn merge_pod(bytes: &[u8], pod: &mut PodSandbox) -> Result<(), WireError> {
+    let mut r = Reader::new(bytes);
+    while let Some((field, wire_type)) = r.key()? {
+        match (field, wire_type) {
+            (1, LEN) => pod.id = r.str(field)?.to_owned(),
+            (2, LEN) => pod.name = r.str(field)?.to_owned(),
+            (3, LEN) => pod.uid = r.str(field)?.to_owned(),
+            (4, LEN) => pod.namespace = r.str(field)?.to_owned(),
+            (5, LEN) => map_entry(r.bytes()?, &mut pod.labels)?,
+            (6, LEN) => map_entry(r.bytes()?, &mut pod.annotations)?,
+            (8, LEN) => merge_pod_linux(r.bytes()?, pod.linux.mut_or_insert_default())?,
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    Ok(())
+}
+
+fn merge_pod_linux(bytes: &[u8], linux: &mut LinuxPodSandbox) -> Result<(), WireError> {
+    let mut r = Reader::new(bytes);
+    while let Some((field, wire_type)) = r.key()? {
+        match (field, wire_type) {
+            (3, LEN) => linux.cgroup_parent = r.str(field)?.to_owned(),
+            (4, LEN) => linux.cgroups_path = r.str(field)?.to_owned(),
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    Ok(())
+}
+
+fn merge_container(bytes: &[u8], ctr: &mut Container) -> Result<(), WireError> {
+    let mut r = Reader::new(bytes);
+    while let Some((field, wire_type)) = r.key()? {
+        match (field, wire_type) {
+            (1, LEN) => ctr.id = r.str(field)?.to_owned(),
+            (2, LEN) => ctr.pod_sandbox_id = r.str(field)?.to_owned(),
+            (3, LEN) => ctr.name = r.str(field)?.to_owned(),
+            // Enums and int32 travel as the varint of their 64-bit sign
+            // extension; uint32 as a varint truncated to 32 bits.
+            (4, VARINT) => ctr.state = EnumOrUnknown::from_i32(r.varint()? as i32),
+            (8, LEN) => ctr.env.push(r.str(field)?.to_owned()),
+            (11, LEN) => merge_container_linux(r.bytes()?, ctr.linux.mut_or_insert_default())?,
+            (12, VARINT) => ctr.pid = r.varint()? as u32,
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    Ok(())
+}
+
+fn merge_container_linux(bytes: &[u8], linux: &mut LinuxContainer) -> Result<(), WireError> {
+    let mut r = Reader::new(bytes);
+    while let Some((field, wire_type)) = r.key()? {
+        match (field, wire_type) {
+            (5, LEN) => linux.cgroups_path = r.str(field)?.to_owned(),
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    Ok(())
+}
+
+/// A `map<string, string>` entry: a message of `key = 1; value = 2`, either
+/// of which may be absent (then empty).
+fn map_entry(bytes: &[u8], map: &mut HashMap<String, String>) -> Result<(), WireError> {
+    let mut r = Reader::new(bytes);
+    let (mut key, mut value) = ("", "");
+    while let Some((field, wire_type)) = r.key()? {
+        match (field, wire_type) {
+            (1, LEN) => key = r.str(field)?,
+            (2, LEN) => value = r.str(field)?,
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    map.insert(key.to_owned(), value.to_owned());
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "lean_tests.rs"]
+mod tests;

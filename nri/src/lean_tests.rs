@@ -1,0 +1,277 @@
+use protobuf::{Message, MessageField};
+
+use super::*;
+use crate::api::{self, ContainerState};
+
+fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn resources() -> api::LinuxResources {
+    let mut r = api::LinuxResources::default();
+    r.memory.mut_or_insert_default().limit = MessageField::some(api::OptionalInt64 {
+        value: 1 << 30,
+        ..Default::default()
+    });
+    r.cpu.mut_or_insert_default().cpus = "0-3".into();
+    r.unified = map(&[("memory.high", "max")]);
+    r
+}
+
+/// A pod with every field set, kept or not.
+fn full_pod() -> PodSandbox {
+    let mut linux = LinuxPodSandbox {
+        cgroup_parent: "kubepods-besteffort.slice".into(),
+        cgroups_path: "kubepods-besteffort.slice:cri-containerd:abc".into(),
+        namespaces: vec![api::LinuxNamespace {
+            type_: "network".into(),
+            path: "/var/run/netns/cni-1".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    linux.pod_overhead = MessageField::some(resources());
+    linux.pod_resources = MessageField::some(resources());
+    linux.resources = MessageField::some(resources());
+    PodSandbox {
+        id: "sandbox-1".into(),
+        name: "trainer-0".into(),
+        uid: "0f9c".into(),
+        namespace: "ml".into(),
+        labels: map(&[("app", "trainer"), ("", "empty key")]),
+        annotations: map(&[
+            ("scheduling.koordinator.sh/device-allocated", r#"{"gpu":[]}"#),
+            ("empty", ""),
+        ]),
+        runtime_handler: "runc".into(),
+        linux: MessageField::some(linux),
+        pid: 4242,
+        ips: vec!["10.0.0.7".into()],
+        ..Default::default()
+    }
+}
+
+/// A container with every field set, kept or not.
+fn full_container() -> Container {
+    let hook = api::Hook {
+        path: "/usr/local/bin/h".into(),
+        args: vec!["h".into(), "x".into()],
+        env: vec!["A=1".into()],
+        ..Default::default()
+    };
+    let mut linux = LinuxContainer {
+        namespaces: vec![api::LinuxNamespace {
+            type_: "pid".into(),
+            ..Default::default()
+        }],
+        devices: vec![api::LinuxDevice {
+            path: "/dev/fuse".into(),
+            type_: "c".into(),
+            major: 10,
+            minor: 229,
+            ..Default::default()
+        }],
+        cgroups_path: "kubepods-besteffort.slice:cri-containerd:def".into(),
+        sysctl: map(&[("net.core.somaxconn", "1024")]),
+        ..Default::default()
+    };
+    linux.resources = MessageField::some(resources());
+    linux.oom_score_adj = MessageField::some(api::OptionalInt {
+        value: -997,
+        ..Default::default()
+    });
+    let mut hooks = api::Hooks::default();
+    hooks.prestart.push(hook.clone());
+    hooks.poststop.push(hook);
+    Container {
+        id: "ctr-1".into(),
+        pod_sandbox_id: "sandbox-1".into(),
+        name: "main".into(),
+        state: ContainerState::CONTAINER_RUNNING.into(),
+        labels: map(&[("io.kubernetes.container.name", "main")]),
+        annotations: map(&[("io.kubernetes.cri.container-type", "container")]),
+        args: vec!["sh".into(), "-c".into(), "sleep 1".into()],
+        env: vec!["PATH=/bin".into(), "NCCL_DEBUG=INFO".into(), "=".into()],
+        mounts: vec![api::Mount {
+            destination: "/etc/hosts".into(),
+            type_: "bind".into(),
+            source: "/var/lib/hosts".into(),
+            options: vec!["rbind".into(), "ro".into()],
+            ..Default::default()
+        }],
+        hooks: MessageField::some(hooks),
+        linux: MessageField::some(linux),
+        pid: 99,
+        rlimits: vec![api::POSIXRlimit {
+            type_: "RLIMIT_NOFILE".into(),
+            hard: 1 << 20,
+            soft: 1024,
+            ..Default::default()
+        }],
+        created_at: 1,
+        started_at: 2,
+        finished_at: 3,
+        exit_code: -1,
+        status_reason: "r".into(),
+        status_message: "m".into(),
+        CDI_devices: vec![api::CDIDevice {
+            name: "vendor.com/gpu=0".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// What a lean decode keeps of `pod`: the module docs' list.
+fn lean_pod(pod: &PodSandbox) -> PodSandbox {
+    let linux = pod.linux.as_ref().map(|l| LinuxPodSandbox {
+        cgroup_parent: l.cgroup_parent.clone(),
+        cgroups_path: l.cgroups_path.clone(),
+        ..Default::default()
+    });
+    PodSandbox {
+        id: pod.id.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+        namespace: pod.namespace.clone(),
+        labels: pod.labels.clone(),
+        annotations: pod.annotations.clone(),
+        linux: linux.into(),
+        ..Default::default()
+    }
+}
+
+fn lean_container(ctr: &Container) -> Container {
+    let linux = ctr.linux.as_ref().map(|l| LinuxContainer {
+        cgroups_path: l.cgroups_path.clone(),
+        ..Default::default()
+    });
+    Container {
+        id: ctr.id.clone(),
+        pod_sandbox_id: ctr.pod_sandbox_id.clone(),
+        name: ctr.name.clone(),
+        state: ctr.state,
+        env: ctr.env.clone(),
+        pid: ctr.pid,
+        linux: linux.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn keeps_exactly_the_listed_fields_of_every_layout() {
+    let (pod, ctr) = (full_pod(), full_container());
+    let create = api::CreateContainerRequest {
+        pod: MessageField::some(pod.clone()),
+        container: MessageField::some(ctr.clone()),
+        ..Default::default()
+    };
+    let parts = decode(&create.write_to_bytes().unwrap(), POD_AND_CONTAINER).unwrap();
+    assert_eq!(parts.pod, lean_pod(&pod));
+    assert_eq!(parts.container, lean_container(&ctr));
+    assert_eq!(parts.event.value(), 0);
+
+    let event = api::StateChangeEvent {
+        event: Event::REMOVE_CONTAINER.into(),
+        pod: MessageField::some(pod.clone()),
+        container: MessageField::some(ctr.clone()),
+        ..Default::default()
+    };
+    let parts = decode(&event.write_to_bytes().unwrap(), STATE_CHANGE).unwrap();
+    assert_eq!(parts.event.enum_value(), Ok(Event::REMOVE_CONTAINER));
+    assert_eq!(parts.pod, lean_pod(&pod));
+    assert_eq!(parts.container, lean_container(&ctr));
+
+    let stop = api::StopPodSandboxRequest {
+        pod: MessageField::some(pod.clone()),
+        ..Default::default()
+    };
+    let parts = decode(&stop.write_to_bytes().unwrap(), POD).unwrap();
+    assert_eq!(parts.pod, lean_pod(&pod));
+    assert_eq!(parts.container, Container::default());
+}
+
+#[test]
+fn absent_parts_stay_default_and_empty_messages_decode() {
+    let parts = decode(&[], POD_AND_CONTAINER).unwrap();
+    assert_eq!(parts, Parts::default());
+    let bare = api::CreateContainerRequest {
+        pod: MessageField::some(PodSandbox::default()),
+        ..Default::default()
+    };
+    let parts = decode(&bare.write_to_bytes().unwrap(), POD_AND_CONTAINER).unwrap();
+    assert_eq!(parts.pod, PodSandbox::default());
+}
+
+#[test]
+fn repeated_fields_merge_as_protobuf_does() {
+    // Two encodings concatenated are one message with both sets of fields
+    // (protobuf encoding guide, "Last One Wins" and merging): scalars keep
+    // the last value, maps and lists accumulate, embedded messages merge.
+    // Go's protobuf, which the runtime uses, does the same; rust-protobuf 3
+    // replaces an embedded message given twice instead.
+    let first = api::CreateContainerRequest {
+        pod: MessageField::some(full_pod()),
+        container: MessageField::some(full_container()),
+        ..Default::default()
+    };
+    let mut pod = PodSandbox {
+        name: "renamed".into(),
+        labels: map(&[("app", "other"), ("tier", "gpu")]),
+        ..Default::default()
+    };
+    pod.linux.mut_or_insert_default().cgroups_path = "second".into();
+    let second = api::CreateContainerRequest {
+        pod: MessageField::some(pod),
+        container: MessageField::some(Container {
+            env: vec!["X=1".into()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut bytes = first.write_to_bytes().unwrap();
+    bytes.extend(second.write_to_bytes().unwrap());
+    let parts = decode(&bytes, POD_AND_CONTAINER).unwrap();
+    let mut want = lean_pod(&full_pod());
+    want.name = "renamed".into();
+    want.labels.insert("app".into(), "other".into());
+    want.labels.insert("tier".into(), "gpu".into());
+    want.linux.mut_or_insert_default().cgroups_path = "second".into();
+    assert_eq!(parts.pod, want);
+    let mut want = lean_container(&full_container());
+    want.env.push("X=1".into());
+    assert_eq!(parts.container, want);
+    assert_eq!(parts.pod.labels["app"], "other");
+    assert_eq!(parts.pod.linux.cgroup_parent, "kubepods-besteffort.slice");
+    assert_eq!(parts.pod.linux.cgroups_path, "second");
+}
+
+#[test]
+fn malformed_requests_fail_and_never_panic() {
+    let req = api::CreateContainerRequest {
+        pod: MessageField::some(full_pod()),
+        container: MessageField::some(full_container()),
+        ..Default::default()
+    };
+    let bytes = req.write_to_bytes().unwrap();
+    for end in 0..bytes.len() {
+        let _ = decode(&bytes[..end], POD_AND_CONTAINER);
+    }
+    // The pod's name (pod field 1 -> name field 2) is not UTF-8.
+    let bad = [0x0a, 4, 0x12, 2, 0xc3, 0x28];
+    assert_eq!(
+        decode(&bad, POD_AND_CONTAINER),
+        Err(WireError::NotUtf8 { field: 2 })
+    );
+    let group = [0x0a, 1, 3 << 3 | 3];
+    assert_eq!(
+        decode(&group, POD_AND_CONTAINER),
+        Err(WireError::WireType {
+            field: 3,
+            wire_type: 3
+        })
+    );
+}

@@ -1,0 +1,91 @@
+//! A cursor over protobuf bytes (protobuf encoding guide, "Message
+//! Structure"), for the decoders that borrow or skip instead of building
+//! every generated message: the ttrpc envelope and the lean requests.
+
+/// Protobuf wire types.
+pub(crate) const VARINT: u8 = 0;
+pub(crate) const I64: u8 = 1;
+pub(crate) const LEN: u8 = 2;
+pub(crate) const I32: u8 = 5;
+
+/// Why bytes are not the protobuf message they should be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("truncated at byte {at}")]
+    Truncated { at: usize },
+    #[error("varint too long at byte {at}")]
+    VarintTooLong { at: usize },
+    #[error("field {field} has wire type {wire_type}, which this decoder does not read")]
+    WireType { field: u64, wire_type: u8 },
+    #[error("field {field} is not utf-8")]
+    NotUtf8 { field: u64 },
+}
+
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Reader<'a> {
+        Reader { buf, pos: 0 }
+    }
+
+    /// The next field's number and wire type; `None` at the end.
+    pub(crate) fn key(&mut self) -> Result<Option<(u64, u8)>, WireError> {
+        if self.pos == self.buf.len() {
+            return Ok(None);
+        }
+        let key = self.varint()?;
+        Ok(Some((key >> 3, (key & 7) as u8)))
+    }
+
+    pub(crate) fn varint(&mut self) -> Result<u64, WireError> {
+        let start = self.pos;
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *self
+                .buf
+                .get(self.pos)
+                .ok_or(WireError::Truncated { at: self.pos })?;
+            self.pos += 1;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(WireError::VarintTooLong { at: start })
+    }
+
+    fn take(&mut self, n: u64) -> Result<&'a [u8], WireError> {
+        let truncated = WireError::Truncated { at: self.pos };
+        let n = usize::try_from(n).map_err(|_| truncated.clone())?;
+        let end = self.pos.checked_add(n).ok_or(truncated.clone())?;
+        let bytes = self.buf.get(self.pos..end).ok_or(truncated)?;
+        self.pos = end;
+        Ok(bytes)
+    }
+
+    /// A length-delimited field's bytes.
+    pub(crate) fn bytes(&mut self) -> Result<&'a [u8], WireError> {
+        let n = self.varint()?;
+        self.take(n)
+    }
+
+    /// A string field, which protobuf requires to be UTF-8.
+    pub(crate) fn str(&mut self, field: u64) -> Result<&'a str, WireError> {
+        std::str::from_utf8(self.bytes()?).map_err(|_| WireError::NotUtf8 { field })
+    }
+
+    /// Skips a field the caller does not keep. Groups (wire types 3 and 4)
+    /// are refused: proto3 has none and neither NRI nor ttrpc sends them.
+    pub(crate) fn skip(&mut self, field: u64, wire_type: u8) -> Result<(), WireError> {
+        match wire_type {
+            VARINT => self.varint().map(drop),
+            I64 => self.take(8).map(drop),
+            LEN => self.bytes().map(drop),
+            I32 => self.take(4).map(drop),
+            _ => Err(WireError::WireType { field, wire_type }),
+        }
+    }
+}
