@@ -136,3 +136,37 @@ fn one_line(text: &str) {
     assert!(!text.contains(['\n', '\r']), "{text:?}");
     assert!(text.len() < 4096, "{}", text.len());
 }
+
+/// NRI request bytes, as the runtime sends them to a plugin: the lean decoder
+/// returns under every layout, never panics; and on a message in canonical form
+/// (what the generated code writes back is the input itself: no field given
+/// twice, none unknown), it keeps exactly what the generated decoder reads.
+pub fn nri_request(data: &[u8]) {
+    use nri::lean::{decode, POD, POD_AND_CONTAINER, STATE_CHANGE};
+    use nri::protobuf::Message;
+    for layout in [POD_AND_CONTAINER, POD, STATE_CHANGE] {
+        let _ = decode(data, layout);
+    }
+    let Ok(full) = nri::api::CreateContainerRequest::parse_from_bytes(data) else {
+        return;
+    };
+    if full.write_to_bytes().ok().as_deref() != Some(data) {
+        return;
+    }
+    let lean = decode(data, POD_AND_CONTAINER).expect("canonical request decodes lean");
+    let (p, lp) = (&full.pod, &lean.pod);
+    assert_eq!(
+        (&p.id, &p.name, &p.uid, &p.namespace, &p.labels, &p.annotations),
+        (&lp.id, &lp.name, &lp.uid, &lp.namespace, &lp.labels, &lp.annotations)
+    );
+    assert_eq!(p.linux.cgroup_parent, lp.linux.cgroup_parent);
+    assert_eq!(p.linux.cgroups_path, lp.linux.cgroups_path);
+    assert_eq!(p.linux.is_some(), lp.linux.is_some());
+    let (c, lc) = (&full.container, &lean.container);
+    assert_eq!(
+        (&c.id, &c.pod_sandbox_id, &c.name, c.state, &c.env, c.pid),
+        (&lc.id, &lc.pod_sandbox_id, &lc.name, lc.state, &lc.env, lc.pid)
+    );
+    assert_eq!(c.linux.cgroups_path, lc.linux.cgroups_path);
+    assert!(lc.mounts.is_empty() && lc.args.is_empty() && lc.hooks.is_none());
+}

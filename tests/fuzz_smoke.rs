@@ -105,3 +105,8 @@ fn plan_survives_mutated_seeds() {
 fn hook_state_survives_mutated_seeds() {
     smoke("hook_state", 20_000, checks::hook_state);
 }
+
+#[test]
+fn nri_request_decoding_survives_mutated_seeds() {
+    smoke("nri_request", 30_000, checks::nri_request);
+}

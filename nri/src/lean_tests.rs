@@ -275,3 +275,4 @@ fn malformed_requests_fail_and_never_panic() {
         })
     );
 }
+
