@@ -156,8 +156,22 @@ pub fn nri_request(data: &[u8]) {
     let lean = decode(data, POD_AND_CONTAINER).expect("canonical request decodes lean");
     let (p, lp) = (&full.pod, &lean.pod);
     assert_eq!(
-        (&p.id, &p.name, &p.uid, &p.namespace, &p.labels, &p.annotations),
-        (&lp.id, &lp.name, &lp.uid, &lp.namespace, &lp.labels, &lp.annotations)
+        (
+            &p.id,
+            &p.name,
+            &p.uid,
+            &p.namespace,
+            &p.labels,
+            &p.annotations
+        ),
+        (
+            &lp.id,
+            &lp.name,
+            &lp.uid,
+            &lp.namespace,
+            &lp.labels,
+            &lp.annotations
+        )
     );
     assert_eq!(p.linux.cgroup_parent, lp.linux.cgroup_parent);
     assert_eq!(p.linux.cgroups_path, lp.linux.cgroups_path);
@@ -165,7 +179,14 @@ pub fn nri_request(data: &[u8]) {
     let (c, lc) = (&full.container, &lean.container);
     assert_eq!(
         (&c.id, &c.pod_sandbox_id, &c.name, c.state, &c.env, c.pid),
-        (&lc.id, &lc.pod_sandbox_id, &lc.name, lc.state, &lc.env, lc.pid)
+        (
+            &lc.id,
+            &lc.pod_sandbox_id,
+            &lc.name,
+            lc.state,
+            &lc.env,
+            lc.pid
+        )
     );
     assert_eq!(c.linux.cgroups_path, lc.linux.cgroups_path);
     assert!(lc.mounts.is_empty() && lc.args.is_empty() && lc.hooks.is_none());

@@ -308,14 +308,23 @@ impl Config {
 
     /// Load from a file; a missing file gives the defaults.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Config::parse(&text, &path.display().to_string()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
-            Err(source) => Err(ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            }),
-        }
+        use crate::fsutil::BoundedError;
+        let origin = || path.display().to_string();
+        let read = |source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let bytes = match crate::fsutil::read_file_bounded(path, MAX_CONFIG_BYTES as u64) {
+            Ok(bytes) => bytes,
+            Err(e) if e.is_not_found() => return Ok(Config::default()),
+            Err(BoundedError::Io(source)) => return Err(read(source)),
+            Err(BoundedError::TooLarge { .. }) => {
+                return Err(ConfigError::TooLarge { origin: origin() })
+            }
+        };
+        let text = String::from_utf8(bytes)
+            .map_err(|e| read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+        Config::parse(&text, &origin())
     }
 }
 

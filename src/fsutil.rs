@@ -1,10 +1,11 @@
-//! Crash-safe files shared by the ledger, the GPU health store and the saved VF
-//! state: an exclusive `flock` between processes, and whole-file replacement
-//! that a crash leaves either old or new, never torn.
+//! Files shared by the ledger, the GPU health store and the saved VF state: an
+//! exclusive `flock` between processes, whole-file replacement that a crash
+//! leaves either old or new, never torn, and reads bounded in size (every file
+//! and stream devgate parses has a limit).
 
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,45 @@ fn at(path: &Path) -> impl FnOnce(std::io::Error) -> FsError + '_ {
         path: path.to_path_buf(),
         source,
     }
+}
+
+/// Why [`read_bounded`] or [`read_file_bounded`] returned no bytes.
+#[derive(Debug, thiserror::Error)]
+pub enum BoundedError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("larger than {limit} bytes")]
+    TooLarge { limit: u64 },
+}
+
+impl BoundedError {
+    /// The file was not there: for readers that treat that as empty state.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, BoundedError::Io(e) if e.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
+/// Appends `input` to `buf` up to its end, refusing more than `limit` bytes.
+/// At most `limit + 1` bytes are read, so an endless or hostile input costs no
+/// more than that; `buf` keeps what was read either way.
+pub fn read_bounded(input: impl Read, limit: u64, buf: &mut Vec<u8>) -> Result<(), BoundedError> {
+    let start = buf.len();
+    input.take(limit.saturating_add(1)).read_to_end(buf)?;
+    if (buf.len() - start) as u64 > limit {
+        return Err(BoundedError::TooLarge { limit });
+    }
+    Ok(())
+}
+
+/// The whole file at `path`, at most `limit` bytes, in a buffer sized from
+/// `fstat` so that one read usually does.
+pub fn read_file_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedError> {
+    let file = File::open(path)?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    // One byte more than the size: the read that finds the end needs room.
+    let mut buf = Vec::with_capacity(size.min(limit).saturating_add(1) as usize);
+    read_bounded(file, limit, &mut buf)?;
+    Ok(buf)
 }
 
 /// Opens (creating, mode 0600) the lock file `path`, for `flock`.

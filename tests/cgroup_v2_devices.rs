@@ -153,7 +153,9 @@ fn the_hook_grants_exactly_the_planned_node_on_cgroup_v2() {
     assert_eq!(probe(&dir, null, libc::O_RDWR), None);
 
     let bundle = tempfile::tempdir().unwrap();
-    std::fs::write(bundle.path().join("config.json"), RUNTIME_SPEC).unwrap();
+    // The rules as the hook reads them: from the bundle's config.json.
+    let config = RUNTIME_SPEC.replacen('{', r#"{"root":{"path":"rootfs"},"#, 1);
+    std::fs::write(bundle.path().join("config.json"), config).unwrap();
     let proc_cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     let rel = proc_cgroup
         .lines()
@@ -161,7 +163,10 @@ fn the_hook_grants_exactly_the_planned_node_on_cgroup_v2() {
         .expect("a cgroup v2 entry");
     let found = cgroup_v2::cgroup_dir(Path::new(V2_ROOT), rel).unwrap();
     assert_eq!(found, dir);
-    let replaced = cgroup_v2::allow(&mut bpf, &found, bundle.path(), &[node(250)]).unwrap();
+    let spec = devgate::hook::bundle::Bundle::read(bundle.path())
+        .unwrap()
+        .spec;
+    let replaced = cgroup_v2::allow(&mut bpf, &found, &spec, &[node(250)]).unwrap();
     assert_eq!(replaced.old, 1);
 
     let after = bpf.query(cg_fd.as_fd()).unwrap();

@@ -43,7 +43,10 @@ fn full_pod() -> PodSandbox {
         namespace: "ml".into(),
         labels: map(&[("app", "trainer"), ("", "empty key")]),
         annotations: map(&[
-            ("scheduling.koordinator.sh/device-allocated", r#"{"gpu":[]}"#),
+            (
+                "scheduling.koordinator.sh/device-allocated",
+                r#"{"gpu":[]}"#,
+            ),
             ("empty", ""),
         ]),
         runtime_handler: "runc".into(),
@@ -275,4 +278,3 @@ fn malformed_requests_fail_and_never_panic() {
         })
     );
 }
-

@@ -28,8 +28,8 @@ pub mod version;
 
 pub use event::EventMask;
 pub use lean::Decode;
-pub use protowire::WireError;
 pub use protobuf;
+pub use protowire::WireError;
 pub use stub::{Plugin, RpcError, RuntimeInfo, Stub, StubError};
 pub use ttrpc;
 pub use version::NriVersion;

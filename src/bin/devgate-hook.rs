@@ -74,11 +74,11 @@ fn run(args: &HookArgs) -> Result<(), HookError> {
         }
     };
     let outcome = if args.hooks_only {
-        let mut os = SysContainerOs {
-            env: env.clone(),
-            cgroup_root: args.cgroup_root.clone(),
-            cgroup2_root: args.cgroup2_root.clone(),
-        };
+        let mut os = SysContainerOs::new(
+            env.clone(),
+            args.cgroup_root.clone(),
+            args.cgroup2_root.clone(),
+        );
         hook::run_hooks_only(stage, &state, &env, &config, &mut os, &checkpoint)?
     } else {
         hook::run(stage, &state, &env, &checkpoint)?

@@ -2,6 +2,7 @@
 //!
 //! Reads a Kubernetes Pod object (`kubectl get pod -o json` or YAML): its
 //! annotations, labels and container names. Nothing is changed on the node.
+use crate::fsutil::BoundedError;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Read;
@@ -195,14 +196,14 @@ fn read_bounded(path: &str, origin: &str) -> Result<String, PlanCmdError> {
         Box::new(std::fs::File::open(path).map_err(read_err)?)
     };
     let mut bytes = Vec::new();
-    reader
-        .take(MAX_POD_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_err)?;
-    if bytes.len() as u64 > MAX_POD_BYTES {
-        return Err(PlanCmdError::TooLarge {
-            origin: origin.to_string(),
-        });
+    match crate::fsutil::read_bounded(reader, MAX_POD_BYTES, &mut bytes) {
+        Ok(()) => {}
+        Err(BoundedError::Io(source)) => return Err(read_err(source)),
+        Err(BoundedError::TooLarge { .. }) => {
+            return Err(PlanCmdError::TooLarge {
+                origin: origin.to_string(),
+            })
+        }
     }
     String::from_utf8(bytes).map_err(|_| PlanCmdError::Parse {
         origin: origin.to_string(),

@@ -22,6 +22,8 @@ use crate::fsutil;
 
 /// File of the counters in the state directory.
 pub const COUNTERS_FILE: &str = "grant-audit.json";
+/// The counters file is a few hundred bytes; anything far larger is not ours.
+const MAX_COUNTERS_BYTES: u64 = 64 * 1024;
 /// Longest reason kept for `last_refusal`.
 const MAX_REASON: usize = 512;
 /// Least time between two writes of the counters file.
@@ -291,12 +293,16 @@ pub enum AuditError {
 /// The counters as the plugin last wrote them; zero when it never did.
 pub fn read_counters(state_dir: &Path) -> Result<GrantCounters, AuditError> {
     let path = state_dir.join(COUNTERS_FILE);
-    match std::fs::read(&path) {
+    match fsutil::read_file_bounded(&path, MAX_COUNTERS_BYTES) {
         Ok(bytes) => {
             serde_json::from_slice(&bytes).map_err(|source| AuditError::Decode { path, source })
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(GrantCounters::default()),
-        Err(source) => Err(AuditError::Read { path, source }),
+        Err(e) if e.is_not_found() => Ok(GrantCounters::default()),
+        Err(fsutil::BoundedError::Io(source)) => Err(AuditError::Read { path, source }),
+        Err(e @ fsutil::BoundedError::TooLarge { .. }) => Err(AuditError::Read {
+            path,
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        }),
     }
 }
 

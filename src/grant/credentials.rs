@@ -7,8 +7,8 @@
 //! repoints), so a client that read them once would lose the API server when
 //! they expire. Reads are bounded: these are small PEM or token files.
 
+use crate::fsutil::BoundedError;
 use std::fmt;
-use std::io::Read;
 use std::path::PathBuf;
 
 /// Largest certificate, key or CA bundle read (a CA bundle of a few hundred
@@ -90,18 +90,15 @@ fn read(what: &'static str, secret: &Secret, limit: u64) -> Result<Vec<u8>, Cred
         source_name: secret.to_string(),
         source,
     };
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(limit + 1).read_to_end(&mut bytes))
-        .map_err(err)?;
-    if bytes.len() as u64 > limit {
-        return Err(CredentialError::TooLarge {
+    match crate::fsutil::read_file_bounded(path, limit) {
+        Ok(bytes) => Ok(bytes),
+        Err(BoundedError::Io(source)) => Err(err(source)),
+        Err(BoundedError::TooLarge { .. }) => Err(CredentialError::TooLarge {
             what,
             source_name: secret.to_string(),
             limit,
-        });
+        }),
     }
-    Ok(bytes)
 }
 
 /// The `Authorization` header value for `token`, read now.

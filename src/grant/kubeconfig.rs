@@ -13,7 +13,7 @@
 //! HTTP client cannot honour (`tls-server-name`, `proxy-url`) is refused rather
 //! than ignored.
 
-use std::io::Read;
+use crate::fsutil::BoundedError;
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
@@ -121,18 +121,21 @@ pub struct Credentials {
 /// Reads and resolves the kubeconfig at `path` (`context` empty: its
 /// `current-context`).
 pub fn load(path: &Path, context: &str) -> Result<Credentials, KubeconfigError> {
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_KUBECONFIG_BYTES + 1).read_to_string(&mut text))
-        .map_err(|source| KubeconfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    if text.len() as u64 > MAX_KUBECONFIG_BYTES {
-        return Err(KubeconfigError::TooLarge {
-            path: path.to_path_buf(),
-        });
-    }
+    let read = |source| KubeconfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = match crate::fsutil::read_file_bounded(path, MAX_KUBECONFIG_BYTES) {
+        Ok(bytes) => bytes,
+        Err(BoundedError::Io(source)) => return Err(read(source)),
+        Err(BoundedError::TooLarge { .. }) => {
+            return Err(KubeconfigError::TooLarge {
+                path: path.to_path_buf(),
+            })
+        }
+    };
+    let text = String::from_utf8(bytes)
+        .map_err(|e| read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
     parse(&text, path.parent().unwrap_or(Path::new("/")), context)
 }
 

@@ -123,7 +123,7 @@ pub fn hierarchy(proc_root: &Path, pid: u32) -> Result<Hierarchy, CgroupError> {
 pub fn allow(
     roots: &CgroupRoots,
     pid: u32,
-    bundle: &Path,
+    spec: &super::cgroup_v2::Spec,
     nodes: &[DeviceNode],
     bpf: &mut dyn super::cgroup_v2::BpfSys,
 ) -> Result<Applied, CgroupError> {
@@ -135,7 +135,7 @@ pub fn allow(
         Hierarchy::V2(rel) => {
             let dir = super::cgroup_v2::cgroup_dir(&roots.v2_root, &rel)?;
             return Ok(Applied::V2(super::cgroup_v2::allow(
-                bpf, &dir, bundle, nodes,
+                bpf, &dir, spec, nodes,
             )?));
         }
     };
@@ -209,7 +209,7 @@ mod tests {
     struct Fake {
         _dir: tempfile::TempDir,
         roots: CgroupRoots,
-        bundle: PathBuf,
+        spec: super::super::cgroup_v2::Spec,
     }
 
     fn fake(proc_cgroup: &str) -> Fake {
@@ -228,7 +228,7 @@ mod tests {
         fs::create_dir_all(v2.join("system.slice/x.scope")).unwrap();
         let bundle = dir.path().join("bundle");
         fs::create_dir_all(&bundle).unwrap();
-        let spec = r#"{"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]}}}"#;
+        let spec = r#"{"root":{"path":"rootfs"},"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]}}}"#;
         fs::write(bundle.join("config.json"), spec).unwrap();
         Fake {
             _dir: dir,
@@ -237,7 +237,7 @@ mod tests {
                 v1_root: cg,
                 v2_root: v2,
             },
-            bundle,
+            spec: super::super::bundle::Bundle::read(&bundle).unwrap().spec,
         }
     }
 
@@ -248,7 +248,7 @@ mod tests {
             nodes: &[DeviceNode],
             bpf: &mut FakeBpf,
         ) -> Result<Applied, CgroupError> {
-            allow(&self.roots, pid, &self.bundle, nodes, bpf)
+            allow(&self.roots, pid, &self.spec, nodes, bpf)
         }
     }
 

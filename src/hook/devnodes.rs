@@ -12,7 +12,6 @@
 //! CVE-2024-0132 class of bug).
 
 use std::fs::File;
-use std::io::Read;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
@@ -20,23 +19,11 @@ use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{fchmodat, fstatat, mkdirat, mknodat, FchmodatFlags, Mode, SFlag};
-use serde::Deserialize;
 
 use crate::plan::{DeviceKind, DeviceNode};
 
-/// A runtime's `config.json` is a few KiB to a few hundred with many mounts.
-pub const MAX_BUNDLE_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
-
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    #[error("read bundle config {path}: {source}")]
-    Bundle {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("bundle config {path}: {reason}")]
-    BundleConfig { path: PathBuf, reason: String },
     #[error("open {path} in the container: {source}")]
     Open {
         path: PathBuf,
@@ -57,51 +44,6 @@ pub enum NodeError {
         major: u32,
         minor: u32,
     },
-}
-
-#[derive(Deserialize)]
-struct BundleConfig {
-    root: BundleRoot,
-}
-
-#[derive(Deserialize)]
-struct BundleRoot {
-    path: PathBuf,
-}
-
-/// The rootfs path from `<bundle>/config.json` (runtime-spec `root.path`;
-/// relative paths are relative to the bundle).
-pub fn rootfs_path(bundle: &Path) -> Result<PathBuf, NodeError> {
-    let path = bundle.join("config.json");
-    let err = |source| NodeError::Bundle {
-        path: path.clone(),
-        source,
-    };
-    let mut text = Vec::new();
-    File::open(&path)
-        .map_err(err)?
-        .take(MAX_BUNDLE_CONFIG_BYTES + 1)
-        .read_to_end(&mut text)
-        .map_err(err)?;
-    let invalid = |reason: String| NodeError::BundleConfig {
-        path: path.clone(),
-        reason,
-    };
-    if text.len() as u64 > MAX_BUNDLE_CONFIG_BYTES {
-        return Err(invalid(format!(
-            "larger than {MAX_BUNDLE_CONFIG_BYTES} bytes"
-        )));
-    }
-    let config: BundleConfig = serde_json::from_slice(&text).map_err(|e| invalid(e.to_string()))?;
-    let root = config.root.path;
-    if root.as_os_str().is_empty() {
-        return Err(invalid("root.path is empty".to_string()));
-    }
-    Ok(if root.is_absolute() {
-        root
-    } else {
-        bundle.join(root)
-    })
 }
 
 fn open_how(flags: OFlag, resolve: ResolveFlag) -> OpenHow {

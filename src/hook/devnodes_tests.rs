@@ -118,24 +118,9 @@ fn only_plain_dev_paths_are_accepted() {
     assert!(matches!(e, NodeError::BadPath { .. }), "{e}");
 }
 
+/// The rootfs path itself comes from the bundle (`super::bundle` tests).
 #[test]
-fn the_rootfs_comes_from_the_bundle_and_resolves_in_the_process_root() {
-    let bundle = tempfile::tempdir().unwrap();
-    let write = |v: &str| std::fs::write(bundle.path().join("config.json"), v).unwrap();
-    write(r#"{"ociVersion":"1.0.2","root":{"path":"/var/lib/c/merged"},"process":{}}"#);
-    assert_eq!(
-        rootfs_path(bundle.path()).unwrap(),
-        Path::new("/var/lib/c/merged")
-    );
-    write(r#"{"root":{"path":"rootfs","readonly":true}}"#);
-    assert_eq!(
-        rootfs_path(bundle.path()).unwrap(),
-        bundle.path().join("rootfs")
-    );
-    for bad in [r#"{"root":{"path":""}}"#, r#"{}"#, "{"] {
-        write(bad);
-        assert!(rootfs_path(bundle.path()).is_err(), "{bad}");
-    }
+fn the_rootfs_resolves_in_the_process_root() {
     // A fake /proc/<pid>/root whose /var/lib is an absolute link: followed inside it.
     let proc = tempfile::tempdir().unwrap();
     let root = proc.path().join("42/root");

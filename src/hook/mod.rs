@@ -13,6 +13,7 @@
 //! so logs go to a file and the binary prints one line, on failure only.
 
 pub mod args;
+pub mod bundle;
 pub mod cgroup;
 pub mod cgroup_v2;
 pub mod devnodes;

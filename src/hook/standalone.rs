@@ -32,6 +32,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use super::bundle::{self, Bundle};
 use super::{
     cgroup, devnodes, liveness, membership, release, HookEnv, HookError, Outcome, Stage, State,
     RESOLVED_ANNOTATION,
@@ -63,6 +64,8 @@ pub enum HooksOnlyError {
     Identity { key: &'static str },
     #[error("the plan mounts {count} host paths, which a hook cannot add (use NRI or CDI)")]
     Mounts { count: usize },
+    #[error(transparent)]
+    Bundle(bundle::BundleError),
     #[error("device nodes")]
     Nodes(#[source] devnodes::NodeError),
     #[error("device cgroup")]
@@ -115,9 +118,32 @@ pub trait ContainerOs {
 /// The real container side: `/proc` and sockets from `env`, cgroup v1
 /// hierarchies under `cgroup_root`, the cgroup2 mount at `cgroup2_root`.
 pub struct SysContainerOs {
-    pub env: HookEnv,
-    pub cgroup_root: PathBuf,
-    pub cgroup2_root: PathBuf,
+    env: HookEnv,
+    cgroup_root: PathBuf,
+    cgroup2_root: PathBuf,
+    /// The container's `config.json`, read at first need: the nodes and the
+    /// device program both come from it, and a hook run serves one container.
+    bundle: Option<Bundle>,
+}
+
+impl SysContainerOs {
+    pub fn new(env: HookEnv, cgroup_root: PathBuf, cgroup2_root: PathBuf) -> SysContainerOs {
+        SysContainerOs {
+            env,
+            cgroup_root,
+            cgroup2_root,
+            bundle: None,
+        }
+    }
+
+    fn bundle(&mut self, state: &State) -> Result<&Bundle, HookError> {
+        let bundle = match self.bundle.take() {
+            Some(bundle) => bundle,
+            None => Bundle::read(std::path::Path::new(&state.bundle))
+                .map_err(|e| HookError::HooksOnly(HooksOnlyError::Bundle(e)))?,
+        };
+        Ok(self.bundle.insert(bundle))
+    }
 }
 
 impl ContainerOs for SysContainerOs {
@@ -131,10 +157,9 @@ impl ContainerOs for SysContainerOs {
             return Ok(0);
         }
         let nodes_err = |e| HookError::HooksOnly(HooksOnlyError::Nodes(e));
-        let rootfs =
-            devnodes::rootfs_path(std::path::Path::new(&state.bundle)).map_err(nodes_err)?;
-        let fd =
-            devnodes::open_rootfs(&self.env.roots.proc_root, pid, &rootfs).map_err(nodes_err)?;
+        let proc_root = self.env.roots.proc_root.clone();
+        let rootfs = &self.bundle(state)?.rootfs;
+        let fd = devnodes::open_rootfs(&proc_root, pid, rootfs).map_err(nodes_err)?;
         devnodes::make_nodes(std::os::fd::AsFd::as_fd(&fd), nodes).map_err(nodes_err)
     }
 
@@ -144,8 +169,11 @@ impl ContainerOs for SysContainerOs {
             v1_root: self.cgroup_root.clone(),
             v2_root: self.cgroup2_root.clone(),
         };
-        let bundle = std::path::Path::new(&state.bundle);
-        cgroup::allow(&roots, pid, bundle, nodes, &mut super::cgroup_v2::SysBpf)
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        let spec = &self.bundle(state)?.spec;
+        cgroup::allow(&roots, pid, spec, nodes, &mut super::cgroup_v2::SysBpf)
             .map(|_| ())
             .map_err(|e| HookError::HooksOnly(HooksOnlyError::Cgroup(e)))
     }

@@ -1,6 +1,7 @@
 //! The OCI container state a runtime writes on a hook's stdin
 //! (runtime-spec `runtime.md` §State; extra fields are allowed by the spec and ignored here).
 
+use crate::fsutil::BoundedError;
 use std::collections::BTreeMap;
 use std::io::Read;
 
@@ -31,14 +32,11 @@ impl State {
     /// Reads and checks the state from `input`, refusing more than [`MAX_STATE_BYTES`].
     pub fn read(input: impl Read) -> Result<State, HookError> {
         let mut text = Vec::new();
-        input
-            .take(MAX_STATE_BYTES + 1)
-            .read_to_end(&mut text)
-            .map_err(HookError::Stdin)?;
-        if text.len() as u64 > MAX_STATE_BYTES {
-            return Err(HookError::StateTooLarge);
+        match crate::fsutil::read_bounded(input, MAX_STATE_BYTES, &mut text) {
+            Ok(()) => State::parse(&text),
+            Err(BoundedError::Io(e)) => Err(HookError::Stdin(e)),
+            Err(BoundedError::TooLarge { .. }) => Err(HookError::StateTooLarge),
         }
-        State::parse(&text)
     }
 
     pub fn parse(text: &[u8]) -> Result<State, HookError> {

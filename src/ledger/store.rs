@@ -10,7 +10,6 @@
 //! reused and the file is neither read nor parsed.
 
 use std::fs::{self, File};
-use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -20,7 +19,7 @@ use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::sys::stat::fstatat;
 
-use crate::fsutil;
+use crate::fsutil::{self, BoundedError};
 
 use super::model::LedgerState;
 use super::LedgerError;
@@ -278,17 +277,17 @@ impl Store {
             return Err(too_large(path));
         }
         // Sized from fstat: one read instead of a doubling series.
-        let mut text = String::with_capacity(meta.len() as usize + 1);
-        file.take(MAX_LEDGER_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(self.io(LEDGER_FILE))?;
-        if text.len() as u64 > MAX_LEDGER_BYTES {
-            return Err(too_large(path));
+        let mut text = Vec::with_capacity(meta.len() as usize + 1);
+        match fsutil::read_bounded(&file, MAX_LEDGER_BYTES, &mut text) {
+            Ok(()) => {}
+            Err(BoundedError::Io(source)) => return Err(self.io(LEDGER_FILE)(source)),
+            Err(BoundedError::TooLarge { .. }) => return Err(too_large(path)),
         }
-        let state: LedgerState = serde_json::from_str(&text).map_err(|e| LedgerError::Corrupt {
-            path,
-            reason: e.to_string(),
-        })?;
+        let state: LedgerState =
+            serde_json::from_slice(&text).map_err(|e| LedgerError::Corrupt {
+                path,
+                reason: e.to_string(),
+            })?;
         // Only a file read whole at the size fstat saw is worth caching.
         if text.len() as u64 == meta.len() {
             self.remember(FileKey::of(&meta), state.clone());

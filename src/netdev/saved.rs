@@ -6,7 +6,6 @@
 //! commit d5232e68).
 
 use std::fs::{self, File};
-use std::io::Read;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
@@ -15,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::netns::NetnsId;
 use super::settings::{HwAddr, VfAttach, VfState};
-use crate::fsutil;
+use crate::fsutil::{self, BoundedError};
 use crate::inventory::PciAddr;
 
 pub const SAVED_VERSION: u32 = 1;
@@ -189,27 +188,16 @@ impl SavedStore {
 }
 
 fn read_record(path: &Path) -> Result<Option<SavedVf>, SavedError> {
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(SavedError::Io {
-                path: path.to_path_buf(),
-                source,
-            })
-        }
-    };
-    let mut text = Vec::new();
-    file.take(MAX_RECORD_BYTES + 1)
-        .read_to_end(&mut text)
-        .map_err(SavedStore::io(path))?;
     let corrupt = |reason: String| SavedError::Corrupt {
         path: path.to_path_buf(),
         reason,
     };
-    if text.len() as u64 > MAX_RECORD_BYTES {
-        return Err(corrupt("larger than 256 KiB".to_string()));
-    }
+    let text = match fsutil::read_file_bounded(path, MAX_RECORD_BYTES) {
+        Ok(text) => text,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(BoundedError::Io(source)) => return Err(SavedStore::io(path)(source)),
+        Err(e @ BoundedError::TooLarge { .. }) => return Err(corrupt(e.to_string())),
+    };
     let rec: SavedVf = serde_json::from_slice(&text).map_err(|e| corrupt(e.to_string()))?;
     if rec.version != SAVED_VERSION {
         return Err(corrupt(format!(

@@ -159,23 +159,14 @@ impl RuntimeRecord {
 
     /// The record, or `None` when no runtime has configured devgate yet.
     pub fn load(state_dir: &Path) -> Result<Option<RuntimeRecord>, FeaturesError> {
-        use std::io::Read as _;
+        use crate::fsutil::BoundedError;
         let path = Self::path(state_dir);
-        let file = match std::fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(FeaturesError::Read { path, source }),
+        let bytes = match crate::fsutil::read_file_bounded(&path, MAX_RECORD_BYTES) {
+            Ok(bytes) => bytes,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(BoundedError::Io(source)) => return Err(FeaturesError::Read { path, source }),
+            Err(BoundedError::TooLarge { .. }) => return Err(FeaturesError::TooLarge { path }),
         };
-        let mut bytes = Vec::new();
-        file.take(MAX_RECORD_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|source| FeaturesError::Read {
-                path: path.clone(),
-                source,
-            })?;
-        if bytes.len() as u64 > MAX_RECORD_BYTES {
-            return Err(FeaturesError::TooLarge { path });
-        }
         serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|source| FeaturesError::Decode { path, source })

@@ -197,12 +197,9 @@ impl<P: Plugin> Service<P> {
             "StartContainer" => {
                 self.event::<api::StartContainerRequest>(t, p, out, Event::START_CONTAINER)
             }
-            "PostStartContainer" => self.event::<api::PostStartContainerRequest>(
-                t,
-                p,
-                out,
-                Event::POST_START_CONTAINER,
-            ),
+            "PostStartContainer" => {
+                self.event::<api::PostStartContainerRequest>(t, p, out, Event::POST_START_CONTAINER)
+            }
             "PostUpdateContainer" => self.event::<api::PostUpdateContainerRequest>(
                 t,
                 p,

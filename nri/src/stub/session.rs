@@ -14,8 +14,8 @@ use ttrpc::{Code, Request, Response};
 use super::{
     envelope::{self, RequestView},
     service::Service,
-    wire::Wire, Connector, Plugin, StubError, NRI_API_VERSION,
-    REGISTRATION_TIMEOUT,
+    wire::Wire,
+    Connector, Plugin, StubError, NRI_API_VERSION, REGISTRATION_TIMEOUT,
 };
 use crate::{
     api,

@@ -1,5 +1,6 @@
 //! What `devgate doctor` touches on a node, behind roots and one narrow trait so
 //! that every check runs on a fake tree in tests and on the node for real.
+use crate::fsutil::BoundedError;
 use std::io::Read;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -111,16 +112,12 @@ impl Host for RealHost {
 
 /// Reads at most [`MAX_READ_BYTES`] of a text file; longer files are an error.
 pub fn read_bounded(path: &Path) -> std::io::Result<String> {
-    let file = std::fs::File::open(path)?;
-    let mut text = String::new();
-    file.take(MAX_READ_BYTES + 1).read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_READ_BYTES {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than {MAX_READ_BYTES} bytes"),
-        ));
-    }
-    Ok(text)
+    use std::io::{Error, ErrorKind};
+    let bytes = crate::fsutil::read_file_bounded(path, MAX_READ_BYTES).map_err(|e| match e {
+        BoundedError::Io(e) => e,
+        e @ BoundedError::TooLarge { .. } => Error::new(ErrorKind::InvalidData, e.to_string()),
+    })?;
+    String::from_utf8(bytes).map_err(|e| Error::new(ErrorKind::InvalidData, e))
 }
 
 #[cfg(test)]

@@ -4,13 +4,12 @@
 //! under /var/lib, not /run, so that a GPU that faulted stays out after a reboot.
 
 use std::fs::{self, File};
-use std::io::Read;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::Flock;
 
-use crate::fsutil;
+use crate::fsutil::{self, BoundedError};
 
 use super::{add_faults, Fault, HealthState, Transition};
 use crate::gpu::GpuError;
@@ -52,25 +51,18 @@ impl HealthStore {
     /// The current document; a missing file is an empty one.
     pub fn snapshot(&self) -> Result<HealthState, GpuError> {
         let path = self.path();
-        let file = match File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HealthState::default()),
-            Err(source) => return Err(GpuError::HealthIo { path, source }),
+        let text = match fsutil::read_file_bounded(&path, MAX_HEALTH_BYTES) {
+            Ok(text) => text,
+            Err(e) if e.is_not_found() => return Ok(HealthState::default()),
+            Err(BoundedError::Io(source)) => return Err(GpuError::HealthIo { path, source }),
+            Err(e @ BoundedError::TooLarge { .. }) => {
+                return Err(GpuError::HealthCorrupt {
+                    path,
+                    reason: e.to_string(),
+                })
+            }
         };
-        let mut text = String::new();
-        file.take(MAX_HEALTH_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(|source| GpuError::HealthIo {
-                path: path.clone(),
-                source,
-            })?;
-        if text.len() as u64 > MAX_HEALTH_BYTES {
-            return Err(GpuError::HealthCorrupt {
-                path,
-                reason: "larger than 4 MiB".to_string(),
-            });
-        }
-        serde_json::from_str(&text).map_err(|e| GpuError::HealthCorrupt {
+        serde_json::from_slice(&text).map_err(|e| GpuError::HealthCorrupt {
             path,
             reason: e.to_string(),
         })

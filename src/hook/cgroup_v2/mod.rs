@@ -23,7 +23,6 @@ pub mod sys;
 pub(crate) mod fake;
 
 use std::fs::File;
-use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
@@ -33,25 +32,12 @@ pub use program::{generate, Insn, ProgramError};
 pub use rules::{Access, DevType, Rule, Ruleset, Spec};
 pub use sys::{BpfSys, LoadError, SysBpf, SysError};
 
-/// An OCI `config.json` is tens of KiB; a bound keeps a bad bundle from
-/// costing memory.
-pub const MAX_CONFIG_BYTES: u64 = 8 * 1024 * 1024;
 /// The license the program is loaded under (the kernel records it; device
 /// programs call no GPL-only helpers).
 pub const LICENSE: &std::ffi::CStr = c"Apache-2.0";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupV2Error {
-    #[error("read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path} is larger than {MAX_CONFIG_BYTES} bytes")]
-    TooLarge { path: PathBuf },
-    #[error("parse {path}: {reason}")]
-    Parse { path: PathBuf, reason: String },
     #[error("linux.resources.devices[{index}]: {reason}")]
     SpecRule { index: usize, reason: String },
     #[error(
@@ -97,28 +83,6 @@ pub struct Replaced {
     pub in_place: bool,
 }
 
-/// Reads the device-relevant part of `<bundle>/config.json`, size-bounded.
-pub fn read_spec(bundle: &Path) -> Result<Spec, CgroupV2Error> {
-    let path = bundle.join("config.json");
-    let read = |source| CgroupV2Error::Read {
-        path: path.clone(),
-        source,
-    };
-    let mut bytes = Vec::new();
-    File::open(&path)
-        .map_err(read)?
-        .take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read)?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(CgroupV2Error::TooLarge { path });
-    }
-    serde_json::from_slice(&bytes).map_err(|e| CgroupV2Error::Parse {
-        path,
-        reason: e.to_string(),
-    })
-}
-
 /// The rule for a planned node: read and write, as with cgroup v1 (the hook
 /// makes the node itself, from outside the container).
 pub fn node_rule(node: &DeviceNode) -> Rule {
@@ -159,16 +123,15 @@ pub fn cgroup_dir(v2_root: &Path, rel: &str) -> Result<PathBuf, CgroupV2Error> {
     Ok(v2_root.join(p.strip_prefix("/").unwrap_or(p)))
 }
 
-/// Gives the cgroup at `dir` a device program for `bundle`'s rules plus
-/// `nodes`, in place of what is attached there.
+/// Gives the cgroup at `dir` a device program for the bundle's rules
+/// (`spec`) plus `nodes`, in place of what is attached there.
 pub fn allow(
     sys: &mut dyn BpfSys,
     dir: &Path,
-    bundle: &Path,
+    spec: &Spec,
     nodes: &[DeviceNode],
 ) -> Result<Replaced, CgroupV2Error> {
-    let spec = read_spec(bundle)?;
-    let insns = generate(&ruleset(&spec, nodes)?)?;
+    let insns = generate(&ruleset(spec, nodes)?)?;
     let cgroup = File::open(dir).map_err(|source| CgroupV2Error::Open {
         path: dir.to_path_buf(),
         source,

@@ -101,11 +101,20 @@ pub const RUNC_DEFAULTS: [(Option<&str>, Rule); 11] = [
     (None, Rule::new(true, DevType::Char, 10, 200, RWM)),
 ];
 
-/// The parts of an OCI `config.json` that decide device access.
+/// The parts of an OCI `config.json` that decide device access, and the
+/// root the device nodes go into.
 #[derive(Debug, Default, Deserialize)]
 pub struct Spec {
     #[serde(default)]
+    root: Option<Root>,
+    #[serde(default)]
     linux: Option<Linux>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Root {
+    #[serde(default)]
+    path: std::path::PathBuf,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -156,6 +165,12 @@ fn number(v: Option<i64>, index: usize) -> Result<Option<u32>, CgroupV2Error> {
 }
 
 impl Spec {
+    /// `root.path` as written (runtime-spec config.md: absolute, or relative
+    /// to the bundle).
+    pub fn root_path(&self) -> Option<&std::path::Path> {
+        self.root.as_ref().map(|r| r.path.as_path())
+    }
+
     /// The rules runc puts into the container's device program: the spec's
     /// `linux.resources.devices`, then its defaults.
     pub fn runtime_rules(&self) -> Result<Vec<Rule>, CgroupV2Error> {

@@ -197,28 +197,6 @@ fn v1_semantics_hold_and_bad_rules_fail() {
     ));
 }
 
-#[test]
-fn the_spec_is_read_bounded_from_the_bundle() {
-    let dir = tempfile::tempdir().unwrap();
-    assert!(matches!(
-        read_spec(dir.path()),
-        Err(CgroupV2Error::Read { .. })
-    ));
-    std::fs::write(dir.path().join("config.json"), "{not json").unwrap();
-    assert!(matches!(
-        read_spec(dir.path()),
-        Err(CgroupV2Error::Parse { .. })
-    ));
-    let f = std::fs::File::create(dir.path().join("config.json")).unwrap();
-    f.set_len(MAX_CONFIG_BYTES + 1).unwrap();
-    assert!(matches!(
-        read_spec(dir.path()),
-        Err(CgroupV2Error::TooLarge { .. })
-    ));
-    std::fs::write(dir.path().join("config.json"), PODMAN_SPEC).unwrap();
-    assert!(read_spec(dir.path()).is_ok());
-}
-
 fn cgroup() -> std::fs::File {
     std::fs::File::open("/dev/null").unwrap()
 }

@@ -38,10 +38,12 @@ async fn a_lean_plugin_gets_what_it_reads_and_not_the_rest() {
             conn.event(Event::REMOVE_CONTAINER, &pod, Some(&c))
                 .await
                 .unwrap();
-            let want = format!(
-                "create app in web: env [\"A=1\"], mounts {mounts}, pod labels 1"
+            let want = format!("create app in web: env [\"A=1\"], mounts {mounts}, pod labels 1");
+            assert_eq!(
+                plugin.calls()[1..],
+                [want, "remove app".to_string()],
+                "{decode:?}"
             );
-            assert_eq!(plugin.calls()[1..], [want, "remove app".to_string()], "{decode:?}");
         }
     }
 }
