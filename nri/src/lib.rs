@@ -8,6 +8,8 @@
 //! - [`stub`]: the plugin side, blocking on one thread: registration,
 //!   configuration, event dispatch and reconnection; implement [`Plugin`]
 //!   and hand it to [`Stub`].
+//! - [`lean`]: decoding only the pod and container fields a plugin reads
+//!   ([`Decode::Lean`], chosen by [`Plugin::decode`]).
 //! - [`EventMask`] and [`NriVersion`]: event subscription and what a given
 //!   runtime accepts.
 //! - `testing`, `mux` and `api_ttrpc` (feature `test-util`): an in-process

@@ -14,7 +14,7 @@ use ttrpc::{Code, Request, Response};
 use super::{
     envelope::{self, RequestView},
     service::Service,
-    wire::Wire,
+    wire::{reset_buffer, Wire},
     Connector, Plugin, StubError, NRI_API_VERSION, REGISTRATION_TIMEOUT,
 };
 use crate::{
@@ -108,6 +108,7 @@ impl<P: Plugin> Connector<P> {
                     if let Err(e) = wire.write(PLUGIN_SERVICE_CONN, header, &reply) {
                         return Ok(Err(e));
                     }
+                    reset_buffer(&mut reply);
                     wire.recycle(msg.payload);
                 }
                 (RUNTIME_SERVICE_CONN, TTRPC_RESPONSE)

@@ -19,6 +19,20 @@ use crate::frame::{
 
 /// Bytes asked of the socket per read; a CreateContainer request fits.
 const READ_CHUNK: usize = 64 << 10;
+/// Largest buffer kept from one message to the next. A Synchronize request on
+/// a busy node is megabytes; keeping a buffer of that size would keep its
+/// pages resident for the plugin's lifetime.
+const KEEP_CAPACITY: usize = READ_CHUNK;
+
+/// Empties `buf`, and gives its memory back when it grew past
+/// [`KEEP_CAPACITY`].
+pub(super) fn reset_buffer(buf: &mut Vec<u8>) {
+    if buf.capacity() > KEEP_CAPACITY {
+        *buf = Vec::new();
+    } else {
+        buf.clear();
+    }
+}
 
 /// One whole ttrpc message from the runtime.
 #[derive(Debug)]
@@ -65,7 +79,7 @@ impl Wire {
 
     /// Takes back the payload of a message that has been handled.
     pub(super) fn recycle(&mut self, mut payload: Vec<u8>) {
-        payload.clear();
+        reset_buffer(&mut payload);
         self.spare = payload;
     }
 
@@ -127,6 +141,10 @@ impl Wire {
     fn fill(&mut self) -> io::Result<bool> {
         if self.rpos == self.rlen {
             (self.rpos, self.rlen) = (0, 0);
+            if self.rbuf.len() > READ_CHUNK {
+                // Grown for one large frame, which is gone now.
+                self.rbuf = vec![0; READ_CHUNK];
+            }
         } else if self.rpos > 0 {
             self.rbuf.copy_within(self.rpos..self.rlen, 0);
             (self.rpos, self.rlen) = (0, self.rlen - self.rpos);
@@ -171,7 +189,10 @@ impl Wire {
         self.message.extend_from_slice(payload);
         self.wbuf.clear();
         append_mux_frames(&mut self.wbuf, conn, &self.message);
-        self.stream.write_all(&self.wbuf)
+        let sent = self.stream.write_all(&self.wbuf);
+        reset_buffer(&mut self.message);
+        reset_buffer(&mut self.wbuf);
+        sent
     }
 }
 
@@ -199,6 +220,9 @@ fn take_message(
     let mut payload = std::mem::take(spare);
     payload.extend_from_slice(&stream[TTRPC_HEADER_LEN..end]);
     stream.drain(..end);
+    if stream.is_empty() {
+        reset_buffer(stream);
+    }
     Ok(Some(Message {
         conn,
         header,

@@ -127,3 +127,39 @@ fn end_of_stream_mid_message_is_the_end() {
     let mut wire = wire_fed_by(vec![frame(1, &msg[..12])]);
     assert!(wire.read().unwrap().is_none());
 }
+
+#[test]
+fn buffers_grown_for_a_large_message_are_given_back() {
+    let big = vec![7u8; 3 * KEEP_CAPACITY];
+    let msg = ttrpc(1, &big);
+    let mut frames = Vec::new();
+    for chunk in msg.chunks(200_000) {
+        frames.extend(frame(1, chunk));
+    }
+    frames.extend(frame(1, &ttrpc(3, b"small")));
+    let (ours, mut peer) = UnixStream::pair().unwrap();
+    // The peer sends, then drains what the wire writes back until it closes.
+    let drain = thread::spawn(move || {
+        peer.write_all(&frames).unwrap();
+        std::io::copy(&mut peer, &mut std::io::sink()).unwrap()
+    });
+    let mut wire = Wire::new(ours);
+    let m = wire.read().unwrap().unwrap();
+    assert_eq!(m.payload.len(), big.len());
+    wire.recycle(m.payload);
+    assert_eq!(
+        wire.spare.capacity(),
+        0,
+        "a large payload buffer is not kept"
+    );
+    let m = wire.read().unwrap().unwrap();
+    assert_eq!(m.payload, b"small");
+    assert!(wire.conns[0].capacity() <= KEEP_CAPACITY);
+    assert!(wire.rbuf.len() <= READ_CHUNK);
+    wire.write(PLUGIN_SERVICE_CONN, m.header, &big).unwrap();
+    assert!(wire.message.capacity() <= KEEP_CAPACITY && wire.wbuf.capacity() <= KEEP_CAPACITY);
+    wire.recycle(m.payload);
+    assert!(wire.spare.capacity() > 0, "a small one is");
+    drop(wire);
+    assert!(drain.join().unwrap() > big.len() as u64);
+}
