@@ -30,9 +30,8 @@
 //! is refused.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
-use super::bundle::{self, Bundle};
+use super::bundle;
 use super::{
     cgroup, devnodes, liveness, membership, release, HookEnv, HookError, Outcome, Stage, State,
     RESOLVED_ANNOTATION,
@@ -44,6 +43,10 @@ use crate::ledger::{ContainerRecord, Ledger, LedgerError, PodRef, Teardown};
 use crate::netdev::VfAttach;
 use crate::plan::{self, DeviceNode, PlanError};
 use crate::plugin::devices::{vf_attachments, DeviceError};
+
+#[path = "standalone_sys.rs"]
+mod sys;
+pub use sys::SysContainerOs;
 
 /// Longest identity value taken from an annotation (ids are 64, names 253).
 const MAX_IDENTITY: usize = 256;
@@ -113,102 +116,6 @@ pub trait ContainerOs {
         sandbox_id: &str,
         cgroups: &[String],
     ) -> Box<dyn Teardown>;
-}
-
-/// The real container side: `/proc` and sockets from `env`, cgroup v1
-/// hierarchies under `cgroup_root`, the cgroup2 mount at `cgroup2_root`.
-pub struct SysContainerOs {
-    env: HookEnv,
-    cgroup_root: PathBuf,
-    cgroup2_root: PathBuf,
-    /// The container's `config.json`, read at first need: the nodes and the
-    /// device program both come from it, and a hook run serves one container.
-    bundle: Option<Bundle>,
-}
-
-impl SysContainerOs {
-    pub fn new(env: HookEnv, cgroup_root: PathBuf, cgroup2_root: PathBuf) -> SysContainerOs {
-        SysContainerOs {
-            env,
-            cgroup_root,
-            cgroup2_root,
-            bundle: None,
-        }
-    }
-
-    fn bundle(&mut self, state: &State) -> Result<&Bundle, HookError> {
-        let bundle = match self.bundle.take() {
-            Some(bundle) => bundle,
-            None => Bundle::read(std::path::Path::new(&state.bundle))
-                .map_err(|e| HookError::HooksOnly(HooksOnlyError::Bundle(e)))?,
-        };
-        Ok(self.bundle.insert(bundle))
-    }
-}
-
-impl ContainerOs for SysContainerOs {
-    fn make_nodes(
-        &mut self,
-        state: &State,
-        pid: u32,
-        nodes: &[DeviceNode],
-    ) -> Result<usize, HookError> {
-        if nodes.is_empty() {
-            return Ok(0);
-        }
-        let nodes_err = |e| HookError::HooksOnly(HooksOnlyError::Nodes(e));
-        let proc_root = self.env.roots.proc_root.clone();
-        let rootfs = &self.bundle(state)?.rootfs;
-        let fd = devnodes::open_rootfs(&proc_root, pid, rootfs).map_err(nodes_err)?;
-        devnodes::make_nodes(std::os::fd::AsFd::as_fd(&fd), nodes).map_err(nodes_err)
-    }
-
-    fn allow(&mut self, state: &State, pid: u32, nodes: &[DeviceNode]) -> Result<(), HookError> {
-        let roots = cgroup::CgroupRoots {
-            proc_root: self.env.roots.proc_root.clone(),
-            v1_root: self.cgroup_root.clone(),
-            v2_root: self.cgroup2_root.clone(),
-        };
-        if nodes.is_empty() {
-            return Ok(());
-        }
-        let spec = &self.bundle(state)?.spec;
-        cgroup::allow(&roots, pid, spec, nodes, &mut super::cgroup_v2::SysBpf)
-            .map(|_| ())
-            .map_err(|e| HookError::HooksOnly(HooksOnlyError::Cgroup(e)))
-    }
-
-    fn attach(
-        &mut self,
-        container_id: &str,
-        pid: u32,
-        networks: &[VfAttach],
-        checkpoint: &dyn Fn(&'static str),
-    ) -> Result<(), HookError> {
-        super::attach_networks(&self.env, container_id, pid, networks, checkpoint)
-    }
-
-    fn detach(
-        &mut self,
-        container_id: &str,
-        checkpoint: &dyn Fn(&'static str),
-    ) -> Result<usize, HookError> {
-        super::detach_networks(&self.env, container_id, checkpoint)
-    }
-
-    fn gpu_teardown(
-        &mut self,
-        config: &Config,
-        ledger: &Ledger,
-        sandbox_id: &str,
-        cgroups: &[String],
-    ) -> Box<dyn Teardown> {
-        // Built only when a pod goes: discovery and NVML cost milliseconds.
-        let inventory = gpu::discover_node(&self.env.host_root);
-        let teardown = gpu::GpuTeardown::for_node(inventory, config.gpu.clone(), ledger.clone());
-        teardown.set_pod_cgroups(sandbox_id, cgroups);
-        Box::new(teardown)
-    }
 }
 
 /// Runs one stage in hooks-only mode.
