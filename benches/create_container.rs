@@ -18,6 +18,10 @@
 //! `DEVGATE_BENCH_SETS=N` the number of set pairs (default 2). With
 //! `DEVGATE_BENCH_PLAIN=1` the pod has no allocation: the plugin's cost for a
 //! container it gives nothing (receiving and answering the runtime's messages).
+//! With `DEVGATE_BENCH_NEW_PODS=1` every creation is the first container of a
+//! pod of its own, so each one makes the pod's claim: the pod is run before and
+//! stopped and removed after, untimed, and the next creation waits until the
+//! plugin has released the pod's devices (default 100 creations per set).
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -163,12 +167,57 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Where each creation's container goes: one pod for all, or a pod of its own.
+enum Pods<'a> {
+    Shared(&'a Pod),
+    /// Pods made from this spec; the ledger under the path is watched for
+    /// the release of each.
+    Fresh(&'a PodSpec, std::path::PathBuf),
+}
+
+impl Pods<'_> {
+    /// The pod for creation `i` (run now when fresh).
+    fn get(&self, cri: &Cri, tag: &str, i: usize) -> Pod {
+        match self {
+            Pods::Shared(pod) => (*pod).clone(),
+            Pods::Fresh(template, _) => {
+                let mut spec = PodSpec::new(&format!("{}-{tag}{i}", template.name));
+                spec.annotations = template.annotations.clone();
+                cri.run_pod(&spec).expect("RunPodSandbox")
+            }
+        }
+    }
+
+    /// Removes a fresh pod and waits until the plugin released its devices,
+    /// so that release runs in no creation's window.
+    fn done(&self, cri: &Cri, pod: &Pod) {
+        let Pods::Fresh(_, state_dir) = self else {
+            return;
+        };
+        cri.stop_pod(pod).expect("StopPodSandbox");
+        cri.remove_pod(pod).expect("RemovePodSandbox");
+        wait_released(state_dir);
+    }
+}
+
+/// Waits until the ledger under `state_dir` holds no pod.
+fn wait_released(state_dir: &std::path::Path) {
+    let deadline = Instant::now() + SLOW;
+    while Instant::now() < deadline {
+        match devgate::ledger::Ledger::read(state_dir) {
+            Ok(state) if state.pods.is_empty() => return,
+            _ => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+    panic!("the plugin did not release the pod's devices within {SLOW:?}");
+}
+
 /// Creates and removes `n` containers, timing each creation; with `plugin`, also
 /// adds that process's CPU time to `cpu` (the removal's RemoveContainer event is
 /// answered before the CRI call returns, so each window holds its own work only).
 fn run_set(
     cri: &Cri,
-    pod: &Pod,
+    pods: &Pods<'_>,
     n: usize,
     tag: &str,
     out: &mut Vec<Duration>,
@@ -176,10 +225,11 @@ fn run_set(
 ) {
     let mut plugin = plugin;
     for i in 0..n {
+        let pod = pods.get(cri, tag, i);
         let spec = ContainerSpec::shell(&format!("{tag}{i}"), "true");
         let before = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
         let start = Instant::now();
-        let id = cri.create_container(pod, &spec).expect("CreateContainer");
+        let id = cri.create_container(&pod, &spec).expect("CreateContainer");
         out.push(start.elapsed());
         let created = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
         if let Some((_, _, floors)) = plugin.as_mut() {
@@ -190,6 +240,7 @@ fn run_set(
             cpu.create_ns += created - before;
             cpu.total_ns += cpu_ns(*pid) - before;
         }
+        pods.done(cri, &pod);
     }
 }
 
@@ -197,7 +248,7 @@ fn run_set(
 fn without_plugin(
     node: &mut Node,
     cri: &Cri,
-    pod: &Pod,
+    pods: &Pods<'_>,
     n: usize,
     set: usize,
     out: &mut Vec<Duration>,
@@ -205,7 +256,7 @@ fn without_plugin(
     node.plugin.kill();
     // containerd notices the closed connection on its next write; give it a moment.
     std::thread::sleep(Duration::from_millis(200));
-    run_set(cri, pod, n, &format!("n{set}-"), out, None);
+    run_set(cri, pods, n, &format!("n{set}-"), out, None);
     node.plugin.respawn(&node.ctrd);
     node.plugin.wait_registered(&node.ctrd, SLOW);
 }
@@ -236,7 +287,15 @@ fn main() {
     }
     require_root();
     let full = std::env::args().any(|a| a == "--bench");
-    let n = env_usize("DEVGATE_BENCH_CREATES", if full { 500 } else { 10 });
+    let fresh = std::env::var_os("DEVGATE_BENCH_NEW_PODS").is_some();
+    let n = env_usize(
+        "DEVGATE_BENCH_CREATES",
+        match (full, fresh) {
+            (false, _) => 10,
+            (true, false) => 500,
+            (true, true) => 100,
+        },
+    );
     let sets = env_usize("DEVGATE_BENCH_SETS", 2);
     let mut node = Node::start(&[]);
     let cri = node.cri();
@@ -252,7 +311,16 @@ fn main() {
     let idle_rss = rss_kib(pid);
     // Warm-up: first creations pull the image into the snapshotter.
     let mut warm = Vec::new();
-    run_set(&cri, &pod, 5, "warm", &mut warm, None);
+    run_set(&cri, &Pods::Shared(&pod), 5, "warm", &mut warm, None);
+    let pods = if fresh {
+        // The shared pod would hold the devices every fresh pod claims.
+        cri.stop_pod(&pod).expect("StopPodSandbox");
+        cri.remove_pod(&pod).expect("RemovePodSandbox");
+        wait_released(&node.state_dir());
+        Pods::Fresh(&spec, node.state_dir())
+    } else {
+        Pods::Shared(&pod)
+    };
 
     let (mut with, mut without) = (Vec::new(), Vec::new());
     let mut cpu = Cpu::default();
@@ -265,31 +333,31 @@ fn main() {
         // pair (the machine warming or slowing) cancels too, not only drift
         // between pairs.
         if set % 2 == 1 {
-            without_plugin(&mut node, &cri, &pod, n, set, &mut without);
+            without_plugin(&mut node, &cri, &pods, n, set, &mut without);
         }
         let pid = node.plugin.pid().expect("plugin pid");
         run_set(
             &cri,
-            &pod,
+            &pods,
             n,
             &tag,
             &mut with,
             Some((pid, &mut cpu, [&mut echo, &mut committer])),
         );
         if set % 2 == 0 {
-            without_plugin(&mut node, &cri, &pod, n, set, &mut without);
+            without_plugin(&mut node, &cri, &pods, n, set, &mut without);
         }
     }
     // The last respawned process ran no set: measure RSS of a process that did.
     let pid = node.plugin.pid().expect("plugin pid");
-    run_set(&cri, &pod, 2 * n, "rss", &mut Vec::new(), None);
+    run_set(&cri, &pods, 2 * n, "rss", &mut Vec::new(), None);
     let after_rss = rss_kib(pid);
 
     let creations = (n * sets) as f64;
-    let what = if plain {
-        "pod without an allocation"
-    } else {
-        "pod with 4 GPUs + 4 VFs"
+    let what = match (plain, fresh) {
+        (true, _) => "pod without an allocation",
+        (false, false) => "pod with 4 GPUs + 4 VFs",
+        (false, true) => "pods with 4 GPUs + 4 VFs, each creation the first container of its pod",
     };
     println!(
         "CreateContainer through CRI on {}, {what} ({sets} alternating set pairs of {n})",

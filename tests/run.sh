@@ -12,7 +12,8 @@
 #  6. the README's main job, ./install/demo.sh, end to end as a user runs it;
 #  7. every benchmark once in smoke mode (DEVGATE_BENCH=quick: criterion's quick
 #     measurement) under containerd 1.7, and the one benchmark that drives
-#     containerd (create_container) again under containerd 2.1.
+#     containerd (create_container) again under containerd 2.1, and once more
+#     with a pod of its own per creation.
 # A failure under a containerd line names the line (`FAILED under <runtime>`).
 # The end-to-end tests start private containerd instances, so this must run as
 # root; they fail rather than skip otherwise.
@@ -121,4 +122,9 @@ step "cargo bench (${DEVGATE_BENCH:-smoke}) under ${RUNTIMES[0]}" under_runtime 
 for runtime in "${RUNTIMES[@]:1}"; do
     step "create_container bench under $runtime" under_runtime "$runtime" run_benches create_container
 done
+# Its other mode: every creation the first container of a pod of its own.
+fresh_pod_bench() {
+    DEVGATE_BENCH_NEW_PODS=1 DEVGATE_BENCH_CREATES=3 run_benches create_container
+}
+step "create_container bench, a pod per creation" under_runtime "${RUNTIMES[0]}" fresh_pod_bench
 printf '\nall checks passed in %ds\n' $((SECONDS - started)) >&2

@@ -25,6 +25,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A running pod sandbox and the config it was created with (CreateContainer
 /// needs it again, as kubelet sends it).
+#[derive(Clone)]
 pub struct Pod {
     pub id: String,
     pub config: PodSandboxConfig,
