@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use protobuf::EnumOrUnknown;
 
 use crate::api::{Container, Event, LinuxContainer, LinuxPodSandbox, PodSandbox};
-use crate::protowire::{Reader, WireError, LEN, VARINT};
+use crate::protowire::{each_field, WireError, LEN, VARINT};
 
 /// How the stub decodes the pod and container of each request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -81,8 +81,7 @@ pub struct Parts {
 /// Decodes the parts `layout` names out of a request message.
 pub fn decode(bytes: &[u8], layout: Layout) -> Result<Parts, WireError> {
     let mut parts = Parts::default();
-    let mut r = Reader::new(bytes);
-    while let Some((field, wire_type)) = r.key()? {
+    each_field(bytes, |r, field, wire_type| {
         match wire_type {
             VARINT if Some(field) == layout.event => {
                 parts.event = EnumOrUnknown::from_i32(r.varint()? as i32);
@@ -91,15 +90,15 @@ pub fn decode(bytes: &[u8], layout: Layout) -> Result<Parts, WireError> {
             LEN if Some(field) == layout.container => {
                 merge_container(r.bytes()?, &mut parts.container)?;
             }
-            _ => r.skip(field, wire_type)?,
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     Ok(parts)
 }
 
 fn merge_pod(bytes: &[u8], pod: &mut PodSandbox) -> Result<(), WireError> {
-    let mut r = Reader::new(bytes);
-    while let Some((field, wire_type)) = r.key()? {
+    each_field(bytes, |r, field, wire_type| {
         match (field, wire_type) {
             (1, LEN) => pod.id = r.str(field)?.to_owned(),
             (2, LEN) => pod.name = r.str(field)?.to_owned(),
@@ -108,27 +107,25 @@ fn merge_pod(bytes: &[u8], pod: &mut PodSandbox) -> Result<(), WireError> {
             (5, LEN) => map_entry(r.bytes()?, &mut pod.labels)?,
             (6, LEN) => map_entry(r.bytes()?, &mut pod.annotations)?,
             (8, LEN) => merge_pod_linux(r.bytes()?, pod.linux.mut_or_insert_default())?,
-            _ => r.skip(field, wire_type)?,
+            _ => return Ok(false),
         }
-    }
-    Ok(())
+        Ok(true)
+    })
 }
 
 fn merge_pod_linux(bytes: &[u8], linux: &mut LinuxPodSandbox) -> Result<(), WireError> {
-    let mut r = Reader::new(bytes);
-    while let Some((field, wire_type)) = r.key()? {
+    each_field(bytes, |r, field, wire_type| {
         match (field, wire_type) {
             (3, LEN) => linux.cgroup_parent = r.str(field)?.to_owned(),
             (4, LEN) => linux.cgroups_path = r.str(field)?.to_owned(),
-            _ => r.skip(field, wire_type)?,
+            _ => return Ok(false),
         }
-    }
-    Ok(())
+        Ok(true)
+    })
 }
 
 fn merge_container(bytes: &[u8], ctr: &mut Container) -> Result<(), WireError> {
-    let mut r = Reader::new(bytes);
-    while let Some((field, wire_type)) = r.key()? {
+    each_field(bytes, |r, field, wire_type| {
         match (field, wire_type) {
             (1, LEN) => ctr.id = r.str(field)?.to_owned(),
             (2, LEN) => ctr.pod_sandbox_id = r.str(field)?.to_owned(),
@@ -139,35 +136,34 @@ fn merge_container(bytes: &[u8], ctr: &mut Container) -> Result<(), WireError> {
             (8, LEN) => ctr.env.push(r.str(field)?.to_owned()),
             (11, LEN) => merge_container_linux(r.bytes()?, ctr.linux.mut_or_insert_default())?,
             (12, VARINT) => ctr.pid = r.varint()? as u32,
-            _ => r.skip(field, wire_type)?,
+            _ => return Ok(false),
         }
-    }
-    Ok(())
+        Ok(true)
+    })
 }
 
 fn merge_container_linux(bytes: &[u8], linux: &mut LinuxContainer) -> Result<(), WireError> {
-    let mut r = Reader::new(bytes);
-    while let Some((field, wire_type)) = r.key()? {
+    each_field(bytes, |r, field, wire_type| {
         match (field, wire_type) {
             (5, LEN) => linux.cgroups_path = r.str(field)?.to_owned(),
-            _ => r.skip(field, wire_type)?,
+            _ => return Ok(false),
         }
-    }
-    Ok(())
+        Ok(true)
+    })
 }
 
 /// A `map<string, string>` entry: a message of `key = 1; value = 2`, either
 /// of which may be absent (then empty).
 fn map_entry(bytes: &[u8], map: &mut HashMap<String, String>) -> Result<(), WireError> {
-    let mut r = Reader::new(bytes);
     let (mut key, mut value) = ("", "");
-    while let Some((field, wire_type)) = r.key()? {
+    each_field(bytes, |r, field, wire_type| {
         match (field, wire_type) {
             (1, LEN) => key = r.str(field)?,
             (2, LEN) => value = r.str(field)?,
-            _ => r.skip(field, wire_type)?,
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     map.insert(key.to_owned(), value.to_owned());
     Ok(())
 }

@@ -21,18 +21,31 @@ pub enum WireError {
     NotUtf8 { field: u64 },
 }
 
+/// Reads the message `bytes` field by field. `f` gets each field's number
+/// and wire type and, when it keeps the field, reads its value and returns
+/// `true`; a field it leaves (`false`) is skipped here, so no decoder can
+/// forget to step over what it does not read.
+pub(crate) fn each_field<'a>(
+    bytes: &'a [u8],
+    mut f: impl FnMut(&mut Reader<'a>, u64, u8) -> Result<bool, WireError>,
+) -> Result<(), WireError> {
+    let mut r = Reader { buf: bytes, pos: 0 };
+    while let Some((field, wire_type)) = r.key()? {
+        if !f(&mut r, field, wire_type)? {
+            r.skip(field, wire_type)?;
+        }
+    }
+    Ok(())
+}
+
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Reader<'a> {
-    pub(crate) fn new(buf: &'a [u8]) -> Reader<'a> {
-        Reader { buf, pos: 0 }
-    }
-
     /// The next field's number and wire type; `None` at the end.
-    pub(crate) fn key(&mut self) -> Result<Option<(u64, u8)>, WireError> {
+    fn key(&mut self) -> Result<Option<(u64, u8)>, WireError> {
         if self.pos == self.buf.len() {
             return Ok(None);
         }
@@ -79,7 +92,7 @@ impl<'a> Reader<'a> {
 
     /// Skips a field the caller does not keep. Groups (wire types 3 and 4)
     /// are refused: proto3 has none and neither NRI nor ttrpc sends them.
-    pub(crate) fn skip(&mut self, field: u64, wire_type: u8) -> Result<(), WireError> {
+    fn skip(&mut self, field: u64, wire_type: u8) -> Result<(), WireError> {
         match wire_type {
             VARINT => self.varint().map(drop),
             I64 => self.take(8).map(drop),

@@ -16,7 +16,7 @@
 use protobuf::{CodedOutputStream, Message};
 use ttrpc::Status;
 
-use crate::protowire::{Reader, WireError, LEN, VARINT};
+use crate::protowire::{each_field, WireError, LEN, VARINT};
 
 /// A ttrpc `Request` whose strings and payload borrow the message bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -31,18 +31,18 @@ impl<'a> RequestView<'a> {
     /// Reads the envelope; unknown fields and `metadata` are skipped. As in
     /// protobuf, a field that occurs twice keeps its last value.
     pub(super) fn decode(buf: &'a [u8]) -> Result<RequestView<'a>, WireError> {
-        let mut r = Reader::new(buf);
         let mut view = RequestView::default();
-        while let Some((field, wire_type)) = r.key()? {
+        each_field(buf, |r, field, wire_type| {
             match (field, wire_type) {
                 (1, LEN) => view.service = r.str(field)?,
                 (2, LEN) => view.method = r.str(field)?,
                 (3, LEN) => view.payload = r.bytes()?,
                 // int64 is sent as the two's complement varint of 64 bits.
                 (4, VARINT) => view.timeout_nano = r.varint()? as i64,
-                _ => r.skip(field, wire_type)?,
+                _ => return Ok(false),
             }
-        }
+            Ok(true)
+        })?;
         Ok(view)
     }
 }
