@@ -24,7 +24,7 @@ fn short_type_name<T>() -> &'static str {
 
 /// Decodes `payload` as `Req`.
 fn decode<Req: Message>(payload: &[u8]) -> Result<Req, Status> {
-    Req::parse_from_bytes(payload).map_err(|e| undecodable::<Req>(e))
+    Req::parse_from_bytes(payload).map_err(undecodable::<Req>)
 }
 
 fn undecodable<Req>(e: impl std::fmt::Display) -> Status {
@@ -54,13 +54,17 @@ fn reply<Req: Message, Resp: Message>(
 /// asking for [`Decode::Lean`] gets through [`lean::decode`].
 trait WithParts: Message {
     const LAYOUT: Layout;
+    /// The event the request brings; `None` when the message names it
+    /// (`StateChangeEvent`).
+    const EVENT: Option<Event>;
     fn into_parts(self) -> Parts;
 }
 
 macro_rules! with_parts {
-    ($layout:ident: $($req:ty),* $(,)?) => {$(
+    ($layout:ident: $($req:ty => $event:ident),* $(,)?) => {$(
         impl WithParts for $req {
             const LAYOUT: Layout = lean::$layout;
+            const EVENT: Option<Event> = Some(Event::$event);
             fn into_parts(self) -> Parts {
                 Parts {
                     pod: self.pod.unwrap_or_default(),
@@ -75,23 +79,24 @@ macro_rules! with_parts {
 }
 
 with_parts!(POD_AND_CONTAINER:
-    api::CreateContainerRequest,
-    api::StopContainerRequest,
-    api::PostCreateContainerRequest,
-    api::StartContainerRequest,
-    api::PostStartContainerRequest,
-    api::PostUpdateContainerRequest,
-    api::RemoveContainerRequest,
+    api::CreateContainerRequest => CREATE_CONTAINER,
+    api::StopContainerRequest => STOP_CONTAINER,
+    api::PostCreateContainerRequest => POST_CREATE_CONTAINER,
+    api::StartContainerRequest => START_CONTAINER,
+    api::PostStartContainerRequest => POST_START_CONTAINER,
+    api::PostUpdateContainerRequest => POST_UPDATE_CONTAINER,
+    api::RemoveContainerRequest => REMOVE_CONTAINER,
 );
 with_parts!(POD:
-    api::RunPodSandboxRequest,
-    api::PostUpdatePodSandboxRequest,
-    api::StopPodSandboxRequest,
-    api::RemovePodSandboxRequest,
+    api::RunPodSandboxRequest => RUN_POD_SANDBOX,
+    api::PostUpdatePodSandboxRequest => POST_UPDATE_POD_SANDBOX,
+    api::StopPodSandboxRequest => STOP_POD_SANDBOX,
+    api::RemovePodSandboxRequest => REMOVE_POD_SANDBOX,
 );
 
 impl WithParts for api::StateChangeEvent {
     const LAYOUT: Layout = lean::STATE_CHANGE;
+    const EVENT: Option<Event> = None;
     fn into_parts(self) -> Parts {
         Parts {
             event: self.event,
@@ -149,16 +154,7 @@ impl<P: Plugin> Service<P> {
                 };
                 finish(out, &resp)
             }
-            "StateChange" => {
-                let r = self.parts::<api::StateChangeEvent>(p)?;
-                // An event number this proto does not know is ignored, not
-                // refused: a newer runtime may add events.
-                match r.event.enum_value() {
-                    Ok(event) => self.relay(t, event, &r.pod, &r.container)?,
-                    Err(n) => tracing::debug!(event = n, "ignoring unknown state change"),
-                }
-                finish(out, &api::Empty::default())
-            }
+            "StateChange" => self.event::<api::StateChangeEvent>(t, p, out),
             "UpdatePodSandbox" => reply(p, out, |r: api::UpdatePodSandboxRequest| {
                 tracing::debug!(pod = %r.pod.name, "update pod sandbox");
                 self.call(t, "update_pod_sandbox", || {
@@ -173,42 +169,15 @@ impl<P: Plugin> Service<P> {
                     })
                 })
             }
-            "RunPodSandbox" => {
-                self.event::<api::RunPodSandboxRequest>(t, p, out, Event::RUN_POD_SANDBOX)
-            }
-            "PostUpdatePodSandbox" => self.event::<api::PostUpdatePodSandboxRequest>(
-                t,
-                p,
-                out,
-                Event::POST_UPDATE_POD_SANDBOX,
-            ),
-            "StopPodSandbox" => {
-                self.event::<api::StopPodSandboxRequest>(t, p, out, Event::STOP_POD_SANDBOX)
-            }
-            "RemovePodSandbox" => {
-                self.event::<api::RemovePodSandboxRequest>(t, p, out, Event::REMOVE_POD_SANDBOX)
-            }
-            "PostCreateContainer" => self.event::<api::PostCreateContainerRequest>(
-                t,
-                p,
-                out,
-                Event::POST_CREATE_CONTAINER,
-            ),
-            "StartContainer" => {
-                self.event::<api::StartContainerRequest>(t, p, out, Event::START_CONTAINER)
-            }
-            "PostStartContainer" => {
-                self.event::<api::PostStartContainerRequest>(t, p, out, Event::POST_START_CONTAINER)
-            }
-            "PostUpdateContainer" => self.event::<api::PostUpdateContainerRequest>(
-                t,
-                p,
-                out,
-                Event::POST_UPDATE_CONTAINER,
-            ),
-            "RemoveContainer" => {
-                self.event::<api::RemoveContainerRequest>(t, p, out, Event::REMOVE_CONTAINER)
-            }
+            "RunPodSandbox" => self.event::<api::RunPodSandboxRequest>(t, p, out),
+            "PostUpdatePodSandbox" => self.event::<api::PostUpdatePodSandboxRequest>(t, p, out),
+            "StopPodSandbox" => self.event::<api::StopPodSandboxRequest>(t, p, out),
+            "RemovePodSandbox" => self.event::<api::RemovePodSandboxRequest>(t, p, out),
+            "PostCreateContainer" => self.event::<api::PostCreateContainerRequest>(t, p, out),
+            "StartContainer" => self.event::<api::StartContainerRequest>(t, p, out),
+            "PostStartContainer" => self.event::<api::PostStartContainerRequest>(t, p, out),
+            "PostUpdateContainer" => self.event::<api::PostUpdateContainerRequest>(t, p, out),
+            "RemoveContainer" => self.event::<api::RemoveContainerRequest>(t, p, out),
             other => Err(ttrpc::get_status(
                 Code::UNIMPLEMENTED,
                 format!("method {other}"),
@@ -282,10 +251,18 @@ impl<P: Plugin> Service<P> {
         t: i64,
         payload: &[u8],
         out: &mut Vec<u8>,
-        event: Event,
     ) -> Result<(), Status> {
         let r = self.parts::<Req>(payload)?;
-        self.relay(t, event, &r.pod, &r.container)?;
+        // An event number this proto does not know is ignored, not refused:
+        // a newer runtime may add events.
+        let event = match Req::EVENT {
+            Some(event) => Ok(event),
+            None => r.event.enum_value(),
+        };
+        match event {
+            Ok(event) => self.relay(t, event, &r.pod, &r.container)?,
+            Err(n) => tracing::debug!(event = n, "ignoring unknown state change"),
+        }
         finish(out, &api::Empty::default())
     }
 }
