@@ -314,16 +314,14 @@ impl Config {
             path: path.to_path_buf(),
             source,
         };
-        let bytes = match crate::fsutil::read_file_bounded(path, MAX_CONFIG_BYTES as u64) {
-            Ok(bytes) => bytes,
+        let text = match crate::fsutil::read_text_bounded(path, MAX_CONFIG_BYTES as u64) {
+            Ok(text) => text,
             Err(e) if e.is_not_found() => return Ok(Config::default()),
             Err(BoundedError::Io(source)) => return Err(read(source)),
             Err(BoundedError::TooLarge { .. }) => {
                 return Err(ConfigError::TooLarge { origin: origin() })
             }
         };
-        let text = String::from_utf8(bytes)
-            .map_err(|e| read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
         Config::parse(&text, &origin())
     }
 }

@@ -68,6 +68,14 @@ pub fn read_file_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedErro
     Ok(buf)
 }
 
+/// [`read_file_bounded`] for a text file: bytes that are not UTF-8 are an
+/// `InvalidData` read error, as `read_to_string` reports them.
+pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String, BoundedError> {
+    let bytes = read_file_bounded(path, limit)?;
+    String::from_utf8(bytes)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e).into())
+}
+
 /// Opens (creating, mode 0600) the lock file `path`, for `flock`.
 pub fn open_lock_file(path: &Path) -> Result<File, FsError> {
     OpenOptions::new()

@@ -125,8 +125,8 @@ pub fn load(path: &Path, context: &str) -> Result<Credentials, KubeconfigError> 
         path: path.to_path_buf(),
         source,
     };
-    let bytes = match crate::fsutil::read_file_bounded(path, MAX_KUBECONFIG_BYTES) {
-        Ok(bytes) => bytes,
+    let text = match crate::fsutil::read_text_bounded(path, MAX_KUBECONFIG_BYTES) {
+        Ok(text) => text,
         Err(BoundedError::Io(source)) => return Err(read(source)),
         Err(BoundedError::TooLarge { .. }) => {
             return Err(KubeconfigError::TooLarge {
@@ -134,8 +134,6 @@ pub fn load(path: &Path, context: &str) -> Result<Credentials, KubeconfigError> 
             })
         }
     };
-    let text = String::from_utf8(bytes)
-        .map_err(|e| read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
     parse(&text, path.parent().unwrap_or(Path::new("/")), context)
 }
 

@@ -62,14 +62,15 @@ impl ContainerOs for SysContainerOs {
     }
 
     fn allow(&mut self, state: &State, pid: u32, nodes: &[DeviceNode]) -> Result<(), HookError> {
+        // Nothing to allow needs no bundle either.
+        if nodes.is_empty() {
+            return Ok(());
+        }
         let roots = cgroup::CgroupRoots {
             proc_root: self.env.roots.proc_root.clone(),
             v1_root: self.cgroup_root.clone(),
             v2_root: self.cgroup2_root.clone(),
         };
-        if nodes.is_empty() {
-            return Ok(());
-        }
         let spec = &self.bundle(state)?.spec;
         cgroup::allow(
             &roots,

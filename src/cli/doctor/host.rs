@@ -113,11 +113,10 @@ impl Host for RealHost {
 /// Reads at most [`MAX_READ_BYTES`] of a text file; longer files are an error.
 pub fn read_bounded(path: &Path) -> std::io::Result<String> {
     use std::io::{Error, ErrorKind};
-    let bytes = crate::fsutil::read_file_bounded(path, MAX_READ_BYTES).map_err(|e| match e {
+    crate::fsutil::read_text_bounded(path, MAX_READ_BYTES).map_err(|e| match e {
         BoundedError::Io(e) => e,
         e @ BoundedError::TooLarge { .. } => Error::new(ErrorKind::InvalidData, e.to_string()),
-    })?;
-    String::from_utf8(bytes).map_err(|e| Error::new(ErrorKind::InvalidData, e))
+    })
 }
 
 #[cfg(test)]
