@@ -164,15 +164,19 @@ fn lean_container(ctr: &Container) -> Container {
     }
 }
 
+fn create(pod: PodSandbox, container: Container) -> api::CreateContainerRequest {
+    api::CreateContainerRequest {
+        pod: MessageField::some(pod),
+        container: MessageField::some(container),
+        ..Default::default()
+    }
+}
+
 #[test]
 fn keeps_exactly_the_listed_fields_of_every_layout() {
     let (pod, ctr) = (full_pod(), full_container());
-    let create = api::CreateContainerRequest {
-        pod: MessageField::some(pod.clone()),
-        container: MessageField::some(ctr.clone()),
-        ..Default::default()
-    };
-    let parts = decode(&create.write_to_bytes().unwrap(), POD_AND_CONTAINER).unwrap();
+    let request = create(pod.clone(), ctr.clone());
+    let parts = decode(&request.write_to_bytes().unwrap(), POD_AND_CONTAINER).unwrap();
     assert_eq!(parts.pod, lean_pod(&pod));
     assert_eq!(parts.container, lean_container(&ctr));
     assert_eq!(parts.event.value(), 0);
@@ -216,25 +220,20 @@ fn repeated_fields_merge_as_protobuf_does() {
     // the last value, maps and lists accumulate, embedded messages merge.
     // Go's protobuf, which the runtime uses, does the same; rust-protobuf 3
     // replaces an embedded message given twice instead.
-    let first = api::CreateContainerRequest {
-        pod: MessageField::some(full_pod()),
-        container: MessageField::some(full_container()),
-        ..Default::default()
-    };
+    let first = create(full_pod(), full_container());
     let mut pod = PodSandbox {
         name: "renamed".into(),
         labels: map(&[("app", "other"), ("tier", "gpu")]),
         ..Default::default()
     };
     pod.linux.mut_or_insert_default().cgroups_path = "second".into();
-    let second = api::CreateContainerRequest {
-        pod: MessageField::some(pod),
-        container: MessageField::some(Container {
+    let second = create(
+        pod,
+        Container {
             env: vec!["X=1".into()],
             ..Default::default()
-        }),
-        ..Default::default()
-    };
+        },
+    );
     let mut bytes = first.write_to_bytes().unwrap();
     bytes.extend(second.write_to_bytes().unwrap());
     let parts = decode(&bytes, POD_AND_CONTAINER).unwrap();
@@ -254,11 +253,7 @@ fn repeated_fields_merge_as_protobuf_does() {
 
 #[test]
 fn malformed_requests_fail_and_never_panic() {
-    let req = api::CreateContainerRequest {
-        pod: MessageField::some(full_pod()),
-        container: MessageField::some(full_container()),
-        ..Default::default()
-    };
+    let req = create(full_pod(), full_container());
     let bytes = req.write_to_bytes().unwrap();
     for end in 0..bytes.len() {
         let _ = decode(&bytes[..end], POD_AND_CONTAINER);

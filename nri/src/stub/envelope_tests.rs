@@ -69,55 +69,40 @@ fn skips_unknown_fields_and_keeps_the_last_of_a_repeated_one() {
     );
 }
 
+/// `key`, then the 11-byte varint `0xff` × 10, `0x01`: longer than any u64.
+fn overlong_varint_after(key: u8) -> Vec<u8> {
+    let mut bytes = vec![key];
+    bytes.extend([0xff; 10]);
+    bytes.push(0x01);
+    bytes
+}
+
 #[test]
 fn refuses_malformed_envelopes() {
-    let cases: [(&[u8], WireError); 6] = [
-        (&[1 << 3 | 2, 5, b'a'], WireError::Truncated { at: 2 }),
-        (&[1 << 3 | 2], WireError::Truncated { at: 1 }),
-        (&[4 << 3, 0x80], WireError::Truncated { at: 2 }),
+    let cases: [(Vec<u8>, WireError); 6] = [
+        (vec![1 << 3 | 2, 5, b'a'], WireError::Truncated { at: 2 }),
+        (vec![1 << 3 | 2], WireError::Truncated { at: 1 }),
+        (vec![4 << 3, 0x80], WireError::Truncated { at: 2 }),
         (
-            &[
-                4 << 3,
-                0xff,
-                0xff,
-                0xff,
-                0xff,
-                0xff,
-                0xff,
-                0xff,
-                0xff,
-                0xff,
-                0xff,
-                0x01,
-            ],
+            overlong_varint_after(4 << 3),
             WireError::VarintTooLong { at: 1 },
         ),
         (
-            &[7 << 3 | 3],
+            vec![7 << 3 | 3],
             WireError::WireType {
                 field: 7,
                 wire_type: 3,
             },
         ),
-        (&[2 << 3 | 2, 1, 0xff], WireError::NotUtf8 { field: 2 }),
+        (vec![2 << 3 | 2, 1, 0xff], WireError::NotUtf8 { field: 2 }),
     ];
     for (bytes, want) in cases {
-        assert_eq!(RequestView::decode(bytes), Err(want), "{bytes:?}");
+        assert_eq!(RequestView::decode(&bytes), Err(want), "{bytes:?}");
     }
-    // A length that does not fit in memory is truncation, not an overflow.
-    let huge = [
-        3 << 3 | 2,
-        0xff,
-        0xff,
-        0xff,
-        0xff,
-        0xff,
-        0xff,
-        0xff,
-        0xff,
-        0xff,
-        0x01,
-    ];
+    // A length that does not fit in memory is truncation, not an overflow:
+    // the payload's length, 0xff × 9 then 0x01, is 2^64 - 1.
+    let mut huge = overlong_varint_after(3 << 3 | 2);
+    huge.remove(1);
     assert!(matches!(
         RequestView::decode(&huge),
         Err(WireError::Truncated { .. })
