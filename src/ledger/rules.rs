@@ -1,0 +1,143 @@
+//! The rules of the ledger document, applied inside a transaction: who may
+//! claim what, quarantine, and dropping a pod's holds.
+
+use super::model::*;
+use super::{now_unix, LedgerError};
+
+/// Claims in `state`; true when something changed. An empty claim list records
+/// nothing: pods without devices leave no trace.
+pub(super) fn claim_in(
+    state: &mut LedgerState,
+    pod: &PodRef,
+    claims: &[Claim],
+) -> Result<bool, LedgerError> {
+    if claims.is_empty() {
+        return Ok(false);
+    }
+    if let Some(existing) = state.pods.get(&pod.sandbox_id) {
+        if same_claims(&existing.claims, claims) {
+            return Ok(false);
+        }
+        return Err(LedgerError::ClaimMismatch {
+            pod: pod.to_string(),
+        });
+    }
+    for claim in claims {
+        check_claim(state, claim)?;
+    }
+    for claim in claims {
+        let record = state
+            .devices
+            .entry(claim.device.to_string())
+            .or_insert_with(|| DeviceRecord {
+                device: claim.device.clone(),
+                holders: Vec::new(),
+                quarantine: None,
+            });
+        record.holders.push(Holder {
+            sandbox_id: pod.sandbox_id.clone(),
+            share: claim.share,
+        });
+    }
+    state.pods.insert(
+        pod.sandbox_id.clone(),
+        PodRecord {
+            pod: pod.clone(),
+            claims: claims.to_vec(),
+            claimed_unix: now_unix(),
+            containers: Default::default(),
+            network_owner: None,
+        },
+    );
+    Ok(true)
+}
+
+fn same_claims(a: &[Claim], b: &[Claim]) -> bool {
+    a.len() == b.len() && a.iter().all(|c| b.contains(c))
+}
+
+fn check_claim(state: &LedgerState, claim: &Claim) -> Result<(), LedgerError> {
+    let Some(record) = state.devices.get(&claim.device.to_string()) else {
+        return Ok(());
+    };
+    if let Some(q) = &record.quarantine {
+        return Err(LedgerError::Quarantined {
+            device: claim.device.clone(),
+            reason: q.reason.clone(),
+        });
+    }
+    let other = |h: &Holder| -> String {
+        state
+            .pods
+            .get(&h.sandbox_id)
+            .map(|p| p.pod.to_string())
+            .unwrap_or_else(|| h.sandbox_id.clone())
+    };
+    let (mut core, mut mem) = match claim.share {
+        Share::Exclusive => {
+            if let Some(h) = record.holders.first() {
+                return Err(LedgerError::Held {
+                    device: claim.device.clone(),
+                    holder: other(h),
+                });
+            }
+            return Ok(());
+        }
+        Share::Shared { core, memory_ratio } => (core, memory_ratio),
+    };
+    for h in &record.holders {
+        match h.share {
+            Share::Exclusive => {
+                return Err(LedgerError::Held {
+                    device: claim.device.clone(),
+                    holder: other(h),
+                })
+            }
+            Share::Shared {
+                core: c,
+                memory_ratio: m,
+            } => {
+                core = core.saturating_add(c);
+                mem = mem.saturating_add(m);
+            }
+        }
+    }
+    if core > 100 || mem > 100 {
+        return Err(LedgerError::Overcommitted {
+            device: claim.device.clone(),
+            core,
+            memory_ratio: mem,
+        });
+    }
+    Ok(())
+}
+
+pub(super) fn quarantine_in(state: &mut LedgerState, device: &DeviceId, reason: &str) {
+    let rec = state
+        .devices
+        .entry(device.to_string())
+        .or_insert_with(|| DeviceRecord {
+            device: device.clone(),
+            holders: Vec::new(),
+            quarantine: None,
+        });
+    if rec.quarantine.is_none() {
+        rec.quarantine = Some(Quarantine {
+            reason: reason.to_string(),
+            since_unix: now_unix(),
+        });
+    }
+}
+
+pub(super) fn drop_pod(state: &mut LedgerState, sandbox_id: &str) {
+    state.pods.remove(sandbox_id);
+    for rec in state.devices.values_mut() {
+        rec.holders.retain(|h| h.sandbox_id != sandbox_id);
+    }
+}
+
+pub(super) fn prune_empty(state: &mut LedgerState) {
+    state
+        .devices
+        .retain(|_, r| !r.holders.is_empty() || r.quarantine.is_some());
+}

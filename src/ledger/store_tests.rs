@@ -1,0 +1,138 @@
+use super::*;
+
+fn with_version(v: u32) -> LedgerState {
+    LedgerState {
+        version: v,
+        ..LedgerState::default()
+    }
+}
+
+fn write(store: &Store, state: LedgerState) {
+    let mut txn = store.begin().unwrap();
+    txn.state = state;
+    txn.commit().unwrap();
+}
+
+#[test]
+fn a_write_by_another_handle_is_seen_despite_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ours, theirs) = (
+        Store::open(dir.path()).unwrap(),
+        Store::open(dir.path()).unwrap(),
+    );
+    write(&ours, with_version(7));
+    assert_eq!(ours.begin().unwrap().state.version, 7);
+    write(&theirs, with_version(8));
+    assert_eq!(ours.begin().unwrap().state.version, 8);
+}
+
+#[test]
+fn a_file_replaced_behind_the_cache_is_read_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    write(&store, with_version(7));
+    // Same length, new inode: what any other writer's rename produces.
+    let path = dir.path().join(LEDGER_FILE);
+    let text = fs::read_to_string(&path).unwrap().replace(":7,", ":9,");
+    fs::write(dir.path().join("other"), &text).unwrap();
+    fs::rename(dir.path().join("other"), &path).unwrap();
+    assert_eq!(store.begin().unwrap().state.version, 9);
+    fs::write(&path, b"{torn").unwrap();
+    assert!(matches!(store.begin(), Err(LedgerError::Corrupt { .. })));
+    fs::remove_file(&path).unwrap();
+    assert_eq!(store.begin().unwrap().state, LedgerState::default());
+}
+
+#[test]
+fn a_reader_of_a_missing_dir_sees_nothing_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("state");
+    assert_eq!(
+        crate::ledger::Ledger::read(&missing).unwrap(),
+        LedgerState::default()
+    );
+    assert!(!missing.exists());
+}
+
+#[test]
+fn an_uncommitted_change_does_not_leak_into_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    write(&store, with_version(7));
+    let mut txn = store.begin().unwrap();
+    txn.state.version = 99;
+    drop(txn);
+    assert_eq!(store.begin().unwrap().state.version, 7);
+}
+
+#[test]
+fn a_transaction_that_cannot_read_the_document_leaves_the_lock_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    fs::write(dir.path().join(LEDGER_FILE), b"{torn").unwrap();
+    assert!(matches!(store.begin(), Err(LedgerError::Corrupt { .. })));
+    // Another process's view: its own open of the lock file.
+    let other = File::open(dir.path().join(LOCK_FILE)).unwrap();
+    // SAFETY: flock on a descriptor this test owns.
+    let rc = unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(
+        rc,
+        0,
+        "the lock is still held: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+#[test]
+fn threads_sharing_one_store_never_lose_an_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    write(&store, with_version(0));
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..50 {
+                    let mut txn = store.begin().unwrap();
+                    txn.state.version += 1;
+                    txn.commit().unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(store.begin().unwrap().state.version, 200);
+}
+
+#[test]
+fn a_state_dir_removed_and_made_again_is_locked_and_written_anew() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let store = Store::open(&state).unwrap();
+    write(&store, with_version(7));
+    fs::remove_dir_all(&state).unwrap();
+    fs::create_dir(&state).unwrap();
+    // Another process locks the new lock file by name: ours must be that file.
+    let other = crate::fsutil::lock_exclusive(&state.join(LOCK_FILE)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut txn = store.begin().unwrap();
+            tx.send(txn.state.version).unwrap();
+            txn.state.version = 8;
+            txn.commit().unwrap();
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            rx.try_recv().is_err(),
+            "a transaction ran under another's lock"
+        );
+        drop(other);
+        let fresh = LedgerState::default().version;
+        assert_eq!(
+            rx.recv().unwrap(),
+            fresh,
+            "the old directory's document is gone"
+        );
+    });
+    let text = fs::read_to_string(state.join(LEDGER_FILE)).unwrap();
+    assert!(text.contains("\"version\":8"), "{text}");
+}
