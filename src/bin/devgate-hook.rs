@@ -79,7 +79,13 @@ fn run(args: &HookArgs) -> Result<(), HookError> {
             args.cgroup_root.clone(),
             args.cgroup2_root.clone(),
         );
-        hook::run_hooks_only(stage, &state, &env, &config, &mut os, &checkpoint)?
+        let run = hook::HooksOnly {
+            env: &env,
+            config: &config,
+            os: &mut os,
+            checkpoint: &checkpoint,
+        };
+        hook::run_hooks_only(stage, &state, run)?
     } else {
         hook::run(stage, &state, &env, &checkpoint)?
     };

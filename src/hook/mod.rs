@@ -29,7 +29,7 @@ use std::path::PathBuf;
 
 pub use log::init_log;
 pub use resolved::{Resolved, ResolvedError, MAX_NETWORKS, RESOLVED_ANNOTATION, RESOLVED_VERSION};
-pub use standalone::{run_hooks_only, ContainerOs, HooksOnlyError, SysContainerOs};
+pub use standalone::{run_hooks_only, ContainerOs, HooksOnly, HooksOnlyError, SysContainerOs};
 pub use state::{State, MAX_STATE_BYTES};
 
 use crate::config::ConfigError;

@@ -13,9 +13,8 @@
 use std::collections::BTreeSet;
 
 use super::liveness;
-use super::standalone::{ContainerOs, HooksOnlyError};
+use super::standalone::{HooksOnly, HooksOnlyError};
 use super::{HookEnv, HookError, Outcome, State};
-use crate::config::Config;
 use crate::ledger::{DeviceId, GuardedRelease, Ledger, PodRecord, PodRef};
 
 /// Quarantines the pod's VFs after a failed restore: they may sit half
@@ -40,9 +39,8 @@ fn quarantine_vfs(ledger: &Ledger, pod: &PodRecord, reason: &str) {
 /// pod as the caller read it: its containers' recorded cgroups, the one
 /// being forgotten included, tell the teardown which processes are the pod's.
 fn release_guarded(
+    run: &mut HooksOnly<'_>,
     ledger: &Ledger,
-    config: &Config,
-    os: &mut dyn ContainerOs,
     seen: &PodRecord,
     expected: &BTreeSet<String>,
 ) -> Result<bool, HooksOnlyError> {
@@ -53,7 +51,9 @@ fn release_guarded(
         }
     }
     let sandbox_id = &seen.pod.sandbox_id;
-    let teardown = os.gpu_teardown(config, ledger, sandbox_id, &cgroups);
+    let teardown = run
+        .os
+        .gpu_teardown(run.config, ledger, sandbox_id, &cgroups);
     match ledger.release_pod_if_unchanged(sandbox_id, expected, teardown.as_ref())? {
         GuardedRelease::Released(_) => Ok(true),
         GuardedRelease::Changed => {
@@ -73,9 +73,8 @@ fn release_guarded(
 /// when a create fails after the claim: nothing reached a GPU yet, but the
 /// teardown is cheap and keeps one path.
 pub(super) fn forget(
+    run: &mut HooksOnly<'_>,
     ledger: &Ledger,
-    config: &Config,
-    os: &mut dyn ContainerOs,
     sandbox_id: &str,
     container_id: &str,
 ) -> Result<bool, HooksOnlyError> {
@@ -94,19 +93,13 @@ pub(super) fn forget(
         return Ok(false);
     }
     // Released only if still no container is left under the lock.
-    release_guarded(ledger, config, os, &seen, &BTreeSet::new())
+    release_guarded(run, ledger, &seen, &BTreeSet::new())
 }
 
 /// poststop: restore the container's VFs, forget it, and release the pod
 /// with its last container.
-pub(super) fn stop(
-    state: &State,
-    env: &HookEnv,
-    config: &Config,
-    os: &mut dyn ContainerOs,
-    checkpoint: &dyn Fn(&'static str),
-) -> Result<Outcome, HookError> {
-    let ledger = Ledger::open(&env.state_dir).map_err(HooksOnlyError::from)?;
+pub(super) fn stop(run: &mut HooksOnly<'_>, state: &State) -> Result<Outcome, HookError> {
+    let ledger = Ledger::open(&run.env.state_dir).map_err(HooksOnlyError::from)?;
     // The pod is found by the container, not by annotations: poststop may see fewer.
     let pod = ledger
         .snapshot()
@@ -121,7 +114,7 @@ pub(super) fn stop(
         // The NRI plugin admitted it: its hook and its release do the work.
         return Ok(Outcome::Nothing);
     }
-    let networks = match os.detach(&state.id, checkpoint) {
+    let networks = match run.os.detach(&state.id, run.checkpoint) {
         Ok(n) => n,
         Err(e) => {
             // The record and claims stay, so a later release retries.
@@ -132,7 +125,7 @@ pub(super) fn stop(
         }
     };
     let pod_released = match pod {
-        Some(pod) => forget(&ledger, config, os, &pod.pod.sandbox_id, &state.id)?,
+        Some(pod) => forget(run, &ledger, &pod.pod.sandbox_id, &state.id)?,
         None => false,
     };
     if networks == 0 && !pod_released {
@@ -158,23 +151,21 @@ fn is_stale(env: &HookEnv, pod: &PodRecord) -> bool {
 /// whose teardown fails keeps its claims (its devices quarantined) and does
 /// not stop the caller: its own devices are decided by the ledger.
 pub(super) fn reap_stale(
-    env: &HookEnv,
-    config: &Config,
-    os: &mut dyn ContainerOs,
+    run: &mut HooksOnly<'_>,
     ledger: &Ledger,
 ) -> Result<Vec<PodRef>, HooksOnlyError> {
     let stale: Vec<PodRecord> = ledger
         .snapshot()?
         .pods
         .into_values()
-        .filter(|p| is_stale(env, p))
+        .filter(|p| is_stale(run.env, p))
         .collect();
     let mut released = Vec::new();
     for pod in stale {
         let restored: Result<Vec<usize>, HookError> = pod
             .containers
             .keys()
-            .map(|id| os.detach(id, &|_| {}))
+            .map(|id| run.os.detach(id, &|_| {}))
             .collect();
         if let Err(e) = restored {
             let reason = crate::netdev::chain(&e);
@@ -183,7 +174,7 @@ pub(super) fn reap_stale(
             continue;
         }
         let expected: BTreeSet<String> = pod.containers.keys().cloned().collect();
-        match release_guarded(ledger, config, os, &pod, &expected) {
+        match release_guarded(run, ledger, &pod, &expected) {
             Ok(true) => {
                 tracing::info!(pod = %pod.pod, "stale pod released");
                 released.push(pod.pod);

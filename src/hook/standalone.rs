@@ -118,33 +118,39 @@ pub trait ContainerOs {
     ) -> Box<dyn Teardown>;
 }
 
+/// What a hooks-only stage works with: the hook's paths, the node config,
+/// the host, and the checkpoint crash tests stop at.
+pub struct HooksOnly<'a> {
+    pub env: &'a HookEnv,
+    pub config: &'a Config,
+    pub os: &'a mut dyn ContainerOs,
+    pub checkpoint: &'a dyn Fn(&'static str),
+}
+
 /// Runs one stage in hooks-only mode.
 pub fn run_hooks_only(
     stage: Stage,
     state: &State,
-    env: &HookEnv,
-    config: &Config,
-    os: &mut dyn ContainerOs,
-    checkpoint: &dyn Fn(&'static str),
+    mut run: HooksOnly<'_>,
 ) -> Result<Outcome, HookError> {
     // A container the NRI plugin admitted carries its annotation, recorded in
     // the ledger: the hook the plugin injected does the work, this one nothing.
     // The same annotation without that record came from the pod: refused.
     if state.annotations.contains_key(RESOLVED_ANNOTATION) {
-        let vouched = super::vouched(env, state)?;
+        let vouched = super::vouched(run.env, state)?;
         return match stage {
             _ if vouched => Ok(Outcome::Nothing),
             Stage::Prestart | Stage::CreateRuntime => Err(HookError::Unvouched {
                 container: state.id.chars().take(64).collect(),
             }),
             Stage::CreateContainer => Ok(Outcome::Nothing),
-            Stage::Poststop => release::stop(state, env, config, os, checkpoint),
+            Stage::Poststop => release::stop(&mut run, state),
         };
     }
     match stage {
-        Stage::Prestart | Stage::CreateRuntime => create(stage, state, env, config, os, checkpoint),
+        Stage::Prestart | Stage::CreateRuntime => create(&mut run, stage, state),
         Stage::CreateContainer => Ok(Outcome::Nothing),
-        Stage::Poststop => release::stop(state, env, config, os, checkpoint),
+        Stage::Poststop => release::stop(&mut run, state),
     }
 }
 
@@ -232,14 +238,8 @@ fn own_cgroups(env: &HookEnv, pid: u32, container_id: &str) -> Vec<String> {
     }
 }
 
-fn create(
-    stage: Stage,
-    state: &State,
-    env: &HookEnv,
-    config: &Config,
-    os: &mut dyn ContainerOs,
-    checkpoint: &dyn Fn(&'static str),
-) -> Result<Outcome, HookError> {
+fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcome, HookError> {
+    let (env, config) = (run.env, run.config);
     if admitted_by_plugin(env, &state.id)? {
         // CRI-O with NRI and this hooks.d file: the plugin applied the allocation.
         return Ok(Outcome::Nothing);
@@ -272,7 +272,7 @@ fn create(
     gpu::check_claims(&HealthStore::new(&config.gpu.health_dir), &plan.claims)
         .map_err(HooksOnlyError::from)?;
     let ledger = Ledger::open(&env.state_dir).map_err(HooksOnlyError::from)?;
-    release::reap_stale(env, config, os, &ledger)?;
+    release::reap_stale(run, &ledger)?;
     let record = ContainerRecord {
         name: who.container.clone(),
         devices: plan.devices.iter().map(|d| d.path.clone()).collect(),
@@ -291,13 +291,13 @@ fn create(
             !networks.is_empty(),
         )
         .map_err(HooksOnlyError::from)?;
-    checkpoint("admit");
+    (run.checkpoint)("admit");
     let applied = (|| -> Result<Outcome, HookError> {
-        let nodes = os.make_nodes(state, pid, &plan.devices)?;
-        os.allow(state, pid, &plan.devices)?;
+        let nodes = run.os.make_nodes(state, pid, &plan.devices)?;
+        run.os.allow(state, pid, &plan.devices)?;
         let mut moved = 0;
         if admission.network_owner && !networks.is_empty() {
-            os.attach(&state.id, pid, &networks, checkpoint)?;
+            run.os.attach(&state.id, pid, &networks, run.checkpoint)?;
             moved = networks.len();
         }
         Ok(Outcome::Applied {
@@ -310,7 +310,7 @@ fn create(
             tracing::info!(pod = %who.pod, container = %state.id, ?outcome, "hooks-only plan applied");
             Ok(outcome)
         }
-        Err(failed) => match release::forget(&ledger, config, os, &who.pod.sandbox_id, &state.id) {
+        Err(failed) => match release::forget(run, &ledger, &who.pod.sandbox_id, &state.id) {
             Ok(_) => Err(failed),
             Err(release) => Err(HooksOnlyError::Release {
                 failed: Box::new(failed),

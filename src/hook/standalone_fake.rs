@@ -167,7 +167,13 @@ impl World {
         state: &State,
         os: &mut FakeOs,
     ) -> Result<Outcome, HookError> {
-        run_hooks_only(stage, state, &self.env, &self.config, os, &|_| {})
+        let run = HooksOnly {
+            env: &self.env,
+            config: &self.config,
+            os,
+            checkpoint: &|_| {},
+        };
+        run_hooks_only(stage, state, run)
     }
 
     pub(super) fn ledger(&self) -> crate::ledger::LedgerState {
