@@ -8,8 +8,8 @@
 
 use std::{
     io::{self, Read, Write},
-    os::{fd::AsRawFd, unix::net::UnixStream},
-    time::{Duration, Instant},
+    os::unix::net::UnixStream,
+    time::Duration,
 };
 
 use crate::frame::{
@@ -57,8 +57,6 @@ pub(super) struct Wire {
     /// A received message's payload buffer, given back by [`Wire::recycle`]
     /// to hold the next one instead of a fresh allocation.
     spare: Vec<u8>,
-    /// How long one read waits for the runtime (`None`: forever).
-    timeout: Option<Duration>,
 }
 
 fn invalid(what: String) -> io::Error {
@@ -76,7 +74,6 @@ impl Wire {
             message: Vec::new(),
             wbuf: Vec::new(),
             spare: Vec::new(),
-            timeout: None,
         }
     }
 
@@ -86,10 +83,8 @@ impl Wire {
         self.spare = payload;
     }
 
-    /// Bounds each blocking read (`None`: wait forever). A read that times
-    /// out fails with [`io::ErrorKind::WouldBlock`], as `SO_RCVTIMEO` does.
-    pub(super) fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        self.timeout = timeout;
+    /// Bounds each blocking read (`None`: wait forever).
+    pub(super) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         self.stream.set_read_timeout(timeout)
     }
 
@@ -157,7 +152,6 @@ impl Wire {
         if self.rlen == self.rbuf.len() {
             self.rbuf.resize(self.rlen + READ_CHUNK, 0);
         }
-        wait_readable(&self.stream, self.timeout)?;
         loop {
             match self.stream.read(&mut self.rbuf[self.rlen..]) {
                 Ok(0) => return Ok(false),
@@ -199,46 +193,6 @@ impl Wire {
         reset_buffer(&mut self.message);
         reset_buffer(&mut self.wbuf);
         sent
-    }
-}
-
-/// Sleeps until `stream` has bytes to read, has been closed, or failed.
-///
-/// Why not sleep in `recv` itself: a unix stream socket's readers and writers
-/// wait on one queue, and every time the runtime consumes one of our replies
-/// the kernel wakes that queue for write space (`unix_write_space`, net/unix/
-/// af_unix.c). A reader blocked in `recv` is woken too, finds nothing, and
-/// sleeps again: a second context switch for every request. `poll` asks for
-/// `POLLIN` only, and its wake-up callback (`pollwake`, fs/select.c) ignores
-/// wake-ups for other events.
-fn wait_readable(stream: &UnixStream, timeout: Option<Duration>) -> io::Result<()> {
-    let deadline = timeout.map(|t| Instant::now() + t);
-    loop {
-        let ms = match deadline {
-            None => -1,
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                // Rounded up: a wait of 0 ms would spin on a sub-millisecond rest.
-                i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
-            }
-        };
-        let mut fd = libc::pollfd {
-            fd: stream.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd, owned by this frame, for a descriptor `stream` owns.
-        match unsafe { libc::poll(&mut fd, 1, ms) } {
-            // POLLIN, POLLHUP or POLLERR: the read that follows reports which.
-            1.. => return Ok(()),
-            0 => return Err(io::ErrorKind::WouldBlock.into()),
-            _ => {
-                let err = io::Error::last_os_error();
-                if err.kind() != io::ErrorKind::Interrupted {
-                    return Err(err);
-                }
-            }
-        }
     }
 }
 

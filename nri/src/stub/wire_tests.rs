@@ -1,4 +1,4 @@
-use std::{io::Write, thread};
+use std::{io::Write, thread, time::Instant};
 
 use super::*;
 use crate::frame::{TTRPC_REQUEST, TTRPC_RESPONSE};
@@ -162,63 +162,6 @@ fn buffers_grown_for_a_large_message_are_given_back() {
     assert!(wire.spare.capacity() > 0, "a small one is");
     drop(wire);
     assert!(drain.join().unwrap() > big.len() as u64);
-}
-
-/// The thread's voluntary context switches and its scheduler state (proc(5)).
-fn sched_of(tid: libc::pid_t) -> (u64, char) {
-    let task = format!("/proc/self/task/{tid}");
-    let status = std::fs::read_to_string(format!("{task}/status")).unwrap();
-    let switches = status
-        .lines()
-        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let stat = std::fs::read_to_string(format!("{task}/stat")).unwrap();
-    // The state follows the parenthesized command name.
-    let state = stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap();
-    (switches, state)
-}
-
-#[test]
-fn the_runtime_consuming_a_reply_does_not_wake_the_waiting_reader() {
-    let (ours, mut peer) = UnixStream::pair().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let reader = thread::spawn(move || {
-        // SAFETY: gettid has no preconditions.
-        tx.send(unsafe { libc::gettid() }).unwrap();
-        let mut wire = Wire::new(ours);
-        let header = TtrpcHeader {
-            length: 0,
-            stream_id: 1,
-            kind: TTRPC_RESPONSE,
-            flags: 0,
-        };
-        wire.write(PLUGIN_SERVICE_CONN, header, b"reply").unwrap();
-        wire.read().unwrap().is_none()
-    });
-    let tid = rx.recv().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while sched_of(tid).1 != 'S' {
-        assert!(Instant::now() < deadline, "the reader never went to sleep");
-        thread::sleep(Duration::from_millis(1));
-    }
-    // Let it settle into its wait, then count from there.
-    thread::sleep(Duration::from_millis(20));
-    let (before, _) = sched_of(tid);
-    let mut reply = [0u8; MUX_HEADER_LEN + TTRPC_HEADER_LEN + 5];
-    std::io::Read::read_exact(&mut peer, &mut reply).unwrap();
-    assert_eq!(&reply[reply.len() - 5..], b"reply");
-    thread::sleep(Duration::from_millis(50));
-    let (after, state) = sched_of(tid);
-    assert_eq!(
-        (after, state),
-        (before, 'S'),
-        "the reader woke when its reply was consumed"
-    );
-    drop(peer);
-    assert!(reader.join().unwrap(), "closing the stream ends the read");
 }
 
 #[test]
