@@ -1,0 +1,70 @@
+use super::*;
+
+#[test]
+fn counters_survive_into_another_reader_and_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(read_counters(dir.path()).unwrap(), GrantCounters::default());
+    let audit = Audit::open(dir.path());
+    let d = |outcome| Decision {
+        pod: "ns/p",
+        uid: "u",
+        container: "c",
+        devices: "gpu minors [0]",
+        outcome,
+        reason: "the pod's containers request no gpu",
+    };
+    audit.record(&d(Outcome::Granted));
+    audit.record(&d(Outcome::Refused(RefusalKind::Mismatch)));
+    audit.record(&d(Outcome::Refused(RefusalKind::Mismatch)));
+    // The flush thread writes them without being asked.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut c = read_counters(dir.path()).unwrap();
+    while c.refused < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        c = read_counters(dir.path()).unwrap();
+    }
+    assert_eq!((c.granted, c.refused), (1, 2));
+    assert_eq!(c.refused_by_reason["mismatch"], 2);
+    assert_eq!(c.last_refusal.as_ref().unwrap().pod, "ns/p");
+    let text = table(&c);
+    assert!(
+        text.contains("granted 1") && text.contains("mismatch 2"),
+        "{text}"
+    );
+    // A restarted plugin counts on; what it counted is written when it stops.
+    drop(audit);
+    let restarted = Audit::open(dir.path());
+    restarted.record(&d(Outcome::Unchecked));
+    drop(restarted);
+    let c = read_counters(dir.path()).unwrap();
+    assert_eq!((c.granted, c.unchecked, c.refused), (1, 1, 2));
+}
+
+#[test]
+fn flush_writes_now_and_only_what_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = Audit::open(dir.path());
+    audit.flush();
+    assert!(
+        !dir.path().join(COUNTERS_FILE).exists(),
+        "nothing counted, nothing written"
+    );
+    audit.record(&Decision {
+        pod: "ns/p",
+        uid: "u",
+        container: "c",
+        devices: "gpu minors [0]",
+        outcome: Outcome::Unchecked,
+        reason: "grant_check off",
+    });
+    audit.flush();
+    assert_eq!(read_counters(dir.path()).unwrap().unchecked, 1);
+}
+
+#[test]
+fn a_corrupt_file_is_an_error_for_readers_and_zero_for_the_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(COUNTERS_FILE), b"{not json").unwrap();
+    assert!(read_counters(dir.path()).is_err());
+    assert_eq!(Audit::open(dir.path()).counters(), GrantCounters::default());
+}
