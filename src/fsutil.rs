@@ -45,6 +45,18 @@ impl BoundedError {
     }
 }
 
+/// For callers whose errors carry an `io::Error`: too large is `InvalidData`.
+impl From<BoundedError> for std::io::Error {
+    fn from(e: BoundedError) -> std::io::Error {
+        match e {
+            BoundedError::Io(e) => e,
+            e @ BoundedError::TooLarge { .. } => {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+            }
+        }
+    }
+}
+
 /// Appends `input` to `buf` up to its end, refusing more than `limit` bytes.
 /// At most `limit + 1` bytes are read, so an endless or hostile input costs no
 /// more than that; `buf` keeps what was read either way.
@@ -175,6 +187,28 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["state.json"]);
+    }
+
+    #[test]
+    fn bounded_reads_stop_one_byte_past_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        fs::write(&path, b"1234").unwrap();
+        assert_eq!(read_file_bounded(&path, 4).unwrap(), b"1234");
+        let e = read_file_bounded(&path, 3).unwrap_err();
+        assert!(matches!(e, BoundedError::TooLarge { limit: 3 }), "{e}");
+        let io = std::io::Error::from(e);
+        assert_eq!(io.kind(), std::io::ErrorKind::InvalidData);
+        assert_eq!(io.to_string(), "larger than 3 bytes");
+        let missing = read_file_bounded(&dir.path().join("none"), 4).unwrap_err();
+        assert!(missing.is_not_found());
+        assert_eq!(
+            std::io::Error::from(missing).kind(),
+            std::io::ErrorKind::NotFound
+        );
+        fs::write(&path, [0xff, 0xfe]).unwrap();
+        let e = std::io::Error::from(read_text_bounded(&path, 4).unwrap_err());
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
     }
 
     #[test]

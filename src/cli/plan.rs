@@ -2,7 +2,6 @@
 //!
 //! Reads a Kubernetes Pod object (`kubectl get pod -o json` or YAML): its
 //! annotations, labels and container names. Nothing is changed on the node.
-use crate::fsutil::BoundedError;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Read;
@@ -12,6 +11,7 @@ use serde::Deserialize;
 
 use crate::allocation::{parse_pod, AllocationError};
 use crate::config::Config;
+use crate::fsutil::BoundedError;
 use crate::inventory;
 use crate::ledger::{Claim, Ledger, LedgerState, Share};
 use crate::plan::{self, Plan, PlanError};

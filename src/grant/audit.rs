@@ -298,10 +298,9 @@ pub fn read_counters(state_dir: &Path) -> Result<GrantCounters, AuditError> {
             serde_json::from_slice(&bytes).map_err(|source| AuditError::Decode { path, source })
         }
         Err(e) if e.is_not_found() => Ok(GrantCounters::default()),
-        Err(fsutil::BoundedError::Io(source)) => Err(AuditError::Read { path, source }),
-        Err(e @ fsutil::BoundedError::TooLarge { .. }) => Err(AuditError::Read {
+        Err(e) => Err(AuditError::Read {
             path,
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            source: e.into(),
         }),
     }
 }

@@ -7,9 +7,10 @@
 //! repoints), so a client that read them once would lose the API server when
 //! they expire. Reads are bounded: these are small PEM or token files.
 
-use crate::fsutil::BoundedError;
 use std::fmt;
 use std::path::PathBuf;
+
+use crate::fsutil::BoundedError;
 
 /// Largest certificate, key or CA bundle read (a CA bundle of a few hundred
 /// roots is under 300 KiB).

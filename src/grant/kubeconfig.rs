@@ -13,13 +13,13 @@
 //! HTTP client cannot honour (`tls-server-name`, `proxy-url`) is refused rather
 //! than ignored.
 
-use crate::fsutil::BoundedError;
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use serde::Deserialize;
 
 use super::credentials::{ClientCert, Secret};
+use crate::fsutil::BoundedError;
 
 /// Largest kubeconfig read; kubelet's is about 2 KiB with inline certificates.
 pub const MAX_KUBECONFIG_BYTES: u64 = 1 << 20;

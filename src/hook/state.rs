@@ -1,13 +1,13 @@
 //! The OCI container state a runtime writes on a hook's stdin
 //! (runtime-spec `runtime.md` §State; extra fields are allowed by the spec and ignored here).
 
-use crate::fsutil::BoundedError;
 use std::collections::BTreeMap;
 use std::io::Read;
 
 use serde::Deserialize;
 
 use super::HookError;
+use crate::fsutil::BoundedError;
 
 /// The state is a few KiB even with many annotations; a runtime never sends this much.
 pub const MAX_STATE_BYTES: u64 = 1024 * 1024;

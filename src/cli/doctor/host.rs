@@ -1,6 +1,5 @@
 //! What `devgate doctor` touches on a node, behind roots and one narrow trait so
 //! that every check runs on a fake tree in tests and on the node for real.
-use crate::fsutil::BoundedError;
 use std::io::Read;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -112,11 +111,7 @@ impl Host for RealHost {
 
 /// Reads at most [`MAX_READ_BYTES`] of a text file; longer files are an error.
 pub fn read_bounded(path: &Path) -> std::io::Result<String> {
-    use std::io::{Error, ErrorKind};
-    crate::fsutil::read_text_bounded(path, MAX_READ_BYTES).map_err(|e| match e {
-        BoundedError::Io(e) => e,
-        e @ BoundedError::TooLarge { .. } => Error::new(ErrorKind::InvalidData, e.to_string()),
-    })
+    crate::fsutil::read_text_bounded(path, MAX_READ_BYTES).map_err(std::io::Error::from)
 }
 
 #[cfg(test)]
