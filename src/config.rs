@@ -60,6 +60,13 @@ pub struct Config {
     pub hook_path: String,
     /// Seconds the runtime gives the hook before killing it.
     pub hook_timeout_secs: i64,
+    /// `--state-dir` given to the hook, as the host sees it (runc runs the hook
+    /// on the host); empty = the plugin's own `--state-dir`.
+    pub hook_state_dir: String,
+    /// `--host-root` given to the hook, as the host sees it; empty = the plugin's
+    /// own `--host-root`. A plugin in a container that reads the host below
+    /// `/host` sets `/` here.
+    pub hook_host_root: String,
     pub rdma: RdmaConfig,
     pub hami: HamiConfig,
     pub gpu: GpuConfig,
@@ -93,6 +100,8 @@ impl Default for Config {
             device_file_mode: 0o666,
             hook_path: String::new(),
             hook_timeout_secs: 10,
+            hook_state_dir: String::new(),
+            hook_host_root: String::new(),
             rdma: RdmaConfig::default(),
             hami: HamiConfig::default(),
             gpu: GpuConfig::default(),

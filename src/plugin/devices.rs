@@ -221,19 +221,23 @@ impl Devices {
         Ok(to_adjustment(&plan, &opts))
     }
 
+    /// The hook as runc runs it: on the host, so every path is the host's view;
+    /// a config value, where set, wins over what the plugin itself sees.
     fn hook_spec(&self, config: &Config) -> HookSpec {
-        let path = if config.hook_path.is_empty() {
-            self.hook_path.display().to_string()
-        } else {
-            config.hook_path.clone()
+        let host_view = |configured: &str, own: &Path| {
+            if configured.is_empty() {
+                own.display().to_string()
+            } else {
+                configured.to_string()
+            }
         };
         HookSpec {
-            path,
+            path: host_view(&config.hook_path, &self.hook_path),
             flags: vec![
                 "--state-dir".to_string(),
-                self.state_dir.display().to_string(),
+                host_view(&config.hook_state_dir, &self.state_dir),
                 "--host-root".to_string(),
-                self.host_root.display().to_string(),
+                host_view(&config.hook_host_root, &self.host_root),
             ],
             timeout_secs: config.hook_timeout_secs,
         }
@@ -337,15 +341,5 @@ fn pod_mac(pod_uid: &str, vf: &PciAddr) -> [u8; 6] {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn random_mac_is_stable_local_unicast() {
-        let vf: PciAddr = "0000:19:00.1".parse().unwrap();
-        let a = pod_mac("uid-1", &vf);
-        assert_eq!(a, pod_mac("uid-1", &vf));
-        assert_ne!(a, pod_mac("uid-2", &vf));
-        assert_eq!(a[0] & 0x03, 0x02);
-    }
-}
+#[path = "devices_tests.rs"]
+mod tests;

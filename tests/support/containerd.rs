@@ -172,23 +172,28 @@ impl Containerd {
 
     fn import_images(&self) {
         let set = images::image_set();
+        for tarball in [&set.sandbox, &set.workload] {
+            self.import_image(tarball);
+        }
+    }
+
+    /// Imports a docker-archive tarball into the CRI namespace (`k8s.io`).
+    pub fn import_image(&self, tarball: &std::path::Path) {
         let address = self.path("c.sock");
         let ctr = self.runtime.ctr();
-        for tarball in [&set.sandbox, &set.workload] {
-            run(
-                &ctr.to_string_lossy(),
-                &[
-                    "-a",
-                    &address.to_string_lossy(),
-                    "-n",
-                    "k8s.io",
-                    "images",
-                    "import",
-                    &tarball.to_string_lossy(),
-                ],
-            )
-            .unwrap_or_else(|e| panic!("import {}: {e}", tarball.display()));
-        }
+        run(
+            &ctr.to_string_lossy(),
+            &[
+                "-a",
+                &address.to_string_lossy(),
+                "-n",
+                "k8s.io",
+                "images",
+                "import",
+                &tarball.to_string_lossy(),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("import {}: {e}", tarball.display()));
     }
 
     fn config_path(&self) -> PathBuf {

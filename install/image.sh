@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Builds the image install/kubernetes/daemonset.yaml runs, without a base image or
+# a registry: devgate and devgate-hook in /usr/local/bin, the shared libraries they
+# link (found with ldd, at the paths the binaries ask for), and a static busybox
+# for the init container's sh, cp and mv. The result is a docker-archive tarball,
+# which `ctr -n k8s.io images import`, `podman load` and `docker load` all read.
+#
+# usage: install/image.sh [--bin-dir DIR] [--tag TAG] [--output FILE] [--busybox FILE]
+#   --bin-dir  where devgate and devgate-hook are (default target/release;
+#              build them with `cargo build --release --bins`)
+#   --tag      image name (default ghcr.io/devgate/devgate:<version in Cargo.toml>)
+#   --output   tarball to write (default target/devgate-image.tar)
+#   --busybox  a statically linked busybox (default /bin/busybox, Debian's
+#              busybox-static)
+#
+# The init container copies devgate-hook onto the host, where runc runs it with
+# the host's C library: build on a distribution no newer than the nodes' (the
+# binaries need glibc 2.34 or newer; `objdump -T` shows what a build needs).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+umask 022
+
+die() {
+    echo "image.sh: $*" >&2
+    exit 1
+}
+
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+bin_dir=target/release
+tag="ghcr.io/devgate/devgate:${version}"
+output=target/devgate-image.tar
+busybox=/bin/busybox
+while (($#)); do
+    case $1 in
+    --bin-dir | --tag | --output | --busybox)
+        (($# >= 2)) || die "$1 needs a value"
+        case $1 in
+        --bin-dir) bin_dir=$2 ;;
+        --tag) tag=$2 ;;
+        --output) output=$2 ;;
+        --busybox) busybox=$2 ;;
+        esac
+        shift 2
+        ;;
+    -h | --help)
+        sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+        exit 0
+        ;;
+    *) die "unknown argument: $1" ;;
+    esac
+done
+[[ $tag == *:* ]] || tag="${tag}:${version}"
+
+binaries=("$bin_dir/devgate" "$bin_dir/devgate-hook")
+for bin in "${binaries[@]}"; do
+    [[ -x $bin ]] || die "$bin not found (cargo build --release --bins)"
+done
+[[ -x $busybox ]] || die "$busybox not found (apt-get install busybox-static)"
+# A dynamic busybox would need libraries the image does not carry.
+if ldd "$busybox" >/dev/null 2>&1; then
+    die "$busybox is dynamically linked; the image needs busybox-static"
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+rootfs=$work/rootfs
+mkdir -p "$rootfs"/{usr/local/bin,bin,etc,dev,proc,sys,tmp,run}
+chmod 1777 "$rootfs/tmp"
+
+# The binaries, then every library the dynamic loader resolves for them.
+# Debug info stays out of the image (symbols stay, for backtraces and perf).
+for bin in "${binaries[@]}"; do
+    install -m 0755 "$bin" "$rootfs/usr/local/bin/"
+    strip --strip-debug "$rootfs/usr/local/bin/$(basename "$bin")"
+done
+for bin in "${binaries[@]}"; do
+    ldd "$bin" | awk '
+        $2 == "=>" && $3 ~ /^\// { print $3 }
+        $1 ~ /^\// && $2 ~ /^\(/ { print $1 }'
+done | sort -u | while read -r lib; do
+    mkdir -p "$rootfs$(dirname "$lib")"
+    cp -L "$lib" "$rootfs$lib"
+done
+
+install -m 0755 "$busybox" "$rootfs/bin/busybox"
+for applet in sh cp mv rm ls cat mkdir; do
+    ln -s busybox "$rootfs/bin/$applet"
+done
+echo 'root:x:0:0:root:/root:/bin/sh' >"$rootfs/etc/passwd"
+echo 'root:x:0:' >"$rootfs/etc/group"
+
+# One layer, reproducible: sorted names, fixed times and owners.
+tar --sort=name --mtime=@0 --numeric-owner --owner=0 --group=0 \
+    -C "$rootfs" -cf "$work/layer.tar" .
+layer=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
+archive=$work/archive
+mkdir -p "$archive/$layer"
+mv "$work/layer.tar" "$archive/$layer/layer.tar"
+cat >"$archive/config.json" <<EOF
+{"architecture":"amd64","os":"linux",
+ "config":{"Env":["PATH=/usr/local/bin:/bin"],"Entrypoint":["/usr/local/bin/devgate"],
+  "Cmd":["nri"],"WorkingDir":"/",
+  "Labels":{"org.opencontainers.image.title":"devgate","org.opencontainers.image.version":"${version}"}},
+ "rootfs":{"type":"layers","diff_ids":["sha256:${layer}"]}}
+EOF
+config=$(sha256sum "$archive/config.json" | cut -d' ' -f1)
+mv "$archive/config.json" "$archive/$config.json"
+printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]\n' \
+    "$config" "$tag" "$layer" >"$archive/manifest.json"
+
+mkdir -p "$(dirname "$output")"
+tar --sort=name --mtime=@0 --numeric-owner --owner=0 --group=0 \
+    -C "$archive" -cf "$output.tmp" .
+mv -f "$output.tmp" "$output"
+echo "image.sh: $tag -> $output (image id sha256:$config)"

@@ -1,0 +1,332 @@
+//! The shipped deployment end to end, against a real containerd (1.7.24 and
+//! 2.1.9: the suite runs under both): the image `install/image.sh` builds, run
+//! as `install/kubernetes/daemonset.yaml` says (its init container, then
+//! `devgate nri` with the manifest's command, args, env, security context and
+//! volumes, the ConfigMap's config), registers with containerd's NRI; a GPU pod
+//! then gets exactly its GPU, and a VF pod its VF through the hook the init
+//! container copied onto the host.
+//!
+//! The one liberty: each hostPath of the manifest is a directory of the test's
+//! own (the NRI socket's directory is the private containerd's, `/sys` and
+//! `/proc` are the simulated host root's), and the config's hook paths name those
+//! directories, as they name the real ones on a node.
+mod support;
+
+#[path = "hook_netns/net.rs"]
+mod net;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use devgate::fixture::HostRootBuilder;
+use devgate::ledger::Ledger;
+use k8s_cri::v1::{Int64Value, Mount, NamespaceMode};
+use net::{link, In, Veth};
+use serde_yaml_ng::Value;
+use support::node::{allocation, gpu_entry, vf_entry, DEVICE_ALLOCATED, GPU2_NODES};
+use support::{require_root, wait_for, ContainerSpec, Containerd, PodSpec, DEVGATE, SLOW};
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn yaml(rel: &str) -> Value {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(repo().join(rel)).expect("read manifest");
+    let found = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).expect("yaml document"))
+        .find(|d| matches!(d["kind"].as_str(), Some("DaemonSet" | "ConfigMap")));
+    found.expect("a DaemonSet or ConfigMap document")
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_sequence()
+        .map(|s| {
+            s.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The test's directory for each hostPath the manifest mounts; a hostPath this
+/// table does not know fails the test, so the manifest cannot grow untested.
+struct HostPaths {
+    dirs: BTreeMap<&'static str, PathBuf>,
+}
+
+impl HostPaths {
+    fn new(ctrd: &Containerd, host_root: &Path) -> HostPaths {
+        let dirs = BTreeMap::from([
+            // containerd's nri.sock lies at the top of the instance directory.
+            ("/var/run/nri", ctrd.path("")),
+            ("/run/devgate", ctrd.path("devgate-state")),
+            ("/var/lib/devgate", ctrd.path("gpu-health")),
+            ("/sys", host_root.join("sys")),
+            ("/proc", host_root.join("proc")),
+            ("/dev", host_root.join("dev")),
+            ("/opt/devgate/bin", ctrd.path("hook-bin")),
+        ]);
+        for dir in dirs.values() {
+            std::fs::create_dir_all(dir).expect("host path dir");
+        }
+        HostPaths { dirs }
+    }
+
+    fn get(&self, host_path: &str) -> &Path {
+        self.dirs
+            .get(host_path)
+            .unwrap_or_else(|| panic!("hostPath {host_path} has no test directory"))
+    }
+}
+
+/// The CRI mounts of a container spec of the manifest: its volumeMounts, each
+/// resolved through the pod's volumes (hostPath, or the ConfigMap's directory).
+fn mounts(ctr: &Value, volumes: &Value, hosts: &HostPaths, config_dir: &Path) -> Vec<Mount> {
+    let volume = |name: &str| {
+        volumes
+            .as_sequence()
+            .and_then(|v| v.iter().find(|v| v["name"].as_str() == Some(name)))
+            .unwrap_or_else(|| panic!("volume {name} is mounted but not declared"))
+    };
+    let mounts = ctr["volumeMounts"]
+        .as_sequence()
+        .cloned()
+        .unwrap_or_default();
+    mounts
+        .iter()
+        .map(|m| {
+            let v = volume(m["name"].as_str().expect("volumeMount name"));
+            let host_path = match v["hostPath"]["path"].as_str() {
+                Some(p) => hosts.get(p).to_path_buf(),
+                None if v["configMap"].is_mapping() => config_dir.to_path_buf(),
+                None => panic!("volume {v:?}: neither hostPath nor configMap"),
+            };
+            Mount {
+                container_path: m["mountPath"].as_str().expect("mountPath").to_string(),
+                host_path: host_path.to_string_lossy().into_owned(),
+                readonly: m["readOnly"].as_bool().unwrap_or(false),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// A container spec of the manifest as the CRI ContainerSpec kubelet would send.
+fn container(ctr: &Value, volumes: &Value, hosts: &HostPaths, config_dir: &Path) -> ContainerSpec {
+    let mut command = strs(&ctr["command"]);
+    command.extend(strs(&ctr["args"]));
+    let command: Vec<&str> = command.iter().map(String::as_str).collect();
+    let name = ctr["name"].as_str().expect("container name");
+    let mut spec = ContainerSpec::new(name, &command).image(ctr["image"].as_str().expect("image"));
+    for env in ctr["env"].as_sequence().cloned().unwrap_or_default() {
+        let key = env["name"].as_str().expect("env name");
+        // The downward API's spec.nodeName, as kubelet resolves it.
+        let value = env["value"].as_str().unwrap_or("dg-node");
+        spec = spec.env(key, value);
+    }
+    let security = ctr["securityContext"].clone();
+    let mounts = mounts(ctr, volumes, hosts, config_dir);
+    spec.edit(move |c| {
+        c.mounts = mounts.clone();
+        let linux = c.linux.get_or_insert_with(Default::default);
+        let sc = linux.security_context.get_or_insert_with(Default::default);
+        sc.privileged = security["privileged"].as_bool().unwrap_or(false);
+        sc.readonly_rootfs = security["readOnlyRootFilesystem"]
+            .as_bool()
+            .unwrap_or(false);
+        sc.run_as_user = security["runAsUser"]
+            .as_i64()
+            .map(|value| Int64Value { value });
+    })
+}
+
+/// The ConfigMap's config.toml with the hook paths of the test's host paths.
+fn write_config(dir: &Path, hosts: &HostPaths) {
+    let cm = yaml("install/kubernetes/configmap.yaml");
+    let text = cm["data"]["config.toml"].as_str().expect("config.toml");
+    let hook_bin = hosts.get("/opt/devgate/bin").join("devgate-hook");
+    let replaced = [
+        ("hook_path", hook_bin.as_path()),
+        ("hook_state_dir", hosts.get("/run/devgate")),
+        (
+            "hook_host_root",
+            hosts.get("/sys").parent().expect("host root"),
+        ),
+    ]
+    .iter()
+    .fold(text.to_string(), |text, (key, path)| {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{key} =")))
+            .unwrap_or_else(|| panic!("the ConfigMap sets no {key}"))
+            .to_string();
+        text.replace(&line, &format!("{key} = \"{}\"", path.display()))
+    });
+    std::fs::create_dir_all(dir).expect("config dir");
+    std::fs::write(dir.join("config.toml"), replaced).expect("write config");
+}
+
+#[test]
+fn daemonset_image_serves_gpu_and_vf_pods_through_containerd() {
+    require_root();
+    let ctrd = Containerd::launch();
+    let fixture = HostRootBuilder::hgx()
+        .vf_netdev_prefix("dgds")
+        .build(&ctrd.path("host"))
+        .expect("host root");
+    let image = ctrd.path("devgate-image.tar");
+    let bin_dir = Path::new(DEVGATE).parent().expect("binary dir");
+    let out = std::process::Command::new(repo().join("install/image.sh"))
+        .arg("--bin-dir")
+        .arg(bin_dir)
+        .arg("--output")
+        .arg(&image)
+        .output()
+        .expect("run install/image.sh");
+    assert!(
+        out.status.success(),
+        "image.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ctrd.import_image(&image);
+
+    let ds = yaml("install/kubernetes/daemonset.yaml");
+    let pod_spec = &ds["spec"]["template"]["spec"];
+    let volumes = &pod_spec["volumes"];
+    let hosts = HostPaths::new(&ctrd, fixture.root());
+    let config_dir = ctrd.path("configmap");
+    write_config(&config_dir, &hosts);
+    assert_eq!(pod_spec["hostPID"].as_bool(), Some(true));
+    assert_eq!(pod_spec["hostNetwork"].as_bool(), Some(true));
+    let cri = ctrd.cri();
+    let agent = cri
+        .run_pod(
+            &PodSpec::new("devgate")
+                .namespace("devgate-system")
+                .edit(|c| {
+                    let linux = c.linux.get_or_insert_with(Default::default);
+                    let sc = linux.security_context.get_or_insert_with(Default::default);
+                    sc.privileged = true;
+                    let ns = sc.namespace_options.get_or_insert_with(Default::default);
+                    ns.pid = NamespaceMode::Node as i32;
+                }),
+        )
+        .expect("RunPodSandbox for the DaemonSet pod");
+    let init = &pod_spec["initContainers"][0];
+    let run = cri
+        .run_container(&agent, &container(init, volumes, &hosts, &config_dir))
+        .expect("init container");
+    assert_eq!(run.exit_code, 0, "init container: {}", run.log);
+    let hook = hosts.get("/opt/devgate/bin").join("devgate-hook");
+    let help = std::process::Command::new(&hook).arg("--help").output();
+    assert!(
+        help.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("devgate-hook")),
+        "the copied hook does not run on the host"
+    );
+
+    let main = &pod_spec["containers"][0];
+    let id = cri
+        .create_container(&agent, &container(main, volumes, &hosts, &config_dir))
+        .expect("CreateContainer devgate");
+    cri.start_container(&id).expect("StartContainer devgate");
+    wait_for(
+        r#"containerd to log plugin "10-devgate" connected"#,
+        SLOW,
+        || {
+            let status = cri.container_status(&id).expect("status");
+            assert_ne!(
+                status.state,
+                k8s_cri::v1::ContainerState::ContainerExited as i32,
+                "devgate exited ({}): {}",
+                status.exit_code,
+                cri.container_log(&id)
+            );
+            ctrd.log()
+                .contains(r#"plugin \"10-devgate\" connected"#)
+                .then_some(())
+        },
+    );
+
+    gpu_pod_gets_its_gpu(&ctrd, &fixture);
+    vf_pod_gets_its_vf_through_the_copied_hook(&ctrd, &fixture, &hosts);
+}
+
+fn gpu_pod_gets_its_gpu(ctrd: &Containerd, fixture: &devgate::fixture::Fixture) {
+    let gpu = fixture
+        .expected()
+        .gpus
+        .iter()
+        .find(|g| g.minor == 2)
+        .expect("gpu 2");
+    let cri = ctrd.cri();
+    let pod = cri
+        .run_pod(&PodSpec::new("gpu").annotation(
+            DEVICE_ALLOCATED,
+            &allocation(&[gpu_entry(2, &gpu.uuid)], &[]),
+        ))
+        .expect("RunPodSandbox");
+    let script = "for d in /dev/nvidia*; do echo \"node $d $(stat -c '%t:%T' $d)\"; done; \
+                  echo \"open: $(cat /dev/nvidia2 2>&1)\"";
+    let run = cri
+        .run_container(&pod, &ContainerSpec::shell("main", script))
+        .expect("gpu container");
+    let nodes: Vec<&str> = run.log.lines().filter(|l| l.starts_with("node ")).collect();
+    assert_eq!(nodes, GPU2_NODES, "log: {}", run.log);
+    assert!(run.log.contains("No such device or address"), "{}", run.log);
+    cri.stop_pod(&pod).expect("StopPodSandbox");
+    cri.remove_pod(&pod).expect("RemovePodSandbox");
+}
+
+fn vf_pod_gets_its_vf_through_the_copied_hook(
+    ctrd: &Containerd,
+    fixture: &devgate::fixture::Fixture,
+    hosts: &HostPaths,
+) {
+    let (pf, vf) = (
+        &fixture.expected().rdma[0],
+        &fixture.expected().rdma[0].vfs[1],
+    );
+    let host_name = vf.netdev.clone().expect("fixture vf netdev");
+    let stand_in = Veth::new(&host_name, "dgdspeer", "02:00:00:de:0d:01");
+    let cri = ctrd.cri();
+    let pod = cri
+        .run_pod(&PodSpec::new("vf").own_netns().annotation(
+            DEVICE_ALLOCATED,
+            &allocation(&[], &[vf_entry(0, pf.bus_id, vf.bus_id)]),
+        ))
+        .expect("RunPodSandbox");
+    let id = cri
+        .create_container(&pod, &ContainerSpec::shell("main", "sleep 300"))
+        .expect("CreateContainer");
+    let spec = cri.runtime_spec(&id).expect("runtime spec");
+    let hook_path = spec["hooks"]["createRuntime"][0]["path"]
+        .as_str()
+        .map(PathBuf::from);
+    assert_eq!(
+        hook_path.as_deref(),
+        Some(hosts.get("/opt/devgate/bin").join("devgate-hook").as_path())
+    );
+    cri.start_container(&id).expect("StartContainer");
+    let (code, out, err) = cri
+        .exec(&id, &["ip", "-o", "link", "show", "net1"])
+        .expect("exec");
+    assert_eq!(code, 0, "net1 missing in the pod: {out} {err}");
+    assert!(out.contains("02:00:00:de:0d:01"), "{out}");
+    assert!(
+        link(In::Host, &host_name).is_none(),
+        "the VF is still on the host"
+    );
+
+    cri.stop_container(&id, 5).expect("StopContainer");
+    cri.remove_container(&id).expect("RemoveContainer");
+    cri.stop_pod(&pod).expect("StopPodSandbox");
+    cri.remove_pod(&pod).expect("RemovePodSandbox");
+    let back = wait_for("vf back on the host", SLOW, || link(In::Host, &host_name));
+    assert_eq!(back.address.as_deref(), Some("02:00:00:de:0d:01"));
+    let state_dir = hosts.get("/run/devgate");
+    wait_for("claims released", SLOW, || {
+        Ledger::read(state_dir).ok()?.pods.is_empty().then_some(())
+    });
+    drop(stand_in);
+}
