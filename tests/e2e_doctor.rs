@@ -51,6 +51,18 @@ fn doctor_sees_containerd_nri_and_the_running_plugin() {
     let etc = node.ctrd.path("etc");
     std::fs::create_dir_all(&etc).unwrap();
 
+    // The hook next to the running plugin's executable, read from the real
+    // /proc/<pid>/exe, is looked up below the host root, as on a node.
+    let hook = Path::new(env!("CARGO_BIN_EXE_devgate")).with_file_name("devgate-hook");
+    let (_, checks) = doctor(&node, &etc);
+    assert_eq!(checks["nri hook"].0, "fail", "{checks:#?}");
+    assert!(checks["nri hook"]
+        .1
+        .contains(&format!("{} is not an executable file", hook.display())));
+    let in_root = node.fixture.root().join(hook.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(in_root.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&hook, &in_root).unwrap();
+
     let (ok, checks) = doctor(&node, &etc);
     let status = |name: &str| checks.get(name).map(|c| c.0.as_str()).unwrap_or("missing");
     for (name, want) in [
@@ -64,6 +76,7 @@ fn doctor_sees_containerd_nri_and_the_running_plugin() {
         ("nvidia devices", "fail"),
         ("vfs", "pass"),
         ("cdi", "pass"),
+        ("nri hook", "pass"),
     ] {
         assert_eq!(status(name), want, "{name}: {checks:#?}");
     }

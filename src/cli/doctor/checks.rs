@@ -48,7 +48,7 @@ pub fn nri_socket(roots: &Roots, host: &dyn Host) -> Check {
 
 /// How a running devgate plugin was found.
 #[derive(Debug, PartialEq, Eq)]
-enum Running {
+pub(super) enum Running {
     /// `devgate nri` dialing a socket.
     Socket { pid: u32, socket: PathBuf },
     /// Started by the runtime from its plugin directory (`NN-devgate`).
@@ -84,7 +84,7 @@ fn classify(pid: u32, cmdline: &[u8]) -> Option<Running> {
     })
 }
 
-fn running_plugins(proc_dir: &Path) -> Vec<Running> {
+pub(super) fn running_plugins(proc_dir: &Path) -> Vec<Running> {
     let Ok(entries) = std::fs::read_dir(proc_dir) else {
         return Vec::new();
     };

@@ -6,6 +6,7 @@
 mod cdi;
 mod checks;
 mod containerd;
+mod hook;
 mod host;
 mod node;
 mod registration;
@@ -134,6 +135,7 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
         checks::registered(roots, host),
         checks::hooks_d(roots),
         checks::state_dirs(roots, &config),
+        hook::nri_hook(roots, &config),
         node::inventory(&inventory),
         node::nvidia(roots, host, &inventory),
         node::rdma_netns(roots, &config, &inventory),

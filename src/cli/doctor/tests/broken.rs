@@ -348,8 +348,10 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             .filter(|o| o.name != *name && o.status != Status::Pass)
             .collect();
         // A broken config or a removed device tree may show in a second place,
-        // and a missing state directory holds no runtime record either; the
-        // check named is the one that must say so.
+        // a missing state directory holds no runtime record either, without a
+        // running plugin the hook next to it cannot be found, and the hooks.d
+        // file and the plugin name one hook binary; the check named is the one
+        // that must say so.
         if !matches!(
             *case,
             "bad config"
@@ -359,6 +361,8 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
                 | "a gpu missing from /proc/driver/nvidia"
                 | "nri off in an import"
                 | "env-only gpus under systemd"
+                | "plugin not running"
+                | "hook not executable"
         ) {
             assert!(
                 others.is_empty(),

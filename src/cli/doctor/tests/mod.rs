@@ -1,6 +1,7 @@
 //! Every check on a healthy fake node, then on fakes broken one way each
 //! ([`broken`]).
 mod broken;
+mod broken_hook;
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
@@ -100,6 +101,8 @@ fn healthy_from(template: Option<&Path>) -> Node {
         "/usr/local/bin/devgate\0nri\0--socket\0/var/run/nri/nri.sock\0",
     );
     write(&roots.proc_dir.join("1/cmdline"), "/sbin/init\0");
+    // The plugin's executable: its hook is the devgate-hook next to it.
+    std::os::unix::fs::symlink("/usr/local/bin/devgate", roots.proc_dir.join("4242/exe")).unwrap();
     // Booted at BOOT; the plugin started 10 s later (1000 ticks at 100 Hz) and
     // was configured 10 s after that.
     write(
@@ -179,12 +182,16 @@ fn healthy_node_passes_every_check() {
     let checks = run_checks(&node.roots, &node.host);
     let report = table(&checks);
     assert!(checks.iter().all(|c| c.status == Status::Pass), "{report}");
-    assert_eq!(checks.len(), 13, "{report}");
+    assert_eq!(checks.len(), 14, "{report}");
     assert!(
-        report.contains("13 passed, 0 warnings, 0 failed"),
+        report.contains("14 passed, 0 warnings, 0 failed"),
         "{report}"
     );
     assert!(check(&checks, "cgroup").detail.contains("systemd driver"));
+    assert_eq!(
+        check(&checks, "nri hook").detail,
+        "/usr/local/bin/devgate-hook, given the plugin's --state-dir"
+    );
     let registered = &check(&checks, "devgate registered").detail;
     assert!(registered.contains("pid 4242"), "{registered}");
     assert!(

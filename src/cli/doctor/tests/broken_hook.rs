@@ -1,0 +1,93 @@
+//! The NRI hook check on nodes whose hook path or hook state dir is wrong.
+use std::os::unix::fs::PermissionsExt;
+
+use super::{check, healthy, healthy_from, write, Node};
+use crate::cli::doctor::{run_checks, Status};
+
+type Setup = fn(&mut Node);
+
+/// The healthy node's config plus `extra` keys.
+fn config(node: &Node, extra: &str) {
+    write(
+        &node.roots.config,
+        &format!("{extra}\n[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n"),
+    );
+}
+
+#[test]
+fn hook_path_and_state_dir_are_checked_as_the_host_sees_them() {
+    let cases: &[(&str, Setup, Status, &str)] = &[
+        (
+            "configured hook and its state dir",
+            |n| {
+                let host_state = n.roots.host_root.join("run/devgate");
+                std::fs::create_dir_all(host_state.parent().unwrap()).unwrap();
+                std::os::unix::fs::symlink(&n.roots.state_dir, &host_state).unwrap();
+                config(
+                    n,
+                    "hook_path = \"/usr/local/bin/devgate-hook\"\nhook_state_dir = \"/run/devgate\"",
+                );
+            },
+            Status::Pass,
+            "/usr/local/bin/devgate-hook, state dir /run/devgate",
+        ),
+        (
+            "hook missing",
+            |n| std::fs::remove_file(n.roots.host_root.join("usr/local/bin/devgate-hook")).unwrap(),
+            Status::Fail,
+            "/usr/local/bin/devgate-hook is not an executable file on the host",
+        ),
+        (
+            "hook not executable",
+            |n| {
+                let hook = n.roots.host_root.join("usr/local/bin/devgate-hook");
+                std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o644)).unwrap();
+            },
+            Status::Fail,
+            "not an executable file",
+        ),
+        (
+            "relative hook path",
+            |n| config(n, "hook_path = \"bin/devgate-hook\""),
+            Status::Fail,
+            "is not absolute",
+        ),
+        (
+            "configured hook absent",
+            |n| config(n, "hook_path = \"/opt/devgate/bin/devgate-hook\""),
+            Status::Fail,
+            "/opt/devgate/bin/devgate-hook is not an executable file",
+        ),
+        (
+            "hook state dir is another directory",
+            |n| {
+                std::fs::create_dir_all(n.roots.host_root.join("run/other")).unwrap();
+                config(n, "hook_state_dir = \"/run/other\"");
+            },
+            Status::Fail,
+            "is not the plugin's state dir",
+        ),
+        (
+            "hook state dir not visible",
+            |n| config(n, "hook_state_dir = \"/run/devgate\""),
+            Status::Warn,
+            "cannot compare hook_state_dir /run/devgate",
+        ),
+        (
+            "no hook_path and no running plugin",
+            |n| std::fs::remove_dir_all(n.roots.proc_dir.join("4242")).unwrap(),
+            Status::Warn,
+            "no devgate nri runs",
+        ),
+    ];
+    let template = healthy();
+    for (case, setup, status, needle) in cases {
+        let mut node = healthy_from(Some(&template.roots.host_root));
+        setup(&mut node);
+        let checks = run_checks(&node.roots, &node.host);
+        let c = check(&checks, "nri hook");
+        assert_eq!(c.status, *status, "{case}: {c:?}");
+        assert!(c.detail.contains(needle), "{case}: {c:?}");
+        assert_eq!(c.fix.is_some(), *status != Status::Pass, "{case}: {c:?}");
+    }
+}
