@@ -20,20 +20,18 @@ fn hook_path(roots: &Roots, config: &Config) -> Result<PathBuf, String> {
     if !config.hook_path.is_empty() {
         return Ok(PathBuf::from(&config.hook_path));
     }
-    // The plugin on the socket checked, else any: which socket it dials is
-    // the registration check's business.
-    let plugins: Vec<(u32, bool)> = running_plugins(&roots.proc_dir)
+    // The plugin on the socket checked, else any running one: which socket it
+    // dials is the registration check's business.
+    let pid = running_plugins(&roots.proc_dir)
         .into_iter()
-        .filter_map(|r| match r {
-            Running::Socket { pid, socket } => Some((pid, socket == roots.nri_socket)),
-            Running::Preinstalled { .. } => None,
+        .min_by_key(|r| match r {
+            Running::Socket { socket, .. } if *socket == roots.nri_socket => 0,
+            Running::Socket { .. } => 1,
+            Running::Preinstalled { .. } => 2,
         })
-        .collect();
-    let (pid, _) = plugins
-        .iter()
-        .find(|(_, on_socket)| *on_socket)
-        .or(plugins.first())
-        .copied()
+        .map(|r| match r {
+            Running::Socket { pid, .. } | Running::Preinstalled { pid } => pid,
+        })
         .ok_or_else(|| {
             "hook_path is unset and no devgate nri runs to find it next to".to_string()
         })?;
