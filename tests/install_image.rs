@@ -1,0 +1,124 @@
+//! `install/image.sh`: the image tarball is the same bytes from the same inputs, holds
+//! what the DaemonSet runs, and the script refuses inputs it cannot make an image
+//! of. `tests/e2e_daemonset.rs` runs the image it builds.
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn image_sh(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("install/image.sh"))
+        .args(args)
+        .output()
+        .expect("run install/image.sh")
+}
+
+fn bin_dir() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_devgate"))
+        .parent()
+        .expect("binary dir")
+}
+
+/// The names in the image's one layer.
+fn layer_names(archive: &Path) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("tar -xOf \"$1\" --wildcards '*/layer.tar' | tar -t")
+        .arg("sh")
+        .arg(archive)
+        .output()
+        .expect("list the layer");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn same_inputs_give_the_same_image_with_what_the_daemonset_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.tar"), dir.path().join("b.tar"));
+    for out in [&a, &b] {
+        let run = image_sh(&[
+            "--bin-dir".as_ref(),
+            bin_dir().as_os_str(),
+            "--tag".as_ref(),
+            "example.test/devgate:t1".as_ref(),
+            "--output".as_ref(),
+            out.as_os_str(),
+        ]);
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+
+    let manifest = Command::new("tar")
+        .arg("-xOf")
+        .arg(&a)
+        .arg("./manifest.json")
+        .output()
+        .expect("tar");
+    let manifest: serde_json::Value = serde_json::from_slice(&manifest.stdout).unwrap();
+    assert_eq!(manifest[0]["RepoTags"][0], "example.test/devgate:t1");
+    assert_eq!(manifest[0]["Layers"].as_array().map(Vec::len), Some(1));
+    let layer = layer_names(&a);
+    for path in [
+        "./usr/local/bin/devgate",
+        "./usr/local/bin/devgate-hook",
+        "./bin/busybox",
+        "./bin/sh",
+        "./bin/cp",
+        "./bin/mv",
+        "./lib64/ld-linux-x86-64.so.2",
+        "./etc/passwd",
+    ] {
+        assert!(
+            layer.lines().any(|l| l == path),
+            "{path} not in the layer:\n{layer}"
+        );
+    }
+    // Every library the binaries link is in the layer, at the path they ask for.
+    let ldd = Command::new("ldd")
+        .arg(env!("CARGO_BIN_EXE_devgate"))
+        .output()
+        .unwrap();
+    for lib in String::from_utf8_lossy(&ldd.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with('/')))
+    {
+        assert!(
+            layer.lines().any(|l| l == format!(".{lib}")),
+            "{lib} missing:\n{layer}"
+        );
+    }
+}
+
+#[test]
+fn inputs_it_cannot_make_an_image_of_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.tar");
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--bin-dir", "/nonexistent"],
+            "/nonexistent/devgate not found",
+        ),
+        (&["--busybox", "/bin/ls"], "/bin/ls is dynamically linked"),
+        (&["--tag"], "--tag needs a value"),
+        (&["--frobnicate"], "unknown argument: --frobnicate"),
+    ];
+    for (args, needle) in cases {
+        let mut all: Vec<&std::ffi::OsStr> = vec!["--output".as_ref(), out.as_os_str()];
+        if args[0] != "--bin-dir" {
+            all.extend(["--bin-dir".as_ref(), bin_dir().as_os_str()]);
+        }
+        all.extend(args.iter().map(std::ffi::OsStr::new));
+        let run = image_sh(&all);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(!out.exists(), "{args:?} left an image behind");
+    }
+}
