@@ -63,10 +63,6 @@ pub struct Config {
     /// `--state-dir` given to the hook, as the host sees it (runc runs the hook
     /// on the host); empty = the plugin's own `--state-dir`.
     pub hook_state_dir: String,
-    /// `--host-root` given to the hook, as the host sees it; empty = the plugin's
-    /// own `--host-root`. A plugin in a container that reads the host below
-    /// `/host` sets `/` here.
-    pub hook_host_root: String,
     pub rdma: RdmaConfig,
     pub hami: HamiConfig,
     pub gpu: GpuConfig,
@@ -101,7 +97,6 @@ impl Default for Config {
             hook_path: String::new(),
             hook_timeout_secs: 10,
             hook_state_dir: String::new(),
-            hook_host_root: String::new(),
             rdma: RdmaConfig::default(),
             hami: HamiConfig::default(),
             gpu: GpuConfig::default(),

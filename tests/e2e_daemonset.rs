@@ -8,8 +8,8 @@
 //!
 //! The one liberty: each hostPath of the manifest is a directory of the test's
 //! own (the NRI socket's directory is the private containerd's, `/sys` and
-//! `/proc` are the simulated host root's), and the config's hook paths name those
-//! directories, as they name the real ones on a node.
+//! `/proc` are the simulated host root's), and the config's `hook_path` and
+//! `hook_state_dir` name those directories, as they name the real ones on a node.
 mod support;
 
 #[path = "hook_netns/net.rs"]
@@ -149,10 +149,6 @@ fn write_config(dir: &Path, hosts: &HostPaths) {
     let replaced = [
         ("hook_path", hook_bin.as_path()),
         ("hook_state_dir", hosts.get("/run/devgate")),
-        (
-            "hook_host_root",
-            hosts.get("/sys").parent().expect("host root"),
-        ),
     ]
     .iter()
     .fold(text.to_string(), |text, (key, path)| {

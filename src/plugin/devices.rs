@@ -234,10 +234,10 @@ impl Devices {
         HookSpec {
             path: host_view(&config.hook_path, &self.hook_path),
             flags: vec![
+                // No --host-root: the hook reads the host only in hooks-only
+                // mode, which hooks.d files start, never the plugin.
                 "--state-dir".to_string(),
                 host_view(&config.hook_state_dir, &self.state_dir),
-                "--host-root".to_string(),
-                host_view(&config.hook_host_root, &self.host_root),
             ],
             timeout_secs: config.hook_timeout_secs,
         }

@@ -60,20 +60,13 @@ fn hook_args(config: &Config) -> Vec<String> {
 fn hook_gets_the_plugins_paths_unless_config_gives_the_hosts() {
     assert_eq!(
         hook_args(&Config::default()),
-        [
-            "/plugin/bin/devgate-hook",
-            "--state-dir",
-            "<dir>/state",
-            "--host-root",
-            "<dir>/host"
-        ]
+        ["/plugin/bin/devgate-hook", "--state-dir", "<dir>/state"]
     );
-    // devgate in a container: runc runs the hook on the host, which sees
-    // the host at / and the state directory where the DaemonSet mounts it.
+    // devgate in a container: runc runs the hook on the host, which sees the
+    // state directory where the DaemonSet mounts it from.
     let config = Config {
         hook_path: "/opt/devgate/bin/devgate-hook".into(),
         hook_state_dir: "/run/devgate".into(),
-        hook_host_root: "/".into(),
         ..Config::default()
     };
     assert_eq!(
@@ -81,9 +74,7 @@ fn hook_gets_the_plugins_paths_unless_config_gives_the_hosts() {
         [
             "/opt/devgate/bin/devgate-hook",
             "--state-dir",
-            "/run/devgate",
-            "--host-root",
-            "/"
+            "/run/devgate"
         ]
     );
 }
