@@ -67,20 +67,25 @@ rootfs=$work/rootfs
 mkdir -p "$rootfs"/{usr/local/bin,bin,etc,dev,proc,sys,tmp,run}
 chmod 1777 "$rootfs/tmp"
 
-# The binaries, then every library the dynamic loader resolves for them.
 # Debug info stays out of the image (symbols stay, for backtraces and perf).
 for bin in "${binaries[@]}"; do
     install -m 0755 "$bin" "$rootfs/usr/local/bin/"
     strip --strip-debug "$rootfs/usr/local/bin/$(basename "$bin")"
 done
+# Every library the dynamic loader resolves for them, at the path it resolves;
+# a static build (ldd: "not a dynamic executable") needs none.
 for bin in "${binaries[@]}"; do
-    ldd "$bin" | awk '
-        $2 == "=>" && $3 ~ /^\// { print $3 }
-        $1 ~ /^\// && $2 ~ /^\(/ { print $1 }'
-done | sort -u | while read -r lib; do
+    deps=$(ldd "$bin" 2>/dev/null) || continue
+    if missing=$(grep 'not found' <<<"$deps"); then
+        die "$bin: $missing"
+    fi
+    awk '$2 == "=>" && $3 ~ /^\// { print $3 }
+         $1 ~ /^\// && $2 ~ /^\(/ { print $1 }' <<<"$deps"
+done | sort -u >"$work/libs"
+while read -r lib; do
     mkdir -p "$rootfs$(dirname "$lib")"
     cp -L "$lib" "$rootfs$lib"
-done
+done <"$work/libs"
 
 install -m 0755 "$busybox" "$rootfs/bin/busybox"
 for applet in sh cp mv rm ls cat mkdir; do

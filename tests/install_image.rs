@@ -122,3 +122,35 @@ fn inputs_it_cannot_make_an_image_of_are_refused() {
         assert!(!out.exists(), "{args:?} left an image behind");
     }
 }
+
+#[test]
+fn static_binaries_need_no_libraries() {
+    let dir = tempfile::tempdir().unwrap();
+    let bins = dir.path().join("bin");
+    std::fs::create_dir(&bins).unwrap();
+    // busybox-static stands in for a static build of both binaries.
+    for name in ["devgate", "devgate-hook"] {
+        std::fs::copy("/bin/busybox", bins.join(name)).unwrap();
+    }
+    let out = dir.path().join("static.tar");
+    let run = image_sh(&[
+        "--bin-dir".as_ref(),
+        bins.as_os_str(),
+        "--output".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let layer = layer_names(&out);
+    assert!(
+        layer.lines().any(|l| l == "./usr/local/bin/devgate-hook"),
+        "{layer}"
+    );
+    assert!(
+        !layer.contains(".so"),
+        "a static image carries no library:\n{layer}"
+    );
+}
