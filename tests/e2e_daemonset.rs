@@ -244,11 +244,13 @@ fn daemonset_image_serves_gpu_and_vf_pods_through_containerd() {
         },
     );
 
-    gpu_pod_gets_its_gpu(&ctrd, &fixture);
+    gpu_pod_gets_its_gpu(&ctrd, &fixture, &id);
     vf_pod_gets_its_vf_through_the_copied_hook(&ctrd, &fixture, &hosts);
 }
 
-fn gpu_pod_gets_its_gpu(ctrd: &Containerd, fixture: &devgate::fixture::Fixture) {
+/// A GPU pod gets its GPU; `devgate status` in the DaemonSet's container (as
+/// `kubectl exec` runs it) shows the pod holding it.
+fn gpu_pod_gets_its_gpu(ctrd: &Containerd, fixture: &devgate::fixture::Fixture, agent: &str) {
     let gpu = fixture
         .expected()
         .gpus
@@ -270,6 +272,23 @@ fn gpu_pod_gets_its_gpu(ctrd: &Containerd, fixture: &devgate::fixture::Fixture) 
     let nodes: Vec<&str> = run.log.lines().filter(|l| l.starts_with("node ")).collect();
     assert_eq!(nodes, GPU2_NODES, "log: {}", run.log);
     assert!(run.log.contains("No such device or address"), "{}", run.log);
+    let (code, out, err) = cri
+        .exec(
+            agent,
+            &[
+                "devgate",
+                "status",
+                "--state-dir",
+                "/run/devgate",
+                "-o",
+                "json",
+            ],
+        )
+        .expect("exec devgate status");
+    assert_eq!(code, 0, "devgate status: {out}{err}");
+    let status: serde_json::Value = serde_json::from_str(&out).expect("status json");
+    let holder = &status["devices"][format!("gpu {}", gpu.uuid)];
+    assert!(holder.to_string().contains(&pod.id), "{status:#}");
     cri.stop_pod(&pod).expect("StopPodSandbox");
     cri.remove_pod(&pod).expect("RemovePodSandbox");
 }
