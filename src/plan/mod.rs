@@ -382,4 +382,6 @@ mod tests;
 #[cfg(test)]
 mod tests_comm_env;
 #[cfg(test)]
+mod tests_comm_env_ports;
+#[cfg(test)]
 mod tests_errors;
