@@ -43,6 +43,49 @@ fn shipped_configs_parse() {
     assert_eq!(config.hook_path, "/opt/devgate/bin/devgate-hook");
 }
 
+/// runc runs the hook on the host: the ConfigMap's hook paths are the hostPaths
+/// the DaemonSet mounts the hook and the plugin's state directory from.
+#[test]
+fn configmap_hook_paths_are_the_daemonsets_host_paths() {
+    let cm = &documents("install/kubernetes/configmap.yaml")[0];
+    let config = Config::parse(cm["data"]["config.toml"].as_str().unwrap(), "configmap").unwrap();
+    let ds = documents("install/kubernetes/daemonset.yaml");
+    let spec = &of_kind(&ds, "DaemonSet")[0]["spec"]["template"]["spec"];
+    let host_path_of = |mount_path: &str| {
+        let mount = spec["containers"][0]["volumeMounts"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .chain(
+                spec["initContainers"][0]["volumeMounts"]
+                    .as_sequence()
+                    .unwrap(),
+            )
+            .find(|m| m["mountPath"].as_str() == Some(mount_path))
+            .unwrap_or_else(|| panic!("nothing mounted at {mount_path}"));
+        spec["volumes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .and_then(|v| v["hostPath"]["path"].as_str())
+            .unwrap_or_else(|| panic!("{mount_path} is not a hostPath"))
+            .to_string()
+    };
+    // The plugin's --state-dir and the init container's copy target.
+    let args = strs(&spec["containers"][0]["args"]);
+    let state_dir = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--state-dir="))
+        .expect("--state-dir=");
+    assert_eq!(config.hook_state_dir, host_path_of(state_dir));
+    let hook = Path::new(&config.hook_path);
+    let copy = strs(&spec["initContainers"][0]["args"]).join(" ");
+    assert!(copy.contains(&hook.display().to_string()), "{copy}");
+    let hook_dir = hook.parent().unwrap().to_str().unwrap();
+    assert_eq!(hook_dir, host_path_of(hook_dir));
+}
+
 #[test]
 fn daemonset_mounts_what_devgate_needs_and_matches_rbac() {
     let ds = documents("install/kubernetes/daemonset.yaml");
