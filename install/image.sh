@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the image install/kubernetes/daemonset.yaml runs, without a base image or
 # a registry: devgate and devgate-hook in /usr/local/bin, the shared libraries they
-# link (found with ldd, at the paths the binaries ask for), and a static busybox
+# link (found with ldd, at the paths the binaries ask for) and the parts of glibc
+# the host's NVML library needs when devgate loads it, and a static busybox
 # for the init container's sh, cp and mv. The result is a docker-archive tarball,
 # which `ctr -n k8s.io images import`, `podman load` and `docker load` all read.
 #
@@ -82,6 +83,16 @@ for bin in "${binaries[@]}"; do
     awk '$2 == "=>" && $3 ~ /^\// { print $3 }
          $1 ~ /^\// && $2 ~ /^\(/ { print $1 }' <<<"$deps"
 done | sort -u >"$work/libs"
+# The host's NVML (`[gpu] nvml_library`) is loaded into devgate at run time and
+# needs these parts of the C library besides libc.so.6, which devgate itself may not.
+if libc=$(grep -m 1 '/libc\.so\.6$' "$work/libs"); then
+    for part in libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1; do
+        if [[ -e ${libc%/*}/$part ]]; then
+            echo "${libc%/*}/$part"
+        fi
+    done >>"$work/libs"
+    sort -u -o "$work/libs" "$work/libs"
+fi
 while read -r lib; do
     mkdir -p "$rootfs$(dirname "$lib")"
     cp -L "$lib" "$rootfs$lib"

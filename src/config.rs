@@ -236,8 +236,11 @@ pub struct GpuConfig {
     /// NVML keeps every GPU open while loaded: list devgate's own cgroup here when
     /// teardown runs in a process other than the one watching health.
     pub ignored_cgroups: Vec<String>,
-    /// Load libnvidia-ml.so.1 when present. Off: clocks, modes and MIG are left alone.
+    /// Load NVML when present. Off: clocks, modes and MIG are left alone.
     pub nvml: bool,
+    /// The NVML library: a soname the dynamic loader searches for, or an absolute
+    /// path, such as the host's driver library where a DaemonSet mounts it.
+    pub nvml_library: String,
     /// Reset application and locked clocks (nvidia-smi `-rac`, `-rgc`, `-rmc`).
     pub reset_clocks: bool,
     /// The node's compute mode, restored on release.
@@ -275,6 +278,7 @@ impl Default for GpuConfig {
             .map(String::from)
             .to_vec(),
             nvml: true,
+            nvml_library: crate::gpu::nvml::NVML_LIBRARY.to_string(),
             reset_clocks: true,
             compute_mode: GpuComputeMode::Default,
             persistence: GpuPersistence::Keep,
@@ -287,6 +291,30 @@ impl Default for GpuConfig {
             recovery_clean_checks: 3,
             recovery_quiet_secs: 600,
             health_interval_secs: 30,
+        }
+    }
+}
+
+impl GpuConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        // dlopen(3) takes a name without a slash as a soname to search for, so a
+        // relative path would be looked up in the library path, not where it says.
+        let lib = &self.nvml_library;
+        let reason = if lib.is_empty() {
+            Some("empty")
+        } else if lib.contains('/') && !lib.starts_with('/') {
+            Some("a path must be absolute")
+        } else if lib.contains('\0') {
+            Some("contains a NUL byte")
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => Err(ConfigError::Invalid {
+                key: "gpu.nvml_library".to_string(),
+                reason: format!("{reason}: {lib:?}"),
+            }),
+            None => Ok(()),
         }
     }
 }
@@ -307,6 +335,7 @@ impl Config {
         crate::grant::validate(&config)?;
         config.sriov.validate()?;
         config.comm_env.validate()?;
+        config.gpu.validate()?;
         Ok(config)
     }
 
@@ -331,44 +360,4 @@ impl Config {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn empty_text_is_defaults() {
-        assert_eq!(Config::parse("", "t").unwrap(), Config::default());
-    }
-
-    #[test]
-    fn missing_file_is_defaults() {
-        let c = Config::load(Path::new("/nonexistent/devgate.toml")).unwrap();
-        assert_eq!(c, Config::default());
-    }
-
-    #[test]
-    fn keys_parse_and_unknown_keys_fail() {
-        let c = Config::parse(
-            "failure_policy = \"ignore\"\n[rdma]\nnetns_mode = \"exclusive\"\n",
-            "t",
-        )
-        .unwrap();
-        assert_eq!(c.failure_policy, FailurePolicy::Ignore);
-        assert_eq!(c.rdma.netns_mode, RdmaNetnsMode::Exclusive);
-        let e = Config::parse("failure_polcy = \"ignore\"", "t").unwrap_err();
-        assert!(e.to_string().contains("failure_polcy"), "{e}");
-    }
-
-    #[test]
-    fn gpu_section_parses_with_defaults() {
-        let c = Config::parse(
-            "[gpu]\nfull_reset = true\nignored_xids = [13]\ncompute_mode = \"exclusive_process\"\n",
-            "t",
-        )
-        .unwrap();
-        assert!(c.gpu.full_reset);
-        assert_eq!(c.gpu.ignored_xids, vec![13]);
-        assert_eq!(c.gpu.compute_mode, GpuComputeMode::ExclusiveProcess);
-        assert_eq!(c.gpu.kill_grace_ms, GpuConfig::default().kill_grace_ms);
-        assert!(Config::parse("[gpu]\nfull_rest = true\n", "t").is_err());
-    }
-}
+mod tests;

@@ -65,6 +65,7 @@ impl HostPaths {
             ("/sys", host_root.join("sys")),
             ("/proc", host_root.join("proc")),
             ("/dev", host_root.join("dev")),
+            ("/usr", host_root.join("usr")),
             ("/opt/devgate/bin", ctrd.path("hook-bin")),
         ]);
         for dir in dirs.values() {
@@ -191,6 +192,9 @@ fn daemonset_image_serves_gpu_and_vf_pods_through_containerd() {
     let pod_spec = &ds["spec"]["template"]["spec"];
     let volumes = &pod_spec["volumes"];
     let hosts = HostPaths::new(&ctrd, fixture.root());
+    // The host's NVML, where the ConfigMap's nvml_library says it is on Debian.
+    devgate::fixture::build_nvml_stand_in(&hosts.get("/usr").join("lib/x86_64-linux-gnu"))
+        .expect("nvml stand-in");
     let config_dir = ctrd.path("configmap");
     write_config(&config_dir, &hosts);
     assert_eq!(pod_spec["hostPID"].as_bool(), Some(true));
@@ -243,6 +247,14 @@ fn daemonset_image_serves_gpu_and_vf_pods_through_containerd() {
                 .then_some(())
         },
     );
+
+    // The GPU health monitor loads the host's NVML through the /usr mount.
+    wait_for("devgate to load the host's nvml", SLOW, || {
+        let log = cri.container_log(&id);
+        (log.contains("nvml loaded")
+            && log.contains("/host/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"))
+        .then_some(())
+    });
 
     gpu_pod_gets_its_gpu(&ctrd, &fixture, &id);
     vf_pod_gets_its_vf_through_the_copied_hook(&ctrd, &fixture, &hosts);

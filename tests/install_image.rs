@@ -80,6 +80,13 @@ fn same_inputs_give_the_same_image_with_what_the_daemonset_runs() {
             "{path} not in the layer:\n{layer}"
         );
     }
+    // The parts of glibc the host's NVML loads with it, beside libc.so.6.
+    for part in ["libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"] {
+        assert!(
+            layer.lines().any(|l| l.ends_with(&format!("/{part}"))),
+            "{part}:\n{layer}"
+        );
+    }
     // Every library the binaries link is in the layer, at the path they ask for.
     let ldd = Command::new("ldd")
         .arg(env!("CARGO_BIN_EXE_devgate"))

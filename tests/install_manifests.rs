@@ -41,6 +41,8 @@ fn shipped_configs_parse() {
     let text = cm["data"]["config.toml"].as_str().expect("config.toml key");
     let config = Config::parse(text, "configmap").unwrap();
     assert_eq!(config.hook_path, "/opt/devgate/bin/devgate-hook");
+    // The host's /usr is mounted at /host/usr (daemonset.yaml).
+    assert!(config.gpu.nvml_library.starts_with("/host/usr/"));
 }
 
 /// runc runs the hook on the host: the ConfigMap's hook paths are the hostPaths
@@ -103,6 +105,7 @@ fn daemonset_mounts_what_devgate_needs_and_matches_rbac() {
         "/sys",
         "/proc",
         "/dev",
+        "/usr",
         "/opt/devgate/bin",
     ] {
         assert!(

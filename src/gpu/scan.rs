@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::cgroup::PodCgroups;
 use super::host::{gone, Host};
-use super::nvml::Nvml;
+use super::nvml::{Nvml, NvmlError};
 use super::GpuError;
 
 /// The processes holding each device, from one pass.
@@ -119,7 +119,18 @@ pub fn add_nvml_users(
     users: &mut Users,
 ) -> Result<(), GpuError> {
     for (uuid, rdev) in gpus {
-        for pid in nvml.processes(uuid)? {
+        let pids = match nvml.processes(uuid) {
+            Ok(pids) => pids,
+            // The /proc scan has found every process holding the device node;
+            // NVML only adds those it alone sees, and a GPU that cannot list its
+            // processes adds none. Failing here would hold the GPU for ever.
+            Err(NvmlError::NotSupported { call, .. }) => {
+                tracing::debug!(gpu = %uuid, call, "nvml lists no processes here");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        for pid in pids {
             if pid != skip {
                 users.add(*rdev, pid);
             }

@@ -98,7 +98,7 @@ impl GpuTeardown {
         config: GpuConfig,
         ledger: Ledger,
     ) -> GpuTeardown {
-        let nvml = nvml::load(config.nvml);
+        let nvml = nvml::load(config.nvml, &config.nvml_library);
         let host = Arc::new(ProcHost::new(std::path::Path::new("/proc")));
         GpuTeardown::new(inventory, config, host, nvml, Arc::new(ledger))
     }

@@ -39,6 +39,9 @@ pub struct HealthMonitor {
     store: HealthStore,
     uuids: Vec<String>,
     policy: HealthPolicy,
+    /// The last step's event wait failed at once instead of waiting: the loop
+    /// waits out the interval itself rather than spin.
+    wait_failed: AtomicBool,
 }
 
 impl HealthMonitor {
@@ -54,6 +57,7 @@ impl HealthMonitor {
             store,
             uuids,
             policy,
+            wait_failed: AtomicBool::new(false),
         }
     }
 
@@ -66,6 +70,7 @@ impl HealthMonitor {
             Ok(events) => (events, true),
             Err(e) => {
                 tracing::warn!(error = %e, "gpu health: event wait failed");
+                self.wait_failed.store(true, Ordering::Relaxed);
                 (Vec::new(), false)
             }
         };
@@ -116,12 +121,20 @@ impl HealthMonitor {
             return;
         }
         while !stop.load(Ordering::Relaxed) {
-            match self.step(crate::ledger::now_unix()) {
-                Ok(changes) => changes.iter().for_each(log_transition),
+            let paced = match self.step(crate::ledger::now_unix()) {
+                Ok(changes) => {
+                    changes.iter().for_each(log_transition);
+                    false
+                }
                 Err(e) => {
                     tracing::warn!(error = %super::super::error::chain(&e), "gpu health: store update failed");
-                    std::thread::sleep(self.policy.interval);
+                    true
                 }
+            };
+            // An event wait that fails (NVML without event support, or a driver
+            // in trouble) returns at once: one check per interval, not a spin.
+            if paced || self.wait_failed.swap(false, Ordering::Relaxed) {
+                std::thread::sleep(self.policy.interval);
             }
         }
     }

@@ -204,3 +204,24 @@ fn health_merges_into_the_inventory_and_the_status_table() {
     assert!(text.lines().nth(1).unwrap().starts_with("GPU-1"), "{text}");
     assert!(text.contains("unhealthy") && text.contains("xid 94") && text.contains("77"));
 }
+
+#[test]
+fn an_event_wait_that_fails_at_once_is_paced_not_spun() {
+    let dir = tempfile::tempdir().unwrap();
+    let nvml = Arc::new(FakeNvml::default());
+    nvml.events_unsupported
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut p = policy(3, 0);
+    p.interval = Duration::from_millis(50);
+    let m = Arc::new(monitor(dir.path(), &nvml, p));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (m2, stop2) = (Arc::clone(&m), Arc::clone(&stop));
+    let looping = std::thread::spawn(move || m2.run(&stop2));
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    looping.join().unwrap();
+    // One wait per 50 ms interval is 6 or 7 in 300 ms; a loop that does not
+    // pace itself makes thousands.
+    let waits = nvml.waits.load(std::sync::atomic::Ordering::Relaxed);
+    assert!((1..=10).contains(&waits), "{waits} waits in 300 ms");
+}

@@ -27,6 +27,12 @@ pub struct FakeNvml {
     pub health: Mutex<BTreeMap<String, MemoryHealth>>,
     /// GPUs whose changes fail.
     pub failing: Mutex<BTreeSet<String>>,
+    /// `processes` is not supported on any GPU.
+    pub processes_unsupported: std::sync::atomic::AtomicBool,
+    /// Every `wait_events` fails at once, as NVML without event support does.
+    pub events_unsupported: std::sync::atomic::AtomicBool,
+    /// `wait_events` calls so far.
+    pub waits: std::sync::atomic::AtomicUsize,
 }
 
 impl FakeNvml {
@@ -61,6 +67,15 @@ impl Nvml for FakeNvml {
         true
     }
     fn processes(&self, uuid: &str) -> Result<Vec<u32>, NvmlError> {
+        if self
+            .processes_unsupported
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(NvmlError::NotSupported {
+                call: "nvmlDeviceGetComputeRunningProcesses",
+                uuid: uuid.to_string(),
+            });
+        }
         Ok(self
             .processes
             .lock()
@@ -100,6 +115,15 @@ impl Nvml for FakeNvml {
         })
     }
     fn wait_events(&self, _timeout: Duration) -> Result<Vec<GpuEvent>, NvmlError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.waits.fetch_add(1, Relaxed);
+        if self.events_unsupported.load(Relaxed) {
+            return Err(NvmlError::Events {
+                call: "nvmlEventSetCreate",
+                code: 3,
+                reason: "not supported",
+            });
+        }
         Ok(self.events.lock().unwrap().pop_front().unwrap_or_default())
     }
     fn memory_health(&self, uuid: &str) -> Result<MemoryHealth, NvmlError> {

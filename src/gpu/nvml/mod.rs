@@ -164,7 +164,10 @@ impl LazyNvml {
     fn get(&self) -> &dyn Nvml {
         self.inner
             .get_or_init(|| match dl::DlNvml::open(&self.library) {
-                Ok(nvml) => Box::new(nvml),
+                Ok(nvml) => {
+                    tracing::info!(library = %self.library, "nvml loaded");
+                    Box::new(nvml)
+                }
                 Err(e) => {
                     tracing::info!(error = %e, "nvml absent, gpu clocks, modes and mig left alone");
                     Box::new(NoNvml)
@@ -207,10 +210,11 @@ impl Nvml for LazyNvml {
     }
 }
 
-/// The NVML a node agent uses: lazily loaded when `enabled`, else none.
-pub fn load(enabled: bool) -> Arc<dyn Nvml> {
+/// The NVML a node agent uses: `library` (`[gpu] nvml_library`), lazily loaded
+/// when `enabled`, else none.
+pub fn load(enabled: bool, library: &str) -> Arc<dyn Nvml> {
     if enabled {
-        Arc::new(LazyNvml::new(NVML_LIBRARY))
+        Arc::new(LazyNvml::new(library))
     } else {
         Arc::new(NoNvml)
     }
@@ -231,5 +235,19 @@ mod tests {
                 .map(|e| matches!(e, NvmlError::Load { .. })),
             Some(true)
         );
+    }
+
+    #[test]
+    fn a_library_given_by_path_is_loaded_from_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = crate::fixture::build_nvml_stand_in(dir.path()).unwrap();
+        let nvml = load(true, lib.to_str().unwrap());
+        assert!(nvml.present());
+        // The stand-in has no device calls: each one says so instead of failing hard.
+        assert!(matches!(
+            nvml.processes("GPU-x"),
+            Err(NvmlError::NotSupported { .. })
+        ));
+        assert!(!load(false, lib.to_str().unwrap()).present());
     }
 }

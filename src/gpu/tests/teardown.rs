@@ -158,6 +158,26 @@ fn a_clean_whole_gpu_is_reset_mig_first() {
     assert!(n.host.signals().is_empty());
 }
 
+/// A GPU whose NVML cannot list processes is released on what /proc shows.
+#[test]
+fn a_gpu_that_cannot_list_processes_is_released_on_the_proc_scan() {
+    let n = node(|_| {});
+    n.nvml
+        .processes_unsupported
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    n.ledger
+        .claim(&pod("a"), &[claim("GPU-1", Share::Exclusive)])
+        .unwrap();
+    n.host.add(10, &[dev(1)], "/kubepods/poduid-a");
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert_eq!(out.failed, vec![]);
+    assert!(
+        !n.host.alive(10),
+        "the pod's process found in /proc is ended"
+    );
+    assert!(n.ledger.snapshot().unwrap().pods.is_empty());
+}
+
 #[test]
 fn a_shared_gpu_is_reset_by_its_last_holder_only() {
     let n = node(|_| {});

@@ -1,0 +1,61 @@
+//! Config parsing: defaults, unknown keys, sections and bounds.
+use super::*;
+
+#[test]
+fn empty_text_is_defaults() {
+    assert_eq!(Config::parse("", "t").unwrap(), Config::default());
+}
+
+#[test]
+fn missing_file_is_defaults() {
+    let c = Config::load(Path::new("/nonexistent/devgate.toml")).unwrap();
+    assert_eq!(c, Config::default());
+}
+
+#[test]
+fn keys_parse_and_unknown_keys_fail() {
+    let c = Config::parse(
+        "failure_policy = \"ignore\"\n[rdma]\nnetns_mode = \"exclusive\"\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(c.failure_policy, FailurePolicy::Ignore);
+    assert_eq!(c.rdma.netns_mode, RdmaNetnsMode::Exclusive);
+    let e = Config::parse("failure_polcy = \"ignore\"", "t").unwrap_err();
+    assert!(e.to_string().contains("failure_polcy"), "{e}");
+}
+
+#[test]
+fn gpu_section_parses_with_defaults() {
+    let c = Config::parse(
+        "[gpu]\nfull_reset = true\nignored_xids = [13]\ncompute_mode = \"exclusive_process\"\n",
+        "t",
+    )
+    .unwrap();
+    assert!(c.gpu.full_reset);
+    assert_eq!(c.gpu.ignored_xids, vec![13]);
+    assert_eq!(c.gpu.compute_mode, GpuComputeMode::ExclusiveProcess);
+    assert_eq!(c.gpu.kill_grace_ms, GpuConfig::default().kill_grace_ms);
+    assert!(Config::parse("[gpu]\nfull_rest = true\n", "t").is_err());
+}
+
+#[test]
+fn nvml_library_is_a_soname_or_an_absolute_path() {
+    // `value` as TOML writes it.
+    let lib = |value: &str| Config::parse(&format!("[gpu]\nnvml_library = {value}\n"), "t");
+    assert_eq!(GpuConfig::default().nvml_library, "libnvidia-ml.so.1");
+    for ok in ["libnvidia-ml.so.1", "/host/usr/lib64/libnvidia-ml.so.1"] {
+        assert_eq!(lib(&format!("{ok:?}")).unwrap().gpu.nvml_library, ok);
+    }
+    for (bad, reason) in [
+        (r#""""#, "empty"),
+        (r#""lib64/libnvidia-ml.so.1""#, "a path must be absolute"),
+        (r#""a\u0000b""#, "NUL"),
+    ] {
+        let e = lib(bad).unwrap_err().to_string();
+        assert!(
+            e.contains("gpu.nvml_library") && e.contains(reason),
+            "{bad}: {e}"
+        );
+    }
+}
