@@ -320,6 +320,25 @@ impl GpuConfig {
 }
 
 impl Config {
+    /// runc runs a hook only by an absolute path (runtime-spec config.md, "POSIX-
+    /// platform Hooks"), and a relative state directory would be taken from the
+    /// hook's working directory, the bundle: refuse both at start, not at the
+    /// first container with a VF.
+    fn validate_hook_paths(&self) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("hook_path", &self.hook_path),
+            ("hook_state_dir", &self.hook_state_dir),
+        ] {
+            if !value.is_empty() && !value.starts_with('/') {
+                return Err(ConfigError::Invalid {
+                    key: key.to_string(),
+                    reason: format!("a path must be absolute: {value:?}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Parse config text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
         if text.len() > MAX_CONFIG_BYTES {
@@ -336,6 +355,7 @@ impl Config {
         config.sriov.validate()?;
         config.comm_env.validate()?;
         config.gpu.validate()?;
+        config.validate_hook_paths()?;
         Ok(config)
     }
 

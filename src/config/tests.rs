@@ -40,6 +40,18 @@ fn gpu_section_parses_with_defaults() {
 }
 
 #[test]
+fn hook_paths_are_absolute_or_unset() {
+    for key in ["hook_path", "hook_state_dir"] {
+        let c = Config::parse(&format!("{key} = \"/opt/x\"\n"), "t").unwrap();
+        assert!([c.hook_path.as_str(), c.hook_state_dir.as_str()].contains(&"/opt/x"));
+        let e = Config::parse(&format!("{key} = \"opt/x\"\n"), "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(key) && e.contains("must be absolute"), "{e}");
+    }
+}
+
+#[test]
 fn nvml_library_is_a_soname_or_an_absolute_path() {
     // `value` as TOML writes it.
     let lib = |value: &str| Config::parse(&format!("[gpu]\nnvml_library = {value}\n"), "t");
