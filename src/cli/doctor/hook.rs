@@ -14,8 +14,9 @@ use crate::config::Config;
 const NAME: &str = "nri hook";
 const HOOK_FIX: &str = "install/bootstrap.sh installs devgate-hook next to devgate; the DaemonSet's init container copies it to /opt/devgate/bin (the ConfigMap's hook_path)";
 
-/// Where the plugin's hook is on the host: `hook_path`, or the `devgate-hook`
-/// next to the running plugin's executable (`<proc>/<pid>/exe`).
+/// Where the plugin's hook is on the host: `hook_path` (absolute: the config
+/// refuses others), or the `devgate-hook` next to the running plugin's
+/// executable (`<proc>/<pid>/exe`, an absolute link).
 fn hook_path(roots: &Roots, config: &Config) -> Result<PathBuf, String> {
     if !config.hook_path.is_empty() {
         return Ok(PathBuf::from(&config.hook_path));
@@ -57,13 +58,6 @@ pub fn nri_hook(roots: &Roots, config: &Config) -> Check {
             )
         }
     };
-    if !hook.is_absolute() {
-        return Check::fail(
-            NAME,
-            format!("hook_path {} is not absolute", hook.display()),
-            "runc runs only absolute hook paths: set hook_path to the hook's path on the host",
-        );
-    }
     let on_host = roots.host_path(&hook);
     let executable = std::fs::metadata(&on_host)
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);

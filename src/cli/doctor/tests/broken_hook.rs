@@ -47,12 +47,6 @@ fn hook_path_and_state_dir_are_checked_as_the_host_sees_them() {
             "not an executable file",
         ),
         (
-            "relative hook path",
-            |n| config(n, "hook_path = \"bin/devgate-hook\""),
-            Status::Fail,
-            "is not absolute",
-        ),
-        (
             "configured hook absent",
             |n| config(n, "hook_path = \"/opt/devgate/bin/devgate-hook\""),
             Status::Fail,
