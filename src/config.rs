@@ -11,8 +11,10 @@ mod vf;
 pub use vf::{MacPolicy, VfConfig, VfLinkState, VfSettings};
 
 pub mod comm_env;
+mod nvml;
 pub mod sriov;
 pub use comm_env::{CommEnvConfig, CommVar, GidFamily, VarSetting};
+pub use nvml::NvmlLibraries;
 pub use sriov::SriovConfig;
 
 /// Default location of the config file.
@@ -239,8 +241,9 @@ pub struct GpuConfig {
     /// Load NVML when present. Off: clocks, modes and MIG are left alone.
     pub nvml: bool,
     /// The NVML library: a soname the dynamic loader searches for, or an absolute
-    /// path, such as the host's driver library where a DaemonSet mounts it.
-    pub nvml_library: String,
+    /// path, such as the host's driver library where a DaemonSet mounts it; or a
+    /// list of them, tried in order.
+    pub nvml_library: NvmlLibraries,
     /// Reset application and locked clocks (nvidia-smi `-rac`, `-rgc`, `-rmc`).
     pub reset_clocks: bool,
     /// The node's compute mode, restored on release.
@@ -278,7 +281,7 @@ impl Default for GpuConfig {
             .map(String::from)
             .to_vec(),
             nvml: true,
-            nvml_library: crate::gpu::nvml::NVML_LIBRARY.to_string(),
+            nvml_library: NvmlLibraries::default(),
             reset_clocks: true,
             compute_mode: GpuComputeMode::Default,
             persistence: GpuPersistence::Keep,
@@ -291,30 +294,6 @@ impl Default for GpuConfig {
             recovery_clean_checks: 3,
             recovery_quiet_secs: 600,
             health_interval_secs: 30,
-        }
-    }
-}
-
-impl GpuConfig {
-    fn validate(&self) -> Result<(), ConfigError> {
-        // dlopen(3) takes a name without a slash as a soname to search for, so a
-        // relative path would be looked up in the library path, not where it says.
-        let lib = &self.nvml_library;
-        let reason = if lib.is_empty() {
-            Some("empty")
-        } else if lib.contains('/') && !lib.starts_with('/') {
-            Some("a path must be absolute")
-        } else if lib.contains('\0') {
-            Some("contains a NUL byte")
-        } else {
-            None
-        };
-        match reason {
-            Some(reason) => Err(ConfigError::Invalid {
-                key: "gpu.nvml_library".to_string(),
-                reason: format!("{reason}: {lib:?}"),
-            }),
-            None => Ok(()),
         }
     }
 }
@@ -354,7 +333,7 @@ impl Config {
         crate::grant::validate(&config)?;
         config.sriov.validate()?;
         config.comm_env.validate()?;
-        config.gpu.validate()?;
+        config.gpu.nvml_library.validate()?;
         config.validate_hook_paths()?;
         Ok(config)
     }

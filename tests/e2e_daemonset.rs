@@ -192,7 +192,7 @@ fn daemonset_image_serves_gpu_and_vf_pods_through_containerd() {
     let pod_spec = &ds["spec"]["template"]["spec"];
     let volumes = &pod_spec["volumes"];
     let hosts = HostPaths::new(&ctrd, fixture.root());
-    // The host's NVML, where the ConfigMap's nvml_library says it is on Debian.
+    // The host's NVML where Debian keeps it, the first the ConfigMap lists.
     devgate::fixture::build_nvml_stand_in(&hosts.get("/usr").join("lib/x86_64-linux-gnu"))
         .expect("nvml stand-in");
     let config_dir = ctrd.path("configmap");

@@ -42,7 +42,11 @@ fn shipped_configs_parse() {
     let config = Config::parse(text, "configmap").unwrap();
     assert_eq!(config.hook_path, "/opt/devgate/bin/devgate-hook");
     // The host's /usr is mounted at /host/usr (daemonset.yaml).
-    assert!(config.gpu.nvml_library.starts_with("/host/usr/"));
+    let libs = config.gpu.nvml_library.candidates();
+    assert!(
+        libs.len() >= 2 && libs.iter().all(|l| l.starts_with("/host/usr/")),
+        "{libs:?}"
+    );
 }
 
 /// runc runs the hook on the host: the ConfigMap's hook paths are the hostPaths

@@ -52,16 +52,31 @@ fn hook_paths_are_absolute_or_unset() {
 }
 
 #[test]
-fn nvml_library_is_a_soname_or_an_absolute_path() {
+fn nvml_library_is_sonames_or_absolute_paths_tried_in_order() {
     // `value` as TOML writes it.
     let lib = |value: &str| Config::parse(&format!("[gpu]\nnvml_library = {value}\n"), "t");
-    assert_eq!(GpuConfig::default().nvml_library, "libnvidia-ml.so.1");
-    for ok in ["libnvidia-ml.so.1", "/host/usr/lib64/libnvidia-ml.so.1"] {
-        assert_eq!(lib(&format!("{ok:?}")).unwrap().gpu.nvml_library, ok);
-    }
+    let names = |c: Config| c.gpu.nvml_library.candidates().to_vec();
+    assert_eq!(names(Config::default()), ["libnvidia-ml.so.1"]);
+    assert_eq!(
+        names(lib(r#""/host/usr/lib64/libnvidia-ml.so.1""#).unwrap()),
+        ["/host/usr/lib64/libnvidia-ml.so.1"]
+    );
+    assert_eq!(
+        names(lib(r#"["/a/libnvidia-ml.so.1", "libnvidia-ml.so.1"]"#).unwrap()),
+        ["/a/libnvidia-ml.so.1", "libnvidia-ml.so.1"]
+    );
+    let long = format!("{:?}", "/x".repeat(2049));
+    let nine = format!("[{}]", [r#""l.so""#; 9].join(","));
     for (bad, reason) in [
         (r#""""#, "empty"),
+        ("[]", "0 names"),
+        (nine.as_str(), "9 names"),
+        (long.as_str(), "longer than 4096"),
         (r#""lib64/libnvidia-ml.so.1""#, "a path must be absolute"),
+        (
+            r#"["libnvidia-ml.so.1", "lib64/x.so"]"#,
+            "a path must be absolute",
+        ),
         (r#""a\u0000b""#, "NUL"),
     ] {
         let e = lib(bad).unwrap_err().to_string();
@@ -70,4 +85,5 @@ fn nvml_library_is_a_soname_or_an_absolute_path() {
             "{bad}: {e}"
         );
     }
+    assert!(lib("7").is_err(), "neither a name nor a list");
 }

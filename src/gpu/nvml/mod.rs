@@ -147,33 +147,38 @@ impl Nvml for NoNvml {
     }
 }
 
-/// NVML from `library`, opened and initialised on first use; [`NoNvml`] when that fails.
+/// NVML from the first of `libraries` that opens and initialises, on first use;
+/// [`NoNvml`] when none does.
 pub struct LazyNvml {
-    library: String,
+    libraries: Vec<String>,
     inner: OnceLock<Box<dyn Nvml>>,
 }
 
 impl LazyNvml {
-    pub fn new(library: &str) -> LazyNvml {
+    pub fn new(libraries: &[String]) -> LazyNvml {
         LazyNvml {
-            library: library.to_string(),
+            libraries: libraries.to_vec(),
             inner: OnceLock::new(),
         }
     }
 
     fn get(&self) -> &dyn Nvml {
-        self.inner
-            .get_or_init(|| match dl::DlNvml::open(&self.library) {
+        self.inner.get_or_init(|| self.open_first()).as_ref()
+    }
+
+    fn open_first(&self) -> Box<dyn Nvml> {
+        let mut errors = Vec::new();
+        for library in &self.libraries {
+            match dl::DlNvml::open(library) {
                 Ok(nvml) => {
-                    tracing::info!(library = %self.library, "nvml loaded");
-                    Box::new(nvml)
+                    tracing::info!(%library, "nvml loaded");
+                    return Box::new(nvml);
                 }
-                Err(e) => {
-                    tracing::info!(error = %e, "nvml absent, gpu clocks, modes and mig left alone");
-                    Box::new(NoNvml)
-                }
-            })
-            .as_ref()
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        tracing::info!(errors = ?errors, "nvml absent, gpu clocks, modes and mig left alone");
+        Box::new(NoNvml)
     }
 }
 
@@ -210,11 +215,11 @@ impl Nvml for LazyNvml {
     }
 }
 
-/// The NVML a node agent uses: `library` (`[gpu] nvml_library`), lazily loaded
-/// when `enabled`, else none.
-pub fn load(enabled: bool, library: &str) -> Arc<dyn Nvml> {
+/// The NVML a node agent uses: the first of `libraries` (`[gpu] nvml_library`)
+/// that loads, lazily, when `enabled`; else none.
+pub fn load(enabled: bool, libraries: &crate::config::NvmlLibraries) -> Arc<dyn Nvml> {
     if enabled {
-        Arc::new(LazyNvml::new(library))
+        Arc::new(LazyNvml::new(libraries.candidates()))
     } else {
         Arc::new(NoNvml)
     }
@@ -223,14 +228,17 @@ pub fn load(enabled: bool, library: &str) -> Arc<dyn Nvml> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::NvmlLibraries;
+
+    const MISSING: &str = "libdevgate-no-such-nvml.so.1";
 
     #[test]
     fn a_missing_library_is_no_nvml() {
-        let nvml = LazyNvml::new("libdevgate-no-such-nvml.so.1");
+        let nvml = LazyNvml::new(&[MISSING.to_string()]);
         assert!(!nvml.present());
         assert_eq!(nvml.processes("GPU-x").unwrap(), Vec::<u32>::new());
         assert_eq!(
-            dl::DlNvml::open("libdevgate-no-such-nvml.so.1")
+            dl::DlNvml::open(MISSING)
                 .err()
                 .map(|e| matches!(e, NvmlError::Load { .. })),
             Some(true)
@@ -238,16 +246,19 @@ mod tests {
     }
 
     #[test]
-    fn a_library_given_by_path_is_loaded_from_there() {
+    fn the_first_library_that_loads_is_used() {
         let dir = tempfile::tempdir().unwrap();
         let lib = crate::fixture::build_nvml_stand_in(dir.path()).unwrap();
-        let nvml = load(true, lib.to_str().unwrap());
+        let lib = lib.to_str().unwrap();
+        let absent = "/nonexistent/libnvidia-ml.so.1";
+        let nvml = load(true, &NvmlLibraries::new(&[MISSING, absent, lib]));
         assert!(nvml.present());
         // The stand-in has no device calls: each one says so instead of failing hard.
         assert!(matches!(
             nvml.processes("GPU-x"),
             Err(NvmlError::NotSupported { .. })
         ));
-        assert!(!load(false, lib.to_str().unwrap()).present());
+        assert!(!load(true, &NvmlLibraries::new(&[MISSING, absent])).present());
+        assert!(!load(false, &NvmlLibraries::new(&[lib])).present());
     }
 }
