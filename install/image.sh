@@ -7,10 +7,10 @@
 # which `ctr -n k8s.io images import`, `podman load` and `docker load` all read.
 #
 # usage: install/image.sh [--bin-dir DIR] [--tag TAG] [--output FILE] [--busybox FILE]
-#   --bin-dir  where devgate and devgate-hook are (default target/release;
+#   --bin-dir  where devgate and devgate-hook are (default the checkout's target/release;
 #              build them with `cargo build --release --bins`)
 #   --tag      image name (default ghcr.io/devgate/devgate:<version in Cargo.toml>)
-#   --output   tarball to write (default target/devgate-image.tar)
+#   --output   tarball to write (default the checkout's target/devgate-image.tar)
 #   --busybox  a statically linked busybox (default /bin/busybox, Debian's
 #              busybox-static)
 #
@@ -18,18 +18,20 @@
 # the host's C library: build on a distribution no newer than the nodes' (the
 # binaries need glibc 2.34 or newer; `objdump -T` shows what a build needs).
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
 umask 022
+# Paths given on the command line stay relative to where the script is run;
+# the defaults are the checkout's.
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 die() {
     echo "image.sh: $*" >&2
     exit 1
 }
 
-version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-bin_dir=target/release
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/Cargo.toml" | head -n 1)
+bin_dir=$repo/target/release
 tag="ghcr.io/devgate/devgate:${version}"
-output=target/devgate-image.tar
+output=$repo/target/devgate-image.tar
 busybox=/bin/busybox
 while (($#)); do
     case $1 in
@@ -50,7 +52,8 @@ while (($#)); do
     *) die "unknown argument: $1" ;;
     esac
 done
-[[ $tag == *:* ]] || tag="${tag}:${version}"
+# A tag is a colon in the last path component: `host:5000/devgate` has none.
+[[ ${tag##*/} == *:* ]] || tag="${tag}:${version}"
 
 binaries=("$bin_dir/devgate" "$bin_dir/devgate-hook")
 for bin in "${binaries[@]}"; do

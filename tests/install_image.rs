@@ -5,10 +5,28 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn image_sh(args: &[&std::ffi::OsStr]) -> Output {
+    image_sh_in(Path::new(env!("CARGO_MANIFEST_DIR")), args)
+}
+
+/// `install/image.sh args`, run from `cwd`.
+fn image_sh_in(cwd: &Path, args: &[&std::ffi::OsStr]) -> Output {
     Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("install/image.sh"))
+        .current_dir(cwd)
         .args(args)
         .output()
         .expect("run install/image.sh")
+}
+
+/// The manifest entry of the one image in `archive`.
+fn manifest(archive: &Path) -> serde_json::Value {
+    let manifest = Command::new("tar")
+        .arg("-xOf")
+        .arg(archive)
+        .arg("./manifest.json")
+        .output()
+        .expect("tar");
+    let manifest: serde_json::Value = serde_json::from_slice(&manifest.stdout).unwrap();
+    manifest[0].clone()
 }
 
 fn bin_dir() -> &'static Path {
@@ -55,15 +73,12 @@ fn same_inputs_give_the_same_image_with_what_the_daemonset_runs() {
     }
     assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
 
-    let manifest = Command::new("tar")
-        .arg("-xOf")
-        .arg(&a)
-        .arg("./manifest.json")
-        .output()
-        .expect("tar");
-    let manifest: serde_json::Value = serde_json::from_slice(&manifest.stdout).unwrap();
-    assert_eq!(manifest[0]["RepoTags"][0], "example.test/devgate:t1");
-    assert_eq!(manifest[0]["Layers"].as_array().map(Vec::len), Some(1));
+    let manifest = manifest(&a);
+    assert_eq!(
+        manifest["RepoTags"],
+        serde_json::json!(["example.test/devgate:t1"])
+    );
+    assert_eq!(manifest["Layers"].as_array().map(Vec::len), Some(1));
     let layer = layer_names(&a);
     for path in [
         "./usr/local/bin/devgate",
@@ -101,6 +116,39 @@ fn same_inputs_give_the_same_image_with_what_the_daemonset_runs() {
             "{lib} missing:\n{layer}"
         );
     }
+}
+
+/// Relative paths are the caller's, not the checkout's; a registry's port is
+/// not a tag, so the version is still added.
+#[test]
+fn paths_are_relative_to_the_caller_and_a_port_is_not_a_tag() {
+    let dir = tempfile::tempdir().unwrap();
+    let bins = dir.path().join("bins");
+    std::fs::create_dir(&bins).unwrap();
+    for name in ["devgate", "devgate-hook"] {
+        std::fs::copy(bin_dir().join(name), bins.join(name)).unwrap();
+    }
+    let run = image_sh_in(
+        dir.path(),
+        &[
+            "--bin-dir".as_ref(),
+            "bins".as_ref(),
+            "--tag".as_ref(),
+            "localhost:5000/devgate".as_ref(),
+            "--output".as_ref(),
+            "out/image.tar".as_ref(),
+        ],
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        manifest(&dir.path().join("out/image.tar"))["RepoTags"],
+        serde_json::json!([format!("localhost:5000/devgate:{version}")])
+    );
 }
 
 #[test]
