@@ -17,6 +17,16 @@ fn image_sh_in(cwd: &Path, args: &[&std::ffi::OsStr]) -> Output {
         .expect("run install/image.sh")
 }
 
+/// `install/image.sh args` from `cwd`, which must succeed.
+fn build_image(cwd: &Path, args: &[&std::ffi::OsStr]) {
+    let run = image_sh_in(cwd, args);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
 /// The manifest entry of the one image in `archive`.
 fn manifest(archive: &Path) -> serde_json::Value {
     let manifest = Command::new("tar")
@@ -57,18 +67,16 @@ fn same_inputs_give_the_same_image_with_what_the_daemonset_runs() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a.tar"), dir.path().join("b.tar"));
     for out in [&a, &b] {
-        let run = image_sh(&[
-            "--bin-dir".as_ref(),
-            bin_dir().as_os_str(),
-            "--tag".as_ref(),
-            "example.test/devgate:t1".as_ref(),
-            "--output".as_ref(),
-            out.as_os_str(),
-        ]);
-        assert!(
-            run.status.success(),
-            "{}",
-            String::from_utf8_lossy(&run.stderr)
+        build_image(
+            dir.path(),
+            &[
+                "--bin-dir".as_ref(),
+                bin_dir().as_os_str(),
+                "--tag".as_ref(),
+                "example.test/devgate:t1".as_ref(),
+                "--output".as_ref(),
+                out.as_os_str(),
+            ],
         );
     }
     assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
@@ -128,7 +136,7 @@ fn paths_are_relative_to_the_caller_and_a_port_is_not_a_tag() {
     for name in ["devgate", "devgate-hook"] {
         std::fs::copy(bin_dir().join(name), bins.join(name)).unwrap();
     }
-    let run = image_sh_in(
+    build_image(
         dir.path(),
         &[
             "--bin-dir".as_ref(),
@@ -138,11 +146,6 @@ fn paths_are_relative_to_the_caller_and_a_port_is_not_a_tag() {
             "--output".as_ref(),
             "out/image.tar".as_ref(),
         ],
-    );
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
     );
     let version = env!("CARGO_PKG_VERSION");
     assert_eq!(
@@ -188,16 +191,14 @@ fn static_binaries_need_no_libraries() {
         std::fs::copy("/bin/busybox", bins.join(name)).unwrap();
     }
     let out = dir.path().join("static.tar");
-    let run = image_sh(&[
-        "--bin-dir".as_ref(),
-        bins.as_os_str(),
-        "--output".as_ref(),
-        out.as_os_str(),
-    ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    build_image(
+        dir.path(),
+        &[
+            "--bin-dir".as_ref(),
+            bins.as_os_str(),
+            "--output".as_ref(),
+            out.as_os_str(),
+        ],
     );
     let layer = layer_names(&out);
     assert!(
