@@ -1,10 +1,9 @@
 //! Checks of devgate's own setup: its config, the runtime connection, hooks.d,
 //! state directories.
 use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use super::host::{read_bounded, Host, Roots};
+use super::host::{is_executable_file, read_bounded, Host, Roots};
 use super::registration::Registration;
 use super::Check;
 use crate::config::Config;
@@ -228,10 +227,8 @@ pub fn hooks_d(roots: &Roots) -> Check {
         let problem = match &hook {
             Err(e) => Some(format!("{}: {e}", file.display())),
             Ok(hook) => {
-                let on_host = roots.host_path(Path::new(hook));
                 let executable = Path::new(hook).is_absolute()
-                    && std::fs::metadata(&on_host)
-                        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+                    && is_executable_file(&roots.host_path(Path::new(hook)));
                 (!executable)
                     .then(|| format!("{}: hook {hook} is not an executable file", file.display()))
             }

@@ -3,11 +3,11 @@
 //! is absolute and resolved in the runtime namespace), so its path and the state
 //! directory it is given are the host's, which differ from the plugin's own view
 //! when the plugin runs in a container.
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::checks::{running_plugins, Running};
-use super::host::Roots;
+use super::host::{is_executable_file, Roots};
 use super::Check;
 use crate::config::Config;
 
@@ -59,9 +59,7 @@ pub fn nri_hook(roots: &Roots, config: &Config) -> Check {
         }
     };
     let on_host = roots.host_path(&hook);
-    let executable = std::fs::metadata(&on_host)
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-    if !executable {
+    if !is_executable_file(&on_host) {
         return Check::fail(
             NAME,
             format!(

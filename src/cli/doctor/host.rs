@@ -1,7 +1,7 @@
 //! What `devgate doctor` touches on a node, behind roots and one narrow trait so
 //! that every check runs on a fake tree in tests and on the node for real.
 use std::io::Read;
-use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -107,6 +107,11 @@ impl Host for RealHost {
         // the name is unknown.
         u64::try_from(hz).ok().filter(|&v| v > 0).unwrap_or(100)
     }
+}
+
+/// Whether `path` is a regular file some execute bit allows running.
+pub fn is_executable_file(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Reads at most [`MAX_READ_BYTES`] of a text file; longer files are an error.
