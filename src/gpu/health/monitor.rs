@@ -39,9 +39,6 @@ pub struct HealthMonitor {
     store: HealthStore,
     uuids: Vec<String>,
     policy: HealthPolicy,
-    /// The last step's event wait failed at once instead of waiting: the loop
-    /// waits out the interval itself rather than spin.
-    wait_failed: AtomicBool,
 }
 
 impl HealthMonitor {
@@ -57,23 +54,36 @@ impl HealthMonitor {
             store,
             uuids,
             policy,
-            wait_failed: AtomicBool::new(false),
         }
     }
 
     /// One check at `now` (unix seconds). Blocks up to one interval for events.
     pub fn step(&self, now: u64) -> Result<Vec<Transition>, GpuError> {
-        // If the wait fails nothing is known about any GPU: no check counts as clean.
-        // (k8s-device-plugin marks every device unhealthy then; a transient NVML error
-        // should not drain a node, so this only holds recovery back.)
-        let (events, events_ok) = match self.nvml.wait_events(self.policy.interval) {
+        let (events, events_ok) = self.wait();
+        self.check(events, events_ok, now)
+    }
+
+    /// The events of up to one interval, and whether the wait worked.
+    fn wait(&self) -> (Vec<GpuEvent>, bool) {
+        match self.nvml.wait_events(self.policy.interval) {
             Ok(events) => (events, true),
             Err(e) => {
                 tracing::warn!(error = %e, "gpu health: event wait failed");
-                self.wait_failed.store(true, Ordering::Relaxed);
                 (Vec::new(), false)
             }
-        };
+        }
+    }
+
+    /// Folds `events` and each GPU's memory readings into the store. If the wait
+    /// failed (`events_ok` false) nothing is known about any GPU: no check counts
+    /// as clean. (k8s-device-plugin marks every device unhealthy then; a transient
+    /// NVML error should not drain a node, so this only holds recovery back.)
+    fn check(
+        &self,
+        events: Vec<GpuEvent>,
+        events_ok: bool,
+        now: u64,
+    ) -> Result<Vec<Transition>, GpuError> {
         let mut by_gpu: BTreeMap<String, Vec<GpuEvent>> = BTreeMap::new();
         for e in events {
             by_gpu.entry(e.uuid.clone()).or_default().push(e);
@@ -121,19 +131,20 @@ impl HealthMonitor {
             return;
         }
         while !stop.load(Ordering::Relaxed) {
-            let paced = match self.step(crate::ledger::now_unix()) {
+            let (events, waited) = self.wait();
+            let stored = match self.check(events, waited, crate::ledger::now_unix()) {
                 Ok(changes) => {
                     changes.iter().for_each(log_transition);
-                    false
+                    true
                 }
                 Err(e) => {
                     tracing::warn!(error = %super::super::error::chain(&e), "gpu health: store update failed");
-                    true
+                    false
                 }
             };
             // An event wait that fails (NVML without event support, or a driver
             // in trouble) returns at once: one check per interval, not a spin.
-            if paced || self.wait_failed.swap(false, Ordering::Relaxed) {
+            if !stored || !waited {
                 std::thread::sleep(self.policy.interval);
             }
         }
