@@ -301,8 +301,7 @@ fn gpu_pod_gets_its_gpu(ctrd: &Containerd, fixture: &devgate::fixture::Fixture, 
     let status: serde_json::Value = serde_json::from_str(&out).expect("status json");
     let holder = &status["devices"][format!("gpu {}", gpu.uuid)];
     assert!(holder.to_string().contains(&pod.id), "{status:#}");
-    cri.stop_pod(&pod).expect("StopPodSandbox");
-    cri.remove_pod(&pod).expect("RemovePodSandbox");
+    cri.delete_pod(&pod, &[]);
 }
 
 fn vf_pod_gets_its_vf_through_the_copied_hook(
@@ -345,10 +344,7 @@ fn vf_pod_gets_its_vf_through_the_copied_hook(
         "the VF is still on the host"
     );
 
-    cri.stop_container(&id, 5).expect("StopContainer");
-    cri.remove_container(&id).expect("RemoveContainer");
-    cri.stop_pod(&pod).expect("StopPodSandbox");
-    cri.remove_pod(&pod).expect("RemovePodSandbox");
+    cri.delete_pod(&pod, &[&id]);
     let back = wait_for("vf back on the host", SLOW, || link(In::Host, &host_name));
     assert_eq!(back.address.as_deref(), Some("02:00:00:de:0d:01"));
     let state_dir = hosts.get("/run/devgate");

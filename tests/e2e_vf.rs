@@ -48,10 +48,7 @@ fn vf_moves_into_the_pod_as_net1_and_comes_back() {
         "the VF is still on the host"
     );
 
-    cri.stop_container(&id, 5).expect("StopContainer");
-    cri.remove_container(&id).expect("RemoveContainer");
-    cri.stop_pod(&pod).expect("StopPodSandbox");
-    cri.remove_pod(&pod).expect("RemovePodSandbox");
+    cri.delete_pod(&pod, &[&id]);
     let back = wait_for("vf back on the host", SLOW, || link(In::Host, &host_name));
     assert_eq!(back.address.as_deref(), Some("02:00:00:de:0a:01"));
     wait_for("claims released", SLOW, || {

@@ -214,6 +214,17 @@ impl Cri {
         self.rt.block_on(c.remove_container(request)).map(drop)
     }
 
+    /// Deletes `pod` as kubelet does: each of `containers` stopped (5 s grace)
+    /// and removed, then the sandbox stopped and removed. Panics on a failure.
+    pub fn delete_pod(&self, pod: &Pod, containers: &[&str]) {
+        for id in containers {
+            self.stop_container(id, 5).expect("StopContainer");
+            self.remove_container(id).expect("RemoveContainer");
+        }
+        self.stop_pod(pod).expect("StopPodSandbox");
+        self.remove_pod(pod).expect("RemovePodSandbox");
+    }
+
     pub fn stop_pod(&self, pod: &Pod) -> Result<(), Status> {
         self.stop_pod_id(&pod.id)
     }
