@@ -51,7 +51,7 @@ fn bench(c: &mut Criterion) {
     )
     .expect("devices");
     let pod = pod(fixture.expected());
-    let config = Config::default();
+    let config = std::sync::Arc::new(Config::default());
     let mut n = 0u64;
     c.bench_function("apply/create_and_remove_4gpu_4vf", |b| {
         b.iter(|| {

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use super::{Builder, ContainerContext};
 use crate::config::comm_env::{parse_template, Piece, Placeholder};
-use crate::config::{CommVar, GidFamily};
+use crate::config::{CommEnvConfig, CommVar, GidFamily};
 use crate::inventory::{self, GidEntry, LinkLayer, RdmaPort};
 
 /// The GID table of one port, read on demand: the one OS touch of this module.
@@ -95,6 +95,22 @@ pub(super) fn plan_comm_env(out: &mut Builder, ctx: &ContainerContext) {
             set(out, name, value);
         }
     }
+}
+
+/// The container's own values of every variable the plan reads (the names
+/// `plan_comm_env` and `gid_index` look up), in a fixed order: two containers of
+/// a pod with equal inputs get equal variables. Empty when the plan reads none.
+pub fn env_inputs(config: &CommEnvConfig, selected: bool, env: &[String]) -> Vec<Option<String>> {
+    if !config.enabled || !selected {
+        return Vec::new();
+    }
+    let derived = CommVar::ALL.iter().filter_map(|&v| config.name_of(v));
+    let extra = config.extra.keys().map(String::as_str);
+    derived
+        .chain(extra)
+        .chain([NCCL_IB_ADDR_FAMILY])
+        .map(|name| user_value(env, name).map(str::to_owned))
+        .collect()
 }
 
 /// Never over a value the plan set for another reason (config validation keeps

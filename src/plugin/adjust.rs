@@ -146,14 +146,19 @@ pub fn to_adjustment(plan: &Plan, opts: &AdjustOptions) -> ContainerAdjustment {
         })
         .collect();
     if let Some(spec) = &opts.hook {
-        adjust.hooks = MessageField::some(Hooks {
-            create_runtime: vec![hook(spec, "createRuntime")],
-            poststop: vec![hook(spec, "poststop")],
-            ..Default::default()
-        });
+        add_hook(&mut adjust, spec);
     }
     adjust.annotations = opts.annotations.iter().cloned().collect::<HashMap<_, _>>();
     adjust
+}
+
+/// `devgate-hook` at createRuntime and poststop.
+pub fn add_hook(adjust: &mut ContainerAdjustment, spec: &HookSpec) {
+    adjust.hooks = MessageField::some(Hooks {
+        create_runtime: vec![hook(spec, "createRuntime")],
+        poststop: vec![hook(spec, "poststop")],
+        ..Default::default()
+    });
 }
 
 #[cfg(test)]

@@ -18,7 +18,8 @@ use crate::ledger::{ContainerRecord, DeviceId, Ledger, LedgerError, PodRef};
 use crate::netdev::{self, VfAttach};
 use crate::plan::{self, NetworkAction, Plan, PlanError};
 
-use super::adjust::{to_adjustment, AdjustOptions, HookSpec};
+use super::adjust::{add_hook, to_adjustment, AdjustOptions, HookSpec};
+use super::last_plan::{LastPlan, PlanKey, Prepared};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
@@ -43,7 +44,7 @@ pub enum DeviceError {
 }
 
 /// What the runtime supports, from ConfigureRequest.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RuntimeFeatures {
     /// `linux.resources.devices` in an adjustment takes effect (NRI >= v0.10).
     pub explicit_cgroup_rules: bool,
@@ -62,6 +63,7 @@ pub struct Devices {
     /// Set once the grant check is configured; checked before anything is planned.
     grant: std::sync::OnceLock<Arc<crate::grant::GrantChecker>>,
     last_pod: allocation::LastPod,
+    last_plan: LastPlan,
 }
 
 impl Devices {
@@ -84,6 +86,7 @@ impl Devices {
             health: HealthStore::new(health_dir),
             grant: std::sync::OnceLock::new(),
             last_pod: allocation::LastPod::default(),
+            last_plan: LastPlan::default(),
         })
     }
 
@@ -145,15 +148,16 @@ impl Devices {
         &self,
         pod: &PodSandbox,
         ctr: &Container,
-        config: &Config,
+        config: &Arc<Config>,
         features: RuntimeFeatures,
     ) -> Result<ContainerAdjustment, DeviceError> {
         let devices = self.last_pod.parse(&pod.annotations, &pod.labels)?;
         if devices.allocation.is_empty() {
             return Ok(ContainerAdjustment::default());
         }
+        let selected = devices.containers.selects(&ctr.name);
         // Only the scheduler grants devices: the pod's requests bound what it gets.
-        if let (Some(grant), true) = (self.grant.get(), devices.containers.selects(&ctr.name)) {
+        if let (Some(grant), true) = (self.grant.get(), selected) {
             let pod_id = crate::grant::PodIdentity {
                 namespace: &pod.namespace,
                 name: &pod.name,
@@ -165,60 +169,100 @@ impl Devices {
             };
             grant.check(config, pod_id, &ctr.name, &devices.allocation)?;
         }
-        let plan = self.plan(&devices, ctr, config)?;
-        let networks = vf_attachments(&plan.network, &pod.uid)?;
+        let key = PlanKey {
+            sandbox_id: pod.id.clone(),
+            devices: Arc::clone(&devices),
+            selected,
+            inventory: self.inventory(),
+            config: Arc::clone(config),
+            features,
+            env: plan::env_inputs(&config.comm_env, selected, &ctr.env),
+        };
+        let prepared = self
+            .last_plan
+            .get_or_build(key, || self.prepare(&devices, pod, ctr, config, features))?;
+        // An unhealthy GPU is refused before anything is claimed.
+        gpu::check_claims(&self.health, &prepared.claims)?;
         let pod_ref = PodRef {
             sandbox_id: pod.id.clone(),
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
             uid: pod.uid.clone(),
         };
-        let mut record = ContainerRecord {
+        let record = ContainerRecord {
             name: ctr.name.clone(),
-            devices: plan.devices.iter().map(|d| d.path.clone()).collect(),
+            devices: prepared.device_paths.clone(),
             applied_unix: crate::ledger::now_unix(),
             init: None,
             cgroups: Vec::new(),
-            resolved: None,
+            // The hook acts on the annotation only when the ledger vouches for it.
+            resolved: prepared.resolved.clone(),
             hooks_only: false,
         };
-        let mut opts = AdjustOptions {
-            explicit_cgroup_rules: features.explicit_cgroup_rules,
-            cdi_devices: cdi_names(&plan, config.device_mode, features),
-            ..AdjustOptions::default()
-        };
-        // An unhealthy GPU is refused before anything is claimed.
-        gpu::check_claims(&self.health, &plan.claims)?;
-        // Serialise before claiming: nothing after the claim may fail.
-        let resolved = if networks.is_empty() {
-            None
-        } else {
-            Some(Resolved::new(networks).to_annotation()?)
-        };
-        // The hook acts on the annotation only when the ledger vouches for it.
-        record.resolved = resolved.clone();
+        let wants_network = prepared.resolved.is_some();
         let admission = self
             .ledger
-            .admit(&pod_ref, &plan.claims, &ctr.id, record, resolved.is_some())
+            .admit(&pod_ref, &prepared.claims, &ctr.id, record, wants_network)
             .map_err(|source| DeviceError::Claim {
                 reason: source.to_string(),
                 source,
             })?;
-        if let (Some(value), true) = (resolved, admission.network_owner) {
-            opts.hook = Some(self.hook_spec(config));
-            opts.annotations
-                .push((RESOLVED_ANNOTATION.to_string(), value));
+        let mut adjust = prepared.adjust.clone();
+        if let (Some(value), Some(hook), true) =
+            (&prepared.resolved, &prepared.hook, admission.network_owner)
+        {
+            add_hook(&mut adjust, hook);
+            adjust
+                .annotations
+                .insert(RESOLVED_ANNOTATION.to_string(), value.clone());
         }
         // Once per pod: its containers share the allocation, so the rest
         // would repeat the same lines on every creation.
-        for w in &plan.warnings {
+        for w in &prepared.warnings {
             if admission.claimed {
                 tracing::warn!(pod = %pod_ref, container = %ctr.name, warning = %w, "plan");
             } else {
                 tracing::debug!(pod = %pod_ref, container = %ctr.name, warning = %w, "plan");
             }
         }
-        Ok(to_adjustment(&plan, &opts))
+        Ok(adjust)
+    }
+
+    /// Forgets what was kept for a pod that is gone.
+    pub fn forget_pod(&self, sandbox_id: &str) {
+        self.last_plan.forget(sandbox_id);
+    }
+
+    /// The plan and all that can be derived from it before the claim, so that
+    /// nothing after the claim can fail.
+    fn prepare(
+        &self,
+        devices: &allocation::PodDevices,
+        pod: &PodSandbox,
+        ctr: &Container,
+        config: &Config,
+        features: RuntimeFeatures,
+    ) -> Result<Prepared, DeviceError> {
+        let plan = self.plan(devices, ctr, config)?;
+        let networks = vf_attachments(&plan.network, &pod.uid)?;
+        let resolved = if networks.is_empty() {
+            None
+        } else {
+            Some(Resolved::new(networks).to_annotation()?)
+        };
+        let opts = AdjustOptions {
+            explicit_cgroup_rules: features.explicit_cgroup_rules,
+            cdi_devices: cdi_names(&plan, config.device_mode, features),
+            ..AdjustOptions::default()
+        };
+        Ok(Prepared {
+            adjust: to_adjustment(&plan, &opts),
+            device_paths: plan.devices.iter().map(|d| d.path.clone()).collect(),
+            hook: resolved.as_ref().map(|_| self.hook_spec(config)),
+            resolved,
+            claims: plan.claims,
+            warnings: plan.warnings,
+        })
     }
 
     /// The hook as runc runs it: on the host, so every path is the host's view;

@@ -10,8 +10,14 @@ fn random_mac_is_stable_local_unicast() {
     assert_eq!(a[0] & 0x03, 0x02);
 }
 
-/// The hook's arguments for a VF pod's container, under `config`.
-fn hook_args(config: &Config) -> Vec<String> {
+/// A plugin's devices on the HGX fixture, under a temporary directory.
+struct Node {
+    dir: tempfile::TempDir,
+    fixture: crate::fixture::Fixture,
+    devices: Devices,
+}
+
+fn node() -> Node {
     let dir = tempfile::tempdir().unwrap();
     let fixture = crate::fixture::HostRootBuilder::hgx()
         .build(&dir.path().join("host"))
@@ -23,7 +29,17 @@ fn hook_args(config: &Config) -> Vec<String> {
         "/plugin/bin/devgate-hook".into(),
     )
     .unwrap();
-    let nic = &fixture.expected().rdma[0];
+    Node {
+        dir,
+        fixture,
+        devices,
+    }
+}
+
+/// A pod with GPU minor 0 and the first VF of the first NIC.
+fn gpu_vf_pod(node: &Node) -> PodSandbox {
+    let inv = node.fixture.expected();
+    let (gpu, nic) = (&inv.gpus[0], &inv.rdma[0]);
     let mut pod = PodSandbox {
         id: "sandbox".into(),
         uid: "uid".into(),
@@ -32,17 +48,34 @@ fn hook_args(config: &Config) -> Vec<String> {
     pod.annotations.insert(
         crate::allocation::DEVICE_ALLOCATED.into(),
         format!(
-            r#"{{"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"minor":-1,"busID":"{}"}}]}}}}]}}"#,
-            nic.bus_id, nic.vfs[0].bus_id
+            r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}],"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"minor":-1,"busID":"{}"}}]}}}}]}}"#,
+            gpu.minor, gpu.uuid, nic.bus_id, nic.vfs[0].bus_id
         ),
     );
-    let ctr = Container {
-        id: "c1".into(),
-        name: "main".into(),
+    pod
+}
+
+fn container(id: &str, env: &[&str]) -> Container {
+    Container {
+        id: id.into(),
+        name: id.into(),
+        env: env.iter().map(|e| e.to_string()).collect(),
         ..Default::default()
-    };
-    let adj = devices
-        .apply(&pod, &ctr, config, RuntimeFeatures::default())
+    }
+}
+
+/// The hook's arguments for a VF pod's container, under `config`.
+fn hook_args(config: &Config) -> Vec<String> {
+    let node = node();
+    let pod = gpu_vf_pod(&node);
+    let adj = node
+        .devices
+        .apply(
+            &pod,
+            &container("c1", &[]),
+            &Arc::new(config.clone()),
+            RuntimeFeatures::default(),
+        )
         .unwrap();
     let hook = &adj
         .hooks
@@ -52,8 +85,107 @@ fn hook_args(config: &Config) -> Vec<String> {
     let mut args = vec![hook.path.clone()];
     args.extend(hook.args[2..].iter().cloned());
     args.iter()
-        .map(|a| a.replace(&dir.path().display().to_string(), "<dir>"))
+        .map(|a| a.replace(&node.dir.path().display().to_string(), "<dir>"))
         .collect()
+}
+
+fn env_of<'a>(adj: &'a ContainerAdjustment, key: &str) -> Option<&'a str> {
+    adj.env
+        .iter()
+        .find(|e| e.key == key)
+        .map(|e| e.value.as_str())
+}
+
+/// A pod's further containers take its prepared plan: each gets the same
+/// devices, and only the network owner the hook and the resolved annotation,
+/// which pass to the next container created once the owner is removed.
+#[test]
+fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
+    let node = node();
+    let pod = gpu_vf_pod(&node);
+    let config = Arc::new(Config::default());
+    let features = RuntimeFeatures::default();
+    let apply = |id: &str| {
+        node.devices
+            .apply(&pod, &container(id, &[]), &config, features)
+            .unwrap()
+    };
+    let first = apply("c1");
+    let second = apply("c2");
+    assert!(first.hooks.is_some());
+    assert!(first.annotations.contains_key(RESOLVED_ANNOTATION));
+    assert!(second.hooks.is_none(), "{second:?}");
+    assert!(second.annotations.is_empty());
+    assert_eq!(first.linux, second.linux);
+    assert_eq!(first.env, second.env);
+    assert_eq!(first.mounts, second.mounts);
+
+    node.devices
+        .ledger()
+        .remove_container("sandbox", "c1")
+        .unwrap();
+    let third = apply("c3");
+    assert!(third.hooks.is_some(), "the next container owns the network");
+    assert_eq!(
+        third.annotations[RESOLVED_ANNOTATION],
+        first.annotations[RESOLVED_ANNOTATION]
+    );
+    let state = node.devices.ledger().snapshot().unwrap();
+    let owner = state.pods["sandbox"].network_owner.as_deref();
+    assert_eq!(owner, Some("c3"));
+    let c3 = state.container("c3").unwrap();
+    assert_eq!(
+        c3.resolved.as_deref(),
+        Some(first.annotations[RESOLVED_ANNOTATION].as_str())
+    );
+    assert_eq!(c3.devices, state.container("c2").unwrap().devices);
+}
+
+/// The variables a container sets itself decide its plan: a sibling that sets
+/// `NCCL_IB_HCA` keeps its own, and the next one without it gets the derived one.
+#[test]
+fn a_containers_own_variables_are_not_taken_from_its_sibling() {
+    let node = node();
+    let pod = gpu_vf_pod(&node);
+    let config = Arc::new(Config::default());
+    let features = RuntimeFeatures::default();
+    let apply = |id: &str, env: &[&str]| {
+        node.devices
+            .apply(&pod, &container(id, env), &config, features)
+            .unwrap()
+    };
+    let derived = apply("c1", &["PATH=/bin"]);
+    let hca = env_of(&derived, "NCCL_IB_HCA")
+        .expect("derived")
+        .to_string();
+    let own = apply("c2", &["PATH=/bin", "NCCL_IB_HCA=mlx5_7"]);
+    assert_eq!(env_of(&own, "NCCL_IB_HCA"), None, "{own:?}");
+    // Unrelated variables do not matter; the container's own ones do.
+    let again = apply("c3", &["PATH=/usr/bin", "HOME=/root"]);
+    assert_eq!(env_of(&again, "NCCL_IB_HCA"), Some(hca.as_str()));
+}
+
+/// GPU health and the claim are checked at every creation, whatever was kept.
+#[test]
+fn a_gpu_that_turns_unhealthy_refuses_the_pods_next_container() {
+    let node = node();
+    let pod = gpu_vf_pod(&node);
+    let config = Arc::new(Config::default());
+    let features = RuntimeFeatures::default();
+    node.devices
+        .apply(&pod, &container("c1", &[]), &config, features)
+        .unwrap();
+    let uuid = &node.fixture.expected().gpus[0].uuid;
+    crate::gpu::HealthStore::new(&node.dir.path().join("health"))
+        .mark(uuid, &[crate::gpu::health::Fault::DoubleBitEcc], 1)
+        .unwrap();
+    let err = node
+        .devices
+        .apply(&pod, &container("c2", &[]), &config, features)
+        .unwrap_err();
+    assert!(err.to_string().contains(uuid.as_str()), "{err}");
+    let state = node.devices.ledger().snapshot().unwrap();
+    assert!(state.container("c2").is_none());
 }
 
 #[test]

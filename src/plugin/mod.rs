@@ -10,6 +10,7 @@
 pub mod adjust;
 pub mod devices;
 pub mod features;
+mod last_plan;
 mod lifecycle;
 pub mod probe;
 mod vf_teardown;
@@ -355,11 +356,13 @@ impl nri::Plugin for DevgatePlugin {
     }
 
     fn stop_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
+        self.devices.forget_pod(&pod.id);
         self.release_in_background(lifecycle::Release::Pod(pod.id.clone()));
         Ok(())
     }
 
     fn remove_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
+        self.devices.forget_pod(&pod.id);
         self.release_in_background(lifecycle::Release::Pod(pod.id.clone()));
         Ok(())
     }

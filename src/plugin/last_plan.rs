@@ -1,0 +1,201 @@
+//! The last pod's prepared plan. A pod's containers are created one after
+//! another against the same allocation, inventory and config; for every
+//! container after the first, building the plan and the adjustment again would
+//! repeat the same work (the largest step of a creation after the claim). The
+//! entry is keyed by everything the plan is made from, so a hit returns what
+//! building would, except for one thing: the GID tables of RoCE ports whose
+//! netdev stays on the host are read for the pod's first container only, so all
+//! containers of a pod get the same `NCCL_IB_GID_INDEX`.
+//!
+//! What is checked at each creation whatever the cache holds: the grant
+//! decision, GPU health and the claim.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use nri::api::ContainerAdjustment;
+
+use crate::allocation::PodDevices;
+use crate::config::Config;
+use crate::inventory::Inventory;
+use crate::ledger::Claim;
+
+use super::adjust::HookSpec;
+use super::devices::RuntimeFeatures;
+
+/// What a container's creation takes from its plan.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The pod's devices and shares, for the ledger and the health check.
+    pub claims: Vec<Claim>,
+    /// Device nodes the container gets (paths inside it), for its record.
+    pub device_paths: Vec<String>,
+    /// The `devgate.io/resolved` annotation, when the plan has network actions.
+    pub resolved: Option<String>,
+    /// How to run the hook, when `resolved` is set.
+    pub hook: Option<HookSpec>,
+    /// The adjustment without the hook and the annotation, which only the
+    /// pod's network owner gets.
+    pub adjust: ContainerAdjustment,
+    /// The plan's warnings.
+    pub warnings: Vec<String>,
+}
+
+/// Everything a prepared plan is made from. Shared values are compared by
+/// identity: the parse cache, the inventory cache and the config hand out the
+/// same `Arc` for the same contents, and a new one for any change.
+pub struct PlanKey {
+    pub sandbox_id: String,
+    pub devices: Arc<PodDevices>,
+    pub selected: bool,
+    pub inventory: Arc<Inventory>,
+    pub config: Arc<Config>,
+    pub features: RuntimeFeatures,
+    /// The container's own values of the variables the plan reads
+    /// (`plan::env_inputs`).
+    pub env: Vec<Option<String>>,
+}
+
+impl PlanKey {
+    fn same(&self, other: &PlanKey) -> bool {
+        self.sandbox_id == other.sandbox_id
+            && Arc::ptr_eq(&self.devices, &other.devices)
+            && self.selected == other.selected
+            && Arc::ptr_eq(&self.inventory, &other.inventory)
+            && Arc::ptr_eq(&self.config, &other.config)
+            && self.features == other.features
+            && self.env == other.env
+    }
+}
+
+#[derive(Default)]
+pub struct LastPlan {
+    entry: Mutex<Option<(PlanKey, Arc<Prepared>)>>,
+}
+
+impl LastPlan {
+    /// The prepared plan for `key`: the last one when it was made from the same
+    /// inputs, else `build`'s, which is kept. Errors are not kept.
+    pub fn get_or_build<E>(
+        &self,
+        key: PlanKey,
+        build: impl FnOnce() -> Result<Prepared, E>,
+    ) -> Result<Arc<Prepared>, E> {
+        {
+            let entry = self.entry.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((last, prepared)) = entry.as_ref() {
+                if last.same(&key) {
+                    return Ok(Arc::clone(prepared));
+                }
+            }
+        }
+        // Built without the lock: a slow plan (a re-read inventory) holds up no one.
+        let prepared = Arc::new(build()?);
+        *self.entry.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((key, Arc::clone(&prepared)));
+        Ok(prepared)
+    }
+
+    /// Forgets the entry of a pod that is gone.
+    pub fn forget(&self, sandbox_id: &str) {
+        let mut entry = self.entry.lock().unwrap_or_else(PoisonError::into_inner);
+        if entry
+            .as_ref()
+            .is_some_and(|(k, _)| k.sandbox_id == sandbox_id)
+        {
+            *entry = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(
+        sandbox: &str,
+        devices: &Arc<PodDevices>,
+        inv: &Arc<Inventory>,
+        cfg: &Arc<Config>,
+    ) -> PlanKey {
+        PlanKey {
+            sandbox_id: sandbox.into(),
+            devices: Arc::clone(devices),
+            selected: true,
+            inventory: Arc::clone(inv),
+            config: Arc::clone(cfg),
+            features: RuntimeFeatures::default(),
+            env: vec![None],
+        }
+    }
+
+    fn prepared(tag: &str) -> Prepared {
+        Prepared {
+            claims: Vec::new(),
+            device_paths: vec![tag.to_string()],
+            resolved: None,
+            hook: None,
+            adjust: ContainerAdjustment::default(),
+            warnings: Vec::new(),
+        }
+    }
+
+    fn build_count(last: &LastPlan, k: PlanKey, built: &mut u32) -> Arc<Prepared> {
+        last.get_or_build(k, || -> Result<_, ()> {
+            *built += 1;
+            Ok(prepared(&built.to_string()))
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn same_inputs_reuse_and_any_change_builds_again() {
+        let last = LastPlan::default();
+        let devices = Arc::new(PodDevices::default());
+        let inv = Arc::new(Inventory::default());
+        let cfg = Arc::new(Config::default());
+        let mut built = 0;
+        let first = build_count(&last, key("p1", &devices, &inv, &cfg), &mut built);
+        let again = build_count(&last, key("p1", &devices, &inv, &cfg), &mut built);
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(built, 1);
+
+        let changes: Vec<Box<dyn Fn(&mut PlanKey)>> = vec![
+            Box::new(|k| k.sandbox_id = "p2".into()),
+            Box::new(|k| k.devices = Arc::new(PodDevices::default())),
+            Box::new(|k| k.selected = false),
+            Box::new(|k| k.inventory = Arc::new(Inventory::default())),
+            Box::new(|k| k.config = Arc::new(Config::default())),
+            Box::new(|k| k.features.explicit_cgroup_rules = true),
+            Box::new(|k| k.env = vec![Some("=mlx5_0".into())]),
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            // Back to the base entry, then one input changed.
+            last.forget("p1");
+            build_count(&last, key("p1", &devices, &inv, &cfg), &mut built);
+            let before = built;
+            let mut k = key("p1", &devices, &inv, &cfg);
+            change(&mut k);
+            build_count(&last, k, &mut built);
+            assert_eq!(built, before + 1, "change {i} reused the entry");
+        }
+    }
+
+    #[test]
+    fn errors_are_not_kept_and_forget_is_per_pod() {
+        let last = LastPlan::default();
+        let devices = Arc::new(PodDevices::default());
+        let inv = Arc::new(Inventory::default());
+        let cfg = Arc::new(Config::default());
+        let failed = last.get_or_build(key("p1", &devices, &inv, &cfg), || Err("no"));
+        assert_eq!(failed.err(), Some("no"));
+        let mut built = 0;
+        build_count(&last, key("p1", &devices, &inv, &cfg), &mut built);
+        assert_eq!(built, 1, "the error was not kept");
+        last.forget("other");
+        build_count(&last, key("p1", &devices, &inv, &cfg), &mut built);
+        assert_eq!(built, 1, "another pod's removal keeps the entry");
+        last.forget("p1");
+        build_count(&last, key("p1", &devices, &inv, &cfg), &mut built);
+        assert_eq!(built, 2);
+    }
+}
