@@ -21,7 +21,7 @@ pub use guarded::GuardedRelease;
 pub use model::*;
 pub use store::Store;
 
-use rules::{claim_in, drop_pod, prune_empty, quarantine_in};
+use rules::{claim_in, drop_pod, lift_restored, prune_empty, quarantine_in};
 
 impl From<crate::fsutil::FsError> for LedgerError {
     fn from(e: crate::fsutil::FsError) -> LedgerError {
@@ -276,6 +276,7 @@ impl Ledger {
             match outcome {
                 Ok(()) => {
                     drop_pod(&mut txn.state, &pod.pod.sandbox_id);
+                    lift_restored(&mut txn.state, &pod.claims);
                     out.pods.push(pod.pod);
                 }
                 Err(reason) => {

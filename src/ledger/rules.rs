@@ -136,6 +136,24 @@ pub(super) fn drop_pod(state: &mut LedgerState, sandbox_id: &str) {
     }
 }
 
+/// A pod's teardown succeeded: its NICs (VFs, PFs) are back as they were, so a
+/// quarantine a failed earlier attempt put on them ends with it, once nobody
+/// holds them. GPUs stay quarantined: the GPU retry cleans them first
+/// (`gpu::GpuTeardown::retry_quarantined`), since a GPU can also be quarantined
+/// for what the teardown found on it.
+pub(super) fn lift_restored(state: &mut LedgerState, claims: &[Claim]) {
+    for claim in claims {
+        if matches!(claim.device, DeviceId::Gpu(_)) {
+            continue;
+        }
+        if let Some(rec) = state.devices.get_mut(&claim.device.to_string()) {
+            if rec.holders.is_empty() {
+                rec.quarantine = None;
+            }
+        }
+    }
+}
+
 pub(super) fn prune_empty(state: &mut LedgerState) {
     state
         .devices

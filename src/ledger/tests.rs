@@ -150,15 +150,39 @@ fn failed_teardown_keeps_record_and_quarantines() {
         err,
         LedgerError::Held { .. } | LedgerError::Quarantined { .. }
     ));
-    // A later reconcile whose teardown works releases it; quarantine stays until cleared.
-    l.release_pod("a", &NoTeardown).unwrap();
+    let err = l.release_pod("a", &Failing).map(|r| r.failed.len());
+    assert_eq!(err.unwrap(), 1, "a second failure keeps it");
     let err = l.claim(&pod("b"), std::slice::from_ref(&vf)).unwrap_err();
     assert_eq!(
         err.to_string(),
         "vf 0000:19:00.2 is quarantined: vf restore failed"
     );
-    l.clear_quarantine(&vf.device).unwrap();
+    // A later reconcile whose teardown works releases it and returns the VF.
+    l.release_pod("a", &NoTeardown).unwrap();
+    let snap = l.snapshot().unwrap();
+    assert!(snap.pods.is_empty() && snap.devices.is_empty(), "{snap:?}");
     l.claim(&pod("b"), &[vf]).unwrap();
+}
+
+/// A GPU of a pod whose teardown failed stays quarantined after the retry
+/// succeeds: only the GPU retry, which cleans it first, returns it.
+#[test]
+fn a_retried_teardown_returns_nics_but_not_gpus() {
+    let (_d, l) = ledger();
+    let gpu = Claim {
+        device: DeviceId::Gpu("GPU-1".into()),
+        share: Share::Exclusive,
+    };
+    let pf = Claim {
+        device: DeviceId::Pf("0000:19:00.0".parse().unwrap()),
+        share: Share::Exclusive,
+    };
+    l.claim(&pod("a"), &[gpu.clone(), pf.clone()]).unwrap();
+    l.release_pod("a", &Failing).unwrap();
+    l.release_pod("a", &NoTeardown).unwrap();
+    l.claim(&pod("b"), std::slice::from_ref(&pf)).unwrap();
+    let err = l.claim(&pod("c"), std::slice::from_ref(&gpu)).unwrap_err();
+    assert!(matches!(err, LedgerError::Quarantined { .. }), "{err}");
 }
 
 #[test]
