@@ -1,7 +1,8 @@
 //! The README's main job: a private containerd 1.7 with NRI, devgate on a
 //! simulated 8-GPU, 8-NIC HGX host root, and a GPU + RDMA pod created through CRI
 //! as kubelet does. The pod's VF is a veth pair named like the simulated VF
-//! netdev. Prints what the container got, then what came back after removal.
+//! netdev. Prints what the container got, then what came back after removal,
+//! and checks each: it exits 1, naming what was wrong, when any differs.
 //! Run as root: `sudo ./install/demo.sh`.
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -63,8 +64,41 @@ fn host_link(name: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// What the demo shows, checked: a run that prints a wrong result fails.
+#[derive(Default)]
+struct Checks(Vec<String>);
+
+impl Checks {
+    fn expect(&mut self, what: &str, ok: bool) {
+        if !ok {
+            self.0.push(what.to_string());
+        }
+    }
+}
+
+/// The line of the in-container listing for `path`, as `major:minor`.
+fn listed(out: &str, path: &str) -> Option<String> {
+    out.lines().find_map(|l| {
+        let mut words = l.split_whitespace();
+        (words.next() == Some(path)).then(|| words.next().unwrap_or_default().to_string())
+    })
+}
+
 fn main() {
     require_root();
+    let failed = run();
+    if !failed.0.is_empty() {
+        for what in &failed.0 {
+            eprintln!("demo check failed: {what}");
+        }
+        std::process::exit(1);
+    }
+    println!("\nevery check passed");
+}
+
+/// Runs the demo; the node and the veth pair are gone when it returns.
+fn run() -> Checks {
+    let mut checks = Checks::default();
     println!("starting containerd 1.7 with NRI and devgate on a simulated HGX node...");
     let node = Node::start_with(HostRootBuilder::hgx().vf_netdev_prefix("dgdemo"), &[]);
     let inv = node.fixture.expected();
@@ -100,9 +134,38 @@ fn main() {
         out.trim_end(),
         err.trim_end()
     );
+    for (minor, granted) in (0..8).map(|m| (m, m == 2 || m == 3)) {
+        let node = listed(&out, &format!("/dev/nvidia{minor}"));
+        let want = granted.then(|| format!("195:{minor}"));
+        checks.expect(
+            &format!("/dev/nvidia{minor} is {want:?}, got {node:?}"),
+            node == want,
+        );
+    }
+    checks.expect(
+        "the granted GPU node opens with ENXIO",
+        out.contains("(granted, no driver): No such device or address"),
+    );
+    checks.expect(
+        "an ungranted GPU node is refused by the cgroup (EPERM)",
+        out.contains("(not granted): Operation not permitted"),
+    );
+    checks.expect(
+        "an RDMA verbs node of the VF",
+        out.contains("/dev/infiniband/uverbs"),
+    );
+    let visible = format!("NVIDIA_VISIBLE_DEVICES={},{}", g0.uuid, g1.uuid);
+    checks.expect(&format!("env has {visible}"), out.contains(&visible));
+    checks.expect(
+        &format!("net1 with the VF's MAC {VF_MAC} in the pod"),
+        out.lines()
+            .any(|l| l.contains(" net1") && l.contains(VF_MAC)),
+    );
+    let on_host = host_link(&vf_netdev);
+    checks.expect("the VF netdev leaves the host", on_host.is_none());
     println!(
         "\nVF netdev {vf_netdev} on the host while the pod runs: {}",
-        host_link(&vf_netdev).unwrap_or_else(|| "absent (moved into the pod)".into())
+        on_host.unwrap_or_else(|| "absent (moved into the pod)".into())
     );
     println!("\ndevgate status while the pod runs:");
     print!("{}", devgate::cli::status::table(&node.ledger()));
@@ -114,9 +177,12 @@ fn main() {
         node.ledger().pods.is_empty().then_some(())
     });
     println!("\nafter removal:");
-    println!(
-        "  VF back on the host: {}",
-        host_link(&vf_netdev).unwrap_or_default()
+    let back = host_link(&vf_netdev);
+    checks.expect(
+        &format!("the VF is back on the host as {vf_netdev} with its MAC"),
+        back.as_deref().is_some_and(|l| l.contains(VF_MAC)),
     );
+    println!("  VF back on the host: {}", back.unwrap_or_default());
     print!("{}", devgate::cli::status::table(&node.ledger()));
+    checks
 }

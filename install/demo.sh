@@ -2,12 +2,18 @@
 # The main job on a fresh Debian machine, as root: installs containerd 1.7 with
 # NRI and what the demo needs, builds devgate, and runs a GPU + RDMA pod on a
 # simulated HGX host root through CRI (examples/demo.rs), printing what the
-# container got and what was released after it went. Cleans up after itself.
+# container got and what was released after it went, and checking each (exit 1
+# naming what differed). Cleans up after itself. The host setup replaces another
+# containerd and disables its service: run this on a test machine.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [[ -d ${HOME:-/root}/.cargo/bin ]]; then
     PATH="${HOME:-/root}/.cargo/bin:$PATH"
 fi
+command -v cargo >/dev/null || {
+    echo "demo.sh: cargo not found (install rustup; rust-toolchain.toml pins the version)" >&2
+    exit 1
+}
 ./tests/setup-host.sh
 cargo build --quiet --bins
 cargo run --quiet --example demo
