@@ -115,6 +115,52 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
     };
     assert!(text.contains(expected), "{text}");
     assert!(text.contains("last refusal: default/static"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&status_with(&node, &["-o", "json"])).expect("status json");
+    let grants = &json["grants"];
+    assert_eq!(grants["granted"], 1, "{json}");
+    assert_eq!(grants["refused"], 3, "{json}");
+    assert_eq!(grants["refused_by_reason"]["static_pod"], 1, "{json}");
+
+    // Each decision is one audit line in the plugin's log, with its pod,
+    // container, devices and reason.
+    let log = node.plugin.output();
+    let audit: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("devgate::audit"))
+        .collect();
+    assert_eq!(audit.len(), 4, "{log}");
+    let line = |pod: &str| {
+        let found: Vec<&&str> = audit
+            .iter()
+            .filter(|l| l.contains(&format!("pod=default/{pod} ")))
+            .collect();
+        assert_eq!(found.len(), 1, "one line for {pod}: {audit:#?}");
+        found[0].to_string()
+    };
+    let granted = line("legit");
+    for field in [
+        "device grant",
+        "container=main",
+        &format!("uid={}", legit.uid),
+        "devices=",
+        "outcome=\"granted\"",
+        "reason=",
+    ] {
+        assert!(granted.contains(field), "{field} in {granted}");
+    }
+    let refused = line("static");
+    for field in [
+        "device grant refused",
+        "WARN",
+        "container=main",
+        "rule=\"static_pod\"",
+        "is a static pod",
+    ] {
+        assert!(refused.contains(field), "{field} in {refused}");
+    }
+    assert!(line("forged").contains("rule=\"mismatch\""));
+    assert!(line("ghost").contains("rule=\"unknown_pod\""));
     // Pods without the annotation never consult the API server.
     let plain = cri.run_pod(&PodSpec::new("plain")).expect("RunPodSandbox");
     cri.run_container(&plain, &ContainerSpec::shell("main", "true"))
@@ -123,8 +169,13 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
 
 /// `devgate status` of `node`, run as its own process.
 fn status(node: &Node) -> String {
+    status_with(node, &[])
+}
+
+fn status_with(node: &Node, args: &[&str]) -> String {
     let out = Command::new(DEVGATE)
         .arg("status")
+        .args(args)
         .arg("--state-dir")
         .arg(node.state_dir())
         .arg("--health-dir")
