@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod vf;
-pub use vf::{MacPolicy, VfConfig, VfLinkState, VfSettings};
+pub use vf::{MacPolicy, VfConfig, VfLinkState, VfSettingName, VfSettings};
 
 pub mod comm_env;
 mod nvml;

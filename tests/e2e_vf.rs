@@ -3,7 +3,8 @@
 //! runs under both): the VF netdev (a veth
 //! stand-in named like the simulated host root's VF) is `net1` inside the pod
 //! and absent from the host; after removal it is back on the host with its
-//! name and MAC.
+//! name, MAC and MTU. The pod sets its VF's MTU (`devgate.io/vf-settings`),
+//! which the node's config allows, and no other setting.
 mod support;
 
 #[path = "hook_netns/net.rs"]
@@ -12,23 +13,54 @@ mod net;
 use devgate::fixture::HostRootBuilder;
 use net::{link, In, Veth};
 use support::node::{allocation, vf_entry, Node, DEVICE_ALLOCATED};
-use support::{require_root, wait_for, ContainerSpec, PodSpec, SLOW};
+const VF_SETTINGS: &str = "devgate.io/vf-settings";
+use support::{require_root, wait_for, ContainerSpec, PodSpec, DEVGATE, SLOW};
 
 #[test]
 fn vf_moves_into_the_pod_as_net1_and_comes_back() {
     require_root();
-    let node = Node::start_with(HostRootBuilder::hgx().vf_netdev_prefix("dgev"), &[]);
+    let node = Node::start_full(
+        HostRootBuilder::hgx().vf_netdev_prefix("dgev"),
+        "[vf]\npod_settings = [\"mtu\"]\n",
+        &[],
+    );
     let inv = node.fixture.expected();
     let (pf, vf) = (&inv.rdma[0], &inv.rdma[0].vfs[1]);
     let host_name = vf.netdev.clone().expect("fixture vf netdev");
     let stand_in = Veth::new(&host_name, "dgevpeer", "02:00:00:de:0a:01");
+    let host_mtu = link(In::Host, &host_name).expect("stand-in").mtu;
     let alloc = allocation(&[], &[vf_entry(0, pf.bus_id, vf.bus_id)]);
     let cri = node.cri();
+
+    // A setting the node does not let pods set: refused, nothing claimed or moved.
+    let vlan = cri
+        .run_pod(
+            &PodSpec::new("vlan")
+                .own_netns()
+                .annotation(DEVICE_ALLOCATED, &alloc)
+                .annotation(VF_SETTINGS, r#"{"vlan":5,"mtu":9000}"#),
+        )
+        .expect("RunPodSandbox");
+    let err = cri
+        .create_container(&vlan, &ContainerSpec::shell("main", "sleep 300"))
+        .expect_err("a vlan the node does not allow");
+    assert!(
+        err.message().contains(
+            "devgate.io/vf-settings: vlan: not among the settings this node lets pods set"
+        ),
+        "{}",
+        err.message()
+    );
+    assert!(node.ledger().pods.is_empty());
+    assert!(link(In::Host, &host_name).is_some());
+    cri.delete_pod(&vlan, &[]);
+
     let pod = cri
         .run_pod(
             &PodSpec::new("vf")
                 .own_netns()
-                .annotation(DEVICE_ALLOCATED, &alloc),
+                .annotation(DEVICE_ALLOCATED, &alloc)
+                .annotation(VF_SETTINGS, r#"{"mtu":9000}"#),
         )
         .expect("RunPodSandbox");
     let id = cri
@@ -40,6 +72,7 @@ fn vf_moves_into_the_pod_as_net1_and_comes_back() {
         .expect("exec");
     assert_eq!(code, 0, "net1 missing in the pod: {out} {err}");
     assert!(out.contains("02:00:00:de:0a:01"), "{out}");
+    assert!(out.contains(" mtu 9000 "), "{out}");
     let (_, devs, _) = cri.exec(&id, &["ls", "/dev/infiniband"]).expect("exec");
     let uverbs = vf.rdma.as_ref().expect("vf rdma").char_devs[0].name.clone();
     assert!(devs.contains(&uverbs), "{devs}");
@@ -47,10 +80,32 @@ fn vf_moves_into_the_pod_as_net1_and_comes_back() {
         link(In::Host, &host_name).is_none(),
         "the VF is still on the host"
     );
+    // The node runs in the shared RDMA netns mode (the default): the VF's RDMA
+    // device stays where it is, and status says so.
+    let out = std::process::Command::new(DEVGATE)
+        .args(["status", "--state-dir"])
+        .arg(node.state_dir())
+        .args(["--health-dir"])
+        .arg(node.ctrd.path("health"))
+        .output()
+        .expect("devgate status");
+    let status = String::from_utf8_lossy(&out.stdout);
+    let rdma = &vf.rdma.as_ref().expect("vf rdma").name;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(&vf.bus_id.to_string()) && l.contains(" -> net1"))
+        .unwrap_or_else(|| panic!("no vf line: {status}"));
+    assert!(
+        line.ends_with(&format!(
+            "{rdma} not moved: shared with the host (rdma netns mode shared)"
+        )),
+        "{line}"
+    );
 
     cri.delete_pod(&pod, &[&id]);
     let back = wait_for("vf back on the host", SLOW, || link(In::Host, &host_name));
     assert_eq!(back.address.as_deref(), Some("02:00:00:de:0a:01"));
+    assert_eq!(back.mtu, host_mtu, "mtu restored");
     wait_for("claims released", SLOW, || {
         node.ledger().pods.is_empty().then_some(())
     });

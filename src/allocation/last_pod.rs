@@ -6,10 +6,10 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{parse_pod, AllocationError, Metadata, PodDevices};
-use super::{CONTAINERS, DEVICE_ALLOCATED, GPU_ISOLATION_PROVIDER};
+use super::{CONTAINERS, DEVICE_ALLOCATED, GPU_ISOLATION_PROVIDER, VF_SETTINGS};
 
-/// The inputs of [`parse_pod`]: two annotations and one label.
-type Key<T> = [Option<T>; 3];
+/// The inputs of [`parse_pod`]: three annotations and one label.
+type Key<T> = [Option<T>; 4];
 
 #[derive(Debug, Default)]
 pub struct LastPod {
@@ -28,6 +28,7 @@ impl LastPod {
             annotations.get_value(DEVICE_ALLOCATED),
             annotations.get_value(CONTAINERS),
             labels.get_value(GPU_ISOLATION_PROVIDER),
+            annotations.get_value(VF_SETTINGS),
         ];
         let mut entry = self.entry.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((last, devices)) = entry.as_ref() {
@@ -85,6 +86,14 @@ mod tests {
         let hami = map(&[(GPU_ISOLATION_PROVIDER, super::super::HAMI_CORE)]);
         assert!(last.parse(&only_main, &hami).unwrap().hami_core);
         assert!(!last.parse(&only_main, &none).unwrap().hami_core);
+        let mtu = map(&[
+            (DEVICE_ALLOCATED, TWO_GPUS),
+            (CONTAINERS, "main"),
+            (VF_SETTINGS, r#"{"mtu":9000}"#),
+        ]);
+        let d = last.parse(&mtu, &none).unwrap();
+        assert_eq!(d.vf_settings.as_ref().and_then(|s| s.mtu), Some(9000));
+        assert_eq!(last.parse(&only_main, &none).unwrap().vf_settings, None);
     }
 
     #[test]

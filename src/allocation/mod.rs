@@ -16,6 +16,7 @@ mod last_pod;
 mod parse;
 pub mod quantity;
 mod raw;
+mod vf_settings;
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
@@ -35,6 +36,9 @@ pub const GPU_ISOLATION_PROVIDER: &str = "koordinator.sh/gpu-isolation-provider"
 pub const HAMI_CORE: &str = "HAMi-core";
 /// devgate's own annotation: the containers that get the devices.
 pub const CONTAINERS: &str = "devgate.io/containers";
+/// The pod's own VF settings (JSON, the fields of `[vf.defaults]`), applied
+/// only where the node config's `[vf] pod_settings` allows each one.
+pub const VF_SETTINGS: &str = "devgate.io/vf-settings";
 
 /// Resource names inside an entry's `resources`.
 pub const RES_GPU_CORE: &str = "koordinator.sh/gpu-core";
@@ -245,6 +249,10 @@ pub struct PodDevices {
     /// The pod label asks for HAMi-core isolation.
     pub hami_core: bool,
     pub containers: ContainerSelector,
+    /// `devgate.io/vf-settings`, parsed and range-checked; whether the node
+    /// allows them is the plan's question.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vf_settings: Option<crate::config::VfSettings>,
 }
 
 /// Read access to a pod's annotations or labels, whatever map the caller holds.
@@ -277,10 +285,15 @@ pub fn parse_pod(
         Some(text) => parse::parse_containers(text)?,
         None => ContainerSelector::All,
     };
+    let vf_settings = match annotations.get_value(VF_SETTINGS) {
+        Some(text) => Some(vf_settings::parse_vf_settings(text)?),
+        None => None,
+    };
     Ok(PodDevices {
         allocation,
         hami_core: labels.get_value(GPU_ISOLATION_PROVIDER) == Some(HAMI_CORE),
         containers,
+        vf_settings,
     })
 }
 

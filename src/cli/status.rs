@@ -2,6 +2,7 @@
 //! pod's GPUs and NICs connect.
 mod pairs;
 mod runtime;
+mod vfs;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use serde::Serialize;
 use crate::gpu::{GpuError, HealthState, HealthStore};
 use crate::ledger::{Ledger, LedgerError, LedgerState, Share};
 pub use pairs::{pod_pairs, Pair, PodPairs};
+pub use vfs::{RdmaPlacement, VfView};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StatusFormat {
@@ -44,6 +46,8 @@ pub enum StatusCmdError {
     Runtime(#[from] crate::plugin::features::FeaturesError),
     #[error(transparent)]
     Grants(#[from] crate::grant::audit::AuditError),
+    #[error(transparent)]
+    Vfs(#[from] crate::netdev::SavedError),
 }
 
 /// `-o json`: the ledger's devices and pods, and GPU health.
@@ -57,6 +61,8 @@ struct StatusView<'a> {
     runtime: Option<&'a crate::plugin::features::RuntimeRecord>,
     /// Grant check decisions: granted, refused and why.
     grants: &'a crate::grant::GrantCounters,
+    /// VFs in pods, and where their RDMA devices are.
+    vfs: &'a [VfView],
 }
 
 pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
@@ -64,6 +70,11 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
     let health = HealthStore::new(&args.health_dir).snapshot()?;
     let runtime_record = crate::plugin::features::RuntimeRecord::load(&args.state_dir)?;
     let grants = crate::grant::audit::read_counters(&args.state_dir)?;
+    let vfs: Vec<VfView> = crate::netdev::SavedStore::new(&args.state_dir)
+        .all()?
+        .iter()
+        .map(VfView::of)
+        .collect();
     // Discovery only when some pod holds both kinds: it is the slow part.
     let pairs = if state.pods.values().any(holds_gpu_and_nic) {
         pod_pairs(&state, &crate::inventory::discover(&args.host_root))
@@ -78,6 +89,7 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
                 gpu_nic_pairs: &pairs,
                 runtime: runtime_record.as_ref(),
                 grants: &grants,
+                vfs: &vfs,
             };
             println!("{}", serde_json::to_string_pretty(&view)?)
         }
@@ -86,6 +98,9 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
             print!("{}", table(&state));
             print!("\n{}", crate::gpu::health::table(&health));
             print!("\n{}", crate::grant::audit::table(&grants));
+            if !vfs.is_empty() {
+                print!("\n{}", vfs::table(&vfs));
+            }
             if !pairs.is_empty() {
                 print!("\n{}", pairs::table(&pairs));
             }

@@ -6,6 +6,8 @@
 //! trust = false
 //! [vf.pf."0000:19:00.0"]   # overrides for the VFs of one PF
 //! vlan = 100
+//! [vf]
+//! pod_settings = ["vlan", "mtu"]   # what a pod's devgate.io/vf-settings may set
 //! ```
 use std::collections::BTreeMap;
 
@@ -20,6 +22,10 @@ pub struct VfConfig {
     pub defaults: VfSettings,
     /// Per-PF overrides, keyed by PCI address; set fields replace the defaults.
     pub pf: BTreeMap<PciAddr, VfSettings>,
+    /// The settings a pod may set for its own VFs (annotation
+    /// `devgate.io/vf-settings`), over the node's; none by default, since a
+    /// pod is not trusted with its VLAN, MAC policy, trust or rates.
+    pub pod_settings: Vec<VfSettingName>,
 }
 
 impl VfConfig {
@@ -29,6 +35,22 @@ impl VfConfig {
             Some(o) => o.over(&self.defaults),
             None => self.defaults.clone(),
         }
+    }
+
+    /// `pod`'s settings over the node's for the VFs of `pf`.
+    pub fn for_pod(&self, pf: &PciAddr, pod: Option<&VfSettings>) -> VfSettings {
+        let node = self.for_pf(pf);
+        match pod {
+            Some(p) => p.over(&node),
+            None => node,
+        }
+    }
+
+    /// The first setting of `pod` that the node does not let pods set.
+    pub fn not_allowed(&self, pod: &VfSettings) -> Option<VfSettingName> {
+        pod.set_names()
+            .into_iter()
+            .find(|n| !self.pod_settings.contains(n))
     }
 
     /// Checks the ranges serde cannot express.
@@ -86,26 +108,84 @@ impl VfSettings {
         }
     }
 
-    fn validate(&self, at: &str) -> Result<(), ConfigError> {
-        let invalid = |k: &str, reason: &str| ConfigError::Invalid {
-            key: format!("{at}.{k}"),
-            reason: reason.to_string(),
-        };
+    /// The names of the settings that are set, in declaration order.
+    pub fn set_names(&self) -> Vec<VfSettingName> {
+        use VfSettingName as N;
+        [
+            (N::Mac, self.mac.is_some()),
+            (N::Vlan, self.vlan.is_some()),
+            (N::Qos, self.qos.is_some()),
+            (N::Spoofchk, self.spoofchk.is_some()),
+            (N::Trust, self.trust.is_some()),
+            (N::LinkState, self.link_state.is_some()),
+            (N::MinTxRate, self.min_tx_rate.is_some()),
+            (N::MaxTxRate, self.max_tx_rate.is_some()),
+            (N::Mtu, self.mtu.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(n, set)| set.then_some(n))
+        .collect()
+    }
+
+    /// The first setting out of its range, with the range: the ranges serde
+    /// cannot express.
+    pub fn out_of_range(&self) -> Option<(VfSettingName, &'static str)> {
         if self.vlan.is_some_and(|v| v > 4094) {
-            return Err(invalid("vlan", "must be 0 to 4094"));
+            return Some((VfSettingName::Vlan, "must be 0 to 4094"));
         }
         if self.qos.is_some_and(|q| q > 7) {
-            return Err(invalid("qos", "must be 0 to 7"));
+            return Some((VfSettingName::Qos, "must be 0 to 7"));
         }
         if self.mtu.is_some_and(|m| !(68..=65535).contains(&m)) {
-            return Err(invalid("mtu", "must be 68 to 65535"));
+            return Some((VfSettingName::Mtu, "must be 68 to 65535"));
         }
         if let (Some(min), Some(max)) = (self.min_tx_rate, self.max_tx_rate) {
             if max != 0 && min > max {
-                return Err(invalid("min_tx_rate", "must not exceed max_tx_rate"));
+                return Some((VfSettingName::MinTxRate, "must not exceed max_tx_rate"));
             }
         }
-        Ok(())
+        None
+    }
+
+    fn validate(&self, at: &str) -> Result<(), ConfigError> {
+        match self.out_of_range() {
+            Some((name, reason)) => Err(ConfigError::Invalid {
+                key: format!("{at}.{}", name.as_str()),
+                reason: reason.to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The name of one VF setting, as config and annotation spell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VfSettingName {
+    Mac,
+    Vlan,
+    Qos,
+    Spoofchk,
+    Trust,
+    LinkState,
+    MinTxRate,
+    MaxTxRate,
+    Mtu,
+}
+
+impl VfSettingName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VfSettingName::Mac => "mac",
+            VfSettingName::Vlan => "vlan",
+            VfSettingName::Qos => "qos",
+            VfSettingName::Spoofchk => "spoofchk",
+            VfSettingName::Trust => "trust",
+            VfSettingName::LinkState => "link_state",
+            VfSettingName::MinTxRate => "min_tx_rate",
+            VfSettingName::MaxTxRate => "max_tx_rate",
+            VfSettingName::Mtu => "mtu",
+        }
     }
 }
 
@@ -134,6 +214,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_pods_settings_go_over_the_nodes_where_allowed() {
+        let c = Config::parse(
+            "[vf]\npod_settings = [\"mtu\", \"vlan\"]\n[vf.defaults]\nvlan = 10\nspoofchk = true\n",
+            "t",
+        )
+        .unwrap();
+        let pf: PciAddr = "0000:19:00.0".parse().unwrap();
+        let pod = VfSettings {
+            vlan: Some(30),
+            mtu: Some(9000),
+            ..VfSettings::default()
+        };
+        assert_eq!(c.vf.not_allowed(&pod), None);
+        let s = c.vf.for_pod(&pf, Some(&pod));
+        assert_eq!(
+            (s.vlan, s.mtu, s.spoofchk),
+            (Some(30), Some(9000), Some(true))
+        );
+        assert_eq!(c.vf.for_pod(&pf, None), c.vf.for_pf(&pf));
+        let trusting = VfSettings {
+            mtu: Some(1500),
+            trust: Some(true),
+            ..VfSettings::default()
+        };
+        assert_eq!(c.vf.not_allowed(&trusting), Some(VfSettingName::Trust));
+        // Nothing is allowed unless the node says so.
+        assert_eq!(
+            VfConfig::default().not_allowed(&pod),
+            Some(VfSettingName::Vlan)
+        );
+        assert_eq!(
+            VfConfig::default().not_allowed(&VfSettings::default()),
+            None
+        );
+    }
+
+    #[test]
     fn merge_and_validate() {
         let c = Config::parse(
             "[vf.defaults]\nspoofchk = true\nvlan = 10\nmac = \"random\"\n\
@@ -158,6 +275,7 @@ mod tests {
             ),
             ("[vf.pf.\"../x\"]\nvlan = 1\n", "pci address"),
             ("[vf.defaults]\nbogus = 1\n", "bogus"),
+            ("[vf]\npod_settings = [\"vlan\", \"vendor\"]\n", "vendor"),
         ];
         for (text, want) in bad {
             let e = Config::parse(text, "t").unwrap_err();

@@ -8,7 +8,7 @@ mod comm_env;
 mod gpu;
 mod rdma;
 
-pub use comm_env::{GidSource, HostGids, NoGids};
+pub use comm_env::{env_inputs, GidSource, HostGids, NoGids};
 
 use std::collections::BTreeMap;
 
@@ -184,6 +184,13 @@ pub enum PlanError {
         entry: String,
         bus: PciAddr,
     },
+    #[error(
+        "{annotation}: {entry}: not among the settings this node lets pods set ([vf] pod_settings)"
+    )]
+    VfSettingNotAllowed {
+        annotation: &'static str,
+        entry: String,
+    },
     #[error("{annotation}: {entry}: busID {bus} is not a vf of any rdma pf on this node")]
     UnknownVf {
         annotation: &'static str,
@@ -267,13 +274,30 @@ pub fn build_for(
     if !pod.allocation.fpga.is_empty() {
         plan.ignored_types.insert(0, "fpga".to_string());
     }
+    if let Some(name) = pod
+        .vf_settings
+        .as_ref()
+        .and_then(|s| config.vf.not_allowed(s))
+    {
+        return Err(PlanError::VfSettingNotAllowed {
+            annotation: crate::allocation::VF_SETTINGS,
+            entry: name.as_str().to_string(),
+        });
+    }
     let mut out = Builder {
         config,
         plan,
         comm: comm_env::Inputs::default(),
+        pod_vf_settings: pod.vf_settings.as_ref(),
     };
     gpu::plan_gpus(&mut out, inventory, pod)?;
     rdma::plan_rdma(&mut out, inventory, &pod.allocation.rdma)?;
+    if pod.vf_settings.is_some() && out.plan.network.is_empty() {
+        out.plan.warnings.push(format!(
+            "{}: the pod has no vf to apply them to",
+            crate::allocation::VF_SETTINGS
+        ));
+    }
     if out.plan.selected {
         comm_env::plan_comm_env(&mut out, ctx);
     }
@@ -293,6 +317,8 @@ struct Builder<'a> {
     plan: Plan,
     /// What the communication-library variables are made from.
     comm: comm_env::Inputs,
+    /// The pod's own VF settings, already allowed by the config.
+    pod_vf_settings: Option<&'a VfSettings>,
 }
 
 impl Builder<'_> {

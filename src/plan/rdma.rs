@@ -255,7 +255,7 @@ fn network(
         netdev: vf.netdev.clone(),
         rdma_device: Some(dev.name.clone()),
         container_ifname,
-        settings: out.config.vf.for_pf(&nic.bus_id),
+        settings: out.config.vf.for_pod(&nic.bus_id, out.pod_vf_settings),
         move_rdma: out.config.rdma.netns_mode == RdmaNetnsMode::Exclusive,
     });
     Ok(())

@@ -254,6 +254,66 @@ fn rdma_vfs_and_pf() {
     assert_eq!(net["vf_bus_id"], vf_bus(1, 3).to_string());
 }
 
+/// `devgate.io/vf-settings` goes over the node's settings only where
+/// `[vf] pod_settings` allows each one; anything else refuses the pod.
+#[test]
+fn pod_vf_settings_only_where_the_node_allows() {
+    let ann = format!(
+        r#"{{"rdma":[{{"minor":0,"extension":{{"vfs":[{{"busID":"{}"}}]}}}}]}}"#,
+        vf_bus(0, 1)
+    );
+    let pod_settings = [(crate::allocation::VF_SETTINGS, r#"{"vlan":30,"mtu":9000}"#)];
+    let mut config = Config::default();
+    config.vf.defaults.vlan = Some(7);
+    config.vf.defaults.spoofchk = Some(true);
+    let err = build(&hgx(), &pod_with(&ann, &pod_settings, &[]), "main", &config).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "devgate.io/vf-settings: vlan: not among the settings this node lets pods set ([vf] pod_settings)"
+    );
+    // Every container of the pod gets the same verdict.
+    let sidecar = build(
+        &hgx(),
+        &pod_with(&ann, &pod_settings, &[]),
+        "sidecar",
+        &config,
+    );
+    assert_eq!(sidecar.unwrap_err(), err);
+
+    config.vf.pod_settings = vec![crate::config::VfSettingName::Mtu];
+    let err = build(&hgx(), &pod_with(&ann, &pod_settings, &[]), "main", &config).unwrap_err();
+    assert!(err.to_string().contains(": vlan: not among"), "{err}");
+
+    config
+        .vf
+        .pod_settings
+        .push(crate::config::VfSettingName::Vlan);
+    let p = build(&hgx(), &pod_with(&ann, &pod_settings, &[]), "main", &config).unwrap();
+    let s = &p.network[0].settings;
+    assert_eq!(
+        (s.vlan, s.mtu, s.spoofchk),
+        (Some(30), Some(9000), Some(true))
+    );
+    assert!(p.warnings.iter().all(|w| !w.contains("vf-settings")));
+
+    // Without a VF there is nothing to apply them to: a warning, not a refusal.
+    let gpu_only = format!(r#"{{"gpu":[{{"minor":0,"id":"{}"}}]}}"#, uuid(0));
+    let p = build(
+        &hgx(),
+        &pod_with(&gpu_only, &pod_settings, &[]),
+        "main",
+        &config,
+    )
+    .unwrap();
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w == "devgate.io/vf-settings: the pod has no vf to apply them to"),
+        "{:?}",
+        p.warnings
+    );
+}
+
 #[test]
 fn rdma_config_knobs() {
     let ann = format!(
