@@ -39,7 +39,8 @@ use crate::config::{Config, FailurePolicy};
 
 pub use audit::{Audit, GrantCounters};
 pub use settings::{
-    validate, Endpoint, GrantCheck, KubeApiConfig, Mode, DEFAULT_WAIT_MS, SERVICE_ACCOUNT_DIR,
+    validate, Endpoint, GrantCheck, KubeApiConfig, Mode, DEFAULT_WAIT_MS, KUBELET_KUBECONFIG,
+    SERVICE_ACCOUNT_DIR,
 };
 
 use audit::{Decision, Outcome, RefusalKind};
@@ -115,6 +116,7 @@ impl GrantChecker {
             config,
             &|k| std::env::var(k).ok(),
             Path::new(SERVICE_ACCOUNT_DIR),
+            Path::new(KUBELET_KUBECONFIG),
             &hostname,
         );
         GrantChecker::with_mode(mode, state_dir)

@@ -18,6 +18,8 @@ use crate::config::ConfigError;
 
 /// The service account directory of a pod.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// kubelet's kubeconfig on a kubeadm node: the host install's API server.
+pub const KUBELET_KUBECONFIG: &str = "/etc/kubernetes/kubelet.conf";
 /// NRI's default request timeout: the grant wait must end well inside it.
 pub const NRI_TIMEOUT_MS: u64 = 2000;
 /// Largest `grant_wait_ms` accepted: leaves the rest of NRI's 2 s to the plan,
@@ -204,12 +206,19 @@ fn valid_namespace(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
-/// The mode, from the config, environment lookups, the service account directory
-/// and the host name (parameters, so that tests do not depend on the machine).
+/// The mode, from the config, environment lookups, the service account directory,
+/// kubelet's kubeconfig and the host name (parameters, so that tests do not
+/// depend on the machine).
+///
+/// Where the config names no API server, devgate finds one the way it runs:
+/// in a pod, its service account; on the host (bootstrap's systemd unit),
+/// kubelet's own kubeconfig, `kubelet_conf`, watching as the node. Only where
+/// neither exists is the check off.
 pub fn resolve(
     cfg: &crate::config::Config,
     env: &dyn Fn(&str) -> Option<String>,
     sa_dir: &Path,
+    kubelet_conf: &Path,
     hostname: &str,
 ) -> Mode {
     if cfg.grant_check == Some(GrantCheck::Off) {
@@ -264,6 +273,17 @@ pub fn resolve(
                 None,
             ));
         }
+    }
+    if kubelet_conf.exists() {
+        // Found rather than configured: an unusable file still fails closed (the
+        // node has an API server), and says how to turn the check off.
+        return match kubeconfig::load(kubelet_conf, "") {
+            Ok(k) => Mode::Requests(endpoint(k.server, k.token, k.ca, k.client)),
+            Err(e) => Mode::Unavailable(format!(
+                "kubelet's kubeconfig {}: {e} (set kube_api.kubeconfig, or grant_check = \"off\")",
+                kubelet_conf.display()
+            )),
+        };
     }
     match cfg.grant_check {
         Some(GrantCheck::Requests) => Mode::Unavailable(

@@ -311,12 +311,13 @@ fn mode_resolution() {
         "NODE_NAME" => Some("n1".to_string()),
         _ => None,
     };
+    let no_kubelet = sa.path().join("no-kubelet.conf");
     let cfg = Config::default();
     assert_eq!(
-        settings::resolve(&cfg, &no_env, sa.path(), "Host"),
+        settings::resolve(&cfg, &no_env, sa.path(), &no_kubelet, "Host"),
         Mode::Off
     );
-    match settings::resolve(&cfg, &in_cluster, sa.path(), "host") {
+    match settings::resolve(&cfg, &in_cluster, sa.path(), &no_kubelet, "host") {
         Mode::Requests(ep) => {
             assert_eq!(ep.base, "https://10.96.0.1:443");
             assert_eq!(ep.node_name, "n1");
@@ -330,7 +331,7 @@ fn mode_resolution() {
         "t",
     )
     .unwrap();
-    match settings::resolve(&explicit, &no_env, sa.path(), "Host-1") {
+    match settings::resolve(&explicit, &no_env, sa.path(), &no_kubelet, "Host-1") {
         Mode::Requests(ep) => {
             assert_eq!(ep.base, "http://127.0.0.1:8001");
             assert_eq!(ep.node_name, "host-1");
@@ -340,14 +341,50 @@ fn mode_resolution() {
     }
     let required = Config::parse("grant_check = \"requests\"", "t").unwrap();
     assert!(matches!(
-        settings::resolve(&required, &no_env, sa.path(), "h"),
+        settings::resolve(&required, &no_env, sa.path(), &no_kubelet, "h"),
         Mode::Unavailable(_)
     ));
     let off = Config::parse("grant_check = \"off\"", "t").unwrap();
     assert_eq!(
-        settings::resolve(&off, &in_cluster, sa.path(), "h"),
+        settings::resolve(&off, &in_cluster, sa.path(), &no_kubelet, "h"),
         Mode::Off
     );
+
+    // On the host, with nothing configured: kubelet's kubeconfig, as the node.
+    let kubelet = sa.path().join("kubelet.conf");
+    std::fs::write(
+        &kubelet,
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{name: c, cluster: {server: \"https://10.0.0.1:6443\"}}]\n\
+         users: [{name: u, user: {token: t0k}}]\n\
+         contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    match settings::resolve(&cfg, &no_env, sa.path(), &kubelet, "Node-7") {
+        Mode::Requests(ep) => {
+            assert_eq!(ep.base, "https://10.0.0.1:6443");
+            assert_eq!(ep.node_name, "node-7");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The service account wins in a pod; grant_check = "off" wins over both.
+    match settings::resolve(&cfg, &in_cluster, sa.path(), &kubelet, "h") {
+        Mode::Requests(ep) => assert_eq!(ep.base, "https://10.96.0.1:443"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        settings::resolve(&off, &no_env, sa.path(), &kubelet, "h"),
+        Mode::Off
+    );
+    // Found but unusable: fails closed, and says how to turn the check off.
+    std::fs::write(&kubelet, "kind: Config\nclusters: [\n").unwrap();
+    match settings::resolve(&cfg, &no_env, sa.path(), &kubelet, "h") {
+        Mode::Unavailable(reason) => {
+            assert!(reason.contains("kubelet's kubeconfig"), "{reason}");
+            assert!(reason.contains("grant_check = \"off\""), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

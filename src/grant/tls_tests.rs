@@ -169,7 +169,8 @@ fn resolve(path: &Path) -> Mode {
         "t",
     )
     .unwrap();
-    settings::resolve(&config, &|_| None, Path::new("/nonexistent"), "h")
+    let none = Path::new("/nonexistent");
+    settings::resolve(&config, &|_| None, none, none, "h")
 }
 
 #[test]
