@@ -75,6 +75,9 @@ pub struct VfSettings {
     /// 802.1p priority, 0 to 7; applies with `vlan`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qos: Option<u8>,
+    /// `802.1q` (the default) or `802.1ad` (QinQ, needs a non-zero `vlan`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vlan_proto: Option<crate::netdev::VlanProto>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spoofchk: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -99,6 +102,7 @@ impl VfSettings {
             mac: self.mac.or(base.mac),
             vlan: self.vlan.or(base.vlan),
             qos: self.qos.or(base.qos),
+            vlan_proto: self.vlan_proto.or(base.vlan_proto),
             spoofchk: self.spoofchk.or(base.spoofchk),
             trust: self.trust.or(base.trust),
             link_state: self.link_state.or(base.link_state),
@@ -115,6 +119,7 @@ impl VfSettings {
             (N::Mac, self.mac.is_some()),
             (N::Vlan, self.vlan.is_some()),
             (N::Qos, self.qos.is_some()),
+            (N::VlanProto, self.vlan_proto.is_some()),
             (N::Spoofchk, self.spoofchk.is_some()),
             (N::Trust, self.trust.is_some()),
             (N::LinkState, self.link_state.is_some()),
@@ -165,6 +170,7 @@ pub enum VfSettingName {
     Mac,
     Vlan,
     Qos,
+    VlanProto,
     Spoofchk,
     Trust,
     LinkState,
@@ -179,6 +185,7 @@ impl VfSettingName {
             VfSettingName::Mac => "mac",
             VfSettingName::Vlan => "vlan",
             VfSettingName::Qos => "qos",
+            VfSettingName::VlanProto => "vlan_proto",
             VfSettingName::Spoofchk => "spoofchk",
             VfSettingName::Trust => "trust",
             VfSettingName::LinkState => "link_state",
@@ -253,7 +260,7 @@ mod tests {
     #[test]
     fn merge_and_validate() {
         let c = Config::parse(
-            "[vf.defaults]\nspoofchk = true\nvlan = 10\nmac = \"random\"\n\
+            "[vf.defaults]\nspoofchk = true\nvlan = 10\nmac = \"random\"\nvlan_proto = \"802.1ad\"\n\
              [vf.pf.\"0000:19:00.0\"]\nvlan = 20\nlink_state = \"enable\"\n",
             "t",
         )
@@ -263,6 +270,7 @@ mod tests {
         assert_eq!(s.spoofchk, Some(true));
         assert_eq!(s.mac, Some(MacPolicy::Random));
         assert_eq!(s.link_state, Some(VfLinkState::Enable));
+        assert_eq!(s.vlan_proto, Some(crate::netdev::VlanProto::Dot1Ad));
         assert_eq!(c.vf.for_pf(&"0000:3b:00.0".parse().unwrap()).vlan, Some(10));
 
         let bad = [

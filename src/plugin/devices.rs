@@ -359,7 +359,7 @@ fn netdev_settings(cfg: &config::VfSettings, pod_uid: &str, vf: &PciAddr) -> net
         mac,
         vlan: cfg.vlan,
         qos: cfg.qos,
-        vlan_proto: None,
+        vlan_proto: cfg.vlan_proto,
         spoofchk: cfg.spoofchk,
         trust: cfg.trust,
         link_state: cfg.link_state.map(|s| match s {

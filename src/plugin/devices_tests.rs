@@ -210,3 +210,44 @@ fn hook_gets_the_plugins_paths_unless_config_gives_the_hosts() {
         ]
     );
 }
+
+/// Every VF setting of the node's config reaches the hook, through the resolved
+/// annotation, as the netlink values the hook sends.
+#[test]
+fn node_vf_settings_reach_the_hook() {
+    let node = node();
+    let pod = gpu_vf_pod(&node);
+    let config = Config::parse(
+        "[vf.defaults]\nmac = \"random\"\nvlan = 100\nqos = 3\nvlan_proto = \"802.1ad\"\n\
+         spoofchk = false\ntrust = true\nlink_state = \"disable\"\n\
+         min_tx_rate = 10\nmax_tx_rate = 2000\nmtu = 9000\n",
+        "t",
+    )
+    .unwrap();
+    let adj = node
+        .devices
+        .apply(
+            &pod,
+            &container("c1", &[]),
+            &Arc::new(config),
+            RuntimeFeatures::default(),
+        )
+        .unwrap();
+    let resolved = Resolved::parse(&adj.annotations[RESOLVED_ANNOTATION]).unwrap();
+    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id;
+    assert_eq!(
+        resolved.networks[0].settings,
+        netdev::VfSettings {
+            mac: netdev::HwAddr::new(&pod_mac("uid", &vf)),
+            vlan: Some(100),
+            qos: Some(3),
+            vlan_proto: Some(netdev::VlanProto::Dot1Ad),
+            spoofchk: Some(false),
+            trust: Some(true),
+            link_state: Some(netdev::LinkState::Disable),
+            min_tx_rate: Some(10),
+            max_tx_rate: Some(2000),
+            mtu: Some(9000),
+        }
+    );
+}
