@@ -28,7 +28,10 @@ mod preinstalled;
 mod rpc;
 mod service;
 mod session;
+mod socket_watch;
 mod wire;
+
+use socket_watch::{SocketWatch, Woken};
 
 use std::{
     io,
@@ -202,9 +205,12 @@ impl<P: Plugin> Stub<P> {
 
 impl<P: Plugin> Connector<P> {
     /// Dials `path` for ever; backoff 100 ms doubling to 5 s, reset by
-    /// every connection that got as far as synchronizing.
+    /// every connection that got as far as synchronizing, and cut short when
+    /// the runtime creates its socket again ([`SocketWatch`]).
     fn redial(&self, path: &Path) -> Result<(), StubError> {
         let mut delay = FIRST_RETRY;
+        let mut watch = SocketWatch::new(path);
+        let mut warned = false;
         loop {
             let result = match UnixStream::connect(path) {
                 Ok(stream) => self.serve_connection(stream),
@@ -217,18 +223,31 @@ impl<P: Plugin> Connector<P> {
                 Ok(()) => {
                     tracing::info!(socket = %path.display(), "connection to runtime closed; reconnecting");
                     delay = FIRST_RETRY;
+                    warned = false;
                 }
                 // Warn on the first failure of a series only: a runtime that
                 // is down for minutes would otherwise flood the log.
-                Err(e) if delay == FIRST_RETRY => {
+                Err(e) if !warned => {
                     tracing::warn!(error = %ErrorChain(&e), "cannot reach the runtime; retrying");
+                    warned = true;
                 }
                 Err(e) => {
                     tracing::debug!(error = %ErrorChain(&e), retry_in_ms = %delay.as_millis(), "cannot reach the runtime");
                 }
             }
-            std::thread::sleep(delay);
-            delay = (delay * 2).min(MAX_RETRY);
+            if watch.is_none() {
+                // The directory may only now exist (the runtime makes it).
+                watch = SocketWatch::new(path);
+            }
+            match watch.as_ref().map(|w| w.wait(delay)) {
+                // The socket may be bound but not yet listening: retry soon.
+                Some(Woken::Created) => delay = FIRST_RETRY,
+                Some(Woken::TimedOut) => delay = (delay * 2).min(MAX_RETRY),
+                None => {
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(MAX_RETRY);
+                }
+            }
         }
     }
 }
