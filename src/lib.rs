@@ -10,6 +10,7 @@ pub mod grant;
 pub mod hook;
 pub mod inventory;
 pub mod ledger;
+pub mod logging;
 pub mod netdev;
 pub mod plan;
 pub mod plugin;

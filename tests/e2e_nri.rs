@@ -178,7 +178,7 @@ fn plugin_reconnects_after_containerd_restart() {
 /// Runtime-launched ("pre-installed") mode: containerd starts
 /// `<plugin_path>/10-devgate` itself, with only NRI_PLUGIN_NAME/IDX/SOCKET in
 /// the environment and the connection on fd 3, and sends `10-devgate.conf`
-/// as the Configure payload.
+/// as the Configure payload, whose `failure_policy` the plugin then follows.
 #[test]
 fn preinstalled_plugin_applies_the_probe() {
     require_root();
@@ -187,7 +187,7 @@ fn preinstalled_plugin_applies_the_probe() {
     std::fs::copy(support::DEVGATE, &installed).expect("install devgate as a pre-installed plugin");
     std::fs::write(
         ctrd.plugin_config_dir().join("10-devgate.conf"),
-        "failure_policy = \"fail\"\n",
+        "failure_policy = \"ignore\"\nlog_format = \"json\"\n",
     )
     .expect("write plugin config");
     let mark = ctrd.log_mark();
@@ -201,6 +201,18 @@ fn preinstalled_plugin_applies_the_probe() {
     let cri = ctrd.cri();
     let pod = probe_pod(&cri, "preinstalled", "launched");
     assert_eq!(probe_from_inside(&cri, &pod, "probe"), "launched");
+    // The drop-in file reached the plugin: with the default (`fail`) this
+    // allocation of an unknown GPU would refuse the container.
+    let bad = cri
+        .run_pod(&PodSpec::new("unknown-gpu").annotation(
+            "scheduling.koordinator.sh/device-allocated",
+            r#"{"gpu":[{"minor":99,"resources":{"koordinator.sh/gpu-core":"100"}}]}"#,
+        ))
+        .expect("RunPodSandbox");
+    let run = cri
+        .run_container(&bad, &ContainerSpec::shell("main", "ls /dev"))
+        .expect("failure_policy = \"ignore\" from the runtime's config starts it");
+    assert!(!run.log.contains("nvidia"), "{}", run.log);
 
     // It cannot reconnect to a descriptor: it must exit with the runtime
     // rather than linger as an orphan.

@@ -17,7 +17,7 @@ use nri::{
     Stub, StubError,
 };
 use tracing::level_filters::LevelFilter;
-use tracing_subscriber::{filter::Targets, layer::SubscriberExt, util::SubscriberInitExt};
+use tracing_subscriber::filter::Targets;
 
 use crate::{
     config::{Config, ConfigError, LogFormat},
@@ -180,17 +180,7 @@ fn exit_on_signal(signals: SigSet, gate: &RequestGate, plugin: &DevgatePlugin) {
 /// Logs go to stderr, filtered by `DEVGATE_LOG` (default `info`).
 fn init_logging(format: LogFormat) -> Result<(), NriCmdError> {
     let filter = log_filter(std::env::var(LOG_ENV).ok())?;
-    // Colour only for a person at a terminal: the journal and log files would keep
-    // the escape sequences.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let fmt = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
-    let installed = match format {
-        LogFormat::Text => fmt.finish().with(filter).try_init(),
-        LogFormat::Json => fmt.json().finish().with(filter).try_init(),
-    };
-    installed.map_err(|e| NriCmdError::Logging(Box::new(e)))
+    crate::logging::init_stderr(format, filter).map_err(|e| NriCmdError::Logging(Box::new(e)))
 }
 
 /// The filter `DEVGATE_LOG` asks for: a level, and levels per target.

@@ -159,14 +159,14 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &again));
         assert_eq!(built, 1);
 
-        let changes: Vec<Box<dyn Fn(&mut PlanKey)>> = vec![
-            Box::new(|k| k.sandbox_id = "p2".into()),
-            Box::new(|k| k.devices = Arc::new(PodDevices::default())),
-            Box::new(|k| k.selected = false),
-            Box::new(|k| k.inventory = Arc::new(Inventory::default())),
-            Box::new(|k| k.config = Arc::new(Config::default())),
-            Box::new(|k| k.features.explicit_cgroup_rules = true),
-            Box::new(|k| k.env = vec![Some("=mlx5_0".into())]),
+        let changes: [fn(&mut PlanKey); 7] = [
+            |k| k.sandbox_id = "p2".into(),
+            |k| k.devices = Arc::new(PodDevices::default()),
+            |k| k.selected = false,
+            |k| k.inventory = Arc::new(Inventory::default()),
+            |k| k.config = Arc::new(Config::default()),
+            |k| k.features.explicit_cgroup_rules = true,
+            |k| k.env = vec![Some("=mlx5_0".into())],
         ];
         for (i, change) in changes.iter().enumerate() {
             // Back to the base entry, then one input changed.

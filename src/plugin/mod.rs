@@ -281,8 +281,13 @@ impl nri::Plugin for DevgatePlugin {
             let state = Config::parse(&runtime.config, "from the runtime")
                 .map(Arc::new)
                 .map_err(Arc::new);
-            if let Err(e) = &state {
-                tracing::error!(error = %e, "invalid plugin config; refusing containers that need devgate");
+            match &state {
+                // The log began in the default format; the runtime's config
+                // names the one to keep.
+                Ok(config) => crate::logging::set_format(config.log_format),
+                Err(e) => {
+                    tracing::error!(error = %e, "invalid plugin config; refusing containers that need devgate")
+                }
             }
             *self.config.write().unwrap_or_else(PoisonError::into_inner) = state;
         }
