@@ -81,6 +81,18 @@ fn plugin_registers_with_containerd() {
         log.contains(r#"#1: \"10-devgate\" (external:10-devgate["#),
         "not in the invocation order: {log}"
     );
+    // --name and --idx name the plugin and place it in the order.
+    let mark = ctrd.log_mark();
+    let _second = DevgatePlugin::launch(&ctrd, &["--name", "gpu-gate", "--idx", "42"]);
+    let log = &ctrd.log()[mark..];
+    assert!(
+        log.contains(r#"registered as \"42-gpu-gate\""#),
+        "log: {log}"
+    );
+    assert!(
+        log.contains(r#"#2: \"42-gpu-gate\" (external:42-gpu-gate["#),
+        "not second in the invocation order: {log}"
+    );
 }
 
 #[test]

@@ -251,3 +251,49 @@ fn node_vf_settings_reach_the_hook() {
         }
     );
 }
+
+/// `device_mode = "cdi"` on a runtime that injects CDI devices: the adjustment
+/// names every device of the pod by its CDI name (GPU by UUID, VF by PCI
+/// address) and carries no device node of its own.
+#[test]
+fn cdi_mode_names_gpus_and_vfs() {
+    let node = node();
+    let pod = gpu_vf_pod(&node);
+    let config = Config {
+        device_mode: config::DeviceMode::Cdi,
+        ..Config::default()
+    };
+    let features = RuntimeFeatures {
+        cdi_devices: true,
+        ..RuntimeFeatures::default()
+    };
+    let adj = node
+        .devices
+        .apply(&pod, &container("c1", &[]), &Arc::new(config), features)
+        .unwrap();
+    let inv = node.fixture.expected();
+    let names: Vec<&str> = adj.CDI_devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            format!("devgate.io/gpu={}", inv.gpus[0].uuid),
+            format!("devgate.io/rdma={}", inv.rdma[0].vfs[0].bus_id),
+        ]
+    );
+    assert!(adj.linux.as_ref().unwrap().devices.is_empty());
+    // The same config on a runtime that drops CDI names: device nodes.
+    let nodes = node
+        .devices
+        .apply(
+            &pod,
+            &container("c2", &[]),
+            &Arc::new(Config {
+                device_mode: config::DeviceMode::Cdi,
+                ..Config::default()
+            }),
+            RuntimeFeatures::default(),
+        )
+        .unwrap();
+    assert!(nodes.CDI_devices.is_empty());
+    assert!(!nodes.linux.as_ref().unwrap().devices.is_empty());
+}
