@@ -135,6 +135,9 @@ fn check_device_cr(fixture: &Fixture) {
     assert_eq!(devices.len(), 18);
     let mut gpu_minors = Vec::new();
     let mut rdma_minors = Vec::new();
+    let inv = fixture.expected();
+    // nodeID is the NUMA node, -1 read as 0 as koordlet does.
+    let node_id = |t: &devgate::inventory::Topology| i64::from(t.numa_node.unwrap_or(0));
     for d in devices {
         let minor = d["minor"].as_i64().expect("every device has a minor");
         let topology = &d["topology"];
@@ -145,7 +148,21 @@ fn check_device_cr(fixture: &Fixture) {
         match d["type"].as_str() {
             Some("gpu") => {
                 gpu_minors.push(minor);
-                assert!(d["id"].as_str().is_some_and(|id| id.starts_with("GPU-")));
+                let gpu = inv
+                    .gpus
+                    .iter()
+                    .find(|g| i64::from(g.minor) == minor)
+                    .unwrap();
+                assert_eq!(d["id"].as_str(), Some(gpu.uuid.as_str()));
+                assert_eq!(
+                    topology["busID"].as_str(),
+                    Some(gpu.bus_id.to_string().as_str())
+                );
+                assert_eq!(topology["nodeID"].as_i64(), Some(node_id(&gpu.topology)));
+                assert_eq!(
+                    topology["pcieID"].as_str(),
+                    Some(gpu.topology.pcie_root.as_str())
+                );
                 assert_eq!(
                     d["resources"]["koordinator.sh/gpu-core"].as_str(),
                     Some("100")
@@ -153,10 +170,27 @@ fn check_device_cr(fixture: &Fixture) {
             }
             Some("rdma") => {
                 rdma_minors.push(minor);
+                let id = d["id"].as_str().expect("pf bus id");
+                let nic = inv
+                    .rdma
+                    .iter()
+                    .find(|n| n.bus_id.to_string() == id)
+                    .unwrap();
+                assert_eq!(topology["busID"].as_str(), Some(id));
+                assert_eq!(topology["nodeID"].as_i64(), Some(node_id(&nic.topology)));
                 assert_eq!(d["resources"]["koordinator.sh/rdma"].as_str(), Some("100"));
-                for vf in d["vfGroups"][0]["vfs"].as_sequence().into_iter().flatten() {
-                    assert_eq!(vf["minor"].as_i64(), Some(-1));
-                }
+                let vfs: Vec<&str> = d["vfGroups"][0]["vfs"]
+                    .as_sequence()
+                    .into_iter()
+                    .flatten()
+                    .map(|vf| {
+                        assert_eq!(vf["minor"].as_i64(), Some(-1));
+                        vf["busID"].as_str().expect("vf busID")
+                    })
+                    .collect();
+                let mut want: Vec<String> = nic.vfs.iter().map(|v| v.bus_id.to_string()).collect();
+                want.sort();
+                assert_eq!(vfs, want, "{id}");
             }
             other => panic!("unexpected device type {other:?}"),
         }

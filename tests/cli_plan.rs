@@ -35,6 +35,12 @@ fn allocated(annotation: &str) -> Value {
 /// Runs `devgate plan` on `pod_text` (written to a file, or piped for `-`).
 fn plan_cmd(root: &Path, pod_text: &[u8], extra: &[&str]) -> Output {
     let dir = tempfile::tempdir().unwrap();
+    plan_cmd_with_state(root, pod_text, &dir.path().join("state"), extra)
+}
+
+/// [`plan_cmd`] reading the ledger under `state`.
+fn plan_cmd_with_state(root: &Path, pod_text: &[u8], state: &Path, extra: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pod.json");
     std::fs::write(&file, pod_text).unwrap();
     let stdin = extra.contains(&"-");
@@ -42,7 +48,7 @@ fn plan_cmd(root: &Path, pod_text: &[u8], extra: &[&str]) -> Output {
     cmd.arg("plan")
         .args(["--host-root", root.to_str().unwrap()])
         .args(["--config", "/nonexistent/devgate.toml"])
-        .args(["--state-dir", dir.path().join("state").to_str().unwrap()]);
+        .args(["--state-dir", state.to_str().unwrap()]);
     if !stdin {
         cmd.args(["--pod", file.to_str().unwrap()]);
     }
@@ -304,4 +310,56 @@ fn comm_env_from_the_host_and_the_pod_spec() {
         "{text}"
     );
     assert!(text.contains(&format!("\nNCCL_IB_HCA=={hca}\n")), "{text}");
+}
+
+/// With `--state-dir`, devices another pod holds are warnings in the plan; the
+/// ledger is read, never written.
+#[test]
+fn devices_held_by_other_pods_are_warnings() {
+    use devgate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
+    let (dir, fx) = fixture();
+    let gpu = &fx.expected().gpus[2];
+    let state = dir.path().join("state");
+    let holder = PodRef {
+        sandbox_id: "s1".into(),
+        namespace: "ml".into(),
+        name: "other".into(),
+        uid: "u1".into(),
+    };
+    let claim = Claim {
+        device: DeviceId::Gpu(gpu.uuid.clone()),
+        share: Share::Exclusive,
+    };
+    Ledger::open(&state)
+        .unwrap()
+        .claim(&holder, &[claim])
+        .unwrap();
+    let before = std::fs::read(state.join("ledger.json")).unwrap();
+
+    let annotation = format!(
+        r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}]}}"#,
+        gpu.minor, gpu.uuid
+    );
+    let out = plan_cmd_with_state(
+        fx.root(),
+        allocated(&annotation).to_string().as_bytes(),
+        &state,
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let warning = format!("gpu {} is held by ml/other (exclusive)", gpu.uuid);
+    assert!(
+        plan["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w == &json!(warning)),
+        "{plan}"
+    );
+    assert_eq!(std::fs::read(state.join("ledger.json")).unwrap(), before);
 }
