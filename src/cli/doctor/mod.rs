@@ -209,6 +209,12 @@ pub fn run(args: DoctorArgs) -> Result<(), DoctorError> {
         DoctorFormat::Table => print!("{}", table(&checks)),
         DoctorFormat::Json => println!("{}", serde_json::to_string_pretty(&checks)?),
     }
+    verdict(&checks)
+}
+
+/// The exit status: a failed check fails the command (exit 1); warnings alone
+/// do not (exit 0).
+fn verdict(checks: &[Check]) -> Result<(), DoctorError> {
     let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
     if failed > 0 {
         return Err(DoctorError::Failed {

@@ -200,6 +200,41 @@ fn healthy_node_passes_every_check() {
     );
 }
 
+/// The exit status follows the checks: a healthy node, and one with warnings
+/// only, exit 0; one failed check makes it 1, naming the count.
+#[test]
+fn exit_status_fails_only_on_a_failed_check() {
+    let node = healthy();
+    let mut checks = run_checks(&node.roots, &node.host);
+    assert!(super::verdict(&checks).is_ok());
+    checks[0].status = Status::Warn;
+    assert!(super::verdict(&checks).is_ok(), "warnings alone exit 0");
+    checks[1].status = Status::Fail;
+    let err = super::verdict(&checks).unwrap_err();
+    assert_eq!(err.to_string(), "1 of 14 checks failed");
+}
+
+/// A state directory devgate cannot write to (read-only mount) fails.
+#[test]
+fn state_dir_on_a_read_only_mount_fails() {
+    let node = healthy();
+    let dir = node.roots.state_dir.to_str().unwrap().to_string();
+    let mount = |args: &[&str]| {
+        let ok = std::process::Command::new("mount")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mount {args:?} (tests run as root)");
+    };
+    mount(&["-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", &dir]);
+    let checks = run_checks(&node.roots, &node.host);
+    let _ = std::process::Command::new("umount").arg(&dir).status();
+    let c = check(&checks, "state dirs");
+    assert_eq!(c.status, Status::Fail, "{c:?}");
+    assert!(c.detail.contains("is not writable: "), "{c:?}");
+    assert!(c.detail.contains("Read-only file system"), "{c:?}");
+}
+
 #[test]
 fn state_dir_that_is_a_file_fails() {
     let node = healthy();
