@@ -58,6 +58,6 @@ prepare_node() {
     [[ ! -r $param ]] || runtime=$(<"$param")
     [[ $mode == shared ]] || want=N
     if [[ $runtime != "$want" ]] && { ((changed)) || [[ -n $runtime ]]; }; then
-        log "notice: rdma.netns_mode = $mode takes effect after a reboot (ib_core reads netns_mode when it loads)"
+        log "notice: rdma.netns_mode = $mode takes effect after a reboot (ib_core reads netns_mode when it loads; where the initramfs loads it, rebuild that first: update-initramfs -u, or dracut -f)"
     fi
 }
