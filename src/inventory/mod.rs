@@ -140,4 +140,6 @@ impl Scan<'_> {
 #[cfg(test)]
 mod discover_tests;
 #[cfg(test)]
+mod library_tests;
+#[cfg(test)]
 mod malformed_tests;
