@@ -69,6 +69,23 @@ fn messages_are_reassembled_however_frames_and_reads_cut_them() {
     );
 }
 
+/// A frame of connection 2 arriving while connection 1's message is still
+/// incomplete: each connection is reassembled on its own.
+#[test]
+fn interleaved_connections_keep_their_own_partial_messages() {
+    let one = ttrpc(1, &[1u8; 300]);
+    let two = ttrpc(5, &[2u8; 200]);
+    let chunks = vec![
+        frame(1, &one[..150]),
+        frame(2, &two[..20]),
+        frame(1, &one[150..]),
+        frame(2, &two[20..]),
+    ];
+    let mut wire = wire_fed_by(chunks);
+    let got = read_all(&mut wire);
+    assert_eq!(got, [(1, 1, vec![1u8; 300]), (2, 5, vec![2u8; 200])]);
+}
+
 #[test]
 fn oversized_frames_and_messages_are_refused() {
     let mut huge_frame = 1u32.to_be_bytes().to_vec();

@@ -188,6 +188,36 @@ impl PluginConn {
         self.client.create_container(self.ctx(), &req).await
     }
 
+    /// UpdateContainer, as the runtime sends it when a container's resources change.
+    pub async fn update_container(
+        &self,
+        pod: &PodSandbox,
+        container: &Container,
+        resources: &api::LinuxResources,
+    ) -> ttrpc::Result<api::UpdateContainerResponse> {
+        let req = api::UpdateContainerRequest {
+            pod: Some(pod.clone()).into(),
+            container: Some(container.clone()).into(),
+            linux_resources: Some(resources.clone()).into(),
+            ..Default::default()
+        };
+        self.client.update_container(self.ctx(), &req).await
+    }
+
+    /// StopContainer, as the runtime sends it before a container stops.
+    pub async fn stop_container(
+        &self,
+        pod: &PodSandbox,
+        container: &Container,
+    ) -> ttrpc::Result<api::StopContainerResponse> {
+        let req = api::StopContainerRequest {
+            pod: Some(pod.clone()).into(),
+            container: Some(container.clone()).into(),
+            ..Default::default()
+        };
+        self.client.stop_container(self.ctx(), &req).await
+    }
+
     /// Delivers a lifecycle event without reply data the way this runtime
     /// would: nothing if not subscribed; per-event RPC on NRI v0.12 unless
     /// the plugin answered UNIMPLEMENTED once; StateChange otherwise.

@@ -15,6 +15,37 @@ async fn create_container_returns_the_adjustment() {
     assert_eq!(reply.adjust.env[0].value, "web");
 }
 
+/// UpdateContainer and StopContainer reach their handlers with the request's
+/// pod, container and resources, and their updates come back to the runtime.
+#[tokio::test]
+async fn update_and_stop_container_reach_the_plugin_and_return_updates() {
+    let events = create_and_remove()
+        .with(Event::UPDATE_CONTAINER)
+        .with(Event::STOP_CONTAINER);
+    for config in [FakeConfig::containerd_1_7(), FakeConfig::nri_v0_12()] {
+        let (plugin, conn, _dir) = connect(Recorder::new(events), config).await;
+        let conn = conn.unwrap();
+        let resources = crate::api::LinuxResources {
+            devices: vec![Default::default(), Default::default()],
+            ..Default::default()
+        };
+        let updated = conn
+            .update_container(&pod("web"), &ctr("app"), &resources)
+            .await
+            .unwrap();
+        assert_eq!(updated.update[0].container_id, "app-id");
+        let stopped = conn.stop_container(&pod("web"), &ctr("app")).await.unwrap();
+        assert_eq!(stopped.update[0].container_id, "app-id-sibling");
+        assert_eq!(
+            plugin.calls()[1..],
+            [
+                "update app in web: 2 device rules".to_string(),
+                "stop app in web".to_string()
+            ]
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_lean_plugin_gets_what_it_reads_and_not_the_rest() {
     let mut pod = pod("web");

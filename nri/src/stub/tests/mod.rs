@@ -139,6 +139,38 @@ impl Plugin for Recorder {
         self.note(format!("remove {}", ctr.name));
         Ok(())
     }
+
+    fn update_container(
+        &self,
+        pod: &PodSandbox,
+        ctr: &Container,
+        resources: &crate::api::LinuxResources,
+    ) -> Result<crate::api::UpdateContainerResponse, Refusal> {
+        let devices = resources.devices.len();
+        self.note(format!(
+            "update {} in {}: {devices} device rules",
+            ctr.name, pod.name
+        ));
+        Ok(crate::api::UpdateContainerResponse {
+            update: vec![ContainerUpdate {
+                container_id: ctr.id.clone(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+    }
+
+    fn stop_container(
+        &self,
+        pod: &PodSandbox,
+        ctr: &Container,
+    ) -> Result<Vec<ContainerUpdate>, Refusal> {
+        self.note(format!("stop {} in {}", ctr.name, pod.name));
+        Ok(vec![ContainerUpdate {
+            container_id: format!("{}-sibling", ctr.id),
+            ..Default::default()
+        }])
+    }
 }
 
 fn pod(name: &str) -> PodSandbox {
