@@ -46,8 +46,6 @@ pub enum StatusCmdError {
     Runtime(#[from] crate::plugin::features::FeaturesError),
     #[error(transparent)]
     Grants(#[from] crate::grant::audit::AuditError),
-    #[error(transparent)]
-    Vfs(#[from] crate::netdev::SavedError),
 }
 
 /// `-o json`: the ledger's devices and pods, and GPU health.
@@ -63,6 +61,9 @@ struct StatusView<'a> {
     grants: &'a crate::grant::GrantCounters,
     /// VFs in pods, and where their RDMA devices are.
     vfs: &'a [VfView],
+    /// Why the VFs' saved state could not be read, when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vf_state_error: Option<&'a str>,
 }
 
 pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
@@ -70,11 +71,12 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
     let health = HealthStore::new(&args.health_dir).snapshot()?;
     let runtime_record = crate::plugin::features::RuntimeRecord::load(&args.state_dir)?;
     let grants = crate::grant::audit::read_counters(&args.state_dir)?;
-    let vfs: Vec<VfView> = crate::netdev::SavedStore::new(&args.state_dir)
-        .all()?
-        .iter()
-        .map(VfView::of)
-        .collect();
+    // A VF record that cannot be read is shown, not allowed to hide the rest.
+    let (vfs, vf_state_error): (Vec<VfView>, Option<String>) =
+        match crate::netdev::SavedStore::new(&args.state_dir).all() {
+            Ok(saved) => (saved.iter().map(VfView::of).collect(), None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
     // Discovery only when some pod holds both kinds: it is the slow part.
     let pairs = if state.pods.values().any(holds_gpu_and_nic) {
         pod_pairs(&state, &crate::inventory::discover(&args.host_root))
@@ -90,6 +92,7 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
                 runtime: runtime_record.as_ref(),
                 grants: &grants,
                 vfs: &vfs,
+                vf_state_error: vf_state_error.as_deref(),
             };
             println!("{}", serde_json::to_string_pretty(&view)?)
         }
@@ -100,6 +103,9 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
             print!("\n{}", crate::grant::audit::table(&grants));
             if !vfs.is_empty() {
                 print!("\n{}", vfs::table(&vfs));
+            }
+            if let Some(e) = &vf_state_error {
+                println!("\nVFS: saved state unreadable: {e}");
             }
             if !pairs.is_empty() {
                 print!("\n{}", pairs::table(&pairs));

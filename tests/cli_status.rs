@@ -1,0 +1,48 @@
+//! `devgate status` on a state directory holding an unreadable VF record: the
+//! rest is still shown, and the record's error with it.
+use std::process::Command;
+
+fn status(state: &std::path::Path, health: &std::path::Path, extra: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .arg("status")
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--health-dir")
+        .arg(health)
+        .args(extra)
+        .output()
+        .expect("run devgate status");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn an_unreadable_vf_record_is_reported_not_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(state.join("vf")).unwrap();
+    std::fs::write(state.join("vf").join("0000:19:00.2.json"), "{torn").unwrap();
+    let health = dir.path().join("health");
+
+    let (ok, text) = status(&state, &health, &[]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("DEVICE"),
+        "the ledger table is still there: {text}"
+    );
+    assert!(text.contains("VFS: saved state unreadable: "), "{text}");
+    assert!(text.contains("0000:19:00.2.json"), "{text}");
+
+    let (ok, json) = status(&state, &health, &["-o", "json"]);
+    assert!(ok, "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["vfs"], serde_json::json!([]));
+    assert!(
+        v["vf_state_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("0000:19:00.2.json")),
+        "{v}"
+    );
+}
