@@ -1,0 +1,125 @@
+//! The plugin's own VF restore, against a real containerd (1.7.24 and 2.1.9: the
+//! suite runs under both), for a VF whose poststop never restored it: the plugin
+//! was killed, the container stopped with a poststop that did nothing (a runtime
+//! crash, a hook killed), and the pod's netns died, which returns a physical VF
+//! to the host as `dev<ifindex>` (done here by hand: a veth stand-in would die
+//! with the netns). When the plugin is back, Synchronize finds the pod gone and
+//! the release restores the VF's name and MAC before dropping the claims.
+mod support;
+
+#[path = "hook_netns/net.rs"]
+mod net;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use devgate::fixture::HostRootBuilder;
+use net::{link, In, Veth};
+use support::node::{allocation, vf_entry, Node, DEVICE_ALLOCATED};
+use support::{require_root, wait_for, ContainerSpec, PodSpec, DEVGATE, SLOW};
+
+const MAC: &str = "02:00:00:de:0c:01";
+
+/// A hook that runs the real one at createRuntime and does nothing at poststop.
+fn createruntime_only_hook(dir: &Path) -> String {
+    let real = Path::new(DEVGATE).with_file_name("devgate-hook");
+    let path = dir.join("devgate-hook");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = poststop ] && exit 0\nexec {} \"$@\"\n",
+            real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+/// The network namespace path of a running container, from its OCI spec.
+fn netns_path(spec: &serde_json::Value) -> String {
+    spec["linux"]["namespaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|n| n["type"] == "network")
+        .and_then(|n| n["path"].as_str())
+        .expect("the pod has a network namespace path")
+        .to_string()
+}
+
+#[test]
+fn a_vf_poststop_never_restored_comes_back_when_the_plugin_reconciles() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let hook = createruntime_only_hook(dir.path());
+    let mut node = Node::start_full(
+        HostRootBuilder::hgx().vf_netdev_prefix("dgrc"),
+        &format!("hook_path = \"{hook}\"\n"),
+        &[],
+    );
+    let inv = node.fixture.expected();
+    let (pf, vf) = (&inv.rdma[0], &inv.rdma[0].vfs[1]);
+    let host_name = vf.netdev.clone().expect("fixture vf netdev");
+    let stand_in = Veth::new(&host_name, "dgrcpeer", MAC);
+    let alloc = allocation(&[], &[vf_entry(0, pf.bus_id, vf.bus_id)]);
+    let cri = node.cri();
+    let pod = cri
+        .run_pod(
+            &PodSpec::new("vf-reconcile")
+                .own_netns()
+                .annotation(DEVICE_ALLOCATED, &alloc),
+        )
+        .expect("RunPodSandbox");
+    let id = cri
+        .create_container(&pod, &ContainerSpec::shell("main", "sleep 300"))
+        .expect("CreateContainer");
+    cri.start_container(&id).expect("StartContainer");
+    let netns = netns_path(&cri.runtime_spec(&id).expect("spec"));
+    let net_arg = format!("--net={netns}");
+    let in_pod = |args: &[&str]| {
+        let mut cmd = vec!["nsenter", net_arg.as_str()];
+        cmd.extend_from_slice(args);
+        net::sh(&cmd)
+    };
+    assert!(in_pod(&["ip", "-o", "link", "show", "net1"]).contains(MAC));
+    assert!(link(In::Host, &host_name).is_none());
+
+    node.plugin.kill();
+    cri.stop_container(&id, 5).expect("StopContainer");
+    cri.remove_container(&id).expect("RemoveContainer");
+    // poststop did nothing: the VF is still the pod's net1.
+    let show = in_pod(&["ip", "-o", "link", "show", "net1"]);
+    let ifindex = show.split(':').next().unwrap().trim().to_string();
+    let fallback = format!("dev{ifindex}");
+    in_pod(&["ip", "link", "set", "net1", "netns", "1", "name", &fallback]);
+    cri.stop_pod(&pod).expect("StopPodSandbox");
+    cri.remove_pod(&pod).expect("RemovePodSandbox");
+    assert!(link(In::Host, &fallback).is_some());
+    assert_eq!(
+        node.ledger().pods.len(),
+        1,
+        "claims kept while devgate is down"
+    );
+
+    node.plugin.respawn(&node.ctrd);
+    node.plugin.wait_registered(&node.ctrd, SLOW);
+    let back = wait_for("the plugin to restore the vf", SLOW, || {
+        link(In::Host, &host_name)
+    });
+    assert_eq!(back.address.as_deref(), Some(MAC));
+    assert!(link(In::Host, &fallback).is_none());
+    wait_for("claims released", SLOW, || {
+        node.ledger().pods.is_empty().then_some(())
+    });
+    let saved = node.state_dir().join("vf");
+    // The per-VF lock files stay (they are reused); the records go.
+    let left: Vec<_> = std::fs::read_dir(&saved)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        !left.iter().any(|n| n.to_string_lossy().ends_with(".json")),
+        "saved VF state left: {left:?}"
+    );
+    drop(stand_in);
+}
