@@ -111,3 +111,71 @@ fn vf_moves_into_the_pod_as_net1_and_comes_back() {
     });
     drop(stand_in);
 }
+
+/// A createRuntime that cannot apply the plan fails the container and changes
+/// nothing: `net1` is already taken in the pod's netns, so the VF stays on the
+/// host as it was, StartContainer fails with the hook's reason, and the pod's
+/// claim lasts until the pod goes (kubelet retries the container in it).
+#[test]
+fn a_failed_attach_fails_the_container_and_leaves_the_vf_on_the_host() {
+    require_root();
+    let node = Node::start_with(HostRootBuilder::hgx().vf_netdev_prefix("dgef"), &[]);
+    let inv = node.fixture.expected();
+    let (pf, vf) = (&inv.rdma[0], &inv.rdma[0].vfs[1]);
+    let host_name = vf.netdev.clone().expect("fixture vf netdev");
+    let stand_in = Veth::new(&host_name, "dgefpeer", "02:00:00:de:0b:01");
+    let alloc = allocation(&[], &[vf_entry(0, pf.bus_id, vf.bus_id)]);
+    let cri = node.cri();
+    let pod = cri
+        .run_pod(
+            &PodSpec::new("taken")
+                .own_netns()
+                .annotation(DEVICE_ALLOCATED, &alloc),
+        )
+        .expect("RunPodSandbox");
+    let id = cri
+        .create_container(&pod, &ContainerSpec::shell("main", "sleep 300"))
+        .expect("CreateContainer");
+    let spec = cri.runtime_spec(&id).expect("spec");
+    let netns = spec["linux"]["namespaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|n| n["type"] == "network")
+        .and_then(|n| n["path"].as_str())
+        .expect("pod netns path")
+        .to_string();
+    net::sh(&[
+        "nsenter",
+        &format!("--net={netns}"),
+        "ip",
+        "link",
+        "add",
+        "net1",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "dgefinner",
+    ]);
+    let err = cri
+        .start_container(&id)
+        .expect_err("net1 is taken in the pod");
+    assert!(
+        err.message()
+            .contains("net1 already exists in the pod netns"),
+        "{}",
+        err.message()
+    );
+    let home = link(In::Host, &host_name).expect("the VF stays on the host");
+    assert_eq!(home.address.as_deref(), Some("02:00:00:de:0b:01"));
+    assert_eq!(node.ledger().pods.len(), 1, "the pod keeps its claim");
+
+    cri.delete_pod(&pod, &[]);
+    let _ = cri.remove_container(&id);
+    wait_for("claims released", SLOW, || {
+        node.ledger().pods.is_empty().then_some(())
+    });
+    assert!(link(In::Host, &host_name).is_some());
+    drop(stand_in);
+}
