@@ -235,3 +235,52 @@ mod log_filter_tests {
         assert!(err.to_string().contains("info,x=loud"), "{err}");
     }
 }
+
+#[cfg(test)]
+mod flag_tests {
+    use std::path::Path;
+
+    use clap::Parser;
+
+    use super::NriArgs;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        nri: NriArgs,
+    }
+
+    /// The defaults install scripts and the DaemonSet rely on, and every flag
+    /// overriding its own.
+    #[test]
+    fn defaults_and_overrides() {
+        let d = Flags::try_parse_from(["devgate-nri"]).unwrap().nri;
+        assert_eq!(d.socket, Path::new("/var/run/nri/nri.sock"));
+        assert_eq!((d.name.as_str(), d.idx.as_str()), ("devgate", "10"));
+        assert_eq!(d.config, Path::new("/etc/devgate/config.toml"));
+        assert_eq!(d.host_root, Path::new("/"));
+        assert_eq!(d.state_dir, Path::new("/run/devgate"));
+        let o = Flags::try_parse_from([
+            "devgate-nri",
+            "--socket=/s",
+            "--name=n",
+            "--idx=42",
+            "--config=/c",
+            "--host-root=/h",
+            "--state-dir=/d",
+        ])
+        .unwrap()
+        .nri;
+        assert_eq!(
+            (o.socket, o.name, o.idx, o.config, o.host_root, o.state_dir),
+            (
+                "/s".into(),
+                "n".into(),
+                "42".into(),
+                "/c".into(),
+                "/h".into(),
+                "/d".into()
+            )
+        );
+    }
+}

@@ -1,0 +1,94 @@
+//! `devgate cdi generate` without a runtime: both kinds to stdout, one kind to
+//! a file, both to a directory, and the refusals and clean-up around them.
+use std::path::Path;
+use std::process::{Command, Output};
+
+use devgate::fixture::HostRootBuilder;
+use serde_json::Value;
+
+fn generate(root: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .args(["cdi", "generate", "--config", "/nonexistent/devgate.toml"])
+        .arg("--host-root")
+        .arg(root)
+        .args(extra)
+        .output()
+        .expect("run devgate cdi generate")
+}
+
+fn kinds(text: &str) -> Vec<String> {
+    serde_json::Deserializer::from_str(text)
+        .into_iter::<Value>()
+        .map(|v| {
+            v.expect("a json spec")["kind"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn stdout_file_and_directory_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let hgx = HostRootBuilder::hgx()
+        .build(&dir.path().join("hgx"))
+        .unwrap();
+
+    // Without -o: every kind's spec on stdout, nothing else there.
+    let out = generate(hgx.root(), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(kinds(&stdout), ["devgate.io/gpu", "devgate.io/rdma"]);
+
+    // -o naming a file holds one kind, so --kind is needed.
+    let file = dir.path().join("gpu.json");
+    let out = generate(hgx.root(), &["-o", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is not a directory: writing both kinds needs one (or pass --kind)"),
+        "{stderr}"
+    );
+    assert!(!file.exists());
+    let out = generate(hgx.root(), &["--kind", "gpu", "-o", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        kinds(&std::fs::read_to_string(&file).unwrap()),
+        ["devgate.io/gpu"]
+    );
+
+    // A directory gets one file per kind; a kind the node no longer has loses
+    // its stale spec, so the runtime cannot resolve devices that are gone.
+    let specs = dir.path().join("cdi");
+    std::fs::create_dir(&specs).unwrap();
+    let out = generate(hgx.root(), &["-o", specs.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rdma = specs.join("devgate.io-rdma.json");
+    assert!(specs.join("devgate.io-gpu.json").exists() && rdma.exists());
+    let gpus_only = HostRootBuilder::hgx()
+        .nics(0)
+        .intel_rdma(false)
+        .build(&dir.path().join("gpus-only"))
+        .unwrap();
+    let out = generate(gpus_only.root(), &["-o", specs.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(specs.join("devgate.io-gpu.json").exists());
+    assert!(!rdma.exists(), "stale rdma spec removed");
+}
