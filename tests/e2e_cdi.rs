@@ -73,16 +73,7 @@ fn device_mode_cdi_uses_the_spec_where_the_runtime_injects_cdi() {
     );
 
     // `devgate status` shows the runtime and what it uses.
-    let health = node.ctrd.path("health");
-    let status = devgate(&[
-        "status",
-        "--state-dir",
-        &node.state_dir().to_string_lossy(),
-        "--health-dir",
-        &health.to_string_lossy(),
-        "-o",
-        "json",
-    ]);
+    let status = node.status(&["-o", "json"]);
     let status: serde_json::Value = serde_json::from_str(&status).expect("status json");
     let rt = &status["runtime"];
     assert_eq!(rt["runtime"], "containerd", "{runtime}: {rt}");

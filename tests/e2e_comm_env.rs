@@ -11,7 +11,7 @@ mod net;
 use devgate::fixture::HostRootBuilder;
 use net::{link, In, Veth};
 use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
-use support::{require_root, wait_for, ContainerSpec, PodSpec, DEVGATE, SLOW};
+use support::{require_root, wait_for, ContainerSpec, PodSpec, SLOW};
 
 const CONFIG: &str = r#"
 [comm_env]
@@ -80,22 +80,7 @@ fn nccl_and_ucx_variables_name_the_allocated_devices() {
 
     // `devgate status` pairs the pod's GPU with its NICs: the VF's NIC shares the
     // GPU's switch (PIX), slot 3's NIC is on another root complex of NUMA node 0.
-    let out = std::process::Command::new(DEVGATE)
-        .arg("status")
-        .arg("--state-dir")
-        .arg(node.state_dir())
-        .arg("--health-dir")
-        .arg(node.ctrd.path("health"))
-        .arg("--host-root")
-        .arg(node.fixture.root())
-        .output()
-        .expect("devgate status");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = node.status(&["--host-root", &node.fixture.root().to_string_lossy()]);
     assert!(text.contains("\nPOD default/nccl\n"), "{text}");
     assert!(text.contains("\nGPU0   PIX    NODE\n"), "{text}");
     assert!(

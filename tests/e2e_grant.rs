@@ -4,13 +4,12 @@
 //! process) and refuses an allocation its pod's containers do not request.
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use devgate::fixture::HostRootBuilder;
 use devgate::grant::fake_api::{pod, FakeApi};
 use support::node::{gpu_entry, gpus, Node, DEVICE_ALLOCATED};
-use support::{require_root, ContainerSpec, PodSpec, DEVGATE};
+use support::{require_root, ContainerSpec, PodSpec};
 
 const NODE: &str = "e2e-node";
 
@@ -107,7 +106,7 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
         "GRANTS granted 1 unchecked 0 unverified 0 refused 3 (mismatch 1, static_pod 1, unknown_pod 1)";
     let deadline = Instant::now() + Duration::from_secs(30);
     let text = loop {
-        let text = status(&node);
+        let text = node.status(&[]);
         if text.contains(expected) || Instant::now() > deadline {
             break text;
         }
@@ -116,7 +115,7 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
     assert!(text.contains(expected), "{text}");
     assert!(text.contains("last refusal: default/static"), "{text}");
     let json: serde_json::Value =
-        serde_json::from_str(&status_with(&node, &["-o", "json"])).expect("status json");
+        serde_json::from_str(&node.status(&["-o", "json"])).expect("status json");
     let grants = &json["grants"];
     assert_eq!(grants["granted"], 1, "{json}");
     assert_eq!(grants["refused"], 3, "{json}");
@@ -165,28 +164,4 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
     let plain = cri.run_pod(&PodSpec::new("plain")).expect("RunPodSandbox");
     cri.run_container(&plain, &ContainerSpec::shell("main", "true"))
         .expect("plain pod starts");
-}
-
-/// `devgate status` of `node`, run as its own process.
-fn status(node: &Node) -> String {
-    status_with(node, &[])
-}
-
-fn status_with(node: &Node, args: &[&str]) -> String {
-    let out = Command::new(DEVGATE)
-        .arg("status")
-        .args(args)
-        .arg("--state-dir")
-        .arg(node.state_dir())
-        .arg("--health-dir")
-        .arg(node.ctrd.path("health"))
-        .output()
-        .expect("run devgate status");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
 }

@@ -9,12 +9,15 @@ mod support;
 
 #[path = "hook_netns/net.rs"]
 mod net;
+#[path = "hook_netns/stand_in.rs"]
+mod stand_in;
 
+use devgate::allocation::VF_SETTINGS;
 use devgate::fixture::HostRootBuilder;
-use net::{link, In, Veth};
-use support::node::{allocation, vf_entry, Node, DEVICE_ALLOCATED};
-const VF_SETTINGS: &str = "devgate.io/vf-settings";
-use support::{require_root, wait_for, ContainerSpec, PodSpec, DEVGATE, SLOW};
+use net::{link, In};
+use stand_in::StandIn;
+use support::node::Node;
+use support::{require_root, wait_for, ContainerSpec, SLOW};
 
 #[test]
 fn vf_moves_into_the_pod_as_net1_and_comes_back() {
@@ -24,20 +27,16 @@ fn vf_moves_into_the_pod_as_net1_and_comes_back() {
         "[vf]\npod_settings = [\"mtu\"]\n",
         &[],
     );
-    let inv = node.fixture.expected();
-    let (pf, vf) = (&inv.rdma[0], &inv.rdma[0].vfs[1]);
-    let host_name = vf.netdev.clone().expect("fixture vf netdev");
-    let stand_in = Veth::new(&host_name, "dgevpeer", "02:00:00:de:0a:01");
-    let host_mtu = link(In::Host, &host_name).expect("stand-in").mtu;
-    let alloc = allocation(&[], &[vf_entry(0, pf.bus_id, vf.bus_id)]);
+    let stand_in = StandIn::new(&node, "dgevpeer", "02:00:00:de:0a:01");
+    let (vf, host_name) = (&stand_in.vf, &stand_in.host_name);
+    let host_mtu = link(In::Host, host_name).expect("stand-in").mtu;
     let cri = node.cri();
 
     // A setting the node does not let pods set: refused, nothing claimed or moved.
     let vlan = cri
         .run_pod(
-            &PodSpec::new("vlan")
-                .own_netns()
-                .annotation(DEVICE_ALLOCATED, &alloc)
+            &stand_in
+                .pod("vlan")
                 .annotation(VF_SETTINGS, r#"{"vlan":5,"mtu":9000}"#),
         )
         .expect("RunPodSandbox");
@@ -52,14 +51,13 @@ fn vf_moves_into_the_pod_as_net1_and_comes_back() {
         err.message()
     );
     assert!(node.ledger().pods.is_empty());
-    assert!(link(In::Host, &host_name).is_some());
+    assert!(link(In::Host, host_name).is_some());
     cri.delete_pod(&vlan, &[]);
 
     let pod = cri
         .run_pod(
-            &PodSpec::new("vf")
-                .own_netns()
-                .annotation(DEVICE_ALLOCATED, &alloc)
+            &stand_in
+                .pod("vf")
                 .annotation(VF_SETTINGS, r#"{"mtu":9000}"#),
         )
         .expect("RunPodSandbox");
@@ -77,19 +75,12 @@ fn vf_moves_into_the_pod_as_net1_and_comes_back() {
     let uverbs = vf.rdma.as_ref().expect("vf rdma").char_devs[0].name.clone();
     assert!(devs.contains(&uverbs), "{devs}");
     assert!(
-        link(In::Host, &host_name).is_none(),
+        link(In::Host, host_name).is_none(),
         "the VF is still on the host"
     );
     // The node runs in the shared RDMA netns mode (the default): the VF's RDMA
     // device stays where it is, and status says so.
-    let out = std::process::Command::new(DEVGATE)
-        .args(["status", "--state-dir"])
-        .arg(node.state_dir())
-        .args(["--health-dir"])
-        .arg(node.ctrd.path("health"))
-        .output()
-        .expect("devgate status");
-    let status = String::from_utf8_lossy(&out.stdout);
+    let status = node.status(&[]);
     let rdma = &vf.rdma.as_ref().expect("vf rdma").name;
     let line = status
         .lines()
@@ -103,7 +94,7 @@ fn vf_moves_into_the_pod_as_net1_and_comes_back() {
     );
 
     cri.delete_pod(&pod, &[&id]);
-    let back = wait_for("vf back on the host", SLOW, || link(In::Host, &host_name));
+    let back = wait_for("vf back on the host", SLOW, || link(In::Host, host_name));
     assert_eq!(back.address.as_deref(), Some("02:00:00:de:0a:01"));
     assert_eq!(back.mtu, host_mtu, "mtu restored");
     wait_for("claims released", SLOW, || {
@@ -120,31 +111,14 @@ fn vf_moves_into_the_pod_as_net1_and_comes_back() {
 fn a_failed_attach_fails_the_container_and_leaves_the_vf_on_the_host() {
     require_root();
     let node = Node::start_with(HostRootBuilder::hgx().vf_netdev_prefix("dgef"), &[]);
-    let inv = node.fixture.expected();
-    let (pf, vf) = (&inv.rdma[0], &inv.rdma[0].vfs[1]);
-    let host_name = vf.netdev.clone().expect("fixture vf netdev");
-    let stand_in = Veth::new(&host_name, "dgefpeer", "02:00:00:de:0b:01");
-    let alloc = allocation(&[], &[vf_entry(0, pf.bus_id, vf.bus_id)]);
+    let stand_in = StandIn::new(&node, "dgefpeer", "02:00:00:de:0b:01");
+    let host_name = &stand_in.host_name;
     let cri = node.cri();
-    let pod = cri
-        .run_pod(
-            &PodSpec::new("taken")
-                .own_netns()
-                .annotation(DEVICE_ALLOCATED, &alloc),
-        )
-        .expect("RunPodSandbox");
+    let pod = cri.run_pod(&stand_in.pod("taken")).expect("RunPodSandbox");
     let id = cri
         .create_container(&pod, &ContainerSpec::shell("main", "sleep 300"))
         .expect("CreateContainer");
-    let spec = cri.runtime_spec(&id).expect("spec");
-    let netns = spec["linux"]["namespaces"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|n| n["type"] == "network")
-        .and_then(|n| n["path"].as_str())
-        .expect("pod netns path")
-        .to_string();
+    let netns = cri.netns_path(&id).expect("spec");
     net::sh(&[
         "nsenter",
         &format!("--net={netns}"),
@@ -167,7 +141,7 @@ fn a_failed_attach_fails_the_container_and_leaves_the_vf_on_the_host() {
         "{}",
         err.message()
     );
-    let home = link(In::Host, &host_name).expect("the VF stays on the host");
+    let home = link(In::Host, host_name).expect("the VF stays on the host");
     assert_eq!(home.address.as_deref(), Some("02:00:00:de:0b:01"));
     assert_eq!(node.ledger().pods.len(), 1, "the pod keeps its claim");
 
@@ -176,6 +150,6 @@ fn a_failed_attach_fails_the_container_and_leaves_the_vf_on_the_host() {
     wait_for("claims released", SLOW, || {
         node.ledger().pods.is_empty().then_some(())
     });
-    assert!(link(In::Host, &host_name).is_some());
+    assert!(link(In::Host, host_name).is_some());
     drop(stand_in);
 }

@@ -9,14 +9,17 @@ mod support;
 
 #[path = "hook_netns/net.rs"]
 mod net;
+#[path = "hook_netns/stand_in.rs"]
+mod stand_in;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use devgate::fixture::HostRootBuilder;
-use net::{link, In, Veth};
-use support::node::{allocation, vf_entry, Node, DEVICE_ALLOCATED};
-use support::{require_root, wait_for, ContainerSpec, PodSpec, DEVGATE, SLOW};
+use net::{link, In};
+use stand_in::StandIn;
+use support::node::Node;
+use support::{require_root, wait_for, ContainerSpec, DEVGATE, SLOW};
 
 const MAC: &str = "02:00:00:de:0c:01";
 
@@ -36,18 +39,6 @@ fn createruntime_only_hook(dir: &Path) -> String {
     path.display().to_string()
 }
 
-/// The network namespace path of a running container, from its OCI spec.
-fn netns_path(spec: &serde_json::Value) -> String {
-    spec["linux"]["namespaces"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|n| n["type"] == "network")
-        .and_then(|n| n["path"].as_str())
-        .expect("the pod has a network namespace path")
-        .to_string()
-}
-
 #[test]
 fn a_vf_poststop_never_restored_comes_back_when_the_plugin_reconciles() {
     require_root();
@@ -58,24 +49,17 @@ fn a_vf_poststop_never_restored_comes_back_when_the_plugin_reconciles() {
         &format!("hook_path = \"{hook}\"\n"),
         &[],
     );
-    let inv = node.fixture.expected();
-    let (pf, vf) = (&inv.rdma[0], &inv.rdma[0].vfs[1]);
-    let host_name = vf.netdev.clone().expect("fixture vf netdev");
-    let stand_in = Veth::new(&host_name, "dgrcpeer", MAC);
-    let alloc = allocation(&[], &[vf_entry(0, pf.bus_id, vf.bus_id)]);
+    let stand_in = StandIn::new(&node, "dgrcpeer", MAC);
+    let host_name = &stand_in.host_name;
     let cri = node.cri();
     let pod = cri
-        .run_pod(
-            &PodSpec::new("vf-reconcile")
-                .own_netns()
-                .annotation(DEVICE_ALLOCATED, &alloc),
-        )
+        .run_pod(&stand_in.pod("vf-reconcile"))
         .expect("RunPodSandbox");
     let id = cri
         .create_container(&pod, &ContainerSpec::shell("main", "sleep 300"))
         .expect("CreateContainer");
     cri.start_container(&id).expect("StartContainer");
-    let netns = netns_path(&cri.runtime_spec(&id).expect("spec"));
+    let netns = cri.netns_path(&id).expect("spec");
     let net_arg = format!("--net={netns}");
     let in_pod = |args: &[&str]| {
         let mut cmd = vec!["nsenter", net_arg.as_str()];
@@ -83,7 +67,7 @@ fn a_vf_poststop_never_restored_comes_back_when_the_plugin_reconciles() {
         net::sh(&cmd)
     };
     assert!(in_pod(&["ip", "-o", "link", "show", "net1"]).contains(MAC));
-    assert!(link(In::Host, &host_name).is_none());
+    assert!(link(In::Host, host_name).is_none());
 
     node.plugin.kill();
     cri.stop_container(&id, 5).expect("StopContainer");
@@ -105,7 +89,7 @@ fn a_vf_poststop_never_restored_comes_back_when_the_plugin_reconciles() {
     node.plugin.respawn(&node.ctrd);
     node.plugin.wait_registered(&node.ctrd, SLOW);
     let back = wait_for("the plugin to restore the vf", SLOW, || {
-        link(In::Host, &host_name)
+        link(In::Host, host_name)
     });
     assert_eq!(back.address.as_deref(), Some(MAC));
     assert!(link(In::Host, &fallback).is_none());

@@ -159,6 +159,20 @@ impl Cri {
         Ok(info["runtimeSpec"].take())
     }
 
+    /// The path of the network namespace the container's OCI spec joins: the
+    /// pod's, while its sandbox runs.
+    pub fn netns_path(&self, id: &str) -> Result<String, Status> {
+        let spec = self.runtime_spec(id)?;
+        let path = spec["linux"]["namespaces"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["type"] == "network")
+            .and_then(|n| n["path"].as_str())
+            .expect("the container joins a network namespace by path");
+        Ok(path.to_string())
+    }
+
     /// Waits until the container has exited; returns its exit code.
     pub fn wait_exited(&self, id: &str, timeout: Duration) -> i32 {
         wait_for(&format!("container {id} to exit"), timeout, || {

@@ -7,7 +7,7 @@ use devgate::fixture::{Fixture, HostRootBuilder};
 use devgate::inventory::Gpu;
 use devgate::ledger::{Ledger, LedgerState};
 
-use super::{Containerd, Cri, DevgatePlugin};
+use super::{Containerd, Cri, DevgatePlugin, DEVGATE};
 
 pub const DEVICE_ALLOCATED: &str = "scheduling.koordinator.sh/device-allocated";
 
@@ -62,6 +62,27 @@ impl Node {
 
     pub fn state_dir(&self) -> PathBuf {
         self.ctrd.path("devgate-state")
+    }
+
+    /// `devgate status` of this node, run as its own process, with `args`
+    /// after its state and health directories; fails unless it succeeds.
+    pub fn status(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new(DEVGATE)
+            .arg("status")
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .arg("--health-dir")
+            .arg(self.ctrd.path("health"))
+            .args(args)
+            .output()
+            .expect("run devgate status");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "devgate status {args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
     }
 
     pub fn ledger(&self) -> LedgerState {
