@@ -15,6 +15,22 @@ struct Node {
     dir: tempfile::TempDir,
     fixture: crate::fixture::Fixture,
     devices: Devices,
+    /// Holds GPU minor 0 and the first VF of the first NIC.
+    pod: PodSandbox,
+}
+
+impl Node {
+    /// `Devices::apply` for container `id` of the node's pod, with `env`.
+    fn create(
+        &self,
+        id: &str,
+        env: &[&str],
+        config: &Arc<Config>,
+        features: RuntimeFeatures,
+    ) -> Result<ContainerAdjustment, DeviceError> {
+        self.devices
+            .apply(&self.pod, &container(id, env), config, features)
+    }
 }
 
 fn node() -> Node {
@@ -30,6 +46,7 @@ fn node() -> Node {
     )
     .unwrap();
     Node {
+        pod: gpu_vf_pod(&fixture),
         dir,
         fixture,
         devices,
@@ -37,8 +54,8 @@ fn node() -> Node {
 }
 
 /// A pod with GPU minor 0 and the first VF of the first NIC.
-fn gpu_vf_pod(node: &Node) -> PodSandbox {
-    let inv = node.fixture.expected();
+fn gpu_vf_pod(fixture: &crate::fixture::Fixture) -> PodSandbox {
+    let inv = fixture.expected();
     let (gpu, nic) = (&inv.gpus[0], &inv.rdma[0]);
     let mut pod = PodSandbox {
         id: "sandbox".into(),
@@ -67,12 +84,10 @@ fn container(id: &str, env: &[&str]) -> Container {
 /// The hook's arguments for a VF pod's container, under `config`.
 fn hook_args(config: &Config) -> Vec<String> {
     let node = node();
-    let pod = gpu_vf_pod(&node);
     let adj = node
-        .devices
-        .apply(
-            &pod,
-            &container("c1", &[]),
+        .create(
+            "c1",
+            &[],
             &Arc::new(config.clone()),
             RuntimeFeatures::default(),
         )
@@ -102,12 +117,9 @@ fn env_of<'a>(adj: &'a ContainerAdjustment, key: &str) -> Option<&'a str> {
 #[test]
 fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
     let node = node();
-    let pod = gpu_vf_pod(&node);
     let config = Arc::new(Config::default());
-    let features = RuntimeFeatures::default();
     let apply = |id: &str| {
-        node.devices
-            .apply(&pod, &container(id, &[]), &config, features)
+        node.create(id, &[], &config, RuntimeFeatures::default())
             .unwrap()
     };
     let first = apply("c1");
@@ -146,12 +158,9 @@ fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
 #[test]
 fn a_containers_own_variables_are_not_taken_from_its_sibling() {
     let node = node();
-    let pod = gpu_vf_pod(&node);
     let config = Arc::new(Config::default());
-    let features = RuntimeFeatures::default();
     let apply = |id: &str, env: &[&str]| {
-        node.devices
-            .apply(&pod, &container(id, env), &config, features)
+        node.create(id, env, &config, RuntimeFeatures::default())
             .unwrap()
     };
     let derived = apply("c1", &["PATH=/bin"]);
@@ -169,20 +178,14 @@ fn a_containers_own_variables_are_not_taken_from_its_sibling() {
 #[test]
 fn a_gpu_that_turns_unhealthy_refuses_the_pods_next_container() {
     let node = node();
-    let pod = gpu_vf_pod(&node);
     let config = Arc::new(Config::default());
     let features = RuntimeFeatures::default();
-    node.devices
-        .apply(&pod, &container("c1", &[]), &config, features)
-        .unwrap();
+    node.create("c1", &[], &config, features).unwrap();
     let uuid = &node.fixture.expected().gpus[0].uuid;
     crate::gpu::HealthStore::new(&node.dir.path().join("health"))
         .mark(uuid, &[crate::gpu::health::Fault::DoubleBitEcc], 1)
         .unwrap();
-    let err = node
-        .devices
-        .apply(&pod, &container("c2", &[]), &config, features)
-        .unwrap_err();
+    let err = node.create("c2", &[], &config, features).unwrap_err();
     assert!(err.to_string().contains(uuid.as_str()), "{err}");
     let state = node.devices.ledger().snapshot().unwrap();
     assert!(state.container("c2").is_none());
@@ -216,7 +219,6 @@ fn hook_gets_the_plugins_paths_unless_config_gives_the_hosts() {
 #[test]
 fn node_vf_settings_reach_the_hook() {
     let node = node();
-    let pod = gpu_vf_pod(&node);
     let config = Config::parse(
         "[vf.defaults]\nmac = \"random\"\nvlan = 100\nqos = 3\nvlan_proto = \"802.1ad\"\n\
          spoofchk = false\ntrust = true\nlink_state = \"disable\"\n\
@@ -225,13 +227,7 @@ fn node_vf_settings_reach_the_hook() {
     )
     .unwrap();
     let adj = node
-        .devices
-        .apply(
-            &pod,
-            &container("c1", &[]),
-            &Arc::new(config),
-            RuntimeFeatures::default(),
-        )
+        .create("c1", &[], &Arc::new(config), RuntimeFeatures::default())
         .unwrap();
     let resolved = Resolved::parse(&adj.annotations[RESOLVED_ANNOTATION]).unwrap();
     let vf = node.fixture.expected().rdma[0].vfs[0].bus_id;
@@ -258,19 +254,15 @@ fn node_vf_settings_reach_the_hook() {
 #[test]
 fn cdi_mode_names_gpus_and_vfs() {
     let node = node();
-    let pod = gpu_vf_pod(&node);
-    let config = Config {
+    let config = Arc::new(Config {
         device_mode: config::DeviceMode::Cdi,
         ..Config::default()
-    };
+    });
     let features = RuntimeFeatures {
         cdi_devices: true,
         ..RuntimeFeatures::default()
     };
-    let adj = node
-        .devices
-        .apply(&pod, &container("c1", &[]), &Arc::new(config), features)
-        .unwrap();
+    let adj = node.create("c1", &[], &config, features).unwrap();
     let inv = node.fixture.expected();
     let names: Vec<&str> = adj.CDI_devices.iter().map(|d| d.name.as_str()).collect();
     assert_eq!(
@@ -283,16 +275,7 @@ fn cdi_mode_names_gpus_and_vfs() {
     assert!(adj.linux.as_ref().unwrap().devices.is_empty());
     // The same config on a runtime that drops CDI names: device nodes.
     let nodes = node
-        .devices
-        .apply(
-            &pod,
-            &container("c2", &[]),
-            &Arc::new(Config {
-                device_mode: config::DeviceMode::Cdi,
-                ..Config::default()
-            }),
-            RuntimeFeatures::default(),
-        )
+        .create("c2", &[], &config, RuntimeFeatures::default())
         .unwrap();
     assert!(nodes.CDI_devices.is_empty());
     assert!(!nodes.linux.as_ref().unwrap().devices.is_empty());
