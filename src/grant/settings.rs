@@ -238,13 +238,15 @@ pub fn resolve(
         node_name: node_name.clone(),
         watch_timeout_secs: api.watch_timeout_secs,
     };
-    if !api.kubeconfig.as_os_str().is_empty() {
-        // Configured explicitly: an unusable file fails closed, it never turns
-        // the check off.
-        return match kubeconfig::load(&api.kubeconfig, &api.context) {
+    // A kubeconfig, configured or found, that cannot be used fails closed: it
+    // never turns the check off.
+    let via_kubeconfig =
+        |file: &Path, context: &str, what: &str| match kubeconfig::load(file, context) {
             Ok(k) => Mode::Requests(endpoint(k.server, k.token, k.ca, k.client)),
-            Err(e) => Mode::Unavailable(format!("kube_api.kubeconfig: {e}")),
+            Err(e) => Mode::Unavailable(format!("{what}: {e}")),
         };
+    if !api.kubeconfig.as_os_str().is_empty() {
+        return via_kubeconfig(&api.kubeconfig, &api.context, "kube_api.kubeconfig");
     }
     if !api.url.is_empty() {
         let base = api.url.trim_end_matches('/').to_string();
@@ -275,15 +277,12 @@ pub fn resolve(
         }
     }
     if kubelet_conf.exists() {
-        // Found rather than configured: an unusable file still fails closed (the
-        // node has an API server), and says how to turn the check off.
-        return match kubeconfig::load(kubelet_conf, "") {
-            Ok(k) => Mode::Requests(endpoint(k.server, k.token, k.ca, k.client)),
-            Err(e) => Mode::Unavailable(format!(
-                "kubelet's kubeconfig {}: {e} (set kube_api.kubeconfig, or grant_check = \"off\")",
-                kubelet_conf.display()
-            )),
-        };
+        // Found rather than configured: the error says how to turn the check off.
+        let what = format!(
+            "kubelet's kubeconfig {} (set kube_api.kubeconfig, or grant_check = \"off\")",
+            kubelet_conf.display()
+        );
+        return via_kubeconfig(kubelet_conf, "", &what);
     }
     match cfg.grant_check {
         Some(GrantCheck::Requests) => Mode::Unavailable(
