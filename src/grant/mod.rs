@@ -177,9 +177,9 @@ impl GrantChecker {
 
     /// Whether `pod` may be given `alloc` for `container`. Logs and counts the
     /// decision. A missing cache entry or an unreachable API server refuses unless
-    /// `failure_policy = "ignore"`; a mismatch, a namespace rule or unreadable
-    /// requests always refuse (with `ignore`, the plugin then starts the container
-    /// without devices).
+    /// `failure_policy = "ignore"`; a mismatch, a namespace rule, a static pod or
+    /// unreadable requests always refuse, and the plugin fails the container
+    /// whatever `failure_policy` says.
     pub fn check(
         &self,
         config: &Config,

@@ -69,9 +69,12 @@ impl std::str::FromStr for Stage {
 impl Stage {
     /// The stage a runtime is in when it passes a state with `status`
     /// (runtime-spec `runtime.md`: `creating` at createRuntime, `stopped` at poststop).
+    /// crun passes `created` to its prestart and createRuntime hooks
+    /// (libcrun `container.c`); the hooks.d file lists no later creation stage,
+    /// so `created` means the same here.
     pub fn from_status(status: &str) -> Result<Stage, HookError> {
         match status {
-            "creating" => Ok(Stage::CreateRuntime),
+            "creating" | "created" => Ok(Stage::CreateRuntime),
             "stopped" => Ok(Stage::Poststop),
             other => Err(HookError::AutoStage(other.chars().take(32).collect())),
         }
@@ -93,7 +96,7 @@ impl std::fmt::Display for Stage {
 pub enum HookError {
     #[error("unknown stage {0:?} (want prestart, createRuntime, createContainer or poststop)")]
     Stage(String),
-    #[error("stage auto: container status {0:?} is neither creating nor stopped")]
+    #[error("stage auto: container status {0:?} is neither creating, created nor stopped")]
     AutoStage(String),
     #[error("read the container state from stdin")]
     Stdin(#[source] std::io::Error),
@@ -206,9 +209,10 @@ pub(crate) fn vouched(env: &HookEnv, state: &State) -> Result<bool, HookError> {
 
 /// The container's init pid at a creation stage: the state must say the
 /// container is being created (runc's "creating", or "created" for prestart
-/// runtimes), and its pid is the way into the pod's network namespace.
+/// runtimes, and crun at createRuntime) or say nothing, and its pid is the
+/// way into the pod's network namespace.
 pub(crate) fn creating_pid(stage: Stage, state: &State) -> Result<u32, HookError> {
-    if !matches!(state.status.as_str(), "creating" | "created") {
+    if !matches!(state.status.as_str(), "creating" | "created" | "") {
         return Err(HookError::Status {
             stage,
             status: state.status.chars().take(32).collect(),
@@ -294,8 +298,13 @@ mod tests {
             Stage::from_status("creating").unwrap(),
             Stage::CreateRuntime
         );
+        assert_eq!(
+            Stage::from_status("created").unwrap(),
+            Stage::CreateRuntime,
+            "crun's status at createRuntime and prestart"
+        );
         assert_eq!(Stage::from_status("stopped").unwrap(), Stage::Poststop);
-        for s in ["running", "created", ""] {
+        for s in ["running", "paused", ""] {
             assert!(
                 matches!(Stage::from_status(s), Err(HookError::AutoStage(_))),
                 "{s}"
@@ -389,5 +398,17 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("status is \"running\""), "{e}");
+        // crun's status at createRuntime, and a state without one, pass the
+        // status check and reach the next one: the ledger's word.
+        for status in ["created", ""] {
+            let e = run(
+                Stage::CreateRuntime,
+                &state(status, "5"),
+                &env(dir.path()),
+                &nop,
+            )
+            .unwrap_err();
+            assert!(matches!(e, HookError::Unvouched { .. }), "{status}: {e}");
+        }
     }
 }

@@ -18,6 +18,9 @@ pub struct State {
     #[serde(rename = "ociVersion", default)]
     pub oci_version: String,
     pub id: String,
+    /// Required by the runtime spec, but a state without it is still usable at
+    /// an explicitly named stage: the pid alone leads to the netns.
+    #[serde(default)]
     pub status: String,
     /// The container init pid as the runtime sees it; absent (or 0) at poststop.
     #[serde(default)]
@@ -82,6 +85,8 @@ mod tests {
         assert!(s.annotations.is_empty());
         let zero = br#"{"id":"abc","status":"stopped","pid":0}"#;
         assert_eq!(State::parse(zero).unwrap().pid(), None);
+        let bare = State::parse(br#"{"id":"abc","pid":7}"#).unwrap();
+        assert_eq!((bare.status.as_str(), bare.pid()), ("", Some(7)));
     }
 
     #[test]

@@ -221,6 +221,30 @@ impl Ledger {
         self.release_where(teardown, |id| id == sandbox_id)
     }
 
+    /// Releases exactly these pods (those a Synchronize found gone, or whose
+    /// teardown failed before); ids the ledger does not hold are skipped.
+    pub fn release_pods(
+        &self,
+        sandbox_ids: &HashSet<String>,
+        teardown: &dyn Teardown,
+    ) -> Result<Released, LedgerError> {
+        self.release_where(teardown, |id| sandbox_ids.contains(id))
+    }
+
+    /// The pods the ledger holds that the runtime no longer reports (`live` =
+    /// sandbox ids it has). Read at once, so that a pod admitted afterwards is
+    /// never taken for one of them.
+    pub fn stale_pods(&self, live: &HashSet<String>) -> Result<HashSet<String>, LedgerError> {
+        self.store.peek(|s| {
+            s.pods
+                .values()
+                .map(|p| &p.pod.sandbox_id)
+                .filter(|id| !live.contains(id.as_str()))
+                .cloned()
+                .collect()
+        })
+    }
+
     /// Releases every pod the runtime no longer reports (`live` = sandbox ids it has).
     pub fn reconcile(
         &self,

@@ -133,6 +133,28 @@ fn state_survives_reopen_and_reconcile_drops_dead_pods() {
     assert!(!snap.devices.contains_key("gpu GPU-2"));
 }
 
+/// Synchronize chooses the gone pods when it runs; releasing them later
+/// touches no pod admitted in between.
+#[test]
+fn stale_pods_are_chosen_once_and_released_exactly() {
+    let (_d, l) = ledger();
+    l.claim(&pod("live"), &[gpu("GPU-1", Share::Exclusive)])
+        .unwrap();
+    l.claim(&pod("gone"), &[gpu("GPU-2", Share::Exclusive)])
+        .unwrap();
+    let live = ["live".to_string()].into_iter().collect();
+    let stale = l.stale_pods(&live).unwrap();
+    assert_eq!(stale, ["gone".to_string()].into_iter().collect());
+    // Admitted after the runtime's list was taken: not in `live`, kept.
+    l.claim(&pod("new"), &[gpu("GPU-3", Share::Exclusive)])
+        .unwrap();
+    let rel = l.release_pods(&stale, &NoTeardown).unwrap();
+    assert_eq!(rel.pods, vec![pod("gone")]);
+    let snap = l.snapshot().unwrap();
+    let held: Vec<&str> = snap.pods.keys().map(String::as_str).collect();
+    assert_eq!(held, ["live", "new"]);
+}
+
 #[test]
 fn failed_teardown_keeps_record_and_quarantines() {
     let (_d, l) = ledger();

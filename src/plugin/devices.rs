@@ -156,8 +156,10 @@ impl Devices {
             return Ok(ContainerAdjustment::default());
         }
         let selected = devices.containers.selects(&ctr.name);
-        // Only the scheduler grants devices: the pod's requests bound what it gets.
-        if let (Some(grant), true) = (self.grant.get(), selected) {
+        // Only the scheduler grants devices: the pod's requests bound what it
+        // gets. Checked for every container of the pod, selected or not: the
+        // claim is the pod's, and the first container to arrive makes it.
+        if let Some(grant) = self.grant.get() {
             let pod_id = crate::grant::PodIdentity {
                 namespace: &pod.namespace,
                 name: &pod.name,

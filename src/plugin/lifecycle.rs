@@ -18,8 +18,33 @@ use super::DevgatePlugin;
 #[derive(Debug, Clone)]
 pub enum Release {
     Pod(String),
-    /// Every pod except these sandbox ids (the runtime's live pods).
-    AllBut(HashSet<String>),
+    /// These sandbox ids: pods a Synchronize found gone, or pods whose
+    /// teardown failed and is retried.
+    Pods(HashSet<String>),
+}
+
+/// Pods whose teardown failed: they keep their claims, quarantined, and the
+/// retry thread tries them again, since no further event may come for them
+/// (RemovePodSandbox was their last). A restart finds them at Synchronize.
+#[derive(Default)]
+pub struct Unreleased(Mutex<HashSet<String>>);
+
+impl Unreleased {
+    /// Records the outcome of a release of `which`.
+    pub fn update(&self, which: &Release, released: &Released) {
+        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match which {
+            Release::Pod(id) => {
+                set.remove(id);
+            }
+            Release::Pods(ids) => set.retain(|id| !ids.contains(id)),
+        }
+        set.extend(released.failed.iter().map(|(p, _)| p.sandbox_id.clone()));
+    }
+
+    pub fn pending(&self) -> HashSet<String> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
 }
 
 /// Releases running on their threads, counted so that an exit can wait for them:
@@ -73,7 +98,7 @@ impl Drop for Running {
 pub fn release(ledger: &Ledger, teardown: &dyn Teardown, which: &Release) -> Option<Released> {
     let result = match which {
         Release::Pod(id) => ledger.release_pod(id, teardown),
-        Release::AllBut(live) => ledger.reconcile(live, teardown),
+        Release::Pods(ids) => ledger.release_pods(ids, teardown),
     };
     match result {
         Ok(released) => {
@@ -116,37 +141,62 @@ impl DevgatePlugin {
         std::thread::spawn(move || monitor.run(&AtomicBool::new(false)));
     }
 
-    /// Retries quarantined GPUs every `interval`, for ever: one quarantined for
-    /// a leftover process returns to service once that process is gone. Runs on
-    /// a thread of its own; without quarantined GPUs a round is one ledger read.
+    /// Retries, every `interval`, for ever: first the pods whose teardown
+    /// failed (their claims go once it succeeds), then quarantined GPUs no pod
+    /// holds. One quarantined for a leftover process returns to service once
+    /// that process is gone. Runs on a thread of its own; with nothing
+    /// quarantined a round is one ledger read.
     pub fn retry_quarantined_every(&self, interval: Duration) {
         loop {
             std::thread::sleep(interval);
-            match self.gpu.retry_quarantined(self.devices.ledger()) {
-                Ok(cleared) => cleared
-                    .iter()
-                    .for_each(|uuid| tracing::info!(gpu = %uuid, "gpu back in service")),
-                Err(e) => tracing::warn!(error = %e, "gpu quarantine retry"),
+            self.retry_round();
+        }
+    }
+
+    /// One round of [`Self::retry_quarantined_every`].
+    pub fn retry_round(&self) {
+        let pending = self.unreleased.pending();
+        if !pending.is_empty() {
+            let _running = self.releases.enter();
+            let which = Release::Pods(pending);
+            if let Some(released) = release(self.devices.ledger(), self.teardown.as_ref(), &which)
+            {
+                self.unreleased.update(&which, &released);
             }
+        }
+        match self.gpu.retry_quarantined(self.devices.ledger()) {
+            Ok(cleared) => cleared
+                .iter()
+                .for_each(|uuid| tracing::info!(gpu = %uuid, "gpu back in service")),
+            Err(e) => tracing::warn!(error = %e, "gpu quarantine retry"),
         }
     }
 
     pub(super) fn release_in_background(&self, which: Release) {
         let (devices, teardown) = (Arc::clone(&self.devices), Arc::clone(&self.teardown));
+        let unreleased = Arc::clone(&self.unreleased);
         let job = which.clone();
         let running = self.releases.enter();
+        let run = move |job: &Release| {
+            if let Some(released) = release(devices.ledger(), teardown.as_ref(), job) {
+                unreleased.update(job, &released);
+            }
+        };
         // A thread of its own: the stub's thread must keep answering the runtime
         // while teardown waits on processes.
         let spawned = std::thread::Builder::new()
             .name("release".to_string())
-            .spawn(move || {
-                let _running = running;
-                release(devices.ledger(), teardown.as_ref(), &job);
+            .spawn({
+                let run = run.clone();
+                move || {
+                    let _running = running;
+                    run(&job);
+                }
             });
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "cannot start a release thread; releasing inline");
             let _running = self.releases.enter();
-            release(self.devices.ledger(), self.teardown.as_ref(), &which);
+            run(&which);
         }
     }
 

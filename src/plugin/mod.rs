@@ -108,6 +108,8 @@ pub struct DevgatePlugin {
     teardown: Arc<dyn Teardown + Send + Sync>,
     /// Releases running in the background.
     releases: Arc<lifecycle::InFlight>,
+    /// Pods whose teardown failed, retried in the background.
+    unreleased: Arc<lifecycle::Unreleased>,
     /// Files mapped before the plugin loaded anything on demand.
     startup_files: crate::residency::StartupFiles,
 }
@@ -142,6 +144,7 @@ impl DevgatePlugin {
             gpu,
             teardown,
             releases: Arc::default(),
+            unreleased: Arc::default(),
             startup_files,
         })
     }
@@ -211,7 +214,13 @@ impl DevgatePlugin {
         let features = *self.features.read().unwrap_or_else(PoisonError::into_inner);
         let mut adjust = match self.devices.apply(pod, ctr, &config, features) {
             Ok(adjust) => adjust,
-            Err(source) if config.failure_policy == FailurePolicy::Ignore => {
+            // A grant refusal (more than requested, a namespace rule, a static
+            // pod) is never ignored: starting such a container would leave its
+            // annotation to whatever else reads it, such as a hooks.d hook.
+            Err(source)
+                if config.failure_policy == FailurePolicy::Ignore
+                    && !matches!(source, devices::DeviceError::Grant(_)) =>
+            {
                 // Koordinator's fail-open behaviour, for operators who chose it.
                 tracing::warn!(
                     namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
@@ -349,8 +358,16 @@ impl nri::Plugin for DevgatePlugin {
         pods: Vec<PodSandbox>,
         _containers: Vec<Container>,
     ) -> Result<Vec<ContainerUpdate>, PluginError> {
+        // The pods to release are chosen now, before the reply: a pod admitted
+        // once the runtime is synchronized must never be taken for a gone one.
         let live = pods.into_iter().map(|p| p.id).collect();
-        self.release_in_background(lifecycle::Release::AllBut(live));
+        match self.devices.ledger().stale_pods(&live) {
+            Ok(stale) if stale.is_empty() => {}
+            Ok(stale) => self.release_in_background(lifecycle::Release::Pods(stale)),
+            Err(e) => {
+                tracing::error!(error = %e, "synchronize: ledger unreadable; gone pods keep their claims until the next synchronize")
+            }
+        }
         // Start-up is over: keep only the code the plugin still runs resident.
         match crate::residency::shed_file_pages(std::path::Path::new("/proc"), &self.startup_files)
         {

@@ -234,6 +234,39 @@ async fn failure_policy_ignore_starts_the_container_without_devices() {
     assert!(p.devices().ledger().snapshot().unwrap().pods.is_empty());
 }
 
+/// A grant refusal is never ignored: with `failure_policy = "ignore"` a pod in a
+/// denied namespace still fails, whichever container comes first, and claims
+/// nothing.
+#[tokio::test]
+async fn failure_policy_ignore_never_ignores_a_grant_refusal() {
+    let config = Config::parse(
+        "failure_policy = \"ignore\"\ngrant_check = \"off\"\ndenied_namespaces = [\"team\"]\n",
+        "test",
+    )
+    .unwrap();
+    let (plugin, _state) = plugin(config, false);
+    let (p, conn, _dir) = connect(plugin, FakeConfig::containerd_1_7()).await;
+    let conn = conn.unwrap();
+    let mut pod = allocated_pod(r#"{"gpu":[{"minor":0}]}"#);
+    pod.annotations
+        .insert("devgate.io/containers".to_string(), "main".to_string());
+    for name in ["sidecar", "main"] {
+        let ctr = Container {
+            name: name.to_string(),
+            ..ctr()
+        };
+        let status = rpc_status(conn.create_container(&pod, &ctr).await.unwrap_err());
+        assert!(
+            status
+                .message()
+                .contains("namespace team is in denied_namespaces"),
+            "{name}: {}",
+            status.message()
+        );
+    }
+    assert!(p.devices().ledger().snapshot().unwrap().pods.is_empty());
+}
+
 /// The record `devgate status` shows, as Configure wrote it.
 async fn configured_record(config: Config, runtime: FakeConfig) -> features::RuntimeRecord {
     let (plugin, state) = plugin(config, false);
@@ -298,4 +331,55 @@ async fn runtime_cdi_on_lets_containerd_1_7_30_take_cdi_names() {
     let r = configured_record(config, FakeConfig::containerd_1_7()).await;
     assert!(!r.cdi_devices);
     assert_eq!(r.devices_as, DeviceMode::Nodes);
+}
+
+/// A teardown that fails until told otherwise.
+struct Flaky(std::sync::atomic::AtomicBool);
+
+impl Teardown for Flaky {
+    fn teardown(&self, _pod: &crate::ledger::PodRecord) -> Result<(), String> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err("vf restore failed".to_string())
+        }
+    }
+}
+
+/// A pod whose teardown failed at its last event (RemovePodSandbox) is not
+/// left holding quarantined devices until the next restart: the retry round
+/// runs its teardown again and releases it once that succeeds.
+#[test]
+fn a_failed_release_is_retried_without_a_further_event() {
+    use crate::ledger::{Claim, DeviceId, PodRef, Share};
+    let (mut plugin, _state) = plugin(Config::default(), false);
+    let flaky = Arc::new(Flaky(false.into()));
+    plugin.teardown = flaky.clone();
+    let vf = Claim {
+        device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
+        share: Share::Exclusive,
+    };
+    let pod = PodRef {
+        sandbox_id: "sb".into(),
+        namespace: "team".into(),
+        name: "web".into(),
+        uid: "u".into(),
+    };
+    let ledger = plugin.devices().ledger().clone();
+    ledger.claim(&pod, std::slice::from_ref(&vf)).unwrap();
+    plugin.release_in_background(lifecycle::Release::Pod("sb".into()));
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(ledger.snapshot().unwrap().pods.contains_key("sb"));
+    plugin.retry_round();
+    assert!(
+        ledger.snapshot().unwrap().pods.contains_key("sb"),
+        "still failing: kept"
+    );
+    flaky.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    plugin.retry_round();
+    let snap = ledger.snapshot().unwrap();
+    assert!(snap.pods.is_empty() && snap.devices.is_empty(), "{snap:?}");
+    assert!(plugin.unreleased.pending().is_empty());
+    // The VF is free for the next pod.
+    ledger.claim(&PodRef { sandbox_id: "sb2".into(), ..pod }, &[vf]).unwrap();
 }
