@@ -383,3 +383,22 @@ fn a_failed_release_is_retried_without_a_further_event() {
     // The VF is free for the next pod.
     ledger.claim(&PodRef { sandbox_id: "sb2".into(), ..pod }, &[vf]).unwrap();
 }
+
+/// The hook beside the plugin when it is there; the installed one for a
+/// plugin the runtime started from its plugin directory.
+#[test]
+fn the_hook_is_found_beside_the_plugin_or_where_bootstrap_installs_it() {
+    let beside = |exe: &str, present: &'static [&'static str]| {
+        hook_beside(std::path::Path::new(exe), |p| {
+            present.iter().any(|f| p == std::path::Path::new(f))
+        })
+    };
+    assert_eq!(
+        beside("/opt/devgate/bin/devgate", &["/opt/devgate/bin/devgate-hook"]),
+        std::path::PathBuf::from("/opt/devgate/bin/devgate-hook")
+    );
+    assert_eq!(
+        beside("/opt/nri/plugins/10-devgate", &[]),
+        std::path::PathBuf::from(INSTALLED_HOOK)
+    );
+}

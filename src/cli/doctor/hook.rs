@@ -16,7 +16,8 @@ const HOOK_FIX: &str = "install/bootstrap.sh installs devgate-hook next to devga
 
 /// Where the plugin's hook is on the host: `hook_path` (absolute: the config
 /// refuses others), or the `devgate-hook` next to the running plugin's
-/// executable (`<proc>/<pid>/exe`, an absolute link).
+/// executable (`<proc>/<pid>/exe`, an absolute link), else the installed one,
+/// as the plugin chooses it (`plugin::hook_beside`).
 fn hook_path(roots: &Roots, config: &Config) -> Result<PathBuf, String> {
     if !config.hook_path.is_empty() {
         return Ok(PathBuf::from(&config.hook_path));
@@ -38,7 +39,9 @@ fn hook_path(roots: &Roots, config: &Config) -> Result<PathBuf, String> {
         })?;
     let exe = roots.proc_dir.join(pid.to_string()).join("exe");
     let target = std::fs::read_link(&exe).map_err(|e| format!("{}: {e}", exe.display()))?;
-    Ok(target.with_file_name("devgate-hook"))
+    Ok(crate::plugin::hook_beside(&target, |p| {
+        is_executable_file(&roots.host_path(p))
+    }))
 }
 
 /// Whether `a` and `b` are one directory (the same inode, whichever mount).
