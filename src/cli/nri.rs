@@ -95,7 +95,10 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
     };
     let gpu_config = config.gpu.clone();
     let plugin = DevgatePlugin::new(config, options).map_err(NriCmdError::State)?;
-    plugin.start_gpu_health(&gpu_config);
+    if preinstalled.is_none() {
+        // A runtime-started plugin starts it at Configure, with its `[gpu]`.
+        plugin.start_gpu_health(&gpu_config);
+    }
     let stub = match preinstalled {
         Some(runtime) => {
             tracing::info!(name = %runtime.name, idx = %runtime.idx, "started by the runtime");
@@ -109,13 +112,12 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
                 .with_socket_path(args.socket)
         }
     };
-    let retry = Duration::from_secs(gpu_config.health_interval_secs.max(1));
-    serve(stub, signals, retry)
+    serve(stub, signals)
 }
 
 /// Serves on this thread (the plugin answers one runtime request at a time);
 /// GPU quarantine retries and signals get a thread each.
-fn serve(stub: Stub<DevgatePlugin>, signals: SigSet, retry: Duration) -> Result<(), NriCmdError> {
+fn serve(stub: Stub<DevgatePlugin>, signals: SigSet) -> Result<(), NriCmdError> {
     let plugin = Arc::clone(stub.plugin());
     let on_signal = Arc::clone(&plugin);
     let gate = stub.request_gate();
@@ -126,7 +128,7 @@ fn serve(stub: Stub<DevgatePlugin>, signals: SigSet, retry: Duration) -> Result<
     let retrying = Arc::clone(&plugin);
     std::thread::Builder::new()
         .name("gpu-retry".to_string())
-        .spawn(move || retrying.retry_quarantined_every(retry))
+        .spawn(move || retrying.retry_quarantined_every())
         .map_err(NriCmdError::Threads)?;
     let result = stub.run();
     if result.is_ok() {

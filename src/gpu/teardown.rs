@@ -112,6 +112,14 @@ impl GpuTeardown {
         Arc::clone(&self.nvml)
     }
 
+    pub fn config(&self) -> &GpuConfig {
+        &self.config
+    }
+
+    pub fn inventory(&self) -> Arc<Inventory> {
+        Arc::clone(&self.inventory.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
     /// Replaces the inventory after a rediscovery.
     pub fn set_inventory(&self, inventory: impl Into<Arc<Inventory>>) {
         *self.inventory.write().unwrap_or_else(|p| p.into_inner()) = inventory.into();

@@ -59,7 +59,7 @@ pub struct Devices {
     hook_path: PathBuf,
     inventory: RwLock<Arc<Inventory>>,
     ledger: Ledger,
-    health: HealthStore,
+    health: RwLock<HealthStore>,
     /// Set once the grant check is configured; checked before anything is planned.
     grant: std::sync::OnceLock<Arc<crate::grant::GrantChecker>>,
     last_pod: allocation::LastPod,
@@ -83,11 +83,16 @@ impl Devices {
             hook_path,
             inventory: RwLock::new(Arc::new(inv)),
             ledger: Ledger::open(state_dir)?,
-            health: HealthStore::new(health_dir),
+            health: RwLock::new(HealthStore::new(health_dir)),
             grant: std::sync::OnceLock::new(),
             last_pod: allocation::LastPod::default(),
             last_plan: LastPlan::default(),
         })
+    }
+
+    /// Reads GPU health from `dir` from now on (a runtime-sent `[gpu]`).
+    pub fn set_health_dir(&self, dir: &Path) {
+        *self.health.write().unwrap_or_else(PoisonError::into_inner) = HealthStore::new(dir);
     }
 
     /// Installs the grant check; the first one installed stays.
@@ -184,7 +189,9 @@ impl Devices {
             .last_plan
             .get_or_build(key, || self.prepare(&devices, pod, ctr, config, features))?;
         // An unhealthy GPU is refused before anything is claimed.
-        gpu::check_claims(&self.health, &prepared.claims)?;
+        let health = self.health.read().unwrap_or_else(PoisonError::into_inner);
+        gpu::check_claims(&health, &prepared.claims)?;
+        drop(health);
         let pod_ref = PodRef {
             sandbox_id: pod.id.clone(),
             namespace: pod.namespace.clone(),

@@ -4,7 +4,7 @@
 //! event is answered at once; the ledger keeps the claims until it is done.
 
 use std::collections::HashSet;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -43,7 +43,10 @@ impl Unreleased {
     }
 
     pub fn pending(&self) -> HashSet<String> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -132,23 +135,29 @@ impl DevgatePlugin {
         if inventory.gpus.is_empty() || !config.nvml {
             return;
         }
+        // Once: a runtime-started plugin calls it at Configure, not at start.
+        if self.health_started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let gpu = self.gpu.get();
         let monitor = HealthMonitor::new(
-            self.gpu.nvml(),
-            self.gpu.health().clone(),
+            gpu.nvml(),
+            gpu.health().clone(),
             &inventory,
             HealthPolicy::from_config(config),
         );
         std::thread::spawn(move || monitor.run(&AtomicBool::new(false)));
     }
 
-    /// Retries, every `interval`, for ever: first the pods whose teardown
+    /// Retries, every `gpu.health_interval_secs`, for ever: first the pods whose teardown
     /// failed (their claims go once it succeeds), then quarantined GPUs no pod
     /// holds. One quarantined for a leftover process returns to service once
     /// that process is gone. Runs on a thread of its own; with nothing
     /// quarantined a round is one ledger read.
-    pub fn retry_quarantined_every(&self, interval: Duration) {
+    pub fn retry_quarantined_every(&self) {
         loop {
-            std::thread::sleep(interval);
+            let secs = self.gpu.get().config().health_interval_secs;
+            std::thread::sleep(Duration::from_secs(secs.max(1)));
             self.retry_round();
         }
     }
@@ -159,12 +168,11 @@ impl DevgatePlugin {
         if !pending.is_empty() {
             let _running = self.releases.enter();
             let which = Release::Pods(pending);
-            if let Some(released) = release(self.devices.ledger(), self.teardown.as_ref(), &which)
-            {
+            if let Some(released) = release(self.devices.ledger(), self.teardown.as_ref(), &which) {
                 self.unreleased.update(&which, &released);
             }
         }
-        match self.gpu.retry_quarantined(self.devices.ledger()) {
+        match self.gpu.get().retry_quarantined(self.devices.ledger()) {
             Ok(cleared) => cleared
                 .iter()
                 .for_each(|uuid| tracing::info!(gpu = %uuid, "gpu back in service")),

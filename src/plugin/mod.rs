@@ -10,13 +10,15 @@
 pub mod adjust;
 pub mod devices;
 pub mod features;
+mod gpu_slot;
+mod hook_path;
 mod last_plan;
 mod lifecycle;
 pub mod probe;
 mod vf_teardown;
 
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::{Arc, PoisonError, RwLock},
 };
 
@@ -34,6 +36,9 @@ use crate::config::{Config, ConfigError, FailurePolicy};
 use crate::gpu::GpuTeardown;
 use crate::ledger::{LedgerError, Teardown, Teardowns};
 use devices::RuntimeFeatures;
+use gpu_slot::GpuSlot;
+use hook_path::default_hook_path;
+pub use hook_path::{hook_beside, INSTALLED_HOOK};
 
 /// The events devgate subscribes to: creation applies a plan; container and
 /// pod removal release what it applied.
@@ -103,13 +108,15 @@ pub struct DevgatePlugin {
     options: PluginOptions,
     devices: Arc<devices::Devices>,
     features: RwLock<RuntimeFeatures>,
-    gpu: Arc<GpuTeardown>,
+    gpu: Arc<GpuSlot>,
     /// Run before a pod's claims are dropped: GPU cleanup, VF restore.
     teardown: Arc<dyn Teardown + Send + Sync>,
     /// Releases running in the background.
     releases: Arc<lifecycle::InFlight>,
     /// Pods whose teardown failed, retried in the background.
     unreleased: Arc<lifecycle::Unreleased>,
+    /// The GPU health monitor runs (it starts once).
+    health_started: std::sync::atomic::AtomicBool,
     /// Files mapped before the plugin loaded anything on demand.
     startup_files: crate::residency::StartupFiles,
 }
@@ -125,11 +132,17 @@ impl DevgatePlugin {
             &config.gpu.health_dir,
             default_hook_path(),
         )?;
-        let gpu = Arc::new(GpuTeardown::for_node(
+        // A runtime-started plugin loads no NVML until Configure says whether
+        // to (`gpu.nvml`).
+        let gpu_config = crate::config::GpuConfig {
+            nvml: config.gpu.nvml && !options.config_from_runtime,
+            ..config.gpu.clone()
+        };
+        let gpu = Arc::new(GpuSlot::new(GpuTeardown::for_node(
             devices.inventory(),
-            config.gpu.clone(),
+            gpu_config,
             devices.ledger().clone(),
-        ));
+        )));
         let teardown: Arc<dyn Teardown + Send + Sync> = Arc::new(Teardowns(vec![
             // VFs first: a VF's RDMA device and netdev go back before the
             // GPU cleanup ends any leftover process of the pod.
@@ -145,6 +158,7 @@ impl DevgatePlugin {
             teardown,
             releases: Arc::default(),
             unreleased: Arc::default(),
+            health_started: Default::default(),
             startup_files,
         })
     }
@@ -166,8 +180,8 @@ impl DevgatePlugin {
     }
 
     /// GPU cleanup and health of this node.
-    pub fn gpu(&self) -> &Arc<GpuTeardown> {
-        &self.gpu
+    pub fn gpu(&self) -> Arc<GpuTeardown> {
+        self.gpu.get()
     }
 
     pub fn devices(&self) -> &devices::Devices {
@@ -253,34 +267,13 @@ impl DevgatePlugin {
                     .unwrap_or_default(),
             ];
             let paths: Vec<&str> = paths.into_iter().filter(|p| !p.is_empty()).collect();
-            self.gpu.set_pod_cgroups(&pod.id, &paths);
+            let gpu = self.gpu.get();
+            gpu.set_pod_cgroups(&pod.id, &paths);
+            self.gpu.follow_inventory(&self.devices.inventory());
         }
         adjust.env.extend(probe);
         Ok(adjust)
     }
-}
-
-/// Where `install/bootstrap.sh` installs the hook.
-pub const INSTALLED_HOOK: &str = "/usr/local/bin/devgate-hook";
-
-/// `devgate-hook` beside the running `devgate`, as installed.
-fn default_hook_path() -> PathBuf {
-    match std::env::current_exe() {
-        Ok(exe) => hook_beside(&exe, |p| p.is_file()),
-        Err(_) => PathBuf::from(INSTALLED_HOOK),
-    }
-}
-
-/// The hook beside the executable `exe` when `is_file` finds it there, else
-/// the installed one: a devgate the runtime starts from its plugin directory
-/// (`/opt/nri/plugins/10-devgate`, which `bootstrap.sh --preinstalled` copies)
-/// has no hook beside it, and none may be put there, since containerd takes
-/// every file in that directory for a plugin.
-pub fn hook_beside(exe: &Path, is_file: impl Fn(&Path) -> bool) -> PathBuf {
-    exe.parent()
-        .map(|dir| dir.join("devgate-hook"))
-        .filter(|p| is_file(p))
-        .unwrap_or_else(|| PathBuf::from(INSTALLED_HOOK))
 }
 
 impl nri::Plugin for DevgatePlugin {
@@ -308,7 +301,10 @@ impl nri::Plugin for DevgatePlugin {
             match &state {
                 // The log began in the default format; the runtime's config
                 // names the one to keep.
-                Ok(config) => crate::logging::set_format(config.log_format),
+                Ok(config) => {
+                    crate::logging::set_format(config.log_format);
+                    self.apply_gpu_config(&config.gpu);
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "invalid plugin config; refusing containers that need devgate")
                 }

@@ -1,0 +1,71 @@
+//! The plugin's GPU side (teardown, NVML, health store), replaceable once: a
+//! plugin the runtime starts learns its config, `[gpu]` included, only at
+//! Configure, after it was built with the defaults.
+
+use std::sync::{Arc, PoisonError, RwLock};
+
+use crate::config::GpuConfig;
+use crate::gpu::GpuTeardown;
+use crate::inventory::Inventory;
+use crate::ledger::{PodRecord, Teardown};
+
+pub struct GpuSlot(RwLock<Arc<GpuTeardown>>);
+
+impl GpuSlot {
+    pub fn new(gpu: GpuTeardown) -> GpuSlot {
+        GpuSlot(RwLock::new(Arc::new(gpu)))
+    }
+
+    pub fn get(&self) -> Arc<GpuTeardown> {
+        Arc::clone(&self.0.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Rebuilds the GPU side with `config` unless it is the one in force;
+    /// true if it did. Call it before the first container: what the old one
+    /// learnt about pods (their cgroups) is not carried over.
+    pub fn reconfigure(
+        &self,
+        config: &GpuConfig,
+        build: impl FnOnce(GpuConfig) -> GpuTeardown,
+    ) -> bool {
+        let mut slot = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        if slot.config() == config {
+            return false;
+        }
+        *slot = Arc::new(build(config.clone()));
+        true
+    }
+
+    /// Hands a re-read inventory to teardown, which must know every GPU a pod
+    /// was given (one that appeared after start-up, once its driver loaded).
+    pub fn follow_inventory(&self, inventory: &Arc<Inventory>) {
+        let gpu = self.get();
+        if !Arc::ptr_eq(&gpu.inventory(), inventory) {
+            gpu.set_inventory(Arc::clone(inventory));
+        }
+    }
+}
+
+impl Teardown for GpuSlot {
+    fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+        self.get().teardown(pod)
+    }
+}
+
+impl super::DevgatePlugin {
+    /// Puts a runtime-sent `[gpu]` config in force: teardown, NVML and the
+    /// health store are rebuilt with it (the plugin started with the
+    /// defaults), and the health monitor starts.
+    pub(super) fn apply_gpu_config(&self, config: &crate::config::GpuConfig) {
+        let ledger = self.devices.ledger().clone();
+        let inventory = self.devices.inventory();
+        if self
+            .gpu
+            .reconfigure(config, |c| GpuTeardown::for_node(inventory, c, ledger))
+        {
+            self.devices.set_health_dir(&config.health_dir);
+            tracing::info!(health_dir = %config.health_dir.display(), nvml = config.nvml, "gpu config from the runtime");
+        }
+        self.start_gpu_health(config);
+    }
+}

@@ -1,0 +1,133 @@
+//! Releases retried after a failed teardown, a runtime-sent `[gpu]`, and
+//! the hook path a plugin names.
+use super::*;
+
+/// A teardown that fails until told otherwise.
+struct Flaky(std::sync::atomic::AtomicBool);
+
+impl Teardown for Flaky {
+    fn teardown(&self, _pod: &crate::ledger::PodRecord) -> Result<(), String> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err("vf restore failed".to_string())
+        }
+    }
+}
+
+/// A pod whose teardown failed at its last event (RemovePodSandbox) is not
+/// left holding quarantined devices until the next restart: the retry round
+/// runs its teardown again and releases it once that succeeds.
+#[test]
+fn a_failed_release_is_retried_without_a_further_event() {
+    use crate::ledger::{Claim, DeviceId, PodRef, Share};
+    let (mut plugin, _state) = plugin(Config::default(), false);
+    let flaky = Arc::new(Flaky(false.into()));
+    plugin.teardown = flaky.clone();
+    let vf = Claim {
+        device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
+        share: Share::Exclusive,
+    };
+    let pod = PodRef {
+        sandbox_id: "sb".into(),
+        namespace: "team".into(),
+        name: "web".into(),
+        uid: "u".into(),
+    };
+    let ledger = plugin.devices().ledger().clone();
+    ledger.claim(&pod, std::slice::from_ref(&vf)).unwrap();
+    plugin.release_in_background(lifecycle::Release::Pod("sb".into()));
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(ledger.snapshot().unwrap().pods.contains_key("sb"));
+    plugin.retry_round();
+    assert!(
+        ledger.snapshot().unwrap().pods.contains_key("sb"),
+        "still failing: kept"
+    );
+    flaky.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    plugin.retry_round();
+    let snap = ledger.snapshot().unwrap();
+    assert!(snap.pods.is_empty() && snap.devices.is_empty(), "{snap:?}");
+    assert!(plugin.unreleased.pending().is_empty());
+    // The VF is free for the next pod.
+    ledger
+        .claim(
+            &PodRef {
+                sandbox_id: "sb2".into(),
+                ..pod
+            },
+            &[vf],
+        )
+        .unwrap();
+}
+
+/// The hook beside the plugin when it is there; the installed one for a
+/// plugin the runtime started from its plugin directory.
+#[test]
+fn the_hook_is_found_beside_the_plugin_or_where_bootstrap_installs_it() {
+    let beside = |exe: &str, present: &'static [&'static str]| {
+        hook_beside(std::path::Path::new(exe), |p| {
+            present.iter().any(|f| p == std::path::Path::new(f))
+        })
+    };
+    assert_eq!(
+        beside(
+            "/opt/devgate/bin/devgate",
+            &["/opt/devgate/bin/devgate-hook"]
+        ),
+        std::path::PathBuf::from("/opt/devgate/bin/devgate-hook")
+    );
+    assert_eq!(
+        beside("/opt/nri/plugins/10-devgate", &[]),
+        std::path::PathBuf::from(INSTALLED_HOOK)
+    );
+}
+
+/// A runtime-started plugin learns `[gpu]` at Configure: GPU health is read
+/// from the runtime's `health_dir`, teardown follows its settings.
+#[tokio::test]
+async fn runtime_sent_gpu_config_is_in_force() {
+    let state = tempfile::tempdir().unwrap();
+    let fixture = crate::fixture::HostRootBuilder::hgx()
+        .build(&state.path().join("host"))
+        .unwrap();
+    let options = PluginOptions {
+        host_root: fixture.root().to_path_buf(),
+        state_dir: state.path().join("state"),
+        config_from_runtime: true,
+    };
+    let plugin = DevgatePlugin::new(Config::default(), options).unwrap();
+    let health_dir = state.path().join("runtime-health");
+    let gpu = &fixture.expected().gpus[0];
+    crate::gpu::HealthStore::new(&health_dir)
+        .mark(&gpu.uuid, &[crate::gpu::health::Fault::DoubleBitEcc], 1)
+        .unwrap();
+    let runtime = FakeConfig {
+        config: format!(
+            "[gpu]\nhealth_dir = \"{}\"\nnvml = false\nkill_grace_ms = 1234\n",
+            health_dir.display()
+        ),
+        ..FakeConfig::containerd_1_7()
+    };
+    let (p, conn, _dir) = connect(plugin, runtime).await;
+    let conn = conn.unwrap();
+    let gpu_config = p.gpu().config().clone();
+    assert_eq!(
+        (
+            gpu_config.health_dir.as_path(),
+            gpu_config.nvml,
+            gpu_config.kill_grace_ms
+        ),
+        (health_dir.as_path(), false, 1234)
+    );
+    let pod = allocated_pod(&format!(
+        r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}]}}"#,
+        gpu.minor, gpu.uuid
+    ));
+    let status = rpc_status(conn.create_container(&pod, &ctr()).await.unwrap_err());
+    assert!(
+        status.message().contains(gpu.uuid.as_str()) && status.message().contains("unhealthy"),
+        "{}",
+        status.message()
+    );
+}
