@@ -198,7 +198,9 @@ fn exclusive_gpu_has_one_holder_until_released_and_shares_stop_at_100() {
         .create_container(&second, &ContainerSpec::shell("main", "true"))
         .expect_err("held gpu");
     assert!(
-        err.message().contains("is held by pod default/first"),
+        err.message().contains(&format!(
+            "{DEVICE_ALLOCATED}: gpu[0]: gpu {g} is held by pod default/first"
+        )),
         "{}",
         err.message()
     );
@@ -228,7 +230,9 @@ fn exclusive_gpu_has_one_holder_until_released_and_shares_stop_at_100() {
         .create_container(&third, &ContainerSpec::shell("main", "true"))
         .expect_err("third share");
     assert!(
-        err.message().contains("share over 100%"),
+        err.message().contains(&format!(
+            "{DEVICE_ALLOCATED}: gpu[0]: gpu {s} share over 100%"
+        )),
         "{}",
         err.message()
     );

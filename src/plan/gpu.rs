@@ -43,10 +43,13 @@ pub(super) fn plan_gpus(
             ));
         }
         out.device(format!("/dev/nvidia{}", gpu.minor), nvidia, gpu.minor);
-        out.plan.claims.push(Claim {
-            device: DeviceId::Gpu(gpu.uuid.clone()),
-            share: share(e),
-        });
+        out.claim(
+            &entry,
+            Claim {
+                device: DeviceId::Gpu(gpu.uuid.clone()),
+                share: share(e),
+            },
+        );
         out.comm
             .gpus
             .push((gpu.uuid.clone(), gpu.topology.numa_node));

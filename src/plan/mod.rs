@@ -82,6 +82,10 @@ pub struct Plan {
     pub network: Vec<NetworkAction>,
     /// The pod's devices and shares, for the ledger; the same for every container.
     pub claims: Vec<Claim>,
+    /// The annotation entry of each claim (`gpu[1]`, `rdma[0].vfs[2]`), in
+    /// the same order, so that a refusal by the ledger can name it.
+    #[serde(skip)]
+    pub claim_entries: Vec<String>,
     /// Device types in the annotation that devgate does not handle (`fpga` among them).
     pub ignored_types: Vec<String>,
     /// Things that do not stop the plan but that an operator should see.
@@ -200,6 +204,12 @@ pub enum PlanError {
     },
     #[error("{annotation}: {entry}: {bus} has no rdma device")]
     NoRdmaDevice {
+        annotation: &'static str,
+        entry: String,
+        bus: PciAddr,
+    },
+    #[error("{annotation}: {entry}: vf {bus} has no netdev on the host to move into the pod")]
+    NoVfNetdev {
         annotation: &'static str,
         entry: String,
         bus: PciAddr,
@@ -323,6 +333,11 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
+    fn claim(&mut self, entry: &str, claim: Claim) {
+        self.plan.claims.push(claim);
+        self.plan.claim_entries.push(entry.to_string());
+    }
+
     fn device(&mut self, path: String, major: u32, minor: u32) {
         self.plan.devices.push(DeviceNode {
             path,

@@ -61,10 +61,13 @@ pub(super) fn plan_rdma(
             char_devs(out, &entry, vf.bus_id, dev)?;
             network(out, nic, vf, dev, &entry)?;
             record_use(out, nic, dev, vf.netdev.is_some());
-            out.plan.claims.push(Claim {
-                device: DeviceId::Vf(vf.bus_id),
-                share: Share::Exclusive,
-            });
+            out.claim(
+                &entry,
+                Claim {
+                    device: DeviceId::Vf(vf.bus_id),
+                    share: Share::Exclusive,
+                },
+            );
         }
     }
     Ok(())
@@ -84,10 +87,13 @@ fn pf_whole(out: &mut Builder, nic: &RdmaNic, e: &RdmaEntry, entry: &str) -> Res
             memory_ratio: s,
         },
     };
-    out.plan.claims.push(Claim {
-        device: DeviceId::Pf(nic.bus_id),
-        share,
-    });
+    out.claim(
+        entry,
+        Claim {
+            device: DeviceId::Pf(nic.bus_id),
+            share,
+        },
+    );
     if out.config.rdma.netns_mode == RdmaNetnsMode::Exclusive {
         out.plan.warnings.push(format!(
             "{entry}: pf {} is used without vfs while rdma netns_mode is exclusive: it stays in the host netns",
@@ -234,19 +240,24 @@ fn network(
         plain_name(entry, name, MAX_IFNAME)?;
     }
     plain_name(entry, &dev.name, 64)?;
-    let container_ifname = match &vf.netdev {
-        Some(_) => {
-            let n = out
-                .plan
-                .network
-                .iter()
-                .filter(|a| a.container_ifname.is_some())
-                .count()
-                + 1;
-            Some(format!("{}{n}", out.config.rdma.ifname_prefix))
-        }
-        None => None,
-    };
+    // A VF with an RDMA device but no netdev on the host is in use elsewhere
+    // (its netdev is in another netns) or has none to move (InfiniBand
+    // without IPoIB): either way the pod would not get what it was given.
+    if vf.netdev.is_none() {
+        return Err(PlanError::NoVfNetdev {
+            annotation: ANN,
+            entry: entry.to_string(),
+            bus: vf.bus_id,
+        });
+    }
+    let n = out
+        .plan
+        .network
+        .iter()
+        .filter(|a| a.container_ifname.is_some())
+        .count()
+        + 1;
+    let container_ifname = Some(format!("{}{n}", out.config.rdma.ifname_prefix));
     out.plan.network.push(NetworkAction {
         pf: nic.bus_id,
         pf_netdev: nic.netdevs.first().cloned(),

@@ -89,6 +89,18 @@ fn node_without_what_is_asked() {
     let e = build(&inv, &pod(&ann), "main", &Config::default()).unwrap_err();
     assert!(matches!(e, PlanError::NoRdmaDevice { .. }), "{e}");
 
+    // Its netdev in another pod's netns: not handed out without it.
+    let mut inv = hgx();
+    inv.rdma[0].vfs[0].netdev = None;
+    let e = build(&inv, &pod(&ann), "main", &Config::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "scheduling.koordinator.sh/device-allocated: rdma[0].vfs[0]: vf {} has no netdev on the host to move into the pod",
+            vf_bus(0, 0)
+        )
+    );
+
     let mut inv = hgx();
     inv.rdma[0]
         .rdma

@@ -27,8 +27,11 @@ pub enum DeviceError {
     Allocation(#[from] AllocationError),
     #[error(transparent)]
     Plan(#[from] PlanError),
-    #[error("{DEVICE_ALLOCATED}: {reason}")]
+    /// `entry` names the refused device's entry (`gpu[1]: `), or is empty
+    /// when the refusal concerns the pod as a whole.
+    #[error("{DEVICE_ALLOCATED}: {entry}{reason}")]
     Claim {
+        entry: String,
         reason: String,
         #[source]
         source: LedgerError,
@@ -37,8 +40,12 @@ pub enum DeviceError {
     NoNetdev { vf: String },
     #[error(transparent)]
     Resolved(#[from] ResolvedError),
-    #[error("{DEVICE_ALLOCATED}: {0}")]
-    Health(#[from] GpuError),
+    #[error("{DEVICE_ALLOCATED}: {entry}{source}")]
+    Health {
+        entry: String,
+        #[source]
+        source: GpuError,
+    },
     #[error(transparent)]
     Grant(#[from] crate::grant::GrantError),
 }
@@ -190,7 +197,13 @@ impl Devices {
             .get_or_build(key, || self.prepare(&devices, pod, ctr, config, features))?;
         // An unhealthy GPU is refused before anything is claimed.
         let health = self.health.read().unwrap_or_else(PoisonError::into_inner);
-        gpu::check_claims(&health, &prepared.claims)?;
+        gpu::check_claims(&health, &prepared.claims).map_err(|source| DeviceError::Health {
+            entry: match &source {
+                GpuError::Unhealthy { uuid, .. } => prepared.entry_of(&DeviceId::Gpu(uuid.clone())),
+                _ => String::new(),
+            },
+            source,
+        })?;
         drop(health);
         let pod_ref = PodRef {
             sandbox_id: pod.id.clone(),
@@ -213,6 +226,12 @@ impl Devices {
             .ledger
             .admit(&pod_ref, &prepared.claims, &ctr.id, record, wants_network)
             .map_err(|source| DeviceError::Claim {
+                entry: match &source {
+                    LedgerError::Held { device, .. }
+                    | LedgerError::Quarantined { device, .. }
+                    | LedgerError::Overcommitted { device, .. } => prepared.entry_of(device),
+                    _ => String::new(),
+                },
                 reason: source.to_string(),
                 source,
             })?;
@@ -270,6 +289,7 @@ impl Devices {
             hook: resolved.as_ref().map(|_| self.hook_spec(config)),
             resolved,
             claims: plan.claims,
+            claim_entries: plan.claim_entries,
             warnings: plan.warnings,
         })
     }
@@ -325,6 +345,10 @@ fn is_unknown_device(e: &PlanError) -> bool {
             | PlanError::UnknownVf { .. }
             | PlanError::NoMajor { .. }
             | PlanError::NoRdmaCm { .. }
+            // A VF's RDMA device and netdev come back to the host when its
+            // last pod goes, after this inventory was read.
+            | PlanError::NoRdmaDevice { .. }
+            | PlanError::NoVfNetdev { .. }
     )
 }
 

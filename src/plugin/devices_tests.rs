@@ -186,7 +186,12 @@ fn a_gpu_that_turns_unhealthy_refuses_the_pods_next_container() {
         .mark(uuid, &[crate::gpu::health::Fault::DoubleBitEcc], 1)
         .unwrap();
     let err = node.create("c2", &[], &config, features).unwrap_err();
-    assert!(err.to_string().contains(uuid.as_str()), "{err}");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "scheduling.koordinator.sh/device-allocated: gpu[0]: gpu {uuid} is unhealthy: "
+        )),
+        "{err}"
+    );
     let state = node.devices.ledger().snapshot().unwrap();
     assert!(state.container("c2").is_none());
 }
@@ -279,4 +284,61 @@ fn cdi_mode_names_gpus_and_vfs() {
         .unwrap();
     assert!(nodes.CDI_devices.is_empty());
     assert!(!nodes.linux.as_ref().unwrap().devices.is_empty());
+}
+
+/// The cache read while a VF's netdev was in another pod's netns: the
+/// container is not refused, nor given the VF without its netdev; the host is
+/// read again, and the VF is moved as planned.
+#[test]
+fn a_vf_netdev_back_on_the_host_is_found_by_a_re_read() {
+    let node = node();
+    let vf = &node.fixture.expected().rdma[0].vfs[0];
+    let net = node
+        .fixture
+        .root()
+        .join("sys/bus/pci/devices")
+        .join(vf.bus_id.to_string())
+        .join("net");
+    let away = node.dir.path().join("net-away");
+    std::fs::rename(&net, &away).unwrap();
+    let stale = node.devices.refresh();
+    let cached = stale.rdma[0].vfs.iter().find(|v| v.bus_id == vf.bus_id);
+    assert_eq!(cached.unwrap().netdev, None, "read while away");
+    std::fs::rename(&away, &net).unwrap();
+    let config = Arc::new(Config::default());
+    let adj = node
+        .create("c1", &[], &config, RuntimeFeatures::default())
+        .unwrap();
+    assert!(adj.annotations.contains_key(RESOLVED_ANNOTATION), "{adj:?}");
+    assert!(adj.hooks.is_some());
+}
+
+/// A device another pod holds refuses the container, naming the entry.
+#[test]
+fn a_held_device_is_refused_by_its_entry() {
+    let node = node();
+    let config = Arc::new(Config::default());
+    node.create("c1", &[], &config, RuntimeFeatures::default())
+        .unwrap();
+    let other = PodSandbox {
+        id: "other".into(),
+        uid: "uid-2".into(),
+        namespace: "ns".into(),
+        name: "b".into(),
+        ..node.pod.clone()
+    };
+    let err = node
+        .devices
+        .apply(
+            &other,
+            &container("c9", &[]),
+            &config,
+            RuntimeFeatures::default(),
+        )
+        .unwrap_err();
+    let uuid = &node.fixture.expected().gpus[0].uuid;
+    assert_eq!(
+        err.to_string(),
+        format!("scheduling.koordinator.sh/device-allocated: gpu[0]: gpu {uuid} is held by pod /")
+    );
 }

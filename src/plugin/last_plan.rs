@@ -17,7 +17,7 @@ use nri::api::ContainerAdjustment;
 use crate::allocation::PodDevices;
 use crate::config::Config;
 use crate::inventory::Inventory;
-use crate::ledger::Claim;
+use crate::ledger::{Claim, DeviceId};
 
 use super::adjust::HookSpec;
 use super::devices::RuntimeFeatures;
@@ -27,6 +27,8 @@ use super::devices::RuntimeFeatures;
 pub struct Prepared {
     /// The pod's devices and shares, for the ledger and the health check.
     pub claims: Vec<Claim>,
+    /// The annotation entry of each claim, in the same order.
+    pub claim_entries: Vec<String>,
     /// Device nodes the container gets (paths inside it), for its record.
     pub device_paths: Vec<String>,
     /// The `devgate.io/resolved` annotation, when the plan has network actions.
@@ -38,6 +40,18 @@ pub struct Prepared {
     pub adjust: ContainerAdjustment,
     /// The plan's warnings.
     pub warnings: Vec<String>,
+}
+
+impl Prepared {
+    /// `"<entry>: "` for a claimed device, to put before a refusal's reason.
+    pub fn entry_of(&self, device: &DeviceId) -> String {
+        self.claims
+            .iter()
+            .zip(&self.claim_entries)
+            .find(|(c, _)| &c.device == device)
+            .map(|(_, e)| format!("{e}: "))
+            .unwrap_or_default()
+    }
 }
 
 /// Everything a prepared plan is made from. Shared values are compared by
@@ -131,6 +145,7 @@ mod tests {
     fn prepared(tag: &str) -> Prepared {
         Prepared {
             claims: Vec::new(),
+            claim_entries: Vec::new(),
             device_paths: vec![tag.to_string()],
             resolved: None,
             hook: None,
