@@ -32,7 +32,27 @@ impl PodCgroups {
     /// `kubepods-burstable-pod<uid>.slice` (a systemd slice) and
     /// `<slice>:<prefix>:<name>` (systemd `cgroups_path` of a container; its slice is
     /// the pod's).
+    /// A path naming a cgroup that holds more than one pod (a QoS level such
+    /// as `kubepods-besteffort.slice`, which a CRI client other than kubelet
+    /// may give as a sandbox's parent) is left out: it would take other
+    /// tenants' processes for the pod's, to be killed.
     pub fn from_paths<S: AsRef<str>>(paths: &[S]) -> PodCgroups {
+        let patterns = paths
+            .iter()
+            .filter_map(|p| pattern(p.as_ref()))
+            .filter(|p| !p.is_shared_level())
+            .fold(Vec::new(), |mut all, p| {
+                if !all.contains(&p) {
+                    all.push(p);
+                }
+                all
+            });
+        PodCgroups { patterns }
+    }
+
+    /// Node daemons' cgroups (`gpu.ignored_cgroups`): unit names or path
+    /// prefixes, any level.
+    pub fn ignoring<S: AsRef<str>>(paths: &[S]) -> PodCgroups {
         let patterns = paths.iter().filter_map(|p| pattern(p.as_ref())).collect();
         PodCgroups { patterns }
     }
@@ -53,9 +73,14 @@ impl PodCgroups {
         PodCgroups { patterns }
     }
 
-    /// Both sets of patterns.
+    /// Both sets of patterns, each once (a container restarting in a loop
+    /// brings the same paths each time).
     pub fn merged(mut self, other: PodCgroups) -> PodCgroups {
-        self.patterns.extend(other.patterns);
+        for p in other.patterns {
+            if !self.patterns.contains(&p) {
+                self.patterns.push(p);
+            }
+        }
         self
     }
 
@@ -69,6 +94,30 @@ impl PodCgroups {
             .lines()
             .filter_map(|line| line.splitn(3, ':').nth(2))
             .any(|path| self.patterns.iter().any(|p| matches(p, path)))
+    }
+}
+
+/// Cgroups above pod level: kubelet's QoS levels under both drivers and
+/// systemd's top slices.
+const SHARED_LEVELS: &[&str] = &[
+    "kubepods",
+    "besteffort",
+    "burstable",
+    "kubepods.slice",
+    "kubepods-besteffort.slice",
+    "kubepods-burstable.slice",
+    "system.slice",
+    "user.slice",
+    "machine.slice",
+];
+
+impl Pattern {
+    fn is_shared_level(&self) -> bool {
+        let last = match self {
+            Pattern::Prefix(path) => path.rsplit('/').next().unwrap_or_default(),
+            Pattern::Component(name) => name,
+        };
+        SHARED_LEVELS.contains(&last)
     }
 }
 
@@ -137,12 +186,37 @@ mod tests {
                 false,
             ),
             ("/", "0::/anything\n", false),
+            // Levels that hold many pods are never taken for one.
+            (
+                "kubepods-besteffort.slice",
+                "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod2.slice/c.scope\n",
+                false,
+            ),
+            (
+                "/kubepods/burstable",
+                "4:pids:/kubepods/burstable/podY/abc\n",
+                false,
+            ),
+            ("system.slice:cri-containerd:abc", "0::/system.slice/x.service\n", false),
             ("", "0::/\n", false),
         ];
         for (nri, proc_cgroup, want) in table {
             let pod = PodCgroups::from_paths(&[nri]);
             assert_eq!(pod.contains(proc_cgroup), want, "{nri} vs {proc_cgroup}");
         }
+    }
+
+    #[test]
+    fn merging_keeps_each_pattern_once_and_ignoring_takes_any_level() {
+        let paths = [
+            "/kubepods/burstable/podX",
+            "kubepods-pod1.slice:cri-containerd:a",
+        ];
+        let once = PodCgroups::from_paths(&paths);
+        let twice = once.clone().merged(PodCgroups::from_paths(&paths));
+        assert_eq!(twice, once);
+        let ignored = PodCgroups::ignoring(&["system.slice"]);
+        assert!(ignored.contains("0::/system.slice/nvidia-persistenced.service\n"));
     }
 
     #[test]

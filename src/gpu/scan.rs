@@ -186,8 +186,9 @@ enum Membership {
 
 fn membership(host: &dyn Host, pid: u32, pod: &PodCgroups, ignored: &PodCgroups) -> Membership {
     match host.cgroup(pid) {
-        Ok(text) if pod.contains(&text) => Membership::Pod,
+        // A node daemon is never the pod's, whatever the pod's paths say.
         Ok(text) if ignored.contains(&text) => Membership::Ignored,
+        Ok(text) if pod.contains(&text) => Membership::Pod,
         Ok(_) => Membership::Outside,
         Err(e) if gone(&e) => Membership::Gone,
         // Unknown cgroup: not provably the pod's, so it must not be killed.

@@ -82,7 +82,7 @@ impl GpuTeardown {
         GpuTeardown {
             inventory: RwLock::new(inventory.into()),
             health: HealthStore::new(&config.health_dir),
-            ignored: PodCgroups::from_paths(&config.ignored_cgroups),
+            ignored: PodCgroups::ignoring(&config.ignored_cgroups),
             config,
             host,
             nvml,
@@ -350,6 +350,11 @@ impl Teardown for GpuTeardown {
         if !targets.is_empty() {
             self.mark_released(&pod.pod.sandbox_id);
         }
+        // Every pod's paths are kept (an RDMA-only pod's too): forgotten here.
+        self.pod_cgroups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&pod.pod.sandbox_id);
         Ok(())
     }
 }
