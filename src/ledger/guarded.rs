@@ -9,7 +9,9 @@
 
 use std::collections::BTreeSet;
 
-use super::{drop_pod, prune_empty, quarantine_in, Ledger, LedgerError, PodRecord, Teardown};
+use super::{
+    drop_pod, lift_restored, prune_empty, quarantine_in, Ledger, LedgerError, PodRecord, Teardown,
+};
 
 /// What [`Ledger::release_pod_if_unchanged`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +69,8 @@ impl Ledger {
             }
             Ok(()) if unchanged => {
                 drop_pod(&mut txn.state, sandbox_id);
+                // A VF a failed restore quarantined is back once one succeeds.
+                lift_restored(&mut txn.state, &seen.claims);
                 prune_empty(&mut txn.state);
                 GuardedRelease::Released(seen)
             }
@@ -242,5 +246,38 @@ mod tests {
             .unwrap();
         assert_eq!(out, GuardedRelease::Absent);
         assert!(hook1.snapshot().unwrap().pods.is_empty());
+    }
+
+    /// Hooks-only mode: a VF whose restore failed is quarantined; the retry
+    /// that restores it (the next createRuntime's reaping) returns it.
+    #[test]
+    fn a_retried_release_returns_a_quarantined_vf() {
+        let (_d, l, _) = two_handles();
+        let vf = vec![Claim {
+            device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
+            share: Share::Exclusive,
+        }];
+        l.admit(&pod("p"), &vf, "c1", record(), false).unwrap();
+        let attempt = |fail| Meanwhile {
+            act: Box::new(|| {}),
+            fail,
+            seen: RefCell::default(),
+        };
+        let out = l
+            .release_pod_if_unchanged("p", &set(&["c1"]), &attempt(true))
+            .unwrap();
+        assert!(matches!(out, GuardedRelease::Failed { .. }), "{out:?}");
+        let err = l.claim(&pod("q"), &vf).unwrap_err();
+        assert!(matches!(
+            err,
+            LedgerError::Held { .. } | LedgerError::Quarantined { .. }
+        ));
+        let out = l
+            .release_pod_if_unchanged("p", &set(&["c1"]), &attempt(false))
+            .unwrap();
+        assert!(matches!(out, GuardedRelease::Released(_)), "{out:?}");
+        let state = l.snapshot().unwrap();
+        assert!(state.devices.is_empty(), "{state:?}");
+        l.claim(&pod("q"), &vf).expect("the VF is back in service");
     }
 }
