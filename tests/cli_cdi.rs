@@ -45,17 +45,32 @@ fn stdout_file_and_directory_outputs() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(kinds(&stdout), ["devgate.io/gpu", "devgate.io/rdma"]);
 
-    // -o naming a file holds one kind, so --kind is needed.
-    let file = dir.path().join("gpu.json");
+    // -o naming a file: a spec holds one kind, so the first goes there and
+    // the second beside it, where a runtime reading the directory finds both.
+    let file = dir.path().join("devgate.json");
     let out = generate(hgx.root(), &["-o", file.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("is not a directory: writing both kinds needs one (or pass --kind)"),
-        "{stderr}"
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert!(!file.exists());
-    let out = generate(hgx.root(), &["--kind", "gpu", "-o", file.to_str().unwrap()]);
+    let second = dir.path().join("devgate-rdma.json");
+    assert_eq!(
+        kinds(&std::fs::read_to_string(&file).unwrap()),
+        ["devgate.io/gpu"]
+    );
+    assert_eq!(
+        kinds(&std::fs::read_to_string(&second).unwrap()),
+        ["devgate.io/rdma"]
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("devgate.io/rdma went to"), "{stderr}");
+    // One kind asked for: that one in the file, and the other's file, now
+    // stale, removed.
+    let out = generate(
+        hgx.root(),
+        &["--kind", "rdma", "-o", file.to_str().unwrap()],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -63,8 +78,21 @@ fn stdout_file_and_directory_outputs() {
     );
     assert_eq!(
         kinds(&std::fs::read_to_string(&file).unwrap()),
-        ["devgate.io/gpu"]
+        ["devgate.io/rdma"]
     );
+    assert!(!second.exists(), "the same devices never in two specs");
+
+    // A path that does not exist and is not named like a spec is a
+    // directory, made for the specs (`-o /etc/cdi` on a fresh node).
+    let fresh = dir.path().join("etc-cdi");
+    let out = generate(hgx.root(), &["-o", fresh.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(fresh.join("devgate.io-gpu.json").is_file());
+    assert!(fresh.join("devgate.io-rdma.json").is_file());
 
     // A directory gets one file per kind; a kind the node no longer has loses
     // its stale spec, so the runtime cannot resolve devices that are gone.

@@ -4,7 +4,9 @@
 //! (an existing directory, e.g. `/etc/cdi`) writes one file per kind, named as
 //! CDI's own tooling names them (`devgate.io-gpu.json`), and removes the file of
 //! a kind that has no devices, since a spec without devices is invalid and a
-//! stale one would name devices that are gone. `-o FILE` takes one `--kind`.
+//! stale one would name devices that are gone; a path that does not exist and
+//! is not named `*.json`/`*.yaml`, or ends in `/`, is such a directory, created.
+//! `-o FILE` gets one kind (a spec holds one); a second goes beside it.
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -33,14 +35,15 @@ pub struct GenerateArgs {
     /// Node config: device file mode and `rdma.allow_issm` shape the nodes.
     #[arg(long, default_value = crate::config::DEFAULT_CONFIG_PATH)]
     pub config: PathBuf,
-    /// Only this kind; needed when `-o` names a file.
+    /// Only this kind.
     #[arg(long, value_enum)]
     pub kind: Option<Class>,
     /// `cdiVersion` to write: 0.6.0, or 0.5.0 for runtimes with an older CDI
     /// library (podman 4.3).
     #[arg(long, default_value = cdi::DEFAULT_CDI_VERSION)]
     pub cdi_version: String,
-    /// A directory (one file per kind) or, with `--kind`, a file.
+    /// A directory (one file per kind) or a file (one kind; a second goes
+    /// beside it, `<stem>-<kind>.json`).
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
 }
@@ -51,8 +54,12 @@ pub enum CdiCmdError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Spec(#[from] CdiError),
-    #[error("{path} is not a directory: writing both kinds needs one (or pass --kind)")]
-    NeedsKind { path: PathBuf },
+    #[error("create cdi spec directory {path}")]
+    Mkdir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("no {kind} devices on this node: no spec to write to {path}")]
     Empty { kind: &'static str, path: PathBuf },
     #[error("encode cdi spec: {0}")]
@@ -102,26 +109,106 @@ fn generate(args: GenerateArgs) -> Result<(), CdiCmdError> {
         }
         return Ok(());
     };
-    if out.is_dir() {
-        for class in classes {
-            let path = out.join(class.file_name());
-            match generated.specs.iter().find(|(c, _)| *c == class) {
-                Some((_, spec)) => write_spec(&path, spec)?,
-                None => remove_stale(&path)?,
-            }
+    match Output::of(&out) {
+        Output::Dir => write_dir(&out, &classes, &generated.specs),
+        Output::File => write_file(&out, &classes, &generated.specs),
+    }
+}
+
+/// What `-o` names.
+#[derive(Debug, PartialEq, Eq)]
+enum Output {
+    /// An existing directory, a path ending in `/`, or a path that does not
+    /// exist and is not named like a spec (CDI loads `*.json` and `*.yaml`
+    /// only): one file per kind, created as needed.
+    Dir,
+    File,
+}
+
+impl Output {
+    fn of(path: &Path) -> Output {
+        let spec_name = matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("json" | "yaml" | "yml")
+        );
+        if path.is_dir() || path.as_os_str().to_string_lossy().ends_with('/') {
+            Output::Dir
+        } else if path.exists() || spec_name {
+            Output::File
+        } else {
+            Output::Dir
         }
-        return Ok(());
     }
-    let Some(kind) = args.kind else {
-        return Err(CdiCmdError::NeedsKind { path: out });
+}
+
+fn write_dir(
+    dir: &Path,
+    classes: &[Class],
+    specs: &[(Class, cdi::Spec)],
+) -> Result<(), CdiCmdError> {
+    std::fs::create_dir_all(dir).map_err(|source| CdiCmdError::Mkdir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    for class in classes {
+        let path = dir.join(class.file_name());
+        match specs.iter().find(|(c, _)| c == class) {
+            Some((_, spec)) => write_spec(&path, spec)?,
+            None => remove_stale(&path)?,
+        }
+    }
+    Ok(())
+}
+
+/// The first kind with devices goes to `file`; a further kind to a file
+/// beside it named after it (`devgate.json`, `devgate-rdma.json`), so a
+/// runtime reading that directory resolves both kinds. A file beside it that
+/// an earlier run wrote and this one does not is removed: it would name
+/// devices that are gone, or the same ones twice.
+fn write_file(
+    file: &Path,
+    classes: &[Class],
+    specs: &[(Class, cdi::Spec)],
+) -> Result<(), CdiCmdError> {
+    let Some(((first_class, first), rest)) = specs.split_first() else {
+        let kind = match classes {
+            [one] => one.name(),
+            _ => "gpu or rdma",
+        };
+        return Err(CdiCmdError::Empty {
+            kind,
+            path: file.to_path_buf(),
+        });
     };
-    match generated.specs.first() {
-        Some((_, spec)) => write_spec(&out, spec),
-        None => Err(CdiCmdError::Empty {
-            kind: kind.name(),
-            path: out,
-        }),
+    write_spec(file, first)?;
+    for (class, spec) in rest {
+        let path = beside(file, *class);
+        write_spec(&path, spec)?;
+        eprintln!(
+            "note: {} holds one kind; {} went to {}",
+            file.display(),
+            class.kind(),
+            path.display()
+        );
     }
+    for class in classes {
+        if class == first_class || !rest.iter().any(|(c, _)| c == class) {
+            remove_stale(&beside(file, *class))?;
+        }
+    }
+    Ok(())
+}
+
+/// `<dir>/<stem>-<class>.<ext>` for `<dir>/<stem>.<ext>`.
+fn beside(file: &Path, class: Class) -> PathBuf {
+    let stem = file.file_stem().unwrap_or_default().to_string_lossy();
+    let ext = file.extension().unwrap_or_default().to_string_lossy();
+    let name = if ext.is_empty() {
+        format!("{stem}-{}", class.name())
+    } else {
+        format!("{stem}-{}.{ext}", class.name())
+    };
+    file.with_file_name(name)
 }
 
 /// Atomically, so that a runtime never reads half a spec; world-readable,
