@@ -1,155 +1,11 @@
 //! `install/bootstrap.sh` run into a `--prefix` directory: dry run, install,
 //! idempotent second run, `devgate doctor` on the result, and `--uninstall`
 //! restoring the tree byte for byte.
-use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod bootstrap;
 
-const DEVGATE: &str = env!("CARGO_BIN_EXE_devgate");
-const PF: &str = "0000:19:00.0";
-/// A containerd config with comments, odd spacing and no final newline: the
-/// uninstall must give these bytes back exactly.
-const CONTAINERD_CONFIG: &str = "# node config\nversion = 2\nroot = \"/var/lib/containerd\"\n\n[plugins]\n  [plugins.\"io.containerd.grpc.v1.cri\"]\n    sandbox_image = \"registry.k8s.io/pause:3.9\"   # pinned\n  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n    SystemdCgroup = true";
+use std::path::Path;
 
-/// Every entry below a root: (mode, file bytes or link target; empty for dirs).
-type Tree = BTreeMap<PathBuf, (u32, Vec<u8>)>;
-
-fn snapshot(root: &Path) -> Tree {
-    let mut tree = Tree::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            let rel = path.strip_prefix(root).unwrap().to_path_buf();
-            let content = if meta.file_type().is_symlink() {
-                std::fs::read_link(&path)
-                    .unwrap()
-                    .into_os_string()
-                    .into_encoded_bytes()
-            } else if meta.is_dir() {
-                stack.push(path.clone());
-                Vec::new()
-            } else {
-                std::fs::read(&path).unwrap()
-            };
-            tree.insert(rel, (meta.permissions().mode(), content));
-        }
-    }
-    tree
-}
-
-fn write(path: &Path, text: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
-
-/// The repository's hooks.d files, or a stand-in when the repository has none.
-fn hooks_dir(scratch: &Path) -> PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks");
-    let has_json = std::fs::read_dir(&repo)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|e| e.path().extension().is_some_and(|x| x == "json"));
-    if has_json {
-        return repo;
-    }
-    let dir = scratch.join("hooks");
-    write(
-        &dir.join("devgate.json"),
-        r#"{"version":"1.0.0","hook":{"path":"/usr/local/bin/devgate-hook","args":["devgate-hook","createRuntime"]},"when":{"annotations":{"^scheduling\\.koordinator\\.sh/device-allocated$":".*"}},"stages":["createRuntime"]}"#,
-    );
-    dir
-}
-
-struct Run {
-    ok: bool,
-    out: String,
-}
-
-fn bootstrap(prefix: &Path, hooks: &Path, args: &[&str]) -> Run {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("install/bootstrap.sh");
-    let bin_dir = Path::new(DEVGATE).parent().unwrap();
-    let out = Command::new("bash")
-        .arg(script)
-        .arg("--prefix")
-        .arg(prefix)
-        .arg("--bin-dir")
-        .arg(bin_dir)
-        .arg("--hooks-dir")
-        .arg(hooks)
-        .args(args)
-        .output()
-        .expect("run bootstrap.sh");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Run {
-        ok: out.status.success(),
-        out: text,
-    }
-}
-
-/// A node directory: containerd 1.7's config, one SR-IOV PF with 2 VFs,
-/// ib_core loaded in shared mode, and a devgate config asking for 4 VFs and
-/// the exclusive RDMA mode.
-fn node(dir: &Path) -> PathBuf {
-    let prefix = dir.join("node");
-    write(
-        &prefix.join("etc/containerd/config.toml"),
-        CONTAINERD_CONFIG,
-    );
-    write(&prefix.join("etc/os-release"), "ID=debian\nVERSION_ID=12\n");
-    let pf = prefix.join("sys/bus/pci/devices").join(PF);
-    write(&pf.join("sriov_numvfs"), "2\n");
-    write(&pf.join("sriov_totalvfs"), "8\n");
-    write(
-        &prefix.join("sys/module/ib_core/parameters/netns_mode"),
-        "Y\n",
-    );
-    write(
-        &prefix.join("etc/devgate/config.toml"),
-        &format!("[rdma]\nnetns_mode = \"exclusive\"\n[sriov.num_vfs]\n\"{PF}\" = 4\n"),
-    );
-    prefix
-}
-
-fn position(out: &str, needle: &str) -> usize {
-    out.find(needle)
-        .unwrap_or_else(|| panic!("no {needle:?} in:\n{out}"))
-}
-
-fn doctor_statuses(prefix: &Path) -> BTreeMap<String, String> {
-    let out = Command::new(DEVGATE)
-        .arg("doctor")
-        .arg("--host-root")
-        .arg(prefix)
-        .arg("--etc-root")
-        .arg(prefix.join("etc"))
-        .arg("--config")
-        .arg(prefix.join("etc/devgate/config.toml"))
-        .arg("--state-dir")
-        .arg(prefix.join("run/devgate"))
-        .args(["--containerd", "/nonexistent/containerd", "-o", "json"])
-        .output()
-        .expect("run devgate doctor");
-    let checks: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("doctor json: {e}: {}", String::from_utf8_lossy(&out.stdout)));
-    assert!(!out.status.success(), "doctor must fail without containerd");
-    checks
-        .iter()
-        .map(|c| {
-            (
-                c["name"].as_str().unwrap().to_string(),
-                c["status"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
+use bootstrap::*;
 
 #[test]
 fn dry_run_install_rerun_and_uninstall() {
@@ -261,6 +117,13 @@ fn dry_run_install_rerun_and_uninstall() {
         &undo.out,
         "the RDMA netns mode returns to shared after a reboot",
     );
+    // systemd forgets the removed unit.
+    assert!(
+        position(&undo.out, "systemctl disable --now devgate.service")
+            < position(&undo.out, "systemctl daemon-reload"),
+        "{}",
+        undo.out
+    );
     let after = snapshot(&prefix);
     assert_eq!(
         after.keys().collect::<Vec<_>>(),
@@ -323,92 +186,5 @@ fn preinstalled_mode_on_a_node_without_configs() {
         snapshot(&prefix).is_empty(),
         "left behind: {:?}",
         snapshot(&prefix).keys()
-    );
-}
-
-#[test]
-fn containerd_configs_it_must_not_touch_or_cannot_edit() {
-    let dir = tempfile::tempdir().unwrap();
-    let hooks = hooks_dir(dir.path());
-    // (containerd version, config, bootstrap succeeds, config after)
-    let on = "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  socket_path = \"/x\"\n  disable = false\n";
-    let cases = [
-        (
-            "2.1.9",
-            "version = 3\n[plugins]\n",
-            true,
-            Some("version = 3\n[plugins]\n"),
-        ),
-        ("1.7.24", on, true, Some(on)),
-        (
-            "1.7.24",
-            "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n    disable = true # off\n[x]\n",
-            true,
-            Some("version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n    disable = false\n[x]\n"),
-        ),
-        (
-            "2.1.9",
-            "version = 3\n[plugins.\"io.containerd.nri.v1.nri\"]\n  socket_path = \"/x\"\n",
-            true,
-            Some("version = 3\n[plugins.\"io.containerd.nri.v1.nri\"]\n  socket_path = \"/x\"\n"),
-        ),
-        (
-            "1.7.24",
-            "version = 2\ndisabled_plugins = [\"io.containerd.nri.v1.nri\"]\n",
-            false,
-            None,
-        ),
-        ("1.7.24", "[plugins.cri]\n", false, None),
-        ("1.6.20", "version = 2\n", false, None),
-    ];
-    for (i, (version, config, ok, after)) in cases.into_iter().enumerate() {
-        let prefix = dir.path().join(format!("node{i}"));
-        let path = prefix.join("etc/containerd/config.toml");
-        write(&path, config);
-        let run = bootstrap(&prefix, &hooks, &["--containerd-version", version]);
-        assert_eq!(run.ok, ok, "case {i}:\n{}", run.out);
-        let want = after.unwrap_or(config);
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
-            want,
-            "case {i}:\n{}",
-            run.out
-        );
-        assert_eq!(
-            run.out.contains("systemctl restart containerd"),
-            ok && want != config,
-            "case {i}:\n{}",
-            run.out
-        );
-    }
-}
-
-#[test]
-fn uninstall_keeps_a_containerd_config_edited_after_install() {
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = node(dir.path());
-    let hooks = hooks_dir(dir.path());
-    assert!(bootstrap(&prefix, &hooks, &[]).ok);
-    let path = prefix.join("etc/containerd/config.toml");
-    let edited = format!(
-        "{}# edited by hand\n",
-        std::fs::read_to_string(&path).unwrap()
-    );
-    std::fs::write(&path, &edited).unwrap();
-
-    let undo = bootstrap(&prefix, &hooks, &["--uninstall"]);
-    assert!(!undo.ok, "{}", undo.out);
-    position(&undo.out, "changed after devgate wrote it");
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), edited);
-    let backup = prefix.join("etc/containerd/config.toml.devgate-backup");
-    assert_eq!(std::fs::read_to_string(backup).unwrap(), CONTAINERD_CONFIG);
-    assert!(
-        !prefix.join("usr/local/bin/devgate").exists(),
-        "{}",
-        undo.out
-    );
-    assert!(
-        prefix.join("var/lib/devgate/install/manifest").exists(),
-        "the manifest must stay for a retry"
     );
 }

@@ -22,9 +22,14 @@ containerd_major_minor() {
 # know (dotted keys, disabled_plugins): fail rather than guess.
 nri_enabled_config() {
     local need_section=$1
-    awk -v need="$need_section" '
+    # The table header in either TOML quoting: containerd 2.x writes
+    # [plugins.'io.containerd.nri.v1.nri'] in `containerd config default`.
+    awk -v need="$need_section" -v q="'" '
         function header(line) { return line ~ /^[ \t]*\[/ }
-        /^[ \t]*\[plugins\."io\.containerd\.nri\.v1\.nri"\][ \t]*(#.*)?$/ {
+        BEGIN {
+            nri = "^[ \t]*\\[[ \t]*plugins[ \t]*\\.[ \t]*[\"" q "]io\\.containerd\\.nri\\.v1\\.nri[\"" q "][ \t]*\\][ \t]*(#.*)?$"
+        }
+        $0 ~ nri {
             found = 1; in_nri = 1; print; next
         }
         header($0) {

@@ -40,10 +40,22 @@ install_devgate() {
         ! put_file "$SCRIPT_DIR/config.toml" "$CONFIG" 644 || RESTART_DEVGATE=1
     fi
     if ((PREINSTALLED)); then
+        # A systemd install from before would run a second plugin on the
+        # same ledger.
+        if [[ -n $(manifest_get unit devgate.service) ]]; then
+            systemctl_do disable --now devgate.service
+            remove_owned "$UNIT" || true
+            ((DRY_RUN)) || manifest_drop unit devgate.service
+            systemctl_do daemon-reload
+        fi
         # containerd starts pre-installed plugins itself, only when it starts.
         ! put_file "$BIN_DIR/devgate" "$PREINSTALLED_PLUGIN" 755 || RESTART_CONTAINERD=1
         ! put_link "$PREINSTALLED_CONF" "$CONFIG" || RESTART_CONTAINERD=1
     else
+        # Likewise a pre-installed plugin from before, which containerd
+        # would start beside this one.
+        ! remove_owned "$PREINSTALLED_PLUGIN" || RESTART_CONTAINERD=1
+        remove_owned "$PREINSTALLED_CONF" || true
         if put_text "$UNIT" 644 < <(unit_text); then
             RESTART_DEVGATE=1
             ((DRY_RUN)) || manifest_put unit devgate.service -

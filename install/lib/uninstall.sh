@@ -13,9 +13,12 @@ uninstall() {
         log "nothing installed (no $MANIFEST)"
         return
     fi
+    local UNIT_REMOVED=0
     if [[ -n $(manifest_get unit devgate.service) ]]; then
         systemctl_do disable --now devgate.service
         ((DRY_RUN)) || manifest_drop unit devgate.service
+        # The unit file goes below; systemd must forget it.
+        UNIT_REMOVED=1
     fi
     while IFS=$'\t' read -r kind key value; do
         case $kind in
@@ -34,7 +37,11 @@ uninstall() {
             ;;
         numvfs)
             local dev=/sys/bus/pci/devices/$key current
-            current=$(<"$(p "$dev/sriov_numvfs")")
+            if ! current=$(cat "$(p "$dev/sriov_numvfs")" 2>/dev/null); then
+                warn "$key is gone: its VF count ($value before devgate) cannot be restored"
+                ((DRY_RUN)) || manifest_drop numvfs "$key"
+                continue
+            fi
             if ((current != value)); then
                 CHANGES=$((CHANGES + 1))
                 ((current == 0)) || write_sysfs "$dev/sriov_numvfs" 0
@@ -45,6 +52,9 @@ uninstall() {
         dir) dirs+=("$key") ;;
         esac
     done < <(tac "$m")
+    if ((UNIT_REMOVED)); then
+        systemctl_do daemon-reload
+    fi
     if ((RESTART_CONTAINERD)); then
         systemctl_do restart containerd.service
     fi

@@ -1,0 +1,152 @@
+//! Helpers of the `install/bootstrap.sh` tests: a node under a `--prefix`
+//! directory, bootstrap runs into it, and snapshots of the tree.
+#![allow(dead_code)]
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const DEVGATE: &str = env!("CARGO_BIN_EXE_devgate");
+pub const PF: &str = "0000:19:00.0";
+/// A containerd config with comments, odd spacing and no final newline: the
+/// uninstall must give these bytes back exactly.
+pub const CONTAINERD_CONFIG: &str = "# node config\nversion = 2\nroot = \"/var/lib/containerd\"\n\n[plugins]\n  [plugins.\"io.containerd.grpc.v1.cri\"]\n    sandbox_image = \"registry.k8s.io/pause:3.9\"   # pinned\n  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n    SystemdCgroup = true";
+
+/// Every entry below a root: (mode, file bytes or link target; empty for dirs).
+pub type Tree = BTreeMap<PathBuf, (u32, Vec<u8>)>;
+
+pub fn snapshot(root: &Path) -> Tree {
+    let mut tree = Tree::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let rel = path.strip_prefix(root).unwrap().to_path_buf();
+            let content = if meta.file_type().is_symlink() {
+                std::fs::read_link(&path)
+                    .unwrap()
+                    .into_os_string()
+                    .into_encoded_bytes()
+            } else if meta.is_dir() {
+                stack.push(path.clone());
+                Vec::new()
+            } else {
+                std::fs::read(&path).unwrap()
+            };
+            tree.insert(rel, (meta.permissions().mode(), content));
+        }
+    }
+    tree
+}
+
+pub fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// The repository's hooks.d files, or a stand-in when the repository has none.
+pub fn hooks_dir(scratch: &Path) -> PathBuf {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks");
+    let has_json = std::fs::read_dir(&repo)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.path().extension().is_some_and(|x| x == "json"));
+    if has_json {
+        return repo;
+    }
+    let dir = scratch.join("hooks");
+    write(
+        &dir.join("devgate.json"),
+        r#"{"version":"1.0.0","hook":{"path":"/usr/local/bin/devgate-hook","args":["devgate-hook","createRuntime"]},"when":{"annotations":{"^scheduling\\.koordinator\\.sh/device-allocated$":".*"}},"stages":["createRuntime"]}"#,
+    );
+    dir
+}
+
+pub struct Run {
+    pub ok: bool,
+    pub out: String,
+}
+
+pub fn bootstrap(prefix: &Path, hooks: &Path, args: &[&str]) -> Run {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("install/bootstrap.sh");
+    let bin_dir = Path::new(DEVGATE).parent().unwrap();
+    let out = Command::new("bash")
+        .arg(script)
+        .arg("--prefix")
+        .arg(prefix)
+        .arg("--bin-dir")
+        .arg(bin_dir)
+        .arg("--hooks-dir")
+        .arg(hooks)
+        .args(args)
+        .output()
+        .expect("run bootstrap.sh");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Run {
+        ok: out.status.success(),
+        out: text,
+    }
+}
+
+/// A node directory: containerd 1.7's config, one SR-IOV PF with 2 VFs,
+/// ib_core loaded in shared mode, and a devgate config asking for 4 VFs and
+/// the exclusive RDMA mode.
+pub fn node(dir: &Path) -> PathBuf {
+    let prefix = dir.join("node");
+    write(
+        &prefix.join("etc/containerd/config.toml"),
+        CONTAINERD_CONFIG,
+    );
+    write(&prefix.join("etc/os-release"), "ID=debian\nVERSION_ID=12\n");
+    let pf = prefix.join("sys/bus/pci/devices").join(PF);
+    write(&pf.join("sriov_numvfs"), "2\n");
+    write(&pf.join("sriov_totalvfs"), "8\n");
+    write(
+        &prefix.join("sys/module/ib_core/parameters/netns_mode"),
+        "Y\n",
+    );
+    write(
+        &prefix.join("etc/devgate/config.toml"),
+        &format!("[rdma]\nnetns_mode = \"exclusive\"\n[sriov.num_vfs]\n\"{PF}\" = 4\n"),
+    );
+    prefix
+}
+
+pub fn position(out: &str, needle: &str) -> usize {
+    out.find(needle)
+        .unwrap_or_else(|| panic!("no {needle:?} in:\n{out}"))
+}
+
+pub fn doctor_statuses(prefix: &Path) -> BTreeMap<String, String> {
+    let out = Command::new(DEVGATE)
+        .arg("doctor")
+        .arg("--host-root")
+        .arg(prefix)
+        .arg("--etc-root")
+        .arg(prefix.join("etc"))
+        .arg("--config")
+        .arg(prefix.join("etc/devgate/config.toml"))
+        .arg("--state-dir")
+        .arg(prefix.join("run/devgate"))
+        .args(["--containerd", "/nonexistent/containerd", "-o", "json"])
+        .output()
+        .expect("run devgate doctor");
+    let checks: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor json: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert!(!out.status.success(), "doctor must fail without containerd");
+    checks
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
