@@ -14,6 +14,6 @@ command -v cargo >/dev/null || {
     echo "demo.sh: cargo not found (install rustup; rust-toolchain.toml pins the version)" >&2
     exit 1
 }
-./tests/setup-host.sh
+DEVGATE_SETUP_ONLY_17=1 ./tests/setup-host.sh
 cargo build --quiet --bins
 cargo run --quiet --example demo

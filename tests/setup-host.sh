@@ -13,7 +13,9 @@ readonly CONTAINERD_VERSION_GLOB='1.7.24~ds1-*'
 readonly CONTAINERD21_VERSION_GLOB='2.1.9+ds1-*'
 readonly CONTAINERD21_PREFIX=/opt/devgate-test/containerd-2.1
 readonly CACHE=/var/cache/devgate-test
-readonly BOOKWORM_PACKAGES=(runc protobuf-compiler busybox-static iproute2 tar coreutils util-linux podman shellcheck)
+# gcc and libc6-dev: cargo links with cc, and ring (TLS of the grant check's
+# watch) compiles C.
+readonly BOOKWORM_PACKAGES=(runc protobuf-compiler busybox-static iproute2 tar coreutils util-linux podman shellcheck gcc libc6-dev)
 
 log() { printf 'setup-host: %s\n' "$*" >&2; }
 die() {
@@ -154,6 +156,9 @@ disable_containerd_service() {
 
 install_bookworm_packages
 install_containerd
-install_containerd21
+# The demo runs on containerd 1.7 only (DEVGATE_SETUP_ONLY_17=1).
+if [[ ${DEVGATE_SETUP_ONLY_17:-0} != 1 ]]; then
+    install_containerd21
+fi
 disable_containerd_service
 containerd --version >&2
