@@ -140,12 +140,18 @@ impl Drop for Txn<'_> {
 }
 
 impl Store {
-    /// Opens (creating) the state directory. Mode 0700: claims are root's business.
+    /// Opens the state directory, creating it (and missing parents) with mode
+    /// 0700: claims are root's business. An existing one keeps its mode.
     pub fn open(dir: &Path) -> Result<Store, LedgerError> {
-        fs::create_dir_all(dir).map_err(|source| LedgerError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+        use std::os::unix::fs::DirBuilderExt;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| LedgerError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
         Ok(Store::at(dir))
     }
 

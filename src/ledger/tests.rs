@@ -358,3 +358,15 @@ fn unknown_containers_are_forgotten_without_the_lock() {
     worker.join().unwrap();
     assert!(l.snapshot().unwrap().pods["p"].containers.is_empty());
 }
+
+#[test]
+fn a_new_state_directory_is_root_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("run/devgate");
+    Ledger::open(&state).unwrap();
+    for d in [&state, &dir.path().join("run")] {
+        let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", d.display());
+    }
+}
