@@ -309,7 +309,9 @@ pub fn build_for(
             crate::allocation::VF_SETTINGS
         ));
     }
-    if out.plan.selected {
+    // Only for a container given GPUs or RDMA devices: a template of literal
+    // text alone would otherwise reach containers devgate gives nothing.
+    if out.plan.selected && !(out.comm.gpus.is_empty() && out.comm.rdma.is_empty()) {
         comm_env::plan_comm_env(&mut out, ctx);
     }
     let mut plan = out.plan;

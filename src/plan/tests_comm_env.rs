@@ -303,6 +303,15 @@ fn cases() -> Vec<Case> {
         },
         Case {
             config: config(|c| {
+                c.comm_env.extra = BTreeMap::from([("LITERAL".to_string(), "x".to_string())]);
+            }),
+            ..case(
+                "no gpu or rdma device: not even a literal template",
+                r#"{"fpga":[{"minor":0}]}"#.into(),
+            )
+        },
+        Case {
+            config: config(|c| {
                 c.comm_env.enabled = false;
                 c.comm_env.extra = BTreeMap::from([("X".to_string(), "{gpu_uuids}".to_string())]);
             }),
