@@ -47,8 +47,10 @@ fn plan_cmd_with_state(root: &Path, pod_text: &[u8], state: &Path, extra: &[&str
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_devgate"));
     cmd.arg("plan")
         .args(["--host-root", root.to_str().unwrap()])
-        .args(["--config", "/nonexistent/devgate.toml"])
         .args(["--state-dir", state.to_str().unwrap()]);
+    if !extra.contains(&"--config") {
+        cmd.args(["--config", "/nonexistent/devgate.toml"]);
+    }
     if !stdin {
         cmd.args(["--pod", file.to_str().unwrap()]);
     }
@@ -362,4 +364,33 @@ fn devices_held_by_other_pods_are_warnings() {
         "{plan}"
     );
     assert_eq!(std::fs::read(state.join("ledger.json")).unwrap(), before);
+}
+
+/// The plan reads GPU health where the node config keeps it, as the plugin
+/// does: an unhealthy GPU shows as a warning.
+#[test]
+fn unhealthy_gpus_are_warnings() {
+    let (dir, fx) = fixture();
+    let gpu = &fx.expected().gpus[1];
+    let health = dir.path().join("health");
+    devgate::gpu::HealthStore::new(&health)
+        .mark(&gpu.uuid, &[devgate::gpu::health::Fault::DoubleBitEcc], 1)
+        .unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[gpu]\nhealth_dir = \"{}\"\n", health.display()),
+    )
+    .unwrap();
+    let annotation = format!(r#"{{"gpu":[{{"minor":{}}}]}}"#, gpu.minor);
+    let plan = plan_ok(
+        fx.root(),
+        &allocated(&annotation),
+        &["--config", config.to_str().unwrap()],
+    );
+    let warnings = plan["warnings"].to_string();
+    assert!(
+        warnings.contains(&format!("gpu[0]: gpu minor {} is unhealthy", gpu.minor)),
+        "{plan}"
+    );
 }

@@ -169,11 +169,18 @@ pub fn plan_pod(
     let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
     let devices = parse_pod(annotations, labels)?;
-    // Discovery is skipped for a pod without devices: its plan is empty on any node.
+    // Discovery is skipped for a pod without devices: its plan is empty on any
+    // node. Otherwise the node as the plugin sees it (NVML's indices and
+    // memory where the driver is), with GPU health as warnings.
     let inventory = if devices.allocation.is_empty() {
         inventory::Inventory::default()
     } else {
-        inventory::discover(host_root)
+        let mut inv = crate::gpu::discover_node(host_root);
+        match crate::gpu::HealthStore::new(&config.gpu.health_dir).snapshot() {
+            Ok(health) => crate::gpu::health::merge_into(&mut inv, &health),
+            Err(e) => inv.warnings.push(format!("gpu health: {e}")),
+        }
+        inv
     };
     let env = pod.container_env(container);
     let ctx = plan::ContainerContext {
