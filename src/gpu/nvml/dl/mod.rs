@@ -10,6 +10,7 @@ use std::time::Duration;
 mod facts;
 mod health;
 mod mig;
+mod processes;
 
 pub use facts::NvmlGpuLibrary;
 
@@ -33,16 +34,6 @@ const UUID_BUFFER: usize = 96;
 /// Profile info structs are read only for their leading `u32` fields (id, counts); a
 /// buffer larger than any version of them keeps the library from writing past it.
 const INFO_WORDS: usize = 64;
-
-/// `nvmlProcessInfo_v2_t`, the layout of the `_v2` and `_v3` process queries.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct ProcessInfo {
-    pid: c_uint,
-    used_gpu_memory: c_ulonglong,
-    gpu_instance_id: c_uint,
-    compute_instance_id: c_uint,
-}
 
 /// `nvmlEventData_t`.
 #[repr(C)]
@@ -138,39 +129,6 @@ impl DlNvml {
         let f: unsafe extern "C" fn(Handle, c_uint) -> Ret = self.sym(name, uuid)?;
         // SAFETY: a handle from NVML and an enum value nvml.h defines.
         check(static_name(name), uuid, unsafe { f(dev, value) })
-    }
-
-    fn process_list(
-        &self,
-        dev: Handle,
-        uuid: &str,
-        v3: &'static CStr,
-        v2: &'static CStr,
-    ) -> Result<Vec<u32>, NvmlError> {
-        type F = unsafe extern "C" fn(Handle, *mut c_uint, *mut ProcessInfo) -> Ret;
-        let (name, f) = match self.sym::<F>(v3, uuid) {
-            Ok(f) => (v3, f),
-            Err(_) => (v2, self.sym::<F>(v2, uuid)?),
-        };
-        let mut infos = vec![ProcessInfo::default(); 64];
-        for _ in 0..4 {
-            let mut count = infos.len() as c_uint;
-            // SAFETY: `count` entries of the declared layout.
-            let code = unsafe { f(dev, &mut count, infos.as_mut_ptr()) };
-            if code == ERROR_INSUFFICIENT_SIZE {
-                infos.resize(count as usize + 16, ProcessInfo::default());
-                continue;
-            }
-            check(static_name(name), uuid, code)?;
-            let n = (count as usize).min(infos.len());
-            return Ok(infos[..n].iter().map(|p| p.pid).collect());
-        }
-        Err(NvmlError::Call {
-            call: static_name(name),
-            uuid: uuid.to_string(),
-            code: ERROR_INSUFFICIENT_SIZE,
-            reason: reason(ERROR_INSUFFICIENT_SIZE),
-        })
     }
 }
 
