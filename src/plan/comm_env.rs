@@ -193,10 +193,12 @@ fn hca_list(out: &mut Builder) -> Option<Vec<String>> {
 
 /// The one GID index every allocated RoCE port agrees on, for the address family
 /// the container asks NCCL for (`NCCL_IB_ADDR_FAMILY`) or else the config's.
-/// InfiniBand ports take no part: NCCL uses the index for RoCE only. Nor do ports
-/// whose netdev moves into the pod: a RoCE GID is an address of the port's netdev
-/// (`rdma_ip2gid`), which the pod assigns after this plan, and the move sets its
-/// MAC (hence its link-local GID); their host-side tables are not even read.
+/// InfiniBand ports take no part: NCCL uses the index for RoCE only. A port whose
+/// netdev moves into the pod is read on the host like any other: the kernel
+/// gives the link-local GIDs the first slots and each address of the netdev
+/// the next free ones in order (`ib_cache_gid_add`), so an address the pod
+/// assigns after the move lands where the host's did. One without such a GID
+/// on the host, the usual case for a VF, leaves the variable unset.
 fn gid_index(out: &mut Builder, ctx: &ContainerContext) -> Option<u32> {
     let family = match user_value(ctx.env, NCCL_IB_ADDR_FAMILY) {
         Some("AF_INET6") => GidFamily::Ipv6,
@@ -204,23 +206,23 @@ fn gid_index(out: &mut Builder, ctx: &ContainerContext) -> Option<u32> {
         _ => out.config.comm_env.gid_family,
     };
     let mut found: Vec<(String, u32)> = Vec::new();
-    let mut moved: Option<String> = None;
     for dev in &out.comm.rdma {
         let roce = used_ports(dev)
             .into_iter()
             .filter(|p| p.link_layer == LinkLayer::Ethernet);
         for port in roce {
             let at = format!("{}:{}", dev.name, port.num);
-            if dev.netdev_moved {
-                moved.get_or_insert(at);
-                continue;
-            }
             let gids = ctx.gids.port_gids(&dev.name, port.num);
             match roce_v2_index(&gids, family) {
                 Some(i) => found.push((at, i)),
                 None => {
+                    let moved = if dev.netdev_moved {
+                        " on the host (its netdev moves into the pod, which assigns its addresses)"
+                    } else {
+                        ""
+                    };
                     out.plan.warnings.push(format!(
-                        "comm_env: NCCL_IB_GID_INDEX not set: {at} has no RoCE v2 GID of family {}",
+                        "comm_env: NCCL_IB_GID_INDEX not set: {at} has no RoCE v2 GID of family {}{moved}",
                         family_text(family)
                     ));
                     return None;
@@ -228,14 +230,7 @@ fn gid_index(out: &mut Builder, ctx: &ContainerContext) -> Option<u32> {
             }
         }
     }
-    let Some(first) = found.first().map(|f| f.1) else {
-        if let Some(at) = moved {
-            out.plan.warnings.push(format!(
-                "comm_env: NCCL_IB_GID_INDEX not set: {at}'s netdev moves into the pod, which assigns its GIDs"
-            ));
-        }
-        return None;
-    };
+    let first = found.first()?.1;
     if found.iter().all(|(_, i)| *i == first) {
         return Some(first);
     }

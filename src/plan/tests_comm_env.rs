@@ -141,14 +141,31 @@ fn cases() -> Vec<Case> {
         Case {
             gids: roce(),
             want: want(&[
+                ("NCCL_IB_GID_INDEX", "3"),
                 ("NCCL_IB_HCA", "=mlx5_9:1,mlx5_10:1"),
                 ("NCCL_SOCKET_IFNAME", "net1,net2"),
                 ("UCX_NET_DEVICES", "mlx5_9:1,mlx5_10:1"),
             ]),
-            warning: Some("NCCL_IB_GID_INDEX not set: mlx5_9:1's netdev moves into the pod"),
+            reads: vec!["mlx5_9:1", "mlx5_10:1"],
             ..case(
-                "roce vfs: moved in, so the host's gids are not read",
+                "roce vfs moved in: their host-side tables give the index",
                 rdma(&[(1, &[0, 1])]),
+            )
+        },
+        Case {
+            gids: FakeGids::with(&[("mlx5_9", roce_table()[..2].to_vec())]),
+            want: want(&[
+                ("NCCL_IB_HCA", "=mlx5_9:1"),
+                ("NCCL_SOCKET_IFNAME", "net1"),
+                ("UCX_NET_DEVICES", "mlx5_9:1"),
+            ]),
+            warning: Some(
+                "NCCL_IB_GID_INDEX not set: mlx5_9:1 has no RoCE v2 GID of family ipv4 on the host (its netdev moves into the pod",
+            ),
+            reads: vec!["mlx5_9:1"],
+            ..case(
+                "a roce vf with no address on the host: not set",
+                rdma(&[(1, &[0])]),
             )
         },
         Case {
@@ -167,14 +184,28 @@ fn cases() -> Vec<Case> {
         Case {
             gids: roce_pfs(),
             want: want(&[
+                ("NCCL_IB_HCA", "=mlx5_9:1,mlx5_3:1"),
+                ("NCCL_SOCKET_IFNAME", "net1"),
+                ("UCX_NET_DEVICES", "mlx5_9:1,mlx5_3:1"),
+            ]),
+            warning: Some("NCCL_IB_GID_INDEX not set: mlx5_9:1 has no RoCE v2 GID"),
+            reads: vec!["mlx5_9:1"],
+            ..case(
+                "a moved roce vf must agree with the whole pf too",
+                rdma(&[(1, &[0]), (3, &[])]),
+            )
+        },
+        Case {
+            gids: FakeGids::with(&[("mlx5_9", roce_table()), ("mlx5_3", roce_table())]),
+            want: want(&[
                 ("NCCL_IB_GID_INDEX", "3"),
                 ("NCCL_IB_HCA", "=mlx5_9:1,mlx5_3:1"),
                 ("NCCL_SOCKET_IFNAME", "net1"),
                 ("UCX_NET_DEVICES", "mlx5_9:1,mlx5_3:1"),
             ]),
-            reads: vec!["mlx5_3:1"],
+            reads: vec!["mlx5_9:1", "mlx5_3:1"],
             ..case(
-                "a moved roce vf takes no part: the whole pf gives the index",
+                "a moved roce vf and a whole pf that agree",
                 rdma(&[(1, &[0]), (3, &[])]),
             )
         },
