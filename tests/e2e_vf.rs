@@ -105,8 +105,9 @@ fn vf_moves_into_the_pod_as_net1_and_comes_back() {
 
 /// A createRuntime that cannot apply the plan fails the container and changes
 /// nothing: `net1` is already taken in the pod's netns, so the VF stays on the
-/// host as it was, StartContainer fails with the hook's reason, and the pod's
-/// claim lasts until the pod goes (kubelet retries the container in it).
+/// host as it was, StartContainer fails with the hook's reason, and the claims
+/// of the pod, which has no other container, are released. The kubelet's
+/// retry of the container claims again and gets the VF.
 #[test]
 fn a_failed_attach_fails_the_container_and_leaves_the_vf_on_the_host() {
     require_root();
@@ -143,13 +144,35 @@ fn a_failed_attach_fails_the_container_and_leaves_the_vf_on_the_host() {
     );
     let home = link(In::Host, host_name).expect("the VF stays on the host");
     assert_eq!(home.address.as_deref(), Some("02:00:00:de:0b:01"));
-    assert_eq!(node.ledger().pods.len(), 1, "the pod keeps its claim");
+    assert!(
+        node.ledger().pods.is_empty(),
+        "nothing claimed for a container that never ran"
+    );
 
-    cri.delete_pod(&pod, &[]);
-    let _ = cri.remove_container(&id);
+    // The retry, once the name is free again.
+    net::sh(&[
+        "nsenter",
+        &format!("--net={netns}"),
+        "ip",
+        "link",
+        "del",
+        "net1",
+    ]);
+    cri.remove_container(&id).expect("RemoveContainer");
+    let retry = cri
+        .create_container(&pod, &ContainerSpec::shell("main", "sleep 300"))
+        .expect("CreateContainer again");
+    cri.start_container(&retry).expect("the retry starts");
+    assert_eq!(node.ledger().pods.len(), 1, "claimed again");
+    assert!(
+        link(In::Host, host_name).is_none(),
+        "the VF moved to the pod"
+    );
+
+    cri.delete_pod(&pod, &[&retry]);
     wait_for("claims released", SLOW, || {
         node.ledger().pods.is_empty().then_some(())
     });
-    assert!(link(In::Host, host_name).is_some());
+    wait_for("vf back on the host", SLOW, || link(In::Host, host_name));
     drop(stand_in);
 }

@@ -17,6 +17,7 @@ pub mod bundle;
 pub mod cgroup;
 pub mod cgroup_v2;
 pub mod devnodes;
+mod failed_attach;
 pub mod liveness;
 mod log;
 pub mod membership;
@@ -187,7 +188,10 @@ fn attach(
             container: state.id.chars().take(64).collect(),
         });
     }
-    attach_networks(env, &state.id, pid, &resolved.networks, checkpoint)?;
+    if let Err(e) = attach_networks(env, &state.id, pid, &resolved.networks, checkpoint) {
+        failed_attach::release(env, &state.id);
+        return Err(e);
+    }
     Ok(Outcome::Attached(resolved.networks.len()))
 }
 

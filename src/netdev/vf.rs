@@ -214,6 +214,12 @@ fn prepare(
         }
         None => {
             // Without a PF only the netdev MAC can be set; anything else would be silently lost.
+            if !a.pf_netdev.is_empty() {
+                tracing::warn!(
+                    pf = %a.pf_netdev, vf = %a.vf_bus_id,
+                    "pf netdev not on the host: no pf-side vf settings, the mac is set on the vf netdev only"
+                );
+            }
             let mut config = a.settings.pf_config();
             config.mac = None;
             if !config.is_empty() {

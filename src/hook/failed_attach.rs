@@ -1,0 +1,57 @@
+//! After a createRuntime that could not attach the container's VFs (NRI mode):
+//! the runtime fails the container, and what devgate held for it goes, so that
+//! nothing stays claimed for a container that never ran. The kubelet's retry
+//! claims again at its CreateContainer.
+
+use std::collections::BTreeSet;
+
+use super::HookEnv;
+use crate::ledger::{Ledger, LedgerError, NoTeardown};
+use crate::netdev::SavedStore;
+
+/// Forgets the container's record and, when it was the pod's only container,
+/// releases the pod's claims. Nothing is released while a VF of the container
+/// is still saved (its restore failed): poststop, which runc runs after a failed
+/// create, or a later reconcile restores it first. Best effort: the attach error
+/// is what the runtime reports, so a ledger error here is only logged.
+pub(super) fn release(env: &HookEnv, container_id: &str) {
+    match SavedStore::new(&env.state_dir).for_container(container_id) {
+        Ok(saved) if saved.is_empty() => {}
+        Ok(_) => {
+            tracing::warn!(container = %container_id, "a vf of the failed container is not restored: its pod keeps its claims");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(container = %container_id, error = %e, "saved vf state unreadable: the pod keeps its claims");
+            return;
+        }
+    }
+    match forget(env, container_id) {
+        Ok(Some(sandbox)) => {
+            tracing::info!(container = %container_id, sandbox = %sandbox, "failed container forgotten, its pod's claims released")
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(container = %container_id, error = %e, "failed container: claims not released")
+        }
+    }
+}
+
+/// The sandbox whose claims went, if any did.
+fn forget(env: &HookEnv, container_id: &str) -> Result<Option<String>, LedgerError> {
+    let ledger = Ledger::open(&env.state_dir)?;
+    let Some(pod) = ledger
+        .snapshot()?
+        .pods
+        .into_values()
+        .find(|p| p.containers.contains_key(container_id))
+    else {
+        return Ok(None);
+    };
+    let sandbox = pod.pod.sandbox_id;
+    ledger.remove_container(&sandbox, container_id)?;
+    // Only with no container left, checked under the lock: one the plugin
+    // admits meanwhile keeps the pod's claims.
+    let released = ledger.release_pod_if_unchanged(&sandbox, &BTreeSet::new(), &NoTeardown)?;
+    Ok(matches!(released, crate::ledger::GuardedRelease::Released(_)).then_some(sandbox))
+}
