@@ -125,7 +125,7 @@ fn pem_error(what: &'static str, secret: &Secret, reason: impl ToString) -> Cred
     }
 }
 
-fn certificates(
+pub(super) fn certificates(
     what: &'static str,
     secret: &Secret,
 ) -> Result<Vec<ureq::tls::Certificate<'static>>, CredentialError> {

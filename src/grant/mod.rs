@@ -26,6 +26,7 @@ pub mod credentials;
 pub mod fake_api;
 pub mod kubeconfig;
 pub mod model;
+mod node_identity;
 pub mod request;
 pub mod settings;
 pub mod watch;

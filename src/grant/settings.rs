@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::credentials::{ClientCert, Secret};
-use super::kubeconfig;
+use super::{kubeconfig, node_identity};
 use crate::config::ConfigError;
 
 /// The service account directory of a pod.
@@ -225,17 +225,24 @@ pub fn resolve(
         return Mode::Off;
     }
     let api = &cfg.kube_api;
-    let node_name = [api.node_name.clone(), env("NODE_NAME").unwrap_or_default()]
+    // The node name: configured, `$NODE_NAME` (the DaemonSet's downward API),
+    // the one a node's client certificate carries, or the host name.
+    let named = [api.node_name.clone(), env("NODE_NAME").unwrap_or_default()]
         .into_iter()
-        .find(|n| !n.is_empty())
-        .unwrap_or_else(|| hostname.to_ascii_lowercase());
+        .find(|n| !n.is_empty());
+    let node_name = |client: Option<&ClientCert>| {
+        named
+            .clone()
+            .or_else(|| client.and_then(node_identity::node_name))
+            .unwrap_or_else(|| hostname.to_ascii_lowercase())
+    };
     let path = |p: &PathBuf| (!p.as_os_str().is_empty()).then(|| Secret::File(p.clone()));
-    let endpoint = |base: String, token, ca, client| Endpoint {
+    let endpoint = |base: String, token, ca, client: Option<ClientCert>| Endpoint {
         base,
         token,
         ca,
+        node_name: node_name(client.as_ref()),
         client,
-        node_name: node_name.clone(),
         watch_timeout_secs: api.watch_timeout_secs,
     };
     // A kubeconfig, configured or found, that cannot be used fails closed: it

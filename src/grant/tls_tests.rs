@@ -238,3 +238,28 @@ fn an_unusable_kubeconfig_fails_closed() {
         "{reason}"
     );
 }
+
+/// Without a configured node name or `$NODE_NAME`, the watch asks for the
+/// pods of the node kubelet's certificate names, not the host name's.
+#[test]
+fn the_node_name_comes_from_kubelets_certificate() {
+    let pki = pki();
+    let none = Path::new("/nonexistent");
+    let node_of = |with_client: bool, env: &dyn Fn(&str) -> Option<String>| {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = kubelet_conf(dir.path(), &pki, "https://127.0.0.1:1", with_client);
+        let config = Config::parse(
+            &format!("[kube_api]\nkubeconfig = \"{}\"\n", conf.display()),
+            "t",
+        )
+        .unwrap();
+        match settings::resolve(&config, env, none, none, "Host-Name") {
+            Mode::Requests(ep) => ep.node_name,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(node_of(true, &|_| None), NODE);
+    let downward = |k: &str| (k == "NODE_NAME").then(|| "from-env".to_string());
+    assert_eq!(node_of(true, &downward), "from-env");
+    assert_eq!(node_of(false, &|_| None), "host-name");
+}
