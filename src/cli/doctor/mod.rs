@@ -6,6 +6,7 @@
 mod cdi;
 mod checks;
 mod containerd;
+mod grant;
 mod hook;
 mod host;
 mod node;
@@ -142,6 +143,7 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
         node::vfs(roots, &config),
         node::cgroup(roots, &containerd_config),
         cdi::cdi(host, &containerd_config, &config),
+        grant::grant_check(roots, &config),
     ]
 }
 

@@ -6,13 +6,37 @@ use crate::cli::doctor::{run_checks, Check, Status};
 
 type Breakage = fn(&mut Node);
 
+/// The healthy node's API server, kept by configs a case rewrites for
+/// something else.
+const API: &str = "[kube_api]\nurl = \"https://10.0.0.1:6443\"\n";
+
 /// The healthy node's config with CDI names stated to be injected.
 const CDI_ON: &str =
-    "device_mode = \"cdi\"\nruntime_cdi = \"on\"\n[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n";
+    "device_mode = \"cdi\"\nruntime_cdi = \"on\"\n[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n[kube_api]\nurl = \"https://10.0.0.1:6443\"\n";
 
 #[test]
 fn each_broken_setup_fails_or_warns_its_own_check() {
     let cases: &[(&str, Breakage, &str, Status, &str)] = &[
+        (
+            "no api server for the grant check",
+            |n| write(&n.roots.config, "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n"),
+            "grant check",
+            Status::Warn,
+            "off: allocations are applied as the annotation says",
+        ),
+        (
+            "kubelet's kubeconfig unusable",
+            |n| {
+                write(&n.roots.config, "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n");
+                write(
+                    &n.roots.etc_root.join("kubernetes/kubelet.conf"),
+                    "not: [a kubeconfig",
+                );
+            },
+            "grant check",
+            Status::Fail,
+            "every allocation would be refused",
+        ),
         (
             "bad config",
             |n| write(&n.roots.config, "failure_polcy = 1\n"),
@@ -280,7 +304,12 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
         ),
         (
             "rdma exclusive in config, shared kernel",
-            |n| write(&n.roots.config, "[rdma]\nnetns_mode = \"exclusive\"\n"),
+            |n| {
+                write(
+                    &n.roots.config,
+                    &format!("[rdma]\nnetns_mode = \"exclusive\"\n{API}"),
+                )
+            },
             "rdma netns mode",
             Status::Fail,
             "kernel is shared, config rdma.netns_mode is exclusive",
@@ -288,7 +317,10 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
         (
             "rdma exclusive without modprobe file",
             |n| {
-                write(&n.roots.config, "[rdma]\nnetns_mode = \"exclusive\"\n");
+                write(
+                    &n.roots.config,
+                    &format!("[rdma]\nnetns_mode = \"exclusive\"\n{API}"),
+                );
                 write(
                     &n.roots
                         .host_root
@@ -302,14 +334,24 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
         ),
         (
             "vf count differs",
-            |n| write(&n.roots.config, "[sriov.num_vfs]\n\"0000:19:00.0\" = 8\n"),
+            |n| {
+                write(
+                    &n.roots.config,
+                    &format!("[sriov.num_vfs]\n\"0000:19:00.0\" = 8\n{API}"),
+                )
+            },
             "vfs",
             Status::Fail,
             "has 4 VFs, config wants 8",
         ),
         (
             "vf pf absent",
-            |n| write(&n.roots.config, "[sriov.num_vfs]\n\"0000:77:00.0\" = 8\n"),
+            |n| {
+                write(
+                    &n.roots.config,
+                    &format!("[sriov.num_vfs]\n\"0000:77:00.0\" = 8\n{API}"),
+                )
+            },
             "vfs",
             Status::Fail,
             "0000:77:00.0",

@@ -95,7 +95,10 @@ fn healthy_from(template: Option<&Path>) -> Node {
         nri_socket: "/var/run/nri/nri.sock".into(),
     };
     write(&roots.containerd_config, CONTAINERD_CONFIG);
-    write(&roots.config, "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n");
+    write(
+        &roots.config,
+        "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n[kube_api]\nurl = \"https://10.0.0.1:6443\"\nnode_name = \"node-a\"\n",
+    );
     write(
         &roots.proc_dir.join("4242/cmdline"),
         "/usr/local/bin/devgate\0nri\0--socket\0/var/run/nri/nri.sock\0",
@@ -182,15 +185,19 @@ fn healthy_node_passes_every_check() {
     let checks = run_checks(&node.roots, &node.host);
     let report = table(&checks);
     assert!(checks.iter().all(|c| c.status == Status::Pass), "{report}");
-    assert_eq!(checks.len(), 14, "{report}");
+    assert_eq!(checks.len(), 15, "{report}");
     assert!(
-        report.contains("14 passed, 0 warnings, 0 failed"),
+        report.contains("15 passed, 0 warnings, 0 failed"),
         "{report}"
     );
     assert!(check(&checks, "cgroup").detail.contains("systemd driver"));
     assert_eq!(
         check(&checks, "nri hook").detail,
         "/usr/local/bin/devgate-hook, given the plugin's --state-dir"
+    );
+    assert_eq!(
+        check(&checks, "grant check").detail,
+        "pods of node node-a from https://10.0.0.1:6443 with no credentials"
     );
     let registered = &check(&checks, "devgate registered").detail;
     assert!(registered.contains("pid 4242"), "{registered}");
@@ -211,7 +218,7 @@ fn exit_status_fails_only_on_a_failed_check() {
     assert!(super::verdict(&checks).is_ok(), "warnings alone exit 0");
     checks[1].status = Status::Fail;
     let err = super::verdict(&checks).unwrap_err();
-    assert_eq!(err.to_string(), "1 of 14 checks failed");
+    assert_eq!(err.to_string(), "1 of 15 checks failed");
 }
 
 /// A state directory devgate cannot write to (read-only mount) fails.
