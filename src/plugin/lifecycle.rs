@@ -131,12 +131,13 @@ impl DevgatePlugin {
     /// of its own, since it blocks waiting for events. A node without GPUs, or with
     /// NVML turned off, gets none: nothing to watch, and no library to load.
     pub fn start_gpu_health(&self, config: &crate::config::GpuConfig) {
-        let inventory = self.devices.inventory();
-        if inventory.gpus.is_empty() || !config.nvml {
+        // Once: called at start, at a runtime-started plugin's Configure, and
+        // for each container given GPUs, in case they appeared since.
+        if self.health_started.load(Ordering::Relaxed) || !config.nvml {
             return;
         }
-        // Once: a runtime-started plugin calls it at Configure, not at start.
-        if self.health_started.swap(true, Ordering::SeqCst) {
+        let inventory = self.devices.inventory();
+        if inventory.gpus.is_empty() || self.health_started.swap(true, Ordering::SeqCst) {
             return;
         }
         let gpu = self.gpu.get();

@@ -131,3 +131,46 @@ async fn runtime_sent_gpu_config_is_in_force() {
         status.message()
     );
 }
+
+/// GPUs the plugin did not see at start (their driver loaded later): the
+/// container gets them after a re-read, and teardown knows them at release,
+/// rather than quarantining them as unknown.
+#[test]
+fn gpus_that_appear_after_start_up_are_torn_down_and_released() {
+    let state = tempfile::tempdir().unwrap();
+    let host = state.path().join("host");
+    std::fs::create_dir_all(&host).unwrap();
+    let config = Config::parse(
+        &format!(
+            "[gpu]\nnvml = false\nhealth_dir = \"{}\"\n",
+            state.path().join("health").display()
+        ),
+        "test",
+    )
+    .unwrap();
+    let options = PluginOptions {
+        host_root: host.clone(),
+        state_dir: state.path().join("state"),
+        config_from_runtime: false,
+    };
+    let plugin = DevgatePlugin::new(config, options).unwrap();
+    assert!(plugin.gpu().inventory().gpus.is_empty());
+    let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
+    let gpu = &fixture.expected().gpus[2];
+    let pod = allocated_pod(&format!(
+        r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}]}}"#,
+        gpu.minor, gpu.uuid
+    ));
+    let adjust = plugin.adjustment(&pod, &ctr()).unwrap();
+    assert!(!adjust.linux.is_none(), "{adjust:?}");
+    assert!(plugin
+        .gpu()
+        .inventory()
+        .gpus
+        .iter()
+        .any(|g| g.uuid == gpu.uuid));
+    plugin.release_in_background(lifecycle::Release::Pod(pod.id.clone()));
+    assert!(plugin.wait_for_releases(LIMIT));
+    let snap = plugin.devices().ledger().snapshot().unwrap();
+    assert!(snap.pods.is_empty() && snap.devices.is_empty(), "{snap:?}");
+}

@@ -269,7 +269,12 @@ impl DevgatePlugin {
             let paths: Vec<&str> = paths.into_iter().filter(|p| !p.is_empty()).collect();
             let gpu = self.gpu.get();
             gpu.set_pod_cgroups(&pod.id, &paths);
-            self.gpu.follow_inventory(&self.devices.inventory());
+            let inventory = self.devices.inventory();
+            self.gpu.follow_inventory(&inventory);
+            // GPUs that appeared after start-up (the driver loaded later).
+            if !inventory.gpus.is_empty() {
+                self.start_gpu_health(&config.gpu);
+            }
         }
         adjust.env.extend(probe);
         Ok(adjust)
