@@ -28,8 +28,10 @@ use serde::{Deserialize, Serialize};
 /// and dotted class names, understood by containerd 2.x and CRI-O.
 pub const DEFAULT_CDI_VERSION: &str = "0.6.0";
 /// Versions devgate writes: 0.5.0 (names starting with a digit, `hostPath`)
-/// for runtimes that vendor an older CDI library, e.g. podman 4.3 (CDI v0.5.2).
-pub const WRITABLE_VERSIONS: [&str; 2] = ["0.5.0", "0.6.0"];
+/// for runtimes that vendor an older CDI library, e.g. podman 4.3 (CDI v0.5.2),
+/// up to 1.0.0; the spec's fields are the same in all of them (a runtime
+/// refuses a version newer than its library, never an older one).
+pub const WRITABLE_VERSIONS: [&str; 5] = ["0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0"];
 
 pub const VENDOR: &str = "devgate.io";
 pub const GPU_CLASS: &str = "gpu";

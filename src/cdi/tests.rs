@@ -176,6 +176,13 @@ fn writes_only_known_versions() {
         let e = generate(&inv, &Config::default(), &Class::ALL, v).unwrap_err();
         assert!(matches!(e, CdiError::Version { .. }), "{v}");
     }
+    for v in crate::cdi::WRITABLE_VERSIONS {
+        let g = generate(&inv, &Config::default(), &Class::ALL, v).unwrap();
+        for (_, spec) in &g.specs {
+            assert_eq!(spec.cdi_version, v);
+            validate(spec).unwrap_or_else(|e| panic!("{v}: {e}"));
+        }
+    }
 }
 
 #[test]
