@@ -84,7 +84,7 @@ pub struct Plan {
     pub claims: Vec<Claim>,
     /// The annotation entry of each claim (`gpu[1]`, `rdma[0].vfs[2]`), in
     /// the same order, so that a refusal by the ledger can name it.
-    #[serde(skip)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub claim_entries: Vec<String>,
     /// Device types in the annotation that devgate does not handle (`fpga` among them).
     pub ignored_types: Vec<String>,

@@ -39,8 +39,11 @@ fn hook_path(roots: &Roots, config: &Config) -> Result<PathBuf, String> {
         })?;
     let exe = roots.proc_dir.join(pid.to_string()).join("exe");
     let target = std::fs::read_link(&exe).map_err(|e| format!("{}: {e}", exe.display()))?;
+    // The plugin's choice, made in its own view of the files (a container's,
+    // for the DaemonSet): its root is `<proc>/<pid>/root`.
+    let plugin_root = roots.proc_dir.join(pid.to_string()).join("root");
     Ok(crate::plugin::hook_beside(&target, |p| {
-        is_executable_file(&roots.host_path(p))
+        plugin_root.join(p.strip_prefix("/").unwrap_or(p)).is_file()
     }))
 }
 
