@@ -3,7 +3,6 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
-use super::comm_env::roce_v2_index;
 use super::testinv::{hgx, pf_bus, uuid, vf_bus};
 use super::tests::pod;
 use super::*;
@@ -11,11 +10,11 @@ use crate::allocation::{parse_pod, CONTAINERS};
 use crate::config::{GidFamily, VarSetting};
 use crate::inventory::GidEntry;
 
-const V4: &str = "0000:0000:0000:0000:0000:ffff:0a00:0001";
+pub(super) const V4: &str = "0000:0000:0000:0000:0000:ffff:0a00:0001";
 const V6: &str = "2001:0db8:0000:0000:0000:0000:0000:0001";
-const LINK_LOCAL: &str = "fe80:0000:0000:0000:ba3f:d2ff:fe19:0001";
+pub(super) const LINK_LOCAL: &str = "fe80:0000:0000:0000:ba3f:d2ff:fe19:0001";
 
-fn gid(index: u32, gid_type: &str, gid: &str) -> GidEntry {
+pub(super) fn gid(index: u32, gid_type: &str, gid: &str) -> GidEntry {
     GidEntry {
         index,
         gid_type: gid_type.into(),
@@ -26,7 +25,7 @@ fn gid(index: u32, gid_type: &str, gid: &str) -> GidEntry {
 
 /// The table a RoCE port has once its netdev has an IPv4 and an IPv6 address:
 /// default GIDs from the MAC at 0 and 1, then v1/v2 pairs per address.
-fn roce_table() -> Vec<GidEntry> {
+pub(super) fn roce_table() -> Vec<GidEntry> {
     vec![
         gid(0, "IB/RoCE v1", LINK_LOCAL),
         gid(1, "RoCE v2", LINK_LOCAL),
@@ -401,33 +400,4 @@ fn unselected_container_reads_nothing_and_gets_nothing() {
     assert!(gids.reads.borrow().is_empty());
     let plan = build_for(&hgx(), &p, "trainer", &Config::default(), &ctx).unwrap();
     assert_eq!(plan.env["NCCL_IB_GID_INDEX"], "3");
-}
-
-#[test]
-fn roce_v2_gid_selection() {
-    let v1_only = vec![gid(0, "IB/RoCE v1", LINK_LOCAL), gid(2, "IB/RoCE v1", V4)];
-    let link_local_only = vec![
-        gid(0, "IB/RoCE v1", LINK_LOCAL),
-        gid(1, "RoCE v2", LINK_LOCAL),
-    ];
-    let unparsable = vec![gid(3, "RoCE v2", "not a gid"), gid(4, "RoCE v2", "::")];
-    let no_gid_text = vec![GidEntry {
-        gid: None,
-        ..gid(3, "RoCE v2", V4)
-    }];
-    let two_v4 = vec![gid(9, "RoCE v2", V4), gid(3, "RoCE v2", V4)];
-    let table: [(&[GidEntry], GidFamily, Option<u32>); 9] = [
-        (&roce_table(), GidFamily::Ipv4, Some(3)),
-        (&roce_table(), GidFamily::Ipv6, Some(5)),
-        (&[], GidFamily::Ipv4, None),
-        (&v1_only, GidFamily::Ipv4, None),
-        (&link_local_only, GidFamily::Ipv4, None),
-        (&link_local_only, GidFamily::Ipv6, None),
-        (&unparsable, GidFamily::Ipv6, None),
-        (&no_gid_text, GidFamily::Ipv4, None),
-        (&two_v4, GidFamily::Ipv4, Some(3)),
-    ];
-    for (i, (gids, family, want)) in table.into_iter().enumerate() {
-        assert_eq!(roce_v2_index(gids, family), want, "row {i}");
-    }
 }

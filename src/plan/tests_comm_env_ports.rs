@@ -1,9 +1,12 @@
 //! Communication variables when an RDMA device's ports are down or unknown, or
-//! its name cannot stand in a list.
+//! its name cannot stand in a list, and which GID of a port's table is chosen.
+use super::comm_env::roce_v2_index;
 use super::testinv::hgx;
 use super::tests::pod;
-use super::tests_comm_env::rdma;
+use super::tests_comm_env::{gid, rdma, roce_table, LINK_LOCAL, V4};
 use super::*;
+use crate::config::GidFamily;
+use crate::inventory::GidEntry;
 
 #[test]
 fn ports_that_are_down_or_unknown() {
@@ -41,4 +44,33 @@ fn a_device_name_unfit_for_a_list_refuses_the_plan() {
         &Config::default(),
     );
     assert!(matches!(e, Err(PlanError::UnsafeName { .. })), "{e:?}");
+}
+
+#[test]
+fn roce_v2_gid_selection() {
+    let v1_only = vec![gid(0, "IB/RoCE v1", LINK_LOCAL), gid(2, "IB/RoCE v1", V4)];
+    let link_local_only = vec![
+        gid(0, "IB/RoCE v1", LINK_LOCAL),
+        gid(1, "RoCE v2", LINK_LOCAL),
+    ];
+    let unparsable = vec![gid(3, "RoCE v2", "not a gid"), gid(4, "RoCE v2", "::")];
+    let no_gid_text = vec![GidEntry {
+        gid: None,
+        ..gid(3, "RoCE v2", V4)
+    }];
+    let two_v4 = vec![gid(9, "RoCE v2", V4), gid(3, "RoCE v2", V4)];
+    let table: [(&[GidEntry], GidFamily, Option<u32>); 9] = [
+        (&roce_table(), GidFamily::Ipv4, Some(3)),
+        (&roce_table(), GidFamily::Ipv6, Some(5)),
+        (&[], GidFamily::Ipv4, None),
+        (&v1_only, GidFamily::Ipv4, None),
+        (&link_local_only, GidFamily::Ipv4, None),
+        (&link_local_only, GidFamily::Ipv6, None),
+        (&unparsable, GidFamily::Ipv6, None),
+        (&no_gid_text, GidFamily::Ipv4, None),
+        (&two_v4, GidFamily::Ipv4, Some(3)),
+    ];
+    for (i, (gids, family, want)) in table.into_iter().enumerate() {
+        assert_eq!(roce_v2_index(gids, family), want, "row {i}");
+    }
 }

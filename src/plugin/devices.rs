@@ -10,13 +10,12 @@ use nri::api::{Container, ContainerAdjustment, PodSandbox};
 
 use crate::allocation::{self, AllocationError, DEVICE_ALLOCATED};
 use crate::cdi::Class;
-use crate::config::{self, Config, MacPolicy, VfLinkState};
+use crate::config::{self, Config};
 use crate::gpu::{self, GpuError, HealthStore};
 use crate::hook::{Resolved, ResolvedError, RESOLVED_ANNOTATION};
-use crate::inventory::{Inventory, PciAddr};
+use crate::inventory::Inventory;
 use crate::ledger::{ContainerRecord, DeviceId, Ledger, LedgerError, PodRef};
-use crate::netdev::{self, VfAttach};
-use crate::plan::{self, NetworkAction, Plan, PlanError};
+use crate::plan::{self, Plan, PlanError};
 
 use super::adjust::{add_hook, to_adjustment, AdjustOptions, HookSpec};
 use super::last_plan::{LastPlan, PlanKey, Prepared};
@@ -352,70 +351,12 @@ fn is_unknown_device(e: &PlanError) -> bool {
     )
 }
 
-/// The hook's view of the plan's network actions. A VF without a host netdev
-/// (bound to vfio-pci) has nothing to move; refusing keeps the promise that the
-/// container gets exactly its allocation.
-pub(crate) fn vf_attachments(
-    actions: &[NetworkAction],
-    pod_uid: &str,
-) -> Result<Vec<VfAttach>, DeviceError> {
-    actions
-        .iter()
-        .filter(|a| a.container_ifname.is_some())
-        .map(|a| {
-            let host_netdev = a.netdev.clone().ok_or_else(|| DeviceError::NoNetdev {
-                vf: a.vf_bus_id.to_string(),
-            })?;
-            Ok(VfAttach {
-                pf_netdev: a.pf_netdev.clone().unwrap_or_default(),
-                vf_index: a.vf_index,
-                vf_bus_id: a.vf_bus_id,
-                host_netdev,
-                rdma_device: a.rdma_device.clone(),
-                container_ifname: a.container_ifname.clone().unwrap_or_default(),
-                settings: netdev_settings(&a.settings, pod_uid, &a.vf_bus_id),
-                move_rdma: a.move_rdma,
-            })
-        })
-        .collect()
-}
+#[cfg(test)]
+use vf_attach::pod_mac;
+pub(crate) use vf_attach::vf_attachments;
 
-/// Node config settings as the hook applies them. `mac = "random"` becomes a
-/// locally administered unicast MAC derived from the pod and the VF, so a
-/// re-run hook or a second container of the pod computes the same address.
-fn netdev_settings(cfg: &config::VfSettings, pod_uid: &str, vf: &PciAddr) -> netdev::VfSettings {
-    let mac = match cfg.mac {
-        Some(MacPolicy::Random) => netdev::HwAddr::new(&pod_mac(pod_uid, vf)),
-        Some(MacPolicy::Keep) | None => None,
-    };
-    netdev::VfSettings {
-        mac,
-        vlan: cfg.vlan,
-        qos: cfg.qos,
-        vlan_proto: cfg.vlan_proto,
-        spoofchk: cfg.spoofchk,
-        trust: cfg.trust,
-        link_state: cfg.link_state.map(|s| match s {
-            VfLinkState::Auto => netdev::LinkState::Auto,
-            VfLinkState::Enable => netdev::LinkState::Enable,
-            VfLinkState::Disable => netdev::LinkState::Disable,
-        }),
-        min_tx_rate: cfg.min_tx_rate,
-        max_tx_rate: cfg.max_tx_rate,
-        mtu: cfg.mtu,
-    }
-}
-
-fn pod_mac(pod_uid: &str, vf: &PciAddr) -> [u8; 6] {
-    use std::hash::{Hash, Hasher};
-    // SipHash with fixed keys: the same pod and VF give the same MAC in every process.
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    pod_uid.hash(&mut h);
-    vf.hash(&mut h);
-    let b = h.finish().to_be_bytes();
-    // Locally administered (bit 1), unicast (bit 0 clear): IEEE 802 section 8.2.
-    [(b[0] & 0xfc) | 0x02, b[1], b[2], b[3], b[4], b[5]]
-}
+#[path = "vf_attach.rs"]
+mod vf_attach;
 
 #[cfg(test)]
 #[path = "devices_tests.rs"]

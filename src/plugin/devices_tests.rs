@@ -1,5 +1,7 @@
 //! `Devices`: the VF MAC policy and the hook the adjustment names.
 use super::*;
+use crate::inventory::PciAddr;
+use crate::netdev;
 
 #[test]
 fn random_mac_is_stable_local_unicast() {

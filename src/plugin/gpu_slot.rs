@@ -68,4 +68,31 @@ impl super::DevgatePlugin {
         }
         self.start_gpu_health(config);
     }
+
+    /// What GPU teardown and health need to know of a pod given devices: its
+    /// cgroups (teardown ends leftover processes of this pod only), and GPUs
+    /// that appeared after start-up (the driver loaded later).
+    pub(super) fn note_device_pod(
+        &self,
+        pod: &nri::api::PodSandbox,
+        ctr: &nri::api::Container,
+        config: &GpuConfig,
+    ) {
+        let linux = pod.linux.as_ref();
+        let paths = [
+            linux.map(|l| l.cgroup_parent.as_str()).unwrap_or_default(),
+            linux.map(|l| l.cgroups_path.as_str()).unwrap_or_default(),
+            ctr.linux
+                .as_ref()
+                .map(|l| l.cgroups_path.as_str())
+                .unwrap_or_default(),
+        ];
+        let paths: Vec<&str> = paths.into_iter().filter(|p| !p.is_empty()).collect();
+        self.gpu.get().set_pod_cgroups(&pod.id, &paths);
+        let inventory = self.devices.inventory();
+        self.gpu.follow_inventory(&inventory);
+        if !inventory.gpus.is_empty() {
+            self.start_gpu_health(config);
+        }
+    }
 }

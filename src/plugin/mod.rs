@@ -256,25 +256,7 @@ impl DevgatePlugin {
             }
         };
         if adjust.linux.is_some() {
-            // Teardown ends leftover processes of this pod only: its cgroups.
-            let linux = pod.linux.as_ref();
-            let paths = [
-                linux.map(|l| l.cgroup_parent.as_str()).unwrap_or_default(),
-                linux.map(|l| l.cgroups_path.as_str()).unwrap_or_default(),
-                ctr.linux
-                    .as_ref()
-                    .map(|l| l.cgroups_path.as_str())
-                    .unwrap_or_default(),
-            ];
-            let paths: Vec<&str> = paths.into_iter().filter(|p| !p.is_empty()).collect();
-            let gpu = self.gpu.get();
-            gpu.set_pod_cgroups(&pod.id, &paths);
-            let inventory = self.devices.inventory();
-            self.gpu.follow_inventory(&inventory);
-            // GPUs that appeared after start-up (the driver loaded later).
-            if !inventory.gpus.is_empty() {
-                self.start_gpu_health(&config.gpu);
-            }
+            self.note_device_pod(pod, ctr, &config.gpu);
         }
         adjust.env.extend(probe);
         Ok(adjust)

@@ -1,0 +1,135 @@
+//! Stage parsing, and what the hook does with and without a vouched annotation.
+use super::*;
+
+#[test]
+fn stages_parse_and_unknown_ones_fail() {
+    for s in ["prestart", "createRuntime", "createContainer", "poststop"] {
+        assert_eq!(s.parse::<Stage>().unwrap().to_string(), s);
+    }
+    for s in ["startContainer", "poststart", "", "PRESTART"] {
+        assert!(
+            matches!(s.parse::<Stage>(), Err(HookError::Stage(_))),
+            "{s}"
+        );
+    }
+}
+
+#[test]
+fn auto_stage_follows_the_status() {
+    assert_eq!(
+        Stage::from_status("creating").unwrap(),
+        Stage::CreateRuntime
+    );
+    assert_eq!(
+        Stage::from_status("created").unwrap(),
+        Stage::CreateRuntime,
+        "crun's status at createRuntime and prestart"
+    );
+    assert_eq!(Stage::from_status("stopped").unwrap(), Stage::Poststop);
+    for s in ["running", "paused", ""] {
+        assert!(
+            matches!(Stage::from_status(s), Err(HookError::AutoStage(_))),
+            "{s}"
+        );
+    }
+}
+
+fn env(dir: &std::path::Path) -> HookEnv {
+    HookEnv {
+        host_root: PathBuf::from("/"),
+        state_dir: dir.to_path_buf(),
+        roots: NetnsRoots::default(),
+    }
+}
+
+#[test]
+fn without_the_annotation_or_records_there_is_nothing_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let nop = |_: &'static str| {};
+    let create = State::parse(br#"{"id":"c1","status":"creating","pid":1}"#).unwrap();
+    for stage in [
+        Stage::Prestart,
+        Stage::CreateRuntime,
+        Stage::CreateContainer,
+    ] {
+        assert_eq!(
+            run(stage, &create, &env(dir.path()), &nop).unwrap(),
+            Outcome::Nothing
+        );
+    }
+    let stop = State::parse(br#"{"id":"c1","status":"stopped"}"#).unwrap();
+    assert_eq!(
+        run(Stage::Poststop, &stop, &env(dir.path()), &nop).unwrap(),
+        Outcome::Nothing
+    );
+    assert!(
+        !dir.path().join("vf").exists(),
+        "poststop must not create state"
+    );
+}
+
+#[test]
+fn an_annotation_the_ledger_does_not_vouch_for_moves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let nop = |_: &'static str| {};
+    let value = r#"{"version":1,"networks":[{"vf_index":0,"vf_bus_id":"0000:00:10.1","host_netdev":"veth0","container_ifname":"net1"}]}"#;
+    let state = State::parse(
+        serde_json::json!({"id": "c1", "status": "creating", "pid": 5,
+            "annotations": {RESOLVED_ANNOTATION: value}})
+        .to_string()
+        .as_bytes(),
+    )
+    .unwrap();
+    let e = run(Stage::CreateRuntime, &state, &env(dir.path()), &nop).unwrap_err();
+    assert!(matches!(e, HookError::Unvouched { .. }), "{e}");
+    assert!(e
+        .to_string()
+        .starts_with("container c1: annotation devgate.io/resolved"));
+    assert!(
+        !dir.path().join("vf").exists(),
+        "nothing saved, nothing moved"
+    );
+}
+
+#[test]
+fn attach_needs_a_creating_container_with_a_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let nop = |_: &'static str| {};
+    let value = r#"{"version":1,"networks":[{"vf_index":0,"vf_bus_id":"0000:00:10.1","host_netdev":"veth0","container_ifname":"net1"}]}"#;
+    let state = |status: &str, pid: &str| {
+        let json = serde_json::json!({"id": "c1", "status": status, "pid": serde_json::from_str::<serde_json::Value>(pid).unwrap(),
+            "annotations": {RESOLVED_ANNOTATION: value}});
+        State::parse(json.to_string().as_bytes()).unwrap()
+    };
+    let e = run(
+        Stage::CreateRuntime,
+        &state("creating", "0"),
+        &env(dir.path()),
+        &nop,
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "createRuntime: the container state has no pid"
+    );
+    let e = run(
+        Stage::Prestart,
+        &state("running", "5"),
+        &env(dir.path()),
+        &nop,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("status is \"running\""), "{e}");
+    // crun's status at createRuntime, and a state without one, pass the
+    // status check and reach the next one: the ledger's word.
+    for status in ["created", ""] {
+        let e = run(
+            Stage::CreateRuntime,
+            &state(status, "5"),
+            &env(dir.path()),
+            &nop,
+        )
+        .unwrap_err();
+        assert!(matches!(e, HookError::Unvouched { .. }), "{status}: {e}");
+    }
+}
