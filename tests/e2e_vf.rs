@@ -176,3 +176,52 @@ fn a_failed_attach_fails_the_container_and_leaves_the_vf_on_the_host() {
     wait_for("vf back on the host", SLOW, || link(In::Host, host_name));
     drop(stand_in);
 }
+
+/// A container that stops gives its VF back to the host at poststop; the one
+/// the kubelet starts in its place (a new container, the exited one still
+/// recorded until garbage collection) moves it into the pod again.
+#[test]
+fn a_restarted_container_gets_its_vf_again() {
+    require_root();
+    let node = Node::start_with(HostRootBuilder::hgx().vf_netdev_prefix("dger"), &[]);
+    let stand_in = StandIn::new(&node, "dgerpeer", "02:00:00:de:0d:01");
+    let host_name = &stand_in.host_name;
+    let cri = node.cri();
+    let pod = cri
+        .run_pod(&stand_in.pod("restart"))
+        .expect("RunPodSandbox");
+    let has_net1 = |id: &str| {
+        let (code, out, err) = cri
+            .exec(id, &["ip", "-o", "link", "show", "net1"])
+            .expect("exec");
+        assert_eq!(code, 0, "net1 missing in {id}: {out} {err}");
+    };
+    let first = cri
+        .create_container(&pod, &ContainerSpec::shell("main", "sleep 300"))
+        .expect("CreateContainer");
+    cri.start_container(&first).expect("StartContainer");
+    has_net1(&first);
+
+    cri.stop_container(&first, 0).expect("StopContainer");
+    wait_for("vf back on the host", SLOW, || link(In::Host, host_name));
+    // The kubelet's restart: the same name, the next attempt.
+    let restart = ContainerSpec::shell("main", "sleep 300").edit(|c| {
+        if let Some(m) = c.metadata.as_mut() {
+            m.attempt = 1;
+        }
+        c.log_path = "main-1.log".to_string();
+    });
+    let again = cri
+        .create_container(&pod, &restart)
+        .expect("CreateContainer in its place");
+    cri.start_container(&again).expect("StartContainer");
+    has_net1(&again);
+    assert!(link(In::Host, host_name).is_none(), "the VF is in the pod");
+
+    cri.delete_pod(&pod, &[&first, &again]);
+    wait_for("claims released", SLOW, || {
+        node.ledger().pods.is_empty().then_some(())
+    });
+    wait_for("vf back on the host", SLOW, || link(In::Host, host_name));
+    drop(stand_in);
+}

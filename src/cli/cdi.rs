@@ -129,7 +129,7 @@ impl Output {
     fn of(path: &Path) -> Output {
         let spec_name = matches!(
             path.extension().and_then(|e| e.to_str()),
-            Some("json" | "yaml" | "yml")
+            Some("json" | "yaml")
         );
         if path.is_dir() || path.as_os_str().to_string_lossy().ends_with('/') {
             Output::Dir

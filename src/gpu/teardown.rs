@@ -125,6 +125,12 @@ impl GpuTeardown {
         *self.inventory.write().unwrap_or_else(|p| p.into_inner()) = inventory.into();
     }
 
+    /// Forgets what is kept of a pod that is gone.
+    pub fn forget_pod(&self, sandbox_id: &str) {
+        let mut map = self.pod_cgroups.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(sandbox_id);
+    }
+
     /// The pod's cgroup paths as NRI gave them (sandbox `linux.cgroup_parent`,
     /// containers' `linux.cgroups_path`). Without them the pod UID is used.
     pub fn set_pod_cgroups<S: AsRef<str>>(&self, sandbox_id: &str, paths: &[S]) {
@@ -351,10 +357,7 @@ impl Teardown for GpuTeardown {
             self.mark_released(&pod.pod.sandbox_id);
         }
         // Every pod's paths are kept (an RDMA-only pod's too): forgotten here.
-        self.pod_cgroups
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&pod.pod.sandbox_id);
+        self.forget_pod(&pod.pod.sandbox_id);
         Ok(())
     }
 }

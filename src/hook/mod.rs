@@ -252,7 +252,15 @@ fn detach(
 ) -> Result<Outcome, HookError> {
     match detach_networks(env, &state.id, checkpoint)? {
         0 => Ok(Outcome::Nothing),
-        n => Ok(Outcome::Detached(n)),
+        n => {
+            // The VFs are back on the host: the pod's next container (this
+            // one restarted, say) moves them in again.
+            let ledger = crate::ledger::Ledger::open(&env.state_dir).map_err(HookError::Ledger)?;
+            ledger
+                .give_up_network(&state.id)
+                .map_err(HookError::Ledger)?;
+            Ok(Outcome::Detached(n))
+        }
     }
 }
 

@@ -268,10 +268,16 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
             "a hook cannot set environment variables: pass them to the container or use CDI"
         );
     }
-    let networks = vf_attachments(&plan.network, &who.pod.uid).map_err(HooksOnlyError::from)?;
+    let ledger = Ledger::open(&env.state_dir).map_err(HooksOnlyError::from)?;
+    // A further container of the pod finds its VFs moved in by the first.
+    let owned = ledger
+        .network_owner(&who.pod.sandbox_id)
+        .map_err(HooksOnlyError::from)?
+        .is_some();
+    let networks =
+        vf_attachments(&plan.network, &who.pod.uid, owned).map_err(HooksOnlyError::from)?;
     gpu::check_claims(&HealthStore::new(&config.gpu.health_dir), &plan.claims)
         .map_err(HooksOnlyError::from)?;
-    let ledger = Ledger::open(&env.state_dir).map_err(HooksOnlyError::from)?;
     release::reap_stale(run, &ledger)?;
     let record = ContainerRecord {
         name: who.container.clone(),

@@ -166,6 +166,42 @@ impl Ledger {
         })
     }
 
+    /// The container that moved (or is to move) the pod's VFs into its netns,
+    /// if any; read without the lock.
+    pub fn network_owner(&self, sandbox_id: &str) -> Result<Option<String>, LedgerError> {
+        self.store
+            .peek(|s| s.pods.get(sandbox_id).and_then(|p| p.network_owner.clone()))
+    }
+
+    /// The pod whose network `container_id` owns has it back on the host
+    /// (poststop restored its VFs): no container owns it until the next one
+    /// created moves the VFs in again. The container's record is kept, no
+    /// longer vouching for a network.
+    pub fn give_up_network(&self, container_id: &str) -> Result<(), LedgerError> {
+        let owns = |s: &LedgerState| {
+            s.pods
+                .values()
+                .any(|p| p.network_owner.as_deref() == Some(container_id))
+        };
+        if !self.store.peek(owns)? {
+            return Ok(());
+        }
+        let mut txn = self.store.begin()?;
+        let Some(pod) = txn
+            .state
+            .pods
+            .values_mut()
+            .find(|p| p.network_owner.as_deref() == Some(container_id))
+        else {
+            return Ok(());
+        };
+        pod.network_owner = None;
+        if let Some(rec) = pod.containers.get_mut(container_id) {
+            rec.resolved = None;
+        }
+        txn.commit()
+    }
+
     /// Records what was applied to a container of a pod that holds claims.
     pub fn record_container(
         &self,
@@ -303,6 +339,9 @@ impl Ledger {
                     lift_restored(&mut txn.state, &pod.claims);
                     out.pods.push(pod.pod);
                 }
+                // Released meanwhile by another release that succeeded: its
+                // devices are clean, and a quarantine now would hold none.
+                Err(_) if !txn.state.pods.contains_key(&pod.pod.sandbox_id) => {}
                 Err(reason) => {
                     for claim in &pod.claims {
                         quarantine_in(&mut txn.state, &claim.device, &reason);

@@ -186,6 +186,34 @@ fn failed_teardown_keeps_record_and_quarantines() {
     l.claim(&pod("b"), &[vf]).unwrap();
 }
 
+/// Two releases of one pod at once (an event's and the retry's): the one that
+/// fails after the other released the pod quarantines nothing, since no pod
+/// would hold the quarantined device and nothing would ever lift it.
+#[test]
+fn a_failure_after_a_concurrent_release_quarantines_nothing() {
+    struct ReleasedMeanwhile<'a>(&'a Ledger);
+    impl Teardown for ReleasedMeanwhile<'_> {
+        fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+            self.0
+                .release_pod(&pod.pod.sandbox_id, &NoTeardown)
+                .unwrap();
+            Err("vf restore failed".to_string())
+        }
+    }
+    let (d, l) = ledger();
+    let other = Ledger::open(d.path()).unwrap();
+    let vf = Claim {
+        device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
+        share: Share::Exclusive,
+    };
+    l.claim(&pod("a"), std::slice::from_ref(&vf)).unwrap();
+    let rel = l.release_pod("a", &ReleasedMeanwhile(&other)).unwrap();
+    assert!(rel.failed.is_empty(), "{rel:?}");
+    let snap = l.snapshot().unwrap();
+    assert!(snap.pods.is_empty() && snap.devices.is_empty(), "{snap:?}");
+    l.claim(&pod("b"), &[vf]).expect("the VF is free");
+}
+
 /// A GPU of a pod whose teardown failed stays quarantined after the retry
 /// succeeds: only the GPU retry, which cleans it first, returns it.
 #[test]
@@ -301,6 +329,35 @@ fn admit_picks_one_network_owner_until_it_is_removed() {
     let snap = l.snapshot().unwrap();
     assert_eq!(snap.pods["p"].network_owner.as_deref(), Some("c3"));
     assert_eq!(snap.pods["p"].containers.len(), 2);
+}
+
+/// The owner's poststop gave the VFs back: the container restarted in its
+/// place (a new id, the exited one still recorded) owns the network again.
+#[test]
+fn an_owner_that_gave_up_the_network_is_followed_by_the_next_container() {
+    let (_d, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    let owned = ContainerRecord {
+        resolved: Some("{}".into()),
+        ..record("main")
+    };
+    l.admit(&pod("p"), &claims, "c1", owned.clone(), true)
+        .unwrap();
+    l.give_up_network("nobody").unwrap();
+    assert_eq!(
+        l.snapshot().unwrap().pods["p"].network_owner.as_deref(),
+        Some("c1")
+    );
+    l.give_up_network("c1").unwrap();
+    let snap = l.snapshot().unwrap();
+    assert_eq!(snap.pods["p"].network_owner, None);
+    assert_eq!(
+        snap.container("c1").unwrap().resolved,
+        None,
+        "no longer vouched"
+    );
+    let restarted = l.admit(&pod("p"), &claims, "c2", owned, true).unwrap();
+    assert!(restarted.network_owner);
 }
 
 #[test]

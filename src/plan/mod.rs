@@ -208,12 +208,6 @@ pub enum PlanError {
         entry: String,
         bus: PciAddr,
     },
-    #[error("{annotation}: {entry}: vf {bus} has no netdev on the host to move into the pod")]
-    NoVfNetdev {
-        annotation: &'static str,
-        entry: String,
-        bus: PciAddr,
-    },
     #[error("{annotation}: {entry}: {bus} has no uverbs device")]
     NoUverbs {
         annotation: &'static str,

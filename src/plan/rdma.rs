@@ -60,7 +60,7 @@ pub(super) fn plan_rdma(
             })?;
             char_devs(out, &entry, vf.bus_id, dev)?;
             network(out, nic, vf, dev, &entry)?;
-            record_use(out, nic, dev, vf.netdev.is_some());
+            record_use(out, nic, dev, true);
             out.claim(
                 &entry,
                 Claim {
@@ -240,16 +240,9 @@ fn network(
         plain_name(entry, name, MAX_IFNAME)?;
     }
     plain_name(entry, &dev.name, 64)?;
-    // A VF with an RDMA device but no netdev on the host is in use elsewhere
-    // (its netdev is in another netns) or has none to move (InfiniBand
-    // without IPoIB): either way the pod would not get what it was given.
-    if vf.netdev.is_none() {
-        return Err(PlanError::NoVfNetdev {
-            annotation: ANN,
-            entry: entry.to_string(),
-            bus: vf.bus_id,
-        });
-    }
+    // Named whether or not its netdev is on the host: one already moved into
+    // this pod by its network owner is `net<n>` there all the same. Who needs
+    // the host netdev (the container that moves it) is the plugin's to judge.
     let n = out
         .plan
         .network

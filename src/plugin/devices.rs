@@ -154,6 +154,17 @@ impl Devices {
         }
     }
 
+    /// The plan from a re-read of the host.
+    fn replan(
+        &self,
+        pod: &allocation::PodDevices,
+        ctr: &Container,
+        config: &Config,
+    ) -> Result<Plan, PlanError> {
+        self.refresh();
+        self.plan(pod, ctr, config)
+    }
+
     /// The container's adjustment; empty for pods without the annotation.
     pub fn apply(
         &self,
@@ -270,8 +281,22 @@ impl Devices {
         config: &Config,
         features: RuntimeFeatures,
     ) -> Result<Prepared, DeviceError> {
-        let plan = self.plan(devices, ctr, config)?;
-        let networks = vf_attachments(&plan.network, &pod.uid)?;
+        let owned = self
+            .ledger
+            .network_owner(&pod.id)
+            .map_err(|source| DeviceError::Claim {
+                entry: String::new(),
+                reason: source.to_string(),
+                source,
+            })?
+            .is_some();
+        let mut plan = self.plan(devices, ctr, config)?;
+        let moved = |p: &Plan| p.network.iter().any(|a| a.netdev.is_none());
+        if moved(&plan) && !owned {
+            // Read while the VF was still in a pod that has since given it back.
+            plan = self.replan(devices, ctr, config)?;
+        }
+        let networks = vf_attachments(&plan.network, &pod.uid, owned)?;
         let resolved = if networks.is_empty() {
             None
         } else {
@@ -283,6 +308,9 @@ impl Devices {
             ..AdjustOptions::default()
         };
         Ok(Prepared {
+            // Without the host netdev, this plan holds only while the pod's
+            // network owner does: the next container may have to move the VF.
+            keep: !moved(&plan),
             adjust: to_adjustment(&plan, &opts),
             device_paths: plan.devices.iter().map(|d| d.path.clone()).collect(),
             hook: resolved.as_ref().map(|_| self.hook_spec(config)),
@@ -347,7 +375,6 @@ fn is_unknown_device(e: &PlanError) -> bool {
             // A VF's RDMA device and netdev come back to the host when its
             // last pod goes, after this inventory was read.
             | PlanError::NoRdmaDevice { .. }
-            | PlanError::NoVfNetdev { .. }
     )
 }
 

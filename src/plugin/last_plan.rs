@@ -40,6 +40,8 @@ pub struct Prepared {
     pub adjust: ContainerAdjustment,
     /// The plan's warnings.
     pub warnings: Vec<String>,
+    /// Whether a further container of the pod may take it (see `Devices::prepare`).
+    pub keep: bool,
 }
 
 impl Prepared {
@@ -104,8 +106,8 @@ impl LastPlan {
         }
         // Built without the lock: a slow plan (a re-read inventory) holds up no one.
         let prepared = Arc::new(build()?);
-        *self.entry.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((key, Arc::clone(&prepared)));
+        let mut entry = self.entry.lock().unwrap_or_else(PoisonError::into_inner);
+        *entry = prepared.keep.then(|| (key, Arc::clone(&prepared)));
         Ok(prepared)
     }
 
@@ -151,6 +153,7 @@ mod tests {
             hook: None,
             adjust: ContainerAdjustment::default(),
             warnings: Vec::new(),
+            keep: true,
         }
     }
 

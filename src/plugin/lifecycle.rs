@@ -30,9 +30,19 @@ pub enum Release {
 pub struct Unreleased(Mutex<HashSet<String>>);
 
 impl Unreleased {
-    /// Records the outcome of a release of `which`.
-    pub fn update(&self, which: &Release, released: &Released) {
+    /// Records the outcome of a release of `which`: `None` when the ledger
+    /// could not be read or written, so that every pod of it is tried again.
+    pub fn update(&self, which: &Release, released: Option<&Released>) {
         let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(released) = released else {
+            match which {
+                Release::Pod(id) => {
+                    set.insert(id.clone());
+                }
+                Release::Pods(ids) => set.extend(ids.iter().cloned()),
+            }
+            return;
+        };
         match which {
             Release::Pod(id) => {
                 set.remove(id);
@@ -114,7 +124,7 @@ pub fn release(ledger: &Ledger, teardown: &dyn Teardown, which: &Release) -> Opt
             Some(released)
         }
         Err(e) => {
-            tracing::error!(error = %e, "release failed; a later event or synchronize retries");
+            tracing::error!(error = %e, "release failed; retried in the background");
             None
         }
     }
@@ -169,9 +179,8 @@ impl DevgatePlugin {
         if !pending.is_empty() {
             let _running = self.releases.enter();
             let which = Release::Pods(pending);
-            if let Some(released) = release(self.devices.ledger(), self.teardown.as_ref(), &which) {
-                self.unreleased.update(&which, &released);
-            }
+            let released = release(self.devices.ledger(), self.teardown.as_ref(), &which);
+            self.unreleased.update(&which, released.as_ref());
         }
         match self.gpu.get().retry_quarantined(self.devices.ledger()) {
             Ok(cleared) => cleared
@@ -186,9 +195,16 @@ impl DevgatePlugin {
         let unreleased = Arc::clone(&self.unreleased);
         let job = which.clone();
         let running = self.releases.enter();
+        let gpu = Arc::clone(&self.gpu);
         let run = move |job: &Release| {
-            if let Some(released) = release(devices.ledger(), teardown.as_ref(), job) {
-                unreleased.update(job, &released);
+            let released = release(devices.ledger(), teardown.as_ref(), job);
+            unreleased.update(job, released.as_ref());
+            // A pod the plugin did not tear down (its claims went another
+            // way, or it had none) leaves its cgroup paths behind otherwise.
+            if let (Release::Pod(id), Some(r)) = (job, &released) {
+                if !r.failed.iter().any(|(p, _)| &p.sandbox_id == id) {
+                    gpu.get().forget_pod(id);
+                }
             }
         };
         // A thread of its own: the stub's thread must keep answering the runtime

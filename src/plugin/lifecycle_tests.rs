@@ -174,3 +174,27 @@ fn gpus_that_appear_after_start_up_are_torn_down_and_released() {
     let snap = plugin.devices().ledger().snapshot().unwrap();
     assert!(snap.pods.is_empty() && snap.devices.is_empty(), "{snap:?}");
 }
+
+/// What the retry round takes up: pods whose teardown failed, and every pod
+/// of a release the ledger could not carry out; a pod released is dropped.
+#[test]
+fn unreleased_keeps_failures_and_releases_the_ledger_could_not_make() {
+    use crate::ledger::{PodRef, Released};
+    use lifecycle::{Release, Unreleased};
+    let u = Unreleased::default();
+    u.update(&Release::Pod("a".into()), None);
+    assert_eq!(u.pending(), ["a".to_string()].into_iter().collect());
+    let b = PodRef {
+        sandbox_id: "b".into(),
+        namespace: "ns".into(),
+        name: "b".into(),
+        uid: "u".into(),
+    };
+    let outcome = Released {
+        failed: vec![(b, "vf restore failed".into())],
+        ..Released::default()
+    };
+    let both = ["a".to_string(), "b".to_string()].into_iter().collect();
+    u.update(&Release::Pods(both), Some(&outcome));
+    assert_eq!(u.pending(), ["b".to_string()].into_iter().collect());
+}

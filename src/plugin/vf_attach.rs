@@ -7,16 +7,23 @@ use crate::inventory::PciAddr;
 use crate::netdev::{self, VfAttach};
 use crate::plan::NetworkAction;
 
-/// The hook's view of the plan's network actions. A VF without a host netdev
-/// (bound to vfio-pci) has nothing to move; refusing keeps the promise that the
-/// container gets exactly its allocation.
+/// The hook's view of the plan's network actions, for a pod whose network
+/// `owned` (a container of it holds its VFs: moved into the pod, or about to
+/// be) or not. A VF with no host netdev is one already moved into the pod when
+/// the pod's network is owned: this container moves nothing, and needs nothing.
+/// Otherwise its netdev is not where this container could move it from (in
+/// another netns, or none at all, as for InfiniBand without IPoIB): refusing
+/// keeps the promise that the container gets exactly its allocation.
 pub(crate) fn vf_attachments(
     actions: &[NetworkAction],
     pod_uid: &str,
+    owned: bool,
 ) -> Result<Vec<VfAttach>, DeviceError> {
+    if owned && actions.iter().any(|a| a.netdev.is_none()) {
+        return Ok(Vec::new());
+    }
     actions
         .iter()
-        .filter(|a| a.container_ifname.is_some())
         .map(|a| {
             let host_netdev = a.netdev.clone().ok_or_else(|| DeviceError::NoNetdev {
                 vf: a.vf_bus_id.to_string(),
