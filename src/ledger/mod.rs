@@ -358,3 +358,5 @@ impl Ledger {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_admit;

@@ -1,0 +1,131 @@
+//! Admission of containers: claims with the record of what each got, and the
+//! pod's one network owner.
+use super::tests::{gpu, ledger, pod};
+use super::*;
+
+fn record(name: &str) -> ContainerRecord {
+    ContainerRecord {
+        name: name.to_string(),
+        devices: vec!["/dev/nvidia0".to_string()],
+        applied_unix: 1,
+        init: None,
+        cgroups: Vec::new(),
+        resolved: None,
+        hooks_only: false,
+    }
+}
+
+#[test]
+fn admit_picks_one_network_owner_until_it_is_removed() {
+    let (_d, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    let a = l
+        .admit(&pod("p"), &claims, "c1", record("init"), true)
+        .unwrap();
+    assert!(a.network_owner);
+    assert!(a.claimed, "the first container claims the pod's devices");
+    let b = l
+        .admit(&pod("p"), &claims, "c2", record("main"), true)
+        .unwrap();
+    assert!(!b.network_owner, "the pod netns already has its VFs");
+    assert!(!b.claimed, "the pod holds them already");
+    // Re-creation of the owner (same id) stays owner.
+    assert!(
+        l.admit(&pod("p"), &claims, "c1", record("init"), true)
+            .unwrap()
+            .network_owner
+    );
+    l.remove_container("p", "c1").unwrap();
+    let c = l
+        .admit(&pod("p"), &claims, "c3", record("main"), true)
+        .unwrap();
+    assert!(c.network_owner);
+    let snap = l.snapshot().unwrap();
+    assert_eq!(snap.pods["p"].network_owner.as_deref(), Some("c3"));
+    assert_eq!(snap.pods["p"].containers.len(), 2);
+}
+
+/// The owner's poststop gave the VFs back: the container restarted in its
+/// place (a new id, the exited one still recorded) owns the network again.
+#[test]
+fn an_owner_that_gave_up_the_network_is_followed_by_the_next_container() {
+    let (_d, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    let owned = ContainerRecord {
+        resolved: Some("{}".into()),
+        ..record("main")
+    };
+    l.admit(&pod("p"), &claims, "c1", owned.clone(), true)
+        .unwrap();
+    l.give_up_network("nobody").unwrap();
+    assert_eq!(
+        l.snapshot().unwrap().pods["p"].network_owner.as_deref(),
+        Some("c1")
+    );
+    l.give_up_network("c1").unwrap();
+    let snap = l.snapshot().unwrap();
+    assert_eq!(snap.pods["p"].network_owner, None);
+    assert_eq!(
+        snap.container("c1").unwrap().resolved,
+        None,
+        "no longer vouched"
+    );
+    let restarted = l.admit(&pod("p"), &claims, "c2", owned, true).unwrap();
+    assert!(restarted.network_owner);
+}
+
+#[test]
+fn admit_without_claims_records_nothing() {
+    let (d, l) = ledger();
+    let a = l
+        .admit(&pod("p"), &[], "c1", record("main"), false)
+        .unwrap();
+    assert!(!a.network_owner);
+    assert!(!d.path().join("ledger.json").exists());
+}
+
+#[test]
+fn admit_conflict_claims_nothing_and_records_nothing() {
+    let (_d, l) = ledger();
+    l.claim(&pod("a"), &[gpu("GPU-1", Share::Exclusive)])
+        .unwrap();
+    let err = l
+        .admit(
+            &pod("b"),
+            &[gpu("GPU-1", Share::Exclusive)],
+            "c1",
+            record("main"),
+            true,
+        )
+        .unwrap_err();
+    assert!(matches!(err, LedgerError::Held { .. }));
+    assert!(!l.snapshot().unwrap().pods.contains_key("b"));
+}
+
+/// Removing a container devgate never admitted is answered from the cached
+/// document, without waiting for the lock another process holds; a known one
+/// still goes through a transaction.
+#[test]
+fn unknown_containers_are_forgotten_without_the_lock() {
+    let (dir, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    l.admit(&pod("p"), &claims, "c1", record("main"), false)
+        .unwrap();
+    let held = crate::fsutil::lock_exclusive(&dir.path().join("ledger.lock")).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = {
+        let l = l.clone();
+        std::thread::spawn(move || {
+            l.remove_container("p", "not-ours").unwrap();
+            l.remove_container("other-pod", "c1").unwrap();
+            tx.send(()).unwrap();
+            l.remove_container("p", "c1").unwrap();
+        })
+    };
+    // A liveness bound, not a measurement: the lock is held until answered.
+    rx.recv_timeout(std::time::Duration::from_secs(30))
+        .expect("unknown containers answered while the lock was held");
+    drop(held);
+    worker.join().unwrap();
+    assert!(l.snapshot().unwrap().pods["p"].containers.is_empty());
+}
