@@ -35,8 +35,9 @@ pub enum DeviceError {
         #[source]
         source: LedgerError,
     },
-    #[error("{DEVICE_ALLOCATED}: rdma vf {vf} has no host netdev to move into the pod")]
-    NoNetdev { vf: String },
+    /// `entry` as in `Claim`: `rdma[0].vfs[1]: `, or empty where unknown.
+    #[error("{DEVICE_ALLOCATED}: {entry}rdma vf {vf} has no host netdev to move into the pod")]
+    NoNetdev { entry: String, vf: String },
     #[error(transparent)]
     Resolved(#[from] ResolvedError),
     #[error("{DEVICE_ALLOCATED}: {entry}{source}")]
@@ -296,7 +297,19 @@ impl Devices {
             // Read while the VF was still in a pod that has since given it back.
             plan = self.replan(devices, ctr, config)?;
         }
-        let networks = vf_attachments(&plan.network, &pod.uid, owned)?;
+        let networks = vf_attachments(&plan.network, &pod.uid, owned).map_err(|e| match e {
+            DeviceError::NoNetdev { vf, .. } => DeviceError::NoNetdev {
+                entry: plan
+                    .claims
+                    .iter()
+                    .zip(&plan.claim_entries)
+                    .find(|(c, _)| matches!(&c.device, DeviceId::Vf(b) if b.to_string() == vf))
+                    .map(|(_, e)| format!("{e}: "))
+                    .unwrap_or_default(),
+                vf,
+            },
+            other => other,
+        })?;
         let resolved = if networks.is_empty() {
             None
         } else {

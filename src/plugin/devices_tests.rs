@@ -348,7 +348,13 @@ fn a_vf_moved_into_its_pod_serves_the_pods_further_containers_only() {
         .devices
         .apply(&other, &container("o1", &[]), &config, features)
         .unwrap_err();
-    assert!(e.to_string().contains("no host netdev"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("scheduling.koordinator.sh/device-allocated: rdma[0].vfs[0]: rdma vf ")
+            && e.to_string()
+                .ends_with(" has no host netdev to move into the pod"),
+        "{e}"
+    );
 
     // The owner stopped (the VF back on the host) and went: the next
     // container owns the network and moves the VF again.

@@ -26,6 +26,7 @@ pub(crate) fn vf_attachments(
         .iter()
         .map(|a| {
             let host_netdev = a.netdev.clone().ok_or_else(|| DeviceError::NoNetdev {
+                entry: String::new(),
                 vf: a.vf_bus_id.to_string(),
             })?;
             Ok(VfAttach {
