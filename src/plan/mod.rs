@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::allocation::{PodDevices, DEVICE_ALLOCATED};
 use crate::config::{Config, VfSettings};
 use crate::inventory::{Inventory, PciAddr};
-use crate::ledger::Claim;
+use crate::ledger::{Claim, DeviceId};
 
 /// A device node to create in the container and allow in its device cgroup.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +100,23 @@ impl Plan {
             && self.mounts.is_empty()
             && self.network.is_empty()
     }
+
+    /// `"<entry>: "` for a device the plan claims, to put before a refusal's
+    /// reason; empty for one it does not.
+    pub fn entry_of(&self, device: &DeviceId) -> String {
+        claim_entry(&self.claims, &self.claim_entries, device)
+    }
+}
+
+/// [`Plan::entry_of`] over a plan's `claims` and `claim_entries`, wherever
+/// they are kept.
+pub fn claim_entry(claims: &[Claim], entries: &[String], device: &DeviceId) -> String {
+    claims
+        .iter()
+        .zip(entries)
+        .find(|(c, _)| &c.device == device)
+        .map(|(_, e)| format!("{e}: "))
+        .unwrap_or_default()
 }
 
 /// Why an allocation cannot be applied on this node. Each variant names the

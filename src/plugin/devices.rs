@@ -13,7 +13,7 @@ use crate::cdi::Class;
 use crate::config::{self, Config};
 use crate::gpu::{self, GpuError, HealthStore};
 use crate::hook::{Resolved, ResolvedError, RESOLVED_ANNOTATION};
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, PciAddr};
 use crate::ledger::{ContainerRecord, DeviceId, Ledger, LedgerError, PodRef};
 use crate::plan::{self, Plan, PlanError};
 
@@ -37,7 +37,7 @@ pub enum DeviceError {
     },
     /// `entry` as in `Claim`: `rdma[0].vfs[1]: `, or empty where unknown.
     #[error("{DEVICE_ALLOCATED}: {entry}rdma vf {vf} has no host netdev to move into the pod")]
-    NoNetdev { entry: String, vf: String },
+    NoNetdev { entry: String, vf: PciAddr },
     #[error(transparent)]
     Resolved(#[from] ResolvedError),
     #[error("{DEVICE_ALLOCATED}: {entry}{source}")]
@@ -299,13 +299,7 @@ impl Devices {
         }
         let networks = vf_attachments(&plan.network, &pod.uid, owned).map_err(|e| match e {
             DeviceError::NoNetdev { vf, .. } => DeviceError::NoNetdev {
-                entry: plan
-                    .claims
-                    .iter()
-                    .zip(&plan.claim_entries)
-                    .find(|(c, _)| matches!(&c.device, DeviceId::Vf(b) if b.to_string() == vf))
-                    .map(|(_, e)| format!("{e}: "))
-                    .unwrap_or_default(),
+                entry: plan.entry_of(&DeviceId::Vf(vf)),
                 vf,
             },
             other => other,

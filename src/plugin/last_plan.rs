@@ -47,12 +47,7 @@ pub struct Prepared {
 impl Prepared {
     /// `"<entry>: "` for a claimed device, to put before a refusal's reason.
     pub fn entry_of(&self, device: &DeviceId) -> String {
-        self.claims
-            .iter()
-            .zip(&self.claim_entries)
-            .find(|(c, _)| &c.device == device)
-            .map(|(_, e)| format!("{e}: "))
-            .unwrap_or_default()
+        crate::plan::claim_entry(&self.claims, &self.claim_entries, device)
     }
 }
 

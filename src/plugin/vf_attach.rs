@@ -27,7 +27,7 @@ pub(crate) fn vf_attachments(
         .map(|a| {
             let host_netdev = a.netdev.clone().ok_or_else(|| DeviceError::NoNetdev {
                 entry: String::new(),
-                vf: a.vf_bus_id.to_string(),
+                vf: a.vf_bus_id,
             })?;
             Ok(VfAttach {
                 pf_netdev: a.pf_netdev.clone().unwrap_or_default(),
