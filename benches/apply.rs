@@ -46,12 +46,12 @@ fn bench(c: &mut Criterion) {
     let devices = Devices::open(
         fixture.root(),
         &state.path().join("run"),
-        &state.path().join("health"),
         "/usr/local/bin/devgate-hook".into(),
     )
     .expect("devices");
     let pod = pod(fixture.expected());
     let config = std::sync::Arc::new(Config::default());
+    let health = devgate::gpu::HealthStore::new(&state.path().join("health"));
     let mut n = 0u64;
     c.bench_function("apply/create_and_remove_4gpu_4vf", |b| {
         b.iter(|| {
@@ -61,7 +61,7 @@ fn bench(c: &mut Criterion) {
                 name: "main".into(),
                 ..Default::default()
             };
-            let adjust = devices.apply(&pod, &ctr, &config, RuntimeFeatures::default());
+            let adjust = devices.apply(&pod, &ctr, &config, RuntimeFeatures::default(), &health);
             black_box(adjust.expect("apply"));
             devices
                 .ledger()

@@ -66,7 +66,6 @@ pub struct Devices {
     hook_path: PathBuf,
     inventory: RwLock<Arc<Inventory>>,
     ledger: Ledger,
-    health: RwLock<HealthStore>,
     /// Set once the grant check is configured; checked before anything is planned.
     grant: std::sync::OnceLock<Arc<crate::grant::GrantChecker>>,
     last_pod: allocation::LastPod,
@@ -77,7 +76,6 @@ impl Devices {
     pub fn open(
         host_root: &Path,
         state_dir: &Path,
-        health_dir: &Path,
         hook_path: PathBuf,
     ) -> Result<Devices, LedgerError> {
         let inv = gpu::discover_node(host_root);
@@ -90,16 +88,10 @@ impl Devices {
             hook_path,
             inventory: RwLock::new(Arc::new(inv)),
             ledger: Ledger::open(state_dir)?,
-            health: RwLock::new(HealthStore::new(health_dir)),
             grant: std::sync::OnceLock::new(),
             last_pod: allocation::LastPod::default(),
             last_plan: LastPlan::default(),
         })
-    }
-
-    /// Reads GPU health from `dir` from now on (a runtime-sent `[gpu]`).
-    pub fn set_health_dir(&self, dir: &Path) {
-        *self.health.write().unwrap_or_else(PoisonError::into_inner) = HealthStore::new(dir);
     }
 
     /// Installs the grant check; the first one installed stays.
@@ -167,12 +159,14 @@ impl Devices {
     }
 
     /// The container's adjustment; empty for pods without the annotation.
+    /// `health` is GPU teardown's store, the one place health is kept.
     pub fn apply(
         &self,
         pod: &PodSandbox,
         ctr: &Container,
         config: &Arc<Config>,
         features: RuntimeFeatures,
+        health: &HealthStore,
     ) -> Result<ContainerAdjustment, DeviceError> {
         let devices = self.last_pod.parse(&pod.annotations, &pod.labels)?;
         if devices.allocation.is_empty() {
@@ -207,15 +201,13 @@ impl Devices {
             .last_plan
             .get_or_build(key, || self.prepare(&devices, pod, ctr, config, features))?;
         // An unhealthy GPU is refused before anything is claimed.
-        let health = self.health.read().unwrap_or_else(PoisonError::into_inner);
-        gpu::check_claims(&health, &prepared.claims).map_err(|source| DeviceError::Health {
+        gpu::check_claims(health, &prepared.claims).map_err(|source| DeviceError::Health {
             entry: match &source {
                 GpuError::Unhealthy { uuid, .. } => prepared.entry_of(&DeviceId::Gpu(uuid.clone())),
                 _ => String::new(),
             },
             source,
         })?;
-        drop(health);
         let pod_ref = PodRef {
             sandbox_id: pod.id.clone(),
             namespace: pod.namespace.clone(),

@@ -19,6 +19,7 @@ struct Node {
     devices: Devices,
     /// Holds GPU minor 0 and the first VF of the first NIC.
     pod: PodSandbox,
+    health: crate::gpu::HealthStore,
 }
 
 impl Node {
@@ -30,8 +31,13 @@ impl Node {
         config: &Arc<Config>,
         features: RuntimeFeatures,
     ) -> Result<ContainerAdjustment, DeviceError> {
-        self.devices
-            .apply(&self.pod, &container(id, env), config, features)
+        self.devices.apply(
+            &self.pod,
+            &container(id, env),
+            config,
+            features,
+            &self.health,
+        )
     }
 }
 
@@ -43,12 +49,12 @@ fn node() -> Node {
     let devices = Devices::open(
         fixture.root(),
         &dir.path().join("state"),
-        &dir.path().join("health"),
         "/plugin/bin/devgate-hook".into(),
     )
     .unwrap();
     Node {
         pod: gpu_vf_pod(&fixture),
+        health: crate::gpu::HealthStore::new(&dir.path().join("health")),
         dir,
         fixture,
         devices,
@@ -346,7 +352,13 @@ fn a_vf_moved_into_its_pod_serves_the_pods_further_containers_only() {
     };
     let e = node
         .devices
-        .apply(&other, &container("o1", &[]), &config, features)
+        .apply(
+            &other,
+            &container("o1", &[]),
+            &config,
+            features,
+            &node.health,
+        )
         .unwrap_err();
     assert!(
         e.to_string()
@@ -392,6 +404,7 @@ fn a_held_device_is_refused_by_its_entry() {
             &container("c9", &[]),
             &config,
             RuntimeFeatures::default(),
+            &node.health,
         )
         .unwrap_err();
     let uuid = &node.fixture.expected().gpus[0].uuid;

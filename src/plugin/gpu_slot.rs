@@ -63,7 +63,6 @@ impl super::DevgatePlugin {
             .gpu
             .reconfigure(config, |c| GpuTeardown::for_node(inventory, c, ledger))
         {
-            self.devices.set_health_dir(&config.health_dir);
             tracing::info!(health_dir = %config.health_dir.display(), nvml = config.nvml, "gpu config from the runtime");
         }
         self.start_gpu_health(config);

@@ -126,12 +126,8 @@ impl DevgatePlugin {
     pub fn new(config: Config, options: PluginOptions) -> Result<DevgatePlugin, LedgerError> {
         // Before anything below can load a library (NVML).
         let startup_files = crate::residency::StartupFiles::capture(std::path::Path::new("/proc"));
-        let devices = devices::Devices::open(
-            &options.host_root,
-            &options.state_dir,
-            &config.gpu.health_dir,
-            default_hook_path(),
-        )?;
+        let devices =
+            devices::Devices::open(&options.host_root, &options.state_dir, default_hook_path())?;
         // A runtime-started plugin loads no NVML until Configure says whether
         // to (`gpu.nvml`).
         let gpu_config = crate::config::GpuConfig {
@@ -226,7 +222,11 @@ impl DevgatePlugin {
             source,
         })?;
         let features = *self.features.read().unwrap_or_else(PoisonError::into_inner);
-        let mut adjust = match self.devices.apply(pod, ctr, &config, features) {
+        let gpu = self.gpu.get();
+        let mut adjust = match self
+            .devices
+            .apply(pod, ctr, &config, features, gpu.health())
+        {
             Ok(adjust) => adjust,
             // A grant refusal (more than requested, a namespace rule, a static
             // pod) is never ignored: starting such a container would leave its
