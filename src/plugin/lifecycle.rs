@@ -130,6 +130,29 @@ pub fn release(ledger: &Ledger, teardown: &dyn Teardown, which: &Release) -> Opt
     }
 }
 
+/// What a release needs, for the thread that runs it.
+struct Releaser {
+    devices: Arc<super::devices::Devices>,
+    teardown: Arc<dyn Teardown + Send + Sync>,
+    unreleased: Arc<Unreleased>,
+    gpu: Arc<super::gpu_slot::GpuSlot>,
+}
+
+impl Releaser {
+    /// Runs one release and records its outcome for the retry round.
+    fn run(&self, job: &Release) {
+        let released = release(self.devices.ledger(), self.teardown.as_ref(), job);
+        self.unreleased.update(job, released.as_ref());
+        // A pod the plugin did not tear down (its claims went another way,
+        // or it had none) leaves its cgroup paths behind otherwise.
+        if let (Release::Pod(id), Some(r)) = (job, &released) {
+            if !r.failed.iter().any(|(p, _)| &p.sandbox_id == id) {
+                self.gpu.get().forget_pod(id);
+            }
+        }
+    }
+}
+
 pub fn forget_container(ledger: &Ledger, sandbox_id: &str, container_id: &str) {
     if let Err(e) = ledger.remove_container(sandbox_id, container_id) {
         tracing::error!(error = %e, sandbox = %sandbox_id, container = %container_id, "forget container");
@@ -178,9 +201,7 @@ impl DevgatePlugin {
         let pending = self.unreleased.pending();
         if !pending.is_empty() {
             let _running = self.releases.enter();
-            let which = Release::Pods(pending);
-            let released = release(self.devices.ledger(), self.teardown.as_ref(), &which);
-            self.unreleased.update(&which, released.as_ref());
+            self.releaser().run(&Release::Pods(pending));
         }
         match self.gpu.get().retry_quarantined(self.devices.ledger()) {
             Ok(cleared) => cleared
@@ -190,38 +211,31 @@ impl DevgatePlugin {
         }
     }
 
+    fn releaser(&self) -> Releaser {
+        Releaser {
+            devices: Arc::clone(&self.devices),
+            teardown: Arc::clone(&self.teardown),
+            unreleased: Arc::clone(&self.unreleased),
+            gpu: Arc::clone(&self.gpu),
+        }
+    }
+
     pub(super) fn release_in_background(&self, which: Release) {
-        let (devices, teardown) = (Arc::clone(&self.devices), Arc::clone(&self.teardown));
-        let unreleased = Arc::clone(&self.unreleased);
+        let releaser = self.releaser();
         let job = which.clone();
         let running = self.releases.enter();
-        let gpu = Arc::clone(&self.gpu);
-        let run = move |job: &Release| {
-            let released = release(devices.ledger(), teardown.as_ref(), job);
-            unreleased.update(job, released.as_ref());
-            // A pod the plugin did not tear down (its claims went another
-            // way, or it had none) leaves its cgroup paths behind otherwise.
-            if let (Release::Pod(id), Some(r)) = (job, &released) {
-                if !r.failed.iter().any(|(p, _)| &p.sandbox_id == id) {
-                    gpu.get().forget_pod(id);
-                }
-            }
-        };
         // A thread of its own: the stub's thread must keep answering the runtime
         // while teardown waits on processes.
         let spawned = std::thread::Builder::new()
             .name("release".to_string())
-            .spawn({
-                let run = run.clone();
-                move || {
-                    let _running = running;
-                    run(&job);
-                }
+            .spawn(move || {
+                let _running = running;
+                releaser.run(&job);
             });
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "cannot start a release thread; releasing inline");
             let _running = self.releases.enter();
-            run(&which);
+            self.releaser().run(&which);
         }
     }
 
