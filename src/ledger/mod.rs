@@ -281,15 +281,6 @@ impl Ledger {
         })
     }
 
-    /// Releases every pod the runtime no longer reports (`live` = sandbox ids it has).
-    pub fn reconcile(
-        &self,
-        live: &HashSet<String>,
-        teardown: &dyn Teardown,
-    ) -> Result<Released, LedgerError> {
-        self.release_where(teardown, |id| !live.contains(id))
-    }
-
     /// Marks a device as not to be handed out until cleared.
     pub fn quarantine(&self, device: &DeviceId, reason: &str) -> Result<(), LedgerError> {
         let mut txn = self.store.begin()?;

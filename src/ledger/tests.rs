@@ -126,7 +126,8 @@ fn state_survives_reopen_and_reconcile_drops_dead_pods() {
     let snap = l.snapshot().unwrap();
     assert_eq!(snap.pods["a"].containers["ctr1"].name, "main");
     let live = ["a".to_string()].into_iter().collect();
-    let rel = l.reconcile(&live, &NoTeardown).unwrap();
+    let stale = l.stale_pods(&live).unwrap();
+    let rel = l.release_pods(&stale, &NoTeardown).unwrap();
     assert_eq!(rel.pods, vec![pod("b")]);
     let snap = l.snapshot().unwrap();
     assert!(snap.pods.contains_key("a") && !snap.pods.contains_key("b"));

@@ -231,10 +231,8 @@ fn real_pod_processes_end_and_an_outsider_quarantines_the_gpu() {
         .is_some());
 
     drop(outsider);
-    let out = s
-        .ledger
-        .reconcile(&Default::default(), &s.teardown)
-        .unwrap();
+    let gone = s.ledger.stale_pods(&Default::default()).unwrap();
+    let out = s.ledger.release_pods(&gone, &s.teardown).unwrap();
     assert_eq!(
         (out.pods.len(), out.failed.len()),
         (1, 0),

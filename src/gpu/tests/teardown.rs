@@ -124,7 +124,8 @@ fn pod_users_end_and_an_outside_user_quarantines_until_it_is_gone() {
     assert!(state.pods.contains_key("sb-a"));
 
     n.host.procs.lock().unwrap().remove(&200);
-    let out = n.ledger.reconcile(&HashSet::new(), &n.teardown).unwrap();
+    let gone = n.ledger.stale_pods(&HashSet::new()).unwrap();
+    let out = n.ledger.release_pods(&gone, &n.teardown).unwrap();
     assert_eq!(out.pods.len(), 1);
     assert!(n.ledger.snapshot().unwrap().devices["gpu GPU-0"]
         .quarantine
@@ -203,7 +204,8 @@ fn pods_sharing_a_gpu_released_together_reset_it_once() {
     let n = node(|_| {});
     n.ledger.claim(&pod("a"), &[claim("GPU-2", HALF)]).unwrap();
     n.ledger.claim(&pod("b"), &[claim("GPU-2", HALF)]).unwrap();
-    let out = n.ledger.reconcile(&HashSet::new(), &n.teardown).unwrap();
+    let gone = n.ledger.stale_pods(&HashSet::new()).unwrap();
+    let out = n.ledger.release_pods(&gone, &n.teardown).unwrap();
     assert_eq!((out.pods.len(), out.failed.len()), (2, 0));
     assert_eq!(resets(&n.nvml, "GPU-2"), 1);
 }
