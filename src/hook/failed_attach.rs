@@ -40,15 +40,13 @@ pub(super) fn release(env: &HookEnv, container_id: &str) {
 /// The sandbox whose claims went, if any did.
 fn forget(env: &HookEnv, container_id: &str) -> Result<Option<String>, LedgerError> {
     let ledger = Ledger::open(&env.state_dir)?;
-    let Some(pod) = ledger
+    let Some(sandbox) = ledger
         .snapshot()?
-        .pods
-        .into_values()
-        .find(|p| p.containers.contains_key(container_id))
+        .pod_of(container_id)
+        .map(|p| p.pod.sandbox_id.clone())
     else {
         return Ok(None);
     };
-    let sandbox = pod.pod.sandbox_id;
     ledger.remove_container(&sandbox, container_id)?;
     // Only with no container left, checked under the lock: one the plugin
     // admits meanwhile keeps the pod's claims.

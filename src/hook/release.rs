@@ -104,9 +104,8 @@ pub(super) fn stop(run: &mut HooksOnly<'_>, state: &State) -> Result<Outcome, Ho
     let pod = ledger
         .snapshot()
         .map_err(HooksOnlyError::from)?
-        .pods
-        .into_values()
-        .find(|p| p.containers.contains_key(&state.id));
+        .pod_of(&state.id)
+        .cloned();
     if pod
         .as_ref()
         .is_some_and(|p| p.containers[&state.id].by_plugin())

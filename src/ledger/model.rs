@@ -158,9 +158,15 @@ pub struct LedgerState {
 impl LedgerState {
     /// The record of a container, whichever pod holds it (container ids are unique).
     pub fn container(&self, container_id: &str) -> Option<&ContainerRecord> {
+        self.pod_of(container_id)
+            .and_then(|p| p.containers.get(container_id))
+    }
+
+    /// The pod that holds a container's record.
+    pub fn pod_of(&self, container_id: &str) -> Option<&PodRecord> {
         self.pods
             .values()
-            .find_map(|p| p.containers.get(container_id))
+            .find(|p| p.containers.contains_key(container_id))
     }
 }
 
