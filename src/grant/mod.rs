@@ -109,17 +109,7 @@ impl GrantChecker {
     /// Resolves the mode from `config` and this process's environment and starts
     /// the watch when the mode needs one.
     pub fn start(config: &Config, state_dir: &Path) -> GrantChecker {
-        // The kernel's host name, kubelet's default node name.
-        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_default();
-        let mode = settings::resolve(
-            config,
-            &|k| std::env::var(k).ok(),
-            Path::new(SERVICE_ACCOUNT_DIR),
-            Path::new(KUBELET_KUBECONFIG),
-            &hostname,
-        );
+        let mode = settings::resolve_on_host(config, Path::new("/"), Path::new(KUBELET_KUBECONFIG));
         GrantChecker::with_mode(mode, state_dir)
     }
 

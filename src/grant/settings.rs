@@ -206,6 +206,22 @@ fn valid_namespace(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
+/// The mode for a process of this node: [`resolve`] with this process's
+/// environment and service account, the kernel's host name under `host_root`
+/// (kubelet's default node name) and kubelet's kubeconfig at `kubelet_conf`.
+pub fn resolve_on_host(cfg: &crate::config::Config, host_root: &Path, kubelet_conf: &Path) -> Mode {
+    let hostname = std::fs::read_to_string(host_root.join("proc/sys/kernel/hostname"))
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    resolve(
+        cfg,
+        &|k| std::env::var(k).ok(),
+        Path::new(SERVICE_ACCOUNT_DIR),
+        kubelet_conf,
+        &hostname,
+    )
+}
+
 /// The mode, from the config, environment lookups, the service account directory,
 /// kubelet's kubeconfig and the host name (parameters, so that tests do not
 /// depend on the machine).

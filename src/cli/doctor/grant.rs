@@ -12,16 +12,10 @@ use crate::grant::{self, Mode};
 const NAME: &str = "grant check";
 
 pub fn grant_check(roots: &Roots, config: &Config) -> Check {
-    // The kernel's host name, kubelet's default node name.
-    let hostname = std::fs::read_to_string(roots.host_root.join("proc/sys/kernel/hostname"))
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default();
-    let mode = grant::settings::resolve(
+    let mode = grant::settings::resolve_on_host(
         config,
-        &|k| std::env::var(k).ok(),
-        Path::new(grant::SERVICE_ACCOUNT_DIR),
+        &roots.host_root,
         &roots.host_path(Path::new(grant::KUBELET_KUBECONFIG)),
-        &hostname,
     );
     match mode {
         Mode::Requests(ep) => {
