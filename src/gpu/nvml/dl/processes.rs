@@ -91,8 +91,8 @@ mod tests {
     }
 
     /// A driver library as the R535 ones behave, or as nvml.h says
-    /// (`wide` false): three compute and one graphics process, asking for a
-    /// larger buffer first.
+    /// (`wide` false): 70 compute processes, more than the first buffer holds
+    /// (so the call asks for a larger one), and one graphics process.
     fn stand_in(dir: &std::path::Path, wide: bool) -> std::path::PathBuf {
         let cc_field = if wide { "unsigned long long cc;" } else { "" };
         let conf = if wide {
@@ -118,17 +118,8 @@ int nvmlDeviceGetComputeRunningProcesses_v3(void *d, unsigned int *n, info *p) {
 int nvmlDeviceGetGraphicsRunningProcesses_v3(void *d, unsigned int *n, info *p) {{ return fill(n, p, 1, 5000); }}
 "#
         );
-        let src = dir.join("nvml.c");
-        let lib = dir.join(if wide { "libwide.so" } else { "libnarrow.so" });
-        std::fs::write(&src, source).unwrap();
-        let status = std::process::Command::new("cc")
-            .args(["-shared", "-fPIC", "-o"])
-            .arg(&lib)
-            .arg(&src)
-            .status()
-            .expect("cc");
-        assert!(status.success());
-        lib
+        let name = if wide { "libwide.so" } else { "libnarrow.so" };
+        crate::fixture::build_c_library(dir, name, &source).unwrap()
     }
 
     /// Through `dlopen`, as on a node: every pid read back whichever layout
