@@ -244,9 +244,6 @@ impl GpuTeardown {
             released.pop_front();
         }
         released.push_back(sandbox.to_string());
-        drop(released);
-        let mut map = self.pod_cgroups.lock().unwrap_or_else(|p| p.into_inner());
-        map.remove(sandbox);
     }
 
     /// Ends the pod's users of `targets`, then checks and resets those it held last.
