@@ -57,11 +57,7 @@ pub enum InventoryCmdError {
 }
 
 pub fn run(args: InventoryArgs) -> Result<(), InventoryCmdError> {
-    let mut inv = crate::gpu::discover_node(&args.host_root);
-    match crate::gpu::HealthStore::new(&args.health_dir).snapshot() {
-        Ok(health) => crate::gpu::health::merge_into(&mut inv, &health),
-        Err(e) => inv.warnings.push(format!("gpu health: {e}")),
-    }
+    let inv = crate::gpu::discover_node_with_health(&args.host_root, &args.health_dir);
     let mut stderr = io::stderr().lock();
     for warning in &inv.warnings {
         // Best effort: a closed stderr must not hide the inventory itself.

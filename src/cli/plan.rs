@@ -175,12 +175,7 @@ pub fn plan_pod(
     let inventory = if devices.allocation.is_empty() {
         inventory::Inventory::default()
     } else {
-        let mut inv = crate::gpu::discover_node(host_root);
-        match crate::gpu::HealthStore::new(&config.gpu.health_dir).snapshot() {
-            Ok(health) => crate::gpu::health::merge_into(&mut inv, &health),
-            Err(e) => inv.warnings.push(format!("gpu health: {e}")),
-        }
-        inv
+        crate::gpu::discover_node_with_health(host_root, &config.gpu.health_dir)
     };
     let env = pod.container_env(container);
     let ctx = plan::ContainerContext {

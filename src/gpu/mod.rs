@@ -54,6 +54,20 @@ pub fn discover_node(host_root: &std::path::Path) -> crate::inventory::Inventory
     }
 }
 
+/// [`discover_node`] with the GPU health kept under `health_dir` merged in, as
+/// people are shown the node; a store that cannot be read is a warning.
+pub fn discover_node_with_health(
+    host_root: &std::path::Path,
+    health_dir: &std::path::Path,
+) -> crate::inventory::Inventory {
+    let mut inv = discover_node(host_root);
+    match HealthStore::new(health_dir).snapshot() {
+        Ok(health) => health::merge_into(&mut inv, &health),
+        Err(e) => inv.warnings.push(format!("gpu health: {e}")),
+    }
+    inv
+}
+
 /// Fails when a claim names an unhealthy GPU. Quarantine is `Ledger::claim`'s check.
 pub fn check_claims(health: &HealthStore, claims: &[Claim]) -> Result<(), GpuError> {
     let gpus = claims.iter().filter_map(|c| match &c.device {
