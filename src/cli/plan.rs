@@ -335,7 +335,7 @@ pub fn table(plan: &Plan) -> String {
                 n.vf_bus_id.to_string(),
                 dash(&n.netdev),
                 dash(&n.rdma_device),
-                dash(&n.container_ifname)
+                n.container_ifname
             );
         }
     }

@@ -144,7 +144,7 @@ fn non_empty(list: Vec<String>) -> Option<String> {
 
 fn netdevs(out: &Builder) -> Vec<String> {
     let names = out.plan.network.iter();
-    names.filter_map(|a| a.container_ifname.clone()).collect()
+    names.map(|a| a.container_ifname.clone()).collect()
 }
 
 /// The ports a device is used through: its ACTIVE ones, or all of them when none

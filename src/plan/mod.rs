@@ -63,7 +63,7 @@ pub struct NetworkAction {
     /// The VF's RDMA device (ibdev).
     pub rdma_device: Option<String>,
     /// Name inside the pod: prefix from config + 1, 2, ... in annotation order.
-    pub container_ifname: Option<String>,
+    pub container_ifname: String,
     pub settings: VfSettings,
     /// Move the RDMA device into the pod netns (`rdma.netns_mode = "exclusive"`).
     pub move_rdma: bool,

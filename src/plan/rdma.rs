@@ -243,14 +243,8 @@ fn network(
     // Named whether or not its netdev is on the host: one already moved into
     // this pod by its network owner is `net<n>` there all the same. Who needs
     // the host netdev (the container that moves it) is the plugin's to judge.
-    let n = out
-        .plan
-        .network
-        .iter()
-        .filter(|a| a.container_ifname.is_some())
-        .count()
-        + 1;
-    let container_ifname = Some(format!("{}{n}", out.config.rdma.ifname_prefix));
+    let n = out.plan.network.len() + 1;
+    let container_ifname = format!("{}{n}", out.config.rdma.ifname_prefix);
     out.plan.network.push(NetworkAction {
         pf: nic.bus_id,
         pf_netdev: nic.netdevs.first().cloned(),

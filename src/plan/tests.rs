@@ -205,9 +205,9 @@ fn rdma_vfs_and_pf() {
     let ifnames: Vec<_> = p
         .network
         .iter()
-        .map(|n| n.container_ifname.as_deref())
+        .map(|n| n.container_ifname.as_str())
         .collect();
-    assert_eq!(ifnames, [Some("net1"), Some("net2")]);
+    assert_eq!(ifnames, ["net1", "net2"]);
     let n = &p.network[0];
     assert_eq!(
         (n.pf, n.vf_index, n.vf_bus_id),
@@ -337,7 +337,7 @@ fn rdma_config_knobs() {
     assert!(paths(&p).contains(&"/dev/infiniband/issm6"));
     let n = &p.network[0];
     assert!(n.move_rdma);
-    assert_eq!(n.container_ifname.as_deref(), Some("rdma1"));
+    assert_eq!(n.container_ifname, "rdma1");
     assert_eq!(
         (n.settings.mac, n.settings.vlan),
         (Some(MacPolicy::Random), Some(7))

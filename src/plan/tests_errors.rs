@@ -96,7 +96,7 @@ fn node_without_what_is_asked() {
     let p = build(&inv, &pod(&ann), "main", &Config::default()).unwrap();
     assert_eq!(p.network.len(), 1);
     assert_eq!(p.network[0].netdev, None);
-    assert_eq!(p.network[0].container_ifname.as_deref(), Some("net1"));
+    assert_eq!(p.network[0].container_ifname, "net1");
     assert_eq!(p.env["NCCL_SOCKET_IFNAME"], "net1");
 
     let mut inv = hgx();

@@ -35,7 +35,7 @@ pub(crate) fn vf_attachments(
                 vf_bus_id: a.vf_bus_id,
                 host_netdev,
                 rdma_device: a.rdma_device.clone(),
-                container_ifname: a.container_ifname.clone().unwrap_or_default(),
+                container_ifname: a.container_ifname.clone(),
                 settings: netdev_settings(&a.settings, pod_uid, &a.vf_bus_id),
                 move_rdma: a.move_rdma,
             })
