@@ -16,6 +16,17 @@ fn generate(root: &Path, extra: &[&str]) -> Output {
         .expect("run devgate cdi generate")
 }
 
+/// [`generate`] that must succeed.
+fn generated(root: &Path, extra: &[&str]) -> Output {
+    let out = generate(root, extra);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn kinds(text: &str) -> Vec<String> {
     serde_json::Deserializer::from_str(text)
         .into_iter::<Value>()
@@ -36,24 +47,14 @@ fn stdout_file_and_directory_outputs() {
         .unwrap();
 
     // Without -o: every kind's spec on stdout, nothing else there.
-    let out = generate(hgx.root(), &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = generated(hgx.root(), &[]);
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(kinds(&stdout), ["devgate.io/gpu", "devgate.io/rdma"]);
 
     // -o naming a file: a spec holds one kind, so the first goes there and
     // the second beside it, where a runtime reading the directory finds both.
     let file = dir.path().join("devgate.json");
-    let out = generate(hgx.root(), &["-o", file.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = generated(hgx.root(), &["-o", file.to_str().unwrap()]);
     let second = dir.path().join("devgate-rdma.json");
     assert_eq!(
         kinds(&std::fs::read_to_string(&file).unwrap()),
@@ -67,14 +68,9 @@ fn stdout_file_and_directory_outputs() {
     assert!(stderr.contains("devgate.io/rdma went to"), "{stderr}");
     // One kind asked for: that one in the file, and the other's file, now
     // stale, removed.
-    let out = generate(
+    generated(
         hgx.root(),
         &["--kind", "rdma", "-o", file.to_str().unwrap()],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(
         kinds(&std::fs::read_to_string(&file).unwrap()),
@@ -85,12 +81,7 @@ fn stdout_file_and_directory_outputs() {
     // A path that does not exist and is not named like a spec is a
     // directory, made for the specs (`-o /etc/cdi` on a fresh node).
     let fresh = dir.path().join("etc-cdi");
-    let out = generate(hgx.root(), &["-o", fresh.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    generated(hgx.root(), &["-o", fresh.to_str().unwrap()]);
     assert!(fresh.join("devgate.io-gpu.json").is_file());
     assert!(fresh.join("devgate.io-rdma.json").is_file());
 
@@ -98,12 +89,7 @@ fn stdout_file_and_directory_outputs() {
     // its stale spec, so the runtime cannot resolve devices that are gone.
     let specs = dir.path().join("cdi");
     std::fs::create_dir(&specs).unwrap();
-    let out = generate(hgx.root(), &["-o", specs.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    generated(hgx.root(), &["-o", specs.to_str().unwrap()]);
     let rdma = specs.join("devgate.io-rdma.json");
     assert!(specs.join("devgate.io-gpu.json").exists() && rdma.exists());
     let gpus_only = HostRootBuilder::hgx()
@@ -111,12 +97,7 @@ fn stdout_file_and_directory_outputs() {
         .intel_rdma(false)
         .build(&dir.path().join("gpus-only"))
         .unwrap();
-    let out = generate(gpus_only.root(), &["-o", specs.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    generated(gpus_only.root(), &["-o", specs.to_str().unwrap()]);
     assert!(specs.join("devgate.io-gpu.json").exists());
     assert!(!rdma.exists(), "stale rdma spec removed");
 }

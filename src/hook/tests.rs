@@ -1,6 +1,9 @@
 //! Stage parsing, and what the hook does with and without a vouched annotation.
 use super::*;
 
+/// A resolved annotation moving one VF, as the plugin writes it.
+const ONE_VF: &str = r#"{"version":1,"networks":[{"vf_index":0,"vf_bus_id":"0000:00:10.1","host_netdev":"veth0","container_ifname":"net1"}]}"#;
+
 #[test]
 fn stages_parse_and_unknown_ones_fail() {
     for s in ["prestart", "createRuntime", "createContainer", "poststop"] {
@@ -72,7 +75,7 @@ fn without_the_annotation_or_records_there_is_nothing_to_do() {
 fn an_annotation_the_ledger_does_not_vouch_for_moves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let nop = |_: &'static str| {};
-    let value = r#"{"version":1,"networks":[{"vf_index":0,"vf_bus_id":"0000:00:10.1","host_netdev":"veth0","container_ifname":"net1"}]}"#;
+    let value = ONE_VF;
     let state = State::parse(
         serde_json::json!({"id": "c1", "status": "creating", "pid": 5,
             "annotations": {RESOLVED_ANNOTATION: value}})
@@ -95,7 +98,7 @@ fn an_annotation_the_ledger_does_not_vouch_for_moves_nothing() {
 fn attach_needs_a_creating_container_with_a_pid() {
     let dir = tempfile::tempdir().unwrap();
     let nop = |_: &'static str| {};
-    let value = r#"{"version":1,"networks":[{"vf_index":0,"vf_bus_id":"0000:00:10.1","host_netdev":"veth0","container_ifname":"net1"}]}"#;
+    let value = ONE_VF;
     let state = |status: &str, pid: &str| {
         let json = serde_json::json!({"id": "c1", "status": status, "pid": serde_json::from_str::<serde_json::Value>(pid).unwrap(),
             "annotations": {RESOLVED_ANNOTATION: value}});
