@@ -14,10 +14,10 @@ mod stand_in;
 
 use devgate::allocation::VF_SETTINGS;
 use devgate::fixture::HostRootBuilder;
-use net::{link, In};
+use net::{link, In, IpLink};
 use stand_in::StandIn;
 use support::node::Node;
-use support::{require_root, wait_for, ContainerSpec, SLOW};
+use support::{require_root, wait_for, ContainerSpec, Pod, SLOW};
 
 #[test]
 fn vf_moves_into_the_pod_as_net1_and_comes_back() {
@@ -93,14 +93,21 @@ fn vf_moves_into_the_pod_as_net1_and_comes_back() {
         "{line}"
     );
 
-    cri.delete_pod(&pod, &[&id]);
-    let back = wait_for("vf back on the host", SLOW, || link(In::Host, host_name));
+    let back = delete_and_wait(&node, &pod, &[&id], host_name);
     assert_eq!(back.address.as_deref(), Some("02:00:00:de:0a:01"));
     assert_eq!(back.mtu, host_mtu, "mtu restored");
+    drop(stand_in);
+}
+
+/// Deletes the pod as kubelet does and waits until devgate gave everything
+/// back: the VF on the host (its link, returned) and every claim released.
+fn delete_and_wait(node: &Node, pod: &Pod, containers: &[&str], host_name: &str) -> IpLink {
+    node.cri().delete_pod(pod, containers);
+    let back = wait_for("vf back on the host", SLOW, || link(In::Host, host_name));
     wait_for("claims released", SLOW, || {
         node.ledger().pods.is_empty().then_some(())
     });
-    drop(stand_in);
+    back
 }
 
 /// A createRuntime that cannot apply the plan fails the container and changes
@@ -169,11 +176,7 @@ fn a_failed_attach_fails_the_container_and_leaves_the_vf_on_the_host() {
         "the VF moved to the pod"
     );
 
-    cri.delete_pod(&pod, &[&retry]);
-    wait_for("claims released", SLOW, || {
-        node.ledger().pods.is_empty().then_some(())
-    });
-    wait_for("vf back on the host", SLOW, || link(In::Host, host_name));
+    delete_and_wait(&node, &pod, &[&retry], host_name);
     drop(stand_in);
 }
 
@@ -218,10 +221,6 @@ fn a_restarted_container_gets_its_vf_again() {
     has_net1(&again);
     assert!(link(In::Host, host_name).is_none(), "the VF is in the pod");
 
-    cri.delete_pod(&pod, &[&first, &again]);
-    wait_for("claims released", SLOW, || {
-        node.ledger().pods.is_empty().then_some(())
-    });
-    wait_for("vf back on the host", SLOW, || link(In::Host, host_name));
+    delete_and_wait(&node, &pod, &[&first, &again], host_name);
     drop(stand_in);
 }
