@@ -18,7 +18,11 @@
 //!
 //! `cargo bench --bench hook_exec` runs 200 rounds and prints percentiles
 //! (`-- --quick`: 20); without `--bench` (`cargo test --benches`) it is a
-//! 3-round smoke run.
+//! 3-round smoke run. It measures the hook cargo built for it (dynamically
+//! linked), or the one `DEVGATE_HOOK_BIN` names: what nodes run is
+//! `install/build.sh`'s static build, `target/dist/devgate-hook`.
+#[path = "../tests/support/elf.rs"]
+mod elf;
 #[path = "../tests/hook_netns/net.rs"]
 mod net;
 
@@ -66,9 +70,14 @@ impl Drop for Tmpfs {
     }
 }
 
+/// The hook under measurement.
+fn hook_bin() -> String {
+    std::env::var("DEVGATE_HOOK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_devgate-hook").into())
+}
+
 /// Runs the hook once and reads its own rusage (not the harness's other children).
 fn exec(stage: &str, input: &str, state_dir: &Path) -> Run {
-    exec_program(env!("CARGO_BIN_EXE_devgate-hook"), stage, input, state_dir)
+    exec_program(&hook_bin(), stage, input, state_dir)
 }
 
 // The child is reaped by wait4, which std's `Child::wait` cannot replace: it
@@ -141,6 +150,11 @@ fn main() {
         (true, true) => 20,
         _ => 3,
     };
+    let hook = hook_bin();
+    match elf::linking(Path::new(&hook)) {
+        Ok(how) => println!("devgate-hook: {hook} ({how:?})"),
+        Err(e) => panic!("devgate-hook: {e}"),
+    }
     let pod = Sleeper::new();
     let veths: Vec<Veth> = (0..VFS)
         .map(|i| {
@@ -282,7 +296,7 @@ fn gnu_time_rss(attach: &str, detach: &str, idle: &str, state_dir: &Path) -> Opt
             .arg("%M")
             .arg("-o")
             .arg(&out)
-            .arg(env!("CARGO_BIN_EXE_devgate-hook"))
+            .arg(hook_bin())
             .arg(stage)
             .arg("--state-dir")
             .arg(state_dir)

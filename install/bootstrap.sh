@@ -35,7 +35,7 @@ readonly SCRIPT_DIR
 readonly REPO_DIR=${SCRIPT_DIR%/install}
 
 PREFIX=/
-BIN_DIR=$REPO_DIR/target/release
+BIN_DIR=$REPO_DIR/target/dist
 HOOKS_SRC=$REPO_DIR/hooks
 DRY_RUN=0
 UNINSTALL=0

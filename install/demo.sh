@@ -15,5 +15,7 @@ command -v cargo >/dev/null || {
     exit 1
 }
 DEVGATE_SETUP_ONLY_17=1 ./tests/setup-host.sh
-cargo build --quiet --bins
+# The binaries as a node gets them (the hook static), in the dev profile the
+# tests share.
+CARGO_BUILD_FLAGS=--quiet ./install/build.sh --profile dev
 cargo run --quiet --example demo

@@ -7,16 +7,18 @@
 # which `ctr -n k8s.io images import`, `podman load` and `docker load` all read.
 #
 # usage: install/image.sh [--bin-dir DIR] [--tag TAG] [--output FILE] [--busybox FILE]
-#   --bin-dir  where devgate and devgate-hook are (default the checkout's target/release;
-#              build them with `cargo build --release --bins`)
+#   --bin-dir  where devgate and devgate-hook are (default the checkout's target/dist;
+#              build them with install/build.sh)
 #   --tag      image name (default ghcr.io/devgate/devgate:<version in Cargo.toml>)
 #   --output   tarball to write (default the checkout's target/devgate-image.tar)
 #   --busybox  a statically linked busybox (default /bin/busybox, Debian's
 #              busybox-static)
 #
-# The init container copies devgate-hook onto the host, where runc runs it with
-# the host's C library: build on a distribution no newer than the nodes' (the
-# binaries need glibc 2.34 or newer; `objdump -T` shows what a build needs).
+# The init container copies devgate-hook onto the host, where runc runs it:
+# install/build.sh links it statically, so it runs whatever C library the node
+# has. A dynamically linked hook (a plain `cargo build`) is taken with a
+# warning: it runs only on nodes whose glibc is no older than the build
+# machine's (`objdump -T` shows what it needs).
 set -euo pipefail
 umask 022
 # Paths given on the command line stay relative to where the script is run;
@@ -29,7 +31,7 @@ die() {
 }
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/Cargo.toml" | head -n 1)
-bin_dir=$repo/target/release
+bin_dir=$repo/target/dist
 tag="ghcr.io/devgate/devgate:${version}"
 output=$repo/target/devgate-image.tar
 busybox=/bin/busybox
@@ -57,8 +59,11 @@ done
 
 binaries=("$bin_dir/devgate" "$bin_dir/devgate-hook")
 for bin in "${binaries[@]}"; do
-    [[ -x $bin ]] || die "$bin not found (cargo build --release --bins)"
+    [[ -x $bin ]] || die "$bin not found (install/build.sh)"
 done
+if ldd "$bin_dir/devgate-hook" >/dev/null 2>&1 && ! ldd "$bin_dir/devgate-hook" | grep -q 'statically linked'; then
+    echo "image.sh: warning: $bin_dir/devgate-hook is dynamically linked; nodes need a glibc no older than this machine's (install/build.sh links it statically)" >&2
+fi
 [[ -x $busybox ]] || die "$busybox not found (apt-get install busybox-static)"
 # A dynamic busybox would need libraries the image does not carry.
 if ldd "$busybox" >/dev/null 2>&1; then

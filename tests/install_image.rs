@@ -17,15 +17,16 @@ fn image_sh_in(cwd: &Path, args: &[&std::ffi::OsStr]) -> Output {
         .expect("run install/image.sh")
 }
 
-/// `install/image.sh args` from `cwd`, which must succeed.
-fn build_image(cwd: &Path, args: &[&std::ffi::OsStr]) {
+/// `install/image.sh args` from `cwd`, which must succeed; its stderr.
+fn build_image(cwd: &Path, args: &[&std::ffi::OsStr]) -> String {
     let run = image_sh_in(cwd, args);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "{stderr}");
+    stderr
 }
+
+/// What image.sh says of a hook that needs the node's C library.
+const DYNAMIC_HOOK_WARNING: &str = "devgate-hook is dynamically linked";
 
 /// The manifest entry of the one image in `archive`.
 fn manifest(archive: &Path) -> serde_json::Value {
@@ -67,7 +68,8 @@ fn same_inputs_give_the_same_image_with_what_the_daemonset_runs() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a.tar"), dir.path().join("b.tar"));
     for out in [&a, &b] {
-        build_image(
+        // cargo's test build of the hook is linked dynamically.
+        let stderr = build_image(
             dir.path(),
             &[
                 "--bin-dir".as_ref(),
@@ -78,6 +80,7 @@ fn same_inputs_give_the_same_image_with_what_the_daemonset_runs() {
                 out.as_os_str(),
             ],
         );
+        assert!(stderr.contains(DYNAMIC_HOOK_WARNING), "{stderr}");
     }
     assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
 
@@ -191,7 +194,7 @@ fn static_binaries_need_no_libraries() {
         std::fs::copy("/bin/busybox", bins.join(name)).unwrap();
     }
     let out = dir.path().join("static.tar");
-    build_image(
+    let stderr = build_image(
         dir.path(),
         &[
             "--bin-dir".as_ref(),
@@ -200,6 +203,7 @@ fn static_binaries_need_no_libraries() {
             out.as_os_str(),
         ],
     );
+    assert!(!stderr.contains(DYNAMIC_HOOK_WARNING), "{stderr}");
     let layer = layer_names(&out);
     assert!(
         layer.lines().any(|l| l == "./usr/local/bin/devgate-hook"),

@@ -114,8 +114,8 @@ step "cargo test (end-to-end under ${RUNTIMES[0]})" under_runtime "${RUNTIMES[0]
 for runtime in "${RUNTIMES[@]:1}"; do
     step "end-to-end tests under $runtime" run_e2e_again "$runtime"
 done
-# The README's main job, end to end, as a user runs it (about a minute:
-# it reuses the test build).
+# The README's main job, end to end, as a user runs it (about a minute: it
+# reuses the test build, and tests/install_build.rs built its static hook).
 step "demo (install/demo.sh)" ./install/demo.sh
 step "cargo bench (${DEVGATE_BENCH:-smoke}) under ${RUNTIMES[0]}" under_runtime "${RUNTIMES[0]}" run_benches
 # Only the benchmark that drives containerd depends on the line.

@@ -33,7 +33,7 @@ EOF
 install_devgate() {
     local b
     for b in devgate devgate-hook; do
-        [[ -x $BIN_DIR/$b ]] || die "$BIN_DIR/$b not found: build with 'cargo build --release' or pass --bin-dir"
+        [[ -x $BIN_DIR/$b ]] || die "$BIN_DIR/$b not found: build with install/build.sh or pass --bin-dir"
         ! put_file "$BIN_DIR/$b" "$BIN/$b" 755 || RESTART_DEVGATE=1
     done
     if [[ ! -e $(p "$CONFIG") ]]; then

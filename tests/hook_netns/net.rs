@@ -278,7 +278,19 @@ pub fn hook(stage: &str, state: &str, state_dir: &Path, env: &[(&str, &str)]) ->
 
 /// Runs the hook binary with `state` on stdin, the ledger as it is.
 pub fn hook_unvouched(stage: &str, state: &str, state_dir: &Path, env: &[(&str, &str)]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_devgate-hook"))
+    let bin = Path::new(env!("CARGO_BIN_EXE_devgate-hook"));
+    hook_program(bin, stage, state, state_dir, env)
+}
+
+/// Runs the hook `bin` with `state` on stdin, the ledger as it is.
+pub fn hook_program(
+    bin: &Path,
+    stage: &str,
+    state: &str,
+    state_dir: &Path,
+    env: &[(&str, &str)],
+) -> Output {
+    let mut child = Command::new(bin)
         .arg(stage)
         .arg("--state-dir")
         .arg(state_dir)

@@ -14,8 +14,9 @@ use super::SLOW;
 /// The binary under test, built by cargo for this test run.
 pub const DEVGATE: &str = match option_env!("CARGO_BIN_EXE_devgate") {
     Some(path) => path,
-    // Examples get no CARGO_BIN_EXE_*; the demo runs after `cargo build --bins`.
-    None => "target/debug/devgate",
+    // Examples get no CARGO_BIN_EXE_*; the demo runs what
+    // `install/build.sh --profile dev` put there (the hook beside it static).
+    None => "target/dist-dev/devgate",
 };
 
 pub struct DevgatePlugin {

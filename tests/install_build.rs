@@ -1,0 +1,104 @@
+//! `install/build.sh`: what nodes run. `devgate` is linked against the host's C
+//! library (it loads NVML with dlopen), `devgate-hook` is static-pie, and the
+//! static hook does its real work: moves a VF stand-in into a pod netns and
+//! back. The demo (`install/demo.sh`) runs the same build through containerd.
+#[path = "support/elf.rs"]
+mod elf;
+#[path = "hook_netns/net.rs"]
+mod net;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use elf::Linking;
+use net::{action, hook_program, link, require_root, state, vouch, In, Sleeper, Veth};
+
+/// Runs `install/build.sh --profile dev` once for the file (the dev profile
+/// shares its dependency builds with this test run and the demo).
+fn built() -> &'static Path {
+    static OUT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    let (_, out) = OUT.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = dir.path().join("dist");
+        let run = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("install/build.sh"))
+            .args(["--profile", "dev", "--out"])
+            .arg(&out)
+            .env("CARGO_BUILD_FLAGS", "--quiet")
+            .output()
+            .expect("run install/build.sh");
+        assert!(
+            run.status.success(),
+            "install/build.sh: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        (dir, out)
+    });
+    out
+}
+
+#[test]
+fn the_hook_is_static_and_the_plugin_links_the_hosts_c_library() {
+    let out = built();
+    assert_eq!(
+        elf::linking(&out.join("devgate-hook")).unwrap(),
+        Linking::Static { pie: true }
+    );
+    match elf::linking(&out.join("devgate")).unwrap() {
+        Linking::Dynamic(loader) => assert!(loader.starts_with('/'), "{loader}"),
+        other => panic!("devgate must be dynamically linked: {other:?}"),
+    }
+}
+
+#[test]
+fn unknown_arguments_are_refused_naming_the_usage() {
+    let run = Command::new(built().join("devgate-hook"))
+        .arg("--frobnicate")
+        .output()
+        .expect("run the hook");
+    assert!(!run.status.success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("usage: devgate-hook"), "{err}");
+    assert!(run.stdout.is_empty(), "the runtime's stdout stays clean");
+}
+
+#[test]
+fn the_static_hook_moves_a_vf_into_the_pod_and_back() {
+    require_root();
+    let hook = built().join("devgate-hook");
+    let pod = Sleeper::new();
+    let v = Veth::new("dgs0v", "dgs0p", "02:00:00:0a:05:01");
+    let dir = tempfile::tempdir().unwrap();
+    let nets = [action(
+        &v,
+        "0000:ee:05.0",
+        "net1",
+        "02:00:00:0b:05:01",
+        9000,
+    )];
+    let attach = state("static1", "creating", Some(pod.pid()), &nets);
+    vouch(&attach, dir.path());
+    let run = hook_program(&hook, "createRuntime", &attach, dir.path(), &[]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let moved = link(In::Pid(pod.pid()), "net1").expect("net1 in the pod");
+    assert_eq!(moved.address.as_deref(), Some("02:00:00:0b:05:01"));
+    assert_eq!(moved.mtu, 9000);
+    assert!(link(In::Host, &v.name).is_none());
+
+    let stop = state("static1", "stopped", None, &[]);
+    let run = hook_program(&hook, "poststop", &stop, dir.path(), &[]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let home = link(In::Host, &v.name).expect("the stand-in is back on the host");
+    assert_eq!(home.address.as_deref(), Some(v.mac.as_str()));
+    assert!(link(In::Pid(pod.pid()), "net1").is_none());
+    let log = std::fs::read_to_string(dir.path().join("hook.log")).unwrap();
+    assert!(log.contains("hook done"), "{log}");
+}
