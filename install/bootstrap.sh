@@ -6,7 +6,9 @@
 #
 # Idempotent: every file is compared before it is written, and a second run
 # reports "no changes". What it does, in order:
-#   1. installs devgate and devgate-hook into /usr/local/bin;
+#   1. installs devgate and devgate-hook into /usr/local/bin, from --bin-dir:
+#      by default target/dist (install/build.sh: the hook linked statically)
+#      when it holds devgate, else target/release (`cargo build --release`);
 #   2. writes /etc/devgate/config.toml from install/config.toml when absent;
 #   3. enables NRI in containerd: 1.7 has it off by default, so the config gets
 #      [plugins."io.containerd.nri.v1.nri"] disable = false (an edit that keeps
@@ -35,7 +37,12 @@ readonly SCRIPT_DIR
 readonly REPO_DIR=${SCRIPT_DIR%/install}
 
 PREFIX=/
-BIN_DIR=$REPO_DIR/target/dist
+# install/build.sh's output when there is one, else cargo's release build.
+if [[ -x $REPO_DIR/target/dist/devgate ]]; then
+    BIN_DIR=$REPO_DIR/target/dist
+else
+    BIN_DIR=$REPO_DIR/target/release
+fi
 HOOKS_SRC=$REPO_DIR/hooks
 DRY_RUN=0
 UNINSTALL=0

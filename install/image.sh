@@ -7,8 +7,9 @@
 # which `ctr -n k8s.io images import`, `podman load` and `docker load` all read.
 #
 # usage: install/image.sh [--bin-dir DIR] [--tag TAG] [--output FILE] [--busybox FILE]
-#   --bin-dir  where devgate and devgate-hook are (default the checkout's target/dist;
-#              build them with install/build.sh)
+#   --bin-dir  where devgate and devgate-hook are (default the checkout's
+#              target/dist, built by install/build.sh, when it holds devgate,
+#              else target/release, built by `cargo build --release --bins`)
 #   --tag      image name (default ghcr.io/devgate/devgate:<version in Cargo.toml>)
 #   --output   tarball to write (default the checkout's target/devgate-image.tar)
 #   --busybox  a statically linked busybox (default /bin/busybox, Debian's
@@ -31,7 +32,11 @@ die() {
 }
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/Cargo.toml" | head -n 1)
-bin_dir=$repo/target/dist
+if [[ -x $repo/target/dist/devgate ]]; then
+    bin_dir=$repo/target/dist
+else
+    bin_dir=$repo/target/release
+fi
 tag="ghcr.io/devgate/devgate:${version}"
 output=$repo/target/devgate-image.tar
 busybox=/bin/busybox
@@ -59,7 +64,7 @@ done
 
 binaries=("$bin_dir/devgate" "$bin_dir/devgate-hook")
 for bin in "${binaries[@]}"; do
-    [[ -x $bin ]] || die "$bin not found (install/build.sh)"
+    [[ -x $bin ]] || die "$bin not found (install/build.sh, or pass --bin-dir)"
 done
 if ldd "$bin_dir/devgate-hook" >/dev/null 2>&1 && ! ldd "$bin_dir/devgate-hook" | grep -q 'statically linked'; then
     echo "image.sh: warning: $bin_dir/devgate-hook is dynamically linked; nodes need a glibc no older than this machine's (install/build.sh links it statically)" >&2
