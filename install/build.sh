@@ -67,7 +67,11 @@ cargo build "${extra[@]}" --profile "$profile" --bin devgate
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
     cargo build "${extra[@]}" --profile "$profile" --bin devgate-hook --target "$host"
 
+hook=target/$host/$profile_dir/devgate-hook
+# CARGO_ENCODED_RUSTFLAGS, for one, would override the flag above.
+ldd "$hook" 2>&1 | grep -q 'statically linked' ||
+    die "$hook is not statically linked (is CARGO_ENCODED_RUSTFLAGS set?): $(ldd "$hook" 2>&1 | head -n 3)"
 mkdir -p "$out"
 install -m 0755 "target/$profile_dir/devgate" "$out/devgate"
-install -m 0755 "target/$host/$profile_dir/devgate-hook" "$out/devgate-hook"
+install -m 0755 "$hook" "$out/devgate-hook"
 echo "build.sh: $out/devgate and $out/devgate-hook (static)" >&2
