@@ -7,8 +7,8 @@
 # Idempotent: every file is compared before it is written, and a second run
 # reports "no changes". What it does, in order:
 #   1. installs devgate and devgate-hook into /usr/local/bin, from --bin-dir:
-#      by default target/dist (install/build.sh: the hook linked statically)
-#      when it holds devgate, else target/release (`cargo build --release`);
+#      by default the newer of target/dist (install/build.sh: the hook linked
+#      statically) and target/release (`cargo build --release`);
 #   2. writes /etc/devgate/config.toml from install/config.toml when absent;
 #   3. enables NRI in containerd: 1.7 has it off by default, so the config gets
 #      [plugins."io.containerd.nri.v1.nri"] disable = false (an edit that keeps
@@ -37,8 +37,8 @@ readonly SCRIPT_DIR
 readonly REPO_DIR=${SCRIPT_DIR%/install}
 
 PREFIX=/
-# install/build.sh's output when there is one, else cargo's release build.
-if [[ -x $REPO_DIR/target/dist/devgate ]]; then
+# install/build.sh's output, else cargo's release build: the newer of the two.
+if [[ -x $REPO_DIR/target/dist/devgate && ! $REPO_DIR/target/release/devgate -nt $REPO_DIR/target/dist/devgate ]]; then
     BIN_DIR=$REPO_DIR/target/dist
 else
     BIN_DIR=$REPO_DIR/target/release
@@ -134,6 +134,7 @@ main() {
     else
         [[ -d $BIN_DIR ]] || die "--bin-dir $BIN_DIR does not exist"
         BIN_DIR=$(cd "$BIN_DIR" && pwd)
+        log "binaries from $BIN_DIR"
         install_devgate
         enable_nri
         prepare_node

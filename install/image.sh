@@ -7,9 +7,9 @@
 # which `ctr -n k8s.io images import`, `podman load` and `docker load` all read.
 #
 # usage: install/image.sh [--bin-dir DIR] [--tag TAG] [--output FILE] [--busybox FILE]
-#   --bin-dir  where devgate and devgate-hook are (default the checkout's
-#              target/dist, built by install/build.sh, when it holds devgate,
-#              else target/release, built by `cargo build --release --bins`)
+#   --bin-dir  where devgate and devgate-hook are (default the newer of the
+#              checkout's target/dist, built by install/build.sh, and
+#              target/release, built by `cargo build --release --bins`)
 #   --tag      image name (default ghcr.io/devgate/devgate:<version in Cargo.toml>)
 #   --output   tarball to write (default the checkout's target/devgate-image.tar)
 #   --busybox  a statically linked busybox (default /bin/busybox, Debian's
@@ -32,7 +32,7 @@ die() {
 }
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/Cargo.toml" | head -n 1)
-if [[ -x $repo/target/dist/devgate ]]; then
+if [[ -x $repo/target/dist/devgate && ! $repo/target/release/devgate -nt $repo/target/dist/devgate ]]; then
     bin_dir=$repo/target/dist
 else
     bin_dir=$repo/target/release
@@ -66,7 +66,7 @@ binaries=("$bin_dir/devgate" "$bin_dir/devgate-hook")
 for bin in "${binaries[@]}"; do
     [[ -x $bin ]] || die "$bin not found (install/build.sh, or pass --bin-dir)"
 done
-if ldd "$bin_dir/devgate-hook" >/dev/null 2>&1 && ! ldd "$bin_dir/devgate-hook" | grep -q 'statically linked'; then
+if linking=$(ldd "$bin_dir/devgate-hook" 2>&1) && ! grep -q 'statically linked' <<<"$linking"; then
     echo "image.sh: warning: $bin_dir/devgate-hook is dynamically linked; nodes need a glibc no older than this machine's (install/build.sh links it statically)" >&2
 fi
 [[ -x $busybox ]] || die "$busybox not found (apt-get install busybox-static)"
@@ -87,7 +87,8 @@ for bin in "${binaries[@]}"; do
     strip --strip-debug "$rootfs/usr/local/bin/$(basename "$bin")"
 done
 # Every library the dynamic loader resolves for them, at the path it resolves;
-# a static build (ldd: "not a dynamic executable") needs none.
+# a static build (ldd: "not a dynamic executable", or "statically linked" for
+# static-pie) needs none.
 for bin in "${binaries[@]}"; do
     deps=$(ldd "$bin" 2>/dev/null) || continue
     if missing=$(grep 'not found' <<<"$deps"); then

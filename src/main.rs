@@ -45,6 +45,13 @@ fn parse_cli() -> Cli {
 }
 
 fn main() -> ExitCode {
+    // `devgate hook ARGS`: the OCI hook's entry, for a statically linked
+    // `devgate-hook` in hooks-only mode (devgate::hook::entry). Not a clap
+    // subcommand: the arguments are the hook's own, parsed by the hook.
+    let mut argv = std::env::args_os().skip(1);
+    if argv.next().as_deref() == Some(devgate::hook::entry::DEVGATE_SUBCOMMAND.as_ref()) {
+        return devgate::hook::entry::main(argv);
+    }
     let cli = parse_cli();
     let result: anyhow::Result<()> = match cli.cmd {
         Cmd::Nri(args) => cli::nri::run(args).map_err(Into::into),

@@ -1,7 +1,8 @@
 //! `install/build.sh`: what nodes run. `devgate` is linked against the host's C
 //! library (it loads NVML with dlopen), `devgate-hook` is static-pie, and the
 //! static hook does its real work: moves a VF stand-in into a pod netns and
-//! back. The demo (`install/demo.sh`) runs the same build through containerd.
+//! back, and hands hooks-only runs (which may need NVML) to the `devgate` beside
+//! it. The demo (`install/demo.sh`) runs the same build through containerd.
 #[path = "support/elf.rs"]
 mod elf;
 #[path = "hook_netns/net.rs"]
@@ -15,26 +16,31 @@ use elf::Linking;
 use net::{action, hook_program, link, require_root, state, vouch, In, Sleeper, Veth};
 
 /// Runs `install/build.sh --profile dev` once for the file (the dev profile
-/// shares its dependency builds with this test run and the demo).
+/// shares its dependency builds with this test run and the demo), into a
+/// directory under cargo's test scratch space that each run replaces. A failed
+/// build fails every test with its output, without building again.
 fn built() -> &'static Path {
-    static OUT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    let (_, out) = OUT.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let out = dir.path().join("dist");
+    static OUT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let out = OUT.get_or_init(|| {
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install_build");
         let run = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("install/build.sh"))
             .args(["--profile", "dev", "--out"])
             .arg(&out)
             .env("CARGO_BUILD_FLAGS", "--quiet")
             .output()
-            .expect("run install/build.sh");
-        assert!(
-            run.status.success(),
-            "install/build.sh: {}",
-            String::from_utf8_lossy(&run.stderr)
-        );
-        (dir, out)
+            .map_err(|e| format!("run install/build.sh: {e}"))?;
+        if !run.status.success() {
+            return Err(format!(
+                "install/build.sh: {}",
+                String::from_utf8_lossy(&run.stderr)
+            ));
+        }
+        Ok(out)
     });
-    out
+    match out {
+        Ok(out) => out,
+        Err(e) => panic!("{e}"),
+    }
 }
 
 #[test]
@@ -67,7 +73,7 @@ fn the_static_hook_moves_a_vf_into_the_pod_and_back() {
     require_root();
     let hook = built().join("devgate-hook");
     let pod = Sleeper::new();
-    let v = Veth::new("dgs0v", "dgs0p", "02:00:00:0a:05:01");
+    let v = Veth::new("dgib0v", "dgib0p", "02:00:00:0a:05:01");
     let dir = tempfile::tempdir().unwrap();
     let nets = [action(
         &v,
@@ -100,5 +106,60 @@ fn the_static_hook_moves_a_vf_into_the_pod_and_back() {
     assert_eq!(home.address.as_deref(), Some(v.mac.as_str()));
     assert!(link(In::Pid(pod.pid()), "net1").is_none());
     let log = std::fs::read_to_string(dir.path().join("hook.log")).unwrap();
-    assert!(log.contains("hook done"), "{log}");
+    assert!(
+        log.contains("hook done") && log.contains("linked=\"static\""),
+        "{log}"
+    );
+}
+
+/// `devgate-hook auto --hooks-only` from `bin` for a stopped container the
+/// ledger does not know (nothing to do); the hook's log.
+fn hooks_only_poststop(bin: &Path) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let state = state("ho1", "stopped", None, &[]);
+    let mut child = Command::new(bin)
+        .args(["auto", "--hooks-only", "--state-dir"])
+        .arg(dir.path())
+        .env("DEVGATE_CONFIG", "/nonexistent/devgate.toml")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the hook");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(state.as_bytes())
+        .unwrap();
+    let run = child.wait_with_output().unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    std::fs::read_to_string(dir.path().join("hook.log")).unwrap()
+}
+
+#[test]
+fn a_hooks_only_run_of_the_static_hook_is_run_by_the_dynamically_linked_devgate() {
+    let log = hooks_only_poststop(&built().join("devgate-hook"));
+    assert!(
+        log.contains("hook done") && log.contains("linked=\"dynamic\""),
+        "{log}"
+    );
+    assert!(!log.contains("could not run devgate"), "{log}");
+}
+
+#[test]
+fn without_devgate_beside_it_the_static_hook_runs_hooks_only_without_nvml() {
+    let alone = tempfile::tempdir().unwrap();
+    let hook = alone.path().join("devgate-hook");
+    std::fs::copy(built().join("devgate-hook"), &hook).unwrap();
+    let log = hooks_only_poststop(&hook);
+    assert!(
+        log.contains("could not run devgate: nvml is not used") && log.contains("not found"),
+        "{log}"
+    );
+    assert!(log.contains("linked=\"static\""), "{log}");
 }

@@ -14,7 +14,8 @@ readonly CONTAINERD21_VERSION_GLOB='2.1.9+ds1-*'
 readonly CONTAINERD21_PREFIX=/opt/devgate-test/containerd-2.1
 readonly CACHE=/var/cache/devgate-test
 # gcc and libc6-dev: cargo links with cc, and ring (TLS of the grant check's
-# watch) compiles C.
+# watch) compiles C; libc6-dev also holds libc.a, which install/build.sh links
+# devgate-hook statically against.
 readonly BOOKWORM_PACKAGES=(runc protobuf-compiler busybox-static iproute2 tar coreutils util-linux podman shellcheck gcc libc6-dev)
 
 log() { printf 'setup-host: %s\n' "$*" >&2; }

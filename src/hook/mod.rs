@@ -17,6 +17,7 @@ pub mod bundle;
 pub mod cgroup;
 pub mod cgroup_v2;
 pub mod devnodes;
+pub mod entry;
 mod failed_attach;
 pub mod liveness;
 mod log;

@@ -65,6 +65,11 @@ impl DlNvml {
             library: library.to_string(),
             reason,
         };
+        // A statically linked program (install/build.sh's devgate-hook)
+        // would map a second C library, the host's, under NVML.
+        if cfg!(target_feature = "crt-static") {
+            return Err(load("a statically linked program cannot load it".into()));
+        }
         let name = CString::new(library).map_err(|e| load(e.to_string()))?;
         // SAFETY: a valid C string; RTLD_LOCAL keeps its symbols out of the process.
         let lib = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
