@@ -112,33 +112,52 @@ fn the_static_hook_moves_a_vf_into_the_pod_and_back() {
     );
 }
 
-/// `devgate-hook auto --hooks-only` from `bin` for a stopped container the
-/// ledger does not know (nothing to do); the hook's log.
-fn hooks_only_poststop(bin: &Path) -> String {
+/// `devgate-hook auto --hooks-only` from `bin` for a container with `status`
+/// the ledger does not know; the run and the hook's log.
+fn hooks_only(bin: &Path, status: &str) -> (std::process::Output, String) {
+    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
-    let state = state("ho1", "stopped", None, &[]);
+    let state = state("ho1", status, None, &[]);
     let mut child = Command::new(bin)
         .args(["auto", "--hooks-only", "--state-dir"])
         .arg(dir.path())
         .env("DEVGATE_CONFIG", "/nonexistent/devgate.toml")
         .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("run the hook");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(state.as_bytes())
-        .unwrap();
+    // A hook that fails early may not read its stdin.
+    let _ = child.stdin.take().unwrap().write_all(state.as_bytes());
     let run = child.wait_with_output().unwrap();
+    let log = std::fs::read_to_string(dir.path().join("hook.log")).unwrap_or_default();
+    (run, log)
+}
+
+/// [`hooks_only`] for a stopped container (nothing to do), which must succeed.
+fn hooks_only_poststop(bin: &Path) -> String {
+    let (run, log) = hooks_only(bin, "stopped");
     assert!(
         run.status.success(),
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    std::fs::read_to_string(dir.path().join("hook.log")).unwrap()
+    log
+}
+
+/// The static hook alone in a directory of its own, with `devgate` beside it
+/// when given.
+fn lone_hook(devgate: Option<&str>) -> (tempfile::TempDir, PathBuf) {
+    let alone = tempfile::tempdir().unwrap();
+    let hook = alone.path().join("devgate-hook");
+    std::fs::copy(built().join("devgate-hook"), &hook).unwrap();
+    if let Some(script) = devgate {
+        use std::os::unix::fs::PermissionsExt;
+        let path = alone.path().join("devgate");
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    (alone, hook)
 }
 
 #[test]
@@ -152,14 +171,39 @@ fn a_hooks_only_run_of_the_static_hook_is_run_by_the_dynamically_linked_devgate(
 }
 
 #[test]
-fn without_devgate_beside_it_the_static_hook_runs_hooks_only_without_nvml() {
-    let alone = tempfile::tempdir().unwrap();
-    let hook = alone.path().join("devgate-hook");
-    std::fs::copy(built().join("devgate-hook"), &hook).unwrap();
+fn without_devgate_beside_it_the_static_hook_refuses_creation_and_still_tears_down() {
+    let (_alone, hook) = lone_hook(None);
+    let (run, log) = hooks_only(&hook, "creating");
+    assert!(!run.status.success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        err.contains("createRuntime: hooks-only mode needs devgate beside")
+            && err.contains("not found")
+            && err.contains("refused"),
+        "{err}"
+    );
+    assert!(run.stdout.is_empty());
+    assert!(log.contains("could not run devgate"), "{log}");
+    // poststop must still run (a VF goes back whatever else is missing).
     let log = hooks_only_poststop(&hook);
     assert!(
         log.contains("could not run devgate: nvml is not used") && log.contains("not found"),
         "{log}"
     );
-    assert!(log.contains("linked=\"static\""), "{log}");
+    assert!(
+        log.contains("hook done") && log.contains("linked=\"static\""),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_devgate_beside_it_that_cannot_run_the_hook_fails_the_hook() {
+    // What an older devgate without `hook` does: clap's usage error, exit 2.
+    let (_alone, hook) = lone_hook(Some(
+        "#!/bin/sh\necho \"error: unrecognized subcommand '$1'\" >&2\nexit 2\n",
+    ));
+    let (run, _) = hooks_only(&hook, "creating");
+    assert_eq!(run.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("unrecognized subcommand 'hook'"), "{err}");
 }

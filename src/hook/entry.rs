@@ -5,8 +5,8 @@
 //! container start and stop, and the dynamic loader's work was most of a no-op
 //! run. A static glibc program cannot safely `dlopen` the host's NVML (the
 //! library would bring a second C library, of the host's version, into the
-//! process), and hooks-only mode needs NVML for GPU discovery and teardown;
-//! NRI mode never does (the plugin tears GPUs down). So a static hook hands a
+//! process), and hooks-only mode tears GPUs down with NVML; NRI mode never
+//! loads it (the plugin tears GPUs down). So a static hook hands a
 //! hooks-only run to the dynamically linked `devgate` beside it, which runs this
 //! same entry ([`delegate_hooks_only`]).
 use std::ffi::OsString;
@@ -29,8 +29,11 @@ pub const STATIC: bool = cfg!(target_feature = "crt-static");
 /// container). Returns only when that is not to be done or failed; the reason
 /// is then logged by the caller, which goes on in-process without NVML.
 pub fn delegate_hooks_only(argv: &[OsString]) -> Option<String> {
+    if !STATIC {
+        return None;
+    }
     let wants = matches!(args::parse(argv.iter().cloned()), Ok(Command::Run(a)) if a.hooks_only);
-    if !STATIC || !wants {
+    if !wants {
         return None;
     }
     let devgate = match std::env::current_exe() {
@@ -45,6 +48,11 @@ fn exec_devgate(devgate: &Path, argv: &[OsString]) -> String {
     use std::os::unix::process::CommandExt;
     if !devgate.is_file() {
         return format!("{} not found", devgate.display());
+    }
+    // A failed exec may leave this process altered (signal dispositions), so
+    // what would fail it is checked first.
+    if let Err(e) = nix::unistd::access(devgate, nix::unistd::AccessFlags::X_OK) {
+        return format!("{} is not executable: {e}", devgate.display());
     }
     // stdin (the container state) is inherited unread.
     let err = std::process::Command::new(devgate)
@@ -85,13 +93,13 @@ pub fn main_with(
         .clone()
         .unwrap_or_else(|| args.state_dir.join("hook.log"));
     let _ = super::init_log(&log_file, args.log_level);
-    if let Some(reason) = not_delegated {
+    if let Some(reason) = &not_delegated {
         tracing::warn!(
             %reason,
             "statically linked hook in hooks-only mode could not run devgate: nvml is not used"
         );
     }
-    match run(&args) {
+    match run(&args, not_delegated) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let line = chain(&e);
@@ -102,7 +110,12 @@ pub fn main_with(
     }
 }
 
-fn run(args: &HookArgs) -> Result<(), HookError> {
+/// Runs the stage. A hooks-only run that a static hook could not hand to
+/// `devgate` (`not_delegated`) admits nothing (fail closed: the GPUs would be
+/// set up without NVML's view) but still tears down, since a VF must go back
+/// whatever else is missing; its GPU teardown then keeps the GPUs quarantined
+/// (`SysContainerOs::gpu_teardown`).
+fn run(args: &HookArgs, not_delegated: Option<String>) -> Result<(), HookError> {
     let fixed: Option<Stage> = match args.stage.as_str() {
         "auto" => None,
         other => Some(other.parse()?),
@@ -115,6 +128,9 @@ fn run(args: &HookArgs) -> Result<(), HookError> {
         Some(stage) => stage,
         None => Stage::from_status(&state.status)?,
     };
+    if let (Some(reason), Stage::Prestart | Stage::CreateRuntime) = (not_delegated, stage) {
+        return Err(HookError::NotHandedOver { stage, reason });
+    }
     let env = HookEnv {
         host_root: args.host_root.clone(),
         state_dir: args.state_dir.clone(),

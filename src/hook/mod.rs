@@ -127,6 +127,11 @@ pub enum HookError {
          recorded for it; pods cannot grant themselves devices, refused"
     )]
     Unvouched { container: String },
+    #[error(
+        "{stage}: hooks-only mode needs devgate beside this statically linked devgate-hook, \
+         which cannot load nvml ({reason}); refused"
+    )]
+    NotHandedOver { stage: Stage, reason: String },
 }
 
 /// Where the hook works.

@@ -9,7 +9,7 @@ use super::super::{cgroup, devnodes, HookEnv, HookError, State};
 use super::{ContainerOs, HooksOnlyError};
 use crate::config::Config;
 use crate::gpu;
-use crate::ledger::{Ledger, Teardown};
+use crate::ledger::{DeviceId, Ledger, PodRecord, Teardown};
 use crate::netdev::VfAttach;
 use crate::plan::DeviceNode;
 
@@ -108,10 +108,69 @@ impl ContainerOs for SysContainerOs {
         sandbox_id: &str,
         cgroups: &[String],
     ) -> Box<dyn Teardown> {
+        if super::super::entry::STATIC && config.gpu.nvml {
+            return Box::new(StaticHookTeardown);
+        }
         // Built only when a pod goes: discovery and NVML cost milliseconds.
         let inventory = gpu::discover_node(&self.env.host_root);
         let teardown = gpu::GpuTeardown::for_node(inventory, config.gpu.clone(), ledger.clone());
         teardown.set_pod_cgroups(sandbox_id, cgroups);
         Box::new(teardown)
+    }
+}
+
+/// The GPU teardown of a statically linked hook that could not hand its run
+/// to `devgate` (src/hook/entry.rs): without NVML it could not reset clocks,
+/// compute mode or MIG, nor see NVML-only users, so a pod holding GPUs is not
+/// released; its GPUs stay quarantined until a hook with NVML releases it.
+struct StaticHookTeardown;
+
+impl Teardown for StaticHookTeardown {
+    fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+        let gpus = pod
+            .claims
+            .iter()
+            .any(|c| matches!(c.device, DeviceId::Gpu(_)));
+        if gpus {
+            return Err(
+                "a statically linked devgate-hook cannot reset gpus without nvml: \
+                        install devgate beside it"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{Claim, PodRef, Share};
+
+    fn pod(device: DeviceId) -> PodRecord {
+        PodRecord {
+            pod: PodRef {
+                sandbox_id: "sb".into(),
+                namespace: "ns".into(),
+                name: "p".into(),
+                uid: "u".into(),
+            },
+            claims: vec![Claim {
+                device,
+                share: Share::Exclusive,
+            }],
+            claimed_unix: 0,
+            containers: Default::default(),
+            network_owner: None,
+        }
+    }
+
+    #[test]
+    fn a_static_hook_keeps_gpu_pods_and_releases_the_others() {
+        let gpu = pod(DeviceId::Gpu("GPU-1".into()));
+        let err = StaticHookTeardown.teardown(&gpu).unwrap_err();
+        assert!(err.contains("cannot reset gpus without nvml"), "{err}");
+        let vf = pod(DeviceId::Vf("0000:19:00.1".parse().unwrap()));
+        assert_eq!(StaticHookTeardown.teardown(&vf), Ok(()));
     }
 }
