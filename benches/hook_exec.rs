@@ -21,8 +21,6 @@
 //! 3-round smoke run. It measures the hook cargo built for it (dynamically
 //! linked), or the one `DEVGATE_HOOK_BIN` names: what nodes run is
 //! `install/build.sh`'s static build, `target/dist/devgate-hook`.
-#[path = "../tests/support/elf.rs"]
-mod elf;
 #[path = "../tests/hook_netns/net.rs"]
 mod net;
 
@@ -151,7 +149,7 @@ fn main() {
         _ => 3,
     };
     let hook = hook_bin();
-    match elf::linking(Path::new(&hook)) {
+    match devgate::elf::linking(Path::new(&hook)) {
         Ok(how) => println!("devgate-hook: {hook} ({how:?})"),
         Err(e) => panic!("devgate-hook: {e}"),
     }

@@ -3,8 +3,6 @@
 //! static hook does its real work: moves a VF stand-in into a pod netns and
 //! back, and hands hooks-only runs (which may need NVML) to the `devgate` beside
 //! it. The demo (`install/demo.sh`) runs the same build through containerd.
-#[path = "support/elf.rs"]
-mod elf;
 #[path = "hook_netns/net.rs"]
 mod net;
 
@@ -12,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use elf::Linking;
+use devgate::elf::{self, Linking};
 use net::{action, hook_program, link, require_root, state, vouch, In, Sleeper, Veth};
 
 /// Runs `install/build.sh --profile dev` once for the file (the dev profile

@@ -208,6 +208,27 @@ fn devgate_hook_files(dir: &Path) -> Vec<(PathBuf, Result<String, String>)> {
     out
 }
 
+/// What keeps the hooks.d file's hook from running: not an executable file,
+/// or a statically linked hook (install/build.sh) without the `devgate` it
+/// hands hooks-only runs to (src/hook/entry.rs).
+fn hook_file_problem(roots: &Roots, hook: &str) -> Option<String> {
+    let on_host = roots.host_path(Path::new(hook));
+    if !Path::new(hook).is_absolute() || !is_executable_file(&on_host) {
+        return Some("is not an executable file".into());
+    }
+    let is_static = matches!(
+        crate::elf::linking(&on_host),
+        Ok(crate::elf::Linking::Static { .. })
+    );
+    let devgate = Path::new(hook).with_file_name("devgate");
+    (is_static && !is_executable_file(&roots.host_path(&devgate))).then(|| {
+        format!(
+            "is statically linked and hands hooks-only runs to {}, which is not an executable file",
+            devgate.display()
+        )
+    })
+}
+
 pub fn hooks_d(roots: &Roots) -> Check {
     const NAME: &str = "hooks.d";
     let dirs = [
@@ -226,12 +247,8 @@ pub fn hooks_d(roots: &Roots) -> Check {
     for (file, hook) in files {
         let problem = match &hook {
             Err(e) => Some(format!("{}: {e}", file.display())),
-            Ok(hook) => {
-                let executable = Path::new(hook).is_absolute()
-                    && is_executable_file(&roots.host_path(Path::new(hook)));
-                (!executable)
-                    .then(|| format!("{}: hook {hook} is not an executable file", file.display()))
-            }
+            Ok(hook) => hook_file_problem(roots, hook)
+                .map(|problem| format!("{}: hook {hook} {problem}", file.display())),
         };
         match problem {
             Some(p) => return Check::fail(

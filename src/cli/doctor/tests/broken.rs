@@ -197,6 +197,17 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             "not an executable file",
         ),
         (
+            "static hook without devgate beside it",
+            |n| {
+                // busybox-static stands in for install/build.sh's static hook.
+                let hook = n.roots.host_root.join("usr/local/bin/devgate-hook");
+                std::fs::copy("/bin/busybox", hook).unwrap();
+            },
+            "hooks.d",
+            Status::Fail,
+            "statically linked and hands hooks-only runs to /usr/local/bin/devgate",
+        ),
+        (
             "hooks.d file garbage",
             |n| {
                 write(

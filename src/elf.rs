@@ -6,7 +6,7 @@
 //! grow by the size of the file.
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const PT_INTERP: u64 = 3;
 const ET_DYN: u64 = 3;
@@ -14,6 +14,13 @@ const ET_DYN: u64 = 3;
 /// are short.
 const MAX_PHNUM: u64 = 256;
 const MAX_INTERP: u64 = 4096;
+
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct ElfError {
+    pub path: PathBuf,
+    pub reason: String,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Linking {
@@ -42,15 +49,16 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 }
 
 /// Reads the program headers of `path`.
-pub fn linking(path: &Path) -> Result<Linking, String> {
-    let at = |e: std::io::Error| format!("{}: {e}", path.display());
-    let f = File::open(path).map_err(at)?;
-    let eh = read_at(&f, 0, 64).map_err(at)?;
+pub fn linking(path: &Path) -> Result<Linking, ElfError> {
+    let fail = |reason: String| ElfError {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let io = |e: std::io::Error| fail(e.to_string());
+    let f = File::open(path).map_err(io)?;
+    let eh = read_at(&f, 0, 64).map_err(io)?;
     if &eh[..6] != b"\x7fELF\x02\x01" {
-        return Err(format!(
-            "{}: not a little-endian ELF-64 file",
-            path.display()
-        ));
+        return Err(fail("not a little-endian ELF-64 file".into()));
     }
     let (e_type, phoff, phentsize, phnum) = (
         u16_at(&eh, 16),
@@ -59,19 +67,46 @@ pub fn linking(path: &Path) -> Result<Linking, String> {
         u16_at(&eh, 56),
     );
     if phentsize < 56 || phnum > MAX_PHNUM {
-        return Err(format!("{}: implausible program headers", path.display()));
+        return Err(fail("implausible program headers".into()));
     }
-    let phs = read_at(&f, phoff, phentsize * phnum).map_err(at)?;
+    let phs = read_at(&f, phoff, phentsize * phnum).map_err(io)?;
     for ph in phs.chunks_exact(phentsize as usize) {
         if u32_at(ph, 0) != PT_INTERP {
             continue;
         }
         let (offset, size) = (u64_at(ph, 8), u64_at(ph, 32).min(MAX_INTERP));
-        let name = read_at(&f, offset, size).map_err(at)?;
+        let name = read_at(&f, offset, size).map_err(io)?;
         let name = name.strip_suffix(b"\0").unwrap_or(&name);
         return Ok(Linking::Dynamic(String::from_utf8_lossy(name).into_owned()));
     }
     Ok(Linking::Static {
         pie: e_type == ET_DYN,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_test_program_is_dynamically_linked() {
+        let exe = std::env::current_exe().unwrap();
+        assert!(matches!(linking(&exe), Ok(Linking::Dynamic(l)) if l.starts_with('/')));
+    }
+
+    #[test]
+    fn what_is_not_elf_or_is_cut_short_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        for (name, bytes) in [
+            ("script", b"#!/bin/sh\n".to_vec()),
+            ("empty", Vec::new()),
+            ("header-only", exe[..64].to_vec()),
+            ("elf32", b"\x7fELF\x01\x01".to_vec()),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).unwrap();
+            assert!(linking(&path).is_err(), "{name}");
+        }
+    }
 }
