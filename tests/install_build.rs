@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use devgate::elf::{self, Linking};
-use net::{action, hook_program, link, require_root, state, vouch, In, Sleeper, Veth};
+use net::{action, hook_program, link, ok, require_root, state, vouch, In, Sleeper, Veth};
 
 /// Runs `install/build.sh --profile dev` once for the file (the dev profile
 /// shares its dependency builds with this test run and the demo), into a
@@ -83,11 +83,7 @@ fn the_static_hook_moves_a_vf_into_the_pod_and_back() {
     let attach = state("static1", "creating", Some(pod.pid()), &nets);
     vouch(&attach, dir.path());
     let run = hook_program(&hook, "createRuntime", &attach, dir.path(), &[]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    ok(&run);
     let moved = link(In::Pid(pod.pid()), "net1").expect("net1 in the pod");
     assert_eq!(moved.address.as_deref(), Some("02:00:00:0b:05:01"));
     assert_eq!(moved.mtu, 9000);
@@ -95,11 +91,7 @@ fn the_static_hook_moves_a_vf_into_the_pod_and_back() {
 
     let stop = state("static1", "stopped", None, &[]);
     let run = hook_program(&hook, "poststop", &stop, dir.path(), &[]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    ok(&run);
     let home = link(In::Host, &v.name).expect("the stand-in is back on the host");
     assert_eq!(home.address.as_deref(), Some(v.mac.as_str()));
     assert!(link(In::Pid(pod.pid()), "net1").is_none());
@@ -135,11 +127,7 @@ fn hooks_only(bin: &Path, status: &str) -> (std::process::Output, String) {
 /// [`hooks_only`] for a stopped container (nothing to do), which must succeed.
 fn hooks_only_poststop(bin: &Path) -> String {
     let (run, log) = hooks_only(bin, "stopped");
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    ok(&run);
     log
 }
 

@@ -102,7 +102,7 @@ pub fn main_with(
     match run(&args, not_delegated) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let line = chain(&e);
+            let line = crate::netdev::chain(&e);
             tracing::error!(stage = %args.stage, error = %line, "hook failed");
             eprintln!("devgate-hook: {line}");
             ExitCode::FAILURE
@@ -166,8 +166,4 @@ fn run(args: &HookArgs, not_delegated: Option<String>) -> Result<(), HookError> 
     let linked = if STATIC { "static" } else { "dynamic" };
     tracing::info!(%stage, container = %state.id, ?outcome, linked, "hook done");
     Ok(())
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    crate::netdev::chain(e)
 }
