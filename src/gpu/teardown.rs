@@ -1,4 +1,6 @@
-//! [`GpuTeardown`]: what runs, under the ledger lock, before a pod's GPU claims go.
+//! [`GpuTeardown`]: what runs before a pod's GPU claims go (outside the ledger lock;
+//! releases of pods sharing a GPU hold its release lock through their commit, so
+//! that exactly one of them sees itself as the last holder).
 //!
 //! For each GPU the pod claimed: its processes still holding the GPU are ended. When
 //! the pod is the GPU's last holder, any other process holding it fails the teardown

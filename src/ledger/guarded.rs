@@ -48,7 +48,13 @@ impl Ledger {
         expected: &BTreeSet<String>,
         teardown: &dyn Teardown,
     ) -> Result<GuardedRelease, LedgerError> {
-        let Some(seen) = self.store.read_unlocked()?.pods.remove(sandbox_id) else {
+        let seen_now = || self.store.read_unlocked().map(|mut s| s.pods.remove(sandbox_id));
+        let Some(seen) = seen_now()? else {
+            return Ok(GuardedRelease::Absent);
+        };
+        // Held until the commit: see `release_lock`. Read again once held.
+        let _shared = super::release_lock::lock_shared(self.store.dir(), &[seen])?;
+        let Some(seen) = seen_now()? else {
             return Ok(GuardedRelease::Absent);
         };
         if !same_set(&seen, expected) {

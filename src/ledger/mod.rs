@@ -9,6 +9,7 @@
 mod compose;
 mod guarded;
 mod model;
+mod release_lock;
 mod rules;
 mod store;
 
@@ -307,13 +308,20 @@ impl Ledger {
         teardown: &dyn Teardown,
         select: impl Fn(&str) -> bool,
     ) -> Result<Released, LedgerError> {
-        let chosen: Vec<PodRecord> = self.store.peek(|s| {
-            let pods = s.pods.values().filter(|p| select(&p.pod.sandbox_id));
-            pods.cloned().collect()
-        })?;
+        let chosen_now = || {
+            self.store.peek(|s| {
+                let pods = s.pods.values().filter(|p| select(&p.pod.sandbox_id));
+                pods.cloned().collect::<Vec<PodRecord>>()
+            })
+        };
+        let chosen = chosen_now()?;
         if chosen.is_empty() {
             return Ok(Released::default());
         }
+        // Held until the commit below; read again once held, since a release
+        // of a pod sharing a device may have committed while this one waited.
+        let _shared = release_lock::lock_shared(self.store.dir(), &chosen)?;
+        let chosen = chosen_now()?;
         let outcomes: Vec<(PodRecord, Result<(), String>)> = chosen
             .into_iter()
             .map(|pod| {

@@ -1,0 +1,101 @@
+//! Releases of pods that share a device, one after another.
+//!
+//! A shared GPU's teardown checks for outside users and resets the GPU only
+//! when the releasing pod is its last holder, read from the ledger. Two pods
+//! sharing a GPU and released at once (a node drain; two poststop hooks in
+//! hooks-only mode, each its own process) would each see the other still
+//! holding it until the other's commit, so neither would reset it and the
+//! next pod would get the GPU as they left it. A release therefore holds an
+//! exclusive `flock` on each shared device of its pods from before the
+//! teardown reads the holders until the commit that drops the claims; the
+//! second release then finds itself the last holder. Exclusive devices have
+//! one holder and need no such order, so unrelated pods still release in
+//! parallel.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::path::Path;
+
+use nix::fcntl::Flock;
+
+use super::{LedgerError, PodRecord, Share};
+use crate::fsutil;
+
+/// The directory, under the state directory, of the per-device lock files.
+const LOCK_DIR: &str = "release-locks";
+/// Longer names are cut: a device id is a UUID or a PCI address.
+const MAX_NAME: usize = 100;
+
+/// Held locks; dropping the value unlocks them.
+#[derive(Debug)]
+pub(super) struct SharedDeviceLocks {
+    _held: Vec<Flock<File>>,
+}
+
+/// The lock file name of a device: its display form with anything outside
+/// `[A-Za-z0-9.:-]` replaced, so no name leaves the lock directory.
+fn file_name(device: &str) -> String {
+    let safe: String = device
+        .chars()
+        .take(MAX_NAME)
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | ':' | '-' => c,
+            _ => '_',
+        })
+        .collect();
+    format!("{safe}.lock")
+}
+
+/// Locks every device `pods` hold as a share, in name order so that two
+/// releases never wait on each other crosswise.
+pub(super) fn lock_shared(
+    state_dir: &Path,
+    pods: &[PodRecord],
+) -> Result<SharedDeviceLocks, LedgerError> {
+    let names: BTreeSet<String> = pods
+        .iter()
+        .flat_map(|p| &p.claims)
+        .filter(|c| matches!(c.share, Share::Shared { .. }))
+        .map(|c| file_name(&c.device.to_string()))
+        .collect();
+    if names.is_empty() {
+        return Ok(SharedDeviceLocks { _held: Vec::new() });
+    }
+    let dir = state_dir.join(LOCK_DIR);
+    create_dir(&dir)?;
+    let held = names
+        .iter()
+        .map(|name| fsutil::lock_exclusive(&dir.join(name)).map_err(LedgerError::from))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(SharedDeviceLocks { _held: held })
+}
+
+fn create_dir(dir: &Path) -> Result<(), LedgerError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| LedgerError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_file_names_stay_in_the_directory() {
+        for (device, want) in [
+            ("gpu GPU-1f2e-3d", "gpu_GPU-1f2e-3d.lock"),
+            ("pf 0000:3b:00.0", "pf_0000:3b:00.0.lock"),
+            ("gpu ../../etc/x", "gpu_.._.._etc_x.lock"),
+            ("gpu a\0b/c", "gpu_a_b_c.lock"),
+        ] {
+            assert_eq!(file_name(device), want);
+        }
+        assert_eq!(file_name(&"x".repeat(500)).len(), MAX_NAME + 5);
+    }
+}
