@@ -38,6 +38,8 @@ impl EventMask {
     pub const EMPTY: EventMask = EventMask(0);
     /// Events 1-11, all a runtime with NRI before v0.10 accepts (`LAST` was 12).
     pub const BEFORE_V0_10: EventMask = EventMask(0x7FF);
+    /// Events 1-13, what CRI-O 1.33's pre-release NRI v0.9.1 accepts (`LAST` was 14).
+    pub const SINCE_V0_9_1: EventMask = EventMask(0x1FFF);
     /// Events 1-14, all a runtime with NRI v0.10 or later accepts (`LAST` is 15).
     pub const SINCE_V0_10: EventMask = EventMask(0x3FFF);
 

@@ -20,6 +20,14 @@ pub struct NriVersion {
 
 /// First release with the pod-update and validation events (12-14).
 const V0_10: NriVersion = NriVersion::new(0, 10, 0);
+/// The pre-release CRI-O 1.33 vendors (`v0.9.1-0.20250219030224-e597e7849f24`),
+/// whose `LAST` is 14: the pod-update events (12, 13) without validation.
+const V0_9_1: NriVersion = NriVersion::new(0, 9, 1);
+
+/// What a runtime without module build information states as its NRI
+/// version (`pkg/version`: `UnknownVersion`, `DevelVersion`); like an empty
+/// field, these say nothing, and the stub infers the version instead.
+const UNSTATED: [&str; 3] = ["", "0.0.0-unknown", "(devel)"];
 
 impl NriVersion {
     pub const fn new(major: u32, minor: u32, patch: u32) -> NriVersion {
@@ -38,6 +46,24 @@ impl NriVersion {
         Some(NriVersion::new(major, minor, patch))
     }
 
+    /// The runtime's NRI version from a `ConfigureRequest`: the stated
+    /// `NRI_version`, or, when it is absent, unknown, a development build or
+    /// unreadable, the one inferred from the runtime's name and version (as
+    /// `pkg/stub` `Configure` does).
+    pub fn of_runtime(
+        nri_version: &str,
+        runtime_name: &str,
+        runtime_version: &str,
+    ) -> Option<NriVersion> {
+        let stated = nri_version.trim();
+        let parsed = if UNSTATED.contains(&stated) {
+            None
+        } else {
+            NriVersion::parse(stated).filter(|v| *v != NriVersion::new(0, 0, 0))
+        };
+        parsed.or_else(|| NriVersion::infer_from_runtime(runtime_name, runtime_version))
+    }
+
     /// The NRI version vendored by `runtime_name` at `runtime_version`, as
     /// sent in `ConfigureRequest`; `None` for a runtime not known here.
     pub fn infer_from_runtime(runtime_name: &str, runtime_version: &str) -> Option<NriVersion> {
@@ -53,6 +79,8 @@ impl NriVersion {
     pub fn valid_events(self) -> EventMask {
         if self >= V0_10 {
             EventMask::SINCE_V0_10
+        } else if self >= V0_9_1 {
+            EventMask::SINCE_V0_9_1
         } else {
             EventMask::BEFORE_V0_10
         }
@@ -117,7 +145,8 @@ fn crio_nri(major: u32, minor: u32) -> Option<NriVersion> {
         29 => NriVersion::new(0, 5, 0),
         30 => NriVersion::new(0, 6, 0),
         31 => NriVersion::new(0, 6, 1),
-        32..=33 => NriVersion::new(0, 9, 0),
+        32 => NriVersion::new(0, 9, 0),
+        33 => V0_9_1,
         34 => NriVersion::new(0, 10, 0),
         _ => NriVersion::new(0, 11, 0),
     };
@@ -177,6 +206,27 @@ mod tests {
         let v = NriVersion::infer_from_runtime("cri-o", "1.31.0");
         assert_eq!(v, Some(NriVersion::new(0, 6, 1)));
         assert_eq!(NriVersion::infer_from_runtime("podman", "5.0.0"), None);
+        let v = NriVersion::infer_from_runtime("cri-o", "1.33.2");
+        assert_eq!(
+            v.map(NriVersion::valid_events).map(EventMask::bits),
+            Some(0x1FFF)
+        );
+        let v = NriVersion::infer_from_runtime("cri-o", "1.32.4");
+        assert_eq!(
+            v.map(NriVersion::valid_events).map(EventMask::bits),
+            Some(0x7FF)
+        );
+    }
+
+    #[test]
+    fn an_unstated_version_is_inferred_from_the_runtime() {
+        for stated in ["", "0.0.0-unknown", "(devel)", " v0.0.0 ", "garbage"] {
+            let v = NriVersion::of_runtime(stated, "containerd", "2.3.0");
+            assert_eq!(v, Some(NriVersion::new(0, 12, 0)), "{stated:?}");
+        }
+        let v = NriVersion::of_runtime("v0.12.2", "containerd", "1.7.24");
+        assert_eq!(v, Some(NriVersion::new(0, 12, 2)), "a stated version wins");
+        assert_eq!(NriVersion::of_runtime("0.0.0-unknown", "podman", "5"), None);
     }
 
     #[test]

@@ -48,7 +48,11 @@ impl Ledger {
         expected: &BTreeSet<String>,
         teardown: &dyn Teardown,
     ) -> Result<GuardedRelease, LedgerError> {
-        let seen_now = || self.store.read_unlocked().map(|mut s| s.pods.remove(sandbox_id));
+        let seen_now = || {
+            self.store
+                .read_unlocked()
+                .map(|mut s| s.pods.remove(sandbox_id))
+        };
         let Some(seen) = seen_now()? else {
             return Ok(GuardedRelease::Absent);
         };

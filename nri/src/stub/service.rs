@@ -173,8 +173,8 @@ impl<P: Plugin> Service<P> {
     }
 
     pub(super) fn runtime_info(&self, req: &api::ConfigureRequest) -> Result<RuntimeInfo, Status> {
-        let nri_version = NriVersion::parse(&req.NRI_version)
-            .or_else(|| NriVersion::infer_from_runtime(&req.runtime_name, &req.runtime_version));
+        let nri_version =
+            NriVersion::of_runtime(&req.NRI_version, &req.runtime_name, &req.runtime_version);
         let wanted = self.plugin.events();
         let accepted = NriVersion::valid_events_of(nri_version);
         let events = wanted.intersection(accepted);

@@ -100,8 +100,7 @@ impl FakeConfig {
 
     /// What this runtime's NRI version is, as a plugin would work it out.
     pub fn version(&self) -> Option<NriVersion> {
-        NriVersion::parse(&self.nri_version)
-            .or_else(|| NriVersion::infer_from_runtime(&self.runtime_name, &self.runtime_version))
+        NriVersion::of_runtime(&self.nri_version, &self.runtime_name, &self.runtime_version)
     }
 
     /// The events this runtime accepts (the runtime's `ValidEvents`).

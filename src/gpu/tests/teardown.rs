@@ -265,7 +265,9 @@ fn pods_sharing_a_gpu_released_at_once_find_an_outside_user() {
     let failed = release_both_at_once(&n);
     assert_eq!(failed.len(), 1, "the last holder checks: {failed:?}");
     assert!(failed[0].contains("pids [30]"), "{failed:?}");
-    let quarantined = n.ledger.snapshot().unwrap().devices["gpu GPU-1"].quarantine.clone();
+    let quarantined = n.ledger.snapshot().unwrap().devices["gpu GPU-1"]
+        .quarantine
+        .clone();
     assert!(quarantined.is_some());
 }
 

@@ -36,6 +36,18 @@ async fn mask_is_clipped_to_what_the_runtime_knows() {
 }
 
 #[tokio::test]
+async fn an_unknown_stated_version_is_inferred_and_the_mask_kept() {
+    let wanted = EventMask::of(Event::CREATE_CONTAINER).with(Event::UPDATE_POD_SANDBOX);
+    // A runtime built without module information states "0.0.0-unknown".
+    let config = FakeConfig {
+        nri_version: "0.0.0-unknown".to_string(),
+        ..FakeConfig::nri_v0_12()
+    };
+    let (_p, conn, _d) = connect(Recorder::new(wanted), config).await;
+    assert_eq!(conn.unwrap().events, wanted);
+}
+
+#[tokio::test]
 async fn no_supported_event_fails_configure() {
     let only_new = EventMask::of(Event::UPDATE_POD_SANDBOX);
     let (_p, conn, _dir) = connect(Recorder::new(only_new), FakeConfig::containerd_1_7()).await;
