@@ -110,6 +110,35 @@ pub fn main_with(
     }
 }
 
+/// The node config, which only hooks-only mode reads (NRI mode acts on what
+/// the plugin resolved). An unreadable one fails the run, but a poststop
+/// first gives the container's VFs back: they need nothing from the config,
+/// and a typo or a key newer than this binary must not leave them in the pod.
+/// The claims stay, so the GPU teardown and the release wait for a config
+/// that loads.
+fn hooks_only_config(
+    stage: Stage,
+    state: &State,
+    env: &HookEnv,
+    checkpoint: &dyn Fn(&'static str),
+) -> Result<Config, HookError> {
+    let path = std::env::var_os(CONFIG_ENV)
+        .map_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH), PathBuf::from);
+    let err = match Config::load(&path) {
+        Ok(config) => return Ok(config),
+        Err(e) => e,
+    };
+    if stage == Stage::Poststop {
+        match super::detach_networks(env, &state.id, checkpoint) {
+            Ok(n) => tracing::warn!(restored = n, "config unreadable: vfs restored, claims kept"),
+            Err(e) => {
+                tracing::error!(error = %crate::netdev::chain(&e), "config unreadable and vfs not restored")
+            }
+        }
+    }
+    Err(err.into())
+}
+
 /// Runs the stage. A hooks-only run that a static hook could not hand to
 /// `devgate` (`not_delegated`) admits nothing (fail closed: the GPUs would be
 /// set up without NVML's view) but still tears down, since a VF must go back
@@ -120,9 +149,6 @@ fn run(args: &HookArgs, not_delegated: Option<String>) -> Result<(), HookError> 
         "auto" => None,
         other => Some(other.parse()?),
     };
-    let config_path = std::env::var_os(CONFIG_ENV)
-        .map_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH), PathBuf::from);
-    let config = Config::load(&config_path)?;
     let state = State::read(std::io::stdin().lock())?;
     let stage = match fixed {
         Some(stage) => stage,
@@ -148,6 +174,7 @@ fn run(args: &HookArgs, not_delegated: Option<String>) -> Result<(), HookError> 
         }
     };
     let outcome = if args.hooks_only {
+        let config = hooks_only_config(stage, &state, &env, &checkpoint)?;
         let mut os = SysContainerOs::new(
             env.clone(),
             args.cgroup_root.clone(),

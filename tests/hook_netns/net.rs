@@ -290,8 +290,19 @@ pub fn hook_program(
     state_dir: &Path,
     env: &[(&str, &str)],
 ) -> Output {
+    hook_program_args(bin, &[stage], state, state_dir, env)
+}
+
+/// [`hook_program`] with `args` (the stage and any flags) before `--state-dir`.
+pub fn hook_program_args(
+    bin: &Path,
+    args: &[&str],
+    state: &str,
+    state_dir: &Path,
+    env: &[(&str, &str)],
+) -> Output {
     let mut child = Command::new(bin)
-        .arg(stage)
+        .args(args)
         .arg("--state-dir")
         .arg(state_dir)
         .env("DEVGATE_CONFIG", "/nonexistent/devgate.toml")
