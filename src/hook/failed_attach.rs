@@ -15,10 +15,11 @@ use crate::netdev::SavedStore;
 /// create, or a later reconcile restores it first. Best effort: the attach error
 /// is what the runtime reports, so a ledger error here is only logged.
 pub(super) fn release(env: &HookEnv, container_id: &str) {
-    match SavedStore::new(&env.state_dir).for_container(container_id) {
-        Ok(saved) if saved.is_empty() => {}
+    // A record that cannot be read may be this container's: keep the claims.
+    match SavedStore::new(&env.state_dir).scan_container(container_id) {
+        Ok(scan) if scan.records.is_empty() && scan.unreadable.is_empty() => {}
         Ok(_) => {
-            tracing::warn!(container = %container_id, "a vf of the failed container is not restored: its pod keeps its claims");
+            tracing::warn!(container = %container_id, "a vf of the failed container is not restored, or a vf record is unreadable: its pod keeps its claims");
             return;
         }
         Err(e) => {

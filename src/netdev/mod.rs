@@ -33,7 +33,7 @@ pub use nl::NlError;
 pub use rdma::{NetnsMode, RdmaConn, RdmaNl};
 pub use restore::{detach_container, detach_vf};
 pub use rtnl::{Link, LinkChange, LinkRef, Rtnl, RtnlConn, VfField};
-pub use saved::{SavedError, SavedStore, SavedVf};
+pub use saved::{ContainerScan, SavedError, SavedStore, SavedVf};
 pub use settings::{HwAddr, LinkState, SettingsError, VfAttach, VfSettings, VlanProto};
 pub use vf::{attach_all, VfOps};
 

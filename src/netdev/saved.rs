@@ -150,8 +150,8 @@ impl SavedStore {
         fsutil::sync_dir(&self.dir).map_err(saved_io)
     }
 
-    /// Every record, in file-name order. A missing directory means none.
-    pub fn all(&self) -> Result<Vec<SavedVf>, SavedError> {
+    /// The record files, in name order. A missing directory means none.
+    fn paths(&self) -> Result<Vec<PathBuf>, SavedError> {
         let entries = match fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -168,8 +168,13 @@ impl SavedStore {
             .filter(|p| p.extension().is_some_and(|x| x == "json"))
             .collect();
         paths.sort();
+        Ok(paths)
+    }
+
+    /// Every record, in file-name order; any unreadable record is an error.
+    pub fn all(&self) -> Result<Vec<SavedVf>, SavedError> {
         let mut out = Vec::new();
-        for p in paths {
+        for p in self.paths()? {
             if let Some(rec) = read_record(&p)? {
                 out.push(rec);
             }
@@ -177,14 +182,40 @@ impl SavedStore {
         Ok(out)
     }
 
-    /// The records of one container.
-    pub fn for_container(&self, container_id: &str) -> Result<Vec<SavedVf>, SavedError> {
-        Ok(self
-            .all()?
-            .into_iter()
-            .filter(|r| r.container_id == container_id)
-            .collect())
+    /// The records of one container, and the record files that could not be
+    /// read, whose container is therefore unknown. An error only when the
+    /// directory cannot be listed.
+    pub fn scan_container(&self, container_id: &str) -> Result<ContainerScan, SavedError> {
+        let mut scan = ContainerScan::default();
+        for p in self.paths()? {
+            match read_record(&p) {
+                Ok(Some(rec)) if rec.container_id == container_id => scan.records.push(rec),
+                Ok(_) => {}
+                Err(e) => scan.unreadable.push(e),
+            }
+        }
+        Ok(scan)
     }
+
+    /// The records of one container. A record file that cannot be read (one
+    /// written by another release of devgate, or edited by hand) is logged and
+    /// skipped rather than failing every container's poststop on the node: it
+    /// names its VF, and every later use of that VF (an attach, the per-VF
+    /// restore at the pod's release) reads it again and fails on it there.
+    pub fn for_container(&self, container_id: &str) -> Result<Vec<SavedVf>, SavedError> {
+        let scan = self.scan_container(container_id)?;
+        for e in &scan.unreadable {
+            tracing::error!(container = %container_id, error = %e, "saved vf record skipped");
+        }
+        Ok(scan.records)
+    }
+}
+
+/// What [`SavedStore::scan_container`] found.
+#[derive(Debug, Default)]
+pub struct ContainerScan {
+    pub records: Vec<SavedVf>,
+    pub unreadable: Vec<SavedError>,
 }
 
 fn read_record(path: &Path) -> Result<Option<SavedVf>, SavedError> {

@@ -89,6 +89,23 @@ fn corrupt_or_foreign_records_are_errors() {
 }
 
 #[test]
+fn an_unreadable_record_is_skipped_for_other_containers_only_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SavedStore::new(dir.path());
+    store.save(&record("c1", "0000:00:10.1")).unwrap();
+    store.save(&record("c2", "0000:00:10.2")).unwrap();
+    fs::write(dir.path().join("vf/0000:00:10.9.json"), b"garbage").unwrap();
+    assert!(store.all().is_err(), "all() stays strict");
+    let c1 = store.for_container("c1").unwrap();
+    assert_eq!(c1.len(), 1);
+    assert_eq!(c1[0].container_id, "c1");
+    let scan = store.scan_container("c3").unwrap();
+    assert!(scan.records.is_empty());
+    assert_eq!(scan.unreadable.len(), 1);
+    assert!(scan.unreadable[0].to_string().contains("0000:00:10.9"));
+}
+
+#[test]
 fn the_lock_is_exclusive_across_open_files() {
     let dir = tempfile::tempdir().unwrap();
     let store = SavedStore::new(dir.path());
