@@ -270,11 +270,14 @@ impl Ledger {
 
     /// The pods the ledger holds that the runtime no longer reports (`live` =
     /// sandbox ids it has). Read at once, so that a pod admitted afterwards is
-    /// never taken for one of them.
+    /// never taken for one of them. Pods of hooks-only mode (podman, or CRI-O
+    /// without NRI on the same node) are never among them: no NRI runtime
+    /// reports them, and their own hooks release them when their inits exit.
     pub fn stale_pods(&self, live: &HashSet<String>) -> Result<HashSet<String>, LedgerError> {
         self.store.peek(|s| {
             s.pods
                 .values()
+                .filter(|p| p.containers.values().all(ContainerRecord::by_plugin))
                 .map(|p| &p.pod.sandbox_id)
                 .filter(|id| !live.contains(id.as_str()))
                 .cloned()

@@ -156,6 +156,32 @@ fn stale_pods_are_chosen_once_and_released_exactly() {
     assert_eq!(held, ["live", "new"]);
 }
 
+/// A podman container admitted by the hooks.d hook into the same ledger is no
+/// pod of the NRI runtime: a Synchronize must not release it.
+#[test]
+fn hooks_only_pods_are_never_stale_to_the_plugin() {
+    let (_d, l) = ledger();
+    let record = |hooks_only: bool| ContainerRecord {
+        name: "main".into(),
+        devices: Vec::new(),
+        applied_unix: 1,
+        init: hooks_only.then_some(InitProcess {
+            pid: 1,
+            start_ticks: 1,
+        }),
+        cgroups: Vec::new(),
+        resolved: None,
+        hooks_only,
+    };
+    let claim = |uuid: &str| [gpu(uuid, Share::Exclusive)];
+    l.admit(&pod("podman"), &claim("GPU-1"), "c1", record(true), false)
+        .unwrap();
+    l.admit(&pod("k8s"), &claim("GPU-2"), "c2", record(false), false)
+        .unwrap();
+    let stale = l.stale_pods(&HashSet::new()).unwrap();
+    assert_eq!(stale, ["k8s".to_string()].into_iter().collect());
+}
+
 #[test]
 fn failed_teardown_keeps_record_and_quarantines() {
     let (_d, l) = ledger();
