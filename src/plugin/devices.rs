@@ -374,6 +374,12 @@ fn is_unknown_device(e: &PlanError) -> bool {
             // A VF's RDMA device and netdev come back to the host when its
             // last pod goes, after this inventory was read.
             | PlanError::NoRdmaDevice { .. }
+            // A GPU replaced or renumbered (driver reload), or NICs probed in
+            // another order, since: the scheduler's ids are checked against
+            // a fresh read before the container is refused.
+            | PlanError::GpuIdOfOther { .. }
+            | PlanError::GpuIdMismatch { .. }
+            | PlanError::PfMinorMismatch { .. }
     )
 }
 

@@ -325,6 +325,43 @@ fn a_vf_netdev_back_on_the_host_is_found_by_a_re_read() {
     assert!(adj.hooks.is_some());
 }
 
+/// A GPU replaced after the cache was read (same minor, a new UUID): the
+/// scheduler's UUID disagrees with the cache, and the host is read again
+/// before the container is refused.
+#[test]
+fn a_gpu_uuid_the_cache_does_not_match_is_checked_by_a_re_read() {
+    let node = node();
+    let gpu = node.fixture.expected().gpus[0].clone();
+    let info = node
+        .fixture
+        .root()
+        .join("proc/driver/nvidia/gpus")
+        .join(gpu.bus_id.to_string())
+        .join("information");
+    let text = std::fs::read_to_string(&info).unwrap();
+    let new_uuid = "GPU-00000000-1111-2222-3333-444444444444";
+    std::fs::write(&info, text.replace(&gpu.uuid, new_uuid)).unwrap();
+    let mut pod = node.pod.clone();
+    let ann = pod
+        .annotations
+        .get_mut(crate::allocation::DEVICE_ALLOCATED)
+        .unwrap();
+    *ann = ann.replace(&gpu.uuid, new_uuid);
+    let config = Arc::new(Config::default());
+    let adj = node
+        .devices
+        .apply(
+            &pod,
+            &container("c1", &[]),
+            &config,
+            RuntimeFeatures::default(),
+            &node.health,
+        )
+        .unwrap();
+    let visible = adj.env.iter().find(|e| e.key == "NVIDIA_VISIBLE_DEVICES");
+    assert_eq!(visible.map(|e| e.value.as_str()), Some(new_uuid));
+}
+
 /// Once the network owner moved the VF into the pod, the host has no netdev
 /// for it: a further container of that pod, planned from a re-read host, is
 /// admitted with the same variables and moves nothing. A pod that does not
