@@ -23,7 +23,9 @@ pub(super) fn parse_vf_settings(text: &str) -> Result<VfSettings, AllocationErro
         serde_json::from_str(text).map_err(|e| AllocationError::Malformed {
             annotation: VF_SETTINGS,
             entry: "-".into(),
-            reason: e.to_string(),
+            // serde quotes the pod's unknown key or value as decoded: no
+            // control character of it reaches the kubelet's event.
+            reason: crate::untrusted::one_line(&e.to_string(), 200),
         })?;
     match settings.out_of_range() {
         Some((name, reason)) => Err(AllocationError::Malformed {
@@ -71,6 +73,8 @@ mod tests {
             (r#"{"mac":"00:11:22:33:44:55"}"#, "unknown variant"),
             ("[1]", "devgate.io/vf-settings: -: malformed"),
             (long.as_str(), "over the limit of 1024"),
+            (r#"{"\r\n\u001b[2Jx":1}"#, "unknown field `   [2Jx`"),
+            (r#"{"mac":"\nX"}"#, "unknown variant ` X`"),
         ];
         for (text, want) in cases {
             let e = parse_vf_settings(text).unwrap_err().to_string();
