@@ -2,7 +2,9 @@
 //! containerd (1.7.24 or 2.1.9: the suite runs under both): a GPU, an RDMA VF moved into the pod as `net1` and a whole
 //! RoCE PF give NCCL and UCX exactly those devices, the RoCE v2 GID index comes
 //! from the simulated host's sysfs, a variable the pod spec sets stays the pod's,
-//! and the node config's templated variable is filled in.
+//! and the node config's templated variable is filled in. A reply larger than
+//! the runtime's 4 KiB read buffer (many templated variables) reaches the
+//! container whole.
 mod support;
 
 #[path = "hook_netns/net.rs"]
@@ -96,4 +98,41 @@ fn nccl_and_ucx_variables_name_the_allocated_devices() {
         node.ledger().pods.is_empty().then_some(())
     });
     drop(stand_in);
+}
+
+/// Twelve templated variables of about 1000 bytes each make a CreateContainer
+/// reply of over 12 KB: a first mux frame of 4096 bytes and the rest in one
+/// frame, which the runtime's Go reader must take whole.
+#[test]
+fn a_reply_larger_than_the_runtimes_read_buffer_arrives_whole() {
+    require_root();
+    let filler = "x".repeat(960);
+    let mut config = String::from("[comm_env.extra]\n");
+    for i in 0..12 {
+        config.push_str(&format!("DG_BIG_{i} = \"{filler}{{gpu_uuids}}\"\n"));
+    }
+    let node = Node::start_full(HostRootBuilder::hgx(), &config, &[]);
+    let gpu = node.gpu(0).clone();
+    let alloc = allocation(&[gpu_entry(gpu.minor, &gpu.uuid)], &[]);
+    let cri = node.cri();
+    let pod = cri
+        .run_pod(&PodSpec::new("big-reply").annotation(DEVICE_ALLOCATED, &alloc))
+        .expect("RunPodSandbox");
+    let print =
+        "for i in 0 1 2 3 4 5 6 7 8 9 10 11; do eval \"echo DG_BIG_$i=\\${#DG_BIG_$i}\"; done";
+    let run = cri
+        .run_container(&pod, &ContainerSpec::shell("main", print))
+        .expect("container");
+    let want_len = filler.len() + gpu.uuid.len();
+    for i in 0..12 {
+        let want = format!("DG_BIG_{i}={want_len}");
+        assert!(
+            run.log.lines().any(|l| l == want),
+            "{want} in:\n{}",
+            run.log
+        );
+    }
+    cri.remove_container(&run.id).expect("RemoveContainer");
+    cri.stop_pod(&pod).expect("StopPodSandbox");
+    cri.remove_pod(&pod).expect("RemovePodSandbox");
 }

@@ -13,8 +13,13 @@
 //! Frame size: the Go side reads each connection through a 4 KiB `bufio`
 //! reader, and its mux returns `ENOMEM` when a frame is larger than the read
 //! buffer (nri#102). A frame that starts a ttrpc message must therefore fit
-//! in 4096 bytes. Capping every frame at [`MAX_FRAME_PAYLOAD`] satisfies that
-//! for any write pattern.
+//! in 4096 bytes. The rest of the message goes as one frame, as Go's own
+//! writer sends it (ttrpc's 4 KiB `bufio.Writer` flushes a full buffer, then
+//! writes the remainder straight through): `bufio.Reader` reads a remainder
+//! of 4 KiB or more directly into the message's buffer, which it fits
+//! exactly, and a shorter one into its own. Splitting it further would cost
+//! the Go mux a queue slot per 4 KiB (`readQueueLen` 256), and a full queue
+//! closes the whole connection.
 
 /// A connection id on the multiplexed stream.
 pub type ConnId = u32;
@@ -23,8 +28,11 @@ pub type ConnId = u32;
 pub const PLUGIN_SERVICE_CONN: ConnId = 1;
 /// The runtime serves `nri.pkg.api.v1alpha1.Runtime` on this connection.
 pub const RUNTIME_SERVICE_CONN: ConnId = 2;
-/// Largest payload this side puts in one frame (see the module docs).
+/// Largest payload of the frame that starts a message (see the module docs).
 pub const MAX_FRAME_PAYLOAD: usize = 4096;
+/// Largest payload of any frame this side sends: the Go mux's
+/// `maxPayloadSize`, a ttrpc header plus ttrpc's largest message.
+pub const MAX_SENT_PAYLOAD: usize = TTRPC_HEADER_LEN + TTRPC_MAX_PAYLOAD;
 /// Largest payload accepted from the peer: the Go mux's limit up to v0.6.1
 /// (`1 << 24`); later versions send at most `10 + 4 MiB`.
 pub const MAX_PEER_PAYLOAD: usize = 1 << 24;
@@ -46,13 +54,17 @@ pub fn decode_mux_header(h: [u8; MUX_HEADER_LEN]) -> (ConnId, usize) {
     (conn, len as usize)
 }
 
-/// Appends `data` to `out` as mux frames of `conn`, each carrying at most
-/// [`MAX_FRAME_PAYLOAD`] bytes; nothing for empty `data`.
+/// Appends the message `data` to `out` as mux frames of `conn`: the first
+/// [`MAX_FRAME_PAYLOAD`] bytes, then the rest in one frame (frames of at most
+/// [`MAX_SENT_PAYLOAD`]); nothing for empty `data`.
 pub fn append_mux_frames(out: &mut Vec<u8>, conn: ConnId, data: &[u8]) {
-    out.reserve(data.len() + MUX_HEADER_LEN * data.len().div_ceil(MAX_FRAME_PAYLOAD));
-    for chunk in data.chunks(MAX_FRAME_PAYLOAD) {
+    let (first, rest) = data.split_at(data.len().min(MAX_FRAME_PAYLOAD));
+    let frames = usize::from(!first.is_empty()) + rest.len().div_ceil(MAX_SENT_PAYLOAD);
+    out.reserve(data.len() + MUX_HEADER_LEN * frames);
+    let chunks = std::iter::once(first).chain(rest.chunks(MAX_SENT_PAYLOAD));
+    for chunk in chunks.filter(|c| !c.is_empty()) {
         out.extend_from_slice(&conn.to_be_bytes());
-        // A chunk holds at most MAX_FRAME_PAYLOAD bytes, so it fits in a u32.
+        // A chunk holds at most MAX_SENT_PAYLOAD bytes, so it fits in a u32.
         out.extend_from_slice(&(chunk.len() as u32).to_be_bytes());
         out.extend_from_slice(chunk);
     }
@@ -94,12 +106,13 @@ mod tests {
 
     #[test]
     fn mux_frames_split_at_the_go_read_buffer() {
-        let cases: [(usize, &[usize]); 5] = [
+        let cases: [(usize, &[usize]); 6] = [
             (0, &[]),
             (1, &[1]),
             (4096, &[4096]),
             (4097, &[4096, 1]),
-            (10_000, &[4096, 4096, 1808]),
+            (10_000, &[4096, 5904]),
+            (2 << 20, &[4096, (2 << 20) - 4096]),
         ];
         for (len, want) in cases {
             let data: Vec<u8> = (0..len).map(|i| i as u8).collect();

@@ -32,15 +32,18 @@ impl RawRuntime {
             let mut h = [0u8; 8];
             self.stream.read_exact(&mut h).unwrap();
             let (c, len) = decode_mux_header(h);
+            // What Go's 4 KiB bufio reader takes: the frame that starts a
+            // message fits it; the one remainder frame ends with the message.
             assert!(
-                len <= crate::frame::MAX_FRAME_PAYLOAD,
-                "frame of {len} bytes"
+                !data.is_empty() || len <= crate::frame::MAX_FRAME_PAYLOAD,
+                "first frame of {len} bytes"
             );
             let mut payload = vec![0u8; len];
             self.stream.read_exact(&mut payload).unwrap();
             data.extend_from_slice(&payload);
             if data.len() >= 10 {
                 let header = TtrpcHeader::decode(data[..10].try_into().unwrap());
+                assert!(data.len() <= 10 + header.length, "frame past the message");
                 if data.len() == 10 + header.length {
                     return (c, header, data[10..].to_vec());
                 }
