@@ -78,11 +78,14 @@ pub(crate) fn restore(
             found.as_ref()
         }
     };
+    let mut host = at.step("open host netlink", ops.env.rtnl(None))?;
+    if let Some(pod) = pod {
+        still_in_pod_can_come_home(ops, &at, host.as_mut(), rec, pod)?;
+    }
     let mut errors = Vec::new();
     if rec.attach.move_rdma {
         errors.extend(restore_rdma(ops, &at, rec, pod).err());
     }
-    let mut host = at.step("open host netlink", ops.env.rtnl(None))?;
     errors.extend(restore_pf(&at, host.as_mut(), rec).err());
     errors.extend(restore_netdev(ops, &at, host.as_mut(), rec, pod).err());
     if let Some(e) = VfError::all(errors) {
@@ -97,6 +100,27 @@ pub(crate) fn restore(
         "vf restored"
     );
     Ok(())
+}
+
+/// A VF still in its live pod comes home only under its saved name. When that
+/// name is taken on the host, nothing is touched: the VF stays whole in the
+/// pod (its PF settings such as the tenant VLAN, its RDMA device) and the
+/// record stays for a later try, rather than a netdev left up in the pod
+/// without its isolation.
+fn still_in_pod_can_come_home(
+    ops: &mut VfOps<'_>,
+    at: &At<'_>,
+    host: &mut dyn Rtnl,
+    rec: &SavedVf,
+    pod: &Netns,
+) -> Result<(), VfError> {
+    let names = [rec.attach.container_ifname.as_str(), &rec.host.name];
+    let mut pod_nl = at.step("open pod netlink", ops.env.rtnl(Some(pod)))?;
+    let in_pod = at.step("find netdev in pod", locate(pod_nl.as_mut(), rec, &names))?;
+    match in_pod {
+        Some(_) => host_name_free(at, host, rec, None),
+        None => Ok(()),
+    }
 }
 
 /// Whether `link` is this record's VF: by PCI parent when the kernel reports

@@ -180,12 +180,16 @@ fn a_taken_host_name_keeps_the_record_until_freed() {
         chain(&err)
     );
     assert_eq!(rig.records(), 1);
-    // The VF stays usable in the pod.
+    // The VF stays usable in the pod, whole: its VLAN and the rest of its PF
+    // settings, and its RDMA device, are still the pod's.
     assert!(rig
         .m()
         .links
         .iter()
         .any(|l| l.ns == POD && l.link.name == "net1" && l.link.up));
+    assert_eq!(rig.m().vfs[&(PF, 3)].vlan.vlan, 100);
+    assert!(!rig.m().vfs[&(PF, 3)].spoofchk);
+    assert_eq!(rig.m().rdma["mlx5_3"].1, POD);
     rig.m().links.retain(|l| l.link.index != squatter);
     assert_eq!(rig.detach("ctr1").unwrap(), 1);
     assert_eq!(rig.records(), 0);
