@@ -34,6 +34,30 @@ fn quarantine_vfs(ledger: &Ledger, pod: &PodRecord, reason: &str) {
     }
 }
 
+/// [`quarantine_vfs`] for the pod as the ledger holds it now.
+pub(super) fn quarantine_pod_vfs(ledger: &Ledger, sandbox_id: &str, reason: &str) {
+    match ledger.snapshot() {
+        Ok(mut state) => {
+            if let Some(pod) = state.pods.remove(sandbox_id) {
+                quarantine_vfs(ledger, &pod, reason);
+            }
+        }
+        Err(e) => tracing::error!(sandbox = sandbox_id, error = %e, "vfs not quarantined"),
+    }
+}
+
+/// Whether a VF of the container is still saved, or a saved record cannot be
+/// read (it may be this container's): its restore has not happened.
+pub(super) fn vfs_still_saved(env: &HookEnv, container_id: &str) -> bool {
+    match crate::netdev::SavedStore::new(&env.state_dir).scan_container(container_id) {
+        Ok(scan) => !scan.records.is_empty() || !scan.unreadable.is_empty(),
+        Err(e) => {
+            tracing::warn!(container = container_id, error = %e, "saved vf state unlistable");
+            true
+        }
+    }
+}
+
 /// Releases the pod after its GPU teardown if its containers are still
 /// `expected` when the ledger commits; true when released. `seen` is the
 /// pod as the caller read it: its containers' recorded cgroups, the one

@@ -316,6 +316,17 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
             tracing::info!(pod = %who.pod, container = %state.id, ?outcome, "hooks-only plan applied");
             Ok(outcome)
         }
+        // Its rollback left a VF saved (or a record unreadable): the VF may
+        // sit configured in the pod. The claims stay, its VFs quarantined,
+        // until a poststop or the reap of exited pods restores it.
+        Err(failed) if release::vfs_still_saved(env, &state.id) => {
+            release::quarantine_pod_vfs(
+                &ledger,
+                &who.pod.sandbox_id,
+                &crate::netdev::chain(&failed),
+            );
+            Err(failed)
+        }
         Err(failed) => match release::forget(run, &ledger, &who.pod.sandbox_id, &state.id) {
             Ok(_) => Err(failed),
             Err(release) => Err(HooksOnlyError::Release {

@@ -100,6 +100,30 @@ fn a_failure_after_the_claim_releases_it() {
     }
 }
 
+/// An attach whose rollback failed leaves the VF's record: the pod keeps its
+/// claims, the VF quarantined, until a poststop or a reap restores it.
+#[test]
+fn a_failed_attach_that_left_a_vf_saved_keeps_the_claims() {
+    let w = world();
+    let alloc = w.allocation();
+    let ann = [(DEVICE_ALLOCATED, alloc.as_str())];
+    let vf = w.fixture.expected().rdma[0].vfs[1].bus_id;
+    let left = crate::netdev::SavedVf::example("c2", &vf.to_string());
+    crate::netdev::SavedStore::new(&w.env.state_dir)
+        .save(&left)
+        .unwrap();
+    let mut os = FakeOs {
+        fail: Some("attach"),
+        ..FakeOs::default()
+    };
+    let creating = state("c2", "creating", Some(7), &ann);
+    w.run(Stage::CreateRuntime, &creating, &mut os).unwrap_err();
+    let l = w.ledger();
+    assert!(l.pods["c2"].containers.contains_key("c2"), "{l:?}");
+    let vf_record = &l.devices[&DeviceId::Vf(vf).to_string()];
+    assert!(vf_record.quarantine.is_some(), "{vf_record:?}");
+}
+
 #[test]
 fn devices_held_by_another_pod_are_refused_untouched() {
     let w = world();

@@ -76,6 +76,47 @@ impl SavedVf {
     }
 }
 
+#[cfg(test)]
+impl SavedVf {
+    /// A record of a veth stand-in with no PF, for tests.
+    pub(crate) fn example(container: &str, bdf: &str) -> SavedVf {
+        use super::netns::NetnsId;
+        use super::settings::{VfAttach, VfSettings};
+        SavedVf {
+            version: SAVED_VERSION,
+            container_id: container.to_string(),
+            attach: VfAttach {
+                pf_netdev: String::new(),
+                vf_index: 0,
+                vf_bus_id: bdf.parse().unwrap(),
+                host_netdev: "veth0".to_string(),
+                rdma_device: None,
+                container_ifname: "net1".to_string(),
+                settings: VfSettings::default(),
+                move_rdma: false,
+            },
+            netns: SavedNetns {
+                id: NetnsId {
+                    dev: 4,
+                    ino: 4026532000,
+                },
+                path: None,
+            },
+            host: SavedLink {
+                name: "veth0".to_string(),
+                index: 9,
+                mac: "02:00:00:00:00:01".parse().ok(),
+                mtu: 1500,
+                up: false,
+                parent: None,
+            },
+            pf: None,
+            pf_index: None,
+            saved_unix: 1,
+        }
+    }
+}
+
 /// The store under one state directory.
 #[derive(Debug, Clone)]
 pub struct SavedStore {
