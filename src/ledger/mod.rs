@@ -325,13 +325,17 @@ impl Ledger {
         // of a pod sharing a device may have committed while this one waited.
         let _shared = release_lock::lock_shared(self.store.dir(), &chosen)?;
         let chosen = chosen_now()?;
-        let outcomes: Vec<(PodRecord, Result<(), String>)> = chosen
-            .into_iter()
-            .map(|pod| {
+        // Each pod is looked up again just before its teardown: one released
+        // by another release while an earlier pod's teardown ran may have its
+        // devices in a new pod's hands by now.
+        let mut outcomes: Vec<(PodRecord, Result<(), String>)> = Vec::new();
+        for pod in chosen {
+            let id = &pod.pod.sandbox_id;
+            if self.store.peek(|s| s.pods.contains_key(id))? {
                 let outcome = teardown.teardown(&pod);
-                (pod, outcome)
-            })
-            .collect();
+                outcomes.push((pod, outcome));
+            }
+        }
         let mut txn = self.store.begin()?;
         let mut out = Released::default();
         for (pod, outcome) in outcomes {

@@ -241,6 +241,39 @@ fn a_failure_after_a_concurrent_release_quarantines_nothing() {
     l.claim(&pod("b"), &[vf]).expect("the VF is free");
 }
 
+/// A release of several pods (a Synchronize's) looks each pod up again before
+/// its teardown: one another release freed meanwhile, whose devices a new pod
+/// may hold by now, is not torn down again.
+#[test]
+fn a_pod_released_meanwhile_is_not_torn_down_again() {
+    struct ReleasesTheNext<'a> {
+        other: &'a Ledger,
+        seen: std::cell::RefCell<Vec<String>>,
+    }
+    impl Teardown for ReleasesTheNext<'_> {
+        fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+            self.seen.borrow_mut().push(pod.pod.sandbox_id.clone());
+            self.other.release_pod("b", &NoTeardown).unwrap();
+            Ok(())
+        }
+    }
+    let (d, l) = ledger();
+    let other = Ledger::open(d.path()).unwrap();
+    l.claim(&pod("a"), &[gpu("GPU-1", Share::Exclusive)])
+        .unwrap();
+    l.claim(&pod("b"), &[gpu("GPU-2", Share::Exclusive)])
+        .unwrap();
+    let td = ReleasesTheNext {
+        other: &other,
+        seen: Default::default(),
+    };
+    let gone = l.stale_pods(&HashSet::new()).unwrap();
+    let rel = l.release_pods(&gone, &td).unwrap();
+    assert_eq!(*td.seen.borrow(), ["a"]);
+    assert_eq!(rel.pods, vec![pod("a")]);
+    assert!(l.snapshot().unwrap().pods.is_empty());
+}
+
 /// A GPU of a pod whose teardown failed stays quarantined after the retry
 /// succeeds: only the GPU retry, which cleans it first, returns it.
 #[test]

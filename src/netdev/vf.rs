@@ -64,7 +64,7 @@ pub fn attach_all(
             let rollbacks = done
                 .iter()
                 .rev()
-                .filter_map(|vf| super::restore::detach_vf(ops, *vf, Some(container_id)).err())
+                .filter_map(|vf| super::restore::detach_vf(ops, *vf, &|c| c == container_id).err())
                 .collect();
             return Err(VfError::with(e, rollbacks));
         }

@@ -4,17 +4,19 @@
 
 use std::path::PathBuf;
 
-use crate::ledger::{DeviceId, PodRecord, Teardown};
+use crate::ledger::{DeviceId, Ledger, PodRecord, Teardown};
 use crate::netdev::{self, NetnsRoots, SavedStore, SysNetEnv, VfOps};
 
 pub struct VfTeardown {
     store: SavedStore,
+    state_dir: PathBuf,
 }
 
 impl VfTeardown {
     pub fn new(state_dir: PathBuf) -> VfTeardown {
         VfTeardown {
             store: SavedStore::new(&state_dir),
+            state_dir,
         }
     }
 
@@ -36,9 +38,21 @@ impl VfTeardown {
             store: &self.store,
             checkpoint: &|_| {},
         };
+        // The record is this pod's unless another pod's container holds it:
+        // one released meanwhile by another release, its VF claimed and moved
+        // again. Asked under the VF's lock, after the record is read: the
+        // ledger records a container before its hook saves a VF.
+        let sandbox = pod.pod.sandbox_id.as_str();
+        // An unreadable ledger fails the release's commit anyway.
+        let ours = |container: &str| match Ledger::read(&self.state_dir) {
+            Ok(state) => state
+                .pod_of(container)
+                .is_none_or(|p| p.pod.sandbox_id == sandbox),
+            Err(_) => true,
+        };
         let errors: Vec<String> = vfs
             .into_iter()
-            .filter_map(|vf| netdev::detach_vf(&mut ops, vf, None).err())
+            .filter_map(|vf| netdev::detach_vf(&mut ops, vf, &ours).err())
             .map(|e| netdev::chain(&e))
             .collect();
         if errors.is_empty() {
@@ -58,5 +72,70 @@ impl Teardown for VfTeardown {
                 .join()
                 .unwrap_or_else(|_| Err("vf teardown thread panicked".to_string()))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{Claim, ContainerRecord, PodRef, Share};
+    use crate::netdev::SavedVf;
+
+    const VF: &str = "0000:ee:09.1";
+
+    fn pod_ref(name: &str) -> PodRef {
+        PodRef {
+            sandbox_id: format!("sb-{name}"),
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+        }
+    }
+
+    fn vf_claim() -> Claim {
+        Claim {
+            device: DeviceId::Vf(VF.parse().unwrap()),
+            share: Share::Exclusive,
+        }
+    }
+
+    /// Pod q holds the VF now, its container q1 has it moved in (its record
+    /// saved); a late teardown of p0, which held it before, runs.
+    fn late_teardown(record_of: &str) -> (Result<(), String>, bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let record = ContainerRecord {
+            name: "main".into(),
+            devices: Vec::new(),
+            applied_unix: 1,
+            init: None,
+            cgroups: Vec::new(),
+            resolved: None,
+            hooks_only: false,
+        };
+        let ledger = Ledger::open(dir.path()).unwrap();
+        ledger
+            .admit(&pod_ref("q"), &[vf_claim()], "q1", record, true)
+            .unwrap();
+        let store = SavedStore::new(dir.path());
+        store.save(&SavedVf::example(record_of, VF)).unwrap();
+        let p0 = PodRecord {
+            pod: pod_ref("p0"),
+            claims: vec![vf_claim()],
+            claimed_unix: 1,
+            containers: Default::default(),
+            network_owner: None,
+        };
+        let out = VfTeardown::new(dir.path().to_path_buf()).teardown(&p0);
+        let kept = store.load(VF.parse().unwrap()).unwrap().is_some();
+        (out, kept)
+    }
+
+    #[test]
+    fn a_vf_another_pod_holds_now_is_not_restored_for_the_old_one() {
+        assert_eq!(late_teardown("q1"), (Ok(()), true));
+        // A record of no other pod's container is the old pod's: restored
+        // (here it fails, since the stand-in link does not exist).
+        let (out, kept) = late_teardown("p0-gone");
+        assert!(out.is_err() && kept, "{out:?}");
     }
 }
