@@ -141,18 +141,46 @@ impl Ledger {
         record: ContainerRecord,
         wants_network: bool,
     ) -> Result<Admission, LedgerError> {
+        self.admit_or_take_over(pod, claims, container_id, record, wants_network, &|_| false)
+    }
+
+    /// [`Ledger::admit`], where a network owner that moved nothing
+    /// (`owner_idle`, asked under the lock) gives the pod's network to this
+    /// container. Such an owner was answered but never ran: the runtime failed
+    /// its creation after the plugins replied (another plugin's error, a CDI
+    /// name it could not resolve) and no RemoveContainer came. Without the
+    /// hand-over, every later container of the pod would start without its VFs.
+    pub fn admit_or_take_over(
+        &self,
+        pod: &PodRef,
+        claims: &[Claim],
+        container_id: &str,
+        record: ContainerRecord,
+        wants_network: bool,
+        owner_idle: &dyn Fn(&PodRecord) -> bool,
+    ) -> Result<Admission, LedgerError> {
         let mut txn = self.store.begin()?;
         let claimed = claim_in(&mut txn.state, pod, claims)?;
         let Some(rec) = txn.state.pods.get_mut(&pod.sandbox_id) else {
             return Ok(Admission::default());
         };
         let network_owner = wants_network
-            && match &rec.network_owner {
+            && match rec.network_owner.clone() {
                 None => {
                     rec.network_owner = Some(container_id.to_string());
                     true
                 }
-                Some(owner) => owner == container_id,
+                Some(owner) if owner == container_id => true,
+                Some(owner) if owner_idle(rec) => {
+                    tracing::warn!(pod = %rec.pod, from = %owner, to = %container_id, "network owner moved nothing: its network goes to this container");
+                    // The old owner's annotation no longer moves anything.
+                    if let Some(old) = rec.containers.get_mut(&owner) {
+                        old.resolved = None;
+                    }
+                    rec.network_owner = Some(container_id.to_string());
+                    true
+                }
+                Some(_) => false,
             };
         let mut record = record;
         if !network_owner {

@@ -191,6 +191,12 @@ impl SavedStore {
         fsutil::sync_dir(&self.dir).map_err(saved_io)
     }
 
+    /// Whether `vf` has a record (readable or not): something moved it, or
+    /// is moving it.
+    pub fn has_record(&self, vf: PciAddr) -> bool {
+        self.path(vf, "json").exists()
+    }
+
     /// The record files, in name order. A missing directory means none.
     fn paths(&self) -> Result<Vec<PathBuf>, SavedError> {
         let entries = match fs::read_dir(&self.dir) {

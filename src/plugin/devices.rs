@@ -225,9 +225,25 @@ impl Devices {
             hooks_only: false,
         };
         let wants_network = prepared.resolved.is_some();
+        // The owner moved nothing when no VF of the pod has a saved record:
+        // the hook saves one before it touches a VF.
+        let saved = crate::netdev::SavedStore::new(&self.state_dir);
+        let owner_idle = |rec: &crate::ledger::PodRecord| {
+            !rec.claims.iter().any(|c| match c.device {
+                DeviceId::Vf(vf) => saved.has_record(vf),
+                _ => false,
+            })
+        };
         let admission = self
             .ledger
-            .admit(&pod_ref, &prepared.claims, &ctr.id, record, wants_network)
+            .admit_or_take_over(
+                &pod_ref,
+                &prepared.claims,
+                &ctr.id,
+                record,
+                wants_network,
+                &owner_idle,
+            )
             .map_err(|source| DeviceError::Claim {
                 entry: match &source {
                     LedgerError::Held { device, .. }

@@ -131,6 +131,10 @@ fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
             .unwrap()
     };
     let first = apply("c1");
+    // c1's hook moves the VF in, its record saved first.
+    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id.to_string();
+    let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
+    saved.save(&netdev::SavedVf::example("c1", &vf)).unwrap();
     let second = apply("c2");
     assert!(first.hooks.is_some());
     assert!(first.annotations.contains_key(RESOLVED_ANNOTATION));
@@ -140,6 +144,8 @@ fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
     assert_eq!(first.env, second.env);
     assert_eq!(first.mounts, second.mounts);
 
+    // c1's poststop gives the VF back; then it is removed.
+    saved.remove(vf.parse().unwrap()).unwrap();
     node.devices
         .ledger()
         .remove_container("sandbox", "c1")
@@ -159,6 +165,33 @@ fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
         Some(first.annotations[RESOLVED_ANNOTATION].as_str())
     );
     assert_eq!(c3.devices, state.container("c2").unwrap().devices);
+}
+
+/// The runtime failed the network owner's creation after the plugin answered
+/// and never said so: its hook never ran and no VF of the pod was moved. The
+/// next container created takes the pod's network over and moves the VFs.
+#[test]
+fn an_owner_that_never_ran_gives_the_network_to_the_next_container() {
+    let node = node();
+    let config = Arc::new(Config::default());
+    let apply = |id: &str| {
+        node.create(id, &[], &config, RuntimeFeatures::default())
+            .unwrap()
+    };
+    let first = apply("c1");
+    let retry = apply("c2");
+    assert!(retry.hooks.is_some(), "{retry:?}");
+    assert_eq!(
+        retry.annotations[RESOLVED_ANNOTATION],
+        first.annotations[RESOLVED_ANNOTATION]
+    );
+    let state = node.devices.ledger().snapshot().unwrap();
+    assert_eq!(state.pods["sandbox"].network_owner.as_deref(), Some("c2"));
+    let c1 = state.container("c1").unwrap();
+    assert!(
+        c1.resolved.is_none(),
+        "c1's annotation no longer vouched for"
+    );
 }
 
 /// The variables a container sets itself decide its plan: a sibling that sets
