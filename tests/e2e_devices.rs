@@ -254,27 +254,42 @@ fn claims_survive_plugin_crash_and_vanished_pods_are_released_at_sync() {
         .unwrap();
     cri.create_container(&gone, &ContainerSpec::shell("main", "true"))
         .unwrap();
+    // Stopped while the plugin is down and never removed, as the kubelet
+    // keeps a finished Job's pod until the pod object is deleted.
+    let c = node.gpu(2).uuid.clone();
+    let stopped = cri
+        .run_pod(&PodSpec::new("stopped").annotation(DEVICE_ALLOCATED, &gpus(&[gpu_entry(2, &c)])))
+        .unwrap();
+    cri.run_container(&stopped, &ContainerSpec::shell("main", "true"))
+        .unwrap();
 
     node.plugin.kill();
     let held = node.ledger();
-    assert_eq!(held.pods.len(), 2, "kill -9 keeps every claim");
+    assert_eq!(held.pods.len(), 3, "kill -9 keeps every claim");
     cri.stop_pod(&gone).unwrap();
     cri.remove_pod(&gone).unwrap();
+    cri.stop_pod(&stopped).unwrap();
     assert_eq!(
         node.ledger().pods.len(),
-        2,
+        3,
         "nobody released while the plugin was down"
     );
 
     node.plugin.respawn(&node.ctrd);
     node.plugin.wait_registered(&node.ctrd, SLOW);
-    wait_for("vanished pod released at synchronize", SLOW, || {
-        let s = node.ledger();
-        (s.pods.len() == 1 && s.pods.contains_key(&keep.id)).then_some(())
-    });
+    wait_for(
+        "vanished and stopped pods released at synchronize",
+        SLOW,
+        || {
+            let s = node.ledger();
+            (s.pods.len() == 1 && s.pods.contains_key(&keep.id)).then_some(())
+        },
+    );
     let state = node.ledger();
     assert!(state.devices.contains_key(&format!("gpu {a}")));
     assert!(!state.devices.contains_key(&format!("gpu {b}")));
+    assert!(!state.devices.contains_key(&format!("gpu {c}")));
+    cri.remove_pod(&stopped).unwrap();
 }
 
 #[test]

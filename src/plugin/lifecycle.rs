@@ -265,3 +265,51 @@ mod in_flight_tests {
         assert!(start.elapsed() >= Duration::from_millis(190));
     }
 }
+
+/// The sandbox ids of the runtime's pods that still run, from a Synchronize.
+/// The runtime also lists sandboxes that were stopped but not yet removed
+/// (containerd keeps them until RemovePodSandbox, which for a finished Job's
+/// pod comes only when the pod object is deleted). A pod stopped while the
+/// plugin was away would keep its devices that long, refusing every pod the
+/// scheduler gives them to. A stopped sandbox has no task, so containerd
+/// reports its pid as 0 (`nriPodSandbox`; the sandbox exit handler clears
+/// it); a pid of 0 alone is not trusted, since it is also what a failed
+/// task lookup gives: such a pod counts as stopped only when none of its
+/// containers runs either (the runtime lists no exited container).
+pub fn live_pods(
+    pods: &[nri::api::PodSandbox],
+    containers: &[nri::api::Container],
+) -> HashSet<String> {
+    let with_running: HashSet<&str> = containers
+        .iter()
+        .map(|c| c.pod_sandbox_id.as_str())
+        .collect();
+    pods.iter()
+        .filter(|p| p.pid != 0 || with_running.contains(p.id.as_str()))
+        .map(|p| p.id.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod live_tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_sandbox_without_running_containers_is_not_live() {
+        let pod = |id: &str, pid: u32| nri::api::PodSandbox {
+            id: id.into(),
+            pid,
+            ..Default::default()
+        };
+        let ctr = |pod: &str| nri::api::Container {
+            id: format!("{pod}-c"),
+            pod_sandbox_id: pod.into(),
+            ..Default::default()
+        };
+        let pods = [pod("running", 41), pod("stopped", 0), pod("no-pid", 0)];
+        let live = live_pods(&pods, &[ctr("no-pid")]);
+        let mut live: Vec<&str> = live.iter().map(String::as_str).collect();
+        live.sort();
+        assert_eq!(live, ["no-pid", "running"]);
+    }
+}

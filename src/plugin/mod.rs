@@ -354,11 +354,11 @@ impl nri::Plugin for DevgatePlugin {
     fn synchronize(
         &self,
         pods: Vec<PodSandbox>,
-        _containers: Vec<Container>,
+        containers: Vec<Container>,
     ) -> Result<Vec<ContainerUpdate>, PluginError> {
         // The pods to release are chosen now, before the reply: a pod admitted
         // once the runtime is synchronized must never be taken for a gone one.
-        let live = pods.into_iter().map(|p| p.id).collect();
+        let live = lifecycle::live_pods(&pods, &containers);
         match self.devices.ledger().stale_pods(&live) {
             Ok(stale) if stale.is_empty() => {}
             Ok(stale) => self.release_in_background(lifecycle::Release::Pods(stale)),
