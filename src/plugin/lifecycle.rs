@@ -275,17 +275,20 @@ mod in_flight_tests {
 /// reports its pid as 0 (`nriPodSandbox`; the sandbox exit handler clears
 /// it); a pid of 0 alone is not trusted, since it is also what a failed
 /// task lookup gives: such a pod counts as stopped only when none of its
-/// containers runs either (the runtime lists no exited container).
+/// containers runs either (the runtime lists no exited container). Only for
+/// a runtime known to report stopped sandboxes so (`stopped_pid_zero`);
+/// for any other, every listed pod is live.
 pub fn live_pods(
     pods: &[nri::api::PodSandbox],
     containers: &[nri::api::Container],
+    stopped_pid_zero: bool,
 ) -> HashSet<String> {
     let with_running: HashSet<&str> = containers
         .iter()
         .map(|c| c.pod_sandbox_id.as_str())
         .collect();
     pods.iter()
-        .filter(|p| p.pid != 0 || with_running.contains(p.id.as_str()))
+        .filter(|p| !stopped_pid_zero || p.pid != 0 || with_running.contains(p.id.as_str()))
         .map(|p| p.id.clone())
         .collect()
 }
@@ -307,9 +310,14 @@ mod live_tests {
             ..Default::default()
         };
         let pods = [pod("running", 41), pod("stopped", 0), pod("no-pid", 0)];
-        let live = live_pods(&pods, &[ctr("no-pid")]);
-        let mut live: Vec<&str> = live.iter().map(String::as_str).collect();
-        live.sort();
-        assert_eq!(live, ["no-pid", "running"]);
+        let sorted = |live: HashSet<String>| {
+            let mut v: Vec<String> = live.into_iter().collect();
+            v.sort();
+            v
+        };
+        let live = live_pods(&pods, &[ctr("no-pid")], true);
+        assert_eq!(sorted(live), ["no-pid", "running"]);
+        let live = live_pods(&pods, &[], false);
+        assert_eq!(sorted(live), ["no-pid", "running", "stopped"]);
     }
 }

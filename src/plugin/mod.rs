@@ -117,6 +117,8 @@ pub struct DevgatePlugin {
     unreleased: Arc<lifecycle::Unreleased>,
     /// The GPU health monitor runs (it starts once).
     health_started: std::sync::atomic::AtomicBool,
+    /// The runtime reports a stopped sandbox with pid 0 (containerd).
+    stopped_pid_zero: std::sync::atomic::AtomicBool,
     /// Files mapped before the plugin loaded anything on demand.
     startup_files: crate::residency::StartupFiles,
 }
@@ -155,6 +157,7 @@ impl DevgatePlugin {
             releases: Arc::default(),
             unreleased: Arc::default(),
             health_started: Default::default(),
+            stopped_pid_zero: Default::default(),
             startup_files,
         })
     }
@@ -325,6 +328,11 @@ impl nri::Plugin for DevgatePlugin {
             .features
             .write()
             .unwrap_or_else(PoisonError::into_inner) = features;
+        // containerd 1.7 (the sandbox task's pid) and 2.x (the sandbox
+        // status's, cleared at exit) alike; other runtimes are not relied on.
+        let pid_zero = runtime.name == "containerd";
+        self.stopped_pid_zero
+            .store(pid_zero, std::sync::atomic::Ordering::Relaxed);
         // For `devgate status`; the plugin works the same without it.
         if let Err(e) = record.save(&self.options.state_dir) {
             tracing::warn!(error = %e, "runtime record not saved");
@@ -358,7 +366,10 @@ impl nri::Plugin for DevgatePlugin {
     ) -> Result<Vec<ContainerUpdate>, PluginError> {
         // The pods to release are chosen now, before the reply: a pod admitted
         // once the runtime is synchronized must never be taken for a gone one.
-        let live = lifecycle::live_pods(&pods, &containers);
+        let stopped_pid_zero = self
+            .stopped_pid_zero
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let live = lifecycle::live_pods(&pods, &containers, stopped_pid_zero);
         match self.devices.ledger().stale_pods(&live) {
             Ok(stale) if stale.is_empty() => {}
             Ok(stale) => self.release_in_background(lifecycle::Release::Pods(stale)),
