@@ -1,10 +1,11 @@
 //! Ending the released pod's leftover GPU users: SIGTERM, a grace period, SIGKILL.
 //!
-//! Each process is pinned by its start time when first seen, and every signal is
-//! preceded by a check that the pid still names that process, so a pid the kernel
-//! reused meanwhile is never signalled.
+//! Each process comes pinned by the start time read when it was found to be the
+//! pod's ([`super::scan::split`]), and every signal is preceded by a check that
+//! the pid still names that process, so a pid the kernel reused meanwhile is
+//! never signalled.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::host::{gone, Host, Signal};
@@ -29,15 +30,14 @@ pub struct Ended {
     pub killed: Vec<u32>,
 }
 
-/// Ends `pids`. Fails when one cannot be signalled or outlives SIGKILL (stuck in the
-/// driver, typically), which leaves the GPU in use.
-pub fn end(host: &dyn Host, pids: &BTreeSet<u32>, times: KillTimes) -> Result<Ended, GpuError> {
-    let mut live: Vec<(u32, u64)> = Vec::with_capacity(pids.len());
-    for &pid in pids {
-        if let Some(start) = start_time(host, pid)? {
-            live.push((pid, start));
-        }
-    }
+/// Ends `pinned` (pid → start time). Fails when one cannot be signalled or
+/// outlives SIGKILL (stuck in the driver, typically), which leaves the GPU in use.
+pub fn end(
+    host: &dyn Host,
+    pinned: &BTreeMap<u32, u64>,
+    times: KillTimes,
+) -> Result<Ended, GpuError> {
+    let mut live: Vec<(u32, u64)> = pinned.iter().map(|(&p, &s)| (p, s)).collect();
     let mut ended = Ended::default();
     if live.is_empty() {
         return Ok(ended);
@@ -60,7 +60,7 @@ pub fn end(host: &dyn Host, pids: &BTreeSet<u32>, times: KillTimes) -> Result<En
     })
 }
 
-fn start_time(host: &dyn Host, pid: u32) -> Result<Option<u64>, GpuError> {
+pub(super) fn start_time(host: &dyn Host, pid: u32) -> Result<Option<u64>, GpuError> {
     match host.start_time(pid) {
         Ok(t) => Ok(t),
         Err(e) if gone(&e) => Ok(None),

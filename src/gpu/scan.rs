@@ -142,8 +142,8 @@ pub fn add_nvml_users(
 /// Where each holder belongs.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Split {
-    /// In the released pod: to be ended.
-    pub pod: BTreeSet<u32>,
+    /// In the released pod, to be ended: pid → its start time when found so.
+    pub pod: BTreeMap<u32, u64>,
     /// Outside it, by device.
     pub outside: BTreeMap<u64, Vec<u32>>,
 }
@@ -165,8 +165,8 @@ pub fn split(
                 .entry(pid)
                 .or_insert_with(|| membership(host, pid, pod, ignored));
             match m {
-                Membership::Pod => {
-                    out.pod.insert(pid);
+                Membership::Pod(start) => {
+                    out.pod.insert(pid, start);
                 }
                 Membership::Outside => out.outside.entry(*rdev).or_default().push(pid),
                 Membership::Ignored | Membership::Gone => {}
@@ -178,17 +178,35 @@ pub fn split(
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Membership {
-    Pod,
+    /// The pod's, with the start time that pins it.
+    Pod(u64),
     Outside,
     Ignored,
     Gone,
 }
 
+/// Where `pid` belongs. Its start time is read before and after its cgroup:
+/// only when both agree is the cgroup that process's, so a pid reused while
+/// it was read is never taken for the pod's and later signalled.
 fn membership(host: &dyn Host, pid: u32, pod: &PodCgroups, ignored: &PodCgroups) -> Membership {
-    match host.cgroup(pid) {
+    let start = || super::kill::start_time(host, pid);
+    let before = match start() {
+        Ok(Some(t)) => t,
+        Ok(None) => return Membership::Gone,
+        // Unknown identity: not provably the pod's, so it must not be killed.
+        Err(_) => return Membership::Outside,
+    };
+    let cgroup = host.cgroup(pid);
+    match start() {
+        Ok(Some(t)) if t == before => {}
+        // Gone, or another process now: the holder that was found is gone.
+        Ok(_) => return Membership::Gone,
+        Err(_) => return Membership::Outside,
+    }
+    match cgroup {
         // A node daemon is never the pod's, whatever the pod's paths say.
         Ok(text) if ignored.contains(&text) => Membership::Ignored,
-        Ok(text) if pod.contains(&text) => Membership::Pod,
+        Ok(text) if pod.contains(&text) => Membership::Pod(before),
         Ok(_) => Membership::Outside,
         Err(e) if gone(&e) => Membership::Gone,
         // Unknown cgroup: not provably the pod's, so it must not be killed.
@@ -199,7 +217,74 @@ fn membership(host: &dyn Host, pid: u32, pod: &PodCgroups, ignored: &PodCgroups)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::tests::fake_host::FakeHost;
+    use crate::gpu::host::Signal;
+    use crate::gpu::kill::{self, KillTimes};
+    use crate::gpu::tests::fake_host::{FakeHost, FakeProc};
+    use std::io;
+    use std::time::Duration;
+
+    /// A host where `pid` exits and its number goes to a host process right
+    /// after its cgroup is read.
+    struct ReusedWhileRead {
+        inner: FakeHost,
+        pid: u32,
+    }
+
+    impl Host for ReusedWhileRead {
+        fn pids(&self) -> io::Result<Vec<u32>> {
+            self.inner.pids()
+        }
+        fn open_char_devices(&self, pid: u32, out: &mut Vec<u64>) -> io::Result<()> {
+            self.inner.open_char_devices(pid, out)
+        }
+        fn cgroup(&self, pid: u32) -> io::Result<String> {
+            let text = self.inner.cgroup(pid);
+            if pid == self.pid {
+                let host_process = FakeProc {
+                    cgroup: "0::/system.slice/sshd.service\n".into(),
+                    start: 999_999,
+                    ..FakeProc::default()
+                };
+                self.inner.add_proc(pid, host_process);
+            }
+            text
+        }
+        fn start_time(&self, pid: u32) -> io::Result<Option<u64>> {
+            self.inner.start_time(pid)
+        }
+        fn signal(&self, pid: u32, signal: Signal) -> io::Result<()> {
+            self.inner.signal(pid, signal)
+        }
+        fn sleep(&self, d: Duration) {
+            self.inner.sleep(d)
+        }
+        fn run(&self, argv: &[String], timeout: Duration) -> Result<(), String> {
+            self.inner.run(argv, timeout)
+        }
+    }
+
+    #[test]
+    fn a_pid_reused_while_its_cgroup_is_read_is_never_signalled() {
+        let gpu = libc::makedev(195, 0);
+        let host = ReusedWhileRead {
+            inner: FakeHost::default(),
+            pid: 10,
+        };
+        host.inner.add(10, &[gpu], "/kubepods/poduid-a/c1");
+        host.inner.add(11, &[gpu], "/kubepods/poduid-a/c1");
+        let users = scan(&host, &[gpu], 1).unwrap();
+        assert_eq!(users.of(gpu), [10, 11]);
+        let pod = PodCgroups::from_uid("uid-a");
+        let split = split(&host, &users, &[gpu], &pod, &PodCgroups::none());
+        assert_eq!(split.pod, BTreeMap::from([(11, 110)]));
+        let times = KillTimes {
+            grace: Duration::from_millis(10),
+            kill_wait: Duration::from_millis(10),
+        };
+        kill::end(&host, &split.pod, times).unwrap();
+        assert_eq!(host.inner.signals(), [(11, Signal::Term)]);
+        assert!(host.inner.alive(10), "the host process lives");
+    }
 
     #[test]
     fn a_large_node_is_scanned_in_parallel_and_nothing_is_lost() {

@@ -270,7 +270,7 @@ impl GpuTeardown {
             // A survivor still holds the GPU: nothing after this is safe.
             Err(e) => return vec![e],
         }
-        users.remove_all(&split.pod);
+        users.remove_all(&split.pod.keys().copied().collect());
         let mut errors = Vec::new();
         let mut reset_ok = Vec::new();
         for t in targets.iter().filter(|t| t.last) {
