@@ -16,6 +16,7 @@ mod last_pod;
 mod parse;
 pub mod quantity;
 mod raw;
+mod spelling;
 mod vf_settings;
 
 use std::collections::{BTreeMap, HashMap};

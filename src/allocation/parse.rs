@@ -110,6 +110,7 @@ impl Parser {
         for (i, raw) in list.unwrap_or_default().iter().enumerate() {
             let entry = format!("{kind}[{i}]");
             self.count(&entry)?;
+            super::spelling::check_entry(&entry, raw)?;
             let e: RawEntry = serde_json::from_str(raw.get()).map_err(|e| malformed(&entry, e))?;
             match kind {
                 "gpu" => {
