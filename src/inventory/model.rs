@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 /// A PCI address in the canonical sysfs form `DDDD:BB:DD.F` (lower-case hex).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PciAddr {
-    pub domain: u16,
+    /// 16 bits on most hosts; Intel VMD puts its devices in domains from
+    /// 0x10000 (drivers/pci/controller/vmd.c), which sysfs names with 5 digits.
+    pub domain: u32,
     pub bus: u8,
     pub device: u8,
     pub function: u8,
@@ -27,7 +29,8 @@ pub struct PciAddrError {
 impl FromStr for PciAddr {
     type Err = PciAddrError;
 
-    /// Accepts `DDDD:BB:DD.F` and the short `BB:DD.F` (domain 0), any hex case.
+    /// Accepts `DDDD:BB:DD.F` (a VMD domain has 5 digits) and the short `BB:DD.F`
+    /// (domain 0), any hex case.
     /// Device is 5 bits and function 3 bits (PCI spec), so larger values are rejected.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let err = || PciAddrError {
@@ -50,7 +53,12 @@ impl FromStr for PciAddr {
             }
             u32::from_str_radix(p, 16).map_err(|_| err())
         };
-        let domain = hex(parts[0], 4)?;
+        // sysfs pads the domain to 4 digits and adds none beyond (`%04x`):
+        // a longer one with a leading zero names no device.
+        if parts[0].len() > 4 && parts[0].starts_with('0') {
+            return Err(err());
+        }
+        let domain = hex(parts[0], 8)?;
         let bus = hex(parts[1], 2)?;
         let device = hex(parts[2], 2)?;
         let function = hex(func, 1)?;
@@ -58,7 +66,7 @@ impl FromStr for PciAddr {
             return Err(err());
         }
         Ok(PciAddr {
-            domain: domain as u16,
+            domain,
             bus: bus as u8,
             device: device as u8,
             function: function as u8,
@@ -272,6 +280,9 @@ mod tests {
             ("0000:19:00", None),
             ("", None),
             ("00000:19:00.0", None),
+            ("10000:01:00.0", Some("10000:01:00.0")),
+            ("FFFFFFFF:01:00.0", Some("ffffffff:01:00.0")),
+            ("100000000:01:00.0", None),
             ("0000:19:00.0\n", None),
         ];
         for (input, want) in table {
