@@ -67,6 +67,7 @@ impl HostPaths {
             ("/dev", host_root.join("dev")),
             ("/usr", host_root.join("usr")),
             ("/opt/devgate/bin", ctrd.path("hook-bin")),
+            ("/run/netns", ctrd.path("netns")),
         ]);
         for dir in dirs.values() {
             std::fs::create_dir_all(dir).expect("host path dir");

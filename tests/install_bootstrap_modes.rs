@@ -52,6 +52,14 @@ fn containerd_configs_it_must_not_touch_or_cannot_edit() {
         ),
         ("1.7.24", "[plugins.cri]\n", false, None),
         ("1.6.20", "version = 2\n", false, None),
+        // NRI already on, as written by hand: no rewrite, no restart.
+        ("2.1.9", "version = 3\n[plugins]", true, None),
+        (
+            "1.7.24",
+            "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n\tdisable=false # on\n",
+            true,
+            None,
+        ),
     ];
     for (i, (version, config, ok, after)) in cases.into_iter().enumerate() {
         let prefix = dir.path().join(format!("node{i}"));
@@ -91,6 +99,11 @@ fn uninstall_keeps_a_containerd_config_edited_after_install() {
     let undo = bootstrap(&prefix, &hooks, &["--uninstall"]);
     assert!(!undo.ok, "{}", undo.out);
     position(&undo.out, "changed after devgate wrote it");
+    assert!(
+        !undo.out.contains("systemctl restart containerd"),
+        "nothing restored, so no restart:\n{}",
+        undo.out
+    );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), edited);
     let backup = prefix.join("etc/containerd/config.toml.devgate-backup");
     assert_eq!(std::fs::read_to_string(backup).unwrap(), CONTAINERD_CONFIG);
@@ -141,4 +154,82 @@ fn switching_modes_leaves_one_plugin() {
     let undo = bootstrap(&prefix, &hooks, &["--uninstall"]);
     assert!(undo.ok, "{}", undo.out);
     assert!(!unit.exists() && !plugin.exists(), "{}", undo.out);
+}
+
+/// A config rewritten by someone else after an install (configuration
+/// management, `containerd config default`), then a second install: the
+/// uninstall returns to that config, not to the one before the first install,
+/// and never deletes it.
+#[test]
+fn uninstall_after_a_rerun_returns_to_the_config_found_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("node");
+    std::fs::create_dir_all(&prefix).unwrap();
+    let hooks = hooks_dir(dir.path());
+    let version = ["--containerd-version", "1.7.24"];
+    let path = prefix.join("etc/containerd/config.toml");
+    assert!(bootstrap(&prefix, &hooks, &version).ok);
+    assert!(path.exists(), "created on a node without a config");
+    let operators = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause:3.9\"\n";
+    write(&path, operators);
+    let rerun = bootstrap(&prefix, &hooks, &version);
+    assert!(rerun.ok, "{}", rerun.out);
+    assert!(std::fs::read_to_string(&path).unwrap().contains("disable = false"));
+    let undo = bootstrap(&prefix, &hooks, &["--uninstall"]);
+    assert!(undo.ok, "{}", undo.out);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), operators);
+}
+
+/// Configs bootstrap must not edit: a symbolic link (replacing it would leave
+/// a file of mode 0777 and the real config behind), and one whose imported
+/// file configures NRI (containerd would use that table, not the edit).
+#[test]
+fn a_linked_config_or_an_imported_nri_table_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    let version = ["--containerd-version", "1.7.24"];
+
+    let linked = dir.path().join("linked");
+    let real = linked.join("etc/containerd/real.toml");
+    write(&real, "version = 2\n");
+    let cfg = linked.join("etc/containerd/config.toml");
+    std::os::unix::fs::symlink("real.toml", &cfg).unwrap();
+    let run = bootstrap(&linked, &hooks, &version);
+    assert!(!run.ok, "{}", run.out);
+    position(&run.out, "is a symbolic link");
+    assert!(cfg.is_symlink());
+    assert_eq!(std::fs::read_to_string(&real).unwrap(), "version = 2\n");
+
+    let imports = dir.path().join("imports");
+    let cfg = imports.join("etc/containerd/config.toml");
+    let main = "version = 2\nimports = [\"conf.d/*.toml\"]\n";
+    write(&cfg, main);
+    write(
+        &imports.join("etc/containerd/conf.d/nri.toml"),
+        "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
+    );
+    let run = bootstrap(&imports, &hooks, &version);
+    assert!(!run.ok, "{}", run.out);
+    position(&run.out, "/etc/containerd/conf.d/nri.toml (imported by");
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), main);
+    assert!(!run.out.contains("systemctl restart containerd"), "{}", run.out);
+}
+
+/// A write that fails (a full disk; here the temporary name is taken by a
+/// directory) stops bootstrap: nothing is installed, recorded or restarted.
+#[test]
+fn a_failed_write_stops_before_anything_is_installed_or_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    let hooks = hooks_dir(dir.path());
+    let cfg = prefix.join("etc/containerd/config.toml");
+    std::fs::create_dir_all(prefix.join("etc/containerd/config.toml.devgate-new")).unwrap();
+    let run = bootstrap(&prefix, &hooks, &[]);
+    assert!(!run.ok, "{}", run.out);
+    position(&run.out, "cannot install /etc/containerd/config.toml");
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), CONTAINERD_CONFIG);
+    assert!(!run.out.contains("systemctl restart containerd"), "{}", run.out);
+    let manifest = std::fs::read_to_string(prefix.join("var/lib/devgate/install/manifest"))
+        .unwrap_or_default();
+    assert!(!manifest.contains("/etc/containerd/config.toml"), "{manifest}");
 }

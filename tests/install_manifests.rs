@@ -111,6 +111,7 @@ fn daemonset_mounts_what_devgate_needs_and_matches_rbac() {
         "/dev",
         "/usr",
         "/opt/devgate/bin",
+        "/run/netns",
     ] {
         assert!(
             host_paths.contains(want),
@@ -139,31 +140,44 @@ fn daemonset_mounts_what_devgate_needs_and_matches_rbac() {
     let namespace = of_kind(&ds, "DaemonSet")[0]["metadata"]["namespace"]
         .as_str()
         .unwrap();
-    let sa = of_kind(&rbac, "ServiceAccount")[0];
-    assert_eq!(sa["metadata"]["name"].as_str(), Some(account));
-    assert_eq!(sa["metadata"]["namespace"].as_str(), Some(namespace));
-    for binding in of_kind(&rbac, "ClusterRoleBinding") {
-        let subject = &binding["subjects"][0];
-        assert_eq!(subject["name"].as_str(), Some(account));
-        assert_eq!(subject["namespace"].as_str(), Some(namespace));
-    }
-    let rules: Vec<(&str, &str, Vec<&str>)> = of_kind(&rbac, "ClusterRole")
+    let accounts: Vec<(&str, &str)> = of_kind(&rbac, "ServiceAccount")
         .iter()
-        .flat_map(|r| r["rules"].as_sequence().unwrap().iter())
-        .map(|r| {
-            (
-                strs(&r["apiGroups"])[0],
-                strs(&r["resources"])[0],
-                strs(&r["verbs"]),
-            )
+        .map(|sa| {
+            let m = &sa["metadata"];
+            (m["name"].as_str().unwrap(), m["namespace"].as_str().unwrap())
         })
         .collect();
-    let allows = |group: &str, resource: &str, verb: &str| {
-        rules
+    assert!(accounts.contains(&(account, namespace)), "{accounts:?}");
+    // What each account may do, through the roles bound to it.
+    let roles = of_kind(&rbac, "ClusterRole");
+    let rules_of = |who: &str| -> Vec<(&str, &str, Vec<&str>)> {
+        of_kind(&rbac, "ClusterRoleBinding")
+            .iter()
+            .filter(|b| b["subjects"][0]["name"].as_str() == Some(who))
+            .flat_map(|b| {
+                let role = b["roleRef"]["name"].as_str();
+                roles.iter().filter(move |r| r["metadata"]["name"].as_str() == role)
+            })
+            .flat_map(|r| r["rules"].as_sequence().unwrap().iter())
+            .map(|r| {
+                (
+                    strs(&r["apiGroups"])[0],
+                    strs(&r["resources"])[0],
+                    strs(&r["verbs"]),
+                )
+            })
+            .collect()
+    };
+    let allows = |who: &str, group: &str, resource: &str, verb: &str| {
+        rules_of(who)
             .iter()
             .any(|(g, r, v)| *g == group && *r == resource && v.contains(&verb))
     };
-    assert!(allows("", "pods", "watch"));
-    assert!(allows("scheduling.koordinator.sh", "devices", "patch"));
-    assert!(!allows("", "pods", "delete"), "devgate never changes pods");
+    assert!(allows(account, "", "pods", "watch"));
+    for (_, _, verbs) in rules_of(account) {
+        for write in ["create", "update", "patch", "delete"] {
+            assert!(!verbs.contains(&write), "the DaemonSet's account may {write}");
+        }
+    }
+    assert!(allows("devgate-device-report", "scheduling.koordinator.sh", "devices", "patch"));
 }

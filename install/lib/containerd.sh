@@ -19,7 +19,9 @@ containerd_major_minor() {
 
 # Prints the containerd config with NRI enabled, reading the current one on
 # stdin. Exit 3: the file names the NRI plugin in a form this edit does not
-# know (dotted keys, disabled_plugins): fail rather than guess.
+# know (dotted keys, disabled_plugins): fail rather than guess. Exit 4: NRI is
+# already on as the file stands (a `disable` that is already false is kept as
+# written), so the file must not be rewritten, nor containerd restarted.
 nri_enabled_config() {
     local need_section=$1
     # The table header in either TOML quoting: containerd 2.x writes
@@ -33,24 +35,48 @@ nri_enabled_config() {
             found = 1; in_nri = 1; print; next
         }
         header($0) {
-            if (in_nri && !set && need == 1) print "  disable = false"
+            if (in_nri && !set && need == 1) { print "  disable = false"; changed = 1 }
             in_nri = 0; print; next
         }
+        in_nri && /^[ \t]*disable[ \t]*=[ \t]*false[ \t]*(#.*)?$/ {
+            set = 1; print; next
+        }
         in_nri && /^[ \t]*disable[ \t]*=/ {
-            match($0, /^[ \t]*/); print substr($0, 1, RLENGTH) "disable = false"; set = 1; next
+            match($0, /^[ \t]*/); print substr($0, 1, RLENGTH) "disable = false"; set = 1; changed = 1; next
         }
         /^[ \t]*#/ { print; next }
         /io\.containerd\.nri\.v1\.nri/ { odd = 1 }
         { print }
         END {
             if (odd) exit 3
-            if (in_nri && !set && need == 1) print "  disable = false"
+            if (in_nri && !set && need == 1) { print "  disable = false"; changed = 1 }
             if (!found && need == 1) {
                 print ""
                 print "[plugins.\"io.containerd.nri.v1.nri\"]"
                 print "  disable = false"
+                changed = 1
             }
+            if (!changed) exit 4
         }'
+}
+
+# Dies when a file the config imports has an NRI table: containerd replaces a
+# plugin's whole table with an imported one, so an edit of the main file would
+# not take effect (`devgate doctor` merges imports the same way).
+check_imports() {
+    local cfg=$1 dir pattern file
+    dir=$(dirname "$CONTAINERD_CONFIG")
+    while read -r pattern; do
+        [[ -n $pattern ]] || continue
+        # containerd resolves a relative import against the config's directory.
+        [[ $pattern == /* ]] || pattern=$dir/$pattern
+        while read -r file; do
+            [[ -n $file ]] || continue
+            if grep -q 'io\.containerd\.nri\.v1\.nri' "$file"; then
+                die "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG) configures NRI, which overrides an edit of $CONTAINERD_CONFIG: set disable = false there by hand"
+            fi
+        done < <(compgen -G "$(p "$pattern")" || true)
+    done < <(grep -E '^[[:space:]]*imports[[:space:]]*=' "$cfg" | grep -oE '"[^"]*"' | tr -d '"')
 }
 
 enable_nri() {
@@ -66,13 +92,21 @@ enable_nri() {
             RESTART_CONTAINERD=1
         return 0
     fi
+    # Replacing a link with a file would give it the link's mode (0777) and
+    # leave the file it points to behind.
+    [[ ! -L $cfg ]] || die "$CONTAINERD_CONFIG is a symbolic link: enable NRI in the file it points to by hand"
     grep -Eq '^[[:space:]]*version[[:space:]]*=[[:space:]]*[23]([[:space:]]|#|$)' "$cfg" ||
         die "$CONTAINERD_CONFIG is not a version 2 or 3 config: run 'containerd config migrate' first"
+    check_imports "$cfg"
     new=$(mktemp)
     nri_enabled_config "$need" <"$cfg" >"$new" || rc=$?
     if ((rc == 3)); then
         rm -f "$new"
         die "$CONTAINERD_CONFIG names io.containerd.nri.v1.nri outside a [$NRI_SECTION] table: set disable = false there by hand"
+    fi
+    if ((rc == 4)); then
+        rm -f "$new"
+        return 0
     fi
     ((rc == 0)) || die "cannot edit $CONTAINERD_CONFIG"
     # Keep the file's mode: containerd configs may hold registry credentials.

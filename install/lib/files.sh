@@ -3,6 +3,11 @@
 # file operations that record what they did in it, and their reversal at
 # --uninstall. Uses the globals and helpers bootstrap.sh defines (p, log, warn,
 # die, DRY_RUN, CHANGES, FAILURES, the host paths).
+#
+# Callers test these functions (`! put_file ... ||`, `if put_file`), and bash
+# ignores `set -e` in the whole body of a function so called: every step that
+# can fail (a full disk) ends in `|| die`, so that a half-written file is never
+# installed, recorded, or followed by a containerd restart.
 
 # --- the manifest: one tab-separated line per thing an install did ---------
 #   created  <path>  <sha256 written>      removed at uninstall
@@ -33,7 +38,7 @@ ensure_dir() {
         d=$(dirname "$d")
     done
     for ((i = ${#missing[@]} - 1; i >= 0; i--)); do
-        mkdir "$(p "${missing[i]}")"
+        mkdir "$(p "${missing[i]}")" || die "cannot create ${missing[i]}"
         manifest_put dir "${missing[i]}" -
     done
 }
@@ -50,30 +55,36 @@ manifest_put() { # kind key value: replaces the line for (kind, key)
             missing+=("$d")
             d=$(dirname "$d")
         done
-        mkdir -p "$(dirname "$m")"
+        mkdir -p "$(dirname "$m")" || die "cannot create $(dirname "$MANIFEST")"
         for ((i = ${#missing[@]} - 1; i >= 0; i--)); do
-            printf 'dir\t%s\t-\n' "${missing[i]}" >>"$m"
+            printf 'dir\t%s\t-\n' "${missing[i]}" >>"$m" || die "cannot write $MANIFEST"
         done
     fi
-    touch "$m"
-    awk -F'\t' -v k="$1" -v p="$2" '!($1 == k && $2 == p)' "$m" >"$m.new"
-    printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$m.new"
-    mv "$m.new" "$m"
+    touch "$m" || die "cannot write $MANIFEST"
+    {
+        awk -F'\t' -v k="$1" -v p="$2" '!($1 == k && $2 == p)' "$m" >"$m.new" &&
+            printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$m.new" &&
+            mv "$m.new" "$m"
+    } || die "cannot write $MANIFEST"
 }
 
 manifest_drop() { # kind key
     local m
     m=$(p "$MANIFEST")
     [[ -f $m ]] || return 0
-    awk -F'\t' -v k="$1" -v p="$2" '!($1 == k && $2 == p)' "$m" >"$m.new"
-    mv "$m.new" "$m"
+    {
+        awk -F'\t' -v k="$1" -v p="$2" '!($1 == k && $2 == p)' "$m" >"$m.new" &&
+            mv "$m.new" "$m"
+    } || die "cannot write $MANIFEST"
 }
 
 # --- file operations ---------------------------------------------------------
 
 # put_file SRC DEST MODE: installs SRC as host path DEST when its content or
 # mode differs. The first time devgate touches a file that already exists, the
-# file is kept as DEST.devgate-backup. Returns 0 when it changed something.
+# file is kept as DEST.devgate-backup; so is a file someone changed after
+# devgate last wrote it, which --uninstall then returns to rather than to an
+# older state. Returns 0 when it changed something.
 put_file() {
     local src=$1 dest=$2 mode=$3 target
     target=$(p "$dest")
@@ -92,19 +103,31 @@ put_file() {
     fi
     log "install $dest"
     ensure_dir "$(dirname "$dest")"
-    local kind
+    local kind recorded
     kind=$(manifest_kind "$dest")
+    recorded=$kind
+    if [[ -n $kind ]] && [[ -e $target || -L $target ]] &&
+        { [[ -L $target || ! -f $target ]] || [[ $(sha "$target") != "$(manifest_get "$kind" "$dest")" ]]; }; then
+        log "$dest changed since devgate wrote it: that version is the one --uninstall restores"
+        kind=
+    fi
     if [[ -z $kind ]]; then
         if [[ -e $target || -L $target ]]; then
-            cp -a "$target" "$target.devgate-backup"
+            cp -a "$target" "$target.devgate-backup" || die "cannot back up $dest"
             kind=modified
         else
             kind=created
         fi
     fi
-    install -m "$mode" "$src" "$target.devgate-new"
-    mv -f "$target.devgate-new" "$target"
+    install -m "$mode" "$src" "$target.devgate-new" || {
+        rm -f "$target.devgate-new"
+        die "cannot write $dest"
+    }
+    mv -f "$target.devgate-new" "$target" || die "cannot install $dest"
     manifest_put "$kind" "$dest" "$(sha "$target")"
+    if [[ -n $recorded && $recorded != "$kind" ]]; then
+        manifest_drop "$recorded" "$dest"
+    fi
 }
 
 # put_text DEST MODE: like put_file with the text on stdin.
@@ -132,7 +155,7 @@ put_link() {
     fi
     log "link $1 -> $2"
     ensure_dir "$(dirname "$1")"
-    ln -s "$2" "$link"
+    ln -s "$2" "$link" || die "cannot link $1"
     manifest_put created "$1" link
 }
 
@@ -160,11 +183,12 @@ remove_owned() {
         return 0
     fi
     log "remove $path"
-    rm -f "$target"
+    rm -f "$target" || die "cannot remove $path"
     manifest_drop created "$path"
 }
 
-# Restores a file devgate modified, when nobody changed it since.
+# Restores a file devgate modified, when nobody changed it since. Returns 0
+# when it did (or would, in a dry run).
 restore_owned() {
     local path=$1 target written
     target=$(p "$path")
@@ -172,19 +196,19 @@ restore_owned() {
     [[ -f $target.devgate-backup || -L $target.devgate-backup ]] || {
         warn "$path: backup $path.devgate-backup is gone; left as it is"
         FAILURES=$((FAILURES + 1))
-        return
+        return 1
     }
     if [[ -f $target && $(sha "$target") != "$written" ]]; then
         warn "$path changed after devgate wrote it; left as it is (the original is $path.devgate-backup)"
         FAILURES=$((FAILURES + 1))
-        return
+        return 1
     fi
     CHANGES=$((CHANGES + 1))
     if ((DRY_RUN)); then
         log "would restore $path from $path.devgate-backup"
-        return
+        return 0
     fi
     log "restore $path"
-    mv -f "$target.devgate-backup" "$target"
+    mv -f "$target.devgate-backup" "$target" || die "cannot restore $path"
     manifest_drop modified "$path"
 }

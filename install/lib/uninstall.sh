@@ -32,8 +32,10 @@ uninstall() {
             fi
             ;;
         modified)
-            restore_owned "$key"
-            [[ $key != "$CONTAINERD_CONFIG" ]] || RESTART_CONTAINERD=1
+            # containerd restarts only onto a config actually put back.
+            if restore_owned "$key" && [[ $key == "$CONTAINERD_CONFIG" ]]; then
+                RESTART_CONTAINERD=1
+            fi
             ;;
         numvfs)
             local dev=/sys/bus/pci/devices/$key current
