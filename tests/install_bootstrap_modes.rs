@@ -170,11 +170,14 @@ fn uninstall_after_a_rerun_returns_to_the_config_found_then() {
     let path = prefix.join("etc/containerd/config.toml");
     assert!(bootstrap(&prefix, &hooks, &version).ok);
     assert!(path.exists(), "created on a node without a config");
-    let operators = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause:3.9\"\n";
+    let operators =
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause:3.9\"\n";
     write(&path, operators);
     let rerun = bootstrap(&prefix, &hooks, &version);
     assert!(rerun.ok, "{}", rerun.out);
-    assert!(std::fs::read_to_string(&path).unwrap().contains("disable = false"));
+    assert!(std::fs::read_to_string(&path)
+        .unwrap()
+        .contains("disable = false"));
     let undo = bootstrap(&prefix, &hooks, &["--uninstall"]);
     assert!(undo.ok, "{}", undo.out);
     assert_eq!(std::fs::read_to_string(&path).unwrap(), operators);
@@ -212,7 +215,11 @@ fn a_linked_config_or_an_imported_nri_table_is_refused_untouched() {
     assert!(!run.ok, "{}", run.out);
     position(&run.out, "/etc/containerd/conf.d/nri.toml (imported by");
     assert_eq!(std::fs::read_to_string(&cfg).unwrap(), main);
-    assert!(!run.out.contains("systemctl restart containerd"), "{}", run.out);
+    assert!(
+        !run.out.contains("systemctl restart containerd"),
+        "{}",
+        run.out
+    );
 }
 
 /// A write that fails (a full disk; here the temporary name is taken by a
@@ -228,8 +235,15 @@ fn a_failed_write_stops_before_anything_is_installed_or_restarted() {
     assert!(!run.ok, "{}", run.out);
     position(&run.out, "cannot install /etc/containerd/config.toml");
     assert_eq!(std::fs::read_to_string(&cfg).unwrap(), CONTAINERD_CONFIG);
-    assert!(!run.out.contains("systemctl restart containerd"), "{}", run.out);
+    assert!(
+        !run.out.contains("systemctl restart containerd"),
+        "{}",
+        run.out
+    );
     let manifest = std::fs::read_to_string(prefix.join("var/lib/devgate/install/manifest"))
         .unwrap_or_default();
-    assert!(!manifest.contains("/etc/containerd/config.toml"), "{manifest}");
+    assert!(
+        !manifest.contains("/etc/containerd/config.toml"),
+        "{manifest}"
+    );
 }

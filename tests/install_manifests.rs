@@ -144,7 +144,10 @@ fn daemonset_mounts_what_devgate_needs_and_matches_rbac() {
         .iter()
         .map(|sa| {
             let m = &sa["metadata"];
-            (m["name"].as_str().unwrap(), m["namespace"].as_str().unwrap())
+            (
+                m["name"].as_str().unwrap(),
+                m["namespace"].as_str().unwrap(),
+            )
         })
         .collect();
     assert!(accounts.contains(&(account, namespace)), "{accounts:?}");
@@ -156,7 +159,9 @@ fn daemonset_mounts_what_devgate_needs_and_matches_rbac() {
             .filter(|b| b["subjects"][0]["name"].as_str() == Some(who))
             .flat_map(|b| {
                 let role = b["roleRef"]["name"].as_str();
-                roles.iter().filter(move |r| r["metadata"]["name"].as_str() == role)
+                roles
+                    .iter()
+                    .filter(move |r| r["metadata"]["name"].as_str() == role)
             })
             .flat_map(|r| r["rules"].as_sequence().unwrap().iter())
             .map(|r| {
@@ -176,8 +181,16 @@ fn daemonset_mounts_what_devgate_needs_and_matches_rbac() {
     assert!(allows(account, "", "pods", "watch"));
     for (_, _, verbs) in rules_of(account) {
         for write in ["create", "update", "patch", "delete"] {
-            assert!(!verbs.contains(&write), "the DaemonSet's account may {write}");
+            assert!(
+                !verbs.contains(&write),
+                "the DaemonSet's account may {write}"
+            );
         }
     }
-    assert!(allows("devgate-device-report", "scheduling.koordinator.sh", "devices", "patch"));
+    assert!(allows(
+        "devgate-device-report",
+        "scheduling.koordinator.sh",
+        "devices",
+        "patch"
+    ));
 }

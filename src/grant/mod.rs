@@ -25,6 +25,7 @@ pub mod check;
 pub mod credentials;
 pub mod fake_api;
 pub mod kubeconfig;
+mod late;
 pub mod model;
 mod node_identity;
 pub mod request;
@@ -99,6 +100,8 @@ pub struct PodIdentity<'a> {
 /// The grant check of a running plugin: its mode, the pod cache and the audit.
 pub struct GrantChecker {
     mode: Mode,
+    /// Where an API server may still appear (see [`late`]).
+    late: Option<late::LateMode>,
     cache: Arc<PodCache>,
     audit: Audit,
     // Held for its lifetime: dropping it stops the watch thread.
@@ -109,32 +112,42 @@ impl GrantChecker {
     /// Resolves the mode from `config` and this process's environment and starts
     /// the watch when the mode needs one.
     pub fn start(config: &Config, state_dir: &Path) -> GrantChecker {
-        let mode = settings::resolve_on_host(config, Path::new("/"), Path::new(KUBELET_KUBECONFIG));
-        GrantChecker::with_mode(mode, state_dir)
+        GrantChecker::start_at(
+            config,
+            state_dir,
+            Path::new("/"),
+            Path::new(KUBELET_KUBECONFIG),
+        )
+    }
+
+    /// [`GrantChecker::start`] with the host root and kubelet's kubeconfig given.
+    pub fn start_at(
+        config: &Config,
+        state_dir: &Path,
+        host_root: &Path,
+        kubelet_conf: &Path,
+    ) -> GrantChecker {
+        let mode = settings::resolve_on_host(config, host_root, kubelet_conf);
+        let mut checker = GrantChecker::with_mode(mode, state_dir);
+        let looks_again = !matches!(checker.mode, Mode::Requests(_))
+            && config.grant_check != Some(GrantCheck::Off);
+        if looks_again {
+            checker.late = Some(late::LateMode::new(
+                config,
+                host_root.to_path_buf(),
+                kubelet_conf.to_path_buf(),
+            ));
+        }
+        checker
     }
 
     /// With an explicit mode (tests, and [`GrantChecker::start`]).
     pub fn with_mode(mode: Mode, state_dir: &Path) -> GrantChecker {
         let cache = Arc::new(PodCache::new());
-        let mut checker_mode = mode;
-        let mut handle = None;
-        if let Mode::Requests(ep) = &checker_mode {
-            let started = watch::PodClient::new(ep)
-                .map_err(|e| e.to_string())
-                .and_then(|client| {
-                    watch::PodWatch::spawn(client, Arc::clone(&cache)).map_err(|e| e.to_string())
-                });
-            match started {
-                Ok(w) => {
-                    tracing::info!(api = %ep.base, node = %ep.node_name, "grant check: watching this node's pods");
-                    handle = Some(w);
-                }
-                Err(reason) => {
-                    tracing::error!(api = %ep.base, error = %reason, "grant check: cannot start the pod watch");
-                    checker_mode = Mode::Unavailable(format!("pod watch not started: {reason}"));
-                }
-            }
-        }
+        let (checker_mode, handle) = match mode {
+            Mode::Requests(ep) => start_watch(ep, &cache),
+            other => (other, None),
+        };
         match &checker_mode {
             Mode::Off => tracing::info!("grant check off: allocations are applied as annotated"),
             Mode::Unavailable(reason) => tracing::error!(%reason, "grant check unavailable"),
@@ -142,14 +155,20 @@ impl GrantChecker {
         }
         GrantChecker {
             mode: checker_mode,
+            late: None,
             cache,
             audit: Audit::open(state_dir),
             _watch: handle,
         }
     }
 
+    /// The mode in force: the one resolved at start, or an API server found
+    /// since (looked for again when it is time).
     pub fn mode(&self) -> &Mode {
-        &self.mode
+        self.late
+            .as_ref()
+            .and_then(|l| l.found(&self.cache))
+            .unwrap_or(&self.mode)
     }
 
     pub fn cache(&self) -> &Arc<PodCache> {
@@ -223,7 +242,8 @@ impl GrantChecker {
             return Err(namespace("is not in allowed_namespaces"));
         }
         let ignore = config.failure_policy == FailurePolicy::Ignore;
-        if config.grant_check == Some(GrantCheck::Off) || self.mode == Mode::Off {
+        let mode = self.mode();
+        if config.grant_check == Some(GrantCheck::Off) || *mode == Mode::Off {
             return Ok((Outcome::Unchecked, "grant_check off".into()));
         }
         // A static pod comes from a file on the node, never through the
@@ -241,7 +261,7 @@ impl GrantChecker {
         if let Some(source) = pod.config_source.filter(|s| *s != "api") {
             return Err(static_pod(format!("{}: {source}", model::CONFIG_SOURCE)));
         }
-        match &self.mode {
+        match mode {
             Mode::Off => Ok((Outcome::Unchecked, "grant_check off".into())),
             Mode::Unavailable(reason) if ignore => Ok((
                 Outcome::Unverified,
@@ -327,3 +347,26 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests;
 #[cfg(test)]
 mod tls_tests;
+
+/// Starts the watch of `ep`: the mode is `Requests`, or `Unavailable` when the
+/// watch cannot start.
+fn start_watch(ep: Endpoint, cache: &Arc<PodCache>) -> (Mode, Option<watch::PodWatch>) {
+    let started = watch::PodClient::new(&ep)
+        .map_err(|e| e.to_string())
+        .and_then(|client| {
+            watch::PodWatch::spawn(client, Arc::clone(cache)).map_err(|e| e.to_string())
+        });
+    match started {
+        Ok(w) => {
+            tracing::info!(api = %ep.base, node = %ep.node_name, "grant check: watching this node's pods");
+            (Mode::Requests(ep), Some(w))
+        }
+        Err(reason) => {
+            tracing::error!(api = %ep.base, error = %reason, "grant check: cannot start the pod watch");
+            (
+                Mode::Unavailable(format!("pod watch not started: {reason}")),
+                None,
+            )
+        }
+    }
+}
