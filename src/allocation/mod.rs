@@ -161,6 +161,19 @@ pub struct GpuResources {
 }
 
 impl GpuResources {
+    /// The `gpu-core` percent the scheduler counted for this GPU. A pod that
+    /// asks for GPU memory only gets entries with memory and no core
+    /// (Koordinator's `calcDesiredRequestsAndCountForGPU` puts `gpu-core` in
+    /// only when it was requested), and the GPU's core stays free for others:
+    /// 0. An entry with no resources at all (old annotations): the whole GPU.
+    pub fn core_counted(&self) -> u32 {
+        match self.core_percent {
+            Some(core) => core,
+            None if self.memory_ratio_percent.is_some() || self.memory_bytes.is_some() => 0,
+            None => FULL_SHARE,
+        }
+    }
+
     /// A claim below 100% of either core or memory shares the GPU with other pods.
     /// A missing value counts as 100: old annotations carried no resources at all.
     pub fn is_shared(&self) -> bool {

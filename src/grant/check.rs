@@ -88,7 +88,7 @@ fn check_gpus(req: &DeviceRequest, alloc: &Allocation) -> Result<(), Mismatch> {
             .map(|g| u64::from(f(&g.resources).unwrap_or(FULL_SHARE)))
             .sum()
     };
-    within("core", sum(&|r| r.core_percent), req.gpu_core)?;
+    within("core", sum(&|r| Some(r.core_counted())), req.gpu_core)?;
     if req.gpu_memory_ratio == 0 && req.gpu_memory_bytes > 0 {
         // Memory requested in bytes: the scheduler derives the ratio from the
         // device's size, so the bytes are what can be compared.

@@ -178,6 +178,22 @@ fn allocations_against_requests() {
     }
 }
 
+/// A pod asking for GPU memory only: Koordinator writes its entries without
+/// `gpu-core`, and counts no core for it.
+#[test]
+fn memory_only_requests_grant_entries_without_core() {
+    let mem_only = |res: &str| alloc(&[format!(r#"{{"minor":0,"resources":{{{res}}}}}"#)], &[]);
+    let bytes =
+        mem_only(r#""koordinator.sh/gpu-memory":"8Gi","koordinator.sh/gpu-memory-ratio":"10""#);
+    check(&req(0, 0, 8 * G, 0, 0), &bytes).expect("gpu-memory only");
+    let ratio = mem_only(r#""koordinator.sh/gpu-memory-ratio":"50""#);
+    check(&req(0, 50, 0, 0, 0), &ratio).expect("gpu-memory-ratio only");
+    // An explicit core the pod did not ask for is still too much.
+    let with_core = alloc(&[gpu(0, 10, 50)], &[]);
+    let e = check(&req(0, 50, 0, 0, 0), &with_core).unwrap_err();
+    assert!(e.to_string().contains("core"), "{e}");
+}
+
 #[test]
 fn gpu_count_from_requests() {
     for (r, want) in [

@@ -117,7 +117,7 @@ fn share(e: &GpuEntry) -> Share {
         return Share::Exclusive;
     }
     Share::Shared {
-        core: e.resources.core_percent.unwrap_or(100),
+        core: e.resources.core_counted(),
         memory_ratio: e.resources.memory_ratio_percent.unwrap_or(100),
     }
 }

@@ -90,6 +90,23 @@ fn gpus_by_minor_in_annotation_order() {
     assert_eq!(json["devices"][0]["file_mode"], 0o666);
 }
 
+/// Memory-only entries count no core, so two pods of half the memory each
+/// share one GPU as the scheduler placed them; an entry with no resources at
+/// all is the whole GPU.
+#[test]
+fn a_memory_only_share_claims_no_core() {
+    let p = plan(r#"{"gpu":[{"minor":3,"resources":{"koordinator.sh/gpu-memory-ratio":"50","koordinator.sh/gpu-memory":"40Gi"}}]}"#).unwrap();
+    assert_eq!(
+        p.claims[0].share,
+        Share::Shared {
+            core: 0,
+            memory_ratio: 50
+        }
+    );
+    let p = plan(r#"{"gpu":[{"minor":3}]}"#).unwrap();
+    assert_eq!(p.claims[0].share, Share::Exclusive);
+}
+
 #[test]
 fn shared_gpu_with_and_without_hami() {
     let ann = r#"{"gpu":[{"minor":3,"resources":{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory":"23034Mi","koordinator.sh/gpu-memory-ratio":"50"}},
