@@ -45,6 +45,8 @@ pub enum CgroupError {
         #[source]
         source: std::io::Error,
     },
+    #[error("device cgroup {path} of the container is not its own: no component names container {container} (a container run without a cgroup of its own, as with podman --cgroups=disabled, shares its caller's, whose device access must not change)")]
+    NotOwn { path: String, container: String },
     #[error("allow {rule:?} in {path}: {source}")]
     Allow {
         rule: String,
@@ -118,11 +120,14 @@ pub fn hierarchy(proc_root: &Path, pid: u32) -> Result<Hierarchy, CgroupError> {
     }
 }
 
-/// Allows `nodes` in the device cgroup of process `pid`, whose bundle (for
-/// the runtime's own rules on cgroup v2) is `bundle`.
+/// Allows `nodes` in the device cgroup of process `pid` of container
+/// `container_id`, whose bundle's spec (for the runtime's own rules on cgroup
+/// v2) is `spec`. The cgroup must be the container's own: a path component
+/// names the container (`libpod-<id>.scope`, `crio-<id>.scope`, `<id>`).
 pub fn allow(
     roots: &CgroupRoots,
     pid: u32,
+    container_id: &str,
     spec: &super::cgroup_v2::Spec,
     nodes: &[DeviceNode],
     bpf: &mut dyn super::cgroup_v2::BpfSys,
@@ -130,7 +135,15 @@ pub fn allow(
     if nodes.is_empty() {
         return Ok(Applied::Nothing);
     }
-    let rel = match hierarchy(&roots.proc_root, pid)? {
+    let found = hierarchy(&roots.proc_root, pid)?;
+    let (Hierarchy::V1(path) | Hierarchy::V2(path)) = &found;
+    if super::membership::own_prefix(path, container_id).is_none() {
+        return Err(CgroupError::NotOwn {
+            path: crate::untrusted::one_line(path, 256),
+            container: container_id.to_string(),
+        });
+    }
+    let rel = match found {
         Hierarchy::V1(rel) => rel,
         Hierarchy::V2(rel) => {
             let dir = super::cgroup_v2::cgroup_dir(&roots.v2_root, &rel)?;
@@ -225,7 +238,7 @@ mod tests {
         )
         .unwrap();
         let v2 = dir.path().join("unified");
-        fs::create_dir_all(v2.join("system.slice/x.scope")).unwrap();
+        fs::create_dir_all(v2.join("system.slice/libpod-abc.scope")).unwrap();
         let bundle = dir.path().join("bundle");
         fs::create_dir_all(&bundle).unwrap();
         let spec = r#"{"root":{"path":"rootfs"},"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]}}}"#;
@@ -248,7 +261,7 @@ mod tests {
             nodes: &[DeviceNode],
             bpf: &mut FakeBpf,
         ) -> Result<Applied, CgroupError> {
-            allow(&self.roots, pid, &self.spec, nodes, bpf)
+            allow(&self.roots, pid, "abc", &self.spec, nodes, bpf)
         }
     }
 
@@ -278,18 +291,21 @@ mod tests {
 
     #[test]
     fn v2_only_replaces_the_device_program_of_the_containers_cgroup() {
-        let f = fake("0::/system.slice/x.scope\n");
+        let f = fake("0::/system.slice/libpod-abc.scope\n");
         let mut bpf = FakeBpf::with_attached(&[1]);
         let applied = f.allow(7, &[node(195, 3)], &mut bpf).unwrap();
         let Applied::V2(r) = applied else {
             panic!("{applied:?}")
         };
-        assert_eq!(r.cgroup, f.roots.v2_root.join("system.slice/x.scope"));
+        assert_eq!(
+            r.cgroup,
+            f.roots.v2_root.join("system.slice/libpod-abc.scope")
+        );
         assert_eq!((r.old, r.in_place), (1, true));
         assert_eq!(bpf.attached, vec![100]);
         assert_eq!(
             hierarchy(&f.roots.proc_root, 7).unwrap(),
-            Hierarchy::V2("/system.slice/x.scope".into())
+            Hierarchy::V2("/system.slice/libpod-abc.scope".into())
         );
         let f = fake(HYBRID);
         assert_eq!(
@@ -313,13 +329,32 @@ mod tests {
             assert!(f.allow(7, &[node(195, 3)], &mut bpf).is_err(), "{bad:?}");
             assert!(bpf.attached.is_empty(), "{bad:?}");
         }
-        let f = fake("5:devices:/elsewhere\n");
+        let f = fake("5:devices:/elsewhere/libpod-abc\n");
         let mut bpf = FakeBpf::default();
         let e = f.allow(7, &[node(195, 3)], &mut bpf).unwrap_err();
         assert!(matches!(e, CgroupError::Open { .. }), "{e}");
         assert!(f.allow(8, &[node(195, 3)], &mut bpf).is_err());
-        let f = fake("0::/not/there\n");
+        let f = fake("0::/not/libpod-abc\n");
         let e = f.allow(7, &[node(195, 3)], &mut bpf).unwrap_err();
         assert!(e.to_string().contains("cgroup v2"), "{e}");
+    }
+
+    /// A container without a cgroup of its own runs in its caller's (a user
+    /// session, a service, the root cgroup): that cgroup's device access is
+    /// not the container's to change.
+    #[test]
+    fn a_cgroup_that_does_not_name_the_container_is_left_alone() {
+        for shared in [
+            "0::/user.slice/user-0.slice/session-3.scope\n",
+            "0::/\n",
+            "0::/system.slice/libpod-abcd.scope\n",
+            "5:devices:/user.slice\n0::/user.slice\n",
+        ] {
+            let f = fake(shared);
+            let mut bpf = FakeBpf::with_attached(&[1]);
+            let e = f.allow(7, &[node(195, 3)], &mut bpf).unwrap_err();
+            assert!(matches!(e, CgroupError::NotOwn { .. }), "{shared:?}: {e}");
+            assert!(bpf.calls.is_empty(), "{shared:?}");
+        }
     }
 }

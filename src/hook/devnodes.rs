@@ -44,6 +44,32 @@ pub enum NodeError {
         major: u32,
         minor: u32,
     },
+    #[error("the container runs in a user namespace of its own: device nodes made for it could not be opened (the kernel refuses device nodes on a filesystem mounted in another user namespace, SB_I_NODEV); hooks-only mode cannot give it devices: use NRI or CDI")]
+    UserNamespace,
+}
+
+/// Refuses a container in a user namespace other than this process's:
+/// its `/dev` is a tmpfs mounted there, which the kernel marks nodev
+/// (`alloc_super`: `SB_I_NODEV` unless the namespace is the initial one), and
+/// a node made there either cannot be created (EOVERFLOW: root has no mapping)
+/// or cannot be opened. runc bind-mounts host nodes for such containers.
+pub fn check_user_ns(proc_root: &Path, pid: u32) -> Result<(), NodeError> {
+    let ns = |who: &str| {
+        let path = proc_root.join(who).join("ns/user");
+        std::fs::metadata(&path)
+            .map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                (m.dev(), m.ino())
+            })
+            .map_err(|e| NodeError::Open {
+                path,
+                source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+            })
+    };
+    if ns(&pid.to_string())? != ns("self")? {
+        return Err(NodeError::UserNamespace);
+    }
+    Ok(())
 }
 
 fn open_how(flags: OFlag, resolve: ResolveFlag) -> OpenHow {

@@ -132,3 +132,28 @@ fn the_rootfs_resolves_in_the_process_root() {
     assert_node(&root.join("data/c/merged/dev/nvidia0"), 195, 0);
     assert!(open_rootfs(proc.path(), 43, Path::new("/x")).is_err());
 }
+
+/// A process in a user namespace of its own (podman --userns=auto, a pod
+/// with hostUsers: false) is refused before any node is made; one in this
+/// process's namespace is not.
+#[test]
+fn a_container_in_its_own_user_namespace_is_refused() {
+    let proc_root = Path::new("/proc");
+    check_user_ns(proc_root, std::process::id()).unwrap();
+    let mut child = std::process::Command::new("unshare")
+        .args(["--user", "sleep", "30"])
+        .spawn()
+        .expect("unshare --user");
+    // The namespace exists once unshare has exec'd sleep.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut result = check_user_ns(proc_root, child.id());
+    while result.is_ok() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        result = check_user_ns(proc_root, child.id());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let e = result.unwrap_err();
+    assert!(matches!(e, NodeError::UserNamespace), "{e}");
+    assert!(e.to_string().contains("use NRI or CDI"), "{e}");
+}

@@ -61,7 +61,7 @@ pub fn own_cgroups(
 }
 
 /// `cgroup` up to and including its first component that names the container.
-fn own_prefix(cgroup: &str, container_id: &str) -> Option<String> {
+pub(super) fn own_prefix(cgroup: &str, container_id: &str) -> Option<String> {
     if !cgroup.starts_with('/') || cgroup.len() > MAX_PATH_BYTES {
         return None;
     }

@@ -56,6 +56,7 @@ impl ContainerOs for SysContainerOs {
         }
         let nodes_err = |e| HookError::HooksOnly(HooksOnlyError::Nodes(e));
         let proc_root = self.env.roots.proc_root.clone();
+        devnodes::check_user_ns(&proc_root, pid).map_err(nodes_err)?;
         let rootfs = &self.bundle(state)?.rootfs;
         let fd = devnodes::open_rootfs(&proc_root, pid, rootfs).map_err(nodes_err)?;
         devnodes::make_nodes(std::os::fd::AsFd::as_fd(&fd), nodes).map_err(nodes_err)
@@ -75,6 +76,7 @@ impl ContainerOs for SysContainerOs {
         cgroup::allow(
             &roots,
             pid,
+            &state.id,
             spec,
             nodes,
             &mut super::super::cgroup_v2::SysBpf,

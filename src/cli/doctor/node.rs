@@ -238,6 +238,6 @@ pub fn cgroup(roots: &Roots, containerd: &ContainerdConfig) -> Check {
     }
     Check::pass(
         NAME,
-        format!("{found}; devgate's device rules are in the OCI spec and survive systemctl daemon-reload"),
+        format!("{found}; through NRI, devgate's device rules are in the OCI spec and survive systemctl daemon-reload (hooks-only mode writes the cgroup itself, which a reload under the systemd driver undoes)"),
     )
 }
