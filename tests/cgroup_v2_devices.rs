@@ -181,3 +181,57 @@ fn the_hook_grants_exactly_the_planned_node_on_cgroup_v2() {
     assert_eq!(probe(&dir, null, libc::O_RDWR), None);
     drop(cg);
 }
+
+/// crun with the systemd driver: the device program sits on the container's
+/// scope and its init in `<scope>/container`. The kernel runs the scope's
+/// program too, so the grant must replace it there, not add one below.
+#[test]
+fn the_hook_grants_through_a_program_on_the_containers_parent_cgroup() {
+    let scope = Path::new(V2_ROOT).join(format!("devgate-test-scope-{}", std::process::id()));
+    std::fs::create_dir(&scope).unwrap();
+    let _scope = Cgroup {
+        dir: scope.clone(),
+        child: None,
+    };
+    let leaf = scope.join("container");
+    std::fs::create_dir(&leaf).unwrap();
+    let mut cg = Cgroup {
+        dir: leaf.clone(),
+        child: None,
+    };
+    let spec: cgroup_v2::Spec = serde_json::from_str(RUNTIME_SPEC).unwrap();
+    let insns = cgroup_v2::generate(&cgroup_v2::ruleset(&spec, &[]).unwrap()).unwrap();
+    let mut bpf = SysBpf;
+    let crun_prog = bpf.load(&insns, cgroup_v2::LICENSE).unwrap();
+    let scope_fd = std::fs::File::open(&scope).unwrap();
+    bpf.attach(scope_fd.as_fd(), crun_prog.as_fd(), None)
+        .unwrap();
+    let join_procs = procs(&leaf);
+    let mut sleep = Command::new("sleep");
+    sleep.arg("1000");
+    // SAFETY: the closure only makes raw syscalls on prepared buffers.
+    unsafe { sleep.pre_exec(move || join(&join_procs)) };
+    cg.child = Some(sleep.spawn().unwrap());
+
+    let nodes = tempfile::tempdir().unwrap();
+    let granted = nodes.path().join("nvidia252");
+    mknod(
+        &granted,
+        SFlag::S_IFCHR,
+        Mode::from_bits_truncate(0o666),
+        makedev(195, 252),
+    )
+    .unwrap();
+    assert_eq!(probe(&leaf, &granted, libc::O_RDONLY), Some(Errno::EPERM));
+    let replaced = cgroup_v2::allow_in(&mut bpf, &scope, &leaf, &spec, &[node(252)]).unwrap();
+    assert_eq!(replaced.len(), 1, "{replaced:?}");
+    assert_eq!(replaced[0].cgroup, scope);
+    let leaf_fd = std::fs::File::open(&leaf).unwrap();
+    assert!(
+        bpf.query(leaf_fd.as_fd()).unwrap().is_empty(),
+        "none added below"
+    );
+    assert_eq!(probe(&leaf, &granted, libc::O_RDWR), Some(Errno::ENXIO));
+    assert_eq!(probe(&leaf, Path::new("/dev/null"), libc::O_RDWR), None);
+    drop(cg);
+}

@@ -61,8 +61,8 @@ pub enum CgroupError {
 pub enum Applied {
     /// The `devices.allow` file written.
     V1(PathBuf),
-    /// The cgroup v2 device program replaced.
-    V2(super::cgroup_v2::Replaced),
+    /// The cgroup v2 device programs replaced, one per level that had any.
+    V2(Vec<super::cgroup_v2::Replaced>),
     Nothing,
 }
 
@@ -137,18 +137,19 @@ pub fn allow(
     }
     let found = hierarchy(&roots.proc_root, pid)?;
     let (Hierarchy::V1(path) | Hierarchy::V2(path)) = &found;
-    if super::membership::own_prefix(path, container_id).is_none() {
+    let Some(own) = super::membership::own_prefix(path, container_id) else {
         return Err(CgroupError::NotOwn {
             path: crate::untrusted::one_line(path, 256),
             container: container_id.to_string(),
         });
-    }
+    };
     let rel = match found {
         Hierarchy::V1(rel) => rel,
         Hierarchy::V2(rel) => {
-            let dir = super::cgroup_v2::cgroup_dir(&roots.v2_root, &rel)?;
-            return Ok(Applied::V2(super::cgroup_v2::allow(
-                bpf, &dir, spec, nodes,
+            let leaf = super::cgroup_v2::cgroup_dir(&roots.v2_root, &rel)?;
+            let own = super::cgroup_v2::cgroup_dir(&roots.v2_root, &own)?;
+            return Ok(Applied::V2(super::cgroup_v2::allow_in(
+                bpf, &own, &leaf, spec, nodes,
             )?));
         }
     };
@@ -294,8 +295,11 @@ mod tests {
         let f = fake("0::/system.slice/libpod-abc.scope\n");
         let mut bpf = FakeBpf::with_attached(&[1]);
         let applied = f.allow(7, &[node(195, 3)], &mut bpf).unwrap();
-        let Applied::V2(r) = applied else {
+        let Applied::V2(levels) = applied else {
             panic!("{applied:?}")
+        };
+        let [r] = levels.as_slice() else {
+            panic!("{levels:?}")
         };
         assert_eq!(
             r.cgroup,

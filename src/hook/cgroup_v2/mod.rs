@@ -123,6 +123,53 @@ pub fn cgroup_dir(v2_root: &Path, rel: &str) -> Result<PathBuf, CgroupV2Error> {
     Ok(v2_root.join(p.strip_prefix("/").unwrap_or(p)))
 }
 
+/// Gives the container's cgroups from `own` (its own cgroup, the first path
+/// component naming it) down to `leaf` (where its init is) the device program
+/// for the bundle's rules (`spec`) plus `nodes`, in place of the programs
+/// attached at each of those levels: the kernel runs every program attached
+/// on the way to the leaf, and all must allow. crun with the systemd driver
+/// puts the program on the scope and the init in `<scope>/container`; runc
+/// puts it on the leaf. Where no level has one, the leaf gets it.
+pub fn allow_in(
+    sys: &mut dyn BpfSys,
+    own: &Path,
+    leaf: &Path,
+    spec: &Spec,
+    nodes: &[DeviceNode],
+) -> Result<Vec<Replaced>, CgroupV2Error> {
+    let below = leaf.strip_prefix(own).map_err(|_| CgroupV2Error::Path {
+        path: leaf.display().to_string().chars().take(256).collect(),
+    })?;
+    let mut levels = vec![own.to_path_buf()];
+    for c in below.components() {
+        let next = levels[levels.len() - 1].join(c);
+        levels.push(next);
+    }
+    let mut with_programs = Vec::new();
+    for dir in &levels {
+        let cgroup = File::open(dir).map_err(|source| CgroupV2Error::Open {
+            path: dir.clone(),
+            source,
+        })?;
+        let ids = sys
+            .query(cgroup.as_fd())
+            .map_err(|source| CgroupV2Error::Sys {
+                path: dir.clone(),
+                source,
+            })?;
+        if !ids.is_empty() {
+            with_programs.push(dir.clone());
+        }
+    }
+    if with_programs.is_empty() {
+        with_programs.push(leaf.to_path_buf());
+    }
+    with_programs
+        .iter()
+        .map(|dir| allow(sys, dir, spec, nodes))
+        .collect()
+}
+
 /// Gives the cgroup at `dir` a device program for the bundle's rules
 /// (`spec`) plus `nodes`, in place of what is attached there.
 pub fn allow(
