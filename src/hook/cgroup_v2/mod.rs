@@ -49,6 +49,10 @@ pub enum CgroupV2Error {
         "rule {rule} would punch a hole into a wildcard rule, which the device controller refuses"
     )]
     Hole { rule: String },
+    #[error(
+        "rule {rule} is of type a with a major or minor: all devices to runc, only those numbers to crun; refused rather than guessed"
+    )]
+    AllWithNumbers { rule: String },
     #[error(transparent)]
     Program(#[from] ProgramError),
     #[error("cgroup path {path:?} is not absolute and plain")]

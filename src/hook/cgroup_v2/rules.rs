@@ -257,8 +257,15 @@ impl Ruleset {
     }
 
     pub fn apply(&mut self, r: &Rule) -> Result<(), CgroupV2Error> {
+        if r.kind == DevType::All && (r.major.is_some() || r.minor.is_some()) {
+            // runc (as cgroup v1) resets the whole list whatever the numbers;
+            // crun matches char and block devices of those numbers only.
+            return Err(CgroupV2Error::AllWithNumbers {
+                rule: format!("{r:?}"),
+            });
+        }
         if r.kind == DevType::All {
-            // `a` is always a reset of the whole list, whatever its numbers.
+            // `a` is a reset of the whole list.
             self.default_allow = r.allow;
             self.exceptions.clear();
             return Ok(());

@@ -155,6 +155,15 @@ fn planned_nodes_are_added_read_write() {
     assert!(set.default_allow && listed(&set).is_empty());
 }
 
+/// `a 195:* rw` is allow-all to runc and 195:* to crun: refused, so the
+/// container is never given wider access than its runtime would.
+#[test]
+fn a_type_a_rule_with_numbers_is_refused() {
+    let text = r#"{"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"},{"allow":true,"type":"a","major":195,"access":"rw"}]}}}"#;
+    let e = ruleset(&spec(text), &[]).unwrap_err();
+    assert!(matches!(e, CgroupV2Error::AllWithNumbers { .. }), "{e}");
+}
+
 #[test]
 fn v1_semantics_hold_and_bad_rules_fail() {
     let mut set = set(&[Rule::new(true, DevType::Char, 5, -1, 7)]);
