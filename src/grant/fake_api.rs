@@ -25,6 +25,9 @@ struct State {
     /// Bumped to make every open watch send an ERROR 410 event.
     expiries: u64,
     requests: Vec<String>,
+    /// When not 0, every list page holds this many made-up pods and a
+    /// `continue` token: a server that never ends its list.
+    endless_list: usize,
 }
 
 struct Shared {
@@ -133,6 +136,11 @@ impl FakeApi {
         self.shared.changed.notify_all();
     }
 
+    /// Makes every list page `pods` made-up pods long, with no end.
+    pub fn list_without_end(&self, pods: usize) {
+        self.shared.lock().endless_list = pods;
+    }
+
     /// Request lines seen so far (`list ...` or `watch <version>`).
     pub fn requests(&self) -> Vec<String> {
         self.shared.lock().requests.clone()
@@ -223,14 +231,32 @@ fn serve(stream: TcpStream, shared: &Shared) {
         let s = {
             let mut s = shared.lock();
             s.requests.push(format!("list {node}"));
-            let items: Vec<Value> = s
-                .pods
-                .values()
-                .filter(|p| p["spec"]["nodeName"] == node.as_str())
-                .cloned()
-                .collect();
-            json!({ "kind": "PodList", "apiVersion": "v1",
-                    "metadata": { "resourceVersion": s.version.to_string() }, "items": items })
+            if s.endless_list > 0 {
+                let page = s.requests.len();
+                let items: Vec<Value> = (0..s.endless_list)
+                    .map(|i| {
+                        pod(
+                            "ns",
+                            &format!("p{page}-{i}"),
+                            &format!("u{page}-{i}"),
+                            &node,
+                            &[],
+                        )
+                    })
+                    .collect();
+                json!({ "kind": "PodList", "apiVersion": "v1",
+                        "metadata": { "resourceVersion": s.version.to_string(), "continue": "more" },
+                        "items": items })
+            } else {
+                let items: Vec<Value> = s
+                    .pods
+                    .values()
+                    .filter(|p| p["spec"]["nodeName"] == node.as_str())
+                    .cloned()
+                    .collect();
+                json!({ "kind": "PodList", "apiVersion": "v1",
+                        "metadata": { "resourceVersion": s.version.to_string() }, "items": items })
+            }
         };
         let _ = respond(&mut out, 200, &s);
     }

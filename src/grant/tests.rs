@@ -461,3 +461,20 @@ fn a_kubelet_kubeconfig_written_after_start_turns_the_check_on() {
         "{e}"
     );
 }
+
+/// A server whose pod list never ends: the client gives up past the most
+/// pods a node can run instead of growing without bound.
+#[test]
+fn a_list_without_end_is_cut_off() {
+    let api = FakeApi::start().unwrap();
+    api.list_without_end(500);
+    let client = watch::PodClient::new(&endpoint(&api)).unwrap();
+    let e = client.list().unwrap_err();
+    assert!(matches!(e, watch::WatchError::TooManyPods { .. }), "{e}");
+    let pages = api
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("list"))
+        .count();
+    assert_eq!(pages, cache::MAX_PODS / 500 + 1);
+}

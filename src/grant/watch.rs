@@ -28,6 +28,11 @@ const MAX_STATUS_BYTES: u64 = 64 << 10;
 const PAGE: u32 = 500;
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// The longest a watch may stay silent: API servers from 1.27 send a bookmark
+/// about once a minute to watchers that allow them, so a connection silent for
+/// longer is dropped (a half-open TCP connection gives no error), and a quiet
+/// one merely resumes from its version.
+const MAX_SILENCE: Duration = Duration::from_secs(90);
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
@@ -60,6 +65,11 @@ pub enum WatchError {
         #[source]
         source: serde_json::Error,
     },
+    #[error(
+        "pod list from {url} has more than {} pods, more than any node runs",
+        super::cache::MAX_PODS
+    )]
+    TooManyPods { url: String },
     #[error("watch event from {url} is larger than {MAX_EVENT_BYTES} bytes")]
     EventTooLarge { url: String },
 }
@@ -109,7 +119,9 @@ impl PodClient {
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_recv_response(Some(Duration::from_secs(30)))
             // A silent connection is dead once the server's own timeout has passed.
-            .timeout_per_read(Some(Duration::from_secs(self.watch_timeout_secs + 30)))
+            .timeout_per_read(Some(
+                Duration::from_secs(self.watch_timeout_secs + 30).min(MAX_SILENCE),
+            ))
             .user_agent("devgate")
             .build()
             .new_agent())
@@ -161,11 +173,16 @@ impl PodClient {
             let reader = BufReader::new(body.into_with_config().limit(MAX_LIST_BYTES).reader());
             let page: PodList =
                 serde_json::from_reader(reader).map_err(|source| WatchError::Decode {
-                    url,
+                    url: url.clone(),
                     what: "pod list",
                     source,
                 })?;
             pods.extend(page.items.iter().map(Pod::summary));
+            // Pages of a bounded size, but a server that never ends the list
+            // must not grow it without bound.
+            if pods.len() > super::cache::MAX_PODS {
+                return Err(WatchError::TooManyPods { url });
+            }
             if page.metadata.continue_token.is_empty() {
                 return Ok((pods, page.metadata.resource_version));
             }
