@@ -69,6 +69,10 @@ pub struct Container {
     pub name: String,
     #[serde(default)]
     pub resources: Resources,
+    /// `Always` on an init container makes it a sidecar (restartable init
+    /// container, Kubernetes 1.28+), which runs beside the app containers.
+    #[serde(default, rename = "restartPolicy")]
+    pub restart_policy: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -132,6 +136,7 @@ fn resources(c: &Container) -> ContainerResources {
         name: c.name.clone(),
         requests: keep(&c.resources.requests),
         limits: keep(&c.resources.limits),
+        sidecar: c.restart_policy.as_deref() == Some("Always"),
     }
 }
 

@@ -102,6 +102,8 @@ pub struct ContainerResources {
     pub name: String,
     pub requests: BTreeMap<String, String>,
     pub limits: BTreeMap<String, String>,
+    /// An init container with `restartPolicy: Always` (a sidecar).
+    pub sidecar: bool,
 }
 
 /// A container's device request. Extended resources cannot be overcommitted, so
@@ -143,9 +145,12 @@ pub fn container_request(c: &ContainerResources) -> Result<DeviceRequest, Reques
     Ok(r)
 }
 
-/// The pod's effective request, as the scheduler computes it for fit: the larger of
-/// the sum over app containers and each init container alone (init containers run
-/// one at a time, before the app containers).
+/// The pod's effective request, as the scheduler computes it for fit
+/// (component-helpers `resource.PodRequests`, which Koordinator calls): init
+/// containers run one at a time before the app containers, except sidecars
+/// (`restartPolicy: Always`), which keep running from their start on. So the
+/// app containers' sum plus every sidecar, or, if larger, any init container
+/// plus the sidecars started before it.
 pub fn pod_request(
     containers: &[ContainerResources],
     init_containers: &[ContainerResources],
@@ -154,9 +159,21 @@ pub fn pod_request(
     for c in containers {
         sum.add(&container_request(c)?);
     }
+    let mut sidecars = DeviceRequest::default();
+    let mut init_peak = DeviceRequest::default();
     for c in init_containers {
-        sum.max(&container_request(c)?);
+        let own = container_request(c)?;
+        let mut running = sidecars;
+        if c.sidecar {
+            sum.add(&own);
+            sidecars.add(&own);
+            running = sidecars;
+        } else {
+            running.add(&own);
+        }
+        init_peak.max(&running);
     }
+    sum.max(&init_peak);
     Ok(sum)
 }
 
@@ -174,7 +191,34 @@ mod tests {
             name: name.to_string(),
             requests: map(requests),
             limits: map(limits),
+            sidecar: false,
         }
+    }
+
+    fn sidecar(c: ContainerResources) -> ContainerResources {
+        ContainerResources { sidecar: true, ..c }
+    }
+
+    /// Sidecars (restartable init containers) run beside the app containers:
+    /// their requests add up with the app's, and an init container after a
+    /// sidecar runs beside it.
+    #[test]
+    fn sidecars_add_to_the_app_containers() {
+        let app = [ctr("app", &[(NVIDIA_GPU, "1")], &[])];
+        let init = [sidecar(ctr("proxy", &[(NVIDIA_GPU, "1")], &[]))];
+        assert_eq!(pod_request(&app, &init).unwrap().gpu_core, 200);
+        let init = [
+            sidecar(ctr("proxy", &[(NVIDIA_GPU, "1")], &[])),
+            ctr("setup", &[(NVIDIA_GPU, "2")], &[]),
+        ];
+        // setup runs beside proxy: 3 GPUs at once, more than proxy + app.
+        assert_eq!(pod_request(&app, &init).unwrap().gpu_core, 300);
+        let init = [
+            ctr("setup", &[(NVIDIA_GPU, "2")], &[]),
+            sidecar(ctr("proxy", &[(NVIDIA_GPU, "1")], &[])),
+        ];
+        // setup ends before proxy starts: the app and proxy, 2.
+        assert_eq!(pod_request(&app, &init).unwrap().gpu_core, 200);
     }
 
     #[test]
