@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use crate::allocation::{Allocation, FULL_SHARE};
 
-use super::request::DeviceRequest;
+use super::request::{DeviceRequest, RdmaStrategy};
 
 const FULL: u64 = FULL_SHARE as u64;
 
@@ -131,10 +131,14 @@ fn check_rdma(req: &DeviceRequest, alloc: &Allocation) -> Result<(), Mismatch> {
     }
     // Above 100: N whole devices. Up to 100: one device with that share, or with a
     // joint GPU allocation up to one per allocated GPU (one NIC per GPU's PCIe root).
-    let (allowed, per_device) = if req.rdma > FULL {
-        (req.rdma.div_ceil(FULL), FULL)
-    } else {
-        (alloc.gpus.len().max(1) as u64, req.rdma)
+    // The pod's allocate hint can ask otherwise.
+    let (allowed, per_device) = match req.rdma_strategy {
+        RdmaStrategy::RequestsAsCount { device_level } => {
+            (req.rdma, if device_level { FULL } else { 1 })
+        }
+        RdmaStrategy::ApplyForAll => (u64::MAX, req.rdma.min(FULL)),
+        RdmaStrategy::Default if req.rdma > FULL => (req.rdma.div_ceil(FULL), FULL),
+        RdmaStrategy::Default => (alloc.gpus.len().max(1) as u64, req.rdma),
     };
     if allocated as u64 > allowed {
         return Err(Mismatch::RdmaCount {

@@ -10,6 +10,7 @@ fn req(core: u64, ratio: u64, bytes: u64, shared: u64, rdma: u64) -> DeviceReque
         gpu_memory_bytes: bytes,
         gpu_shared: shared,
         rdma,
+        rdma_strategy: RdmaStrategy::Default,
     }
 }
 
@@ -175,6 +176,57 @@ fn allocations_against_requests() {
             (Err(e), Some(text)) => assert!(e.to_string().contains(text), "{what}: {e}"),
             (got, want) => panic!("{what}: got {got:?}, want {want:?}"),
         }
+    }
+}
+
+/// The pod's allocate hint decides how its `koordinator.sh/rdma` maps to
+/// devices: every NIC (`ApplyForAll`), or `value` NICs (`RequestsAsCount`).
+#[test]
+fn rdma_allocate_hints_set_the_count() {
+    let with = |strategy, rdma| DeviceRequest {
+        rdma_strategy: strategy,
+        ..req(0, 0, 0, 0, rdma)
+    };
+    let four = |share| {
+        alloc(
+            &[],
+            &[
+                vf(0, share, 1),
+                vf(1, share, 1),
+                vf(2, share, 1),
+                vf(3, share, 1),
+            ],
+        )
+    };
+    assert!(
+        check(&req(0, 0, 0, 0, 1), &four(1)).is_err(),
+        "no hint: one device"
+    );
+    check(&with(RdmaStrategy::ApplyForAll, 1), &four(1)).expect("apply for all");
+    let count = RdmaStrategy::RequestsAsCount {
+        device_level: false,
+    };
+    check(&with(count, 4), &four(1)).expect("4 as a count");
+    assert!(check(&with(count, 3), &four(1)).is_err(), "3 as a count");
+    assert!(check(&with(count, 4), &four(100)).is_err(), "each gets 1");
+    let whole = RdmaStrategy::RequestsAsCount { device_level: true };
+    check(&with(whole, 4), &four(100)).expect("device level: whole devices");
+    for (text, want) in [
+        (None, RdmaStrategy::Default),
+        (Some("not json"), RdmaStrategy::Default),
+        (Some(r#"{"gpu":{}}"#), RdmaStrategy::Default),
+        (
+            Some(r#"{"rdma":{"allocateStrategy":"ApplyForAll"}}"#),
+            RdmaStrategy::ApplyForAll,
+        ),
+        (
+            Some(
+                r#"{"rdma":{"allocateStrategy":"RequestsAsCount","exclusivePolicy":"DeviceLevel"}}"#,
+            ),
+            whole,
+        ),
+    ] {
+        assert_eq!(RdmaStrategy::from_hint(text), want, "{text:?}");
     }
 }
 

@@ -158,7 +158,11 @@ impl Pod {
             name: self.metadata.name.clone(),
             uid: self.metadata.uid.clone(),
             mirror_of: self.metadata.annotations.get(CONFIG_MIRROR).cloned(),
-            request: request::pod_request(&app, &init),
+            request: request::pod_request(&app, &init).map(|mut r| {
+                let hint = self.metadata.annotations.get(request::RdmaStrategy::HINT);
+                r.rdma_strategy = request::RdmaStrategy::from_hint(hint.map(String::as_str));
+                r
+            }),
             containers,
         }
     }

@@ -55,6 +55,54 @@ pub enum RequestError {
     },
 }
 
+/// How Koordinator turns `koordinator.sh/rdma` into devices, from the pod's
+/// `scheduling.koordinator.sh/device-allocate-hint` (`rdma.allocateStrategy`,
+/// `rdma.exclusivePolicy`; `DefaultDeviceHandler`, devicehandler_default.go).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RdmaStrategy {
+    /// Above 100 a multiple of whole devices, else one device with that share.
+    #[default]
+    Default,
+    /// Every device (matching the hint's selector), each with the request.
+    ApplyForAll,
+    /// `value` devices, each with a share of 1, or 100 with `DeviceLevel`.
+    RequestsAsCount { device_level: bool },
+}
+
+impl RdmaStrategy {
+    pub const HINT: &'static str = "scheduling.koordinator.sh/device-allocate-hint";
+
+    /// The rdma strategy of a hint's JSON; the default when there is none or
+    /// it cannot be read (the count rule is then the strict one).
+    pub fn from_hint(text: Option<&str>) -> RdmaStrategy {
+        #[derive(serde::Deserialize)]
+        struct Hint {
+            rdma: Option<Rdma>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Rdma {
+            #[serde(default, rename = "allocateStrategy")]
+            strategy: String,
+            #[serde(default, rename = "exclusivePolicy")]
+            exclusive: String,
+        }
+        let Some(rdma) = text
+            .and_then(|t| serde_json::from_str::<Hint>(t).ok())
+            .and_then(|h| h.rdma)
+        else {
+            return RdmaStrategy::Default;
+        };
+        match rdma.strategy.as_str() {
+            "ApplyForAll" => RdmaStrategy::ApplyForAll,
+            "RequestsAsCount" => RdmaStrategy::RequestsAsCount {
+                device_level: rdma.exclusive == "DeviceLevel",
+            },
+            _ => RdmaStrategy::Default,
+        }
+    }
+}
+
 /// Device units requested, by one container or a whole pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct DeviceRequest {
@@ -68,6 +116,8 @@ pub struct DeviceRequest {
     pub gpu_shared: u64,
     /// `koordinator.sh/rdma`.
     pub rdma: u64,
+    /// How `rdma` maps to devices (the pod's allocate hint).
+    pub rdma_strategy: RdmaStrategy,
 }
 
 impl DeviceRequest {
@@ -229,6 +279,7 @@ mod tests {
             gpu_memory_bytes: bytes,
             gpu_shared: shared,
             rdma,
+            rdma_strategy: RdmaStrategy::Default,
         };
         type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, DeviceRequest);
         let cases: Vec<Case> = vec![
