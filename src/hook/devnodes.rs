@@ -205,8 +205,12 @@ fn make_node(dir: RawFd, name: &str, node: &DeviceNode) -> Result<bool, NodeErro
     }
     // mknod applied the umask; the plan's mode is the contract. The name was
     // just checked to be a device node, not a symlink, and the container has
-    // not started, so nothing can swap it in between.
-    fchmodat(Some(dir), name, perm, FchmodatFlags::FollowSymlink).map_err(create)?;
+    // not started, so nothing can swap it in between. A node that was there
+    // already is left as it is: it may be the host's own, bind-mounted by the
+    // runtime (`--device`), whose mode is not the container's to change.
+    if made {
+        fchmodat(Some(dir), name, perm, FchmodatFlags::FollowSymlink).map_err(create)?;
+    }
     Ok(made)
 }
 

@@ -51,6 +51,28 @@ fn nodes_are_made_with_their_numbers_and_mode_once() {
     assert_eq!(make_nodes(fd.as_fd(), &[]).unwrap(), 0);
 }
 
+/// A node already there (the host's, bind-mounted with `--device`) keeps its
+/// mode: changing it would change the host's node.
+#[test]
+fn a_node_already_there_keeps_its_mode() {
+    let (dir, fd) = rootfs();
+    let path = dir.path().join("dev/nvidia3");
+    nix::sys::stat::mknod(
+        &path,
+        SFlag::S_IFCHR,
+        Mode::from_bits_truncate(0o600),
+        libc::makedev(195, 3),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(
+        make_nodes(fd.as_fd(), &[node("/dev/nvidia3", 195, 3)]).unwrap(),
+        0
+    );
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
+
 #[test]
 fn a_different_file_under_the_name_is_refused() {
     let (dir, fd) = rootfs();
