@@ -21,6 +21,8 @@ pub use sriov::SriovConfig;
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/devgate/config.toml";
 /// Upper bound on the config size: the runtime passes pre-installed plugin config inline.
 pub const MAX_CONFIG_BYTES: usize = 256 * 1024;
+/// The longest `hook_timeout_secs`: an hour, far past any VF move.
+pub const MAX_HOOK_TIMEOUT_SECS: i64 = 3600;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -318,6 +320,56 @@ impl Config {
         Ok(())
     }
 
+    /// The values the plan and the hook take as paths, names, modes and
+    /// times: checked when the config is parsed, so that a bad one fails the
+    /// config (and `devgate doctor`) instead of every container that needs
+    /// devgate; the plan checks them again for a config built in memory.
+    pub fn validate_plan_values(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: &str| ConfigError::Invalid {
+            key: key.to_string(),
+            reason: reason.to_string(),
+        };
+        for (key, path) in [
+            ("hami.library_path", &self.hami.library_path),
+            ("hami.lock_dir", &self.hami.lock_dir),
+        ] {
+            let p = Path::new(path);
+            if !p.is_absolute()
+                || p.components().any(|c| c == std::path::Component::ParentDir)
+                || path.contains('\0')
+            {
+                return Err(invalid(key, "must be an absolute path without .."));
+            }
+        }
+        let prefix = &self.rdma.ifname_prefix;
+        // IFNAMSIZ is 16 with the NUL: leave room for 4 digits.
+        if prefix.is_empty()
+            || prefix.len() > 11
+            || !prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(invalid(
+                "rdma.ifname_prefix",
+                "must be 1 to 11 characters of [A-Za-z0-9_-]",
+            ));
+        }
+        if self.device_file_mode > 0o777 {
+            return Err(invalid(
+                "device_file_mode",
+                "must be at most 0o777 (write it in octal: 0o666; 666 is decimal)",
+            ));
+        }
+        // The OCI runtime spec: a hook's timeout must be greater than zero.
+        if !(1..=MAX_HOOK_TIMEOUT_SECS).contains(&self.hook_timeout_secs) {
+            return Err(invalid(
+                "hook_timeout_secs",
+                "must be 1 to 3600 (runc kills a hook at once with 0)",
+            ));
+        }
+        Ok(())
+    }
+
     /// Parse config text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
         if text.len() > MAX_CONFIG_BYTES {
@@ -330,6 +382,7 @@ impl Config {
             message: e.message().to_string(),
         })?;
         config.vf.validate()?;
+        config.validate_plan_values()?;
         crate::grant::validate(&config)?;
         config.sriov.validate()?;
         config.comm_env.validate()?;

@@ -1,6 +1,7 @@
 //! `devgate-hook <stage>`: the OCI hook (see `devgate::hook`).
 //!
-//! Exit 0 on success; on failure one line on stderr and exit 1. runc puts that
+//! Exit 0 on success; on failure one line on stderr and exit 1 (2 for a command
+//! line it cannot parse). runc puts that
 //! line into its "error running hook" message, so it must say what failed.
 use std::ffi::OsString;
 use std::process::ExitCode;

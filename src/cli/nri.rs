@@ -77,6 +77,17 @@ pub enum NriCmdError {
     State(#[source] crate::ledger::LedgerError),
 }
 
+/// The plugin's options from the flags. The state directory is made
+/// absolute: the hook gets it as `--state-dir` and runc runs hooks in the
+/// bundle directory, where a relative path would name another directory.
+fn plugin_options(args: &NriArgs, preinstalled: bool) -> PluginOptions {
+    PluginOptions {
+        host_root: args.host_root.clone(),
+        state_dir: std::path::absolute(&args.state_dir).unwrap_or_else(|_| args.state_dir.clone()),
+        config_from_runtime: preinstalled,
+    }
+}
+
 pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
     // Before any thread starts, so that all of them inherit the mask.
     let signals = block_exit_signals()?;
@@ -88,11 +99,7 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
         None => Config::load(&args.config).map_err(NriCmdError::Config)?,
     };
     init_logging(config.log_format)?;
-    let options = PluginOptions {
-        host_root: args.host_root,
-        state_dir: args.state_dir,
-        config_from_runtime: preinstalled.is_some(),
-    };
+    let options = plugin_options(&args, preinstalled.is_some());
     let gpu_config = config.gpu.clone();
     let plugin = DevgatePlugin::new(config, options).map_err(NriCmdError::State)?;
     if preinstalled.is_none() {
@@ -284,5 +291,17 @@ mod flag_tests {
                 "/d".into()
             )
         );
+    }
+
+    /// The hook runs in the bundle directory: the state directory it is
+    /// given must not depend on the working directory.
+    #[test]
+    fn a_relative_state_dir_is_made_absolute() {
+        let a = Flags::try_parse_from(["devgate-nri", "--state-dir=run/devgate"])
+            .unwrap()
+            .nri;
+        let o = super::plugin_options(&a, false);
+        assert!(o.state_dir.is_absolute(), "{:?}", o.state_dir);
+        assert!(o.state_dir.ends_with("run/devgate"));
     }
 }

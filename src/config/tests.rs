@@ -87,3 +87,42 @@ fn nvml_library_is_sonames_or_absolute_paths_tried_in_order() {
     }
     assert!(lib("7").is_err(), "neither a name nor a list");
 }
+
+/// Values the plan or the hook would refuse fail the config itself, so a bad
+/// one is seen at start (and by `devgate doctor`), not at every container.
+#[test]
+fn values_the_plan_refuses_fail_the_config() {
+    for (text, key) in [
+        ("device_file_mode = 666", "device_file_mode"),
+        ("hook_timeout_secs = 0", "hook_timeout_secs"),
+        ("hook_timeout_secs = -5", "hook_timeout_secs"),
+        ("hook_timeout_secs = 100000", "hook_timeout_secs"),
+        ("[rdma]\nifname_prefix = \"\"", "rdma.ifname_prefix"),
+        (
+            "[rdma]\nifname_prefix = \"ens-frontend-\"",
+            "rdma.ifname_prefix",
+        ),
+        ("[rdma]\nifname_prefix = \"a/b\"", "rdma.ifname_prefix"),
+        ("[hami]\nlibrary_path = \"libvgpu.so\"", "hami.library_path"),
+        ("[vf.defaults]\nqos = 3", "vf.defaults.qos"),
+        (
+            "[vf.defaults]\nvlan_proto = \"802.1ad\"",
+            "vf.defaults.vlan_proto",
+        ),
+        (
+            "[vf.defaults]\nvlan = 100\n[vf.pf.\"0000:3b:00.0\"]\nvlan = 0\nqos = 2",
+            "vf.pf.\"0000:3b:00.0\".qos",
+        ),
+    ] {
+        let e = Config::parse(text, "t").unwrap_err();
+        assert!(e.to_string().contains(key), "{text}: {e}");
+    }
+    // A priority with the VLAN it applies to, or the defaults' VLAN.
+    Config::parse("[vf.defaults]\nvlan = 100\nqos = 3", "t").unwrap();
+    Config::parse(
+        "[vf.defaults]\nvlan = 100\n[vf.pf.\"0000:3b:00.0\"]\nqos = 2",
+        "t",
+    )
+    .unwrap();
+    Config::parse("device_file_mode = 0o660\nhook_timeout_secs = 30", "t").unwrap();
+}

@@ -56,8 +56,12 @@ impl VfConfig {
     /// Checks the ranges serde cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.defaults.validate("vf.defaults")?;
+        self.defaults.validate_vlan("vf.defaults")?;
         for (pf, settings) in &self.pf {
-            settings.validate(&format!("vf.pf.\"{pf}\""))?;
+            let at = format!("vf.pf.\"{pf}\"");
+            settings.validate(&at)?;
+            // What a PF's VFs get: its overrides over the defaults.
+            self.for_pf(pf).validate_vlan(&at)?;
         }
         Ok(())
     }
@@ -150,6 +154,26 @@ impl VfSettings {
             }
         }
         None
+    }
+
+    /// A priority or 802.1ad needs a VLAN to apply to (the PF refuses them
+    /// without one, `netdev::VfSettings::validate`): checked on what the node
+    /// applies, not on a pod's overrides alone, which merge over it.
+    fn validate_vlan(&self, at: &str) -> Result<(), ConfigError> {
+        if self.vlan.unwrap_or(0) != 0 {
+            return Ok(());
+        }
+        let (name, reason) = if self.qos.unwrap_or(0) != 0 {
+            (VfSettingName::Qos, "needs a non-zero vlan")
+        } else if self.vlan_proto == Some(crate::netdev::VlanProto::Dot1Ad) {
+            (VfSettingName::VlanProto, "802.1ad needs a non-zero vlan")
+        } else {
+            return Ok(());
+        };
+        Err(ConfigError::Invalid {
+            key: format!("{at}.{}", name.as_str()),
+            reason: reason.to_string(),
+        })
     }
 
     fn validate(&self, at: &str) -> Result<(), ConfigError> {
