@@ -160,8 +160,17 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
     }
     assert!(line("forged").contains("rule=\"mismatch\""));
     assert!(line("ghost").contains("rule=\"unknown_pod\""));
-    // Pods without the annotation never consult the API server.
+    // Pods without the annotation never consult the API server: no decision,
+    // no audit line.
     let plain = cri.run_pod(&PodSpec::new("plain")).expect("RunPodSandbox");
     cri.run_container(&plain, &ContainerSpec::shell("main", "true"))
         .expect("plain pod starts");
+    let log = node.plugin.output();
+    assert_eq!(
+        log.lines().filter(|l| l.contains("devgate::audit")).count(),
+        4,
+        "{log}"
+    );
+    assert!(!log.contains("pod=default/plain"), "{log}");
+    assert!(node.status(&[]).contains(expected));
 }

@@ -196,10 +196,33 @@ fn preinstalled_plugin_applies_the_probe() {
     require_root();
     let mut ctrd = Containerd::prepare();
     let installed = ctrd.plugin_dir().join("10-devgate");
-    std::fs::copy(support::DEVGATE, &installed).expect("install devgate as a pre-installed plugin");
+    // containerd starts the plugin without arguments, which would mean the
+    // host's /run/devgate, / and /var/lib/devgate: a wrapper gives it this
+    // instance's own, keeping fd 3 and the environment through the exec.
+    let state = ctrd.path("devgate-state");
+    let host = ctrd.path("host");
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(
+        &installed,
+        format!(
+            "#!/bin/sh\nexec {} nri --state-dir {} --host-root {} \"$@\"\n",
+            support::DEVGATE,
+            state.display(),
+            host.display()
+        ),
+    )
+    .expect("install devgate as a pre-installed plugin");
+    std::fs::set_permissions(
+        &installed,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     std::fs::write(
         ctrd.plugin_config_dir().join("10-devgate.conf"),
-        "failure_policy = \"ignore\"\nlog_format = \"json\"\n",
+        format!(
+            "failure_policy = \"ignore\"\nlog_format = \"json\"\n[gpu]\nhealth_dir = \"{}\"\n",
+            ctrd.path("gpu-health").display()
+        ),
     )
     .expect("write plugin config");
     let mark = ctrd.log_mark();
@@ -226,9 +249,13 @@ fn preinstalled_plugin_applies_the_probe() {
         .expect("failure_policy = \"ignore\" from the runtime's config starts it");
     assert!(!run.log.contains("nvidia"), "{}", run.log);
 
+    assert!(
+        state.join("ledger.lock").exists() || state.join("runtime.json").exists(),
+        "the launched devgate keeps its state in the instance's directory"
+    );
     // It cannot reconnect to a descriptor: it must exit with the runtime
     // rather than linger as an orphan.
-    let needle = installed.to_string_lossy().into_owned();
+    let needle = state.to_string_lossy().into_owned();
     assert_eq!(
         support::pids_matching(&needle).len(),
         1,

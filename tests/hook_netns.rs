@@ -147,6 +147,9 @@ fn hook_moves_vfs_into_the_container_netns_and_poststop_restores() {
         dir.path(),
         &[],
     ));
+    assert_in_pod(In::Pid(pod.pid()), "net1", "02:00:00:0b:01:01", 9000);
+    assert_in_pod(In::Pid(pod.pid()), "net2", "02:00:00:0b:01:02", 4000);
+    assert_eq!(records(dir.path()), 2);
     let log = std::fs::read_to_string(dir.path().join("hook.log")).unwrap();
     assert!(log.contains("hook done"), "{log}");
 

@@ -93,6 +93,9 @@ impl Containerd {
         if let Some(mut child) = self.child.take() {
             stop_child(&mut child, Signal::SIGKILL, Duration::ZERO);
         }
+        // A killed daemon leaves its socket file: gone, so that the next
+        // start waits for the one it binds, not this stale one.
+        let _ = std::fs::remove_file(self.nri_socket());
     }
 
     /// Kill and start again with the same config and state.

@@ -182,8 +182,10 @@ async fn a_late_reply_does_not_confuse_the_next_request() {
 async fn the_request_gate_waits_for_the_handler_in_progress() {
     let (_dir, path) = socket_dir();
     let runtime = FakeRuntime::bind(&path, FakeConfig::containerd_1_7()).unwrap();
+    let (tx, stalling) = std::sync::mpsc::channel();
     let plugin = Recorder {
         stall: Mutex::new(Some(Duration::from_millis(400))),
+        stalling: Mutex::new(Some(tx)),
         ..Recorder::new(create_and_remove())
     };
     let stub = Stub::new(plugin)
@@ -198,8 +200,9 @@ async fn the_request_gate_waits_for_the_handler_in_progress() {
         .unwrap();
     let started = std::time::Instant::now();
     let holder = std::thread::spawn(move || {
-        // Well inside the stalled handler.
-        std::thread::sleep(Duration::from_millis(100));
+        // Inside the stalled handler: it began after `started`, and holds
+        // the gate for its 400 ms.
+        stalling.recv().expect("the handler stalls");
         let _held = gate.hold();
         started.elapsed()
     });

@@ -43,6 +43,8 @@ struct Recorder {
     refuse_with: Option<Code>,
     /// Delays the first CreateContainer this long.
     stall: Mutex<Option<Duration>>,
+    /// Told when that CreateContainer's stall begins.
+    stalling: Mutex<Option<std::sync::mpsc::Sender<()>>>,
     decode: crate::Decode,
 }
 
@@ -110,6 +112,9 @@ impl Plugin for Recorder {
         ctr: &Container,
     ) -> Result<CreateContainerResponse, Refusal> {
         if let Some(stall) = self.stall.lock().unwrap().take() {
+            if let Some(tx) = self.stalling.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
             std::thread::sleep(stall);
         }
         if let Some(code) = self.refuse_with {
