@@ -74,8 +74,8 @@ impl StartupFiles {
 /// The ranges of `smaps` (the text of `/proc/<pid>/smaps`) that map a file
 /// privately and read-only and hold no copied-on-write page: program text,
 /// read-only data and shared libraries. Anonymous, writable, shared, written
-/// (RELRO) and special (`[vdso]`, `[vvar]`) mappings are left out, as is a
-/// mapping whose lines do not parse.
+/// (RELRO, resident or swapped out) and special (`[vdso]`, `[vvar]`) mappings
+/// are left out, as is a mapping whose lines do not parse.
 pub fn clean_read_only_file_ranges(smaps: &str) -> Vec<(Range, &str)> {
     let mut out = Vec::new();
     // The current mapping, while it still qualifies.
@@ -83,11 +83,18 @@ pub fn clean_read_only_file_ranges(smaps: &str) -> Vec<(Range, &str)> {
     let mut anonymous_seen = false;
     for line in smaps.lines() {
         if let Some((key, value)) = line.split_once(':').filter(|(k, _)| !k.contains(' ')) {
+            let zero = value.split_ascii_whitespace().next() == Some("0");
             if key == "Anonymous" {
                 anonymous_seen = true;
-                if value.split_ascii_whitespace().next() != Some("0") {
+                if !zero {
                     current = None;
                 }
+            }
+            // A copied-on-write page that was swapped out counts under
+            // `Swap:`, not `Anonymous:` (smaps_pte_entry): dropping it would
+            // bring back the file's bytes in place of the relocated ones.
+            if key == "Swap" && !zero {
+                current = None;
             }
             continue;
         }
@@ -188,6 +195,9 @@ Anonymous:             0 kB
 Anonymous:             0 kB
 7ffd00050000-7ffd00060000 r-xp 00000000 08:01 5 /no-anonymous-line
 Rss:                   4 kB
+7ffd00060000-7ffd00070000 r--p 00000000 08:01 5 /relro-swapped-out
+Anonymous:             0 kB
+Swap:                  8 kB
 7ffd00070000-7ffd00080000 r-xp 00000000 08:01 5 /last
 Anonymous:             0 kB
 ";
