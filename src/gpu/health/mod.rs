@@ -29,11 +29,18 @@ pub const HEALTH_VERSION: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Fault {
-    Xid { code: u64 },
+    Xid {
+        code: u64,
+    },
     DoubleBitEcc,
     RetiredPagesPending,
     RowRemapPending,
     RowRemapFailed,
+    /// NVML answers `GPU_IS_LOST` (15, fallen off the bus, XID 79) or
+    /// `RESET_REQUIRED` (16) for the GPU.
+    Lost {
+        code: i32,
+    },
 }
 
 impl fmt::Display for Fault {
@@ -44,6 +51,8 @@ impl fmt::Display for Fault {
             Fault::RetiredPagesPending => f.write_str("retired pages pending"),
             Fault::RowRemapPending => f.write_str("row remap pending"),
             Fault::RowRemapFailed => f.write_str("row remap failed"),
+            Fault::Lost { code: 15 } => f.write_str("gpu is lost (nvml)"),
+            Fault::Lost { code } => write!(f, "gpu needs a reset (nvml code {code})"),
         }
     }
 }

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{apply, observe, HealthStore, Observation, Recovery, Transition};
+use super::{apply, observe, Fault, HealthStore, Observation, Recovery, Transition};
 use crate::config::GpuConfig;
-use crate::gpu::nvml::{GpuEvent, MemoryHealth, Nvml};
+use crate::gpu::nvml::{GpuEvent, MemoryHealth, Nvml, NvmlError};
 use crate::gpu::GpuError;
 use crate::inventory::Inventory;
 
@@ -90,19 +90,20 @@ impl HealthMonitor {
         }
         let mut uuids: BTreeSet<String> = self.uuids.iter().cloned().collect();
         uuids.extend(by_gpu.keys().cloned());
-        let readings: BTreeMap<String, Option<MemoryHealth>> =
+        let readings: BTreeMap<String, (Option<MemoryHealth>, Option<Fault>)> =
             uuids.iter().map(|u| (u.clone(), self.reading(u))).collect();
         self.store.update(|state| {
             let mut out = Vec::new();
-            for (uuid, reading) in &readings {
+            for (uuid, (reading, lost)) in &readings {
                 let entry = state.gpus.entry(uuid.clone()).or_default();
                 let events = by_gpu.get(uuid).map(Vec::as_slice).unwrap_or(&[]);
-                let faults = observe(
+                let mut faults = observe(
                     events,
                     reading.as_ref(),
                     &mut entry.dbe_seen,
                     &self.policy.ignored_xids,
                 );
+                faults.extend(lost.clone());
                 let obs = Observation {
                     faults,
                     complete: events_ok && reading.is_some(),
@@ -114,12 +115,22 @@ impl HealthMonitor {
         })
     }
 
-    fn reading(&self, uuid: &str) -> Option<MemoryHealth> {
+    /// The GPU's memory readings, or the fault a failed read shows: NVML's
+    /// own word that the GPU is gone (k8s-device-plugin marks these devices
+    /// unhealthy too). Any other failure tells nothing.
+    fn reading(&self, uuid: &str) -> (Option<MemoryHealth>, Option<Fault>) {
         match self.nvml.memory_health(uuid) {
-            Ok(r) => Some(r),
+            Ok(r) => (Some(r), None),
             Err(e) => {
                 tracing::warn!(gpu = uuid, error = %e, "gpu health: read failed");
-                None
+                let lost = match e {
+                    NvmlError::Call {
+                        code: code @ (15 | 16),
+                        ..
+                    } => Some(Fault::Lost { code }),
+                    _ => None,
+                };
+                (None, lost)
             }
         }
     }

@@ -50,6 +50,28 @@ fn critical_xids_mark_unhealthy_and_application_xids_do_not() {
     assert_eq!(err.to_string(), "gpu GPU-1 is unhealthy: xid 79");
 }
 
+/// An idle GPU that fell off the bus sends no event a wait can read; NVML
+/// answers GPU_IS_LOST for it from then on. That is a fault, not a check
+/// that merely did not complete.
+#[test]
+fn a_gpu_nvml_reports_lost_is_unhealthy() {
+    let dir = tempfile::tempdir().unwrap();
+    let nvml = Arc::new(FakeNvml::default());
+    let m = monitor(dir.path(), &nvml, policy(3, 60));
+    nvml.lost.lock().unwrap().insert("GPU-1".into());
+    let changes = m.step(1000).unwrap();
+    assert_eq!(
+        changes,
+        vec![Transition::Unhealthy {
+            uuid: "GPU-1".into(),
+            reason: "gpu is lost (nvml)".into()
+        }]
+    );
+    let err = HealthStore::new(dir.path()).check("GPU-1").unwrap_err();
+    assert!(err.to_string().contains("gpu is lost"), "{err}");
+    HealthStore::new(dir.path()).check("GPU-0").unwrap();
+}
+
 #[test]
 fn a_gpu_recovers_after_clean_checks_and_a_quiet_period() {
     let dir = tempfile::tempdir().unwrap();

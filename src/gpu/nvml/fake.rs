@@ -27,6 +27,8 @@ pub struct FakeNvml {
     pub health: Mutex<BTreeMap<String, MemoryHealth>>,
     /// GPUs whose changes fail.
     pub failing: Mutex<BTreeSet<String>>,
+    /// GPUs NVML reports as lost (`GPU_IS_LOST`) to every memory reading.
+    pub lost: Mutex<BTreeSet<String>>,
     /// `processes` is not supported on any GPU.
     pub processes_unsupported: std::sync::atomic::AtomicBool,
     /// Every `wait_events` fails at once, as NVML without event support does.
@@ -127,6 +129,14 @@ impl Nvml for FakeNvml {
         Ok(self.events.lock().unwrap().pop_front().unwrap_or_default())
     }
     fn memory_health(&self, uuid: &str) -> Result<MemoryHealth, NvmlError> {
+        if self.lost.lock().unwrap().contains(uuid) {
+            return Err(NvmlError::Call {
+                call: "nvmlDeviceGetHandleByUUID",
+                uuid: uuid.to_string(),
+                code: 15,
+                reason: "gpu is lost",
+            });
+        }
         Ok(self
             .health
             .lock()

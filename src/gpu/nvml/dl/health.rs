@@ -28,7 +28,16 @@ impl DlNvml {
             // SAFETY: a live set and an out struct of the declared layout.
             match unsafe { wait(set, &mut data, ms) } {
                 ERROR_TIMEOUT => break,
-                code => events_check("nvmlEventSetWait_v2", code)?,
+                code => match events_check("nvmlEventSetWait_v2", code) {
+                    Ok(()) => {}
+                    // What was read stays: an XID 79 is followed by
+                    // GPU_IS_LOST from the next wait.
+                    Err(e) if !out.is_empty() => {
+                        tracing::warn!(error = %e, "nvml event wait failed after events");
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                },
             }
             ms = 0;
             let kind = match data.event_type {
@@ -36,10 +45,11 @@ impl DlNvml {
                 EVENT_DOUBLE_BIT_ECC => EventKind::DoubleBitEcc,
                 _ => continue,
             };
-            out.push(GpuEvent {
-                uuid: self.uuid_of(data.device)?,
-                kind,
-            });
+            // A lost GPU may not name itself; its memory reading reports it.
+            match self.uuid_of(data.device) {
+                Ok(uuid) => out.push(GpuEvent { uuid, kind }),
+                Err(e) => tracing::warn!(error = %e, ?kind, "nvml event of a gpu without a uuid"),
+            }
         }
         Ok(out)
     }
@@ -122,20 +132,33 @@ impl DlNvml {
             self.sym(c"nvmlDeviceGetSupportedEventTypes", "-")?;
         let register: unsafe extern "C" fn(Handle, c_ulonglong, Handle) -> Ret =
             self.sym(c"nvmlDeviceRegisterEvents", "-")?;
+        let free: unsafe extern "C" fn(Handle) -> Ret = self.sym(c"nvmlEventSetFree", "-")?;
         let (mut set, mut n): (Handle, c_uint) = (std::ptr::null_mut(), 0);
         // SAFETY: out pointers to locals; handles come from NVML.
         unsafe {
             events_check("nvmlEventSetCreate", create(&mut set))?;
-            events_check("nvmlDeviceGetCount_v2", count(&mut n))?;
+            if let Err(e) = events_check("nvmlDeviceGetCount_v2", count(&mut n)) {
+                // Not kept, so not freed at drop: freed here.
+                free(set);
+                return Err(e);
+            }
             for i in 0..n {
                 let mut dev: Handle = std::ptr::null_mut();
                 let mut types: c_ulonglong = 0;
                 if by_index(i, &mut dev) != SUCCESS || supported(dev, &mut types) != SUCCESS {
+                    tracing::warn!(index = i, "nvml: gpu not watched for events");
                     continue;
                 }
                 let wanted = types & (EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC);
-                if wanted != 0 {
-                    events_check("nvmlDeviceRegisterEvents", register(dev, wanted, set))?;
+                if wanted == 0 {
+                    continue;
+                }
+                // One GPU that cannot register (lost, or NOT_SUPPORTED, after
+                // which nvml.h says the set is still usable) must not stop
+                // the others being watched; its memory readings still are.
+                if let Err(e) = events_check("nvmlDeviceRegisterEvents", register(dev, wanted, set))
+                {
+                    tracing::warn!(index = i, error = %e, "nvml: gpu not watched for events");
                 }
             }
         }
@@ -155,5 +178,56 @@ impl DlNvml {
         let mut v: c_uint = 0;
         // SAFETY: out pointer to a local.
         optional(static_name(name), uuid, unsafe { f(dev, &mut v) }).map(|ok| ok.then_some(v == 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::nvml::Nvml;
+
+    /// Two GPUs; the second cannot register for events (lost). The first
+    /// reports XID 79, after which every wait answers GPU_IS_LOST.
+    const SOURCE: &str = r#"
+typedef struct { void *device; unsigned long long type, data; unsigned int gi, ci; } ev;
+static int waits = 0;
+int nvmlInit_v2(void) { return 0; }
+int nvmlShutdown(void) { return 0; }
+int nvmlEventSetCreate(void **s) { *s = (void *)7; return 0; }
+int nvmlEventSetFree(void *s) { return 0; }
+int nvmlDeviceGetCount_v2(unsigned int *n) { *n = 2; return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **d) { *d = (void *)(unsigned long)(i + 1); return 0; }
+int nvmlDeviceGetSupportedEventTypes(void *d, unsigned long long *t) { *t = 0xa; return 0; }
+int nvmlDeviceRegisterEvents(void *d, unsigned long long t, void *s) { return d == (void *)2 ? 15 : 0; }
+int nvmlEventSetWait_v2(void *s, ev *e, unsigned int ms) {
+    if (++waits > 1) return 15;
+    e->device = (void *)1; e->type = 8; e->data = 79; e->gi = e->ci = ~0U;
+    return 0;
+}
+int nvmlDeviceGetUUID(void *d, char *buf, unsigned int n) {
+    const char *u = "GPU-0";
+    for (unsigned int i = 0; i < 6; i++) buf[i] = u[i];
+    return 0;
+}
+"#;
+
+    /// A GPU that cannot register does not stop the others being watched,
+    /// and an event read before a failing wait is kept: XID 79 comes just
+    /// before the GPU is lost.
+    #[test]
+    fn events_read_before_a_lost_gpu_fails_the_wait_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = crate::fixture::build_c_library(dir.path(), "libevents.so", SOURCE).unwrap();
+        let nvml = DlNvml::open(lib.to_str().unwrap()).unwrap();
+        let events = nvml.wait_events(Duration::from_millis(10)).unwrap();
+        assert_eq!(
+            events,
+            vec![GpuEvent {
+                uuid: "GPU-0".into(),
+                kind: EventKind::Xid(79),
+            }]
+        );
+        // Nothing read this time: the failure is reported.
+        assert!(nvml.wait_events(Duration::from_millis(10)).is_err());
     }
 }
