@@ -137,9 +137,20 @@ impl HealthMonitor {
 
     /// Checks until `stop` is set. Without NVML there is nothing to watch.
     pub fn run(&self, stop: &AtomicBool) {
-        if !self.nvml.present() {
-            tracing::info!("gpu health: no nvml, not monitoring");
+        if !self.nvml.present() && self.uuids.is_empty() {
+            tracing::info!("gpu health: no nvml and no gpus, not monitoring");
             return;
+        }
+        // GPUs but no NVML yet (a driver still loading or just upgraded):
+        // the library is looked for again rather than the GPUs never watched.
+        while !self.nvml.present() {
+            tracing::info!("gpu health: no nvml yet");
+            for _ in 0..self.policy.interval.as_secs().max(1) {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_secs(1).min(self.policy.interval));
+            }
         }
         while !stop.load(Ordering::Relaxed) {
             let (events, waited) = self.wait();

@@ -148,37 +148,70 @@ impl Nvml for NoNvml {
 }
 
 /// NVML from the first of `libraries` that opens and initialises, on first use;
-/// [`NoNvml`] when none does.
+/// [`NoNvml`] while none does. A failed load is tried again after
+/// [`LazyNvml::RETRY`]: the driver may be loading, or its user-space library
+/// just upgraded (`nvmlInit` fails with a version mismatch until the module
+/// matches), and one early failure must not leave the node without NVML.
 pub struct LazyNvml {
     libraries: Vec<String>,
     inner: OnceLock<Box<dyn Nvml>>,
+    next_try: std::sync::Mutex<Option<std::time::Instant>>,
+    retry: Duration,
 }
 
+static NO_NVML: NoNvml = NoNvml;
+
 impl LazyNvml {
+    pub const RETRY: Duration = Duration::from_secs(30);
+
     pub fn new(libraries: &[String]) -> LazyNvml {
+        LazyNvml::with_retry(libraries, Self::RETRY)
+    }
+
+    /// [`LazyNvml::new`], trying a failed load again after `retry`.
+    pub fn with_retry(libraries: &[String], retry: Duration) -> LazyNvml {
         LazyNvml {
             libraries: libraries.to_vec(),
             inner: OnceLock::new(),
+            next_try: std::sync::Mutex::new(None),
+            retry,
         }
     }
 
     fn get(&self) -> &dyn Nvml {
-        self.inner.get_or_init(|| self.open_first()).as_ref()
+        if let Some(nvml) = self.inner.get() {
+            return nvml.as_ref();
+        }
+        let mut next = self.next_try.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        if next.is_some_and(|at| now < at) {
+            return &NO_NVML;
+        }
+        match self.open_first() {
+            Some(nvml) => {
+                drop(next);
+                self.inner.get_or_init(|| nvml).as_ref()
+            }
+            None => {
+                *next = Some(now + self.retry);
+                &NO_NVML
+            }
+        }
     }
 
-    fn open_first(&self) -> Box<dyn Nvml> {
+    fn open_first(&self) -> Option<Box<dyn Nvml>> {
         let mut errors = Vec::new();
         for library in &self.libraries {
             match dl::DlNvml::open(library) {
                 Ok(nvml) => {
                     tracing::info!(%library, "nvml loaded");
-                    return Box::new(nvml);
+                    return Some(Box::new(nvml));
                 }
                 Err(e) => errors.push(e.to_string()),
             }
         }
         tracing::info!(errors = ?errors, "nvml absent, gpu clocks, modes and mig left alone");
-        Box::new(NoNvml)
+        None
     }
 }
 
@@ -260,5 +293,24 @@ mod tests {
         ));
         assert!(!load(true, &NvmlLibraries::new(&[MISSING, absent])).present());
         assert!(!load(false, &NvmlLibraries::new(&[lib])).present());
+    }
+
+    /// A library that appears after a failed load (a driver installed or
+    /// upgraded meanwhile) is loaded at the next try, not never.
+    #[test]
+    fn a_library_that_appears_later_is_loaded_at_the_next_try() {
+        let dir = tempfile::tempdir().unwrap();
+        let later = dir.path().join("later");
+        std::fs::create_dir(&later).unwrap();
+        let path = later.join("libnvidia-ml.so.1");
+        let nvml = LazyNvml::with_retry(&[path.display().to_string()], Duration::ZERO);
+        assert!(!nvml.present());
+        crate::fixture::build_nvml_stand_in(&later).unwrap();
+        assert!(nvml.present(), "loaded once it is there");
+        let slow = LazyNvml::with_retry(&[MISSING.to_string()], Duration::from_secs(3600));
+        assert!(
+            !slow.present() && !slow.present(),
+            "not tried again before the retry"
+        );
     }
 }
