@@ -53,6 +53,13 @@ fn main() -> ExitCode {
         return devgate::hook::entry::main(argv);
     }
     let cli = parse_cli();
+    if !matches!(cli.cmd, Cmd::Nri(_)) {
+        // A report piped into `head` ends when the reader goes, as other
+        // command-line tools do, instead of panicking on the closed pipe.
+        // Not for the plugin, whose closed sockets are errors to handle.
+        // SAFETY: restores the default disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result: anyhow::Result<()> = match cli.cmd {
         Cmd::Nri(args) => cli::nri::run(args).map_err(Into::into),
         Cmd::Inventory(args) => cli::inventory::run(args).map_err(Into::into),

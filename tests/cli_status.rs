@@ -46,3 +46,24 @@ fn an_unreadable_vf_record_is_reported_not_fatal() {
         "{v}"
     );
 }
+
+/// A report piped into a reader that stops early (`| head -1`) ends quietly,
+/// as other command-line tools do, rather than panicking on the closed pipe.
+#[test]
+fn a_closed_pipe_ends_the_report_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .args(["status", "--state-dir"])
+        .arg(dir.path())
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run devgate status");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{stderr}");
+}
