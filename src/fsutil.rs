@@ -120,7 +120,20 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), FsError> {
 /// inode, size and mtime) for callers that cache what they wrote.
 pub fn replace_file_meta(path: &Path, bytes: &[u8]) -> Result<fs::Metadata, FsError> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    replace(None, dir, path.file_name().unwrap_or_default(), bytes)
+    replace(
+        None,
+        dir,
+        path.file_name().unwrap_or_default(),
+        bytes,
+        0o600,
+    )
+}
+
+/// [`replace_file`] with the new file's `mode` set before the rename, so that
+/// the file is never seen with another one.
+pub fn replace_file_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FsError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    replace(None, dir, path.file_name().unwrap_or_default(), bytes, mode).map(drop)
 }
 
 /// [`replace_file_meta`] for a file directly in the open directory `dir` (at
@@ -132,7 +145,7 @@ pub fn replace_in(
     name: &str,
     bytes: &[u8],
 ) -> Result<fs::Metadata, FsError> {
-    replace(Some(dir), dir_path, OsStr::new(name), bytes)
+    replace(Some(dir), dir_path, OsStr::new(name), bytes, 0o600)
 }
 
 /// The replacement itself: names relative to `open` when the caller holds the
@@ -142,6 +155,7 @@ fn replace(
     dir_path: &Path,
     name: &OsStr,
     bytes: &[u8],
+    mode: u32,
 ) -> Result<fs::Metadata, FsError> {
     let mut tmp_name = name.to_os_string();
     tmp_name.push(".tmp");
@@ -155,6 +169,12 @@ fn replace(
         .map_err(|e| at(&tmp)(e.into()))?;
     // SAFETY: openat returned a new descriptor that nothing else owns.
     let mut file = unsafe { File::from_raw_fd(fd) };
+    if mode != 0o600 {
+        // The umask applies at creation; the mode asked for is set outright.
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(at(&tmp))?;
+    }
     file.write_all(bytes).map_err(at(&tmp))?;
     file.sync_all().map_err(at(&tmp))?;
     let meta = file.metadata().map_err(at(&tmp))?;
@@ -174,6 +194,26 @@ pub fn sync_dir(dir: &Path) -> Result<(), FsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The mode is the file's from the start: whoever reads it after the
+    /// rename can, whatever the umask.
+    #[test]
+    fn a_replaced_file_has_its_mode_before_the_rename() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spec.json");
+        fs::write(&path, "old").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        replace_file_mode(&path, b"new", 0o644).unwrap();
+        let meta = fs::metadata(&path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+        assert_eq!(fs::read(&path).unwrap(), b"new");
+        replace_file(&path, b"private").unwrap();
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
 
     #[test]
     fn replace_leaves_only_the_new_content() {

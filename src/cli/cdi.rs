@@ -8,7 +8,6 @@
 //! is not named `*.json`/`*.yaml`, or ends in `/`, is such a directory, created.
 //! `-o FILE` gets one kind (a spec holds one); a second goes beside it.
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::cdi::{self, CdiError, Class};
@@ -69,12 +68,6 @@ pub enum CdiCmdError {
         path: PathBuf,
         #[source]
         source: FsError,
-    },
-    #[error("set mode of {path}")]
-    Mode {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
     },
     #[error("remove stale cdi spec {path}")]
     Remove {
@@ -216,15 +209,9 @@ fn beside(file: &Path, class: Class) -> PathBuf {
 fn write_spec(path: &Path, spec: &cdi::Spec) -> Result<(), CdiCmdError> {
     let mut text = serde_json::to_vec_pretty(spec)?;
     text.push(b'\n');
-    fsutil::replace_file(path, &text).map_err(|source| CdiCmdError::Write {
+    fsutil::replace_file_mode(path, &text, 0o644).map_err(|source| CdiCmdError::Write {
         path: path.to_path_buf(),
         source,
-    })?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).map_err(|source| {
-        CdiCmdError::Mode {
-            path: path.to_path_buf(),
-            source,
-        }
     })?;
     tracing::info!(path = %path.display(), kind = %spec.kind, devices = spec.devices.len(), "wrote cdi spec");
     Ok(())
