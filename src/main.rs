@@ -35,13 +35,21 @@ enum Cmd {
 /// with no arguments and only `NRI_PLUGIN_*` in the environment
 /// (containerd/nri `adaptation/plugin.go`), which means `devgate nri`.
 fn parse_cli() -> Cli {
-    let launched_by_runtime =
-        std::env::args_os().len() <= 1 && std::env::var_os(nri::stub::ENV_PLUGIN_SOCKET).is_some();
-    if launched_by_runtime {
+    let launched = launched_by_runtime(
+        std::env::args_os().len(),
+        std::env::var_os(nri::stub::ENV_PLUGIN_SOCKET).is_some(),
+    );
+    if launched {
         Cli::parse_from(["devgate", "nri"])
     } else {
         Cli::parse()
     }
+}
+
+/// No arguments but the program name, and the runtime's plugin socket
+/// variable: a runtime started this binary as a pre-installed plugin.
+fn launched_by_runtime(argc: usize, plugin_socket_set: bool) -> bool {
+    argc <= 1 && plugin_socket_set
 }
 
 fn main() -> ExitCode {
@@ -75,5 +83,24 @@ fn main() -> ExitCode {
             eprintln!("devgate: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `bootstrap.sh --preinstalled` installs the bare binary, which a runtime
+    /// starts with no arguments: that alone means `devgate nri`.
+    #[test]
+    fn a_bare_start_by_the_runtime_is_the_plugin() {
+        assert!(launched_by_runtime(1, true));
+        assert!(
+            !launched_by_runtime(1, false),
+            "a bare start by hand shows the usage"
+        );
+        assert!(!launched_by_runtime(2, true), "arguments are parsed");
+        let cli = Cli::parse_from(["devgate", "nri"]);
+        assert!(matches!(cli.cmd, Cmd::Nri(_)));
     }
 }

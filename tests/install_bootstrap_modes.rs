@@ -220,6 +220,15 @@ fn a_linked_config_or_an_imported_nri_table_is_refused_untouched() {
         "{}",
         run.out
     );
+    // An imported table that turns NRI on, and a comment naming it, are fine.
+    let on = dir.path().join("imports-on");
+    write(&on.join("etc/containerd/config.toml"), main);
+    write(
+        &on.join("etc/containerd/conf.d/nri.toml"),
+        "# io.containerd.nri.v1.nri\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n",
+    );
+    let run = bootstrap(&on, &hooks, &version);
+    assert!(run.ok, "{}", run.out);
 }
 
 /// A write that fails (a full disk; here the temporary name is taken by a

@@ -60,11 +60,12 @@ nri_enabled_config() {
         }'
 }
 
-# Dies when a file the config imports has an NRI table: containerd replaces a
-# plugin's whole table with an imported one, so an edit of the main file would
-# not take effect (`devgate doctor` merges imports the same way).
+# Dies when a file the config imports has an NRI table that leaves NRI off:
+# containerd replaces a plugin's whole table with an imported one, so an edit
+# of the main file would not take effect (`devgate doctor` merges imports the
+# same way). An imported table that already turns NRI on is fine.
 check_imports() {
-    local cfg=$1 dir pattern file
+    local cfg=$1 need=$2 dir pattern file rc
     dir=$(dirname "$CONTAINERD_CONFIG")
     while read -r pattern; do
         [[ -n $pattern ]] || continue
@@ -72,11 +73,13 @@ check_imports() {
         [[ $pattern == /* ]] || pattern=$dir/$pattern
         while read -r file; do
             [[ -n $file ]] || continue
-            if grep -q 'io\.containerd\.nri\.v1\.nri' "$file"; then
-                die "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG) configures NRI, which overrides an edit of $CONTAINERD_CONFIG: set disable = false there by hand"
-            fi
+            grep -v '^[[:space:]]*#' "$file" | grep -q 'io\.containerd\.nri\.v1\.nri' || continue
+            rc=0
+            nri_enabled_config "$need" <"$file" >/dev/null || rc=$?
+            ((rc == 4)) ||
+                die "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG) configures NRI without enabling it, which overrides an edit of $CONTAINERD_CONFIG: set disable = false there by hand"
         done < <(compgen -G "$(p "$pattern")" || true)
-    done < <(grep -E '^[[:space:]]*imports[[:space:]]*=' "$cfg" | grep -oE '"[^"]*"' | tr -d '"')
+    done < <(grep -E '^[[:space:]]*imports[[:space:]]*=' "$cfg" | grep -oE "\"[^\"]*\"|'[^']*'" | tr -d "\"'")
 }
 
 enable_nri() {
@@ -97,7 +100,7 @@ enable_nri() {
     [[ ! -L $cfg ]] || die "$CONTAINERD_CONFIG is a symbolic link: enable NRI in the file it points to by hand"
     grep -Eq '^[[:space:]]*version[[:space:]]*=[[:space:]]*[23]([[:space:]]|#|$)' "$cfg" ||
         die "$CONTAINERD_CONFIG is not a version 2 or 3 config: run 'containerd config migrate' first"
-    check_imports "$cfg"
+    check_imports "$cfg" "$need"
     new=$(mktemp)
     nri_enabled_config "$need" <"$cfg" >"$new" || rc=$?
     if ((rc == 3)); then

@@ -104,10 +104,13 @@ fn values_the_plan_refuses_fail_the_config() {
         ),
         ("[rdma]\nifname_prefix = \"a/b\"", "rdma.ifname_prefix"),
         ("[hami]\nlibrary_path = \"libvgpu.so\"", "hami.library_path"),
-        ("[vf.defaults]\nqos = 3", "vf.defaults.qos"),
         (
-            "[vf.defaults]\nvlan_proto = \"802.1ad\"",
-            "vf.defaults.vlan_proto",
+            "[vf.defaults]\nqos = 3\n[vf.pf.\"0000:3b:00.0\"]\nmtu = 9000",
+            "vf.pf.\"0000:3b:00.0\".qos",
+        ),
+        (
+            "[vf.pf.\"0000:3b:00.0\"]\nvlan_proto = \"802.1ad\"",
+            "vf.pf.\"0000:3b:00.0\".vlan_proto",
         ),
         (
             "[vf.defaults]\nvlan = 100\n[vf.pf.\"0000:3b:00.0\"]\nvlan = 0\nqos = 2",
@@ -125,4 +128,15 @@ fn values_the_plan_refuses_fail_the_config() {
     )
     .unwrap();
     Config::parse("device_file_mode = 0o660\nhook_timeout_secs = 30", "t").unwrap();
+    // The VLAN from a PF section, or from the pod where pods may set it.
+    Config::parse(
+        "[vf.defaults]\nqos = 3\n[vf.pf.\"0000:3b:00.0\"]\nvlan = 7",
+        "t",
+    )
+    .unwrap();
+    Config::parse(
+        "[vf]\npod_settings = [\"vlan\"]\n[vf.defaults]\nqos = 3\n[vf.pf.\"0000:3b:00.0\"]\nmtu = 9000",
+        "t",
+    )
+    .unwrap();
 }

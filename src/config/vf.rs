@@ -56,12 +56,16 @@ impl VfConfig {
     /// Checks the ranges serde cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.defaults.validate("vf.defaults")?;
-        self.defaults.validate_vlan("vf.defaults")?;
         for (pf, settings) in &self.pf {
             let at = format!("vf.pf.\"{pf}\"");
             settings.validate(&at)?;
-            // What a PF's VFs get: its overrides over the defaults.
-            self.for_pf(pf).validate_vlan(&at)?;
+            // What a listed PF's VFs get: its overrides over the defaults,
+            // unless a pod may bring the VLAN. The defaults alone are not
+            // checked: a PF section may supply the VLAN they lack (and the
+            // hook refuses a VF whose settings still lack one).
+            if !self.pod_settings.contains(&VfSettingName::Vlan) {
+                self.for_pf(pf).validate_vlan(&at)?;
+            }
         }
         Ok(())
     }

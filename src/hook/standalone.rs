@@ -298,11 +298,13 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
         )
         .map_err(HooksOnlyError::from)?;
     (run.checkpoint)("admit");
+    let mut attaching = false;
     let applied = (|| -> Result<Outcome, HookError> {
         let nodes = run.os.make_nodes(state, pid, &plan.devices)?;
         run.os.allow(state, pid, &plan.devices)?;
         let mut moved = 0;
         if admission.network_owner && !networks.is_empty() {
+            attaching = true;
             run.os.attach(&state.id, pid, &networks, run.checkpoint)?;
             moved = networks.len();
         }
@@ -319,7 +321,7 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
         // Its rollback left a VF saved (or a record unreadable): the VF may
         // sit configured in the pod. The claims stay, its VFs quarantined,
         // until a poststop or the reap of exited pods restores it.
-        Err(failed) if release::vfs_still_saved(env, &state.id) => {
+        Err(failed) if attaching && release::vfs_still_saved(env, &state.id) => {
             release::quarantine_pod_vfs(
                 &ledger,
                 &who.pod.sandbox_id,

@@ -305,7 +305,11 @@ impl Ledger {
         self.store.peek(|s| {
             s.pods
                 .values()
-                .filter(|p| p.containers.values().all(ContainerRecord::by_plugin))
+                // A pod with any container the plugin admitted is the
+                // plugin's (a hooks-only reap needs every init recorded).
+                .filter(|p| {
+                    p.containers.is_empty() || p.containers.values().any(ContainerRecord::by_plugin)
+                })
                 .map(|p| &p.pod.sandbox_id)
                 .filter(|id| !live.contains(id.as_str()))
                 .cloned()

@@ -178,8 +178,33 @@ fn hooks_only_pods_are_never_stale_to_the_plugin() {
         .unwrap();
     l.admit(&pod("k8s"), &claim("GPU-2"), "c2", record(false), false)
         .unwrap();
+    // CRI-O with both: one container admitted by the hook while the plugin
+    // was down, the next by the plugin. The plugin's, or nobody's.
+    l.admit(&pod("mixed"), &claim("GPU-3"), "c3", record(true), false)
+        .unwrap();
+    l.admit(&pod("mixed"), &claim("GPU-3"), "c4", record(false), false)
+        .unwrap();
     let stale = l.stale_pods(&HashSet::new()).unwrap();
-    assert_eq!(stale, ["k8s".to_string()].into_iter().collect());
+    let want = ["k8s".to_string(), "mixed".to_string()];
+    assert_eq!(stale, want.into_iter().collect());
+}
+
+/// A pod admitted by a release of devgate that counted its shares otherwise
+/// (a memory-only GPU entry with core 100, now 0): its further containers are
+/// admitted against the recorded claims, not refused as a mismatch.
+#[test]
+fn a_pod_whose_shares_are_counted_otherwise_now_keeps_its_claims() {
+    let (_d, l) = ledger();
+    let share = |core| Share::Shared {
+        core,
+        memory_ratio: 50,
+    };
+    l.claim(&pod("a"), &[gpu("GPU-1", share(100))]).unwrap();
+    l.claim(&pod("a"), &[gpu("GPU-1", share(0))]).unwrap();
+    let snap = l.snapshot().unwrap();
+    assert_eq!(snap.pods["a"].claims[0].share, share(100));
+    let e = l.claim(&pod("a"), &[gpu("GPU-2", share(0))]).unwrap_err();
+    assert!(matches!(e, LedgerError::ClaimMismatch { .. }), "{e}");
 }
 
 #[test]
