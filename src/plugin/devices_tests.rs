@@ -167,33 +167,6 @@ fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
     assert_eq!(c3.devices, state.container("c2").unwrap().devices);
 }
 
-/// The runtime failed the network owner's creation after the plugin answered
-/// and never said so: its hook never ran and no VF of the pod was moved. The
-/// next container created takes the pod's network over and moves the VFs.
-#[test]
-fn an_owner_that_never_ran_gives_the_network_to_the_next_container() {
-    let node = node();
-    let config = Arc::new(Config::default());
-    let apply = |id: &str| {
-        node.create(id, &[], &config, RuntimeFeatures::default())
-            .unwrap()
-    };
-    let first = apply("c1");
-    let retry = apply("c2");
-    assert!(retry.hooks.is_some(), "{retry:?}");
-    assert_eq!(
-        retry.annotations[RESOLVED_ANNOTATION],
-        first.annotations[RESOLVED_ANNOTATION]
-    );
-    let state = node.devices.ledger().snapshot().unwrap();
-    assert_eq!(state.pods["sandbox"].network_owner.as_deref(), Some("c2"));
-    let c1 = state.container("c1").unwrap();
-    assert!(
-        c1.resolved.is_none(),
-        "c1's annotation no longer vouched for"
-    );
-}
-
 /// The variables a container sets itself decide its plan: a sibling that sets
 /// `NCCL_IB_HCA` keeps its own, and the next one without it gets the derived one.
 #[test]
@@ -358,43 +331,6 @@ fn a_vf_netdev_back_on_the_host_is_found_by_a_re_read() {
     assert!(adj.hooks.is_some());
 }
 
-/// A GPU replaced after the cache was read (same minor, a new UUID): the
-/// scheduler's UUID disagrees with the cache, and the host is read again
-/// before the container is refused.
-#[test]
-fn a_gpu_uuid_the_cache_does_not_match_is_checked_by_a_re_read() {
-    let node = node();
-    let gpu = node.fixture.expected().gpus[0].clone();
-    let info = node
-        .fixture
-        .root()
-        .join("proc/driver/nvidia/gpus")
-        .join(gpu.bus_id.to_string())
-        .join("information");
-    let text = std::fs::read_to_string(&info).unwrap();
-    let new_uuid = "GPU-00000000-1111-2222-3333-444444444444";
-    std::fs::write(&info, text.replace(&gpu.uuid, new_uuid)).unwrap();
-    let mut pod = node.pod.clone();
-    let ann = pod
-        .annotations
-        .get_mut(crate::allocation::DEVICE_ALLOCATED)
-        .unwrap();
-    *ann = ann.replace(&gpu.uuid, new_uuid);
-    let config = Arc::new(Config::default());
-    let adj = node
-        .devices
-        .apply(
-            &pod,
-            &container("c1", &[]),
-            &config,
-            RuntimeFeatures::default(),
-            &node.health,
-        )
-        .unwrap();
-    let visible = adj.env.iter().find(|e| e.key == "NVIDIA_VISIBLE_DEVICES");
-    assert_eq!(visible.map(|e| e.value.as_str()), Some(new_uuid));
-}
-
 /// Once the network owner moved the VF into the pod, the host has no netdev
 /// for it: a further container of that pod, planned from a re-read host, is
 /// admitted with the same variables and moves nothing. A pod that does not
@@ -483,3 +419,6 @@ fn a_held_device_is_refused_by_its_entry() {
         format!("scheduling.koordinator.sh/device-allocated: gpu[0]: gpu {uuid} is held by pod /")
     );
 }
+
+#[path = "devices_refresh_tests.rs"]
+mod refresh;

@@ -1,0 +1,67 @@
+//! `Devices` when the host or the runtime changed under it: a replaced GPU,
+//! a network owner that never ran.
+use super::*;
+
+/// A GPU replaced after the cache was read (same minor, a new UUID): the
+/// scheduler's UUID disagrees with the cache, and the host is read again
+/// before the container is refused.
+#[test]
+fn a_gpu_uuid_the_cache_does_not_match_is_checked_by_a_re_read() {
+    let node = node();
+    let gpu = node.fixture.expected().gpus[0].clone();
+    let info = node
+        .fixture
+        .root()
+        .join("proc/driver/nvidia/gpus")
+        .join(gpu.bus_id.to_string())
+        .join("information");
+    let text = std::fs::read_to_string(&info).unwrap();
+    let new_uuid = "GPU-00000000-1111-2222-3333-444444444444";
+    std::fs::write(&info, text.replace(&gpu.uuid, new_uuid)).unwrap();
+    let mut pod = node.pod.clone();
+    let ann = pod
+        .annotations
+        .get_mut(crate::allocation::DEVICE_ALLOCATED)
+        .unwrap();
+    *ann = ann.replace(&gpu.uuid, new_uuid);
+    let config = Arc::new(Config::default());
+    let adj = node
+        .devices
+        .apply(
+            &pod,
+            &container("c1", &[]),
+            &config,
+            RuntimeFeatures::default(),
+            &node.health,
+        )
+        .unwrap();
+    let visible = adj.env.iter().find(|e| e.key == "NVIDIA_VISIBLE_DEVICES");
+    assert_eq!(visible.map(|e| e.value.as_str()), Some(new_uuid));
+}
+
+/// The runtime failed the network owner's creation after the plugin answered
+/// and never said so: its hook never ran and no VF of the pod was moved. The
+/// next container created takes the pod's network over and moves the VFs.
+#[test]
+fn an_owner_that_never_ran_gives_the_network_to_the_next_container() {
+    let node = node();
+    let config = Arc::new(Config::default());
+    let apply = |id: &str| {
+        node.create(id, &[], &config, RuntimeFeatures::default())
+            .unwrap()
+    };
+    let first = apply("c1");
+    let retry = apply("c2");
+    assert!(retry.hooks.is_some(), "{retry:?}");
+    assert_eq!(
+        retry.annotations[RESOLVED_ANNOTATION],
+        first.annotations[RESOLVED_ANNOTATION]
+    );
+    let state = node.devices.ledger().snapshot().unwrap();
+    assert_eq!(state.pods["sandbox"].network_owner.as_deref(), Some("c2"));
+    let c1 = state.container("c1").unwrap();
+    assert!(
+        c1.resolved.is_none(),
+        "c1's annotation no longer vouched for"
+    );
+}
