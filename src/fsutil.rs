@@ -126,6 +126,7 @@ pub fn replace_file_meta(path: &Path, bytes: &[u8]) -> Result<fs::Metadata, FsEr
         path.file_name().unwrap_or_default(),
         bytes,
         0o600,
+        Durability::Sync,
     )
 }
 
@@ -133,19 +134,59 @@ pub fn replace_file_meta(path: &Path, bytes: &[u8]) -> Result<fs::Metadata, FsEr
 /// the file is never seen with another one.
 pub fn replace_file_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FsError> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    replace(None, dir, path.file_name().unwrap_or_default(), bytes, mode).map(drop)
+    let name = path.file_name().unwrap_or_default();
+    replace(None, dir, name, bytes, mode, Durability::Sync).map(drop)
+}
+
+/// Whether a replacement must be flushed to stable storage to survive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync the file before the rename and the directory after it.
+    Sync,
+    /// The directory lives in memory (tmpfs, ramfs), where fsync of a file or a
+    /// directory is `noop_fsync` (mm/shmem.c, fs/libfs.c): the data survives
+    /// exactly as long as the machine's memory whether or not it is called, so
+    /// the two syscalls are left out.
+    Memory,
+}
+
+impl Durability {
+    /// What the filesystem holding the open directory `dir` needs; `Sync`
+    /// whenever it cannot be told.
+    pub fn of_dir(dir: &File) -> Durability {
+        match nix::sys::statfs::fstatfs(dir) {
+            Ok(fs) if is_memory_fs(fs.filesystem_type()) => Durability::Memory,
+            _ => Durability::Sync,
+        }
+    }
+}
+
+fn is_memory_fs(kind: nix::sys::statfs::FsType) -> bool {
+    use nix::sys::statfs::{FsType, TMPFS_MAGIC};
+    // include/uapi/linux/magic.h; nix names no constant for ramfs.
+    const RAMFS_MAGIC: FsType = FsType(0x8584_58f6_u32 as _);
+    kind == TMPFS_MAGIC || kind == RAMFS_MAGIC
 }
 
 /// [`replace_file_meta`] for a file directly in the open directory `dir` (at
 /// `dir_path`, for errors): every step is relative to the directory, so a caller
-/// that keeps the directory open walks no path per replacement.
+/// that keeps the directory open walks no path per replacement. `durability`
+/// comes from [`Durability::of_dir`] on the same directory.
 pub fn replace_in(
     dir: &File,
     dir_path: &Path,
     name: &str,
     bytes: &[u8],
+    durability: Durability,
 ) -> Result<fs::Metadata, FsError> {
-    replace(Some(dir), dir_path, OsStr::new(name), bytes, 0o600)
+    replace(
+        Some(dir),
+        dir_path,
+        OsStr::new(name),
+        bytes,
+        0o600,
+        durability,
+    )
 }
 
 /// The replacement itself: names relative to `open` when the caller holds the
@@ -156,6 +197,7 @@ fn replace(
     name: &OsStr,
     bytes: &[u8],
     mode: u32,
+    durability: Durability,
 ) -> Result<fs::Metadata, FsError> {
     let mut tmp_name = name.to_os_string();
     tmp_name.push(".tmp");
@@ -176,11 +218,15 @@ fn replace(
             .map_err(at(&tmp))?;
     }
     file.write_all(bytes).map_err(at(&tmp))?;
-    file.sync_all().map_err(at(&tmp))?;
+    let durable = durability == Durability::Sync;
+    if durable {
+        file.sync_all().map_err(at(&tmp))?;
+    }
     let meta = file.metadata().map_err(at(&tmp))?;
     renameat(at_fd, tmp_at, at_fd, dst_at).map_err(|e| at(&dst)(e.into()))?;
     match open {
-        Some(d) => d.sync_all().map_err(at(dir_path))?,
+        Some(d) if durable => d.sync_all().map_err(at(dir_path))?,
+        Some(_) => {}
         None => sync_dir(dir_path)?,
     }
     Ok(meta)
@@ -213,6 +259,21 @@ mod tests {
             fs::metadata(&path).unwrap().permissions().mode() & 0o777,
             0o600
         );
+    }
+
+    /// tmpfs (the default state directory, /run) needs no fsync; anything
+    /// else, or anything that cannot be told, gets it.
+    #[test]
+    fn only_memory_filesystems_skip_the_fsync() {
+        let shm = File::open("/dev/shm").unwrap();
+        assert_eq!(Durability::of_dir(&shm), Durability::Memory);
+        let proc = File::open("/proc").unwrap();
+        assert_eq!(Durability::of_dir(&proc), Durability::Sync);
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let open = File::open(dir.path()).unwrap();
+        let meta = replace_in(&open, dir.path(), "f", b"x", Durability::Memory).unwrap();
+        assert_eq!(meta.len(), 1);
+        assert_eq!(fs::read(dir.path().join("f")).unwrap(), b"x");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The on-disk ledger: one JSON document under an exclusive `flock`, replaced
-//! atomically (write temp, fsync, rename, fsync dir) so a crash leaves either the
-//! old or the new document, never a mix. The plugin and the hook are separate
+//! atomically (write temp, fsync, rename, fsync dir; no fsync on tmpfs, where it
+//! does nothing) so a crash leaves either the old or the new document, never a mix. The plugin and the hook are separate
 //! processes; the lock makes every read-modify-write a transaction between them.
 //!
 //! The plugin runs a transaction at every container creation and removal, so the
@@ -19,7 +19,7 @@ use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::sys::stat::fstatat;
 
-use crate::fsutil::{self, BoundedError};
+use crate::fsutil::{self, BoundedError, Durability};
 
 use super::model::LedgerState;
 use super::LedgerError;
@@ -45,6 +45,8 @@ pub struct Store {
 struct Handles {
     dir: File,
     lock: File,
+    /// Whether a commit must fsync: not on tmpfs, the default `/run/devgate`.
+    durability: Durability,
     /// The serialized document of the last commit, kept for its capacity:
     /// the next one is about as long and needs no growing allocations.
     text: Vec<u8>,
@@ -58,6 +60,7 @@ impl Handles {
             source,
         })?;
         Ok(Handles {
+            durability: Durability::of_dir(&dir),
             dir,
             lock,
             text: Vec::new(),
@@ -311,8 +314,8 @@ impl Store {
             reason: e.to_string(),
         })?;
         text.push(b'\n');
-        let meta =
-            fsutil::replace_in(&h.dir, &self.dir, LEDGER_FILE, text).map_err(LedgerError::from)?;
+        let meta = fsutil::replace_in(&h.dir, &self.dir, LEDGER_FILE, text, h.durability)
+            .map_err(LedgerError::from)?;
         self.remember(FileKey::of(&meta), state);
         Ok(())
     }

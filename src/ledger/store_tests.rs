@@ -26,6 +26,29 @@ fn a_write_by_another_handle_is_seen_despite_the_cache() {
     assert_eq!(ours.begin().unwrap().state.version, 8);
 }
 
+/// On tmpfs (the default /run/devgate) commits skip the fsyncs; what they
+/// write is still what every other handle reads, and nothing is left behind.
+#[test]
+fn a_store_on_tmpfs_commits_without_fsync() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let (ours, theirs) = (
+        Store::open(dir.path()).unwrap(),
+        Store::open(dir.path()).unwrap(),
+    );
+    write(&ours, with_version(3));
+    let durability = ours.handles.lock().unwrap().as_ref().map(|h| h.durability);
+    assert_eq!(durability, Some(Durability::Memory));
+    assert_eq!(theirs.read_unlocked().unwrap().version, 3);
+    write(&theirs, with_version(4));
+    assert_eq!(ours.begin().unwrap().state.version, 4);
+    let mut names: Vec<_> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, [LEDGER_FILE, LOCK_FILE]);
+}
+
 #[test]
 fn a_file_replaced_behind_the_cache_is_read_again() {
     let dir = tempfile::tempdir().unwrap();
