@@ -30,6 +30,8 @@ struct State {
     synced: bool,
     /// Why the last list or watch request failed; none once one succeeds.
     last_error: Option<String>,
+    /// When the api server last said anything: a list, an event or a bookmark.
+    heard: Option<Instant>,
 }
 
 impl State {
@@ -83,6 +85,7 @@ impl PodCache {
         let mut next = State {
             synced: true,
             last_error: self.lock().last_error.take(),
+            heard: Some(Instant::now()),
             ..State::default()
         };
         for p in pods {
@@ -93,12 +96,16 @@ impl PodCache {
     }
 
     pub fn upsert(&self, pod: PodSummary) {
-        self.lock().insert(pod);
+        let mut s = self.lock();
+        s.heard = Some(Instant::now());
+        s.insert(pod);
+        drop(s);
         self.changed.notify_all();
     }
 
     pub fn remove(&self, uid: &str) {
         let mut s = self.lock();
+        s.heard = Some(Instant::now());
         if let Some(p) = s.by_uid.remove(uid) {
             if let Some(static_uid) = &p.mirror_of {
                 s.by_mirror.remove(static_uid);
@@ -116,6 +123,16 @@ impl PodCache {
 
     pub fn is_synced(&self) -> bool {
         self.lock().synced
+    }
+
+    /// The api server spoke without changing a pod (a watch bookmark).
+    pub fn heard(&self) {
+        self.lock().heard = Some(Instant::now());
+    }
+
+    /// How long the api server has been silent; none before it first spoke.
+    pub fn silent_for(&self) -> Option<Duration> {
+        self.lock().heard.map(|t| t.elapsed())
     }
 
     /// Records why the watch failed (`None`: it is connected), for refusals.
@@ -220,5 +237,29 @@ mod tests {
         let c = PodCache::new();
         c.replace_all((0..MAX_PODS + 10).map(|i| pod(&i.to_string(), None)));
         assert_eq!(c.len(), MAX_PODS);
+    }
+
+    /// A refusal of an unknown pod says how long the api server has been
+    /// silent: a slow watch reads differently from a pod it does not have.
+    #[test]
+    fn the_api_servers_silence_is_timed_and_reported() {
+        let c = PodCache::new();
+        assert_eq!(c.silent_for(), None);
+        c.replace_all([pod("u1", None)]);
+        let after_list = c.silent_for().expect("heard at the list");
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(c.silent_for().unwrap() >= after_list + Duration::from_millis(30));
+        c.heard();
+        assert!(c.silent_for().unwrap() < Duration::from_millis(30));
+        let list_state = super::super::list_state;
+        assert_eq!(
+            list_state(true, None, Some(Duration::from_secs(95))),
+            " (the pod watch last heard from the api server 95 s ago)"
+        );
+        // A reconnecting watch or a list not loaded says that instead.
+        let reconnecting = list_state(true, Some("eof".into()), Some(Duration::from_secs(95)));
+        assert_eq!(reconnecting, " (the pod watch is reconnecting: eof)");
+        let unloaded = list_state(false, None, None);
+        assert_eq!(unloaded, " (the pod list has not loaded yet)");
     }
 }

@@ -312,7 +312,11 @@ impl GrantChecker {
                             pod: pod_name.to_string(),
                             uid: pod.uid.to_string(),
                             waited_ms: config.grant_wait_ms,
-                            list_state: list_state(synced, self.cache.last_error()),
+                            list_state: list_state(
+                                synced,
+                                self.cache.last_error(),
+                                self.cache.silent_for(),
+                            ),
                         },
                     )),
                 }
@@ -322,12 +326,18 @@ impl GrantChecker {
 }
 
 /// Why a pod may be missing from the cache, for [`GrantError::UnknownPod`].
-fn list_state(synced: bool, last_error: Option<String>) -> String {
-    match (synced, last_error) {
-        (false, None) => " (the pod list has not loaded yet)".into(),
-        (false, Some(e)) => format!(" (the pod list has not loaded yet: {e})"),
-        (true, Some(e)) => format!(" (the pod watch is reconnecting: {e})"),
-        (true, None) => String::new(),
+/// `silent_for`: since the api server last spoke, which tells a watch that
+/// is slow to deliver (an overloaded api server) from a pod it does not know.
+fn list_state(synced: bool, last_error: Option<String>, silent_for: Option<Duration>) -> String {
+    match (synced, last_error, silent_for) {
+        (false, None, _) => " (the pod list has not loaded yet)".into(),
+        (false, Some(e), _) => format!(" (the pod list has not loaded yet: {e})"),
+        (true, Some(e), _) => format!(" (the pod watch is reconnecting: {e})"),
+        (true, None, Some(silent)) => format!(
+            " (the pod watch last heard from the api server {} s ago)",
+            silent.as_secs()
+        ),
+        (true, None, None) => String::new(),
     }
 }
 

@@ -258,6 +258,7 @@ fn apply_event(line: &[u8], cache: &PodCache, url: &str) -> Result<Option<String
         "BOOKMARK" => {
             let b: Bookmark =
                 serde_json::from_str(event.object.get()).map_err(decode("bookmark"))?;
+            cache.heard();
             Ok(Some(b.metadata.resource_version))
         }
         _ => {
