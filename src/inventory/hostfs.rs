@@ -81,9 +81,13 @@ impl HostFs {
         // The root itself may be a symlink (a mount point path, say): follow it once.
         let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         let root_fd = open_at(None, root, flags).ok();
-        let in_root = root_fd
-            .as_ref()
-            .is_some_and(|fd| open_in_root(fd.as_raw_fd(), Path::new("."), flags).is_ok());
+        // Whether the kernel (5.6+) and any seccomp filter allow `openat2` does
+        // not change while the process runs: probed once, on the first root
+        // that opens, rather than at each of the plan's GID table reads.
+        static OPENAT2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let in_root = root_fd.as_ref().is_some_and(|fd| {
+            *OPENAT2.get_or_init(|| open_in_root(fd.as_raw_fd(), Path::new("."), flags).is_ok())
+        });
         HostFs {
             root: root.to_path_buf(),
             root_fd,
