@@ -57,7 +57,7 @@ impl Ledger {
             return Ok(GuardedRelease::Absent);
         };
         // Held until the commit: see `release_lock`. Read again once held.
-        let _shared = super::release_lock::lock_shared(self.store.dir(), &[seen])?;
+        let _held = super::release_lock::lock_claimed(self.store.dir(), &[seen])?;
         let Some(seen) = seen_now()? else {
             return Ok(GuardedRelease::Absent);
         };
@@ -238,23 +238,29 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_released_by_another_hook_meanwhile_is_absent() {
+    fn a_release_by_another_hook_meanwhile_waits_and_finds_the_pod_gone() {
+        use super::super::tests::{Enters, LetsAnotherTry};
         let (_d, hook1, hook2) = two_handles();
         hook1
             .admit(&pod("p"), &claims(), "c1", record(), false)
             .unwrap();
-        let release_elsewhere = || {
-            hook2.release_pod("p", &super::super::NoTeardown).unwrap();
-        };
-        let teardown = Meanwhile {
-            act: Box::new(release_elsewhere),
-            fail: false,
-            seen: RefCell::default(),
-        };
-        let out = hook1
-            .release_pod_if_unchanged("p", &set(&["c1"]), &teardown)
-            .unwrap();
-        assert_eq!(out, GuardedRelease::Absent);
+        let (teardown, started, enters) = LetsAnotherTry::new();
+        let (out, other) = std::thread::scope(|s| {
+            let hook2 = &hook2;
+            let other = s.spawn(move || {
+                started.recv().unwrap();
+                hook2.release_pod("p", &Enters(enters)).unwrap()
+            });
+            let out = hook1
+                .release_pod_if_unchanged("p", &set(&["c1"]), &teardown)
+                .unwrap();
+            (out, other.join().unwrap())
+        });
+        assert!(matches!(out, GuardedRelease::Released(_)), "{out:?}");
+        assert!(
+            other.pods.is_empty() && other.failed.is_empty(),
+            "{other:?}"
+        );
         assert!(hook1.snapshot().unwrap().pods.is_empty());
     }
 

@@ -355,7 +355,7 @@ impl Ledger {
         }
         // Held until the commit below; read again once held, since a release
         // of a pod sharing a device may have committed while this one waited.
-        let _shared = release_lock::lock_shared(self.store.dir(), &chosen)?;
+        let _held = release_lock::lock_claimed(self.store.dir(), &chosen)?;
         let chosen = chosen_now()?;
         // Each pod is looked up again just before its teardown: one released
         // by another release while an earlier pod's teardown ran may have its

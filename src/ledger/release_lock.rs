@@ -1,16 +1,18 @@
-//! Releases of pods that share a device, one after another.
+//! Releases of pods that hold a device, one after another.
 //!
 //! A shared GPU's teardown checks for outside users and resets the GPU only
 //! when the releasing pod is its last holder, read from the ledger. Two pods
 //! sharing a GPU and released at once (a node drain; two poststop hooks in
 //! hooks-only mode, each its own process) would each see the other still
 //! holding it until the other's commit, so neither would reset it and the
-//! next pod would get the GPU as they left it. A release therefore holds an
-//! exclusive `flock` on each shared device of its pods from before the
-//! teardown reads the holders until the commit that drops the claims; the
-//! second release then finds itself the last holder. Exclusive devices have
-//! one holder and need no such order, so unrelated pods still release in
-//! parallel.
+//! next pod would get the GPU as they left it. Two releases of one pod (its
+//! StopPodSandbox and its RemovePodSandbox, a Synchronize, the retry) would
+//! both tear it down, and the later one could reset a GPU that a new pod took
+//! once the earlier one committed. A release therefore holds an exclusive
+//! `flock` on each device of its pods from before the teardown reads the
+//! holders until the commit that drops the claims; the second release then
+//! finds itself the last holder, or the pod gone. Pods with no device in
+//! common still release in parallel.
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -18,7 +20,7 @@ use std::path::Path;
 
 use nix::fcntl::Flock;
 
-use super::{LedgerError, PodRecord, Share};
+use super::{LedgerError, PodRecord};
 use crate::fsutil;
 
 /// The directory, under the state directory, of the per-device lock files.
@@ -28,7 +30,7 @@ const MAX_NAME: usize = 100;
 
 /// Held locks; dropping the value unlocks them.
 #[derive(Debug)]
-pub(super) struct SharedDeviceLocks {
+pub(super) struct DeviceLocks {
     _held: Vec<Flock<File>>,
 }
 
@@ -46,20 +48,19 @@ fn file_name(device: &str) -> String {
     format!("{safe}.lock")
 }
 
-/// Locks every device `pods` hold as a share, in name order so that two
-/// releases never wait on each other crosswise.
-pub(super) fn lock_shared(
+/// Locks every device `pods` hold, in name order so that two releases never
+/// wait on each other crosswise.
+pub(super) fn lock_claimed(
     state_dir: &Path,
     pods: &[PodRecord],
-) -> Result<SharedDeviceLocks, LedgerError> {
+) -> Result<DeviceLocks, LedgerError> {
     let names: BTreeSet<String> = pods
         .iter()
         .flat_map(|p| &p.claims)
-        .filter(|c| matches!(c.share, Share::Shared { .. }))
         .map(|c| file_name(&c.device.to_string()))
         .collect();
     if names.is_empty() {
-        return Ok(SharedDeviceLocks { _held: Vec::new() });
+        return Ok(DeviceLocks { _held: Vec::new() });
     }
     let dir = state_dir.join(LOCK_DIR);
     create_dir(&dir)?;
@@ -67,7 +68,7 @@ pub(super) fn lock_shared(
         .iter()
         .map(|name| fsutil::lock_exclusive(&dir.join(name)).map_err(LedgerError::from))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(SharedDeviceLocks { _held: held })
+    Ok(DeviceLocks { _held: held })
 }
 
 fn create_dir(dir: &Path) -> Result<(), LedgerError> {

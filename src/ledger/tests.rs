@@ -1,4 +1,5 @@
-use std::sync::{Arc, Barrier};
+use std::sync::{mpsc, Arc, Barrier};
+use std::time::Duration;
 
 use super::*;
 
@@ -238,64 +239,80 @@ fn failed_teardown_keeps_record_and_quarantines() {
     l.claim(&pod("b"), &[vf]).unwrap();
 }
 
-/// Two releases of one pod at once (an event's and the retry's): the one that
-/// fails after the other released the pod quarantines nothing, since no pod
-/// would hold the quarantined device and nothing would ever lift it.
-#[test]
-fn a_failure_after_a_concurrent_release_quarantines_nothing() {
-    struct ReleasedMeanwhile<'a>(&'a Ledger);
-    impl Teardown for ReleasedMeanwhile<'_> {
-        fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
-            self.0
-                .release_pod(&pod.pod.sandbox_id, &NoTeardown)
-                .unwrap();
-            Err("vf restore failed".to_string())
-        }
-    }
-    let (d, l) = ledger();
-    let other = Ledger::open(d.path()).unwrap();
-    let vf = Claim {
-        device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
-        share: Share::Exclusive,
-    };
-    l.claim(&pod("a"), std::slice::from_ref(&vf)).unwrap();
-    let rel = l.release_pod("a", &ReleasedMeanwhile(&other)).unwrap();
-    assert!(rel.failed.is_empty(), "{rel:?}");
-    let snap = l.snapshot().unwrap();
-    assert!(snap.pods.is_empty() && snap.devices.is_empty(), "{snap:?}");
-    l.claim(&pod("b"), &[vf]).expect("the VF is free");
+/// A teardown that lets a second release start (`go`), then gives it a while
+/// to run a teardown of its own (`entered`) before finishing: the window in
+/// which two releases of one pod would both tear it down.
+pub(super) struct LetsAnotherTry {
+    go: mpsc::Sender<()>,
+    entered: mpsc::Receiver<()>,
+    pub seen: std::cell::RefCell<Vec<String>>,
 }
 
-/// A release of several pods (a Synchronize's) looks each pod up again before
-/// its teardown: one another release freed meanwhile, whose devices a new pod
-/// may hold by now, is not torn down again.
-#[test]
-fn a_pod_released_meanwhile_is_not_torn_down_again() {
-    struct ReleasesTheNext<'a> {
-        other: &'a Ledger,
-        seen: std::cell::RefCell<Vec<String>>,
+impl LetsAnotherTry {
+    /// The teardown, and the two ends the second release uses.
+    pub fn new() -> (LetsAnotherTry, mpsc::Receiver<()>, mpsc::Sender<()>) {
+        let (go, started) = mpsc::channel();
+        let (enters, entered) = mpsc::channel();
+        let t = LetsAnotherTry {
+            go,
+            entered,
+            seen: Default::default(),
+        };
+        (t, started, enters)
     }
-    impl Teardown for ReleasesTheNext<'_> {
-        fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
-            self.seen.borrow_mut().push(pod.pod.sandbox_id.clone());
-            self.other.release_pod("b", &NoTeardown).unwrap();
-            Ok(())
+}
+
+impl Teardown for LetsAnotherTry {
+    fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+        self.seen.borrow_mut().push(pod.pod.sandbox_id.clone());
+        let _ = self.go.send(());
+        match self.entered.recv_timeout(Duration::from_millis(300)) {
+            Ok(()) => Err("torn down by two releases at once".to_string()),
+            Err(_) => Ok(()),
         }
     }
+}
+
+/// The second release's teardown: says it ran.
+pub(super) struct Enters(pub mpsc::Sender<()>);
+
+impl Teardown for Enters {
+    fn teardown(&self, _pod: &PodRecord) -> Result<(), String> {
+        let _ = self.0.send(());
+        Ok(())
+    }
+}
+
+/// Two releases of one pod at once (StopPodSandbox's and RemovePodSandbox's,
+/// a Synchronize's, the retry's), here of pods with exclusive GPUs: the
+/// second waits for the first to commit and finds the pod gone, so the GPU
+/// is never torn down (reset) again after a new pod may have taken it.
+#[test]
+fn a_second_release_of_a_pod_waits_for_the_first_and_tears_down_nothing() {
     let (d, l) = ledger();
-    let other = Ledger::open(d.path()).unwrap();
     l.claim(&pod("a"), &[gpu("GPU-1", Share::Exclusive)])
         .unwrap();
     l.claim(&pod("b"), &[gpu("GPU-2", Share::Exclusive)])
         .unwrap();
-    let td = ReleasesTheNext {
-        other: &other,
-        seen: Default::default(),
-    };
-    let gone = l.stale_pods(&HashSet::new()).unwrap();
-    let rel = l.release_pods(&gone, &td).unwrap();
-    assert_eq!(*td.seen.borrow(), ["a"]);
-    assert_eq!(rel.pods, vec![pod("a")]);
+    let (first, started, enters) = LetsAnotherTry::new();
+    let dir = d.path().to_path_buf();
+    let second = std::thread::scope(|s| {
+        let second = s.spawn(move || {
+            started.recv().unwrap();
+            let other = Ledger::open(&dir).unwrap();
+            other.release_pod("b", &Enters(enters)).unwrap()
+        });
+        let gone = l.stale_pods(&HashSet::new()).unwrap();
+        let rel = l.release_pods(&gone, &first).unwrap();
+        assert_eq!(rel.failed, Vec::new());
+        assert_eq!(rel.pods, vec![pod("a"), pod("b")]);
+        second.join().unwrap()
+    });
+    assert_eq!(*first.seen.borrow(), ["a", "b"]);
+    assert!(
+        second.pods.is_empty() && second.failed.is_empty(),
+        "{second:?}"
+    );
     assert!(l.snapshot().unwrap().pods.is_empty());
 }
 
