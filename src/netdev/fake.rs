@@ -365,6 +365,10 @@ impl RdmaNl for FakeRdma {
 
     fn set_netns(&mut self, index: u32, netns: &Netns) -> Result<(), NlError> {
         let mut m = self.model.borrow_mut();
+        // ib_device_set_netns_put: no device moves while the mode is shared.
+        if m.rdma_shared {
+            return Err(kernel("fake rdma set netns", libc::EOPNOTSUPP));
+        }
         let to = netns.id().ino;
         let name = m
             .rdma

@@ -14,6 +14,7 @@
 
 use super::error::{At, Cause, VfError};
 use super::netns::Netns;
+use super::rdma::NetnsMode;
 use super::rtnl::{Link, LinkChange, LinkRef, Rtnl};
 use super::saved::SavedVf;
 use super::vf::{vf_fields, VfOps};
@@ -188,6 +189,12 @@ fn restore_rdma(
             Err(c) if unsupported(&c) => return Ok(()),
             other => at.step("open pod rdma netlink", other)?,
         };
+        // Shared mode: the device never left the host, and the kernel refuses
+        // to move it (ib_device_set_netns_put); the mode cannot change while
+        // a namespace other than the host's exists (rdma_compatdev_set).
+        if at.step("read rdma netns mode", rdma.netns_mode())? == NetnsMode::Shared {
+            return Ok(());
+        }
         if let Some(index) = at.step("find rdma device", rdma.dev_index(name))? {
             let host = ops.env.host_netns();
             return at.step("return rdma device", rdma.set_netns(index, host));

@@ -50,6 +50,7 @@ pub fn attach_all(
     actions: &[VfAttach],
 ) -> Result<(), VfError> {
     check_batch(actions)?;
+    check_rdma_mode(ops, actions)?;
     let mut done: Vec<PciAddr> = Vec::new();
     for action in actions {
         let at = At {
@@ -90,6 +91,23 @@ fn check_batch(actions: &[VfAttach]) -> Result<(), VfError> {
                 return Err((at.err("validate"))(Cause::Duplicate { what, value }));
             }
         }
+    }
+    Ok(())
+}
+
+/// In shared mode the kernel moves no RDMA device (ib_device_set_netns_put);
+/// refused before any VF is touched, rather than after its netdev moved.
+fn check_rdma_mode(ops: &mut VfOps<'_>, actions: &[VfAttach]) -> Result<(), VfError> {
+    let Some(a) = actions.iter().find(|a| a.move_rdma) else {
+        return Ok(());
+    };
+    let at = At {
+        vf: a.vf_bus_id,
+        netdev: &a.host_netdev,
+    };
+    let mut rdma = at.step("open rdma netlink", ops.env.rdma(None))?;
+    if at.step("read rdma netns mode", rdma.netns_mode())? != NetnsMode::Exclusive {
+        return Err((at.err("move rdma device"))(Cause::RdmaShared));
     }
     Ok(())
 }

@@ -264,6 +264,29 @@ fn shared_rdma_mode_is_refused_and_rolled_back() {
         chain(&err)
     );
     assert_eq!(rig.m().world(), before);
+    // Refused before anything changed: no call to undo, no record.
+    assert_eq!(rig.m().calls, Vec::new());
+    assert_eq!(rig.records(), 0);
+}
+
+/// A record whose RDMA device never left the host, as an attach in shared
+/// mode leaves it (refused after its netdev moved, by builds before the mode
+/// was checked first): the restore moves the netdev back and leaves the RDMA
+/// device alone, since the kernel refuses every move in shared mode.
+#[test]
+fn a_restore_in_shared_rdma_mode_leaves_the_rdma_device_alone() {
+    let mut rig = Rig::new(model());
+    let before = rig.m().world();
+    rig.attach(&[action()]).unwrap();
+    {
+        let mut m = rig.m();
+        m.rdma.values_mut().for_each(|dev| dev.1 = HOST);
+        m.rdma_shared = true;
+    }
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    assert_eq!(rig.records(), 0);
+    rig.m().rdma_shared = false;
+    assert_eq!(rig.m().world(), before);
 }
 
 #[test]
