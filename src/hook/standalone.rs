@@ -252,6 +252,12 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
     }
     let pid = super::creating_pid(stage, state)?;
     let who = identity(state)?;
+    let ledger = Ledger::open(&env.state_dir).map_err(HooksOnlyError::from)?;
+    // First, so that the host is read and the pod's network owner looked up
+    // after the release of exited pods, this one's included: its VFs are then
+    // back on the host for this container to move in, not left to a pod
+    // released underneath it.
+    release::reap_stale(run, &ledger)?;
     let inventory = gpu::discover_node(&env.host_root);
     let plan =
         plan::build(&inventory, &devices, &who.container, config).map_err(HooksOnlyError::from)?;
@@ -268,7 +274,6 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
             "a hook cannot set environment variables: pass them to the container or use CDI"
         );
     }
-    let ledger = Ledger::open(&env.state_dir).map_err(HooksOnlyError::from)?;
     // A further container of the pod finds its VFs moved in by the first.
     let owned = ledger
         .network_owner(&who.pod.sandbox_id)
@@ -278,7 +283,6 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
         vf_attachments(&plan.network, &who.pod.uid, owned).map_err(HooksOnlyError::from)?;
     gpu::check_claims(&HealthStore::new(&config.gpu.health_dir), &plan.claims)
         .map_err(HooksOnlyError::from)?;
-    release::reap_stale(run, &ledger)?;
     let record = ContainerRecord {
         name: who.container.clone(),
         devices: plan.devices.iter().map(|d| d.path.clone()).collect(),
@@ -288,13 +292,24 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
         resolved: None,
         hooks_only: true,
     };
+    // An owner that moved nothing, or whose VFs are back on the host (its
+    // poststop restored them and died before forgetting it), has no saved
+    // record of any VF: this container takes the pod's network over.
+    let saved = crate::netdev::SavedStore::new(&env.state_dir);
+    let owner_idle = |rec: &crate::ledger::PodRecord| {
+        !rec.claims.iter().any(|c| match c.device {
+            crate::ledger::DeviceId::Vf(vf) => saved.has_record(vf),
+            _ => false,
+        })
+    };
     let admission = ledger
-        .admit(
+        .admit_or_take_over(
             &who.pod,
             &plan.claims,
             &state.id,
             record,
             !networks.is_empty(),
+            &owner_idle,
         )
         .map_err(HooksOnlyError::from)?;
     (run.checkpoint)("admit");

@@ -350,3 +350,6 @@ fn admit_as_plugin(w: &World, container: &str, resolved: Option<&str>) {
         .admit(&pod, &[gpu], container, record, resolved.is_some())
         .unwrap();
 }
+
+#[path = "network_owner_tests.rs"]
+mod network_owner;

@@ -1,0 +1,103 @@
+//! Hooks-only mode: which container of a pod carries its VFs when an earlier
+//! one exited or gave them back without being forgotten.
+
+use std::path::PathBuf;
+
+use super::*;
+use crate::inventory::PciAddr;
+
+/// The pod's VF and where its host netdev directory lives under the host root.
+fn pod_vf(w: &World) -> (PciAddr, PathBuf) {
+    let vf = w.fixture.expected().rdma[0].vfs[1].bus_id;
+    let net = w
+        .env
+        .host_root
+        .join("sys/bus/pci/devices")
+        .join(vf.to_string())
+        .join("net");
+    (vf, net)
+}
+
+fn in_pod(w: &World, id: &str, pid: u32) -> State {
+    let alloc = w.allocation();
+    state(
+        id,
+        "creating",
+        Some(pid),
+        &[
+            (DEVICE_ALLOCATED, alloc.as_str()),
+            ("io.kubernetes.cri.sandbox-id", "sb"),
+        ],
+    )
+}
+
+/// What the hook's attach leaves for a VF it moved: its saved record.
+fn saved_record(w: &World, vf: PciAddr, present: bool) {
+    let path = w.env.state_dir.join("vf").join(format!("{vf}.json"));
+    if present {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, "{}").unwrap();
+    } else {
+        std::fs::remove_file(path).unwrap();
+    }
+}
+
+/// The pod's only container exited with its VF in the pod, and no poststop
+/// ran: the next container of the pod is created after the pod's release
+/// returned the VF, so it reads the VF on the host and moves it in.
+#[test]
+fn a_container_of_a_pod_whose_containers_exited_moves_the_vfs_in_again() {
+    let w = world();
+    let mut old = FakeOs::default();
+    w.run(Stage::CreateRuntime, &in_pod(&w, "old", 7), &mut old)
+        .unwrap();
+    assert_eq!(old.attached.len(), 1);
+    // The VF's netdev is in the pod's namespace, out of the host's sysfs.
+    let (_, net) = pod_vf(&w);
+    let away = net.with_extension("in-pod");
+    std::fs::rename(&net, &away).unwrap();
+    set_start(&w.env.roots.proc_root, 7, None);
+    // The release of the exited pod brings the netdev home.
+    let (from, to) = (away.clone(), net.clone());
+    let mut new = FakeOs {
+        meanwhile: Some(std::rc::Rc::new(move || {
+            std::fs::rename(&from, &to).unwrap();
+        })),
+        ..FakeOs::default()
+    };
+    w.run(Stage::CreateRuntime, &in_pod(&w, "new", 8), &mut new)
+        .unwrap();
+    assert_eq!(*new.gpu_torn.borrow(), ["sb"], "the exited pod released");
+    assert_eq!(new.attached.len(), 1, "the VF moved in again");
+    let l = w.ledger();
+    assert_eq!(l.pods["sb"].network_owner.as_deref(), Some("new"));
+    assert_eq!(l.pods["sb"].containers.keys().collect::<Vec<_>>(), ["new"]);
+}
+
+/// An owner whose VFs are in the pod keeps the network; one whose VFs are
+/// back on the host (its poststop restored them and died before forgetting
+/// it) hands it to the next container created, which moves them in.
+#[test]
+fn an_owner_whose_vfs_are_home_hands_the_network_over() {
+    let w = world();
+    let (vf, _) = pod_vf(&w);
+    let mut a1 = FakeOs::default();
+    w.run(Stage::CreateRuntime, &in_pod(&w, "a1", 7), &mut a1)
+        .unwrap();
+    saved_record(&w, vf, true);
+    let mut b1 = FakeOs::default();
+    w.run(Stage::CreateRuntime, &in_pod(&w, "b1", 8), &mut b1)
+        .unwrap();
+    assert!(b1.attached.is_empty(), "the live owner keeps the VFs");
+    assert_eq!(w.ledger().pods["sb"].network_owner.as_deref(), Some("a1"));
+
+    saved_record(&w, vf, false);
+    let mut a2 = FakeOs::default();
+    w.run(Stage::CreateRuntime, &in_pod(&w, "a2", 9), &mut a2)
+        .unwrap();
+    assert_eq!(a2.attached.len(), 1, "the VFs moved in again");
+    let l = w.ledger();
+    let sb = &l.pods["sb"];
+    assert_eq!(sb.network_owner.as_deref(), Some("a2"));
+    assert_eq!(sb.containers.len(), 3);
+}
