@@ -57,6 +57,10 @@ pub enum LedgerError {
     },
     #[error("pod {pod} already holds a different set of devices")]
     ClaimMismatch { pod: String },
+    /// Each device is claimed once: two claims of one device would count
+    /// its shares twice or make one pod two holders of an exclusive device.
+    #[error("{device} is claimed twice by one pod")]
+    DuplicateClaim { device: DeviceId },
 }
 
 /// Work that must run before a pod's claims are dropped (VF restore, GPU cleanup).

@@ -14,6 +14,12 @@ pub(super) fn claim_in(
     if claims.is_empty() {
         return Ok(false);
     }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(c) = claims.iter().find(|c| !seen.insert(&c.device)) {
+        return Err(LedgerError::DuplicateClaim {
+            device: c.device.clone(),
+        });
+    }
     if let Some(existing) = state.pods.get(&pod.sandbox_id) {
         if same_claims(&existing.claims, claims) {
             return Ok(false);
@@ -57,7 +63,13 @@ pub(super) fn claim_in(
 /// them otherwise than the one that admitted the pod (a memory-only GPU entry
 /// counts no core since 0.1): its further containers are admitted as before.
 fn same_claims(a: &[Claim], b: &[Claim]) -> bool {
-    a.len() == b.len() && a.iter().all(|c| b.iter().any(|d| d.device == c.device))
+    sorted_devices(a) == sorted_devices(b)
+}
+
+fn sorted_devices(claims: &[Claim]) -> Vec<&DeviceId> {
+    let mut d: Vec<&DeviceId> = claims.iter().map(|c| &c.device).collect();
+    d.sort();
+    d
 }
 
 fn check_claim(state: &LedgerState, claim: &Claim) -> Result<(), LedgerError> {

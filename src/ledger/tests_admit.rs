@@ -129,3 +129,31 @@ fn unknown_containers_are_forgotten_without_the_lock() {
     worker.join().unwrap();
     assert!(l.snapshot().unwrap().pods["p"].containers.is_empty());
 }
+
+/// A claim list naming a device twice is refused whole: counted twice, two
+/// 60 % shares would pass as one, and an exclusive device would get two
+/// holders. Nothing is recorded.
+#[test]
+fn a_device_claimed_twice_in_one_list_is_refused() {
+    let (_d, l) = ledger();
+    let half = Share::Shared {
+        core: 60,
+        memory_ratio: 60,
+    };
+    for claims in [
+        vec![gpu("GPU-1", half), gpu("GPU-1", half)],
+        vec![
+            gpu("GPU-2", Share::Exclusive),
+            gpu("GPU-2", Share::Exclusive),
+        ],
+    ] {
+        let e = l.claim(&pod("p"), &claims).unwrap_err();
+        assert!(matches!(e, LedgerError::DuplicateClaim { .. }), "{e}");
+        assert!(
+            e.to_string().ends_with("is claimed twice by one pod"),
+            "{e}"
+        );
+    }
+    let snap = l.snapshot().unwrap();
+    assert!(snap.pods.is_empty() && snap.devices.is_empty(), "{snap:?}");
+}
