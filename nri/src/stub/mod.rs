@@ -243,6 +243,11 @@ impl<P: Plugin> Connector<P> {
                 // The socket may be bound but not yet listening: retry soon.
                 Some(Woken::Created) => delay = FIRST_RETRY,
                 Some(Woken::TimedOut) => delay = (delay * 2).min(MAX_RETRY),
+                // Watched anew after the next dial, once the directory is back.
+                Some(Woken::Gone) => {
+                    watch = None;
+                    delay = FIRST_RETRY;
+                }
                 None => {
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(MAX_RETRY);

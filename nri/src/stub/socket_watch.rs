@@ -3,7 +3,8 @@
 //! dialled by the runtime), whatever its backoff has grown to. The wait ends at
 //! the backoff's end or as soon as a file is created in the socket's directory
 //! (inotify(7): `IN_CREATE` for `bind(2)` of a unix socket, `IN_MOVED_TO` for a
-//! rename onto it).
+//! rename onto it). A directory removed or moved away ends the watch (the kernel
+//! sends `IN_IGNORED` once and nothing after); the caller then watches anew.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
@@ -21,6 +22,8 @@ pub(super) enum Woken {
     Created,
     /// The backoff ran out.
     TimedOut,
+    /// The directory was removed or moved: this watch sees nothing more.
+    Gone,
 }
 
 impl SocketWatch {
@@ -36,7 +39,7 @@ impl SocketWatch {
         }
         // SAFETY: `fd` was just returned by inotify_init1 and is not owned elsewhere.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mask = libc::IN_CREATE | libc::IN_MOVED_TO;
+        let mask = libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
         // SAFETY: `dir` is a NUL-terminated path that outlives the call.
         if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), dir.as_ptr(), mask) } < 0 {
             return None;
@@ -58,22 +61,49 @@ impl SocketWatch {
             // A signal cut the wait short: the next dial comes early, which is harmless.
             return Woken::TimedOut;
         }
-        self.drain();
-        Woken::Created
+        if self.drain() {
+            Woken::Gone
+        } else {
+            Woken::Created
+        }
     }
 
-    /// Reads the pending events; their content does not matter, only that the
-    /// directory changed.
-    fn drain(&self) {
+    /// Reads the pending events; true when one says the directory itself is
+    /// gone. Which file was created does not matter, only that one was.
+    fn drain(&self) -> bool {
         let mut buf = [0u8; 4096];
+        let mut gone = false;
         loop {
             // SAFETY: reads into a buffer of the length given.
             let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
-                return;
+            let Ok(n) = usize::try_from(n) else {
+                return gone;
+            };
+            if n == 0 {
+                return gone;
             }
+            gone |= any_gone(&buf[..n]);
         }
     }
+}
+
+/// Whether a read of `struct inotify_event`s (wd, mask, cookie, len: four
+/// 32-bit fields, then `len` bytes of name) holds one for the watched
+/// directory itself going away.
+fn any_gone(mut events: &[u8]) -> bool {
+    const HEADER: usize = 16;
+    let gone = libc::IN_IGNORED | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
+    while events.len() >= HEADER {
+        let field = |at: usize| {
+            u32::from_ne_bytes([events[at], events[at + 1], events[at + 2], events[at + 3]])
+        };
+        if field(4) & gone != 0 {
+            return true;
+        }
+        let next = HEADER.saturating_add(field(12) as usize);
+        events = events.get(next..).unwrap_or_default();
+    }
+    false
 }
 
 #[cfg(test)]
@@ -98,6 +128,23 @@ mod tests {
         let _listener = binder.join().unwrap();
         // The events were drained: the next wait times out again.
         assert_eq!(watch.wait(Duration::from_millis(20)), Woken::TimedOut);
+    }
+
+    /// The runtime's directory removed and made again (a tmpfs remount): the
+    /// old watch says so, and a new one sees the socket bound in the new one.
+    #[test]
+    fn a_removed_directory_ends_the_watch() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("nri");
+        std::fs::create_dir(&dir).unwrap();
+        let socket = dir.join("nri.sock");
+        let watch = SocketWatch::new(&socket).expect("inotify");
+        std::fs::remove_dir(&dir).unwrap();
+        assert_eq!(watch.wait(Duration::from_secs(10)), Woken::Gone);
+        std::fs::create_dir(&dir).unwrap();
+        let watch = SocketWatch::new(&socket).expect("inotify");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        assert_eq!(watch.wait(Duration::from_secs(10)), Woken::Created);
     }
 
     #[test]
