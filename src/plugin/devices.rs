@@ -48,7 +48,17 @@ pub enum DeviceError {
     },
     #[error(transparent)]
     Grant(#[from] crate::grant::GrantError),
+    /// A creation that reached the plugin after the sandbox's stop: a claim
+    /// now would outlive the pod until its removal.
+    #[error(
+        "{DEVICE_ALLOCATED}: the pod's sandbox {sandbox} is stopped: nothing is claimed for it"
+    )]
+    Stopped { sandbox: String },
 }
+
+/// Most sandboxes remembered as stopped until their removal; past it a
+/// stopped one is not remembered (its late creation claims as before).
+const MAX_STOPPED: usize = 4096;
 
 /// What the runtime supports, from ConfigureRequest.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -70,6 +80,8 @@ pub struct Devices {
     grant: std::sync::OnceLock<Arc<crate::grant::GrantChecker>>,
     last_pod: allocation::LastPod,
     last_plan: LastPlan,
+    /// Sandboxes stopped and not yet removed (StopPodSandbox to RemovePodSandbox).
+    stopped: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Devices {
@@ -91,6 +103,7 @@ impl Devices {
             grant: std::sync::OnceLock::new(),
             last_pod: allocation::LastPod::default(),
             last_plan: LastPlan::default(),
+            stopped: Default::default(),
         })
     }
 
@@ -171,6 +184,11 @@ impl Devices {
         let devices = self.last_pod.parse(&pod.annotations, &pod.labels)?;
         if devices.allocation.is_empty() {
             return Ok(ContainerAdjustment::default());
+        }
+        if self.is_stopped(&pod.id) {
+            return Err(DeviceError::Stopped {
+                sandbox: pod.id.clone(),
+            });
         }
         let selected = devices.containers.selects(&ctr.name);
         // Only the scheduler grants devices: the pod's requests bound what it
@@ -278,6 +296,33 @@ impl Devices {
     /// Forgets what was kept for a pod that is gone.
     pub fn forget_pod(&self, sandbox_id: &str) {
         self.last_plan.forget(sandbox_id);
+    }
+
+    /// StopPodSandbox: the runtime checked the sandbox was ready before a
+    /// creation reaches the plugin, so a creation can still arrive after the
+    /// stop; it is refused until the removal.
+    pub fn pod_stopped(&self, sandbox_id: &str) {
+        self.forget_pod(sandbox_id);
+        let mut stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
+        if stopped.len() < MAX_STOPPED {
+            stopped.insert(sandbox_id.to_string());
+        }
+    }
+
+    /// RemovePodSandbox.
+    pub fn pod_removed(&self, sandbox_id: &str) {
+        self.forget_pod(sandbox_id);
+        self.stopped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(sandbox_id);
+    }
+
+    fn is_stopped(&self, sandbox_id: &str) -> bool {
+        self.stopped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(sandbox_id)
     }
 
     /// The plan and all that can be derived from it before the claim, so that

@@ -65,3 +65,27 @@ fn an_owner_that_never_ran_gives_the_network_to_the_next_container() {
         "c1's annotation no longer vouched for"
     );
 }
+
+/// A creation that reaches the plugin after its sandbox's StopPodSandbox
+/// (the runtime checked the sandbox ready just before) claims nothing, so
+/// the devices are not held until the sandbox's removal; a sandbox removed
+/// is forgotten.
+#[test]
+fn a_creation_after_the_sandbox_stopped_claims_nothing() {
+    let node = node();
+    let config = Arc::new(Config::default());
+    node.devices.pod_stopped(&node.pod.id);
+    let e = node
+        .create("late", &[], &config, RuntimeFeatures::default())
+        .unwrap_err();
+    assert!(matches!(e, DeviceError::Stopped { .. }), "{e}");
+    assert!(
+        e.to_string().starts_with(DEVICE_ALLOCATED),
+        "names the annotation: {e}"
+    );
+    assert!(node.devices.ledger().snapshot().unwrap().pods.is_empty());
+    node.devices.pod_removed(&node.pod.id);
+    node.create("next", &[], &config, RuntimeFeatures::default())
+        .unwrap();
+    assert_eq!(node.devices.ledger().snapshot().unwrap().pods.len(), 1);
+}

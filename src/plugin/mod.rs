@@ -387,13 +387,13 @@ impl nri::Plugin for DevgatePlugin {
     }
 
     fn stop_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
-        self.devices.forget_pod(&pod.id);
+        self.devices.pod_stopped(&pod.id);
         self.release_in_background(lifecycle::Release::Pod(pod.id.clone()));
         Ok(())
     }
 
     fn remove_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
-        self.devices.forget_pod(&pod.id);
+        self.devices.pod_removed(&pod.id);
         self.release_in_background(lifecycle::Release::Pod(pod.id.clone()));
         Ok(())
     }
