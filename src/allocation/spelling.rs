@@ -34,9 +34,17 @@ fn misspelled(key: &str, fields: &[&'static str]) -> Option<&'static str> {
         .copied()
 }
 
-fn object(raw: &RawValue) -> Option<UniqueMap<Box<RawValue>>> {
-    // Anything else is the typed parse's to report.
-    serde_json::from_str(raw.get()).ok()
+/// The keys of `raw` when it is an object; an object naming a key twice is
+/// an error (Go keeps the last, serde the first of a field it knows, and a
+/// key checked here could hide behind another). Anything not an object is
+/// the typed parse's to report.
+fn object(raw: &RawValue) -> Result<Option<UniqueMap<Box<RawValue>>>, String> {
+    if !raw.get().trim_start().starts_with('{') {
+        return Ok(None);
+    }
+    serde_json::from_str(raw.get())
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 fn keys(
@@ -44,19 +52,20 @@ fn keys(
     raw: &RawValue,
     fields: &[&'static str],
 ) -> Result<Vec<(String, Box<RawValue>)>, AllocationError> {
-    let Some(map) = object(raw) else {
+    let malformed = |reason: String| AllocationError::Malformed {
+        annotation: DEVICE_ALLOCATED,
+        entry: entry.to_string(),
+        reason,
+    };
+    let Some(map) = object(raw).map_err(malformed)? else {
         return Ok(Vec::new());
     };
     for (key, _) in &map.0 {
         if let Some(field) = misspelled(key, fields) {
-            return Err(AllocationError::Malformed {
-                annotation: DEVICE_ALLOCATED,
-                entry: entry.to_string(),
-                reason: format!(
-                    "key {:?} is field `{field}` spelled otherwise",
-                    crate::untrusted::one_line(key, 64)
-                ),
-            });
+            return Err(malformed(format!(
+                "key {:?} is field `{field}` spelled otherwise",
+                crate::untrusted::one_line(key, 64)
+            )));
         }
     }
     Ok(map.0)
@@ -107,6 +116,15 @@ mod tests {
             (
                 "{\"\u{212A}\":1,\"minor\\u0000x\":1,\"mInOr\":1}",
                 "is field `minor`",
+            ),
+            // A repeated key would otherwise hide a misspelled one.
+            (
+                r#"{"minor":0,"Minor":1,"x":0,"x":0}"#,
+                r#"gpu[0]: malformed: duplicate key "x""#,
+            ),
+            (
+                r#"{"extension":{"vfs":[{"busID":"0000:19:00.2","BusID":"0000:19:00.3","x":0,"x":0}]}}"#,
+                r#"gpu[0].vfs[0]: malformed: duplicate key "x""#,
             ),
         ] {
             let err = check(text).unwrap_err();
