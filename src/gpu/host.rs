@@ -313,18 +313,25 @@ pub fn gone(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::NotFound || err.raw_os_error() == Some(libc::ESRCH)
 }
 
-/// The start time of a `stat` line, `None` for a zombie or dead task (proc(5): state
-/// is field 3, starttime field 22; comm may hold spaces and parentheses, so split at
-/// the last `)`).
+/// The start time of a `stat` line, `None` for a zombie or dead process (proc(5):
+/// state is field 3, num_threads field 20, starttime field 22; comm may hold spaces
+/// and parentheses, so split at the last `)`). A zombie main thread whose process
+/// still has other threads is alive: a thread of a killed CUDA process stuck in
+/// the driver keeps its GPU files open after the main thread exits.
 pub fn parse_stat(text: &str) -> Option<u64> {
     let (_, rest) = text.rsplit_once(')')?;
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?;
-    if matches!(state, "Z" | "X" | "x") {
-        return None;
+    // After the state come fields 4..: num_threads is the 17th, starttime the 19th.
+    let after: Vec<&str> = fields.take(19).collect();
+    let (threads, start) = (after.get(16)?, after.get(18)?);
+    let threads: u64 = threads.parse().ok()?;
+    match state {
+        "X" | "x" => return None,
+        "Z" if threads <= 1 => return None,
+        _ => {}
     }
-    // After the state come fields 4..; starttime is the 19th of them.
-    fields.nth(18)?.parse().ok()
+    start.parse().ok()
 }
 
 #[cfg(test)]
@@ -337,6 +344,11 @@ mod tests {
         assert_eq!(parse_stat(live), Some(777));
         let zombie = "42 (sleep) Z 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 777 0 0";
         assert_eq!(parse_stat(zombie), None);
+        // The main thread exited, two others are still in the driver.
+        let stuck = "42 (cuda) Z 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 3 0 777 0 0";
+        assert_eq!(parse_stat(stuck), Some(777));
+        let dead = "42 (cuda) X 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 3 0 777 0 0";
+        assert_eq!(parse_stat(dead), None);
         assert_eq!(parse_stat("garbage"), None);
     }
 
