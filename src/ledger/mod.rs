@@ -61,6 +61,8 @@ pub enum LedgerError {
     /// its shares twice or make one pod two holders of an exclusive device.
     #[error("{device} is claimed twice by one pod")]
     DuplicateClaim { device: DeviceId },
+    #[error("{device} is being released: the teardown of a pod that held it is running")]
+    Releasing { device: DeviceId },
 }
 
 /// Work that must run before a pod's claims are dropped (VF restore, GPU cleanup).
@@ -128,6 +130,7 @@ impl Ledger {
     /// Claims `claims` for `pod`, all or nothing. Re-claiming the same set is a no-op.
     pub fn claim(&self, pod: &PodRef, claims: &[Claim]) -> Result<(), LedgerError> {
         let mut txn = self.store.begin()?;
+        self.check_releasing(&txn.state, pod, claims)?;
         if claim_in(&mut txn.state, pod, claims)? {
             txn.commit()?;
         }
@@ -164,6 +167,7 @@ impl Ledger {
         owner_idle: &dyn Fn(&PodRecord) -> bool,
     ) -> Result<Admission, LedgerError> {
         let mut txn = self.store.begin()?;
+        self.check_releasing(&txn.state, pod, claims)?;
         let claimed = claim_in(&mut txn.state, pod, claims)?;
         let Some(rec) = txn.state.pods.get_mut(&pod.sandbox_id) else {
             return Ok(Admission::default());
@@ -197,6 +201,24 @@ impl Ledger {
             network_owner,
             claimed,
         })
+    }
+
+    /// Refuses a new pod's claim of a shared device a release is tearing down
+    /// (under the transaction's lock; a pod that holds its claims already is
+    /// never refused this way).
+    fn check_releasing(
+        &self,
+        state: &LedgerState,
+        pod: &PodRef,
+        claims: &[Claim],
+    ) -> Result<(), LedgerError> {
+        if state.pods.contains_key(&pod.sandbox_id) {
+            return Ok(());
+        }
+        match release_lock::first_releasing(self.store.dir(), claims)? {
+            Some(device) => Err(LedgerError::Releasing { device }),
+            None => Ok(()),
+        }
     }
 
     /// The container that moved (or is to move) the pod's VFs into its netns,

@@ -71,6 +71,41 @@ pub(super) fn lock_claimed(
     Ok(DeviceLocks { _held: held })
 }
 
+/// The first device of `claims` held as a share whose release is running
+/// now (its lock taken): a pod that joined it would have its processes seen
+/// by that teardown, or its GPU reset under it. Asked without waiting, under
+/// the ledger lock, which a release takes only after its device locks.
+pub(super) fn first_releasing(
+    state_dir: &Path,
+    claims: &[super::Claim],
+) -> Result<Option<super::DeviceId>, LedgerError> {
+    let dir = state_dir.join(LOCK_DIR);
+    for claim in claims {
+        if !matches!(claim.share, super::Share::Shared { .. }) {
+            // An exclusive device's releasing holder still holds it.
+            continue;
+        }
+        let path = dir.join(file_name(&claim.device.to_string()));
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            // Never released on this node: no lock file, no release running.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(LedgerError::Io { path, source }),
+        };
+        match Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(_unlocked_on_drop) => {}
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(Some(claim.device.clone())),
+            Err((_, errno)) => {
+                return Err(LedgerError::Io {
+                    path,
+                    source: errno.into(),
+                })
+            }
+        }
+    }
+    Ok(None)
+}
+
 fn create_dir(dir: &Path) -> Result<(), LedgerError> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()

@@ -402,3 +402,38 @@ fn a_new_state_directory_is_root_only() {
         assert_eq!(mode, 0o700, "{}", d.display());
     }
 }
+
+/// A shared GPU whose release is running (its last holder's teardown may
+/// reset it) takes no new pod until the release commits; a pod already
+/// holding it is admitted as before.
+#[test]
+fn a_shared_gpu_being_released_takes_no_new_pod() {
+    let (d, l) = ledger();
+    let half = shared(50, 50);
+    l.claim(&pod("a"), &[gpu("GPU-1", half)]).unwrap();
+    l.claim(&pod("b"), &[gpu("GPU-1", half)]).unwrap();
+    struct TriesToJoin<'a>(&'a Ledger, std::cell::RefCell<Vec<String>>);
+    impl Teardown for TriesToJoin<'_> {
+        fn teardown(&self, _pod: &PodRecord) -> Result<(), String> {
+            let joined = self.0.claim(&pod("c"), &[gpu("GPU-1", shared(10, 10))]);
+            self.1.borrow_mut().push(match joined {
+                Ok(()) => "joined".to_string(),
+                Err(e) => e.to_string(),
+            });
+            // The holder still admits further containers meanwhile.
+            self.0
+                .claim(&pod("b"), &[gpu("GPU-1", shared(50, 50))])
+                .unwrap();
+            Ok(())
+        }
+    }
+    let other = Ledger::open(d.path()).unwrap();
+    let td = TriesToJoin(&other, Default::default());
+    l.release_pod("a", &td).unwrap();
+    assert_eq!(
+        *td.1.borrow(),
+        ["gpu GPU-1 is being released: the teardown of a pod that held it is running"]
+    );
+    l.claim(&pod("c"), &[gpu("GPU-1", shared(10, 10))])
+        .expect("joins once the release committed");
+}

@@ -266,7 +266,9 @@ impl Devices {
                 entry: match &source {
                     LedgerError::Held { device, .. }
                     | LedgerError::Quarantined { device, .. }
-                    | LedgerError::Overcommitted { device, .. } => prepared.entry_of(device),
+                    | LedgerError::Overcommitted { device, .. }
+                    | LedgerError::Releasing { device }
+                    | LedgerError::DuplicateClaim { device } => prepared.entry_of(device),
                     _ => String::new(),
                 },
                 reason: source.to_string(),
