@@ -129,6 +129,7 @@ fn share(e: &GpuEntry) -> Share {
 /// `CUDA_DEVICE_MEMORY_LIMIT`, keep each GPU's own share.
 fn hami_core(out: &mut Builder, entries: &[GpuEntry], gpus: &[&Gpu]) -> Result<(), PlanError> {
     for (i, (e, gpu)) in entries.iter().zip(gpus).enumerate() {
+        check_memory_fits_ratio(e, gpu, i)?;
         // 0 means "no limit" to HAMi-core: a shared GPU must carry a real limit.
         match (memory_limit(e, gpu), e.resources.is_shared()) {
             (Some(bytes), _) => {
@@ -158,6 +159,28 @@ fn hami_core(out: &mut Builder, entries: &[GpuEntry], gpus: &[&Gpu]) -> Result<(
     // Shared by every HAMi-core container on the node (HAMi issue #696).
     out.plan.mounts.push(host_bind(&hami.lock_dir, "rw"));
     Ok(())
+}
+
+/// The ledger claims `gpu-memory-ratio`; a `gpu-memory` beyond it would let
+/// HAMi-core give the container memory its co-tenants were promised. One
+/// percentage point of slack allows for a ratio Koordinator rounded down.
+fn check_memory_fits_ratio(e: &GpuEntry, gpu: &Gpu, i: usize) -> Result<(), PlanError> {
+    let r = &e.resources;
+    let (Some(bytes), Some(ratio), Some(total)) =
+        (r.memory_bytes, r.memory_ratio_percent, gpu.memory_bytes)
+    else {
+        return Ok(());
+    };
+    if u128::from(bytes) * 100 <= u128::from(total) * (u128::from(ratio) + 1) {
+        return Ok(());
+    }
+    Err(PlanError::GpuMemoryOverRatio {
+        annotation: ANN,
+        entry: format!("gpu[{i}]"),
+        bytes,
+        ratio,
+        total,
+    })
 }
 
 /// `gpu-memory`, or else the ratio of the GPU's total memory, as Koordinator's

@@ -158,6 +158,14 @@ pub enum PlanError {
         annotation: &'static str,
         entry: String,
     },
+    #[error("{annotation}: {entry}: resources gpu-memory {bytes} is more than gpu-memory-ratio {ratio}% of the gpu's {total} bytes, which is all the pod claims")]
+    GpuMemoryOverRatio {
+        annotation: &'static str,
+        entry: String,
+        bytes: u64,
+        ratio: u32,
+        total: u64,
+    },
     #[error("{annotation}: {entry}: no rdma device with minor {minor} on this node")]
     UnknownRdma {
         annotation: &'static str,

@@ -12,7 +12,11 @@ pub(super) fn pod(annotation: &str) -> PodDevices {
     pod_with(annotation, &[], &[])
 }
 
-fn pod_with(annotation: &str, annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> PodDevices {
+pub(super) fn pod_with(
+    annotation: &str,
+    annotations: &[(&str, &str)],
+    labels: &[(&str, &str)],
+) -> PodDevices {
     let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
         pairs
             .iter()

@@ -157,3 +157,35 @@ fn bad_config_is_refused() {
         );
     }
 }
+
+/// Under HAMi-core, a `gpu-memory` over the claimed ratio of the GPU would be
+/// the container's limit: refused. Up to one point over (a ratio rounded
+/// down) passes.
+#[test]
+fn hami_memory_beyond_the_claimed_ratio_is_refused() {
+    use crate::allocation::GPU_ISOLATION_PROVIDER;
+    let inv = hgx();
+    let total = inv.gpus[0].memory_bytes.unwrap();
+    let hami = |bytes: u64| {
+        let ann = format!(
+            r#"{{"gpu":[{{"minor":0,"resources":{{"koordinator.sh/gpu-core":"10","koordinator.sh/gpu-memory-ratio":"10","koordinator.sh/gpu-memory":"{bytes}"}}}}]}}"#
+        );
+        let p = super::tests::pod_with(&ann, &[], &[(GPU_ISOLATION_PROVIDER, "HAMi-core")]);
+        build(&inv, &p, "main", &Config::default())
+    };
+    let e = hami(total).unwrap_err();
+    assert!(
+        matches!(e, PlanError::GpuMemoryOverRatio { ratio: 10, .. }),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .starts_with(&format!("{DEVICE_ALLOCATED}: gpu[0]: ")),
+        "{e}"
+    );
+    let p = hami(total / 100 * 11).unwrap();
+    assert_eq!(
+        p.env["CUDA_DEVICE_MEMORY_LIMIT_0"],
+        (total / 100 * 11).to_string()
+    );
+}
