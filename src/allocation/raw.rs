@@ -30,54 +30,40 @@ pub(super) struct RawVf {
 }
 
 /// A quantity as JSON carries it: a string (what Koordinator writes) or a bare
-/// number (what its Go comments show).
+/// number (what its Go comments show), kept as its JSON text: as an `f64`,
+/// `100.000000000000001` would be read as a whole 100, where Go's
+/// `resource.Quantity` reads the exact decimal.
 pub(super) enum RawQuantity {
     Text(String),
-    Int(i64),
-    Uint(u64),
-    Float(f64),
+    Number(String),
 }
 
 impl RawQuantity {
     pub(super) fn value(&self) -> Result<u64, QuantityError> {
         match self {
-            RawQuantity::Text(s) => parse_quantity(s),
-            RawQuantity::Uint(v) => Ok(*v),
-            RawQuantity::Int(v) if *v < 0 => Err(QuantityError::Negative(v.to_string())),
-            RawQuantity::Int(v) => Ok(v.unsigned_abs()),
-            // Display of f64 is exact and never uses an exponent, so the string
-            // parser decides wholeness and range.
-            RawQuantity::Float(v) if *v < 0.0 => Err(QuantityError::Negative(v.to_string())),
-            RawQuantity::Float(v) => parse_quantity(&v.to_string()),
+            RawQuantity::Text(s) | RawQuantity::Number(s) => parse_quantity(s),
         }
     }
 }
 
 impl<'de> Deserialize<'de> for RawQuantity {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = RawQuantity;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a quantity string or number")
+        let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+        let text = raw.get();
+        if text.starts_with('"') {
+            let s: String = serde_json::from_str(text).map_err(de::Error::custom)?;
+            if s.len() > quantity::MAX_QUANTITY_LEN {
+                return Err(de::Error::custom(QuantityError::TooLong));
             }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawQuantity, E> {
-                if v.len() > quantity::MAX_QUANTITY_LEN {
-                    return Err(E::custom(QuantityError::TooLong));
-                }
-                Ok(RawQuantity::Text(v.to_string()))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawQuantity, E> {
-                Ok(RawQuantity::Int(v))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawQuantity, E> {
-                Ok(RawQuantity::Uint(v))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawQuantity, E> {
-                Ok(RawQuantity::Float(v))
-            }
+            return Ok(RawQuantity::Text(s));
         }
-        d.deserialize_any(V)
+        if !text.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
+            return Err(de::Error::custom("expected a quantity string or number"));
+        }
+        if text.len() > quantity::MAX_QUANTITY_LEN {
+            return Err(de::Error::custom(QuantityError::TooLong));
+        }
+        Ok(RawQuantity::Number(text.to_string()))
     }
 }
 

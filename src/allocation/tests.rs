@@ -107,6 +107,7 @@ fn rejected_inputs() {
         ("negative vf minor", r#"{"rdma":[{"minor":0,"extension":{"vfs":[{"minor":-2,"busID":"0000:01:00.2"}]}}]}"#, "rdma[0].vfs[0]", |e| matches!(e, AllocationError::Negative { .. })),
         ("negative quantity", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-memory":"-1Gi"}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::Quantity { reason: QuantityError::Negative(_), .. })),
         ("negative number", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":-5}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::Quantity { reason: QuantityError::Negative(_), .. })),
+        ("number past f64 precision", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":100.000000000000001}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::Quantity { reason: QuantityError::NotWhole(_), .. })),
         ("negative float", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":-0.5}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::Quantity { reason: QuantityError::Negative(_), .. })),
         ("bad quantity", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-memory":"16GB"}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::Quantity { .. })),
         ("fractional percent", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"0.5"}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::Quantity { reason: QuantityError::NotWhole(_), .. })),
