@@ -1,13 +1,20 @@
 //! The hook's log: a file, never stdout or stderr (the runtime owns those and
-//! shows them only inside a failure message).
+//! shows them only inside a failure message). It lives in the state directory,
+//! on tmpfs by default, so it is kept to two files of at most [`MAX_LOG_BYTES`]:
+//! one past that is moved to `<name>.1` (replacing the previous one) and
+//! started anew.
 
-use std::fs::{self, OpenOptions};
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use tracing::level_filters::LevelFilter;
+
+/// Past this the log is rotated: about 20 000 hook runs at the info level.
+pub const MAX_LOG_BYTES: u64 = 8 << 20;
 
 /// Sends tracing events to `path`, appending. A log that cannot be opened
 /// means no log: the hook's job matters more than its diary.
@@ -18,11 +25,7 @@ pub fn init_log(path: &Path, level: LevelFilter) -> io::Result<()> {
             .mode(0o700)
             .create(dir)?;
     }
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)?;
+    let file = open_rotated(path, MAX_LOG_BYTES)?;
     tracing_subscriber::fmt()
         .with_writer(Mutex::new(file))
         .with_ansi(false)
@@ -30,4 +33,56 @@ pub fn init_log(path: &Path, level: LevelFilter) -> io::Result<()> {
         .with_target(false)
         .try_init()
         .map_err(|e| io::Error::other(e.to_string()))
+}
+
+/// `path` opened for appending; when it already holds more than `max` bytes,
+/// it becomes `<path>.1` first. Hooks of other containers may rotate at the
+/// same moment: each rename is atomic, and at worst one rotated file is lost.
+fn open_rotated(path: &Path, max: u64) -> io::Result<File> {
+    let file = open_append(path)?;
+    if file.metadata()?.len() <= max {
+        return Ok(file);
+    }
+    fs::rename(path, rotated(path))?;
+    open_append(path)
+}
+
+fn open_append(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+}
+
+fn rotated(path: &Path) -> PathBuf {
+    let mut name = OsString::from(path.as_os_str());
+    name.push(".1");
+    PathBuf::from(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_log_past_its_limit_is_rotated_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hook.log");
+        fs::write(dir.path().join("hook.log.1"), "older").unwrap();
+        fs::write(&path, "0123456789").unwrap();
+        // At the limit: kept and appended to.
+        let mut f = open_rotated(&path, 10).unwrap();
+        f.write_all(b"x").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"0123456789x");
+        // Past it: moved aside, replacing the older one, and started anew.
+        let mut f = open_rotated(&path, 10).unwrap();
+        f.write_all(b"new").unwrap();
+        assert_eq!(
+            fs::read(dir.path().join("hook.log.1")).unwrap(),
+            b"0123456789x"
+        );
+        assert_eq!(fs::read(&path).unwrap(), b"new");
+    }
 }
