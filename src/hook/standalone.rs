@@ -296,12 +296,7 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
     // poststop restored them and died before forgetting it), has no saved
     // record of any VF: this container takes the pod's network over.
     let saved = crate::netdev::SavedStore::new(&env.state_dir);
-    let owner_idle = |rec: &crate::ledger::PodRecord| {
-        !rec.claims.iter().any(|c| match c.device {
-            crate::ledger::DeviceId::Vf(vf) => saved.has_record(vf),
-            _ => false,
-        })
-    };
+    let owner_idle = |rec: &crate::ledger::PodRecord| saved.none_moved(rec);
     let admission = ledger
         .admit_or_take_over(
             &who.pod,

@@ -197,6 +197,17 @@ impl SavedStore {
         self.path(vf, "json").exists()
     }
 
+    /// Whether no VF `pod` claims has a record: its network owner moved
+    /// nothing (or has them all back on the host), since the hook saves a
+    /// record before it touches a VF. Asked under the ledger lock by
+    /// [`crate::ledger::Ledger::admit_or_take_over`].
+    pub fn none_moved(&self, pod: &crate::ledger::PodRecord) -> bool {
+        !pod.claims.iter().any(|c| match c.device {
+            crate::ledger::DeviceId::Vf(vf) => self.has_record(vf),
+            _ => false,
+        })
+    }
+
     /// The record files, in name order. A missing directory means none.
     fn paths(&self) -> Result<Vec<PathBuf>, SavedError> {
         let entries = match fs::read_dir(&self.dir) {

@@ -243,15 +243,8 @@ impl Devices {
             hooks_only: false,
         };
         let wants_network = prepared.resolved.is_some();
-        // The owner moved nothing when no VF of the pod has a saved record:
-        // the hook saves one before it touches a VF.
         let saved = crate::netdev::SavedStore::new(&self.state_dir);
-        let owner_idle = |rec: &crate::ledger::PodRecord| {
-            !rec.claims.iter().any(|c| match c.device {
-                DeviceId::Vf(vf) => saved.has_record(vf),
-                _ => false,
-            })
-        };
+        let owner_idle = |rec: &crate::ledger::PodRecord| saved.none_moved(rec);
         let admission = self
             .ledger
             .admit_or_take_over(
