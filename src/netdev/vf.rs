@@ -371,11 +371,9 @@ fn set_mac(at: &At<'_>, nl: &mut dyn Rtnl, index: u32, mac: &super::HwAddr) -> R
 
 fn move_rdma(ops: &mut VfOps<'_>, at: &At<'_>, pod: &Netns, a: &VfAttach) -> Result<(), VfError> {
     let name = a.rdma_device.as_deref().unwrap_or_default();
+    // The netns mode was checked for the whole batch (`check_rdma_mode`), and
+    // cannot change while the pod's namespace exists (rdma_compatdev_set).
     let mut rdma = at.step("open rdma netlink", ops.env.rdma(None))?;
-    // In shared mode the kernel refuses the move (ib_device_set_netns_put); say why.
-    if at.step("read rdma netns mode", rdma.netns_mode())? != NetnsMode::Exclusive {
-        return Err((at.err("move rdma device"))(Cause::RdmaShared));
-    }
     let index = at
         .step("find rdma device", rdma.dev_index(name))?
         .ok_or_else(|| {
