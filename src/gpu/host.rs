@@ -323,9 +323,8 @@ pub fn parse_stat(text: &str) -> Option<u64> {
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?;
     // After the state come fields 4..: num_threads is the 17th, starttime the 19th.
-    let after: Vec<&str> = fields.take(19).collect();
-    let (threads, start) = (after.get(16)?, after.get(18)?);
-    let threads: u64 = threads.parse().ok()?;
+    let threads: u64 = fields.nth(16)?.parse().ok()?;
+    let start = fields.nth(1)?;
     match state {
         "X" | "x" => return None,
         "Z" if threads <= 1 => return None,
