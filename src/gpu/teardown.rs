@@ -144,6 +144,15 @@ impl GpuTeardown {
     /// Retries quarantined GPUs no pod holds: those found idle and reset leave
     /// quarantine. Returns their UUIDs. Call it periodically, outside a ledger call.
     pub fn retry_quarantined(&self, ledger: &Ledger) -> Result<Vec<String>, GpuError> {
+        self.retry_quarantined_of(ledger, |_| true)
+    }
+
+    /// [`Self::retry_quarantined`] for the GPUs whose UUID `wanted` picks.
+    pub fn retry_quarantined_of(
+        &self,
+        ledger: &Ledger,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<Vec<String>, GpuError> {
         let ledger_err = |uuid: &str, e: crate::ledger::LedgerError| GpuError::Claims {
             uuid: uuid.to_string(),
             reason: e.to_string(),
@@ -154,7 +163,7 @@ impl GpuTeardown {
             let DeviceId::Gpu(uuid) = &rec.device else {
                 continue;
             };
-            if rec.quarantine.is_none() || !rec.holders.is_empty() {
+            if rec.quarantine.is_none() || !rec.holders.is_empty() || !wanted(uuid) {
                 continue;
             }
             let errors = match self.target(uuid, Share::Exclusive, None) {

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use super::liveness;
 use super::standalone::{HooksOnly, HooksOnlyError};
 use super::{HookEnv, HookError, Outcome, State};
-use crate::ledger::{DeviceId, GuardedRelease, Ledger, PodRecord, PodRef};
+use crate::ledger::{Claim, DeviceId, GuardedRelease, Ledger, PodRecord, PodRef};
 
 /// Quarantines the pod's VFs after a failed restore: they may sit half
 /// configured in a namespace, so they stay out of service until someone looks.
@@ -117,7 +117,18 @@ pub(super) fn forget(
         return Ok(false);
     }
     // Released only if still no container is left under the lock.
-    release_guarded(run, ledger, &seen, &BTreeSet::new())
+    let released = release_guarded(run, ledger, &seen, &BTreeSet::new());
+    if released.is_err() {
+        // The claims stay: the container's record goes back with them, so
+        // that the reap of exited pods, which knows a pod by its containers'
+        // inits, retries the release once this one's init is gone.
+        if let Some(record) = seen.containers.get(container_id) {
+            if let Err(e) = ledger.record_container(sandbox_id, container_id, record.clone()) {
+                tracing::warn!(pod = %seen.pod, container = container_id, error = %e, "failed release: record not kept, the pod is not reaped");
+            }
+        }
+    }
+    released
 }
 
 /// poststop: restore the container's VFs, forget it, and release the pod
@@ -158,6 +169,50 @@ pub(super) fn stop(run: &mut HooksOnly<'_>, state: &State) -> Result<Outcome, Ho
         networks,
         pod_released,
     })
+}
+
+/// Retries the quarantined GPUs among `claims` that no pod holds, so that a
+/// GPU whose teardown once failed (a process slow to exit) serves again once
+/// it is clean. What stays quarantined is refused by the admission after it,
+/// with the quarantine's reason.
+pub(super) fn retry_quarantined(run: &mut HooksOnly<'_>, ledger: &Ledger, claims: &[Claim]) {
+    let state = match ledger.snapshot() {
+        Ok(state) => state,
+        Err(e) => {
+            tracing::warn!(error = %e, "quarantined gpus not retried");
+            return;
+        }
+    };
+    let stuck: Vec<String> = claims
+        .iter()
+        .filter_map(|c| match &c.device {
+            DeviceId::Gpu(uuid) => Some(uuid),
+            _ => None,
+        })
+        .filter(|uuid| {
+            state
+                .devices
+                .get(&DeviceId::Gpu(uuid.to_string()).to_string())
+                .is_some_and(|d| d.quarantine.is_some() && d.holders.is_empty())
+        })
+        .cloned()
+        .collect();
+    if stuck.is_empty() {
+        return;
+    }
+    match run.os.retry_quarantined(run.config, ledger, &stuck) {
+        Ok(cleared) => {
+            for uuid in &cleared {
+                tracing::info!(gpu = %uuid, "gpu back in service");
+            }
+            for uuid in stuck.iter().filter(|u| !cleared.contains(u)) {
+                tracing::info!(gpu = %uuid, "gpu stays quarantined");
+            }
+        }
+        Err(e) => {
+            tracing::warn!(gpus = ?stuck, error = %crate::gpu::error::chain(&e), "quarantined gpus not retried")
+        }
+    }
 }
 
 /// A pod whose every container has a recorded init that has exited.

@@ -69,6 +69,8 @@ fn a_failed_gpu_teardown_keeps_the_claims_and_quarantines() {
     let l = w.ledger();
     assert_eq!(l.pods["c1"].claims.len(), 2);
     assert_eq!(quarantined(&w).len(), 2, "{l:?}");
+    // Kept, so that the reap of exited pods retries the release.
+    assert!(l.pods["c1"].containers.contains_key("c1"), "{l:?}");
 }
 
 #[test]

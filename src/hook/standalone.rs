@@ -116,6 +116,15 @@ pub trait ContainerOs {
         sandbox_id: &str,
         cgroups: &[String],
     ) -> Box<dyn Teardown>;
+    /// Cleans the quarantined GPUs among `uuids` that no pod holds, as the
+    /// plugin's periodic retry does ([`gpu::GpuTeardown::retry_quarantined`]);
+    /// those found idle and reset leave quarantine. Returns their UUIDs.
+    fn retry_quarantined(
+        &mut self,
+        config: &Config,
+        ledger: &Ledger,
+        uuids: &[String],
+    ) -> Result<Vec<String>, GpuError>;
 }
 
 /// What a hooks-only stage works with: the hook's paths, the node config,
@@ -261,6 +270,9 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
     let inventory = gpu::discover_node(&env.host_root);
     let plan =
         plan::build(&inventory, &devices, &who.container, config).map_err(HooksOnlyError::from)?;
+    // No process here retries quarantined GPUs on a timer: the next container
+    // to want one does, before the ledger would refuse it.
+    release::retry_quarantined(run, &ledger, &plan.claims);
     if !plan.mounts.is_empty() {
         return Err(HooksOnlyError::Mounts {
             count: plan.mounts.len(),

@@ -31,6 +31,8 @@ pub(super) struct FakeOs {
     pub(super) teardowns: Rc<RefCell<Vec<TornDown>>>,
     /// Runs inside the GPU teardown: what another hook does meanwhile.
     pub(super) meanwhile: Option<Rc<dyn Fn()>>,
+    /// The UUIDs of each quarantine retry asked for.
+    pub(super) retried: Vec<Vec<String>>,
 }
 
 /// The GPU teardown side of [`FakeOs`]; fails when `fail` is "gpu".
@@ -112,6 +114,26 @@ impl ContainerOs for FakeOs {
             fail: self.fail == Some("gpu"),
             meanwhile: self.meanwhile.clone(),
         })
+    }
+
+    /// Cleans every GPU asked for, as the real retry does for idle ones, unless
+    /// `fail` is "gpu" (one still open elsewhere).
+    fn retry_quarantined(
+        &mut self,
+        _: &Config,
+        ledger: &Ledger,
+        uuids: &[String],
+    ) -> Result<Vec<String>, GpuError> {
+        self.retried.push(uuids.to_vec());
+        if self.fail == Some("gpu") {
+            return Ok(Vec::new());
+        }
+        for uuid in uuids {
+            ledger
+                .clear_quarantine(&crate::ledger::DeviceId::Gpu(uuid.clone()))
+                .unwrap();
+        }
+        Ok(uuids.to_vec())
     }
 }
 

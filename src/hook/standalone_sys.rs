@@ -119,6 +119,21 @@ impl ContainerOs for SysContainerOs {
         teardown.set_pod_cgroups(sandbox_id, cgroups);
         Box::new(teardown)
     }
+
+    fn retry_quarantined(
+        &mut self,
+        config: &Config,
+        ledger: &Ledger,
+        uuids: &[String],
+    ) -> Result<Vec<String>, gpu::GpuError> {
+        if super::super::entry::STATIC && config.gpu.nvml {
+            tracing::warn!(gpus = ?uuids, "a statically linked devgate-hook cannot reset gpus without nvml: they stay quarantined");
+            return Ok(Vec::new());
+        }
+        let inventory = gpu::discover_node(&self.env.host_root);
+        let teardown = gpu::GpuTeardown::for_node(inventory, config.gpu.clone(), ledger.clone());
+        teardown.retry_quarantined_of(ledger, |uuid| uuids.iter().any(|u| u == uuid))
+    }
 }
 
 /// The GPU teardown of a statically linked hook that could not hand its run

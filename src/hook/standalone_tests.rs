@@ -297,6 +297,9 @@ fn identity_comes_from_cri_keys_or_the_container_itself() {
 #[path = "release_tests.rs"]
 mod release;
 
+#[path = "quarantine_retry_tests.rs"]
+mod quarantine_retry;
+
 /// CRI-O with NRI and the hooks.d file: for a container the plugin admitted
 /// (here GPU only, so without the resolved annotation) the hooks.d hook plans,
 /// claims, creates and releases nothing.

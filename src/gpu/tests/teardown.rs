@@ -139,6 +139,20 @@ fn pod_users_end_and_an_outside_user_quarantines_until_it_is_gone() {
 }
 
 #[test]
+fn a_retry_of_some_gpus_leaves_the_others_quarantined() {
+    let n = node(|_| {});
+    for uuid in ["GPU-0", "GPU-1"] {
+        let gpu = DeviceId::Gpu(uuid.into());
+        n.ledger.quarantine(&gpu, "was open elsewhere").unwrap();
+    }
+    let cleared = n.teardown.retry_quarantined_of(&n.ledger, |u| u == "GPU-1");
+    assert_eq!(cleared.unwrap(), vec!["GPU-1"]);
+    let devices = n.ledger.snapshot().unwrap().devices;
+    assert_eq!(devices.keys().collect::<Vec<_>>(), ["gpu GPU-0"]);
+    assert_eq!((resets(&n.nvml, "GPU-0"), resets(&n.nvml, "GPU-1")), (0, 1));
+}
+
+#[test]
 fn a_clean_whole_gpu_is_reset_mig_first() {
     let n = node(|_| {});
     n.nvml.mig.lock().unwrap().insert("GPU-1".into());
