@@ -3,10 +3,13 @@
 //! and only changes what differs, so it is idempotent: a second run, a run after
 //! a failed attach, or a run with no record changes nothing.
 //!
-//! Order: the RDMA device first (dranet #177 / PR #180: from a socket inside the
-//! pod netns), then the PF-side settings (sriov-cni resets the VF config before
-//! releasing the netdev: some drivers refuse netdev changes while the admin MAC
-//! pins them), then the netdev itself. The netdev is found wherever it is: in the
+//! Order: a VF still in its live pod is brought down there first, so that no
+//! traffic leaves the pod once its tenant VLAN and spoof check are gone (other
+//! containers of the pod may still run in the netns); then the RDMA device
+//! (dranet #177 / PR #180: from a socket inside the pod netns), then the
+//! PF-side settings (sriov-cni resets the VF config before releasing the
+//! netdev: some drivers refuse netdev changes while the admin MAC pins them;
+//! bringing a link down is not one of them), then the netdev itself. The netdev is found wherever it is: in the
 //! pod netns under its container name; or, when the netns is gone, on the host
 //! where the kernel put it back (`default_device_exit_net`: its pod name, or
 //! `dev<ifindex>` when that is taken). Each stage runs even if an earlier one
@@ -82,7 +85,7 @@ pub(crate) fn restore(
     };
     let mut host = at.step("open host netlink", ops.env.rtnl(None))?;
     if let Some(pod) = pod {
-        still_in_pod_can_come_home(ops, &at, host.as_mut(), rec, pod)?;
+        quiesce_in_pod(ops, &at, host.as_mut(), rec, pod)?;
     }
     let mut errors = Vec::new();
     if rec.attach.move_rdma {
@@ -108,8 +111,9 @@ pub(crate) fn restore(
 /// name is taken on the host, nothing is touched: the VF stays whole in the
 /// pod (its PF settings such as the tenant VLAN, its RDMA device) and the
 /// record stays for a later try, rather than a netdev left up in the pod
-/// without its isolation.
-fn still_in_pod_can_come_home(
+/// without its isolation. Otherwise it goes down in the pod before its PF
+/// settings are reset, and stays down if a later step fails.
+fn quiesce_in_pod(
     ops: &mut VfOps<'_>,
     at: &At<'_>,
     host: &mut dyn Rtnl,
@@ -119,10 +123,14 @@ fn still_in_pod_can_come_home(
     let names = [rec.attach.container_ifname.as_str(), &rec.host.name];
     let mut pod_nl = at.step("open pod netlink", ops.env.rtnl(Some(pod)))?;
     let in_pod = at.step("find netdev in pod", locate(pod_nl.as_mut(), rec, &names))?;
-    match in_pod {
-        Some(_) => host_name_free(at, host, rec, None),
-        None => Ok(()),
+    let Some(link) = in_pod else {
+        return Ok(());
+    };
+    host_name_free(at, host, rec, None)?;
+    if link.up {
+        at.step("bring down", pod_nl.set_link(link.index, &down()))?;
     }
+    Ok(())
 }
 
 /// Whether `link` is this record's VF: by PCI parent when the kernel reports

@@ -327,3 +327,44 @@ fn a_batch_with_duplicates_is_refused() {
     assert!(chain(&err).contains("validate"), "{}", chain(&err));
     assert!(rig.m().calls.is_empty());
 }
+
+/// The pod's other containers still run in its netns at a poststop: the VF
+/// goes down there before its tenant VLAN and spoof check are reset, and a
+/// failure after that leaves it down, never up in the pod without them.
+#[test]
+fn a_vf_in_a_live_pod_goes_down_before_its_pf_settings_are_reset() {
+    let first_set_vf = |calls: &[Call]| calls.iter().position(|c| matches!(c, Call::SetVf { .. }));
+    let mut probe = Rig::new(model());
+    probe.attach(&[action()]).unwrap();
+    let start = probe.m().calls.len();
+    probe.detach("ctr1").unwrap();
+    let restore = probe.m().calls[start..].to_vec();
+    assert!(
+        matches!(
+            restore[0],
+            Call::SetLink {
+                ns: POD,
+                up: Some(false),
+                to_ns: None,
+                ..
+            }
+        ),
+        "{restore:?}"
+    );
+    let set_vf = first_set_vf(&restore).expect("pf settings reset");
+
+    let mut rig = Rig::new(model());
+    let before = rig.m().world();
+    rig.attach(&[action()]).unwrap();
+    rig.m().fail_at = Some(start + set_vf);
+    rig.detach("ctr1").unwrap_err();
+    {
+        let m = rig.m();
+        let vf = m.links.iter().find(|l| l.link.index == VF_NETDEV).unwrap();
+        assert!(!vf.link.up, "{:?}", m.calls);
+    }
+    assert_eq!(rig.records(), 1, "kept for a later try");
+    rig.m().fail_at = None;
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    assert_eq!(rig.m().world(), before);
+}
