@@ -10,7 +10,8 @@
 use std::io;
 
 use netlink_packet_core::{
-    NetlinkBuffer, NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
+    NetlinkBuffer, NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR,
+    NLM_F_REQUEST,
 };
 
 /// Netlink header length (`struct nlmsghdr`).
@@ -20,6 +21,8 @@ pub const NLMSG_HDRLEN: usize = 16;
 const MAX_DATAGRAM: usize = 4 * 1024 * 1024;
 /// Most messages accepted in one dump, so a misbehaving peer cannot grow memory forever.
 const MAX_DUMP_MESSAGES: usize = 65_536;
+/// Times a dump is asked for while the kernel reports it inconsistent.
+const DUMP_TRIES: usize = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NlError {
@@ -144,6 +147,27 @@ impl<T: Transport> Conn<T> {
         kind: Kind,
         payload: &[u8],
     ) -> Result<Vec<Vec<u8>>, NlError> {
+        // A dump the kernel marks inconsistent (`NLM_F_DUMP_INTR`: the table
+        // changed while it was walked) may miss or repeat objects: asked again.
+        for _ in 0..DUMP_TRIES {
+            if let Some(replies) = self.exchange(op, msg_type, kind, payload)? {
+                return Ok(replies);
+            }
+        }
+        Err(malformed(
+            op,
+            "dump interrupted by concurrent changes every time",
+        ))
+    }
+
+    /// One request and its replies; `None` when a dump came back inconsistent.
+    fn exchange(
+        &mut self,
+        op: &'static str,
+        msg_type: u16,
+        kind: Kind,
+        payload: &[u8],
+    ) -> Result<Option<Vec<Vec<u8>>>, NlError> {
         self.seq = self.seq.wrapping_add(1).max(1);
         let flags = match kind {
             Kind::Do => NLM_F_REQUEST | NLM_F_ACK,
@@ -154,6 +178,7 @@ impl<T: Transport> Conn<T> {
             .send(&datagram)
             .map_err(|source| NlError::Socket { op, source })?;
         let mut replies = Vec::new();
+        let mut interrupted = false;
         loop {
             let data = self
                 .transport
@@ -162,8 +187,8 @@ impl<T: Transport> Conn<T> {
             if data.is_empty() {
                 return Err(malformed(op, "empty datagram"));
             }
-            if self.take(op, &data, &mut replies)? {
-                return Ok(replies);
+            if self.take(op, &data, &mut replies, &mut interrupted)? {
+                return Ok((!interrupted).then_some(replies));
             }
             if replies.len() > MAX_DUMP_MESSAGES {
                 return Err(malformed(op, "too many messages"));
@@ -171,8 +196,15 @@ impl<T: Transport> Conn<T> {
         }
     }
 
-    /// Walks one datagram; true when the request is complete.
-    fn take(&self, op: &'static str, data: &[u8], out: &mut Vec<Vec<u8>>) -> Result<bool, NlError> {
+    /// Walks one datagram; true when the request is complete. Sets
+    /// `interrupted` when a message of the reply carries `NLM_F_DUMP_INTR`.
+    fn take(
+        &self,
+        op: &'static str,
+        data: &[u8],
+        out: &mut Vec<Vec<u8>>,
+        interrupted: &mut bool,
+    ) -> Result<bool, NlError> {
         let mut off = 0;
         while off < data.len() {
             let buf = NetlinkBuffer::new_checked(&data[off..])
@@ -185,21 +217,29 @@ impl<T: Transport> Conn<T> {
                 continue;
             }
             let body = &msg[NLMSG_HDRLEN..];
+            *interrupted |= buf.flags() & NLM_F_DUMP_INTR != 0;
+            let code = || {
+                body.get(..4)
+                    .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+            };
+            let kernel = |code: i32| NlError::Kernel {
+                op,
+                errno: code.checked_neg().unwrap_or(libc::EINVAL),
+            };
             match buf.message_type() {
                 NLMSG_NOOP => {}
-                NLMSG_DONE => return Ok(true),
+                // A dump that failed midway ends with its error in the DONE
+                // (netlink_dump_done, net/netlink/af_netlink.c), not an ERROR.
+                NLMSG_DONE => match code() {
+                    Some(c) if c < 0 => return Err(kernel(c)),
+                    _ => return Ok(true),
+                },
                 NLMSG_ERROR => {
-                    let code = body
-                        .get(..4)
-                        .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-                        .ok_or_else(|| malformed(op, "short NLMSG_ERROR"))?;
+                    let code = code().ok_or_else(|| malformed(op, "short NLMSG_ERROR"))?;
                     if code == 0 {
                         return Ok(true);
                     }
-                    return Err(NlError::Kernel {
-                        op,
-                        errno: code.checked_neg().unwrap_or(libc::EINVAL),
-                    });
+                    return Err(kernel(code));
                 }
                 _ => out.push(body.to_vec()),
             }
@@ -267,7 +307,7 @@ pub mod script {
     use std::io;
 
     use super::{frame, Transport, NLMSG_HDRLEN};
-    use netlink_packet_core::{NLMSG_DONE, NLMSG_ERROR};
+    use netlink_packet_core::{NLMSG_DONE, NLMSG_ERROR, NLM_F_DUMP_INTR};
 
     /// What to answer to the next request.
     pub enum Reply {
@@ -283,6 +323,13 @@ pub mod script {
         },
         /// An `NLMSG_ERROR` with `-errno`.
         Errno(i32),
+        /// A dump that failed midway: one payload, then `NLMSG_DONE` with `-errno`.
+        DumpFailed { msg_type: u16, errno: i32 },
+        /// These payloads flagged `NLM_F_DUMP_INTR`, then `NLMSG_DONE`.
+        DumpInterrupted {
+            msg_type: u16,
+            payloads: Vec<Vec<u8>>,
+        },
     }
 
     #[derive(Default)]
@@ -327,6 +374,19 @@ pub mod script {
                         .push_back(frame(NLMSG_DONE, 2, seq, &0i32.to_ne_bytes()));
                 }
                 Reply::Errno(e) => self.pending.push_back(error_msg(seq, e, datagram)),
+                Reply::DumpFailed { msg_type, errno } => {
+                    self.pending.push_back(frame(msg_type, 2, seq, &[0; 16]));
+                    self.pending
+                        .push_back(frame(NLMSG_DONE, 2, seq, &(-errno).to_ne_bytes()));
+                }
+                Reply::DumpInterrupted { msg_type, payloads } => {
+                    let flags = 2 | NLM_F_DUMP_INTR;
+                    for p in payloads {
+                        self.pending.push_back(frame(msg_type, flags, seq, &p));
+                    }
+                    self.pending
+                        .push_back(frame(NLMSG_DONE, flags, seq, &0i32.to_ne_bytes()));
+                }
             }
             Ok(())
         }

@@ -363,3 +363,38 @@ fn garbage_replies_are_errors_not_panics() {
         assert!(c.request("t", 18, Kind::Do, &[]).is_err(), "{case:?}");
     }
 }
+
+#[test]
+fn a_dump_that_fails_midway_is_an_error_not_a_short_list() {
+    let reply = Reply::DumpFailed {
+        msg_type: 16,
+        errno: libc::ENOBUFS,
+    };
+    let mut c = RtnlConn::new(Script::new(vec![reply]));
+    let e = c.links().unwrap_err();
+    assert_eq!(e.errno(), Some(libc::ENOBUFS), "{e}");
+}
+
+#[test]
+fn an_inconsistent_dump_is_asked_for_again() {
+    let interrupted = || Reply::DumpInterrupted {
+        msg_type: 16,
+        payloads: vec![pf_reply(), pf_reply()],
+    };
+    let whole = Reply::Dump {
+        msg_type: 16,
+        payloads: vec![pf_reply()],
+    };
+    let mut c = RtnlConn::new(Script::new(vec![interrupted(), whole]));
+    let links = c.links().unwrap();
+    assert_eq!(links.len(), 1, "{links:?}");
+    assert_eq!(c.transport().sent.len(), 2);
+
+    let mut c = RtnlConn::new(Script::new(vec![
+        interrupted(),
+        interrupted(),
+        interrupted(),
+    ]));
+    let e = c.links().unwrap_err().to_string();
+    assert!(e.contains("dump interrupted"), "{e}");
+}
