@@ -130,7 +130,8 @@ fn attach_one(
             }));
         }
         // A second stage (prestart and createRuntime) or a retry: done already?
-        if rec.netns.id == pod.id() && rec.attach == *a && attached(pod_nl.as_mut(), &rec) {
+        if rec.netns.id == pod.id() && rec.attach == *a && attached(ops, pod, pod_nl.as_mut(), &rec)
+        {
             tracing::debug!(vf = %a.vf_bus_id, container = container_id, "vf already attached");
             return Ok(());
         }
@@ -180,12 +181,22 @@ fn attach_one(
     }
 }
 
-/// True when the VF is in the pod under its container name and up.
-fn attached(pod_nl: &mut dyn Rtnl, rec: &SavedVf) -> bool {
-    matches!(
+/// True when the VF is in the pod under its container name and up, and its
+/// RDMA device, where it moves, is there too: the move comes last, so a run
+/// cut short after the link came up has the netdev in place without it.
+fn attached(ops: &mut VfOps<'_>, pod: &Netns, pod_nl: &mut dyn Rtnl, rec: &SavedVf) -> bool {
+    let netdev = matches!(
         pod_nl.link(LinkRef::Name(&rec.attach.container_ifname)),
         Ok(Some(l)) if l.up && is_ours(&l, rec)
-    )
+    );
+    let rdma = match (rec.attach.move_rdma, rec.attach.rdma_device.as_deref()) {
+        (true, Some(name)) => ops
+            .env
+            .rdma(Some(pod))
+            .is_ok_and(|mut nl| matches!(nl.dev_index(name), Ok(Some(_)))),
+        _ => true,
+    };
+    netdev && rdma
 }
 
 /// Reads everything the record needs; changes nothing.
