@@ -128,6 +128,7 @@ pub fn replace_file_meta(path: &Path, bytes: &[u8]) -> Result<fs::Metadata, FsEr
         0o600,
         Durability::Sync,
     )
+    .map(|(meta, _)| meta)
 }
 
 /// [`replace_file`] with the new file's `mode` set before the rename, so that
@@ -171,14 +172,17 @@ fn is_memory_fs(kind: nix::sys::statfs::FsType) -> bool {
 /// [`replace_file_meta`] for a file directly in the open directory `dir` (at
 /// `dir_path`, for errors): every step is relative to the directory, so a caller
 /// that keeps the directory open walks no path per replacement. `durability`
-/// comes from [`Durability::of_dir`] on the same directory.
+/// comes from [`Durability::of_dir`] on the same directory. Returns the new
+/// file still open with its metadata: while a caller keeps it open, the file's
+/// inode number cannot be given to another file (ext4 reuses freed ones), so
+/// (device, inode) keeps naming this version.
 pub fn replace_in(
     dir: &File,
     dir_path: &Path,
     name: &str,
     bytes: &[u8],
     durability: Durability,
-) -> Result<fs::Metadata, FsError> {
+) -> Result<(fs::Metadata, File), FsError> {
     replace(
         Some(dir),
         dir_path,
@@ -198,7 +202,7 @@ fn replace(
     bytes: &[u8],
     mode: u32,
     durability: Durability,
-) -> Result<fs::Metadata, FsError> {
+) -> Result<(fs::Metadata, File), FsError> {
     let mut tmp_name = name.to_os_string();
     tmp_name.push(".tmp");
     let (tmp, dst) = (dir_path.join(&tmp_name), dir_path.join(name));
@@ -236,7 +240,7 @@ fn replace(
     if let Err(e) = synced {
         tracing::warn!(file = %dst.display(), error = %e, "replaced, but its directory did not sync");
     }
-    Ok(meta)
+    Ok((meta, file))
 }
 
 /// Makes entries added, renamed or removed in `dir` durable.
@@ -278,7 +282,7 @@ mod tests {
         assert_eq!(Durability::of_dir(&proc), Durability::Sync);
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let open = File::open(dir.path()).unwrap();
-        let meta = replace_in(&open, dir.path(), "f", b"x", Durability::Memory).unwrap();
+        let (meta, _) = replace_in(&open, dir.path(), "f", b"x", Durability::Memory).unwrap();
         assert_eq!(meta.len(), 1);
         assert_eq!(fs::read(dir.path().join("f")).unwrap(), b"x");
     }

@@ -7,7 +7,8 @@
 //! store keeps the last document it read or wrote, keyed by the file's identity
 //! (device, inode, size, mtime). Every replacement is a new inode, so a matching
 //! key under the lock means nobody else has written since: the cached document is
-//! reused and the file is neither read nor parsed.
+//! reused and the file is neither read nor parsed. The cache keeps its version
+//! open, so that no other file can get its inode number meanwhile.
 
 use std::fs::{self, File};
 use std::os::fd::AsRawFd;
@@ -124,6 +125,11 @@ impl FileKey {
 struct Cached {
     key: FileKey,
     state: LedgerState,
+    /// The cached version, kept open: its inode number stays its own until the
+    /// cache moves on, so another version can never show the same key
+    /// (filesystems such as ext4 hand a freed inode number to the next file
+    /// created, and mtime moves only once per timer tick).
+    _pin: File,
 }
 
 /// An open transaction: holds the lock until dropped.
@@ -264,8 +270,13 @@ impl Store {
         }
     }
 
-    fn remember(&self, key: FileKey, state: LedgerState) {
-        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = Some(Cached { key, state });
+    fn remember(&self, key: FileKey, state: LedgerState, pin: File) {
+        let cached = Cached {
+            key,
+            state,
+            _pin: pin,
+        };
+        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = Some(cached);
     }
 
     /// Reads the state without the lock: the rename makes every read consistent.
@@ -299,7 +310,7 @@ impl Store {
             })?;
         // Only a file read whole at the size fstat saw is worth caching.
         if text.len() as u64 == meta.len() {
-            self.remember(FileKey::of(&meta), state.clone());
+            self.remember(FileKey::of(&meta), state.clone(), file);
         }
         Ok(state)
     }
@@ -314,9 +325,9 @@ impl Store {
             reason: e.to_string(),
         })?;
         text.push(b'\n');
-        let meta = fsutil::replace_in(&h.dir, &self.dir, LEDGER_FILE, text, h.durability)
+        let (meta, file) = fsutil::replace_in(&h.dir, &self.dir, LEDGER_FILE, text, h.durability)
             .map_err(LedgerError::from)?;
-        self.remember(FileKey::of(&meta), state);
+        self.remember(FileKey::of(&meta), state, file);
         Ok(())
     }
 }

@@ -159,3 +159,37 @@ fn a_state_dir_removed_and_made_again_is_locked_and_written_anew() {
     let text = fs::read_to_string(state.join(LEDGER_FILE)).unwrap();
     assert!(text.contains("\"version\":8"), "{text}");
 }
+
+/// (device, inode) of every file this process holds open.
+fn open_files() -> Vec<(u64, u64)> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::metadata(e.ok()?.path()).ok())
+        .map(|m| (m.dev(), m.ino()))
+        .collect()
+}
+
+/// ext4 gives a freed inode number to the next file created: a version
+/// replaced by another process while cached must keep its number, or a later
+/// version of the same size within one mtime tick would pass for it.
+#[test]
+fn the_cached_version_stays_open_after_another_handle_replaces_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ours, theirs) = (
+        Store::open(dir.path()).unwrap(),
+        Store::open(dir.path()).unwrap(),
+    );
+    let path = dir.path().join(LEDGER_FILE);
+    let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+    write(&ours, with_version(7));
+    let written = id(std::fs::metadata(&path).unwrap());
+    write(&theirs, with_version(8));
+    assert_ne!(id(std::fs::metadata(&path).unwrap()), written);
+    assert!(open_files().contains(&written), "the written version");
+    // A version read (not written) is kept open the same way.
+    assert_eq!(ours.read_unlocked().unwrap().version, 8);
+    let read = id(std::fs::metadata(&path).unwrap());
+    write(&theirs, with_version(9));
+    assert!(open_files().contains(&read), "the read version");
+    assert_eq!(ours.begin().unwrap().state.version, 9);
+}
