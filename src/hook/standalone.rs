@@ -42,7 +42,7 @@ use crate::gpu::{self, GpuError, HealthStore};
 use crate::ledger::{ContainerRecord, Ledger, LedgerError, PodRef, Teardown};
 use crate::netdev::VfAttach;
 use crate::plan::{self, DeviceNode, PlanError};
-use crate::plugin::devices::{vf_attachments, DeviceError};
+use crate::plugin::devices::{network_need, vf_attachments, DeviceError};
 
 #[path = "standalone_sys.rs"]
 mod sys;
@@ -315,7 +315,7 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
             &plan.claims,
             &state.id,
             record,
-            !networks.is_empty(),
+            network_need(!networks.is_empty(), &plan.network),
             &owner_idle,
         )
         .map_err(HooksOnlyError::from)?;

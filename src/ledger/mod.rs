@@ -63,6 +63,23 @@ pub enum LedgerError {
     DuplicateClaim { device: DeviceId },
     #[error("{device} is being released: the teardown of a pod that held it is running")]
     Releasing { device: DeviceId },
+    /// The container was planned with the pod's VFs in its netns, moved there
+    /// by its network owner, and the owner gave them back to the host before
+    /// the admission: admitted, it would start without them.
+    #[error("pod {pod} gave its vfs back to the host while this container was planned: the next try moves them in")]
+    NetworkReturned { pod: String },
+}
+
+/// What a container's admission does with the pod's network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkNeed {
+    /// The plan has no VFs to move.
+    None,
+    /// The container would move the pod's VFs in, if it is the network owner.
+    Moves,
+    /// The plan found the VFs in the pod already, moved by its network owner:
+    /// admitted only while the pod still has one.
+    InPod,
 }
 
 /// Work that must run before a pod's claims are dropped (VF restore, GPU cleanup).
@@ -148,7 +165,12 @@ impl Ledger {
         record: ContainerRecord,
         wants_network: bool,
     ) -> Result<Admission, LedgerError> {
-        self.admit_or_take_over(pod, claims, container_id, record, wants_network, &|_| false)
+        let need = if wants_network {
+            NetworkNeed::Moves
+        } else {
+            NetworkNeed::None
+        };
+        self.admit_or_take_over(pod, claims, container_id, record, need, &|_| false)
     }
 
     /// [`Ledger::admit`], where a network owner that moved nothing
@@ -163,7 +185,7 @@ impl Ledger {
         claims: &[Claim],
         container_id: &str,
         record: ContainerRecord,
-        wants_network: bool,
+        network: NetworkNeed,
         owner_idle: &dyn Fn(&PodRecord) -> bool,
     ) -> Result<Admission, LedgerError> {
         let mut txn = self.store.begin()?;
@@ -172,7 +194,12 @@ impl Ledger {
         let Some(rec) = txn.state.pods.get_mut(&pod.sandbox_id) else {
             return Ok(Admission::default());
         };
-        let network_owner = wants_network
+        if network == NetworkNeed::InPod && rec.network_owner.is_none() {
+            return Err(LedgerError::NetworkReturned {
+                pod: pod.to_string(),
+            });
+        }
+        let network_owner = network == NetworkNeed::Moves
             && match rec.network_owner.clone() {
                 None => {
                     rec.network_owner = Some(container_id.to_string());

@@ -157,3 +157,35 @@ fn a_device_claimed_twice_in_one_list_is_refused() {
     let snap = l.snapshot().unwrap();
     assert!(snap.pods.is_empty() && snap.devices.is_empty(), "{snap:?}");
 }
+
+/// A container planned with the VFs in the pod, moved there by its owner,
+/// whose owner gave them back before the admission: refused, nothing
+/// recorded, so the next try plans again and moves them in itself.
+#[test]
+fn a_container_relying_on_a_network_given_back_meanwhile_is_refused() {
+    let (_d, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    let owned = ContainerRecord {
+        resolved: Some("{}".into()),
+        ..record("main")
+    };
+    l.admit(&pod("p"), &claims, "c1", owned, true).unwrap();
+    let in_pod = |id: &str| {
+        l.admit_or_take_over(
+            &pod("p"),
+            &claims,
+            id,
+            record("side"),
+            NetworkNeed::InPod,
+            &|_| false,
+        )
+    };
+    let a = in_pod("c2").unwrap();
+    assert!(!a.network_owner);
+    l.give_up_network("c1").unwrap();
+    let before = l.snapshot().unwrap();
+    let e = in_pod("c3").unwrap_err();
+    assert!(matches!(e, LedgerError::NetworkReturned { .. }), "{e}");
+    assert!(e.to_string().contains("gave its vfs back"), "{e}");
+    assert_eq!(l.snapshot().unwrap(), before, "nothing recorded");
+}

@@ -14,7 +14,7 @@ use crate::config::{self, Config};
 use crate::gpu::{self, GpuError, HealthStore};
 use crate::hook::{Resolved, ResolvedError, RESOLVED_ANNOTATION};
 use crate::inventory::{Inventory, PciAddr};
-use crate::ledger::{ContainerRecord, DeviceId, Ledger, LedgerError, PodRef};
+use crate::ledger::{ContainerRecord, DeviceId, Ledger, LedgerError, NetworkNeed, PodRef};
 use crate::plan::{self, Plan, PlanError};
 
 use super::adjust::{add_hook, to_adjustment, AdjustOptions, HookSpec};
@@ -242,7 +242,6 @@ impl Devices {
             resolved: prepared.resolved.clone(),
             hooks_only: false,
         };
-        let wants_network = prepared.resolved.is_some();
         let saved = crate::netdev::SavedStore::new(&self.state_dir);
         let owner_idle = |rec: &crate::ledger::PodRecord| saved.none_moved(rec);
         let admission = self
@@ -252,7 +251,7 @@ impl Devices {
                 &prepared.claims,
                 &ctr.id,
                 record,
-                wants_network,
+                prepared.network,
                 &owner_idle,
             )
             .map_err(|source| DeviceError::Claim {
@@ -362,7 +361,9 @@ impl Devices {
             cdi_devices: cdi_names(&plan, config.device_mode, features),
             ..AdjustOptions::default()
         };
+        let network = network_need(resolved.is_some(), &plan.network);
         Ok(Prepared {
+            network,
             // Without the host netdev, this plan holds only while the pod's
             // network owner does: the next container may have to move the VF.
             keep: !moved(&plan),
@@ -416,6 +417,17 @@ fn cdi_names(plan: &Plan, mode: config::DeviceMode, features: RuntimeFeatures) -
             DeviceId::Pf(bus) | DeviceId::Vf(bus) => Class::Rdma.qualified(&bus.to_string()),
         })
         .collect()
+}
+
+/// What admitting a container does with the pod's network: move its VFs in
+/// (`moves`: the hook's attachments were made), nothing (no VFs), or rely on
+/// the VFs its network owner moved into the pod already.
+pub(crate) fn network_need(moves: bool, actions: &[plan::NetworkAction]) -> NetworkNeed {
+    match (moves, actions.is_empty()) {
+        (true, _) => NetworkNeed::Moves,
+        (false, true) => NetworkNeed::None,
+        (false, false) => NetworkNeed::InPod,
+    }
 }
 
 fn is_unknown_device(e: &PlanError) -> bool {

@@ -17,7 +17,7 @@ use nri::api::ContainerAdjustment;
 use crate::allocation::PodDevices;
 use crate::config::Config;
 use crate::inventory::Inventory;
-use crate::ledger::{Claim, DeviceId};
+use crate::ledger::{Claim, DeviceId, NetworkNeed};
 
 use super::adjust::HookSpec;
 use super::devices::RuntimeFeatures;
@@ -42,6 +42,8 @@ pub struct Prepared {
     pub warnings: Vec<String>,
     /// Whether a further container of the pod may take it (see `Devices::prepare`).
     pub keep: bool,
+    /// What the admission does with the pod's network.
+    pub network: NetworkNeed,
 }
 
 impl Prepared {
@@ -149,6 +151,7 @@ mod tests {
             adjust: ContainerAdjustment::default(),
             warnings: Vec::new(),
             keep: true,
+            network: NetworkNeed::None,
         }
     }
 
