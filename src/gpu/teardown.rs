@@ -159,30 +159,53 @@ impl GpuTeardown {
         };
         let state = ledger.snapshot().map_err(|e| ledger_err("*", e))?;
         let mut cleared = Vec::new();
-        for rec in state.devices.values() {
-            let DeviceId::Gpu(uuid) = &rec.device else {
-                continue;
-            };
-            if rec.quarantine.is_none() || !rec.holders.is_empty() || !wanted(uuid) {
-                continue;
-            }
-            let errors = match self.target(uuid, Share::Exclusive, None) {
-                Ok(mut t) => {
-                    t.whole = false; // its MIG layout may be the node's, not a tenant's
-                    self.clean(&PodCgroups::none(), &[t])
-                }
-                Err(e) => vec![e],
-            };
-            if errors.is_empty() {
-                ledger
-                    .clear_quarantine(&rec.device)
-                    .map_err(|e| ledger_err(uuid, e))?;
+        for uuid in state.devices.values().filter_map(|rec| match &rec.device {
+            DeviceId::Gpu(uuid) if is_retryable(rec) && wanted(uuid) => Some(uuid),
+            _ => None,
+        }) {
+            if self
+                .retry_one(ledger, uuid)
+                .map_err(|e| ledger_err(uuid, e))?
+            {
                 cleared.push(uuid.clone());
-            } else {
-                tracing::info!(gpu = %uuid, reason = %join(&errors), "gpu stays quarantined");
             }
         }
         Ok(cleared)
+    }
+
+    /// Cleans one quarantined GPU and returns it to service; whether it did.
+    /// The snapshot it was picked from may be old: another retry (a hooks-only
+    /// hook beside the plugin) may have cleaned it and a new pod taken it
+    /// since. So it takes the GPU's turn among releases and retries, and
+    /// looks again once it has it.
+    pub(crate) fn retry_one(
+        &self,
+        ledger: &Ledger,
+        uuid: &str,
+    ) -> Result<bool, crate::ledger::LedgerError> {
+        let device = DeviceId::Gpu(uuid.to_string());
+        let _turn = ledger.lock_device(&device)?;
+        let now = ledger.snapshot()?;
+        if !now
+            .devices
+            .get(&device.to_string())
+            .is_some_and(is_retryable)
+        {
+            return Ok(false);
+        }
+        let errors = match self.target(uuid, Share::Exclusive, None) {
+            Ok(mut t) => {
+                t.whole = false; // its MIG layout may be the node's, not a tenant's
+                self.clean(&PodCgroups::none(), &[t])
+            }
+            Err(e) => vec![e],
+        };
+        if !errors.is_empty() {
+            tracing::info!(gpu = %uuid, reason = %join(&errors), "gpu stays quarantined");
+            return Ok(false);
+        }
+        ledger.clear_quarantine(&device)?;
+        Ok(true)
     }
 
     fn times(&self) -> KillTimes {
@@ -368,4 +391,9 @@ impl Teardown for GpuTeardown {
         self.forget_pod(&pod.pod.sandbox_id);
         Ok(())
     }
+}
+
+/// A GPU a retry may clean: quarantined, and held by no pod.
+fn is_retryable(rec: &crate::ledger::DeviceRecord) -> bool {
+    rec.quarantine.is_some() && rec.holders.is_empty()
 }

@@ -20,6 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use compose::Teardowns;
 pub use guarded::GuardedRelease;
 pub use model::*;
+pub use release_lock::DeviceLocks;
 pub use store::Store;
 
 use rules::{claim_in, drop_pod, lift_restored, prune_empty, quarantine_in};
@@ -375,6 +376,13 @@ impl Ledger {
         let mut txn = self.store.begin()?;
         quarantine_in(&mut txn.state, device, reason);
         txn.commit()
+    }
+
+    /// Takes the device's turn among releases (see `release_lock`), waiting
+    /// for one running; held until the value is dropped. For work on a device
+    /// no pod holds, such as a quarantined GPU's retry.
+    pub fn lock_device(&self, device: &DeviceId) -> Result<DeviceLocks, LedgerError> {
+        release_lock::lock_devices(self.store.dir(), std::iter::once(device))
     }
 
     /// Returns a quarantined device to service.

@@ -30,7 +30,7 @@ const MAX_NAME: usize = 100;
 
 /// Held locks; dropping the value unlocks them.
 #[derive(Debug)]
-pub(super) struct DeviceLocks {
+pub struct DeviceLocks {
     _held: Vec<Flock<File>>,
 }
 
@@ -54,11 +54,16 @@ pub(super) fn lock_claimed(
     state_dir: &Path,
     pods: &[PodRecord],
 ) -> Result<DeviceLocks, LedgerError> {
-    let names: BTreeSet<String> = pods
-        .iter()
-        .flat_map(|p| &p.claims)
-        .map(|c| file_name(&c.device.to_string()))
-        .collect();
+    let devices = pods.iter().flat_map(|p| &p.claims).map(|c| &c.device);
+    lock_devices(state_dir, devices)
+}
+
+/// Locks `devices`, in name order.
+pub(super) fn lock_devices<'d>(
+    state_dir: &Path,
+    devices: impl Iterator<Item = &'d super::DeviceId>,
+) -> Result<DeviceLocks, LedgerError> {
+    let names: BTreeSet<String> = devices.map(|d| file_name(&d.to_string())).collect();
     if names.is_empty() {
         return Ok(DeviceLocks { _held: Vec::new() });
     }

@@ -152,6 +152,31 @@ fn a_retry_of_some_gpus_leaves_the_others_quarantined() {
     assert_eq!((resets(&n.nvml, "GPU-0"), resets(&n.nvml, "GPU-1")), (0, 1));
 }
 
+/// Picked from an old snapshot: another retry cleaned it meanwhile and a
+/// new pod took it. Looked at again once the GPU's turn is taken: not reset.
+#[test]
+fn a_retry_of_a_gpu_cleaned_and_taken_since_resets_nothing() {
+    let n = node(|_| {});
+    let gpu = DeviceId::Gpu("GPU-1".into());
+    n.ledger.quarantine(&gpu, "was open elsewhere").unwrap();
+    n.ledger.clear_quarantine(&gpu).unwrap();
+    n.ledger
+        .claim(&pod("b"), &[claim("GPU-1", Share::Exclusive)])
+        .unwrap();
+    assert!(!n.teardown.retry_one(&n.ledger, "GPU-1").unwrap());
+    assert_eq!(resets(&n.nvml, "GPU-1"), 0);
+    // While a release or another retry has its turn, this one waits.
+    let turn = n.ledger.lock_device(&gpu).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| tx.send(n.teardown.retry_one(&n.ledger, "GPU-1").unwrap()));
+        let waited = rx.recv_timeout(std::time::Duration::from_millis(200));
+        assert!(waited.is_err(), "retried while another had the turn");
+        drop(turn);
+        assert!(!rx.recv().unwrap());
+    });
+}
+
 #[test]
 fn a_clean_whole_gpu_is_reset_mig_first() {
     let n = node(|_| {});
