@@ -29,6 +29,8 @@ enum Cmd {
     Cdi(cli::cdi::CdiArgs),
     /// Check the node's setup: runtime, NRI, hooks, devices, config.
     Doctor(cli::doctor::DoctorArgs),
+    /// Return devices to service: a GPU's health mark and quarantine, a NIC's quarantine.
+    Clear(cli::clear::ClearArgs),
 }
 
 /// Parses the command line. A runtime launches a pre-installed NRI plugin
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
         Cmd::Status(args) => cli::status::run(args).map_err(Into::into),
         Cmd::Doctor(args) => cli::doctor::run(args).map_err(Into::into),
         Cmd::Cdi(args) => cli::cdi::run(args).map_err(Into::into),
+        Cmd::Clear(args) => cli::clear::run(args).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
 //! Subcommands of the `devgate` binary: argument structs and their entry points.
 pub mod cdi;
+pub mod clear;
 pub mod doctor;
 pub mod inventory;
 pub mod nri;

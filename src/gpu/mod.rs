@@ -41,7 +41,7 @@ pub use error::GpuError;
 pub use health::{HealthMonitor, HealthPolicy, HealthState, HealthStore};
 pub use host::{Host, ProcHost, Signal};
 pub use nvml::{NoNvml, Nvml};
-pub use teardown::{ClaimView, GpuTeardown};
+pub use teardown::{ClaimView, GpuTeardown, Retried};
 
 use crate::ledger::{Claim, DeviceId};
 

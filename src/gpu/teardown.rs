@@ -163,26 +163,28 @@ impl GpuTeardown {
             DeviceId::Gpu(uuid) if is_retryable(rec) && wanted(uuid) => Some(uuid),
             _ => None,
         }) {
-            if self
-                .retry_one(ledger, uuid)
-                .map_err(|e| ledger_err(uuid, e))?
-            {
-                cleared.push(uuid.clone());
+            match self.retry_one(ledger, uuid) {
+                Ok(Retried::Cleared) => cleared.push(uuid.clone()),
+                Ok(Retried::Dirty(reason)) => {
+                    tracing::info!(gpu = %uuid, %reason, "gpu stays quarantined")
+                }
+                Ok(Retried::Skipped) => {}
+                Err(e) => return Err(ledger_err(uuid, e)),
             }
         }
         Ok(cleared)
     }
 
-    /// Cleans one quarantined GPU and returns it to service; whether it did.
+    /// Cleans one quarantined GPU no pod holds and returns it to service.
     /// The snapshot it was picked from may be old: another retry (a hooks-only
     /// hook beside the plugin) may have cleaned it and a new pod taken it
     /// since. So it takes the GPU's turn among releases and retries, and
     /// looks again once it has it.
-    pub(crate) fn retry_one(
+    pub fn retry_one(
         &self,
         ledger: &Ledger,
         uuid: &str,
-    ) -> Result<bool, crate::ledger::LedgerError> {
+    ) -> Result<Retried, crate::ledger::LedgerError> {
         let device = DeviceId::Gpu(uuid.to_string());
         let _turn = ledger.lock_device(&device)?;
         let now = ledger.snapshot()?;
@@ -191,7 +193,7 @@ impl GpuTeardown {
             .get(&device.to_string())
             .is_some_and(is_retryable)
         {
-            return Ok(false);
+            return Ok(Retried::Skipped);
         }
         let errors = match self.target(uuid, Share::Exclusive, None) {
             Ok(mut t) => {
@@ -201,11 +203,10 @@ impl GpuTeardown {
             Err(e) => vec![e],
         };
         if !errors.is_empty() {
-            tracing::info!(gpu = %uuid, reason = %join(&errors), "gpu stays quarantined");
-            return Ok(false);
+            return Ok(Retried::Dirty(join(&errors)));
         }
         ledger.clear_quarantine(&device)?;
-        Ok(true)
+        Ok(Retried::Cleared)
     }
 
     fn times(&self) -> KillTimes {
@@ -391,6 +392,17 @@ impl Teardown for GpuTeardown {
         self.forget_pod(&pod.pod.sandbox_id);
         Ok(())
     }
+}
+
+/// What a retry of one quarantined GPU did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Retried {
+    /// Found idle and reset: back in service.
+    Cleared,
+    /// Not quarantined, or held by a pod (whose release retries it): untouched.
+    Skipped,
+    /// Still in use, or a step failed (why): it stays quarantined.
+    Dirty(String),
 }
 
 /// A GPU a retry may clean: quarantined, and held by no pod.

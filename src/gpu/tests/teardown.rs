@@ -10,7 +10,7 @@ use crate::gpu::health::Fault;
 use crate::gpu::host::Signal;
 use crate::gpu::nvml::fake::{Call, FakeNvml};
 use crate::gpu::nvml::{ComputeMode, MemoryHealth};
-use crate::gpu::{check_claims, GpuTeardown};
+use crate::gpu::{check_claims, GpuTeardown, Retried};
 use crate::ledger::{Claim, DeviceId, Ledger, Share};
 
 struct Node {
@@ -163,7 +163,8 @@ fn a_retry_of_a_gpu_cleaned_and_taken_since_resets_nothing() {
     n.ledger
         .claim(&pod("b"), &[claim("GPU-1", Share::Exclusive)])
         .unwrap();
-    assert!(!n.teardown.retry_one(&n.ledger, "GPU-1").unwrap());
+    let retried = n.teardown.retry_one(&n.ledger, "GPU-1").unwrap();
+    assert_eq!(retried, Retried::Skipped);
     assert_eq!(resets(&n.nvml, "GPU-1"), 0);
     // While a release or another retry has its turn, this one waits.
     let turn = n.ledger.lock_device(&gpu).unwrap();
@@ -173,7 +174,7 @@ fn a_retry_of_a_gpu_cleaned_and_taken_since_resets_nothing() {
         let waited = rx.recv_timeout(std::time::Duration::from_millis(200));
         assert!(waited.is_err(), "retried while another had the turn");
         drop(turn);
-        assert!(!rx.recv().unwrap());
+        assert_eq!(rx.recv().unwrap(), Retried::Skipped);
     });
 }
 
