@@ -16,9 +16,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::AtFlags;
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
-use nix::sys::stat::{fchmodat, fstatat, mkdirat, mknodat, FchmodatFlags, Mode, SFlag};
+use nix::sys::stat::{fchmodat, fstat, mkdirat, mknodat, FchmodatFlags, Mode, SFlag};
 
 use crate::plan::{DeviceKind, DeviceNode};
 
@@ -44,6 +43,8 @@ pub enum NodeError {
         major: u32,
         minor: u32,
     },
+    #[error("/dev/{sub} in the container is a mount of its own (a volume?): device nodes are made only in the runtime's /dev")]
+    Mounted { sub: String },
     #[error("the container runs in a user namespace of its own: device nodes made for it could not be opened (the kernel refuses device nodes on a filesystem mounted in another user namespace, SB_I_NODEV); hooks-only mode cannot give it devices: use NRI or CDI")]
     UserNamespace,
 }
@@ -159,22 +160,39 @@ pub fn make_nodes(rootfs: BorrowedFd<'_>, nodes: &[DeviceNode]) -> Result<usize,
     Ok(made)
 }
 
-/// `/dev/<sub>`, created 0755 when missing; never through a symlink.
+/// `/dev/<sub>`, created 0755 when missing; never through a symlink, and
+/// never into another mount: a volume there may be shared with a container
+/// already running, which could swap names under the hook.
 fn open_subdir(dev: &OwnedFd, sub: &str) -> Result<OwnedFd, NodeError> {
     let path = format!("/dev/{sub}");
     match mkdirat(Some(dev.as_raw_fd()), sub, Mode::from_bits_truncate(0o755)) {
         Ok(()) | Err(Errno::EEXIST) => {}
         Err(source) => return Err(NodeError::Create { path, source }),
     }
-    open2(
-        dev.as_raw_fd(),
-        Path::new(sub),
-        ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS,
-    )
-    .map_err(|source| NodeError::Open {
-        path: PathBuf::from(path),
-        source,
-    })
+    let resolve = ResolveFlag::RESOLVE_BENEATH
+        | ResolveFlag::RESOLVE_NO_SYMLINKS
+        | ResolveFlag::RESOLVE_NO_XDEV;
+    match open2(dev.as_raw_fd(), Path::new(sub), resolve) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::EXDEV) => Err(NodeError::Mounted {
+            sub: sub.to_string(),
+        }),
+        Err(source) => Err(NodeError::Open {
+            path: PathBuf::from(path),
+            source,
+        }),
+    }
+}
+
+/// The node named `name` in `dir` itself, as an `O_PATH` descriptor: a
+/// symlink there is refused, not followed.
+fn open_node(dir: RawFd, name: &str) -> Result<OwnedFd, Errno> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    let raw = openat2(dir, name, how)?;
+    // SAFETY: `openat2` just returned this descriptor and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// True when the node was created, false when the same node was there.
@@ -193,23 +211,33 @@ fn make_node(dir: RawFd, name: &str, node: &DeviceNode) -> Result<bool, NodeErro
         Err(Errno::EEXIST) => false,
         Err(e) => return Err(create(e)),
     };
-    let st = fstatat(Some(dir), name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(create)?;
+    let occupied = || NodeError::Occupied {
+        path: node.path.clone(),
+        major: node.major,
+        minor: node.minor,
+    };
+    // Everything from here works on the node itself, never on its name again:
+    // a process sharing the directory could rename a symlink over it.
+    let fd = match open_node(dir, name) {
+        Ok(fd) => fd,
+        Err(Errno::ELOOP) => return Err(occupied()),
+        Err(e) => return Err(create(e)),
+    };
+    let st = fstat(fd.as_raw_fd()).map_err(create)?;
     let same =
         SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == kind && st.st_rdev == rdev;
     if !same {
-        return Err(NodeError::Occupied {
-            path: node.path.clone(),
-            major: node.major,
-            minor: node.minor,
-        });
+        return Err(occupied());
     }
-    // mknod applied the umask; the plan's mode is the contract. The name was
-    // just checked to be a device node, not a symlink, and the container has
-    // not started, so nothing can swap it in between. A node that was there
-    // already is left as it is: it may be the host's own, bind-mounted by the
-    // runtime (`--device`), whose mode is not the container's to change.
+    // mknod applied the umask; the plan's mode is the contract. chmod goes
+    // through the descriptor's magic link, which names the inode it was
+    // opened on (as glibc's fchmodat with AT_SYMLINK_NOFOLLOW does). A node
+    // that was there already is left as it is: it may be the host's own,
+    // bind-mounted by the runtime (`--device`), whose mode is not the
+    // container's to change.
     if made {
-        fchmodat(Some(dir), name, perm, FchmodatFlags::FollowSymlink).map_err(create)?;
+        let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        fchmodat(None, link.as_str(), perm, FchmodatFlags::FollowSymlink).map_err(create)?;
     }
     Ok(made)
 }

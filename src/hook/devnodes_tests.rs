@@ -116,6 +116,46 @@ fn symlinks_in_the_image_cannot_lead_outside() {
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
 }
 
+/// A link at the node's name to a host file (what a process sharing the
+/// directory could rename there): refused, and the file keeps its mode.
+#[test]
+fn a_link_under_the_name_is_refused_and_its_target_keeps_its_mode() {
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("shadow");
+    std::fs::write(&target, "secret").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (dir, fd) = rootfs();
+    symlink(&target, dir.path().join("dev/nvidia3")).unwrap();
+    let e = make_nodes(fd.as_fd(), &[node("/dev/nvidia3", 195, 3)]).unwrap_err();
+    assert!(matches!(e, NodeError::Occupied { .. }), "{e}");
+    let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
+
+/// `/dev/<sub>` a volume of its own, which a running container may share:
+/// nothing is made there.
+#[test]
+fn a_subdirectory_that_is_a_mount_is_refused() {
+    let (dir, fd) = rootfs();
+    let sub = dir.path().join("dev/infiniband");
+    std::fs::create_dir(&sub).unwrap();
+    nix::mount::mount(
+        Some("tmpfs"),
+        &sub,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )
+    .expect("mount a tmpfs (root, as in CI)");
+    let made = make_nodes(fd.as_fd(), &[node("/dev/infiniband/uverbs3", 231, 195)]);
+    let entries = std::fs::read_dir(&sub).unwrap().count();
+    nix::mount::umount(&sub).unwrap();
+    let e = made.unwrap_err();
+    assert!(matches!(e, NodeError::Mounted { .. }), "{e}");
+    assert!(e.to_string().contains("/dev/infiniband"), "{e}");
+    assert_eq!(entries, 0);
+}
+
 #[test]
 fn only_plain_dev_paths_are_accepted() {
     assert_eq!(split("/dev/nvidia0"), Some((None, "nvidia0")));
