@@ -110,9 +110,10 @@ struct Connector<P> {
     gate: RequestGate,
 }
 
-/// Held by the stub while a handler runs. Whoever holds it knows no request
-/// is half handled and none starts: a process that exits on a signal takes it
-/// first, so that it ends between requests, never inside one.
+/// Held by the stub while a handler runs and its reply is written. Whoever
+/// holds it knows no request is half handled or unanswered and none starts: a
+/// process that exits on a signal takes it first, so that it ends between
+/// requests, never inside one.
 #[derive(Clone, Default)]
 pub struct RequestGate(Arc<std::sync::Mutex<()>>);
 

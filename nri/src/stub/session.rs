@@ -96,16 +96,20 @@ impl<P: Plugin> Connector<P> {
             };
             match (msg.conn, msg.header.kind) {
                 (PLUGIN_SERVICE_CONN, TTRPC_REQUEST) => {
-                    {
+                    // The reply is written before the gate opens: a stop that
+                    // waits on it ends the process between requests, never
+                    // after a handler acted and before the runtime heard.
+                    let written = {
                         let _running = self.gate.hold();
                         answer(service, &msg.payload, &mut reply);
-                    }
-                    let header = TtrpcHeader {
-                        kind: TTRPC_RESPONSE,
-                        flags: 0,
-                        ..msg.header
+                        let header = TtrpcHeader {
+                            kind: TTRPC_RESPONSE,
+                            flags: 0,
+                            ..msg.header
+                        };
+                        wire.write(PLUGIN_SERVICE_CONN, header, &reply)
                     };
-                    if let Err(e) = wire.write(PLUGIN_SERVICE_CONN, header, &reply) {
+                    if let Err(e) = written {
                         return Ok(Err(e));
                     }
                     reset_buffer(&mut reply);

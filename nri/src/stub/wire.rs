@@ -19,6 +19,10 @@ use crate::frame::{
 
 /// Bytes asked of the socket per read; a CreateContainer request fits.
 const READ_CHUNK: usize = 64 << 10;
+/// Longest a reply may wait for the runtime to read: one that stopped
+/// reading is a connection to dial again, not a thread to hang (and, the
+/// reply being written under the request gate, a stop to keep waiting).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest buffer kept from one message to the next. A Synchronize request on
 /// a busy node is megabytes; keeping a buffer of that size would keep its
 /// pages resident for the plugin's lifetime.
@@ -65,6 +69,9 @@ fn invalid(what: String) -> io::Error {
 
 impl Wire {
     pub(super) fn new(stream: UnixStream) -> Wire {
+        if let Err(e) = stream.set_write_timeout(Some(WRITE_TIMEOUT)) {
+            tracing::warn!(error = %e, "no write timeout on the runtime's socket");
+        }
         Wire {
             stream,
             rbuf: vec![0; READ_CHUNK],
@@ -86,6 +93,11 @@ impl Wire {
     /// Bounds each blocking read (`None`: wait forever).
     pub(super) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         self.stream.set_read_timeout(timeout)
+    }
+
+    #[cfg(test)]
+    pub(super) fn set_write_timeout(&self, timeout: Duration) -> io::Result<()> {
+        self.stream.set_write_timeout(Some(timeout))
     }
 
     /// The next whole message on connection 1 or 2; `None` once the runtime

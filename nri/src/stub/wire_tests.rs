@@ -106,6 +106,32 @@ fn oversized_frames_and_messages_are_refused() {
     assert_eq!(wire.read().unwrap_err().kind(), io::ErrorKind::InvalidData);
 }
 
+/// A runtime that stops reading: the write gives up instead of hanging.
+#[test]
+fn a_reply_the_runtime_never_reads_times_out() {
+    let (ours, _peer) = UnixStream::pair().unwrap();
+    let mut wire = Wire::new(ours);
+    wire.set_write_timeout(std::time::Duration::from_millis(100))
+        .unwrap();
+    let header = TtrpcHeader {
+        length: 0,
+        stream_id: 7,
+        kind: TTRPC_RESPONSE,
+        flags: 0,
+    };
+    let payload = vec![0u8; 3 << 20];
+    let e = wire
+        .write(PLUGIN_SERVICE_CONN, header, &payload)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ),
+        "{e}"
+    );
+}
+
 #[test]
 fn a_reply_goes_out_as_frames_the_go_side_can_read() {
     let (ours, mut peer) = UnixStream::pair().unwrap();
