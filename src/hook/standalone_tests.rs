@@ -258,19 +258,28 @@ fn identity_comes_from_cri_keys_or_the_container_itself() {
         ),
         ("sb1", "ns/pod".to_string(), "uid-1", "main")
     );
+    // CRI-O's spec carries the pod's own annotations too: containerd's keys
+    // there are the pod's word, never taken.
     let crio = state(
         "ctr",
         "creating",
         Some(1),
         &[
             ("io.kubernetes.cri-o.SandboxID", "sb2"),
+            ("io.kubernetes.pod.uid", "uid-2"),
             ("io.kubernetes.container.name", "app"),
+            ("io.kubernetes.cri.sandbox-id", "victim"),
+            ("io.kubernetes.cri.sandbox-uid", "uid-victim"),
         ],
     );
     let who = identity(&crio).unwrap();
     assert_eq!(
-        (who.pod.sandbox_id.as_str(), who.container.as_str()),
-        ("sb2", "app")
+        (
+            who.pod.sandbox_id.as_str(),
+            who.pod.uid.as_str(),
+            who.container.as_str()
+        ),
+        ("sb2", "uid-2", "app")
     );
     let who = identity(&state("solo", "creating", Some(1), &[])).unwrap();
     assert_eq!(
@@ -286,7 +295,10 @@ fn identity_comes_from_cri_keys_or_the_container_itself() {
         "c",
         "creating",
         Some(1),
-        &[("io.kubernetes.pod.name", &long)],
+        &[
+            ("io.kubernetes.cri-o.SandboxID", "sb3"),
+            ("io.kubernetes.pod.name", &long),
+        ],
     );
     assert!(matches!(
         identity(&bad),
