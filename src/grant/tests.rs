@@ -136,6 +136,26 @@ fn gone_relists_and_drops_pods_deleted_meanwhile() {
     );
 }
 
+/// An event beyond the size read from a watch (a pod fat with escaped
+/// characters): the plugin lists again instead of resuming at that event for
+/// ever, and the list brings the pod.
+#[test]
+fn an_event_too_large_for_the_watch_is_read_from_a_new_list() {
+    let api = FakeApi::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let checker = watching(&dir, &api);
+    api.put_pod(pod("ns", "a", "u-a", NODE, &[]));
+    assert!(found(&checker, "u-a"));
+    let mut fat = pod("ns", "fat", "u-fat", NODE, &[]);
+    let filler = "x".repeat(watch::MAX_EVENT_BYTES as usize + 1);
+    fat["metadata"]["annotations"] = serde_json::json!({ "filler": filler });
+    api.put_pod(fat);
+    assert!(found(&checker, "u-fat"));
+    let requests = api.requests();
+    let lists = requests.iter().filter(|r| r.starts_with("list")).count();
+    assert_eq!(lists, 2, "{requests:?}");
+}
+
 #[test]
 fn an_unreachable_api_server_is_retried_until_it_answers() {
     // Reserve a port, then free it: nothing listens there at first.

@@ -20,8 +20,11 @@ use super::settings::Endpoint;
 
 /// Largest list page accepted (a page holds at most [`PAGE`] pods).
 pub const MAX_LIST_BYTES: u64 = 64 << 20;
-/// Largest watch event accepted: etcd's default request limit is 1.5 MiB.
-pub const MAX_EVENT_BYTES: u64 = 4 << 20;
+/// Largest watch event accepted. etcd stores at most 1.5 MiB per object
+/// (its default request limit), but the JSON of a watch event can be about
+/// six times that: control characters in a string take one byte in storage
+/// and six (`\u00XX`) in JSON. One larger still is skipped by listing again.
+pub const MAX_EVENT_BYTES: u64 = 16 << 20;
 /// Largest error body read.
 const MAX_STATUS_BYTES: u64 = 64 << 10;
 /// Pods per list page.
@@ -342,6 +345,13 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                 }
                 Err(e @ WatchError::Gone { .. }) => {
                     tracing::info!(error = %e, "watch expired; listing again");
+                    break;
+                }
+                // Resuming from the same version would read the same event
+                // again, for ever: the list has the pod without the event.
+                Err(e @ WatchError::EventTooLarge { .. }) => {
+                    tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, "pod watch event skipped; listing again");
+                    pause(&mut backoff);
                     break;
                 }
                 Err(e) => {
