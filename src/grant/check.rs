@@ -30,6 +30,14 @@ pub enum Mismatch {
     },
     #[error("gpu[{index}] has no gpu-memory, but the pod requests gpu memory in bytes")]
     GpuMemoryMissing { index: usize },
+    /// The scheduler writes the ratio it derived from the bytes; without it
+    /// the entry would claim the GPU whole (a missing value counts as 100).
+    #[error("gpu[{index}] has no gpu-memory-ratio, but the pod requests gpu memory in bytes")]
+    GpuMemoryRatioMissing { index: usize },
+    /// An entry with memory and no core counts no core (a memory-only
+    /// request), and no SM limit applies: only right when none was requested.
+    #[error("gpu[{index}] has no gpu-core, but the pod requests gpu-core {requested}")]
+    GpuCoreMissing { index: usize, requested: u64 },
     #[error("the pod's containers request no rdma device, but {allocated} are allocated")]
     RdmaNotRequested { allocated: usize },
     #[error("{allocated} rdma devices are allocated, but the pod's request of koordinator.sh/rdma {requested} allows {allowed}")]
@@ -88,16 +96,27 @@ fn check_gpus(req: &DeviceRequest, alloc: &Allocation) -> Result<(), Mismatch> {
             .map(|g| u64::from(f(&g.resources).unwrap_or(FULL_SHARE)))
             .sum()
     };
+    if req.gpu_core > 0 {
+        let memory_only =
+            |r: &crate::allocation::GpuResources| r.core_percent.is_none() && r.core_counted() == 0;
+        if let Some(index) = alloc.gpus.iter().position(|g| memory_only(&g.resources)) {
+            return Err(Mismatch::GpuCoreMissing {
+                index,
+                requested: req.gpu_core,
+            });
+        }
+    }
     within("core", sum(&|r| Some(r.core_counted())), req.gpu_core)?;
     if req.gpu_memory_ratio == 0 && req.gpu_memory_bytes > 0 {
         // Memory requested in bytes: the scheduler derives the ratio from the
-        // device's size, so the bytes are what can be compared.
+        // device's size, so the bytes are what can be compared; the plan
+        // checks the ratio against the bytes and the device's size.
         let mut bytes: u64 = 0;
         for (index, g) in alloc.gpus.iter().enumerate() {
-            let b = g
-                .resources
-                .memory_bytes
-                .ok_or(Mismatch::GpuMemoryMissing { index })?;
+            let r = &g.resources;
+            let b = r.memory_bytes.ok_or(Mismatch::GpuMemoryMissing { index })?;
+            r.memory_ratio_percent
+                .ok_or(Mismatch::GpuMemoryRatioMissing { index })?;
             bytes = bytes.saturating_add(b);
         }
         return within("memory bytes", bytes, req.gpu_memory_bytes);

@@ -126,6 +126,24 @@ fn allocations_against_requests() {
             alloc(&[gpu(0, 50, 20)], &[]),
             Some("gpu[0] has no gpu-memory"),
         ),
+        (
+            "memory in bytes, entry without a ratio (it would claim the gpu whole)",
+            req(0, 0, G, 0, 0),
+            alloc(&[r#"{"minor":0,"resources":{"koordinator.sh/gpu-memory":"1Gi"}}"#.into()], &[]),
+            Some("gpu[0] has no gpu-memory-ratio"),
+        ),
+        (
+            "memory only, for a pod that requests memory only",
+            req(0, 50, 0, 0, 0),
+            alloc(&[r#"{"minor":0,"resources":{"koordinator.sh/gpu-memory-ratio":"50"}}"#.into()], &[]),
+            None,
+        ),
+        (
+            "memory only, for a pod that requests gpu-core too (no sm limit would apply)",
+            req(10, 50, 0, 0, 0),
+            alloc(&[r#"{"minor":0,"resources":{"koordinator.sh/gpu-memory-ratio":"50"}}"#.into()], &[]),
+            Some("gpu[0] has no gpu-core, but the pod requests gpu-core 10"),
+        ),
         ("a vf", req(0, 0, 0, 0, 1), alloc(&[], &[vf(0, 1, 1)]), None),
         (
             "two vfs in one entry for a request of one",

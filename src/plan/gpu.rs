@@ -34,6 +34,7 @@ pub(super) fn plan_gpus(
     for (i, e) in entries.iter().enumerate() {
         let entry = format!("gpu[{i}]");
         let gpu = resolve(inv, e, &entry)?;
+        check_ratio_fits_memory(e, gpu, &entry)?;
         // The UUID goes into a comma-separated env value; sysfs text is not trusted.
         plain_name(&entry, &gpu.uuid, 128)?;
         if let Health::Unhealthy { reason } = &gpu.health {
@@ -177,6 +178,28 @@ fn check_memory_fits_ratio(e: &GpuEntry, gpu: &Gpu, i: usize) -> Result<(), Plan
     Err(PlanError::GpuMemoryOverRatio {
         annotation: ANN,
         entry: format!("gpu[{i}]"),
+        bytes,
+        ratio,
+        total,
+    })
+}
+
+/// The ledger claims `gpu-memory-ratio`, and a ratio of 100 claims the GPU
+/// whole: it may not exceed the `gpu-memory` it was derived from (one point of
+/// slack for rounding), or a pod granted a few GiB would hold the whole GPU.
+fn check_ratio_fits_memory(e: &GpuEntry, gpu: &Gpu, entry: &str) -> Result<(), PlanError> {
+    let r = &e.resources;
+    let (Some(bytes), Some(ratio), Some(total)) =
+        (r.memory_bytes, r.memory_ratio_percent, gpu.memory_bytes)
+    else {
+        return Ok(());
+    };
+    if u128::from(ratio) * u128::from(total) <= u128::from(bytes) * 100 + u128::from(total) {
+        return Ok(());
+    }
+    Err(PlanError::GpuRatioOverMemory {
+        annotation: ANN,
+        entry: entry.to_string(),
         bytes,
         ratio,
         total,

@@ -166,6 +166,14 @@ pub enum PlanError {
         ratio: u32,
         total: u64,
     },
+    #[error("{annotation}: {entry}: resources gpu-memory-ratio {ratio}% is more than gpu-memory {bytes} of the gpu's {total} bytes: the claim would exceed the memory granted")]
+    GpuRatioOverMemory {
+        annotation: &'static str,
+        entry: String,
+        bytes: u64,
+        ratio: u32,
+        total: u64,
+    },
     #[error("{annotation}: {entry}: no rdma device with minor {minor} on this node")]
     UnknownRdma {
         annotation: &'static str,

@@ -113,7 +113,8 @@ fn a_memory_only_share_claims_no_core() {
 
 #[test]
 fn shared_gpu_with_and_without_hami() {
-    let ann = r#"{"gpu":[{"minor":3,"resources":{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory":"23034Mi","koordinator.sh/gpu-memory-ratio":"50"}},
+    // Half of the fixture's 80 GiB GPU, and a tenth of one.
+    let ann = r#"{"gpu":[{"minor":3,"resources":{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory":"40Gi","koordinator.sh/gpu-memory-ratio":"50"}},
         {"minor":4,"resources":{"koordinator.sh/gpu-core":"30","koordinator.sh/gpu-memory":"8Gi","koordinator.sh/gpu-memory-ratio":"10"}}]}"#;
     let p = plan(ann).unwrap();
     assert_eq!(
@@ -133,7 +134,7 @@ fn shared_gpu_with_and_without_hami() {
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    let mem0 = (23034u64 << 20).to_string();
+    let mem0 = (40u64 << 30).to_string();
     let mem1 = (8u64 << 30).to_string();
     let want_uuids = format!("{},{}", uuid(3), uuid(4));
     assert_eq!(

@@ -189,3 +189,33 @@ fn hami_memory_beyond_the_claimed_ratio_is_refused() {
         (total / 100 * 11).to_string()
     );
 }
+
+/// The claimed ratio may not exceed the `gpu-memory` granted (one point of
+/// slack): a ratio of 100 beside a few GiB would claim the GPU whole, with
+/// or without HAMi-core.
+#[test]
+fn a_ratio_beyond_the_granted_memory_is_refused() {
+    let inv = hgx();
+    let total = inv.gpus[0].memory_bytes.unwrap();
+    let plan = |ratio: u32, bytes: u64| {
+        let ann = format!(
+            r#"{{"gpu":[{{"minor":0,"resources":{{"koordinator.sh/gpu-memory-ratio":"{ratio}","koordinator.sh/gpu-memory":"{bytes}"}}}}]}}"#
+        );
+        let p = super::tests::pod_with(&ann, &[], &[]);
+        build(&inv, &p, "main", &Config::default())
+    };
+    let e = plan(100, 1 << 30).unwrap_err();
+    assert!(
+        matches!(e, PlanError::GpuRatioOverMemory { ratio: 100, .. }),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .starts_with(&format!("{DEVICE_ALLOCATED}: gpu[0]: ")),
+        "{e}"
+    );
+    // Koordinator's own: the ratio derived from the bytes, rounded either way.
+    plan(100, total).unwrap();
+    plan(50, total / 2).unwrap();
+    plan(11, total / 10).unwrap();
+}
