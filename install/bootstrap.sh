@@ -17,7 +17,8 @@
 #   4. installs a systemd unit running `devgate nri` (Restart=always), or with
 #      --preinstalled the plugin /opt/nri/plugins/10-devgate that containerd
 #      starts itself;
-#   5. installs the hooks.d files (hooks/*.json) for CRI-O and podman;
+#   5. installs the hooks.d files (hooks/*.json) for CRI-O and podman, in
+#      /etc/containers/oci/hooks.d and /usr/share/containers/oci/hooks.d;
 #   6. prepares the node from the config: [sriov] num_vfs (sriov_numvfs, 0
 #      first when changing: the kernel refuses a change between two non-zero
 #      counts, drivers/pci/iov.c) and rdma.netns_mode = "exclusive" (modprobe
@@ -30,6 +31,9 @@
 # was edited after devgate wrote it.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
+# Directories and files made here hold programs containerd and systemd run
+# as root: never writable by others, whatever umask the caller had.
+umask 022
 
 readonly NRI_SECTION='plugins."io.containerd.nri.v1.nri"'
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -94,7 +98,9 @@ readonly CONTAINERD_CONFIG=/etc/containerd/config.toml
 readonly UNIT=/etc/systemd/system/devgate.service
 readonly PREINSTALLED_PLUGIN=/opt/nri/plugins/10-devgate
 readonly PREINSTALLED_CONF=/etc/nri/conf.d/10-devgate.conf
-readonly HOOKS_DIR=/etc/containers/oci/hooks.d
+# podman reads both (a file in /etc overrides one of the same name in
+# /usr/share); CRI-O's default hooks_dir is only /usr/share's.
+readonly HOOKS_DIRS=(/etc/containers/oci/hooks.d /usr/share/containers/oci/hooks.d)
 readonly MODPROBE=/etc/modprobe.d/devgate-rdma.conf
 readonly MANIFEST=/var/lib/devgate/install/manifest
 

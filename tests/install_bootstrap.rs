@@ -65,8 +65,11 @@ fn dry_run_install_rerun_and_uninstall() {
     );
     for hook in std::fs::read_dir(&hooks).unwrap() {
         let name = hook.unwrap().file_name();
-        let rel = Path::new("etc/containers/oci/hooks.d").join(&name);
-        assert!(installed.contains_key(&rel), "{rel:?} not installed");
+        // podman reads both; CRI-O by default only /usr/share's.
+        for dir in ["etc/containers/oci/hooks.d", "usr/share/containers/oci/hooks.d"] {
+            let rel = Path::new(dir).join(&name);
+            assert!(installed.contains_key(&rel), "{rel:?} not installed");
+        }
     }
     assert!(file("etc/modprobe.d/devgate-rdma.conf")
         .1

@@ -256,3 +256,33 @@ fn a_failed_write_stops_before_anything_is_installed_or_restarted() {
         "{manifest}"
     );
 }
+
+/// A plugin someone put in containerd's plugin directory by hand, replaced by
+/// a pre-installed install: its backup is kept out of that directory, where
+/// containerd would start it as a second plugin, and comes back at uninstall.
+#[test]
+fn a_replaced_plugin_is_backed_up_outside_the_plugin_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("node");
+    let plugins = prefix.join("opt/nri/plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let by_hand = plugins.join("10-devgate");
+    write(&by_hand, "#!/bin/sh\n# an older devgate, copied by hand\n");
+    std::fs::set_permissions(&by_hand, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    let hooks = hooks_dir(dir.path());
+    let version = ["--containerd-version", "1.7.24"];
+    let pre = bootstrap(&prefix, &hooks, &["--preinstalled", version[0], version[1]]);
+    assert!(pre.ok, "{}", pre.out);
+    let entries: Vec<String> = std::fs::read_dir(&plugins)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(entries, ["10-devgate"], "{}", pre.out);
+    let undo = bootstrap(&prefix, &hooks, &["--uninstall"]);
+    assert!(undo.ok, "{}", undo.out);
+    assert_eq!(
+        std::fs::read_to_string(&by_hand).unwrap(),
+        "#!/bin/sh\n# an older devgate, copied by hand\n"
+    );
+}

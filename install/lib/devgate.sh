@@ -61,11 +61,13 @@ install_devgate() {
             ((DRY_RUN)) || manifest_put unit devgate.service -
         fi
     fi
-    local hook found=0
+    local hook dir found=0
     for hook in "$HOOKS_SRC"/*.json; do
         [[ -f $hook ]] || continue
         found=1
-        put_file "$hook" "$HOOKS_DIR/$(basename "$hook")" 644 || true
+        for dir in "${HOOKS_DIRS[@]}"; do
+            put_file "$hook" "$dir/$(basename "$hook")" 644 || true
+        done
     done
     ((found)) || warn "no $HOOKS_SRC/*.json: CRI-O and podman will not run devgate-hook"
 }

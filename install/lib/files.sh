@@ -80,6 +80,16 @@ manifest_drop() { # kind key
 
 # --- file operations ---------------------------------------------------------
 
+# The backup of host path DEST. containerd starts every executable file in
+# its NRI plugin directory as a plugin, so a backup kept there would run as a
+# second one: backups of files there are kept beside the manifest.
+backup_of() {
+    case $1 in
+    /opt/nri/plugins/*) printf '%s/backup/%s' "$(dirname "$MANIFEST")" "$(basename "$1")" ;;
+    *) printf '%s.devgate-backup' "$1" ;;
+    esac
+}
+
 # put_file SRC DEST MODE: installs SRC as host path DEST when its content or
 # mode differs. The first time devgate touches a file that already exists, the
 # file is kept as DEST.devgate-backup; so is a file someone changed after
@@ -113,7 +123,8 @@ put_file() {
     fi
     if [[ -z $kind ]]; then
         if [[ -e $target || -L $target ]]; then
-            cp -a "$target" "$target.devgate-backup" || die "cannot back up $dest"
+            ensure_dir "$(dirname "$(backup_of "$dest")")"
+            cp -a "$target" "$(p "$(backup_of "$dest")")" || die "cannot back up $dest"
             kind=modified
         else
             kind=created
@@ -190,25 +201,26 @@ remove_owned() {
 # Restores a file devgate modified, when nobody changed it since. Returns 0
 # when it did (or would, in a dry run).
 restore_owned() {
-    local path=$1 target written
+    local path=$1 target written backup
     target=$(p "$path")
     written=$(manifest_get modified "$path")
-    [[ -f $target.devgate-backup || -L $target.devgate-backup ]] || {
-        warn "$path: backup $path.devgate-backup is gone; left as it is"
+    backup=$(backup_of "$path")
+    [[ -f $(p "$backup") || -L $(p "$backup") ]] || {
+        warn "$path: backup $backup is gone; left as it is"
         FAILURES=$((FAILURES + 1))
         return 1
     }
     if [[ -f $target && $(sha "$target") != "$written" ]]; then
-        warn "$path changed after devgate wrote it; left as it is (the original is $path.devgate-backup)"
+        warn "$path changed after devgate wrote it; left as it is (the original is $backup)"
         FAILURES=$((FAILURES + 1))
         return 1
     fi
     CHANGES=$((CHANGES + 1))
     if ((DRY_RUN)); then
-        log "would restore $path from $path.devgate-backup"
+        log "would restore $path from $backup"
         return 0
     fi
     log "restore $path"
-    mv -f "$target.devgate-backup" "$target" || die "cannot restore $path"
+    mv -f "$(p "$backup")" "$target" || die "cannot restore $path"
     manifest_drop modified "$path"
 }
