@@ -66,7 +66,10 @@ fn dry_run_install_rerun_and_uninstall() {
     for hook in std::fs::read_dir(&hooks).unwrap() {
         let name = hook.unwrap().file_name();
         // podman reads both; CRI-O by default only /usr/share's.
-        for dir in ["etc/containers/oci/hooks.d", "usr/share/containers/oci/hooks.d"] {
+        for dir in [
+            "etc/containers/oci/hooks.d",
+            "usr/share/containers/oci/hooks.d",
+        ] {
             let rel = Path::new(dir).join(&name);
             assert!(installed.contains_key(&rel), "{rel:?} not installed");
         }

@@ -268,8 +268,11 @@ fn a_replaced_plugin_is_backed_up_outside_the_plugin_directory() {
     std::fs::create_dir_all(&plugins).unwrap();
     let by_hand = plugins.join("10-devgate");
     write(&by_hand, "#!/bin/sh\n# an older devgate, copied by hand\n");
-    std::fs::set_permissions(&by_hand, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(
+        &by_hand,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let hooks = hooks_dir(dir.path());
     let version = ["--containerd-version", "1.7.24"];
     let pre = bootstrap(&prefix, &hooks, &["--preinstalled", version[0], version[1]]);

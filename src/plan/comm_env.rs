@@ -101,14 +101,22 @@ pub(super) fn plan_comm_env(out: &mut Builder, ctx: &ContainerContext) {
 /// `plan_comm_env` and `gid_index` look up), in a fixed order: two containers of
 /// a pod with equal inputs get equal variables. Empty when the plan reads none.
 pub fn env_inputs(config: &CommEnvConfig, selected: bool, env: &[String]) -> Vec<Option<String>> {
-    if !config.enabled || !selected {
+    if !selected {
         return Vec::new();
+    }
+    // HAMi-core's LD_PRELOAD keeps the container's own after it.
+    let preload = std::iter::once("LD_PRELOAD");
+    if !config.enabled {
+        return preload
+            .map(|name| user_value(env, name).map(str::to_owned))
+            .collect();
     }
     let derived = CommVar::ALL.iter().filter_map(|&v| config.name_of(v));
     let extra = config.extra.keys().map(String::as_str);
     derived
         .chain(extra)
         .chain([NCCL_IB_ADDR_FAMILY])
+        .chain(preload)
         .map(|name| user_value(env, name).map(str::to_owned))
         .collect()
 }

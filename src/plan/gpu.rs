@@ -9,6 +9,7 @@ use crate::ledger::{Claim, DeviceId, Share};
 const NVIDIACTL_MINOR: u32 = 255;
 const UVM_MINOR: u32 = 0;
 const UVM_TOOLS_MINOR: u32 = 1;
+const LD_PRELOAD: &str = "LD_PRELOAD";
 
 pub(super) fn plan_gpus(
     out: &mut Builder,
@@ -155,7 +156,7 @@ fn hami_core(out: &mut Builder, entries: &[GpuEntry], gpus: &[&Gpu]) -> Result<(
     let hami = &out.config.hami;
     out.plan
         .env
-        .insert("LD_PRELOAD".into(), hami.library_path.clone());
+        .insert(LD_PRELOAD.into(), hami.library_path.clone());
     out.plan.mounts.push(host_bind(&hami.library_path, "ro"));
     // Shared by every HAMi-core container on the node (HAMi issue #696).
     out.plan.mounts.push(host_bind(&hami.lock_dir, "rw"));
@@ -215,6 +216,24 @@ fn memory_limit(e: &GpuEntry, gpu: &Gpu) -> Option<u64> {
         u64::try_from(total * ratio / 100).ok()
     };
     e.resources.memory_bytes.or_else(derived).filter(|&b| b > 0)
+}
+
+/// `LD_PRELOAD` is the container's too (an image preloading tcmalloc or
+/// jemalloc): HAMi-core's library goes first, the container's own list after
+/// it (ld.so(8): separated by colons or spaces), rather than replacing it.
+pub(super) fn keep_own_preload(plan: &mut super::Plan, env: &[String]) {
+    let Some(ours) = plan.env.get_mut(LD_PRELOAD) else {
+        return;
+    };
+    let own = env.iter().find_map(|e| e.strip_prefix("LD_PRELOAD="));
+    if let Some(own) = own.filter(|o| !o.trim().is_empty()) {
+        let has_ours = own.split([':', ' ']).any(|lib| lib == ours.as_str());
+        *ours = if has_ours {
+            own.to_string()
+        } else {
+            format!("{ours}:{own}")
+        };
+    }
 }
 
 /// A host path bound at the same path in the container, `ro` or `rw`.

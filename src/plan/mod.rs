@@ -329,6 +329,7 @@ pub fn build_for(
         pod_vf_settings: pod.vf_settings.as_ref(),
     };
     gpu::plan_gpus(&mut out, inventory, pod)?;
+    gpu::keep_own_preload(&mut out.plan, ctx.env);
     rdma::plan_rdma(&mut out, inventory, &pod.allocation.rdma)?;
     if pod.vf_settings.is_some() && out.plan.network.is_empty() {
         out.plan.warnings.push(format!(

@@ -219,3 +219,36 @@ fn a_ratio_beyond_the_granted_memory_is_refused() {
     plan(50, total / 2).unwrap();
     plan(11, total / 10).unwrap();
 }
+
+/// HAMi-core's library is preloaded before the container's own list, not in
+/// its place; a list that names it already is left as it is.
+#[test]
+fn hami_preload_keeps_the_containers_own() {
+    use crate::allocation::GPU_ISOLATION_PROVIDER;
+    let ann = r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory-ratio":"50"}}]}"#;
+    let pod = super::tests::pod_with(ann, &[], &[(GPU_ISOLATION_PROVIDER, "HAMi-core")]);
+    let hami = "/usr/local/vgpu/libvgpu.so";
+    let preload_with = |env: &[&str]| {
+        let env: Vec<String> = env.iter().map(|e| e.to_string()).collect();
+        let ctx = ContainerContext {
+            env: &env,
+            gids: &NoGids,
+        };
+        let p = build_for(&hgx(), &pod, "main", &Config::default(), &ctx).unwrap();
+        p.env["LD_PRELOAD"].clone()
+    };
+    assert_eq!(preload_with(&[]), hami);
+    assert_eq!(preload_with(&["LD_PRELOAD="]), hami);
+    assert_eq!(
+        preload_with(&["PATH=/bin", "LD_PRELOAD=/usr/lib/libtcmalloc.so"]),
+        format!("{hami}:/usr/lib/libtcmalloc.so")
+    );
+    let both = format!("LD_PRELOAD=/lib/a.so {hami}");
+    assert_eq!(preload_with(&[both.as_str()]), format!("/lib/a.so {hami}"));
+    // The plan cache tells such containers apart.
+    let inputs = |env: &[&str]| {
+        let env: Vec<String> = env.iter().map(|e| e.to_string()).collect();
+        env_inputs(&Config::default().comm_env, true, &env)
+    };
+    assert_ne!(inputs(&[]), inputs(&["LD_PRELOAD=/lib/a.so"]));
+}
