@@ -349,3 +349,58 @@ fn lexical_join(base: &Path, rel: &Path) -> std::path::PathBuf {
     }
     out
 }
+
+/// A VF's RDMA device moved into a pod in exclusive netns mode: gone from the
+/// host's `class/infiniband` (netns-tagged), its uverbs and umad class devices
+/// still there. The VF keeps its device, char devices and port numbers, the
+/// ports' state unknown from here.
+#[test]
+fn an_rdma_device_in_another_netns_is_found_through_its_char_devices() {
+    let (_dir, fixture) = build(HostRootBuilder::hgx());
+    let expected = fixture.expected().clone();
+    let vf = expected.rdma[0]
+        .vfs
+        .iter()
+        .find(|v| v.rdma.is_some())
+        .expect("a vf with an rdma device")
+        .clone();
+    let dev = vf.rdma.clone().unwrap();
+    let root = fixture.root();
+    let class_link = root.join("sys/class/infiniband").join(&dev.name);
+    let ibdir = fs::canonicalize(&class_link).unwrap();
+    fs::remove_file(&class_link).unwrap();
+    fs::remove_dir_all(&ibdir).unwrap();
+
+    let inv = discover(root);
+    assert_eq!(inv.warnings, Vec::<String>::new());
+    let found = inv.rdma[0]
+        .vfs
+        .iter()
+        .find(|v| v.bus_id == vf.bus_id)
+        .and_then(|v| v.rdma.clone())
+        .expect("the vf keeps its rdma device");
+    assert_eq!(found.name, dev.name);
+    assert_eq!(found.char_devs, dev.char_devs);
+    let ports: Vec<(u32, &str)> = found
+        .ports
+        .iter()
+        .map(|p| (p.num, p.state.as_str()))
+        .collect();
+    let want: Vec<(u32, &str)> = dev
+        .ports
+        .iter()
+        .map(|p| (p.num, rdma::HIDDEN_PORT_STATE))
+        .collect();
+    assert_eq!(ports, want);
+    // Everything else is as it was.
+    let mut rest = inv.clone();
+    let mut was = expected;
+    for i in [&mut rest, &mut was] {
+        for v in i.rdma.iter_mut().flat_map(|n| n.vfs.iter_mut()) {
+            if v.bus_id == vf.bus_id {
+                v.rdma = None;
+            }
+        }
+    }
+    assert_eq!(rest, was);
+}

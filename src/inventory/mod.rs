@@ -7,7 +7,10 @@
 //!   `proc/driver/nvidia/gpus/<bdf>/information`; majors from `proc/devices`.
 //! - RDMA devices of any vendor: `sys/class/infiniband/<ibdev>` (`device`, `node_guid`,
 //!   `ports/`), their char devices from `sys/class/infiniband_verbs` and
-//!   `sys/class/infiniband_mad`, and `sys/class/misc/rdma_cm`.
+//!   `sys/class/infiniband_mad`, and `sys/class/misc/rdma_cm`. A device moved into a
+//!   pod's netns in exclusive mode is gone from `class/infiniband` (netns-tagged) but
+//!   not from the char device classes: it is found through them, its ports' state
+//!   unknown (`IN_OTHER_NETNS`).
 //! - SR-IOV: a PF's `sriov_totalvfs`, `sriov_numvfs` and `virtfnN` links; a VF's `physfn`,
 //!   driver, netdev and RDMA device.
 //! - Topology: NUMA node, root complex and switch from the resolved sysfs path

@@ -35,10 +35,23 @@ impl Scan<'_> {
         let mut chars = self.rdma_char_devs();
         let mut pfs = BTreeMap::new();
         let mut vfs = BTreeMap::new();
-        for name in names {
-            let Some((dev, function)) = self.rdma_dev(&name, &mut chars) else {
-                continue;
-            };
+        let visible: Vec<Option<(RdmaDev, PciFunction)>> = names
+            .iter()
+            .map(|name| self.rdma_dev(name, &mut chars))
+            .collect();
+        // What is left belongs to devices the host no longer lists: moved
+        // into a pod's netns (see `hidden_rdma_dev`).
+        let mut hidden: Vec<(String, Vec<_>)> = chars
+            .into_iter()
+            .filter(|(ibdev, _)| !names.contains(ibdev))
+            .collect();
+        hidden.sort_by(|a, b| a.0.cmp(&b.0));
+        let hidden = hidden
+            .into_iter()
+            .map(|(name, devs)| self.hidden_rdma_dev(name, devs));
+        let found: Vec<(RdmaDev, PciFunction)> =
+            visible.into_iter().chain(hidden).flatten().collect();
+        for (dev, function) in found {
             // A VF has `physfn` (drivers/pci/iov.c); everything else counts as a PF.
             let is_vf = self.fs.exists_in(&function.dir, "physfn");
             let map = if is_vf { &mut vfs } else { &mut pfs };

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::error::InventoryError;
 use super::hostfs::RealPath;
-use super::model::{DevNum, GidEntry, RdmaCharDev, RdmaCharKind, RdmaDev, RdmaPort};
+use super::model::{DevNum, GidEntry, LinkLayer, RdmaCharDev, RdmaCharKind, RdmaDev, RdmaPort};
 use super::parse::{
     parse_decimal, parse_dev_num, parse_link_layer, parse_port_state, parse_rdma_char_name,
 };
@@ -19,6 +19,9 @@ const VERBS_CLASS: &str = "sys/class/infiniband_verbs";
 const MAD_CLASS: &str = "sys/class/infiniband_mad";
 /// `rdma_cm` is a misc device with a dynamic minor (drivers/infiniband/core/ucma.c).
 const RDMA_CM_DEV: &str = "sys/class/misc/rdma_cm/dev";
+
+/// The state given to the ports of a device in another network namespace.
+pub const HIDDEN_PORT_STATE: &str = "IN_OTHER_NETNS";
 
 /// Char devices by the name of the RDMA device they belong to.
 pub(super) type CharDevIndex = HashMap<String, Vec<RdmaCharDev>>;
@@ -111,6 +114,47 @@ impl Scan<'_> {
             name: name.to_owned(),
             node_guid,
             ports: self.rdma_ports(&dir),
+            char_devs,
+        };
+        Some((dev, function))
+    }
+
+    /// An RDMA device in another network namespace, from its char devices. In
+    /// exclusive mode (`rdma system set netns exclusive`) a device moved into a
+    /// pod leaves the host's `class/infiniband`, which is netns-tagged
+    /// (drivers/infiniband/core/device.c `ib_class`), while its uverbs and umad
+    /// class devices, which are not, stay with a `device` link to its PCI
+    /// function. Its ports' state and link layer cannot be read from here.
+    pub(super) fn hidden_rdma_dev(
+        &mut self,
+        name: String,
+        mut char_devs: Vec<RdmaCharDev>,
+    ) -> Option<(RdmaDev, PciFunction)> {
+        char_devs.sort_by(|a, b| (a.kind, a.port, &a.name).cmp(&(b.kind, b.port, &b.name)));
+        let first = char_devs.first()?;
+        let class = match first.kind {
+            RdmaCharKind::Uverbs => VERBS_CLASS,
+            RdmaCharKind::Umad | RdmaCharKind::Issm => MAD_CLASS,
+        };
+        let link = Path::new(class).join(&first.name).join("device");
+        let function = self.pci_function(&link);
+        let function = self.ok(function)?;
+        let mut nums: Vec<u32> = char_devs.iter().filter_map(|c| c.port).collect();
+        nums.sort_unstable();
+        nums.dedup();
+        let ports = nums
+            .into_iter()
+            .map(|num| RdmaPort {
+                num,
+                state: HIDDEN_PORT_STATE.to_owned(),
+                link_layer: LinkLayer::Unknown,
+                gids: Vec::new(),
+            })
+            .collect();
+        let dev = RdmaDev {
+            name,
+            node_guid: None,
+            ports,
             char_devs,
         };
         Some((dev, function))

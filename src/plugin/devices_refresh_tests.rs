@@ -89,3 +89,35 @@ fn a_creation_after_the_sandbox_stopped_claims_nothing() {
         .unwrap();
     assert_eq!(node.devices.ledger().snapshot().unwrap().pods.len(), 1);
 }
+
+/// Exclusive RDMA netns mode: the pod's owner moved its VF's netdev and RDMA
+/// device into the pod, and the host is read again since (a restart of the
+/// plugin, another pod's refresh). The pod's next container still gets the
+/// VF's char devices, found through their class entries.
+#[test]
+fn a_vf_whose_rdma_device_is_in_the_pod_serves_its_next_container_after_a_re_read() {
+    let node = node();
+    let mut config = Config::default();
+    config.rdma.netns_mode = crate::config::RdmaNetnsMode::Exclusive;
+    let config = Arc::new(config);
+    let features = RuntimeFeatures::default();
+    let owner = node.create("c1", &[], &config, features).unwrap();
+    // The hook moved both into the pod's netns.
+    let (net, away) = vf_net(&node);
+    std::fs::rename(&net, &away).unwrap();
+    let ibdev = &node.fixture.expected().rdma[0].vfs[0]
+        .rdma
+        .as_ref()
+        .unwrap()
+        .name;
+    let class_link = node.fixture.root().join("sys/class/infiniband").join(ibdev);
+    let ibdir = std::fs::canonicalize(&class_link).unwrap();
+    std::fs::remove_file(&class_link).unwrap();
+    std::fs::remove_dir_all(&ibdir).unwrap();
+    node.devices.refresh();
+    node.devices.forget_pod("sandbox");
+
+    let sidecar = node.create("c2", &[], &config, features).unwrap();
+    assert!(sidecar.hooks.is_none(), "{sidecar:?}");
+    assert_eq!(sidecar.linux.devices, owner.linux.devices);
+}
