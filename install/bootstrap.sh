@@ -23,7 +23,8 @@
 #      first when changing: the kernel refuses a change between two non-zero
 #      counts, drivers/pci/iov.c) and rdma.netns_mode = "exclusive" (modprobe
 #      option `ib_core netns_mode=0`, read only when ib_core loads: reboot);
-#   7. restarts containerd and devgate only when something of theirs changed.
+#   7. restarts containerd and devgate only when something of theirs changed,
+#      or an earlier run that stopped on an error owed them a restart.
 # Every path is below --prefix (default /), so tests run it into a directory;
 # with a prefix other than / no service is started or restarted.
 # --uninstall reverses what the recorded installs did, restoring each file it
@@ -141,10 +142,13 @@ main() {
         [[ -d $BIN_DIR ]] || die "--bin-dir $BIN_DIR does not exist"
         BIN_DIR=$(cd "$BIN_DIR" && pwd)
         log "binaries from $BIN_DIR"
+        load_pending
+        trap save_pending EXIT
         install_devgate
         enable_nri
         prepare_node
         restart_services
+        ((FAILURES != 0)) || clear_pending
     fi
     if ((CHANGES == 0)); then
         log "no changes"

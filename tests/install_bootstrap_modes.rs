@@ -289,3 +289,27 @@ fn a_replaced_plugin_is_backed_up_outside_the_plugin_directory() {
         "#!/bin/sh\n# an older devgate, copied by hand\n"
     );
 }
+
+/// A run that installed devgate's files and then stopped on an error owes
+/// devgate its restart: the next run, with the error gone, restarts it even
+/// though devgate's own files are unchanged by then.
+#[test]
+fn a_run_stopped_after_its_changes_leaves_the_restarts_to_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    let hooks = hooks_dir(dir.path());
+    let blocker = prefix.join("etc/containerd/config.toml.devgate-new");
+    std::fs::create_dir_all(&blocker).unwrap();
+    let failed = bootstrap(&prefix, &hooks, &[]);
+    assert!(!failed.ok, "{}", failed.out);
+    assert!(!failed.out.contains("systemctl restart devgate"), "{}", failed.out);
+    std::fs::remove_dir_all(&blocker).unwrap();
+    let rerun = bootstrap(&prefix, &hooks, &[]);
+    assert!(rerun.ok, "{}", rerun.out);
+    position(&rerun.out, "restarts owed by an earlier run");
+    position(&rerun.out, "systemctl restart devgate.service");
+    // Paid: a third run owes nothing.
+    let third = bootstrap(&prefix, &hooks, &[]);
+    assert!(third.ok, "{}", third.out);
+    assert!(!third.out.contains("systemctl restart"), "{}", third.out);
+}

@@ -87,6 +87,38 @@ systemctl_do() {
     fi
 }
 
+# A run that changed files and then stopped on an error before its restarts
+# owes them: a file beside the manifest remembers which, so that the next run
+# restarts even when it changes nothing itself.
+pending_file() { p "$(dirname "$MANIFEST")/pending-restart"; }
+
+load_pending() {
+    local f
+    f=$(pending_file)
+    [[ -f $f ]] || return 0
+    if grep -qx containerd "$f"; then RESTART_CONTAINERD=1; fi
+    if grep -qx devgate "$f"; then RESTART_DEVGATE=1; fi
+    log "restarts owed by an earlier run that stopped: $(tr '\n' ' ' <"$f")"
+}
+
+# The EXIT trap: on failure, records the restarts this run owes.
+save_pending() {
+    local status=$? f
+    ((status != 0 && !DRY_RUN)) || return 0
+    ((RESTART_CONTAINERD || RESTART_DEVGATE)) || return 0
+    f=$(pending_file)
+    [[ -d $(dirname "$f") ]] || return 0
+    {
+        ((RESTART_CONTAINERD)) && echo containerd
+        ((RESTART_DEVGATE)) && echo devgate
+    } >"$f" 2>/dev/null || true
+    return 0
+}
+
+clear_pending() {
+    ((DRY_RUN)) || rm -f "$(pending_file)"
+}
+
 restart_services() {
     if ((RESTART_CONTAINERD)); then
         systemctl_do restart containerd.service

@@ -13,6 +13,8 @@ uninstall() {
         log "nothing installed (no $MANIFEST)"
         return
     fi
+    # Nothing is owed to services being taken away.
+    clear_pending
     local UNIT_REMOVED=0
     if [[ -n $(manifest_get unit devgate.service) ]]; then
         systemctl_do disable --now devgate.service
