@@ -126,8 +126,18 @@ layer=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
 archive=$work/archive
 mkdir -p "$archive/$layer"
 mv "$work/layer.tar" "$archive/$layer/layer.tar"
+# The binaries were built on this host, for its architecture (OCI image-spec
+# config.md: GOARCH names).
+case $(uname -m) in
+x86_64) arch=amd64 ;;
+aarch64 | arm64) arch=arm64 ;;
+ppc64le) arch=ppc64le ;;
+s390x) arch=s390x ;;
+riscv64) arch=riscv64 ;;
+*) die "architecture $(uname -m): no OCI name for it" ;;
+esac
 cat >"$archive/config.json" <<EOF
-{"architecture":"amd64","os":"linux",
+{"architecture":"${arch}","os":"linux",
  "config":{"Env":["PATH=/usr/local/bin:/bin"],"Entrypoint":["/usr/local/bin/devgate"],
   "Cmd":["nri"],"WorkingDir":"/",
   "Labels":{"org.opencontainers.image.title":"devgate","org.opencontainers.image.version":"${version}"}},

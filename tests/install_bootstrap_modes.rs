@@ -302,7 +302,11 @@ fn a_run_stopped_after_its_changes_leaves_the_restarts_to_the_next() {
     std::fs::create_dir_all(&blocker).unwrap();
     let failed = bootstrap(&prefix, &hooks, &[]);
     assert!(!failed.ok, "{}", failed.out);
-    assert!(!failed.out.contains("systemctl restart devgate"), "{}", failed.out);
+    assert!(
+        !failed.out.contains("systemctl restart devgate"),
+        "{}",
+        failed.out
+    );
     std::fs::remove_dir_all(&blocker).unwrap();
     let rerun = bootstrap(&prefix, &hooks, &[]);
     assert!(rerun.ok, "{}", rerun.out);

@@ -90,6 +90,22 @@ fn same_inputs_give_the_same_image_with_what_the_daemonset_runs() {
         serde_json::json!(["example.test/devgate:t1"])
     );
     assert_eq!(manifest["Layers"].as_array().map(Vec::len), Some(1));
+    // The image is for the architecture its binaries were built for: this host's.
+    let config_name = manifest["Config"].as_str().unwrap();
+    let config = Command::new("tar")
+        .arg("-xOf")
+        .arg(&a)
+        .arg(format!("./{config_name}"))
+        .output()
+        .unwrap();
+    let config: serde_json::Value = serde_json::from_slice(&config.stdout).unwrap();
+    let want = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "powerpc64" => "ppc64le",
+        other => other,
+    };
+    assert_eq!(config["architecture"], want, "{config}");
     let layer = layer_names(&a);
     for path in [
         "./usr/local/bin/devgate",
