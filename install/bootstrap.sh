@@ -2,6 +2,7 @@
 # Installs devgate on a node, as root (Debian/Ubuntu and RHEL-like).
 #
 #   install/bootstrap.sh [--prefix DIR] [--bin-dir DIR] [--hooks-dir DIR] [--preinstalled] [--dry-run]
+#   install/bootstrap.sh --node-only [--prefix DIR] [--dry-run]   (nodes running the DaemonSet)
 #   install/bootstrap.sh --uninstall [--prefix DIR] [--dry-run]
 #
 # Idempotent: every file is compared before it is written, and a second run
@@ -25,6 +26,8 @@
 #      option `ib_core netns_mode=0`, read only when ib_core loads: reboot);
 #   7. restarts containerd and devgate only when something of theirs changed,
 #      or an earlier run that stopped on an error owed them a restart.
+# --node-only does steps 2, 3 and 6 for a node whose plugin is the DaemonSet's,
+# and removes the unit or pre-installed plugin an earlier install left.
 # Every path is below --prefix (default /), so tests run it into a directory;
 # with a prefix other than / no service is started or restarted.
 # --uninstall reverses what the recorded installs did, restoring each file it
@@ -52,6 +55,7 @@ HOOKS_SRC=$REPO_DIR/hooks
 DRY_RUN=0
 UNINSTALL=0
 PREINSTALLED=0
+NODE_ONLY=0
 CONTAINERD_VERSION=${DEVGATE_CONTAINERD_VERSION:-}
 CHANGES=0
 FAILURES=0
@@ -78,6 +82,7 @@ parse_args() {
         --hooks-dir) HOOKS_SRC=${2:?--hooks-dir needs a directory} && shift ;;
         --containerd-version) CONTAINERD_VERSION=${2:?--containerd-version needs a version} && shift ;;
         --preinstalled) PREINSTALLED=1 ;;
+        --node-only) NODE_ONLY=1 ;;
         --dry-run) DRY_RUN=1 ;;
         --uninstall) UNINSTALL=1 ;;
         -h | --help) usage 0 ;;
@@ -85,6 +90,7 @@ parse_args() {
         esac
         shift
     done
+    ((!(PREINSTALLED && NODE_ONLY))) || die "--node-only installs no plugin: --preinstalled makes no sense with it"
     [[ $PREFIX == /* ]] || die "--prefix must be an absolute path, got $PREFIX"
     PREFIX=${PREFIX%/}
 }
@@ -139,9 +145,11 @@ main() {
     if ((UNINSTALL)); then
         uninstall
     else
-        [[ -d $BIN_DIR ]] || die "--bin-dir $BIN_DIR does not exist"
-        BIN_DIR=$(cd "$BIN_DIR" && pwd)
-        log "binaries from $BIN_DIR"
+        if ((!NODE_ONLY)); then
+            [[ -d $BIN_DIR ]] || die "--bin-dir $BIN_DIR does not exist"
+            BIN_DIR=$(cd "$BIN_DIR" && pwd)
+            log "binaries from $BIN_DIR"
+        fi
         load_pending
         trap save_pending EXIT
         install_devgate

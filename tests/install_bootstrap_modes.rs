@@ -317,3 +317,35 @@ fn a_run_stopped_after_its_changes_leaves_the_restarts_to_the_next() {
     assert!(third.ok, "{}", third.out);
     assert!(!third.out.contains("systemctl restart"), "{}", third.out);
 }
+
+/// A node whose plugin is the DaemonSet's: `--node-only` enables NRI and
+/// writes the config, installs no plugin, and takes away the one an earlier
+/// install left, which would run beside the DaemonSet's on the same ledger.
+#[test]
+fn node_only_prepares_the_node_and_leaves_the_plugin_to_the_daemonset() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("node");
+    std::fs::create_dir_all(&prefix).unwrap();
+    let hooks = hooks_dir(dir.path());
+    let version = ["--containerd-version", "1.7.24"];
+    let unit = prefix.join("etc/systemd/system/devgate.service");
+    let plugin = prefix.join("opt/nri/plugins/10-devgate");
+    let ctrd = prefix.join("etc/containerd/config.toml");
+
+    let fresh = bootstrap(&prefix, &hooks, &["--node-only", version[0], version[1]]);
+    assert!(fresh.ok, "{}", fresh.out);
+    assert!(!unit.exists() && !plugin.exists(), "{}", fresh.out);
+    assert!(!prefix.join("usr/local/bin/devgate").exists(), "{}", fresh.out);
+    assert!(prefix.join("etc/devgate/config.toml").exists());
+    assert!(std::fs::read_to_string(&ctrd).unwrap().contains("disable = false"));
+
+    let systemd = bootstrap(&prefix, &hooks, &version);
+    assert!(systemd.ok && unit.exists(), "{}", systemd.out);
+    let switched = bootstrap(&prefix, &hooks, &["--node-only", version[0], version[1]]);
+    assert!(switched.ok, "{}", switched.out);
+    assert!(!unit.exists(), "{}", switched.out);
+    position(&switched.out, "systemctl disable --now devgate.service");
+
+    let both = bootstrap(&prefix, &hooks, &["--node-only", "--preinstalled"]);
+    assert!(!both.ok, "{}", both.out);
+}

@@ -30,7 +30,32 @@ WantedBy=multi-user.target
 EOF
 }
 
+# The unit of an earlier systemd install; true when there was one.
+remove_unit() {
+    [[ -n $(manifest_get unit devgate.service) ]] || return 1
+    systemctl_do disable --now devgate.service
+    remove_owned "$UNIT" || true
+    ((DRY_RUN)) || manifest_drop unit devgate.service
+    systemctl_do daemon-reload
+}
+
+# --node-only: a node whose plugin is the DaemonSet's. Its config (read for
+# the VFs and the RDMA mode) is written when absent; a plugin an earlier
+# install left would run beside the DaemonSet's on the same ledger: removed.
+prepare_for_daemonset() {
+    if [[ ! -e $(p "$CONFIG") ]]; then
+        put_file "$SCRIPT_DIR/config.toml" "$CONFIG" 644 || true
+    fi
+    remove_unit || true
+    ! remove_owned "$PREINSTALLED_PLUGIN" || RESTART_CONTAINERD=1
+    remove_owned "$PREINSTALLED_CONF" || true
+}
+
 install_devgate() {
+    if ((NODE_ONLY)); then
+        prepare_for_daemonset
+        return
+    fi
     local b
     for b in devgate devgate-hook; do
         [[ -x $BIN_DIR/$b ]] || die "$BIN_DIR/$b not found: build with install/build.sh or pass --bin-dir"
@@ -42,12 +67,7 @@ install_devgate() {
     if ((PREINSTALLED)); then
         # A systemd install from before would run a second plugin on the
         # same ledger.
-        if [[ -n $(manifest_get unit devgate.service) ]]; then
-            systemctl_do disable --now devgate.service
-            remove_owned "$UNIT" || true
-            ((DRY_RUN)) || manifest_drop unit devgate.service
-            systemctl_do daemon-reload
-        fi
+        remove_unit || true
         # containerd starts pre-installed plugins itself, only when it starts.
         ! put_file "$BIN_DIR/devgate" "$PREINSTALLED_PLUGIN" 755 || RESTART_CONTAINERD=1
         ! put_link "$PREINSTALLED_CONF" "$CONFIG" || RESTART_CONTAINERD=1
