@@ -229,6 +229,17 @@ fn a_linked_config_or_an_imported_nri_table_is_refused_untouched() {
     );
     let run = bootstrap(&on, &hooks, &version);
     assert!(run.ok, "{}", run.out);
+    // An array over several lines is read whole.
+    let multi = dir.path().join("imports-multi");
+    let main = "version = 2\nimports = [\n  \"/etc/other.toml\", # a comment \"x\"\n  \"conf.d/*.toml\",\n]\n";
+    write(&multi.join("etc/containerd/config.toml"), main);
+    write(
+        &multi.join("etc/containerd/conf.d/nri.toml"),
+        "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
+    );
+    let run = bootstrap(&multi, &hooks, &version);
+    assert!(!run.ok, "{}", run.out);
+    position(&run.out, "/etc/containerd/conf.d/nri.toml (imported by");
 }
 
 /// A write that fails (a full disk; here the temporary name is taken by a

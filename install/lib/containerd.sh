@@ -79,7 +79,12 @@ check_imports() {
             ((rc == 4)) ||
                 die "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG) configures NRI without enabling it, which overrides an edit of $CONTAINERD_CONFIG: set disable = false there by hand"
         done < <(compgen -G "$(p "$pattern")" || true)
-    done < <(grep -E '^[[:space:]]*imports[[:space:]]*=' "$cfg" | grep -oE "\"[^\"]*\"|'[^']*'" | tr -d "\"'")
+    done < <(imports_text "$cfg" | grep -oE "\"[^\"]*\"|'[^']*'" | tr -d "\"'")
+}
+
+# The `imports = [...]` array of a config, over as many lines as it takes.
+imports_text() {
+    awk '/^[[:space:]]*imports[[:space:]]*=/ { on = 1 } on { sub(/#.*/, ""); print; if (/\]/) on = 0 }' "$1"
 }
 
 enable_nri() {
