@@ -346,9 +346,15 @@ fn node_only_prepares_the_node_and_leaves_the_plugin_to_the_daemonset() {
     let fresh = bootstrap(&prefix, &hooks, &["--node-only", version[0], version[1]]);
     assert!(fresh.ok, "{}", fresh.out);
     assert!(!unit.exists() && !plugin.exists(), "{}", fresh.out);
-    assert!(!prefix.join("usr/local/bin/devgate").exists(), "{}", fresh.out);
+    assert!(
+        !prefix.join("usr/local/bin/devgate").exists(),
+        "{}",
+        fresh.out
+    );
     assert!(prefix.join("etc/devgate/config.toml").exists());
-    assert!(std::fs::read_to_string(&ctrd).unwrap().contains("disable = false"));
+    assert!(std::fs::read_to_string(&ctrd)
+        .unwrap()
+        .contains("disable = false"));
 
     let systemd = bootstrap(&prefix, &hooks, &version);
     assert!(systemd.ok && unit.exists(), "{}", systemd.out);

@@ -10,8 +10,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{openat, AtFlags, OFlag};
-use nix::sys::stat::{fstatat, Mode, SFlag};
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::Mode;
 use nix::unistd::Pid;
 
 /// A signal teardown sends.
@@ -126,17 +126,27 @@ impl Host for ProcHost {
 
     fn open_char_devices(&self, pid: u32, out: &mut Vec<u64>) -> io::Result<()> {
         let dir = self.open_fd_dir(pid)?;
-        let dirfd = dir.as_raw_fd();
-        for_each_entry(dir.as_fd(), |name| {
-            // Following the fd's magic link stats the open file itself, whatever mount
-            // namespace its path lives in; a path name would not say which device it is.
-            let Ok(st) = fstatat(Some(dirfd), name, AtFlags::empty()) else {
-                return; // closed meanwhile, or a dangling link in a test tree
+        let listed = char_devices_in(dir.as_fd(), out)?;
+        if listed > 0 {
+            return Ok(());
+        }
+        // A process whose main thread exited (a killed CUDA process with a
+        // thread stuck in the driver) lists no fd under `<pid>/fd`: the
+        // exited leader has no file table (exit_files). Its live threads
+        // share one, under `<pid>/task/<tid>/fd`.
+        let Ok(tasks) = std::fs::read_dir(self.pid_path(pid, "task")) else {
+            return Ok(());
+        };
+        for task in tasks.flatten() {
+            let fd_dir = task.path().join("fd");
+            let Ok(dir) = open_dir(None, fd_dir.as_path()) else {
+                continue;
             };
-            if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFCHR {
-                out.push(st.st_rdev);
+            if char_devices_in(dir.as_fd(), out)? > 0 {
+                break;
             }
-        })
+        }
+        Ok(())
     }
 
     fn cgroup(&self, pid: u32) -> io::Result<String> {
@@ -257,6 +267,40 @@ fn stderr_tail(stderr: Option<std::process::ChildStderr>) -> std::sync::mpsc::Re
         return rx;
     }
     rx
+}
+
+/// The char devices open in an fd directory, into `out`; how many entries
+/// it lists. Each fd's magic link is followed to the open file itself,
+/// whatever mount namespace its path lives in (a path name would not say
+/// which device it is), with `AT_STATX_DONT_SYNC`: a file on a hung network
+/// or FUSE mount is answered from cached attributes instead of blocking the
+/// teardown (statx(2)).
+fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<usize> {
+    let mut listed = 0;
+    for_each_entry(dir, |name| {
+        listed += 1;
+        let mut stx = std::mem::MaybeUninit::<libc::statx>::zeroed();
+        // SAFETY: a NUL-terminated name relative to an open directory, and a
+        // buffer of the size statx fills.
+        let rc = unsafe {
+            libc::statx(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::AT_STATX_DONT_SYNC,
+                libc::STATX_TYPE,
+                stx.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return; // closed meanwhile, or a dangling link in a test tree
+        }
+        // SAFETY: statx succeeded and filled the buffer.
+        let stx = unsafe { stx.assume_init() };
+        if u32::from(stx.stx_mode) & libc::S_IFMT == libc::S_IFCHR {
+            out.push(libc::makedev(stx.stx_rdev_major, stx.stx_rdev_minor));
+        }
+    })?;
+    Ok(listed)
 }
 
 fn open_dir<P: ?Sized + nix::NixPath>(at: Option<&OwnedFd>, path: &P) -> io::Result<OwnedFd> {

@@ -265,3 +265,58 @@ fn real_pod_processes_end_and_the_gpu_is_reset() {
     assert!(!s.nvml.calls().is_empty(), "the released gpu is reset");
     assert!(s.ledger.snapshot().unwrap().devices.is_empty());
 }
+
+/// A process whose main thread exited while another thread holds the GPU
+/// open: `/proc/<pid>/fd` lists nothing then (the leader has no file table),
+/// so the scan reads the live threads' `task/<tid>/fd`.
+#[test]
+fn a_holder_whose_main_thread_exited_is_still_seen() {
+    extern "C" fn hold(_: *mut libc::c_void) -> *mut libc::c_void {
+        // SAFETY: plain syscalls in the child's only other thread.
+        unsafe {
+            libc::open(c"/dev/full".as_ptr(), libc::O_RDONLY);
+            loop {
+                libc::pause();
+            }
+        }
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // SAFETY: the child only calls pthread_create and exit(2), and never
+    // returns into the test harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe {
+            let mut t: libc::pthread_t = 0;
+            if libc::pthread_create(&mut t, std::ptr::null(), hold, std::ptr::null_mut()) != 0 {
+                libc::_exit(1);
+            }
+            // exit(2), not exit_group(2) nor pthread_exit (which unwinds
+            // through the harness's frames): this thread alone ends.
+            libc::syscall(libc::SYS_exit, 0);
+        }
+    }
+    let pid = pid as u32;
+    let host = ProcHost::new(Path::new("/proc"));
+    let want = libc::makedev(FULL.0, FULL.1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut seen = false;
+    while Instant::now() < deadline && !seen {
+        let leader_gone = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        });
+        let mut devs = Vec::new();
+        seen =
+            leader_gone && host.open_char_devices(pid, &mut devs).is_ok() && devs.contains(&want);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: the child forked above.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGKILL);
+        libc::waitpid(pid as i32, std::ptr::null_mut(), 0);
+    }
+    assert!(seen, "the fd held by a thread of pid {pid} was not seen");
+}
