@@ -204,9 +204,11 @@ fn membership(host: &dyn Host, pid: u32, pod: &PodCgroups, ignored: &PodCgroups)
         Err(_) => return Membership::Outside,
     }
     match cgroup {
-        // A node daemon is never the pod's, whatever the pod's paths say.
-        Ok(text) if ignored.contains(&text) => Membership::Ignored,
+        // The pod's first: a unit name such as `nvidia-dcgm.service` matches a
+        // path component anywhere, and a pod running systemd inside (or
+        // naming a cgroup so) would otherwise keep the GPU past its release.
         Ok(text) if pod.contains(&text) => Membership::Pod(before),
+        Ok(text) if ignored.contains(&text) => Membership::Ignored,
         Ok(_) => Membership::Outside,
         Err(e) if gone(&e) => Membership::Gone,
         // Unknown cgroup: not provably the pod's, so it must not be killed.

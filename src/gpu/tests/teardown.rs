@@ -99,6 +99,12 @@ fn pod_users_end_and_an_outside_user_quarantines_until_it_is_gone() {
         &[libc::makedev(1, 3)],
         "/kubepods/besteffort/poduid-a/c1",
     );
+    // A pod process in a cgroup named like a node daemon: still the pod's.
+    n.host.add(
+        102,
+        &[dev(0)],
+        "/kubepods/besteffort/poduid-a/c1/nvidia-dcgm.service",
+    );
 
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     assert_eq!(out.pods, vec![]);
@@ -113,6 +119,7 @@ fn pod_users_end_and_an_outside_user_quarantines_until_it_is_gone() {
         vec![
             (100, Signal::Term),
             (101, Signal::Term),
+            (102, Signal::Term),
             (101, Signal::Kill)
         ]
     );
