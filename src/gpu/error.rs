@@ -53,6 +53,10 @@ pub enum GpuError {
     HealthCorrupt { path: PathBuf, reason: String },
     #[error("read the claims of gpu {uuid}: {reason}")]
     Claims { uuid: String, reason: String },
+    /// `[gpu] nvml` is on and the driver is loaded, but NVML did not load:
+    /// clocks, compute mode and MIG cannot be reset, nor NVML-only users seen.
+    #[error("gpu {uuid} cannot be cleaned: the nvidia driver is loaded but nvml did not load (see [gpu] nvml_library)")]
+    NvmlUnavailable { uuid: String },
 }
 
 /// An error and its causes on one line: `a: b: c` (Display never repeats the source).

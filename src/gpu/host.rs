@@ -46,6 +46,11 @@ pub trait Host: Send + Sync {
     fn sleep(&self, duration: Duration);
     /// Runs a command to completion within `timeout`; the error is its reason, one line.
     fn run(&self, argv: &[String], timeout: Duration) -> Result<(), String>;
+    /// Whether the NVIDIA kernel driver is loaded (`<proc>/driver/nvidia/version`):
+    /// then a GPU without NVML is one that cannot be reset, not a node without GPUs.
+    fn nvidia_driver_loaded(&self) -> bool {
+        false
+    }
 }
 
 /// The real host, reading processes from `proc_root` (normally `/proc`).
@@ -151,6 +156,10 @@ impl Host for ProcHost {
 
     fn cgroup(&self, pid: u32) -> io::Result<String> {
         std::fs::read_to_string(self.pid_path(pid, "cgroup"))
+    }
+
+    fn nvidia_driver_loaded(&self) -> bool {
+        self.proc_root.join("driver/nvidia/version").exists()
     }
 
     fn start_time(&self, pid: u32) -> io::Result<Option<u64>> {

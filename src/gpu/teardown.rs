@@ -306,12 +306,21 @@ impl GpuTeardown {
         users.remove_all(&split.pod.keys().copied().collect());
         let mut errors = Vec::new();
         let mut reset_ok = Vec::new();
+        // Without NVML on a node with the driver, the reset below would pass
+        // without resetting anything: the GPUs stay quarantined until it loads.
+        let no_nvml = self.config.nvml && !self.nvml.present() && self.host.nvidia_driver_loaded();
         for t in targets.iter().filter(|t| t.last) {
             if let Some(pids) = split.outside.get(&t.rdev) {
                 tracing::warn!(gpu = %t.uuid, pids = ?pids, "gpu open outside the released pod");
                 errors.push(GpuError::OutsideUsers {
                     uuid: t.uuid.clone(),
                     pids: pids.clone(),
+                });
+                continue;
+            }
+            if no_nvml {
+                errors.push(GpuError::NvmlUnavailable {
+                    uuid: t.uuid.clone(),
                 });
                 continue;
             }

@@ -23,6 +23,8 @@ pub struct FakeHost {
     pub signals: Mutex<Vec<(u32, Signal)>>,
     pub slept: Mutex<Duration>,
     pub commands: Mutex<Vec<Vec<String>>>,
+    /// Whether the NVIDIA driver counts as loaded.
+    pub driver_loaded: std::sync::atomic::AtomicBool,
 }
 
 impl FakeHost {
@@ -61,6 +63,11 @@ fn not_found() -> io::Error {
 }
 
 impl Host for FakeHost {
+    fn nvidia_driver_loaded(&self) -> bool {
+        self.driver_loaded
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn pids(&self) -> io::Result<Vec<u32>> {
         Ok(self.procs.lock().unwrap().keys().copied().collect())
     }

@@ -1,6 +1,7 @@
 //! Tests of GPU teardown: against fakes, and against real processes and cgroups.
 
 pub mod fake_host;
+mod no_nvml;
 mod real_proc;
 mod teardown;
 
