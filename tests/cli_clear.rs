@@ -18,7 +18,7 @@ fn clear(dir: &Path, host: &Path, extra: &[&str]) -> (bool, String) {
         .arg("--host-root")
         .arg(host)
         .arg("--config")
-        .arg(dir.join("none.toml"))
+        .arg(dir.join("devgate.toml"))
         .args(extra)
         .output()
         .expect("run devgate clear");
@@ -39,6 +39,8 @@ fn pod(name: &str) -> PodRef {
 #[test]
 fn gpus_and_nics_return_to_service_unless_held_or_still_configured() {
     let dir = tempfile::tempdir().unwrap();
+    // The fixture's GPUs are not this host's: no NVML to ask about them.
+    std::fs::write(dir.path().join("devgate.toml"), "[gpu]\nnvml = false\n").unwrap();
     let fx = HostRootBuilder::hgx()
         .build(&dir.path().join("host"))
         .unwrap();

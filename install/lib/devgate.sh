@@ -143,7 +143,8 @@ restart_services() {
     if ((RESTART_CONTAINERD)); then
         systemctl_do restart containerd.service
     fi
-    if ((RESTART_DEVGATE && !PREINSTALLED)); then
+    # --node-only removed devgate's unit: nothing of devgate's to restart.
+    if ((RESTART_DEVGATE && !PREINSTALLED && !NODE_ONLY)); then
         systemctl_do daemon-reload
         systemctl_do enable devgate.service
         systemctl_do restart devgate.service

@@ -38,7 +38,7 @@ ensure_dir() {
         d=$(dirname "$d")
     done
     for ((i = ${#missing[@]} - 1; i >= 0; i--)); do
-        mkdir "$(p "${missing[i]}")" || die "cannot create ${missing[i]}"
+        [[ -d $(p "${missing[i]}") ]] || mkdir "$(p "${missing[i]}")" || die "cannot create ${missing[i]}"
         manifest_put dir "${missing[i]}" -
     done
 }
@@ -205,6 +205,11 @@ restore_owned() {
     target=$(p "$path")
     written=$(manifest_get modified "$path")
     backup=$(backup_of "$path")
+    # An install from before backups left the plugin directory kept it beside the file.
+    if [[ ! -e $(p "$backup") && ! -L $(p "$backup") ]] &&
+        [[ -e $target.devgate-backup || -L $target.devgate-backup ]]; then
+        backup=$path.devgate-backup
+    fi
     [[ -f $(p "$backup") || -L $(p "$backup") ]] || {
         warn "$path: backup $backup is gone; left as it is"
         FAILURES=$((FAILURES + 1))

@@ -43,8 +43,6 @@ pub enum NodeError {
         major: u32,
         minor: u32,
     },
-    #[error("/dev/{sub} in the container is a mount of its own (a volume?): device nodes are made only in the runtime's /dev")]
-    Mounted { sub: String },
     #[error("the container runs in a user namespace of its own: device nodes made for it could not be opened (the kernel refuses device nodes on a filesystem mounted in another user namespace, SB_I_NODEV); hooks-only mode cannot give it devices: use NRI or CDI")]
     UserNamespace,
 }
@@ -160,28 +158,25 @@ pub fn make_nodes(rootfs: BorrowedFd<'_>, nodes: &[DeviceNode]) -> Result<usize,
     Ok(made)
 }
 
-/// `/dev/<sub>`, created 0755 when missing; never through a symlink, and
-/// never into another mount: a volume there may be shared with a container
-/// already running, which could swap names under the hook.
+/// `/dev/<sub>`, created 0755 when missing; never through a symlink. It may be
+/// a volume (a hostPath `/dev/infiniband`), even one a running container
+/// shares: every node in it is checked and changed through a descriptor of
+/// the node itself, never by name (`make_node`).
 fn open_subdir(dev: &OwnedFd, sub: &str) -> Result<OwnedFd, NodeError> {
     let path = format!("/dev/{sub}");
     match mkdirat(Some(dev.as_raw_fd()), sub, Mode::from_bits_truncate(0o755)) {
         Ok(()) | Err(Errno::EEXIST) => {}
         Err(source) => return Err(NodeError::Create { path, source }),
     }
-    let resolve = ResolveFlag::RESOLVE_BENEATH
-        | ResolveFlag::RESOLVE_NO_SYMLINKS
-        | ResolveFlag::RESOLVE_NO_XDEV;
-    match open2(dev.as_raw_fd(), Path::new(sub), resolve) {
-        Ok(fd) => Ok(fd),
-        Err(Errno::EXDEV) => Err(NodeError::Mounted {
-            sub: sub.to_string(),
-        }),
-        Err(source) => Err(NodeError::Open {
-            path: PathBuf::from(path),
-            source,
-        }),
-    }
+    open2(
+        dev.as_raw_fd(),
+        Path::new(sub),
+        ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS,
+    )
+    .map_err(|source| NodeError::Open {
+        path: PathBuf::from(path),
+        source,
+    })
 }
 
 /// The node named `name` in `dir` itself, as an `O_PATH` descriptor: a

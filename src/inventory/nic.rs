@@ -46,11 +46,19 @@ impl Scan<'_> {
             .filter(|(ibdev, _)| !names.contains(ibdev))
             .collect();
         hidden.sort_by(|a, b| a.0.cmp(&b.0));
-        let hidden = hidden
-            .into_iter()
-            .map(|(name, devs)| self.hidden_rdma_dev(name, devs));
-        let found: Vec<(RdmaDev, PciFunction)> =
-            visible.into_iter().chain(hidden).flatten().collect();
+        let visible: Vec<(RdmaDev, PciFunction)> = visible.into_iter().flatten().collect();
+        let mut taken: Vec<PciAddr> = visible.iter().map(|(_, f)| f.addr).collect();
+        let mut found = visible;
+        for (name, devs) in hidden {
+            // One device per function: a soft device (siw) whose parent is a
+            // function with a device of its own is not taken for it.
+            if let Some((dev, function)) = self.hidden_rdma_dev(name, devs) {
+                if !taken.contains(&function.addr) && !dev.name.starts_with("siw") {
+                    taken.push(function.addr);
+                    found.push((dev, function));
+                }
+            }
+        }
         for (dev, function) in found {
             // A VF has `physfn` (drivers/pci/iov.c); everything else counts as a PF.
             let is_vf = self.fs.exists_in(&function.dir, "physfn");

@@ -137,8 +137,8 @@ impl Scan<'_> {
             RdmaCharKind::Umad | RdmaCharKind::Issm => MAD_CLASS,
         };
         let link = Path::new(class).join(&first.name).join("device");
-        let function = self.pci_function(&link);
-        let function = self.ok(function)?;
+        // Soft devices (rxe) have no PCI parent: nothing to allocate, no warning.
+        let function = self.pci_function(&link).ok()?;
         let mut nums: Vec<u32> = char_devs.iter().filter_map(|c| c.port).collect();
         nums.sort_unstable();
         nums.dedup();
