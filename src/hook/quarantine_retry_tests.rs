@@ -7,20 +7,6 @@ fn gpu0(w: &World) -> String {
     w.fixture.expected().gpus[0].uuid.clone()
 }
 
-fn create(w: &World, id: &str, pid: u32, os: &mut FakeOs) -> Result<Outcome, HookError> {
-    let alloc = w.allocation();
-    w.run(
-        Stage::CreateRuntime,
-        &state(
-            id,
-            "creating",
-            Some(pid),
-            &[(DEVICE_ALLOCATED, alloc.as_str())],
-        ),
-        os,
-    )
-}
-
 fn quarantine(w: &World, uuid: &str) {
     Ledger::open(&w.env.state_dir)
         .unwrap()
@@ -41,7 +27,7 @@ fn a_quarantined_gpu_nobody_holds_is_cleaned_and_admitted() {
     let uuid = gpu0(&w);
     quarantine(&w, &uuid);
     let mut os = FakeOs::default();
-    create(&w, "c1", 7, &mut os).unwrap();
+    w.create_runtime("c1", 7, &mut os).unwrap();
     assert_eq!(os.retried, vec![vec![uuid.clone()]]);
     assert!(!is_quarantined(&w, &uuid));
     assert!(w.ledger().pods["c1"]
@@ -59,7 +45,7 @@ fn a_gpu_still_in_use_stays_quarantined_and_refuses_the_container() {
         fail: Some("gpu"),
         ..FakeOs::default()
     };
-    let e = create(&w, "c1", 7, &mut os).unwrap_err().to_string();
+    let e = w.create_runtime("c1", 7, &mut os).unwrap_err().to_string();
     assert!(e.contains("quarantined: gpu 0 open in pids [42]"), "{e}");
     assert_eq!(os.retried, vec![vec![uuid.clone()]]);
     assert!(is_quarantined(&w, &uuid));
@@ -72,10 +58,10 @@ fn a_gpu_a_pod_still_holds_is_not_retried() {
     let w = world();
     let uuid = gpu0(&w);
     let mut first = FakeOs::default();
-    create(&w, "a", 7, &mut first).unwrap();
+    w.create_runtime("a", 7, &mut first).unwrap();
     quarantine(&w, &uuid);
     let mut os = FakeOs::default();
-    let e = create(&w, "b", 8, &mut os).unwrap_err().to_string();
+    let e = w.create_runtime("b", 8, &mut os).unwrap_err().to_string();
     assert!(e.contains("quarantined") || e.contains("held"), "{e}");
     assert!(os.retried.is_empty(), "{:?}", os.retried);
     assert!(is_quarantined(&w, &uuid));
@@ -86,7 +72,7 @@ fn a_failed_teardown_serves_again_once_its_pod_is_reaped_and_the_gpu_is_clean() 
     let w = world();
     let uuid = gpu0(&w);
     let mut first = FakeOs::default();
-    create(&w, "a", 7, &mut first).unwrap();
+    w.create_runtime("a", 7, &mut first).unwrap();
     let mut failing = FakeOs {
         fail: Some("gpu"),
         ..FakeOs::default()
@@ -102,7 +88,7 @@ fn a_failed_teardown_serves_again_once_its_pod_is_reaped_and_the_gpu_is_clean() 
     // which its reap left quarantined.
     set_start(&w.env.roots.proc_root, 7, None);
     let mut os = FakeOs::default();
-    create(&w, "b", 8, &mut os).unwrap();
+    w.create_runtime("b", 8, &mut os).unwrap();
     assert_eq!(*os.gpu_torn.borrow(), ["a"]);
     assert_eq!(os.retried, vec![vec![uuid.clone()]]);
     let l = w.ledger();

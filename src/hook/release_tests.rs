@@ -6,19 +6,8 @@ use super::*;
 use crate::ledger::DeviceId;
 
 fn created(w: &World, id: &str, pid: u32) -> FakeOs {
-    let alloc = w.allocation();
     let mut os = FakeOs::default();
-    w.run(
-        Stage::CreateRuntime,
-        &state(
-            id,
-            "creating",
-            Some(pid),
-            &[(DEVICE_ALLOCATED, alloc.as_str())],
-        ),
-        &mut os,
-    )
-    .unwrap();
+    w.create_runtime(id, pid, &mut os).unwrap();
     os
 }
 
@@ -90,20 +79,8 @@ fn a_failed_vf_restore_quarantines_the_vf_and_keeps_the_record() {
     assert!(matches!(q[0], DeviceId::Vf(_)), "{q:?}");
     assert!(os.gpu_torn.borrow().is_empty());
     // The next pod cannot get the VF.
-    let alloc = w.allocation();
     let mut other = FakeOs::default();
-    let e = w
-        .run(
-            Stage::CreateRuntime,
-            &state(
-                "c2",
-                "creating",
-                Some(8),
-                &[(DEVICE_ALLOCATED, alloc.as_str())],
-            ),
-            &mut other,
-        )
-        .unwrap_err();
+    let e = w.create_runtime("c2", 8, &mut other).unwrap_err();
     assert!(
         e.to_string().contains("quarantined") || e.to_string().contains("held"),
         "{e}"
@@ -115,28 +92,15 @@ fn pods_whose_inits_exited_are_released_at_the_next_create() {
     let w = world();
     created(&w, "a", 7);
     // Alive: the next pod asking for the same devices is refused.
-    let alloc = w.allocation();
-    let ann = [(DEVICE_ALLOCATED, alloc.as_str())];
     let mut b = FakeOs::default();
-    let e = w
-        .run(
-            Stage::CreateRuntime,
-            &state("b", "creating", Some(8), &ann),
-            &mut b,
-        )
-        .unwrap_err();
+    let e = w.create_runtime("b", 8, &mut b).unwrap_err();
     assert!(e.to_string().contains("is held by pod"), "{e}");
     assert!(b.detached.borrow().is_empty() && b.gpu_torn.borrow().is_empty());
 
     // Pid 7 reused by another process: a's init is gone, no poststop ran.
     set_start(&w.env.roots.proc_root, 7, Some(5));
     let mut b = FakeOs::default();
-    w.run(
-        Stage::CreateRuntime,
-        &state("b", "creating", Some(8), &ann),
-        &mut b,
-    )
-    .unwrap();
+    w.create_runtime("b", 8, &mut b).unwrap();
     assert_eq!(*b.detached.borrow(), ["a"], "a's VFs restored");
     assert_eq!(*b.gpu_torn.borrow(), ["a"], "a's GPU torn down");
     let l = w.ledger();
@@ -148,12 +112,7 @@ fn pods_whose_inits_exited_are_released_at_the_next_create() {
     // Exited outright (no /proc entry): released the same way.
     set_start(&w.env.roots.proc_root, 8, None);
     let mut c = FakeOs::default();
-    w.run(
-        Stage::CreateRuntime,
-        &state("c", "creating", Some(9), &ann),
-        &mut c,
-    )
-    .unwrap();
+    w.create_runtime("c", 9, &mut c).unwrap();
     assert_eq!(*c.detached.borrow(), ["b"]);
     assert_eq!(w.ledger().pods.keys().collect::<Vec<_>>(), ["c"]);
 }
@@ -164,20 +123,8 @@ fn records_without_a_known_init_are_never_stale() {
     // Pid 5 has no stat: its init cannot be identified.
     created(&w, "a", 5);
     assert_eq!(w.ledger().pods["a"].containers["a"].init, None);
-    let alloc = w.allocation();
     let mut b = FakeOs::default();
-    let e = w
-        .run(
-            Stage::CreateRuntime,
-            &state(
-                "b",
-                "creating",
-                Some(8),
-                &[(DEVICE_ALLOCATED, alloc.as_str())],
-            ),
-            &mut b,
-        )
-        .unwrap_err();
+    let e = w.create_runtime("b", 8, &mut b).unwrap_err();
     assert!(e.to_string().contains("is held by pod"), "{e}");
 }
 
@@ -222,18 +169,7 @@ fn a_container_admitted_into_a_stale_pod_during_its_release_keeps_it() {
         meanwhile: Some(std::rc::Rc::new(admit_new)),
         ..FakeOs::default()
     };
-    let e = w
-        .run(
-            Stage::CreateRuntime,
-            &state(
-                "x",
-                "creating",
-                Some(8),
-                &[(DEVICE_ALLOCATED, alloc.as_str())],
-            ),
-            &mut other,
-        )
-        .unwrap_err();
+    let e = w.create_runtime("x", 8, &mut other).unwrap_err();
     assert!(e.to_string().contains("is held by pod"), "{e}");
     assert_eq!(*other.gpu_torn.borrow(), ["sb"]);
     let l = w.ledger();

@@ -198,6 +198,22 @@ impl World {
         run_hooks_only(stage, state, run)
     }
 
+    /// createRuntime of container `id` (init `pid`) carrying the world's allocation.
+    pub(super) fn create_runtime(
+        &self,
+        id: &str,
+        pid: u32,
+        os: &mut FakeOs,
+    ) -> Result<Outcome, HookError> {
+        let alloc = self.allocation();
+        let ann = [(crate::allocation::DEVICE_ALLOCATED, alloc.as_str())];
+        self.run(
+            Stage::CreateRuntime,
+            &state(id, "creating", Some(pid), &ann),
+            os,
+        )
+    }
+
     pub(super) fn ledger(&self) -> crate::ledger::LedgerState {
         Ledger::open(&self.env.state_dir)
             .unwrap()
