@@ -160,7 +160,7 @@ impl GpuTeardown {
         let state = ledger.snapshot().map_err(|e| ledger_err("*", e))?;
         let mut cleared = Vec::new();
         for uuid in state.devices.values().filter_map(|rec| match &rec.device {
-            DeviceId::Gpu(uuid) if is_retryable(rec) && wanted(uuid) => Some(uuid),
+            DeviceId::Gpu(uuid) if rec.quarantined_unheld() && wanted(uuid) => Some(uuid),
             _ => None,
         }) {
             match self.retry_one(ledger, uuid) {
@@ -191,7 +191,7 @@ impl GpuTeardown {
         if !now
             .devices
             .get(&device.to_string())
-            .is_some_and(is_retryable)
+            .is_some_and(crate::ledger::DeviceRecord::quarantined_unheld)
         {
             return Ok(Retried::Skipped);
         }
@@ -412,9 +412,4 @@ pub enum Retried {
     Skipped,
     /// Still in use, or a step failed (why): it stays quarantined.
     Dirty(String),
-}
-
-/// A GPU a retry may clean: quarantined, and held by no pod.
-fn is_retryable(rec: &crate::ledger::DeviceRecord) -> bool {
-    rec.quarantine.is_some() && rec.holders.is_empty()
 }

@@ -193,7 +193,7 @@ pub(super) fn retry_quarantined(run: &mut HooksOnly<'_>, ledger: &Ledger, claims
             state
                 .devices
                 .get(&DeviceId::Gpu(uuid.to_string()).to_string())
-                .is_some_and(|d| d.quarantine.is_some() && d.holders.is_empty())
+                .is_some_and(crate::ledger::DeviceRecord::quarantined_unheld)
         })
         .cloned()
         .collect();

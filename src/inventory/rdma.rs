@@ -20,6 +20,11 @@ const MAD_CLASS: &str = "sys/class/infiniband_mad";
 /// `rdma_cm` is a misc device with a dynamic minor (drivers/infiniband/core/ucma.c).
 const RDMA_CM_DEV: &str = "sys/class/misc/rdma_cm/dev";
 
+/// Char devices in a stable order: uverbs, then umad and issm by port.
+fn sort_char_devs(devs: &mut [RdmaCharDev]) {
+    devs.sort_by(|a, b| (a.kind, a.port, &a.name).cmp(&(b.kind, b.port, &b.name)));
+}
+
 /// The state given to the ports of a device in another network namespace.
 pub const HIDDEN_PORT_STATE: &str = "IN_OTHER_NETNS";
 
@@ -109,7 +114,7 @@ impl Scan<'_> {
         let node_guid = self.fs.read_in(&dir, "node_guid");
         let node_guid = self.optional(node_guid).map(|g| g.trim().to_owned());
         let mut char_devs = chars.remove(name).unwrap_or_default();
-        char_devs.sort_by(|a, b| (a.kind, a.port, &a.name).cmp(&(b.kind, b.port, &b.name)));
+        sort_char_devs(&mut char_devs);
         let dev = RdmaDev {
             name: name.to_owned(),
             node_guid,
@@ -130,7 +135,7 @@ impl Scan<'_> {
         name: String,
         mut char_devs: Vec<RdmaCharDev>,
     ) -> Option<(RdmaDev, PciFunction)> {
-        char_devs.sort_by(|a, b| (a.kind, a.port, &a.name).cmp(&(b.kind, b.port, &b.name)));
+        sort_char_devs(&mut char_devs);
         let first = char_devs.first()?;
         let class = match first.kind {
             RdmaCharKind::Uverbs => VERBS_CLASS,

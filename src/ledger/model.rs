@@ -84,6 +84,13 @@ pub struct DeviceRecord {
     pub quarantine: Option<Quarantine>,
 }
 
+impl DeviceRecord {
+    /// Quarantined and held by no pod: what a quarantine retry may clean.
+    pub fn quarantined_unheld(&self) -> bool {
+        self.quarantine.is_some() && self.holders.is_empty()
+    }
+}
+
 /// What devgate applied to one container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerRecord {
