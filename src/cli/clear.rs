@@ -113,10 +113,7 @@ fn holders(state: &LedgerState, device: &DeviceId) -> Option<String> {
     let pods: Vec<String> = rec
         .holders
         .iter()
-        .map(|h| match state.pods.get(&h.sandbox_id) {
-            Some(p) => p.pod.to_string(),
-            None => h.sandbox_id.clone(),
-        })
+        .map(|h| state.holder_name(&h.sandbox_id))
         .collect();
     (!pods.is_empty()).then(|| pods.join(", "))
 }

@@ -159,11 +159,7 @@ pub fn table(state: &LedgerState) -> String {
             );
         }
         for h in &rec.holders {
-            let holder = state
-                .pods
-                .get(&h.sandbox_id)
-                .map(|p| p.pod.to_string())
-                .unwrap_or_else(|| h.sandbox_id.clone());
+            let holder = state.holder_name(&h.sandbox_id);
             let _ = writeln!(
                 out,
                 "{:<32} {:<28} {:<24} {quarantine}",

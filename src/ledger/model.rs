@@ -169,6 +169,15 @@ impl LedgerState {
             .and_then(|p| p.containers.get(container_id))
     }
 
+    /// A holder as people read it: its pod's `namespace/name`, or the sandbox
+    /// id when the ledger has no record of the pod.
+    pub fn holder_name(&self, sandbox_id: &str) -> String {
+        match self.pods.get(sandbox_id) {
+            Some(p) => p.pod.to_string(),
+            None => sandbox_id.to_string(),
+        }
+    }
+
     /// The pod that holds a container's record.
     pub fn pod_of(&self, container_id: &str) -> Option<&PodRecord> {
         self.pods

@@ -167,10 +167,7 @@ fn hami_core(out: &mut Builder, entries: &[GpuEntry], gpus: &[&Gpu]) -> Result<(
 /// HAMi-core give the container memory its co-tenants were promised. One
 /// percentage point of slack allows for a ratio Koordinator rounded down.
 fn check_memory_fits_ratio(e: &GpuEntry, gpu: &Gpu, i: usize) -> Result<(), PlanError> {
-    let r = &e.resources;
-    let (Some(bytes), Some(ratio), Some(total)) =
-        (r.memory_bytes, r.memory_ratio_percent, gpu.memory_bytes)
-    else {
+    let Some((bytes, ratio, total)) = memory_terms(e, gpu) else {
         return Ok(());
     };
     if u128::from(bytes) * 100 <= u128::from(total) * (u128::from(ratio) + 1) {
@@ -185,14 +182,18 @@ fn check_memory_fits_ratio(e: &GpuEntry, gpu: &Gpu, i: usize) -> Result<(), Plan
     })
 }
 
+/// An entry's `gpu-memory` and `gpu-memory-ratio` with the GPU's memory, when
+/// all three are known: what both checks between them compare.
+fn memory_terms(e: &GpuEntry, gpu: &Gpu) -> Option<(u64, u32, u64)> {
+    let r = &e.resources;
+    Some((r.memory_bytes?, r.memory_ratio_percent?, gpu.memory_bytes?))
+}
+
 /// The ledger claims `gpu-memory-ratio`, and a ratio of 100 claims the GPU
 /// whole: it may not exceed the `gpu-memory` it was derived from (one point of
 /// slack for rounding), or a pod granted a few GiB would hold the whole GPU.
 fn check_ratio_fits_memory(e: &GpuEntry, gpu: &Gpu, entry: &str) -> Result<(), PlanError> {
-    let r = &e.resources;
-    let (Some(bytes), Some(ratio), Some(total)) =
-        (r.memory_bytes, r.memory_ratio_percent, gpu.memory_bytes)
-    else {
+    let Some((bytes, ratio, total)) = memory_terms(e, gpu) else {
         return Ok(());
     };
     if u128::from(ratio) * u128::from(total) <= u128::from(bytes) * 100 + u128::from(total) {
