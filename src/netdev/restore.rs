@@ -281,11 +281,7 @@ fn restore_netdev(
             locate(pod_nl.as_mut(), rec, &[ifname, &saved.name]),
         )?;
         if let Some(link) = in_pod {
-            // Check before touching it: a VF left up in the pod beats one stranded down.
-            host_name_free(at, host, rec, None)?;
-            if link.up {
-                at.step("bring down", pod_nl.set_link(link.index, &down()))?;
-            }
+            // `quiesce_in_pod` checked the host name and brought it down.
             let home = LinkChange {
                 netns: Some(ops.env.host_netns()),
                 name: Some(&saved.name),
