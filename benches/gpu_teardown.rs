@@ -66,6 +66,7 @@ fn pod(inv: &devgate::inventory::Inventory) -> PodRecord {
         .map(|g| Claim {
             device: DeviceId::Gpu(g.uuid.clone()),
             share: Share::Exclusive,
+            pf: None,
         })
         .collect();
     PodRecord {

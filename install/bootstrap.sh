@@ -22,8 +22,9 @@
 #      /etc/containers/oci/hooks.d and /usr/share/containers/oci/hooks.d;
 #   6. prepares the node from the config: [sriov] num_vfs (sriov_numvfs, 0
 #      first when changing: the kernel refuses a change between two non-zero
-#      counts, drivers/pci/iov.c) and rdma.netns_mode = "exclusive" (modprobe
-#      option `ib_core netns_mode=0`, read only when ib_core loads: reboot);
+#      counts, drivers/pci/iov.c; a udev rule writes the counts again at each
+#      boot) and rdma.netns_mode = "exclusive" (modprobe option
+#      `ib_core netns_mode=0`, read only when ib_core loads: reboot);
 #   7. restarts containerd and devgate only when something of theirs changed,
 #      or an earlier run that stopped on an error owed them a restart.
 # --node-only does steps 2, 3 and 6 for a node whose plugin is the DaemonSet's,
@@ -109,6 +110,9 @@ readonly PREINSTALLED_CONF=/etc/nri/conf.d/10-devgate.conf
 # /usr/share); CRI-O's default hooks_dir is only /usr/share's.
 readonly HOOKS_DIRS=(/etc/containers/oci/hooks.d /usr/share/containers/oci/hooks.d)
 readonly MODPROBE=/etc/modprobe.d/devgate-rdma.conf
+# The kernel forgets sriov_numvfs at every boot and driver reload: this rule
+# writes the configured counts again when the PF's driver binds.
+readonly UDEV_RULES=/etc/udev/rules.d/70-devgate-sriov.rules
 readonly MANIFEST=/var/lib/devgate/install/manifest
 
 # The parts, one concern each; they only define functions.

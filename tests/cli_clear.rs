@@ -57,6 +57,7 @@ fn gpus_and_nics_return_to_service_unless_held_or_still_configured() {
     let held = Claim {
         device: DeviceId::Gpu(g1.clone()),
         share: Share::Exclusive,
+        pf: None,
     };
     ledger.claim(&pod("a"), &[held]).unwrap();
     ledger

@@ -331,6 +331,7 @@ fn devices_held_by_other_pods_are_warnings() {
     let claim = Claim {
         device: DeviceId::Gpu(gpu.uuid.clone()),
         share: Share::Exclusive,
+        pf: None,
     };
     Ledger::open(&state)
         .unwrap()

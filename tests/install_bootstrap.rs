@@ -79,6 +79,15 @@ fn dry_run_install_rerun_and_uninstall() {
         .ends_with(b"options ib_core netns_mode=0\n"));
     let numvfs = format!("sys/bus/pci/devices/{PF}/sriov_numvfs");
     assert_eq!(file(&numvfs).1, b"4\n");
+    // The kernel starts every boot with no VFs: udev gives them back.
+    let rules =
+        String::from_utf8_lossy(&file("etc/udev/rules.d/70-devgate-sriov.rules").1).into_owned();
+    assert!(
+        rules.ends_with(&format!(
+            "\nACTION==\"add|bind\", SUBSYSTEM==\"pci\", KERNEL==\"{PF}\", ATTR{{sriov_numvfs}}=\"4\"\n"
+        )),
+        "{rules}"
+    );
     // 0 first: the kernel refuses to go from 2 VFs to 4 directly.
     assert!(
         position(&first.out, "write 0 to") < position(&first.out, "write 4 to"),
@@ -193,4 +202,33 @@ fn preinstalled_mode_on_a_node_without_configs() {
         "left behind: {:?}",
         snapshot(&prefix).keys()
     );
+}
+
+/// The udev rule follows the config: a new count rewrites it, no count
+/// removes it, and the VF counts written stay as the kernel has them.
+#[test]
+fn the_boot_time_vf_rule_follows_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    let hooks = hooks_dir(dir.path());
+    let rules = prefix.join("etc/udev/rules.d/70-devgate-sriov.rules");
+    let config = prefix.join("etc/devgate/config.toml");
+    assert!(bootstrap(&prefix, &hooks, &[]).ok);
+    assert!(std::fs::read_to_string(&rules)
+        .unwrap()
+        .contains("ATTR{sriov_numvfs}=\"4\""));
+
+    write(&config, &format!("[sriov.num_vfs]\n\"{PF}\" = 6\n"));
+    let six = bootstrap(&prefix, &hooks, &[]);
+    assert!(six.ok, "{}", six.out);
+    let text = std::fs::read_to_string(&rules).unwrap();
+    assert!(text.contains("ATTR{sriov_numvfs}=\"6\""), "{text}");
+    assert!(!text.contains("\"4\""), "{text}");
+
+    // 0 VFs is every boot's start: nothing to keep.
+    write(&config, &format!("[sriov.num_vfs]\n\"{PF}\" = 0\n"));
+    let none = bootstrap(&prefix, &hooks, &[]);
+    assert!(none.ok, "{}", none.out);
+    assert!(!rules.exists(), "{}", none.out);
+    position(&none.out, "remove /etc/udev/rules.d/70-devgate-sriov.rules");
 }

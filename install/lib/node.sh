@@ -29,21 +29,44 @@ set_numvfs() { # bdf count
     write_sysfs "$dev/sriov_numvfs" "$2"
 }
 
+# udev_rule BDF COUNT: the line that gives the PF its VFs again after a boot or
+# a driver reload. sriov_numvfs exists once the PF's driver is bound: "bind"
+# comes when it binds (kernel 4.14 and later), "add" when coldplug replays the
+# devices at boot for a driver the initramfs bound before udevd ran. A count of
+# 0 is what the kernel starts with and needs no rule.
+udev_rule() {
+    printf 'ACTION=="add|bind", SUBSYSTEM=="pci", KERNEL=="%s", ATTR{sriov_numvfs}="%s"' "$1" "$2"
+}
+
+# keep_numvfs RULES: installs the udev rules file, or removes devgate's when
+# there is nothing to keep. udevd reads changed rules files at its next event.
+keep_numvfs() {
+    if [[ -n $1 ]]; then
+        put_text "$UDEV_RULES" 644 < <(printf '# Installed by devgate from [sriov.num_vfs]: the kernel forgets VF counts at boot.\n%s' "$1") || true
+    else
+        remove_owned "$UDEV_RULES" || true
+    fi
+}
+
 prepare_node() {
     local cfg=$CONFIG kind a b c mode=shared
     # A dry run on a fresh node has no config yet: the shipped one applies.
     [[ -e $(p "$cfg") ]] || cfg=$SCRIPT_DIR/config.toml
     [[ $cfg == "$SCRIPT_DIR"/* ]] || cfg=$(p "$cfg")
-    local plan
+    local plan rules=""
     plan=$("$BIN_DIR/devgate" doctor --config "$cfg" --print-node-prep) || die "read the node preparation from $cfg"
     while read -r kind a b c; do
         case $kind in
-        sriov_numvfs) set_numvfs "$a" "$b" ;;
+        sriov_numvfs)
+            set_numvfs "$a" "$b"
+            ((b == 0)) || rules+=$(udev_rule "$a" "$b")$'\n'
+            ;;
         rdma_netns_mode) mode=$a ;;
         "") ;;
         *) die "unexpected node preparation line: $kind $a $b $c" ;;
         esac
     done <<<"$plan"
+    keep_numvfs "$rules"
     local changed=1
     if [[ $mode == exclusive ]]; then
         put_text "$MODPROBE" 644 < <(printf '# Installed by devgate: RDMA devices belong to one network namespace.\noptions ib_core netns_mode=0\n') ||

@@ -175,6 +175,7 @@ mod tests {
             claims: vec![Claim {
                 device,
                 share: Share::Exclusive,
+                pf: None,
             }],
             claimed_unix: 0,
             containers: Default::default(),

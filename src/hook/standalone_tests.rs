@@ -359,6 +359,7 @@ fn admit_as_plugin(w: &World, container: &str, resolved: Option<&str>) {
     let gpu = Claim {
         device: DeviceId::Gpu("GPU-nri".into()),
         share: Share::Exclusive,
+        pf: None,
     };
     Ledger::open(&w.env.state_dir)
         .unwrap()

@@ -103,6 +103,7 @@ mod tests {
         vec![Claim {
             device: DeviceId::Gpu("GPU-1".to_string()),
             share: Share::Exclusive,
+            pf: None,
         }]
     }
 
@@ -272,6 +273,7 @@ mod tests {
         let vf = vec![Claim {
             device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
             share: Share::Exclusive,
+            pf: None,
         }];
         l.admit(&pod("p"), &vf, "c1", record(), false).unwrap();
         let attempt = |fail| Meanwhile {

@@ -56,6 +56,13 @@ pub enum LedgerError {
         core: u32,
         memory_ratio: u32,
     },
+    /// A PF used whole and a VF of it, held by two pods.
+    #[error("{device} conflicts with {other}, held by pod {holder}: a pf used whole excludes its vfs from other pods")]
+    HeldWithPf {
+        device: DeviceId,
+        other: DeviceId,
+        holder: String,
+    },
     #[error("pod {pod} already holds a different set of devices")]
     ClaimMismatch { pod: String },
     /// Each device is claimed once: two claims of one device would count
@@ -459,3 +466,5 @@ impl Ledger {
 mod tests;
 #[cfg(test)]
 mod tests_admit;
+#[cfg(test)]
+mod tests_pf;

@@ -44,6 +44,12 @@ pub enum Share {
 pub struct Claim {
     pub device: DeviceId,
     pub share: Share,
+    /// A VF's PF. A PF used whole by one pod excludes its VFs from every other
+    /// pod, as the scheduler counts them (a VF takes 1 of the PF's
+    /// `koordinator.sh/rdma` 100). Claims recorded before this field existed
+    /// have none and are not checked against their PF.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pf: Option<PciAddr>,
 }
 
 /// The pod sandbox that holds claims; claims live and die with the sandbox.

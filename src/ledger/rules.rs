@@ -73,6 +73,7 @@ fn sorted_devices(claims: &[Claim]) -> Vec<&DeviceId> {
 }
 
 fn check_claim(state: &LedgerState, claim: &Claim) -> Result<(), LedgerError> {
+    check_pf_and_vfs(state, claim)?;
     let Some(record) = state.devices.get(&claim.device.to_string()) else {
         return Ok(());
     };
@@ -126,6 +127,40 @@ fn check_claim(state: &LedgerState, claim: &Claim) -> Result<(), LedgerError> {
         });
     }
     Ok(())
+}
+
+/// A VF whose PF another pod holds whole, or a PF to be held whole one of
+/// whose VFs another pod holds: the scheduler never gives both (the whole PF
+/// is its `koordinator.sh/rdma` 100), so an annotation asking for it is stale
+/// or forged. Shared PFs (below 100) and VFs add up in the scheduler only.
+fn check_pf_and_vfs(state: &LedgerState, claim: &Claim) -> Result<(), LedgerError> {
+    let conflict = |other: DeviceId, sandbox_id: &str| LedgerError::HeldWithPf {
+        device: claim.device.clone(),
+        other,
+        holder: state.holder_name(sandbox_id),
+    };
+    match (&claim.device, claim.share, claim.pf) {
+        (DeviceId::Vf(_), _, Some(pf)) => {
+            let whole = DeviceId::Pf(pf);
+            let held = state
+                .devices
+                .get(&whole.to_string())
+                .and_then(|r| r.holders.iter().find(|h| h.share == Share::Exclusive));
+            match held {
+                Some(h) => Err(conflict(whole, &h.sandbox_id)),
+                None => Ok(()),
+            }
+        }
+        (DeviceId::Pf(pf), Share::Exclusive, _) => {
+            for (sandbox_id, rec) in &state.pods {
+                if let Some(vf) = rec.claims.iter().find(|c| c.pf == Some(*pf)) {
+                    return Err(conflict(vf.device.clone(), sandbox_id));
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 pub(super) fn quarantine_in(state: &mut LedgerState, device: &DeviceId, reason: &str) {

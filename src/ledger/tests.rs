@@ -16,6 +16,7 @@ pub(super) fn gpu(uuid: &str, share: Share) -> Claim {
     Claim {
         device: DeviceId::Gpu(uuid.to_string()),
         share,
+        pf: None,
     }
 }
 
@@ -214,6 +215,7 @@ fn failed_teardown_keeps_record_and_quarantines() {
     let vf = Claim {
         device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
         share: Share::Exclusive,
+        pf: None,
     };
     l.claim(&pod("a"), std::slice::from_ref(&vf)).unwrap();
     let rel = l.release_pod("a", &Failing).unwrap();
@@ -324,10 +326,12 @@ fn a_retried_teardown_returns_nics_but_not_gpus() {
     let gpu = Claim {
         device: DeviceId::Gpu("GPU-1".into()),
         share: Share::Exclusive,
+        pf: None,
     };
     let pf = Claim {
         device: DeviceId::Pf("0000:19:00.0".parse().unwrap()),
         share: Share::Exclusive,
+        pf: None,
     };
     l.claim(&pod("a"), &[gpu.clone(), pf.clone()]).unwrap();
     l.release_pod("a", &Failing).unwrap();

@@ -50,6 +50,7 @@ pub(super) fn plan_gpus(
             Claim {
                 device: DeviceId::Gpu(gpu.uuid.clone()),
                 share: share(e),
+                pf: None,
             },
         );
         out.comm

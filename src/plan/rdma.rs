@@ -66,6 +66,7 @@ pub(super) fn plan_rdma(
                 Claim {
                     device: DeviceId::Vf(vf.bus_id),
                     share: Share::Exclusive,
+                    pf: Some(nic.bus_id),
                 },
             );
         }
@@ -92,6 +93,7 @@ fn pf_whole(out: &mut Builder, nic: &RdmaNic, e: &RdmaEntry, entry: &str) -> Res
         Claim {
             device: DeviceId::Pf(nic.bus_id),
             share,
+            pf: None,
         },
     );
     if out.config.rdma.netns_mode == RdmaNetnsMode::Exclusive {

@@ -81,11 +81,13 @@ fn gpus_by_minor_in_annotation_order() {
         [
             Claim {
                 device: DeviceId::Gpu(uuid(5)),
-                share: Share::Exclusive
+                share: Share::Exclusive,
+                pf: None,
             },
             Claim {
                 device: DeviceId::Gpu(uuid(2)),
-                share: Share::Exclusive
+                share: Share::Exclusive,
+                pf: None,
             },
         ]
     );
@@ -246,18 +248,21 @@ fn rdma_vfs_and_pf() {
         [
             Claim {
                 device: DeviceId::Vf(vf_bus(1, 3)),
-                share: Share::Exclusive
+                share: Share::Exclusive,
+                pf: Some(pf_bus(1)),
             },
             Claim {
                 device: DeviceId::Vf(vf_bus(1, 0)),
-                share: Share::Exclusive
+                share: Share::Exclusive,
+                pf: Some(pf_bus(1)),
             },
             Claim {
                 device: DeviceId::Pf(pf_bus(4)),
                 share: Share::Shared {
                     core: 25,
                     memory_ratio: 25
-                }
+                },
+                pf: None,
             },
         ]
     );
@@ -371,7 +376,8 @@ fn rdma_config_knobs() {
         whole.claims[0],
         Claim {
             device: DeviceId::Pf(pf_bus(0)),
-            share: Share::Exclusive
+            share: Share::Exclusive,
+            pf: None,
         }
     );
     assert!(whole.network.is_empty());

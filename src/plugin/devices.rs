@@ -257,6 +257,7 @@ impl Devices {
             .map_err(|source| DeviceError::Claim {
                 entry: match &source {
                     LedgerError::Held { device, .. }
+                    | LedgerError::HeldWithPf { device, .. }
                     | LedgerError::Quarantined { device, .. }
                     | LedgerError::Overcommitted { device, .. }
                     | LedgerError::Releasing { device }

@@ -422,3 +422,6 @@ fn a_held_device_is_refused_by_its_entry() {
 
 #[path = "devices_refresh_tests.rs"]
 mod refresh;
+
+#[path = "devices_pf_tests.rs"]
+mod pf;

@@ -27,6 +27,7 @@ fn a_failed_release_is_retried_without_a_further_event() {
     let vf = Claim {
         device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
         share: Share::Exclusive,
+        pf: None,
     };
     let pod = PodRef {
         sandbox_id: "sb".into(),

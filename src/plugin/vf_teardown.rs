@@ -96,6 +96,7 @@ mod tests {
         Claim {
             device: DeviceId::Vf(VF.parse().unwrap()),
             share: Share::Exclusive,
+            pf: None,
         }
     }
 

@@ -264,6 +264,7 @@ pub fn vouch(state: &str, state_dir: &Path) {
     let claim = devgate::ledger::Claim {
         device: devgate::ledger::DeviceId::Gpu(format!("GPU-{id}")),
         share: devgate::ledger::Share::Exclusive,
+        pf: None,
     };
     devgate::ledger::Ledger::open(state_dir)
         .and_then(|l| l.admit(&pod, &[claim], id, record, true))

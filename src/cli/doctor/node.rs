@@ -132,6 +132,26 @@ fn modprobe_sets_exclusive(roots: &Roots) -> bool {
     })
 }
 
+/// Whether a rule in /etc/udev/rules.d names the PF and writes its count, as
+/// the one bootstrap installs does (`KERNEL=="<bdf>"`, `ATTR{sriov_numvfs}="<n>"`).
+fn udev_keeps_numvfs(roots: &Roots, pf: &str, count: u32) -> bool {
+    let Ok(entries) = std::fs::read_dir(roots.etc_root.join("udev/rules.d")) else {
+        return false;
+    };
+    let kernel = format!("KERNEL==\"{pf}\"");
+    let attr = format!("ATTR{{sriov_numvfs}}=\"{count}\"");
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".rules"))
+        .any(|e| {
+            read_bounded(&e.path()).is_ok_and(|t| {
+                t.lines().any(|l| {
+                    !l.trim_start().starts_with('#') && l.contains(&kernel) && l.contains(&attr)
+                })
+            })
+        })
+}
+
 pub fn rdma_netns(roots: &Roots, config: &Config, inv: &Inventory) -> Check {
     const NAME: &str = "rdma netns mode";
     let want = config.rdma.netns_mode;
@@ -193,6 +213,24 @@ pub fn vfs(roots: &Roots, config: &Config) -> Check {
         }
     }
     if problems.is_empty() {
+        let unkept: Vec<String> = config
+            .sriov
+            .num_vfs
+            .iter()
+            .filter(|(pf, n)| **n > 0 && !udev_keeps_numvfs(roots, &pf.to_string(), **n))
+            .map(|(pf, _)| pf.to_string())
+            .collect();
+        if !unkept.is_empty() {
+            return Check::warn(
+                NAME,
+                format!(
+                    "{} PFs as configured, but no /etc/udev/rules.d rule gives {} its VFs again after a reboot",
+                    config.sriov.num_vfs.len(),
+                    unkept.join(", ")
+                ),
+                "install/bootstrap.sh writes /etc/udev/rules.d/70-devgate-sriov.rules; ignore this where another tool sets VF counts at boot",
+            );
+        }
         return Check::pass(
             NAME,
             format!("{} PFs as configured", config.sriov.num_vfs.len()),

@@ -163,6 +163,7 @@ mod tests {
                 .map(|device| Claim {
                     device,
                     share: Share::Exclusive,
+                    pf: None,
                 })
                 .collect(),
             claimed_unix: 0,

@@ -31,6 +31,7 @@ fn release(driver_loaded: bool, nvml: bool) -> (Vec<String>, bool) {
     let claim = Claim {
         device: DeviceId::Gpu("GPU-0".into()),
         share: Share::Exclusive,
+        pf: None,
     };
     ledger.claim(&pod("a"), &[claim]).unwrap();
     let out = ledger.release_pod("sb-a", &teardown).unwrap();

@@ -178,6 +178,7 @@ fn setup(cgroup: &TestCgroup) -> Setup {
     let claim = Claim {
         device: DeviceId::Gpu(uuid.clone()),
         share: Share::Exclusive,
+        pf: None,
     };
     ledger.claim(&pod, &[claim]).unwrap();
     teardown.set_pod_cgroups("sb-real", &[cgroup.path.as_str()]);

@@ -56,6 +56,7 @@ fn claim(uuid: &str, share: Share) -> Claim {
     Claim {
         device: DeviceId::Gpu(uuid.to_string()),
         share,
+        pf: None,
     }
 }
 

@@ -356,6 +356,18 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             "has 4 VFs, config wants 8",
         ),
         (
+            "vf count kept by no udev rule",
+            |n| {
+                write(
+                    &n.roots.etc_root.join("udev/rules.d/70-devgate-sriov.rules"),
+                    "# ACTION==\"add|bind\", SUBSYSTEM==\"pci\", KERNEL==\"0000:19:00.0\", ATTR{sriov_numvfs}=\"4\"\n",
+                )
+            },
+            "vfs",
+            Status::Warn,
+            "no /etc/udev/rules.d rule gives 0000:19:00.0 its VFs again after a reboot",
+        ),
+        (
             "vf pf absent",
             |n| {
                 write(

@@ -100,6 +100,10 @@ fn healthy_from(template: Option<&Path>) -> Node {
         "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n[kube_api]\nurl = \"https://10.0.0.1:6443\"\nnode_name = \"node-a\"\n",
     );
     write(
+        &etc.join("udev/rules.d/70-devgate-sriov.rules"),
+        "ACTION==\"add|bind\", SUBSYSTEM==\"pci\", KERNEL==\"0000:19:00.0\", ATTR{sriov_numvfs}=\"4\"\n",
+    );
+    write(
         &roots.proc_dir.join("4242/cmdline"),
         "/usr/local/bin/devgate\0nri\0--socket\0/var/run/nri/nri.sock\0",
     );

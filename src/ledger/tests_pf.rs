@@ -1,0 +1,86 @@
+//! A PF used whole and the VFs of that PF: never held by two pods at once.
+use super::tests::{ledger, pod};
+use super::*;
+
+const PF: &str = "0000:19:00.0";
+
+fn pf(share: Share) -> Claim {
+    Claim {
+        device: DeviceId::Pf(PF.parse().unwrap()),
+        share,
+        pf: None,
+    }
+}
+
+fn vf(bus: &str, of: &str) -> Claim {
+    Claim {
+        device: DeviceId::Vf(bus.parse().unwrap()),
+        share: Share::Exclusive,
+        pf: Some(of.parse().unwrap()),
+    }
+}
+
+fn half() -> Share {
+    Share::Shared {
+        core: 50,
+        memory_ratio: 50,
+    }
+}
+
+#[test]
+fn a_vf_is_refused_while_another_pod_holds_its_pf_whole() {
+    let (_d, l) = ledger();
+    l.claim(&pod("a"), &[pf(Share::Exclusive)]).unwrap();
+    let err = l.claim(&pod("b"), &[vf("0000:19:00.2", PF)]).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LedgerError::HeldWithPf {
+                device: DeviceId::Vf(_),
+                other: DeviceId::Pf(_),
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "vf 0000:19:00.2 conflicts with pf 0000:19:00.0, held by pod ns/pod-a: a pf used whole excludes its vfs from other pods"
+    );
+    // A VF of another PF is free, and the refused pod holds nothing.
+    l.claim(&pod("b"), &[vf("0000:1a:00.2", "0000:1a:00.0")])
+        .unwrap();
+    assert_eq!(l.snapshot().unwrap().pods["b"].claims.len(), 1);
+    l.release_pod("a", &NoTeardown).unwrap();
+    l.claim(&pod("c"), &[vf("0000:19:00.2", PF)]).unwrap();
+}
+
+#[test]
+fn a_pf_is_refused_whole_while_another_pod_holds_one_of_its_vfs() {
+    let (_d, l) = ledger();
+    l.claim(&pod("a"), &[vf("0000:19:00.3", PF)]).unwrap();
+    let err = l.claim(&pod("b"), &[pf(Share::Exclusive)]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "pf 0000:19:00.0 conflicts with vf 0000:19:00.3, held by pod ns/pod-a: a pf used whole excludes its vfs from other pods"
+    );
+    assert!(!l.snapshot().unwrap().pods.contains_key("b"));
+    // A share of the PF and the VF add up in the scheduler's count only.
+    l.claim(&pod("b"), &[pf(half())]).unwrap();
+    l.release_pod("a", &NoTeardown).unwrap();
+    l.release_pod("b", &NoTeardown).unwrap();
+    l.claim(&pod("d"), &[pf(Share::Exclusive)]).unwrap();
+}
+
+/// A record written before claims named their PF has none: it is not
+/// checked against the PF, and the ledger still reads it.
+#[test]
+fn claims_recorded_without_their_pf_still_read() {
+    let (_d, l) = ledger();
+    let mut old = vf("0000:19:00.4", PF);
+    old.pf = None;
+    l.claim(&pod("a"), std::slice::from_ref(&old)).unwrap();
+    let json = serde_json::to_string(&l.snapshot().unwrap()).unwrap();
+    assert!(!json.contains("\"pf\""), "{json}");
+    l.claim(&pod("b"), &[pf(Share::Exclusive)]).unwrap();
+}
