@@ -54,7 +54,7 @@ pub(super) struct Wire {
     rpos: usize,
     rlen: usize,
     /// The byte stream of connections 1 and 2, reassembled from frames.
-    conns: [Vec<u8>; 2],
+    conns: [ConnStream; 2],
     /// Reused for every reply: the ttrpc message, then its frames.
     message: Vec<u8>,
     wbuf: Vec<u8>,
@@ -77,7 +77,7 @@ impl Wire {
             rbuf: vec![0; READ_CHUNK],
             rpos: 0,
             rlen: 0,
-            conns: [Vec::new(), Vec::new()],
+            conns: [ConnStream::default(), ConnStream::default()],
             message: Vec::new(),
             wbuf: Vec::new(),
             spare: Vec::new(),
@@ -109,7 +109,7 @@ impl Wire {
                 .into_iter()
                 .enumerate()
             {
-                if let Some(msg) = take_message(&mut self.conns[i], conn, &mut self.spare)? {
+                if let Some(msg) = self.conns[i].take_message(conn, &mut self.spare)? {
                     return Ok(Some(msg));
                 }
             }
@@ -141,8 +141,8 @@ impl Wire {
             return Ok(false);
         };
         match conn {
-            PLUGIN_SERVICE_CONN => self.conns[0].extend_from_slice(payload),
-            RUNTIME_SERVICE_CONN => self.conns[1].extend_from_slice(payload),
+            PLUGIN_SERVICE_CONN => self.conns[0].append(payload),
+            RUNTIME_SERVICE_CONN => self.conns[1].append(payload),
             _ => tracing::trace!(conn, len, "dropping mux frame for unknown connection"),
         }
         self.rpos += MUX_HEADER_LEN + len;
@@ -208,38 +208,56 @@ impl Wire {
     }
 }
 
-/// Splits the first whole ttrpc message off a connection's stream, into
-/// `spare`'s buffer when there is one.
-fn take_message(
-    stream: &mut Vec<u8>,
-    conn: ConnId,
-    spare: &mut Vec<u8>,
-) -> io::Result<Option<Message>> {
-    let Some(raw) = stream.first_chunk::<TTRPC_HEADER_LEN>() else {
-        return Ok(None);
-    };
-    let header = TtrpcHeader::decode(raw);
-    if header.length > TTRPC_MAX_PAYLOAD {
-        return Err(invalid(format!(
-            "ttrpc message of {} bytes on conn {conn}, limit {TTRPC_MAX_PAYLOAD}",
-            header.length
-        )));
+/// One connection's bytes: `buf[pos..]` is not yet taken as messages.
+/// Messages are taken by moving `pos`, so a frame holding many small
+/// messages costs one pass, not a shift of the rest after each.
+#[derive(Default)]
+struct ConnStream {
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl ConnStream {
+    /// Adds a frame's bytes, first dropping the ones already taken.
+    fn append(&mut self, data: &[u8]) {
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        self.buf.extend_from_slice(data);
     }
-    let end = TTRPC_HEADER_LEN + header.length;
-    if stream.len() < end {
-        return Ok(None);
+
+    /// Splits the first whole ttrpc message off the stream, into `spare`'s
+    /// buffer when there is one.
+    fn take_message(&mut self, conn: ConnId, spare: &mut Vec<u8>) -> io::Result<Option<Message>> {
+        let pending = &self.buf[self.pos..];
+        let Some(raw) = pending.first_chunk::<TTRPC_HEADER_LEN>() else {
+            return Ok(None);
+        };
+        let header = TtrpcHeader::decode(raw);
+        if header.length > TTRPC_MAX_PAYLOAD {
+            return Err(invalid(format!(
+                "ttrpc message of {} bytes on conn {conn}, limit {TTRPC_MAX_PAYLOAD}",
+                header.length
+            )));
+        }
+        let end = TTRPC_HEADER_LEN + header.length;
+        let Some(body) = pending.get(TTRPC_HEADER_LEN..end) else {
+            return Ok(None);
+        };
+        let mut payload = std::mem::take(spare);
+        payload.extend_from_slice(body);
+        self.pos += end;
+        if self.pos == self.buf.len() {
+            reset_buffer(&mut self.buf);
+            self.pos = 0;
+        }
+        Ok(Some(Message {
+            conn,
+            header,
+            payload,
+        }))
     }
-    let mut payload = std::mem::take(spare);
-    payload.extend_from_slice(&stream[TTRPC_HEADER_LEN..end]);
-    stream.drain(..end);
-    if stream.is_empty() {
-        reset_buffer(stream);
-    }
-    Ok(Some(Message {
-        conn,
-        header,
-        payload,
-    }))
 }
 
 #[cfg(test)]

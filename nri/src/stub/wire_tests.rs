@@ -86,6 +86,34 @@ fn interleaved_connections_keep_their_own_partial_messages() {
     assert_eq!(got, [(1, 1, vec![1u8; 300]), (2, 5, vec![2u8; 200])]);
 }
 
+/// Many messages in one frame are taken in place: the bytes after each are
+/// not shifted down, and every message comes out in order.
+#[test]
+fn messages_sharing_a_frame_are_taken_without_shifting_the_rest() {
+    let msgs: Vec<Vec<u8>> = (0..1000u32)
+        .map(|i| ttrpc(2 * i + 1, &i.to_be_bytes()))
+        .collect();
+    let mut wire = wire_fed_by(vec![frame(1, &msgs.concat())]);
+    let first = wire.read().unwrap().unwrap();
+    assert_eq!(
+        (first.header.stream_id, first.payload),
+        (1, 0u32.to_be_bytes().to_vec())
+    );
+    let stream = &wire.conns[0];
+    assert_eq!(stream.pos, msgs[0].len());
+    assert_eq!(stream.buf.len(), msgs.iter().map(Vec::len).sum::<usize>());
+    let rest = read_all(&mut wire);
+    assert_eq!(rest.len(), 999);
+    for (i, (conn, id, payload)) in rest.into_iter().enumerate() {
+        let n = i as u32 + 1;
+        assert_eq!(
+            (conn, id, payload),
+            (1, 2 * n + 1, n.to_be_bytes().to_vec())
+        );
+    }
+    assert_eq!((wire.conns[0].pos, wire.conns[0].buf.len()), (0, 0));
+}
+
 #[test]
 fn oversized_frames_and_messages_are_refused() {
     let mut huge_frame = 1u32.to_be_bytes().to_vec();
@@ -197,7 +225,7 @@ fn buffers_grown_for_a_large_message_are_given_back() {
     );
     let m = wire.read().unwrap().unwrap();
     assert_eq!(m.payload, b"small");
-    assert!(wire.conns[0].capacity() <= KEEP_CAPACITY);
+    assert!(wire.conns[0].buf.capacity() <= KEEP_CAPACITY);
     assert!(wire.rbuf.len() <= READ_CHUNK);
     wire.write(PLUGIN_SERVICE_CONN, m.header, &big).unwrap();
     assert!(wire.message.capacity() <= KEEP_CAPACITY && wire.wbuf.capacity() <= KEEP_CAPACITY);
