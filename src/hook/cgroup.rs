@@ -232,14 +232,14 @@ mod tests {
         fs::create_dir_all(proc.join("7")).unwrap();
         fs::write(proc.join("7/cgroup"), proc_cgroup).unwrap();
         let cg = dir.path().join("cgroup");
-        fs::create_dir_all(cg.join("devices/libpod_parent/libpod-abc")).unwrap();
+        fs::create_dir_all(cg.join("devices/libpod_parent/libpod-0123456789abc")).unwrap();
         fs::write(
-            cg.join("devices/libpod_parent/libpod-abc/devices.allow"),
+            cg.join("devices/libpod_parent/libpod-0123456789abc/devices.allow"),
             "",
         )
         .unwrap();
         let v2 = dir.path().join("unified");
-        fs::create_dir_all(v2.join("system.slice/libpod-abc.scope")).unwrap();
+        fs::create_dir_all(v2.join("system.slice/libpod-0123456789abc.scope")).unwrap();
         let bundle = dir.path().join("bundle");
         fs::create_dir_all(&bundle).unwrap();
         let spec = r#"{"root":{"path":"rootfs"},"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]}}}"#;
@@ -262,14 +262,14 @@ mod tests {
             nodes: &[DeviceNode],
             bpf: &mut FakeBpf,
         ) -> Result<Applied, CgroupError> {
-            allow(&self.roots, pid, "abc", &self.spec, nodes, bpf)
+            allow(&self.roots, pid, "0123456789abc", &self.spec, nodes, bpf)
         }
     }
 
-    const HYBRID: &str = "12:pids:/libpod_parent/libpod-abc\n\
-        5:devices:/libpod_parent/libpod-abc\n\
-        1:name=systemd:/libpod_parent/libpod-abc\n\
-        0::/libpod_parent/libpod-abc\n";
+    const HYBRID: &str = "12:pids:/libpod_parent/libpod-0123456789abc\n\
+        5:devices:/libpod_parent/libpod-0123456789abc\n\
+        1:name=systemd:/libpod_parent/libpod-0123456789abc\n\
+        0::/libpod_parent/libpod-0123456789abc\n";
 
     use super::super::cgroup_v2::fake::FakeBpf;
 
@@ -283,7 +283,7 @@ mod tests {
         let file = f
             .roots
             .v1_root
-            .join("devices/libpod_parent/libpod-abc/devices.allow");
+            .join("devices/libpod_parent/libpod-0123456789abc/devices.allow");
         assert_eq!(applied, Applied::V1(file.clone()));
         assert_eq!(fs::read_to_string(file).unwrap(), "c 195:3 rwc 231:195 rw");
         assert_eq!(f.allow(7, &[], &mut bpf).unwrap(), Applied::Nothing);
@@ -292,7 +292,7 @@ mod tests {
 
     #[test]
     fn v2_only_replaces_the_device_program_of_the_containers_cgroup() {
-        let f = fake("0::/system.slice/libpod-abc.scope\n");
+        let f = fake("0::/system.slice/libpod-0123456789abc.scope\n");
         let mut bpf = FakeBpf::with_attached(&[1]);
         let applied = f.allow(7, &[node(195, 3)], &mut bpf).unwrap();
         let Applied::V2(levels) = applied else {
@@ -303,18 +303,20 @@ mod tests {
         };
         assert_eq!(
             r.cgroup,
-            f.roots.v2_root.join("system.slice/libpod-abc.scope")
+            f.roots
+                .v2_root
+                .join("system.slice/libpod-0123456789abc.scope")
         );
         assert_eq!((r.old, r.in_place), (1, true));
         assert_eq!(bpf.attached, vec![100]);
         assert_eq!(
             hierarchy(&f.roots.proc_root, 7).unwrap(),
-            Hierarchy::V2("/system.slice/libpod-abc.scope".into())
+            Hierarchy::V2("/system.slice/libpod-0123456789abc.scope".into())
         );
         let f = fake(HYBRID);
         assert_eq!(
             hierarchy(&f.roots.proc_root, 7).unwrap(),
-            Hierarchy::V1("/libpod_parent/libpod-abc".into())
+            Hierarchy::V1("/libpod_parent/libpod-0123456789abc".into())
         );
     }
 
@@ -333,12 +335,12 @@ mod tests {
             assert!(f.allow(7, &[node(195, 3)], &mut bpf).is_err(), "{bad:?}");
             assert!(bpf.attached.is_empty(), "{bad:?}");
         }
-        let f = fake("5:devices:/elsewhere/libpod-abc\n");
+        let f = fake("5:devices:/elsewhere/libpod-0123456789abc\n");
         let mut bpf = FakeBpf::default();
         let e = f.allow(7, &[node(195, 3)], &mut bpf).unwrap_err();
         assert!(matches!(e, CgroupError::Open { .. }), "{e}");
         assert!(f.allow(8, &[node(195, 3)], &mut bpf).is_err());
-        let f = fake("0::/not/libpod-abc\n");
+        let f = fake("0::/not/libpod-0123456789abc\n");
         let e = f.allow(7, &[node(195, 3)], &mut bpf).unwrap_err();
         assert!(e.to_string().contains("cgroup v2"), "{e}");
     }
@@ -360,5 +362,15 @@ mod tests {
             assert!(matches!(e, CgroupError::NotOwn { .. }), "{shared:?}: {e}");
             assert!(bpf.calls.is_empty(), "{shared:?}");
         }
+        // An id that names a systemd unit by accident (runc run user) is
+        // no proof that the cgroup is the container's.
+        let f = fake(
+            "0::/user.slice/user-0.slice/session-3.scope
+",
+        );
+        let mut bpf = FakeBpf::with_attached(&[1]);
+        let e = allow(&f.roots, 7, "user", &f.spec, &[node(195, 3)], &mut bpf).unwrap_err();
+        assert!(matches!(e, CgroupError::NotOwn { .. }), "{e}");
+        assert!(bpf.calls.is_empty());
     }
 }

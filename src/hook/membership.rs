@@ -36,10 +36,6 @@ pub fn own_cgroups(
 ) -> Result<Vec<String>, CgroupError> {
     let path = proc_root.join(pid.to_string()).join("cgroup");
     let text = read_bounded(&path)?;
-    let usable_id = container_id.len() >= MIN_ID_BYTES
-        && container_id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     let mut out: Vec<String> = Vec::new();
     for line in text.lines().take(MAX_LINES) {
         let Some(cgroup) = line.splitn(3, ':').nth(2) else {
@@ -48,9 +44,6 @@ pub fn own_cgroups(
                 reason: "a line is not <id>:<controllers>:<path>".to_string(),
             });
         };
-        if !usable_id {
-            continue;
-        }
         if let Some(own) = own_prefix(cgroup, container_id) {
             if !out.contains(&own) && out.len() < MAX_PATHS {
                 out.push(own);
@@ -60,9 +53,11 @@ pub fn own_cgroups(
     Ok(out)
 }
 
-/// `cgroup` up to and including its first component that names the container.
+/// `cgroup` up to and including its first component that names the container;
+/// never for an id that could name something else (`user` names
+/// `user.slice`), so a container in its caller's cgroup has none.
 pub(super) fn own_prefix(cgroup: &str, container_id: &str) -> Option<String> {
-    if !cgroup.starts_with('/') || cgroup.len() > MAX_PATH_BYTES {
+    if !usable_id(container_id) || !cgroup.starts_with('/') || cgroup.len() > MAX_PATH_BYTES {
         return None;
     }
     let mut kept = String::new();
@@ -77,6 +72,13 @@ pub(super) fn own_prefix(cgroup: &str, container_id: &str) -> Option<String> {
         }
     }
     None
+}
+
+fn usable_id(container_id: &str) -> bool {
+    container_id.len() >= MIN_ID_BYTES
+        && container_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// The id bounded by separators: `<id>`, `libpod-<id>`, `crio-<id>.scope`.

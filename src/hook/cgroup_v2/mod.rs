@@ -53,6 +53,10 @@ pub enum CgroupV2Error {
         "rule {rule} is of type a with a major or minor: all devices to runc, only those numbers to crun; refused rather than guessed"
     )]
     AllWithNumbers { rule: String },
+    #[error(
+        "rule {rule} is of type a without full rwm access: all access to runc, only that access to crun; refused rather than guessed"
+    )]
+    AllPartial { rule: String },
     #[error(transparent)]
     Program(#[from] ProgramError),
     #[error("cgroup path {path:?} is not absolute and plain")]

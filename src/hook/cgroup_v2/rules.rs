@@ -264,6 +264,16 @@ impl Ruleset {
                 rule: format!("{r:?}"),
             });
         }
+        if r.kind == DevType::All && r.access != Access::ALL {
+            // runc resets to allow-all (or deny-all) whatever the access;
+            // crun's program (libcrun ebpf.c) checks the access of an `a`
+            // rule like any other, so `a r` lets a container read every
+            // device but write none. Rebuilt as runc reads it, the program
+            // would give crun's containers write access it never had.
+            return Err(CgroupV2Error::AllPartial {
+                rule: format!("{r:?}"),
+            });
+        }
         if r.kind == DevType::All {
             // `a` is a reset of the whole list.
             self.default_allow = r.allow;

@@ -164,6 +164,23 @@ fn a_type_a_rule_with_numbers_is_refused() {
     assert!(matches!(e, CgroupV2Error::AllWithNumbers { .. }), "{e}");
 }
 
+/// `a *:* r` is allow-all to runc and read-only to crun: refused likewise.
+#[test]
+fn a_type_a_rule_without_full_access_is_refused() {
+    for access in ["r", "rw", "m"] {
+        for allow in [true, false] {
+            let text = format!(
+                r#"{{"linux":{{"resources":{{"devices":[{{"allow":false,"access":"rwm"}},{{"allow":{allow},"type":"a","access":"{access}"}}]}}}}}}"#
+            );
+            let e = ruleset(&spec(&text), &[]).unwrap_err();
+            assert!(
+                matches!(e, CgroupV2Error::AllPartial { .. }),
+                "{access} {allow}: {e}"
+            );
+        }
+    }
+}
+
 #[test]
 fn v1_semantics_hold_and_bad_rules_fail() {
     let mut set = set(&[Rule::new(true, DevType::Char, 5, -1, 7)]);
