@@ -304,7 +304,8 @@ impl Config {
     /// runc runs a hook only by an absolute path (runtime-spec config.md, "POSIX-
     /// platform Hooks"), and a relative state directory would be taken from the
     /// hook's working directory, the bundle: refuse both at start, not at the
-    /// first container with a VF.
+    /// first container with a VF. So are the GPU health directory and a full
+    /// reset without a command.
     fn validate_hook_paths(&self) -> Result<(), ConfigError> {
         for (key, value) in [
             ("hook_path", &self.hook_path),
@@ -316,6 +317,21 @@ impl Config {
                     reason: format!("a path must be absolute: {value:?}"),
                 });
             }
+        }
+        // The health marks are read by the hook too, whose working directory
+        // is the bundle: a relative directory would be a different one there.
+        if !self.gpu.health_dir.is_absolute() {
+            return Err(ConfigError::Invalid {
+                key: "gpu.health_dir".to_string(),
+                reason: format!("a path must be absolute: {:?}", self.gpu.health_dir),
+            });
+        }
+        // Every release would fail on it and quarantine its GPU for good.
+        if self.gpu.full_reset && self.gpu.reset_command.first().is_none_or(|c| c.is_empty()) {
+            return Err(ConfigError::Invalid {
+                key: "gpu.reset_command".to_string(),
+                reason: "gpu.full_reset needs a command".to_string(),
+            });
         }
         Ok(())
     }

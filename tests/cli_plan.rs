@@ -174,7 +174,7 @@ fn gpu_and_vf_plan_fields() {
     );
     assert_eq!(
         claims[2],
-        json!({"device": {"kind": "vf", "id": vf.bus_id.to_string()}, "share": {"mode": "exclusive"}})
+        json!({"device": {"kind": "vf", "id": vf.bus_id.to_string()}, "share": {"mode": "exclusive"}, "pf": nic.bus_id.to_string()})
     );
 
     // Same pod, a container left out by devgate.io/containers: nothing, but the claims.

@@ -116,6 +116,21 @@ fn values_the_plan_refuses_fail_the_config() {
             "[vf.defaults]\nvlan = 100\n[vf.pf.\"0000:3b:00.0\"]\nvlan = 0\nqos = 2",
             "vf.pf.\"0000:3b:00.0\".qos",
         ),
+        ("[gpu]\nhealth_dir = \"var/lib/devgate\"", "gpu.health_dir"),
+        ("[gpu]\nhealth_dir = \"\"", "gpu.health_dir"),
+        (
+            "[gpu]\nfull_reset = true\nreset_command = []",
+            "gpu.reset_command",
+        ),
+        (
+            "[gpu]\nfull_reset = true\nreset_command = [\"\", \"-r\"]",
+            "gpu.reset_command",
+        ),
+        // Each table in range, their merge not: every VF of the PF would fail.
+        (
+            "[vf.defaults]\nmin_tx_rate = 1000\n[vf.pf.\"0000:3b:00.0\"]\nmax_tx_rate = 500",
+            "vf.pf.\"0000:3b:00.0\".min_tx_rate",
+        ),
     ] {
         let e = Config::parse(text, "t").unwrap_err();
         assert!(e.to_string().contains(key), "{text}: {e}");
@@ -128,6 +143,7 @@ fn values_the_plan_refuses_fail_the_config() {
     )
     .unwrap();
     Config::parse("device_file_mode = 0o660\nhook_timeout_secs = 30", "t").unwrap();
+    Config::parse("[gpu]\nreset_command = []", "t").unwrap();
     // The VLAN from a PF section, or from the pod where pods may set it.
     Config::parse(
         "[vf.defaults]\nqos = 3\n[vf.pf.\"0000:3b:00.0\"]\nvlan = 7",

@@ -59,6 +59,9 @@ impl VfConfig {
         for (pf, settings) in &self.pf {
             let at = format!("vf.pf.\"{pf}\"");
             settings.validate(&at)?;
+            // Over the defaults: a min_tx_rate from one and a max_tx_rate
+            // from the other must still agree, or every VF of the PF fails.
+            self.for_pf(pf).validate(&at)?;
             // What a listed PF's VFs get: its overrides over the defaults,
             // unless a pod may bring the VLAN. The defaults alone are not
             // checked: a PF section may supply the VLAN they lack (and the
@@ -164,20 +167,26 @@ impl VfSettings {
     /// without one, `netdev::VfSettings::validate`): checked on what the node
     /// applies, not on a pod's overrides alone, which merge over it.
     fn validate_vlan(&self, at: &str) -> Result<(), ConfigError> {
-        if self.vlan.unwrap_or(0) != 0 {
-            return Ok(());
+        match self.vlan_missing() {
+            Some((name, reason)) => Err(ConfigError::Invalid {
+                key: format!("{at}.{}", name.as_str()),
+                reason: reason.to_string(),
+            }),
+            None => Ok(()),
         }
-        let (name, reason) = if self.qos.unwrap_or(0) != 0 {
-            (VfSettingName::Qos, "needs a non-zero vlan")
+    }
+
+    /// A setting that needs a non-zero VLAN where there is none.
+    pub fn vlan_missing(&self) -> Option<(VfSettingName, &'static str)> {
+        if self.vlan.unwrap_or(0) != 0 {
+            None
+        } else if self.qos.unwrap_or(0) != 0 {
+            Some((VfSettingName::Qos, "needs a non-zero vlan"))
         } else if self.vlan_proto == Some(crate::netdev::VlanProto::Dot1Ad) {
-            (VfSettingName::VlanProto, "802.1ad needs a non-zero vlan")
+            Some((VfSettingName::VlanProto, "802.1ad needs a non-zero vlan"))
         } else {
-            return Ok(());
-        };
-        Err(ConfigError::Invalid {
-            key: format!("{at}.{}", name.as_str()),
-            reason: reason.to_string(),
-        })
+            None
+        }
     }
 
     fn validate(&self, at: &str) -> Result<(), ConfigError> {

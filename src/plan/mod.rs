@@ -229,6 +229,15 @@ pub enum PlanError {
         annotation: &'static str,
         entry: String,
     },
+    /// The pod's settings over the node's: each within its range, together not.
+    #[error("{annotation}: {entry}: {setting} {reason} over the node's settings for pf {pf}")]
+    VfSettingsConflict {
+        annotation: &'static str,
+        entry: String,
+        setting: &'static str,
+        reason: &'static str,
+        pf: PciAddr,
+    },
     #[error("{annotation}: {entry}: busID {bus} is not a vf of any rdma pf on this node")]
     UnknownVf {
         annotation: &'static str,

@@ -245,6 +245,16 @@ fn network(
     // Named whether or not its netdev is on the host: one already moved into
     // this pod by its network owner is `net<n>` there all the same. Who needs
     // the host netdev (the container that moves it) is the plugin's to judge.
+    let settings = out.config.vf.for_pod(&nic.bus_id, out.pod_vf_settings);
+    if let Some((setting, reason)) = settings.out_of_range().or_else(|| settings.vlan_missing()) {
+        return Err(PlanError::VfSettingsConflict {
+            annotation: crate::allocation::VF_SETTINGS,
+            entry: entry.to_string(),
+            setting: setting.as_str(),
+            reason,
+            pf: nic.bus_id,
+        });
+    }
     let n = out.plan.network.len() + 1;
     let container_ifname = format!("{}{n}", out.config.rdma.ifname_prefix);
     out.plan.network.push(NetworkAction {
@@ -255,7 +265,7 @@ fn network(
         netdev: vf.netdev.clone(),
         rdma_device: Some(dev.name.clone()),
         container_ifname,
-        settings: out.config.vf.for_pod(&nic.bus_id, out.pod_vf_settings),
+        settings,
         move_rdma: out.config.rdma.netns_mode == RdmaNetnsMode::Exclusive,
     });
     Ok(())

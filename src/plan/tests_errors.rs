@@ -252,3 +252,35 @@ fn hami_preload_keeps_the_containers_own() {
     };
     assert_ne!(inputs(&[]), inputs(&["LD_PRELOAD=/lib/a.so"]));
 }
+
+/// A pod's VF settings within their ranges that, over the node's, leave a
+/// rate or a priority the PF would refuse: refused at creation, naming the
+/// annotation and the VF, instead of at the hook.
+#[test]
+fn pod_vf_settings_that_conflict_with_the_nodes() {
+    let ann = format!(
+        r#"{{"rdma":[{{"minor":0,"extension":{{"vfs":[{{"busID":"{}"}}]}}}}]}}"#,
+        vf_bus(0, 1)
+    );
+    let mut config = Config::default();
+    config.vf.defaults.min_tx_rate = Some(1000);
+    config.vf.pod_settings = vec![
+        crate::config::VfSettingName::MaxTxRate,
+        crate::config::VfSettingName::Qos,
+    ];
+    let pod = |settings: &str| {
+        super::tests::pod_with(&ann, &[(crate::allocation::VF_SETTINGS, settings)], &[])
+    };
+    let err = build(&hgx(), &pod(r#"{"max_tx_rate":500}"#), "main", &config).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("devgate.io/vf-settings: rdma[0].vfs[0]: min_tx_rate must not exceed max_tx_rate over the node's settings for pf {}", pf_bus(0))
+    );
+    let err = build(&hgx(), &pod(r#"{"qos":3}"#), "main", &config).unwrap_err();
+    assert!(
+        err.to_string().contains(": qos needs a non-zero vlan over"),
+        "{err}"
+    );
+    let p = build(&hgx(), &pod(r#"{"max_tx_rate":2000}"#), "main", &config).unwrap();
+    assert_eq!(p.network[0].settings.max_tx_rate, Some(2000));
+}
