@@ -318,7 +318,7 @@ fn absolute_symlinks_resolve_inside_the_root() {
     }
 }
 
-fn absolutize(root: &Path, dir: &Path) -> std::io::Result<()> {
+pub(super) fn absolutize(root: &Path, dir: &Path) -> std::io::Result<()> {
     let entries: Vec<_> = fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     for entry in entries {
         let path = entry.path();
@@ -403,4 +403,31 @@ fn an_rdma_device_in_another_netns_is_found_through_its_char_devices() {
         }
     }
     assert_eq!(rest, was);
+}
+
+/// `rdma link add siw0 type siw netdev <the NIC's>` (and rxe on older
+/// kernels): the soft device's `device` link is the NIC's PCI function. The
+/// NIC keeps its own device, and nothing warns.
+#[test]
+fn a_soft_rdma_device_on_a_nics_netdev_does_not_take_its_function() {
+    let (_dir, fixture) = build(HostRootBuilder::hgx());
+    let root = fixture.root();
+    let nic = &fixture.expected().rdma[0];
+    let own = fs::canonicalize(root.join("sys/class/infiniband").join(&nic.rdma.name)).unwrap();
+    let pci = own.parent().unwrap().parent().unwrap().to_path_buf();
+    for soft in ["siw0", "rxe_ens1f0"] {
+        let dir = pci.join("infiniband").join(soft);
+        fs::create_dir_all(dir.join("ports/1")).unwrap();
+        fs::write(dir.join("ports/1/state"), "4: ACTIVE\n").unwrap();
+        fs::write(dir.join("ports/1/link_layer"), "Ethernet\n").unwrap();
+        fs::write(dir.join("node_type"), "1: CA\n").unwrap();
+        // Relative, as sysfs writes them.
+        std::os::unix::fs::symlink("../..", dir.join("device")).unwrap();
+        let canonical_root = fs::canonicalize(root).unwrap();
+        let target = Path::new("../../..").join(dir.strip_prefix(&canonical_root).unwrap());
+        std::os::unix::fs::symlink(target, root.join("sys/class/infiniband").join(soft)).unwrap();
+    }
+    let inv = discover(root);
+    assert_eq!(inv.warnings, Vec::<String>::new());
+    assert_eq!(&inv.rdma, &fixture.expected().rdma);
 }

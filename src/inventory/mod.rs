@@ -143,6 +143,8 @@ impl Scan<'_> {
 #[cfg(test)]
 mod discover_tests;
 #[cfg(test)]
+mod layout_tests;
+#[cfg(test)]
 mod library_tests;
 #[cfg(test)]
 mod malformed_tests;

@@ -24,6 +24,16 @@ pub fn port_health(ports: &[RdmaPort]) -> Health {
     }
 }
 
+/// A software RDMA device (`rdma link add <name> type siw|rxe netdev <nic>`,
+/// named by convention after its type). siw, and rxe on older kernels, give
+/// it the netdev's parent as its own, so its `device` link points at the NIC's
+/// PCI function: never the device to hand out for that function (Koordinator
+/// reports only the NIC's own, `mlxN_M`). Told by name, as sysfs shows no
+/// driver of an RDMA device.
+fn is_soft_device(name: &str) -> bool {
+    name.starts_with("siw") || name.starts_with("rxe")
+}
+
 impl Scan<'_> {
     /// Every PF with an RDMA device, in PCI order, with its VFs.
     pub(super) fn rdma_nics(&mut self) -> Vec<RdmaNic> {
@@ -46,14 +56,17 @@ impl Scan<'_> {
             .filter(|(ibdev, _)| !names.contains(ibdev))
             .collect();
         hidden.sort_by(|a, b| a.0.cmp(&b.0));
-        let visible: Vec<(RdmaDev, PciFunction)> = visible.into_iter().flatten().collect();
+        let visible: Vec<(RdmaDev, PciFunction)> = visible
+            .into_iter()
+            .flatten()
+            .filter(|(dev, _)| !is_soft_device(&dev.name))
+            .collect();
         let mut taken: Vec<PciAddr> = visible.iter().map(|(_, f)| f.addr).collect();
         let mut found = visible;
         for (name, devs) in hidden {
-            // One device per function: a soft device (siw) whose parent is a
-            // function with a device of its own is not taken for it.
+            // One device per function.
             if let Some((dev, function)) = self.hidden_rdma_dev(name, devs) {
-                if !taken.contains(&function.addr) && !dev.name.starts_with("siw") {
+                if !taken.contains(&function.addr) && !is_soft_device(&dev.name) {
                     taken.push(function.addr);
                     found.push((dev, function));
                 }

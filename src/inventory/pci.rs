@@ -72,13 +72,23 @@ impl Scan<'_> {
                 ..Topology::default()
             };
         };
+        // The first root bus on the path, as koordlet takes it: the path's
+        // first component on most hosts, below a platform or VMBus device on
+        // device-tree and Hyper-V ones (`.../VMBUS:01/<guid>/pci0001:00/...`).
         let pcie_root = rel
             .components()
-            .next()
-            .and_then(|c| c.as_os_str().to_str())
-            .filter(|c| is_pcie_root(c))
-            .unwrap_or_default()
-            .to_owned();
+            .filter_map(|c| c.as_os_str().to_str())
+            .find(|c| is_pcie_root(c));
+        if pcie_root.is_none() {
+            self.warn(InventoryError::Device {
+                device: f.addr.to_string(),
+                what: format!(
+                    "no PCI root bus (pciDDDD:BB) on its sysfs path {}: its PCIe placement is unknown",
+                    rel.display()
+                ),
+            });
+        }
+        let pcie_root = pcie_root.unwrap_or_default().to_owned();
         let pci_path = self.bridges(f);
         Topology {
             numa_node,

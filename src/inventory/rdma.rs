@@ -105,7 +105,9 @@ impl Scan<'_> {
         let rel = Path::new(INFINIBAND_CLASS).join(name);
         let dir = self.fs.resolve(&rel);
         let dir = self.ok(dir)?;
-        // Soft devices (rxe, siw) have no PCI parent: nothing to allocate.
+        // Soft devices (rxe, siw) on a virtual netdev have no PCI parent:
+        // nothing to allocate. On a NIC's netdev they may have the NIC's
+        // (see `nic::is_soft_device`).
         if !self.fs.exists_in(&dir, "device") {
             return None;
         }
@@ -142,7 +144,8 @@ impl Scan<'_> {
             RdmaCharKind::Umad | RdmaCharKind::Issm => MAD_CLASS,
         };
         let link = Path::new(class).join(&first.name).join("device");
-        // Soft devices (rxe) have no PCI parent: nothing to allocate, no warning.
+        // Soft devices on a virtual netdev have no PCI parent: nothing to
+        // allocate, no warning.
         let function = self.pci_function(&link).ok()?;
         let mut nums: Vec<u32> = char_devs.iter().filter_map(|c| c.port).collect();
         nums.sort_unstable();
