@@ -36,11 +36,18 @@ fn misspelled(key: &str, fields: &[&'static str]) -> Option<&'static str> {
 
 /// The keys of `raw` when it is an object; an object naming a key twice is
 /// an error (Go keeps the last, serde the first of a field it knows, and a
-/// key checked here could hide behind another). Anything not an object is
-/// the typed parse's to report.
+/// key checked here could hide behind another). `null` is the typed parse's
+/// to judge. Anything else is refused: serde reads a struct from an array
+/// of its fields in order (`[3]` as minor 3), which Go's `encoding/json`
+/// refuses, so koordlet and the scheduler would not see the device devgate
+/// grants.
 fn object(raw: &RawValue) -> Result<Option<UniqueMap<Box<RawValue>>>, String> {
-    if !raw.get().trim_start().starts_with('{') {
+    let text = raw.get().trim_start();
+    if text == "null" {
         return Ok(None);
+    }
+    if !text.starts_with('{') {
+        return Err("not a JSON object".to_string());
     }
     serde_json::from_str(raw.get())
         .map(Some)
@@ -126,6 +133,23 @@ mod tests {
                 r#"{"extension":{"vfs":[{"busID":"0000:19:00.2","BusID":"0000:19:00.3","x":0,"x":0}]}}"#,
                 r#"gpu[0].vfs[0]: malformed: duplicate key "x""#,
             ),
+            // Arrays serde would read as the fields in order; Go refuses them.
+            (
+                r#"[3,null,null,null]"#,
+                "gpu[0]: malformed: not a JSON object",
+            ),
+            (
+                r#"{"extension":{"vfs":[[-1,"0000:01:00.2"]]}}"#,
+                "gpu[0].vfs[0]: malformed: not a JSON object",
+            ),
+            (
+                r#"{"extension":[[]]}"#,
+                "gpu[0]: malformed: not a JSON object",
+            ),
+            (
+                r#"{"extension":"x"}"#,
+                "gpu[0]: malformed: not a JSON object",
+            ),
         ] {
             let err = check(text).unwrap_err();
             assert!(err.contains(want), "{text}: {err}");
@@ -137,8 +161,8 @@ mod tests {
         for text in [
             r#"{"minor":0,"id":"GPU-1","resources":{"Minor":"1"},"extension":{"vfs":[{"minor":-1,"busID":"0000:01:00.2"}],"bondSlaves":[]}}"#,
             r#"{"priority":"VFPriorityHigh","minors":1}"#,
-            r#"[1,2]"#,
-            r#"{"extension":"not an object","vfs":{"Minor":1}}"#,
+            r#"{"extension":null,"vfs":{"Minor":1}}"#,
+            r#"null"#,
         ] {
             assert_eq!(check(text), Ok(()), "{text}");
         }
