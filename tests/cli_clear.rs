@@ -124,3 +124,36 @@ fn a_name_that_is_no_device_is_refused_before_anything_changes() {
     assert!(text.contains("neither a gpu uuid"), "{text}");
     assert!(!dir.path().join("state").exists(), "nothing created");
 }
+
+/// A GPU whose health cannot be read is its own "not cleared" line: the
+/// devices named after it are still cleared.
+#[test]
+fn a_device_whose_state_cannot_be_read_does_not_stop_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("devgate.toml"), "[gpu]\nnvml = false\n").unwrap();
+    let fx = HostRootBuilder::hgx()
+        .build(&dir.path().join("host"))
+        .unwrap();
+    let inv = fx.expected();
+    let g0 = inv.gpus[0].uuid.clone();
+    let vf = inv.rdma[0].vfs[0].bus_id;
+    let ledger = Ledger::open(&dir.path().join("state")).unwrap();
+    ledger
+        .quarantine(&DeviceId::Vf(vf), "restore failed")
+        .unwrap();
+    std::fs::create_dir_all(dir.path().join("health")).unwrap();
+    std::fs::write(dir.path().join("health/health.json"), "{torn").unwrap();
+
+    let (ok, text) = clear(dir.path(), fx.root(), &[&g0, &vf.to_string()]);
+    assert!(!ok, "{text}");
+    assert!(text.contains(&format!("gpu {g0}: not cleared: ")), "{text}");
+    assert!(
+        text.contains(&format!("{vf}: quarantine cleared (was: restore failed)")),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 of the devices named could not be cleared"),
+        "{text}"
+    );
+    assert!(ledger.snapshot().unwrap().devices.is_empty());
+}

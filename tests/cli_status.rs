@@ -67,3 +67,36 @@ fn a_closed_pipe_ends_the_report_without_a_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{stderr}");
 }
+
+/// Without `--health-dir`, the health shown is the one the config's
+/// `[gpu] health_dir` holds, where the plugin and the hook mark it.
+#[test]
+fn gpu_health_comes_from_the_configs_health_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let health = dir.path().join("elsewhere");
+    devgate::gpu::HealthStore::new(&health)
+        .mark("GPU-1", &[devgate::gpu::health::Fault::Xid { code: 79 }], 1)
+        .unwrap();
+    let config = dir.path().join("devgate.toml");
+    std::fs::write(
+        &config,
+        format!("[gpu]\nhealth_dir = {:?}\n", health.display().to_string()),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .arg("status")
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--config")
+        .arg(&config)
+        .args(["-o", "json"])
+        .output()
+        .expect("run devgate status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        v["gpu_health"]["gpus"]["GPU-1"]["unhealthy"].is_object(),
+        "{v}"
+    );
+}

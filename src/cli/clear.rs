@@ -88,10 +88,13 @@ pub fn run(args: ClearArgs) -> Result<(), ClearError> {
         let (name, outcome) = match target {
             Target::Gpu(uuid) => (
                 format!("gpu {uuid}"),
-                clear_gpu(&args, &config, &ledger, &health, uuid)?,
+                clear_gpu(&args, &config, &ledger, &health, uuid),
             ),
-            Target::Nic(addr) => (addr.to_string(), clear_nic(&args, &ledger, *addr)?),
+            Target::Nic(addr) => (addr.to_string(), clear_nic(&args, &ledger, *addr)),
         };
+        // A device whose state could not be read or written is one line
+        // like any other refusal: the devices after it still get theirs.
+        let outcome = outcome.unwrap_or_else(|e| Err(e.to_string()));
         match outcome {
             Ok(done) if done.is_empty() => println!("{name}: nothing to clear"),
             Ok(done) => println!("{name}: {}", done.join("; ")),

@@ -24,9 +24,13 @@ pub enum StatusFormat {
 pub struct StatusArgs {
     #[arg(long, default_value = "/run/devgate")]
     pub state_dir: PathBuf,
-    /// GPU health that survives reboots (`[gpu] health_dir`).
-    #[arg(long, default_value = "/var/lib/devgate")]
-    pub health_dir: PathBuf,
+    /// GPU health that survives reboots (`[gpu] health_dir` of the config
+    /// when not given).
+    #[arg(long)]
+    pub health_dir: Option<PathBuf>,
+    /// The config naming `[gpu] health_dir`.
+    #[arg(long, default_value = crate::config::DEFAULT_CONFIG_PATH)]
+    pub config: PathBuf,
     /// Root holding the host's `sys/`, for the PCIe placement of held devices.
     #[arg(long, default_value = "/")]
     pub host_root: PathBuf,
@@ -36,6 +40,8 @@ pub struct StatusArgs {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusCmdError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Ledger(#[from] LedgerError),
     #[error("encode status: {0}")]
@@ -66,15 +72,29 @@ struct StatusView<'a> {
     vf_state_error: Option<&'a str>,
 }
 
+/// `--health-dir`, else the config's: the one the plugin and the hook mark.
+fn health_dir(args: &StatusArgs) -> Result<PathBuf, StatusCmdError> {
+    match &args.health_dir {
+        Some(dir) => Ok(dir.clone()),
+        None => Ok(crate::config::Config::load(&args.config)?.gpu.health_dir),
+    }
+}
+
 pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
     let state = Ledger::read(&args.state_dir)?;
-    let health = HealthStore::new(&args.health_dir).snapshot()?;
+    let health = HealthStore::new(&health_dir(&args)?).snapshot()?;
     let runtime_record = crate::plugin::features::RuntimeRecord::load(&args.state_dir)?;
     let grants = crate::grant::audit::read_counters(&args.state_dir)?;
     // A VF record that cannot be read is shown, not allowed to hide the rest.
     let (vfs, vf_state_error): (Vec<VfView>, Option<String>) =
-        match crate::netdev::SavedStore::new(&args.state_dir).all() {
-            Ok(saved) => (saved.iter().map(VfView::of).collect(), None),
+        match crate::netdev::SavedStore::new(&args.state_dir).readable() {
+            Ok((saved, bad)) => {
+                let errors: Vec<String> = bad.iter().map(ToString::to_string).collect();
+                (
+                    saved.iter().map(VfView::of).collect(),
+                    (!errors.is_empty()).then(|| errors.join("; ")),
+                )
+            }
             Err(e) => (Vec::new(), Some(e.to_string())),
         };
     // Discovery only when some pod holds both kinds: it is the slow part.

@@ -240,6 +240,21 @@ impl SavedStore {
         Ok(out)
     }
 
+    /// Every readable record, in file-name order, and the errors of those
+    /// that could not be read; an error only when the directory cannot be
+    /// listed.
+    pub fn readable(&self) -> Result<(Vec<SavedVf>, Vec<SavedError>), SavedError> {
+        let (mut records, mut unreadable) = (Vec::new(), Vec::new());
+        for p in self.paths()? {
+            match read_record(&p) {
+                Ok(Some(rec)) => records.push(rec),
+                Ok(None) => {}
+                Err(e) => unreadable.push(e),
+            }
+        }
+        Ok((records, unreadable))
+    }
+
     /// The records of one container, and the record files that could not be
     /// read, whose container is therefore unknown. An error only when the
     /// directory cannot be listed.

@@ -64,6 +64,15 @@ fn an_unreadable_record_is_skipped_for_other_containers_only_by_name() {
     store.save(&record("c2", "0000:00:10.2")).unwrap();
     fs::write(dir.path().join("vf/0000:00:10.9.json"), b"garbage").unwrap();
     assert!(store.all().is_err(), "all() stays strict");
+    // What `devgate status` shows: every readable record, and the bad one's error.
+    let (records, bad) = store.readable().unwrap();
+    assert_eq!(records.len(), 2);
+    assert_eq!(bad.len(), 1);
+    assert!(
+        bad[0].to_string().contains("0000:00:10.9.json"),
+        "{}",
+        bad[0]
+    );
     let c1 = store.for_container("c1").unwrap();
     assert_eq!(c1.len(), 1);
     assert_eq!(c1[0].container_id, "c1");
