@@ -157,3 +157,80 @@ fn a_device_whose_state_cannot_be_read_does_not_stop_the_rest() {
     );
     assert!(ledger.snapshot().unwrap().devices.is_empty());
 }
+
+/// The running plugin keeps every GPU open through NVML, whatever its cgroup
+/// (a DaemonSet pod's is no `gpu.ignored_cgroups` entry): `devgate clear`
+/// counts the process the plugin recorded (pid and start time) as no user.
+/// Any other process holding the GPU still refuses the clear.
+#[test]
+fn the_running_plugins_own_gpu_handles_do_not_refuse_a_clear() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    std::fs::write(dir.path().join("devgate.toml"), "[gpu]\nnvml = false\n").unwrap();
+    let fx = HostRootBuilder::hgx()
+        .build(&dir.path().join("host"))
+        .unwrap();
+    let gpu = fx.expected().gpus[0].clone();
+    let ledger = Ledger::open(&dir.path().join("state")).unwrap();
+    ledger
+        .quarantine(&DeviceId::Gpu(gpu.uuid.clone()), "teardown failed")
+        .unwrap();
+    // This test process stands for the plugin: it holds the GPU's node (an
+    // O_PATH descriptor: no driver is needed to hold one).
+    let node = dir.path().join("nvidia-node");
+    nix::sys::stat::mknod(
+        &node,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+        nix::sys::stat::makedev(
+            fx.expected().nvidia_majors.nvidia.unwrap().into(),
+            gpu.minor.into(),
+        ),
+    )
+    .unwrap();
+    let _held = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(&node)
+        .unwrap();
+
+    let (ok, text) = clear(dir.path(), fx.root(), &[&gpu.uuid]);
+    assert!(!ok, "{text}");
+    let me = std::process::id();
+    assert!(text.contains(&format!("pids [{me}]")), "{text}");
+
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let start: u64 = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let record = |start_ticks: u64| {
+        std::fs::write(
+            dir.path().join("state/runtime.json"),
+            serde_json::json!({
+                "runtime": "containerd", "version": "1.7.24", "nri_version": null,
+                "events": "0x0", "explicit_cgroup_rules": false, "cdi_devices": false,
+                "device_mode": "nodes", "devices_as": "nodes", "configured_unix": 0,
+                "plugin": {"pid": me, "start_ticks": start_ticks},
+            })
+            .to_string(),
+        )
+        .unwrap()
+    };
+    // A plugin that exited, its pid now another process's: that process counts.
+    record(start + 1);
+    let (ok, text) = clear(dir.path(), fx.root(), &[&gpu.uuid]);
+    assert!(!ok && text.contains(&format!("pids [{me}]")), "{text}");
+    record(start);
+    let (ok, text) = clear(dir.path(), fx.root(), &[&gpu.uuid]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&format!("gpu {}: cleaned, quarantine cleared", gpu.uuid)),
+        "{text}"
+    );
+}

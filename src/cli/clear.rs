@@ -9,7 +9,7 @@
 //! hooks-only mode retries a quarantined GPU only when a container wants it,
 //! and nothing there heals a GPU's health mark: this is that mode's way back.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::config::{Config, ConfigError};
 use crate::gpu::{self, GpuError, HealthStore, Retried};
@@ -110,6 +110,17 @@ pub fn run(args: ClearArgs) -> Result<(), ClearError> {
     }
 }
 
+/// The plugin that last configured itself, while it still runs: its NVML
+/// keeps every GPU open, and is no user of any. Known by the pid and start
+/// time it recorded, never by a name a pod's process could take.
+fn running_plugin(state_dir: &Path) -> Option<u32> {
+    let record = crate::plugin::features::RuntimeRecord::load(state_dir).ok()??;
+    let plugin = record.plugin?;
+    let proc = Path::new("/proc");
+    (crate::hook::liveness::start_ticks(proc, plugin.pid).ok()? == plugin.start_ticks)
+        .then_some(plugin.pid)
+}
+
 /// The pods holding `device`, when any do.
 fn holders(state: &LedgerState, device: &DeviceId) -> Option<String> {
     let rec = state.devices.get(&device.to_string())?;
@@ -157,7 +168,8 @@ fn clear_gpu(
         return Ok(Ok(done));
     }
     let inventory = gpu::discover_node(&args.host_root);
-    let teardown = gpu::GpuTeardown::for_node(inventory, config.gpu.clone(), ledger.clone());
+    let teardown = gpu::GpuTeardown::for_node(inventory, config.gpu.clone(), ledger.clone())
+        .skipping(running_plugin(&args.state_dir));
     Ok(match teardown.retry_one(ledger, uuid)? {
         Retried::Cleared => {
             done.push(format!("cleaned, quarantine cleared (was: {reason})"));

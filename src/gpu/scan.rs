@@ -48,10 +48,10 @@ const PIDS_PER_WORKER: usize = 400;
 const MAX_WORKERS: usize = 4;
 
 /// One pass over the proc root: which of `targets` each process holds. `skip` is
-/// devgate itself, which holds GPUs while NVML is loaded. A large node's processes
+/// devgate's own processes, which hold GPUs while NVML is loaded. A large node's processes
 /// are split over a few threads: the pass is one open, one getdents and a stat per
 /// fd for every process, and runs while the ledger is locked.
-pub fn scan(host: &dyn Host, targets: &[u64], skip: u32) -> Result<Users, GpuError> {
+pub fn scan(host: &dyn Host, targets: &[u64], skip: &[u32]) -> Result<Users, GpuError> {
     let mut users = Users::default();
     if targets.is_empty() {
         return Ok(users);
@@ -91,11 +91,11 @@ fn scan_pids(
     host: &dyn Host,
     pids: &[u32],
     targets: &[u64],
-    skip: u32,
+    skip: &[u32],
 ) -> Result<Vec<(u64, u32)>, GpuError> {
     let mut found = Vec::new();
     let mut devs = Vec::with_capacity(64);
-    for &pid in pids.iter().filter(|p| **p != skip) {
+    for &pid in pids.iter().filter(|p| !skip.contains(p)) {
         devs.clear();
         match host.open_char_devices(pid, &mut devs) {
             Ok(()) => {}
@@ -115,7 +115,7 @@ fn scan_pids(
 pub fn add_nvml_users(
     nvml: &dyn Nvml,
     gpus: &[(String, u64)],
-    skip: u32,
+    skip: &[u32],
     users: &mut Users,
 ) -> Result<(), GpuError> {
     for (uuid, rdev) in gpus {
@@ -131,7 +131,7 @@ pub fn add_nvml_users(
             Err(e) => return Err(e.into()),
         };
         for pid in pids {
-            if pid != skip {
+            if !skip.contains(&pid) {
                 users.add(*rdev, pid);
             }
         }
@@ -274,7 +274,7 @@ mod tests {
         };
         host.inner.add(10, &[gpu], "/kubepods/poduid-a/c1");
         host.inner.add(11, &[gpu], "/kubepods/poduid-a/c1");
-        let users = scan(&host, &[gpu], 1).unwrap();
+        let users = scan(&host, &[gpu], &[1]).unwrap();
         assert_eq!(users.of(gpu), [10, 11]);
         let pod = PodCgroups::from_uid("uid-a");
         let split = split(&host, &users, &[gpu], &pod, &PodCgroups::none());
@@ -300,7 +300,7 @@ mod tests {
             };
             host.add(pid, devs, "/x");
         }
-        let users = scan(&host, &[gpu], 1500).unwrap();
+        let users = scan(&host, &[gpu], &[1500]).unwrap();
         assert_eq!(users.of(gpu), [500, 1000, 2000, 2500, 3000]);
         assert!(users.of(other).is_empty());
     }

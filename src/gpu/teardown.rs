@@ -69,6 +69,9 @@ pub struct GpuTeardown {
     claims: Arc<dyn ClaimView>,
     health: HealthStore,
     ignored: PodCgroups,
+    /// Processes that hold GPUs as node daemons, besides this one: the
+    /// running plugin's NVML, seen by `devgate clear` (see [`Self::skipping`]).
+    skipped: Vec<u32>,
     pod_cgroups: Mutex<HashMap<String, PodCgroups>>,
     released: Mutex<VecDeque<String>>,
 }
@@ -85,6 +88,7 @@ impl GpuTeardown {
             inventory: RwLock::new(inventory.into()),
             health: HealthStore::new(&config.health_dir),
             ignored: PodCgroups::ignoring(&config.ignored_cgroups),
+            skipped: Vec::new(),
             config,
             host,
             nvml,
@@ -103,6 +107,15 @@ impl GpuTeardown {
         let nvml = nvml::load(config.nvml, &config.nvml_library);
         let host = Arc::new(ProcHost::new(std::path::Path::new("/proc")));
         GpuTeardown::new(inventory, config, host, nvml, Arc::new(ledger))
+    }
+
+    /// Counts `pids` as no user of any GPU, as this process is not: a
+    /// process other than the plugin cleaning a GPU (`devgate clear`) must
+    /// not find the plugin's own NVML handles in the way, wherever its
+    /// cgroup is (a DaemonSet pod's is no `gpu.ignored_cgroups` entry).
+    pub fn skipping(mut self, pids: impl IntoIterator<Item = u32>) -> GpuTeardown {
+        self.skipped.extend(pids);
+        self
     }
 
     pub fn health(&self) -> &HealthStore {
@@ -283,14 +296,15 @@ impl GpuTeardown {
 
     /// Ends the pod's users of `targets`, then checks and resets those it held last.
     fn clean(&self, pod: &PodCgroups, targets: &[Target]) -> Vec<GpuError> {
-        let own = std::process::id();
+        let mut skip = vec![std::process::id()];
+        skip.extend(&self.skipped);
         let watched = self.watched(targets);
         let rdevs: Vec<u64> = watched.iter().map(|(_, r)| *r).collect();
-        let mut users = match scan(self.host.as_ref(), &rdevs, own) {
+        let mut users = match scan(self.host.as_ref(), &rdevs, &skip) {
             Ok(users) => users,
             Err(e) => return vec![e],
         };
-        if let Err(e) = add_nvml_users(self.nvml.as_ref(), &watched, own, &mut users) {
+        if let Err(e) = add_nvml_users(self.nvml.as_ref(), &watched, &skip, &mut users) {
             return vec![e];
         }
         let target_devs: Vec<u64> = targets.iter().map(|t| t.rdev).collect();

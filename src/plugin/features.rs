@@ -120,6 +120,10 @@ pub struct RuntimeRecord {
     /// What the adjustment uses: `cdi` only where the runtime injects CDI devices.
     pub devices_as: DeviceMode,
     pub configured_unix: u64,
+    /// The plugin process that wrote the record: `devgate clear` counts its
+    /// NVML handles as no GPU's user while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<crate::ledger::InitProcess>,
 }
 
 impl RuntimeRecord {
@@ -140,6 +144,7 @@ impl RuntimeRecord {
             runtime_cdi,
             devices_as: devices_as(mode, features),
             configured_unix: crate::ledger::now_unix(),
+            plugin: crate::hook::liveness::identify(Path::new("/proc"), std::process::id()),
         }
     }
 
