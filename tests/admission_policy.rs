@@ -19,29 +19,34 @@ struct Doc {
     kind: String,
     #[serde(default)]
     spec: serde_json::Value,
-    #[serde(default)]
-    data: BTreeMap<String, String>,
 }
 
 struct Policy {
     env: Arc<Env>,
     variables: Vec<(String, Program)>,
     validations: Vec<(Program, Program)>,
-    params: serde_json::Value,
 }
 
-fn docs() -> Vec<Doc> {
-    serde_yaml_ng::Deserializer::from_str(POLICY)
+fn docs_of(text: &str) -> Vec<Doc> {
+    serde_yaml_ng::Deserializer::from_str(text)
         .map(|d| Doc::deserialize(d).expect("policy document"))
         .collect()
 }
 
+fn docs() -> Vec<Doc> {
+    docs_of(POLICY)
+}
+
 fn policy() -> Policy {
+    policy_of(POLICY)
+}
+
+fn policy_of(text: &str) -> Policy {
     let mut env = Env::stdlib();
     env.add_extension(cel::extensions::strings)
         .expect("strings extension");
     let env = Arc::new(env);
-    let docs = docs();
+    let docs = docs_of(text);
     let vap = docs
         .iter()
         .find(|d| d.kind == "ValidatingAdmissionPolicy")
@@ -68,22 +73,16 @@ fn policy() -> Policy {
         .iter()
         .map(|v| (compile(&v["expression"]), compile(&v["messageExpression"])))
         .collect();
-    let config_map = docs
-        .iter()
-        .find(|d| d.kind == "ConfigMap")
-        .expect("parameter ConfigMap in the file");
     Policy {
         env,
         variables,
         validations,
-        params: serde_json::json!({ "data": config_map.data }),
     }
 }
 
 /// The outcome of the policy on one request: `Ok` admits, `Err(message)` denies.
 fn admit(
     policy: &Policy,
-    params: &serde_json::Value,
     user: &str,
     operation: &str,
     object: serde_json::Value,
@@ -97,7 +96,6 @@ fn admit(
     ctx.add_variable("request", request).expect("request");
     ctx.add_variable("object", object).expect("object");
     ctx.add_variable("oldObject", old).expect("oldObject");
-    ctx.add_variable("params", params.clone()).expect("params");
     // Kubernetes evaluates `variables.<name>` lazily; evaluating them in order is
     // equivalent since each refers only to earlier ones.
     let mut vars: HashMap<String, Value> = HashMap::new();
@@ -142,7 +140,6 @@ const OTHER: &str = r#"{"gpu":[{"minor":1}]}"#;
 #[test]
 fn only_listed_users_add_change_or_remove_the_allocation() {
     let p = policy();
-    let params = p.params.clone();
     let null = serde_json::Value::Null;
     let with = pod(&[(KEY, ALLOC)]);
     let other = pod(&[(KEY, OTHER)]);
@@ -255,7 +252,7 @@ fn only_listed_users_add_change_or_remove_the_allocation() {
         ),
     ];
     for (what, user, op, object, old, allowed) in cases {
-        let got = admit(&p, &params, user, op, object, old);
+        let got = admit(&p, user, op, object, old);
         assert_eq!(got.is_ok(), allowed, "{what}: {got:?}");
         if let Err(message) = got {
             assert!(message.contains(KEY), "{what}: {message}");
@@ -276,40 +273,26 @@ fn a_binding_with_the_annotation_needs_an_allowed_user() {
     };
     let forged = binding(serde_json::json!({ KEY: ALLOC }));
     let null = serde_json::Value::Null;
-    assert!(admit(
-        &p,
-        &p.params,
-        TENANT,
-        "CREATE",
-        forged.clone(),
-        null.clone()
-    )
-    .is_err());
-    assert!(admit(&p, &p.params, SCHEDULER, "CREATE", forged, null.clone()).is_ok());
+    assert!(admit(&p, TENANT, "CREATE", forged.clone(), null.clone()).is_err());
+    assert!(admit(&p, SCHEDULER, "CREATE", forged, null.clone()).is_ok());
     let plain = binding(serde_json::json!({}));
-    assert!(admit(&p, &p.params, TENANT, "CREATE", plain, null).is_ok());
+    assert!(admit(&p, TENANT, "CREATE", plain, null).is_ok());
 }
 
+/// The allowed users are the policy's own list: edited there, they decide.
 #[test]
-fn the_user_list_comes_from_the_configmap() {
-    let p = policy();
-    let listed = serde_json::json!({ "data": { "allowed-users": format!("a,{TENANT},b") } });
+fn the_user_list_is_the_policys_variable() {
+    let edited = POLICY.replace(
+        &format!("['{SCHEDULER}']"),
+        &format!("['a', '{TENANT}', 'b']"),
+    );
+    assert_ne!(edited, POLICY, "the list is where the file says");
+    let p = policy_of(&edited);
     let with = pod(&[(KEY, ALLOC)]);
     let null = serde_json::Value::Null;
-    assert!(admit(&p, &listed, TENANT, "CREATE", with.clone(), null.clone()).is_ok());
-    assert!(admit(&p, &listed, SCHEDULER, "CREATE", with.clone(), null.clone()).is_err());
-    // An empty or keyless ConfigMap lets nobody set the annotation.
-    for params in [
-        serde_json::json!({ "data": {} }),
-        serde_json::json!({}),
-        serde_json::json!({ "data": { "allowed-users": "" } }),
-    ] {
-        assert!(
-            admit(&p, &params, SCHEDULER, "CREATE", with.clone(), null.clone()).is_err(),
-            "{params}"
-        );
-        assert!(admit(&p, &params, TENANT, "CREATE", pod(&[]), null.clone()).is_ok());
-    }
+    assert!(admit(&p, TENANT, "CREATE", with.clone(), null.clone()).is_ok());
+    assert!(admit(&p, SCHEDULER, "CREATE", with, null.clone()).is_err());
+    assert!(admit(&p, SCHEDULER, "CREATE", pod(&[]), null).is_ok());
 }
 
 #[test]
@@ -322,7 +305,7 @@ fn the_policy_covers_pods_and_is_bound_fail_closed() {
     assert_eq!(vap.spec["failurePolicy"], "Fail");
     let rule = &vap.spec["matchConstraints"]["resourceRules"][0];
     assert_eq!(rule["operations"], serde_json::json!(["CREATE", "UPDATE"]));
-    for resource in ["pods", "pods/status", "pods/binding"] {
+    for resource in ["pods", "pods/status", "pods/binding", "bindings"] {
         assert!(
             rule["resources"]
                 .as_array()
@@ -339,6 +322,7 @@ fn the_policy_covers_pods_and_is_bound_fail_closed() {
         binding.spec["validationActions"],
         serde_json::json!(["Deny"])
     );
-    assert_eq!(binding.spec["paramRef"]["parameterNotFoundAction"], "Deny");
-    assert_eq!(binding.spec["paramRef"]["name"], "devgate-admission");
+    // No parameter object: its absence would refuse every pod write.
+    assert!(vap.spec.get("paramKind").is_none());
+    assert!(binding.spec.get("paramRef").is_none());
 }

@@ -392,6 +392,30 @@ impl Ledger {
         release_lock::lock_devices(self.store.dir(), std::iter::once(device))
     }
 
+    /// Names the PF of VF claims recorded before claims named it, so that
+    /// the rule against a PF held whole beside a VF of it covers the pods
+    /// admitted by an earlier release too. Writes only when it names one.
+    pub fn backfill_vf_pfs(
+        &self,
+        pf_of: &dyn Fn(crate::inventory::PciAddr) -> Option<crate::inventory::PciAddr>,
+    ) -> Result<usize, LedgerError> {
+        let unnamed = |s: &LedgerState| {
+            s.pods
+                .values()
+                .flat_map(|p| &p.claims)
+                .any(|c| matches!(c.device, DeviceId::Vf(_)) && c.pf.is_none())
+        };
+        if !unnamed(&self.snapshot()?) {
+            return Ok(0);
+        }
+        let mut txn = self.store.begin()?;
+        let named = rules::backfill_pfs(&mut txn.state, pf_of);
+        if named > 0 {
+            txn.commit()?;
+        }
+        Ok(named)
+    }
+
     /// Returns a quarantined device to service.
     pub fn clear_quarantine(&self, device: &DeviceId) -> Result<(), LedgerError> {
         let mut txn = self.store.begin()?;

@@ -163,6 +163,28 @@ fn check_pf_and_vfs(state: &LedgerState, claim: &Claim) -> Result<(), LedgerErro
     }
 }
 
+/// Names the PF of each VF claim recorded without one (claims made before
+/// `Claim::pf` existed), from `pf_of`; how many it named.
+pub(super) fn backfill_pfs(
+    state: &mut LedgerState,
+    pf_of: &dyn Fn(crate::inventory::PciAddr) -> Option<crate::inventory::PciAddr>,
+) -> usize {
+    let mut named = 0;
+    for claim in state.pods.values_mut().flat_map(|p| p.claims.iter_mut()) {
+        if let (DeviceId::Vf(vf), None) = (&claim.device, claim.pf) {
+            claim.pf = pf_of(*vf);
+            named += usize::from(claim.pf.is_some());
+        }
+    }
+    named
+}
+
+/// Why `claim` could not be made beside what `state` holds, for the
+/// PF-and-VF rule alone (a dry run, for `devgate plan`).
+pub fn pf_vf_conflict(state: &LedgerState, claim: &Claim) -> Option<LedgerError> {
+    check_pf_and_vfs(state, claim).err()
+}
+
 pub(super) fn quarantine_in(state: &mut LedgerState, device: &DeviceId, reason: &str) {
     let rec = state
         .devices
