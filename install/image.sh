@@ -70,8 +70,10 @@ if linking=$(ldd "$bin_dir/devgate-hook" 2>&1) && ! grep -q 'statically linked' 
     echo "image.sh: warning: $bin_dir/devgate-hook is dynamically linked; nodes need a glibc no older than this machine's (install/build.sh links it statically)" >&2
 fi
 [[ -x $busybox ]] || die "$busybox not found (apt-get install busybox-static)"
-# A dynamic busybox would need libraries the image does not carry.
-if ldd "$busybox" >/dev/null 2>&1; then
+# A dynamic busybox would need libraries the image does not carry. ldd says
+# "statically linked" and succeeds for a static-pie build, and fails for a
+# plain static one.
+if linking=$(ldd "$busybox" 2>&1) && ! grep -q 'statically linked' <<<"$linking"; then
     die "$busybox is dynamically linked; the image needs busybox-static"
 fi
 
