@@ -234,3 +234,29 @@ fn the_running_plugins_own_gpu_handles_do_not_refuse_a_clear() {
         "{text}"
     );
 }
+
+/// A step that fails after the health mark was cleared is said after that
+/// change, which stays made.
+#[test]
+fn a_failure_after_the_health_mark_went_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("devgate.toml"), "[gpu]\nnvml = false\n").unwrap();
+    let fx = HostRootBuilder::hgx()
+        .build(&dir.path().join("host"))
+        .unwrap();
+    let g0 = fx.expected().gpus[0].uuid.clone();
+    let health = HealthStore::new(&dir.path().join("health"));
+    health.mark(&g0, &[Fault::Xid { code: 79 }], 1).unwrap();
+    Ledger::open(&dir.path().join("state")).unwrap();
+    std::fs::write(dir.path().join("state/ledger.json"), "{torn").unwrap();
+
+    let (ok, text) = clear(dir.path(), fx.root(), &[&g0]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(&format!(
+            "gpu {g0}: not cleared: health mark cleared (was: xid 79); "
+        )),
+        "{text}"
+    );
+    assert!(health.snapshot().unwrap().gpus[&g0].unhealthy.is_none());
+}

@@ -333,15 +333,22 @@ fn devices_held_by_other_pods_are_warnings() {
         share: Share::Exclusive,
         pf: None,
     };
+    // ...and a VF of the NIC this plan asks for whole.
+    let nic = &fx.expected().rdma[0];
+    let vf = Claim {
+        device: DeviceId::Vf(nic.vfs[0].bus_id),
+        share: Share::Exclusive,
+        pf: Some(nic.bus_id),
+    };
     Ledger::open(&state)
         .unwrap()
-        .claim(&holder, &[claim])
+        .claim(&holder, &[claim, vf])
         .unwrap();
     let before = std::fs::read(state.join("ledger.json")).unwrap();
 
     let annotation = format!(
-        r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}]}}"#,
-        gpu.minor, gpu.uuid
+        r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}],"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"100"}}}}]}}"#,
+        gpu.minor, gpu.uuid, nic.bus_id
     );
     let out = plan_cmd_with_state(
         fx.root(),
@@ -356,14 +363,20 @@ fn devices_held_by_other_pods_are_warnings() {
     );
     let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
     let warning = format!("gpu {} is held by ml/other (exclusive)", gpu.uuid);
-    assert!(
-        plan["warnings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|w| w == &json!(warning)),
-        "{plan}"
+    let pf_vf = format!(
+        "pf {} conflicts with vf {}, held by pod ml/other: a pf used whole excludes its vfs from other pods",
+        nic.bus_id, nic.vfs[0].bus_id
     );
+    for warning in [warning, pf_vf] {
+        assert!(
+            plan["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| w == &json!(warning)),
+            "{warning}: {plan}"
+        );
+    }
     assert_eq!(std::fs::read(state.join("ledger.json")).unwrap(), before);
 }
 

@@ -59,6 +59,8 @@ fn a_closed_pipe_ends_the_report_without_a_panic() {
     let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
         .args(["status", "--state-dir"])
         .arg(dir.path())
+        .arg("--health-dir")
+        .arg(dir.path().join("health"))
         .stdout(Stdio::from(write))
         .stderr(Stdio::piped())
         .output()
@@ -99,4 +101,27 @@ fn gpu_health_comes_from_the_configs_health_dir() {
         v["gpu_health"]["gpus"]["GPU-1"]["unhealthy"].is_object(),
         "{v}"
     );
+}
+
+/// A config that does not load is said on stderr; the report is still printed.
+#[test]
+fn a_config_that_does_not_load_leaves_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("devgate.toml");
+    std::fs::write(&config, "[gpu]\nhealth_dir = \"relative\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .arg("status")
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .expect("run devgate status");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("DEVICE"), "{stdout}");
+    assert!(stderr.contains("gpu.health_dir"), "{stderr}");
 }

@@ -204,8 +204,8 @@ fn preinstalled_mode_on_a_node_without_configs() {
     );
 }
 
-/// The udev rule follows the config: a new count rewrites it, no count
-/// removes it, and the VF counts written stay as the kernel has them.
+/// The udev rule follows the config: a new count rewrites it, a count of 0
+/// removes it, and each run writes the count to the PF as well.
 #[test]
 fn the_boot_time_vf_rule_follows_the_config() {
     let dir = tempfile::tempdir().unwrap();
@@ -213,6 +213,8 @@ fn the_boot_time_vf_rule_follows_the_config() {
     let hooks = hooks_dir(dir.path());
     let rules = prefix.join("etc/udev/rules.d/70-devgate-sriov.rules");
     let config = prefix.join("etc/devgate/config.toml");
+    let numvfs = prefix.join(format!("sys/bus/pci/devices/{PF}/sriov_numvfs"));
+    let count = || std::fs::read_to_string(&numvfs).unwrap();
     assert!(bootstrap(&prefix, &hooks, &[]).ok);
     assert!(std::fs::read_to_string(&rules)
         .unwrap()
@@ -223,6 +225,7 @@ fn the_boot_time_vf_rule_follows_the_config() {
     assert!(six.ok, "{}", six.out);
     let text = std::fs::read_to_string(&rules).unwrap();
     assert!(text.contains("ATTR{sriov_numvfs}=\"6\""), "{text}");
+    assert_eq!(count(), "6\n");
     assert!(!text.contains("\"4\""), "{text}");
 
     // 0 VFs is every boot's start: nothing to keep.
@@ -230,5 +233,6 @@ fn the_boot_time_vf_rule_follows_the_config() {
     let none = bootstrap(&prefix, &hooks, &[]);
     assert!(none.ok, "{}", none.out);
     assert!(!rules.exists(), "{}", none.out);
+    assert_eq!(count(), "0\n");
     position(&none.out, "remove /etc/udev/rules.d/70-devgate-sriov.rules");
 }

@@ -154,6 +154,21 @@ fn clear_gpu(
         health.clear(uuid)?;
         done.push(format!("health mark cleared (was: {})", fault.reason()));
     }
+    // What failed after the mark was cleared is said after that change.
+    Ok(
+        clear_gpu_quarantine(args, config, ledger, uuid, done.clone())
+            .unwrap_or_else(|e| Err(prefixed(&done, &e.to_string()))),
+    )
+}
+
+/// The quarantine part of [`clear_gpu`], `done` what it did before.
+fn clear_gpu_quarantine(
+    args: &ClearArgs,
+    config: &Config,
+    ledger: &Ledger,
+    uuid: &str,
+    mut done: Vec<String>,
+) -> Result<Outcome, ClearError> {
     let device = DeviceId::Gpu(uuid.to_string());
     let state = ledger.snapshot()?;
     let Some(reason) = quarantine_of(&state, &device) else {

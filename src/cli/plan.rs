@@ -245,6 +245,8 @@ fn with_ledger_warnings(mut plan: Plan, state_dir: &Path, me: &PodMeta) -> Plan 
         Ok(state) => {
             for claim in &plan.claims {
                 plan.warnings.extend(held_by_others(&state, claim, me));
+                plan.warnings
+                    .extend(crate::ledger::pf_vf_conflict(&state, claim).map(|e| e.to_string()));
             }
         }
         Err(e) => plan

@@ -41,8 +41,6 @@ pub struct StatusArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum StatusCmdError {
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
-    #[error(transparent)]
     Ledger(#[from] LedgerError),
     #[error("encode status: {0}")]
     Encode(#[from] serde_json::Error),
@@ -73,16 +71,25 @@ struct StatusView<'a> {
 }
 
 /// `--health-dir`, else the config's: the one the plugin and the hook mark.
-fn health_dir(args: &StatusArgs) -> Result<PathBuf, StatusCmdError> {
-    match &args.health_dir {
-        Some(dir) => Ok(dir.clone()),
-        None => Ok(crate::config::Config::load(&args.config)?.gpu.health_dir),
+/// A config that does not load (the moment status is most needed) leaves the
+/// default, said on stderr, and the rest of the report as it is.
+fn health_dir(args: &StatusArgs) -> PathBuf {
+    if let Some(dir) = &args.health_dir {
+        return dir.clone();
+    }
+    match crate::config::Config::load(&args.config) {
+        Ok(config) => config.gpu.health_dir,
+        Err(e) => {
+            let default = crate::config::GpuConfig::default().health_dir;
+            eprintln!("devgate status: {e}; gpu health from {}", default.display());
+            default
+        }
     }
 }
 
 pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
     let state = Ledger::read(&args.state_dir)?;
-    let health = HealthStore::new(&health_dir(&args)?).snapshot()?;
+    let health = HealthStore::new(&health_dir(&args)).snapshot()?;
     let runtime_record = crate::plugin::features::RuntimeRecord::load(&args.state_dir)?;
     let grants = crate::grant::audit::read_counters(&args.state_dir)?;
     // A VF record that cannot be read is shown, not allowed to hide the rest.

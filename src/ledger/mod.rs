@@ -21,6 +21,7 @@ pub use compose::Teardowns;
 pub use guarded::GuardedRelease;
 pub use model::*;
 pub use release_lock::DeviceLocks;
+pub use rules::pf_vf_conflict;
 pub use store::Store;
 
 use rules::{claim_in, drop_pod, lift_restored, prune_empty, quarantine_in};

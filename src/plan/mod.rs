@@ -229,6 +229,16 @@ pub enum PlanError {
         annotation: &'static str,
         entry: String,
     },
+    /// The node's settings for a PF, which no config check could see whole
+    /// (`[vf.defaults]` for a PF without a section of its own).
+    #[error("{annotation}: {entry}: the node's [vf] settings for pf {pf}: {setting} {reason}")]
+    VfNodeSettings {
+        annotation: &'static str,
+        entry: String,
+        setting: &'static str,
+        reason: &'static str,
+        pf: PciAddr,
+    },
     /// The pod's settings over the node's: each within its range, together not.
     #[error("{annotation}: {entry}: {setting} {reason} over the node's settings for pf {pf}")]
     VfSettingsConflict {

@@ -247,12 +247,23 @@ fn network(
     // the host netdev (the container that moves it) is the plugin's to judge.
     let settings = out.config.vf.for_pod(&nic.bus_id, out.pod_vf_settings);
     if let Some((setting, reason)) = settings.out_of_range().or_else(|| settings.vlan_missing()) {
-        return Err(PlanError::VfSettingsConflict {
-            annotation: crate::allocation::VF_SETTINGS,
-            entry: entry.to_string(),
-            setting: setting.as_str(),
-            reason,
-            pf: nic.bus_id,
+        let (entry, setting, pf) = (entry.to_string(), setting.as_str(), nic.bus_id);
+        // Blame the pod's annotation only where it brought settings.
+        return Err(match out.pod_vf_settings {
+            Some(_) => PlanError::VfSettingsConflict {
+                annotation: crate::allocation::VF_SETTINGS,
+                entry,
+                setting,
+                reason,
+                pf,
+            },
+            None => PlanError::VfNodeSettings {
+                annotation: ANN,
+                entry,
+                setting,
+                reason,
+                pf,
+            },
         });
     }
     let n = out.plan.network.len() + 1;

@@ -281,6 +281,15 @@ fn pod_vf_settings_that_conflict_with_the_nodes() {
         err.to_string().contains(": qos needs a non-zero vlan over"),
         "{err}"
     );
+    // The node's own settings at fault, the pod bringing none: the node's.
+    config.vf.defaults.qos = Some(3);
+    let bare = super::tests::pod(&ann);
+    let err = build(&hgx(), &bare, "main", &config).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("scheduling.koordinator.sh/device-allocated: rdma[0].vfs[0]: the node's [vf] settings for pf {}: qos needs a non-zero vlan", pf_bus(0))
+    );
+    config.vf.defaults.qos = None;
     let p = build(&hgx(), &pod(r#"{"max_tx_rate":2000}"#), "main", &config).unwrap();
     assert_eq!(p.network[0].settings.max_tx_rate, Some(2000));
 }

@@ -84,6 +84,22 @@ pub struct Devices {
     stopped: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
+/// VF claims of pods an earlier release admitted name no PF: named from the
+/// inventory, so a PF asked for whole is refused beside them as well.
+fn backfill_vf_pfs(ledger: &Ledger, inv: &Inventory) {
+    let pf_of = |vf| {
+        inv.rdma
+            .iter()
+            .find(|n| n.vfs.iter().any(|v| v.bus_id == vf))
+            .map(|n| n.bus_id)
+    };
+    match ledger.backfill_vf_pfs(&pf_of) {
+        Ok(0) => {}
+        Ok(named) => tracing::info!(named, "vf claims given their pf"),
+        Err(e) => tracing::warn!(error = %e, "vf claims not given their pf"),
+    }
+}
+
 impl Devices {
     pub fn open(
         host_root: &Path,
@@ -94,12 +110,14 @@ impl Devices {
         for w in &inv.warnings {
             tracing::warn!(warning = %w, "inventory");
         }
+        let ledger = Ledger::open(state_dir)?;
+        backfill_vf_pfs(&ledger, &inv);
         Ok(Devices {
             host_root: host_root.to_path_buf(),
             state_dir: state_dir.to_path_buf(),
             hook_path,
             inventory: RwLock::new(Arc::new(inv)),
-            ledger: Ledger::open(state_dir)?,
+            ledger,
             grant: std::sync::OnceLock::new(),
             last_pod: allocation::LastPod::default(),
             last_plan: LastPlan::default(),

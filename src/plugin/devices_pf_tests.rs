@@ -44,3 +44,57 @@ fn a_pf_asked_whole_while_its_vf_is_held_is_refused_by_its_entry() {
     let state = node.devices.ledger().snapshot().unwrap();
     assert!(!state.pods.contains_key("other"), "{state:?}");
 }
+
+/// A pod admitted by an earlier release holds a VF through a claim naming no
+/// PF: the plugin names it at start, and the PF asked for whole is refused.
+#[test]
+fn a_vf_claimed_before_claims_named_their_pf_is_named_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = crate::fixture::HostRootBuilder::hgx()
+        .build(&dir.path().join("host"))
+        .unwrap();
+    let nic = fixture.expected().rdma[0].clone();
+    let state = dir.path().join("state");
+    let old = crate::ledger::Claim {
+        device: DeviceId::Vf(nic.vfs[0].bus_id),
+        share: crate::ledger::Share::Exclusive,
+        pf: None,
+    };
+    let holder = crate::ledger::PodRef {
+        sandbox_id: "old".into(),
+        namespace: "ns".into(),
+        name: "a".into(),
+        uid: "uid-a".into(),
+    };
+    Ledger::open(&state)
+        .unwrap()
+        .claim(&holder, &[old])
+        .unwrap();
+
+    let devices = Devices::open(fixture.root(), &state, "/plugin/bin/devgate-hook".into()).unwrap();
+    let claims = &devices.ledger().snapshot().unwrap().pods["old"].claims;
+    assert_eq!(claims[0].pf, Some(nic.bus_id));
+    let mut other = PodSandbox {
+        id: "other".into(),
+        uid: "uid-2".into(),
+        ..Default::default()
+    };
+    other.annotations.insert(
+        crate::allocation::DEVICE_ALLOCATED.into(),
+        format!(
+            r#"{{"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"100"}}}}]}}"#,
+            nic.bus_id
+        ),
+    );
+    let health = crate::gpu::HealthStore::new(&dir.path().join("health"));
+    let err = devices
+        .apply(
+            &other,
+            &container("c9", &[]),
+            &Arc::new(Config::default()),
+            RuntimeFeatures::default(),
+            &health,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("held by pod ns/a"), "{err}");
+}
