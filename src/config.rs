@@ -240,6 +240,11 @@ pub struct GpuConfig {
     /// NVML keeps every GPU open while loaded: list devgate's own cgroup here when
     /// teardown runs in a process other than the one watching health.
     pub ignored_cgroups: Vec<String>,
+    /// Pods of node daemons that keep GPUs open (NVML-based agents run as
+    /// DaemonSets), as `namespace/pod-name-prefix`: namespaces only the
+    /// cluster's operators create pods in. NRI mode only (the plugin learns
+    /// pods from the runtime).
+    pub ignored_pods: Vec<String>,
     /// Load NVML when present. Off: clocks, modes and MIG are left alone.
     pub nvml: bool,
     /// The NVML library: a soname the dynamic loader searches for, or an absolute
@@ -282,6 +287,14 @@ impl Default for GpuConfig {
             ]
             .map(String::from)
             .to_vec(),
+            ignored_pods: [
+                "koordinator-system/koordlet-",
+                "gpu-operator/nvidia-device-plugin-",
+                "gpu-operator/nvidia-dcgm-",
+                "kube-system/nvidia-device-plugin-",
+            ]
+            .map(String::from)
+            .to_vec(),
             nvml: true,
             nvml_library: NvmlLibraries::default(),
             reset_clocks: true,
@@ -298,6 +311,25 @@ impl Default for GpuConfig {
             health_interval_secs: 30,
         }
     }
+}
+
+/// Entries of `gpu.ignored_pods`.
+const MAX_IGNORED_PODS: usize = 64;
+
+/// `<namespace>/<pod-name-prefix>`: a namespace name (RFC 1123 label) and a
+/// non-empty prefix of pod-name characters. An empty prefix would take in
+/// every pod of the namespace, which no daemon's name needs.
+fn is_pod_pattern(p: &str) -> bool {
+    let Some((ns, prefix)) = p.split_once('/') else {
+        return false;
+    };
+    let name_char = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.';
+    (1..=63).contains(&ns.len())
+        && ns
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && (1..=253).contains(&prefix.len())
+        && prefix.bytes().all(name_char)
 }
 
 impl Config {
@@ -324,6 +356,16 @@ impl Config {
             return Err(ConfigError::Invalid {
                 key: "gpu.health_dir".to_string(),
                 reason: format!("a path must be absolute: {:?}", self.gpu.health_dir),
+            });
+        }
+        if self.gpu.ignored_pods.len() > MAX_IGNORED_PODS
+            || !self.gpu.ignored_pods.iter().all(|p| is_pod_pattern(p))
+        {
+            return Err(ConfigError::Invalid {
+                key: "gpu.ignored_pods".to_string(),
+                reason: format!(
+                    "at most {MAX_IGNORED_PODS} entries of <namespace>/<pod-name-prefix>, both non-empty"
+                ),
             });
         }
         // Every release would fail on it and quarantine its GPU for good.

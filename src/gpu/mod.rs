@@ -31,6 +31,7 @@ pub mod error;
 pub mod health;
 pub mod host;
 mod kill;
+mod known_pods;
 pub mod nvml;
 mod reset;
 mod scan;
@@ -40,6 +41,7 @@ pub use cgroup::PodCgroups;
 pub use error::GpuError;
 pub use health::{HealthMonitor, HealthPolicy, HealthState, HealthStore};
 pub use host::{Host, ProcHost, Signal};
+pub use known_pods::KnownPods;
 pub use nvml::{NoNvml, Nvml};
 pub use teardown::{ClaimView, GpuTeardown, Retried};
 

@@ -72,6 +72,8 @@ pub struct GpuTeardown {
     /// Processes that hold GPUs as node daemons, besides this one: the
     /// running plugin's NVML, seen by `devgate clear` (see [`Self::skipping`]).
     skipped: Vec<u32>,
+    /// The node's pods, for `gpu.ignored_pods`; shared with the plugin.
+    known_pods: Arc<super::KnownPods>,
     pod_cgroups: Mutex<HashMap<String, PodCgroups>>,
     released: Mutex<VecDeque<String>>,
 }
@@ -89,6 +91,7 @@ impl GpuTeardown {
             health: HealthStore::new(&config.health_dir),
             ignored: PodCgroups::ignoring(&config.ignored_cgroups),
             skipped: Vec::new(),
+            known_pods: Arc::default(),
             config,
             host,
             nvml,
@@ -115,6 +118,13 @@ impl GpuTeardown {
     /// cgroup is (a DaemonSet pod's is no `gpu.ignored_cgroups` entry).
     pub fn skipping(mut self, pids: impl IntoIterator<Item = u32>) -> GpuTeardown {
         self.skipped.extend(pids);
+        self
+    }
+
+    /// The pods the plugin learns from the runtime, whose daemons named by
+    /// `gpu.ignored_pods` are no users of any GPU.
+    pub fn with_known_pods(mut self, known: Arc<super::KnownPods>) -> GpuTeardown {
+        self.known_pods = known;
         self
     }
 
@@ -308,7 +318,11 @@ impl GpuTeardown {
             return vec![e];
         }
         let target_devs: Vec<u64> = targets.iter().map(|t| t.rdev).collect();
-        let split = split(self.host.as_ref(), &users, &target_devs, pod, &self.ignored);
+        let ignored = self
+            .ignored
+            .clone()
+            .merged(self.known_pods.cgroups_of(&self.config.ignored_pods));
+        let split = split(self.host.as_ref(), &users, &target_devs, pod, &ignored);
         match kill::end(self.host.as_ref(), &split.pod, self.times()) {
             Ok(ended) if !split.pod.is_empty() => {
                 tracing::info!(terminated = ?ended.terminated, killed = ?ended.killed, "ended the released pod's gpu users");

@@ -5,19 +5,32 @@
 use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::config::GpuConfig;
-use crate::gpu::GpuTeardown;
+use crate::gpu::{GpuTeardown, KnownPods};
 use crate::inventory::Inventory;
 use crate::ledger::{PodRecord, Teardown};
 
-pub struct GpuSlot(RwLock<Arc<GpuTeardown>>);
+pub struct GpuSlot {
+    gpu: RwLock<Arc<GpuTeardown>>,
+    /// Outlives a rebuild: the pods are the runtime's, not the config's.
+    known_pods: Arc<KnownPods>,
+}
 
 impl GpuSlot {
     pub fn new(gpu: GpuTeardown) -> GpuSlot {
-        GpuSlot(RwLock::new(Arc::new(gpu)))
+        let known_pods = Arc::new(KnownPods::default());
+        GpuSlot {
+            gpu: RwLock::new(Arc::new(gpu.with_known_pods(Arc::clone(&known_pods)))),
+            known_pods,
+        }
     }
 
     pub fn get(&self) -> Arc<GpuTeardown> {
-        Arc::clone(&self.0.read().unwrap_or_else(PoisonError::into_inner))
+        Arc::clone(&self.gpu.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The node's pods as the runtime names them (`gpu.ignored_pods`).
+    pub fn known_pods(&self) -> &KnownPods {
+        &self.known_pods
     }
 
     /// Rebuilds the GPU side with `config` unless it is the one in force;
@@ -28,11 +41,11 @@ impl GpuSlot {
         config: &GpuConfig,
         build: impl FnOnce(GpuConfig) -> GpuTeardown,
     ) -> bool {
-        let mut slot = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        let mut slot = self.gpu.write().unwrap_or_else(PoisonError::into_inner);
         if slot.config() == config {
             return false;
         }
-        *slot = Arc::new(build(config.clone()));
+        *slot = Arc::new(build(config.clone()).with_known_pods(Arc::clone(&self.known_pods)));
         true
     }
 

@@ -345,6 +345,8 @@ impl nri::Plugin for DevgatePlugin {
         pod: &PodSandbox,
         ctr: &Container,
     ) -> Result<CreateContainerResponse, PluginError> {
+        let known = self.gpu.known_pods();
+        known.note(&pod.id, &pod.uid, &pod.namespace, &pod.name);
         let adjust = self.adjustment(pod, ctr)?;
         tracing::debug!(
             namespace = %pod.namespace,
@@ -369,6 +371,10 @@ impl nri::Plugin for DevgatePlugin {
         let stopped_pid_zero = self
             .stopped_pid_zero
             .load(std::sync::atomic::Ordering::Relaxed);
+        for pod in &pods {
+            let known = self.gpu.known_pods();
+            known.note(&pod.id, &pod.uid, &pod.namespace, &pod.name);
+        }
         let live = lifecycle::live_pods(&pods, &containers, stopped_pid_zero);
         match self.devices.ledger().stale_pods(&live) {
             Ok(stale) if stale.is_empty() => {}
@@ -394,6 +400,7 @@ impl nri::Plugin for DevgatePlugin {
 
     fn remove_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
         self.devices.pod_removed(&pod.id);
+        self.gpu.known_pods().forget(&pod.id);
         self.release_in_background(lifecycle::Release::Pod(pod.id.clone()));
         Ok(())
     }

@@ -335,3 +335,27 @@ async fn runtime_cdi_on_lets_containerd_1_7_30_take_cdi_names() {
 
 #[path = "lifecycle_tests.rs"]
 mod lifecycle_tests;
+
+/// Every pod the runtime names is known to GPU teardown until its sandbox
+/// is removed: `gpu.ignored_pods` finds the node's daemons among them.
+#[tokio::test]
+async fn pods_are_known_to_gpu_teardown_until_removed() {
+    let (plugin, _state) = plugin(Config::default(), false);
+    let (p, conn, _dir) = connect(plugin, FakeConfig::containerd_1_7()).await;
+    let conn = conn.unwrap();
+    let koordlet = PodSandbox {
+        id: "sb-k".to_string(),
+        uid: "u-k".to_string(),
+        name: "koordlet-x7k2p".to_string(),
+        namespace: "koordinator-system".to_string(),
+        ..Default::default()
+    };
+    conn.create_container(&koordlet, &ctr()).await.unwrap();
+    let patterns = crate::config::GpuConfig::default().ignored_pods;
+    let its = "0::/kubepods/burstable/podu-k/c1\n";
+    assert!(p.gpu.known_pods().cgroups_of(&patterns).contains(its));
+    conn.event(nri::api::Event::REMOVE_POD_SANDBOX, &koordlet, None)
+        .await
+        .unwrap();
+    assert!(!p.gpu.known_pods().cgroups_of(&patterns).contains(its));
+}

@@ -1,5 +1,6 @@
 //! Tests of GPU teardown: against fakes, and against real processes and cgroups.
 
+mod daemons;
 pub mod fake_host;
 mod no_nvml;
 mod real_proc;

@@ -1,0 +1,68 @@
+//! Node daemons run as pods (`gpu.ignored_pods`) hold every GPU through NVML:
+//! no user of a released one. A tenant's process holding it still is.
+use std::sync::Arc;
+
+use super::fake_host::FakeHost;
+use super::{gpu_inventory, pod};
+use crate::config::GpuConfig;
+use crate::gpu::nvml::fake::FakeNvml;
+use crate::gpu::{GpuTeardown, KnownPods};
+use crate::ledger::{Claim, DeviceId, Ledger, Share};
+
+#[test]
+fn a_daemon_pod_named_by_ignored_pods_does_not_hold_a_released_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&dir.path().join("ledger")).unwrap();
+    let config = GpuConfig {
+        health_dir: dir.path().join("health"),
+        kill_grace_ms: 10,
+        kill_wait_ms: 10,
+        ..GpuConfig::default()
+    };
+    let host = Arc::new(FakeHost::default());
+    let known = Arc::new(KnownPods::default());
+    let teardown = GpuTeardown::new(
+        gpu_inventory(195, &[0]),
+        config,
+        host.clone(),
+        Arc::new(FakeNvml::default()),
+        Arc::new(ledger.clone()),
+    )
+    .with_known_pods(known.clone());
+    let gpu0 = libc::makedev(195, 0);
+    // koordlet (as its DaemonSet's pod) and a tenant's pod, both holding GPU-0.
+    host.add(300, &[gpu0], "/kubepods/burstable/podu-koordlet/c1");
+    host.add(400, &[gpu0], "/kubepods/besteffort/podu-tenant/c1");
+    known.note("s-k", "u-koordlet", "koordinator-system", "koordlet-x7k2p");
+    known.note("s-t", "u-tenant", "team-a", "trainer-0");
+    let claim = |name: &str| {
+        let p = pod(name);
+        ledger
+            .claim(
+                &p,
+                &[Claim {
+                    device: DeviceId::Gpu("GPU-0".into()),
+                    share: Share::Exclusive,
+                    pf: None,
+                }],
+            )
+            .unwrap();
+        p.sandbox_id
+    };
+
+    let first = claim("a");
+    let out = ledger.release_pod(&first, &teardown).unwrap();
+    let reason = &out.failed[0].1;
+    assert!(reason.contains("still open in pids [400]"), "{reason}");
+    assert!(host.alive(300) && host.alive(400));
+
+    // The tenant's process gone, koordlet's alone keeps nothing.
+    host.procs.lock().unwrap().remove(&400);
+    let out = ledger.release_pod(&first, &teardown).unwrap();
+    assert!(out.failed.is_empty(), "{:?}", out.failed);
+    assert_eq!(teardown.retry_quarantined(&ledger).unwrap(), vec!["GPU-0"]);
+    let second = claim("b");
+    let out = ledger.release_pod(&second, &teardown).unwrap();
+    assert!(out.failed.is_empty(), "{:?}", out.failed);
+    assert!(ledger.snapshot().unwrap().devices.is_empty());
+}
