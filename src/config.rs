@@ -289,9 +289,10 @@ impl Default for GpuConfig {
             .to_vec(),
             ignored_pods: [
                 "koordinator-system/koordlet-",
-                "gpu-operator/nvidia-device-plugin-",
+                "gpu-operator/nvidia-device-plugin-daemonset-",
                 "gpu-operator/nvidia-dcgm-",
-                "kube-system/nvidia-device-plugin-",
+                "gpu-operator/nvidia-driver-daemonset-",
+                "kube-system/nvidia-device-plugin-daemonset-",
             ]
             .map(String::from)
             .to_vec(),

@@ -124,4 +124,22 @@ fn a_config_that_does_not_load_leaves_the_report() {
     assert!(out.status.success(), "{stdout}{stderr}");
     assert!(stdout.contains("DEVICE"), "{stdout}");
     assert!(stderr.contains("gpu.health_dir"), "{stderr}");
+    // In JSON too: health read from the default is not taken for the node's.
+    let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .arg("status")
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--config")
+        .arg(&config)
+        .args(["-o", "json"])
+        .output()
+        .expect("run devgate status");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["gpu_health_dir"], "/var/lib/devgate");
+    assert!(
+        v["gpu_health_dir_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("gpu.health_dir")),
+        "{v}"
+    );
 }

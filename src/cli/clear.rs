@@ -184,7 +184,10 @@ fn clear_gpu_quarantine(
     }
     let inventory = gpu::discover_node(&args.host_root);
     let teardown = gpu::GpuTeardown::for_node(inventory, config.gpu.clone(), ledger.clone())
-        .skipping(running_plugin(&args.state_dir));
+        .skipping(running_plugin(&args.state_dir))
+        .with_known_pods(std::sync::Arc::new(gpu::KnownPods::load_daemons(
+            &args.state_dir.join(gpu::DAEMON_PODS_FILE),
+        )));
     Ok(match teardown.retry_one(ledger, uuid)? {
         Retried::Cleared => {
             done.push(format!("cleaned, quarantine cleared (was: {reason})"));

@@ -245,8 +245,7 @@ fn with_ledger_warnings(mut plan: Plan, state_dir: &Path, me: &PodMeta) -> Plan 
         Ok(state) => {
             for claim in &plan.claims {
                 plan.warnings.extend(held_by_others(&state, claim, me));
-                plan.warnings
-                    .extend(crate::ledger::pf_vf_conflict(&state, claim).map(|e| e.to_string()));
+                plan.warnings.extend(pf_vf_warning(&state, claim, me));
             }
         }
         Err(e) => plan
@@ -266,6 +265,16 @@ fn held_by_others(state: &LedgerState, claim: &Claim, me: &PodMeta) -> Option<St
         .map(|(p, h)| format!("{} ({})", p.pod, share_text(&h.share)))
         .collect();
     (!others.is_empty()).then(|| format!("{} is held by {}", claim.device, others.join(", ")))
+}
+
+/// A PF held whole beside a VF of it, held by a pod other than this one.
+fn pf_vf_warning(state: &LedgerState, claim: &Claim, me: &PodMeta) -> Option<String> {
+    let err = crate::ledger::pf_vf_conflict(state, claim)?;
+    let mine = format!("{}/{}", me.namespace, me.name);
+    match &err {
+        crate::ledger::LedgerError::HeldWithPf { holder, .. } if *holder == mine => None,
+        _ => Some(err.to_string()),
+    }
 }
 
 fn share_text(share: &Share) -> String {

@@ -58,6 +58,11 @@ struct StatusView<'a> {
     #[serde(flatten)]
     ledger: &'a LedgerState,
     gpu_health: &'a HealthState,
+    /// Where GPU health was read, and why from the default when the config
+    /// did not load.
+    gpu_health_dir: &'a std::path::Path,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_health_dir_error: Option<&'a str>,
     gpu_nic_pairs: &'a [PodPairs],
     /// The runtime devgate was last configured by, and the features in use.
     runtime: Option<&'a crate::plugin::features::RuntimeRecord>,
@@ -73,23 +78,25 @@ struct StatusView<'a> {
 /// `--health-dir`, else the config's: the one the plugin and the hook mark.
 /// A config that does not load (the moment status is most needed) leaves the
 /// default, said on stderr, and the rest of the report as it is.
-fn health_dir(args: &StatusArgs) -> PathBuf {
+fn health_dir(args: &StatusArgs) -> (PathBuf, Option<String>) {
     if let Some(dir) = &args.health_dir {
-        return dir.clone();
+        return (dir.clone(), None);
     }
     match crate::config::Config::load(&args.config) {
-        Ok(config) => config.gpu.health_dir,
+        Ok(config) => (config.gpu.health_dir, None),
         Err(e) => {
             let default = crate::config::GpuConfig::default().health_dir;
-            eprintln!("devgate status: {e}; gpu health from {}", default.display());
-            default
+            let why = format!("{e}; gpu health read from {}", default.display());
+            eprintln!("devgate status: {why}");
+            (default, Some(why))
         }
     }
 }
 
 pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
     let state = Ledger::read(&args.state_dir)?;
-    let health = HealthStore::new(&health_dir(&args)).snapshot()?;
+    let (health_dir, health_dir_error) = health_dir(&args);
+    let health = HealthStore::new(&health_dir).snapshot()?;
     let runtime_record = crate::plugin::features::RuntimeRecord::load(&args.state_dir)?;
     let grants = crate::grant::audit::read_counters(&args.state_dir)?;
     // A VF record that cannot be read is shown, not allowed to hide the rest.
@@ -115,6 +122,8 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
             let view = StatusView {
                 ledger: &state,
                 gpu_health: &health,
+                gpu_health_dir: &health_dir,
+                gpu_health_dir_error: health_dir_error.as_deref(),
                 gpu_nic_pairs: &pairs,
                 runtime: runtime_record.as_ref(),
                 grants: &grants,

@@ -148,14 +148,38 @@ pub struct Split {
     pub outside: BTreeMap<u64, Vec<u32>>,
 }
 
-/// Sorts the holders of `devs` into the pod's and everyone else's. Processes in
-/// `ignored` (node daemons such as nvidia-persistenced) are neither.
+/// Holders of a released GPU that are no users of it.
+#[derive(Default)]
+pub struct NotUsers {
+    /// Node daemons by cgroup (`gpu.ignored_cgroups`: nvidia-persistenced).
+    pub cgroups: PodCgroups,
+    /// Daemons run as pods (`gpu.ignored_pods`), counted as such only while
+    /// they hold every GPU of the node, as anything that loads NVML does: a
+    /// process in such a pod holding only some (descriptors passed to it by
+    /// a tenant) is a user like any other.
+    pub daemon_pods: PodCgroups,
+    /// Every GPU of the node.
+    pub all_gpus: Vec<u64>,
+}
+
+impl NotUsers {
+    fn holds_every_gpu(&self, users: &Users, pid: u32) -> bool {
+        !self.all_gpus.is_empty()
+            && self
+                .all_gpus
+                .iter()
+                .all(|r| users.of(*r).binary_search(&pid).is_ok())
+    }
+}
+
+/// Sorts the holders of `devs` into the pod's and everyone else's. Processes
+/// `not_users` names are neither.
 pub fn split(
     host: &dyn Host,
     users: &Users,
     devs: &[u64],
     pod: &PodCgroups,
-    ignored: &PodCgroups,
+    not_users: &NotUsers,
 ) -> Split {
     let mut out = Split::default();
     let mut seen: HashMap<u32, Membership> = HashMap::new();
@@ -163,12 +187,15 @@ pub fn split(
         for &pid in users.of(*rdev) {
             let m = *seen
                 .entry(pid)
-                .or_insert_with(|| membership(host, pid, pod, ignored));
+                .or_insert_with(|| membership(host, pid, pod, not_users));
             match m {
                 Membership::Pod(start) => {
                     out.pod.insert(pid, start);
                 }
-                Membership::Outside => out.outside.entry(*rdev).or_default().push(pid),
+                Membership::DaemonPod if not_users.holds_every_gpu(users, pid) => {}
+                Membership::Outside | Membership::DaemonPod => {
+                    out.outside.entry(*rdev).or_default().push(pid)
+                }
                 Membership::Ignored | Membership::Gone => {}
             }
         }
@@ -182,13 +209,15 @@ enum Membership {
     Pod(u64),
     Outside,
     Ignored,
+    /// In a pod `gpu.ignored_pods` names.
+    DaemonPod,
     Gone,
 }
 
 /// Where `pid` belongs. Its start time is read before and after its cgroup:
 /// only when both agree is the cgroup that process's, so a pid reused while
 /// it was read is never taken for the pod's and later signalled.
-fn membership(host: &dyn Host, pid: u32, pod: &PodCgroups, ignored: &PodCgroups) -> Membership {
+fn membership(host: &dyn Host, pid: u32, pod: &PodCgroups, not_users: &NotUsers) -> Membership {
     let start = || super::kill::start_time(host, pid);
     let before = match start() {
         Ok(Some(t)) => t,
@@ -208,7 +237,8 @@ fn membership(host: &dyn Host, pid: u32, pod: &PodCgroups, ignored: &PodCgroups)
         // path component anywhere, and a pod running systemd inside (or
         // naming a cgroup so) would otherwise keep the GPU past its release.
         Ok(text) if pod.contains(&text) => Membership::Pod(before),
-        Ok(text) if ignored.contains(&text) => Membership::Ignored,
+        Ok(text) if not_users.cgroups.contains(&text) => Membership::Ignored,
+        Ok(text) if not_users.daemon_pods.contains(&text) => Membership::DaemonPod,
         Ok(_) => Membership::Outside,
         Err(e) if gone(&e) => Membership::Gone,
         // Unknown cgroup: not provably the pod's, so it must not be killed.
@@ -277,7 +307,7 @@ mod tests {
         let users = scan(&host, &[gpu], &[1]).unwrap();
         assert_eq!(users.of(gpu), [10, 11]);
         let pod = PodCgroups::from_uid("uid-a");
-        let split = split(&host, &users, &[gpu], &pod, &PodCgroups::none());
+        let split = split(&host, &users, &[gpu], &pod, &NotUsers::default());
         assert_eq!(split.pod, BTreeMap::from([(11, 110)]));
         let times = KillTimes {
             grace: Duration::from_millis(10),

@@ -24,7 +24,7 @@ use super::host::{Host, ProcHost};
 use super::kill::{self, KillTimes};
 use super::nvml::{self, Nvml};
 use super::reset;
-use super::scan::{add_nvml_users, scan, split, Users};
+use super::scan::{add_nvml_users, scan, split, NotUsers, Users};
 use super::GpuError;
 
 /// Sandboxes released by this teardown, remembered so that pods sharing a GPU and
@@ -309,7 +309,15 @@ impl GpuTeardown {
         let mut skip = vec![std::process::id()];
         skip.extend(&self.skipped);
         let watched = self.watched(targets);
-        let rdevs: Vec<u64> = watched.iter().map(|(_, r)| *r).collect();
+        let all_gpus = self.all_gpu_devs();
+        // Every GPU's holders, to tell a daemon pod holding them all.
+        let mut rdevs: Vec<u64> = watched.iter().map(|(_, r)| *r).collect();
+        rdevs.extend(
+            all_gpus
+                .iter()
+                .filter(|r| !rdevs.contains(r))
+                .collect::<Vec<_>>(),
+        );
         let mut users = match scan(self.host.as_ref(), &rdevs, &skip) {
             Ok(users) => users,
             Err(e) => return vec![e],
@@ -318,11 +326,12 @@ impl GpuTeardown {
             return vec![e];
         }
         let target_devs: Vec<u64> = targets.iter().map(|t| t.rdev).collect();
-        let ignored = self
-            .ignored
-            .clone()
-            .merged(self.known_pods.cgroups_of(&self.config.ignored_pods));
-        let split = split(self.host.as_ref(), &users, &target_devs, pod, &ignored);
+        let not_users = NotUsers {
+            cgroups: self.ignored.clone(),
+            daemon_pods: self.known_pods.cgroups_of(&self.config.ignored_pods),
+            all_gpus,
+        };
+        let split = split(self.host.as_ref(), &users, &target_devs, pod, &not_users);
         match kill::end(self.host.as_ref(), &split.pod, self.times()) {
             Ok(ended) if !split.pod.is_empty() => {
                 tracing::info!(terminated = ?ended.terminated, killed = ?ended.killed, "ended the released pod's gpu users");
@@ -367,6 +376,19 @@ impl GpuTeardown {
 
     /// The devices to scan: the targets, and every GPU when a full reset may follow
     /// (it needs all of them idle, nvidia-smi(1) `--gpu-reset`).
+    /// The device numbers of every GPU of the node.
+    fn all_gpu_devs(&self) -> Vec<u64> {
+        let inv = self.inventory.read().unwrap_or_else(|p| p.into_inner());
+        match inv.nvidia_majors.nvidia {
+            Some(major) => inv
+                .gpus
+                .iter()
+                .map(|g| libc::makedev(major, g.minor))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
     fn watched(&self, targets: &[Target]) -> Vec<(String, u64)> {
         let mut out: Vec<(String, u64)> =
             targets.iter().map(|t| (t.uuid.clone(), t.rdev)).collect();

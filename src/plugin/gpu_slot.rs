@@ -2,6 +2,7 @@
 //! plugin the runtime starts learns its config, `[gpu]` included, only at
 //! Configure, after it was built with the defaults.
 
+use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::config::GpuConfig;
@@ -29,8 +30,56 @@ impl GpuSlot {
     }
 
     /// The node's pods as the runtime names them (`gpu.ignored_pods`).
+    #[cfg(test)]
     pub fn known_pods(&self) -> &KnownPods {
         &self.known_pods
+    }
+
+    /// Records a pod; a new daemon pod is written for `devgate clear`.
+    pub fn note_pod(&self, pod: &nri::api::PodSandbox, state_dir: &Path) {
+        if self
+            .known_pods
+            .note(&pod.id, &pod.uid, &pod.namespace, &pod.name)
+            && self.is_daemon(pod)
+        {
+            self.save_daemons(state_dir);
+        }
+    }
+
+    /// Forgets a removed sandbox; a daemon's is written for `devgate clear`.
+    pub fn forget_pod(&self, pod: &nri::api::PodSandbox, state_dir: &Path) {
+        if self.known_pods.forget(&pod.id) && self.is_daemon(pod) {
+            self.save_daemons(state_dir);
+        }
+    }
+
+    /// Exactly the runtime's pods (Synchronize), written for `devgate clear`.
+    pub fn sync_pods(&self, pods: &[nri::api::PodSandbox], state_dir: &Path) {
+        let ids = pods.iter().map(|p| p.id.as_str()).collect();
+        self.known_pods.keep_only(&ids);
+        for pod in pods {
+            self.known_pods
+                .note(&pod.id, &pod.uid, &pod.namespace, &pod.name);
+        }
+        self.save_daemons(state_dir);
+    }
+
+    fn is_daemon(&self, pod: &nri::api::PodSandbox) -> bool {
+        let gpu = self.get();
+        let one = KnownPods::default();
+        one.note(&pod.id, &pod.uid, &pod.namespace, &pod.name);
+        !one.daemons(&gpu.config().ignored_pods).is_empty()
+    }
+
+    fn save_daemons(&self, state_dir: &Path) {
+        let gpu = self.get();
+        let path = state_dir.join(crate::gpu::DAEMON_PODS_FILE);
+        if let Err(e) = self
+            .known_pods
+            .save_daemons(&gpu.config().ignored_pods, &path)
+        {
+            tracing::warn!(error = %e, "daemon pods not saved: devgate clear counts them as users");
+        }
     }
 
     /// Rebuilds the GPU side with `config` unless it is the one in force;

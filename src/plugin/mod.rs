@@ -345,8 +345,7 @@ impl nri::Plugin for DevgatePlugin {
         pod: &PodSandbox,
         ctr: &Container,
     ) -> Result<CreateContainerResponse, PluginError> {
-        let known = self.gpu.known_pods();
-        known.note(&pod.id, &pod.uid, &pod.namespace, &pod.name);
+        self.gpu.note_pod(pod, &self.options.state_dir);
         let adjust = self.adjustment(pod, ctr)?;
         tracing::debug!(
             namespace = %pod.namespace,
@@ -371,10 +370,7 @@ impl nri::Plugin for DevgatePlugin {
         let stopped_pid_zero = self
             .stopped_pid_zero
             .load(std::sync::atomic::Ordering::Relaxed);
-        for pod in &pods {
-            let known = self.gpu.known_pods();
-            known.note(&pod.id, &pod.uid, &pod.namespace, &pod.name);
-        }
+        self.gpu.sync_pods(&pods, &self.options.state_dir);
         let live = lifecycle::live_pods(&pods, &containers, stopped_pid_zero);
         match self.devices.ledger().stale_pods(&live) {
             Ok(stale) if stale.is_empty() => {}
@@ -400,7 +396,7 @@ impl nri::Plugin for DevgatePlugin {
 
     fn remove_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
         self.devices.pod_removed(&pod.id);
-        self.gpu.known_pods().forget(&pod.id);
+        self.gpu.forget_pod(pod, &self.options.state_dir);
         self.release_in_background(lifecycle::Release::Pod(pod.id.clone()));
         Ok(())
     }

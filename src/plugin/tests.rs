@@ -354,8 +354,16 @@ async fn pods_are_known_to_gpu_teardown_until_removed() {
     let patterns = crate::config::GpuConfig::default().ignored_pods;
     let its = "0::/kubepods/burstable/podu-k/c1\n";
     assert!(p.gpu.known_pods().cgroups_of(&patterns).contains(its));
+    // Written for `devgate clear`, which cannot ask the runtime.
+    let file = p.options().state_dir.join(crate::gpu::DAEMON_PODS_FILE);
+    let saved = || std::fs::read_to_string(&file).unwrap();
+    assert_eq!(
+        saved(),
+        r#"[{"pod":"koordinator-system/koordlet-x7k2p","uid":"u-k"}]"#
+    );
     conn.event(nri::api::Event::REMOVE_POD_SANDBOX, &koordlet, None)
         .await
         .unwrap();
     assert!(!p.gpu.known_pods().cgroups_of(&patterns).contains(its));
+    assert_eq!(saved(), "[]");
 }

@@ -22,19 +22,23 @@ fn a_daemon_pod_named_by_ignored_pods_does_not_hold_a_released_gpu() {
     let host = Arc::new(FakeHost::default());
     let known = Arc::new(KnownPods::default());
     let teardown = GpuTeardown::new(
-        gpu_inventory(195, &[0]),
+        gpu_inventory(195, &[0, 1]),
         config,
         host.clone(),
         Arc::new(FakeNvml::default()),
         Arc::new(ledger.clone()),
     )
     .with_known_pods(known.clone());
-    let gpu0 = libc::makedev(195, 0);
-    // koordlet (as its DaemonSet's pod) and a tenant's pod, both holding GPU-0.
-    host.add(300, &[gpu0], "/kubepods/burstable/podu-koordlet/c1");
+    let (gpu0, gpu1) = (libc::makedev(195, 0), libc::makedev(195, 1));
+    // koordlet (as its DaemonSet's pod) holds every GPU, as NVML does; a
+    // tenant's pod holds GPU-0; and a pod named like a daemon holds GPU-0
+    // only (descriptors passed to it): no daemon.
+    host.add(300, &[gpu0, gpu1], "/kubepods/burstable/podu-koordlet/c1");
     host.add(400, &[gpu0], "/kubepods/besteffort/podu-tenant/c1");
+    host.add(500, &[gpu0], "/kubepods/besteffort/podu-squat/c1");
     known.note("s-k", "u-koordlet", "koordinator-system", "koordlet-x7k2p");
     known.note("s-t", "u-tenant", "team-a", "trainer-0");
+    known.note("s-s", "u-squat", "koordinator-system", "koordlet-fake");
     let claim = |name: &str| {
         let p = pod(name);
         ledger
@@ -53,11 +57,12 @@ fn a_daemon_pod_named_by_ignored_pods_does_not_hold_a_released_gpu() {
     let first = claim("a");
     let out = ledger.release_pod(&first, &teardown).unwrap();
     let reason = &out.failed[0].1;
-    assert!(reason.contains("still open in pids [400]"), "{reason}");
-    assert!(host.alive(300) && host.alive(400));
+    assert!(reason.contains("still open in pids [400, 500]"), "{reason}");
+    assert!(host.alive(300) && host.alive(400) && host.alive(500));
 
-    // The tenant's process gone, koordlet's alone keeps nothing.
+    // The others gone, koordlet's alone keeps nothing.
     host.procs.lock().unwrap().remove(&400);
+    host.procs.lock().unwrap().remove(&500);
     let out = ledger.release_pod(&first, &teardown).unwrap();
     assert!(out.failed.is_empty(), "{:?}", out.failed);
     assert_eq!(teardown.retry_quarantined(&ledger).unwrap(), vec!["GPU-0"]);
