@@ -241,7 +241,7 @@ pub struct GpuConfig {
     /// teardown runs in a process other than the one watching health.
     pub ignored_cgroups: Vec<String>,
     /// Pods of node daemons that keep GPUs open (NVML-based agents run as
-    /// DaemonSets), as `namespace/pod-name-prefix`: namespaces only the
+    /// DaemonSets), as `namespace/daemonset-name`: namespaces only the
     /// cluster's operators create pods in. NRI mode only (the plugin learns
     /// pods from the runtime).
     pub ignored_pods: Vec<String>,
@@ -288,11 +288,12 @@ impl Default for GpuConfig {
             .map(String::from)
             .to_vec(),
             ignored_pods: [
-                "koordinator-system/koordlet-",
-                "gpu-operator/nvidia-device-plugin-daemonset-",
-                "gpu-operator/nvidia-dcgm-",
-                "gpu-operator/nvidia-driver-daemonset-",
-                "kube-system/nvidia-device-plugin-daemonset-",
+                "koordinator-system/koordlet",
+                "gpu-operator/nvidia-device-plugin-daemonset",
+                "gpu-operator/nvidia-dcgm",
+                "gpu-operator/nvidia-dcgm-exporter",
+                "gpu-operator/nvidia-driver-daemonset",
+                "kube-system/nvidia-device-plugin-daemonset",
             ]
             .map(String::from)
             .to_vec(),
@@ -365,7 +366,7 @@ impl Config {
             return Err(ConfigError::Invalid {
                 key: "gpu.ignored_pods".to_string(),
                 reason: format!(
-                    "at most {MAX_IGNORED_PODS} entries of <namespace>/<pod-name-prefix>, both non-empty"
+                    "at most {MAX_IGNORED_PODS} entries of <namespace>/<daemonset-name>"
                 ),
             });
         }

@@ -151,7 +151,7 @@ fn values_the_plan_refuses_fail_the_config() {
     .unwrap();
     Config::parse("device_file_mode = 0o660\nhook_timeout_secs = 30", "t").unwrap();
     Config::parse("[gpu]\nreset_command = []", "t").unwrap();
-    Config::parse("[gpu]\nignored_pods = [\"monitoring/dcgm-exporter-\"]", "t").unwrap();
+    Config::parse("[gpu]\nignored_pods = [\"monitoring/dcgm-exporter\"]", "t").unwrap();
     // The VLAN from a PF section, or from the pod where pods may set it.
     Config::parse(
         "[vf.defaults]\nqos = 3\n[vf.pf.\"0000:3b:00.0\"]\nvlan = 7",

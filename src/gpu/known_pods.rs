@@ -4,7 +4,7 @@
 //! NVIDIA's device plugin, DCGM) keep every GPU open: `nvmlInit` attaches to
 //! each one. Their cgroups carry their pod's UID, which no `ignored_cgroups`
 //! entry can name in advance; `gpu.ignored_pods` names them by namespace and
-//! pod-name prefix, places only the cluster's operators create pods in.
+//! DaemonSet name, in namespaces only the cluster's operators create pods in.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -121,7 +121,7 @@ impl KnownPods {
         known
     }
 
-    /// The cgroups of the known pods one of `patterns` (`namespace/name-prefix`)
+    /// The cgroups of the known pods one of `patterns` (`namespace/daemonset`)
     /// names.
     pub fn cgroups_of(&self, patterns: &[String]) -> PodCgroups {
         let pods = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
@@ -133,14 +133,20 @@ impl KnownPods {
     }
 }
 
-/// `namespace/prefix` names `namespace/name` when the namespaces are equal
-/// and the name starts with the prefix.
+/// `namespace/daemonset` names `namespace/name` when the namespaces are
+/// equal and the name is the DaemonSet's followed by one generated suffix
+/// (`<daemonset>-<suffix>`, the suffix without `-`): `nvidia-device-plugin`
+/// names `nvidia-device-plugin-x7k2p`, never the MPS control daemon's
+/// `nvidia-device-plugin-mps-control-daemon-x7k2p`, which runs tenants' work.
 fn names(pattern: &str, pod: &str) -> bool {
-    let (Some((pns, prefix)), Some((ns, name))) = (pattern.split_once('/'), pod.split_once('/'))
+    let (Some((pns, daemonset)), Some((ns, name))) = (pattern.split_once('/'), pod.split_once('/'))
     else {
         return false;
     };
-    pns == ns && name.starts_with(prefix)
+    let suffix = name
+        .strip_prefix(daemonset)
+        .and_then(|rest| rest.strip_prefix('-'));
+    pns == ns && suffix.is_some_and(|s| !s.is_empty() && !s.contains('-'))
 }
 
 #[cfg(test)]
@@ -155,15 +161,22 @@ mod tests {
         known.note("s3", "u-dcgm", "gpu-operator", "nvidia-dcgm-exporter-abcde");
         // Its sandbox recreated: the old one's removal keeps the pod.
         known.note("s4", "u-dcgm", "gpu-operator", "nvidia-dcgm-exporter-abcde");
+        known.note(
+            "s5",
+            "u-mps",
+            "gpu-operator",
+            "nvidia-dcgm-mps-control-daemon-x7k2p",
+        );
         let patterns = vec![
-            "koordinator-system/koordlet-".to_string(),
-            "gpu-operator/nvidia-dcgm-".to_string(),
+            "koordinator-system/koordlet".to_string(),
+            "gpu-operator/nvidia-dcgm-exporter".to_string(),
         ];
         let cgroups = known.cgroups_of(&patterns);
         let cg = |uid: &str| format!("0::/kubepods/besteffort/pod{uid}/c1\n");
         assert!(cgroups.contains(&cg("u-koordlet")));
         assert!(cgroups.contains(&cg("u-dcgm")));
         assert!(!cgroups.contains(&cg("u-tenant")), "another namespace");
+        assert!(!cgroups.contains(&cg("u-mps")), "another daemonset");
         known.forget("s3");
         assert!(known.cgroups_of(&patterns).contains(&cg("u-dcgm")));
         known.forget("s4");
@@ -182,12 +195,12 @@ mod tests {
         assert!(known.note("s1", "u-koordlet", "koordinator-system", "koordlet-x7k2p"));
         assert!(!known.note("s1", "u-koordlet", "koordinator-system", "koordlet-x7k2p"));
         known.note("s2", "u-tenant", "team-a", "trainer-0");
-        let patterns = vec!["koordinator-system/koordlet-".to_string()];
+        let patterns = vec!["koordinator-system/koordlet".to_string()];
         known.save_daemons(&patterns, &path).unwrap();
         let loaded = KnownPods::load_daemons(&path);
         let cg = |uid: &str| format!("0::/kubepods/besteffort/pod{uid}/c1\n");
         assert!(loaded.cgroups_of(&patterns).contains(&cg("u-koordlet")));
-        assert_eq!(loaded.daemons(&["team-a/t".to_string()]), vec![]);
+        assert_eq!(loaded.daemons(&["team-a/trainer".to_string()]), vec![]);
         assert!(KnownPods::load_daemons(&dir.path().join("none"))
             .daemons(&patterns)
             .is_empty());

@@ -193,9 +193,11 @@ pub fn split(
                     out.pod.insert(pid, start);
                 }
                 Membership::DaemonPod if not_users.holds_every_gpu(users, pid) => {}
-                Membership::Outside | Membership::DaemonPod => {
+                Membership::DaemonPod => {
+                    tracing::warn!(pid, "a process of a pod gpu.ignored_pods names holds some gpus, not all: a user");
                     out.outside.entry(*rdev).or_default().push(pid)
                 }
+                Membership::Outside => out.outside.entry(*rdev).or_default().push(pid),
                 Membership::Ignored | Membership::Gone => {}
             }
         }

@@ -374,21 +374,23 @@ impl GpuTeardown {
         errors
     }
 
-    /// The devices to scan: the targets, and every GPU when a full reset may follow
-    /// (it needs all of them idle, nvidia-smi(1) `--gpu-reset`).
-    /// The device numbers of every GPU of the node.
+    /// The device numbers of every GPU of the node a daemon's NVML attaches
+    /// to: not those the inventory finds unusable (`NVreg_ExcludedGpus`, off
+    /// the bus), which nothing holds.
     fn all_gpu_devs(&self) -> Vec<u64> {
         let inv = self.inventory.read().unwrap_or_else(|p| p.into_inner());
-        match inv.nvidia_majors.nvidia {
-            Some(major) => inv
-                .gpus
-                .iter()
-                .map(|g| libc::makedev(major, g.minor))
-                .collect(),
-            None => Vec::new(),
-        }
+        let Some(major) = inv.nvidia_majors.nvidia else {
+            return Vec::new();
+        };
+        inv.gpus
+            .iter()
+            .filter(|g| matches!(g.health, crate::inventory::Health::Healthy))
+            .map(|g| libc::makedev(major, g.minor))
+            .collect()
     }
 
+    /// The devices to scan: the targets, and every GPU when a full reset may follow
+    /// (it needs all of them idle, nvidia-smi(1) `--gpu-reset`).
     fn watched(&self, targets: &[Target]) -> Vec<(String, u64)> {
         let mut out: Vec<(String, u64)> =
             targets.iter().map(|t| (t.uuid.clone(), t.rdev)).collect();

@@ -71,3 +71,49 @@ fn a_daemon_pod_named_by_ignored_pods_does_not_hold_a_released_gpu() {
     assert!(out.failed.is_empty(), "{:?}", out.failed);
     assert!(ledger.snapshot().unwrap().devices.is_empty());
 }
+
+/// A GPU the inventory finds unusable (excluded from the driver) is held by
+/// no daemon: holding every other one is holding them all.
+#[test]
+fn a_gpu_no_daemon_can_hold_is_not_asked_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&dir.path().join("ledger")).unwrap();
+    let mut inventory = gpu_inventory(195, &[0, 1]);
+    inventory.gpus[1].health = crate::inventory::Health::Unhealthy {
+        reason: "excluded by NVreg_ExcludedGpus".into(),
+    };
+    let host = Arc::new(FakeHost::default());
+    let known = Arc::new(KnownPods::default());
+    let teardown = GpuTeardown::new(
+        inventory,
+        GpuConfig {
+            health_dir: dir.path().join("health"),
+            ..GpuConfig::default()
+        },
+        host.clone(),
+        Arc::new(FakeNvml::default()),
+        Arc::new(ledger.clone()),
+    )
+    .with_known_pods(known.clone());
+    host.add(
+        300,
+        &[libc::makedev(195, 0)],
+        "/kubepods/burstable/podu-dcgm/c1",
+    );
+    known.note(
+        "s-d",
+        "u-dcgm",
+        "gpu-operator",
+        "nvidia-dcgm-exporter-q8w2z",
+    );
+    let p = pod("a");
+    let gpu0 = Claim {
+        device: DeviceId::Gpu("GPU-0".into()),
+        share: Share::Exclusive,
+        pf: None,
+    };
+    ledger.claim(&p, &[gpu0]).unwrap();
+    let out = ledger.release_pod(&p.sandbox_id, &teardown).unwrap();
+    assert!(out.failed.is_empty(), "{:?}", out.failed);
+    assert!(ledger.snapshot().unwrap().devices.is_empty());
+}
