@@ -235,3 +235,12 @@ fn the_hook_grants_through_a_program_on_the_containers_parent_cgroup() {
     assert_eq!(probe(&leaf, Path::new("/dev/null"), libc::O_RDWR), None);
     drop(cg);
 }
+
+/// The unified hierarchy is told by its filesystem type, as runtimes tell it;
+/// the v1 devices hierarchy beside it is not one.
+#[test]
+fn the_unified_hierarchy_is_told_by_statfs() {
+    use devgate::hook::cgroup::is_unified;
+    assert!(is_unified(Path::new(V2_ROOT)));
+    assert!(!is_unified(Path::new(V1_DEVICES_ROOT)));
+}

@@ -91,8 +91,17 @@ pub enum Hierarchy {
     V2(String),
 }
 
-/// Reads `<proc_root>/<pid>/cgroup` and picks the device hierarchy.
-pub fn hierarchy(proc_root: &Path, pid: u32) -> Result<Hierarchy, CgroupError> {
+/// Whether `root` is a cgroup2 filesystem: the unified hierarchy, where
+/// runtimes use device programs only (runc and crun decide so by `statfs` of
+/// the cgroup root), whatever v1 `devices` mount a tool left beside it.
+pub fn is_unified(root: &Path) -> bool {
+    nix::sys::statfs::statfs(root)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+}
+
+/// Reads `<proc_root>/<pid>/cgroup` and picks the device hierarchy: on a
+/// `unified` host the v2 entry, else a v1 `devices` one where there is one.
+pub fn hierarchy(proc_root: &Path, pid: u32, unified: bool) -> Result<Hierarchy, CgroupError> {
     let proc_path = proc_root.join(pid.to_string()).join("cgroup");
     let text = read_bounded(&proc_path)?;
     let malformed = |reason: &str| CgroupError::Malformed {
@@ -114,6 +123,7 @@ pub fn hierarchy(proc_root: &Path, pid: u32) -> Result<Hierarchy, CgroupError> {
         }
     }
     match (v1, v2) {
+        (_, Some(p)) if unified => Ok(Hierarchy::V2(p.to_string())),
         (Some(p), _) => Ok(Hierarchy::V1(p.to_string())),
         (None, Some(p)) => Ok(Hierarchy::V2(p.to_string())),
         (None, None) => Err(malformed("no devices hierarchy and no cgroup v2 entry")),
@@ -135,7 +145,7 @@ pub fn allow(
     if nodes.is_empty() {
         return Ok(Applied::Nothing);
     }
-    let found = hierarchy(&roots.proc_root, pid)?;
+    let found = hierarchy(&roots.proc_root, pid, is_unified(&roots.v2_root))?;
     let (Hierarchy::V1(path) | Hierarchy::V2(path)) = &found;
     let Some(own) = super::membership::own_prefix(path, container_id) else {
         return Err(CgroupError::NotOwn {
@@ -310,14 +320,20 @@ mod tests {
         assert_eq!((r.old, r.in_place), (1, true));
         assert_eq!(bpf.attached, vec![100]);
         assert_eq!(
-            hierarchy(&f.roots.proc_root, 7).unwrap(),
+            hierarchy(&f.roots.proc_root, 7, false).unwrap(),
             Hierarchy::V2("/system.slice/libpod-0123456789abc.scope".into())
         );
         let f = fake(HYBRID);
         assert_eq!(
-            hierarchy(&f.roots.proc_root, 7).unwrap(),
+            hierarchy(&f.roots.proc_root, 7, false).unwrap(),
             Hierarchy::V1("/libpod_parent/libpod-0123456789abc".into())
         );
+        // On a unified host a stray v1 devices mount decides nothing.
+        assert_eq!(
+            hierarchy(&f.roots.proc_root, 7, true).unwrap(),
+            Hierarchy::V2("/libpod_parent/libpod-0123456789abc".into())
+        );
+        assert!(!is_unified(&f.roots.v2_root), "a plain directory");
     }
 
     #[test]
