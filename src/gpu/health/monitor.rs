@@ -2,7 +2,7 @@
 //! health, fold both into the store. One step is one check.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +39,10 @@ pub struct HealthMonitor {
     store: HealthStore,
     uuids: Vec<String>,
     policy: HealthPolicy,
+    /// When a clean check last counted (unix seconds): the wait returns at
+    /// the first event, ignored application XIDs included, and clean checks
+    /// count once an interval, however often a tenant's XIDs wake it.
+    last_counted: AtomicU64,
 }
 
 impl HealthMonitor {
@@ -54,6 +58,7 @@ impl HealthMonitor {
             store,
             uuids,
             policy,
+            last_counted: AtomicU64::new(0),
         }
     }
 
@@ -92,6 +97,15 @@ impl HealthMonitor {
         uuids.extend(by_gpu.keys().cloned());
         let readings: BTreeMap<String, (Option<MemoryHealth>, Option<Fault>)> =
             uuids.iter().map(|u| (u.clone(), self.reading(u))).collect();
+        let interval = self.policy.interval.as_secs().max(1);
+        let counts = now
+            >= self
+                .last_counted
+                .load(Ordering::Relaxed)
+                .saturating_add(interval);
+        if counts {
+            self.last_counted.store(now, Ordering::Relaxed);
+        }
         self.store.update(|state| {
             let mut out = Vec::new();
             for (uuid, (reading, lost)) in &readings {
@@ -104,6 +118,10 @@ impl HealthMonitor {
                     &self.policy.ignored_xids,
                 );
                 faults.extend(lost.clone());
+                // Within an interval of the last counted check only faults count.
+                if faults.is_empty() && !counts {
+                    continue;
+                }
                 let obs = Observation {
                     faults,
                     complete: events_ok && reading.is_some(),

@@ -247,3 +247,24 @@ fn an_event_wait_that_fails_at_once_is_paced_not_spun() {
     let waits = nvml.waits.load(std::sync::atomic::Ordering::Relaxed);
     assert!((1..=10).contains(&waits), "{waits} waits in 300 ms");
 }
+
+/// Application XIDs a tenant can raise wake the wait at once; clean checks
+/// still count once an interval, not once a wake-up.
+#[test]
+fn wake_ups_within_an_interval_count_one_clean_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let nvml = Arc::new(FakeNvml::default());
+    let m = monitor(dir.path(), &nvml, policy(3, 0));
+    nvml.push_events(vec![xid("GPU-0", 48)]);
+    m.step(1000).unwrap();
+    for _ in 0..5 {
+        nvml.push_events(vec![xid("GPU-1", 13)]);
+        assert!(m.step(1001).unwrap().is_empty());
+    }
+    let store = HealthStore::new(dir.path());
+    assert_eq!(store.snapshot().unwrap().gpus["GPU-0"].clean_checks, 1);
+    store.check("GPU-0").unwrap_err();
+    // A fault still counts at once.
+    nvml.push_events(vec![xid("GPU-1", 79)]);
+    assert_eq!(m.step(1001).unwrap().len(), 1);
+}

@@ -30,13 +30,19 @@ impl DlNvml {
                 ERROR_TIMEOUT => break,
                 code => match events_check("nvmlEventSetWait_v2", code) {
                     Ok(()) => {}
-                    // What was read stays: an XID 79 is followed by
-                    // GPU_IS_LOST from the next wait.
-                    Err(e) if !out.is_empty() => {
+                    Err(e) => {
+                        // A GPU fallen off the bus fails every later wait of
+                        // the set (nvml.h, nvmlEventSetWait_v2): the next
+                        // wait builds a new one, without the lost GPU, so the
+                        // others are watched again.
+                        self.drop_event_set();
+                        // What was read stays: an XID 79 comes just before.
+                        if out.is_empty() {
+                            return Err(e);
+                        }
                         tracing::warn!(error = %e, "nvml event wait failed after events");
                         break;
                     }
-                    Err(e) => return Err(e),
                 },
             }
             ms = 0;
@@ -107,6 +113,18 @@ impl DlNvml {
         Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
             .to_string_lossy()
             .into_owned())
+    }
+
+    /// Frees the event set; the next wait registers every GPU anew.
+    fn drop_event_set(&self) {
+        let set = self.events.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let (Some(set), Ok(free)) = (
+            set,
+            self.sym::<unsafe extern "C" fn(Handle) -> Ret>(c"nvmlEventSetFree", "-"),
+        ) {
+            // SAFETY: a set NVML created, no longer reachable from `events`.
+            unsafe { free(set.0) };
+        }
     }
 
     fn event_set(&self) -> Result<Handle, NvmlError> {
@@ -187,20 +205,24 @@ mod tests {
     use crate::gpu::nvml::Nvml;
 
     /// Two GPUs; the second cannot register for events (lost). The first
-    /// reports XID 79, after which every wait answers GPU_IS_LOST.
+    /// reports XID 79, after which two waits answer GPU_IS_LOST and later
+    /// ones time out quietly.
     const SOURCE: &str = r#"
 typedef struct { void *device; unsigned long long type, data; unsigned int gi, ci; } ev;
-static int waits = 0;
+static int waits = 0, creates = 0;
+int test_creates(void) { return creates; }
 int nvmlInit_v2(void) { return 0; }
 int nvmlShutdown(void) { return 0; }
-int nvmlEventSetCreate(void **s) { *s = (void *)7; return 0; }
+int nvmlEventSetCreate(void **s) { creates++; *s = (void *)7; return 0; }
 int nvmlEventSetFree(void *s) { return 0; }
 int nvmlDeviceGetCount_v2(unsigned int *n) { *n = 2; return 0; }
 int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **d) { *d = (void *)(unsigned long)(i + 1); return 0; }
 int nvmlDeviceGetSupportedEventTypes(void *d, unsigned long long *t) { *t = 0xa; return 0; }
 int nvmlDeviceRegisterEvents(void *d, unsigned long long t, void *s) { return d == (void *)2 ? 15 : 0; }
 int nvmlEventSetWait_v2(void *s, ev *e, unsigned int ms) {
-    if (++waits > 1) return 15;
+    ++waits;
+    if (waits == 2 || waits == 3) return 15;
+    if (waits > 3) return 10;
     e->device = (void *)1; e->type = 8; e->data = 79; e->gi = e->ci = ~0U;
     return 0;
 }
@@ -227,7 +249,13 @@ int nvmlDeviceGetUUID(void *d, char *buf, unsigned int n) {
                 kind: EventKind::Xid(79),
             }]
         );
-        // Nothing read this time: the failure is reported.
+        // Each failed wait drops its set: the next one waits on a new set,
+        // which fails once more here, then times out quietly.
         assert!(nvml.wait_events(Duration::from_millis(10)).is_err());
+        assert_eq!(nvml.wait_events(Duration::from_millis(10)).unwrap(), vec![]);
+        let creates: unsafe extern "C" fn() -> std::ffi::c_int =
+            nvml.sym(c"test_creates", "-").unwrap();
+        // SAFETY: the stub's counter, no arguments.
+        assert_eq!(unsafe { creates() }, 3);
     }
 }

@@ -49,6 +49,9 @@ struct EventData {
 pub struct DlNvml {
     lib: Handle,
     events: Mutex<Option<EventSet>>,
+    /// `nvmlInit_v2` succeeded: NVML counts inits per process, and a
+    /// shutdown without its init would end another instance's.
+    initialised: bool,
 }
 
 struct EventSet(Handle);
@@ -76,9 +79,10 @@ impl DlNvml {
         if lib.is_null() {
             return Err(load(dl_error()));
         }
-        let nvml = DlNvml {
+        let mut nvml = DlNvml {
             lib,
             events: Mutex::new(None),
+            initialised: false,
         };
         let init: unsafe extern "C" fn() -> Ret = nvml.sym(c"nvmlInit_v2", "-")?;
         // SAFETY: nvmlInit_v2 takes no arguments.
@@ -86,6 +90,7 @@ impl DlNvml {
         if code != SUCCESS {
             return Err(load(format!("nvmlInit_v2: {} (code {code})", reason(code))));
         }
+        nvml.initialised = true;
         Ok(nvml)
     }
 
@@ -148,7 +153,10 @@ impl Drop for DlNvml {
             ) {
                 free(set.0);
             }
-            if let Ok(shutdown) = self.sym::<unsafe extern "C" fn() -> Ret>(c"nvmlShutdown", "-") {
+            if let (true, Ok(shutdown)) = (
+                self.initialised,
+                self.sym::<unsafe extern "C" fn() -> Ret>(c"nvmlShutdown", "-"),
+            ) {
                 shutdown();
             }
             libc::dlclose(self.lib);
@@ -163,18 +171,34 @@ impl Nvml for DlNvml {
 
     fn processes(&self, uuid: &str) -> Result<Vec<u32>, NvmlError> {
         let dev = self.device(uuid)?;
-        let mut pids = self.process_list(
+        let compute = self.process_list(
             dev,
             uuid,
             c"nvmlDeviceGetComputeRunningProcesses_v3",
             c"nvmlDeviceGetComputeRunningProcesses_v2",
-        )?;
-        pids.extend(self.process_list(
+        );
+        let graphics = self.process_list(
             dev,
             uuid,
             c"nvmlDeviceGetGraphicsRunningProcesses_v3",
             c"nvmlDeviceGetGraphicsRunningProcesses_v2",
-        )?);
+        );
+        // A GPU without graphics (or compute) support answers NOT_SUPPORTED
+        // for that list alone: the other still counts. Only both unsupported
+        // is "lists no processes"; any other error is one.
+        let unsupported =
+            |r: &Result<Vec<u32>, NvmlError>| matches!(r, Err(NvmlError::NotSupported { .. }));
+        if unsupported(&compute) && unsupported(&graphics) {
+            return compute;
+        }
+        let mut pids = Vec::new();
+        for list in [compute, graphics] {
+            match list {
+                Ok(found) => pids.extend(found),
+                Err(NvmlError::NotSupported { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
         pids.sort_unstable();
         pids.dedup();
         Ok(pids)
@@ -284,4 +308,36 @@ fn dl_error() -> String {
     unsafe { CStr::from_ptr(msg) }
         .to_string_lossy()
         .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failed init is not followed by a shutdown: NVML counts them per
+    /// process, and the extra one would end a live instance's.
+    #[test]
+    fn a_failed_init_is_not_shut_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let mark = dir.path().join("shutdowns");
+        let source = |init: u32| {
+            format!(
+                r#"#include <stdio.h>
+int nvmlInit_v2(void) {{ return {init}; }}
+int nvmlShutdown(void) {{ FILE *f = fopen("{}", "a"); if (f) {{ fputs("x", f); fclose(f); }} return 0; }}
+"#,
+                mark.display()
+            )
+        };
+        for (name, init, want) in [("fails", 9, ""), ("works", 0, "x")] {
+            let sub = dir.path().join(name);
+            std::fs::create_dir(&sub).unwrap();
+            let lib = crate::fixture::build_c_library(&sub, "libnvml.so", &source(init)).unwrap();
+            let opened = DlNvml::open(lib.to_str().unwrap());
+            assert_eq!(opened.is_ok(), init == 0);
+            drop(opened);
+            let shutdowns = std::fs::read_to_string(&mark).unwrap_or_default();
+            assert_eq!(shutdowns, want, "{name}");
+        }
+    }
 }

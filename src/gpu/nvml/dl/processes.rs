@@ -137,6 +137,47 @@ int nvmlDeviceGetGraphicsRunningProcesses_v3(void *d, unsigned int *n, info *p) 
         }
     }
 
+    /// A compute-only GPU answers NOT_SUPPORTED (3) for its graphics list:
+    /// the compute pids still count. Both unsupported lists no processes;
+    /// any other error is one.
+    #[test]
+    fn one_unsupported_list_keeps_the_other() {
+        use crate::gpu::nvml::Nvml;
+        let dir = tempfile::tempdir().unwrap();
+        let processes = |name: &str, compute: u32, graphics: u32| {
+            let source = format!(
+                r#"typedef struct {{ unsigned int pid; unsigned long long mem; unsigned int gi, ci; }} info;
+int nvmlInit_v2(void) {{ return 0; }}
+int nvmlShutdown(void) {{ return 0; }}
+int nvmlDeviceGetHandleByUUID(const char *u, void **d) {{ *d = (void *)1; return 0; }}
+int nvmlDeviceGetComputeRunningProcesses_v3(void *d, unsigned int *n, info *p) {{
+    if ({compute}) return {compute};
+    p[0].pid = 4242; *n = 1; return 0;
+}}
+int nvmlDeviceGetGraphicsRunningProcesses_v3(void *d, unsigned int *n, info *p) {{
+    if ({graphics}) return {graphics};
+    *n = 0; return 0;
+}}
+"#
+            );
+            let sub = dir.path().join(name);
+            std::fs::create_dir(&sub).unwrap();
+            let lib = crate::fixture::build_c_library(&sub, "libnvml.so", &source).unwrap();
+            DlNvml::open(lib.to_str().unwrap())
+                .unwrap()
+                .processes("GPU-x")
+        };
+        assert_eq!(processes("gfx", 0, 3).unwrap(), vec![4242]);
+        assert!(matches!(
+            processes("none", 3, 3),
+            Err(NvmlError::NotSupported { .. })
+        ));
+        assert!(matches!(
+            processes("error", 0, 999),
+            Err(NvmlError::Call { code: 999, .. })
+        ));
+    }
+
     #[test]
     fn both_entry_layouts_give_their_pids() {
         for stride in [NARROW, WIDE] {
