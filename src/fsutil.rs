@@ -119,7 +119,7 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), FsError> {
 /// [`replace_file`], returning the new file's metadata (the rename keeps its
 /// inode, size and mtime) for callers that cache what they wrote.
 pub fn replace_file_meta(path: &Path, bytes: &[u8]) -> Result<fs::Metadata, FsError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    let dir = parent_dir(path);
     replace(
         None,
         dir,
@@ -134,7 +134,7 @@ pub fn replace_file_meta(path: &Path, bytes: &[u8]) -> Result<fs::Metadata, FsEr
 /// [`replace_file`] with the new file's `mode` set before the rename, so that
 /// the file is never seen with another one.
 pub fn replace_file_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FsError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    let dir = parent_dir(path);
     let name = path.file_name().unwrap_or_default();
     replace(None, dir, name, bytes, mode, Durability::Sync).map(drop)
 }
@@ -193,6 +193,14 @@ pub fn replace_in(
     )
 }
 
+/// The directory holding `path`: `.` for a bare name, whose parent is the
+/// empty path (which no open, so no directory sync, accepts).
+fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 /// The replacement itself: names relative to `open` when the caller holds the
 /// directory open, whole paths under `dir_path` otherwise.
 fn replace(
@@ -210,7 +218,10 @@ fn replace(
         Some(d) => (Some(d.as_raw_fd()), Path::new(&tmp_name), Path::new(name)),
         None => (None, tmp.as_path(), dst.as_path()),
     };
-    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_CLOEXEC;
+    // Never through a symbolic link planted as the temporary name: root
+    // would truncate whatever it points at.
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
     let fd = openat(at_fd, tmp_at, flags, Mode::from_bits_truncate(0o600))
         .map_err(|e| at(&tmp)(e.into()))?;
     // SAFETY: openat returned a new descriptor that nothing else owns.
@@ -270,6 +281,22 @@ mod tests {
             fs::metadata(&path).unwrap().permissions().mode() & 0o777,
             0o600
         );
+    }
+
+    /// A symbolic link planted as the temporary name is refused, and what it
+    /// points at is left alone; a bare file name's directory is `.`.
+    #[test]
+    fn a_planted_link_is_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("precious");
+        fs::write(&target, "keep").unwrap();
+        let path = dir.path().join("health.json");
+        std::os::unix::fs::symlink(&target, dir.path().join("health.json.tmp")).unwrap();
+        assert!(replace_file(&path, b"new").is_err());
+        assert_eq!(fs::read(&target).unwrap(), b"keep");
+        assert!(!path.exists());
+        assert_eq!(parent_dir(Path::new("spec.json")), Path::new("."));
+        assert_eq!(parent_dir(Path::new("/run/x.json")), Path::new("/run"));
     }
 
     /// tmpfs (the default state directory, /run) needs no fsync; anything

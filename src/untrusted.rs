@@ -3,12 +3,31 @@
 //! hook's runtime prints it as one line, so no control character (a `\r` or `\n`
 //! decoded from a JSON escape) may reach them, and its length is bounded.
 
-/// `text` with every control character replaced by a space, cut after `max` characters.
+/// `text` with every control character replaced by a space, cut after `max`
+/// characters. So are the line and paragraph separators (U+2028, U+2029),
+/// which some readers break lines at, and the bidirectional and zero-width
+/// formatting characters, which make a message read other than it is.
 pub fn one_line(text: &str, max: usize) -> String {
     text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if c.is_control() || is_format(c) {
+                ' '
+            } else {
+                c
+            }
+        })
         .take(max)
         .collect()
+}
+
+fn is_format(c: char) -> bool {
+    matches!(c,
+        '\u{2028}' | '\u{2029}'
+        | '\u{200b}'..='\u{200f}'
+        | '\u{202a}'..='\u{202e}'
+        | '\u{2060}'..='\u{2064}'
+        | '\u{2066}'..='\u{2069}'
+        | '\u{feff}')
 }
 
 #[cfg(test)]
@@ -19,5 +38,9 @@ mod tests {
     fn control_characters_become_spaces_and_length_is_bounded() {
         assert_eq!(one_line("a\rb\nc\0d\u{1b}[2J", 100), "a b c d [2J");
         assert_eq!(one_line("ééé", 2), "éé");
+        assert_eq!(
+            one_line("a\u{2028}b\u{202e}c\u{200b}d\u{2066}e", 100),
+            "a b c d e"
+        );
     }
 }

@@ -113,6 +113,9 @@ struct Shared {
     path: PathBuf,
     state: Mutex<State>,
     wake: Condvar,
+    /// Held from a snapshot to its rename: a flush at exit waits for a write
+    /// the flusher has under way, which `dirty` no longer shows.
+    writing: Mutex<()>,
 }
 
 impl Shared {
@@ -122,6 +125,7 @@ impl Shared {
 
     /// Writes the counters if anything was counted since the last write.
     fn write_if_dirty(&self) {
+        let _writing = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
         let bytes = {
             let mut s = self.lock();
             if !s.dirty {
@@ -189,6 +193,7 @@ impl Audit {
                 ..State::default()
             }),
             wake: Condvar::new(),
+            writing: Mutex::new(()),
         });
         let worker = Arc::clone(&shared);
         let flusher = std::thread::Builder::new()
