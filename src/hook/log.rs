@@ -11,6 +11,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use nix::fcntl::{Flock, FlockArg};
 use tracing::level_filters::LevelFilter;
 
 /// Past this the log is rotated: about 20 000 hook runs at the info level.
@@ -36,15 +37,34 @@ pub fn init_log(path: &Path, level: LevelFilter) -> io::Result<()> {
 }
 
 /// `path` opened for appending; when it already holds more than `max` bytes,
-/// it becomes `<path>.1` first. Hooks of other containers may rotate at the
-/// same moment: each rename is atomic, and at worst one rotated file is lost.
+/// it becomes `<path>.1` first.
 fn open_rotated(path: &Path, max: u64) -> io::Result<File> {
     let file = open_append(path)?;
     if file.metadata()?.len() <= max {
         return Ok(file);
     }
-    fs::rename(path, rotated(path))?;
+    rotate(file, path)?;
     open_append(path)
+}
+
+/// Moves the full log `file` to `<path>.1`, unless another hook did first.
+/// Hooks of other containers may find the same file full at the same moment:
+/// each takes the file's lock in turn, and only the one that still finds it
+/// at `path` renames it, so no hook renames another's fresh log over the
+/// rotated one.
+fn rotate(file: File, path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let locked = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
+    let ours = locked.metadata()?;
+    let current = match fs::metadata(path) {
+        Ok(m) => m.dev() == ours.dev() && m.ino() == ours.ino(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+    };
+    if current {
+        fs::rename(path, rotated(path))?;
+    }
+    Ok(())
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
@@ -65,6 +85,26 @@ fn rotated(path: &Path) -> PathBuf {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    /// A hook that found the log full after another rotated it leaves the
+    /// new log and the rotated one alone.
+    #[test]
+    fn a_log_rotated_by_another_hook_is_not_rotated_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hook.log");
+        fs::write(&path, "0123456789full").unwrap();
+        let late = open_append(&path).unwrap();
+        let mut first = open_rotated(&path, 10).unwrap();
+        first.write_all(b"fresh").unwrap();
+        rotate(late, &path).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"fresh");
+        assert_eq!(fs::read(rotated(&path)).unwrap(), b"0123456789full");
+        // Gone meanwhile: nothing to rotate.
+        let gone = open_append(&path).unwrap();
+        fs::remove_file(&path).unwrap();
+        rotate(gone, &path).unwrap();
+        assert_eq!(fs::read(rotated(&path)).unwrap(), b"0123456789full");
+    }
 
     #[test]
     fn a_log_past_its_limit_is_rotated_once() {
