@@ -27,6 +27,13 @@ fn clear(dir: &Path, host: &Path, extra: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// The HGX fixture under `dir/host`, and a config: the fixture's GPUs are
+/// not this host's, so no NVML to ask about them.
+fn node(dir: &Path) -> devgate::fixture::Fixture {
+    std::fs::write(dir.join("devgate.toml"), "[gpu]\nnvml = false\n").unwrap();
+    HostRootBuilder::hgx().build(&dir.join("host")).unwrap()
+}
+
 fn pod(name: &str) -> PodRef {
     PodRef {
         sandbox_id: format!("sb-{name}"),
@@ -39,11 +46,7 @@ fn pod(name: &str) -> PodRef {
 #[test]
 fn gpus_and_nics_return_to_service_unless_held_or_still_configured() {
     let dir = tempfile::tempdir().unwrap();
-    // The fixture's GPUs are not this host's: no NVML to ask about them.
-    std::fs::write(dir.path().join("devgate.toml"), "[gpu]\nnvml = false\n").unwrap();
-    let fx = HostRootBuilder::hgx()
-        .build(&dir.path().join("host"))
-        .unwrap();
+    let fx = node(dir.path());
     let inv = fx.expected();
     let (g0, g1) = (inv.gpus[0].uuid.clone(), inv.gpus[1].uuid.clone());
     let vf = inv.rdma[0].vfs[0].bus_id;
@@ -130,10 +133,7 @@ fn a_name_that_is_no_device_is_refused_before_anything_changes() {
 #[test]
 fn a_device_whose_state_cannot_be_read_does_not_stop_the_rest() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("devgate.toml"), "[gpu]\nnvml = false\n").unwrap();
-    let fx = HostRootBuilder::hgx()
-        .build(&dir.path().join("host"))
-        .unwrap();
+    let fx = node(dir.path());
     let inv = fx.expected();
     let g0 = inv.gpus[0].uuid.clone();
     let vf = inv.rdma[0].vfs[0].bus_id;
@@ -166,10 +166,7 @@ fn a_device_whose_state_cannot_be_read_does_not_stop_the_rest() {
 fn the_running_plugins_own_gpu_handles_do_not_refuse_a_clear() {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    std::fs::write(dir.path().join("devgate.toml"), "[gpu]\nnvml = false\n").unwrap();
-    let fx = HostRootBuilder::hgx()
-        .build(&dir.path().join("host"))
-        .unwrap();
+    let fx = node(dir.path());
     let gpu = fx.expected().gpus[0].clone();
     let ledger = Ledger::open(&dir.path().join("state")).unwrap();
     ledger
@@ -240,10 +237,7 @@ fn the_running_plugins_own_gpu_handles_do_not_refuse_a_clear() {
 #[test]
 fn a_failure_after_the_health_mark_went_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("devgate.toml"), "[gpu]\nnvml = false\n").unwrap();
-    let fx = HostRootBuilder::hgx()
-        .build(&dir.path().join("host"))
-        .unwrap();
+    let fx = node(dir.path());
     let g0 = fx.expected().gpus[0].uuid.clone();
     let health = HealthStore::new(&dir.path().join("health"));
     health.mark(&g0, &[Fault::Xid { code: 79 }], 1).unwrap();

@@ -70,6 +70,23 @@ fn a_closed_pipe_ends_the_report_without_a_panic() {
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{stderr}");
 }
 
+/// `devgate status` with the state under `dir` and `config`, no `--health-dir`.
+fn status_with_config(
+    dir: &std::path::Path,
+    config: &std::path::Path,
+    extra: &[&str],
+) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .arg("status")
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--config")
+        .arg(config)
+        .args(extra)
+        .output()
+        .expect("run devgate status")
+}
+
 /// Without `--health-dir`, the health shown is the one the config's
 /// `[gpu] health_dir` holds, where the plugin and the hook mark it.
 #[test]
@@ -85,15 +102,7 @@ fn gpu_health_comes_from_the_configs_health_dir() {
         format!("[gpu]\nhealth_dir = {:?}\n", health.display().to_string()),
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
-        .arg("status")
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .arg("--config")
-        .arg(&config)
-        .args(["-o", "json"])
-        .output()
-        .expect("run devgate status");
+    let out = status_with_config(dir.path(), &config, &["-o", "json"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -109,14 +118,7 @@ fn a_config_that_does_not_load_leaves_the_report() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("devgate.toml");
     std::fs::write(&config, "[gpu]\nhealth_dir = \"relative\"\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
-        .arg("status")
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .arg("--config")
-        .arg(&config)
-        .output()
-        .expect("run devgate status");
+    let out = status_with_config(dir.path(), &config, &[]);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
@@ -125,15 +127,7 @@ fn a_config_that_does_not_load_leaves_the_report() {
     assert!(stdout.contains("DEVICE"), "{stdout}");
     assert!(stderr.contains("gpu.health_dir"), "{stderr}");
     // In JSON too: health read from the default is not taken for the node's.
-    let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
-        .arg("status")
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .arg("--config")
-        .arg(&config)
-        .args(["-o", "json"])
-        .output()
-        .expect("run devgate status");
+    let out = status_with_config(dir.path(), &config, &["-o", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["gpu_health_dir"], "/var/lib/devgate");
     assert!(

@@ -85,7 +85,7 @@ impl KnownPods {
         let pods = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out: Vec<(String, String)> = pods
             .values()
-            .filter(|(_, pod)| patterns.iter().any(|p| names(p, pod)))
+            .filter(|(_, pod)| named(patterns, pod))
             .cloned()
             .collect();
         out.sort();
@@ -124,13 +124,21 @@ impl KnownPods {
     /// The cgroups of the known pods one of `patterns` (`namespace/daemonset`)
     /// names.
     pub fn cgroups_of(&self, patterns: &[String]) -> PodCgroups {
-        let pods = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
-        pods.values()
-            .filter(|(_, pod)| patterns.iter().any(|p| names(p, pod)))
+        self.daemons(patterns)
+            .iter()
             .fold(PodCgroups::none(), |all, (uid, _)| {
                 all.merged(PodCgroups::from_uid(uid))
             })
     }
+}
+
+/// Whether one of `patterns` names the pod `namespace/name`.
+pub fn is_daemon(patterns: &[String], namespace: &str, name: &str) -> bool {
+    named(patterns, &format!("{namespace}/{name}"))
+}
+
+fn named(patterns: &[String], pod: &str) -> bool {
+    patterns.iter().any(|p| names(p, pod))
 }
 
 /// `namespace/daemonset` names `namespace/name` when the namespaces are

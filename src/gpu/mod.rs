@@ -41,7 +41,7 @@ pub use cgroup::PodCgroups;
 pub use error::GpuError;
 pub use health::{HealthMonitor, HealthPolicy, HealthState, HealthStore};
 pub use host::{Host, ProcHost, Signal};
-pub use known_pods::{KnownPods, DAEMON_PODS_FILE};
+pub use known_pods::{is_daemon, KnownPods, DAEMON_PODS_FILE};
 pub use nvml::{NoNvml, Nvml};
 pub use teardown::{ClaimView, GpuTeardown, Retried};
 

@@ -312,12 +312,11 @@ impl GpuTeardown {
         let all_gpus = self.all_gpu_devs();
         // Every GPU's holders, to tell a daemon pod holding them all.
         let mut rdevs: Vec<u64> = watched.iter().map(|(_, r)| *r).collect();
-        rdevs.extend(
-            all_gpus
-                .iter()
-                .filter(|r| !rdevs.contains(r))
-                .collect::<Vec<_>>(),
-        );
+        for r in &all_gpus {
+            if !rdevs.contains(r) {
+                rdevs.push(*r);
+            }
+        }
         let mut users = match scan(self.host.as_ref(), &rdevs, &skip) {
             Ok(users) => users,
             Err(e) => return vec![e],

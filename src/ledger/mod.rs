@@ -400,13 +400,13 @@ impl Ledger {
         &self,
         pf_of: &dyn Fn(crate::inventory::PciAddr) -> Option<crate::inventory::PciAddr>,
     ) -> Result<usize, LedgerError> {
-        let unnamed = |s: &LedgerState| {
-            s.pods
-                .values()
-                .flat_map(|p| &p.claims)
-                .any(|c| matches!(c.device, DeviceId::Vf(_)) && c.pf.is_none())
-        };
-        if !unnamed(&self.snapshot()?) {
+        let state = self.snapshot()?;
+        if !state
+            .pods
+            .values()
+            .flat_map(|p| &p.claims)
+            .any(Claim::lacks_pf)
+        {
             return Ok(0);
         }
         let mut txn = self.store.begin()?;

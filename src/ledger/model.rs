@@ -52,6 +52,13 @@ pub struct Claim {
     pub pf: Option<PciAddr>,
 }
 
+impl Claim {
+    /// A VF claim recorded before claims named their PF.
+    pub fn lacks_pf(&self) -> bool {
+        matches!(self.device, DeviceId::Vf(_)) && self.pf.is_none()
+    }
+}
+
 /// The pod sandbox that holds claims; claims live and die with the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct PodRef {

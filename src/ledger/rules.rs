@@ -171,9 +171,12 @@ pub(super) fn backfill_pfs(
 ) -> usize {
     let mut named = 0;
     for claim in state.pods.values_mut().flat_map(|p| p.claims.iter_mut()) {
-        if let (DeviceId::Vf(vf), None) = (&claim.device, claim.pf) {
-            claim.pf = pf_of(*vf);
-            named += usize::from(claim.pf.is_some());
+        match claim.device {
+            DeviceId::Vf(vf) if claim.lacks_pf() => {
+                claim.pf = pf_of(vf);
+                named += usize::from(claim.pf.is_some());
+            }
+            _ => {}
         }
     }
     named

@@ -2,14 +2,12 @@
 //! the entry, and nothing claimed.
 use super::*;
 
-#[test]
-fn a_pf_asked_whole_while_its_vf_is_held_is_refused_by_its_entry() {
-    let node = node();
-    let config = Arc::new(Config::default());
-    node.create("c1", &[], &config, RuntimeFeatures::default())
-        .unwrap();
-    let inv = node.fixture.expected();
-    let nic = &inv.rdma[0];
+/// Container `c9` of pod `ns/b`, whose allocation asks for the PF `pf` whole.
+fn create_whole_pf(
+    devices: &Devices,
+    pf: PciAddr,
+    health: &crate::gpu::HealthStore,
+) -> Result<ContainerAdjustment, DeviceError> {
     let mut other = PodSandbox {
         id: "other".into(),
         uid: "uid-2".into(),
@@ -20,20 +18,27 @@ fn a_pf_asked_whole_while_its_vf_is_held_is_refused_by_its_entry() {
     other.annotations.insert(
         crate::allocation::DEVICE_ALLOCATED.into(),
         format!(
-            r#"{{"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"100"}}}}]}}"#,
-            nic.bus_id
+            r#"{{"rdma":[{{"minor":0,"id":"{pf}","resources":{{"koordinator.sh/rdma":"100"}}}}]}}"#
         ),
     );
-    let err = node
-        .devices
-        .apply(
-            &other,
-            &container("c9", &[]),
-            &config,
-            RuntimeFeatures::default(),
-            &node.health,
-        )
-        .unwrap_err();
+    devices.apply(
+        &other,
+        &container("c9", &[]),
+        &Arc::new(Config::default()),
+        RuntimeFeatures::default(),
+        health,
+    )
+}
+
+#[test]
+fn a_pf_asked_whole_while_its_vf_is_held_is_refused_by_its_entry() {
+    let node = node();
+    let config = Arc::new(Config::default());
+    node.create("c1", &[], &config, RuntimeFeatures::default())
+        .unwrap();
+    let inv = node.fixture.expected();
+    let nic = &inv.rdma[0];
+    let err = create_whole_pf(&node.devices, nic.bus_id, &node.health).unwrap_err();
     assert_eq!(
         err.to_string(),
         format!(
@@ -74,27 +79,7 @@ fn a_vf_claimed_before_claims_named_their_pf_is_named_at_start() {
     let devices = Devices::open(fixture.root(), &state, "/plugin/bin/devgate-hook".into()).unwrap();
     let claims = &devices.ledger().snapshot().unwrap().pods["old"].claims;
     assert_eq!(claims[0].pf, Some(nic.bus_id));
-    let mut other = PodSandbox {
-        id: "other".into(),
-        uid: "uid-2".into(),
-        ..Default::default()
-    };
-    other.annotations.insert(
-        crate::allocation::DEVICE_ALLOCATED.into(),
-        format!(
-            r#"{{"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"100"}}}}]}}"#,
-            nic.bus_id
-        ),
-    );
     let health = crate::gpu::HealthStore::new(&dir.path().join("health"));
-    let err = devices
-        .apply(
-            &other,
-            &container("c9", &[]),
-            &Arc::new(Config::default()),
-            RuntimeFeatures::default(),
-            &health,
-        )
-        .unwrap_err();
+    let err = create_whole_pf(&devices, nic.bus_id, &health).unwrap_err();
     assert!(err.to_string().contains("held by pod ns/a"), "{err}");
 }

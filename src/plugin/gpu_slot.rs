@@ -65,10 +65,7 @@ impl GpuSlot {
     }
 
     fn is_daemon(&self, pod: &nri::api::PodSandbox) -> bool {
-        let gpu = self.get();
-        let one = KnownPods::default();
-        one.note(&pod.id, &pod.uid, &pod.namespace, &pod.name);
-        !one.daemons(&gpu.config().ignored_pods).is_empty()
+        crate::gpu::is_daemon(&self.get().config().ignored_pods, &pod.namespace, &pod.name)
     }
 
     fn save_daemons(&self, state_dir: &Path) {

@@ -116,7 +116,7 @@ impl DlNvml {
     }
 
     /// Frees the event set; the next wait registers every GPU anew.
-    fn drop_event_set(&self) {
+    pub(super) fn drop_event_set(&self) {
         let set = self.events.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let (Some(set), Ok(free)) = (
             set,

@@ -144,15 +144,9 @@ impl DlNvml {
 
 impl Drop for DlNvml {
     fn drop(&mut self) {
-        let set = self.events.get_mut().ok().and_then(|s| s.take());
-        // SAFETY: the handles are live; nothing else uses them once we are dropped.
+        self.drop_event_set();
+        // SAFETY: the library handle is live; nothing else uses it once we are dropped.
         unsafe {
-            if let (Some(set), Ok(free)) = (
-                set,
-                self.sym::<unsafe extern "C" fn(Handle) -> Ret>(c"nvmlEventSetFree", "-"),
-            ) {
-                free(set.0);
-            }
             if let (true, Ok(shutdown)) = (
                 self.initialised,
                 self.sym::<unsafe extern "C" fn() -> Ret>(c"nvmlShutdown", "-"),
