@@ -72,6 +72,9 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
         run.log
     );
     assert_eq!(node.ledger().pods.len(), 1);
+    // Its second container gets the same decision: counted, not logged again.
+    cri.run_container(&sandbox, &ContainerSpec::shell("side", "true"))
+        .expect("legit pod's second container starts");
 
     // A pod the API server does not know: refused once the wait is over.
     let ghost = PodSpec::new("ghost").annotation(DEVICE_ALLOCATED, &alloc);
@@ -103,7 +106,7 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
     // The decisions, as a separate `devgate status` process shows them. The
     // plugin writes its counters in the background: wait until they are there.
     let expected =
-        "GRANTS granted 1 unchecked 0 unverified 0 refused 3 (mismatch 1, static_pod 1, unknown_pod 1)";
+        "GRANTS granted 2 unchecked 0 unverified 0 refused 3 (mismatch 1, static_pod 1, unknown_pod 1)";
     let deadline = Instant::now() + Duration::from_secs(30);
     let text = loop {
         let text = node.status(&[]);
@@ -117,12 +120,13 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
     let json: serde_json::Value =
         serde_json::from_str(&node.status(&["-o", "json"])).expect("status json");
     let grants = &json["grants"];
-    assert_eq!(grants["granted"], 1, "{json}");
+    assert_eq!(grants["granted"], 2, "{json}");
     assert_eq!(grants["refused"], 3, "{json}");
     assert_eq!(grants["refused_by_reason"]["static_pod"], 1, "{json}");
 
-    // Each decision is one audit line in the plugin's log, with its pod,
-    // container, devices and reason.
+    // Each pod's decision is one audit line in the plugin's log, with its pod,
+    // container, devices and reason; the legit pod's second container repeats
+    // its pod's and is not logged again.
     let log = node.plugin.output();
     let audit: Vec<&str> = log
         .lines()

@@ -1,7 +1,12 @@
 //! One structured log line per grant decision and counters that `devgate status`
 //! (another process) reads from the state directory.
 //!
-//! The log line is the record of each decision and is written as it is made.
+//! The log line is the record of each decision and is written as it is made,
+//! once per pod and decision: a pod's containers share one allocation, so a
+//! further container given the decision just logged for its pod (same pod,
+//! outcome, devices and reason) is counted and logged at debug only. That
+//! keeps a burst of containers, or a container kubelet restarts in a loop,
+//! from writing the same line each time. Refusals are always logged.
 //! The counters are diagnostics: a small JSON file that a background thread
 //! replaces atomically, at most once per [`FLUSH_INTERVAL`] and once more when
 //! the plugin stops. So CreateContainer never waits on the file, whether the
@@ -107,6 +112,36 @@ struct State {
     /// container creation two context switches.
     waiting: bool,
     stop: bool,
+    /// The last decision logged at info: one slot, so a pod whose
+    /// containers arrive between another pod's logs its decision again.
+    last_logged: Option<Logged>,
+}
+
+/// What makes a decision the same one again.
+#[derive(Debug, PartialEq, Eq)]
+struct Logged {
+    uid: String,
+    outcome: Outcome,
+    devices: String,
+    reason: String,
+}
+
+impl Logged {
+    fn is(&self, d: &Decision<'_>) -> bool {
+        self.uid == d.uid
+            && self.outcome == d.outcome
+            && self.devices == d.devices
+            && self.reason == d.reason
+    }
+}
+
+/// How a decision is logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Line {
+    /// At info (warn for a refusal): the record of the decision.
+    Logged,
+    /// At debug: the decision just logged for the same pod.
+    Repeated,
 }
 
 struct Shared {
@@ -204,22 +239,46 @@ impl Audit {
         Audit { shared, flusher }
     }
 
-    /// Logs the decision and counts it.
+    /// Counts the decision and logs it.
     pub fn record(&self, d: &Decision<'_>) {
-        match d.outcome {
-            Outcome::Refused(kind) => tracing::warn!(
+        let line = self.count(d);
+        match (d.outcome, line) {
+            (Outcome::Refused(kind), _) => tracing::warn!(
                 target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
                 devices = %d.devices, outcome = "refused", rule = kind.as_str(), reason = %d.reason,
                 "device grant refused"
             ),
-            outcome => tracing::info!(
+            (outcome, Line::Logged) => tracing::info!(
                 target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
                 devices = %d.devices, outcome = outcome_name(outcome), reason = %d.reason,
                 "device grant"
             ),
+            (outcome, Line::Repeated) => tracing::debug!(
+                target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
+                outcome = outcome_name(outcome), "device grant, as logged for the pod"
+            ),
+        }
+        if self.flusher.is_none() {
+            self.shared.write_if_dirty();
+        }
+    }
+
+    /// Counts a decision, wakes the flusher, and says how to log it.
+    fn count(&self, d: &Decision<'_>) -> Line {
+        let mut s = self.shared.lock();
+        let line = match &s.last_logged {
+            Some(last) if !matches!(d.outcome, Outcome::Refused(_)) && last.is(d) => Line::Repeated,
+            _ => Line::Logged,
+        };
+        if line == Line::Logged {
+            s.last_logged = Some(Logged {
+                uid: d.uid.to_string(),
+                outcome: d.outcome,
+                devices: d.devices.to_string(),
+                reason: d.reason.to_string(),
+            });
         }
         {
-            let mut s = self.shared.lock();
             let c = &mut s.counters;
             match d.outcome {
                 Outcome::Granted => c.granted += 1,
@@ -239,14 +298,11 @@ impl Audit {
                 }
             }
             s.dirty = true;
-            if self.flusher.is_some() {
-                if s.waiting {
-                    self.shared.wake.notify_all();
-                }
-                return;
+            if self.flusher.is_some() && s.waiting {
+                self.shared.wake.notify_all();
             }
         }
-        self.shared.write_if_dirty();
+        line
     }
 
     /// Writes what was counted and not yet written, now.

@@ -68,3 +68,42 @@ fn a_corrupt_file_is_an_error_for_readers_and_zero_for_the_plugin() {
     assert!(read_counters(dir.path()).is_err());
     assert_eq!(Audit::open(dir.path()).counters(), GrantCounters::default());
 }
+
+/// A pod's further containers given the decision just logged for it are
+/// counted but not logged again at info; another pod, outcome, device set or
+/// reason is, and a refusal always is.
+#[test]
+fn a_decision_is_logged_once_per_pod_and_counted_for_every_container() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = Audit::open(dir.path());
+    let d = |uid, container, devices, outcome| Decision {
+        pod: "ns/p",
+        uid,
+        container,
+        devices,
+        outcome,
+        reason: "grant_check off",
+    };
+    let granted = Outcome::Unchecked;
+    let refused = Outcome::Refused(RefusalKind::Mismatch);
+    let lines: Vec<Line> = [
+        d("u1", "a", "gpu minors [0]", granted),
+        d("u1", "b", "gpu minors [0]", granted),
+        d("u1", "c", "gpu minors [1]", granted),
+        d("u2", "a", "gpu minors [1]", granted),
+        d("u1", "d", "gpu minors [1]", granted),
+        d("u1", "e", "gpu minors [1]", refused),
+        d("u1", "e", "gpu minors [1]", refused),
+        d("u1", "e", "gpu minors [1]", granted),
+    ]
+    .iter()
+    .map(|x| audit.count(x))
+    .collect();
+    use Line::{Logged, Repeated};
+    assert_eq!(
+        lines,
+        [Logged, Repeated, Logged, Logged, Logged, Logged, Logged, Logged]
+    );
+    let c = audit.counters();
+    assert_eq!((c.unchecked, c.refused), (6, 2));
+}
