@@ -9,16 +9,15 @@ use std::sync::{Arc, PoisonError, RwLock};
 use nri::api::{Container, ContainerAdjustment, PodSandbox};
 
 use crate::allocation::{self, AllocationError, DEVICE_ALLOCATED};
-use crate::cdi::Class;
-use crate::config::{self, Config};
+use crate::config::Config;
 use crate::gpu::{self, GpuError, HealthStore};
-use crate::hook::{Resolved, ResolvedError, RESOLVED_ANNOTATION};
+use crate::hook::ResolvedError;
 use crate::inventory::{Inventory, PciAddr};
-use crate::ledger::{ContainerRecord, DeviceId, Ledger, LedgerError, NetworkNeed, PodRef};
-use crate::plan::{self, Plan, PlanError};
+use crate::ledger::{ContainerRecord, DeviceId, Ledger, LedgerError, PodRef};
+use crate::plan::{self, PlanError};
 
-use super::adjust::{add_hook, to_adjustment, AdjustOptions, HookSpec};
-use super::last_plan::{LastPlan, PlanKey, Prepared};
+pub use super::last_plan::Admitted;
+use super::last_plan::{LastPlan, PlanKey};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
@@ -155,40 +154,6 @@ impl Devices {
         inv
     }
 
-    /// The plan, from the cached inventory; a device the cache does not know
-    /// triggers one re-read before the container is refused.
-    fn plan(
-        &self,
-        pod: &allocation::PodDevices,
-        ctr: &Container,
-        config: &Config,
-    ) -> Result<Plan, PlanError> {
-        // The container's env: a communication variable it sets itself wins.
-        let gids = plan::HostGids {
-            root: &self.host_root,
-        };
-        let ctx = plan::ContainerContext {
-            env: &ctr.env,
-            gids: &gids,
-        };
-        let build = |inv: &Inventory| plan::build_for(inv, pod, &ctr.name, config, &ctx);
-        match build(&self.inventory()) {
-            Err(e) if is_unknown_device(&e) => build(&self.refresh()),
-            other => other,
-        }
-    }
-
-    /// The plan from a re-read of the host.
-    fn replan(
-        &self,
-        pod: &allocation::PodDevices,
-        ctr: &Container,
-        config: &Config,
-    ) -> Result<Plan, PlanError> {
-        self.refresh();
-        self.plan(pod, ctr, config)
-    }
-
     /// The container's adjustment; empty for pods without the annotation.
     /// `health` is GPU teardown's store, the one place health is kept.
     pub fn apply(
@@ -199,9 +164,23 @@ impl Devices {
         features: RuntimeFeatures,
         health: &HealthStore,
     ) -> Result<ContainerAdjustment, DeviceError> {
+        self.admit(pod, ctr, config, features, health)
+            .map(Admitted::into_adjustment)
+    }
+
+    /// [`Devices::apply`], keeping a container that gets its pod's prepared
+    /// adjustment unchanged apart, so that its reply need not be built again.
+    pub fn admit(
+        &self,
+        pod: &PodSandbox,
+        ctr: &Container,
+        config: &Arc<Config>,
+        features: RuntimeFeatures,
+        health: &HealthStore,
+    ) -> Result<Admitted, DeviceError> {
         let devices = self.last_pod.parse(&pod.annotations, &pod.labels)?;
         if devices.allocation.is_empty() {
-            return Ok(ContainerAdjustment::default());
+            return Ok(Admitted::Nothing);
         }
         if self.is_stopped(&pod.id) {
             return Err(DeviceError::Stopped {
@@ -285,15 +264,11 @@ impl Devices {
                 reason: source.to_string(),
                 source,
             })?;
-        let mut adjust = prepared.adjust.clone();
-        if let (Some(value), Some(hook), true) =
-            (&prepared.resolved, &prepared.hook, admission.network_owner)
-        {
-            add_hook(&mut adjust, hook);
-            adjust
-                .annotations
-                .insert(RESOLVED_ANNOTATION.to_string(), value.clone());
-        }
+        let admitted = if admission.network_owner && prepared.resolved.is_some() {
+            Admitted::Owner(Arc::clone(&prepared))
+        } else {
+            Admitted::Prepared(Arc::clone(&prepared))
+        };
         // Once per pod: its containers share the allocation, so the rest
         // would repeat the same lines on every creation.
         for w in &prepared.warnings {
@@ -303,7 +278,7 @@ impl Devices {
                 tracing::debug!(pod = %pod_ref, container = %ctr.name, warning = %w, "plan");
             }
         }
-        Ok(adjust)
+        Ok(admitted)
     }
 
     /// Forgets what was kept for a pod that is gone.
@@ -337,138 +312,11 @@ impl Devices {
             .unwrap_or_else(PoisonError::into_inner)
             .contains(sandbox_id)
     }
-
-    /// The plan and all that can be derived from it before the claim, so that
-    /// nothing after the claim can fail.
-    fn prepare(
-        &self,
-        devices: &allocation::PodDevices,
-        pod: &PodSandbox,
-        ctr: &Container,
-        config: &Config,
-        features: RuntimeFeatures,
-    ) -> Result<Prepared, DeviceError> {
-        let owned = self
-            .ledger
-            .network_owner(&pod.id)
-            .map_err(|source| DeviceError::Claim {
-                entry: String::new(),
-                reason: source.to_string(),
-                source,
-            })?
-            .is_some();
-        let mut plan = self.plan(devices, ctr, config)?;
-        let moved = |p: &Plan| p.network.iter().any(|a| a.netdev.is_none());
-        if moved(&plan) && !owned {
-            // Read while the VF was still in a pod that has since given it back.
-            plan = self.replan(devices, ctr, config)?;
-        }
-        let networks = vf_attachments(&plan.network, &pod.uid, owned).map_err(|e| match e {
-            DeviceError::NoNetdev { vf, .. } => DeviceError::NoNetdev {
-                entry: plan.entry_of(&DeviceId::Vf(vf)),
-                vf,
-            },
-            other => other,
-        })?;
-        let resolved = if networks.is_empty() {
-            None
-        } else {
-            Some(Resolved::new(networks).to_annotation()?)
-        };
-        let opts = AdjustOptions {
-            explicit_cgroup_rules: features.explicit_cgroup_rules,
-            cdi_devices: cdi_names(&plan, config.device_mode, features),
-            ..AdjustOptions::default()
-        };
-        let network = network_need(resolved.is_some(), &plan.network);
-        Ok(Prepared {
-            network,
-            // Without the host netdev, this plan holds only while the pod's
-            // network owner does: the next container may have to move the VF.
-            keep: !moved(&plan),
-            adjust: to_adjustment(&plan, &opts),
-            device_paths: plan.devices.iter().map(|d| d.path.clone()).collect(),
-            hook: resolved.as_ref().map(|_| self.hook_spec(config)),
-            resolved,
-            claims: plan.claims,
-            claim_entries: plan.claim_entries,
-            warnings: plan.warnings,
-        })
-    }
-
-    /// The hook as runc runs it: on the host, so every path is the host's view;
-    /// a config value, where set, wins over what the plugin itself sees.
-    fn hook_spec(&self, config: &Config) -> HookSpec {
-        let host_view = |configured: &str, own: &Path| {
-            if configured.is_empty() {
-                own.display().to_string()
-            } else {
-                configured.to_string()
-            }
-        };
-        HookSpec {
-            path: host_view(&config.hook_path, &self.hook_path),
-            flags: vec![
-                // No --host-root: the hook reads the host only in hooks-only
-                // mode, which hooks.d files start, never the plugin.
-                "--state-dir".to_string(),
-                host_view(&config.hook_state_dir, &self.state_dir),
-            ],
-            timeout_secs: config.hook_timeout_secs,
-        }
-    }
 }
 
-/// The CDI names of the plan's devices when the config asks for CDI and the
-/// runtime injects it; empty otherwise (raw nodes). The spec from
-/// `devgate cdi generate` holds the same nodes the plan does, and a name the
-/// runtime cannot resolve fails the container: never a silent fallback.
-fn cdi_names(plan: &Plan, mode: config::DeviceMode, features: RuntimeFeatures) -> Vec<String> {
-    if super::features::devices_as(mode, features) != config::DeviceMode::Cdi
-        || plan.devices.is_empty()
-    {
-        return Vec::new();
-    }
-    plan.claims
-        .iter()
-        .map(|c| match &c.device {
-            DeviceId::Gpu(uuid) => Class::Gpu.qualified(uuid),
-            DeviceId::Pf(bus) | DeviceId::Vf(bus) => Class::Rdma.qualified(&bus.to_string()),
-        })
-        .collect()
-}
-
-/// What admitting a container does with the pod's network: move its VFs in
-/// (`moves`: the hook's attachments were made), nothing (no VFs), or rely on
-/// the VFs its network owner moved into the pod already.
-pub(crate) fn network_need(moves: bool, actions: &[plan::NetworkAction]) -> NetworkNeed {
-    match (moves, actions.is_empty()) {
-        (true, _) => NetworkNeed::Moves,
-        (false, true) => NetworkNeed::None,
-        (false, false) => NetworkNeed::InPod,
-    }
-}
-
-fn is_unknown_device(e: &PlanError) -> bool {
-    matches!(
-        e,
-        PlanError::UnknownGpu { .. }
-            | PlanError::UnknownRdma { .. }
-            | PlanError::UnknownPf { .. }
-            | PlanError::UnknownVf { .. }
-            | PlanError::NoMajor { .. }
-            | PlanError::NoRdmaCm { .. }
-            // A VF's RDMA device and netdev come back to the host when its
-            // last pod goes, after this inventory was read.
-            | PlanError::NoRdmaDevice { .. }
-            // A GPU replaced or renumbered (driver reload), or NICs probed in
-            // another order, since: the scheduler's ids are checked against
-            // a fresh read before the container is refused.
-            | PlanError::GpuIdOfOther { .. }
-            | PlanError::GpuIdMismatch { .. }
-            | PlanError::PfMinorMismatch { .. }
-    )
-}
+#[path = "prepare.rs"]
+mod prepare;
+pub(crate) use prepare::network_need;
 
 #[cfg(test)]
 use vf_attach::pod_mac;

@@ -1,5 +1,8 @@
 //! `Devices`: the VF MAC policy and the hook the adjustment names.
 use super::*;
+use crate::config;
+use crate::hook::Resolved;
+use crate::hook::RESOLVED_ANNOTATION;
 use crate::inventory::PciAddr;
 use crate::netdev;
 

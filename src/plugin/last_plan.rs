@@ -13,14 +13,16 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use nri::api::ContainerAdjustment;
+use nri::stub::EncodedReply;
 
 use crate::allocation::PodDevices;
 use crate::config::Config;
 use crate::inventory::Inventory;
 use crate::ledger::{Claim, DeviceId, NetworkNeed};
 
-use super::adjust::HookSpec;
+use super::adjust::{add_hook, HookSpec};
 use super::devices::RuntimeFeatures;
+use crate::hook::RESOLVED_ANNOTATION;
 
 /// What a container's creation takes from its plan.
 #[derive(Debug, Clone)]
@@ -38,6 +40,8 @@ pub struct Prepared {
     /// The adjustment without the hook and the annotation, which only the
     /// pod's network owner gets.
     pub adjust: ContainerAdjustment,
+    /// The replies, encoded once for every container of the pod that gets one.
+    pub replies: Replies,
     /// The plan's warnings.
     pub warnings: Vec<String>,
     /// Whether a further container of the pod may take it (see `Devices::prepare`).
@@ -46,10 +50,91 @@ pub struct Prepared {
     pub network: NetworkNeed,
 }
 
+/// A plan's two replies, encoded; `None` where one does not encode (then
+/// each container's reply is encoded on its own).
+#[derive(Debug, Clone, Default)]
+pub struct Replies {
+    /// The reply carrying `adjust` as it is.
+    plain: Option<EncodedReply>,
+    /// The network owner's: `adjust` with the hook and the annotation.
+    owner: Option<EncodedReply>,
+}
+
 impl Prepared {
     /// `"<entry>: "` for a claimed device, to put before a refusal's reason.
     pub fn entry_of(&self, device: &DeviceId) -> String {
         crate::plan::claim_entry(&self.claims, &self.claim_entries, device)
+    }
+
+    /// The pod's network owner's adjustment: the hook moves the pod's VFs in
+    /// as the annotation says. Without network actions, the plain one.
+    pub fn owner_adjustment(&self) -> ContainerAdjustment {
+        let mut adjust = self.adjust.clone();
+        if let (Some(value), Some(hook)) = (&self.resolved, &self.hook) {
+            add_hook(&mut adjust, hook);
+            adjust
+                .annotations
+                .insert(RESOLVED_ANNOTATION.to_string(), value.clone());
+        }
+        adjust
+    }
+
+    /// Encodes the replies: a pod's containers get the same ones.
+    pub fn with_replies(mut self) -> Prepared {
+        self.replies = Replies {
+            plain: encoded(self.adjust.clone()),
+            owner: self
+                .resolved
+                .as_ref()
+                .and_then(|_| encoded(self.owner_adjustment())),
+        };
+        self
+    }
+}
+
+fn encoded(adjust: ContainerAdjustment) -> Option<EncodedReply> {
+    let reply = nri::api::CreateContainerResponse {
+        adjust: nri::protobuf::MessageField::some(adjust),
+        ..Default::default()
+    };
+    EncodedReply::new(&reply).ok()
+}
+
+/// What a container was given.
+#[derive(Debug)]
+pub enum Admitted {
+    /// Nothing: its pod has no devices.
+    Nothing,
+    /// Its pod's prepared adjustment as it is.
+    Prepared(Arc<Prepared>),
+    /// The prepared adjustment of the pod's network owner, with the hook.
+    Owner(Arc<Prepared>),
+}
+
+impl Admitted {
+    pub fn into_adjustment(self) -> ContainerAdjustment {
+        match self {
+            Admitted::Nothing => ContainerAdjustment::default(),
+            Admitted::Prepared(p) => p.adjust.clone(),
+            Admitted::Owner(p) => p.owner_adjustment(),
+        }
+    }
+
+    /// The reply, encoded when the plan was prepared.
+    pub fn encoded(&self) -> Option<&EncodedReply> {
+        match self {
+            Admitted::Nothing => None,
+            Admitted::Prepared(p) => p.replies.plain.as_ref(),
+            Admitted::Owner(p) => p.replies.owner.as_ref(),
+        }
+    }
+
+    /// Whether it gets Linux settings (device nodes, cgroup rules).
+    pub fn has_linux(&self) -> bool {
+        match self {
+            Admitted::Nothing => false,
+            Admitted::Prepared(p) | Admitted::Owner(p) => p.adjust.linux.is_some(),
+        }
     }
 }
 
@@ -149,6 +234,7 @@ mod tests {
             resolved: None,
             hook: None,
             adjust: ContainerAdjustment::default(),
+            replies: Replies::default(),
             warnings: Vec::new(),
             keep: true,
             network: NetworkNeed::None,

@@ -27,6 +27,7 @@ use nri::{
         Container, ContainerAdjustment, ContainerUpdate, CreateContainerResponse, Event, PodSandbox,
     },
     protobuf::MessageField,
+    stub::CreateReply,
     ttrpc::Code,
     EventMask, RpcError, RuntimeInfo,
 };
@@ -209,6 +210,18 @@ impl DevgatePlugin {
         pod: &PodSandbox,
         ctr: &Container,
     ) -> Result<ContainerAdjustment, PluginError> {
+        let (admitted, probe) = self.admitted(pod, ctr)?;
+        let mut adjust = admitted.into_adjustment();
+        adjust.env.extend(probe);
+        Ok(adjust)
+    }
+
+    /// What the container is given, and the probe's variable if it asked.
+    fn admitted(
+        &self,
+        pod: &PodSandbox,
+        ctr: &Container,
+    ) -> Result<(devices::Admitted, Option<nri::api::KeyValue>), PluginError> {
         let probe = probe::probe_env(pod).map_err(|source| PluginError::Probe {
             namespace: pod.namespace.clone(),
             pod: pod.name.clone(),
@@ -216,7 +229,7 @@ impl DevgatePlugin {
             source,
         })?;
         if probe.is_none() && !pod.annotations.contains_key(DEVICE_ALLOCATED) {
-            return Ok(ContainerAdjustment::default());
+            return Ok((devices::Admitted::Nothing, None));
         }
         let config = self.config().map_err(|source| PluginError::Config {
             namespace: pod.namespace.clone(),
@@ -226,11 +239,11 @@ impl DevgatePlugin {
         })?;
         let features = *self.features.read().unwrap_or_else(PoisonError::into_inner);
         let gpu = self.gpu.get();
-        let mut adjust = match self
+        let admitted = match self
             .devices
-            .apply(pod, ctr, &config, features, gpu.health())
+            .admit(pod, ctr, &config, features, gpu.health())
         {
-            Ok(adjust) => adjust,
+            Ok(admitted) => admitted,
             // A grant refusal (more than requested, a namespace rule, a static
             // pod) is never ignored: starting such a container would leave its
             // annotation to whatever else reads it, such as a hooks.d hook.
@@ -243,7 +256,7 @@ impl DevgatePlugin {
                     namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
                     error = %source, "allocation not applied (failure_policy = ignore)"
                 );
-                ContainerAdjustment::default()
+                devices::Admitted::Nothing
             }
             Err(source) => {
                 tracing::warn!(
@@ -258,11 +271,10 @@ impl DevgatePlugin {
                 });
             }
         };
-        if adjust.linux.is_some() {
+        if admitted.has_linux() {
             self.note_device_pod(pod, ctr, &config.gpu);
         }
-        adjust.env.extend(probe);
-        Ok(adjust)
+        Ok((admitted, probe))
     }
 }
 
@@ -347,17 +359,34 @@ impl nri::Plugin for DevgatePlugin {
     ) -> Result<CreateContainerResponse, PluginError> {
         self.gpu.note_pod(pod, &self.options.state_dir);
         let adjust = self.adjustment(pod, ctr)?;
-        tracing::debug!(
-            namespace = %pod.namespace,
-            pod = %pod.name,
-            container = %ctr.name,
-            env = adjust.env.len(),
-            "adjusted container"
-        );
         Ok(CreateContainerResponse {
             adjust: MessageField::some(adjust),
             ..Default::default()
         })
+    }
+
+    /// A container given its pod's prepared adjustment as it is gets the
+    /// reply encoded with it.
+    fn create_container_reply(
+        &self,
+        pod: &PodSandbox,
+        ctr: &Container,
+    ) -> Result<CreateReply, PluginError> {
+        self.gpu.note_pod(pod, &self.options.state_dir);
+        let (admitted, probe) = self.admitted(pod, ctr)?;
+        tracing::debug!(
+            namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
+            "adjusted container"
+        );
+        if let (Some(reply), None) = (admitted.encoded(), &probe) {
+            return Ok(CreateReply::Encoded(reply.clone()));
+        }
+        let mut adjust = admitted.into_adjustment();
+        adjust.env.extend(probe);
+        Ok(CreateReply::Message(CreateContainerResponse {
+            adjust: MessageField::some(adjust),
+            ..Default::default()
+        }))
     }
 
     fn synchronize(

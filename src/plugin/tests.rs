@@ -367,3 +367,6 @@ async fn pods_are_known_to_gpu_teardown_until_removed() {
     assert!(!p.gpu.known_pods().cgroups_of(&patterns).contains(its));
     assert_eq!(saved(), "[]");
 }
+
+#[path = "reply_tests.rs"]
+mod reply;

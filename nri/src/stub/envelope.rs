@@ -64,6 +64,22 @@ pub(super) fn encode_ok<M: Message>(out: &mut Vec<u8>, reply: &M) -> protobuf::R
     os.flush()
 }
 
+/// [`encode_ok`] for a reply encoded already.
+pub(super) fn encode_ok_bytes(out: &mut Vec<u8>, reply: &[u8]) {
+    out.extend_from_slice(&[1 << 3 | LEN, 0]);
+    if reply.is_empty() {
+        return;
+    }
+    out.push(2 << 3 | LEN);
+    let mut len = reply.len() as u64;
+    while len >= 0x80 {
+        out.push(len as u8 | 0x80);
+        len >>= 7;
+    }
+    out.push(len as u8);
+    out.extend_from_slice(reply);
+}
+
 /// Appends a `Response` carrying `status` and no payload.
 pub(super) fn encode_status(out: &mut Vec<u8>, status: Status) {
     let resp = ttrpc::Response {

@@ -130,6 +130,30 @@ fn ok_replies_are_the_bytes_of_the_generated_response() {
         ..Default::default()
     });
     same_as_generated(&big);
+    // Replies encoded before: the same bytes, whatever the length's varint
+    // width (1, 2 and 3 bytes).
+    for n in [None, Some(0), Some(3), Some(20), Some(200)] {
+        let mut reply = api::CreateContainerResponse::default();
+        if let Some(n) = n {
+            reply.adjust.mut_or_insert_default().annotations =
+                (0..n).map(|i| (format!("k{i}"), "v".repeat(i))).collect();
+        }
+        let encoded = crate::stub::EncodedReply::new(&reply).unwrap();
+        let mut out = vec![0xee];
+        encode_ok_bytes(&mut out, encoded.as_bytes());
+        assert_eq!(out, generated(&reply, vec![0xee]), "{n:?} annotations");
+    }
+}
+
+/// The generated `Response` with an OK status and `reply`, after `prefix`.
+fn generated<M: Message>(reply: &M, mut prefix: Vec<u8>) -> Vec<u8> {
+    let resp = Response {
+        status: Some(ttrpc::get_status(Code::OK, "")).into(),
+        payload: reply.write_to_bytes().unwrap(),
+        ..Default::default()
+    };
+    resp.write_to_vec(&mut prefix).unwrap();
+    prefix
 }
 
 fn same_as_generated<M: Message>(reply: &M) {

@@ -42,7 +42,7 @@ use std::{
 };
 
 pub use self::{
-    plugin::{Plugin, RpcError, RuntimeInfo},
+    plugin::{CreateReply, EncodedReply, Plugin, RpcError, RuntimeInfo},
     preinstalled::{Preinstalled, ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET},
 };
 

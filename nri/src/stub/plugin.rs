@@ -1,5 +1,8 @@
 //! The surface a plugin implements: one method per NRI event.
 
+use std::sync::Arc;
+
+use protobuf::Message as _;
 use ttrpc::Code;
 
 use crate::{
@@ -44,6 +47,30 @@ pub struct RuntimeInfo {
     /// The subscription the stub answered with: [`Plugin::events`] minus
     /// what this runtime does not accept.
     pub events: EventMask,
+}
+
+/// A reply to CreateContainer: a message to encode, or one encoded before.
+#[derive(Debug, Clone)]
+pub enum CreateReply {
+    Message(CreateContainerResponse),
+    Encoded(EncodedReply),
+}
+
+/// A `CreateContainerResponse` encoded once, for a plugin that gives many
+/// containers the same reply: sending it again costs neither a copy of the
+/// adjustment nor its encoding.
+#[derive(Debug, Clone)]
+pub struct EncodedReply(Arc<[u8]>);
+
+impl EncodedReply {
+    pub fn new(reply: &CreateContainerResponse) -> protobuf::Result<EncodedReply> {
+        Ok(EncodedReply(reply.write_to_bytes()?.into()))
+    }
+
+    /// The message's bytes, as `Message::write_to_bytes` gives them.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 /// An NRI plugin. Every event method has a no-op default; override the
@@ -125,6 +152,17 @@ pub trait Plugin: Send + Sync + 'static {
         _container: &Container,
     ) -> Result<CreateContainerResponse, Self::Error> {
         Ok(CreateContainerResponse::default())
+    }
+
+    /// What the stub calls at CreateContainer: [`Plugin::create_container`]
+    /// unless a plugin that keeps encoded replies overrides it.
+    fn create_container_reply(
+        &self,
+        pod: &PodSandbox,
+        container: &Container,
+    ) -> Result<CreateReply, Self::Error> {
+        self.create_container(pod, container)
+            .map(CreateReply::Message)
     }
 
     fn post_create_container(

@@ -8,7 +8,7 @@ use protobuf::Message;
 use ttrpc::{Code, Status};
 
 use super::envelope::{self, RequestView};
-use super::{service::Service, Plugin};
+use super::{service::Service, CreateReply, Plugin};
 use crate::lean::{self, Decode, Layout, Parts};
 use crate::{api, api::Event};
 
@@ -130,9 +130,15 @@ impl<P: Plugin> Service<P> {
                 let (pod, ctr) = (&r.pod, &r.container);
                 tracing::debug!(pod = %pod.name, container = %ctr.name, id = %ctr.id, "create container");
                 let resp = self.call(t, "create_container", || {
-                    self.plugin.create_container(pod, ctr)
+                    self.plugin.create_container_reply(pod, ctr)
                 })?;
-                finish(out, &resp)
+                match &resp {
+                    CreateReply::Message(m) => finish(out, m),
+                    CreateReply::Encoded(e) => {
+                        envelope::encode_ok_bytes(out, e.as_bytes());
+                        Ok(())
+                    }
+                }
             }
             "UpdateContainer" => reply(p, out, |r: api::UpdateContainerRequest| {
                 let (pod, ctr) = (r.pod.get_or_default(), r.container.get_or_default());

@@ -1,0 +1,189 @@
+//! From a pod's allocation to what its containers are given: the plan, read
+//! against the cached inventory (re-read once for a device it does not know),
+//! and everything derived from it before the claim, so that nothing after the
+//! claim can fail.
+
+use std::path::Path;
+
+use nri::api::{Container, PodSandbox};
+
+use crate::allocation;
+use crate::cdi::Class;
+use crate::config::{self, Config};
+use crate::hook::Resolved;
+use crate::inventory::Inventory;
+use crate::ledger::{DeviceId, NetworkNeed};
+use crate::plan::{self, Plan, PlanError};
+
+use super::super::adjust::{to_adjustment, AdjustOptions, HookSpec};
+use super::super::last_plan::Prepared;
+use super::{vf_attachments, DeviceError, Devices, RuntimeFeatures};
+
+impl Devices {
+    /// The plan, from the cached inventory; a device the cache does not know
+    /// triggers one re-read before the container is refused.
+    pub(super) fn plan(
+        &self,
+        pod: &allocation::PodDevices,
+        ctr: &Container,
+        config: &Config,
+    ) -> Result<Plan, PlanError> {
+        // The container's env: a communication variable it sets itself wins.
+        let gids = plan::HostGids {
+            root: &self.host_root,
+        };
+        let ctx = plan::ContainerContext {
+            env: &ctr.env,
+            gids: &gids,
+        };
+        let build = |inv: &Inventory| plan::build_for(inv, pod, &ctr.name, config, &ctx);
+        match build(&self.inventory()) {
+            Err(e) if is_unknown_device(&e) => build(&self.refresh()),
+            other => other,
+        }
+    }
+
+    /// The plan from a re-read of the host.
+    pub(super) fn replan(
+        &self,
+        pod: &allocation::PodDevices,
+        ctr: &Container,
+        config: &Config,
+    ) -> Result<Plan, PlanError> {
+        self.refresh();
+        self.plan(pod, ctr, config)
+    }
+
+    /// The plan and all that can be derived from it before the claim, so that
+    /// nothing after the claim can fail.
+    pub(super) fn prepare(
+        &self,
+        devices: &allocation::PodDevices,
+        pod: &PodSandbox,
+        ctr: &Container,
+        config: &Config,
+        features: RuntimeFeatures,
+    ) -> Result<Prepared, DeviceError> {
+        let owned = self
+            .ledger
+            .network_owner(&pod.id)
+            .map_err(|source| DeviceError::Claim {
+                entry: String::new(),
+                reason: source.to_string(),
+                source,
+            })?
+            .is_some();
+        let mut plan = self.plan(devices, ctr, config)?;
+        let moved = |p: &Plan| p.network.iter().any(|a| a.netdev.is_none());
+        if moved(&plan) && !owned {
+            // Read while the VF was still in a pod that has since given it back.
+            plan = self.replan(devices, ctr, config)?;
+        }
+        let networks = vf_attachments(&plan.network, &pod.uid, owned).map_err(|e| match e {
+            DeviceError::NoNetdev { vf, .. } => DeviceError::NoNetdev {
+                entry: plan.entry_of(&DeviceId::Vf(vf)),
+                vf,
+            },
+            other => other,
+        })?;
+        let resolved = if networks.is_empty() {
+            None
+        } else {
+            Some(Resolved::new(networks).to_annotation()?)
+        };
+        let opts = AdjustOptions {
+            explicit_cgroup_rules: features.explicit_cgroup_rules,
+            cdi_devices: cdi_names(&plan, config.device_mode, features),
+            ..AdjustOptions::default()
+        };
+        let network = network_need(resolved.is_some(), &plan.network);
+        let prepared = Prepared {
+            network,
+            // Without the host netdev, this plan holds only while the pod's
+            // network owner does: the next container may have to move the VF.
+            keep: !moved(&plan),
+            adjust: to_adjustment(&plan, &opts),
+            device_paths: plan.devices.iter().map(|d| d.path.clone()).collect(),
+            hook: resolved.as_ref().map(|_| self.hook_spec(config)),
+            resolved,
+            claims: plan.claims,
+            claim_entries: plan.claim_entries,
+            warnings: plan.warnings,
+            replies: Default::default(),
+        };
+        Ok(prepared.with_replies())
+    }
+
+    /// The hook as runc runs it: on the host, so every path is the host's view;
+    /// a config value, where set, wins over what the plugin itself sees.
+    fn hook_spec(&self, config: &Config) -> HookSpec {
+        let host_view = |configured: &str, own: &Path| {
+            if configured.is_empty() {
+                own.display().to_string()
+            } else {
+                configured.to_string()
+            }
+        };
+        HookSpec {
+            path: host_view(&config.hook_path, &self.hook_path),
+            flags: vec![
+                // No --host-root: the hook reads the host only in hooks-only
+                // mode, which hooks.d files start, never the plugin.
+                "--state-dir".to_string(),
+                host_view(&config.hook_state_dir, &self.state_dir),
+            ],
+            timeout_secs: config.hook_timeout_secs,
+        }
+    }
+}
+
+/// The CDI names of the plan's devices when the config asks for CDI and the
+/// runtime injects it; empty otherwise (raw nodes). The spec from
+/// `devgate cdi generate` holds the same nodes the plan does, and a name the
+/// runtime cannot resolve fails the container: never a silent fallback.
+fn cdi_names(plan: &Plan, mode: config::DeviceMode, features: RuntimeFeatures) -> Vec<String> {
+    if super::super::features::devices_as(mode, features) != config::DeviceMode::Cdi
+        || plan.devices.is_empty()
+    {
+        return Vec::new();
+    }
+    plan.claims
+        .iter()
+        .map(|c| match &c.device {
+            DeviceId::Gpu(uuid) => Class::Gpu.qualified(uuid),
+            DeviceId::Pf(bus) | DeviceId::Vf(bus) => Class::Rdma.qualified(&bus.to_string()),
+        })
+        .collect()
+}
+
+/// What admitting a container does with the pod's network: move its VFs in
+/// (`moves`: the hook's attachments were made), nothing (no VFs), or rely on
+/// the VFs its network owner moved into the pod already.
+pub(crate) fn network_need(moves: bool, actions: &[plan::NetworkAction]) -> NetworkNeed {
+    match (moves, actions.is_empty()) {
+        (true, _) => NetworkNeed::Moves,
+        (false, true) => NetworkNeed::None,
+        (false, false) => NetworkNeed::InPod,
+    }
+}
+
+fn is_unknown_device(e: &PlanError) -> bool {
+    matches!(
+        e,
+        PlanError::UnknownGpu { .. }
+            | PlanError::UnknownRdma { .. }
+            | PlanError::UnknownPf { .. }
+            | PlanError::UnknownVf { .. }
+            | PlanError::NoMajor { .. }
+            | PlanError::NoRdmaCm { .. }
+            // A VF's RDMA device and netdev come back to the host when its
+            // last pod goes, after this inventory was read.
+            | PlanError::NoRdmaDevice { .. }
+            // A GPU replaced or renumbered (driver reload), or NICs probed in
+            // another order, since: the scheduler's ids are checked against
+            // a fresh read before the container is refused.
+            | PlanError::GpuIdOfOther { .. }
+            | PlanError::GpuIdMismatch { .. }
+            | PlanError::PfMinorMismatch { .. }
+    )
+}
