@@ -23,6 +23,10 @@
 //! pod of its own, so each one makes the pod's claim: the pod is run before and
 //! stopped and removed after, untimed, and the next creation waits until the
 //! plugin has released the pod's devices (default 100 creations per set).
+//! Otherwise each creation is its pod's network owner (the hook moves the VFs
+//! in), since the container before it was removed; with `DEVGATE_BENCH_OWNER=1`
+//! a container created before the sets stays the owner, and each creation is a
+//! further container of the pod, as a sidecar or a restarted container is.
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -291,6 +295,7 @@ fn main() {
     require_root();
     let full = std::env::args().any(|a| a == "--bench");
     let fresh = std::env::var_os("DEVGATE_BENCH_NEW_PODS").is_some();
+    let owner = !fresh && std::env::var_os("DEVGATE_BENCH_OWNER").is_some();
     let n = env_usize(
         "DEVGATE_BENCH_CREATES",
         match (full, fresh) {
@@ -324,6 +329,11 @@ fn main() {
     } else {
         Pods::Shared(&pod)
     };
+    // Created, never started: it holds the pod's network from here on.
+    let owner_id = owner.then(|| {
+        cri.create_container(&pod, &ContainerSpec::shell("owner", "true"))
+            .expect("the owner's CreateContainer")
+    });
 
     let (mut with, mut without) = (Vec::new(), Vec::new());
     let mut cpu = Cpu::default();
@@ -355,12 +365,21 @@ fn main() {
     let pid = node.plugin.pid().expect("plugin pid");
     run_set(&cri, &pods, 2 * n, "rss", &mut Vec::new(), None);
     let after_rss = rss_kib(pid);
+    if let Some(id) = owner_id {
+        cri.remove_container(&id)
+            .expect("the owner's RemoveContainer");
+    }
 
     let creations = (n * sets) as f64;
-    let what = match (plain, fresh) {
-        (true, _) => "pod without an allocation",
-        (false, false) => "pod with 4 GPUs + 4 VFs",
-        (false, true) => "pods with 4 GPUs + 4 VFs, each creation the first container of its pod",
+    let what = match (plain, fresh, owner) {
+        (true, _, _) => "pod without an allocation",
+        (false, false, false) => "pod with 4 GPUs + 4 VFs, each creation its pod's network owner",
+        (false, false, true) => {
+            "pod with 4 GPUs + 4 VFs, each creation a further container beside its network owner"
+        }
+        (false, true, _) => {
+            "pods with 4 GPUs + 4 VFs, each creation the first container of its pod"
+        }
     };
     println!(
         "CreateContainer through CRI on {}, {what} ({sets} alternating set pairs of {n})",

@@ -10,7 +10,7 @@
 //! What is checked at each creation whatever the cache holds: the grant
 //! decision, GPU health and the claim.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use nri::api::ContainerAdjustment;
 use nri::stub::EncodedReply;
@@ -50,14 +50,15 @@ pub struct Prepared {
     pub network: NetworkNeed,
 }
 
-/// A plan's two replies, encoded; `None` where one does not encode (then
-/// each container's reply is encoded on its own).
+/// A plan's two replies, each encoded when a container first needs it;
+/// `None` where one does not encode (then each container's reply is encoded
+/// on its own).
 #[derive(Debug, Clone, Default)]
 pub struct Replies {
     /// The reply carrying `adjust` as it is.
-    plain: Option<EncodedReply>,
+    plain: OnceLock<Option<EncodedReply>>,
     /// The network owner's: `adjust` with the hook and the annotation.
-    owner: Option<EncodedReply>,
+    owner: OnceLock<Option<EncodedReply>>,
 }
 
 impl Prepared {
@@ -77,18 +78,6 @@ impl Prepared {
                 .insert(RESOLVED_ANNOTATION.to_string(), value.clone());
         }
         adjust
-    }
-
-    /// Encodes the replies: a pod's containers get the same ones.
-    pub fn with_replies(mut self) -> Prepared {
-        self.replies = Replies {
-            plain: encoded(self.adjust.clone()),
-            owner: self
-                .resolved
-                .as_ref()
-                .and_then(|_| encoded(self.owner_adjustment())),
-        };
-        self
     }
 }
 
@@ -120,12 +109,20 @@ impl Admitted {
         }
     }
 
-    /// The reply, encoded when the plan was prepared.
+    /// The reply, encoded once for the plan: a pod's containers get the same.
     pub fn encoded(&self) -> Option<&EncodedReply> {
         match self {
             Admitted::Nothing => None,
-            Admitted::Prepared(p) => p.replies.plain.as_ref(),
-            Admitted::Owner(p) => p.replies.owner.as_ref(),
+            Admitted::Prepared(p) => p
+                .replies
+                .plain
+                .get_or_init(|| encoded(p.adjust.clone()))
+                .as_ref(),
+            Admitted::Owner(p) => p
+                .replies
+                .owner
+                .get_or_init(|| encoded(p.owner_adjustment()))
+                .as_ref(),
         }
     }
 

@@ -97,7 +97,7 @@ impl Devices {
             ..AdjustOptions::default()
         };
         let network = network_need(resolved.is_some(), &plan.network);
-        let prepared = Prepared {
+        Ok(Prepared {
             network,
             // Without the host netdev, this plan holds only while the pod's
             // network owner does: the next container may have to move the VF.
@@ -110,8 +110,7 @@ impl Devices {
             claim_entries: plan.claim_entries,
             warnings: plan.warnings,
             replies: Default::default(),
-        };
-        Ok(prepared.with_replies())
+        })
     }
 
     /// The hook as runc runs it: on the host, so every path is the host's view;
