@@ -326,10 +326,7 @@ fn is_pod_pattern(p: &str) -> bool {
         return false;
     };
     let name_char = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.';
-    (1..=63).contains(&ns.len())
-        && ns
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    crate::allocation::is_dns_label(ns)
         && (1..=253).contains(&prefix.len())
         && prefix.bytes().all(name_char)
 }

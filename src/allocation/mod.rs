@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::inventory::PciAddr;
 pub use last_pod::LastPod;
+pub(crate) use parse::is_dns_label;
 pub use parse::parse_allocation;
 pub use quantity::{parse_quantity, QuantityError};
 

@@ -85,8 +85,8 @@ pub(super) fn parse_containers(text: &str) -> Result<ContainerSelector, Allocati
     Ok(ContainerSelector::Only(names))
 }
 
-/// A container name: an RFC 1123 label, as Kubernetes validates it.
-fn is_dns_label(s: &str) -> bool {
+/// A container or namespace name: an RFC 1123 label, as Kubernetes validates it.
+pub(crate) fn is_dns_label(s: &str) -> bool {
     let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
     !s.is_empty()
         && s.len() <= 63

@@ -122,6 +122,9 @@ fn values_the_plan_refuses_fail_the_config() {
             "gpu.ignored_pods",
         ),
         ("[gpu]\nignored_pods = [\"Kube/x\"]", "gpu.ignored_pods"),
+        // Namespaces are RFC 1123 labels: no '-' at either end.
+        ("[gpu]\nignored_pods = [\"-kube/x\"]", "gpu.ignored_pods"),
+        ("[gpu]\nignored_pods = [\"kube-/x\"]", "gpu.ignored_pods"),
         ("[gpu]\nignored_pods = [\"a/b/c\"]", "gpu.ignored_pods"),
         ("[gpu]\nhealth_dir = \"var/lib/devgate\"", "gpu.health_dir"),
         ("[gpu]\nhealth_dir = \"\"", "gpu.health_dir"),
