@@ -1,13 +1,15 @@
 //! devgate's NRI plugin: what happens to a container at CreateContainer.
 //!
-//! [`DevgatePlugin::adjustment`] is the single place where a container's
-//! adjustment is put together; each source of changes (the device plan from
-//! `crate::plan`, and the `devgate.io/probe` diagnostic) contributes there.
+//! What a container is given is decided in one place, `admit.rs`; each source
+//! of changes (the device plan from `crate::plan`, and the `devgate.io/probe`
+//! diagnostic) contributes there. A container given its pod's prepared
+//! adjustment as it is gets the reply encoded once with the plan.
 //! Pod removal and Synchronize release claims through [`lifecycle`].
 //! Errors leave the plugin as ttrpc statuses through [`nri::RpcError`],
 //! implemented once for [`PluginError`].
 
 pub mod adjust;
+mod admit;
 pub mod devices;
 pub mod features;
 mod gpu_slot;
@@ -23,17 +25,14 @@ use std::{
 };
 
 use nri::{
-    api::{
-        Container, ContainerAdjustment, ContainerUpdate, CreateContainerResponse, Event, PodSandbox,
-    },
+    api::{Container, ContainerUpdate, CreateContainerResponse, Event, PodSandbox},
     protobuf::MessageField,
     stub::CreateReply,
     ttrpc::Code,
     EventMask, RpcError, RuntimeInfo,
 };
 
-use crate::allocation::DEVICE_ALLOCATED;
-use crate::config::{Config, ConfigError, FailurePolicy};
+use crate::config::{Config, ConfigError};
 use crate::gpu::GpuTeardown;
 use crate::ledger::{LedgerError, Teardown, Teardowns};
 use devices::RuntimeFeatures;
@@ -198,83 +197,6 @@ impl DevgatePlugin {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-    }
-
-    /// Everything devgate changes in a container being created.
-    ///
-    /// Containers that ask devgate for nothing get an empty adjustment even
-    /// when the config is broken; the others are refused rather than
-    /// started without what they asked for.
-    pub fn adjustment(
-        &self,
-        pod: &PodSandbox,
-        ctr: &Container,
-    ) -> Result<ContainerAdjustment, PluginError> {
-        let (admitted, probe) = self.admitted(pod, ctr)?;
-        let mut adjust = admitted.into_adjustment();
-        adjust.env.extend(probe);
-        Ok(adjust)
-    }
-
-    /// What the container is given, and the probe's variable if it asked.
-    fn admitted(
-        &self,
-        pod: &PodSandbox,
-        ctr: &Container,
-    ) -> Result<(devices::Admitted, Option<nri::api::KeyValue>), PluginError> {
-        let probe = probe::probe_env(pod).map_err(|source| PluginError::Probe {
-            namespace: pod.namespace.clone(),
-            pod: pod.name.clone(),
-            container: ctr.name.clone(),
-            source,
-        })?;
-        if probe.is_none() && !pod.annotations.contains_key(DEVICE_ALLOCATED) {
-            return Ok((devices::Admitted::Nothing, None));
-        }
-        let config = self.config().map_err(|source| PluginError::Config {
-            namespace: pod.namespace.clone(),
-            pod: pod.name.clone(),
-            container: ctr.name.clone(),
-            source,
-        })?;
-        let features = *self.features.read().unwrap_or_else(PoisonError::into_inner);
-        let gpu = self.gpu.get();
-        let admitted = match self
-            .devices
-            .admit(pod, ctr, &config, features, gpu.health())
-        {
-            Ok(admitted) => admitted,
-            // A grant refusal (more than requested, a namespace rule, a static
-            // pod) is never ignored: starting such a container would leave its
-            // annotation to whatever else reads it, such as a hooks.d hook.
-            Err(source)
-                if config.failure_policy == FailurePolicy::Ignore
-                    && !matches!(source, devices::DeviceError::Grant(_)) =>
-            {
-                // Koordinator's fail-open behaviour, for operators who chose it.
-                tracing::warn!(
-                    namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
-                    error = %source, "allocation not applied (failure_policy = ignore)"
-                );
-                devices::Admitted::Nothing
-            }
-            Err(source) => {
-                tracing::warn!(
-                    namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
-                    error = %source, "container refused"
-                );
-                return Err(PluginError::Devices {
-                    namespace: pod.namespace.clone(),
-                    pod: pod.name.clone(),
-                    container: ctr.name.clone(),
-                    source: Box::new(source),
-                });
-            }
-        };
-        if admitted.has_linux() {
-            self.note_device_pod(pod, ctr, &config.gpu);
-        }
-        Ok((admitted, probe))
     }
 }
 
