@@ -400,13 +400,9 @@ impl Ledger {
         &self,
         pf_of: &dyn Fn(crate::inventory::PciAddr) -> Option<crate::inventory::PciAddr>,
     ) -> Result<usize, LedgerError> {
-        let state = self.snapshot()?;
-        if !state
-            .pods
-            .values()
-            .flat_map(|p| &p.claims)
-            .any(Claim::lacks_pf)
-        {
+        let lacking =
+            |s: &LedgerState| s.pods.values().flat_map(|p| &p.claims).any(Claim::lacks_pf);
+        if !self.store.peek(lacking)? {
             return Ok(0);
         }
         let mut txn = self.store.begin()?;

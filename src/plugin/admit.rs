@@ -21,9 +21,7 @@ impl DevgatePlugin {
         ctr: &Container,
     ) -> Result<ContainerAdjustment, PluginError> {
         let (admitted, probe) = self.admitted(pod, ctr)?;
-        let mut adjust = admitted.into_adjustment();
-        adjust.env.extend(probe);
-        Ok(adjust)
+        Ok(combined(admitted, probe))
     }
 
     /// What the container is given, and the probe's variable if it asked.
@@ -86,4 +84,14 @@ impl DevgatePlugin {
         }
         Ok((admitted, probe))
     }
+}
+
+/// A container's adjustment: what it was given, and the probe's variable.
+pub(super) fn combined(
+    admitted: devices::Admitted,
+    probe: Option<KeyValue>,
+) -> ContainerAdjustment {
+    let mut adjust = admitted.into_adjustment();
+    adjust.env.extend(probe);
+    adjust
 }

@@ -141,20 +141,7 @@ fn gpus_that_appear_after_start_up_are_torn_down_and_released() {
     let state = tempfile::tempdir().unwrap();
     let host = state.path().join("host");
     std::fs::create_dir_all(&host).unwrap();
-    let config = Config::parse(
-        &format!(
-            "[gpu]\nnvml = false\nhealth_dir = \"{}\"\n",
-            state.path().join("health").display()
-        ),
-        "test",
-    )
-    .unwrap();
-    let options = PluginOptions {
-        host_root: host.clone(),
-        state_dir: state.path().join("state"),
-        config_from_runtime: false,
-    };
-    let plugin = DevgatePlugin::new(config, options).unwrap();
+    let plugin = plugin_on(&host, state.path(), "");
     assert!(plugin.gpu().inventory().gpus.is_empty());
     let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
     let gpu = &fixture.expected().gpus[2];

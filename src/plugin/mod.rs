@@ -303,10 +303,8 @@ impl nri::Plugin for DevgatePlugin {
         if let (Some(reply), None) = (admitted.encoded(), &probe) {
             return Ok(CreateReply::Encoded(reply.clone()));
         }
-        let mut adjust = admitted.into_adjustment();
-        adjust.env.extend(probe);
         Ok(CreateReply::Message(CreateContainerResponse {
-            adjust: MessageField::some(adjust),
+            adjust: MessageField::some(admit::combined(admitted, probe)),
             ..Default::default()
         }))
     }

@@ -6,20 +6,8 @@ fn hgx_plugin() -> (DevgatePlugin, crate::fixture::Fixture, tempfile::TempDir) {
     let state = tempfile::tempdir().unwrap();
     let host = state.path().join("host");
     let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
-    let config = Config::parse(
-        &format!(
-            "grant_check = \"off\"\n[gpu]\nnvml = false\nhealth_dir = \"{}\"\n",
-            state.path().join("health").display()
-        ),
-        "test",
-    )
-    .unwrap();
-    let options = PluginOptions {
-        host_root: host,
-        state_dir: state.path().join("state"),
-        config_from_runtime: false,
-    };
-    (DevgatePlugin::new(config, options).unwrap(), fixture, state)
+    let plugin = plugin_on(&host, state.path(), "grant_check = \"off\"\n");
+    (plugin, fixture, state)
 }
 
 fn container(id: &str) -> Container {

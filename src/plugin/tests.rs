@@ -25,6 +25,25 @@ fn options(config_from_runtime: bool) -> (PluginOptions, tempfile::TempDir) {
     (options, state)
 }
 
+/// A plugin on the host root `host`, its state and GPU health under `state`,
+/// without NVML; `config` comes before the `[gpu]` section.
+fn plugin_on(host: &std::path::Path, state: &std::path::Path, config: &str) -> DevgatePlugin {
+    let config = Config::parse(
+        &format!(
+            "{config}[gpu]\nnvml = false\nhealth_dir = \"{}\"\n",
+            state.join("health").display()
+        ),
+        "test",
+    )
+    .unwrap();
+    let options = PluginOptions {
+        host_root: host.to_path_buf(),
+        state_dir: state.join("state"),
+        config_from_runtime: false,
+    };
+    DevgatePlugin::new(config, options).unwrap()
+}
+
 fn plugin(config: Config, config_from_runtime: bool) -> (DevgatePlugin, tempfile::TempDir) {
     let (options, guard) = options(config_from_runtime);
     (DevgatePlugin::new(config, options).unwrap(), guard)
