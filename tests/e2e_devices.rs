@@ -7,6 +7,7 @@ mod support;
 
 use std::collections::HashMap;
 
+use devgate::ledger::LedgerState;
 use support::node::{
     allocation, gpu_entry, gpu_share_entry, gpus, vf_entry, Node, DEVICE_ALLOCATED, GPU2_NODES,
 };
@@ -263,9 +264,18 @@ fn claims_survive_plugin_crash_and_vanished_pods_are_released_at_sync() {
     cri.run_container(&stopped, &ContainerSpec::shell("main", "true"))
         .unwrap();
 
+    // A further container of a pod is recorded by a journal line.
+    let side = cri
+        .create_container(&keep, &ContainerSpec::shell("side", "true"))
+        .unwrap();
+
     node.plugin.kill();
     let held = node.ledger();
     assert_eq!(held.pods.len(), 3, "kill -9 keeps every claim");
+    assert!(
+        held.container(&side).is_some(),
+        "kill -9 keeps the journal's records"
+    );
     cri.stop_pod(&gone).unwrap();
     cri.remove_pod(&gone).unwrap();
     cri.stop_pod(&stopped).unwrap();
@@ -290,6 +300,51 @@ fn claims_survive_plugin_crash_and_vanished_pods_are_released_at_sync() {
     assert!(!state.devices.contains_key(&format!("gpu {b}")));
     assert!(!state.devices.contains_key(&format!("gpu {c}")));
     cri.remove_pod(&stopped).unwrap();
+}
+
+/// A pod's further containers are recorded by appending to the ledger's
+/// journal; SIGTERM folds it into the document, which then holds them alone.
+#[test]
+fn further_containers_are_journaled_and_folded_in_at_exit() {
+    require_root();
+    let mut node = Node::start(&[]);
+    let cri = node.cri();
+    let uuid = node.gpu(3).uuid.clone();
+    let pod = cri
+        .run_pod(&PodSpec::new("two").annotation(DEVICE_ALLOCATED, &gpus(&[gpu_entry(3, &uuid)])))
+        .unwrap();
+    let main = cri
+        .create_container(&pod, &ContainerSpec::shell("main", "true"))
+        .unwrap();
+    let side = cri
+        .create_container(&pod, &ContainerSpec::shell("side", "true"))
+        .unwrap();
+    let (document, journal) = (
+        node.state_dir().join("ledger.json"),
+        node.state_dir().join("ledger.journal"),
+    );
+    let alone =
+        || -> LedgerState { serde_json::from_slice(&std::fs::read(&document).unwrap()).unwrap() };
+    assert!(
+        alone().container(&main).is_some(),
+        "the claim writes the document"
+    );
+    assert!(
+        alone().container(&side).is_none(),
+        "the further container is a line"
+    );
+    assert!(std::fs::metadata(&journal).unwrap().len() > 0);
+    assert!(node.ledger().container(&side).is_some());
+
+    let status = node
+        .plugin
+        .signal_and_wait(nix::sys::signal::Signal::SIGTERM, SLOW)
+        .expect("devgate nri ends on SIGTERM");
+    assert!(status.success(), "exit status {status}");
+    assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+    let folded = alone();
+    assert!(folded.container(&main).is_some() && folded.container(&side).is_some());
+    assert_eq!(folded, node.ledger());
 }
 
 #[test]

@@ -142,7 +142,7 @@ fn serve(stub: Stub<DevgatePlugin>, signals: SigSet) -> Result<(), NriCmdError> 
         tracing::info!("runtime closed the connection; exiting");
     }
     // The grant counters are written in the background; the last ones now.
-    plugin.flush_grant_audit();
+    plugin.flush_at_exit();
     result?;
     Ok(())
 }
@@ -163,7 +163,7 @@ fn block_exit_signals() -> Result<SigSet, NriCmdError> {
 const RELEASE_WAIT: Duration = Duration::from_secs(20);
 
 /// Waits for SIGTERM or SIGINT, then for the request and the teardowns in
-/// progress, writes the last grant counters and exits. Claims need nothing more: every ledger
+/// progress, writes the last grant counters, folds the ledger's journal and exits. Claims need nothing more: every ledger
 /// change is on disk when its transaction ends.
 fn exit_on_signal(signals: SigSet, gate: &RequestGate, plugin: &DevgatePlugin) {
     match signals.wait() {
@@ -182,7 +182,7 @@ fn exit_on_signal(signals: SigSet, gate: &RequestGate, plugin: &DevgatePlugin) {
             "teardown still running at exit; the next start finishes it"
         );
     }
-    plugin.flush_grant_audit();
+    plugin.flush_at_exit();
     std::process::exit(0);
 }
 

@@ -8,12 +8,14 @@
 
 mod compose;
 mod guarded;
+mod journal;
+mod load;
 mod model;
+mod release;
 mod release_lock;
 mod rules;
 mod store;
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -232,7 +234,12 @@ impl Ledger {
             record.resolved = None;
         }
         rec.containers.insert(container_id.to_string(), record);
-        txn.commit()?;
+        if claimed {
+            txn.commit()?;
+        } else {
+            // The pod held its devices already: only its record changed.
+            txn.commit_pod(&pod.sandbox_id)?;
+        }
         Ok(Admission {
             network_owner,
             claimed,
@@ -290,7 +297,8 @@ impl Ledger {
         if let Some(rec) = pod.containers.get_mut(container_id) {
             rec.resolved = None;
         }
-        txn.commit()
+        let sandbox_id = pod.pod.sandbox_id.clone();
+        txn.commit_pod(&sandbox_id)
     }
 
     /// Records what was applied to a container of a pod that holds claims.
@@ -305,7 +313,7 @@ impl Ledger {
             return Ok(());
         };
         pod.containers.insert(container_id.to_string(), record);
-        txn.commit()
+        txn.commit_pod(sandbox_id)
     }
 
     /// Forgets a container record; the pod keeps its claims.
@@ -336,47 +344,7 @@ impl Ledger {
         if !removed && !was_owner {
             return Ok(());
         }
-        txn.commit()
-    }
-
-    /// Releases one pod after its teardown ran. Unknown pods are a no-op.
-    pub fn release_pod(
-        &self,
-        sandbox_id: &str,
-        teardown: &dyn Teardown,
-    ) -> Result<Released, LedgerError> {
-        self.release_where(teardown, |id| id == sandbox_id)
-    }
-
-    /// Releases exactly these pods (those a Synchronize found gone, or whose
-    /// teardown failed before); ids the ledger does not hold are skipped.
-    pub fn release_pods(
-        &self,
-        sandbox_ids: &HashSet<String>,
-        teardown: &dyn Teardown,
-    ) -> Result<Released, LedgerError> {
-        self.release_where(teardown, |id| sandbox_ids.contains(id))
-    }
-
-    /// The pods the ledger holds that the runtime no longer reports (`live` =
-    /// sandbox ids it has). Read at once, so that a pod admitted afterwards is
-    /// never taken for one of them. Pods of hooks-only mode (podman, or CRI-O
-    /// without NRI on the same node) are never among them: no NRI runtime
-    /// reports them, and their own hooks release them when their inits exit.
-    pub fn stale_pods(&self, live: &HashSet<String>) -> Result<HashSet<String>, LedgerError> {
-        self.store.peek(|s| {
-            s.pods
-                .values()
-                // A pod with any container the plugin admitted is the
-                // plugin's (a hooks-only reap needs every init recorded).
-                .filter(|p| {
-                    p.containers.is_empty() || p.containers.values().any(ContainerRecord::by_plugin)
-                })
-                .map(|p| &p.pod.sandbox_id)
-                .filter(|id| !live.contains(id.as_str()))
-                .cloned()
-                .collect()
-        })
+        txn.commit_pod(sandbox_id)
     }
 
     /// Marks a device as not to be handed out until cleared.
@@ -421,65 +389,6 @@ impl Ledger {
         }
         prune_empty(&mut txn.state);
         txn.commit()
-    }
-
-    /// Releases the selected pods. Teardown runs outside the ledger lock (it may
-    /// wait seconds for processes to exit, while container creation must answer
-    /// the runtime within its request timeout); the pods keep their claims until
-    /// it is done, so nobody can take a device before it is clean.
-    fn release_where(
-        &self,
-        teardown: &dyn Teardown,
-        select: impl Fn(&str) -> bool,
-    ) -> Result<Released, LedgerError> {
-        let chosen_now = || {
-            self.store.peek(|s| {
-                let pods = s.pods.values().filter(|p| select(&p.pod.sandbox_id));
-                pods.cloned().collect::<Vec<PodRecord>>()
-            })
-        };
-        let chosen = chosen_now()?;
-        if chosen.is_empty() {
-            return Ok(Released::default());
-        }
-        // Held until the commit below; read again once held, since a release
-        // of a pod sharing a device may have committed while this one waited.
-        let _held = release_lock::lock_claimed(self.store.dir(), &chosen)?;
-        let chosen = chosen_now()?;
-        // Each pod is looked up again just before its teardown: one released
-        // by another release while an earlier pod's teardown ran may have its
-        // devices in a new pod's hands by now.
-        let mut outcomes: Vec<(PodRecord, Result<(), String>)> = Vec::new();
-        for pod in chosen {
-            let id = &pod.pod.sandbox_id;
-            if self.store.peek(|s| s.pods.contains_key(id))? {
-                let outcome = teardown.teardown(&pod);
-                outcomes.push((pod, outcome));
-            }
-        }
-        let mut txn = self.store.begin()?;
-        let mut out = Released::default();
-        for (pod, outcome) in outcomes {
-            match outcome {
-                Ok(()) => {
-                    drop_pod(&mut txn.state, &pod.pod.sandbox_id);
-                    lift_restored(&mut txn.state, &pod.claims);
-                    out.pods.push(pod.pod);
-                }
-                // Released meanwhile by another release that succeeded: its
-                // devices are clean, and a quarantine now would hold none.
-                Err(_) if !txn.state.pods.contains_key(&pod.pod.sandbox_id) => {}
-                Err(reason) => {
-                    for claim in &pod.claims {
-                        quarantine_in(&mut txn.state, &claim.device, &reason);
-                    }
-                    out.failed.push((pod.pod, reason));
-                }
-            }
-        }
-        prune_empty(&mut txn.state);
-        txn.commit()?;
-        Ok(out)
     }
 }
 

@@ -169,6 +169,10 @@ pub struct PodRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerState {
     pub version: u32,
+    /// Bumped by every write of the whole document; the journal's lines name
+    /// the generation they follow (see `journal`).
+    #[serde(default)]
+    pub generation: u64,
     /// Keyed by the device's display form, so the file reads well.
     pub devices: BTreeMap<String, DeviceRecord>,
     /// Keyed by sandbox id.
@@ -203,6 +207,7 @@ impl Default for LedgerState {
     fn default() -> Self {
         LedgerState {
             version: LEDGER_VERSION,
+            generation: 0,
             devices: BTreeMap::new(),
             pods: BTreeMap::new(),
         }

@@ -1,34 +1,30 @@
 //! The on-disk ledger: one JSON document under an exclusive `flock`, replaced
 //! atomically (write temp, fsync, rename, fsync dir; no fsync on tmpfs, where it
-//! does nothing) so a crash leaves either the old or the new document, never a mix. The plugin and the hook are separate
-//! processes; the lock makes every read-modify-write a transaction between them.
+//! does nothing) so a crash leaves either the old or the new document, never a
+//! mix, and a journal of changes to one pod's record appended between two
+//! replaces (see `journal`). The plugin and the hook are separate processes;
+//! the lock makes every read-modify-write a transaction between them.
 //!
 //! The plugin runs a transaction at every container creation and removal, so the
-//! store keeps the last document it read or wrote, keyed by the file's identity
-//! (device, inode, size, mtime). Every replacement is a new inode, so a matching
-//! key under the lock means nobody else has written since: the cached document is
-//! reused and the file is neither read nor parsed. The cache keeps its version
-//! open, so that no other file can get its inode number meanwhile.
+//! store keeps the last ledger it read or wrote, keyed by the document's
+//! identity (device, inode, size, mtime) and the journal's length. Every
+//! replacement is a new inode, and the journal only grows between two, so a
+//! matching key under the lock means nobody else has written since: the cached
+//! copy is reused and nothing is read or parsed.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use nix::errno::Errno;
-use nix::fcntl::AtFlags;
-use nix::sys::stat::fstatat;
+use crate::fsutil::{self, Durability};
 
-use crate::fsutil::{self, BoundedError, Durability};
-
+use super::load::{self, FileKey, JournalKey, Key, Pins, LEDGER_FILE};
 use super::model::LedgerState;
 use super::LedgerError;
 
-const LEDGER_FILE: &str = "ledger.json";
 const LOCK_FILE: &str = "ledger.lock";
-/// A ledger larger than this is corrupt or hostile; refuse to parse it.
-const MAX_LEDGER_BYTES: u64 = 16 * 1024 * 1024;
 
 /// The ledger files under a state directory.
 #[derive(Debug, Clone)]
@@ -46,10 +42,13 @@ pub struct Store {
 struct Handles {
     dir: File,
     lock: File,
+    /// The journal opened for appending, with its identity; reopened when the
+    /// name no longer leads to it.
+    journal: Option<(Arc<File>, JournalKey)>,
     /// Whether a commit must fsync: not on tmpfs, the default `/run/devgate`.
     durability: Durability,
-    /// The serialized document of the last commit, kept for its capacity:
-    /// the next one is about as long and needs no growing allocations.
+    /// The serialized document or line of the last commit, kept for its
+    /// capacity: the next one is about as long and needs no growing allocations.
     text: Vec<u8>,
 }
 
@@ -64,6 +63,7 @@ impl Handles {
             durability: Durability::of_dir(&dir),
             dir,
             lock,
+            journal: None,
             text: Vec::new(),
         })
     }
@@ -89,47 +89,11 @@ fn flock(file: &File, op: libc::c_int) -> std::io::Result<()> {
     }
 }
 
-/// What identifies one version of the ledger file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FileKey {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: i64,
-    mtime_nsec: i64,
-}
-
-impl FileKey {
-    fn of_stat(st: &nix::sys::stat::FileStat) -> FileKey {
-        FileKey {
-            dev: st.st_dev,
-            ino: st.st_ino,
-            size: st.st_size as u64,
-            mtime: st.st_mtime,
-            mtime_nsec: st.st_mtime_nsec,
-        }
-    }
-
-    fn of(meta: &fs::Metadata) -> FileKey {
-        FileKey {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size(),
-            mtime: meta.mtime(),
-            mtime_nsec: meta.mtime_nsec(),
-        }
-    }
-}
-
 #[derive(Debug)]
 struct Cached {
-    key: FileKey,
+    key: Key,
     state: LedgerState,
-    /// The cached version, kept open: its inode number stays its own until the
-    /// cache moves on, so another version can never show the same key
-    /// (filesystems such as ext4 hand a freed inode number to the next file
-    /// created, and mtime moves only once per timer tick).
-    _pin: File,
+    _pins: Pins,
 }
 
 /// An open transaction: holds the lock until dropped.
@@ -137,6 +101,9 @@ pub struct Txn<'a> {
     store: &'a Store,
     handles: MutexGuard<'a, Option<Handles>>,
     pub state: LedgerState,
+    /// The version the state was read from.
+    key: Key,
+    pins: Pins,
 }
 
 impl Drop for Txn<'_> {
@@ -153,7 +120,7 @@ impl Store {
     /// 0700: claims are root's business. An existing one keeps its mode.
     pub fn open(dir: &Path) -> Result<Store, LedgerError> {
         use std::os::unix::fs::DirBuilderExt;
-        fs::DirBuilder::new()
+        std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
@@ -177,19 +144,15 @@ impl Store {
         &self.dir
     }
 
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
     fn io(&self, name: &str) -> impl FnOnce(std::io::Error) -> LedgerError + '_ {
-        let path = self.path(name);
+        let path = self.dir.join(name);
         move |source| LedgerError::Io { path, source }
     }
 
-    /// Takes the exclusive lock and reads the current state. The cached document
-    /// moves into the transaction when the file is the one this store last saw
-    /// (a commit moves it back; a transaction dropped unwritten leaves the cache
-    /// empty, and the next one reads the file).
+    /// Takes the exclusive lock and reads the current state. The cached copy
+    /// moves into the transaction when the files are the ones this store last
+    /// saw (a commit moves it back; a transaction dropped unwritten leaves the
+    /// cache empty, and the next one reads the files).
     pub fn begin(&self) -> Result<Txn<'_>, LedgerError> {
         let mut handles = self.handles.lock().unwrap_or_else(PoisonError::into_inner);
         self.locked(&mut handles)?;
@@ -198,9 +161,15 @@ impl Store {
             store: self,
             handles,
             state: LedgerState::default(),
+            key: Key {
+                doc: None,
+                journal: None,
+            },
+            pins: Pins::default(),
         };
         if let Some(h) = txn.handles.as_ref() {
-            txn.state = self.take_current(&h.dir)?;
+            let (state, key, pins) = self.take_current(&h.dir)?;
+            (txn.state, txn.key, txn.pins) = (state, key, pins);
         }
         Ok(txn)
     }
@@ -220,141 +189,131 @@ impl Store {
             // Dropping the handles closes the stale lock file and releases it.
         }
         Err(LedgerError::Io {
-            path: self.path(LOCK_FILE),
+            path: self.dir.join(LOCK_FILE),
             source: std::io::Error::other("lock file unlinked while locking"),
         })
     }
 
-    /// The current document under the lock, from the cache or the file.
-    fn take_current(&self, dir: &File) -> Result<LedgerState, LedgerError> {
-        let key = match fstatat(Some(dir.as_raw_fd()), LEDGER_FILE, AtFlags::empty()) {
-            Ok(st) => FileKey::of_stat(&st),
-            Err(Errno::ENOENT) => return Ok(LedgerState::default()),
-            Err(e) => return Err(self.io(LEDGER_FILE)(e.into())),
-        };
+    /// The current ledger under the lock, from the cache or the files.
+    fn take_current(&self, dir: &File) -> Result<(LedgerState, Key, Pins), LedgerError> {
+        let key = load::current_key(Some(dir), &self.dir)?;
         let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        match cache.take() {
-            Some(cached) if cached.key == key => Ok(cached.state),
-            _ => {
-                drop(cache);
-                self.read_file()
-            }
+        if let Some(cached) = cache.take_if(|c| c.key == key) {
+            return Ok((cached.state, key, cached._pins));
         }
+        drop(cache);
+        let loaded = load::load(&self.dir, true)?;
+        let pins = loaded.pins.clone();
+        self.remember(loaded.key, loaded.state.clone(), loaded.pins);
+        Ok((loaded.state, loaded.key, pins))
     }
 
-    /// Runs `f` on the current document without the lock, on the cached copy when
-    /// the file is still that version (no read, no parse, no clone). For questions
-    /// whose answer no concurrent writer can change under the caller, such as
-    /// whether a container id, unique and admitted only at its creation, is known.
+    /// Runs `f` on the current ledger without the lock, on the cached copy when
+    /// the files are still that version (no read, no parse, no clone). For
+    /// questions whose answer no concurrent writer can change under the caller,
+    /// such as whether a container id, unique and admitted only at its
+    /// creation, is known.
     pub fn peek<R>(&self, f: impl FnOnce(&LedgerState) -> R) -> Result<R, LedgerError> {
         {
             let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(cached) = cache.as_ref() {
-                if self.is_current(cached.key)? {
+                if load::current_key(None, &self.dir)? == cached.key {
                     return Ok(f(&cached.state));
                 }
             }
         }
-        Ok(f(&self.read_file()?))
+        Ok(f(&self.read_files()?))
     }
 
-    /// Whether the ledger file is still the version `key` names.
-    fn is_current(&self, key: FileKey) -> Result<bool, LedgerError> {
-        match fs::metadata(self.path(LEDGER_FILE)) {
-            Ok(meta) => Ok(FileKey::of(&meta) == key),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(source) => Err(LedgerError::Io {
-                path: self.path(LEDGER_FILE),
-                source,
-            }),
-        }
-    }
-
-    fn remember(&self, key: FileKey, state: LedgerState, pin: File) {
+    fn remember(&self, key: Key, state: LedgerState, pins: Pins) {
         let cached = Cached {
             key,
             state,
-            _pin: pin,
+            _pins: pins,
         };
         *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = Some(cached);
     }
 
-    /// Reads the state without the lock: the rename makes every read consistent.
+    /// Empties the cache: no key names what the files hold now.
+    fn forget(&self) {
+        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// Reads the state without the lock (see `load` for why it is consistent).
     pub fn read_unlocked(&self) -> Result<LedgerState, LedgerError> {
         self.peek(LedgerState::clone)
     }
 
-    /// Reads and parses the file, and caches what it read.
-    fn read_file(&self) -> Result<LedgerState, LedgerError> {
-        let path = self.path(LEDGER_FILE);
-        let file = match File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LedgerState::default()),
-            Err(source) => return Err(LedgerError::Io { path, source }),
-        };
-        let meta = file.metadata().map_err(self.io(LEDGER_FILE))?;
-        if meta.len() > MAX_LEDGER_BYTES {
-            return Err(too_large(path));
+    /// Reads the files without the lock, and caches what it read.
+    fn read_files(&self) -> Result<LedgerState, LedgerError> {
+        let loaded = load::load(&self.dir, false)?;
+        // A cut tail is no part of the copy, but its key would name it.
+        if !loaded.torn {
+            self.remember(loaded.key, loaded.state.clone(), loaded.pins);
         }
-        // Sized from fstat: one read instead of a doubling series.
-        let mut text = Vec::with_capacity(meta.len() as usize + 1);
-        match fsutil::read_bounded(&file, MAX_LEDGER_BYTES, &mut text) {
-            Ok(()) => {}
-            Err(BoundedError::Io(source)) => return Err(self.io(LEDGER_FILE)(source)),
-            Err(BoundedError::TooLarge { .. }) => return Err(too_large(path)),
-        }
-        let state: LedgerState =
-            serde_json::from_slice(&text).map_err(|e| LedgerError::Corrupt {
-                path,
-                reason: e.to_string(),
-            })?;
-        // Only a file read whole at the size fstat saw is worth caching.
-        if text.len() as u64 == meta.len() {
-            self.remember(FileKey::of(&meta), state.clone(), file);
-        }
-        Ok(state)
-    }
-
-    fn write_atomic(&self, h: &mut Handles, state: LedgerState) -> Result<(), LedgerError> {
-        // Compact: the ledger is rewritten at every container creation;
-        // `devgate status` is the view for people.
-        let text = &mut h.text;
-        text.clear();
-        serde_json::to_writer(&mut *text, &state).map_err(|e| LedgerError::Corrupt {
-            path: self.path(LEDGER_FILE),
-            reason: e.to_string(),
-        })?;
-        text.push(b'\n');
-        let (meta, file) = fsutil::replace_in(&h.dir, &self.dir, LEDGER_FILE, text, h.durability)
-            .map_err(LedgerError::from)?;
-        self.remember(FileKey::of(&meta), state, file);
-        Ok(())
-    }
-}
-
-fn too_large(path: PathBuf) -> LedgerError {
-    LedgerError::Corrupt {
-        path,
-        reason: "larger than 16 MiB".to_string(),
+        Ok(loaded.state)
     }
 }
 
 impl Txn<'_> {
-    /// Writes the state and releases the lock (held until the new document is in
-    /// place: the transaction's drop unlocks when this returns); the document
-    /// moves into the cache.
+    /// Whether the state read holds lines of the journal.
+    pub fn has_journal(&self) -> bool {
+        self.key.journal.is_some_and(|k| k.size > 0)
+    }
+
+    /// Writes the whole state (the journal folded in, its generation bumped)
+    /// and releases the lock (held until the new document is in place: the
+    /// transaction's drop unlocks when this returns); the state moves into the
+    /// cache.
     pub fn commit(mut self) -> Result<(), LedgerError> {
-        let state = std::mem::take(&mut self.state);
+        let mut state = std::mem::take(&mut self.state);
+        state.generation = state.generation.wrapping_add(1);
+        let store = self.store;
         // `begin` filled the handles before handing out the transaction.
         let Some(h) = self.handles.as_mut() else {
-            return Err(self.store.io(LOCK_FILE)(std::io::Error::other(
-                "no lock held",
-            )));
+            return Err(store.io(LOCK_FILE)(std::io::Error::other("no lock held")));
         };
-        self.store.write_atomic(h, state)
+        let text = &mut h.text;
+        text.clear();
+        // Compact: `devgate status` is the view for people.
+        serde_json::to_writer(&mut *text, &state).map_err(|e| LedgerError::Corrupt {
+            path: store.dir.join(LEDGER_FILE),
+            reason: e.to_string(),
+        })?;
+        text.push(b'\n');
+        let (meta, file) = fsutil::replace_in(&h.dir, &store.dir, LEDGER_FILE, text, h.durability)
+            .map_err(LedgerError::from)?;
+        let doc = Some(FileKey::of(&meta));
+        // The new generation leaves every journal line behind: emptying the
+        // journal only saves readers from skipping them.
+        let journal = match self.key.journal {
+            None => Some((None, None)),
+            Some(k) if k.size == 0 => Some((Some(k), self.pins.journal.take())),
+            Some(k) => store
+                .empty_journal(h, k)
+                .map(|(k, pin)| (Some(k), Some(pin))),
+        };
+        match journal {
+            Some((journal, pin)) => {
+                let pins = Pins {
+                    doc: Some(Arc::new(file)),
+                    journal: pin,
+                };
+                store.remember(Key { doc, journal }, state, pins);
+            }
+            // No key names the journal as it is: the next transaction reads.
+            None => store.forget(),
+        }
+        Ok(())
     }
 }
+
+mod append;
 
 #[cfg(test)]
 #[path = "store_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "store_journal_tests.rs"]
+mod journal_tests;

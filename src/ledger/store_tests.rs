@@ -1,3 +1,7 @@
+use std::fs::{self, File};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+
 use super::*;
 
 fn with_version(v: u32) -> LedgerState {

@@ -1,6 +1,8 @@
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::Duration;
 
+use std::collections::HashSet;
+
 use super::*;
 
 pub(super) fn pod(id: &str) -> PodRef {

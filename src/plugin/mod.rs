@@ -171,10 +171,15 @@ impl DevgatePlugin {
         }
     }
 
-    /// Writes the grant decision counters before the process exits.
-    pub fn flush_grant_audit(&self) {
+    /// Before the process exits: writes the grant decision counters, and
+    /// folds the ledger's journal into its document, which then reads whole
+    /// on its own (to people, and to a release from before the journal).
+    pub fn flush_at_exit(&self) {
         if let Some(grant) = self.devices.grant_checker() {
             grant.flush_audit();
+        }
+        if let Err(e) = self.devices.ledger().fold_journal() {
+            tracing::warn!(error = %e, "ledger journal not folded at exit");
         }
     }
 

@@ -1,0 +1,280 @@
+//! Reading the ledger: the document, then the journal lines of its generation
+//! (see `journal`), and what identifies the pair so that a cached copy can be
+//! told current by two `stat`s.
+
+use std::fs::{self, File};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nix::errno::Errno;
+use nix::fcntl::AtFlags;
+use nix::sys::stat::{fstatat, FileStat};
+
+use crate::fsutil::{self, BoundedError};
+
+use super::journal::{self, JOURNAL_FILE};
+use super::model::LedgerState;
+use super::LedgerError;
+
+pub(super) const LEDGER_FILE: &str = "ledger.json";
+/// A ledger (or journal) larger than this is corrupt or hostile; refuse to parse it.
+const MAX_LEDGER_BYTES: u64 = 16 * 1024 * 1024;
+/// Reads without the lock that found the document replaced under them, in a
+/// row, before giving up: a replace takes microseconds, a read about as long.
+const MAX_UNLOCKED_TRIES: usize = 64;
+
+/// What identifies one version of the document: every replace is a new inode,
+/// kept open while cached (see [`Pins`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FileKey {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+impl FileKey {
+    fn of_stat(st: &FileStat) -> FileKey {
+        FileKey {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime: st.st_mtime,
+            mtime_nsec: st.st_mtime_nsec,
+        }
+    }
+
+    pub(super) fn of(meta: &fs::Metadata) -> FileKey {
+        FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec(),
+        }
+    }
+}
+
+/// What identifies the journal's content: within one generation it only grows
+/// by complete lines (a cut tail was never part of it), so its length names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct JournalKey {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+}
+
+impl JournalKey {
+    pub(super) fn of(meta: &fs::Metadata) -> JournalKey {
+        JournalKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+        }
+    }
+
+    pub(super) fn is_file(&self, meta: &fs::Metadata) -> bool {
+        (self.dev, self.ino) == (meta.dev(), meta.ino())
+    }
+}
+
+/// The ledger's current content, as two `stat`s see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Key {
+    pub doc: Option<FileKey>,
+    pub journal: Option<JournalKey>,
+}
+
+/// The versions a cached copy was read from, kept open so that no other file
+/// can get their inode numbers meanwhile (filesystems such as ext4 hand a freed
+/// inode number to the next file created, and mtime moves once per timer tick).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Pins {
+    pub doc: Option<Arc<File>>,
+    pub journal: Option<Arc<File>>,
+}
+
+/// A ledger read whole.
+pub(super) struct Loaded {
+    pub state: LedgerState,
+    pub key: Key,
+    pub pins: Pins,
+    /// The journal ended in a line without its newline (see `journal`): the
+    /// copy is right, but the key names bytes that are no part of it.
+    pub torn: bool,
+}
+
+fn io(path: PathBuf) -> impl FnOnce(std::io::Error) -> LedgerError {
+    move |source| LedgerError::Io { path, source }
+}
+
+/// `stat` of the two files: relative to `dir` (held open by writers), or by
+/// path under `base`.
+pub(super) fn current_key(dir: Option<&File>, base: &Path) -> Result<Key, LedgerError> {
+    let stat = |name: &str| {
+        let found = match dir {
+            Some(d) => fstatat(Some(d.as_raw_fd()), name, AtFlags::empty()),
+            None => fstatat(None, &base.join(name), AtFlags::empty()),
+        };
+        match found {
+            Ok(st) => Ok(Some(st)),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(io(base.join(name))(e.into())),
+        }
+    };
+    // The journal first: a document found still the cached version had not
+    // been replaced when the journal was looked at, so the journal was still
+    // that version's, which only grows; its length then names its content.
+    let journal = stat(JOURNAL_FILE)?.map(|st| JournalKey {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: st.st_size as u64,
+    });
+    let doc = stat(LEDGER_FILE)?.map(|st| FileKey::of_stat(&st));
+    Ok(Key { doc, journal })
+}
+
+/// Reads the ledger under `base`. Without the lock, a document replaced while
+/// its journal was read is read again: that replace folded the journal in and
+/// then emptied it, so the journal read may lack lines of the document read.
+/// With it (`locked`), a cut tail is cut off the file, since its writer is gone.
+pub(super) fn load(base: &Path, locked: bool) -> Result<Loaded, LedgerError> {
+    for _ in 0..MAX_UNLOCKED_TRIES {
+        let Some((mut state, doc_key, doc)) = read_document(base)? else {
+            let key = current_key(None, base)?;
+            let key = Key { doc: None, ..key };
+            let state = LedgerState::default();
+            return Ok(loaded(state, key, None, None, false));
+        };
+        let (journal_key, journal, complete) = read_journal(base, &mut state)?;
+        let torn = journal_key.is_some_and(|k| complete < k.size);
+        if !locked && !still_named(base, &doc_key)? {
+            continue;
+        }
+        let key = Key {
+            doc: Some(doc_key),
+            journal: journal_key,
+        };
+        if locked && torn {
+            cut_tail(base, complete)?;
+            let journal_key = journal_key.map(|k| JournalKey {
+                size: complete,
+                ..k
+            });
+            let key = Key {
+                journal: journal_key,
+                ..key
+            };
+            return Ok(loaded(state, key, Some(doc), journal, false));
+        }
+        return Ok(loaded(state, key, Some(doc), journal, torn));
+    }
+    Err(io(base.join(LEDGER_FILE))(std::io::Error::other(
+        "replaced at every read",
+    )))
+}
+
+fn loaded(
+    state: LedgerState,
+    key: Key,
+    doc: Option<File>,
+    journal: Option<File>,
+    torn: bool,
+) -> Loaded {
+    let pins = Pins {
+        doc: doc.map(Arc::new),
+        journal: journal.map(Arc::new),
+    };
+    Loaded {
+        state,
+        key,
+        pins,
+        torn,
+    }
+}
+
+/// Whether `base`'s document is still the version `key` names.
+fn still_named(base: &Path, key: &FileKey) -> Result<bool, LedgerError> {
+    let path = base.join(LEDGER_FILE);
+    match fs::metadata(&path) {
+        Ok(meta) => Ok(FileKey::of(&meta) == *key),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(LedgerError::Io { path, source }),
+    }
+}
+
+/// Reads the whole of `path` (at most [`MAX_LEDGER_BYTES`]), in one read sized
+/// from `fstat`; `None` when there is no such file.
+fn read_whole(path: &Path) -> Result<Option<(File, fs::Metadata, Vec<u8>)>, LedgerError> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(io(path.to_path_buf())(source)),
+    };
+    let meta = file.metadata().map_err(io(path.to_path_buf()))?;
+    if meta.len() > MAX_LEDGER_BYTES {
+        return Err(too_large(path.to_path_buf()));
+    }
+    let mut text = Vec::with_capacity(meta.len() as usize + 1);
+    match fsutil::read_bounded(&file, MAX_LEDGER_BYTES, &mut text) {
+        Ok(()) => Ok(Some((file, meta, text))),
+        Err(BoundedError::Io(source)) => Err(io(path.to_path_buf())(source)),
+        Err(BoundedError::TooLarge { .. }) => Err(too_large(path.to_path_buf())),
+    }
+}
+
+fn read_document(base: &Path) -> Result<Option<(LedgerState, FileKey, File)>, LedgerError> {
+    let path = base.join(LEDGER_FILE);
+    let Some((file, meta, text)) = read_whole(&path)? else {
+        return Ok(None);
+    };
+    let state: LedgerState = serde_json::from_slice(&text).map_err(|e| LedgerError::Corrupt {
+        path,
+        reason: e.to_string(),
+    })?;
+    // A document replaces its file whole, so the size read is the size stat saw.
+    Ok(Some((state, FileKey::of(&meta), file)))
+}
+
+/// Applies the journal to `state`: its key (the length read), the file, and
+/// the length of its complete lines.
+fn read_journal(
+    base: &Path,
+    state: &mut LedgerState,
+) -> Result<(Option<JournalKey>, Option<File>, u64), LedgerError> {
+    let path = base.join(JOURNAL_FILE);
+    let Some((file, meta, text)) = read_whole(&path)? else {
+        return Ok((None, None, 0));
+    };
+    let complete =
+        journal::replay(state, &text).map_err(|reason| LedgerError::Corrupt { path, reason })?;
+    // Lines appended after the `fstat` were read and applied: the key names
+    // what was read.
+    let key = JournalKey {
+        size: text.len() as u64,
+        ..JournalKey::of(&meta)
+    };
+    Ok((Some(key), Some(file), complete as u64))
+}
+
+/// Cuts the journal back to its complete lines (under the lock: the writer of
+/// the tail is gone, and the next line must not be appended to its half).
+fn cut_tail(base: &Path, complete: u64) -> Result<(), LedgerError> {
+    let path = base.join(JOURNAL_FILE);
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .map_err(io(path.clone()))?;
+    tracing::warn!(path = %path.display(), at = complete, "ledger journal ends in a cut line: cutting it off");
+    file.set_len(complete).map_err(io(path))
+}
+
+fn too_large(path: PathBuf) -> LedgerError {
+    LedgerError::Corrupt {
+        path,
+        reason: "larger than 16 MiB".to_string(),
+    }
+}

@@ -1,0 +1,139 @@
+//! Appending to the ledger's journal (see `journal`) under a transaction.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::Arc;
+
+use crate::fsutil::Durability;
+
+use super::super::journal::{self, COMPACT_AT, JOURNAL_FILE};
+use super::super::load::{JournalKey, Key, Pins};
+use super::super::LedgerError;
+use super::{Handles, Store, Txn, LOCK_FILE};
+
+impl Txn<'_> {
+    /// Commits a change to `sandbox_id`'s record alone: its containers and its
+    /// network owner, never its claims nor any device, which a line of the
+    /// journal carries (appended, one `write`). A ledger without a document
+    /// yet, or a line that would grow the journal past [`COMPACT_AT`], is
+    /// written whole instead.
+    pub fn commit_pod(mut self, sandbox_id: &str) -> Result<(), LedgerError> {
+        if self.key.doc.is_none() {
+            return self.commit();
+        }
+        let store = self.store;
+        let Some(h) = self.handles.as_mut() else {
+            return Err(store.io(LOCK_FILE)(std::io::Error::other("no lock held")));
+        };
+        let text = &mut h.text;
+        text.clear();
+        journal::encode(text, &self.state, sandbox_id).map_err(|e| LedgerError::Corrupt {
+            path: store.dir.join(JOURNAL_FILE),
+            reason: e.to_string(),
+        })?;
+        let size = self.key.journal.map_or(0, |k| k.size);
+        if size + text.len() as u64 > COMPACT_AT {
+            return self.commit();
+        }
+        let Some((file, at)) = store.journal_at(h, self.key.journal)? else {
+            // Not the file the key named: write the whole document.
+            return self.commit();
+        };
+        let text = &h.text;
+        append(&file, text, at.size, h.durability).map_err(store.io(JOURNAL_FILE))?;
+        let key = Key {
+            doc: self.key.doc,
+            journal: Some(JournalKey {
+                size: at.size + text.len() as u64,
+                ..at
+            }),
+        };
+        let pins = Pins {
+            doc: self.pins.doc.take(),
+            journal: Some(file),
+        };
+        let state = std::mem::take(&mut self.state);
+        store.remember(key, state, pins);
+        Ok(())
+    }
+}
+
+impl Store {
+    /// The journal to append to, at the length `seen` under the lock (none:
+    /// no file yet), opened (created) when the kept one is not that file.
+    /// `None` when the file found is not the one seen.
+    fn journal_at(
+        &self,
+        h: &mut Handles,
+        seen: Option<JournalKey>,
+    ) -> Result<Option<(Arc<File>, JournalKey)>, LedgerError> {
+        if let (Some((file, kept)), Some(seen)) = (&h.journal, seen) {
+            if (kept.dev, kept.ino) == (seen.dev, seen.ino) {
+                return Ok(Some((file.clone(), seen)));
+            }
+        }
+        let path = self.dir.join(JOURNAL_FILE);
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(self.io(JOURNAL_FILE))?;
+        let meta = file.metadata().map_err(self.io(JOURNAL_FILE))?;
+        let found = JournalKey::of(&meta);
+        let same = match seen {
+            Some(seen) => seen.is_file(&meta) && seen.size == found.size,
+            None => found.size == 0,
+        };
+        if seen.is_none() && h.durability == Durability::Sync {
+            // The new name is durable once its directory is.
+            h.dir.sync_all().map_err(self.io(JOURNAL_FILE))?;
+        }
+        let file = Arc::new(file);
+        h.journal = Some((file.clone(), found));
+        Ok(same.then_some((file, found)))
+    }
+
+    /// Empties the journal after a replace: its key and pin, or `None` when it
+    /// could not be emptied (its lines are of an older generation, ignored).
+    pub(super) fn empty_journal(
+        &self,
+        h: &mut Handles,
+        seen: JournalKey,
+    ) -> Option<(JournalKey, Arc<File>)> {
+        let emptied = match self.journal_at(h, Some(seen)) {
+            Ok(Some((file, at))) => file
+                .set_len(0)
+                .map(|()| (JournalKey { size: 0, ..at }, file)),
+            Ok(None) => Err(std::io::Error::other("replaced under the lock")),
+            Err(e) => Err(std::io::Error::other(e.to_string())),
+        };
+        emptied
+            .inspect_err(|e| tracing::warn!(error = %e, "ledger journal not emptied: its lines are of an older generation"))
+            .ok()
+    }
+}
+
+/// One `write` of a whole line at the end of the journal (`O_APPEND`). A write
+/// cut short (a signal between pages, a full disk) is cut off again, so that
+/// the next line starts at a line's start.
+fn append(file: &File, line: &[u8], at: u64, durability: Durability) -> std::io::Result<()> {
+    let mut out = file;
+    let written = out.write(line);
+    match written {
+        Ok(n) if n == line.len() => {}
+        Ok(_) => {
+            file.set_len(at)?;
+            return Err(std::io::Error::other("journal line written in part"));
+        }
+        Err(e) => {
+            let _ = file.set_len(at);
+            return Err(e);
+        }
+    }
+    if durability == Durability::Sync {
+        file.sync_data()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,231 @@
+//! The journal as the store writes and reads it.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use super::*;
+use crate::ledger::journal::{COMPACT_AT, JOURNAL_FILE};
+use crate::ledger::{ContainerRecord, Ledger, PodRecord, PodRef};
+
+fn record(name: &str) -> ContainerRecord {
+    ContainerRecord {
+        name: name.to_string(),
+        devices: vec!["/dev/nvidia0".to_string()],
+        applied_unix: 1,
+        init: None,
+        cgroups: Vec::new(),
+        resolved: None,
+        hooks_only: false,
+    }
+}
+
+/// A store whose document holds pod `s` with no container.
+fn store_with_pod(dir: &Path) -> Store {
+    let store = Store::open(dir).unwrap();
+    let mut txn = store.begin().unwrap();
+    let pod = PodRecord {
+        pod: PodRef {
+            sandbox_id: "s".to_string(),
+            ..PodRef::default()
+        },
+        claims: Vec::new(),
+        claimed_unix: 1,
+        containers: Default::default(),
+        network_owner: None,
+    };
+    txn.state.pods.insert("s".to_string(), pod);
+    txn.commit().unwrap();
+    store
+}
+
+/// Admits container `c` to pod `s` as the plugin does: a journal line.
+fn add(store: &Store, c: &str) {
+    let mut txn = store.begin().unwrap();
+    let pod = txn.state.pods.get_mut("s").unwrap();
+    pod.containers.insert(c.to_string(), record(c));
+    txn.commit_pod("s").unwrap();
+}
+
+fn containers(state: &LedgerState) -> Vec<String> {
+    state.pods["s"].containers.keys().cloned().collect()
+}
+
+fn ino(dir: &Path, name: &str) -> u64 {
+    fs::metadata(dir.join(name)).unwrap().ino()
+}
+
+fn journal_len(dir: &Path) -> u64 {
+    fs::metadata(dir.join(JOURNAL_FILE)).map_or(0, |m| m.len())
+}
+
+#[test]
+fn a_pod_change_is_appended_and_every_reader_sees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = store_with_pod(dir.path());
+    let doc = ino(dir.path(), LEDGER_FILE);
+    add(&ours, "a");
+    assert_eq!(ino(dir.path(), LEDGER_FILE), doc, "the document stays");
+    let text = fs::read_to_string(dir.path().join(JOURNAL_FILE)).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let theirs = Store::open(dir.path()).unwrap();
+    assert_eq!(containers(&theirs.read_unlocked().unwrap()), ["a"]);
+    assert_eq!(containers(&Ledger::read(dir.path()).unwrap()), ["a"]);
+    // Another process appends behind our cache: the journal's length tells.
+    let mut txn = theirs.begin().unwrap();
+    txn.state.pods.get_mut("s").unwrap().containers.remove("a");
+    txn.commit_pod("s").unwrap();
+    assert!(containers(&ours.read_unlocked().unwrap()).is_empty());
+    add(&ours, "b");
+    assert_eq!(containers(&theirs.begin().unwrap().state), ["b"]);
+}
+
+#[test]
+fn a_whole_write_folds_the_journal_in_and_empties_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_pod(dir.path());
+    add(&store, "a");
+    let generation = store.read_unlocked().unwrap().generation;
+    let mut txn = store.begin().unwrap();
+    txn.state.version = 9;
+    txn.commit().unwrap();
+    assert_eq!(journal_len(dir.path()), 0);
+    let text = fs::read_to_string(dir.path().join(LEDGER_FILE)).unwrap();
+    assert!(text.contains("\"a\":"), "{text}");
+    let other = Ledger::read(dir.path()).unwrap();
+    assert_eq!(
+        (other.generation, containers(&other)),
+        (generation + 1, vec!["a".to_string()])
+    );
+}
+
+/// A crash between the replace and the emptying leaves lines of the old
+/// generation: the document holds them already, and a removal since must stay.
+#[test]
+fn lines_of_an_older_generation_are_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_pod(dir.path());
+    add(&store, "a");
+    let stale = fs::read(dir.path().join(JOURNAL_FILE)).unwrap();
+    let mut txn = store.begin().unwrap();
+    txn.state.pods.get_mut("s").unwrap().containers.clear();
+    txn.commit().unwrap();
+    fs::write(dir.path().join(JOURNAL_FILE), &stale).unwrap();
+    assert!(containers(&Ledger::read(dir.path()).unwrap()).is_empty());
+    assert!(containers(&store.begin().unwrap().state).is_empty());
+    add(&store, "b");
+    assert_eq!(containers(&Ledger::read(dir.path()).unwrap()), ["b"]);
+}
+
+/// A writer killed inside its `write` leaves part of a line: no reader takes
+/// it, and the next writer cuts it off before its own line.
+#[test]
+fn a_line_cut_short_is_ignored_then_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_pod(dir.path());
+    add(&store, "a");
+    let whole = journal_len(dir.path());
+    let mut file = fs::OpenOptions::new()
+        .append(true)
+        .open(dir.path().join(JOURNAL_FILE))
+        .unwrap();
+    file.write_all(b"{\"g\":1,\"sandbox\":\"s\",\"pod\":nu")
+        .unwrap();
+    let theirs = Store::at(dir.path());
+    assert_eq!(containers(&theirs.read_unlocked().unwrap()), ["a"]);
+    add(&theirs, "b");
+    let text = fs::read_to_string(dir.path().join(JOURNAL_FILE)).unwrap();
+    assert!(!text.contains("nu{"), "{text}");
+    assert_eq!(text.lines().count(), 2);
+    assert!(journal_len(dir.path()) > whole);
+    assert_eq!(containers(&store.read_unlocked().unwrap()), ["a", "b"]);
+}
+
+#[test]
+fn a_journal_grown_past_its_bound_is_folded_into_the_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_pod(dir.path());
+    let mut doc = ino(dir.path(), LEDGER_FILE);
+    let mut replaced = 0;
+    for i in 0..300 {
+        add(&store, &format!("container-{i:04}"));
+        let now = ino(dir.path(), LEDGER_FILE);
+        if now != doc {
+            replaced += 1;
+            doc = now;
+            assert_eq!(journal_len(dir.path()), 0);
+        }
+        assert!(journal_len(dir.path()) <= COMPACT_AT);
+    }
+    assert!(replaced > 0, "never folded");
+    assert!(replaced < 300, "folded {replaced} times");
+    assert_eq!(containers(&Ledger::read(dir.path()).unwrap()).len(), 300);
+}
+
+#[test]
+fn a_corrupt_journal_line_fails_the_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_pod(dir.path());
+    add(&store, "a");
+    fs::write(dir.path().join(JOURNAL_FILE), b"{torn}\n").unwrap();
+    let err = Ledger::read(dir.path()).unwrap_err();
+    assert!(matches!(err, LedgerError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains(JOURNAL_FILE), "{err}");
+    assert!(store.begin().is_err());
+}
+
+/// Readers without the lock, while one writer appends and another replaces
+/// the document (emptying the journal): every read sees every change
+/// committed before it started, never a document without its lines.
+#[test]
+fn readers_without_the_lock_never_miss_a_committed_line() {
+    let dir = tempfile::tempdir().unwrap();
+    store_with_pod(dir.path());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let committed = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let (appender, replacer) = (Store::at(dir.path()), Store::at(dir.path()));
+            for i in 1..=400 {
+                add(&appender, &format!("c{i:04}"));
+                committed.store(i, std::sync::atomic::Ordering::SeqCst);
+                if i % 3 == 0 {
+                    let mut txn = replacer.begin().unwrap();
+                    txn.state.version = i as u32;
+                    txn.commit().unwrap();
+                }
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        for _ in 0..2 {
+            s.spawn(|| {
+                let reader = Store::at(dir.path());
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    let before = committed.load(std::sync::atomic::Ordering::SeqCst);
+                    let seen = containers(&reader.read_unlocked().unwrap()).len();
+                    assert!(seen >= before, "saw {seen} of {before} committed");
+                }
+            });
+        }
+    });
+}
+
+/// What the plugin does at exit: the document alone is then the ledger, for
+/// people and for a release from before the journal.
+#[test]
+fn folding_leaves_the_whole_ledger_in_the_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_pod(dir.path());
+    let ledger = Ledger::open(dir.path()).unwrap();
+    ledger.fold_journal().unwrap();
+    assert!(!dir.path().join(JOURNAL_FILE).exists(), "nothing to fold");
+    add(&store, "a");
+    let doc = ino(dir.path(), LEDGER_FILE);
+    ledger.fold_journal().unwrap();
+    assert_ne!(ino(dir.path(), LEDGER_FILE), doc);
+    assert_eq!(journal_len(dir.path()), 0);
+    let text = fs::read(dir.path().join(LEDGER_FILE)).unwrap();
+    let alone: LedgerState = serde_json::from_slice(&text).unwrap();
+    assert_eq!(containers(&alone), ["a"]);
+}
