@@ -139,6 +139,42 @@ pub fn replace_file_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FsE
     replace(None, dir, name, bytes, mode, Durability::Sync).map(drop)
 }
 
+/// What identifies one version of a file replaced whole at every write (see
+/// [`replace_in`]): every replace is a new inode. A cache keyed by it keeps the
+/// version open, since filesystems such as ext4 hand a freed inode number to
+/// the next file created and mtime moves once per timer tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileKey {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+impl FileKey {
+    pub fn of_stat(st: &nix::sys::stat::FileStat) -> FileKey {
+        FileKey {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime: st.st_mtime,
+            mtime_nsec: st.st_mtime_nsec,
+        }
+    }
+
+    pub fn of(meta: &fs::Metadata) -> FileKey {
+        use std::os::unix::fs::MetadataExt;
+        FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec(),
+        }
+    }
+}
+
 /// Whether a replacement must be flushed to stable storage to survive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {

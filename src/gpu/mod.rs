@@ -80,7 +80,7 @@ pub fn check_claims(health: &HealthStore, claims: &[Claim]) -> Result<(), GpuErr
     for uuid in gpus {
         let state = match &mut state {
             Some(s) => s,
-            None => state.insert(health.snapshot()?),
+            None => state.insert(health.current()?),
         };
         if let Some(cond) = state.unhealthy(uuid) {
             return Err(GpuError::Unhealthy {

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::fcntl::AtFlags;
-use nix::sys::stat::{fstatat, FileStat};
+use nix::sys::stat::fstatat;
 
-use crate::fsutil::{self, BoundedError};
+use crate::fsutil::{self, BoundedError, FileKey};
 
 use super::journal::{self, JOURNAL_FILE};
 use super::model::LedgerState;
@@ -24,39 +24,6 @@ const MAX_LEDGER_BYTES: u64 = 16 * 1024 * 1024;
 /// Reads without the lock that found the document replaced under them, in a
 /// row, before giving up: a replace takes microseconds, a read about as long.
 const MAX_UNLOCKED_TRIES: usize = 64;
-
-/// What identifies one version of the document: every replace is a new inode,
-/// kept open while cached (see [`Pins`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct FileKey {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: i64,
-    mtime_nsec: i64,
-}
-
-impl FileKey {
-    fn of_stat(st: &FileStat) -> FileKey {
-        FileKey {
-            dev: st.st_dev,
-            ino: st.st_ino,
-            size: st.st_size as u64,
-            mtime: st.st_mtime,
-            mtime_nsec: st.st_mtime_nsec,
-        }
-    }
-
-    pub(super) fn of(meta: &fs::Metadata) -> FileKey {
-        FileKey {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size(),
-            mtime: meta.mtime(),
-            mtime_nsec: meta.mtime_nsec(),
-        }
-    }
-}
 
 /// What identifies the journal's content: within one generation it only grows
 /// by complete lines (a cut tail was never part of it), so its length names it.

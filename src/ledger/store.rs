@@ -18,9 +18,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::fsutil::{self, Durability};
+use crate::fsutil::{self, Durability, FileKey};
 
-use super::load::{self, FileKey, JournalKey, Key, Pins, LEDGER_FILE};
+use super::load::{self, JournalKey, Key, Pins, LEDGER_FILE};
 use super::model::LedgerState;
 use super::LedgerError;
 

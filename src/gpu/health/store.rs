@@ -6,10 +6,11 @@
 use std::fs::{self, File};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use nix::fcntl::Flock;
 
-use crate::fsutil::{self, BoundedError};
+use crate::fsutil::{self, BoundedError, FileKey};
 
 use super::{add_faults, Fault, HealthState, Transition};
 use crate::gpu::GpuError;
@@ -23,12 +24,24 @@ const MAX_HEALTH_BYTES: u64 = 4 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct HealthStore {
     dir: PathBuf,
+    /// The last document read by [`HealthStore::current`], checked at every
+    /// container creation: kept while the file is that version.
+    cache: Arc<Mutex<Option<Cached>>>,
+}
+
+#[derive(Debug)]
+struct Cached {
+    key: FileKey,
+    state: Arc<HealthState>,
+    /// The version read, kept open so that its inode number stays its own.
+    _pin: File,
 }
 
 impl HealthStore {
     pub fn new(dir: &Path) -> HealthStore {
         HealthStore {
             dir: dir.to_path_buf(),
+            cache: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -39,7 +52,7 @@ impl HealthStore {
     /// The plugin's gate before a claim: fails for an unhealthy GPU. (A quarantined
     /// GPU is refused by `Ledger::claim`.)
     pub fn check(&self, uuid: &str) -> Result<(), GpuError> {
-        match self.snapshot()?.unhealthy(uuid) {
+        match self.current()?.unhealthy(uuid) {
             None => Ok(()),
             Some(cond) => Err(GpuError::Unhealthy {
                 uuid: uuid.to_string(),
@@ -48,12 +61,57 @@ impl HealthStore {
         }
     }
 
+    /// The current document for reading, as [`HealthStore::snapshot`], from
+    /// the copy read last while the file is still that version: one `stat`
+    /// instead of an open, a read and a parse at every container creation.
+    /// Every write replaces the file (a new inode), so an equal key is the
+    /// same document.
+    pub fn current(&self) -> Result<Arc<HealthState>, GpuError> {
+        let path = self.path();
+        let key = match fs::metadata(&path) {
+            Ok(meta) => FileKey::of(&meta),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Arc::default()),
+            Err(source) => return Err(GpuError::HealthIo { path, source }),
+        };
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(cached) = cache.as_ref().filter(|c| c.key == key) {
+            return Ok(cached.state.clone());
+        }
+        let Some((state, read)) = self.read()? else {
+            return Ok(Arc::default());
+        };
+        let state = Arc::new(state);
+        if let Some((key, pin)) = read {
+            let cached = Cached {
+                key,
+                state: state.clone(),
+                _pin: pin,
+            };
+            *cache = Some(cached);
+        }
+        Ok(state)
+    }
+
     /// The current document; a missing file is an empty one.
     pub fn snapshot(&self) -> Result<HealthState, GpuError> {
+        Ok(self.read()?.map(|(state, _)| state).unwrap_or_default())
+    }
+
+    /// Reads and parses the file: `None` when there is none, else the document
+    /// and, when it was read whole at the size `fstat` saw, that version's key
+    /// and open file.
+    #[allow(clippy::type_complexity)]
+    fn read(&self) -> Result<Option<(HealthState, Option<(FileKey, File)>)>, GpuError> {
         let path = self.path();
-        let text = match fsutil::read_file_bounded(&path, MAX_HEALTH_BYTES) {
-            Ok(text) => text,
-            Err(e) if e.is_not_found() => return Ok(HealthState::default()),
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(GpuError::HealthIo { path, source }),
+        };
+        let meta = file.metadata().map_err(self.io(path.clone()))?;
+        let mut text = Vec::with_capacity(meta.len().min(MAX_HEALTH_BYTES) as usize + 1);
+        match fsutil::read_bounded(&file, MAX_HEALTH_BYTES, &mut text) {
+            Ok(()) => {}
             Err(BoundedError::Io(source)) => return Err(GpuError::HealthIo { path, source }),
             Err(e @ BoundedError::TooLarge { .. }) => {
                 return Err(GpuError::HealthCorrupt {
@@ -61,11 +119,13 @@ impl HealthStore {
                     reason: e.to_string(),
                 })
             }
-        };
-        serde_json::from_slice(&text).map_err(|e| GpuError::HealthCorrupt {
+        }
+        let state = serde_json::from_slice(&text).map_err(|e| GpuError::HealthCorrupt {
             path,
             reason: e.to_string(),
-        })
+        })?;
+        let whole = text.len() as u64 == meta.len();
+        Ok(Some((state, whole.then(|| (FileKey::of(&meta), file)))))
     }
 
     /// Read-modify-write under the lock; the file is rewritten only when `f` changed it.

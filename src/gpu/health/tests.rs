@@ -268,3 +268,29 @@ fn wake_ups_within_an_interval_count_one_clean_check() {
     nvml.push_events(vec![xid("GPU-1", 79)]);
     assert_eq!(m.step(1001).unwrap().len(), 1);
 }
+
+/// The plugin checks health at every container creation: it reads the file
+/// once per version, and sees every write of another process at once.
+#[test]
+fn the_checked_document_is_read_once_per_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plugin, other) = (HealthStore::new(dir.path()), HealthStore::new(dir.path()));
+    assert!(plugin.current().unwrap().gpus.is_empty(), "no file yet");
+    other
+        .mark("GPU-1", &[Fault::Xid { code: 79 }], 1000)
+        .unwrap();
+    let first = plugin.current().unwrap();
+    assert!(first.unhealthy("GPU-1").is_some());
+    assert!(
+        Arc::ptr_eq(&first, &plugin.current().unwrap()),
+        "read again"
+    );
+    assert!(other.clear("GPU-1").unwrap());
+    plugin.check("GPU-1").unwrap();
+    other
+        .mark("GPU-0", &[Fault::Xid { code: 48 }], 1001)
+        .unwrap();
+    assert!(plugin.check("GPU-0").is_err());
+    std::fs::remove_file(plugin.path()).unwrap();
+    plugin.check("GPU-0").unwrap();
+}
