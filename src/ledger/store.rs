@@ -217,12 +217,28 @@ impl Store {
         {
             let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(cached) = cache.as_ref() {
-                if load::current_key(None, &self.dir)? == cached.key {
+                if self.unlocked_key(cached.key.doc.is_some())? == cached.key {
                     return Ok(f(&cached.state));
                 }
             }
         }
         Ok(f(&self.read_files()?))
+    }
+
+    /// The files' key without the ledger lock, to compare with a cached one:
+    /// through the kept directory when no transaction of this process holds it
+    /// (no path to walk), else by path. Only for a cached key with a document:
+    /// a kept directory removed since shows none, so it never passes for that
+    /// key, while it would for an empty one.
+    fn unlocked_key(&self, cached_doc: bool) -> Result<Key, LedgerError> {
+        if cached_doc {
+            if let Ok(handles) = self.handles.try_lock() {
+                if let Some(h) = handles.as_ref() {
+                    return load::current_key(Some(&h.dir), &self.dir);
+                }
+            }
+        }
+        load::current_key(None, &self.dir)
     }
 
     fn remember(&self, key: Key, state: LedgerState, pins: Pins) {

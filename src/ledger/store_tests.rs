@@ -197,3 +197,28 @@ fn the_cached_version_stays_open_after_another_handle_replaces_it() {
     assert!(open_files().contains(&read), "the read version");
     assert_eq!(ours.begin().unwrap().state.version, 9);
 }
+
+/// Unlocked reads compare the cache with the files through the kept
+/// directory; a directory removed and made again must still be read anew,
+/// whether the cache held a document or an empty ledger.
+#[test]
+fn an_unlocked_read_after_the_state_dir_is_made_again_sees_the_new_one() {
+    for cached_document in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let ours = Store::open(&state).unwrap();
+        if cached_document {
+            write(&ours, with_version(7));
+        } else {
+            drop(ours.begin().unwrap());
+        }
+        assert!(ours.read_unlocked().is_ok());
+        fs::remove_dir_all(&state).unwrap();
+        write(&Store::open(&state).unwrap(), with_version(8));
+        assert_eq!(
+            ours.read_unlocked().unwrap().version,
+            8,
+            "{cached_document}"
+        );
+    }
+}
