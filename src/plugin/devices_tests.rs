@@ -315,83 +315,6 @@ fn vf_net(node: &Node) -> (std::path::PathBuf, std::path::PathBuf) {
     (net, node.dir.path().join("net-away"))
 }
 
-/// The cache read while a VF's netdev was in another pod's netns: the
-/// container is not refused, nor given the VF without its netdev; the host is
-/// read again, and the VF is moved as planned.
-#[test]
-fn a_vf_netdev_back_on_the_host_is_found_by_a_re_read() {
-    let node = node();
-    let (net, away) = vf_net(&node);
-    std::fs::rename(&net, &away).unwrap();
-    let stale = node.devices.refresh();
-    assert!(stale.rdma[0].vfs[0].netdev.is_none(), "read while away");
-    std::fs::rename(&away, &net).unwrap();
-    let config = Arc::new(Config::default());
-    let adj = node
-        .create("c1", &[], &config, RuntimeFeatures::default())
-        .unwrap();
-    assert!(adj.annotations.contains_key(RESOLVED_ANNOTATION), "{adj:?}");
-    assert!(adj.hooks.is_some());
-}
-
-/// Once the network owner moved the VF into the pod, the host has no netdev
-/// for it: a further container of that pod, planned from a re-read host, is
-/// admitted with the same variables and moves nothing. A pod that does not
-/// own the VF cannot be given it without its netdev, and nothing is kept that
-/// would spare the next owner its hook.
-#[test]
-fn a_vf_moved_into_its_pod_serves_the_pods_further_containers_only() {
-    let node = node();
-    let config = Arc::new(Config::default());
-    let features = RuntimeFeatures::default();
-    let owner = node.create("c1", &[], &config, features).unwrap();
-    let (net, away) = vf_net(&node);
-    std::fs::rename(&net, &away).unwrap(); // the hook moved it
-    node.devices.refresh();
-    let sidecar = node.create("c2", &[], &config, features).unwrap();
-    assert!(sidecar.hooks.is_none() && sidecar.annotations.is_empty());
-    assert_eq!(env_of(&sidecar, "NCCL_SOCKET_IFNAME"), Some("net1"));
-    assert_eq!(sidecar.env, owner.env);
-
-    // Another pod given the same VF: the ledger refuses it, whatever the host.
-    let other = PodSandbox {
-        id: "other".into(),
-        uid: "uid-2".into(),
-        ..node.pod.clone()
-    };
-    let e = node
-        .devices
-        .apply(
-            &other,
-            &container("o1", &[]),
-            &config,
-            features,
-            &node.health,
-        )
-        .unwrap_err();
-    assert!(
-        e.to_string()
-            .starts_with("scheduling.koordinator.sh/device-allocated: rdma[0].vfs[0]: rdma vf ")
-            && e.to_string()
-                .ends_with(" has no host netdev to move into the pod"),
-        "{e}"
-    );
-
-    // The owner stopped (the VF back on the host) and went: the next
-    // container owns the network and moves the VF again.
-    std::fs::rename(&away, &net).unwrap();
-    node.devices
-        .ledger()
-        .remove_container("sandbox", "c1")
-        .unwrap();
-    let next = node.create("c3", &[], &config, features).unwrap();
-    assert!(next.hooks.is_some(), "{next:?}");
-    assert_eq!(
-        next.annotations[RESOLVED_ANNOTATION],
-        owner.annotations[RESOLVED_ANNOTATION]
-    );
-}
-
 /// A device another pod holds refuses the container, naming the entry.
 #[test]
 fn a_held_device_is_refused_by_its_entry() {
@@ -428,3 +351,6 @@ mod refresh;
 
 #[path = "devices_pf_tests.rs"]
 mod pf;
+
+#[path = "devices_vf_tests.rs"]
+mod vf;
