@@ -20,7 +20,8 @@ use super::{
 use crate::{
     api,
     frame::{
-        TtrpcHeader, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, TTRPC_REQUEST, TTRPC_RESPONSE,
+        TtrpcHeader, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, TTRPC_MAX_PAYLOAD, TTRPC_REQUEST,
+        TTRPC_RESPONSE,
     },
 };
 
@@ -160,6 +161,18 @@ fn answer<P: Plugin>(service: &Service<P>, payload: &[u8], out: &mut Vec<u8>) {
         .map_err(|e| ttrpc::get_status(Code::INVALID_ARGUMENT, format!("decode request: {e}")))
         .and_then(|req| service.handle(&req, out));
     if let Err(status) = result {
+        out.clear();
+        envelope::encode_status(out, status);
+    } else if out.len() > TTRPC_MAX_PAYLOAD {
+        // Sent, it would end the connection (the runtime refuses a message
+        // over the limit), and the plugin with it for every later request.
+        let status = ttrpc::get_status(
+            Code::RESOURCE_EXHAUSTED,
+            format!(
+                "reply of {} bytes is over the ttrpc limit of {TTRPC_MAX_PAYLOAD} bytes",
+                out.len()
+            ),
+        );
         out.clear();
         envelope::encode_status(out, status);
     }

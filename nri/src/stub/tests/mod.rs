@@ -132,9 +132,14 @@ impl Plugin for Recorder {
             pod.labels.len()
         ));
         let mut reply = CreateContainerResponse::default();
+        // A container named `huge` gets a reply over ttrpc's 4 MiB limit.
+        let value = match ctr.name.as_str() {
+            "huge" => "x".repeat(crate::frame::TTRPC_MAX_PAYLOAD + 1),
+            _ => pod.name.clone(),
+        };
         reply.adjust.mut_or_insert_default().env.push(KeyValue {
             key: "POD".to_string(),
-            value: pod.name.clone(),
+            value,
             ..Default::default()
         });
         Ok(reply)

@@ -155,3 +155,27 @@ fn a_large_reply_is_split_into_frames_and_reassembles() {
     let reply = crate::api::CreateContainerResponse::parse_from_bytes(&resp.payload).unwrap();
     assert_eq!(reply.adjust.env[0].value.len(), 10_000);
 }
+
+/// A reply over ttrpc's limit would make the runtime drop the connection
+/// (and the plugin with it, for every later container): the call fails
+/// instead, naming the limit, and the stub keeps serving.
+#[test]
+fn a_reply_over_the_ttrpc_limit_fails_the_call_and_keeps_the_connection() {
+    let (mut rt, _running) = registered(create_and_remove());
+    let request = |name: &str| crate::api::CreateContainerRequest {
+        pod: Some(pod("p")).into(),
+        container: Some(ctr(name)).into(),
+        ..Default::default()
+    };
+    let resp = rt.call("CreateContainer", request("huge").write_to_bytes().unwrap());
+    assert_eq!(resp.status.code(), Code::RESOURCE_EXHAUSTED);
+    assert!(
+        resp.status
+            .message()
+            .contains("over the ttrpc limit of 4194304 bytes"),
+        "{}",
+        resp.status.message()
+    );
+    let resp = rt.call("CreateContainer", request("c").write_to_bytes().unwrap());
+    assert_eq!(resp.status.code(), Code::OK);
+}
