@@ -80,6 +80,30 @@ pub fn read_file_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedErro
     Ok(buf)
 }
 
+/// A whole file as [`read_whole_bounded`] read it.
+#[derive(Debug)]
+pub struct WholeFile {
+    /// Still open: a caller caching what it read keeps the version's inode.
+    pub file: File,
+    /// What `fstat` gave before the read.
+    pub meta: fs::Metadata,
+    pub bytes: Vec<u8>,
+}
+
+/// [`read_file_bounded`] for callers that cache what they read by the file's
+/// version ([`FileKey`]): the open file and its metadata come with the bytes.
+/// A file that `fstat` shows over `limit` is refused before any read.
+pub fn read_whole_bounded(path: &Path, limit: u64) -> Result<WholeFile, BoundedError> {
+    let file = File::open(path)?;
+    let meta = file.metadata()?;
+    if meta.len() > limit {
+        return Err(BoundedError::TooLarge { limit });
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
+    read_bounded(&file, limit, &mut bytes)?;
+    Ok(WholeFile { file, meta, bytes })
+}
+
 /// [`read_file_bounded`] for a text file: bytes that are not UTF-8 are an
 /// `InvalidData` read error, as `read_to_string` reports them.
 pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String, BoundedError> {

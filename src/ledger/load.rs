@@ -12,7 +12,7 @@ use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::sys::stat::fstatat;
 
-use crate::fsutil::{self, BoundedError, FileKey};
+use crate::fsutil::{self, BoundedError, FileKey, WholeFile};
 
 use super::journal::{self, JOURNAL_FILE};
 use super::model::LedgerState;
@@ -121,22 +121,20 @@ pub(super) fn load(base: &Path, locked: bool) -> Result<Loaded, LedgerError> {
         if !locked && !still_named(base, &doc_key)? {
             continue;
         }
-        let key = Key {
+        let mut key = Key {
             doc: Some(doc_key),
             journal: journal_key,
         };
-        if locked && torn {
+        let torn = if locked && torn {
             cut_tail(base, complete)?;
-            let journal_key = journal_key.map(|k| JournalKey {
+            key.journal = journal_key.map(|k| JournalKey {
                 size: complete,
                 ..k
             });
-            let key = Key {
-                journal: journal_key,
-                ..key
-            };
-            return Ok(loaded(state, key, Some(doc), journal, false));
-        }
+            false
+        } else {
+            torn
+        };
         return Ok(loaded(state, key, Some(doc), journal, torn));
     }
     Err(io(base.join(LEDGER_FILE))(std::io::Error::other(
@@ -173,21 +171,12 @@ fn still_named(base: &Path, key: &FileKey) -> Result<bool, LedgerError> {
     }
 }
 
-/// Reads the whole of `path` (at most [`MAX_LEDGER_BYTES`]), in one read sized
-/// from `fstat`; `None` when there is no such file.
-fn read_whole(path: &Path) -> Result<Option<(File, fs::Metadata, Vec<u8>)>, LedgerError> {
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(io(path.to_path_buf())(source)),
-    };
-    let meta = file.metadata().map_err(io(path.to_path_buf()))?;
-    if meta.len() > MAX_LEDGER_BYTES {
-        return Err(too_large(path.to_path_buf()));
-    }
-    let mut text = Vec::with_capacity(meta.len() as usize + 1);
-    match fsutil::read_bounded(&file, MAX_LEDGER_BYTES, &mut text) {
-        Ok(()) => Ok(Some((file, meta, text))),
+/// Reads the whole of `path` (at most [`MAX_LEDGER_BYTES`]); `None` when
+/// there is no such file.
+fn read_whole(path: &Path) -> Result<Option<WholeFile>, LedgerError> {
+    match fsutil::read_whole_bounded(path, MAX_LEDGER_BYTES) {
+        Ok(whole) => Ok(Some(whole)),
+        Err(e) if e.is_not_found() => Ok(None),
         Err(BoundedError::Io(source)) => Err(io(path.to_path_buf())(source)),
         Err(BoundedError::TooLarge { .. }) => Err(too_large(path.to_path_buf())),
     }
@@ -195,10 +184,10 @@ fn read_whole(path: &Path) -> Result<Option<(File, fs::Metadata, Vec<u8>)>, Ledg
 
 fn read_document(base: &Path) -> Result<Option<(LedgerState, FileKey, File)>, LedgerError> {
     let path = base.join(LEDGER_FILE);
-    let Some((file, meta, text)) = read_whole(&path)? else {
+    let Some(WholeFile { file, meta, bytes }) = read_whole(&path)? else {
         return Ok(None);
     };
-    let state: LedgerState = serde_json::from_slice(&text).map_err(|e| LedgerError::Corrupt {
+    let state: LedgerState = serde_json::from_slice(&bytes).map_err(|e| LedgerError::Corrupt {
         path,
         reason: e.to_string(),
     })?;
@@ -213,7 +202,12 @@ fn read_journal(
     state: &mut LedgerState,
 ) -> Result<(Option<JournalKey>, Option<File>, u64), LedgerError> {
     let path = base.join(JOURNAL_FILE);
-    let Some((file, meta, text)) = read_whole(&path)? else {
+    let Some(WholeFile {
+        file,
+        meta,
+        bytes: text,
+    }) = read_whole(&path)?
+    else {
         return Ok((None, None, 0));
     };
     let complete =

@@ -7,19 +7,8 @@ use std::path::Path;
 
 use super::*;
 use crate::ledger::journal::{COMPACT_AT, JOURNAL_FILE};
-use crate::ledger::{ContainerRecord, Ledger, PodRecord, PodRef};
-
-fn record(name: &str) -> ContainerRecord {
-    ContainerRecord {
-        name: name.to_string(),
-        devices: vec!["/dev/nvidia0".to_string()],
-        applied_unix: 1,
-        init: None,
-        cgroups: Vec::new(),
-        resolved: None,
-        hooks_only: false,
-    }
-}
+use crate::ledger::tests::record;
+use crate::ledger::{Ledger, PodRecord, PodRef};
 
 /// A store whose document holds pod `s` with no container.
 fn store_with_pod(dir: &Path) -> Store {

@@ -14,6 +14,19 @@ pub(super) fn pod(id: &str) -> PodRef {
     }
 }
 
+/// The record of container `name`, given the first GPU's node.
+pub(super) fn record(name: &str) -> ContainerRecord {
+    ContainerRecord {
+        name: name.to_string(),
+        devices: vec!["/dev/nvidia0".to_string()],
+        applied_unix: 1,
+        init: None,
+        cgroups: Vec::new(),
+        resolved: None,
+        hooks_only: false,
+    }
+}
+
 pub(super) fn gpu(uuid: &str, share: Share) -> Claim {
     Claim {
         device: DeviceId::Gpu(uuid.to_string()),

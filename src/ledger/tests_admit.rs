@@ -1,19 +1,7 @@
 //! Admission of containers: claims with the record of what each got, and the
 //! pod's one network owner.
-use super::tests::{gpu, ledger, pod};
+use super::tests::{gpu, ledger, pod, record};
 use super::*;
-
-fn record(name: &str) -> ContainerRecord {
-    ContainerRecord {
-        name: name.to_string(),
-        devices: vec!["/dev/nvidia0".to_string()],
-        applied_unix: 1,
-        init: None,
-        cgroups: Vec::new(),
-        resolved: None,
-        hooks_only: false,
-    }
-}
 
 #[test]
 fn admit_picks_one_network_owner_until_it_is_removed() {

@@ -15,8 +15,9 @@
 use std::collections::HashMap;
 
 use nri::api::{
-    CDIDevice, ContainerAdjustment, Hook, Hooks, KeyValue, LinuxContainerAdjustment, LinuxDevice,
-    LinuxDeviceCgroup, LinuxResources, Mount, OptionalFileMode, OptionalInt, OptionalInt64,
+    CDIDevice, ContainerAdjustment, CreateContainerResponse, Hook, Hooks, KeyValue,
+    LinuxContainerAdjustment, LinuxDevice, LinuxDeviceCgroup, LinuxResources, Mount,
+    OptionalFileMode, OptionalInt, OptionalInt64,
 };
 use nri::protobuf::MessageField;
 
@@ -159,6 +160,14 @@ pub fn add_hook(adjust: &mut ContainerAdjustment, spec: &HookSpec) {
         poststop: vec![hook(spec, "poststop")],
         ..Default::default()
     });
+}
+
+/// The CreateContainer reply carrying `adjust`.
+pub fn create_response(adjust: ContainerAdjustment) -> CreateContainerResponse {
+    CreateContainerResponse {
+        adjust: MessageField::some(adjust),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::inventory::Inventory;
 use crate::ledger::{Claim, DeviceId, NetworkNeed};
 
-use super::adjust::{add_hook, HookSpec};
+use super::adjust::{add_hook, create_response, HookSpec};
 use super::devices::RuntimeFeatures;
 use crate::hook::RESOLVED_ANNOTATION;
 
@@ -82,11 +82,7 @@ impl Prepared {
 }
 
 fn encoded(adjust: ContainerAdjustment) -> Option<EncodedReply> {
-    let reply = nri::api::CreateContainerResponse {
-        adjust: nri::protobuf::MessageField::some(adjust),
-        ..Default::default()
-    };
-    EncodedReply::new(&reply).ok()
+    EncodedReply::new(&create_response(adjust)).ok()
 }
 
 /// What a container was given.

@@ -26,7 +26,6 @@ use std::{
 
 use nri::{
     api::{Container, ContainerUpdate, CreateContainerResponse, Event, PodSandbox},
-    protobuf::MessageField,
     stub::CreateReply,
     ttrpc::Code,
     EventMask, RpcError, RuntimeInfo,
@@ -285,11 +284,7 @@ impl nri::Plugin for DevgatePlugin {
         ctr: &Container,
     ) -> Result<CreateContainerResponse, PluginError> {
         self.gpu.note_pod(pod, &self.options.state_dir);
-        let adjust = self.adjustment(pod, ctr)?;
-        Ok(CreateContainerResponse {
-            adjust: MessageField::some(adjust),
-            ..Default::default()
-        })
+        Ok(adjust::create_response(self.adjustment(pod, ctr)?))
     }
 
     /// A container given its pod's prepared adjustment as it is gets the
@@ -308,10 +303,9 @@ impl nri::Plugin for DevgatePlugin {
         if let (Some(reply), None) = (admitted.encoded(), &probe) {
             return Ok(CreateReply::Encoded(reply.clone()));
         }
-        Ok(CreateReply::Message(CreateContainerResponse {
-            adjust: MessageField::some(admit::combined(admitted, probe)),
-            ..Default::default()
-        }))
+        Ok(CreateReply::Message(adjust::create_response(
+            admit::combined(admitted, probe),
+        )))
     }
 
     fn synchronize(

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use nix::fcntl::Flock;
 
-use crate::fsutil::{self, BoundedError, FileKey};
+use crate::fsutil::{self, BoundedError, FileKey, WholeFile};
 
 use super::{add_faults, Fault, HealthState, Transition};
 use crate::gpu::GpuError;
@@ -103,28 +103,23 @@ impl HealthStore {
     #[allow(clippy::type_complexity)]
     fn read(&self) -> Result<Option<(HealthState, Option<(FileKey, File)>)>, GpuError> {
         let path = self.path();
-        let file = match File::open(&path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(GpuError::HealthIo { path, source }),
-        };
-        let meta = file.metadata().map_err(self.io(path.clone()))?;
-        let mut text = Vec::with_capacity(meta.len().min(MAX_HEALTH_BYTES) as usize + 1);
-        match fsutil::read_bounded(&file, MAX_HEALTH_BYTES, &mut text) {
-            Ok(()) => {}
-            Err(BoundedError::Io(source)) => return Err(GpuError::HealthIo { path, source }),
-            Err(e @ BoundedError::TooLarge { .. }) => {
-                return Err(GpuError::HealthCorrupt {
-                    path,
-                    reason: e.to_string(),
-                })
-            }
-        }
-        let state = serde_json::from_slice(&text).map_err(|e| GpuError::HealthCorrupt {
+        let WholeFile { file, meta, bytes } =
+            match fsutil::read_whole_bounded(&path, MAX_HEALTH_BYTES) {
+                Ok(whole) => whole,
+                Err(e) if e.is_not_found() => return Ok(None),
+                Err(BoundedError::Io(source)) => return Err(GpuError::HealthIo { path, source }),
+                Err(e @ BoundedError::TooLarge { .. }) => {
+                    return Err(GpuError::HealthCorrupt {
+                        path,
+                        reason: e.to_string(),
+                    })
+                }
+            };
+        let state = serde_json::from_slice(&bytes).map_err(|e| GpuError::HealthCorrupt {
             path,
             reason: e.to_string(),
         })?;
-        let whole = text.len() as u64 == meta.len();
+        let whole = bytes.len() as u64 == meta.len();
         Ok(Some((state, whole.then(|| (FileKey::of(&meta), file)))))
     }
 
