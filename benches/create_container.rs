@@ -27,6 +27,13 @@
 //! in), since the container before it was removed; with `DEVGATE_BENCH_OWNER=1`
 //! a container created before the sets stays the owner, and each creation is a
 //! further container of the pod, as a sidecar or a restarted container is.
+//!
+//! `DEVGATE_BENCH_COMPARE=PATH[:PATH...]` compares the plugin's CPU time with
+//! other builds', each `PATH` a `devgate`: sets rotate among the builds (ABBA
+//! for two) instead of alternating between the plugin and none, each set in a
+//! process of its own, so that many short sets put the builds side by side in
+//! the same state of the machine, whose drift swamps small differences between
+//! separate runs.
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -219,6 +226,10 @@ fn wait_released(state_dir: &std::path::Path) {
     panic!("the plugin did not release the pod's devices within {SLOW:?}");
 }
 
+/// The floor processes pinged after each creation: both, or none in the sets
+/// of a build compared.
+type Floors<'a> = Vec<&'a mut Echo>;
+
 /// Creates and removes `n` containers, timing each creation; with `plugin`, also
 /// adds that process's CPU time to `cpu` (the removal's RemoveContainer event is
 /// answered before the CRI call returns, so each window holds its own work only).
@@ -228,7 +239,7 @@ fn run_set(
     n: usize,
     tag: &str,
     out: &mut Vec<Duration>,
-    plugin: Option<(u32, &mut Cpu, [&mut Echo; 2])>,
+    plugin: Option<(u32, &mut Cpu, Floors<'_>)>,
 ) {
     let mut plugin = plugin;
     for i in 0..n {
@@ -249,6 +260,82 @@ fn run_set(
         }
         pods.done(cri, &pod);
     }
+}
+
+/// `sets` rounds, each a set of this build and one of every build in `others`,
+/// in an order reversed every other round (ABBA for two builds), printing the
+/// plugin CPU of each set and of each build over all.
+fn compare(
+    node: &mut Node,
+    cri: &Cri,
+    pods: &Pods<'_>,
+    n: usize,
+    sets: usize,
+    others: &[std::path::PathBuf],
+) {
+    let builds: Vec<std::path::PathBuf> = std::iter::once(support::DEVGATE.into())
+        .chain(others.iter().cloned())
+        .collect();
+    let mut cpus: Vec<Cpu> = builds.iter().map(|_| Cpu::default()).collect();
+    let per = |ns: u64, count: usize| ns as f64 / 1e6 / count as f64;
+    for set in 0..sets {
+        let mut order: Vec<usize> = (0..builds.len()).collect();
+        if set % 2 == 1 {
+            order.reverse();
+        }
+        let mut line = format!("round {set}:");
+        for i in order {
+            let before = cpus[i].create_ns;
+            run_build(
+                node,
+                cri,
+                pods,
+                n,
+                &format!("b{i}s{set}-"),
+                &builds[i],
+                &mut cpus[i],
+            );
+            line += &format!(" [{i}] {:.3}", per(cpus[i].create_ns - before, n));
+        }
+        println!("{line} ms per CreateContainer");
+    }
+    for (i, (build, cpu)) in builds.iter().zip(&cpus).enumerate() {
+        println!(
+            "[{i}] {}: {:.4} ms per CreateContainer, {:.4} ms with its RemoveContainer ({} creations)",
+            build.display(),
+            per(cpu.create_ns, n * sets),
+            per(cpu.total_ns, n * sets),
+            n * sets
+        );
+    }
+}
+
+/// One set with `program` as the plugin, in a process of its own, measured
+/// into `cpu`.
+fn run_build(
+    node: &mut Node,
+    cri: &Cri,
+    pods: &Pods<'_>,
+    n: usize,
+    tag: &str,
+    program: &std::path::Path,
+    cpu: &mut Cpu,
+) {
+    node.plugin.kill();
+    // containerd notices the closed connection on its next write; give it a moment.
+    std::thread::sleep(Duration::from_millis(200));
+    node.plugin.set_program(program.to_path_buf());
+    node.plugin.respawn(&node.ctrd);
+    node.plugin.wait_registered(&node.ctrd, SLOW);
+    let pid = node.plugin.pid().expect("plugin pid");
+    run_set(
+        cri,
+        pods,
+        n,
+        tag,
+        &mut Vec::new(),
+        Some((pid, cpu, Vec::new())),
+    );
 }
 
 /// One set with the plugin stopped; it is running again afterwards.
@@ -335,6 +422,11 @@ fn main() {
             .expect("the owner's CreateContainer")
     });
 
+    if let Some(other) = std::env::var_os("DEVGATE_BENCH_COMPARE") {
+        let others: Vec<_> = std::env::split_paths(&other).collect();
+        compare(&mut node, &cri, &pods, n, sets, &others);
+        return;
+    }
     let (mut with, mut without) = (Vec::new(), Vec::new());
     let mut cpu = Cpu::default();
     let mut echo = Echo::start(None);
@@ -355,7 +447,7 @@ fn main() {
             n,
             &tag,
             &mut with,
-            Some((pid, &mut cpu, [&mut echo, &mut committer])),
+            Some((pid, &mut cpu, vec![&mut echo, &mut committer])),
         );
         if set % 2 == 0 {
             without_plugin(&mut node, &cri, &pods, n, set, &mut without);

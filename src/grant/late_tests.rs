@@ -11,13 +11,13 @@ fn a_kubelet_kubeconfig_written_after_start_turns_the_check_on() {
     api.put_pod(pod("ns", "p", "u-late", NODE, &[("cpu", "1")]));
     let dir = tempfile::tempdir().unwrap();
     let kubelet = dir.path().join("kubelet.conf");
-    let config = Config {
+    let config = Arc::new(Config {
         kube_api: KubeApiConfig {
             node_name: NODE.to_string(),
             ..KubeApiConfig::default()
         },
         ..Config::default()
-    };
+    });
     let checker = GrantChecker::start_at(&config, dir.path(), dir.path(), &kubelet);
     std::fs::write(
         &kubelet,

@@ -25,6 +25,7 @@ pub mod check;
 pub mod credentials;
 pub mod fake_api;
 pub mod kubeconfig;
+mod last;
 mod late;
 pub mod model;
 mod node_identity;
@@ -33,7 +34,7 @@ pub mod settings;
 pub mod watch;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::allocation::{Allocation, DEVICE_ALLOCATED};
@@ -104,6 +105,8 @@ pub struct GrantChecker {
     late: Option<late::LateMode>,
     cache: Arc<PodCache>,
     audit: Audit,
+    /// The last decision that let a pod through (see [`last`]).
+    last: Mutex<Option<last::LastDecision>>,
     // Held for its lifetime: dropping it stops the watch thread.
     _watch: Option<watch::PodWatch>,
 }
@@ -158,6 +161,7 @@ impl GrantChecker {
             late: None,
             cache,
             audit: Audit::open(state_dir),
+            last: Mutex::new(None),
             _watch: handle,
         }
     }
@@ -192,14 +196,29 @@ impl GrantChecker {
     /// whatever `failure_policy` says.
     pub fn check(
         &self,
-        config: &Config,
+        config: &Arc<Config>,
         pod: PodIdentity<'_>,
         container: &str,
         alloc: &Allocation,
     ) -> Result<(), GrantError> {
+        let mode = self.mode();
+        let inputs = last::Inputs {
+            config,
+            found_mode: !std::ptr::eq(mode, &self.mode),
+            pod,
+            alloc,
+        };
+        // Held through the decision, so that the kept one is the last the
+        // audit saw.
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(kept) = last.as_ref().filter(|l| l.is_for(&inputs)) {
+            self.audit.record(&kept.decision(container));
+            return Ok(());
+        }
+        *last = None;
         let pod_name = format!("{}/{}", pod.namespace, pod.name);
         let devices = check::describe(alloc);
-        let result = self.decide(config, pod, &pod_name, &devices, alloc);
+        let result = self.decide(config, mode, pod, &pod_name, &devices, alloc);
         let (outcome, reason) = match &result {
             Ok((outcome, reason)) => (*outcome, reason.clone()),
             Err((kind, e)) => (Outcome::Refused(*kind), error_chain(e)),
@@ -212,12 +231,14 @@ impl GrantChecker {
             outcome,
             reason: &reason,
         });
+        *last = last::LastDecision::keep(&inputs, pod_name, devices, outcome, reason);
         result.map(|_| ()).map_err(|(_, e)| e)
     }
 
     fn decide(
         &self,
         config: &Config,
+        mode: &Mode,
         pod: PodIdentity<'_>,
         pod_name: &str,
         devices: &str,
@@ -242,7 +263,6 @@ impl GrantChecker {
             return Err(namespace("is not in allowed_namespaces"));
         }
         let ignore = config.failure_policy == FailurePolicy::Ignore;
-        let mode = self.mode();
         if config.grant_check == Some(GrantCheck::Off) || *mode == Mode::Off {
             return Ok((Outcome::Unchecked, "grant_check off".into()));
         }

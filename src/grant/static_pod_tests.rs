@@ -18,11 +18,11 @@ fn static_pods_are_refused_by_source_or_by_their_mirror_pod() {
     api.put_pod(pod("ml", "p", "u-p", NODE, &[("nvidia.com/gpu", "1")]));
     let dir = tempfile::tempdir().unwrap();
     let checker = watching(&dir, &api);
-    let ignore = Config {
+    let ignore = Arc::new(Config {
         failure_policy: FailurePolicy::Ignore,
         grant_wait_ms: 100,
         ..Config::default()
-    };
+    });
     let a = alloc(ONE_GPU);
     assert!(found(&checker, "u-p"));
     let by_mirror = checker

@@ -183,10 +183,10 @@ fn an_unreachable_api_server_is_retried_until_it_answers() {
     while checker.cache().last_error().is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let config = Config {
+    let config = Arc::new(Config {
         grant_wait_ms: 300,
         ..Config::default()
-    };
+    });
     let e = checker
         .check(&config, id("ns", "p", "x"), "c", &alloc(ONE_GPU))
         .unwrap_err()
@@ -232,10 +232,10 @@ fn decisions_refuse_forged_allocations_and_count_them() {
     ));
     let dir = tempfile::tempdir().unwrap();
     let checker = watching(&dir, &api);
-    let config = Config {
+    let config = Arc::new(Config {
         grant_wait_ms: 100,
         ..Config::default()
-    };
+    });
     let a = alloc(ONE_GPU);
     assert!(found(&checker, "u-bad"));
     checker
@@ -262,10 +262,10 @@ fn decisions_refuse_forged_allocations_and_count_them() {
         "{e}"
     );
     // failure_policy = ignore lets an unknown pod through unverified, never a mismatch.
-    let ignore = Config {
+    let ignore = Arc::new(Config {
         failure_policy: FailurePolicy::Ignore,
-        ..config.clone()
-    };
+        ..(*config).clone()
+    });
     checker
         .check(&ignore, id("team", "ghost", "u-ghost"), "main", &a)
         .expect("unverified under ignore");
@@ -286,20 +286,20 @@ fn namespace_rules_and_modes() {
     let dir = tempfile::tempdir().unwrap();
     let a = alloc(ONE_GPU);
     let off = GrantChecker::with_mode(Mode::Off, dir.path());
-    let denied = Config {
+    let denied = Arc::new(Config {
         denied_namespaces: vec!["tenants".into()],
         ..Config::default()
-    };
+    });
     let e = off
         .check(&denied, id("tenants", "p", "u"), "c", &a)
         .unwrap_err();
     assert!(e.to_string().contains("denied_namespaces"), "{e}");
     off.check(&denied, id("ml", "p", "u"), "c", &a)
         .expect("other namespace, grant_check off");
-    let allowed = Config {
+    let allowed = Arc::new(Config {
         allowed_namespaces: vec!["ml".into()],
         ..Config::default()
-    };
+    });
     off.check(&allowed, id("ml", "p", "u"), "c", &a).unwrap();
     let e = off
         .check(&allowed, id("web", "p", "u"), "c", &a)
@@ -308,13 +308,13 @@ fn namespace_rules_and_modes() {
     let unavailable =
         GrantChecker::with_mode(Mode::Unavailable("no api server".into()), dir.path());
     let e = unavailable
-        .check(&Config::default(), id("ml", "p", "u"), "c", &a)
+        .check(&Arc::default(), id("ml", "p", "u"), "c", &a)
         .unwrap_err();
     assert!(e.to_string().contains("no api server"), "{e}");
-    let ignore = Config {
+    let ignore = Arc::new(Config {
         failure_policy: FailurePolicy::Ignore,
         ..Config::default()
-    };
+    });
     unavailable
         .check(&ignore, id("ml", "p", "u"), "c", &a)
         .expect("fail open when chosen");
@@ -440,3 +440,6 @@ mod static_pods;
 
 #[path = "late_tests.rs"]
 mod late;
+
+#[path = "last_tests.rs"]
+mod last_tests;

@@ -21,6 +21,8 @@ pub const DEVGATE: &str = match option_env!("CARGO_BIN_EXE_devgate") {
 
 pub struct DevgatePlugin {
     child: Option<Child>,
+    /// The binary started: [`DEVGATE`] unless a benchmark compares another.
+    program: PathBuf,
     args: Vec<String>,
     log_path: PathBuf,
     /// containerd's log position when the current process was started: its
@@ -45,6 +47,7 @@ impl DevgatePlugin {
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut plugin = DevgatePlugin {
             child: None,
+            program: PathBuf::from(DEVGATE),
             args,
             log_path: ctrd.path("devgate.log"),
             mark: 0,
@@ -108,6 +111,12 @@ impl DevgatePlugin {
         self.spawn(ctrd);
     }
 
+    /// Starts `program` instead from the next [`DevgatePlugin::respawn`] on
+    /// (a benchmark comparing two builds).
+    pub fn set_program(&mut self, program: PathBuf) {
+        self.program = program;
+    }
+
     /// The running process, for CPU and memory readings.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
@@ -145,7 +154,7 @@ impl DevgatePlugin {
             .open(&self.log_path)
             .expect("open devgate log");
         self.mark = ctrd.log_mark();
-        let child = Command::new(DEVGATE)
+        let child = Command::new(&self.program)
             .args(&self.args)
             // Keep the caller's NRI identity variables from overriding the flags.
             .env_remove("NRI_PLUGIN_NAME")

@@ -1,0 +1,99 @@
+//! The last decision that let a pod through, kept for its further containers.
+//!
+//! A pod's containers share one allocation, so the decision for a further
+//! container of the pod just decided is the same one: whether the namespace
+//! rules, the mode and the pod's requests (immutable for device resources, and
+//! keyed by the pod's UID) allow its allocation. Taking it from here spares
+//! every further container the description of the devices, the cache lookup
+//! and the comparison with the requests; the audit still counts and logs it as
+//! a decision of its own. Only decisions that cannot change for the same inputs
+//! are kept: `granted` and `unchecked`, never a refusal or `unverified` (a pod
+//! the cache lacked may be found in it later, and must then be checked).
+
+use std::sync::Arc;
+
+use crate::allocation::Allocation;
+use crate::config::Config;
+
+use super::audit::{Decision, Outcome};
+use super::PodIdentity;
+
+/// One kept decision and everything it was made from.
+#[derive(Debug)]
+pub(super) struct LastDecision {
+    /// Held, so that another config cannot take this one's address.
+    config: Arc<Config>,
+    /// Whether the mode in force was one found after start (see `late`).
+    found_mode: bool,
+    namespace: String,
+    name: String,
+    uid: String,
+    config_source: Option<String>,
+    allocation: Allocation,
+    /// The audit record's fields, as the decision wrote them.
+    pod_name: String,
+    devices: String,
+    outcome: Outcome,
+    reason: String,
+}
+
+/// What a decision was made from.
+pub(super) struct Inputs<'a> {
+    pub config: &'a Arc<Config>,
+    pub found_mode: bool,
+    pub pod: PodIdentity<'a>,
+    pub alloc: &'a Allocation,
+}
+
+impl LastDecision {
+    /// The decision to keep, if its outcome is one that lasts.
+    pub(super) fn keep(
+        inputs: &Inputs<'_>,
+        pod_name: String,
+        devices: String,
+        outcome: Outcome,
+        reason: String,
+    ) -> Option<LastDecision> {
+        if !matches!(outcome, Outcome::Granted | Outcome::Unchecked) {
+            return None;
+        }
+        let pod = inputs.pod;
+        Some(LastDecision {
+            config: Arc::clone(inputs.config),
+            found_mode: inputs.found_mode,
+            namespace: pod.namespace.to_string(),
+            name: pod.name.to_string(),
+            uid: pod.uid.to_string(),
+            config_source: pod.config_source.map(str::to_string),
+            allocation: inputs.alloc.clone(),
+            pod_name,
+            devices,
+            outcome,
+            reason,
+        })
+    }
+
+    /// Whether this decision was made from exactly these inputs.
+    pub(super) fn is_for(&self, inputs: &Inputs<'_>) -> bool {
+        let pod = inputs.pod;
+        Arc::ptr_eq(&self.config, inputs.config)
+            && self.found_mode == inputs.found_mode
+            && self.uid == pod.uid
+            && self.namespace == pod.namespace
+            && self.name == pod.name
+            && self.config_source.as_deref() == pod.config_source
+            && self.allocation == *inputs.alloc
+    }
+
+    /// The audit record of the decision for `container`.
+    pub(super) fn decision<'a>(&'a self, container: &'a str) -> Decision<'a> {
+        Decision {
+            pod: &self.pod_name,
+            uid: &self.uid,
+            container,
+            devices: &self.devices,
+            outcome: self.outcome,
+            reason: &self.reason,
+        }
+    }
+}
