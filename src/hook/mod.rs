@@ -211,10 +211,9 @@ pub(crate) fn vouched(env: &HookEnv, state: &State) -> Result<bool, HookError> {
         return Ok(false);
     };
     let ledger = crate::ledger::Ledger::read(&env.state_dir).map_err(HookError::Ledger)?;
-    let recorded = ledger
+    Ok(ledger
         .container(&state.id)
-        .and_then(|c| c.resolved.as_deref());
-    Ok(recorded == Some(value.as_str()))
+        .is_some_and(|c| c.vouches_for(value)))
 }
 
 /// The container's init pid at a creation stage: the state must say the

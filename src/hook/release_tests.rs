@@ -160,6 +160,7 @@ fn a_container_admitted_into_a_stale_pod_during_its_release_keeps_it() {
             init: None,
             cgroups: Vec::new(),
             resolved: None,
+            resolved_sha256: None,
             hooks_only: true,
         };
         l.admit(&held.pod, &held.claims, "new", record, true)

@@ -299,6 +299,7 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
         init: liveness::identify(&env.roots.proc_root, pid),
         cgroups: own_cgroups(env, pid, &state.id),
         resolved: None,
+        resolved_sha256: None,
         hooks_only: true,
     };
     // An owner that moved nothing, or whose VFs are back on the host (its

@@ -354,6 +354,7 @@ fn admit_as_plugin(w: &World, container: &str, resolved: Option<&str>) {
         init: None,
         cgroups: Vec::new(),
         resolved: resolved.map(String::from),
+        resolved_sha256: None,
         hooks_only: false,
     };
     let gpu = Claim {

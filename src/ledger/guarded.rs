@@ -115,6 +115,7 @@ mod tests {
             init: None,
             cgroups: Vec::new(),
             resolved: None,
+            resolved_sha256: None,
             hooks_only: false,
         }
     }

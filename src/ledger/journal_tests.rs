@@ -11,6 +11,7 @@ fn pod(id: &str, containers: &[&str]) -> PodRecord {
         init: None,
         cgroups: Vec::new(),
         resolved: Some("{\"line\":\"with a\\nnewline\"}".to_string()),
+        resolved_sha256: None,
         hooks_only: false,
     };
     PodRecord {

@@ -221,7 +221,7 @@ impl Ledger {
                     tracing::warn!(pod = %rec.pod, from = %owner, to = %container_id, "network owner moved nothing: its network goes to this container");
                     // The old owner's annotation no longer moves anything.
                     if let Some(old) = rec.containers.get_mut(&owner) {
-                        old.resolved = None;
+                        old.forget_resolved();
                     }
                     rec.network_owner = Some(container_id.to_string());
                     true
@@ -231,7 +231,7 @@ impl Ledger {
         let mut record = record;
         if !network_owner {
             // Only the owner gets the annotation, so only it may be vouched for.
-            record.resolved = None;
+            record.forget_resolved();
         }
         rec.containers.insert(container_id.to_string(), record);
         if claimed {
@@ -295,7 +295,7 @@ impl Ledger {
         };
         pod.network_owner = None;
         if let Some(rec) = pod.containers.get_mut(container_id) {
-            rec.resolved = None;
+            rec.forget_resolved();
         }
         let sandbox_id = pod.pod.sandbox_id.clone();
         txn.commit_pod(&sandbox_id)

@@ -122,10 +122,16 @@ pub struct ContainerRecord {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cgroups: Vec<String>,
     /// The `devgate.io/resolved` annotation the plugin gave the container (its
-    /// network owner only): the hook acts on that annotation only when it is
-    /// exactly this, since a pod can write annotations of its own.
+    /// network owner only), as written by releases before `resolved_sha256`:
+    /// the hook acts on that annotation only when it is exactly this, since a
+    /// pod can write annotations of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved: Option<String>,
+    /// The SHA-256 (hex) of that annotation, as the plugin records it now: the
+    /// same check without a kilobyte of escaped JSON in every line the ledger
+    /// writes for the owner's pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_sha256: Option<String>,
     /// Admitted by `devgate-hook --hooks-only` rather than the NRI plugin: on a
     /// runtime with both (CRI-O with NRI and a hooks.d file), each leaves the
     /// other's containers alone.
@@ -134,11 +140,40 @@ pub struct ContainerRecord {
 }
 
 impl ContainerRecord {
+    /// Whether the record vouches for `annotation` as the container's
+    /// `devgate.io/resolved`: the text recorded, or its digest.
+    pub fn vouches_for(&self, annotation: &str) -> bool {
+        match (&self.resolved, &self.resolved_sha256) {
+            (Some(text), _) => text == annotation,
+            (None, Some(digest)) => *digest == resolved_digest(annotation),
+            (None, None) => false,
+        }
+    }
+
+    /// Vouches for no annotation from now on.
+    pub fn forget_resolved(&mut self) {
+        self.resolved = None;
+        self.resolved_sha256 = None;
+    }
+
     /// Whether the NRI plugin admitted the container (records from before
     /// `hooks_only` existed carry the init only hooks-only mode records).
     pub fn by_plugin(&self) -> bool {
         !self.hooks_only && self.init.is_none()
     }
+}
+
+/// The digest a record keeps of a resolved annotation: SHA-256, lower-case hex.
+/// Collision resistance is what makes it a check: a pod that writes its own
+/// annotation cannot find another text with the recorded digest.
+pub fn resolved_digest(annotation: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, annotation.as_bytes());
+    let mut hex = String::with_capacity(2 * digest.as_ref().len());
+    for byte in digest.as_ref() {
+        hex.push(char::from_digit(u32::from(byte >> 4), 16).unwrap_or('0'));
+        hex.push(char::from_digit(u32::from(byte & 0xf), 16).unwrap_or('0'));
+    }
+    hex
 }
 
 /// A process identity that survives pid reuse: the pid and its start time in

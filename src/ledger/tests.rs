@@ -23,6 +23,7 @@ pub(super) fn record(name: &str) -> ContainerRecord {
         init: None,
         cgroups: Vec::new(),
         resolved: None,
+        resolved_sha256: None,
         hooks_only: false,
     }
 }
@@ -134,6 +135,7 @@ fn state_survives_reopen_and_reconcile_drops_dead_pods() {
             init: None,
             cgroups: Vec::new(),
             resolved: None,
+            resolved_sha256: None,
             hooks_only: false,
         },
     )
@@ -188,6 +190,7 @@ fn hooks_only_pods_are_never_stale_to_the_plugin() {
         }),
         cgroups: Vec::new(),
         resolved: None,
+        resolved_sha256: None,
         hooks_only,
     };
     let claim = |uuid: &str| [gpu(uuid, Share::Exclusive)];
@@ -455,4 +458,43 @@ fn a_shared_gpu_being_released_takes_no_new_pod() {
     );
     l.claim(&pod("c"), &[gpu("GPU-1", shared(10, 10))])
         .expect("joins once the release committed");
+}
+
+#[test]
+fn a_record_vouches_for_its_annotation_by_text_or_by_digest() {
+    // FIPS 180-2, appendix B.1.
+    assert_eq!(
+        resolved_digest("abc"),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+    let annotation = r#"{"version":1,"networks":[]}"#;
+    let by_text = ContainerRecord {
+        resolved: Some(annotation.to_string()),
+        ..record("a")
+    };
+    let mut by_digest = ContainerRecord {
+        resolved_sha256: Some(resolved_digest(annotation)),
+        ..record("b")
+    };
+    for (rec, value, vouched) in [
+        (&by_text, annotation, true),
+        (&by_text, "{}", false),
+        (&by_digest, annotation, true),
+        (&by_digest, &format!("{annotation} "), false),
+        (&by_digest, "", false),
+        (&record("c"), annotation, false),
+        (&record("c"), "", false),
+    ] {
+        assert_eq!(rec.vouches_for(value), vouched, "{rec:?} {value:?}");
+    }
+    by_digest.forget_resolved();
+    assert!(!by_digest.vouches_for(annotation));
+    // Records of either form read back as written.
+    for rec in [&by_text, &by_digest] {
+        let text = serde_json::to_string(rec).unwrap();
+        assert_eq!(
+            &serde_json::from_str::<ContainerRecord>(&text).unwrap(),
+            rec
+        );
+    }
 }

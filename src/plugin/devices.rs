@@ -236,7 +236,8 @@ impl Devices {
             init: None,
             cgroups: Vec::new(),
             // The hook acts on the annotation only when the ledger vouches for it.
-            resolved: prepared.resolved.clone(),
+            resolved: None,
+            resolved_sha256: prepared.resolved_sha256.clone(),
             hooks_only: false,
         };
         let saved = crate::netdev::SavedStore::new(&self.state_dir);

@@ -59,11 +59,13 @@ fn an_owner_that_never_ran_gives_the_network_to_the_next_container() {
     );
     let state = node.devices.ledger().snapshot().unwrap();
     assert_eq!(state.pods["sandbox"].network_owner.as_deref(), Some("c2"));
+    let annotation = &first.annotations[RESOLVED_ANNOTATION];
     let c1 = state.container("c1").unwrap();
     assert!(
-        c1.resolved.is_none(),
+        !c1.vouches_for(annotation),
         "c1's annotation no longer vouched for"
     );
+    assert!(state.container("c2").unwrap().vouches_for(annotation));
 }
 
 /// A creation that reaches the plugin after its sandbox's StopPodSandbox

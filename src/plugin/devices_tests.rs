@@ -163,10 +163,15 @@ fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
     let owner = state.pods["sandbox"].network_owner.as_deref();
     assert_eq!(owner, Some("c3"));
     let c3 = state.container("c3").unwrap();
+    let annotation = &first.annotations[RESOLVED_ANNOTATION];
+    assert!(c3.vouches_for(annotation));
+    // Recorded as its digest, not as the text.
+    assert_eq!(c3.resolved, None);
     assert_eq!(
-        c3.resolved.as_deref(),
-        Some(first.annotations[RESOLVED_ANNOTATION].as_str())
+        c3.resolved_sha256.as_deref(),
+        Some(crate::ledger::resolved_digest(annotation).as_str())
     );
+    assert!(!c3.vouches_for(&format!("{annotation} ")));
     assert_eq!(c3.devices, state.container("c2").unwrap().devices);
 }
 

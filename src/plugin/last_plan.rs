@@ -35,6 +35,8 @@ pub struct Prepared {
     pub device_paths: Vec<String>,
     /// The `devgate.io/resolved` annotation, when the plan has network actions.
     pub resolved: Option<String>,
+    /// Its digest, for the network owner's ledger record.
+    pub resolved_sha256: Option<String>,
     /// How to run the hook, when `resolved` is set.
     pub hook: Option<HookSpec>,
     /// The adjustment without the hook and the annotation, which only the
@@ -225,6 +227,7 @@ mod tests {
             claim_entries: Vec::new(),
             device_paths: vec![tag.to_string()],
             resolved: None,
+            resolved_sha256: None,
             hook: None,
             adjust: ContainerAdjustment::default(),
             replies: Replies::default(),

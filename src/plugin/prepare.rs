@@ -105,6 +105,7 @@ impl Devices {
             adjust: to_adjustment(&plan, &opts),
             device_paths: plan.devices.iter().map(|d| d.path.clone()).collect(),
             hook: resolved.as_ref().map(|_| self.hook_spec(config)),
+            resolved_sha256: resolved.as_deref().map(crate::ledger::resolved_digest),
             resolved,
             claims: plan.claims,
             claim_entries: plan.claim_entries,

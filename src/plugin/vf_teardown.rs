@@ -111,6 +111,7 @@ mod tests {
             init: None,
             cgroups: Vec::new(),
             resolved: None,
+            resolved_sha256: None,
             hooks_only: false,
         };
         let ledger = Ledger::open(dir.path()).unwrap();

@@ -258,7 +258,9 @@ pub fn vouch(state: &str, state_dir: &Path) {
         applied_unix: 0,
         init: None,
         cgroups: Vec::new(),
-        resolved: Some(value.to_string()),
+        // As the plugin records it: the annotation's digest.
+        resolved: None,
+        resolved_sha256: Some(devgate::ledger::resolved_digest(value)),
         hooks_only: false,
     };
     let claim = devgate::ledger::Claim {
