@@ -74,19 +74,47 @@ impl FromStr for PciAddr {
     }
 }
 
+impl PciAddr {
+    /// The sysfs form, `{:04x}:{:02x}:{:02x}.{:x}`, written into `buf` by hand:
+    /// every claim of every ledger line carries addresses, and the formatting
+    /// machinery (one call per field, each escaped again by the JSON writer)
+    /// cost more than the rest of a claim's serialization. At most 17 bytes:
+    /// 8 domain digits, `:bb:dd.` and 2 function digits.
+    fn text<'a>(&self, buf: &'a mut [u8; 18]) -> &'a str {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut n = 0;
+        let mut put = |byte: u8| {
+            buf[n] = byte;
+            n += 1;
+        };
+        let domain_digits = (8 - self.domain.leading_zeros() as usize / 4).max(4);
+        for i in (0..domain_digits).rev() {
+            put(HEX[(self.domain >> (4 * i)) as usize & 0xf]);
+        }
+        for (byte, sep) in [(self.bus, b':'), (self.device, b':')] {
+            put(sep);
+            put(HEX[usize::from(byte >> 4)]);
+            put(HEX[usize::from(byte & 0xf)]);
+        }
+        put(b'.');
+        if self.function > 0xf {
+            put(HEX[usize::from(self.function >> 4)]);
+        }
+        put(HEX[usize::from(self.function & 0xf)]);
+        // Only ASCII digits and separators were written.
+        std::str::from_utf8(&buf[..n]).unwrap_or_default()
+    }
+}
+
 impl fmt::Display for PciAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:04x}:{:02x}:{:02x}.{:x}",
-            self.domain, self.bus, self.device, self.function
-        )
+        f.pad(self.text(&mut [0; 18]))
     }
 }
 
 impl Serialize for PciAddr {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        s.serialize_str(self.text(&mut [0; 18]))
     }
 }
 
@@ -288,6 +316,32 @@ mod tests {
         for (input, want) in table {
             let got = input.parse::<PciAddr>().ok().map(|a| a.to_string());
             assert_eq!(got.as_deref(), want, "input {input:?}");
+        }
+    }
+
+    /// The hand-written text is the sysfs `printf` form for every field value,
+    /// including ones no parse produces; JSON and padding go through it too.
+    #[test]
+    fn pci_addr_text_is_the_printf_form() {
+        let domains = [0, 1, 0xabc, 0xffff, 0x1_0000, 0xfff_ffff, u32::MAX];
+        for domain in domains {
+            for (bus, device, function) in [
+                (0, 0, 0),
+                (0x3b, 0x1f, 7),
+                (0xff, 0xff, 0xff),
+                (9, 0xa0, 0x10),
+            ] {
+                let addr = PciAddr {
+                    domain,
+                    bus,
+                    device,
+                    function,
+                };
+                let want = format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}");
+                assert_eq!(addr.to_string(), want);
+                assert_eq!(serde_json::to_string(&addr).unwrap(), format!("\"{want}\""));
+                assert_eq!(format!("[{addr:>20}]"), format!("[{want:>20}]"));
+            }
         }
     }
 }
