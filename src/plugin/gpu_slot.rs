@@ -105,6 +105,25 @@ impl GpuSlot {
     }
 }
 
+/// The plugin's GPU teardown. On a node with GPUs, its health document is
+/// made now when there is none, so that the check at every container creation
+/// keeps a version to look at through its descriptor
+/// (`HealthStore::current`) rather than walking the path each time.
+pub(super) fn plugin_teardown(
+    inventory: Arc<Inventory>,
+    config: GpuConfig,
+    ledger: crate::ledger::Ledger,
+) -> GpuTeardown {
+    let has_gpus = !inventory.gpus.is_empty();
+    let teardown = GpuTeardown::for_node(inventory, config, ledger);
+    if has_gpus {
+        if let Err(e) = teardown.health().create_if_absent() {
+            tracing::warn!(error = %e, "gpu health: cannot write the health document");
+        }
+    }
+    teardown
+}
+
 impl Teardown for GpuSlot {
     fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
         self.get().teardown(pod)
@@ -120,7 +139,7 @@ impl super::DevgatePlugin {
         let inventory = self.devices.inventory();
         if self
             .gpu
-            .reconfigure(config, |c| GpuTeardown::for_node(inventory, c, ledger))
+            .reconfigure(config, |c| plugin_teardown(inventory, c, ledger))
         {
             tracing::info!(health_dir = %config.health_dir.display(), nvml = config.nvml, "gpu config from the runtime");
         }

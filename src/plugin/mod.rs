@@ -135,7 +135,14 @@ impl DevgatePlugin {
             nvml: config.gpu.nvml && !options.config_from_runtime,
             ..config.gpu.clone()
         };
-        let gpu = Arc::new(GpuSlot::new(GpuTeardown::for_node(
+        // A runtime-started plugin's `[gpu]` section, its health directory
+        // included, comes with Configure.
+        let build = if options.config_from_runtime {
+            GpuTeardown::for_node
+        } else {
+            gpu_slot::plugin_teardown
+        };
+        let gpu = Arc::new(GpuSlot::new(build(
             devices.inventory(),
             gpu_config,
             devices.ledger().clone(),

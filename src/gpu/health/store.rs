@@ -4,9 +4,10 @@
 //! under /var/lib, not /run, so that a GPU that faulted stays out after a reboot.
 
 use std::fs::{self, File};
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use nix::fcntl::Flock;
 
@@ -18,6 +19,9 @@ use crate::gpu::GpuError;
 const HEALTH_FILE: &str = "health.json";
 const LOCK_FILE: &str = "health.lock";
 const MAX_HEALTH_BYTES: u64 = 4 * 1024 * 1024;
+/// Longest a kept version is taken on its descriptor's word alone before the
+/// path is looked at again (see [`Cached::still_current`]).
+const PATH_RECHECK: Duration = Duration::from_secs(1);
 
 /// The health document under one directory. Creating it costs nothing: the directory
 /// is made on the first write, so `devgate status` can read without side effects.
@@ -33,8 +37,33 @@ pub struct HealthStore {
 struct Cached {
     key: FileKey,
     state: Arc<HealthState>,
-    /// The version read, kept open so that its inode number stays its own.
-    _pin: File,
+    /// The version read, kept open so that its inode number stays its own,
+    /// and so that it can be checked without a path walk.
+    pin: File,
+    /// The kept inode's change time when the path last led to it: a link
+    /// added or removed (a replace unlinks it) changes it.
+    ctime: (i64, i64),
+    /// When the path last led to this version.
+    seen_at_path: Instant,
+}
+
+impl Cached {
+    /// Whether the kept version is still the document, seen through its
+    /// descriptor alone: every write replaces the file, which unlinks the kept
+    /// inode (`nlink` 0, a new change time), and an edit in place changes its
+    /// key. What only the path shows (the file renamed away by hand and another
+    /// put in its place), or a change within one tick of the change time's
+    /// clock, is seen within [`PATH_RECHECK`].
+    fn still_current(&self) -> bool {
+        self.seen_at_path.elapsed() < PATH_RECHECK
+            && self.pin.metadata().is_ok_and(|m| {
+                m.nlink() > 0 && FileKey::of(&m) == self.key && ctime(&m) == self.ctime
+            })
+    }
+}
+
+fn ctime(meta: &fs::Metadata) -> (i64, i64) {
+    (meta.ctime(), meta.ctime_nsec())
 }
 
 impl HealthStore {
@@ -62,30 +91,41 @@ impl HealthStore {
     }
 
     /// The current document for reading, as [`HealthStore::snapshot`], from
-    /// the copy read last while the file is still that version: one `stat`
-    /// instead of an open, a read and a parse at every container creation.
-    /// Every write replaces the file (a new inode), so an equal key is the
-    /// same document.
+    /// the copy read last while the file is still that version: one `fstat`
+    /// of the kept version (a `stat` of the path at most once a second, and
+    /// while there is no file) instead of an open, a read and a parse at
+    /// every container creation. Every write replaces the file (a new inode),
+    /// so an equal key is the same document.
     pub fn current(&self) -> Result<Arc<HealthState>, GpuError> {
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(cached) = cache.as_ref().filter(|c| c.still_current()) {
+            return Ok(cached.state.clone());
+        }
         let path = self.path();
-        let key = match fs::metadata(&path) {
-            Ok(meta) => FileKey::of(&meta),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Arc::default()),
+        let meta = match fs::metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                *cache = None;
+                return Ok(Arc::default());
+            }
             Err(source) => return Err(GpuError::HealthIo { path, source }),
         };
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(cached) = cache.as_ref().filter(|c| c.key == key) {
+        if let Some(cached) = cache.as_mut().filter(|c| c.key == FileKey::of(&meta)) {
+            cached.ctime = ctime(&meta);
+            cached.seen_at_path = Instant::now();
             return Ok(cached.state.clone());
         }
         let Some((state, read)) = self.read()? else {
             return Ok(Arc::default());
         };
         let state = Arc::new(state);
-        if let Some((key, pin)) = read {
+        if let Some((meta, pin)) = read {
             let cached = Cached {
-                key,
+                key: FileKey::of(&meta),
+                ctime: ctime(&meta),
                 state: state.clone(),
-                _pin: pin,
+                pin,
+                seen_at_path: Instant::now(),
             };
             *cache = Some(cached);
         }
@@ -98,10 +138,10 @@ impl HealthStore {
     }
 
     /// Reads and parses the file: `None` when there is none, else the document
-    /// and, when it was read whole at the size `fstat` saw, that version's key
-    /// and open file.
+    /// and, when it was read whole at the size `fstat` saw, that version's
+    /// metadata and open file.
     #[allow(clippy::type_complexity)]
-    fn read(&self) -> Result<Option<(HealthState, Option<(FileKey, File)>)>, GpuError> {
+    fn read(&self) -> Result<Option<(HealthState, Option<(fs::Metadata, File)>)>, GpuError> {
         let path = self.path();
         let WholeFile { file, meta, bytes } =
             match fsutil::read_whole_bounded(&path, MAX_HEALTH_BYTES) {
@@ -120,7 +160,7 @@ impl HealthStore {
             reason: e.to_string(),
         })?;
         let whole = bytes.len() as u64 == meta.len();
-        Ok(Some((state, whole.then(|| (FileKey::of(&meta), file)))))
+        Ok(Some((state, whole.then_some((meta, file)))))
     }
 
     /// Read-modify-write under the lock; the file is rewritten only when `f` changed it.
@@ -134,6 +174,24 @@ impl HealthStore {
             self.write_atomic(&state)?;
         }
         Ok(out)
+    }
+
+    /// Writes an empty document where there is none, so that
+    /// [`HealthStore::current`] has a version to keep and check through its
+    /// descriptor from the first container on. For the plugin, at start.
+    pub fn create_if_absent(&self) -> Result<(), GpuError> {
+        self.create_dir()?;
+        let _lock = self.lock()?;
+        match fs::symlink_metadata(self.path()) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.write_atomic(&HealthState::default())
+            }
+            Err(source) => Err(GpuError::HealthIo {
+                path: self.path(),
+                source,
+            }),
+            Ok(_) => Ok(()),
+        }
     }
 
     /// Marks a GPU unhealthy now.

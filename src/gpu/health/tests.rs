@@ -1,5 +1,6 @@
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::*;
 use crate::config::GpuConfig;
@@ -293,4 +294,53 @@ fn the_checked_document_is_read_once_per_version() {
     assert!(plugin.check("GPU-0").is_err());
     std::fs::remove_file(plugin.path()).unwrap();
     plugin.check("GPU-0").unwrap();
+}
+
+/// The plugin makes an empty document at start, so that the check keeps a
+/// version and looks at it through its descriptor; what only the path shows
+/// (the file renamed away, or linked twice, and another put in its place) is
+/// seen within a second.
+#[test]
+fn the_kept_version_follows_the_path_within_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plugin, other) = (HealthStore::new(dir.path()), HealthStore::new(dir.path()));
+    plugin.create_if_absent().unwrap();
+    let empty = plugin.current().unwrap();
+    assert!(empty.gpus.is_empty());
+    assert!(Arc::ptr_eq(&empty, &plugin.current().unwrap()), "kept");
+    // Another process's write replaces the file: seen at once.
+    other
+        .mark("GPU-1", &[Fault::Xid { code: 79 }], 1000)
+        .unwrap();
+    assert!(plugin.check("GPU-1").is_err());
+    // An existing document is left as it is.
+    other.create_if_absent().unwrap();
+    assert!(plugin.check("GPU-1").is_err());
+    for (how, detach) in [
+        ("renamed away", rename_away as fn(&Path)),
+        ("linked twice", link_twice as fn(&Path)),
+    ] {
+        detach(&plugin.path());
+        let text = serde_json::to_string(&HealthState::default()).unwrap();
+        crate::fsutil::replace_file(&plugin.path(), text.as_bytes()).unwrap();
+        let deadline = Instant::now() + Duration::from_millis(1500);
+        while plugin.check("GPU-1").is_err() {
+            assert!(Instant::now() < deadline, "{how}: still the old version");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        other
+            .mark("GPU-1", &[Fault::Xid { code: 79 }], 1001)
+            .unwrap();
+        assert!(plugin.check("GPU-1").is_err(), "{how}");
+    }
+}
+
+fn rename_away(path: &Path) {
+    std::fs::rename(path, path.with_extension("old")).unwrap();
+}
+
+fn link_twice(path: &Path) {
+    let link = path.with_extension("link");
+    let _ = std::fs::remove_file(&link);
+    std::fs::hard_link(path, link).unwrap();
 }
