@@ -11,16 +11,23 @@
 //! Each line carries the generation of the document it follows; every whole
 //! write of the document bumps the generation (with the journal folded in) and
 //! then empties the journal, so lines a crash left behind between the two are
-//! ignored. A line is the pod's whole record, or null for a pod gone: replaying
-//! a line twice changes nothing, and the last line of a pod wins. A line
+//! ignored. A line is a change to one pod: the records of the containers it
+//! touched (null for one removed) and the pod's network owner, in the field
+//! `gen`. Lines of the first form, which releases before it wrote (the pod's
+//! whole record, or null for a pod gone, in the field `g`), are still read; a
+//! reader of that release finds no `g` in a change and fails the read rather
+//! than take the line for the pod's removal. Replaying a line twice changes
+//! nothing, and lines apply in order. A line
 //! without its newline is an append cut short (a writer killed in the middle of
 //! `write`, which the kernel may leave partly done between pages,
 //! mm/filemap.c `generic_perform_write`) or still in progress: it is no part of
 //! the ledger, and the next writer cuts it off under the lock before appending.
 
-use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
-use super::model::{LedgerState, PodRecord};
+use serde::{Deserialize, Serialize, Serializer};
+
+use super::model::{ContainerRecord, LedgerState, PodRecord};
 
 pub(super) const JOURNAL_FILE: &str = "ledger.journal";
 
@@ -30,6 +37,29 @@ pub(super) const JOURNAL_FILE: &str = "ledger.journal";
 /// the document (the hook reads the ledger on the container start path).
 pub(super) const COMPACT_AT: u64 = 32 * 1024;
 
+/// A change to one pod (the form written now).
+#[derive(Serialize)]
+struct ChangeOut<'a> {
+    gen: u64,
+    sandbox: &'a str,
+    containers: Touched<'a>,
+    owner: Option<&'a str>,
+}
+
+/// The records of the containers a change touched, as a map, null for one gone.
+struct Touched<'a> {
+    pod: &'a PodRecord,
+    ids: &'a [&'a str],
+}
+
+impl Serialize for Touched<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.ids.iter().map(|id| (id, self.pod.containers.get(*id))))
+    }
+}
+
+/// The pod's whole record (the first form; still written for a pod gone
+/// from `state`, which no change of one pod makes).
 #[derive(Serialize)]
 struct LineOut<'a> {
     g: u64,
@@ -37,36 +67,72 @@ struct LineOut<'a> {
     pod: Option<&'a PodRecord>,
 }
 
+/// A line of either form.
 #[derive(Deserialize)]
 struct LineIn {
-    g: u64,
+    g: Option<u64>,
+    gen: Option<u64>,
     sandbox: String,
     pod: Option<PodRecord>,
+    #[serde(default)]
+    containers: BTreeMap<String, Option<ContainerRecord>>,
+    owner: Option<String>,
 }
 
-/// Appends to `buf` the line that sets `sandbox`'s record to what `state` holds
-/// (or removes it).
+/// Appends to `buf` the line that sets, in `sandbox`'s record, the records of
+/// `containers` (removing those `state` lacks) and the network owner to what
+/// `state` holds.
 pub(super) fn encode(
     buf: &mut Vec<u8>,
     state: &LedgerState,
     sandbox: &str,
+    containers: &[&str],
 ) -> Result<(), serde_json::Error> {
-    let line = LineOut {
-        g: state.generation,
-        sandbox,
-        pod: state.pods.get(sandbox),
-    };
     // Compact JSON escapes every newline inside strings: one line per change.
-    serde_json::to_writer(&mut *buf, &line)?;
+    match state.pods.get(sandbox) {
+        Some(pod) => serde_json::to_writer(
+            &mut *buf,
+            &ChangeOut {
+                gen: state.generation,
+                sandbox,
+                containers: Touched {
+                    pod,
+                    ids: containers,
+                },
+                owner: pod.network_owner.as_deref(),
+            },
+        )?,
+        None => serde_json::to_writer(
+            &mut *buf,
+            &LineOut {
+                g: state.generation,
+                sandbox,
+                pod: None,
+            },
+        )?,
+    }
     buf.push(b'\n');
     Ok(())
 }
 
-/// Applies the complete lines of `text` written for `state`'s generation, and
-/// returns the length of those complete lines: the rest is a tail without its
-/// newline, no part of the ledger.
-pub(super) fn replay(state: &mut LedgerState, text: &[u8]) -> Result<usize, String> {
+/// What [`replay`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Replayed {
+    /// The length of the complete lines: the rest is a tail without its
+    /// newline, no part of the ledger.
+    pub complete: usize,
+    /// Lines of another generation were skipped: the text is not the journal
+    /// of `state`'s document alone (a reader without the lock that read the
+    /// journal between a replace of the document and the journal's emptying,
+    /// or lines a crash left), so its length names no content of this
+    /// generation.
+    pub other_generations: bool,
+}
+
+/// Applies the complete lines of `text` written for `state`'s generation.
+pub(super) fn replay(state: &mut LedgerState, text: &[u8]) -> Result<Replayed, String> {
     let complete = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let mut other_generations = false;
     let mut offset = 0;
     for line in text[..complete].split_inclusive(|&b| b == b'\n') {
         let at = offset;
@@ -76,15 +142,45 @@ pub(super) fn replay(state: &mut LedgerState, text: &[u8]) -> Result<usize, Stri
         }
         let line: LineIn =
             serde_json::from_slice(line).map_err(|e| format!("journal line at byte {at}: {e}"))?;
-        if line.g != state.generation {
-            continue;
-        }
-        match line.pod {
-            Some(pod) => state.pods.insert(line.sandbox, pod),
-            None => state.pods.remove(&line.sandbox),
-        };
+        let applied = apply(state, line).map_err(|e| format!("journal line at byte {at}: {e}"))?;
+        other_generations |= !applied;
     }
-    Ok(complete)
+    Ok(Replayed {
+        complete,
+        other_generations,
+    })
+}
+
+/// Applies one line; `false` when it is of another generation.
+fn apply(state: &mut LedgerState, line: LineIn) -> Result<bool, &'static str> {
+    match (line.gen, line.g) {
+        (Some(gen), None) if gen == state.generation => {
+            // Written under the lock while the pod was in this generation's
+            // document, which only a whole write (a new generation) drops it from.
+            let pod = state
+                .pods
+                .get_mut(&line.sandbox)
+                .ok_or("a change to a pod the ledger does not hold")?;
+            for (id, record) in line.containers {
+                match record {
+                    Some(record) => pod.containers.insert(id, record),
+                    None => pod.containers.remove(&id),
+                };
+            }
+            pod.network_owner = line.owner;
+        }
+        (None, Some(g)) if g == state.generation => match line.pod {
+            Some(pod) => {
+                state.pods.insert(line.sandbox, pod);
+            }
+            None => {
+                state.pods.remove(&line.sandbox);
+            }
+        },
+        (Some(_), None) | (None, Some(_)) => return Ok(false),
+        _ => return Err("a line names no generation, or two"),
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -40,22 +40,125 @@ fn state(generation: u64, pods: &[PodRecord]) -> LedgerState {
     }
 }
 
-/// The line that sets (or, absent from `from`, removes) `sandbox`.
+/// A line of the first form, as releases before changes wrote it: the pod's
+/// whole record as `from` holds it (or its removal).
 fn line(from: &LedgerState, sandbox: &str) -> Vec<u8> {
-    let mut buf = Vec::new();
-    encode(&mut buf, from, sandbox).unwrap();
+    let mut buf = serde_json::to_vec(&LineOut {
+        g: from.generation,
+        sandbox,
+        pod: from.pods.get(sandbox),
+    })
+    .unwrap();
+    buf.push(b'\n');
     buf
+}
+
+/// The change that sets `containers` of `sandbox`, and its owner, as `from` has them.
+fn change(from: &LedgerState, sandbox: &str, containers: &[&str]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    encode(&mut buf, from, sandbox, containers).unwrap();
+    buf
+}
+
+fn owned(mut p: PodRecord, owner: &str) -> PodRecord {
+    p.network_owner = Some(owner.to_string());
+    p
 }
 
 #[test]
 fn a_line_is_one_line_whatever_its_strings_hold() {
-    let text = line(&state(3, &[pod("s", &["a", "b"])]), "s");
+    let from = state(3, &[pod("s", &["a", "b"])]);
+    let text = change(&from, "s", &["a", "b", "gone"]);
     assert_eq!(text.iter().filter(|&&b| b == b'\n').count(), 1);
     assert!(
-        text.starts_with(b"{\"g\":3,"),
+        text.starts_with(b"{\"gen\":3,\"sandbox\":\"s\",\"containers\":{\"a\":{"),
         "{}",
         String::from_utf8_lossy(&text)
     );
+    assert!(
+        text.ends_with(b",\"gone\":null},\"owner\":null}\n"),
+        "{}",
+        String::from_utf8_lossy(&text)
+    );
+    // A change carries the records it touched, not the pod's.
+    assert!(change(&from, "s", &["a"]).len() < line(&from, "s").len() * 2 / 3);
+}
+
+/// A reader of the release before changes requires `g`: it fails on a
+/// change instead of taking the line for the pod's removal.
+#[test]
+fn a_reader_of_the_first_form_fails_on_a_change() {
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct FirstForm {
+        g: u64,
+        sandbox: String,
+        pod: Option<PodRecord>,
+    }
+    let text = change(&state(3, &[pod("s", &["a"])]), "s", &["a"]);
+    assert!(serde_json::from_slice::<FirstForm>(&text).is_err());
+    assert!(serde_json::from_slice::<FirstForm>(&line(&state(3, &[]), "s")).is_ok());
+}
+
+#[test]
+fn changes_apply_in_order_to_their_pod_of_their_generation() {
+    let ab = state(5, &[pod("s", &["a", "b"]), pod("t", &["c"])]);
+    let none = state(5, &[pod("s", &[]), pod("t", &["c"])]);
+    let b_owns = state(5, &[owned(pod("s", &["a", "b"]), "b")]);
+    let older = state(4, &[pod("s", &["stale"])]);
+    let cases: Vec<(&str, Vec<u8>, LedgerState)> = vec![
+        (
+            "a container added",
+            change(&ab, "s", &["b"]),
+            state(5, &[pod("s", &["a", "b"]), pod("t", &["c"])]),
+        ),
+        (
+            "a container removed",
+            change(&none, "s", &["a"]),
+            state(5, &[pod("s", &[]), pod("t", &["c"])]),
+        ),
+        (
+            "the owner set with its container",
+            change(&b_owns, "s", &["b"]),
+            state(5, &[owned(pod("s", &["a", "b"]), "b"), pod("t", &["c"])]),
+        ),
+        (
+            "added, then removed",
+            [change(&ab, "s", &["b"]), change(&none, "s", &["a", "b"])].concat(),
+            state(5, &[pod("s", &[]), pod("t", &["c"])]),
+        ),
+        (
+            "after a line of the first form",
+            [line(&ab, "s"), change(&b_owns, "s", &["b"])].concat(),
+            state(5, &[owned(pod("s", &["a", "b"]), "b"), pod("t", &["c"])]),
+        ),
+        (
+            "a change of another generation is skipped",
+            change(&older, "s", &["stale"]),
+            state(5, &[pod("s", &["a"]), pod("t", &["c"])]),
+        ),
+        (
+            "a tail without its newline is no part of it",
+            [
+                change(&ab, "s", &["b"]),
+                change(&none, "s", &["a"])[..30].to_vec(),
+            ]
+            .concat(),
+            state(5, &[pod("s", &["a", "b"]), pod("t", &["c"])]),
+        ),
+    ];
+    for (what, text, want) in cases {
+        let mut got = state(5, &[pod("s", &["a"]), pod("t", &["c"])]);
+        let replayed = replay(&mut got, &text).unwrap();
+        assert_eq!(got, want, "{what}");
+        assert_eq!(
+            replayed.other_generations,
+            what.contains("another generation"),
+            "{what}"
+        );
+        replay(&mut got, &text).unwrap();
+        assert_eq!(got, want, "{what}, twice");
+    }
 }
 
 #[test]
@@ -94,10 +197,15 @@ fn replay_applies_the_lines_of_its_generation_in_order() {
     ];
     for (what, text, want) in cases {
         let mut got = state(5, &[pod("s", &["a"])]);
-        let complete = replay(&mut got, &text).unwrap();
+        let replayed = replay(&mut got, &text).unwrap();
         assert_eq!(got, want, "{what}");
         let cut = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        assert_eq!(complete, cut, "{what}");
+        assert_eq!(replayed.complete, cut, "{what}");
+        assert_eq!(
+            replayed.other_generations,
+            what.contains("another generation"),
+            "{what}"
+        );
         // Replayed again on its own result, a journal changes nothing: a
         // document that folded it in ignores it the same way.
         replay(&mut got, &text).unwrap();
@@ -108,7 +216,18 @@ fn replay_applies_the_lines_of_its_generation_in_order() {
 #[test]
 fn a_complete_line_that_does_not_parse_is_corrupt() {
     let good = line(&state(1, &[pod("s", &["a"])]), "s");
-    for bad in [&b"{torn\n"[..], b"{\"g\":1}\n", b"[]\n", b"\xff\n"] {
+    let unknown_pod = change(&state(1, &[pod("u", &["a"])]), "u", &["a"]);
+    let both = br#"{"g":1,"gen":1,"sandbox":"s","pod":null}"#.to_vec();
+    let neither = br#"{"sandbox":"s","pod":null}"#.to_vec();
+    for bad in [
+        &b"{torn\n"[..],
+        b"{\"g\":1}\n",
+        b"[]\n",
+        b"\xff\n",
+        &unknown_pod,
+        &[both, b"\n".to_vec()].concat(),
+        &[neither, b"\n".to_vec()].concat(),
+    ] {
         let text = [good.clone(), bad.to_vec()].concat();
         let err = replay(&mut state(1, &[]), &text).unwrap_err();
         assert!(err.contains(&format!("byte {}", good.len())), "{err}");

@@ -72,6 +72,10 @@ pub(super) struct Loaded {
     /// The journal ended in a line without its newline (see `journal`): the
     /// copy is right, but the key names bytes that are no part of it.
     pub torn: bool,
+    /// The journal read held lines of another generation: the copy is right,
+    /// but without the lock the key may name other content (see
+    /// `journal::Replayed`), so such a copy is not kept.
+    pub other_generations: bool,
 }
 
 fn io(path: PathBuf) -> impl FnOnce(std::io::Error) -> LedgerError {
@@ -95,6 +99,8 @@ pub(super) fn current_key(dir: Option<&File>, base: &Path) -> Result<Key, Ledger
     // The journal first: a document found still the cached version had not
     // been replaced when the journal was looked at, so the journal was still
     // that version's, which only grows; its length then names its content.
+    // (A copy read between a replace and the journal's emptying holds lines
+    // of the generation before; such a copy is never cached, see `Loaded`.)
     let journal = stat(JOURNAL_FILE)?.map(|st| JournalKey {
         dev: st.st_dev,
         ino: st.st_ino,
@@ -116,7 +122,8 @@ pub(super) fn load(base: &Path, locked: bool) -> Result<Loaded, LedgerError> {
             let state = LedgerState::default();
             return Ok(loaded(state, key, None, None, false));
         };
-        let (journal_key, journal, complete) = read_journal(base, &mut state)?;
+        let (journal_key, journal, replayed) = read_journal(base, &mut state)?;
+        let complete = replayed.complete as u64;
         let torn = journal_key.is_some_and(|k| complete < k.size);
         if !locked && !still_named(base, &doc_key)? {
             continue;
@@ -135,7 +142,9 @@ pub(super) fn load(base: &Path, locked: bool) -> Result<Loaded, LedgerError> {
         } else {
             torn
         };
-        return Ok(loaded(state, key, Some(doc), journal, torn));
+        let mut loaded = loaded(state, key, Some(doc), journal, torn);
+        loaded.other_generations = replayed.other_generations;
+        return Ok(loaded);
     }
     Err(io(base.join(LEDGER_FILE))(std::io::Error::other(
         "replaced at every read",
@@ -158,6 +167,7 @@ fn loaded(
         key,
         pins,
         torn,
+        other_generations: false,
     }
 }
 
@@ -196,11 +206,11 @@ fn read_document(base: &Path) -> Result<Option<(LedgerState, FileKey, File)>, Le
 }
 
 /// Applies the journal to `state`: its key (the length read), the file, and
-/// the length of its complete lines.
+/// what the replay found.
 fn read_journal(
     base: &Path,
     state: &mut LedgerState,
-) -> Result<(Option<JournalKey>, Option<File>, u64), LedgerError> {
+) -> Result<(Option<JournalKey>, Option<File>, journal::Replayed), LedgerError> {
     let path = base.join(JOURNAL_FILE);
     let Some(WholeFile {
         file,
@@ -208,9 +218,13 @@ fn read_journal(
         bytes: text,
     }) = read_whole(&path)?
     else {
-        return Ok((None, None, 0));
+        let nothing = journal::Replayed {
+            complete: 0,
+            other_generations: false,
+        };
+        return Ok((None, None, nothing));
     };
-    let complete =
+    let replayed =
         journal::replay(state, &text).map_err(|reason| LedgerError::Corrupt { path, reason })?;
     // Lines appended after the `fstat` were read and applied: the key names
     // what was read.
@@ -218,7 +232,7 @@ fn read_journal(
         size: text.len() as u64,
         ..JournalKey::of(&meta)
     };
-    Ok((Some(key), Some(file), complete as u64))
+    Ok((Some(key), Some(file), replayed))
 }
 
 /// Cuts the journal back to its complete lines (under the lock: the writer of

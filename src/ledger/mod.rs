@@ -210,6 +210,8 @@ impl Ledger {
                 pod: pod.to_string(),
             });
         }
+        // An owner whose network this container takes over: its record changes too.
+        let mut taken_from = None;
         let network_owner = network == NetworkNeed::Moves
             && match rec.network_owner.clone() {
                 None => {
@@ -224,6 +226,7 @@ impl Ledger {
                         old.forget_resolved();
                     }
                     rec.network_owner = Some(container_id.to_string());
+                    taken_from = Some(owner);
                     true
                 }
                 Some(_) => false,
@@ -238,7 +241,10 @@ impl Ledger {
             txn.commit()?;
         } else {
             // The pod held its devices already: only its record changed.
-            txn.commit_pod(&pod.sandbox_id)?;
+            match &taken_from {
+                Some(old) => txn.commit_pod(&pod.sandbox_id, &[container_id, old])?,
+                None => txn.commit_pod(&pod.sandbox_id, &[container_id])?,
+            }
         }
         Ok(Admission {
             network_owner,
@@ -298,7 +304,7 @@ impl Ledger {
             rec.forget_resolved();
         }
         let sandbox_id = pod.pod.sandbox_id.clone();
-        txn.commit_pod(&sandbox_id)
+        txn.commit_pod(&sandbox_id, &[container_id])
     }
 
     /// Records what was applied to a container of a pod that holds claims.
@@ -313,7 +319,7 @@ impl Ledger {
             return Ok(());
         };
         pod.containers.insert(container_id.to_string(), record);
-        txn.commit_pod(sandbox_id)
+        txn.commit_pod(sandbox_id, &[container_id])
     }
 
     /// Forgets a container record; the pod keeps its claims.
@@ -344,7 +350,7 @@ impl Ledger {
         if !removed && !was_owner {
             return Ok(());
         }
-        txn.commit_pod(sandbox_id)
+        txn.commit_pod(sandbox_id, &[container_id])
     }
 
     /// Marks a device as not to be handed out until cleared.

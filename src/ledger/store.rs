@@ -263,8 +263,10 @@ impl Store {
     /// Reads the files without the lock, and caches what it read.
     fn read_files(&self) -> Result<LedgerState, LedgerError> {
         let loaded = load::load(&self.dir, false)?;
-        // A cut tail is no part of the copy, but its key would name it.
-        if !loaded.torn {
+        // A cut tail is no part of the copy, but its key would name it; lines
+        // of another generation may be a journal read before its emptying,
+        // whose length the next generation's lines can reach again.
+        if !loaded.torn && !loaded.other_generations {
             self.remember(loaded.key, loaded.state.clone(), loaded.pins);
         }
         Ok(loaded.state)

@@ -34,7 +34,7 @@ fn add(store: &Store, c: &str) {
     let mut txn = store.begin().unwrap();
     let pod = txn.state.pods.get_mut("s").unwrap();
     pod.containers.insert(c.to_string(), record(c));
-    txn.commit_pod("s").unwrap();
+    txn.commit_pod("s", &[c]).unwrap();
 }
 
 fn containers(state: &LedgerState) -> Vec<String> {
@@ -64,7 +64,7 @@ fn a_pod_change_is_appended_and_every_reader_sees_it() {
     // Another process appends behind our cache: the journal's length tells.
     let mut txn = theirs.begin().unwrap();
     txn.state.pods.get_mut("s").unwrap().containers.remove("a");
-    txn.commit_pod("s").unwrap();
+    txn.commit_pod("s", &["a"]).unwrap();
     assert!(containers(&ours.read_unlocked().unwrap()).is_empty());
     add(&ours, "b");
     assert_eq!(containers(&theirs.begin().unwrap().state), ["b"]);
@@ -198,6 +198,36 @@ fn readers_without_the_lock_never_miss_a_committed_line() {
             });
         }
     });
+}
+
+/// A reader without the lock that read the new document but the journal
+/// before its emptying (the old generation's lines) keeps no copy: the next
+/// generation's lines can bring the journal back to the same length, and a
+/// copy keyed by it would hide them.
+#[test]
+fn a_journal_read_before_its_emptying_is_not_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = store_with_pod(dir.path());
+    add(&writer, "c01");
+    add(&writer, "c02");
+    let journal = dir.path().join(JOURNAL_FILE);
+    let old_lines = fs::read(&journal).unwrap();
+    let reader = Store::at(dir.path());
+    assert_eq!(containers(&reader.read_unlocked().unwrap()), ["c01", "c02"]);
+    // The replace; then, as the reader may find it, the journal not yet emptied.
+    writer.begin().unwrap().commit().unwrap();
+    let mut file = fs::OpenOptions::new().write(true).open(&journal).unwrap();
+    file.write_all(&old_lines).unwrap();
+    assert_eq!(containers(&reader.read_unlocked().unwrap()), ["c01", "c02"]);
+    // Emptied, and two lines of the same length appended.
+    file.set_len(0).unwrap();
+    add(&writer, "c03");
+    add(&writer, "c04");
+    assert_eq!(fs::read(&journal).unwrap().len(), old_lines.len());
+    assert_eq!(
+        containers(&reader.read_unlocked().unwrap()),
+        ["c01", "c02", "c03", "c04"]
+    );
 }
 
 /// What the plugin does at exit: the document alone is then the ledger, for

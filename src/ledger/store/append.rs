@@ -13,12 +13,12 @@ use super::super::LedgerError;
 use super::{Handles, Store, Txn, LOCK_FILE};
 
 impl Txn<'_> {
-    /// Commits a change to `sandbox_id`'s record alone: its containers and its
-    /// network owner, never its claims nor any device, which a line of the
-    /// journal carries (appended, one `write`). A ledger without a document
-    /// yet, or a line that would grow the journal past [`COMPACT_AT`], is
-    /// written whole instead.
-    pub fn commit_pod(mut self, sandbox_id: &str) -> Result<(), LedgerError> {
+    /// Commits a change to `sandbox_id`'s record alone: the records of
+    /// `containers` and its network owner, never its claims nor any device,
+    /// which a line of the journal carries (appended, one `write`). A ledger
+    /// without a document yet, or a line that would grow the journal past
+    /// [`COMPACT_AT`], is written whole instead.
+    pub fn commit_pod(mut self, sandbox_id: &str, containers: &[&str]) -> Result<(), LedgerError> {
         if self.key.doc.is_none() {
             return self.commit();
         }
@@ -28,9 +28,11 @@ impl Txn<'_> {
         };
         let text = &mut h.text;
         text.clear();
-        journal::encode(text, &self.state, sandbox_id).map_err(|e| LedgerError::Corrupt {
-            path: store.dir.join(JOURNAL_FILE),
-            reason: e.to_string(),
+        journal::encode(text, &self.state, sandbox_id, containers).map_err(|e| {
+            LedgerError::Corrupt {
+                path: store.dir.join(JOURNAL_FILE),
+                reason: e.to_string(),
+            }
         })?;
         let size = self.key.journal.map_or(0, |k| k.size);
         if size + text.len() as u64 > COMPACT_AT {
