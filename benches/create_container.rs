@@ -321,7 +321,10 @@ fn run_build(
     program: &std::path::Path,
     cpu: &mut Cpu,
 ) {
-    node.plugin.kill();
+    // Stopped as the DaemonSet stops it, so that it folds its journal into the
+    // document for a build that may read the journal's lines differently.
+    node.plugin
+        .signal_and_wait(nix::sys::signal::Signal::SIGTERM, SLOW);
     // containerd notices the closed connection on its next write; give it a moment.
     std::thread::sleep(Duration::from_millis(200));
     node.plugin.set_program(program.to_path_buf());

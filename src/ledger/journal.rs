@@ -14,10 +14,12 @@
 //! ignored. A line is a change to one pod: the records of the containers it
 //! touched (null for one removed) and the pod's network owner, in the field
 //! `gen`. Lines of the first form, which releases before it wrote (the pod's
-//! whole record, or null for a pod gone, in the field `g`), are still read; a
-//! reader of that release finds no `g` in a change and fails the read rather
-//! than take the line for the pod's removal. Replaying a line twice changes
-//! nothing, and lines apply in order. A line
+//! whole record, or null for a pod gone, in the field `g`), are still read. A
+//! change carries `g` too, as [`NO_GENERATION`], so that a reader of that
+//! release skips it as a line of another generation: after a downgrade that
+//! followed a crash (no fold at exit), such a reader lacks the changes' container
+//! records, never a claim, which only whole writes move. Replaying a line twice
+//! changes nothing, and lines apply in order. A line
 //! without its newline is an append cut short (a writer killed in the middle of
 //! `write`, which the kernel may leave partly done between pages,
 //! mm/filemap.c `generic_perform_write`) or still in progress: it is no part of
@@ -37,9 +39,14 @@ pub(super) const JOURNAL_FILE: &str = "ledger.journal";
 /// the document (the hook reads the ledger on the container start path).
 pub(super) const COMPACT_AT: u64 = 32 * 1024;
 
+/// The `g` of a change: a generation no document reaches (each whole write
+/// adds one), so that readers of the first form skip the line.
+const NO_GENERATION: u64 = u64::MAX;
+
 /// A change to one pod (the form written now).
 #[derive(Serialize)]
 struct ChangeOut<'a> {
+    g: u64,
     gen: u64,
     sandbox: &'a str,
     containers: Touched<'a>,
@@ -93,6 +100,7 @@ pub(super) fn encode(
         Some(pod) => serde_json::to_writer(
             &mut *buf,
             &ChangeOut {
+                g: NO_GENERATION,
                 gen: state.generation,
                 sandbox,
                 containers: Touched {
@@ -154,7 +162,7 @@ pub(super) fn replay(state: &mut LedgerState, text: &[u8]) -> Result<Replayed, S
 /// Applies one line; `false` when it is of another generation.
 fn apply(state: &mut LedgerState, line: LineIn) -> Result<bool, &'static str> {
     match (line.gen, line.g) {
-        (Some(gen), None) if gen == state.generation => {
+        (Some(gen), _) if gen == state.generation => {
             // Written under the lock while the pod was in this generation's
             // document, which only a whole write (a new generation) drops it from.
             let pod = state
@@ -169,7 +177,7 @@ fn apply(state: &mut LedgerState, line: LineIn) -> Result<bool, &'static str> {
             }
             pod.network_owner = line.owner;
         }
-        (None, Some(g)) if g == state.generation => match line.pod {
+        (None, Some(g)) if g == state.generation && g != NO_GENERATION => match line.pod {
             Some(pod) => {
                 state.pods.insert(line.sandbox, pod);
             }
@@ -177,8 +185,8 @@ fn apply(state: &mut LedgerState, line: LineIn) -> Result<bool, &'static str> {
                 state.pods.remove(&line.sandbox);
             }
         },
-        (Some(_), None) | (None, Some(_)) => return Ok(false),
-        _ => return Err("a line names no generation, or two"),
+        (Some(_), _) | (None, Some(_)) => return Ok(false),
+        (None, None) => return Err("a line names no generation"),
     }
     Ok(true)
 }
