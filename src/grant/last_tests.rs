@@ -9,8 +9,9 @@ fn counters(checker: GrantChecker, dir: &tempfile::TempDir) -> audit::GrantCount
     audit::read_counters(dir.path()).unwrap()
 }
 
-#[test]
-fn further_containers_of_a_granted_pod_are_granted_and_counted() {
+/// A checker that watches an api server holding pod ml/p (uid u-p), which
+/// requests one GPU, and a config that waits 100 ms for a pod.
+fn watching_a_gpu_pod() -> (FakeApi, tempfile::TempDir, GrantChecker, Arc<Config>) {
     let api = FakeApi::start().unwrap();
     api.put_pod(pod("ml", "p", "u-p", NODE, &[("nvidia.com/gpu", "1")]));
     let dir = tempfile::tempdir().unwrap();
@@ -19,8 +20,14 @@ fn further_containers_of_a_granted_pod_are_granted_and_counted() {
         grant_wait_ms: 100,
         ..Config::default()
     });
-    let a = alloc(ONE_GPU);
     assert!(found(&checker, "u-p"));
+    (api, dir, checker, config)
+}
+
+#[test]
+fn further_containers_of_a_granted_pod_are_granted_and_counted() {
+    let (api, dir, checker, config) = watching_a_gpu_pod();
+    let a = alloc(ONE_GPU);
     checker
         .check(&config, id("ml", "p", "u-p"), "main", &a)
         .unwrap();
@@ -41,16 +48,8 @@ fn further_containers_of_a_granted_pod_are_granted_and_counted() {
 
 #[test]
 fn a_kept_decision_serves_only_the_same_pod_allocation_and_config() {
-    let api = FakeApi::start().unwrap();
-    api.put_pod(pod("ml", "p", "u-p", NODE, &[("nvidia.com/gpu", "1")]));
-    let dir = tempfile::tempdir().unwrap();
-    let checker = watching(&dir, &api);
-    let config = Arc::new(Config {
-        grant_wait_ms: 100,
-        ..Config::default()
-    });
+    let (_api, dir, checker, config) = watching_a_gpu_pod();
     let a = alloc(ONE_GPU);
-    assert!(found(&checker, "u-p"));
     checker
         .check(&config, id("ml", "p", "u-p"), "c", &a)
         .unwrap();

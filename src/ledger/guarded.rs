@@ -109,14 +109,8 @@ mod tests {
 
     fn record() -> ContainerRecord {
         ContainerRecord {
-            name: "main".to_string(),
             devices: Vec::new(),
-            applied_unix: 1,
-            init: None,
-            cgroups: Vec::new(),
-            resolved: None,
-            resolved_sha256: None,
-            hooks_only: false,
+            ..crate::ledger::tests::record("main")
         }
     }
 

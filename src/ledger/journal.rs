@@ -65,15 +65,6 @@ impl Serialize for Touched<'_> {
     }
 }
 
-/// The pod's whole record (the first form; still written for a pod gone
-/// from `state`, which no change of one pod makes).
-#[derive(Serialize)]
-struct LineOut<'a> {
-    g: u64,
-    sandbox: &'a str,
-    pod: Option<&'a PodRecord>,
-}
-
 /// A line of either form.
 #[derive(Deserialize)]
 struct LineIn {
@@ -86,39 +77,28 @@ struct LineIn {
     owner: Option<String>,
 }
 
-/// Appends to `buf` the line that sets, in `sandbox`'s record, the records of
-/// `containers` (removing those `state` lacks) and the network owner to what
-/// `state` holds.
+/// Appends to `buf` the line that sets, in `pod`'s record (`sandbox` in a
+/// document of `generation`), the records of `containers` (removing those
+/// `pod` lacks) and the network owner to what `pod` holds.
 pub(super) fn encode(
     buf: &mut Vec<u8>,
-    state: &LedgerState,
+    generation: u64,
     sandbox: &str,
+    pod: &PodRecord,
     containers: &[&str],
 ) -> Result<(), serde_json::Error> {
+    let line = ChangeOut {
+        g: NO_GENERATION,
+        gen: generation,
+        sandbox,
+        containers: Touched {
+            pod,
+            ids: containers,
+        },
+        owner: pod.network_owner.as_deref(),
+    };
     // Compact JSON escapes every newline inside strings: one line per change.
-    match state.pods.get(sandbox) {
-        Some(pod) => serde_json::to_writer(
-            &mut *buf,
-            &ChangeOut {
-                g: NO_GENERATION,
-                gen: state.generation,
-                sandbox,
-                containers: Touched {
-                    pod,
-                    ids: containers,
-                },
-                owner: pod.network_owner.as_deref(),
-            },
-        )?,
-        None => serde_json::to_writer(
-            &mut *buf,
-            &LineOut {
-                g: state.generation,
-                sandbox,
-                pod: None,
-            },
-        )?,
-    }
+    serde_json::to_writer(&mut *buf, &line)?;
     buf.push(b'\n');
     Ok(())
 }

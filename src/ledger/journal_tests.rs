@@ -43,7 +43,13 @@ fn state(generation: u64, pods: &[PodRecord]) -> LedgerState {
 /// A line of the first form, as releases before changes wrote it: the pod's
 /// whole record as `from` holds it (or its removal).
 fn line(from: &LedgerState, sandbox: &str) -> Vec<u8> {
-    let mut buf = serde_json::to_vec(&LineOut {
+    #[derive(serde::Serialize)]
+    struct FirstForm<'a> {
+        g: u64,
+        sandbox: &'a str,
+        pod: Option<&'a PodRecord>,
+    }
+    let mut buf = serde_json::to_vec(&FirstForm {
         g: from.generation,
         sandbox,
         pod: from.pods.get(sandbox),
@@ -56,8 +62,34 @@ fn line(from: &LedgerState, sandbox: &str) -> Vec<u8> {
 /// The change that sets `containers` of `sandbox`, and its owner, as `from` has them.
 fn change(from: &LedgerState, sandbox: &str, containers: &[&str]) -> Vec<u8> {
     let mut buf = Vec::new();
-    encode(&mut buf, from, sandbox, containers).unwrap();
+    encode(
+        &mut buf,
+        from.generation,
+        sandbox,
+        &from.pods[sandbox],
+        containers,
+    )
+    .unwrap();
     buf
+}
+
+/// Replays `text` on `start`: it must give `want`, take exactly the complete
+/// lines, say whether it skipped another generation's (the cases that do say
+/// so in `what`), and change nothing when replayed again on its own result (a
+/// document that folded the journal in ignores it the same way).
+fn assert_replays(what: &str, start: LedgerState, text: &[u8], want: &LedgerState) {
+    let mut got = start;
+    let replayed = replay(&mut got, text).unwrap();
+    assert_eq!(got, *want, "{what}");
+    let cut = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    assert_eq!(replayed.complete, cut, "{what}");
+    assert_eq!(
+        replayed.other_generations,
+        what.contains("another generation"),
+        "{what}"
+    );
+    replay(&mut got, text).unwrap();
+    assert_eq!(got, *want, "{what}, twice");
 }
 
 fn owned(mut p: PodRecord, owner: &str) -> PodRecord {
@@ -157,16 +189,8 @@ fn changes_apply_in_order_to_their_pod_of_their_generation() {
         ),
     ];
     for (what, text, want) in cases {
-        let mut got = state(5, &[pod("s", &["a"]), pod("t", &["c"])]);
-        let replayed = replay(&mut got, &text).unwrap();
-        assert_eq!(got, want, "{what}");
-        assert_eq!(
-            replayed.other_generations,
-            what.contains("another generation"),
-            "{what}"
-        );
-        replay(&mut got, &text).unwrap();
-        assert_eq!(got, want, "{what}, twice");
+        let start = state(5, &[pod("s", &["a"]), pod("t", &["c"])]);
+        assert_replays(what, start, &text, &want);
     }
 }
 
@@ -205,20 +229,7 @@ fn replay_applies_the_lines_of_its_generation_in_order() {
         ),
     ];
     for (what, text, want) in cases {
-        let mut got = state(5, &[pod("s", &["a"])]);
-        let replayed = replay(&mut got, &text).unwrap();
-        assert_eq!(got, want, "{what}");
-        let cut = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        assert_eq!(replayed.complete, cut, "{what}");
-        assert_eq!(
-            replayed.other_generations,
-            what.contains("another generation"),
-            "{what}"
-        );
-        // Replayed again on its own result, a journal changes nothing: a
-        // document that folded it in ignores it the same way.
-        replay(&mut got, &text).unwrap();
-        assert_eq!(got, want, "{what}, twice");
+        assert_replays(what, state(5, &[pod("s", &["a"])]), &text, &want);
     }
 }
 

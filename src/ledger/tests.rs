@@ -129,14 +129,8 @@ fn state_survives_reopen_and_reconcile_drops_dead_pods() {
         "a",
         "ctr1",
         ContainerRecord {
-            name: "main".into(),
             devices: vec!["/dev/nvidia3".into()],
-            applied_unix: 1,
-            init: None,
-            cgroups: Vec::new(),
-            resolved: None,
-            resolved_sha256: None,
-            hooks_only: false,
+            ..record("main")
         },
     )
     .unwrap();

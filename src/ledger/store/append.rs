@@ -16,19 +16,24 @@ impl Txn<'_> {
     /// Commits a change to `sandbox_id`'s record alone: the records of
     /// `containers` and its network owner, never its claims nor any device,
     /// which a line of the journal carries (appended, one `write`). A ledger
-    /// without a document yet, or a line that would grow the journal past
-    /// [`COMPACT_AT`], is written whole instead.
+    /// without a document yet, a pod the state does not hold, or a line that
+    /// would grow the journal past [`COMPACT_AT`], is written whole instead.
     pub fn commit_pod(mut self, sandbox_id: &str, containers: &[&str]) -> Result<(), LedgerError> {
-        if self.key.doc.is_none() {
+        let Some(pod) = self
+            .state
+            .pods
+            .get(sandbox_id)
+            .filter(|_| self.key.doc.is_some())
+        else {
             return self.commit();
-        }
+        };
         let store = self.store;
         let Some(h) = self.handles.as_mut() else {
             return Err(store.io(LOCK_FILE)(std::io::Error::other("no lock held")));
         };
         let text = &mut h.text;
         text.clear();
-        journal::encode(text, &self.state, sandbox_id, containers).map_err(|e| {
+        journal::encode(text, self.state.generation, sandbox_id, pod, containers).map_err(|e| {
             LedgerError::Corrupt {
                 path: store.dir.join(JOURNAL_FILE),
                 reason: e.to_string(),
