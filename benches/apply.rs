@@ -69,6 +69,29 @@ fn bench(c: &mut Criterion) {
                 .expect("remove");
         })
     });
+    // Every container the first of a pod of its own: it parses the pod's
+    // allocation, builds the plan and makes the pod's claim; the release after
+    // it is part of the loop.
+    c.bench_function("apply/new_pod_claim_and_release_4gpu_4vf", |b| {
+        b.iter(|| {
+            n += 1;
+            let mut pod = pod.clone();
+            pod.id = format!("sandbox{n}");
+            pod.uid = format!("uid{n}");
+            let ctr = Container {
+                id: format!("c{n}"),
+                name: "main".into(),
+                ..Default::default()
+            };
+            let adjust = devices.apply(&pod, &ctr, &config, RuntimeFeatures::default(), &health);
+            black_box(adjust.expect("apply"));
+            devices
+                .ledger()
+                .release_pod(&pod.id, &devgate::ledger::NoTeardown)
+                .expect("release");
+            devices.pod_removed(&pod.id);
+        })
+    });
 }
 
 criterion_group!(benches, bench);

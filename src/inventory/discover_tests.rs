@@ -39,29 +39,29 @@ fn hgx_fixture_is_discovered_exactly() {
     check_hgx_gids(fixture.root());
 }
 
-/// GID tables are read per port on demand: a RoCE port has RoCE v1 and v2 entries
-/// with their netdev, an IB port one entry; bad names read nothing.
+/// GID tables are read per port on demand: a RoCE port has RoCE v1 and v2 entries,
+/// an IB port one entry; bad names read nothing.
 fn check_hgx_gids(root: &Path) {
-    let roce = port_gids(root, "mlx5_1", 1);
-    let types: Vec<(u32, &str, Option<&str>)> = roce
-        .iter()
-        .map(|g| (g.index, g.gid_type.as_str(), g.ndev.as_deref()))
-        .collect();
-    assert_eq!(
-        types,
-        [
-            (0, "IB/RoCE v1", Some("enp29s0np0")),
-            (1, "RoCE v2", Some("enp29s0np0"))
-        ]
-    );
+    let table = |ibdev: &str, port: u32| {
+        let mut t = PortGids::open(root, ibdev, port)?;
+        let slots = t.indices().into_iter();
+        Some(
+            slots
+                .map(|i| (i, t.gid_type(i), t.gid(i)))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let roce = table("mlx5_1", 1).expect("mlx5_1 port 1");
+    let types: Vec<(u32, Option<&str>)> = roce.iter().map(|g| (g.0, g.1.as_deref())).collect();
+    assert_eq!(types, [(0, Some("IB/RoCE v1")), (1, Some("RoCE v2"))]);
     assert!(roce
         .iter()
-        .all(|g| g.gid.as_deref().is_some_and(|v| v.starts_with("fe80:"))));
-    let ib = port_gids(root, "mlx5_0", 1);
+        .all(|g| g.2.as_deref().is_some_and(|v| v.starts_with("fe80:"))));
+    let ib = table("mlx5_0", 1).expect("mlx5_0 port 1");
     assert_eq!(ib.len(), 1);
-    assert_eq!(ib[0].gid_type, "IB/RoCE v1");
-    assert!(port_gids(root, "../mlx5_0", 1).is_empty());
-    assert!(port_gids(root, "mlx5_0", 9).is_empty());
+    assert_eq!(ib[0].1.as_deref(), Some("IB/RoCE v1"));
+    assert!(table("../mlx5_0", 1).is_none());
+    assert!(table("mlx5_0", 9).is_none());
 }
 
 fn check_hgx_gpus(inv: &Inventory) {

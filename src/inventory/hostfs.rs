@@ -223,23 +223,16 @@ impl HostFs {
     pub(crate) fn list_in(&self, base: &RealPath, rel: impl AsRef<Path>) -> Result<Vec<String>> {
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         let (fd, path) = self.open(&base.0.join(rel), flags)?;
+        let mut dir = Dir::from(fd).map_err(|e| io_err(&path, e.into()))?;
+        list_dir(&mut dir, &path)
+    }
+
+    /// Opens the root-relative directory `rel` for reading the files right in it.
+    pub(crate) fn open_dir(&self, rel: impl AsRef<Path>) -> Result<HostDir> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let (fd, path) = self.open(rel.as_ref(), flags)?;
         let dir = Dir::from(fd).map_err(|e| io_err(&path, e.into()))?;
-        let mut names = Vec::new();
-        for entry in dir {
-            let entry = entry.map_err(|e| io_err(&path, e.into()))?;
-            let Ok(name) = entry.file_name().to_str() else {
-                continue;
-            };
-            if name == "." || name == ".." {
-                continue;
-            }
-            if names.len() == MAX_DIR_ENTRIES {
-                return Err(InventoryError::TooManyEntries { path });
-            }
-            names.push(name.to_owned());
-        }
-        names.sort();
-        Ok(names)
+        Ok(HostDir { dir, path })
     }
 
     /// Names in a root-relative directory; a missing directory is an empty list.
@@ -270,6 +263,57 @@ impl HostFs {
         let (fd, at) = self.at(&path);
         fstatat(fd, at.as_ref(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
     }
+}
+
+/// A directory of the host root held open: its files are read by name, one
+/// component each, without walking the path from the root again. sysfs tables
+/// such as a port's GID entries are hundreds of files in one directory.
+pub(crate) struct HostDir {
+    dir: Dir,
+    path: PathBuf,
+}
+
+impl HostDir {
+    /// Names in the directory, sorted; non-UTF-8 names are skipped.
+    pub(crate) fn list(&mut self) -> Result<Vec<String>> {
+        list_dir(&mut self.dir, &self.path)
+    }
+
+    /// Reads the small text file `name` right in this directory. Only a plain name
+    /// is taken (no `/`, `.` or `..`), and a final symlink is not followed, so the
+    /// read stays in the directory resolved inside the root.
+    pub(crate) fn read(&self, name: &str) -> Result<String> {
+        let path = self.path.join(name);
+        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+            return Err(InventoryError::malformed(&path, name));
+        }
+        let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
+        let fd = open_at(Some(self.dir.as_raw_fd()), Path::new(name), flags)
+            .map_err(|e| io_err(&path, e.into()))?;
+        read_bounded(fd.into(), &path)
+    }
+}
+
+/// The names of an open directory, sorted and bounded.
+fn list_dir(dir: &mut Dir, path: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in dir.iter() {
+        let entry = entry.map_err(|e| io_err(path, e.into()))?;
+        let Ok(name) = entry.file_name().to_str() else {
+            continue;
+        };
+        if name == "." || name == ".." {
+            continue;
+        }
+        if names.len() == MAX_DIR_ENTRIES {
+            return Err(InventoryError::TooManyEntries {
+                path: path.to_path_buf(),
+            });
+        }
+        names.push(name.to_owned());
+    }
+    names.sort();
+    Ok(names)
 }
 
 fn open_at(dir: Option<RawFd>, path: &Path, flags: OFlag) -> std::result::Result<OwnedFd, Errno> {

@@ -148,3 +148,31 @@ fn a_missing_root_is_an_error_not_a_panic() {
             .is_empty());
     }
 }
+
+/// A directory held open reads its own files by plain name only: a name with a
+/// separator or a dot name is refused, and a slot that is a symlink (here to a
+/// file outside the root) is not followed.
+#[test]
+fn a_held_directory_reads_only_its_own_files() {
+    let dir = tree();
+    let types = dir
+        .path()
+        .join("sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types");
+    fs::create_dir_all(&types).expect("mkdir");
+    fs::write(types.join("0"), "IB/RoCE v1\n").expect("write");
+    symlink("/etc/hostname", types.join("1")).expect("symlink");
+    for host in hosts(dir.path()) {
+        let mut held = host
+            .open_dir("sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types")
+            .expect("open");
+        assert_eq!(held.list().expect("list"), ["0", "1"]);
+        assert_eq!(held.read("0").expect("read"), "IB/RoCE v1\n");
+        assert!(held.read("1").is_err(), "a symlinked slot is not followed");
+        for bad in ["", ".", "..", "../types/0", "/etc/hostname"] {
+            assert!(held.read(bad).is_err(), "{bad:?} refused");
+        }
+        assert!(host
+            .open_dir("sys/class/infiniband/mlx5_0/ports/9")
+            .is_err());
+    }
+}

@@ -19,6 +19,7 @@
 //! Nothing here fails: what cannot be read becomes one line in `Inventory.warnings`.
 
 mod error;
+mod gids;
 mod gpu;
 mod hostfs;
 mod nic;
@@ -34,6 +35,7 @@ pub mod view;
 use std::path::Path;
 
 pub use error::InventoryError;
+pub use gids::PortGids;
 pub use gpu::{GpuFacts, GpuLibrary, NoGpuLibrary};
 pub use model::*;
 pub use nic::port_health;
@@ -51,31 +53,6 @@ pub fn discover(host_root: &Path) -> Inventory {
 /// Like [`discover`], asking `gpu_library` (NVML) for GPU indices, memory and health.
 pub fn discover_with(host_root: &Path, gpu_library: &dyn GpuLibrary) -> Inventory {
     discover_in(HostFs::new(host_root), gpu_library)
-}
-
-/// The populated GID entries of port `port` of RDMA device `ibdev`, read on demand
-/// (discovery leaves `RdmaPort::gids` empty). `ibdev` must be a plain device name.
-pub fn port_gids(host_root: &Path, ibdev: &str, port: u32) -> Vec<GidEntry> {
-    let plain = !ibdev.is_empty()
-        && ibdev.len() <= 64
-        && ibdev
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
-        && ibdev != "."
-        && ibdev != "..";
-    if !plain {
-        return Vec::new();
-    }
-    let mut scan = Scan {
-        fs: HostFs::new(host_root),
-        gpu_library: &NoGpuLibrary,
-        warnings: Vec::new(),
-    };
-    scan.gids(
-        &Path::new("sys/class/infiniband")
-            .join(ibdev)
-            .join(format!("ports/{port}")),
-    )
 }
 
 /// Discovery resolving every symlink without `openat2`, as on kernels before 5.6.

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::error::InventoryError;
 use super::hostfs::RealPath;
-use super::model::{DevNum, GidEntry, LinkLayer, RdmaCharDev, RdmaCharKind, RdmaDev, RdmaPort};
+use super::model::{DevNum, LinkLayer, RdmaCharDev, RdmaCharKind, RdmaDev, RdmaPort};
 use super::parse::{
     parse_decimal, parse_dev_num, parse_link_layer, parse_port_state, parse_rdma_char_name,
 };
@@ -196,39 +196,9 @@ impl Scan<'_> {
             link_layer,
             // Not read here: a RoCE port's GID table has 128 to 256 entries (most of
             // them empty), thousands of reads per discovery on a node with many VFs.
-            // `inventory::port_gids` reads one port's table when it is needed.
+            // `inventory::PortGids` reads one port's table when it is needed.
             gids: Vec::new(),
         })
-    }
-
-    /// Populated GID entries. The kernel fails the read of an empty entry's type with EINVAL
-    /// (sysfs.c `print_ndev`/`print_gid_type`), so unreadable entries are skipped silently.
-    pub(super) fn gids(&mut self, port: &Path) -> Vec<GidEntry> {
-        let names = self
-            .fs
-            .list_in(&self.fs.top(), port.join("gid_attrs/types"));
-        let names = self.optional(names).unwrap_or_default();
-        let mut indices: Vec<u32> = names.iter().filter_map(|n| parse_decimal(n)).collect();
-        indices.sort_unstable();
-        let mut out = Vec::new();
-        for index in indices {
-            let read = |rel: String| {
-                self.fs
-                    .read(port.join(rel))
-                    .ok()
-                    .map(|t| t.trim().to_owned())
-            };
-            let Some(gid_type) = read(format!("gid_attrs/types/{index}")) else {
-                continue;
-            };
-            out.push(GidEntry {
-                index,
-                gid_type,
-                gid: read(format!("gids/{index}")),
-                ndev: read(format!("gid_attrs/ndevs/{index}")),
-            });
-        }
-        out
     }
 
     fn dev_num(&mut self, path: &Path) -> Option<DevNum> {

@@ -18,12 +18,22 @@ use std::path::Path;
 use super::{Builder, ContainerContext};
 use crate::config::comm_env::{parse_template, Piece, Placeholder};
 use crate::config::{CommEnvConfig, CommVar, GidFamily};
-use crate::inventory::{self, GidEntry, LinkLayer, RdmaPort};
+use crate::inventory::{self, LinkLayer, RdmaPort};
 
-/// The GID table of one port, read on demand: the one OS touch of this module.
+/// One port's GID table, read slot by slot.
+pub trait GidTable {
+    /// The table's slots, in ascending order.
+    fn indices(&mut self) -> Vec<u32>;
+    /// The type of slot `index`; `None` for an empty slot.
+    fn gid_type(&self, index: u32) -> Option<String>;
+    /// The GID in slot `index`.
+    fn gid(&self, index: u32) -> Option<String>;
+}
+
+/// GID tables, opened on demand: the one OS touch of this module.
 pub trait GidSource {
-    /// The populated entries of `port` of RDMA device `ibdev`; empty when unreadable.
-    fn port_gids(&self, ibdev: &str, port: u32) -> Vec<GidEntry>;
+    /// The table of `port` of RDMA device `ibdev`; `None` when unreadable.
+    fn port(&self, ibdev: &str, port: u32) -> Option<Box<dyn GidTable + '_>>;
 }
 
 /// GID tables of the host whose `sys/` is below `root`.
@@ -33,8 +43,21 @@ pub struct HostGids<'a> {
 }
 
 impl GidSource for HostGids<'_> {
-    fn port_gids(&self, ibdev: &str, port: u32) -> Vec<GidEntry> {
-        inventory::port_gids(self.root, ibdev, port)
+    fn port(&self, ibdev: &str, port: u32) -> Option<Box<dyn GidTable + '_>> {
+        let table = inventory::PortGids::open(self.root, ibdev, port)?;
+        Some(Box::new(table))
+    }
+}
+
+impl GidTable for inventory::PortGids {
+    fn indices(&mut self) -> Vec<u32> {
+        inventory::PortGids::indices(self)
+    }
+    fn gid_type(&self, index: u32) -> Option<String> {
+        inventory::PortGids::gid_type(self, index)
+    }
+    fn gid(&self, index: u32) -> Option<String> {
+        inventory::PortGids::gid(self, index)
     }
 }
 
@@ -43,8 +66,8 @@ impl GidSource for HostGids<'_> {
 pub struct NoGids;
 
 impl GidSource for NoGids {
-    fn port_gids(&self, _: &str, _: u32) -> Vec<GidEntry> {
-        Vec::new()
+    fn port(&self, _: &str, _: u32) -> Option<Box<dyn GidTable + '_>> {
+        None
     }
 }
 
@@ -220,8 +243,11 @@ fn gid_index(out: &mut Builder, ctx: &ContainerContext) -> Option<u32> {
             .filter(|p| p.link_layer == LinkLayer::Ethernet);
         for port in roce {
             let at = format!("{}:{}", dev.name, port.num);
-            let gids = ctx.gids.port_gids(&dev.name, port.num);
-            match roce_v2_index(&gids, family) {
+            let index = ctx
+                .gids
+                .port(&dev.name, port.num)
+                .and_then(|mut table| roce_v2_index(table.as_mut(), family));
+            match index {
                 Some(i) => found.push((at, i)),
                 None => {
                     let moved = if dev.netdev_moved {
@@ -260,18 +286,18 @@ fn family_text(f: GidFamily) -> &'static str {
 /// The lowest RoCE v2 entry whose GID is an address of `family`. As NCCL's own
 /// selection does, link-local GIDs (derived from the MAC, not routable) and the
 /// zero GID do not count; an IPv4 address appears as `::ffff:a.b.c.d` (RFC 4291
-/// 2.5.5.2), as the kernel stores it (`rdma_ip2gid`).
-pub(super) fn roce_v2_index(gids: &[GidEntry], family: GidFamily) -> Option<u32> {
-    gids.iter()
-        .filter(|g| g.gid_type == ROCE_V2)
-        .filter(|g| {
-            g.gid
+/// 2.5.5.2), as the kernel stores it (`rdma_ip2gid`). Slots are read in index
+/// order up to the first match, and a GID only for a RoCE v2 slot: a table has
+/// up to 256 slots, each a sysfs file.
+pub(super) fn roce_v2_index(table: &mut dyn GidTable, family: GidFamily) -> Option<u32> {
+    table.indices().into_iter().find(|&i| {
+        table.gid_type(i).as_deref() == Some(ROCE_V2)
+            && table
+                .gid(i)
                 .as_deref()
                 .and_then(parse_gid)
                 .is_some_and(|a| gid_family(&a) == Some(family))
-        })
-        .map(|g| g.index)
-        .min()
+    })
 }
 
 /// sysfs prints a GID as eight groups of four hex digits (`%pI6`); `Ipv6Addr`

@@ -9,7 +9,7 @@ mod config_check;
 mod gpu;
 mod rdma;
 
-pub use comm_env::{env_inputs, GidSource, HostGids, NoGids};
+pub use comm_env::{env_inputs, GidSource, GidTable, HostGids, NoGids};
 
 use std::collections::BTreeMap;
 

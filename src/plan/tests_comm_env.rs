@@ -56,9 +56,44 @@ impl FakeGids {
 }
 
 impl GidSource for FakeGids {
-    fn port_gids(&self, ibdev: &str, port: u32) -> Vec<GidEntry> {
+    fn port(&self, ibdev: &str, port: u32) -> Option<Box<dyn GidTable + '_>> {
         self.reads.borrow_mut().push(format!("{ibdev}:{port}"));
-        self.tables.get(ibdev).cloned().unwrap_or_default()
+        let entries = self.tables.get(ibdev).cloned().unwrap_or_default();
+        Some(Box::new(FakeTable::new(entries)))
+    }
+}
+
+/// A GID table from its entries, recording each slot file read (`type 3`, `gid 3`).
+pub(super) struct FakeTable {
+    entries: Vec<GidEntry>,
+    pub reads: RefCell<Vec<String>>,
+}
+
+impl FakeTable {
+    pub(super) fn new(entries: Vec<GidEntry>) -> FakeTable {
+        FakeTable {
+            entries,
+            reads: RefCell::default(),
+        }
+    }
+
+    fn entry(&self, what: &str, index: u32) -> Option<&GidEntry> {
+        self.reads.borrow_mut().push(format!("{what} {index}"));
+        self.entries.iter().find(|e| e.index == index)
+    }
+}
+
+impl GidTable for FakeTable {
+    fn indices(&mut self) -> Vec<u32> {
+        let mut all: Vec<u32> = self.entries.iter().map(|e| e.index).collect();
+        all.sort_unstable();
+        all
+    }
+    fn gid_type(&self, index: u32) -> Option<String> {
+        self.entry("type", index).map(|e| e.gid_type.clone())
+    }
+    fn gid(&self, index: u32) -> Option<String> {
+        self.entry("gid", index)?.gid.clone()
     }
 }
 

@@ -3,7 +3,7 @@
 use super::comm_env::roce_v2_index;
 use super::testinv::hgx;
 use super::tests::pod;
-use super::tests_comm_env::{gid, rdma, roce_table, LINK_LOCAL, V4};
+use super::tests_comm_env::{gid, rdma, roce_table, FakeTable, LINK_LOCAL, V4};
 use super::*;
 use crate::config::GidFamily;
 use crate::inventory::GidEntry;
@@ -71,6 +71,18 @@ fn roce_v2_gid_selection() {
         (&two_v4, GidFamily::Ipv4, Some(3)),
     ];
     for (i, (gids, family, want)) in table.into_iter().enumerate() {
-        assert_eq!(roce_v2_index(gids, family), want, "row {i}");
+        let mut table = FakeTable::new(gids.to_vec());
+        assert_eq!(roce_v2_index(&mut table, family), want, "row {i}");
     }
+}
+
+/// A table has up to 256 slots, each a sysfs file: they are read in index order
+/// up to the first match, and a slot's GID only when its type is RoCE v2.
+#[test]
+fn gid_slots_are_read_up_to_the_first_match() {
+    let mut table = FakeTable::new(roce_table());
+    assert_eq!(roce_v2_index(&mut table, GidFamily::Ipv4), Some(3));
+    let reads = table.reads.borrow();
+    let want = ["type 0", "type 1", "gid 1", "type 2", "type 3", "gid 3"];
+    assert_eq!(*reads, want);
 }
