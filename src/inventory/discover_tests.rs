@@ -43,8 +43,8 @@ fn hgx_fixture_is_discovered_exactly() {
 /// an IB port one entry; bad names read nothing.
 fn check_hgx_gids(root: &Path) {
     let table = |ibdev: &str, port: u32| {
-        let mut t = PortGids::open(root, ibdev, port)?;
-        let slots = t.indices().into_iter();
+        let t = PortGids::open(root, ibdev, port)?;
+        let slots = t.indices().iter().copied();
         Some(
             slots
                 .map(|i| (i, t.gid_type(i), t.gid(i)))

@@ -1,68 +1,81 @@
-//! One RDMA port's GID table, read entry by entry when the plan needs it.
+//! One RDMA port's GID table, read slot by slot when the plan needs it.
 //!
 //! A RoCE port's table has 128 to 256 slots (`ports/<p>/gid_attrs/types/<i>` for
 //! every one of them), most of them empty: the kernel fails the read of an empty
 //! slot's type with EINVAL (drivers/infiniband/core/sysfs.c, `print_gid_type`).
-//! Readers ask for the slots in index order and stop at the entry they look for,
-//! and each file is opened by name in its directory, held open, rather than by a
-//! walk from the host root.
+//! The table's two directories are opened once, each by one walk from the host
+//! root, and its slots listed once (the kernel sizes a table when it registers the
+//! device); each slot is then read by name in its directory.
 
-use std::path::PathBuf;
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
 
 use super::hostfs::{HostDir, HostFs};
 use super::parse::parse_decimal;
 
 /// The GID table of one port of one RDMA device on the host.
 pub struct PortGids {
-    fs: HostFs,
-    port: PathBuf,
     types: HostDir,
-    /// `ports/<p>/gids`, opened at the first GID asked for.
-    gids: std::cell::OnceCell<Option<HostDir>>,
+    gids: HostDir,
+    indices: Vec<u32>,
+    /// Set once a listed slot is missing: the port's directories were removed
+    /// (the device went away, or into another netns) after they were opened.
+    gone: Cell<bool>,
 }
 
 impl PortGids {
     /// The table of port `port` of RDMA device `ibdev` below `host_root`; `None`
     /// when `ibdev` is not a plain device name or the port has no table.
-    pub fn open(host_root: &std::path::Path, ibdev: &str, port: u32) -> Option<PortGids> {
+    pub fn open(host_root: &Path, ibdev: &str, port: u32) -> Option<PortGids> {
         if !plain_name(ibdev) {
             return None;
         }
         let fs = HostFs::new(host_root);
         let port = PathBuf::from(format!("sys/class/infiniband/{ibdev}/ports/{port}"));
-        let types = fs.open_dir(port.join("gid_attrs/types")).ok()?;
+        let mut types = fs.open_dir(port.join("gid_attrs/types")).ok()?;
+        let gids = fs.open_dir(port.join("gids")).ok()?;
+        let names = types.list().ok()?;
+        let mut indices: Vec<u32> = names.iter().filter_map(|n| parse_decimal(n)).collect();
+        indices.sort_unstable();
         Some(PortGids {
-            fs,
-            port,
             types,
-            gids: std::cell::OnceCell::new(),
+            gids,
+            indices,
+            gone: Cell::new(false),
         })
     }
 
-    /// The table's slots, in ascending order; empty when the table is unreadable.
-    pub fn indices(&mut self) -> Vec<u32> {
-        let names = self.types.list().unwrap_or_default();
-        let mut indices: Vec<u32> = names.iter().filter_map(|n| parse_decimal(n)).collect();
-        indices.sort_unstable();
-        indices
+    /// The table's slots, in ascending order.
+    pub fn indices(&self) -> &[u32] {
+        &self.indices
     }
 
     /// The type of slot `index` (`RoCE v2`, `IB/RoCE v1`); `None` for an empty slot.
     pub fn gid_type(&self, index: u32) -> Option<String> {
-        trimmed(self.types.read(&index.to_string()).ok()?)
+        self.slot(&self.types, index)
     }
 
     /// The GID in slot `index`, as sysfs prints it.
     pub fn gid(&self, index: u32) -> Option<String> {
-        let gids = self
-            .gids
-            .get_or_init(|| self.fs.open_dir(self.port.join("gids")).ok());
-        trimmed(gids.as_ref()?.read(&index.to_string()).ok()?)
+        self.slot(&self.gids, index)
     }
-}
 
-fn trimmed(text: String) -> Option<String> {
-    Some(text.trim().to_owned())
+    /// Whether a listed slot was missing at a read: the table must be opened again.
+    pub fn gone(&self) -> bool {
+        self.gone.get()
+    }
+
+    fn slot(&self, dir: &HostDir, index: u32) -> Option<String> {
+        match dir.read(&index.to_string()) {
+            Ok(text) => Some(text.trim().to_owned()),
+            Err(e) => {
+                if e.is_not_found() {
+                    self.gone.set(true);
+                }
+                None
+            }
+        }
+    }
 }
 
 /// An ibdev name as the kernel gives them: no path separators or dot names.

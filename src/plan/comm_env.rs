@@ -23,34 +23,35 @@ use crate::inventory::{self, LinkLayer, RdmaPort};
 /// One port's GID table, read slot by slot.
 pub trait GidTable {
     /// The table's slots, in ascending order.
-    fn indices(&mut self) -> Vec<u32>;
+    fn indices(&self) -> &[u32];
     /// The type of slot `index`; `None` for an empty slot.
     fn gid_type(&self, index: u32) -> Option<String>;
     /// The GID in slot `index`.
     fn gid(&self, index: u32) -> Option<String>;
 }
 
-/// GID tables, opened on demand: the one OS touch of this module.
+/// GID tables: the one OS touch of this module.
 pub trait GidSource {
-    /// The table of `port` of RDMA device `ibdev`; `None` when unreadable.
-    fn port(&self, ibdev: &str, port: u32) -> Option<Box<dyn GidTable + '_>>;
+    /// [`roce_v2_index`] of port `port` of RDMA device `ibdev`; `None` when its
+    /// table is unreadable.
+    fn roce_v2_index(&self, ibdev: &str, port: u32, family: GidFamily) -> Option<u32>;
 }
 
-/// GID tables of the host whose `sys/` is below `root`.
+/// GID tables of the host whose `sys/` is below `root`, opened at each use.
 #[derive(Debug, Clone, Copy)]
 pub struct HostGids<'a> {
     pub root: &'a Path,
 }
 
 impl GidSource for HostGids<'_> {
-    fn port(&self, ibdev: &str, port: u32) -> Option<Box<dyn GidTable + '_>> {
+    fn roce_v2_index(&self, ibdev: &str, port: u32, family: GidFamily) -> Option<u32> {
         let table = inventory::PortGids::open(self.root, ibdev, port)?;
-        Some(Box::new(table))
+        roce_v2_index(&table, family)
     }
 }
 
 impl GidTable for inventory::PortGids {
-    fn indices(&mut self) -> Vec<u32> {
+    fn indices(&self) -> &[u32] {
         inventory::PortGids::indices(self)
     }
     fn gid_type(&self, index: u32) -> Option<String> {
@@ -66,7 +67,7 @@ impl GidTable for inventory::PortGids {
 pub struct NoGids;
 
 impl GidSource for NoGids {
-    fn port(&self, _: &str, _: u32) -> Option<Box<dyn GidTable + '_>> {
+    fn roce_v2_index(&self, _: &str, _: u32, _: GidFamily) -> Option<u32> {
         None
     }
 }
@@ -243,11 +244,7 @@ fn gid_index(out: &mut Builder, ctx: &ContainerContext) -> Option<u32> {
             .filter(|p| p.link_layer == LinkLayer::Ethernet);
         for port in roce {
             let at = format!("{}:{}", dev.name, port.num);
-            let index = ctx
-                .gids
-                .port(&dev.name, port.num)
-                .and_then(|mut table| roce_v2_index(table.as_mut(), family));
-            match index {
+            match ctx.gids.roce_v2_index(&dev.name, port.num, family) {
                 Some(i) => found.push((at, i)),
                 None => {
                     let moved = if dev.netdev_moved {
@@ -289,8 +286,8 @@ fn family_text(f: GidFamily) -> &'static str {
 /// 2.5.5.2), as the kernel stores it (`rdma_ip2gid`). Slots are read in index
 /// order up to the first match, and a GID only for a RoCE v2 slot: a table has
 /// up to 256 slots, each a sysfs file.
-pub(super) fn roce_v2_index(table: &mut dyn GidTable, family: GidFamily) -> Option<u32> {
-    table.indices().into_iter().find(|&i| {
+pub fn roce_v2_index(table: &dyn GidTable, family: GidFamily) -> Option<u32> {
+    table.indices().iter().copied().find(|&i| {
         table.gid_type(i).as_deref() == Some(ROCE_V2)
             && table
                 .gid(i)

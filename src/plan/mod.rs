@@ -6,10 +6,12 @@
 //! devices by minor, UUID or PCI address, and every name is resolved here or refused.
 mod comm_env;
 mod config_check;
+mod gid_cache;
 mod gpu;
 mod rdma;
 
-pub use comm_env::{env_inputs, GidSource, GidTable, HostGids, NoGids};
+pub use comm_env::{env_inputs, roce_v2_index, GidSource, GidTable, HostGids, NoGids};
+pub use gid_cache::GidCache;
 
 use std::collections::BTreeMap;
 

@@ -56,23 +56,27 @@ impl FakeGids {
 }
 
 impl GidSource for FakeGids {
-    fn port(&self, ibdev: &str, port: u32) -> Option<Box<dyn GidTable + '_>> {
+    fn roce_v2_index(&self, ibdev: &str, port: u32, family: GidFamily) -> Option<u32> {
         self.reads.borrow_mut().push(format!("{ibdev}:{port}"));
         let entries = self.tables.get(ibdev).cloned().unwrap_or_default();
-        Some(Box::new(FakeTable::new(entries)))
+        comm_env::roce_v2_index(&FakeTable::new(entries), family)
     }
 }
 
 /// A GID table from its entries, recording each slot file read (`type 3`, `gid 3`).
 pub(super) struct FakeTable {
     entries: Vec<GidEntry>,
+    indices: Vec<u32>,
     pub reads: RefCell<Vec<String>>,
 }
 
 impl FakeTable {
     pub(super) fn new(entries: Vec<GidEntry>) -> FakeTable {
+        let mut indices: Vec<u32> = entries.iter().map(|e| e.index).collect();
+        indices.sort_unstable();
         FakeTable {
             entries,
+            indices,
             reads: RefCell::default(),
         }
     }
@@ -84,10 +88,8 @@ impl FakeTable {
 }
 
 impl GidTable for FakeTable {
-    fn indices(&mut self) -> Vec<u32> {
-        let mut all: Vec<u32> = self.entries.iter().map(|e| e.index).collect();
-        all.sort_unstable();
-        all
+    fn indices(&self) -> &[u32] {
+        &self.indices
     }
     fn gid_type(&self, index: u32) -> Option<String> {
         self.entry("type", index).map(|e| e.gid_type.clone())

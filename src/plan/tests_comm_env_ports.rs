@@ -71,8 +71,8 @@ fn roce_v2_gid_selection() {
         (&two_v4, GidFamily::Ipv4, Some(3)),
     ];
     for (i, (gids, family, want)) in table.into_iter().enumerate() {
-        let mut table = FakeTable::new(gids.to_vec());
-        assert_eq!(roce_v2_index(&mut table, family), want, "row {i}");
+        let table = FakeTable::new(gids.to_vec());
+        assert_eq!(roce_v2_index(&table, family), want, "row {i}");
     }
 }
 
@@ -80,8 +80,8 @@ fn roce_v2_gid_selection() {
 /// up to the first match, and a slot's GID only when its type is RoCE v2.
 #[test]
 fn gid_slots_are_read_up_to_the_first_match() {
-    let mut table = FakeTable::new(roce_table());
-    assert_eq!(roce_v2_index(&mut table, GidFamily::Ipv4), Some(3));
+    let table = FakeTable::new(roce_table());
+    assert_eq!(roce_v2_index(&table, GidFamily::Ipv4), Some(3));
     let reads = table.reads.borrow();
     let want = ["type 0", "type 1", "gid 1", "type 2", "type 3", "gid 3"];
     assert_eq!(*reads, want);

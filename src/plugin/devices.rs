@@ -74,6 +74,8 @@ pub struct Devices {
     state_dir: PathBuf,
     hook_path: PathBuf,
     inventory: RwLock<Arc<Inventory>>,
+    /// GID tables of the inventory's RDMA ports, kept open until it is read again.
+    gids: crate::plan::GidCache,
     ledger: Ledger,
     /// Set once the grant check is configured; checked before anything is planned.
     grant: std::sync::OnceLock<Arc<crate::grant::GrantChecker>>,
@@ -116,6 +118,7 @@ impl Devices {
             state_dir: state_dir.to_path_buf(),
             hook_path,
             inventory: RwLock::new(Arc::new(inv)),
+            gids: crate::plan::GidCache::new(host_root),
             ledger,
             grant: std::sync::OnceLock::new(),
             last_pod: allocation::LastPod::default(),
@@ -147,6 +150,8 @@ impl Devices {
     /// Re-reads the host: devices come and go (VFs created, drivers rebound).
     pub fn refresh(&self) -> Arc<Inventory> {
         let inv = Arc::new(gpu::discover_node(&self.host_root));
+        // The new inventory's names may stand for other devices.
+        self.gids.clear();
         *self
             .inventory
             .write()

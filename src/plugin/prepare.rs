@@ -29,12 +29,9 @@ impl Devices {
         config: &Config,
     ) -> Result<Plan, PlanError> {
         // The container's env: a communication variable it sets itself wins.
-        let gids = plan::HostGids {
-            root: &self.host_root,
-        };
         let ctx = plan::ContainerContext {
             env: &ctr.env,
-            gids: &gids,
+            gids: &self.gids,
         };
         let build = |inv: &Inventory| plan::build_for(inv, pod, &ctr.name, config, &ctx);
         match build(&self.inventory()) {
