@@ -1,7 +1,8 @@
 //! Communication-library variables inside a container created through a real
 //! containerd (1.7.24 or 2.1.9: the suite runs under both): a GPU, an RDMA VF moved into the pod as `net1` and a whole
 //! RoCE PF give NCCL and UCX exactly those devices, the RoCE v2 GID index comes
-//! from the simulated host's sysfs, a variable the pod spec sets stays the pod's,
+//! from the simulated host's sysfs (and follows it when the host's addresses
+//! move between pods), a variable the pod spec sets stays the pod's,
 //! and the node config's templated variable is filled in. A reply larger than
 //! the runtime's 4 KiB read buffer (many templated variables) reaches the
 //! container whole.
@@ -96,6 +97,44 @@ fn nccl_and_ucx_variables_name_the_allocated_devices() {
     wait_for("vf back on the host", SLOW, || link(In::Host, &host_name));
     wait_for("claims released", SLOW, || {
         node.ledger().pods.is_empty().then_some(())
+    });
+
+    // The hosts' addresses move: the IPv4 GIDs of both ports leave slots 2 and 3
+    // for 4 and 5. The next pod's index follows, although the plugin keeps the
+    // tables it read open.
+    for dev in [vf_dev, &whole.rdma.name] {
+        let port = node
+            .fixture
+            .root()
+            .join(format!("sys/class/infiniband/{dev}/ports/1"));
+        for dir in ["gid_attrs/types", "gids", "gid_attrs/ndevs"] {
+            for (from, to) in [(2, 4), (3, 5)] {
+                let (from, to) = (
+                    port.join(dir).join(from.to_string()),
+                    port.join(dir).join(to.to_string()),
+                );
+                std::fs::rename(&from, &to).expect("move gid slot");
+            }
+        }
+    }
+    let pod = cri
+        .run_pod(
+            &PodSpec::new("nccl-again")
+                .own_netns()
+                .annotation(DEVICE_ALLOCATED, &alloc),
+        )
+        .expect("RunPodSandbox");
+    let run = cri.run_container(&pod, &spec).expect("container");
+    assert!(
+        run.log.lines().any(|l| l == "NCCL_IB_GID_INDEX=5"),
+        "{}",
+        run.log
+    );
+    cri.remove_container(&run.id).expect("RemoveContainer");
+    cri.stop_pod(&pod).expect("StopPodSandbox");
+    cri.remove_pod(&pod).expect("RemovePodSandbox");
+    wait_for("vf back on the host again", SLOW, || {
+        link(In::Host, &host_name)
     });
     drop(stand_in);
 }
