@@ -4,13 +4,12 @@
 //! every one of them), most of them empty: the kernel fails the read of an empty
 //! slot's type with EINVAL (drivers/infiniband/core/sysfs.c, `print_gid_type`).
 //! The table's two directories are opened once, each by one walk from the host
-//! root, and its slots listed once (the kernel sizes a table when it registers the
-//! device); each slot is then read by name in its directory.
+//! root; its slots are listed and each read by name in its directory.
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
-use super::hostfs::{HostDir, HostFs};
+use super::hostfs::{DirStamp, HostDir, HostFs};
 use super::parse::parse_decimal;
 
 /// The GID table of one port of one RDMA device on the host.
@@ -18,6 +17,8 @@ pub struct PortGids {
     types: HostDir,
     gids: HostDir,
     indices: Vec<u32>,
+    /// The types directory as it was listed.
+    listed: Option<DirStamp>,
     /// Set once a listed slot is missing: the port's directories were removed
     /// (the device went away, or into another netns) after they were opened.
     gone: Cell<bool>,
@@ -32,17 +33,34 @@ impl PortGids {
         }
         let fs = HostFs::new(host_root);
         let port = PathBuf::from(format!("sys/class/infiniband/{ibdev}/ports/{port}"));
-        let mut types = fs.open_dir(port.join("gid_attrs/types")).ok()?;
+        let types = fs.open_dir(port.join("gid_attrs/types")).ok()?;
         let gids = fs.open_dir(port.join("gids")).ok()?;
-        let names = types.list().ok()?;
-        let mut indices: Vec<u32> = names.iter().filter_map(|n| parse_decimal(n)).collect();
-        indices.sort_unstable();
-        Some(PortGids {
+        let mut table = PortGids {
             types,
             gids,
-            indices,
+            indices: Vec::new(),
+            listed: None,
             gone: Cell::new(false),
-        })
+        };
+        table.list();
+        Some(table)
+    }
+
+    /// Lists the slots again, in the directory held open, if entries came or
+    /// went since the last listing. The kernel sizes a table when it registers
+    /// the device, but a hand-made tree may add slots. No slot at all counts as
+    /// gone: a port's table has at least its default GID, and a removed
+    /// directory lists nothing.
+    pub fn list(&mut self) {
+        let stamp = self.types.stamp();
+        if stamp.is_some() && stamp == self.listed {
+            return;
+        }
+        let names = self.types.list().unwrap_or_default();
+        self.indices = names.iter().filter_map(|n| parse_decimal(n)).collect();
+        self.indices.sort_unstable();
+        self.listed = stamp;
+        self.gone.set(self.indices.is_empty());
     }
 
     /// The table's slots, in ascending order.

@@ -265,6 +265,10 @@ impl HostFs {
     }
 }
 
+/// A directory's times, size and link count ([`HostDir::stamp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DirStamp([i64; 6]);
+
 /// A directory of the host root held open: its files are read by name, one
 /// component each, without walking the path from the root again. sysfs tables
 /// such as a port's GID entries are hundreds of files in one directory.
@@ -277,6 +281,22 @@ impl HostDir {
     /// Names in the directory, sorted; non-UTF-8 names are skipped.
     pub(crate) fn list(&mut self) -> Result<Vec<String>> {
         list_dir(&mut self.dir, &self.path)
+    }
+
+    /// What changes when an entry is added to or removed from the directory, or
+    /// the directory itself is removed: its change and modification times (fine
+    /// grained once looked at, since Linux 6.13's multigrain timestamps), size and
+    /// link count. `None` when it cannot be read.
+    pub(crate) fn stamp(&self) -> Option<DirStamp> {
+        let st = nix::sys::stat::fstat(self.dir.as_raw_fd()).ok()?;
+        Some(DirStamp([
+            st.st_mtime,
+            st.st_mtime_nsec,
+            st.st_ctime,
+            st.st_ctime_nsec,
+            st.st_size,
+            i64::try_from(st.st_nlink).unwrap_or(i64::MAX),
+        ]))
     }
 
     /// Reads the small text file `name` right in this directory. Only a plain name

@@ -4,8 +4,9 @@
 //! sysfs (`class/infiniband/<ibdev>` is a link into `devices/`), which costs more
 //! than reading its few populated slots. The plugin keeps each table it opened
 //! until its inventory is read again (names may then stand for other devices),
-//! and opens a table again when a slot it listed is missing: the device went
-//! away, or into another netns, and the kernel removed the directories held.
+//! lists its slots at each use, and opens a table again when it lists no slot
+//! or a slot it listed is missing: the device went away, or into another netns,
+//! and the kernel removed the directories held.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -67,7 +68,8 @@ impl GidSource for GidCache {
                 }
                 ports.insert(key.clone(), table);
             }
-            let table = ports.get(&key)?;
+            let table = ports.get_mut(&key)?;
+            table.list();
             let found = roce_v2_index(table, family);
             if !table.gone() {
                 return found;

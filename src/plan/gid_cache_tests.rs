@@ -42,7 +42,7 @@ fn with_v4_at(index: u32) -> Vec<(u32, &'static str, &'static str)> {
     ]
 }
 
-/// A table stays open across lookups, its slots read afresh at each; a table
+/// A table stays open across lookups, its slots listed and read afresh at each; a table
 /// whose directories were removed and made again (the device registered anew)
 /// is opened again; clearing closes all.
 #[test]
@@ -58,6 +58,12 @@ fn tables_stay_open_and_are_opened_again_once_gone() {
     let port = root.join("sys/devices/pci0000:00/0000:00:01.0/infiniband/mlx5_0/ports/1");
     fs::write(port.join("gids/3"), format!("{LINK_LOCAL}\n")).expect("rewrite");
     assert_eq!(cache.roce_v2_index("mlx5_0", 1, GidFamily::Ipv4), None);
+    assert_eq!(cache.len(), 1, "still open");
+
+    // Slots added to the directory held open (a hand-made tree) are listed.
+    fs::write(port.join("gid_attrs/types/7"), "RoCE v2\n").expect("add type");
+    fs::write(port.join("gids/7"), format!("{V4}\n")).expect("add gid");
+    assert_eq!(cache.roce_v2_index("mlx5_0", 1, GidFamily::Ipv4), Some(7));
     assert_eq!(cache.len(), 1, "still open");
 
     // The device's directories removed and made again: the held ones are gone.
