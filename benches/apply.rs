@@ -69,6 +69,11 @@ fn bench(c: &mut Criterion) {
                 .expect("remove");
         })
     });
+    // The pod above gives its devices back for the pods below.
+    devices
+        .ledger()
+        .release_pod(&pod.id, &devgate::ledger::NoTeardown)
+        .expect("release");
     // Every container the first of a pod of its own: it parses the pod's
     // allocation, builds the plan and makes the pod's claim; the release after
     // it is part of the loop.
