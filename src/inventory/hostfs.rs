@@ -231,8 +231,7 @@ impl HostFs {
     pub(crate) fn open_dir(&self, rel: impl AsRef<Path>) -> Result<HostDir> {
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         let (fd, path) = self.open(rel.as_ref(), flags)?;
-        let dir = Dir::from(fd).map_err(|e| io_err(&path, e.into()))?;
-        Ok(HostDir { dir, path })
+        Ok(HostDir { fd, path })
     }
 
     /// Names in a root-relative directory; a missing directory is an empty list.
@@ -273,14 +272,19 @@ pub(crate) struct DirStamp([i64; 6]);
 /// component each, without walking the path from the root again. sysfs tables
 /// such as a port's GID entries are hundreds of files in one directory.
 pub(crate) struct HostDir {
-    dir: Dir,
+    fd: OwnedFd,
     path: PathBuf,
 }
 
 impl HostDir {
     /// Names in the directory, sorted; non-UTF-8 names are skipped.
-    pub(crate) fn list(&mut self) -> Result<Vec<String>> {
-        list_dir(&mut self.dir, &self.path)
+    pub(crate) fn list(&self) -> Result<Vec<String>> {
+        // A stream of its own, closed at once: a held `DIR` would keep libc's
+        // 32 KiB entry buffer for as long as the directory is held.
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let mut dir = Dir::openat(Some(self.fd.as_raw_fd()), ".", flags, Mode::empty())
+            .map_err(|e| io_err(&self.path, e.into()))?;
+        list_dir(&mut dir, &self.path)
     }
 
     /// What changes when an entry is added to or removed from the directory, or
@@ -288,7 +292,7 @@ impl HostDir {
     /// grained once looked at, since Linux 6.13's multigrain timestamps), size and
     /// link count. `None` when it cannot be read.
     pub(crate) fn stamp(&self) -> Option<DirStamp> {
-        let st = nix::sys::stat::fstat(self.dir.as_raw_fd()).ok()?;
+        let st = nix::sys::stat::fstat(self.fd.as_raw_fd()).ok()?;
         Some(DirStamp([
             st.st_mtime,
             st.st_mtime_nsec,
@@ -308,7 +312,7 @@ impl HostDir {
             return Err(InventoryError::malformed(&path, name));
         }
         let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
-        let fd = open_at(Some(self.dir.as_raw_fd()), Path::new(name), flags)
+        let fd = open_at(Some(self.fd.as_raw_fd()), Path::new(name), flags)
             .map_err(|e| io_err(&path, e.into()))?;
         read_bounded(fd.into(), &path)
     }

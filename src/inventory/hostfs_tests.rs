@@ -162,7 +162,7 @@ fn a_held_directory_reads_only_its_own_files() {
     fs::write(types.join("0"), "IB/RoCE v1\n").expect("write");
     symlink("/etc/hostname", types.join("1")).expect("symlink");
     for host in hosts(dir.path()) {
-        let mut held = host
+        let held = host
             .open_dir("sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types")
             .expect("open");
         assert_eq!(held.list().expect("list"), ["0", "1"]);
