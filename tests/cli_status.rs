@@ -54,7 +54,9 @@ fn a_closed_pipe_ends_the_report_without_a_panic() {
     use std::os::unix::process::ExitStatusExt;
     use std::process::Stdio;
     let dir = tempfile::tempdir().unwrap();
-    let (read, write) = nix::unistd::pipe().unwrap();
+    // Close-on-exec: a child another test spawns meanwhile must not inherit the
+    // read end and keep the pipe open.
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
     drop(read);
     let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
         .args(["status", "--state-dir"])
