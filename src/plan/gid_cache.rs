@@ -4,9 +4,10 @@
 //! sysfs (`class/infiniband/<ibdev>` is a link into `devices/`), which costs more
 //! than reading its few populated slots. The plugin keeps each table it opened
 //! until its inventory is read again (names may then stand for other devices),
-//! lists its slots at each use, and opens a table again when it lists no slot
-//! or a slot it listed is missing: the device went away, or into another netns,
-//! and the kernel removed the directories held.
+//! reads its slots afresh at each use, lists them again when the directory's
+//! entries changed, and opens a table again when it lists no slot or a slot it
+//! listed is missing: the device went away, or into another netns, and the
+//! kernel removed the directories held.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
