@@ -9,7 +9,8 @@
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
-use super::hostfs::{DirStamp, HostDir, HostFs};
+use super::hostdir::{DirStamp, HostDir};
+use super::hostfs::HostFs;
 use super::parse::parse_decimal;
 
 /// The GID table of one port of one RDMA device on the host.

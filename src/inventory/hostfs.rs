@@ -22,6 +22,7 @@ use nix::fcntl::{openat, openat2, readlinkat, AtFlags, OFlag, OpenHow, ResolveFl
 use nix::sys::stat::{fstatat, Mode, SFlag};
 
 use super::error::InventoryError;
+use super::hostdir::HostDir;
 
 /// sysfs attributes are at most a page; 64 KiB also covers `proc/devices`.
 pub(crate) const MAX_FILE_BYTES: u64 = 64 * 1024;
@@ -231,7 +232,7 @@ impl HostFs {
     pub(crate) fn open_dir(&self, rel: impl AsRef<Path>) -> Result<HostDir> {
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         let (fd, path) = self.open(rel.as_ref(), flags)?;
-        Ok(HostDir { fd, path })
+        Ok(HostDir::new(fd, path))
     }
 
     /// Names in a root-relative directory; a missing directory is an empty list.
@@ -264,62 +265,8 @@ impl HostFs {
     }
 }
 
-/// A directory's times, size and link count ([`HostDir::stamp`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DirStamp([i64; 6]);
-
-/// A directory of the host root held open: its files are read by name, one
-/// component each, without walking the path from the root again. sysfs tables
-/// such as a port's GID entries are hundreds of files in one directory.
-pub(crate) struct HostDir {
-    fd: OwnedFd,
-    path: PathBuf,
-}
-
-impl HostDir {
-    /// Names in the directory, sorted; non-UTF-8 names are skipped.
-    pub(crate) fn list(&self) -> Result<Vec<String>> {
-        // A stream of its own, closed at once: a held `DIR` would keep libc's
-        // 32 KiB entry buffer for as long as the directory is held.
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-        let mut dir = Dir::openat(Some(self.fd.as_raw_fd()), ".", flags, Mode::empty())
-            .map_err(|e| io_err(&self.path, e.into()))?;
-        list_dir(&mut dir, &self.path)
-    }
-
-    /// What changes when an entry is added to or removed from the directory, or
-    /// the directory itself is removed: its change and modification times (fine
-    /// grained once looked at, since Linux 6.13's multigrain timestamps), size and
-    /// link count. `None` when it cannot be read.
-    pub(crate) fn stamp(&self) -> Option<DirStamp> {
-        let st = nix::sys::stat::fstat(self.fd.as_raw_fd()).ok()?;
-        Some(DirStamp([
-            st.st_mtime,
-            st.st_mtime_nsec,
-            st.st_ctime,
-            st.st_ctime_nsec,
-            st.st_size,
-            i64::try_from(st.st_nlink).unwrap_or(i64::MAX),
-        ]))
-    }
-
-    /// Reads the small text file `name` right in this directory. Only a plain name
-    /// is taken (no `/`, `.` or `..`), and a final symlink is not followed, so the
-    /// read stays in the directory resolved inside the root.
-    pub(crate) fn read(&self, name: &str) -> Result<String> {
-        let path = self.path.join(name);
-        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
-            return Err(InventoryError::malformed(&path, name));
-        }
-        let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
-        let fd = open_at(Some(self.fd.as_raw_fd()), Path::new(name), flags)
-            .map_err(|e| io_err(&path, e.into()))?;
-        read_bounded(fd.into(), &path)
-    }
-}
-
 /// The names of an open directory, sorted and bounded.
-fn list_dir(dir: &mut Dir, path: &Path) -> Result<Vec<String>> {
+pub(super) fn list_dir(dir: &mut Dir, path: &Path) -> Result<Vec<String>> {
     let mut names = Vec::new();
     for entry in dir.iter() {
         let entry = entry.map_err(|e| io_err(path, e.into()))?;
@@ -340,7 +287,11 @@ fn list_dir(dir: &mut Dir, path: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
-fn open_at(dir: Option<RawFd>, path: &Path, flags: OFlag) -> std::result::Result<OwnedFd, Errno> {
+pub(super) fn open_at(
+    dir: Option<RawFd>,
+    path: &Path,
+    flags: OFlag,
+) -> std::result::Result<OwnedFd, Errno> {
     let raw = openat(dir, path, flags, Mode::empty())?;
     // SAFETY: `openat` just returned this descriptor and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
@@ -376,7 +327,7 @@ fn push_components(todo: &mut Vec<OsString>, done: &mut PathBuf, path: &Path) {
 
 /// Reads at most `MAX_FILE_BYTES`. One read usually suffices: sysfs returns a whole
 /// attribute per read (fs/sysfs/file.c), and a short read of a regular file means its end.
-fn read_bounded(mut file: File, path: &Path) -> Result<String> {
+pub(super) fn read_bounded(mut file: File, path: &Path) -> Result<String> {
     let mut page = [0u8; 4096];
     let n = loop {
         match file.read(&mut page) {
@@ -400,7 +351,7 @@ fn read_bounded(mut file: File, path: &Path) -> Result<String> {
     })
 }
 
-fn io_err(path: &Path, source: std::io::Error) -> InventoryError {
+pub(super) fn io_err(path: &Path, source: std::io::Error) -> InventoryError {
     InventoryError::Io {
         path: path.to_path_buf(),
         source,

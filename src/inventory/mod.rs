@@ -21,6 +21,7 @@
 mod error;
 mod gids;
 mod gpu;
+mod hostdir;
 mod hostfs;
 mod nic;
 mod parse;
