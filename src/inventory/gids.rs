@@ -4,7 +4,8 @@
 //! every one of them), most of them empty: the kernel fails the read of an empty
 //! slot's type with EINVAL (drivers/infiniband/core/sysfs.c, `print_gid_type`).
 //! The table's two directories are opened once, each by one walk from the host
-//! root; its slots are listed and each read by name in its directory.
+//! root; its slots are listed and each read by name in its directory, the first
+//! few kept open and read again from the start at the next plan.
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -18,8 +19,10 @@ pub struct PortGids {
     types: HostDir,
     gids: HostDir,
     indices: Vec<u32>,
-    /// The types directory as it was listed.
+    /// The types directory as it was listed, and the GID directory as it was
+    /// when its files were held.
     listed: Option<DirStamp>,
+    gids_seen: Option<DirStamp>,
     /// Set once a listed slot is missing: the port's directories were removed
     /// (the device went away, or into another netns) after they were opened.
     gone: Cell<bool>,
@@ -41,6 +44,7 @@ impl PortGids {
             gids,
             indices: Vec::new(),
             listed: None,
+            gids_seen: None,
             gone: Cell::new(false),
         };
         table.list();
@@ -53,10 +57,17 @@ impl PortGids {
     /// gone: a port's table has at least its default GID, and a removed
     /// directory lists nothing.
     pub fn list(&mut self) {
+        // Slot files kept open stand for what the directories held then.
+        let gids = self.gids.stamp();
+        if gids.is_none() || gids != self.gids_seen {
+            self.gids.forget_held();
+            self.gids_seen = gids;
+        }
         let stamp = self.types.stamp();
         if stamp.is_some() && stamp == self.listed {
             return;
         }
+        self.types.forget_held();
         let names = self.types.list().unwrap_or_default();
         self.indices = names.iter().filter_map(|n| parse_decimal(n)).collect();
         self.indices.sort_unstable();
@@ -85,7 +96,7 @@ impl PortGids {
     }
 
     fn slot(&self, dir: &HostDir, index: u32) -> Option<String> {
-        match dir.read(&index.to_string()) {
+        match dir.reread(&index.to_string()) {
             Ok(text) => Some(text.trim().to_owned()),
             Err(e) => {
                 if e.is_not_found() {

@@ -1,5 +1,6 @@
 //! A directory of the host root held open, its files read by plain name.
 
+use std::cell::RefCell;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -22,12 +23,26 @@ pub(crate) struct DirStamp([i64; 6]);
 pub(crate) struct HostDir {
     fd: OwnedFd,
     path: PathBuf,
+    /// Files kept open by [`HostDir::reread`], by name.
+    held: RefCell<Vec<(String, OwnedFd)>>,
 }
+
+/// Files [`HostDir::reread`] keeps open per directory: a GID table's default
+/// entries and its first addresses' (slots 0 to 5 with an IPv4 and an IPv6
+/// address), not every slot of a table without a match.
+pub(super) const MAX_HELD: usize = 8;
+
+/// Bigger is not a sysfs attribute (at most a page, fs/sysfs/file.c): read by name.
+const HELD_BYTES: usize = 4096;
 
 impl HostDir {
     /// `fd`, a directory opened at the root-relative `path`.
     pub(super) fn new(fd: OwnedFd, path: PathBuf) -> HostDir {
-        HostDir { fd, path }
+        HostDir {
+            fd,
+            path,
+            held: RefCell::default(),
+        }
     }
 
     /// Names in the directory, sorted; non-UTF-8 names are skipped.
@@ -56,10 +71,51 @@ impl HostDir {
         ]))
     }
 
-    /// Reads the small text file `name` right in this directory. Only a plain name
-    /// is taken (no `/`, `.` or `..`), and a final symlink is not followed, so the
-    /// read stays in the directory resolved inside the root.
-    pub(crate) fn read(&self, name: &str) -> Result<String> {
+    /// Reads the small text file `name` right in this directory. Only a plain
+    /// name is taken (no `/`, `.` or `..`), and a final symlink is not followed,
+    /// so the read stays in the directory resolved inside the root.
+    ///
+    /// The file is kept open for the next read of `name` (up to [`MAX_HELD`]
+    /// files), which reads it again from offset 0: sysfs
+    /// shows an attribute afresh at each read from the start (fs/seq_file.c,
+    /// `seq_read_iter`), and a regular file gives what it holds now. A file
+    /// replaced or removed since leaves the held one behind: callers forget the
+    /// held files when the directory's [`HostDir::stamp`] changes.
+    pub(crate) fn reread(&self, name: &str) -> Result<String> {
+        let mut held = self.held.borrow_mut();
+        if let Some(at) = held.iter().position(|(n, _)| n == name) {
+            // A failed read is tried again by name: a sysfs file whose node
+            // was removed fails with ENODEV, its name with ENOENT.
+            match read_from_start(&held[at].1, &self.path.join(name)) {
+                Some(Ok(text)) => return Ok(text),
+                _ => drop(held.swap_remove(at)),
+            }
+        }
+        let (fd, path) = self.open(name)?;
+        match read_from_start(&fd, &path) {
+            Some(Ok(text)) => {
+                if held.len() < MAX_HELD {
+                    held.push((name.to_owned(), fd));
+                }
+                Ok(text)
+            }
+            Some(Err(e)) => Err(e),
+            None => read_bounded(fd.into(), &path),
+        }
+    }
+
+    /// How many files [`HostDir::reread`] keeps open.
+    #[cfg(test)]
+    pub(crate) fn held_count(&self) -> usize {
+        self.held.borrow().len()
+    }
+
+    /// Closes the files [`HostDir::reread`] kept open.
+    pub(crate) fn forget_held(&self) {
+        self.held.borrow_mut().clear();
+    }
+
+    fn open(&self, name: &str) -> Result<(OwnedFd, PathBuf)> {
         let path = self.path.join(name);
         if name.is_empty() || name == "." || name == ".." || name.contains('/') {
             return Err(InventoryError::malformed(&path, name));
@@ -67,6 +123,29 @@ impl HostDir {
         let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
         let fd = open_at(Some(self.fd.as_raw_fd()), Path::new(name), flags)
             .map_err(|e| io_err(&path, e.into()))?;
-        read_bounded(fd.into(), &path)
+        Ok((fd, path))
     }
+}
+
+/// The whole of a small file read from offset 0; `None` when it fills the
+/// buffer (too big to be a sysfs attribute) or the descriptor cannot be read
+/// from an offset (a FIFO): then it is read as [`read_bounded`] reads.
+fn read_from_start(fd: &OwnedFd, path: &Path) -> Option<Result<String>> {
+    let mut buf = [0u8; HELD_BYTES];
+    let n = loop {
+        match nix::sys::uio::pread(fd, &mut buf, 0) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::ESPIPE) => return None,
+            Err(e) => return Some(Err(io_err(path, e.into()))),
+            Ok(n) => break n,
+        }
+    };
+    if n == buf.len() {
+        return None;
+    }
+    Some(
+        String::from_utf8(buf[..n].to_vec()).map_err(|_| InventoryError::NotUtf8 {
+            path: path.to_path_buf(),
+        }),
+    )
 }

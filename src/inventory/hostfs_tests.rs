@@ -2,6 +2,7 @@ use std::fs;
 use std::os::unix::fs::symlink;
 
 use super::*;
+use crate::inventory::hostdir::MAX_HELD;
 
 fn tree() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -166,13 +167,50 @@ fn a_held_directory_reads_only_its_own_files() {
             .open_dir("sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types")
             .expect("open");
         assert_eq!(held.list().expect("list"), ["0", "1"]);
-        assert_eq!(held.read("0").expect("read"), "IB/RoCE v1\n");
-        assert!(held.read("1").is_err(), "a symlinked slot is not followed");
+        assert_eq!(held.reread("0").expect("read"), "IB/RoCE v1\n");
+        assert!(
+            held.reread("1").is_err(),
+            "a symlinked slot is not followed"
+        );
         for bad in ["", ".", "..", "../types/0", "/etc/hostname"] {
-            assert!(held.read(bad).is_err(), "{bad:?} refused");
+            assert!(held.reread(bad).is_err(), "{bad:?} refused");
         }
         assert!(host
             .open_dir("sys/class/infiniband/mlx5_0/ports/9")
             .is_err());
     }
+}
+
+/// A file read through a held directory stays open and is read again from the
+/// start: an edit in place shows at once; a file replaced by another shows once
+/// the held ones are forgotten; a file removed is read by name, and is gone.
+#[test]
+fn held_files_are_read_again_from_the_start() {
+    let dir = tree();
+    let types = dir.path().join("sys/types");
+    fs::create_dir_all(&types).expect("mkdir");
+    for i in 0..12 {
+        fs::write(types.join(i.to_string()), format!("type {i}\n")).expect("write");
+    }
+    let held = HostFs::new(dir.path()).open_dir("sys/types").expect("open");
+    for i in 0..12 {
+        assert_eq!(
+            held.reread(&i.to_string()).expect("read"),
+            format!("type {i}\n")
+        );
+    }
+    assert_eq!(held.held_count(), MAX_HELD, "at most {MAX_HELD} kept open");
+
+    fs::write(types.join("0"), "RoCE v2\n").expect("edit in place");
+    assert_eq!(held.reread("0").expect("read"), "RoCE v2\n");
+
+    fs::write(types.join("new"), "IB/RoCE v1\n").expect("write");
+    fs::rename(types.join("new"), types.join("1")).expect("replace");
+    assert_eq!(held.reread("1").expect("read"), "type 1\n", "the held file");
+    held.forget_held();
+    assert_eq!(held.reread("1").expect("read"), "IB/RoCE v1\n");
+
+    fs::remove_file(types.join("2")).expect("remove");
+    held.forget_held();
+    assert!(held.reread("2").is_err_and(|e| e.is_not_found()));
 }

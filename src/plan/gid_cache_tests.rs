@@ -60,6 +60,13 @@ fn tables_stay_open_and_are_opened_again_once_gone() {
     assert_eq!(cache.roce_v2_index("mlx5_0", 1, GidFamily::Ipv4), None);
     assert_eq!(cache.len(), 1, "still open");
 
+    // A slot's GID file replaced by another (written aside, renamed over it).
+    fs::write(port.join("gids/new"), format!("{V4}\n")).expect("write aside");
+    fs::rename(port.join("gids/new"), port.join("gids/3")).expect("replace");
+    assert_eq!(cache.roce_v2_index("mlx5_0", 1, GidFamily::Ipv4), Some(3));
+    fs::write(port.join("gids/3"), format!("{LINK_LOCAL}\n")).expect("rewrite");
+    assert_eq!(cache.roce_v2_index("mlx5_0", 1, GidFamily::Ipv4), None);
+
     // Slots added to the directory held open (a hand-made tree) are listed.
     fs::write(port.join("gid_attrs/types/7"), "RoCE v2\n").expect("add type");
     fs::write(port.join("gids/7"), format!("{V4}\n")).expect("add gid");
