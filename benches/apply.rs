@@ -53,19 +53,24 @@ fn bench(c: &mut Criterion) {
     let config = std::sync::Arc::new(Config::default());
     let health = devgate::gpu::HealthStore::new(&state.path().join("health"));
     let mut n = 0u64;
+    // Container number `n` of `pod`, applied: its id.
+    let apply = |pod: &PodSandbox, n: u64| {
+        let ctr = Container {
+            id: format!("c{n}"),
+            name: "main".into(),
+            ..Default::default()
+        };
+        let adjust = devices.apply(pod, &ctr, &config, RuntimeFeatures::default(), &health);
+        black_box(adjust.expect("apply"));
+        ctr.id
+    };
     c.bench_function("apply/create_and_remove_4gpu_4vf", |b| {
         b.iter(|| {
             n += 1;
-            let ctr = Container {
-                id: format!("c{n}"),
-                name: "main".into(),
-                ..Default::default()
-            };
-            let adjust = devices.apply(&pod, &ctr, &config, RuntimeFeatures::default(), &health);
-            black_box(adjust.expect("apply"));
+            let id = apply(&pod, n);
             devices
                 .ledger()
-                .remove_container(&pod.id, &ctr.id)
+                .remove_container(&pod.id, &id)
                 .expect("remove");
         })
     });
@@ -83,13 +88,7 @@ fn bench(c: &mut Criterion) {
             let mut pod = pod.clone();
             pod.id = format!("sandbox{n}");
             pod.uid = format!("uid{n}");
-            let ctr = Container {
-                id: format!("c{n}"),
-                name: "main".into(),
-                ..Default::default()
-            };
-            let adjust = devices.apply(&pod, &ctr, &config, RuntimeFeatures::default(), &health);
-            black_box(adjust.expect("apply"));
+            apply(&pod, n);
             devices
                 .ledger()
                 .release_pod(&pod.id, &devgate::ledger::NoTeardown)

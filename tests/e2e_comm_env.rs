@@ -14,7 +14,7 @@ mod net;
 use devgate::fixture::HostRootBuilder;
 use net::{link, In, Veth};
 use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
-use support::{require_root, wait_for, ContainerSpec, PodSpec, SLOW};
+use support::{require_root, wait_for, ContainerSpec, Pod, PodSpec, SLOW};
 
 const CONFIG: &str = r#"
 [comm_env]
@@ -54,15 +54,27 @@ fn nccl_and_ucx_variables_name_the_allocated_devices() {
         &[vf_entry(1, nic.bus_id, vf.bus_id), whole_entry],
     );
     let cri = node.cri();
-    let pod = cri
-        .run_pod(
-            &PodSpec::new("nccl")
-                .own_netns()
-                .annotation(DEVICE_ALLOCATED, &alloc),
-        )
-        .expect("RunPodSandbox");
     let spec = ContainerSpec::shell("main", PRINT).env("UCX_NET_DEVICES", "mine");
-    let run = cri.run_container(&pod, &spec).expect("container");
+    // A pod `name` with the allocation, and its container run.
+    let run_nccl = |name: &str| {
+        let pod = cri
+            .run_pod(
+                &PodSpec::new(name)
+                    .own_netns()
+                    .annotation(DEVICE_ALLOCATED, &alloc),
+            )
+            .expect("RunPodSandbox");
+        let run = cri.run_container(&pod, &spec).expect("container");
+        (pod, run)
+    };
+    // Removes the container and its pod, and waits for the VF to come back.
+    let end_nccl = |pod: &Pod, container_id: &str| {
+        cri.remove_container(container_id).expect("RemoveContainer");
+        cri.stop_pod(pod).expect("StopPodSandbox");
+        cri.remove_pod(pod).expect("RemovePodSandbox");
+        wait_for("vf back on the host", SLOW, || link(In::Host, &host_name));
+    };
+    let (pod, run) = run_nccl("nccl");
     let log = run.log;
     let vf_dev = &vf.rdma.as_ref().expect("vf rdma").name;
     let hca = format!("{vf_dev}:1,{}:1", whole.rdma.name);
@@ -91,10 +103,7 @@ fn nccl_and_ucx_variables_name_the_allocated_devices() {
         "{text}"
     );
 
-    cri.remove_container(&run.id).expect("RemoveContainer");
-    cri.stop_pod(&pod).expect("StopPodSandbox");
-    cri.remove_pod(&pod).expect("RemovePodSandbox");
-    wait_for("vf back on the host", SLOW, || link(In::Host, &host_name));
+    end_nccl(&pod, &run.id);
     wait_for("claims released", SLOW, || {
         node.ledger().pods.is_empty().then_some(())
     });
@@ -117,25 +126,13 @@ fn nccl_and_ucx_variables_name_the_allocated_devices() {
             }
         }
     }
-    let pod = cri
-        .run_pod(
-            &PodSpec::new("nccl-again")
-                .own_netns()
-                .annotation(DEVICE_ALLOCATED, &alloc),
-        )
-        .expect("RunPodSandbox");
-    let run = cri.run_container(&pod, &spec).expect("container");
+    let (pod, run) = run_nccl("nccl-again");
     assert!(
         run.log.lines().any(|l| l == "NCCL_IB_GID_INDEX=5"),
         "{}",
         run.log
     );
-    cri.remove_container(&run.id).expect("RemoveContainer");
-    cri.stop_pod(&pod).expect("StopPodSandbox");
-    cri.remove_pod(&pod).expect("RemovePodSandbox");
-    wait_for("vf back on the host again", SLOW, || {
-        link(In::Host, &host_name)
-    });
+    end_nccl(&pod, &run.id);
     drop(stand_in);
 }
 
