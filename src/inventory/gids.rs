@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use super::hostdir::{DirStamp, HostDir};
 use super::hostfs::HostFs;
-use super::parse::parse_decimal;
+use super::parse::{parse_decimal, plain_name};
 
 /// The GID table of one port of one RDMA device on the host.
 pub struct PortGids {
@@ -32,7 +32,7 @@ impl PortGids {
     /// The table of port `port` of RDMA device `ibdev` below `host_root`; `None`
     /// when `ibdev` is not a plain device name or the port has no table.
     pub fn open(host_root: &Path, ibdev: &str, port: u32) -> Option<PortGids> {
-        if !plain_name(ibdev) {
+        if !plain_name(ibdev, 64) {
             return None;
         }
         let fs = HostFs::new(host_root);
@@ -106,15 +106,4 @@ impl PortGids {
             }
         }
     }
-}
-
-/// An ibdev name as the kernel gives them: no path separators or dot names.
-fn plain_name(ibdev: &str) -> bool {
-    !ibdev.is_empty()
-        && ibdev.len() <= 64
-        && ibdev
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
-        && ibdev != "."
-        && ibdev != ".."
 }

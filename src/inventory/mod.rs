@@ -40,7 +40,7 @@ pub use gids::PortGids;
 pub use gpu::{GpuFacts, GpuLibrary, NoGpuLibrary};
 pub use model::*;
 pub use nic::port_health;
-pub use parse::mlx_minor;
+pub use parse::{mlx_minor, plain_name};
 pub use topology::{relation, PcieRelation};
 
 use hostfs::HostFs;

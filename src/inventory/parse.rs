@@ -83,6 +83,19 @@ pub(crate) fn parse_dev_num(text: &str) -> Option<DevNum> {
     })
 }
 
+/// A kernel-given name (an ibdev, a netdev, a GPU UUID) that is safe as one path
+/// component: at most `max` bytes of ASCII letters, digits, `_`, `-` and `.`,
+/// and not `.` or `..`.
+pub fn plain_name(name: &str, max: usize) -> bool {
+    !name.is_empty()
+        && name.len() <= max
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
 /// An unsigned decimal attribute such as `sriov_numvfs` or a umad `port`.
 pub(crate) fn parse_decimal(text: &str) -> Option<u32> {
     let t = text.trim();

@@ -21,7 +21,7 @@ use crate::config::{CommEnvConfig, CommVar, GidFamily};
 use crate::inventory::{self, LinkLayer, RdmaPort};
 
 /// One port's GID table, read slot by slot.
-pub trait GidTable {
+pub(super) trait GidTable {
     /// The table's slots, in ascending order.
     fn indices(&self) -> &[u32];
     /// The type of slot `index`; `None` for an empty slot.
@@ -286,7 +286,7 @@ fn family_text(f: GidFamily) -> &'static str {
 /// 2.5.5.2), as the kernel stores it (`rdma_ip2gid`). Slots are read in index
 /// order up to the first match, and a GID only for a RoCE v2 slot: a table has
 /// up to 256 slots, each a sysfs file.
-pub fn roce_v2_index(table: &dyn GidTable, family: GidFamily) -> Option<u32> {
+pub(super) fn roce_v2_index(table: &dyn GidTable, family: GidFamily) -> Option<u32> {
     table.indices().iter().copied().find(|&i| {
         table.gid_type(i).as_deref() == Some(ROCE_V2)
             && table

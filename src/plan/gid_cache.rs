@@ -44,15 +44,12 @@ impl GidCache {
     }
 
     /// How many tables are open.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.ports
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

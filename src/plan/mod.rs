@@ -10,7 +10,7 @@ mod gid_cache;
 mod gpu;
 mod rdma;
 
-pub use comm_env::{env_inputs, roce_v2_index, GidSource, GidTable, HostGids, NoGids};
+pub use comm_env::{env_inputs, GidSource, HostGids, NoGids};
 pub use gid_cache::GidCache;
 
 use std::collections::BTreeMap;
@@ -405,14 +405,7 @@ const ANN: &str = DEVICE_ALLOCATED;
 /// Device and interface names from the inventory end up in paths; allow only plain
 /// names, whatever sysfs held.
 fn plain_name(entry: &str, name: &str, max: usize) -> Result<(), PlanError> {
-    let ok = !name.is_empty()
-        && name.len() <= max
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-    if ok {
+    if crate::inventory::plain_name(name, max) {
         return Ok(());
     }
     Err(PlanError::UnsafeName {

@@ -3,6 +3,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
+use super::comm_env::GidTable;
 use super::testinv::{hgx, pf_bus, uuid, vf_bus};
 use super::tests::pod;
 use super::*;
