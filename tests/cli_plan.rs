@@ -408,3 +408,43 @@ fn unhealthy_gpus_are_warnings() {
         "{plan}"
     );
 }
+
+/// A VF whose netdev moves into the pod has no address on the host, so no
+/// RoCE v2 GID to take the index from: the expected case, a note rather than
+/// a warning, shown under NOTES by the table.
+#[test]
+fn a_moved_vf_without_a_host_gid_is_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let fx = HostRootBuilder::hgx()
+        .build(&dir.path().join("root"))
+        .unwrap();
+    let inv = fx.expected();
+    let nic = &inv.rdma[1];
+    let vf = &nic.vfs[0];
+    let ann = format!(
+        r#"{{"rdma":[{{"minor":1,"id":"{}","extension":{{"vfs":[{{"busID":"{}"}}]}}}}]}}"#,
+        nic.bus_id, vf.bus_id
+    );
+    let p = allocated(&ann);
+    let plan = plan_ok(fx.root(), &p, &[]);
+    assert!(plan["env"].get("NCCL_IB_GID_INDEX").is_none(), "{plan}");
+    assert_eq!(plan["warnings"], json!([]));
+    let notes = plan["notes"].to_string();
+    assert!(
+        notes.contains("NCCL_IB_GID_INDEX not set") && notes.contains("moves into the pod"),
+        "{plan}"
+    );
+
+    let out = plan_cmd(fx.root(), p.to_string().as_bytes(), &["-o", "table"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("\nNOTES\ncomm_env: NCCL_IB_GID_INDEX not set"),
+        "{text}"
+    );
+    assert!(!text.contains("WARNINGS"), "{text}");
+}

@@ -359,6 +359,7 @@ pub fn table(plan: &Plan) -> String {
     for (title, list) in [
         ("IGNORED TYPES", &plan.ignored_types),
         ("WARNINGS", &plan.warnings),
+        ("NOTES", &plan.notes),
     ] {
         if !list.is_empty() {
             let _ = writeln!(out, "\n{title}");

@@ -252,10 +252,18 @@ fn gid_index(out: &mut Builder, ctx: &ContainerContext) -> Option<u32> {
                     } else {
                         ""
                     };
-                    out.plan.warnings.push(format!(
+                    let text = format!(
                         "comm_env: NCCL_IB_GID_INDEX not set: {at} has no RoCE v2 GID of family {}{moved}",
                         family_text(family)
-                    ));
+                    );
+                    // Only moved VFs: the expected case, NCCL finds the index
+                    // itself in the pod. Beside a port with a host GID, the
+                    // index could not be checked to agree: worth a warning.
+                    if all_roce_moved(out) {
+                        out.plan.notes.push(text);
+                    } else {
+                        out.plan.warnings.push(text);
+                    }
                     return None;
                 }
             }
@@ -271,6 +279,19 @@ fn gid_index(out: &mut Builder, ctx: &ContainerContext) -> Option<u32> {
         all.join(", ")
     ));
     None
+}
+
+/// True when every allocated RoCE port's netdev moves into the pod.
+fn all_roce_moved(out: &Builder) -> bool {
+    out.comm
+        .rdma
+        .iter()
+        .filter(|d| {
+            used_ports(d)
+                .iter()
+                .any(|p| p.link_layer == LinkLayer::Ethernet)
+        })
+        .all(|d| d.netdev_moved)
 }
 
 fn family_text(f: GidFamily) -> &'static str {

@@ -92,6 +92,10 @@ pub struct Plan {
     pub ignored_types: Vec<String>,
     /// Things that do not stop the plan but that an operator should see.
     pub warnings: Vec<String>,
+    /// Why something optional was left out where that is the expected case
+    /// (a moved VF's GID index): shown by `devgate plan`, logged at debug.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Plan {

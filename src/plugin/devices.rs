@@ -284,6 +284,9 @@ impl Devices {
                 tracing::debug!(pod = %pod_ref, container = %ctr.name, warning = %w, "plan");
             }
         }
+        for n in &prepared.notes {
+            tracing::debug!(pod = %pod_ref, container = %ctr.name, note = %n, "plan");
+        }
         Ok(admitted)
     }
 

@@ -46,6 +46,8 @@ pub struct Prepared {
     pub replies: Replies,
     /// The plan's warnings.
     pub warnings: Vec<String>,
+    /// The plan's notes: expected omissions, logged at debug.
+    pub notes: Vec<String>,
     /// Whether a further container of the pod may take it (see `Devices::prepare`).
     pub keep: bool,
     /// What the admission does with the pod's network.
@@ -232,6 +234,7 @@ mod tests {
             adjust: ContainerAdjustment::default(),
             replies: Replies::default(),
             warnings: Vec::new(),
+            notes: Vec::new(),
             keep: true,
             network: NetworkNeed::None,
         }

@@ -107,6 +107,7 @@ impl Devices {
             claims: plan.claims,
             claim_entries: plan.claim_entries,
             warnings: plan.warnings,
+            notes: plan.notes,
             replies: Default::default(),
         })
     }
