@@ -302,10 +302,11 @@ fn claims_survive_plugin_crash_and_vanished_pods_are_released_at_sync() {
     cri.remove_pod(&stopped).unwrap();
 }
 
-/// A pod's further containers are recorded by appending to the ledger's
-/// journal; SIGTERM folds it into the document, which then holds them alone.
+/// A pod's further containers, and a claim once the ledger has a document,
+/// are recorded by appending to the ledger's journal; SIGTERM folds it into
+/// the document, which then holds them alone.
 #[test]
-fn further_containers_are_journaled_and_folded_in_at_exit() {
+fn further_containers_and_claims_are_journaled_and_folded_in_at_exit() {
     require_root();
     let mut node = Node::start(&[]);
     let cri = node.cri();
@@ -327,14 +328,30 @@ fn further_containers_are_journaled_and_folded_in_at_exit() {
         || -> LedgerState { serde_json::from_slice(&std::fs::read(&document).unwrap()).unwrap() };
     assert!(
         alone().container(&main).is_some(),
-        "the claim writes the document"
+        "the first claim writes the document"
     );
     assert!(
         alone().container(&side).is_none(),
         "the further container is a line"
     );
+    let uuid2 = node.gpu(4).uuid.clone();
+    let pod2 = cri
+        .run_pod(&PodSpec::new("next").annotation(DEVICE_ALLOCATED, &gpus(&[gpu_entry(4, &uuid2)])))
+        .unwrap();
+    let other = cri
+        .create_container(&pod2, &ContainerSpec::shell("main", "true"))
+        .unwrap();
+    assert!(
+        !alone().pods.contains_key(&pod2.id),
+        "the next pod's claim is a line"
+    );
     assert!(std::fs::metadata(&journal).unwrap().len() > 0);
-    assert!(node.ledger().container(&side).is_some());
+    let seen = node.ledger();
+    assert!(seen.container(&side).is_some() && seen.container(&other).is_some());
+    assert_eq!(
+        seen.devices[&format!("gpu {uuid2}")].holders[0].sandbox_id,
+        pod2.id
+    );
 
     let status = node
         .plugin
@@ -344,6 +361,7 @@ fn further_containers_are_journaled_and_folded_in_at_exit() {
     assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
     let folded = alone();
     assert!(folded.container(&main).is_some() && folded.container(&side).is_some());
+    assert!(folded.container(&other).is_some() && folded.pods.contains_key(&pod2.id));
     assert_eq!(folded, node.ledger());
 }
 

@@ -1,11 +1,12 @@
-//! The ledger's journal: changes to one pod's record that move no claim (a
-//! container admitted to a pod that holds its devices already, a container
-//! removed, the pod's network handed back), appended as one line each instead
-//! of rewriting the whole document.
+//! The ledger's journal: changes appended as one line each instead of
+//! rewriting the whole document. A change to one pod's record that moves no
+//! claim (a container admitted to a pod that holds its devices already, a
+//! container removed, the pod's network handed back), or a pod's claim: its
+//! new record and the records of the devices it claimed.
 //!
-//! A pod's further containers and every removal change nothing but their pod's
-//! record, yet a replace of the whole document creates and frees an inode each
-//! time (`openat`, `renameat` and the eviction of the old version: most of a
+//! A pod's containers and every removal change little of the document, yet a
+//! replace of the whole document creates and frees an inode each time
+//! (`openat`, `renameat` and the eviction of the old version: most of a
 //! transaction's cost, see docs/performance.md). An append is one `write`.
 //!
 //! Each line carries the generation of the document it follows; every whole
@@ -18,8 +19,11 @@
 //! change carries `g` too, as [`NO_GENERATION`], so that a reader of that
 //! release skips it as a line of another generation: after a downgrade that
 //! followed a crash (no fold at exit), such a reader lacks the changes' container
-//! records, never a claim, which only whole writes move. Replaying a line twice
-//! changes nothing, and lines apply in order. A line
+//! records. A claim (field `set`: records set whole) names no generation in the
+//! fields of either earlier form, so that every reader of those refuses the
+//! ledger ("a line names no generation") rather than miss a claim and give
+//! its devices out twice. Replaying a line twice changes nothing, and lines
+//! apply in order. A line
 //! without its newline is an append cut short (a writer killed in the middle of
 //! `write`, which the kernel may leave partly done between pages,
 //! mm/filemap.c `generic_perform_write`) or still in progress: it is no part of
@@ -29,7 +33,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize, Serializer};
 
-use super::model::{ContainerRecord, LedgerState, PodRecord};
+use super::model::{ContainerRecord, DeviceRecord, LedgerState, PodRecord};
 
 pub(super) const JOURNAL_FILE: &str = "ledger.journal";
 
@@ -65,16 +69,41 @@ impl Serialize for Touched<'_> {
     }
 }
 
-/// A line of either form.
+/// Records set whole: one pod's, and those of the devices named (null for
+/// one gone). Neither `g` nor `gen`: readers of the forms before refuse it.
+#[derive(Serialize)]
+struct SetOut<'a> {
+    set: u64,
+    sandbox: &'a str,
+    pod: Option<&'a PodRecord>,
+    devices: DevicesOut<'a>,
+}
+
+/// The records of the devices a line sets, as a map, null for one gone.
+struct DevicesOut<'a> {
+    state: &'a LedgerState,
+    keys: &'a [String],
+}
+
+impl Serialize for DevicesOut<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.keys.iter().map(|k| (k, self.state.devices.get(k))))
+    }
+}
+
+/// A line of any form.
 #[derive(Deserialize)]
 struct LineIn {
     g: Option<u64>,
     gen: Option<u64>,
+    set: Option<u64>,
     sandbox: String,
     pod: Option<PodRecord>,
     #[serde(default)]
     containers: BTreeMap<String, Option<ContainerRecord>>,
     owner: Option<String>,
+    #[serde(default)]
+    devices: BTreeMap<String, Option<DeviceRecord>>,
 }
 
 /// Appends to `buf` the line that sets, in `pod`'s record (`sandbox` in a
@@ -98,6 +127,28 @@ pub(super) fn encode(
         owner: pod.network_owner.as_deref(),
     };
     // Compact JSON escapes every newline inside strings: one line per change.
+    serde_json::to_writer(&mut *buf, &line)?;
+    buf.push(b'\n');
+    Ok(())
+}
+
+/// Appends to `buf` the line that sets `sandbox`'s record and those of the
+/// devices keyed `devices` to what `state` (of its generation) holds: a claim.
+pub(super) fn encode_set(
+    buf: &mut Vec<u8>,
+    state: &LedgerState,
+    sandbox: &str,
+    devices: &[String],
+) -> Result<(), serde_json::Error> {
+    let line = SetOut {
+        set: state.generation,
+        sandbox,
+        pod: state.pods.get(sandbox),
+        devices: DevicesOut {
+            state,
+            keys: devices,
+        },
+    };
     serde_json::to_writer(&mut *buf, &line)?;
     buf.push(b'\n');
     Ok(())
@@ -141,6 +192,22 @@ pub(super) fn replay(state: &mut LedgerState, text: &[u8]) -> Result<Replayed, S
 
 /// Applies one line; `false` when it is of another generation.
 fn apply(state: &mut LedgerState, line: LineIn) -> Result<bool, &'static str> {
+    if let Some(set) = line.set {
+        if set != state.generation {
+            return Ok(false);
+        }
+        match line.pod {
+            Some(pod) => state.pods.insert(line.sandbox, pod),
+            None => state.pods.remove(&line.sandbox),
+        };
+        for (key, record) in line.devices {
+            match record {
+                Some(record) => state.devices.insert(key, record),
+                None => state.devices.remove(&key),
+            };
+        }
+        return Ok(true);
+    }
     match (line.gen, line.g) {
         (Some(gen), _) if gen == state.generation => {
             // Written under the lock while the pod was in this generation's

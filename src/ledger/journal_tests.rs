@@ -251,3 +251,121 @@ fn a_complete_line_that_does_not_parse_is_corrupt() {
         assert!(err.contains(&format!("byte {}", good.len())), "{err}");
     }
 }
+
+fn gpu_record(minor: u32, holders: &[&str]) -> DeviceRecord {
+    use crate::ledger::{DeviceId, Holder, Share};
+    DeviceRecord {
+        device: DeviceId::Gpu(format!("GPU-{minor}")),
+        holders: holders
+            .iter()
+            .map(|h| Holder {
+                sandbox_id: h.to_string(),
+                share: Share::Exclusive,
+            })
+            .collect(),
+        quarantine: None,
+    }
+}
+
+/// `from` with device records `(key, record)` added.
+fn with_devices(mut from: LedgerState, devices: &[(&str, DeviceRecord)]) -> LedgerState {
+    for (k, r) in devices {
+        from.devices.insert(k.to_string(), r.clone());
+    }
+    from
+}
+
+/// The claim line that sets `sandbox` and `devices` as `from` has them.
+fn set(from: &LedgerState, sandbox: &str, devices: &[&str]) -> Vec<u8> {
+    let keys: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
+    let mut buf = Vec::new();
+    encode_set(&mut buf, from, sandbox, &keys).unwrap();
+    buf
+}
+
+#[test]
+fn claims_set_their_pod_and_devices_in_order() {
+    let (g0, g1) = (gpu_record(0, &["s"]), gpu_record(1, &["t"]));
+    let start = with_devices(state(7, &[pod("s", &["a"])]), &[("gpu 0", g0.clone())]);
+    let t_claims = with_devices(
+        state(7, &[pod("s", &["a"]), pod("t", &["c"])]),
+        &[("gpu 0", g0.clone()), ("gpu 1", g1.clone())],
+    );
+    let s_gone = with_devices(state(7, &[pod("t", &["c"])]), &[("gpu 1", g1.clone())]);
+    let older = with_devices(
+        state(6, &[pod("x", &[])]),
+        &[("gpu 2", gpu_record(2, &["x"]))],
+    );
+    let cases: Vec<(&str, Vec<u8>, LedgerState)> = vec![
+        ("a claim", set(&t_claims, "t", &["gpu 1"]), t_claims.clone()),
+        (
+            "a claim, then a change to its pod",
+            [
+                set(&t_claims, "t", &["gpu 1"]),
+                change(
+                    &with_devices(state(7, &[pod("t", &["c", "d"])]), &[]),
+                    "t",
+                    &["d"],
+                ),
+            ]
+            .concat(),
+            with_devices(
+                state(7, &[pod("s", &["a"]), pod("t", &["c", "d"])]),
+                &[("gpu 0", g0.clone()), ("gpu 1", g1.clone())],
+            ),
+        ),
+        (
+            "a pod and a device set to none",
+            [
+                set(&t_claims, "t", &["gpu 1"]),
+                set(&s_gone, "s", &["gpu 0"]),
+            ]
+            .concat(),
+            s_gone.clone(),
+        ),
+        (
+            "a claim of another generation is skipped",
+            set(&older, "x", &["gpu 2"]),
+            start.clone(),
+        ),
+        (
+            "a claim cut short is no part of it",
+            set(&t_claims, "t", &["gpu 1"])[..40].to_vec(),
+            start.clone(),
+        ),
+    ];
+    for (what, text, want) in cases {
+        assert_replays(what, start.clone(), &text, &want);
+    }
+}
+
+/// A claim must never be skipped by a reader that does not know its form:
+/// the readers of both earlier forms refuse a line that names neither `g`
+/// nor `gen`, so the ledger fails closed instead of giving the devices out twice.
+#[test]
+fn readers_of_the_earlier_forms_refuse_a_claim() {
+    let claimed = with_devices(
+        state(3, &[pod("s", &["a"])]),
+        &[("gpu 0", gpu_record(0, &["s"]))],
+    );
+    let text = set(&claimed, "s", &["gpu 0"]);
+    assert_eq!(text.iter().filter(|&&b| b == b'\n').count(), 1);
+    assert!(
+        text.starts_with(b"{\"set\":3,\"sandbox\":\"s\",\"pod\":{"),
+        "{}",
+        String::from_utf8_lossy(&text)
+    );
+    #[derive(serde::Deserialize)]
+    struct EarlierForms {
+        g: Option<u64>,
+        gen: Option<u64>,
+    }
+    let seen: EarlierForms = serde_json::from_slice(&text).unwrap();
+    assert_eq!(
+        (seen.g, seen.gen),
+        (None, None),
+        "read as: a line names no generation"
+    );
+    let neither = br#"{"sandbox":"s","pod":null}"#;
+    assert!(replay(&mut state(3, &[]), &[&neither[..], b"\n"].concat()).is_err());
+}

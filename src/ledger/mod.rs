@@ -130,6 +130,11 @@ pub struct Ledger {
     store: Store,
 }
 
+/// The ledger's keys of the claimed devices.
+fn device_keys(claims: &[Claim]) -> Vec<String> {
+    claims.iter().map(|c| c.device.to_string()).collect()
+}
+
 pub fn now_unix() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -160,7 +165,7 @@ impl Ledger {
         let mut txn = self.store.begin()?;
         self.check_releasing(&txn.state, pod, claims)?;
         if claim_in(&mut txn.state, pod, claims)? {
-            txn.commit()?;
+            txn.commit_claim(&pod.sandbox_id, &device_keys(claims))?;
         }
         Ok(())
     }
@@ -238,7 +243,7 @@ impl Ledger {
         }
         rec.containers.insert(container_id.to_string(), record);
         if claimed {
-            txn.commit()?;
+            txn.commit_claim(&pod.sandbox_id, &device_keys(claims))?;
         } else {
             // The pod held its devices already: only its record changed.
             match &taken_from {

@@ -178,3 +178,53 @@ fn a_container_relying_on_a_network_given_back_meanwhile_is_refused() {
     assert!(e.to_string().contains("gave its vfs back"), "{e}");
     assert_eq!(l.snapshot().unwrap(), before, "nothing recorded");
 }
+
+/// Once the ledger has a document, a pod's claim is one line of the journal:
+/// the document stays as it was, and another process's ledger sees the claim
+/// (its devices held, a conflicting claim refused) through the journal, also
+/// after the claiming handle is gone, as after a crash.
+#[test]
+fn a_claim_is_a_journal_line_that_every_reader_honours() {
+    let (d, l) = ledger();
+    let (a, b) = (
+        gpu("GPU-1", Share::Exclusive),
+        gpu("GPU-2", Share::Exclusive),
+    );
+    l.admit(&pod("p"), &[a.clone()], "c1", record("main"), false)
+        .unwrap();
+    let document = std::fs::read(d.path().join("ledger.json")).unwrap();
+    let admitted = l
+        .admit(&pod("q"), &[b.clone()], "c2", record("main"), false)
+        .unwrap();
+    assert!(admitted.claimed);
+    assert_eq!(
+        std::fs::read(d.path().join("ledger.json")).unwrap(),
+        document
+    );
+    let journal = std::fs::read_to_string(d.path().join("ledger.journal")).unwrap();
+    assert!(
+        journal.starts_with("{\"set\":") && journal.ends_with('\n'),
+        "{journal}"
+    );
+    drop(l);
+
+    let other = Ledger::open(d.path()).unwrap();
+    let snap = other.snapshot().unwrap();
+    assert_eq!(snap.devices["gpu GPU-2"].holders[0].sandbox_id, "q");
+    assert!(snap.container("c2").is_some());
+    let err = other
+        .admit(&pod("r"), &[b], "c3", record("main"), false)
+        .unwrap_err();
+    assert!(matches!(err, LedgerError::Held { .. }), "{err}");
+    // A release writes the whole document, the claim folded in.
+    other.release_pod("p", &NoTeardown).unwrap();
+    let folded: LedgerState =
+        serde_json::from_slice(&std::fs::read(d.path().join("ledger.json")).unwrap()).unwrap();
+    assert!(folded.pods.contains_key("q") && !folded.pods.contains_key("p"));
+    assert_eq!(
+        std::fs::metadata(d.path().join("ledger.journal"))
+            .unwrap()
+            .len(),
+        0
+    );
+}

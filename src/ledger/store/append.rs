@@ -9,6 +9,7 @@ use crate::fsutil::Durability;
 
 use super::super::journal::{self, COMPACT_AT, JOURNAL_FILE};
 use super::super::load::{JournalKey, Key, Pins};
+use super::super::model::LedgerState;
 use super::super::LedgerError;
 use super::{Handles, Store, Txn, LOCK_FILE};
 
@@ -18,26 +19,41 @@ impl Txn<'_> {
     /// which a line of the journal carries (appended, one `write`). A ledger
     /// without a document yet, a pod the state does not hold, or a line that
     /// would grow the journal past [`COMPACT_AT`], is written whole instead.
-    pub fn commit_pod(mut self, sandbox_id: &str, containers: &[&str]) -> Result<(), LedgerError> {
-        let Some(pod) = self
-            .state
-            .pods
-            .get(sandbox_id)
-            .filter(|_| self.key.doc.is_some())
-        else {
+    pub fn commit_pod(self, sandbox_id: &str, containers: &[&str]) -> Result<(), LedgerError> {
+        if !self.state.pods.contains_key(sandbox_id) {
             return self.commit();
-        };
+        }
+        self.append_with(|buf, state| {
+            let pod = &state.pods[sandbox_id];
+            journal::encode(buf, state.generation, sandbox_id, pod, containers)
+        })
+    }
+
+    /// Commits a claim: `sandbox_id`'s record and those of the devices keyed
+    /// `devices`, set whole by one line of the journal, or the whole document
+    /// as [`Txn::commit_pod`] says.
+    pub fn commit_claim(self, sandbox_id: &str, devices: &[String]) -> Result<(), LedgerError> {
+        self.append_with(|buf, state| journal::encode_set(buf, state, sandbox_id, devices))
+    }
+
+    /// Appends the line `encode` writes for the state, or writes the whole
+    /// document (no document yet, a line past the bound, another journal).
+    fn append_with(
+        mut self,
+        encode: impl FnOnce(&mut Vec<u8>, &LedgerState) -> serde_json::Result<()>,
+    ) -> Result<(), LedgerError> {
+        if self.key.doc.is_none() {
+            return self.commit();
+        }
         let store = self.store;
         let Some(h) = self.handles.as_mut() else {
             return Err(store.io(LOCK_FILE)(std::io::Error::other("no lock held")));
         };
         let text = &mut h.text;
         text.clear();
-        journal::encode(text, self.state.generation, sandbox_id, pod, containers).map_err(|e| {
-            LedgerError::Corrupt {
-                path: store.dir.join(JOURNAL_FILE),
-                reason: e.to_string(),
-            }
+        encode(text, &self.state).map_err(|e| LedgerError::Corrupt {
+            path: store.dir.join(JOURNAL_FILE),
+            reason: e.to_string(),
         })?;
         let size = self.key.journal.map_or(0, |k| k.size);
         if size + text.len() as u64 > COMPACT_AT {
