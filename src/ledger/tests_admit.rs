@@ -190,11 +190,17 @@ fn a_claim_is_a_journal_line_that_every_reader_honours() {
         gpu("GPU-1", Share::Exclusive),
         gpu("GPU-2", Share::Exclusive),
     );
-    l.admit(&pod("p"), &[a.clone()], "c1", record("main"), false)
+    l.admit(&pod("p"), &[a], "c1", record("main"), false)
         .unwrap();
     let document = std::fs::read(d.path().join("ledger.json")).unwrap();
     let admitted = l
-        .admit(&pod("q"), &[b.clone()], "c2", record("main"), false)
+        .admit(
+            &pod("q"),
+            std::slice::from_ref(&b),
+            "c2",
+            record("main"),
+            false,
+        )
         .unwrap();
     assert!(admitted.claimed);
     assert_eq!(
