@@ -40,6 +40,19 @@ impl Devices {
         }
     }
 
+    /// Whether the pod has a network owner, by a look at the ledger without its lock.
+    fn network_owned(&self, sandbox_id: &str) -> Result<bool, DeviceError> {
+        let owner = self
+            .ledger
+            .network_owner(sandbox_id)
+            .map_err(|source| DeviceError::Claim {
+                entry: String::new(),
+                reason: source.to_string(),
+                source,
+            })?;
+        Ok(owner.is_some())
+    }
+
     /// The plan from a re-read of the host.
     pub(super) fn replan(
         &self,
@@ -61,17 +74,12 @@ impl Devices {
         config: &Config,
         features: RuntimeFeatures,
     ) -> Result<Prepared, DeviceError> {
-        let owned = self
-            .ledger
-            .network_owner(&pod.id)
-            .map_err(|source| DeviceError::Claim {
-                entry: String::new(),
-                reason: source.to_string(),
-                source,
-            })?
-            .is_some();
         let mut plan = self.plan(devices, ctr, config)?;
         let moved = |p: &Plan| p.network.iter().any(|a| a.netdev.is_none());
+        // Whether the pod's network is owned matters only for a VF not on the
+        // host: asked after the plan, so the answer is no older than what the
+        // plan saw, and not asked at all in the usual case.
+        let owned = moved(&plan) && self.network_owned(&pod.id)?;
         if moved(&plan) && !owned {
             // Read while the VF was still in a pod that has since given it back.
             plan = self.replan(devices, ctr, config)?;
