@@ -366,6 +366,15 @@ fn readers_of_the_earlier_forms_refuse_a_claim() {
         (None, None),
         "read as: a line names no generation"
     );
+    // The first form's reader required `g`: the line does not even parse.
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct FirstForm {
+        g: u64,
+        sandbox: String,
+        pod: Option<PodRecord>,
+    }
+    assert!(serde_json::from_slice::<FirstForm>(&text).is_err());
     let neither = br#"{"sandbox":"s","pod":null}"#;
     assert!(replay(&mut state(3, &[]), &[&neither[..], b"\n"].concat()).is_err());
 }
