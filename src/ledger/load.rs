@@ -15,7 +15,7 @@ use nix::sys::stat::fstatat;
 use crate::fsutil::{self, BoundedError, FileKey, WholeFile};
 
 use super::journal::{self, JOURNAL_FILE};
-use super::model::LedgerState;
+use super::model::{LedgerState, LEDGER_VERSION};
 use super::LedgerError;
 
 pub(super) const LEDGER_FILE: &str = "ledger.json";
@@ -201,6 +201,16 @@ fn read_document(base: &Path) -> Result<Option<(LedgerState, FileKey, File)>, Le
         path,
         reason: e.to_string(),
     })?;
+    // A newer release bumps the version when what it writes (the document or
+    // its journal) would be misread here: refused, as a claim misread would
+    // give its devices out twice.
+    if state.version > LEDGER_VERSION {
+        return Err(LedgerError::Newer {
+            path: base.join(LEDGER_FILE),
+            version: state.version,
+            known: LEDGER_VERSION,
+        });
+    }
     // A document replaces its file whole, so the size read is the size stat saw.
     Ok(Some((state, FileKey::of(&meta), file)))
 }

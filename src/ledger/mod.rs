@@ -47,6 +47,12 @@ pub enum LedgerError {
     },
     #[error("ledger {path} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
+    #[error("ledger {path} is of version {version}, newer than this release reads ({known}): run the release that wrote it")]
+    Newer {
+        path: PathBuf,
+        version: u32,
+        known: u32,
+    },
     #[error("{device} is held by pod {holder}")]
     Held { device: DeviceId, holder: String },
     #[error("{device} is quarantined: {reason}")]

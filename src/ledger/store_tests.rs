@@ -4,11 +4,29 @@ use std::os::unix::fs::MetadataExt;
 
 use super::*;
 
-fn with_version(v: u32) -> LedgerState {
-    LedgerState {
-        version: v,
-        ..LedgerState::default()
-    }
+/// A state told apart by one number, `mark`: the claim time of its one pod.
+fn marked(v: u64) -> LedgerState {
+    let mut state = LedgerState::default();
+    set_mark(&mut state, v);
+    state
+}
+
+fn set_mark(state: &mut LedgerState, v: u64) {
+    let pod = crate::ledger::PodRecord {
+        pod: crate::ledger::PodRef {
+            sandbox_id: "mark".into(),
+            ..Default::default()
+        },
+        claims: Vec::new(),
+        claimed_unix: v,
+        containers: Default::default(),
+        network_owner: None,
+    };
+    state.pods.insert("mark".into(), pod);
+}
+
+fn mark(state: &LedgerState) -> u64 {
+    state.pods.get("mark").map_or(0, |p| p.claimed_unix)
 }
 
 fn write(store: &Store, state: LedgerState) {
@@ -24,10 +42,10 @@ fn a_write_by_another_handle_is_seen_despite_the_cache() {
         Store::open(dir.path()).unwrap(),
         Store::open(dir.path()).unwrap(),
     );
-    write(&ours, with_version(7));
-    assert_eq!(ours.begin().unwrap().state.version, 7);
-    write(&theirs, with_version(8));
-    assert_eq!(ours.begin().unwrap().state.version, 8);
+    write(&ours, marked(7));
+    assert_eq!(mark(&ours.begin().unwrap().state), 7);
+    write(&theirs, marked(8));
+    assert_eq!(mark(&ours.begin().unwrap().state), 8);
 }
 
 /// On tmpfs (the default /run/devgate) commits skip the fsyncs; what they
@@ -39,12 +57,12 @@ fn a_store_on_tmpfs_commits_without_fsync() {
         Store::open(dir.path()).unwrap(),
         Store::open(dir.path()).unwrap(),
     );
-    write(&ours, with_version(3));
+    write(&ours, marked(3));
     let durability = ours.handles.lock().unwrap().as_ref().map(|h| h.durability);
     assert_eq!(durability, Some(Durability::Memory));
-    assert_eq!(theirs.read_unlocked().unwrap().version, 3);
-    write(&theirs, with_version(4));
-    assert_eq!(ours.begin().unwrap().state.version, 4);
+    assert_eq!(mark(&theirs.read_unlocked().unwrap()), 3);
+    write(&theirs, marked(4));
+    assert_eq!(mark(&ours.begin().unwrap().state), 4);
     let mut names: Vec<_> = fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -57,13 +75,15 @@ fn a_store_on_tmpfs_commits_without_fsync() {
 fn a_file_replaced_behind_the_cache_is_read_again() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    write(&store, with_version(7));
+    write(&store, marked(7));
     // Same length, new inode: what any other writer's rename produces.
     let path = dir.path().join(LEDGER_FILE);
-    let text = fs::read_to_string(&path).unwrap().replace(":7,", ":9,");
+    let text = fs::read_to_string(&path)
+        .unwrap()
+        .replace("\"claimed_unix\":7", "\"claimed_unix\":9");
     fs::write(dir.path().join("other"), &text).unwrap();
     fs::rename(dir.path().join("other"), &path).unwrap();
-    assert_eq!(store.begin().unwrap().state.version, 9);
+    assert_eq!(mark(&store.begin().unwrap().state), 9);
     fs::write(&path, b"{torn").unwrap();
     assert!(matches!(store.begin(), Err(LedgerError::Corrupt { .. })));
     fs::remove_file(&path).unwrap();
@@ -85,11 +105,11 @@ fn a_reader_of_a_missing_dir_sees_nothing_and_creates_nothing() {
 fn an_uncommitted_change_does_not_leak_into_the_cache() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    write(&store, with_version(7));
+    write(&store, marked(7));
     let mut txn = store.begin().unwrap();
-    txn.state.version = 99;
+    set_mark(&mut txn.state, 99);
     drop(txn);
-    assert_eq!(store.begin().unwrap().state.version, 7);
+    assert_eq!(mark(&store.begin().unwrap().state), 7);
 }
 
 #[test]
@@ -114,19 +134,20 @@ fn a_transaction_that_cannot_read_the_document_leaves_the_lock_free() {
 fn threads_sharing_one_store_never_lose_an_update() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    write(&store, with_version(0));
+    write(&store, marked(0));
     std::thread::scope(|s| {
         for _ in 0..4 {
             s.spawn(|| {
                 for _ in 0..50 {
                     let mut txn = store.begin().unwrap();
-                    txn.state.version += 1;
+                    let next = mark(&txn.state) + 1;
+                    set_mark(&mut txn.state, next);
                     txn.commit().unwrap();
                 }
             });
         }
     });
-    assert_eq!(store.begin().unwrap().state.version, 200);
+    assert_eq!(mark(&store.begin().unwrap().state), 200);
 }
 
 #[test]
@@ -134,7 +155,7 @@ fn a_state_dir_removed_and_made_again_is_locked_and_written_anew() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let store = Store::open(&state).unwrap();
-    write(&store, with_version(7));
+    write(&store, marked(7));
     fs::remove_dir_all(&state).unwrap();
     fs::create_dir(&state).unwrap();
     // Another process locks the new lock file by name: ours must be that file.
@@ -143,8 +164,8 @@ fn a_state_dir_removed_and_made_again_is_locked_and_written_anew() {
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut txn = store.begin().unwrap();
-            tx.send(txn.state.version).unwrap();
-            txn.state.version = 8;
+            tx.send(mark(&txn.state)).unwrap();
+            set_mark(&mut txn.state, 8);
             txn.commit().unwrap();
         });
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -153,7 +174,7 @@ fn a_state_dir_removed_and_made_again_is_locked_and_written_anew() {
             "a transaction ran under another's lock"
         );
         drop(other);
-        let fresh = LedgerState::default().version;
+        let fresh = mark(&LedgerState::default());
         assert_eq!(
             rx.recv().unwrap(),
             fresh,
@@ -161,7 +182,7 @@ fn a_state_dir_removed_and_made_again_is_locked_and_written_anew() {
         );
     });
     let text = fs::read_to_string(state.join(LEDGER_FILE)).unwrap();
-    assert!(text.contains("\"version\":8"), "{text}");
+    assert!(text.contains("\"claimed_unix\":8"), "{text}");
 }
 
 /// (device, inode) of every file this process holds open.
@@ -185,17 +206,17 @@ fn the_cached_version_stays_open_after_another_handle_replaces_it() {
     );
     let path = dir.path().join(LEDGER_FILE);
     let id = |m: std::fs::Metadata| (m.dev(), m.ino());
-    write(&ours, with_version(7));
+    write(&ours, marked(7));
     let written = id(std::fs::metadata(&path).unwrap());
-    write(&theirs, with_version(8));
+    write(&theirs, marked(8));
     assert_ne!(id(std::fs::metadata(&path).unwrap()), written);
     assert!(open_files().contains(&written), "the written version");
     // A version read (not written) is kept open the same way.
-    assert_eq!(ours.read_unlocked().unwrap().version, 8);
+    assert_eq!(mark(&ours.read_unlocked().unwrap()), 8);
     let read = id(std::fs::metadata(&path).unwrap());
-    write(&theirs, with_version(9));
+    write(&theirs, marked(9));
     assert!(open_files().contains(&read), "the read version");
-    assert_eq!(ours.begin().unwrap().state.version, 9);
+    assert_eq!(mark(&ours.begin().unwrap().state), 9);
 }
 
 /// Unlocked reads compare the cache with the files through the kept
@@ -208,17 +229,43 @@ fn an_unlocked_read_after_the_state_dir_is_made_again_sees_the_new_one() {
         let state = dir.path().join("state");
         let ours = Store::open(&state).unwrap();
         if cached_document {
-            write(&ours, with_version(7));
+            write(&ours, marked(7));
         } else {
             drop(ours.begin().unwrap());
         }
         assert!(ours.read_unlocked().is_ok());
         fs::remove_dir_all(&state).unwrap();
-        write(&Store::open(&state).unwrap(), with_version(8));
-        assert_eq!(
-            ours.read_unlocked().unwrap().version,
-            8,
-            "{cached_document}"
-        );
+        write(&Store::open(&state).unwrap(), marked(8));
+        assert_eq!(mark(&ours.read_unlocked().unwrap()), 8, "{cached_document}");
     }
+}
+
+/// A document a newer release wrote with a higher version is refused by
+/// transactions and lock-free readers alike, naming both versions.
+#[test]
+fn a_document_of_a_newer_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    write(&store, marked(1));
+    let path = dir.path().join(LEDGER_FILE);
+    let newer = crate::ledger::LEDGER_VERSION + 1;
+    let text = fs::read_to_string(&path).unwrap().replacen(
+        &format!("\"version\":{}", crate::ledger::LEDGER_VERSION),
+        &format!("\"version\":{newer}"),
+        1,
+    );
+    fs::write(dir.path().join("next"), text).unwrap();
+    fs::rename(dir.path().join("next"), &path).unwrap();
+    let err = store.begin().err().expect("refused");
+    assert!(
+        matches!(err, LedgerError::Newer { version, .. } if version == newer),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains(&format!("version {newer}, newer than this release reads")),
+        "{err}"
+    );
+    let err = Store::at(dir.path()).read_unlocked().unwrap_err();
+    assert!(matches!(err, LedgerError::Newer { .. }), "{err}");
 }
