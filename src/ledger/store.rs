@@ -1,8 +1,8 @@
 //! The on-disk ledger: one JSON document under an exclusive `flock`, replaced
 //! atomically (write temp, fsync, rename, fsync dir; no fsync on tmpfs, where it
 //! does nothing) so a crash leaves either the old or the new document, never a
-//! mix, and a journal of changes to one pod's record appended between two
-//! replaces (see `journal`). The plugin and the hook are separate processes;
+//! mix, and a journal of changes (a pod's claim, or its containers' records)
+//! appended between two replaces (see `journal`). The plugin and the hook are separate processes;
 //! the lock makes every read-modify-write a transaction between them.
 //!
 //! The plugin runs a transaction at every container creation and removal, so the
