@@ -59,7 +59,8 @@ impl GidSource for GidCache {
         let key = (ibdev.to_owned(), port);
         // A table found gone is opened once more, as the device now is.
         for _ in 0..2 {
-            if !ports.contains_key(&key) {
+            let kept = ports.contains_key(&key);
+            if !kept {
                 let table = PortGids::open(&self.root, ibdev, port)?;
                 if ports.len() >= MAX_PORTS {
                     ports.clear();
@@ -67,7 +68,10 @@ impl GidSource for GidCache {
                 ports.insert(key.clone(), table);
             }
             let table = ports.get_mut(&key)?;
-            table.list();
+            // A table just opened was listed by its opening.
+            if kept {
+                table.list();
+            }
             let found = roce_v2_index(table, family);
             if !table.gone() {
                 return found;
