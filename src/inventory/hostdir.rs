@@ -9,7 +9,7 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
 use super::error::InventoryError;
-use super::hostfs::{io_err, list_dir, open_at, read_bounded};
+use super::hostfs::{io_err, list_dir, open_at, read_bounded, utf8};
 
 type Result<T> = std::result::Result<T, InventoryError>;
 
@@ -143,9 +143,5 @@ fn read_from_start(fd: &OwnedFd, path: &Path) -> Option<Result<String>> {
     if n == buf.len() {
         return None;
     }
-    Some(
-        String::from_utf8(buf[..n].to_vec()).map_err(|_| InventoryError::NotUtf8 {
-            path: path.to_path_buf(),
-        }),
-    )
+    Some(utf8(buf[..n].to_vec(), path))
 }

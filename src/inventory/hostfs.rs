@@ -346,7 +346,12 @@ pub(super) fn read_bounded(mut file: File, path: &Path) -> Result<String> {
             path: path.to_path_buf(),
         });
     }
-    String::from_utf8(buf).map_err(|_| InventoryError::NotUtf8 {
+    utf8(buf, path)
+}
+
+/// A file's bytes as text.
+pub(super) fn utf8(bytes: Vec<u8>, path: &Path) -> Result<String> {
+    String::from_utf8(bytes).map_err(|_| InventoryError::NotUtf8 {
         path: path.to_path_buf(),
     })
 }
