@@ -192,24 +192,15 @@ pub(super) fn replay(state: &mut LedgerState, text: &[u8]) -> Result<Replayed, S
 
 /// Applies one line; `false` when it is of another generation.
 fn apply(state: &mut LedgerState, line: LineIn) -> Result<bool, &'static str> {
-    if let Some(set) = line.set {
-        if set != state.generation {
-            return Ok(false);
+    let now = state.generation;
+    match (line.set, line.gen, line.g) {
+        (Some(set), _, _) if set == now => {
+            put(&mut state.pods, line.sandbox, line.pod);
+            for (key, record) in line.devices {
+                put(&mut state.devices, key, record);
+            }
         }
-        match line.pod {
-            Some(pod) => state.pods.insert(line.sandbox, pod),
-            None => state.pods.remove(&line.sandbox),
-        };
-        for (key, record) in line.devices {
-            match record {
-                Some(record) => state.devices.insert(key, record),
-                None => state.devices.remove(&key),
-            };
-        }
-        return Ok(true);
-    }
-    match (line.gen, line.g) {
-        (Some(gen), _) if gen == state.generation => {
+        (None, Some(gen), _) if gen == now => {
             // Written under the lock while the pod was in this generation's
             // document, which only a whole write (a new generation) drops it from.
             let pod = state
@@ -217,25 +208,25 @@ fn apply(state: &mut LedgerState, line: LineIn) -> Result<bool, &'static str> {
                 .get_mut(&line.sandbox)
                 .ok_or("a change to a pod the ledger does not hold")?;
             for (id, record) in line.containers {
-                match record {
-                    Some(record) => pod.containers.insert(id, record),
-                    None => pod.containers.remove(&id),
-                };
+                put(&mut pod.containers, id, record);
             }
             pod.network_owner = line.owner;
         }
-        (None, Some(g)) if g == state.generation && g != NO_GENERATION => match line.pod {
-            Some(pod) => {
-                state.pods.insert(line.sandbox, pod);
-            }
-            None => {
-                state.pods.remove(&line.sandbox);
-            }
-        },
-        (Some(_), _) | (None, Some(_)) => return Ok(false),
-        (None, None) => return Err("a line names no generation"),
+        (None, None, Some(g)) if g == now && g != NO_GENERATION => {
+            put(&mut state.pods, line.sandbox, line.pod);
+        }
+        (Some(_), _, _) | (None, Some(_), _) | (None, None, Some(_)) => return Ok(false),
+        (None, None, None) => return Err("a line names no generation"),
     }
     Ok(true)
+}
+
+/// Sets `key` to `value`, or removes it for none: every line sets values.
+fn put<V>(map: &mut BTreeMap<String, V>, key: String, value: Option<V>) {
+    match value {
+        Some(value) => map.insert(key, value),
+        None => map.remove(&key),
+    };
 }
 
 #[cfg(test)]
