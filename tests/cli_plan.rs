@@ -68,10 +68,21 @@ fn plan_cmd_with_state(root: &Path, pod_text: &[u8], state: &Path, extra: &[&str
 }
 
 fn plan_ok(root: &Path, pod: &Value, extra: &[&str]) -> Value {
+    serde_json::from_slice(&plan_out(root, pod, extra)).unwrap()
+}
+
+/// The plan as `-o table` prints it.
+fn plan_table(root: &Path, pod: &Value, extra: &[&str]) -> String {
+    let extra = [extra, &["-o", "table"]].concat();
+    String::from_utf8(plan_out(root, pod, &extra)).unwrap()
+}
+
+/// What a successful `devgate plan` printed.
+fn plan_out(root: &Path, pod: &Value, extra: &[&str]) -> Vec<u8> {
     let out = plan_cmd(root, pod.to_string().as_bytes(), extra);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
-    serde_json::from_slice(&out.stdout).unwrap()
+    out.stdout
 }
 
 #[test]
@@ -296,17 +307,7 @@ fn comm_env_from_the_host_and_the_pod_spec() {
     assert_eq!(plan["warnings"], json!([]));
 
     // Another container of the pod does not set it: it gets the devgate value.
-    let out = plan_cmd(
-        fx.root(),
-        p.to_string().as_bytes(),
-        &["--container", "sidecar", "-o", "table"],
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = plan_table(fx.root(), &p, &["--container", "sidecar"]);
     assert!(
         text.contains(&format!("\nUCX_NET_DEVICES={hca}\n")),
         "{text}"
@@ -435,13 +436,7 @@ fn a_moved_vf_without_a_host_gid_is_a_note() {
         "{plan}"
     );
 
-    let out = plan_cmd(fx.root(), p.to_string().as_bytes(), &["-o", "table"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = plan_table(fx.root(), &p, &[]);
     assert!(
         text.contains("\nNOTES\ncomm_env: NCCL_IB_GID_INDEX not set"),
         "{text}"

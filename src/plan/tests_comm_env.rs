@@ -411,25 +411,17 @@ fn variables_by_case() {
             .map(|(k, v)| (k.as_str(), v.clone()))
             .collect();
         assert_eq!(got, c.want, "{}", c.name);
-        match c.warning {
-            Some(w) => assert!(
-                p.warnings.iter().any(|x| x.contains(w)),
-                "{}: {:?}",
-                c.name,
-                p.warnings
-            ),
-            None => assert!(p.warnings.is_empty(), "{}: {:?}", c.name, p.warnings),
-        }
-        match c.note {
-            Some(n) => assert!(
-                p.notes.iter().any(|x| x.contains(n)),
-                "{}: {:?}",
-                c.name,
-                p.notes
-            ),
-            None => assert!(p.notes.is_empty(), "{}: {:?}", c.name, p.notes),
-        }
+        assert_lines(c.name, "warnings", c.warning, &p.warnings);
+        assert_lines(c.name, "notes", c.note, &p.notes);
         assert_eq!(*c.gids.reads.borrow(), c.reads, "{}: gid reads", c.name);
+    }
+}
+
+/// `got` has a line containing `want`, or is empty when none is wanted.
+fn assert_lines(case: &str, what: &str, want: Option<&str>, got: &[String]) {
+    match want {
+        Some(w) => assert!(got.iter().any(|x| x.contains(w)), "{case}: {what}: {got:?}"),
+        None => assert!(got.is_empty(), "{case}: {what}: {got:?}"),
     }
 }
 
