@@ -79,8 +79,9 @@ impl Devices {
         // Whether the pod's network is owned matters only for a VF not on the
         // host: asked after the plan, so the answer is no older than what the
         // plan saw, and not asked at all in the usual case.
-        let owned = moved(&plan) && self.network_owned(&pod.id)?;
-        if moved(&plan) && !owned {
+        let away = moved(&plan);
+        let owned = away && self.network_owned(&pod.id)?;
+        if away && !owned {
             // Read while the VF was still in a pod that has since given it back.
             plan = self.replan(devices, ctr, config)?;
         }
