@@ -12,6 +12,7 @@
 //! Devices are named by minor, GPU UUID or PCI address only and are resolved against
 //! the node's inventory by [`crate::plan`]; no path, device number or command is ever
 //! taken from the pod.
+mod entry_error;
 mod last_pod;
 mod parse;
 pub mod quantity;

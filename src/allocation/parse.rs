@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::value::RawValue;
 
+use super::entry_error::{malformed, missing, negative, out_of_range, too_many};
 use super::raw::{RawEntry, RawQuantity, UniqueMap};
 use super::*;
 use crate::inventory::PciAddr;
@@ -353,50 +354,4 @@ fn check_name(
 /// At most [`MAX_ECHO`] characters of untrusted text, for error messages.
 pub(super) fn clip(s: &str) -> String {
     s.chars().take(MAX_ECHO).collect()
-}
-
-fn malformed(entry: &str, e: serde_json::Error) -> AllocationError {
-    // serde_json decodes escapes in what it quotes (an unknown field name).
-    let reason = crate::untrusted::one_line(&e.to_string(), 200);
-    AllocationError::Malformed {
-        annotation: ANN,
-        entry: entry.to_string(),
-        reason,
-    }
-}
-
-fn too_many(entry: &str, what: &'static str, limit: usize) -> AllocationError {
-    AllocationError::TooMany {
-        annotation: ANN,
-        entry: entry.to_string(),
-        what,
-        limit,
-    }
-}
-
-fn missing(entry: &str, field: &'static str) -> AllocationError {
-    AllocationError::Missing {
-        annotation: ANN,
-        entry: entry.to_string(),
-        field,
-    }
-}
-
-fn negative(entry: &str, field: &'static str, value: i64) -> AllocationError {
-    AllocationError::Negative {
-        annotation: ANN,
-        entry: entry.to_string(),
-        field,
-        value,
-    }
-}
-
-fn out_of_range(entry: &str, field: &str, value: i64, range: &'static str) -> AllocationError {
-    AllocationError::OutOfRange {
-        annotation: ANN,
-        entry: entry.to_string(),
-        field: field.to_string(),
-        value: value.unsigned_abs(),
-        range,
-    }
 }

@@ -62,7 +62,7 @@ impl LateMode {
             return None;
         };
         tracing::info!(api = %ep.base, "grant check: an api server is configured now");
-        let (mode, watch) = super::start_watch(ep, cache);
+        let (mode, watch) = super::watch::start(ep, cache);
         // Only this thread gets here within one RETRY; a lost race keeps the first.
         let _ = self.found.set(Found {
             mode,

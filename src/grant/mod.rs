@@ -148,7 +148,7 @@ impl GrantChecker {
     pub fn with_mode(mode: Mode, state_dir: &Path) -> GrantChecker {
         let cache = Arc::new(PodCache::new());
         let (checker_mode, handle) = match mode {
-            Mode::Requests(ep) => start_watch(ep, &cache),
+            Mode::Requests(ep) => watch::start(ep, &cache),
             other => (other, None),
         };
         match &checker_mode {
@@ -377,26 +377,3 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests;
 #[cfg(test)]
 mod tls_tests;
-
-/// Starts the watch of `ep`: the mode is `Requests`, or `Unavailable` when the
-/// watch cannot start.
-fn start_watch(ep: Endpoint, cache: &Arc<PodCache>) -> (Mode, Option<watch::PodWatch>) {
-    let started = watch::PodClient::new(&ep)
-        .map_err(|e| e.to_string())
-        .and_then(|client| {
-            watch::PodWatch::spawn(client, Arc::clone(cache)).map_err(|e| e.to_string())
-        });
-    match started {
-        Ok(w) => {
-            tracing::info!(api = %ep.base, node = %ep.node_name, "grant check: watching this node's pods");
-            (Mode::Requests(ep), Some(w))
-        }
-        Err(reason) => {
-            tracing::error!(api = %ep.base, error = %reason, "grant check: cannot start the pod watch");
-            (
-                Mode::Unavailable(format!("pod watch not started: {reason}")),
-                None,
-            )
-        }
-    }
-}

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use super::cache::PodCache;
 use super::credentials::{self, ClientCert, CredentialError, Secret};
 use super::model::{Bookmark, Pod, PodList, PodSummary, Status, WatchEvent};
-use super::settings::Endpoint;
+use super::settings::{Endpoint, Mode};
 
 /// Largest list page accepted (a page holds at most [`PAGE`] pods).
 pub const MAX_LIST_BYTES: u64 = 64 << 20;
@@ -363,6 +363,27 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                     pause(&mut backoff);
                 }
             }
+        }
+    }
+}
+
+/// Starts the watch of `ep`: the mode is `Requests`, or `Unavailable` when the
+/// watch cannot start.
+pub(super) fn start(ep: Endpoint, cache: &Arc<PodCache>) -> (Mode, Option<PodWatch>) {
+    let started = PodClient::new(&ep)
+        .map_err(|e| e.to_string())
+        .and_then(|client| PodWatch::spawn(client, Arc::clone(cache)).map_err(|e| e.to_string()));
+    match started {
+        Ok(w) => {
+            tracing::info!(api = %ep.base, node = %ep.node_name, "grant check: watching this node's pods");
+            (Mode::Requests(ep), Some(w))
+        }
+        Err(reason) => {
+            tracing::error!(api = %ep.base, error = %reason, "grant check: cannot start the pod watch");
+            (
+                Mode::Unavailable(format!("pod watch not started: {reason}")),
+                None,
+            )
         }
     }
 }

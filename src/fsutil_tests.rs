@@ -1,0 +1,98 @@
+//! Tests of `fsutil`.
+use super::*;
+
+/// The mode is the file's from the start: whoever reads it after the
+/// rename can, whatever the umask.
+#[test]
+fn a_replaced_file_has_its_mode_before_the_rename() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spec.json");
+    fs::write(&path, "old").unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+    replace_file_mode(&path, b"new", 0o644).unwrap();
+    let meta = fs::metadata(&path).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+    assert_eq!(fs::read(&path).unwrap(), b"new");
+    replace_file(&path, b"private").unwrap();
+    assert_eq!(
+        fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}
+
+/// A symbolic link planted as the temporary name is refused, and what it
+/// points at is left alone; a bare file name's directory is `.`.
+#[test]
+fn a_planted_link_is_never_written_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("precious");
+    fs::write(&target, "keep").unwrap();
+    let path = dir.path().join("health.json");
+    std::os::unix::fs::symlink(&target, dir.path().join("health.json.tmp")).unwrap();
+    assert!(replace_file(&path, b"new").is_err());
+    assert_eq!(fs::read(&target).unwrap(), b"keep");
+    assert!(!path.exists());
+    assert_eq!(parent_dir(Path::new("spec.json")), Path::new("."));
+    assert_eq!(parent_dir(Path::new("/run/x.json")), Path::new("/run"));
+}
+
+/// tmpfs (the default state directory, /run) needs no fsync; anything
+/// else, or anything that cannot be told, gets it.
+#[test]
+fn only_memory_filesystems_skip_the_fsync() {
+    let shm = File::open("/dev/shm").unwrap();
+    assert_eq!(Durability::of_dir(&shm), Durability::Memory);
+    let proc = File::open("/proc").unwrap();
+    assert_eq!(Durability::of_dir(&proc), Durability::Sync);
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let open = File::open(dir.path()).unwrap();
+    let (meta, _) = replace_in(&open, dir.path(), "f", b"x", Durability::Memory).unwrap();
+    assert_eq!(meta.len(), 1);
+    assert_eq!(fs::read(dir.path().join("f")).unwrap(), b"x");
+}
+
+#[test]
+fn replace_leaves_only_the_new_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    replace_file(&path, b"old").unwrap();
+    replace_file(&path, b"new").unwrap();
+    assert_eq!(fs::read(&path).unwrap(), b"new");
+    let names: Vec<_> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["state.json"]);
+}
+
+#[test]
+fn bounded_reads_stop_one_byte_past_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    fs::write(&path, b"1234").unwrap();
+    assert_eq!(read_file_bounded(&path, 4).unwrap(), b"1234");
+    let e = read_file_bounded(&path, 3).unwrap_err();
+    assert!(matches!(e, BoundedError::TooLarge { limit: 3 }), "{e}");
+    let io = std::io::Error::from(e);
+    assert_eq!(io.kind(), std::io::ErrorKind::InvalidData);
+    assert_eq!(io.to_string(), "larger than 3 bytes");
+    let missing = read_file_bounded(&dir.path().join("none"), 4).unwrap_err();
+    assert!(missing.is_not_found());
+    assert_eq!(
+        std::io::Error::from(missing).kind(),
+        std::io::ErrorKind::NotFound
+    );
+    fs::write(&path, [0xff, 0xfe]).unwrap();
+    let e = std::io::Error::from(read_text_bounded(&path, 4).unwrap_err());
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+}
+
+#[test]
+fn errors_name_the_path() {
+    let err = replace_file(Path::new("/nonexistent-dir/x.json"), b"x").unwrap_err();
+    assert!(
+        err.to_string().starts_with("/nonexistent-dir/x.json.tmp: "),
+        "{err}"
+    );
+}
