@@ -482,21 +482,26 @@ fn main() {
     );
     // Each set's median, in the order they ran: a set far from its neighbours
     // points at drift, not at the plugin.
+    let mut differences = Vec::new();
     for (set, (w, o)) in with.chunks(n).zip(without.chunks(n)).enumerate() {
         let median = |v: &[Duration]| {
             let mut v = v.to_vec();
             v.sort();
             pct(&v, 0.5)
         };
-        println!(
-            "pair {set}: devgate median {:.3} ms, no plugin {:.3} ms",
-            median(w),
-            median(o)
-        );
+        let (w, o) = (median(w), median(o));
+        differences.push(w - o);
+        println!("pair {set}: devgate median {w:.3} ms, no plugin {o:.3} ms");
     }
     let m_with = report("devgate", with);
     let m_without = report("no plugin", without);
     println!("median overhead: {:.3} ms", m_with - m_without);
+    // A step in the machine's speed between two sets moves the pooled medians
+    // above; within a pair the two sets ran next to each other.
+    println!(
+        "pairwise overhead: {:.3} ms, the mean of the pairs' differences of medians",
+        differences.iter().sum::<f64>() / differences.len().max(1) as f64
+    );
     let per = |ns: u64| ns as f64 / 1e6 / creations;
     println!(
         "plugin cpu: {:.3} ms per CreateContainer, {:.3} ms with its RemoveContainer ({creations} creations)",
