@@ -204,16 +204,8 @@ fn gpu_and_vf_plan_fields() {
     assert_eq!(p["claims"].as_array().unwrap().len(), 3);
     // Init containers get the devices unless the list leaves them out; stdin works.
     only["metadata"]["annotations"] = json!({ DEVICE_ALLOCATED: ann });
-    let out = plan_cmd(
-        fx.root(),
-        only.to_string().as_bytes(),
-        &["--pod", "-", "--container", "setup", "-o", "table"],
-    );
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && table.contains("/dev/nvidiactl"),
-        "{table}"
-    );
+    let table = plan_table(fx.root(), &only, &["--pod", "-", "--container", "setup"]);
+    assert!(table.contains("/dev/nvidiactl"), "{table}");
 }
 
 /// Every invalid or unsatisfiable allocation: exit 1 and exactly one stderr line
