@@ -3,7 +3,7 @@
 //! as kubelet does. The pod's VF is a veth pair named like the simulated VF
 //! netdev. Prints what the container got, then what came back after removal,
 //! and checks each: it exits 1, naming what was wrong, when any differs.
-//! Run as root: `sudo ./install/demo.sh`.
+//! Run as root: `./install/demo.sh`.
 #[path = "../tests/support/mod.rs"]
 mod support;
 
