@@ -20,9 +20,10 @@
 //! `DEVGATE_BENCH_PLAIN=1` the pod has no allocation: the plugin's cost for a
 //! container it gives nothing (receiving and answering the runtime's messages).
 //! With `DEVGATE_BENCH_NEW_PODS=1` every creation is the first container of a
-//! pod of its own, so each one makes the pod's claim: the pod is run before and
-//! stopped and removed after, untimed, and the next creation waits until the
-//! plugin has released the pod's devices (default 100 creations per set).
+//! pod of its own: the pod is run before (its RunPodSandbox makes the pod's
+//! claim) and stopped and removed after, untimed, and the next creation waits
+//! until the plugin has released the pod's devices (default 100 creations per
+//! set); the plugin's CPU in each RunPodSandbox is reported beside.
 //! Otherwise each creation is its pod's network owner (the hook moves the VFs
 //! in), since the container before it was removed; with `DEVGATE_BENCH_OWNER=1`
 //! a container created before the sets stays the owner, and each creation is a
@@ -165,11 +166,13 @@ fn serve_echo(mode: &str) -> ! {
     std::process::exit(0)
 }
 
-/// Plugin CPU over a set: creation calls alone, and creation plus removal.
+/// Plugin CPU over a set: creation calls alone, and creation plus removal;
+/// with a pod per creation, also its RunPodSandbox calls (the pod's claim).
 #[derive(Default)]
 struct Cpu {
     create_ns: u64,
     total_ns: u64,
+    sandbox_ns: u64,
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -243,6 +246,7 @@ fn run_set(
 ) {
     let mut plugin = plugin;
     for i in 0..n {
+        let started = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
         let pod = pods.get(cri, tag, i);
         let spec = ContainerSpec::shell(&format!("{tag}{i}"), "true");
         let before = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
@@ -255,6 +259,7 @@ fn run_set(
         }
         cri.remove_container(&id).expect("RemoveContainer");
         if let Some((pid, cpu, _)) = plugin.as_mut() {
+            cpu.sandbox_ns += before - started;
             cpu.create_ns += created - before;
             cpu.total_ns += cpu_ns(*pid) - before;
         }
@@ -301,13 +306,28 @@ fn compare(
     }
     for (i, (build, cpu)) in builds.iter().zip(&cpus).enumerate() {
         println!(
-            "[{i}] {}: {:.4} ms per CreateContainer, {:.4} ms with its RemoveContainer ({} creations)",
+            "[{i}] {}: {:.4} ms per CreateContainer, {:.4} ms with its RemoveContainer ({} creations){}",
             build.display(),
             per(cpu.create_ns, n * sets),
             per(cpu.total_ns, n * sets),
-            n * sets
+            n * sets,
+            sandbox_cpu(pods, cpu, n * sets),
         );
     }
+}
+
+/// With a pod per creation, the plugin's CPU in RunPodSandbox (where it
+/// claims the pod's devices) and in the pod's three calls together.
+fn sandbox_cpu(pods: &Pods<'_>, cpu: &Cpu, creations: usize) -> String {
+    if !matches!(pods, Pods::Fresh(..)) {
+        return String::new();
+    }
+    let per = |ns: u64| ns as f64 / 1e6 / creations.max(1) as f64;
+    format!(
+        "; {:.4} ms per RunPodSandbox, {:.4} ms per pod with both",
+        per(cpu.sandbox_ns),
+        per(cpu.sandbox_ns + cpu.total_ns)
+    )
 }
 
 /// One set with `program` as the plugin, in a process of its own, measured
@@ -504,9 +524,10 @@ fn main() {
     );
     let per = |ns: u64| ns as f64 / 1e6 / creations;
     println!(
-        "plugin cpu: {:.3} ms per CreateContainer, {:.3} ms with its RemoveContainer ({creations} creations)",
+        "plugin cpu: {:.3} ms per CreateContainer, {:.3} ms with its RemoveContainer ({creations} creations){}",
         per(cpu.create_ns),
         per(cpu.total_ns),
+        sandbox_cpu(&pods, &cpu, n * sets),
     );
     let floor = |e: &Echo| e.cpu_ns as f64 / 1e6 / e.pings.max(1) as f64;
     println!(

@@ -302,11 +302,11 @@ fn claims_survive_plugin_crash_and_vanished_pods_are_released_at_sync() {
     cri.remove_pod(&stopped).unwrap();
 }
 
-/// A pod's further containers, and a claim once the ledger has a document,
-/// are recorded by appending to the ledger's journal; SIGTERM folds it into
-/// the document, which then holds them alone.
+/// A pod's containers, and a claim once the ledger has a document, are
+/// recorded by appending to the ledger's journal; SIGTERM folds it into the
+/// document, which then holds them alone. The sandbox's start claims.
 #[test]
-fn further_containers_and_claims_are_journaled_and_folded_in_at_exit() {
+fn containers_and_claims_are_journaled_and_folded_in_at_exit() {
     require_root();
     let mut node = Node::start(&[]);
     let cri = node.cri();
@@ -314,25 +314,30 @@ fn further_containers_and_claims_are_journaled_and_folded_in_at_exit() {
     let pod = cri
         .run_pod(&PodSpec::new("two").annotation(DEVICE_ALLOCATED, &gpus(&[gpu_entry(3, &uuid)])))
         .unwrap();
-    let main = cri
-        .create_container(&pod, &ContainerSpec::shell("main", "true"))
-        .unwrap();
-    let side = cri
-        .create_container(&pod, &ContainerSpec::shell("side", "true"))
-        .unwrap();
     let (document, journal) = (
         node.state_dir().join("ledger.json"),
         node.state_dir().join("ledger.journal"),
     );
     let alone =
         || -> LedgerState { serde_json::from_slice(&std::fs::read(&document).unwrap()).unwrap() };
+    let claimed = alone();
     assert!(
-        alone().container(&main).is_some(),
-        "the first claim writes the document"
+        claimed.pods[&pod.id].containers.is_empty(),
+        "the sandbox's start claims, and the first claim writes the document"
     );
+    assert_eq!(
+        claimed.devices[&format!("gpu {uuid}")].holders[0].sandbox_id,
+        pod.id
+    );
+    let main = cri
+        .create_container(&pod, &ContainerSpec::shell("main", "true"))
+        .unwrap();
+    let side = cri
+        .create_container(&pod, &ContainerSpec::shell("side", "true"))
+        .unwrap();
     assert!(
-        alone().container(&side).is_none(),
-        "the further container is a line"
+        alone().container(&main).is_none() && alone().container(&side).is_none(),
+        "the containers are lines"
     );
     let uuid2 = node.gpu(4).uuid.clone();
     let pod2 = cri
@@ -347,7 +352,8 @@ fn further_containers_and_claims_are_journaled_and_folded_in_at_exit() {
     );
     assert!(std::fs::metadata(&journal).unwrap().len() > 0);
     let seen = node.ledger();
-    assert!(seen.container(&side).is_some() && seen.container(&other).is_some());
+    assert!(seen.container(&main).is_some() && seen.container(&side).is_some());
+    assert!(seen.container(&other).is_some());
     assert_eq!(
         seen.devices[&format!("gpu {uuid2}")].holders[0].sandbox_id,
         pod2.id

@@ -9,6 +9,12 @@
 //! a decision of its own. Only decisions that cannot change for the same inputs
 //! are kept: `granted` and `unchecked`, never a refusal or `unverified` (a pod
 //! the cache lacked may be found in it later, and must then be checked).
+//!
+//! A pod's sandbox start decides ahead of its first container
+//! ([`GrantChecker::check_ahead`]), so that the pod's claim can be made then:
+//! that decision is kept as the others, but neither logged nor counted, since
+//! no container was given anything; the first container's check takes it and
+//! logs and counts it as its own.
 
 use std::sync::Arc;
 
@@ -16,7 +22,7 @@ use crate::allocation::Allocation;
 use crate::config::Config;
 
 use super::audit::{Decision, Outcome};
-use super::PodIdentity;
+use super::{check, GrantChecker, PodIdentity};
 
 /// One kept decision and everything it was made from.
 #[derive(Debug)]
@@ -94,6 +100,53 @@ impl LastDecision {
             devices: &self.devices,
             outcome: self.outcome,
             reason: &self.reason,
+        }
+    }
+}
+
+impl GrantChecker {
+    /// Whether `pod` may be given `alloc`, decided ahead of its containers and
+    /// kept for them: neither logged nor counted, and never waiting for a pod
+    /// the cache lacks (the caller, a sandbox start, must not be held up). True
+    /// only for a decision that is kept; anything else is left to the first
+    /// container's [`GrantChecker::check`], which decides again and logs it.
+    pub fn check_ahead(
+        &self,
+        config: &Arc<Config>,
+        pod: PodIdentity<'_>,
+        alloc: &Allocation,
+    ) -> bool {
+        let mode = self.mode();
+        let inputs = Inputs {
+            config,
+            found_mode: !std::ptr::eq(mode, &self.mode),
+            pod,
+            alloc,
+        };
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.as_ref().is_some_and(|l| l.is_for(&inputs)) {
+            return true;
+        }
+        let pod_name = format!("{}/{}", pod.namespace, pod.name);
+        let Ok((outcome, reason)) = self.decide(
+            config,
+            mode,
+            pod,
+            &pod_name,
+            alloc,
+            std::time::Duration::ZERO,
+        ) else {
+            return false;
+        };
+        match LastDecision::keep(&inputs, pod_name, check::describe(alloc), outcome, reason) {
+            Some(kept) => {
+                *last = Some(kept);
+                true
+            }
+            None => false,
         }
     }
 }

@@ -146,3 +146,27 @@ fn with_the_check_off_a_new_config_is_decided_again() {
     let c = counters(off, &dir);
     assert_eq!((c.unchecked, c.refused), (2, 1), "{c:?}");
 }
+
+/// A sandbox's start decides ahead of its containers without logging or
+/// counting; its first container takes the decision and counts it, even once
+/// the watch has dropped the pod. A pod the cache lacks is not waited for.
+#[test]
+fn a_decision_ahead_is_kept_for_the_first_container_and_counted_by_it() {
+    let (api, dir, checker, config) = watching_a_gpu_pod();
+    let a = alloc(ONE_GPU);
+    assert!(checker.check_ahead(&config, id("ml", "p", "u-p"), &a));
+    assert_eq!(checker.counters(), audit::GrantCounters::default());
+    api.delete_pod("u-p");
+    assert!(gone(&checker, "u-p"));
+    checker
+        .check(&config, id("ml", "p", "u-p"), "main", &a)
+        .unwrap();
+
+    // Not in the cache, or more than requested: nothing kept, nothing counted.
+    assert!(!checker.check_ahead(&config, id("ml", "q", "u-q"), &a));
+    api.put_pod(pod("ml", "r", "u-r", NODE, &[("nvidia.com/gpu", "1")]));
+    assert!(found(&checker, "u-r"));
+    assert!(!checker.check_ahead(&config, id("ml", "r", "u-r"), &alloc(TWO_GPUS)));
+    let c = counters(checker, &dir);
+    assert_eq!((c.granted, c.refused), (1, 0), "{c:?}");
+}

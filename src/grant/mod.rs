@@ -218,7 +218,8 @@ impl GrantChecker {
         *last = None;
         let pod_name = format!("{}/{}", pod.namespace, pod.name);
         let devices = check::describe(alloc);
-        let result = self.decide(config, mode, pod, &pod_name, &devices, alloc);
+        let wait = Duration::from_millis(config.grant_wait_ms);
+        let result = self.decide(config, mode, pod, &pod_name, alloc, wait);
         let (outcome, reason) = match &result {
             Ok((outcome, reason)) => (*outcome, reason.clone()),
             Err((kind, e)) => (Outcome::Refused(*kind), error_chain(e)),
@@ -235,14 +236,15 @@ impl GrantChecker {
         result.map(|_| ()).map_err(|(_, e)| e)
     }
 
+    /// `wait`: how long a pod the cache lacks is waited for.
     fn decide(
         &self,
         config: &Config,
         mode: &Mode,
         pod: PodIdentity<'_>,
         pod_name: &str,
-        devices: &str,
         alloc: &Allocation,
+        wait: Duration,
     ) -> Result<(Outcome, String), (RefusalKind, GrantError)> {
         let namespace = |rule| {
             (
@@ -294,53 +296,51 @@ impl GrantChecker {
                     reason: reason.clone(),
                 },
             )),
-            Mode::Requests(_) => {
-                let wait = Duration::from_millis(config.grant_wait_ms);
-                match self.cache.wait_for(pod.uid, wait) {
-                    Lookup::Found(summary) if summary.mirror_of.is_some() => Err(static_pod(
-                        format!("its mirror pod is {}/{}", summary.namespace, summary.name),
-                    )),
-                    Lookup::Found(summary) => {
-                        let req = summary.request.clone().map_err(|source| {
-                            (
-                                RefusalKind::BadRequest,
-                                GrantError::BadRequest {
-                                    pod: pod_name.to_string(),
-                                    source,
-                                },
-                            )
-                        })?;
-                        check::check(&req, alloc).map_err(|source| {
-                            (
-                                RefusalKind::Mismatch,
-                                GrantError::Mismatch {
-                                    pod: pod_name.to_string(),
-                                    devices: devices.to_string(),
-                                    source,
-                                },
-                            )
-                        })?;
-                        Ok((Outcome::Granted, "matches the pod's requests".into()))
-                    }
-                    Lookup::Missing { .. } if ignore => Ok((
-                        Outcome::Unverified,
-                        "pod not in the api cache (failure_policy ignore)".into(),
-                    )),
-                    Lookup::Missing { synced } => Err((
-                        RefusalKind::UnknownPod,
-                        GrantError::UnknownPod {
-                            pod: pod_name.to_string(),
-                            uid: pod.uid.to_string(),
-                            waited_ms: config.grant_wait_ms,
-                            list_state: list_state(
-                                synced,
-                                self.cache.last_error(),
-                                self.cache.silent_for(),
-                            ),
-                        },
-                    )),
+            Mode::Requests(_) => match self.cache.wait_for(pod.uid, wait) {
+                Lookup::Found(summary) if summary.mirror_of.is_some() => Err(static_pod(format!(
+                    "its mirror pod is {}/{}",
+                    summary.namespace, summary.name
+                ))),
+                Lookup::Found(summary) => {
+                    let req = summary.request.clone().map_err(|source| {
+                        (
+                            RefusalKind::BadRequest,
+                            GrantError::BadRequest {
+                                pod: pod_name.to_string(),
+                                source,
+                            },
+                        )
+                    })?;
+                    check::check(&req, alloc).map_err(|source| {
+                        (
+                            RefusalKind::Mismatch,
+                            GrantError::Mismatch {
+                                pod: pod_name.to_string(),
+                                devices: check::describe(alloc),
+                                source,
+                            },
+                        )
+                    })?;
+                    Ok((Outcome::Granted, "matches the pod's requests".into()))
                 }
-            }
+                Lookup::Missing { .. } if ignore => Ok((
+                    Outcome::Unverified,
+                    "pod not in the api cache (failure_policy ignore)".into(),
+                )),
+                Lookup::Missing { synced } => Err((
+                    RefusalKind::UnknownPod,
+                    GrantError::UnknownPod {
+                        pod: pod_name.to_string(),
+                        uid: pod.uid.to_string(),
+                        waited_ms: config.grant_wait_ms,
+                        list_state: list_state(
+                            synced,
+                            self.cache.last_error(),
+                            self.cache.silent_for(),
+                        ),
+                    },
+                )),
+            },
         }
     }
 }

@@ -108,14 +108,16 @@ impl Ledger {
         Store::at(dir).read_unlocked()
     }
 
-    /// Claims `claims` for `pod`, all or nothing. Re-claiming the same set is a no-op.
-    pub fn claim(&self, pod: &PodRef, claims: &[Claim]) -> Result<(), LedgerError> {
+    /// Claims `claims` for `pod`, all or nothing. Re-claiming the same set is a
+    /// no-op. True when this call made the claim.
+    pub fn claim(&self, pod: &PodRef, claims: &[Claim]) -> Result<bool, LedgerError> {
         let mut txn = self.store.begin()?;
         self.check_releasing(&txn.state, pod, claims)?;
-        if claim_in(&mut txn.state, pod, claims)? {
+        let claimed = claim_in(&mut txn.state, pod, claims)?;
+        if claimed {
             txn.commit_claim(&pod.sandbox_id, &device_keys(claims))?;
         }
-        Ok(())
+        Ok(claimed)
     }
 
     /// One transaction per container creation: claims the pod's devices (all or

@@ -433,7 +433,7 @@ fn a_shared_gpu_being_released_takes_no_new_pod() {
         fn teardown(&self, _pod: &PodRecord) -> Result<(), String> {
             let joined = self.0.claim(&pod("c"), &[gpu("GPU-1", shared(10, 10))]);
             self.1.borrow_mut().push(match joined {
-                Ok(()) => "joined".to_string(),
+                Ok(_) => "joined".to_string(),
                 Err(e) => e.to_string(),
             });
             // The holder still admits further containers meanwhile.

@@ -86,6 +86,35 @@ impl DevgatePlugin {
     }
 }
 
+impl DevgatePlugin {
+    /// The pod's claim at its sandbox's start, ahead of its containers; what
+    /// cannot be done now is done, or refused, at its first container.
+    pub(super) fn claim_ahead(&self, pod: &PodSandbox) {
+        if !pod.annotations.contains_key(DEVICE_ALLOCATED) {
+            return;
+        }
+        // An invalid config refuses the pod's containers, each with its error.
+        let Ok(config) = self.config() else {
+            return;
+        };
+        let features = *self.features.read().unwrap_or_else(PoisonError::into_inner);
+        let gpu = self.gpu.get();
+        match self
+            .devices
+            .claim_ahead(pod, &config, features, gpu.health())
+        {
+            Ok(ahead) => tracing::debug!(
+                namespace = %pod.namespace, pod = %pod.name, ?ahead, "sandbox started"
+            ),
+            // Logged once, when the first container meets it (if it still does).
+            Err(e) => tracing::debug!(
+                namespace = %pod.namespace, pod = %pod.name, error = %e,
+                "claim left to the first container"
+            ),
+        }
+    }
+}
+
 /// A container's adjustment: what it was given, and the probe's variable.
 pub(super) fn combined(
     admitted: devices::Admitted,

@@ -183,57 +183,18 @@ impl Devices {
         features: RuntimeFeatures,
         health: &HealthStore,
     ) -> Result<Admitted, DeviceError> {
-        let devices = self.last_pod.parse(&pod.annotations, &pod.labels)?;
-        if devices.allocation.is_empty() {
+        let Some(devices) = self.pod_devices(pod)? else {
             return Ok(Admitted::Nothing);
-        }
-        if self.is_stopped(&pod.id) {
-            return Err(DeviceError::Stopped {
-                sandbox: pod.id.clone(),
-            });
-        }
-        let selected = devices.containers.selects(&ctr.name);
+        };
         // Only the scheduler grants devices: the pod's requests bound what it
         // gets. Checked for every container of the pod, selected or not: the
-        // claim is the pod's, and the first container to arrive makes it.
+        // claim is the pod's, and the first container to arrive makes it
+        // unless the sandbox's start made it already.
         if let Some(grant) = self.grant.get() {
-            let pod_id = crate::grant::PodIdentity {
-                namespace: &pod.namespace,
-                name: &pod.name,
-                uid: &pod.uid,
-                config_source: pod
-                    .annotations
-                    .get(crate::grant::model::CONFIG_SOURCE)
-                    .map(String::as_str),
-            };
-            grant.check(config, pod_id, &ctr.name, &devices.allocation)?;
+            grant.check(config, grant_identity(pod), &ctr.name, &devices.allocation)?;
         }
-        let key = PlanKey {
-            sandbox_id: pod.id.clone(),
-            devices: Arc::clone(&devices),
-            selected,
-            inventory: self.inventory(),
-            config: Arc::clone(config),
-            features,
-            env: plan::env_inputs(&config.comm_env, selected, &ctr.env),
-        };
-        let prepared = self
-            .last_plan
-            .get_or_build(key, || self.prepare(&devices, pod, ctr, config, features))?;
-        // An unhealthy GPU is refused before anything is claimed.
-        gpu::check_claims(health, &prepared.claims).map_err(|source| DeviceError::Health {
-            entry: match &source {
-                GpuError::Unhealthy { uuid, .. } => prepared.entry_of(&DeviceId::Gpu(uuid.clone())),
-                _ => String::new(),
-            },
-            source,
-        })?;
-        let pod_ref = PodRef {
-            sandbox_id: pod.id.clone(),
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-        };
+        let prepared = self.prepared(&devices, pod, ctr, config, features, health)?;
+        let pod_ref = pod_ref(pod);
         let record = ContainerRecord {
             name: ctr.name.clone(),
             devices: prepared.device_paths.clone(),
@@ -290,6 +251,59 @@ impl Devices {
         Ok(admitted)
     }
 
+    /// The pod's parsed allocation; `None` when it has none. A stopped pod's
+    /// creation is refused.
+    fn pod_devices(
+        &self,
+        pod: &PodSandbox,
+    ) -> Result<Option<Arc<allocation::PodDevices>>, DeviceError> {
+        let devices = self.last_pod.parse(&pod.annotations, &pod.labels)?;
+        if devices.allocation.is_empty() {
+            return Ok(None);
+        }
+        if self.is_stopped(&pod.id) {
+            return Err(DeviceError::Stopped {
+                sandbox: pod.id.clone(),
+            });
+        }
+        Ok(Some(devices))
+    }
+
+    /// The prepared plan for `ctr`, its GPUs checked healthy: everything
+    /// before the claim.
+    fn prepared(
+        &self,
+        devices: &Arc<allocation::PodDevices>,
+        pod: &PodSandbox,
+        ctr: &Container,
+        config: &Arc<Config>,
+        features: RuntimeFeatures,
+        health: &HealthStore,
+    ) -> Result<Arc<super::last_plan::Prepared>, DeviceError> {
+        let selected = devices.containers.selects(&ctr.name);
+        let key = PlanKey {
+            sandbox_id: pod.id.clone(),
+            devices: Arc::clone(devices),
+            selected,
+            inventory: self.inventory(),
+            config: Arc::clone(config),
+            features,
+            env: plan::env_inputs(&config.comm_env, selected, &ctr.env),
+        };
+        let prepared = self
+            .last_plan
+            .get_or_build(key, || self.prepare(devices, pod, ctr, config, features))?;
+        // An unhealthy GPU is refused before anything is claimed.
+        gpu::check_claims(health, &prepared.claims).map_err(|source| DeviceError::Health {
+            entry: match &source {
+                GpuError::Unhealthy { uuid, .. } => prepared.entry_of(&DeviceId::Gpu(uuid.clone())),
+                _ => String::new(),
+            },
+            source,
+        })?;
+        Ok(prepared)
+    }
+
     /// Forgets what was kept for a pod that is gone.
     pub fn forget_pod(&self, sandbox_id: &str) {
         self.last_plan.forget(sandbox_id);
@@ -322,6 +336,33 @@ impl Devices {
             .contains(sandbox_id)
     }
 }
+
+/// The pod as the ledger names it.
+fn pod_ref(pod: &PodSandbox) -> PodRef {
+    PodRef {
+        sandbox_id: pod.id.clone(),
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+    }
+}
+
+/// The pod as the grant check knows it.
+fn grant_identity(pod: &PodSandbox) -> crate::grant::PodIdentity<'_> {
+    crate::grant::PodIdentity {
+        namespace: &pod.namespace,
+        name: &pod.name,
+        uid: &pod.uid,
+        config_source: pod
+            .annotations
+            .get(crate::grant::model::CONFIG_SOURCE)
+            .map(String::as_str),
+    }
+}
+
+#[path = "ahead.rs"]
+mod ahead;
+pub use ahead::Ahead;
 
 #[path = "prepare.rs"]
 mod prepare;

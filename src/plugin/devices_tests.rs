@@ -351,6 +351,9 @@ fn a_held_device_is_refused_by_its_entry() {
     );
 }
 
+#[path = "devices_ahead_tests.rs"]
+mod ahead;
+
 #[path = "devices_refresh_tests.rs"]
 mod refresh;
 

@@ -39,9 +39,11 @@ use gpu_slot::GpuSlot;
 use hook_path::default_hook_path;
 pub use hook_path::{hook_beside, INSTALLED_HOOK};
 
-/// The events devgate subscribes to: creation applies a plan; container and
-/// pod removal release what it applied.
-pub const EVENTS: EventMask = EventMask::of(Event::CREATE_CONTAINER)
+/// The events devgate subscribes to: a sandbox's start claims its pod's
+/// devices, creation applies a plan; container and pod removal release what
+/// they applied.
+pub const EVENTS: EventMask = EventMask::of(Event::RUN_POD_SANDBOX)
+    .with(Event::CREATE_CONTAINER)
     .with(Event::STOP_POD_SANDBOX)
     .with(Event::REMOVE_POD_SANDBOX)
     .with(Event::REMOVE_CONTAINER);
@@ -341,6 +343,13 @@ impl nri::Plugin for DevgatePlugin {
             Err(e) => tracing::debug!(error = %e, "start-up pages kept"),
         }
         Ok(Vec::new())
+    }
+
+    /// Never fails: a refusal is the first container's (see `devices::ahead`).
+    fn run_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
+        self.gpu.note_pod(pod, &self.options.state_dir);
+        self.claim_ahead(pod);
+        Ok(())
     }
 
     fn stop_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {

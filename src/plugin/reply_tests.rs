@@ -63,3 +63,61 @@ async fn a_pods_containers_get_its_prepared_adjustment_as_encoded() {
     );
     assert_eq!(probed.adjust.linux, first.adjust.linux);
 }
+
+fn gpu_pod(fixture: &crate::fixture::Fixture, id: &str) -> PodSandbox {
+    let gpu = &fixture.expected().gpus[2];
+    PodSandbox {
+        id: id.to_string(),
+        uid: format!("uid-{id}"),
+        ..allocated_pod(&format!(
+            r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}]}}"#,
+            gpu.minor, gpu.uuid
+        ))
+    }
+}
+
+/// Through the runtime, over StateChange (containerd 1.7) and over the
+/// per-event RPC (NRI v0.12): a sandbox's start claims its pod's devices; a
+/// second pod's start never fails, claims nothing, and leaves the refusal to
+/// its container; the first pod's removal releases its claim.
+#[tokio::test]
+async fn a_sandbox_start_claims_and_never_fails_the_sandbox() {
+    for runtime in [FakeConfig::containerd_1_7(), FakeConfig::nri_v0_12()] {
+        let (plugin, fixture, _state) = hgx_plugin();
+        let (p, conn, _dir) = connect(plugin, runtime).await;
+        let conn = conn.unwrap();
+        let (pod, other) = (gpu_pod(&fixture, "a"), gpu_pod(&fixture, "b"));
+        let start = |pod| conn.event(nri::api::Event::RUN_POD_SANDBOX, pod, None);
+        start(&pod).await.unwrap();
+        let snap = p.devices().ledger().snapshot().unwrap();
+        let uuid = &fixture.expected().gpus[2].uuid;
+        let claimed: Vec<_> = snap.pods["a"].claims.iter().map(|c| &c.device).collect();
+        assert_eq!(claimed, [&crate::ledger::DeviceId::Gpu(uuid.clone())]);
+        assert!(snap.pods["a"].containers.is_empty());
+
+        start(&other).await.unwrap();
+        assert!(!p
+            .devices()
+            .ledger()
+            .snapshot()
+            .unwrap()
+            .pods
+            .contains_key("b"));
+        let err = conn.create_container(&other, &container("x")).await;
+        let status = rpc_status(err.unwrap_err());
+        assert!(
+            status.message().contains("is held by pod"),
+            "{}",
+            status.message()
+        );
+
+        let first = conn.create_container(&pod, &container("c")).await.unwrap();
+        let node = format!("/dev/nvidia{}", fixture.expected().gpus[2].minor);
+        assert!(first.adjust.linux.devices.iter().any(|d| d.path == node));
+        conn.event(nri::api::Event::REMOVE_POD_SANDBOX, &pod, None)
+            .await
+            .unwrap();
+        assert!(p.wait_for_releases(LIMIT));
+        assert!(p.devices().ledger().snapshot().unwrap().pods.is_empty());
+    }
+}

@@ -220,11 +220,12 @@ fn allocated_pod(value: &str) -> PodSandbox {
 async fn unapplicable_allocation_fails_closed_by_default() {
     let (plugin, _state) = plugin(Config::default(), false);
     let (p, conn, _dir) = connect(plugin, FakeConfig::containerd_1_7()).await;
-    let err = conn
-        .unwrap()
-        .create_container(&allocated_pod(r#"{"gpu":[{"minor":0}]}"#), &ctr())
+    let (conn, pod) = (conn.unwrap(), allocated_pod(r#"{"gpu":[{"minor":0}]}"#));
+    // The sandbox starts: the refusal is its container's, which kubelet shows.
+    conn.event(nri::api::Event::RUN_POD_SANDBOX, &pod, None)
         .await
-        .unwrap_err();
+        .unwrap();
+    let err = conn.create_container(&pod, &ctr()).await.unwrap_err();
     let status = rpc_status(err);
     assert_eq!(status.code(), Code::FAILED_PRECONDITION);
     assert!(
