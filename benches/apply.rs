@@ -3,6 +3,8 @@
 //! transaction, the adjustment), then the RemoveContainer ledger update. The
 //! ledger sits on tmpfs (/dev/shm), as /run/devgate does on a node. This is the
 //! CPU the end-to-end `create_container` bench attributes to devgate, minus NRI.
+//! With a pod of its own per container: the claim made by the container, and
+//! made at the sandbox's start (`Devices::claim_ahead`) before it.
 use std::hint::black_box;
 
 use criterion::{criterion_group, Criterion};
@@ -98,7 +100,75 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+/// A pod's claim made at its sandbox's start (`Devices::claim_ahead`), as the
+/// plugin makes it at RunPodSandbox: the sandbox's work and its first
+/// container's together, then the first container's alone.
+fn bench_ahead(c: &mut Criterion) {
+    let host = tempfile::tempdir().expect("host dir");
+    let fixture = HostRootBuilder::hgx().build(host.path()).expect("fixture");
+    let state = tempfile::tempdir_in("/dev/shm").expect("tmpfs state dir");
+    let devices = Devices::open(
+        fixture.root(),
+        &state.path().join("run"),
+        "/usr/local/bin/devgate-hook".into(),
+    )
+    .expect("devices");
+    let template = pod(fixture.expected());
+    let config = std::sync::Arc::new(Config::default());
+    let health = devgate::gpu::HealthStore::new(&state.path().join("health"));
+    let features = RuntimeFeatures::default();
+    let mut n = 0u64;
+    let mut next_pod = || {
+        n += 1;
+        let mut pod = template.clone();
+        pod.id = format!("sandbox{n}");
+        pod.uid = format!("uid{n}");
+        (pod, n)
+    };
+    let ahead = |pod: &PodSandbox| {
+        let done = devices.claim_ahead(pod, &config, features, &health);
+        black_box(done.expect("claim ahead"));
+    };
+    let first = |pod: &PodSandbox, n: u64| {
+        let ctr = Container {
+            id: format!("c{n}"),
+            name: "main".into(),
+            ..Default::default()
+        };
+        black_box(devices.apply(pod, &ctr, &config, features, &health).expect("apply"));
+    };
+    let release = |pod: &PodSandbox| {
+        devices
+            .ledger()
+            .release_pod(&pod.id, &devgate::ledger::NoTeardown)
+            .expect("release");
+        devices.pod_removed(&pod.id);
+    };
+    c.bench_function("apply/sandbox_claim_first_container_and_release_4gpu_4vf", |b| {
+        b.iter(|| {
+            let (pod, n) = next_pod();
+            ahead(&pod);
+            first(&pod, n);
+            release(&pod);
+        })
+    });
+    c.bench_function("apply/first_container_after_sandbox_claim_4gpu_4vf", |b| {
+        b.iter_custom(|iters| {
+            let mut timed = std::time::Duration::ZERO;
+            for _ in 0..iters {
+                let (pod, n) = next_pod();
+                ahead(&pod);
+                let start = std::time::Instant::now();
+                first(&pod, n);
+                timed += start.elapsed();
+                release(&pod);
+            }
+            timed
+        })
+    });
+}
+
+criterion_group!(benches, bench, bench_ahead);
 
 fn main() {
     benches();

@@ -20,7 +20,7 @@ use crate::allocation::{ContainerSelector, PodDevices};
 use crate::config::Config;
 use crate::gpu::HealthStore;
 
-use super::{grant_identity, pod_ref, DeviceError, Devices, RuntimeFeatures};
+use super::{grant_identity, pod_ref, Admitted, DeviceError, Devices, RuntimeFeatures};
 
 /// What the sandbox's start did with the pod's devices.
 #[derive(Debug, PartialEq, Eq)]
@@ -69,6 +69,13 @@ impl Devices {
                 tracing::warn!(pod = %pod_ref, warning = %w, "plan");
             }
         }
+        // The reply the first container takes, encoded now: with network
+        // actions it is the network owner's, as the pod has none yet.
+        let reply = match prepared.resolved {
+            Some(_) => Admitted::Owner(prepared),
+            None => Admitted::Prepared(prepared),
+        };
+        reply.encoded();
         Ok(Ahead::Claimed)
     }
 }
