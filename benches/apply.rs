@@ -135,7 +135,11 @@ fn bench_ahead(c: &mut Criterion) {
             name: "main".into(),
             ..Default::default()
         };
-        black_box(devices.apply(pod, &ctr, &config, features, &health).expect("apply"));
+        black_box(
+            devices
+                .apply(pod, &ctr, &config, features, &health)
+                .expect("apply"),
+        );
     };
     let release = |pod: &PodSandbox| {
         devices
@@ -144,14 +148,17 @@ fn bench_ahead(c: &mut Criterion) {
             .expect("release");
         devices.pod_removed(&pod.id);
     };
-    c.bench_function("apply/sandbox_claim_first_container_and_release_4gpu_4vf", |b| {
-        b.iter(|| {
-            let (pod, n) = next_pod();
-            ahead(&pod);
-            first(&pod, n);
-            release(&pod);
-        })
-    });
+    c.bench_function(
+        "apply/sandbox_claim_first_container_and_release_4gpu_4vf",
+        |b| {
+            b.iter(|| {
+                let (pod, n) = next_pod();
+                ahead(&pod);
+                first(&pod, n);
+                release(&pod);
+            })
+        },
+    );
     c.bench_function("apply/first_container_after_sandbox_claim_4gpu_4vf", |b| {
         b.iter_custom(|iters| {
             let mut timed = std::time::Duration::ZERO;
