@@ -15,5 +15,6 @@ pub mod logging;
 pub mod netdev;
 pub mod plan;
 pub mod plugin;
+pub mod recent;
 pub mod residency;
 pub mod untrusted;

@@ -1,23 +1,25 @@
-//! The last pod's parsed devices. A pod's containers are created one after another
-//! with the same annotations, and for every container after the first, parsing the
-//! allocation is the largest part of what its creation costs. The entry is keyed by
-//! the exact texts [`parse_pod`] reads, so a hit returns what parsing would.
+//! The recent pods' parsed devices (`crate::recent`). A pod's sandbox start and
+//! its containers come with the same annotations, and for each but the first,
+//! parsing the allocation is the largest part of what its creation costs. An
+//! entry is keyed by the exact texts [`parse_pod`] reads, so a hit returns what
+//! parsing would.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use super::{parse_pod, AllocationError, Metadata, PodDevices};
 use super::{CONTAINERS, DEVICE_ALLOCATED, GPU_ISOLATION_PROVIDER, VF_SETTINGS};
+use crate::recent::Recent;
 
 /// The inputs of [`parse_pod`]: three annotations and one label.
 type Key<T> = [Option<T>; 4];
 
 #[derive(Debug, Default)]
 pub struct LastPod {
-    entry: Mutex<Option<(Key<String>, Arc<PodDevices>)>>,
+    entries: Recent<Key<String>, PodDevices>,
 }
 
 impl LastPod {
-    /// [`parse_pod`], answered from the last pod when its texts are the same.
+    /// [`parse_pod`], answered from a recent pod when its texts are the same.
     /// Only pods with an allocation are kept; errors are not.
     pub fn parse(
         &self,
@@ -30,15 +32,15 @@ impl LastPod {
             labels.get_value(GPU_ISOLATION_PROVIDER),
             annotations.get_value(VF_SETTINGS),
         ];
-        let mut entry = self.entry.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((last, devices)) = entry.as_ref() {
-            if last.iter().map(Option::as_deref).eq(key) {
-                return Ok(Arc::clone(devices));
-            }
+        let same = |kept: &Key<String>| kept.iter().map(Option::as_deref).eq(key);
+        if let Some(devices) = self.entries.find(same) {
+            return Ok(devices);
         }
         let devices = Arc::new(parse_pod(annotations, labels)?);
         if key[0].is_some() {
-            *entry = Some((key.map(|k| k.map(str::to_owned)), Arc::clone(&devices)));
+            let owned = key.map(|k| k.map(str::to_owned));
+            self.entries
+                .put(owned, Arc::clone(&devices), |new, old| new == old);
         }
         Ok(devices)
     }
@@ -104,6 +106,6 @@ mod tests {
         assert!(last.parse(&bad, &none).is_err());
         assert!(last.parse(&bad, &none).is_err());
         assert!(last.parse(&none, &none).unwrap().allocation.is_empty());
-        assert!(last.entry.lock().unwrap().is_none());
+        assert!(last.entries.is_empty());
     }
 }

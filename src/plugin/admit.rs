@@ -84,9 +84,7 @@ impl DevgatePlugin {
         }
         Ok((admitted, probe))
     }
-}
 
-impl DevgatePlugin {
     /// The pod's claim at its sandbox's start, ahead of its containers; what
     /// cannot be done now is done, or refused, at its first container.
     pub(super) fn claim_ahead(&self, pod: &PodSandbox) {

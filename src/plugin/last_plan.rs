@@ -1,16 +1,17 @@
-//! The last pod's prepared plan. A pod's containers are created one after
-//! another against the same allocation, inventory and config; for every
-//! container after the first, building the plan and the adjustment again would
-//! repeat the same work (the largest step of a creation after the claim). The
-//! entry is keyed by everything the plan is made from, so a hit returns what
-//! building would, except for one thing: the GID tables of RoCE ports whose
-//! netdev stays on the host are read for the pod's first container only, so all
-//! containers of a pod get the same `NCCL_IB_GID_INDEX`.
+//! The recent pods' prepared plans (`crate::recent`, one per pod). A pod's
+//! containers are created one after another against the same allocation,
+//! inventory and config; for each, building the plan and the adjustment again
+//! would repeat the same work (the largest step of a creation after the claim),
+//! and the pod's sandbox start prepared it for the first. An entry is keyed by
+//! everything the plan is made from, so a hit returns what building would,
+//! except for one thing: the GID tables of RoCE ports whose netdev stays on the
+//! host are read when the pod's plan is first made, so all containers of a pod
+//! get the same `NCCL_IB_GID_INDEX`.
 //!
 //! What is checked at each creation whatever the cache holds: the grant
 //! decision, GPU health and the claim.
 
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 
 use nri::api::ContainerAdjustment;
 use nri::stub::EncodedReply;
@@ -19,6 +20,7 @@ use crate::allocation::PodDevices;
 use crate::config::Config;
 use crate::inventory::Inventory;
 use crate::ledger::{Claim, DeviceId, NetworkNeed};
+use crate::recent::Recent;
 
 use super::adjust::{add_hook, create_response, HookSpec};
 use super::devices::RuntimeFeatures;
@@ -162,43 +164,37 @@ impl PlanKey {
     }
 }
 
+/// The prepared plans of the most recent pods, one per pod.
 #[derive(Default)]
 pub struct LastPlan {
-    entry: Mutex<Option<(PlanKey, Arc<Prepared>)>>,
+    entries: Recent<PlanKey, Prepared>,
 }
 
 impl LastPlan {
-    /// The prepared plan for `key`: the last one when it was made from the same
-    /// inputs, else `build`'s, which is kept. Errors are not kept.
+    /// The prepared plan for `key`: a kept one when it was made from the same
+    /// inputs, else `build`'s, which is kept as its pod's. Errors are not kept.
     pub fn get_or_build<E>(
         &self,
         key: PlanKey,
         build: impl FnOnce() -> Result<Prepared, E>,
     ) -> Result<Arc<Prepared>, E> {
-        {
-            let entry = self.entry.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some((last, prepared)) = entry.as_ref() {
-                if last.same(&key) {
-                    return Ok(Arc::clone(prepared));
-                }
-            }
+        if let Some(prepared) = self.entries.find(|k| k.same(&key)) {
+            return Ok(prepared);
         }
         // Built without the lock: a slow plan (a re-read inventory) holds up no one.
         let prepared = Arc::new(build()?);
-        let mut entry = self.entry.lock().unwrap_or_else(PoisonError::into_inner);
-        *entry = prepared.keep.then(|| (key, Arc::clone(&prepared)));
+        if prepared.keep {
+            let same_pod = |new: &PlanKey, old: &PlanKey| new.sandbox_id == old.sandbox_id;
+            self.entries.put(key, Arc::clone(&prepared), same_pod);
+        } else {
+            self.entries.remove(|k| k.sandbox_id == key.sandbox_id);
+        }
         Ok(prepared)
     }
 
     /// Forgets the entry of a pod that is gone.
     pub fn forget(&self, sandbox_id: &str) {
-        let mut entry = self.entry.lock().unwrap_or_else(PoisonError::into_inner);
-        if entry
-            .as_ref()
-            .is_some_and(|(k, _)| k.sandbox_id == sandbox_id)
-        {
-            *entry = None;
-        }
+        self.entries.remove(|k| k.sandbox_id == sandbox_id);
     }
 }
 
@@ -279,6 +275,40 @@ mod tests {
             build_count(&last, k, &mut built);
             assert_eq!(built, before + 1, "change {i} reused the entry");
         }
+    }
+
+    /// Pods started side by side keep their own entries: a pod's container
+    /// finds its plan after another pod's sandbox started. A plan that may not
+    /// be kept drops its pod's entry.
+    #[test]
+    fn interleaved_pods_each_keep_their_plan() {
+        let last = LastPlan::default();
+        let devices = Arc::new(PodDevices::default());
+        let inv = Arc::new(Inventory::default());
+        let cfg = Arc::new(Config::default());
+        let mut built = 0;
+        let a = build_count(&last, key("a", &devices, &inv, &cfg), &mut built);
+        let b = build_count(&last, key("b", &devices, &inv, &cfg), &mut built);
+        assert!(Arc::ptr_eq(
+            &a,
+            &build_count(&last, key("a", &devices, &inv, &cfg), &mut built)
+        ));
+        assert!(Arc::ptr_eq(
+            &b,
+            &build_count(&last, key("b", &devices, &inv, &cfg), &mut built)
+        ));
+        assert_eq!(built, 2);
+        let mut other_env = key("a", &devices, &inv, &cfg);
+        other_env.env = vec![Some("=mlx5_0".into())];
+        let unkept = last.get_or_build(other_env, || -> Result<_, ()> {
+            Ok(Prepared {
+                keep: false,
+                ..prepared("moved")
+            })
+        });
+        assert!(unkept.is_ok());
+        build_count(&last, key("a", &devices, &inv, &cfg), &mut built);
+        assert_eq!(built, 3, "the unkept plan dropped a's entry");
     }
 
     #[test]
