@@ -459,9 +459,13 @@ fn main() {
     } else {
         spec.annotation(DEVICE_ALLOCATED, &pod_allocation(&node))
     };
-    let pod = cri.run_pod(&spec).expect("RunPodSandbox");
+    // Idle: registered, synchronized (its start-up pages dropped; the moment
+    // after registration is left to it), and before any pod, since a pod's
+    // sandbox start already makes its claim.
+    std::thread::sleep(Duration::from_millis(200));
     let pid = node.plugin.pid().expect("plugin pid");
     let idle_rss = rss_kib(pid);
+    let pod = cri.run_pod(&spec).expect("RunPodSandbox");
     // Warm-up: first creations pull the image into the snapshotter.
     let mut warm = Vec::new();
     run_set(&cri, &Pods::Shared(&pod), 5, "warm", &mut warm, None);
