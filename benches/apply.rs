@@ -41,121 +41,126 @@ fn pod(inv: &devgate::inventory::Inventory) -> PodSandbox {
     pod
 }
 
-fn bench(c: &mut Criterion) {
-    let host = tempfile::tempdir().expect("host dir");
-    let fixture = HostRootBuilder::hgx().build(host.path()).expect("fixture");
-    let state = tempfile::tempdir_in("/dev/shm").expect("tmpfs state dir");
-    let devices = Devices::open(
-        fixture.root(),
-        &state.path().join("run"),
-        "/usr/local/bin/devgate-hook".into(),
-    )
-    .expect("devices");
-    let pod = pod(fixture.expected());
-    let config = std::sync::Arc::new(Config::default());
-    let health = devgate::gpu::HealthStore::new(&state.path().join("health"));
-    let mut n = 0u64;
-    // Container number `n` of `pod`, applied: its id.
-    let apply = |pod: &PodSandbox, n: u64| {
+/// The HGX fixture, the plugin's devices on it with their ledger on tmpfs, and
+/// the pod every measurement starts from.
+struct Node {
+    _host: tempfile::TempDir,
+    _state: tempfile::TempDir,
+    devices: Devices,
+    pod: PodSandbox,
+    config: std::sync::Arc<Config>,
+    health: devgate::gpu::HealthStore,
+}
+
+impl Node {
+    fn new() -> Node {
+        let host = tempfile::tempdir().expect("host dir");
+        let fixture = HostRootBuilder::hgx().build(host.path()).expect("fixture");
+        let state = tempfile::tempdir_in("/dev/shm").expect("tmpfs state dir");
+        let devices = Devices::open(
+            fixture.root(),
+            &state.path().join("run"),
+            "/usr/local/bin/devgate-hook".into(),
+        )
+        .expect("devices");
+        Node {
+            pod: pod(fixture.expected()),
+            config: std::sync::Arc::new(Config::default()),
+            health: devgate::gpu::HealthStore::new(&state.path().join("health")),
+            devices,
+            _host: host,
+            _state: state,
+        }
+    }
+
+    /// Container number `n` of `pod`, applied: its id.
+    fn apply(&self, pod: &PodSandbox, n: u64) -> String {
         let ctr = Container {
             id: format!("c{n}"),
             name: "main".into(),
             ..Default::default()
         };
-        let adjust = devices.apply(pod, &ctr, &config, RuntimeFeatures::default(), &health);
+        let adjust = self.devices.apply(
+            pod,
+            &ctr,
+            &self.config,
+            RuntimeFeatures::default(),
+            &self.health,
+        );
         black_box(adjust.expect("apply"));
         ctr.id
-    };
+    }
+
+    /// Pod number `n`: the node's pod, as a pod of its own.
+    fn pod_of_its_own(&self, n: u64) -> PodSandbox {
+        let mut pod = self.pod.clone();
+        pod.id = format!("sandbox{n}");
+        pod.uid = format!("uid{n}");
+        pod
+    }
+
+    /// The pod's claim at its sandbox's start, as the plugin makes it at RunPodSandbox.
+    fn claim_ahead(&self, pod: &PodSandbox) {
+        let done =
+            self.devices
+                .claim_ahead(pod, &self.config, RuntimeFeatures::default(), &self.health);
+        black_box(done.expect("claim ahead"));
+    }
+
+    /// The pod's devices given back, as its removal does.
+    fn release(&self, pod: &PodSandbox) {
+        self.devices
+            .ledger()
+            .release_pod(&pod.id, &devgate::ledger::NoTeardown)
+            .expect("release");
+        self.devices.pod_removed(&pod.id);
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let node = Node::new();
+    let pod = &node.pod;
+    let mut n = 0u64;
     c.bench_function("apply/create_and_remove_4gpu_4vf", |b| {
         b.iter(|| {
             n += 1;
-            let id = apply(&pod, n);
-            devices
+            let id = node.apply(pod, n);
+            node.devices
                 .ledger()
                 .remove_container(&pod.id, &id)
                 .expect("remove");
         })
     });
     // The pod above gives its devices back for the pods below.
-    devices
-        .ledger()
-        .release_pod(&pod.id, &devgate::ledger::NoTeardown)
-        .expect("release");
+    node.release(pod);
     // Every container the first of a pod of its own: it parses the pod's
     // allocation, builds the plan and makes the pod's claim; the release after
     // it is part of the loop.
     c.bench_function("apply/new_pod_claim_and_release_4gpu_4vf", |b| {
         b.iter(|| {
             n += 1;
-            let mut pod = pod.clone();
-            pod.id = format!("sandbox{n}");
-            pod.uid = format!("uid{n}");
-            apply(&pod, n);
-            devices
-                .ledger()
-                .release_pod(&pod.id, &devgate::ledger::NoTeardown)
-                .expect("release");
-            devices.pod_removed(&pod.id);
+            let pod = node.pod_of_its_own(n);
+            node.apply(&pod, n);
+            node.release(&pod);
         })
     });
 }
 
-/// A pod's claim made at its sandbox's start (`Devices::claim_ahead`), as the
-/// plugin makes it at RunPodSandbox: the sandbox's work and its first
-/// container's together, then the first container's alone.
+/// A pod's claim made at its sandbox's start (`Devices::claim_ahead`): the
+/// sandbox's work and its first container's together, then the first
+/// container's alone.
 fn bench_ahead(c: &mut Criterion) {
-    let host = tempfile::tempdir().expect("host dir");
-    let fixture = HostRootBuilder::hgx().build(host.path()).expect("fixture");
-    let state = tempfile::tempdir_in("/dev/shm").expect("tmpfs state dir");
-    let devices = Devices::open(
-        fixture.root(),
-        &state.path().join("run"),
-        "/usr/local/bin/devgate-hook".into(),
-    )
-    .expect("devices");
-    let template = pod(fixture.expected());
-    let config = std::sync::Arc::new(Config::default());
-    let health = devgate::gpu::HealthStore::new(&state.path().join("health"));
-    let features = RuntimeFeatures::default();
+    let node = Node::new();
     let mut n = 0u64;
-    let mut next_pod = || {
-        n += 1;
-        let mut pod = template.clone();
-        pod.id = format!("sandbox{n}");
-        pod.uid = format!("uid{n}");
-        (pod, n)
-    };
-    let ahead = |pod: &PodSandbox| {
-        let done = devices.claim_ahead(pod, &config, features, &health);
-        black_box(done.expect("claim ahead"));
-    };
-    let first = |pod: &PodSandbox, n: u64| {
-        let ctr = Container {
-            id: format!("c{n}"),
-            name: "main".into(),
-            ..Default::default()
-        };
-        black_box(
-            devices
-                .apply(pod, &ctr, &config, features, &health)
-                .expect("apply"),
-        );
-    };
-    let release = |pod: &PodSandbox| {
-        devices
-            .ledger()
-            .release_pod(&pod.id, &devgate::ledger::NoTeardown)
-            .expect("release");
-        devices.pod_removed(&pod.id);
-    };
     c.bench_function(
         "apply/sandbox_claim_first_container_and_release_4gpu_4vf",
         |b| {
             b.iter(|| {
-                let (pod, n) = next_pod();
-                ahead(&pod);
-                first(&pod, n);
-                release(&pod);
+                n += 1;
+                let pod = node.pod_of_its_own(n);
+                node.claim_ahead(&pod);
+                node.apply(&pod, n);
+                node.release(&pod);
             })
         },
     );
@@ -163,12 +168,13 @@ fn bench_ahead(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let mut timed = std::time::Duration::ZERO;
             for _ in 0..iters {
-                let (pod, n) = next_pod();
-                ahead(&pod);
+                n += 1;
+                let pod = node.pod_of_its_own(n);
+                node.claim_ahead(&pod);
                 let start = std::time::Instant::now();
-                first(&pod, n);
+                node.apply(&pod, n);
                 timed += start.elapsed();
-                release(&pod);
+                node.release(&pod);
             }
             timed
         })
