@@ -105,6 +105,23 @@ impl LastDecision {
 }
 
 impl GrantChecker {
+    /// The mode in force, and what a decision under it is made from.
+    pub(super) fn inputs<'a>(
+        &'a self,
+        config: &'a Arc<Config>,
+        pod: PodIdentity<'a>,
+        alloc: &'a Allocation,
+    ) -> (&'a super::Mode, Inputs<'a>) {
+        let mode = self.mode();
+        let inputs = Inputs {
+            config,
+            found_mode: !std::ptr::eq(mode, &self.mode),
+            pod,
+            alloc,
+        };
+        (mode, inputs)
+    }
+
     /// Whether `pod` may be given `alloc`, decided ahead of its containers and
     /// kept for them: neither logged nor counted, and never waiting for a pod
     /// the cache lacks (the caller, a sandbox start, must not be held up). True
@@ -116,13 +133,7 @@ impl GrantChecker {
         pod: PodIdentity<'_>,
         alloc: &Allocation,
     ) -> bool {
-        let mode = self.mode();
-        let inputs = Inputs {
-            config,
-            found_mode: !std::ptr::eq(mode, &self.mode),
-            pod,
-            alloc,
-        };
+        let (mode, inputs) = self.inputs(config, pod, alloc);
         let mut last = self
             .last
             .lock()

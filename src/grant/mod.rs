@@ -201,13 +201,7 @@ impl GrantChecker {
         container: &str,
         alloc: &Allocation,
     ) -> Result<(), GrantError> {
-        let mode = self.mode();
-        let inputs = last::Inputs {
-            config,
-            found_mode: !std::ptr::eq(mode, &self.mode),
-            pod,
-            alloc,
-        };
+        let (mode, inputs) = self.inputs(config, pod, alloc);
         // Held through the decision, so that the kept one is the last the
         // audit saw.
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
