@@ -49,6 +49,7 @@ impl<K, V> Recent<K, V> {
         entries.retain(|(k, _)| !which(k));
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries
             .lock()
@@ -56,6 +57,7 @@ impl<K, V> Recent<K, V> {
             .len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -65,7 +65,8 @@ fn a_sandbox_start_claims_nothing_its_first_container_would_be_refused() {
     let held = claim_ahead(&node, &node.pod).unwrap_err();
     assert!(matches!(held, DeviceError::Claim { .. }), "{held}");
 
-    let node = node_with_unhealthy_gpu();
+    let node = super::node();
+    mark_unhealthy(&node);
     let unhealthy = claim_ahead(&node, &node.pod).unwrap_err();
     assert!(
         matches!(unhealthy, DeviceError::Health { .. }),
@@ -86,15 +87,6 @@ fn a_sandbox_start_claims_nothing_its_first_container_would_be_refused() {
     plain.annotations.clear();
     assert_eq!(claim_ahead(&node, &plain).unwrap(), Ahead::Nothing);
     assert!(node.devices.ledger().snapshot().unwrap().pods.is_empty());
-}
-
-fn node_with_unhealthy_gpu() -> Node {
-    let node = node();
-    let uuid = &node.fixture.expected().gpus[0].uuid;
-    crate::gpu::HealthStore::new(&node.dir.path().join("health"))
-        .mark(uuid, &[crate::gpu::health::Fault::DoubleBitEcc], 1)
-        .unwrap();
-    node
 }
 
 /// A pod the grant check cannot let through yet claims nothing at its start,

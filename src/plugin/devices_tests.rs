@@ -196,6 +196,15 @@ fn a_containers_own_variables_are_not_taken_from_its_sibling() {
     assert_eq!(env_of(&again, "NCCL_IB_HCA"), Some(hca.as_str()));
 }
 
+/// Marks the pod's GPU unhealthy (a double-bit ECC error); its UUID.
+fn mark_unhealthy(node: &Node) -> String {
+    let uuid = node.fixture.expected().gpus[0].uuid.clone();
+    crate::gpu::HealthStore::new(&node.dir.path().join("health"))
+        .mark(&uuid, &[crate::gpu::health::Fault::DoubleBitEcc], 1)
+        .unwrap();
+    uuid
+}
+
 /// GPU health and the claim are checked at every creation, whatever was kept.
 #[test]
 fn a_gpu_that_turns_unhealthy_refuses_the_pods_next_container() {
@@ -203,10 +212,7 @@ fn a_gpu_that_turns_unhealthy_refuses_the_pods_next_container() {
     let config = Arc::new(Config::default());
     let features = RuntimeFeatures::default();
     node.create("c1", &[], &config, features).unwrap();
-    let uuid = &node.fixture.expected().gpus[0].uuid;
-    crate::gpu::HealthStore::new(&node.dir.path().join("health"))
-        .mark(uuid, &[crate::gpu::health::Fault::DoubleBitEcc], 1)
-        .unwrap();
+    let uuid = &mark_unhealthy(&node);
     let err = node.create("c2", &[], &config, features).unwrap_err();
     assert!(
         err.to_string().starts_with(&format!(
