@@ -76,24 +76,34 @@ impl ProcHost {
             .as_ref()
     }
 
-    /// Opens `<pid>/fd`, relative to the root when it could be opened. The name is
-    /// formatted on the stack: this runs once per process of the node.
+    /// Opens `<pid>/fd`, relative to the root when it could be opened.
     fn open_fd_dir(&self, pid: u32) -> io::Result<OwnedFd> {
         match self.root() {
-            Some(root) => {
-                let mut name = [0u8; 16]; // "4294967295/fd" and its NUL
-                let left = {
-                    let mut w = &mut name[..];
-                    write!(w, "{pid}/fd")?;
-                    w.len()
-                };
-                let len = name.len() - left;
-                let name = CStr::from_bytes_until_nul(&name[..=len])
-                    .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-                open_dir(Some(root), name)
-            }
+            Some(root) => open_dir(Some(root), PidName::new(pid, "fd")?.as_cstr()),
             None => open_dir(None, self.pid_path(pid, "fd").as_path()),
         }
+    }
+
+    /// Whether `pid` has more than one thread, from the link count of its
+    /// `task` directory: the kernel gives it 2 plus the thread group's count
+    /// (`proc_task_getattr`, fs/proc/base.c), which counts a main thread that
+    /// exited while others live. `true` whenever the count cannot be read or
+    /// makes no sense (some filesystems give a tree's directories 1).
+    fn has_other_threads(&self, pid: u32) -> bool {
+        let stat = match self.root() {
+            Some(root) => PidName::new(pid, "task").and_then(|name| {
+                nix::sys::stat::fstatat(
+                    Some(root.as_raw_fd()),
+                    name.as_cstr(),
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                )
+                .map_err(io::Error::from)
+            }),
+            None => {
+                nix::sys::stat::stat(self.pid_path(pid, "task").as_path()).map_err(io::Error::from)
+            }
+        };
+        !matches!(stat, Ok(st) if st.st_nlink == 3)
     }
 
     fn pid_path(&self, pid: u32, name: &str) -> PathBuf {
@@ -137,7 +147,12 @@ impl Host for ProcHost {
         // A process whose main thread exited (a killed CUDA process with a
         // thread stuck in the driver) lists no fd under `<pid>/fd`: the
         // exited leader has no file table (exit_files). Its live threads
-        // share one, under `<pid>/task/<tid>/fd`.
+        // share one, under `<pid>/task/<tid>/fd`. A process of one thread
+        // (every kernel thread: half the pids of a node) has no other table
+        // to look at, and one stat spares the walk of its tasks.
+        if !self.has_other_threads(pid) {
+            return Ok(());
+        }
         let Ok(tasks) = std::fs::read_dir(self.pid_path(pid, "task")) else {
             return Ok(());
         };
@@ -222,6 +237,26 @@ fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<usize>
     Ok(listed)
 }
 
+/// `<pid>/<leaf>` as a C string on the stack: the scan names a few files
+/// of every process of the node.
+struct PidName {
+    buf: [u8; 24], // "4294967295/" and a leaf of up to 12 bytes, and its NUL
+}
+
+impl PidName {
+    fn new(pid: u32, leaf: &str) -> io::Result<PidName> {
+        let mut buf = [0u8; 24];
+        // Too long a name fails the write (WriteZero) rather than cut it.
+        write!(&mut buf[..23], "{pid}/{leaf}")?;
+        Ok(PidName { buf })
+    }
+
+    fn as_cstr(&self) -> &CStr {
+        // The buffer's last byte is never written, so a NUL is always found.
+        CStr::from_bytes_until_nul(&self.buf).unwrap_or_default()
+    }
+}
+
 fn open_dir<P: ?Sized + nix::NixPath>(at: Option<&OwnedFd>, path: &P) -> io::Result<OwnedFd> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
     let fd = openat(at.map(|d| d.as_raw_fd()), path, flags, Mode::empty())?;
@@ -299,55 +334,4 @@ pub fn parse_stat(text: &str) -> Option<u64> {
 mod command;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stat_lines_parse() {
-        let live = "42 (my (odd) comm) S 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 777 0 0";
-        assert_eq!(parse_stat(live), Some(777));
-        let zombie = "42 (sleep) Z 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 777 0 0";
-        assert_eq!(parse_stat(zombie), None);
-        // The main thread exited, two others are still in the driver.
-        let stuck = "42 (cuda) Z 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 3 0 777 0 0";
-        assert_eq!(parse_stat(stuck), Some(777));
-        let dead = "42 (cuda) X 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 3 0 777 0 0";
-        assert_eq!(parse_stat(dead), None);
-        assert_eq!(parse_stat("garbage"), None);
-    }
-
-    #[test]
-    fn a_tree_of_links_reads_like_proc() {
-        let dir = tempfile::tempdir().unwrap();
-        let fd = dir.path().join("7/fd");
-        std::fs::create_dir_all(&fd).unwrap();
-        // 600 entries need several getdents64 calls of the 8 KiB buffer.
-        for n in 0..600 {
-            let target = if n % 3 == 0 {
-                "/dev/full"
-            } else {
-                "socket:[1]"
-            };
-            std::os::unix::fs::symlink(target, fd.join(n.to_string())).unwrap();
-        }
-        let host = ProcHost::new(dir.path());
-        assert_eq!(host.pids().unwrap(), vec![7]);
-        let mut devs = Vec::new();
-        host.open_char_devices(7, &mut devs).unwrap();
-        assert_eq!(devs, vec![libc::makedev(1, 7); 200]);
-        let err = host.open_char_devices(8, &mut devs).unwrap_err();
-        assert!(gone(&err));
-    }
-
-    #[test]
-    fn this_process_holds_its_open_char_device() {
-        let file = std::fs::File::open("/dev/full").unwrap();
-        let host = ProcHost::new(Path::new("/proc"));
-        let mut devs = Vec::new();
-        host.open_char_devices(std::process::id(), &mut devs)
-            .unwrap();
-        assert!(devs.contains(&libc::makedev(1, 7)), "{devs:?}");
-        assert!(host.start_time(std::process::id()).unwrap().is_some());
-        drop(file);
-    }
-}
+mod tests;

@@ -1,0 +1,95 @@
+//! The real host's procfs reading, on trees laid out as proc is and on
+//! this process.
+
+use super::*;
+
+#[test]
+fn stat_lines_parse() {
+    let live = "42 (my (odd) comm) S 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 777 0 0";
+    assert_eq!(parse_stat(live), Some(777));
+    let zombie = "42 (sleep) Z 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 777 0 0";
+    assert_eq!(parse_stat(zombie), None);
+    // The main thread exited, two others are still in the driver.
+    let stuck = "42 (cuda) Z 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 3 0 777 0 0";
+    assert_eq!(parse_stat(stuck), Some(777));
+    let dead = "42 (cuda) X 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 3 0 777 0 0";
+    assert_eq!(parse_stat(dead), None);
+    assert_eq!(parse_stat("garbage"), None);
+}
+
+#[test]
+fn a_tree_of_links_reads_like_proc() {
+    let dir = tempfile::tempdir().unwrap();
+    let fd = dir.path().join("7/fd");
+    std::fs::create_dir_all(&fd).unwrap();
+    // 600 entries need several getdents64 calls of the 8 KiB buffer.
+    for n in 0..600 {
+        let target = if n % 3 == 0 {
+            "/dev/full"
+        } else {
+            "socket:[1]"
+        };
+        std::os::unix::fs::symlink(target, fd.join(n.to_string())).unwrap();
+    }
+    let host = ProcHost::new(dir.path());
+    assert_eq!(host.pids().unwrap(), vec![7]);
+    let mut devs = Vec::new();
+    host.open_char_devices(7, &mut devs).unwrap();
+    assert_eq!(devs, vec![libc::makedev(1, 7); 200]);
+    let err = host.open_char_devices(8, &mut devs).unwrap_err();
+    assert!(gone(&err));
+}
+
+#[test]
+fn this_process_holds_its_open_char_device() {
+    let file = std::fs::File::open("/dev/full").unwrap();
+    let host = ProcHost::new(Path::new("/proc"));
+    let mut devs = Vec::new();
+    host.open_char_devices(std::process::id(), &mut devs)
+        .unwrap();
+    assert!(devs.contains(&libc::makedev(1, 7)), "{devs:?}");
+    assert!(host.start_time(std::process::id()).unwrap().is_some());
+    drop(file);
+}
+
+/// A process whose `fd` lists nothing is looked at thread by thread only
+/// when its `task` directory counts more than one thread (a link count of
+/// 2 plus the threads, as on proc and on a tree of directories).
+#[test]
+fn the_threads_of_a_process_listing_no_fd_are_walked_only_when_it_has_several() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = |path: &str| {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink("/dev/full", path).unwrap();
+    };
+    // Main thread gone, a second one holding the device.
+    std::fs::create_dir_all(dir.path().join("9/fd")).unwrap();
+    std::fs::create_dir_all(dir.path().join("9/task/9/fd")).unwrap();
+    link("9/task/10/fd/0");
+    // One thread: its `fd` is the only table, so `task` is never read (the
+    // link below cannot exist on proc; it shows that the walk is skipped).
+    std::fs::create_dir_all(dir.path().join("8/fd")).unwrap();
+    link("8/task/8/fd/0");
+    let host = ProcHost::new(dir.path());
+    assert!(host.has_other_threads(9));
+    assert!(!host.has_other_threads(8));
+    let mut devs = Vec::new();
+    host.open_char_devices(9, &mut devs).unwrap();
+    assert_eq!(devs, vec![libc::makedev(1, 7)]);
+    devs.clear();
+    host.open_char_devices(8, &mut devs).unwrap();
+    assert!(devs.is_empty(), "{devs:?}");
+    // No `task` to count: looked at, as before.
+    assert!(host.has_other_threads(7));
+}
+
+#[test]
+fn this_process_counts_its_threads() {
+    let host = ProcHost::new(Path::new("/proc"));
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn(move || rx.recv());
+    assert!(host.has_other_threads(std::process::id()));
+    drop(tx);
+    other.join().unwrap().unwrap_err();
+}
