@@ -222,20 +222,16 @@ impl DevgatePlugin {
 
     pub(super) fn release_in_background(&self, which: Release) {
         let releaser = self.releaser();
-        let job = which.clone();
         let running = self.releases.enter();
-        // A thread of its own: the stub's thread must keep answering the runtime
+        // On a worker: the stub's thread must keep answering the runtime
         // while teardown waits on processes.
-        let spawned = std::thread::Builder::new()
-            .name("release".to_string())
-            .spawn(move || {
-                let _running = running;
-                releaser.run(&job);
-            });
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "cannot start a release thread; releasing inline");
-            let _running = self.releases.enter();
-            self.releaser().run(&which);
+        let job = Box::new(move || {
+            let _running = running;
+            releaser.run(&which);
+        });
+        if let Err(job) = self.release_workers.submit(job) {
+            tracing::warn!("releasing inline");
+            job();
         }
     }
 

@@ -18,6 +18,7 @@ mod last_plan;
 mod lifecycle;
 pub mod probe;
 mod vf_teardown;
+mod workers;
 
 use std::{
     path::PathBuf,
@@ -114,6 +115,8 @@ pub struct DevgatePlugin {
     teardown: Arc<dyn Teardown + Send + Sync>,
     /// Releases running in the background.
     releases: Arc<lifecycle::InFlight>,
+    /// The threads they run on.
+    release_workers: workers::Workers,
     /// Pods whose teardown failed, retried in the background.
     unreleased: Arc<lifecycle::Unreleased>,
     /// The GPU health monitor runs (it starts once).
@@ -163,6 +166,7 @@ impl DevgatePlugin {
             gpu,
             teardown,
             releases: Arc::default(),
+            release_workers: workers::Workers::default(),
             unreleased: Arc::default(),
             health_started: Default::default(),
             stopped_pid_zero: Default::default(),

@@ -20,15 +20,19 @@ impl VfTeardown {
         }
     }
 
+    /// Whether a VF of `pod` has a saved record: something moved it.
+    fn any_moved(&self, pod: &PodRecord) -> Result<bool, String> {
+        for vf in vfs_of(pod) {
+            let _lock = self.store.lock(vf).map_err(|e| e.to_string())?;
+            if self.store.has_record(vf) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     fn detach(&self, pod: &PodRecord) -> Result<(), String> {
-        let vfs: Vec<_> = pod
-            .claims
-            .iter()
-            .filter_map(|c| match c.device {
-                DeviceId::Vf(addr) => Some(addr),
-                _ => None,
-            })
-            .collect();
+        let vfs = vfs_of(pod);
         if vfs.is_empty() {
             return Ok(());
         }
@@ -63,8 +67,25 @@ impl VfTeardown {
     }
 }
 
+fn vfs_of(pod: &PodRecord) -> Vec<crate::inventory::PciAddr> {
+    pod.claims
+        .iter()
+        .filter_map(|c| match c.device {
+            DeviceId::Vf(addr) => Some(addr),
+            _ => None,
+        })
+        .collect()
+}
+
 impl Teardown for VfTeardown {
     fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+        // A VF with no saved record is on the host: its hook restored it or
+        // never moved it, which is every VF of a pod whose poststop ran. Each
+        // is asked under its lock, as detach asks, so a hook moving it now
+        // has saved its record (it saves before it moves) or waits for us.
+        if !self.any_moved(pod)? {
+            return Ok(());
+        }
         // setns is per thread: detach enters pod namespaces, so it gets a thread
         // of its own and the caller's namespace never changes.
         std::thread::scope(|s| {
@@ -130,6 +151,25 @@ mod tests {
         let out = VfTeardown::new(dir.path().to_path_buf()).teardown(&p0);
         let kept = store.load(VF.parse().unwrap()).unwrap().is_some();
         (out, kept)
+    }
+
+    #[test]
+    fn vfs_on_the_host_need_no_restore_and_a_moved_one_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let teardown = VfTeardown::new(dir.path().to_path_buf());
+        let p0 = PodRecord {
+            pod: pod_ref("p0"),
+            claims: vec![vf_claim()],
+            claimed_unix: 1,
+            containers: Default::default(),
+            network_owner: None,
+        };
+        assert_eq!(teardown.any_moved(&p0), Ok(false));
+        assert_eq!(teardown.teardown(&p0), Ok(()));
+        SavedStore::new(dir.path())
+            .save(&SavedVf::example("p0-main", VF))
+            .unwrap();
+        assert_eq!(teardown.any_moved(&p0), Ok(true));
     }
 
     #[test]
