@@ -23,7 +23,9 @@
 //! pod of its own: the pod is run before (its RunPodSandbox makes the pod's
 //! claim) and stopped and removed after, untimed, and the next creation waits
 //! until the plugin has released the pod's devices (default 100 creations per
-//! set); the plugin's CPU in each RunPodSandbox is reported beside.
+//! set); the plugin's CPU in each RunPodSandbox is reported beside, and its
+//! CPU over each pod's whole life (the five events and the release, from the
+//! process's CPU clock).
 //! Otherwise each creation is its pod's network owner (the hook moves the VFs
 //! in), since the container before it was removed; with `DEVGATE_BENCH_OWNER=1`
 //! a container created before the sets stays the owner, and each creation is a
@@ -70,8 +72,9 @@ fn pod_allocation(node: &Node) -> String {
 /// CPU time of all of a process's threads, in nanoseconds: the first field of each
 /// `/proc/<pid>/task/<tid>/schedstat` (time on a CPU, nanosecond precision, unlike
 /// the clock ticks of `stat`). Threads that ended are not counted: the plugin's
-/// threads live as long as it does, except each release's, which the bench
-/// waits out before it measures again (`wait_releases_ended`).
+/// threads live as long as it does (its release workers wait for the next
+/// release), except each release's own thread in builds before the workers,
+/// which the bench waits out before it measures again (`wait_releases_ended`).
 fn cpu_ns(pid: u32) -> u64 {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
@@ -84,8 +87,31 @@ fn cpu_ns(pid: u32) -> u64 {
         .sum()
 }
 
-/// Waits until no release thread of the plugin runs, so that none ends (and
-/// takes its CPU time out of `cpu_ns`'s sum) within a measured window.
+/// The CPU time of a whole process, threads that ended included (its CPU
+/// clock, `clock_getcpuclockid(3)`), in nanoseconds.
+fn process_cpu_ns(pid: u32) -> u64 {
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: out-pointers to locals of the types the calls fill.
+    let read = unsafe {
+        libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) == 0
+            && libc::clock_gettime(clock, &mut ts) == 0
+    };
+    if read {
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    } else {
+        0
+    }
+}
+
+/// Waits until no thread of the plugin named `release` runs, so that no
+/// release adds to a measured window and none ends in it (taking its CPU time
+/// out of `cpu_ns`'s sum): a worker bears that name only while it runs a
+/// release (`release-idle` between them); builds before the workers started
+/// a thread of that name for each release.
 fn wait_releases_ended(pid: u32) {
     let releasing = || {
         std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -197,6 +223,9 @@ struct Cpu {
     create_ns: u64,
     total_ns: u64,
     sandbox_ns: u64,
+    /// With a pod per creation, the process's CPU from before the pod's
+    /// RunPodSandbox until its release ended: its five events and the release.
+    pod_ns: u64,
     /// Each RunPodSandbox call's wall time, with a pod per creation.
     sandbox_wall: Vec<Duration>,
 }
@@ -272,6 +301,7 @@ fn run_set(
 ) {
     let mut plugin = plugin;
     for i in 0..n {
+        let whole = plugin.as_ref().map_or(0, |(pid, _, _)| process_cpu_ns(*pid));
         let started = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
         let run = Instant::now();
         let pod = pods.get(cri, tag, i);
@@ -293,8 +323,9 @@ fn run_set(
             cpu.total_ns += cpu_ns(*pid) - before;
         }
         pods.done(cri, &pod);
-        if let Some((pid, _, _)) = plugin.as_ref() {
+        if let Some((pid, cpu, _)) = plugin.as_mut() {
             wait_releases_ended(*pid);
+            cpu.pod_ns += process_cpu_ns(*pid).saturating_sub(whole);
         }
     }
 }
@@ -358,10 +389,12 @@ fn sandbox_cpu(pods: &Pods<'_>, cpu: &Cpu, creations: usize) -> String {
     let mut wall = cpu.sandbox_wall.clone();
     wall.sort();
     format!(
-        "; {:.4} ms per RunPodSandbox, {:.4} ms per pod with both; RunPodSandbox median {:.1} ms",
+        "; {:.4} ms per RunPodSandbox, {:.4} ms per pod with both; RunPodSandbox median {:.1} ms; \
+         {:.3} ms per pod in all (its five events and its release, from the process's CPU clock)",
         per(cpu.sandbox_ns),
         per(cpu.sandbox_ns + cpu.total_ns),
         pct(&wall, 0.5),
+        per(cpu.pod_ns),
     )
 }
 
