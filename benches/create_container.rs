@@ -301,7 +301,9 @@ fn run_set(
 ) {
     let mut plugin = plugin;
     for i in 0..n {
-        let whole = plugin.as_ref().map_or(0, |(pid, _, _)| process_cpu_ns(*pid));
+        let whole = plugin
+            .as_ref()
+            .map_or(0, |(pid, _, _)| process_cpu_ns(*pid));
         let started = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
         let run = Instant::now();
         let pod = pods.get(cri, tag, i);

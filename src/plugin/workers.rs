@@ -104,13 +104,22 @@ impl Workers {
     pub fn threads(&self) -> usize {
         self.shared.lock().threads
     }
+
+    /// Workers waiting with no job promised to them.
+    #[cfg(test)]
+    pub fn idle(&self) -> usize {
+        self.shared.lock().idle
+    }
 }
 
 /// A worker: runs `job`, then each job promised to it, until it has waited
 /// [`Shared::linger`] for none while another worker lives.
 fn work(shared: &Shared, mut job: Job) {
     loop {
-        job();
+        // A job that panics (in a build that unwinds) ends itself, not the worker.
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+            tracing::error!("a release panicked");
+        }
         set_name(c"release-idle");
         let mut s = shared.lock();
         s.idle += 1;

@@ -40,7 +40,9 @@ fn a_worker_that_ended_its_job_runs_the_next_and_is_named_by_what_it_does() {
     let workers = Workers::default();
     let (first, name) = run(&workers);
     assert_eq!(name, "release");
-    eventually("the worker goes idle", || comm(first) == "release-idle");
+    // Named before it counts itself idle.
+    eventually("the worker goes idle", || workers.idle() == 1);
+    assert_eq!(comm(first), "release-idle");
     let (second, name) = run(&workers);
     assert_eq!(second, first, "the same thread");
     assert_eq!(name, "release");
@@ -88,4 +90,23 @@ fn jobs_submitted_together_all_run() {
     got.sort_unstable();
     assert_eq!(got, (0..20).collect::<Vec<_>>());
     assert!(workers.threads() <= 20);
+}
+
+#[test]
+fn a_job_that_panics_leaves_its_worker_serving() {
+    let workers = Workers::default();
+    let (first, _) = run(&workers);
+    eventually("the worker goes idle", || workers.idle() == 1);
+    let (tx, rx) = mpsc::channel();
+    workers
+        .submit(Box::new(move || {
+            tx.send(tid()).unwrap();
+            panic!("a release bug");
+        }))
+        .unwrap_or_else(|_| panic!("no worker started"));
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), first);
+    eventually("the worker goes idle again", || workers.idle() == 1);
+    let (again, _) = run(&workers);
+    assert_eq!(again, first);
+    assert_eq!(workers.threads(), 1);
 }
