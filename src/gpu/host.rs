@@ -134,6 +134,7 @@ impl Host for ProcHost {
             {
                 pids.push(pid);
             }
+            Flow::Next
         })?;
         Ok(pids)
     }
@@ -209,6 +210,10 @@ impl Host for ProcHost {
 /// which device it is), with `AT_STATX_DONT_SYNC`: a file on a hung network
 /// or FUSE mount is answered from cached attributes instead of blocking the
 /// teardown (statx(2)).
+///
+/// Following a descriptor needs ptrace read access to its process
+/// (`proc_fd_access_allowed`, fs/proc/base.c), so one refused follow stops
+/// the listing: every other descriptor of the process would be refused too.
 fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<usize> {
     let mut listed = 0;
     for_each_entry(dir, |name| {
@@ -226,13 +231,19 @@ fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<usize>
             )
         };
         if rc != 0 {
-            return; // closed meanwhile, or a dangling link in a test tree
+            // Closed meanwhile, or a dangling link in a test tree; or refused.
+            let refused = matches!(
+                io::Error::last_os_error().raw_os_error(),
+                Some(libc::EACCES | libc::EPERM)
+            );
+            return if refused { Flow::Stop } else { Flow::Next };
         }
         // SAFETY: statx succeeded and filled the buffer.
         let stx = unsafe { stx.assume_init() };
         if u32::from(stx.stx_mode) & libc::S_IFMT == libc::S_IFCHR {
             out.push(libc::makedev(stx.stx_rdev_major, stx.stx_rdev_minor));
         }
+        Flow::Next
     })?;
     Ok(listed)
 }
@@ -264,10 +275,17 @@ fn open_dir<P: ?Sized + nix::NixPath>(at: Option<&OwnedFd>, path: &P) -> io::Res
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Whether [`for_each_entry`] goes on to the next entry.
+#[derive(PartialEq, Eq)]
+enum Flow {
+    Next,
+    Stop,
+}
+
 /// Calls `f` with each entry of a directory but `.` and `..`, straight from
-/// getdents64(2): a libc DIR stream adds fcntl and lseek calls, a third more syscalls
-/// per process on a node scan.
-fn for_each_entry(dir: BorrowedFd<'_>, mut f: impl FnMut(&CStr)) -> io::Result<()> {
+/// getdents64(2), until it says stop: a libc DIR stream adds fcntl and lseek
+/// calls, a third more syscalls per process on a node scan.
+fn for_each_entry(dir: BorrowedFd<'_>, mut f: impl FnMut(&CStr) -> Flow) -> io::Result<()> {
     let mut buf = [0u8; 8192];
     loop {
         // SAFETY: the buffer is writable for its length; the fd is open.
@@ -294,8 +312,8 @@ fn for_each_entry(dir: BorrowedFd<'_>, mut f: impl FnMut(&CStr)) -> io::Result<(
                 return Err(bad());
             }
             let name = CStr::from_bytes_until_nul(&buf[at + 19..at + len]).map_err(|_| bad())?;
-            if !is_dot(name) {
-                f(name);
+            if !is_dot(name) && f(name) == Flow::Stop {
+                return Ok(());
             }
             at += len;
         }

@@ -59,7 +59,7 @@ pub fn scan(host: &dyn Host, targets: &[u64], skip: &[u32]) -> Result<Users, Gpu
     let pids = host
         .pids()
         .map_err(|source| GpuError::ListProcesses { source })?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = cores();
     let workers = (pids.len() / PIDS_PER_WORKER).clamp(1, cores.min(MAX_WORKERS));
     let found = if workers == 1 {
         scan_pids(host, &pids, targets, skip)?
@@ -84,6 +84,13 @@ pub fn scan(host: &dyn Host, targets: &[u64], skip: &[u32]) -> Result<Users, Gpu
         users.add(rdev, pid);
     }
     Ok(users)
+}
+
+/// The CPUs this process may use, asked once: std asks the cgroup's CPU quota
+/// files and the affinity mask at every call, a dozen syscalls per release.
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// `(device, pid)` for every target device open in `pids`.

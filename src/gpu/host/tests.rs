@@ -93,3 +93,77 @@ fn this_process_counts_its_threads() {
     drop(tx);
     other.join().unwrap().unwrap_err();
 }
+
+/// Without ptrace read access to a process (here: its effective capabilities
+/// dropped, so root no longer holds the target's), its `fd` directory lists
+/// but no descriptor can be followed: the listing stops at the first refusal
+/// instead of asking each of the others.
+#[test]
+fn a_process_whose_descriptors_cannot_be_followed_is_left_after_one_refusal() {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    // Descriptors enough that a full listing is told from a stopped one.
+    let held: Vec<std::fs::File> = (0..4)
+        .map(|_| std::fs::File::open("/dev/zero").unwrap())
+        .collect();
+    let parent = std::process::id();
+    // SAFETY: the child makes raw syscalls and this module's own calls, and
+    // leaves with _exit, never returning into the harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        let code = (|| {
+            let mut header = Header {
+                version: VERSION_3,
+                pid: 0,
+            };
+            let mut data = [Data {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            }; 2];
+            // SAFETY: a header and the two data words capget/capset take.
+            unsafe {
+                if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) != 0 {
+                    return 2;
+                }
+                data.iter_mut().for_each(|d| d.effective = 0);
+                if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) != 0 {
+                    return 3;
+                }
+            }
+            let Ok(dir) = open_dir(None, format!("/proc/{parent}/fd").as_str()) else {
+                return 4;
+            };
+            let mut devs = Vec::new();
+            match char_devices_in(dir.as_fd(), &mut devs) {
+                Ok(1) if devs.is_empty() => 0,
+                Ok(n) => 10 + n.min(100) as i32,
+                Err(_) => 5,
+            }
+        })();
+        // SAFETY: ends the forked child without unwinding or atexit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    drop(held);
+    assert!(libc::WIFEXITED(status), "status {status}");
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "2/3: capabilities, 4: open, 5: listing, 10+n: n descriptors listed"
+    );
+}
