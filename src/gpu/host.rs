@@ -3,7 +3,7 @@
 //! that tests and benchmarks point at a tree of their own.
 
 use std::ffi::CStr;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -59,6 +59,9 @@ pub struct ProcHost {
     /// The root, opened on first use: `<pid>/fd` is opened relative to it, which
     /// spares a path walk per process.
     root_dir: Arc<OnceLock<Option<OwnedFd>>>,
+    /// Whether the kernel gives `<pid>/fd` the count of open descriptors as
+    /// its size (Linux 6.2), known on first use.
+    fd_dir_sizes: Arc<OnceLock<bool>>,
 }
 
 impl ProcHost {
@@ -66,6 +69,7 @@ impl ProcHost {
         ProcHost {
             proc_root: proc_root.to_path_buf(),
             root_dir: Arc::default(),
+            fd_dir_sizes: Arc::default(),
         }
     }
 
@@ -82,28 +86,6 @@ impl ProcHost {
             Some(root) => open_dir(Some(root), PidName::new(pid, "fd")?.as_cstr()),
             None => open_dir(None, self.pid_path(pid, "fd").as_path()),
         }
-    }
-
-    /// Whether `pid` has more than one thread, from the link count of its
-    /// `task` directory: the kernel gives it 2 plus the thread group's count
-    /// (`proc_task_getattr`, fs/proc/base.c), which counts a main thread that
-    /// exited while others live. `true` whenever the count cannot be read or
-    /// makes no sense (some filesystems give a tree's directories 1).
-    fn has_other_threads(&self, pid: u32) -> bool {
-        let stat = match self.root() {
-            Some(root) => PidName::new(pid, "task").and_then(|name| {
-                nix::sys::stat::fstatat(
-                    Some(root.as_raw_fd()),
-                    name.as_cstr(),
-                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-                )
-                .map_err(io::Error::from)
-            }),
-            None => {
-                nix::sys::stat::stat(self.pid_path(pid, "task").as_path()).map_err(io::Error::from)
-            }
-        };
-        !matches!(stat, Ok(st) if st.st_nlink == 3)
     }
 
     fn pid_path(&self, pid: u32, name: &str) -> PathBuf {
@@ -140,8 +122,14 @@ impl Host for ProcHost {
     }
 
     fn open_char_devices(&self, pid: u32, out: &mut Vec<u64>) -> io::Result<()> {
-        let dir = self.open_fd_dir(pid)?;
-        let listed = char_devices_in(dir.as_fd(), out)?;
+        // A process that holds no descriptor (every kernel thread: half the
+        // pids of a node) needs no listing where the kernel counts them.
+        let listed = if self.fd_count(pid)? == Some(0) {
+            0
+        } else {
+            let dir = self.open_fd_dir(pid)?;
+            char_devices_in(dir.as_fd(), out)?
+        };
         if listed > 0 {
             return Ok(());
         }
@@ -149,8 +137,8 @@ impl Host for ProcHost {
         // thread stuck in the driver) lists no fd under `<pid>/fd`: the
         // exited leader has no file table (exit_files). Its live threads
         // share one, under `<pid>/task/<tid>/fd`. A process of one thread
-        // (every kernel thread: half the pids of a node) has no other table
-        // to look at, and one stat spares the walk of its tasks.
+        // (every kernel thread) has no other table to look at, and one stat
+        // spares the walk of its tasks.
         if !self.has_other_threads(pid) {
             return Ok(());
         }
@@ -248,26 +236,6 @@ fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<usize>
     Ok(listed)
 }
 
-/// `<pid>/<leaf>` as a C string on the stack: the scan names a few files
-/// of every process of the node.
-struct PidName {
-    buf: [u8; 24], // "4294967295/" and a leaf of up to 12 bytes, and its NUL
-}
-
-impl PidName {
-    fn new(pid: u32, leaf: &str) -> io::Result<PidName> {
-        let mut buf = [0u8; 24];
-        // Too long a name fails the write (WriteZero) rather than cut it.
-        write!(&mut buf[..23], "{pid}/{leaf}")?;
-        Ok(PidName { buf })
-    }
-
-    fn as_cstr(&self) -> &CStr {
-        // The buffer's last byte is never written, so a NUL is always found.
-        CStr::from_bytes_until_nul(&self.buf).unwrap_or_default()
-    }
-}
-
 fn open_dir<P: ?Sized + nix::NixPath>(at: Option<&OwnedFd>, path: &P) -> io::Result<OwnedFd> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
     let fd = openat(at.map(|d| d.as_raw_fd()), path, flags, Mode::empty())?;
@@ -350,6 +318,8 @@ pub fn parse_stat(text: &str) -> Option<u64> {
 }
 
 mod command;
+mod counts;
+use counts::PidName;
 
 #[cfg(test)]
 mod tests;

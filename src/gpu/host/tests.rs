@@ -167,3 +167,67 @@ fn a_process_whose_descriptors_cannot_be_followed_is_left_after_one_refusal() {
         "2/3: capabilities, 4: open, 5: listing, 10+n: n descriptors listed"
     );
 }
+
+/// Whether this kernel gives `/proc/<pid>/fd` the count of descriptors as its
+/// size: Linux 6.2 and later.
+fn kernel_counts_fds() -> bool {
+    let release = nix::sys::utsname::uname().unwrap();
+    let release = release.release().to_string_lossy().into_owned();
+    let mut parts = release
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (6, 2)
+}
+
+/// Where the kernel counts a process's descriptors, one that holds none is
+/// known so without a listing; and one that holds some is listed as before.
+#[test]
+fn the_kernel_counts_descriptors_where_it_can_and_a_process_holding_none_is_seen_so() {
+    // SAFETY: the child closes its descriptors and waits for its end; it
+    // never returns into the harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe {
+            libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+            loop {
+                libc::pause();
+            }
+        }
+    }
+    let host = ProcHost::new(Path::new("/proc"));
+    let counts = kernel_counts_fds();
+    assert_eq!(host.sizes_fd_dirs(), counts);
+    // The child may not have closed them yet.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut none_held = false;
+    while !none_held && std::time::Instant::now() < deadline {
+        none_held = std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|d| d.count() == 0);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let count = host.fd_count(pid as u32);
+    let mut devs = Vec::new();
+    let listed = host.open_char_devices(pid as u32, &mut devs);
+    let mine = host.fd_count(std::process::id()).unwrap();
+    // SAFETY: the child forked above.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    assert!(none_held, "the child closed its descriptors");
+    assert!(listed.is_ok() && devs.is_empty(), "{listed:?} {devs:?}");
+    if counts {
+        assert_eq!(count.unwrap(), Some(0));
+        assert!(mine.is_some_and(|n| n > 0), "{mine:?}");
+    } else {
+        assert_eq!(count.unwrap(), None);
+    }
+    // A tree without `self` says nothing of its sizes: every process is listed.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("7/fd")).unwrap();
+    let tree = ProcHost::new(dir.path());
+    assert!(!tree.sizes_fd_dirs());
+    assert_eq!(tree.fd_count(7).unwrap(), None);
+}
