@@ -156,6 +156,12 @@ impl GpuTeardown {
         map.remove(sandbox_id);
     }
 
+    #[cfg(test)]
+    pub fn knows_pod_cgroups(&self, sandbox_id: &str) -> bool {
+        let map = self.pod_cgroups.lock().unwrap_or_else(|p| p.into_inner());
+        map.contains_key(sandbox_id)
+    }
+
     /// The pod's cgroup paths as NRI gave them (sandbox `linux.cgroup_parent`,
     /// containers' `linux.cgroups_path`). Without them the pod UID is used.
     pub fn set_pod_cgroups<S: AsRef<str>>(&self, sandbox_id: &str, paths: &[S]) {

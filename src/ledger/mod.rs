@@ -225,6 +225,12 @@ impl Ledger {
         }
     }
 
+    /// Whether the ledger holds anything of the pod (claims or containers);
+    /// read without the lock.
+    pub fn holds(&self, sandbox_id: &str) -> Result<bool, LedgerError> {
+        self.store.peek(|s| s.pods.contains_key(sandbox_id))
+    }
+
     /// The container that moved (or is to move) the pod's VFs into its netns,
     /// if any; read without the lock.
     pub fn network_owner(&self, sandbox_id: &str) -> Result<Option<String>, LedgerError> {

@@ -220,6 +220,17 @@ impl DevgatePlugin {
         }
     }
 
+    /// Releases a stopped or removed pod on a worker; one the ledger holds
+    /// nothing of (its stop released it, or it claimed nothing) needs no
+    /// release, only its GPU cgroup paths forgotten, as a release would.
+    /// Nothing can claim for it any more: its sandbox is going.
+    pub(super) fn release_pod(&self, sandbox_id: &str) {
+        match self.devices.ledger().holds(sandbox_id) {
+            Ok(false) => self.gpu.get().forget_pod(sandbox_id),
+            _ => self.release_in_background(Release::Pod(sandbox_id.to_string())),
+        }
+    }
+
     pub(super) fn release_in_background(&self, which: Release) {
         let releaser = self.releaser();
         let running = self.releases.enter();

@@ -62,6 +62,46 @@ fn a_failed_release_is_retried_without_a_further_event() {
         .unwrap();
 }
 
+/// A pod the ledger holds nothing of needs no release: its stop and its
+/// removal start no worker, and its GPU cgroup paths are forgotten at once.
+/// A pod it holds is released on a worker at its stop.
+#[test]
+fn only_a_pod_the_ledger_holds_is_released_on_a_worker() {
+    use crate::ledger::{Claim, DeviceId, PodRef, Share};
+    use nri::stub::Plugin as _;
+    let (plugin, _state) = plugin(Config::default(), false);
+    let sandbox = |id: &str| nri::api::PodSandbox {
+        id: id.into(),
+        ..Default::default()
+    };
+    plugin.gpu().set_pod_cgroups("plain", &["/kubepods/plain"]);
+    plugin.stop_pod_sandbox(&sandbox("plain")).unwrap();
+    assert!(!plugin.gpu().knows_pod_cgroups("plain"));
+    plugin.remove_pod_sandbox(&sandbox("plain")).unwrap();
+    assert_eq!(plugin.release_workers.threads(), 0);
+
+    let ledger = plugin.devices().ledger().clone();
+    let pod = PodRef {
+        sandbox_id: "sb".into(),
+        namespace: "team".into(),
+        name: "web".into(),
+        uid: "u".into(),
+    };
+    let vf = Claim {
+        device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
+        share: Share::Exclusive,
+        pf: None,
+    };
+    ledger.claim(&pod, &[vf]).unwrap();
+    plugin.stop_pod_sandbox(&sandbox("sb")).unwrap();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(!ledger.holds("sb").unwrap());
+    assert_eq!(plugin.release_workers.threads(), 1);
+    plugin.remove_pod_sandbox(&sandbox("sb")).unwrap();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(ledger.snapshot().unwrap().pods.is_empty());
+}
+
 /// The hook beside the plugin when it is there; the installed one for a
 /// plugin the runtime started from its plugin directory.
 #[test]

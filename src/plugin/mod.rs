@@ -358,14 +358,14 @@ impl nri::Plugin for DevgatePlugin {
 
     fn stop_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
         self.devices.pod_stopped(&pod.id);
-        self.release_in_background(lifecycle::Release::Pod(pod.id.clone()));
+        self.release_pod(&pod.id);
         Ok(())
     }
 
     fn remove_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
         self.devices.pod_removed(&pod.id);
         self.gpu.forget_pod(pod, &self.options.state_dir);
-        self.release_in_background(lifecycle::Release::Pod(pod.id.clone()));
+        self.release_pod(&pod.id);
         Ok(())
     }
 
