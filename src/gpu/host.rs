@@ -200,8 +200,10 @@ impl Host for ProcHost {
 /// teardown (statx(2)).
 ///
 /// Following a descriptor needs ptrace read access to its process
-/// (`proc_fd_access_allowed`, fs/proc/base.c), so one refused follow stops
-/// the listing: every other descriptor of the process would be refused too.
+/// (`proc_fd_access_allowed`, fs/proc/base.c), so a follow refused for that
+/// reason stops the listing: every other descriptor of the process would be
+/// refused too. A refusal of the file itself (a security module's) is that
+/// descriptor's alone.
 fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<usize> {
     let mut listed = 0;
     for_each_entry(dir, |name| {
@@ -224,7 +226,11 @@ fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<usize>
                 io::Error::last_os_error().raw_os_error(),
                 Some(libc::EACCES | libc::EPERM)
             );
-            return if refused { Flow::Stop } else { Flow::Next };
+            return if refused && process_refused(dir, name) {
+                Flow::Stop
+            } else {
+                Flow::Next
+            };
         }
         // SAFETY: statx succeeded and filled the buffer.
         let stx = unsafe { stx.assume_init() };
@@ -234,6 +240,27 @@ fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<usize>
         Flow::Next
     })?;
     Ok(listed)
+}
+
+/// Whether a refused follow of `name` was its process's: reading the link,
+/// which asks the same ptrace access and nothing of the file, is refused too.
+fn process_refused(dir: BorrowedFd<'_>, name: &CStr) -> bool {
+    let mut buf = [0u8; 64];
+    // SAFETY: a NUL-terminated name relative to an open directory, and a
+    // buffer writable for the length given.
+    let rc = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    rc < 0
+        && matches!(
+            io::Error::last_os_error().raw_os_error(),
+            Some(libc::EACCES | libc::EPERM)
+        )
 }
 
 fn open_dir<P: ?Sized + nix::NixPath>(at: Option<&OwnedFd>, path: &P) -> io::Result<OwnedFd> {

@@ -94,12 +94,10 @@ fn this_process_counts_its_threads() {
     other.join().unwrap().unwrap_err();
 }
 
-/// Without ptrace read access to a process (here: its effective capabilities
-/// dropped, so root no longer holds the target's), its `fd` directory lists
-/// but no descriptor can be followed: the listing stops at the first refusal
-/// instead of asking each of the others.
-#[test]
-fn a_process_whose_descriptors_cannot_be_followed_is_left_after_one_refusal() {
+/// Runs `f` in a forked child whose effective capabilities are dropped (root
+/// without CAP_SYS_PTRACE nor CAP_DAC_OVERRIDE), and returns its exit code:
+/// 2 and 3 when the capabilities could not be changed.
+fn without_capabilities(f: impl FnOnce() -> i32) -> i32 {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -113,59 +111,94 @@ fn a_process_whose_descriptors_cannot_be_followed_is_left_after_one_refusal() {
         inheritable: u32,
     }
     const VERSION_3: u32 = 0x2008_0522;
+    // SAFETY: the child makes raw syscalls and the caller's checks, and
+    // leaves with _exit, never returning into the harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        let mut header = Header {
+            version: VERSION_3,
+            pid: 0,
+        };
+        let mut data = [Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        // SAFETY: a header and the two data words capget/capset take; _exit
+        // ends the child without unwinding or atexit handlers.
+        unsafe {
+            if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) != 0 {
+                libc::_exit(2);
+            }
+            data.iter_mut().for_each(|d| d.effective = 0);
+            if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) != 0 {
+                libc::_exit(3);
+            }
+            libc::_exit(f());
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFEXITED(status), "status {status}");
+    libc::WEXITSTATUS(status)
+}
+
+/// Without ptrace read access to a process (its effective capabilities
+/// dropped, root no longer holds the target's), its `fd` directory lists but
+/// no descriptor can be followed: the listing stops at the first refusal
+/// instead of asking each of the others.
+#[test]
+fn a_process_whose_descriptors_cannot_be_followed_is_left_after_one_refusal() {
     // Descriptors enough that a full listing is told from a stopped one.
     let held: Vec<std::fs::File> = (0..4)
         .map(|_| std::fs::File::open("/dev/zero").unwrap())
         .collect();
     let parent = std::process::id();
-    // SAFETY: the child makes raw syscalls and this module's own calls, and
-    // leaves with _exit, never returning into the harness.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork");
-    if pid == 0 {
-        let code = (|| {
-            let mut header = Header {
-                version: VERSION_3,
-                pid: 0,
-            };
-            let mut data = [Data {
-                effective: 0,
-                permitted: 0,
-                inheritable: 0,
-            }; 2];
-            // SAFETY: a header and the two data words capget/capset take.
-            unsafe {
-                if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) != 0 {
-                    return 2;
-                }
-                data.iter_mut().for_each(|d| d.effective = 0);
-                if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) != 0 {
-                    return 3;
-                }
-            }
-            let Ok(dir) = open_dir(None, format!("/proc/{parent}/fd").as_str()) else {
-                return 4;
-            };
-            let mut devs = Vec::new();
-            match char_devices_in(dir.as_fd(), &mut devs) {
-                Ok(1) if devs.is_empty() => 0,
-                Ok(n) => 10 + n.min(100) as i32,
-                Err(_) => 5,
-            }
-        })();
-        // SAFETY: ends the forked child without unwinding or atexit handlers.
-        unsafe { libc::_exit(code) };
-    }
-    let mut status = 0;
-    // SAFETY: waits for the child forked above.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let code = without_capabilities(|| {
+        let Ok(dir) = open_dir(None, format!("/proc/{parent}/fd").as_str()) else {
+            return 4;
+        };
+        let mut devs = Vec::new();
+        match char_devices_in(dir.as_fd(), &mut devs) {
+            Ok(1) if devs.is_empty() => 0,
+            Ok(n) => 10 + n.min(100) as i32,
+            Err(_) => 5,
+        }
+    });
     drop(held);
-    assert!(libc::WIFEXITED(status), "status {status}");
-    assert_eq!(
-        libc::WEXITSTATUS(status),
-        0,
-        "2/3: capabilities, 4: open, 5: listing, 10+n: n descriptors listed"
-    );
+    assert_eq!(code, 0, "4: open, 5: listing, 10+n: n descriptors listed");
+}
+
+/// A follow refused for the file itself (here: a directory on its path that
+/// the process may not search) is that descriptor's alone: the next one is
+/// still followed, since its link can be read.
+#[test]
+fn a_file_refused_alone_does_not_end_its_process_listing() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let closed = dir.path().join("closed");
+    std::fs::create_dir(&closed).unwrap();
+    std::fs::write(closed.join("file"), "x").unwrap();
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&closed, Some(65534), Some(65534)).unwrap();
+    let fd = dir.path().join("7/fd");
+    std::fs::create_dir_all(&fd).unwrap();
+    std::os::unix::fs::symlink(closed.join("file"), fd.join("0")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", fd.join("1")).unwrap();
+    let code = without_capabilities(|| {
+        let Ok(dir) = open_dir(None, fd.as_path()) else {
+            return 4;
+        };
+        let mut devs = Vec::new();
+        match char_devices_in(dir.as_fd(), &mut devs) {
+            Ok(2) if devs == [libc::makedev(1, 5)] => 0,
+            Ok(n) => 10 + n.min(100) as i32,
+            Err(_) => 5,
+        }
+    });
+    assert_eq!(code, 0, "4: open, 5: listing, 10+n: n descriptors listed");
 }
 
 /// Whether this kernel gives `/proc/<pid>/fd` the count of descriptors as its
