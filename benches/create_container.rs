@@ -31,6 +31,10 @@
 //! a container created before the sets stays the owner, and each creation is a
 //! further container of the pod, as a sidecar or a restarted container is.
 //!
+//! `DEVGATE_BENCH_PAUSE_MS=N` waits N ms before each creation (and its pod),
+//! untimed: the plugin's background work then runs between them, as on a node
+//! that starts a pod now and then, instead of within the next one's window.
+//!
 //! `DEVGATE_BENCH_COMPARE=PATH[:PATH...]` compares the plugin's CPU time with
 //! other builds', each `PATH` a `devgate`: sets rotate among the builds (ABBA
 //! for two) instead of alternating between the plugin and none, each set in a
@@ -300,7 +304,10 @@ fn run_set(
     plugin: Option<(u32, &mut Cpu, Floors<'_>)>,
 ) {
     let mut plugin = plugin;
+    let pause = Duration::from_millis(env_usize("DEVGATE_BENCH_PAUSE_MS", 0) as u64);
     for i in 0..n {
+        // Untimed: pods as far apart as a node starts them, not back to back.
+        std::thread::sleep(pause);
         let whole = plugin
             .as_ref()
             .map_or(0, |(pid, _, _)| process_cpu_ns(*pid));

@@ -8,10 +8,13 @@
 //! keeps a burst of containers, or a container kubelet restarts in a loop,
 //! from writing the same line each time. Refusals are always logged.
 //! The counters are diagnostics: a small JSON file that a background thread
-//! replaces atomically, at most once per [`FLUSH_INTERVAL`] and once more when
-//! the plugin stops. So CreateContainer never waits on the file, whether the
-//! check is on or off (with `grant_check = "off"` every annotated container is
-//! still counted, as `unchecked`), and a burst of containers costs one write.
+//! replaces atomically, at most once per [`FLUSH_INTERVAL`], never sooner than
+//! [`SETTLE`] after the decision that woke it (its container's creation is
+//! still being answered then), and once more when the plugin stops. So
+//! CreateContainer never waits on the file nor shares a CPU with its write,
+//! whether the check is on or off (with `grant_check = "off"` every annotated
+//! container is still counted, as `unchecked`), and a burst of containers
+//! costs one write.
 //! Another process (`devgate status`) sees a decision within the interval; a
 //! plugin killed outright loses at most the last interval's counts.
 
@@ -33,6 +36,8 @@ const MAX_COUNTERS_BYTES: u64 = 64 * 1024;
 const MAX_REASON: usize = 512;
 /// Least time between two writes of the counters file.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(500);
+/// How long after the decision that woke it the writer waits before it writes.
+const SETTLE: Duration = Duration::from_millis(100);
 
 /// What the grant check decided for one container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,11 +185,23 @@ impl Shared {
         loop {
             {
                 let mut s = self.lock();
+                let mut woken = false;
                 while !s.dirty && !s.stop {
                     s.waiting = true;
                     s = self.wake.wait(s).unwrap_or_else(PoisonError::into_inner);
+                    woken = true;
                 }
                 s.waiting = false;
+                // A decision that woke the writer is a container's creation
+                // under way: let it answer first, so that the write does not
+                // take a CPU from it.
+                if woken && !s.stop {
+                    drop(
+                        self.wake
+                            .wait_timeout_while(s, SETTLE, |s| !s.stop)
+                            .unwrap_or_else(PoisonError::into_inner),
+                    );
+                }
             }
             self.write_if_dirty();
             let s = self.lock();

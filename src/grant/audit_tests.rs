@@ -107,3 +107,47 @@ fn a_decision_is_logged_once_per_pod_and_counted_for_every_container() {
     let c = audit.counters();
     assert_eq!((c.unchecked, c.refused), (6, 2));
 }
+
+/// The writer, woken by a decision, leaves the CPU to that decision's
+/// container for [`SETTLE`] before it writes; stopping writes at once.
+#[test]
+fn the_write_a_decision_wakes_comes_after_its_container_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = Audit::open(dir.path());
+    // The writer waits for a decision (it found nothing to write at its start).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !audit.shared.lock().waiting {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer never waited"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let decided = std::time::Instant::now();
+    audit.record(&Decision {
+        pod: "ns/p",
+        uid: "u",
+        container: "c",
+        devices: "gpu minors [0]",
+        outcome: Outcome::Granted,
+        reason: "",
+    });
+    let mut c = read_counters(dir.path()).unwrap();
+    while c.granted == 0 {
+        assert!(std::time::Instant::now() < deadline, "never written");
+        std::thread::sleep(Duration::from_millis(2));
+        c = read_counters(dir.path()).unwrap();
+    }
+    assert!(decided.elapsed() >= SETTLE, "{:?}", decided.elapsed());
+    // Stopping does not wait out the settling.
+    audit.record(&Decision {
+        pod: "ns/q",
+        uid: "v",
+        container: "c",
+        devices: "gpu minors [1]",
+        outcome: Outcome::Granted,
+        reason: "",
+    });
+    drop(audit);
+    assert_eq!(read_counters(dir.path()).unwrap().granted, 2);
+}
