@@ -15,26 +15,33 @@ impl Teardown for Flaky {
     }
 }
 
-/// A pod whose teardown failed at its last event (RemovePodSandbox) is not
-/// left holding quarantined devices until the next restart: the retry round
-/// runs its teardown again and releases it once that succeeds.
-#[test]
-fn a_failed_release_is_retried_without_a_further_event() {
+/// Pod "sb" and the VF claim it makes.
+fn pod_holding_a_vf() -> (crate::ledger::PodRef, crate::ledger::Claim) {
     use crate::ledger::{Claim, DeviceId, PodRef, Share};
-    let (mut plugin, _state) = plugin(Config::default(), false);
-    let flaky = Arc::new(Flaky(false.into()));
-    plugin.teardown = flaky.clone();
-    let vf = Claim {
-        device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
-        share: Share::Exclusive,
-        pf: None,
-    };
     let pod = PodRef {
         sandbox_id: "sb".into(),
         namespace: "team".into(),
         name: "web".into(),
         uid: "u".into(),
     };
+    let vf = Claim {
+        device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
+        share: Share::Exclusive,
+        pf: None,
+    };
+    (pod, vf)
+}
+
+/// A pod whose teardown failed at its last event (RemovePodSandbox) is not
+/// left holding quarantined devices until the next restart: the retry round
+/// runs its teardown again and releases it once that succeeds.
+#[test]
+fn a_failed_release_is_retried_without_a_further_event() {
+    use crate::ledger::PodRef;
+    let (mut plugin, _state) = plugin(Config::default(), false);
+    let flaky = Arc::new(Flaky(false.into()));
+    plugin.teardown = flaky.clone();
+    let (pod, vf) = pod_holding_a_vf();
     let ledger = plugin.devices().ledger().clone();
     ledger.claim(&pod, std::slice::from_ref(&vf)).unwrap();
     plugin.release_in_background(lifecycle::Release::Pod("sb".into()));
@@ -67,7 +74,6 @@ fn a_failed_release_is_retried_without_a_further_event() {
 /// A pod it holds is released on a worker at its stop.
 #[test]
 fn only_a_pod_the_ledger_holds_is_released_on_a_worker() {
-    use crate::ledger::{Claim, DeviceId, PodRef, Share};
     use nri::stub::Plugin as _;
     let (plugin, _state) = plugin(Config::default(), false);
     let sandbox = |id: &str| nri::api::PodSandbox {
@@ -81,17 +87,7 @@ fn only_a_pod_the_ledger_holds_is_released_on_a_worker() {
     assert_eq!(plugin.release_workers.threads(), 0);
 
     let ledger = plugin.devices().ledger().clone();
-    let pod = PodRef {
-        sandbox_id: "sb".into(),
-        namespace: "team".into(),
-        name: "web".into(),
-        uid: "u".into(),
-    };
-    let vf = Claim {
-        device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
-        share: Share::Exclusive,
-        pf: None,
-    };
+    let (pod, vf) = pod_holding_a_vf();
     ledger.claim(&pod, &[vf]).unwrap();
     plugin.stop_pod_sandbox(&sandbox("sb")).unwrap();
     assert!(plugin.wait_for_releases(LIMIT));

@@ -121,6 +121,17 @@ mod tests {
         }
     }
 
+    /// Pod p0, which held the VF, as the ledger recorded it.
+    fn p0() -> PodRecord {
+        PodRecord {
+            pod: pod_ref("p0"),
+            claims: vec![vf_claim()],
+            claimed_unix: 1,
+            containers: Default::default(),
+            network_owner: None,
+        }
+    }
+
     /// Pod q holds the VF now, its container q1 has it moved in (its record
     /// saved); a late teardown of p0, which held it before, runs.
     fn late_teardown(record_of: &str) -> (Result<(), String>, bool) {
@@ -141,13 +152,7 @@ mod tests {
             .unwrap();
         let store = SavedStore::new(dir.path());
         store.save(&SavedVf::example(record_of, VF)).unwrap();
-        let p0 = PodRecord {
-            pod: pod_ref("p0"),
-            claims: vec![vf_claim()],
-            claimed_unix: 1,
-            containers: Default::default(),
-            network_owner: None,
-        };
+        let p0 = p0();
         let out = VfTeardown::new(dir.path().to_path_buf()).teardown(&p0);
         let kept = store.load(VF.parse().unwrap()).unwrap().is_some();
         (out, kept)
@@ -157,13 +162,7 @@ mod tests {
     fn vfs_on_the_host_need_no_restore_and_a_moved_one_is_found() {
         let dir = tempfile::tempdir().unwrap();
         let teardown = VfTeardown::new(dir.path().to_path_buf());
-        let p0 = PodRecord {
-            pod: pod_ref("p0"),
-            claims: vec![vf_claim()],
-            claimed_unix: 1,
-            containers: Default::default(),
-            network_owner: None,
-        };
+        let p0 = p0();
         assert_eq!(teardown.any_moved(&p0), Ok(false));
         assert_eq!(teardown.teardown(&p0), Ok(()));
         SavedStore::new(dir.path())
