@@ -126,7 +126,8 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
 
     // Each pod's decision is one audit line in the plugin's log, with its pod,
     // container, devices and reason; the legit pod's second container repeats
-    // its pod's and is not logged again.
+    // its pod's and is not logged again. A granted decision's line is logged by
+    // the counters' writer, before the write that counts it, with its time.
     let log = node.plugin.output();
     let audit: Vec<&str> = log
         .lines()
@@ -149,6 +150,7 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
         "devices=",
         "outcome=\"granted\"",
         "reason=",
+        "decided=20",
     ] {
         assert!(granted.contains(field), "{field} in {granted}");
     }

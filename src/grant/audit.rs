@@ -1,22 +1,26 @@
 //! One structured log line per grant decision and counters that `devgate status`
 //! (another process) reads from the state directory.
 //!
-//! The log line is the record of each decision and is written as it is made,
-//! once per pod and decision: a pod's containers share one allocation, so a
-//! further container given the decision just logged for its pod (same pod,
-//! outcome, devices and reason) is counted and logged at debug only. That
-//! keeps a burst of containers, or a container kubelet restarts in a loop,
-//! from writing the same line each time. Refusals are always logged.
+//! The log line is the record of each decision, once per pod and decision: a
+//! pod's containers share one allocation, so a further container given the
+//! decision just logged for its pod (same pod, outcome, devices and reason) is
+//! counted and logged at debug only. That keeps a burst of containers, or a
+//! container kubelet restarts in a loop, from writing the same line each time.
+//! Refusals are always logged, as they are made. A decision that lets a
+//! container through is logged by the counters' writer, with the time it was
+//! made (`decided`), together with the counters' write: formatting and writing
+//! the line cost a pod's first container about 30 µs of its creation with
+//! caches cold (see `audit_line`).
 //! The counters are diagnostics: a small JSON file that a background thread
 //! replaces atomically, at most once per [`FLUSH_INTERVAL`], never sooner than
 //! [`SETTLE`] after the decision that woke it (its container's creation is
 //! still being answered then), and once more when the plugin stops. So
-//! CreateContainer never waits on the file nor shares a CPU with its write,
-//! whether the check is on or off (with `grant_check = "off"` every annotated
-//! container is still counted, as `unchecked`), and a burst of containers
-//! costs one write.
+//! CreateContainer never waits on the file or the line nor shares a CPU with
+//! their writes, whether the check is on or off (with `grant_check = "off"`
+//! every annotated container is still counted, as `unchecked`), and a burst
+//! of containers costs one write.
 //! Another process (`devgate status`) sees a decision within the interval; a
-//! plugin killed outright loses at most the last interval's counts.
+//! plugin killed outright loses at most the last interval's counts and lines.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +30,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::audit_line::{PendingLine, MAX_PENDING};
 use crate::fsutil;
 
 /// File of the counters in the state directory.
@@ -120,6 +125,8 @@ struct State {
     /// The last decision logged at info: one slot, so a pod whose
     /// containers arrive between another pod's logs its decision again.
     last_logged: Option<Logged>,
+    /// Lines of decisions counted since the last write, for the writer to log.
+    pending: Vec<PendingLine>,
 }
 
 /// What makes a decision the same one again.
@@ -143,8 +150,10 @@ impl Logged {
 /// How a decision is logged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Line {
-    /// At info (warn for a refusal): the record of the decision.
+    /// At info (warn for a refusal): the record of the decision, now.
     Logged,
+    /// At info, by the writer: the record of a decision that let the container through.
+    Deferred,
     /// At debug: the decision just logged for the same pod.
     Repeated,
 }
@@ -163,17 +172,20 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Writes the counters if anything was counted since the last write.
+    /// Logs the lines and writes the counters of the decisions counted
+    /// since the last write, if any.
     fn write_if_dirty(&self) {
         let _writing = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
-        let bytes = {
+        let (lines, bytes) = {
             let mut s = self.lock();
             if !s.dirty {
                 return;
             }
             s.dirty = false;
-            serde_json::to_vec(&s.counters).unwrap_or_default()
+            let lines = std::mem::take(&mut s.pending);
+            (lines, serde_json::to_vec(&s.counters).unwrap_or_default())
         };
+        lines.iter().for_each(PendingLine::log);
         // Counters are diagnostics: a failed write is logged, never fails a container.
         if let Err(e) = fsutil::replace_file(&self.path, &bytes) {
             tracing::warn!(path = %self.path.display(), error = %e, "write grant counters");
@@ -248,9 +260,12 @@ impl Audit {
             writing: Mutex::new(()),
         });
         let worker = Arc::clone(&shared);
+        // The writer logs where its creator does (the global subscriber in
+        // the plugin, a test's own one in tests).
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
         let flusher = std::thread::Builder::new()
             .name("devgate-grant-audit".into())
-            .spawn(move || worker.run())
+            .spawn(move || tracing::dispatcher::with_default(&dispatch, || worker.run()))
             .map_err(|e| tracing::warn!(error = %e, "grant counters: no flush thread; writing each decision"))
             .ok();
         Audit { shared, flusher }
@@ -265,11 +280,8 @@ impl Audit {
                 devices = %d.devices, outcome = "refused", rule = kind.as_str(), reason = %d.reason,
                 "device grant refused"
             ),
-            (outcome, Line::Logged) => tracing::info!(
-                target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
-                devices = %d.devices, outcome = outcome_name(outcome), reason = %d.reason,
-                "device grant"
-            ),
+            (_, Line::Logged) => PendingLine::new(d).log(),
+            (_, Line::Deferred) => {}
             (outcome, Line::Repeated) => tracing::debug!(
                 target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
                 outcome = outcome_name(outcome), "device grant, as logged for the pod"
@@ -295,6 +307,19 @@ impl Audit {
                 reason: d.reason.to_string(),
             });
         }
+        // Refusals are logged as they are made; without a writer, or with
+        // too many lines waiting for it, so is every decision.
+        let line = match line {
+            Line::Logged
+                if !matches!(d.outcome, Outcome::Refused(_))
+                    && self.flusher.is_some()
+                    && s.pending.len() < MAX_PENDING =>
+            {
+                s.pending.push(PendingLine::new(d));
+                Line::Deferred
+            }
+            other => other,
+        };
         {
             let c = &mut s.counters;
             match d.outcome {
@@ -343,7 +368,7 @@ impl Drop for Audit {
     }
 }
 
-fn outcome_name(o: Outcome) -> &'static str {
+pub(super) fn outcome_name(o: Outcome) -> &'static str {
     match o {
         Outcome::Granted => "granted",
         Outcome::Unchecked => "unchecked",

@@ -1,4 +1,5 @@
 use super::*;
+use std::sync::{Arc, Mutex};
 
 #[test]
 fn counters_survive_into_another_reader_and_a_restart() {
@@ -99,10 +100,11 @@ fn a_decision_is_logged_once_per_pod_and_counted_for_every_container() {
     .iter()
     .map(|x| audit.count(x))
     .collect();
-    use Line::{Logged, Repeated};
+    // Let-through decisions' lines wait for the writer; refusals' are logged now.
+    use Line::{Deferred, Logged, Repeated};
     assert_eq!(
         lines,
-        [Logged, Repeated, Logged, Logged, Logged, Logged, Logged, Logged]
+        [Deferred, Repeated, Deferred, Deferred, Deferred, Logged, Logged, Deferred]
     );
     let c = audit.counters();
     assert_eq!((c.unchecked, c.refused), (6, 2));
@@ -114,15 +116,8 @@ fn a_decision_is_logged_once_per_pod_and_counted_for_every_container() {
 fn the_write_a_decision_wakes_comes_after_its_container_is_answered() {
     let dir = tempfile::tempdir().unwrap();
     let audit = Audit::open(dir.path());
-    // The writer waits for a decision (it found nothing to write at its start).
+    wait_until_waiting(&audit);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !audit.shared.lock().waiting {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the writer never waited"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
     let decided = std::time::Instant::now();
     audit.record(&Decision {
         pod: "ns/p",
@@ -150,4 +145,161 @@ fn the_write_a_decision_wakes_comes_after_its_container_is_answered() {
     });
     drop(audit);
     assert_eq!(read_counters(dir.path()).unwrap().granted, 2);
+}
+
+/// Until the writer waits for a decision (it found nothing to write at its start).
+fn wait_until_waiting(audit: &Audit) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !audit.shared.lock().waiting {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer never waited"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The log, as a subscriber of the test's own writes it.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl tracing_subscriber::fmt::MakeWriter<'_> for Captured {
+    type Writer = Captured;
+    fn make_writer(&self) -> Captured {
+        self.clone()
+    }
+}
+
+impl Captured {
+    fn lines(&self, needle: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+fn decision<'a>(uid: &'a str, outcome: Outcome) -> Decision<'a> {
+    Decision {
+        pod: "ns/p",
+        uid,
+        container: "main",
+        devices: "gpu minors [0]",
+        outcome,
+        reason: "matches the pod's requests",
+    }
+}
+
+/// A let-through decision's line is logged by the writer, no sooner than
+/// [`SETTLE`] after the decision, with the decision's time; a refusal's at
+/// once; stopping logs what is still waiting.
+#[test]
+fn let_through_lines_are_logged_by_the_writer_with_their_time() {
+    let log = Captured::default();
+    let dispatch = tracing::Dispatch::new(
+        tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .finish(),
+    );
+    // With one dispatcher registered, tracing-core takes it for the global
+    // default and asks the registering thread's own default whether a callsite
+    // is enabled (`has_just_one`): other tests' threads, logging nowhere, would
+    // then switch this test's lines off. A second one makes it ask both.
+    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::callsite::rebuild_interest_cache();
+        let dir = tempfile::tempdir().unwrap();
+        let audit = Audit::open(dir.path());
+        wait_until_waiting(&audit);
+        let before = crate::grant::audit_line::Rfc3339(std::time::SystemTime::now()).to_string();
+        let decided = std::time::Instant::now();
+        audit.record(&decision("u1", Outcome::Granted));
+        audit.record(&decision("u2", Outcome::Refused(RefusalKind::Mismatch)));
+        assert_eq!(
+            log.lines("device grant refused").len(),
+            1,
+            "a refusal at once"
+        );
+        let deadline = decided + Duration::from_secs(20);
+        let granted = loop {
+            let lines = log.lines("uid=u1");
+            if !lines.is_empty() {
+                break lines;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never logged: {:?}",
+                log.lines("")
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        assert!(decided.elapsed() >= SETTLE, "{:?}", decided.elapsed());
+        assert_eq!(granted.len(), 1, "{granted:?}");
+        for field in [
+            "INFO",
+            "devgate::audit",
+            "device grant",
+            "pod=ns/p",
+            "container=main",
+            "devices=gpu minors [0]",
+            "outcome=\"granted\"",
+            "reason=matches the pod's requests",
+        ] {
+            assert!(granted[0].contains(field), "{field} in {}", granted[0]);
+        }
+        // The decision's own time, not the writer's: same second as taken
+        // just before it, barring a second boundary in between.
+        let at = granted[0].split("decided=").nth(1).expect("decided field");
+        assert!(
+            at.len() >= 27 && at[..27] >= before[..],
+            "{at} against {before}"
+        );
+        // Written by the writer of a plugin that stops before its interval.
+        audit.record(&decision("u3", Outcome::Unchecked));
+        drop(audit);
+        assert_eq!(log.lines("uid=u3").len(), 1, "logged at stop");
+    });
+}
+
+/// With too many lines waiting, a decision's line is logged at once rather
+/// than kept.
+#[test]
+fn a_full_queue_logs_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = Audit::open(dir.path());
+    // The writer cannot take the queue while a write is held under way.
+    let held = audit.shared.writing.lock().unwrap();
+    let uids: Vec<String> = (0..=crate::grant::audit_line::MAX_PENDING)
+        .map(|i| format!("u{i}"))
+        .collect();
+    let lines: Vec<Line> = uids
+        .iter()
+        .map(|u| audit.count(&decision(u, Outcome::Granted)))
+        .collect();
+    assert!(lines[..lines.len() - 1]
+        .iter()
+        .all(|l| *l == Line::Deferred));
+    assert_eq!(lines.last(), Some(&Line::Logged));
+    assert_eq!(
+        audit.shared.lock().pending.len(),
+        crate::grant::audit_line::MAX_PENDING
+    );
+    drop(held);
+    drop(audit);
+    assert_eq!(
+        read_counters(dir.path()).unwrap().granted,
+        uids.len() as u64
+    );
 }

@@ -20,6 +20,7 @@
 //! runs or is faulted in while the check is off.
 
 pub mod audit;
+mod audit_line;
 pub mod cache;
 pub mod check;
 pub mod credentials;
