@@ -31,6 +31,10 @@
 //! a container created before the sets stays the owner, and each creation is a
 //! further container of the pod, as a sidecar or a restarted container is.
 //!
+//! `DEVGATE_BENCH_KUBELET=1` gives each pod the labels and annotations kubelet
+//! passes for a Deployment's pod that Koordinator scheduled (see
+//! `kubelet_metadata`), which every request about the pod carries.
+//!
 //! `DEVGATE_BENCH_PAUSE_MS=N` waits N ms before each creation (and its pod),
 //! untimed: the plugin's background work then runs between them, as on a node
 //! that starts a pod now and then, instead of within the next one's window.
@@ -259,6 +263,7 @@ impl Pods<'_> {
             Pods::Fresh(template, _) => {
                 let mut spec = PodSpec::new(&format!("{}-{tag}{i}", template.name));
                 spec.annotations = template.annotations.clone();
+                spec.labels = template.labels.clone();
                 cri.run_pod(&spec).expect("RunPodSandbox")
             }
         }
@@ -277,6 +282,36 @@ impl Pods<'_> {
 }
 
 /// Waits until the ledger under `state_dir` holds no pod.
+/// The labels and annotations kubelet passes for a Deployment's pod that
+/// Koordinator scheduled (`newPodLabels`, `newPodAnnotations` in kubelet's
+/// `kuberuntime_sandbox.go`, and Koordinator's own annotations), beside
+/// devgate's: what a node's runtime sends in every request about the pod.
+fn kubelet_metadata(spec: PodSpec) -> PodSpec {
+    let uid = spec.uid.clone();
+    let name = spec.name.clone();
+    spec.label("app", "trainer")
+        .label("pod-template-hash", "7d9c6b5f4d")
+        .label("io.kubernetes.pod.name", &name)
+        .label("io.kubernetes.pod.namespace", "default")
+        .label("io.kubernetes.pod.uid", &uid)
+        .label("koordinator.sh/qosClass", "LSE")
+        .annotation("kubernetes.io/config.seen", "2026-12-02T10:01:12.324948512Z")
+        .annotation("kubernetes.io/config.source", "api")
+        .annotation(
+            "scheduling.koordinator.sh/resource-spec",
+            r#"{"preferredCPUBindPolicy":"FullPCPUs"}"#,
+        )
+        .annotation(
+            "scheduling.koordinator.sh/resource-status",
+            r#"{"cpuset":"8-15,72-79","numaNodeResources":[{"node":0,"resources":{"cpu":"16","memory":"128Gi"}}]}"#,
+        )
+        .annotation("scheduling.koordinator.sh/reservation-allocated", r#"{"name":"","uid":""}"#)
+        .annotation("gang.scheduling.koordinator.sh/name", "trainer-gang")
+        .annotation("kubectl.kubernetes.io/restartedAt", "2026-12-01T08:00:00Z")
+        .annotation("prometheus.io/scrape", "true")
+        .annotation("prometheus.io/port", "9400")
+}
+
 fn wait_released(state_dir: &std::path::Path) {
     let deadline = Instant::now() + SLOW;
     while Instant::now() < deadline {
@@ -500,6 +535,11 @@ fn main() {
         spec
     } else {
         spec.annotation(DEVICE_ALLOCATED, &pod_allocation(&node))
+    };
+    let spec = if std::env::var_os("DEVGATE_BENCH_KUBELET").is_some() {
+        kubelet_metadata(spec)
+    } else {
+        spec
     };
     // Idle: registered, synchronized (its start-up pages dropped; the moment
     // after registration is left to it), and before any pod, since a pod's
