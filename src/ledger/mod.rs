@@ -296,7 +296,9 @@ impl Ledger {
                     || p.network_owner.as_deref() == Some(container_id)
             })
         };
-        if !self.store.peek(known)? {
+        // A container this process recorded is answered under the lock
+        // straight away: checking the files first would only cost their stats.
+        if self.store.peek_cached(known) != Some(true) && !self.store.peek(known)? {
             return Ok(());
         }
         let mut txn = self.store.begin()?;

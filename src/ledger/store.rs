@@ -225,6 +225,13 @@ impl Store {
         Ok(f(&self.read_files()?))
     }
 
+    /// `f` of the cached state as it is, perhaps stale: `None` without one.
+    /// Only for a question whose answer a transaction checks again.
+    pub fn peek_cached<R>(&self, f: impl FnOnce(&LedgerState) -> R) -> Option<R> {
+        let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        cache.as_ref().map(|c| f(&c.state))
+    }
+
     /// The files' key without the ledger lock, to compare with a cached one:
     /// through the kept directory when no transaction of this process holds it
     /// (no path to walk), else by path. Only for a cached key with a document:

@@ -327,3 +327,28 @@ fn concurrent_claims_as_lines_and_releases_never_double_hold() {
     // The pods kept (odd rounds) hold at most one GPU each of the five.
     assert!(end.pods.len() <= 6, "{:?}", end.pods.keys());
 }
+
+/// A cache that may be stale only decides whether to take the lock: a
+/// container it still shows but another process removed is found gone under
+/// the lock (nothing is written), and one it lacks but another process
+/// recorded is removed all the same.
+#[test]
+fn a_removal_checks_under_the_lock_what_a_stale_cache_shows() {
+    let (dir, l) = ledger();
+    let other = Ledger::open(dir.path()).unwrap();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    l.admit(&pod("p"), &claims, "c1", record("main"), false)
+        .unwrap();
+    other.remove_container("p", "c1").unwrap();
+    let journal = || std::fs::metadata(dir.path().join("ledger.journal")).map(|m| m.len());
+    let before = journal().unwrap();
+    l.remove_container("p", "c1").unwrap();
+    assert_eq!(journal().unwrap(), before, "nothing left to write");
+    assert!(l.snapshot().unwrap().pods["p"].containers.is_empty());
+
+    other
+        .admit(&pod("p"), &claims, "c2", record("main"), false)
+        .unwrap();
+    l.remove_container("p", "c2").unwrap();
+    assert!(other.snapshot().unwrap().pods["p"].containers.is_empty());
+}
