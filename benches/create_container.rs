@@ -281,7 +281,6 @@ impl Pods<'_> {
     }
 }
 
-/// Waits until the ledger under `state_dir` holds no pod.
 /// The labels and annotations kubelet passes for a Deployment's pod that
 /// Koordinator scheduled (`newPodLabels`, `newPodAnnotations` in kubelet's
 /// `kuberuntime_sandbox.go`, and Koordinator's own annotations), beside
@@ -312,6 +311,7 @@ fn kubelet_metadata(spec: PodSpec) -> PodSpec {
         .annotation("prometheus.io/port", "9400")
 }
 
+/// Waits until the ledger under `state_dir` holds no pod.
 fn wait_released(state_dir: &std::path::Path) {
     let deadline = Instant::now() + SLOW;
     while Instant::now() < deadline {
