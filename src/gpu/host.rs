@@ -222,11 +222,7 @@ fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<usize>
         };
         if rc != 0 {
             // Closed meanwhile, or a dangling link in a test tree; or refused.
-            let refused = matches!(
-                io::Error::last_os_error().raw_os_error(),
-                Some(libc::EACCES | libc::EPERM)
-            );
-            return if refused && process_refused(dir, name) {
+            return if last_call_refused() && process_refused(dir, name) {
                 Flow::Stop
             } else {
                 Flow::Next
@@ -256,11 +252,15 @@ fn process_refused(dir: BorrowedFd<'_>, name: &CStr) -> bool {
             buf.len(),
         )
     };
-    rc < 0
-        && matches!(
-            io::Error::last_os_error().raw_os_error(),
-            Some(libc::EACCES | libc::EPERM)
-        )
+    rc < 0 && last_call_refused()
+}
+
+/// Whether the last failed call was refused access (EACCES or EPERM).
+fn last_call_refused() -> bool {
+    matches!(
+        io::Error::last_os_error().raw_os_error(),
+        Some(libc::EACCES | libc::EPERM)
+    )
 }
 
 fn open_dir<P: ?Sized + nix::NixPath>(at: Option<&OwnedFd>, path: &P) -> io::Result<OwnedFd> {
