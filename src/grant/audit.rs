@@ -280,7 +280,7 @@ impl Audit {
                 devices = %d.devices, outcome = "refused", rule = kind.as_str(), reason = %d.reason,
                 "device grant refused"
             ),
-            (_, Line::Logged) => PendingLine::new(d).log(),
+            (_, Line::Logged) => super::audit_line::log(d, std::time::SystemTime::now()),
             (_, Line::Deferred) => {}
             (outcome, Line::Repeated) => tracing::debug!(
                 target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,

@@ -37,16 +37,29 @@ impl PendingLine {
         }
     }
 
-    /// The record of the decision, at info; `decided` is when it was made,
-    /// which the line's own timestamp follows by up to the writer's interval.
+    /// Its line, which the writer's own timestamp follows by up to its interval.
     pub(super) fn log(&self) {
-        tracing::info!(
-            target: "devgate::audit", pod = %self.pod, uid = %self.uid,
-            container = %self.container, devices = %self.devices,
-            outcome = outcome_name(self.outcome), reason = %self.reason,
-            decided = %Rfc3339(self.decided), "device grant"
-        );
+        let d = Decision {
+            pod: &self.pod,
+            uid: &self.uid,
+            container: &self.container,
+            devices: &self.devices,
+            outcome: self.outcome,
+            reason: &self.reason,
+        };
+        log(&d, self.decided);
     }
+}
+
+/// The record of a decision that lets a container through, at info;
+/// `decided` is when it was made.
+pub(super) fn log(d: &Decision<'_>, decided: SystemTime) {
+    tracing::info!(
+        target: "devgate::audit", pod = %d.pod, uid = %d.uid,
+        container = %d.container, devices = %d.devices,
+        outcome = outcome_name(d.outcome), reason = %d.reason,
+        decided = %Rfc3339(decided), "device grant"
+    );
 }
 
 /// A time as RFC 3339 UTC with microseconds, the form of the log's own
