@@ -286,12 +286,11 @@ impl Pods<'_> {
 /// `kuberuntime_sandbox.go`, and Koordinator's own annotations), beside
 /// devgate's: what a node's runtime sends in every request about the pod.
 fn kubelet_metadata(spec: PodSpec) -> PodSpec {
-    let uid = spec.uid.clone();
-    let name = spec.name.clone();
+    let (uid, name, namespace) = (spec.uid.clone(), spec.name.clone(), spec.namespace.clone());
     spec.label("app", "trainer")
         .label("pod-template-hash", "7d9c6b5f4d")
         .label("io.kubernetes.pod.name", &name)
-        .label("io.kubernetes.pod.namespace", "default")
+        .label("io.kubernetes.pod.namespace", &namespace)
         .label("io.kubernetes.pod.uid", &uid)
         .label("koordinator.sh/qosClass", "LSE")
         .annotation("kubernetes.io/config.seen", "2026-12-02T10:01:12.324948512Z")
