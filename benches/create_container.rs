@@ -12,7 +12,9 @@
 //! of a CreateContainer request's size and answers it; the other also makes the
 //! one crash-safe ledger write a claim needs (flock, temporary file, write,
 //! rename of a 3 KiB document on tmpfs, made as the ledger makes it: without
-//! the fsyncs, which do nothing there).
+//! the fsyncs, which do nothing there). A third process like the first is
+//! pinged in the sets without the plugin, untimed, right before each
+//! CreateContainer: the floor where the runtime would wake the plugin.
 //!
 //! `cargo bench --bench create_container` (root). `DEVGATE_BENCH_CREATES=N`
 //! sets the creations per set (default 500; smoke runs without `--bench` use 10),
@@ -35,6 +37,10 @@
 //! passes for a Deployment's pod that Koordinator scheduled (see
 //! `kubelet_metadata`), which every request about the pod carries.
 //!
+//! `DEVGATE_BENCH_PAGES=1` also counts the pages of the plugin's memory each
+//! creation touches, by kind (`create_container/pages.rs`); it flushes the
+//! plugin's TLB before each creation, so its CPU figures are not comparable.
+//!
 //! `DEVGATE_BENCH_PAUSE_MS=N` waits N ms before each creation (and its pod),
 //! untimed: the plugin's background work then runs between them, as on a node
 //! that starts a pod now and then, instead of within the next one's window.
@@ -45,6 +51,8 @@
 //! process of its own, so that many short sets put the builds side by side in
 //! the same state of the machine, whose drift swamps small differences between
 //! separate runs.
+#[path = "create_container/pages.rs"]
+mod pages;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -236,6 +244,18 @@ struct Cpu {
     pod_ns: u64,
     /// Each RunPodSandbox call's wall time, with a pod per creation.
     sandbox_wall: Vec<Duration>,
+    /// The pages each creation touched, with `DEVGATE_BENCH_PAGES=1`.
+    pages: Option<pages::Touched>,
+}
+
+impl Cpu {
+    fn new() -> Cpu {
+        let pages = std::env::var_os("DEVGATE_BENCH_PAGES").map(|_| pages::Touched::default());
+        Cpu {
+            pages,
+            ..Cpu::default()
+        }
+    }
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -329,6 +349,8 @@ type Floors<'a> = Vec<&'a mut Echo>;
 /// Creates and removes `n` containers, timing each creation; with `plugin`, also
 /// adds that process's CPU time to `cpu` (the removal's RemoveContainer event is
 /// answered before the CRI call returns, so each window holds its own work only).
+/// `at_request`, given in the sets without the plugin, is pinged untimed right
+/// before each CreateContainer: the floor in the state the plugin is woken in.
 fn run_set(
     cri: &Cri,
     pods: &Pods<'_>,
@@ -336,6 +358,7 @@ fn run_set(
     tag: &str,
     out: &mut Vec<Duration>,
     plugin: Option<(u32, &mut Cpu, Floors<'_>)>,
+    mut at_request: Option<&mut Echo>,
 ) {
     let mut plugin = plugin;
     let pause = Duration::from_millis(env_usize("DEVGATE_BENCH_PAUSE_MS", 0) as u64);
@@ -350,11 +373,27 @@ fn run_set(
         let pod = pods.get(cri, tag, i);
         let run = run.elapsed();
         let spec = ContainerSpec::shell(&format!("{tag}{i}"), "true");
+        if let Some(echo) = at_request.as_mut() {
+            echo.ping();
+        }
+        if let Some((pid, Cpu { pages: Some(_), .. }, _)) = plugin.as_ref() {
+            pages::Touched::clear(*pid);
+        }
         let before = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
         let start = Instant::now();
         let id = cri.create_container(&pod, &spec).expect("CreateContainer");
         out.push(start.elapsed());
         let created = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
+        if let Some((
+            pid,
+            Cpu {
+                pages: Some(pages), ..
+            },
+            _,
+        )) = plugin.as_mut()
+        {
+            pages.count(*pid);
+        }
         if let Some((_, _, floors)) = plugin.as_mut() {
             floors.iter_mut().for_each(|f| f.ping());
         }
@@ -387,7 +426,7 @@ fn compare(
     let builds: Vec<std::path::PathBuf> = std::iter::once(support::DEVGATE.into())
         .chain(others.iter().cloned())
         .collect();
-    let mut cpus: Vec<Cpu> = builds.iter().map(|_| Cpu::default()).collect();
+    let mut cpus: Vec<Cpu> = builds.iter().map(|_| Cpu::new()).collect();
     let per = |ns: u64, count: usize| ns as f64 / 1e6 / count as f64;
     for set in 0..sets {
         let mut order: Vec<usize> = (0..builds.len()).collect();
@@ -419,6 +458,9 @@ fn compare(
             n * sets,
             sandbox_cpu(pods, cpu, n * sets),
         );
+        if let Some(pages) = cpu.pages.as_ref().and_then(pages::Touched::report) {
+            println!("[{i}] pages touched per CreateContainer: {pages}");
+        }
     }
 }
 
@@ -469,6 +511,7 @@ fn run_build(
         tag,
         &mut Vec::new(),
         Some((pid, cpu, Vec::new())),
+        None,
     );
 }
 
@@ -480,11 +523,20 @@ fn without_plugin(
     n: usize,
     set: usize,
     out: &mut Vec<Duration>,
+    at_request: &mut Echo,
 ) {
     node.plugin.kill();
     // containerd notices the closed connection on its next write; give it a moment.
     std::thread::sleep(Duration::from_millis(200));
-    run_set(cri, pods, n, &format!("n{set}-"), out, None);
+    run_set(
+        cri,
+        pods,
+        n,
+        &format!("n{set}-"),
+        out,
+        None,
+        Some(at_request),
+    );
     node.plugin.respawn(&node.ctrd);
     node.plugin.wait_registered(&node.ctrd, SLOW);
 }
@@ -549,7 +601,7 @@ fn main() {
     let pod = cri.run_pod(&spec).expect("RunPodSandbox");
     // Warm-up: first creations pull the image into the snapshotter.
     let mut warm = Vec::new();
-    run_set(&cri, &Pods::Shared(&pod), 5, "warm", &mut warm, None);
+    run_set(&cri, &Pods::Shared(&pod), 5, "warm", &mut warm, None, None);
     let pods = if fresh {
         // The shared pod would hold the devices every fresh pod claims.
         cri.stop_pod(&pod).expect("StopPodSandbox");
@@ -571,17 +623,26 @@ fn main() {
         return;
     }
     let (mut with, mut without) = (Vec::new(), Vec::new());
-    let mut cpu = Cpu::default();
+    let mut cpu = Cpu::new();
     let mut echo = Echo::start(None);
     let tmpfs = tempfile::tempdir_in("/dev/shm").expect("tmpfs dir");
     let mut committer = Echo::start(Some(tmpfs.path()));
+    let mut at_request = Echo::start(None);
     for set in 0..sets {
         let tag = format!("w{set}-");
         // ABBA: odd pairs run without the plugin first, so that drift within a
         // pair (the machine warming or slowing) cancels too, not only drift
         // between pairs.
         if set % 2 == 1 {
-            without_plugin(&mut node, &cri, &pods, n, set, &mut without);
+            without_plugin(
+                &mut node,
+                &cri,
+                &pods,
+                n,
+                set,
+                &mut without,
+                &mut at_request,
+            );
         }
         let pid = node.plugin.pid().expect("plugin pid");
         run_set(
@@ -591,14 +652,23 @@ fn main() {
             &tag,
             &mut with,
             Some((pid, &mut cpu, vec![&mut echo, &mut committer])),
+            None,
         );
         if set % 2 == 0 {
-            without_plugin(&mut node, &cri, &pods, n, set, &mut without);
+            without_plugin(
+                &mut node,
+                &cri,
+                &pods,
+                n,
+                set,
+                &mut without,
+                &mut at_request,
+            );
         }
     }
     // The last respawned process ran no set: measure RSS of a process that did.
     let pid = node.plugin.pid().expect("plugin pid");
-    run_set(&cri, &pods, 2 * n, "rss", &mut Vec::new(), None);
+    run_set(&cri, &pods, 2 * n, "rss", &mut Vec::new(), None, None);
     let after_rss = rss_kib(pid);
     if let Some(id) = owner_id {
         cri.remove_container(&id)
@@ -657,6 +727,16 @@ fn main() {
         echo.request.len(),
         floor(&committer),
     );
+    // Where the plugin is woken: with a pod per creation, after the sandbox's
+    // start (runc starting its pause process) has evicted what the caches held.
+    println!(
+        "floor at the request: {:.3} ms for the same process pinged just before each \
+         CreateContainer, in the sets without the plugin",
+        floor(&at_request),
+    );
+    if let Some(pages) = cpu.pages.as_ref().and_then(pages::Touched::report) {
+        println!("plugin pages touched per CreateContainer: {pages}");
+    }
     println!(
         "plugin rss: {:.1} MiB idle, {:.1} MiB after {} creations",
         idle_rss as f64 / 1024.0,
