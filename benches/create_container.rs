@@ -51,17 +51,27 @@
 //! process of its own, so that many short sets put the builds side by side in
 //! the same state of the machine, whose drift swamps small differences between
 //! separate runs.
+#[path = "create_container/compare.rs"]
+mod compare;
+#[path = "create_container/floor.rs"]
+mod floor;
 #[path = "create_container/pages.rs"]
 mod pages;
+#[path = "create_container/pods.rs"]
+mod pods;
+#[path = "create_container/proc.rs"]
+mod proc;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+use compare::compare;
+use floor::{serve_echo, Echo, Floors, ECHO_ENV};
+use pods::{kubelet_metadata, wait_released, Pods};
+use proc::{cpu_ns, process_cpu_ns, rss_kib, wait_releases_ended};
 use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
-use support::{require_root, ContainerSpec, Cri, Pod, PodSpec, SLOW};
+use support::{require_root, ContainerSpec, Cri, PodSpec, SLOW};
 
 fn env_usize(key: &str, default: usize) -> usize {
     std::env::var(key)
@@ -83,153 +93,6 @@ fn pod_allocation(node: &Node) -> String {
         .map(|(i, nic)| vf_entry(i, nic.bus_id, nic.vfs[0].bus_id))
         .collect();
     allocation(&gpus, &rdma)
-}
-
-/// CPU time of all of a process's threads, in nanoseconds: the first field of each
-/// `/proc/<pid>/task/<tid>/schedstat` (time on a CPU, nanosecond precision, unlike
-/// the clock ticks of `stat`). Threads that ended are not counted: the plugin's
-/// threads live as long as it does (its release workers wait for the next
-/// release), except each release's own thread in builds before the workers,
-/// which the bench waits out before it measures again (`wait_releases_ended`).
-fn cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .filter_map(|t| {
-            let text = std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok()?;
-            text.split_whitespace().next()?.parse::<u64>().ok()
-        })
-        .sum()
-}
-
-/// The CPU time of a whole process, threads that ended included (its CPU
-/// clock, `clock_getcpuclockid(3)`), in nanoseconds.
-fn process_cpu_ns(pid: u32) -> u64 {
-    let mut clock: libc::clockid_t = 0;
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: out-pointers to locals of the types the calls fill.
-    let read = unsafe {
-        libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) == 0
-            && libc::clock_gettime(clock, &mut ts) == 0
-    };
-    if read {
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    } else {
-        0
-    }
-}
-
-/// Waits until no thread of the plugin named `release` runs, so that no
-/// release adds to a measured window and none ends in it (taking its CPU time
-/// out of `cpu_ns`'s sum): a worker bears that name only while it runs a
-/// release (`release-idle` between them); builds before the workers started
-/// a thread of that name for each release.
-fn wait_releases_ended(pid: u32) {
-    let releasing = || {
-        std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|tasks| {
-                tasks.filter_map(Result::ok).any(|t| {
-                    std::fs::read_to_string(t.path().join("comm"))
-                        .is_ok_and(|c| c.trim_end() == "release")
-                })
-            })
-            .unwrap_or(false)
-    };
-    let deadline = Instant::now() + SLOW;
-    while releasing() {
-        assert!(
-            Instant::now() < deadline,
-            "a release thread outlived {SLOW:?}"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// Set in the environment of the floor processes this bench starts: `-` for a
-/// bare echo, else the directory of the ledger-like file it replaces.
-const ECHO_ENV: &str = "DEVGATE_BENCH_ECHO";
-
-/// A process (this bench binary again) that answers every message with 24 bytes,
-/// after replacing a file under a lock when given a directory, and does nothing
-/// else: the cost, on this machine, of waking another process, receiving and
-/// sending (and committing). Another process, as the plugin is: waking a thread
-/// of the pinging process itself would skip the address-space switch.
-struct Echo {
-    stream: UnixStream,
-    child: std::process::Child,
-    /// About the size containerd 1.7 sends for the benchmark pod's CreateContainer.
-    request: Vec<u8>,
-    cpu_ns: u64,
-    pings: u64,
-}
-
-impl Echo {
-    fn start(commit_in: Option<&std::path::Path>) -> Echo {
-        let (stream, peer) = UnixStream::pair().expect("socketpair");
-        let mode = commit_in.map_or("-".into(), |d| d.display().to_string());
-        let child = std::process::Command::new(std::env::current_exe().expect("bench binary"))
-            .env(ECHO_ENV, mode)
-            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(peer)))
-            .spawn()
-            .expect("spawn the floor process");
-        Echo {
-            stream,
-            child,
-            request: vec![0x5a; 2700],
-            cpu_ns: 0,
-            pings: 0,
-        }
-    }
-
-    fn ping(&mut self) {
-        let before = cpu_ns(self.child.id());
-        let mut reply = [0u8; 24];
-        self.stream.write_all(&self.request).expect("echo send");
-        self.stream.read_exact(&mut reply).expect("echo reply");
-        self.cpu_ns += cpu_ns(self.child.id()) - before;
-        self.pings += 1;
-    }
-}
-
-impl Drop for Echo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The floor process: serves its stdin (a socket) until it closes.
-fn serve_echo(mode: &str) -> ! {
-    use std::os::fd::{AsRawFd, FromRawFd};
-    // SAFETY: the parent made descriptor 0 a socket for this process alone.
-    let mut peer = unsafe { UnixStream::from_raw_fd(0) };
-    let commit = (mode != "-").then(|| {
-        let dir = std::path::PathBuf::from(mode);
-        let lock = std::fs::File::create(dir.join("lock")).expect("lock file");
-        let dir_file = std::fs::File::open(&dir).expect("open dir");
-        let durability = devgate::fsutil::Durability::of_dir(&dir_file);
-        (dir, dir_file, lock, durability)
-    });
-    let document = vec![b'x'; 3 << 10];
-    let mut buf = vec![0u8; 64 << 10];
-    while matches!(peer.read(&mut buf), Ok(n) if n > 0) {
-        if let Some((path, dir, lock, durability)) = &commit {
-            // SAFETY: flock on a descriptor this process owns.
-            unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
-            devgate::fsutil::replace_in(dir, path, "ledger.json", &document, *durability)
-                .expect("replace");
-            // SAFETY: as above.
-            unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_UN) };
-        }
-        if peer.write_all(&[0u8; 24]).is_err() {
-            break;
-        }
-    }
-    std::process::exit(0)
 }
 
 /// Plugin CPU over a set: creation calls alone, and creation plus removal;
@@ -258,93 +121,9 @@ impl Cpu {
     }
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// Where each creation's container goes: one pod for all, or a pod of its own.
-enum Pods<'a> {
-    Shared(&'a Pod),
-    /// Pods made from this spec; the ledger under the path is watched for
-    /// the release of each.
-    Fresh(&'a PodSpec, std::path::PathBuf),
-}
-
-impl Pods<'_> {
-    /// The pod for creation `i` (run now when fresh).
-    fn get(&self, cri: &Cri, tag: &str, i: usize) -> Pod {
-        match self {
-            Pods::Shared(pod) => (*pod).clone(),
-            Pods::Fresh(template, _) => {
-                let mut spec = PodSpec::new(&format!("{}-{tag}{i}", template.name));
-                spec.annotations = template.annotations.clone();
-                spec.labels = template.labels.clone();
-                cri.run_pod(&spec).expect("RunPodSandbox")
-            }
-        }
-    }
-
-    /// Removes a fresh pod and waits until the plugin released its devices,
-    /// so that release runs in no creation's window.
-    fn done(&self, cri: &Cri, pod: &Pod) {
-        let Pods::Fresh(_, state_dir) = self else {
-            return;
-        };
-        cri.stop_pod(pod).expect("StopPodSandbox");
-        cri.remove_pod(pod).expect("RemovePodSandbox");
-        wait_released(state_dir);
-    }
-}
-
-/// The labels and annotations kubelet passes for a Deployment's pod that
-/// Koordinator scheduled (`newPodLabels`, `newPodAnnotations` in kubelet's
-/// `kuberuntime_sandbox.go`, and Koordinator's own annotations), beside
-/// devgate's: what a node's runtime sends in every request about the pod.
-fn kubelet_metadata(spec: PodSpec) -> PodSpec {
-    let (uid, name, namespace) = (spec.uid.clone(), spec.name.clone(), spec.namespace.clone());
-    spec.label("app", "trainer")
-        .label("pod-template-hash", "7d9c6b5f4d")
-        .label("io.kubernetes.pod.name", &name)
-        .label("io.kubernetes.pod.namespace", &namespace)
-        .label("io.kubernetes.pod.uid", &uid)
-        .label("koordinator.sh/qosClass", "LSE")
-        .annotation("kubernetes.io/config.seen", "2026-12-02T10:01:12.324948512Z")
-        .annotation("kubernetes.io/config.source", "api")
-        .annotation(
-            "scheduling.koordinator.sh/resource-spec",
-            r#"{"preferredCPUBindPolicy":"FullPCPUs"}"#,
-        )
-        .annotation(
-            "scheduling.koordinator.sh/resource-status",
-            r#"{"cpuset":"8-15,72-79","numaNodeResources":[{"node":0,"resources":{"cpu":"16","memory":"128Gi"}}]}"#,
-        )
-        .annotation("scheduling.koordinator.sh/reservation-allocated", r#"{"name":"","uid":""}"#)
-        .annotation("gang.scheduling.koordinator.sh/name", "trainer-gang")
-        .annotation("kubectl.kubernetes.io/restartedAt", "2026-12-01T08:00:00Z")
-        .annotation("prometheus.io/scrape", "true")
-        .annotation("prometheus.io/port", "9400")
-}
-
-/// Waits until the ledger under `state_dir` holds no pod.
-fn wait_released(state_dir: &std::path::Path) {
-    let deadline = Instant::now() + SLOW;
-    while Instant::now() < deadline {
-        match devgate::ledger::Ledger::read(state_dir) {
-            Ok(state) if state.pods.is_empty() => return,
-            _ => std::thread::sleep(Duration::from_millis(2)),
-        }
-    }
-    panic!("the plugin did not release the pod's devices within {SLOW:?}");
-}
-
 /// The floor processes pinged after each creation: both, or none in the sets
 /// of a build compared.
-type Floors<'a> = Vec<&'a mut Echo>;
+type AfterEach<'a> = Vec<&'a mut Echo>;
 
 /// Creates and removes `n` containers, timing each creation; with `plugin`, also
 /// adds that process's CPU time to `cpu` (the removal's RemoveContainer event is
@@ -357,7 +136,7 @@ fn run_set(
     n: usize,
     tag: &str,
     out: &mut Vec<Duration>,
-    plugin: Option<(u32, &mut Cpu, Floors<'_>)>,
+    plugin: Option<(u32, &mut Cpu, AfterEach<'_>)>,
     mut at_request: Option<&mut Echo>,
 ) {
     let mut plugin = plugin;
@@ -412,58 +191,6 @@ fn run_set(
     }
 }
 
-/// `sets` rounds, each a set of this build and one of every build in `others`,
-/// in an order reversed every other round (ABBA for two builds), printing the
-/// plugin CPU of each set and of each build over all.
-fn compare(
-    node: &mut Node,
-    cri: &Cri,
-    pods: &Pods<'_>,
-    n: usize,
-    sets: usize,
-    others: &[std::path::PathBuf],
-) {
-    let builds: Vec<std::path::PathBuf> = std::iter::once(support::DEVGATE.into())
-        .chain(others.iter().cloned())
-        .collect();
-    let mut cpus: Vec<Cpu> = builds.iter().map(|_| Cpu::new()).collect();
-    let per = |ns: u64, count: usize| ns as f64 / 1e6 / count as f64;
-    for set in 0..sets {
-        let mut order: Vec<usize> = (0..builds.len()).collect();
-        if set % 2 == 1 {
-            order.reverse();
-        }
-        let mut line = format!("round {set}:");
-        for i in order {
-            let before = cpus[i].create_ns;
-            run_build(
-                node,
-                cri,
-                pods,
-                n,
-                &format!("b{i}s{set}-"),
-                &builds[i],
-                &mut cpus[i],
-            );
-            line += &format!(" [{i}] {:.3}", per(cpus[i].create_ns - before, n));
-        }
-        println!("{line} ms per CreateContainer");
-    }
-    for (i, (build, cpu)) in builds.iter().zip(&cpus).enumerate() {
-        println!(
-            "[{i}] {}: {:.4} ms per CreateContainer, {:.4} ms with its RemoveContainer ({} creations){}",
-            build.display(),
-            per(cpu.create_ns, n * sets),
-            per(cpu.total_ns, n * sets),
-            n * sets,
-            sandbox_cpu(pods, cpu, n * sets),
-        );
-        if let Some(pages) = cpu.pages.as_ref().and_then(pages::Touched::report) {
-            println!("[{i}] pages touched per CreateContainer: {pages}");
-        }
-    }
-}
-
 /// With a pod per creation, the plugin's CPU in RunPodSandbox (where it
 /// claims the pod's devices) and in the pod's three calls together.
 fn sandbox_cpu(pods: &Pods<'_>, cpu: &Cpu, creations: usize) -> String {
@@ -481,38 +208,6 @@ fn sandbox_cpu(pods: &Pods<'_>, cpu: &Cpu, creations: usize) -> String {
         pct(&wall, 0.5),
         per(cpu.pod_ns),
     )
-}
-
-/// One set with `program` as the plugin, in a process of its own, measured
-/// into `cpu`.
-fn run_build(
-    node: &mut Node,
-    cri: &Cri,
-    pods: &Pods<'_>,
-    n: usize,
-    tag: &str,
-    program: &std::path::Path,
-    cpu: &mut Cpu,
-) {
-    // Stopped as the DaemonSet stops it, so that it folds its journal into the
-    // document for a build that may read the journal's lines differently.
-    node.plugin
-        .signal_and_wait(nix::sys::signal::Signal::SIGTERM, SLOW);
-    // containerd notices the closed connection on its next write; give it a moment.
-    std::thread::sleep(Duration::from_millis(200));
-    node.plugin.set_program(program.to_path_buf());
-    node.plugin.respawn(&node.ctrd);
-    node.plugin.wait_registered(&node.ctrd, SLOW);
-    let pid = node.plugin.pid().expect("plugin pid");
-    run_set(
-        cri,
-        pods,
-        n,
-        tag,
-        &mut Vec::new(),
-        Some((pid, cpu, Vec::new())),
-        None,
-    );
 }
 
 /// One set with the plugin stopped; it is running again afterwards.
@@ -559,6 +254,32 @@ fn report(name: &str, mut v: Vec<Duration>) -> f64 {
         pct(&v, 0.99)
     );
     median
+}
+
+/// Each pair's medians, the pooled medians and the two overheads.
+fn print_overhead(with: Vec<Duration>, without: Vec<Duration>, n: usize) {
+    // Each set's median, in the order they ran: a set far from its neighbours
+    // points at drift, not at the plugin.
+    let mut differences = Vec::new();
+    for (set, (w, o)) in with.chunks(n).zip(without.chunks(n)).enumerate() {
+        let median = |v: &[Duration]| {
+            let mut v = v.to_vec();
+            v.sort();
+            pct(&v, 0.5)
+        };
+        let (w, o) = (median(w), median(o));
+        differences.push(w - o);
+        println!("pair {set}: devgate median {w:.3} ms, no plugin {o:.3} ms");
+    }
+    let m_with = report("devgate", with);
+    let m_without = report("no plugin", without);
+    println!("median overhead: {:.3} ms", m_with - m_without);
+    // A step in the machine's speed between two sets moves the pooled medians
+    // above; within a pair the two sets ran next to each other.
+    println!(
+        "pairwise overhead: {:.3} ms, the mean of the pairs' differences of medians",
+        differences.iter().sum::<f64>() / differences.len().max(1) as f64
+    );
 }
 
 fn main() {
@@ -624,46 +345,39 @@ fn main() {
     }
     let (mut with, mut without) = (Vec::new(), Vec::new());
     let mut cpu = Cpu::new();
-    let mut echo = Echo::start(None);
-    let tmpfs = tempfile::tempdir_in("/dev/shm").expect("tmpfs dir");
-    let mut committer = Echo::start(Some(tmpfs.path()));
-    let mut at_request = Echo::start(None);
+    let mut floors = Floors::start();
     for set in 0..sets {
         let tag = format!("w{set}-");
         // ABBA: odd pairs run without the plugin first, so that drift within a
         // pair (the machine warming or slowing) cancels too, not only drift
         // between pairs.
-        if set % 2 == 1 {
+        let mut without_set = |node: &mut Node, floors: &mut Floors| {
             without_plugin(
-                &mut node,
+                node,
                 &cri,
                 &pods,
                 n,
                 set,
                 &mut without,
-                &mut at_request,
-            );
+                &mut floors.at_request,
+            )
+        };
+        if set % 2 == 1 {
+            without_set(&mut node, &mut floors);
         }
         let pid = node.plugin.pid().expect("plugin pid");
+        let after_each = vec![&mut floors.echo, &mut floors.committer];
         run_set(
             &cri,
             &pods,
             n,
             &tag,
             &mut with,
-            Some((pid, &mut cpu, vec![&mut echo, &mut committer])),
+            Some((pid, &mut cpu, after_each)),
             None,
         );
         if set % 2 == 0 {
-            without_plugin(
-                &mut node,
-                &cri,
-                &pods,
-                n,
-                set,
-                &mut without,
-                &mut at_request,
-            );
+            without_set(&mut node, &mut floors);
         }
     }
     // The last respawned process ran no set: measure RSS of a process that did.
@@ -690,28 +404,7 @@ fn main() {
         "CreateContainer through CRI on {}, {what} ({sets} alternating set pairs of {n})",
         node.ctrd.runtime()
     );
-    // Each set's median, in the order they ran: a set far from its neighbours
-    // points at drift, not at the plugin.
-    let mut differences = Vec::new();
-    for (set, (w, o)) in with.chunks(n).zip(without.chunks(n)).enumerate() {
-        let median = |v: &[Duration]| {
-            let mut v = v.to_vec();
-            v.sort();
-            pct(&v, 0.5)
-        };
-        let (w, o) = (median(w), median(o));
-        differences.push(w - o);
-        println!("pair {set}: devgate median {w:.3} ms, no plugin {o:.3} ms");
-    }
-    let m_with = report("devgate", with);
-    let m_without = report("no plugin", without);
-    println!("median overhead: {:.3} ms", m_with - m_without);
-    // A step in the machine's speed between two sets moves the pooled medians
-    // above; within a pair the two sets ran next to each other.
-    println!(
-        "pairwise overhead: {:.3} ms, the mean of the pairs' differences of medians",
-        differences.iter().sum::<f64>() / differences.len().max(1) as f64
-    );
+    print_overhead(with, without, n);
     let per = |ns: u64| ns as f64 / 1e6 / creations;
     println!(
         "plugin cpu: {:.3} ms per CreateContainer, {:.3} ms with its RemoveContainer ({creations} creations){}",
@@ -719,21 +412,7 @@ fn main() {
         per(cpu.total_ns),
         sandbox_cpu(&pods, &cpu, n * sets),
     );
-    let floor = |e: &Echo| e.cpu_ns as f64 / 1e6 / e.pings.max(1) as f64;
-    println!(
-        "floor: {:.3} ms per message for a process that only receives {} bytes and answers; \
-         {:.3} ms with one crash-safe 3 KiB ledger write (pinged after each creation)",
-        floor(&echo),
-        echo.request.len(),
-        floor(&committer),
-    );
-    // Where the plugin is woken: with a pod per creation, after the sandbox's
-    // start (runc starting its pause process) has evicted what the caches held.
-    println!(
-        "floor at the request: {:.3} ms for the same process pinged just before each \
-         CreateContainer, in the sets without the plugin",
-        floor(&at_request),
-    );
+    floors.print();
     if let Some(pages) = cpu.pages.as_ref().and_then(pages::Touched::report) {
         println!("plugin pages touched per CreateContainer: {pages}");
     }

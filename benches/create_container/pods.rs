@@ -1,0 +1,80 @@
+//! The pods each creation's container goes into.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{Cri, Pod, PodSpec, SLOW};
+
+/// Where each creation's container goes: one pod for all, or a pod of its own.
+pub enum Pods<'a> {
+    Shared(&'a Pod),
+    /// Pods made from this spec; the ledger under the path is watched for
+    /// the release of each.
+    Fresh(&'a PodSpec, std::path::PathBuf),
+}
+
+impl Pods<'_> {
+    /// The pod for creation `i` (run now when fresh).
+    pub fn get(&self, cri: &Cri, tag: &str, i: usize) -> Pod {
+        match self {
+            Pods::Shared(pod) => (*pod).clone(),
+            Pods::Fresh(template, _) => {
+                let mut spec = PodSpec::new(&format!("{}-{tag}{i}", template.name));
+                spec.annotations = template.annotations.clone();
+                spec.labels = template.labels.clone();
+                cri.run_pod(&spec).expect("RunPodSandbox")
+            }
+        }
+    }
+
+    /// Removes a fresh pod and waits until the plugin released its devices,
+    /// so that release runs in no creation's window.
+    pub fn done(&self, cri: &Cri, pod: &Pod) {
+        let Pods::Fresh(_, state_dir) = self else {
+            return;
+        };
+        cri.stop_pod(pod).expect("StopPodSandbox");
+        cri.remove_pod(pod).expect("RemovePodSandbox");
+        wait_released(state_dir);
+    }
+}
+
+/// The labels and annotations kubelet passes for a Deployment's pod that
+/// Koordinator scheduled (`newPodLabels`, `newPodAnnotations` in kubelet's
+/// `kuberuntime_sandbox.go`, and Koordinator's own annotations), beside
+/// devgate's: what a node's runtime sends in every request about the pod.
+pub fn kubelet_metadata(spec: PodSpec) -> PodSpec {
+    let (uid, name, namespace) = (spec.uid.clone(), spec.name.clone(), spec.namespace.clone());
+    spec.label("app", "trainer")
+        .label("pod-template-hash", "7d9c6b5f4d")
+        .label("io.kubernetes.pod.name", &name)
+        .label("io.kubernetes.pod.namespace", &namespace)
+        .label("io.kubernetes.pod.uid", &uid)
+        .label("koordinator.sh/qosClass", "LSE")
+        .annotation("kubernetes.io/config.seen", "2026-12-02T10:01:12.324948512Z")
+        .annotation("kubernetes.io/config.source", "api")
+        .annotation(
+            "scheduling.koordinator.sh/resource-spec",
+            r#"{"preferredCPUBindPolicy":"FullPCPUs"}"#,
+        )
+        .annotation(
+            "scheduling.koordinator.sh/resource-status",
+            r#"{"cpuset":"8-15,72-79","numaNodeResources":[{"node":0,"resources":{"cpu":"16","memory":"128Gi"}}]}"#,
+        )
+        .annotation("scheduling.koordinator.sh/reservation-allocated", r#"{"name":"","uid":""}"#)
+        .annotation("gang.scheduling.koordinator.sh/name", "trainer-gang")
+        .annotation("kubectl.kubernetes.io/restartedAt", "2026-12-01T08:00:00Z")
+        .annotation("prometheus.io/scrape", "true")
+        .annotation("prometheus.io/port", "9400")
+}
+
+/// Waits until the ledger under `state_dir` holds no pod.
+pub fn wait_released(state_dir: &std::path::Path) {
+    let deadline = Instant::now() + SLOW;
+    while Instant::now() < deadline {
+        match devgate::ledger::Ledger::read(state_dir) {
+            Ok(state) if state.pods.is_empty() => return,
+            _ => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+    panic!("the plugin did not release the pod's devices within {SLOW:?}");
+}
