@@ -101,3 +101,92 @@ fn stdout_file_and_directory_outputs() {
     assert!(specs.join("devgate.io-gpu.json").exists());
     assert!(!rdma.exists(), "stale rdma spec removed");
 }
+
+/// Each kind in one spec of a directory, however earlier runs named their
+/// output: CDI refuses a device that two specs name.
+#[test]
+fn switching_between_file_and_directory_keeps_one_spec_per_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let hgx = HostRootBuilder::hgx()
+        .build(&dir.path().join("hgx"))
+        .unwrap();
+    let specs = dir.path().join("cdi");
+    std::fs::create_dir(&specs).unwrap();
+    // Somebody else's spec, a file that is no spec, and a spec converted to
+    // YAML by hand: only the last declares a kind of devgate's.
+    let other = specs.join("vendor.json");
+    std::fs::write(
+        &other,
+        r#"{"cdiVersion":"0.6.0","kind":"vendor.com/x","devices":[]}"#,
+    )
+    .unwrap();
+    let notes = specs.join("notes.json");
+    std::fs::write(&notes, "not a spec").unwrap();
+    let converted = specs.join("devgate.yaml");
+    std::fs::write(
+        &converted,
+        "cdiVersion: 0.6.0\nkind: devgate.io/rdma\ndevices: []\n",
+    )
+    .unwrap();
+
+    // The directory first, then a file in it: the directory's files go.
+    generated(hgx.root(), &["-o", specs.to_str().unwrap()]);
+    assert!(!converted.exists(), "the hand-made rdma spec removed");
+    let file = specs.join("devgate.json");
+    let out = generated(hgx.root(), &["-o", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("it also declared devgate.io/gpu"),
+        "{stderr}"
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&specs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "devgate-rdma.json",
+            "devgate.json",
+            "notes.json",
+            "vendor.json"
+        ]
+    );
+
+    // Then the directory again, from inside it with a relative path for the
+    // file in between: what this run writes is never taken for another spec.
+    let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .current_dir(&specs)
+        .args(["cdi", "generate", "--config", "/nonexistent/devgate.toml"])
+        .arg("--host-root")
+        .arg(hgx.root())
+        .args(["-o", "devgate.json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(file.exists() && specs.join("devgate-rdma.json").exists());
+    generated(hgx.root(), &["-o", specs.to_str().unwrap()]);
+    let mut names: Vec<String> = std::fs::read_dir(&specs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "devgate.io-gpu.json",
+            "devgate.io-rdma.json",
+            "notes.json",
+            "vendor.json"
+        ]
+    );
+    assert_eq!(
+        kinds(&std::fs::read_to_string(&other).unwrap()),
+        ["vendor.com/x"]
+    );
+}

@@ -143,5 +143,30 @@ pub struct DeviceNode {
     pub permissions: String,
 }
 
+/// The `kind` a CDI spec file declares, from its text: a JSON document's
+/// top-level `kind` (JSON is YAML too: devgate writes JSON whatever the
+/// file's name), or in other YAML the unindented `kind:` line (a spec
+/// converted by hand, read this far only). `None` when the text declares
+/// none or does not parse.
+pub fn declared_kind(text: &str, yaml: bool) -> Option<String> {
+    if let Ok(doc) = serde_json::from_str::<serde_json::Value>(text) {
+        return doc.get("kind")?.as_str().map(str::to_owned);
+    }
+    if !yaml {
+        return None;
+    }
+    text.lines().find_map(|line| {
+        let value = line.strip_prefix("kind:")?;
+        // A comment ends the value; quotes around it are YAML's own.
+        let value = value.split(" #").next().unwrap_or_default().trim();
+        let unquoted = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
+            .unwrap_or(value);
+        (!unquoted.is_empty()).then(|| unquoted.to_owned())
+    })
+}
+
 #[cfg(test)]
 mod tests;

@@ -308,3 +308,48 @@ fn qualified_names_and_file_names() {
     );
     assert_eq!(Class::Gpu.file_name(), "devgate.io-gpu.json");
 }
+
+#[test]
+fn the_kind_a_spec_file_declares() {
+    let cases: &[(&str, bool, Option<&str>)] = &[
+        (
+            r#"{"cdiVersion":"0.6.0","kind":"devgate.io/gpu","devices":[]}"#,
+            false,
+            Some("devgate.io/gpu"),
+        ),
+        (r#"{"kind":"vendor.com/x"}"#, false, Some("vendor.com/x")),
+        (r#"{"cdiVersion":"0.6.0"}"#, false, None),
+        (r#"{"kind":7}"#, false, None),
+        (r#"["kind"]"#, false, None),
+        ("not json", false, None),
+        ("", false, None),
+        (
+            "cdiVersion: 0.6.0\nkind: devgate.io/rdma\ndevices: []\n",
+            true,
+            Some("devgate.io/rdma"),
+        ),
+        ("kind: \"devgate.io/gpu\"\n", true, Some("devgate.io/gpu")),
+        // devgate's own JSON in a file named `.yaml`.
+        (
+            "{\n  \"cdiVersion\": \"0.6.0\",\n  \"kind\": \"devgate.io/gpu\"\n}\n",
+            true,
+            Some("devgate.io/gpu"),
+        ),
+        (
+            "kind: 'devgate.io/gpu' # ours\n",
+            true,
+            Some("devgate.io/gpu"),
+        ),
+        // Indented: a field of something else, not the spec's kind.
+        ("devices:\n  - kind: devgate.io/gpu\n", true, None),
+        ("kind:\n", true, None),
+        ("", true, None),
+    ];
+    for (text, yaml, want) in cases {
+        assert_eq!(
+            declared_kind(text, *yaml).as_deref(),
+            *want,
+            "{text:?} (yaml {yaml})"
+        );
+    }
+}

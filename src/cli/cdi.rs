@@ -7,6 +7,8 @@
 //! stale one would name devices that are gone; a path that does not exist and
 //! is not named `*.json`/`*.yaml`, or ends in `/`, is such a directory, created.
 //! `-o FILE` gets one kind (a spec holds one); a second goes beside it.
+//! Either way, any other spec file in that directory that declares a kind
+//! written or asked for is removed: CDI refuses a device two specs name.
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -102,10 +104,70 @@ fn generate(args: GenerateArgs) -> Result<(), CdiCmdError> {
         }
         return Ok(());
     };
-    match Output::of(&out) {
-        Output::Dir => write_dir(&out, &classes, &generated.specs),
-        Output::File => write_file(&out, &classes, &generated.specs),
+    let (dir, written) = match Output::of(&out) {
+        Output::Dir => (out.clone(), write_dir(&out, &classes, &generated.specs)?),
+        Output::File => {
+            let dir = match out.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            (dir, write_file(&out, &classes, &generated.specs)?)
+        }
+    };
+    remove_other_specs(&dir, &classes, &written)
+}
+
+/// Spec files larger than this are not read for their kind: devgate's own
+/// are a few KiB per device.
+const MAX_SPEC_BYTES: u64 = 16 << 20;
+
+/// Removes the other spec files in `dir` that declare a kind of `classes`.
+/// CDI refuses a device that two specs of one directory both name, so each
+/// kind is kept in the files this run wrote alone: an earlier run may have
+/// named the directory and this one a file, or the other way round, or
+/// another file. Only regular `*.json`/`*.yaml` files (what CDI loads) are
+/// read; one that cannot be read or declares another kind is left alone.
+fn remove_other_specs(
+    dir: &Path,
+    classes: &[Class],
+    written: &[PathBuf],
+) -> Result<(), CdiCmdError> {
+    let kinds: Vec<String> = classes.iter().map(|c| c.kind()).collect();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for path in entries.flatten().map(|e| e.path()) {
+        let yaml = match path.extension().and_then(|e| e.to_str()) {
+            Some("json") => false,
+            Some("yaml") => true,
+            _ => continue,
+        };
+        let regular = std::fs::symlink_metadata(&path)
+            .is_ok_and(|m| m.is_file() && m.len() <= MAX_SPEC_BYTES);
+        // Compared by name: every file written is in `dir`, however `-o`
+        // spelled it (`devgate.json` against `./devgate.json`).
+        let ours = written.iter().any(|w| w.file_name() == path.file_name());
+        if !regular || ours {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let Some(kind) = cdi::declared_kind(&text, yaml).filter(|k| kinds.contains(k)) else {
+            continue;
+        };
+        remove_stale(&path, "another spec of its kind")?;
+        eprintln!(
+            "note: removed {}: it also declared {kind}, which {} now holds",
+            path.display(),
+            written
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        );
     }
+    Ok(())
 }
 
 /// What `-o` names.
@@ -134,23 +196,28 @@ impl Output {
     }
 }
 
+/// Writes one file per kind into `dir`: the paths written.
 fn write_dir(
     dir: &Path,
     classes: &[Class],
     specs: &[(Class, cdi::Spec)],
-) -> Result<(), CdiCmdError> {
+) -> Result<Vec<PathBuf>, CdiCmdError> {
     std::fs::create_dir_all(dir).map_err(|source| CdiCmdError::Mkdir {
         path: dir.to_path_buf(),
         source,
     })?;
+    let mut written = Vec::new();
     for class in classes {
         let path = dir.join(class.file_name());
         match specs.iter().find(|(c, _)| c == class) {
-            Some((_, spec)) => write_spec(&path, spec)?,
-            None => remove_stale(&path)?,
+            Some((_, spec)) => {
+                write_spec(&path, spec)?;
+                written.push(path);
+            }
+            None => remove_stale(&path, "a kind without devices")?,
         }
     }
-    Ok(())
+    Ok(written)
 }
 
 /// The first kind with devices goes to `file`; a further kind to a file
@@ -162,7 +229,7 @@ fn write_file(
     file: &Path,
     classes: &[Class],
     specs: &[(Class, cdi::Spec)],
-) -> Result<(), CdiCmdError> {
+) -> Result<Vec<PathBuf>, CdiCmdError> {
     let Some(((first_class, first), rest)) = specs.split_first() else {
         let kind = match classes {
             [one] => one.name(),
@@ -174,9 +241,11 @@ fn write_file(
         });
     };
     write_spec(file, first)?;
+    let mut written = vec![file.to_path_buf()];
     for (class, spec) in rest {
         let path = beside(file, *class);
         write_spec(&path, spec)?;
+        written.push(path.clone());
         eprintln!(
             "note: {} holds one kind; {} went to {}",
             file.display(),
@@ -186,10 +255,13 @@ fn write_file(
     }
     for class in classes {
         if class == first_class || !rest.iter().any(|(c, _)| c == class) {
-            remove_stale(&beside(file, *class))?;
+            remove_stale(
+                &beside(file, *class),
+                "a kind this file now holds or without devices",
+            )?;
         }
     }
-    Ok(())
+    Ok(written)
 }
 
 /// `<dir>/<stem>-<class>.<ext>` for `<dir>/<stem>.<ext>`.
@@ -217,10 +289,12 @@ fn write_spec(path: &Path, spec: &cdi::Spec) -> Result<(), CdiCmdError> {
     Ok(())
 }
 
-fn remove_stale(path: &Path) -> Result<(), CdiCmdError> {
+/// Removes a spec that would name devices that are gone or named elsewhere;
+/// `why` goes to the log.
+fn remove_stale(path: &Path, why: &str) -> Result<(), CdiCmdError> {
     match std::fs::remove_file(path) {
         Ok(()) => {
-            tracing::info!(path = %path.display(), "removed cdi spec of a kind without devices");
+            tracing::info!(path = %path.display(), why, "removed cdi spec");
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
