@@ -136,7 +136,8 @@ fn switching_between_file_and_directory_keeps_one_spec_per_kind() {
     let out = generated(hgx.root(), &["-o", file.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("it also declared devgate.io/gpu"),
+        stderr.contains("devgate.io-gpu.json: it also declared devgate.io/gpu;")
+            && stderr.contains("devgate.json now holds it"),
         "{stderr}"
     );
     let mut names: Vec<String> = std::fs::read_dir(&specs)
@@ -188,5 +189,24 @@ fn switching_between_file_and_directory_keeps_one_spec_per_kind() {
     assert_eq!(
         kinds(&std::fs::read_to_string(&other).unwrap()),
         ["vendor.com/x"]
+    );
+
+    // A node without RDMA devices: a spec of that kind under any name is
+    // stale, and goes too.
+    let stray = specs.join("old-rdma.json");
+    std::fs::copy(specs.join("devgate.io-rdma.json"), &stray).unwrap();
+    let gpus_only = HostRootBuilder::hgx()
+        .nics(0)
+        .intel_rdma(false)
+        .build(&dir.path().join("gpus-only"))
+        .unwrap();
+    let out = generated(gpus_only.root(), &["-o", specs.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stray.exists() && !specs.join("devgate.io-rdma.json").exists());
+    assert!(
+        stderr.contains(
+            "old-rdma.json: it also declared devgate.io/rdma; this node has no such devices"
+        ),
+        "{stderr}"
     );
 }

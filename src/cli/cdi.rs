@@ -130,9 +130,8 @@ const MAX_SPEC_BYTES: u64 = 16 << 20;
 fn remove_other_specs(
     dir: &Path,
     classes: &[Class],
-    written: &[PathBuf],
+    written: &[(Class, PathBuf)],
 ) -> Result<(), CdiCmdError> {
-    let kinds: Vec<String> = classes.iter().map(|c| c.kind()).collect();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Ok(());
     };
@@ -146,25 +145,28 @@ fn remove_other_specs(
             .is_ok_and(|m| m.is_file() && m.len() <= MAX_SPEC_BYTES);
         // Compared by name: every file written is in `dir`, however `-o`
         // spelled it (`devgate.json` against `./devgate.json`).
-        let ours = written.iter().any(|w| w.file_name() == path.file_name());
+        let ours = written
+            .iter()
+            .any(|(_, w)| w.file_name() == path.file_name());
         if !regular || ours {
             continue;
         }
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };
-        let Some(kind) = cdi::declared_kind(&text, yaml).filter(|k| kinds.contains(k)) else {
+        let declared = cdi::declared_kind(&text, yaml);
+        let Some(class) = classes.iter().find(|c| declared == Some(c.kind())) else {
             continue;
         };
         remove_stale(&path, "another spec of its kind")?;
+        let now = match written.iter().find(|(c, _)| c == class) {
+            Some((_, holder)) => format!("{} now holds it", holder.display()),
+            None => "this node has no such devices".to_string(),
+        };
         eprintln!(
-            "note: removed {}: it also declared {kind}, which {} now holds",
+            "note: removed {}: it also declared {}; {now}",
             path.display(),
-            written
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(" and ")
+            class.kind()
         );
     }
     Ok(())
@@ -196,12 +198,12 @@ impl Output {
     }
 }
 
-/// Writes one file per kind into `dir`: the paths written.
+/// Writes one file per kind into `dir`: each kind written and its file.
 fn write_dir(
     dir: &Path,
     classes: &[Class],
     specs: &[(Class, cdi::Spec)],
-) -> Result<Vec<PathBuf>, CdiCmdError> {
+) -> Result<Vec<(Class, PathBuf)>, CdiCmdError> {
     std::fs::create_dir_all(dir).map_err(|source| CdiCmdError::Mkdir {
         path: dir.to_path_buf(),
         source,
@@ -212,7 +214,7 @@ fn write_dir(
         match specs.iter().find(|(c, _)| c == class) {
             Some((_, spec)) => {
                 write_spec(&path, spec)?;
-                written.push(path);
+                written.push((*class, path));
             }
             None => remove_stale(&path, "a kind without devices")?,
         }
@@ -229,7 +231,7 @@ fn write_file(
     file: &Path,
     classes: &[Class],
     specs: &[(Class, cdi::Spec)],
-) -> Result<Vec<PathBuf>, CdiCmdError> {
+) -> Result<Vec<(Class, PathBuf)>, CdiCmdError> {
     let Some(((first_class, first), rest)) = specs.split_first() else {
         let kind = match classes {
             [one] => one.name(),
@@ -241,11 +243,11 @@ fn write_file(
         });
     };
     write_spec(file, first)?;
-    let mut written = vec![file.to_path_buf()];
+    let mut written = vec![(*first_class, file.to_path_buf())];
     for (class, spec) in rest {
         let path = beside(file, *class);
         write_spec(&path, spec)?;
-        written.push(path.clone());
+        written.push((*class, path.clone()));
         eprintln!(
             "note: {} holds one kind; {} went to {}",
             file.display(),
