@@ -6,14 +6,30 @@ use std::process::{Command, Output};
 use devgate::fixture::HostRootBuilder;
 use serde_json::Value;
 
-fn generate(root: &Path, extra: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_devgate"))
-        .args(["cdi", "generate", "--config", "/nonexistent/devgate.toml"])
+/// `devgate cdi generate` on the host root `root`, without a config.
+fn command(root: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_devgate"));
+    cmd.args(["cdi", "generate", "--config", "/nonexistent/devgate.toml"])
         .arg("--host-root")
-        .arg(root)
+        .arg(root);
+    cmd
+}
+
+fn generate(root: &Path, extra: &[&str]) -> Output {
+    command(root)
         .args(extra)
         .output()
         .expect("run devgate cdi generate")
+}
+
+/// The names of the files in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 /// [`generate`] that must succeed.
@@ -140,13 +156,8 @@ fn switching_between_file_and_directory_keeps_one_spec_per_kind() {
             && stderr.contains("devgate.json now holds it"),
         "{stderr}"
     );
-    let mut names: Vec<String> = std::fs::read_dir(&specs)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
     assert_eq!(
-        names,
+        names_in(&specs),
         [
             "devgate-rdma.json",
             "devgate.json",
@@ -157,11 +168,8 @@ fn switching_between_file_and_directory_keeps_one_spec_per_kind() {
 
     // Then the directory again, from inside it with a relative path for the
     // file in between: what this run writes is never taken for another spec.
-    let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
+    let out = command(hgx.root())
         .current_dir(&specs)
-        .args(["cdi", "generate", "--config", "/nonexistent/devgate.toml"])
-        .arg("--host-root")
-        .arg(hgx.root())
         .args(["-o", "devgate.json"])
         .output()
         .unwrap();
@@ -172,13 +180,8 @@ fn switching_between_file_and_directory_keeps_one_spec_per_kind() {
     );
     assert!(file.exists() && specs.join("devgate-rdma.json").exists());
     generated(hgx.root(), &["-o", specs.to_str().unwrap()]);
-    let mut names: Vec<String> = std::fs::read_dir(&specs)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
     assert_eq!(
-        names,
+        names_in(&specs),
         [
             "devgate.io-gpu.json",
             "devgate.io-rdma.json",
