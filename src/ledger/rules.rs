@@ -14,8 +14,7 @@ pub(super) fn claim_in(
     if claims.is_empty() {
         return Ok(false);
     }
-    let mut seen = std::collections::HashSet::new();
-    if let Some(c) = claims.iter().find(|c| !seen.insert(&c.device)) {
+    if let Some(c) = duplicate(claims) {
         return Err(LedgerError::DuplicateClaim {
             device: c.device.clone(),
         });
@@ -63,7 +62,27 @@ pub(super) fn claim_in(
 /// them otherwise than the one that admitted the pod (a memory-only GPU entry
 /// counts no core since 0.1): its further containers are admitted as before.
 fn same_claims(a: &[Claim], b: &[Claim]) -> bool {
-    sorted_devices(a) == sorted_devices(b)
+    // A pod's containers take their claims from one plan, so the lists come
+    // in the same order: compared as they are first, without sorting copies.
+    a.len() == b.len()
+        && (a.iter().zip(b).all(|(x, y)| x.device == y.device)
+            || sorted_devices(a) == sorted_devices(b))
+}
+
+/// A claim naming a device an earlier one names. Claim lists are a pod's
+/// devices (at most the annotation's `MAX_ENTRIES` of them, usually a few):
+/// short lists are compared pairwise, which allocates and hashes nothing.
+fn duplicate(claims: &[Claim]) -> Option<&Claim> {
+    const PAIRWISE: usize = 32;
+    if claims.len() <= PAIRWISE {
+        return claims
+            .iter()
+            .enumerate()
+            .find(|(i, c)| claims[..*i].iter().any(|e| e.device == c.device))
+            .map(|(_, c)| c);
+    }
+    let mut seen = std::collections::HashSet::with_capacity(claims.len());
+    claims.iter().find(|c| !seen.insert(&c.device))
 }
 
 fn sorted_devices(claims: &[Claim]) -> Vec<&DeviceId> {

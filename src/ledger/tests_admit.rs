@@ -146,6 +146,60 @@ fn a_device_claimed_twice_in_one_list_is_refused() {
     assert!(snap.pods.is_empty() && snap.devices.is_empty(), "{snap:?}");
 }
 
+/// Both ways of finding a device named twice (pairwise for short lists,
+/// hashed for long ones) refuse it, wherever it stands in the list, also for
+/// a pod that holds its claims already; a list without one is taken whole.
+#[test]
+fn a_device_named_twice_is_found_in_short_and_long_lists() {
+    let (_d, l) = ledger();
+    for n in [2, 32, 33, 200] {
+        let mut claims: Vec<Claim> = (0..n)
+            .map(|i| gpu(&format!("GPU-{n}-{i}"), Share::Exclusive))
+            .collect();
+        claims.push(claims[n / 2].clone());
+        let e = l.claim(&pod(&format!("p{n}")), &claims).unwrap_err();
+        assert!(matches!(e, LedgerError::DuplicateClaim { .. }), "{n}: {e}");
+        assert!(e.to_string().contains(&format!("GPU-{n}-{}", n / 2)), "{e}");
+        claims.pop();
+        assert!(l.claim(&pod(&format!("p{n}")), &claims).unwrap(), "{n}");
+        claims.push(claims[0].clone());
+        let e = l.claim(&pod(&format!("p{n}")), &claims).unwrap_err();
+        assert!(matches!(e, LedgerError::DuplicateClaim { .. }), "{n}: {e}");
+    }
+    assert_eq!(l.snapshot().unwrap().devices.len(), 2 + 32 + 33 + 200);
+}
+
+/// A pod's further claim of its own devices in another order changes
+/// nothing; one more or one fewer device is a mismatch.
+#[test]
+fn a_pods_own_claims_in_another_order_are_the_same() {
+    let (_d, l) = ledger();
+    let claims = [
+        gpu("GPU-1", Share::Exclusive),
+        gpu("GPU-2", Share::Exclusive),
+        gpu("GPU-3", Share::Exclusive),
+    ];
+    assert!(l.claim(&pod("p"), &claims).unwrap());
+    let before = l.snapshot().unwrap();
+    let reordered = [claims[2].clone(), claims[0].clone(), claims[1].clone()];
+    assert!(!l.claim(&pod("p"), &reordered).unwrap());
+    assert!(!l.claim(&pod("p"), &claims).unwrap());
+    assert_eq!(l.snapshot().unwrap(), before);
+    for other in [
+        &claims[..2],
+        &[
+            claims[0].clone(),
+            claims[1].clone(),
+            claims[2].clone(),
+            gpu("GPU-4", Share::Exclusive),
+        ][..],
+    ] {
+        let e = l.claim(&pod("p"), other).unwrap_err();
+        assert!(matches!(e, LedgerError::ClaimMismatch { .. }), "{e}");
+    }
+    assert_eq!(l.snapshot().unwrap(), before);
+}
+
 /// A container planned with the VFs in the pod, moved there by its owner,
 /// whose owner gave them back before the admission: refused, nothing
 /// recorded, so the next try plans again and moves them in itself.
