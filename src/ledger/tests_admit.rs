@@ -185,15 +185,8 @@ fn a_pods_own_claims_in_another_order_are_the_same() {
     assert!(!l.claim(&pod("p"), &reordered).unwrap());
     assert!(!l.claim(&pod("p"), &claims).unwrap());
     assert_eq!(l.snapshot().unwrap(), before);
-    for other in [
-        &claims[..2],
-        &[
-            claims[0].clone(),
-            claims[1].clone(),
-            claims[2].clone(),
-            gpu("GPU-4", Share::Exclusive),
-        ][..],
-    ] {
+    let more = [&claims[..], &[gpu("GPU-4", Share::Exclusive)]].concat();
+    for other in [&claims[..2], &more] {
         let e = l.claim(&pod("p"), other).unwrap_err();
         assert!(matches!(e, LedgerError::ClaimMismatch { .. }), "{e}");
     }
