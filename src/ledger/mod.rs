@@ -78,11 +78,6 @@ pub struct Ledger {
     store: Store,
 }
 
-/// The ledger's keys of the claimed devices.
-fn device_keys(claims: &[Claim]) -> Vec<String> {
-    claims.iter().map(|c| c.device.to_string()).collect()
-}
-
 pub fn now_unix() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -114,10 +109,10 @@ impl Ledger {
         let mut txn = self.store.begin()?;
         self.check_releasing(&txn.state, pod, claims)?;
         let claimed = claim_in(&mut txn.state, pod, claims)?;
-        if claimed {
-            txn.commit_claim(&pod.sandbox_id, &device_keys(claims))?;
+        if let Some(keys) = &claimed {
+            txn.commit_claim(&pod.sandbox_id, keys)?;
         }
-        Ok(claimed)
+        Ok(claimed.is_some())
     }
 
     /// One transaction per container creation: claims the pod's devices (all or
@@ -192,8 +187,8 @@ impl Ledger {
             record.forget_resolved();
         }
         rec.containers.insert(container_id.to_string(), record);
-        if claimed {
-            txn.commit_claim(&pod.sandbox_id, &device_keys(claims))?;
+        if let Some(keys) = &claimed {
+            txn.commit_claim(&pod.sandbox_id, keys)?;
         } else {
             // The pod held its devices already: only its record changed.
             match &taken_from {
@@ -203,7 +198,7 @@ impl Ledger {
         }
         Ok(Admission {
             network_owner,
-            claimed,
+            claimed: claimed.is_some(),
         })
     }
 

@@ -4,15 +4,16 @@
 use super::model::*;
 use super::{now_unix, LedgerError};
 
-/// Claims in `state`; true when something changed. An empty claim list records
-/// nothing: pods without devices leave no trace.
+/// Claims in `state`; the claimed devices' keys when this call made the claim
+/// (for its journal line), `None` when nothing changed. An empty claim list
+/// records nothing: pods without devices leave no trace.
 pub(super) fn claim_in(
     state: &mut LedgerState,
     pod: &PodRef,
     claims: &[Claim],
-) -> Result<bool, LedgerError> {
+) -> Result<Option<Vec<String>>, LedgerError> {
     if claims.is_empty() {
-        return Ok(false);
+        return Ok(None);
     }
     if let Some(c) = duplicate(claims) {
         return Err(LedgerError::DuplicateClaim {
@@ -21,19 +22,21 @@ pub(super) fn claim_in(
     }
     if let Some(existing) = state.pods.get(&pod.sandbox_id) {
         if same_claims(&existing.claims, claims) {
-            return Ok(false);
+            return Ok(None);
         }
         return Err(LedgerError::ClaimMismatch {
             pod: pod.to_string(),
         });
     }
-    for claim in claims {
-        check_claim(state, claim)?;
+    // Each device's key formatted once, for the checks, the records and the line.
+    let keys: Vec<String> = claims.iter().map(|c| c.device.to_string()).collect();
+    for (claim, key) in claims.iter().zip(&keys) {
+        check_claim(state, claim, key)?;
     }
-    for claim in claims {
+    for (claim, key) in claims.iter().zip(&keys) {
         let record = state
             .devices
-            .entry(claim.device.to_string())
+            .entry(key.clone())
             .or_insert_with(|| DeviceRecord {
                 device: claim.device.clone(),
                 holders: Vec::new(),
@@ -54,7 +57,7 @@ pub(super) fn claim_in(
             network_owner: None,
         },
     );
-    Ok(true)
+    Ok(Some(keys))
 }
 
 /// The same devices; their shares are the recorded ones. A pod's annotation
@@ -91,9 +94,10 @@ fn sorted_devices(claims: &[Claim]) -> Vec<&DeviceId> {
     d
 }
 
-fn check_claim(state: &LedgerState, claim: &Claim) -> Result<(), LedgerError> {
+/// `key`: the device's key in `state.devices`.
+fn check_claim(state: &LedgerState, claim: &Claim, key: &str) -> Result<(), LedgerError> {
     check_pf_and_vfs(state, claim)?;
-    let Some(record) = state.devices.get(&claim.device.to_string()) else {
+    let Some(record) = state.devices.get(key) else {
         return Ok(());
     };
     if let Some(q) = &record.quarantine {
