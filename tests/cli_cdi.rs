@@ -34,7 +34,11 @@ fn names_in(dir: &Path) -> Vec<String> {
 
 /// [`generate`] that must succeed.
 fn generated(root: &Path, extra: &[&str]) -> Output {
-    let out = generate(root, extra);
+    succeeded(generate(root, extra))
+}
+
+/// `out`, after asserting its run succeeded (its stderr shown otherwise).
+fn succeeded(out: Output) -> Output {
     assert!(
         out.status.success(),
         "{}",
@@ -168,15 +172,12 @@ fn switching_between_file_and_directory_keeps_one_spec_per_kind() {
 
     // Then the directory again, from inside it with a relative path for the
     // file in between: what this run writes is never taken for another spec.
-    let out = command(hgx.root())
-        .current_dir(&specs)
-        .args(["-o", "devgate.json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeded(
+        command(hgx.root())
+            .current_dir(&specs)
+            .args(["-o", "devgate.json"])
+            .output()
+            .unwrap(),
     );
     assert!(file.exists() && specs.join("devgate-rdma.json").exists());
     generated(hgx.root(), &["-o", specs.to_str().unwrap()]);
