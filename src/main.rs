@@ -83,7 +83,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line on stderr: kubelet and operators read the first line only.
-            eprintln!("devgate: {e:#}");
+            eprintln!("devgate: {}", nri::ErrorChain(e.as_ref()));
             ExitCode::FAILURE
         }
     }

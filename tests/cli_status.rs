@@ -1,5 +1,5 @@
-//! `devgate status` on a state directory holding an unreadable VF record: the
-//! rest is still shown, and the record's error with it.
+//! `devgate status`: a state directory holding an unreadable VF record still
+//! shows the rest, with the record's error; one it cannot read at all fails.
 use std::process::Command;
 
 fn status(state: &std::path::Path, health: &std::path::Path, extra: &[&str]) -> (bool, String) {
@@ -45,6 +45,33 @@ fn an_unreadable_vf_record_is_reported_not_fatal() {
             .is_some_and(|e| e.contains("0000:19:00.2.json")),
         "{v}"
     );
+}
+
+/// A state directory that cannot be read fails the command with one line that
+/// names the file and gives the cause once, although the ledger's message
+/// ends with its cause's text.
+#[test]
+fn an_unreadable_ledger_fails_with_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::write(&state, "not a directory").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .arg("status")
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--health-dir")
+        .arg(dir.path().join("health"))
+        .output()
+        .expect("run devgate status");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let file = state.join("ledger.json");
+    assert!(
+        stderr.starts_with(&format!("devgate: ledger {}: ", file.display())),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("Not a directory").count(), 1, "{stderr}");
 }
 
 /// A report piped into a reader that stops early (`| head -1`) ends quietly,

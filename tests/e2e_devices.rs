@@ -198,10 +198,12 @@ fn exclusive_gpu_has_one_holder_until_released_and_shares_stop_at_100() {
     let err = cri
         .create_container(&second, &ContainerSpec::shell("main", "true"))
         .expect_err("held gpu");
-    assert!(
-        err.message().contains(&format!(
-            "{DEVICE_ALLOCATED}: gpu[0]: gpu {g} is held by pod default/first"
-        )),
+    let reason = format!("{DEVICE_ALLOCATED}: gpu[0]: gpu {g} is held by pod default/first");
+    assert!(err.message().contains(&reason), "{}", err.message());
+    // The reason once: not repeated as its own cause.
+    assert_eq!(
+        err.message().matches("is held by pod").count(),
+        1,
         "{}",
         err.message()
     );

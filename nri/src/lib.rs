@@ -16,6 +16,7 @@
 //!   fake runtime on tokio and async ttrpc, which checks the stub against an
 //!   implementation of the wire protocol written apart from it.
 
+mod chain;
 pub mod event;
 pub mod frame;
 pub mod lean;
@@ -28,6 +29,7 @@ pub mod stub;
 pub mod testing;
 pub mod version;
 
+pub use chain::ErrorChain;
 pub use event::EventMask;
 pub use lean::Decode;
 pub use protobuf;

@@ -1,6 +1,5 @@
 //! The gpu module's error: every variant names the GPU, process or file it is about.
 
-use std::error::Error as _;
 use std::path::PathBuf;
 
 use super::nvml::NvmlError;
@@ -61,14 +60,7 @@ pub enum GpuError {
 
 /// An error and its causes on one line: `a: b: c` (Display never repeats the source).
 pub fn chain(err: &GpuError) -> String {
-    let mut text = err.to_string();
-    let mut cause = err.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
+    nri::ErrorChain(err).to_string()
 }
 
 /// Several errors as one teardown failure reason.

@@ -357,15 +357,8 @@ fn list_state(synced: bool, last_error: Option<String>, silent_for: Option<Durat
 }
 
 /// An error with its sources, `a: b: c`, for the audit line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    nri::ErrorChain(e).to_string()
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
 //! Why one part of a host root could not be read. Discovery turns these into warnings.
 
-use std::error::Error as _;
 use std::io;
 use std::path::PathBuf;
 
@@ -48,13 +47,7 @@ impl InventoryError {
     /// One line with the whole cause chain, for `Inventory.warnings`. Control characters
     /// (a newline in a file name of a malformed tree) are escaped to keep it one line.
     pub(crate) fn to_warning(&self) -> String {
-        let mut line = self.to_string();
-        let mut cause = self.source();
-        while let Some(c) = cause {
-            line.push_str(": ");
-            line.push_str(&c.to_string());
-            cause = c.source();
-        }
+        let mut line = nri::ErrorChain(self).to_string();
         if line.contains(char::is_control) {
             line = line.chars().flat_map(escape_control).collect();
         }

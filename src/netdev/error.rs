@@ -88,16 +88,9 @@ fn join(errors: &[VfError]) -> String {
         .join("; ")
 }
 
-/// An error and its sources on one line, `: `-separated.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        next = s.source();
-    }
-    out
+/// An error and its sources on one line, `: `-separated, each once.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    nri::ErrorChain(e).to_string()
 }
 
 impl VfError {

@@ -45,6 +45,7 @@ pub use self::{
     plugin::{CreateReply, EncodedReply, Plugin, RpcError, RuntimeInfo},
     preinstalled::{Preinstalled, ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET},
 };
+pub use crate::chain::ErrorChain;
 
 /// Where containerd and CRI-O listen for external plugins by default.
 pub const DEFAULT_SOCKET_PATH: &str = "/var/run/nri/nri.sock";
@@ -273,21 +274,6 @@ fn check_identity(name: &str, idx: &str) -> Result<(), StubError> {
         });
     }
     Ok(())
-}
-
-/// Displays an error with its `source()` chain, `a: b: c`.
-pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(e) = source {
-            write!(f, ": {e}")?;
-            source = e.source();
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

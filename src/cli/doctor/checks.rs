@@ -24,7 +24,7 @@ pub fn config(roots: &Roots) -> (Check, Config) {
         Err(e) => (
             Check::fail(
                 NAME,
-                format!("{:#}", anyhow::Error::new(e)),
+                nri::ErrorChain(&e).to_string(),
                 format!("fix {path}; the README lists every key"),
             ),
             Config::default(),
@@ -167,7 +167,7 @@ fn accepted(roots: &Roots, host: &dyn Host, pid: u32, what: String) -> Check {
         }
         Err(e) => Check::warn(
             NAME,
-            format!("{what}; whether a runtime accepted it is unknown: {:#}", anyhow::Error::new(e)),
+            format!("{what}; whether a runtime accepted it is unknown: {}", nri::ErrorChain(&e)),
             format!("run devgate doctor as root with the plugin's --state-dir ({state} here), where devgate nri records each configure"),
         ),
     }
