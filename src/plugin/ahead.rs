@@ -60,7 +60,6 @@ impl Devices {
             .claim(&pod_ref, &prepared.claims)
             .map_err(|source| DeviceError::Claim {
                 entry: String::new(),
-                reason: source.to_string(),
                 source,
             })?;
         // Once per pod, where the claim is made.

@@ -27,10 +27,9 @@ pub enum DeviceError {
     Plan(#[from] PlanError),
     /// `entry` names the refused device's entry (`gpu[1]: `), or is empty
     /// when the refusal concerns the pod as a whole.
-    #[error("{DEVICE_ALLOCATED}: {entry}{reason}")]
+    #[error("{DEVICE_ALLOCATED}: {entry}{source}")]
     Claim {
         entry: String,
-        reason: String,
         #[source]
         source: LedgerError,
     },
@@ -228,7 +227,6 @@ impl Devices {
                     | LedgerError::DuplicateClaim { device } => prepared.entry_of(device),
                     _ => String::new(),
                 },
-                reason: source.to_string(),
                 source,
             })?;
         let admitted = if admission.network_owner && prepared.resolved.is_some() {

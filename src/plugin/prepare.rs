@@ -47,7 +47,6 @@ impl Devices {
             .network_owner(sandbox_id)
             .map_err(|source| DeviceError::Claim {
                 entry: String::new(),
-                reason: source.to_string(),
                 source,
             })?;
         Ok(owner.is_some())
