@@ -309,7 +309,7 @@ fn replace(
         None => sync_dir(dir_path),
     };
     if let Err(e) = synced {
-        tracing::warn!(file = %dst.display(), error = %e, "replaced, but its directory did not sync");
+        tracing::warn!(file = %dst.display(), error = %nri::ErrorChain(&e), "replaced, but its directory did not sync");
     }
     Ok((meta, file))
 }

@@ -10,7 +10,7 @@ use std::fmt;
 /// name), and the chain would otherwise read `read /x: denied: denied`.
 /// The walk goes on past such a cause, so a deeper one that no message
 /// carries still shows.
-pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'a));
 
 impl fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -170,7 +170,7 @@ fn exit_on_signal(signals: SigSet, gate: &RequestGate, plugin: &DevgatePlugin) {
         Ok(signal) => tracing::info!(signal = %signal.as_str(), "exiting"),
         Err(e) => {
             // Signals then keep their default action, which also ends us.
-            tracing::warn!(error = %e, "waiting for signals failed");
+            tracing::warn!(error = %nri::ErrorChain(&e), "waiting for signals failed");
             return;
         }
     }

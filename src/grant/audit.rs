@@ -188,7 +188,7 @@ impl Shared {
         lines.iter().for_each(PendingLine::log);
         // Counters are diagnostics: a failed write is logged, never fails a container.
         if let Err(e) = fsutil::replace_file(&self.path, &bytes) {
-            tracing::warn!(path = %self.path.display(), error = %e, "write grant counters");
+            tracing::warn!(path = %self.path.display(), error = %nri::ErrorChain(&e), "write grant counters");
         }
     }
 
@@ -246,7 +246,7 @@ impl Audit {
         let counters = match read_counters(state_dir) {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "grant counters unreadable; starting from zero");
+                tracing::warn!(path = %path.display(), error = %nri::ErrorChain(&e), "grant counters unreadable; starting from zero");
                 GrantCounters::default()
             }
         };
@@ -266,7 +266,7 @@ impl Audit {
         let flusher = std::thread::Builder::new()
             .name("devgate-grant-audit".into())
             .spawn(move || tracing::dispatcher::with_default(&dispatch, || worker.run()))
-            .map_err(|e| tracing::warn!(error = %e, "grant counters: no flush thread; writing each decision"))
+            .map_err(|e| tracing::warn!(error = %nri::ErrorChain(&e), "grant counters: no flush thread; writing each decision"))
             .ok();
         Audit { shared, flusher }
     }

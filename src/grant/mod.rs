@@ -357,7 +357,7 @@ fn list_state(synced: bool, last_error: Option<String>, silent_for: Option<Durat
 }
 
 /// An error with its sources, `a: b: c`, for the audit line.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+fn error_chain(e: &dyn std::error::Error) -> String {
     nri::ErrorChain(e).to_string()
 }
 

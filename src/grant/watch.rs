@@ -105,7 +105,7 @@ impl PodClient {
             None => Ok(()),
         });
         if let Err(e) = usable {
-            tracing::warn!(api = %client.base, error = %e, "grant check: api credentials unusable for now");
+            tracing::warn!(api = %client.base, error = %nri::ErrorChain(&e), "grant check: api credentials unusable for now");
         }
         Ok(client)
     }
@@ -330,7 +330,7 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                 version
             }
             Err(e) => {
-                tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, "pod list failed");
+                tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod list failed");
                 cache.set_error(Some(e.to_string()));
                 pause(&mut backoff);
                 continue;
@@ -344,13 +344,13 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                     backoff = BACKOFF_MIN;
                 }
                 Err(e @ WatchError::Gone { .. }) => {
-                    tracing::info!(error = %e, "watch expired; listing again");
+                    tracing::info!(error = %nri::ErrorChain(&e), "watch expired; listing again");
                     break;
                 }
                 // Resuming from the same version would read the same event
                 // again, for ever: the list has the pod without the event.
                 Err(e @ WatchError::EventTooLarge { .. }) => {
-                    tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, "pod watch event skipped; listing again");
+                    tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod watch event skipped; listing again");
                     pause(&mut backoff);
                     break;
                 }
@@ -358,7 +358,7 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                     if started.elapsed() > BACKOFF_MAX {
                         backoff = BACKOFF_MIN;
                     }
-                    tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, "pod watch failed");
+                    tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod watch failed");
                     cache.set_error(Some(e.to_string()));
                     pause(&mut backoff);
                 }

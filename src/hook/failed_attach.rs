@@ -23,7 +23,7 @@ pub(super) fn release(env: &HookEnv, container_id: &str) {
             return;
         }
         Err(e) => {
-            tracing::warn!(container = %container_id, error = %e, "saved vf state unreadable: the pod keeps its claims");
+            tracing::warn!(container = %container_id, error = %nri::ErrorChain(&e), "saved vf state unreadable: the pod keeps its claims");
             return;
         }
     }
@@ -33,7 +33,7 @@ pub(super) fn release(env: &HookEnv, container_id: &str) {
         }
         Ok(None) => {}
         Err(e) => {
-            tracing::warn!(container = %container_id, error = %e, "failed container: claims not released")
+            tracing::warn!(container = %container_id, error = %nri::ErrorChain(&e), "failed container: claims not released")
         }
     }
 }

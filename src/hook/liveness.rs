@@ -51,7 +51,7 @@ pub fn identify(proc_root: &Path, pid: u32) -> Option<InitProcess> {
     match start_ticks(proc_root, pid) {
         Ok(start_ticks) => Some(InitProcess { pid, start_ticks }),
         Err(e) => {
-            tracing::warn!(pid, error = %e, "container init not identified");
+            tracing::warn!(pid, error = %nri::ErrorChain(&e), "container init not identified");
             None
         }
     }

@@ -27,7 +27,7 @@ fn quarantine_vfs(ledger: &Ledger, pod: &PodRecord, reason: &str) {
                     tracing::warn!(pod = %pod.pod, device = %claim.device, reason, "vf quarantined")
                 }
                 Err(e) => {
-                    tracing::error!(pod = %pod.pod, device = %claim.device, error = %e, "vf not quarantined")
+                    tracing::error!(pod = %pod.pod, device = %claim.device, error = %nri::ErrorChain(&e), "vf not quarantined")
                 }
             }
         }
@@ -42,7 +42,9 @@ pub(super) fn quarantine_pod_vfs(ledger: &Ledger, sandbox_id: &str, reason: &str
                 quarantine_vfs(ledger, &pod, reason);
             }
         }
-        Err(e) => tracing::error!(sandbox = sandbox_id, error = %e, "vfs not quarantined"),
+        Err(e) => {
+            tracing::error!(sandbox = sandbox_id, error = %nri::ErrorChain(&e), "vfs not quarantined")
+        }
     }
 }
 
@@ -52,7 +54,7 @@ pub(super) fn vfs_still_saved(env: &HookEnv, container_id: &str) -> bool {
     match crate::netdev::SavedStore::new(&env.state_dir).scan_container(container_id) {
         Ok(scan) => !scan.records.is_empty() || !scan.unreadable.is_empty(),
         Err(e) => {
-            tracing::warn!(container = container_id, error = %e, "saved vf state unlistable");
+            tracing::warn!(container = container_id, error = %nri::ErrorChain(&e), "saved vf state unlistable");
             true
         }
     }
@@ -124,7 +126,7 @@ pub(super) fn forget(
         // inits, retries the release once this one's init is gone.
         if let Some(record) = seen.containers.get(container_id) {
             if let Err(e) = ledger.record_container(sandbox_id, container_id, record.clone()) {
-                tracing::warn!(pod = %seen.pod, container = container_id, error = %e, "failed release: record not kept, the pod is not reaped");
+                tracing::warn!(pod = %seen.pod, container = container_id, error = %nri::ErrorChain(&e), "failed release: record not kept, the pod is not reaped");
             }
         }
     }
@@ -179,7 +181,7 @@ pub(super) fn retry_quarantined(run: &mut HooksOnly<'_>, ledger: &Ledger, claims
     let state = match ledger.snapshot() {
         Ok(state) => state,
         Err(e) => {
-            tracing::warn!(error = %e, "quarantined gpus not retried");
+            tracing::warn!(error = %nri::ErrorChain(&e), "quarantined gpus not retried");
             return;
         }
     };
@@ -262,11 +264,13 @@ pub(super) fn reap_stale(
             Ok(false) => {
                 for id in &expected {
                     if let Err(e) = ledger.remove_container(&pod.pod.sandbox_id, id) {
-                        tracing::warn!(pod = %pod.pod, container = %id, error = %e, "exited container not forgotten");
+                        tracing::warn!(pod = %pod.pod, container = %id, error = %nri::ErrorChain(&e), "exited container not forgotten");
                     }
                 }
             }
-            Err(e) => tracing::warn!(pod = %pod.pod, error = %e, "stale pod kept"),
+            Err(e) => {
+                tracing::warn!(pod = %pod.pod, error = %nri::ErrorChain(&e), "stale pod kept")
+            }
         }
     }
     Ok(released)

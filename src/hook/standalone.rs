@@ -238,7 +238,7 @@ fn own_cgroups(env: &HookEnv, pid: u32, container_id: &str) -> Vec<String> {
     match membership::own_cgroups(&env.roots.proc_root, pid, container_id) {
         Ok(paths) => paths,
         Err(e) => {
-            tracing::warn!(container = %container_id, error = %e, "container cgroups not recorded");
+            tracing::warn!(container = %container_id, error = %nri::ErrorChain(&e), "container cgroups not recorded");
             Vec::new()
         }
     }

@@ -89,7 +89,7 @@ fn join(errors: &[VfError]) -> String {
 }
 
 /// An error and its sources on one line, `: `-separated, each once.
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub fn chain(e: &dyn std::error::Error) -> String {
     nri::ErrorChain(e).to_string()
 }
 

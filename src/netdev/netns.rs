@@ -123,7 +123,7 @@ impl Drop for NetnsGuard {
         if let Err(e) = setns(prev.fd.as_fd(), CloneFlags::CLONE_NEWNET) {
             // A thread stranded in a pod's namespace would act on the wrong
             // devices from here on; stopping is the only safe outcome.
-            tracing::error!(error = %e, netns = %prev.id, "cannot return to the original netns");
+            tracing::error!(error = %nri::ErrorChain(&e), netns = %prev.id, "cannot return to the original netns");
             std::process::abort();
         }
     }

@@ -62,14 +62,14 @@ impl DevgatePlugin {
                 // Koordinator's fail-open behaviour, for operators who chose it.
                 tracing::warn!(
                     namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
-                    error = %source, "allocation not applied (failure_policy = ignore)"
+                    error = %nri::ErrorChain(&source), "allocation not applied (failure_policy = ignore)"
                 );
                 devices::Admitted::Nothing
             }
             Err(source) => {
                 tracing::warn!(
                     namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
-                    error = %source, "container refused"
+                    error = %nri::ErrorChain(&source), "container refused"
                 );
                 return Err(PluginError::Devices {
                     namespace: pod.namespace.clone(),
@@ -106,7 +106,7 @@ impl DevgatePlugin {
             ),
             // Logged once, when the first container meets it (if it still does).
             Err(e) => tracing::debug!(
-                namespace = %pod.namespace, pod = %pod.name, error = %e,
+                namespace = %pod.namespace, pod = %pod.name, error = %nri::ErrorChain(&e),
                 "claim left to the first container"
             ),
         }

@@ -96,7 +96,7 @@ fn backfill_vf_pfs(ledger: &Ledger, inv: &Inventory) {
     match ledger.backfill_vf_pfs(&pf_of) {
         Ok(0) => {}
         Ok(named) => tracing::info!(named, "vf claims given their pf"),
-        Err(e) => tracing::warn!(error = %e, "vf claims not given their pf"),
+        Err(e) => tracing::warn!(error = %nri::ErrorChain(&e), "vf claims not given their pf"),
     }
 }
 

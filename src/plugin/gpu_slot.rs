@@ -75,7 +75,7 @@ impl GpuSlot {
             .known_pods
             .save_daemons(&gpu.config().ignored_pods, &path)
         {
-            tracing::warn!(error = %e, "daemon pods not saved: devgate clear counts them as users");
+            tracing::warn!(error = %nri::ErrorChain(&e), "daemon pods not saved: devgate clear counts them as users");
         }
     }
 
@@ -118,7 +118,7 @@ pub(super) fn plugin_teardown(
     let teardown = GpuTeardown::for_node(inventory, config, ledger);
     if has_gpus {
         if let Err(e) = teardown.health().create_if_absent() {
-            tracing::warn!(error = %e, "gpu health: cannot write the health document");
+            tracing::warn!(error = %nri::ErrorChain(&e), "gpu health: cannot write the health document");
         }
     }
     teardown

@@ -124,7 +124,7 @@ pub fn release(ledger: &Ledger, teardown: &dyn Teardown, which: &Release) -> Opt
             Some(released)
         }
         Err(e) => {
-            tracing::error!(error = %e, "release failed; retried in the background");
+            tracing::error!(error = %nri::ErrorChain(&e), "release failed; retried in the background");
             None
         }
     }
@@ -155,7 +155,7 @@ impl Releaser {
 
 pub fn forget_container(ledger: &Ledger, sandbox_id: &str, container_id: &str) {
     if let Err(e) = ledger.remove_container(sandbox_id, container_id) {
-        tracing::error!(error = %e, sandbox = %sandbox_id, container = %container_id, "forget container");
+        tracing::error!(error = %nri::ErrorChain(&e), sandbox = %sandbox_id, container = %container_id, "forget container");
     }
 }
 
@@ -207,7 +207,7 @@ impl DevgatePlugin {
             Ok(cleared) => cleared
                 .iter()
                 .for_each(|uuid| tracing::info!(gpu = %uuid, "gpu back in service")),
-            Err(e) => tracing::warn!(error = %e, "gpu quarantine retry"),
+            Err(e) => tracing::warn!(error = %nri::ErrorChain(&e), "gpu quarantine retry"),
         }
     }
 

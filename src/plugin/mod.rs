@@ -191,7 +191,7 @@ impl DevgatePlugin {
             grant.flush_audit();
         }
         if let Err(e) = self.devices.ledger().fold_journal() {
-            tracing::warn!(error = %e, "ledger journal not folded at exit");
+            tracing::warn!(error = %nri::ErrorChain(&e), "ledger journal not folded at exit");
         }
     }
 
@@ -247,7 +247,7 @@ impl nri::Plugin for DevgatePlugin {
                     self.apply_gpu_config(&config.gpu);
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, "invalid plugin config; refusing containers that need devgate")
+                    tracing::error!(error = %nri::ErrorChain(&e), "invalid plugin config; refusing containers that need devgate")
                 }
             }
             *self.config.write().unwrap_or_else(PoisonError::into_inner) = state;
@@ -286,7 +286,7 @@ impl nri::Plugin for DevgatePlugin {
             .store(pid_zero, std::sync::atomic::Ordering::Relaxed);
         // For `devgate status`; the plugin works the same without it.
         if let Err(e) = record.save(&self.options.state_dir) {
-            tracing::warn!(error = %e, "runtime record not saved");
+            tracing::warn!(error = %nri::ErrorChain(&e), "runtime record not saved");
         }
         Ok(())
     }
@@ -337,14 +337,14 @@ impl nri::Plugin for DevgatePlugin {
             Ok(stale) if stale.is_empty() => {}
             Ok(stale) => self.release_in_background(lifecycle::Release::Pods(stale)),
             Err(e) => {
-                tracing::error!(error = %e, "synchronize: ledger unreadable; gone pods keep their claims until the next synchronize")
+                tracing::error!(error = %nri::ErrorChain(&e), "synchronize: ledger unreadable; gone pods keep their claims until the next synchronize")
             }
         }
         // Start-up is over: keep only the code the plugin still runs resident.
         match crate::residency::shed_file_pages(std::path::Path::new("/proc"), &self.startup_files)
         {
             Ok(bytes) => tracing::debug!(bytes, "dropped start-up pages"),
-            Err(e) => tracing::debug!(error = %e, "start-up pages kept"),
+            Err(e) => tracing::debug!(error = %nri::ErrorChain(&e), "start-up pages kept"),
         }
         Ok(Vec::new())
     }

@@ -390,3 +390,6 @@ async fn pods_are_known_to_gpu_teardown_until_removed() {
 
 #[path = "reply_tests.rs"]
 mod reply;
+
+#[path = "logging_tests.rs"]
+mod logging;

@@ -90,7 +90,7 @@ impl Workers {
                 Ok(())
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot start a release thread");
+                tracing::warn!(error = %nri::ErrorChain(&e), "cannot start a release thread");
                 match slot.lock().unwrap_or_else(PoisonError::into_inner).take() {
                     Some(job) => Err(job),
                     None => Ok(()),

@@ -43,7 +43,7 @@ impl<P: Plugin> Connector<P> {
             });
         }
         if let Err(e) = closed {
-            tracing::warn!(error = %e, "connection to runtime failed");
+            tracing::warn!(error = %crate::ErrorChain(&e), "connection to runtime failed");
         }
         Ok(())
     }

@@ -70,7 +70,7 @@ fn invalid(what: String) -> io::Error {
 impl Wire {
     pub(super) fn new(stream: UnixStream) -> Wire {
         if let Err(e) = stream.set_write_timeout(Some(WRITE_TIMEOUT)) {
-            tracing::warn!(error = %e, "no write timeout on the runtime's socket");
+            tracing::warn!(error = %crate::ErrorChain(&e), "no write timeout on the runtime's socket");
         }
         Wire {
             stream,

@@ -73,7 +73,7 @@ impl HealthMonitor {
         match self.nvml.wait_events(self.policy.interval) {
             Ok(events) => (events, true),
             Err(e) => {
-                tracing::warn!(error = %e, "gpu health: event wait failed");
+                tracing::warn!(error = %nri::ErrorChain(&e), "gpu health: event wait failed");
                 (Vec::new(), false)
             }
         }
@@ -140,7 +140,7 @@ impl HealthMonitor {
         match self.nvml.memory_health(uuid) {
             Ok(r) => (Some(r), None),
             Err(e) => {
-                tracing::warn!(gpu = uuid, error = %e, "gpu health: read failed");
+                tracing::warn!(gpu = uuid, error = %nri::ErrorChain(&e), "gpu health: read failed");
                 let lost = match e {
                     NvmlError::Call {
                         code: code @ (15 | 16),

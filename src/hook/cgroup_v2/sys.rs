@@ -178,7 +178,7 @@ impl BpfSys for SysBpf {
         match super::memlock::raise(&mut super::memlock::SysMemlock) {
             Ok(raised) => tracing::debug!(?raised, "rlimit_memlock before the program load"),
             Err(e) => {
-                tracing::warn!(error = %e, "rlimit_memlock not raised: the load may fail before linux 5.11")
+                tracing::warn!(error = %nri::ErrorChain(&e), "rlimit_memlock not raised: the load may fail before linux 5.11")
             }
         }
         let errno = match Self::load_once(insns, license, None) {

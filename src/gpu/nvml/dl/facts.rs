@@ -64,7 +64,7 @@ impl NvmlGpuLibrary {
         }
         DlNvml::open(super::super::NVML_LIBRARY)
             .map(NvmlGpuLibrary)
-            .map_err(|e| tracing::debug!(error = %e, "no nvml for inventory"))
+            .map_err(|e| tracing::debug!(error = %nri::ErrorChain(&e), "no nvml for inventory"))
             .ok()
     }
 }
@@ -78,7 +78,7 @@ impl GpuLibrary for NvmlGpuLibrary {
                 health: None,
             }),
             Err(e) => {
-                tracing::warn!(gpu = %bus_id, error = %e, "nvml does not know this gpu");
+                tracing::warn!(gpu = %bus_id, error = %nri::ErrorChain(&e), "nvml does not know this gpu");
                 None
             }
         }

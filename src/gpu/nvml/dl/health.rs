@@ -40,7 +40,7 @@ impl DlNvml {
                         if out.is_empty() {
                             return Err(e);
                         }
-                        tracing::warn!(error = %e, "nvml event wait failed after events");
+                        tracing::warn!(error = %nri::ErrorChain(&e), "nvml event wait failed after events");
                         break;
                     }
                 },
@@ -54,7 +54,9 @@ impl DlNvml {
             // A lost GPU may not name itself; its memory reading reports it.
             match self.uuid_of(data.device) {
                 Ok(uuid) => out.push(GpuEvent { uuid, kind }),
-                Err(e) => tracing::warn!(error = %e, ?kind, "nvml event of a gpu without a uuid"),
+                Err(e) => {
+                    tracing::warn!(error = %nri::ErrorChain(&e), ?kind, "nvml event of a gpu without a uuid")
+                }
             }
         }
         Ok(out)
@@ -176,7 +178,7 @@ impl DlNvml {
                 // the others being watched; its memory readings still are.
                 if let Err(e) = events_check("nvmlDeviceRegisterEvents", register(dev, wanted, set))
                 {
-                    tracing::warn!(index = i, error = %e, "nvml: gpu not watched for events");
+                    tracing::warn!(index = i, error = %nri::ErrorChain(&e), "nvml: gpu not watched for events");
                 }
             }
         }
