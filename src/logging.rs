@@ -59,3 +59,7 @@ where
 pub fn set_format(format: LogFormat) {
     JSON.store(format == LogFormat::Json, Ordering::Relaxed);
 }
+
+#[cfg(test)]
+#[path = "logging_capture.rs"]
+pub(crate) mod capture;

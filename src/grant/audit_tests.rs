@@ -1,5 +1,5 @@
 use super::*;
-use std::sync::{Arc, Mutex};
+use crate::logging::capture::Captured;
 
 #[test]
 fn counters_survive_into_another_reader_and_a_restart() {
@@ -159,37 +159,6 @@ fn wait_until_waiting(audit: &Audit) {
     }
 }
 
-/// The log, as a subscriber of the test's own writes it.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl tracing_subscriber::fmt::MakeWriter<'_> for Captured {
-    type Writer = Captured;
-    fn make_writer(&self) -> Captured {
-        self.clone()
-    }
-}
-
-impl Captured {
-    fn lines(&self, needle: &str) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .filter(|l| l.contains(needle))
-            .map(str::to_string)
-            .collect()
-    }
-}
-
 fn decision<'a>(uid: &'a str, outcome: Outcome) -> Decision<'a> {
     Decision {
         pod: "ns/p",
@@ -207,19 +176,7 @@ fn decision<'a>(uid: &'a str, outcome: Outcome) -> Decision<'a> {
 #[test]
 fn let_through_lines_are_logged_by_the_writer_with_their_time() {
     let log = Captured::default();
-    let dispatch = tracing::Dispatch::new(
-        tracing_subscriber::fmt()
-            .with_writer(log.clone())
-            .with_ansi(false)
-            .finish(),
-    );
-    // With one dispatcher registered, tracing-core takes it for the global
-    // default and asks the registering thread's own default whether a callsite
-    // is enabled (`has_just_one`): other tests' threads, logging nowhere, would
-    // then switch this test's lines off. A second one makes it ask both.
-    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
-    tracing::dispatcher::with_default(&dispatch, || {
-        tracing::callsite::rebuild_interest_cache();
+    log.run(|| {
         let dir = tempfile::tempdir().unwrap();
         let audit = Audit::open(dir.path());
         wait_until_waiting(&audit);
