@@ -2,8 +2,13 @@
 //! shows the rest, with the record's error; one it cannot read at all fails.
 use std::process::Command;
 
-fn status(state: &std::path::Path, health: &std::path::Path, extra: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
+/// `devgate status` on `state` and `health`, run to its end.
+fn status_output(
+    state: &std::path::Path,
+    health: &std::path::Path,
+    extra: &[&str],
+) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_devgate"))
         .arg("status")
         .arg("--state-dir")
         .arg(state)
@@ -11,7 +16,11 @@ fn status(state: &std::path::Path, health: &std::path::Path, extra: &[&str]) -> 
         .arg(health)
         .args(extra)
         .output()
-        .expect("run devgate status");
+        .expect("run devgate status")
+}
+
+fn status(state: &std::path::Path, health: &std::path::Path, extra: &[&str]) -> (bool, String) {
+    let out = status_output(state, health, extra);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -55,14 +64,7 @@ fn an_unreadable_ledger_fails_with_its_cause_once() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     std::fs::write(&state, "not a directory").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
-        .arg("status")
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--health-dir")
-        .arg(dir.path().join("health"))
-        .output()
-        .expect("run devgate status");
+    let out = status_output(&state, &dir.path().join("health"), &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
