@@ -58,12 +58,11 @@ pub enum GpuError {
     NvmlUnavailable { uuid: String },
 }
 
-/// An error and its causes on one line: `a: b: c` (Display never repeats the source).
-pub fn chain(err: &GpuError) -> String {
-    nri::ErrorChain(err).to_string()
-}
-
 /// Several errors as one teardown failure reason.
 pub fn join(errors: &[GpuError]) -> String {
-    errors.iter().map(chain).collect::<Vec<_>>().join("; ")
+    errors
+        .iter()
+        .map(|e| nri::ErrorChain(e).to_string())
+        .collect::<Vec<_>>()
+        .join("; ")
 }

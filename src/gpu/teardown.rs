@@ -369,7 +369,7 @@ impl GpuTeardown {
             return;
         }
         if let Err(e) = self.health.mark(uuid, &faults, crate::ledger::now_unix()) {
-            tracing::warn!(gpu = uuid, error = %super::error::chain(&e), "gpu health not recorded");
+            tracing::warn!(gpu = uuid, error = %nri::ErrorChain(&e), "gpu health not recorded");
         }
     }
 }

@@ -217,7 +217,7 @@ impl GrantChecker {
         let result = self.decide(config, mode, pod, &pod_name, alloc, wait);
         let (outcome, reason) = match &result {
             Ok((outcome, reason)) => (*outcome, reason.clone()),
-            Err((kind, e)) => (Outcome::Refused(*kind), error_chain(e)),
+            Err((kind, e)) => (Outcome::Refused(*kind), nri::ErrorChain(e).to_string()),
         };
         self.audit.record(&Decision {
             pod: &pod_name,
@@ -354,11 +354,6 @@ fn list_state(synced: bool, last_error: Option<String>, silent_for: Option<Durat
         ),
         (true, None, None) => String::new(),
     }
-}
-
-/// An error with its sources, `a: b: c`, for the audit line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    nri::ErrorChain(e).to_string()
 }
 
 #[cfg(test)]

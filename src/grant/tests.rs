@@ -244,13 +244,16 @@ fn decisions_refuse_forged_allocations_and_count_them() {
     let e = checker
         .check(&config, id("team", "forged", "u-forged"), "main", &a)
         .unwrap_err();
-    let text = error_chain(&e);
+    let text = nri::ErrorChain(&e).to_string();
     assert!(text.starts_with(DEVICE_ALLOCATED), "{text}");
     assert!(text.contains("request no gpu"), "{text}");
     let e = checker
         .check(&config, id("team", "bad", "u-bad"), "main", &a)
         .unwrap_err();
-    assert!(error_chain(&e).contains("nvidia.com/gpu"), "{e}");
+    assert!(
+        nri::ErrorChain(&e).to_string().contains("nvidia.com/gpu"),
+        "{e}"
+    );
     // Not known to the API server: waits the bound, then refuses.
     let t = Instant::now();
     let e = checker

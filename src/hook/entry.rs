@@ -102,7 +102,7 @@ pub fn main_with(
     match run(&args, not_delegated) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let line = crate::netdev::chain(&e);
+            let line = nri::ErrorChain(&e).to_string();
             tracing::error!(stage = %args.stage, error = %line, "hook failed");
             eprintln!("devgate-hook: {line}");
             ExitCode::FAILURE
@@ -132,7 +132,7 @@ fn hooks_only_config(
         match super::detach_networks(env, &state.id, checkpoint) {
             Ok(n) => tracing::warn!(restored = n, "config unreadable: vfs restored, claims kept"),
             Err(e) => {
-                tracing::error!(error = %crate::netdev::chain(&e), "config unreadable and vfs not restored")
+                tracing::error!(error = %nri::ErrorChain(&e), "config unreadable and vfs not restored")
             }
         }
     }

@@ -155,7 +155,7 @@ pub(super) fn stop(run: &mut HooksOnly<'_>, state: &State) -> Result<Outcome, Ho
         Err(e) => {
             // The record and claims stay, so a later release retries.
             if let Some(pod) = &pod {
-                quarantine_vfs(&ledger, pod, &crate::netdev::chain(&e));
+                quarantine_vfs(&ledger, pod, &nri::ErrorChain(&e).to_string());
             }
             return Err(e);
         }
@@ -212,7 +212,7 @@ pub(super) fn retry_quarantined(run: &mut HooksOnly<'_>, ledger: &Ledger, claims
             }
         }
         Err(e) => {
-            tracing::warn!(gpus = ?stuck, error = %crate::gpu::error::chain(&e), "quarantined gpus not retried")
+            tracing::warn!(gpus = ?stuck, error = %nri::ErrorChain(&e), "quarantined gpus not retried")
         }
     }
 }
@@ -248,7 +248,7 @@ pub(super) fn reap_stale(
             .map(|id| run.os.detach(id, &|_| {}))
             .collect();
         if let Err(e) = restored {
-            let reason = crate::netdev::chain(&e);
+            let reason = nri::ErrorChain(&e).to_string();
             tracing::warn!(pod = %pod.pod, error = %reason, "stale pod: vf restore failed");
             quarantine_vfs(ledger, &pod, &reason);
             continue;

@@ -345,7 +345,7 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
             release::quarantine_pod_vfs(
                 &ledger,
                 &who.pod.sandbox_id,
-                &crate::netdev::chain(&failed),
+                &nri::ErrorChain(&failed).to_string(),
             );
             Err(failed)
         }

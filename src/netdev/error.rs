@@ -83,14 +83,9 @@ fn named(netdev: &str) -> String {
 fn join(errors: &[VfError]) -> String {
     errors
         .iter()
-        .map(|e| chain(e))
+        .map(|e| nri::ErrorChain(e).to_string())
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// An error and its sources on one line, `: `-separated, each once.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    nri::ErrorChain(e).to_string()
 }
 
 impl VfError {

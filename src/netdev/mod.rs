@@ -27,7 +27,7 @@ mod fake;
 #[cfg(test)]
 mod tests;
 
-pub use error::{chain, Cause, VfError};
+pub use error::{Cause, VfError};
 pub use netns::{Netns, NetnsError, NetnsId, NetnsRoots};
 pub use nl::NlError;
 pub use rdma::{NetnsMode, RdmaConn, RdmaNl};

@@ -278,7 +278,7 @@ impl SavedStore {
     pub fn for_container(&self, container_id: &str) -> Result<Vec<SavedVf>, SavedError> {
         let scan = self.scan_container(container_id)?;
         for e in &scan.unreadable {
-            tracing::error!(container = %container_id, error = %nri::ErrorChain(&e), "saved vf record skipped");
+            tracing::error!(container = %container_id, error = %nri::ErrorChain(e), "saved vf record skipped");
         }
         Ok(scan.records)
     }

@@ -247,7 +247,7 @@ impl nri::Plugin for DevgatePlugin {
                     self.apply_gpu_config(&config.gpu);
                 }
                 Err(e) => {
-                    tracing::error!(error = %nri::ErrorChain(&e), "invalid plugin config; refusing containers that need devgate")
+                    tracing::error!(error = %nri::ErrorChain(e), "invalid plugin config; refusing containers that need devgate")
                 }
             }
             *self.config.write().unwrap_or_else(PoisonError::into_inner) = state;

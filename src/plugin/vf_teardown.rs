@@ -57,7 +57,7 @@ impl VfTeardown {
         let errors: Vec<String> = vfs
             .into_iter()
             .filter_map(|vf| netdev::detach_vf(&mut ops, vf, &ours).err())
-            .map(|e| netdev::chain(&e))
+            .map(|e| nri::ErrorChain(&e).to_string())
             .collect();
         if errors.is_empty() {
             Ok(())

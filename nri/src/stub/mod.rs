@@ -33,6 +33,8 @@ mod wire;
 
 use socket_watch::{SocketWatch, Woken};
 
+use crate::ErrorChain;
+
 use std::{
     io,
     os::unix::net::UnixStream,
@@ -45,7 +47,6 @@ pub use self::{
     plugin::{CreateReply, EncodedReply, Plugin, RpcError, RuntimeInfo},
     preinstalled::{Preinstalled, ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET},
 };
-pub use crate::chain::ErrorChain;
 
 /// Where containerd and CRI-O listen for external plugins by default.
 pub const DEFAULT_SOCKET_PATH: &str = "/var/run/nri/nri.sock";

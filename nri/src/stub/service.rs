@@ -19,7 +19,8 @@ use std::{
 
 use ttrpc::{Code, Status};
 
-use super::{ErrorChain, Plugin, RpcError, RuntimeInfo};
+use super::{Plugin, RpcError, RuntimeInfo};
+use crate::ErrorChain;
 use crate::{api, api::Event, NriVersion};
 
 /// The runtime's default request timeout (`pkg/api/timeouts.go`), used

@@ -178,7 +178,7 @@ impl HealthMonitor {
                     true
                 }
                 Err(e) => {
-                    tracing::warn!(error = %super::super::error::chain(&e), "gpu health: store update failed");
+                    tracing::warn!(error = %nri::ErrorChain(&e), "gpu health: store update failed");
                     false
                 }
             };

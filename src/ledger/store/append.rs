@@ -133,7 +133,7 @@ impl Store {
             Err(e) => Err(std::io::Error::other(e.to_string())),
         };
         emptied
-            .inspect_err(|e| tracing::warn!(error = %nri::ErrorChain(&e), "ledger journal not emptied: its lines are of an older generation"))
+            .inspect_err(|e| tracing::warn!(error = %nri::ErrorChain(e), "ledger journal not emptied: its lines are of an older generation"))
             .ok()
     }
 }

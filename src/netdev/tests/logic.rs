@@ -2,10 +2,10 @@
 //! from every failure point, idempotence, and the ways a VF can come home.
 
 use super::rig::*;
-use crate::netdev::chain;
 use crate::netdev::fake::{Call, FakeNet, HOST};
 use crate::netdev::settings::{LinkState, RateConfig};
 use crate::netdev::{attach_all, Cause, VfError, VfOps, VfSettings};
+use nri::ErrorChain;
 
 #[test]
 fn attach_applies_everything_and_detach_puts_it_back() {
@@ -54,7 +54,7 @@ fn a_failure_at_any_step_rolls_everything_back() {
         let before = rig.m().world();
         rig.m().fail_at = Some(k);
         let err = rig.attach(&[action()]).unwrap_err();
-        let text = chain(&err);
+        let text = ErrorChain(&err).to_string();
         assert!(text.starts_with("vf 0000:3b:02.3 (ens1f0v3): "), "{text}");
         assert_eq!(rig.m().world(), before, "failure at call {k}: {text}");
         assert_eq!(rig.records(), 0, "failure at call {k}");
@@ -120,7 +120,7 @@ fn a_vf_held_by_another_container_is_refused() {
             }
         ),
         "{}",
-        chain(&err)
+        ErrorChain(&err).to_string()
     );
 }
 
@@ -162,9 +162,11 @@ fn a_taken_pod_name_fails_before_any_change() {
     let mut rig = Rig::new(m);
     let err = rig.attach(&[action()]).unwrap_err();
     assert!(
-        chain(&err).contains("check container name: net1 already exists in the pod netns"),
+        ErrorChain(&err)
+            .to_string()
+            .contains("check container name: net1 already exists in the pod netns"),
         "{}",
-        chain(&err)
+        ErrorChain(&err).to_string()
     );
     assert!(rig.m().calls.is_empty());
     assert_eq!(rig.records(), 0);
@@ -179,9 +181,11 @@ fn a_taken_host_name_keeps_the_record_until_freed() {
         .add_link(HOST, "ens1f0v3", "0e:77:00:00:00:01", false);
     let err = rig.detach("ctr1").unwrap_err();
     assert!(
-        chain(&err).contains("host name ens1f0v3 is taken"),
+        ErrorChain(&err)
+            .to_string()
+            .contains("host name ens1f0v3 is taken"),
         "{}",
-        chain(&err)
+        ErrorChain(&err).to_string()
     );
     assert_eq!(rig.records(), 1);
     // The VF stays usable in the pod, whole: its VLAN and the rest of its PF
@@ -235,7 +239,7 @@ fn without_a_pf_only_the_netdev_mac_is_set() {
             }
         ),
         "{}",
-        chain(&err)
+        ErrorChain(&err).to_string()
     );
     assert!(rig.m().calls.is_empty());
     a.settings = VfSettings {
@@ -263,9 +267,11 @@ fn shared_rdma_mode_is_refused_and_rolled_back() {
     let before = rig.m().world();
     let err = rig.attach(&[action()]).unwrap_err();
     assert!(
-        chain(&err).contains("rdma netns mode is shared"),
+        ErrorChain(&err)
+            .to_string()
+            .contains("rdma netns mode is shared"),
         "{}",
-        chain(&err)
+        ErrorChain(&err).to_string()
     );
     assert_eq!(rig.m().world(), before);
     // Refused before anything changed: no call to undo, no record.
@@ -308,9 +314,11 @@ fn a_later_vf_failing_undoes_the_earlier_ones() {
     second.move_rdma = false;
     let err = rig.attach(&[action(), second]).unwrap_err();
     assert!(
-        chain(&err).contains("pf ens1f0 reports no vf 4"),
+        ErrorChain(&err)
+            .to_string()
+            .contains("pf ens1f0 reports no vf 4"),
         "{}",
-        chain(&err)
+        ErrorChain(&err).to_string()
     );
     assert_eq!(rig.m().world(), before);
     assert_eq!(rig.records(), 0);
@@ -321,14 +329,18 @@ fn a_batch_with_duplicates_is_refused() {
     let mut rig = Rig::new(model());
     let err = rig.attach(&[action(), action()]).unwrap_err();
     assert!(
-        chain(&err).contains("vf is listed twice"),
+        ErrorChain(&err).to_string().contains("vf is listed twice"),
         "{}",
-        chain(&err)
+        ErrorChain(&err).to_string()
     );
     let mut bad = action();
     bad.container_ifname = "a/b".to_string();
     let err = rig.attach(&[bad]).unwrap_err();
-    assert!(chain(&err).contains("validate"), "{}", chain(&err));
+    assert!(
+        ErrorChain(&err).to_string().contains("validate"),
+        "{}",
+        ErrorChain(&err).to_string()
+    );
     assert!(rig.m().calls.is_empty());
 }
 
