@@ -140,12 +140,16 @@ fn one_line(text: &str) {
 /// NRI request bytes, as the runtime sends them to a plugin: the lean decoder
 /// returns under every layout, never panics; and on a message in canonical form
 /// (what the generated code writes back is the input itself: no field given
-/// twice, none unknown), it keeps exactly what the generated decoder reads.
+/// twice, none unknown), it keeps exactly what the generated decoder reads,
+/// and with devgate's keys, of the pod's maps exactly the entries under them.
 pub fn nri_request(data: &[u8]) {
-    use nri::lean::{decode, POD, POD_AND_CONTAINER, STATE_CHANGE};
+    use devgate::plugin::pod_keys::POD_KEYS;
+    use nri::lean::{decode, MapKeys, POD, POD_AND_CONTAINER, STATE_CHANGE};
     use nri::protobuf::Message;
     for layout in [POD_AND_CONTAINER, POD, STATE_CHANGE] {
-        let _ = decode(data, layout);
+        for keys in [MapKeys::ALL, POD_KEYS] {
+            let _ = decode(data, layout, keys);
+        }
     }
     let Ok(full) = nri::api::CreateContainerRequest::parse_from_bytes(data) else {
         return;
@@ -153,7 +157,19 @@ pub fn nri_request(data: &[u8]) {
     if full.write_to_bytes().ok().as_deref() != Some(data) {
         return;
     }
-    let lean = decode(data, POD_AND_CONTAINER).expect("canonical request decodes lean");
+    let lean =
+        decode(data, POD_AND_CONTAINER, MapKeys::ALL).expect("canonical request decodes lean");
+    let kept = decode(data, POD_AND_CONTAINER, POD_KEYS).expect("and with devgate's keys");
+    let only = |map: &std::collections::HashMap<String, String>, keys: nri::Keys| {
+        let mut map = map.clone();
+        map.retain(|k, _| keys.keeps(k.as_bytes()));
+        map
+    };
+    assert_eq!(kept.pod.labels, only(&full.pod.labels, POD_KEYS.labels));
+    assert_eq!(
+        kept.pod.annotations,
+        only(&full.pod.annotations, POD_KEYS.annotations)
+    );
     let (p, lp) = (&full.pod, &lean.pod);
     assert_eq!(
         (

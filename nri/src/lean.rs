@@ -20,6 +20,13 @@
 //! keeps its last value, lists and maps accumulate (a map key given twice
 //! keeps its last value), an embedded message given twice merges, strings
 //! must be UTF-8. Skipped fields are not validated.
+//!
+//! [`MapKeys`] narrows the pod's `labels` and `annotations` to the keys a
+//! plugin looks up. Kubelet and the runtime put a dozen or more entries in
+//! each (`io.kubernetes.*`, `kubernetes.io/config.*`, the pod's own), and
+//! every kept entry costs two allocations and a hashed insert; an entry
+//! under a key not named is stepped over with neither, and its value is not
+//! validated.
 
 use std::collections::HashMap;
 
@@ -34,8 +41,42 @@ pub enum Decode {
     /// Every field, as the generated messages decode them.
     #[default]
     Full,
-    /// Only the fields listed in the module docs.
-    Lean,
+    /// Only the fields listed in the module docs, and of the pod's maps the
+    /// entries [`MapKeys`] keeps.
+    Lean(MapKeys),
+}
+
+/// Which entries of the pod's `labels` and `annotations` a lean decode keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapKeys {
+    pub labels: Keys,
+    pub annotations: Keys,
+}
+
+impl MapKeys {
+    /// Every entry of both maps.
+    pub const ALL: MapKeys = MapKeys {
+        labels: Keys::All,
+        annotations: Keys::All,
+    };
+}
+
+/// The keys kept of one map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    All,
+    /// Only these keys, compared byte for byte.
+    Only(&'static [&'static str]),
+}
+
+impl Keys {
+    /// Whether an entry under `key` is kept.
+    pub fn keeps(&self, key: &[u8]) -> bool {
+        match self {
+            Keys::All => true,
+            Keys::Only(keys) => keys.iter().any(|k| k.as_bytes() == key),
+        }
+    }
 }
 
 /// Where a request message keeps its parts (field numbers).
@@ -78,15 +119,16 @@ pub struct Parts {
     pub container: Container,
 }
 
-/// Decodes the parts `layout` names out of a request message.
-pub fn decode(bytes: &[u8], layout: Layout) -> Result<Parts, WireError> {
+/// Decodes the parts `layout` names out of a request message, keeping of
+/// the pod's maps what `keys` names.
+pub fn decode(bytes: &[u8], layout: Layout, keys: MapKeys) -> Result<Parts, WireError> {
     let mut parts = Parts::default();
     each_field(bytes, |r, field, wire_type| {
         match wire_type {
             VARINT if Some(field) == layout.event => {
                 parts.event = EnumOrUnknown::from_i32(r.varint()? as i32);
             }
-            LEN if field == layout.pod => merge_pod(r.bytes()?, &mut parts.pod)?,
+            LEN if field == layout.pod => merge_pod(r.bytes()?, keys, &mut parts.pod)?,
             LEN if Some(field) == layout.container => {
                 merge_container(r.bytes()?, &mut parts.container)?;
             }
@@ -97,15 +139,15 @@ pub fn decode(bytes: &[u8], layout: Layout) -> Result<Parts, WireError> {
     Ok(parts)
 }
 
-fn merge_pod(bytes: &[u8], pod: &mut PodSandbox) -> Result<(), WireError> {
+fn merge_pod(bytes: &[u8], keys: MapKeys, pod: &mut PodSandbox) -> Result<(), WireError> {
     each_field(bytes, |r, field, wire_type| {
         match (field, wire_type) {
             (1, LEN) => pod.id = r.str(field)?.to_owned(),
             (2, LEN) => pod.name = r.str(field)?.to_owned(),
             (3, LEN) => pod.uid = r.str(field)?.to_owned(),
             (4, LEN) => pod.namespace = r.str(field)?.to_owned(),
-            (5, LEN) => map_entry(r.bytes()?, &mut pod.labels)?,
-            (6, LEN) => map_entry(r.bytes()?, &mut pod.annotations)?,
+            (5, LEN) => map_entry(r.bytes()?, keys.labels, &mut pod.labels)?,
+            (6, LEN) => map_entry(r.bytes()?, keys.annotations, &mut pod.annotations)?,
             (8, LEN) => merge_pod_linux(r.bytes()?, pod.linux.mut_or_insert_default())?,
             _ => return Ok(false),
         }
@@ -153,18 +195,22 @@ fn merge_container_linux(bytes: &[u8], linux: &mut LinuxContainer) -> Result<(),
 }
 
 /// A `map<string, string>` entry: a message of `key = 1; value = 2`, either
-/// of which may be absent (then empty).
-fn map_entry(bytes: &[u8], map: &mut HashMap<String, String>) -> Result<(), WireError> {
-    let (mut key, mut value) = ("", "");
+/// of which may be absent (then empty). Inserted if `keys` keeps its key.
+fn map_entry(bytes: &[u8], keys: Keys, map: &mut HashMap<String, String>) -> Result<(), WireError> {
+    let (mut key, mut value): (&[u8], &[u8]) = (&[], &[]);
     each_field(bytes, |r, field, wire_type| {
         match (field, wire_type) {
-            (1, LEN) => key = r.str(field)?,
-            (2, LEN) => value = r.str(field)?,
+            (1, LEN) => key = r.bytes()?,
+            (2, LEN) => value = r.bytes()?,
             _ => return Ok(false),
         }
         Ok(true)
     })?;
-    map.insert(key.to_owned(), value.to_owned());
+    if !keys.keeps(key) {
+        return Ok(());
+    }
+    let text = |bytes, field| std::str::from_utf8(bytes).map_err(|_| WireError::NotUtf8 { field });
+    map.insert(text(key, 1)?.to_owned(), text(value, 2)?.to_owned());
     Ok(())
 }
 

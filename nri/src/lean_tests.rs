@@ -176,7 +176,12 @@ fn create(pod: PodSandbox, container: Container) -> api::CreateContainerRequest 
 fn keeps_exactly_the_listed_fields_of_every_layout() {
     let (pod, ctr) = (full_pod(), full_container());
     let request = create(pod.clone(), ctr.clone());
-    let parts = decode(&request.write_to_bytes().unwrap(), POD_AND_CONTAINER).unwrap();
+    let parts = decode(
+        &request.write_to_bytes().unwrap(),
+        POD_AND_CONTAINER,
+        MapKeys::ALL,
+    )
+    .unwrap();
     assert_eq!(parts.pod, lean_pod(&pod));
     assert_eq!(parts.container, lean_container(&ctr));
     assert_eq!(parts.event.value(), 0);
@@ -187,7 +192,7 @@ fn keeps_exactly_the_listed_fields_of_every_layout() {
         container: MessageField::some(ctr.clone()),
         ..Default::default()
     };
-    let parts = decode(&event.write_to_bytes().unwrap(), STATE_CHANGE).unwrap();
+    let parts = decode(&event.write_to_bytes().unwrap(), STATE_CHANGE, MapKeys::ALL).unwrap();
     assert_eq!(parts.event.enum_value(), Ok(Event::REMOVE_CONTAINER));
     assert_eq!(parts.pod, lean_pod(&pod));
     assert_eq!(parts.container, lean_container(&ctr));
@@ -196,20 +201,25 @@ fn keeps_exactly_the_listed_fields_of_every_layout() {
         pod: MessageField::some(pod.clone()),
         ..Default::default()
     };
-    let parts = decode(&stop.write_to_bytes().unwrap(), POD).unwrap();
+    let parts = decode(&stop.write_to_bytes().unwrap(), POD, MapKeys::ALL).unwrap();
     assert_eq!(parts.pod, lean_pod(&pod));
     assert_eq!(parts.container, Container::default());
 }
 
 #[test]
 fn absent_parts_stay_default_and_empty_messages_decode() {
-    let parts = decode(&[], POD_AND_CONTAINER).unwrap();
+    let parts = decode(&[], POD_AND_CONTAINER, MapKeys::ALL).unwrap();
     assert_eq!(parts, Parts::default());
     let bare = api::CreateContainerRequest {
         pod: MessageField::some(PodSandbox::default()),
         ..Default::default()
     };
-    let parts = decode(&bare.write_to_bytes().unwrap(), POD_AND_CONTAINER).unwrap();
+    let parts = decode(
+        &bare.write_to_bytes().unwrap(),
+        POD_AND_CONTAINER,
+        MapKeys::ALL,
+    )
+    .unwrap();
     assert_eq!(parts.pod, PodSandbox::default());
 }
 
@@ -236,7 +246,7 @@ fn repeated_fields_merge_as_protobuf_does() {
     );
     let mut bytes = first.write_to_bytes().unwrap();
     bytes.extend(second.write_to_bytes().unwrap());
-    let parts = decode(&bytes, POD_AND_CONTAINER).unwrap();
+    let parts = decode(&bytes, POD_AND_CONTAINER, MapKeys::ALL).unwrap();
     let mut want = lean_pod(&full_pod());
     want.name = "renamed".into();
     want.labels.insert("app".into(), "other".into());
@@ -252,21 +262,94 @@ fn repeated_fields_merge_as_protobuf_does() {
 }
 
 #[test]
+fn map_keys_keep_only_the_named_entries() {
+    let keys = MapKeys {
+        labels: Keys::Only(&["app", "absent"]),
+        annotations: Keys::Only(&["scheduling.koordinator.sh/device-allocated"]),
+    };
+    let request = create(full_pod(), full_container());
+    let parts = decode(&request.write_to_bytes().unwrap(), POD_AND_CONTAINER, keys).unwrap();
+    assert_eq!(parts.pod.labels, map(&[("app", "trainer")]));
+    assert_eq!(
+        parts.pod.annotations,
+        map(&[(
+            "scheduling.koordinator.sh/device-allocated",
+            r#"{"gpu":[]}"#
+        )])
+    );
+    let mut want = lean_pod(&full_pod());
+    (want.labels, want.annotations) = (parts.pod.labels.clone(), parts.pod.annotations.clone());
+    assert_eq!(parts.pod, want, "every other kept field as before");
+    assert_eq!(parts.container, lean_container(&full_container()));
+
+    // A key matches byte for byte: no prefix, no case folding.
+    for key in ["ap", "apps", "App"] {
+        let pod = PodSandbox {
+            labels: map(&[(key, "v")]),
+            ..Default::default()
+        };
+        let bytes = create(pod, Container::default()).write_to_bytes().unwrap();
+        let parts = decode(&bytes, POD_AND_CONTAINER, keys).unwrap();
+        assert!(parts.pod.labels.is_empty(), "{key}");
+    }
+
+    // A kept key given twice keeps its last value, as with every key.
+    let twice = |value: &str| PodSandbox {
+        labels: map(&[("app", value), ("other", value)]),
+        ..Default::default()
+    };
+    let mut bytes = create(twice("first"), Container::default())
+        .write_to_bytes()
+        .unwrap();
+    bytes.extend(
+        create(twice("last"), Container::default())
+            .write_to_bytes()
+            .unwrap(),
+    );
+    let parts = decode(&bytes, POD_AND_CONTAINER, keys).unwrap();
+    assert_eq!(parts.pod.labels, map(&[("app", "last")]));
+}
+
+#[test]
+fn an_entry_not_kept_is_not_validated_and_a_kept_one_is() {
+    // pod (field 1) { labels (field 5) { key "k", value 0xc3 0x28 } }: the
+    // value is not UTF-8.
+    let entry = [0x0a, 1, b'k', 0x12, 2, 0xc3, 0x28];
+    let mut labels = vec![0x2a, entry.len() as u8];
+    labels.extend(entry);
+    let mut bytes = vec![0x0a, labels.len() as u8];
+    bytes.extend(labels);
+    let only = |keys: &'static [&'static str]| MapKeys {
+        labels: Keys::Only(keys),
+        annotations: Keys::All,
+    };
+    let parts = decode(&bytes, POD_AND_CONTAINER, only(&["other"])).unwrap();
+    assert!(parts.pod.labels.is_empty());
+    for keys in [only(&["k"]), MapKeys::ALL] {
+        assert_eq!(
+            decode(&bytes, POD_AND_CONTAINER, keys),
+            Err(WireError::NotUtf8 { field: 2 }),
+            "{keys:?}"
+        );
+    }
+}
+
+#[test]
 fn malformed_requests_fail_and_never_panic() {
     let req = create(full_pod(), full_container());
     let bytes = req.write_to_bytes().unwrap();
     for end in 0..bytes.len() {
-        let _ = decode(&bytes[..end], POD_AND_CONTAINER);
+        let _ = decode(&bytes[..end], POD_AND_CONTAINER, MapKeys::ALL);
     }
     // The pod's name (pod field 1 -> name field 2) is not UTF-8.
     let bad = [0x0a, 4, 0x12, 2, 0xc3, 0x28];
     assert_eq!(
-        decode(&bad, POD_AND_CONTAINER),
+        decode(&bad, POD_AND_CONTAINER, MapKeys::ALL),
         Err(WireError::NotUtf8 { field: 2 })
     );
     let group = [0x0a, 1, 3 << 3 | 3];
     assert_eq!(
-        decode(&group, POD_AND_CONTAINER),
+        decode(&group, POD_AND_CONTAINER, MapKeys::ALL),
         Err(WireError::WireType {
             field: 3,
             wire_type: 3

@@ -5,9 +5,14 @@ use std::sync::PoisonError;
 
 use nri::api::{Container, ContainerAdjustment, KeyValue, PodSandbox};
 
-use super::{devices, probe, DevgatePlugin, PluginError};
+use super::{devices, pod_keys, probe, DevgatePlugin, PluginError};
 use crate::allocation::DEVICE_ALLOCATED;
 use crate::config::FailurePolicy;
+
+/// Whether the pod carries an allocation, valid or not.
+fn has_allocation(pod: &PodSandbox) -> bool {
+    pod_keys::annotations(pod).get(DEVICE_ALLOCATED).is_some()
+}
 
 impl DevgatePlugin {
     /// Everything devgate changes in a container being created.
@@ -36,7 +41,7 @@ impl DevgatePlugin {
             container: ctr.name.clone(),
             source,
         })?;
-        if probe.is_none() && !pod.annotations.contains_key(DEVICE_ALLOCATED) {
+        if probe.is_none() && !has_allocation(pod) {
             return Ok((devices::Admitted::Nothing, None));
         }
         let config = self.config().map_err(|source| PluginError::Config {
@@ -88,7 +93,7 @@ impl DevgatePlugin {
     /// The pod's claim at its sandbox's start, ahead of its containers; what
     /// cannot be done now is done, or refused, at its first container.
     pub(super) fn claim_ahead(&self, pod: &PodSandbox) {
-        if !pod.annotations.contains_key(DEVICE_ALLOCATED) {
+        if !has_allocation(pod) {
             return;
         }
         // An invalid config refuses the pod's containers, each with its error.

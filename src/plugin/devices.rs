@@ -18,6 +18,7 @@ use crate::plan::{self, PlanError};
 
 pub use super::last_plan::Admitted;
 use super::last_plan::{LastPlan, PlanKey};
+use super::pod_keys;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
@@ -255,7 +256,7 @@ impl Devices {
         &self,
         pod: &PodSandbox,
     ) -> Result<Option<Arc<allocation::PodDevices>>, DeviceError> {
-        let devices = self.last_pod.parse(&pod.annotations, &pod.labels)?;
+        let devices = (self.last_pod).parse(&pod_keys::annotations(pod), &pod_keys::labels(pod))?;
         if devices.allocation.is_empty() {
             return Ok(None);
         }
@@ -351,10 +352,7 @@ fn grant_identity(pod: &PodSandbox) -> crate::grant::PodIdentity<'_> {
         namespace: &pod.namespace,
         name: &pod.name,
         uid: &pod.uid,
-        config_source: pod
-            .annotations
-            .get(crate::grant::model::CONFIG_SOURCE)
-            .map(String::as_str),
+        config_source: pod_keys::annotations(pod).get(crate::grant::model::CONFIG_SOURCE),
     }
 }
 

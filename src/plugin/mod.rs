@@ -16,6 +16,7 @@ mod gpu_slot;
 mod hook_path;
 mod last_plan;
 mod lifecycle;
+pub mod pod_keys;
 pub mod probe;
 mod vf_teardown;
 mod workers;
@@ -228,7 +229,7 @@ impl nri::Plugin for DevgatePlugin {
     /// paths, and the container's identity, env and cgroup path: nothing
     /// else of a request needs building on the container-start path.
     fn decode(&self) -> nri::Decode {
-        nri::Decode::Lean
+        nri::Decode::Lean(pod_keys::POD_KEYS)
     }
 
     /// Never fails: containerd 1.7 exits when a plugin it launched fails

@@ -25,7 +25,7 @@ pub enum ProbeError {
 
 /// The environment entry the probe adds to containers of `pod`, if any.
 pub fn probe_env(pod: &PodSandbox) -> Result<Option<KeyValue>, ProbeError> {
-    let Some(value) = pod.annotations.get(PROBE_ANNOTATION) else {
+    let Some(value) = super::pod_keys::annotations(pod).get(PROBE_ANNOTATION) else {
         return Ok(None);
     };
     if value.len() > MAX_PROBE_BYTES {
@@ -36,7 +36,7 @@ pub fn probe_env(pod: &PodSandbox) -> Result<Option<KeyValue>, ProbeError> {
     }
     Ok(Some(KeyValue {
         key: PROBE_ENV.to_string(),
-        value: value.clone(),
+        value: value.to_string(),
         ..Default::default()
     }))
 }

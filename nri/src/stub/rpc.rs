@@ -247,7 +247,9 @@ impl<P: Plugin> Service<P> {
     fn parts<Req: WithParts>(&self, payload: &[u8]) -> Result<Parts, Status> {
         match self.plugin.decode() {
             Decode::Full => decode::<Req>(payload).map(Req::into_parts),
-            Decode::Lean => lean::decode(payload, Req::LAYOUT).map_err(undecodable::<Req>),
+            Decode::Lean(keys) => {
+                lean::decode(payload, Req::LAYOUT, keys).map_err(undecodable::<Req>)
+            }
         }
     }
 

@@ -56,7 +56,15 @@ async fn a_lean_plugin_gets_what_it_reads_and_not_the_rest() {
         destination: "/data".into(),
         ..Default::default()
     });
-    for (decode, mounts) in [(crate::Decode::Full, 1), (crate::Decode::Lean, 0)] {
+    let no_labels = crate::MapKeys {
+        labels: crate::Keys::Only(&[]),
+        annotations: crate::Keys::All,
+    };
+    for (decode, mounts, labels) in [
+        (crate::Decode::Full, 1, 1),
+        (crate::Decode::Lean(crate::MapKeys::ALL), 0, 1),
+        (crate::Decode::Lean(no_labels), 0, 0),
+    ] {
         for config in [FakeConfig::containerd_1_7(), FakeConfig::nri_v0_12()] {
             let plugin = Recorder {
                 decode,
@@ -69,7 +77,8 @@ async fn a_lean_plugin_gets_what_it_reads_and_not_the_rest() {
             conn.event(Event::REMOVE_CONTAINER, &pod, Some(&c))
                 .await
                 .unwrap();
-            let want = format!("create app in web: env [\"A=1\"], mounts {mounts}, pod labels 1");
+            let want =
+                format!("create app in web: env [\"A=1\"], mounts {mounts}, pod labels {labels}");
             assert_eq!(
                 plugin.calls()[1..],
                 [want, "remove app".to_string()],

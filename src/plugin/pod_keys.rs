@@ -1,0 +1,102 @@
+//! The pod labels and annotations devgate reads, and the only way it reads
+//! them from a request.
+//!
+//! The plugin decodes requests lean with [`POD_KEYS`]: of the pod's maps it
+//! keeps these keys and steps over every other entry, which spares the
+//! allocations and hashed inserts of the dozen or more entries kubelet and
+//! the runtime put on every pod, at every event. A key read but not listed
+//! would always be absent, so reads go through [`annotations`] and
+//! [`labels`], which check the key against the list in debug builds (every
+//! test).
+
+use std::collections::HashMap;
+
+use nri::api::PodSandbox;
+use nri::{Keys, MapKeys};
+
+use crate::allocation::{
+    Metadata, CONTAINERS, DEVICE_ALLOCATED, GPU_ISOLATION_PROVIDER, VF_SETTINGS,
+};
+use crate::grant::model::CONFIG_SOURCE;
+use crate::plugin::probe::PROBE_ANNOTATION;
+
+/// What the lean decode keeps of a pod's labels and annotations.
+pub const POD_KEYS: MapKeys = MapKeys {
+    labels: Keys::Only(&[GPU_ISOLATION_PROVIDER]),
+    annotations: Keys::Only(&[
+        DEVICE_ALLOCATED,
+        CONTAINERS,
+        VF_SETTINGS,
+        PROBE_ANNOTATION,
+        CONFIG_SOURCE,
+    ]),
+};
+
+/// One of a pod's maps, read by a key [`POD_KEYS`] keeps.
+#[derive(Debug, Clone, Copy)]
+pub struct Kept<'a> {
+    map: &'a HashMap<String, String>,
+    keys: Keys,
+}
+
+/// The pod's annotations as the decode kept them.
+pub fn annotations(pod: &PodSandbox) -> Kept<'_> {
+    Kept {
+        map: &pod.annotations,
+        keys: POD_KEYS.annotations,
+    }
+}
+
+/// The pod's labels as the decode kept them.
+pub fn labels(pod: &PodSandbox) -> Kept<'_> {
+    Kept {
+        map: &pod.labels,
+        keys: POD_KEYS.labels,
+    }
+}
+
+impl<'a> Kept<'a> {
+    /// The value under `key`, which must be one [`POD_KEYS`] keeps.
+    pub fn get(self, key: &str) -> Option<&'a str> {
+        debug_assert!(
+            self.keys.keeps(key.as_bytes()),
+            "{key} is read from a pod but not in POD_KEYS, so the decode skips it"
+        );
+        self.map.get(key).map(String::as_str)
+    }
+}
+
+impl Metadata for Kept<'_> {
+    fn get_value(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> PodSandbox {
+        let map = |k: &str| HashMap::from([(k.to_string(), "v".to_string())]);
+        PodSandbox {
+            labels: map(GPU_ISOLATION_PROVIDER),
+            annotations: map(DEVICE_ALLOCATED),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn kept_keys_read_their_values() {
+        let pod = pod();
+        assert_eq!(annotations(&pod).get(DEVICE_ALLOCATED), Some("v"));
+        assert_eq!(annotations(&pod).get(CONTAINERS), None);
+        assert_eq!(labels(&pod).get(GPU_ISOLATION_PROVIDER), Some("v"));
+    }
+
+    #[test]
+    #[should_panic(expected = "not in POD_KEYS")]
+    fn reading_a_key_the_decode_skips_is_caught() {
+        // A label key is not an annotation key: each map has its own list.
+        annotations(&pod()).get(GPU_ISOLATION_PROVIDER);
+    }
+}
