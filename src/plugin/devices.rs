@@ -256,7 +256,9 @@ impl Devices {
         &self,
         pod: &PodSandbox,
     ) -> Result<Option<Arc<allocation::PodDevices>>, DeviceError> {
-        let devices = (self.last_pod).parse(&pod_keys::annotations(pod), &pod_keys::labels(pod))?;
+        let devices = self
+            .last_pod
+            .parse(&pod_keys::annotations(pod), &pod_keys::labels(pod))?;
         if devices.allocation.is_empty() {
             return Ok(None);
         }

@@ -225,9 +225,10 @@ impl nri::Plugin for DevgatePlugin {
         EVENTS
     }
 
-    /// devgate reads the pod's identity, labels, annotations and cgroup
-    /// paths, and the container's identity, env and cgroup path: nothing
-    /// else of a request needs building on the container-start path.
+    /// devgate reads the pod's identity, cgroup paths and the labels and
+    /// annotations [`pod_keys::POD_KEYS`] names, and the container's
+    /// identity, env and cgroup path: nothing else of a request needs
+    /// building on the container-start path.
     fn decode(&self) -> nri::Decode {
         nri::Decode::Lean(pod_keys::POD_KEYS)
     }
