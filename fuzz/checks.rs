@@ -143,12 +143,19 @@ fn one_line(text: &str) {
 /// twice, none unknown), it keeps exactly what the generated decoder reads,
 /// and with devgate's keys, of the pod's maps exactly the entries under them.
 pub fn nri_request(data: &[u8]) {
-    use devgate::plugin::pod_keys::POD_KEYS;
-    use nri::lean::{decode, MapKeys, POD, POD_AND_CONTAINER, STATE_CHANGE};
+    use devgate::plugin::reads::LEAN;
+    use nri::api::Event;
+    use nri::lean::{decode, Keep, POD, POD_AND_CONTAINER, STATE_CHANGE};
     use nri::protobuf::Message;
     for layout in [POD_AND_CONTAINER, POD, STATE_CHANGE] {
-        for keys in [MapKeys::ALL, POD_KEYS] {
-            let _ = decode(data, layout, keys);
+        for keep in [Keep::ALL, LEAN] {
+            for event in [
+                None,
+                Some(Event::CREATE_CONTAINER),
+                Some(Event::REMOVE_CONTAINER),
+            ] {
+                let _ = decode(data, layout, keep, event);
+            }
         }
     }
     let Ok(full) = nri::api::CreateContainerRequest::parse_from_bytes(data) else {
@@ -157,18 +164,23 @@ pub fn nri_request(data: &[u8]) {
     if full.write_to_bytes().ok().as_deref() != Some(data) {
         return;
     }
+    let create = Some(Event::CREATE_CONTAINER);
     let lean =
-        decode(data, POD_AND_CONTAINER, MapKeys::ALL).expect("canonical request decodes lean");
-    let kept = decode(data, POD_AND_CONTAINER, POD_KEYS).expect("and with devgate's keys");
+        decode(data, POD_AND_CONTAINER, Keep::ALL, create).expect("canonical request decodes lean");
+    let kept = decode(data, POD_AND_CONTAINER, LEAN, create).expect("and with devgate's keys");
+    let removed = decode(data, POD_AND_CONTAINER, LEAN, Some(Event::REMOVE_CONTAINER))
+        .expect("and as another event's request");
+    assert!(removed.container.env.is_empty());
+    assert_eq!(kept.container.env, full.container.env);
     let only = |map: &std::collections::HashMap<String, String>, keys: nri::Keys| {
         let mut map = map.clone();
         map.retain(|k, _| keys.keeps(k.as_bytes()));
         map
     };
-    assert_eq!(kept.pod.labels, only(&full.pod.labels, POD_KEYS.labels));
+    assert_eq!(kept.pod.labels, only(&full.pod.labels, LEAN.labels));
     assert_eq!(
         kept.pod.annotations,
-        only(&full.pod.annotations, POD_KEYS.annotations)
+        only(&full.pod.annotations, LEAN.annotations)
     );
     let (p, lp) = (&full.pod, &lean.pod);
     assert_eq!(

@@ -21,18 +21,21 @@
 //! keeps its last value), an embedded message given twice merges, strings
 //! must be UTF-8. Skipped fields are not validated.
 //!
-//! [`MapKeys`] narrows the pod's `labels` and `annotations` to the keys a
-//! plugin looks up. Kubelet and the runtime put a dozen or more entries in
-//! each (`io.kubernetes.*`, `kubernetes.io/config.*`, the pod's own), and
-//! every kept entry costs two allocations and a hashed insert; an entry
-//! under a key not named is stepped over with neither, and its value is not
-//! validated.
+//! [`Keep`] narrows the pod's `labels` and `annotations` to the keys a
+//! plugin looks up, and the container's `env` to the events it reads it at.
+//! Kubelet and the runtime put a dozen or more entries in each map
+//! (`io.kubernetes.*`, `kubernetes.io/config.*`, the pod's own), and every
+//! kept entry costs two allocations and a hashed insert; the env holds a
+//! container's every variable, seven more for each service of its namespace
+//! (kubelet's service links), each an allocation. An entry or variable not
+//! kept is stepped over with no allocation, and is not validated.
 
 use std::collections::HashMap;
 
 use protobuf::EnumOrUnknown;
 
 use crate::api::{Container, Event, LinuxContainer, LinuxPodSandbox, PodSandbox};
+use crate::event::EventMask;
 use crate::protowire::{each_field, WireError, LEN, VARINT};
 
 /// How the stub decodes the pod and container of each request.
@@ -41,24 +44,46 @@ pub enum Decode {
     /// Every field, as the generated messages decode them.
     #[default]
     Full,
-    /// Only the fields listed in the module docs, and of the pod's maps the
-    /// entries [`MapKeys`] keeps.
-    Lean(MapKeys),
+    /// Only the fields listed in the module docs, narrowed by [`Keep`].
+    Lean(Keep),
 }
 
-/// Which entries of the pod's `labels` and `annotations` a lean decode keeps.
+/// Which entries of the pod's `labels` and `annotations`, and at which
+/// events the container's `env`, a lean decode keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MapKeys {
+pub struct Keep {
     pub labels: Keys,
     pub annotations: Keys,
+    pub env: EnvAt,
 }
 
-impl MapKeys {
-    /// Every entry of both maps.
-    pub const ALL: MapKeys = MapKeys {
+impl Keep {
+    /// Every entry of both maps, and the env at every event.
+    pub const ALL: Keep = Keep {
         labels: Keys::All,
         annotations: Keys::All,
+        env: EnvAt::Every,
     };
+}
+
+/// The events at which the container's `env` is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvAt {
+    Every,
+    /// Only these events'. A `StateChangeEvent` whose event is not known
+    /// when its container is read (a number this proto does not know, or
+    /// the container encoded before the event) keeps the env.
+    Only(EventMask),
+}
+
+impl EnvAt {
+    /// Whether the env is kept at `event` (`None`: not known).
+    pub fn keeps(self, event: Option<Event>) -> bool {
+        match (self, event) {
+            (EnvAt::Only(events), Some(event)) => events.contains(event),
+            _ => true,
+        }
+    }
 }
 
 /// The keys kept of one map.
@@ -119,18 +144,32 @@ pub struct Parts {
     pub container: Container,
 }
 
-/// Decodes the parts `layout` names out of a request message, keeping of
-/// the pod's maps what `keys` names.
-pub fn decode(bytes: &[u8], layout: Layout, keys: MapKeys) -> Result<Parts, WireError> {
+/// Decodes the parts `layout` names out of the message of a request for
+/// `event` (`None` for a `StateChangeEvent`, which names its own), narrowed
+/// by `keep`.
+pub fn decode(
+    bytes: &[u8],
+    layout: Layout,
+    keep: Keep,
+    event: Option<Event>,
+) -> Result<Parts, WireError> {
     let mut parts = Parts::default();
     each_field(bytes, |r, field, wire_type| {
         match wire_type {
             VARINT if Some(field) == layout.event => {
                 parts.event = EnumOrUnknown::from_i32(r.varint()? as i32);
             }
-            LEN if field == layout.pod => merge_pod(r.bytes()?, keys, &mut parts.pod)?,
+            LEN if field == layout.pod => merge_pod(r.bytes()?, keep, &mut parts.pod)?,
             LEN if Some(field) == layout.container => {
-                merge_container(r.bytes()?, &mut parts.container)?;
+                // 0 (UNKNOWN) is also the field's default: the event not yet read.
+                let named = parts
+                    .event
+                    .enum_value()
+                    .ok()
+                    .filter(|&e| e != Event::UNKNOWN);
+                let event = event.or(named);
+                let env = keep.env.keeps(event);
+                merge_container(r.bytes()?, env, &mut parts.container)?;
             }
             _ => return Ok(false),
         }
@@ -139,15 +178,15 @@ pub fn decode(bytes: &[u8], layout: Layout, keys: MapKeys) -> Result<Parts, Wire
     Ok(parts)
 }
 
-fn merge_pod(bytes: &[u8], keys: MapKeys, pod: &mut PodSandbox) -> Result<(), WireError> {
+fn merge_pod(bytes: &[u8], keep: Keep, pod: &mut PodSandbox) -> Result<(), WireError> {
     each_field(bytes, |r, field, wire_type| {
         match (field, wire_type) {
             (1, LEN) => pod.id = r.str(field)?.to_owned(),
             (2, LEN) => pod.name = r.str(field)?.to_owned(),
             (3, LEN) => pod.uid = r.str(field)?.to_owned(),
             (4, LEN) => pod.namespace = r.str(field)?.to_owned(),
-            (5, LEN) => map_entry(r.bytes()?, keys.labels, &mut pod.labels)?,
-            (6, LEN) => map_entry(r.bytes()?, keys.annotations, &mut pod.annotations)?,
+            (5, LEN) => map_entry(r.bytes()?, keep.labels, &mut pod.labels)?,
+            (6, LEN) => map_entry(r.bytes()?, keep.annotations, &mut pod.annotations)?,
             (8, LEN) => merge_pod_linux(r.bytes()?, pod.linux.mut_or_insert_default())?,
             _ => return Ok(false),
         }
@@ -166,7 +205,7 @@ fn merge_pod_linux(bytes: &[u8], linux: &mut LinuxPodSandbox) -> Result<(), Wire
     })
 }
 
-fn merge_container(bytes: &[u8], ctr: &mut Container) -> Result<(), WireError> {
+fn merge_container(bytes: &[u8], env: bool, ctr: &mut Container) -> Result<(), WireError> {
     each_field(bytes, |r, field, wire_type| {
         match (field, wire_type) {
             (1, LEN) => ctr.id = r.str(field)?.to_owned(),
@@ -175,7 +214,7 @@ fn merge_container(bytes: &[u8], ctr: &mut Container) -> Result<(), WireError> {
             // Enums and int32 travel as the varint of their 64-bit sign
             // extension; uint32 as a varint truncated to 32 bits.
             (4, VARINT) => ctr.state = EnumOrUnknown::from_i32(r.varint()? as i32),
-            (8, LEN) => ctr.env.push(r.str(field)?.to_owned()),
+            (8, LEN) if env => ctr.env.push(r.str(field)?.to_owned()),
             (11, LEN) => merge_container_linux(r.bytes()?, ctr.linux.mut_or_insert_default())?,
             (12, VARINT) => ctr.pid = r.varint()? as u32,
             _ => return Ok(false),

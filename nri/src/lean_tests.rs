@@ -179,7 +179,8 @@ fn keeps_exactly_the_listed_fields_of_every_layout() {
     let parts = decode(
         &request.write_to_bytes().unwrap(),
         POD_AND_CONTAINER,
-        MapKeys::ALL,
+        Keep::ALL,
+        Some(Event::CREATE_CONTAINER),
     )
     .unwrap();
     assert_eq!(parts.pod, lean_pod(&pod));
@@ -192,7 +193,13 @@ fn keeps_exactly_the_listed_fields_of_every_layout() {
         container: MessageField::some(ctr.clone()),
         ..Default::default()
     };
-    let parts = decode(&event.write_to_bytes().unwrap(), STATE_CHANGE, MapKeys::ALL).unwrap();
+    let parts = decode(
+        &event.write_to_bytes().unwrap(),
+        STATE_CHANGE,
+        Keep::ALL,
+        None,
+    )
+    .unwrap();
     assert_eq!(parts.event.enum_value(), Ok(Event::REMOVE_CONTAINER));
     assert_eq!(parts.pod, lean_pod(&pod));
     assert_eq!(parts.container, lean_container(&ctr));
@@ -201,14 +208,14 @@ fn keeps_exactly_the_listed_fields_of_every_layout() {
         pod: MessageField::some(pod.clone()),
         ..Default::default()
     };
-    let parts = decode(&stop.write_to_bytes().unwrap(), POD, MapKeys::ALL).unwrap();
+    let parts = decode(&stop.write_to_bytes().unwrap(), POD, Keep::ALL, None).unwrap();
     assert_eq!(parts.pod, lean_pod(&pod));
     assert_eq!(parts.container, Container::default());
 }
 
 #[test]
 fn absent_parts_stay_default_and_empty_messages_decode() {
-    let parts = decode(&[], POD_AND_CONTAINER, MapKeys::ALL).unwrap();
+    let parts = decode(&[], POD_AND_CONTAINER, Keep::ALL, None).unwrap();
     assert_eq!(parts, Parts::default());
     let bare = api::CreateContainerRequest {
         pod: MessageField::some(PodSandbox::default()),
@@ -217,7 +224,8 @@ fn absent_parts_stay_default_and_empty_messages_decode() {
     let parts = decode(
         &bare.write_to_bytes().unwrap(),
         POD_AND_CONTAINER,
-        MapKeys::ALL,
+        Keep::ALL,
+        Some(Event::CREATE_CONTAINER),
     )
     .unwrap();
     assert_eq!(parts.pod, PodSandbox::default());
@@ -246,7 +254,7 @@ fn repeated_fields_merge_as_protobuf_does() {
     );
     let mut bytes = first.write_to_bytes().unwrap();
     bytes.extend(second.write_to_bytes().unwrap());
-    let parts = decode(&bytes, POD_AND_CONTAINER, MapKeys::ALL).unwrap();
+    let parts = decode(&bytes, POD_AND_CONTAINER, Keep::ALL, None).unwrap();
     let mut want = lean_pod(&full_pod());
     want.name = "renamed".into();
     want.labels.insert("app".into(), "other".into());
@@ -263,12 +271,19 @@ fn repeated_fields_merge_as_protobuf_does() {
 
 #[test]
 fn map_keys_keep_only_the_named_entries() {
-    let keys = MapKeys {
+    let keys = Keep {
         labels: Keys::Only(&["app", "absent"]),
         annotations: Keys::Only(&["scheduling.koordinator.sh/device-allocated"]),
+        env: EnvAt::Every,
     };
     let request = create(full_pod(), full_container());
-    let parts = decode(&request.write_to_bytes().unwrap(), POD_AND_CONTAINER, keys).unwrap();
+    let parts = decode(
+        &request.write_to_bytes().unwrap(),
+        POD_AND_CONTAINER,
+        keys,
+        None,
+    )
+    .unwrap();
     assert_eq!(parts.pod.labels, map(&[("app", "trainer")]));
     assert_eq!(
         parts.pod.annotations,
@@ -289,7 +304,7 @@ fn map_keys_keep_only_the_named_entries() {
             ..Default::default()
         };
         let bytes = create(pod, Container::default()).write_to_bytes().unwrap();
-        let parts = decode(&bytes, POD_AND_CONTAINER, keys).unwrap();
+        let parts = decode(&bytes, POD_AND_CONTAINER, keys, None).unwrap();
         assert!(parts.pod.labels.is_empty(), "{key}");
     }
 
@@ -306,7 +321,7 @@ fn map_keys_keep_only_the_named_entries() {
             .write_to_bytes()
             .unwrap(),
     );
-    let parts = decode(&bytes, POD_AND_CONTAINER, keys).unwrap();
+    let parts = decode(&bytes, POD_AND_CONTAINER, keys, None).unwrap();
     assert_eq!(parts.pod.labels, map(&[("app", "last")]));
 }
 
@@ -319,15 +334,15 @@ fn an_entry_not_kept_is_not_validated_and_a_kept_one_is() {
     labels.extend(entry);
     let mut bytes = vec![0x0a, labels.len() as u8];
     bytes.extend(labels);
-    let only = |keys: &'static [&'static str]| MapKeys {
+    let only = |keys: &'static [&'static str]| Keep {
         labels: Keys::Only(keys),
-        annotations: Keys::All,
+        ..Keep::ALL
     };
-    let parts = decode(&bytes, POD_AND_CONTAINER, only(&["other"])).unwrap();
+    let parts = decode(&bytes, POD_AND_CONTAINER, only(&["other"]), None).unwrap();
     assert!(parts.pod.labels.is_empty());
-    for keys in [only(&["k"]), MapKeys::ALL] {
+    for keys in [only(&["k"]), Keep::ALL] {
         assert_eq!(
-            decode(&bytes, POD_AND_CONTAINER, keys),
+            decode(&bytes, POD_AND_CONTAINER, keys, None),
             Err(WireError::NotUtf8 { field: 2 }),
             "{keys:?}"
         );
@@ -335,21 +350,93 @@ fn an_entry_not_kept_is_not_validated_and_a_kept_one_is() {
 }
 
 #[test]
+fn env_is_kept_at_the_events_named() {
+    let keep = Keep {
+        env: EnvAt::Only(EventMask::of(Event::CREATE_CONTAINER)),
+        ..Keep::ALL
+    };
+    let (pod, ctr) = (full_pod(), full_container());
+    let no_env = Container {
+        env: Vec::new(),
+        ..lean_container(&ctr)
+    };
+    let create = create(pod.clone(), ctr.clone()).write_to_bytes().unwrap();
+    let at = |event| decode(&create, POD_AND_CONTAINER, keep, Some(event)).unwrap();
+    assert_eq!(at(Event::CREATE_CONTAINER).container, lean_container(&ctr));
+    // The same message as another event's request: every other field kept.
+    assert_eq!(at(Event::REMOVE_CONTAINER).container, no_env);
+    assert_eq!(at(Event::REMOVE_CONTAINER).pod, lean_pod(&pod));
+
+    let change = |event: i32| api::StateChangeEvent {
+        event: protobuf::EnumOrUnknown::from_i32(event),
+        pod: MessageField::some(pod.clone()),
+        container: MessageField::some(ctr.clone()),
+        ..Default::default()
+    };
+    let remove = change(Event::REMOVE_CONTAINER as i32)
+        .write_to_bytes()
+        .unwrap();
+    let parts = decode(&remove, STATE_CHANGE, keep, None).unwrap();
+    assert_eq!(parts.container, no_env);
+    // An event this proto does not know: the env is kept.
+    let newer = change(99).write_to_bytes().unwrap();
+    let parts = decode(&newer, STATE_CHANGE, keep, None).unwrap();
+    assert_eq!(parts.container, lean_container(&ctr));
+    // The container before the event (fields in any order are valid
+    // protobuf): the event is not known yet, so the env is kept.
+    let mut reordered = api::StateChangeEvent {
+        container: MessageField::some(ctr.clone()),
+        ..Default::default()
+    }
+    .write_to_bytes()
+    .unwrap();
+    reordered.extend(
+        api::StateChangeEvent {
+            event: Event::REMOVE_CONTAINER.into(),
+            ..Default::default()
+        }
+        .write_to_bytes()
+        .unwrap(),
+    );
+    let parts = decode(&reordered, STATE_CHANGE, keep, None).unwrap();
+    assert_eq!(parts.event.enum_value(), Ok(Event::REMOVE_CONTAINER));
+    assert_eq!(parts.container, lean_container(&ctr));
+    // An env variable not kept is not validated: here it is not UTF-8.
+    let bad_env = [0x12, 4, 0x42, 2, 0xc3, 0x28];
+    assert!(decode(
+        &bad_env,
+        POD_AND_CONTAINER,
+        keep,
+        Some(Event::REMOVE_CONTAINER)
+    )
+    .is_ok());
+    assert_eq!(
+        decode(
+            &bad_env,
+            POD_AND_CONTAINER,
+            keep,
+            Some(Event::CREATE_CONTAINER)
+        ),
+        Err(WireError::NotUtf8 { field: 8 })
+    );
+}
+
+#[test]
 fn malformed_requests_fail_and_never_panic() {
     let req = create(full_pod(), full_container());
     let bytes = req.write_to_bytes().unwrap();
     for end in 0..bytes.len() {
-        let _ = decode(&bytes[..end], POD_AND_CONTAINER, MapKeys::ALL);
+        let _ = decode(&bytes[..end], POD_AND_CONTAINER, Keep::ALL, None);
     }
     // The pod's name (pod field 1 -> name field 2) is not UTF-8.
     let bad = [0x0a, 4, 0x12, 2, 0xc3, 0x28];
     assert_eq!(
-        decode(&bad, POD_AND_CONTAINER, MapKeys::ALL),
+        decode(&bad, POD_AND_CONTAINER, Keep::ALL, None),
         Err(WireError::NotUtf8 { field: 2 })
     );
     let group = [0x0a, 1, 3 << 3 | 3];
     assert_eq!(
-        decode(&group, POD_AND_CONTAINER, MapKeys::ALL),
+        decode(&group, POD_AND_CONTAINER, Keep::ALL, None),
         Err(WireError::WireType {
             field: 3,
             wire_type: 3

@@ -9,7 +9,7 @@
 //!   configuration, event dispatch and reconnection; implement [`Plugin`]
 //!   and hand it to [`Stub`].
 //! - [`lean`]: decoding only the pod and container fields a plugin reads
-//!   ([`Decode::Lean`], chosen by [`Plugin::decode`], with [`MapKeys`]).
+//!   ([`Decode::Lean`], chosen by [`Plugin::decode`], with [`Keep`]).
 //! - [`EventMask`] and [`NriVersion`]: event subscription and what a given
 //!   runtime accepts.
 //! - `testing`, `mux` and `api_ttrpc` (feature `test-util`): an in-process
@@ -31,7 +31,7 @@ pub mod version;
 
 pub use chain::ErrorChain;
 pub use event::EventMask;
-pub use lean::{Decode, Keys, MapKeys};
+pub use lean::{Decode, EnvAt, Keep, Keys};
 pub use protobuf;
 pub use protowire::WireError;
 pub use stub::{Plugin, RpcError, RuntimeInfo, Stub, StubError};

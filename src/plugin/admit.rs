@@ -5,13 +5,13 @@ use std::sync::PoisonError;
 
 use nri::api::{Container, ContainerAdjustment, KeyValue, PodSandbox};
 
-use super::{devices, pod_keys, probe, DevgatePlugin, PluginError};
+use super::{devices, probe, reads, DevgatePlugin, PluginError};
 use crate::allocation::DEVICE_ALLOCATED;
 use crate::config::FailurePolicy;
 
 /// Whether the pod carries an allocation, valid or not.
 fn has_allocation(pod: &PodSandbox) -> bool {
-    pod_keys::annotations(pod).get(DEVICE_ALLOCATED).is_some()
+    reads::annotations(pod).get(DEVICE_ALLOCATED).is_some()
 }
 
 impl DevgatePlugin {

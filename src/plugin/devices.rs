@@ -18,7 +18,7 @@ use crate::plan::{self, PlanError};
 
 pub use super::last_plan::Admitted;
 use super::last_plan::{LastPlan, PlanKey};
-use super::pod_keys;
+use super::reads;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
@@ -258,7 +258,7 @@ impl Devices {
     ) -> Result<Option<Arc<allocation::PodDevices>>, DeviceError> {
         let devices = self
             .last_pod
-            .parse(&pod_keys::annotations(pod), &pod_keys::labels(pod))?;
+            .parse(&reads::annotations(pod), &reads::labels(pod))?;
         if devices.allocation.is_empty() {
             return Ok(None);
         }
@@ -354,7 +354,7 @@ fn grant_identity(pod: &PodSandbox) -> crate::grant::PodIdentity<'_> {
         namespace: &pod.namespace,
         name: &pod.name,
         uid: &pod.uid,
-        config_source: pod_keys::annotations(pod).get(crate::grant::model::CONFIG_SOURCE),
+        config_source: reads::annotations(pod).get(crate::grant::model::CONFIG_SOURCE),
     }
 }
 

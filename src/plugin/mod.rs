@@ -16,8 +16,8 @@ mod gpu_slot;
 mod hook_path;
 mod last_plan;
 mod lifecycle;
-pub mod pod_keys;
 pub mod probe;
+pub mod reads;
 mod vf_teardown;
 mod workers;
 
@@ -226,11 +226,11 @@ impl nri::Plugin for DevgatePlugin {
     }
 
     /// devgate reads the pod's identity, cgroup paths and the labels and
-    /// annotations [`pod_keys::POD_KEYS`] names, and the container's
+    /// annotations [`reads::LEAN`] names, and the container's
     /// identity, env and cgroup path: nothing else of a request needs
     /// building on the container-start path.
     fn decode(&self) -> nri::Decode {
-        nri::Decode::Lean(pod_keys::POD_KEYS)
+        nri::Decode::Lean(reads::LEAN)
     }
 
     /// Never fails: containerd 1.7 exits when a plugin it launched fails

@@ -25,7 +25,7 @@ pub enum ProbeError {
 
 /// The environment entry the probe adds to containers of `pod`, if any.
 pub fn probe_env(pod: &PodSandbox) -> Result<Option<KeyValue>, ProbeError> {
-    let Some(value) = super::pod_keys::annotations(pod).get(PROBE_ANNOTATION) else {
+    let Some(value) = super::reads::annotations(pod).get(PROBE_ANNOTATION) else {
         return Ok(None);
     };
     if value.len() > MAX_PROBE_BYTES {

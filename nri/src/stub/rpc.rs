@@ -248,7 +248,7 @@ impl<P: Plugin> Service<P> {
         match self.plugin.decode() {
             Decode::Full => decode::<Req>(payload).map(Req::into_parts),
             Decode::Lean(keys) => {
-                lean::decode(payload, Req::LAYOUT, keys).map_err(undecodable::<Req>)
+                lean::decode(payload, Req::LAYOUT, keys, Req::EVENT).map_err(undecodable::<Req>)
             }
         }
     }

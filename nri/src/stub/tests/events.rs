@@ -56,13 +56,15 @@ async fn a_lean_plugin_gets_what_it_reads_and_not_the_rest() {
         destination: "/data".into(),
         ..Default::default()
     });
-    let no_labels = crate::MapKeys {
+    // No label, and the env at creations only: a creation still has it.
+    let no_labels = crate::Keep {
         labels: crate::Keys::Only(&[]),
         annotations: crate::Keys::All,
+        env: crate::EnvAt::Only(crate::EventMask::of(Event::CREATE_CONTAINER)),
     };
     for (decode, mounts, labels) in [
         (crate::Decode::Full, 1, 1),
-        (crate::Decode::Lean(crate::MapKeys::ALL), 0, 1),
+        (crate::Decode::Lean(crate::Keep::ALL), 0, 1),
         (crate::Decode::Lean(no_labels), 0, 0),
     ] {
         for config in [FakeConfig::containerd_1_7(), FakeConfig::nri_v0_12()] {

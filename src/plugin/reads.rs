@@ -1,18 +1,21 @@
-//! The pod labels and annotations devgate reads, and the only way it reads
-//! them from a request.
+//! What devgate reads of a request's pod and container beyond their
+//! identities and cgroup paths, and the only way it reads pod keys.
 //!
-//! The plugin decodes requests lean with [`POD_KEYS`]: of the pod's maps it
-//! keeps these keys and steps over every other entry, which spares the
-//! allocations and hashed inserts of the dozen or more entries kubelet and
-//! the runtime put on every pod, at every event. A key read but not listed
-//! would always be absent, so reads go through [`annotations`] and
-//! [`labels`], which check the key against the list in debug builds (every
-//! test).
+//! The plugin decodes requests lean with [`LEAN`]: of the pod's maps it
+//! keeps the keys named there and steps over every other entry, which
+//! spares the allocations and hashed inserts of the dozen or more entries
+//! kubelet and the runtime put on every pod, at every event; and it keeps
+//! the container's env at CreateContainer only, where the plan reads the
+//! container's own values of the variables it sets (`plan::env_inputs`).
+//! A key read but not listed would always be absent, so reads go through
+//! [`annotations`] and [`labels`], which check the key against the list in
+//! debug builds (every test).
 
 use std::collections::HashMap;
 
+use nri::api::Event;
 use nri::api::PodSandbox;
-use nri::{Keys, MapKeys};
+use nri::{EnvAt, EventMask, Keep, Keys};
 
 use crate::allocation::{
     Metadata, CONTAINERS, DEVICE_ALLOCATED, GPU_ISOLATION_PROVIDER, VF_SETTINGS,
@@ -20,8 +23,9 @@ use crate::allocation::{
 use crate::grant::model::CONFIG_SOURCE;
 use crate::plugin::probe::PROBE_ANNOTATION;
 
-/// What the lean decode keeps of a pod's labels and annotations.
-pub const POD_KEYS: MapKeys = MapKeys {
+/// What the lean decode keeps of a pod's labels and annotations, and when
+/// it keeps the container's env.
+pub const LEAN: Keep = Keep {
     labels: Keys::Only(&[GPU_ISOLATION_PROVIDER]),
     annotations: Keys::Only(&[
         DEVICE_ALLOCATED,
@@ -30,9 +34,10 @@ pub const POD_KEYS: MapKeys = MapKeys {
         PROBE_ANNOTATION,
         CONFIG_SOURCE,
     ]),
+    env: EnvAt::Only(EventMask::of(Event::CREATE_CONTAINER)),
 };
 
-/// One of a pod's maps, read by a key [`POD_KEYS`] keeps.
+/// One of a pod's maps, read by a key [`LEAN`] keeps.
 #[derive(Debug, Clone, Copy)]
 pub struct Kept<'a> {
     map: &'a HashMap<String, String>,
@@ -43,7 +48,7 @@ pub struct Kept<'a> {
 pub fn annotations(pod: &PodSandbox) -> Kept<'_> {
     Kept {
         map: &pod.annotations,
-        keys: POD_KEYS.annotations,
+        keys: LEAN.annotations,
     }
 }
 
@@ -51,16 +56,16 @@ pub fn annotations(pod: &PodSandbox) -> Kept<'_> {
 pub fn labels(pod: &PodSandbox) -> Kept<'_> {
     Kept {
         map: &pod.labels,
-        keys: POD_KEYS.labels,
+        keys: LEAN.labels,
     }
 }
 
 impl<'a> Kept<'a> {
-    /// The value under `key`, which must be one [`POD_KEYS`] keeps.
+    /// The value under `key`, which must be one [`LEAN`] keeps.
     pub fn get(self, key: &str) -> Option<&'a str> {
         debug_assert!(
             self.keys.keeps(key.as_bytes()),
-            "{key} is read from a pod but not in POD_KEYS, so the decode skips it"
+            "{key} is read from a pod but not in LEAN, so the decode skips it"
         );
         self.map.get(key).map(String::as_str)
     }
@@ -94,7 +99,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "not in POD_KEYS")]
+    #[should_panic(expected = "not in LEAN")]
     fn reading_a_key_the_decode_skips_is_caught() {
         // A label key is not an annotation key: each map has its own list.
         annotations(&pod()).get(GPU_ISOLATION_PROVIDER);
