@@ -13,8 +13,7 @@
 
 use std::collections::HashMap;
 
-use nri::api::Event;
-use nri::api::PodSandbox;
+use nri::api::{Event, PodSandbox};
 use nri::{EnvAt, EventMask, Keep, Keys};
 
 use crate::allocation::{
