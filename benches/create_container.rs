@@ -35,7 +35,8 @@
 //!
 //! `DEVGATE_BENCH_KUBELET=1` gives each pod the labels and annotations kubelet
 //! passes for a Deployment's pod that Koordinator scheduled (see
-//! `kubelet_metadata`), which every request about the pod carries.
+//! `kubelet_metadata`), which every request about the pod carries, and each
+//! container the variables kubelet gives every container (`kubelet_env`).
 //!
 //! `DEVGATE_BENCH_PAGES=1` also counts the pages of the plugin's memory each
 //! creation touches, by kind (`create_container/pages.rs`); it flushes the
@@ -68,7 +69,7 @@ use std::time::{Duration, Instant};
 
 use compare::compare;
 use floor::{serve_echo, Echo, Floors, ECHO_ENV};
-use pods::{kubelet_metadata, wait_released, Pods};
+use pods::{kubelet_env, kubelet_metadata, wait_released, Pods};
 use proc::{cpu_ns, process_cpu_ns, rss_kib, wait_releases_ended};
 use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
 use support::{require_root, ContainerSpec, Cri, PodSpec, SLOW};
@@ -78,6 +79,11 @@ fn env_usize(key: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// `DEVGATE_BENCH_KUBELET`: pods and containers as kubelet passes them.
+fn kubelet() -> bool {
+    std::env::var_os("DEVGATE_BENCH_KUBELET").is_some()
 }
 
 /// 4 whole GPUs and one VF on each of 4 PFs.
@@ -152,6 +158,7 @@ fn run_set(
         let pod = pods.get(cri, tag, i);
         let run = run.elapsed();
         let spec = ContainerSpec::shell(&format!("{tag}{i}"), "true");
+        let spec = if kubelet() { kubelet_env(spec) } else { spec };
         if let Some(echo) = at_request.as_mut() {
             echo.ping();
         }
@@ -308,7 +315,7 @@ fn main() {
     } else {
         spec.annotation(DEVICE_ALLOCATED, &pod_allocation(&node))
     };
-    let spec = if std::env::var_os("DEVGATE_BENCH_KUBELET").is_some() {
+    let spec = if kubelet() {
         kubelet_metadata(spec)
     } else {
         spec

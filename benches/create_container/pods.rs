@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{Cri, Pod, PodSpec, SLOW};
+use crate::support::{ContainerSpec, Cri, Pod, PodSpec, SLOW};
 
 /// Where each creation's container goes: one pod for all, or a pod of its own.
 pub enum Pods<'a> {
@@ -65,6 +65,24 @@ pub fn kubelet_metadata(spec: PodSpec) -> PodSpec {
         .annotation("kubectl.kubernetes.io/restartedAt", "2026-12-01T08:00:00Z")
         .annotation("prometheus.io/scrape", "true")
         .annotation("prometheus.io/port", "9400")
+}
+
+/// The variables kubelet gives every container: the API server's service
+/// links (`getServiceEnvVarMap` in kubelet's `kubelet_pods.go`, for the
+/// `kubernetes` service of the `default` namespace, which every pod gets),
+/// and a container's own two. A namespace's other services add seven each
+/// unless the pod sets `enableServiceLinks: false`.
+pub fn kubelet_env(spec: ContainerSpec) -> ContainerSpec {
+    spec.env("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+        .env("KUBERNETES_SERVICE_PORT", "443")
+        .env("KUBERNETES_SERVICE_PORT_HTTPS", "443")
+        .env("KUBERNETES_PORT", "tcp://10.96.0.1:443")
+        .env("KUBERNETES_PORT_443_TCP", "tcp://10.96.0.1:443")
+        .env("KUBERNETES_PORT_443_TCP_PROTO", "tcp")
+        .env("KUBERNETES_PORT_443_TCP_PORT", "443")
+        .env("KUBERNETES_PORT_443_TCP_ADDR", "10.96.0.1")
+        .env("NCCL_DEBUG", "WARN")
+        .env("PYTHONUNBUFFERED", "1")
 }
 
 /// Waits until the ledger under `state_dir` holds no pod.
