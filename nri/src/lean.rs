@@ -66,22 +66,36 @@ impl Keep {
     };
 }
 
-/// The events at which the container's `env` is kept.
+/// When the container's `env` is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnvAt {
     Every,
-    /// Only these events'. A `StateChangeEvent` whose event is not known
-    /// when its container is read (a number this proto does not know, or
-    /// the container encoded before the event) keeps the env.
-    Only(EventMask),
+    /// At these events, for pods that carry an annotation under one of
+    /// `pods_annotated` (which the annotations' [`Keys`] must keep;
+    /// [`Keys::All`]: every pod). A `StateChangeEvent` naming an event this
+    /// proto does not know keeps the env.
+    Only {
+        events: EventMask,
+        pods_annotated: Keys,
+    },
 }
 
 impl EnvAt {
-    /// Whether the env is kept at `event` (`None`: not known).
-    pub fn keeps(self, event: Option<Event>) -> bool {
-        match (self, event) {
-            (EnvAt::Only(events), Some(event)) => events.contains(event),
-            _ => true,
+    /// Whether the env is kept at `event` (`None`: not known) for `pod`, as
+    /// decoded.
+    pub fn keeps(self, event: Option<Event>, pod: &PodSandbox) -> bool {
+        match self {
+            EnvAt::Every => true,
+            EnvAt::Only {
+                events,
+                pods_annotated,
+            } => {
+                event.is_none_or(|e| events.contains(e))
+                    && match pods_annotated {
+                        Keys::All => true,
+                        Keys::Only(keys) => keys.iter().any(|k| pod.annotations.contains_key(*k)),
+                    }
+            }
         }
     }
 }
@@ -154,25 +168,28 @@ pub fn decode(
     event: Option<Event>,
 ) -> Result<Parts, WireError> {
     let mut parts = Parts::default();
+    // The event and the pod first, wherever the message has them: whether
+    // the container's env is kept depends on both.
     each_field(bytes, |r, field, wire_type| {
         match wire_type {
             VARINT if Some(field) == layout.event => {
                 parts.event = EnumOrUnknown::from_i32(r.varint()? as i32);
             }
             LEN if field == layout.pod => merge_pod(r.bytes()?, keep, &mut parts.pod)?,
-            LEN if Some(field) == layout.container => {
-                // 0 (UNKNOWN) is also the field's default: the event not yet read.
-                let named = parts
-                    .event
-                    .enum_value()
-                    .ok()
-                    .filter(|&e| e != Event::UNKNOWN);
-                let event = event.or(named);
-                let env = keep.env.keeps(event);
-                merge_container(r.bytes()?, env, &mut parts.container)?;
-            }
             _ => return Ok(false),
         }
+        Ok(true)
+    })?;
+    let Some(container) = layout.container else {
+        return Ok(parts);
+    };
+    let event = event.or(parts.event.enum_value().ok());
+    let env = keep.env.keeps(event, &parts.pod);
+    each_field(bytes, |r, field, wire_type| {
+        if wire_type != LEN || field != container {
+            return Ok(false);
+        }
+        merge_container(r.bytes()?, env, &mut parts.container)?;
         Ok(true)
     })?;
     Ok(parts)

@@ -5,8 +5,9 @@
 //! keeps the keys named there and steps over every other entry, which
 //! spares the allocations and hashed inserts of the dozen or more entries
 //! kubelet and the runtime put on every pod, at every event; and it keeps
-//! the container's env at CreateContainer only, where the plan reads the
-//! container's own values of the variables it sets (`plan::env_inputs`).
+//! the container's env only at CreateContainer of a pod with an allocation,
+//! where the plan reads the container's own values of the variables it sets
+//! (`plan::env_inputs`).
 //! A key read but not listed would always be absent, so reads go through
 //! [`annotations`] and [`labels`], which check the key against the list in
 //! debug builds (every test).
@@ -33,7 +34,10 @@ pub const LEAN: Keep = Keep {
         PROBE_ANNOTATION,
         CONFIG_SOURCE,
     ]),
-    env: EnvAt::Only(EventMask::of(Event::CREATE_CONTAINER)),
+    env: EnvAt::Only {
+        events: EventMask::of(Event::CREATE_CONTAINER),
+        pods_annotated: Keys::Only(&[DEVICE_ALLOCATED]),
+    },
 };
 
 /// One of a pod's maps, read by a key [`LEAN`] keeps.

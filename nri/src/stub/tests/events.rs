@@ -60,7 +60,10 @@ async fn a_lean_plugin_gets_what_it_reads_and_not_the_rest() {
     let no_labels = crate::Keep {
         labels: crate::Keys::Only(&[]),
         annotations: crate::Keys::All,
-        env: crate::EnvAt::Only(crate::EventMask::of(Event::CREATE_CONTAINER)),
+        env: crate::EnvAt::Only {
+            events: crate::EventMask::of(Event::CREATE_CONTAINER),
+            pods_annotated: crate::Keys::All,
+        },
     };
     for (decode, mounts, labels) in [
         (crate::Decode::Full, 1, 1),
