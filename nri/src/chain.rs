@@ -28,6 +28,17 @@ impl fmt::Display for ErrorChain<'_> {
     }
 }
 
+impl ErrorChain<'_> {
+    /// Several errors, each with its causes, on one line: `a: b; c`.
+    pub fn join<E: std::error::Error>(errors: &[E]) -> String {
+        errors
+            .iter()
+            .map(|e| ErrorChain(e).to_string())
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::ErrorChain;
@@ -80,5 +91,14 @@ mod tests {
         for (err, want) in cases {
             assert_eq!(ErrorChain(err).to_string(), want);
         }
+    }
+
+    #[test]
+    fn joined_errors_each_keep_their_causes() {
+        assert_eq!(ErrorChain::join::<Inner>(&[]), "");
+        assert_eq!(
+            ErrorChain::join(&[read(), Inner::Bad { cause: denied() }]),
+            "read /x: denied; bad entry: denied"
+        );
     }
 }

@@ -57,12 +57,3 @@ pub enum GpuError {
     #[error("gpu {uuid} cannot be cleaned: the nvidia driver is loaded but nvml did not load (see [gpu] nvml_library)")]
     NvmlUnavailable { uuid: String },
 }
-
-/// Several errors as one teardown failure reason.
-pub fn join(errors: &[GpuError]) -> String {
-    errors
-        .iter()
-        .map(|e| nri::ErrorChain(e).to_string())
-        .collect::<Vec<_>>()
-        .join("; ")
-}

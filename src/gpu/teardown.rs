@@ -18,7 +18,6 @@ use crate::inventory::Inventory;
 use crate::ledger::{DeviceId, Ledger, PodRecord, Share, Teardown};
 
 use super::cgroup::PodCgroups;
-use super::error::join;
 use super::health::{observe, HealthStore};
 use super::host::{Host, ProcHost};
 use super::kill::{self, KillTimes};
@@ -381,7 +380,7 @@ impl Teardown for GpuTeardown {
             errors.extend(self.clean(&self.pod_cgroups_of(pod), &targets));
         }
         if !errors.is_empty() {
-            return Err(join(&errors));
+            return Err(nri::ErrorChain::join(&errors));
         }
         if !targets.is_empty() {
             self.mark_released(&pod.pod.sandbox_id);

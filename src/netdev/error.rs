@@ -66,7 +66,7 @@ pub enum VfError {
         cause: Cause,
         rollback: Box<VfError>,
     },
-    #[error("{}", join(.0))]
+    #[error("{}", nri::ErrorChain::join(.0))]
     Several(Vec<VfError>),
     #[error("read saved vf states")]
     Records(#[source] SavedError),
@@ -78,14 +78,6 @@ fn named(netdev: &str) -> String {
     } else {
         format!(" ({netdev})")
     }
-}
-
-fn join(errors: &[VfError]) -> String {
-    errors
-        .iter()
-        .map(|e| nri::ErrorChain(e).to_string())
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 impl VfError {

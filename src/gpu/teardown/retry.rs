@@ -4,7 +4,6 @@
 use crate::ledger::{DeviceId, Ledger, Share};
 
 use super::super::cgroup::PodCgroups;
-use super::super::error::join;
 use super::super::GpuError;
 use super::GpuTeardown;
 
@@ -71,7 +70,7 @@ impl GpuTeardown {
             Err(e) => vec![e],
         };
         if !errors.is_empty() {
-            return Ok(Retried::Dirty(join(&errors)));
+            return Ok(Retried::Dirty(nri::ErrorChain::join(&errors)));
         }
         ledger.clear_quarantine(&device)?;
         Ok(Retried::Cleared)
