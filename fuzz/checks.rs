@@ -140,8 +140,9 @@ fn one_line(text: &str) {
 /// NRI request bytes, as the runtime sends them to a plugin: the lean decoder
 /// returns under every layout, never panics; and on a message in canonical form
 /// (what the generated code writes back is the input itself: no field given
-/// twice, none unknown), it keeps exactly what the generated decoder reads,
-/// and with devgate's keys, of the pod's maps exactly the entries under them.
+/// twice, none unknown), it keeps exactly what the generated decoder reads;
+/// with devgate's `LEAN`, of the pod's maps exactly the entries under its keys,
+/// and the container's env only at a creation in a pod with an allocation.
 pub fn nri_request(data: &[u8]) {
     use devgate::plugin::reads::LEAN;
     use nri::api::Event;

@@ -101,6 +101,24 @@ mod tests {
         assert_eq!(labels(&pod).get(GPU_ISOLATION_PROVIDER), Some("v"));
     }
 
+    /// The env is kept for pods annotated so, as the decode sees them: a
+    /// key it skips would keep no pod's env, and the plan would then set its
+    /// variables over the container's own.
+    #[test]
+    fn the_env_follows_annotations_the_decode_keeps() {
+        let EnvAt::Only {
+            pods_annotated: Keys::Only(keys),
+            ..
+        } = LEAN.env
+        else {
+            panic!("devgate names the pods whose env it reads");
+        };
+        assert!(!keys.is_empty());
+        for key in keys {
+            assert!(LEAN.annotations.keeps(key.as_bytes()), "{key}");
+        }
+    }
+
     // The check is a debug assertion: a release build reads on.
     #[test]
     #[cfg(debug_assertions)]
