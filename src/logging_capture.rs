@@ -33,10 +33,17 @@ impl Captured {
             .collect()
     }
 
-    /// Runs `f` with this thread's events written here as plain text.
+    /// Runs `f` with this thread's events at info and above written here as
+    /// plain text.
     pub(crate) fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.run_at(tracing::Level::INFO, f)
+    }
+
+    /// Runs `f` with this thread's events at `level` and above written here.
+    pub(crate) fn run_at<T>(&self, level: tracing::Level, f: impl FnOnce() -> T) -> T {
         let dispatch = tracing::Dispatch::new(
             tracing_subscriber::fmt()
+                .with_max_level(level)
                 .with_writer(self.clone())
                 .with_ansi(false)
                 .finish(),

@@ -10,7 +10,10 @@
 //! container through is logged by the counters' writer, with the time it was
 //! made (`decided`), together with the counters' write: formatting and writing
 //! the line cost a pod's first container about 30 µs of its creation with
-//! caches cold (see `audit_line`).
+//! caches cold (see `audit_line`). Lines still follow the order of their
+//! decisions: a line logged at once (a refusal, a debug line, a line the full
+//! queue does not take) first logs the lines of earlier decisions still
+//! waiting, after any the writer is logging.
 //! The counters are diagnostics: a small JSON file that a background thread
 //! replaces atomically, at most once per [`FLUSH_INTERVAL`], never sooner than
 //! [`SETTLE`] after the decision that woke it (its container's creation is
@@ -165,6 +168,11 @@ struct Shared {
     /// Held from a snapshot to its rename: a flush at exit waits for a write
     /// the flusher has under way, which `dirty` no longer shows.
     writing: Mutex<()>,
+    /// Held from taking lines off the queue until they are logged, by the
+    /// writer and by a decision logged at once: the log keeps the order of
+    /// the decisions. Taken after `writing`, before `state`, never with
+    /// `state` held.
+    logging: Mutex<()>,
 }
 
 impl Shared {
@@ -176,6 +184,7 @@ impl Shared {
     /// since the last write, if any.
     fn write_if_dirty(&self) {
         let _writing = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+        let logging = self.logging.lock().unwrap_or_else(PoisonError::into_inner);
         let (lines, bytes) = {
             let mut s = self.lock();
             if !s.dirty {
@@ -186,6 +195,7 @@ impl Shared {
             (lines, serde_json::to_vec(&s.counters).unwrap_or_default())
         };
         lines.iter().for_each(PendingLine::log);
+        drop(logging);
         // Counters are diagnostics: a failed write is logged, never fails a container.
         if let Err(e) = fsutil::replace_file(&self.path, &bytes) {
             tracing::warn!(path = %self.path.display(), error = %nri::ErrorChain(&e), "write grant counters");
@@ -258,6 +268,7 @@ impl Audit {
             }),
             wake: Condvar::new(),
             writing: Mutex::new(()),
+            logging: Mutex::new(()),
         });
         let worker = Arc::clone(&shared);
         // The writer logs where its creator does (the global subscriber in
@@ -273,27 +284,25 @@ impl Audit {
 
     /// Counts the decision and logs it.
     pub fn record(&self, d: &Decision<'_>) {
-        let line = self.count(d);
-        match (d.outcome, line) {
-            (Outcome::Refused(kind), _) => tracing::warn!(
-                target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
-                devices = %d.devices, outcome = "refused", rule = kind.as_str(), reason = %d.reason,
-                "device grant refused"
-            ),
-            (_, Line::Logged) => super::audit_line::log(d, std::time::SystemTime::now()),
-            (_, Line::Deferred) => {}
-            (outcome, Line::Repeated) => tracing::debug!(
-                target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
-                outcome = outcome_name(outcome), "device grant, as logged for the pod"
-            ),
+        let (line, earlier) = self.count(d);
+        if let Some(earlier) = earlier {
+            let _logging = self
+                .shared
+                .logging
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            earlier.iter().for_each(PendingLine::log);
+            log_now(d, line);
         }
         if self.flusher.is_none() {
             self.shared.write_if_dirty();
         }
     }
 
-    /// Counts a decision, wakes the flusher, and says how to log it.
-    fn count(&self, d: &Decision<'_>) -> Line {
+    /// Counts a decision, wakes the flusher, and says how to log it; for a
+    /// line logged now, also the waiting lines of earlier decisions, taken off
+    /// the queue to be logged before it.
+    fn count(&self, d: &Decision<'_>) -> (Line, Option<Vec<PendingLine>>) {
         let mut s = self.shared.lock();
         let line = match &s.last_logged {
             Some(last) if !matches!(d.outcome, Outcome::Refused(_)) && last.is(d) => Line::Repeated,
@@ -344,7 +353,12 @@ impl Audit {
                 self.shared.wake.notify_all();
             }
         }
-        line
+        let now = match line {
+            Line::Logged => true,
+            Line::Deferred => false,
+            Line::Repeated => tracing::enabled!(target: "devgate::audit", tracing::Level::DEBUG),
+        };
+        (line, now.then(|| std::mem::take(&mut s.pending)))
     }
 
     /// Writes what was counted and not yet written, now.
@@ -365,6 +379,23 @@ impl Drop for Audit {
             let _ = t.join();
         }
         self.shared.write_if_dirty();
+    }
+}
+
+/// Logs a decision's line that is not left to the writer.
+fn log_now(d: &Decision<'_>, line: Line) {
+    match (d.outcome, line) {
+        (Outcome::Refused(kind), _) => tracing::warn!(
+            target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
+            devices = %d.devices, outcome = "refused", rule = kind.as_str(), reason = %d.reason,
+            "device grant refused"
+        ),
+        (_, Line::Logged) => super::audit_line::log(d, std::time::SystemTime::now()),
+        (_, Line::Deferred) => {}
+        (outcome, Line::Repeated) => tracing::debug!(
+            target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
+            outcome = outcome_name(outcome), "device grant, as logged for the pod"
+        ),
     }
 }
 

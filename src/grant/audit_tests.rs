@@ -98,7 +98,7 @@ fn a_decision_is_logged_once_per_pod_and_counted_for_every_container() {
         d("u1", "e", "gpu minors [1]", granted),
     ]
     .iter()
-    .map(|x| audit.count(x))
+    .map(|x| audit.count(x).0)
     .collect();
     // Let-through decisions' lines wait for the writer; refusals' are logged now.
     use Line::{Deferred, Logged, Repeated};
@@ -181,14 +181,14 @@ fn let_through_lines_are_logged_by_the_writer_with_their_time() {
         let audit = Audit::open(dir.path());
         wait_until_waiting(&audit);
         let before = crate::grant::audit_line::Rfc3339(std::time::SystemTime::now()).to_string();
-        let decided = std::time::Instant::now();
-        audit.record(&decision("u1", Outcome::Granted));
         audit.record(&decision("u2", Outcome::Refused(RefusalKind::Mismatch)));
         assert_eq!(
             log.lines("device grant refused").len(),
             1,
             "a refusal at once"
         );
+        let decided = std::time::Instant::now();
+        audit.record(&decision("u1", Outcome::Granted));
         let deadline = decided + Duration::from_secs(20);
         let granted = loop {
             let lines = log.lines("uid=u1");
@@ -241,22 +241,68 @@ fn a_full_queue_logs_at_once() {
     let uids: Vec<String> = (0..=crate::grant::audit_line::MAX_PENDING)
         .map(|i| format!("u{i}"))
         .collect();
-    let lines: Vec<Line> = uids
+    let counted: Vec<_> = uids
         .iter()
         .map(|u| audit.count(&decision(u, Outcome::Granted)))
         .collect();
-    assert!(lines[..lines.len() - 1]
+    assert!(counted[..counted.len() - 1]
         .iter()
-        .all(|l| *l == Line::Deferred));
-    assert_eq!(lines.last(), Some(&Line::Logged));
+        .all(|c| *c == (Line::Deferred, None)));
+    // Logged now, after the lines it takes off the queue.
+    let (line, earlier) = counted.last().unwrap();
+    assert_eq!(*line, Line::Logged);
     assert_eq!(
-        audit.shared.lock().pending.len(),
-        crate::grant::audit_line::MAX_PENDING
+        earlier.as_ref().map(Vec::len),
+        Some(crate::grant::audit_line::MAX_PENDING)
     );
+    assert!(audit.shared.lock().pending.is_empty());
     drop(held);
     drop(audit);
     assert_eq!(
         read_counters(dir.path()).unwrap().granted,
         uids.len() as u64
     );
+}
+
+/// A line logged at once comes after the lines of earlier decisions that
+/// still wait for the writer: a refusal after the grant made before it, and,
+/// at debug, the line of a further container after its pod's own.
+#[test]
+fn a_line_logged_at_once_follows_the_waiting_lines_of_earlier_decisions() {
+    let log = Captured::default();
+    log.run_at(tracing::Level::DEBUG, || {
+        let dir = tempfile::tempdir().unwrap();
+        let audit = Audit::open(dir.path());
+        // The writer cannot log while a write is held under way: every line
+        // below is logged by the decisions themselves.
+        let held = audit.shared.writing.lock().unwrap();
+        audit.record(&decision("u1", Outcome::Granted));
+        audit.record(&decision("u2", Outcome::Refused(RefusalKind::Mismatch)));
+        audit.record(&decision("u3", Outcome::Granted));
+        audit.record(&decision("u3", Outcome::Granted));
+        let order: Vec<String> = log
+            .lines("devgate::audit")
+            .iter()
+            .map(|l| {
+                l.split("uid=")
+                    .nth(1)
+                    .unwrap_or("")
+                    .chars()
+                    .take(2)
+                    .collect()
+            })
+            .collect();
+        assert_eq!(order, ["u1", "u2", "u3", "u3"], "{:?}", log.lines(""));
+        let lines = log.lines("devgate::audit");
+        assert!(
+            lines[0].contains("INFO") && lines[0].contains("outcome=\"granted\""),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[1].contains("device grant refused"), "{}", lines[1]);
+        assert!(lines[3].contains("as logged for the pod"), "{}", lines[3]);
+        drop(held);
+        drop(audit);
+        assert_eq!(log.lines("devgate::audit").len(), 4, "nothing logged twice");
+    });
 }
