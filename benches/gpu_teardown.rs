@@ -31,6 +31,10 @@ impl ClaimView for OnlyHolder {
     fn holders(&self, _device: &DeviceId) -> Result<Vec<String>, String> {
         Ok(vec!["sb-bench".to_string()])
     }
+
+    fn siblings(&self, _pod: &PodRef) -> Result<Vec<String>, String> {
+        Ok(Vec::new())
+    }
 }
 
 fn write_proc(root: &Path) {

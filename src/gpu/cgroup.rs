@@ -20,7 +20,15 @@ enum Pattern {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodCgroups {
     patterns: Vec<Pattern>,
+    /// When set, only processes in these containers' cgroups are the pod's
+    /// (see [`PodCgroups::only_containers`]).
+    containers: Option<Vec<String>>,
 }
+
+/// The shortest container id taken as a cgroup name's part: runtimes name
+/// containers by 64 hex digits (12 in Docker's short form), and a shorter
+/// text could occur by chance in another container's cgroup name.
+const MIN_CONTAINER_ID: usize = 12;
 
 impl PodCgroups {
     /// No process belongs: every user of a released GPU is an outsider.
@@ -47,14 +55,20 @@ impl PodCgroups {
                 }
                 all
             });
-        PodCgroups { patterns }
+        PodCgroups {
+            patterns,
+            containers: None,
+        }
     }
 
     /// Node daemons' cgroups (`gpu.ignored_cgroups`): unit names or path
     /// prefixes, any level.
     pub fn ignoring<S: AsRef<str>>(paths: &[S]) -> PodCgroups {
         let patterns = paths.iter().filter_map(|p| pattern(p.as_ref())).collect();
-        PodCgroups { patterns }
+        PodCgroups {
+            patterns,
+            containers: None,
+        }
     }
 
     /// From the pod UID, for pods released when NRI's paths are no longer known.
@@ -70,11 +84,33 @@ impl PodCgroups {
                 "kubepods-{qos}pod{slice_uid}.slice"
             )));
         }
-        PodCgroups { patterns }
+        PodCgroups {
+            patterns,
+            containers: None,
+        }
+    }
+
+    /// Narrows the pod to the processes of the given containers (and sandbox):
+    /// those whose cgroup path has a part naming one of them, as both drivers
+    /// name a container's cgroup (`pod<uid>/<id>`, `cri-containerd-<id>.scope`,
+    /// `crio-<id>.scope`). For a sandbox that kubelet recreated: the new
+    /// sandbox's containers run in the same pod cgroup under the same UID, and
+    /// releasing the old sandbox must not take them for its leftovers. Ids
+    /// shorter than [`MIN_CONTAINER_ID`] name nothing.
+    pub fn only_containers<S: AsRef<str>>(mut self, ids: &[S]) -> PodCgroups {
+        let ids = ids
+            .iter()
+            .map(|id| id.as_ref().trim())
+            .filter(|id| id.len() >= MIN_CONTAINER_ID && !id.contains('/'))
+            .map(str::to_string)
+            .collect();
+        self.containers = Some(ids);
+        self
     }
 
     /// Both sets of patterns, each once (a container restarting in a loop
-    /// brings the same paths each time).
+    /// brings the same paths each time). `self`'s narrowing, if any, is kept:
+    /// narrow once all paths are merged.
     pub fn merged(mut self, other: PodCgroups) -> PodCgroups {
         for p in other.patterns {
             if !self.patterns.contains(&p) {
@@ -93,7 +129,15 @@ impl PodCgroups {
         proc_cgroup
             .lines()
             .filter_map(|line| line.splitn(3, ':').nth(2))
-            .any(|path| self.patterns.iter().any(|p| matches(p, path)))
+            .any(|path| self.patterns.iter().any(|p| matches(p, path)) && self.in_containers(path))
+    }
+
+    fn in_containers(&self, path: &str) -> bool {
+        let Some(ids) = &self.containers else {
+            return true;
+        };
+        path.split('/')
+            .any(|part| ids.iter().any(|id| part.contains(id.as_str())))
     }
 }
 
@@ -232,5 +276,36 @@ mod tests {
         assert!(!pod.contains("0::/system.slice/containerd.service\n"));
         assert!(PodCgroups::from_uid("").is_empty());
         assert!(PodCgroups::from_uid("../x").is_empty());
+    }
+
+    #[test]
+    fn narrowed_to_containers_matches_their_cgroups_only() {
+        let id = "c0ffee00c0ffee00c0ffee00";
+        let other = "beef0000beef0000beef0000";
+        let pod = PodCgroups::from_uid(UID).only_containers(&[id, "short", "../x"]);
+        let slice = format!(
+            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+            UID.replace('-', "_")
+        );
+        let table = [
+            (format!("0::/kubepods/besteffort/pod{UID}/{id}\n"), true),
+            (
+                format!("0::/kubepods/besteffort/pod{UID}/{id}/nested\n"),
+                true,
+            ),
+            (format!("{slice}/cri-containerd-{id}.scope\n"), true),
+            (format!("{slice}/crio-{id}.scope\n"), true),
+            (format!("0::/kubepods/besteffort/pod{UID}/{other}\n"), false),
+            (format!("{slice}/cri-containerd-{other}.scope\n"), false),
+            // Ids shorter than a runtime's name nothing.
+            (format!("0::/kubepods/besteffort/pod{UID}/short\n"), false),
+            // The container's id outside the pod's cgroup.
+            (format!("0::/system.slice/{id}\n"), false),
+        ];
+        for (text, want) in table {
+            assert_eq!(pod.contains(&text), want, "{text}");
+        }
+        let nothing = PodCgroups::from_uid(UID).only_containers::<&str>(&[]);
+        assert!(!nothing.contains(&format!("0::/kubepods/besteffort/pod{UID}/{id}\n")));
     }
 }

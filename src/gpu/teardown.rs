@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::config::GpuConfig;
 use crate::inventory::Inventory;
-use crate::ledger::{DeviceId, Ledger, PodRecord, Share, Teardown};
+use crate::ledger::{DeviceId, Ledger, PodRecord, PodRef, Share, Teardown};
 
 use super::cgroup::PodCgroups;
 use super::health::{observe, HealthStore};
@@ -35,6 +35,10 @@ const RELEASED_MEMORY: usize = 1024;
 pub trait ClaimView: Send + Sync {
     /// The sandbox ids holding `device`.
     fn holders(&self, device: &DeviceId) -> Result<Vec<String>, String>;
+
+    /// The sandboxes other than `pod`'s own with a record of the same pod UID:
+    /// a pod whose sandbox kubelet recreated has two for a while.
+    fn siblings(&self, pod: &PodRef) -> Result<Vec<String>, String>;
 }
 
 impl ClaimView for Ledger {
@@ -44,6 +48,19 @@ impl ClaimView for Ledger {
         Ok(holders
             .map(|h| h.iter().map(|h| h.sandbox_id.clone()).collect())
             .unwrap_or_default())
+    }
+
+    fn siblings(&self, pod: &PodRef) -> Result<Vec<String>, String> {
+        if pod.uid.is_empty() {
+            return Ok(Vec::new());
+        }
+        let state = self.snapshot().map_err(|e| e.to_string())?;
+        Ok(state
+            .pods
+            .values()
+            .filter(|p| p.pod.uid == pod.uid && p.pod.sandbox_id != pod.sandbox_id)
+            .map(|p| p.pod.sandbox_id.clone())
+            .collect())
     }
 }
 
@@ -176,10 +193,30 @@ impl GpuTeardown {
         }
     }
 
+    /// The released pod's processes: by its cgroups and UID, or, while
+    /// another sandbox of the same pod holds devices (kubelet recreated the
+    /// sandbox; both run in the pod's cgroup), by its own containers' and
+    /// sandbox's ids only. Where the ledger cannot say, the narrower choice:
+    /// a process of the live sandbox must never be ended for the old one.
     fn pod_cgroups_of(&self, pod: &PodRecord) -> PodCgroups {
-        let map = self.pod_cgroups.lock().unwrap_or_else(|p| p.into_inner());
-        let known = map.get(&pod.pod.sandbox_id).cloned().unwrap_or_default();
-        known.merged(PodCgroups::from_uid(&pod.pod.uid))
+        let known = {
+            let map = self.pod_cgroups.lock().unwrap_or_else(|p| p.into_inner());
+            map.get(&pod.pod.sandbox_id).cloned().unwrap_or_default()
+        };
+        let all = known.merged(PodCgroups::from_uid(&pod.pod.uid));
+        let siblings = match self.claims.siblings(&pod.pod) {
+            Ok(siblings) if siblings.is_empty() => return all,
+            Ok(siblings) => siblings,
+            Err(reason) => vec![format!("unknown ({reason})")],
+        };
+        tracing::info!(sandbox = %pod.pod.sandbox_id, others = ?siblings, "another sandbox of the pod holds devices: only this sandbox's containers are ended");
+        let ids: Vec<&str> = pod
+            .containers
+            .keys()
+            .map(String::as_str)
+            .chain([pod.pod.sandbox_id.as_str()])
+            .collect();
+        all.only_containers(&ids)
     }
 
     fn targets(&self, pod: &PodRecord) -> (Vec<Target>, Vec<GpuError>) {

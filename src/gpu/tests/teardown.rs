@@ -13,15 +13,15 @@ use crate::gpu::nvml::{ComputeMode, MemoryHealth};
 use crate::gpu::{check_claims, GpuTeardown, Retried};
 use crate::ledger::{Claim, DeviceId, Ledger, Share};
 
-struct Node {
+pub(super) struct Node {
     _dir: tempfile::TempDir,
-    ledger: Ledger,
-    host: Arc<FakeHost>,
-    nvml: Arc<FakeNvml>,
-    teardown: GpuTeardown,
+    pub ledger: Ledger,
+    pub host: Arc<FakeHost>,
+    pub nvml: Arc<FakeNvml>,
+    pub teardown: GpuTeardown,
 }
 
-fn node(config: impl FnOnce(&mut GpuConfig)) -> Node {
+pub(super) fn node(config: impl FnOnce(&mut GpuConfig)) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(&dir.path().join("ledger")).unwrap();
     let mut cfg = GpuConfig {
@@ -48,11 +48,11 @@ fn node(config: impl FnOnce(&mut GpuConfig)) -> Node {
     }
 }
 
-fn dev(minor: u32) -> u64 {
+pub(super) fn dev(minor: u32) -> u64 {
     libc::makedev(195, minor)
 }
 
-fn claim(uuid: &str, share: Share) -> Claim {
+pub(super) fn claim(uuid: &str, share: Share) -> Claim {
     Claim {
         device: DeviceId::Gpu(uuid.to_string()),
         share,
@@ -60,12 +60,12 @@ fn claim(uuid: &str, share: Share) -> Claim {
     }
 }
 
-const HALF: Share = Share::Shared {
+pub(super) const HALF: Share = Share::Shared {
     core: 50,
     memory_ratio: 50,
 };
 
-fn resets(nvml: &FakeNvml, uuid: &str) -> usize {
+pub(super) fn resets(nvml: &FakeNvml, uuid: &str) -> usize {
     let want = Call::SetComputeMode(uuid.to_string(), ComputeMode::Default);
     nvml.calls().iter().filter(|c| **c == want).count()
 }
