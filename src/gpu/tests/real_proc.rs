@@ -62,6 +62,16 @@ impl TestCgroup {
     fn add(&self, pid: u32) {
         std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap();
     }
+
+    /// A cgroup below this one; drop it before its parent.
+    fn child(&self, name: &str) -> TestCgroup {
+        let dir = self.dir.join(name);
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        TestCgroup {
+            dir,
+            path: format!("{}/{name}", self.path),
+        }
+    }
 }
 
 impl Drop for TestCgroup {
@@ -155,7 +165,8 @@ struct Setup {
     uuid: String,
 }
 
-fn setup(cgroup: &TestCgroup) -> Setup {
+/// The ledger and teardown over the fixture's GPU, nothing claimed.
+fn unclaimed() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let inv = inventory(dir.path());
     let uuid = inv.gpus[0].uuid.clone();
@@ -169,19 +180,6 @@ fn setup(cgroup: &TestCgroup) -> Setup {
     let nvml = Arc::new(FakeNvml::default());
     let host = Arc::new(ProcHost::new(Path::new("/proc")));
     let teardown = GpuTeardown::new(inv, config, host, nvml.clone(), Arc::new(ledger.clone()));
-    let pod = PodRef {
-        sandbox_id: "sb-real".into(),
-        namespace: "ns".into(),
-        name: "real".into(),
-        uid: String::new(),
-    };
-    let claim = Claim {
-        device: DeviceId::Gpu(uuid.clone()),
-        share: Share::Exclusive,
-        pf: None,
-    };
-    ledger.claim(&pod, &[claim]).unwrap();
-    teardown.set_pod_cgroups("sb-real", &[cgroup.path.as_str()]);
     Setup {
         dir,
         ledger,
@@ -189,6 +187,26 @@ fn setup(cgroup: &TestCgroup) -> Setup {
         teardown,
         uuid,
     }
+}
+
+/// Pod `sb-real` holds the GPU whole, its processes in `cgroup`.
+fn setup(cgroup: &TestCgroup) -> Setup {
+    let s = unclaimed();
+    let pod = PodRef {
+        sandbox_id: "sb-real".into(),
+        namespace: "ns".into(),
+        name: "real".into(),
+        uid: String::new(),
+    };
+    let claim = Claim {
+        device: DeviceId::Gpu(s.uuid.clone()),
+        share: Share::Exclusive,
+        pf: None,
+    };
+    s.ledger.claim(&pod, &[claim]).unwrap();
+    s.teardown
+        .set_pod_cgroups("sb-real", &[cgroup.path.as_str()]);
+    s
 }
 
 #[test]
@@ -322,4 +340,73 @@ fn a_holder_whose_main_thread_exited_is_still_seen() {
         libc::waitpid(pid as i32, std::ptr::null_mut(), 0);
     }
     assert!(seen, "the fd held by a thread of pid {pid} was not seen");
+}
+
+/// kubelet recreated a pod's sandbox: the old and the new one share the pod's
+/// cgroup and a GPU. Releasing the old one ends the process in its container's
+/// cgroup and leaves the new container's, both read from the real `/proc`.
+#[test]
+fn releasing_an_old_sandbox_leaves_the_recreated_sandboxs_process() {
+    const OLD: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+    const NEW: &str = "2222222222222222222222222222222222222222222222222222222222222222";
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let top = TestCgroup::create();
+    let pod_cgroup = top.child("podrecreated");
+    let (old_ctr, new_ctr) = (pod_cgroup.child(OLD), pod_cgroup.child(NEW));
+    let s = unclaimed();
+    let half = Share::Shared {
+        core: 50,
+        memory_ratio: 50,
+    };
+    let gpu = Claim {
+        device: DeviceId::Gpu(s.uuid.clone()),
+        share: half,
+        pf: None,
+    };
+    let pod = |sandbox_id: &str| PodRef {
+        sandbox_id: sandbox_id.into(),
+        namespace: "ns".into(),
+        name: "recreated".into(),
+        uid: "recreated".into(),
+    };
+    let (old, new) = (pod("sb-old"), pod("sb-new"));
+    for (sandbox, ctr) in [(&old, OLD), (&new, NEW)] {
+        s.ledger.claim(sandbox, std::slice::from_ref(&gpu)).unwrap();
+        let record = crate::ledger::ContainerRecord {
+            name: "main".into(),
+            devices: vec!["/dev/nvidia7".into()],
+            applied_unix: 1,
+            init: None,
+            cgroups: Vec::new(),
+            resolved: None,
+            resolved_sha256: None,
+            hooks_only: false,
+        };
+        s.ledger
+            .record_container(&sandbox.sandbox_id, ctr, record)
+            .unwrap();
+    }
+    // As NRI named the old sandbox's cgroup parent: the pod's cgroup.
+    s.teardown
+        .set_pod_cgroups("sb-old", &[pod_cgroup.path.as_str()]);
+    let mut leftover = Holder::spawn(false);
+    let mut live = Holder::spawn(false);
+    old_ctr.add(leftover.pid());
+    new_ctr.add(live.pid());
+    leftover.wait_open();
+    live.wait_open();
+
+    let out = s.ledger.release_pod("sb-old", &s.teardown).unwrap();
+    assert_eq!(out.failed, vec![]);
+    assert_eq!(leftover.signal_that_ended_it(), Some(libc::SIGTERM));
+    assert_eq!(
+        live.signal_that_ended_it(),
+        None,
+        "the new sandbox's process lives"
+    );
+    assert!(s.nvml.calls().is_empty(), "a gpu still held is not reset");
+    let state = s.ledger.snapshot().unwrap();
+    assert_eq!(state.pods.keys().collect::<Vec<_>>(), ["sb-new"]);
+    drop((live, leftover, old_ctr, new_ctr, pod_cgroup));
 }
