@@ -204,12 +204,16 @@ impl GpuTeardown {
             map.get(&pod.pod.sandbox_id).cloned().unwrap_or_default()
         };
         let all = known.merged(PodCgroups::from_uid(&pod.pod.uid));
-        let siblings = match self.claims.siblings(&pod.pod) {
-            Ok(siblings) if siblings.is_empty() => return all,
-            Ok(siblings) => siblings,
-            Err(reason) => vec![format!("unknown ({reason})")],
-        };
-        tracing::info!(sandbox = %pod.pod.sandbox_id, others = ?siblings, "another sandbox of the pod holds devices: only this sandbox's containers are ended");
+        let sandbox = &pod.pod.sandbox_id;
+        match self.claims.siblings(&pod.pod) {
+            Ok(others) if others.is_empty() => return all,
+            Ok(others) => {
+                tracing::info!(%sandbox, ?others, "another sandbox of the pod holds devices: only this sandbox's containers are ended")
+            }
+            Err(error) => {
+                tracing::warn!(%sandbox, %error, "the pod's other sandboxes unknown: only this sandbox's containers are ended")
+            }
+        }
         let ids: Vec<&str> = pod
             .containers
             .keys()

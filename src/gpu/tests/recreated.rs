@@ -113,3 +113,53 @@ fn a_pod_process_of_no_recorded_container_is_left_while_a_sibling_holds_devices(
     assert_eq!(n.host.signals(), vec![]);
     assert!(n.host.alive(100));
 }
+
+/// A ledger that tells the GPU's holders but not the pod's other sandboxes.
+struct SiblingsUnknown;
+
+impl crate::gpu::ClaimView for SiblingsUnknown {
+    fn holders(&self, _device: &crate::ledger::DeviceId) -> Result<Vec<String>, String> {
+        Ok(vec!["sb-a".to_string(), "sb-a-second".to_string()])
+    }
+
+    fn siblings(&self, _pod: &PodRef) -> Result<Vec<String>, String> {
+        Err("ledger unreadable".to_string())
+    }
+}
+
+/// Where the ledger cannot say whether another sandbox of the pod runs,
+/// only the released sandbox's own containers' processes are ended.
+#[test]
+fn unknown_siblings_narrow_the_release_to_its_own_containers() {
+    use crate::ledger::{PodRecord, Teardown};
+    let n = node(|_| {});
+    let teardown = crate::gpu::GpuTeardown::new(
+        super::gpu_inventory(195, &[0, 1, 2]),
+        n.teardown.config().clone(),
+        n.host.clone(),
+        n.nvml.clone(),
+        std::sync::Arc::new(SiblingsUnknown),
+    );
+    let [old_path, _] = paths(OLD_CTR);
+    let [new_path, _] = paths(NEW_CTR);
+    n.host.add(
+        100,
+        &[dev(0)],
+        old_path.trim_start_matches("0::").trim_end(),
+    );
+    n.host.add(
+        200,
+        &[dev(0)],
+        new_path.trim_start_matches("0::").trim_end(),
+    );
+    let record = PodRecord {
+        pod: pod("a"),
+        claims: vec![claim("GPU-0", HALF)],
+        claimed_unix: 1,
+        containers: [(OLD_CTR.to_string(), record())].into(),
+        network_owner: None,
+    };
+    teardown.teardown(&record).unwrap();
+    assert_eq!(n.host.signals(), vec![(100, Signal::Term)]);
+    assert!(n.host.alive(200));
+}
