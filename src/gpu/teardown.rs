@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::config::GpuConfig;
 use crate::inventory::Inventory;
-use crate::ledger::{DeviceId, Ledger, PodRecord, PodRef, Share, Teardown};
+use crate::ledger::{DeviceId, Ledger, PodRecord, Share, Teardown};
 
 use super::cgroup::PodCgroups;
 use super::health::{observe, HealthStore};
@@ -30,39 +30,6 @@ use super::GpuError;
 /// released in one ledger transaction see each other gone (the ledger commits after
 /// all of them). Older entries are long committed.
 const RELEASED_MEMORY: usize = 1024;
-
-/// Who holds a device now.
-pub trait ClaimView: Send + Sync {
-    /// The sandbox ids holding `device`.
-    fn holders(&self, device: &DeviceId) -> Result<Vec<String>, String>;
-
-    /// The sandboxes other than `pod`'s own with a record of the same pod UID:
-    /// a pod whose sandbox kubelet recreated has two for a while.
-    fn siblings(&self, pod: &PodRef) -> Result<Vec<String>, String>;
-}
-
-impl ClaimView for Ledger {
-    fn holders(&self, device: &DeviceId) -> Result<Vec<String>, String> {
-        let state = self.snapshot().map_err(|e| e.to_string())?;
-        let holders = state.devices.get(&device.to_string()).map(|r| &r.holders);
-        Ok(holders
-            .map(|h| h.iter().map(|h| h.sandbox_id.clone()).collect())
-            .unwrap_or_default())
-    }
-
-    fn siblings(&self, pod: &PodRef) -> Result<Vec<String>, String> {
-        if pod.uid.is_empty() {
-            return Ok(Vec::new());
-        }
-        let state = self.snapshot().map_err(|e| e.to_string())?;
-        Ok(state
-            .pods
-            .values()
-            .filter(|p| p.pod.uid == pod.uid && p.pod.sandbox_id != pod.sandbox_id)
-            .map(|p| p.pod.sandbox_id.clone())
-            .collect())
-    }
-}
 
 /// One GPU being released.
 #[derive(Debug, Clone)]
@@ -432,5 +399,7 @@ impl Teardown for GpuTeardown {
     }
 }
 
+mod claims;
 mod retry;
+pub use claims::ClaimView;
 pub use retry::Retried;

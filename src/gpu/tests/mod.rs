@@ -4,6 +4,7 @@ mod daemons;
 pub mod fake_host;
 mod no_nvml;
 mod real_proc;
+mod real_recreated;
 mod recreated;
 mod teardown;
 

@@ -18,10 +18,10 @@ use crate::inventory::Inventory;
 use crate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
 
 /// The tests share /dev/full: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
+pub(super) static SERIAL: Mutex<()> = Mutex::new(());
 const FULL: (u32, u32) = (1, 7);
 
-fn require_root() {
+pub(super) fn require_root() {
     assert!(
         nix::unistd::geteuid().is_root(),
         "this test needs root: it creates a cgroup and moves processes into it"
@@ -30,14 +30,14 @@ fn require_root() {
 
 /// A scratch cgroup, removed with whatever is left in it. cgroup v2 where mounted
 /// (pure or the hybrid `unified` mount), else the v1 pids controller.
-struct TestCgroup {
+pub(super) struct TestCgroup {
     dir: PathBuf,
     /// The path as `/proc/<pid>/cgroup` shows it.
-    path: String,
+    pub path: String,
 }
 
 impl TestCgroup {
-    fn create() -> TestCgroup {
+    pub fn create() -> TestCgroup {
         let root = Path::new("/sys/fs/cgroup");
         let base = if root.join("cgroup.controllers").exists() {
             root.to_path_buf()
@@ -59,12 +59,12 @@ impl TestCgroup {
         }
     }
 
-    fn add(&self, pid: u32) {
+    pub fn add(&self, pid: u32) {
         std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap();
     }
 
     /// A cgroup below this one; drop it before its parent.
-    fn child(&self, name: &str) -> TestCgroup {
+    pub fn child(&self, name: &str) -> TestCgroup {
         let dir = self.dir.join(name);
         std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
         TestCgroup {
@@ -93,10 +93,10 @@ impl Drop for TestCgroup {
 }
 
 /// A child holding the stand-in GPU open on fd 3, killed when dropped.
-struct Holder(Child);
+pub(super) struct Holder(Child);
 
 impl Holder {
-    fn spawn(ignore_term: bool) -> Holder {
+    pub fn spawn(ignore_term: bool) -> Holder {
         let trap = if ignore_term { "trap '' TERM; " } else { "" };
         let script = format!("{trap}exec 3</dev/full; exec sleep 600");
         let child = Command::new("sh")
@@ -109,12 +109,12 @@ impl Holder {
         Holder(child)
     }
 
-    fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.0.id()
     }
 
     /// Waits until the fd is open (the trap, if any, is set before it).
-    fn wait_open(&self) {
+    pub fn wait_open(&self) {
         let host = ProcHost::new(Path::new("/proc"));
         let want = libc::makedev(FULL.0, FULL.1);
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -128,7 +128,7 @@ impl Holder {
         panic!("pid {} never opened /dev/full", self.pid());
     }
 
-    fn signal_that_ended_it(&mut self) -> Option<i32> {
+    pub fn signal_that_ended_it(&mut self) -> Option<i32> {
         self.0.try_wait().unwrap().and_then(|s| s.signal())
     }
 }
@@ -157,16 +157,16 @@ fn inventory(dir: &Path) -> Inventory {
     inv
 }
 
-struct Setup {
+pub(super) struct Setup {
     dir: tempfile::TempDir,
-    ledger: Ledger,
-    nvml: Arc<FakeNvml>,
-    teardown: GpuTeardown,
-    uuid: String,
+    pub ledger: Ledger,
+    pub nvml: Arc<FakeNvml>,
+    pub teardown: GpuTeardown,
+    pub uuid: String,
 }
 
 /// The ledger and teardown over the fixture's GPU, nothing claimed.
-fn unclaimed() -> Setup {
+pub(super) fn unclaimed() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let inv = inventory(dir.path());
     let uuid = inv.gpus[0].uuid.clone();
@@ -340,73 +340,4 @@ fn a_holder_whose_main_thread_exited_is_still_seen() {
         libc::waitpid(pid as i32, std::ptr::null_mut(), 0);
     }
     assert!(seen, "the fd held by a thread of pid {pid} was not seen");
-}
-
-/// kubelet recreated a pod's sandbox: the old and the new one share the pod's
-/// cgroup and a GPU. Releasing the old one ends the process in its container's
-/// cgroup and leaves the new container's, both read from the real `/proc`.
-#[test]
-fn releasing_an_old_sandbox_leaves_the_recreated_sandboxs_process() {
-    const OLD: &str = "1111111111111111111111111111111111111111111111111111111111111111";
-    const NEW: &str = "2222222222222222222222222222222222222222222222222222222222222222";
-    require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let top = TestCgroup::create();
-    let pod_cgroup = top.child("podrecreated");
-    let (old_ctr, new_ctr) = (pod_cgroup.child(OLD), pod_cgroup.child(NEW));
-    let s = unclaimed();
-    let half = Share::Shared {
-        core: 50,
-        memory_ratio: 50,
-    };
-    let gpu = Claim {
-        device: DeviceId::Gpu(s.uuid.clone()),
-        share: half,
-        pf: None,
-    };
-    let pod = |sandbox_id: &str| PodRef {
-        sandbox_id: sandbox_id.into(),
-        namespace: "ns".into(),
-        name: "recreated".into(),
-        uid: "recreated".into(),
-    };
-    let (old, new) = (pod("sb-old"), pod("sb-new"));
-    for (sandbox, ctr) in [(&old, OLD), (&new, NEW)] {
-        s.ledger.claim(sandbox, std::slice::from_ref(&gpu)).unwrap();
-        let record = crate::ledger::ContainerRecord {
-            name: "main".into(),
-            devices: vec!["/dev/nvidia7".into()],
-            applied_unix: 1,
-            init: None,
-            cgroups: Vec::new(),
-            resolved: None,
-            resolved_sha256: None,
-            hooks_only: false,
-        };
-        s.ledger
-            .record_container(&sandbox.sandbox_id, ctr, record)
-            .unwrap();
-    }
-    // As NRI named the old sandbox's cgroup parent: the pod's cgroup.
-    s.teardown
-        .set_pod_cgroups("sb-old", &[pod_cgroup.path.as_str()]);
-    let mut leftover = Holder::spawn(false);
-    let mut live = Holder::spawn(false);
-    old_ctr.add(leftover.pid());
-    new_ctr.add(live.pid());
-    leftover.wait_open();
-    live.wait_open();
-
-    let out = s.ledger.release_pod("sb-old", &s.teardown).unwrap();
-    assert_eq!(out.failed, vec![]);
-    assert_eq!(leftover.signal_that_ended_it(), Some(libc::SIGTERM));
-    assert_eq!(
-        live.signal_that_ended_it(),
-        None,
-        "the new sandbox's process lives"
-    );
-    assert!(s.nvml.calls().is_empty(), "a gpu still held is not reset");
-    let state = s.ledger.snapshot().unwrap();
-    assert_eq!(state.pods.keys().collect::<Vec<_>>(), ["sb-new"]);
-    drop((live, leftover, old_ctr, new_ctr, pod_cgroup));
 }
