@@ -357,7 +357,7 @@ impl Ledger {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 #[cfg(test)]
 mod tests_admit;
 #[cfg(test)]

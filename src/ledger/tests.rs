@@ -15,7 +15,7 @@ pub(super) fn pod(id: &str) -> PodRef {
 }
 
 /// The record of container `name`, given the first GPU's node.
-pub(super) fn record(name: &str) -> ContainerRecord {
+pub(crate) fn record(name: &str) -> ContainerRecord {
     ContainerRecord {
         name: name.to_string(),
         devices: vec!["/dev/nvidia0".to_string()],

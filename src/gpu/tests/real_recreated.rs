@@ -2,7 +2,8 @@
 //! cgroups (see `real_proc`, whose stand-in GPU and helpers it shares; needs root).
 
 use super::real_proc::{require_root, unclaimed, Holder, TestCgroup, SERIAL};
-use crate::ledger::{Claim, ContainerRecord, DeviceId, PodRef, Share};
+use crate::ledger::tests::record;
+use crate::ledger::{Claim, DeviceId, PodRef, Share};
 
 /// kubelet recreated a pod's sandbox: the old and the new one share the pod's
 /// cgroup and a GPU. Releasing the old one ends the process in its container's
@@ -35,18 +36,8 @@ fn releasing_an_old_sandbox_leaves_the_recreated_sandboxs_process() {
     let (old, new) = (pod("sb-old"), pod("sb-new"));
     for (sandbox, ctr) in [(&old, OLD), (&new, NEW)] {
         s.ledger.claim(sandbox, std::slice::from_ref(&gpu)).unwrap();
-        let record = ContainerRecord {
-            name: "main".into(),
-            devices: vec!["/dev/nvidia7".into()],
-            applied_unix: 1,
-            init: None,
-            cgroups: Vec::new(),
-            resolved: None,
-            resolved_sha256: None,
-            hooks_only: false,
-        };
         s.ledger
-            .record_container(&sandbox.sandbox_id, ctr, record)
+            .record_container(&sandbox.sandbox_id, ctr, record("main"))
             .unwrap();
     }
     // As NRI named the old sandbox's cgroup parent: the pod's cgroup.

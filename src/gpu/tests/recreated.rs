@@ -1,27 +1,14 @@
 //! GPU teardown of a sandbox kubelet recreated: the old and the new sandbox
 //! of one pod share its cgroup and UID, and may hold shares of one GPU.
 
-use super::fake_host::FakeProc;
 use super::pod;
 use super::teardown::{claim, dev, node, resets, HALF};
 use crate::gpu::host::Signal;
-use crate::ledger::{ContainerRecord, PodRef};
+use crate::ledger::tests::record;
+use crate::ledger::PodRef;
 
 const OLD_CTR: &str = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9";
 const NEW_CTR: &str = "9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0";
-
-fn record() -> ContainerRecord {
-    ContainerRecord {
-        name: "main".to_string(),
-        devices: vec!["/dev/nvidia0".to_string()],
-        applied_unix: 1,
-        init: None,
-        cgroups: Vec::new(),
-        resolved: None,
-        resolved_sha256: None,
-        hooks_only: false,
-    }
-}
 
 fn recreated() -> PodRef {
     PodRef {
@@ -33,9 +20,9 @@ fn recreated() -> PodRef {
 /// cgroupfs and systemd paths of one container of pod `uid-a`.
 fn paths(ctr: &str) -> [String; 2] {
     [
-        format!("0::/kubepods/besteffort/poduid-a/{ctr}\n"),
+        format!("/kubepods/besteffort/poduid-a/{ctr}"),
         format!(
-            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poduid_a.slice/cri-containerd-{ctr}.scope\n"
+            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poduid_a.slice/cri-containerd-{ctr}.scope"
         ),
     ]
 }
@@ -48,28 +35,16 @@ fn releasing_the_old_sandbox_ends_only_its_own_containers() {
         n.ledger.claim(&old, &[claim("GPU-0", HALF)]).unwrap();
         n.ledger.claim(&new, &[claim("GPU-0", HALF)]).unwrap();
         n.ledger
-            .record_container(&old.sandbox_id, OLD_CTR, record())
+            .record_container(&old.sandbox_id, OLD_CTR, record("main"))
             .unwrap();
         n.ledger
-            .record_container(&new.sandbox_id, NEW_CTR, record())
+            .record_container(&new.sandbox_id, NEW_CTR, record("main"))
             .unwrap();
         // As NRI gave the old sandbox's cgroup parent: the pod's cgroup.
         n.teardown
             .set_pod_cgroups(&old.sandbox_id, &["/kubepods/besteffort/poduid-a"]);
-        let leftover = FakeProc {
-            devs: vec![dev(0)],
-            cgroup: old_path.clone(),
-            start: 5,
-            ..FakeProc::default()
-        };
-        n.host.add_proc(100, leftover);
-        let live = FakeProc {
-            devs: vec![dev(0)],
-            cgroup: new_path.clone(),
-            start: 6,
-            ..FakeProc::default()
-        };
-        n.host.add_proc(200, live);
+        n.host.add(100, &[dev(0)], &old_path);
+        n.host.add(200, &[dev(0)], &new_path);
 
         let out = n.ledger.release_pod(&old.sandbox_id, &n.teardown).unwrap();
         assert_eq!(out.failed, vec![], "{old_path}");
@@ -142,21 +117,13 @@ fn unknown_siblings_narrow_the_release_to_its_own_containers() {
     );
     let [old_path, _] = paths(OLD_CTR);
     let [new_path, _] = paths(NEW_CTR);
-    n.host.add(
-        100,
-        &[dev(0)],
-        old_path.trim_start_matches("0::").trim_end(),
-    );
-    n.host.add(
-        200,
-        &[dev(0)],
-        new_path.trim_start_matches("0::").trim_end(),
-    );
+    n.host.add(100, &[dev(0)], &old_path);
+    n.host.add(200, &[dev(0)], &new_path);
     let record = PodRecord {
         pod: pod("a"),
         claims: vec![claim("GPU-0", HALF)],
         claimed_unix: 1,
-        containers: [(OLD_CTR.to_string(), record())].into(),
+        containers: [(OLD_CTR.to_string(), record("main"))].into(),
         network_owner: None,
     };
     teardown.teardown(&record).unwrap();
