@@ -374,6 +374,39 @@ fn a_failing_later_step_rolls_everything_back() {
     assert_eq!(records(dir.path()), 0);
 }
 
+/// A hostNetwork pod's container shares the host's netns, where the kernel
+/// would skip the move and the rename and settings would land on the host:
+/// createRuntime fails, and the stand-in stays as it was, under its own name.
+#[test]
+fn a_container_in_the_host_netns_gets_no_vf() {
+    require_root();
+    let pod = Sleeper::on_host();
+    let v = Veth::new("dgn0v", "dgn0p", "02:00:00:0a:05:01");
+    let dir = tempfile::tempdir().unwrap();
+    let nets = [action(
+        &v,
+        "0000:ee:05.0",
+        "net1",
+        "02:00:00:0b:05:01",
+        9000,
+    )];
+    let out = hook(
+        "createRuntime",
+        &state("hostnet1", "creating", Some(pod.pid()), &nets),
+        dir.path(),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("check pod netns: the pod has no network namespace of its own"),
+        "{}",
+        stderr(&out)
+    );
+    assert_home(&v);
+    assert!(link(In::Host, "net1").is_none());
+    assert_eq!(records(dir.path()), 0);
+}
+
 #[test]
 fn bad_input_fails_with_one_line() {
     require_root();

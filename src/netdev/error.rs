@@ -33,6 +33,8 @@ pub enum Cause {
     NoVf { pf: String, index: u32 },
     #[error("the kernel's rdma netns mode is shared; moving a device needs exclusive")]
     RdmaShared,
+    #[error("the pod has no network namespace of its own (hostNetwork): a vf cannot be moved into the host's")]
+    HostNetns,
     #[error("mac stayed {got} instead of {want}")]
     MacNotApplied { want: String, got: String },
     #[error("{what} is listed twice: {value}")]

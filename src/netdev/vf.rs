@@ -50,6 +50,7 @@ pub fn attach_all(
     actions: &[VfAttach],
 ) -> Result<(), VfError> {
     check_batch(actions)?;
+    check_own_netns(ops, pod, actions)?;
     check_rdma_mode(ops, actions)?;
     let mut done: Vec<PciAddr> = Vec::new();
     for action in actions {
@@ -97,6 +98,23 @@ fn check_batch(actions: &[VfAttach]) -> Result<(), VfError> {
 
 /// In shared mode the kernel moves no RDMA device (ib_device_set_netns_put);
 /// refused before any VF is touched, rather than after its netdev moved.
+/// A pod in the host's namespace (hostNetwork) cannot take a VF: moving a
+/// netdev to the namespace it is in is a no-op for the kernel
+/// (`__dev_change_net_namespace` returns early on `net_eq`), so the rename and
+/// settings that follow would land on the host, visible to every process there.
+fn check_own_netns(ops: &mut VfOps<'_>, pod: &Netns, actions: &[VfAttach]) -> Result<(), VfError> {
+    match actions.first() {
+        Some(a) if pod.id() == ops.env.host_netns().id() => {
+            let at = At {
+                vf: a.vf_bus_id,
+                netdev: &a.host_netdev,
+            };
+            Err((at.err("check pod netns"))(Cause::HostNetns))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn check_rdma_mode(ops: &mut VfOps<'_>, actions: &[VfAttach]) -> Result<(), VfError> {
     let Some(a) = actions.iter().find(|a| a.move_rdma) else {
         return Ok(());

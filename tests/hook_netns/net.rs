@@ -75,6 +75,12 @@ impl Sleeper {
         })
     }
 
+    /// A process in the host's netns, as a hostNetwork pod's are.
+    pub fn on_host() -> Sleeper {
+        let me = std::fs::read_link("/proc/self/ns/net").unwrap();
+        Sleeper::spawn(&["sleep", "infinity"], |l| l.read_link().map(|t| t == me))
+    }
+
     /// A process inside the named netns `ns`.
     pub fn in_named(ns: &str) -> Sleeper {
         use std::os::unix::fs::MetadataExt;

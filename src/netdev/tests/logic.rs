@@ -384,3 +384,21 @@ fn a_vf_in_a_live_pod_goes_down_before_its_pf_settings_are_reset() {
     assert_eq!(rig.detach("ctr1").unwrap(), 1);
     assert_eq!(rig.m().world(), before);
 }
+
+/// A hostNetwork pod's netns is the host's: the kernel would skip the move and
+/// the VF would be renamed and configured on the host. Refused before any call.
+#[test]
+fn a_pod_in_the_host_netns_is_refused_before_any_change() {
+    let mut rig = Rig::new(model());
+    rig.pod = crate::netdev::Netns::fake(HOST);
+    let before = rig.m().world();
+    let err = rig.attach(&[action()]).unwrap_err();
+    let text = ErrorChain(&err).to_string();
+    assert!(
+        text.starts_with("vf 0000:3b:02.3 (ens1f0v3): check pod netns: the pod has no network namespace of its own (hostNetwork)"),
+        "{text}"
+    );
+    assert!(rig.m().calls.is_empty(), "{:?}", rig.m().calls);
+    assert_eq!(rig.m().world(), before);
+    assert_eq!(rig.records(), 0);
+}
