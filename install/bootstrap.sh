@@ -2,7 +2,7 @@
 # Installs devgate on a node, as root (Debian/Ubuntu and RHEL-like).
 #
 #   install/bootstrap.sh [--prefix DIR] [--bin-dir DIR] [--hooks-dir DIR] [--preinstalled] [--dry-run]
-#   install/bootstrap.sh --node-only [--prefix DIR] [--dry-run]   (nodes running the DaemonSet)
+#   install/bootstrap.sh --node-only [--prefix DIR] [--bin-dir DIR] [--dry-run]   (nodes running the DaemonSet)
 #   install/bootstrap.sh --uninstall [--prefix DIR] [--dry-run]
 #
 # Idempotent: every file is compared before it is written, and a second run
@@ -142,6 +142,17 @@ check_os() {
     esac
 }
 
+# Before any change: both modes run devgate to read the node preparation
+# (step 6), so a run without it would stop halfway, its edits made.
+check_bin_dir() {
+    if [[ ! -x $BIN_DIR/devgate ]]; then
+        ((!NODE_ONLY)) || die "--node-only reads [sriov] and [rdma] from the config with devgate, and there is none at $BIN_DIR/devgate: pass --bin-dir with a directory holding it (the image's /usr/local/bin/devgate will do); nothing changed"
+        die "no devgate in --bin-dir $BIN_DIR (cargo build --release, or install/build.sh); nothing changed"
+    fi
+    BIN_DIR=$(cd "$BIN_DIR" && pwd)
+    ((NODE_ONLY)) || log "binaries from $BIN_DIR"
+}
+
 main() {
     parse_args "$@"
     ((DRY_RUN)) || [[ $(id -u) -eq 0 ]] || die "must run as root"
@@ -149,11 +160,7 @@ main() {
     if ((UNINSTALL)); then
         uninstall
     else
-        if ((!NODE_ONLY)); then
-            [[ -d $BIN_DIR ]] || die "--bin-dir $BIN_DIR does not exist"
-            BIN_DIR=$(cd "$BIN_DIR" && pwd)
-            log "binaries from $BIN_DIR"
-        fi
+        check_bin_dir
         load_pending
         trap save_pending EXIT
         install_devgate

@@ -366,3 +366,42 @@ fn node_only_prepares_the_node_and_leaves_the_plugin_to_the_daemonset() {
     let both = bootstrap(&prefix, &hooks, &["--node-only", "--preinstalled"]);
     assert!(!both.ok, "{}", both.out);
 }
+
+/// Without a `devgate` to read the node preparation with, `--node-only` (as
+/// on a node that has only the DaemonSet's image) stops before its first
+/// change, naming `--bin-dir`, instead of after editing containerd's config.
+#[test]
+fn node_only_without_devgate_stops_before_any_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("node");
+    let empty = dir.path().join("no-binaries");
+    std::fs::create_dir_all(&empty).unwrap();
+    let hooks = hooks_dir(dir.path());
+    let ctrd = prefix.join("etc/containerd/config.toml");
+    let config = "version = 2\n";
+    write(&ctrd, config);
+    for mode in [&["--node-only"][..], &[]] {
+        let args = [
+            mode,
+            &[
+                "--containerd-version",
+                "1.7.24",
+                "--bin-dir",
+                empty.to_str().unwrap(),
+            ],
+        ]
+        .concat();
+        let run = bootstrap(&prefix, &hooks, &args);
+        assert!(!run.ok, "{}", run.out);
+        assert!(run.out.contains("nothing changed"), "{}", run.out);
+        assert_eq!(
+            run.out.contains("--bin-dir with a directory"),
+            !mode.is_empty(),
+            "{}",
+            run.out
+        );
+        assert_eq!(std::fs::read_to_string(&ctrd).unwrap(), config);
+        assert!(!prefix.join("etc/devgate").exists(), "{}", run.out);
+        assert!(!prefix.join("var/lib/devgate").exists(), "{}", run.out);
+    }
+}
