@@ -39,6 +39,14 @@ pub struct Pod {
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: PodSpec,
+    #[serde(default)]
+    pub status: PodStatus,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct PodStatus {
+    #[serde(default)]
+    pub phase: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -141,6 +149,15 @@ fn resources(c: &Container) -> ContainerResources {
 }
 
 impl Pod {
+    /// Whether every container of the pod has ended for good (`Succeeded`,
+    /// `Failed`): kubelet starts none of them again, so the pod needs no
+    /// place in the cache. A node keeps such pods until the pod garbage
+    /// collector's threshold (12500 by default, cluster-wide) is reached, far
+    /// more than the pods that run on it.
+    pub fn finished(&self) -> bool {
+        matches!(self.status.phase.as_str(), "Succeeded" | "Failed")
+    }
+
     pub fn summary(&self) -> PodSummary {
         let init: Vec<ContainerResources> =
             self.spec.init_containers.iter().map(resources).collect();

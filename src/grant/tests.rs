@@ -90,6 +90,40 @@ fn list_then_watch_fills_the_cache_with_this_nodes_pods_only() {
     assert!(gone(&checker, "u-before"));
 }
 
+/// Finished pods (Succeeded, Failed) stay bound to their node until the pod
+/// garbage collector's threshold: more of them than the cache holds must not
+/// make the list fail, which would refuse every running pod's devices.
+#[test]
+fn finished_pods_take_no_place_in_the_cache() {
+    let api = FakeApi::start().unwrap();
+    let finished = |mut p: serde_json::Value, phase: &str| {
+        p["status"]["phase"] = phase.into();
+        p
+    };
+    for i in 0..super::cache::MAX_PODS + 10 {
+        let phase = if i % 2 == 0 { "Succeeded" } else { "Failed" };
+        let p = pod(
+            "jobs",
+            &format!("done{i}"),
+            &format!("u-done{i}"),
+            NODE,
+            &[],
+        );
+        api.put_pod(finished(p, phase));
+    }
+    let running = || pod("ns", "running", "u-run", NODE, &[("nvidia.com/gpu", "1")]);
+    api.put_pod(running());
+    let dir = tempfile::tempdir().unwrap();
+    let checker = watching(&dir, &api);
+    assert!(found(&checker, "u-run"));
+    assert_eq!(checker.cache().len(), 1);
+    assert!(gone(&checker, "u-done0"));
+    // A pod that finishes while watched leaves the cache.
+    api.put_pod(finished(running(), "Succeeded"));
+    assert!(gone(&checker, "u-run"));
+    assert_eq!(checker.cache().len(), 0);
+}
+
 #[test]
 fn a_dropped_watch_resumes_from_the_last_version_without_relisting() {
     let api = FakeApi::start().unwrap();

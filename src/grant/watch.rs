@@ -29,6 +29,10 @@ pub const MAX_EVENT_BYTES: u64 = 16 << 20;
 const MAX_STATUS_BYTES: u64 = 64 << 10;
 /// Pods per list page.
 const PAGE: u32 = 500;
+/// Most pods a list may name, finished ones included: above the pod garbage
+/// collector's default threshold (`--terminated-pod-gc-threshold`, 12500)
+/// with the node's running pods beside them.
+const MAX_LISTED: usize = 16 * 1024;
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// The longest a watch may stay silent: API servers from 1.27 send a bookmark
@@ -69,7 +73,7 @@ pub enum WatchError {
         source: serde_json::Error,
     },
     #[error(
-        "pod list from {url} has more than {} pods, more than any node runs",
+        "pod list from {url} has more than {} pods not finished or {MAX_LISTED} in all, more than any node runs",
         super::cache::MAX_PODS
     )]
     TooManyPods { url: String },
@@ -165,6 +169,7 @@ impl PodClient {
     /// Every pod of the node and the list's resourceVersion, page by page.
     pub fn list(&self) -> Result<(Vec<PodSummary>, String), WatchError> {
         let mut pods = Vec::new();
+        let mut listed = 0;
         let mut cont = String::new();
         loop {
             let mut query = format!("limit={PAGE}");
@@ -180,10 +185,16 @@ impl PodClient {
                     what: "pod list",
                     source,
                 })?;
-            pods.extend(page.items.iter().map(Pod::summary));
+            listed += page.items.len();
+            pods.extend(
+                page.items
+                    .iter()
+                    .filter(|p| !p.finished())
+                    .map(Pod::summary),
+            );
             // Pages of a bounded size, but a server that never ends the list
             // must not grow it without bound.
-            if pods.len() > super::cache::MAX_PODS {
+            if pods.len() > super::cache::MAX_PODS || listed > MAX_LISTED {
                 return Err(WatchError::TooManyPods { url });
             }
             if page.metadata.continue_token.is_empty() {
@@ -251,7 +262,7 @@ fn apply_event(line: &[u8], cache: &PodCache, url: &str) -> Result<Option<String
         "ADDED" | "MODIFIED" | "DELETED" => {
             let pod: Pod = serde_json::from_str(event.object.get()).map_err(decode("pod"))?;
             let version = pod.metadata.resource_version.clone();
-            if event.kind == "DELETED" {
+            if event.kind == "DELETED" || pod.finished() {
                 cache.remove(&pod.metadata.uid);
             } else {
                 cache.upsert(pod.summary());
