@@ -92,7 +92,11 @@ pub(crate) fn restore(
         errors.extend(restore_rdma(ops, &at, rec, pod).err());
     }
     errors.extend(restore_pf(&at, host.as_mut(), rec).err());
-    errors.extend(restore_netdev(ops, &at, host.as_mut(), rec, pod).err());
+    // A VF whose RDMA device or PF settings (the tenant's VLAN, MAC, trust)
+    // could not be put back comes home but stays down until a later detach
+    // restores it whole: up on the host, it would carry the tenant's traffic.
+    let whole = errors.is_empty();
+    errors.extend(restore_netdev(ops, &at, host.as_mut(), rec, pod, whole).err());
     if let Some(e) = VfError::all(errors) {
         return Err(e);
     }
@@ -112,7 +116,7 @@ pub(crate) fn restore(
 /// pod (its PF settings such as the tenant VLAN, its RDMA device) and the
 /// record stays for a later try, rather than a netdev left up in the pod
 /// without its isolation. Otherwise it goes down in the pod before its PF
-/// settings are reset, and stays down if a later step fails.
+/// settings are reset, and stays down if an earlier step of `restore` failed.
 fn quiesce_in_pod(
     ops: &mut VfOps<'_>,
     at: &At<'_>,
@@ -271,6 +275,7 @@ fn restore_netdev(
     host: &mut dyn Rtnl,
     rec: &SavedVf,
     pod: Option<&Netns>,
+    whole: bool,
 ) -> Result<(), VfError> {
     let saved = &rec.host;
     let ifname = rec.attach.container_ifname.as_str();
@@ -336,9 +341,10 @@ fn restore_netdev(
         };
         at.step("restore mtu", host.set_link(link.index, &change))?;
     }
-    if link.up != saved.up {
+    let up = saved.up && whole;
+    if link.up != up {
         let change = LinkChange {
-            up: Some(saved.up),
+            up: Some(up),
             ..LinkChange::default()
         };
         at.step("restore link state", host.set_link(link.index, &change))?;

@@ -402,3 +402,36 @@ fn a_pod_in_the_host_netns_is_refused_before_any_change() {
     assert_eq!(rig.m().world(), before);
     assert_eq!(rig.records(), 0);
 }
+
+/// A VF whose PF settings cannot be put back (its PF renamed meanwhile) comes
+/// home but stays down, with its record kept: up on the host it would carry
+/// the tenant's VLAN and MAC. The detach that restores it whole brings it up.
+#[test]
+fn a_vf_whose_pf_settings_are_not_restored_stays_down_on_the_host() {
+    let mut rig = Rig::new(model());
+    rig.m().links[1].link.up = true;
+    let before = rig.m().world();
+    rig.attach(&[action()]).unwrap();
+    rig.m().links[0].link.name = "ens1f0-renamed".to_string();
+    let err = rig.detach("ctr1").unwrap_err();
+    assert!(
+        ErrorChain(&err).to_string().contains("ens1f0"),
+        "{}",
+        ErrorChain(&err)
+    );
+    {
+        let m = rig.m();
+        let vf = m.links.iter().find(|l| l.link.index == VF_NETDEV).unwrap();
+        assert_eq!((vf.ns, vf.link.name.as_str()), (HOST, "ens1f0v3"));
+        assert!(!vf.link.up, "{:?}", m.calls);
+        assert_eq!(
+            m.vfs[&(PF, 3)].vlan.vlan,
+            100,
+            "the tenant's vlan is still set"
+        );
+    }
+    assert_eq!(rig.records(), 1, "kept for a later try");
+    rig.m().links[0].link.name = "ens1f0".to_string();
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    assert_eq!(rig.m().world(), before);
+}
