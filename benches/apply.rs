@@ -61,6 +61,7 @@ impl Node {
             fixture.root(),
             &state.path().join("run"),
             "/usr/local/bin/devgate-hook".into(),
+            None,
         )
         .expect("devices");
         Node {

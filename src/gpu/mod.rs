@@ -28,6 +28,7 @@
 
 mod cgroup;
 pub mod error;
+mod facts;
 pub mod health;
 pub mod host;
 mod kill;
@@ -39,6 +40,7 @@ mod teardown;
 
 pub use cgroup::PodCgroups;
 pub use error::GpuError;
+pub use facts::{NodeFacts, OpenLibrary};
 pub use health::{HealthMonitor, HealthPolicy, HealthState, HealthStore};
 pub use host::{Host, ProcHost, Signal};
 pub use known_pods::{is_daemon, KnownPods, DAEMON_PODS_FILE};
@@ -50,7 +52,8 @@ use crate::ledger::{Claim, DeviceId};
 /// Discovery of `host_root` with NVML's indices and memory when the root is the
 /// machine's own and the driver is there; plain discovery otherwise.
 pub fn discover_node(host_root: &std::path::Path) -> crate::inventory::Inventory {
-    match nvml::NvmlGpuLibrary::for_root(host_root) {
+    let libraries = crate::config::NvmlLibraries::default();
+    match nvml::NvmlGpuLibrary::for_root(host_root, libraries.candidates()) {
         Some(lib) => crate::inventory::discover_with(host_root, &lib),
         None => crate::inventory::discover(host_root),
     }

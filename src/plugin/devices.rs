@@ -74,6 +74,8 @@ pub struct Devices {
     state_dir: PathBuf,
     hook_path: PathBuf,
     inventory: RwLock<Arc<Inventory>>,
+    /// NVML's GPU facts, under `[gpu] nvml`, asked again only when GPUs change.
+    gpu_facts: gpu::NodeFacts,
     /// GID tables of the inventory's RDMA ports, kept open until it is read again.
     gids: crate::plan::GidCache,
     ledger: Ledger,
@@ -106,8 +108,10 @@ impl Devices {
         host_root: &Path,
         state_dir: &Path,
         hook_path: PathBuf,
+        nvml: Option<crate::config::NvmlLibraries>,
     ) -> Result<Devices, LedgerError> {
-        let inv = gpu::discover_node(host_root);
+        let gpu_facts = gpu::NodeFacts::nvml(host_root, nvml);
+        let inv = gpu_facts.discover(host_root);
         for w in &inv.warnings {
             tracing::warn!(warning = %w, "inventory");
         }
@@ -118,6 +122,7 @@ impl Devices {
             state_dir: state_dir.to_path_buf(),
             hook_path,
             inventory: RwLock::new(Arc::new(inv)),
+            gpu_facts,
             gids: crate::plan::GidCache::new(host_root),
             ledger,
             grant: std::sync::OnceLock::new(),
@@ -147,9 +152,16 @@ impl Devices {
             .clone()
     }
 
+    /// Puts a runtime-sent `[gpu] nvml` setting in force and reads the host
+    /// again with it.
+    pub fn set_nvml(&self, nvml: Option<crate::config::NvmlLibraries>) -> Arc<Inventory> {
+        self.gpu_facts.set_nvml(&self.host_root, nvml);
+        self.refresh()
+    }
+
     /// Re-reads the host: devices come and go (VFs created, drivers rebound).
     pub fn refresh(&self) -> Arc<Inventory> {
-        let inv = Arc::new(gpu::discover_node(&self.host_root));
+        let inv = Arc::new(self.gpu_facts.discover(&self.host_root));
         // The new inventory's names may stand for other devices.
         self.gids.clear();
         *self

@@ -76,7 +76,13 @@ fn a_vf_claimed_before_claims_named_their_pf_is_named_at_start() {
         .claim(&holder, &[old])
         .unwrap();
 
-    let devices = Devices::open(fixture.root(), &state, "/plugin/bin/devgate-hook".into()).unwrap();
+    let devices = Devices::open(
+        fixture.root(),
+        &state,
+        "/plugin/bin/devgate-hook".into(),
+        None,
+    )
+    .unwrap();
     let claims = &devices.ledger().snapshot().unwrap().pods["old"].claims;
     assert_eq!(claims[0].pf, Some(nic.bus_id));
     let health = crate::gpu::HealthStore::new(&dir.path().join("health"));

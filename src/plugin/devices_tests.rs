@@ -53,6 +53,7 @@ fn node() -> Node {
         fixture.root(),
         &dir.path().join("state"),
         "/plugin/bin/devgate-hook".into(),
+        None,
     )
     .unwrap();
     Node {

@@ -136,7 +136,9 @@ impl super::DevgatePlugin {
     /// defaults), and the health monitor starts.
     pub(super) fn apply_gpu_config(&self, config: &crate::config::GpuConfig) {
         let ledger = self.devices.ledger().clone();
-        let inventory = self.devices.inventory();
+        let inventory = self
+            .devices
+            .set_nvml(config.nvml.then(|| config.nvml_library.clone()));
         if self
             .gpu
             .reconfigure(config, |c| plugin_teardown(inventory, c, ledger))

@@ -133,14 +133,18 @@ impl DevgatePlugin {
     pub fn new(config: Config, options: PluginOptions) -> Result<DevgatePlugin, LedgerError> {
         // Before anything below can load a library (NVML).
         let startup_files = crate::residency::StartupFiles::capture(std::path::Path::new("/proc"));
-        let devices =
-            devices::Devices::open(&options.host_root, &options.state_dir, default_hook_path())?;
         // A runtime-started plugin loads no NVML until Configure says whether
         // to (`gpu.nvml`).
         let gpu_config = crate::config::GpuConfig {
             nvml: config.gpu.nvml && !options.config_from_runtime,
             ..config.gpu.clone()
         };
+        let devices = devices::Devices::open(
+            &options.host_root,
+            &options.state_dir,
+            default_hook_path(),
+            gpu_config.nvml.then(|| gpu_config.nvml_library.clone()),
+        )?;
         // A runtime-started plugin's `[gpu]` section, its health directory
         // included, comes with Configure.
         let build = if options.config_from_runtime {

@@ -56,16 +56,18 @@ impl DlNvml {
 pub struct NvmlGpuLibrary(DlNvml);
 
 impl NvmlGpuLibrary {
-    /// The library when `host_root` is `/` and NVML loads; `None` otherwise
-    /// (absent is normal on nodes without the driver).
-    pub fn for_root(host_root: &std::path::Path) -> Option<NvmlGpuLibrary> {
+    /// The first of `libraries` that loads, when `host_root` is `/`; `None`
+    /// otherwise (absent is normal on nodes without the driver).
+    pub fn for_root(host_root: &std::path::Path, libraries: &[String]) -> Option<NvmlGpuLibrary> {
         if host_root != std::path::Path::new("/") {
             return None;
         }
-        DlNvml::open(super::super::NVML_LIBRARY)
-            .map(NvmlGpuLibrary)
-            .map_err(|e| tracing::debug!(error = %nri::ErrorChain(&e), "no nvml for inventory"))
-            .ok()
+        libraries.iter().find_map(|library| {
+            DlNvml::open(library)
+                .map(NvmlGpuLibrary)
+                .map_err(|e| tracing::debug!(error = %nri::ErrorChain(&e), "no nvml for inventory"))
+                .ok()
+        })
     }
 }
 
@@ -89,9 +91,17 @@ impl GpuLibrary for NvmlGpuLibrary {
 mod tests {
     use super::*;
 
+    fn libraries() -> Vec<String> {
+        crate::config::NvmlLibraries::default()
+            .candidates()
+            .to_vec()
+    }
+
     #[test]
     fn a_simulated_root_never_loads_the_driver() {
-        assert!(NvmlGpuLibrary::for_root(std::path::Path::new("/tmp/host")).is_none());
+        assert!(
+            NvmlGpuLibrary::for_root(std::path::Path::new("/tmp/host"), &libraries()).is_none()
+        );
     }
 
     #[test]
@@ -99,7 +109,7 @@ mod tests {
         // Without the NVIDIA driver (as on CI) absent is normal, not an error.
         let driver = std::path::Path::new("/proc/driver/nvidia").exists();
         assert_eq!(
-            NvmlGpuLibrary::for_root(std::path::Path::new("/")).is_some(),
+            NvmlGpuLibrary::for_root(std::path::Path::new("/"), &libraries()).is_some(),
             driver
         );
     }

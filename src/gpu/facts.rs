@@ -1,0 +1,212 @@
+//! What the plugin's inventory takes from NVML (each GPU's index and memory),
+//! under `[gpu] nvml` and `nvml_library` like every other use of NVML, and
+//! asked once per set of GPUs.
+//!
+//! The inventory is read again on the request path when a pod names a device
+//! it lacks, which any pod author can make happen. Loading and initialising
+//! NVML takes long on a node without persistence mode, so a re-read answers
+//! from the facts of the last one while the node has the same GPUs, and asks
+//! NVML again only when GPUs came or went (indices follow PCI order among the
+//! GPUs present, so one leaving moves the others').
+
+use std::cell::{OnceCell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use crate::config::NvmlLibraries;
+use crate::inventory::{discover_with, GpuFacts, GpuLibrary, Inventory, PciAddr};
+
+/// Opens the GPU library for one read of the host; `None` when it cannot load.
+pub type OpenLibrary = dyn Fn() -> Option<Box<dyn GpuLibrary>> + Send + Sync;
+
+/// The GPU facts of the host as last read, and how to ask for them afresh.
+pub struct NodeFacts {
+    /// `None`: NVML is off (`[gpu] nvml = false`, or not yet configured).
+    open: RwLock<Option<Arc<OpenLibrary>>>,
+    /// Per GPU the last read asked about, what it learnt; `None` before the first.
+    seen: Mutex<Option<BTreeMap<PciAddr, GpuFacts>>>,
+}
+
+impl NodeFacts {
+    /// NVML from the first of `libraries` that loads, for the machine's own
+    /// root only; `None` turns it off.
+    pub fn nvml(host_root: &Path, libraries: Option<NvmlLibraries>) -> NodeFacts {
+        NodeFacts::with_library(nvml_opener(host_root, libraries))
+    }
+
+    pub fn with_library(open: Option<Arc<OpenLibrary>>) -> NodeFacts {
+        NodeFacts {
+            open: RwLock::new(open),
+            seen: Mutex::new(None),
+        }
+    }
+
+    /// Puts another `[gpu]` NVML setting in force; the next read asks afresh.
+    pub fn set_nvml(&self, host_root: &Path, libraries: Option<NvmlLibraries>) {
+        *self.open.write().unwrap_or_else(PoisonError::into_inner) =
+            nvml_opener(host_root, libraries);
+        *self.seen.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// Reads `host_root`, with the facts of the last read where the node has
+    /// the same GPUs, else with the library's.
+    pub fn discover(&self, host_root: &Path) -> Inventory {
+        // Held through the read: two reads at once would both ask the library.
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = seen.as_ref() {
+            let kept = Kept {
+                known,
+                asked: RefCell::default(),
+            };
+            let inv = discover_with(host_root, &kept);
+            if kept.asked.into_inner().iter().eq(known.keys()) {
+                return inv;
+            }
+        }
+        let open = self
+            .open
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let asking = Asking {
+            open: open.as_deref(),
+            library: OnceCell::new(),
+            learnt: RefCell::default(),
+        };
+        let inv = discover_with(host_root, &asking);
+        *seen = Some(asking.learnt.into_inner());
+        inv
+    }
+}
+
+fn nvml_opener(host_root: &Path, libraries: Option<NvmlLibraries>) -> Option<Arc<OpenLibrary>> {
+    let root = host_root.to_path_buf();
+    let libraries = libraries?;
+    Some(Arc::new(move || {
+        super::nvml::NvmlGpuLibrary::for_root(&root, libraries.candidates())
+            .map(|l| Box::new(l) as Box<dyn GpuLibrary>)
+    }))
+}
+
+/// The last read's facts; notes which GPUs this read asked about.
+struct Kept<'a> {
+    known: &'a BTreeMap<PciAddr, GpuFacts>,
+    asked: RefCell<BTreeSet<PciAddr>>,
+}
+
+impl GpuLibrary for Kept<'_> {
+    fn gpu(&self, bus_id: PciAddr) -> Option<GpuFacts> {
+        self.asked.borrow_mut().insert(bus_id);
+        self.known.get(&bus_id).cloned()
+    }
+}
+
+/// The library, opened at the first GPU asked about and closed with the read.
+struct Asking<'a> {
+    open: Option<&'a OpenLibrary>,
+    library: OnceCell<Option<Box<dyn GpuLibrary>>>,
+    learnt: RefCell<BTreeMap<PciAddr, GpuFacts>>,
+}
+
+impl GpuLibrary for Asking<'_> {
+    fn gpu(&self, bus_id: PciAddr) -> Option<GpuFacts> {
+        let library = self
+            .library
+            .get_or_init(|| self.open.and_then(|open| open()));
+        let facts = library.as_ref().and_then(|l| l.gpu(bus_id));
+        self.learnt
+            .borrow_mut()
+            .insert(bus_id, facts.clone().unwrap_or_default());
+        facts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::fixture::{Fixture, HostRootBuilder};
+
+    /// A library that numbers the GPUs backwards, as NVML may, and counts its loads.
+    struct Backwards;
+
+    impl GpuLibrary for Backwards {
+        fn gpu(&self, bus_id: PciAddr) -> Option<GpuFacts> {
+            Some(GpuFacts {
+                index: Some(255 - u32::from(bus_id.bus)),
+                memory_bytes: Some(80 << 30),
+                health: None,
+            })
+        }
+    }
+
+    fn counting() -> (Arc<AtomicUsize>, NodeFacts) {
+        let loads = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&loads);
+        let open: Arc<OpenLibrary> = Arc::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Some(Box::new(Backwards) as Box<dyn GpuLibrary>)
+        });
+        (loads, NodeFacts::with_library(Some(open)))
+    }
+
+    fn host(dir: &Path) -> Fixture {
+        HostRootBuilder::hgx()
+            .gpus(4)
+            .build(&dir.join("host"))
+            .unwrap()
+    }
+
+    fn indices(inv: &Inventory) -> Vec<u32> {
+        inv.gpus.iter().map(|g| g.index).collect()
+    }
+
+    #[test]
+    fn the_library_is_asked_once_while_the_gpus_stay_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let fixture = host(dir.path());
+        let (loads, facts) = counting();
+        let first = facts.discover(fixture.root());
+        assert_eq!(loads.load(Ordering::SeqCst), 1);
+        assert_eq!(first.gpus.len(), 4);
+        assert!(first.gpus.iter().all(|g| g.memory_bytes == Some(80 << 30)));
+        let mut backwards = indices(&first);
+        backwards.sort_unstable_by(|a, b| b.cmp(a));
+        assert_eq!(indices(&first), backwards, "the library's indices");
+        for _ in 0..3 {
+            let again = facts.discover(fixture.root());
+            assert_eq!(again.gpus, first.gpus);
+        }
+        assert_eq!(
+            loads.load(Ordering::SeqCst),
+            1,
+            "re-reads answer from the kept facts"
+        );
+
+        // A GPU leaves the driver: the others' indices may move, so it asks again.
+        let gone = first.gpus[0].bus_id.to_string();
+        std::fs::remove_file(fixture.root().join("sys/bus/pci/drivers/nvidia").join(gone)).unwrap();
+        let fewer = facts.discover(fixture.root());
+        assert_eq!(fewer.gpus.len(), 3);
+        assert_eq!(loads.load(Ordering::SeqCst), 2);
+        facts.discover(fixture.root());
+        assert_eq!(loads.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn nvml_off_never_loads_it_and_gpus_follow_pci_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let fixture = host(dir.path());
+        let (loads, facts) = counting();
+        facts.set_nvml(fixture.root(), None);
+        let inv = facts.discover(fixture.root());
+        assert_eq!(indices(&inv), [0, 1, 2, 3]);
+        assert!(inv.gpus.iter().all(|g| g.memory_bytes.is_none()));
+        assert_eq!(loads.load(Ordering::SeqCst), 0);
+        // A simulated root never loads the real driver's library, whatever the config.
+        let on = NodeFacts::nvml(fixture.root(), Some(NvmlLibraries::default()));
+        assert_eq!(indices(&on.discover(fixture.root())), [0, 1, 2, 3]);
+    }
+}
