@@ -198,6 +198,9 @@ impl DevgatePlugin {
 
     /// One round of [`Self::retry_quarantined_every`].
     pub fn retry_round(&self) {
+        if let Some(stale) = self.resync.stale(self.devices.ledger()) {
+            self.release_stale(stale);
+        }
         let pending = self.unreleased.pending();
         if !pending.is_empty() {
             let _running = self.releases.enter();
@@ -228,6 +231,17 @@ impl DevgatePlugin {
         match self.devices.ledger().holds(sandbox_id) {
             Ok(false) => self.gpu.get().forget_pod(sandbox_id),
             _ => self.release_in_background(Release::Pod(sandbox_id.to_string())),
+        }
+    }
+
+    /// Releases the claims of pods the runtime no longer has.
+    pub(super) fn release_stale(&self, stale: HashSet<String>) {
+        if !stale.is_empty() {
+            tracing::info!(
+                pods = stale.len(),
+                "releasing pods the runtime no longer has"
+            );
+            self.release_in_background(Release::Pods(stale));
         }
     }
 

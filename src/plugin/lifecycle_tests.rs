@@ -222,3 +222,54 @@ fn unreleased_keeps_failures_and_releases_the_ledger_could_not_make() {
     u.update(&Release::Pods(both), Some(&outcome));
     assert_eq!(u.pending(), ["b".to_string()].into_iter().collect());
 }
+
+/// A Synchronize that cannot read the ledger does not leave the pods gone
+/// while the plugin was away holding their devices until the next
+/// connection: the retry round looks again and releases them, but never a
+/// pod run since.
+#[test]
+fn a_synchronize_that_cannot_read_the_ledger_is_retried() {
+    use crate::ledger::PodRef;
+    use nri::stub::Plugin as _;
+    let (plugin, _state) = plugin(Config::default(), false);
+    let ledger = plugin.devices().ledger().clone();
+    let (gone, vf) = pod_holding_a_vf();
+    ledger.claim(&gone, std::slice::from_ref(&vf)).unwrap();
+    let other_vf = crate::ledger::Claim {
+        device: crate::ledger::DeviceId::Vf("0000:19:00.3".parse().unwrap()),
+        ..vf.clone()
+    };
+    let later = PodRef {
+        sandbox_id: "later".into(),
+        ..gone.clone()
+    };
+    ledger.fold_journal().unwrap();
+    let document = plugin.options.state_dir.join("ledger.json");
+    let good = std::fs::read(&document).unwrap();
+    std::fs::write(&document, b"{not json").unwrap();
+    plugin.synchronize(Vec::new(), Vec::new()).unwrap();
+    assert!(plugin.wait_for_releases(LIMIT));
+    plugin.retry_round();
+    assert!(plugin.wait_for_releases(LIMIT));
+
+    std::fs::write(&document, good).unwrap();
+    assert!(ledger.holds("sb").unwrap(), "kept while unreadable");
+    let run = nri::api::PodSandbox {
+        id: "later".into(),
+        ..Default::default()
+    };
+    plugin.run_pod_sandbox(&run).unwrap();
+    ledger.claim(&later, &[other_vf]).unwrap();
+    plugin.retry_round();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(!ledger.holds("sb").unwrap(), "released once readable");
+    assert!(
+        ledger.snapshot().unwrap().pods.contains_key("later"),
+        "run since: live"
+    );
+    // Owed once: later rounds release nothing more.
+    ledger.claim(&gone, &[vf]).unwrap();
+    plugin.retry_round();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(ledger.snapshot().unwrap().pods.contains_key("sb"));
+}

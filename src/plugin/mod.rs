@@ -18,6 +18,7 @@ mod last_plan;
 mod lifecycle;
 pub mod probe;
 pub mod reads;
+mod resync;
 mod vf_teardown;
 mod workers;
 
@@ -120,6 +121,8 @@ pub struct DevgatePlugin {
     release_workers: workers::Workers,
     /// Pods whose teardown failed, retried in the background.
     unreleased: Arc<lifecycle::Unreleased>,
+    /// A Synchronize whose gone pods are still to be looked for.
+    resync: resync::PendingSync,
     /// The GPU health monitor runs (it starts once).
     health_started: std::sync::atomic::AtomicBool,
     /// The runtime reports a stopped sandbox with pid 0 (containerd).
@@ -173,6 +176,7 @@ impl DevgatePlugin {
             releases: Arc::default(),
             release_workers: workers::Workers::default(),
             unreleased: Arc::default(),
+            resync: Default::default(),
             health_started: Default::default(),
             stopped_pid_zero: Default::default(),
             startup_files,
@@ -340,10 +344,13 @@ impl nri::Plugin for DevgatePlugin {
         self.gpu.sync_pods(&pods, &self.options.state_dir);
         let live = lifecycle::live_pods(&pods, &containers, stopped_pid_zero);
         match self.devices.ledger().stale_pods(&live) {
-            Ok(stale) if stale.is_empty() => {}
-            Ok(stale) => self.release_in_background(lifecycle::Release::Pods(stale)),
+            Ok(stale) => {
+                self.resync.clear();
+                self.release_stale(stale);
+            }
             Err(e) => {
-                tracing::error!(error = %nri::ErrorChain(&e), "synchronize: ledger unreadable; gone pods keep their claims until the next synchronize")
+                tracing::error!(error = %nri::ErrorChain(&e), "synchronize: ledger unreadable; gone pods are looked for again at each retry round");
+                self.resync.keep(live);
             }
         }
         // Start-up is over: keep only the code the plugin still runs resident.
@@ -357,6 +364,7 @@ impl nri::Plugin for DevgatePlugin {
 
     /// Never fails: a refusal is the first container's (see `devices::ahead`).
     fn run_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
+        self.resync.note_run(&pod.id);
         self.gpu.note_pod(pod, &self.options.state_dir);
         self.claim_ahead(pod);
         Ok(())

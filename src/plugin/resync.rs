@@ -1,0 +1,57 @@
+//! A Synchronize whose ledger read failed. The pods gone while the plugin was
+//! away would otherwise keep their claims until the next Synchronize, which
+//! comes only with the next connection, and every pod given their devices
+//! would be refused meanwhile. So the runtime's live pods are kept, every pod
+//! run since is added, and the retry round reads the ledger again until it
+//! answers.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, PoisonError};
+
+use crate::ledger::Ledger;
+
+#[derive(Default)]
+pub struct PendingSync(Mutex<Option<HashSet<String>>>);
+
+impl PendingSync {
+    /// The runtime's live pods at a Synchronize whose ledger read failed.
+    pub fn keep(&self, live: HashSet<String>) {
+        *self.lock() = Some(live);
+    }
+
+    /// A Synchronize read the ledger: nothing is owed any more.
+    pub fn clear(&self) {
+        *self.lock() = None;
+    }
+
+    /// A pod run after the Synchronize is live. Called before the pod can
+    /// claim anything, so a read under the same lock either counts it live
+    /// or ran before its claim.
+    pub fn note_run(&self, sandbox_id: &str) {
+        if let Some(live) = self.lock().as_mut() {
+            live.insert(sandbox_id.to_string());
+        }
+    }
+
+    /// The pods to release: those the ledger holds that were neither live at
+    /// the Synchronize nor run since. `None` when nothing is owed, or while
+    /// the ledger still cannot be read (kept for the next round).
+    pub fn stale(&self, ledger: &Ledger) -> Option<HashSet<String>> {
+        let mut pending = self.lock();
+        let live = pending.as_ref()?;
+        match ledger.stale_pods(live) {
+            Ok(stale) => {
+                *pending = None;
+                Some(stale)
+            }
+            Err(e) => {
+                tracing::warn!(error = %nri::ErrorChain(&e), "synchronize retry: ledger still unreadable");
+                None
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<HashSet<String>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
