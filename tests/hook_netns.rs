@@ -13,7 +13,7 @@ use std::path::Path;
 use devgate::netdev::{self, Netns, NetnsRoots, SavedStore, SysNetEnv, VfOps};
 use net::{
     action, arp_notify, hook, hook_program_args, hook_unvouched, link, links, ok, records,
-    require_root, state, In, NamedNs, Sleeper, Veth,
+    require_root, state, vouch_in, In, NamedNs, Sleeper, Veth,
 };
 
 const ORIG_MTU: u32 = 1500;
@@ -405,6 +405,124 @@ fn a_container_in_the_host_netns_gets_no_vf() {
     assert_home(&v);
     assert!(link(In::Host, "net1").is_none());
     assert_eq!(records(dir.path()), 0);
+}
+
+/// A poststop whose restore fails (the stand-in's host name taken meanwhile)
+/// leaves the VF in the pod with its record, and gives up the pod's network:
+/// the pod's next container (the owner restarted) becomes the owner, finishes
+/// the restore and moves the VF in again, rather than start without it.
+#[test]
+fn a_failed_poststop_hands_the_network_to_the_pods_next_container() {
+    require_root();
+    let pod = Sleeper::new();
+    let v = Veth::new("dgo0v", "dgo0p", "02:00:00:0a:07:01");
+    let dir = tempfile::tempdir().unwrap();
+    let run = |stage: &str, st: &str| {
+        vouch_in(st, dir.path(), Some("shared"), &["0000:ee:08.0"]);
+        hook_unvouched(stage, st, dir.path(), &[])
+    };
+    let first = [action(
+        &v,
+        "0000:ee:08.0",
+        "net1",
+        "02:00:00:0b:07:01",
+        9000,
+    )];
+    ok(&run(
+        "createRuntime",
+        &state("own1", "creating", Some(pod.pid()), &first),
+    ));
+    assert_in_pod(In::Pid(pod.pid()), "net1", "02:00:00:0b:07:01", 9000);
+
+    // Something on the host took the stand-in's name: it cannot come home.
+    net::sh(&[
+        "ip", "link", "add", &v.name, "type", "veth", "peer", "name", "dgo0q",
+    ]);
+    let out = run("poststop", &state("own1", "stopped", None, &[]));
+    net::sh(&["ip", "link", "del", &v.name]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is taken by another link"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(records(dir.path()), 1);
+    let ledger = devgate::ledger::Ledger::read(dir.path()).unwrap();
+    assert_eq!(ledger.pods["sb-shared"].network_owner, None, "given up");
+
+    let again = [action(
+        &v,
+        "0000:ee:08.0",
+        "net1",
+        "02:00:00:0b:07:02",
+        4000,
+    )];
+    ok(&run(
+        "createRuntime",
+        &state("own2", "creating", Some(pod.pid()), &again),
+    ));
+    assert_in_pod(In::Pid(pod.pid()), "net1", "02:00:00:0b:07:02", 4000);
+    assert_eq!(records(dir.path()), 1);
+    ok(&run("poststop", &state("own2", "stopped", None, &[])));
+    assert_home(&v);
+    assert_eq!(records(dir.path()), 0);
+}
+
+/// A container whose attach fails while a VF an earlier container of its pod
+/// moved in is still saved (that container forgotten, its restore not done)
+/// does not release the pod's claims: nothing would be left to restore it.
+#[test]
+fn a_failed_attach_keeps_the_claims_while_a_vf_of_the_pod_is_saved() {
+    require_root();
+    let pod = Sleeper::new();
+    let v = Veth::new("dgk0v", "dgk0p", "02:00:00:0a:08:01");
+    let dir = tempfile::tempdir().unwrap();
+    let nets = [action(
+        &v,
+        "0000:ee:09.0",
+        "net1",
+        "02:00:00:0b:08:01",
+        9000,
+    )];
+    let run = |stage: &str, st: &str| {
+        vouch_in(st, dir.path(), Some("kept"), &["0000:ee:09.0"]);
+        hook_unvouched(stage, st, dir.path(), &[])
+    };
+    ok(&run(
+        "createRuntime",
+        &state("k1", "creating", Some(pod.pid()), &nets),
+    ));
+    // k1 is removed without its poststop: its record stays.
+    let ledger = devgate::ledger::Ledger::open(dir.path()).unwrap();
+    ledger.remove_container("sb-kept", "k1").unwrap();
+    // k2's takeover cannot restore it: the stand-in's host name is taken.
+    net::sh(&[
+        "ip", "link", "add", &v.name, "type", "veth", "peer", "name", "dgk0q",
+    ]);
+    let out = run(
+        "createRuntime",
+        &state("k2", "creating", Some(pod.pid()), &nets),
+    );
+    net::sh(&["ip", "link", "del", &v.name]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is taken by another link"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(records(dir.path()), 1);
+    let snapshot = devgate::ledger::Ledger::read(dir.path()).unwrap();
+    assert!(snapshot.pods.contains_key("sb-kept"), "claims kept");
+    // Its release restores the VF.
+    let mut ops_env = SysNetEnv::new(NetnsRoots::default()).unwrap();
+    let store = SavedStore::new(dir.path());
+    let mut ops = VfOps {
+        env: &mut ops_env,
+        store: &store,
+        checkpoint: &nop,
+    };
+    assert_eq!(netdev::detach_container(&mut ops, "k1").unwrap(), 1);
+    assert_home(&v);
 }
 
 #[test]

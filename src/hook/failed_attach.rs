@@ -10,16 +10,21 @@ use crate::ledger::{Ledger, LedgerError, NoTeardown};
 use crate::netdev::SavedStore;
 
 /// Forgets the container's record and, when it was the pod's only container,
-/// releases the pod's claims. Nothing is released while a VF of the container
-/// is still saved (its restore failed): poststop, which runc runs after a failed
-/// create, or a later reconcile restores it first. Best effort: the attach error
-/// is what the runtime reports, so a ledger error here is only logged.
+/// releases the pod's claims. Nothing is released while a VF of the pod is
+/// still saved (a restore failed): poststop, which runc runs after a failed
+/// create, the pod's next network owner or its release restores it first.
+/// Such a container gives up the pod's network, so that the kubelet's retry
+/// takes it over rather than start without the VFs. Best effort: the attach
+/// error is what the runtime reports, so a ledger error here is only logged.
 pub(super) fn release(env: &HookEnv, container_id: &str) {
     // A record that cannot be read may be this container's: keep the claims.
     match SavedStore::new(&env.state_dir).scan_container(container_id) {
         Ok(scan) if scan.records.is_empty() && scan.unreadable.is_empty() => {}
         Ok(_) => {
             tracing::warn!(container = %container_id, "a vf of the failed container is not restored, or a vf record is unreadable: its pod keeps its claims");
+            if let Err(e) = super::give_up_network(env, container_id) {
+                tracing::warn!(container = %container_id, error = %nri::ErrorChain(&e), "failed container: network not given up");
+            }
             return;
         }
         Err(e) => {
@@ -41,14 +46,19 @@ pub(super) fn release(env: &HookEnv, container_id: &str) {
 /// The sandbox whose claims went, if any did.
 fn forget(env: &HookEnv, container_id: &str) -> Result<Option<String>, LedgerError> {
     let ledger = Ledger::open(&env.state_dir)?;
-    let Some(sandbox) = ledger
-        .snapshot()?
-        .pod_of(container_id)
-        .map(|p| p.pod.sandbox_id.clone())
-    else {
+    let snapshot = ledger.snapshot()?;
+    let Some(pod) = snapshot.pod_of(container_id) else {
         return Ok(None);
     };
+    let sandbox = pod.pod.sandbox_id.clone();
     ledger.remove_container(&sandbox, container_id)?;
+    // A VF an earlier container of the pod moved in and did not bring back
+    // is still saved: released now, the pod's claims would go with no
+    // teardown left to restore it.
+    if !SavedStore::new(&env.state_dir).none_moved(pod) {
+        tracing::warn!(container = %container_id, sandbox = %sandbox, "a vf of the pod is not restored: its pod keeps its claims");
+        return Ok(None);
+    }
     // Only with no container left, checked under the lock: one the plugin
     // admits meanwhile keeps the pod's claims.
     let released = ledger.release_pod_if_unchanged(&sandbox, &BTreeSet::new(), &NoTeardown)?;

@@ -142,20 +142,29 @@ fn attach_one(
     let mut host = at.step("open host netlink", ops.env.rtnl(None))?;
     let mut pod_nl = at.step("open pod netlink", ops.env.rtnl(Some(pod)))?;
     if let Some(rec) = at.step("read saved state", ops.store.load(a.vf_bus_id))? {
-        if rec.container_id != container_id {
+        let same_ns = rec.netns.id == pod.id();
+        // Another container's record in this pod's namespace (held open here,
+        // so no other live namespace has its identity) is an earlier network
+        // owner of the pod whose restore did not finish: stopped, it gave up
+        // the network, and this container takes it over. Restored below, then
+        // attached again. Anywhere else, the VF is another pod's.
+        if rec.container_id != container_id && !same_ns {
             return Err((at.err("check holder"))(Cause::Held {
                 holder: rec.container_id,
             }));
         }
         // A second stage (prestart and createRuntime) or a retry: done already?
-        if rec.netns.id == pod.id() && rec.attach == *a && attached(ops, pod, pod_nl.as_mut(), &rec)
+        if rec.container_id == container_id
+            && same_ns
+            && rec.attach == *a
+            && attached(ops, pod, pod_nl.as_mut(), &rec)
         {
             tracing::debug!(vf = %a.vf_bus_id, container = container_id, "vf already attached");
             return Ok(());
         }
-        // Half done (a crash) or different: put it back, then start over.
-        let same_ns = (rec.netns.id == pod.id()).then_some(pod);
-        restore(ops, &rec, same_ns)?;
+        // Half done (a crash), different, or an earlier owner's: put it back,
+        // then start over.
+        restore(ops, &rec, same_ns.then_some(pod))?;
     }
     let rec = prepare(
         at,

@@ -244,6 +244,12 @@ pub fn state(id: &str, status: &str, pid: Option<u32>, networks: &[VfAttach]) ->
 /// Records in the ledger under `state_dir`, as the plugin does at creation, the
 /// resolved annotation `state` carries, so that the hook acts on it. Idempotent.
 pub fn vouch(state: &str, state_dir: &Path) {
+    vouch_in(state, state_dir, None, &[]);
+}
+
+/// As [`vouch`], in the pod `pod` (`sb-<pod>`) rather than one of the
+/// container's own (`sb-<id>`), the pod also claiming the VFs `vfs`.
+pub fn vouch_in(state: &str, state_dir: &Path, pod: Option<&str>, vfs: &[&str]) {
     // Malformed states are what some tests feed the hook: nothing to vouch for.
     let Ok(state) = serde_json::from_str::<serde_json::Value>(state) else {
         return;
@@ -252,11 +258,12 @@ pub fn vouch(state: &str, state_dir: &Path) {
         return;
     };
     let id = state["id"].as_str().expect("state id");
+    let key = pod.unwrap_or(id);
     let pod = devgate::ledger::PodRef {
-        sandbox_id: format!("sb-{id}"),
+        sandbox_id: format!("sb-{key}"),
         namespace: "test".into(),
-        name: format!("pod-{id}"),
-        uid: format!("uid-{id}"),
+        name: format!("pod-{key}"),
+        uid: format!("uid-{key}"),
     };
     let record = devgate::ledger::ContainerRecord {
         name: "app".into(),
@@ -270,12 +277,18 @@ pub fn vouch(state: &str, state_dir: &Path) {
         hooks_only: false,
     };
     let claim = devgate::ledger::Claim {
-        device: devgate::ledger::DeviceId::Gpu(format!("GPU-{id}")),
+        device: devgate::ledger::DeviceId::Gpu(format!("GPU-{key}")),
         share: devgate::ledger::Share::Exclusive,
         pf: None,
     };
+    let vfs = vfs.iter().map(|vf| devgate::ledger::Claim {
+        device: devgate::ledger::DeviceId::Vf(vf.parse().unwrap()),
+        share: devgate::ledger::Share::Exclusive,
+        pf: None,
+    });
+    let claims: Vec<_> = std::iter::once(claim).chain(vfs).collect();
     devgate::ledger::Ledger::open(state_dir)
-        .and_then(|l| l.admit(&pod, &[claim], id, record, true))
+        .and_then(|l| l.admit(&pod, &claims, id, record, true))
         .expect("vouch in the ledger");
 }
 

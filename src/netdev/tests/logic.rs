@@ -101,16 +101,26 @@ fn a_second_stage_for_the_same_container_is_a_no_op() {
     assert_eq!(rig.m().world(), before_attach);
 }
 
-#[test]
-fn a_vf_held_by_another_container_is_refused() {
-    let mut rig = Rig::new(model());
-    rig.attach(&[action()]).unwrap();
+/// Attaches `action()` for `container` into the namespace `ns`.
+fn attach_as(rig: &mut Rig, container: &str, ns: u64) -> Result<(), VfError> {
     let mut ops = VfOps {
         env: &mut rig.net,
         store: &rig.store,
         checkpoint: &nop,
     };
-    let err = attach_all(&mut ops, "ctr2", &rig.pod, None, &[action()]).unwrap_err();
+    let pod = crate::netdev::Netns::fake(ns);
+    attach_all(&mut ops, container, &pod, None, &[action()])
+}
+
+#[test]
+fn a_vf_held_by_another_pods_container_is_refused() {
+    let mut m = model();
+    m.add_link(3, "lo", "00:00:00:00:00:00", false);
+    let mut rig = Rig::new(m);
+    rig.attach(&[action()]).unwrap();
+    let calls = rig.m().calls.len();
+    let err = attach_as(&mut rig, "ctr2", 3).unwrap_err();
+    assert_eq!(rig.m().calls.len(), calls, "nothing changed");
     assert!(
         matches!(
             err,
@@ -433,5 +443,37 @@ fn a_vf_whose_pf_settings_are_not_restored_stays_down_on_the_host() {
     assert_eq!(rig.records(), 1, "kept for a later try");
     rig.m().links[0].link.name = "ens1f0".to_string();
     assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    assert_eq!(rig.m().world(), before);
+}
+
+/// An earlier network owner of the same pod whose restore did not finish (its
+/// PF was renamed meanwhile) left its record: the pod's next owner finishes
+/// the restore and moves the VF in again, rather than being refused or
+/// starting without it; its own detach then puts everything back.
+#[test]
+fn the_pods_next_owner_takes_over_an_unfinished_restore() {
+    let mut rig = Rig::new(model());
+    let before = rig.m().world();
+    rig.attach(&[action()]).unwrap();
+    rig.m().links[0].link.name = "ens1f0-renamed".to_string();
+    rig.detach("ctr1").unwrap_err();
+    assert_eq!(rig.records(), 1);
+    rig.m().links[0].link.name = "ens1f0".to_string();
+
+    attach_as(&mut rig, "ctr2", POD).unwrap();
+    {
+        let m = rig.m();
+        let net1 = m.links.iter().find(|l| l.link.name == "net1").unwrap();
+        assert_eq!(net1.ns, POD);
+        assert!(net1.link.up);
+        assert_eq!(m.vfs[&(PF, 3)].vlan.vlan, 100);
+    }
+    assert_eq!(rig.records(), 1);
+    assert_eq!(
+        rig.detach("ctr1").unwrap(),
+        0,
+        "the record is the new owner's"
+    );
+    assert_eq!(rig.detach("ctr2").unwrap(), 1);
     assert_eq!(rig.m().world(), before);
 }
