@@ -119,6 +119,8 @@ fn daemonset_mounts_what_devgate_needs_and_matches_rbac() {
         );
     }
     assert_eq!(spec["hostPID"].as_bool(), Some(true));
+    // The grant check's credentials, whatever the cluster's automount default.
+    assert_eq!(spec["automountServiceAccountToken"].as_bool(), Some(true));
 
     let container = &spec["containers"][0];
     let args = strs(&container["args"]);
