@@ -19,6 +19,7 @@ mod lifecycle;
 pub mod probe;
 pub mod reads;
 mod resync;
+mod unapplied;
 mod vf_teardown;
 mod workers;
 
@@ -343,6 +344,9 @@ impl nri::Plugin for DevgatePlugin {
             .load(std::sync::atomic::Ordering::Relaxed);
         self.gpu.sync_pods(&pods, &self.options.state_dir);
         let live = lifecycle::live_pods(&pods, &containers, stopped_pid_zero);
+        if let Ok(ledger) = self.devices.ledger().snapshot() {
+            unapplied::report(&pods, &containers, |id| ledger.container(id).is_some());
+        }
         match self.devices.ledger().stale_pods(&live) {
             Ok(stale) => {
                 self.resync.clear();
