@@ -29,3 +29,37 @@ fn a_logged_failure_names_its_cause() {
     );
     assert!(line.contains(&cause), "{line}");
 }
+
+/// A container created while no plugin was connected started without its
+/// devices: the next Synchronize names it, and not one the plugin admitted.
+#[test]
+fn synchronize_names_containers_that_run_without_their_allocation() {
+    let (p, _state) = plugin(Config::default(), false);
+    let gpu = r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}]}"#;
+    let mut pod = pod(None);
+    pod.id = "sb-away".into();
+    pod.annotations
+        .insert(crate::allocation::DEVICE_ALLOCATED.into(), gpu.into());
+    let container = nri::api::Container {
+        id: "ctr-away".into(),
+        pod_sandbox_id: pod.id.clone(),
+        name: "trainer".into(),
+        state: nri::api::ContainerState::CONTAINER_RUNNING.into(),
+        ..Default::default()
+    };
+    let log = Captured::default();
+    log.run(|| p.synchronize(vec![pod], vec![container]))
+        .unwrap();
+    let lines = log.lines("container runs without its allocation");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    // The pod (team/web), the container, its id and the annotation.
+    for want in [
+        "team",
+        "web",
+        "trainer",
+        "ctr-away",
+        crate::allocation::DEVICE_ALLOCATED,
+    ] {
+        assert!(lines[0].contains(want), "{want}: {}", lines[0]);
+    }
+}
