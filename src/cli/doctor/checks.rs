@@ -15,12 +15,42 @@ const MAX_CMDLINE_BYTES: u64 = 64 * 1024;
 /// At most this many hooks.d files are read per directory.
 const MAX_HOOK_FILES: usize = 256;
 
+/// The config the running plugin reads, seen through its root
+/// (`<proc>/<pid>/root`): for the DaemonSet's plugin, the ConfigMap mounted
+/// in its container, not the host's file. Its `--config`, or the default.
+fn plugin_config(roots: &Roots) -> Option<(u32, PathBuf)> {
+    running_plugins(&roots.proc_dir)
+        .into_iter()
+        .find_map(|r| match r {
+            Running::Socket {
+                pid,
+                socket,
+                config,
+            } if socket == roots.nri_socket => Some((pid, config)),
+            _ => None,
+        })
+        .and_then(|(pid, config)| {
+            let config = config.unwrap_or_else(|| crate::config::DEFAULT_CONFIG_PATH.into());
+            let root = roots.proc_dir.join(pid.to_string()).join("root");
+            let path = root.join(config.strip_prefix("/").unwrap_or(&config));
+            // A root that cannot be read (a fake process tree) says nothing.
+            root.is_dir().then_some((pid, path))
+        })
+}
+
+/// devgate's config: the one given (`--config`), else the running plugin's,
+/// else the default path.
 pub fn config(roots: &Roots) -> (Check, Config) {
     const NAME: &str = "config";
-    let path = roots.config.display();
-    match Config::load(&roots.config) {
-        Ok(c) if roots.config.exists() => (Check::pass(NAME, path.to_string()), c),
-        Ok(c) => (Check::pass(NAME, format!("no {path}: defaults")), c),
+    let (file, whose) = match (&roots.config, plugin_config(roots)) {
+        (Some(given), _) => (given.clone(), String::new()),
+        (None, Some((pid, path))) => (path, format!(" (devgate nri, pid {pid}, reads it)")),
+        (None, None) => (crate::config::DEFAULT_CONFIG_PATH.into(), String::new()),
+    };
+    let path = file.display();
+    match Config::load(&file) {
+        Ok(c) if file.exists() => (Check::pass(NAME, format!("{path}{whose}")), c),
+        Ok(c) => (Check::pass(NAME, format!("no {path}{whose}: defaults")), c),
         Err(e) => (
             Check::fail(
                 NAME,
@@ -48,8 +78,12 @@ pub fn nri_socket(roots: &Roots, host: &dyn Host) -> Check {
 /// How a running devgate plugin was found.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Running {
-    /// `devgate nri` dialing a socket.
-    Socket { pid: u32, socket: PathBuf },
+    /// `devgate nri` dialing a socket, with its `--config` if given.
+    Socket {
+        pid: u32,
+        socket: PathBuf,
+        config: Option<PathBuf>,
+    },
     /// Started by the runtime from its plugin directory (`NN-devgate`).
     Preinstalled { pid: u32 },
 }
@@ -69,17 +103,22 @@ fn classify(pid: u32, cmdline: &[u8]) -> Option<Running> {
     if base != "devgate" || args.get(1) != Some(&"nri") {
         return None;
     }
-    let mut socket = DEFAULT_SOCKET.to_string();
-    for (i, a) in args.iter().enumerate() {
-        if let Some(v) = a.strip_prefix("--socket=") {
-            socket = v.to_string();
-        } else if *a == "--socket" {
-            socket = args.get(i + 1).unwrap_or(&"").to_string();
-        }
-    }
+    let flag = |name: &str| {
+        let joined = format!("{name}=");
+        args.iter()
+            .enumerate()
+            .rev()
+            .find_map(|(i, a)| match a.strip_prefix(&joined) {
+                Some(v) => Some(v.to_string()),
+                None => (*a == name).then(|| args.get(i + 1).unwrap_or(&"").to_string()),
+            })
+    };
     Some(Running::Socket {
         pid,
-        socket: socket.into(),
+        socket: flag("--socket")
+            .unwrap_or_else(|| DEFAULT_SOCKET.to_string())
+            .into(),
+        config: flag("--config").map(PathBuf::from),
     })
 }
 
@@ -111,7 +150,7 @@ pub fn registered(roots: &Roots, host: &dyn Host) -> Check {
     let want = &roots.nri_socket;
     for r in &running {
         match r {
-            Running::Socket { pid, socket } if socket == want => {
+            Running::Socket { pid, socket, .. } if socket == want => {
                 let what = format!("devgate nri (pid {pid}) on {}", want.display());
                 return accepted(roots, host, *pid, what);
             }
@@ -125,7 +164,9 @@ pub fn registered(roots: &Roots, host: &dyn Host) -> Check {
     let others: Vec<String> = running
         .iter()
         .filter_map(|r| match r {
-            Running::Socket { pid, socket } => Some(format!("pid {pid} on {}", socket.display())),
+            Running::Socket { pid, socket, .. } => {
+                Some(format!("pid {pid} on {}", socket.display()))
+            }
             Running::Preinstalled { .. } => None,
         })
         .collect();
@@ -319,19 +360,29 @@ mod tests {
 
     #[test]
     fn classify_command_lines() {
-        let table: [(&[u8], Option<Running>); 6] = [
+        let table: [(&[u8], Option<Running>); 7] = [
             (
                 b"/usr/local/bin/devgate\0nri\0--socket\0/x.sock\0",
                 Some(Running::Socket {
                     pid: 7,
                     socket: "/x.sock".into(),
+                    config: None,
                 }),
             ),
             (
-                b"devgate\0nri\0--socket=/y.sock\0",
+                b"devgate\0nri\0--socket=/y.sock\0--config=/etc/devgate/config.toml\0",
                 Some(Running::Socket {
                     pid: 7,
                     socket: "/y.sock".into(),
+                    config: Some("/etc/devgate/config.toml".into()),
+                }),
+            ),
+            (
+                b"devgate\0nri\0--config\0/a.toml\0--config\0/b.toml\0",
+                Some(Running::Socket {
+                    pid: 7,
+                    socket: DEFAULT_SOCKET.into(),
+                    config: Some("/b.toml".into()),
                 }),
             ),
             (
@@ -339,6 +390,7 @@ mod tests {
                 Some(Running::Socket {
                     pid: 7,
                     socket: DEFAULT_SOCKET.into(),
+                    config: None,
                 }),
             ),
             (

@@ -21,8 +21,9 @@ pub struct Roots {
     pub proc_dir: PathBuf,
     /// containerd's config file.
     pub containerd_config: PathBuf,
-    /// devgate's config file.
-    pub config: PathBuf,
+    /// devgate's config file as given; `None`: the running plugin's, else
+    /// the default path.
+    pub config: Option<PathBuf>,
     /// Claims and saved device state (`devgate nri --state-dir`).
     pub state_dir: PathBuf,
     /// The runtime's NRI socket.
@@ -158,7 +159,7 @@ mod tests {
             etc_root: "/e".into(),
             proc_dir: "/proc".into(),
             containerd_config: "/e/containerd/config.toml".into(),
-            config: "/e/devgate/config.toml".into(),
+            config: Some("/e/devgate/config.toml".into()),
             state_dir: "/run/devgate".into(),
             nri_socket: "/var/run/nri/nri.sock".into(),
         };

@@ -40,9 +40,11 @@ pub struct DoctorArgs {
     /// Process directories to look for a running `devgate nri`; default `<host-root>/proc`.
     #[arg(long)]
     pub proc_dir: Option<PathBuf>,
-    /// devgate's config file.
-    #[arg(long, default_value = crate::config::DEFAULT_CONFIG_PATH)]
-    pub config: PathBuf,
+    /// devgate's config file; default: the one the running `devgate nri`
+    /// reads (its `--config`, through its root: a DaemonSet's ConfigMap),
+    /// else /etc/devgate/config.toml.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// containerd's config file; default `<etc-root>/containerd/config.toml`.
     #[arg(long)]
     pub containerd_config: Option<PathBuf>,
@@ -188,7 +190,10 @@ pub fn node_prep(config: &Config) -> String {
 
 pub fn run(args: DoctorArgs) -> Result<(), DoctorError> {
     if args.print_node_prep {
-        let config = Config::load(&args.config).map_err(DoctorError::Config)?;
+        let path = args
+            .config
+            .unwrap_or_else(|| crate::config::DEFAULT_CONFIG_PATH.into());
+        let config = Config::load(&path).map_err(DoctorError::Config)?;
         print!("{}", node_prep(&config));
         return Ok(());
     }

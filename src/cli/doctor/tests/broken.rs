@@ -19,7 +19,12 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
     let cases: &[(&str, Breakage, &str, Status, &str)] = &[
         (
             "no api server for the grant check",
-            |n| write(&n.roots.config, "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n"),
+            |n| {
+                write(
+                    n.roots.config.as_deref().unwrap(),
+                    "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n",
+                )
+            },
             "grant check",
             Status::Warn,
             "off: allocations are applied as the annotation says",
@@ -27,7 +32,10 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
         (
             "kubelet's kubeconfig unusable",
             |n| {
-                write(&n.roots.config, "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n");
+                write(
+                    n.roots.config.as_deref().unwrap(),
+                    "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n",
+                );
                 write(
                     &n.roots.etc_root.join("kubernetes/kubelet.conf"),
                     "not: [a kubeconfig",
@@ -39,7 +47,7 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
         ),
         (
             "bad config",
-            |n| write(&n.roots.config, "failure_polcy = 1\n"),
+            |n| write(n.roots.config.as_deref().unwrap(), "failure_polcy = 1\n"),
             "config",
             Status::Fail,
             "failure_polcy",
@@ -162,7 +170,7 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             "cdi names that containerd 1.7.30 drops without enable_cdi",
             |n| {
                 n.host.version = Ok("containerd x v1.7.30 y".into());
-                write(&n.roots.config, CDI_ON);
+                write(n.roots.config.as_deref().unwrap(), CDI_ON);
             },
             "cdi",
             Status::Fail,
@@ -172,7 +180,10 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             "containerd 1.7.30 with enable_cdi and runtime_cdi auto",
             |n| {
                 n.host.version = Ok("containerd x v1.7.30 y".into());
-                write(&n.roots.config, &CDI_ON.replace("\"on\"", "\"auto\""));
+                write(
+                    n.roots.config.as_deref().unwrap(),
+                    &CDI_ON.replace("\"on\"", "\"auto\""),
+                );
                 // TOML allows the table after its sub-table.
                 let with_cdi = format!(
                     "{CONTAINERD_CONFIG}[plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_cdi = true\n"
@@ -317,7 +328,7 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             "rdma exclusive in config, shared kernel",
             |n| {
                 write(
-                    &n.roots.config,
+                    n.roots.config.as_deref().unwrap(),
                     &format!("[rdma]\nnetns_mode = \"exclusive\"\n{API}"),
                 )
             },
@@ -329,7 +340,7 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             "rdma exclusive without modprobe file",
             |n| {
                 write(
-                    &n.roots.config,
+                    n.roots.config.as_deref().unwrap(),
                     &format!("[rdma]\nnetns_mode = \"exclusive\"\n{API}"),
                 );
                 write(
@@ -347,7 +358,7 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             "vf count differs",
             |n| {
                 write(
-                    &n.roots.config,
+                    n.roots.config.as_deref().unwrap(),
                     &format!("[sriov.num_vfs]\n\"0000:19:00.0\" = 8\n{API}"),
                 )
             },
@@ -371,7 +382,7 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             "vf pf absent",
             |n| {
                 write(
-                    &n.roots.config,
+                    n.roots.config.as_deref().unwrap(),
                     &format!("[sriov.num_vfs]\n\"0000:77:00.0\" = 8\n{API}"),
                 )
             },

@@ -9,7 +9,7 @@ type Setup = fn(&mut Node);
 /// The healthy node's config plus `extra` keys.
 fn config(node: &Node, extra: &str) {
     write(
-        &node.roots.config,
+        node.roots.config.as_deref().unwrap(),
         &format!("{extra}\n[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n"),
     );
 }
@@ -84,4 +84,52 @@ fn hook_path_and_state_dir_are_checked_as_the_host_sees_them() {
         assert!(c.detail.contains(needle), "{case}: {c:?}");
         assert_eq!(c.fix.is_some(), *status != Status::Pass, "{case}: {c:?}");
     }
+}
+
+/// A DaemonSet node: the plugin runs in a container and reads the ConfigMap
+/// mounted there (`--config`), whose `hook_path` is where the init container
+/// put the hook; the host's own file (from `bootstrap.sh --node-only`) names
+/// none. Without `--config`, doctor checks the plugin's config, seen through
+/// its root, and says so; given one, it checks that.
+#[test]
+fn without_config_the_running_plugins_own_config_is_checked() {
+    let mut node = healthy();
+    let plugin = node.roots.proc_dir.join("4242");
+    write(
+        &plugin.join("cmdline"),
+        "/usr/local/bin/devgate\0nri\0--config=/etc/devgate/config.toml\0--socket=/var/run/nri/nri.sock\0",
+    );
+    write(
+        &plugin.join("root/etc/devgate/config.toml"),
+        "hook_path = \"/opt/devgate/bin/devgate-hook\"\n[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n",
+    );
+    // Only the init container's copy exists on the host.
+    std::fs::remove_file(node.roots.host_root.join("usr/local/bin/devgate-hook")).unwrap();
+    let hook = node.roots.host_root.join("opt/devgate/bin/devgate-hook");
+    write(&hook, "#!/bin/sh\n");
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let given = run_checks(&node.roots, &node.host);
+    assert_eq!(
+        check(&given, "nri hook").status,
+        Status::Fail,
+        "the host's file names no hook_path"
+    );
+
+    node.roots.config = None;
+    let checks = run_checks(&node.roots, &node.host);
+    let config = check(&checks, "config");
+    assert_eq!(config.status, Status::Pass, "{config:?}");
+    assert!(
+        config
+            .detail
+            .contains("4242/root/etc/devgate/config.toml (devgate nri, pid 4242, reads it)"),
+        "{config:?}"
+    );
+    let hook_check = check(&checks, "nri hook");
+    assert_eq!(hook_check.status, Status::Pass, "{hook_check:?}");
+    assert!(
+        hook_check.detail.contains("/opt/devgate/bin/devgate-hook"),
+        "{hook_check:?}"
+    );
 }

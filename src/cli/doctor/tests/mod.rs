@@ -90,13 +90,13 @@ fn healthy_from(template: Option<&Path>) -> Node {
         etc_root: etc.clone(),
         proc_dir: dir.path().join("procs"),
         containerd_config: etc.join("containerd/config.toml"),
-        config: etc.join("devgate/config.toml"),
+        config: Some(etc.join("devgate/config.toml")),
         state_dir: dir.path().join("run-devgate"),
         nri_socket: "/var/run/nri/nri.sock".into(),
     };
     write(&roots.containerd_config, CONTAINERD_CONFIG);
     write(
-        &roots.config,
+        roots.config.as_deref().unwrap(),
         "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n[kube_api]\nurl = \"https://10.0.0.1:6443\"\nnode_name = \"node-a\"\n",
     );
     write(
