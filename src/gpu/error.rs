@@ -32,6 +32,8 @@ pub enum GpuError {
     },
     #[error("pids {pids:?} of the released pod outlived SIGKILL")]
     Survived { pids: Vec<u32> },
+    #[error("pids {pids:?} of the released pod still hold it after {rounds} rounds of ending its processes (a process forks as it is ended)")]
+    StillForking { pids: Vec<u32>, rounds: usize },
     #[error("gpu {uuid} is still open in pids {pids:?} outside the released pod")]
     OutsideUsers { uuid: String, pids: Vec<u32> },
     #[error(transparent)]

@@ -4,7 +4,7 @@
 //! Device files are matched by number (`st_rdev`), never by name: a container may see
 //! `/dev/nvidia3` under any path, and a node may have stale nodes whose names lie.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use super::cgroup::PodCgroups;
 use super::host::{gone, Host};
@@ -28,13 +28,6 @@ impl Users {
         let pids = self.by_dev.entry(rdev).or_default();
         if let Err(at) = pids.binary_search(&pid) {
             pids.insert(at, pid);
-        }
-    }
-
-    /// Forgets processes that have been ended.
-    pub fn remove_all(&mut self, ended: &BTreeSet<u32>) {
-        for pids in self.by_dev.values_mut() {
-            pids.retain(|p| !ended.contains(p));
         }
     }
 

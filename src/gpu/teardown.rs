@@ -30,6 +30,9 @@ use super::GpuError;
 /// released in one ledger transaction see each other gone (the ledger commits after
 /// all of them). Older entries are long committed.
 const RELEASED_MEMORY: usize = 1024;
+/// Rounds of ending the pod's GPU users and looking again before the release
+/// gives up (the GPU stays quarantined).
+const END_ROUNDS: usize = 3;
 
 /// One GPU being released.
 #[derive(Debug, Clone)]
@@ -262,29 +265,51 @@ impl GpuTeardown {
                 rdevs.push(*r);
             }
         }
-        let mut users = match scan(self.host.as_ref(), &rdevs, &skip) {
+        let users_now = || -> Result<_, GpuError> {
+            let mut users = scan(self.host.as_ref(), &rdevs, &skip)?;
+            add_nvml_users(self.nvml.as_ref(), &watched, &skip, &mut users)?;
+            Ok(users)
+        };
+        let mut users = match users_now() {
             Ok(users) => users,
             Err(e) => return vec![e],
         };
-        if let Err(e) = add_nvml_users(self.nvml.as_ref(), &watched, &skip, &mut users) {
-            return vec![e];
-        }
         let target_devs: Vec<u64> = targets.iter().map(|t| t.rdev).collect();
         let not_users = NotUsers {
             cgroups: self.ignored.clone(),
             daemon_pods: self.known_pods.cgroups_of(&self.config.ignored_pods),
             all_gpus,
         };
-        let split = split(self.host.as_ref(), &users, &target_devs, pod, &not_users);
-        match kill::end(self.host.as_ref(), &split.pod, self.times()) {
-            Ok(ended) if !split.pod.is_empty() => {
-                tracing::info!(terminated = ?ended.terminated, killed = ?ended.killed, "ended the released pod's gpu users");
+        let mut round = 0;
+        let split = loop {
+            let split = split(self.host.as_ref(), &users, &target_devs, pod, &not_users);
+            if split.pod.is_empty() {
+                break split;
             }
-            Ok(_) => {}
-            // A survivor still holds the GPU: nothing after this is safe.
-            Err(e) => return vec![e],
-        }
-        users.remove_all(&split.pod.keys().copied().collect());
+            // Still the pod's after the rounds: a process that forks as it is
+            // ended, faster than it is ended.
+            if round == END_ROUNDS {
+                return vec![GpuError::StillForking {
+                    pids: split.pod.keys().copied().collect(),
+                    rounds: END_ROUNDS,
+                }];
+            }
+            match kill::end(self.host.as_ref(), &split.pod, self.times()) {
+                Ok(ended) => {
+                    tracing::info!(terminated = ?ended.terminated, killed = ?ended.killed, "ended the released pod's gpu users");
+                }
+                // A survivor still holds the GPU: nothing after this is safe.
+                Err(e) => return vec![e],
+            }
+            // A process ended can leave a child it forked meanwhile holding
+            // the GPU (a handler that forks and exits): looked for again, so
+            // the GPU is never reset or handed on under it.
+            round += 1;
+            users = match users_now() {
+                Ok(users) => users,
+                Err(e) => return vec![e],
+            };
+        };
         let mut errors = Vec::new();
         let mut reset_ok = Vec::new();
         // Without NVML on a node with the driver, the reset below would pass

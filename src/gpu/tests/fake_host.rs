@@ -15,6 +15,9 @@ pub struct FakeProc {
     pub start: u64,
     pub ignores_term: bool,
     pub unkillable: bool,
+    /// Ended by SIGTERM, it leaves a child (its pid + 1000) holding what it
+    /// held, in its cgroup, this many times over.
+    pub forks_on_term: u32,
 }
 
 #[derive(Default)]
@@ -98,7 +101,15 @@ impl Host for FakeHost {
             Signal::Kill => !p.unkillable,
         };
         if dies {
-            procs.remove(&pid);
+            let gone = procs.remove(&pid).unwrap_or_default();
+            if signal == Signal::Term && gone.forks_on_term > 0 {
+                let child = FakeProc {
+                    start: gone.start + 1,
+                    forks_on_term: gone.forks_on_term - 1,
+                    ..gone
+                };
+                procs.insert(pid + 1000, child);
+            }
         }
         Ok(())
     }

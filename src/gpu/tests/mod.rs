@@ -2,7 +2,9 @@
 
 mod daemons;
 pub mod fake_host;
+mod forking;
 mod no_nvml;
+mod real_forked;
 mod real_proc;
 mod real_recreated;
 mod recreated;

@@ -98,9 +98,13 @@ pub(super) struct Holder(Child);
 impl Holder {
     pub fn spawn(ignore_term: bool) -> Holder {
         let trap = if ignore_term { "trap '' TERM; " } else { "" };
-        let script = format!("{trap}exec 3</dev/full; exec sleep 600");
+        Holder::run(&format!("{trap}exec 3</dev/full; exec sleep 600"))
+    }
+
+    /// `sh -c script`, which opens the stand-in GPU on fd 3 itself.
+    pub fn run(script: &str) -> Holder {
         let child = Command::new("sh")
-            .args(["-c", &script])
+            .args(["-c", script])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -190,7 +194,7 @@ pub(super) fn unclaimed() -> Setup {
 }
 
 /// Pod `sb-real` holds the GPU whole, its processes in `cgroup`.
-fn setup(cgroup: &TestCgroup) -> Setup {
+pub(super) fn setup(cgroup: &TestCgroup) -> Setup {
     let s = unclaimed();
     let pod = PodRef {
         sandbox_id: "sb-real".into(),
