@@ -23,6 +23,12 @@ pub enum PlanError {
         minor: u32,
         owner: u32,
     },
+    #[error("{annotation}: {entry}: gpu minor {minor} claims no core and no memory (gpu-core and gpu-memory-ratio are 0): a share of nothing would not be counted against the gpu")]
+    EmptyGpuShare {
+        annotation: &'static str,
+        entry: String,
+        minor: u32,
+    },
     #[error("{annotation}: {entry}: id {id} is not the uuid of gpu minor {minor} ({actual})")]
     GpuIdMismatch {
         annotation: &'static str,

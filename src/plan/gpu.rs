@@ -44,12 +44,22 @@ pub(super) fn plan_gpus(
                 gpu.minor
             ));
         }
+        let share = share(e);
+        // Koordinator never writes it: the device with nothing counted
+        // against the GPU would fit beside holders that have it all.
+        if share == (Share::Shared { core: 0, memory_ratio: 0 }) {
+            return Err(PlanError::EmptyGpuShare {
+                annotation: ANN,
+                entry,
+                minor: e.minor,
+            });
+        }
         out.device(format!("/dev/nvidia{}", gpu.minor), nvidia, gpu.minor);
         out.claim(
             &entry,
             Claim {
                 device: DeviceId::Gpu(gpu.uuid.clone()),
-                share: share(e),
+                share,
                 pf: None,
             },
         );

@@ -14,6 +14,8 @@ fn unsatisfiable_allocations() {
         ("unknown gpu minor", r#"{"gpu":[{"minor":0},{"minor":9}]}"#.into(), "gpu[1]", |e| matches!(e, PlanError::UnknownGpu { minor: 9, .. })),
         ("uuid of another gpu", format!(r#"{{"gpu":[{{"minor":1,"id":"{}"}}]}}"#, uuid(2)), "gpu[0]", |e| matches!(e, PlanError::GpuIdOfOther { owner: 2, .. })),
         ("uuid of no gpu", r#"{"gpu":[{"minor":1,"id":"GPU-deadbeef"}]}"#.into(), "gpu[0]", |e| matches!(e, PlanError::GpuIdMismatch { .. })),
+        ("a share of nothing", r#"{"gpu":[{"minor":0},{"minor":1,"resources":{"koordinator.sh/gpu-core":"0","koordinator.sh/gpu-memory-ratio":"0"}}]}"#.into(), "gpu[1]", |e| matches!(e, PlanError::EmptyGpuShare { minor: 1, .. })),
+        ("memory share of nothing", r#"{"gpu":[{"minor":2,"resources":{"koordinator.sh/gpu-memory-ratio":"0"}}]}"#.into(), "gpu[0]", |e| matches!(e, PlanError::EmptyGpuShare { minor: 2, .. })),
         ("unknown rdma minor", r#"{"rdma":[{"minor":17}]}"#.into(), "rdma[0]", |e| matches!(e, PlanError::UnknownRdma { minor: 17, .. })),
         ("unknown pf id", r#"{"rdma":[{"minor":0,"id":"0000:ee:00.0"}]}"#.into(), "rdma[0]", |e| matches!(e, PlanError::UnknownPf { .. })),
         ("pf id is a vf", format!(r#"{{"rdma":[{{"minor":0,"id":"{vf00}"}}]}}"#), "rdma[0]", |e| matches!(e, PlanError::IdIsVf { .. })),
