@@ -416,18 +416,49 @@ fn a_soft_rdma_device_on_a_nics_netdev_does_not_take_its_function() {
     let own = fs::canonicalize(root.join("sys/class/infiniband").join(&nic.rdma.name)).unwrap();
     let pci = own.parent().unwrap().parent().unwrap().to_path_buf();
     for soft in ["siw0", "rxe_ens1f0"] {
-        let dir = pci.join("infiniband").join(soft);
-        fs::create_dir_all(dir.join("ports/1")).unwrap();
-        fs::write(dir.join("ports/1/state"), "4: ACTIVE\n").unwrap();
-        fs::write(dir.join("ports/1/link_layer"), "Ethernet\n").unwrap();
-        fs::write(dir.join("node_type"), "1: CA\n").unwrap();
-        // Relative, as sysfs writes them.
-        std::os::unix::fs::symlink("../..", dir.join("device")).unwrap();
-        let canonical_root = fs::canonicalize(root).unwrap();
-        let target = Path::new("../../..").join(dir.strip_prefix(&canonical_root).unwrap());
-        std::os::unix::fs::symlink(target, root.join("sys/class/infiniband").join(soft)).unwrap();
+        add_rdma_dev(root, &pci, soft);
     }
     let inv = discover(root);
     assert_eq!(inv.warnings, Vec::<String>::new());
     assert_eq!(&inv.rdma, &fixture.expected().rdma);
+}
+
+/// An RDMA device `name` on the PCI function at `pci`, as sysfs shows one.
+fn add_rdma_dev(root: &Path, pci: &Path, name: &str) {
+    let dir = pci.join("infiniband").join(name);
+    fs::create_dir_all(dir.join("ports/1")).unwrap();
+    fs::write(dir.join("ports/1/state"), "4: ACTIVE\n").unwrap();
+    fs::write(dir.join("ports/1/link_layer"), "Ethernet\n").unwrap();
+    fs::write(dir.join("node_type"), "1: CA\n").unwrap();
+    // Relative, as sysfs writes them.
+    std::os::unix::fs::symlink("../..", dir.join("device")).unwrap();
+    let canonical_root = fs::canonicalize(root).unwrap();
+    let target = Path::new("../../..").join(dir.strip_prefix(&canonical_root).unwrap());
+    std::os::unix::fs::symlink(target, root.join("sys/class/infiniband").join(name)).unwrap();
+}
+
+/// A second RDMA device on a NIC's PCI function, one no soft-device name
+/// gives away: the first by name stays the function's, as koordlet reports
+/// it, so the scheduler's minors keep meaning the same devices; the other is
+/// named in a warning.
+#[test]
+fn of_two_rdma_devices_on_one_function_the_first_by_name_is_kept() {
+    let (_dir, fixture) = build(HostRootBuilder::hgx());
+    let root = fixture.root();
+    let nic = &fixture.expected().rdma[0];
+    let own = fs::canonicalize(root.join("sys/class/infiniband").join(&nic.rdma.name)).unwrap();
+    let pci = own.parent().unwrap().parent().unwrap().to_path_buf();
+    add_rdma_dev(root, &pci, "roce_a");
+    let inv = discover(root);
+    assert_eq!(&inv.rdma, &fixture.expected().rdma);
+    assert_eq!(inv.warnings.len(), 1, "{:?}", inv.warnings);
+    let want = format!(
+        "shares its PCI function with RDMA device {}, which is kept",
+        nic.rdma.name
+    );
+    assert!(
+        inv.warnings[0].contains("roce_a") && inv.warnings[0].contains(&want),
+        "{:?}",
+        inv.warnings
+    );
 }

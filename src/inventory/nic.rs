@@ -72,15 +72,26 @@ impl Scan<'_> {
                 }
             }
         }
+        // Two devices on one function: the first by name stays, as koordlet
+        // sorts a function's devices and reports the first.
+        found.sort_by(|a, b| a.0.name.cmp(&b.0.name));
         for (dev, function) in found {
             // A VF has `physfn` (drivers/pci/iov.c); everything else counts as a PF.
             let is_vf = self.fs.exists_in(&function.dir, "physfn");
             let map = if is_vf { &mut vfs } else { &mut pfs };
-            if let Some((other, _)) = map.insert(function.addr, (dev, function)) {
-                self.warn(InventoryError::Device {
-                    device: other.name,
-                    what: "shares its PCI function with another RDMA device".to_owned(),
-                });
+            match map.entry(function.addr) {
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert((dev, function));
+                }
+                std::collections::btree_map::Entry::Occupied(kept) => {
+                    self.warn(InventoryError::Device {
+                        device: dev.name,
+                        what: format!(
+                            "shares its PCI function with RDMA device {}, which is kept",
+                            kept.get().0.name
+                        ),
+                    });
+                }
             }
         }
         let nics = pfs

@@ -47,7 +47,12 @@ pub(super) fn plan_gpus(
         let share = share(e);
         // Koordinator never writes it: the device with nothing counted
         // against the GPU would fit beside holders that have it all.
-        if share == (Share::Shared { core: 0, memory_ratio: 0 }) {
+        if share
+            == (Share::Shared {
+                core: 0,
+                memory_ratio: 0,
+            })
+        {
             return Err(PlanError::EmptyGpuShare {
                 annotation: ANN,
                 entry,
