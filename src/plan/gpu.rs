@@ -140,20 +140,25 @@ fn share(e: &GpuEntry) -> Share {
     }
 }
 
-/// HAMi-core reads per-device limits `CUDA_DEVICE_MEMORY_LIMIT_<i>` and
-/// `CUDA_DEVICE_SM_LIMIT_<i>` (HAMi-core README; `i` = position in
-/// `NVIDIA_VISIBLE_DEVICES`, as HAMi's device plugin numbers them), and is loaded
-/// through `LD_PRELOAD`. Per-device values, unlike koordlet's single
-/// `CUDA_DEVICE_MEMORY_LIMIT`, keep each GPU's own share.
+/// HAMi-core reads per-device limits `CUDA_DEVICE_MEMORY_LIMIT_<n>` and
+/// `CUDA_DEVICE_SM_LIMIT_<n>` (HAMi-core README), `n` being the CUDA device
+/// ordinal it intercepts, and is loaded through `LD_PRELOAD`. Per-device
+/// values, unlike koordlet's single `CUDA_DEVICE_MEMORY_LIMIT`, keep each
+/// GPU's own share. The plan sets `CUDA_DEVICE_ORDER=PCI_BUS_ID`, under which
+/// CUDA numbers the visible GPUs in PCI bus order, whatever their order in
+/// `NVIDIA_VISIBLE_DEVICES` (CUDA C Programming Guide, "CUDA Environment
+/// Variables"): so `n` is each GPU's rank by bus id among the pod's, and an
+/// allocation listed in another order keeps each limit on its own GPU.
 fn hami_core(out: &mut Builder, entries: &[GpuEntry], gpus: &[&Gpu]) -> Result<(), PlanError> {
     for (i, (e, gpu)) in entries.iter().zip(gpus).enumerate() {
+        let n = gpus.iter().filter(|g| g.bus_id < gpu.bus_id).count();
         check_memory_fits_ratio(e, gpu, i)?;
         // 0 means "no limit" to HAMi-core: a shared GPU must carry a real limit.
         match (memory_limit(e, gpu), e.resources.is_shared()) {
             (Some(bytes), _) => {
                 out.plan
                     .env
-                    .insert(format!("CUDA_DEVICE_MEMORY_LIMIT_{i}"), bytes.to_string());
+                    .insert(format!("CUDA_DEVICE_MEMORY_LIMIT_{n}"), bytes.to_string());
             }
             (None, true) => {
                 return Err(PlanError::NoGpuMemory {
@@ -166,7 +171,7 @@ fn hami_core(out: &mut Builder, entries: &[GpuEntry], gpus: &[&Gpu]) -> Result<(
         if let Some(core) = e.resources.core_percent {
             out.plan
                 .env
-                .insert(format!("CUDA_DEVICE_SM_LIMIT_{i}"), core.to_string());
+                .insert(format!("CUDA_DEVICE_SM_LIMIT_{n}"), core.to_string());
         }
     }
     let hami = &out.config.hami;

@@ -269,3 +269,5 @@ mod tests_comm_env;
 mod tests_comm_env_ports;
 #[cfg(test)]
 mod tests_errors;
+#[cfg(test)]
+mod tests_hami;
