@@ -149,6 +149,9 @@ check_bin_dir() {
         ((!NODE_ONLY)) || die "--node-only reads [sriov] and [rdma] from the config with devgate, and there is none at $BIN_DIR/devgate: pass --bin-dir with a directory holding it (the image's /usr/local/bin/devgate will do); nothing changed"
         die "no devgate in --bin-dir $BIN_DIR (cargo build --release, or install/build.sh); nothing changed"
     fi
+    # A full install copies both, devgate first.
+    ((NODE_ONLY)) || [[ -x $BIN_DIR/devgate-hook ]] ||
+        die "no devgate-hook in --bin-dir $BIN_DIR (cargo build --release, or install/build.sh); nothing changed"
     BIN_DIR=$(cd "$BIN_DIR" && pwd)
     ((NODE_ONLY)) || log "binaries from $BIN_DIR"
 }

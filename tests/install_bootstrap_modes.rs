@@ -404,4 +404,27 @@ fn node_only_without_devgate_stops_before_any_change() {
         assert!(!prefix.join("etc/devgate").exists(), "{}", run.out);
         assert!(!prefix.join("var/lib/devgate").exists(), "{}", run.out);
     }
+    // A full install needs the hook as well: without it, nothing is copied.
+    let half = dir.path().join("devgate-only");
+    std::fs::create_dir_all(&half).unwrap();
+    std::os::unix::fs::symlink(DEVGATE, half.join("devgate")).unwrap();
+    let args = [
+        "--containerd-version",
+        "1.7.24",
+        "--bin-dir",
+        half.to_str().unwrap(),
+    ];
+    let run = bootstrap(&prefix, &hooks, &args);
+    assert!(!run.ok, "{}", run.out);
+    assert!(
+        run.out.contains("no devgate-hook in --bin-dir"),
+        "{}",
+        run.out
+    );
+    assert!(
+        !prefix.join("usr/local/bin/devgate").exists(),
+        "{}",
+        run.out
+    );
+    assert_eq!(std::fs::read_to_string(&ctrd).unwrap(), config);
 }

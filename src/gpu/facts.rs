@@ -9,7 +9,7 @@
 //! NVML again only when GPUs came or went (indices follow PCI order among the
 //! GPUs present, so one leaving moves the others').
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -73,9 +73,12 @@ impl NodeFacts {
             open: open.as_deref(),
             library: OnceCell::new(),
             learnt: RefCell::default(),
+            missed: Cell::new(false),
         };
         let inv = discover_with(host_root, &asking);
-        *seen = Some(asking.learnt.into_inner());
+        // A library that did not load (the driver's userspace not there yet)
+        // or did not know a GPU is asked again at the next read.
+        *seen = (!asking.missed.get()).then(|| asking.learnt.into_inner());
         inv
     }
 }
@@ -107,6 +110,8 @@ struct Asking<'a> {
     open: Option<&'a OpenLibrary>,
     library: OnceCell<Option<Box<dyn GpuLibrary>>>,
     learnt: RefCell<BTreeMap<PciAddr, GpuFacts>>,
+    /// A GPU the library, which is on, gave no facts for.
+    missed: Cell<bool>,
 }
 
 impl GpuLibrary for Asking<'_> {
@@ -115,6 +120,9 @@ impl GpuLibrary for Asking<'_> {
             .library
             .get_or_init(|| self.open.and_then(|open| open()));
         let facts = library.as_ref().and_then(|l| l.gpu(bus_id));
+        if facts.is_none() && self.open.is_some() {
+            self.missed.set(true);
+        }
         self.learnt
             .borrow_mut()
             .insert(bus_id, facts.clone().unwrap_or_default());
@@ -191,6 +199,28 @@ mod tests {
         let fewer = facts.discover(fixture.root());
         assert_eq!(fewer.gpus.len(), 3);
         assert_eq!(loads.load(Ordering::SeqCst), 2);
+        facts.discover(fixture.root());
+        assert_eq!(loads.load(Ordering::SeqCst), 2);
+    }
+
+    /// A library that does not load yet (the driver's userspace still being
+    /// installed) leaves nothing kept: the next read asks again.
+    #[test]
+    fn a_library_that_did_not_load_is_asked_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let fixture = host(dir.path());
+        let loads = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&loads);
+        let open: Arc<OpenLibrary> =
+            Arc::new(move || match counted.fetch_add(1, Ordering::SeqCst) {
+                0 => None,
+                _ => Some(Box::new(Backwards) as Box<dyn GpuLibrary>),
+            });
+        let facts = NodeFacts::with_library(Some(open));
+        let without = facts.discover(fixture.root());
+        assert!(without.gpus.iter().all(|g| g.memory_bytes.is_none()));
+        let with = facts.discover(fixture.root());
+        assert!(with.gpus.iter().all(|g| g.memory_bytes == Some(80 << 30)));
         facts.discover(fixture.root());
         assert_eq!(loads.load(Ordering::SeqCst), 2);
     }

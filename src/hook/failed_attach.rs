@@ -13,18 +13,14 @@ use crate::netdev::SavedStore;
 /// releases the pod's claims. Nothing is released while a VF of the pod is
 /// still saved (a restore failed): poststop, which runc runs after a failed
 /// create, the pod's next network owner or its release restores it first.
-/// Such a container gives up the pod's network, so that the kubelet's retry
-/// takes it over rather than start without the VFs. Best effort: the attach
-/// error is what the runtime reports, so a ledger error here is only logged.
+/// Best effort: the attach error is what the runtime reports, so a ledger
+/// error here is only logged.
 pub(super) fn release(env: &HookEnv, container_id: &str) {
     // A record that cannot be read may be this container's: keep the claims.
     match SavedStore::new(&env.state_dir).scan_container(container_id) {
         Ok(scan) if scan.records.is_empty() && scan.unreadable.is_empty() => {}
         Ok(_) => {
             tracing::warn!(container = %container_id, "a vf of the failed container is not restored, or a vf record is unreadable: its pod keeps its claims");
-            if let Err(e) = super::give_up_network(env, container_id) {
-                tracing::warn!(container = %container_id, error = %nri::ErrorChain(&e), "failed container: network not given up");
-            }
             return;
         }
         Err(e) => {

@@ -255,33 +255,22 @@ fn detach(
     env: &HookEnv,
     checkpoint: &dyn Fn(&'static str),
 ) -> Result<Outcome, HookError> {
-    match detach_networks(env, &state.id, checkpoint) {
-        Ok(0) => Ok(Outcome::Nothing),
-        Ok(n) => {
+    // A failed restore keeps the owner: where the VFs are still in the pod,
+    // its next container finds them there; where they came home, the plugin
+    // hands the network on (an owner whose VFs are all on the host holds
+    // nothing), and the next owner's hook finishes this restore first.
+    match detach_networks(env, &state.id, checkpoint)? {
+        0 => Ok(Outcome::Nothing),
+        n => {
             // The VFs are back on the host: the pod's next container (this
             // one restarted, say) moves them in again.
-            give_up_network(env, &state.id)?;
+            let ledger = crate::ledger::Ledger::open(&env.state_dir).map_err(HookError::Ledger)?;
+            ledger
+                .give_up_network(&state.id)
+                .map_err(HookError::Ledger)?;
             Ok(Outcome::Detached(n))
         }
-        Err(e) => {
-            // Stopped all the same: the pod's next container (this one
-            // restarted) takes the network over, finishing the restore before
-            // it moves the VFs in again, or failing to start. Kept, it would
-            // start without them, the owner's records standing for VFs in use.
-            if let Err(ledger) = give_up_network(env, &state.id) {
-                tracing::warn!(container = %state.id, error = %nri::ErrorChain(&ledger), "network not given up after a failed restore");
-            }
-            Err(e)
-        }
     }
-}
-
-/// The container no longer owns its pod's network.
-pub(crate) fn give_up_network(env: &HookEnv, container_id: &str) -> Result<(), HookError> {
-    let ledger = crate::ledger::Ledger::open(&env.state_dir).map_err(HookError::Ledger)?;
-    ledger
-        .give_up_network(container_id)
-        .map_err(HookError::Ledger)
 }
 
 /// Restores every VF saved for `container_id`; how many there were.

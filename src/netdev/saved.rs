@@ -202,8 +202,20 @@ impl SavedStore {
     /// record before it touches a VF. Asked under the ledger lock by
     /// [`crate::ledger::Ledger::admit_or_take_over`].
     pub fn none_moved(&self, pod: &crate::ledger::PodRecord) -> bool {
+        self.none_away(pod, |_| false)
+    }
+
+    /// Whether every VF `pod` claims that has a record is on the host
+    /// (`at_home`): a restore that failed after the netdev came home left
+    /// the record, and the owner holds nothing in the pod. Stops at the
+    /// first VF away, the usual answer while the owner runs.
+    pub fn none_away(
+        &self,
+        pod: &crate::ledger::PodRecord,
+        at_home: impl Fn(PciAddr) -> bool,
+    ) -> bool {
         !pod.claims.iter().any(|c| match c.device {
-            crate::ledger::DeviceId::Vf(vf) => self.has_record(vf),
+            crate::ledger::DeviceId::Vf(vf) => self.has_record(vf) && !at_home(vf),
             _ => false,
         })
     }

@@ -143,11 +143,13 @@ fn attach_one(
     let mut pod_nl = at.step("open pod netlink", ops.env.rtnl(Some(pod)))?;
     if let Some(rec) = at.step("read saved state", ops.store.load(a.vf_bus_id))? {
         let same_ns = rec.netns.id == pod.id();
-        // Another container's record in this pod's namespace (held open here,
-        // so no other live namespace has its identity) is an earlier network
-        // owner of the pod whose restore did not finish: stopped, it gave up
-        // the network, and this container takes it over. Restored below, then
-        // attached again. Anywhere else, the VF is another pod's.
+        // Another container's record in this pod's namespace is an earlier
+        // network owner of the pod whose restore did not finish: the plugin
+        // made this container the owner, so it takes the VF over, restored
+        // below, then attached again. (A dead namespace's identity can be
+        // reused; such a record's pod is gone, and restoring it is what that
+        // pod's release would do. The ledger's claims decide which VFs this
+        // pod's actions name.) Anywhere else, the VF is another pod's.
         if rec.container_id != container_id && !same_ns {
             return Err((at.err("check holder"))(Cause::Held {
                 holder: rec.container_id,

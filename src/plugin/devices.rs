@@ -103,6 +103,17 @@ fn backfill_vf_pfs(ledger: &Ledger, inv: &Inventory) {
     }
 }
 
+/// Whether the VF's netdev is in the host's namespace: sysfs lists a PCI
+/// function's netdevs under `net/` only for the namespace it was mounted in
+/// (netdevs are tagged by namespace, lib/kobject_ns.c).
+fn netdev_on_host(host_root: &Path, vf: PciAddr) -> bool {
+    let net = host_root
+        .join("sys/bus/pci/devices")
+        .join(vf.to_string())
+        .join("net");
+    std::fs::read_dir(net).is_ok_and(|mut d| d.next().is_some())
+}
+
 impl Devices {
     pub fn open(
         host_root: &Path,
@@ -152,11 +163,10 @@ impl Devices {
             .clone()
     }
 
-    /// Puts a runtime-sent `[gpu] nvml` setting in force and reads the host
-    /// again with it.
-    pub fn set_nvml(&self, nvml: Option<crate::config::NvmlLibraries>) -> Arc<Inventory> {
+    /// Puts a runtime-sent `[gpu] nvml` setting in force for the next read
+    /// of the host.
+    pub fn set_nvml(&self, nvml: Option<crate::config::NvmlLibraries>) {
         self.gpu_facts.set_nvml(&self.host_root, nvml);
-        self.refresh()
     }
 
     /// Re-reads the host: devices come and go (VFs created, drivers rebound).
@@ -219,7 +229,13 @@ impl Devices {
             hooks_only: false,
         };
         let saved = crate::netdev::SavedStore::new(&self.state_dir);
-        let owner_idle = |rec: &crate::ledger::PodRecord| saved.none_moved(rec);
+        // An owner whose VFs are all on the host, read now (the inventory may
+        // be older than a move), holds nothing: a restore of its that failed
+        // after the netdev came home left the records, which the next
+        // owner's hook finishes before moving the VFs in again.
+        let owner_idle = |rec: &crate::ledger::PodRecord| {
+            saved.none_away(rec, |vf| netdev_on_host(&self.host_root, vf))
+        };
         let admission = self
             .ledger
             .admit_or_take_over(

@@ -139,6 +139,8 @@ fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
     let vf = node.fixture.expected().rdma[0].vfs[0].bus_id.to_string();
     let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
     saved.save(&netdev::SavedVf::example("c1", &vf)).unwrap();
+    let (net, away) = vf_net(&node);
+    std::fs::rename(&net, &away).unwrap(); // in the pod; the cache not re-read
     let second = apply("c2");
     assert!(first.hooks.is_some());
     assert!(first.annotations.contains_key(RESOLVED_ANNOTATION));
@@ -149,6 +151,7 @@ fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
     assert_eq!(first.mounts, second.mounts);
 
     // c1's poststop gives the VF back; then it is removed.
+    std::fs::rename(&away, &net).unwrap();
     saved.remove(vf.parse().unwrap()).unwrap();
     node.devices
         .ledger()

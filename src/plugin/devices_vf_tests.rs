@@ -78,3 +78,39 @@ fn a_vf_moved_into_its_pod_serves_the_pods_further_containers_only() {
         owner.annotations[RESOLVED_ANNOTATION]
     );
 }
+
+/// The owner's poststop brought the VF home but could not finish its restore
+/// (its PF settings), so its record stays. An owner whose VFs are all on the
+/// host holds nothing: the next container takes the network over (and its
+/// hook finishes the restore first) instead of starting without the VF. While
+/// the VF is in the pod, a record makes the owner keep it, though the cached
+/// inventory still shows the netdev on the host.
+#[test]
+fn an_owner_whose_vfs_came_home_with_their_records_hands_the_network_over() {
+    let node = node();
+    let config = Arc::new(Config::default());
+    let features = RuntimeFeatures::default();
+    let owner = node.create("c1", &[], &config, features).unwrap();
+    assert!(owner.hooks.is_some());
+    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id.to_string();
+    let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
+    saved.save(&netdev::SavedVf::example("c1", &vf)).unwrap();
+    let (net, away) = vf_net(&node);
+    std::fs::rename(&net, &away).unwrap(); // the hook moved it; not re-read
+
+    let sidecar = node.create("c2", &[], &config, features).unwrap();
+    assert!(
+        sidecar.hooks.is_none() && sidecar.annotations.is_empty(),
+        "{sidecar:?}"
+    );
+
+    std::fs::rename(&away, &net).unwrap(); // home, its record kept
+    let restarted = node.create("c3", &[], &config, features).unwrap();
+    assert!(restarted.hooks.is_some(), "{restarted:?}");
+    assert_eq!(
+        restarted.annotations[RESOLVED_ANNOTATION],
+        owner.annotations[RESOLVED_ANNOTATION]
+    );
+    let ledger = node.devices.ledger().snapshot().unwrap();
+    assert_eq!(ledger.pods["sandbox"].network_owner.as_deref(), Some("c3"));
+}

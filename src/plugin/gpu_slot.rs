@@ -136,14 +136,23 @@ impl super::DevgatePlugin {
     /// defaults), and the health monitor starts.
     pub(super) fn apply_gpu_config(&self, config: &crate::config::GpuConfig) {
         let ledger = self.devices.ledger().clone();
-        let inventory = self
-            .devices
-            .set_nvml(config.nvml.then(|| config.nvml_library.clone()));
+        let inventory = self.devices.inventory();
         if self
             .gpu
             .reconfigure(config, |c| plugin_teardown(inventory, c, ledger))
         {
             tracing::info!(health_dir = %config.health_dir.display(), nvml = config.nvml, "gpu config from the runtime");
+            self.devices
+                .set_nvml(config.nvml.then(|| config.nvml_library.clone()));
+            // NVML's facts are read off the handler: loading and initialising
+            // it can take long, and Configure must answer within the
+            // runtime's timeout (containerd 1.7 exits when a plugin it
+            // started fails it). Until then the inventory has the GPUs
+            // without them.
+            if config.nvml && !self.devices.inventory().gpus.is_empty() {
+                let devices = Arc::clone(&self.devices);
+                std::thread::spawn(move || drop(devices.refresh()));
+            }
         }
         self.start_gpu_health(config);
     }
