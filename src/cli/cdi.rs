@@ -89,7 +89,7 @@ pub fn run(args: CdiArgs) -> Result<(), CdiCmdError> {
 
 fn generate(args: GenerateArgs) -> Result<(), CdiCmdError> {
     let config = Config::load(&args.config)?;
-    let inv = crate::gpu::discover_node(&args.host_root);
+    let inv = crate::gpu::discover_node(&args.host_root, &config.gpu);
     let classes: Vec<Class> = args.kind.map_or(Class::ALL.to_vec(), |k| vec![k]);
     let generated = cdi::generate(&inv, &config, &classes, &args.cdi_version)?;
     // stderr, one line each: stdout carries only the specs.

@@ -182,7 +182,7 @@ fn clear_gpu_quarantine(
         done.push(format!("quarantine cleared unchecked (was: {reason})"));
         return Ok(Ok(done));
     }
-    let inventory = gpu::discover_node(&args.host_root);
+    let inventory = gpu::discover_node(&args.host_root, &config.gpu);
     let teardown = gpu::GpuTeardown::for_node(inventory, config.gpu.clone(), ledger.clone())
         .skipping(running_plugin(&args.state_dir))
         .with_known_pods(std::sync::Arc::new(gpu::KnownPods::load_daemons(

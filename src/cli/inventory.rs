@@ -57,7 +57,11 @@ pub enum InventoryCmdError {
 }
 
 pub fn run(args: InventoryArgs) -> Result<(), InventoryCmdError> {
-    let inv = crate::gpu::discover_node_with_health(&args.host_root, &args.health_dir);
+    let inv = crate::gpu::discover_node_with_health(
+        &args.host_root,
+        &crate::config::GpuConfig::default(),
+        &args.health_dir,
+    );
     let mut stderr = io::stderr().lock();
     for warning in &inv.warnings {
         // Best effort: a closed stderr must not hide the inventory itself.

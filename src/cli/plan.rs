@@ -175,7 +175,7 @@ pub fn plan_pod(
     let inventory = if devices.allocation.is_empty() {
         inventory::Inventory::default()
     } else {
-        crate::gpu::discover_node_with_health(host_root, &config.gpu.health_dir)
+        crate::gpu::discover_node_with_health(host_root, &config.gpu, &config.gpu.health_dir)
     };
     let env = pod.container_env(container);
     let ctx = plan::ContainerContext {

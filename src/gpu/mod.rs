@@ -47,25 +47,25 @@ pub use known_pods::{is_daemon, KnownPods, DAEMON_PODS_FILE};
 pub use nvml::{NoNvml, Nvml};
 pub use teardown::{ClaimView, GpuTeardown, Retried};
 
+use crate::config::GpuConfig;
 use crate::ledger::{Claim, DeviceId};
 
 /// Discovery of `host_root` with NVML's indices and memory when the root is the
-/// machine's own and the driver is there; plain discovery otherwise.
-pub fn discover_node(host_root: &std::path::Path) -> crate::inventory::Inventory {
-    let libraries = crate::config::NvmlLibraries::default();
-    match nvml::NvmlGpuLibrary::for_root(host_root, libraries.candidates()) {
-        Some(lib) => crate::inventory::discover_with(host_root, &lib),
-        None => crate::inventory::discover(host_root),
-    }
+/// machine's own, `[gpu] nvml` is on and one of `nvml_library` loads; plain
+/// discovery otherwise.
+pub fn discover_node(host_root: &std::path::Path, gpu: &GpuConfig) -> crate::inventory::Inventory {
+    let libraries = gpu.nvml.then(|| gpu.nvml_library.clone());
+    NodeFacts::nvml(host_root, libraries).discover(host_root)
 }
 
 /// [`discover_node`] with the GPU health kept under `health_dir` merged in, as
 /// people are shown the node; a store that cannot be read is a warning.
 pub fn discover_node_with_health(
     host_root: &std::path::Path,
+    gpu: &GpuConfig,
     health_dir: &std::path::Path,
 ) -> crate::inventory::Inventory {
-    let mut inv = discover_node(host_root);
+    let mut inv = discover_node(host_root, gpu);
     match HealthStore::new(health_dir).snapshot() {
         Ok(health) => health::merge_into(&mut inv, &health),
         Err(e) => inv.warnings.push(format!("gpu health: {e}")),

@@ -114,7 +114,7 @@ impl ContainerOs for SysContainerOs {
             return Box::new(StaticHookTeardown);
         }
         // Built only when a pod goes: discovery and NVML cost milliseconds.
-        let inventory = gpu::discover_node(&self.env.host_root);
+        let inventory = gpu::discover_node(&self.env.host_root, &config.gpu);
         let teardown = gpu::GpuTeardown::for_node(inventory, config.gpu.clone(), ledger.clone());
         teardown.set_pod_cgroups(sandbox_id, cgroups);
         Box::new(teardown)
@@ -130,7 +130,7 @@ impl ContainerOs for SysContainerOs {
             tracing::warn!(gpus = ?uuids, "a statically linked devgate-hook cannot reset gpus without nvml: they stay quarantined");
             return Ok(Vec::new());
         }
-        let inventory = gpu::discover_node(&self.env.host_root);
+        let inventory = gpu::discover_node(&self.env.host_root, &config.gpu);
         let teardown = gpu::GpuTeardown::for_node(inventory, config.gpu.clone(), ledger.clone());
         teardown.retry_quarantined_of(ledger, |uuid| uuids.iter().any(|u| u == uuid))
     }
