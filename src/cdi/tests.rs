@@ -96,6 +96,14 @@ fn rdma_pfs_and_vfs_by_pci_address_with_sysfs_numbers() {
         .find(|d| d.name == vf.bus_id.to_string())
         .unwrap();
     let rdma = vf.rdma.as_ref().unwrap();
+    // Each of the VF's char devices but issm (`rdma.allow_issm` is off).
+    let want_nodes = rdma
+        .char_devs
+        .iter()
+        .filter(|c| c.kind != crate::inventory::RdmaCharKind::Issm)
+        .count();
+    assert!(want_nodes > 0);
+    assert_eq!(dev.container_edits.device_nodes.len(), want_nodes);
     for n in &dev.container_edits.device_nodes {
         let name = n.path.strip_prefix("/dev/infiniband/").unwrap();
         let c = rdma.char_devs.iter().find(|c| c.name == name).unwrap();

@@ -36,6 +36,7 @@ fn the_librarys_index_memory_and_health_win() {
         );
     }
     let inv = discover_with(fixture.root(), &Table(table));
+    assert_eq!(inv.gpus.len(), buses.len());
     let last = buses.len() - 1;
     for (pos, gpu) in inv.gpus.iter().enumerate() {
         assert_eq!(gpu.bus_id, buses[pos]);

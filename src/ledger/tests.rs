@@ -392,6 +392,7 @@ fn concurrent_claims_never_share_an_exclusive_gpu() {
     assert_eq!(wins, 4, "one winner per gpu");
     let snap = Ledger::open(d.path()).unwrap().snapshot().unwrap();
     assert_eq!(snap.pods.len(), 4);
+    assert_eq!(snap.devices.len(), 4, "each gpu held");
     for rec in snap.devices.values() {
         assert_eq!(rec.holders.len(), 1);
     }

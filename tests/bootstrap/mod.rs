@@ -45,23 +45,15 @@ pub fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
-/// The repository's hooks.d files, or a stand-in when the repository has none.
-pub fn hooks_dir(scratch: &Path) -> PathBuf {
+/// The repository's hooks.d files, which bootstrap installs.
+pub fn hooks_dir(_scratch: &Path) -> PathBuf {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks");
-    let has_json = std::fs::read_dir(&repo)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|e| e.path().extension().is_some_and(|x| x == "json"));
-    if has_json {
-        return repo;
-    }
-    let dir = scratch.join("hooks");
-    write(
-        &dir.join("devgate.json"),
-        r#"{"version":"1.0.0","hook":{"path":"/usr/local/bin/devgate-hook","args":["devgate-hook","createRuntime"]},"when":{"annotations":{"^scheduling\\.koordinator\\.sh/device-allocated$":".*"}},"stages":["createRuntime"]}"#,
+    assert!(
+        repo.join("devgate.json").is_file(),
+        "the shipped hooks.d file {} is missing",
+        repo.join("devgate.json").display()
     );
-    dir
+    repo
 }
 
 pub struct Run {

@@ -109,7 +109,6 @@ fn any_gone(mut events: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     #[test]
     fn a_socket_bound_in_the_directory_ends_the_wait() {
@@ -122,9 +121,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(100));
             std::os::unix::net::UnixListener::bind(path).unwrap()
         });
-        let start = Instant::now();
         assert_eq!(watch.wait(Duration::from_secs(30)), Woken::Created);
-        assert!(start.elapsed() < Duration::from_secs(10));
         let _listener = binder.join().unwrap();
         // The events were drained: the next wait times out again.
         assert_eq!(watch.wait(Duration::from_millis(20)), Woken::TimedOut);

@@ -91,26 +91,24 @@ impl GpuLibrary for NvmlGpuLibrary {
 mod tests {
     use super::*;
 
-    fn libraries() -> Vec<String> {
-        crate::config::NvmlLibraries::default()
-            .candidates()
-            .to_vec()
+    /// A library that loads: the fixture's NVML stand-in, then a missing one.
+    fn libraries(dir: &std::path::Path) -> Vec<String> {
+        let lib = crate::fixture::build_nvml_stand_in(dir).unwrap();
+        vec![
+            "/nonexistent/libnvidia-ml.so.1".to_string(),
+            lib.to_string_lossy().into_owned(),
+        ]
     }
 
+    /// The first library that loads, for the machine's own root only: a
+    /// simulated root is never mixed with the real driver's view.
     #[test]
-    fn a_simulated_root_never_loads_the_driver() {
-        assert!(
-            NvmlGpuLibrary::for_root(std::path::Path::new("/tmp/host"), &libraries()).is_none()
-        );
-    }
-
-    #[test]
-    fn the_real_root_has_a_library_exactly_when_the_driver_is_loaded() {
-        // Without the NVIDIA driver (as on CI) absent is normal, not an error.
-        let driver = std::path::Path::new("/proc/driver/nvidia").exists();
-        assert_eq!(
-            NvmlGpuLibrary::for_root(std::path::Path::new("/"), &libraries()).is_some(),
-            driver
-        );
+    fn only_the_real_root_loads_a_library() {
+        let dir = tempfile::tempdir().unwrap();
+        let libraries = libraries(dir.path());
+        let root = std::path::Path::new;
+        assert!(NvmlGpuLibrary::for_root(root("/tmp/host"), &libraries).is_none());
+        assert!(NvmlGpuLibrary::for_root(root("/"), &libraries).is_some());
+        assert!(NvmlGpuLibrary::for_root(root("/"), &libraries[..1]).is_none());
     }
 }
