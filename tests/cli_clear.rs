@@ -256,3 +256,17 @@ fn a_failure_after_the_health_mark_went_says_so() {
     );
     assert!(health.snapshot().unwrap().gpus[&g0].unhealthy.is_none());
 }
+
+/// A state directory that is not there (a typo) fails, naming it, instead of
+/// being made and reported as having nothing to clear.
+#[test]
+fn a_missing_state_directory_fails_and_is_not_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = node(dir.path());
+    let uuid = fixture.expected().gpus[0].uuid.clone();
+    let (ok, text) = clear(dir.path(), fixture.root(), &[&uuid]);
+    assert!(!ok, "{text}");
+    assert!(text.contains("no state directory"), "{text}");
+    assert!(!text.contains("nothing to clear"), "{text}");
+    assert!(!dir.path().join("state").exists(), "not made");
+}

@@ -168,3 +168,58 @@ fn a_config_that_does_not_load_leaves_the_report() {
         "{v}"
     );
 }
+
+/// GPU health, the runtime record and the grant counters that cannot be read
+/// are said, each with its cause, beside the ledger's holders, which they
+/// must not hide.
+#[test]
+fn unreadable_side_files_are_reported_beside_the_ledger() {
+    use devgate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
+    let dir = tempfile::tempdir().unwrap();
+    let (state, health) = (dir.path().join("state"), dir.path().join("health"));
+    let pod = PodRef {
+        sandbox_id: "sb-a".into(),
+        namespace: "ns".into(),
+        name: "a".into(),
+        uid: "uid-a".into(),
+    };
+    let gpu = Claim {
+        device: DeviceId::Gpu("GPU-1111".into()),
+        share: Share::Exclusive,
+        pf: None,
+    };
+    Ledger::open(&state).unwrap().claim(&pod, &[gpu]).unwrap();
+    std::fs::create_dir_all(&health).unwrap();
+    for file in [
+        health.join("health.json"),
+        state.join("runtime.json"),
+        state.join("grant-audit.json"),
+    ] {
+        std::fs::write(file, "{torn").unwrap();
+    }
+
+    let (ok, text) = status(&state, &health, &[]);
+    assert!(ok, "{text}");
+    assert!(text.contains("GPU-1111") && text.contains("ns/a"), "{text}");
+    for what in ["GPU HEALTH", "RUNTIME RECORD", "GRANT COUNTERS"] {
+        assert!(
+            text.contains(&format!("{what}: unreadable: ")),
+            "{what}: {text}"
+        );
+    }
+
+    let (ok, json) = status(&state, &health, &["-o", "json"]);
+    assert!(ok, "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(v["pods"]["sb-a"].is_object(), "{v}");
+    for (field, file) in [
+        ("gpu_health_error", "health.json"),
+        ("runtime_error", "runtime.json"),
+        ("grants_error", "grant-audit.json"),
+    ] {
+        assert!(
+            v[field].as_str().is_some_and(|e| e.contains(file)),
+            "{field}: {v}"
+        );
+    }
+}

@@ -70,6 +70,8 @@ pub enum ClearError {
     Health(#[from] GpuError),
     #[error("{0} of the devices named could not be cleared")]
     Refused(usize),
+    #[error("no state directory {}: give the plugin's --state-dir", .0.display())]
+    NoStateDir(std::path::PathBuf),
 }
 
 /// What clearing one device did, or why it could not.
@@ -82,6 +84,11 @@ pub fn run(args: ClearArgs) -> Result<(), ClearError> {
         .clone()
         .unwrap_or_else(|| config.gpu.health_dir.clone());
     let health = HealthStore::new(&health_dir);
+    // Opening makes the directory: a mistyped one would report "nothing to
+    // clear" for a quarantine that stays.
+    if !args.state_dir.is_dir() {
+        return Err(ClearError::NoStateDir(args.state_dir.clone()));
+    }
     let ledger = Ledger::open(&args.state_dir)?;
     let mut refused = 0;
     for target in &args.devices {

@@ -73,6 +73,22 @@ struct StatusView<'a> {
     /// Why the VFs' saved state could not be read, when it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     vf_state_error: Option<&'a str>,
+    /// Why GPU health, the runtime record or the grant counters could not be
+    /// read, when they could not (then shown empty).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_health_error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runtime_error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grants_error: Option<&'a str>,
+}
+
+/// The value, or its default and why it could not be had.
+fn or_said<T: Default, E: std::error::Error>(read: Result<T, E>) -> (T, Option<String>) {
+    match read {
+        Ok(value) => (value, None),
+        Err(e) => (T::default(), Some(nri::ErrorChain(&e).to_string())),
+    }
 }
 
 /// `--health-dir`, else the config's: the one the plugin and the hook mark.
@@ -96,9 +112,18 @@ fn health_dir(args: &StatusArgs) -> (PathBuf, Option<String>) {
 pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
     let state = Ledger::read(&args.state_dir)?;
     let (health_dir, health_dir_error) = health_dir(&args);
-    let health = HealthStore::new(&health_dir).snapshot()?;
-    let runtime_record = crate::plugin::features::RuntimeRecord::load(&args.state_dir)?;
-    let grants = crate::grant::audit::read_counters(&args.state_dir)?;
+    // A file beside the ledger that cannot be read is said, not allowed to
+    // hide the ledger's holders and quarantines.
+    let (health, gpu_health_error) = or_said(HealthStore::new(&health_dir).snapshot());
+    let (runtime_record, runtime_error) = or_said(crate::plugin::features::RuntimeRecord::load(
+        &args.state_dir,
+    ));
+    let (grants, grants_error) = or_said(crate::grant::audit::read_counters(&args.state_dir));
+    let unreadable = [
+        ("gpu health", &gpu_health_error),
+        ("runtime record", &runtime_error),
+        ("grant counters", &grants_error),
+    ];
     // A VF record that cannot be read is shown, not allowed to hide the rest.
     let (vfs, vf_state_error): (Vec<VfView>, Option<String>) =
         match crate::netdev::SavedStore::new(&args.state_dir).readable() {
@@ -129,6 +154,9 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
                 grants: &grants,
                 vfs: &vfs,
                 vf_state_error: vf_state_error.as_deref(),
+                gpu_health_error: gpu_health_error.as_deref(),
+                runtime_error: runtime_error.as_deref(),
+                grants_error: grants_error.as_deref(),
             };
             println!("{}", serde_json::to_string_pretty(&view)?)
         }
@@ -145,6 +173,11 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
             }
             if !pairs.is_empty() {
                 print!("\n{}", pairs::table(&pairs));
+            }
+            for (what, e) in unreadable {
+                if let Some(e) = e {
+                    println!("\n{}: unreadable: {e}", what.to_uppercase());
+                }
             }
         }
     }
