@@ -244,3 +244,40 @@ fn a_missing_hostname_needs_a_node_name() {
     let cr: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&ok.stdout).expect("yaml");
     assert_eq!(cr["spec"]["devices"].as_sequence().map(Vec::len), Some(0));
 }
+
+/// Without `--health-dir`, GPU health comes from `[gpu] health_dir` of the
+/// config, where the plugin marks it: a GPU marked unhealthy there shows so.
+#[test]
+fn gpu_health_comes_from_the_configs_health_dir() {
+    use devgate::gpu::health::Fault;
+    let (dir, fixture) = hgx();
+    let health = dir.path().join("health");
+    let config = dir.path().join("devgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[gpu]\nnvml = false\nhealth_dir = \"{}\"\n",
+            health.display()
+        ),
+    )
+    .unwrap();
+    let gpu = &fixture.expected().gpus[1];
+    devgate::gpu::HealthStore::new(&health)
+        .mark(&gpu.uuid, &[Fault::Xid { code: 79 }], 1)
+        .unwrap();
+    let out = inventory(
+        fixture.root(),
+        &["-o", "json", "--config", config.to_str().unwrap()],
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let gpus = json["gpus"].as_array().unwrap();
+    let marked = gpus
+        .iter()
+        .find(|g| g["uuid"] == gpu.uuid.as_str())
+        .unwrap();
+    assert_eq!(marked["health"], "unhealthy", "{marked}");
+    assert!(gpus
+        .iter()
+        .filter(|g| g["uuid"] != gpu.uuid.as_str())
+        .all(|g| g["health"] == "healthy"));
+}

@@ -31,9 +31,14 @@ pub struct InventoryArgs {
     /// lower-cased as the kubelet does.
     #[arg(long)]
     pub node_name: Option<String>,
-    /// GPU health state (`[gpu] health_dir`): unhealthy GPUs show with their reason.
-    #[arg(long, default_value = "/var/lib/devgate")]
-    pub health_dir: PathBuf,
+    /// GPU health state, where unhealthy GPUs show with their reason;
+    /// default: `[gpu] health_dir` of `--config`, as the plugin marks it.
+    #[arg(long)]
+    pub health_dir: Option<PathBuf>,
+    /// Node config: its `[gpu]` section (health_dir, nvml, nvml_library); a
+    /// missing file means defaults.
+    #[arg(long, default_value = crate::config::DEFAULT_CONFIG_PATH)]
+    pub config: PathBuf,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -57,12 +62,25 @@ pub enum InventoryCmdError {
 }
 
 pub fn run(args: InventoryArgs) -> Result<(), InventoryCmdError> {
-    let inv = crate::gpu::discover_node_with_health(
-        &args.host_root,
-        &crate::config::GpuConfig::default(),
-        &args.health_dir,
-    );
     let mut stderr = io::stderr().lock();
+    // A config that does not load leaves the defaults, said: the inventory
+    // is wanted most when something is wrong.
+    let gpu = match crate::config::Config::load(&args.config) {
+        Ok(config) => config.gpu,
+        Err(e) => {
+            let _ = writeln!(
+                stderr,
+                "devgate: warning: {}; [gpu] defaults",
+                nri::ErrorChain(&e)
+            );
+            crate::config::GpuConfig::default()
+        }
+    };
+    let health_dir = args
+        .health_dir
+        .clone()
+        .unwrap_or_else(|| gpu.health_dir.clone());
+    let inv = crate::gpu::discover_node_with_health(&args.host_root, &gpu, &health_dir);
     for warning in &inv.warnings {
         // Best effort: a closed stderr must not hide the inventory itself.
         let _ = writeln!(stderr, "devgate: warning: {warning}");
