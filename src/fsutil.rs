@@ -148,6 +148,7 @@ pub fn replace_file_meta(path: &Path, bytes: &[u8]) -> Result<fs::Metadata, FsEr
         None,
         dir,
         path.file_name().unwrap_or_default(),
+        ".tmp",
         bytes,
         0o600,
         Durability::Sync,
@@ -156,11 +157,15 @@ pub fn replace_file_meta(path: &Path, bytes: &[u8]) -> Result<fs::Metadata, FsEr
 }
 
 /// [`replace_file`] with the new file's `mode` set before the rename, so that
-/// the file is never seen with another one.
+/// the file is never seen with another one. For files written without a lock
+/// (`devgate cdi generate` into a spec directory): the temporary name carries
+/// the pid, so two writers at once never write into one temporary file and
+/// rename a torn one; the last rename wins whole.
 pub fn replace_file_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FsError> {
     let dir = parent_dir(path);
     let name = path.file_name().unwrap_or_default();
-    replace(None, dir, name, bytes, mode, Durability::Sync).map(drop)
+    let tmp = format!(".{}.tmp", std::process::id());
+    replace(None, dir, name, &tmp, bytes, mode, Durability::Sync).map(drop)
 }
 
 /// What identifies one version of a file replaced whole at every write (see
@@ -247,6 +252,7 @@ pub fn replace_in(
         Some(dir),
         dir_path,
         OsStr::new(name),
+        ".tmp",
         bytes,
         0o600,
         durability,
@@ -267,12 +273,13 @@ fn replace(
     open: Option<&File>,
     dir_path: &Path,
     name: &OsStr,
+    tmp_suffix: &str,
     bytes: &[u8],
     mode: u32,
     durability: Durability,
 ) -> Result<(fs::Metadata, File), FsError> {
     let mut tmp_name = name.to_os_string();
-    tmp_name.push(".tmp");
+    tmp_name.push(tmp_suffix);
     let (tmp, dst) = (dir_path.join(&tmp_name), dir_path.join(name));
     let (at_fd, tmp_at, dst_at) = match open {
         Some(d) => (Some(d.as_raw_fd()), Path::new(&tmp_name), Path::new(name)),

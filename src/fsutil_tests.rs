@@ -52,6 +52,29 @@ fn only_memory_filesystems_skip_the_fsync() {
     assert_eq!(fs::read(dir.path().join("f")).unwrap(), b"x");
 }
 
+/// An unlocked writer (`cdi generate`) uses a temporary name of its own: a
+/// second writer's temporary file, half written, is neither truncated nor
+/// renamed into place by it.
+#[test]
+fn an_unlocked_replace_leaves_another_writers_temporary_file_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("devgate.io-gpu.json");
+    let other = dir.path().join("devgate.io-gpu.json.tmp");
+    fs::write(&other, "half of another writer's spec").unwrap();
+    replace_file_mode(&path, b"whole", 0o644).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), b"whole");
+    assert_eq!(fs::read(&other).unwrap(), b"half of another writer's spec");
+    let names: Vec<_> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        names.len(),
+        2,
+        "no temporary file of its own left: {names:?}"
+    );
+}
+
 #[test]
 fn replace_leaves_only_the_new_content() {
     let dir = tempfile::tempdir().unwrap();
