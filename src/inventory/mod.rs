@@ -81,6 +81,23 @@ fn discover_in(fs: HostFs, gpu_library: &dyn GpuLibrary) -> Inventory {
     }
 }
 
+/// The netdevs of the PCI function `addr` as the host's namespace sees them
+/// now, read as discovery reads them: a netdev moved into a pod's namespace
+/// is not listed (sysfs tags netdevs by namespace, lib/kobject_ns.c). Empty
+/// when the function cannot be read.
+pub fn netdevs_of(host_root: &Path, addr: PciAddr) -> Vec<String> {
+    let mut scan = Scan {
+        fs: HostFs::new(host_root),
+        gpu_library: &NoGpuLibrary,
+        warnings: Vec::new(),
+    };
+    let rel = Path::new("sys/bus/pci/devices").join(addr.to_string());
+    match scan.pci_function(&rel) {
+        Ok(f) => scan.netdevs(&f),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// The node's host name from `proc/sys/kernel/hostname` below `host_root`.
 pub fn host_name(host_root: &Path) -> Result<String, InventoryError> {
     let path = "proc/sys/kernel/hostname";

@@ -103,17 +103,6 @@ fn backfill_vf_pfs(ledger: &Ledger, inv: &Inventory) {
     }
 }
 
-/// Whether the VF's netdev is in the host's namespace: sysfs lists a PCI
-/// function's netdevs under `net/` only for the namespace it was mounted in
-/// (netdevs are tagged by namespace, lib/kobject_ns.c).
-fn netdev_on_host(host_root: &Path, vf: PciAddr) -> bool {
-    let net = host_root
-        .join("sys/bus/pci/devices")
-        .join(vf.to_string())
-        .join("net");
-    std::fs::read_dir(net).is_ok_and(|mut d| d.next().is_some())
-}
-
 impl Devices {
     pub fn open(
         host_root: &Path,
@@ -234,7 +223,9 @@ impl Devices {
         // after the netdev came home left the records, which the next
         // owner's hook finishes before moving the VFs in again.
         let owner_idle = |rec: &crate::ledger::PodRecord| {
-            saved.none_away(rec, |vf| netdev_on_host(&self.host_root, vf))
+            saved.none_away(rec, |vf| {
+                !crate::inventory::netdevs_of(&self.host_root, vf).is_empty()
+            })
         };
         let admission = self
             .ledger
