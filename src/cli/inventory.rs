@@ -63,19 +63,14 @@ pub enum InventoryCmdError {
 
 pub fn run(args: InventoryArgs) -> Result<(), InventoryCmdError> {
     let mut stderr = io::stderr().lock();
-    // A config that does not load leaves the defaults, said: the inventory
-    // is wanted most when something is wrong.
-    let gpu = match crate::config::Config::load(&args.config) {
-        Ok(config) => config.gpu,
-        Err(e) => {
-            let _ = writeln!(
-                stderr,
-                "devgate: warning: {}; [gpu] defaults",
-                nri::ErrorChain(&e)
-            );
-            crate::config::GpuConfig::default()
-        }
-    };
+    let (gpu, error) = super::gpu_or_default(&args.config);
+    if let Some(e) = error {
+        let _ = writeln!(
+            stderr,
+            "devgate: warning: {}; [gpu] defaults",
+            nri::ErrorChain(&e)
+        );
+    }
     let health_dir = args
         .health_dir
         .clone()

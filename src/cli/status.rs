@@ -98,15 +98,13 @@ fn health_dir(args: &StatusArgs) -> (PathBuf, Option<String>) {
     if let Some(dir) = &args.health_dir {
         return (dir.clone(), None);
     }
-    match crate::config::Config::load(&args.config) {
-        Ok(config) => (config.gpu.health_dir, None),
-        Err(e) => {
-            let default = crate::config::GpuConfig::default().health_dir;
-            let why = format!("{e}; gpu health read from {}", default.display());
-            eprintln!("devgate status: {why}");
-            (default, Some(why))
-        }
-    }
+    let (gpu, error) = super::gpu_or_default(&args.config);
+    let why = error.map(|e| {
+        let why = format!("{e}; gpu health read from {}", gpu.health_dir.display());
+        eprintln!("devgate status: {why}");
+        why
+    });
+    (gpu.health_dir, why)
 }
 
 pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
