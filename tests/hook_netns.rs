@@ -12,8 +12,8 @@ use std::path::Path;
 
 use devgate::netdev::{self, Netns, NetnsRoots, SavedStore, SysNetEnv, VfOps};
 use net::{
-    action, arp_notify, hook, hook_program_args, hook_unvouched, link, links, ok, records,
-    require_root, state, vouch_in, In, NamedNs, Sleeper, Veth,
+    action, arp_notify, fails_with, hook, hook_in_pod, hook_program_args, hook_unvouched, link,
+    links, ok, records, require_root, state, In, NamedNs, Sleeper, Veth,
 };
 
 const ORIG_MTU: u32 = 1500;
@@ -396,11 +396,9 @@ fn a_container_in_the_host_netns_gets_no_vf() {
         dir.path(),
         &[],
     );
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("check pod netns: the pod has no network namespace of its own"),
-        "{}",
-        stderr(&out)
+    fails_with(
+        &out,
+        "check pod netns: the pod has no network namespace of its own",
     );
     assert_home(&v);
     assert!(link(In::Host, "net1").is_none());
@@ -418,10 +416,8 @@ fn the_pods_next_owner_finishes_a_restore_an_earlier_owner_left() {
     let pod = Sleeper::new();
     let v = Veth::new("dgo0v", "dgo0p", "02:00:00:0a:07:01");
     let dir = tempfile::tempdir().unwrap();
-    let run = |stage: &str, st: &str| {
-        vouch_in(st, dir.path(), Some("shared"), &["0000:ee:08.0"]);
-        hook_unvouched(stage, st, dir.path(), &[])
-    };
+    let run =
+        |stage: &str, st: &str| hook_in_pod(stage, st, dir.path(), "shared", &["0000:ee:08.0"]);
     let first = [action(
         &v,
         "0000:ee:08.0",
@@ -436,17 +432,10 @@ fn the_pods_next_owner_finishes_a_restore_an_earlier_owner_left() {
     assert_in_pod(In::Pid(pod.pid()), "net1", "02:00:00:0b:07:01", 9000);
 
     // Something on the host took the stand-in's name: it cannot come home.
-    net::sh(&[
-        "ip", "link", "add", &v.name, "type", "veth", "peer", "name", "dgo0q",
-    ]);
+    let squatter = Veth::new(&v.name, "dgo0q", "02:00:00:0a:07:02");
     let out = run("poststop", &state("own1", "stopped", None, &[]));
-    net::sh(&["ip", "link", "del", &v.name]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("is taken by another link"),
-        "{}",
-        stderr(&out)
-    );
+    drop(squatter);
+    fails_with(&out, "is taken by another link");
     assert_eq!(records(dir.path()), 1);
     assert_in_pod(In::Pid(pod.pid()), "net1", "02:00:00:0b:07:01", 9000);
     let ledger = devgate::ledger::Ledger::open(dir.path()).unwrap();
@@ -489,10 +478,7 @@ fn a_failed_attach_keeps_the_claims_while_a_vf_of_the_pod_is_saved() {
         "02:00:00:0b:08:01",
         9000,
     )];
-    let run = |stage: &str, st: &str| {
-        vouch_in(st, dir.path(), Some("kept"), &["0000:ee:09.0"]);
-        hook_unvouched(stage, st, dir.path(), &[])
-    };
+    let run = |stage: &str, st: &str| hook_in_pod(stage, st, dir.path(), "kept", &["0000:ee:09.0"]);
     ok(&run(
         "createRuntime",
         &state("k1", "creating", Some(pod.pid()), &nets),
@@ -501,33 +487,25 @@ fn a_failed_attach_keeps_the_claims_while_a_vf_of_the_pod_is_saved() {
     let ledger = devgate::ledger::Ledger::open(dir.path()).unwrap();
     ledger.remove_container("sb-kept", "k1").unwrap();
     // k2's takeover cannot restore it: the stand-in's host name is taken.
-    net::sh(&[
-        "ip", "link", "add", &v.name, "type", "veth", "peer", "name", "dgk0q",
-    ]);
+    let squatter = Veth::new(&v.name, "dgk0q", "02:00:00:0a:08:02");
     let out = run(
         "createRuntime",
         &state("k2", "creating", Some(pod.pid()), &nets),
     );
-    net::sh(&["ip", "link", "del", &v.name]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("is taken by another link"),
-        "{}",
-        stderr(&out)
-    );
+    drop(squatter);
+    fails_with(&out, "is taken by another link");
     assert_eq!(records(dir.path()), 1);
     let snapshot = devgate::ledger::Ledger::read(dir.path()).unwrap();
     assert!(snapshot.pods.contains_key("sb-kept"), "claims kept");
-    // Its release restores the VF.
-    let mut ops_env = SysNetEnv::new(NetnsRoots::default()).unwrap();
-    let store = SavedStore::new(dir.path());
-    let mut ops = VfOps {
-        env: &mut ops_env,
-        store: &store,
-        checkpoint: &nop,
-    };
-    assert_eq!(netdev::detach_container(&mut ops, "k1").unwrap(), 1);
+    // k1's poststop, late, restores the VF.
+    ok(&hook_unvouched(
+        "poststop",
+        &state("k1", "stopped", None, &[]),
+        dir.path(),
+        &[],
+    ));
     assert_home(&v);
+    assert_eq!(records(dir.path()), 0);
 }
 
 #[test]

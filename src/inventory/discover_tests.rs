@@ -413,14 +413,20 @@ fn a_soft_rdma_device_on_a_nics_netdev_does_not_take_its_function() {
     let (_dir, fixture) = build(HostRootBuilder::hgx());
     let root = fixture.root();
     let nic = &fixture.expected().rdma[0];
-    let own = fs::canonicalize(root.join("sys/class/infiniband").join(&nic.rdma.name)).unwrap();
-    let pci = own.parent().unwrap().parent().unwrap().to_path_buf();
+    let pci = pci_dir_of(root, &nic.rdma.name);
     for soft in ["siw0", "rxe_ens1f0"] {
         add_rdma_dev(root, &pci, soft);
     }
     let inv = discover(root);
     assert_eq!(inv.warnings, Vec::<String>::new());
     assert_eq!(&inv.rdma, &fixture.expected().rdma);
+}
+
+/// The PCI function directory the RDMA device `name` sits on
+/// (`<pci>/infiniband/<name>`), symlinks resolved.
+fn pci_dir_of(root: &Path, name: &str) -> std::path::PathBuf {
+    let own = fs::canonicalize(root.join("sys/class/infiniband").join(name)).unwrap();
+    own.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
 /// An RDMA device `name` on the PCI function at `pci`, as sysfs shows one.
@@ -446,8 +452,7 @@ fn of_two_rdma_devices_on_one_function_the_first_by_name_is_kept() {
     let (_dir, fixture) = build(HostRootBuilder::hgx());
     let root = fixture.root();
     let nic = &fixture.expected().rdma[0];
-    let own = fs::canonicalize(root.join("sys/class/infiniband").join(&nic.rdma.name)).unwrap();
-    let pci = own.parent().unwrap().parent().unwrap().to_path_buf();
+    let pci = pci_dir_of(root, &nic.rdma.name);
     add_rdma_dev(root, &pci, "roce_a");
     let inv = discover(root);
     assert_eq!(&inv.rdma, &fixture.expected().rdma);

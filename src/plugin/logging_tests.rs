@@ -35,11 +35,7 @@ fn a_logged_failure_names_its_cause() {
 #[test]
 fn synchronize_names_containers_that_run_without_their_allocation() {
     let (p, _state) = plugin(Config::default(), false);
-    let gpu = r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}]}"#;
-    let mut pod = pod(None);
-    pod.id = "sb-away".into();
-    pod.annotations
-        .insert(crate::allocation::DEVICE_ALLOCATED.into(), gpu.into());
+    let pod = allocated_pod(r#"{"gpu":[{"minor":0}]}"#);
     let container = nri::api::Container {
         id: "ctr-away".into(),
         pod_sandbox_id: pod.id.clone(),

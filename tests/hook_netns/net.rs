@@ -292,6 +292,12 @@ pub fn vouch_in(state: &str, state_dir: &Path, pod: Option<&str>, vfs: &[&str]) 
         .expect("vouch in the ledger");
 }
 
+/// Runs the hook binary as a container of pod `pod` (see [`vouch_in`]).
+pub fn hook_in_pod(stage: &str, state: &str, state_dir: &Path, pod: &str, vfs: &[&str]) -> Output {
+    vouch_in(state, state_dir, Some(pod), vfs);
+    hook_unvouched(stage, state, state_dir, &[])
+}
+
 /// Runs the hook binary with `state` on stdin, its annotation vouched for.
 pub fn hook(stage: &str, state: &str, state_dir: &Path, env: &[(&str, &str)]) -> Output {
     vouch(state, state_dir);
@@ -340,6 +346,13 @@ pub fn hook_program_args(
 }
 
 /// The hook succeeded and printed nothing.
+/// The hook failed with one line on stderr that contains `needle`.
+pub fn fails_with(out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(needle), "{err}");
+}
+
 pub fn ok(out: &Output) {
     assert!(
         out.status.success(),

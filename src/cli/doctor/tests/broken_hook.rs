@@ -1,7 +1,7 @@
 //! The NRI hook check on nodes whose hook path or hook state dir is wrong.
 use std::os::unix::fs::PermissionsExt;
 
-use super::{check, healthy, healthy_from, write, Node};
+use super::{check, healthy, healthy_from, write, write_script, Node};
 use crate::cli::doctor::{run_checks, Status};
 
 type Setup = fn(&mut Node);
@@ -105,9 +105,7 @@ fn without_config_the_running_plugins_own_config_is_checked() {
     );
     // Only the init container's copy exists on the host.
     std::fs::remove_file(node.roots.host_root.join("usr/local/bin/devgate-hook")).unwrap();
-    let hook = node.roots.host_root.join("opt/devgate/bin/devgate-hook");
-    write(&hook, "#!/bin/sh\n");
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&node.roots.host_root.join("opt/devgate/bin/devgate-hook"));
 
     let given = run_checks(&node.roots, &node.host);
     assert_eq!(

@@ -57,6 +57,12 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
+/// An executable file at `path`, as an installed hook is.
+fn write_script(path: &Path) {
+    write(path, "#!/bin/sh\n");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 /// A healthy node whose host root is a copy of `template` (writing the HGX
 /// fixture is the slow part), or a newly written one.
 fn healthy_from(template: Option<&Path>) -> Node {
@@ -117,9 +123,7 @@ fn healthy_from(template: Option<&Path>) -> Node {
         &format!("cpu 1 2 3\nbtime {BOOT}\n"),
     );
     write(&roots.proc_dir.join("4242/stat"), &proc_stat(1000));
-    let hook = root.join("usr/local/bin/devgate-hook");
-    write(&hook, "#!/bin/sh\n");
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&root.join("usr/local/bin/devgate-hook"));
     write(
         &etc.join("containers/oci/hooks.d/devgate.json"),
         r#"{"version":"1.0.0","hook":{"path":"/usr/local/bin/devgate-hook","args":["devgate-hook","createRuntime"]},"when":{"always":true},"stages":["createRuntime"]}"#,
