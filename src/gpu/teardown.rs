@@ -15,21 +15,21 @@ use std::time::Duration;
 
 use crate::config::GpuConfig;
 use crate::inventory::Inventory;
-use crate::ledger::{DeviceId, Ledger, PodRecord, Share, Teardown};
+use crate::ledger::{DeviceId, Ledger, PodRecord, Share, Teardown, Unclean};
 
 use super::cgroup::PodCgroups;
 use super::health::{observe, HealthStore};
 use super::host::{Host, ProcHost};
-use super::kill::{self, KillTimes};
+use super::kill::KillTimes;
 use super::nvml::{self, Nvml};
 use super::reset;
-use super::scan::{add_nvml_users, scan, split, NotUsers, Users};
+use super::scan::Users;
 use super::GpuError;
 
-/// Sandboxes released by this teardown, remembered so that pods sharing a GPU and
-/// released in one ledger transaction see each other gone (the ledger commits after
-/// all of them). Older entries are long committed.
-const RELEASED_MEMORY: usize = 1024;
+/// GPUs released by this teardown, by sandbox, remembered so that pods sharing a
+/// GPU and released in one ledger transaction see each other gone (the ledger
+/// commits after all of them). Older entries are long committed.
+const RELEASED_MEMORY: usize = 4096;
 /// Rounds of ending the pod's GPU users and looking again before the release
 /// gives up (the GPU stays quarantined).
 const END_ROUNDS: usize = 3;
@@ -61,7 +61,8 @@ pub struct GpuTeardown {
     /// The node's pods, for `gpu.ignored_pods`; shared with the plugin.
     known_pods: Arc<super::KnownPods>,
     pod_cgroups: Mutex<HashMap<String, PodCgroups>>,
-    released: Mutex<VecDeque<String>>,
+    /// (sandbox, GPU UUID) pairs.
+    released: Mutex<VecDeque<(String, String)>>,
 }
 
 impl GpuTeardown {
@@ -193,17 +194,20 @@ impl GpuTeardown {
         all.only_containers(&ids)
     }
 
-    fn targets(&self, pod: &PodRecord) -> (Vec<Target>, Vec<GpuError>) {
-        let (mut targets, mut errors) = (Vec::new(), Vec::new());
+    fn targets(&self, pod: &PodRecord) -> (Vec<Target>, Vec<Fault>) {
+        let (mut targets, mut faults) = (Vec::new(), Vec::new());
         for claim in &pod.claims {
             if let DeviceId::Gpu(uuid) = &claim.device {
                 match self.target(uuid, claim.share, Some(&pod.pod.sandbox_id)) {
                     Ok(t) => targets.push(t),
-                    Err(e) => errors.push(e),
+                    Err(error) => faults.push(Fault {
+                        gpus: vec![uuid.clone()],
+                        error,
+                    }),
                 }
             }
         }
-        (targets, errors)
+        (targets, faults)
     }
 
     /// Resolves a GPU to its device number; `sandbox` is the releasing pod, if any.
@@ -241,106 +245,70 @@ impl GpuTeardown {
                 reason,
             })?;
         let released = self.released.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(holders.iter().all(|h| h == sandbox || released.contains(h)))
+        Ok(holders
+            .iter()
+            .all(|h| h == sandbox || released.iter().any(|(s, u)| s == h && u == uuid)))
     }
 
-    fn mark_released(&self, sandbox: &str) {
+    /// Notes that `sandbox` gave `gpus` up clean: per GPU, since a pod whose
+    /// other GPU failed keeps that one.
+    fn mark_released<'a>(&self, sandbox: &str, gpus: impl Iterator<Item = &'a str>) {
         let mut released = self.released.lock().unwrap_or_else(|p| p.into_inner());
-        if released.len() >= RELEASED_MEMORY {
-            released.pop_front();
+        for uuid in gpus {
+            if released.len() >= RELEASED_MEMORY {
+                released.pop_front();
+            }
+            released.push_back((sandbox.to_string(), uuid.to_string()));
         }
-        released.push_back(sandbox.to_string());
     }
 
-    /// Ends the pod's users of `targets`, then checks and resets those it held last.
-    fn clean(&self, pod: &PodCgroups, targets: &[Target]) -> Vec<GpuError> {
+    /// Ends the pod's users of `targets`, then checks and resets those it held
+    /// last. A GPU a process of the pod still holds is left in doubt, not
+    /// the others.
+    fn clean(&self, pod: &PodCgroups, targets: &[Target]) -> Vec<Fault> {
         let mut skip = vec![std::process::id()];
         skip.extend(&self.skipped);
-        let watched = self.watched(targets);
-        let all_gpus = self.all_gpu_devs();
-        // Every GPU's holders, to tell a daemon pod holding them all.
-        let mut rdevs: Vec<u64> = watched.iter().map(|(_, r)| *r).collect();
-        for r in &all_gpus {
-            if !rdevs.contains(r) {
-                rdevs.push(*r);
-            }
-        }
-        let users_now = || -> Result<_, GpuError> {
-            let mut users = scan(self.host.as_ref(), &rdevs, &skip)?;
-            add_nvml_users(self.nvml.as_ref(), &watched, &skip, &mut users)?;
-            Ok(users)
+        let ended = match self.end_pod_users(pod, targets, &skip) {
+            Ok(ended) => ended,
+            Err(e) => return vec![Fault::all(targets, e)],
         };
-        let mut users = match users_now() {
-            Ok(users) => users,
-            Err(e) => return vec![e],
-        };
-        let target_devs: Vec<u64> = targets.iter().map(|t| t.rdev).collect();
-        let not_users = NotUsers {
-            cgroups: self.ignored.clone(),
-            daemon_pods: self.known_pods.cgroups_of(&self.config.ignored_pods),
-            all_gpus,
-        };
-        let mut round = 0;
-        let split = loop {
-            let split = split(self.host.as_ref(), &users, &target_devs, pod, &not_users);
-            if split.pod.is_empty() {
-                break split;
-            }
-            // Still the pod's after the rounds: a process that forks as it is
-            // ended, faster than it is ended.
-            if round == END_ROUNDS {
-                return vec![GpuError::StillForking {
-                    pids: split.pod.keys().copied().collect(),
-                    rounds: END_ROUNDS,
-                }];
-            }
-            match kill::end(self.host.as_ref(), &split.pod, self.times()) {
-                Ok(ended) => {
-                    tracing::info!(terminated = ?ended.terminated, killed = ?ended.killed, "ended the released pod's gpu users");
-                }
-                // A survivor still holds the GPU: nothing after this is safe.
-                Err(e) => return vec![e],
-            }
-            // A process ended can leave a child it forked meanwhile holding
-            // the GPU (a handler that forks and exits): looked for again, so
-            // the GPU is never reset or handed on under it.
-            round += 1;
-            users = match users_now() {
-                Ok(users) => users,
-                Err(e) => return vec![e],
-            };
-        };
-        let mut errors = Vec::new();
+        let mut faults: Vec<Fault> = ended.stuck.into_iter().collect();
+        let stuck: Vec<String> = Fault::gpus_of(&faults)
+            .into_iter()
+            .map(String::from)
+            .collect();
         let mut reset_ok = Vec::new();
         // Without NVML on a node with the driver, the reset below would pass
         // without resetting anything: the GPUs stay quarantined until it loads.
         let no_nvml = self.config.nvml && !self.nvml.present() && self.host.nvidia_driver_loaded();
-        for t in targets.iter().filter(|t| t.last) {
-            if let Some(pids) = split.outside.get(&t.rdev) {
+        for t in targets
+            .iter()
+            .filter(|t| t.last && !stuck.contains(&t.uuid))
+        {
+            if let Some(pids) = ended.split.outside.get(&t.rdev) {
                 tracing::warn!(gpu = %t.uuid, pids = ?pids, "gpu open outside the released pod");
-                errors.push(GpuError::OutsideUsers {
-                    uuid: t.uuid.clone(),
-                    pids: pids.clone(),
-                });
+                let pids = pids.clone();
+                let uuid = t.uuid.clone();
+                faults.push(Fault::of(t, GpuError::OutsideUsers { uuid, pids }));
                 continue;
             }
             if no_nvml {
-                errors.push(GpuError::NvmlUnavailable {
-                    uuid: t.uuid.clone(),
-                });
+                let uuid = t.uuid.clone();
+                faults.push(Fault::of(t, GpuError::NvmlUnavailable { uuid }));
                 continue;
             }
             let errs = reset::reset_gpu(self.nvml.as_ref(), &t.uuid, &self.config, t.whole);
             if errs.is_empty() {
                 reset_ok.push(t);
             }
-            errors.extend(errs);
+            faults.extend(errs.into_iter().map(|e| Fault::of(t, e)));
             self.note_memory_health(&t.uuid);
         }
-        if self.config.full_reset && errors.is_empty() {
-            errors.extend(self.full_resets(&reset_ok, &users));
+        // A full reset needs every GPU idle and each of these reset first.
+        if self.config.full_reset && faults.is_empty() {
+            faults.extend(self.full_resets(&reset_ok, &ended.users));
         }
-        errors
+        faults
     }
 
     /// The device numbers of every GPU of the node a daemon's NVML attaches
@@ -377,7 +345,7 @@ impl GpuTeardown {
         out
     }
 
-    fn full_resets(&self, targets: &[&Target], users: &Users) -> Vec<GpuError> {
+    fn full_resets(&self, targets: &[&Target], users: &Users) -> Vec<Fault> {
         if !users.is_idle() {
             tracing::warn!("full gpu reset skipped: a gpu on the node is in use");
             return Vec::new();
@@ -385,7 +353,8 @@ impl GpuTeardown {
         targets
             .iter()
             .filter_map(|t| {
-                reset::full_reset(self.host.as_ref(), &self.config, &t.uuid, &t.bus_id).err()
+                let done = reset::full_reset(self.host.as_ref(), &self.config, &t.uuid, &t.bus_id);
+                done.err().map(|e| Fault::of(t, e))
             })
             .collect()
     }
@@ -407,24 +376,33 @@ impl GpuTeardown {
 }
 
 impl Teardown for GpuTeardown {
-    fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
-        let (targets, mut errors) = self.targets(pod);
+    fn teardown(&self, pod: &PodRecord) -> Result<(), Unclean> {
+        let sandbox = pod.pod.sandbox_id.as_str();
+        let (targets, mut faults) = self.targets(pod);
         if !targets.is_empty() {
-            errors.extend(self.clean(&self.pod_cgroups_of(pod), &targets));
+            faults.extend(self.clean(&self.pod_cgroups_of(pod), &targets));
         }
-        if !errors.is_empty() {
-            return Err(nri::ErrorChain::join(&errors));
+        let unclean = Fault::gpus_of(&faults);
+        let clean = targets.iter().map(|t| t.uuid.as_str());
+        self.mark_released(sandbox, clean.filter(|u| !unclean.contains(u)));
+        if faults.is_empty() {
+            // Every pod's paths are kept (an RDMA-only pod's too): forgotten
+            // here; a pod keeping a GPU needs them for its retry.
+            self.forget_pod(sandbox);
+            return Ok(());
         }
-        if !targets.is_empty() {
-            self.mark_released(&pod.pod.sandbox_id);
-        }
-        // Every pod's paths are kept (an RDMA-only pod's too): forgotten here.
-        self.forget_pod(&pod.pod.sandbox_id);
-        Ok(())
+        let gpus: Vec<DeviceId> = unclean
+            .iter()
+            .map(|u| DeviceId::Gpu(u.to_string()))
+            .collect();
+        let errors: Vec<GpuError> = faults.into_iter().map(|f| f.error).collect();
+        Err(Unclean::of(gpus, nri::ErrorChain::join(&errors)))
     }
 }
 
 mod claims;
+mod end;
 mod retry;
 pub use claims::ClaimView;
+use end::Fault;
 pub use retry::Retried;

@@ -43,13 +43,13 @@ struct FakeGpu {
 }
 
 impl Teardown for FakeGpu {
-    fn teardown(&self, pod: &crate::ledger::PodRecord) -> Result<(), String> {
+    fn teardown(&self, pod: &crate::ledger::PodRecord) -> Result<(), crate::ledger::Unclean> {
         self.torn.borrow_mut().push(pod.pod.sandbox_id.clone());
         if let Some(act) = &self.meanwhile {
             act();
         }
         if self.fail {
-            return Err("gpu 0 open outside the released pod".to_string());
+            return Err("gpu 0 open outside the released pod".into());
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use super::super::{cgroup, devnodes, HookEnv, HookError, State};
 use super::{ContainerOs, HooksOnlyError};
 use crate::config::Config;
 use crate::gpu;
-use crate::ledger::{DeviceId, Ledger, PodRecord, Teardown};
+use crate::ledger::{DeviceId, Ledger, PodRecord, Teardown, Unclean};
 use crate::netdev::VfAttach;
 use crate::plan::DeviceNode;
 
@@ -143,19 +143,22 @@ impl ContainerOs for SysContainerOs {
 struct StaticHookTeardown;
 
 impl Teardown for StaticHookTeardown {
-    fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
-        let gpus = pod
+    fn teardown(&self, pod: &PodRecord) -> Result<(), Unclean> {
+        let gpus: Vec<DeviceId> = pod
             .claims
             .iter()
-            .any(|c| matches!(c.device, DeviceId::Gpu(_)));
-        if gpus {
-            return Err(
-                "a statically linked devgate-hook cannot reset gpus without nvml: \
-                        install devgate beside it"
-                    .into(),
-            );
+            .filter(|c| matches!(c.device, DeviceId::Gpu(_)))
+            .map(|c| c.device.clone())
+            .collect();
+        if gpus.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        // Its NICs need no NVML: only the GPUs are kept.
+        Err(Unclean::of(
+            gpus,
+            "a statically linked devgate-hook cannot reset gpus without nvml: \
+             install devgate beside it",
+        ))
     }
 }
 
@@ -187,8 +190,17 @@ mod tests {
     fn a_static_hook_keeps_gpu_pods_and_releases_the_others() {
         let gpu = pod(DeviceId::Gpu("GPU-1".into()));
         let err = StaticHookTeardown.teardown(&gpu).unwrap_err();
-        assert!(err.contains("cannot reset gpus without nvml"), "{err}");
+        assert!(
+            err.reason.contains("cannot reset gpus without nvml"),
+            "{err:?}"
+        );
         let vf = pod(DeviceId::Vf("0000:19:00.1".parse().unwrap()));
         assert_eq!(StaticHookTeardown.teardown(&vf), Ok(()));
+        // A pod of both keeps its GPU only: the VF needs no NVML.
+        let mut both = gpu.clone();
+        both.claims.extend(vf.claims);
+        let err = StaticHookTeardown.teardown(&both).unwrap_err();
+        let kept: Vec<DeviceId> = err.devices.into_iter().flatten().collect();
+        assert_eq!(kept, [DeviceId::Gpu("GPU-1".into())]);
     }
 }

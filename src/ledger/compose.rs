@@ -2,31 +2,26 @@
 
 use std::sync::Arc;
 
-use super::{PodRecord, Teardown};
+use super::{PodRecord, Teardown, Unclean};
 
 /// A shared teardown (kept by its owner for other calls too) is a teardown.
 impl<T: Teardown + ?Sized> Teardown for Arc<T> {
-    fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+    fn teardown(&self, pod: &PodRecord) -> Result<(), Unclean> {
         (**self).teardown(pod)
     }
 }
 
 /// Runs every teardown, in order, even after one fails, so each device kind gets its
-/// cleanup; fails with all the reasons, `; `-separated.
+/// cleanup; fails with all the reasons, `; `-separated, and the devices of each.
 pub struct Teardowns(pub Vec<Box<dyn Teardown + Send + Sync>>);
 
 impl Teardown for Teardowns {
-    fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
-        let reasons: Vec<String> = self
-            .0
+    fn teardown(&self, pod: &PodRecord) -> Result<(), Unclean> {
+        self.0
             .iter()
             .filter_map(|t| t.teardown(pod).err())
-            .collect();
-        if reasons.is_empty() {
-            Ok(())
-        } else {
-            Err(reasons.join("; "))
-        }
+            .reduce(Unclean::and)
+            .map_or(Ok(()), Err)
     }
 }
 
@@ -38,8 +33,11 @@ mod tests {
     struct Fails(&'static str);
 
     impl Teardown for Fails {
-        fn teardown(&self, _pod: &PodRecord) -> Result<(), String> {
-            Err(self.0.to_string())
+        fn teardown(&self, _pod: &PodRecord) -> Result<(), Unclean> {
+            Err(Unclean::of(
+                [crate::ledger::DeviceId::Gpu(self.0.to_string())],
+                self.0,
+            ))
         }
     }
 
@@ -59,6 +57,14 @@ mod tests {
             Box::new(NoTeardown),
             Box::new(Fails("vf stuck")),
         ]);
-        assert_eq!(bad.teardown(&pod), Err("gpu busy; vf stuck".to_string()));
+        let unclean = bad.teardown(&pod).unwrap_err();
+        assert_eq!(unclean.reason, "gpu busy; vf stuck");
+        let named: Vec<String> = unclean
+            .devices
+            .unwrap()
+            .iter()
+            .map(|d| d.to_string())
+            .collect();
+        assert_eq!(named, ["gpu gpu busy", "gpu vf stuck"]);
     }
 }

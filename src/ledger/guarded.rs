@@ -9,9 +9,8 @@
 
 use std::collections::BTreeSet;
 
-use super::{
-    drop_pod, lift_restored, prune_empty, quarantine_in, Ledger, LedgerError, PodRecord, Teardown,
-};
+use super::unclean::keep_unclean;
+use super::{drop_pod, lift_restored, prune_empty, Ledger, LedgerError, PodRecord, Teardown};
 
 /// What [`Ledger::release_pod_if_unchanged`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,11 +70,21 @@ impl Ledger {
         };
         let unchanged = same_set(now, expected);
         let result = match outcome {
-            Err(reason) => {
-                for claim in &seen.claims {
-                    quarantine_in(&mut txn.state, &claim.device, &reason);
+            // The clean devices leave only a pod nobody joined meanwhile: a
+            // new container was admitted with all of them.
+            Err(unclean) => {
+                keep_unclean(
+                    &mut txn.state,
+                    sandbox_id,
+                    &seen.claims,
+                    &unclean,
+                    unchanged,
+                );
+                prune_empty(&mut txn.state);
+                GuardedRelease::Failed {
+                    pod: seen,
+                    reason: unclean.reason,
                 }
-                GuardedRelease::Failed { pod: seen, reason }
             }
             Ok(()) if unchanged => {
                 drop_pod(&mut txn.state, sandbox_id);
@@ -127,11 +136,11 @@ mod tests {
     }
 
     impl Teardown for Meanwhile<'_> {
-        fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+        fn teardown(&self, pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
             self.seen.borrow_mut().push(pod.pod.sandbox_id.clone());
             (self.act)();
             if self.fail {
-                return Err("gpu busy".to_string());
+                return Err("gpu busy".into());
             }
             Ok(())
         }

@@ -16,6 +16,7 @@ mod release;
 mod release_lock;
 mod rules;
 mod store;
+mod unclean;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -26,6 +27,7 @@ pub use model::*;
 pub use release_lock::DeviceLocks;
 pub use rules::pf_vf_conflict;
 pub use store::Store;
+pub use unclean::Unclean;
 
 use rules::{claim_in, drop_pod, lift_restored, prune_empty, quarantine_in};
 
@@ -42,16 +44,17 @@ pub enum NetworkNeed {
 }
 
 /// Work that must run before a pod's claims are dropped (VF restore, GPU cleanup).
-/// An error keeps the pod's record so a later reconcile retries.
+/// An error keeps the pod's record, with the devices it names, so a later
+/// reconcile retries them.
 pub trait Teardown {
-    fn teardown(&self, pod: &PodRecord) -> Result<(), String>;
+    fn teardown(&self, pod: &PodRecord) -> Result<(), Unclean>;
 }
 
 /// A teardown with nothing to do.
 pub struct NoTeardown;
 
 impl Teardown for NoTeardown {
-    fn teardown(&self, _pod: &PodRecord) -> Result<(), String> {
+    fn teardown(&self, _pod: &PodRecord) -> Result<(), Unclean> {
         Ok(())
     }
 }
@@ -362,3 +365,5 @@ pub(crate) mod tests;
 mod tests_admit;
 #[cfg(test)]
 mod tests_pf;
+#[cfg(test)]
+mod tests_unclean;

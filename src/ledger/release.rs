@@ -2,7 +2,8 @@
 
 use std::collections::HashSet;
 
-use super::rules::{drop_pod, lift_restored, prune_empty, quarantine_in};
+use super::rules::{drop_pod, lift_restored, prune_empty};
+use super::unclean::keep_unclean;
 use super::{release_lock, ContainerRecord, Ledger, LedgerError, PodRecord, Released, Teardown};
 
 impl Ledger {
@@ -82,7 +83,7 @@ impl Ledger {
         // Each pod is looked up again just before its teardown: one released
         // by another release while an earlier pod's teardown ran may have its
         // devices in a new pod's hands by now.
-        let mut outcomes: Vec<(PodRecord, Result<(), String>)> = Vec::new();
+        let mut outcomes: Vec<(PodRecord, Result<(), super::Unclean>)> = Vec::new();
         for pod in chosen {
             let id = &pod.pod.sandbox_id;
             if self.store.peek(|s| s.pods.contains_key(id))? {
@@ -102,11 +103,12 @@ impl Ledger {
                 // Released meanwhile by another release that succeeded: its
                 // devices are clean, and a quarantine now would hold none.
                 Err(_) if !txn.state.pods.contains_key(&pod.pod.sandbox_id) => {}
-                Err(reason) => {
-                    for claim in &pod.claims {
-                        quarantine_in(&mut txn.state, &claim.device, &reason);
-                    }
-                    out.failed.push((pod.pod, reason));
+                // The devices it could not clean stay the pod's, quarantined,
+                // for the retry; the others are handed back now.
+                Err(unclean) => {
+                    let sandbox = &pod.pod.sandbox_id;
+                    keep_unclean(&mut txn.state, sandbox, &pod.claims, &unclean, true);
+                    out.failed.push((pod.pod, unclean.reason));
                 }
             }
         }

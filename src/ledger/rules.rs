@@ -235,6 +235,18 @@ pub(super) fn drop_pod(state: &mut LedgerState, sandbox_id: &str) {
     }
 }
 
+/// Takes `claims` from the pod: their devices were cleaned while others of
+/// the pod were not (see `unclean`), so they go back as a release returns them.
+pub(super) fn drop_claims(state: &mut LedgerState, sandbox_id: &str, claims: &[Claim]) {
+    let gone = |d: &DeviceId| claims.iter().any(|c| &c.device == d);
+    if let Some(pod) = state.pods.get_mut(sandbox_id) {
+        pod.claims.retain(|c| !gone(&c.device));
+    }
+    for rec in state.devices.values_mut().filter(|r| gone(&r.device)) {
+        rec.holders.retain(|h| h.sandbox_id != sandbox_id);
+    }
+}
+
 /// A pod's teardown succeeded: its NICs (VFs, PFs) are back as they were, so a
 /// quarantine a failed earlier attempt put on them ends with it, once nobody
 /// holds them. GPUs stay quarantined: the GPU retry cleans them first

@@ -51,8 +51,8 @@ pub(super) fn ledger() -> (tempfile::TempDir, Ledger) {
 
 struct Failing;
 impl Teardown for Failing {
-    fn teardown(&self, _pod: &PodRecord) -> Result<(), String> {
-        Err("vf restore failed".to_string())
+    fn teardown(&self, _pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
+        Err("vf restore failed".into())
     }
 }
 
@@ -277,11 +277,11 @@ impl LetsAnotherTry {
 }
 
 impl Teardown for LetsAnotherTry {
-    fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+    fn teardown(&self, pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
         self.seen.borrow_mut().push(pod.pod.sandbox_id.clone());
         let _ = self.go.send(());
         match self.entered.recv_timeout(Duration::from_millis(300)) {
-            Ok(()) => Err("torn down by two releases at once".to_string()),
+            Ok(()) => Err("torn down by two releases at once".into()),
             Err(_) => Ok(()),
         }
     }
@@ -291,7 +291,7 @@ impl Teardown for LetsAnotherTry {
 pub(super) struct Enters(pub mpsc::Sender<()>);
 
 impl Teardown for Enters {
-    fn teardown(&self, _pod: &PodRecord) -> Result<(), String> {
+    fn teardown(&self, _pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
         let _ = self.0.send(());
         Ok(())
     }
@@ -431,7 +431,7 @@ fn a_shared_gpu_being_released_takes_no_new_pod() {
     l.claim(&pod("b"), &[gpu("GPU-1", half)]).unwrap();
     struct TriesToJoin<'a>(&'a Ledger, std::cell::RefCell<Vec<String>>);
     impl Teardown for TriesToJoin<'_> {
-        fn teardown(&self, _pod: &PodRecord) -> Result<(), String> {
+        fn teardown(&self, _pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
             let joined = self.0.claim(&pod("c"), &[gpu("GPU-1", shared(10, 10))]);
             self.1.borrow_mut().push(match joined {
                 Ok(_) => "joined".to_string(),

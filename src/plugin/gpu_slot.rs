@@ -125,7 +125,7 @@ pub(super) fn plugin_teardown(
 }
 
 impl Teardown for GpuSlot {
-    fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+    fn teardown(&self, pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
         self.get().teardown(pod)
     }
 }

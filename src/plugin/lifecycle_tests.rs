@@ -6,11 +6,11 @@ use super::*;
 struct Flaky(std::sync::atomic::AtomicBool);
 
 impl Teardown for Flaky {
-    fn teardown(&self, _pod: &crate::ledger::PodRecord) -> Result<(), String> {
+    fn teardown(&self, _pod: &crate::ledger::PodRecord) -> Result<(), crate::ledger::Unclean> {
         if self.0.load(std::sync::atomic::Ordering::SeqCst) {
             Ok(())
         } else {
-            Err("vf restore failed".to_string())
+            Err("vf restore failed".into())
         }
     }
 }

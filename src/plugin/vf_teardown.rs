@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::ledger::{DeviceId, Ledger, PodRecord, Teardown};
+use crate::ledger::{DeviceId, Ledger, PodRecord, Teardown, Unclean};
 use crate::netdev::{self, NetnsRoots, SavedStore, SysNetEnv, VfOps};
 
 pub struct VfTeardown {
@@ -31,7 +31,7 @@ impl VfTeardown {
         Ok(false)
     }
 
-    fn detach(&self, pod: &PodRecord) -> Result<(), String> {
+    fn detach(&self, pod: &PodRecord) -> Result<(), Unclean> {
         let vfs = vfs_of(pod);
         if vfs.is_empty() {
             return Ok(());
@@ -54,16 +54,18 @@ impl VfTeardown {
                 .is_none_or(|p| p.pod.sandbox_id == sandbox),
             Err(_) => true,
         };
-        let errors: Vec<String> = vfs
-            .into_iter()
-            .filter_map(|vf| netdev::detach_vf(&mut ops, vf, &ours).err())
-            .map(|e| nri::ErrorChain(&e).to_string())
-            .collect();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors.join("; "))
-        }
+        // Each VF is restored on its own: one that fails is kept (and
+        // quarantined) without keeping the others.
+        vfs.into_iter()
+            .filter_map(|vf| {
+                let e = netdev::detach_vf(&mut ops, vf, &ours).err()?;
+                Some(Unclean::of(
+                    [DeviceId::Vf(vf)],
+                    nri::ErrorChain(&e).to_string(),
+                ))
+            })
+            .reduce(Unclean::and)
+            .map_or(Ok(()), Err)
     }
 }
 
@@ -78,7 +80,7 @@ fn vfs_of(pod: &PodRecord) -> Vec<crate::inventory::PciAddr> {
 }
 
 impl Teardown for VfTeardown {
-    fn teardown(&self, pod: &PodRecord) -> Result<(), String> {
+    fn teardown(&self, pod: &PodRecord) -> Result<(), Unclean> {
         // A VF with no saved record is on the host: its hook restored it or
         // never moved it, which is every VF of a pod whose poststop ran. Each
         // is asked under its lock, as detach asks, so a hook moving it now
@@ -91,7 +93,7 @@ impl Teardown for VfTeardown {
         std::thread::scope(|s| {
             s.spawn(|| self.detach(pod))
                 .join()
-                .unwrap_or_else(|_| Err("vf teardown thread panicked".to_string()))
+                .unwrap_or_else(|_| Err("vf teardown thread panicked".into()))
         })
     }
 }
@@ -134,7 +136,7 @@ mod tests {
 
     /// Pod q holds the VF now, its container q1 has it moved in (its record
     /// saved); a late teardown of p0, which held it before, runs.
-    fn late_teardown(record_of: &str) -> (Result<(), String>, bool) {
+    fn late_teardown(record_of: &str) -> (Result<(), Unclean>, bool) {
         let dir = tempfile::tempdir().unwrap();
         let record = ContainerRecord {
             name: "main".into(),
@@ -177,6 +179,9 @@ mod tests {
         // A record of no other pod's container is the old pod's: restored
         // (here it fails, since the stand-in link does not exist).
         let (out, kept) = late_teardown("p0-gone");
-        assert!(out.is_err() && kept, "{out:?}");
+        assert!(kept);
+        // The failure names its VF, which the release keeps alone.
+        let vf = DeviceId::Vf(VF.parse().unwrap());
+        assert_eq!(out.unwrap_err().devices, Some([vf].into()));
     }
 }

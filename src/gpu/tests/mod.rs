@@ -4,6 +4,7 @@ mod daemons;
 pub mod fake_host;
 mod forking;
 mod no_nvml;
+mod partial;
 mod real_forked;
 mod real_proc;
 mod real_recreated;

@@ -264,7 +264,7 @@ fn pods_sharing_a_gpu_released_together_reset_it_once() {
 struct CommitsLate<'a>(&'a GpuTeardown);
 
 impl crate::ledger::Teardown for CommitsLate<'_> {
-    fn teardown(&self, pod: &crate::ledger::PodRecord) -> Result<(), String> {
+    fn teardown(&self, pod: &crate::ledger::PodRecord) -> Result<(), crate::ledger::Unclean> {
         let out = crate::ledger::Teardown::teardown(self.0, pod);
         std::thread::sleep(std::time::Duration::from_millis(150));
         out

@@ -1,0 +1,145 @@
+//! Ending the released pod's users of its GPUs, and which GPUs a process of
+//! the pod still holds when that fails: those GPUs stay the pod's; the others
+//! go on to their checks and reset.
+
+use std::collections::BTreeSet;
+
+use super::super::cgroup::PodCgroups;
+use super::super::kill;
+use super::super::scan::{add_nvml_users, scan, split, NotUsers, Split, Users};
+use super::super::GpuError;
+use super::{GpuTeardown, Target, END_ROUNDS};
+
+/// A teardown error and the GPUs it leaves in doubt.
+#[derive(Debug)]
+pub(super) struct Fault {
+    pub gpus: Vec<String>,
+    pub error: GpuError,
+}
+
+impl Fault {
+    /// An error of one GPU's own step.
+    pub fn of(target: &Target, error: GpuError) -> Fault {
+        Fault {
+            gpus: vec![target.uuid.clone()],
+            error,
+        }
+    }
+
+    /// An error that leaves every target in doubt.
+    pub fn all(targets: &[Target], error: GpuError) -> Fault {
+        Fault {
+            gpus: targets.iter().map(|t| t.uuid.clone()).collect(),
+            error,
+        }
+    }
+
+    /// The GPUs in doubt.
+    pub fn gpus_of(faults: &[Fault]) -> BTreeSet<&str> {
+        faults
+            .iter()
+            .flat_map(|f| f.gpus.iter().map(String::as_str))
+            .collect()
+    }
+}
+
+/// What ending the pod's users left.
+pub(super) struct Ended {
+    /// The holders of every watched GPU, as last scanned.
+    pub users: Users,
+    /// The last scan split into the pod's processes and others.
+    pub split: Split,
+    /// The GPUs a process of the pod still holds, and why it was not ended.
+    pub stuck: Option<Fault>,
+}
+
+impl GpuTeardown {
+    /// Ends the pod's processes holding `targets` and looks again, until none
+    /// is left or a process cannot be ended (it outlived SIGKILL, or forked
+    /// faster than it was ended for `END_ROUNDS` rounds). An error here is a
+    /// scan that failed, which leaves every target in doubt.
+    pub(super) fn end_pod_users(
+        &self,
+        pod: &PodCgroups,
+        targets: &[Target],
+        skip: &[u32],
+    ) -> Result<Ended, GpuError> {
+        let watched = self.watched(targets);
+        let all_gpus = self.all_gpu_devs();
+        // Every GPU's holders, to tell a daemon pod holding them all.
+        let mut rdevs: Vec<u64> = watched.iter().map(|(_, r)| *r).collect();
+        for r in &all_gpus {
+            if !rdevs.contains(r) {
+                rdevs.push(*r);
+            }
+        }
+        let users_now = || -> Result<Users, GpuError> {
+            let mut users = scan(self.host.as_ref(), &rdevs, skip)?;
+            add_nvml_users(self.nvml.as_ref(), &watched, skip, &mut users)?;
+            Ok(users)
+        };
+        let target_devs: Vec<u64> = targets.iter().map(|t| t.rdev).collect();
+        let not_users = NotUsers {
+            cgroups: self.ignored.clone(),
+            daemon_pods: self.known_pods.cgroups_of(&self.config.ignored_pods),
+            all_gpus,
+        };
+        let split_now =
+            |users: &Users| split(self.host.as_ref(), users, &target_devs, pod, &not_users);
+        let mut users = users_now()?;
+        for round in 0.. {
+            let found = split_now(&users);
+            if found.pod.is_empty() {
+                return Ok(Ended {
+                    users,
+                    split: found,
+                    stuck: None,
+                });
+            }
+            // Still the pod's after the rounds: a process that forks as it is
+            // ended, faster than it is ended.
+            let error = if round == END_ROUNDS {
+                GpuError::StillForking {
+                    pids: found.pod.keys().copied().collect(),
+                    rounds: END_ROUNDS,
+                }
+            } else {
+                match kill::end(self.host.as_ref(), &found.pod, self.times()) {
+                    Ok(ended) => {
+                        tracing::info!(terminated = ?ended.terminated, killed = ?ended.killed, "ended the released pod's gpu users");
+                        // A process ended can leave a child it forked
+                        // meanwhile holding the GPU (a handler that forks and
+                        // exits): looked for again, so the GPU is never reset
+                        // or handed on under it.
+                        users = users_now()?;
+                        continue;
+                    }
+                    Err(e) => e,
+                }
+            };
+            // Looked at once more: the GPUs the pod's processes hold now stay
+            // in doubt; a GPU none of them holds goes on to its checks.
+            users = users_now()?;
+            let now = split_now(&users);
+            let held = |t: &&Target| users.of(t.rdev).iter().any(|p| now.pod.contains_key(p));
+            let mut stuck = Fault {
+                gpus: targets
+                    .iter()
+                    .filter(held)
+                    .map(|t| t.uuid.clone())
+                    .collect(),
+                error,
+            };
+            // Gone in between: the error still stands, for all of them.
+            if stuck.gpus.is_empty() {
+                stuck = Fault::all(targets, stuck.error);
+            }
+            return Ok(Ended {
+                users,
+                split: now,
+                stuck: Some(stuck),
+            });
+        }
+        unreachable!("the rounds end in a return")
+    }
+}

@@ -1,0 +1,125 @@
+//! A pod whose teardown fails on one GPU gives its other GPUs back, cleaned;
+//! the failing one stays the pod's, quarantined, until a retry cleans it
+//! (fake host and NVML, real ledger).
+
+use std::collections::HashSet;
+
+use super::fake_host::FakeProc;
+use super::pod;
+use super::teardown::{claim, dev, node, resets, Node, HALF};
+use crate::ledger::{DeviceId, Share};
+
+const WHOLE: Share = Share::Exclusive;
+
+fn claimed_gpus(n: &Node, sandbox: &str) -> Vec<String> {
+    let state = n.ledger.snapshot().unwrap();
+    let Some(pod) = state.pods.get(sandbox) else {
+        return Vec::new();
+    };
+    pod.claims.iter().map(|c| c.device.to_string()).collect()
+}
+
+fn quarantined(n: &Node, uuid: &str) -> bool {
+    let state = n.ledger.snapshot().unwrap();
+    let rec = state.devices.get(&DeviceId::Gpu(uuid.into()).to_string());
+    rec.is_some_and(|r| r.quarantine.is_some())
+}
+
+fn pod_of_three(n: &Node) {
+    let gpus = [
+        claim("GPU-0", WHOLE),
+        claim("GPU-1", WHOLE),
+        claim("GPU-2", WHOLE),
+    ];
+    n.ledger.claim(&pod("a"), &gpus).unwrap();
+}
+
+#[test]
+fn a_gpu_whose_reset_fails_is_kept_and_the_others_go_back_reset() {
+    let n = node(|_| {});
+    pod_of_three(&n);
+    n.nvml.failing.lock().unwrap().insert("GPU-1".into());
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    let reason = &out.failed[0].1;
+    assert!(reason.contains("GPU-1"), "{reason}");
+    assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-1"]);
+    assert!(quarantined(&n, "GPU-1"));
+    assert!(!quarantined(&n, "GPU-0") && !quarantined(&n, "GPU-2"));
+    assert_eq!((resets(&n.nvml, "GPU-0"), resets(&n.nvml, "GPU-2")), (1, 1));
+    n.ledger
+        .claim(&pod("b"), &[claim("GPU-0", WHOLE), claim("GPU-2", WHOLE)])
+        .unwrap();
+    assert!(n.ledger.claim(&pod("c"), &[claim("GPU-1", WHOLE)]).is_err());
+
+    // Once the GPU can be reset, the retry ends the pod; the GPU retry then
+    // returns it to service.
+    n.nvml.failing.lock().unwrap().clear();
+    let again = HashSet::from(["sb-a".to_string()]);
+    let out = n.ledger.release_pods(&again, &n.teardown).unwrap();
+    assert_eq!(out.pods, vec![pod("a")]);
+    assert_eq!(resets(&n.nvml, "GPU-1"), 1);
+    assert_eq!(n.teardown.retry_quarantined(&n.ledger).unwrap(), ["GPU-1"]);
+    assert!(!quarantined(&n, "GPU-1"));
+}
+
+/// A process of the pod that outlives SIGKILL keeps the GPU it holds, not
+/// the one its ended sibling held, which is reset and handed back.
+#[test]
+fn a_survivor_keeps_only_the_gpu_it_holds() {
+    let n = node(|_| {});
+    let gpus = [claim("GPU-0", WHOLE), claim("GPU-1", WHOLE)];
+    n.ledger.claim(&pod("a"), &gpus).unwrap();
+    n.host.add(50, &[dev(0)], "/kubepods/poduid-a/c1");
+    let stuck = FakeProc {
+        devs: vec![dev(1)],
+        cgroup: "0::/kubepods/poduid-a/c2\n".into(),
+        start: 1,
+        unkillable: true,
+        ..FakeProc::default()
+    };
+    n.host.add_proc(51, stuck.clone());
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    let reason = &out.failed[0].1;
+    assert!(
+        reason.contains("pids [51] of the released pod outlived SIGKILL"),
+        "{reason}"
+    );
+    assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-1"]);
+    assert_eq!((resets(&n.nvml, "GPU-0"), resets(&n.nvml, "GPU-1")), (1, 0));
+    assert!(!n.host.alive(50));
+
+    // Holding both, it keeps both: none is reset.
+    let n = node(|_| {});
+    n.ledger.claim(&pod("a"), &gpus).unwrap();
+    n.host.add_proc(
+        51,
+        FakeProc {
+            devs: vec![dev(0), dev(1)],
+            ..stuck
+        },
+    );
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert_eq!(out.failed.len(), 1);
+    assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-0", "gpu GPU-1"]);
+    assert_eq!((resets(&n.nvml, "GPU-0"), resets(&n.nvml, "GPU-1")), (0, 0));
+}
+
+/// Pods a and b share GPU-0 and are released together; a's other GPU fails.
+/// a gave GPU-0 up clean, so b is its last holder and resets it, once.
+#[test]
+fn a_shared_gpu_given_up_clean_is_reset_by_its_last_holder() {
+    let n = node(|_| {});
+    n.ledger
+        .claim(&pod("a"), &[claim("GPU-0", HALF), claim("GPU-1", WHOLE)])
+        .unwrap();
+    n.ledger.claim(&pod("b"), &[claim("GPU-0", HALF)]).unwrap();
+    n.nvml.failing.lock().unwrap().insert("GPU-1".into());
+    let both = HashSet::from(["sb-a".to_string(), "sb-b".to_string()]);
+    let out = n.ledger.release_pods(&both, &n.teardown).unwrap();
+    assert_eq!(out.pods, vec![pod("b")]);
+    assert_eq!(out.failed.len(), 1);
+    assert_eq!(resets(&n.nvml, "GPU-0"), 1);
+    assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-1"]);
+    let state = n.ledger.snapshot().unwrap();
+    assert!(!state.devices.contains_key("gpu GPU-0"), "{state:?}");
+}

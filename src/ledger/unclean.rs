@@ -1,0 +1,173 @@
+//! What a failed teardown left unclean, so that a release keeps and
+//! quarantines those devices only and hands the pod's others back.
+//!
+//! One GPU that fell off the bus, or one VF whose restore failed, must not
+//! keep the seven other GPUs of an eight-GPU pod out of service until an
+//! operator steps in: each device's teardown stands on its own (a GPU's
+//! processes are ended and it is reset by itself; a VF is restored by itself).
+
+use std::collections::BTreeSet;
+
+use super::rules::{drop_claims, lift_restored, quarantine_in};
+use super::{Claim, DeviceId, LedgerState};
+
+/// A failed teardown: why, and which of the pod's devices it could not clean.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unclean {
+    pub reason: String,
+    /// The devices left unclean; `None` when the teardown cannot tell, which
+    /// keeps every device of the pod.
+    pub devices: Option<BTreeSet<DeviceId>>,
+}
+
+impl Unclean {
+    /// Every device of the pod is in doubt.
+    pub fn all(reason: impl Into<String>) -> Unclean {
+        Unclean {
+            reason: reason.into(),
+            devices: None,
+        }
+    }
+
+    /// Only `devices` are in doubt.
+    pub fn of(devices: impl IntoIterator<Item = DeviceId>, reason: impl Into<String>) -> Unclean {
+        Unclean {
+            reason: reason.into(),
+            devices: Some(devices.into_iter().collect()),
+        }
+    }
+
+    /// Both failures: the reasons joined, the devices of either (all when
+    /// either cannot tell).
+    pub fn and(self, other: Unclean) -> Unclean {
+        let devices = match (self.devices, other.devices) {
+            (Some(mut a), Some(b)) => {
+                a.extend(b);
+                Some(a)
+            }
+            _ => None,
+        };
+        Unclean {
+            reason: format!("{}; {}", self.reason, other.reason),
+            devices,
+        }
+    }
+
+    /// The pod's claims split into those kept (unclean) and those freed. A
+    /// failure naming none of the claims keeps them all: a teardown that
+    /// failed for a device it cannot place cleaned nothing for certain.
+    pub fn split(&self, claims: &[Claim]) -> (Vec<Claim>, Vec<Claim>) {
+        let Some(devices) = &self.devices else {
+            return (claims.to_vec(), Vec::new());
+        };
+        let (kept, freed): (Vec<Claim>, Vec<Claim>) = claims
+            .iter()
+            .cloned()
+            .partition(|c| devices.contains(&c.device));
+        if kept.is_empty() {
+            return (claims.to_vec(), Vec::new());
+        }
+        (kept, freed)
+    }
+}
+
+impl From<String> for Unclean {
+    fn from(reason: String) -> Unclean {
+        Unclean::all(reason)
+    }
+}
+
+impl From<&str> for Unclean {
+    fn from(reason: &str) -> Unclean {
+        Unclean::all(reason)
+    }
+}
+
+/// Applies a failed teardown of `sandbox_id` (whose claims were `claims`
+/// when it ran): the unclean devices are quarantined and stay the pod's,
+/// for the retry; the clean ones leave the pod (`free`, when the pod may
+/// give them up) as a successful release would leave them.
+pub(super) fn keep_unclean(
+    state: &mut LedgerState,
+    sandbox_id: &str,
+    claims: &[Claim],
+    unclean: &Unclean,
+    free: bool,
+) {
+    let (kept, freed) = unclean.split(claims);
+    for claim in &kept {
+        quarantine_in(state, &claim.device, &unclean.reason);
+    }
+    if free && !freed.is_empty() {
+        drop_claims(state, sandbox_id, &freed);
+        lift_restored(state, &freed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Share;
+
+    fn claim(device: DeviceId) -> Claim {
+        Claim {
+            device,
+            share: Share::Exclusive,
+            pf: None,
+        }
+    }
+
+    fn gpu(uuid: &str) -> DeviceId {
+        DeviceId::Gpu(uuid.to_string())
+    }
+
+    #[test]
+    fn a_failure_keeps_the_devices_it_names() {
+        let claims = [
+            claim(gpu("GPU-1")),
+            claim(gpu("GPU-2")),
+            claim(gpu("GPU-3")),
+        ];
+        let cases: [(Unclean, &[&str], &[&str]); 4] = [
+            (Unclean::all("x"), &["GPU-1", "GPU-2", "GPU-3"], &[]),
+            (
+                Unclean::of([gpu("GPU-2")], "x"),
+                &["GPU-2"],
+                &["GPU-1", "GPU-3"],
+            ),
+            // Names no claim of the pod: nothing is freed.
+            (
+                Unclean::of([gpu("GPU-9")], "x"),
+                &["GPU-1", "GPU-2", "GPU-3"],
+                &[],
+            ),
+            (
+                Unclean::of([gpu("GPU-1")], "x").and(Unclean::of([gpu("GPU-3")], "y")),
+                &["GPU-1", "GPU-3"],
+                &["GPU-2"],
+            ),
+        ];
+        for (unclean, kept, freed) in cases {
+            let (k, f) = unclean.split(&claims);
+            let names = |cs: &[Claim]| -> Vec<String> {
+                cs.iter()
+                    .map(|c| match &c.device {
+                        DeviceId::Gpu(u) => u.clone(),
+                        other => other.to_string(),
+                    })
+                    .collect()
+            };
+            assert_eq!(names(&k), kept, "{unclean:?}");
+            assert_eq!(names(&f), freed, "{unclean:?}");
+        }
+    }
+
+    #[test]
+    fn either_side_that_cannot_tell_keeps_all() {
+        let both = Unclean::of([gpu("GPU-1")], "gpu stuck").and(Unclean::all("vf stuck"));
+        assert_eq!(both.devices, None);
+        assert_eq!(both.reason, "gpu stuck; vf stuck");
+        let both = Unclean::all("a").and(Unclean::of([gpu("GPU-1")], "b"));
+        assert_eq!(both.devices, None);
+    }
+}
