@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
-use nix::unistd::Pid;
 
 /// A signal teardown sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +40,9 @@ pub trait Host: Send + Sync {
     /// The start time of a live process (field 22 of `<proc>/<pid>/stat`), `None` once it
     /// is gone or a zombie. Guards signals against pid reuse.
     fn start_time(&self, pid: u32) -> io::Result<Option<u64>>;
-    fn signal(&self, pid: u32, signal: Signal) -> io::Result<()>;
+    /// Sends `signal` to `pid` while it is still the process that started
+    /// at `start` ([`Self::start_time`]): never to one that took the pid since.
+    fn signal(&self, pid: u32, start: u64, signal: Signal) -> io::Result<Sent>;
     fn sleep(&self, duration: Duration);
     /// Runs a command to completion within `timeout`; the error is its reason, one line.
     fn run(&self, argv: &[String], timeout: Duration) -> Result<(), String>;
@@ -174,13 +175,12 @@ impl Host for ProcHost {
         }
     }
 
-    fn signal(&self, pid: u32, signal: Signal) -> io::Result<()> {
+    fn signal(&self, pid: u32, start: u64, signal: Signal) -> io::Result<Sent> {
         let sig = match signal {
-            Signal::Term => nix::sys::signal::Signal::SIGTERM,
-            Signal::Kill => nix::sys::signal::Signal::SIGKILL,
+            Signal::Term => libc::SIGTERM,
+            Signal::Kill => libc::SIGKILL,
         };
-        let pid = i32::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        nix::sys::signal::kill(Pid::from_raw(pid), sig).map_err(io::Error::from)
+        pidfd::signal_pinned(pid, sig, || Ok(self.start_time(pid)? == Some(start)))
     }
 
     fn sleep(&self, duration: Duration) {
@@ -346,7 +346,9 @@ pub fn parse_stat(text: &str) -> Option<u64> {
 
 mod command;
 mod counts;
+mod pidfd;
 use counts::PidName;
+pub use pidfd::Sent;
 
 #[cfg(test)]
 mod tests;

@@ -1,14 +1,15 @@
 //! Ending the released pod's leftover GPU users: SIGTERM, a grace period, SIGKILL.
 //!
 //! Each process comes pinned by the start time read when it was found to be the
-//! pod's ([`super::scan::split`]), and every signal is preceded by a check that
-//! the pid still names that process, so a pid the kernel reused meanwhile is
+//! pod's ([`super::scan::split`]), and every signal goes through a pidfd opened
+//! before a check that the pid still names that process
+//! ([`super::host::Host::signal`]), so a pid the kernel reused meanwhile is
 //! never signalled.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::host::{gone, Host, Signal};
+use super::host::{gone, Host, Sent, Signal};
 use super::GpuError;
 
 /// How often a waiting teardown looks again.
@@ -75,11 +76,9 @@ fn still_same(host: &dyn Host, pid: u32, start: u64) -> Result<bool, GpuError> {
 fn signal_all(host: &dyn Host, live: &mut Vec<(u32, u64)>, signal: Signal) -> Result<(), GpuError> {
     let mut kept = Vec::with_capacity(live.len());
     for &(pid, start) in live.iter() {
-        if !still_same(host, pid, start)? {
-            continue;
-        }
-        match host.signal(pid, signal) {
-            Ok(()) => kept.push((pid, start)),
+        match host.signal(pid, start, signal) {
+            Ok(Sent::Sent) => kept.push((pid, start)),
+            Ok(Sent::Gone) => {}
             Err(e) if gone(&e) => {}
             Err(source) => {
                 return Err(GpuError::Signal {

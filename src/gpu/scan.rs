@@ -251,7 +251,7 @@ fn membership(host: &dyn Host, pid: u32, pod: &PodCgroups, not_users: &NotUsers)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::host::Signal;
+    use crate::gpu::host::{Sent, Signal};
     use crate::gpu::kill::{self, KillTimes};
     use crate::gpu::tests::fake_host::{FakeHost, FakeProc};
     use std::io;
@@ -286,8 +286,8 @@ mod tests {
         fn start_time(&self, pid: u32) -> io::Result<Option<u64>> {
             self.inner.start_time(pid)
         }
-        fn signal(&self, pid: u32, signal: Signal) -> io::Result<()> {
-            self.inner.signal(pid, signal)
+        fn signal(&self, pid: u32, start: u64, signal: Signal) -> io::Result<Sent> {
+            self.inner.signal(pid, start, signal)
         }
         fn sleep(&self, d: Duration) {
             self.inner.sleep(d)

@@ -6,7 +6,7 @@ use std::io;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::gpu::host::{Host, Signal};
+use crate::gpu::host::{Host, Sent, Signal};
 
 #[derive(Debug, Clone, Default)]
 pub struct FakeProc {
@@ -90,12 +90,12 @@ impl Host for FakeHost {
         Ok(self.procs.lock().unwrap().get(&pid).map(|p| p.start))
     }
 
-    fn signal(&self, pid: u32, signal: Signal) -> io::Result<()> {
-        self.signals.lock().unwrap().push((pid, signal));
+    fn signal(&self, pid: u32, start: u64, signal: Signal) -> io::Result<Sent> {
         let mut procs = self.procs.lock().unwrap();
-        let p = procs
-            .get(&pid)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+        let Some(p) = procs.get(&pid).filter(|p| p.start == start) else {
+            return Ok(Sent::Gone);
+        };
+        self.signals.lock().unwrap().push((pid, signal));
         let dies = match signal {
             Signal::Term => !p.ignores_term && !p.unkillable,
             Signal::Kill => !p.unkillable,
@@ -111,7 +111,7 @@ impl Host for FakeHost {
                 procs.insert(pid + 1000, child);
             }
         }
-        Ok(())
+        Ok(Sent::Sent)
     }
 
     fn sleep(&self, duration: Duration) {
