@@ -86,17 +86,23 @@ fn stdout_file_and_directory_outputs() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("devgate.io/rdma went to"), "{stderr}");
-    // One kind asked for: that one in the file, and the other's file, now
-    // stale, removed.
+    // One kind asked for, into a file of its own: that kind there, and its
+    // earlier file, now stale, removed; the other kind's file stays. (Into
+    // the file holding the other kind it is refused: see below.)
+    let only = dir.path().join("rdma-only.json");
     generated(
         hgx.root(),
-        &["--kind", "rdma", "-o", file.to_str().unwrap()],
+        &["--kind", "rdma", "-o", only.to_str().unwrap()],
     );
     assert_eq!(
-        kinds(&std::fs::read_to_string(&file).unwrap()),
+        kinds(&std::fs::read_to_string(&only).unwrap()),
         ["devgate.io/rdma"]
     );
     assert!(!second.exists(), "the same devices never in two specs");
+    assert_eq!(
+        kinds(&std::fs::read_to_string(&file).unwrap()),
+        ["devgate.io/gpu"]
+    );
 
     // A path that does not exist and is not named like a spec is a
     // directory, made for the specs (`-o /etc/cdi` on a fresh node).
@@ -213,4 +219,44 @@ fn switching_between_file_and_directory_keeps_one_spec_per_kind() {
         ),
         "{stderr}"
     );
+}
+
+/// `-o FILE` never replaces a spec of a kind the run does not write: the
+/// other kind under `--kind`, or another vendor's. Nothing is written then.
+#[test]
+fn a_file_holding_another_kind_is_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let hgx = HostRootBuilder::hgx()
+        .build(&dir.path().join("hgx"))
+        .unwrap();
+    let specs = dir.path().join("cdi");
+    std::fs::create_dir(&specs).unwrap();
+    let file = specs.join("devgate.json");
+    let path = file.to_str().unwrap();
+    generated(hgx.root(), &["--kind", "gpu", "-o", path]);
+    let before = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(kinds(&before), ["devgate.io/gpu"]);
+
+    let out = generate(hgx.root(), &["--kind", "rdma", "-o", path]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("is a cdi spec of kind devgate.io/gpu, which this run does not write"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
+    assert_eq!(names_in(&specs), ["devgate.json"]);
+
+    // Its own kind again, or both kinds (the GPUs stay in it): written.
+    generated(hgx.root(), &["--kind", "gpu", "-o", path]);
+    generated(hgx.root(), &["-o", path]);
+    assert_eq!(names_in(&specs), ["devgate-rdma.json", "devgate.json"]);
+
+    let vendor = specs.join("vendor.yaml");
+    let theirs = "cdiVersion: 0.6.0\nkind: vendor.com/x\ndevices: []\n";
+    std::fs::write(&vendor, theirs).unwrap();
+    let out = generate(hgx.root(), &["-o", vendor.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert_eq!(std::fs::read_to_string(&vendor).unwrap(), theirs);
+    assert!(!specs.join("vendor-rdma.yaml").exists());
 }

@@ -6,7 +6,9 @@
 //! a kind that has no devices, since a spec without devices is invalid and a
 //! stale one would name devices that are gone; a path that does not exist and
 //! is not named `*.json`/`*.yaml`, or ends in `/`, is such a directory, created.
-//! `-o FILE` gets one kind (a spec holds one); a second goes beside it.
+//! `-o FILE` gets one kind (a spec holds one); a second goes beside it. A
+//! file that is a spec of a kind the run does not write (another vendor's,
+//! or the other kind under `--kind`) is refused, with nothing written.
 //! Either way, any other spec file in that directory that declares a kind
 //! written or asked for is removed: CDI refuses a device two specs name.
 use std::io::Write;
@@ -79,6 +81,8 @@ pub enum CdiCmdError {
     },
     #[error("write to stdout")]
     Stdout(#[source] std::io::Error),
+    #[error("{path} is a cdi spec of kind {kind}, which this run does not write: name another file, or remove it first")]
+    OtherKind { path: PathBuf, kind: String },
 }
 
 pub fn run(args: CdiArgs) -> Result<(), CdiCmdError> {
@@ -242,6 +246,12 @@ fn write_file(
             path: file.to_path_buf(),
         });
     };
+    // Nothing is written when one of the files would replace a spec of
+    // another kind (another vendor's, or devgate's other one under `--kind`).
+    check_replaceable(file, classes)?;
+    for (class, _) in rest {
+        check_replaceable(&beside(file, *class), classes)?;
+    }
     write_spec(file, first)?;
     let mut written = vec![(*first_class, file.to_path_buf())];
     for (class, spec) in rest {
@@ -264,6 +274,29 @@ fn write_file(
         }
     }
     Ok(written)
+}
+
+/// Refuses to replace `path` when it is a spec of a kind not among
+/// `classes`, the kinds this run writes or finds without devices: that
+/// spec's devices would be gone from the runtime without a word. A file that
+/// is no spec is the operator's to name.
+fn check_replaceable(path: &Path, classes: &[Class]) -> Result<(), CdiCmdError> {
+    let yaml = path.extension().is_some_and(|e| e == "yaml");
+    let regular =
+        std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.len() <= MAX_SPEC_BYTES);
+    let Some(text) = regular
+        .then(|| std::fs::read_to_string(path).ok())
+        .flatten()
+    else {
+        return Ok(());
+    };
+    match cdi::declared_kind(&text, yaml) {
+        Some(kind) if !classes.iter().any(|c| c.kind() == kind) => Err(CdiCmdError::OtherKind {
+            path: path.to_path_buf(),
+            kind,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// `<dir>/<stem>-<class>.<ext>` for `<dir>/<stem>.<ext>`.
