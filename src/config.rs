@@ -92,6 +92,10 @@ pub struct Config {
     /// Whether the runtime injects CDI devices named in an adjustment, where the
     /// plugin cannot tell from ConfigureRequest (containerd 1.7's `enable_cdi`).
     pub runtime_cdi: RuntimeCdi,
+    /// The runtime's CDI spec directories, lowest priority first (CDI's
+    /// default and containerd's `cdi_spec_dirs`): with `device_mode = "cdi"`
+    /// the plugin checks there that the spec gives what the plan does.
+    pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
 impl Default for Config {
@@ -116,6 +120,7 @@ impl Default for Config {
             comm_env: CommEnvConfig::default(),
             device_mode: DeviceMode::Nodes,
             runtime_cdi: RuntimeCdi::Auto,
+            cdi_spec_dirs: vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")],
         }
     }
 }
@@ -204,6 +209,8 @@ impl Default for HamiConfig {
     }
 }
 
+/// Entries of `cdi_spec_dirs`.
+const MAX_CDI_SPEC_DIRS: usize = 8;
 /// Entries of `gpu.ignored_pods`.
 const MAX_IGNORED_PODS: usize = 64;
 
@@ -254,6 +261,14 @@ impl Config {
                 reason: format!(
                     "at most {MAX_IGNORED_PODS} entries of <namespace>/<daemonset-name>"
                 ),
+            });
+        }
+        if self.cdi_spec_dirs.len() > MAX_CDI_SPEC_DIRS
+            || !self.cdi_spec_dirs.iter().all(|d| d.is_absolute())
+        {
+            return Err(ConfigError::Invalid {
+                key: "cdi_spec_dirs".to_string(),
+                reason: format!("at most {MAX_CDI_SPEC_DIRS} absolute paths"),
             });
         }
         // Every release would fail on it and quarantine its GPU for good.

@@ -93,6 +93,40 @@ fn device_mode_cdi_uses_the_spec_where_the_runtime_injects_cdi() {
     );
     assert_eq!(rt["explicit_cgroup_rules"], false, "{runtime}: {rt}");
 
+    // A spec gone stale (written before the devices changed: here it gives
+    // the GPU another minor) is refused by the plugin, where the runtime
+    // would take its numbers as they are; raw nodes come from sysfs.
+    let spec_path = cdi_dir.join("devgate.io-gpu.json");
+    let fresh = std::fs::read_to_string(&spec_path).expect("read gpu spec");
+    let mut spec: serde_json::Value = serde_json::from_str(&fresh).expect("gpu spec json");
+    for dev in spec["devices"].as_array_mut().expect("devices") {
+        if dev["name"] == gpu.uuid.as_str() {
+            dev["containerEdits"]["deviceNodes"][0]["minor"] = 3.into();
+        }
+    }
+    std::fs::write(&spec_path, spec.to_string()).expect("write stale spec");
+    let stale = cri.run_container(&pod, &ContainerSpec::shell("stale", GPU_CHECK));
+    match runtime {
+        Runtime::Containerd21 => {
+            let err = stale.expect_err("containerd 2.1 took a stale spec's numbers");
+            let want = format!(
+                "scheduling.koordinator.sh/device-allocated: gpu[0]: cdi spec {} is stale for devgate.io/gpu={}: it gives /dev/nvidia2 as c 195:3 mode 666 rw, the plan c 195:2",
+                spec_path.display(),
+                gpu.uuid
+            );
+            assert!(
+                err.message().contains(&want),
+                "{runtime}: {}",
+                err.message()
+            );
+        }
+        Runtime::Containerd17 => {
+            let run = stale.unwrap_or_else(|e| panic!("{runtime}: raw nodes need no spec: {e}"));
+            assert!(run.log.contains("node /dev/nvidia2 c3:2"), "{}", run.log);
+        }
+    }
+    std::fs::write(&spec_path, fresh).expect("restore gpu spec");
+
     // Without the spec, a runtime that resolves CDI names refuses the
     // container: the devices came from the spec, and nothing falls back silently.
     std::fs::remove_file(cdi_dir.join("devgate.io-gpu.json")).expect("remove gpu spec");

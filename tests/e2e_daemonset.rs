@@ -68,6 +68,8 @@ impl HostPaths {
             ("/usr", host_root.join("usr")),
             ("/opt/devgate/bin", ctrd.path("hook-bin")),
             ("/run/netns", ctrd.path("netns")),
+            ("/etc/cdi", ctrd.cdi_dir()),
+            ("/var/run/cdi", ctrd.path("run-cdi")),
         ]);
         for dir in dirs.values() {
             std::fs::create_dir_all(dir).expect("host path dir");

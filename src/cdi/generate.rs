@@ -154,7 +154,8 @@ fn rdma_candidates(inv: &Inventory) -> Vec<(Vec<String>, Allocation)> {
     out
 }
 
-fn node(d: &plan::DeviceNode) -> DeviceNode {
+/// A planned node as a spec gives it.
+pub fn node(d: &plan::DeviceNode) -> DeviceNode {
     DeviceNode {
         path: d.path.clone(),
         host_path: None,

@@ -14,13 +14,16 @@
 //! Rules: cncf-tags/container-device-interface SPEC.md (v1.1.0) and its parser
 //! (`pkg/parser`), checked by [`validate`].
 
+mod check;
 mod generate;
 mod validate;
 
-pub use generate::{generate, Generated};
+pub use check::SpecDirs;
+pub use generate::{generate, node, Generated};
 pub use validate::{validate, version_at_least};
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +55,36 @@ pub enum CdiError {
     },
     #[error("cdi version {version:?} is not one devgate writes (one of {WRITABLE_VERSIONS:?})")]
     Version { version: String },
+    #[error("cdi device {name} is in no spec of {dirs:?}: write them with devgate cdi generate")]
+    Unresolved { name: String, dirs: Vec<PathBuf> },
+    #[error("cdi device {name} is named by two specs of one directory, {first} and {second}, and resolves to neither")]
+    Conflict {
+        name: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    #[error("cdi spec {path} cannot be checked: {reason}")]
+    Unchecked { path: PathBuf, reason: String },
+    #[error(
+        "cdi spec {path} is stale for {name}: {reason}; write it again with devgate cdi generate"
+    )]
+    Stale {
+        name: String,
+        path: PathBuf,
+        reason: String,
+    },
+}
+
+impl CdiError {
+    /// The CDI device name the error is about, if one.
+    pub fn device_name(&self) -> Option<&str> {
+        match self {
+            CdiError::Unresolved { name, .. }
+            | CdiError::Conflict { name, .. }
+            | CdiError::Stale { name, .. } => Some(name),
+            _ => None,
+        }
+    }
 }
 
 /// The class of a devgate kind.

@@ -47,6 +47,13 @@ pub enum DeviceError {
     },
     #[error(transparent)]
     Grant(#[from] crate::grant::GrantError),
+    /// `device_mode = "cdi"`: the runtime's spec would not give what the plan does.
+    #[error("{DEVICE_ALLOCATED}: {entry}{source}")]
+    Cdi {
+        entry: String,
+        #[source]
+        source: crate::cdi::CdiError,
+    },
     /// A creation that reached the plugin after the sandbox's stop: a claim
     /// now would outlive the pod until its removal.
     #[error(
@@ -83,6 +90,8 @@ pub struct Devices {
     grant: std::sync::OnceLock<Arc<crate::grant::GrantChecker>>,
     last_pod: allocation::LastPod,
     last_plan: LastPlan,
+    /// The runtime's CDI specs, for `device_mode = "cdi"`.
+    cdi_specs: crate::cdi::SpecDirs,
     /// Sandboxes stopped and not yet removed (StopPodSandbox to RemovePodSandbox).
     stopped: std::sync::Mutex<std::collections::HashSet<String>>,
 }
@@ -128,6 +137,7 @@ impl Devices {
             grant: std::sync::OnceLock::new(),
             last_pod: allocation::LastPod::default(),
             last_plan: LastPlan::default(),
+            cdi_specs: Default::default(),
             stopped: Default::default(),
         })
     }
@@ -321,6 +331,7 @@ impl Devices {
             },
             source,
         })?;
+        self.check_cdi(&prepared, config)?;
         Ok(prepared)
     }
 

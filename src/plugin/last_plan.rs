@@ -44,6 +44,9 @@ pub struct Prepared {
     /// The adjustment without the hook and the annotation, which only the
     /// pod's network owner gets.
     pub adjust: ContainerAdjustment,
+    /// The plan's nodes as a CDI spec gives them, where `adjust` names CDI
+    /// devices (checked against the runtime's specs at each creation).
+    pub cdi_nodes: Vec<crate::cdi::DeviceNode>,
     /// The replies, encoded once for every container of the pod that gets one.
     pub replies: Replies,
     /// The plan's warnings.
@@ -228,6 +231,7 @@ mod tests {
             resolved_sha256: None,
             hook: None,
             adjust: ContainerAdjustment::default(),
+            cdi_nodes: Vec::new(),
             replies: Replies::default(),
             warnings: Vec::new(),
             notes: Vec::new(),

@@ -102,12 +102,18 @@ impl Devices {
             ..AdjustOptions::default()
         };
         let network = network_need(resolved.is_some(), &plan.network);
+        let cdi_nodes = if opts.cdi_devices.is_empty() {
+            Vec::new()
+        } else {
+            plan.devices.iter().map(crate::cdi::node).collect()
+        };
         Ok(Prepared {
             network,
             // Without the host netdev, this plan holds only while the pod's
             // network owner does: the next container may have to move the VF.
             keep: !moved(&plan),
             adjust: to_adjustment(&plan, &opts),
+            cdi_nodes,
             device_paths: plan.devices.iter().map(|d| d.path.clone()).collect(),
             hook: resolved.as_ref().map(|_| self.hook_spec(config)),
             resolved_sha256: resolved.as_deref().map(crate::ledger::resolved_digest),
@@ -117,6 +123,38 @@ impl Devices {
             warnings: plan.warnings,
             notes: plan.notes,
             replies: Default::default(),
+        })
+    }
+
+    /// Where the adjustment names CDI devices, the runtime takes the nodes
+    /// from their spec: checked at each creation to be the plan's, so a spec
+    /// gone stale (written before the devices changed) fails the container.
+    pub(super) fn check_cdi(
+        &self,
+        prepared: &Prepared,
+        config: &Config,
+    ) -> Result<(), DeviceError> {
+        let names: Vec<String> = prepared
+            .adjust
+            .CDI_devices
+            .iter()
+            .map(|d| d.name.clone())
+            .collect();
+        if names.is_empty() {
+            return Ok(());
+        }
+        let checked = self
+            .cdi_specs
+            .check(&config.cdi_spec_dirs, &names, &prepared.cdi_nodes);
+        checked.map_err(|source| DeviceError::Cdi {
+            // The names follow the claims, one each (`prepare::cdi_names`).
+            entry: source
+                .device_name()
+                .and_then(|n| names.iter().position(|m| m == n))
+                .and_then(|i| prepared.claims.get(i))
+                .map(|c| prepared.entry_of(&c.device))
+                .unwrap_or_default(),
+            source,
         })
     }
 

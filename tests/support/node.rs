@@ -41,7 +41,7 @@ impl Node {
     /// With `config` as devgate's config file (`devgate.toml` of the instance).
     pub fn start_full(builder: HostRootBuilder, config: &str, extra: &[&str]) -> Node {
         let ctrd = Containerd::launch();
-        let config = with_private_health_dir(config, &ctrd.path("gpu-health"));
+        let config = with_private_dirs(config, &ctrd);
         std::fs::write(ctrd.path("devgate.toml"), config).expect("write devgate config");
         mount_state_tmpfs(&ctrd.path("devgate-state"));
         let fixture = builder.build(&ctrd.path("host")).expect("write host root");
@@ -156,14 +156,19 @@ pub fn allocation(gpus: &[String], rdma: &[String]) -> String {
 /// The config with `gpu.health_dir` inside the instance unless the test sets it:
 /// GPU health outlives reboots in /var/lib/devgate, which a test must not read or
 /// leave behind.
-fn with_private_health_dir(config: &str, dir: &Path) -> String {
+/// `config` with the instance's own GPU health directory and CDI spec
+/// directory (the one its containerd reads), unless it names them.
+fn with_private_dirs(config: &str, ctrd: &Containerd) -> String {
     let mut doc: toml::Table = toml::from_str(config).expect("test config is toml");
+    let path = |p: &Path| toml::Value::String(p.to_string_lossy().into_owned());
     let gpu = doc
         .entry("gpu")
         .or_insert_with(|| toml::Value::Table(toml::Table::new()));
     if let toml::Value::Table(gpu) = gpu {
         gpu.entry("health_dir")
-            .or_insert_with(|| toml::Value::String(dir.to_string_lossy().into_owned()));
+            .or_insert_with(|| path(&ctrd.path("gpu-health")));
     }
+    doc.entry("cdi_spec_dirs")
+        .or_insert_with(|| toml::Value::Array(vec![path(&ctrd.cdi_dir())]));
     toml::to_string(&doc).expect("serialize test config")
 }
