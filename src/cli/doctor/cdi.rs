@@ -6,15 +6,77 @@
 //! runtime that gets CDI names it does not inject starts the container without
 //! those devices or fails it, so that mismatch fails; one that could take them
 //! but gets raw nodes only warns (raw nodes are always exact).
+use std::path::PathBuf;
+
 use nri::RuntimeInfo;
 
 use super::containerd::ContainerdConfig;
-use super::host::Host;
+use super::host::{Host, Roots};
 use super::Check;
+use crate::cdi::{self, Class, DeviceNode, SpecDirs};
 use crate::config::{Config, DeviceMode, RuntimeCdi};
+use crate::inventory::Inventory;
 use crate::plugin::features;
 
 const NAME: &str = "cdi";
+const SPECS: &str = "cdi specs";
+
+/// With `device_mode = "cdi"`: each device of the node, resolved in the
+/// runtime's spec directories as a container's is, gives the nodes a plan
+/// for it gives, the check the plugin makes at each creation.
+pub fn specs(roots: &Roots, config: &Config, inventory: &Inventory) -> Check {
+    if config.device_mode == DeviceMode::Nodes {
+        return Check::pass(SPECS, "device_mode = \"nodes\": no spec is read");
+    }
+    let dirs: Vec<PathBuf> = config
+        .cdi_spec_dirs
+        .iter()
+        .map(|d| roots.host_path(d))
+        .collect();
+    let generated = match cdi::generate(inventory, config, &Class::ALL, cdi::DEFAULT_CDI_VERSION) {
+        Ok(g) => g,
+        Err(e) => return Check::warn(SPECS, e.to_string(), "see the config check"),
+    };
+    let checker = SpecDirs::default();
+    let (mut count, mut failed) = (0, Vec::new());
+    for (class, spec) in &generated.specs {
+        for dev in &spec.devices {
+            count += 1;
+            let nodes = dev.container_edits.device_nodes.iter();
+            let want: Vec<DeviceNode> = nodes
+                .chain(&spec.container_edits.device_nodes)
+                .cloned()
+                .collect();
+            if let Err(e) = checker.check(&dirs, &[class.qualified(&dev.name)], &want) {
+                failed.push(e.to_string());
+            }
+        }
+    }
+    let shown = |d: &[PathBuf]| {
+        d.iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if failed.is_empty() {
+        return Check::pass(
+            SPECS,
+            format!(
+                "{count} devices: the specs in {} give what devgate plans",
+                shown(&dirs)
+            ),
+        );
+    }
+    Check::fail(
+        SPECS,
+        format!(
+            "{} of {count} devices would be refused, the first: {}",
+            failed.len(),
+            failed[0]
+        ),
+        "run devgate cdi generate -o /etc/cdi on the node (after every change of its devices)",
+    )
+}
 
 pub fn cdi(host: &dyn Host, containerd: &ContainerdConfig, config: &Config) -> Check {
     if config.device_mode == DeviceMode::Nodes {

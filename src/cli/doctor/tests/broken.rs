@@ -171,10 +171,36 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             |n| {
                 n.host.version = Ok("containerd x v1.7.30 y".into());
                 write(n.roots.config.as_deref().unwrap(), CDI_ON);
+                super::write_cdi_specs(n);
             },
             "cdi",
             Status::Fail,
             "does not inject them (enable_cdi unset",
+        ),
+        (
+            "cdi names without a spec",
+            |n| write(n.roots.config.as_deref().unwrap(), CDI_ON),
+            "cdi specs",
+            Status::Fail,
+            "would be refused, the first: cdi device devgate.io/gpu=",
+        ),
+        (
+            "cdi names with a spec gone stale",
+            |n| {
+                write(n.roots.config.as_deref().unwrap(), CDI_ON);
+                let specs = super::write_cdi_specs(n);
+                let gpu = specs.join("devgate.io-gpu.json");
+                let text = std::fs::read_to_string(&gpu).unwrap();
+                let mut spec: serde_json::Value = serde_json::from_str(&text).unwrap();
+                // Every GPU's node given minor 99: the devices changed since.
+                for dev in spec["devices"].as_array_mut().unwrap() {
+                    dev["containerEdits"]["deviceNodes"][0]["minor"] = 99.into();
+                }
+                write(&gpu, &spec.to_string());
+            },
+            "cdi specs",
+            Status::Fail,
+            "is stale for devgate.io/gpu=",
         ),
         (
             "containerd 1.7.30 with enable_cdi and runtime_cdi auto",
@@ -184,6 +210,7 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
                     n.roots.config.as_deref().unwrap(),
                     &CDI_ON.replace("\"on\"", "\"auto\""),
                 );
+                super::write_cdi_specs(n);
                 // TOML allows the table after its sub-table.
                 let with_cdi = format!(
                     "{CONTAINERD_CONFIG}[plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_cdi = true\n"

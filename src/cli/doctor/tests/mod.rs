@@ -180,6 +180,42 @@ fn healthy() -> Node {
     healthy_from(None)
 }
 
+/// `devgate cdi generate -o /etc/cdi` on node `n`, with its config; the
+/// directory written.
+fn write_cdi_specs(n: &Node) -> PathBuf {
+    let config = crate::config::Config::load(n.roots.config.as_deref().unwrap()).unwrap();
+    let inv = crate::inventory::discover(&n.roots.host_root);
+    let g = crate::cdi::generate(&inv, &config, &crate::cdi::Class::ALL, "0.6.0").unwrap();
+    let dir = n.roots.etc_root.join("cdi");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (class, spec) in &g.specs {
+        write(
+            &dir.join(class.file_name()),
+            &serde_json::to_string(spec).unwrap(),
+        );
+    }
+    dir
+}
+
+/// Specs as generated pass; the same node passes the plugin's check.
+#[test]
+fn cdi_specs_as_generated_pass() {
+    let n = healthy();
+    write(
+        n.roots.config.as_deref().unwrap(),
+        "device_mode = \"cdi\"\n",
+    );
+    write_cdi_specs(&n);
+    let checks = run_checks(&n.roots, &n.host);
+    let specs = check(&checks, "cdi specs");
+    assert_eq!(specs.status, Status::Pass, "{}", table(&checks));
+    assert!(
+        specs.detail.contains("devices: the specs in"),
+        "{}",
+        specs.detail
+    );
+}
+
 fn check<'a>(checks: &'a [Check], name: &str) -> &'a Check {
     checks
         .iter()
@@ -193,9 +229,9 @@ fn healthy_node_passes_every_check() {
     let checks = run_checks(&node.roots, &node.host);
     let report = table(&checks);
     assert!(checks.iter().all(|c| c.status == Status::Pass), "{report}");
-    assert_eq!(checks.len(), 15, "{report}");
+    assert_eq!(checks.len(), 16, "{report}");
     assert!(
-        report.contains("15 passed, 0 warnings, 0 failed"),
+        report.contains("16 passed, 0 warnings, 0 failed"),
         "{report}"
     );
     assert!(check(&checks, "cgroup").detail.contains("systemd driver"));
@@ -226,7 +262,7 @@ fn exit_status_fails_only_on_a_failed_check() {
     assert!(super::verdict(&checks).is_ok(), "warnings alone exit 0");
     checks[1].status = Status::Fail;
     let err = super::verdict(&checks).unwrap_err();
-    assert_eq!(err.to_string(), "1 of 15 checks failed");
+    assert_eq!(err.to_string(), "1 of 16 checks failed");
 }
 
 /// A state directory devgate cannot write to (read-only mount) fails.
