@@ -194,6 +194,7 @@ fn unreadable_side_files_are_reported_beside_the_ledger() {
         health.join("health.json"),
         state.join("runtime.json"),
         state.join("grant-audit.json"),
+        state.join("unapplied.json"),
     ] {
         std::fs::write(file, "{torn").unwrap();
     }
@@ -201,7 +202,12 @@ fn unreadable_side_files_are_reported_beside_the_ledger() {
     let (ok, text) = status(&state, &health, &[]);
     assert!(ok, "{text}");
     assert!(text.contains("GPU-1111") && text.contains("ns/a"), "{text}");
-    for what in ["GPU HEALTH", "RUNTIME RECORD", "GRANT COUNTERS"] {
+    for what in [
+        "GPU HEALTH",
+        "RUNTIME RECORD",
+        "GRANT COUNTERS",
+        "UNAPPLIED CONTAINERS",
+    ] {
         assert!(
             text.contains(&format!("{what}: unreadable: ")),
             "{what}: {text}"
@@ -216,10 +222,41 @@ fn unreadable_side_files_are_reported_beside_the_ledger() {
         ("gpu_health_error", "health.json"),
         ("runtime_error", "runtime.json"),
         ("grants_error", "grant-audit.json"),
+        ("unapplied_error", "unapplied.json"),
     ] {
         assert!(
             v[field].as_str().is_some_and(|e| e.contains(file)),
             "{field}: {v}"
         );
     }
+}
+
+/// Containers the plugin's last Synchronize found running without their
+/// allocation are listed, in the table and in JSON.
+#[test]
+fn containers_without_their_allocation_are_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, health) = (dir.path().join("state"), dir.path().join("health"));
+    devgate::ledger::Ledger::open(&state).unwrap();
+    let listed = r#"{"containers":[{"namespace":"team","pod":"web","sandbox_id":"sb-w",
+        "container":"trainer","id":"ctr-away","found_unix":1700000000}]}"#;
+    std::fs::write(state.join("unapplied.json"), listed).unwrap();
+    let (ok, text) = status(&state, &health, &[]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("CONTAINERS WITHOUT THEIR ALLOCATION")
+            && text.contains("team/web container trainer (ctr-away)"),
+        "{text}"
+    );
+    let (ok, json) = status(&state, &health, &["-o", "json"]);
+    assert!(ok, "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["unapplied_containers"][0]["id"], "ctr-away", "{v}");
+    // None listed: no section, an empty list.
+    std::fs::remove_file(state.join("unapplied.json")).unwrap();
+    let (_, text) = status(&state, &health, &[]);
+    assert!(!text.contains("WITHOUT THEIR ALLOCATION"), "{text}");
+    let (_, json) = status(&state, &health, &["-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["unapplied_containers"], serde_json::json!([]), "{v}");
 }

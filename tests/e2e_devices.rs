@@ -286,6 +286,10 @@ fn claims_survive_plugin_crash_and_vanished_pods_are_released_at_sync() {
         3,
         "nobody released while the plugin was down"
     );
+    // Created with no plugin connected: it has none of its pod's devices.
+    let late = cri
+        .create_container(&keep, &ContainerSpec::shell("late", "true"))
+        .unwrap();
 
     node.plugin.respawn(&node.ctrd);
     node.plugin.wait_registered(&node.ctrd, SLOW);
@@ -302,6 +306,25 @@ fn claims_survive_plugin_crash_and_vanished_pods_are_released_at_sync() {
     assert!(!state.devices.contains_key(&format!("gpu {b}")));
     assert!(!state.devices.contains_key(&format!("gpu {c}")));
     cri.remove_pod(&stopped).unwrap();
+
+    // `devgate status` lists the container Synchronize found without its
+    // allocation, until the runtime removes it.
+    let unapplied = || -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_str(&node.status(&["-o", "json"])).unwrap();
+        let listed = v["unapplied_containers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        listed
+            .iter()
+            .map(|u| u["id"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(unapplied(), [late.clone()]);
+    cri.remove_container(&late).unwrap();
+    wait_for("the removed container unlisted", SLOW, || {
+        unapplied().is_empty().then_some(())
+    });
 }
 
 /// A pod's containers, and a claim once the ledger has a document, are

@@ -2,6 +2,7 @@
 //! pod's GPUs and NICs connect.
 mod pairs;
 mod runtime;
+mod unapplied;
 mod vfs;
 
 use std::fmt::Write as _;
@@ -70,6 +71,9 @@ struct StatusView<'a> {
     grants: &'a crate::grant::GrantCounters,
     /// VFs in pods, and where their RDMA devices are.
     vfs: &'a [VfView],
+    /// Containers running without their allocation: created while devgate
+    /// was not connected, found by the last Synchronize.
+    unapplied_containers: &'a [crate::plugin::unapplied_record::Unapplied],
     /// Why the VFs' saved state could not be read, when it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     vf_state_error: Option<&'a str>,
@@ -81,6 +85,8 @@ struct StatusView<'a> {
     runtime_error: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     grants_error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unapplied_error: Option<&'a str>,
 }
 
 /// The value, or its default and why it could not be had.
@@ -117,10 +123,13 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
         &args.state_dir,
     ));
     let (grants, grants_error) = or_said(crate::grant::audit::read_counters(&args.state_dir));
+    let (unapplied, unapplied_error) =
+        or_said(crate::plugin::unapplied_record::load(&args.state_dir));
     let unreadable = [
         ("gpu health", &gpu_health_error),
         ("runtime record", &runtime_error),
         ("grant counters", &grants_error),
+        ("unapplied containers", &unapplied_error),
     ];
     // A VF record that cannot be read is shown, not allowed to hide the rest.
     let (vfs, vf_state_error): (Vec<VfView>, Option<String>) =
@@ -151,10 +160,12 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
                 runtime: runtime_record.as_ref(),
                 grants: &grants,
                 vfs: &vfs,
+                unapplied_containers: &unapplied,
                 vf_state_error: vf_state_error.as_deref(),
                 gpu_health_error: gpu_health_error.as_deref(),
                 runtime_error: runtime_error.as_deref(),
                 grants_error: grants_error.as_deref(),
+                unapplied_error: unapplied_error.as_deref(),
             };
             println!("{}", serde_json::to_string_pretty(&view)?)
         }
@@ -171,6 +182,9 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
             }
             if !pairs.is_empty() {
                 print!("\n{}", pairs::table(&pairs));
+            }
+            if !unapplied.is_empty() {
+                print!("\n{}", unapplied::table(&unapplied));
             }
             for (what, e) in unreadable {
                 if let Some(e) = e {

@@ -44,8 +44,21 @@ fn synchronize_names_containers_that_run_without_their_allocation() {
         ..Default::default()
     };
     let log = Captured::default();
-    log.run(|| p.synchronize(vec![pod], vec![container]))
+    log.run(|| p.synchronize(vec![pod.clone()], vec![container.clone()]))
         .unwrap();
+    // Kept for `devgate status` until the runtime removes the container.
+    let listed = unapplied_record::load(&p.options.state_dir).unwrap();
+    let ids: Vec<&str> = listed.iter().map(|u| u.id.as_str()).collect();
+    assert_eq!(ids, ["ctr-away"]);
+    assert_eq!(
+        (listed[0].pod.as_str(), listed[0].container.as_str()),
+        ("web", "trainer")
+    );
+    p.remove_container(&pod, &container).unwrap();
+    assert_eq!(
+        unapplied_record::load(&p.options.state_dir).unwrap(),
+        vec![]
+    );
     let lines = log.lines("container runs without its allocation");
     assert_eq!(lines.len(), 1, "{lines:?}");
     // The pod (team/web), the container, its id and the annotation.

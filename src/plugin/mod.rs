@@ -20,6 +20,7 @@ pub mod probe;
 pub mod reads;
 mod resync;
 mod unapplied;
+pub mod unapplied_record;
 mod vf_teardown;
 mod workers;
 
@@ -124,6 +125,8 @@ pub struct DevgatePlugin {
     unreleased: Arc<lifecycle::Unreleased>,
     /// A Synchronize whose gone pods are still to be looked for.
     resync: resync::PendingSync,
+    /// Containers running without their allocation, for `devgate status`.
+    unapplied: unapplied_record::UnappliedRecord,
     /// The GPU health monitor runs (it starts once).
     health_started: std::sync::atomic::AtomicBool,
     /// The runtime reports a stopped sandbox with pid 0 (containerd).
@@ -167,6 +170,7 @@ impl DevgatePlugin {
             Box::new(vf_teardown::VfTeardown::new(options.state_dir.clone())),
             Box::new(Arc::clone(&gpu)),
         ]));
+        let unapplied = unapplied_record::UnappliedRecord::new(&options.state_dir);
         Ok(DevgatePlugin {
             config: RwLock::new(Ok(Arc::new(config))),
             options,
@@ -178,6 +182,7 @@ impl DevgatePlugin {
             release_workers: workers::Workers::default(),
             unreleased: Arc::default(),
             resync: Default::default(),
+            unapplied,
             health_started: Default::default(),
             stopped_pid_zero: Default::default(),
             startup_files,
@@ -345,7 +350,8 @@ impl nri::Plugin for DevgatePlugin {
         self.gpu.sync_pods(&pods, &self.options.state_dir);
         let live = lifecycle::live_pods(&pods, &containers, stopped_pid_zero);
         if let Ok(ledger) = self.devices.ledger().snapshot() {
-            unapplied::report(&pods, &containers, |id| ledger.container(id).is_some());
+            let found = unapplied::report(&pods, &containers, |id| ledger.container(id).is_some());
+            self.unapplied.set(found);
         }
         match self.devices.ledger().stale_pods(&live) {
             Ok(stale) => {
@@ -383,12 +389,14 @@ impl nri::Plugin for DevgatePlugin {
     fn remove_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
         self.devices.pod_removed(&pod.id);
         self.gpu.forget_pod(pod, &self.options.state_dir);
+        self.unapplied.forget(&pod.id, None);
         self.release_pod(&pod.id);
         Ok(())
     }
 
     fn remove_container(&self, pod: &PodSandbox, ctr: &Container) -> Result<(), PluginError> {
         lifecycle::forget_container(self.devices.ledger(), &pod.id, &ctr.id);
+        self.unapplied.forget(&pod.id, Some(&ctr.id));
         Ok(())
     }
 }

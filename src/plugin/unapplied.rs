@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use nri::api::{Container, ContainerState, PodSandbox};
 
 use super::reads;
+use super::unapplied_record::Unapplied;
 use crate::allocation::{self, Metadata as _};
 
 /// The runtime's containers that are not stopped, that their pod's
@@ -41,15 +42,32 @@ pub fn unapplied<'a>(
         .collect()
 }
 
-/// Logs each container [`unapplied`] finds.
-pub fn report(pods: &[PodSandbox], containers: &[Container], admitted: impl Fn(&str) -> bool) {
-    for (pod, ctr) in unapplied(pods, containers, admitted) {
-        tracing::error!(
-            namespace = %pod.namespace, pod = %pod.name, container = %ctr.name, id = %ctr.id,
-            annotation = allocation::DEVICE_ALLOCATED,
-            "container runs without its allocation: created while devgate was not connected; restart it to get its devices"
-        );
-    }
+/// Logs each container [`unapplied`] finds, and returns them for the record.
+pub fn report(
+    pods: &[PodSandbox],
+    containers: &[Container],
+    admitted: impl Fn(&str) -> bool,
+) -> Vec<Unapplied> {
+    let now = crate::ledger::now_unix();
+    let found = unapplied(pods, containers, admitted);
+    found
+        .into_iter()
+        .map(|(pod, ctr)| {
+            tracing::error!(
+                namespace = %pod.namespace, pod = %pod.name, container = %ctr.name, id = %ctr.id,
+                annotation = allocation::DEVICE_ALLOCATED,
+                "container runs without its allocation: created while devgate was not connected; restart it to get its devices"
+            );
+            Unapplied {
+                namespace: pod.namespace.clone(),
+                pod: pod.name.clone(),
+                sandbox_id: pod.id.clone(),
+                container: ctr.name.clone(),
+                id: ctr.id.clone(),
+                found_unix: now,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
