@@ -320,7 +320,7 @@ fn claims_survive_plugin_crash_and_vanished_pods_are_released_at_sync() {
             .map(|u| u["id"].as_str().unwrap_or_default().to_string())
             .collect()
     };
-    assert_eq!(unapplied(), [late.clone()]);
+    assert_eq!(unapplied(), std::slice::from_ref(&late));
     cri.remove_container(&late).unwrap();
     wait_for("the removed container unlisted", SLOW, || {
         unapplied().is_empty().then_some(())
