@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::config::GpuConfig;
 use crate::inventory::Inventory;
-use crate::ledger::{DeviceId, Ledger, PodRecord, Share, Teardown, Unclean};
+use crate::ledger::{DeviceId, Ledger, PodRecord, Share};
 
 use super::cgroup::PodCgroups;
 use super::health::{observe, HealthStore};
@@ -305,8 +305,15 @@ impl GpuTeardown {
             self.note_memory_health(&t.uuid);
         }
         // A full reset needs every GPU idle and each of these reset first.
-        if self.config.full_reset && faults.is_empty() {
-            faults.extend(self.full_resets(&reset_ok, &ended.users));
+        // Where one failed, none of them gets it now: they all stay for the
+        // retry rather than go back with the light cleaning alone.
+        if self.config.full_reset {
+            if faults.is_empty() {
+                faults.extend(self.full_resets(&reset_ok, &ended.users));
+            } else {
+                let all: Vec<String> = targets.iter().map(|t| t.uuid.clone()).collect();
+                faults.iter_mut().for_each(|f| f.gpus.clone_from(&all));
+            }
         }
         faults
     }
@@ -375,33 +382,9 @@ impl GpuTeardown {
     }
 }
 
-impl Teardown for GpuTeardown {
-    fn teardown(&self, pod: &PodRecord) -> Result<(), Unclean> {
-        let sandbox = pod.pod.sandbox_id.as_str();
-        let (targets, mut faults) = self.targets(pod);
-        if !targets.is_empty() {
-            faults.extend(self.clean(&self.pod_cgroups_of(pod), &targets));
-        }
-        let unclean = Fault::gpus_of(&faults);
-        let clean = targets.iter().map(|t| t.uuid.as_str());
-        self.mark_released(sandbox, clean.filter(|u| !unclean.contains(u)));
-        if faults.is_empty() {
-            // Every pod's paths are kept (an RDMA-only pod's too): forgotten
-            // here; a pod keeping a GPU needs them for its retry.
-            self.forget_pod(sandbox);
-            return Ok(());
-        }
-        let gpus: Vec<DeviceId> = unclean
-            .iter()
-            .map(|u| DeviceId::Gpu(u.to_string()))
-            .collect();
-        let errors: Vec<GpuError> = faults.into_iter().map(|f| f.error).collect();
-        Err(Unclean::of(gpus, nri::ErrorChain::join(&errors)))
-    }
-}
-
 mod claims;
 mod end;
+mod release;
 mod retry;
 pub use claims::ClaimView;
 use end::Fault;

@@ -50,6 +50,15 @@ pub enum LedgerError {
     },
     #[error("pod {pod} already holds a different set of devices")]
     ClaimMismatch { pod: String },
+    /// The pod's earlier release kept these (its teardown could not clean
+    /// them) and gave the others back: its containers get devices again once
+    /// a retry of that teardown succeeds.
+    #[error("pod {pod} still holds {devices:?} from a release whose teardown failed ({reason}); its other devices were released, and it is admitted again once that teardown succeeds")]
+    ReleaseFailed {
+        pod: String,
+        devices: Vec<String>,
+        reason: String,
+    },
     /// Each device is claimed once: two claims of one device would count
     /// its shares twice or make one pod two holders of an exclusive device.
     #[error("{device} is claimed twice by one pod")]

@@ -71,8 +71,11 @@ pub struct Admission {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Released {
     pub pods: Vec<PodRef>,
-    /// Pods whose teardown failed: their claims stay, their devices are quarantined.
+    /// Pods whose teardown failed: the devices it could not clean stay
+    /// theirs, quarantined (the others were released).
     pub failed: Vec<(PodRef, String)>,
+    /// Those devices, by sandbox id.
+    pub kept: Vec<(String, Vec<DeviceId>)>,
 }
 
 /// The ledger under one state directory.

@@ -107,7 +107,8 @@ impl Ledger {
                 // for the retry; the others are handed back now.
                 Err(unclean) => {
                     let sandbox = &pod.pod.sandbox_id;
-                    keep_unclean(&mut txn.state, sandbox, &pod.claims, &unclean, true);
+                    let kept = keep_unclean(&mut txn.state, sandbox, &pod.claims, &unclean, true);
+                    out.kept.push((sandbox.clone(), kept));
                     out.failed.push((pod.pod, unclean.reason));
                 }
             }

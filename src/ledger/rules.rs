@@ -24,9 +24,7 @@ pub(super) fn claim_in(
         if same_claims(&existing.claims, claims) {
             return Ok(None);
         }
-        return Err(LedgerError::ClaimMismatch {
-            pod: pod.to_string(),
-        });
+        return Err(mismatch(state, existing, pod, claims));
     }
     // Each device's key formatted once, for the checks, the records and the line.
     let keys: Vec<String> = claims.iter().map(|c| c.device.to_string()).collect();
@@ -58,6 +56,40 @@ pub(super) fn claim_in(
         },
     );
     Ok(Some(keys))
+}
+
+/// Why a pod's claims differ from the record's: a partial release (every
+/// recorded device among the asked and quarantined) is said as such.
+fn mismatch(
+    state: &LedgerState,
+    existing: &PodRecord,
+    pod: &PodRef,
+    claims: &[Claim],
+) -> LedgerError {
+    let quarantine = |c: &Claim| {
+        let rec = state.devices.get(&c.device.to_string())?;
+        rec.quarantine.as_ref().map(|q| q.reason.clone())
+    };
+    let kept = existing
+        .claims
+        .iter()
+        .all(|c| claims.iter().any(|n| n.device == c.device) && quarantine(c).is_some());
+    match existing.claims.first().and_then(quarantine) {
+        Some(reason) if kept && existing.claims.len() < claims.len() => {
+            LedgerError::ReleaseFailed {
+                pod: pod.to_string(),
+                devices: existing
+                    .claims
+                    .iter()
+                    .map(|c| c.device.to_string())
+                    .collect(),
+                reason,
+            }
+        }
+        _ => LedgerError::ClaimMismatch {
+            pod: pod.to_string(),
+        },
+    }
 }
 
 /// The same devices; their shares are the recorded ones. A pod's annotation

@@ -31,12 +31,16 @@ fn gpu2() -> DeviceId {
     DeviceId::Gpu("GPU-2".into())
 }
 
-fn pod_of_three(l: &Ledger) -> Vec<Claim> {
-    let claims = vec![
+fn pod_of_three_claims() -> Vec<Claim> {
+    vec![
         gpu("GPU-1", Share::Exclusive),
         gpu("GPU-2", Share::Exclusive),
         vf(),
-    ];
+    ]
+}
+
+fn pod_of_three(l: &Ledger) -> Vec<Claim> {
+    let claims = pod_of_three_claims();
     l.claim(&pod("a"), &claims).unwrap();
     claims
 }
@@ -61,6 +65,14 @@ fn a_release_keeps_only_the_devices_its_teardown_could_not_clean() {
         .unwrap();
     let refused = l.claim(&pod("c"), &[gpu("GPU-2", Share::Exclusive)]);
     assert!(refused.is_err(), "{refused:?}");
+    // A container of the pod asking for all three (hooks-only mode, a
+    // restart in the same sandbox) is told why it waits.
+    let again = l.claim(&pod("a"), &pod_of_three_claims()).unwrap_err();
+    assert!(
+        matches!(again, LedgerError::ReleaseFailed { .. }),
+        "{again}"
+    );
+    assert!(again.to_string().contains("still holds [\"gpu GPU-2\"] from a release whose teardown failed (gpu GPU-2 fell off the bus)"), "{again}");
     // The retry tears down what was kept, and ends the pod.
     let out = l.release_pod("a", &FailsFor(vec![])).unwrap();
     assert_eq!(out.pods, vec![pod("a")]);
@@ -73,8 +85,6 @@ fn a_release_keeps_only_the_devices_its_teardown_could_not_clean() {
 
 #[test]
 fn a_failure_that_cannot_tell_its_devices_keeps_them_all() {
-    let (_d, l) = ledger();
-    let claims = pod_of_three(&l);
     for teardown in [
         Unclean::all("netns gone"),
         // Names no device of the pod.
@@ -86,6 +96,9 @@ fn a_failure_that_cannot_tell_its_devices_keeps_them_all() {
                 Err(self.0.clone())
             }
         }
+        // A ledger of its own: nothing quarantined before.
+        let (_d, l) = ledger();
+        let claims = pod_of_three(&l);
         let out = l.release_pod("a", &Once(teardown)).unwrap();
         assert_eq!(out.failed.len(), 1);
         let state = l.snapshot().unwrap();

@@ -86,14 +86,15 @@ impl From<&str> for Unclean {
 /// Applies a failed teardown of `sandbox_id` (whose claims were `claims`
 /// when it ran): the unclean devices are quarantined and stay the pod's,
 /// for the retry; the clean ones leave the pod (`free`, when the pod may
-/// give them up) as a successful release would leave them.
+/// give them up) as a successful release would leave them. Returns the
+/// devices kept.
 pub(super) fn keep_unclean(
     state: &mut LedgerState,
     sandbox_id: &str,
     claims: &[Claim],
     unclean: &Unclean,
     free: bool,
-) {
+) -> Vec<DeviceId> {
     let (kept, freed) = unclean.split(claims);
     for claim in &kept {
         quarantine_in(state, &claim.device, &unclean.reason);
@@ -102,6 +103,7 @@ pub(super) fn keep_unclean(
         drop_claims(state, sandbox_id, &freed);
         lift_restored(state, &freed);
     }
+    kept.into_iter().map(|c| c.device).collect()
 }
 
 #[cfg(test)]

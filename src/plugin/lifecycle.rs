@@ -118,8 +118,9 @@ pub fn release(ledger: &Ledger, teardown: &dyn Teardown, which: &Release) -> Opt
             for pod in &released.pods {
                 tracing::info!(pod = %pod, sandbox = %pod.sandbox_id, "released devices");
             }
-            for (pod, reason) in &released.failed {
-                tracing::error!(pod = %pod, sandbox = %pod.sandbox_id, reason = %reason, "teardown failed; devices quarantined");
+            for ((pod, reason), (_, kept)) in released.failed.iter().zip(&released.kept) {
+                let kept: Vec<String> = kept.iter().map(ToString::to_string).collect();
+                tracing::error!(pod = %pod, sandbox = %pod.sandbox_id, reason = %reason, kept = ?kept, "teardown failed: the devices it could not clean stay the pod's, quarantined, and are retried; the others are released");
             }
             Some(released)
         }

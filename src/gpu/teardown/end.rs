@@ -117,23 +117,33 @@ impl GpuTeardown {
                     Err(e) => e,
                 }
             };
-            // Looked at once more: the GPUs the pod's processes hold now stay
-            // in doubt; a GPU none of them holds goes on to its checks.
+            // Looked at once more, for the outside users of the GPUs that
+            // go on to their checks.
             users = users_now()?;
             let now = split_now(&users);
-            let held = |t: &&Target| users.of(t.rdev).iter().any(|p| now.pod.contains_key(p));
-            let mut stuck = Fault {
-                gpus: targets
+            let stuck = if matches!(error, GpuError::Survived { .. }) {
+                // Killed, and stuck in the driver: such a process never
+                // runs code of its own again (SIGKILL is taken on the way
+                // back to user mode), so it can open nothing more. The GPUs
+                // it holds now stay in doubt; the others go on.
+                let held = |t: &&Target| users.of(t.rdev).iter().any(|p| now.pod.contains_key(p));
+                let gpus: Vec<String> = targets
                     .iter()
                     .filter(held)
                     .map(|t| t.uuid.clone())
-                    .collect(),
-                error,
+                    .collect();
+                match gpus.is_empty() {
+                    // Gone in between: the error still stands, for all of them.
+                    true => Fault::all(targets, error),
+                    false => Fault { gpus, error },
+                }
+            } else {
+                // A process still running (it forks as it is ended, could
+                // not be signalled, or could not be read): its container's
+                // device rules let it open any GPU of the pod later, so
+                // none of them is handed on.
+                Fault::all(targets, error)
             };
-            // Gone in between: the error still stands, for all of them.
-            if stuck.gpus.is_empty() {
-                stuck = Fault::all(targets, stuck.error);
-            }
             return Ok(Ended {
                 users,
                 split: now,

@@ -123,3 +123,61 @@ fn a_shared_gpu_given_up_clean_is_reset_by_its_last_holder() {
     let state = n.ledger.snapshot().unwrap();
     assert!(!state.devices.contains_key("gpu GPU-0"), "{state:?}");
 }
+
+/// A process of the pod that still runs (here: it forks each time it is
+/// ended) could open any GPU of the pod later: none goes back, not even one
+/// it does not hold now.
+#[test]
+fn a_pod_process_still_running_keeps_every_gpu() {
+    let n = node(|_| {});
+    let gpus = [claim("GPU-0", WHOLE), claim("GPU-1", WHOLE)];
+    n.ledger.claim(&pod("a"), &gpus).unwrap();
+    let forking = FakeProc {
+        devs: vec![dev(1)],
+        cgroup: "0::/kubepods/poduid-a/c1\n".into(),
+        start: 1,
+        forks_on_term: u32::MAX,
+        ..FakeProc::default()
+    };
+    n.host.add_proc(50, forking);
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert!(
+        out.failed[0].1.contains("still hold it after 3 rounds"),
+        "{:?}",
+        out.failed
+    );
+    assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-0", "gpu GPU-1"]);
+    assert_eq!((resets(&n.nvml, "GPU-0"), resets(&n.nvml, "GPU-1")), (0, 0));
+}
+
+/// With `gpu.full_reset`, a GPU that failed keeps the others too: they go
+/// back only with the full reset, which needs every one of them clean.
+#[test]
+fn with_full_reset_one_failed_gpu_keeps_them_all() {
+    let n = node(|c| {
+        c.full_reset = true;
+        c.reset_command = vec!["reset-gpu".into()];
+    });
+    pod_of_three(&n);
+    n.nvml.failing.lock().unwrap().insert("GPU-1".into());
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert_eq!(out.failed.len(), 1);
+    assert_eq!(claimed_gpus(&n, "sb-a").len(), 3);
+    assert!(n.host.commands.lock().unwrap().is_empty(), "no full reset");
+}
+
+/// A claimed GPU the inventory no longer has: its holders were never
+/// looked for, so none of the pod's GPUs goes back.
+#[test]
+fn a_gpu_gone_from_the_inventory_keeps_every_gpu() {
+    let n = node(|_| {});
+    let gpus = [claim("GPU-0", WHOLE), claim("GPU-gone", WHOLE)];
+    n.ledger.claim(&pod("a"), &gpus).unwrap();
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert!(
+        out.failed[0].1.contains("GPU-gone is not in the inventory"),
+        "{:?}",
+        out.failed
+    );
+    assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-0", "gpu GPU-gone"]);
+}
