@@ -44,10 +44,17 @@ pub fn signal_pinned(
     if !same()? {
         return Ok(Sent::Gone);
     }
+    // SAFETY: kill(2) takes any pid and signal number.
+    let kill = || cvt(unsafe { libc::kill(raw, signal) });
     let sent = match &pidfd {
-        Some(fd) => pidfd_send_signal(fd, signal),
-        // SAFETY: kill(2) takes any pid and signal number.
-        None => cvt(unsafe { libc::kill(raw, signal) }),
+        Some(fd) => match pidfd_send_signal(fd, signal) {
+            // A filter that lets pidfd_open(2) through and not this (its
+            // EPERM is also kill's own answer where the signal is not
+            // allowed): the check above was just made, as without pidfds.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => kill(),
+            other => other,
+        },
+        None => kill(),
     };
     match sent {
         Ok(()) => Ok(Sent::Sent),

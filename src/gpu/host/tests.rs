@@ -264,3 +264,27 @@ fn the_kernel_counts_descriptors_where_it_can_and_a_process_holding_none_is_seen
     assert!(!tree.sizes_fd_dirs());
     assert_eq!(tree.fd_count(7).unwrap(), None);
 }
+
+/// The real host signals a process only while its pid still names the one
+/// that started at the time given.
+#[test]
+fn a_signal_reaches_only_the_process_that_started_then() {
+    use std::os::unix::process::ExitStatusExt;
+    let host = ProcHost::new(Path::new("/proc"));
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let start = host.start_time(pid).unwrap().expect("a live process");
+    // Another start time: a process that took the pid since.
+    assert_eq!(
+        host.signal(pid, start + 1, Signal::Kill).unwrap(),
+        Sent::Gone
+    );
+    assert_eq!(child.try_wait().unwrap(), None, "not signalled");
+    assert_eq!(host.signal(pid, start, Signal::Term).unwrap(), Sent::Sent);
+    assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGTERM));
+    // Reaped: gone, not an error.
+    assert_eq!(host.signal(pid, start, Signal::Term).unwrap(), Sent::Gone);
+}
