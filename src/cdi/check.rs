@@ -19,10 +19,14 @@ use std::sync::{Arc, Mutex};
 
 use super::{declared_kind, CdiError, Class, DeviceNode, Spec};
 
-/// Spec files larger than this are not read: devgate's are a few KiB per device.
-const MAX_SPEC_BYTES: u64 = 4 << 20;
-/// Directory entries looked at per directory.
-const MAX_ENTRIES: usize = 1024;
+/// Spec files larger than this are not read (and so not trusted): devgate's
+/// are a few KiB per device.
+const MAX_SPEC_BYTES: u64 = 16 << 20;
+/// Spec files read per directory; more leave the directory unchecked.
+const MAX_SPEC_FILES: usize = 1024;
+/// Seconds after a change in which a stamp is not trusted: an in-place
+/// rewrite of the same size within the clock's tick would keep its mtime.
+const RACY_SECS: i64 = 2;
 
 /// The runtime's specs of devgate's kinds, cached until a file changes.
 #[derive(Debug, Default)]
@@ -68,52 +72,91 @@ struct Found {
 
 #[derive(Debug)]
 struct Loaded {
+    /// When it was read (seconds since the epoch).
+    read_at: i64,
     dirs: Vec<(PathBuf, Option<Stamp>)>,
     /// Every file named like a spec, as it was before it was read: one
     /// rewritten in place to declare a kind of devgate's is read again too.
     files: Vec<(PathBuf, Option<Stamp>)>,
     found: Vec<Found>,
+    /// Files the runtime may read that this could not (unreadable, too
+    /// large, a link it cannot follow, too many in one directory): with one
+    /// of them no device is trusted.
+    unchecked: Vec<(PathBuf, String)>,
 }
 
 impl Loaded {
     fn read(dirs: &[PathBuf]) -> Loaded {
         let mut loaded = Loaded {
+            read_at: now_secs(),
             dirs: dirs.iter().map(|d| (d.clone(), Stamp::of(d))).collect(),
             files: Vec::new(),
             found: Vec::new(),
+            unchecked: Vec::new(),
         };
         for (priority, dir) in dirs.iter().enumerate() {
+            // A directory that is not there holds nothing, for the runtime too.
             let Ok(entries) = std::fs::read_dir(dir) else {
                 continue;
             };
+            // What CDI loads: `*.json` and `*.yaml` (`pkg/cdi/spec-dirs.go`).
             let mut paths: Vec<PathBuf> = entries
                 .flatten()
-                .take(MAX_ENTRIES)
                 .map(|e| e.path())
+                .filter(|p| {
+                    matches!(
+                        p.extension().and_then(|e| e.to_str()),
+                        Some("json" | "yaml")
+                    )
+                })
+                .take(MAX_SPEC_FILES + 1)
                 .collect();
+            if paths.len() > MAX_SPEC_FILES {
+                let why = format!("more than {MAX_SPEC_FILES} spec files");
+                loaded.unchecked.push((dir.clone(), why));
+                continue;
+            }
             paths.sort();
             for path in paths {
-                let yaml = match path.extension().and_then(|e| e.to_str()) {
-                    Some("json") => false,
-                    Some("yaml") => true,
-                    _ => continue,
-                };
-                let meta = std::fs::metadata(&path).ok();
-                loaded
-                    .files
-                    .push((path.clone(), meta.as_ref().map(Stamp::from)));
-                let readable = meta.is_some_and(|m| m.is_file() && m.len() <= MAX_SPEC_BYTES);
-                if let Some(found) = readable.then(|| read_spec(&path, yaml, priority)).flatten() {
-                    loaded.found.push(found);
-                }
+                loaded.read_file(path, priority);
             }
         }
         loaded
     }
 
-    /// Whether nothing it was read from has changed.
+    fn read_file(&mut self, path: PathBuf, priority: usize) {
+        let yaml = path.extension().is_some_and(|e| e == "yaml");
+        let meta = std::fs::metadata(&path);
+        self.files
+            .push((path.clone(), meta.as_ref().ok().map(Stamp::from)));
+        let why = match meta {
+            Ok(m) if m.is_file() && m.len() <= MAX_SPEC_BYTES => {
+                match read_spec(&path, yaml, priority) {
+                    Ok(Some(found)) => return self.found.push(found),
+                    Ok(None) => return,
+                    Err(why) => why,
+                }
+            }
+            Ok(m) if m.is_file() => format!("larger than {MAX_SPEC_BYTES} bytes"),
+            Ok(_) => return,
+            // A link to where this process cannot see (outside its mounts)
+            // may be one the runtime follows.
+            Err(e) if std::fs::symlink_metadata(&path).is_ok() => e.to_string(),
+            Err(_) => return,
+        };
+        self.unchecked.push((path, why));
+    }
+
+    /// Whether nothing it was read from has changed: each stamp the same,
+    /// and none so recent that a change within its tick could hide.
     fn current(&self, dirs: &[PathBuf]) -> bool {
-        self.dirs.len() == dirs.len()
+        let settled = |s: &Option<Stamp>| s.is_none_or(|s| s.mtime.0 < self.read_at - RACY_SECS);
+        self.dirs
+            .iter()
+            .map(|(_, s)| s)
+            .chain(self.files.iter().map(|(_, s)| s))
+            .all(settled)
+            && self.dirs.len() == dirs.len()
             && self
                 .dirs
                 .iter()
@@ -124,6 +167,12 @@ impl Loaded {
 
     /// The spec and device `name` resolves to, as the runtime resolves it.
     fn resolve(&self, name: &str) -> Result<(&Found, &super::Device), CdiError> {
+        if let Some((path, reason)) = self.unchecked.first() {
+            return Err(CdiError::Unchecked {
+                path: path.clone(),
+                reason: reason.clone(),
+            });
+        }
         let (kind, device) = name.split_once('=').unwrap_or((name, ""));
         let mut best: Option<(&Found, &super::Device)> = None;
         for found in self.found.iter().filter(|f| f.kind == kind) {
@@ -153,23 +202,40 @@ impl Loaded {
     }
 }
 
-/// The spec `path` holds, if it declares one of devgate's kinds.
-fn read_spec(path: &Path, yaml: bool, priority: usize) -> Option<Found> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let kind = declared_kind(&text, yaml)?;
+/// The spec `path` holds, if it declares one of devgate's kinds; an error
+/// when it cannot be read at all.
+fn read_spec(path: &Path, yaml: bool, priority: usize) -> Result<Option<Found>, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    // Not UTF-8: no spec to the runtime's JSON or YAML parser either.
+    let Ok(text) = String::from_utf8(bytes) else {
+        return Ok(None);
+    };
+    let Some(kind) = declared_kind(&text, yaml) else {
+        return Ok(None);
+    };
     if !Class::ALL.iter().any(|c| c.kind() == kind) {
-        return None;
+        return Ok(None);
     }
     // devgate writes JSON, which is YAML too; a spec converted to other
-    // YAML is not read here, and so not trusted.
+    // YAML is not read here, and so not trusted. One CDI would drop as
+    // invalid is not trusted either.
     let spec = serde_json::from_str::<Spec>(&text)
-        .map_err(|e| format!("not a spec as devgate cdi generate writes it: {e}"));
-    Some(Found {
+        .map_err(|e| format!("not a spec as devgate cdi generate writes it: {e}"))
+        .and_then(|spec| match super::validate(&spec) {
+            Ok(()) => Ok(spec),
+            Err(e) => Err(e.to_string()),
+        });
+    Ok(Some(Found {
         path: path.to_path_buf(),
         priority,
         kind,
         spec,
-    })
+    }))
+}
+
+fn now_secs() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// The fields of a node that reach the container (`hostPath` is only where
@@ -247,8 +313,17 @@ impl SpecDirs {
             .iter()
             .find(|w| !given.iter().any(|(n, _, _)| same_node(n, w)))
         {
+            // Said of a device of the node's kind (RDMA nodes live under
+            // /dev/infiniband), whose spec should have given it.
+            let class = match missing.path.starts_with("/dev/infiniband/") {
+                true => Class::Rdma,
+                false => Class::Gpu,
+            };
+            let prefix = format!("{}=", class.kind());
             let (name, path) = given
-                .first()
+                .iter()
+                .find(|(_, n, _)| n.starts_with(&prefix))
+                .or(given.first())
                 .map(|(_, n, p)| (n.to_string(), p.to_path_buf()))
                 .unwrap_or_else(|| (names.first().cloned().unwrap_or_default(), PathBuf::new()));
             return Err(CdiError::Stale {

@@ -180,3 +180,98 @@ fn a_spec_changed_after_a_check_is_read_again() {
     std::fs::rename(&tmp, &path).unwrap();
     specs.check(&n.dirs, &names, &want).unwrap();
 }
+
+/// What the runtime may read and this cannot (a link it cannot follow, a
+/// spec CDI would drop as invalid, too many files) leaves no device trusted.
+#[test]
+fn a_spec_file_that_cannot_be_checked_fails_every_device() {
+    let n = node_with_dirs();
+    let (names, want) = wanted(&n, &[0]);
+    write(&n.dirs[1], "devgate.io-gpu.json", &n.gpu_spec);
+    let link = n.dirs[0].join("elsewhere.json");
+    std::os::unix::fs::symlink("/nonexistent/host-only.json", &link).unwrap();
+    let err = SpecDirs::default()
+        .check(&n.dirs, &names, &want)
+        .unwrap_err();
+    assert!(
+        matches!(err, CdiError::Unchecked { ref path, .. } if *path == link),
+        "{err}"
+    );
+    std::fs::remove_file(&link).unwrap();
+
+    let mut invalid = n.gpu_spec.clone();
+    invalid.cdi_version = "9.9.9".into();
+    write(&n.dirs[0], "old.json", &invalid);
+    let err = SpecDirs::default()
+        .check(&n.dirs, &names, &want)
+        .unwrap_err();
+    assert!(err.to_string().contains("unknown cdiVersion"), "{err}");
+    std::fs::remove_file(n.dirs[0].join("old.json")).unwrap();
+
+    for i in 0..=1024 {
+        std::fs::write(n.dirs[0].join(format!("x{i}.json")), "{}").unwrap();
+    }
+    let err = SpecDirs::default()
+        .check(&n.dirs, &names, &want)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("more than 1024 spec files"),
+        "{err}"
+    );
+}
+
+/// A node the plan gives and no spec does is said of a device of its kind.
+#[test]
+fn a_node_missing_from_the_specs_is_said_of_its_kind() {
+    let n = node_with_dirs();
+    let g = generate(
+        &n.inv,
+        &Config::default(),
+        &[Class::Rdma],
+        DEFAULT_CDI_VERSION,
+    )
+    .unwrap();
+    let mut rdma = g.specs.into_iter().next().unwrap().1;
+    write(&n.dirs[0], "devgate.io-gpu.json", &n.gpu_spec);
+    let pf = rdma.devices[0].clone();
+    let (mut names, mut want) = wanted(&n, &[0]);
+    names.push(Class::Rdma.qualified(&pf.name));
+    want.extend(pf.container_edits.device_nodes.iter().cloned());
+    want.extend(rdma.container_edits.device_nodes.iter().cloned());
+    let rdma_cm = rdma.container_edits.device_nodes.clone();
+    assert_eq!(rdma_cm[0].path, "/dev/infiniband/rdma_cm");
+    rdma.container_edits.device_nodes.clear();
+    write(&n.dirs[0], "devgate.io-rdma.json", &rdma);
+    let err = SpecDirs::default()
+        .check(&n.dirs, &names, &want)
+        .unwrap_err();
+    assert_eq!(err.device_name(), Some(names[1].as_str()), "{err}");
+    assert!(err.to_string().contains("devgate.io-rdma.json"), "{err}");
+}
+
+/// A rewrite of the same size in the same clock tick keeps size and mtime:
+/// a spec changed that recently is read again whatever its stamp says.
+#[test]
+fn a_same_size_rewrite_is_read_again() {
+    let n = node_with_dirs();
+    let (names, want) = wanted(&n, &[0]);
+    let specs = SpecDirs::default();
+    let uuid = n.inv.gpus[0].uuid.clone();
+    let path = n.dirs[0].join("devgate.io-gpu.json");
+    // Minors 98 and 99 print the same width: the same size.
+    write(
+        &n.dirs[0],
+        "devgate.io-gpu.json",
+        &with_minor(&n.gpu_spec, &uuid, 98),
+    );
+    assert!(specs.check(&n.dirs, &names, &want).is_err());
+    let before = std::fs::metadata(&path).unwrap().len();
+    write(
+        &n.dirs[0],
+        "devgate.io-gpu.json",
+        &with_minor(&n.gpu_spec, &uuid, 99),
+    );
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), before);
+    let err = specs.check(&n.dirs, &names, &want).unwrap_err();
+    assert!(err.to_string().contains(":99 mode"), "{err}");
+}

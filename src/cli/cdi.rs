@@ -266,11 +266,11 @@ fn write_file(
         );
     }
     for class in classes {
-        if class == first_class || !rest.iter().any(|(c, _)| c == class) {
-            remove_stale(
-                &beside(file, *class),
-                "a kind this file now holds or without devices",
-            )?;
+        let stale = beside(file, *class);
+        // Never a spec of another kind that happens to bear the name.
+        let ours = check_replaceable(&stale, classes).is_ok();
+        if ours && (class == first_class || !rest.iter().any(|(c, _)| c == class)) {
+            remove_stale(&stale, "a kind this file now holds or without devices")?;
         }
     }
     Ok(written)

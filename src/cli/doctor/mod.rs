@@ -145,7 +145,7 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
         node::vfs(roots, &config),
         node::cgroup(roots, &containerd_config),
         cdi::cdi(host, &containerd_config, &config),
-        cdi::specs(roots, &config, &inventory),
+        cdi::specs(roots, host, &config, &inventory),
         grant::grant_check(roots, &config),
     ]
 }

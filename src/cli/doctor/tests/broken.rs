@@ -179,7 +179,10 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
         ),
         (
             "cdi names without a spec",
-            |n| write(n.roots.config.as_deref().unwrap(), CDI_ON),
+            |n| {
+                n.host.version = Ok("containerd x v2.1.9 y".into());
+                write(n.roots.config.as_deref().unwrap(), CDI_ON);
+            },
             "cdi specs",
             Status::Fail,
             "would be refused, the first: cdi device devgate.io/gpu=",
@@ -187,6 +190,7 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
         (
             "cdi names with a spec gone stale",
             |n| {
+                n.host.version = Ok("containerd x v2.1.9 y".into());
                 write(n.roots.config.as_deref().unwrap(), CDI_ON);
                 let specs = super::write_cdi_specs(n);
                 let gpu = specs.join("devgate.io-gpu.json");

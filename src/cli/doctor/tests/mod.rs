@@ -197,14 +197,24 @@ fn write_cdi_specs(n: &Node) -> PathBuf {
     dir
 }
 
-/// Specs as generated pass; the same node passes the plugin's check.
+/// Specs as generated pass, where devgate names CDI devices; where the
+/// runtime gets raw nodes no spec is read.
 #[test]
 fn cdi_specs_as_generated_pass() {
-    let n = healthy();
+    let mut n = healthy();
     write(
         n.roots.config.as_deref().unwrap(),
         "device_mode = \"cdi\"\n",
     );
+    // containerd 1.7.24 gets raw nodes.
+    let checks = run_checks(&n.roots, &n.host);
+    let specs = check(&checks, "cdi specs");
+    assert_eq!(specs.status, Status::Pass, "{}", table(&checks));
+    assert!(specs.detail.contains("raw nodes"), "{}", specs.detail);
+    // 2.1 injects CDI devices: its specs are checked.
+    n.host.version = Ok("containerd github.com/containerd/containerd v2.1.9 abc".into());
+    let checks = run_checks(&n.roots, &n.host);
+    assert_eq!(check(&checks, "cdi specs").status, Status::Fail);
     write_cdi_specs(&n);
     let checks = run_checks(&n.roots, &n.host);
     let specs = check(&checks, "cdi specs");
