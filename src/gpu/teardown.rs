@@ -311,8 +311,16 @@ impl GpuTeardown {
             if faults.is_empty() {
                 faults.extend(self.full_resets(&reset_ok, &ended.users));
             } else {
-                let all: Vec<String> = targets.iter().map(|t| t.uuid.clone()).collect();
-                faults.iter_mut().for_each(|f| f.gpus.clone_from(&all));
+                // Those it held last, which it would have reset: a shared
+                // GPU another pod still holds is that pod's to reset.
+                let last: Vec<&Target> = targets.iter().filter(|t| t.last).collect();
+                for f in &mut faults {
+                    for t in &last {
+                        if !f.gpus.contains(&t.uuid) {
+                            f.gpus.push(t.uuid.clone());
+                        }
+                    }
+                }
             }
         }
         faults

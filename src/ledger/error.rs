@@ -53,7 +53,7 @@ pub enum LedgerError {
     /// The pod's earlier release kept these (its teardown could not clean
     /// them) and gave the others back: its containers get devices again once
     /// a retry of that teardown succeeds.
-    #[error("pod {pod} still holds {devices:?} from a release whose teardown failed ({reason}); its other devices were released, and it is admitted again once that teardown succeeds")]
+    #[error("pod {pod} holds only {devices:?} (quarantined: {reason}): a release whose teardown could not clean them gave its other devices back; it is admitted again once a retry cleans them")]
     ReleaseFailed {
         pod: String,
         devices: Vec<String>,

@@ -72,7 +72,12 @@ fn a_release_keeps_only_the_devices_its_teardown_could_not_clean() {
         matches!(again, LedgerError::ReleaseFailed { .. }),
         "{again}"
     );
-    assert!(again.to_string().contains("still holds [\"gpu GPU-2\"] from a release whose teardown failed (gpu GPU-2 fell off the bus)"), "{again}");
+    assert!(
+        again
+            .to_string()
+            .contains("holds only [\"gpu GPU-2\"] (quarantined: gpu GPU-2 fell off the bus)"),
+        "{again}"
+    );
     // The retry tears down what was kept, and ends the pod.
     let out = l.release_pod("a", &FailsFor(vec![])).unwrap();
     assert_eq!(out.pods, vec![pod("a")]);

@@ -120,7 +120,7 @@ pub fn release(ledger: &Ledger, teardown: &dyn Teardown, which: &Release) -> Opt
             }
             for ((pod, reason), (_, kept)) in released.failed.iter().zip(&released.kept) {
                 let kept: Vec<String> = kept.iter().map(ToString::to_string).collect();
-                tracing::error!(pod = %pod, sandbox = %pod.sandbox_id, reason = %reason, kept = ?kept, "teardown failed: the devices it could not clean stay the pod's, quarantined, and are retried; the others are released");
+                tracing::error!(pod = %pod, sandbox = %pod.sandbox_id, reason = %reason, kept = ?kept, "teardown failed: the devices kept stay the pod's, quarantined, and are retried; any others of the pod are released");
             }
             Some(released)
         }

@@ -51,7 +51,10 @@ pub fn signal_pinned(
             // A filter that lets pidfd_open(2) through and not this (its
             // EPERM is also kill's own answer where the signal is not
             // allowed): the check above was just made, as without pidfds.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => kill(),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
+                tracing::debug!(pid, error = %e, "pidfd_send_signal refused: kill after the check");
+                kill()
+            }
             other => other,
         },
         None => kill(),

@@ -121,7 +121,13 @@ impl GpuTeardown {
             // go on to their checks.
             users = users_now()?;
             let now = split_now(&users);
-            let stuck = if matches!(error, GpuError::Survived { .. }) {
+            // Only where every process of the pod still there is one that
+            // outlived SIGKILL: a child forked meanwhile was never signalled.
+            let survivors_only = match &error {
+                GpuError::Survived { pids } => now.pod.keys().all(|p| pids.contains(p)),
+                _ => false,
+            };
+            let stuck = if survivors_only {
                 // Killed, and stuck in the driver: such a process never
                 // runs code of its own again (SIGKILL is taken on the way
                 // back to user mode), so it can open nothing more. The GPUs

@@ -181,3 +181,40 @@ fn a_gpu_gone_from_the_inventory_keeps_every_gpu() {
     );
     assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-0", "gpu GPU-gone"]);
 }
+
+/// A survivor of SIGKILL beside a child another process forked as it was
+/// ended: the child was never signalled and runs, so every GPU stays.
+#[test]
+fn a_survivor_beside_a_running_child_keeps_every_gpu() {
+    let n = node(|_| {});
+    pod_of_three(&n);
+    let in_pod = |devs: Vec<u64>| FakeProc {
+        devs,
+        cgroup: "0::/kubepods/poduid-a/c1\n".into(),
+        start: 1,
+        ..FakeProc::default()
+    };
+    n.host.add_proc(
+        50,
+        FakeProc {
+            forks_on_term: 1,
+            ..in_pod(vec![dev(0)])
+        },
+    );
+    n.host.add_proc(
+        51,
+        FakeProc {
+            unkillable: true,
+            ..in_pod(vec![dev(1)])
+        },
+    );
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert!(
+        out.failed[0].1.contains("outlived SIGKILL"),
+        "{:?}",
+        out.failed
+    );
+    assert!(n.host.alive(1050), "the child runs");
+    assert_eq!(claimed_gpus(&n, "sb-a").len(), 3);
+    assert_eq!(resets(&n.nvml, "GPU-2"), 0);
+}
