@@ -313,7 +313,9 @@ impl nri::Plugin for DevgatePlugin {
         ctr: &Container,
     ) -> Result<CreateContainerResponse, PluginError> {
         self.gpu.note_pod(pod, &self.options.state_dir);
-        Ok(adjust::create_response(self.adjustment(pod, ctr)?))
+        let adjustment = self.adjustment(pod, ctr)?;
+        self.unapplied.forget_replaced(&pod.id, &ctr.name);
+        Ok(adjust::create_response(adjustment))
     }
 
     /// A container given its pod's prepared adjustment as it is gets the
@@ -325,6 +327,7 @@ impl nri::Plugin for DevgatePlugin {
     ) -> Result<CreateReply, PluginError> {
         self.gpu.note_pod(pod, &self.options.state_dir);
         let (admitted, probe) = self.admitted(pod, ctr)?;
+        self.unapplied.forget_replaced(&pod.id, &ctr.name);
         tracing::debug!(
             namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
             "adjusted container"

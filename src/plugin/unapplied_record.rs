@@ -1,8 +1,11 @@
 //! The containers Synchronize found running without their allocation
 //! ([`super::unapplied`]), kept in `<state-dir>/unapplied.json` for
-//! `devgate status` until the runtime removes them (or their pod): the log
-//! line alone scrolls away, and such a container has neither its GPUs nor its
-//! VFs until it is restarted.
+//! `devgate status`: the log line alone scrolls away, and such a container has
+//! neither its GPUs nor its VFs until it is restarted. An entry goes when the
+//! runtime removes the container or its pod, when the container is created
+//! again (kubelet's restart, which keeps the exited one until the pod goes),
+//! or when a later Synchronize no longer finds it running (one removed while
+//! the runtime synchronized sends no event).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -14,7 +17,8 @@ use crate::fsutil::{self, BoundedError, FsError};
 pub const UNAPPLIED_FILE: &str = "unapplied.json";
 /// Containers listed at most; a node runs a few hundred.
 const MAX_LISTED: usize = 4096;
-const MAX_FILE_BYTES: u64 = 2 << 20;
+/// 4096 entries of the longest names Kubernetes allows, in compact JSON.
+const MAX_FILE_BYTES: u64 = 8 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UnappliedError {
@@ -70,17 +74,30 @@ pub struct UnappliedRecord {
 }
 
 impl UnappliedRecord {
+    /// The list a previous run left, so that removals prune it and a
+    /// container found again keeps when it was first found.
     pub fn new(state_dir: &Path) -> UnappliedRecord {
+        let list = load(state_dir).unwrap_or_else(|e| {
+            tracing::warn!(error = %nri::ErrorChain(&e), "unapplied containers of a previous run not read");
+            Vec::new()
+        });
         UnappliedRecord {
             path: state_dir.join(UNAPPLIED_FILE),
-            list: Mutex::default(),
+            list: Mutex::new(list),
         }
     }
 
     /// What a Synchronize found: the list becomes exactly these, each keeping
     /// the time it was first found.
     pub fn set(&self, mut found: Vec<Unapplied>) {
-        found.truncate(MAX_LISTED);
+        if found.len() > MAX_LISTED {
+            tracing::warn!(
+                found = found.len(),
+                listed = MAX_LISTED,
+                "more containers without their allocation than are listed"
+            );
+            found.truncate(MAX_LISTED);
+        }
         let mut list = self.list.lock().unwrap_or_else(|p| p.into_inner());
         for f in &mut found {
             if let Some(old) = list.iter().find(|o| o.id == f.id) {
@@ -93,10 +110,24 @@ impl UnappliedRecord {
 
     /// The runtime removed a container, or a whole pod (`sandbox`).
     pub fn forget(&self, sandbox: &str, container: Option<&str>) {
+        self.forget_where(|u| u.sandbox_id == sandbox && container.is_none_or(|c| c == u.id));
+    }
+
+    /// A container `name` of `sandbox` was created (admitted, or given
+    /// nothing): an earlier one of that name, listed, was replaced.
+    pub fn forget_replaced(&self, sandbox: &str, name: &str) {
+        self.forget_where(|u| u.sandbox_id == sandbox && u.container == name);
+    }
+
+    fn forget_where(&self, gone: impl Fn(&Unapplied) -> bool) {
         let mut list = self.list.lock().unwrap_or_else(|p| p.into_inner());
-        // The usual case, on every removal: nothing listed, nothing written.
+        // The usual case, on every creation and removal: nothing listed,
+        // nothing written.
+        if list.is_empty() {
+            return;
+        }
         let before = list.len();
-        list.retain(|u| u.sandbox_id != sandbox || container.is_some_and(|c| c != u.id));
+        list.retain(|u| !gone(u));
         if list.len() != before {
             self.write(&list);
         }
@@ -115,7 +146,7 @@ fn save(path: &Path, list: &[Unapplied]) -> Result<(), UnappliedError> {
     let doc = Document {
         containers: list.to_vec(),
     };
-    let bytes = serde_json::to_vec_pretty(&doc).map_err(|source| UnappliedError::Encode {
+    let bytes = serde_json::to_vec(&doc).map_err(|source| UnappliedError::Encode {
         path: path.to_path_buf(),
         source,
     })?;
@@ -175,6 +206,25 @@ mod tests {
         record.forget("a", Some("a9"));
         assert_eq!(load(dir.path()).unwrap().len(), 1);
         record.forget("a", None);
+        assert_eq!(load(dir.path()).unwrap(), vec![]);
+    }
+
+    /// A restart of the container (kubelet creates one of the same name)
+    /// unlists the exited one; a new run of the plugin prunes what an
+    /// earlier one listed, and keeps when it was first found.
+    #[test]
+    fn a_recreated_container_and_a_restarted_plugin_keep_the_list_true() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = UnappliedRecord::new(dir.path());
+        record.set(vec![entry("a", "a1", 10), entry("b", "b1", 10)]);
+        record.forget_replaced("a", "sidecar");
+        assert_eq!(load(dir.path()).unwrap().len(), 2);
+        record.forget_replaced("a", "main");
+        assert_eq!(load(dir.path()).unwrap(), [entry("b", "b1", 10)]);
+        let again = UnappliedRecord::new(dir.path());
+        again.set(vec![entry("b", "b1", 30)]);
+        assert_eq!(load(dir.path()).unwrap(), [entry("b", "b1", 10)]);
+        again.forget("b", Some("b1"));
         assert_eq!(load(dir.path()).unwrap(), vec![]);
     }
 
