@@ -150,7 +150,10 @@ impl Loaded {
     /// Whether nothing it was read from has changed: each stamp the same,
     /// and none so recent that a change within its tick could hide.
     fn current(&self, dirs: &[PathBuf]) -> bool {
-        let settled = |s: &Option<Stamp>| s.is_none_or(|s| s.mtime.0 < self.read_at - RACY_SECS);
+        // A time ahead of the read (a clock stepped back since the write)
+        // counts as settled: otherwise nothing would be kept until then.
+        let settled =
+            |s: &Option<Stamp>| s.is_none_or(|s| (s.mtime.0 - self.read_at).abs() > RACY_SECS);
         self.dirs
             .iter()
             .map(|(_, s)| s)
@@ -320,12 +323,15 @@ impl SpecDirs {
                 false => Class::Gpu,
             };
             let prefix = format!("{}=", class.kind());
-            let (name, path) = given
+            let name = names
                 .iter()
-                .find(|(_, n, _)| n.starts_with(&prefix))
-                .or(given.first())
-                .map(|(_, n, p)| (n.to_string(), p.to_path_buf()))
-                .unwrap_or_else(|| (names.first().cloned().unwrap_or_default(), PathBuf::new()));
+                .find(|n| n.starts_with(&prefix))
+                .or(names.first());
+            let name = name.cloned().unwrap_or_default();
+            let path = loaded
+                .resolve(&name)
+                .map(|(f, _)| f.path.clone())
+                .unwrap_or_default();
             return Err(CdiError::Stale {
                 name,
                 path,

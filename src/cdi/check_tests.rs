@@ -265,13 +265,20 @@ fn a_same_size_rewrite_is_read_again() {
         &with_minor(&n.gpu_spec, &uuid, 98),
     );
     assert!(specs.check(&n.dirs, &names, &want).is_err());
-    let before = std::fs::metadata(&path).unwrap().len();
+    let before = std::fs::metadata(&path).unwrap();
     write(
         &n.dirs[0],
         "devgate.io-gpu.json",
         &with_minor(&n.gpu_spec, &uuid, 99),
     );
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), before);
+    // The same size and, as within one clock tick, the same mtime.
+    let file = std::fs::File::options().write(true).open(&path).unwrap();
+    file.set_modified(before.modified().unwrap()).unwrap();
+    let after = std::fs::metadata(&path).unwrap();
+    assert_eq!(
+        (after.len(), after.modified().unwrap()),
+        (before.len(), before.modified().unwrap())
+    );
     let err = specs.check(&n.dirs, &names, &want).unwrap_err();
     assert!(err.to_string().contains(":99 mode"), "{err}");
 }

@@ -267,9 +267,11 @@ fn write_file(
     }
     for class in classes {
         let stale = beside(file, *class);
-        // Never a spec of another kind that happens to bear the name.
-        let ours = check_replaceable(&stale, classes).is_ok();
-        if ours && (class == first_class || !rest.iter().any(|(c, _)| c == class)) {
+        // Only a spec of a kind of devgate's: never another file that
+        // happens to bear the name.
+        if declares_one_of(&stale, classes)
+            && (class == first_class || !rest.iter().any(|(c, _)| c == class))
+        {
             remove_stale(&stale, "a kind this file now holds or without devices")?;
         }
     }
@@ -297,6 +299,19 @@ fn check_replaceable(path: &Path, classes: &[Class]) -> Result<(), CdiCmdError> 
         }),
         _ => Ok(()),
     }
+}
+
+/// Whether `path` is a spec (a regular file of bounded size) declaring one
+/// of `classes`' kinds.
+fn declares_one_of(path: &Path, classes: &[Class]) -> bool {
+    let yaml = path.extension().is_some_and(|e| e == "yaml");
+    let regular =
+        std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.len() <= MAX_SPEC_BYTES);
+    let text = regular
+        .then(|| std::fs::read_to_string(path).ok())
+        .flatten();
+    let kind = text.and_then(|t| cdi::declared_kind(&t, yaml));
+    kind.is_some_and(|k| classes.iter().any(|c| c.kind() == k))
 }
 
 /// `<dir>/<stem>-<class>.<ext>` for `<dir>/<stem>.<ext>`.
