@@ -87,7 +87,8 @@ impl GpuTeardown {
         let split_now =
             |users: &Users| split(self.host.as_ref(), users, &target_devs, pod, &not_users);
         let mut users = users_now()?;
-        for round in 0.. {
+        let mut round = 0;
+        loop {
             let found = split_now(&users);
             if found.pod.is_empty() {
                 return Ok(Ended {
@@ -112,6 +113,7 @@ impl GpuTeardown {
                         // exits): looked for again, so the GPU is never reset
                         // or handed on under it.
                         users = users_now()?;
+                        round += 1;
                         continue;
                     }
                     Err(e) => e,
@@ -156,6 +158,5 @@ impl GpuTeardown {
                 stuck: Some(stuck),
             });
         }
-        unreachable!("the rounds end in a return")
     }
 }
