@@ -219,10 +219,13 @@ fn read_spec(path: &Path, yaml: bool, priority: usize) -> Result<Option<Found>, 
     if !Class::ALL.iter().any(|c| c.kind() == kind) {
         return Ok(None);
     }
-    // devgate writes JSON, which is YAML too; a spec converted to other
-    // YAML is not read here, and so not trusted. One CDI would drop as
-    // invalid is not trusted either.
-    let spec = serde_json::from_str::<Spec>(&text)
+    // devgate writes JSON, which is YAML too; a `.yaml` spec converted by
+    // hand is read as YAML. One CDI would drop as invalid is not trusted.
+    let parsed = match serde_json::from_str::<Spec>(&text) {
+        Err(_) if yaml => serde_yaml_ng::from_str::<Spec>(&text).map_err(|e| e.to_string()),
+        other => other.map_err(|e| e.to_string()),
+    };
+    let spec = parsed
         .map_err(|e| format!("not a spec as devgate cdi generate writes it: {e}"))
         .and_then(|spec| match super::validate(&spec) {
             Ok(()) => Ok(spec),

@@ -153,6 +153,11 @@ fn no_spec_or_one_that_cannot_be_read_fails() {
         .check(&n.dirs, &names, &want)
         .unwrap_err();
     assert!(matches!(err, CdiError::Unchecked { .. }), "{err}");
+    assert!(err.to_string().contains("gpu.yaml"), "{err}");
+    // One converted to YAML by hand is read as YAML.
+    let converted = serde_yaml_ng::to_string(&n.gpu_spec).unwrap();
+    std::fs::write(n.dirs[0].join("gpu.yaml"), converted).unwrap();
+    SpecDirs::default().check(&n.dirs, &names, &want).unwrap();
     // Other vendors' specs are not devgate's to read.
     std::fs::remove_file(n.dirs[0].join("gpu.yaml")).unwrap();
     std::fs::write(n.dirs[0].join("vendor.yaml"), "kind: vendor.com/x\n").unwrap();

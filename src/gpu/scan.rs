@@ -172,6 +172,19 @@ impl NotUsers {
     }
 }
 
+/// The live processes in the pod's cgroups, whether or not they hold a GPU
+/// (zombies, which run nothing, left out).
+pub fn pod_processes(host: &dyn Host, pod: &PodCgroups) -> Result<Vec<u32>, GpuError> {
+    let pids = host
+        .pids()
+        .map_err(|source| GpuError::ListProcesses { source })?;
+    Ok(pids
+        .into_iter()
+        .filter(|&pid| host.cgroup(pid).is_ok_and(|c| pod.contains(&c)))
+        .filter(|&pid| matches!(super::kill::start_time(host, pid), Ok(Some(_))))
+        .collect())
+}
+
 /// Sorts the holders of `devs` into the pod's and everyone else's. Processes
 /// `not_users` names are neither.
 pub fn split(

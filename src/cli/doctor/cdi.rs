@@ -28,6 +28,9 @@ pub fn specs(roots: &Roots, host: &dyn Host, config: &Config, inventory: &Invent
     if config.device_mode == DeviceMode::Nodes {
         return Check::pass(SPECS, "device_mode = \"nodes\": no spec is read");
     }
+    if config.runtime_cdi == RuntimeCdi::Off {
+        return Check::pass(SPECS, "runtime_cdi = \"off\": raw nodes, no spec is read");
+    }
     // Only where devgate names CDI devices (the cdi check says whether that
     // agrees with containerd): elsewhere containers get raw nodes.
     let names = host.containerd_version().ok().and_then(|line| {

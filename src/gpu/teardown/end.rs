@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use super::super::cgroup::PodCgroups;
 use super::super::kill;
-use super::super::scan::{add_nvml_users, scan, split, NotUsers, Split, Users};
+use super::super::scan::{add_nvml_users, pod_processes, scan, split, NotUsers, Split, Users};
 use super::super::GpuError;
 use super::{GpuTeardown, Target, END_ROUNDS};
 
@@ -123,10 +123,13 @@ impl GpuTeardown {
             // go on to their checks.
             users = users_now()?;
             let now = split_now(&users);
-            // Only where every process of the pod still there is one that
-            // outlived SIGKILL: a child forked meanwhile was never signalled.
+            // Only where every process of the pod still there, holding a GPU
+            // or not, is one that outlived SIGKILL: a child forked meanwhile,
+            // or one that never opened a GPU, was never signalled and runs.
             let survivors_only = match &error {
-                GpuError::Survived { pids } => now.pod.keys().all(|p| pids.contains(p)),
+                GpuError::Survived { pids } => pod_processes(self.host.as_ref(), pod)?
+                    .iter()
+                    .all(|p| pids.contains(p)),
                 _ => false,
             };
             let stuck = if survivors_only {

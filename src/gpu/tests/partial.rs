@@ -25,6 +25,16 @@ fn quarantined(n: &Node, uuid: &str) -> bool {
     rec.is_some_and(|r| r.quarantine.is_some())
 }
 
+/// A process of pod a holding `devs`.
+fn in_pod(devs: Vec<u64>) -> FakeProc {
+    FakeProc {
+        devs,
+        cgroup: "0::/kubepods/poduid-a/c1\n".into(),
+        start: 1,
+        ..FakeProc::default()
+    }
+}
+
 fn pod_of_three(n: &Node) {
     let gpus = [
         claim("GPU-0", WHOLE),
@@ -71,11 +81,8 @@ fn a_survivor_keeps_only_the_gpu_it_holds() {
     n.ledger.claim(&pod("a"), &gpus).unwrap();
     n.host.add(50, &[dev(0)], "/kubepods/poduid-a/c1");
     let stuck = FakeProc {
-        devs: vec![dev(1)],
-        cgroup: "0::/kubepods/poduid-a/c2\n".into(),
-        start: 1,
         unkillable: true,
-        ..FakeProc::default()
+        ..in_pod(vec![dev(1)])
     };
     n.host.add_proc(51, stuck.clone());
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
@@ -133,11 +140,8 @@ fn a_pod_process_still_running_keeps_every_gpu() {
     let gpus = [claim("GPU-0", WHOLE), claim("GPU-1", WHOLE)];
     n.ledger.claim(&pod("a"), &gpus).unwrap();
     let forking = FakeProc {
-        devs: vec![dev(1)],
-        cgroup: "0::/kubepods/poduid-a/c1\n".into(),
-        start: 1,
         forks_on_term: u32::MAX,
-        ..FakeProc::default()
+        ..in_pod(vec![dev(1)])
     };
     n.host.add_proc(50, forking);
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
@@ -182,18 +186,35 @@ fn a_gpu_gone_from_the_inventory_keeps_every_gpu() {
     assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-0", "gpu GPU-gone"]);
 }
 
+/// A survivor of SIGKILL beside a process of the pod that holds no GPU (it
+/// was never signalled, and its container's rules let it open any): every
+/// GPU stays.
+#[test]
+fn a_survivor_beside_a_process_holding_no_gpu_keeps_every_gpu() {
+    let n = node(|_| {});
+    pod_of_three(&n);
+    let stuck = FakeProc {
+        unkillable: true,
+        ..in_pod(vec![dev(1)])
+    };
+    n.host.add_proc(51, stuck);
+    n.host.add(60, &[], "/kubepods/poduid-a/c2");
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert!(
+        out.failed[0].1.contains("outlived SIGKILL"),
+        "{:?}",
+        out.failed
+    );
+    assert!(n.host.alive(60));
+    assert_eq!(claimed_gpus(&n, "sb-a").len(), 3);
+}
+
 /// A survivor of SIGKILL beside a child another process forked as it was
 /// ended: the child was never signalled and runs, so every GPU stays.
 #[test]
 fn a_survivor_beside_a_running_child_keeps_every_gpu() {
     let n = node(|_| {});
     pod_of_three(&n);
-    let in_pod = |devs: Vec<u64>| FakeProc {
-        devs,
-        cgroup: "0::/kubepods/poduid-a/c1\n".into(),
-        start: 1,
-        ..FakeProc::default()
-    };
     n.host.add_proc(
         50,
         FakeProc {
