@@ -140,25 +140,21 @@ fn remove_other_specs(
         return Ok(());
     };
     for path in entries.flatten().map(|e| e.path()) {
-        let yaml = match path.extension().and_then(|e| e.to_str()) {
-            Some("json") => false,
-            Some("yaml") => true,
-            _ => continue,
-        };
-        let regular = std::fs::symlink_metadata(&path)
-            .is_ok_and(|m| m.is_file() && m.len() <= MAX_SPEC_BYTES);
+        if !matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("json" | "yaml")
+        ) {
+            continue;
+        }
         // Compared by name: every file written is in `dir`, however `-o`
         // spelled it (`devgate.json` against `./devgate.json`).
         let ours = written
             .iter()
             .any(|(_, w)| w.file_name() == path.file_name());
-        if !regular || ours {
+        if ours {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        let declared = cdi::declared_kind(&text, yaml);
+        let declared = kind_in(&path);
         let Some(class) = classes.iter().find(|c| declared == Some(c.kind())) else {
             continue;
         };
@@ -283,16 +279,7 @@ fn write_file(
 /// spec's devices would be gone from the runtime without a word. A file that
 /// is no spec is the operator's to name.
 fn check_replaceable(path: &Path, classes: &[Class]) -> Result<(), CdiCmdError> {
-    let yaml = path.extension().is_some_and(|e| e == "yaml");
-    let regular =
-        std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.len() <= MAX_SPEC_BYTES);
-    let Some(text) = regular
-        .then(|| std::fs::read_to_string(path).ok())
-        .flatten()
-    else {
-        return Ok(());
-    };
-    match cdi::declared_kind(&text, yaml) {
+    match kind_in(path) {
         Some(kind) if !classes.iter().any(|c| c.kind() == kind) => Err(CdiCmdError::OtherKind {
             path: path.to_path_buf(),
             kind,
@@ -301,17 +288,19 @@ fn check_replaceable(path: &Path, classes: &[Class]) -> Result<(), CdiCmdError> 
     }
 }
 
-/// Whether `path` is a spec (a regular file of bounded size) declaring one
-/// of `classes`' kinds.
+/// Whether `path` is a spec declaring one of `classes`' kinds.
 fn declares_one_of(path: &Path, classes: &[Class]) -> bool {
+    kind_in(path).is_some_and(|k| classes.iter().any(|c| c.kind() == k))
+}
+
+/// The kind the spec at `path` declares: only a regular file (what CDI
+/// loads, never a link followed elsewhere) of bounded size is read.
+fn kind_in(path: &Path) -> Option<String> {
     let yaml = path.extension().is_some_and(|e| e == "yaml");
     let regular =
         std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.len() <= MAX_SPEC_BYTES);
-    let text = regular
-        .then(|| std::fs::read_to_string(path).ok())
-        .flatten();
-    let kind = text.and_then(|t| cdi::declared_kind(&t, yaml));
-    kind.is_some_and(|k| classes.iter().any(|c| c.kind() == k))
+    let text = regular.then(|| std::fs::read_to_string(path).ok())??;
+    cdi::declared_kind(&text, yaml)
 }
 
 /// `<dir>/<stem>-<class>.<ext>` for `<dir>/<stem>.<ext>`.
