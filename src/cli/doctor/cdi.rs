@@ -34,13 +34,8 @@ pub fn specs(roots: &Roots, host: &dyn Host, config: &Config, inventory: &Invent
     // Only where devgate names CDI devices (the cdi check says whether that
     // agrees with containerd): elsewhere containers get raw nodes.
     let names = host.containerd_version().ok().and_then(|line| {
-        let version = line.split_whitespace().nth(2)?.to_string();
-        let runtime = RuntimeInfo {
-            name: "containerd".into(),
-            version,
-            ..RuntimeInfo::default()
-        };
-        Some(features::detect(&runtime, config.runtime_cdi).cdi_devices)
+        let version = line.split_whitespace().nth(2)?;
+        Some(names_cdi(version, config))
     });
     if names == Some(false) {
         return Check::pass(SPECS, "raw nodes for this containerd: no spec is read");
@@ -130,12 +125,7 @@ pub fn cdi(host: &dyn Host, containerd: &ContainerdConfig, config: &Config) -> C
         Ok(None) => None,
         Err(e) => return Check::warn(NAME, e.clone(), "see the nri enabled check"),
     };
-    let runtime = RuntimeInfo {
-        name: "containerd".into(),
-        version: version.into(),
-        ..RuntimeInfo::default()
-    };
-    let devgate_names = features::detect(&runtime, config.runtime_cdi).cdi_devices;
+    let devgate_names = names_cdi(version, config);
     let injects = injects(v, enable_cdi);
     let setting = match enable_cdi {
         Some(b) => format!("enable_cdi = {b}"),
@@ -160,6 +150,17 @@ pub fn cdi(host: &dyn Host, containerd: &ContainerdConfig, config: &Config) -> C
             "set runtime_cdi = \"on\" in devgate's config to use the cdi names of device_mode = \"cdi\"",
         ),
     }
+}
+
+/// Whether the plugin, configured by containerd `version`, names CDI devices
+/// in its adjustments (`plugin::features`, from `runtime_cdi`).
+fn names_cdi(version: &str, config: &Config) -> bool {
+    let runtime = RuntimeInfo {
+        name: "containerd".into(),
+        version: version.into(),
+        ..RuntimeInfo::default()
+    };
+    features::detect(&runtime, config.runtime_cdi).cdi_devices
 }
 
 /// Whether containerd `v` injects CDI devices of an NRI adjustment:
