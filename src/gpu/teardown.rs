@@ -313,14 +313,8 @@ impl GpuTeardown {
             } else {
                 // Those it held last, which it would have reset: a shared
                 // GPU another pod still holds is that pod's to reset.
-                let last: Vec<&Target> = targets.iter().filter(|t| t.last).collect();
-                for f in &mut faults {
-                    for t in &last {
-                        if !f.gpus.contains(&t.uuid) {
-                            f.gpus.push(t.uuid.clone());
-                        }
-                    }
-                }
+                let last = targets.iter().filter(|t| t.last).map(|t| t.uuid.as_str());
+                Fault::widen(&mut faults, last);
             }
         }
         faults

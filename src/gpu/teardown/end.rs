@@ -34,6 +34,18 @@ impl Fault {
         }
     }
 
+    /// Puts `gpus` in doubt too, beside what each fault names (only the
+    /// union counts: [`Fault::gpus_of`]).
+    pub fn widen<'a>(faults: &mut [Fault], gpus: impl Iterator<Item = &'a str> + Clone) {
+        for f in faults {
+            for g in gpus.clone() {
+                if !f.gpus.iter().any(|h| h == g) {
+                    f.gpus.push(g.to_string());
+                }
+            }
+        }
+    }
+
     /// The GPUs in doubt.
     pub fn gpus_of(faults: &[Fault]) -> BTreeSet<&str> {
         faults
@@ -99,11 +111,10 @@ impl GpuTeardown {
             }
             // Still the pod's after the rounds: a process that forks as it is
             // ended, faster than it is ended.
-            let error = if round == END_ROUNDS {
-                GpuError::StillForking {
-                    pids: found.pod.keys().copied().collect(),
-                    rounds: END_ROUNDS,
-                }
+            let (error, now) = if round == END_ROUNDS {
+                let pids = found.pod.keys().copied().collect();
+                let rounds = END_ROUNDS;
+                (GpuError::StillForking { pids, rounds }, found)
             } else {
                 match kill::end(self.host.as_ref(), &found.pod, self.times()) {
                     Ok(ended) => {
@@ -116,13 +127,14 @@ impl GpuTeardown {
                         round += 1;
                         continue;
                     }
-                    Err(e) => e,
+                    // Looked at once more after the signals, for the
+                    // outside users of the GPUs that go on to their checks.
+                    Err(e) => {
+                        users = users_now()?;
+                        (e, split_now(&users))
+                    }
                 }
             };
-            // Looked at once more, for the outside users of the GPUs that
-            // go on to their checks.
-            users = users_now()?;
-            let now = split_now(&users);
             // Only where every process of the pod still there, holding a GPU
             // or not, is one that outlived SIGKILL: a child forked meanwhile,
             // or one that never opened a GPU, was never signalled and runs.

@@ -18,11 +18,10 @@ impl Teardown for GpuTeardown {
         // pod's, still running, could open any GPU of the pod later.
         if !faults.is_empty() && unplaced(pod, &targets) {
             let all = pod.claims.iter().filter_map(|c| match &c.device {
-                DeviceId::Gpu(uuid) => Some(uuid.clone()),
+                DeviceId::Gpu(uuid) => Some(uuid.as_str()),
                 _ => None,
             });
-            let all: Vec<String> = all.collect();
-            faults.iter_mut().for_each(|f| f.gpus.clone_from(&all));
+            Fault::widen(&mut faults, all);
         }
         let unclean = Fault::gpus_of(&faults);
         let clean = targets.iter().map(|t| t.uuid.as_str());
