@@ -1,9 +1,9 @@
 //! `devgate cdi generate` without a runtime: both kinds to stdout, one kind to
 //! a file, both to a directory, and the refusals and clean-up around them.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use devgate::fixture::HostRootBuilder;
+use devgate::fixture::{Fixture, HostRootBuilder};
 use serde_json::Value;
 
 /// `devgate cdi generate` on the host root `root`, without a config.
@@ -57,6 +57,18 @@ fn kinds(text: &str) -> Vec<String> {
                 .to_string()
         })
         .collect()
+}
+
+/// A scratch directory with the HGX fixture in it and an empty spec
+/// directory, `cdi`, beside it.
+fn hgx_and_specs_dir() -> (tempfile::TempDir, Fixture, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let hgx = HostRootBuilder::hgx()
+        .build(&dir.path().join("hgx"))
+        .unwrap();
+    let specs = dir.path().join("cdi");
+    std::fs::create_dir(&specs).unwrap();
+    (dir, hgx, specs)
 }
 
 #[test]
@@ -132,12 +144,7 @@ fn stdout_file_and_directory_outputs() {
 /// output: CDI refuses a device that two specs name.
 #[test]
 fn switching_between_file_and_directory_keeps_one_spec_per_kind() {
-    let dir = tempfile::tempdir().unwrap();
-    let hgx = HostRootBuilder::hgx()
-        .build(&dir.path().join("hgx"))
-        .unwrap();
-    let specs = dir.path().join("cdi");
-    std::fs::create_dir(&specs).unwrap();
+    let (dir, hgx, specs) = hgx_and_specs_dir();
     // Somebody else's spec, a file that is no spec, and a spec converted to
     // YAML by hand: only the last declares a kind of devgate's.
     let other = specs.join("vendor.json");
@@ -225,12 +232,7 @@ fn switching_between_file_and_directory_keeps_one_spec_per_kind() {
 /// other kind under `--kind`, or another vendor's. Nothing is written then.
 #[test]
 fn a_file_holding_another_kind_is_not_replaced() {
-    let dir = tempfile::tempdir().unwrap();
-    let hgx = HostRootBuilder::hgx()
-        .build(&dir.path().join("hgx"))
-        .unwrap();
-    let specs = dir.path().join("cdi");
-    std::fs::create_dir(&specs).unwrap();
+    let (_dir, hgx, specs) = hgx_and_specs_dir();
     let file = specs.join("devgate.json");
     let path = file.to_str().unwrap();
     generated(hgx.root(), &["--kind", "gpu", "-o", path]);
