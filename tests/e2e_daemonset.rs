@@ -4,11 +4,13 @@
 //! `devgate nri` with the manifest's command, args, env, security context and
 //! volumes, the ConfigMap's config), registers with containerd's NRI; a GPU pod
 //! then gets exactly its GPU, and a VF pod its VF through the hook the init
-//! container copied onto the host.
+//! container copied onto the host. The agent's `/dev` is the host's: a node
+//! made on the host after the agent started shows in it.
 //!
 //! The one liberty: each hostPath of the manifest is a directory of the test's
 //! own (the NRI socket's directory is the private containerd's, `/sys` and
-//! `/proc` are the simulated host root's), and the config's `hook_path` and
+//! `/proc` are the simulated host root's, `/dev` its `dev` holding what the
+//! container needs of a host's: `null` and `shm`), and the config's `hook_path` and
 //! `hook_state_dir` name those directories, as they name the real ones on a node.
 mod support;
 
@@ -116,6 +118,22 @@ fn mounts(ctr: &Value, volumes: &Value, hosts: &HostPaths, config_dir: &Path) ->
         .collect()
 }
 
+/// The mount kubelet adds to every container for its termination message: a
+/// file of its own, at `terminationMessagePath` (default `/dev/termination-log`).
+fn termination_log(ctr: &Value, config_dir: &Path) -> Mount {
+    let name = ctr["name"].as_str().expect("container name");
+    let file = config_dir.with_file_name(format!("termination-log-{name}"));
+    std::fs::write(&file, "").expect("termination log file");
+    Mount {
+        container_path: ctr["terminationMessagePath"]
+            .as_str()
+            .unwrap_or("/dev/termination-log")
+            .to_string(),
+        host_path: file.to_string_lossy().into_owned(),
+        ..Default::default()
+    }
+}
+
 /// A container spec of the manifest as the CRI ContainerSpec kubelet would send.
 fn container(ctr: &Value, volumes: &Value, hosts: &HostPaths, config_dir: &Path) -> ContainerSpec {
     let mut command = strs(&ctr["command"]);
@@ -130,7 +148,8 @@ fn container(ctr: &Value, volumes: &Value, hosts: &HostPaths, config_dir: &Path)
         spec = spec.env(key, value);
     }
     let security = ctr["securityContext"].clone();
-    let mounts = mounts(ctr, volumes, hosts, config_dir);
+    let mut mounts = mounts(ctr, volumes, hosts, config_dir);
+    mounts.push(termination_log(ctr, config_dir));
     spec.edit(move |c| {
         c.mounts = mounts.clone();
         let linux = c.linux.get_or_insert_with(Default::default);
@@ -200,6 +219,13 @@ fn daemonset_image_serves_gpu_and_vf_pods_through_containerd() {
         .expect("nvml stand-in");
     let config_dir = ctrd.path("configmap");
     write_config(&config_dir, &hosts);
+    // What every host's /dev has and a container whose /dev is a read-only
+    // bind of it needs: the null node (runc compares the stdio descriptors
+    // with it) and the shm directory (containerd mounts the sandbox's there).
+    let host_dev = hosts.get("/dev");
+    mknod_char(&host_dev.join("null"), 1, 3);
+    std::fs::create_dir_all(host_dev.join("shm")).expect("host dev shm");
+    let host_dev_before = entries(host_dev);
     assert_eq!(pod_spec["hostPID"].as_bool(), Some(true));
     assert_eq!(pod_spec["hostNetwork"].as_bool(), Some(true));
     let cri = ctrd.cri();
@@ -251,6 +277,8 @@ fn daemonset_image_serves_gpu_and_vf_pods_through_containerd() {
         },
     );
 
+    driver_nodes_made_later_show_in_the_agent(&cri, &id, host_dev, &host_dev_before);
+
     // The GPU health monitor loads the host's NVML through the /usr mount.
     wait_for("devgate to load the host's nvml", SLOW, || {
         let log = cri.container_log(&id);
@@ -261,6 +289,57 @@ fn daemonset_image_serves_gpu_and_vf_pods_through_containerd() {
 
     gpu_pod_gets_its_gpu(&ctrd, &fixture, &id);
     vf_pod_gets_its_vf_through_the_copied_hook(&ctrd, &fixture, &hosts);
+}
+
+/// The agent's /dev is the host's: a node the host makes after the agent
+/// started (a driver loaded later) shows in it, as NVML will look for it; and
+/// neither runc nor kubelet's termination-log mount put anything into the
+/// host's /dev.
+fn driver_nodes_made_later_show_in_the_agent(
+    cri: &support::Cri,
+    agent: &str,
+    host_dev: &Path,
+    before: &[String],
+) {
+    assert_eq!(
+        entries(host_dev),
+        before,
+        "the agent's start changed the host's /dev"
+    );
+    let late = host_dev.join("nvidia-late");
+    mknod_char(&late, 195, 7);
+    let (code, out, err) = cri
+        .exec(agent, &["ls", "-l", "/dev/nvidia-late"])
+        .expect("exec ls");
+    assert_eq!(
+        code, 0,
+        "a node made on the host is missing in the agent: {out}{err}"
+    );
+    assert!(
+        out.starts_with('c') && out.contains("195,"),
+        "not the host's node: {out}"
+    );
+    std::fs::remove_file(&late).expect("remove the late node");
+}
+
+fn mknod_char(path: &Path, major: u64, minor: u64) {
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+    mknod(
+        path,
+        SFlag::S_IFCHR,
+        Mode::from_bits_truncate(0o666),
+        makedev(major, minor),
+    )
+    .unwrap_or_else(|e| panic!("mknod {}: {e}", path.display()));
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 /// A GPU pod gets its GPU; `devgate status` in the DaemonSet's container (as
