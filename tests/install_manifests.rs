@@ -123,6 +123,27 @@ fn daemonset_mounts_what_devgate_needs_and_matches_rbac() {
     assert_eq!(spec["automountServiceAccountToken"].as_bool(), Some(true));
 
     let container = &spec["containers"][0];
+    // NVML opens /dev/nvidia* by those paths: the host's /dev, read-only, so
+    // that nodes a driver makes after the start show; kubelet's termination
+    // log then cannot be bound into /dev.
+    let dev = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"].as_str() == Some("/dev"))
+        .expect("the host's /dev over the container's");
+    let host_dev = spec["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == dev["name"])
+        .expect("the /dev mount's volume");
+    assert_eq!(host_dev["hostPath"]["path"].as_str(), Some("/dev"));
+    assert_eq!(dev["readOnly"].as_bool(), Some(true));
+    let message = container["terminationMessagePath"]
+        .as_str()
+        .expect("a termination message path off /dev");
+    assert!(!message.starts_with("/dev/"), "{message}");
     let args = strs(&container["args"]);
     assert_eq!(args[0], "nri");
     // clap rejects an unknown flag before it reaches --help.
