@@ -18,15 +18,15 @@ const MAX_HOOK_FILES: usize = 256;
 /// The config the running plugin reads, seen through its root
 /// (`<proc>/<pid>/root`): for the DaemonSet's plugin, the ConfigMap mounted
 /// in its container, not the host's file. Its `--config`, or the default.
-fn plugin_config(roots: &Roots) -> Option<(u32, PathBuf)> {
-    running_plugins(&roots.proc_dir)
-        .into_iter()
+fn plugin_config(roots: &Roots, running: &[Running]) -> Option<(u32, PathBuf)> {
+    running
+        .iter()
         .find_map(|r| match r {
             Running::Socket {
                 pid,
                 socket,
                 config,
-            } if socket == roots.nri_socket => Some((pid, config)),
+            } if *socket == roots.nri_socket => Some((*pid, config.clone())),
             _ => None,
         })
         .and_then(|(pid, config)| {
@@ -40,9 +40,9 @@ fn plugin_config(roots: &Roots) -> Option<(u32, PathBuf)> {
 
 /// devgate's config: the one given (`--config`), else the running plugin's,
 /// else the default path.
-pub fn config(roots: &Roots) -> (Check, Config) {
+pub fn config(roots: &Roots, running: &[Running]) -> (Check, Config) {
     const NAME: &str = "config";
-    let (file, whose) = match (&roots.config, plugin_config(roots)) {
+    let (file, whose) = match (&roots.config, plugin_config(roots, running)) {
         (Some(given), _) => (given.clone(), String::new()),
         (None, Some((pid, path))) => (path, format!(" (devgate nri, pid {pid}, reads it)")),
         (None, None) => (crate::config::DEFAULT_CONFIG_PATH.into(), String::new()),
@@ -73,6 +73,16 @@ pub fn nri_socket(roots: &Roots, host: &dyn Host) -> Check {
             "start containerd with NRI enabled; its [plugins.\"io.containerd.nri.v1.nri\"] socket_path must be this socket",
         ),
     }
+}
+
+/// The pid of the plugin the checks are about: `devgate nri` on the socket
+/// checked, else a pre-installed one (which the runtime connects itself).
+pub(super) fn on_socket(roots: &Roots, running: &[Running]) -> Option<u32> {
+    running.iter().find_map(|r| match r {
+        Running::Socket { pid, socket, .. } if *socket == roots.nri_socket => Some(*pid),
+        Running::Preinstalled { pid } => Some(*pid),
+        Running::Socket { .. } => None,
+    })
 }
 
 /// How a running devgate plugin was found.
@@ -144,11 +154,10 @@ pub(super) fn running_plugins(proc_dir: &Path) -> Vec<Running> {
     found
 }
 
-pub fn registered(roots: &Roots, host: &dyn Host) -> Check {
+pub fn registered(roots: &Roots, host: &dyn Host, running: &[Running]) -> Check {
     const NAME: &str = "devgate registered";
-    let running = running_plugins(&roots.proc_dir);
     let want = &roots.nri_socket;
-    for r in &running {
+    for r in running {
         match r {
             Running::Socket { pid, socket, .. } if socket == want => {
                 let what = format!("devgate nri (pid {pid}) on {}", want.display());

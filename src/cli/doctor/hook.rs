@@ -6,7 +6,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::checks::{running_plugins, Running};
+use super::checks::Running;
 use super::host::{is_executable_file, Roots};
 use super::Check;
 use crate::config::Config;
@@ -18,21 +18,21 @@ const HOOK_FIX: &str = "install/bootstrap.sh installs devgate-hook next to devga
 /// refuses others), or the `devgate-hook` next to the running plugin's
 /// executable (`<proc>/<pid>/exe`, an absolute link), else the installed one,
 /// as the plugin chooses it (`plugin::hook_beside`).
-fn hook_path(roots: &Roots, config: &Config) -> Result<PathBuf, String> {
+fn hook_path(roots: &Roots, config: &Config, running: &[Running]) -> Result<PathBuf, String> {
     if !config.hook_path.is_empty() {
         return Ok(PathBuf::from(&config.hook_path));
     }
     // The plugin on the socket checked, else any running one: which socket it
     // dials is the registration check's business.
-    let pid = running_plugins(&roots.proc_dir)
-        .into_iter()
+    let pid = running
+        .iter()
         .min_by_key(|r| match r {
             Running::Socket { socket, .. } if *socket == roots.nri_socket => 0,
             Running::Socket { .. } => 1,
             Running::Preinstalled { .. } => 2,
         })
         .map(|r| match r {
-            Running::Socket { pid, .. } | Running::Preinstalled { pid } => pid,
+            Running::Socket { pid, .. } | Running::Preinstalled { pid } => *pid,
         })
         .ok_or_else(|| {
             "hook_path is unset and no devgate nri runs to find it next to".to_string()
@@ -53,8 +53,8 @@ fn same_dir(a: &Path, b: &Path) -> std::io::Result<bool> {
     Ok(a.dev() == b.dev() && a.ino() == b.ino())
 }
 
-pub fn nri_hook(roots: &Roots, config: &Config) -> Check {
-    let hook = match hook_path(roots, config) {
+pub fn nri_hook(roots: &Roots, config: &Config, running: &[Running]) -> Check {
+    let hook = match hook_path(roots, config, running) {
         Ok(p) => p,
         Err(why) => {
             return Check::warn(

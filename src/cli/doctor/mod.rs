@@ -127,7 +127,9 @@ impl Check {
 /// Runs every check in order. A config that does not load fails its own check
 /// and the others run against the defaults.
 pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
-    let (config_check, config) = checks::config(roots);
+    // The running plugins, listed once for the checks that look at them.
+    let running = checks::running_plugins(&roots.proc_dir);
+    let (config_check, config) = checks::config(roots, &running);
     let containerd_config = containerd::ContainerdConfig::load(roots);
     let inventory = crate::inventory::discover(&roots.host_root);
     vec![
@@ -135,12 +137,12 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
         containerd::version(host),
         containerd::nri_enabled(host, &containerd_config, &roots.nri_socket),
         checks::nri_socket(roots, host),
-        checks::registered(roots, host),
+        checks::registered(roots, host, &running),
         checks::hooks_d(roots),
         checks::state_dirs(roots, &config),
-        hook::nri_hook(roots, &config),
+        hook::nri_hook(roots, &config, &running),
         node::inventory(&inventory),
-        node::nvidia(roots, host, &inventory),
+        node::nvidia(roots, host, &inventory, checks::on_socket(roots, &running)),
         node::rdma_netns(roots, &config, &inventory),
         node::vfs(roots, &config),
         node::cgroup(roots, &containerd_config),

@@ -34,7 +34,8 @@ pub fn inventory(inv: &Inventory) -> Check {
     Check::pass(NAME, found)
 }
 
-pub fn nvidia(roots: &Roots, host: &dyn Host, inv: &Inventory) -> Check {
+/// `plugin`: the running plugin's pid, whose own view of `/dev` is checked too.
+pub fn nvidia(roots: &Roots, host: &dyn Host, inv: &Inventory, plugin: Option<u32>) -> Check {
     const NAME: &str = "nvidia devices";
     // The driver's sysfs links exist as soon as it binds a GPU; discovery also
     // needs /proc/driver/nvidia, so count both.
@@ -79,7 +80,7 @@ pub fn nvidia(roots: &Roots, host: &dyn Host, inv: &Inventory) -> Check {
         }
     }
     let uvm = roots.host_root.join("dev/nvidia-uvm");
-    let uvm_ok = matches!(host.char_device(&uvm), Ok(Some(_)));
+    let uvm_dev = host.char_device(&uvm).ok().flatten();
     if let Some(first) = problems.first() {
         return Check::fail(
             NAME,
@@ -87,7 +88,13 @@ pub fn nvidia(roots: &Roots, host: &dyn Host, inv: &Inventory) -> Check {
             "run nvidia-smi once or nvidia-modprobe -c <minor> to create the nodes",
         );
     }
-    if !uvm_ok {
+    if let Some((major, minor)) = uvm_dev {
+        want.push(("nvidia-uvm".to_string(), major, minor));
+    }
+    if let Some(unseen) = plugin.and_then(|pid| unseen_by_plugin(roots, host, pid, &want)) {
+        return unseen;
+    }
+    if uvm_dev.is_none() {
         return Check::warn(
             NAME,
             "no /dev/nvidia-uvm: CUDA programs fail to start",
@@ -96,8 +103,45 @@ pub fn nvidia(roots: &Roots, host: &dyn Host, inv: &Inventory) -> Check {
     }
     Check::pass(
         NAME,
-        format!("/proc/driver/nvidia, {} device nodes", want.len() + 1),
+        format!("/proc/driver/nvidia, {} device nodes", want.len()),
     )
+}
+
+/// The host's nodes as the running plugin sees them (`<proc>/<pid>/root/dev`):
+/// NVML opens them by those paths. A plugin in a container whose `/dev` is
+/// its own, filled at its creation (a privileged container without the
+/// host's `/dev` mounted), misses every node a driver made after it started.
+/// `None` when it sees them all, or its root cannot be read (a fake tree).
+fn unseen_by_plugin(
+    roots: &Roots,
+    host: &dyn Host,
+    pid: u32,
+    want: &[(String, u32, u32)],
+) -> Option<Check> {
+    let root = roots.proc_dir.join(pid.to_string()).join("root");
+    if !root.is_dir() {
+        return None;
+    }
+    let unseen: Vec<&str> = want
+        .iter()
+        .filter(|(name, major, minor)| {
+            host.char_device(&root.join("dev").join(name))
+                .ok()
+                .flatten()
+                != Some((*major, *minor))
+        })
+        .map(|(name, ..)| name.as_str())
+        .collect();
+    let first = unseen.first()?;
+    Some(Check::fail(
+        "nvidia devices",
+        format!(
+            "devgate nri (pid {pid}) does not see the host's /dev/{first} ({} of {} nodes): its /dev is not the host's, so NVML cannot open them",
+            unseen.len(),
+            want.len()
+        ),
+        "mount the host's /dev at /dev in devgate's container, as install/kubernetes/daemonset.yaml does, then restart it; a container's own /dev holds only the nodes that existed when it started",
+    ))
 }
 
 /// PCI functions bound to the nvidia driver (`sys/bus/pci/drivers/nvidia/<bdf>`).

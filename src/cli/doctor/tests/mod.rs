@@ -319,3 +319,43 @@ fn node_prep_lists_vfs_and_rdma_mode() {
         "sriov_numvfs 0000:19:00.0 8\nsriov_numvfs 0000:1d:00.0 0\nrdma_netns_mode exclusive\n"
     );
 }
+
+/// NVML in the plugin opens `/dev/nvidia*` as the plugin sees them: one whose
+/// `/dev` is its container's own misses the nodes a driver made after it
+/// started, and the check names the first.
+#[test]
+fn nvidia_nodes_the_running_plugin_cannot_see_fail() {
+    let mut node = healthy();
+    let host_dev = node.roots.host_root.join("dev");
+    let plugin_dev = node.roots.proc_dir.join("4242/root/dev");
+    std::fs::create_dir_all(&plugin_dev).unwrap();
+    let seen: Vec<(PathBuf, (u32, u32))> = node
+        .host
+        .devs
+        .iter()
+        .filter_map(|(path, dev)| Some((plugin_dev.join(path.strip_prefix(&host_dev).ok()?), *dev)))
+        .collect();
+    node.host.devs.extend(seen);
+    let checks = run_checks(&node.roots, &node.host);
+    let c = check(&checks, "nvidia devices");
+    assert_eq!(c.status, Status::Pass, "{c:?}");
+    assert_eq!(c.detail, "/proc/driver/nvidia, 10 device nodes");
+
+    let minor = node.fixture.gpus[3].minor;
+    node.host
+        .devs
+        .remove(&plugin_dev.join(format!("nvidia{minor}")));
+    let checks = run_checks(&node.roots, &node.host);
+    let c = check(&checks, "nvidia devices");
+    assert_eq!(c.status, Status::Fail, "{c:?}");
+    assert_eq!(
+        c.detail,
+        format!("devgate nri (pid 4242) does not see the host's /dev/nvidia{minor} (1 of 10 nodes): its /dev is not the host's, so NVML cannot open them")
+    );
+    assert!(
+        c.fix
+            .as_deref()
+            .is_some_and(|f| f.contains("install/kubernetes/daemonset.yaml")),
+        "{c:?}"
+    );
+}
