@@ -6,8 +6,8 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::checks::Running;
 use super::host::{is_executable_file, Roots};
+use super::running::Running;
 use super::Check;
 use crate::config::Config;
 

@@ -11,6 +11,7 @@ mod hook;
 mod host;
 mod node;
 mod registration;
+mod running;
 #[cfg(test)]
 mod tests;
 
@@ -128,7 +129,7 @@ impl Check {
 /// and the others run against the defaults.
 pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
     // The running plugins, listed once for the checks that look at them.
-    let running = checks::running_plugins(&roots.proc_dir);
+    let running = running::running_plugins(&roots.proc_dir);
     let (config_check, config) = checks::config(roots, &running);
     let containerd_config = containerd::ContainerdConfig::load(roots);
     let inventory = crate::inventory::discover(&roots.host_root);
@@ -142,7 +143,7 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
         checks::state_dirs(roots, &config),
         hook::nri_hook(roots, &config, &running),
         node::inventory(&inventory),
-        node::nvidia(roots, host, &inventory, checks::on_socket(roots, &running)),
+        node::nvidia(roots, host, &inventory, running::on_socket(roots, &running)),
         node::rdma_netns(roots, &config, &inventory),
         node::vfs(roots, &config),
         node::cgroup(roots, &containerd_config),

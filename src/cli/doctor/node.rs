@@ -6,6 +6,9 @@ use super::Check;
 use crate::config::{Config, RdmaNetnsMode};
 use crate::inventory::Inventory;
 
+/// The name of the check of the NVIDIA driver and its nodes.
+const NVIDIA_CHECK: &str = "nvidia devices";
+
 /// Minor of `/dev/nvidiactl` (NVIDIA's driver README, "Device Nodes").
 const NVIDIACTL_MINOR: u32 = 255;
 
@@ -36,7 +39,7 @@ pub fn inventory(inv: &Inventory) -> Check {
 
 /// `plugin`: the running plugin's pid, whose own view of `/dev` is checked too.
 pub fn nvidia(roots: &Roots, host: &dyn Host, inv: &Inventory, plugin: Option<u32>) -> Check {
-    const NAME: &str = "nvidia devices";
+    const NAME: &str = NVIDIA_CHECK;
     // The driver's sysfs links exist as soon as it binds a GPU; discovery also
     // needs /proc/driver/nvidia, so count both.
     let bound = nvidia_bound(&roots.host_root);
@@ -80,7 +83,7 @@ pub fn nvidia(roots: &Roots, host: &dyn Host, inv: &Inventory, plugin: Option<u3
         }
     }
     let uvm = roots.host_root.join("dev/nvidia-uvm");
-    let uvm_dev = host.char_device(&uvm).ok().flatten();
+    let uvm_ok = matches!(host.char_device(&uvm), Ok(Some(_)));
     if let Some(first) = problems.first() {
         return Check::fail(
             NAME,
@@ -88,13 +91,15 @@ pub fn nvidia(roots: &Roots, host: &dyn Host, inv: &Inventory, plugin: Option<u3
             "run nvidia-smi once or nvidia-modprobe -c <minor> to create the nodes",
         );
     }
-    if let Some((major, minor)) = uvm_dev {
-        want.push(("nvidia-uvm".to_string(), major, minor));
-    }
-    if let Some(unseen) = plugin.and_then(|pid| unseen_by_plugin(roots, host, pid, &want)) {
-        return unseen;
-    }
-    if uvm_dev.is_none() {
+    // The nodes NVML opens (nvidia-uvm is CUDA's, and the plugin reads its
+    // major from /proc/devices), as the running plugin sees them.
+    let view = match plugin.map(|pid| plugin_view(roots, host, pid, &want)) {
+        Some(View::Misses(check)) => return check,
+        Some(View::Sees(pid)) => format!(", as the plugin (pid {pid}) sees them too"),
+        Some(View::Unreadable(pid)) => format!(" (the plugin's view, pid {pid}, not readable)"),
+        None => String::new(),
+    };
+    if !uvm_ok {
         return Check::warn(
             NAME,
             "no /dev/nvidia-uvm: CUDA programs fail to start",
@@ -103,24 +108,27 @@ pub fn nvidia(roots: &Roots, host: &dyn Host, inv: &Inventory, plugin: Option<u3
     }
     Check::pass(
         NAME,
-        format!("/proc/driver/nvidia, {} device nodes", want.len()),
+        format!("/proc/driver/nvidia, {} device nodes{view}", want.len() + 1),
     )
+}
+
+/// What the running plugin sees of the nodes NVML opens.
+enum View {
+    Sees(u32),
+    /// Its root could not be read: a doctor run without root's rights, a
+    /// plugin that exited meanwhile, a fake tree.
+    Unreadable(u32),
+    Misses(Check),
 }
 
 /// The host's nodes as the running plugin sees them (`<proc>/<pid>/root/dev`):
 /// NVML opens them by those paths. A plugin in a container whose `/dev` is
 /// its own, filled at its creation (a privileged container without the
 /// host's `/dev` mounted), misses every node a driver made after it started.
-/// `None` when it sees them all, or its root cannot be read (a fake tree).
-fn unseen_by_plugin(
-    roots: &Roots,
-    host: &dyn Host,
-    pid: u32,
-    want: &[(String, u32, u32)],
-) -> Option<Check> {
+fn plugin_view(roots: &Roots, host: &dyn Host, pid: u32, want: &[(String, u32, u32)]) -> View {
     let root = roots.proc_dir.join(pid.to_string()).join("root");
     if !root.is_dir() {
-        return None;
+        return View::Unreadable(pid);
     }
     let unseen: Vec<&str> = want
         .iter()
@@ -132,15 +140,21 @@ fn unseen_by_plugin(
         })
         .map(|(name, ..)| name.as_str())
         .collect();
-    let first = unseen.first()?;
-    Some(Check::fail(
-        "nvidia devices",
+    let Some(first) = unseen.first() else {
+        return View::Sees(pid);
+    };
+    // A plugin that exited or restarted while its nodes were looked at.
+    if !root.is_dir() {
+        return View::Unreadable(pid);
+    }
+    View::Misses(Check::fail(
+        NVIDIA_CHECK,
         format!(
-            "devgate nri (pid {pid}) does not see the host's /dev/{first} ({} of {} nodes): its /dev is not the host's, so NVML cannot open them",
+            "the running plugin (pid {pid}) does not see the host's /dev/{first} ({} of {} nodes): its /dev is not the host's, so NVML cannot open them",
             unseen.len(),
             want.len()
         ),
-        "mount the host's /dev at /dev in devgate's container, as install/kubernetes/daemonset.yaml does, then restart it; a container's own /dev holds only the nodes that existed when it started",
+        "give the plugin the host's /dev, then restart it: in a container, mount the host's /dev at /dev as install/kubernetes/daemonset.yaml does (a container's own /dev holds only the nodes that existed when it started); under systemd, no PrivateDevices=",
     ))
 }
 

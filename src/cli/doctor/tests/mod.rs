@@ -339,7 +339,14 @@ fn nvidia_nodes_the_running_plugin_cannot_see_fail() {
     let checks = run_checks(&node.roots, &node.host);
     let c = check(&checks, "nvidia devices");
     assert_eq!(c.status, Status::Pass, "{c:?}");
-    assert_eq!(c.detail, "/proc/driver/nvidia, 10 device nodes");
+    assert_eq!(
+        c.detail,
+        "/proc/driver/nvidia, 10 device nodes, as the plugin (pid 4242) sees them too"
+    );
+    // nvidia-uvm is CUDA's, not NVML's: the plugin need not see it.
+    node.host.devs.remove(&plugin_dev.join("nvidia-uvm"));
+    let checks = run_checks(&node.roots, &node.host);
+    assert_eq!(check(&checks, "nvidia devices").status, Status::Pass);
 
     let minor = node.fixture.gpus[3].minor;
     node.host
@@ -350,7 +357,7 @@ fn nvidia_nodes_the_running_plugin_cannot_see_fail() {
     assert_eq!(c.status, Status::Fail, "{c:?}");
     assert_eq!(
         c.detail,
-        format!("devgate nri (pid 4242) does not see the host's /dev/nvidia{minor} (1 of 10 nodes): its /dev is not the host's, so NVML cannot open them")
+        format!("the running plugin (pid 4242) does not see the host's /dev/nvidia{minor} (1 of 9 nodes): its /dev is not the host's, so NVML cannot open them")
     );
     assert!(
         c.fix
