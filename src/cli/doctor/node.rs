@@ -337,3 +337,57 @@ pub fn cgroup(roots: &Roots, containerd: &ContainerdConfig) -> Check {
         format!("{found}; through NRI, devgate's device rules are in the OCI spec and survive systemctl daemon-reload (hooks-only mode writes the cgroup itself, which a reload under the systemd driver undoes)"),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    use super::*;
+    use crate::cli::doctor::RealHost;
+
+    /// The plugin's view on the real kernel: a process in a mount namespace of
+    /// its own whose `/dev` is a tmpfs holding only `null` (a container's own
+    /// `/dev`, filled at its creation) is seen through `/proc/<pid>/root` to
+    /// miss `/dev/zero`, which the host has; this test's own process sees both.
+    #[test]
+    fn the_view_through_a_process_root_is_that_process_own() {
+        let mut child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg("mount -t tmpfs tmpfs /dev && mknod -m 666 /dev/null c 1 3 && echo ready && exec sleep 60")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("unshare (util-linux; tests run as root)");
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        let roots = Roots {
+            host_root: "/".into(),
+            etc_root: "/etc".into(),
+            proc_dir: "/proc".into(),
+            containerd_config: "/etc/containerd/config.toml".into(),
+            config: None,
+            state_dir: "/run/devgate".into(),
+            nri_socket: "/var/run/nri/nri.sock".into(),
+        };
+        let host = RealHost {
+            containerd: "containerd".into(),
+        };
+        let want = [("null".to_string(), 1, 3), ("zero".to_string(), 1, 5)];
+        let own = plugin_view(&roots, &host, std::process::id(), &want);
+        let other = plugin_view(&roots, &host, child.id(), &want);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(line.trim(), "ready");
+        assert!(matches!(own, View::Sees(_)));
+        let View::Misses(check) = other else {
+            panic!("the process's own /dev was taken for the host's");
+        };
+        assert!(
+            check
+                .detail
+                .contains("does not see the host's /dev/zero (1 of 2 nodes)"),
+            "{check:?}"
+        );
+    }
+}
