@@ -4,7 +4,9 @@ use std::collections::HashSet;
 
 use super::rules::{drop_pod, lift_restored, prune_empty};
 use super::unclean::keep_unclean;
-use super::{release_lock, ContainerRecord, Ledger, LedgerError, PodRecord, Released, Teardown};
+use super::{
+    release_lock, ContainerRecord, Ledger, LedgerError, LedgerState, PodRecord, Released, Teardown,
+};
 
 impl Ledger {
     /// Releases one pod after its teardown ran. Unknown pods are a no-op.
@@ -32,8 +34,19 @@ impl Ledger {
     /// without NRI on the same node) are never among them: no NRI runtime
     /// reports them, and their own hooks release them when their inits exit.
     pub fn stale_pods(&self, live: &HashSet<String>) -> Result<HashSet<String>, LedgerError> {
+        self.stale_pods_and(live, |_| ()).map(|(stale, ())| stale)
+    }
+
+    /// [`Ledger::stale_pods`], and `also` of the same read of the ledger
+    /// (Synchronize's report of containers running without their allocation).
+    pub fn stale_pods_and<R>(
+        &self,
+        live: &HashSet<String>,
+        also: impl FnOnce(&LedgerState) -> R,
+    ) -> Result<(HashSet<String>, R), LedgerError> {
         self.store.peek(|s| {
-            s.pods
+            let stale = s
+                .pods
                 .values()
                 // A pod with any container the plugin admitted is the
                 // plugin's (a hooks-only reap needs every init recorded).
@@ -43,7 +56,8 @@ impl Ledger {
                 .map(|p| &p.pod.sandbox_id)
                 .filter(|id| !live.contains(id.as_str()))
                 .cloned()
-                .collect()
+                .collect();
+            (stale, also(s))
         })
     }
 

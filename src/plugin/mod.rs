@@ -352,12 +352,14 @@ impl nri::Plugin for DevgatePlugin {
             .load(std::sync::atomic::Ordering::Relaxed);
         self.gpu.sync_pods(&pods, &self.options.state_dir);
         let live = lifecycle::live_pods(&pods, &containers, stopped_pid_zero);
-        if let Ok(ledger) = self.devices.ledger().snapshot() {
-            let found = unapplied::report(&pods, &containers, |id| ledger.container(id).is_some());
-            self.unapplied.set(found);
-        }
-        match self.devices.ledger().stale_pods(&live) {
-            Ok(stale) => {
+        // One read of the ledger for both: the containers running without
+        // their allocation (no record), and the pods gone.
+        let read = self.devices.ledger().stale_pods_and(&live, |ledger| {
+            unapplied::report(&pods, &containers, |id| ledger.container(id).is_some())
+        });
+        match read {
+            Ok((stale, found)) => {
+                self.unapplied.set(found);
                 self.resync.clear();
                 self.release_stale(stale);
             }
