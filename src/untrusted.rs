@@ -21,13 +21,18 @@ pub fn one_line(text: &str, max: usize) -> String {
 }
 
 fn is_format(c: char) -> bool {
+    // Unicode's format characters (category Cf) that change how a line reads
+    // or hide text: the Arabic letter mark is a bidirectional mark too.
     matches!(c,
         '\u{2028}' | '\u{2029}'
+        | '\u{00ad}'
+        | '\u{061c}'
+        | '\u{180e}'
         | '\u{200b}'..='\u{200f}'
         | '\u{202a}'..='\u{202e}'
-        | '\u{2060}'..='\u{2064}'
-        | '\u{2066}'..='\u{2069}'
-        | '\u{feff}')
+        | '\u{2060}'..='\u{206f}'
+        | '\u{feff}'
+        | '\u{fff9}'..='\u{fffb}')
 }
 
 #[cfg(test)]
@@ -42,5 +47,6 @@ mod tests {
             one_line("a\u{2028}b\u{202e}c\u{200b}d\u{2066}e", 100),
             "a b c d e"
         );
+        assert_eq!(one_line("a\u{061c}b\u{00ad}c\u{206f}d", 100), "a b c d");
     }
 }

@@ -151,8 +151,9 @@ fn set(out: &mut Builder, name: &str, value: String) {
     out.plan.env.entry(name.to_string()).or_insert(value);
 }
 
-/// The container's own value of `name`. NRI sends the env as `NAME=value`.
-fn user_value<'e>(env: &'e [String], name: &str) -> Option<&'e str> {
+/// The container's own value of `name`. NRI sends the env as `NAME=value`;
+/// a bare `NAME` is someone's entry too, read as empty and left alone.
+pub(super) fn user_value<'e>(env: &'e [String], name: &str) -> Option<&'e str> {
     env.iter().find_map(|e| match e.split_once('=') {
         Some((k, v)) if k == name => Some(v),
         None if e == name => Some(""),

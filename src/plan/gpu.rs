@@ -247,7 +247,9 @@ pub(super) fn keep_own_preload(plan: &mut super::Plan, env: &[String]) {
     let Some(ours) = plan.env.get_mut(LD_PRELOAD) else {
         return;
     };
-    let own = env.iter().find_map(|e| e.strip_prefix("LD_PRELOAD="));
+    // Read as the plan cache's key reads it (`comm_env::env_inputs`), so that
+    // two containers with one key get one value.
+    let own = super::comm_env::user_value(env, LD_PRELOAD);
     if let Some(own) = own.filter(|o| !o.trim().is_empty()) {
         let has_ours = own.split([':', ' ']).any(|lib| lib == ours.as_str());
         *ours = if has_ours {
