@@ -167,6 +167,13 @@ pub enum PlanError {
         entry: String,
         name: String,
     },
+    /// The hook carries a container's VFs in one bounded annotation.
+    #[error("{annotation}: {entry}: more than {max} vfs for one container")]
+    TooManyVfs {
+        annotation: &'static str,
+        entry: String,
+        max: usize,
+    },
     #[error("config key {key}: {reason}")]
     Config { key: String, reason: String },
 }

@@ -266,6 +266,13 @@ fn network(
             },
         });
     }
+    if out.plan.network.len() >= crate::hook::MAX_NETWORKS {
+        return Err(PlanError::TooManyVfs {
+            annotation: ANN,
+            entry: entry.to_string(),
+            max: crate::hook::MAX_NETWORKS,
+        });
+    }
     let n = out.plan.network.len() + 1;
     let container_ifname = format!("{}{n}", out.config.rdma.ifname_prefix);
     out.plan.network.push(NetworkAction {

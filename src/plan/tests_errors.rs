@@ -2,7 +2,7 @@
 use super::testinv::{hgx, pf_bus, uuid, vf_bus};
 use super::tests::{plan, pod};
 use super::*;
-use crate::inventory::Health;
+use crate::inventory::{Health, Vf};
 
 #[test]
 fn unsatisfiable_allocations() {
@@ -300,4 +300,41 @@ fn pod_vf_settings_that_conflict_with_the_nodes() {
     config.vf.defaults.qos = None;
     let p = build(&hgx(), &pod(r#"{"max_tx_rate":2000}"#), "main", &config).unwrap();
     assert_eq!(p.network[0].settings.max_tx_rate, Some(2000));
+}
+
+/// The hook carries a container's VFs in one bounded annotation: more are
+/// refused at the plan, naming the entry over the bound, rather than at the
+/// annotation's encoding, which names only devgate's own annotation.
+#[test]
+fn more_vfs_than_one_container_carries_are_refused_naming_the_entry() {
+    let mut inv = hgx();
+    let template = inv.rdma[0].vfs[0].clone();
+    inv.rdma[0].vfs = (0..=crate::hook::MAX_NETWORKS as u32)
+        .map(|i| Vf {
+            index: i,
+            bus_id: format!("0000:20:{:02x}.{}", i / 8, i % 8).parse().unwrap(),
+            netdev: Some(format!("vfnet{i}")),
+            ..template.clone()
+        })
+        .collect();
+    let vfs: Vec<String> = inv.rdma[0]
+        .vfs
+        .iter()
+        .map(|v| format!(r#"{{"busID":"{}"}}"#, v.bus_id))
+        .collect();
+    let ann = format!(
+        r#"{{"rdma":[{{"minor":0,"extension":{{"vfs":[{}]}}}}]}}"#,
+        vfs.join(",")
+    );
+    let e = build(&inv, &pod(&ann), "main", &Config::default()).unwrap_err();
+    assert!(matches!(e, PlanError::TooManyVfs { .. }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "scheduling.koordinator.sh/device-allocated: rdma[0].vfs[32]: more than 32 vfs for one container"
+    );
+    // As many as it carries are planned.
+    inv.rdma[0].vfs.pop();
+    let ann = ann.replace(&format!(r#",{}"#, vfs[32]), "");
+    let p = build(&inv, &pod(&ann), "main", &Config::default()).unwrap();
+    assert_eq!(p.network.len(), crate::hook::MAX_NETWORKS);
 }
