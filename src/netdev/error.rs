@@ -25,6 +25,8 @@ pub enum Cause {
     HostNameTaken { name: String, index: u32 },
     #[error("vf is attached to container {holder}")]
     Held { holder: String },
+    #[error("host netdev {name} belongs to {parent}, not to this vf")]
+    OtherDevice { name: String, parent: String },
     #[error("more than one link looks like this vf: {names:?}")]
     Ambiguous { names: Vec<String> },
     #[error("settings need the pf, but pf {pf:?} is not on this host")]

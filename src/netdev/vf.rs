@@ -246,6 +246,17 @@ fn prepare(
                 name: a.host_netdev.clone(),
             })
         })?;
+    // The name is the inventory's, read before: a netdev that took it since
+    // (another VF come home from a pod that is gone, not yet restored) must
+    // not go into this pod. Its parent device (IFLA_PARENT_DEV_NAME, Linux
+    // 5.16) names the PCI function it is on; older kernels do not say.
+    let vf_bus = a.vf_bus_id.to_string();
+    if let Some(parent) = link.parent.as_ref().filter(|p| **p != vf_bus) {
+        return Err((at.err("find host netdev"))(Cause::OtherDevice {
+            name: link.name.clone(),
+            parent: parent.clone(),
+        }));
+    }
     let taken = at.step(
         "check container name",
         pod_nl.link(LinkRef::Name(&a.container_ifname)),
