@@ -14,6 +14,8 @@
 //! where the kernel put it back (`default_device_exit_net`: its pod name, or
 //! `dev<ifindex>` when that is taken). Each stage runs even if an earlier one
 //! failed; any failure keeps the record so the VF can be quarantined and retried.
+//! A VF found neither in its pod nor on the host changes nothing: it may be up
+//! wherever it is.
 
 use super::error::{At, Cause, VfError};
 use super::netns::Netns;
@@ -84,8 +86,12 @@ pub(crate) fn restore(
         }
     };
     let mut host = at.step("open host netlink", ops.env.rtnl(None))?;
-    if let Some(pod) = pod {
-        quiesce_in_pod(ops, &at, host.as_mut(), rec, pod)?;
+    let in_pod = match pod {
+        Some(pod) => quiesce_in_pod(ops, &at, host.as_mut(), rec, pod)?,
+        None => false,
+    };
+    if !in_pod {
+        found_on_host(&at, host.as_mut(), rec)?;
     }
     let mut errors = Vec::new();
     if rec.attach.move_rdma {
@@ -111,30 +117,47 @@ pub(crate) fn restore(
     Ok(())
 }
 
+/// A VF neither in its live pod nor on the host is somewhere else, perhaps
+/// up: in a namespace a container with NET_ADMIN made, or in a pod's netns
+/// that outlived its pinned path. Its PF settings (the tenant VLAN, spoof
+/// check) and RDMA device stay as they are, and so does the record, until a
+/// later try finds it: resetting them would leave it up without them.
+fn found_on_host(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), VfError> {
+    let names = [rec.host.name.as_str(), &rec.attach.container_ifname];
+    match at.step("find netdev on host", locate(host, rec, &names))? {
+        Some(_) => Ok(()),
+        None => Err((at.err("find netdev"))(Cause::NotFound {
+            what: "vf netdev, in its pod or on the host,",
+            name: rec.host.name.clone(),
+        })),
+    }
+}
+
 /// A VF still in its live pod comes home only under its saved name. When that
 /// name is taken on the host, nothing is touched: the VF stays whole in the
 /// pod (its PF settings such as the tenant VLAN, its RDMA device) and the
 /// record stays for a later try, rather than a netdev left up in the pod
 /// without its isolation. Otherwise it goes down in the pod before its PF
 /// settings are reset, and stays down if an earlier step of `restore` failed.
+/// Whether it is in the pod.
 fn quiesce_in_pod(
     ops: &mut VfOps<'_>,
     at: &At<'_>,
     host: &mut dyn Rtnl,
     rec: &SavedVf,
     pod: &Netns,
-) -> Result<(), VfError> {
+) -> Result<bool, VfError> {
     let names = [rec.attach.container_ifname.as_str(), &rec.host.name];
     let mut pod_nl = at.step("open pod netlink", ops.env.rtnl(Some(pod)))?;
     let in_pod = at.step("find netdev in pod", locate(pod_nl.as_mut(), rec, &names))?;
     let Some(link) = in_pod else {
-        return Ok(());
+        return Ok(false);
     };
     host_name_free(at, host, rec, None)?;
     if link.up {
         at.step("bring down", pod_nl.set_link(link.index, &down()))?;
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Whether `link` is this record's VF: by PCI parent when the kernel reports

@@ -182,25 +182,6 @@ fn a_taken_pod_name_fails_before_any_change() {
     assert_eq!(rig.records(), 0);
 }
 
-/// The host netdev named in the plan is another VF's now (that VF came home
-/// from a pod that is gone and took the name): nothing moves, and nothing of
-/// either VF changes.
-#[test]
-fn a_host_netdev_of_another_vf_is_refused_before_any_change() {
-    let mut m = model();
-    m.links[1].link.parent = Some("0000:3b:02.5".to_string());
-    let mut rig = Rig::new(m);
-    let before = host_world(&rig.m());
-    let err = rig.attach(&[action()]).unwrap_err();
-    assert_eq!(
-        ErrorChain(&err).to_string(),
-        "vf 0000:3b:02.3 (ens1f0v3): find host netdev: host netdev ens1f0v3 belongs to 0000:3b:02.5, not to this vf"
-    );
-    assert!(rig.m().calls.is_empty());
-    assert_eq!(host_world(&rig.m()), before);
-    assert_eq!(rig.records(), 0);
-}
-
 #[test]
 fn a_taken_host_name_keeps_the_record_until_freed() {
     let mut rig = Rig::new(model());

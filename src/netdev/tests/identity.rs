@@ -1,0 +1,71 @@
+//! Which netdev is the VF: attach moves only the VF the plan names, and a
+//! restore changes nothing of a VF it cannot find.
+use super::rig::*;
+use nri::ErrorChain;
+
+/// The host netdev named in the plan is another VF's now (that VF came home
+/// from a pod that is gone and took the name): nothing moves, and nothing of
+/// either VF changes.
+#[test]
+fn a_host_netdev_of_another_vf_is_refused_before_any_change() {
+    let mut m = model();
+    m.links[1].link.parent = Some("0000:3b:02.5".to_string());
+    let mut rig = Rig::new(m);
+    let before = host_world(&rig.m());
+    let err = rig.attach(&[action()]).unwrap_err();
+    assert_eq!(
+        ErrorChain(&err).to_string(),
+        "vf 0000:3b:02.3 (ens1f0v3): find host netdev: host netdev ens1f0v3 belongs to 0000:3b:02.5, not to this vf"
+    );
+    assert!(rig.m().calls.is_empty());
+    assert_eq!(host_world(&rig.m()), before);
+    assert_eq!(rig.records(), 0);
+}
+
+/// A container with NET_ADMIN moved the VF out of the pod's netns into one of
+/// its own: found neither in the pod nor on the host, the VF keeps its tenant
+/// VLAN, spoof check and RDMA device, and its record, rather than stay up
+/// wherever it is without them. Once that namespace is gone the kernel puts
+/// it back on the host, and the next try restores it whole.
+#[test]
+fn a_vf_neither_in_its_pod_nor_on_the_host_keeps_its_pf_settings() {
+    const NESTED: u64 = 3;
+    let mut rig = Rig::new(model());
+    let before = rig.m().world();
+    rig.attach(&[action()]).unwrap();
+    let attached = rig.m().world();
+    {
+        let mut m = rig.m();
+        m.namespaces.insert(NESTED);
+        let vf = m
+            .links
+            .iter_mut()
+            .find(|l| l.link.index == VF_NETDEV)
+            .unwrap();
+        vf.ns = NESTED;
+    }
+    let start = rig.m().calls.len();
+    let err = rig.detach("ctr1").unwrap_err();
+    assert!(
+        ErrorChain(&err)
+            .to_string()
+            .contains("vf netdev, in its pod or on the host, ens1f0v3 not found"),
+        "{}",
+        ErrorChain(&err)
+    );
+    assert!(
+        rig.m().calls[start..].is_empty(),
+        "nothing changed: {:?}",
+        &rig.m().calls[start..]
+    );
+    assert_eq!(
+        rig.m().vfs,
+        attached.1,
+        "the pf-side settings stay the tenant's"
+    );
+    assert_eq!(rig.records(), 1, "kept for a later try");
+
+    rig.m().destroy_ns(NESTED);
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    assert_eq!(rig.m().world(), before);
+}
