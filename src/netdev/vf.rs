@@ -5,9 +5,9 @@
 //! 2. apply the PF-side settings (VLAN, MAC, rate, spoofchk, trust, link state:
 //!    sriov-cni `ApplyVFConfig` order);
 //! 3. move the netdev into the pod netns and rename it in one RTM_SETLINK
-//!    (`do_setlink` moves it under its host name, then renames it, so a crash
-//!    between the two leaves the host name in the pod: the restore looks for
-//!    both names); drop the old name if it stayed as an altname (sriov-cni #445);
+//!    (`do_setlink` moves it under its host name, then renames it, so a rename
+//!    that fails leaves the host name in the pod: the restore looks for both
+//!    names); drop the old name if it stayed as an altname (sriov-cni #445);
 //! 4. set MAC, MTU, bring it up;
 //! 5. in exclusive RDMA mode, move the RDMA device too.
 //!
