@@ -153,6 +153,7 @@ fn hami_core(out: &mut Builder, entries: &[GpuEntry], gpus: &[&Gpu]) -> Result<(
     for (i, (e, gpu)) in entries.iter().zip(gpus).enumerate() {
         let n = gpus.iter().filter(|g| g.bus_id < gpu.bus_id).count();
         check_memory_fits_ratio(e, gpu, i)?;
+        unchecked_memory_warning(out, e, gpu, i);
         // 0 means "no limit" to HAMi-core: a shared GPU must carry a real limit.
         match (memory_limit(e, gpu), e.resources.is_shared()) {
             (Some(bytes), _) => {
@@ -201,6 +202,23 @@ fn check_memory_fits_ratio(e: &GpuEntry, gpu: &Gpu, i: usize) -> Result<(), Plan
         ratio,
         total,
     })
+}
+
+/// A shared GPU's `gpu-memory` where the GPU's memory is unknown (`gpu.nvml`
+/// off, or NVML not loaded) is taken as the annotation gives it: it cannot be
+/// compared with the ratio the ledger claims. Refusing would refuse every
+/// HAMi-core pod on such a node (the scheduler always writes both), so the
+/// plan says so instead, for the log.
+fn unchecked_memory_warning(out: &mut Builder, e: &GpuEntry, gpu: &Gpu, i: usize) {
+    let r = &e.resources;
+    let Some(bytes) = r.memory_bytes.filter(|&b| b > 0) else {
+        return;
+    };
+    if r.is_shared() && gpu.memory_bytes.is_none() {
+        out.plan.warnings.push(format!(
+            "gpu[{i}]: the gpu's memory is unknown on this node (nvml off or not loaded): hami-core's limit of {bytes} bytes is taken as the annotation gives it, unchecked against gpu-memory-ratio"
+        ));
+    }
 }
 
 /// An entry's `gpu-memory` and `gpu-memory-ratio` with the GPU's memory, when

@@ -338,3 +338,29 @@ fn more_vfs_than_one_container_carries_are_refused_naming_the_entry() {
     let p = build(&inv, &pod(&ann), "main", &Config::default()).unwrap();
     assert_eq!(p.network.len(), crate::hook::MAX_NETWORKS);
 }
+
+/// Where the GPU's memory is unknown, a shared GPU's `gpu-memory` cannot be
+/// compared with its ratio: planned as given, with a warning that says so.
+#[test]
+fn hami_memory_unchecked_without_the_gpus_memory_is_warned() {
+    use crate::allocation::GPU_ISOLATION_PROVIDER;
+    let mut inv = hgx();
+    inv.gpus[0].memory_bytes = None;
+    let ann = r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"10","koordinator.sh/gpu-memory-ratio":"10","koordinator.sh/gpu-memory":"40Gi"}}]}"#;
+    let pod = super::tests::pod_with(ann, &[], &[(GPU_ISOLATION_PROVIDER, "HAMi-core")]);
+    let p = build(&inv, &pod, "main", &Config::default()).unwrap();
+    assert_eq!(
+        p.env["CUDA_DEVICE_MEMORY_LIMIT_0"],
+        (40u64 << 30).to_string()
+    );
+    assert_eq!(
+        p.warnings,
+        [format!("gpu[0]: the gpu's memory is unknown on this node (nvml off or not loaded): hami-core's limit of {} bytes is taken as the annotation gives it, unchecked against gpu-memory-ratio", 40u64 << 30)]
+    );
+    // Known, it is checked, and no warning is given.
+    let p = build(&hgx(), &pod, "main", &Config::default());
+    assert!(
+        matches!(p, Err(PlanError::GpuMemoryOverRatio { .. })),
+        "{p:?}"
+    );
+}
