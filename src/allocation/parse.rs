@@ -26,6 +26,13 @@ pub fn parse_allocation(bytes: &[u8]) -> Result<Allocation, AllocationError> {
             limit: MAX_ANNOTATION_BYTES,
         });
     }
+    if nesting_depth(bytes) > GO_MAX_NESTING {
+        return Err(AllocationError::Malformed {
+            annotation: ANN,
+            entry: "-".into(),
+            reason: format!("nested deeper than {GO_MAX_NESTING} levels, which koordinator's json reader refuses"),
+        });
+    }
     let top: UniqueMap<Box<RawValue>> =
         serde_json::from_slice(bytes).map_err(|e| malformed("-", e))?;
     if top.0.len() > MAX_TYPES {
@@ -40,6 +47,40 @@ pub fn parse_allocation(bytes: &[u8]) -> Result<Allocation, AllocationError> {
         }
     }
     Ok(p.out)
+}
+
+/// Go's `encoding/json`, which koordlet and koord-scheduler read the
+/// annotation with, refuses text nested deeper than this (`maxNestingDepth`,
+/// scanner.go): devgate refuses it too, so that it never grants devices from
+/// an annotation they cannot read (and so never counted).
+const GO_MAX_NESTING: usize = 10_000;
+
+/// The deepest nesting of arrays and objects in JSON text, strings skipped;
+/// bytes, not a parse: malformed text is serde_json's to refuse.
+fn nesting_depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Parses `devgate.io/containers`: comma-separated container names.

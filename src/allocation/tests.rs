@@ -216,12 +216,21 @@ fn bounds() {
 
     // Deep nesting is skipped without recursion in an ignored key and stopped by
     // serde_json's recursion limit where a value is read: neither touches the stack.
-    let deep = format!(
-        r#"{{"gpu":[{{"minor":0,"x":{}{}}}]}}"#,
-        "[".repeat(20_000),
-        "]".repeat(20_000)
+    // Beyond Go's limit (10000 levels, the top object, the list and the entry
+    // included) it is refused as koordinator's reader refuses it.
+    let nested = |levels: usize| {
+        format!(
+            r#"{{"gpu":[{{"minor":0,"x":{}"a\"[{{"{}}}]}}"#,
+            "[".repeat(levels),
+            "]".repeat(levels)
+        )
+    };
+    assert!(parse(&nested(9_997)).is_ok());
+    let e = parse(&nested(9_998)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "scheduling.koordinator.sh/device-allocated: -: malformed: nested deeper than 10000 levels, which koordinator's json reader refuses"
     );
-    assert!(parse(&deep).is_ok());
     let deep = format!(
         r#"{{"gpu":[{{"minor":0,"resources":{{"a":{}{}}}}}]}}"#,
         "[".repeat(20_000),
