@@ -22,7 +22,8 @@ pub fn one_line(text: &str, max: usize) -> String {
 
 fn is_format(c: char) -> bool {
     // Unicode's format characters (category Cf) that change how a line reads
-    // or hide text: the Arabic letter mark is a bidirectional mark too.
+    // or hide text (the Arabic letter mark is a bidirectional mark too; tag
+    // characters spell ASCII no one sees), and the variation selectors.
     matches!(c,
         '\u{2028}' | '\u{2029}'
         | '\u{00ad}'
@@ -31,8 +32,11 @@ fn is_format(c: char) -> bool {
         | '\u{200b}'..='\u{200f}'
         | '\u{202a}'..='\u{202e}'
         | '\u{2060}'..='\u{206f}'
+        | '\u{fe00}'..='\u{fe0f}'
         | '\u{feff}'
-        | '\u{fff9}'..='\u{fffb}')
+        | '\u{fff9}'..='\u{fffb}'
+        | '\u{1d173}'..='\u{1d17a}'
+        | '\u{e0000}'..='\u{e007f}')
 }
 
 #[cfg(test)]
@@ -48,5 +52,7 @@ mod tests {
             "a b c d e"
         );
         assert_eq!(one_line("a\u{061c}b\u{00ad}c\u{206f}d", 100), "a b c d");
+        // Tag characters spell hidden ASCII; variation selectors hide too.
+        assert_eq!(one_line("a\u{e0041}b\u{fe0f}c", 100), "a b c");
     }
 }

@@ -25,6 +25,8 @@ pub enum Cause {
     HostNameTaken { name: String, index: u32 },
     #[error("vf is attached to container {holder}")]
     Held { holder: String },
+    #[error("vf netdev {name} not found in its pod or on the host")]
+    Lost { name: String },
     #[error("host netdev {name} belongs to {parent}, not to this vf")]
     OtherDevice { name: String, parent: String },
     #[error("more than one link looks like this vf: {names:?}")]

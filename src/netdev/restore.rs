@@ -126,8 +126,7 @@ fn found_on_host(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), 
     let names = [rec.host.name.as_str(), &rec.attach.container_ifname];
     match at.step("find netdev on host", locate(host, rec, &names))? {
         Some(_) => Ok(()),
-        None => Err((at.err("find netdev"))(Cause::NotFound {
-            what: "vf netdev, in its pod or on the host,",
+        None => Err((at.err("find netdev"))(Cause::Lost {
             name: rec.host.name.clone(),
         })),
     }

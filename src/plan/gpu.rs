@@ -214,7 +214,7 @@ fn unchecked_memory_warning(out: &mut Builder, e: &GpuEntry, gpu: &Gpu, i: usize
     let Some(bytes) = r.memory_bytes.filter(|&b| b > 0) else {
         return;
     };
-    if r.is_shared() && gpu.memory_bytes.is_none() {
+    if r.is_shared() && r.memory_ratio_percent.is_some() && gpu.memory_bytes.is_none() {
         out.plan.warnings.push(format!(
             "gpu[{i}]: the gpu's memory is unknown on this node (nvml off or not loaded): hami-core's limit of {bytes} bytes is taken as the annotation gives it, unchecked against gpu-memory-ratio"
         ));

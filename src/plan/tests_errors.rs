@@ -357,10 +357,15 @@ fn hami_memory_unchecked_without_the_gpus_memory_is_warned() {
         p.warnings,
         [format!("gpu[0]: the gpu's memory is unknown on this node (nvml off or not loaded): hami-core's limit of {} bytes is taken as the annotation gives it, unchecked against gpu-memory-ratio", 40u64 << 30)]
     );
-    // Known, it is checked, and no warning is given.
+    // Known, it is checked: over the ratio it is refused, within it planned
+    // without a warning.
     let p = build(&hgx(), &pod, "main", &Config::default());
     assert!(
         matches!(p, Err(PlanError::GpuMemoryOverRatio { .. })),
         "{p:?}"
     );
+    let fits = ann.replace("40Gi", "8Gi");
+    let pod = super::tests::pod_with(&fits, &[], &[(GPU_ISOLATION_PROVIDER, "HAMi-core")]);
+    let p = build(&hgx(), &pod, "main", &Config::default()).unwrap();
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
 }

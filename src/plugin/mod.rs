@@ -352,13 +352,20 @@ impl nri::Plugin for DevgatePlugin {
             .load(std::sync::atomic::Ordering::Relaxed);
         self.gpu.sync_pods(&pods, &self.options.state_dir);
         let live = lifecycle::live_pods(&pods, &containers, stopped_pid_zero);
-        // One read of the ledger for both: the containers running without
-        // their allocation (no record), and the pods gone.
+        // One read of the ledger for both: the pods gone, and the containers
+        // it records (the others run without their allocation). The report
+        // parses annotations and logs: outside the read, which holds the
+        // ledger's cache.
         let read = self.devices.ledger().stale_pods_and(&live, |ledger| {
-            unapplied::report(&pods, &containers, |id| ledger.container(id).is_some())
+            containers
+                .iter()
+                .filter(|c| ledger.container(&c.id).is_some())
+                .map(|c| c.id.clone())
+                .collect::<std::collections::HashSet<String>>()
         });
         match read {
-            Ok((stale, found)) => {
+            Ok((stale, recorded)) => {
+                let found = unapplied::report(&pods, &containers, |id| recorded.contains(id));
                 self.unapplied.set(found);
                 self.resync.clear();
                 self.release_stale(stale);

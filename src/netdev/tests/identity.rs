@@ -49,7 +49,7 @@ fn a_vf_neither_in_its_pod_nor_on_the_host_keeps_its_pf_settings() {
     assert!(
         ErrorChain(&err)
             .to_string()
-            .contains("vf netdev, in its pod or on the host, ens1f0v3 not found"),
+            .contains("find netdev: vf netdev ens1f0v3 not found in its pod or on the host"),
         "{}",
         ErrorChain(&err)
     );
