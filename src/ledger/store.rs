@@ -314,9 +314,7 @@ impl Txn<'_> {
         let journal = match self.key.journal {
             None => Some((None, None)),
             Some(k) if k.size == 0 => Some((Some(k), self.pins.journal.take())),
-            Some(k) => store
-                .empty_journal(h, k)
-                .map(|(k, pin)| (Some(k), Some(pin))),
+            Some(_) => store.empty_journal(h).map(|(k, pin)| (Some(k), Some(pin))),
         };
         match journal {
             Some((journal, pin)) => {

@@ -244,3 +244,29 @@ fn folding_leaves_the_whole_ledger_in_the_document() {
     let alone: LedgerState = serde_json::from_slice(&text).unwrap();
     assert_eq!(containers(&alone), ["a"]);
 }
+
+/// A reader without the lock that opened the journal before a fold reads that
+/// version whole: the fold puts an empty file in its place rather than cutting
+/// it, so lines appended since never follow the old version's start in what
+/// the reader reads.
+#[test]
+fn a_fold_leaves_a_journal_open_elsewhere_as_it_was() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_pod(dir.path());
+    add(&store, "c01");
+    add(&store, "c02");
+    let journal = dir.path().join(JOURNAL_FILE);
+    let mut held = fs::File::open(&journal).unwrap();
+    let old = fs::read(&journal).unwrap();
+    store.begin().unwrap().commit().unwrap();
+    for c in ["c03", "c04", "c05", "c06"] {
+        add(&store, c);
+    }
+    assert!(journal_len(dir.path()) > old.len() as u64);
+    let mut seen = String::new();
+    held.read_to_string(&mut seen).unwrap();
+    assert_eq!(seen, String::from_utf8(old).unwrap());
+    let now = Ledger::read(dir.path()).unwrap();
+    assert_eq!(containers(&now), ["c01", "c02", "c03", "c04", "c05", "c06"]);
+}

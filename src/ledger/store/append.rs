@@ -120,21 +120,23 @@ impl Store {
 
     /// Empties the journal after a replace: its key and pin, or `None` when it
     /// could not be emptied (its lines are of an older generation, ignored).
-    pub(super) fn empty_journal(
-        &self,
-        h: &mut Handles,
-        seen: JournalKey,
-    ) -> Option<(JournalKey, Arc<File>)> {
-        let emptied = match self.journal_at(h, Some(seen)) {
-            Ok(Some((file, at))) => file
-                .set_len(0)
-                .map(|()| (JournalKey { size: 0, ..at }, file)),
-            Ok(None) => Err(std::io::Error::other("replaced under the lock")),
-            Err(e) => Err(std::io::Error::other(e.to_string())),
-        };
-        emptied
-            .inspect_err(|e| tracing::warn!(error = %nri::ErrorChain(e), "ledger journal not emptied: its lines are of an older generation"))
-            .ok()
+    /// An empty file takes its name rather than the file being cut in place:
+    /// a reader without the lock that has the old version open reads it whole
+    /// (lines of the generation before, which it skips), never its start
+    /// followed by lines appended to the new one since.
+    pub(super) fn empty_journal(&self, h: &mut Handles) -> Option<(JournalKey, Arc<File>)> {
+        let emptied = crate::fsutil::replace_in(&h.dir, &self.dir, JOURNAL_FILE, b"", h.durability);
+        match emptied {
+            Ok((meta, file)) => {
+                // Appends open the new file; the old one stays only as readers' copy.
+                h.journal = None;
+                Some((JournalKey::of(&meta), Arc::new(file)))
+            }
+            Err(e) => {
+                tracing::warn!(error = %nri::ErrorChain(&e), "ledger journal not emptied: its lines are of an older generation");
+                None
+            }
+        }
     }
 }
 
