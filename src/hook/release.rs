@@ -105,11 +105,27 @@ pub(super) fn forget(
     container_id: &str,
 ) -> Result<bool, HooksOnlyError> {
     let seen = ledger.snapshot()?.pods.remove(sandbox_id);
-    ledger.remove_container(sandbox_id, container_id)?;
     let Some(seen) = seen else {
+        ledger.remove_container(sandbox_id, container_id)?;
         return Ok(false);
     };
-    // Other containers remain: no teardown to build (discovery, NVML).
+    if seen.containers.keys().all(|c| c == container_id) {
+        // Its last container: the record goes with the claims, in the
+        // release's one commit. A hook killed before it (the runtime's hook
+        // timeout) leaves the record, by whose init the reap of exited pods
+        // knows the pod; a pod left with claims and no container would never
+        // be reaped.
+        let expected = BTreeSet::from([container_id.to_string()]);
+        let released = release_guarded(run, ledger, &seen, &expected)?;
+        if !released {
+            // A container joined meanwhile (or the pod went): only this one goes.
+            ledger.remove_container(sandbox_id, container_id)?;
+        }
+        return Ok(released);
+    }
+    ledger.remove_container(sandbox_id, container_id)?;
+    // Other containers remain: no teardown to build (discovery, NVML), unless
+    // they went meanwhile.
     let left = ledger
         .snapshot()?
         .pods

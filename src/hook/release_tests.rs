@@ -269,3 +269,38 @@ fn only_the_pods_last_container_builds_a_teardown() {
     assert_eq!(*os.gpu_torn.borrow(), ["sb"]);
     assert!(w.ledger().pods.is_empty() && w.ledger().devices.is_empty());
 }
+
+/// The last container's poststop: while its pod's GPU teardown runs (where
+/// the runtime's hook timeout may kill the hook), the ledger still holds the
+/// container's record beside the claims, so the reap of exited pods finds the
+/// pod by its init; the release then drops both in one commit.
+#[test]
+fn a_last_containers_record_stays_until_its_pods_release_commits() {
+    let w = world();
+    let mut os = created(&w, "c1", 7);
+    set_start(&w.env.roots.proc_root, 7, None);
+    let dir = w.env.state_dir.clone();
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let during = std::rc::Rc::clone(&seen);
+    os.meanwhile = Some(std::rc::Rc::new(move || {
+        let l = Ledger::open(&dir).unwrap().snapshot().unwrap();
+        let kept: Vec<String> = l.pods["c1"].containers.keys().cloned().collect();
+        during.borrow_mut().push(kept);
+    }));
+    w.run(Stage::Poststop, &stopped("c1"), &mut os).unwrap();
+    assert_eq!(*seen.borrow(), [vec!["c1".to_string()]]);
+    assert!(w.ledger().pods.is_empty(), "released with its record");
+    // Killed during that teardown instead: the next create reaps the pod.
+    let mut first = created(&w, "c2", 8);
+    set_start(&w.env.roots.proc_root, 8, None);
+    first.meanwhile = Some(std::rc::Rc::new(|| panic!("killed by the hook timeout")));
+    let killed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        w.run(Stage::Poststop, &stopped("c2"), &mut first)
+    }));
+    assert!(killed.is_err());
+    assert!(w.ledger().pods["c2"].containers.contains_key("c2"));
+    let mut next = FakeOs::default();
+    w.create_runtime("c3", 9, &mut next).unwrap();
+    assert_eq!(*next.gpu_torn.borrow(), ["c2"], "the reap released it");
+    assert_eq!(w.ledger().pods.keys().collect::<Vec<_>>(), ["c3"]);
+}
