@@ -23,6 +23,14 @@ pub enum LedgerError {
     },
     #[error("ledger {path} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
+    /// Written, the document could not be read back: the change is refused,
+    /// not the whole ledger from then on.
+    #[error("ledger {path} would grow to {size} bytes, over the {limit} it is read up to: change refused")]
+    Full {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
     #[error("ledger {path} is of version {version}, newer than this release reads ({known}): run the release that wrote it")]
     Newer {
         path: PathBuf,

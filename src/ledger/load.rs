@@ -20,7 +20,7 @@ use super::LedgerError;
 
 pub(super) const LEDGER_FILE: &str = "ledger.json";
 /// A ledger (or journal) larger than this is corrupt or hostile; refuse to parse it.
-const MAX_LEDGER_BYTES: u64 = 16 * 1024 * 1024;
+pub(super) const MAX_LEDGER_BYTES: u64 = 16 * 1024 * 1024;
 /// Reads without the lock that found the document replaced under them, in a
 /// row, before giving up: a replace takes microseconds, a read about as long.
 const MAX_UNLOCKED_TRIES: usize = 64;

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::fsutil::{self, Durability, FileKey};
 
-use super::load::{self, JournalKey, Key, Pins, LEDGER_FILE};
+use super::load::{self, JournalKey, Key, Pins, LEDGER_FILE, MAX_LEDGER_BYTES};
 use super::model::LedgerState;
 use super::LedgerError;
 
@@ -306,6 +306,13 @@ impl Txn<'_> {
             reason: e.to_string(),
         })?;
         text.push(b'\n');
+        if text.len() as u64 > MAX_LEDGER_BYTES {
+            return Err(LedgerError::Full {
+                path: store.dir.join(LEDGER_FILE),
+                size: text.len() as u64,
+                limit: MAX_LEDGER_BYTES,
+            });
+        }
         let (meta, file) = fsutil::replace_in(&h.dir, &store.dir, LEDGER_FILE, text, h.durability)
             .map_err(LedgerError::from)?;
         let doc = Some(FileKey::of(&meta));

@@ -269,3 +269,22 @@ fn a_document_of_a_newer_version_is_refused() {
     let err = Store::at(dir.path()).read_unlocked().unwrap_err();
     assert!(matches!(err, LedgerError::Newer { .. }), "{err}");
 }
+
+/// A document past what every read accepts is never written: the change is
+/// refused, and the ledger stays as it was, readable, for every later change.
+#[test]
+fn a_change_that_would_make_the_ledger_unreadable_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    write(&store, marked(1));
+    let mut txn = store.begin().unwrap();
+    set_mark(&mut txn.state, 2);
+    let pod = txn.state.pods.get_mut("mark").unwrap();
+    pod.pod.name = "x".repeat(MAX_LEDGER_BYTES as usize);
+    let e = txn.commit().unwrap_err();
+    assert!(matches!(e, LedgerError::Full { .. }), "{e}");
+    assert!(e.to_string().contains("change refused"), "{e}");
+    assert_eq!(mark(&Store::at(dir.path()).read_unlocked().unwrap()), 1);
+    write(&store, marked(3));
+    assert_eq!(mark(&Store::at(dir.path()).read_unlocked().unwrap()), 3);
+}
