@@ -115,13 +115,12 @@ pub(super) fn forget(
         // timeout) leaves the record, by whose init the reap of exited pods
         // knows the pod; a pod left with claims and no container would never
         // be reaped.
-        let expected = BTreeSet::from([container_id.to_string()]);
-        let released = release_guarded(run, ledger, &seen, &expected)?;
-        if !released {
-            // A container joined meanwhile (or the pod went): only this one goes.
-            ledger.remove_container(sandbox_id, container_id)?;
+        let expected: BTreeSet<String> = seen.containers.keys().cloned().collect();
+        if release_guarded(run, ledger, &seen, &expected)? {
+            return Ok(true);
         }
-        return Ok(released);
+        // A container joined meanwhile, or the pod went: this one goes alone,
+        // and the pod too if the other has gone again since.
     }
     ledger.remove_container(sandbox_id, container_id)?;
     // Other containers remain: no teardown to build (discovery, NVML), unless
@@ -177,7 +176,15 @@ pub(super) fn stop(run: &mut HooksOnly<'_>, state: &State) -> Result<Outcome, Ho
         }
     };
     let pod_released = match pod {
-        Some(pod) => forget(run, &ledger, &pod.pod.sandbox_id, &state.id)?,
+        Some(pod) => {
+            // Its VFs are back on the host: no container of the pod owns the
+            // network from now on, while the pod's release (its GPU teardown)
+            // may still run with this container's record kept.
+            ledger
+                .give_up_network(&state.id)
+                .map_err(HooksOnlyError::from)?;
+            forget(run, &ledger, &pod.pod.sandbox_id, &state.id)?
+        }
         None => false,
     };
     if networks == 0 && !pod_released {
@@ -258,6 +265,12 @@ pub(super) fn reap_stale(
         .collect();
     let mut released = Vec::new();
     for pod in stale {
+        // Its last container's poststop (or another reap) is releasing it:
+        // that one finishes it, and this create does not wait on its teardown.
+        if ledger.releasing(&pod)? {
+            tracing::debug!(pod = %pod.pod, "stale pod: a release of it runs");
+            continue;
+        }
         let restored: Result<Vec<usize>, HookError> = pod
             .containers
             .keys()

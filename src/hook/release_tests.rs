@@ -11,6 +11,13 @@ fn created(w: &World, id: &str, pid: u32) -> FakeOs {
     os
 }
 
+/// Created, then its init exited: what a poststop or a reap finds.
+fn exited(w: &World, id: &str, pid: u32) -> FakeOs {
+    let os = created(w, id, pid);
+    set_start(&w.env.roots.proc_root, pid, None);
+    os
+}
+
 fn stopped(id: &str) -> State {
     state(id, "stopped", None, &[])
 }
@@ -277,18 +284,19 @@ fn only_the_pods_last_container_builds_a_teardown() {
 #[test]
 fn a_last_containers_record_stays_until_its_pods_release_commits() {
     let w = world();
-    let mut os = created(&w, "c1", 7);
-    set_start(&w.env.roots.proc_root, 7, None);
+    let mut os = exited(&w, "c1", 7);
     let dir = w.env.state_dir.clone();
     let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let during = std::rc::Rc::clone(&seen);
     os.meanwhile = Some(std::rc::Rc::new(move || {
         let l = Ledger::open(&dir).unwrap().snapshot().unwrap();
-        let kept: Vec<String> = l.pods["c1"].containers.keys().cloned().collect();
-        during.borrow_mut().push(kept);
+        let pod = &l.pods["c1"];
+        let kept: Vec<String> = pod.containers.keys().cloned().collect();
+        during.borrow_mut().push((kept, pod.network_owner.clone()));
     }));
     w.run(Stage::Poststop, &stopped("c1"), &mut os).unwrap();
-    assert_eq!(*seen.borrow(), [vec!["c1".to_string()]]);
+    // Its VFs are back on the host: the pod has no network owner meanwhile.
+    assert_eq!(*seen.borrow(), [(vec!["c1".to_string()], None)]);
     assert!(w.ledger().pods.is_empty(), "released with its record");
     // Killed during that teardown instead: the next create reaps the pod.
     let mut first = created(&w, "c2", 8);
@@ -303,4 +311,54 @@ fn a_last_containers_record_stays_until_its_pods_release_commits() {
     w.create_runtime("c3", 9, &mut next).unwrap();
     assert_eq!(*next.gpu_torn.borrow(), ["c2"], "the reap released it");
     assert_eq!(w.ledger().pods.keys().collect::<Vec<_>>(), ["c3"]);
+}
+
+/// A container joins while the last one's release runs: the release finds
+/// the set changed and keeps the pod for it, the stopped container alone
+/// leaves; the newcomer's own poststop then releases the pod.
+#[test]
+fn a_container_that_joins_during_the_release_keeps_the_pod() {
+    let w = world();
+    let mut os = exited(&w, "c1", 7);
+    let dir = w.env.state_dir.clone();
+    let once = std::cell::Cell::new(true);
+    os.meanwhile = Some(std::rc::Rc::new(move || {
+        if !once.replace(false) {
+            return;
+        }
+        let l = Ledger::open(&dir).unwrap();
+        let held = l.snapshot().unwrap().pods["c1"].clone();
+        let mut record = held.containers["c1"].clone();
+        record.init = None;
+        l.admit(&held.pod, &held.claims, "c2", record, false)
+            .unwrap();
+    }));
+    w.run(Stage::Poststop, &stopped("c1"), &mut os).unwrap();
+    let l = w.ledger();
+    assert_eq!(l.pods["c1"].containers.keys().collect::<Vec<_>>(), ["c2"]);
+    assert_eq!(l.pods["c1"].claims.len(), 2);
+    let mut last = FakeOs::default();
+    w.run(Stage::Poststop, &stopped("c2"), &mut last).unwrap();
+    assert!(w.ledger().pods.is_empty(), "{:?}", w.ledger());
+}
+
+/// A create reaps exited pods first, but passes over one whose release runs
+/// now (its last container's poststop tearing it down): it does not wait
+/// on that teardown, which finishes the pod.
+#[test]
+fn a_reap_passes_over_a_pod_whose_release_runs() {
+    let w = world();
+    let _first = exited(&w, "c1", 7);
+    let uuid = w.fixture.expected().gpus[0].uuid.clone();
+    let locks = w.env.state_dir.join("release-locks");
+    std::fs::create_dir_all(&locks).unwrap();
+    let held = crate::fsutil::lock_exclusive(&locks.join(format!("gpu_{uuid}.lock"))).unwrap();
+    let mut other = FakeOs::default();
+    let e = w.create_runtime("c2", 8, &mut other).unwrap_err();
+    assert!(e.to_string().contains("is held by pod"), "{e}");
+    assert!(other.gpu_torn.borrow().is_empty(), "no teardown waited on");
+    drop(held);
+    let mut next = FakeOs::default();
+    w.create_runtime("c2", 8, &mut next).unwrap();
+    assert_eq!(*next.gpu_torn.borrow(), ["c1"]);
 }

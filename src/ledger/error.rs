@@ -25,7 +25,7 @@ pub enum LedgerError {
     Corrupt { path: PathBuf, reason: String },
     /// Written, the document could not be read back: the change is refused,
     /// not the whole ledger from then on.
-    #[error("ledger {path} would grow to {size} bytes, over the {limit} it is read up to: change refused")]
+    #[error("the node's ledger {path} is full: this change would make it {size} bytes, over the {limit} it is read up to (devgate status lists the pods holding devices)")]
     Full {
         path: PathBuf,
         size: u64,

@@ -24,6 +24,9 @@ pub(super) const MAX_LEDGER_BYTES: u64 = 16 * 1024 * 1024;
 /// Reads without the lock that found the document replaced under them, in a
 /// row, before giving up: a replace takes microseconds, a read about as long.
 const MAX_UNLOCKED_TRIES: usize = 64;
+/// Reads without the lock that found a journal line they could not parse, in
+/// a row, before reporting it: a writer's cut and append take microseconds.
+const CORRUPT_TRIES: usize = 4;
 
 /// What identifies the journal's content: within one generation it only grows
 /// by complete lines (a cut tail was never part of it), so its length names it.
@@ -115,14 +118,20 @@ pub(super) fn current_key(dir: Option<&File>, base: &Path) -> Result<Key, Ledger
 /// then emptied it, so the journal read may lack lines of the document read.
 /// With it (`locked`), a cut tail is cut off the file, since its writer is gone.
 pub(super) fn load(base: &Path, locked: bool) -> Result<Loaded, LedgerError> {
-    for _ in 0..MAX_UNLOCKED_TRIES {
+    for attempt in 0..MAX_UNLOCKED_TRIES {
         let Some((mut state, doc_key, doc)) = read_document(base)? else {
             let key = current_key(None, base)?;
             let key = Key { doc: None, ..key };
             let state = LedgerState::default();
             return Ok(loaded(state, key, None, None, false));
         };
-        let (journal_key, journal, replayed) = read_journal(base, &mut state)?;
+        let (journal_key, journal, replayed) = match read_journal(base, &mut state) {
+            Ok(read) => read,
+            // Without the lock, a writer may cut a torn tail under the read
+            // and append after it, so that the read joins the two: read again.
+            Err(LedgerError::Corrupt { .. }) if !locked && attempt + 1 < CORRUPT_TRIES => continue,
+            Err(e) => return Err(e),
+        };
         let complete = replayed.complete as u64;
         let torn = journal_key.is_some_and(|k| complete < k.size);
         if !locked && !still_named(base, &doc_key)? {

@@ -226,6 +226,12 @@ impl Ledger {
         }
     }
 
+    /// Whether a release of a pod holding one of `pod`'s devices runs now;
+    /// asked without waiting for it.
+    pub fn releasing(&self, pod: &PodRecord) -> Result<bool, LedgerError> {
+        release_lock::any_releasing(self.store.dir(), &pod.claims)
+    }
+
     /// Whether the ledger holds anything of the pod (claims or containers);
     /// read without the lock.
     pub fn holds(&self, sandbox_id: &str) -> Result<bool, LedgerError> {

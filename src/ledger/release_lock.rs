@@ -76,6 +76,21 @@ pub(super) fn lock_devices<'d>(
     Ok(DeviceLocks { _held: held })
 }
 
+/// Whether a release of a pod holding any of `claims` runs now (a device's
+/// lock taken): asked without waiting.
+pub(super) fn any_releasing(
+    state_dir: &Path,
+    claims: &[super::Claim],
+) -> Result<bool, LedgerError> {
+    let dir = state_dir.join(LOCK_DIR);
+    for claim in claims {
+        if locked_now(&dir, &claim.device)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// The first device of `claims` held as a share whose release is running
 /// now (its lock taken): a pod that joined it would have its processes seen
 /// by that teardown, or its GPU reset under it. Asked without waiting, under
@@ -86,29 +101,32 @@ pub(super) fn first_releasing(
 ) -> Result<Option<super::DeviceId>, LedgerError> {
     let dir = state_dir.join(LOCK_DIR);
     for claim in claims {
-        if !matches!(claim.share, super::Share::Shared { .. }) {
-            // An exclusive device's releasing holder still holds it.
-            continue;
-        }
-        let path = dir.join(file_name(&claim.device.to_string()));
-        let file = match File::open(&path) {
-            Ok(f) => f,
-            // Never released on this node: no lock file, no release running.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(source) => return Err(LedgerError::Io { path, source }),
-        };
-        match Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-            Ok(_unlocked_on_drop) => {}
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(Some(claim.device.clone())),
-            Err((_, errno)) => {
-                return Err(LedgerError::Io {
-                    path,
-                    source: errno.into(),
-                })
-            }
+        // An exclusive device's releasing holder still holds it.
+        let shared = matches!(claim.share, super::Share::Shared { .. });
+        if shared && locked_now(&dir, &claim.device)? {
+            return Ok(Some(claim.device.clone()));
         }
     }
     Ok(None)
+}
+
+/// Whether `device`'s release lock in `dir` is taken, tried without waiting.
+fn locked_now(dir: &Path, device: &super::DeviceId) -> Result<bool, LedgerError> {
+    let path = dir.join(file_name(&device.to_string()));
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        // Never released on this node: no lock file, no release running.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(source) => return Err(LedgerError::Io { path, source }),
+    };
+    match Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(_unlocked_on_drop) => Ok(false),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(true),
+        Err((_, errno)) => Err(LedgerError::Io {
+            path,
+            source: errno.into(),
+        }),
+    }
 }
 
 fn create_dir(dir: &Path) -> Result<(), LedgerError> {

@@ -270,9 +270,9 @@ impl Store {
     /// Reads the files without the lock, and caches what it read.
     fn read_files(&self) -> Result<LedgerState, LedgerError> {
         let loaded = load::load(&self.dir, false)?;
-        // A cut tail is no part of the copy, but its key would name it; lines
-        // of another generation may be a journal read before its emptying,
-        // whose length the next generation's lines can reach again.
+        // A cut tail is no part of the copy, but its key would name it. Lines
+        // of another generation are a journal a crash or a failed emptying
+        // left, which a later fold empties: such a copy is read again then.
         if !loaded.torn && !loaded.other_generations {
             self.remember(loaded.key, loaded.state.clone(), loaded.pins);
         }
@@ -307,9 +307,12 @@ impl Txn<'_> {
         })?;
         text.push(b'\n');
         if text.len() as u64 > MAX_LEDGER_BYTES {
+            let size = text.len() as u64;
+            // Not kept at that size for the next transaction.
+            h.text = Vec::new();
             return Err(LedgerError::Full {
                 path: store.dir.join(LEDGER_FILE),
-                size: text.len() as u64,
+                size,
                 limit: MAX_LEDGER_BYTES,
             });
         }
