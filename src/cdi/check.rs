@@ -17,11 +17,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::{declared_kind, CdiError, Class, DeviceNode, Spec};
+use super::{declared_kind, spec_yaml, CdiError, Class, DeviceNode, Spec, MAX_SPEC_BYTES};
 
-/// Spec files larger than this are not read (and so not trusted): devgate's
-/// are a few KiB per device.
-const MAX_SPEC_BYTES: u64 = 16 << 20;
 /// Spec files read per directory; more leave the directory unchecked.
 const MAX_SPEC_FILES: usize = 1024;
 /// Seconds after a change in which a stamp is not trusted: an in-place
@@ -99,15 +96,11 @@ impl Loaded {
             let Ok(entries) = std::fs::read_dir(dir) else {
                 continue;
             };
-            // What CDI loads: `*.json` and `*.yaml` (`pkg/cdi/spec-dirs.go`).
-            let mut paths: Vec<PathBuf> = entries
+            let mut paths: Vec<(PathBuf, bool)> = entries
                 .flatten()
-                .map(|e| e.path())
-                .filter(|p| {
-                    matches!(
-                        p.extension().and_then(|e| e.to_str()),
-                        Some("json" | "yaml")
-                    )
+                .filter_map(|e| {
+                    let path = e.path();
+                    spec_yaml(&path).map(|yaml| (path, yaml))
                 })
                 .take(MAX_SPEC_FILES + 1)
                 .collect();
@@ -117,15 +110,14 @@ impl Loaded {
                 continue;
             }
             paths.sort();
-            for path in paths {
-                loaded.read_file(path, priority);
+            for (path, yaml) in paths {
+                loaded.read_file(path, yaml, priority);
             }
         }
         loaded
     }
 
-    fn read_file(&mut self, path: PathBuf, priority: usize) {
-        let yaml = path.extension().is_some_and(|e| e == "yaml");
+    fn read_file(&mut self, path: PathBuf, yaml: bool, priority: usize) {
         let meta = std::fs::metadata(&path);
         self.files
             .push((path.clone(), meta.as_ref().ok().map(Stamp::from)));

@@ -176,6 +176,20 @@ pub struct DeviceNode {
     pub permissions: String,
 }
 
+/// Spec files larger than this are not read (for a check, not trusted):
+/// devgate's are a few KiB per device.
+pub const MAX_SPEC_BYTES: u64 = 16 << 20;
+
+/// Whether `path` is named as CDI loads specs, `*.json` or `*.yaml`
+/// (`pkg/cdi/spec-dirs.go`); `Some(true)` for YAML.
+pub fn spec_yaml(path: &std::path::Path) -> Option<bool> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => Some(false),
+        Some("yaml") => Some(true),
+        _ => None,
+    }
+}
+
 /// The `kind` a CDI spec file declares, from its text: a JSON document's
 /// top-level `kind` (JSON is YAML too: devgate writes JSON whatever the
 /// file's name), or in other YAML the unindented `kind:` line (a spec

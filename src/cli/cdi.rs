@@ -121,10 +121,6 @@ fn generate(args: GenerateArgs) -> Result<(), CdiCmdError> {
     remove_other_specs(&dir, &classes, &written)
 }
 
-/// Spec files larger than this are not read for their kind: devgate's own
-/// are a few KiB per device.
-const MAX_SPEC_BYTES: u64 = 16 << 20;
-
 /// Removes the other spec files in `dir` that declare a kind of `classes`.
 /// CDI refuses a device that two specs of one directory both name, so each
 /// kind is kept in the files this run wrote alone: an earlier run may have
@@ -140,10 +136,7 @@ fn remove_other_specs(
         return Ok(());
     };
     for path in entries.flatten().map(|e| e.path()) {
-        if !matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("json" | "yaml")
-        ) {
+        if cdi::spec_yaml(&path).is_none() {
             continue;
         }
         // Compared by name: every file written is in `dir`, however `-o`
@@ -184,10 +177,7 @@ enum Output {
 
 impl Output {
     fn of(path: &Path) -> Output {
-        let spec_name = matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("json" | "yaml")
-        );
+        let spec_name = cdi::spec_yaml(path).is_some();
         if path.is_dir() || path.as_os_str().to_string_lossy().ends_with('/') {
             Output::Dir
         } else if path.exists() || spec_name {
@@ -296,9 +286,9 @@ fn declares_one_of(path: &Path, classes: &[Class]) -> bool {
 /// The kind the spec at `path` declares: only a regular file (what CDI
 /// loads, never a link followed elsewhere) of bounded size is read.
 fn kind_in(path: &Path) -> Option<String> {
-    let yaml = path.extension().is_some_and(|e| e == "yaml");
-    let regular =
-        std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.len() <= MAX_SPEC_BYTES);
+    let yaml = cdi::spec_yaml(path) == Some(true);
+    let regular = std::fs::symlink_metadata(path)
+        .is_ok_and(|m| m.is_file() && m.len() <= cdi::MAX_SPEC_BYTES);
     let text = regular.then(|| std::fs::read_to_string(path).ok())??;
     cdi::declared_kind(&text, yaml)
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use nri::RuntimeInfo;
 
-use super::containerd::ContainerdConfig;
+use super::containerd::{version_word, ContainerdConfig};
 use super::host::{Host, Roots};
 use super::Check;
 use crate::cdi::{self, Class, DeviceNode, SpecDirs};
@@ -33,10 +33,10 @@ pub fn specs(roots: &Roots, host: &dyn Host, config: &Config, inventory: &Invent
     }
     // Only where devgate names CDI devices (the cdi check says whether that
     // agrees with containerd): elsewhere containers get raw nodes.
-    let names = host.containerd_version().ok().and_then(|line| {
-        let version = line.split_whitespace().nth(2)?;
-        Some(names_cdi(version, config))
-    });
+    let names = host
+        .containerd_version()
+        .ok()
+        .and_then(|line| Some(names_cdi(version_word(&line)?, config)));
     if names == Some(false) {
         return Check::pass(SPECS, "raw nodes for this containerd: no spec is read");
     }
@@ -108,7 +108,7 @@ pub fn cdi(host: &dyn Host, containerd: &ContainerdConfig, config: &Config) -> C
             "see the containerd check",
         );
     };
-    let version = line.split_whitespace().nth(2).unwrap_or_default();
+    let version = version_word(&line).unwrap_or_default();
     let Some(v) = features::release(version) else {
         return Check::warn(
             NAME,

@@ -114,9 +114,14 @@ fn merge(eff: &mut Effective, file: &toml::Table) {
     }
 }
 
-/// `(major, minor)` from `containerd --version` ("containerd <module> v1.7.24 <commit>").
+/// The version in a `containerd --version` line ("containerd <module> v1.7.24 <commit>").
+pub fn version_word(line: &str) -> Option<&str> {
+    line.split_whitespace().nth(2)
+}
+
+/// `(major, minor)` from `containerd --version`.
 pub fn parse_version(line: &str) -> Option<(u32, u32)> {
-    let version = line.split_whitespace().nth(2)?;
+    let version = version_word(line)?;
     let mut parts = version.trim_start_matches('v').split(['.', '~', '-', '+']);
     Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
