@@ -48,7 +48,7 @@ pub use nvml::{NoNvml, Nvml};
 pub use teardown::{ClaimView, GpuTeardown, Retried};
 
 use crate::config::GpuConfig;
-use crate::ledger::{Claim, DeviceId};
+use crate::ledger::Claim;
 
 /// Discovery of `host_root` with NVML's indices and memory when the root is the
 /// machine's own, `[gpu] nvml` is on and one of `nvml_library` loads; plain
@@ -75,10 +75,7 @@ pub fn discover_node_with_health(
 
 /// Fails when a claim names an unhealthy GPU. Quarantine is `Ledger::claim`'s check.
 pub fn check_claims(health: &HealthStore, claims: &[Claim]) -> Result<(), GpuError> {
-    let gpus = claims.iter().filter_map(|c| match &c.device {
-        DeviceId::Gpu(uuid) => Some(uuid),
-        _ => None,
-    });
+    let gpus = claims.iter().filter_map(Claim::gpu);
     let mut state = None;
     for uuid in gpus {
         let state = match &mut state {
@@ -87,7 +84,7 @@ pub fn check_claims(health: &HealthStore, claims: &[Claim]) -> Result<(), GpuErr
         };
         if let Some(cond) = state.unhealthy(uuid) {
             return Err(GpuError::Unhealthy {
-                uuid: uuid.clone(),
+                uuid: uuid.to_string(),
                 reason: cond.reason(),
             });
         }

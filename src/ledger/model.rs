@@ -53,6 +53,14 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// The GPU's UUID, for a claim of a GPU.
+    pub fn gpu(&self) -> Option<&str> {
+        match &self.device {
+            DeviceId::Gpu(uuid) => Some(uuid),
+            _ => None,
+        }
+    }
+
     /// A VF claim recorded before claims named their PF.
     pub fn lacks_pf(&self) -> bool {
         matches!(self.device, DeviceId::Vf(_)) && self.pf.is_none()
