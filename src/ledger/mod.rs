@@ -71,11 +71,17 @@ pub struct Admission {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Released {
     pub pods: Vec<PodRef>,
-    /// Pods whose teardown failed: the devices it could not clean stay
-    /// theirs, quarantined (the others were released).
-    pub failed: Vec<(PodRef, String)>,
-    /// Those devices, by sandbox id.
-    pub kept: Vec<(String, Vec<DeviceId>)>,
+    /// Pods whose teardown failed.
+    pub failed: Vec<Failed>,
+}
+
+/// A pod whose teardown failed: the devices it could not clean stay its,
+/// quarantined (its others were released).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failed {
+    pub pod: PodRef,
+    pub reason: String,
+    pub kept: Vec<DeviceId>,
 }
 
 /// The ledger under one state directory.

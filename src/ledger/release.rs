@@ -5,7 +5,8 @@ use std::collections::HashSet;
 use super::rules::{drop_pod, lift_restored, prune_empty};
 use super::unclean::keep_unclean;
 use super::{
-    release_lock, ContainerRecord, Ledger, LedgerError, LedgerState, PodRecord, Released, Teardown,
+    release_lock, ContainerRecord, Failed, Ledger, LedgerError, LedgerState, PodRecord, Released,
+    Teardown,
 };
 
 impl Ledger {
@@ -122,8 +123,11 @@ impl Ledger {
                 Err(unclean) => {
                     let sandbox = &pod.pod.sandbox_id;
                     let kept = keep_unclean(&mut txn.state, sandbox, &pod.claims, &unclean, true);
-                    out.kept.push((sandbox.clone(), kept));
-                    out.failed.push((pod.pod, unclean.reason));
+                    out.failed.push(Failed {
+                        pod: pod.pod,
+                        reason: unclean.reason,
+                        kept,
+                    });
                 }
             }
         }

@@ -52,7 +52,7 @@ fn a_release_keeps_only_the_devices_its_teardown_could_not_clean() {
     let out = l.release_pod("a", &FailsFor(vec![gpu2()])).unwrap();
     assert_eq!(out.pods, vec![]);
     assert_eq!(out.failed.len(), 1);
-    assert_eq!(out.failed[0].1, "gpu GPU-2 fell off the bus");
+    assert_eq!(out.failed[0].reason, "gpu GPU-2 fell off the bus");
     let state = l.snapshot().unwrap();
     assert_eq!(state.pods["a"].claims, [gpu("GPU-2", Share::Exclusive)]);
     let kept = &state.devices["gpu GPU-2"];

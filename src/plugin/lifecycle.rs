@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::gpu::{HealthMonitor, HealthPolicy};
 
-use crate::ledger::{Ledger, Released, Teardown};
+use crate::ledger::{Failed, Ledger, Released, Teardown};
 
 use super::DevgatePlugin;
 
@@ -49,7 +49,7 @@ impl Unreleased {
             }
             Release::Pods(ids) => set.retain(|id| !ids.contains(id)),
         }
-        set.extend(released.failed.iter().map(|(p, _)| p.sandbox_id.clone()));
+        set.extend(released.failed.iter().map(|f| f.pod.sandbox_id.clone()));
     }
 
     pub fn pending(&self) -> HashSet<String> {
@@ -118,7 +118,7 @@ pub fn release(ledger: &Ledger, teardown: &dyn Teardown, which: &Release) -> Opt
             for pod in &released.pods {
                 tracing::info!(pod = %pod, sandbox = %pod.sandbox_id, "released devices");
             }
-            for ((pod, reason), (_, kept)) in released.failed.iter().zip(&released.kept) {
+            for Failed { pod, reason, kept } in &released.failed {
                 let kept: Vec<String> = kept.iter().map(ToString::to_string).collect();
                 tracing::error!(pod = %pod, sandbox = %pod.sandbox_id, reason = %reason, kept = ?kept, "teardown failed: the devices kept stay the pod's, quarantined, and are retried; any others of the pod are released");
             }
@@ -147,7 +147,7 @@ impl Releaser {
         // A pod the plugin did not tear down (its claims went another way,
         // or it had none) leaves its cgroup paths behind otherwise.
         if let (Release::Pod(id), Some(r)) = (job, &released) {
-            if !r.failed.iter().any(|(p, _)| &p.sandbox_id == id) {
+            if !r.failed.iter().any(|f| &f.pod.sandbox_id == id) {
                 self.gpu.get().forget_pod(id);
             }
         }

@@ -1,6 +1,7 @@
 //! Releases retried after a failed teardown, a runtime-sent `[gpu]`, and
 //! the hook path a plugin names.
 use super::*;
+use crate::ledger::Failed;
 
 /// A teardown that fails until told otherwise.
 struct Flaky(std::sync::atomic::AtomicBool);
@@ -215,7 +216,11 @@ fn unreleased_keeps_failures_and_releases_the_ledger_could_not_make() {
         uid: "u".into(),
     };
     let outcome = Released {
-        failed: vec![(b, "vf restore failed".into())],
+        failed: vec![Failed {
+            pod: b,
+            reason: "vf restore failed".into(),
+            kept: Vec::new(),
+        }],
         ..Released::default()
     };
     let both = ["a".to_string(), "b".to_string()].into_iter().collect();

@@ -56,7 +56,7 @@ fn a_daemon_pod_named_by_ignored_pods_does_not_hold_a_released_gpu() {
 
     let first = claim("a");
     let out = ledger.release_pod(&first, &teardown).unwrap();
-    let reason = &out.failed[0].1;
+    let reason = &out.failed[0].reason;
     assert!(reason.contains("still open in pids [400, 500]"), "{reason}");
     assert!(host.alive(300) && host.alive(400) && host.alive(500));
 

@@ -46,7 +46,7 @@ fn a_process_forking_at_every_end_keeps_the_gpu_quarantined() {
         .unwrap();
     n.host.add_proc(50, forking(u32::MAX));
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
-    let reason = &out.failed[0].1;
+    let reason = &out.failed[0].reason;
     assert!(
         reason.contains("pids [3050] of the released pod still hold it after 3 rounds"),
         "{reason}"

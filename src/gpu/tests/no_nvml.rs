@@ -35,7 +35,7 @@ fn release(driver_loaded: bool, nvml: bool) -> (Vec<String>, bool) {
     };
     ledger.claim(&pod("a"), &[claim]).unwrap();
     let out = ledger.release_pod("sb-a", &teardown).unwrap();
-    let failed = out.failed.into_iter().map(|(_, why)| why).collect();
+    let failed = out.failed.into_iter().map(|f| f.reason).collect();
     let quarantined = ledger
         .snapshot()
         .unwrap()

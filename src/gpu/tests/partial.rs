@@ -50,7 +50,7 @@ fn a_gpu_whose_reset_fails_is_kept_and_the_others_go_back_reset() {
     pod_of_three(&n);
     n.nvml.failing.lock().unwrap().insert("GPU-1".into());
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
-    let reason = &out.failed[0].1;
+    let reason = &out.failed[0].reason;
     assert!(reason.contains("GPU-1"), "{reason}");
     assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-1"]);
     assert!(quarantined(&n, "GPU-1"));
@@ -86,7 +86,7 @@ fn a_survivor_keeps_only_the_gpu_it_holds() {
     };
     n.host.add_proc(51, stuck.clone());
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
-    let reason = &out.failed[0].1;
+    let reason = &out.failed[0].reason;
     assert!(
         reason.contains("pids [51] of the released pod outlived SIGKILL"),
         "{reason}"
@@ -146,7 +146,9 @@ fn a_pod_process_still_running_keeps_every_gpu() {
     n.host.add_proc(50, forking);
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     assert!(
-        out.failed[0].1.contains("still hold it after 3 rounds"),
+        out.failed[0]
+            .reason
+            .contains("still hold it after 3 rounds"),
         "{:?}",
         out.failed
     );
@@ -179,7 +181,9 @@ fn a_gpu_gone_from_the_inventory_keeps_every_gpu() {
     n.ledger.claim(&pod("a"), &gpus).unwrap();
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     assert!(
-        out.failed[0].1.contains("GPU-gone is not in the inventory"),
+        out.failed[0]
+            .reason
+            .contains("GPU-gone is not in the inventory"),
         "{:?}",
         out.failed
     );
@@ -201,7 +205,7 @@ fn a_survivor_beside_a_process_holding_no_gpu_keeps_every_gpu() {
     n.host.add(60, &[], "/kubepods/poduid-a/c2");
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     assert!(
-        out.failed[0].1.contains("outlived SIGKILL"),
+        out.failed[0].reason.contains("outlived SIGKILL"),
         "{:?}",
         out.failed
     );
@@ -231,7 +235,7 @@ fn a_survivor_beside_a_running_child_keeps_every_gpu() {
     );
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     assert!(
-        out.failed[0].1.contains("outlived SIGKILL"),
+        out.failed[0].reason.contains("outlived SIGKILL"),
         "{:?}",
         out.failed
     );

@@ -241,7 +241,7 @@ fn real_pod_processes_end_and_an_outsider_quarantines_the_gpu() {
         None,
         "outsiders are never killed"
     );
-    let reason = &out.failed[0].1;
+    let reason = &out.failed[0].reason;
     let want = format!("gpu {} is still open in pids [{}]", s.uuid, outsider.pid());
     assert!(reason.contains(&want), "{reason}");
     assert!(s.nvml.calls().is_empty(), "a gpu in use is not reset");

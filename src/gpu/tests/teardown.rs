@@ -109,7 +109,7 @@ fn pod_users_end_and_an_outside_user_quarantines_until_it_is_gone() {
 
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     assert_eq!(out.pods, vec![]);
-    let reason = &out.failed[0].1;
+    let reason = &out.failed[0].reason;
     assert!(
         reason.contains("gpu GPU-0 is still open in pids [200]"),
         "{reason}"
@@ -295,7 +295,11 @@ fn release_both_at_once(n: &Node) -> Vec<String> {
         });
         (a.join().unwrap().unwrap(), b.join().unwrap().unwrap())
     });
-    a.failed.into_iter().chain(b.failed).map(|f| f.1).collect()
+    a.failed
+        .into_iter()
+        .chain(b.failed)
+        .map(|f| f.reason)
+        .collect()
 }
 
 #[test]
@@ -334,7 +338,11 @@ fn nvml_contexts_count_as_users() {
         .insert("GPU-0".into(), vec![40, 41]);
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     assert!(!n.host.alive(40) && n.host.alive(41));
-    assert!(out.failed[0].1.contains("pids [41]"), "{:?}", out.failed);
+    assert!(
+        out.failed[0].reason.contains("pids [41]"),
+        "{:?}",
+        out.failed
+    );
 }
 
 #[test]
@@ -346,7 +354,7 @@ fn nvml_failure_and_survivors_fail_the_teardown() {
         .unwrap();
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     assert!(
-        out.failed[0].1.contains("no permission"),
+        out.failed[0].reason.contains("no permission"),
         "{:?}",
         out.failed
     );
@@ -365,7 +373,7 @@ fn nvml_failure_and_survivors_fail_the_teardown() {
     n.host.add_proc(50, stuck);
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     assert!(out.failed[0]
-        .1
+        .reason
         .contains("pids [50] of the released pod outlived SIGKILL"));
     assert!(n.nvml.calls().is_empty());
 }
@@ -398,7 +406,7 @@ fn unknown_gpus_fail_rather_than_pass_unchecked() {
         .unwrap();
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     assert!(out.failed[0]
-        .1
+        .reason
         .contains("gpu GPU-9 is not in the inventory"));
 }
 
