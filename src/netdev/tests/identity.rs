@@ -46,12 +46,9 @@ fn a_vf_neither_in_its_pod_nor_on_the_host_keeps_its_pf_settings() {
     }
     let start = rig.m().calls.len();
     let err = rig.detach("ctr1").unwrap_err();
-    assert!(
-        ErrorChain(&err)
-            .to_string()
-            .contains("find netdev: vf netdev ens1f0v3 not found in its pod or on the host"),
-        "{}",
-        ErrorChain(&err)
+    says(
+        &err,
+        "find netdev: vf netdev ens1f0v3 not found in its pod or on the host",
     );
     assert!(
         rig.m().calls[start..].is_empty(),

@@ -171,12 +171,9 @@ fn a_taken_pod_name_fails_before_any_change() {
     m.add_link(POD, "net1", "0a:00:00:00:00:09", false);
     let mut rig = Rig::new(m);
     let err = rig.attach(&[action()]).unwrap_err();
-    assert!(
-        ErrorChain(&err)
-            .to_string()
-            .contains("check container name: net1 already exists in the pod netns"),
-        "{}",
-        ErrorChain(&err).to_string()
+    says(
+        &err,
+        "check container name: net1 already exists in the pod netns",
     );
     assert!(rig.m().calls.is_empty());
     assert_eq!(rig.records(), 0);
@@ -190,13 +187,7 @@ fn a_taken_host_name_keeps_the_record_until_freed() {
         .m()
         .add_link(HOST, "ens1f0v3", "0e:77:00:00:00:01", false);
     let err = rig.detach("ctr1").unwrap_err();
-    assert!(
-        ErrorChain(&err)
-            .to_string()
-            .contains("host name ens1f0v3 is taken"),
-        "{}",
-        ErrorChain(&err).to_string()
-    );
+    says(&err, "host name ens1f0v3 is taken");
     assert_eq!(rig.records(), 1);
     // The VF stays usable in the pod, whole: its VLAN and the rest of its PF
     // settings, and its RDMA device, are still the pod's.
@@ -276,13 +267,7 @@ fn shared_rdma_mode_is_refused_and_rolled_back() {
     let mut rig = Rig::new(m);
     let before = rig.m().world();
     let err = rig.attach(&[action()]).unwrap_err();
-    assert!(
-        ErrorChain(&err)
-            .to_string()
-            .contains("rdma netns mode is shared"),
-        "{}",
-        ErrorChain(&err).to_string()
-    );
+    says(&err, "rdma netns mode is shared");
     assert_eq!(rig.m().world(), before);
     // Refused before anything changed: no call to undo, no record.
     assert_eq!(rig.m().calls, Vec::new());
@@ -323,13 +308,7 @@ fn a_later_vf_failing_undoes_the_earlier_ones() {
     second.rdma_device = None;
     second.move_rdma = false;
     let err = rig.attach(&[action(), second]).unwrap_err();
-    assert!(
-        ErrorChain(&err)
-            .to_string()
-            .contains("pf ens1f0 reports no vf 4"),
-        "{}",
-        ErrorChain(&err).to_string()
-    );
+    says(&err, "pf ens1f0 reports no vf 4");
     assert_eq!(rig.m().world(), before);
     assert_eq!(rig.records(), 0);
 }
@@ -338,19 +317,11 @@ fn a_later_vf_failing_undoes_the_earlier_ones() {
 fn a_batch_with_duplicates_is_refused() {
     let mut rig = Rig::new(model());
     let err = rig.attach(&[action(), action()]).unwrap_err();
-    assert!(
-        ErrorChain(&err).to_string().contains("vf is listed twice"),
-        "{}",
-        ErrorChain(&err).to_string()
-    );
+    says(&err, "vf is listed twice");
     let mut bad = action();
     bad.container_ifname = "a/b".to_string();
     let err = rig.attach(&[bad]).unwrap_err();
-    assert!(
-        ErrorChain(&err).to_string().contains("validate"),
-        "{}",
-        ErrorChain(&err).to_string()
-    );
+    says(&err, "validate");
     assert!(rig.m().calls.is_empty());
 }
 
@@ -424,11 +395,7 @@ fn a_vf_whose_pf_settings_are_not_restored_stays_down_on_the_host() {
     rig.attach(&[action()]).unwrap();
     rig.m().links[0].link.name = "ens1f0-renamed".to_string();
     let err = rig.detach("ctr1").unwrap_err();
-    assert!(
-        ErrorChain(&err).to_string().contains("ens1f0"),
-        "{}",
-        ErrorChain(&err)
-    );
+    says(&err, "ens1f0");
     {
         let m = rig.m();
         let vf = m.links.iter().find(|l| l.link.index == VF_NETDEV).unwrap();

@@ -12,6 +12,12 @@ pub const VF_NETDEV: u32 = 12;
 
 pub fn nop(_: &'static str) {}
 
+/// Asserts that `err`, with its causes, says `text`.
+pub fn says(err: &VfError, text: &str) {
+    let chain = nri::ErrorChain(err).to_string();
+    assert!(chain.contains(text), "{chain}");
+}
+
 pub fn vf_state() -> VfState {
     VfState {
         vf: 3,
