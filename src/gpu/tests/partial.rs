@@ -44,14 +44,18 @@ fn pod_of_three(n: &Node) {
     n.ledger.claim(&pod("a"), &gpus).unwrap();
 }
 
+/// Asserts that the release failed, its reason saying `text`.
+fn failed_with(out: &crate::ledger::Released, text: &str) {
+    let reason = out.failed.first().map(|f| f.reason.as_str());
+    assert!(reason.is_some_and(|r| r.contains(text)), "{:?}", out.failed);
+}
 #[test]
 fn a_gpu_whose_reset_fails_is_kept_and_the_others_go_back_reset() {
     let n = node(|_| {});
     pod_of_three(&n);
     n.nvml.failing.lock().unwrap().insert("GPU-1".into());
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
-    let reason = &out.failed[0].reason;
-    assert!(reason.contains("GPU-1"), "{reason}");
+    failed_with(&out, "GPU-1");
     assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-1"]);
     assert!(quarantined(&n, "GPU-1"));
     assert!(!quarantined(&n, "GPU-0") && !quarantined(&n, "GPU-2"));
@@ -86,11 +90,7 @@ fn a_survivor_keeps_only_the_gpu_it_holds() {
     };
     n.host.add_proc(51, stuck.clone());
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
-    let reason = &out.failed[0].reason;
-    assert!(
-        reason.contains("pids [51] of the released pod outlived SIGKILL"),
-        "{reason}"
-    );
+    failed_with(&out, "pids [51] of the released pod outlived SIGKILL");
     assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-1"]);
     assert_eq!((resets(&n.nvml, "GPU-0"), resets(&n.nvml, "GPU-1")), (1, 0));
     assert!(!n.host.alive(50));
@@ -145,13 +145,7 @@ fn a_pod_process_still_running_keeps_every_gpu() {
     };
     n.host.add_proc(50, forking);
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
-    assert!(
-        out.failed[0]
-            .reason
-            .contains("still hold it after 3 rounds"),
-        "{:?}",
-        out.failed
-    );
+    failed_with(&out, "still hold it after 3 rounds");
     assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-0", "gpu GPU-1"]);
     assert_eq!((resets(&n.nvml, "GPU-0"), resets(&n.nvml, "GPU-1")), (0, 0));
 }
@@ -180,13 +174,7 @@ fn a_gpu_gone_from_the_inventory_keeps_every_gpu() {
     let gpus = [claim("GPU-0", WHOLE), claim("GPU-gone", WHOLE)];
     n.ledger.claim(&pod("a"), &gpus).unwrap();
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
-    assert!(
-        out.failed[0]
-            .reason
-            .contains("GPU-gone is not in the inventory"),
-        "{:?}",
-        out.failed
-    );
+    failed_with(&out, "GPU-gone is not in the inventory");
     assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-0", "gpu GPU-gone"]);
 }
 
@@ -204,11 +192,7 @@ fn a_survivor_beside_a_process_holding_no_gpu_keeps_every_gpu() {
     n.host.add_proc(51, stuck);
     n.host.add(60, &[], "/kubepods/poduid-a/c2");
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
-    assert!(
-        out.failed[0].reason.contains("outlived SIGKILL"),
-        "{:?}",
-        out.failed
-    );
+    failed_with(&out, "outlived SIGKILL");
     assert!(n.host.alive(60));
     assert_eq!(claimed_gpus(&n, "sb-a").len(), 3);
 }
@@ -234,11 +218,7 @@ fn a_survivor_beside_a_running_child_keeps_every_gpu() {
         },
     );
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
-    assert!(
-        out.failed[0].reason.contains("outlived SIGKILL"),
-        "{:?}",
-        out.failed
-    );
+    failed_with(&out, "outlived SIGKILL");
     assert!(n.host.alive(1050), "the child runs");
     assert_eq!(claimed_gpus(&n, "sb-a").len(), 3);
     assert_eq!(resets(&n.nvml, "GPU-2"), 0);
