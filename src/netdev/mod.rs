@@ -13,6 +13,7 @@
 //! plugin calls this from a dedicated thread (setns is per thread).
 
 mod error;
+pub mod ethtool;
 pub mod netns;
 pub mod nl;
 pub mod rdma;

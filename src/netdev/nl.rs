@@ -63,6 +63,11 @@ impl NlError {
 pub trait Transport {
     fn send(&mut self, datagram: &[u8]) -> io::Result<()>;
     fn recv(&mut self) -> io::Result<Vec<u8>>;
+    /// `ETHTOOL_GDRVINFO` for a link of the socket's netns (see
+    /// [`super::ethtool`]); `None` where the transport has no links.
+    fn drvinfo(&mut self, _name: &str) -> io::Result<Option<super::ethtool::Drv>> {
+        Ok(None)
+    }
 }
 
 /// A kernel netlink socket of one protocol, bound to the netns of the thread that
@@ -112,6 +117,11 @@ impl Transport for NlSocket {
         buf.truncate(got.min(buf.len()));
         Ok(buf)
     }
+
+    fn drvinfo(&mut self, name: &str) -> io::Result<Option<super::ethtool::Drv>> {
+        use std::os::fd::AsRawFd;
+        super::ethtool::drvinfo(self.sock.as_raw_fd(), name)
+    }
 }
 
 /// A request/response connection over a transport.
@@ -136,6 +146,10 @@ impl<T: Transport> Conn<T> {
 
     pub fn transport(&self) -> &T {
         &self.transport
+    }
+
+    pub fn transport_mut(&mut self) -> &mut T {
+        &mut self.transport
     }
 
     /// Frames `payload` as one message of `msg_type` and returns the payloads of
@@ -337,6 +351,10 @@ pub mod script {
         pub sent: Vec<Vec<u8>>,
         pub replies: VecDeque<Reply>,
         pending: VecDeque<Vec<u8>>,
+        /// `ETHTOOL_GDRVINFO` answers by link name: (driver, bus_info).
+        pub drv: Vec<(&'static str, &'static str, &'static str)>,
+        /// The names `drvinfo` was asked for.
+        pub asked: Vec<String>,
     }
 
     impl Script {
@@ -395,6 +413,16 @@ pub mod script {
             self.pending
                 .pop_front()
                 .ok_or_else(|| io::Error::new(io::ErrorKind::WouldBlock, "script ran dry"))
+        }
+
+        fn drvinfo(&mut self, name: &str) -> io::Result<Option<crate::netdev::ethtool::Drv>> {
+            self.asked.push(name.to_string());
+            Ok(self.drv.iter().find(|(n, ..)| *n == name).map(|(_, d, b)| {
+                crate::netdev::ethtool::Drv {
+                    driver: d.to_string(),
+                    bus_info: b.to_string(),
+                }
+            }))
         }
     }
 }

@@ -160,7 +160,8 @@ fn quiesce_in_pod(
 }
 
 /// Whether `link` is this record's VF: by PCI parent when the kernel reports
-/// one, else by MAC (the saved one or the one attach set).
+/// one (rtnetlink, or ethtool before 5.16: `RtnlConn` fills it), else by MAC
+/// (the saved one or the one attach set).
 pub(crate) fn is_ours(link: &Link, rec: &SavedVf) -> bool {
     if let Some(parent) = &rec.host.parent {
         return link.parent.as_ref() == Some(parent);

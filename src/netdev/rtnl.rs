@@ -12,6 +12,7 @@ use netlink_packet_route::link::{
     VfVlanInfo, VlanProtocol,
 };
 
+use super::ethtool;
 use super::netns::Netns;
 use super::nl::{Conn, Kind, NlError, NlSocket, Transport};
 use super::settings::{HwAddr, LinkState, RateConfig, VfState, VlanConfig, VlanProto};
@@ -98,14 +99,19 @@ pub trait Rtnl {
 /// rtnetlink over a transport; `RtnlConn<NlSocket>` is the real one.
 pub struct RtnlConn<T> {
     conn: Conn<T>,
+    /// Fill [`Link::parent`] from ethtool's `bus_info` where rtnetlink leaves
+    /// it out: on kernels before 5.16, which never send it (see [`ethtool`]).
+    parent_by_ethtool: bool,
 }
 
 impl RtnlConn<NlSocket> {
     /// A socket in the calling thread's namespace.
     pub fn open() -> Result<Self, NlError> {
-        Ok(RtnlConn::new(NlSocket::open(
-            netlink_sys::constants::NETLINK_ROUTE,
-        )?))
+        let old = ethtool::release_lacks_parent_attr(&ethtool::kernel_release());
+        Ok(
+            RtnlConn::new(NlSocket::open(netlink_sys::constants::NETLINK_ROUTE)?)
+                .with_parent_by_ethtool(old),
+        )
     }
 }
 
@@ -289,11 +295,37 @@ impl<T: Transport> RtnlConn<T> {
     pub fn new(transport: T) -> Self {
         RtnlConn {
             conn: Conn::new(transport),
+            parent_by_ethtool: false,
         }
+    }
+
+    pub fn with_parent_by_ethtool(mut self, on: bool) -> Self {
+        self.parent_by_ethtool = on;
+        self
     }
 
     pub fn transport(&self) -> &T {
         self.conn.transport()
+    }
+
+    /// The link's PCI function from ethtool where the kernel did not send
+    /// `IFLA_PARENT_DEV_NAME`. Asked by name after the reply: a rename in
+    /// between answers for the link now under that name, which the callers'
+    /// comparison then refuses or misses, as it would a foreign link.
+    fn fill_parent(&mut self, link: &mut Link) -> Result<(), NlError> {
+        if !self.parent_by_ethtool || link.parent.is_some() {
+            return Ok(());
+        }
+        let drv = self
+            .conn
+            .transport_mut()
+            .drvinfo(&link.name)
+            .map_err(|source| NlError::Socket {
+                op: "ethtool drvinfo",
+                source,
+            })?;
+        link.parent = drv.and_then(|d| ethtool::pci_bus_info(&d.bus_info));
+        Ok(())
     }
 
     fn get(
@@ -318,7 +350,11 @@ impl<T: Transport> RtnlConn<T> {
 impl<T: Transport> Rtnl for RtnlConn<T> {
     fn link(&mut self, by: LinkRef<'_>) -> Result<Option<Link>, NlError> {
         let req = getlink_request(by, vec![LinkExtentMask::SkipStats]);
-        Ok(self.get("get link", &req)?.map(|(l, _)| l))
+        let Some((mut link, _)) = self.get("get link", &req)? else {
+            return Ok(None);
+        };
+        self.fill_parent(&mut link)?;
+        Ok(Some(link))
     }
 
     fn links(&mut self) -> Result<Vec<Link>, NlError> {
@@ -326,10 +362,14 @@ impl<T: Transport> Rtnl for RtnlConn<T> {
         let replies = self
             .conn
             .request("list links", RTM_GETLINK, Kind::Dump, &req)?;
-        replies
+        let mut links = replies
             .iter()
             .map(|p| parse_link("list links", p).map(|(l, _)| l))
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        for link in &mut links {
+            self.fill_parent(link)?;
+        }
+        Ok(links)
     }
 
     fn set_link(&mut self, index: u32, change: &LinkChange<'_>) -> Result<(), NlError> {

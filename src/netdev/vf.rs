@@ -250,7 +250,8 @@ fn prepare(
     // The name is the inventory's, read before: a netdev that took it since
     // (another VF come home from a pod that is gone, not yet restored) must
     // not go into this pod. Its parent device (IFLA_PARENT_DEV_NAME, Linux
-    // 5.16) names the PCI function it is on; older kernels do not say.
+    // 5.16; ethtool's bus_info before, see `ethtool`) names the PCI function
+    // it is on. A driver that reports neither leaves only the MAC to go by.
     let vf_bus = a.vf_bus_id.to_string();
     if let Some(parent) = link.parent.as_ref().filter(|p| **p != vf_bus) {
         return Err((at.err("find host netdev"))(Cause::OtherDevice {

@@ -1,0 +1,164 @@
+//! A link's PCI function on kernels before 5.16: taken from ethtool's
+//! `bus_info` where rtnetlink sends no `IFLA_PARENT_DEV_NAME`. The scripted
+//! socket checks what `RtnlConn` asks and keeps; the real kernel checks the
+//! ioctl itself on a veth in a namespace of its own.
+
+use std::process::Command;
+
+use crate::netdev::ethtool::{self, Drv};
+use crate::netdev::nl::script::{Reply, Script};
+use crate::netdev::nl::NlSocket;
+use crate::netdev::rtnl::{LinkRef, Rtnl, RtnlConn};
+
+/// An RTM_NEWLINK payload: `struct ifinfomsg`, IFLA_IFNAME (3) and, if given,
+/// IFLA_PARENT_DEV_NAME (56).
+fn link_payload(index: i32, name: &str, parent: Option<&str>) -> Vec<u8> {
+    let attr = |kind: u16, text: &str| {
+        let mut value = text.as_bytes().to_vec();
+        value.push(0);
+        let mut v = ((4 + value.len()) as u16).to_ne_bytes().to_vec();
+        v.extend(kind.to_ne_bytes());
+        v.extend(value);
+        v.resize(v.len().next_multiple_of(4), 0);
+        v
+    };
+    let mut body = vec![0u8, 0, 0, 0];
+    body.extend(index.to_ne_bytes());
+    body.extend([0u8; 8]);
+    body.extend(attr(3, name));
+    if let Some(p) = parent {
+        body.extend(attr(56, p));
+    }
+    body
+}
+
+fn conn(reply: Reply, old_kernel: bool) -> RtnlConn<Script> {
+    let mut script = Script::new(vec![reply]);
+    script.drv = vec![
+        ("ens1f0v1", "mlx5_core", "0000:3b:00.3"),
+        ("veth0", "veth", ""),
+        ("eth0", "virtio_net", "0000:00:03.0"),
+    ];
+    RtnlConn::new(script).with_parent_by_ethtool(old_kernel)
+}
+
+fn one(name: &str, parent: Option<&str>) -> Reply {
+    Reply::Ack {
+        msg_type: 16,
+        payloads: vec![link_payload(5, name, parent)],
+    }
+}
+
+#[test]
+fn an_old_kernels_vf_is_known_by_its_bus_info() {
+    let mut c = conn(one("ens1f0v1", None), true);
+    let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
+    assert_eq!(link.parent.as_deref(), Some("0000:3b:00.3"));
+    assert_eq!(c.transport().asked, ["ens1f0v1"]);
+}
+
+#[test]
+fn a_virtual_links_bus_info_is_no_parent() {
+    let mut c = conn(one("veth0", None), true);
+    let link = c.link(LinkRef::Name("veth0")).unwrap().unwrap();
+    assert_eq!(link.parent, None);
+    assert_eq!(c.transport().asked, ["veth0"]);
+}
+
+#[test]
+fn the_kernels_attribute_wins_and_costs_no_ioctl() {
+    // virtio_net: the attribute names the virtio device, bus_info its PCI function.
+    let mut c = conn(one("eth0", Some("virtio2")), true);
+    let link = c.link(LinkRef::Name("eth0")).unwrap().unwrap();
+    assert_eq!(link.parent.as_deref(), Some("virtio2"));
+    assert!(c.transport().asked.is_empty());
+}
+
+#[test]
+fn a_new_kernel_asks_ethtool_nothing() {
+    let mut c = conn(one("ens1f0v1", None), false);
+    let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
+    assert_eq!(link.parent, None, "a link without the attribute is virtual");
+    assert!(c.transport().asked.is_empty());
+}
+
+#[test]
+fn a_dump_on_an_old_kernel_fills_every_link() {
+    let dump = Reply::Dump {
+        msg_type: 16,
+        payloads: vec![
+            link_payload(1, "lo", None),
+            link_payload(5, "ens1f0v1", None),
+            link_payload(6, "veth0", None),
+        ],
+    };
+    let mut c = conn(dump, true);
+    let parents: Vec<_> = c
+        .links()
+        .unwrap()
+        .into_iter()
+        .map(|l| (l.name, l.parent))
+        .collect();
+    assert_eq!(
+        parents,
+        [
+            ("lo".to_string(), None),
+            ("ens1f0v1".to_string(), Some("0000:3b:00.3".to_string())),
+            ("veth0".to_string(), None),
+        ]
+    );
+    assert_eq!(c.transport().asked, ["lo", "ens1f0v1", "veth0"]);
+}
+
+/// Runs `f` on a thread of its own in a new network namespace (netns is per
+/// thread), with `ip` at hand there: children inherit the thread's namespace.
+fn in_new_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root: it makes a network namespace and a veth pair"
+    );
+    std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare netns");
+        f()
+    })
+    .join()
+    .expect("test thread")
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run ip");
+    assert!(out.status.success(), "ip {args:?}: {out:?}");
+}
+
+#[test]
+fn the_real_kernel_answers_drvinfo_on_a_netlink_socket() {
+    let (veth, lo, gone, via_rtnl) = in_new_netns(|| {
+        ip(&[
+            "link", "add", "dgeth0", "type", "veth", "peer", "name", "dgeth1",
+        ]);
+        let mut sock = NlSocket::open(netlink_sys::constants::NETLINK_ROUTE).unwrap();
+        use crate::netdev::nl::Transport;
+        let veth = sock.drvinfo("dgeth0").unwrap();
+        let lo = sock.drvinfo("lo").unwrap();
+        let gone = sock.drvinfo("dgnosuch0").unwrap();
+        let mut c = RtnlConn::new(sock).with_parent_by_ethtool(true);
+        let via_rtnl = c.link(LinkRef::Name("dgeth0")).unwrap().unwrap();
+        (veth, lo, gone, via_rtnl)
+    });
+    assert_eq!(
+        veth,
+        Some(Drv {
+            driver: "veth".to_string(),
+            bus_info: String::new()
+        })
+    );
+    // The loopback has no get_drvinfo and no parent device: EOPNOTSUPP.
+    assert_eq!(lo, None);
+    assert_eq!(gone, None, "ENODEV");
+    assert_eq!(via_rtnl.parent, None, "a veth has no pci function");
+    // The namespace was the thread's: the host's sockets do not see its links.
+    let mut host = NlSocket::open(netlink_sys::constants::NETLINK_ROUTE).unwrap();
+    use crate::netdev::nl::Transport;
+    assert_eq!(host.drvinfo("dgeth0").unwrap(), None);
+    assert!(!ethtool::kernel_release().is_empty());
+}
