@@ -52,8 +52,18 @@ pub use self::{
 pub const DEFAULT_SOCKET_PATH: &str = "/var/run/nri/nri.sock";
 /// The NRI release whose API this crate implements, sent at registration.
 pub const NRI_API_VERSION: &str = "v0.12.2";
-/// The runtime's registration timeout default (`pkg/api/timeouts.go`).
+/// The runtime's registration timeout default (`pkg/api/timeouts.go`), sent
+/// as the request's ttrpc timeout: the runtime's handling of it, once read.
 const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the stub waits for the registration's reply. The runtime reads
+/// plugin connections one at a time (`acceptPluginConnections`): each plugin
+/// ahead of this one may take its registration timeout, Configure's and
+/// Synchronize's (5 + 2 + 2 s by default) before containerd reads this
+/// registration at all, as after a restart with other plugins reconnecting.
+/// Waiting only the runtime's 5 s would give up on a connection the runtime
+/// is about to serve and start over at the back of the line; this bound only
+/// catches a runtime that never answers.
+const REGISTRATION_WAIT: Duration = Duration::from_secs(30);
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(5);
 

@@ -15,7 +15,7 @@ use super::{
     envelope::{self, RequestView},
     service::Service,
     wire::{reset_buffer, Wire},
-    Connector, Plugin, StubError, NRI_API_VERSION, REGISTRATION_TIMEOUT,
+    Connector, Plugin, StubError, NRI_API_VERSION, REGISTRATION_TIMEOUT, REGISTRATION_WAIT,
 };
 use crate::{
     api,
@@ -50,7 +50,7 @@ impl<P: Plugin> Connector<P> {
 
     /// Sends the registration, then answers requests until the stream
     /// closes (`Ok(Ok)`) or fails (`Ok(Err)`). The registration reply must
-    /// come within [`REGISTRATION_TIMEOUT`].
+    /// come within [`REGISTRATION_WAIT`].
     fn exchange(&self, service: &Service<P>, wire: &mut Wire) -> Result<io::Result<()>, StubError> {
         let register = |reason: String| StubError::Register { reason };
         let req = api::RegisterPluginRequest {
@@ -76,7 +76,7 @@ impl<P: Plugin> Connector<P> {
         if let Err(e) = wire.write(RUNTIME_SERVICE_CONN, header, &payload) {
             return Ok(Err(e));
         }
-        let deadline = Instant::now() + REGISTRATION_TIMEOUT;
+        let deadline = Instant::now() + REGISTRATION_WAIT;
         let mut registered = false;
         let mut reply = Vec::new();
         loop {
@@ -90,7 +90,7 @@ impl<P: Plugin> Connector<P> {
                 Ok(Some(msg)) => msg,
                 Ok(None) => return Ok(Ok(())),
                 Err(e) if !registered && is_timeout(&e) => {
-                    let ms = REGISTRATION_TIMEOUT.as_millis();
+                    let ms = REGISTRATION_WAIT.as_millis();
                     return Err(register(format!("no reply within {ms} ms")));
                 }
                 Err(e) => return Ok(Err(e)),

@@ -82,8 +82,16 @@ impl RawRuntime {
     }
 }
 
-/// A stub serving one end of a socket pair, registered and configured.
+/// A stub serving one end of a socket pair, registered.
 fn registered(events: EventMask) -> (RawRuntime, std::thread::JoinHandle<Result<(), StubError>>) {
+    registered_after(events, std::time::Duration::ZERO)
+}
+
+/// [`registered`], the runtime answering the registration `delay` after it came.
+fn registered_after(
+    events: EventMask,
+    delay: std::time::Duration,
+) -> (RawRuntime, std::thread::JoinHandle<Result<(), StubError>>) {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
     let stub = Stub::new(Recorder::new(events))
         .with_name("raw")
@@ -101,6 +109,7 @@ fn registered(events: EventMask) -> (RawRuntime, std::thread::JoinHandle<Result<
         (req.service.as_str(), req.method.as_str()),
         ("nri.pkg.api.v1alpha1.Runtime", "RegisterPlugin")
     );
+    std::thread::sleep(delay);
     let reply = Response {
         status: Some(ttrpc::get_status(Code::OK, "")).into(),
         payload: crate::api::Empty::default().write_to_bytes().unwrap(),
@@ -178,4 +187,17 @@ fn a_reply_over_the_ttrpc_limit_fails_the_call_and_keeps_the_connection() {
     );
     let resp = rt.call("CreateContainer", request("c").write_to_bytes().unwrap());
     assert_eq!(resp.status.code(), Code::OK);
+}
+
+/// containerd reads plugin connections one at a time, each plugin ahead taking
+/// up to its registration, Configure and Synchronize timeouts (5 + 2 + 2 s)
+/// after a restart: a registration answered later than the runtime's own 5 s
+/// is still taken, not given up on to start again at the back of the line.
+#[test]
+fn a_registration_answered_after_the_runtimes_5_s_is_kept() {
+    let delay = std::time::Duration::from_millis(6_500);
+    let (mut rt, running) = registered_after(create_and_remove(), delay);
+    let resp = rt.call("NoSuchMethod", Vec::new());
+    assert_eq!(resp.status.code(), Code::UNIMPLEMENTED, "still serving");
+    assert!(!running.is_finished(), "the stub gave up");
 }
