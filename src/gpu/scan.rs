@@ -16,6 +16,9 @@ use super::GpuError;
 pub struct Users {
     /// Device number → pids holding it, ascending.
     by_dev: HashMap<u64, Vec<u32>>,
+    /// GPUs whose processes NVML failed to list, by UUID: their users are
+    /// not all known.
+    blind: BTreeMap<String, NvmlError>,
 }
 
 impl Users {
@@ -31,8 +34,14 @@ impl Users {
         }
     }
 
+    /// No holder of any device, and none NVML could not list.
     pub fn is_idle(&self) -> bool {
-        self.by_dev.values().all(Vec::is_empty)
+        self.blind.is_empty() && self.by_dev.values().all(Vec::is_empty)
+    }
+
+    /// Why NVML could not list the processes of `uuid`, if it could not.
+    pub fn blind(&self, uuid: &str) -> Option<&NvmlError> {
+        self.blind.get(uuid)
     }
 }
 
@@ -111,13 +120,11 @@ fn scan_pids(
     Ok(found)
 }
 
-/// Adds NVML's compute and graphics processes of each GPU to `users`.
-pub fn add_nvml_users(
-    nvml: &dyn Nvml,
-    gpus: &[(String, u64)],
-    skip: &[u32],
-    users: &mut Users,
-) -> Result<(), GpuError> {
+/// Adds NVML's compute and graphics processes of each GPU to `users`. A GPU
+/// whose listing fails otherwise (`GPU_IS_LOST` after an XID 79) is noted
+/// as [`Users::blind`]: that GPU stays in doubt, and the pod's other GPUs,
+/// whose users are known, go on to be cleaned and handed back.
+pub fn add_nvml_users(nvml: &dyn Nvml, gpus: &[(String, u64)], skip: &[u32], users: &mut Users) {
     for (uuid, rdev) in gpus {
         let pids = match nvml.processes(uuid) {
             Ok(pids) => pids,
@@ -128,7 +135,11 @@ pub fn add_nvml_users(
                 tracing::debug!(gpu = %uuid, call, "nvml lists no processes here");
                 continue;
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(gpu = %uuid, error = %e, "nvml cannot list the gpu's processes");
+                users.blind.insert(uuid.clone(), e);
+                continue;
+            }
         };
         for pid in pids {
             if !skip.contains(&pid) {
@@ -136,7 +147,6 @@ pub fn add_nvml_users(
             }
         }
     }
-    Ok(())
 }
 
 /// Where each holder belongs.

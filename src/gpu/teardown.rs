@@ -297,6 +297,11 @@ impl GpuTeardown {
                 faults.push(Fault::of(t, GpuError::NvmlUnavailable { uuid }));
                 continue;
             }
+            // Users NVML alone would see are unknown: not handed on.
+            if let Some(e) = ended.users.blind(&t.uuid) {
+                faults.push(Fault::of(t, GpuError::Nvml(e.clone())));
+                continue;
+            }
             let errs = reset::reset_gpu(self.nvml.as_ref(), &t.uuid, &self.config, t.whole);
             if errs.is_empty() {
                 reset_ok.push(t);

@@ -27,7 +27,8 @@ pub struct FakeNvml {
     pub health: Mutex<BTreeMap<String, MemoryHealth>>,
     /// GPUs whose changes fail.
     pub failing: Mutex<BTreeSet<String>>,
-    /// GPUs NVML reports as lost (`GPU_IS_LOST`) to every memory reading.
+    /// GPUs NVML reports as lost (`GPU_IS_LOST`) to every memory reading and
+    /// process listing.
     pub lost: Mutex<BTreeSet<String>>,
     /// `processes` is not supported on any GPU.
     pub processes_unsupported: std::sync::atomic::AtomicBool,
@@ -69,6 +70,14 @@ impl Nvml for FakeNvml {
         true
     }
     fn processes(&self, uuid: &str) -> Result<Vec<u32>, NvmlError> {
+        if self.lost.lock().unwrap().contains(uuid) {
+            return Err(NvmlError::Call {
+                call: "nvmlDeviceGetComputeRunningProcesses",
+                uuid: uuid.to_string(),
+                code: 15,
+                reason: "gpu is lost",
+            });
+        }
         if self
             .processes_unsupported
             .load(std::sync::atomic::Ordering::Relaxed)

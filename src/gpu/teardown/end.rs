@@ -87,7 +87,7 @@ impl GpuTeardown {
         }
         let users_now = || -> Result<Users, GpuError> {
             let mut users = scan(self.host.as_ref(), &rdevs, skip)?;
-            add_nvml_users(self.nvml.as_ref(), &watched, skip, &mut users)?;
+            add_nvml_users(self.nvml.as_ref(), &watched, skip, &mut users);
             Ok(users)
         };
         let target_devs: Vec<u64> = targets.iter().map(|t| t.rdev).collect();

@@ -223,3 +223,37 @@ fn a_survivor_beside_a_running_child_keeps_every_gpu() {
     assert_eq!(claimed_gpus(&n, "sb-a").len(), 3);
     assert_eq!(resets(&n.nvml, "GPU-2"), 0);
 }
+
+/// NVML cannot list the processes of a GPU that fell off the bus (XID 79,
+/// `GPU_IS_LOST`): that GPU stays the pod's, quarantined; the pod's process
+/// on its healthy GPU is still ended, and that GPU reset and handed back.
+#[test]
+fn a_lost_gpu_keeps_only_itself() {
+    let n = node(|_| {});
+    let gpus = [claim("GPU-0", WHOLE), claim("GPU-1", WHOLE)];
+    n.ledger.claim(&pod("a"), &gpus).unwrap();
+    n.host.add(50, &[dev(0)], "/kubepods/poduid-a/c1");
+    n.nvml.lost.lock().unwrap().insert("GPU-1".into());
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    failed_with(&out, "on gpu GPU-1 failed: gpu is lost");
+    assert!(!n.host.alive(50), "the pod's process was ended");
+    assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-1"]);
+    assert!(quarantined(&n, "GPU-1") && !quarantined(&n, "GPU-0"));
+    assert_eq!((resets(&n.nvml, "GPU-0"), resets(&n.nvml, "GPU-1")), (1, 0));
+}
+
+/// With `gpu.full_reset`, a lost GPU elsewhere on the node leaves its users
+/// unknown: no full reset runs, as when a GPU is in use.
+#[test]
+fn a_lost_gpu_elsewhere_means_no_full_reset() {
+    let n = node(|c| {
+        c.full_reset = true;
+        c.reset_command = vec!["reset-gpu".into()];
+    });
+    n.ledger.claim(&pod("a"), &[claim("GPU-0", WHOLE)]).unwrap();
+    n.nvml.lost.lock().unwrap().insert("GPU-1".into());
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert!(out.failed.is_empty(), "{:?}", out.failed);
+    assert_eq!(resets(&n.nvml, "GPU-0"), 1);
+    assert!(n.host.commands.lock().unwrap().is_empty(), "no full reset");
+}
