@@ -18,7 +18,7 @@ use crate::inventory::Inventory;
 use crate::ledger::{DeviceId, Ledger, PodRecord, Share};
 
 use super::cgroup::PodCgroups;
-use super::health::{observe, HealthStore};
+use super::health::{observe, Fault as HealthFault, HealthStore};
 use super::host::{Host, ProcHost};
 use super::kill::KillTimes;
 use super::nvml::{self, Nvml};
@@ -327,8 +327,20 @@ impl GpuTeardown {
 
     /// The device numbers of every GPU of the node a daemon's NVML attaches
     /// to: not those the inventory finds unusable (`NVreg_ExcludedGpus`, off
-    /// the bus), which nothing holds.
+    /// the bus), which nothing holds, nor those the health monitor found lost
+    /// (XID 79, `GPU_IS_LOST`), which a daemon started since cannot open.
     fn all_gpu_devs(&self) -> Vec<u64> {
+        let health = self.health.current().ok();
+        let lost = |uuid: &str| {
+            health
+                .as_ref()
+                .and_then(|h| h.unhealthy(uuid))
+                .is_some_and(|u| {
+                    u.faults
+                        .iter()
+                        .any(|f| matches!(f, HealthFault::Lost { .. }))
+                })
+        };
         let inv = self.inventory.read().unwrap_or_else(|p| p.into_inner());
         let Some(major) = inv.nvidia_majors.nvidia else {
             return Vec::new();
@@ -336,6 +348,7 @@ impl GpuTeardown {
         inv.gpus
             .iter()
             .filter(|g| matches!(g.health, crate::inventory::Health::Healthy))
+            .filter(|g| !lost(&g.uuid))
             .map(|g| libc::makedev(major, g.minor))
             .collect()
     }

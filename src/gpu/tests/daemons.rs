@@ -76,12 +76,33 @@ fn a_daemon_pod_named_by_ignored_pods_does_not_hold_a_released_gpu() {
 /// no daemon: holding every other one is holding them all.
 #[test]
 fn a_gpu_no_daemon_can_hold_is_not_asked_of_it() {
+    a_daemon_holding_only_gpu0_is_no_user(|inventory, _| {
+        inventory.gpus[1].health = crate::inventory::Health::Unhealthy {
+            reason: "excluded by NVreg_ExcludedGpus".into(),
+        };
+    });
+}
+
+/// Nor one the health monitor found lost (XID 79): a dcgm-exporter restarted
+/// since cannot open it.
+#[test]
+fn a_gpu_found_lost_is_not_asked_of_a_daemon() {
+    a_daemon_holding_only_gpu0_is_no_user(|_, health| {
+        let lost = [crate::gpu::health::Fault::Lost { code: 15 }];
+        health.mark("GPU-1", &lost, 1).unwrap();
+    });
+}
+
+/// dcgm-exporter's pod holds GPU-0 alone; `unusable` makes GPU-1 one no
+/// daemon can hold. Releasing a pod's GPU-0 hands it back.
+fn a_daemon_holding_only_gpu0_is_no_user(
+    unusable: impl FnOnce(&mut crate::inventory::Inventory, &crate::gpu::HealthStore),
+) {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(&dir.path().join("ledger")).unwrap();
     let mut inventory = gpu_inventory(195, &[0, 1]);
-    inventory.gpus[1].health = crate::inventory::Health::Unhealthy {
-        reason: "excluded by NVreg_ExcludedGpus".into(),
-    };
+    let health = crate::gpu::HealthStore::new(&dir.path().join("health"));
+    unusable(&mut inventory, &health);
     let host = Arc::new(FakeHost::default());
     let known = Arc::new(KnownPods::default());
     let teardown = GpuTeardown::new(
