@@ -51,6 +51,11 @@ pub trait Host: Send + Sync {
     fn nvidia_driver_loaded(&self) -> bool {
         false
     }
+    /// Whether `pid` runs the executable file this process runs (the same
+    /// device and inode through `<pid>/exe`): another devgate process.
+    fn runs_this_program(&self, _pid: u32) -> bool {
+        false
+    }
 }
 
 /// The real host, reading processes from `proc_root` (normally `/proc`).
@@ -165,6 +170,18 @@ impl Host for ProcHost {
 
     fn nvidia_driver_loaded(&self) -> bool {
         self.proc_root.join("driver/nvidia/version").exists()
+    }
+
+    fn runs_this_program(&self, pid: u32) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        static OWN: OnceLock<Option<(u64, u64)>> = OnceLock::new();
+        let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+        // `exe` is followed to the file itself, whatever mount namespace
+        // its path is in: a tenant's copy of the binary is another inode.
+        let own = OWN.get_or_init(|| std::fs::metadata("/proc/self/exe").ok().map(id));
+        own.is_some_and(|own| {
+            std::fs::metadata(self.pid_path(pid, "exe")).is_ok_and(|m| id(m) == own)
+        })
     }
 
     fn start_time(&self, pid: u32) -> io::Result<Option<u64>> {

@@ -111,11 +111,19 @@ fn scan_pids(
             Err(e) if gone(&e) => continue,
             Err(source) => return Err(GpuError::ProcessUnreadable { pid, source }),
         }
+        let before = found.len();
         found.extend(
             devs.iter()
                 .filter(|d| targets.contains(d))
                 .map(|d| (*d, pid)),
         );
+        // Another devgate process (a hook's teardown or inventory, a `devgate
+        // status` run in the DaemonSet's pod) holds every GPU while its NVML
+        // is loaded, as this one does: no user. Asked only of holders.
+        if found.len() > before && host.runs_this_program(pid) {
+            tracing::debug!(pid, "another devgate process holds the gpu: no user");
+            found.truncate(before);
+        }
     }
     Ok(found)
 }

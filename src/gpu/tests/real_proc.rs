@@ -345,3 +345,45 @@ fn a_holder_whose_main_thread_exited_is_still_seen() {
     }
     assert!(seen, "the fd held by a thread of pid {pid} was not seen");
 }
+
+/// A forked copy of this process, killed when dropped.
+struct Copy(nix::unistd::Pid);
+
+impl Drop for Copy {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(self.0, None);
+    }
+}
+
+/// Another devgate process (here a forked copy of this one: the same
+/// executable) holding the GPU outside the pod, as a hook's NVML or a
+/// `devgate status` does, is no user of it; a shell holding it is.
+#[test]
+fn another_process_of_this_program_is_no_user() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let cgroup = TestCgroup::create();
+    let s = setup(&cgroup);
+    let full = std::fs::File::open("/dev/full").unwrap();
+    // SAFETY: the child calls only pause(2), async-signal-safe, until killed.
+    let copy = match unsafe { nix::unistd::fork() }.unwrap() {
+        nix::unistd::ForkResult::Child => loop {
+            unsafe { libc::pause() };
+        },
+        nix::unistd::ForkResult::Parent { child } => Copy(child),
+    };
+    drop(full);
+    let shell = Holder::spawn(false);
+    shell.wait_open();
+    let host = ProcHost::new(Path::new("/proc"));
+    assert!(host.runs_this_program(copy.0.as_raw() as u32));
+    assert!(!host.runs_this_program(shell.pid()));
+    drop(shell);
+    let out = s.ledger.release_pod("sb-real", &s.teardown).unwrap();
+    assert!(out.failed.is_empty(), "{:?}", out.failed);
+    let mut devs = Vec::new();
+    host.open_char_devices(copy.0.as_raw() as u32, &mut devs)
+        .unwrap();
+    assert!(devs.contains(&libc::makedev(FULL.0, FULL.1)), "still held");
+}
