@@ -3,6 +3,7 @@ pub mod allocation;
 pub mod cdi;
 pub mod cli;
 pub mod config;
+pub mod devchar;
 pub mod elf;
 pub mod fixture;
 pub mod fsutil;

@@ -67,6 +67,7 @@ impl HostPaths {
             ("/sys", host_root.join("sys")),
             ("/proc", host_root.join("proc")),
             ("/dev", host_root.join("dev")),
+            ("/dev/char", host_root.join("dev/char")),
             ("/usr", host_root.join("usr")),
             ("/opt/devgate/bin", ctrd.path("hook-bin")),
             ("/run/netns", ctrd.path("netns")),
@@ -366,6 +367,10 @@ fn gpu_pod_gets_its_gpu(ctrd: &Containerd, fixture: &devgate::fixture::Fixture, 
     let nodes: Vec<&str> = run.log.lines().filter(|l| l.starts_with("node ")).collect();
     assert_eq!(nodes, GPU2_NODES, "log: {}", run.log);
     assert!(run.log.contains("No such device or address"), "{}", run.log);
+    // Made by the agent through the writable /dev/char mount inside its
+    // read-only view of the host's /dev.
+    let link = std::fs::read_link(fixture.root().join("dev/char/195:2"));
+    assert_eq!(link.ok(), Some("../nvidia2".into()), "/dev/char/195:2");
     let (code, out, err) = cri
         .exec(
             agent,

@@ -48,6 +48,13 @@ fn gpu_pod_gets_exactly_its_gpu_and_unannotated_pod_nothing() {
         "{log}"
     );
     assert!(log.contains(&format!("VIS={}", gpu.uuid)), "{log}");
+    // Made before runc registered the rules with systemd (the systemd
+    // cgroup driver keeps only rules whose /dev/char/M:m exists).
+    let dev_char = node.fixture.root().join("dev/char");
+    for (link, target) in [("195:2", "../nvidia2"), ("195:255", "../nvidiactl")] {
+        let read = std::fs::read_link(dev_char.join(link));
+        assert_eq!(read.ok(), Some(target.into()), "{link}");
+    }
     let state = node.ledger();
     assert_eq!(state.pods.len(), 1);
     assert!(state.devices.contains_key(&format!("gpu {}", gpu.uuid)));

@@ -109,6 +109,7 @@ fn daemonset_mounts_what_devgate_needs_and_matches_rbac() {
         "/sys",
         "/proc",
         "/dev",
+        "/dev/char",
         "/usr",
         "/opt/devgate/bin",
         "/run/netns",
@@ -119,6 +120,9 @@ fn daemonset_mounts_what_devgate_needs_and_matches_rbac() {
         );
     }
     assert_eq!(spec["hostPID"].as_bool(), Some(true));
+    // Longer than the plugin's wait for teardowns at exit (RELEASE_WAIT, 20 s).
+    let grace = spec["terminationGracePeriodSeconds"].as_u64();
+    assert!(grace.is_some_and(|g| g > 20), "{grace:?}");
     // The grant check's credentials, whatever the cluster's automount default.
     assert_eq!(spec["automountServiceAccountToken"].as_bool(), Some(true));
 

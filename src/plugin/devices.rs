@@ -94,6 +94,8 @@ pub struct Devices {
     cdi_specs: crate::cdi::SpecDirs,
     /// Sandboxes stopped and not yet removed (StopPodSandbox to RemovePodSandbox).
     stopped: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The host's `/dev/char` links for granted devices (see [`crate::devchar`]).
+    dev_char: crate::devchar::DevCharLinks,
 }
 
 /// VF claims of pods an earlier release admitted name no PF: named from the
@@ -139,6 +141,7 @@ impl Devices {
             last_plan: LastPlan::default(),
             cdi_specs: Default::default(),
             stopped: Default::default(),
+            dev_char: crate::devchar::DevCharLinks::new(host_root),
         })
     }
 
@@ -173,6 +176,7 @@ impl Devices {
         let inv = Arc::new(self.gpu_facts.discover(&self.host_root));
         // The new inventory's names may stand for other devices.
         self.gids.clear();
+        self.dev_char.forget();
         *self
             .inventory
             .write()

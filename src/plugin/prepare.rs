@@ -84,6 +84,12 @@ impl Devices {
             // Read while the VF was still in a pod that has since given it back.
             plan = self.replan(devices, ctr, config)?;
         }
+        // Before the reply, so before runc registers the container's rules
+        // with systemd; a failure only costs the rules' survival of a
+        // daemon-reload under the systemd driver, so it is said, not fatal.
+        for e in self.dev_char.ensure(&plan.devices) {
+            tracing::warn!(error = %e, "a granted device may be lost at systemctl daemon-reload under the systemd cgroup driver");
+        }
         let networks = vf_attachments(&plan.network, &pod.uid, owned).map_err(|e| match e {
             DeviceError::NoNetdev { vf, .. } => DeviceError::NoNetdev {
                 entry: plan.entry_of(&DeviceId::Vf(vf)),

@@ -324,7 +324,9 @@ pub fn cgroup(roots: &Roots, containerd: &ContainerdConfig) -> Check {
     // DeviceAllow= from what runc told systemd, i.e. from the OCI spec: device
     // access that a runtime hook granted by writing the cgroup directly (env-only
     // GPU requests through nvidia-container-runtime) is lost then. devgate puts
-    // every device in linux.devices, so its grants survive a reload.
+    // every device in linux.devices, and links /dev/char/M:m for nodes without a
+    // sysfs device (runc registers no rule with systemd without one: see
+    // `devchar`), so its grants survive a reload.
     if systemd && runtime.contains("nvidia") {
         return Check::warn(
             NAME,
@@ -334,7 +336,7 @@ pub fn cgroup(roots: &Roots, containerd: &ContainerdConfig) -> Check {
     }
     Check::pass(
         NAME,
-        format!("{found}; through NRI, devgate's device rules are in the OCI spec and survive systemctl daemon-reload (hooks-only mode writes the cgroup itself, which a reload under the systemd driver undoes)"),
+        format!("{found}; through NRI, devgate's device rules are in the OCI spec, with a /dev/char link for each granted node that has no sysfs device, and survive systemctl daemon-reload (hooks-only mode writes the cgroup itself, which a reload under the systemd driver undoes)"),
     )
 }
 

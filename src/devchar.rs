@@ -1,0 +1,222 @@
+//! `/dev/char/<major>:<minor>` links for the devices devgate grants.
+//!
+//! Under the systemd cgroup driver, runc also hands a container's device
+//! rules to systemd, as `DeviceAllow=/dev/char/M:m`, and leaves out each rule
+//! whose path exists neither there nor as `/sys/dev/char/M:m` (runc,
+//! libcontainer/cgroups/devices/systemd.go: "skipping device ... for
+//! systemd"). The NVIDIA driver registers its nodes with no sysfs device, so
+//! udev makes no such link for them: systemd's copy of the rules lacks the
+//! GPUs, and the next `systemctl daemon-reload`, which re-applies that copy,
+//! takes them from the running container ("Failed to initialize NVML:
+//! Unknown Error", NVIDIA/nvidia-container-toolkit#48). A link made before
+//! runc runs puts them in systemd's copy, as `nvidia-ctk system
+//! create-dev-char-symlinks` does. Devices with a sysfs entry (RDMA's
+//! uverbs, rdma_cm) need none.
+
+use std::collections::HashSet;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::plan::DeviceNode;
+
+#[derive(Debug, thiserror::Error)]
+#[error("make {link} -> {target}: {source}")]
+pub struct DevCharError {
+    pub link: PathBuf,
+    pub target: String,
+    #[source]
+    pub source: io::Error,
+}
+
+/// The links under one host root's `dev/char`, each made (or found, or
+/// failed and reported) once per process.
+pub struct DevCharLinks {
+    dev: PathBuf,
+    sys_dev_char: PathBuf,
+    done: Mutex<HashSet<(u32, u32)>>,
+}
+
+/// `<dev>/char/M:m`.
+pub fn link_path(dev: &Path, major: u32, minor: u32) -> PathBuf {
+    dev.join("char").join(format!("{major}:{minor}"))
+}
+
+/// Whether runc finds the device for systemd: `<dev>/char/M:m` or
+/// `<sys>/dev/char/M:m` exists (runc stats the first, then the second).
+pub fn systemd_sees(host_root: &Path, major: u32, minor: u32) -> bool {
+    let name = format!("{major}:{minor}");
+    host_root.join("dev/char").join(&name).exists()
+        || host_root.join("sys/dev/char").join(&name).exists()
+}
+
+impl DevCharLinks {
+    pub fn new(host_root: &Path) -> DevCharLinks {
+        DevCharLinks {
+            dev: host_root.join("dev"),
+            sys_dev_char: host_root.join("sys/dev/char"),
+            done: Mutex::default(),
+        }
+    }
+
+    /// Forgets what was made: the next [`Self::ensure`] looks again (after
+    /// the devices changed, a driver reload among them).
+    pub fn forget(&self) {
+        self.done.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// Makes the missing links for `devices`; returns those it could not
+    /// make, each once per process (a read-only `/dev` would otherwise be
+    /// reported at every pod).
+    pub fn ensure(&self, devices: &[DeviceNode]) -> Vec<DevCharError> {
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        let mut failed = Vec::new();
+        for d in devices {
+            if !done.insert((d.major, d.minor)) {
+                continue;
+            }
+            if let Err(e) = self.ensure_one(d) {
+                failed.push(e);
+            }
+        }
+        failed
+    }
+
+    fn ensure_one(&self, d: &DeviceNode) -> Result<(), DevCharError> {
+        let name = format!("{}:{}", d.major, d.minor);
+        // Only where the link may name the node: `../<path below /dev>`.
+        let Some(rel) = below_dev(&d.path) else {
+            return Ok(());
+        };
+        // Followed, as runc's stat does.
+        if self.sys_dev_char.join(&name).exists() {
+            return Ok(());
+        }
+        let link = link_path(&self.dev, d.major, d.minor);
+        if link.symlink_metadata().is_ok() {
+            return Ok(());
+        }
+        let target = format!("../{rel}");
+        let err = |source| DevCharError {
+            link: link.clone(),
+            target: target.clone(),
+            source,
+        };
+        std::fs::create_dir_all(self.dev.join("char")).map_err(err)?;
+        match std::os::unix::fs::symlink(&target, &link) {
+            Ok(()) => {
+                tracing::info!(link = %link.display(), target, "made a /dev/char link");
+                Ok(())
+            }
+            // Made meanwhile by someone else (udev, nvidia-ctk).
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(err(e)),
+        }
+    }
+}
+
+/// `path` below `/dev`, made of plain names only.
+fn below_dev(path: &str) -> Option<&str> {
+    let rel = path.strip_prefix("/dev/")?;
+    let plain = !rel.is_empty()
+        && Path::new(rel)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)));
+    plain.then_some(rel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::DeviceKind;
+
+    fn node(path: &str, major: u32, minor: u32) -> DeviceNode {
+        DeviceNode {
+            path: path.to_string(),
+            kind: DeviceKind::Char,
+            major,
+            minor,
+            file_mode: 0o666,
+        }
+    }
+
+    #[test]
+    fn links_are_made_for_nodes_without_a_sysfs_device() {
+        let root = tempfile::tempdir().unwrap();
+        // uverbs0 has its sysfs device, as the RDMA core registers one.
+        let verbs = "sys/devices/virtual/infiniband_verbs/uverbs0";
+        std::fs::create_dir_all(root.path().join(verbs)).unwrap();
+        std::fs::create_dir_all(root.path().join("sys/dev/char")).unwrap();
+        std::os::unix::fs::symlink(
+            "../../devices/virtual/infiniband_verbs/uverbs0",
+            root.path().join("sys/dev/char/231:0"),
+        )
+        .unwrap();
+        let links = DevCharLinks::new(root.path());
+        let devices = [
+            node("/dev/nvidia3", 195, 3),
+            node("/dev/nvidiactl", 195, 255),
+            node("/dev/nvidia-caps/nvidia-cap1", 508, 1),
+            node("/dev/infiniband/uverbs0", 231, 0),
+        ];
+        assert!(links.ensure(&devices).is_empty());
+        let dev = root.path().join("dev");
+        let read = |m: u32, n: u32| std::fs::read_link(link_path(&dev, m, n)).ok();
+        assert_eq!(read(195, 3), Some(PathBuf::from("../nvidia3")));
+        assert_eq!(read(195, 255), Some(PathBuf::from("../nvidiactl")));
+        assert_eq!(
+            read(508, 1),
+            Some(PathBuf::from("../nvidia-caps/nvidia-cap1"))
+        );
+        assert_eq!(read(231, 0), None, "sysfs has it");
+        assert!(!systemd_sees(root.path(), 195, 3), "the link dangles here");
+        assert!(systemd_sees(root.path(), 231, 0));
+    }
+
+    #[test]
+    fn a_link_someone_made_is_left_as_it_is() {
+        let root = tempfile::tempdir().unwrap();
+        let dev = root.path().join("dev");
+        std::fs::create_dir_all(dev.join("char")).unwrap();
+        std::os::unix::fs::symlink("/dev/nvidia0", link_path(&dev, 195, 0)).unwrap();
+        let links = DevCharLinks::new(root.path());
+        assert!(links.ensure(&[node("/dev/nvidia0", 195, 0)]).is_empty());
+        assert_eq!(
+            std::fs::read_link(link_path(&dev, 195, 0)).unwrap(),
+            PathBuf::from("/dev/nvidia0")
+        );
+    }
+
+    #[test]
+    fn paths_outside_dev_get_no_link() {
+        for path in [
+            "/tmp/x",
+            "/dev/",
+            "/dev/../etc/passwd",
+            "/dev/a/../../b",
+            "dev/x",
+        ] {
+            assert_eq!(below_dev(path), None, "{path}");
+        }
+        assert_eq!(below_dev("/dev/nvidia0"), Some("nvidia0"));
+    }
+
+    #[test]
+    fn a_failure_is_reported_once_until_forgotten() {
+        let root = tempfile::tempdir().unwrap();
+        // `dev` is a file: no `dev/char` can be made.
+        std::fs::write(root.path().join("dev"), "").unwrap();
+        let links = DevCharLinks::new(root.path());
+        let devices = [node("/dev/nvidia0", 195, 0)];
+        let failed = links.ensure(&devices);
+        assert_eq!(failed.len(), 1);
+        assert!(
+            failed[0].to_string().contains("char/195:0 -> ../nvidia0"),
+            "{}",
+            failed[0]
+        );
+        assert!(links.ensure(&devices).is_empty(), "reported once");
+        links.forget();
+        assert_eq!(links.ensure(&devices).len(), 1);
+    }
+}
