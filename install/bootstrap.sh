@@ -14,12 +14,14 @@
 #   3. enables NRI in containerd: 1.7 has it off by default, so the config gets
 #      [plugins."io.containerd.nri.v1.nri"] disable = false (an edit that keeps
 #      a backup next to the file); 2.x has it on and is only changed when its
-#      config turns it off;
+#      config turns it off; a node without containerd (no containerd on the
+#      PATH, or --containerd-version none: CRI-O, podman) skips this step;
 #   4. installs a systemd unit running `devgate nri` (Restart=always), or with
 #      --preinstalled the plugin /opt/nri/plugins/10-devgate that containerd
 #      starts itself;
 #   5. installs the hooks.d files (hooks/*.json) for CRI-O and podman, in
-#      /etc/containers/oci/hooks.d and /usr/share/containers/oci/hooks.d;
+#      /etc/containers/oci/hooks.d and /usr/share/containers/oci/hooks.d (a
+#      read-only /usr is warned about and skipped);
 #   6. prepares the node from the config: [sriov] num_vfs (sriov_numvfs, 0
 #      first when changing: the kernel refuses a change between two non-zero
 #      counts, drivers/pci/iov.c; a udev rule writes the counts again at each

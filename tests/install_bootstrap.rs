@@ -236,3 +236,53 @@ fn the_boot_time_vf_rule_follows_the_config() {
     assert_eq!(count(), "0\n");
     position(&none.out, "remove /etc/udev/rules.d/70-devgate-sriov.rules");
 }
+
+/// A read-only mount, unmounted when dropped.
+struct ReadOnly(std::path::PathBuf);
+
+impl ReadOnly {
+    fn mount(dir: &Path) -> ReadOnly {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "ro", "tmpfs"])
+            .arg(dir)
+            .output()
+            .expect("run mount");
+        assert!(out.status.success(), "mount (needs root): {out:?}");
+        ReadOnly(dir.to_path_buf())
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A CRI-O or podman node on an image-based host: no containerd, and a
+/// read-only /usr. Bootstrap installs devgate, the unit and the hooks.d file
+/// in /etc, says why /usr's is missing, leaves containerd's NRI alone and
+/// prepares the node, instead of stopping halfway.
+#[test]
+fn a_node_without_containerd_and_with_a_read_only_usr() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    std::fs::remove_dir_all(prefix.join("etc/containerd")).unwrap();
+    let _usr = ReadOnly::mount(&prefix.join("usr/share"));
+    let hooks = hooks_dir(dir.path());
+    let run = bootstrap(&prefix, &hooks, &["--containerd-version", "none"]);
+    assert!(run.ok, "{}", run.out);
+    position(&run.out, "no containerd on this node");
+    position(
+        &run.out,
+        "/usr/share/containers/oci/hooks.d is on a read-only file system",
+    );
+    assert!(prefix.join("etc/containers/oci/hooks.d/devgate.json").is_file());
+    assert!(prefix.join("usr/local/bin/devgate-hook").is_file());
+    assert!(!prefix.join("etc/containerd").exists(), "{}", run.out);
+    let numvfs = prefix.join(format!("sys/bus/pci/devices/{PF}/sriov_numvfs"));
+    assert_eq!(std::fs::read_to_string(numvfs).unwrap().trim(), "4");
+    let again = bootstrap(&prefix, &hooks, &["--containerd-version", "none"]);
+    assert!(again.ok, "{}", again.out);
+    position(&again.out, "no changes");
+}

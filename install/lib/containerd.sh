@@ -5,6 +5,12 @@
 
 # --- containerd --------------------------------------------------------------
 
+# Whether this node runs containerd: `--containerd-version none` says it does
+# not (a CRI-O or podman node), as does no containerd on the PATH.
+has_containerd() {
+    [[ $CONTAINERD_VERSION != none ]] && { [[ -n $CONTAINERD_VERSION ]] || command -v containerd >/dev/null; }
+}
+
 containerd_major_minor() {
     local v=$CONTAINERD_VERSION
     if [[ -z $v ]]; then
@@ -89,6 +95,10 @@ imports_text() {
 
 enable_nri() {
     local major minor need=1 cfg new rc=0
+    if ! has_containerd; then
+        log "no containerd on this node: its NRI is not configured; CRI-O and podman run devgate-hook from hooks.d (and CRI-O with NRI enabled serves the plugin on its own socket)"
+        return 0
+    fi
     read -r major minor < <(containerd_major_minor)
     ((major > 1 || (major == 1 && minor >= 7))) || die "containerd $major.$minor has no NRI: install 1.7 or later"
     # 2.x enables NRI unless its config says otherwise.

@@ -13,6 +13,9 @@ unit_text() {
 Description=devgate NRI plugin (GPU and RDMA device allocation)
 After=containerd.service
 Wants=containerd.service
+# Restarted for as long as it fails, not given up on after five quick starts
+# (a config fixed later, a ledger directory mounted late).
+StartLimitIntervalSec=0
 
 [Service]
 ExecStart=$BIN/devgate nri --config $CONFIG --socket /var/run/nri/nri.sock --state-dir /run/devgate
@@ -86,6 +89,12 @@ install_devgate() {
         [[ -f $hook ]] || continue
         found=1
         for dir in "${HOOKS_DIRS[@]}"; do
+            # /usr is read-only on image-based hosts (Fedora CoreOS, RHCOS,
+            # Flatcar): said, not fatal, as containerd never reads hooks.d.
+            if ! dir_writable "$dir"; then
+                warn "$dir is on a read-only file system: $(basename "$hook") not installed there; CRI-O reads only /usr/share/containers/oci/hooks.d unless its hooks_dir lists /etc/containers/oci/hooks.d"
+                continue
+            fi
             put_file "$hook" "$dir/$(basename "$hook")" 644 || true
         done
     done
@@ -140,7 +149,7 @@ clear_pending() {
 }
 
 restart_services() {
-    if ((RESTART_CONTAINERD)); then
+    if ((RESTART_CONTAINERD)) && has_containerd; then
         systemctl_do restart containerd.service
     fi
     # --node-only removed devgate's unit: nothing of devgate's to restart.

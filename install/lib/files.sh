@@ -30,6 +30,16 @@ manifest_kind() { # path -> created|modified|nothing
 
 # ensure_dir DIR: creates the host directory DIR and its missing parents,
 # recording each one it created.
+# Whether `dir` (under the prefix) can be made or written: its nearest
+# existing ancestor is writable, which access(2) denies on a read-only mount
+# even to root.
+dir_writable() {
+    local d
+    d=$(p "$1")
+    while [[ ! -e $d ]]; do d=$(dirname "$d"); done
+    [[ -w $d ]]
+}
+
 ensure_dir() {
     local d=$1 i
     local -a missing=()
