@@ -277,7 +277,9 @@ fn a_node_without_containerd_and_with_a_read_only_usr() {
         &run.out,
         "/usr/share/containers/oci/hooks.d is on a read-only file system",
     );
-    assert!(prefix.join("etc/containers/oci/hooks.d/devgate.json").is_file());
+    assert!(prefix
+        .join("etc/containers/oci/hooks.d/devgate.json")
+        .is_file());
     assert!(prefix.join("usr/local/bin/devgate-hook").is_file());
     assert!(!prefix.join("etc/containerd").exists(), "{}", run.out);
     let numvfs = prefix.join(format!("sys/bus/pci/devices/{PF}/sriov_numvfs"));
@@ -285,4 +287,62 @@ fn a_node_without_containerd_and_with_a_read_only_usr() {
     let again = bootstrap(&prefix, &hooks, &["--containerd-version", "none"]);
     assert!(again.ok, "{}", again.out);
     position(&again.out, "no changes");
+}
+
+/// Changing a PF's VF count destroys its VFs: while a pod holds one (in the
+/// ledger), bootstrap refuses the change, naming the VF, and so does
+/// `--uninstall` when it would give the PF its earlier count back.
+#[test]
+fn a_vf_count_is_not_changed_under_a_pod_holding_a_vf() {
+    use devgate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    let pf_dir = prefix.join("sys/bus/pci/devices").join(PF);
+    for (i, vf) in ["0000:19:00.2", "0000:19:00.3"].iter().enumerate() {
+        let target = format!("../{vf}");
+        std::os::unix::fs::symlink(target, pf_dir.join(format!("virtfn{i}"))).unwrap();
+    }
+    let state = prefix.join("run/devgate");
+    let ledger = Ledger::open(&state).unwrap();
+    let pod = PodRef {
+        sandbox_id: "sb-a".into(),
+        namespace: "ns".into(),
+        name: "a".into(),
+        uid: "uid-a".into(),
+    };
+    let vf = Claim {
+        device: DeviceId::Vf("0000:19:00.3".parse().unwrap()),
+        share: Share::Exclusive,
+        pf: Some(PF.parse().unwrap()),
+    };
+    ledger.claim(&pod, &[vf]).unwrap();
+    let hooks = hooks_dir(dir.path());
+    let version = ["--containerd-version", "1.7.24"];
+    let numvfs = || std::fs::read_to_string(pf_dir.join("sriov_numvfs")).unwrap();
+
+    let refused = bootstrap(&prefix, &hooks, &version);
+    assert!(!refused.ok, "{}", refused.out);
+    position(&refused.out, "pods hold 0000:19:00.3: drain the node first");
+    assert_eq!(numvfs().trim(), "2");
+
+    // Drained: the change goes through; uninstall then meets a new holder.
+    std::fs::remove_dir_all(&state).unwrap();
+    let done = bootstrap(&prefix, &hooks, &version);
+    assert!(done.ok, "{}", done.out);
+    assert_eq!(numvfs().trim(), "4");
+    let ledger = Ledger::open(&state).unwrap();
+    let vf = Claim {
+        device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
+        share: Share::Exclusive,
+        pf: Some(PF.parse().unwrap()),
+    };
+    ledger.claim(&pod, &[vf]).unwrap();
+    let kept = bootstrap(&prefix, &hooks, &["--uninstall"]);
+    assert!(!kept.ok, "{}", kept.out);
+    position(&kept.out, "pods hold VFs of 0000:19:00.0 (0000:19:00.2)");
+    assert_eq!(numvfs().trim(), "4");
+    std::fs::remove_dir_all(&state).unwrap();
+    let undone = bootstrap(&prefix, &hooks, &["--uninstall"]);
+    assert!(undone.ok, "{}", undone.out);
+    assert_eq!(numvfs().trim(), "2");
 }

@@ -15,13 +15,34 @@ write_sysfs() { # host path, value
     printf '%s\n' "$2" >"$(p "$1")" || die "write $2 to $1 failed"
 }
 
+# held_vfs BDF: the PF's VFs that pods hold in devgate's ledger, one a line.
+# Changing the count destroys every VF of the PF (0 is written first), those
+# moved into running pods included. A ledger that cannot be read holds
+# everything: nothing is destroyed on a guess.
+held_vfs() {
+    local state link bdf status devgate=$BIN_DIR/devgate
+    state=$(p /run/devgate)
+    [[ -e $state/ledger.json || -e $state/ledger.journal ]] || return 0
+    # --uninstall has no --bin-dir: the installed binary, still there.
+    [[ -x $devgate ]] || devgate=$(p "$BIN/devgate")
+    status=$("$devgate" status --state-dir "$state" -o json 2>/dev/null) ||
+        die "cannot read devgate's ledger in /run/devgate to see which VFs pods hold: sriov_numvfs left as it is"
+    for link in "$(p "/sys/bus/pci/devices/$1")"/virtfn*; do
+        [[ -L $link ]] || continue
+        bdf=$(basename "$(readlink "$link")")
+        [[ $status != *"\"vf $bdf\""* ]] || printf '%s\n' "$bdf"
+    done
+}
+
 set_numvfs() { # bdf count
-    local dev=/sys/bus/pci/devices/$1 current total
+    local dev=/sys/bus/pci/devices/$1 current total held
     [[ -f $(p "$dev/sriov_numvfs") ]] || die "[sriov] num_vfs names $1, which has no $dev/sriov_numvfs"
     current=$(<"$(p "$dev/sriov_numvfs")")
     total=$(<"$(p "$dev/sriov_totalvfs")")
     ((current == $2)) && return 0
     (($2 <= total)) || die "[sriov] num_vfs asks $2 VFs of $1, which has at most $total"
+    held=$(held_vfs "$1")
+    [[ -z $held ]] || die "[sriov] num_vfs changes the VF count of $1, which destroys its VFs, and pods hold $(echo "$held" | paste -sd, -): drain the node first"
     CHANGES=$((CHANGES + 1))
     [[ -n $(manifest_get numvfs "$1") ]] || ((DRY_RUN)) || manifest_put numvfs "$1" "$current"
     # A change between two non-zero counts is refused with EBUSY.

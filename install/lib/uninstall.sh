@@ -46,6 +46,13 @@ uninstall() {
                 ((DRY_RUN)) || manifest_drop numvfs "$key"
                 continue
             fi
+            local held=""
+            ((current == value)) || held=$(held_vfs "$key")
+            if [[ -n $held ]]; then
+                warn "pods hold VFs of $key ($(echo "$held" | paste -sd, -)): its VF count ($value before devgate) is left until the node is drained and --uninstall runs again"
+                FAILURES=$((FAILURES + 1))
+                continue
+            fi
             if ((current != value)); then
                 CHANGES=$((CHANGES + 1))
                 ((current == 0)) || write_sysfs "$dev/sriov_numvfs" 0
