@@ -50,6 +50,19 @@ fn containerd_configs_it_must_not_touch_or_cannot_edit() {
             true,
             Some("version = 2\n[ plugins.'io.containerd.nri.v1.nri' ]\n  socket_path = '/x'\n  disable = false\n"),
         ),
+        // External plugins shut out: `devgate nri` could never connect.
+        (
+            "2.1.9",
+            "version = 3\n[plugins.'io.containerd.nri.v1.nri']\n  disable_connections = true # x\n",
+            true,
+            Some("version = 3\n[plugins.'io.containerd.nri.v1.nri']\n  disable_connections = false\n"),
+        ),
+        (
+            "1.7.24",
+            "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  disable_connections = true\n",
+            true,
+            Some("version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  disable_connections = false\n"),
+        ),
         ("1.7.24", "[plugins.cri]\n", false, None),
         ("1.6.20", "version = 2\n", false, None),
         // NRI already on, as written by hand: no rewrite, no restart.

@@ -26,13 +26,17 @@ containerd_major_minor() {
 # Prints the containerd config with NRI enabled, reading the current one on
 # stdin. Exit 3: the file names the NRI plugin in a form this edit does not
 # know (dotted keys, disabled_plugins): fail rather than guess. Exit 4: NRI is
-# already on as the file stands (a `disable` that is already false is kept as
-# written), so the file must not be rewritten, nor containerd restarted.
+# already on, and open to external plugins where devgate is one, as the file
+# stands (a `disable` that is already false is kept as written), so the file
+# must not be rewritten, nor containerd restarted.
 nri_enabled_config() {
-    local need_section=$1
+    local need_section=$1 conn=1
+    # `devgate nri` dials the socket: `disable_connections = true` would keep
+    # it out for ever. A pre-installed plugin is started by containerd itself.
+    ((!PREINSTALLED)) || conn=0
     # The table header in either TOML quoting: containerd 2.x writes
     # [plugins.'io.containerd.nri.v1.nri'] in `containerd config default`.
-    awk -v need="$need_section" -v q="'" '
+    awk -v need="$need_section" -v conn="$conn" -v q="'" '
         function header(line) { return line ~ /^[ \t]*\[/ }
         BEGIN {
             nri = "^[ \t]*\\[[ \t]*plugins[ \t]*\\.[ \t]*[\"" q "]io\\.containerd\\.nri\\.v1\\.nri[\"" q "][ \t]*\\][ \t]*(#.*)?$"
@@ -49,6 +53,9 @@ nri_enabled_config() {
         }
         in_nri && /^[ \t]*disable[ \t]*=/ {
             match($0, /^[ \t]*/); print substr($0, 1, RLENGTH) "disable = false"; set = 1; changed = 1; next
+        }
+        in_nri && conn == 1 && /^[ \t]*disable_connections[ \t]*=[ \t]*true[ \t]*(#.*)?$/ {
+            match($0, /^[ \t]*/); print substr($0, 1, RLENGTH) "disable_connections = false"; changed = 1; next
         }
         /^[ \t]*#/ { print; next }
         /io\.containerd\.nri\.v1\.nri/ { odd = 1 }

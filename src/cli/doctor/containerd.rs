@@ -181,6 +181,18 @@ pub fn nri_enabled(host: &dyn Host, config: &ContainerdConfig, socket: &Path) ->
             NRI_FIX,
         );
     }
+    let shut = eff
+        .nri
+        .as_ref()
+        .and_then(|t| t.get("disable_connections"))
+        .and_then(|v| v.as_bool());
+    if shut == Some(true) {
+        return Check::warn(
+            NAME,
+            format!("on, but {path} sets disable_connections = true: only pre-installed plugins run, and devgate nri on the socket never connects"),
+            "set disable_connections = false (install/bootstrap.sh does), or install devgate pre-installed (bootstrap.sh --preinstalled)",
+        );
+    }
     let configured = eff
         .nri
         .as_ref()

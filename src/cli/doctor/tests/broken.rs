@@ -120,6 +120,15 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             "/run/other.sock",
         ),
         (
+            "external plugins shut out",
+            |n| {
+                write(&n.roots.containerd_config, "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  disable_connections = true\n")
+            },
+            "nri enabled",
+            Status::Warn,
+            "disable_connections = true",
+        ),
+        (
             "socket down",
             |n| n.host.socket_up = false,
             "nri socket",
