@@ -155,6 +155,16 @@ check_bin_dir() {
     ((NODE_ONLY)) || [[ -x $BIN_DIR/devgate-hook ]] ||
         die "no devgate-hook in --bin-dir $BIN_DIR (cargo build --release, or install/build.sh); nothing changed"
     BIN_DIR=$(cd "$BIN_DIR" && pwd)
+    # Each must run on this node (its C library, its architecture): a plugin
+    # that cannot start leaves pods without their devices, a pre-installed one
+    # takes containerd's start down with it, and a hook that cannot run fails
+    # every container it is named for.
+    local bin out
+    for bin in devgate devgate-hook; do
+        [[ -x $BIN_DIR/$bin ]] || continue
+        out=$("$BIN_DIR/$bin" --version 2>&1 >/dev/null) ||
+            die "$BIN_DIR/$bin does not run on this node: $(head -c 300 <<<"$out"); nothing changed"
+    done
     ((NODE_ONLY)) || log "binaries from $BIN_DIR"
 }
 

@@ -2,6 +2,8 @@
 //! leave alone or refuse, and a node switched between its two install modes.
 mod bootstrap;
 
+use std::path::Path;
+
 use bootstrap::*;
 
 #[test]
@@ -440,4 +442,58 @@ fn node_only_without_devgate_stops_before_any_change() {
         run.out
     );
     assert_eq!(std::fs::read_to_string(&ctrd).unwrap(), config);
+}
+
+/// Binaries that do not run on the node (built against a newer C library,
+/// another architecture) stop every mode before its first change: a
+/// pre-installed plugin that cannot start would take containerd down.
+#[test]
+fn binaries_that_do_not_run_here_stop_before_any_change() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("node");
+    let hooks = hooks_dir(dir.path());
+    let ctrd = prefix.join("etc/containerd/config.toml");
+    let config = "version = 2\n";
+    write(&ctrd, config);
+    let bins = dir.path().join("foreign");
+    let broken = "#!/bin/sh\necho \"$0: /lib/x86_64-linux-gnu/libc.so.6: version 'GLIBC_2.39' not found\" >&2\nexit 1\n";
+    let hook = Path::new(DEVGATE).with_file_name("devgate-hook");
+    for (bad, good) in [
+        ("devgate", hook.as_path()),
+        ("devgate-hook", Path::new(DEVGATE)),
+    ] {
+        std::fs::remove_dir_all(&bins).ok();
+        write(&bins.join(bad), broken);
+        std::fs::set_permissions(bins.join(bad), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let other = if bad == "devgate" {
+            "devgate-hook"
+        } else {
+            "devgate"
+        };
+        std::os::unix::fs::symlink(good, bins.join(other)).unwrap();
+        for mode in [&["--preinstalled"][..], &[], &["--node-only"]] {
+            if bad == "devgate-hook" && mode == ["--node-only"] {
+                continue; // --node-only installs no hook
+            }
+            let args = [
+                mode,
+                &[
+                    "--containerd-version",
+                    "1.7.24",
+                    "--bin-dir",
+                    bins.to_str().unwrap(),
+                ],
+            ]
+            .concat();
+            let run = bootstrap(&prefix, &hooks, &args);
+            assert!(!run.ok, "{}", run.out);
+            position(&run.out, &format!("/{bad} does not run on this node: "));
+            position(&run.out, "GLIBC_2.39");
+            position(&run.out, "nothing changed");
+            assert_eq!(std::fs::read_to_string(&ctrd).unwrap(), config);
+            assert!(!prefix.join("usr/local/bin").exists(), "{}", run.out);
+            assert!(!prefix.join("opt/nri").exists(), "{}", run.out);
+        }
+    }
 }
