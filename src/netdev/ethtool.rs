@@ -9,6 +9,13 @@
 //! needs no capability and works on any socket of the link's netns: a netlink
 //! socket has no ioctls of its own, so `sock_do_ioctl` hands `SIOCETHTOOL` to
 //! `dev_ioctl` in the socket's netns (net/socket.c).
+//!
+//! `dev_ioctl` first calls `dev_load`, which, for a name no link has, asks
+//! for module `netdev-<name>` and, where the caller has `CAP_SYS_MODULE`,
+//! for the module `<name>` itself (net/core/dev_ioctl.c). A name read in a
+//! pod's netns is the pod's to choose and can be gone by the time of the
+//! ioctl: the call runs with `CAP_SYS_MODULE` out of the thread's effective
+//! set ([`NoModuleLoading`]), so no module is ever loaded on a pod's word.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -62,6 +69,7 @@ pub fn drvinfo(fd: RawFd, name: &str) -> io::Result<Option<Drv>> {
     if bytes.is_empty() || bytes.len() >= IFNAMSIZ || bytes.contains(&0) {
         return Ok(None);
     }
+    let _no_modules = NoModuleLoading::new()?;
     // SAFETY: all-zero is a valid value of this plain C struct.
     let mut info: DrvInfo = unsafe { std::mem::zeroed() };
     info.cmd = ETHTOOL_GDRVINFO;
@@ -85,6 +93,88 @@ pub fn drvinfo(fd: RawFd, name: &str) -> io::Result<Option<Drv>> {
         driver: c_str(&info.driver),
         bus_info: c_str(&info.bus_info),
     }))
+}
+
+// include/uapi/linux/capability.h
+const CAP_SYS_MODULE: u32 = 16;
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct`; version 3 takes two (64 capability bits).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// The calling thread's capability sets (capget with pid 0: this thread).
+fn thread_caps() -> io::Result<[CapData; 2]> {
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: a version-3 header and room for its two data structs.
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(data)
+}
+
+fn set_thread_caps(data: &[CapData; 2]) -> io::Result<()> {
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    // SAFETY: as in `thread_caps`; capset changes only the calling thread.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `CAP_SYS_MODULE` out of the calling thread's effective set while alive,
+/// back in (it stays permitted) when dropped. Capabilities are per thread:
+/// the process's other threads keep theirs.
+pub struct NoModuleLoading {
+    lowered: bool,
+}
+
+impl NoModuleLoading {
+    pub fn new() -> io::Result<NoModuleLoading> {
+        let mut caps = thread_caps()?;
+        let bit = 1 << CAP_SYS_MODULE;
+        if caps[0].effective & bit == 0 {
+            return Ok(NoModuleLoading { lowered: false });
+        }
+        caps[0].effective &= !bit;
+        set_thread_caps(&caps)?;
+        Ok(NoModuleLoading { lowered: true })
+    }
+}
+
+impl Drop for NoModuleLoading {
+    fn drop(&mut self) {
+        if !self.lowered {
+            return;
+        }
+        let raised = thread_caps().and_then(|mut caps| {
+            caps[0].effective |= 1 << CAP_SYS_MODULE;
+            set_thread_caps(&caps)
+        });
+        if let Err(e) = raised {
+            tracing::warn!(error = %e, "cap_sys_module not raised again");
+        }
+    }
 }
 
 fn c_str(field: &[u8]) -> String {
@@ -171,6 +261,37 @@ mod tests {
         ] {
             assert_eq!(pci_bus_info(other), None, "{other}");
         }
+    }
+
+    /// This thread's effective capabilities, from /proc.
+    fn cap_eff() -> u64 {
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("CapEff:")).unwrap();
+        u64::from_str_radix(line["CapEff:".len()..].trim(), 16).unwrap()
+    }
+
+    #[test]
+    fn module_loading_is_off_for_this_thread_only_while_held() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test needs root: it lowers and raises cap_sys_module"
+        );
+        let bit = 1u64 << CAP_SYS_MODULE;
+        let (lowered_tx, lowered) = std::sync::mpsc::channel();
+        let (checked, checked_rx) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            assert_ne!(cap_eff() & bit, 0, "root starts with it");
+            let guard = NoModuleLoading::new().unwrap();
+            assert_eq!(cap_eff() & bit, 0, "lowered");
+            lowered_tx.send(()).unwrap();
+            checked_rx.recv().unwrap();
+            drop(guard);
+            assert_ne!(cap_eff() & bit, 0, "raised again");
+        });
+        lowered.recv().unwrap();
+        assert_ne!(cap_eff() & bit, 0, "another thread keeps it");
+        checked.send(()).unwrap();
+        worker.join().unwrap();
     }
 
     #[test]

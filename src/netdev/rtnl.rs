@@ -309,9 +309,10 @@ impl<T: Transport> RtnlConn<T> {
     }
 
     /// The link's PCI function from ethtool where the kernel did not send
-    /// `IFLA_PARENT_DEV_NAME`. Asked by name after the reply: a rename in
-    /// between answers for the link now under that name, which the callers'
-    /// comparison then refuses or misses, as it would a foreign link.
+    /// `IFLA_PARENT_DEV_NAME`. ethtool asks by name, after the reply: the
+    /// name is looked up again after the ioctl, and an answer is kept only
+    /// while the name still stands for the same link (a pod may rename its
+    /// links in between, to pass one off as another).
     fn fill_parent(&mut self, link: &mut Link) -> Result<(), NlError> {
         if !self.parent_by_ethtool || link.parent.is_some() {
             return Ok(());
@@ -324,7 +325,18 @@ impl<T: Transport> RtnlConn<T> {
                 op: "ethtool drvinfo",
                 source,
             })?;
-        link.parent = drv.and_then(|d| ethtool::pci_bus_info(&d.bus_info));
+        let Some(parent) = drv.and_then(|d| ethtool::pci_bus_info(&d.bus_info)) else {
+            return Ok(());
+        };
+        let req = getlink_request(LinkRef::Name(&link.name), vec![LinkExtentMask::SkipStats]);
+        let same = self
+            .get("get link", &req)?
+            .is_some_and(|(now, _)| now.index == link.index);
+        if same {
+            link.parent = Some(parent);
+        } else {
+            tracing::warn!(link = %link.name, "the link was renamed while its pci function was read: taken as unknown");
+        }
         Ok(())
     }
 

@@ -32,8 +32,8 @@ fn link_payload(index: i32, name: &str, parent: Option<&str>) -> Vec<u8> {
     body
 }
 
-fn conn(reply: Reply, old_kernel: bool) -> RtnlConn<Script> {
-    let mut script = Script::new(vec![reply]);
+fn conn(replies: Vec<Reply>, old_kernel: bool) -> RtnlConn<Script> {
+    let mut script = Script::new(replies);
     script.drv = vec![
         ("ens1f0v1", "mlx5_core", "0000:3b:00.3"),
         ("veth0", "veth", ""),
@@ -43,23 +43,45 @@ fn conn(reply: Reply, old_kernel: bool) -> RtnlConn<Script> {
 }
 
 fn one(name: &str, parent: Option<&str>) -> Reply {
+    at(5, name, parent)
+}
+
+fn at(index: i32, name: &str, parent: Option<&str>) -> Reply {
     Reply::Ack {
         msg_type: 16,
-        payloads: vec![link_payload(5, name, parent)],
+        payloads: vec![link_payload(index, name, parent)],
     }
 }
 
 #[test]
 fn an_old_kernels_vf_is_known_by_its_bus_info() {
-    let mut c = conn(one("ens1f0v1", None), true);
+    // The name is looked up again after the ioctl: still the same link.
+    let replies = vec![one("ens1f0v1", None), one("ens1f0v1", None)];
+    let mut c = conn(replies, true);
     let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
     assert_eq!(link.parent.as_deref(), Some("0000:3b:00.3"));
     assert_eq!(c.transport().asked, ["ens1f0v1"]);
+    assert_eq!(c.transport().sent.len(), 2);
+}
+
+/// A pod renaming its links between the reply and the ioctl (to have the
+/// VF's name answer for a dummy, or the reverse): the name no longer stands
+/// for the link the reply was about, and its function is taken as unknown.
+#[test]
+fn a_link_renamed_meanwhile_has_no_parent() {
+    let replies = vec![one("ens1f0v1", None), at(9, "ens1f0v1", None)];
+    let mut c = conn(replies, true);
+    let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
+    assert_eq!(link.parent, None);
+    let replies = vec![one("ens1f0v1", None), Reply::Errno(libc::ENODEV)];
+    let mut c = conn(replies, true);
+    let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
+    assert_eq!(link.parent, None, "gone meanwhile");
 }
 
 #[test]
 fn a_virtual_links_bus_info_is_no_parent() {
-    let mut c = conn(one("veth0", None), true);
+    let mut c = conn(vec![one("veth0", None)], true);
     let link = c.link(LinkRef::Name("veth0")).unwrap().unwrap();
     assert_eq!(link.parent, None);
     assert_eq!(c.transport().asked, ["veth0"]);
@@ -68,7 +90,7 @@ fn a_virtual_links_bus_info_is_no_parent() {
 #[test]
 fn the_kernels_attribute_wins_and_costs_no_ioctl() {
     // virtio_net: the attribute names the virtio device, bus_info its PCI function.
-    let mut c = conn(one("eth0", Some("virtio2")), true);
+    let mut c = conn(vec![one("eth0", Some("virtio2"))], true);
     let link = c.link(LinkRef::Name("eth0")).unwrap().unwrap();
     assert_eq!(link.parent.as_deref(), Some("virtio2"));
     assert!(c.transport().asked.is_empty());
@@ -76,7 +98,7 @@ fn the_kernels_attribute_wins_and_costs_no_ioctl() {
 
 #[test]
 fn a_new_kernel_asks_ethtool_nothing() {
-    let mut c = conn(one("ens1f0v1", None), false);
+    let mut c = conn(vec![one("ens1f0v1", None)], false);
     let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
     assert_eq!(link.parent, None, "a link without the attribute is virtual");
     assert!(c.transport().asked.is_empty());
@@ -92,7 +114,7 @@ fn a_dump_on_an_old_kernel_fills_every_link() {
             link_payload(6, "veth0", None),
         ],
     };
-    let mut c = conn(dump, true);
+    let mut c = conn(vec![dump, one("ens1f0v1", None)], true);
     let parents: Vec<_> = c
         .links()
         .unwrap()
