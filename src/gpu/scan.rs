@@ -111,19 +111,11 @@ fn scan_pids(
             Err(e) if gone(&e) => continue,
             Err(source) => return Err(GpuError::ProcessUnreadable { pid, source }),
         }
-        let before = found.len();
         found.extend(
             devs.iter()
                 .filter(|d| targets.contains(d))
                 .map(|d| (*d, pid)),
         );
-        // Another devgate process (a hook's teardown or inventory, a `devgate
-        // status` run in the DaemonSet's pod) holds every GPU while its NVML
-        // is loaded, as this one does: no user. Asked only of holders.
-        if found.len() > before && host.runs_this_program(pid) {
-            tracing::debug!(pid, "another devgate process holds the gpu: no user");
-            found.truncate(before);
-        }
     }
     Ok(found)
 }
@@ -259,6 +251,7 @@ fn membership(host: &dyn Host, pid: u32, pod: &PodCgroups, not_users: &NotUsers)
         Err(_) => return Membership::Outside,
     };
     let cgroup = host.cgroup(pid);
+    let devgate = host.runs_this_program(pid);
     match start() {
         Ok(Some(t)) if t == before => {}
         // Gone, or another process now: the holder that was found is gone.
@@ -270,6 +263,11 @@ fn membership(host: &dyn Host, pid: u32, pod: &PodCgroups, not_users: &NotUsers)
         // path component anywhere, and a pod running systemd inside (or
         // naming a cgroup so) would otherwise keep the GPU past its release.
         Ok(text) if pod.contains(&text) => Membership::Pod(before),
+        // Another devgate process outside the pod (a hook's teardown or
+        // inventory, a `devgate status` in the DaemonSet's pod) holds every
+        // GPU while its NVML is loaded, as this one does: no user. Still a
+        // holder for a full reset, which needs every GPU idle.
+        _ if devgate => Membership::Ignored,
         Ok(text) if not_users.cgroups.contains(&text) => Membership::Ignored,
         Ok(text) if not_users.daemon_pods.contains(&text) => Membership::DaemonPod,
         Ok(_) => Membership::Outside,

@@ -18,6 +18,8 @@ pub struct FakeProc {
     /// Ended by SIGTERM, it leaves a child (its pid + 1000) holding what it
     /// held, in its cgroup, this many times over.
     pub forks_on_term: u32,
+    /// It runs devgate's own executable.
+    pub devgate: bool,
 }
 
 #[derive(Default)]
@@ -66,6 +68,11 @@ fn not_found() -> io::Error {
 }
 
 impl Host for FakeHost {
+    fn runs_this_program(&self, pid: u32) -> bool {
+        let procs = self.procs.lock().unwrap();
+        procs.get(&pid).is_some_and(|p| p.devgate)
+    }
+
     fn nvidia_driver_loaded(&self) -> bool {
         self.driver_loaded
             .load(std::sync::atomic::Ordering::Relaxed)

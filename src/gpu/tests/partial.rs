@@ -257,3 +257,27 @@ fn a_lost_gpu_elsewhere_means_no_full_reset() {
     assert_eq!(resets(&n.nvml, "GPU-0"), 1);
     assert!(n.host.commands.lock().unwrap().is_empty(), "no full reset");
 }
+
+/// A process of the released pod running devgate's own executable (a
+/// hostPath of it, or a copy exec'd by the pod) is the pod's like any other,
+/// and ended; another devgate process outside the pod is no user.
+#[test]
+fn devgates_executable_in_the_pod_is_ended_and_outside_no_user() {
+    let n = node(|_| {});
+    n.ledger.claim(&pod("a"), &[claim("GPU-0", WHOLE)]).unwrap();
+    let devgate = |cgroup: &str| FakeProc {
+        devs: vec![dev(0)],
+        cgroup: format!("0::{cgroup}\n"),
+        start: 1,
+        devgate: true,
+        ..FakeProc::default()
+    };
+    n.host.add_proc(50, devgate("/kubepods/poduid-a/c1"));
+    n.host
+        .add_proc(60, devgate("/system.slice/containerd.service"));
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert!(out.failed.is_empty(), "{:?}", out.failed);
+    assert!(!n.host.alive(50), "the pod's copy was ended");
+    assert!(n.host.alive(60), "another devgate is never signalled");
+    assert_eq!(resets(&n.nvml, "GPU-0"), 1);
+}
