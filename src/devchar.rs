@@ -29,12 +29,19 @@ pub struct DevCharError {
     pub source: io::Error,
 }
 
-/// The links under one host root's `dev/char`, each made (or found, or
-/// failed and reported) once per process.
+/// The links under one host root's `dev/char`, each made (or found) once per
+/// process; one that could not be made is tried again at the next pod, and
+/// reported the first time only.
 pub struct DevCharLinks {
     dev: PathBuf,
     sys_dev_char: PathBuf,
-    done: Mutex<HashSet<(u32, u32)>>,
+    state: Mutex<Seen>,
+}
+
+#[derive(Default)]
+struct Seen {
+    done: HashSet<(u32, u32)>,
+    reported: HashSet<(u32, u32)>,
 }
 
 /// `<dev>/char/M:m`.
@@ -55,28 +62,35 @@ impl DevCharLinks {
         DevCharLinks {
             dev: host_root.join("dev"),
             sys_dev_char: host_root.join("sys/dev/char"),
-            done: Mutex::default(),
+            state: Mutex::default(),
         }
     }
 
     /// Forgets what was made: the next [`Self::ensure`] looks again (after
     /// the devices changed, a driver reload among them).
     pub fn forget(&self) {
-        self.done.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let mut seen = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        *seen = Seen::default();
     }
 
     /// Makes the missing links for `devices`; returns those it could not
-    /// make, each once per process (a read-only `/dev` would otherwise be
-    /// reported at every pod).
+    /// make, each reported once per process (a read-only `/dev` would
+    /// otherwise be reported at every pod) and tried again at each call.
     pub fn ensure(&self, devices: &[DeviceNode]) -> Vec<DevCharError> {
-        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let mut failed = Vec::new();
         for d in devices {
-            if !done.insert((d.major, d.minor)) {
+            let key = (d.major, d.minor);
+            if seen.done.contains(&key) {
                 continue;
             }
-            if let Err(e) = self.ensure_one(d) {
-                failed.push(e);
+            match self.ensure_one(d) {
+                Ok(()) => {
+                    seen.done.insert(key);
+                    seen.reported.remove(&key);
+                }
+                Err(e) if seen.reported.insert(key) => failed.push(e),
+                Err(_) => {}
             }
         }
         failed
@@ -93,15 +107,34 @@ impl DevCharLinks {
             return Ok(());
         }
         let link = link_path(&self.dev, d.major, d.minor);
-        if link.symlink_metadata().is_ok() {
+        let target = format!("../{rel}");
+        // Followed, as runc's stat does: a link that leads to a node is kept,
+        // whoever made it (udev, nvidia-ctk).
+        if link.exists() {
             return Ok(());
         }
-        let target = format!("../{rel}");
         let err = |source| DevCharError {
             link: link.clone(),
             target: target.clone(),
             source,
         };
+        if let Ok(now) = std::fs::read_link(&link) {
+            // Ours, waiting for its node (a driver not loaded yet).
+            if now == Path::new(&target) {
+                return Ok(());
+            }
+            // Dangling elsewhere: runc would skip the rule. Replaced whole,
+            // by a rename over it, so it is never missing meanwhile.
+            let spare = self
+                .dev
+                .join("char")
+                .join(format!(".{}:{}.devgate", d.major, d.minor));
+            let _ = std::fs::remove_file(&spare);
+            std::os::unix::fs::symlink(&target, &spare).map_err(err)?;
+            std::fs::rename(&spare, &link).map_err(err)?;
+            tracing::info!(link = %link.display(), target, was = %now.display(), "replaced a dangling /dev/char link");
+            return Ok(());
+        }
         std::fs::create_dir_all(self.dev.join("char")).map_err(err)?;
         match std::os::unix::fs::symlink(&target, &link) {
             Ok(()) => {
@@ -174,17 +207,22 @@ mod tests {
     }
 
     #[test]
-    fn a_link_someone_made_is_left_as_it_is() {
+    fn a_link_someone_made_is_kept_while_it_leads_somewhere() {
         let root = tempfile::tempdir().unwrap();
         let dev = root.path().join("dev");
         std::fs::create_dir_all(dev.join("char")).unwrap();
-        std::os::unix::fs::symlink("/dev/nvidia0", link_path(&dev, 195, 0)).unwrap();
+        std::fs::write(dev.join("nvidia0"), "").unwrap();
+        let theirs = dev.join("nvidia0");
+        std::os::unix::fs::symlink(&theirs, link_path(&dev, 195, 0)).unwrap();
+        std::os::unix::fs::symlink("/nowhere/nvidia1", link_path(&dev, 195, 1)).unwrap();
         let links = DevCharLinks::new(root.path());
-        assert!(links.ensure(&[node("/dev/nvidia0", 195, 0)]).is_empty());
-        assert_eq!(
-            std::fs::read_link(link_path(&dev, 195, 0)).unwrap(),
-            PathBuf::from("/dev/nvidia0")
-        );
+        let devices = [node("/dev/nvidia0", 195, 0), node("/dev/nvidia1", 195, 1)];
+        assert!(links.ensure(&devices).is_empty());
+        let read = |n: u32| std::fs::read_link(link_path(&dev, 195, n)).unwrap();
+        assert_eq!(read(0), theirs, "leads to a node: kept");
+        assert_eq!(read(1), PathBuf::from("../nvidia1"), "dangled: replaced");
+        let names: Vec<_> = std::fs::read_dir(dev.join("char")).unwrap().collect();
+        assert_eq!(names.len(), 2, "no spare left behind");
     }
 
     #[test]
@@ -202,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn a_failure_is_reported_once_until_forgotten() {
+    fn a_failure_is_reported_once_and_tried_again() {
         let root = tempfile::tempdir().unwrap();
         // `dev` is a file: no `dev/char` can be made.
         std::fs::write(root.path().join("dev"), "").unwrap();
@@ -216,7 +254,13 @@ mod tests {
             failed[0]
         );
         assert!(links.ensure(&devices).is_empty(), "reported once");
-        links.forget();
-        assert_eq!(links.ensure(&devices).len(), 1);
+        // Once `dev` can hold it, the next pod's call makes it.
+        std::fs::remove_file(root.path().join("dev")).unwrap();
+        assert!(links.ensure(&devices).is_empty());
+        let link = link_path(&root.path().join("dev"), 195, 0);
+        assert_eq!(
+            std::fs::read_link(link).unwrap(),
+            PathBuf::from("../nvidia0")
+        );
     }
 }
