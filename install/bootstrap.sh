@@ -162,6 +162,8 @@ check_bin_dir() {
     local bin out
     for bin in devgate devgate-hook; do
         [[ -x $BIN_DIR/$bin ]] || continue
+        # --node-only installs no hook.
+        [[ $bin == devgate || $NODE_ONLY == 0 ]] || continue
         out=$("$BIN_DIR/$bin" --version 2>&1 >/dev/null) ||
             die "$BIN_DIR/$bin does not run on this node: $(head -c 300 <<<"$out"); nothing changed"
     done
@@ -176,6 +178,7 @@ main() {
         uninstall
     else
         check_bin_dir
+        check_numvfs
         load_pending
         trap save_pending EXIT
         install_devgate

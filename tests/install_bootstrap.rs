@@ -324,6 +324,11 @@ fn a_vf_count_is_not_changed_under_a_pod_holding_a_vf() {
     assert!(!refused.ok, "{}", refused.out);
     position(&refused.out, "pods hold 0000:19:00.3: drain the node first");
     assert_eq!(numvfs().trim(), "2");
+    assert!(
+        !prefix.join("usr/local/bin").exists(),
+        "refused before any change: {}",
+        refused.out
+    );
 
     // Drained: the change goes through; uninstall then meets a new holder.
     std::fs::remove_dir_all(&state).unwrap();
@@ -345,4 +350,28 @@ fn a_vf_count_is_not_changed_under_a_pod_holding_a_vf() {
     let undone = bootstrap(&prefix, &hooks, &["--uninstall"]);
     assert!(undone.ok, "{}", undone.out);
     assert_eq!(numvfs().trim(), "2");
+}
+
+/// No containerd on the PATH, but its config is there (a tarball install in
+/// /usr/local/bin under sudo's secure_path): stopped before containerd's
+/// config, not taken for a node without containerd.
+#[test]
+fn a_containerd_off_the_path_is_not_taken_for_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    let hooks = hooks_dir(dir.path());
+    let path = path_without_containerd(dir.path());
+    let run = bootstrap_with_path(&prefix, &hooks, &[], Some(&path));
+    assert!(!run.ok, "{}", run.out);
+    position(
+        &run.out,
+        "no containerd on the PATH, but /etc/containerd/config.toml is there",
+    );
+    let config = std::fs::read_to_string(prefix.join("etc/containerd/config.toml")).unwrap();
+    assert_eq!(config, CONTAINERD_CONFIG);
+    // Without any sign of it, a node without containerd.
+    std::fs::remove_dir_all(prefix.join("etc/containerd")).unwrap();
+    let run = bootstrap_with_path(&prefix, &hooks, &[], Some(&path));
+    assert!(run.ok, "{}", run.out);
+    position(&run.out, "no containerd on this node");
 }

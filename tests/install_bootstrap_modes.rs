@@ -52,18 +52,19 @@ fn containerd_configs_it_must_not_touch_or_cannot_edit() {
             true,
             Some("version = 2\n[ plugins.'io.containerd.nri.v1.nri' ]\n  socket_path = '/x'\n  disable = false\n"),
         ),
-        // External plugins shut out: `devgate nri` could never connect.
+        // External plugins shut out, `devgate nri` among them: the
+        // operator's choice is refused, not undone.
         (
             "2.1.9",
             "version = 3\n[plugins.'io.containerd.nri.v1.nri']\n  disable_connections = true # x\n",
-            true,
-            Some("version = 3\n[plugins.'io.containerd.nri.v1.nri']\n  disable_connections = false\n"),
+            false,
+            None,
         ),
         (
             "1.7.24",
             "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  disable_connections = true\n",
-            true,
-            Some("version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  disable_connections = false\n"),
+            false,
+            None,
         ),
         ("1.7.24", "[plugins.cri]\n", false, None),
         ("1.6.20", "version = 2\n", false, None),
@@ -473,9 +474,6 @@ fn binaries_that_do_not_run_here_stop_before_any_change() {
         };
         std::os::unix::fs::symlink(good, bins.join(other)).unwrap();
         for mode in [&["--preinstalled"][..], &[], &["--node-only"]] {
-            if bad == "devgate-hook" && mode == ["--node-only"] {
-                continue; // --node-only installs no hook
-            }
             let args = [
                 mode,
                 &[
@@ -487,6 +485,13 @@ fn binaries_that_do_not_run_here_stop_before_any_change() {
             ]
             .concat();
             let run = bootstrap(&prefix, &hooks, &args);
+            if bad == "devgate-hook" && mode == ["--node-only"] {
+                // --node-only installs no hook, and does not run it.
+                assert!(run.ok, "{}", run.out);
+                std::fs::remove_dir_all(&prefix).unwrap();
+                write(&ctrd, config);
+                continue;
+            }
             assert!(!run.ok, "{}", run.out);
             position(&run.out, &format!("/{bad} does not run on this node: "));
             position(&run.out, "GLIBC_2.39");
@@ -495,5 +500,27 @@ fn binaries_that_do_not_run_here_stop_before_any_change() {
             assert!(!prefix.join("usr/local/bin").exists(), "{}", run.out);
             assert!(!prefix.join("opt/nri").exists(), "{}", run.out);
         }
+    }
+}
+
+/// `disable_connections = true` keeps every plugin that dials the socket out:
+/// refused for `devgate nri`, named in the error; taken as it is for a
+/// pre-installed devgate, which containerd starts itself.
+#[test]
+fn shut_out_connections_are_refused_unless_preinstalled() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    let config = "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  disable_connections = true\n";
+    for (mode, ok) in [(&[][..], false), (&["--preinstalled"], true)] {
+        let prefix = dir.path().join(format!("node-{ok}"));
+        write(&prefix.join("etc/containerd/config.toml"), config);
+        let args = [mode, &["--containerd-version", "1.7.24"]].concat();
+        let run = bootstrap(&prefix, &hooks, &args);
+        assert_eq!(run.ok, ok, "{}", run.out);
+        if !ok {
+            position(&run.out, "sets disable_connections = true in [plugins.\"io.containerd.nri.v1.nri\"], which keeps devgate nri from ever connecting");
+        }
+        let after = std::fs::read_to_string(prefix.join("etc/containerd/config.toml")).unwrap();
+        assert_eq!(after, config);
     }
 }

@@ -26,13 +26,15 @@ containerd_major_minor() {
 # Prints the containerd config with NRI enabled, reading the current one on
 # stdin. Exit 3: the file names the NRI plugin in a form this edit does not
 # know (dotted keys, disabled_plugins): fail rather than guess. Exit 4: NRI is
-# already on, and open to external plugins where devgate is one, as the file
-# stands (a `disable` that is already false is kept as written), so the file
-# must not be rewritten, nor containerd restarted.
+# already on as the file stands (a `disable` that is already false is kept as
+# written), so the file must not be rewritten, nor containerd restarted.
+# Exit 5: the table sets `disable_connections = true`, which keeps `devgate
+# nri` (not a pre-installed plugin) out for ever: an operator's choice that
+# is refused, not undone.
 nri_enabled_config() {
     local need_section=$1 conn=1
-    # `devgate nri` dials the socket: `disable_connections = true` would keep
-    # it out for ever. A pre-installed plugin is started by containerd itself.
+    # `devgate nri` dials the socket; a pre-installed plugin is started by
+    # containerd itself.
     ((!PREINSTALLED)) || conn=0
     # The table header in either TOML quoting: containerd 2.x writes
     # [plugins.'io.containerd.nri.v1.nri'] in `containerd config default`.
@@ -55,13 +57,14 @@ nri_enabled_config() {
             match($0, /^[ \t]*/); print substr($0, 1, RLENGTH) "disable = false"; set = 1; changed = 1; next
         }
         in_nri && conn == 1 && /^[ \t]*disable_connections[ \t]*=[ \t]*true[ \t]*(#.*)?$/ {
-            match($0, /^[ \t]*/); print substr($0, 1, RLENGTH) "disable_connections = false"; changed = 1; next
+            shut = 1
         }
         /^[ \t]*#/ { print; next }
         /io\.containerd\.nri\.v1\.nri/ { odd = 1 }
         { print }
         END {
             if (odd) exit 3
+            if (shut) exit 5
             if (in_nri && !set && need == 1) { print "  disable = false"; changed = 1 }
             if (!found && need == 1) {
                 print ""
@@ -89,6 +92,7 @@ check_imports() {
             grep -v '^[[:space:]]*#' "$file" | grep -q 'io\.containerd\.nri\.v1\.nri' || continue
             rc=0
             nri_enabled_config "$need" <"$file" >/dev/null || rc=$?
+            ((rc != 5)) || die "$(shut_out "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG)")"
             ((rc == 4)) ||
                 die "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG) configures NRI without enabling it, which overrides an edit of $CONTAINERD_CONFIG: set disable = false there by hand"
         done < <(compgen -G "$(p "$pattern")" || true)
@@ -100,9 +104,20 @@ imports_text() {
     awk '/^[[:space:]]*imports[[:space:]]*=/ { on = 1 } on { sub(/#.*/, ""); print; if (/\]/) on = 0 }' "$1"
 }
 
+shut_out() { # file
+    printf '%s' "$1 sets disable_connections = true in [$NRI_SECTION], which keeps devgate nri from ever connecting: set it to false, or install with --preinstalled (containerd then starts devgate itself)"
+}
+
 enable_nri() {
     local major minor need=1 cfg new rc=0
     if ! has_containerd; then
+        local sign
+        # A containerd outside the PATH (a tarball in /usr/local/bin under
+        # sudo's secure_path): never taken for a node without one.
+        for sign in "$CONTAINERD_CONFIG" /run/containerd/containerd.sock; do
+            [[ $CONTAINERD_VERSION == none || ! -e $(p "$sign") ]] ||
+                die "no containerd on the PATH, but $sign is there: pass --containerd-version with its version (containerd --version), or none"
+        done
         log "no containerd on this node: its NRI is not configured; CRI-O and podman run devgate-hook from hooks.d (and CRI-O with NRI enabled serves the plugin on its own socket)"
         return 0
     fi
@@ -132,6 +147,10 @@ enable_nri() {
     if ((rc == 4)); then
         rm -f "$new"
         return 0
+    fi
+    if ((rc == 5)); then
+        rm -f "$new"
+        die "$(shut_out "$CONTAINERD_CONFIG")"
     fi
     ((rc == 0)) || die "cannot edit $CONTAINERD_CONFIG"
     # Keep the file's mode: containerd configs may hold registry credentials.

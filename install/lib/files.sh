@@ -28,11 +28,9 @@ manifest_kind() { # path -> created|modified|nothing
     awk -F'\t' -v p="$1" '($1 == "created" || $1 == "modified") && $2 == p { print $1; exit }' "$(p "$MANIFEST")"
 }
 
-# ensure_dir DIR: creates the host directory DIR and its missing parents,
-# recording each one it created.
-# Whether `dir` (under the prefix) can be made or written: its nearest
-# existing ancestor is writable, which access(2) denies on a read-only mount
-# even to root.
+# dir_writable DIR: whether the host directory DIR can be made or written:
+# its nearest existing ancestor is writable, which access(2) denies on a
+# read-only mount even to root.
 dir_writable() {
     local d
     d=$(p "$1")
@@ -40,6 +38,8 @@ dir_writable() {
     [[ -w $d ]]
 }
 
+# ensure_dir DIR: creates the host directory DIR and its missing parents,
+# recording each one it created.
 ensure_dir() {
     local d=$1 i
     local -a missing=()

@@ -15,34 +15,40 @@ write_sysfs() { # host path, value
     printf '%s\n' "$2" >"$(p "$1")" || die "write $2 to $1 failed"
 }
 
-# held_vfs BDF: the PF's VFs that pods hold in devgate's ledger, one a line.
-# Changing the count destroys every VF of the PF (0 is written first), those
-# moved into running pods included. A ledger that cannot be read holds
-# everything: nothing is destroyed on a guess.
+# held_vfs DEVGATE BDF: the PF's VFs that pods hold in devgate's ledger, one
+# a line, read with the devgate binary DEVGATE. Changing the count destroys
+# every VF of the PF (0 is written first), those moved into running pods
+# included. Status 2: the ledger cannot be read, which the callers take as
+# holding everything: nothing is destroyed on a guess. The plugin may claim a
+# VF between this look and the write: drain the node before a change.
 held_vfs() {
-    local state link bdf status devgate=$BIN_DIR/devgate
+    local state link bdf status
     state=$(p /run/devgate)
     [[ -e $state/ledger.json || -e $state/ledger.journal ]] || return 0
-    # --uninstall has no --bin-dir: the installed binary, still there.
-    [[ -x $devgate ]] || devgate=$(p "$BIN/devgate")
-    status=$("$devgate" status --state-dir "$state" -o json 2>/dev/null) ||
-        die "cannot read devgate's ledger in /run/devgate to see which VFs pods hold: sriov_numvfs left as it is"
-    for link in "$(p "/sys/bus/pci/devices/$1")"/virtfn*; do
+    status=$("$1" status --state-dir "$state" -o json 2>/dev/null) || return 2
+    for link in "$(p "/sys/bus/pci/devices/$2")"/virtfn*; do
         [[ -L $link ]] || continue
         bdf=$(basename "$(readlink "$link")")
         [[ $status != *"\"vf $bdf\""* ]] || printf '%s\n' "$bdf"
     done
 }
 
+# refuse_held BDF: dies when pods hold VFs of the PF, or the ledger says not.
+refuse_held() {
+    local held
+    held=$(held_vfs "$BIN_DIR/devgate" "$1") ||
+        die "cannot read devgate's ledger in /run/devgate to see which VFs of $1 pods hold: its VF count left as it is"
+    [[ -z $held ]] || die "[sriov] num_vfs changes the VF count of $1, which destroys its VFs, and pods hold $(echo "$held" | paste -sd, -): drain the node first"
+}
+
 set_numvfs() { # bdf count
-    local dev=/sys/bus/pci/devices/$1 current total held
+    local dev=/sys/bus/pci/devices/$1 current total
     [[ -f $(p "$dev/sriov_numvfs") ]] || die "[sriov] num_vfs names $1, which has no $dev/sriov_numvfs"
     current=$(<"$(p "$dev/sriov_numvfs")")
     total=$(<"$(p "$dev/sriov_totalvfs")")
     ((current == $2)) && return 0
     (($2 <= total)) || die "[sriov] num_vfs asks $2 VFs of $1, which has at most $total"
-    held=$(held_vfs "$1")
-    [[ -z $held ]] || die "[sriov] num_vfs changes the VF count of $1, which destroys its VFs, and pods hold $(echo "$held" | paste -sd, -): drain the node first"
+    refuse_held "$1"
     CHANGES=$((CHANGES + 1))
     [[ -n $(manifest_get numvfs "$1") ]] || ((DRY_RUN)) || manifest_put numvfs "$1" "$current"
     # A change between two non-zero counts is refused with EBUSY.
@@ -69,13 +75,31 @@ keep_numvfs() {
     fi
 }
 
-prepare_node() {
-    local cfg=$CONFIG kind a b c mode=shared
+# The node preparation the config asks for, one step a line.
+node_prep() {
+    local cfg=$CONFIG
     # A dry run on a fresh node has no config yet: the shipped one applies.
     [[ -e $(p "$cfg") ]] || cfg=$SCRIPT_DIR/config.toml
     [[ $cfg == "$SCRIPT_DIR"/* ]] || cfg=$(p "$cfg")
+    "$BIN_DIR/devgate" doctor --config "$cfg" --print-node-prep || die "read the node preparation from $cfg"
+}
+
+# Before any change: a VF count the config changes on a PF whose VFs pods
+# hold stops the run here, not after the binaries and containerd's config.
+check_numvfs() {
+    local plan kind a b c current
+    plan=$(node_prep)
+    while read -r kind a b c; do
+        [[ $kind == sriov_numvfs ]] || continue
+        current=$(cat "$(p "/sys/bus/pci/devices/$a/sriov_numvfs")" 2>/dev/null) || continue
+        ((current == b)) || refuse_held "$a"
+    done <<<"$plan"
+}
+
+prepare_node() {
+    local kind a b c mode=shared
     local plan rules=""
-    plan=$("$BIN_DIR/devgate" doctor --config "$cfg" --print-node-prep) || die "read the node preparation from $cfg"
+    plan=$(node_prep)
     while read -r kind a b c; do
         case $kind in
         sriov_numvfs)

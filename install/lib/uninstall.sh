@@ -46,8 +46,15 @@ uninstall() {
                 ((DRY_RUN)) || manifest_drop numvfs "$key"
                 continue
             fi
-            local held=""
-            ((current == value)) || held=$(held_vfs "$key")
+            # The installed devgate first: --uninstall is given no --bin-dir.
+            local held="" devgate
+            devgate=$(p "$BIN/devgate")
+            [[ -x $devgate ]] || devgate=$BIN_DIR/devgate
+            if ((current != value)) && ! held=$(held_vfs "$devgate" "$key"); then
+                warn "cannot read devgate's ledger to see which VFs of $key pods hold: its VF count ($value before devgate) is left until --uninstall runs again"
+                FAILURES=$((FAILURES + 1))
+                continue
+            fi
             if [[ -n $held ]]; then
                 warn "pods hold VFs of $key ($(echo "$held" | paste -sd, -)): its VF count ($value before devgate) is left until the node is drained and --uninstall runs again"
                 FAILURES=$((FAILURES + 1))

@@ -62,9 +62,18 @@ pub struct Run {
 }
 
 pub fn bootstrap(prefix: &Path, hooks: &Path, args: &[&str]) -> Run {
+    bootstrap_with_path(prefix, hooks, args, None)
+}
+
+/// [`bootstrap`] with `path` as its PATH, where given.
+pub fn bootstrap_with_path(prefix: &Path, hooks: &Path, args: &[&str], path: Option<&Path>) -> Run {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("install/bootstrap.sh");
     let bin_dir = Path::new(DEVGATE).parent().unwrap();
-    let out = Command::new("bash")
+    let mut cmd = Command::new("bash");
+    if let Some(path) = path {
+        cmd.env("PATH", path);
+    }
+    let out = cmd
         .arg(script)
         .arg("--prefix")
         .arg(prefix)
@@ -141,4 +150,30 @@ pub fn doctor_statuses(prefix: &Path) -> BTreeMap<String, String> {
             )
         })
         .collect()
+}
+
+/// A PATH directory holding every command of the usual ones but containerd.
+pub fn path_without_containerd(dir: &Path) -> PathBuf {
+    let bin = dir.join("path-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for from in [
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+    ] {
+        let Ok(entries) = std::fs::read_dir(from) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if name.to_string_lossy().starts_with("containerd") || bin.join(&name).exists() {
+                continue;
+            }
+            let _ = std::os::unix::fs::symlink(e.path(), bin.join(&name));
+        }
+    }
+    bin
 }

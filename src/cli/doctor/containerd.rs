@@ -186,26 +186,29 @@ pub fn nri_enabled(host: &dyn Host, config: &ContainerdConfig, socket: &Path) ->
         .as_ref()
         .and_then(|t| t.get("disable_connections"))
         .and_then(|v| v.as_bool());
-    if shut == Some(true) {
-        return Check::warn(
-            NAME,
-            format!("on, but {path} sets disable_connections = true: only pre-installed plugins run, and devgate nri on the socket never connects"),
-            "set disable_connections = false (install/bootstrap.sh does), or install devgate pre-installed (bootstrap.sh --preinstalled)",
-        );
-    }
     let configured = eff
         .nri
         .as_ref()
         .and_then(|t| t.get("socket_path"))
         .and_then(|v| v.as_str());
-    match configured {
-        Some(s) if Path::new(s) != socket => Check::warn(
-            NAME,
-            format!("on, but its socket_path is {s}, not {}", socket.display()),
-            format!("run devgate nri (and doctor) with --socket {s}"),
-        ),
-        _ => Check::pass(NAME, format!("on ({path})")),
+    let mut found = Vec::new();
+    let mut fixes = Vec::new();
+    if shut == Some(true) {
+        found.push(format!("{path} sets disable_connections = true: only pre-installed plugins run, and devgate nri on the socket never connects"));
+        fixes.push("set disable_connections = false, unless devgate is pre-installed (bootstrap.sh --preinstalled)".to_string());
     }
+    if let Some(s) = configured.filter(|s| Path::new(s) != socket) {
+        found.push(format!("its socket_path is {s}, not {}", socket.display()));
+        fixes.push(format!("run devgate nri (and doctor) with --socket {s}"));
+    }
+    if found.is_empty() {
+        return Check::pass(NAME, format!("on ({path})"));
+    }
+    Check::warn(
+        NAME,
+        format!("on, but {}", found.join("; ")),
+        fixes.join("; "),
+    )
 }
 
 /// The CRI runtime devgate's containers run with: its name and whether runc
