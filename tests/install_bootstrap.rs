@@ -290,8 +290,8 @@ fn a_node_without_containerd_and_with_a_read_only_usr() {
 }
 
 /// Changing a PF's VF count destroys its VFs: while a pod holds one (in the
-/// ledger), bootstrap refuses the change, naming the VF, and so does
-/// `--uninstall` when it would give the PF its earlier count back.
+/// ledger), bootstrap refuses the change, naming the VF; `--uninstall`
+/// refuses while any pod holds devices, before it undoes anything.
 #[test]
 fn a_vf_count_is_not_changed_under_a_pod_holding_a_vf() {
     use devgate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
@@ -344,8 +344,14 @@ fn a_vf_count_is_not_changed_under_a_pod_holding_a_vf() {
     ledger.claim(&pod, &[vf]).unwrap();
     let kept = bootstrap(&prefix, &hooks, &["--uninstall"]);
     assert!(!kept.ok, "{}", kept.out);
-    position(&kept.out, "pods hold VFs of 0000:19:00.0 (0000:19:00.2)");
+    position(&kept.out, "pods hold devices in devgate's ledger");
+    position(&kept.out, "nothing changed");
     assert_eq!(numvfs().trim(), "4");
+    assert!(
+        prefix.join("usr/local/bin/devgate-hook").exists(),
+        "{}",
+        kept.out
+    );
     std::fs::remove_dir_all(&state).unwrap();
     let undone = bootstrap(&prefix, &hooks, &["--uninstall"]);
     assert!(undone.ok, "{}", undone.out);

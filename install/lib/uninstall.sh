@@ -5,6 +5,21 @@
 
 # --- uninstall -----------------------------------------------------------------
 
+# Before anything is undone: pods in devgate's ledger still hold devices,
+# and their containers' poststop hooks run the devgate-hook this would
+# remove, so their VFs would never come back and their GPUs never be cleaned.
+refuse_live_pods() {
+    local state devgate status
+    state=$(p /run/devgate)
+    [[ -e $state/ledger.json || -e $state/ledger.journal ]] || return 0
+    devgate=$(p "$BIN/devgate")
+    [[ -x $devgate ]] || devgate=$BIN_DIR/devgate
+    status=$("$devgate" status --state-dir "$state" -o json 2>/dev/null) ||
+        die "cannot read devgate's ledger in /run/devgate to see whether pods hold devices: drain the node first (then remove /run/devgate if it stays unreadable); nothing changed"
+    [[ $status == *'"pods": {}'* ]] ||
+        die "pods hold devices in devgate's ledger (devgate status lists them), and their containers' poststop hooks run the devgate-hook this would remove: drain the node first; nothing changed"
+}
+
 uninstall() {
     local m kind key value
     local -a dirs=()
@@ -13,6 +28,7 @@ uninstall() {
         log "nothing installed (no $MANIFEST)"
         return
     fi
+    refuse_live_pods
     # Nothing is owed to services being taken away.
     clear_pending
     local UNIT_REMOVED=0
