@@ -18,7 +18,8 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::plan::DeviceNode;
+use crate::inventory::Inventory;
+use crate::plan::{DeviceKind, DeviceNode};
 
 #[derive(Debug, thiserror::Error)]
 #[error("make {link} -> {target}: {source}")]
@@ -44,16 +45,50 @@ struct Seen {
     reported: HashSet<(u32, u32)>,
 }
 
+/// The NVIDIA nodes devgate can grant on this node: each GPU's, `nvidiactl`,
+/// `nvidia-uvm` and `nvidia-uvm-tools` (those whose major is known). Linked
+/// when the plugin starts and reads the host again, before any pod, as
+/// `nvidia-ctk system create-dev-char-symlinks --create-all` does.
+pub fn nvidia_nodes(inv: &Inventory) -> Vec<DeviceNode> {
+    use crate::plan::gpu_minors::{NVIDIACTL_MINOR, UVM_MINOR, UVM_TOOLS_MINOR};
+    let node = |path: String, major: u32, minor: u32| DeviceNode {
+        path,
+        kind: DeviceKind::Char,
+        major,
+        minor,
+        file_mode: 0o666,
+    };
+    let mut out = Vec::new();
+    if let Some(nvidia) = inv.nvidia_majors.nvidia {
+        out.extend(
+            inv.gpus
+                .iter()
+                .map(|g| node(format!("/dev/nvidia{}", g.minor), nvidia, g.minor)),
+        );
+        out.push(node("/dev/nvidiactl".into(), nvidia, NVIDIACTL_MINOR));
+    }
+    if let Some(uvm) = inv.nvidia_majors.nvidia_uvm {
+        out.push(node("/dev/nvidia-uvm".into(), uvm, UVM_MINOR));
+        out.push(node("/dev/nvidia-uvm-tools".into(), uvm, UVM_TOOLS_MINOR));
+    }
+    out
+}
+
 /// `<dev>/char/M:m`.
 pub fn link_path(dev: &Path, major: u32, minor: u32) -> PathBuf {
     dev.join("char").join(format!("{major}:{minor}"))
 }
 
-/// Whether runc finds the device for systemd: `<dev>/char/M:m` or
-/// `<sys>/dev/char/M:m` exists (runc stats the first, then the second).
+/// Whether runc will find the device for systemd once its node exists: an
+/// entry `<dev>/char/M:m`, or `<sys>/dev/char/M:m` (runc stats the first,
+/// then the second).
 pub fn systemd_sees(host_root: &Path, major: u32, minor: u32) -> bool {
     let name = format!("{major}:{minor}");
-    host_root.join("dev/char").join(&name).exists()
+    host_root
+        .join("dev/char")
+        .join(&name)
+        .symlink_metadata()
+        .is_ok()
         || host_root.join("sys/dev/char").join(&name).exists()
 }
 
@@ -202,8 +237,12 @@ mod tests {
             Some(PathBuf::from("../nvidia-caps/nvidia-cap1"))
         );
         assert_eq!(read(231, 0), None, "sysfs has it");
-        assert!(!systemd_sees(root.path(), 195, 3), "the link dangles here");
+        assert!(systemd_sees(root.path(), 195, 3));
         assert!(systemd_sees(root.path(), 231, 0));
+        assert!(
+            !systemd_sees(root.path(), 195, 4),
+            "not granted, not linked"
+        );
     }
 
     #[test]

@@ -26,6 +26,13 @@ echo "VIS=$NVIDIA_VISIBLE_DEVICES"
 fn gpu_pod_gets_exactly_its_gpu_and_unannotated_pod_nothing() {
     require_root();
     let node = Node::start(&[]);
+    // Every GPU of the node is linked when the plugin starts, before any pod.
+    let link = std::fs::read_link(node.fixture.root().join("dev/char/195:5"));
+    assert_eq!(
+        link.ok(),
+        Some("../nvidia5".into()),
+        "/dev/char/195:5 at start"
+    );
     let cri = node.cri();
     let gpu = node.gpu(2).clone();
     let pod = cri

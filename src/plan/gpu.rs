@@ -6,9 +6,9 @@ use crate::ledger::{Claim, DeviceId, Share};
 
 /// `/dev/nvidiactl` is minor 255 of the `nvidia` major (libnvidia-container
 /// `nvc_internal.h`); `nvidia-uvm` and `nvidia-uvm-tools` are minors 0 and 1 of theirs.
-const NVIDIACTL_MINOR: u32 = 255;
-const UVM_MINOR: u32 = 0;
-const UVM_TOOLS_MINOR: u32 = 1;
+pub const NVIDIACTL_MINOR: u32 = 255;
+pub const UVM_MINOR: u32 = 0;
+pub const UVM_TOOLS_MINOR: u32 = 1;
 const LD_PRELOAD: &str = "LD_PRELOAD";
 
 pub(super) fn plan_gpus(

@@ -14,6 +14,10 @@ mod rdma;
 pub use comm_env::{env_inputs, GidSource, HostGids, NoGids};
 pub use error::PlanError;
 pub use gid_cache::GidCache;
+/// The fixed minors of the NVIDIA control nodes.
+pub mod gpu_minors {
+    pub use super::gpu::{NVIDIACTL_MINOR, UVM_MINOR, UVM_TOOLS_MINOR};
+}
 
 use std::collections::BTreeMap;
 

@@ -114,6 +114,14 @@ fn backfill_vf_pfs(ledger: &Ledger, inv: &Inventory) {
     }
 }
 
+/// Links every NVIDIA node of the inventory in `/dev/char` (see
+/// [`crate::devchar`]); a failure is said, not fatal.
+fn link_dev_char(links: &crate::devchar::DevCharLinks, inv: &Inventory) {
+    for e in links.ensure(&crate::devchar::nvidia_nodes(inv)) {
+        tracing::warn!(error = %e, "a gpu's device rule may be lost at systemctl daemon-reload under the systemd cgroup driver");
+    }
+}
+
 impl Devices {
     pub fn open(
         host_root: &Path,
@@ -128,6 +136,8 @@ impl Devices {
         }
         let ledger = Ledger::open(state_dir)?;
         backfill_vf_pfs(&ledger, &inv);
+        let dev_char = crate::devchar::DevCharLinks::new(host_root);
+        link_dev_char(&dev_char, &inv);
         Ok(Devices {
             host_root: host_root.to_path_buf(),
             state_dir: state_dir.to_path_buf(),
@@ -141,7 +151,7 @@ impl Devices {
             last_plan: LastPlan::default(),
             cdi_specs: Default::default(),
             stopped: Default::default(),
-            dev_char: crate::devchar::DevCharLinks::new(host_root),
+            dev_char,
         })
     }
 
@@ -177,6 +187,7 @@ impl Devices {
         // The new inventory's names may stand for other devices.
         self.gids.clear();
         self.dev_char.forget();
+        link_dev_char(&self.dev_char, &inv);
         *self
             .inventory
             .write()

@@ -146,7 +146,7 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
         node::nvidia(roots, host, &inventory, running::on_socket(roots, &running)),
         node::rdma_netns(roots, &config, &inventory),
         node::vfs(roots, &config),
-        node::cgroup(roots, &containerd_config),
+        node::cgroup(roots, &containerd_config, &inventory),
         cdi::cdi(host, &containerd_config, &config),
         cdi::specs(roots, host, &config, &inventory),
         grant::grant_check(roots, &config),

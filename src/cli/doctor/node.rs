@@ -301,7 +301,7 @@ pub fn vfs(roots: &Roots, config: &Config) -> Check {
     )
 }
 
-pub fn cgroup(roots: &Roots, containerd: &ContainerdConfig) -> Check {
+pub fn cgroup(roots: &Roots, containerd: &ContainerdConfig, inventory: &Inventory) -> Check {
     const NAME: &str = "cgroup";
     let fs = roots.host_root.join("sys/fs/cgroup");
     let version = if fs.join("cgroup.controllers").exists() {
@@ -327,6 +327,24 @@ pub fn cgroup(roots: &Roots, containerd: &ContainerdConfig) -> Check {
     // every device in linux.devices, and links /dev/char/M:m for nodes without a
     // sysfs device (runc registers no rule with systemd without one: see
     // `devchar`), so its grants survive a reload.
+    // runc registers no rule with systemd for a node without a /dev/char or
+    // /sys/dev/char entry (see `devchar`): such GPUs vanish at a reload.
+    let unseen: Vec<String> = if systemd {
+        crate::devchar::nvidia_nodes(inventory)
+            .iter()
+            .filter(|d| !crate::devchar::systemd_sees(&roots.host_root, d.major, d.minor))
+            .map(|d| d.path.clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if !unseen.is_empty() {
+        return Check::warn(
+            NAME,
+            format!("{found}: no /dev/char/<major>:<minor> leads to {}: runc registers no systemd rule for them, and systemctl daemon-reload takes them from running containers", unseen.join(", ")),
+            "the plugin links them when it starts and as it grants them: check that it runs and can write /dev/char (the DaemonSet mounts it), or run nvidia-ctk system create-dev-char-symlinks --create-all",
+        );
+    }
     if systemd && runtime.contains("nvidia") {
         return Check::warn(
             NAME,

@@ -440,6 +440,13 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             "daemon-reload",
         ),
         (
+            "no /dev/char links under systemd",
+            |n| std::fs::remove_dir_all(n.roots.host_root.join("dev/char")).unwrap(),
+            "cgroup",
+            Status::Warn,
+            "no /dev/char/<major>:<minor> leads to /dev/nvidia",
+        ),
+        (
             "no cgroup fs",
             |n| {
                 std::fs::remove_file(n.roots.host_root.join("sys/fs/cgroup/cgroup.controllers"))

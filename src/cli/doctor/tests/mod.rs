@@ -145,6 +145,24 @@ fn healthy_from(template: Option<&Path>) -> Node {
     }
     devs.insert(root.join("dev/nvidiactl"), (195, 255));
     devs.insert(root.join("dev/nvidia-uvm"), (508, 0));
+    // The plugin's /dev/char links (the config's runtime uses the systemd
+    // cgroup driver).
+    std::fs::create_dir_all(root.join("dev/char")).unwrap();
+    let mut links: Vec<(String, String)> = devs
+        .iter()
+        .map(|(path, (major, minor))| {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (format!("{major}:{minor}"), name)
+        })
+        .collect();
+    links.push(("508:1".into(), "nvidia-uvm-tools".into()));
+    for (link, name) in links {
+        let link = root.join("dev/char").join(link);
+        // A node copied from a template has them already.
+        if link.symlink_metadata().is_err() {
+            std::os::unix::fs::symlink(format!("../{name}"), link).unwrap();
+        }
+    }
     let host = FakeHost {
         version: Ok("containerd github.com/containerd/containerd v1.7.24 abc".into()),
         socket_up: true,
