@@ -179,6 +179,7 @@ main() {
     else
         check_bin_dir
         check_numvfs
+        check_containerd
         load_pending
         trap save_pending EXIT
         install_devgate

@@ -79,17 +79,16 @@ pub fn link_path(dev: &Path, major: u32, minor: u32) -> PathBuf {
     dev.join("char").join(format!("{major}:{minor}"))
 }
 
-/// Whether runc will find the device for systemd once its node exists: an
-/// entry `<dev>/char/M:m`, or `<sys>/dev/char/M:m` (runc stats the first,
-/// then the second).
-pub fn systemd_sees(host_root: &Path, major: u32, minor: u32) -> bool {
-    let name = format!("{major}:{minor}");
-    host_root
-        .join("dev/char")
-        .join(&name)
-        .symlink_metadata()
-        .is_ok()
-        || host_root.join("sys/dev/char").join(&name).exists()
+/// Whether runc finds `node` for systemd (it stats `<dev>/char/M:m`, then
+/// `<sys>/dev/char/M:m`), or will once the node exists: devgate's own link,
+/// `../<node>`, waits for it. Another link that dangles is skipped by runc.
+pub fn systemd_sees(host_root: &Path, node: &DeviceNode) -> bool {
+    let name = format!("{}:{}", node.major, node.minor);
+    let link = host_root.join("dev/char").join(&name);
+    let ours = below_dev(&node.path).is_some_and(|rel| {
+        std::fs::read_link(&link).is_ok_and(|t| t == Path::new(&format!("../{rel}")))
+    });
+    link.exists() || ours || host_root.join("sys/dev/char").join(&name).exists()
 }
 
 impl DevCharLinks {
@@ -166,7 +165,10 @@ impl DevCharLinks {
                 .join(format!(".{}:{}.devgate", d.major, d.minor));
             let _ = std::fs::remove_file(&spare);
             std::os::unix::fs::symlink(&target, &spare).map_err(err)?;
-            std::fs::rename(&spare, &link).map_err(err)?;
+            if let Err(e) = std::fs::rename(&spare, &link) {
+                let _ = std::fs::remove_file(&spare);
+                return Err(err(e));
+            }
             tracing::info!(link = %link.display(), target, was = %now.display(), "replaced a dangling /dev/char link");
             return Ok(());
         }
@@ -237,11 +239,18 @@ mod tests {
             Some(PathBuf::from("../nvidia-caps/nvidia-cap1"))
         );
         assert_eq!(read(231, 0), None, "sysfs has it");
-        assert!(systemd_sees(root.path(), 195, 3));
-        assert!(systemd_sees(root.path(), 231, 0));
+        let sees = |d: &DeviceNode| systemd_sees(root.path(), d);
+        assert!(sees(&devices[0]), "ours, waiting for its node");
+        assert!(sees(&devices[3]), "sysfs has it");
         assert!(
-            !systemd_sees(root.path(), 195, 4),
+            !sees(&node("/dev/nvidia4", 195, 4)),
             "not granted, not linked"
+        );
+        let foreign = link_path(&root.path().join("dev"), 195, 6);
+        std::os::unix::fs::symlink("/nowhere", foreign).unwrap();
+        assert!(
+            !sees(&node("/dev/nvidia6", 195, 6)),
+            "runc skips a dangling link"
         );
     }
 

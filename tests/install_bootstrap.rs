@@ -359,8 +359,8 @@ fn a_vf_count_is_not_changed_under_a_pod_holding_a_vf() {
 }
 
 /// No containerd on the PATH, but its config is there (a tarball install in
-/// /usr/local/bin under sudo's secure_path): stopped before containerd's
-/// config, not taken for a node without containerd.
+/// /usr/local/bin under sudo's secure_path): stopped before any change, not
+/// taken for a node without containerd.
 #[test]
 fn a_containerd_off_the_path_is_not_taken_for_none() {
     let dir = tempfile::tempdir().unwrap();
@@ -375,6 +375,8 @@ fn a_containerd_off_the_path_is_not_taken_for_none() {
     );
     let config = std::fs::read_to_string(prefix.join("etc/containerd/config.toml")).unwrap();
     assert_eq!(config, CONTAINERD_CONFIG);
+    let bin = prefix.join("usr/local/bin");
+    assert!(!bin.exists(), "stopped before any change: {}", run.out);
     // Without any sign of it, a node without containerd.
     std::fs::remove_dir_all(prefix.join("etc/containerd")).unwrap();
     let run = bootstrap_with_path(&prefix, &hooks, &[], Some(&path));

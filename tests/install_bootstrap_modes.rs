@@ -519,6 +519,8 @@ fn shut_out_connections_are_refused_unless_preinstalled() {
         assert_eq!(run.ok, ok, "{}", run.out);
         if !ok {
             position(&run.out, "sets disable_connections = true in [plugins.\"io.containerd.nri.v1.nri\"], which keeps devgate nri from ever connecting");
+            let bin = prefix.join("usr/local/bin");
+            assert!(!bin.exists(), "refused before any change: {}", run.out);
         }
         let after = std::fs::read_to_string(prefix.join("etc/containerd/config.toml")).unwrap();
         assert_eq!(after, config);

@@ -108,8 +108,10 @@ shut_out() { # file
     printf '%s' "$1 sets disable_connections = true in [$NRI_SECTION], which keeps devgate nri from ever connecting: set it to false, or install with --preinstalled (containerd then starts devgate itself)"
 }
 
+# enable_nri [check]: with check 1, every refusal is made and nothing is
+# written (bootstrap's look before its first change).
 enable_nri() {
-    local major minor need=1 cfg new rc=0
+    local check=${1:-0} major minor need=1 cfg new rc=0
     if ! has_containerd; then
         local sign
         # A containerd outside the PATH (a tarball in /usr/local/bin under
@@ -118,7 +120,9 @@ enable_nri() {
             [[ $CONTAINERD_VERSION == none || ! -e $(p "$sign") ]] ||
                 die "no containerd on the PATH, but $sign is there: pass --containerd-version with its version (containerd --version), or none"
         done
-        log "no containerd on this node: its NRI is not configured; CRI-O and podman run devgate-hook from hooks.d (and CRI-O with NRI enabled serves the plugin on its own socket)"
+        if ((!check)); then
+            log "no containerd on this node: its NRI is not configured; CRI-O and podman run devgate-hook from hooks.d (and CRI-O with NRI enabled serves the plugin on its own socket)"
+        fi
         return 0
     fi
     read -r major minor < <(containerd_major_minor)
@@ -127,7 +131,9 @@ enable_nri() {
     ((major == 1)) || need=0
     cfg=$(p "$CONTAINERD_CONFIG")
     if [[ ! -e $cfg ]]; then
-        ((need)) || return 0
+        if ((!need || check)); then
+            return 0
+        fi
         ! put_text "$CONTAINERD_CONFIG" 644 < <(printf 'version = 2\n\n[%s]\n  disable = false\n' "$NRI_SECTION") ||
             RESTART_CONTAINERD=1
         return 0
@@ -153,6 +159,10 @@ enable_nri() {
         die "$(shut_out "$CONTAINERD_CONFIG")"
     fi
     ((rc == 0)) || die "cannot edit $CONTAINERD_CONFIG"
+    if ((check)); then
+        rm -f "$new"
+        return 0
+    fi
     # Keep the file's mode: containerd configs may hold registry credentials.
     if put_file "$new" "$CONTAINERD_CONFIG" "$(stat -c '%a' "$cfg")"; then
         RESTART_CONTAINERD=1

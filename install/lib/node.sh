@@ -41,13 +41,20 @@ refuse_held() {
     [[ -z $held ]] || die "[sriov] num_vfs changes the VF count of $1, which destroys its VFs, and pods hold $(echo "$held" | paste -sd, -): drain the node first"
 }
 
-set_numvfs() { # bdf count
-    local dev=/sys/bus/pci/devices/$1 current total
+# numvfs_now BDF COUNT: prints the PF's VF count now; dies when the config's
+# count cannot be set on it.
+numvfs_now() {
+    local dev=/sys/bus/pci/devices/$1 total
     [[ -f $(p "$dev/sriov_numvfs") ]] || die "[sriov] num_vfs names $1, which has no $dev/sriov_numvfs"
-    current=$(<"$(p "$dev/sriov_numvfs")")
     total=$(<"$(p "$dev/sriov_totalvfs")")
-    ((current == $2)) && return 0
     (($2 <= total)) || die "[sriov] num_vfs asks $2 VFs of $1, which has at most $total"
+    cat "$(p "$dev/sriov_numvfs")"
+}
+
+set_numvfs() { # bdf count
+    local dev=/sys/bus/pci/devices/$1 current
+    current=$(numvfs_now "$1" "$2")
+    ((current == $2)) && return 0
     refuse_held "$1"
     CHANGES=$((CHANGES + 1))
     [[ -n $(manifest_get numvfs "$1") ]] || ((DRY_RUN)) || manifest_put numvfs "$1" "$current"
@@ -84,16 +91,22 @@ node_prep() {
     "$BIN_DIR/devgate" doctor --config "$cfg" --print-node-prep || die "read the node preparation from $cfg"
 }
 
-# Before any change: a VF count the config changes on a PF whose VFs pods
-# hold stops the run here, not after the binaries and containerd's config.
+# Before any change: a VF count the config cannot have, or changes on a PF
+# whose VFs pods hold, stops the run here, not after the binaries and
+# containerd's config.
 check_numvfs() {
     local plan kind a b c current
     plan=$(node_prep)
     while read -r kind a b c; do
         [[ $kind == sriov_numvfs ]] || continue
-        current=$(cat "$(p "/sys/bus/pci/devices/$a/sriov_numvfs")" 2>/dev/null) || continue
+        current=$(numvfs_now "$a" "$b")
         ((current == b)) || refuse_held "$a"
     done <<<"$plan"
+}
+
+# Before any change: every refusal containerd's config would meet.
+check_containerd() {
+    enable_nri 1
 }
 
 prepare_node() {

@@ -8,14 +8,23 @@
 # Before anything is undone: pods in devgate's ledger still hold devices,
 # and their containers' poststop hooks run the devgate-hook this would
 # remove, so their VFs would never come back and their GPUs never be cleaned.
+# An install that put no hook (--node-only: the DaemonSet's) takes none away.
 refuse_live_pods() {
-    local state devgate status
+    local state devgate status err
+    [[ -n $(manifest_kind "$BIN/devgate-hook") ]] || return 0
     state=$(p /run/devgate)
     [[ -e $state/ledger.json || -e $state/ledger.journal ]] || return 0
     devgate=$(p "$BIN/devgate")
     [[ -x $devgate ]] || devgate=$BIN_DIR/devgate
-    status=$("$devgate" status --state-dir "$state" -o json 2>/dev/null) ||
-        die "cannot read devgate's ledger in /run/devgate to see whether pods hold devices: drain the node first (then remove /run/devgate if it stays unreadable); nothing changed"
+    err=$(mktemp)
+    if ! status=$("$devgate" status --state-dir "$state" -o json 2>"$err"); then
+        local why
+        why=$(head -c 300 "$err")
+        rm -f "$err"
+        die "cannot read devgate's ledger in /run/devgate with $devgate to see whether pods hold devices ($why): drain the node first; nothing changed"
+    fi
+    rm -f "$err"
+    # serde_json's pretty form of the ledger's empty pod map.
     [[ $status == *'"pods": {}'* ]] ||
         die "pods hold devices in devgate's ledger (devgate status lists them), and their containers' poststop hooks run the devgate-hook this would remove: drain the node first; nothing changed"
 }

@@ -11,11 +11,13 @@
 //! `dev_ioctl` in the socket's netns (net/socket.c).
 //!
 //! `dev_ioctl` first calls `dev_load`, which, for a name no link has, asks
-//! for module `netdev-<name>` and, where the caller has `CAP_SYS_MODULE`,
-//! for the module `<name>` itself (net/core/dev_ioctl.c). A name read in a
-//! pod's netns is the pod's to choose and can be gone by the time of the
-//! ioctl: the call runs with `CAP_SYS_MODULE` out of the thread's effective
-//! set ([`NoModuleLoading`]), so no module is ever loaded on a pod's word.
+//! for module `netdev-<name>` where the caller has `CAP_NET_ADMIN` (the alias
+//! tunnel drivers give their fallback devices: `gre0` loads ip_gre) and, with
+//! `CAP_SYS_MODULE`, for the module `<name>` itself (net/core/dev_ioctl.c).
+//! A name read in a pod's netns is the pod's to choose and can be gone by
+//! the time of the ioctl: the call runs with both out of the thread's
+//! effective set ([`NoModuleLoading`]; `ETHTOOL_GDRVINFO` needs neither), so
+//! no module is ever loaded on a pod's word.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -96,7 +98,10 @@ pub fn drvinfo(fd: RawFd, name: &str) -> io::Result<Option<Drv>> {
 }
 
 // include/uapi/linux/capability.h
+const CAP_NET_ADMIN: u32 = 12;
 const CAP_SYS_MODULE: u32 = 16;
+/// What `dev_load` asks before it loads a module.
+const MODULE_CAPS: u32 = (1 << CAP_NET_ADMIN) | (1 << CAP_SYS_MODULE);
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
 #[repr(C)]
@@ -142,37 +147,39 @@ fn set_thread_caps(data: &[CapData; 2]) -> io::Result<()> {
     Ok(())
 }
 
-/// `CAP_SYS_MODULE` out of the calling thread's effective set while alive,
-/// back in (it stays permitted) when dropped. Capabilities are per thread:
-/// the process's other threads keep theirs.
+/// `CAP_NET_ADMIN` and `CAP_SYS_MODULE` out of the calling thread's
+/// effective set while alive, back in (they stay permitted) when dropped.
+/// Capabilities are per thread: the process's other threads keep theirs.
+/// A failure to lower them fails the lookup; one to raise them again leaves
+/// them lowered, which only refuses later work.
 pub struct NoModuleLoading {
-    lowered: bool,
+    lowered: u32,
 }
 
 impl NoModuleLoading {
     pub fn new() -> io::Result<NoModuleLoading> {
         let mut caps = thread_caps()?;
-        let bit = 1 << CAP_SYS_MODULE;
-        if caps[0].effective & bit == 0 {
-            return Ok(NoModuleLoading { lowered: false });
+        let lowered = caps[0].effective & MODULE_CAPS;
+        if lowered == 0 {
+            return Ok(NoModuleLoading { lowered });
         }
-        caps[0].effective &= !bit;
+        caps[0].effective &= !lowered;
         set_thread_caps(&caps)?;
-        Ok(NoModuleLoading { lowered: true })
+        Ok(NoModuleLoading { lowered })
     }
 }
 
 impl Drop for NoModuleLoading {
     fn drop(&mut self) {
-        if !self.lowered {
+        if self.lowered == 0 {
             return;
         }
         let raised = thread_caps().and_then(|mut caps| {
-            caps[0].effective |= 1 << CAP_SYS_MODULE;
+            caps[0].effective |= self.lowered;
             set_thread_caps(&caps)
         });
         if let Err(e) = raised {
-            tracing::warn!(error = %e, "cap_sys_module not raised again");
+            tracing::warn!(error = %e, "cap_net_admin and cap_sys_module not raised again");
         }
     }
 }
@@ -271,25 +278,25 @@ mod tests {
     }
 
     #[test]
-    fn module_loading_is_off_for_this_thread_only_while_held() {
+    fn module_loading_caps_are_off_for_this_thread_only_while_held() {
         assert!(
             nix::unistd::geteuid().is_root(),
-            "this test needs root: it lowers and raises cap_sys_module"
+            "this test needs root: it lowers and raises cap_net_admin and cap_sys_module"
         );
-        let bit = 1u64 << CAP_SYS_MODULE;
+        let bit = u64::from(MODULE_CAPS);
         let (lowered_tx, lowered) = std::sync::mpsc::channel();
         let (checked, checked_rx) = std::sync::mpsc::channel::<()>();
         let worker = std::thread::spawn(move || {
-            assert_ne!(cap_eff() & bit, 0, "root starts with it");
+            assert_eq!(cap_eff() & bit, bit, "root starts with both");
             let guard = NoModuleLoading::new().unwrap();
             assert_eq!(cap_eff() & bit, 0, "lowered");
             lowered_tx.send(()).unwrap();
             checked_rx.recv().unwrap();
             drop(guard);
-            assert_ne!(cap_eff() & bit, 0, "raised again");
+            assert_eq!(cap_eff() & bit, bit, "raised again");
         });
         lowered.recv().unwrap();
-        assert_ne!(cap_eff() & bit, 0, "another thread keeps it");
+        assert_eq!(cap_eff() & bit, bit, "another thread keeps them");
         checked.send(()).unwrap();
         worker.join().unwrap();
     }

@@ -326,13 +326,11 @@ pub fn cgroup(roots: &Roots, containerd: &ContainerdConfig, inventory: &Inventor
     // GPU requests through nvidia-container-runtime) is lost then. devgate puts
     // every device in linux.devices, and links /dev/char/M:m for nodes without a
     // sysfs device (runc registers no rule with systemd without one: see
-    // `devchar`), so its grants survive a reload.
-    // runc registers no rule with systemd for a node without a /dev/char or
-    // /sys/dev/char entry (see `devchar`): such GPUs vanish at a reload.
+    // `devchar`), so its grants survive a reload; a node without one vanishes.
     let unseen: Vec<String> = if systemd {
         crate::devchar::nvidia_nodes(inventory)
             .iter()
-            .filter(|d| !crate::devchar::systemd_sees(&roots.host_root, d.major, d.minor))
+            .filter(|d| !crate::devchar::systemd_sees(&roots.host_root, d))
             .map(|d| d.path.clone())
             .collect()
     } else {

@@ -281,3 +281,26 @@ fn devgates_executable_in_the_pod_is_ended_and_outside_no_user() {
     assert!(n.host.alive(60), "another devgate is never signalled");
     assert_eq!(resets(&n.nvml, "GPU-0"), 1);
 }
+
+/// Another devgate process is no user of a released GPU, but it holds it:
+/// the full reset, which needs every GPU of the node idle, is not run.
+#[test]
+fn another_devgate_holding_a_gpu_means_no_full_reset() {
+    let n = node(|c| {
+        c.full_reset = true;
+        c.reset_command = vec!["reset-gpu".into()];
+    });
+    n.ledger.claim(&pod("a"), &[claim("GPU-0", WHOLE)]).unwrap();
+    let other = FakeProc {
+        devs: vec![dev(0), dev(1)],
+        cgroup: "0::/system.slice/containerd.service\n".into(),
+        start: 1,
+        devgate: true,
+        ..FakeProc::default()
+    };
+    n.host.add_proc(60, other);
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert!(out.failed.is_empty(), "{:?}", out.failed);
+    assert_eq!(resets(&n.nvml, "GPU-0"), 1, "the light cleaning ran");
+    assert!(n.host.commands.lock().unwrap().is_empty(), "no full reset");
+}
