@@ -383,3 +383,44 @@ fn a_containerd_off_the_path_is_not_taken_for_none() {
     assert!(run.ok, "{}", run.out);
     position(&run.out, "no containerd on this node");
 }
+
+/// A VF count the PF cannot have stops bootstrap before any change.
+#[test]
+fn a_vf_count_over_the_pfs_total_stops_before_any_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    write(
+        &prefix.join("etc/devgate/config.toml"),
+        &format!("[sriov.num_vfs]\n\"{PF}\" = 9\n"),
+    );
+    let hooks = hooks_dir(dir.path());
+    let run = bootstrap(&prefix, &hooks, &["--containerd-version", "1.7.24"]);
+    assert!(!run.ok, "{}", run.out);
+    position(
+        &run.out,
+        &format!("asks 9 VFs of {PF}, which has at most 8"),
+    );
+    assert!(!prefix.join("usr/local/bin").exists(), "{}", run.out);
+    let config = std::fs::read_to_string(prefix.join("etc/containerd/config.toml")).unwrap();
+    assert_eq!(config, CONTAINERD_CONFIG);
+}
+
+/// A containerd config that is a dangling link is refused like any link,
+/// before any change, not replaced by a new file.
+#[test]
+fn a_dangling_linked_containerd_config_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    let cfg = prefix.join("etc/containerd/config.toml");
+    std::fs::remove_file(&cfg).unwrap();
+    std::os::unix::fs::symlink("/nowhere/config.toml", &cfg).unwrap();
+    let hooks = hooks_dir(dir.path());
+    let run = bootstrap(&prefix, &hooks, &["--containerd-version", "1.7.24"]);
+    assert!(!run.ok, "{}", run.out);
+    position(&run.out, "/etc/containerd/config.toml is a symbolic link");
+    assert!(std::fs::symlink_metadata(&cfg)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(!prefix.join("usr/local/bin").exists(), "{}", run.out);
+}

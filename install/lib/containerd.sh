@@ -105,7 +105,10 @@ imports_text() {
 }
 
 shut_out() { # file
-    printf '%s' "$1 sets disable_connections = true in [$NRI_SECTION], which keeps devgate nri from ever connecting: set it to false, or install with --preinstalled (containerd then starts devgate itself)"
+    local or=", or install with --preinstalled (containerd then starts devgate itself)"
+    # The DaemonSet's plugin dials the socket: no other way for --node-only.
+    ((!NODE_ONLY)) || or=""
+    printf '%s' "$1 sets disable_connections = true in [$NRI_SECTION], which keeps devgate nri from ever connecting: set it to false$or"
 }
 
 # enable_nri [check]: with check 1, every refusal is made and nothing is
@@ -130,6 +133,9 @@ enable_nri() {
     # 2.x enables NRI unless its config says otherwise.
     ((major == 1)) || need=0
     cfg=$(p "$CONTAINERD_CONFIG")
+    # Replacing a link with a file would give it the link's mode (0777) and
+    # leave the file it points to behind; a dangling one too.
+    [[ ! -L $cfg ]] || die "$CONTAINERD_CONFIG is a symbolic link: enable NRI in the file it points to by hand"
     if [[ ! -e $cfg ]]; then
         if ((!need || check)); then
             return 0
@@ -138,9 +144,6 @@ enable_nri() {
             RESTART_CONTAINERD=1
         return 0
     fi
-    # Replacing a link with a file would give it the link's mode (0777) and
-    # leave the file it points to behind.
-    [[ ! -L $cfg ]] || die "$CONTAINERD_CONFIG is a symbolic link: enable NRI in the file it points to by hand"
     grep -Eq '^[[:space:]]*version[[:space:]]*=[[:space:]]*[23]([[:space:]]|#|$)' "$cfg" ||
         die "$CONTAINERD_CONFIG is not a version 2 or 3 config: run 'containerd config migrate' first"
     check_imports "$cfg" "$need"

@@ -8,10 +8,10 @@
 # Before anything is undone: pods in devgate's ledger still hold devices,
 # and their containers' poststop hooks run the devgate-hook this would
 # remove, so their VFs would never come back and their GPUs never be cleaned.
-# An install that put no hook (--node-only: the DaemonSet's) takes none away.
+# After --node-only too: putting containerd's config back turns 1.7's NRI
+# off under the DaemonSet's plugin, whose pods' releases would never come.
 refuse_live_pods() {
     local state devgate status err
-    [[ -n $(manifest_kind "$BIN/devgate-hook") ]] || return 0
     state=$(p /run/devgate)
     [[ -e $state/ledger.json || -e $state/ledger.journal ]] || return 0
     devgate=$(p "$BIN/devgate")
@@ -19,7 +19,7 @@ refuse_live_pods() {
     err=$(mktemp)
     if ! status=$("$devgate" status --state-dir "$state" -o json 2>"$err"); then
         local why
-        why=$(head -c 300 "$err")
+        why=$(tail -c 300 "$err")
         rm -f "$err"
         die "cannot read devgate's ledger in /run/devgate with $devgate to see whether pods hold devices ($why): drain the node first; nothing changed"
     fi

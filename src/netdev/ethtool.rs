@@ -150,8 +150,10 @@ fn set_thread_caps(data: &[CapData; 2]) -> io::Result<()> {
 /// `CAP_NET_ADMIN` and `CAP_SYS_MODULE` out of the calling thread's
 /// effective set while alive, back in (they stay permitted) when dropped.
 /// Capabilities are per thread: the process's other threads keep theirs.
-/// A failure to lower them fails the lookup; one to raise them again leaves
-/// them lowered, which only refuses later work.
+/// A failure to lower them fails the lookup. One to raise them again (they
+/// stay permitted, so the kernel has no reason to refuse) would leave the
+/// thread without `CAP_NET_ADMIN`: its later netlink changes then fail with
+/// EPERM, which fails the container's start or keeps its VF's record.
 pub struct NoModuleLoading {
     lowered: u32,
 }
