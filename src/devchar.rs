@@ -19,7 +19,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::inventory::Inventory;
-use crate::plan::{DeviceKind, DeviceNode};
+use crate::plan::DeviceNode;
 
 #[derive(Debug, thiserror::Error)]
 #[error("make {link} -> {target}: {source}")]
@@ -50,26 +50,24 @@ struct Seen {
 /// when the plugin starts and reads the host again, before any pod, as
 /// `nvidia-ctk system create-dev-char-symlinks --create-all` does.
 pub fn nvidia_nodes(inv: &Inventory) -> Vec<DeviceNode> {
-    use crate::plan::gpu_minors::{NVIDIACTL_MINOR, UVM_MINOR, UVM_TOOLS_MINOR};
-    let node = |path: String, major: u32, minor: u32| DeviceNode {
-        path,
-        kind: DeviceKind::Char,
-        major,
-        minor,
-        file_mode: 0o666,
-    };
+    use crate::plan::{gpu_node, CTL_NODE, UVM_NODES};
+    // The mode is the plan's to choose; a link does not carry one.
+    let node = |path: &str, major, minor| DeviceNode::char(path, major, minor, 0o666);
     let mut out = Vec::new();
     if let Some(nvidia) = inv.nvidia_majors.nvidia {
         out.extend(
             inv.gpus
                 .iter()
-                .map(|g| node(format!("/dev/nvidia{}", g.minor), nvidia, g.minor)),
+                .map(|g| node(&gpu_node(g.minor), nvidia, g.minor)),
         );
-        out.push(node("/dev/nvidiactl".into(), nvidia, NVIDIACTL_MINOR));
+        out.push(node(CTL_NODE.0, nvidia, CTL_NODE.1));
     }
     if let Some(uvm) = inv.nvidia_majors.nvidia_uvm {
-        out.push(node("/dev/nvidia-uvm".into(), uvm, UVM_MINOR));
-        out.push(node("/dev/nvidia-uvm-tools".into(), uvm, UVM_TOOLS_MINOR));
+        out.extend(
+            UVM_NODES
+                .iter()
+                .map(|(path, minor)| node(path, uvm, *minor)),
+        );
     }
     out
 }
@@ -198,16 +196,9 @@ fn below_dev(path: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::DeviceKind;
 
     fn node(path: &str, major: u32, minor: u32) -> DeviceNode {
-        DeviceNode {
-            path: path.to_string(),
-            kind: DeviceKind::Char,
-            major,
-            minor,
-            file_mode: 0o666,
-        }
+        DeviceNode::char(path, major, minor, 0o666)
     }
 
     #[test]

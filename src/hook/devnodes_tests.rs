@@ -8,13 +8,7 @@ use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt, PermissionsExt};
 use super::*;
 
 fn node(path: &str, major: u32, minor: u32) -> DeviceNode {
-    DeviceNode {
-        path: path.to_string(),
-        kind: DeviceKind::Char,
-        major,
-        minor,
-        file_mode: 0o666,
-    }
+    DeviceNode::char(path, major, minor, 0o666)
 }
 
 fn nodes() -> Vec<DeviceNode> {

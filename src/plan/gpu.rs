@@ -5,10 +5,15 @@ use crate::inventory::{Gpu, Health, Inventory};
 use crate::ledger::{Claim, DeviceId, Share};
 
 /// `/dev/nvidiactl` is minor 255 of the `nvidia` major (libnvidia-container
-/// `nvc_internal.h`); `nvidia-uvm` and `nvidia-uvm-tools` are minors 0 and 1 of theirs.
-pub const NVIDIACTL_MINOR: u32 = 255;
-pub const UVM_MINOR: u32 = 0;
-pub const UVM_TOOLS_MINOR: u32 = 1;
+/// `nvc_internal.h`): (path, minor).
+pub const CTL_NODE: (&str, u32) = ("/dev/nvidiactl", 255);
+/// `nvidia-uvm` and `nvidia-uvm-tools` are minors 0 and 1 of their major.
+pub const UVM_NODES: [(&str, u32); 2] = [("/dev/nvidia-uvm", 0), ("/dev/nvidia-uvm-tools", 1)];
+
+/// A GPU's node, `/dev/nvidia<minor>`.
+pub fn gpu_node(minor: u32) -> String {
+    format!("/dev/nvidia{minor}")
+}
 const LD_PRELOAD: &str = "LD_PRELOAD";
 
 pub(super) fn plan_gpus(
@@ -59,7 +64,7 @@ pub(super) fn plan_gpus(
                 minor: e.minor,
             });
         }
-        out.device(format!("/dev/nvidia{}", gpu.minor), nvidia, gpu.minor);
+        out.device(gpu_node(gpu.minor), nvidia, gpu.minor);
         out.claim(
             &entry,
             Claim {
@@ -73,9 +78,10 @@ pub(super) fn plan_gpus(
             .push((gpu.uuid.clone(), gpu.topology.numa_node));
         gpus.push(gpu);
     }
-    out.device("/dev/nvidiactl".into(), nvidia, NVIDIACTL_MINOR);
-    out.device("/dev/nvidia-uvm".into(), uvm, UVM_MINOR);
-    out.device("/dev/nvidia-uvm-tools".into(), uvm, UVM_TOOLS_MINOR);
+    out.device(CTL_NODE.0.into(), nvidia, CTL_NODE.1);
+    for (path, minor) in UVM_NODES {
+        out.device(path.into(), uvm, minor);
+    }
     // UUIDs, never minors or indices: nvidia-container-runtime reads integers as NVML
     // indices, which need not equal minors (NVIDIA/nvidia-docker#1432).
     let uuids: Vec<&str> = gpus.iter().map(|g| g.uuid.as_str()).collect();

@@ -14,10 +14,7 @@ mod rdma;
 pub use comm_env::{env_inputs, GidSource, HostGids, NoGids};
 pub use error::PlanError;
 pub use gid_cache::GidCache;
-/// The fixed minors of the NVIDIA control nodes.
-pub mod gpu_minors {
-    pub use super::gpu::{NVIDIACTL_MINOR, UVM_MINOR, UVM_TOOLS_MINOR};
-}
+pub use gpu::{gpu_node, CTL_NODE, UVM_NODES};
 
 use std::collections::BTreeMap;
 
@@ -38,6 +35,19 @@ pub struct DeviceNode {
     pub major: u32,
     pub minor: u32,
     pub file_mode: u32,
+}
+
+impl DeviceNode {
+    /// A character device node.
+    pub fn char(path: impl Into<String>, major: u32, minor: u32, file_mode: u32) -> DeviceNode {
+        DeviceNode {
+            path: path.into(),
+            kind: DeviceKind::Char,
+            major,
+            minor,
+            file_mode,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -238,13 +248,10 @@ impl Builder<'_> {
     }
 
     fn device(&mut self, path: String, major: u32, minor: u32) {
-        self.plan.devices.push(DeviceNode {
-            path,
-            kind: DeviceKind::Char,
-            major,
-            minor,
-            file_mode: self.config.device_file_mode,
-        });
+        let mode = self.config.device_file_mode;
+        self.plan
+            .devices
+            .push(DeviceNode::char(path, major, minor, mode));
     }
 }
 

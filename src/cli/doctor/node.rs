@@ -9,9 +9,6 @@ use crate::inventory::Inventory;
 /// The name of the check of the NVIDIA driver and its nodes.
 const NVIDIA_CHECK: &str = "nvidia devices";
 
-/// Minor of `/dev/nvidiactl` (NVIDIA's driver README, "Device Nodes").
-const NVIDIACTL_MINOR: u32 = 255;
-
 pub fn inventory(inv: &Inventory) -> Check {
     const NAME: &str = "inventory";
     let vfs: usize = inv.rdma.iter().map(|n| n.vfs.len()).sum();
@@ -69,7 +66,7 @@ pub fn nvidia(roots: &Roots, host: &dyn Host, inv: &Inventory, plugin: Option<u3
         .iter()
         .map(|g| (format!("nvidia{}", g.minor), major, g.minor))
         .collect();
-    want.push(("nvidiactl".to_string(), major, NVIDIACTL_MINOR));
+    want.push(("nvidiactl".to_string(), major, crate::plan::CTL_NODE.1));
     let mut problems = Vec::new();
     for (name, major, minor) in &want {
         let path = roots.host_root.join("dev").join(name);
