@@ -107,7 +107,10 @@ pub struct RtnlConn<T> {
 impl RtnlConn<NlSocket> {
     /// A socket in the calling thread's namespace.
     pub fn open() -> Result<Self, NlError> {
-        let old = ethtool::release_lacks_parent_attr(&ethtool::kernel_release());
+        // The kernel does not change under a process: asked once.
+        static OLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let old =
+            *OLD.get_or_init(|| ethtool::release_lacks_parent_attr(&ethtool::kernel_release()));
         Ok(
             RtnlConn::new(NlSocket::open(netlink_sys::constants::NETLINK_ROUTE)?)
                 .with_parent_by_ethtool(old),
