@@ -13,8 +13,8 @@ has_containerd() {
 
 containerd_major_minor() {
     local v=$CONTAINERD_VERSION
+    # Called only where has_containerd found one: on the PATH if not named.
     if [[ -z $v ]]; then
-        command -v containerd >/dev/null || die "containerd not found: install containerd 1.7 or later first"
         # "containerd github.com/containerd/containerd 1.7.24~ds1 ..." or "containerd containerd.io v1.7.24 ..."
         v=$(containerd --version | awk '{ print $3 }')
     fi

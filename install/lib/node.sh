@@ -15,6 +15,25 @@ write_sysfs() { # host path, value
     printf '%s\n' "$2" >"$(p "$1")" || die "write $2 to $1 failed"
 }
 
+# ledger_status DEVGATE: `devgate status -o json` of /run/devgate, read with
+# the devgate binary DEVGATE; nothing where there is no ledger. Fails (its
+# stderr the reason) when the ledger cannot be read.
+ledger_status() {
+    local state
+    state=$(p /run/devgate)
+    [[ -e $state/ledger.json || -e $state/ledger.journal ]] || return 0
+    "$1" status --state-dir "$state" -o json
+}
+
+# The devgate that reads the ledger in --uninstall, which is given no
+# --bin-dir: the installed one first.
+installed_devgate() {
+    local devgate
+    devgate=$(p "$BIN/devgate")
+    [[ -x $devgate ]] || devgate=$BIN_DIR/devgate
+    printf '%s' "$devgate"
+}
+
 # held_vfs DEVGATE BDF: the PF's VFs that pods hold in devgate's ledger, one
 # a line, read with the devgate binary DEVGATE. Changing the count destroys
 # every VF of the PF (0 is written first), those moved into running pods
@@ -22,10 +41,8 @@ write_sysfs() { # host path, value
 # holding everything: nothing is destroyed on a guess. The plugin may claim a
 # VF between this look and the write: drain the node before a change.
 held_vfs() {
-    local state link bdf status
-    state=$(p /run/devgate)
-    [[ -e $state/ledger.json || -e $state/ledger.journal ]] || return 0
-    status=$("$1" status --state-dir "$state" -o json 2>/dev/null) || return 2
+    local link bdf status
+    status=$(ledger_status "$1" 2>/dev/null) || return 2
     for link in "$(p "/sys/bus/pci/devices/$2")"/virtfn*; do
         [[ -L $link ]] || continue
         bdf=$(basename "$(readlink "$link")")
@@ -82,7 +99,10 @@ keep_numvfs() {
     fi
 }
 
-# The node preparation the config asks for, one step a line.
+# The node preparation the config asks for, one step a line: read once, by
+# check_numvfs before any change (the config step installs the shipped
+# config where there is none, which is what is read then too).
+NODE_PREP=""
 node_prep() {
     local cfg=$CONFIG
     # A dry run on a fresh node has no config yet: the shipped one applies.
@@ -95,13 +115,13 @@ node_prep() {
 # whose VFs pods hold, stops the run here, not after the binaries and
 # containerd's config.
 check_numvfs() {
-    local plan kind a b c current
-    plan=$(node_prep)
+    local kind a b c current
+    NODE_PREP=$(node_prep)
     while read -r kind a b c; do
         [[ $kind == sriov_numvfs ]] || continue
         current=$(numvfs_now "$a" "$b")
         ((current == b)) || refuse_held "$a"
-    done <<<"$plan"
+    done <<<"$NODE_PREP"
 }
 
 # Before any change: every refusal containerd's config would meet.
@@ -111,8 +131,7 @@ check_containerd() {
 
 prepare_node() {
     local kind a b c mode=shared
-    local plan rules=""
-    plan=$(node_prep)
+    local rules=""
     while read -r kind a b c; do
         case $kind in
         sriov_numvfs)
@@ -123,7 +142,7 @@ prepare_node() {
         "") ;;
         *) die "unexpected node preparation line: $kind $a $b $c" ;;
         esac
-    done <<<"$plan"
+    done <<<"$NODE_PREP"
     keep_numvfs "$rules"
     local changed=1
     if [[ $mode == exclusive ]]; then

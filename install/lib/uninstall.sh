@@ -11,21 +11,18 @@
 # After --node-only too: putting containerd's config back turns 1.7's NRI
 # off under the DaemonSet's plugin, whose pods' releases would never come.
 refuse_live_pods() {
-    local state devgate status err
-    state=$(p /run/devgate)
-    [[ -e $state/ledger.json || -e $state/ledger.journal ]] || return 0
-    devgate=$(p "$BIN/devgate")
-    [[ -x $devgate ]] || devgate=$BIN_DIR/devgate
+    local devgate status err
+    devgate=$(installed_devgate)
     err=$(mktemp)
-    if ! status=$("$devgate" status --state-dir "$state" -o json 2>"$err"); then
+    if ! status=$(ledger_status "$devgate" 2>"$err"); then
         local why
         why=$(tail -c 300 "$err")
         rm -f "$err"
         die "cannot read devgate's ledger in /run/devgate with $devgate to see whether pods hold devices ($why): drain the node first; nothing changed"
     fi
     rm -f "$err"
-    # serde_json's pretty form of the ledger's empty pod map.
-    [[ $status == *'"pods": {}'* ]] ||
+    # No ledger, or serde_json's pretty form of its empty pod map.
+    [[ -z $status || $status == *'"pods": {}'* ]] ||
         die "pods hold devices in devgate's ledger (devgate status lists them), and their containers' poststop hooks run the devgate-hook this would remove: drain the node first; nothing changed"
 }
 
@@ -71,11 +68,8 @@ uninstall() {
                 ((DRY_RUN)) || manifest_drop numvfs "$key"
                 continue
             fi
-            # The installed devgate first: --uninstall is given no --bin-dir.
-            local held="" devgate
-            devgate=$(p "$BIN/devgate")
-            [[ -x $devgate ]] || devgate=$BIN_DIR/devgate
-            if ((current != value)) && ! held=$(held_vfs "$devgate" "$key"); then
+            local held=""
+            if ((current != value)) && ! held=$(held_vfs "$(installed_devgate)" "$key"); then
                 warn "cannot read devgate's ledger to see which VFs of $key pods hold: its VF count ($value before devgate) is left until --uninstall runs again"
                 FAILURES=$((FAILURES + 1))
                 continue
