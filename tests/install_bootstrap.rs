@@ -310,12 +310,15 @@ fn a_vf_count_is_not_changed_under_a_pod_holding_a_vf() {
         name: "a".into(),
         uid: "uid-a".into(),
     };
-    let vf = Claim {
-        device: DeviceId::Vf("0000:19:00.3".parse().unwrap()),
-        share: Share::Exclusive,
-        pf: Some(PF.parse().unwrap()),
+    let hold = |ledger: &Ledger, vf: &str| {
+        let vf = Claim {
+            device: DeviceId::Vf(vf.parse().unwrap()),
+            share: Share::Exclusive,
+            pf: Some(PF.parse().unwrap()),
+        };
+        ledger.claim(&pod, &[vf]).unwrap();
     };
-    ledger.claim(&pod, &[vf]).unwrap();
+    hold(&ledger, "0000:19:00.3");
     let hooks = hooks_dir(dir.path());
     let version = ["--containerd-version", "1.7.24"];
     let numvfs = || std::fs::read_to_string(pf_dir.join("sriov_numvfs")).unwrap();
@@ -335,13 +338,7 @@ fn a_vf_count_is_not_changed_under_a_pod_holding_a_vf() {
     let done = bootstrap(&prefix, &hooks, &version);
     assert!(done.ok, "{}", done.out);
     assert_eq!(numvfs().trim(), "4");
-    let ledger = Ledger::open(&state).unwrap();
-    let vf = Claim {
-        device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
-        share: Share::Exclusive,
-        pf: Some(PF.parse().unwrap()),
-    };
-    ledger.claim(&pod, &[vf]).unwrap();
+    hold(&Ledger::open(&state).unwrap(), "0000:19:00.2");
     let kept = bootstrap(&prefix, &hooks, &["--uninstall"]);
     assert!(!kept.ok, "{}", kept.out);
     position(&kept.out, "pods hold devices in devgate's ledger");

@@ -51,6 +51,19 @@ impl FakeNvml {
         self.events.lock().unwrap().push_back(events);
     }
 
+    /// `GPU_IS_LOST` (15) from `call` for a GPU in [`Self::lost`].
+    fn not_lost(&self, uuid: &str, call: &'static str) -> Result<(), NvmlError> {
+        if !self.lost.lock().unwrap().contains(uuid) {
+            return Ok(());
+        }
+        Err(NvmlError::Call {
+            call,
+            uuid: uuid.to_string(),
+            code: 15,
+            reason: "gpu is lost",
+        })
+    }
+
     fn record(&self, uuid: &str, call: &'static str, c: Call) -> Result<(), NvmlError> {
         if self.failing.lock().unwrap().contains(uuid) {
             return Err(NvmlError::Call {
@@ -70,14 +83,7 @@ impl Nvml for FakeNvml {
         true
     }
     fn processes(&self, uuid: &str) -> Result<Vec<u32>, NvmlError> {
-        if self.lost.lock().unwrap().contains(uuid) {
-            return Err(NvmlError::Call {
-                call: "nvmlDeviceGetComputeRunningProcesses",
-                uuid: uuid.to_string(),
-                code: 15,
-                reason: "gpu is lost",
-            });
-        }
+        self.not_lost(uuid, "nvmlDeviceGetComputeRunningProcesses")?;
         if self
             .processes_unsupported
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -138,14 +144,7 @@ impl Nvml for FakeNvml {
         Ok(self.events.lock().unwrap().pop_front().unwrap_or_default())
     }
     fn memory_health(&self, uuid: &str) -> Result<MemoryHealth, NvmlError> {
-        if self.lost.lock().unwrap().contains(uuid) {
-            return Err(NvmlError::Call {
-                call: "nvmlDeviceGetHandleByUUID",
-                uuid: uuid.to_string(),
-                code: 15,
-                reason: "gpu is lost",
-            });
-        }
+        self.not_lost(uuid, "nvmlDeviceGetHandleByUUID")?;
         Ok(self
             .health
             .lock()

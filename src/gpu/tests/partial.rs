@@ -44,6 +44,25 @@ fn pod_of_three(n: &Node) {
     n.ledger.claim(&pod("a"), &gpus).unwrap();
 }
 
+/// A node whose releases end with `gpu.full_reset`.
+fn full_reset_node() -> Node {
+    node(|c| {
+        c.full_reset = true;
+        c.reset_command = vec!["reset-gpu".into()];
+    })
+}
+
+/// A process running devgate's own executable, holding `devs`, in `cgroup`.
+fn devgate_proc(devs: Vec<u64>, cgroup: &str) -> FakeProc {
+    FakeProc {
+        devs,
+        cgroup: format!("0::{cgroup}\n"),
+        start: 1,
+        devgate: true,
+        ..FakeProc::default()
+    }
+}
+
 /// Asserts that the release failed, its reason saying `text`.
 fn failed_with(out: &crate::ledger::Released, text: &str) {
     let reason = out.failed.first().map(|f| f.reason.as_str());
@@ -154,10 +173,7 @@ fn a_pod_process_still_running_keeps_every_gpu() {
 /// back only with the full reset, which needs every one of them clean.
 #[test]
 fn with_full_reset_one_failed_gpu_keeps_them_all() {
-    let n = node(|c| {
-        c.full_reset = true;
-        c.reset_command = vec!["reset-gpu".into()];
-    });
+    let n = full_reset_node();
     pod_of_three(&n);
     n.nvml.failing.lock().unwrap().insert("GPU-1".into());
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
@@ -246,10 +262,7 @@ fn a_lost_gpu_keeps_only_itself() {
 /// unknown: no full reset runs, as when a GPU is in use.
 #[test]
 fn a_lost_gpu_elsewhere_means_no_full_reset() {
-    let n = node(|c| {
-        c.full_reset = true;
-        c.reset_command = vec!["reset-gpu".into()];
-    });
+    let n = full_reset_node();
     n.ledger.claim(&pod("a"), &[claim("GPU-0", WHOLE)]).unwrap();
     n.nvml.lost.lock().unwrap().insert("GPU-1".into());
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
@@ -265,16 +278,10 @@ fn a_lost_gpu_elsewhere_means_no_full_reset() {
 fn devgates_executable_in_the_pod_is_ended_and_outside_no_user() {
     let n = node(|_| {});
     n.ledger.claim(&pod("a"), &[claim("GPU-0", WHOLE)]).unwrap();
-    let devgate = |cgroup: &str| FakeProc {
-        devs: vec![dev(0)],
-        cgroup: format!("0::{cgroup}\n"),
-        start: 1,
-        devgate: true,
-        ..FakeProc::default()
-    };
-    n.host.add_proc(50, devgate("/kubepods/poduid-a/c1"));
     n.host
-        .add_proc(60, devgate("/system.slice/containerd.service"));
+        .add_proc(50, devgate_proc(vec![dev(0)], "/kubepods/poduid-a/c1"));
+    let outside = devgate_proc(vec![dev(0)], "/system.slice/containerd.service");
+    n.host.add_proc(60, outside);
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     assert!(out.failed.is_empty(), "{:?}", out.failed);
     assert!(!n.host.alive(50), "the pod's copy was ended");
@@ -286,18 +293,9 @@ fn devgates_executable_in_the_pod_is_ended_and_outside_no_user() {
 /// the full reset, which needs every GPU of the node idle, is not run.
 #[test]
 fn another_devgate_holding_a_gpu_means_no_full_reset() {
-    let n = node(|c| {
-        c.full_reset = true;
-        c.reset_command = vec!["reset-gpu".into()];
-    });
+    let n = full_reset_node();
     n.ledger.claim(&pod("a"), &[claim("GPU-0", WHOLE)]).unwrap();
-    let other = FakeProc {
-        devs: vec![dev(0), dev(1)],
-        cgroup: "0::/system.slice/containerd.service\n".into(),
-        start: 1,
-        devgate: true,
-        ..FakeProc::default()
-    };
+    let other = devgate_proc(vec![dev(0), dev(1)], "/system.slice/containerd.service");
     n.host.add_proc(60, other);
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     assert!(out.failed.is_empty(), "{:?}", out.failed);
