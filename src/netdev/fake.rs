@@ -12,9 +12,10 @@ use std::rc::Rc;
 use super::netns::Netns;
 use super::nl::NlError;
 use super::rdma::{NetnsMode, RdmaNl};
-use super::rtnl::{Link, LinkChange, LinkRef, Rtnl, VfField};
+use super::rtnl::{Link, LinkChange, LinkRef, Rtnl};
 use super::saved::SavedNetns;
 use super::settings::{HwAddr, VfState};
+use super::vfinfo::VfField;
 use super::{Cause, NetEnv};
 
 pub const HOST: u64 = 1;

@@ -14,6 +14,7 @@
 
 mod error;
 pub mod ethtool;
+pub mod linkwatch;
 pub mod netns;
 pub mod nl;
 pub mod rdma;
@@ -22,6 +23,7 @@ pub mod rtnl;
 pub mod saved;
 pub mod settings;
 mod vf;
+pub mod vfinfo;
 
 #[cfg(test)]
 mod fake;
@@ -33,10 +35,11 @@ pub use netns::{Netns, NetnsError, NetnsId, NetnsRoots};
 pub use nl::NlError;
 pub use rdma::{NetnsMode, RdmaConn, RdmaNl};
 pub use restore::{detach_container, detach_vf};
-pub use rtnl::{Link, LinkChange, LinkRef, Rtnl, RtnlConn, VfField};
+pub use rtnl::{Link, LinkChange, LinkRef, Rtnl, RtnlConn};
 pub use saved::{ContainerScan, SavedError, SavedStore, SavedVf};
 pub use settings::{HwAddr, LinkState, SettingsError, VfAttach, VfSettings, VlanProto};
 pub use vf::{attach_all, VfOps};
+pub use vfinfo::VfField;
 
 use saved::SavedNetns;
 

@@ -9,6 +9,7 @@
 
 use std::io;
 
+use super::linkwatch::LinkWatch;
 use netlink_packet_core::{
     NetlinkBuffer, NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR,
     NLM_F_REQUEST,
@@ -68,12 +69,19 @@ pub trait Transport {
     fn drvinfo(&mut self, _name: &str) -> io::Result<Option<super::ethtool::Drv>> {
         Ok(None)
     }
+    /// The link notices of the socket's netns since the last call (see
+    /// [`super::linkwatch`]); `None` when some were lost, or the transport
+    /// watches no links and so cannot tell.
+    fn link_notices(&mut self) -> io::Result<Option<Vec<Vec<u8>>>> {
+        Ok(None)
+    }
 }
 
 /// A kernel netlink socket of one protocol, bound to the netns of the thread that
 /// created it (net/netlink/af_netlink.c takes `current->nsproxy->net_ns`).
 pub struct NlSocket {
     sock: netlink_sys::Socket,
+    watch: Option<LinkWatch>,
 }
 
 impl NlSocket {
@@ -83,7 +91,18 @@ impl NlSocket {
         sock.bind_auto().map_err(err)?;
         sock.connect(&netlink_sys::SocketAddr::new(0, 0))
             .map_err(err)?;
-        Ok(NlSocket { sock })
+        Ok(NlSocket { sock, watch: None })
+    }
+
+    /// With the link notices of the calling thread's netns, which must be the
+    /// one the socket was opened in.
+    pub fn with_link_watch(mut self) -> Result<NlSocket, NlError> {
+        let watch = LinkWatch::open().map_err(|source| NlError::Socket {
+            op: "watch links",
+            source,
+        })?;
+        self.watch = Some(watch);
+        Ok(self)
     }
 }
 
@@ -122,6 +141,13 @@ impl Transport for NlSocket {
         use std::os::fd::AsRawFd;
         super::ethtool::drvinfo(self.sock.as_raw_fd(), name)
     }
+
+    fn link_notices(&mut self) -> io::Result<Option<Vec<Vec<u8>>>> {
+        match &mut self.watch {
+            Some(w) => w.notices(),
+            None => Ok(None),
+        }
+    }
 }
 
 /// A request/response connection over a transport.
@@ -150,6 +176,11 @@ impl<T: Transport> Conn<T> {
 
     pub fn transport_mut(&mut self) -> &mut T {
         &mut self.transport
+    }
+
+    #[cfg(test)]
+    pub fn into_transport(self) -> T {
+        self.transport
     }
 
     /// Frames `payload` as one message of `msg_type` and returns the payloads of
@@ -355,6 +386,12 @@ pub mod script {
         pub drv: Vec<(&'static str, &'static str, &'static str)>,
         /// The names `drvinfo` was asked for.
         pub asked: Vec<String>,
+        /// Link notices the kernel queues while `drvinfo` runs, each ioctl
+        /// taking the next batch; `None` in a batch: some were lost.
+        pub during_drvinfo: VecDeque<Option<Vec<Vec<u8>>>>,
+        /// Link notices queued and not yet read.
+        pub queued: Vec<Vec<u8>>,
+        lost: bool,
     }
 
     impl Script {
@@ -417,12 +454,22 @@ pub mod script {
 
         fn drvinfo(&mut self, name: &str) -> io::Result<Option<crate::netdev::ethtool::Drv>> {
             self.asked.push(name.to_string());
+            match self.during_drvinfo.pop_front() {
+                Some(Some(batch)) => self.queued.extend(batch),
+                Some(None) => self.lost = true,
+                None => {}
+            }
             Ok(self.drv.iter().find(|(n, ..)| *n == name).map(|(_, d, b)| {
                 crate::netdev::ethtool::Drv {
                     driver: d.to_string(),
                     bus_info: b.to_string(),
                 }
             }))
+        }
+
+        fn link_notices(&mut self) -> io::Result<Option<Vec<Vec<u8>>>> {
+            let batch = std::mem::take(&mut self.queued);
+            Ok((!std::mem::take(&mut self.lost)).then_some(batch))
         }
     }
 }

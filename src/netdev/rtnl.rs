@@ -6,16 +6,14 @@
 use std::os::fd::AsRawFd;
 
 use netlink_packet_core::{Emitable, Parseable};
-use netlink_packet_route::link::{
-    LinkAttribute, LinkExtentMask, LinkFlags, LinkMessage, LinkVfInfo, Prop, VfInfo,
-    VfInfoLinkState, VfInfoMac, VfInfoRate, VfInfoSpoofCheck, VfInfoTrust, VfLinkState, VfVlan,
-    VfVlanInfo, VlanProtocol,
-};
+use netlink_packet_route::link::{LinkAttribute, LinkExtentMask, LinkFlags, LinkMessage, Prop};
 
 use super::ethtool;
+use super::linkwatch::Changed;
 use super::netns::Netns;
 use super::nl::{Conn, Kind, NlError, NlSocket, Transport};
-use super::settings::{HwAddr, LinkState, RateConfig, VfState, VlanConfig, VlanProto};
+use super::settings::{HwAddr, VfState};
+use super::vfinfo::{set_vf_request, vf_state_from, VfField};
 
 // include/uapi/linux/rtnetlink.h
 pub const RTM_NEWLINK: u16 = 16;
@@ -59,30 +57,6 @@ pub struct LinkChange<'a> {
     pub up: Option<bool>,
 }
 
-/// One PF-side VF setting (`IFLA_VFINFO_LIST > IFLA_VF_INFO > ...`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VfField {
-    Mac(HwAddr),
-    Vlan(VlanConfig),
-    Rate(RateConfig),
-    SpoofChk(bool),
-    Trust(bool),
-    LinkState(LinkState),
-}
-
-impl VfField {
-    pub fn step(&self) -> &'static str {
-        match self {
-            VfField::Mac(_) => "set pf vf mac",
-            VfField::Vlan(_) => "set pf vf vlan",
-            VfField::Rate(_) => "set pf vf rate",
-            VfField::SpoofChk(_) => "set pf vf spoofchk",
-            VfField::Trust(_) => "set pf vf trust",
-            VfField::LinkState(_) => "set pf vf link state",
-        }
-    }
-}
-
 /// The link operations, in one namespace.
 pub trait Rtnl {
     /// `None` when there is no such link (ENODEV).
@@ -102,6 +76,8 @@ pub struct RtnlConn<T> {
     /// Fill [`Link::parent`] from ethtool's `bus_info` where rtnetlink leaves
     /// it out: on kernels before 5.16, which never send it (see [`ethtool`]).
     parent_by_ethtool: bool,
+    /// Links renamed or deleted since the current listing began.
+    changed: Changed,
 }
 
 impl RtnlConn<NlSocket> {
@@ -111,20 +87,21 @@ impl RtnlConn<NlSocket> {
         static OLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let old =
             *OLD.get_or_init(|| ethtool::release_lacks_parent_attr(&ethtool::kernel_release()));
-        Ok(
-            RtnlConn::new(NlSocket::open(netlink_sys::constants::NETLINK_ROUTE)?)
-                .with_parent_by_ethtool(old),
-        )
+        let mut sock = NlSocket::open(netlink_sys::constants::NETLINK_ROUTE)?;
+        if old {
+            sock = sock.with_link_watch()?;
+        }
+        Ok(RtnlConn::new(sock).with_parent_by_ethtool(old))
     }
 }
 
-fn emit(msg: &LinkMessage) -> Vec<u8> {
+pub(super) fn emit(msg: &LinkMessage) -> Vec<u8> {
     let mut buf = vec![0; msg.buffer_len()];
     msg.emit(&mut buf);
     buf
 }
 
-fn link_msg(index: u32, attributes: Vec<LinkAttribute>) -> LinkMessage {
+pub(super) fn link_msg(index: u32, attributes: Vec<LinkAttribute>) -> LinkMessage {
     let mut msg = LinkMessage::default();
     msg.header.index = index;
     msg.attributes = attributes;
@@ -174,27 +151,6 @@ pub fn del_altname_request(index: u32, name: &str) -> Vec<u8> {
     emit(&link_msg(index, vec![LinkAttribute::PropList(prop)]))
 }
 
-/// RTM_SETLINK on the PF with one `IFLA_VF_INFO` holding one setting.
-pub fn set_vf_request(pf_index: u32, vf: u32, field: &VfField) -> Vec<u8> {
-    let info = match field {
-        VfField::Mac(mac) => VfInfo::Mac(VfInfoMac::new(vf, mac.as_bytes())),
-        VfField::Vlan(v) => VfInfo::VlanList(vec![VfVlan::Info(VfVlanInfo::new(
-            vf,
-            u32::from(v.vlan),
-            u32::from(v.qos),
-            VlanProtocol::from(v.proto.ethertype()),
-        ))]),
-        VfField::Rate(r) => VfInfo::Rate(VfInfoRate::new(vf, r.min, r.max)),
-        VfField::SpoofChk(on) => VfInfo::SpoofCheck(VfInfoSpoofCheck::new(vf, *on)),
-        VfField::Trust(on) => VfInfo::Trust(VfInfoTrust::new(vf, *on)),
-        VfField::LinkState(s) => {
-            VfInfo::LinkState(VfInfoLinkState::new(vf, VfLinkState::from(s.raw())))
-        }
-    };
-    let list = vec![LinkVfInfo(vec![info])];
-    emit(&link_msg(pf_index, vec![LinkAttribute::VfInfoList(list)]))
-}
-
 /// Reads a GETLINK reply into a [`Link`].
 pub fn parse_link(op: &'static str, payload: &[u8]) -> Result<(Link, LinkMessage), NlError> {
     let msg = LinkMessage::parse(payload).map_err(|e| NlError::Malformed {
@@ -229,76 +185,12 @@ pub fn parse_link(op: &'static str, payload: &[u8]) -> Result<(Link, LinkMessage
     Ok((link, msg))
 }
 
-/// Picks VF `vf` out of a PF's `IFLA_VFINFO_LIST`. The MAC is cut to the PF's
-/// address length (`ifla_vf_mac.mac` is always 32 bytes).
-pub fn vf_state_from(msg: &LinkMessage, pf_addr_len: usize, vf: u32) -> Option<VfState> {
-    let list = msg.attributes.iter().find_map(|a| match a {
-        LinkAttribute::VfInfoList(l) => Some(l),
-        _ => None,
-    })?;
-    let entry = list.iter().find(|e| {
-        e.0.iter()
-            .any(|i| matches!(i, VfInfo::Mac(m) if m.vf_id == vf))
-    })?;
-    let mut state = VfState {
-        vf,
-        mac: HwAddr::default(),
-        vlan: VlanConfig {
-            vlan: 0,
-            qos: 0,
-            proto: VlanProto::Dot1Q,
-        },
-        rate: RateConfig { min: 0, max: 0 },
-        spoofchk: false,
-        trust: false,
-        link_state: LinkState::Auto,
-    };
-    let addr_len = pf_addr_len.clamp(1, super::settings::HWADDR_MAX);
-    for info in &entry.0 {
-        match info {
-            VfInfo::Mac(m) => state.mac = HwAddr::new(&m.mac[..addr_len]).unwrap_or_default(),
-            VfInfo::Vlan(v) => {
-                state.vlan.vlan = v.vlan_id as u16;
-                state.vlan.qos = v.qos as u8;
-            }
-            VfInfo::VlanList(list) => {
-                if let Some(VfVlan::Info(i)) = list.first() {
-                    state.vlan = VlanConfig {
-                        vlan: i.vlan_id as u16,
-                        qos: i.qos as u8,
-                        proto: match u16::from(i.protocol) {
-                            0x88a8 => VlanProto::Dot1Ad,
-                            _ => VlanProto::Dot1Q,
-                        },
-                    };
-                }
-            }
-            VfInfo::Rate(r) => {
-                state.rate = RateConfig {
-                    min: r.min_tx_rate,
-                    max: r.max_tx_rate,
-                }
-            }
-            VfInfo::SpoofCheck(s) => state.spoofchk = s.enabled,
-            VfInfo::Trust(t) => state.trust = t.enabled,
-            VfInfo::LinkState(l) => {
-                state.link_state = match l.state {
-                    VfLinkState::Enable => LinkState::Enable,
-                    VfLinkState::Disable => LinkState::Disable,
-                    _ => LinkState::Auto,
-                }
-            }
-            _ => {}
-        }
-    }
-    Some(state)
-}
-
 impl<T: Transport> RtnlConn<T> {
     pub fn new(transport: T) -> Self {
         RtnlConn {
             conn: Conn::new(transport),
             parent_by_ethtool: false,
+            changed: Changed::default(),
         }
     }
 
@@ -311,11 +203,41 @@ impl<T: Transport> RtnlConn<T> {
         self.conn.transport()
     }
 
+    #[cfg(test)]
+    pub fn transport_mut(&mut self) -> &mut T {
+        self.conn.transport_mut()
+    }
+
+    #[cfg(test)]
+    pub fn into_transport(self) -> T {
+        self.conn.into_transport()
+    }
+
+    /// Starts a listing whose names `fill_parent` will ask ethtool by: the
+    /// notices queued so far are no news of it.
+    fn watch_from_here(&mut self) -> Result<(), NlError> {
+        if self.parent_by_ethtool {
+            self.notices("watch links")?;
+            self.changed = Changed::default();
+        }
+        Ok(())
+    }
+
+    fn notices(&mut self, op: &'static str) -> Result<(), NlError> {
+        let notices = self
+            .conn
+            .transport_mut()
+            .link_notices()
+            .map_err(|source| NlError::Socket { op, source })?;
+        self.changed.add(notices);
+        Ok(())
+    }
+
     /// The link's PCI function from ethtool where the kernel did not send
-    /// `IFLA_PARENT_DEV_NAME`. ethtool asks by name, after the reply: the
-    /// name is looked up again after the ioctl, and an answer is kept only
-    /// while the name still stands for the same link (a pod may rename its
-    /// links in between, to pass one off as another).
+    /// `IFLA_PARENT_DEV_NAME`. ethtool asks by name, after the listing: the
+    /// answer is kept only when no notice says the link was renamed or
+    /// deleted since (a pod may rename its links in between, to pass one off
+    /// as another; see [`super::linkwatch`] for why that suffices).
     fn fill_parent(&mut self, link: &mut Link) -> Result<(), NlError> {
         if !self.parent_by_ethtool || link.parent.is_some() {
             return Ok(());
@@ -331,14 +253,11 @@ impl<T: Transport> RtnlConn<T> {
         let Some(parent) = drv.and_then(|d| ethtool::pci_bus_info(&d.bus_info)) else {
             return Ok(());
         };
-        let req = getlink_request(LinkRef::Name(&link.name), vec![LinkExtentMask::SkipStats]);
-        let same = self
-            .get("get link", &req)?
-            .is_some_and(|(now, _)| now.index == link.index);
-        if same {
-            link.parent = Some(parent);
+        self.notices("watch links")?;
+        if self.changed.has(link.index) {
+            tracing::warn!(link = %link.name, "the link changed while its pci function was read: taken as unknown");
         } else {
-            tracing::warn!(link = %link.name, "the link was renamed while its pci function was read: taken as unknown");
+            link.parent = Some(parent);
         }
         Ok(())
     }
@@ -364,6 +283,7 @@ impl<T: Transport> RtnlConn<T> {
 
 impl<T: Transport> Rtnl for RtnlConn<T> {
     fn link(&mut self, by: LinkRef<'_>) -> Result<Option<Link>, NlError> {
+        self.watch_from_here()?;
         let req = getlink_request(by, vec![LinkExtentMask::SkipStats]);
         let Some((mut link, _)) = self.get("get link", &req)? else {
             return Ok(None);
@@ -373,6 +293,7 @@ impl<T: Transport> Rtnl for RtnlConn<T> {
     }
 
     fn links(&mut self) -> Result<Vec<Link>, NlError> {
+        self.watch_from_here()?;
         let req = getlink_request(LinkRef::Index(0), vec![LinkExtentMask::SkipStats]);
         let replies = self
             .conn

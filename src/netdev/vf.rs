@@ -22,9 +22,10 @@ use super::error::{At, Cause, VfError};
 use super::netns::Netns;
 use super::rdma::NetnsMode;
 use super::restore::{is_ours, restore};
-use super::rtnl::{LinkChange, LinkRef, Rtnl, VfField};
+use super::rtnl::{LinkChange, LinkRef, Rtnl};
 use super::saved::{SavedLink, SavedNetns, SavedStore, SavedVf, SAVED_VERSION};
 use super::settings::{VfAttach, VfConfig};
+use super::vfinfo::VfField;
 use super::NetEnv;
 use crate::inventory::PciAddr;
 

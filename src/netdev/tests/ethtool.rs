@@ -7,7 +7,7 @@ use std::process::Command;
 
 use crate::netdev::ethtool::{self, Drv};
 use crate::netdev::nl::script::{Reply, Script};
-use crate::netdev::nl::NlSocket;
+use crate::netdev::nl::{NlSocket, Transport};
 use crate::netdev::rtnl::{LinkRef, Rtnl, RtnlConn};
 
 /// An RTM_NEWLINK payload: `struct ifinfomsg`, IFLA_IFNAME (3) and, if given,
@@ -55,28 +55,82 @@ fn at(index: i32, name: &str, parent: Option<&str>) -> Reply {
 
 #[test]
 fn an_old_kernels_vf_is_known_by_its_bus_info() {
-    // The name is looked up again after the ioctl: still the same link.
-    let replies = vec![one("ens1f0v1", None), one("ens1f0v1", None)];
-    let mut c = conn(replies, true);
+    let mut c = conn(vec![one("ens1f0v1", None)], true);
     let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
     assert_eq!(link.parent.as_deref(), Some("0000:3b:00.3"));
     assert_eq!(c.transport().asked, ["ens1f0v1"]);
-    assert_eq!(c.transport().sent.len(), 2);
+    assert_eq!(
+        c.transport().sent.len(),
+        1,
+        "the notices stand for a second lookup"
+    );
 }
 
-/// A pod renaming its links between the reply and the ioctl (to have the
-/// VF's name answer for a dummy, or the reverse): the name no longer stands
-/// for the link the reply was about, and its function is taken as unknown.
+/// A pod renaming its links between the listing and the ioctl (to have the
+/// VF's name answer for a dummy, or the reverse, then renaming them back):
+/// the listed link's notice says it changed, and its function is taken as
+/// unknown.
 #[test]
 fn a_link_renamed_meanwhile_has_no_parent() {
-    let replies = vec![one("ens1f0v1", None), at(9, "ens1f0v1", None)];
-    let mut c = conn(replies, true);
+    let mut c = conn(vec![one("ens1f0v1", None)], true);
+    let renamed = vec![
+        link_payload(5, "tmp", None),
+        link_payload(5, "ens1f0v1", None),
+    ];
+    c_during(&mut c, Some(renamed));
     let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
     assert_eq!(link.parent, None);
-    let replies = vec![one("ens1f0v1", None), Reply::Errno(libc::ENODEV)];
-    let mut c = conn(replies, true);
+    // Notices lost to an overflowing queue: nothing can be told.
+    let mut c = conn(vec![one("ens1f0v1", None)], true);
+    c_during(&mut c, None);
     let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
-    assert_eq!(link.parent, None, "gone meanwhile");
+    assert_eq!(link.parent, None, "notices lost");
+    // The next listing starts afresh.
+    let mut c = conn(vec![one("ens1f0v1", None), one("ens1f0v1", None)], true);
+    c_during(&mut c, None);
+    assert_eq!(
+        c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap().parent,
+        None
+    );
+    let again = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
+    assert_eq!(again.parent.as_deref(), Some("0000:3b:00.3"));
+}
+
+/// Notices of other links, and of this one before its listing, say nothing
+/// of what the ioctl answered for.
+#[test]
+fn other_notices_leave_the_parent_known() {
+    let mut c = conn(vec![one("ens1f0v1", None)], true);
+    c_during(&mut c, Some(vec![link_payload(6, "veth0", None)]));
+    c.transport_mut().queued = vec![link_payload(5, "ens1f0v1", None)];
+    let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
+    assert_eq!(link.parent.as_deref(), Some("0000:3b:00.3"));
+}
+
+/// A transport that watches no links cannot tell a rename: no parent.
+#[test]
+fn without_notices_no_parent_is_taken() {
+    struct Blind(Script);
+    impl Transport for Blind {
+        fn send(&mut self, d: &[u8]) -> std::io::Result<()> {
+            self.0.send(d)
+        }
+        fn recv(&mut self) -> std::io::Result<Vec<u8>> {
+            self.0.recv()
+        }
+        fn drvinfo(&mut self, name: &str) -> std::io::Result<Option<Drv>> {
+            self.0.drvinfo(name)
+        }
+    }
+    let script = conn(vec![one("ens1f0v1", None)], true).into_transport();
+    let mut c = RtnlConn::new(Blind(script)).with_parent_by_ethtool(true);
+    let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
+    assert_eq!(link.parent, None);
+    assert_eq!(c.transport().0.asked, ["ens1f0v1"]);
+}
+
+fn c_during(c: &mut RtnlConn<Script>, notices: Option<Vec<Vec<u8>>>) {
+    c.transport_mut().during_drvinfo.push_back(notices);
 }
 
 #[test]
@@ -114,7 +168,7 @@ fn a_dump_on_an_old_kernel_fills_every_link() {
             link_payload(6, "veth0", None),
         ],
     };
-    let mut c = conn(vec![dump, one("ens1f0v1", None)], true);
+    let mut c = conn(vec![dump], true);
     let parents: Vec<_> = c
         .links()
         .unwrap()
@@ -159,7 +213,6 @@ fn the_real_kernel_answers_drvinfo_on_a_netlink_socket() {
             "link", "add", "dgeth0", "type", "veth", "peer", "name", "dgeth1",
         ]);
         let mut sock = NlSocket::open(netlink_sys::constants::NETLINK_ROUTE).unwrap();
-        use crate::netdev::nl::Transport;
         let veth = sock.drvinfo("dgeth0").unwrap();
         let lo = sock.drvinfo("lo").unwrap();
         let gone = sock.drvinfo("dgnosuch0").unwrap();
@@ -180,7 +233,112 @@ fn the_real_kernel_answers_drvinfo_on_a_netlink_socket() {
     assert_eq!(via_rtnl.parent, None, "a veth has no pci function");
     // The namespace was the thread's: the host's sockets do not see its links.
     let mut host = NlSocket::open(netlink_sys::constants::NETLINK_ROUTE).unwrap();
-    use crate::netdev::nl::Transport;
     assert_eq!(host.drvinfo("dgeth0").unwrap(), None);
     assert!(!ethtool::kernel_release().is_empty());
+}
+
+/// A real socket in a fresh netns whose ethtool answer stands in for a VF's
+/// (a veth has no PCI function), its ioctl made between `ip` renames as a pod
+/// with `NET_ADMIN` could make them.
+struct Racing {
+    sock: NlSocket,
+    before: &'static [&'static [&'static str]],
+    after: &'static [&'static [&'static str]],
+}
+
+impl Transport for Racing {
+    fn send(&mut self, d: &[u8]) -> std::io::Result<()> {
+        self.sock.send(d)
+    }
+    fn recv(&mut self) -> std::io::Result<Vec<u8>> {
+        self.sock.recv()
+    }
+    fn drvinfo(&mut self, name: &str) -> std::io::Result<Option<Drv>> {
+        self.before.iter().for_each(|a| ip(a));
+        let real = self.sock.drvinfo(name)?;
+        self.after.iter().for_each(|a| ip(a));
+        assert_eq!(real.map(|d| d.driver).as_deref(), Some("veth"));
+        Ok(Some(Drv {
+            driver: "mlx5_core".to_string(),
+            bus_info: "0000:3b:00.3".to_string(),
+        }))
+    }
+    fn link_notices(&mut self) -> std::io::Result<Option<Vec<Vec<u8>>>> {
+        self.sock.link_notices()
+    }
+}
+
+#[test]
+fn the_real_kernels_notices_catch_names_swapped_around_the_ioctl() {
+    const SWAP: &[&[&str]] = &[
+        &["link", "set", "dgvf0", "name", "dgtmp0"],
+        &["link", "set", "dgdum0", "name", "dgvf0"],
+    ];
+    const BACK: &[&[&str]] = &[
+        &["link", "set", "dgvf0", "name", "dgdum0"],
+        &["link", "set", "dgtmp0", "name", "dgvf0"],
+    ];
+    const OTHER: &[&[&str]] = &[&["link", "set", "dgx0", "name", "dgy0"]];
+    const OTHER_BACK: &[&[&str]] = &[&["link", "set", "dgy0", "name", "dgx0"]];
+    let parents = in_new_netns(|| {
+        // dgvf0 plays the VF, dgdum0 the pod's dummy.
+        ip(&[
+            "link", "add", "dgvf0", "type", "veth", "peer", "name", "dgdum0",
+        ]);
+        ip(&[
+            "link", "add", "dgx0", "type", "veth", "peer", "name", "dgx1",
+        ]);
+        let parent = |before, after| {
+            let sock = NlSocket::open(netlink_sys::constants::NETLINK_ROUTE)
+                .unwrap()
+                .with_link_watch()
+                .unwrap();
+            let racing = Racing {
+                sock,
+                before,
+                after,
+            };
+            let mut c = RtnlConn::new(racing).with_parent_by_ethtool(true);
+            let link = c.link(LinkRef::Name("dgvf0")).unwrap().unwrap();
+            assert_eq!(link.name, "dgvf0");
+            link.parent
+        };
+        [
+            parent(&[], &[]),
+            parent(SWAP, BACK),
+            parent(OTHER, OTHER_BACK),
+        ]
+    });
+    let vf = Some("0000:3b:00.3".to_string());
+    assert_eq!(parents[0], vf, "nothing renamed");
+    assert_eq!(parents[1], None, "the ioctl answered for the dummy");
+    assert_eq!(parents[2], vf, "another link renamed");
+}
+
+#[test]
+fn notices_are_read_from_whole_datagrams_and_bounded() {
+    use crate::netdev::linkwatch::{link_payloads, Changed};
+    use crate::netdev::nl::frame;
+    let mut datagram = frame(16, 0, 0, &link_payload(5, "ens1f0v1", None));
+    datagram.extend(frame(20, 0, 0, &[0; 8])); // RTM_NEWADDR: no link notice
+    datagram.extend(frame(17, 0, 0, &link_payload(7, "dummy0", None)));
+    let mut out = Vec::new();
+    assert!(link_payloads(&datagram, &mut out));
+    let mut changed = Changed::default();
+    changed.add(Some(out));
+    assert!(changed.has(5) && changed.has(7) && !changed.has(6));
+    let mut out = Vec::new();
+    assert!(
+        !link_payloads(&datagram[..datagram.len() - 3], &mut out),
+        "cut short"
+    );
+    // A payload without its ifindex, or more links than are kept: every link.
+    let mut changed = Changed::default();
+    changed.add(Some(vec![vec![0; 4]]));
+    assert!(changed.has(1));
+    let mut changed = Changed::default();
+    changed.add(Some(
+        (0..1025).map(|i| link_payload(i, "x", None)).collect(),
+    ));
+    assert!(changed.has(4096));
 }

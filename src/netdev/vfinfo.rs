@@ -1,0 +1,121 @@
+//! PF-side VF settings over rtnetlink: one `IFLA_VF_INFO` per RTM_SETLINK
+//! on the PF, and the PF's `IFLA_VFINFO_LIST` read back (include/uapi/linux/
+//! if_link.h; `do_setvfinfo` and `rtnl_fill_vfinfo` in net/core/rtnetlink.c).
+
+use netlink_packet_route::link::{
+    LinkAttribute, LinkMessage, LinkVfInfo, VfInfo, VfInfoLinkState, VfInfoMac, VfInfoRate,
+    VfInfoSpoofCheck, VfInfoTrust, VfLinkState, VfVlan, VfVlanInfo, VlanProtocol,
+};
+
+use super::rtnl::{emit, link_msg};
+use super::settings::{HwAddr, LinkState, RateConfig, VfState, VlanConfig, VlanProto};
+
+/// One PF-side VF setting (`IFLA_VFINFO_LIST > IFLA_VF_INFO > ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VfField {
+    Mac(HwAddr),
+    Vlan(VlanConfig),
+    Rate(RateConfig),
+    SpoofChk(bool),
+    Trust(bool),
+    LinkState(LinkState),
+}
+
+impl VfField {
+    pub fn step(&self) -> &'static str {
+        match self {
+            VfField::Mac(_) => "set pf vf mac",
+            VfField::Vlan(_) => "set pf vf vlan",
+            VfField::Rate(_) => "set pf vf rate",
+            VfField::SpoofChk(_) => "set pf vf spoofchk",
+            VfField::Trust(_) => "set pf vf trust",
+            VfField::LinkState(_) => "set pf vf link state",
+        }
+    }
+}
+
+/// RTM_SETLINK on the PF with one `IFLA_VF_INFO` holding one setting.
+pub fn set_vf_request(pf_index: u32, vf: u32, field: &VfField) -> Vec<u8> {
+    let info = match field {
+        VfField::Mac(mac) => VfInfo::Mac(VfInfoMac::new(vf, mac.as_bytes())),
+        VfField::Vlan(v) => VfInfo::VlanList(vec![VfVlan::Info(VfVlanInfo::new(
+            vf,
+            u32::from(v.vlan),
+            u32::from(v.qos),
+            VlanProtocol::from(v.proto.ethertype()),
+        ))]),
+        VfField::Rate(r) => VfInfo::Rate(VfInfoRate::new(vf, r.min, r.max)),
+        VfField::SpoofChk(on) => VfInfo::SpoofCheck(VfInfoSpoofCheck::new(vf, *on)),
+        VfField::Trust(on) => VfInfo::Trust(VfInfoTrust::new(vf, *on)),
+        VfField::LinkState(s) => {
+            VfInfo::LinkState(VfInfoLinkState::new(vf, VfLinkState::from(s.raw())))
+        }
+    };
+    let list = vec![LinkVfInfo(vec![info])];
+    emit(&link_msg(pf_index, vec![LinkAttribute::VfInfoList(list)]))
+}
+
+/// Picks VF `vf` out of a PF's `IFLA_VFINFO_LIST`. The MAC is cut to the PF's
+/// address length (`ifla_vf_mac.mac` is always 32 bytes).
+pub fn vf_state_from(msg: &LinkMessage, pf_addr_len: usize, vf: u32) -> Option<VfState> {
+    let list = msg.attributes.iter().find_map(|a| match a {
+        LinkAttribute::VfInfoList(l) => Some(l),
+        _ => None,
+    })?;
+    let entry = list.iter().find(|e| {
+        e.0.iter()
+            .any(|i| matches!(i, VfInfo::Mac(m) if m.vf_id == vf))
+    })?;
+    let mut state = VfState {
+        vf,
+        mac: HwAddr::default(),
+        vlan: VlanConfig {
+            vlan: 0,
+            qos: 0,
+            proto: VlanProto::Dot1Q,
+        },
+        rate: RateConfig { min: 0, max: 0 },
+        spoofchk: false,
+        trust: false,
+        link_state: LinkState::Auto,
+    };
+    let addr_len = pf_addr_len.clamp(1, super::settings::HWADDR_MAX);
+    for info in &entry.0 {
+        match info {
+            VfInfo::Mac(m) => state.mac = HwAddr::new(&m.mac[..addr_len]).unwrap_or_default(),
+            VfInfo::Vlan(v) => {
+                state.vlan.vlan = v.vlan_id as u16;
+                state.vlan.qos = v.qos as u8;
+            }
+            VfInfo::VlanList(list) => {
+                if let Some(VfVlan::Info(i)) = list.first() {
+                    state.vlan = VlanConfig {
+                        vlan: i.vlan_id as u16,
+                        qos: i.qos as u8,
+                        proto: match u16::from(i.protocol) {
+                            0x88a8 => VlanProto::Dot1Ad,
+                            _ => VlanProto::Dot1Q,
+                        },
+                    };
+                }
+            }
+            VfInfo::Rate(r) => {
+                state.rate = RateConfig {
+                    min: r.min_tx_rate,
+                    max: r.max_tx_rate,
+                }
+            }
+            VfInfo::SpoofCheck(s) => state.spoofchk = s.enabled,
+            VfInfo::Trust(t) => state.trust = t.enabled,
+            VfInfo::LinkState(l) => {
+                state.link_state = match l.state {
+                    VfLinkState::Enable => LinkState::Enable,
+                    VfLinkState::Disable => LinkState::Disable,
+                    _ => LinkState::Auto,
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(state)
+}
