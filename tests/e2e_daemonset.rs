@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use devgate::fixture::HostRootBuilder;
 use devgate::ledger::Ledger;
-use k8s_cri::v1::{Int64Value, Mount, NamespaceMode};
+use k8s_cri::v1::{Int64Value, Mount, NamespaceMode, SeLinuxOption};
 use net::{link, In, Veth};
 use serde_yaml_ng::Value;
 use support::node::{allocation, gpu_entry, vf_entry, DEVICE_ALLOCATED, GPU2_NODES};
@@ -162,6 +162,12 @@ fn container(ctr: &Value, volumes: &Value, hosts: &HostPaths, config_dir: &Path)
         sc.run_as_user = security["runAsUser"]
             .as_i64()
             .map(|value| Int64Value { value });
+        // Sent as kubelet sends it; containerd applies it only where SELinux is on.
+        let selinux = &security["seLinuxOptions"];
+        sc.selinux_options = selinux.as_mapping().map(|_| SeLinuxOption {
+            r#type: selinux["type"].as_str().unwrap_or_default().to_string(),
+            ..Default::default()
+        });
     })
 }
 

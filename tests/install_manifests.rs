@@ -126,6 +126,14 @@ fn daemonset_mounts_what_devgate_needs_and_matches_rbac() {
     // The grant check's credentials, whatever the cluster's automount default.
     assert_eq!(spec["automountServiceAccountToken"].as_bool(), Some(true));
 
+    // The init container writes the hook into the host's /opt/devgate/bin:
+    // refused to container_t on an SELinux host.
+    let init = &spec["initContainers"][0];
+    assert_eq!(
+        init["securityContext"]["seLinuxOptions"]["type"].as_str(),
+        Some("spc_t")
+    );
+
     let container = &spec["containers"][0];
     // NVML opens /dev/nvidia* by those paths: the host's /dev, read-only, so
     // that nodes a driver makes after the start show; kubelet's termination
