@@ -28,7 +28,11 @@
 #      boot) and rdma.netns_mode = "exclusive" (modprobe option
 #      `ib_core netns_mode=0`, read only when ib_core loads: reboot);
 #   7. restarts containerd and devgate only when something of theirs changed,
-#      or an earlier run that stopped on an error owed them a restart.
+#      or an earlier run that stopped on an error owed them a restart; then,
+#      with containerd, waits for devgate to register (DEVGATE_REGISTER_WAIT seconds, default
+#      20), and fails if it does not. A pre-installed plugin that does not
+#      register is undone and containerd restarted without it: containerd 1.7
+#      does not run with one that cannot register.
 # --node-only does steps 2, 3 and 6 for a node whose plugin is the DaemonSet's,
 # and removes the unit or pre-installed plugin an earlier install left.
 # Every path is below --prefix (default /), so tests run it into a directory;
@@ -124,6 +128,8 @@ readonly MANIFEST=/var/lib/devgate/install/manifest
 . "$SCRIPT_DIR/lib/containerd.sh"
 # shellcheck source=lib/devgate.sh
 . "$SCRIPT_DIR/lib/devgate.sh"
+# shellcheck source=lib/services.sh
+. "$SCRIPT_DIR/lib/services.sh"
 # shellcheck source=lib/node.sh
 . "$SCRIPT_DIR/lib/node.sh"
 # shellcheck source=lib/uninstall.sh

@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2034,SC2154 # globals are bootstrap.sh's
 # Part of install/bootstrap.sh, which sources it: devgate's binaries, config,
-# systemd unit or pre-installed plugin, hooks.d files, and the service restarts.
+# systemd unit or pre-installed plugin, and hooks.d files.
 # Uses the globals and helpers bootstrap.sh defines (p, log, warn, die, DRY_RUN,
 # CHANGES, FAILURES, the host paths).
 
@@ -99,63 +99,4 @@ install_devgate() {
         done
     done
     ((found)) || warn "no $HOOKS_SRC/*.json: CRI-O and podman will not run devgate-hook"
-}
-
-# --- services ------------------------------------------------------------------
-
-systemctl_do() {
-    if ((DRY_RUN)); then
-        log "would run: systemctl $*"
-    elif ! real_root; then
-        log "skip (prefix $PREFIX): systemctl $*"
-    elif [[ ! -d /run/systemd/system ]]; then
-        warn "systemd is not running: run 'systemctl $*' yourself"
-    else
-        log "systemctl $*"
-        systemctl "$@" || FAILURES=$((FAILURES + 1))
-    fi
-}
-
-# A run that changed files and then stopped on an error before its restarts
-# owes them: a file beside the manifest remembers which, so that the next run
-# restarts even when it changes nothing itself.
-pending_file() { p "$(dirname "$MANIFEST")/pending-restart"; }
-
-load_pending() {
-    local f
-    f=$(pending_file)
-    [[ -f $f ]] || return 0
-    if grep -qx containerd "$f"; then RESTART_CONTAINERD=1; fi
-    if grep -qx devgate "$f"; then RESTART_DEVGATE=1; fi
-    log "restarts owed by an earlier run that stopped: $(tr '\n' ' ' <"$f")"
-}
-
-# The EXIT trap: on failure, records the restarts this run owes.
-save_pending() {
-    local status=$? f
-    ((status != 0 && !DRY_RUN)) || return 0
-    ((RESTART_CONTAINERD || RESTART_DEVGATE)) || return 0
-    f=$(pending_file)
-    [[ -d $(dirname "$f") ]] || return 0
-    {
-        ((RESTART_CONTAINERD)) && echo containerd
-        ((RESTART_DEVGATE)) && echo devgate
-    } >"$f" 2>/dev/null || true
-    return 0
-}
-
-clear_pending() {
-    ((DRY_RUN)) || rm -f "$(pending_file)"
-}
-
-restart_services() {
-    if ((RESTART_CONTAINERD)) && has_containerd; then
-        systemctl_do restart containerd.service
-    fi
-    # --node-only removed devgate's unit: nothing of devgate's to restart.
-    if ((RESTART_DEVGATE && !PREINSTALLED && !NODE_ONLY)); then
-        systemctl_do daemon-reload
-        systemctl_do enable devgate.service
-        systemctl_do restart devgate.service
-    fi
 }

@@ -67,12 +67,22 @@ pub fn bootstrap(prefix: &Path, hooks: &Path, args: &[&str]) -> Run {
 
 /// [`bootstrap`] with `path` as its PATH, where given.
 pub fn bootstrap_with_path(prefix: &Path, hooks: &Path, args: &[&str], path: Option<&Path>) -> Run {
+    let env: Vec<(&str, &std::ffi::OsStr)> =
+        path.map(|p| ("PATH", p.as_os_str())).into_iter().collect();
+    bootstrap_with_env(prefix, hooks, args, &env)
+}
+
+/// [`bootstrap`] with these variables in its environment.
+pub fn bootstrap_with_env(
+    prefix: &Path,
+    hooks: &Path,
+    args: &[&str],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Run {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("install/bootstrap.sh");
     let bin_dir = Path::new(DEVGATE).parent().unwrap();
     let mut cmd = Command::new("bash");
-    if let Some(path) = path {
-        cmd.env("PATH", path);
-    }
+    cmd.envs(env.iter().copied());
     let out = cmd
         .arg(script)
         .arg("--prefix")

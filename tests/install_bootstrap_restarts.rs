@@ -1,0 +1,214 @@
+//! `install/bootstrap.sh` after its restarts: it waits for devgate to
+//! register with the runtime, and undoes a pre-installed plugin that does
+//! not, since containerd 1.7 does not run with one. systemd is a stand-in
+//! (`DEVGATE_BOOTSTRAP_SYSTEMCTL`) that records each call and, where the
+//! test says so, registers devgate the way the plugin does: a runtime's
+//! Configure recorded in `/run/devgate/runtime.json`.
+mod bootstrap;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use bootstrap::*;
+
+const OLD_PLUGIN: &str = "#!/bin/sh\n# an older devgate, copied by hand\n";
+
+/// The stand-in systemctl: appends its arguments to `calls`; a restart
+/// registers devgate while the file `registers` exists.
+struct Systemd {
+    dir: PathBuf,
+}
+
+impl Systemd {
+    fn new(dir: &Path, prefix: &Path) -> Systemd {
+        let dir = dir.join("systemd");
+        let script = format!(
+            "#!/bin/sh\necho \"$*\" >> {calls}\ncase \"$1\" in restart)\n  if [ -e {registers} ]; then mkdir -p {run} && touch {run}/runtime.json; fi ;;\nesac\n",
+            calls = dir.join("calls").display(),
+            registers = dir.join("registers").display(),
+            run = prefix.join("run/devgate").display(),
+        );
+        write(&dir.join("systemctl"), &script);
+        std::fs::set_permissions(
+            dir.join("systemctl"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        Systemd { dir }
+    }
+
+    fn registers(&self, yes: bool) {
+        let flag = self.dir.join("registers");
+        if yes {
+            write(&flag, "");
+        } else {
+            let _ = std::fs::remove_file(flag);
+        }
+    }
+
+    fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("calls"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn run(&self, prefix: &Path, hooks: &Path, args: &[&str]) -> Run {
+        let _ = std::fs::remove_file(self.dir.join("calls"));
+        let systemctl = self.dir.join("systemctl");
+        let env: [(&str, &OsStr); 2] = [
+            ("DEVGATE_BOOTSTRAP_SYSTEMCTL", systemctl.as_os_str()),
+            ("DEVGATE_REGISTER_WAIT", OsStr::new("1")),
+        ];
+        bootstrap_with_env(prefix, hooks, args, &env)
+    }
+}
+
+const PRE: &[&str] = &["--preinstalled", "--containerd-version", "1.7.24"];
+
+#[test]
+fn a_preinstalled_plugin_that_registers_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    let hooks = hooks_dir(dir.path());
+    let systemd = Systemd::new(dir.path(), &prefix);
+    systemd.registers(true);
+    let run = systemd.run(&prefix, &hooks, PRE);
+    assert!(run.ok, "{}", run.out);
+    assert_eq!(
+        systemd.calls(),
+        ["restart containerd.service"],
+        "{}",
+        run.out
+    );
+    assert!(prefix.join("opt/nri/plugins/10-devgate").is_file());
+    assert!(prefix.join("etc/nri/conf.d/10-devgate.conf").is_symlink());
+}
+
+/// containerd restarted onto a plugin that never registers: the plugin and
+/// its config link go, containerd is restarted without them, the run fails
+/// saying why, and the next run, with the plugin registering, installs them
+/// again.
+#[test]
+fn a_preinstalled_plugin_that_does_not_register_is_undone() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    let hooks = hooks_dir(dir.path());
+    let systemd = Systemd::new(dir.path(), &prefix);
+    let plugin = prefix.join("opt/nri/plugins/10-devgate");
+    let conf = prefix.join("etc/nri/conf.d/10-devgate.conf");
+    let failed = systemd.run(&prefix, &hooks, PRE);
+    assert!(!failed.ok, "{}", failed.out);
+    assert!(
+        failed.out.contains("did not register") && failed.out.contains("journalctl -u containerd"),
+        "{}",
+        failed.out
+    );
+    assert!(!plugin.exists() && !conf.is_symlink(), "{}", failed.out);
+    assert_eq!(
+        systemd.calls(),
+        ["restart containerd.service", "restart containerd.service"],
+        "{}",
+        failed.out
+    );
+    // Everything else of the install stays: the binaries, containerd's NRI.
+    assert!(prefix.join("usr/local/bin/devgate").is_file());
+    let manifest =
+        std::fs::read_to_string(prefix.join("var/lib/devgate/install/manifest")).unwrap();
+    assert!(
+        !manifest.contains("/opt/nri/plugins/10-devgate"),
+        "{manifest}"
+    );
+
+    systemd.registers(true);
+    let again = systemd.run(&prefix, &hooks, PRE);
+    assert!(again.ok, "{}", again.out);
+    assert!(plugin.is_file() && conf.is_symlink(), "{}", again.out);
+    assert_eq!(
+        systemd.calls(),
+        ["restart containerd.service"],
+        "{}",
+        again.out
+    );
+}
+
+/// The plugin a pre-installed install replaced comes back when the new one
+/// does not register: containerd ran with it before.
+#[test]
+fn the_plugin_an_unregistered_one_replaced_is_put_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    let hooks = hooks_dir(dir.path());
+    let plugin = prefix.join("opt/nri/plugins/10-devgate");
+    write(&plugin, OLD_PLUGIN);
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let systemd = Systemd::new(dir.path(), &prefix);
+    let failed = systemd.run(&prefix, &hooks, PRE);
+    assert!(!failed.ok, "{}", failed.out);
+    assert_eq!(
+        std::fs::read_to_string(&plugin).unwrap(),
+        OLD_PLUGIN,
+        "{}",
+        failed.out
+    );
+    let entries = std::fs::read_dir(prefix.join("opt/nri/plugins"))
+        .unwrap()
+        .count();
+    assert_eq!(entries, 1, "{}", failed.out);
+}
+
+/// The systemd unit's plugin not registering is said and fails the run; it
+/// is left installed (a runtime that comes up later finds it: the unit
+/// retries), and containerd is restarted once.
+#[test]
+fn an_unregistered_unit_fails_the_run_and_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    let hooks = hooks_dir(dir.path());
+    let systemd = Systemd::new(dir.path(), &prefix);
+    let failed = systemd.run(&prefix, &hooks, &["--containerd-version", "1.7.24"]);
+    assert!(!failed.ok, "{}", failed.out);
+    assert!(
+        failed.out.contains("did not register") && failed.out.contains("journalctl -u devgate"),
+        "{}",
+        failed.out
+    );
+    assert!(prefix.join("etc/systemd/system/devgate.service").is_file());
+    assert_eq!(
+        systemd.calls(),
+        [
+            "restart containerd.service",
+            "daemon-reload",
+            "enable devgate.service",
+            "restart devgate.service"
+        ],
+        "{}",
+        failed.out
+    );
+    systemd.registers(true);
+    let again = systemd.run(&prefix, &hooks, &["--containerd-version", "1.7.24"]);
+    assert!(again.ok, "{}", again.out);
+}
+
+/// Without containerd (CRI-O, podman) nothing says the runtime runs NRI:
+/// no wait for a registration, and no failure without one.
+#[test]
+fn a_node_without_containerd_waits_for_no_registration() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    let hooks = hooks_dir(dir.path());
+    let systemd = Systemd::new(dir.path(), &prefix);
+    let run = systemd.run(&prefix, &hooks, &["--containerd-version", "none"]);
+    assert!(run.ok, "{}", run.out);
+    assert_eq!(
+        systemd.calls(),
+        [
+            "daemon-reload",
+            "enable devgate.service",
+            "restart devgate.service"
+        ],
+        "{}",
+        run.out
+    );
+}
