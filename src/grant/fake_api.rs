@@ -205,10 +205,8 @@ fn serve(stream: TcpStream, shared: &Shared) {
     }
     let target = request_line.split(' ').nth(1).unwrap_or_default();
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let node = query_param(query, "fieldSelector")
-        .and_then(|f| f.strip_prefix("spec.nodeName%3D"))
-        .unwrap_or_default()
-        .to_string();
+    let selector = Selector::of(query);
+    let node = selector.node.clone();
     let mut out = stream;
     if path != "/api/v1/pods" {
         let _ = respond(
@@ -226,7 +224,13 @@ fn serve(stream: TcpStream, shared: &Shared) {
             .and_then(|v| v.parse().ok())
             .unwrap_or(60);
         shared.lock().requests.push(format!("watch {version}"));
-        watch(out, shared, &node, version, Duration::from_secs(timeout));
+        watch(
+            out,
+            shared,
+            &selector,
+            version,
+            Duration::from_secs(timeout),
+        );
     } else {
         let s = {
             let mut s = shared.lock();
@@ -251,7 +255,7 @@ fn serve(stream: TcpStream, shared: &Shared) {
                 let items: Vec<Value> = s
                     .pods
                     .values()
-                    .filter(|p| p["spec"]["nodeName"] == node.as_str())
+                    .filter(|p| selector.lists(p))
                     .cloned()
                     .collect();
                 json!({ "kind": "PodList", "apiVersion": "v1",
@@ -277,7 +281,41 @@ fn chunk(out: &mut TcpStream, line: &Value) -> std::io::Result<()> {
     out.flush()
 }
 
-fn watch(mut out: TcpStream, shared: &Shared, node: &str, from: u64, timeout: Duration) {
+/// A pod list's field selector: `spec.nodeName=<node>` and any
+/// `status.phase!=<phase>` terms, percent-encoded as the client sends them.
+struct Selector {
+    node: String,
+    not_phases: Vec<String>,
+}
+
+impl Selector {
+    fn of(query: &str) -> Selector {
+        let mut sel = Selector {
+            node: String::new(),
+            not_phases: Vec::new(),
+        };
+        let terms = query_param(query, "fieldSelector").unwrap_or_default();
+        for term in terms.split("%2C") {
+            if let Some(node) = term.strip_prefix("spec.nodeName%3D") {
+                sel.node = node.to_string();
+            } else if let Some(phase) = term.strip_prefix("status.phase%21%3D") {
+                sel.not_phases.push(phase.to_string());
+            }
+        }
+        sel
+    }
+
+    fn lists(&self, p: &Value) -> bool {
+        p["spec"]["nodeName"] == self.node.as_str() && !self.phase_excluded(p)
+    }
+
+    fn phase_excluded(&self, p: &Value) -> bool {
+        let phase = p["status"]["phase"].as_str().unwrap_or_default();
+        self.not_phases.iter().any(|n| n == phase)
+    }
+}
+
+fn watch(mut out: TcpStream, shared: &Shared, sel: &Selector, from: u64, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     let (drops, expiries) = {
         let s = shared.lock();
@@ -313,8 +351,16 @@ fn watch(mut out: TcpStream, shared: &Shared, node: &str, from: u64, timeout: Du
         let pending: Vec<Value> = s
             .events
             .iter()
-            .filter(|(v, _, p)| *v > sent && p["spec"]["nodeName"] == node)
-            .map(|(_, kind, p)| json!({ "type": kind, "object": p }))
+            .filter(|(v, _, p)| *v > sent && p["spec"]["nodeName"] == sel.node.as_str())
+            // An object that no longer matches the selector is sent as deleted.
+            .map(|(_, kind, p)| {
+                let kind = if sel.phase_excluded(p) {
+                    "DELETED"
+                } else {
+                    kind
+                };
+                json!({ "type": kind, "object": p })
+            })
             .collect();
         sent = s.version;
         if !pending.is_empty() {

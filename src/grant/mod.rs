@@ -357,6 +357,8 @@ fn list_state(synced: bool, last_error: Option<String>, silent_for: Option<Durat
 }
 
 #[cfg(test)]
+mod list_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tls_tests;

@@ -59,8 +59,45 @@ pub struct ObjectMeta {
     pub uid: String,
     #[serde(default, rename = "resourceVersion")]
     pub resource_version: String,
-    #[serde(default)]
+    /// Only the annotations the check reads ([`READ_ANNOTATIONS`]): a pod may
+    /// carry 256 KiB of others, and a list page holds many pods.
+    #[serde(default, deserialize_with = "read_annotations")]
     pub annotations: BTreeMap<String, String>,
+}
+
+/// The annotations the check reads of a pod.
+pub const READ_ANNOTATIONS: [&str; 2] = [CONFIG_MIRROR, request::RdmaStrategy::HINT];
+
+/// An annotation map with the values of [`READ_ANNOTATIONS`] only: the
+/// others are skipped without being kept.
+fn read_annotations<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    struct Wanted;
+    impl<'de> serde::de::Visitor<'de> for Wanted {
+        type Value = BTreeMap<String, String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of annotations")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(BTreeMap::new())
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if READ_ANNOTATIONS.contains(&key.as_ref()) {
+                    out.insert(key.into_owned(), map.next_value::<String>()?);
+                } else {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_any(Wanted)
 }
 
 #[derive(Debug, Default, Deserialize)]

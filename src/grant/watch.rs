@@ -27,8 +27,9 @@ pub const MAX_LIST_BYTES: u64 = 64 << 20;
 pub const MAX_EVENT_BYTES: u64 = 16 << 20;
 /// Largest error body read.
 const MAX_STATUS_BYTES: u64 = 64 << 10;
-/// Pods per list page.
-const PAGE: u32 = 500;
+/// Pods per list page: a pod's JSON can be near 1.5 MiB (etcd's default
+/// request limit), so that a page of them stays within [`MAX_LIST_BYTES`].
+const PAGE: u32 = 40;
 /// Most pods a list may name, finished ones included: above the pod garbage
 /// collector's default threshold (`--terminated-pod-gc-threshold`, 12500)
 /// with the node's running pods beside them.
@@ -101,7 +102,7 @@ impl PodClient {
             token: ep.token.clone(),
             ca: ep.ca.clone(),
             client: ep.client.clone(),
-            selector: format!("spec.nodeName%3D{}", ep.node_name),
+            selector: node_selector(&ep.node_name),
             watch_timeout_secs: ep.watch_timeout_secs,
         };
         let usable = client.agent().and_then(|_| match &client.token {
@@ -130,6 +131,10 @@ impl PodClient {
                 Duration::from_secs(self.watch_timeout_secs + 30).min(MAX_SILENCE),
             ))
             .user_agent("devgate")
+            // The API server is reached directly (see `kubeconfig`): proxy
+            // variables in the environment are not for it, and ureq, unlike
+            // Go, cannot match the service CIDRs a NO_PROXY lists.
+            .proxy(None)
             .build()
             .new_agent())
     }
@@ -287,6 +292,17 @@ fn apply_event(line: &[u8], cache: &PodCache, url: &str) -> Result<Option<String
             })
         }
     }
+}
+
+/// The field selector of the node's pods that may still run: finished ones
+/// (`Succeeded`, `Failed`) stay bound to the node until the pod garbage
+/// collector's threshold (12500 cluster-wide by default), each as large as
+/// its spec, and would only be skipped. A pod that finishes while watched no
+/// longer matches, which the API server sends as its deletion.
+fn node_selector(node: &str) -> String {
+    percent_encode(&format!(
+        "spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
+    ))
 }
 
 /// Percent-encodes everything outside RFC 3986's unreserved set.
