@@ -164,19 +164,30 @@ pub fn make_nodes(rootfs: BorrowedFd<'_>, nodes: &[DeviceNode]) -> Result<usize,
 /// the node itself, never by name (`make_node`).
 fn open_subdir(dev: &OwnedFd, sub: &str) -> Result<OwnedFd, NodeError> {
     let path = format!("/dev/{sub}");
-    match mkdirat(Some(dev.as_raw_fd()), sub, Mode::from_bits_truncate(0o755)) {
-        Ok(()) | Err(Errno::EEXIST) => {}
+    let mode = Mode::from_bits_truncate(0o755);
+    let made = match mkdirat(Some(dev.as_raw_fd()), sub, mode) {
+        Ok(()) => true,
+        Err(Errno::EEXIST) => false,
         Err(source) => return Err(NodeError::Create { path, source }),
-    }
-    open2(
+    };
+    let dir = open2(
         dev.as_raw_fd(),
         Path::new(sub),
         ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS,
     )
     .map_err(|source| NodeError::Open {
-        path: PathBuf::from(path),
+        path: PathBuf::from(&path),
         source,
-    })
+    })?;
+    // mkdir applied the umask the hook inherited from its runtime (podman
+    // from a shell with umask 077 would leave /dev/infiniband 0700, closed to
+    // a non-root workload); set through the descriptor, as `make_node` does.
+    if made {
+        let link = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        fchmodat(None, link.as_str(), mode, FchmodatFlags::FollowSymlink)
+            .map_err(|source| NodeError::Create { path, source })?;
+    }
+    Ok(dir)
 }
 
 /// The node named `name` in `dir` itself, as an `O_PATH` descriptor: a

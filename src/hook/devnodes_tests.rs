@@ -45,6 +45,25 @@ fn nodes_are_made_with_their_numbers_and_mode_once() {
     assert_eq!(make_nodes(fd.as_fd(), &[]).unwrap(), 0);
 }
 
+/// A runtime started from a shell with umask 077 (podman) passes it to the
+/// hook: the directory made for nodes still opens to every user, as the nodes
+/// in it do. The umask is set on a thread with a filesystem context of its
+/// own (`unshare(CLONE_FS)`), so that other tests keep theirs.
+#[test]
+fn a_strict_umask_leaves_the_directories_made_open() {
+    let (dir, fd) = rootfs();
+    std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS).expect("unshare fs");
+        nix::sys::stat::umask(Mode::from_bits_truncate(0o077));
+        assert_eq!(make_nodes(fd.as_fd(), &nodes()).unwrap(), 3);
+    })
+    .join()
+    .unwrap();
+    let sub = std::fs::metadata(dir.path().join("dev/infiniband")).unwrap();
+    assert_eq!(sub.permissions().mode() & 0o777, 0o755);
+    assert_node(&dir.path().join("dev/infiniband/uverbs3"), 231, 195);
+}
+
 /// A node already there (the host's, bind-mounted with `--device`) keeps its
 /// mode: changing it would change the host's node.
 #[test]
