@@ -102,6 +102,7 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
     let options = plugin_options(&args, preinstalled.is_some());
     let gpu_config = config.gpu.clone();
     let plugin = DevgatePlugin::new(config, options).map_err(NriCmdError::State)?;
+    plugin.watch_host_changes();
     if preinstalled.is_none() {
         // A runtime-started plugin starts it at Configure, with its `[gpu]`.
         plugin.start_gpu_health(&gpu_config);

@@ -31,6 +31,7 @@ mod rdma;
 pub mod device_cr;
 pub mod model;
 pub mod topology;
+pub mod uevents;
 pub mod view;
 
 use std::path::Path;

@@ -12,6 +12,7 @@ use crate::allocation::{self, AllocationError, DEVICE_ALLOCATED};
 use crate::config::Config;
 use crate::gpu::{self, GpuError, HealthStore};
 use crate::hook::ResolvedError;
+use crate::inventory::uevents::HostChanges;
 use crate::inventory::{Inventory, PciAddr};
 use crate::ledger::{ContainerRecord, DeviceId, Ledger, LedgerError, PodRef};
 use crate::plan::{self, PlanError};
@@ -96,6 +97,10 @@ pub struct Devices {
     stopped: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The host's `/dev/char` links for granted devices (see [`crate::devchar`]).
     dev_char: crate::devchar::DevCharLinks,
+    /// The kernel's device changes, and how many of them the cached
+    /// inventory was read after.
+    changes: Arc<HostChanges>,
+    read_at: std::sync::atomic::AtomicU64,
 }
 
 /// VF claims of pods an earlier release admitted name no PF: named from the
@@ -152,6 +157,8 @@ impl Devices {
             cdi_specs: Default::default(),
             stopped: Default::default(),
             dev_char,
+            changes: Arc::default(),
+            read_at: Default::default(),
         })
     }
 
@@ -166,33 +173,6 @@ impl Devices {
 
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
-    }
-
-    pub fn inventory(&self) -> Arc<Inventory> {
-        self.inventory
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Puts a runtime-sent `[gpu] nvml` setting in force for the next read
-    /// of the host.
-    pub fn set_nvml(&self, nvml: Option<crate::config::NvmlLibraries>) {
-        self.gpu_facts.set_nvml(&self.host_root, nvml);
-    }
-
-    /// Re-reads the host: devices come and go (VFs created, drivers rebound).
-    pub fn refresh(&self) -> Arc<Inventory> {
-        let inv = Arc::new(self.gpu_facts.discover(&self.host_root));
-        // The new inventory's names may stand for other devices.
-        self.gids.clear();
-        self.dev_char.forget();
-        link_dev_char(&self.dev_char, &inv);
-        *self
-            .inventory
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = inv.clone();
-        inv
     }
 
     /// The container's adjustment; empty for pods without the annotation.
@@ -330,7 +310,7 @@ impl Devices {
             sandbox_id: pod.id.clone(),
             devices: Arc::clone(devices),
             selected,
-            inventory: self.inventory(),
+            inventory: self.fresh_inventory(),
             config: Arc::clone(config),
             features,
             env: plan::env_inputs(&config.comm_env, selected, &ctr.env),
@@ -406,6 +386,9 @@ fn grant_identity(pod: &PodSandbox) -> crate::grant::PodIdentity<'_> {
 #[path = "ahead.rs"]
 mod ahead;
 pub use ahead::Ahead;
+
+#[path = "inventory_cache.rs"]
+mod inventory_cache;
 
 #[path = "prepare.rs"]
 mod prepare;

@@ -123,3 +123,47 @@ fn a_vf_whose_rdma_device_is_in_the_pod_serves_its_next_container_after_a_re_rea
     assert!(sidecar.hooks.is_none(), "{sidecar:?}");
     assert_eq!(sidecar.linux.devices, owner.linux.devices);
 }
+
+/// A VF's uverbs numbered anew by the kernel (its PF's VFs made again, an
+/// RDMA device moved between namespaces: the lowest free minor is taken)
+/// while the cache holds the old number. Until the kernel reports a change
+/// the cache answers; once its uevent count moved, the next plan reads the
+/// host again and grants the number the VF has now, not one another VF may
+/// hold.
+#[test]
+fn a_uverbs_numbered_anew_is_read_again_after_a_uevent() {
+    use crate::inventory::model::RdmaCharKind;
+    let node = node();
+    let vf = node.fixture.expected().rdma[0].vfs[0].clone();
+    let uverbs = vf
+        .rdma
+        .as_ref()
+        .unwrap()
+        .char_devs
+        .iter()
+        .find(|c| c.kind == RdmaCharKind::Uverbs)
+        .unwrap()
+        .clone();
+    let path = format!("/dev/infiniband/{}", uverbs.name);
+    let minor_of = |adj: &ContainerAdjustment| {
+        let devices = &adj.linux.as_ref().unwrap().devices;
+        devices.iter().find(|d| d.path == path).map(|d| d.minor)
+    };
+    let config = Arc::new(Config::default());
+    let features = RuntimeFeatures::default();
+    let before = node.create("c1", &[], &config, features).unwrap();
+    assert_eq!(minor_of(&before), Some(i64::from(uverbs.dev.minor)));
+    let dev = node
+        .fixture
+        .root()
+        .join("sys/class/infiniband_verbs")
+        .join(&uverbs.name)
+        .join("dev");
+    let renumbered = uverbs.dev.minor + 64;
+    std::fs::write(&dev, format!("{}:{renumbered}\n", uverbs.dev.major)).unwrap();
+    let cached = node.create("c2", &[], &config, features).unwrap();
+    assert_eq!(minor_of(&cached), Some(i64::from(uverbs.dev.minor)));
+    node.devices.host_changes().bump();
+    let after = node.create("c3", &[], &config, features).unwrap();
+    assert_eq!(minor_of(&after), Some(i64::from(renumbered)));
+}

@@ -189,6 +189,12 @@ impl DevgatePlugin {
         })
     }
 
+    /// Reads the host again whenever the kernel reports a device change
+    /// (see [`crate::inventory::uevents`]).
+    pub fn watch_host_changes(&self) {
+        self.devices.watch_host();
+    }
+
     /// Starts the grant check (`crate::grant`, with its pod watch when the config
     /// asks for one). The first call wins: the watch outlives reconnections.
     pub fn enable_grant_check(&self, config: &Config) {

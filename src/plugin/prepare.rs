@@ -34,7 +34,7 @@ impl Devices {
             gids: &self.gids,
         };
         let build = |inv: &Inventory| plan::build_for(inv, pod, &ctr.name, config, &ctx);
-        match build(&self.inventory()) {
+        match build(&self.fresh_inventory()) {
             Err(e) if is_unknown_device(&e) => build(&self.refresh()),
             other => other,
         }

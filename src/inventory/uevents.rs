@@ -1,0 +1,217 @@
+//! The kernel's word that the devices an inventory read may have changed.
+//!
+//! A cached inventory's numbers go stale without any device it names going
+//! away: when a PF's VF count changes, or mlx5 recovers a function, or a
+//! device moves to another netns in exclusive mode, the RDMA core registers
+//! devices again and `uverbs`/`umad` take the lowest free minor (`ida_alloc_max`
+//! in drivers/infiniband/core/uverbs_main.c and user_mad.c), so an unchanged
+//! VF can come back as another VF's `uverbsN`; a reloaded `nvidia-uvm` can
+//! get another major. A plan from such a cache would grant another pod's
+//! device. Every such change sends a kernel uevent (`add`, `remove`, `move`
+//! for a rename, `bind`, `unbind`) of the device's subsystem, so a generation
+//! counted from them tells a reader that the host must be read again.
+//!
+//! Kernel uevents reach the `NETLINK_KOBJECT_UEVENT` sockets of the initial
+//! network namespace only (lib/kobject_uevent.c, `uevent_net_broadcast_untagged`;
+//! a netdev's go to its own namespace), where the plugin runs: on the host, or
+//! in the DaemonSet's pod with `hostNetwork`.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// include/uapi/linux/netlink.h; group 1 holds the kernel's own messages
+/// (udevd re-sends them to group 2, with its own header).
+const NETLINK_KOBJECT_UEVENT: isize = 15;
+const KERNEL_GROUP: u32 = 1;
+/// `UEVENT_BUFFER_SIZE` (include/linux/kobject.h) is 2048 bytes of
+/// environment, after the `action@devpath` header.
+const DATAGRAM: usize = 8 * 1024;
+/// Bursts (a PF's VFs made at once send hundreds) are taken in before the
+/// settled callback runs.
+const SETTLE: Duration = Duration::from_millis(200);
+/// Receive buffer asked for (as root, beyond `rmem_max`): a lost message
+/// counts as a change, but a burst should not lose them.
+const RCVBUF: usize = 4 << 20;
+
+/// The subsystems whose devices the inventory reads.
+const SUBSYSTEMS: [&str; 5] = [
+    "pci",
+    "infiniband",
+    "infiniband_verbs",
+    "infiniband_mad",
+    // A driver loaded or unloaded: nvidia-uvm's major, a NIC driver's devices.
+    "module",
+];
+/// The actions that add, remove, rename or rebind a device; `change` (link or
+/// port state, AER) leaves what the inventory reads as it was.
+const ACTIONS: [&str; 5] = ["add", "remove", "move", "bind", "unbind"];
+
+/// One kernel uevent: `action@devpath`, then `KEY=value` strings, each ended by NUL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Uevent<'a> {
+    pub action: &'a str,
+    pub devpath: &'a str,
+    pub subsystem: &'a str,
+}
+
+/// A kernel uevent's fields; `None` for anything else (udevd's messages
+/// start with `libudev`).
+pub fn parse(msg: &[u8]) -> Option<Uevent<'_>> {
+    let mut fields = msg.split(|&b| b == 0).map(|f| std::str::from_utf8(f).ok());
+    let (action, devpath) = fields.next()??.split_once('@')?;
+    let subsystem = fields
+        .flatten()
+        .find_map(|f| f.strip_prefix("SUBSYSTEM="))
+        .unwrap_or_default();
+    Some(Uevent {
+        action,
+        devpath,
+        subsystem,
+    })
+}
+
+/// Whether the event can change what an inventory read.
+pub fn changes_inventory(ev: &Uevent<'_>) -> bool {
+    SUBSYSTEMS.contains(&ev.subsystem) && ACTIONS.contains(&ev.action)
+}
+
+/// A count of the host's device changes, as uevents report them.
+#[derive(Debug, Default)]
+pub struct HostChanges {
+    generation: AtomicU64,
+}
+
+impl HostChanges {
+    /// Read before a read of the host: a change during it leaves the count
+    /// ahead of what the read is taken for.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Counts the kernel's device uevents from now on, on a thread of its
+    /// own, which calls `settled` once a burst of them has passed.
+    pub fn watch(
+        self: &Arc<Self>,
+        settled: impl Fn() + Send + 'static,
+    ) -> io::Result<std::thread::JoinHandle<()>> {
+        let sock = UeventSocket::open()?;
+        let changes = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("devgate-uevents".into())
+            .spawn(move || changes.follow(&sock, settled))
+    }
+
+    fn follow(&self, sock: &UeventSocket, settled: impl Fn()) {
+        let mut pending = false;
+        loop {
+            let got = sock.next(pending.then_some(SETTLE));
+            if let Err(e) = &got {
+                if e.raw_os_error() != Some(libc::ENOBUFS) {
+                    tracing::warn!(error = %e, "kernel uevents: read failed");
+                    std::thread::sleep(SETTLE);
+                }
+            }
+            self.step(got, &mut pending, &settled);
+        }
+    }
+
+    /// What one read of the socket means: a change is counted and makes a
+    /// burst pending; a burst is settled once a wait passes quietly.
+    pub fn step(&self, got: io::Result<Option<bool>>, pending: &mut bool, settled: &impl Fn()) {
+        match got {
+            Ok(Some(true)) => {
+                self.bump();
+                *pending = true;
+            }
+            Ok(Some(false)) => {}
+            Ok(None) => {
+                settled();
+                *pending = false;
+            }
+            // A message lost (ENOBUFS) may have been a change.
+            Err(_) => {
+                self.bump();
+                *pending = true;
+            }
+        }
+    }
+}
+
+/// A socket on the kernel's uevent group.
+pub struct UeventSocket {
+    sock: netlink_sys::Socket,
+}
+
+impl UeventSocket {
+    pub fn open() -> io::Result<UeventSocket> {
+        let mut sock = netlink_sys::Socket::new(NETLINK_KOBJECT_UEVENT)?;
+        sock.bind(&netlink_sys::SocketAddr::new(0, KERNEL_GROUP))?;
+        let size = RCVBUF as libc::c_int;
+        // SAFETY: a valid option value for this socket's descriptor.
+        let forced = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if forced != 0 {
+            sock.set_rx_buf_sz(RCVBUF)?;
+        }
+        Ok(UeventSocket { sock })
+    }
+
+    /// The next message: whether it changes an inventory; `None` when
+    /// `wait` passed without one.
+    pub fn next(&self, wait: Option<Duration>) -> io::Result<Option<bool>> {
+        if let Some(wait) = wait {
+            let mut fd = libc::pollfd {
+                fd: self.sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+            // SAFETY: one valid pollfd for the length given.
+            match unsafe { libc::poll(&mut fd, 1, ms) } {
+                0 => return Ok(None),
+                n if n < 0 => return interrupted_or(io::Error::last_os_error()),
+                _ => {}
+            }
+        }
+        let mut buf: Vec<u8> = Vec::with_capacity(DATAGRAM);
+        let (len, from) = match self.sock.recv_from(&mut buf, libc::MSG_TRUNC) {
+            Ok(got) => got,
+            Err(e) => return interrupted_or(e),
+        };
+        // Only the kernel's (port 0): others in this namespace could only
+        // cause extra reads, but there is no need to take them.
+        if from.port_number() != 0 {
+            return Ok(Some(false));
+        }
+        if len > buf.len() {
+            return Ok(Some(true));
+        }
+        Ok(Some(parse(&buf).is_some_and(|ev| changes_inventory(&ev))))
+    }
+}
+
+/// A signal's interruption is no message; any other error is one.
+fn interrupted_or(e: io::Error) -> io::Result<Option<bool>> {
+    match e.kind() {
+        io::ErrorKind::Interrupted => Ok(Some(false)),
+        _ => Err(e),
+    }
+}
+
+#[cfg(test)]
+#[path = "uevents_tests.rs"]
+mod tests;

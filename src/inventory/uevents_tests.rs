@@ -1,0 +1,143 @@
+//! Kernel uevents: which ones change what an inventory reads, how a burst is
+//! counted and settled, and the real kernel's socket.
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+fn message(fields: &[&str]) -> Vec<u8> {
+    fields.iter().flat_map(|f| f.bytes().chain([0])).collect()
+}
+
+#[test]
+fn kernel_messages_are_parsed_and_others_are_not() {
+    let vf = message(&[
+        "add@/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.2",
+        "ACTION=add",
+        "DEVPATH=/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.2",
+        "SUBSYSTEM=pci",
+        "SEQNUM=4242",
+    ]);
+    assert_eq!(
+        parse(&vf),
+        Some(Uevent {
+            action: "add",
+            devpath: "/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.2",
+            subsystem: "pci",
+        })
+    );
+    // udevd's own messages (group 2) start with its header; junk is nothing.
+    assert_eq!(parse(&message(&["libudev", "SUBSYSTEM=pci"])), None);
+    assert_eq!(parse(b""), None);
+    assert_eq!(parse(&[0xff, b'@', 0]), None);
+    // No SUBSYSTEM: a message, of no subsystem the inventory reads.
+    let bare = message(&["remove@/devices/x"]);
+    let bare = parse(&bare).unwrap();
+    assert_eq!(bare.subsystem, "");
+    assert!(!changes_inventory(&bare));
+}
+
+#[test]
+fn device_changes_of_the_inventorys_subsystems_count() {
+    let cases = [
+        ("add", "pci", true),
+        ("remove", "pci", true),
+        ("bind", "pci", true),
+        ("unbind", "pci", true),
+        ("change", "pci", false),
+        ("move", "infiniband", true),
+        ("add", "infiniband_verbs", true),
+        ("remove", "infiniband_mad", true),
+        ("add", "module", true),
+        ("add", "net", false),
+        ("move", "net", false),
+        ("add", "block", false),
+    ];
+    for (action, subsystem, counts) in cases {
+        let ev = Uevent {
+            action,
+            devpath: "/devices/x",
+            subsystem,
+        };
+        assert_eq!(changes_inventory(&ev), counts, "{action} {subsystem}");
+    }
+}
+
+#[test]
+fn a_burst_is_counted_then_settled_once() {
+    let changes = HostChanges::default();
+    let settles = Cell::new(0);
+    let settled = || settles.set(settles.get() + 1);
+    let mut pending = false;
+    for got in [
+        Ok(Some(false)),
+        Ok(Some(true)),
+        Ok(Some(true)),
+        Ok(Some(false)),
+    ] {
+        changes.step(got, &mut pending, &settled);
+    }
+    assert_eq!((changes.generation(), pending, settles.get()), (2, true, 0));
+    changes.step(Ok(None), &mut pending, &settled);
+    assert_eq!(
+        (changes.generation(), pending, settles.get()),
+        (2, false, 1)
+    );
+    // A lost message may have been a change.
+    let lost = io::Error::from_raw_os_error(libc::ENOBUFS);
+    changes.step(Err(lost), &mut pending, &settled);
+    assert_eq!((changes.generation(), pending), (3, true));
+}
+
+/// The real kernel's socket receives a uevent asked for through sysfs (a
+/// `change` of `/dev/null`'s device, which udev answers at most by setting
+/// its mode again): a message, and no change to an inventory.
+#[test]
+fn the_real_socket_receives_the_kernels_uevents() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root: it asks the kernel for a uevent through sysfs"
+    );
+    let sock = UeventSocket::open().expect("uevent socket");
+    std::fs::write("/sys/devices/virtual/mem/null/uevent", "change").expect("ask for a uevent");
+    // Other tests ask for uevents too: this one is a message that changes
+    // no inventory.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut got = None;
+    while got != Some(false) && Instant::now() < deadline {
+        got = sock.next(Some(Duration::from_millis(100))).expect("read");
+    }
+    assert_eq!(got, Some(false));
+}
+
+/// The watch end to end on the real kernel: a PCI device's `add` (what
+/// `udevadm trigger` asks for at every boot) is counted, and the burst is
+/// settled once it has passed.
+#[test]
+fn the_watch_counts_a_real_pci_uevent_and_settles() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root: it asks the kernel for a uevent through sysfs"
+    );
+    let pci = std::fs::read_dir("/sys/bus/pci/devices")
+        .expect("this machine's pci devices")
+        .flatten()
+        .next()
+        .expect("a pci device to ask a uevent of")
+        .path();
+    let changes = Arc::new(HostChanges::default());
+    let settles = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&settles);
+    changes
+        .watch(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .expect("watch");
+    std::fs::write(pci.join("uevent"), "add").expect("ask for a uevent");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while settles.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(changes.generation() >= 1, "{pci:?}: no change counted");
+    assert!(settles.load(Ordering::SeqCst) >= 1, "never settled");
+}

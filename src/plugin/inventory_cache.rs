@@ -1,0 +1,80 @@
+//! The plugin's copy of the node inventory: read at start, read again when
+//! the kernel reports a device change (see [`crate::inventory::uevents`]) or a
+//! plan names a device it does not know.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+
+use super::{link_dev_char, Devices};
+use crate::inventory::uevents::HostChanges;
+use crate::inventory::Inventory;
+
+impl Devices {
+    pub fn inventory(&self) -> Arc<Inventory> {
+        self.inventory
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts a runtime-sent `[gpu] nvml` setting in force for the next read
+    /// of the host.
+    pub fn set_nvml(&self, nvml: Option<crate::config::NvmlLibraries>) {
+        self.gpu_facts.set_nvml(&self.host_root, nvml);
+    }
+
+    /// The kernel's device changes this cache follows.
+    pub fn host_changes(&self) -> &Arc<HostChanges> {
+        &self.changes
+    }
+
+    /// Follows the kernel's device changes from now on, reading the host
+    /// again once each burst of them has passed (so that a plan seldom has to
+    /// first), and once now for what changed since the first read.
+    pub fn watch_host(self: &Arc<Self>) {
+        let devices = Arc::downgrade(self);
+        let settled = move || {
+            if let Some(d) = devices.upgrade() {
+                drop(d.refresh());
+            }
+        };
+        match self.changes.watch(settled) {
+            Ok(_) => drop(self.refresh()),
+            Err(e) => {
+                tracing::warn!(error = %e, "kernel uevents cannot be read: a device the kernel numbers anew (VFs made again, a module reloaded) is seen only when a plan names one the inventory does not know")
+            }
+        }
+    }
+
+    /// The cached inventory, read again first when the kernel reported a
+    /// device change since it was read (see [`crate::inventory::uevents`]):
+    /// what a plan is built from.
+    pub fn fresh_inventory(&self) -> Arc<Inventory> {
+        if self.changes.generation() != self.read_at.load(Ordering::Acquire) {
+            return self.refresh();
+        }
+        self.inventory()
+    }
+
+    /// Re-reads the host: devices come and go (VFs created, drivers rebound).
+    pub fn refresh(&self) -> Arc<Inventory> {
+        let generation = self.changes.generation();
+        let inv = Arc::new(self.gpu_facts.discover(&self.host_root));
+        // The new inventory's names may stand for other devices.
+        self.gids.clear();
+        self.dev_char.forget();
+        link_dev_char(&self.dev_char, &inv);
+        // Kept with the count it was read after, unless a read begun later
+        // was kept meanwhile: a reader that finds the count current then
+        // finds an inventory read after it.
+        let mut slot = self
+            .inventory
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if generation >= self.read_at.load(Ordering::Acquire) {
+            *slot = inv;
+            self.read_at.store(generation, Ordering::Release);
+        }
+        slot.clone()
+    }
+}
