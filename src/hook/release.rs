@@ -148,16 +148,33 @@ pub(super) fn forget(
     released
 }
 
+/// poststop with a ledger it cannot read (corrupt, or written by a newer
+/// devgate after a rollback): the container's VFs go back whatever else is
+/// missing, since a VF left in a dead pod keeps its tenant's MAC, VLAN and
+/// trust. A restore is idempotent and locked per record, so one the NRI
+/// plugin's own hook makes as well finds nothing left. The claims stay
+/// until a release can read the ledger.
+fn restore_without_ledger(
+    run: &mut HooksOnly<'_>,
+    state: &State,
+    e: crate::ledger::LedgerError,
+) -> Result<Outcome, HookError> {
+    if let Err(restore) = run.os.detach(&state.id, run.checkpoint) {
+        tracing::error!(container = %state.id, error = %nri::ErrorChain(&restore), "vf restore failed with the ledger unreadable");
+    }
+    Err(HooksOnlyError::from(e).into())
+}
+
 /// poststop: restore the container's VFs, forget it, and release the pod
 /// with its last container.
 pub(super) fn stop(run: &mut HooksOnly<'_>, state: &State) -> Result<Outcome, HookError> {
-    let ledger = Ledger::open(&run.env.state_dir).map_err(HooksOnlyError::from)?;
     // The pod is found by the container, not by annotations: poststop may see fewer.
-    let pod = ledger
-        .snapshot()
-        .map_err(HooksOnlyError::from)?
-        .pod_of(&state.id)
-        .cloned();
+    let read = Ledger::open(&run.env.state_dir)
+        .and_then(|ledger| Ok((ledger.snapshot()?.pod_of(&state.id).cloned(), ledger)));
+    let (pod, ledger) = match read {
+        Ok(read) => read,
+        Err(e) => return restore_without_ledger(run, state, e),
+    };
     if pod
         .as_ref()
         .is_some_and(|p| p.containers[&state.id].by_plugin())

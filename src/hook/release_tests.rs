@@ -362,3 +362,27 @@ fn a_reap_passes_over_a_pod_whose_release_runs() {
     w.create_runtime("c2", 8, &mut next).unwrap();
     assert_eq!(*next.gpu_torn.borrow(), ["c1"]);
 }
+
+/// A ledger poststop cannot read (corrupt, or a newer devgate's after a
+/// rollback): the container's VFs still go back to the host, and the stage
+/// fails naming the ledger, the claims left for a release that can read it.
+#[test]
+fn an_unreadable_ledger_still_restores_the_vfs_at_poststop() {
+    let w = world();
+    created(&w, "c1", 7);
+    std::fs::write(w.env.state_dir.join("ledger.json"), b"{ not json").unwrap();
+    let mut os = FakeOs::default();
+    let e = w.run(Stage::Poststop, &stopped("c1"), &mut os).unwrap_err();
+    assert!(e.to_string().contains("ledger"), "{e}");
+    assert_eq!(*os.detached.borrow(), ["c1"]);
+    assert!(
+        os.gpu_torn.borrow().is_empty(),
+        "no teardown without the claims"
+    );
+    // Carrying the NRI plugin's annotation, which the ledger cannot vouch for now.
+    let mut os = FakeOs::default();
+    let resolved = state("c1", "stopped", None, &[(RESOLVED_ANNOTATION, "{}")]);
+    let e = w.run(Stage::Poststop, &resolved, &mut os).unwrap_err();
+    assert!(e.to_string().contains("ledger"), "{e}");
+    assert_eq!(*os.detached.borrow(), ["c1"]);
+}

@@ -146,9 +146,14 @@ pub fn run_hooks_only(
     // the ledger: the hook the plugin injected does the work, this one nothing.
     // The same annotation without that record came from the pod: refused.
     if state.annotations.contains_key(RESOLVED_ANNOTATION) {
-        let vouched = super::vouched(run.env, state)?;
+        let vouched = super::vouched(run.env, state);
+        // poststop restores VFs even when the ledger cannot say who admitted
+        // the container (`release::stop` reads it again, and restores first).
+        if stage == Stage::Poststop && vouched.is_err() {
+            return release::stop(&mut run, state);
+        }
         return match stage {
-            _ if vouched => Ok(Outcome::Nothing),
+            _ if vouched? => Ok(Outcome::Nothing),
             Stage::Prestart | Stage::CreateRuntime => Err(HookError::Unvouched {
                 container: state.id.chars().take(64).collect(),
             }),
