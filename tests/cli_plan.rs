@@ -268,9 +268,10 @@ fn bad_pod_files_exit_1_with_one_line() {
     }
 }
 
-/// Communication-library variables from the host's own tables: the RoCE v2 GID
-/// index read from sysfs, the VF's container name, and a variable the pod spec sets
-/// left alone; the table shows them under ENV.
+/// Communication-library variables from the host's own tables: the VF's
+/// container name, a variable the pod spec sets left alone, and the RoCE v2 GID
+/// index read from sysfs for a whole PF alone (beside a VF whose addresses are
+/// the pod's, none); the table shows them under ENV.
 #[test]
 fn comm_env_from_the_host_and_the_pod_spec() {
     let dir = tempfile::tempdir().unwrap();
@@ -292,11 +293,14 @@ fn comm_env_from_the_host_and_the_pod_spec() {
     let plan = plan_ok(fx.root(), &p, &[]);
     let env = &plan["env"];
     assert_eq!(env["NCCL_IB_HCA"], format!("={hca}"));
-    assert_eq!(env["NCCL_IB_GID_INDEX"], "3");
+    assert!(env.get("NCCL_IB_GID_INDEX").is_none(), "{env}");
     assert_eq!(env["NCCL_SOCKET_IFNAME"], "net1");
     assert_eq!(env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
     assert!(env.get("UCX_NET_DEVICES").is_none(), "{env}");
     assert_eq!(plan["warnings"], json!([]));
+    let ann = format!(r#"{{"rdma":[{{"minor":3,"id":"{}"}}]}}"#, whole.bus_id);
+    let alone = plan_ok(fx.root(), &allocated(&ann), &[]);
+    assert_eq!(alone["env"]["NCCL_IB_GID_INDEX"], "3", "{alone}");
 
     // Another container of the pod does not set it: it gets the devgate value.
     let text = plan_table(fx.root(), &p, &["--container", "sidecar"]);
@@ -402,9 +406,9 @@ fn unhealthy_gpus_are_warnings() {
     );
 }
 
-/// A VF whose netdev moves into the pod has no address on the host, so no
-/// RoCE v2 GID to take the index from: the expected case, a note rather than
-/// a warning, shown under NOTES by the table.
+/// A VF whose netdev moves into the pod takes its addresses, and so its GID
+/// slots, from the pod: no index from the host's table, a note rather than a
+/// warning, shown under NOTES by the table.
 #[test]
 fn a_moved_vf_without_a_host_gid_is_a_note() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,7 @@
 //! Communication-library variables inside a container created through a real
 //! containerd (1.7.24 or 2.1.9: the suite runs under both): a GPU, an RDMA VF moved into the pod as `net1` and a whole
-//! RoCE PF give NCCL and UCX exactly those devices, the RoCE v2 GID index comes
+//! RoCE PF give NCCL and UCX exactly those devices (no RoCE v2 GID index: the
+//! VF's addresses are the pod's), a pod with the whole PF alone gets the index
 //! from the simulated host's sysfs (and follows it when the host's addresses
 //! move between pods), a variable the pod spec sets stays the pod's,
 //! and the node config's templated variable is filled in. A reply larger than
@@ -51,17 +52,18 @@ fn nccl_and_ucx_variables_name_the_allocated_devices() {
     );
     let alloc = allocation(
         &[gpu_entry(gpu.minor, &gpu.uuid)],
-        &[vf_entry(1, nic.bus_id, vf.bus_id), whole_entry],
+        &[vf_entry(1, nic.bus_id, vf.bus_id), whole_entry.clone()],
     );
+    let whole_only = allocation(&[], &[whole_entry]);
     let cri = node.cri();
     let spec = ContainerSpec::shell("main", PRINT).env("UCX_NET_DEVICES", "mine");
-    // A pod `name` with the allocation, and its container run.
-    let run_nccl = |name: &str| {
+    // A pod `name` with the allocation `alloc`, and its container run.
+    let run_with = |name: &str, alloc: &str| {
         let pod = cri
             .run_pod(
                 &PodSpec::new(name)
                     .own_netns()
-                    .annotation(DEVICE_ALLOCATED, &alloc),
+                    .annotation(DEVICE_ALLOCATED, alloc),
             )
             .expect("RunPodSandbox");
         let run = cri.run_container(&pod, &spec).expect("container");
@@ -74,6 +76,7 @@ fn nccl_and_ucx_variables_name_the_allocated_devices() {
         cri.remove_pod(pod).expect("RemovePodSandbox");
         wait_for("vf back on the host", SLOW, || link(In::Host, &host_name));
     };
+    let run_nccl = |name: &str| run_with(name, &alloc);
     let (pod, run) = run_nccl("nccl");
     let log = run.log;
     let vf_dev = &vf.rdma.as_ref().expect("vf rdma").name;
@@ -83,7 +86,7 @@ fn nccl_and_ucx_variables_name_the_allocated_devices() {
         "UCX_NET_DEVICES=mine".to_string(),
         "NCCL_SOCKET_IFNAME=unset".to_string(),
         "DG_SOCKET_IFNAME=net1".to_string(),
-        "NCCL_IB_GID_INDEX=3".to_string(),
+        "NCCL_IB_GID_INDEX=unset".to_string(),
         "CUDA_DEVICE_ORDER=PCI_BUS_ID".to_string(),
         "GLOO_SOCKET_IFNAME=net1".to_string(),
         "DG_NUMA=numa 0".to_string(),
@@ -108,31 +111,45 @@ fn nccl_and_ucx_variables_name_the_allocated_devices() {
         node.ledger().pods.is_empty().then_some(())
     });
 
-    // The hosts' addresses move: the IPv4 GIDs of both ports leave slots 2 and 3
-    // for 4 and 5. The next pod's index follows, although the plugin keeps the
-    // tables it read open.
-    for dev in [vf_dev, &whole.rdma.name] {
-        let port = node
-            .fixture
-            .root()
-            .join(format!("sys/class/infiniband/{dev}/ports/1"));
-        for dir in ["gid_attrs/types", "gids", "gid_attrs/ndevs"] {
-            for (from, to) in [(2, 4), (3, 5)] {
-                let (from, to) = (
-                    port.join(dir).join(from.to_string()),
-                    port.join(dir).join(to.to_string()),
-                );
-                std::fs::rename(&from, &to).expect("move gid slot");
-            }
+    // The whole PF alone: its netdev stays on the host, whose table holds.
+    let (pod, run) = run_with("whole", &whole_only);
+    assert!(
+        run.log.lines().any(|l| l == "NCCL_IB_GID_INDEX=3"),
+        "{}",
+        run.log
+    );
+    cri.remove_container(&run.id).expect("RemoveContainer");
+    cri.stop_pod(&pod).expect("StopPodSandbox");
+    cri.remove_pod(&pod).expect("RemovePodSandbox");
+    wait_for("claims released", SLOW, || {
+        node.ledger().pods.is_empty().then_some(())
+    });
+
+    // The host's addresses move: the IPv4 GIDs leave slots 2 and 3 for 4 and
+    // 5. The next pod's index follows, although the plugin keeps the tables
+    // it read open.
+    let port = node
+        .fixture
+        .root()
+        .join(format!("sys/class/infiniband/{}/ports/1", whole.rdma.name));
+    for dir in ["gid_attrs/types", "gids", "gid_attrs/ndevs"] {
+        for (from, to) in [(2, 4), (3, 5)] {
+            let (from, to) = (
+                port.join(dir).join(from.to_string()),
+                port.join(dir).join(to.to_string()),
+            );
+            std::fs::rename(&from, &to).expect("move gid slot");
         }
     }
-    let (pod, run) = run_nccl("nccl-again");
+    let (pod, run) = run_with("whole-again", &whole_only);
     assert!(
         run.log.lines().any(|l| l == "NCCL_IB_GID_INDEX=5"),
         "{}",
         run.log
     );
-    end_nccl(&pod, &run.id);
+    cri.remove_container(&run.id).expect("RemoveContainer");
+    cri.stop_pod(&pod).expect("StopPodSandbox");
+    cri.remove_pod(&pod).expect("RemovePodSandbox");
     drop(stand_in);
 }
 

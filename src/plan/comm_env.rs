@@ -94,6 +94,10 @@ pub(super) struct Inputs {
 /// The type string the kernel gives RoCE v2 entries (`ib_cache_gid_type_str`).
 const ROCE_V2: &str = "RoCE v2";
 const NCCL_IB_ADDR_FAMILY: &str = "NCCL_IB_ADDR_FAMILY";
+/// The container's own narrowing of NCCL's GID selection, which an explicit
+/// `NCCL_IB_GID_INDEX` would override (NCCL's `ncclIbGetGidIndex` returns a
+/// set index before it looks at either).
+const GID_CHOICE: [&str; 2] = ["NCCL_IB_ADDR_RANGE", "NCCL_IB_ROCE_VERSION_NUM"];
 
 pub(super) fn plan_comm_env(out: &mut Builder, ctx: &ContainerContext) {
     let cfg = &out.config.comm_env;
@@ -140,6 +144,7 @@ pub fn env_inputs(config: &CommEnvConfig, selected: bool, env: &[String]) -> Vec
     derived
         .chain(extra)
         .chain([NCCL_IB_ADDR_FAMILY])
+        .chain(GID_CHOICE)
         .chain(preload)
         .map(|name| user_value(env, name).map(str::to_owned))
         .collect()
@@ -226,13 +231,25 @@ fn hca_list(out: &mut Builder) -> Option<Vec<String>> {
 
 /// The one GID index every allocated RoCE port agrees on, for the address family
 /// the container asks NCCL for (`NCCL_IB_ADDR_FAMILY`) or else the config's.
-/// InfiniBand ports take no part: NCCL uses the index for RoCE only. A port whose
-/// netdev moves into the pod is read on the host like any other: the kernel
-/// gives the link-local GIDs the first slots and each address of the netdev
-/// the next free ones in order (`ib_cache_gid_add`), so an address the pod
-/// assigns after the move lands where the host's did. One without such a GID
-/// on the host, the usual case for a VF, leaves the variable unset.
+/// InfiniBand ports take no part: NCCL uses the index for RoCE only.
+///
+/// Only ports whose netdev stays where it is have a table that holds: a VF's
+/// netdev loses its addresses when it moves into the pod, and the pod's own
+/// take the free slots in the order it adds them (`ib_cache_gid_add`), so the
+/// host's table (a VF that NetworkManager gave SLAAC and DHCP addresses has
+/// its IPv4 GID at 5, where the pod's IPv4-only one lands at 3) says nothing
+/// of the pod's. An index naming an empty or wrong slot fails NCCL's queue
+/// pairs, while NCCL 2.21 and later pick the GID themselves when no index is
+/// set; so does a container that narrows the choice with
+/// `NCCL_IB_ADDR_RANGE` or `NCCL_IB_ROCE_VERSION_NUM`, which an explicit
+/// index would override.
 fn gid_index(out: &mut Builder, ctx: &ContainerContext) -> Option<u32> {
+    if let Some(name) = GID_CHOICE.iter().find(|n| user_value(ctx.env, n).is_some()) {
+        out.plan.notes.push(format!(
+            "comm_env: NCCL_IB_GID_INDEX not set: the container sets {name}, and NCCL selects the GID by it"
+        ));
+        return None;
+    }
     let family = match user_value(ctx.env, NCCL_IB_ADDR_FAMILY) {
         Some("AF_INET6") => GidFamily::Ipv6,
         Some("AF_INET") => GidFamily::Ipv4,
@@ -245,26 +262,19 @@ fn gid_index(out: &mut Builder, ctx: &ContainerContext) -> Option<u32> {
             .filter(|p| p.link_layer == LinkLayer::Ethernet);
         for port in roce {
             let at = format!("{}:{}", dev.name, port.num);
+            if dev.netdev_moved {
+                out.plan.notes.push(format!(
+                    "comm_env: NCCL_IB_GID_INDEX not set: {at}'s netdev moves into the pod, whose addresses decide its GID slots; NCCL selects the GID there"
+                ));
+                return None;
+            }
             match ctx.gids.roce_v2_index(&dev.name, port.num, family) {
                 Some(i) => found.push((at, i)),
                 None => {
-                    let moved = if dev.netdev_moved {
-                        " on the host (its netdev moves into the pod, which assigns its addresses)"
-                    } else {
-                        ""
-                    };
-                    let text = format!(
-                        "comm_env: NCCL_IB_GID_INDEX not set: {at} has no RoCE v2 GID of family {}{moved}",
+                    out.plan.warnings.push(format!(
+                        "comm_env: NCCL_IB_GID_INDEX not set: {at} has no RoCE v2 GID of family {}",
                         family_text(family)
-                    );
-                    // Only moved VFs: the expected case, NCCL finds the index
-                    // itself in the pod. Beside a port with a host GID, the
-                    // index could not be checked to agree: worth a warning.
-                    if all_roce_moved(out) {
-                        out.plan.notes.push(text);
-                    } else {
-                        out.plan.warnings.push(text);
-                    }
+                    ));
                     return None;
                 }
             }
@@ -280,19 +290,6 @@ fn gid_index(out: &mut Builder, ctx: &ContainerContext) -> Option<u32> {
         all.join(", ")
     ));
     None
-}
-
-/// True when every allocated RoCE port's netdev moves into the pod.
-fn all_roce_moved(out: &Builder) -> bool {
-    out.comm
-        .rdma
-        .iter()
-        .filter(|d| {
-            used_ports(d)
-                .iter()
-                .any(|p| p.link_layer == LinkLayer::Ethernet)
-        })
-        .all(|d| d.netdev_moved)
 }
 
 fn family_text(f: GidFamily) -> &'static str {

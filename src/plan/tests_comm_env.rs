@@ -181,14 +181,15 @@ fn cases() -> Vec<Case> {
         Case {
             gids: roce(),
             want: want(&[
-                ("NCCL_IB_GID_INDEX", "3"),
                 ("NCCL_IB_HCA", "=mlx5_9:1,mlx5_10:1"),
                 ("NCCL_SOCKET_IFNAME", "net1,net2"),
                 ("UCX_NET_DEVICES", "mlx5_9:1,mlx5_10:1"),
             ]),
-            reads: vec!["mlx5_9:1", "mlx5_10:1"],
+            note: Some(
+                "NCCL_IB_GID_INDEX not set: mlx5_9:1's netdev moves into the pod, whose addresses decide its GID slots",
+            ),
             ..case(
-                "roce vfs moved in: their host-side tables give the index",
+                "roce vfs moved in: their host tables say nothing of the pod's, and are not read",
                 rdma(&[(1, &[0, 1])]),
             )
         },
@@ -199,10 +200,7 @@ fn cases() -> Vec<Case> {
                 ("NCCL_SOCKET_IFNAME", "net1"),
                 ("UCX_NET_DEVICES", "mlx5_9:1"),
             ]),
-            note: Some(
-                "NCCL_IB_GID_INDEX not set: mlx5_9:1 has no RoCE v2 GID of family ipv4 on the host (its netdev moves into the pod",
-            ),
-            reads: vec!["mlx5_9:1"],
+            note: Some("NCCL_IB_GID_INDEX not set: mlx5_9:1's netdev moves into the pod"),
             ..case(
                 "a roce vf with no address on the host: not set",
                 rdma(&[(1, &[0])]),
@@ -222,31 +220,42 @@ fn cases() -> Vec<Case> {
             )
         },
         Case {
-            gids: roce_pfs(),
+            gids: FakeGids::with(&[("mlx5_9", roce_table()), ("mlx5_3", roce_table())]),
             want: want(&[
                 ("NCCL_IB_HCA", "=mlx5_9:1,mlx5_3:1"),
                 ("NCCL_SOCKET_IFNAME", "net1"),
                 ("UCX_NET_DEVICES", "mlx5_9:1,mlx5_3:1"),
             ]),
-            warning: Some("NCCL_IB_GID_INDEX not set: mlx5_9:1 has no RoCE v2 GID"),
-            reads: vec!["mlx5_9:1"],
+            note: Some("NCCL_IB_GID_INDEX not set: mlx5_9:1's netdev moves into the pod"),
             ..case(
-                "a moved roce vf must agree with the whole pf too",
+                "a moved roce vf beside a whole pf: no index for either",
                 rdma(&[(1, &[0]), (3, &[])]),
             )
         },
         Case {
-            gids: FakeGids::with(&[("mlx5_9", roce_table()), ("mlx5_3", roce_table())]),
+            env: vec!["NCCL_IB_ADDR_RANGE=10.1.0.0/16".into()],
+            gids: roce_pfs(),
             want: want(&[
-                ("NCCL_IB_GID_INDEX", "3"),
-                ("NCCL_IB_HCA", "=mlx5_9:1,mlx5_3:1"),
-                ("NCCL_SOCKET_IFNAME", "net1"),
-                ("UCX_NET_DEVICES", "mlx5_9:1,mlx5_3:1"),
+                ("NCCL_IB_HCA", "=mlx5_1:1,mlx5_3:1"),
+                ("UCX_NET_DEVICES", "mlx5_1:1,mlx5_3:1"),
             ]),
-            reads: vec!["mlx5_9:1", "mlx5_3:1"],
+            note: Some("NCCL_IB_GID_INDEX not set: the container sets NCCL_IB_ADDR_RANGE"),
             ..case(
-                "a moved roce vf and a whole pf that agree",
-                rdma(&[(1, &[0]), (3, &[])]),
+                "the container's address range chooses the gid: no index over it",
+                rdma(&[(1, &[]), (3, &[])]),
+            )
+        },
+        Case {
+            env: vec!["NCCL_IB_ROCE_VERSION_NUM=1".into()],
+            gids: roce_pfs(),
+            want: want(&[
+                ("NCCL_IB_HCA", "=mlx5_1:1,mlx5_3:1"),
+                ("UCX_NET_DEVICES", "mlx5_1:1,mlx5_3:1"),
+            ]),
+            note: Some("the container sets NCCL_IB_ROCE_VERSION_NUM"),
+            ..case(
+                "the container's roce version chooses the gid too",
+                rdma(&[(1, &[]), (3, &[])]),
             )
         },
         Case {
