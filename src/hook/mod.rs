@@ -239,7 +239,9 @@ pub(crate) fn attach_networks(
     checkpoint: &dyn Fn(&'static str),
 ) -> Result<(), HookError> {
     let pod = netdev::Netns::of_pid(&env.roots.proc_root, pid).map_err(HookError::Netns)?;
-    let mut net = SysNetEnv::new(env.roots.clone()).map_err(HookError::Netns)?;
+    let mut net = SysNetEnv::new(env.roots.clone())
+        .map_err(HookError::Netns)?
+        .with_sys_root(env.host_root.join("sys"));
     let store = SavedStore::new(&env.state_dir);
     let mut ops = VfOps {
         env: &mut net,

@@ -19,6 +19,14 @@ pub enum Cause {
     Settings(#[from] SettingsError),
     #[error("{what} {name} not found")]
     NotFound { what: &'static str, name: String },
+    #[error("read {}: {source}", path.display())]
+    Sysfs {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    RdmaRenumbered(Box<Renumbered>),
     #[error("{name} already exists in the pod netns")]
     NameTaken { name: String },
     #[error("host name {name} is taken by another link (ifindex {index})")]
@@ -128,5 +136,33 @@ impl At<'_> {
         r: Result<T, E>,
     ) -> Result<T, VfError> {
         r.map_err(|e| (self.err(step))(e.into()))
+    }
+}
+
+/// An RDMA device whose char devices the kernel numbered anew when it moved.
+#[derive(Debug)]
+pub struct Renumbered {
+    pub device: String,
+    /// What the container's nodes name.
+    pub want: Vec<super::settings::CharNum>,
+    /// What the device has now.
+    pub got: Vec<super::settings::CharNum>,
+}
+
+impl std::fmt::Display for Renumbered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |l: &[super::settings::CharNum]| {
+            l.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        write!(
+            f,
+            "rdma device {} took other char devices when it moved into the pod ({}; the container's nodes name {}): the kernel numbered them anew, so the container would reach none of its own",
+            self.device,
+            list(&self.got),
+            list(&self.want)
+        )
     }
 }

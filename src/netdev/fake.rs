@@ -76,6 +76,11 @@ pub struct Model {
     pub next_index: u32,
     /// Links (by index) with arp_notify set; a move to another netns clears it.
     pub arp_notify: BTreeSet<u32>,
+    /// RDMA device name → its char devices now.
+    pub rdma_chars: BTreeMap<String, Vec<super::CharNum>>,
+    /// Char devices an RDMA device takes when it next moves (the kernel's
+    /// lowest free minors).
+    pub renumber_on_move: BTreeMap<String, Vec<super::CharNum>>,
 }
 
 /// What tests compare: the kernel objects, without the call log.
@@ -284,6 +289,18 @@ impl NetEnv for FakeNet {
         m.arp_notify.insert(index);
         Ok(())
     }
+
+    fn rdma_chars(&mut self, ibdev: &str) -> Result<Vec<super::CharNum>, Cause> {
+        let mut chars = self
+            .model
+            .borrow()
+            .rdma_chars
+            .get(ibdev)
+            .cloned()
+            .unwrap_or_default();
+        chars.sort();
+        Ok(chars)
+    }
 }
 
 impl Rtnl for FakeRtnl {
@@ -383,6 +400,9 @@ impl RdmaNl for FakeRdma {
         })?;
         if let Some(dev) = m.rdma.get_mut(&name) {
             dev.1 = to;
+        }
+        if let Some(chars) = m.renumber_on_move.remove(&name) {
+            m.rdma_chars.insert(name, chars);
         }
         Ok(())
     }

@@ -12,6 +12,7 @@
 //! Synchronous on purpose: the hook runs on the container-start path, and the
 //! plugin calls this from a dedicated thread (setns is per thread).
 
+mod chars;
 mod error;
 pub mod ethtool;
 pub mod linkwatch;
@@ -37,7 +38,7 @@ pub use rdma::{NetnsMode, RdmaConn, RdmaNl};
 pub use restore::{detach_container, detach_vf};
 pub use rtnl::{Link, LinkChange, LinkRef, Rtnl, RtnlConn};
 pub use saved::{ContainerScan, SavedError, SavedStore, SavedVf};
-pub use settings::{HwAddr, LinkState, SettingsError, VfAttach, VfSettings, VlanProto};
+pub use settings::{CharNum, HwAddr, LinkState, SettingsError, VfAttach, VfSettings, VlanProto};
 pub use vf::{attach_all, VfOps};
 pub use vfinfo::VfField;
 
@@ -60,6 +61,10 @@ pub trait NetEnv {
     /// fresh `in_device` with the target namespace's defaults (inetdev_event on
     /// NETDEV_UNREGISTER / NETDEV_REGISTER).
     fn set_arp_notify(&mut self, ns: &Netns, ifname: &str) -> Result<(), Cause>;
+    /// The char devices (`uverbsN`, `umadN`, `issmN`) the RDMA device `ibdev`
+    /// has now, sorted. Their class devices are not netns-tagged: the host's
+    /// sysfs lists them wherever the device is.
+    fn rdma_chars(&mut self, ibdev: &str) -> Result<Vec<CharNum>, Cause>;
 }
 
 /// The real environment: sockets are created inside each namespace on the
@@ -67,6 +72,7 @@ pub trait NetEnv {
 pub struct SysNetEnv {
     host: Netns,
     roots: NetnsRoots,
+    sys_root: std::path::PathBuf,
 }
 
 impl SysNetEnv {
@@ -75,7 +81,14 @@ impl SysNetEnv {
         Ok(SysNetEnv {
             host: Netns::current()?,
             roots,
+            sys_root: std::path::PathBuf::from("/sys"),
         })
+    }
+
+    /// With the host's sysfs at `sys_root` (`<host-root>/sys`).
+    pub fn with_sys_root(mut self, sys_root: std::path::PathBuf) -> Self {
+        self.sys_root = sys_root;
+        self
     }
 }
 
@@ -108,5 +121,9 @@ impl NetEnv for SysNetEnv {
             .join(ifname)
             .join("arp_notify");
         std::fs::write(&path, b"1").map_err(|source| Cause::Sysctl { path, source })
+    }
+
+    fn rdma_chars(&mut self, ibdev: &str) -> Result<Vec<CharNum>, Cause> {
+        chars::rdma_chars(&self.sys_root, ibdev)
     }
 }

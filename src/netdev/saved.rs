@@ -94,6 +94,7 @@ impl SavedVf {
                 container_ifname: "net1".to_string(),
                 settings: VfSettings::default(),
                 move_rdma: false,
+                rdma_chars: Vec::new(),
             },
             netns: SavedNetns {
                 id: NetnsId {

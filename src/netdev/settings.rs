@@ -258,6 +258,24 @@ pub struct VfAttach {
     /// Move the RDMA device into the pod netns (the kernel is in exclusive RDMA netns mode).
     #[serde(default)]
     pub move_rdma: bool,
+    /// With `move_rdma`: the RDMA device's char devices as the container's
+    /// nodes and cgroup rules name them, checked again after the move.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rdma_chars: Vec<CharNum>,
+}
+
+/// A char device by its class name and numbers (`uverbs3`, 231:195).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CharNum {
+    pub name: String,
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl fmt::Display for CharNum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}:{}", self.name, self.major, self.minor)
+    }
 }
 
 impl VfAttach {

@@ -436,5 +436,21 @@ fn move_rdma(ops: &mut VfOps<'_>, at: &At<'_>, pod: &Netns, a: &VfAttach) -> Res
                 name: name.to_string(),
             })
         })?;
-    at.step("move rdma device", rdma.set_netns(index, pod))
+    at.step("move rdma device", rdma.set_netns(index, pod))?;
+    if a.rdma_chars.is_empty() {
+        return Ok(());
+    }
+    let now = at.step("read rdma char devices", ops.env.rdma_chars(name))?;
+    let mut want = a.rdma_chars.clone();
+    want.sort();
+    if now != want {
+        return Err((at.err("check rdma char devices"))(Cause::RdmaRenumbered(
+            Box::new(super::error::Renumbered {
+                device: name.to_string(),
+                want,
+                got: now,
+            }),
+        )));
+    }
+    Ok(())
 }

@@ -85,6 +85,11 @@ pub struct NetworkAction {
     pub settings: VfSettings,
     /// Move the RDMA device into the pod netns (`rdma.netns_mode = "exclusive"`).
     pub move_rdma: bool,
+    /// With `move_rdma`: the RDMA device's char devices the container's nodes
+    /// name, which the hook checks again after the move (the kernel registers
+    /// them anew there, taking the lowest free minors).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rdma_chars: Vec<crate::netdev::settings::CharNum>,
 }
 
 /// What one container gets. Field names are stable: the hook and tooling read them.

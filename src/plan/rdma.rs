@@ -275,6 +275,19 @@ fn network(
     }
     let n = out.plan.network.len() + 1;
     let container_ifname = format!("{}{n}", out.config.rdma.ifname_prefix);
+    let move_rdma = out.config.rdma.netns_mode == RdmaNetnsMode::Exclusive;
+    let rdma_chars = if move_rdma {
+        dev.char_devs
+            .iter()
+            .map(|c| crate::netdev::settings::CharNum {
+                name: c.name.clone(),
+                major: c.dev.major,
+                minor: c.dev.minor,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     out.plan.network.push(NetworkAction {
         pf: nic.bus_id,
         pf_netdev: nic.netdevs.first().cloned(),
@@ -284,7 +297,8 @@ fn network(
         rdma_device: Some(dev.name.clone()),
         container_ifname,
         settings,
-        move_rdma: out.config.rdma.netns_mode == RdmaNetnsMode::Exclusive,
+        move_rdma,
+        rdma_chars,
     });
     Ok(())
 }

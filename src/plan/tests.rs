@@ -243,6 +243,7 @@ fn rdma_vfs_and_pf() {
     );
     assert_eq!(n.pf_netdev.as_deref(), Some("ens1f0"));
     assert!(!n.move_rdma);
+    assert!(n.rdma_chars.is_empty(), "shared mode moves nothing");
     assert_eq!(
         p.claims,
         [
@@ -364,6 +365,26 @@ fn rdma_config_knobs() {
     assert!(paths(&p).contains(&"/dev/infiniband/issm6"));
     let n = &p.network[0];
     assert!(n.move_rdma);
+    // The char devices the nodes name, for the hook to check after the move:
+    // every node of the VF's RDMA device.
+    let nodes: Vec<(String, u32, u32)> = p
+        .devices
+        .iter()
+        .filter_map(|d| {
+            let name = d.path.strip_prefix("/dev/infiniband/")?;
+            (name != "rdma_cm").then(|| (name.to_string(), d.major, d.minor))
+        })
+        .collect();
+    let mut chars: Vec<(String, u32, u32)> = n
+        .rdma_chars
+        .iter()
+        .map(|c| (c.name.clone(), c.major, c.minor))
+        .collect();
+    chars.sort();
+    let mut nodes = nodes;
+    nodes.sort();
+    assert!(!chars.is_empty());
+    assert_eq!(chars, nodes);
     assert_eq!(n.container_ifname, "rdma1");
     assert_eq!(
         (n.settings.mac, n.settings.vlan),

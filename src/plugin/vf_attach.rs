@@ -38,6 +38,7 @@ pub(crate) fn vf_attachments(
                 container_ifname: a.container_ifname.clone(),
                 settings: netdev_settings(&a.settings, pod_uid, &a.vf_bus_id),
                 move_rdma: a.move_rdma,
+                rdma_chars: a.rdma_chars.clone(),
             })
         })
         .collect()

@@ -219,6 +219,7 @@ pub fn action(veth: &Veth, bdf: &str, ifname: &str, mac: &str, mtu: u32) -> VfAt
             ..VfSettings::default()
         },
         move_rdma: false,
+        rdma_chars: Vec::new(),
     }
 }
 

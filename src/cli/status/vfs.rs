@@ -103,6 +103,7 @@ mod tests {
                 container_ifname: "net1".into(),
                 settings: VfSettings::default(),
                 move_rdma,
+                rdma_chars: Vec::new(),
             },
             netns: SavedNetns {
                 id: NetnsId { dev: 4, ino: 1 },

@@ -444,3 +444,43 @@ fn the_pods_next_owner_takes_over_an_unfinished_restore() {
     assert_eq!(rig.detach("ctr2").unwrap(), 1);
     assert_eq!(rig.m().world(), before);
 }
+
+fn chars(list: &[(&str, u32, u32)]) -> Vec<crate::netdev::CharNum> {
+    list.iter()
+        .map(|(name, major, minor)| crate::netdev::CharNum {
+            name: name.to_string(),
+            major: *major,
+            minor: *minor,
+        })
+        .collect()
+}
+
+/// Exclusive mode: the kernel registers a moved RDMA device's char devices
+/// anew and they may take other minors than the container's nodes name. The
+/// attach checks them after the move: the same numbers pass; others fail the
+/// attach, which puts everything back, naming both.
+#[test]
+fn rdma_char_devices_numbered_anew_by_the_move_fail_the_attach() {
+    let granted = chars(&[("umad3", 231, 3), ("uverbs3", 231, 195)]);
+    let with_chars = || {
+        let mut m = model();
+        m.rdma_chars.insert("mlx5_3".to_string(), granted.clone());
+        m
+    };
+    let mut a = action();
+    a.rdma_chars = granted.clone();
+    let mut rig = Rig::new(with_chars());
+    rig.attach(&[a.clone()]).unwrap();
+    assert_eq!(rig.m().rdma["mlx5_3"].1, POD);
+
+    let mut rig = Rig::new(with_chars());
+    let before = rig.m().world();
+    rig.m().renumber_on_move.insert(
+        "mlx5_3".to_string(),
+        chars(&[("umad3", 231, 3), ("uverbs2", 231, 194)]),
+    );
+    let err = rig.attach(&[a]).unwrap_err();
+    says(&err, "rdma device mlx5_3 took other char devices when it moved into the pod (umad3 231:3, uverbs2 231:194; the container's nodes name umad3 231:3, uverbs3 231:195)");
+    assert_eq!(rig.m().world(), before, "put back");
+    assert_eq!(rig.records(), 0);
+}

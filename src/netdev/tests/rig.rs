@@ -68,6 +68,7 @@ pub fn action() -> VfAttach {
             ..VfSettings::default()
         },
         move_rdma: true,
+        rdma_chars: Vec::new(),
     }
 }
 

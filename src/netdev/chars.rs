@@ -1,0 +1,102 @@
+//! An RDMA device's char devices as the host's sysfs lists them now.
+//!
+//! Moving an RDMA device to another netns in exclusive mode unregisters and
+//! registers its clients again (`rdma_dev_change_netns`: `disable_device`,
+//! then `enable_device_and_get`, drivers/infiniband/core/device.c), and uverbs
+//! and umad take the lowest free minor then (`ida_alloc_max`), which need not
+//! be the one the device had: a hole left by another device, or two pods'
+//! devices moving at once, renumber it. The container's nodes and cgroup rules
+//! were made from the numbers before, so they are checked again after the move.
+
+use std::io;
+use std::path::Path;
+
+use super::settings::CharNum;
+use super::Cause;
+
+/// The char device classes (not netns-tagged: `ib_class` is, these are not).
+const CLASSES: [&str; 2] = ["class/infiniband_verbs", "class/infiniband_mad"];
+const PREFIXES: [&str; 3] = ["uverbs", "umad", "issm"];
+/// Entries read per class at most (the kernel allows 1024 uverbs devices).
+const MAX_ENTRIES: usize = 8192;
+/// `ibdev` and `dev` are one short line each.
+const MAX_LINE: u64 = 256;
+
+/// The char devices whose `ibdev` is `ibdev`, sorted by name.
+pub(super) fn rdma_chars(sys_root: &Path, ibdev: &str) -> Result<Vec<CharNum>, Cause> {
+    let mut out = Vec::new();
+    for class in CLASSES {
+        let dir = sys_root.join(class);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(Cause::Sysfs { path: dir, source }),
+        };
+        for entry in entries.take(MAX_ENTRIES) {
+            let entry = entry.map_err(|source| Cause::Sysfs {
+                path: dir.clone(),
+                source,
+            })?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !is_char_name(&name) {
+                continue; // `abi_version`
+            }
+            // A device unregistered meanwhile is no longer this device's.
+            let Some(owner) = line(&entry.path().join("ibdev"))? else {
+                continue;
+            };
+            if owner != ibdev {
+                continue;
+            }
+            let Some(dev) = line(&entry.path().join("dev"))? else {
+                continue;
+            };
+            let (major, minor) = parse_dev(&dev).ok_or_else(|| Cause::Sysfs {
+                path: entry.path().join("dev"),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{dev:?} is no device number"),
+                ),
+            })?;
+            out.push(CharNum { name, major, minor });
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn is_char_name(name: &str) -> bool {
+    PREFIXES.iter().any(|p| {
+        name.strip_prefix(p)
+            .is_some_and(|n| !n.is_empty() && n.len() <= 5 && n.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// One trimmed line, `None` when the file is gone.
+fn line(path: &Path) -> Result<Option<String>, Cause> {
+    use std::io::Read;
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(Cause::Sysfs {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let mut text = String::new();
+    file.take(MAX_LINE)
+        .read_to_string(&mut text)
+        .map_err(|source| Cause::Sysfs {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(Some(text.trim().to_string()))
+}
+
+/// `major:minor`, as sysfs prints a `dev` attribute.
+fn parse_dev(text: &str) -> Option<(u32, u32)> {
+    let (major, minor) = text.split_once(':')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
