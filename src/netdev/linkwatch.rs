@@ -27,6 +27,8 @@ use super::nl::NLMSG_HDRLEN;
 const RTNLGRP_LINK: u32 = 1;
 const RTM_NEWLINK: u16 = 16;
 const RTM_DELLINK: u16 = 17;
+/// include/uapi/linux/if_link.h.
+const IFLA_IFNAME: u16 = 3;
 /// A link notice is one message of about 1.5 KiB (`rtnl_fill_ifinfo` with no
 /// extension filter: no VF list); a datagram that does not fit is taken as
 /// lost.
@@ -50,9 +52,9 @@ impl LinkWatch {
         Ok(LinkWatch { sock })
     }
 
-    /// The payloads of the link notices queued since the last call; `None`
-    /// when the kernel dropped some (ENOBUFS: the queue overflowed) or one
-    /// did not fit.
+    /// The link notices queued since the last call, each a whole netlink
+    /// message; `None` when the kernel dropped some (ENOBUFS: the queue
+    /// overflowed) or one did not fit.
     pub fn notices(&mut self) -> io::Result<Option<Vec<Vec<u8>>>> {
         let mut out = Vec::new();
         let mut lost = false;
@@ -64,7 +66,7 @@ impl LinkWatch {
                 .recv(&mut buf, libc::MSG_DONTWAIT | libc::MSG_TRUNC)
             {
                 Ok(len) if len > buf.len() => lost = true,
-                Ok(_) => lost |= !link_payloads(&buf, &mut out),
+                Ok(_) => lost |= !link_messages(&buf, &mut out),
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => lost = true,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -75,9 +77,9 @@ impl LinkWatch {
     }
 }
 
-/// Appends the payloads of the link notices in one datagram; false when the
-/// datagram is malformed.
-pub fn link_payloads(data: &[u8], out: &mut Vec<Vec<u8>>) -> bool {
+/// Appends the link notices of one datagram, each a whole message; false
+/// when the datagram is malformed.
+pub fn link_messages(data: &[u8], out: &mut Vec<Vec<u8>>) -> bool {
     let mut off = 0;
     while off < data.len() {
         let Ok(msg) = NetlinkBuffer::new_checked(&data[off..]) else {
@@ -85,19 +87,35 @@ pub fn link_payloads(data: &[u8], out: &mut Vec<Vec<u8>>) -> bool {
         };
         let len = msg.length() as usize;
         if matches!(msg.message_type(), RTM_NEWLINK | RTM_DELLINK) {
-            out.push(data[off + NLMSG_HDRLEN..off + len].to_vec());
+            out.push(data[off..off + len].to_vec());
         }
         off += super::nl::align4(len);
     }
     true
 }
 
-/// The links notices reported since a point: the ifindex of each, or all of
-/// them once a notice was lost or unreadable.
+/// One link notice: the link's ifindex, and its name then (`None` for a
+/// deletion, or a notice without `IFLA_IFNAME`).
+fn notice(msg: &[u8]) -> Option<(u32, Option<String>)> {
+    let kind = u16::from_ne_bytes([*msg.get(4)?, *msg.get(5)?]);
+    let body = msg.get(NLMSG_HDRLEN..)?;
+    // `struct ifinfomsg`: family, pad, type, then the ifindex; 16 bytes.
+    let b = body.get(4..8)?;
+    let index = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+    let name = super::nl::attrs(body.get(16..)?)
+        .find(|(k, _)| *k == IFLA_IFNAME)
+        .map(|(_, v)| {
+            String::from_utf8_lossy(v.split(|&c| c == 0).next().unwrap_or(v)).into_owned()
+        });
+    Some((index, name.filter(|_| kind == RTM_NEWLINK)))
+}
+
+/// The links notices reported since a point: the ifindex of each with its
+/// name then, or every link once a notice was lost or unreadable.
 #[derive(Debug, Default)]
 pub struct Changed {
     all: bool,
-    links: Vec<u32>,
+    links: Vec<(u32, Option<String>)>,
 }
 
 impl Changed {
@@ -107,12 +125,9 @@ impl Changed {
             self.all = true;
             return;
         };
-        for payload in notices {
-            // `struct ifinfomsg`: family, pad, type, then the ifindex.
-            match payload.get(4..8) {
-                Some(b) => self
-                    .links
-                    .push(u32::from_ne_bytes([b[0], b[1], b[2], b[3]])),
+        for msg in notices {
+            match notice(&msg) {
+                Some(n) => self.links.push(n),
                 None => self.all = true,
             }
         }
@@ -122,7 +137,15 @@ impl Changed {
         }
     }
 
-    pub fn has(&self, index: u32) -> bool {
-        self.all || self.links.contains(&index)
+    /// Whether the link listed as `index` named `name` may since have been
+    /// deleted or renamed. Its other notices (carrier, operstate, MTU, up or
+    /// down) carry the same name and say nothing of the name's meaning; a
+    /// rename away from `name` carries another, however briefly it held.
+    pub fn renamed_or_gone(&self, index: u32, name: &str) -> bool {
+        self.all
+            || self
+                .links
+                .iter()
+                .any(|(i, n)| *i == index && n.as_deref() != Some(name))
     }
 }

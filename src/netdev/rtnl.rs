@@ -254,8 +254,8 @@ impl<T: Transport> RtnlConn<T> {
             return Ok(());
         };
         self.notices("watch links")?;
-        if self.changed.has(link.index) {
-            tracing::warn!(link = %link.name, "the link changed while its pci function was read: taken as unknown");
+        if self.changed.renamed_or_gone(link.index, &link.name) {
+            tracing::warn!(link = %link.name, "the link was renamed or deleted while its pci function was read: taken as unknown");
         } else {
             link.parent = Some(parent);
         }

@@ -73,10 +73,7 @@ fn an_old_kernels_vf_is_known_by_its_bus_info() {
 #[test]
 fn a_link_renamed_meanwhile_has_no_parent() {
     let mut c = conn(vec![one("ens1f0v1", None)], true);
-    let renamed = vec![
-        link_payload(5, "tmp", None),
-        link_payload(5, "ens1f0v1", None),
-    ];
+    let renamed = vec![notice(16, 5, "tmp"), notice(16, 5, "ens1f0v1")];
     c_during(&mut c, Some(renamed));
     let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
     assert_eq!(link.parent, None);
@@ -85,6 +82,11 @@ fn a_link_renamed_meanwhile_has_no_parent() {
     c_during(&mut c, None);
     let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
     assert_eq!(link.parent, None, "notices lost");
+    // Deleted meanwhile (and another link made under the name).
+    let mut c = conn(vec![one("ens1f0v1", None)], true);
+    c_during(&mut c, Some(vec![notice(17, 5, "ens1f0v1")]));
+    let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
+    assert_eq!(link.parent, None, "deleted");
     // The next listing starts afresh.
     let mut c = conn(vec![one("ens1f0v1", None), one("ens1f0v1", None)], true);
     c_during(&mut c, None);
@@ -96,13 +98,15 @@ fn a_link_renamed_meanwhile_has_no_parent() {
     assert_eq!(again.parent.as_deref(), Some("0000:3b:00.3"));
 }
 
-/// Notices of other links, and of this one before its listing, say nothing
-/// of what the ioctl answered for.
+/// Notices of other links, of this one before its listing, and of this one
+/// under its listed name (carrier, MTU, up or down) say nothing of what the
+/// ioctl answered for.
 #[test]
 fn other_notices_leave_the_parent_known() {
     let mut c = conn(vec![one("ens1f0v1", None)], true);
-    c_during(&mut c, Some(vec![link_payload(6, "veth0", None)]));
-    c.transport_mut().queued = vec![link_payload(5, "ens1f0v1", None)];
+    let during = vec![notice(16, 6, "veth0"), notice(16, 5, "ens1f0v1")];
+    c_during(&mut c, Some(during));
+    c.transport_mut().queued = vec![notice(16, 5, "tmp")];
     let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
     assert_eq!(link.parent.as_deref(), Some("0000:3b:00.3"));
 }
@@ -127,6 +131,11 @@ fn without_notices_no_parent_is_taken() {
     let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
     assert_eq!(link.parent, None);
     assert_eq!(c.transport().0.asked, ["ens1f0v1"]);
+}
+
+/// A link notice as the kernel queues it: `RTM_NEWLINK` (16) or `RTM_DELLINK` (17).
+fn notice(kind: u16, index: i32, name: &str) -> Vec<u8> {
+    crate::netdev::nl::frame(kind, 0, 0, &link_payload(index, name, None))
 }
 
 fn c_during(c: &mut RtnlConn<Script>, notices: Option<Vec<Vec<u8>>>) {
@@ -280,6 +289,7 @@ fn the_real_kernels_notices_catch_names_swapped_around_the_ioctl() {
     ];
     const OTHER: &[&[&str]] = &[&["link", "set", "dgx0", "name", "dgy0"]];
     const OTHER_BACK: &[&[&str]] = &[&["link", "set", "dgy0", "name", "dgx0"]];
+    const MTU: &[&[&str]] = &[&["link", "set", "dgvf0", "mtu", "1400"]];
     let parents = in_new_netns(|| {
         // dgvf0 plays the VF, dgdum0 the pod's dummy.
         ip(&[
@@ -307,38 +317,46 @@ fn the_real_kernels_notices_catch_names_swapped_around_the_ioctl() {
             parent(&[], &[]),
             parent(SWAP, BACK),
             parent(OTHER, OTHER_BACK),
+            parent(MTU, &[]),
         ]
     });
     let vf = Some("0000:3b:00.3".to_string());
     assert_eq!(parents[0], vf, "nothing renamed");
     assert_eq!(parents[1], None, "the ioctl answered for the dummy");
     assert_eq!(parents[2], vf, "another link renamed");
+    assert_eq!(parents[3], vf, "the link's mtu changed: no rename");
 }
 
 #[test]
 fn notices_are_read_from_whole_datagrams_and_bounded() {
-    use crate::netdev::linkwatch::{link_payloads, Changed};
+    use crate::netdev::linkwatch::{link_messages, Changed};
     use crate::netdev::nl::frame;
-    let mut datagram = frame(16, 0, 0, &link_payload(5, "ens1f0v1", None));
+    let mut datagram = notice(16, 5, "ens1f0v1");
     datagram.extend(frame(20, 0, 0, &[0; 8])); // RTM_NEWADDR: no link notice
-    datagram.extend(frame(17, 0, 0, &link_payload(7, "dummy0", None)));
+    datagram.extend(notice(17, 7, "dummy0"));
+    datagram.extend(notice(16, 8, "tmp"));
     let mut out = Vec::new();
-    assert!(link_payloads(&datagram, &mut out));
+    assert!(link_messages(&datagram, &mut out));
+    assert_eq!(out.len(), 3);
     let mut changed = Changed::default();
     changed.add(Some(out));
-    assert!(changed.has(5) && changed.has(7) && !changed.has(6));
+    assert!(
+        !changed.renamed_or_gone(5, "ens1f0v1"),
+        "same name: no rename"
+    );
+    assert!(changed.renamed_or_gone(7, "dummy0"), "deleted");
+    assert!(changed.renamed_or_gone(8, "eth3"), "renamed");
+    assert!(!changed.renamed_or_gone(6, "eth6"), "no notice");
     let mut out = Vec::new();
     assert!(
-        !link_payloads(&datagram[..datagram.len() - 3], &mut out),
+        !link_messages(&datagram[..datagram.len() - 3], &mut out),
         "cut short"
     );
-    // A payload without its ifindex, or more links than are kept: every link.
+    // A notice without its ifindex, or more links than are kept: every link.
     let mut changed = Changed::default();
-    changed.add(Some(vec![vec![0; 4]]));
-    assert!(changed.has(1));
+    changed.add(Some(vec![frame(16, 0, 0, &[0; 4])]));
+    assert!(changed.renamed_or_gone(1, "x"));
     let mut changed = Changed::default();
-    changed.add(Some(
-        (0..1025).map(|i| link_payload(i, "x", None)).collect(),
-    ));
-    assert!(changed.has(4096));
+    changed.add(Some((0..1025).map(|i| notice(16, i, "x")).collect()));
+    assert!(changed.renamed_or_gone(4096, "y"));
 }
