@@ -137,7 +137,8 @@ pub enum HookError {
 /// Where the hook works.
 #[derive(Debug, Clone)]
 pub struct HookEnv {
-    /// Host root for sysfs reads (hooks-only discovery; NRI mode reads nothing there).
+    /// Host root for sysfs reads (hooks-only discovery; in NRI mode only a moved
+    /// RDMA device's char devices, read again after an exclusive-mode move).
     pub host_root: PathBuf,
     pub state_dir: PathBuf,
     /// `/proc` of the host: where `<pid>/ns/net` is opened and netns are searched.

@@ -7,7 +7,9 @@
 //!  "networks": [{"pf_netdev": "ens1f0", "vf_index": 3, "vf_bus_id": "0000:3b:02.3",
 //!                "host_netdev": "ens1f0v3", "rdma_device": "mlx5_5",
 //!                "container_ifname": "net1", "move_rdma": true,
-//!                "settings": {"mac": "02:00:00:00:00:11", "vlan": 100, "mtu": 9000}}]}
+//!                "settings": {"mac": "02:00:00:00:00:11", "vlan": 100, "mtu": 9000},
+//!                "rdma_chars": [{"name": "umad5", "major": 231, "minor": 5},
+//!                               {"name": "uverbs5", "major": 231, "minor": 197}]}]}
 //! ```
 //! Unknown fields are refused so that a newer plugin cannot be half-understood.
 

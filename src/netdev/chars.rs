@@ -13,10 +13,10 @@ use std::path::Path;
 
 use super::settings::CharNum;
 use super::Cause;
+use crate::inventory::{parse_dev_num, parse_rdma_char_name};
 
 /// The char device classes (not netns-tagged: `ib_class` is, these are not).
 const CLASSES: [&str; 2] = ["class/infiniband_verbs", "class/infiniband_mad"];
-const PREFIXES: [&str; 3] = ["uverbs", "umad", "issm"];
 /// Entries read per class at most (the kernel allows 1024 uverbs devices).
 const MAX_ENTRIES: usize = 8192;
 /// `ibdev` and `dev` are one short line each.
@@ -38,7 +38,7 @@ pub(super) fn rdma_chars(sys_root: &Path, ibdev: &str) -> Result<Vec<CharNum>, C
                 source,
             })?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            if !is_char_name(&name) {
+            if parse_rdma_char_name(&name).is_none() {
                 continue; // `abi_version`
             }
             // A device unregistered meanwhile is no longer this device's.
@@ -51,25 +51,22 @@ pub(super) fn rdma_chars(sys_root: &Path, ibdev: &str) -> Result<Vec<CharNum>, C
             let Some(dev) = line(&entry.path().join("dev"))? else {
                 continue;
             };
-            let (major, minor) = parse_dev(&dev).ok_or_else(|| Cause::Sysfs {
+            let num = parse_dev_num(&dev).ok_or_else(|| Cause::Sysfs {
                 path: entry.path().join("dev"),
                 source: io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!("{dev:?} is no device number"),
                 ),
             })?;
-            out.push(CharNum { name, major, minor });
+            out.push(CharNum {
+                name,
+                major: num.major,
+                minor: num.minor,
+            });
         }
     }
     out.sort();
     Ok(out)
-}
-
-fn is_char_name(name: &str) -> bool {
-    PREFIXES.iter().any(|p| {
-        name.strip_prefix(p)
-            .is_some_and(|n| !n.is_empty() && n.len() <= 5 && n.bytes().all(|b| b.is_ascii_digit()))
-    })
 }
 
 /// One trimmed line, `None` when the file is gone.
@@ -93,10 +90,4 @@ fn line(path: &Path) -> Result<Option<String>, Cause> {
             source,
         })?;
     Ok(Some(text.trim().to_string()))
-}
-
-/// `major:minor`, as sysfs prints a `dev` attribute.
-fn parse_dev(text: &str) -> Option<(u32, u32)> {
-    let (major, minor) = text.split_once(':')?;
-    Some((major.parse().ok()?, minor.parse().ok()?))
 }

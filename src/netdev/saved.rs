@@ -55,11 +55,17 @@ pub struct SavedNetns {
     pub path: Option<PathBuf>,
 }
 
+fn attach_as_saved<S: serde::Serializer>(a: &VfAttach, s: S) -> Result<S::Ok, S::Error> {
+    a.saved_form().serialize(s)
+}
+
 /// Everything needed to put a VF back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SavedVf {
     pub version: u32,
     pub container_id: String,
+    /// Written without `rdma_chars` (see [`VfAttach::saved_form`]).
+    #[serde(serialize_with = "attach_as_saved")]
     pub attach: VfAttach,
     pub netns: SavedNetns,
     pub host: SavedLink,

@@ -279,6 +279,17 @@ impl fmt::Display for CharNum {
 }
 
 impl VfAttach {
+    /// What a saved record keeps of the action on disk: all but
+    /// `rdma_chars`, which only the attach in progress reads. Records outlive
+    /// a version (a rollback's poststop reads what the newer hook saved), and
+    /// a devgate from before the field refuses a record that carries it.
+    pub fn saved_form(&self) -> VfAttach {
+        VfAttach {
+            rdma_chars: Vec::new(),
+            ..self.clone()
+        }
+    }
+
     pub fn validate(&self) -> Result<(), SettingsError> {
         if !self.pf_netdev.is_empty() {
             check_ifname("pf_netdev", &self.pf_netdev)?;

@@ -5,7 +5,9 @@ use super::{plain_name, Builder, NetworkAction, PlanError, ANN};
 use crate::allocation::{RdmaEntry, VfRef, FULL_SHARE};
 use crate::config::RdmaNetnsMode;
 use crate::inventory::device_cr::rdma_minors;
-use crate::inventory::{Health, Inventory, PciAddr, RdmaCharKind, RdmaDev, RdmaNic, Vf};
+use crate::inventory::{
+    Health, Inventory, PciAddr, RdmaCharDev, RdmaCharKind, RdmaDev, RdmaNic, Vf,
+};
 use crate::ledger::{Claim, DeviceId, Share};
 
 /// Linux IFNAMSIZ without the NUL.
@@ -214,21 +216,25 @@ fn char_devs(out: &mut Builder, entry: &str, bus: PciAddr, dev: &RdmaDev) -> Res
             bus,
         });
     }
-    let allow_issm = out.config.rdma.allow_issm;
-    for kind in [RdmaCharKind::Uverbs, RdmaCharKind::Umad, RdmaCharKind::Issm] {
-        if kind == RdmaCharKind::Issm && !allow_issm {
-            continue;
-        }
-        for c in dev.char_devs.iter().filter(|c| c.kind == kind) {
-            plain_name(entry, &c.name, 32)?;
-            out.device(
-                format!("/dev/infiniband/{}", c.name),
-                c.dev.major,
-                c.dev.minor,
-            );
-        }
+    for c in granted_chars(out, dev) {
+        plain_name(entry, &c.name, 32)?;
+        out.device(
+            format!("/dev/infiniband/{}", c.name),
+            c.dev.major,
+            c.dev.minor,
+        );
     }
     Ok(())
+}
+
+/// The char devices of `dev` a container gets as nodes, in that order.
+fn granted_chars<'d>(out: &Builder, dev: &'d RdmaDev) -> Vec<&'d RdmaCharDev> {
+    let allow_issm = out.config.rdma.allow_issm;
+    [RdmaCharKind::Uverbs, RdmaCharKind::Umad, RdmaCharKind::Issm]
+        .into_iter()
+        .filter(|&kind| kind != RdmaCharKind::Issm || allow_issm)
+        .flat_map(|kind| dev.char_devs.iter().filter(move |c| c.kind == kind))
+        .collect()
 }
 
 fn network(
@@ -277,8 +283,8 @@ fn network(
     let container_ifname = format!("{}{n}", out.config.rdma.ifname_prefix);
     let move_rdma = out.config.rdma.netns_mode == RdmaNetnsMode::Exclusive;
     let rdma_chars = if move_rdma {
-        dev.char_devs
-            .iter()
+        granted_chars(out, dev)
+            .into_iter()
             .map(|c| crate::netdev::settings::CharNum {
                 name: c.name.clone(),
                 major: c.dev.major,
