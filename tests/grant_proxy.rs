@@ -22,6 +22,10 @@ fn proxy_variables_do_not_divert_the_watch() {
         // Set before this process starts any other thread.
         std::env::set_var(var, "http://127.0.0.1:9");
     }
+    // No exception for the fake API server's address.
+    for var in ["NO_PROXY", "no_proxy"] {
+        std::env::remove_var(var);
+    }
     let api = FakeApi::start().unwrap();
     api.put_pod(pod("ns", "a", "u-a", "node-a", &[("nvidia.com/gpu", "1")]));
     let dir = tempfile::tempdir().unwrap();

@@ -25,6 +25,8 @@ struct State {
     /// Bumped to make every open watch send an ERROR 410 event.
     expiries: u64,
     requests: Vec<String>,
+    /// The pages listed: (`continue` offset, `limit`).
+    pages: Vec<(usize, usize)>,
     /// When not 0, every list page holds this many made-up pods and a
     /// `continue` token: a server that never ends its list.
     endless_list: usize,
@@ -146,6 +148,11 @@ impl FakeApi {
         self.shared.lock().requests.clone()
     }
 
+    /// The list pages asked for: (offset the `continue` token stands for, `limit`).
+    pub fn pages(&self) -> Vec<(usize, usize)> {
+        self.shared.lock().pages.clone()
+    }
+
     /// Waits until `pred` holds for the requests seen, up to `timeout`.
     pub fn wait_requests(&self, timeout: Duration, pred: impl Fn(&[String]) -> bool) -> bool {
         let deadline = Instant::now() + timeout;
@@ -252,14 +259,29 @@ fn serve(stream: TcpStream, shared: &Shared) {
                         "metadata": { "resourceVersion": s.version.to_string(), "continue": "more" },
                         "items": items })
             } else {
-                let items: Vec<Value> = s
-                    .pods
-                    .values()
-                    .filter(|p| selector.lists(p))
-                    .cloned()
+                // `limit` and `continue` as the API server pages: the token
+                // here is the offset of the page's first pod.
+                let from: usize = query_param(query, "continue")
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0);
+                let limit: usize = query_param(query, "limit")
+                    .and_then(|l| l.parse().ok())
+                    .unwrap_or(usize::MAX);
+                s.pages.push((from, limit));
+                let all: Vec<&Value> = s.pods.values().filter(|p| selector.lists(p)).collect();
+                let end = from.saturating_add(limit).min(all.len());
+                let items: Vec<Value> = all[from.min(end)..end]
+                    .iter()
+                    .map(|p| (*p).clone())
                     .collect();
+                let cont = if end < all.len() {
+                    end.to_string()
+                } else {
+                    String::new()
+                };
                 json!({ "kind": "PodList", "apiVersion": "v1",
-                        "metadata": { "resourceVersion": s.version.to_string() }, "items": items })
+                        "metadata": { "resourceVersion": s.version.to_string(), "continue": cont },
+                        "items": items })
             }
         };
         let _ = respond(&mut out, 200, &s);

@@ -84,3 +84,39 @@ fn only_the_annotations_the_check_reads_are_kept() {
     let skipped = serde_json::json!({"metadata": {"annotations": {"other": [1, {"a": null}]}}});
     assert!(serde_json::from_value::<Pod>(skipped).is_ok());
 }
+
+/// Running pods of several MiB each (a page of them over the byte bound):
+/// the page is asked for again half as long until it fits, and every pod is
+/// found.
+#[test]
+fn a_page_too_large_is_asked_for_again_shorter() {
+    let api = FakeApi::start().unwrap();
+    let big = "x".repeat(6 << 20);
+    let pods = super::watch::MAX_LIST_BYTES as usize / big.len() + 1;
+    for i in 0..pods {
+        let mut p = pod(
+            "ns",
+            &format!("big{i:02}"),
+            &format!("u-big{i:02}"),
+            NODE,
+            &[],
+        );
+        p["metadata"]["annotations"]["large"] = big.as_str().into();
+        api.put_pod(p);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ep = Endpoint {
+        base: api.url().to_string(),
+        token: None,
+        ca: None,
+        client: None,
+        node_name: NODE.to_string(),
+        watch_timeout_secs: 30,
+    };
+    let checker = GrantChecker::with_mode(Mode::Requests(ep), dir.path());
+    let last = format!("u-big{:02}", pods - 1);
+    let found = checker.cache().wait_for(&last, Duration::from_secs(20));
+    assert!(matches!(found, Lookup::Found(_)), "{found:?}");
+    assert_eq!(checker.cache().len(), pods);
+    assert_eq!(api.pages(), [(0, 40), (0, 20), (0, 10), (10, 10)]);
+}

@@ -27,12 +27,13 @@ pub const MAX_LIST_BYTES: u64 = 64 << 20;
 pub const MAX_EVENT_BYTES: u64 = 16 << 20;
 /// Largest error body read.
 const MAX_STATUS_BYTES: u64 = 64 << 10;
-/// Pods per list page: a pod's JSON can be near 1.5 MiB (etcd's default
-/// request limit), so that a page of them stays within [`MAX_LIST_BYTES`].
+/// Pods per list page, so that a page of pods near etcd's 1.5 MiB each stays
+/// within [`MAX_LIST_BYTES`]; a page over it is asked for again half as long.
 const PAGE: u32 = 40;
-/// Most pods a list may name, finished ones included: above the pod garbage
-/// collector's default threshold (`--terminated-pod-gc-threshold`, 12500)
-/// with the node's running pods beside them.
+/// Most pods a list may name. The API server leaves finished pods out (see
+/// `node_selector`), so this bounds a server that ignores the selector: above
+/// the pod garbage collector's default threshold of finished pods
+/// (`--terminated-pod-gc-threshold`, 12500) with the node's running pods.
 const MAX_LISTED: usize = 16 * 1024;
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -176,20 +177,18 @@ impl PodClient {
         let mut pods = Vec::new();
         let mut listed = 0;
         let mut cont = String::new();
+        let mut limit = PAGE;
         loop {
-            let mut query = format!("limit={PAGE}");
-            if !cont.is_empty() {
-                query.push_str("&continue=");
-                query.push_str(&percent_encode(&cont));
-            }
-            let (url, body) = self.get(&query)?;
-            let reader = BufReader::new(body.into_with_config().limit(MAX_LIST_BYTES).reader());
-            let page: PodList =
-                serde_json::from_reader(reader).map_err(|source| WatchError::Decode {
-                    url: url.clone(),
-                    what: "pod list",
-                    source,
-                })?;
+            let page = match self.page(limit, &cont) {
+                Ok(page) => page,
+                // A page over the byte bound (pods of several MiB each): the
+                // same page again, half as long; one pod always fits.
+                Err(WatchError::Decode { .. }) if limit > 1 => {
+                    limit /= 2;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             listed += page.items.len();
             pods.extend(
                 page.items
@@ -200,13 +199,31 @@ impl PodClient {
             // Pages of a bounded size, but a server that never ends the list
             // must not grow it without bound.
             if pods.len() > super::cache::MAX_PODS || listed > MAX_LISTED {
-                return Err(WatchError::TooManyPods { url });
+                return Err(WatchError::TooManyPods {
+                    url: format!("{}/api/v1/pods", self.base),
+                });
             }
             if page.metadata.continue_token.is_empty() {
                 return Ok((pods, page.metadata.resource_version));
             }
             cont = page.metadata.continue_token;
         }
+    }
+
+    /// One page of at most `limit` pods, from `cont` on.
+    fn page(&self, limit: u32, cont: &str) -> Result<PodList, WatchError> {
+        let mut query = format!("limit={limit}");
+        if !cont.is_empty() {
+            query.push_str("&continue=");
+            query.push_str(&percent_encode(cont));
+        }
+        let (url, body) = self.get(&query)?;
+        let reader = BufReader::new(body.into_with_config().limit(MAX_LIST_BYTES).reader());
+        serde_json::from_reader(reader).map_err(|source| WatchError::Decode {
+            url,
+            what: "pod list",
+            source,
+        })
     }
 
     /// Watches from `version`, applying each event to `cache` and advancing
