@@ -183,6 +183,7 @@ main() {
     if ((UNINSTALL)); then
         uninstall
     else
+        check_register_wait
         check_bin_dir
         check_numvfs
         check_containerd

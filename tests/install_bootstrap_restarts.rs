@@ -212,3 +212,25 @@ fn a_node_without_containerd_waits_for_no_registration() {
         run.out
     );
 }
+
+/// A wait that is no number of seconds (`08` is no number to bash) stops the
+/// run before any change.
+#[test]
+fn a_bad_register_wait_stops_before_any_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    let hooks = hooks_dir(dir.path());
+    let before = snapshot(&prefix);
+    for wait in ["08", "x", "-1", "99999"] {
+        let env: [(&str, &OsStr); 1] = [("DEVGATE_REGISTER_WAIT", OsStr::new(wait))];
+        let run = bootstrap_with_env(&prefix, &hooks, &["--containerd-version", "1.7.24"], &env);
+        assert!(!run.ok, "{wait}: {}", run.out);
+        assert!(
+            run.out
+                .contains("DEVGATE_REGISTER_WAIT must be whole seconds"),
+            "{}",
+            run.out
+        );
+        assert_eq!(snapshot(&prefix), before, "{wait}");
+    }
+}

@@ -94,12 +94,16 @@ restart_services() {
 # default 20): containerd starts a pre-installed plugin as its CRI plugin
 # starts, and the systemd one connects once the unit and containerd are up.
 readonly REGISTER_WAIT=${DEVGATE_REGISTER_WAIT:-20}
-[[ $REGISTER_WAIT =~ ^[0-9]{1,4}$ ]] ||
-    die "DEVGATE_REGISTER_WAIT must be whole seconds, got $REGISTER_WAIT"
 
 # Whether a runtime configured devgate since `since` (epoch seconds): the
 # plugin records each Configure in <state-dir>/runtime.json (the unit's and a
 # pre-installed plugin's state dir is /run/devgate). Waits up to REGISTER_WAIT.
+# Before any change. No leading zero: bash reads 08 as a bad octal number.
+check_register_wait() {
+    [[ $REGISTER_WAIT =~ ^(0|[1-9][0-9]{0,3})$ ]] ||
+        die "DEVGATE_REGISTER_WAIT must be whole seconds, got $REGISTER_WAIT; nothing changed"
+}
+
 registered_since() {
     local since=$1 file tries
     file=$(p /run/devgate/runtime.json)
