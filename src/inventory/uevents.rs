@@ -11,10 +11,11 @@
 //! for a rename, `bind`, `unbind`) of the device's subsystem, so a generation
 //! counted from them tells a reader that the host must be read again.
 //!
-//! Kernel uevents reach the `NETLINK_KOBJECT_UEVENT` sockets of the initial
-//! network namespace only (lib/kobject_uevent.c, `uevent_net_broadcast_untagged`;
-//! a netdev's go to its own namespace), where the plugin runs: on the host, or
-//! in the DaemonSet's pod with `hostNetwork`.
+//! Kernel uevents of devices that belong to no network namespace reach the
+//! `NETLINK_KOBJECT_UEVENT` sockets of every network namespace the initial
+//! user namespace owns (lib/kobject_uevent.c: `uevent_net_init` lists those,
+//! `uevent_net_broadcast_untagged` sends to them; a netdev's go to its own
+//! namespace only): the host's, where the plugin runs, among them.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -173,6 +174,15 @@ impl UeventSocket {
     /// The next message: whether it changes an inventory; `None` when
     /// `wait` passed without one.
     pub fn next(&self, wait: Option<Duration>) -> io::Result<Option<bool>> {
+        Ok(self.message(wait)?.map(|m| match m {
+            Message::Kernel(msg) => parse(&msg).is_some_and(|ev| changes_inventory(&ev)),
+            Message::Truncated => true,
+            Message::Other => false,
+        }))
+    }
+
+    /// The next message itself; `None` when `wait` passed without one.
+    pub fn message(&self, wait: Option<Duration>) -> io::Result<Option<Message>> {
         if let Some(wait) = wait {
             let mut fd = libc::pollfd {
                 fd: self.sock.as_raw_fd(),
@@ -195,19 +205,30 @@ impl UeventSocket {
         // Only the kernel's (port 0): others in this namespace could only
         // cause extra reads, but there is no need to take them.
         if from.port_number() != 0 {
-            return Ok(Some(false));
+            return Ok(Some(Message::Other));
         }
         if len > buf.len() {
-            return Ok(Some(true));
+            return Ok(Some(Message::Truncated));
         }
-        Ok(Some(parse(&buf).is_some_and(|ev| changes_inventory(&ev))))
+        Ok(Some(Message::Kernel(buf)))
     }
 }
 
-/// A signal's interruption is no message; any other error is one.
-fn interrupted_or(e: io::Error) -> io::Result<Option<bool>> {
+/// What the uevent socket received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// A message of the kernel's.
+    Kernel(Vec<u8>),
+    /// One longer than the buffer: unknown, so taken as a change.
+    Truncated,
+    /// A message of some process's.
+    Other,
+}
+
+/// A signal's interruption is no message to count; any other error is one.
+fn interrupted_or(e: io::Error) -> io::Result<Option<Message>> {
     match e.kind() {
-        io::ErrorKind::Interrupted => Ok(Some(false)),
+        io::ErrorKind::Interrupted => Ok(Some(Message::Other)),
         _ => Err(e),
     }
 }

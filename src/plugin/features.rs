@@ -21,7 +21,10 @@ use crate::fsutil::{self, FsError};
 
 use super::devices::RuntimeFeatures;
 
-/// The record's file in the state directory.
+/// The record's file in the state directory, replaced at every Configure:
+/// `devgate doctor` and `install/bootstrap.sh` (after its restarts, where a
+/// pre-installed plugin without a new record is undone) take it as the
+/// runtime's acceptance of the plugin.
 pub const RUNTIME_FILE: &str = "runtime.json";
 /// Upper bound when reading the record back.
 const MAX_RECORD_BYTES: u64 = 64 * 1024;

@@ -57,9 +57,13 @@ impl Devices {
     }
 
     /// Re-reads the host: devices come and go (VFs created, drivers rebound).
+    /// A read that a read begun later has overtaken changes nothing.
     pub fn refresh(&self) -> Arc<Inventory> {
         let generation = self.changes.generation();
         let inv = Arc::new(self.gpu_facts.discover(&self.host_root));
+        if generation < self.read_at.load(Ordering::Acquire) {
+            return self.inventory();
+        }
         // The new inventory's names may stand for other devices.
         self.gids.clear();
         self.dev_char.forget();
