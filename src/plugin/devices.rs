@@ -101,6 +101,8 @@ pub struct Devices {
     /// inventory was read after.
     changes: Arc<HostChanges>,
     read_at: std::sync::atomic::AtomicU64,
+    /// One read of the host at a time (see `inventory_cache`).
+    reading: std::sync::Mutex<()>,
 }
 
 /// VF claims of pods an earlier release admitted name no PF: named from the
@@ -159,6 +161,7 @@ impl Devices {
             dev_char,
             changes: Arc::default(),
             read_at: Default::default(),
+            reading: Default::default(),
         })
     }
 

@@ -48,37 +48,44 @@ impl Devices {
 
     /// The cached inventory, read again first when the kernel reported a
     /// device change since it was read (see [`crate::inventory::uevents`]):
-    /// what a plan is built from.
+    /// what a plan is built from. A read already under way (the uevent
+    /// thread's, once a burst has passed) is waited for rather than repeated.
     pub fn fresh_inventory(&self) -> Arc<Inventory> {
-        if self.changes.generation() != self.read_at.load(Ordering::Acquire) {
-            return self.refresh();
+        if self.is_current() {
+            return self.inventory();
         }
-        self.inventory()
+        let _one = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.is_current() {
+            return self.inventory();
+        }
+        self.read_host()
     }
 
     /// Re-reads the host: devices come and go (VFs created, drivers rebound).
-    /// A read that a read begun later has overtaken changes nothing.
     pub fn refresh(&self) -> Arc<Inventory> {
+        let _one = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
+        self.read_host()
+    }
+
+    fn is_current(&self) -> bool {
+        self.changes.generation() == self.read_at.load(Ordering::Acquire)
+    }
+
+    /// The read itself, under `reading`: reads never overlap, so each one
+    /// kept is newer than the one before, with its GID cache and `/dev/char`
+    /// links.
+    fn read_host(&self) -> Arc<Inventory> {
         let generation = self.changes.generation();
         let inv = Arc::new(self.gpu_facts.discover(&self.host_root));
-        if generation < self.read_at.load(Ordering::Acquire) {
-            return self.inventory();
-        }
         // The new inventory's names may stand for other devices.
         self.gids.clear();
         self.dev_char.forget();
         link_dev_char(&self.dev_char, &inv);
-        // Kept with the count it was read after, unless a read begun later
-        // was kept meanwhile: a reader that finds the count current then
-        // finds an inventory read after it.
-        let mut slot = self
+        *self
             .inventory
             .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        if generation >= self.read_at.load(Ordering::Acquire) {
-            *slot = inv;
-            self.read_at.store(generation, Ordering::Release);
-        }
-        slot.clone()
+            .unwrap_or_else(PoisonError::into_inner) = inv.clone();
+        self.read_at.store(generation, Ordering::Release);
+        inv
     }
 }
