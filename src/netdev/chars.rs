@@ -11,8 +11,10 @@
 use std::io;
 use std::path::Path;
 
-use super::settings::CharNum;
-use super::Cause;
+use super::error::At;
+use super::settings::{CharNum, VfAttach};
+use super::vf::VfOps;
+use super::{Cause, Netns, VfError};
 use crate::inventory::{parse_dev_num, parse_rdma_char_name};
 
 /// The char device classes (not netns-tagged: `ib_class` is, these are not).
@@ -90,4 +92,63 @@ fn line(path: &Path) -> Result<Option<String>, Cause> {
             source,
         })?;
     Ok(Some(text.trim().to_string()))
+}
+
+/// Moves the VF's RDMA device into the pod (exclusive mode), then checks its
+/// char devices against the container's nodes.
+pub(super) fn move_rdma(
+    ops: &mut VfOps<'_>,
+    at: &At<'_>,
+    pod: &Netns,
+    a: &VfAttach,
+) -> Result<(), VfError> {
+    let name = a.rdma_device.as_deref().unwrap_or_default();
+    // The netns mode was checked for the whole batch (`check_rdma_mode`), and
+    // cannot change while the pod's namespace exists (rdma_compatdev_set).
+    let mut rdma = at.step("open rdma netlink", ops.env.rdma(None))?;
+    let index = at
+        .step("find rdma device", rdma.dev_index(name))?
+        .ok_or_else(|| {
+            (at.err("find rdma device"))(Cause::NotFound {
+                what: "rdma device",
+                name: name.to_string(),
+            })
+        })?;
+    at.step("move rdma device", rdma.set_netns(index, pod))?;
+    if a.rdma_chars.is_empty() {
+        return Ok(());
+    }
+    let now = at.step("read rdma char devices", ops.env.rdma_chars(name))?;
+    let mut want = a.rdma_chars.clone();
+    want.sort();
+    if !nodes_hold(&want, &now) {
+        return Err((at.err("check rdma char devices"))(Cause::RdmaRenumbered(
+            Box::new(super::error::Renumbered {
+                device: name.to_string(),
+                want,
+                got: now,
+            }),
+        )));
+    }
+    Ok(())
+}
+
+/// Every node the container has must still name the device by the same
+/// numbers; a char device it was not given (issm unless allowed) is no
+/// concern here.
+fn nodes_hold(want: &[CharNum], now: &[CharNum]) -> bool {
+    want.iter().all(|c| now.contains(c))
+}
+
+/// Whether the moved RDMA device's char devices are still those the
+/// container's nodes name: a second stage after a crash between the move and
+/// its check must not take the VF as attached without it.
+pub(super) fn chars_hold(ops: &mut VfOps<'_>, a: &VfAttach) -> Result<bool, Cause> {
+    let (Some(name), false) = (a.rdma_device.as_deref(), a.rdma_chars.is_empty()) else {
+        return Ok(true);
+    };
+    if !a.move_rdma {
+        return Ok(true);
+    }
+    Ok(nodes_hold(&a.rdma_chars, &ops.env.rdma_chars(name)?))
 }

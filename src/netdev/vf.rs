@@ -162,6 +162,7 @@ fn attach_one(
             && same_ns
             && rec.attach.saved_form() == a.saved_form()
             && attached(ops, pod, pod_nl.as_mut(), &rec)
+            && super::chars::chars_hold(ops, a).unwrap_or(false)
         {
             tracing::debug!(vf = %a.vf_bus_id, container = container_id, "vf already attached");
             return Ok(());
@@ -394,7 +395,7 @@ fn apply(
     at.step("bring up", pod_nl.set_link(link.index, &up))?;
     (ops.checkpoint)("configure");
     if a.move_rdma {
-        move_rdma(ops, at, pod, a)?;
+        super::chars::move_rdma(ops, at, pod, a)?;
     }
     (ops.checkpoint)("rdma");
     Ok(())
@@ -421,39 +422,4 @@ fn set_mac(at: &At<'_>, nl: &mut dyn Rtnl, index: u32, mac: &super::HwAddr) -> R
         want: mac.to_string(),
         got,
     }))
-}
-
-fn move_rdma(ops: &mut VfOps<'_>, at: &At<'_>, pod: &Netns, a: &VfAttach) -> Result<(), VfError> {
-    let name = a.rdma_device.as_deref().unwrap_or_default();
-    // The netns mode was checked for the whole batch (`check_rdma_mode`), and
-    // cannot change while the pod's namespace exists (rdma_compatdev_set).
-    let mut rdma = at.step("open rdma netlink", ops.env.rdma(None))?;
-    let index = at
-        .step("find rdma device", rdma.dev_index(name))?
-        .ok_or_else(|| {
-            (at.err("find rdma device"))(Cause::NotFound {
-                what: "rdma device",
-                name: name.to_string(),
-            })
-        })?;
-    at.step("move rdma device", rdma.set_netns(index, pod))?;
-    if a.rdma_chars.is_empty() {
-        return Ok(());
-    }
-    // Every node the container has must still name this device by the same
-    // numbers; a char device it was not given (issm unless allowed) is no
-    // concern here.
-    let now = at.step("read rdma char devices", ops.env.rdma_chars(name))?;
-    let mut want = a.rdma_chars.clone();
-    want.sort();
-    if !want.iter().all(|c| now.contains(c)) {
-        return Err((at.err("check rdma char devices"))(Cause::RdmaRenumbered(
-            Box::new(super::error::Renumbered {
-                device: name.to_string(),
-                want,
-                got: now,
-            }),
-        )));
-    }
-    Ok(())
 }

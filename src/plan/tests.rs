@@ -385,6 +385,21 @@ fn rdma_config_knobs() {
     nodes.sort();
     assert!(!chars.is_empty());
     assert_eq!(chars, nodes);
+    assert!(chars.iter().any(|(name, ..)| name.starts_with("issm")));
+    // Without subnet-manager access the container has no issm node, and the
+    // hook is not asked to find one.
+    config.rdma.allow_issm = false;
+    let no_issm = build(&hgx(), &pod(&ann), "main", &config).unwrap();
+    let names: Vec<&str> = no_issm.network[0]
+        .rdma_chars
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert!(
+        !names.is_empty() && names.iter().all(|n| !n.starts_with("issm")),
+        "{names:?}"
+    );
+    config.rdma.allow_issm = true;
     assert_eq!(n.container_ifname, "rdma1");
     assert_eq!(
         (n.settings.mac, n.settings.vlan),

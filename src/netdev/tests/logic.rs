@@ -462,9 +462,13 @@ fn chars(list: &[(&str, u32, u32)]) -> Vec<crate::netdev::CharNum> {
 #[test]
 fn rdma_char_devices_numbered_anew_by_the_move_fail_the_attach() {
     let granted = chars(&[("umad3", 231, 3), ("uverbs3", 231, 195)]);
+    // The device has an issm node too, which the container was not given:
+    // no concern of the check.
     let with_chars = || {
         let mut m = model();
-        m.rdma_chars.insert("mlx5_3".to_string(), granted.clone());
+        let mut on_host = granted.clone();
+        on_host.extend(chars(&[("issm3", 231, 67)]));
+        m.rdma_chars.insert("mlx5_3".to_string(), on_host);
         m
     };
     let mut a = action();
