@@ -65,6 +65,9 @@ impl LinkWatch {
                 .sock
                 .recv(&mut buf, libc::MSG_DONTWAIT | libc::MSG_TRUNC)
             {
+                // A namespace whose links flap faster than this reads: no
+                // more kept, and every link counts as changed.
+                Ok(_) if out.len() > MAX_CHANGED => return Ok(None),
                 Ok(len) if len > buf.len() => lost = true,
                 Ok(_) => lost |= !link_messages(&buf, &mut out),
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => lost = true,
@@ -95,19 +98,25 @@ pub fn link_messages(data: &[u8], out: &mut Vec<Vec<u8>>) -> bool {
 }
 
 /// One link notice: the link's ifindex, and its name then (`None` for a
-/// deletion, or a notice without `IFLA_IFNAME`).
-fn notice(msg: &[u8]) -> Option<(u32, Option<String>)> {
+/// deletion, or a notice without `IFLA_IFNAME`); `Some(None)` for a notice
+/// that changes no link's name or existence.
+fn notice(msg: &[u8]) -> Option<Option<(u32, Option<String>)>> {
     let kind = u16::from_ne_bytes([*msg.get(4)?, *msg.get(5)?]);
     let body = msg.get(NLMSG_HDRLEN..)?;
     // `struct ifinfomsg`: family, pad, type, then the ifindex; 16 bytes.
     let b = body.get(4..8)?;
     let index = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+    // A port leaving a bridge is an `RTM_DELLINK` of family `AF_BRIDGE`
+    // (net/bridge/br_netlink.c, `br_info_notify`): the link stays.
+    if kind == RTM_DELLINK && *body.first()? == libc::AF_BRIDGE as u8 {
+        return Some(None);
+    }
     let name = super::nl::attrs(body.get(16..)?)
         .find(|(k, _)| *k == IFLA_IFNAME)
         .map(|(_, v)| {
             String::from_utf8_lossy(v.split(|&c| c == 0).next().unwrap_or(v)).into_owned()
         });
-    Some((index, name.filter(|_| kind == RTM_NEWLINK)))
+    Some(Some((index, name.filter(|_| kind == RTM_NEWLINK))))
 }
 
 /// The links notices reported since a point: the ifindex of each with its
@@ -127,7 +136,8 @@ impl Changed {
         };
         for msg in notices {
             match notice(&msg) {
-                Some(n) => self.links.push(n),
+                Some(Some(n)) => self.links.push(n),
+                Some(None) => {}
                 None => self.all = true,
             }
         }

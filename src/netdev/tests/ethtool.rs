@@ -347,6 +347,12 @@ fn notices_are_read_from_whole_datagrams_and_bounded() {
     assert!(changed.renamed_or_gone(7, "dummy0"), "deleted");
     assert!(changed.renamed_or_gone(8, "eth3"), "renamed");
     assert!(!changed.renamed_or_gone(6, "eth6"), "no notice");
+    // A port leaving a bridge (RTM_DELLINK of family AF_BRIDGE) stays a link.
+    let mut port_out = notice(17, 9, "eth9");
+    port_out[16] = libc::AF_BRIDGE as u8;
+    let mut changed = Changed::default();
+    changed.add(Some(vec![port_out]));
+    assert!(!changed.renamed_or_gone(9, "eth9"), "bridge port removed");
     let mut out = Vec::new();
     assert!(
         !link_messages(&datagram[..datagram.len() - 3], &mut out),
