@@ -1,35 +1,47 @@
 //! What a pod list costs the plugin: the API server leaves out the node's
 //! finished pods, and of a listed pod's annotations only those the check
 //! reads are kept.
-use std::time::Duration;
-
-use super::cache::Lookup;
 use super::fake_api::{pod, FakeApi};
 use super::model::{Pod, CONFIG_MIRROR};
 use super::request::RdmaStrategy;
-use super::settings::{Endpoint, Mode};
-use super::GrantChecker;
+use super::settings::Endpoint;
 
 const NODE: &str = "node-a";
+
+/// A page's byte bound in these tests: 64 KiB stands for 64 MiB, so that
+/// crossing it takes kilobytes.
+const BOUND: u64 = 64 << 10;
+
+fn client(api: &FakeApi) -> super::watch::PodClient {
+    let ep = Endpoint {
+        base: api.url().to_string(),
+        token: None,
+        ca: None,
+        client: None,
+        node_name: NODE.to_string(),
+        watch_timeout_secs: 30,
+    };
+    super::watch::PodClient::new(&ep)
+        .unwrap()
+        .with_max_list_bytes(BOUND)
+}
+
+/// A pod carrying `bytes` of annotation.
+fn big_pod(name: &str, bytes: usize) -> serde_json::Value {
+    let mut p = pod("ns", name, &format!("u-{name}"), NODE, &[]);
+    p["metadata"]["annotations"]["workflows.argoproj.io/template"] = "x".repeat(bytes).into();
+    p
+}
 
 /// Finished pods whose specs together exceed a list page's byte bound (Argo
 /// workflow pods carry large template annotations; kubelet keeps a node's
 /// finished pods until the garbage collector's threshold): the list asks the
-/// API server to leave them out, and the running pod is found.
+/// API server to leave them out, and one page holds the running pod.
 #[test]
 fn finished_pods_are_not_listed_at_all() {
     let api = FakeApi::start().unwrap();
-    let big = "x".repeat(256 * 1024);
-    let pods = super::watch::MAX_LIST_BYTES as usize / big.len() + 16;
-    for i in 0..pods {
-        let mut p = pod(
-            "jobs",
-            &format!("done{i}"),
-            &format!("u-done{i}"),
-            NODE,
-            &[],
-        );
-        p["metadata"]["annotations"]["workflows.argoproj.io/template"] = big.as_str().into();
+    for i in 0..24 {
+        let mut p = big_pod(&format!("done{i:02}"), 6 << 10);
         p["status"]["phase"] = if i % 2 == 0 { "Succeeded" } else { "Failed" }.into();
         api.put_pod(p);
     }
@@ -40,19 +52,49 @@ fn finished_pods_are_not_listed_at_all() {
         NODE,
         &[("nvidia.com/gpu", "1")],
     ));
-    let dir = tempfile::tempdir().unwrap();
-    let ep = Endpoint {
-        base: api.url().to_string(),
-        token: None,
-        ca: None,
-        client: None,
-        node_name: NODE.to_string(),
-        watch_timeout_secs: 30,
-    };
-    let checker = GrantChecker::with_mode(Mode::Requests(ep), dir.path());
-    let found = checker.cache().wait_for("u-run", Duration::from_secs(20));
-    assert!(matches!(found, Lookup::Found(_)), "{found:?}");
-    assert_eq!(checker.cache().len(), 1);
+    let (pods, _) = client(&api).list().unwrap();
+    let names: Vec<&str> = pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["running"]);
+    assert_eq!(api.pages(), [(0, 40)], "the server left them out");
+}
+
+/// Running pods of a large size each (a page of them over the byte bound):
+/// the page is asked for again half as long until it fits, and every pod is
+/// listed.
+#[test]
+fn a_page_too_large_is_asked_for_again_shorter() {
+    let api = FakeApi::start().unwrap();
+    for i in 0..12 {
+        api.put_pod(big_pod(&format!("big{i:02}"), 6 << 10));
+    }
+    let (pods, _) = client(&api).list().unwrap();
+    assert_eq!(pods.len(), 12);
+    let pages = api.pages();
+    assert_eq!(pages[..2], [(0, 40), (0, 20)], "{pages:?}");
+    // Each retry of the first page halves it; later pages keep the size that fit.
+    let fit = pages
+        .iter()
+        .position(|&(from, _)| from > 0)
+        .expect("a second page");
+    assert!(
+        pages[..fit].windows(2).all(|w| w[1].1 == w[0].1 / 2),
+        "{pages:?}"
+    );
+    assert!(
+        pages[fit..]
+            .iter()
+            .all(|&(_, limit)| limit == pages[fit - 1].1),
+        "{pages:?}"
+    );
+    // A pod that cannot fit even alone is an error, not a loop.
+    let api = FakeApi::start().unwrap();
+    api.put_pod(big_pod("huge", BOUND as usize));
+    let e = client(&api).list().unwrap_err();
+    assert!(
+        matches!(e, super::watch::WatchError::PageTooLarge { .. }),
+        "{e}"
+    );
+    assert_eq!(api.pages().last(), Some(&(0, 1)));
 }
 
 #[test]
@@ -83,40 +125,4 @@ fn only_the_annotations_the_check_reads_are_kept() {
     assert!(serde_json::from_value::<Pod>(bad).is_err());
     let skipped = serde_json::json!({"metadata": {"annotations": {"other": [1, {"a": null}]}}});
     assert!(serde_json::from_value::<Pod>(skipped).is_ok());
-}
-
-/// Running pods of several MiB each (a page of them over the byte bound):
-/// the page is asked for again half as long until it fits, and every pod is
-/// found.
-#[test]
-fn a_page_too_large_is_asked_for_again_shorter() {
-    let api = FakeApi::start().unwrap();
-    let big = "x".repeat(6 << 20);
-    let pods = super::watch::MAX_LIST_BYTES as usize / big.len() + 1;
-    for i in 0..pods {
-        let mut p = pod(
-            "ns",
-            &format!("big{i:02}"),
-            &format!("u-big{i:02}"),
-            NODE,
-            &[],
-        );
-        p["metadata"]["annotations"]["large"] = big.as_str().into();
-        api.put_pod(p);
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let ep = Endpoint {
-        base: api.url().to_string(),
-        token: None,
-        ca: None,
-        client: None,
-        node_name: NODE.to_string(),
-        watch_timeout_secs: 30,
-    };
-    let checker = GrantChecker::with_mode(Mode::Requests(ep), dir.path());
-    let last = format!("u-big{:02}", pods - 1);
-    let found = checker.cache().wait_for(&last, Duration::from_secs(20));
-    assert!(matches!(found, Lookup::Found(_)), "{found:?}");
-    assert_eq!(checker.cache().len(), pods);
-    assert_eq!(api.pages(), [(0, 40), (0, 20), (0, 10), (10, 10)]);
 }
