@@ -221,7 +221,7 @@ fn a_bad_register_wait_stops_before_any_change() {
     let prefix = node(dir.path());
     let hooks = hooks_dir(dir.path());
     let before = snapshot(&prefix);
-    for wait in ["08", "x", "-1", "99999"] {
+    for wait in ["08", "0", "x", "-1", "99999"] {
         let env: [(&str, &OsStr); 1] = [("DEVGATE_REGISTER_WAIT", OsStr::new(wait))];
         let run = bootstrap_with_env(&prefix, &hooks, &["--containerd-version", "1.7.24"], &env);
         assert!(!run.ok, "{wait}: {}", run.out);

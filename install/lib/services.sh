@@ -95,15 +95,16 @@ restart_services() {
 # starts, and the systemd one connects once the unit and containerd are up.
 readonly REGISTER_WAIT=${DEVGATE_REGISTER_WAIT:-20}
 
+# Before any change. At least a second (none would undo every pre-installed
+# plugin at once), and no leading zero: bash reads 08 as a bad octal number.
+check_register_wait() {
+    [[ $REGISTER_WAIT =~ ^[1-9][0-9]{0,3}$ ]] ||
+        die "DEVGATE_REGISTER_WAIT must be whole seconds from 1, got $REGISTER_WAIT; nothing changed"
+}
+
 # Whether a runtime configured devgate since `since` (epoch seconds): the
 # plugin records each Configure in <state-dir>/runtime.json (the unit's and a
 # pre-installed plugin's state dir is /run/devgate). Waits up to REGISTER_WAIT.
-# Before any change. No leading zero: bash reads 08 as a bad octal number.
-check_register_wait() {
-    [[ $REGISTER_WAIT =~ ^(0|[1-9][0-9]{0,3})$ ]] ||
-        die "DEVGATE_REGISTER_WAIT must be whole seconds, got $REGISTER_WAIT; nothing changed"
-}
-
 registered_since() {
     local since=$1 file tries
     file=$(p /run/devgate/runtime.json)
