@@ -73,25 +73,14 @@ pub(super) fn rdma_chars(sys_root: &Path, ibdev: &str) -> Result<Vec<CharNum>, C
 
 /// One trimmed line, `None` when the file is gone.
 fn line(path: &Path) -> Result<Option<String>, Cause> {
-    use std::io::Read;
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(Cause::Sysfs {
-                path: path.to_path_buf(),
-                source,
-            })
-        }
-    };
-    let mut text = String::new();
-    file.take(MAX_LINE)
-        .read_to_string(&mut text)
-        .map_err(|source| Cause::Sysfs {
+    match crate::fsutil::read_file_bounded(path, MAX_LINE) {
+        Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).trim().to_string())),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(Cause::Sysfs {
             path: path.to_path_buf(),
-            source,
-        })?;
-    Ok(Some(text.trim().to_string()))
+            source: e.into(),
+        }),
+    }
 }
 
 /// Moves the VF's RDMA device into the pod (exclusive mode), then checks its
