@@ -101,8 +101,13 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
     init_logging(config.log_format)?;
     let options = plugin_options(&args, preinstalled.is_some());
     let gpu_config = config.gpu.clone();
+    // Opened before the plugin's first read of the host: a device change
+    // from then on is queued in it.
+    let uevents = crate::inventory::uevents::UeventSocket::open();
     let plugin = DevgatePlugin::new(config, options).map_err(NriCmdError::State)?;
-    plugin.watch_host_changes();
+    if let Err(e) = uevents.and_then(|sock| plugin.watch_host_changes(sock)) {
+        tracing::warn!(error = %e, "kernel uevents cannot be read: a device the kernel numbers anew (VFs made again, a module reloaded) is seen only when a plan names one the inventory does not know");
+    }
     if preinstalled.is_none() {
         // A runtime-started plugin starts it at Configure, with its `[gpu]`.
         plugin.start_gpu_health(&gpu_config);

@@ -96,13 +96,14 @@ impl HostChanges {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Counts the kernel's device uevents from now on, on a thread of its
-    /// own, which calls `settled` once a burst of them has passed.
+    /// Counts the kernel's device uevents on `sock` (those queued since it
+    /// was opened first), on a thread of its own, which calls `settled` once
+    /// a burst of them has passed.
     pub fn watch(
         self: &Arc<Self>,
+        sock: UeventSocket,
         settled: impl Fn() + Send + 'static,
     ) -> io::Result<std::thread::JoinHandle<()>> {
-        let sock = UeventSocket::open()?;
         let changes = Arc::clone(self);
         std::thread::Builder::new()
             .name("devgate-uevents".into())

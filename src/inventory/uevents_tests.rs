@@ -5,6 +5,13 @@ use std::time::{Duration, Instant};
 
 use super::*;
 
+fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root: it asks the kernel for a uevent through sysfs"
+    );
+}
+
 fn message(fields: &[&str]) -> Vec<u8> {
     fields.iter().flat_map(|f| f.bytes().chain([0])).collect()
 }
@@ -94,10 +101,7 @@ fn a_burst_is_counted_then_settled_once() {
 /// its mode again): that message, which changes no inventory.
 #[test]
 fn the_real_socket_receives_the_kernels_uevents() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "this test needs root: it asks the kernel for a uevent through sysfs"
-    );
+    require_root();
     let sock = UeventSocket::open().expect("uevent socket");
     std::fs::write("/sys/devices/virtual/mem/null/uevent", "change").expect("ask for a uevent");
     // Other tests ask for uevents too: this one is found by its device.
@@ -139,10 +143,7 @@ fn the_real_socket_receives_the_kernels_uevents() {
 /// `change`, which this test leaves alone.)
 #[test]
 fn the_watch_counts_a_real_pci_uevent_and_settles() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "this test needs root: it asks the kernel for a uevent through sysfs"
-    );
+    require_root();
     let pci = std::fs::read_dir("/sys/bus/pci/devices")
         .expect("this machine's pci devices")
         .flatten()
@@ -153,7 +154,7 @@ fn the_watch_counts_a_real_pci_uevent_and_settles() {
     let settles = Arc::new(AtomicU64::new(0));
     let counter = Arc::clone(&settles);
     changes
-        .watch(move || {
+        .watch(UeventSocket::open().expect("uevent socket"), move || {
             counter.fetch_add(1, Ordering::SeqCst);
         })
         .expect("watch");

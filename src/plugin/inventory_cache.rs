@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
 use super::{link_dev_char, Devices};
-use crate::inventory::uevents::HostChanges;
+use crate::inventory::uevents::{HostChanges, UeventSocket};
 use crate::inventory::Inventory;
 
 impl Devices {
@@ -28,22 +28,18 @@ impl Devices {
         &self.changes
     }
 
-    /// Follows the kernel's device changes from now on, reading the host
-    /// again once each burst of them has passed (so that a plan seldom has to
-    /// first), and once now for what changed since the first read.
-    pub fn watch_host(self: &Arc<Self>) {
+    /// Follows the kernel's device changes on `sock`, opened before the
+    /// first read of the host so that what changed since is queued there,
+    /// reading the host again once each burst of them has passed (so that a
+    /// plan seldom has to first).
+    pub fn watch_host(self: &Arc<Self>, sock: UeventSocket) -> std::io::Result<()> {
         let devices = Arc::downgrade(self);
         let settled = move || {
             if let Some(d) = devices.upgrade() {
                 drop(d.refresh());
             }
         };
-        match self.changes.watch(settled) {
-            Ok(_) => drop(self.refresh()),
-            Err(e) => {
-                tracing::warn!(error = %e, "kernel uevents cannot be read: a device the kernel numbers anew (VFs made again, a module reloaded) is seen only when a plan names one the inventory does not know")
-            }
-        }
+        self.changes.watch(sock, settled).map(drop)
     }
 
     /// The cached inventory, read again first when the kernel reported a

@@ -191,8 +191,11 @@ impl DevgatePlugin {
 
     /// Reads the host again whenever the kernel reports a device change
     /// (see [`crate::inventory::uevents`]).
-    pub fn watch_host_changes(&self) {
-        self.devices.watch_host();
+    pub fn watch_host_changes(
+        &self,
+        sock: crate::inventory::uevents::UeventSocket,
+    ) -> std::io::Result<()> {
+        self.devices.watch_host(sock)
     }
 
     /// Starts the grant check (`crate::grant`, with its pod watch when the config
