@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use devgate::grant::cache::Lookup;
 use devgate::grant::fake_api::{pod, FakeApi};
-use devgate::grant::{Endpoint, GrantChecker, Mode};
+use devgate::grant::{GrantChecker, Mode};
 
 #[test]
 fn proxy_variables_do_not_divert_the_watch() {
@@ -29,15 +29,7 @@ fn proxy_variables_do_not_divert_the_watch() {
     let api = FakeApi::start().unwrap();
     api.put_pod(pod("ns", "a", "u-a", "node-a", &[("nvidia.com/gpu", "1")]));
     let dir = tempfile::tempdir().unwrap();
-    let ep = Endpoint {
-        base: api.url().to_string(),
-        token: None,
-        ca: None,
-        client: None,
-        node_name: "node-a".to_string(),
-        watch_timeout_secs: 30,
-    };
-    let checker = GrantChecker::with_mode(Mode::Requests(ep), dir.path());
+    let checker = GrantChecker::with_mode(Mode::Requests(api.endpoint("node-a")), dir.path());
     let found = checker.cache().wait_for("u-a", Duration::from_secs(10));
     assert!(matches!(found, Lookup::Found(_)), "{found:?}");
 }

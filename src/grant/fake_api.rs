@@ -78,6 +78,18 @@ impl FakeApi {
         &self.url
     }
 
+    /// An endpoint of this server for `node`, without credentials.
+    pub fn endpoint(&self, node: &str) -> super::settings::Endpoint {
+        super::settings::Endpoint {
+            base: self.url.clone(),
+            token: None,
+            ca: None,
+            client: None,
+            node_name: node.to_string(),
+            watch_timeout_secs: 30,
+        }
+    }
+
     fn change(&self, kind: &'static str, mut pod: Value) {
         let mut s = self.shared.lock();
         s.version += 1;

@@ -4,7 +4,6 @@
 use super::fake_api::{pod, FakeApi};
 use super::model::{Pod, CONFIG_MIRROR};
 use super::request::RdmaStrategy;
-use super::settings::Endpoint;
 
 const NODE: &str = "node-a";
 
@@ -13,15 +12,7 @@ const NODE: &str = "node-a";
 const BOUND: u64 = 64 << 10;
 
 fn client(api: &FakeApi) -> super::watch::PodClient {
-    let ep = Endpoint {
-        base: api.url().to_string(),
-        token: None,
-        ca: None,
-        client: None,
-        node_name: NODE.to_string(),
-        watch_timeout_secs: 30,
-    };
-    super::watch::PodClient::new(&ep)
+    super::watch::PodClient::new(&api.endpoint(NODE))
         .unwrap()
         .with_max_list_bytes(BOUND)
 }

@@ -13,14 +13,7 @@ const NODE: &str = "node-a";
 const LONG: Duration = Duration::from_secs(20);
 
 fn endpoint(api: &FakeApi) -> Endpoint {
-    Endpoint {
-        base: api.url().to_string(),
-        token: None,
-        ca: None,
-        client: None,
-        node_name: NODE.to_string(),
-        watch_timeout_secs: 30,
-    }
+    api.endpoint(NODE)
 }
 
 fn found(checker: &GrantChecker, uid: &str) -> bool {
