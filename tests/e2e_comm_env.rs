@@ -71,9 +71,7 @@ fn nccl_and_ucx_variables_name_the_allocated_devices() {
     };
     // Removes the container and its pod, and waits for the VF to come back.
     let end_nccl = |pod: &Pod, container_id: &str| {
-        cri.remove_container(container_id).expect("RemoveContainer");
-        cri.stop_pod(pod).expect("StopPodSandbox");
-        cri.remove_pod(pod).expect("RemovePodSandbox");
+        cri.delete_pod(pod, &[container_id]);
         wait_for("vf back on the host", SLOW, || link(In::Host, &host_name));
     };
     let run_nccl = |name: &str| run_with(name, &alloc);
@@ -118,9 +116,7 @@ fn nccl_and_ucx_variables_name_the_allocated_devices() {
         "{}",
         run.log
     );
-    cri.remove_container(&run.id).expect("RemoveContainer");
-    cri.stop_pod(&pod).expect("StopPodSandbox");
-    cri.remove_pod(&pod).expect("RemovePodSandbox");
+    cri.delete_pod(&pod, &[&run.id]);
     wait_for("claims released", SLOW, || {
         node.ledger().pods.is_empty().then_some(())
     });
@@ -147,9 +143,7 @@ fn nccl_and_ucx_variables_name_the_allocated_devices() {
         "{}",
         run.log
     );
-    cri.remove_container(&run.id).expect("RemoveContainer");
-    cri.stop_pod(&pod).expect("StopPodSandbox");
-    cri.remove_pod(&pod).expect("RemovePodSandbox");
+    cri.delete_pod(&pod, &[&run.id]);
     drop(stand_in);
 }
 
@@ -185,7 +179,5 @@ fn a_reply_larger_than_the_runtimes_read_buffer_arrives_whole() {
             run.log
         );
     }
-    cri.remove_container(&run.id).expect("RemoveContainer");
-    cri.stop_pod(&pod).expect("StopPodSandbox");
-    cri.remove_pod(&pod).expect("RemovePodSandbox");
+    cri.delete_pod(&pod, &[&run.id]);
 }

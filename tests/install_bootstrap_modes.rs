@@ -294,12 +294,7 @@ fn a_replaced_plugin_is_backed_up_outside_the_plugin_directory() {
     let plugins = prefix.join("opt/nri/plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     let by_hand = plugins.join("10-devgate");
-    write(&by_hand, "#!/bin/sh\n# an older devgate, copied by hand\n");
-    std::fs::set_permissions(
-        &by_hand,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    write_executable(&by_hand, "#!/bin/sh\n# an older devgate, copied by hand\n");
     let hooks = hooks_dir(dir.path());
     let version = ["--containerd-version", "1.7.24"];
     let pre = bootstrap(&prefix, &hooks, &["--preinstalled", version[0], version[1]]);
@@ -450,7 +445,6 @@ fn node_only_without_devgate_stops_before_any_change() {
 /// pre-installed plugin that cannot start would take containerd down.
 #[test]
 fn binaries_that_do_not_run_here_stop_before_any_change() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path().join("node");
     let hooks = hooks_dir(dir.path());
@@ -465,8 +459,7 @@ fn binaries_that_do_not_run_here_stop_before_any_change() {
         ("devgate-hook", Path::new(DEVGATE)),
     ] {
         std::fs::remove_dir_all(&bins).ok();
-        write(&bins.join(bad), broken);
-        std::fs::set_permissions(bins.join(bad), std::fs::Permissions::from_mode(0o755)).unwrap();
+        write_executable(&bins.join(bad), broken);
         let other = if bad == "devgate" {
             "devgate-hook"
         } else {

@@ -28,12 +28,7 @@ impl Systemd {
             registers = dir.join("registers").display(),
             run = prefix.join("run/devgate").display(),
         );
-        write(&dir.join("systemctl"), &script);
-        std::fs::set_permissions(
-            dir.join("systemctl"),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
+        write_executable(&dir.join("systemctl"), &script);
         Systemd { dir }
     }
 
@@ -67,12 +62,35 @@ impl Systemd {
 
 const PRE: &[&str] = &["--preinstalled", "--containerd-version", "1.7.24"];
 
-#[test]
-fn a_preinstalled_plugin_that_registers_stays() {
+/// A node under a prefix, the hooks.d files, and the systemctl stand-in.
+struct Rig {
+    _dir: tempfile::TempDir,
+    prefix: PathBuf,
+    hooks: PathBuf,
+    systemd: Systemd,
+}
+
+fn rig() -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let prefix = node(dir.path());
     let hooks = hooks_dir(dir.path());
     let systemd = Systemd::new(dir.path(), &prefix);
+    Rig {
+        _dir: dir,
+        prefix,
+        hooks,
+        systemd,
+    }
+}
+
+#[test]
+fn a_preinstalled_plugin_that_registers_stays() {
+    let Rig {
+        _dir,
+        prefix,
+        hooks,
+        systemd,
+    } = rig();
     systemd.registers(true);
     let run = systemd.run(&prefix, &hooks, PRE);
     assert!(run.ok, "{}", run.out);
@@ -92,10 +110,12 @@ fn a_preinstalled_plugin_that_registers_stays() {
 /// again.
 #[test]
 fn a_preinstalled_plugin_that_does_not_register_is_undone() {
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = node(dir.path());
-    let hooks = hooks_dir(dir.path());
-    let systemd = Systemd::new(dir.path(), &prefix);
+    let Rig {
+        _dir,
+        prefix,
+        hooks,
+        systemd,
+    } = rig();
     let plugin = prefix.join("opt/nri/plugins/10-devgate");
     let conf = prefix.join("etc/nri/conf.d/10-devgate.conf");
     let failed = systemd.run(&prefix, &hooks, PRE);
@@ -137,13 +157,14 @@ fn a_preinstalled_plugin_that_does_not_register_is_undone() {
 /// does not register: containerd ran with it before.
 #[test]
 fn the_plugin_an_unregistered_one_replaced_is_put_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = node(dir.path());
-    let hooks = hooks_dir(dir.path());
+    let Rig {
+        _dir,
+        prefix,
+        hooks,
+        systemd,
+    } = rig();
     let plugin = prefix.join("opt/nri/plugins/10-devgate");
-    write(&plugin, OLD_PLUGIN);
-    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let systemd = Systemd::new(dir.path(), &prefix);
+    write_executable(&plugin, OLD_PLUGIN);
     let failed = systemd.run(&prefix, &hooks, PRE);
     assert!(!failed.ok, "{}", failed.out);
     assert_eq!(
@@ -163,10 +184,12 @@ fn the_plugin_an_unregistered_one_replaced_is_put_back() {
 /// retries), and containerd is restarted once.
 #[test]
 fn an_unregistered_unit_fails_the_run_and_stays() {
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = node(dir.path());
-    let hooks = hooks_dir(dir.path());
-    let systemd = Systemd::new(dir.path(), &prefix);
+    let Rig {
+        _dir,
+        prefix,
+        hooks,
+        systemd,
+    } = rig();
     let failed = systemd.run(&prefix, &hooks, &["--containerd-version", "1.7.24"]);
     assert!(!failed.ok, "{}", failed.out);
     assert!(
@@ -195,10 +218,12 @@ fn an_unregistered_unit_fails_the_run_and_stays() {
 /// no wait for a registration, and no failure without one.
 #[test]
 fn a_node_without_containerd_waits_for_no_registration() {
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = node(dir.path());
-    let hooks = hooks_dir(dir.path());
-    let systemd = Systemd::new(dir.path(), &prefix);
+    let Rig {
+        _dir,
+        prefix,
+        hooks,
+        systemd,
+    } = rig();
     let run = systemd.run(&prefix, &hooks, &["--containerd-version", "none"]);
     assert!(run.ok, "{}", run.out);
     assert_eq!(
@@ -217,9 +242,12 @@ fn a_node_without_containerd_waits_for_no_registration() {
 /// run before any change.
 #[test]
 fn a_bad_register_wait_stops_before_any_change() {
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = node(dir.path());
-    let hooks = hooks_dir(dir.path());
+    let Rig {
+        _dir,
+        prefix,
+        hooks,
+        ..
+    } = rig();
     let before = snapshot(&prefix);
     for wait in ["08", "0", "x", "-1", "99999"] {
         let env: [(&str, &OsStr); 1] = [("DEVGATE_REGISTER_WAIT", OsStr::new(wait))];

@@ -45,6 +45,12 @@ pub fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
+/// [`write`], then mode 0755: a script or binary to run.
+pub fn write_executable(path: &Path, text: &str) {
+    write(path, text);
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 /// The repository's hooks.d files, which bootstrap installs.
 pub fn hooks_dir(_scratch: &Path) -> PathBuf {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks");
