@@ -5,20 +5,21 @@
 //! container's `/dev` and before `pivot_root` (libcontainer `prepareRootfs` →
 //! `syncParentHooks`). The container's mount tree is then reachable from the
 //! runtime's namespace through `/proc/<pid>/root`, with the rootfs at the
-//! bundle's `root.path`. Every path below that is resolved with
-//! `openat2(RESOLVE_IN_ROOT)` and directories under `/dev` with
-//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, so a symlink planted in an image
-//! cannot send a node outside the container (the NVIDIA container toolkit's
-//! CVE-2024-0132 class of bug).
+//! bundle's `root.path`. Every path below that is resolved inside the root
+//! (`openat2(RESOLVE_IN_ROOT)`, or the same walk in user space on kernels
+//! before 5.6: `super::inroot`) and directories under `/dev` are opened
+//! without following a symlink, so a symlink planted in an image cannot send
+//! a node outside the container (the NVIDIA container toolkit's CVE-2024-0132
+//! class of bug).
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{fchmodat, fstat, mkdirat, mknodat, FchmodatFlags, Mode, SFlag};
 
+use super::inroot::{open_dir_in_root, open_entry, Resolver};
 use crate::plan::{DeviceKind, DeviceNode};
 
 #[derive(Debug, thiserror::Error)]
@@ -71,33 +72,25 @@ pub fn check_user_ns(proc_root: &Path, pid: u32) -> Result<(), NodeError> {
     Ok(())
 }
 
-fn open_how(flags: OFlag, resolve: ResolveFlag) -> OpenHow {
-    OpenHow::new()
-        .flags(flags | OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
-        .resolve(resolve)
-}
-
-fn open2(dir: RawFd, path: &Path, resolve: ResolveFlag) -> Result<OwnedFd, Errno> {
-    let raw = openat2(dir, path, open_how(OFlag::empty(), resolve))?;
-    // SAFETY: `openat2` just returned this descriptor and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
-}
-
 /// The container's rootfs as seen from its mount namespace: `rootfs` resolved
 /// inside `<proc_root>/<pid>/root`, so absolute symlinks on the way stay there.
 pub fn open_rootfs(proc_root: &Path, pid: u32, rootfs: &Path) -> Result<OwnedFd, NodeError> {
+    open_rootfs_with(Resolver::Kernel, proc_root, pid, rootfs)
+}
+
+fn open_rootfs_with(
+    resolver: Resolver,
+    proc_root: &Path,
+    pid: u32,
+    rootfs: &Path,
+) -> Result<OwnedFd, NodeError> {
     let root_path = proc_root.join(pid.to_string()).join("root");
     let root = File::open(&root_path).map_err(|e| NodeError::Open {
         path: root_path.clone(),
         source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
     })?;
     let rel = rootfs.strip_prefix("/").unwrap_or(rootfs);
-    open2(
-        root.as_raw_fd(),
-        rel,
-        ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS,
-    )
-    .map_err(|source| NodeError::Open {
+    open_dir_in_root(resolver, root.as_fd(), rel).map_err(|source| NodeError::Open {
         path: root_path.join(rel),
         source,
     })
@@ -129,29 +122,33 @@ fn split(path: &str) -> Option<(Option<&str>, &str)> {
 /// [`open_rootfs`]); a node already there with the same type and numbers is
 /// kept (a second stage, or the runtime made it). Returns how many were made.
 pub fn make_nodes(rootfs: BorrowedFd<'_>, nodes: &[DeviceNode]) -> Result<usize, NodeError> {
+    make_nodes_with(Resolver::Kernel, rootfs, nodes)
+}
+
+fn make_nodes_with(
+    resolver: Resolver,
+    rootfs: BorrowedFd<'_>,
+    nodes: &[DeviceNode],
+) -> Result<usize, NodeError> {
     let mut made = 0;
     if nodes.is_empty() {
         return Ok(0);
     }
-    let dev = open2(
-        rootfs.as_raw_fd(),
-        Path::new("dev"),
-        ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS,
-    )
-    .map_err(|source| NodeError::Open {
-        path: PathBuf::from("/dev"),
-        source,
-    })?;
+    let dev =
+        open_dir_in_root(resolver, rootfs, Path::new("dev")).map_err(|source| NodeError::Open {
+            path: PathBuf::from("/dev"),
+            source,
+        })?;
     for node in nodes {
         let (sub, name) = split(&node.path).ok_or_else(|| NodeError::BadPath {
             path: node.path.chars().take(128).collect(),
         })?;
         let dir = match sub {
             None => None,
-            Some(sub) => Some(open_subdir(&dev, sub)?),
+            Some(sub) => Some(open_subdir(resolver, &dev, sub)?),
         };
-        let dir_fd = dir.as_ref().unwrap_or(&dev).as_raw_fd();
-        if make_node(dir_fd, name, node)? {
+        let dir_fd = dir.as_ref().unwrap_or(&dev).as_fd();
+        if make_node(resolver, dir_fd, name, node)? {
             made += 1;
         }
     }
@@ -162,7 +159,7 @@ pub fn make_nodes(rootfs: BorrowedFd<'_>, nodes: &[DeviceNode]) -> Result<usize,
 /// a volume (a hostPath `/dev/infiniband`), even one a running container
 /// shares: every node in it is checked and changed through a descriptor of
 /// the node itself, never by name (`make_node`).
-fn open_subdir(dev: &OwnedFd, sub: &str) -> Result<OwnedFd, NodeError> {
+fn open_subdir(resolver: Resolver, dev: &OwnedFd, sub: &str) -> Result<OwnedFd, NodeError> {
     let path = format!("/dev/{sub}");
     let mode = Mode::from_bits_truncate(0o755);
     let made = match mkdirat(Some(dev.as_raw_fd()), sub, mode) {
@@ -170,12 +167,7 @@ fn open_subdir(dev: &OwnedFd, sub: &str) -> Result<OwnedFd, NodeError> {
         Err(Errno::EEXIST) => false,
         Err(source) => return Err(NodeError::Create { path, source }),
     };
-    let dir = open2(
-        dev.as_raw_fd(),
-        Path::new(sub),
-        ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS,
-    )
-    .map_err(|source| NodeError::Open {
+    let dir = open_entry(resolver, dev.as_fd(), sub, true).map_err(|source| NodeError::Open {
         path: PathBuf::from(&path),
         source,
     })?;
@@ -190,19 +182,13 @@ fn open_subdir(dev: &OwnedFd, sub: &str) -> Result<OwnedFd, NodeError> {
     Ok(dir)
 }
 
-/// The node named `name` in `dir` itself, as an `O_PATH` descriptor: a
-/// symlink there is refused, not followed.
-fn open_node(dir: RawFd, name: &str) -> Result<OwnedFd, Errno> {
-    let how = OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
-    let raw = openat2(dir, name, how)?;
-    // SAFETY: `openat2` just returned this descriptor and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
-}
-
 /// True when the node was created, false when the same node was there.
-fn make_node(dir: RawFd, name: &str, node: &DeviceNode) -> Result<bool, NodeError> {
+fn make_node(
+    resolver: Resolver,
+    dir: BorrowedFd<'_>,
+    name: &str,
+    node: &DeviceNode,
+) -> Result<bool, NodeError> {
     let kind = match node.kind {
         DeviceKind::Char => SFlag::S_IFCHR,
     };
@@ -212,7 +198,7 @@ fn make_node(dir: RawFd, name: &str, node: &DeviceNode) -> Result<bool, NodeErro
         path: node.path.clone(),
         source,
     };
-    let made = match mknodat(Some(dir), name, kind, perm, rdev) {
+    let made = match mknodat(Some(dir.as_raw_fd()), name, kind, perm, rdev) {
         Ok(()) => true,
         Err(Errno::EEXIST) => false,
         Err(e) => return Err(create(e)),
@@ -224,7 +210,8 @@ fn make_node(dir: RawFd, name: &str, node: &DeviceNode) -> Result<bool, NodeErro
     };
     // Everything from here works on the node itself, never on its name again:
     // a process sharing the directory could rename a symlink over it.
-    let fd = match open_node(dir, name) {
+    // The node itself, as an `O_PATH` descriptor: a symlink there is refused, not followed.
+    let fd = match open_entry(resolver, dir, name, false) {
         Ok(fd) => fd,
         Err(Errno::ELOOP) => return Err(occupied()),
         Err(e) => return Err(create(e)),

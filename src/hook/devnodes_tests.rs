@@ -5,7 +5,11 @@
 use std::os::fd::AsFd;
 use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt, PermissionsExt};
 
+use super::super::inroot::tests::with_openat2_refused;
 use super::*;
+
+/// Both resolvers: the kernel's `openat2` and the walk kernels before 5.6 get.
+const RESOLVERS: [Resolver; 2] = [Resolver::Kernel, Resolver::Walk];
 
 fn node(path: &str, major: u32, minor: u32) -> DeviceNode {
     DeviceNode::char(path, major, minor, 0o666)
@@ -103,6 +107,27 @@ fn a_different_file_under_the_name_is_refused() {
 
 #[test]
 fn symlinks_in_the_image_cannot_lead_outside() {
+    for resolver in RESOLVERS {
+        no_escape(resolver);
+    }
+}
+
+/// The kernel resolver where `openat2` is refused, as on RHEL 8 (4.18): the
+/// public entry points take the walk, make the nodes, and stop the escapes.
+#[test]
+fn nodes_are_made_where_openat2_is_refused() {
+    with_openat2_refused(|| {
+        no_escape(Resolver::Kernel);
+        let (dir, fd) = rootfs();
+        assert_eq!(make_nodes(fd.as_fd(), &nodes()).unwrap(), 3);
+        assert_node(&dir.path().join("dev/infiniband/uverbs3"), 231, 195);
+        rootfs_in_process_root(Resolver::Kernel);
+    });
+}
+
+fn no_escape(resolver: Resolver) {
+    let make_nodes =
+        |fd: BorrowedFd<'_>, nodes: &[DeviceNode]| make_nodes_with(resolver, fd, nodes);
     let outside = tempfile::tempdir().unwrap();
     let out = outside.path().to_str().unwrap().to_string();
     // /dev an absolute link to a host directory: resolved inside the rootfs, where it does not exist.
@@ -133,13 +158,19 @@ fn symlinks_in_the_image_cannot_lead_outside() {
 /// directory could rename there): refused, and the file keeps its mode.
 #[test]
 fn a_link_under_the_name_is_refused_and_its_target_keeps_its_mode() {
+    for resolver in RESOLVERS {
+        link_under_the_name(resolver);
+    }
+}
+
+fn link_under_the_name(resolver: Resolver) {
     let outside = tempfile::tempdir().unwrap();
     let target = outside.path().join("shadow");
     std::fs::write(&target, "secret").unwrap();
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
     let (dir, fd) = rootfs();
     symlink(&target, dir.path().join("dev/nvidia3")).unwrap();
-    let e = make_nodes(fd.as_fd(), &[node("/dev/nvidia3", 195, 3)]).unwrap_err();
+    let e = make_nodes_with(resolver, fd.as_fd(), &[node("/dev/nvidia3", 195, 3)]).unwrap_err();
     assert!(matches!(e, NodeError::Occupied { .. }), "{e}");
     let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
@@ -194,16 +225,36 @@ fn only_plain_dev_paths_are_accepted() {
 /// The rootfs path itself comes from the bundle (`super::bundle` tests).
 #[test]
 fn the_rootfs_resolves_in_the_process_root() {
+    for resolver in RESOLVERS {
+        rootfs_in_process_root(resolver);
+    }
+}
+
+fn rootfs_in_process_root(resolver: Resolver) {
     // A fake /proc/<pid>/root whose /var/lib is an absolute link: followed inside it.
     let proc = tempfile::tempdir().unwrap();
     let root = proc.path().join("42/root");
     std::fs::create_dir_all(root.join("data/c/merged/dev")).unwrap();
     std::fs::create_dir_all(root.join("var")).unwrap();
     symlink("/data", root.join("var/lib")).unwrap();
-    let fd = open_rootfs(proc.path(), 42, Path::new("/var/lib/c/merged")).unwrap();
-    make_nodes(fd.as_fd(), &[node("/dev/nvidia0", 195, 0)]).unwrap();
+    let fd = open_rootfs_with(resolver, proc.path(), 42, Path::new("/var/lib/c/merged")).unwrap();
+    make_nodes_with(resolver, fd.as_fd(), &[node("/dev/nvidia0", 195, 0)]).unwrap();
     assert_node(&root.join("data/c/merged/dev/nvidia0"), 195, 0);
-    assert!(open_rootfs(proc.path(), 43, Path::new("/x")).is_err());
+    assert!(open_rootfs_with(resolver, proc.path(), 43, Path::new("/x")).is_err());
+    // The rootfs path's own links stay inside the process root too.
+    symlink("/data", root.join("escape")).unwrap();
+    let e =
+        open_rootfs_with(resolver, proc.path(), 42, Path::new("/escape/../../etc")).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            NodeError::Open {
+                source: Errno::ENOENT,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 /// A process in a user namespace of its own (podman --userns=auto, a pod

@@ -19,6 +19,7 @@ pub mod cgroup_v2;
 pub mod devnodes;
 pub mod entry;
 mod failed_attach;
+mod inroot;
 pub mod liveness;
 mod log;
 pub mod membership;
