@@ -145,6 +145,7 @@ fn hooks_only_config(
 /// whatever else is missing; its GPU teardown then keeps the GPUs quarantined
 /// (`SysContainerOs::gpu_teardown`).
 fn run(args: &HookArgs, not_delegated: Option<String>) -> Result<(), HookError> {
+    let started = std::time::Instant::now();
     let fixed: Option<Stage> = match args.stage.as_str() {
         "auto" => None,
         other => Some(other.parse()?),
@@ -185,6 +186,7 @@ fn run(args: &HookArgs, not_delegated: Option<String>) -> Result<(), HookError> 
             config: &config,
             os: &mut os,
             checkpoint: &checkpoint,
+            reap_until: super::standalone::reap_deadline(started),
         };
         super::run_hooks_only(stage, &state, run)?
     } else {

@@ -11,6 +11,7 @@
 //! decision was based on ([`Ledger::release_pod_if_unchanged`]).
 
 use std::collections::BTreeSet;
+use std::time::Instant;
 
 use super::liveness;
 use super::standalone::{HooksOnly, HooksOnlyError};
@@ -270,18 +271,39 @@ fn is_stale(env: &HookEnv, pod: &PodRecord) -> bool {
 /// Releases pods whose containers are all gone; the pods released. A pod
 /// whose teardown fails keeps its claims (its devices quarantined) and does
 /// not stop the caller: its own devices are decided by the ledger.
+///
+/// The creating container's own pod (`own`, its sandbox id) goes first and
+/// always: its new container needs what the exited ones held. Others go
+/// until [`HooksOnly::reap_until`], at least one per call so that successive
+/// hooks work through a backlog; the rest wait for the next hook, and a
+/// container that needs their devices is refused until then (kubelet retries).
 pub(super) fn reap_stale(
     run: &mut HooksOnly<'_>,
     ledger: &Ledger,
+    own: &str,
 ) -> Result<Vec<PodRef>, HooksOnlyError> {
-    let stale: Vec<PodRecord> = ledger
+    let mut stale: Vec<PodRecord> = ledger
         .snapshot()?
         .pods
         .into_values()
         .filter(|p| is_stale(run.env, p))
         .collect();
+    // Stable: the others keep the ledger's order.
+    stale.sort_by_key(|p| p.pod.sandbox_id != own);
     let mut released = Vec::new();
-    for pod in stale {
+    let mut others = 0;
+    let total = stale.len();
+    for (done, pod) in stale.into_iter().enumerate() {
+        if pod.pod.sandbox_id != own {
+            if others > 0 && Instant::now() >= run.reap_until {
+                tracing::warn!(
+                    left = total - done,
+                    "exited pods left for a later hook: this one's time for them is spent"
+                );
+                break;
+            }
+            others += 1;
+        }
         // Its last container's poststop (or another reap) is releasing it:
         // that one finishes it, and this create does not wait on its teardown.
         if ledger.releasing(&pod)? {

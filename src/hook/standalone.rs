@@ -30,6 +30,7 @@
 //! is refused.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use super::bundle;
 use super::{
@@ -134,6 +135,21 @@ pub struct HooksOnly<'a> {
     pub config: &'a Config,
     pub os: &'a mut dyn ContainerOs,
     pub checkpoint: &'a dyn Fn(&'static str),
+    /// After this, a createRuntime starts no release of another exited pod
+    /// ([`reap_deadline`]).
+    pub reap_until: Instant,
+}
+
+/// How long a createRuntime spends releasing pods other than its own whose
+/// containers all exited without a poststop, out of the 10 s the shipped
+/// hooks.d file gives the hook: each may take a GPU teardown, and a node
+/// that lost many pods at once (a runtime crash) would otherwise fail the
+/// next container on the timeout. What is left waits for the next hook.
+const REAP_BUDGET: Duration = Duration::from_secs(3);
+
+/// The [`HooksOnly::reap_until`] of a hook that started at `start`.
+pub fn reap_deadline(start: Instant) -> Instant {
+    start + REAP_BUDGET
 }
 
 /// Runs one stage in hooks-only mode.
@@ -268,7 +284,7 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
     // after the release of exited pods, this one's included: its VFs are then
     // back on the host for this container to move in, not left to a pod
     // released underneath it.
-    release::reap_stale(run, &ledger)?;
+    release::reap_stale(run, &ledger, &who.pod.sandbox_id)?;
     let inventory = gpu::discover_node(&env.host_root, &config.gpu);
     let plan =
         plan::build(&inventory, &devices, &who.container, config).map_err(HooksOnlyError::from)?;

@@ -142,6 +142,8 @@ pub(super) struct World {
     pub(super) fixture: Fixture,
     pub(super) env: HookEnv,
     pub(super) config: Config,
+    /// [`HooksOnly::reap_until`] of every run: far off unless a test spends it.
+    pub(super) reap_until: std::time::Instant,
 }
 
 pub(super) fn world() -> World {
@@ -169,6 +171,7 @@ pub(super) fn world() -> World {
         fixture,
         env,
         config,
+        reap_until: std::time::Instant::now() + std::time::Duration::from_secs(3600),
     }
 }
 
@@ -194,6 +197,7 @@ impl World {
             config: &self.config,
             os,
             checkpoint: &|_| {},
+            reap_until: self.reap_until,
         };
         run_hooks_only(stage, state, run)
     }

@@ -312,6 +312,9 @@ mod release;
 #[path = "quarantine_retry_tests.rs"]
 mod quarantine_retry;
 
+#[path = "reap_budget_tests.rs"]
+mod reap_budget;
+
 /// CRI-O with NRI and the hooks.d file: for a container the plugin admitted
 /// (here GPU only, so without the resolved annotation) the hooks.d hook plans,
 /// claims, creates and releases nothing.
