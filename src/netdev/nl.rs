@@ -75,6 +75,11 @@ pub trait Transport {
     fn link_notices(&mut self) -> io::Result<Option<Vec<Vec<u8>>>> {
         Ok(None)
     }
+    /// Whether [`Transport::link_notices`] reports: without a watch, a new
+    /// lookup cannot tell more than the last.
+    fn watches_links(&self) -> bool {
+        false
+    }
 }
 
 /// A kernel netlink socket of one protocol, bound to the netns of the thread that
@@ -147,6 +152,10 @@ impl Transport for NlSocket {
             Some(w) => w.notices(),
             None => Ok(None),
         }
+    }
+
+    fn watches_links(&self) -> bool {
+        self.watch.is_some()
     }
 }
 
@@ -470,6 +479,10 @@ pub mod script {
         fn link_notices(&mut self) -> io::Result<Option<Vec<Vec<u8>>>> {
             let batch = std::mem::take(&mut self.queued);
             Ok((!std::mem::take(&mut self.lost)).then_some(batch))
+        }
+
+        fn watches_links(&self) -> bool {
+            true
         }
     }
 }

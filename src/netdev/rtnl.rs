@@ -21,6 +21,10 @@ pub const RTM_GETLINK: u16 = 18;
 pub const RTM_SETLINK: u16 = 19;
 pub const RTM_DELLINKPROP: u16 = 109;
 
+/// Lookups of one link, in all, while notices keep overtaking the ethtool
+/// answer: a pod renaming links in a loop gets no more of the plugin's time.
+const PARENT_TRIES: u32 = 3;
+
 /// A netdev as rtnetlink reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Link {
@@ -238,9 +242,10 @@ impl<T: Transport> RtnlConn<T> {
     /// answer is kept only when no notice says the link was renamed or
     /// deleted since (a pod may rename its links in between, to pass one off
     /// as another; see [`super::linkwatch`] for why that suffices).
-    fn fill_parent(&mut self, link: &mut Link) -> Result<(), NlError> {
+    /// True when a notice left the parent unknown: a new lookup may tell it.
+    fn fill_parent(&mut self, link: &mut Link) -> Result<bool, NlError> {
         if !self.parent_by_ethtool || link.parent.is_some() {
-            return Ok(());
+            return Ok(false);
         }
         let drv = self
             .conn
@@ -251,15 +256,15 @@ impl<T: Transport> RtnlConn<T> {
                 source,
             })?;
         let Some(parent) = drv.and_then(|d| ethtool::pci_bus_info(&d.bus_info)) else {
-            return Ok(());
+            return Ok(false);
         };
         self.notices("watch links")?;
         if self.changed.renamed_or_gone(link.index, &link.name) {
             tracing::warn!(link = %link.name, "the link was renamed or deleted while its pci function was read: taken as unknown");
-        } else {
-            link.parent = Some(parent);
+            return Ok(true);
         }
-        Ok(())
+        link.parent = Some(parent);
+        Ok(false)
     }
 
     fn get(
@@ -282,14 +287,24 @@ impl<T: Transport> RtnlConn<T> {
 }
 
 impl<T: Transport> Rtnl for RtnlConn<T> {
+    /// On a kernel that needs ethtool for the parent, a lookup a notice
+    /// overtook is made again, up to [`PARENT_TRIES`] in all: udev renames a
+    /// VF's netdev just after the driver registers it, and an attach then
+    /// still knows the VF by its PCI function rather than its MAC alone.
     fn link(&mut self, by: LinkRef<'_>) -> Result<Option<Link>, NlError> {
-        self.watch_from_here()?;
         let req = getlink_request(by, vec![LinkExtentMask::SkipStats]);
-        let Some((mut link, _)) = self.get("get link", &req)? else {
-            return Ok(None);
-        };
-        self.fill_parent(&mut link)?;
-        Ok(Some(link))
+        let mut tries = 0;
+        loop {
+            self.watch_from_here()?;
+            let Some((mut link, _)) = self.get("get link", &req)? else {
+                return Ok(None);
+            };
+            tries += 1;
+            let raced = self.fill_parent(&mut link)?;
+            if !raced || tries == PARENT_TRIES || !self.conn.transport().watches_links() {
+                return Ok(Some(link));
+            }
+        }
     }
 
     fn links(&mut self) -> Result<Vec<Link>, NlError> {
@@ -302,6 +317,8 @@ impl<T: Transport> Rtnl for RtnlConn<T> {
             .iter()
             .map(|p| parse_link("list links", p).map(|(l, _)| l))
             .collect::<Result<Vec<_>, _>>()?;
+        // A listing serves restores, which go by the MAC where the parent
+        // is unknown; it is not made again.
         for link in &mut links {
             self.fill_parent(link)?;
         }

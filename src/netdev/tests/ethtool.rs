@@ -69,33 +69,57 @@ fn an_old_kernels_vf_is_known_by_its_bus_info() {
 /// A pod renaming its links between the listing and the ioctl (to have the
 /// VF's name answer for a dummy, or the reverse, then renaming them back):
 /// the listed link's notice says it changed, and its function is taken as
-/// unknown.
+/// unknown once the lookup was overtaken three times.
 #[test]
 fn a_link_renamed_meanwhile_has_no_parent() {
-    let mut c = conn(vec![one("ens1f0v1", None)], true);
+    let thrice = |during: Option<Vec<Vec<u8>>>| {
+        let mut c = conn((0..3).map(|_| one("ens1f0v1", None)).collect(), true);
+        for _ in 0..3 {
+            c_during(&mut c, during.clone());
+        }
+        let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
+        assert_eq!(c.transport().sent.len(), 3);
+        link.parent
+    };
     let renamed = vec![notice(16, 5, "tmp"), notice(16, 5, "ens1f0v1")];
-    c_during(&mut c, Some(renamed));
-    let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
-    assert_eq!(link.parent, None);
+    assert_eq!(thrice(Some(renamed)), None, "renamed");
     // Notices lost to an overflowing queue: nothing can be told.
-    let mut c = conn(vec![one("ens1f0v1", None)], true);
-    c_during(&mut c, None);
-    let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
-    assert_eq!(link.parent, None, "notices lost");
+    assert_eq!(thrice(None), None, "notices lost");
     // Deleted meanwhile (and another link made under the name).
-    let mut c = conn(vec![one("ens1f0v1", None)], true);
-    c_during(&mut c, Some(vec![notice(17, 5, "ens1f0v1")]));
-    let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
-    assert_eq!(link.parent, None, "deleted");
-    // The next listing starts afresh.
-    let mut c = conn(vec![one("ens1f0v1", None), one("ens1f0v1", None)], true);
-    c_during(&mut c, None);
     assert_eq!(
-        c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap().parent,
-        None
+        thrice(Some(vec![notice(17, 5, "ens1f0v1")])),
+        None,
+        "deleted"
     );
-    let again = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
-    assert_eq!(again.parent.as_deref(), Some("0000:3b:00.3"));
+}
+
+/// udev renaming a VF's netdev just after its driver registered it: the
+/// lookup it overtook is made again, and the next one tells the function.
+#[test]
+fn a_lookup_overtaken_once_is_made_again() {
+    for during in [Some(vec![notice(16, 5, "eth7")]), None] {
+        let mut c = conn((0..2).map(|_| one("ens1f0v1", None)).collect(), true);
+        c_during(&mut c, during);
+        let link = c.link(LinkRef::Name("ens1f0v1")).unwrap().unwrap();
+        assert_eq!(link.parent.as_deref(), Some("0000:3b:00.3"));
+        assert_eq!(c.transport().sent.len(), 2);
+        assert_eq!(c.transport().asked, ["ens1f0v1", "ens1f0v1"]);
+    }
+}
+
+/// A listing serves restores, which match by MAC where the parent is
+/// unknown: it is not made again.
+#[test]
+fn a_listing_overtaken_is_not_made_again() {
+    let dump = Reply::Dump {
+        msg_type: 16,
+        payloads: vec![link_payload(5, "ens1f0v1", None)],
+    };
+    let mut c = conn(vec![dump], true);
+    c_during(&mut c, None);
+    let links = c.links().unwrap();
+    assert_eq!(links[0].parent, None);
+    assert_eq!(c.transport().sent.len(), 1);
 }
 
 /// Notices of other links, of this one before its listing, and of this one
