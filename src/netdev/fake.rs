@@ -183,10 +183,13 @@ impl Model {
             if !self.namespaces.contains(&to) {
                 return Err(kernel("fake", libc::EINVAL));
             }
+            // `__dev_change_net_namespace` (net/core/dev.c): a taken name
+            // takes the one given with the move; a taken altname fails it.
             let l = &self.links[i].link;
-            let clash =
-                self.name_in_use(to, &l.name) || l.altnames.iter().any(|a| self.name_in_use(to, a));
-            if clash && (c.name.is_none() || self.name_in_use(to, c.name.unwrap_or_default())) {
+            let clash = self.name_in_use(to, &l.name);
+            let alt_clash = l.altnames.iter().any(|a| self.name_in_use(to, a));
+            let given_taken = c.name.is_none_or(|n| self.name_in_use(to, n));
+            if alt_clash || (clash && given_taken) {
                 return Err(kernel("fake", libc::EEXIST));
             }
             if clash {

@@ -156,7 +156,29 @@ fn quiesce_in_pod(
     if link.up {
         at.step("bring down", pod_nl.set_link(link.index, &down()))?;
     }
+    // Before the PF settings are reset: a name the pod gave it that is taken
+    // on the host would fail the move home (the kernel checks altnames too),
+    // leaving it in the pod without its tenant VLAN.
+    for name in foreign_altnames(&link, rec) {
+        at.step("delete altname", pod_nl.del_altname(link.index, name))?;
+    }
     Ok(true)
+}
+
+/// The VF's altnames that are not the host's: every one the record did not
+/// save, and the saved name itself, which a device cannot be renamed to while
+/// it holds it (a rename keeps the old name as an altname on some kernels; a
+/// hook killed before it dropped it, or a pod, leaves it there). A record
+/// from before altnames were saved drops only the latter.
+fn foreign_altnames<'l>(link: &'l Link, rec: &SavedVf) -> Vec<&'l str> {
+    let saved = rec.host.altnames.as_deref();
+    let foreign =
+        |n: &&str| *n == rec.host.name || saved.is_some_and(|s| !s.iter().any(|k| k == n));
+    link.altnames
+        .iter()
+        .map(String::as_str)
+        .filter(foreign)
+        .collect()
 }
 
 /// Whether `link` is this record's VF: by PCI parent when the kernel reports
@@ -332,6 +354,10 @@ fn restore_netdev(
         host_name_free(at, host, rec, Some(link.index))?;
         if link.up {
             at.step("bring down", host.set_link(link.index, &down()))?;
+        }
+        // Came home with names the pod gave it (its netns was gone).
+        for name in foreign_altnames(&link, rec) {
+            at.step("delete altname", host.del_altname(link.index, name))?;
         }
         let rename = LinkChange {
             name: Some(&saved.name),

@@ -45,6 +45,12 @@ pub struct SavedLink {
     /// PCI address the kernel reports as the netdev's parent; identifies the VF
     /// wherever it is and whatever its name.
     pub parent: Option<String>,
+    /// Its alternative names on the host (udev's `enp…` names). A name a pod
+    /// adds in its netns comes home with the VF (the kernel moves altnames
+    /// with their device) and could clash with a host name there: restore
+    /// drops every other. `None` in records written before they were saved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub altnames: Option<Vec<String>>,
 }
 
 /// Where the VF went.
@@ -116,6 +122,7 @@ impl SavedVf {
                 mtu: 1500,
                 up: false,
                 parent: None,
+                altnames: None,
             },
             pf: None,
             pf_index: None,

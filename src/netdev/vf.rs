@@ -315,6 +315,7 @@ fn prepare(
             mtu: link.mtu,
             up: link.up,
             parent: link.parent,
+            altnames: Some(link.altnames),
         },
         pf,
         pf_index,

@@ -116,6 +116,7 @@ mod tests {
                 mtu: 1500,
                 up: true,
                 parent: None,
+                altnames: None,
             },
             pf: None,
             pf_index: None,

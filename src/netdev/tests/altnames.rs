@@ -1,0 +1,79 @@
+//! Names a VF picks up in a pod (an altname a container with `NET_ADMIN`
+//! adds, or the old name a rename left there) do not keep it from coming
+//! home whole; the host's own altnames stay.
+
+use super::rig::*;
+use crate::netdev::fake::HOST;
+
+const HOST_ALTNAME: &str = "enp59s2f3";
+
+/// A model whose VF has the altname udev gives it on the host.
+fn model_with_altname() -> crate::netdev::fake::Model {
+    let mut m = model();
+    m.links[1].link.altnames.push(HOST_ALTNAME.to_string());
+    m
+}
+
+fn add_altname(rig: &Rig, ns: u64, name: &str) {
+    let mut m = rig.m();
+    let vf = m
+        .links
+        .iter_mut()
+        .find(|l| l.ns == ns && l.link.index == VF_NETDEV)
+        .unwrap();
+    vf.link.altnames.push(name.to_string());
+}
+
+/// A pod names its VF after a host link (its PF): the move home would fail
+/// with EEXIST after the PF reset its VLAN, leaving the VF in the pod
+/// without isolation. The name goes first; the VF comes home as it left.
+#[test]
+fn an_altname_taken_on_the_host_is_dropped_before_the_pf_reset() {
+    for planted in ["ens1f0", "eth9"] {
+        let mut rig = Rig::new(model_with_altname());
+        let before = host_world(&rig.m());
+        rig.attach(&[action()]).unwrap();
+        add_altname(&rig, POD, planted);
+        assert_eq!(rig.detach("ctr1").unwrap(), 1, "{planted}");
+        assert_eq!(host_world(&rig.m()), before, "{planted}");
+        assert_eq!(rig.records(), 0);
+    }
+}
+
+/// A hook killed between the rename into the pod and the removal of the old
+/// name it left as an altname (some kernels and udev keep it): the VF holds
+/// its host name as an altname, and a device cannot be renamed to its own
+/// altname. Found in the pod, or back on the host with its netns gone.
+#[test]
+fn the_saved_name_held_as_an_altname_does_not_block_the_restore() {
+    for netns_gone in [false, true] {
+        let mut rig = Rig::new(model_with_altname());
+        let before = host_world(&rig.m());
+        rig.attach(&[action()]).unwrap();
+        add_altname(&rig, POD, "ens1f0v3");
+        add_altname(&rig, POD, "planted0");
+        if netns_gone {
+            rig.m().destroy_ns(POD);
+        }
+        assert_eq!(rig.detach("ctr1").unwrap(), 1, "netns gone {netns_gone}");
+        assert_eq!(host_world(&rig.m()), before, "netns gone {netns_gone}");
+    }
+}
+
+/// A record written before altnames were saved knows only the saved name is
+/// not the host's: that one goes, any other stays.
+#[test]
+fn a_record_without_altnames_drops_only_the_saved_name() {
+    let mut rig = Rig::new(model_with_altname());
+    rig.attach(&[action()]).unwrap();
+    let mut rec = rig.store.all().unwrap().remove(0);
+    rec.host.altnames = None;
+    rig.store.save(&rec).unwrap();
+    add_altname(&rig, POD, "ens1f0v3");
+    add_altname(&rig, POD, "planted0");
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    let m = rig.m();
+    let vf = m.links.iter().find(|l| l.link.index == VF_NETDEV).unwrap();
+    assert_eq!((vf.ns, vf.link.name.as_str()), (HOST, "ens1f0v3"));
+    assert_eq!(vf.link.altnames, [HOST_ALTNAME, "planted0"]);
+}
