@@ -157,7 +157,12 @@ pub fn del_altname_request(index: u32, name: &str) -> Vec<u8> {
 
 /// Reads a GETLINK reply into a [`Link`].
 pub fn parse_link(op: &'static str, payload: &[u8]) -> Result<(Link, LinkMessage), NlError> {
-    let msg = LinkMessage::parse(payload).map_err(|e| NlError::Malformed {
+    let msg = LinkMessage::parse(payload).or_else(|e| {
+        // Text a pod wrote that is not UTF-8 (see `lenient`).
+        let mended = super::lenient::mend(payload).ok_or(e)?;
+        LinkMessage::parse(&mended)
+    });
+    let msg = msg.map_err(|e| NlError::Malformed {
         op,
         reason: e.to_string(),
     })?;

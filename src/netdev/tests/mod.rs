@@ -3,6 +3,7 @@ mod altnames;
 mod chars;
 mod ethtool;
 mod identity;
+mod lenient;
 mod logic;
 mod msg;
 mod rig;
