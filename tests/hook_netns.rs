@@ -441,8 +441,11 @@ fn the_pods_next_owner_finishes_a_restore_an_earlier_owner_left() {
     let ledger = devgate::ledger::Ledger::open(dir.path()).unwrap();
     let pods = ledger.snapshot().unwrap().pods;
     assert_eq!(pods["sb-shared"].network_owner.as_deref(), Some("own1"));
-    // own1 removed (RemoveContainer): the next container owns the network.
-    ledger.remove_container("sb-shared", "own1").unwrap();
+    // own1's ownership gone (a ledger from before a removal kept an owner
+    // whose VFs are away): the next container owns the network.
+    ledger
+        .remove_container("sb-shared", "own1", &|_| false)
+        .unwrap();
 
     let again = [action(
         &v,
@@ -485,7 +488,9 @@ fn a_failed_attach_keeps_the_claims_while_a_vf_of_the_pod_is_saved() {
     ));
     // k1 is removed without its poststop: its record stays.
     let ledger = devgate::ledger::Ledger::open(dir.path()).unwrap();
-    ledger.remove_container("sb-kept", "k1").unwrap();
+    ledger
+        .remove_container("sb-kept", "k1", &|_| false)
+        .unwrap();
     // k2's takeover cannot restore it: the stand-in's host name is taken.
     let squatter = Veth::new(&v.name, "dgk0q", "02:00:00:0a:08:02");
     let out = run(

@@ -47,7 +47,7 @@ fn forget(env: &HookEnv, container_id: &str) -> Result<Option<String>, LedgerErr
         return Ok(None);
     };
     let sandbox = pod.pod.sandbox_id.clone();
-    ledger.remove_container(&sandbox, container_id)?;
+    ledger.remove_container(&sandbox, container_id, &|p| env.vfs_away(p))?;
     // A VF an earlier container of the pod moved in and did not bring back
     // is still saved: released now, the pod's claims would go with no
     // teardown left to restore it.

@@ -146,6 +146,14 @@ pub struct HookEnv {
     pub roots: NetnsRoots,
 }
 
+impl HookEnv {
+    /// Whether a VF of `pod` that a hook moved is still away from the host
+    /// (for [`crate::ledger::Ledger::remove_container`]).
+    pub fn vfs_away(&self, pod: &crate::ledger::PodRecord) -> bool {
+        crate::netdev::SavedStore::new(&self.state_dir).vfs_away(&self.host_root, pod)
+    }
+}
+
 /// What a run did, for the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {

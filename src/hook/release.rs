@@ -107,7 +107,7 @@ pub(super) fn forget(
 ) -> Result<bool, HooksOnlyError> {
     let seen = ledger.snapshot()?.pods.remove(sandbox_id);
     let Some(seen) = seen else {
-        ledger.remove_container(sandbox_id, container_id)?;
+        ledger.remove_container(sandbox_id, container_id, &|p| run.env.vfs_away(p))?;
         return Ok(false);
     };
     if seen.containers.keys().all(|c| c == container_id) {
@@ -123,7 +123,7 @@ pub(super) fn forget(
         // A container joined meanwhile, or the pod went: this one goes alone,
         // and the pod too if the other has gone again since.
     }
-    ledger.remove_container(sandbox_id, container_id)?;
+    ledger.remove_container(sandbox_id, container_id, &|p| run.env.vfs_away(p))?;
     // Other containers remain: no teardown to build (discovery, NVML), unless
     // they went meanwhile.
     let left = ledger
@@ -331,7 +331,9 @@ pub(super) fn reap_stale(
             // the exited ones (their VFs are back, their network role free).
             Ok(false) => {
                 for id in &expected {
-                    if let Err(e) = ledger.remove_container(&pod.pod.sandbox_id, id) {
+                    if let Err(e) =
+                        ledger.remove_container(&pod.pod.sandbox_id, id, &|p| run.env.vfs_away(p))
+                    {
                         tracing::warn!(pod = %pod.pod, container = %id, error = %nri::ErrorChain(&e), "exited container not forgotten");
                     }
                 }

@@ -223,7 +223,7 @@ mod tests {
         let (_d, l, _) = two_handles();
         l.admit(&pod("p"), &claims(), "c1", record(), false)
             .unwrap();
-        l.remove_container("p", "c1").unwrap();
+        l.remove_container("p", "c1", &|_| false).unwrap();
         let teardown = Meanwhile {
             act: Box::new(|| {}),
             fail: true,

@@ -296,11 +296,17 @@ impl Ledger {
         txn.commit_pod(sandbox_id, &[container_id])
     }
 
-    /// Forgets a container record; the pod keeps its claims.
+    /// Forgets a container record; the pod keeps its claims. The pod's
+    /// network owner stays its owner while `vfs_away` says a VF it moved is
+    /// still away from the host (its restore failed, or the hook was killed):
+    /// the next container of the pod then finds them in the pod as the
+    /// owner's, instead of being refused for a network no one holds until the
+    /// pod goes (kubelet removes a dead container while its pod lives on).
     pub fn remove_container(
         &self,
         sandbox_id: &str,
         container_id: &str,
+        vfs_away: &dyn Fn(&PodRecord) -> bool,
     ) -> Result<(), LedgerError> {
         // Most containers are not devgate's: answer those without the lock.
         let known = |s: &LedgerState| {
@@ -319,7 +325,7 @@ impl Ledger {
             return Ok(());
         };
         let removed = pod.containers.remove(container_id).is_some();
-        let was_owner = pod.network_owner.as_deref() == Some(container_id);
+        let was_owner = pod.network_owner.as_deref() == Some(container_id) && !vfs_away(pod);
         if was_owner {
             pod.network_owner = None;
         }

@@ -23,7 +23,7 @@ fn admit_picks_one_network_owner_until_it_is_removed() {
             .unwrap()
             .network_owner
     );
-    l.remove_container("p", "c1").unwrap();
+    l.remove_container("p", "c1", &|_| false).unwrap();
     let c = l
         .admit(&pod("p"), &claims, "c3", record("main"), true)
         .unwrap();
@@ -104,10 +104,10 @@ fn unknown_containers_are_forgotten_without_the_lock() {
     let worker = {
         let l = l.clone();
         std::thread::spawn(move || {
-            l.remove_container("p", "not-ours").unwrap();
-            l.remove_container("other-pod", "c1").unwrap();
+            l.remove_container("p", "not-ours", &|_| false).unwrap();
+            l.remove_container("other-pod", "c1", &|_| false).unwrap();
             tx.send(()).unwrap();
-            l.remove_container("p", "c1").unwrap();
+            l.remove_container("p", "c1", &|_| false).unwrap();
         })
     };
     // A liveness bound, not a measurement: the lock is held until answered.
@@ -386,16 +386,16 @@ fn a_removal_checks_under_the_lock_what_a_stale_cache_shows() {
     let claims = [gpu("GPU-1", Share::Exclusive)];
     l.admit(&pod("p"), &claims, "c1", record("main"), false)
         .unwrap();
-    other.remove_container("p", "c1").unwrap();
+    other.remove_container("p", "c1", &|_| false).unwrap();
     let journal = || std::fs::metadata(dir.path().join("ledger.journal")).map(|m| m.len());
     let before = journal().unwrap();
-    l.remove_container("p", "c1").unwrap();
+    l.remove_container("p", "c1", &|_| false).unwrap();
     assert_eq!(journal().unwrap(), before, "nothing left to write");
     assert!(l.snapshot().unwrap().pods["p"].containers.is_empty());
 
     other
         .admit(&pod("p"), &claims, "c2", record("main"), false)
         .unwrap();
-    l.remove_container("p", "c2").unwrap();
+    l.remove_container("p", "c2", &|_| false).unwrap();
     assert!(other.snapshot().unwrap().pods["p"].containers.is_empty());
 }

@@ -219,6 +219,14 @@ impl SavedStore {
         self.none_away(pod, |_| false)
     }
 
+    /// Whether a VF `pod` claims has a record and no netdev on the host below
+    /// `host_root`: in the pod, or somewhere else, not restored.
+    pub fn vfs_away(&self, host_root: &std::path::Path, pod: &crate::ledger::PodRecord) -> bool {
+        !self.none_away(pod, |vf| {
+            !crate::inventory::netdevs_of(host_root, vf).is_empty()
+        })
+    }
+
     /// Whether every VF `pod` claims that has a record is on the host
     /// (`at_home`): a restore that failed after the netdev came home left
     /// the record, and the owner holds nothing in the pod. Stops at the

@@ -174,6 +174,11 @@ impl Devices {
         self.grant.get()
     }
 
+    /// Whether a VF of `pod` that a hook moved is still away from the host.
+    pub fn vfs_away(&self, pod: &crate::ledger::PodRecord) -> bool {
+        crate::netdev::SavedStore::new(&self.state_dir).vfs_away(&self.host_root, pod)
+    }
+
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
     }
@@ -230,11 +235,7 @@ impl Devices {
         // be older than a move), holds nothing: a restore of its that failed
         // after the netdev came home left the records, which the next
         // owner's hook finishes before moving the VFs in again.
-        let owner_idle = |rec: &crate::ledger::PodRecord| {
-            saved.none_away(rec, |vf| {
-                !crate::inventory::netdevs_of(&self.host_root, vf).is_empty()
-            })
-        };
+        let owner_idle = |rec: &crate::ledger::PodRecord| !saved.vfs_away(&self.host_root, rec);
         let admission = self
             .ledger
             .admit_or_take_over(

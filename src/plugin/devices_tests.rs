@@ -155,7 +155,7 @@ fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
     saved.remove(vf.parse().unwrap()).unwrap();
     node.devices
         .ledger()
-        .remove_container("sandbox", "c1")
+        .remove_container("sandbox", "c1", &|_| false)
         .unwrap();
     let third = apply("c3");
     assert!(third.hooks.is_some(), "the next container owns the network");

@@ -67,9 +67,10 @@ fn a_vf_moved_into_its_pod_serves_the_pods_further_containers_only() {
     // The owner stopped (the VF back on the host) and went: the next
     // container owns the network and moves the VF again.
     std::fs::rename(&away, &net).unwrap();
+    let away = |p: &crate::ledger::PodRecord| node.devices.vfs_away(p);
     node.devices
         .ledger()
-        .remove_container("sandbox", "c1")
+        .remove_container("sandbox", "c1", &away)
         .unwrap();
     let next = node.create("c3", &[], &config, features).unwrap();
     assert!(next.hooks.is_some(), "{next:?}");
@@ -113,4 +114,45 @@ fn an_owner_whose_vfs_came_home_with_their_records_hands_the_network_over() {
     );
     let ledger = node.devices.ledger().snapshot().unwrap();
     assert_eq!(ledger.pods["sandbox"].network_owner.as_deref(), Some("c3"));
+}
+
+/// The owner's restore failed with its VF still in the pod (or its hook was
+/// killed), and kubelet removed the dead container while the pod lives on:
+/// the owner stays the owner, so the pod's next container is admitted to the
+/// VF in the pod rather than refused until the pod goes. Once the VF is home,
+/// a removal hands the network on.
+#[test]
+fn a_removed_owner_whose_vf_is_still_away_keeps_the_network() {
+    let node = node();
+    let config = Arc::new(Config::default());
+    let features = RuntimeFeatures::default();
+    let owner = node.create("c1", &[], &config, features).unwrap();
+    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id.to_string();
+    let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
+    saved.save(&netdev::SavedVf::example("c1", &vf)).unwrap();
+    let (net, away) = vf_net(&node);
+    std::fs::rename(&net, &away).unwrap(); // in the pod, its restore failed
+    node.devices.refresh();
+    let vfs_away = |p: &crate::ledger::PodRecord| node.devices.vfs_away(p);
+    let ledger = node.devices.ledger();
+    ledger.remove_container("sandbox", "c1", &vfs_away).unwrap();
+    let pod = &ledger.snapshot().unwrap().pods["sandbox"];
+    assert_eq!(pod.network_owner.as_deref(), Some("c1"));
+    assert!(!pod.containers.contains_key("c1"));
+
+    let next = node.create("c3", &[], &config, features).unwrap();
+    assert!(
+        next.hooks.is_none() && next.annotations.is_empty(),
+        "{next:?}"
+    );
+    assert_eq!(next.env, owner.env);
+
+    // Home again (a later restore): the owner's removal now hands it on.
+    std::fs::rename(&away, &net).unwrap();
+    saved.remove(vf.parse().unwrap()).unwrap();
+    ledger.remove_container("sandbox", "c1", &vfs_away).unwrap();
+    assert_eq!(
+        ledger.snapshot().unwrap().pods["sandbox"].network_owner,
+        None
+    );
 }

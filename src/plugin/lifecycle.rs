@@ -154,8 +154,12 @@ impl Releaser {
     }
 }
 
-pub fn forget_container(ledger: &Ledger, sandbox_id: &str, container_id: &str) {
-    if let Err(e) = ledger.remove_container(sandbox_id, container_id) {
+pub fn forget_container(devices: &super::devices::Devices, sandbox_id: &str, container_id: &str) {
+    let away = |pod: &crate::ledger::PodRecord| devices.vfs_away(pod);
+    if let Err(e) = devices
+        .ledger()
+        .remove_container(sandbox_id, container_id, &away)
+    {
         tracing::error!(error = %nri::ErrorChain(&e), sandbox = %sandbox_id, container = %container_id, "forget container");
     }
 }

@@ -416,7 +416,7 @@ impl nri::Plugin for DevgatePlugin {
     }
 
     fn remove_container(&self, pod: &PodSandbox, ctr: &Container) -> Result<(), PluginError> {
-        lifecycle::forget_container(self.devices.ledger(), &pod.id, &ctr.id);
+        lifecycle::forget_container(&self.devices, &pod.id, &ctr.id);
         self.unapplied.forget(&pod.id, Some(&ctr.id));
         Ok(())
     }
