@@ -128,7 +128,7 @@ fn bench(c: &mut Criterion) {
             let id = node.apply(pod, n);
             node.devices
                 .ledger()
-                .remove_container(&pod.id, &id)
+                .remove_container(&pod.id, &id, &|p| node.devices.vfs_away(p))
                 .expect("remove");
         })
     });
