@@ -50,8 +50,9 @@ pub(super) fn plan_gpus(
             ));
         }
         let share = share(e);
-        // Koordinator never writes it: the device with nothing counted
-        // against the GPU would fit beside holders that have it all.
+        // Koordinator never writes it (a memory request below 1 % is counted
+        // as 1 by `share`): the device with nothing counted against the GPU
+        // would fit beside holders that have it all.
         if share
             == (Share::Shared {
                 core: 0,
@@ -140,9 +141,19 @@ fn share(e: &GpuEntry) -> Share {
     if !e.resources.is_shared() {
         return Share::Exclusive;
     }
+    let r = &e.resources;
+    let memory_ratio = match (r.memory_ratio_percent, r.memory_bytes) {
+        // Koordinator derives the ratio from the bytes rounding down
+        // (`fillGPUTotalMem`, `memoryBytesToRatio`): a request below 1 % of
+        // the GPU's memory (512Mi of 80Gi) is written as 0. It holds memory
+        // all the same, less than 1 %: counted as 1, so that it is not a
+        // share of nothing beside holders that have the GPU's memory.
+        (Some(0), Some(bytes)) if bytes > 0 => 1,
+        (ratio, _) => ratio.unwrap_or(100),
+    };
     Share::Shared {
-        core: e.resources.core_counted(),
-        memory_ratio: e.resources.memory_ratio_percent.unwrap_or(100),
+        core: r.core_counted(),
+        memory_ratio,
     }
 }
 

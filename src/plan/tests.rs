@@ -113,6 +113,20 @@ fn a_memory_only_share_claims_no_core() {
     assert_eq!(p.claims[0].share, Share::Exclusive);
 }
 
+/// A memory request below 1 % of the GPU, as Koordinator writes it (its
+/// ratio rounded down to 0): admitted, its memory counted as 1 %.
+#[test]
+fn a_memory_request_below_one_percent_counts_one() {
+    let p = plan(r#"{"gpu":[{"minor":3,"resources":{"koordinator.sh/gpu-memory":"512Mi","koordinator.sh/gpu-memory-ratio":"0"}}]}"#).unwrap();
+    assert_eq!(
+        p.claims[0].share,
+        Share::Shared {
+            core: 0,
+            memory_ratio: 1
+        }
+    );
+}
+
 #[test]
 fn shared_gpu_with_and_without_hami() {
     // Half of the fixture's 80 GiB GPU, and a tenth of one.
