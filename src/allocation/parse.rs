@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde_json::value::RawValue;
 
 use super::entry_error::{malformed, missing, negative, out_of_range, too_many};
-use super::raw::{RawEntry, RawQuantity, UniqueMap};
+use super::raw::{RawEntry, RawQuantity, RawVf, UniqueMap};
 use super::*;
 use crate::inventory::PciAddr;
 
@@ -242,6 +242,7 @@ impl Parser {
         for (j, vf) in raw_vfs.into_iter().enumerate() {
             let entry = format!("{entry}.vfs[{j}]");
             self.count(&entry)?;
+            let vf: RawVf = serde_json::from_str(vf.get()).map_err(|e| malformed(&entry, e))?;
             let text = vf.bus_id.ok_or_else(|| missing(&entry, "busID"))?;
             let bus = bus_id(&entry, "busID", &text)?;
             self.unique(&entry, format!("vf {bus}"))?;

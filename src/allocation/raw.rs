@@ -19,7 +19,8 @@ pub(super) struct RawEntry {
 
 #[derive(Deserialize)]
 pub(super) struct RawExtension {
-    pub vfs: Option<Vec<RawVf>>,
+    /// Each read as a [`RawVf`] on its own, so that an error names the VF.
+    pub vfs: Option<Vec<Box<serde_json::value::RawValue>>>,
 }
 
 #[derive(Deserialize)]

@@ -124,6 +124,8 @@ fn rejected_inputs() {
         ("duplicate vf in entry", r#"{"rdma":[{"minor":0,"extension":{"vfs":[{"busID":"0000:01:00.2"},{"busID":"0000:01:00.2"}]}}]}"#, "rdma[0].vfs[1]", |e| matches!(e, AllocationError::Duplicate { first, .. } if first == "rdma[0].vfs[0]")),
         ("duplicate vf across entries", r#"{"rdma":[{"minor":0,"extension":{"vfs":[{"busID":"0000:01:00.2"}]}},{"minor":1,"extension":{"vfs":[{"busID":"0000:01:00.2"}]}}]}"#, "rdma[1].vfs[0]", |e| matches!(e, AllocationError::Duplicate { .. })),
         ("vf without busID", r#"{"rdma":[{"minor":0,"extension":{"vfs":[{"minor":-1}]}}]}"#, "rdma[0].vfs[0]", |e| matches!(e, AllocationError::Missing { field: "busID", .. })),
+        ("vf busID a number", r#"{"rdma":[{"minor":0,"extension":{"vfs":[{"busID":"0000:01:00.2"},{"busID":7}]}}]}"#, "rdma[0].vfs[1]", |e| matches!(e, AllocationError::Malformed { .. })),
+        ("vf minor not whole", r#"{"rdma":[{"minor":0,"extension":{"vfs":[{"minor":1.5,"busID":"0000:01:00.2"}]}}]}"#, "rdma[0].vfs[0]", |e| matches!(e, AllocationError::Malformed { .. })),
         ("busID not pci", r#"{"rdma":[{"minor":0,"extension":{"vfs":[{"busID":"0000:01:00"}]}}]}"#, "rdma[0].vfs[0]", |e| matches!(e, AllocationError::BadBusId { .. })),
         ("rdma id not pci", r#"{"rdma":[{"minor":0,"id":"mlx5_0"}]}"#, "rdma[0]", |e| matches!(e, AllocationError::BadBusId { .. })),
         ("path in busID", r#"{"rdma":[{"minor":0,"extension":{"vfs":[{"busID":"../../dev/sda"}]}}]}"#, "rdma[0].vfs[0]", |e| matches!(e, AllocationError::BadName { .. })),
