@@ -244,6 +244,26 @@ impl Ledger {
         self.store.peek(|s| s.pods.contains_key(sandbox_id))
     }
 
+    /// Sandboxes of pod `uid` other than `sandbox_id` that hold claims and
+    /// were never given a container; read without the lock. Kubelet stops a
+    /// pod's sandbox before it starts another, so when `sandbox_id` starts
+    /// these are left from a start that failed after the claim: an NRI
+    /// plugin called after devgate refused it, and containerd then sends no
+    /// RemovePodSandbox (it registers that only once every plugin agreed).
+    pub fn superseded(&self, uid: &str, sandbox_id: &str) -> Result<Vec<String>, LedgerError> {
+        if uid.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.store.peek(|s| {
+            s.pods
+                .values()
+                .filter(|p| p.pod.uid == uid && p.pod.sandbox_id != sandbox_id)
+                .filter(|p| p.containers.is_empty() && p.network_owner.is_none())
+                .map(|p| p.pod.sandbox_id.clone())
+                .collect()
+        })
+    }
+
     /// The container that moved (or is to move) the pod's VFs into its netns,
     /// if any; read without the lock.
     pub fn network_owner(&self, sandbox_id: &str) -> Result<Option<String>, LedgerError> {

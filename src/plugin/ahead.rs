@@ -9,8 +9,10 @@
 //! refused allocation, so whatever fails or is not decided yet (a pod the grant
 //! watch has not delivered) is left to the first container, which runs every
 //! step again and is refused with the annotation, the entry and the reason. The
-//! runtime sends RemovePodSandbox for a sandbox whose start fails after this,
-//! which releases the claim.
+//! runtime sends RemovePodSandbox for a sandbox whose start fails after its
+//! NRI call, which releases the claim; one that an NRI plugin called after
+//! devgate refuses gets none, and its claim goes when the pod's next sandbox
+//! starts (`DevgatePlugin::release_superseded`).
 
 use std::sync::Arc;
 

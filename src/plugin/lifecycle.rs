@@ -239,6 +239,25 @@ impl DevgatePlugin {
         }
     }
 
+    /// Releases what a failed start of `pod`'s sandbox left claimed (see
+    /// [`crate::ledger::Ledger::superseded`]), on a worker: were it kept, the
+    /// pod's devices would stay held by itself until the next Synchronize.
+    /// The claim at this start may come before the release ends; the first
+    /// container then makes it (kubelet retries a refused one).
+    pub(super) fn release_superseded(&self, pod: &nri::api::PodSandbox) {
+        let superseded = match self.devices.ledger().superseded(&pod.uid, &pod.id) {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(error = %nri::ErrorChain(&e), "ledger unreadable: superseded sandboxes not looked for");
+                return;
+            }
+        };
+        for id in superseded {
+            tracing::warn!(namespace = %pod.namespace, pod = %pod.name, sandbox = %id, "releasing a sandbox of the pod whose start failed after its claim");
+            self.release_in_background(Release::Pod(id));
+        }
+    }
+
     /// Releases the claims of pods the runtime no longer has.
     pub(super) fn release_stale(&self, stale: HashSet<String>) {
         if !stale.is_empty() {

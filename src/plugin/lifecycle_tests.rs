@@ -278,3 +278,73 @@ fn a_synchronize_that_cannot_read_the_ledger_is_retried() {
     assert!(plugin.wait_for_releases(LIMIT));
     assert!(ledger.snapshot().unwrap().pods.contains_key("sb"));
 }
+
+/// A sandbox start that an NRI plugin called after devgate refused gets no
+/// RemovePodSandbox: the claim made for it goes when kubelet starts the pod's
+/// next sandbox, so that the pod does not find its devices held by itself.
+/// Another pod's claim, and a sandbox of the pod that was given a container
+/// (left to its stop or the next Synchronize), stay.
+#[test]
+fn a_sandbox_whose_start_failed_is_released_when_its_pod_starts_again() {
+    use crate::ledger::{Claim, ContainerRecord, DeviceId, PodRef};
+    use nri::stub::Plugin as _;
+    let (plugin, _state) = plugin(Config::default(), false);
+    let ledger = plugin.devices().ledger().clone();
+    let (failed, vf) = pod_holding_a_vf();
+    ledger.claim(&failed, std::slice::from_ref(&vf)).unwrap();
+    let vf_n = |n: u8| Claim {
+        device: DeviceId::Vf(format!("0000:19:00.{n}").parse().unwrap()),
+        ..vf.clone()
+    };
+    let other = PodRef {
+        sandbox_id: "other".into(),
+        uid: "u2".into(),
+        ..failed.clone()
+    };
+    ledger.claim(&other, &[vf_n(3)]).unwrap();
+    let with_container = PodRef {
+        sandbox_id: "ran".into(),
+        ..failed.clone()
+    };
+    ledger.claim(&with_container, &[vf_n(4)]).unwrap();
+    let record = ContainerRecord {
+        name: "main".into(),
+        devices: Vec::new(),
+        applied_unix: 1,
+        init: None,
+        cgroups: Vec::new(),
+        resolved: None,
+        resolved_sha256: None,
+        hooks_only: false,
+    };
+    ledger.record_container("ran", "c1", record).unwrap();
+
+    let next = nri::api::PodSandbox {
+        id: "sb-next".into(),
+        uid: "u".into(),
+        namespace: "team".into(),
+        name: "web".into(),
+        ..Default::default()
+    };
+    plugin.run_pod_sandbox(&next).unwrap();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(
+        !ledger.holds("sb").unwrap(),
+        "the failed start's claim goes"
+    );
+    assert!(ledger.holds("other").unwrap() && ledger.holds("ran").unwrap());
+    // The VF is free for the pod's new sandbox.
+    ledger
+        .claim(
+            &PodRef {
+                sandbox_id: "sb-next".into(),
+                ..failed
+            },
+            &[vf],
+        )
+        .unwrap();
+    // A sandbox never supersedes itself.
+    plugin.run_pod_sandbox(&next).unwrap();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(ledger.holds("sb-next").unwrap());
+}

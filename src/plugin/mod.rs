@@ -397,6 +397,7 @@ impl nri::Plugin for DevgatePlugin {
     fn run_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
         self.resync.note_run(&pod.id);
         self.gpu.note_pod(pod, &self.options.state_dir);
+        self.release_superseded(pod);
         self.claim_ahead(pod);
         Ok(())
     }
