@@ -6,7 +6,8 @@
 //! The value is computed exactly in integers; a value that is not a whole number
 //! after the suffix is applied ("1.5", "0.1Ki") is rejected rather than rounded, so
 //! devgate never sets a limit the scheduler did not write. Negative values and
-//! values above `u64::MAX` are rejected.
+//! values above `i64::MAX` are rejected: Koordinator reads quantities through
+//! `Quantity.Value()`, an `int64`, so it cannot count a larger one.
 
 /// Longest quantity string accepted; canonical quantities are far shorter.
 pub const MAX_QUANTITY_LEN: usize = 64;
@@ -81,6 +82,9 @@ pub fn parse_quantity(s: &str) -> Result<u64, QuantityError> {
             _ => return Err(QuantityError::NotWhole(s.to_string())),
         }
     };
+    if value > i64::MAX as u128 {
+        return Err(overflow());
+    }
     u64::try_from(value).map_err(|_| overflow())
 }
 
@@ -141,7 +145,8 @@ mod tests {
             ("1Ti", Ok(1 << 40)),
             ("1Pi", Ok(1 << 50)),
             ("1Ei", Ok(1 << 60)),
-            ("15Ei", Ok(15 << 60)),
+            ("7Ei", Ok(7 << 60)),
+            ("8Ei", Err(E::Overflow)),
             ("0.5Gi", Ok(1 << 29)),
             ("1.5Gi", Ok(3 << 29)),
             ("1k", Ok(1_000)),
@@ -163,7 +168,8 @@ mod tests {
             ("5.", Ok(5)),
             ("0.0000000000000000000000000000000000000000000001", Err(E::NotWhole)),
             ("0.0000000000000000000000000000000000000000000000", Ok(0)),
-            ("18446744073709551615", Ok(u64::MAX)),
+            ("9223372036854775807", Ok(i64::MAX as u64)),
+            ("9223372036854775808", Err(E::Overflow)),
             ("18446744073709551616", Err(E::Overflow)),
             ("16Ei", Err(E::Overflow)),
             ("99999999999999999999999999999999999999999", Err(E::Overflow)),

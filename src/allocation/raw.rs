@@ -52,6 +52,13 @@ impl<'de> Deserialize<'de> for RawQuantity {
         let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
         let text = raw.get();
         if text.starts_with('"') {
+            // Go's `Quantity.UnmarshalJSON` strips the quotes and parses the
+            // bytes between them without decoding escapes: `"\u0035\u0030"`,
+            // 50 here, would be no quantity to Koordinator, which could then
+            // not count what devgate granted.
+            if text.contains('\\') {
+                return Err(de::Error::custom("escapes in a quantity string"));
+            }
             let s: String = serde_json::from_str(text).map_err(de::Error::custom)?;
             if s.len() > quantity::MAX_QUANTITY_LEN {
                 return Err(de::Error::custom(QuantityError::TooLong));

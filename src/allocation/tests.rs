@@ -112,6 +112,8 @@ fn rejected_inputs() {
         ("bad quantity", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-memory":"16GB"}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::Quantity { .. })),
         ("fractional percent", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"0.5"}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::Quantity { reason: QuantityError::NotWhole(_), .. })),
         ("quantity overflow", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-memory":"16Ei"}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::Quantity { reason: QuantityError::Overflow(_), .. })),
+        ("quantity past int64", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-memory":"8Ei"}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::Quantity { reason: QuantityError::Overflow(_), .. })),
+        ("escaped quantity", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"\u0035\u0030","koordinator.sh/gpu-memory-ratio":"50"}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::Malformed { .. })),
         ("quantity a bool", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":true}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::Malformed { .. })),
         ("core over 100", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"101"}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::OutOfRange { value: 101, .. })),
         ("ratio over 100", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-memory-ratio":"200"}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::OutOfRange { value: 200, .. })),
