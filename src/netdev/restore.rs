@@ -272,18 +272,29 @@ fn restore_rdma(
 }
 
 fn restore_pf(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), VfError> {
-    let (Some(state), Some(_)) = (&rec.pf, rec.pf_index) else {
+    let (Some(state), Some(pf_index)) = (&rec.pf, rec.pf_index) else {
         return Ok(());
     };
     let pf_name = &rec.attach.pf_netdev;
-    let pf = at
-        .step("find pf", host.link(LinkRef::Name(pf_name)))?
-        .ok_or_else(|| {
-            (at.err("find pf"))(Cause::NotFound {
-                what: "pf",
-                name: pf_name.clone(),
-            })
-        })?;
+    // The PF attach configured, by its ifindex, which a rename keeps: by
+    // name, PFs whose names swapped since (`net.ifnames=0` and a driver
+    // reload) would have another tenant's VF reset. The name serves only
+    // where that index is gone (the kernel does not hand an index out again
+    // soon: `dev_new_index`, `dev_index_reserve` from 6.6, count upwards).
+    let by_index = at.step("find pf", host.link(LinkRef::Index(pf_index)))?;
+    if let Some(l) = by_index.as_ref().filter(|l| l.name != *pf_name) {
+        tracing::warn!(pf = %pf_name, now = %l.name, "the pf was renamed since the attach: restored by its ifindex");
+    }
+    let by_name = match by_index {
+        Some(l) => Ok(Some(l)),
+        None => host.link(LinkRef::Name(pf_name)),
+    };
+    let pf = at.step("find pf", by_name)?.ok_or_else(|| {
+        (at.err("find pf"))(Cause::NotFound {
+            what: "pf",
+            name: pf_name.clone(),
+        })
+    })?;
     let now = at.step(
         "read pf vf state",
         host.vf_state(pf.index, rec.attach.vf_index),

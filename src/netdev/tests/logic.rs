@@ -384,7 +384,7 @@ fn a_pod_in_the_host_netns_is_refused_before_any_change() {
     assert_eq!(rig.records(), 0);
 }
 
-/// A VF whose PF settings cannot be put back (its PF renamed meanwhile) comes
+/// A VF whose PF settings cannot be put back (its PF gone meanwhile) comes
 /// home but stays down, with its record kept: up on the host it would carry
 /// the tenant's VLAN and MAC. The detach that restores it whole brings it up.
 #[test]
@@ -393,7 +393,7 @@ fn a_vf_whose_pf_settings_are_not_restored_stays_down_on_the_host() {
     rig.m().links[1].link.up = true;
     let before = rig.m().world();
     rig.attach(&[action()]).unwrap();
-    rig.m().links[0].link.name = "ens1f0-renamed".to_string();
+    let pf = rig.m().links.remove(0);
     let err = rig.detach("ctr1").unwrap_err();
     says(&err, "ens1f0");
     {
@@ -408,13 +408,13 @@ fn a_vf_whose_pf_settings_are_not_restored_stays_down_on_the_host() {
         );
     }
     assert_eq!(rig.records(), 1, "kept for a later try");
-    rig.m().links[0].link.name = "ens1f0".to_string();
+    rig.m().links.insert(0, pf);
     assert_eq!(rig.detach("ctr1").unwrap(), 1);
     assert_eq!(rig.m().world(), before);
 }
 
 /// An earlier network owner of the same pod whose restore did not finish (its
-/// PF was renamed meanwhile) left its record: the pod's next owner finishes
+/// PF was gone meanwhile) left its record: the pod's next owner finishes
 /// the restore and moves the VF in again, rather than being refused or
 /// starting without it; its own detach then puts everything back.
 #[test]
@@ -422,10 +422,10 @@ fn the_pods_next_owner_takes_over_an_unfinished_restore() {
     let mut rig = Rig::new(model());
     let before = rig.m().world();
     rig.attach(&[action()]).unwrap();
-    rig.m().links[0].link.name = "ens1f0-renamed".to_string();
+    let pf = rig.m().links.remove(0);
     rig.detach("ctr1").unwrap_err();
     assert_eq!(rig.records(), 1);
-    rig.m().links[0].link.name = "ens1f0".to_string();
+    rig.m().links.insert(0, pf);
 
     attach_as(&mut rig, "ctr2", POD).unwrap();
     {

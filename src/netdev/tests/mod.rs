@@ -6,5 +6,6 @@ mod identity;
 mod lenient;
 mod logic;
 mod msg;
+mod pf_rename;
 mod rig;
 mod store;
