@@ -6,7 +6,8 @@
 //! whole message otherwise, so a container with `NET_ADMIN` could make its
 //! VF unreadable, and with it every listing of the host once the VF came
 //! home: no restore could find it. Such a message is rewritten before it is
-//! parsed again: the alias, which devgate never reads, dropped; a name read
+//! parsed again: an alias that is not UTF-8, which devgate never reads,
+//! dropped; a name read
 //! lossily (the VF is found by its PCI parent or MAC, and renamed by index);
 //! an altname that is not UTF-8 dropped.
 
@@ -24,11 +25,14 @@ const IFINFOMSG_LEN: usize = 16;
 /// such attribute to mend (its failure lies elsewhere).
 pub fn mend(payload: &[u8]) -> Option<Vec<u8>> {
     let header = payload.get(..IFINFOMSG_LEN)?;
+    let body = &payload[IFINFOMSG_LEN..];
     let mut out = header.to_vec();
     let mut mended = false;
-    for (kind, raw_kind, value) in raw_attrs(&payload[IFINFOMSG_LEN..]) {
+    let mut walked = 0;
+    for (kind, raw_kind, value) in raw_attrs(body) {
+        walked += align4(4 + value.len());
         match kind {
-            IFLA_IFALIAS => mended = true,
+            IFLA_IFALIAS if !is_text(value) => mended = true,
             IFLA_IFNAME if !is_text(value) => {
                 let name = String::from_utf8_lossy(strip_nul(value)).into_owned();
                 push(&mut out, raw_kind, &with_nul(name.as_bytes()));
@@ -48,7 +52,8 @@ pub fn mend(payload: &[u8]) -> Option<Vec<u8>> {
             _ => push(&mut out, raw_kind, value),
         }
     }
-    mended.then_some(out)
+    // Bytes the walk did not reach are a framing error, not text to mend.
+    (mended && walked >= body.len()).then_some(out)
 }
 
 /// `(kind without flags, kind as sent, value)` of each attribute.

@@ -15,7 +15,7 @@
 mod chars;
 mod error;
 pub mod ethtool;
-mod lenient;
+pub(crate) mod lenient;
 pub mod linkwatch;
 pub mod netns;
 pub mod nl;

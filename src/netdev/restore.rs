@@ -366,7 +366,7 @@ fn restore_netdev(
         if link.up {
             at.step("bring down", host.set_link(link.index, &down()))?;
         }
-        // Came home with names the pod gave it (its netns was gone).
+        // The saved name among them would fail the rename.
         for name in foreign_altnames(&link, rec) {
             at.step("delete altname", host.del_altname(link.index, name))?;
         }
@@ -384,8 +384,14 @@ fn restore_netdev(
                 })
             })?;
     }
-    if link.altnames.iter().any(|n| n == ifname) {
-        at.step("delete altname", host.del_altname(link.index, ifname))?;
+    // Names the pod gave it that came home with it (its netns was gone, under
+    // whatever name it then had), and the pod name a rename home may leave.
+    let mut dropped = foreign_altnames(&link, rec);
+    if link.altnames.iter().any(|n| n == ifname) && !dropped.contains(&ifname) {
+        dropped.push(ifname);
+    }
+    for name in dropped {
+        at.step("delete altname", host.del_altname(link.index, name))?;
     }
     if saved.mac.is_some() && link.mac != saved.mac {
         let change = LinkChange {

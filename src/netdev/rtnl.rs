@@ -252,6 +252,12 @@ impl<T: Transport> RtnlConn<T> {
         if !self.parent_by_ethtool || link.parent.is_some() {
             return Ok(false);
         }
+        // A name read lossily (`lenient`) is not the one the kernel knows,
+        // and may be another link's: nothing asked by it would be this
+        // link's. A name really holding U+FFFD goes without it too.
+        if link.name.contains('\u{fffd}') {
+            return Ok(false);
+        }
         let drv = self
             .conn
             .transport_mut()

@@ -77,3 +77,25 @@ fn a_record_without_altnames_drops_only_the_saved_name() {
     assert_eq!((vf.ns, vf.link.name.as_str()), (HOST, "ens1f0v3"));
     assert_eq!(vf.link.altnames, [HOST_ALTNAME, "planted0"]);
 }
+
+/// The pod gave its VF the host name back before its netns went: it comes
+/// home under that name, and the altnames the pod added go all the same.
+#[test]
+fn altnames_of_a_vf_home_under_its_own_name_go_too() {
+    let mut rig = Rig::new(model_with_altname());
+    let before = host_world(&rig.m());
+    rig.attach(&[action()]).unwrap();
+    add_altname(&rig, POD, "planted0");
+    {
+        let mut m = rig.m();
+        let vf = m
+            .links
+            .iter_mut()
+            .find(|l| l.link.index == VF_NETDEV)
+            .unwrap();
+        vf.link.name = "ens1f0v3".into();
+    }
+    rig.m().destroy_ns(POD);
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    assert_eq!(host_world(&rig.m()), before);
+}

@@ -166,6 +166,19 @@ fn c_during(c: &mut RtnlConn<Script>, notices: Option<Vec<Vec<u8>>>) {
     c.transport_mut().during_drvinfo.push_back(notices);
 }
 
+/// A name read lossily (not UTF-8 on the wire) may stand for another link's
+/// name: ethtool is not asked by it.
+#[test]
+fn a_lossily_read_name_asks_ethtool_nothing() {
+    let mut c = conn(vec![one("ens1f0v\u{fffd}", None)], true);
+    c.transport_mut()
+        .drv
+        .push(("ens1f0v\u{fffd}", "mlx5_core", "0000:3b:00.4"));
+    let link = c.link(LinkRef::Name("ens1f0v\u{fffd}")).unwrap().unwrap();
+    assert_eq!(link.parent, None);
+    assert!(c.transport().asked.is_empty());
+}
+
 #[test]
 fn a_virtual_links_bus_info_is_no_parent() {
     let mut c = conn(vec![one("veth0", None)], true);

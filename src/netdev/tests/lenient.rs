@@ -117,3 +117,13 @@ fn the_real_kernels_listing_reads_a_link_named_in_bytes() {
     );
     assert!(names.iter().any(|(n, _)| n == "dg\u{fffd}x"), "{names:?}");
 }
+
+/// A message broken for another reason is not made to read by mending.
+#[test]
+fn only_text_is_mended() {
+    let mut broken = payload(b"n\xffe", None, &[]);
+    // An attribute claiming more bytes than follow.
+    broken.extend([200u8, 0, 4, 0, 1, 2]);
+    assert!(parse_link("t", &broken).is_err());
+    assert!(crate::netdev::lenient::mend(&payload(b"net1", Some(b"ok"), &[])).is_none());
+}
