@@ -268,47 +268,66 @@ fn is_stale(env: &HookEnv, pod: &PodRecord) -> bool {
         })
 }
 
+/// Where this hook starts among the other exited pods: the clock's
+/// nanoseconds, which differ from one hook to the next.
+fn rotation() -> usize {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as usize)
+}
+
 /// Releases pods whose containers are all gone; the pods released. A pod
 /// whose teardown fails keeps its claims (its devices quarantined) and does
 /// not stop the caller: its own devices are decided by the ledger.
 ///
 /// The creating container's own pod (`own`, its sandbox id) goes first and
 /// always: its new container needs what the exited ones held. Others go
-/// until [`HooksOnly::reap_until`], at least one per call so that successive
-/// hooks work through a backlog; the rest wait for the next hook, and a
-/// container that needs their devices is refused until then (kubelet retries).
+/// until [`HooksOnly::reap_until`], at least one tried per call and from a
+/// point that moves from call to call, so that successive hooks work through
+/// a backlog even past a pod whose release keeps failing; the rest wait for
+/// the next hook, and a container that needs their devices is refused until
+/// then (kubelet retries).
 pub(super) fn reap_stale(
     run: &mut HooksOnly<'_>,
     ledger: &Ledger,
     own: &str,
 ) -> Result<Vec<PodRef>, HooksOnlyError> {
-    let mut stale: Vec<PodRecord> = ledger
+    let stale: Vec<PodRecord> = ledger
         .snapshot()?
         .pods
         .into_values()
         .filter(|p| is_stale(run.env, p))
         .collect();
-    // Stable: the others keep the ledger's order.
-    stale.sort_by_key(|p| p.pod.sandbox_id != own);
+    let (mut order, mut others): (Vec<PodRecord>, Vec<PodRecord>) =
+        stale.into_iter().partition(|p| p.pod.sandbox_id == own);
+    // The others from a point that moves from hook to hook: a pod whose
+    // release keeps failing stays exited, and would otherwise take every
+    // hook's first turn, leaving those after it for good.
+    if !others.is_empty() {
+        let turn = rotation() % others.len();
+        others.rotate_left(turn);
+    }
+    order.extend(others);
     let mut released = Vec::new();
-    let mut others = 0;
-    let total = stale.len();
-    for (done, pod) in stale.into_iter().enumerate() {
-        if pod.pod.sandbox_id != own {
-            if others > 0 && Instant::now() >= run.reap_until {
-                tracing::warn!(
-                    left = total - done,
-                    "exited pods left for a later hook: this one's time for them is spent"
-                );
-                break;
-            }
-            others += 1;
+    let mut tried = 0;
+    let total = order.len();
+    for (done, pod) in order.into_iter().enumerate() {
+        let mine = pod.pod.sandbox_id == own;
+        if !mine && tried > 0 && Instant::now() >= run.reap_until {
+            tracing::warn!(
+                left = total - done,
+                "exited pods left for a later hook: this one's time for them is spent"
+            );
+            break;
         }
         // Its last container's poststop (or another reap) is releasing it:
         // that one finishes it, and this create does not wait on its teardown.
         if ledger.releasing(&pod)? {
             tracing::debug!(pod = %pod.pod, "stale pod: a release of it runs");
             continue;
+        }
+        if !mine {
+            tried += 1;
         }
         let restored: Result<Vec<usize>, HookError> = pod
             .containers
