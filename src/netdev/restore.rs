@@ -86,6 +86,13 @@ pub(crate) fn restore(
         }
     };
     let mut host = at.step("open host netlink", ops.env.rtnl(None))?;
+    if !rec.restoring {
+        let marked = SavedVf {
+            restoring: true,
+            ..rec.clone()
+        };
+        at.step("mark restoring", ops.store.save(&marked))?;
+    }
     let in_pod = match pod {
         Some(pod) => quiesce_in_pod(ops, &at, host.as_mut(), rec, pod)?,
         None => false,

@@ -80,6 +80,11 @@ pub struct SavedVf {
     /// The PF's ifindex when `pf` was read.
     pub pf_index: Option<u32>,
     pub saved_unix: u64,
+    /// Set before a restore first touches the VF: from then on it may be
+    /// down, its PF settings (the tenant VLAN) reset, and no longer whole in
+    /// the pod, so no container of the pod is given it as it is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restoring: bool,
 }
 
 impl SavedVf {
@@ -127,6 +132,7 @@ impl SavedVf {
             pf: None,
             pf_index: None,
             saved_unix: 1,
+            restoring: false,
         }
     }
 }
@@ -219,11 +225,17 @@ impl SavedStore {
         self.none_away(pod, |_| false)
     }
 
-    /// Whether a VF `pod` claims has a record and no netdev on the host below
-    /// `host_root`: in the pod, or somewhere else, not restored.
+    /// Whether a VF `pod` claims was moved and is away from the host below
+    /// `host_root` as it was moved: a readable record of it no restore has
+    /// begun on, and no netdev of it on the host. A VF a restore began on
+    /// may be half undone (down, its VLAN gone) and does not count.
     pub fn vfs_away(&self, host_root: &std::path::Path, pod: &crate::ledger::PodRecord) -> bool {
-        !self.none_away(pod, |vf| {
-            !crate::inventory::netdevs_of(host_root, vf).is_empty()
+        pod.claims.iter().any(|c| match c.device {
+            crate::ledger::DeviceId::Vf(vf) => {
+                matches!(self.load(vf), Ok(Some(r)) if !r.restoring)
+                    && crate::inventory::netdevs_of(host_root, vf).is_empty()
+            }
+            _ => false,
         })
     }
 

@@ -320,6 +320,7 @@ fn prepare(
         pf,
         pf_index,
         saved_unix: crate::ledger::now_unix(),
+        restoring: false,
     })
 }
 

@@ -32,8 +32,11 @@ fn a_vf_moved_into_its_pod_serves_the_pods_further_containers_only() {
     let config = Arc::new(Config::default());
     let features = RuntimeFeatures::default();
     let owner = node.create("c1", &[], &config, features).unwrap();
+    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id.to_string();
+    let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
+    saved.save(&netdev::SavedVf::example("c1", &vf)).unwrap();
     let (net, away) = vf_net(&node);
-    std::fs::rename(&net, &away).unwrap(); // the hook moved it
+    std::fs::rename(&net, &away).unwrap(); // the hook moved it, its record saved first
     node.devices.refresh();
     let sidecar = node.create("c2", &[], &config, features).unwrap();
     assert!(sidecar.hooks.is_none() && sidecar.annotations.is_empty());
@@ -150,6 +153,38 @@ fn a_removed_owner_whose_vf_is_still_away_keeps_the_network() {
     // Home again (a later restore): the owner's removal now hands it on.
     std::fs::rename(&away, &net).unwrap();
     saved.remove(vf.parse().unwrap()).unwrap();
+    ledger.remove_container("sandbox", "c1", &vfs_away).unwrap();
+    assert_eq!(
+        ledger.snapshot().unwrap().pods["sandbox"].network_owner,
+        None
+    );
+}
+
+/// A restore began on the VF and stopped with it still in the pod (down,
+/// its VLAN perhaps reset): no container of the pod is given it as it is,
+/// and the owner's removal does not keep the network for it.
+#[test]
+fn a_vf_a_restore_began_on_is_given_to_no_container() {
+    let node = node();
+    let config = Arc::new(Config::default());
+    let features = RuntimeFeatures::default();
+    node.create("c1", &[], &config, features).unwrap();
+    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id.to_string();
+    let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
+    let mut rec = netdev::SavedVf::example("c1", &vf);
+    rec.restoring = true;
+    saved.save(&rec).unwrap();
+    let (net, away) = vf_net(&node);
+    std::fs::rename(&net, &away).unwrap();
+    node.devices.refresh();
+    let e = node.create("c2", &[], &config, features).unwrap_err();
+    assert!(
+        e.to_string()
+            .ends_with(" has no host netdev to move into the pod"),
+        "{e}"
+    );
+    let vfs_away = |p: &crate::ledger::PodRecord| node.devices.vfs_away(p);
+    let ledger = node.devices.ledger();
     ledger.remove_container("sandbox", "c1", &vfs_away).unwrap();
     assert_eq!(
         ledger.snapshot().unwrap().pods["sandbox"].network_owner,

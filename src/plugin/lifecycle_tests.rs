@@ -282,7 +282,7 @@ fn a_synchronize_that_cannot_read_the_ledger_is_retried() {
 /// A sandbox start that an NRI plugin called after devgate refused gets no
 /// RemovePodSandbox: the claim made for it goes when kubelet starts the pod's
 /// next sandbox, so that the pod does not find its devices held by itself.
-/// Another pod's claim, and a sandbox of the pod that was given a container
+/// Another pod's claim, and a sandbox of the pod that holds a container
 /// (left to its stop or the next Synchronize), stay.
 #[test]
 fn a_sandbox_whose_start_failed_is_released_when_its_pod_starts_again() {

@@ -52,6 +52,19 @@ impl Devices {
         Ok(owner.is_some())
     }
 
+    /// Whether every VF of the plan away from the host is in the pod as its
+    /// owner moved it: saved, and no restore begun on it. One a restore
+    /// began on may be down with its VLAN gone; a container given it as it
+    /// is could bring it up untagged, so the plan is made again and, with
+    /// the VF still away, refused.
+    fn moved_whole(&self, plan: &Plan) -> bool {
+        let saved = crate::netdev::SavedStore::new(&self.state_dir);
+        plan.network
+            .iter()
+            .filter(|a| a.netdev.is_none())
+            .all(|a| matches!(saved.load(a.vf_bus_id), Ok(Some(r)) if !r.restoring))
+    }
+
     /// The plan from a re-read of the host.
     pub(super) fn replan(
         &self,
@@ -79,7 +92,7 @@ impl Devices {
         // host: asked after the plan, so the answer is no older than what the
         // plan saw, and not asked at all in the usual case.
         let away = moved(&plan);
-        let owned = away && self.network_owned(&pod.id)?;
+        let owned = away && self.network_owned(&pod.id)? && self.moved_whole(&plan);
         if away && !owned {
             // Read while the VF was still in a pod that has since given it back.
             plan = self.replan(devices, ctr, config)?;

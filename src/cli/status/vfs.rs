@@ -121,6 +121,7 @@ mod tests {
             pf: None,
             pf_index: None,
             saved_unix: 1,
+            restoring: false,
         }
     }
 

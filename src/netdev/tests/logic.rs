@@ -408,6 +408,10 @@ fn a_vf_whose_pf_settings_are_not_restored_stays_down_on_the_host() {
         );
     }
     assert_eq!(rig.records(), 1, "kept for a later try");
+    assert!(
+        rig.store.all().unwrap()[0].restoring,
+        "marked before the first change"
+    );
     rig.m().links.insert(0, pf);
     assert_eq!(rig.detach("ctr1").unwrap(), 1);
     assert_eq!(rig.m().world(), before);
