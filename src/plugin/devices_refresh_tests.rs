@@ -105,11 +105,7 @@ fn a_vf_whose_rdma_device_is_in_the_pod_serves_its_next_container_after_a_re_rea
     let features = RuntimeFeatures::default();
     let owner = node.create("c1", &[], &config, features).unwrap();
     // The hook moved both into the pod's netns, its record saved first.
-    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id.to_string();
-    let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
-    saved.save(&netdev::SavedVf::example("c1", &vf)).unwrap();
-    let (net, away) = vf_net(&node);
-    std::fs::rename(&net, &away).unwrap();
+    hook_moved_vf(&node, false);
     let ibdev = &node.fixture.expected().rdma[0].vfs[0]
         .rdma
         .as_ref()

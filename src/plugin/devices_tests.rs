@@ -135,12 +135,8 @@ fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
             .unwrap()
     };
     let first = apply("c1");
-    // c1's hook moves the VF in, its record saved first.
-    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id.to_string();
-    let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
-    saved.save(&netdev::SavedVf::example("c1", &vf)).unwrap();
-    let (net, away) = vf_net(&node);
-    std::fs::rename(&net, &away).unwrap(); // in the pod; the cache not re-read
+    // c1's hook moves the VF in, its record saved first; the cache not re-read.
+    let (saved, net, away) = hook_moved_vf(&node, false);
     let second = apply("c2");
     assert!(first.hooks.is_some());
     assert!(first.annotations.contains_key(RESOLVED_ANNOTATION));
@@ -152,7 +148,9 @@ fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
 
     // c1's poststop gives the VF back; then it is removed.
     std::fs::rename(&away, &net).unwrap();
-    saved.remove(vf.parse().unwrap()).unwrap();
+    saved
+        .remove(node.fixture.expected().rdma[0].vfs[0].bus_id)
+        .unwrap();
     node.devices
         .ledger()
         .remove_container("sandbox", "c1", &|_| false)
@@ -339,6 +337,23 @@ fn cdi_mode_names_gpus_and_vfs() {
 }
 
 /// The VF's sysfs `net/` directory of node `node`, and where to hide it.
+/// What the owner c1's hook does to the first VF: saves its record first
+/// (marked as a restore's, with `restoring`), then moves its netdev off the
+/// host. The store, and the netdev's place with the one it went to.
+fn hook_moved_vf(
+    node: &Node,
+    restoring: bool,
+) -> (netdev::SavedStore, std::path::PathBuf, std::path::PathBuf) {
+    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id.to_string();
+    let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
+    let mut rec = netdev::SavedVf::example("c1", &vf);
+    rec.restoring = restoring;
+    saved.save(&rec).unwrap();
+    let (net, away) = vf_net(node);
+    std::fs::rename(&net, &away).unwrap();
+    (saved, net, away)
+}
+
 fn vf_net(node: &Node) -> (std::path::PathBuf, std::path::PathBuf) {
     let vf = &node.fixture.expected().rdma[0].vfs[0];
     let net = node

@@ -32,11 +32,8 @@ fn a_vf_moved_into_its_pod_serves_the_pods_further_containers_only() {
     let config = Arc::new(Config::default());
     let features = RuntimeFeatures::default();
     let owner = node.create("c1", &[], &config, features).unwrap();
-    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id.to_string();
-    let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
-    saved.save(&netdev::SavedVf::example("c1", &vf)).unwrap();
-    let (net, away) = vf_net(&node);
-    std::fs::rename(&net, &away).unwrap(); // the hook moved it, its record saved first
+    // The hook moved it, its record saved first.
+    let (_saved, net, away) = hook_moved_vf(&node, false);
     node.devices.refresh();
     let sidecar = node.create("c2", &[], &config, features).unwrap();
     assert!(sidecar.hooks.is_none() && sidecar.annotations.is_empty());
@@ -96,11 +93,8 @@ fn an_owner_whose_vfs_came_home_with_their_records_hands_the_network_over() {
     let features = RuntimeFeatures::default();
     let owner = node.create("c1", &[], &config, features).unwrap();
     assert!(owner.hooks.is_some());
-    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id.to_string();
-    let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
-    saved.save(&netdev::SavedVf::example("c1", &vf)).unwrap();
-    let (net, away) = vf_net(&node);
-    std::fs::rename(&net, &away).unwrap(); // the hook moved it; not re-read
+    // The hook moved it; not re-read.
+    let (_saved, net, away) = hook_moved_vf(&node, false);
 
     let sidecar = node.create("c2", &[], &config, features).unwrap();
     assert!(
@@ -130,11 +124,8 @@ fn a_removed_owner_whose_vf_is_still_away_keeps_the_network() {
     let config = Arc::new(Config::default());
     let features = RuntimeFeatures::default();
     let owner = node.create("c1", &[], &config, features).unwrap();
-    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id.to_string();
-    let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
-    saved.save(&netdev::SavedVf::example("c1", &vf)).unwrap();
-    let (net, away) = vf_net(&node);
-    std::fs::rename(&net, &away).unwrap(); // in the pod, its restore failed
+    // In the pod, its restore failed.
+    let (saved, net, away) = hook_moved_vf(&node, false);
     node.devices.refresh();
     let vfs_away = |p: &crate::ledger::PodRecord| node.devices.vfs_away(p);
     let ledger = node.devices.ledger();
@@ -152,7 +143,9 @@ fn a_removed_owner_whose_vf_is_still_away_keeps_the_network() {
 
     // Home again (a later restore): the owner's removal now hands it on.
     std::fs::rename(&away, &net).unwrap();
-    saved.remove(vf.parse().unwrap()).unwrap();
+    saved
+        .remove(node.fixture.expected().rdma[0].vfs[0].bus_id)
+        .unwrap();
     ledger.remove_container("sandbox", "c1", &vfs_away).unwrap();
     assert_eq!(
         ledger.snapshot().unwrap().pods["sandbox"].network_owner,
@@ -169,13 +162,7 @@ fn a_vf_a_restore_began_on_is_given_to_no_container() {
     let config = Arc::new(Config::default());
     let features = RuntimeFeatures::default();
     node.create("c1", &[], &config, features).unwrap();
-    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id.to_string();
-    let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
-    let mut rec = netdev::SavedVf::example("c1", &vf);
-    rec.restoring = true;
-    saved.save(&rec).unwrap();
-    let (net, away) = vf_net(&node);
-    std::fs::rename(&net, &away).unwrap();
+    hook_moved_vf(&node, true);
     node.devices.refresh();
     let e = node.create("c2", &[], &config, features).unwrap_err();
     assert!(

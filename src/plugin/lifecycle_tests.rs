@@ -286,7 +286,7 @@ fn a_synchronize_that_cannot_read_the_ledger_is_retried() {
 /// (left to its stop or the next Synchronize), stay.
 #[test]
 fn a_sandbox_whose_start_failed_is_released_when_its_pod_starts_again() {
-    use crate::ledger::{Claim, ContainerRecord, DeviceId, PodRef};
+    use crate::ledger::{Claim, DeviceId, PodRef};
     use nri::stub::Plugin as _;
     let (plugin, _state) = plugin(Config::default(), false);
     let ledger = plugin.devices().ledger().clone();
@@ -307,16 +307,7 @@ fn a_sandbox_whose_start_failed_is_released_when_its_pod_starts_again() {
         ..failed.clone()
     };
     ledger.claim(&with_container, &[vf_n(4)]).unwrap();
-    let record = ContainerRecord {
-        name: "main".into(),
-        devices: Vec::new(),
-        applied_unix: 1,
-        init: None,
-        cgroups: Vec::new(),
-        resolved: None,
-        resolved_sha256: None,
-        hooks_only: false,
-    };
+    let record = crate::ledger::tests::record("main");
     ledger.record_container("ran", "c1", record).unwrap();
 
     let next = nri::api::PodSandbox {
