@@ -232,11 +232,16 @@ impl SavedStore {
     pub fn vfs_away(&self, host_root: &std::path::Path, pod: &crate::ledger::PodRecord) -> bool {
         pod.claims.iter().any(|c| match c.device {
             crate::ledger::DeviceId::Vf(vf) => {
-                matches!(self.load(vf), Ok(Some(r)) if !r.restoring)
-                    && crate::inventory::netdevs_of(host_root, vf).is_empty()
+                self.moved_whole(vf) && crate::inventory::netdevs_of(host_root, vf).is_empty()
             }
             _ => false,
         })
+    }
+
+    /// Whether `vf` has a readable record no restore has begun on: wherever
+    /// it is, it is as its attach left it.
+    pub fn moved_whole(&self, vf: PciAddr) -> bool {
+        matches!(self.load(vf), Ok(Some(r)) if !r.restoring)
     }
 
     /// Whether every VF `pod` claims that has a record is on the host

@@ -62,7 +62,7 @@ impl Devices {
         plan.network
             .iter()
             .filter(|a| a.netdev.is_none())
-            .all(|a| matches!(saved.load(a.vf_bus_id), Ok(Some(r)) if !r.restoring))
+            .all(|a| saved.moved_whole(a.vf_bus_id))
     }
 
     /// The plan from a re-read of the host.
