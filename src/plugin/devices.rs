@@ -235,7 +235,11 @@ impl Devices {
         // be older than a move), holds nothing: a restore of its that failed
         // after the netdev came home left the records, which the next
         // owner's hook finishes before moving the VFs in again.
-        let owner_idle = |rec: &crate::ledger::PodRecord| !saved.vfs_away(&self.host_root, rec);
+        let owner_idle = |rec: &crate::ledger::PodRecord| {
+            saved.none_away(rec, |vf| {
+                !crate::inventory::netdevs_of(&self.host_root, vf).is_empty()
+            })
+        };
         let admission = self
             .ledger
             .admit_or_take_over(
