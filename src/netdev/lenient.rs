@@ -11,7 +11,8 @@
 //! lossily (the VF is found by its PCI parent or MAC, and renamed by index);
 //! an altname that is not UTF-8 dropped.
 
-use super::nl::{align4, attrs};
+use super::nl::{align4, nla, raw_attrs};
+use netlink_packet_core::NLA_TYPE_MASK;
 
 /// include/uapi/linux/if_link.h.
 const IFLA_IFNAME: u16 = 3;
@@ -29,51 +30,31 @@ pub fn mend(payload: &[u8]) -> Option<Vec<u8>> {
     let mut out = header.to_vec();
     let mut mended = false;
     let mut walked = 0;
-    for (kind, raw_kind, value) in raw_attrs(body) {
+    for (raw_kind, value) in raw_attrs(body) {
         walked += align4(4 + value.len());
-        match kind {
+        match raw_kind & NLA_TYPE_MASK {
             IFLA_IFALIAS if !is_text(value) => mended = true,
             IFLA_IFNAME if !is_text(value) => {
                 let name = String::from_utf8_lossy(strip_nul(value)).into_owned();
-                push(&mut out, raw_kind, &with_nul(name.as_bytes()));
+                out.extend(nla(raw_kind, &with_nul(name.as_bytes())));
                 mended = true;
             }
             IFLA_PROP_LIST => {
                 let mut props = Vec::new();
-                for (k, raw, v) in raw_attrs(value) {
-                    if k == IFLA_ALT_IFNAME && !is_text(v) {
+                for (raw, v) in raw_attrs(value) {
+                    if raw & NLA_TYPE_MASK == IFLA_ALT_IFNAME && !is_text(v) {
                         mended = true;
                     } else {
-                        push(&mut props, raw, v);
+                        props.extend(nla(raw, v));
                     }
                 }
-                push(&mut out, raw_kind, &props);
+                out.extend(nla(raw_kind, &props));
             }
-            _ => push(&mut out, raw_kind, value),
+            _ => out.extend(nla(raw_kind, value)),
         }
     }
     // Bytes the walk did not reach are a framing error, not text to mend.
     (mended && walked >= body.len()).then_some(out)
-}
-
-/// `(kind without flags, kind as sent, value)` of each attribute.
-fn raw_attrs(data: &[u8]) -> impl Iterator<Item = (u16, u16, &[u8])> {
-    let mut offsets = Vec::new();
-    let mut at = 0;
-    for (kind, value) in attrs(data) {
-        let raw = u16::from_ne_bytes([data[at + 2], data[at + 3]]);
-        offsets.push((kind, raw, value));
-        at += align4(4 + value.len());
-    }
-    offsets.into_iter()
-}
-
-fn push(out: &mut Vec<u8>, raw_kind: u16, value: &[u8]) {
-    let len = 4 + value.len();
-    out.extend_from_slice(&(len as u16).to_ne_bytes());
-    out.extend_from_slice(&raw_kind.to_ne_bytes());
-    out.extend_from_slice(value);
-    out.resize(align4(out.len()), 0);
 }
 
 fn strip_nul(value: &[u8]) -> &[u8] {

@@ -338,13 +338,18 @@ pub fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
 }
 
 /// Iterates the attributes of a payload as `(kind without flags, value)`.
-pub fn attrs(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+pub fn attrs(data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    raw_attrs(data).map(|(kind, value)| (kind & netlink_packet_core::NLA_TYPE_MASK, value))
+}
+
+/// Iterates the attributes of a payload as `(kind with its flags, value)`.
+pub fn raw_attrs(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     std::iter::from_fn(move || {
         if data.len() < 4 {
             return None;
         }
         let len = u16::from_ne_bytes([data[0], data[1]]) as usize;
-        let kind = u16::from_ne_bytes([data[2], data[3]]) & netlink_packet_core::NLA_TYPE_MASK;
+        let kind = u16::from_ne_bytes([data[2], data[3]]);
         if len < 4 || len > data.len() {
             return None;
         }

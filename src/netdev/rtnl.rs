@@ -247,6 +247,7 @@ impl<T: Transport> RtnlConn<T> {
     /// answer is kept only when no notice says the link was renamed or
     /// deleted since (a pod may rename its links in between, to pass one off
     /// as another; see [`super::linkwatch`] for why that suffices).
+    ///
     /// True when a notice left the parent unknown: a new lookup may tell it.
     fn fill_parent(&mut self, link: &mut Link) -> Result<bool, NlError> {
         if !self.parent_by_ethtool || link.parent.is_some() {
