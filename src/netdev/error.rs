@@ -39,6 +39,12 @@ pub enum Cause {
     OtherDevice { name: String, parent: String },
     #[error("more than one link looks like this vf: {names:?}")]
     Ambiguous { names: Vec<String> },
+    #[error("pf {name} is now device {parent}, not {saved} as at attach")]
+    OtherPf {
+        name: String,
+        parent: String,
+        saved: String,
+    },
     #[error("settings need the pf, but pf {pf:?} is not on this host")]
     NoPf { pf: String },
     #[error("pf {pf} reports no vf {index}")]

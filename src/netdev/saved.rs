@@ -79,6 +79,12 @@ pub struct SavedVf {
     pub pf: Option<VfState>,
     /// The PF's ifindex when `pf` was read.
     pub pf_index: Option<u32>,
+    /// The PF's PCI address (its link's parent) when `pf` was read: finds the
+    /// PF again where its ifindex is gone (a driver reload) and its name may
+    /// since belong to another PF. Absent in records written before it, and
+    /// where neither rtnetlink nor ethtool named the PF's device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pf_parent: Option<String>,
     pub saved_unix: u64,
     /// Set before a restore first touches the VF: from then on it may be
     /// down, its PF settings (the tenant VLAN) reset, and no longer whole in
@@ -131,6 +137,7 @@ impl SavedVf {
             },
             pf: None,
             pf_index: None,
+            pf_parent: None,
             saved_unix: 1,
             restoring: false,
         }

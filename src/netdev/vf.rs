@@ -274,7 +274,7 @@ fn prepare(
         "" => None,
         pf => at.step("find pf", host.link(LinkRef::Name(pf)))?,
     };
-    let (pf, pf_index) = match &pf_link {
+    let (pf, pf_index, pf_parent) = match &pf_link {
         Some(l) => {
             let state = at.step("read pf vf state", host.vf_state(l.index, a.vf_index))?;
             let state = state.ok_or_else(|| {
@@ -283,7 +283,7 @@ fn prepare(
                     index: a.vf_index,
                 })
             })?;
-            (Some(state), Some(l.index))
+            (Some(state), Some(l.index), l.parent.clone())
         }
         None => {
             // Without a PF only the netdev MAC can be set; anything else would be silently lost.
@@ -300,7 +300,7 @@ fn prepare(
                     pf: a.pf_netdev.clone(),
                 }));
             }
-            (None, None)
+            (None, None, None)
         }
     };
     Ok(SavedVf {
@@ -319,6 +319,7 @@ fn prepare(
         },
         pf,
         pf_index,
+        pf_parent,
         saved_unix: crate::ledger::now_unix(),
         restoring: false,
     })

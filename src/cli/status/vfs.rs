@@ -120,6 +120,7 @@ mod tests {
             },
             pf: None,
             pf_index: None,
+            pf_parent: None,
             saved_unix: 1,
             restoring: false,
         }

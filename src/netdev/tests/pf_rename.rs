@@ -3,6 +3,7 @@
 
 use super::rig::*;
 use crate::netdev::fake::HOST;
+use crate::netdev::settings::VfState;
 
 /// The PFs' names swapped after the attach: the VF's own PF gets its
 /// settings back, and the PF now named as the record says keeps its VF's.
@@ -29,4 +30,100 @@ fn a_pf_renamed_since_the_attach_is_restored_by_its_ifindex() {
     let m = rig.m();
     assert_eq!(m.vfs[&(PF, 3)], vf_state(), "its own pf restored");
     assert_eq!(m.vfs[&(other, 3)], tenant, "the other pf's vf untouched");
+}
+
+const OUR_PF_BUS: &str = "0000:3b:00.0";
+const OTHER_PF_BUS: &str = "0000:5e:00.0";
+
+/// The host of [`model`] with both PFs naming their PCI functions, and the
+/// other PF's VF 3 configured for another tenant; returns the rig with the VF
+/// attached, the other PF's ifindex and that tenant's VF state.
+fn two_pfs_attached() -> (Rig, u32, VfState) {
+    let mut m = model();
+    let other = m.add_link(HOST, "ens2f0", "0c:42:a1:00:00:02", true);
+    for l in m.links.iter_mut() {
+        match l.link.index {
+            i if i == PF => l.link.parent = Some(OUR_PF_BUS.into()),
+            i if i == other => l.link.parent = Some(OTHER_PF_BUS.into()),
+            _ => {}
+        }
+    }
+    let mut tenant = vf_state();
+    tenant.vlan.vlan = 300;
+    m.vfs.insert((other, 3), tenant.clone());
+    let mut rig = Rig::new(m);
+    rig.attach(&[action()]).unwrap();
+    (rig, other, tenant)
+}
+
+/// Our PF's driver reloaded: its old ifindex is gone, it came back under a
+/// new one, and the names swapped (`net.ifnames=0`). Returns the new ifindex.
+fn reload_our_pf_with_names_swapped(m: &mut crate::netdev::fake::Model) -> u32 {
+    let applied = m.vfs.remove(&(PF, 3)).unwrap();
+    m.links.retain(|l| !(l.ns == HOST && l.link.index == PF));
+    for l in m.links.iter_mut().filter(|l| l.link.name == "ens2f0") {
+        l.link.name = "ens1f0".into();
+    }
+    let new = m.add_link(HOST, "ens2f0", "0c:42:a1:00:00:01", true);
+    let pos = m.links.iter().position(|l| l.link.index == new).unwrap();
+    m.links[pos].link.parent = Some(OUR_PF_BUS.into());
+    m.vfs.insert((new, 3), applied);
+    new
+}
+
+/// The PF's ifindex is gone and its name now belongs to another PF: the VF's
+/// own PF is found by the PCI address saved at attach, and the other PF's
+/// tenant keeps its VF's settings.
+#[test]
+fn a_pf_back_under_a_new_ifindex_is_restored_by_its_pci_address() {
+    let (mut rig, other, tenant) = two_pfs_attached();
+    let new = reload_our_pf_with_names_swapped(&mut rig.m());
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    let m = rig.m();
+    assert_eq!(m.vfs[&(new, 3)], vf_state(), "its own pf restored");
+    assert_eq!(m.vfs[&(other, 3)], tenant, "the other pf's vf untouched");
+}
+
+/// Neither the ifindex nor the PCI address is on the host, and the saved name
+/// belongs to another device now: nothing is reset, the record stays, and the
+/// error names both devices.
+#[test]
+fn a_saved_name_on_another_device_is_not_taken_for_the_pf() {
+    let (mut rig, other, tenant) = two_pfs_attached();
+    {
+        let mut m = rig.m();
+        let new = reload_our_pf_with_names_swapped(&mut m);
+        m.links.retain(|l| l.link.index != new);
+    }
+    let err = rig.detach("ctr1").unwrap_err();
+    says(
+        &err,
+        "find pf: pf ens1f0 is now device 0000:5e:00.0, not 0000:3b:00.0 as at attach",
+    );
+    assert_eq!(
+        rig.m().vfs[&(other, 3)],
+        tenant,
+        "the other pf's vf untouched"
+    );
+    assert_eq!(rig.records(), 1, "kept for a later try");
+}
+
+/// A PF whose device no one reported (a record from before the PCI address
+/// was saved, or a driver that names no parent) is found by its name once its
+/// ifindex is gone, as before.
+#[test]
+fn a_pf_of_unknown_device_falls_back_to_its_name() {
+    let mut rig = Rig::new(model());
+    rig.attach(&[action()]).unwrap();
+    let new = {
+        let mut m = rig.m();
+        let applied = m.vfs.remove(&(PF, 3)).unwrap();
+        m.links.retain(|l| !(l.ns == HOST && l.link.index == PF));
+        let new = m.add_link(HOST, "ens1f0", "0c:42:a1:00:00:01", true);
+        m.vfs.insert((new, 3), applied);
+        new
+    };
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    assert_eq!(rig.m().vfs[&(new, 3)], vf_state());
+    assert_eq!(rig.records(), 0);
 }
