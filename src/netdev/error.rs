@@ -39,11 +39,12 @@ pub enum Cause {
     OtherDevice { name: String, parent: String },
     #[error("more than one link looks like this vf: {names:?}")]
     Ambiguous { names: Vec<String> },
-    #[error("pf {name} is now device {parent}, not {saved} as at attach")]
+    /// `devices`: what the link is now, and what the PF was at attach (boxed:
+    /// every step's result carries a `Cause`).
+    #[error("pf {name} is now device {}, not {} as at attach", .devices.0, .devices.1)]
     OtherPf {
         name: String,
-        parent: String,
-        saved: String,
+        devices: Box<(String, String)>,
     },
     #[error("settings need the pf, but pf {pf:?} is not on this host")]
     NoPf { pf: String },

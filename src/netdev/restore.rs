@@ -346,8 +346,7 @@ fn find_pf(
     match other(&l) {
         Some((saved, parent)) => Err((at.err("find pf"))(Cause::OtherPf {
             name: l.name,
-            parent,
-            saved,
+            devices: Box::new((parent, saved)),
         })),
         None => Ok(l),
     }
