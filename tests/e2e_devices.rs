@@ -223,11 +223,10 @@ fn exclusive_gpu_has_one_holder_until_released_and_shares_stop_at_100() {
     );
     cri.stop_pod(&first).unwrap();
     cri.remove_pod(&first).unwrap();
-    // The release runs in the background after RemovePodSandbox.
-    wait_for("gpu released", SLOW, || {
-        cri.create_container(&second, &ContainerSpec::shell("main", "true"))
-            .ok()
-    });
+    // The release runs on a worker from StopPodSandbox; a creation that
+    // meets it running waits for it.
+    cri.create_container(&second, &ContainerSpec::shell("main", "true"))
+        .expect("the gpu is the second pod's once the first is removed");
 
     let s = node.gpu(5).uuid.clone();
     let half = gpus(&[gpu_share_entry(5, &s, 50)]);

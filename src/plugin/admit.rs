@@ -9,9 +9,28 @@ use super::{devices, probe, reads, DevgatePlugin, PluginError};
 use crate::allocation::DEVICE_ALLOCATED;
 use crate::config::FailurePolicy;
 
+/// How long a creation refused for a device another pod holds waits for the
+/// releases running then, before it is tried once more: well inside the
+/// runtime's time for a plugin's answer (containerd's
+/// `plugin_request_timeout`, 2 s by default), whose NRI calls this holds up.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Whether the pod carries an allocation, valid or not.
 fn has_allocation(pod: &PodSandbox) -> bool {
     reads::annotations(pod).get(DEVICE_ALLOCATED).is_some()
+}
+
+/// Whether `e` refuses a device because another pod holds it, or its release
+/// runs: what a release running now may end.
+fn held_by_another(e: &devices::DeviceError) -> bool {
+    use crate::ledger::LedgerError as L;
+    matches!(
+        e,
+        devices::DeviceError::Claim {
+            source: L::Held { .. } | L::HeldWithPf { .. } | L::Releasing { .. },
+            ..
+        }
+    )
 }
 
 impl DevgatePlugin {
@@ -50,12 +69,28 @@ impl DevgatePlugin {
             container: ctr.name.clone(),
             source,
         })?;
-        let features = *self.features.read().unwrap_or_else(PoisonError::into_inner);
-        let gpu = self.gpu.get();
-        let admitted = match self
-            .devices
-            .admit(pod, ctr, &config, features, gpu.health())
-        {
+        let admit = || {
+            let features = *self.features.read().unwrap_or_else(PoisonError::into_inner);
+            let gpu = self.gpu.get();
+            self.devices
+                .admit(pod, ctr, &config, features, gpu.health())
+        };
+        let admitted = match admit() {
+            // A pod's devices are released on a worker after its sandbox
+            // stops; a pod given them next (a StatefulSet's pod replaced on
+            // this node) would be refused until kubelet's retry, seconds
+            // later, when the release it met ends in milliseconds.
+            Err(e) if held_by_another(&e) && self.releases.busy() => {
+                tracing::info!(
+                    namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
+                    error = %nri::ErrorChain(&e), "waiting for the releases that run"
+                );
+                self.releases.wait_idle(RELEASE_WAIT);
+                admit()
+            }
+            other => other,
+        };
+        let admitted = match admitted {
             Ok(admitted) => admitted,
             // A grant refusal (more than requested, a namespace rule, a static
             // pod) is never ignored: starting such a container would leave its

@@ -78,6 +78,11 @@ impl InFlight {
         Running(Arc::clone(self))
     }
 
+    /// Whether a release is queued or runs.
+    pub fn busy(&self) -> bool {
+        *self.count.lock().unwrap_or_else(PoisonError::into_inner) > 0
+    }
+
     /// Waits until no release runs or `limit` passes; true if none runs.
     pub fn wait_idle(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;

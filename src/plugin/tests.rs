@@ -356,6 +356,9 @@ async fn runtime_cdi_on_lets_containerd_1_7_30_take_cdi_names() {
 #[path = "lifecycle_tests.rs"]
 mod lifecycle_tests;
 
+#[path = "release_wait_tests.rs"]
+mod release_wait_tests;
+
 /// Every pod the runtime names is known to GPU teardown until its sandbox
 /// is removed: `gpu.ignored_pods` finds the node's daemons among them.
 #[tokio::test]

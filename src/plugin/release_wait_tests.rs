@@ -1,0 +1,102 @@
+//! A container refused for a device another pod holds, while that pod's
+//! release runs, waits for the release and is admitted when it ends.
+use super::*;
+use std::sync::{Condvar, Mutex};
+
+/// A teardown that ends only once opened.
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Gate {
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+}
+
+impl Teardown for Gate {
+    fn teardown(&self, _pod: &crate::ledger::PodRecord) -> Result<(), crate::ledger::Unclean> {
+        let open = self.open.lock().unwrap();
+        drop(self.opened.wait_while(open, |open| !*open).unwrap());
+        Ok(())
+    }
+}
+
+/// A plugin on the HGX fixture whose teardown is `gate`, and two pods
+/// allocated the same whole GPU: the first one created, holding it.
+fn two_pods_one_gpu(
+    state: &std::path::Path,
+    gate: &Arc<Gate>,
+) -> (DevgatePlugin, PodSandbox, PodSandbox) {
+    let host = state.join("host");
+    let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
+    let gpu = &fixture.expected().gpus[1];
+    let mut plugin = plugin_on(&host, state, "");
+    plugin.teardown = gate.clone();
+    let first = allocated_pod(&format!(
+        r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}]}}"#,
+        gpu.minor, gpu.uuid
+    ));
+    let second = PodSandbox {
+        id: "sandbox-2".into(),
+        uid: "u-2".into(),
+        name: "web-2".into(),
+        ..first.clone()
+    };
+    plugin.adjustment(&first, &ctr()).expect("first holder");
+    (plugin, first, second)
+}
+
+/// The release ends while the creation waits: the container is admitted.
+#[test]
+fn a_creation_waits_for_the_release_of_the_holder() {
+    use nri::stub::Plugin as _;
+    let state = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let (plugin, first, second) = two_pods_one_gpu(state.path(), &gate);
+    plugin.stop_pod_sandbox(&first).unwrap();
+    let opener = {
+        let gate = Arc::clone(&gate);
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            gate.open();
+        })
+    };
+    let adjust = plugin
+        .adjustment(&second, &ctr())
+        .expect("admitted once the release ended");
+    assert!(!adjust.linux.is_none(), "{adjust:?}");
+    opener.join().unwrap();
+    let snap = plugin.devices().ledger().snapshot().unwrap();
+    assert_eq!(
+        snap.pods.keys().collect::<Vec<_>>(),
+        ["sandbox-2"],
+        "{snap:?}"
+    );
+}
+
+/// A release that outlasts the wait leaves the refusal as it was, naming
+/// the holder, and nothing claimed for the refused pod.
+#[test]
+fn a_release_that_outlasts_the_wait_leaves_the_refusal() {
+    use nri::stub::Plugin as _;
+    let state = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let (plugin, first, second) = two_pods_one_gpu(state.path(), &gate);
+    plugin.stop_pod_sandbox(&first).unwrap();
+    let err = plugin.adjustment(&second, &ctr()).unwrap_err();
+    let text = nri::ErrorChain(&err).to_string();
+    assert!(
+        text.contains("is held by pod team/web") || text.contains("is being released"),
+        "{text}"
+    );
+    assert!(!plugin.devices().ledger().holds("sandbox-2").unwrap());
+    gate.open();
+    assert!(plugin.wait_for_releases(LIMIT));
+    plugin
+        .adjustment(&second, &ctr())
+        .expect("admitted after the release");
+}
