@@ -96,13 +96,16 @@ fn nccl_and_ucx_variables_name_the_allocated_devices() {
 
     // `devgate status` pairs the pod's GPU with its NICs: the VF's NIC shares the
     // GPU's switch (PIX), slot 3's NIC is on another root complex of NUMA node 0.
-    let text = node.status(&["--host-root", &node.fixture.root().to_string_lossy()]);
-    assert!(text.contains("\nPOD default/nccl\n"), "{text}");
-    assert!(text.contains("\nGPU0   PIX    NODE\n"), "{text}");
-    assert!(
-        text.contains(&format!("\nNIC0: {vf_dev} (vf {})\n", vf.bus_id)),
-        "{text}"
-    );
+    // Without `--host-root`, status reads the plugin's, from its runtime record.
+    let root = node.fixture.root().to_string_lossy().into_owned();
+    for text in [node.status(&[]), node.status(&["--host-root", &root])] {
+        assert!(text.contains("\nPOD default/nccl\n"), "{text}");
+        assert!(text.contains("\nGPU0   PIX    NODE\n"), "{text}");
+        assert!(
+            text.contains(&format!("\nNIC0: {vf_dev} (vf {})\n", vf.bus_id)),
+            "{text}"
+        );
+    }
 
     end_nccl(&pod, &run.id);
     wait_for("claims released", SLOW, || {

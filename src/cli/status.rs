@@ -32,9 +32,11 @@ pub struct StatusArgs {
     /// The config naming `[gpu] health_dir`.
     #[arg(long, default_value = crate::config::DEFAULT_CONFIG_PATH)]
     pub config: PathBuf,
-    /// Root holding the host's `sys/`, for the PCIe placement of held devices.
-    #[arg(long, default_value = "/")]
-    pub host_root: PathBuf,
+    /// Root holding the host's `sys/`, for the PCIe placement of held
+    /// devices; default: the plugin's `--host-root`, from its runtime record,
+    /// where this machine has that root's `sys/`, else `/`.
+    #[arg(long)]
+    pub host_root: Option<PathBuf>,
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: StatusFormat,
 }
@@ -145,7 +147,8 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
         };
     // Discovery only when some pod holds both kinds: it is the slow part.
     let pairs = if state.pods.values().any(holds_gpu_and_nic) {
-        pod_pairs(&state, &crate::inventory::discover(&args.host_root))
+        let root = host_root(args.host_root.as_deref(), runtime_record.as_ref());
+        pod_pairs(&state, &crate::inventory::discover(&root))
     } else {
         Vec::new()
     };
@@ -194,6 +197,23 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
         }
     }
     Ok(())
+}
+
+/// `--host-root`, else the one the plugin runs with: the placement it
+/// planned with. A recorded root this machine lacks (the record of a plugin
+/// in a container, read from the host) leaves `/`.
+fn host_root(
+    given: Option<&std::path::Path>,
+    record: Option<&crate::plugin::features::RuntimeRecord>,
+) -> PathBuf {
+    if let Some(root) = given {
+        return root.to_path_buf();
+    }
+    record
+        .and_then(|r| r.host_root.as_ref())
+        .filter(|root| root.join("sys").is_dir())
+        .cloned()
+        .unwrap_or_else(|| PathBuf::from("/"))
 }
 
 fn holds_gpu_and_nic(pod: &crate::ledger::PodRecord) -> bool {

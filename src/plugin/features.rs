@@ -127,6 +127,11 @@ pub struct RuntimeRecord {
     /// NVML handles as no GPU's user while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<crate::ledger::InitProcess>,
+    /// The plugin's `--host-root`, absolute: where `devgate status` reads the
+    /// PCIe placement of held devices when not given a root of its own
+    /// (absent in records of older releases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_root: Option<PathBuf>,
 }
 
 impl RuntimeRecord {
@@ -135,6 +140,7 @@ impl RuntimeRecord {
         features: RuntimeFeatures,
         mode: DeviceMode,
         runtime_cdi: RuntimeCdi,
+        host_root: &Path,
     ) -> Self {
         RuntimeRecord {
             runtime: runtime.name.chars().take(64).collect(),
@@ -148,6 +154,7 @@ impl RuntimeRecord {
             devices_as: devices_as(mode, features),
             configured_unix: crate::ledger::now_unix(),
             plugin: crate::hook::liveness::identify(Path::new("/proc"), std::process::id()),
+            host_root: std::path::absolute(host_root).ok(),
         }
     }
 
@@ -281,10 +288,22 @@ mod tests {
         assert_eq!(RuntimeRecord::load(dir.path()).unwrap(), None);
         let runtime = info("containerd", "2.1.9+unknown", None);
         let f = detect(&runtime, RuntimeCdi::Auto);
-        let rec = RuntimeRecord::new(&runtime, f, DeviceMode::Cdi, RuntimeCdi::Auto);
+        let rec = RuntimeRecord::new(
+            &runtime,
+            f,
+            DeviceMode::Cdi,
+            RuntimeCdi::Auto,
+            Path::new("fixture/host"),
+        );
         rec.save(dir.path()).unwrap();
         let back = RuntimeRecord::load(dir.path()).unwrap().unwrap();
         assert_eq!(back, rec);
+        let host_root = back.host_root.as_deref().unwrap();
+        assert!(host_root.is_absolute() && host_root.ends_with("fixture/host"));
+        let mut old: serde_json::Value = serde_json::to_value(&rec).unwrap();
+        old.as_object_mut().unwrap().remove("host_root");
+        let old: RuntimeRecord = serde_json::from_value(old).unwrap();
+        assert_eq!(old.host_root, None);
         let mut old: serde_json::Value = serde_json::to_value(&rec).unwrap();
         old.as_object_mut().unwrap().remove("runtime_cdi");
         let old: RuntimeRecord = serde_json::from_value(old).unwrap();

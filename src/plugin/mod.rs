@@ -285,7 +285,13 @@ impl nri::Plugin for DevgatePlugin {
             .map(|c| (c.device_mode, c.runtime_cdi))
             .unwrap_or_default();
         let features = features::detect(runtime, runtime_cdi);
-        let record = features::RuntimeRecord::new(runtime, features, mode, runtime_cdi);
+        let record = features::RuntimeRecord::new(
+            runtime,
+            features,
+            mode,
+            runtime_cdi,
+            &self.options.host_root,
+        );
         tracing::info!(
             runtime = %runtime.name, version = %runtime.version,
             nri = ?runtime.nri_version, events = %runtime.events,

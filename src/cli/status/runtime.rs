@@ -76,6 +76,7 @@ mod tests {
             devices_as: DeviceMode::Cdi,
             configured_unix: 0,
             plugin: None,
+            host_root: None,
         };
         let t = table(Some(&rec));
         assert!(t.starts_with("RUNTIME: containerd 2.1.9+unknown (nri v0.8.0)\n"));
