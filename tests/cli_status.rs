@@ -260,3 +260,69 @@ fn containers_without_their_allocation_are_listed() {
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["unapplied_containers"], serde_json::json!([]), "{v}");
 }
+
+/// `-o json` gives each device its state and each holder its pod, beside
+/// the ledger's own fields; the table says the same.
+#[test]
+fn devices_show_their_state_and_holders() {
+    use devgate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
+    let dir = tempfile::tempdir().unwrap();
+    let (state, health) = (dir.path().join("state"), dir.path().join("health"));
+    let ledger = Ledger::open(&state).unwrap();
+    let pod = PodRef {
+        sandbox_id: "sb-web".into(),
+        namespace: "team".into(),
+        name: "web".into(),
+        uid: "u-web".into(),
+    };
+    let half = Share::Shared {
+        core: 50,
+        memory_ratio: 50,
+    };
+    let claims = [
+        Claim {
+            device: DeviceId::Gpu("GPU-held".into()),
+            share: Share::Exclusive,
+            pf: None,
+        },
+        Claim {
+            device: DeviceId::Gpu("GPU-half".into()),
+            share: half,
+            pf: None,
+        },
+    ];
+    ledger.claim(&pod, &claims).unwrap();
+    let sick = DeviceId::Gpu("GPU-sick".into());
+    ledger.quarantine(&sick, "reset failed").unwrap();
+
+    let (ok, json) = status(&state, &health, &["-o", "json"]);
+    assert!(ok, "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let held = &v["devices"]["gpu GPU-held"];
+    assert_eq!(held["state"], "held", "{v}");
+    assert_eq!(held["holders"][0]["pod"], "team/web", "{v}");
+    assert_eq!(held["holders"][0]["sandbox_id"], "sb-web", "{v}");
+    assert_eq!(v["devices"]["gpu GPU-half"]["state"], "held", "{v}");
+    assert_eq!(
+        v["devices"]["gpu GPU-half"]["holders"][0]["pod"],
+        "team/web"
+    );
+    let quarantined = &v["devices"]["gpu GPU-sick"];
+    assert_eq!(quarantined["state"], "quarantined", "{v}");
+    assert_eq!(quarantined["quarantine"]["reason"], "reset failed", "{v}");
+    assert_eq!(quarantined["holders"], serde_json::json!([]), "{v}");
+    assert_eq!(v["pods"]["sb-web"]["pod"]["name"], "web", "{v}");
+
+    let (ok, text) = status(&state, &health, &[]);
+    assert!(ok, "{text}");
+    let line = |device: &str| {
+        text.lines()
+            .find(|l| l.starts_with(device))
+            .unwrap_or_else(|| panic!("{device} in:\n{text}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(line("gpu GPU-held"), "gpu GPU-held team/web exclusive held");
+    assert!(line("gpu GPU-sick").ends_with("- - quarantined: reset failed"));
+}

@@ -1,5 +1,6 @@
 //! `devgate status`: devices, holders and state from the ledger, and how each
 //! pod's GPUs and NICs connect.
+mod devices;
 mod pairs;
 mod runtime;
 mod unapplied;
@@ -58,8 +59,10 @@ pub enum StatusCmdError {
 /// `-o json`: the ledger's devices and pods, and GPU health.
 #[derive(Serialize)]
 struct StatusView<'a> {
+    /// The ledger's document, each device with its state and each holder
+    /// with its pod ([`devices::json`]).
     #[serde(flatten)]
-    ledger: &'a LedgerState,
+    ledger: &'a serde_json::Map<String, serde_json::Value>,
     gpu_health: &'a HealthState,
     /// Where GPU health was read, and why from the default when the config
     /// did not load.
@@ -154,8 +157,9 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
     };
     match args.output {
         StatusFormat::Json => {
+            let ledger = devices::json(&state)?;
             let view = StatusView {
-                ledger: &state,
+                ledger: &ledger,
                 gpu_health: &health,
                 gpu_health_dir: &health_dir,
                 gpu_health_dir_error: health_dir_error.as_deref(),
@@ -249,7 +253,7 @@ pub fn table(state: &LedgerState) -> String {
             .quarantine
             .as_ref()
             .map(|q| format!("quarantined: {}", q.reason))
-            .unwrap_or_else(|| "held".to_string());
+            .unwrap_or_else(|| devices::state(rec).to_string());
         if rec.holders.is_empty() {
             let _ = writeln!(
                 out,
