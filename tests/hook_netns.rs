@@ -274,6 +274,47 @@ fn a_host_link_already_named_like_the_target_is_left_alone() {
     );
 }
 
+/// The pod netns already holds a link named like the VF on the host: the move
+/// and the rename are one request (the kernel moves it under the new name,
+/// `__dev_change_net_namespace`), so the VF arrives as net1 and the pod's
+/// link is left alone, there and when the VF goes home.
+#[test]
+fn a_pod_link_named_like_the_vf_on_the_host_is_left_alone() {
+    require_root();
+    let pod = NamedNs::new("dg-hname");
+    let v = Veth::new("dgh0v", "dgh0p", "02:00:00:0a:0c:01");
+    let pods_own = "02:00:00:0a:0c:99";
+    net::sh(&[
+        "ip", "-n", &pod.0, "link", "add", "dgh0v", "address", pods_own, "type", "veth", "peer",
+        "name", "dgh0w",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let a = action(&v, "0000:ee:0c.0", "net1", "02:00:00:0b:0c:01", 9000);
+    let pid = Sleeper::in_named(&pod.0);
+    ok(&hook(
+        "createRuntime",
+        &state("hname1", "creating", Some(pid.0.id()), &[a]),
+        dir.path(),
+        &[],
+    ));
+    assert_in_pod(In::Named(&pod.0), "net1", "02:00:00:0b:0c:01", 9000);
+    let own = || link(In::Named(&pod.0), "dgh0v").map(|l| l.address);
+    assert_eq!(own(), Some(Some(pods_own.to_string())));
+    ok(&hook(
+        "poststop",
+        &state("hname1", "stopped", None, &[]),
+        dir.path(),
+        &[],
+    ));
+    assert_home(&v);
+    assert!(link(In::Named(&pod.0), "net1").is_none());
+    assert_eq!(
+        own(),
+        Some(Some(pods_own.to_string())),
+        "the pod's own link"
+    );
+}
+
 #[test]
 fn detach_twice_and_detach_without_a_record_change_nothing() {
     require_root();
