@@ -72,7 +72,7 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
         run.log
     );
     assert_eq!(node.ledger().pods.len(), 1);
-    // Its second container gets the same decision: counted, not logged again.
+    // Its second container gets the same decision: counted, and logged as its own.
     cri.run_container(&sandbox, &ContainerSpec::shell("side", "true"))
         .expect("legit pod's second container starts");
 
@@ -124,35 +124,44 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
     assert_eq!(grants["refused"], 3, "{json}");
     assert_eq!(grants["refused_by_reason"]["static_pod"], 1, "{json}");
 
-    // Each pod's decision is one audit line in the plugin's log, with its pod,
-    // container, devices and reason; the legit pod's second container repeats
-    // its pod's and is not logged again. A granted decision's line is logged by
-    // the counters' writer, before the write that counts it, with its time.
+    // Each container's decision is one audit line in the plugin's log, with
+    // its pod, container, devices and reason. A granted decision's line is
+    // logged by the counters' writer, before the write that counts it, with
+    // its time.
     let log = node.plugin.output();
     let audit: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("devgate::audit"))
         .collect();
-    assert_eq!(audit.len(), 4, "{log}");
-    let line = |pod: &str| {
-        let found: Vec<&&str> = audit
+    assert_eq!(audit.len(), 5, "{log}");
+    let lines = |pod: &str, container: &str| -> Vec<String> {
+        audit
             .iter()
-            .filter(|l| l.contains(&format!("pod=default/{pod} ")))
-            .collect();
-        assert_eq!(found.len(), 1, "one line for {pod}: {audit:#?}");
-        found[0].to_string()
+            .filter(|l| {
+                l.contains(&format!("pod=default/{pod} "))
+                    && l.contains(&format!("container={container} "))
+            })
+            .map(|l| l.to_string())
+            .collect()
     };
-    let granted = line("legit");
-    for field in [
-        "device grant",
-        "container=main",
-        &format!("uid={}", legit.uid),
-        "devices=",
-        "outcome=\"granted\"",
-        "reason=",
-        "decided=20",
-    ] {
-        assert!(granted.contains(field), "{field} in {granted}");
+    let line = |pod: &str| {
+        let found = lines(pod, "main");
+        assert_eq!(found.len(), 1, "one line for {pod}: {audit:#?}");
+        found[0].clone()
+    };
+    for container in ["main", "side"] {
+        let found = lines("legit", container);
+        assert_eq!(found.len(), 1, "one line for {container}: {audit:#?}");
+        for field in [
+            "device grant",
+            &format!("uid={}", legit.uid),
+            "devices=",
+            "outcome=\"granted\"",
+            "reason=",
+            "decided=20",
+        ] {
+            assert!(found[0].contains(field), "{field} in {}", found[0]);
+        }
     }
     let refused = line("static");
     for field in [
@@ -174,7 +183,7 @@ fn forged_allocation_is_refused_and_a_requesting_pod_starts() {
     let log = node.plugin.output();
     assert_eq!(
         log.lines().filter(|l| l.contains("devgate::audit")).count(),
-        4,
+        5,
         "{log}"
     );
     assert!(!log.contains("pod=default/plain"), "{log}");

@@ -1,11 +1,10 @@
 //! One structured log line per grant decision and counters that `devgate status`
 //! (another process) reads from the state directory.
 //!
-//! The log line is the record of each decision, once per pod and decision: a
-//! pod's containers share one allocation, so a further container given the
-//! decision just logged for its pod (same pod, outcome, devices and reason) is
-//! counted and logged at debug only. That keeps a burst of containers, or a
-//! container kubelet restarts in a loop, from writing the same line each time.
+//! The log line is the record of each decision, one per container: a
+//! container given again the decision just logged for it (same pod, container,
+//! outcome, devices and reason) is counted and logged at debug only. That keeps
+//! a container kubelet restarts in a loop from writing the same line each time.
 //! Refusals are always logged, as they are made. A decision that lets a
 //! container through is logged by the counters' writer, with the time it was
 //! made (`decided`), together with the counters' write: formatting and writing
@@ -136,6 +135,7 @@ struct State {
 #[derive(Debug, PartialEq, Eq)]
 struct Logged {
     uid: String,
+    container: String,
     outcome: Outcome,
     devices: String,
     reason: String,
@@ -144,6 +144,7 @@ struct Logged {
 impl Logged {
     fn is(&self, d: &Decision<'_>) -> bool {
         self.uid == d.uid
+            && self.container == d.container
             && self.outcome == d.outcome
             && self.devices == d.devices
             && self.reason == d.reason
@@ -157,7 +158,7 @@ enum Line {
     Logged,
     /// At info, by the writer: the record of a decision that let the container through.
     Deferred,
-    /// At debug: the decision just logged for the same pod.
+    /// At debug: the decision just logged for the same container.
     Repeated,
 }
 
@@ -311,6 +312,7 @@ impl Audit {
         if line == Line::Logged {
             s.last_logged = Some(Logged {
                 uid: d.uid.to_string(),
+                container: d.container.to_string(),
                 outcome: d.outcome,
                 devices: d.devices.to_string(),
                 reason: d.reason.to_string(),
@@ -394,7 +396,7 @@ fn log_now(d: &Decision<'_>, line: Line) {
         (_, Line::Deferred) => {}
         (outcome, Line::Repeated) => tracing::debug!(
             target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
-            outcome = outcome_name(outcome), "device grant, as logged for the pod"
+            outcome = outcome_name(outcome), "device grant, as logged for the container"
         ),
     }
 }

@@ -70,11 +70,11 @@ fn a_corrupt_file_is_an_error_for_readers_and_zero_for_the_plugin() {
     assert_eq!(Audit::open(dir.path()).counters(), GrantCounters::default());
 }
 
-/// A pod's further containers given the decision just logged for it are
-/// counted but not logged again at info; another pod, outcome, device set or
-/// reason is, and a refusal always is.
+/// A container given again the decision just logged for it (kubelet
+/// restarting it) is counted but not logged again at info; another
+/// container, pod, outcome, device set or reason is, and a refusal always is.
 #[test]
-fn a_decision_is_logged_once_per_pod_and_counted_for_every_container() {
+fn a_decision_is_logged_once_per_container_and_counted_every_time() {
     let dir = tempfile::tempdir().unwrap();
     let audit = Audit::open(dir.path());
     let d = |uid, container, devices, outcome| Decision {
@@ -96,6 +96,7 @@ fn a_decision_is_logged_once_per_pod_and_counted_for_every_container() {
         d("u1", "e", "gpu minors [1]", refused),
         d("u1", "e", "gpu minors [1]", refused),
         d("u1", "e", "gpu minors [1]", granted),
+        d("u1", "e", "gpu minors [1]", granted),
     ]
     .iter()
     .map(|x| audit.count(x).0)
@@ -104,10 +105,10 @@ fn a_decision_is_logged_once_per_pod_and_counted_for_every_container() {
     use Line::{Deferred, Logged, Repeated};
     assert_eq!(
         lines,
-        [Deferred, Repeated, Deferred, Deferred, Deferred, Logged, Logged, Deferred]
+        [Deferred, Deferred, Deferred, Deferred, Deferred, Logged, Logged, Deferred, Repeated]
     );
     let c = audit.counters();
-    assert_eq!((c.unchecked, c.refused), (6, 2));
+    assert_eq!((c.unchecked, c.refused), (7, 2));
 }
 
 /// The writer, woken by a decision, leaves the CPU to that decision's
@@ -300,7 +301,11 @@ fn a_line_logged_at_once_follows_the_waiting_lines_of_earlier_decisions() {
             lines[0]
         );
         assert!(lines[1].contains("device grant refused"), "{}", lines[1]);
-        assert!(lines[3].contains("as logged for the pod"), "{}", lines[3]);
+        assert!(
+            lines[3].contains("as logged for the container"),
+            "{}",
+            lines[3]
+        );
         drop(held);
         drop(audit);
         assert_eq!(log.lines("devgate::audit").len(), 4, "nothing logged twice");
