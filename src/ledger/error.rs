@@ -37,8 +37,13 @@ pub enum LedgerError {
         version: u32,
         known: u32,
     },
+    /// `holder` as people read it; `sandbox` its sandbox id.
     #[error("{device} is held by pod {holder}")]
-    Held { device: DeviceId, holder: String },
+    Held {
+        device: DeviceId,
+        holder: String,
+        sandbox: String,
+    },
     #[error("{device} is quarantined: {reason}")]
     Quarantined { device: DeviceId, reason: String },
     #[error(
@@ -55,6 +60,7 @@ pub enum LedgerError {
         device: DeviceId,
         other: DeviceId,
         holder: String,
+        sandbox: String,
     },
     #[error("pod {pod} already holds a different set of devices")]
     ClaimMismatch { pod: String },

@@ -151,6 +151,7 @@ fn check_claim(state: &LedgerState, claim: &Claim, key: &str) -> Result<(), Ledg
                 return Err(LedgerError::Held {
                     device: claim.device.clone(),
                     holder: other(h),
+                    sandbox: h.sandbox_id.clone(),
                 });
             }
             return Ok(());
@@ -163,6 +164,7 @@ fn check_claim(state: &LedgerState, claim: &Claim, key: &str) -> Result<(), Ledg
                 return Err(LedgerError::Held {
                     device: claim.device.clone(),
                     holder: other(h),
+                    sandbox: h.sandbox_id.clone(),
                 })
             }
             Share::Shared {
@@ -193,6 +195,7 @@ fn check_pf_and_vfs(state: &LedgerState, claim: &Claim) -> Result<(), LedgerErro
         device: claim.device.clone(),
         other,
         holder: state.holder_name(sandbox_id),
+        sandbox: sandbox_id.to_string(),
     };
     match (&claim.device, claim.share, claim.pf) {
         (DeviceId::Vf(_), _, Some(pf)) => {

@@ -20,17 +20,28 @@ fn has_allocation(pod: &PodSandbox) -> bool {
     reads::annotations(pod).get(DEVICE_ALLOCATED).is_some()
 }
 
-/// Whether `e` refuses a device because another pod holds it, or its release
-/// runs: what a release running now may end.
-fn held_by_another(e: &devices::DeviceError) -> bool {
+/// What a refusal for a device another pod holds may wait for.
+enum Awaits<'a> {
+    /// The release of this sandbox, the holder.
+    Sandbox(&'a str),
+    /// Every release running: one of them may end it (a shared device over
+    /// 100 % with its holders, or torn down by a release).
+    Any,
+}
+
+/// What ending `e` may wait for; `None` for a refusal no release ends.
+fn awaits(e: &devices::DeviceError) -> Option<Awaits<'_>> {
     use crate::ledger::LedgerError as L;
-    matches!(
-        e,
-        devices::DeviceError::Claim {
-            source: L::Held { .. } | L::HeldWithPf { .. } | L::Releasing { .. },
-            ..
-        }
-    )
+    match e {
+        devices::DeviceError::Claim { source, .. } => match source {
+            L::Held { sandbox, .. } | L::HeldWithPf { sandbox, .. } => {
+                Some(Awaits::Sandbox(sandbox))
+            }
+            L::Overcommitted { .. } | L::Releasing { .. } => Some(Awaits::Any),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 impl DevgatePlugin {
@@ -80,14 +91,7 @@ impl DevgatePlugin {
             // stops; a pod given them next (a StatefulSet's pod replaced on
             // this node) would be refused until kubelet's retry, seconds
             // later, when the release it met ends in milliseconds.
-            Err(e) if held_by_another(&e) && self.releases.busy() => {
-                tracing::info!(
-                    namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
-                    error = %nri::ErrorChain(&e), "waiting for the releases that run"
-                );
-                self.releases.wait_idle(RELEASE_WAIT);
-                admit()
-            }
+            Err(e) if self.wait_for_release(pod, ctr, &e) => admit(),
             other => other,
         };
         let admitted = match admitted {
@@ -123,6 +127,40 @@ impl DevgatePlugin {
             self.note_device_pod(pod, ctr, &config.gpu);
         }
         Ok((admitted, probe))
+    }
+
+    /// Waits up to [`RELEASE_WAIT`] for the release that may end refusal `e`,
+    /// when one is queued or runs; true when it ended and the creation is
+    /// worth trying again. Only the holder's own release is waited for where
+    /// the holder is known, so that a creation refused for a device a live
+    /// pod holds never waits while other pods are being released.
+    fn wait_for_release(
+        &self,
+        pod: &PodSandbox,
+        ctr: &Container,
+        e: &devices::DeviceError,
+    ) -> bool {
+        let ended = match awaits(e) {
+            Some(Awaits::Sandbox(id)) if self.releases.releasing(id) => {
+                tracing::info!(
+                    namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
+                    holder = id, error = %nri::ErrorChain(e), "waiting for the holder's release"
+                );
+                self.releases.wait_released(id, RELEASE_WAIT)
+            }
+            Some(Awaits::Any) if self.releases.busy() => {
+                tracing::info!(
+                    namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
+                    error = %nri::ErrorChain(e), "waiting for the releases that run"
+                );
+                self.releases.wait_idle(RELEASE_WAIT)
+            }
+            _ => return false,
+        };
+        if !ended {
+            tracing::info!(namespace = %pod.namespace, pod = %pod.name, container = %ctr.name, "the release did not end in time");
+        }
+        ended
     }
 
     /// The pod's claim at its sandbox's start, ahead of its containers; what

@@ -5,8 +5,8 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use crate::gpu::{HealthMonitor, HealthPolicy};
 
@@ -57,58 +57,6 @@ impl Unreleased {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-    }
-}
-
-/// Releases running on their threads, counted so that an exit can wait for them:
-/// a teardown cut short is finished at the next start, but one that completes
-/// leaves nothing for it.
-#[derive(Default)]
-pub struct InFlight {
-    count: Mutex<usize>,
-    idle: Condvar,
-}
-
-/// One running release; dropping it ends it.
-pub struct Running(Arc<InFlight>);
-
-impl InFlight {
-    pub fn enter(self: &Arc<Self>) -> Running {
-        *self.count.lock().unwrap_or_else(PoisonError::into_inner) += 1;
-        Running(Arc::clone(self))
-    }
-
-    /// Whether a release is queued or runs.
-    pub fn busy(&self) -> bool {
-        *self.count.lock().unwrap_or_else(PoisonError::into_inner) > 0
-    }
-
-    /// Waits until no release runs or `limit` passes; true if none runs.
-    pub fn wait_idle(&self, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
-        while *count > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            count = self
-                .idle
-                .wait_timeout(count, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        true
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let mut count = self.0.count.lock().unwrap_or_else(PoisonError::into_inner);
-        *count -= 1;
-        if *count == 0 {
-            self.0.idle.notify_all();
-        }
     }
 }
 
@@ -213,8 +161,9 @@ impl DevgatePlugin {
         }
         let pending = self.unreleased.pending();
         if !pending.is_empty() {
-            let _running = self.releases.enter();
-            self.releaser().run(&Release::Pods(pending));
+            let which = Release::Pods(pending);
+            let _running = self.releases.enter(&which);
+            self.releaser().run(&which);
         }
         match self.gpu.get().retry_quarantined(self.devices.ledger()) {
             Ok(cleared) => cleared
@@ -276,7 +225,7 @@ impl DevgatePlugin {
 
     pub(super) fn release_in_background(&self, which: Release) {
         let releaser = self.releaser();
-        let running = self.releases.enter();
+        let running = self.releases.enter(&which);
         // On a worker: the stub's thread must keep answering the runtime
         // while teardown waits on processes.
         let job = Box::new(move || {
@@ -293,26 +242,6 @@ impl DevgatePlugin {
     /// none is left.
     pub fn wait_for_releases(&self, limit: Duration) -> bool {
         self.releases.wait_idle(limit)
-    }
-}
-
-#[cfg(test)]
-mod in_flight_tests {
-    use super::*;
-
-    #[test]
-    fn waiting_ends_when_the_last_release_does() {
-        let releases = Arc::new(InFlight::default());
-        assert!(releases.wait_idle(Duration::ZERO), "nothing runs");
-        let running = releases.enter();
-        assert!(!releases.wait_idle(Duration::from_millis(50)));
-        let start = Instant::now();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(200));
-            drop(running);
-        });
-        assert!(releases.wait_idle(Duration::from_secs(10)));
-        assert!(start.elapsed() >= Duration::from_millis(190));
     }
 }
 

@@ -14,6 +14,7 @@ pub mod devices;
 pub mod features;
 mod gpu_slot;
 mod hook_path;
+mod in_flight;
 mod last_plan;
 mod lifecycle;
 pub mod probe;
@@ -118,7 +119,7 @@ pub struct DevgatePlugin {
     /// Run before a pod's claims are dropped: GPU cleanup, VF restore.
     teardown: Arc<dyn Teardown + Send + Sync>,
     /// Releases running in the background.
-    releases: Arc<lifecycle::InFlight>,
+    releases: Arc<in_flight::InFlight>,
     /// The threads they run on.
     release_workers: workers::Workers,
     /// Pods whose teardown failed, retried in the background.

@@ -100,3 +100,52 @@ fn a_release_that_outlasts_the_wait_leaves_the_refusal() {
         .adjustment(&second, &ctr())
         .expect("admitted after the release");
 }
+
+/// A device a live pod holds is refused at once, even while another pod's
+/// release runs: only the holder's own release is waited for.
+#[test]
+fn a_live_holder_is_not_waited_for() {
+    use nri::stub::Plugin as _;
+    let state = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let (plugin, first, second) = two_pods_one_gpu(state.path(), &gate);
+    // Another pod, holding another GPU, is being released.
+    let gpu = &crate::fixture::HostRootBuilder::hgx()
+        .expected()
+        .unwrap()
+        .gpus[2];
+    let other = PodSandbox {
+        id: "sandbox-3".into(),
+        uid: "u-3".into(),
+        name: "web-3".into(),
+        annotations: [(
+            crate::allocation::DEVICE_ALLOCATED.to_string(),
+            format!(
+                r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}]}}"#,
+                gpu.minor, gpu.uuid
+            ),
+        )]
+        .into(),
+        ..first.clone()
+    };
+    plugin.adjustment(&other, &ctr()).expect("other holder");
+    plugin.stop_pod_sandbox(&other).unwrap();
+    let log = crate::logging::capture::Captured::default();
+    let err = log
+        .run(|| plugin.adjustment(&second, &ctr()))
+        .expect_err("held by the first pod, which runs");
+    assert!(
+        nri::ErrorChain(&err)
+            .to_string()
+            .contains("is held by pod team/web"),
+        "{}",
+        nri::ErrorChain(&err)
+    );
+    assert!(log.lines("waiting for").is_empty(), "{:?}", log.lines(""));
+    assert!(
+        plugin.releases.releasing("sandbox-3"),
+        "still being released"
+    );
+    gate.open();
+    assert!(plugin.wait_for_releases(LIMIT));
+}
