@@ -53,6 +53,8 @@ pub enum LedgerError {
         device: DeviceId,
         core: u32,
         memory_ratio: u32,
+        /// The sandbox ids of its holders.
+        holders: Vec<String>,
     },
     /// A PF used whole and a VF of it, held by two pods.
     #[error("{device} conflicts with {other}, held by pod {holder}: a pf used whole excludes its vfs from other pods")]

@@ -181,6 +181,11 @@ fn check_claim(state: &LedgerState, claim: &Claim, key: &str) -> Result<(), Ledg
             device: claim.device.clone(),
             core,
             memory_ratio: mem,
+            holders: record
+                .holders
+                .iter()
+                .map(|h| h.sandbox_id.clone())
+                .collect(),
         });
     }
     Ok(())

@@ -2,44 +2,42 @@
 //! plan's adjustment, or a refusal naming the annotation, the entry and why.
 
 use std::sync::PoisonError;
+use std::time::{Duration, Instant};
 
 use nri::api::{Container, ContainerAdjustment, KeyValue, PodSandbox};
 
 use super::{devices, probe, reads, DevgatePlugin, PluginError};
 use crate::allocation::DEVICE_ALLOCATED;
 use crate::config::FailurePolicy;
+use crate::ledger::LedgerError;
 
-/// How long a creation refused for a device another pod holds waits for the
-/// releases running then, before it is tried once more: well inside the
-/// runtime's time for a plugin's answer (containerd's
-/// `plugin_request_timeout`, 2 s by default), whose NRI calls this holds up.
-const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a creation refused for a device another pod holds waits for that
+/// pod's release, before its claim is made once more.
+const RELEASE_WAIT: Duration = Duration::from_secs(1);
+/// The wait ends this long after the creation's handling began, whatever is
+/// left of [`RELEASE_WAIT`]: the runtime gives a plugin's answer 2 s
+/// (containerd's `plugin_request_timeout`), and holds its other NRI calls
+/// while it waits, and the handling before the claim may have waited for the
+/// grant check.
+const ANSWER_BY: Duration = Duration::from_millis(1500);
 
 /// Whether the pod carries an allocation, valid or not.
 fn has_allocation(pod: &PodSandbox) -> bool {
     reads::annotations(pod).get(DEVICE_ALLOCATED).is_some()
 }
 
-/// What a refusal for a device another pod holds may wait for.
-enum Awaits<'a> {
-    /// The release of this sandbox, the holder.
-    Sandbox(&'a str),
-    /// Every release running: one of them may end it (a shared device over
-    /// 100 % with its holders, or torn down by a release).
-    Any,
-}
-
-/// What ending `e` may wait for; `None` for a refusal no release ends.
-fn awaits(e: &devices::DeviceError) -> Option<Awaits<'_>> {
-    use crate::ledger::LedgerError as L;
+/// The pods whose release may end refusal `e`: the holders of the device it
+/// names; none for a device whose own release runs (`Releasing`), which names
+/// no holder; `None` for a refusal no release ends.
+fn holders(e: &LedgerError) -> Option<Vec<&str>> {
     match e {
-        devices::DeviceError::Claim { source, .. } => match source {
-            L::Held { sandbox, .. } | L::HeldWithPf { sandbox, .. } => {
-                Some(Awaits::Sandbox(sandbox))
-            }
-            L::Overcommitted { .. } | L::Releasing { .. } => Some(Awaits::Any),
-            _ => None,
-        },
+        LedgerError::Held { sandbox, .. } | LedgerError::HeldWithPf { sandbox, .. } => {
+            Some(vec![sandbox.as_str()])
+        }
+        LedgerError::Overcommitted { holders, .. } => {
+            Some(holders.iter().map(String::as_str).collect())
+        }
+        LedgerError::Releasing { .. } => Some(Vec::new()),
         _ => None,
     }
 }
@@ -80,20 +78,17 @@ impl DevgatePlugin {
             container: ctr.name.clone(),
             source,
         })?;
-        let admit = || {
-            let features = *self.features.read().unwrap_or_else(PoisonError::into_inner);
-            let gpu = self.gpu.get();
+        let features = *self.features.read().unwrap_or_else(PoisonError::into_inner);
+        let gpu = self.gpu.get();
+        // A pod's devices are released on a worker after its sandbox stops;
+        // a pod given them next (a StatefulSet's pod replaced on this node)
+        // would be refused until kubelet's retry, seconds later, when the
+        // release it met ends in milliseconds.
+        let began = Instant::now();
+        let retry = |e: &LedgerError| self.wait_for_release(pod, ctr, e, began);
+        let admitted =
             self.devices
-                .admit(pod, ctr, &config, features, gpu.health())
-        };
-        let admitted = match admit() {
-            // A pod's devices are released on a worker after its sandbox
-            // stops; a pod given them next (a StatefulSet's pod replaced on
-            // this node) would be refused until kubelet's retry, seconds
-            // later, when the release it met ends in milliseconds.
-            Err(e) if self.wait_for_release(pod, ctr, &e) => admit(),
-            other => other,
-        };
+                .admit_retrying(pod, ctr, &config, features, gpu.health(), &retry);
         let admitted = match admitted {
             Ok(admitted) => admitted,
             // A grant refusal (more than requested, a namespace rule, a static
@@ -129,33 +124,48 @@ impl DevgatePlugin {
         Ok((admitted, probe))
     }
 
-    /// Waits up to [`RELEASE_WAIT`] for the release that may end refusal `e`,
-    /// when one is queued or runs; true when it ended and the creation is
-    /// worth trying again. Only the holder's own release is waited for where
-    /// the holder is known, so that a creation refused for a device a live
-    /// pod holds never waits while other pods are being released.
+    /// Waits for the releases that may end refusal `e`, up to
+    /// [`RELEASE_WAIT`] and never past [`ANSWER_BY`] from `began`; true when
+    /// the claim is worth making once more: a holder's release ended, here or
+    /// between the refusal and this look. Only the holders' own releases are
+    /// waited for, so that a device live pods hold is refused at once while
+    /// other pods are being released; a device whose own release runs
+    /// (`Releasing`, which names no holder) waits for the releases running.
     fn wait_for_release(
         &self,
         pod: &PodSandbox,
         ctr: &Container,
-        e: &devices::DeviceError,
+        e: &LedgerError,
+        began: Instant,
     ) -> bool {
-        let ended = match awaits(e) {
-            Some(Awaits::Sandbox(id)) if self.releases.releasing(id) => {
-                tracing::info!(
-                    namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
-                    holder = id, error = %nri::ErrorChain(e), "waiting for the holder's release"
-                );
-                self.releases.wait_released(id, RELEASE_WAIT)
-            }
-            Some(Awaits::Any) if self.releases.busy() => {
-                tracing::info!(
-                    namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
-                    error = %nri::ErrorChain(e), "waiting for the releases that run"
-                );
-                self.releases.wait_idle(RELEASE_WAIT)
-            }
-            _ => return false,
+        let Some(holders) = holders(e) else {
+            return false;
+        };
+        let waiting: Vec<&str> = holders
+            .iter()
+            .copied()
+            .filter(|h| self.releases.releasing(h))
+            .collect();
+        let ledger = self.devices.ledger();
+        if holders.is_empty() && !self.releases.busy() || !holders.is_empty() && waiting.is_empty()
+        {
+            return holders
+                .iter()
+                .any(|h| ledger.holds(h).is_ok_and(|held| !held));
+        }
+        let end = Instant::now()
+            + RELEASE_WAIT.min((began + ANSWER_BY).saturating_duration_since(Instant::now()));
+        let left = || end.saturating_duration_since(Instant::now());
+        tracing::info!(
+            namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
+            holders = ?waiting, error = %nri::ErrorChain(e), "waiting for the release of the device's holders"
+        );
+        let ended = if holders.is_empty() {
+            self.releases.wait_idle(left())
+        } else {
+            waiting
+                .iter()
+                .all(|h| self.releases.wait_released(h, left()))
         };
         if !ended {
             tracing::info!(namespace = %pod.namespace, pod = %pod.name, container = %ctr.name, "the release did not end in time");

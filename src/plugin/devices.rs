@@ -207,6 +207,21 @@ impl Devices {
         features: RuntimeFeatures,
         health: &HealthStore,
     ) -> Result<Admitted, DeviceError> {
+        self.admit_retrying(pod, ctr, config, features, health, &|_| false)
+    }
+
+    /// [`Devices::admit`]; a claim the ledger refuses is made once more where
+    /// `retry` says so (having waited for what may end the refusal), without
+    /// deciding the grant or planning again.
+    pub fn admit_retrying(
+        &self,
+        pod: &PodSandbox,
+        ctr: &Container,
+        config: &Arc<Config>,
+        features: RuntimeFeatures,
+        health: &HealthStore,
+        retry: &dyn Fn(&LedgerError) -> bool,
+    ) -> Result<Admitted, DeviceError> {
         let Some(devices) = self.pod_devices(pod)? else {
             return Ok(Admitted::Nothing);
         };
@@ -219,7 +234,7 @@ impl Devices {
         }
         let prepared = self.prepared(&devices, pod, ctr, config, features, health)?;
         let pod_ref = pod_ref(pod);
-        let record = ContainerRecord {
+        let record = || ContainerRecord {
             name: ctr.name.clone(),
             devices: prepared.device_paths.clone(),
             applied_unix: crate::ledger::now_unix(),
@@ -240,28 +255,32 @@ impl Devices {
                 !crate::inventory::netdevs_of(&self.host_root, vf).is_empty()
             })
         };
-        let admission = self
-            .ledger
-            .admit_or_take_over(
+        let claim = || {
+            self.ledger.admit_or_take_over(
                 &pod_ref,
                 &prepared.claims,
                 &ctr.id,
-                record,
+                record(),
                 prepared.network,
                 &owner_idle,
             )
-            .map_err(|source| DeviceError::Claim {
-                entry: match &source {
-                    LedgerError::Held { device, .. }
-                    | LedgerError::HeldWithPf { device, .. }
-                    | LedgerError::Quarantined { device, .. }
-                    | LedgerError::Overcommitted { device, .. }
-                    | LedgerError::Releasing { device }
-                    | LedgerError::DuplicateClaim { device } => prepared.entry_of(device),
-                    _ => String::new(),
-                },
-                source,
-            })?;
+        };
+        let admission = match claim() {
+            Err(e) if retry(&e) => claim(),
+            other => other,
+        };
+        let admission = admission.map_err(|source| DeviceError::Claim {
+            entry: match &source {
+                LedgerError::Held { device, .. }
+                | LedgerError::HeldWithPf { device, .. }
+                | LedgerError::Quarantined { device, .. }
+                | LedgerError::Overcommitted { device, .. }
+                | LedgerError::Releasing { device }
+                | LedgerError::DuplicateClaim { device } => prepared.entry_of(device),
+                _ => String::new(),
+            },
+            source,
+        })?;
         let admitted = if admission.network_owner && prepared.resolved.is_some() {
             Admitted::Owner(Arc::clone(&prepared))
         } else {

@@ -89,10 +89,7 @@ fn a_release_that_outlasts_the_wait_leaves_the_refusal() {
     plugin.stop_pod_sandbox(&first).unwrap();
     let err = plugin.adjustment(&second, &ctr()).unwrap_err();
     let text = nri::ErrorChain(&err).to_string();
-    assert!(
-        text.contains("is held by pod team/web") || text.contains("is being released"),
-        "{text}"
-    );
+    assert!(text.contains("is held by pod team/web"), "{text}");
     assert!(!plugin.devices().ledger().holds("sandbox-2").unwrap());
     gate.open();
     assert!(plugin.wait_for_releases(LIMIT));
@@ -148,4 +145,48 @@ fn a_live_holder_is_not_waited_for() {
     );
     gate.open();
     assert!(plugin.wait_for_releases(LIMIT));
+}
+
+/// A share of a GPU over 100 % with a holder being released waits for that
+/// release, and the grant is decided and counted once.
+#[test]
+fn a_share_over_100_percent_waits_for_its_holders_release() {
+    use nri::stub::Plugin as _;
+    let state = tempfile::tempdir().unwrap();
+    let host = state.path().join("host");
+    let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
+    let gpu = &fixture.expected().gpus[3];
+    let gate = Arc::new(Gate::default());
+    let mut plugin = plugin_on(&host, state.path(), "");
+    plugin.teardown = gate.clone();
+    let share = |id: &str, percent: u32| {
+        let mut pod = allocated_pod(&format!(
+            r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"{percent}","koordinator.sh/gpu-memory-ratio":"{percent}"}}}}]}}"#,
+            gpu.minor, gpu.uuid
+        ));
+        pod.id = id.into();
+        pod.uid = format!("u-{id}");
+        pod.name = id.into();
+        pod
+    };
+    plugin.enable_grant_check(&plugin.config().unwrap());
+    let (first, second) = (share("first", 60), share("second", 60));
+    plugin.adjustment(&first, &ctr()).expect("first share");
+    plugin.stop_pod_sandbox(&first).unwrap();
+    let opener = {
+        let gate = Arc::clone(&gate);
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            gate.open();
+        })
+    };
+    plugin
+        .adjustment(&second, &ctr())
+        .expect("admitted once the first share was released");
+    opener.join().unwrap();
+    let counted = plugin.devices().grant_checker().unwrap().counters();
+    assert_eq!(
+        counted.unchecked, 2,
+        "one decision per container: {counted:?}"
+    );
 }
