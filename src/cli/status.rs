@@ -288,3 +288,46 @@ pub fn table(state: &LedgerState) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod host_root_tests {
+    use super::*;
+    use crate::config::{DeviceMode, RuntimeCdi};
+    use crate::plugin::features::RuntimeRecord;
+
+    fn record(host_root: Option<&std::path::Path>) -> RuntimeRecord {
+        let mut r = RuntimeRecord::new(
+            &nri::RuntimeInfo::default(),
+            Default::default(),
+            DeviceMode::Nodes,
+            RuntimeCdi::Auto,
+            std::path::Path::new("/"),
+        );
+        r.host_root = host_root.map(std::path::Path::to_path_buf);
+        r
+    }
+
+    /// `--host-root` wins; else the plugin's, where it holds `sys/`; else `/`.
+    #[test]
+    fn the_given_root_then_the_plugins_then_slash() {
+        let dir = tempfile::tempdir().unwrap();
+        let with_sys = dir.path().join("host");
+        std::fs::create_dir_all(with_sys.join("sys")).unwrap();
+        let without_sys = dir.path().join("elsewhere");
+        let given = std::path::Path::new("/given");
+        let cases = [
+            (
+                Some(given),
+                Some(record(Some(&with_sys))),
+                given.to_path_buf(),
+            ),
+            (None, Some(record(Some(&with_sys))), with_sys.clone()),
+            (None, Some(record(Some(&without_sys))), PathBuf::from("/")),
+            (None, Some(record(None)), PathBuf::from("/")),
+            (None, None, PathBuf::from("/")),
+        ];
+        for (given, rec, want) in cases {
+            assert_eq!(host_root(given, rec.as_ref()), want, "{given:?} {rec:?}");
+        }
+    }
+}

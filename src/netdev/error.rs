@@ -39,6 +39,8 @@ pub enum Cause {
     OtherDevice { name: String, parent: String },
     #[error("more than one link looks like this vf: {names:?}")]
     Ambiguous { names: Vec<String> },
+    #[error("more than one link is on the pf's pci function and reports the vf: {names:?}")]
+    AmbiguousPf { names: Vec<String> },
     /// `devices`: what the link is now, and what the PF was at attach (boxed:
     /// every step's result carries a `Cause`).
     #[error("pf {name} is now device {}, not {} as at attach", .devices.0, .devices.1)]

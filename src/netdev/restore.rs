@@ -282,7 +282,7 @@ fn restore_pf(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), VfE
     let (Some(state), Some(pf_index)) = (&rec.pf, rec.pf_index) else {
         return Ok(());
     };
-    let pf = find_pf(at, host, pf_index, rec)?;
+    let pf = super::find_pf::find_pf(at, host, pf_index, rec)?;
     let now = at.step(
         "read pf vf state",
         host.vf_state(pf.index, rec.attach.vf_index),
@@ -298,58 +298,6 @@ fn restore_pf(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), VfE
         )?;
     }
     Ok(())
-}
-
-/// The PF attach configured. By the ifindex it had then, which a rename
-/// keeps: by name, PFs whose names swapped since (`net.ifnames=0` and a
-/// driver reload) would have another tenant's VF reset. Where that index is
-/// gone (the kernel does not hand an index out again soon: `dev_new_index`,
-/// `dev_index_reserve` from 6.6, count upwards), the PF re-probed under a new
-/// one: by the PCI address saved with it, then by name. A link whose device is
-/// known to be another than the saved one is never taken.
-fn find_pf(
-    at: &At<'_>,
-    host: &mut dyn Rtnl,
-    pf_index: u32,
-    rec: &SavedVf,
-) -> Result<Link, VfError> {
-    let pf_name = &rec.attach.pf_netdev;
-    let other = |l: &Link| match (&rec.pf_parent, &l.parent) {
-        (Some(saved), Some(now)) if saved != now => Some((saved.clone(), now.clone())),
-        _ => None,
-    };
-    let by_index = at.step("find pf", host.link(LinkRef::Index(pf_index)))?;
-    if let Some(l) = by_index.filter(|l| other(l).is_none()) {
-        if l.name != *pf_name {
-            tracing::warn!(pf = %pf_name, now = %l.name, "the pf was renamed since the attach: restored by its ifindex");
-        }
-        return Ok(l);
-    }
-    if let Some(parent) = &rec.pf_parent {
-        let links = at.step("list host links", host.links())?;
-        if let Some(l) = links
-            .into_iter()
-            .find(|l| l.parent.as_ref() == Some(parent))
-        {
-            tracing::warn!(pf = %pf_name, now = %l.name, index = l.index, device = %parent, "the pf has another ifindex than at the attach: restored by its pci address");
-            return Ok(l);
-        }
-    }
-    let l = at
-        .step("find pf", host.link(LinkRef::Name(pf_name)))?
-        .ok_or_else(|| {
-            (at.err("find pf"))(Cause::NotFound {
-                what: "pf",
-                name: pf_name.clone(),
-            })
-        })?;
-    match other(&l) {
-        Some((saved, parent)) => Err((at.err("find pf"))(Cause::OtherPf {
-            name: l.name,
-            devices: Box::new((parent, saved)),
-        })),
-        None => Ok(l),
-    }
 }
 
 /// Whether the PF already reports `field`'s value.

@@ -127,3 +127,54 @@ fn a_pf_of_unknown_device_falls_back_to_its_name() {
     assert_eq!(rig.m().vfs[&(new, 3)], vf_state());
     assert_eq!(rig.records(), 0);
 }
+
+/// Adds a link on our PF's PCI function (a switchdev representor, or a second
+/// port), reporting VF 3 or not; returns its ifindex.
+fn another_link_on_our_pf(m: &mut crate::netdev::fake::Model, name: &str, reports_vf: bool) -> u32 {
+    let index = m.add_link(HOST, name, "0c:42:a1:00:00:09", true);
+    let pos = m.links.iter().position(|l| l.link.index == index).unwrap();
+    m.links[pos].link.parent = Some(OUR_PF_BUS.into());
+    if reports_vf {
+        let mut theirs = vf_state();
+        theirs.vlan.vlan = 700;
+        m.vfs.insert((index, 3), theirs);
+    }
+    index
+}
+
+/// Of the links on the PF's PCI function, the one that reports the VF is the
+/// PF; a representor, which reports none, is passed over.
+#[test]
+fn a_representor_on_the_pf_function_is_not_taken_for_the_pf() {
+    let (mut rig, other, tenant) = two_pfs_attached();
+    let new = {
+        let mut m = rig.m();
+        let rep = another_link_on_our_pf(&mut m, "ens2f0r3", false);
+        let new = reload_our_pf_with_names_swapped(&mut m);
+        assert!(rep < new, "listed first");
+        new
+    };
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    let m = rig.m();
+    assert_eq!(m.vfs[&(new, 3)], vf_state(), "its own pf restored");
+    assert_eq!(m.vfs[&(other, 3)], tenant);
+}
+
+/// Two links on the PF's function both report the VF and neither has the
+/// saved name: nothing is reset, and the error names both.
+#[test]
+fn two_links_reporting_the_vf_are_not_guessed_between() {
+    let (mut rig, other, tenant) = two_pfs_attached();
+    let second = {
+        let mut m = rig.m();
+        let new = reload_our_pf_with_names_swapped(&mut m);
+        let second = another_link_on_our_pf(&mut m, "ens2f1", true);
+        assert_ne!(new, second);
+        second
+    };
+    let err = rig.detach("ctr1").unwrap_err();
+    says(&err, "find pf: more than one link is on the pf's pci function and reports the vf: [\"ens2f0\", \"ens2f1\"]");
+    let m = rig.m();
+    assert_eq!(m.vfs[&(second, 3)].vlan.vlan, 700, "untouched");
+    assert_eq!(m.vfs[&(other, 3)], tenant);
+}
