@@ -54,8 +54,9 @@ pub(super) fn find_pf(
 
 /// The link of PCI function `parent` that reports the VF. One function may
 /// carry several netdevs (switchdev representors, which report no VFs; a
-/// second port): among those that report it, the one named as at attach,
-/// and none where that leaves more than one.
+/// second port): of those that report it, the one named as at attach, and
+/// none where that leaves more than one. A link that cannot be asked (gone
+/// since the listing) reports nothing.
 fn by_pci_address(
     at: &At<'_>,
     host: &mut dyn Rtnl,
@@ -66,17 +67,11 @@ fn by_pci_address(
     let mut on_it: Vec<Link> = links
         .into_iter()
         .filter(|l| l.parent.as_deref() == Some(parent))
+        .filter(|l| {
+            host.vf_state(l.index, rec.attach.vf_index)
+                .is_ok_and(|vf| vf.is_some())
+        })
         .collect();
-    if on_it.len() > 1 {
-        let mut with_vf = Vec::new();
-        for l in on_it {
-            let vf = host.vf_state(l.index, rec.attach.vf_index);
-            if at.step("read pf vf state", vf)?.is_some() {
-                with_vf.push(l);
-            }
-        }
-        on_it = with_vf;
-    }
     if on_it.len() > 1 {
         match on_it.iter().position(|l| l.name == rec.attach.pf_netdev) {
             Some(i) => return Ok(Some(on_it.swap_remove(i))),

@@ -190,3 +190,28 @@ fn a_share_over_100_percent_waits_for_its_holders_release() {
         "one decision per container: {counted:?}"
     );
 }
+
+/// With no release running: a refusal by a holder the ledger no longer has
+/// (its release ended between the refusal and the look), or by a device's
+/// own release, is tried again at once; one by a live holder, or one no
+/// release ends, is not.
+#[test]
+fn what_is_tried_again_without_a_wait() {
+    use crate::ledger::{DeviceId, LedgerError};
+    let state = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let (plugin, _first, second) = two_pods_one_gpu(state.path(), &gate);
+    let device = || DeviceId::Gpu("GPU-x".into());
+    let held_by = |sandbox: &str| LedgerError::Held {
+        device: device(),
+        holder: "team/web".into(),
+        sandbox: sandbox.into(),
+    };
+    let began = std::time::Instant::now();
+    let again = |e: &LedgerError| plugin.wait_for_release(&second, &ctr(), e, began);
+    assert!(!again(&held_by("sandbox-1")), "a live holder");
+    assert!(again(&held_by("gone")), "released meanwhile");
+    assert!(again(&LedgerError::Releasing { device: device() }));
+    let mismatch = LedgerError::ClaimMismatch { pod: "p".into() };
+    assert!(!again(&mismatch), "no release ends it");
+}

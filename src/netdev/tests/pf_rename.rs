@@ -178,3 +178,51 @@ fn two_links_reporting_the_vf_are_not_guessed_between() {
     assert_eq!(m.vfs[&(second, 3)].vlan.vlan, 700, "untouched");
     assert_eq!(m.vfs[&(other, 3)], tenant);
 }
+
+/// Our PF's driver reloaded under the same name, beside a second port on its
+/// PCI function that also reports a VF 3: the saved name decides.
+#[test]
+fn the_saved_name_decides_between_links_reporting_the_vf() {
+    let (mut rig, _, _) = two_pfs_attached();
+    let (new, port) = {
+        let mut m = rig.m();
+        let applied = m.vfs.remove(&(PF, 3)).unwrap();
+        m.links.retain(|l| !(l.ns == HOST && l.link.index == PF));
+        let port = another_link_on_our_pf(&mut m, "ens1f1", true);
+        let new = m.add_link(HOST, "ens1f0", "0c:42:a1:00:00:01", true);
+        let pos = m.links.iter().position(|l| l.link.index == new).unwrap();
+        m.links[pos].link.parent = Some(OUR_PF_BUS.into());
+        m.vfs.insert((new, 3), applied);
+        (new, port)
+    };
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    let m = rig.m();
+    assert_eq!(m.vfs[&(new, 3)], vf_state(), "its own pf restored");
+    assert_eq!(m.vfs[&(port, 3)].vlan.vlan, 700, "the other port untouched");
+}
+
+/// A representor alone on the PF's function (the PF's netdev gone) is not
+/// taken for the PF: the restore fails naming the PF, and keeps its record.
+#[test]
+fn a_lone_representor_is_not_taken_for_the_pf() {
+    use crate::netdev::fake::Call;
+    let set_vf = |rig: &Rig| {
+        let m = rig.m();
+        m.calls
+            .iter()
+            .filter(|c| matches!(c, Call::SetVf { .. }))
+            .count()
+    };
+    let (mut rig, _, _) = two_pfs_attached();
+    {
+        let mut m = rig.m();
+        m.vfs.remove(&(PF, 3));
+        m.links.retain(|l| !(l.ns == HOST && l.link.index == PF));
+        another_link_on_our_pf(&mut m, "ens1f0r3", false);
+    }
+    let before = set_vf(&rig);
+    let err = rig.detach("ctr1").unwrap_err();
+    says(&err, "find pf: pf ens1f0 not found");
+    assert_eq!(set_vf(&rig), before, "no vf setting sent");
+    assert_eq!(rig.records(), 1);
+}
