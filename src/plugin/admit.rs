@@ -86,9 +86,9 @@ impl DevgatePlugin {
         // release it met ends in milliseconds.
         let began = Instant::now();
         let retry = |e: &LedgerError| self.wait_for_release(pod, ctr, e, began);
-        let admitted =
-            self.devices
-                .admit_retrying(pod, ctr, &config, features, gpu.health(), &retry);
+        let admitted = self
+            .devices
+            .admit(pod, ctr, &config, features, gpu.health(), &retry);
         let admitted = match admitted {
             Ok(admitted) => admitted,
             // A grant refusal (more than requested, a namespace rule, a static

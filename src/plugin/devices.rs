@@ -193,27 +193,16 @@ impl Devices {
         features: RuntimeFeatures,
         health: &HealthStore,
     ) -> Result<ContainerAdjustment, DeviceError> {
-        self.admit(pod, ctr, config, features, health)
+        self.admit(pod, ctr, config, features, health, &|_| false)
             .map(Admitted::into_adjustment)
     }
 
     /// [`Devices::apply`], keeping a container that gets its pod's prepared
     /// adjustment unchanged apart, so that its reply need not be built again.
+    /// A claim the ledger refuses is made once more where `retry` says so
+    /// (having waited for what may end the refusal), without deciding the
+    /// grant or planning again.
     pub fn admit(
-        &self,
-        pod: &PodSandbox,
-        ctr: &Container,
-        config: &Arc<Config>,
-        features: RuntimeFeatures,
-        health: &HealthStore,
-    ) -> Result<Admitted, DeviceError> {
-        self.admit_retrying(pod, ctr, config, features, health, &|_| false)
-    }
-
-    /// [`Devices::admit`]; a claim the ledger refuses is made once more where
-    /// `retry` says so (having waited for what may end the refusal), without
-    /// deciding the grant or planning again.
-    pub fn admit_retrying(
         &self,
         pod: &PodSandbox,
         ctr: &Container,
