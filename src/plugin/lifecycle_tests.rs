@@ -158,10 +158,7 @@ async fn runtime_sent_gpu_config_is_in_force() {
         ),
         (health_dir.as_path(), false, 1234)
     );
-    let pod = allocated_pod(&format!(
-        r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}]}}"#,
-        gpu.minor, gpu.uuid
-    ));
+    let pod = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100));
     let status = rpc_status(conn.create_container(&pod, &ctr()).await.unwrap_err());
     assert!(
         status.message().contains(gpu.uuid.as_str()) && status.message().contains("unhealthy"),
@@ -182,10 +179,7 @@ fn gpus_that_appear_after_start_up_are_torn_down_and_released() {
     assert!(plugin.gpu().inventory().gpus.is_empty());
     let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
     let gpu = &fixture.expected().gpus[2];
-    let pod = allocated_pod(&format!(
-        r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}]}}"#,
-        gpu.minor, gpu.uuid
-    ));
+    let pod = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100));
     let adjust = plugin.adjustment(&pod, &ctr()).unwrap();
     assert!(!adjust.linux.is_none(), "{adjust:?}");
     assert!(plugin

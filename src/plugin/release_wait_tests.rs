@@ -15,6 +15,15 @@ impl Gate {
         *self.open.lock().unwrap() = true;
         self.opened.notify_all();
     }
+
+    /// Opens the gate 100 ms from now, on a thread of its own.
+    fn open_later(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
+        let gate = Arc::clone(self);
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            gate.open();
+        })
+    }
 }
 
 impl Teardown for Gate {
@@ -36,10 +45,7 @@ fn two_pods_one_gpu(
     let gpu = &fixture.expected().gpus[1];
     let mut plugin = plugin_on(&host, state, "");
     plugin.teardown = gate.clone();
-    let first = allocated_pod(&format!(
-        r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}]}}"#,
-        gpu.minor, gpu.uuid
-    ));
+    let first = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100));
     let second = PodSandbox {
         id: "sandbox-2".into(),
         uid: "u-2".into(),
@@ -58,13 +64,7 @@ fn a_creation_waits_for_the_release_of_the_holder() {
     let gate = Arc::new(Gate::default());
     let (plugin, first, second) = two_pods_one_gpu(state.path(), &gate);
     plugin.stop_pod_sandbox(&first).unwrap();
-    let opener = {
-        let gate = Arc::clone(&gate);
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            gate.open();
-        })
-    };
+    let opener = gate.open_later();
     let adjust = plugin
         .adjustment(&second, &ctr())
         .expect("admitted once the release ended");
@@ -117,10 +117,7 @@ fn a_live_holder_is_not_waited_for() {
         name: "web-3".into(),
         annotations: [(
             crate::allocation::DEVICE_ALLOCATED.to_string(),
-            format!(
-                r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}]}}"#,
-                gpu.minor, gpu.uuid
-            ),
+            gpu_allocation(gpu.minor, &gpu.uuid, 100),
         )]
         .into(),
         ..first.clone()
@@ -160,10 +157,7 @@ fn a_share_over_100_percent_waits_for_its_holders_release() {
     let mut plugin = plugin_on(&host, state.path(), "");
     plugin.teardown = gate.clone();
     let share = |id: &str, percent: u32| {
-        let mut pod = allocated_pod(&format!(
-            r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"{percent}","koordinator.sh/gpu-memory-ratio":"{percent}"}}}}]}}"#,
-            gpu.minor, gpu.uuid
-        ));
+        let mut pod = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, percent));
         pod.id = id.into();
         pod.uid = format!("u-{id}");
         pod.name = id.into();
@@ -173,13 +167,7 @@ fn a_share_over_100_percent_waits_for_its_holders_release() {
     let (first, second) = (share("first", 60), share("second", 60));
     plugin.adjustment(&first, &ctr()).expect("first share");
     plugin.stop_pod_sandbox(&first).unwrap();
-    let opener = {
-        let gate = Arc::clone(&gate);
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            gate.open();
-        })
-    };
+    let opener = gate.open_later();
     plugin
         .adjustment(&second, &ctr())
         .expect("admitted once the first share was released");

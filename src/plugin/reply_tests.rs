@@ -27,10 +27,7 @@ async fn a_pods_containers_get_its_prepared_adjustment_as_encoded() {
     let (p, conn, _dir) = connect(plugin, FakeConfig::containerd_1_7()).await;
     let conn = conn.unwrap();
     let gpu = &fixture.expected().gpus[2];
-    let mut pod = allocated_pod(&format!(
-        r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}]}}"#,
-        gpu.minor, gpu.uuid
-    ));
+    let mut pod = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100));
     let first = conn.create_container(&pod, &container("a")).await.unwrap();
     let second = conn.create_container(&pod, &container("b")).await.unwrap();
     assert_eq!(first.adjust, second.adjust);
@@ -69,10 +66,7 @@ fn gpu_pod(fixture: &crate::fixture::Fixture, id: &str) -> PodSandbox {
     PodSandbox {
         id: id.to_string(),
         uid: format!("uid-{id}"),
-        ..allocated_pod(&format!(
-            r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}]}}"#,
-            gpu.minor, gpu.uuid
-        ))
+        ..allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100))
     }
 }
 

@@ -206,6 +206,14 @@ async fn bad_runtime_config_refuses_only_containers_that_need_devgate() {
     );
 }
 
+/// The allocation annotation giving a pod `percent` of GPU `minor`
+/// (`uuid`), core and memory alike.
+fn gpu_allocation(minor: u32, uuid: &str, percent: u32) -> String {
+    format!(
+        r#"{{"gpu":[{{"minor":{minor},"id":"{uuid}","resources":{{"koordinator.sh/gpu-core":"{percent}","koordinator.sh/gpu-memory-ratio":"{percent}"}}}}]}}"#
+    )
+}
+
 fn allocated_pod(value: &str) -> PodSandbox {
     let mut pod = pod(None);
     pod.id = "sandbox-1".to_string();
