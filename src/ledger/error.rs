@@ -37,13 +37,9 @@ pub enum LedgerError {
         version: u32,
         known: u32,
     },
-    /// `holder` as people read it; `sandbox` its sandbox id.
+    /// `holder` as people read it.
     #[error("{device} is held by pod {holder}")]
-    Held {
-        device: DeviceId,
-        holder: String,
-        sandbox: String,
-    },
+    Held { device: DeviceId, holder: String },
     #[error("{device} is quarantined: {reason}")]
     Quarantined { device: DeviceId, reason: String },
     #[error(
@@ -53,8 +49,6 @@ pub enum LedgerError {
         device: DeviceId,
         core: u32,
         memory_ratio: u32,
-        /// The sandbox ids of its holders.
-        holders: Vec<String>,
     },
     /// A PF used whole and a VF of it, held by two pods.
     #[error("{device} conflicts with {other}, held by pod {holder}: a pf used whole excludes its vfs from other pods")]
@@ -62,7 +56,6 @@ pub enum LedgerError {
         device: DeviceId,
         other: DeviceId,
         holder: String,
-        sandbox: String,
     },
     #[error("pod {pod} already holds a different set of devices")]
     ClaimMismatch { pod: String },

@@ -238,6 +238,19 @@ impl Ledger {
         release_lock::any_releasing(self.store.dir(), &pod.claims)
     }
 
+    /// The pods being released (`releasing`) whose release lets `pod` claim
+    /// `claims`: `None` where the claim is refused even without them, empty
+    /// where it fits now. Read without the lock: the claim decides.
+    pub fn waits_for(
+        &self,
+        pod: &PodRef,
+        claims: &[Claim],
+        releasing: &dyn Fn(&str) -> bool,
+    ) -> Result<Option<Vec<String>>, LedgerError> {
+        self.store
+            .peek(|s| rules::fits_without(s, pod, claims, releasing))
+    }
+
     /// Whether the ledger holds anything of the pod (claims or containers);
     /// read without the lock.
     pub fn holds(&self, sandbox_id: &str) -> Result<bool, LedgerError> {

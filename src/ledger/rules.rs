@@ -151,7 +151,6 @@ fn check_claim(state: &LedgerState, claim: &Claim, key: &str) -> Result<(), Ledg
                 return Err(LedgerError::Held {
                     device: claim.device.clone(),
                     holder: other(h),
-                    sandbox: h.sandbox_id.clone(),
                 });
             }
             return Ok(());
@@ -164,7 +163,6 @@ fn check_claim(state: &LedgerState, claim: &Claim, key: &str) -> Result<(), Ledg
                 return Err(LedgerError::Held {
                     device: claim.device.clone(),
                     holder: other(h),
-                    sandbox: h.sandbox_id.clone(),
                 })
             }
             Share::Shared {
@@ -181,11 +179,6 @@ fn check_claim(state: &LedgerState, claim: &Claim, key: &str) -> Result<(), Ledg
             device: claim.device.clone(),
             core,
             memory_ratio: mem,
-            holders: record
-                .holders
-                .iter()
-                .map(|h| h.sandbox_id.clone())
-                .collect(),
         });
     }
     Ok(())
@@ -200,7 +193,6 @@ fn check_pf_and_vfs(state: &LedgerState, claim: &Claim) -> Result<(), LedgerErro
         device: claim.device.clone(),
         other,
         holder: state.holder_name(sandbox_id),
-        sandbox: sandbox_id.to_string(),
     };
     match (&claim.device, claim.share, claim.pf) {
         (DeviceId::Vf(_), _, Some(pf)) => {
@@ -243,6 +235,40 @@ pub(super) fn backfill_pfs(
         }
     }
     named
+}
+
+/// The pods `gone` names whose leaving lets `pod` claim `claims`, found by
+/// a dry run on a copy of `state` without them: `None` where the claim is
+/// refused even then (a live holder, a quarantine, another set of devices),
+/// empty where it fits now. Only pods holding a device of the claims, the PF
+/// of one of its VFs or a VF of one of its PFs are taken out: no other hold
+/// refuses it (see `check_claim`).
+pub(super) fn fits_without(
+    state: &LedgerState,
+    pod: &PodRef,
+    claims: &[Claim],
+    gone: &dyn Fn(&str) -> bool,
+) -> Option<Vec<String>> {
+    let touches = |rec: &PodRecord| {
+        rec.claims.iter().any(|held| {
+            claims.iter().any(|c| {
+                held.device == c.device
+                    || held.pf.is_some_and(|pf| c.device == DeviceId::Pf(pf))
+                    || c.pf.is_some_and(|pf| held.device == DeviceId::Pf(pf))
+            })
+        })
+    };
+    let leaving: Vec<String> = state
+        .pods
+        .iter()
+        .filter(|(id, rec)| **id != pod.sandbox_id && gone(id) && touches(rec))
+        .map(|(id, _)| id.clone())
+        .collect();
+    let mut without = state.clone();
+    for id in &leaving {
+        drop_pod(&mut without, id);
+    }
+    claim_in(&mut without, pod, claims).ok().map(|_| leaving)
 }
 
 /// Why `claim` could not be made beside what `state` holds, for the

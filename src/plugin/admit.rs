@@ -9,7 +9,7 @@ use nri::api::{Container, ContainerAdjustment, KeyValue, PodSandbox};
 use super::{devices, probe, reads, DevgatePlugin, PluginError};
 use crate::allocation::DEVICE_ALLOCATED;
 use crate::config::FailurePolicy;
-use crate::ledger::LedgerError;
+use crate::ledger::{Claim, LedgerError};
 
 /// How long a creation refused for a device another pod holds waits for that
 /// pod's release, before its claim is made once more.
@@ -24,22 +24,6 @@ const ANSWER_BY: Duration = Duration::from_millis(1500);
 /// Whether the pod carries an allocation, valid or not.
 fn has_allocation(pod: &PodSandbox) -> bool {
     reads::annotations(pod).get(DEVICE_ALLOCATED).is_some()
-}
-
-/// The pods whose release may end refusal `e`: the holders of the device it
-/// names; none for a device whose own release runs (`Releasing`), which names
-/// no holder; `None` for a refusal no release ends.
-fn holders(e: &LedgerError) -> Option<Vec<&str>> {
-    match e {
-        LedgerError::Held { sandbox, .. } | LedgerError::HeldWithPf { sandbox, .. } => {
-            Some(vec![sandbox.as_str()])
-        }
-        LedgerError::Overcommitted { holders, .. } => {
-            Some(holders.iter().map(String::as_str).collect())
-        }
-        LedgerError::Releasing { .. } => Some(Vec::new()),
-        _ => None,
-    }
 }
 
 impl DevgatePlugin {
@@ -85,7 +69,8 @@ impl DevgatePlugin {
         // would be refused until kubelet's retry, seconds later, when the
         // release it met ends in milliseconds.
         let began = Instant::now();
-        let retry = |e: &LedgerError| self.wait_for_release(pod, ctr, e, began);
+        let retry =
+            |e: &LedgerError, claims: &[Claim]| self.wait_for_release(pod, ctr, e, claims, began);
         let admitted = self
             .devices
             .admit(pod, ctr, &config, features, gpu.health(), &retry);
@@ -124,46 +109,50 @@ impl DevgatePlugin {
         Ok((admitted, probe))
     }
 
-    /// Waits for the releases that may end refusal `e`, up to
+    /// Waits for the releases that may end refusal `e` of `claims`, up to
     /// [`RELEASE_WAIT`] and never past [`ANSWER_BY`] from `began`; true when
     /// the claim is worth making once more: after a wait, or where a release
-    /// may have ended between the refusal and this look. Only the holders' own releases are
-    /// waited for, so that a device live pods hold is refused at once while
-    /// other pods are being released; a device whose own release runs
-    /// (`Releasing`, which names no holder) waits for the releases running.
+    /// ended between the refusal and this look. A claim refused for a
+    /// device other pods hold waits only where the ledger, without the pods
+    /// being released, would take it: a device a live pod holds, or any
+    /// other conflict of the claim, is refused at once. A device whose own
+    /// release runs (`Releasing`) waits for the releases running.
     pub(super) fn wait_for_release(
         &self,
         pod: &PodSandbox,
         ctr: &Container,
         e: &LedgerError,
+        claims: &[Claim],
         began: Instant,
     ) -> bool {
-        let Some(holders) = holders(e) else {
-            return false;
-        };
-        let waiting: Vec<&str> = holders
-            .iter()
-            .copied()
-            .filter(|h| self.releases.releasing(h))
-            .collect();
-        if waiting.is_empty() && !(holders.is_empty() && self.releases.busy()) {
-            // Nothing to wait for; a release that ended between the refusal
-            // and this look may have ended it: a device torn down (no holder
-            // named) then, or a holder the ledger no longer has.
-            let ledger = self.devices.ledger();
-            return holders.is_empty()
-                || holders
-                    .iter()
-                    .any(|h| ledger.holds(h).is_ok_and(|held| !held));
-        }
         let end = Instant::now()
             + RELEASE_WAIT.min((began + ANSWER_BY).saturating_duration_since(Instant::now()));
         let left = || end.saturating_duration_since(Instant::now());
+        let waiting = match e {
+            LedgerError::Releasing { .. } if !self.releases.busy() => return true,
+            LedgerError::Releasing { .. } => Vec::new(),
+            LedgerError::Held { .. }
+            | LedgerError::HeldWithPf { .. }
+            | LedgerError::Overcommitted { .. } => {
+                let releasing = |sandbox: &str| self.releases.releasing(sandbox);
+                match self
+                    .devices
+                    .ledger()
+                    .waits_for(&devices::pod_ref(pod), claims, &releasing)
+                {
+                    // Fits now: a holder's release ended since the refusal.
+                    Ok(Some(waiting)) if waiting.is_empty() => return true,
+                    Ok(Some(waiting)) => waiting,
+                    Ok(None) | Err(_) => return false,
+                }
+            }
+            _ => return false,
+        };
         tracing::info!(
             namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
             holders = ?waiting, error = %nri::ErrorChain(e), "waiting for the release of the device's holders"
         );
-        let ended = if holders.is_empty() {
+        let ended = if waiting.is_empty() {
             self.releases.wait_idle(left())
         } else {
             // Every wait, even after one ran out: each release that ends may

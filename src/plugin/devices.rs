@@ -193,7 +193,7 @@ impl Devices {
         features: RuntimeFeatures,
         health: &HealthStore,
     ) -> Result<ContainerAdjustment, DeviceError> {
-        self.admit(pod, ctr, config, features, health, &|_| false)
+        self.admit(pod, ctr, config, features, health, &|_, _| false)
             .map(Admitted::into_adjustment)
     }
 
@@ -209,7 +209,7 @@ impl Devices {
         config: &Arc<Config>,
         features: RuntimeFeatures,
         health: &HealthStore,
-        retry: &dyn Fn(&LedgerError) -> bool,
+        retry: &dyn Fn(&LedgerError, &[crate::ledger::Claim]) -> bool,
     ) -> Result<Admitted, DeviceError> {
         let Some(devices) = self.pod_devices(pod)? else {
             return Ok(Admitted::Nothing);
@@ -255,7 +255,7 @@ impl Devices {
             )
         };
         let admission = match claim() {
-            Err(e) if retry(&e) => claim(),
+            Err(e) if retry(&e, &prepared.claims) => claim(),
             other => other,
         };
         let admission = admission.map_err(|source| DeviceError::Claim {
@@ -380,7 +380,7 @@ impl Devices {
 }
 
 /// The pod as the ledger names it.
-fn pod_ref(pod: &PodSandbox) -> PodRef {
+pub(super) fn pod_ref(pod: &PodSandbox) -> PodRef {
     PodRef {
         sandbox_id: pod.id.clone(),
         namespace: pod.namespace.clone(),

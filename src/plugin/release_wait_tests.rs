@@ -179,27 +179,125 @@ fn a_share_over_100_percent_waits_for_its_holders_release() {
     );
 }
 
-/// With no release running: a refusal by a holder the ledger no longer has
-/// (its release ended between the refusal and the look), or by a device's
-/// own release, is tried again at once; one by a live holder, or one no
-/// release ends, is not.
+/// A pod named `id` allocated `allocation`, otherwise as `like`.
+fn pod_named(like: &PodSandbox, id: &str, allocation: String) -> PodSandbox {
+    PodSandbox {
+        id: id.into(),
+        uid: format!("u-{id}"),
+        name: id.into(),
+        annotations: [(crate::allocation::DEVICE_ALLOCATED.to_string(), allocation)].into(),
+        ..like.clone()
+    }
+}
+
+/// Asserts that creating `pod`'s container is refused with `refusal` and
+/// nothing waited for it.
+fn refused_at_once(plugin: &DevgatePlugin, pod: &PodSandbox, refusal: &str) {
+    let log = crate::logging::capture::Captured::default();
+    let err = log
+        .run(|| plugin.adjustment(pod, &ctr()))
+        .expect_err("refused");
+    let text = nri::ErrorChain(&err).to_string();
+    assert!(text.contains(refusal), "{text}");
+    assert!(log.lines("waiting for").is_empty(), "{:?}", log.lines(""));
+    assert!(!plugin.devices().ledger().holds(&pod.id).unwrap());
+}
+
+/// A pod asking for a GPU whose holder is being released and for another a
+/// live pod holds is refused at once: the release would not make it fit.
 #[test]
-fn what_is_tried_again_without_a_wait() {
-    use crate::ledger::{DeviceId, LedgerError};
+fn a_release_beside_a_live_holder_is_not_waited_for() {
+    use nri::stub::Plugin as _;
     let state = tempfile::tempdir().unwrap();
     let gate = Arc::new(Gate::default());
-    let (plugin, _first, second) = two_pods_one_gpu(state.path(), &gate);
-    let device = || DeviceId::Gpu("GPU-x".into());
-    let held_by = |sandbox: &str| LedgerError::Held {
+    let (plugin, first, _second) = two_pods_one_gpu(state.path(), &gate);
+    let gpus = crate::fixture::HostRootBuilder::hgx()
+        .expected()
+        .unwrap()
+        .gpus;
+    let live = pod_named(
+        &first,
+        "live",
+        gpu_allocation(gpus[2].minor, &gpus[2].uuid, 100),
+    );
+    plugin.adjustment(&live, &ctr()).expect("live holder");
+    plugin.stop_pod_sandbox(&first).unwrap();
+    let both = format!(
+        r#"{{"gpu":[{{"minor":{},"id":"{}"}},{{"minor":{},"id":"{}"}}]}}"#,
+        gpus[1].minor, gpus[1].uuid, gpus[2].minor, gpus[2].uuid
+    );
+    let both = pod_named(&first, "both", both);
+    refused_at_once(&plugin, &both, "gpu[0]: ");
+    assert!(
+        plugin.releases.releasing("sandbox-1"),
+        "still being released"
+    );
+    gate.open();
+    assert!(plugin.wait_for_releases(LIMIT));
+}
+
+/// A share that would be over 100 % of a GPU even once a holder being
+/// released is gone (a live holder's 60 % and its own 50 %) is refused at
+/// once.
+#[test]
+fn a_share_over_100_percent_with_live_holders_is_not_waited_for() {
+    use nri::stub::Plugin as _;
+    let state = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let (plugin, first, _second) = two_pods_one_gpu(state.path(), &gate);
+    let gpu = &crate::fixture::HostRootBuilder::hgx()
+        .expected()
+        .unwrap()
+        .gpus[3];
+    let share = |id: &str, percent: u32| {
+        pod_named(&first, id, gpu_allocation(gpu.minor, &gpu.uuid, percent))
+    };
+    plugin.adjustment(&share("live", 60), &ctr()).expect("60 %");
+    let leaving = share("leaving", 30);
+    plugin.adjustment(&leaving, &ctr()).expect("30 %");
+    plugin.stop_pod_sandbox(&leaving).unwrap();
+    refused_at_once(&plugin, &share("late", 50), "share over 100%");
+    gate.open();
+    assert!(plugin.wait_for_releases(LIMIT));
+    plugin
+        .adjustment(&share("fits", 40), &ctr())
+        .expect("60 % and 40 %");
+}
+
+/// With no release running: a refusal whose holders the ledger no longer
+/// has (their release ended between the refusal and the look), or by a
+/// device's own release, is tried again at once; one by a live holder, or
+/// one no release ends, is not.
+#[test]
+fn what_is_tried_again_without_a_wait() {
+    use crate::ledger::{Claim, DeviceId, LedgerError, Share};
+    use nri::stub::Plugin as _;
+    let state = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let (plugin, first, second) = two_pods_one_gpu(state.path(), &gate);
+    let uuid = &crate::fixture::HostRootBuilder::hgx()
+        .expected()
+        .unwrap()
+        .gpus[1]
+        .uuid;
+    let device = || DeviceId::Gpu(uuid.clone());
+    let claims = [Claim {
+        device: device(),
+        share: Share::Exclusive,
+        pf: None,
+    }];
+    let held = LedgerError::Held {
         device: device(),
         holder: "team/web".into(),
-        sandbox: sandbox.into(),
     };
     let began = std::time::Instant::now();
-    let again = |e: &LedgerError| plugin.wait_for_release(&second, &ctr(), e, began);
-    assert!(!again(&held_by("sandbox-1")), "a live holder");
-    assert!(again(&held_by("gone")), "released meanwhile");
+    let again = |e: &LedgerError| plugin.wait_for_release(&second, &ctr(), e, &claims, began);
+    assert!(!again(&held), "a live holder");
     assert!(again(&LedgerError::Releasing { device: device() }));
     let mismatch = LedgerError::ClaimMismatch { pod: "p".into() };
     assert!(!again(&mismatch), "no release ends it");
+    plugin.stop_pod_sandbox(&first).unwrap();
+    gate.open();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(again(&held), "released meanwhile");
 }
