@@ -112,11 +112,11 @@ impl DevgatePlugin {
     /// Waits for the releases that may end refusal `e` of `claims`, up to
     /// [`RELEASE_WAIT`] and never past [`ANSWER_BY`] from `began`; true when
     /// the claim is worth making once more: after a wait, or where a release
-    /// ended between the refusal and this look. A claim refused for a
-    /// device other pods hold waits only where the ledger, without the pods
-    /// being released, would take it: a device a live pod holds, or any
-    /// other conflict of the claim, is refused at once. A device whose own
-    /// release runs (`Releasing`) waits for the releases running.
+    /// ended between the refusal and this look. A claim waits only where the
+    /// ledger, without the pods being released, would take it: a device a
+    /// live pod holds, or any other conflict of the claim, is refused at
+    /// once. A device whose own teardown runs (`Releasing`) waits for the
+    /// releases running.
     pub(super) fn wait_for_release(
         &self,
         pod: &PodSandbox,
@@ -128,26 +128,34 @@ impl DevgatePlugin {
         let end = Instant::now()
             + RELEASE_WAIT.min((began + ANSWER_BY).saturating_duration_since(Instant::now()));
         let left = || end.saturating_duration_since(Instant::now());
-        let waiting = match e {
-            LedgerError::Releasing { .. } if !self.releases.busy() => return true,
-            LedgerError::Releasing { .. } => Vec::new(),
+        if !matches!(
+            e,
             LedgerError::Held { .. }
-            | LedgerError::HeldWithPf { .. }
-            | LedgerError::Overcommitted { .. } => {
-                let releasing = |sandbox: &str| self.releases.releasing(sandbox);
-                match self
-                    .devices
-                    .ledger()
-                    .waits_for(&devices::pod_ref(pod), claims, &releasing)
-                {
-                    // Fits now: a holder's release ended since the refusal.
-                    Ok(Some(waiting)) if waiting.is_empty() => return true,
-                    Ok(Some(waiting)) => waiting,
-                    Ok(None) | Err(_) => return false,
-                }
-            }
-            _ => return false,
-        };
+                | LedgerError::HeldWithPf { .. }
+                | LedgerError::Overcommitted { .. }
+                | LedgerError::Releasing { .. }
+        ) {
+            return false;
+        }
+        let releasing = |sandbox: &str| self.releases.releasing(sandbox);
+        let waiting =
+            match self
+                .devices
+                .ledger()
+                .waits_for(&devices::pod_ref(pod), claims, &releasing)
+            {
+                Ok(Some(waiting)) => waiting,
+                // Refused even without the pods being released.
+                Ok(None) | Err(_) => return false,
+            };
+        // A device's own teardown (`Releasing`) names no holder: the
+        // releases running are waited for.
+        if waiting.is_empty()
+            && !(matches!(e, LedgerError::Releasing { .. }) && self.releases.busy())
+        {
+            // Fits now: a release ended since the refusal.
+            return true;
+        }
         tracing::info!(
             namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
             holders = ?waiting, error = %nri::ErrorChain(e), "waiting for the release of the device's holders"

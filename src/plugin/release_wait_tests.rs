@@ -6,14 +6,20 @@ use std::sync::{Condvar, Mutex};
 /// A teardown that ends only once opened.
 #[derive(Default)]
 struct Gate {
-    open: Mutex<bool>,
-    opened: Condvar,
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    entered: bool,
+    open: bool,
 }
 
 impl Gate {
     fn open(&self) {
-        *self.open.lock().unwrap() = true;
-        self.opened.notify_all();
+        self.state.lock().unwrap().open = true;
+        self.changed.notify_all();
     }
 
     /// Opens the gate 100 ms from now, on a thread of its own.
@@ -24,12 +30,20 @@ impl Gate {
             gate.open();
         })
     }
+
+    /// Returns once a teardown waits at the gate.
+    fn wait_entered(&self) {
+        let state = self.state.lock().unwrap();
+        drop(self.changed.wait_while(state, |s| !s.entered).unwrap());
+    }
 }
 
 impl Teardown for Gate {
     fn teardown(&self, _pod: &crate::ledger::PodRecord) -> Result<(), crate::ledger::Unclean> {
-        let open = self.open.lock().unwrap();
-        drop(self.opened.wait_while(open, |open| !*open).unwrap());
+        let mut state = self.state.lock().unwrap();
+        state.entered = true;
+        self.changed.notify_all();
+        drop(self.changed.wait_while(state, |s| !s.open).unwrap());
         Ok(())
     }
 }
@@ -264,10 +278,40 @@ fn a_share_over_100_percent_with_live_holders_is_not_waited_for() {
         .expect("60 % and 40 %");
 }
 
+/// A share of a GPU whose teardown runs (another share's holder being
+/// released) waits for that release although the shares fit: a pod that
+/// joined the GPU would have its processes seen by that teardown.
+#[test]
+fn a_share_of_a_gpu_being_torn_down_waits_for_the_teardown() {
+    use nri::stub::Plugin as _;
+    let state = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let (plugin, first, _second) = two_pods_one_gpu(state.path(), &gate);
+    let gpu = &crate::fixture::HostRootBuilder::hgx()
+        .expected()
+        .unwrap()
+        .gpus[3];
+    let share = |id: &str| pod_named(&first, id, gpu_allocation(gpu.minor, &gpu.uuid, 30));
+    let leaving = share("leaving");
+    plugin.adjustment(&leaving, &ctr()).expect("30 %");
+    plugin.stop_pod_sandbox(&leaving).unwrap();
+    // The release holds the GPU's release lock through its teardown.
+    gate.wait_entered();
+    let log = crate::logging::capture::Captured::default();
+    let opener = gate.open_later();
+    log.run(|| plugin.adjustment(&share("joining"), &ctr()))
+        .expect("admitted once the teardown ended");
+    opener.join().unwrap();
+    let waited = log.lines("waiting for");
+    assert_eq!(waited.len(), 1, "{:?}", log.lines(""));
+    assert!(waited[0].contains("is being released"), "{}", waited[0]);
+    assert!(!plugin.devices().ledger().holds("leaving").unwrap());
+}
+
 /// With no release running: a refusal whose holders the ledger no longer
-/// has (their release ended between the refusal and the look), or by a
-/// device's own release, is tried again at once; one by a live holder, or
-/// one no release ends, is not.
+/// has (their release ended between the refusal and the look) is tried
+/// again at once, whether it named a holder or the device's own teardown;
+/// one while a live pod holds the device, or one no release ends, is not.
 #[test]
 fn what_is_tried_again_without_a_wait() {
     use crate::ledger::{Claim, DeviceId, LedgerError, Share};
@@ -292,12 +336,15 @@ fn what_is_tried_again_without_a_wait() {
     };
     let began = std::time::Instant::now();
     let again = |e: &LedgerError| plugin.wait_for_release(&second, &ctr(), e, &claims, began);
+    let releasing = LedgerError::Releasing { device: device() };
     assert!(!again(&held), "a live holder");
-    assert!(again(&LedgerError::Releasing { device: device() }));
+    assert!(!again(&releasing), "a live holder, whatever the refusal");
     let mismatch = LedgerError::ClaimMismatch { pod: "p".into() };
     assert!(!again(&mismatch), "no release ends it");
     plugin.stop_pod_sandbox(&first).unwrap();
     gate.open();
     assert!(plugin.wait_for_releases(LIMIT));
     assert!(again(&held), "released meanwhile");
+    assert!(again(&releasing), "the device's teardown ended meanwhile");
+    assert!(!again(&mismatch));
 }
