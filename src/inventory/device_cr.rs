@@ -107,12 +107,17 @@ pub fn device_cr(inv: &Inventory, node_name: &str) -> Device {
     }
 }
 
+/// The kernel names RDMA devices by the lowest free index, so a real
+/// `mlx5_M` has a small M; a larger one (a device renamed by hand) is
+/// numbered as other devices are, and the numbers never overflow.
+const MAX_NUMBERED: u32 = 1 << 16;
+
 /// The reported minor of each NIC of `nics` (see the module doc), in the same order.
 pub fn rdma_minors(nics: &[RdmaNic]) -> Vec<u32> {
     let mut taken = BTreeSet::new();
     let mut minors: Vec<Option<u32>> = nics
         .iter()
-        .map(|nic| mlx_minor(&nic.rdma.name).filter(|m| taken.insert(*m)))
+        .map(|nic| mlx_minor(&nic.rdma.name).filter(|m| *m < MAX_NUMBERED && taken.insert(*m)))
         .collect();
     let unnumbered = minors.iter_mut().filter(|m| m.is_none());
     for (next, minor) in (taken.last().map_or(0, |m| m + 1)..).zip(unnumbered) {

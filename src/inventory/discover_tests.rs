@@ -37,6 +37,17 @@ fn hgx_fixture_is_discovered_exactly() {
     check_hgx_rdma(&inv);
     check_hgx_affinity(&inv);
     check_hgx_gids(fixture.root());
+    check_numvfs_unread(fixture.root(), fixture.expected());
+}
+
+/// `sriov_numvfs` is never read (its read waits for a write that creates
+/// VFs): the count comes from the `virtfnN` links, whatever the file says.
+fn check_numvfs_unread(root: &Path, expected: &Inventory) {
+    let numvfs = root.join("sys/bus/pci/devices/0000:19:00.0/sriov_numvfs");
+    std::fs::write(&numvfs, "not a number\n").expect("write");
+    let inv = discover(root);
+    assert_eq!(inv.warnings, Vec::<String>::new());
+    assert_eq!(&inv, expected);
 }
 
 /// GID tables are read per port on demand: a RoCE port has RoCE v1 and v2 entries,
@@ -215,6 +226,13 @@ fn check_hgx_affinity(inv: &Inventory) {
     assert_eq!(relation(&inv.gpus[0].topology, &inv.gpus[1].topology), Phb);
     let minors = device_cr::rdma_minors(&inv.rdma);
     assert_eq!(minors, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    // Renamed by hand past any index the kernel gives: numbered after the
+    // rest, without overflowing.
+    let mut renamed = inv.rdma.clone();
+    renamed[0].rdma.name = format!("mlx5_{}", u32::MAX);
+    renamed[1].rdma.name = "mlx5_65536".into();
+    let minors = device_cr::rdma_minors(&renamed);
+    assert_eq!(minors, [8, 9, 2, 3, 4, 5, 6, 7, 10, 11]);
 }
 
 #[test]

@@ -71,7 +71,13 @@ impl Scan<'_> {
             }
         };
         let topology = self.topology(&function);
-        let facts = self.gpu_library.gpu(addr).unwrap_or_default();
+        // The library lists no excluded GPU: asking about one would make every
+        // read start it again (see `gpu::facts`).
+        let facts = if info.excluded {
+            Default::default()
+        } else {
+            self.gpu_library.gpu(addr).unwrap_or_default()
+        };
         let health = match (facts.health, info.excluded) {
             (Some(health), _) => health,
             (None, true) => Health::Unhealthy {
@@ -106,6 +112,15 @@ impl Scan<'_> {
                 self.warn(InventoryError::MissingField { path, field });
             }
         }
+        let mut info = info;
+        if let Some(uuid) = info.uuid.take_if(|u| !is_gpu_uuid(u)) {
+            // A GPU whose init failed reads `GPU-????????-…`: several would
+            // share one id, so none is offered.
+            self.warn(InventoryError::malformed(
+                format!("{path}: GPU UUID"),
+                &uuid,
+            ));
+        }
         let location = info.bus_location.as_deref().map(str::parse::<PciAddr>);
         if location.is_some_and(|l| l != Ok(addr)) {
             self.warn(InventoryError::Device {
@@ -138,4 +153,17 @@ impl Scan<'_> {
         }
         majors
     }
+}
+
+/// `GPU-` and a UUID in its 8-4-4-4-12 hex form, as the driver prints it.
+fn is_gpu_uuid(text: &str) -> bool {
+    let Some(uuid) = text.strip_prefix("GPU-") else {
+        return false;
+    };
+    let groups: Vec<&str> = uuid.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }

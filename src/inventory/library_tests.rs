@@ -61,3 +61,39 @@ fn the_librarys_index_memory_and_health_win() {
         assert_eq!(gpu.minor, plain.gpus[pos].minor);
     }
 }
+
+/// A library that records the GPUs it is asked about and knows none.
+#[derive(Default)]
+struct Asked(std::sync::Mutex<Vec<PciAddr>>);
+
+impl GpuLibrary for Asked {
+    fn gpu(&self, bus_id: PciAddr) -> Option<GpuFacts> {
+        self.0.lock().unwrap().push(bus_id);
+        None
+    }
+}
+
+/// A GPU excluded by `NVreg_ExcludedGpus` is never asked about: the library
+/// lists none, and a GPU it misses makes every read start it again.
+#[test]
+fn an_excluded_gpu_is_not_asked_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = HostRootBuilder::hgx().build(dir.path()).unwrap();
+    let excluded = fixture.expected().gpus[2].bus_id;
+    let info = fixture
+        .root()
+        .join(format!("proc/driver/nvidia/gpus/{excluded}/information"));
+    let text = std::fs::read_to_string(&info).unwrap();
+    std::fs::write(
+        &info,
+        text.replace("GPU Excluded:\t No", "GPU Excluded:\t Yes"),
+    )
+    .unwrap();
+    let asked = Asked::default();
+    let inv = discover_with(fixture.root(), &asked);
+    let asked = asked.0.into_inner().unwrap();
+    assert_eq!(asked.len(), fixture.expected().gpus.len() - 1, "{asked:?}");
+    assert!(!asked.contains(&excluded), "{asked:?}");
+    let gpu = inv.gpus.iter().find(|g| g.bus_id == excluded).unwrap();
+    assert!(matches!(gpu.health, Health::Unhealthy { .. }), "{gpu:?}");
+}

@@ -61,6 +61,23 @@ fn damage_yields_warnings() {
             "\"Device Minor\"",
         ),
         (
+            "placeholder uuid of a gpu whose init failed",
+            |root, _| {
+                let p = root.join("proc/driver/nvidia/gpus/0000:18:00.0/information");
+                let text = fs::read_to_string(&p).expect("read");
+                let uuid = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("GPU UUID:"))
+                    .expect("uuid line")
+                    .trim()
+                    .to_string();
+                let text = text.replace(&uuid, "GPU-????????-????-????-????-????????????");
+                fs::write(p, text).expect("write");
+            },
+            |inv| inv.gpus.len() == 1 && inv.gpus[0].bus_id.to_string() != "0000:18:00.0",
+            "GPU UUID: unexpected value \"GPU-????????",
+        ),
+        (
             "bus location disagrees",
             |root, _| {
                 let p = root.join("proc/driver/nvidia/gpus/0000:18:00.0/information");
@@ -195,13 +212,13 @@ fn damage_yields_warnings() {
             "garbage sriov count",
             |root, _| {
                 fs::write(
-                    root.join("sys/bus/pci/devices/0000:19:00.0/sriov_numvfs"),
+                    root.join("sys/bus/pci/devices/0000:19:00.0/sriov_totalvfs"),
                     "-3\n",
                 )
                 .expect("write")
             },
-            |inv| inv.rdma[0].sriov_num_vfs == 0 && inv.rdma[0].vfs.len() == 1,
-            "sriov_numvfs",
+            |inv| inv.rdma[0].sriov_total_vfs == 0 && inv.rdma[0].sriov_num_vfs == 1,
+            "sriov_totalvfs",
         ),
         (
             "fifo as an attribute",

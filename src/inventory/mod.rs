@@ -11,7 +11,8 @@
 //!   pod's netns in exclusive mode is gone from `class/infiniband` (netns-tagged) but
 //!   not from the char device classes: it is found through them, its ports' state
 //!   unknown (`IN_OTHER_NETNS`).
-//! - SR-IOV: a PF's `sriov_totalvfs`, `sriov_numvfs` and `virtfnN` links; a VF's `physfn`,
+//! - SR-IOV: a PF's `sriov_totalvfs` and `virtfnN` links (never `sriov_numvfs`, read under
+//!   the lock its write holds while VFs are created); a VF's `physfn`,
 //!   driver, netdev and RDMA device.
 //! - Topology: NUMA node, root complex and switch from the resolved sysfs path
 //!   ([`topology`]).

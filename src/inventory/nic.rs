@@ -114,8 +114,12 @@ impl Scan<'_> {
         vf_rdma: &mut BTreeMap<PciAddr, (RdmaDev, PciFunction)>,
     ) -> RdmaNic {
         let sriov_total_vfs = self.sriov_count(&function, "sriov_totalvfs");
-        let sriov_num_vfs = self.sriov_count(&function, "sriov_numvfs");
         let vfs = self.vfs(&function, vf_rdma);
+        // The VFs there are, by their `virtfnN` links: `sriov_numvfs` is read
+        // under the PF's device lock (kernel commit 35ff867b7657, 5.19 and
+        // stable), which a write of it holds while every VF is created and
+        // probed, often tens of seconds on mlx5, and a creation must not wait.
+        let sriov_num_vfs = u32::try_from(vfs.len()).unwrap_or(u32::MAX);
         RdmaNic {
             bus_id: function.addr,
             driver: self.driver(&function),
