@@ -20,6 +20,11 @@ use super::model::PodSummary;
 pub const MAX_PODS: usize = 4096;
 /// Longest watch error kept for a refusal message.
 const MAX_ERROR: usize = 512;
+/// A watch whose last request failed, with the api server silent this long
+/// (or never heard), is down: a lookup does not wait for a pod that cannot
+/// arrive before a reconnect, since the runtime holds every other NRI call
+/// of the node while a plugin's answer waits.
+pub const DOWN_AFTER: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 struct State {
@@ -46,6 +51,11 @@ impl State {
         self.by_uid.insert(pod.uid.clone(), Arc::new(pod));
     }
 
+    /// See [`DOWN_AFTER`].
+    fn down(&self) -> bool {
+        self.last_error.is_some() && self.heard.is_none_or(|t| t.elapsed() >= DOWN_AFTER)
+    }
+
     fn get(&self, uid: &str) -> Option<Arc<PodSummary>> {
         self.by_uid.get(uid).cloned().or_else(|| {
             self.by_mirror
@@ -59,9 +69,12 @@ impl State {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
     Found(Arc<PodSummary>),
-    /// Not there after the wait; `synced` says whether a full list ever arrived.
+    /// Not there after the wait; `synced` says whether a full list ever
+    /// arrived, `down` that the watch was down, so the lookup did not wait
+    /// (or stopped waiting).
     Missing {
         synced: bool,
+        down: bool,
     },
 }
 
@@ -138,6 +151,8 @@ impl PodCache {
     /// Records why the watch failed (`None`: it is connected), for refusals.
     pub fn set_error(&self, error: Option<String>) {
         self.lock().last_error = error.map(|e| e.chars().take(MAX_ERROR).collect());
+        // A lookup waiting for a pod stops once the watch is down.
+        self.changed.notify_all();
     }
 
     /// Why the watch last failed, while it has not reconnected.
@@ -155,8 +170,11 @@ impl PodCache {
                 return Lookup::Found(p);
             }
             let now = Instant::now();
-            if now >= deadline {
-                return Lookup::Missing { synced: s.synced };
+            if now >= deadline || s.down() {
+                return Lookup::Missing {
+                    synced: s.synced,
+                    down: s.down(),
+                };
             }
             s = self
                 .changed
@@ -189,13 +207,19 @@ mod tests {
         let t = Instant::now();
         assert_eq!(
             c.wait_for("u1", Duration::from_millis(50)),
-            Lookup::Missing { synced: false }
+            Lookup::Missing {
+                synced: false,
+                down: false
+            }
         );
         assert!(t.elapsed() >= Duration::from_millis(50));
         c.replace_all([pod("u2", None)]);
         assert_eq!(
             c.wait_for("u1", Duration::ZERO),
-            Lookup::Missing { synced: true }
+            Lookup::Missing {
+                synced: true,
+                down: false
+            }
         );
     }
 
@@ -261,5 +285,29 @@ mod tests {
         assert_eq!(reconnecting, " (the pod watch is reconnecting: eof)");
         let unloaded = list_state(false, None, None);
         assert_eq!(unloaded, " (the pod list has not loaded yet)");
+    }
+
+    /// A failed watch heard from lately may deliver the pod on reconnecting,
+    /// so a lookup waits; one silent for `DOWN_AFTER` is down, and a lookup
+    /// waiting for it stops when it fails.
+    #[test]
+    fn a_watch_that_is_down_is_not_waited_for() {
+        let c = Arc::new(PodCache::new());
+        c.replace_all([pod("u2", None)]);
+        c.set_error(Some("connection refused".into()));
+        let missing = |down| Lookup::Missing { synced: true, down };
+        assert_eq!(c.wait_for("u1", Duration::from_millis(20)), missing(false));
+        c.set_error(None);
+        let waiter = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || c.wait_for("u1", Duration::from_secs(600)))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        c.lock().heard = Instant::now().checked_sub(DOWN_AFTER);
+        c.set_error(Some("connection refused".into()));
+        assert_eq!(waiter.join().unwrap(), missing(true));
+        assert_eq!(c.wait_for("u1", Duration::from_secs(600)), missing(true));
+        c.heard();
+        assert_eq!(c.wait_for("u1", Duration::ZERO), missing(false));
     }
 }

@@ -73,11 +73,12 @@ pub enum GrantError {
         #[source]
         source: request::RequestError,
     },
-    #[error("{DEVICE_ALLOCATED}: pod {pod} (uid {uid}) is not among this node's pods on the api server after {waited_ms} ms{list_state}: its allocation cannot be checked against its requests")]
+    /// `waited`: ` after N ms`, or empty where the watch was down.
+    #[error("{DEVICE_ALLOCATED}: pod {pod} (uid {uid}) is not among this node's pods on the api server{waited}{list_state}: its allocation cannot be checked against its requests")]
     UnknownPod {
         pod: String,
         uid: String,
-        waited_ms: u64,
+        waited: String,
         list_state: String,
     },
     #[error("{DEVICE_ALLOCATED}: pod {pod}: the allocation cannot be checked: {reason}")]
@@ -322,17 +323,24 @@ impl GrantChecker {
                     Outcome::Unverified,
                     "pod not in the api cache (failure_policy ignore)".into(),
                 )),
-                Lookup::Missing { synced } => Err((
+                Lookup::Missing { synced, down } => Err((
                     RefusalKind::UnknownPod,
                     GrantError::UnknownPod {
                         pod: pod_name.to_string(),
                         uid: pod.uid.to_string(),
-                        waited_ms: config.grant_wait_ms,
+                        waited: match down {
+                            false => format!(" after {} ms", config.grant_wait_ms),
+                            true => String::new(),
+                        },
                         list_state: list_state(
                             synced,
                             self.cache.last_error(),
                             self.cache.silent_for(),
-                        ),
+                        ) + if down {
+                            " (not waited for: the watch is down)"
+                        } else {
+                            ""
+                        },
                     },
                 )),
             },

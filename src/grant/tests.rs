@@ -201,10 +201,10 @@ fn an_unreachable_api_server_is_retried_until_it_answers() {
         watch_timeout_secs: 30,
     };
     let checker = GrantChecker::with_mode(Mode::Requests(ep), dir.path());
-    assert_eq!(
+    assert!(matches!(
         checker.cache().wait_for("x", Duration::from_millis(300)),
-        Lookup::Missing { synced: false }
-    );
+        Lookup::Missing { synced: false, .. }
+    ));
     // The refusal says why the pod is unknown.
     let deadline = Instant::now() + LONG;
     while checker.cache().last_error().is_none() && Instant::now() < deadline {
@@ -221,6 +221,19 @@ fn an_unreachable_api_server_is_retried_until_it_answers() {
     assert!(
         e.contains("(the pod list has not loaded yet: request http://127.0.0.1"),
         "{e}"
+    );
+    // Never heard from: the watch is down, and no lookup waits.
+    assert!(
+        e.contains("on the api server (the pod list has not loaded yet: "),
+        "{e}"
+    );
+    assert!(e.contains("(not waited for: the watch is down)"), "{e}");
+    assert_eq!(
+        checker.cache().wait_for("x", LONG),
+        Lookup::Missing {
+            synced: false,
+            down: true
+        }
     );
 }
 
