@@ -9,6 +9,10 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+/// The limit [`FakeApi::pages`] records for a list asked from the cache
+/// (`resourceVersion=0`), which is never paged.
+pub const CACHED: usize = 0;
+
 use serde_json::{json, Value};
 
 #[derive(Default)]
@@ -25,7 +29,8 @@ struct State {
     /// Bumped to make every open watch send an ERROR 410 event.
     expiries: u64,
     requests: Vec<String>,
-    /// The pages listed: (`continue` offset, `limit`).
+    /// The pages listed: (`continue` offset, `limit`); [`CACHED`] for a
+    /// list from the cache.
     pages: Vec<(usize, usize)>,
     /// When not 0, every list page holds this many made-up pods and a
     /// `continue` token: a server that never ends its list.
@@ -160,7 +165,8 @@ impl FakeApi {
         self.shared.lock().requests.clone()
     }
 
-    /// The list pages asked for: (offset the `continue` token stands for, `limit`).
+    /// The list pages asked for: (offset the `continue` token stands for,
+    /// `limit`), the limit [`CACHED`] for a list asked from the cache.
     pub fn pages(&self) -> Vec<(usize, usize)> {
         self.shared.lock().pages.clone()
     }
@@ -276,10 +282,14 @@ fn serve(stream: TcpStream, shared: &Shared) {
                 let from: usize = query_param(query, "continue")
                     .and_then(|c| c.parse().ok())
                     .unwrap_or(0);
+                // `resourceVersion=0`: served whole from the API server's
+                // watch cache, which ignores `limit` (before 1.31).
+                let cached = query_param(query, "resourceVersion") == Some("0");
                 let limit: usize = query_param(query, "limit")
                     .and_then(|l| l.parse().ok())
+                    .filter(|_| !cached)
                     .unwrap_or(usize::MAX);
-                s.pages.push((from, limit));
+                s.pages.push((from, if cached { CACHED } else { limit }));
                 let all: Vec<&Value> = s.pods.values().filter(|p| selector.lists(p)).collect();
                 let end = from.saturating_add(limit).min(all.len());
                 let items: Vec<Value> = all[from.min(end)..end]

@@ -1,7 +1,7 @@
 //! What a pod list costs the plugin: the API server leaves out the node's
 //! finished pods, and of a listed pod's annotations only those the check
 //! reads are kept.
-use super::fake_api::{pod, FakeApi};
+use super::fake_api::{pod, FakeApi, CACHED};
 use super::model::{Pod, CONFIG_MIRROR};
 use super::request::RdmaStrategy;
 
@@ -46,12 +46,16 @@ fn finished_pods_are_not_listed_at_all() {
     let (pods, _) = client(&api).list().unwrap();
     let names: Vec<&str> = pods.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["running"]);
-    assert_eq!(api.pages(), [(0, 40)], "the server left them out");
+    assert_eq!(
+        api.pages(),
+        [(0, CACHED)],
+        "one list from the cache; the server left them out"
+    );
 }
 
-/// Running pods of a large size each (a page of them over the byte bound):
-/// the page is asked for again half as long until it fits, and every pod is
-/// listed.
+/// Running pods of a large size each (the cached list and a page of them
+/// over the byte bound): the list is read again from etcd page by page, a
+/// page asked for again half as long until it fits, and every pod is listed.
 #[test]
 fn a_page_too_large_is_asked_for_again_shorter() {
     let api = FakeApi::start().unwrap();
@@ -60,7 +64,8 @@ fn a_page_too_large_is_asked_for_again_shorter() {
     }
     let (pods, _) = client(&api).list().unwrap();
     assert_eq!(pods.len(), 12);
-    let pages = api.pages();
+    let mut pages = api.pages();
+    assert_eq!(pages.remove(0), (0, CACHED), "from the cache first");
     assert_eq!(pages[..2], [(0, 40), (0, 20)], "{pages:?}");
     // Each retry of the first page halves it; later pages keep the size that fit.
     let fit = pages

@@ -486,3 +486,17 @@ mod late;
 
 #[path = "last_tests.rs"]
 mod last_tests;
+
+/// Pauses and watch timeouts are spread: drawn within their bounds, and not
+/// all the same.
+#[test]
+fn jitter_stays_within_its_bound_and_varies() {
+    let most = Duration::from_secs(240);
+    let drawn: Vec<Duration> = (0..64).map(|_| super::watch::jitter(most)).collect();
+    assert!(drawn.iter().all(|d| *d <= most), "{drawn:?}");
+    let first = drawn[0];
+    assert!(drawn.iter().any(|d| *d != first), "{drawn:?}");
+    assert!(drawn.iter().any(|d| *d < most / 2), "{drawn:?}");
+    assert!(drawn.iter().any(|d| *d > most / 2), "{drawn:?}");
+    assert_eq!(super::watch::jitter(Duration::ZERO), Duration::ZERO);
+}

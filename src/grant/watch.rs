@@ -6,7 +6,18 @@
 //! event per line; a watch that ends normally (the server's `timeoutSeconds`) is
 //! resumed from the last version seen; `410 Gone` (as the response or as an ERROR
 //! event) means the version is too old and the cache is rebuilt from a new list;
-//! any other failure reconnects with exponential backoff (100 ms to 5 s).
+//! any other failure reconnects with exponential backoff (100 ms to 5 s), each
+//! pause drawn between half and all of its step.
+//!
+//! Every node lists at once when the API servers restart (each watch then gets
+//! `410`), so a list is asked with `resourceVersion=0`, which the API server
+//! answers whole from its watch cache instead of reading etcd, where pods are
+//! not indexed by node (client-go's reflector lists so for the same reason).
+//! Such a list may be older than what the watch saw; the watch from its version
+//! brings it up to date, and the check keys pods by UID, whose requests never
+//! change. Only a list over the byte bound is read again from etcd, page by
+//! page. Watches ask for a `timeoutSeconds` drawn between the configured one and
+//! twice it, so that nodes that connected together do not all reconnect together.
 
 use std::io::{BufRead, BufReader, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,8 +26,10 @@ use std::time::{Duration, Instant};
 
 use super::cache::PodCache;
 use super::credentials::{self, ClientCert, CredentialError, Secret};
-use super::model::{Bookmark, Pod, PodList, PodSummary, Status, WatchEvent};
+use super::model::{Bookmark, Pod, Status, WatchEvent};
 use super::settings::{Endpoint, Mode};
+
+mod list;
 
 /// Largest list page accepted (a page holds at most [`PAGE`] pods).
 pub const MAX_LIST_BYTES: u64 = 64 << 20;
@@ -185,80 +198,13 @@ impl PodClient {
         })
     }
 
-    /// Every pod of the node and the list's resourceVersion, page by page.
-    pub fn list(&self) -> Result<(Vec<PodSummary>, String), WatchError> {
-        let mut pods = Vec::new();
-        let mut listed = 0;
-        let mut cont = String::new();
-        let mut limit = PAGE;
-        loop {
-            let page = match self.page(limit, &cont) {
-                Ok(page) => page,
-                // A page over the byte bound (pods of several MiB each): the
-                // same page again, half as long; one pod always fits.
-                Err(e @ WatchError::PageTooLarge { .. }) if limit > 1 => {
-                    limit /= 2;
-                    tracing::warn!(error = %e, limit, "grant check: a pod list page asked for again shorter");
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            listed += page.items.len();
-            pods.extend(
-                page.items
-                    .iter()
-                    .filter(|p| !p.finished())
-                    .map(Pod::summary),
-            );
-            // Pages of a bounded size, but a server that never ends the list
-            // must not grow it without bound.
-            if pods.len() > super::cache::MAX_PODS || listed > MAX_LISTED {
-                return Err(WatchError::TooManyPods {
-                    url: format!("{}/api/v1/pods", self.base),
-                });
-            }
-            if page.metadata.continue_token.is_empty() {
-                return Ok((pods, page.metadata.resource_version));
-            }
-            cont = page.metadata.continue_token;
-        }
-    }
-
-    /// One page of at most `limit` pods, from `cont` on.
-    fn page(&self, limit: u32, cont: &str) -> Result<PodList, WatchError> {
-        let mut query = format!("limit={limit}");
-        if !cont.is_empty() {
-            query.push_str("&continue=");
-            query.push_str(&percent_encode(cont));
-        }
-        let (url, body) = self.get(&query)?;
-        let max = self.max_list_bytes;
-        let reader = BufReader::new(body.into_with_config().limit(max).reader());
-        serde_json::from_reader(reader).map_err(|source| {
-            if !source.is_io() {
-                return WatchError::Decode {
-                    url,
-                    what: "pod list",
-                    source,
-                };
-            }
-            // The body's reader failed: over the bound, or the connection.
-            match ureq::Error::from(std::io::Error::from(source)) {
-                ureq::Error::BodyExceedsLimit(_) => WatchError::PageTooLarge { url, max },
-                other => WatchError::Http {
-                    url,
-                    source: Box::new(other),
-                },
-            }
-        })
-    }
-
     /// Watches from `version`, applying each event to `cache` and advancing
     /// `version`, until the server ends the watch or it fails.
     pub fn watch(&self, version: &mut String, cache: &PodCache) -> Result<(), WatchError> {
+        let timeout = Duration::from_secs(self.watch_timeout_secs);
         let query = format!(
             "watch=1&allowWatchBookmarks=true&timeoutSeconds={}&resourceVersion={}",
-            self.watch_timeout_secs,
+            (timeout + jitter(timeout)).as_secs(),
             percent_encode(version)
         );
         let (url, body) = match self.get(&query) {
@@ -388,7 +334,7 @@ impl PodWatch {
 fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
     let mut backoff = BACKOFF_MIN;
     let pause = |backoff: &mut Duration| {
-        std::thread::sleep(*backoff);
+        std::thread::sleep(*backoff / 2 + jitter(*backoff / 2));
         *backoff = (*backoff * 2).min(BACKOFF_MAX);
     };
     while !stop.load(Ordering::Relaxed) {
@@ -436,6 +382,20 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
             }
         }
     }
+}
+
+/// A duration drawn evenly from zero to `most`, different in each process
+/// and call (std's hasher keys are random per process and change with each
+/// `RandomState`, and the clock is hashed too): enough to spread nodes apart,
+/// with no generator to keep.
+pub(super) fn jitter(most: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    h.write_u128(now.unwrap_or_default().as_nanos());
+    h.write_u64(std::process::id().into());
+    let nanos = u64::try_from(most.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(h.finish() % nanos.saturating_add(1))
 }
 
 /// Starts the watch of `ep`: the mode is `Requests`, or `Unavailable` when the

@@ -1,0 +1,94 @@
+//! The pod list: whole from the API server's cache, or page by page from
+//! etcd where that is over the byte bound (see the parent module's doc).
+
+use std::io::BufReader;
+
+use super::{percent_encode, PodClient, WatchError, MAX_LISTED, PAGE};
+use crate::grant::cache::MAX_PODS;
+use crate::grant::model::{Pod, PodList, PodSummary};
+
+impl PodClient {
+    /// Every pod of the node and the list's resourceVersion: whole from the
+    /// API server's cache, or page by page from etcd where that is over the
+    /// byte bound (see the module doc).
+    pub fn list(&self) -> Result<(Vec<PodSummary>, String), WatchError> {
+        let mut pods = Vec::new();
+        let mut listed = 0;
+        let mut cont = String::new();
+        // `None`: the cached list, which the API server does not page.
+        let mut limit: Option<u32> = None;
+        loop {
+            let page = match self.page(limit, &cont) {
+                Ok(page) => page,
+                Err(e @ WatchError::PageTooLarge { .. }) if limit.is_none() && cont.is_empty() => {
+                    tracing::warn!(error = %e, limit = PAGE, "grant check: the cached pod list is too large; listing from etcd page by page");
+                    limit = Some(PAGE);
+                    continue;
+                }
+                // A page over the byte bound (pods of several MiB each): the
+                // same page again, half as long; one pod always fits.
+                Err(e @ WatchError::PageTooLarge { .. }) if limit.is_some_and(|l| l > 1) => {
+                    let shorter = limit.map(|l| l / 2);
+                    tracing::warn!(error = %e, limit = shorter, "grant check: a pod list page asked for again shorter");
+                    limit = shorter;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            listed += page.items.len();
+            pods.extend(
+                page.items
+                    .iter()
+                    .filter(|p| !p.finished())
+                    .map(Pod::summary),
+            );
+            // Pages of a bounded size, but a server that never ends the list
+            // must not grow it without bound.
+            if pods.len() > MAX_PODS || listed > MAX_LISTED {
+                return Err(WatchError::TooManyPods {
+                    url: format!("{}/api/v1/pods", self.base),
+                });
+            }
+            if page.metadata.continue_token.is_empty() {
+                return Ok((pods, page.metadata.resource_version));
+            }
+            cont = page.metadata.continue_token;
+        }
+    }
+
+    /// One page of at most `limit` pods, from `cont` on; with no limit, the
+    /// list from the API server's cache (a continue token goes without a
+    /// version: the API server refuses both).
+    fn page(&self, limit: Option<u32>, cont: &str) -> Result<PodList, WatchError> {
+        let mut query = match (limit, cont.is_empty()) {
+            (Some(limit), _) => format!("limit={limit}&"),
+            (None, true) => "resourceVersion=0&".to_string(),
+            (None, false) => String::new(),
+        };
+        if !cont.is_empty() {
+            query.push_str("continue=");
+            query.push_str(&percent_encode(cont));
+        }
+        let query = query.trim_end_matches('&');
+        let (url, body) = self.get(query)?;
+        let max = self.max_list_bytes;
+        let reader = BufReader::new(body.into_with_config().limit(max).reader());
+        serde_json::from_reader(reader).map_err(|source| {
+            if !source.is_io() {
+                return WatchError::Decode {
+                    url,
+                    what: "pod list",
+                    source,
+                };
+            }
+            // The body's reader failed: over the bound, or the connection.
+            match ureq::Error::from(std::io::Error::from(source)) {
+                ureq::Error::BodyExceedsLimit(_) => WatchError::PageTooLarge { url, max },
+                other => WatchError::Http {
+                    url,
+                    source: Box::new(other),
+                },
+            }
+        })
+    }
+}
