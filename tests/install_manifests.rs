@@ -41,6 +41,11 @@ fn shipped_configs_parse() {
     let text = cm["data"]["config.toml"].as_str().expect("config.toml key");
     let config = Config::parse(text, "configmap").unwrap();
     assert_eq!(config.hook_path, "/opt/devgate/bin/devgate-hook");
+    // Missing credentials refuse device pods instead of turning the check off.
+    assert_eq!(
+        config.grant_check,
+        Some(devgate::grant::GrantCheck::Requests)
+    );
     // The host's /usr is mounted at /host/usr (daemonset.yaml).
     let libs = config.gpu.nvml_library.candidates();
     assert!(
