@@ -231,6 +231,45 @@ fn attached(ops: &mut VfOps<'_>, pod: &Netns, pod_nl: &mut dyn Rtnl, rec: &Saved
     netdev && rdma
 }
 
+/// The VF's netdev on the host. The name is the inventory's, read before:
+/// a netdev that took it since (another VF come home from a pod that is gone,
+/// not yet restored) must not go into this pod. Its parent device
+/// (IFLA_PARENT_DEV_NAME, Linux 5.16; ethtool's bus_info before, see
+/// `ethtool`) names the PCI function it is on, and where the name is gone or
+/// another's, the VF's own netdev is found by it: renamed since (udev naming
+/// VFs seconds after they appear, an operator). A driver that reports no
+/// parent leaves only the name and the MAC to go by.
+fn host_netdev(at: &At<'_>, host: &mut dyn Rtnl, a: &VfAttach) -> Result<super::Link, VfError> {
+    let vf_bus = a.vf_bus_id.to_string();
+    let named = at
+        .step("find host netdev", host.link(LinkRef::Name(&a.host_netdev)))?
+        .filter(|l| l.name == a.host_netdev);
+    let named = match named {
+        Some(link) if link.parent.as_ref().is_none_or(|p| *p == vf_bus) => return Ok(link),
+        other => other,
+    };
+    let mut own: Vec<super::Link> = at
+        .step("list host netdevs", host.links())?
+        .into_iter()
+        .filter(|l| l.parent.as_ref() == Some(&vf_bus))
+        .collect();
+    if own.len() == 1 {
+        let link = own.remove(0);
+        tracing::info!(vf = %vf_bus, planned = %a.host_netdev, netdev = %link.name, "vf netdev renamed since the plan: found by its pci function");
+        return Ok(link);
+    }
+    Err((at.err("find host netdev"))(match named {
+        Some(link) => Cause::OtherDevice {
+            name: link.name,
+            parent: link.parent.unwrap_or_default(),
+        },
+        None => Cause::NotFound {
+            what: "host netdev",
+            name: a.host_netdev.clone(),
+        },
+    }))
+}
+
 /// Reads everything the record needs; changes nothing.
 fn prepare(
     at: &At<'_>,
@@ -240,27 +279,7 @@ fn prepare(
     netns: SavedNetns,
     a: &VfAttach,
 ) -> Result<SavedVf, VfError> {
-    let link = at
-        .step("find host netdev", host.link(LinkRef::Name(&a.host_netdev)))?
-        .filter(|l| l.name == a.host_netdev)
-        .ok_or_else(|| {
-            (at.err("find host netdev"))(Cause::NotFound {
-                what: "host netdev",
-                name: a.host_netdev.clone(),
-            })
-        })?;
-    // The name is the inventory's, read before: a netdev that took it since
-    // (another VF come home from a pod that is gone, not yet restored) must
-    // not go into this pod. Its parent device (IFLA_PARENT_DEV_NAME, Linux
-    // 5.16; ethtool's bus_info before, see `ethtool`) names the PCI function
-    // it is on. A driver that reports neither leaves only the MAC to go by.
-    let vf_bus = a.vf_bus_id.to_string();
-    if let Some(parent) = link.parent.as_ref().filter(|p| **p != vf_bus) {
-        return Err((at.err("find host netdev"))(Cause::OtherDevice {
-            name: link.name.clone(),
-            parent: parent.clone(),
-        }));
-    }
+    let link = host_netdev(at, host, a)?;
     let taken = at.step(
         "check container name",
         pod_nl.link(LinkRef::Name(&a.container_ifname)),

@@ -1,6 +1,7 @@
 //! Which netdev is the VF: attach moves only the VF the plan names, and a
 //! restore changes nothing of a VF it cannot find.
 use super::rig::*;
+use crate::netdev::fake::HOST;
 use nri::ErrorChain;
 
 /// The host netdev named in the plan is another VF's now (that VF came home
@@ -20,6 +21,41 @@ fn a_host_netdev_of_another_vf_is_refused_before_any_change() {
     assert!(rig.m().calls.is_empty());
     assert_eq!(host_world(&rig.m()), before);
     assert_eq!(rig.records(), 0);
+}
+
+/// The VF's netdev was renamed after the plan read its name (udev names
+/// VFs seconds after they appear): it is found by its PCI function, moved
+/// in, and goes home under the name it had, while a netdev that took the
+/// planned name (another VF's) is left alone.
+#[test]
+fn a_vf_netdev_renamed_since_the_plan_is_found_by_its_pci_function() {
+    for planned_name_taken in [false, true] {
+        let mut m = model();
+        m.links[1].link.name = "enp59s0f0v3".to_string();
+        if planned_name_taken {
+            let other = m.add_link(HOST, "ens1f0v3", "0e:00:00:00:00:05", true);
+            let other = m.links.iter_mut().find(|l| l.link.index == other).unwrap();
+            other.link.parent = Some("0000:3b:02.5".to_string());
+        }
+        let mut rig = Rig::new(m);
+        let before = rig.m().world();
+        rig.attach(&[action()]).unwrap();
+        let vf = |rig: &Rig| {
+            let m = rig.m();
+            let l = m.links.iter().find(|l| l.link.index == VF_NETDEV).unwrap();
+            (l.ns, l.link.name.clone())
+        };
+        assert_eq!(vf(&rig), (POD, "net1".to_string()));
+        let other = rig
+            .m()
+            .links
+            .iter()
+            .any(|l| l.ns == HOST && l.link.name == "ens1f0v3");
+        assert_eq!(other, planned_name_taken, "the other netdev stays");
+        assert_eq!(rig.detach("ctr1").unwrap(), 1);
+        assert_eq!(vf(&rig), (HOST, "enp59s0f0v3".to_string()));
+        assert_eq!(rig.m().world(), before);
+    }
 }
 
 /// A container with NET_ADMIN moved the VF out of the pod's netns into one of
