@@ -235,6 +235,47 @@ fn check_hgx_affinity(inv: &Inventory) {
     assert_eq!(minors, [8, 9, 2, 3, 4, 5, 6, 7, 10, 11]);
 }
 
+/// In switchdev mode a PF's `net/` also holds its VFs' representors, whose
+/// names may sort first: the PF's own netdev (its `phys_port_name` a
+/// physical port's, or none) is listed first.
+#[test]
+fn a_pfs_own_netdev_comes_before_its_representors() {
+    let (dir, _fixture) = build(HostRootBuilder::hgx().gpus(1).nics(2));
+    let net = dir.path().join("sys/bus/pci/devices/0000:1d:00.0/net");
+    let port = |name: &str, port: &str| {
+        std::fs::create_dir_all(net.join(name)).unwrap();
+        std::fs::write(net.join(name).join("phys_port_name"), format!("{port}\n")).unwrap();
+    };
+    port("enp29s0np0", "p0");
+    port("enp29s0_0", "pf0vf0");
+    port("enp29s0_1", "c1pf0vf1");
+    port("enp29s0_sf", "pf0sf2");
+    let inv = discover(dir.path());
+    let nic = inv
+        .rdma
+        .iter()
+        .find(|n| n.bus_id == addr("0000:1d:00.0"))
+        .unwrap();
+    assert_eq!(
+        nic.netdevs,
+        ["enp29s0np0", "enp29s0_0", "enp29s0_1", "enp29s0_sf"]
+    );
+    // No port names at all (a driver without devlink ports): by name.
+    for name in &nic.netdevs[1..] {
+        std::fs::remove_dir_all(net.join(name)).unwrap();
+    }
+    std::fs::remove_file(net.join("enp29s0np0/phys_port_name")).unwrap();
+    port("enp29s0a", "");
+    std::fs::remove_file(net.join("enp29s0a/phys_port_name")).unwrap();
+    let inv = discover(dir.path());
+    let nic = inv
+        .rdma
+        .iter()
+        .find(|n| n.bus_id == addr("0000:1d:00.0"))
+        .unwrap();
+    assert_eq!(nic.netdevs, ["enp29s0a", "enp29s0np0"]);
+}
+
 #[test]
 fn knobs_change_what_is_discovered() {
     let b = HostRootBuilder::hgx()

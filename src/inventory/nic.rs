@@ -124,7 +124,7 @@ impl Scan<'_> {
             bus_id: function.addr,
             driver: self.driver(&function),
             health: port_health(&rdma.ports),
-            netdevs: self.netdevs(&function),
+            netdevs: self.pf_netdevs(&function),
             topology: self.topology(&function),
             rdma,
             sriov_total_vfs,

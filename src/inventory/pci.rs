@@ -42,6 +42,30 @@ impl Scan<'_> {
         self.optional(list).unwrap_or_default()
     }
 
+    /// A PF's netdev names, its own first: in switchdev mode the PF's `net/`
+    /// also holds a representor per VF and SF, which may sort before it
+    /// (`enp59s0f0_0` before `enp59s0f0np0`), and asked for VF settings a
+    /// representor has none. A representor's `phys_port_name` names its
+    /// function (`pf0vf3`, `c1pf0sf2`; devlink's port names, see
+    /// `__devlink_port_phys_port_name_get`); the uplink's is `p0` or none.
+    pub(super) fn pf_netdevs(&mut self, f: &PciFunction) -> Vec<String> {
+        let mut names = self.netdevs(f);
+        if names.len() > 1 {
+            // Unreadable (EOPNOTSUPP for a driver without ports): not a representor.
+            let representor = |s: &mut Self, name: &str| {
+                s.fs.read_in(&f.dir, format!("net/{name}/phys_port_name"))
+                    .is_ok_and(|port| is_representor_port(port.trim()))
+            };
+            let mut keyed: Vec<(bool, String)> = names
+                .drain(..)
+                .map(|n| (representor(self, &n), n))
+                .collect();
+            keyed.sort_by_key(|(rep, _)| *rep);
+            names = keyed.into_iter().map(|(_, n)| n).collect();
+        }
+        names
+    }
+
     /// The PCI class code, if readable.
     pub(super) fn class(&mut self, dir: &RealPath) -> Option<u32> {
         let text = self.fs.read_in(dir, "class");
@@ -131,4 +155,11 @@ impl Scan<'_> {
             }
         }
     }
+}
+
+/// A devlink port name of a VF's or SF's representor: `pf0vf3`, `c1pf0vf3`,
+/// `pf0sf2`; never a physical port's (`p0`, `p0s1`) or a PF's (`pf0`).
+fn is_representor_port(port: &str) -> bool {
+    port.split_once("pf")
+        .is_some_and(|(_, rest)| rest.contains("vf") || rest.contains("sf"))
 }
