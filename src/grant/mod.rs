@@ -73,13 +73,15 @@ pub enum GrantError {
         #[source]
         source: request::RequestError,
     },
-    /// `waited`: ` after N ms`, or empty where the watch was down.
-    #[error("{DEVICE_ALLOCATED}: pod {pod} (uid {uid}) is not among this node's pods on the api server{waited}{list_state}: its allocation cannot be checked against its requests")]
+    /// `state`: ` after N ms` (none where the watch was down) and the list's
+    /// state; `node`: the node name the watch selects, which a wrong one (the
+    /// host name where the node is registered under another) would explain.
+    #[error("{DEVICE_ALLOCATED}: pod {pod} (uid {uid}) is not among this node's pods on the api server{state}: its allocation cannot be checked against its requests (pods listed for node {node})")]
     UnknownPod {
         pod: String,
         uid: String,
-        waited: String,
-        list_state: String,
+        state: String,
+        node: String,
     },
     #[error("{DEVICE_ALLOCATED}: pod {pod}: the allocation cannot be checked: {reason}")]
     Unavailable { pod: String, reason: String },
@@ -292,7 +294,7 @@ impl GrantChecker {
                     reason: reason.clone(),
                 },
             )),
-            Mode::Requests(_) => match self.cache.wait_for(pod.uid, wait) {
+            Mode::Requests(ep) => match self.cache.wait_for(pod.uid, wait) {
                 Lookup::Found(summary) if summary.mirror_of.is_some() => Err(static_pod(format!(
                     "its mirror pod is {}/{}",
                     summary.namespace, summary.name
@@ -328,11 +330,10 @@ impl GrantChecker {
                     GrantError::UnknownPod {
                         pod: pod_name.to_string(),
                         uid: pod.uid.to_string(),
-                        waited: match down {
+                        state: match down {
                             false => format!(" after {} ms", config.grant_wait_ms),
                             true => String::new(),
-                        },
-                        list_state: list_state(
+                        } + &list_state(
                             synced,
                             self.cache.last_error(),
                             self.cache.silent_for(),
@@ -341,6 +342,7 @@ impl GrantChecker {
                         } else {
                             ""
                         },
+                        node: ep.node_name.clone(),
                     },
                 )),
             },

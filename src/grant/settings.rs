@@ -250,7 +250,12 @@ pub fn resolve(
         named
             .clone()
             .or_else(|| client.and_then(node_identity::node_name))
-            .unwrap_or_else(|| hostname.to_ascii_lowercase())
+            .unwrap_or_else(|| {
+                // Cloud nodes often register under another name (an EC2
+                // node's private DNS name): the list would then be empty.
+                tracing::warn!(node = %hostname.to_ascii_lowercase(), "grant check: no node name given (kube_api.node_name, NODE_NAME): the host name is used");
+                hostname.to_ascii_lowercase()
+            })
     };
     let path = |p: &PathBuf| (!p.as_os_str().is_empty()).then(|| Secret::File(p.clone()));
     let endpoint = |base: String, token, ca, client: Option<ClientCert>| Endpoint {

@@ -228,6 +228,10 @@ fn an_unreachable_api_server_is_retried_until_it_answers() {
         "{e}"
     );
     assert!(e.contains("(not waited for: the watch is down)"), "{e}");
+    assert!(
+        e.ends_with(&format!("(pods listed for node {NODE})")),
+        "{e}"
+    );
     assert_eq!(
         checker.cache().wait_for("x", LONG),
         Lookup::Missing {
