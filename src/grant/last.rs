@@ -149,6 +149,8 @@ impl GrantChecker {
             &pod_name,
             alloc,
             std::time::Duration::ZERO,
+            // A sandbox starting holds no claim yet.
+            &|| false,
         ) else {
             return false;
         };

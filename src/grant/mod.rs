@@ -205,6 +205,24 @@ impl GrantChecker {
         container: &str,
         alloc: &Allocation,
     ) -> Result<(), GrantError> {
+        self.check_held(config, pod, container, alloc, &|| false)
+    }
+
+    /// [`GrantChecker::check`], where `held` says whether the ledger holds
+    /// the pod's claim already, asked only of a pod the API cache lacks. A
+    /// claim is made only once the grant is decided, so a container of a pod
+    /// holding its claim is given nothing new: kubelet restarting a container
+    /// while the API server is out of reach (a partition, devgate restarted
+    /// with an empty cache) is let through on the ledger's word rather than
+    /// refused until the API server answers.
+    pub fn check_held(
+        &self,
+        config: &Arc<Config>,
+        pod: PodIdentity<'_>,
+        container: &str,
+        alloc: &Allocation,
+        held: &dyn Fn() -> bool,
+    ) -> Result<(), GrantError> {
         let (mode, inputs) = self.inputs(config, pod, alloc);
         // Held through the decision, so that the kept one is the last the
         // audit saw.
@@ -217,7 +235,7 @@ impl GrantChecker {
         let pod_name = format!("{}/{}", pod.namespace, pod.name);
         let devices = check::describe(alloc);
         let wait = Duration::from_millis(config.grant_wait_ms);
-        let result = self.decide(config, mode, pod, &pod_name, alloc, wait);
+        let result = self.decide(config, mode, pod, &pod_name, alloc, wait, held);
         let (outcome, reason) = match &result {
             Ok((outcome, reason)) => (*outcome, reason.clone()),
             Err((kind, e)) => (Outcome::Refused(*kind), nri::ErrorChain(e).to_string()),
@@ -234,7 +252,9 @@ impl GrantChecker {
         result.map(|_| ()).map_err(|(_, e)| e)
     }
 
-    /// `wait`: how long a pod the cache lacks is waited for.
+    /// `wait`: how long a pod the cache lacks is waited for; `held`: see
+    /// [`GrantChecker::check_held`].
+    #[allow(clippy::too_many_arguments)]
     fn decide(
         &self,
         config: &Config,
@@ -243,6 +263,7 @@ impl GrantChecker {
         pod_name: &str,
         alloc: &Allocation,
         wait: Duration,
+        held: &dyn Fn() -> bool,
     ) -> Result<(Outcome, String), (RefusalKind, GrantError)> {
         let namespace = |rule| {
             (
@@ -321,6 +342,10 @@ impl GrantChecker {
                     })?;
                     Ok((Outcome::Granted, "matches the pod's requests".into()))
                 }
+                Lookup::Missing { .. } if held() => Ok((
+                    Outcome::Granted,
+                    "not in the api cache; the ledger holds the pod's claim, made once its grant was decided".into(),
+                )),
                 Lookup::Missing { .. } if ignore => Ok((
                     Outcome::Unverified,
                     "pod not in the api cache (failure_policy ignore)".into(),

@@ -504,3 +504,6 @@ fn jitter_stays_within_its_bound_and_varies() {
     assert!(drawn.iter().any(|d| *d > most / 2), "{drawn:?}");
     assert_eq!(super::watch::jitter(Duration::ZERO), Duration::ZERO);
 }
+
+#[path = "held_tests.rs"]
+mod held_tests;

@@ -219,7 +219,14 @@ impl Devices {
         // claim is the pod's, and the first container to arrive makes it
         // unless the sandbox's start made it already.
         if let Some(grant) = self.grant.get() {
-            grant.check(config, grant_identity(pod), &ctr.name, &devices.allocation)?;
+            let held = || self.ledger.holds(&pod.id).unwrap_or(false);
+            grant.check_held(
+                config,
+                grant_identity(pod),
+                &ctr.name,
+                &devices.allocation,
+                &held,
+            )?;
         }
         let prepared = self.prepared(&devices, pod, ctr, config, features, health)?;
         let pod_ref = pod_ref(pod);

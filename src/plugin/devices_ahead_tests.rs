@@ -103,3 +103,60 @@ fn a_sandbox_start_leaves_an_undecided_grant_to_the_first_container() {
     let counters = node.devices.grant_checker().unwrap().counters();
     assert_eq!(counters, crate::grant::audit::GrantCounters::default());
 }
+
+/// The API server is out of reach (the plugin restarted during a partition,
+/// its pod cache empty): a container of a pod whose claim the ledger holds
+/// (kubelet restarting it) is let through on the ledger's word, and a pod
+/// holding nothing is refused without the wait.
+#[test]
+fn a_pod_holding_its_claim_is_admitted_while_the_api_server_is_out_of_reach() {
+    let node = node();
+    let config = Arc::new(Config {
+        grant_wait_ms: 1500,
+        ..Config::default()
+    });
+    node.create("c1", &[], &config, RuntimeFeatures::default())
+        .expect("admitted before the partition");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let unreachable = crate::grant::Mode::Requests(crate::grant::settings::Endpoint {
+        base: format!("http://127.0.0.1:{port}"),
+        token: None,
+        ca: None,
+        client: None,
+        node_name: "node-a".into(),
+        watch_timeout_secs: 30,
+    });
+    let checker =
+        crate::grant::GrantChecker::with_mode(unreachable, &node.dir.path().join("state"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while checker.cache().last_error().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    node.devices.set_grant_checker(Arc::new(checker));
+    node.create("c1", &[], &config, RuntimeFeatures::default())
+        .expect("the restarted container, on the ledger's word");
+    let mut other = node.pod.clone();
+    other.id = "sandbox-2".into();
+    other.uid = "uid-2".into();
+    let err = node
+        .devices
+        .apply(
+            &other,
+            &container("c1", &[]),
+            &config,
+            RuntimeFeatures::default(),
+            &node.health,
+        )
+        .unwrap_err();
+    let text = nri::ErrorChain(&err).to_string();
+    assert!(
+        text.contains("(not waited for: the watch is down)"),
+        "{text}"
+    );
+    let counters = node.devices.grant_checker().unwrap().counters();
+    assert_eq!((counters.granted, counters.refused), (1, 1), "{counters:?}");
+}
