@@ -166,3 +166,32 @@ fn a_uverbs_numbered_anew_is_read_again_after_a_uevent() {
     let after = node.create("c3", &[], &config, features).unwrap();
     assert_eq!(minor_of(&after), Some(i64::from(renumbered)));
 }
+
+/// A read of the host during which the kernel reported device changes is
+/// not taken as current: the next plan reads the host again, and once the
+/// changes stop, a read is kept as current.
+#[test]
+fn a_read_a_change_overtook_is_not_taken_as_current() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let node = node();
+    let changes = Arc::clone(node.devices.host_changes());
+    changes.bump();
+    assert!(!node.devices.is_current());
+    let stop = Arc::new(AtomicBool::new(false));
+    let bumper = {
+        let (changes, stop) = (Arc::clone(&changes), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                changes.bump();
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        })
+    };
+    let during = node.devices.fresh_inventory();
+    assert_eq!(during.gpus.len(), node.fixture.expected().gpus.len());
+    assert!(!node.devices.is_current(), "changes during every read");
+    stop.store(true, Ordering::Relaxed);
+    bumper.join().unwrap();
+    node.devices.fresh_inventory();
+    assert!(node.devices.is_current());
+}

@@ -9,6 +9,9 @@ use super::{link_dev_char, Devices};
 use crate::inventory::uevents::{HostChanges, UeventSocket};
 use crate::inventory::Inventory;
 
+/// Reads of the host a change overtook before one is kept anyway.
+const READ_TRIES: u32 = 3;
+
 impl Devices {
     pub fn inventory(&self) -> Arc<Inventory> {
         self.inventory
@@ -32,12 +35,29 @@ impl Devices {
     /// first read of the host so that what changed since is queued there,
     /// reading the host again once each burst of them has passed (so that a
     /// plan seldom has to first).
+    ///
+    /// The reads run on a thread of their own, so that the uevent thread
+    /// keeps counting changes during them: a read a change overtook is then
+    /// known as such (see [`Devices::read_host`]) instead of being taken as
+    /// current until the uevent thread gets to the queued change.
     pub fn watch_host(self: &Arc<Self>, sock: UeventSocket) -> std::io::Result<()> {
+        // One read asked for at most: a burst settling during a read asks
+        // for one more, not one each.
+        let (ask, asked) = std::sync::mpsc::sync_channel::<()>(1);
         let devices = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("devgate-inventory".into())
+            .spawn(move || {
+                for () in asked {
+                    match devices.upgrade() {
+                        Some(d) => drop(d.refresh()),
+                        None => return,
+                    }
+                }
+            })?;
         let settled = move || {
-            if let Some(d) = devices.upgrade() {
-                drop(d.refresh());
-            }
+            // Full: a read is asked for already.
+            let _ = ask.try_send(());
         };
         self.changes.watch(sock, settled).map(drop)
     }
@@ -63,16 +83,30 @@ impl Devices {
         self.read_host()
     }
 
-    fn is_current(&self) -> bool {
+    pub(super) fn is_current(&self) -> bool {
         self.changes.generation() == self.read_at.load(Ordering::Acquire)
     }
 
     /// The read itself, under `reading`: reads never overlap, so each one
     /// kept is newer than the one before, with its GID cache and `/dev/char`
-    /// links.
+    /// links. A read during which the kernel reported a change may hold a
+    /// device half-changed (a VF's netdev beside another VF's `uverbsN`): it
+    /// is read again, up to [`READ_TRIES`] times; the last is kept, but not
+    /// taken as current, so the next plan reads the host again.
     fn read_host(&self) -> Arc<Inventory> {
-        let generation = self.changes.generation();
-        let inv = Arc::new(self.gpu_facts.discover(&self.host_root));
+        let mut tries = 0;
+        let (generation, inv) = loop {
+            let generation = self.changes.generation();
+            let inv = Arc::new(self.gpu_facts.discover(&self.host_root));
+            tries += 1;
+            if self.changes.generation() == generation {
+                break (Some(generation), inv);
+            }
+            if tries == READ_TRIES {
+                tracing::info!(tries, "the host's devices changed during each read: the last read is used, and read again at the next plan");
+                break (None, inv);
+            }
+        };
         // The new inventory's names may stand for other devices.
         self.gids.clear();
         self.dev_char.forget();
@@ -81,7 +115,9 @@ impl Devices {
             .inventory
             .write()
             .unwrap_or_else(PoisonError::into_inner) = inv.clone();
-        self.read_at.store(generation, Ordering::Release);
+        if let Some(generation) = generation {
+            self.read_at.store(generation, Ordering::Release);
+        }
         inv
     }
 }
