@@ -91,7 +91,11 @@ pub type World = (
 );
 
 fn kernel(op: &'static str, errno: i32) -> NlError {
-    NlError::Kernel { op, errno }
+    NlError::Kernel {
+        op,
+        errno,
+        message: None,
+    }
 }
 
 impl Model {

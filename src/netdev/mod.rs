@@ -15,6 +15,7 @@
 mod chars;
 mod error;
 pub mod ethtool;
+mod extack;
 mod find_pf;
 pub(crate) mod lenient;
 pub mod linkwatch;

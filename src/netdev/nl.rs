@@ -33,8 +33,13 @@ pub enum NlError {
         #[source]
         source: io::Error,
     },
-    #[error("{op}: kernel answered {}", io::Error::from_raw_os_error(*.errno))]
-    Kernel { op: &'static str, errno: i32 },
+    /// `message`: the kernel's own text, where it sent one (extended ACK).
+    #[error("{op}: kernel answered {}{}", io::Error::from_raw_os_error(*.errno), .message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Kernel {
+        op: &'static str,
+        errno: i32,
+        message: Option<String>,
+    },
     #[error("{op}: malformed reply: {reason}")]
     Malformed { op: &'static str, reason: String },
 }
@@ -96,6 +101,7 @@ impl NlSocket {
         sock.bind_auto().map_err(err)?;
         sock.connect(&netlink_sys::SocketAddr::new(0, 0))
             .map_err(err)?;
+        super::extack::ask(std::os::fd::AsRawFd::as_raw_fd(&sock));
         Ok(NlSocket { sock, watch: None })
     }
 
@@ -276,16 +282,19 @@ impl<T: Transport> Conn<T> {
                 body.get(..4)
                     .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
             };
-            let kernel = |code: i32| NlError::Kernel {
+            // A DONE's attributes follow the error at once (netlink_dump_done):
+            // only an ERROR's message is read.
+            let kernel = |code: i32, message| NlError::Kernel {
                 op,
                 errno: code.checked_neg().unwrap_or(libc::EINVAL),
+                message,
             };
             match buf.message_type() {
                 NLMSG_NOOP => {}
                 // A dump that failed midway ends with its error in the DONE
                 // (netlink_dump_done, net/netlink/af_netlink.c), not an ERROR.
                 NLMSG_DONE => match code() {
-                    Some(c) if c < 0 => return Err(kernel(c)),
+                    Some(c) if c < 0 => return Err(kernel(c, None)),
                     _ => return Ok(true),
                 },
                 NLMSG_ERROR => {
@@ -293,7 +302,7 @@ impl<T: Transport> Conn<T> {
                     if code == 0 {
                         return Ok(true);
                     }
-                    return Err(kernel(code));
+                    return Err(kernel(code, super::extack::message(buf.flags(), body)));
                 }
                 _ => out.push(body.to_vec()),
             }

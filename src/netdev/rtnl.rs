@@ -378,6 +378,7 @@ impl<T: Transport> Rtnl for RtnlConn<T> {
             return Err(NlError::Kernel {
                 op: "get pf vf info",
                 errno: libc::ENODEV,
+                message: None,
             });
         };
         let addr_len = link.mac.as_ref().map_or(6, |m| m.as_bytes().len());
