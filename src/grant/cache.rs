@@ -20,10 +20,10 @@ use super::model::PodSummary;
 pub const MAX_PODS: usize = 4096;
 /// Longest watch error kept for a refusal message.
 const MAX_ERROR: usize = 512;
-/// A watch whose last request failed, with the api server silent this long
-/// (or never heard), is down: a lookup does not wait for a pod that cannot
-/// arrive before a reconnect, since the runtime holds every other NRI call
-/// of the node while a plugin's answer waits.
+/// A watch whose requests have failed this long, with none succeeding, is
+/// down: a lookup does not wait for a pod that cannot arrive before a
+/// reconnect, since the runtime holds every other NRI call of the node while
+/// a plugin's answer waits. One failure is not: the next try is 100 ms away.
 pub const DOWN_AFTER: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
@@ -37,6 +37,8 @@ struct State {
     last_error: Option<String>,
     /// When the api server last said anything: a list, an event or a bookmark.
     heard: Option<Instant>,
+    /// Since when requests have failed, none succeeding.
+    failing_since: Option<Instant>,
 }
 
 impl State {
@@ -53,7 +55,8 @@ impl State {
 
     /// See [`DOWN_AFTER`].
     fn down(&self) -> bool {
-        self.last_error.is_some() && self.heard.is_none_or(|t| t.elapsed() >= DOWN_AFTER)
+        self.failing_since
+            .is_some_and(|t| t.elapsed() >= DOWN_AFTER)
     }
 
     fn get(&self, uid: &str) -> Option<Arc<PodSummary>> {
@@ -95,9 +98,14 @@ impl PodCache {
 
     /// A fresh list: replaces everything (pods deleted while the watch was down go).
     pub fn replace_all(&self, pods: impl IntoIterator<Item = PodSummary>) {
+        let (last_error, failing_since) = {
+            let mut s = self.lock();
+            (s.last_error.take(), s.failing_since.take())
+        };
         let mut next = State {
             synced: true,
-            last_error: self.lock().last_error.take(),
+            last_error,
+            failing_since,
             heard: Some(Instant::now()),
             ..State::default()
         };
@@ -150,9 +158,22 @@ impl PodCache {
 
     /// Records why the watch failed (`None`: it is connected), for refusals.
     pub fn set_error(&self, error: Option<String>) {
-        self.lock().last_error = error.map(|e| e.chars().take(MAX_ERROR).collect());
+        let mut s = self.lock();
+        s.failing_since = match (&error, s.failing_since) {
+            (None, _) => None,
+            (Some(_), since) => since.or_else(|| Some(Instant::now())),
+        };
+        s.last_error = error.map(|e| e.chars().take(MAX_ERROR).collect());
+        drop(s);
         // A lookup waiting for a pod stops once the watch is down.
         self.changed.notify_all();
+    }
+
+    /// Makes the current failure `by` older, as if it had begun earlier.
+    #[cfg(test)]
+    pub fn failing_for(&self, by: Duration) {
+        let mut s = self.lock();
+        s.failing_since = s.failing_since.and_then(|t| t.checked_sub(by));
     }
 
     /// Why the watch last failed, while it has not reconnected.
@@ -287,9 +308,9 @@ mod tests {
         assert_eq!(unloaded, " (the pod list has not loaded yet)");
     }
 
-    /// A failed watch heard from lately may deliver the pod on reconnecting,
-    /// so a lookup waits; one silent for `DOWN_AFTER` is down, and a lookup
-    /// waiting for it stops when it fails.
+    /// A watch failing lately may deliver the pod on reconnecting, so a
+    /// lookup waits; one failing for `DOWN_AFTER` is down, and a lookup
+    /// waiting for it stops when it fails again.
     #[test]
     fn a_watch_that_is_down_is_not_waited_for() {
         let c = Arc::new(PodCache::new());
@@ -303,11 +324,16 @@ mod tests {
             std::thread::spawn(move || c.wait_for("u1", Duration::from_secs(600)))
         };
         std::thread::sleep(Duration::from_millis(50));
-        c.lock().heard = Instant::now().checked_sub(DOWN_AFTER);
         c.set_error(Some("connection refused".into()));
+        c.failing_for(DOWN_AFTER);
+        c.set_error(Some("connection refused again".into()));
         assert_eq!(waiter.join().unwrap(), missing(true));
         assert_eq!(c.wait_for("u1", Duration::from_secs(600)), missing(true));
-        c.heard();
+        // Replacing the pods leaves the failure as it is; a request that
+        // succeeds ends it.
+        c.replace_all([]);
+        assert_eq!(c.wait_for("u1", Duration::ZERO), missing(true));
+        c.set_error(None);
         assert_eq!(c.wait_for("u1", Duration::ZERO), missing(false));
     }
 }

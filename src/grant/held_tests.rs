@@ -22,7 +22,7 @@ fn a_pod_holding_its_claim_is_let_through_when_the_api_cannot_answer() {
     };
     checker
         .check_held(&config, id("team", "ghost", "u-ghost"), "main", &a, &held)
-        .expect("held: granted at its claim");
+        .expect("held: let through, unverified");
     // What the API server knows decides, held or not: a mismatch refuses.
     assert_eq!(asked.get(), 1);
     let e = checker
@@ -42,5 +42,36 @@ fn a_pod_holding_its_claim_is_let_through_when_the_api_cannot_answer() {
     assert!(e.to_string().contains("u-other"), "{e}");
     drop(checker);
     let c = audit::read_counters(dir.path()).unwrap();
-    assert_eq!((c.granted, c.refused), (1, 2), "{c:?}");
+    assert_eq!((c.granted, c.unverified, c.refused), (0, 1, 2), "{c:?}");
+}
+
+/// The ledger's word is not kept for the pod: once the watch has the pod,
+/// its next container is checked against its requests, and a mismatch is
+/// refused although the ledger holds the claim.
+#[test]
+fn the_ledgers_word_is_not_kept_for_the_pods_next_containers() {
+    let api = FakeApi::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let checker = watching(&dir, &api);
+    let config = Arc::new(Config {
+        grant_wait_ms: 50,
+        ..Config::default()
+    });
+    let a = alloc(ONE_GPU);
+    let deadline = Instant::now() + LONG;
+    while !checker.cache().is_synced() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    checker
+        .check_held(&config, id("team", "late", "u-late"), "main", &a, &|| true)
+        .expect("held, not yet listed");
+    api.put_pod(pod("team", "late", "u-late", NODE, &[("cpu", "1")]));
+    assert!(found(&checker, "u-late"));
+    let e = checker
+        .check_held(&config, id("team", "late", "u-late"), "side", &a, &|| true)
+        .unwrap_err();
+    assert!(
+        nri::ErrorChain(&e).to_string().contains("request no gpu"),
+        "{e}"
+    );
 }

@@ -210,11 +210,12 @@ impl GrantChecker {
 
     /// [`GrantChecker::check`], where `held` says whether the ledger holds
     /// the pod's claim already, asked only of a pod the API cache lacks. A
-    /// claim is made only once the grant is decided, so a container of a pod
+    /// claim is made only once the pod was let through (granted, or
+    /// unchecked or unverified as configured then), so a container of a pod
     /// holding its claim is given nothing new: kubelet restarting a container
     /// while the API server is out of reach (a partition, devgate restarted
-    /// with an empty cache) is let through on the ledger's word rather than
-    /// refused until the API server answers.
+    /// with an empty cache) is let through, unverified, on the ledger's word
+    /// rather than refused until the API server answers.
     pub fn check_held(
         &self,
         config: &Arc<Config>,
@@ -342,9 +343,11 @@ impl GrantChecker {
                     })?;
                     Ok((Outcome::Granted, "matches the pod's requests".into()))
                 }
+                // Unverified, never kept for the pod's next containers: once
+                // the watch has the pod, they are checked against it.
                 Lookup::Missing { .. } if held() => Ok((
-                    Outcome::Granted,
-                    "not in the api cache; the ledger holds the pod's claim, made once its grant was decided".into(),
+                    Outcome::Unverified,
+                    "not in the api cache; the ledger holds the pod's claim, made when it was let through".into(),
                 )),
                 Lookup::Missing { .. } if ignore => Ok((
                     Outcome::Unverified,

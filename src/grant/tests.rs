@@ -214,6 +214,8 @@ fn an_unreachable_api_server_is_retried_until_it_answers() {
         grant_wait_ms: 300,
         ..Config::default()
     });
+    // Failing for long enough to be down.
+    checker.cache().failing_for(super::cache::DOWN_AFTER);
     let e = checker
         .check(&config, id("ns", "p", "x"), "c", &alloc(ONE_GPU))
         .unwrap_err()
@@ -222,7 +224,7 @@ fn an_unreachable_api_server_is_retried_until_it_answers() {
         e.contains("(the pod list has not loaded yet: request http://127.0.0.1"),
         "{e}"
     );
-    // Never heard from: the watch is down, and no lookup waits.
+    // Down: no lookup waits.
     assert!(
         e.contains("on the api server (the pod list has not loaded yet: "),
         "{e}"

@@ -216,6 +216,7 @@ impl PodClient {
             other => other?,
         };
         cache.set_error(None);
+        cache.heard();
         let mut reader = BufReader::new(body.into_with_config().limit(u64::MAX).reader());
         let mut line = Vec::new();
         loop {

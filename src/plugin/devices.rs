@@ -103,6 +103,10 @@ pub struct Devices {
     read_at: std::sync::atomic::AtomicU64,
     /// One read of the host at a time (see `inventory_cache`).
     reading: std::sync::Mutex<()>,
+    /// Called after each read of the host, so that tests can change the
+    /// host during one.
+    #[cfg(test)]
+    after_read: std::sync::Mutex<Option<Box<dyn Fn() + Send>>>,
 }
 
 /// VF claims of pods an earlier release admitted name no PF: named from the
@@ -162,6 +166,8 @@ impl Devices {
             changes: Arc::default(),
             read_at: Default::default(),
             reading: Default::default(),
+            #[cfg(test)]
+            after_read: Default::default(),
         })
     }
 
@@ -329,18 +335,19 @@ impl Devices {
         health: &HealthStore,
     ) -> Result<Arc<super::last_plan::Prepared>, DeviceError> {
         let selected = devices.containers.selects(&ctr.name);
+        let (inventory, settled) = self.fresh_inventory_settled();
         let key = PlanKey {
             sandbox_id: pod.id.clone(),
             devices: Arc::clone(devices),
             selected,
-            inventory: self.fresh_inventory(),
+            inventory: Arc::clone(&inventory),
             config: Arc::clone(config),
             features,
             env: plan::env_inputs(&config.comm_env, selected, &ctr.env),
         };
-        let prepared = self
-            .last_plan
-            .get_or_build(key, || self.prepare(devices, pod, ctr, config, features))?;
+        let prepared = self.last_plan.get_or_build(key, || {
+            self.prepare(devices, pod, ctr, config, features, (inventory, settled))
+        })?;
         // An unhealthy GPU is refused before anything is claimed.
         gpu::check_claims(health, &prepared.claims).map_err(|source| DeviceError::Health {
             entry: match &source {

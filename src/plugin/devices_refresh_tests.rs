@@ -168,30 +168,66 @@ fn a_uverbs_numbered_anew_is_read_again_after_a_uevent() {
 }
 
 /// A read of the host during which the kernel reported device changes is
-/// not taken as current: the next plan reads the host again, and once the
-/// changes stop, a read is kept as current.
+/// read again (three reads at most) and, overtaken each time, not taken as
+/// current: a plan with RDMA devices is refused from it, a GPU-only one is
+/// not, and once the changes stop one read is kept as current.
 #[test]
-fn a_read_a_change_overtook_is_not_taken_as_current() {
-    use std::sync::atomic::{AtomicBool, Ordering};
+fn a_read_a_change_overtook_is_read_again_and_refuses_rdma() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let node = node();
     let changes = Arc::clone(node.devices.host_changes());
-    changes.bump();
-    assert!(!node.devices.is_current());
-    let stop = Arc::new(AtomicBool::new(false));
-    let bumper = {
-        let (changes, stop) = (Arc::clone(&changes), Arc::clone(&stop));
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                changes.bump();
-                std::thread::sleep(std::time::Duration::from_micros(50));
+    let reads = Arc::new(AtomicUsize::new(0));
+    // A change during each of the first `overtaken` reads.
+    let overtake = |overtaken: usize| {
+        let (during, reads) = (Arc::clone(&changes), Arc::clone(&reads));
+        reads.store(0, Ordering::SeqCst);
+        *node.devices.after_read.lock().unwrap() = Some(Box::new(move || {
+            if reads.fetch_add(1, Ordering::SeqCst) < overtaken {
+                during.bump();
             }
-        })
+        }));
+        changes.bump();
     };
-    let during = node.devices.fresh_inventory();
-    assert_eq!(during.gpus.len(), node.fixture.expected().gpus.len());
-    assert!(!node.devices.is_current(), "changes during every read");
-    stop.store(true, Ordering::Relaxed);
-    bumper.join().unwrap();
+    overtake(2);
     node.devices.fresh_inventory();
+    assert_eq!(reads.load(Ordering::SeqCst), 3);
+    assert!(node.devices.is_current(), "the third read was settled");
+
+    overtake(usize::MAX);
+    let config = Arc::new(Config::default());
+    let err = node
+        .create("c1", &[], &config, RuntimeFeatures::default())
+        .unwrap_err();
+    assert_eq!(reads.load(Ordering::SeqCst), 3);
+    assert!(!node.devices.is_current());
+    assert_eq!(
+        nri::ErrorChain(&err).to_string(),
+        "scheduling.koordinator.sh/device-allocated: rdma: the node's devices changed during each read of them (devices being made, reloaded or moved): refused until they settle"
+    );
+    assert!(node.devices.ledger().snapshot().unwrap().pods.is_empty());
+    let gpu = &node.fixture.expected().gpus[1];
+    let mut gpu_only = node.pod.clone();
+    gpu_only.id = "gpu-only".into();
+    gpu_only.annotations.insert(
+        crate::allocation::DEVICE_ALLOCATED.into(),
+        format!(
+            r#"{{"gpu":[{{"minor":{},"id":"{}"}}]}}"#,
+            gpu.minor, gpu.uuid
+        ),
+    );
+    node.devices
+        .apply(
+            &gpu_only,
+            &container("g1", &[]),
+            &config,
+            RuntimeFeatures::default(),
+            &node.health,
+        )
+        .expect("no rdma device: planned from the unsettled read");
+
+    overtake(0);
+    node.create("c1", &[], &config, RuntimeFeatures::default())
+        .expect("settled");
+    assert_eq!(reads.load(Ordering::SeqCst), 1);
     assert!(node.devices.is_current());
 }

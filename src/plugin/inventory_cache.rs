@@ -67,18 +67,29 @@ impl Devices {
     /// what a plan is built from. A read already under way (the uevent
     /// thread's, once a burst has passed) is waited for rather than repeated.
     pub fn fresh_inventory(&self) -> Arc<Inventory> {
+        self.fresh_inventory_settled().0
+    }
+
+    /// [`Devices::fresh_inventory`], and whether it is settled: false where
+    /// the kernel reported changes during each read (see `read_host`).
+    pub(super) fn fresh_inventory_settled(&self) -> (Arc<Inventory>, bool) {
         if self.is_current() {
-            return self.inventory();
+            return (self.inventory(), true);
         }
         let _one = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
         if self.is_current() {
-            return self.inventory();
+            return (self.inventory(), true);
         }
         self.read_host()
     }
 
     /// Re-reads the host: devices come and go (VFs created, drivers rebound).
     pub fn refresh(&self) -> Arc<Inventory> {
+        self.refresh_settled().0
+    }
+
+    /// [`Devices::refresh`], and whether the read is settled.
+    pub(super) fn refresh_settled(&self) -> (Arc<Inventory>, bool) {
         let _one = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
         self.read_host()
     }
@@ -92,18 +103,23 @@ impl Devices {
     /// links. A read during which the kernel reported a change may hold a
     /// device half-changed (a VF's netdev beside another VF's `uverbsN`): it
     /// is read again, up to [`READ_TRIES`] times; the last is kept, but not
-    /// taken as current, so the next plan reads the host again.
-    fn read_host(&self) -> Arc<Inventory> {
+    /// taken as current, so the next plan reads the host again, and it is
+    /// said to be unsettled (a plan with RDMA devices is refused from it).
+    fn read_host(&self) -> (Arc<Inventory>, bool) {
         let mut tries = 0;
         let (generation, inv) = loop {
             let generation = self.changes.generation();
             let inv = Arc::new(self.gpu_facts.discover(&self.host_root));
+            #[cfg(test)]
+            if let Some(hook) = &*self.after_read.lock().unwrap() {
+                hook();
+            }
             tries += 1;
             if self.changes.generation() == generation {
                 break (Some(generation), inv);
             }
             if tries == READ_TRIES {
-                tracing::info!(tries, "the host's devices changed during each read: the last read is used, and read again at the next plan");
+                tracing::info!(tries, "the host's devices changed during each read: plans with rdma devices are refused until they settle");
                 break (None, inv);
             }
         };
@@ -118,6 +134,6 @@ impl Devices {
         if let Some(generation) = generation {
             self.read_at.store(generation, Ordering::Release);
         }
-        inv
+        (inv, generation.is_some())
     }
 }

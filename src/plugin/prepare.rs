@@ -4,6 +4,7 @@
 //! claim can fail.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use nri::api::{Container, PodSandbox};
 
@@ -20,22 +21,34 @@ use super::super::last_plan::Prepared;
 use super::{vf_attachments, DeviceError, Devices, RuntimeFeatures};
 
 impl Devices {
-    /// The plan, from the cached inventory; a device the cache does not know
-    /// triggers one re-read before the container is refused.
+    /// The plan, from `read` (an inventory, and whether it is settled); a
+    /// device it does not know triggers one re-read before the container is
+    /// refused.
     pub(super) fn plan(
         &self,
         pod: &allocation::PodDevices,
         ctr: &Container,
         config: &Config,
+        read: (Arc<Inventory>, bool),
     ) -> Result<Plan, PlanError> {
         // The container's env: a communication variable it sets itself wins.
         let ctx = plan::ContainerContext {
             env: &ctr.env,
             gids: &self.gids,
         };
-        let build = |inv: &Inventory| plan::build_for(inv, pod, &ctr.name, config, &ctx);
-        match build(&self.fresh_inventory()) {
-            Err(e) if is_unknown_device(&e) => build(&self.refresh()),
+        // An unsettled read (the kernel reported changes during each) may
+        // pair a VF's netdev with another VF's uverbs: RDMA is refused from
+        // it, and kubelet's retry meets a settled one.
+        let build = |(inv, settled): (Arc<Inventory>, bool)| {
+            if !settled && !pod.allocation.rdma.is_empty() {
+                return Err(PlanError::HostChanging {
+                    annotation: allocation::DEVICE_ALLOCATED,
+                });
+            }
+            plan::build_for(&inv, pod, &ctr.name, config, &ctx)
+        };
+        match build(read) {
+            Err(e) if is_unknown_device(&e) => build(self.refresh_settled()),
             other => other,
         }
     }
@@ -72,8 +85,7 @@ impl Devices {
         ctr: &Container,
         config: &Config,
     ) -> Result<Plan, PlanError> {
-        self.refresh();
-        self.plan(pod, ctr, config)
+        self.plan(pod, ctr, config, self.refresh_settled())
     }
 
     /// The plan and all that can be derived from it before the claim, so that
@@ -85,8 +97,9 @@ impl Devices {
         ctr: &Container,
         config: &Config,
         features: RuntimeFeatures,
+        read: (Arc<Inventory>, bool),
     ) -> Result<Prepared, DeviceError> {
-        let mut plan = self.plan(devices, ctr, config)?;
+        let mut plan = self.plan(devices, ctr, config, read)?;
         let moved = |p: &Plan| p.network.iter().any(|a| a.netdev.is_none());
         // Whether the pod's network is owned matters only for a VF not on the
         // host: asked after the plan, so the answer is no older than what the
