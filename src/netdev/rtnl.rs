@@ -325,20 +325,10 @@ impl<T: Transport> Rtnl for RtnlConn<T> {
         let replies = self
             .conn
             .request("list links", RTM_GETLINK, Kind::Dump, &req)?;
-        // A link the decoder refuses (an attribute layout of a newer kernel,
-        // an odd link a pod with NET_ADMIN made) is left out with a warning:
-        // refusing the listing would fail every lookup in the namespace,
-        // leaving a VF in a pod that no restore could find.
-        let mut links: Vec<Link> = replies
+        let mut links = replies
             .iter()
-            .filter_map(|p| match parse_link("list links", p) {
-                Ok((link, _)) => Some(link),
-                Err(e) => {
-                    tracing::warn!(error = %nri::ErrorChain(&e), "a link that cannot be read is left out of the listing");
-                    None
-                }
-            })
-            .collect();
+            .map(|p| parse_link("list links", p).map(|(l, _)| l))
+            .collect::<Result<Vec<_>, _>>()?;
         // A listing serves restores, which go by the MAC where the parent
         // is unknown; it is not made again.
         for link in &mut links {
