@@ -250,6 +250,7 @@ fn a_pfs_own_netdev_comes_before_its_representors() {
     port("enp29s0_0", "pf0vf0");
     port("enp29s0_1", "c1pf0vf1");
     port("enp29s0_sf", "pf0sf2");
+    port("enp29s0_pf", "pf0");
     let inv = discover(dir.path());
     let nic = inv
         .rdma
@@ -258,7 +259,13 @@ fn a_pfs_own_netdev_comes_before_its_representors() {
         .unwrap();
     assert_eq!(
         nic.netdevs,
-        ["enp29s0np0", "enp29s0_0", "enp29s0_1", "enp29s0_sf"]
+        [
+            "enp29s0np0",
+            "enp29s0_0",
+            "enp29s0_1",
+            "enp29s0_pf",
+            "enp29s0_sf"
+        ]
     );
     // No port names at all (a driver without devlink ports): by name.
     for name in &nic.netdevs[1..] {

@@ -46,7 +46,7 @@ impl Scan<'_> {
     /// also holds a representor per VF and SF, which may sort before it
     /// (`enp59s0f0_0` before `enp59s0f0np0`), and asked for VF settings a
     /// representor has none. A representor's `phys_port_name` names its
-    /// function (`pf0vf3`, `c1pf0sf2`; devlink's port names, see
+    /// function (`pf0vf3`, `c1pf0sf2`, `pf0`; devlink's port names, see
     /// `__devlink_port_phys_port_name_get`); the uplink's is `p0` or none.
     pub(super) fn pf_netdevs(&mut self, f: &PciFunction) -> Vec<String> {
         let mut names = self.netdevs(f);
@@ -157,9 +157,36 @@ impl Scan<'_> {
     }
 }
 
-/// A devlink port name of a VF's or SF's representor: `pf0vf3`, `c1pf0vf3`,
-/// `pf0sf2`; never a physical port's (`p0`, `p0s1`) or a PF's (`pf0`).
+/// A devlink port name of a representor: of a VF (`pf0vf3`, `c1pf0vf3`), an
+/// SF (`pf0sf2`) or a host PF seen from a DPU's own side (`pf0`, `c1pf0`);
+/// anything but a physical port's (`p0`, or `p0s1` split) or none.
 fn is_representor_port(port: &str) -> bool {
-    port.split_once("pf")
-        .is_some_and(|(_, rest)| rest.contains("vf") || rest.contains("sf"))
+    let physical = port.strip_prefix('p').is_some_and(|rest| {
+        let (port, split) = rest.split_once('s').unwrap_or((rest, "0"));
+        [port, split]
+            .iter()
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    });
+    !port.is_empty() && !physical
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn representor_ports() {
+        for (port, representor) in [
+            ("p0", false),
+            ("p1s1", false),
+            ("", false),
+            ("pf0vf3", true),
+            ("c1pf0vf3", true),
+            ("pf0sf2", true),
+            ("pf0", true),
+            ("c1pf0", true),
+            ("p", true),
+            ("p0s", true),
+        ] {
+            assert_eq!(super::is_representor_port(port), representor, "{port:?}");
+        }
+    }
 }
