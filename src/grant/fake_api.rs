@@ -259,7 +259,15 @@ fn serve(stream: TcpStream, shared: &Shared) {
     } else {
         let s = {
             let mut s = shared.lock();
-            s.requests.push(format!("list {node}"));
+            // With its version, as `list node since N` for one no older than N.
+            let since = match (
+                query_param(query, "resourceVersion"),
+                query_param(query, "resourceVersionMatch"),
+            ) {
+                (Some(v), Some("NotOlderThan")) => format!(" since {v}"),
+                _ => String::new(),
+            };
+            s.requests.push(format!("list {node}{since}"));
             if s.endless_list > 0 {
                 let page = s.requests.len();
                 let items: Vec<Value> = (0..s.endless_list)

@@ -155,6 +155,13 @@ fn gone_relists_and_drops_pods_deleted_meanwhile() {
         api.wait_requests(LONG, |r| r.iter().filter(|x| x.starts_with("list")).count()
             >= 2)
     );
+    // The list again is no older than what the watch saw.
+    let requests = api.requests();
+    let relist = requests.iter().filter(|r| r.starts_with("list")).nth(1);
+    assert!(
+        relist.is_some_and(|r| r.starts_with(&format!("list {NODE} since "))),
+        "{requests:?}"
+    );
     // An ERROR event with 410 in an open watch does the same.
     api.expire_watches();
     assert!(

@@ -10,13 +10,12 @@
 //! pause drawn between half and all of its step.
 //!
 //! Every node lists at once when the API servers restart (each watch then gets
-//! `410`), so a list is asked with `resourceVersion=0`, which the API server
-//! answers whole from its watch cache instead of reading etcd, where pods are
-//! not indexed by node (client-go's reflector lists so for the same reason).
-//! Such a list may be older than what the watch saw; the watch from its version
-//! brings it up to date, and the check keys pods by UID, whose requests never
-//! change. Only a list over the byte bound is read again from etcd, page by
-//! page. Watches ask for a `timeoutSeconds` drawn between the configured one and
+//! `410`), so the first list is asked with `resourceVersion=0` and a list again
+//! with the last version the watch saw and `resourceVersionMatch=NotOlderThan`,
+//! both of which the API server answers whole from its watch cache instead of
+//! reading etcd, where pods are not indexed by node (client-go's reflector
+//! lists so for the same reason). Only a list over the byte bound is read
+//! again from etcd, page by page. Watches ask for a `timeoutSeconds` drawn between the configured one and
 //! twice it, so that nodes that connected together do not all reconnect together.
 
 use std::io::{BufRead, BufReader, Read};
@@ -338,8 +337,10 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
         std::thread::sleep(*backoff / 2 + jitter(*backoff / 2));
         *backoff = (*backoff * 2).min(BACKOFF_MAX);
     };
+    // What a list again must be no older than: the last version the watch saw.
+    let mut since: Option<String> = None;
     while !stop.load(Ordering::Relaxed) {
-        let mut version = match client.list() {
+        let mut version = match client.list(since.as_deref()) {
             Ok((pods, version)) => {
                 tracing::info!(pods = pods.len(), version = %version, "pod list loaded");
                 cache.set_error(None);
@@ -350,6 +351,10 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
             Err(e) => {
                 tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod list failed");
                 cache.set_error(Some(e.to_string()));
+                // A version the API server cannot serve (504 "too large
+                // resource version" after an etcd restore) must not be asked
+                // for ever: any version next.
+                since = None;
                 pause(&mut backoff);
                 continue;
             }
@@ -363,12 +368,14 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                 }
                 Err(e @ WatchError::Gone { .. }) => {
                     tracing::info!(error = %nri::ErrorChain(&e), "watch expired; listing again");
+                    since = Some(version);
                     break;
                 }
                 // Resuming from the same version would read the same event
                 // again, for ever: the list has the pod without the event.
                 Err(e @ WatchError::EventTooLarge { .. }) => {
                     tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod watch event skipped; listing again");
+                    since = Some(version);
                     pause(&mut backoff);
                     break;
                 }

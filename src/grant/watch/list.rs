@@ -1,5 +1,8 @@
 //! The pod list: whole from the API server's cache, or page by page from
 //! etcd where that is over the byte bound (see the parent module's doc).
+//! A list after the first is asked no older than what the watch saw, as
+//! client-go's reflector asks: an API server whose cache lags another's
+//! (`resourceVersion=0` is any version) would take the cache back in time.
 
 use std::io::BufReader;
 
@@ -10,15 +13,17 @@ use crate::grant::model::{Pod, PodList, PodSummary};
 impl PodClient {
     /// Every pod of the node and the list's resourceVersion: whole from the
     /// API server's cache, or page by page from etcd where that is over the
-    /// byte bound (see the module doc).
-    pub fn list(&self) -> Result<(Vec<PodSummary>, String), WatchError> {
+    /// byte bound (see the module doc). `since`: a version the watch saw, so
+    /// that a list again is no older than it (`resourceVersionMatch=
+    /// NotOlderThan`, served from the cache too); none for the first.
+    pub fn list(&self, since: Option<&str>) -> Result<(Vec<PodSummary>, String), WatchError> {
         let mut pods = Vec::new();
         let mut listed = 0;
         let mut cont = String::new();
         // `None`: the cached list, which the API server does not page.
         let mut limit: Option<u32> = None;
         loop {
-            let page = match self.page(limit, &cont) {
+            let page = match self.page(limit, &cont, since) {
                 Ok(page) => page,
                 Err(e @ WatchError::PageTooLarge { .. }) if limit.is_none() && cont.is_empty() => {
                     tracing::warn!(error = %e, limit = PAGE, "grant check: the cached pod list is too large; listing from etcd page by page");
@@ -57,13 +62,22 @@ impl PodClient {
     }
 
     /// One page of at most `limit` pods, from `cont` on; with no limit, the
-    /// list from the API server's cache (a continue token goes without a
-    /// version: the API server refuses both).
-    fn page(&self, limit: Option<u32>, cont: &str) -> Result<PodList, WatchError> {
-        let mut query = match (limit, cont.is_empty()) {
-            (Some(limit), _) => format!("limit={limit}&"),
-            (None, true) => "resourceVersion=0&".to_string(),
-            (None, false) => String::new(),
+    /// list from the API server's cache, no older than `since` (a continue
+    /// token goes without a version: the API server refuses both).
+    fn page(
+        &self,
+        limit: Option<u32>,
+        cont: &str,
+        since: Option<&str>,
+    ) -> Result<PodList, WatchError> {
+        let mut query = match (limit, cont.is_empty(), since) {
+            (Some(limit), ..) => format!("limit={limit}&"),
+            (None, true, None) => "resourceVersion=0&".to_string(),
+            (None, true, Some(version)) => format!(
+                "resourceVersion={}&resourceVersionMatch=NotOlderThan&",
+                percent_encode(version)
+            ),
+            (None, false, _) => String::new(),
         };
         if !cont.is_empty() {
             query.push_str("continue=");
