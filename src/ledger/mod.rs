@@ -239,16 +239,17 @@ impl Ledger {
     }
 
     /// The pods being released (`releasing`) whose release lets `pod` claim
-    /// `claims`: `None` where the claim is refused even without them, empty
-    /// where it fits now. Read without the lock: the claim decides.
+    /// `claims`: empty where it fits now; the refusal it meets even without
+    /// them (the lasting reason, for the error) as `Err`. Read without the
+    /// lock: the claim decides.
     pub fn waits_for(
         &self,
         pod: &PodRef,
         claims: &[Claim],
         releasing: &dyn Fn(&str) -> bool,
-    ) -> Result<Option<Vec<String>>, LedgerError> {
+    ) -> Result<Vec<String>, LedgerError> {
         self.store
-            .peek(|s| rules::fits_without(s, pod, claims, releasing))
+            .peek(|s| rules::fits_without(s, pod, claims, releasing))?
     }
 
     /// Whether the ledger holds anything of the pod (claims or containers);

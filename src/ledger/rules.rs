@@ -238,9 +238,9 @@ pub(super) fn backfill_pfs(
 }
 
 /// The pods `gone` names whose leaving lets `pod` claim `claims`, found by
-/// a dry run on a copy of `state` without them: `None` where the claim is
-/// refused even then (a live holder, a quarantine, another set of devices),
-/// empty where it fits now. Only pods holding a device of the claims, the PF
+/// a dry run on a copy of `state` without them: the dry run's refusal where
+/// the claim is refused even then (a live holder, a quarantine, another set
+/// of devices), empty where it fits now. Only pods holding a device of the claims, the PF
 /// of one of its VFs or a VF of one of its PFs are taken out: no other hold
 /// refuses it (see `check_claim`).
 pub(super) fn fits_without(
@@ -248,7 +248,7 @@ pub(super) fn fits_without(
     pod: &PodRef,
     claims: &[Claim],
     gone: &dyn Fn(&str) -> bool,
-) -> Option<Vec<String>> {
+) -> Result<Vec<String>, LedgerError> {
     let touches = |rec: &PodRecord| {
         rec.claims.iter().any(|held| {
             claims.iter().any(|c| {
@@ -268,7 +268,7 @@ pub(super) fn fits_without(
     for id in &leaving {
         drop_pod(&mut without, id);
     }
-    claim_in(&mut without, pod, claims).ok().map(|_| leaving)
+    claim_in(&mut without, pod, claims).map(|_| leaving)
 }
 
 /// Why `claim` could not be made beside what `state` holds, for the

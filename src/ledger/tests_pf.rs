@@ -86,8 +86,8 @@ fn claims_recorded_without_their_pf_still_read() {
 }
 
 /// What a refused claim may wait for: the pods being released whose leaving
-/// lets it in, across the PF-and-VF rule both ways; nothing where a live pod
-/// or a quarantine refuses it anyway.
+/// lets it in, across the PF-and-VF rule both ways; the lasting refusal where
+/// a live pod or a quarantine refuses it anyway.
 #[test]
 fn waits_for_names_the_releases_that_let_a_claim_in() {
     let (_d, l) = ledger();
@@ -106,19 +106,21 @@ fn waits_for_names_the_releases_that_let_a_claim_in() {
     let releasing = |names: &'static [&'static str]| move |id: &str| names.contains(&id);
     let whole = [pf(Share::Exclusive)];
     let waits = |claims: &[Claim], names| l.waits_for(&pod("new"), claims, &releasing(names));
-    assert_eq!(waits(&whole, &["vfs"]).unwrap(), Some(vec!["vfs".into()]));
-    assert_eq!(
-        waits(&whole, &["pf"]).unwrap(),
-        None,
+    assert_eq!(waits(&whole, &["vfs"]).unwrap(), ["vfs"]);
+    assert!(
+        matches!(waits(&whole, &["pf"]), Err(LedgerError::HeldWithPf { .. })),
         "the vf's holder is live"
     );
     let under_pf = [vf("0000:1a:00.2", other_pf)];
-    assert_eq!(
-        waits(&under_pf, &["pf", "vfs"]).unwrap(),
-        Some(vec!["pf".into()])
-    );
+    assert_eq!(waits(&under_pf, &["pf", "vfs"]).unwrap(), ["pf"]);
     let free = [vf("0000:1b:00.2", "0000:1b:00.0")];
-    assert_eq!(waits(&free, &[]).unwrap(), Some(vec![]), "fits now");
+    assert!(waits(&free, &[]).unwrap().is_empty(), "fits now");
     l.quarantine(&free[0].device, "restore failed").unwrap();
-    assert_eq!(waits(&free, &["vfs", "pf"]).unwrap(), None, "quarantined");
+    assert!(
+        matches!(
+            waits(&free, &["vfs", "pf"]),
+            Err(LedgerError::Quarantined { .. })
+        ),
+        "quarantined"
+    );
 }

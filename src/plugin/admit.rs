@@ -70,7 +70,7 @@ impl DevgatePlugin {
         // release it met ends in milliseconds.
         let began = Instant::now();
         let retry =
-            |e: &LedgerError, claims: &[Claim]| self.wait_for_release(pod, ctr, e, claims, began);
+            |e: LedgerError, claims: &[Claim]| self.wait_for_release(pod, ctr, e, claims, began);
         let admitted = self
             .devices
             .admit(pod, ctr, &config, features, gpu.health(), &retry);
@@ -110,21 +110,21 @@ impl DevgatePlugin {
     }
 
     /// Waits for the releases that may end refusal `e` of `claims`, up to
-    /// [`RELEASE_WAIT`] and never past [`ANSWER_BY`] from `began`; true when
+    /// [`RELEASE_WAIT`] and never past [`ANSWER_BY`] from `began`; `Ok` when
     /// the claim is worth making once more: after a wait, or where a release
     /// ended between the refusal and this look. A claim waits only where the
     /// ledger, without the pods being released, would take it: a device a
     /// live pod holds, or any other conflict of the claim, is refused at
-    /// once. A device whose own teardown runs (`Releasing`) waits for the
-    /// releases running.
+    /// once, with that lasting reason. A device whose own teardown runs
+    /// (`Releasing`) waits for the releases running.
     pub(super) fn wait_for_release(
         &self,
         pod: &PodSandbox,
         ctr: &Container,
-        e: &LedgerError,
+        e: LedgerError,
         claims: &[Claim],
         began: Instant,
-    ) -> bool {
+    ) -> Result<(), LedgerError> {
         let end = Instant::now()
             + RELEASE_WAIT.min((began + ANSWER_BY).saturating_duration_since(Instant::now()));
         let left = || end.saturating_duration_since(Instant::now());
@@ -135,30 +135,25 @@ impl DevgatePlugin {
                 | LedgerError::Overcommitted { .. }
                 | LedgerError::Releasing { .. }
         ) {
-            return false;
+            return Err(e);
         }
         let releasing = |sandbox: &str| self.releases.releasing(sandbox);
+        // Refused even without the pods being released: that is the reason.
         let waiting =
-            match self
-                .devices
+            self.devices
                 .ledger()
-                .waits_for(&devices::pod_ref(pod), claims, &releasing)
-            {
-                Ok(Some(waiting)) => waiting,
-                // Refused even without the pods being released.
-                Ok(None) | Err(_) => return false,
-            };
+                .waits_for(&devices::pod_ref(pod), claims, &releasing)?;
         // A device's own teardown (`Releasing`) names no holder: the
         // releases running are waited for.
         if waiting.is_empty()
             && !(matches!(e, LedgerError::Releasing { .. }) && self.releases.busy())
         {
             // Fits now: a release ended since the refusal.
-            return true;
+            return Ok(());
         }
         tracing::info!(
             namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
-            holders = ?waiting, error = %nri::ErrorChain(e), "waiting for the release of the device's holders"
+            holders = ?waiting, error = %nri::ErrorChain(&e), "waiting for the release of the device's holders"
         );
         let ended = if waiting.is_empty() {
             self.releases.wait_idle(left())
@@ -175,7 +170,7 @@ impl DevgatePlugin {
             tracing::info!(namespace = %pod.namespace, pod = %pod.name, container = %ctr.name, "a release did not end in time");
         }
         // The ledger decides: a release that ended may have been enough.
-        true
+        Ok(())
     }
 
     /// The pod's claim at its sandbox's start, ahead of its containers; what

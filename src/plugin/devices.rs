@@ -199,7 +199,7 @@ impl Devices {
         features: RuntimeFeatures,
         health: &HealthStore,
     ) -> Result<ContainerAdjustment, DeviceError> {
-        self.admit(pod, ctr, config, features, health, &|_, _| false)
+        self.admit(pod, ctr, config, features, health, &|e, _| Err(e))
             .map(Admitted::into_adjustment)
     }
 
@@ -207,7 +207,7 @@ impl Devices {
     /// adjustment unchanged apart, so that its reply need not be built again.
     /// A claim the ledger refuses is made once more where `retry` says so
     /// (having waited for what may end the refusal), without deciding the
-    /// grant or planning again.
+    /// grant or planning again; otherwise `retry` gives the refusal to tell.
     pub fn admit(
         &self,
         pod: &PodSandbox,
@@ -215,7 +215,7 @@ impl Devices {
         config: &Arc<Config>,
         features: RuntimeFeatures,
         health: &HealthStore,
-        retry: &dyn Fn(&LedgerError, &[crate::ledger::Claim]) -> bool,
+        retry: &Retry<'_>,
     ) -> Result<Admitted, DeviceError> {
         let Some(devices) = self.pod_devices(pod)? else {
             return Ok(Admitted::Nothing);
@@ -268,7 +268,7 @@ impl Devices {
             )
         };
         let admission = match claim() {
-            Err(e) if retry(&e, &prepared.claims) => claim(),
+            Err(e) => retry(e, &prepared.claims).and_then(|()| claim()),
             other => other,
         };
         let admission = admission.map_err(|source| DeviceError::Claim {
@@ -394,6 +394,11 @@ impl Devices {
 }
 
 /// The pod as the ledger names it.
+/// What [`Devices::admit`] does with a claim the ledger refused: `Ok` to
+/// make it once more (having waited for what may end the refusal), or the
+/// refusal to tell.
+pub type Retry<'a> = dyn Fn(LedgerError, &[crate::ledger::Claim]) -> Result<(), LedgerError> + 'a;
+
 pub(super) fn pod_ref(pod: &PodSandbox) -> PodRef {
     PodRef {
         sandbox_id: pod.id.clone(),
