@@ -35,6 +35,9 @@ struct State {
     /// When not 0, every list page holds this many made-up pods and a
     /// `continue` token: a server that never ends its list.
     endless_list: usize,
+    /// Lists asked no older than a version answer 504, as an API server
+    /// whose cache lags the version (after an etcd restore) does.
+    cache_lags: bool,
 }
 
 struct Shared {
@@ -155,6 +158,11 @@ impl FakeApi {
         self.shared.changed.notify_all();
     }
 
+    /// Makes lists asked no older than a version fail with 504.
+    pub fn lag_cache(&self) {
+        self.shared.lock().cache_lags = true;
+    }
+
     /// Makes every list page `pods` made-up pods long, with no end.
     pub fn list_without_end(&self, pods: usize) {
         self.shared.lock().endless_list = pods;
@@ -268,6 +276,15 @@ fn serve(stream: TcpStream, shared: &Shared) {
                 _ => String::new(),
             };
             s.requests.push(format!("list {node}{since}"));
+            if s.cache_lags && !since.is_empty() {
+                drop(s);
+                let _ = respond(
+                    &mut out,
+                    504,
+                    &json!({"kind": "Status", "code": 504, "message": "Too large resource version"}),
+                );
+                return;
+            }
             if s.endless_list > 0 {
                 let page = s.requests.len();
                 let items: Vec<Value> = (0..s.endless_list)

@@ -52,7 +52,7 @@ fn a_list_without_end_is_cut_off() {
     let api = FakeApi::start().unwrap();
     api.list_without_end(500);
     let client = watch::PodClient::new(&endpoint(&api)).unwrap();
-    let e = client.list(None).unwrap_err();
+    let e = client.list(&super::watch::ListFrom::Cache).unwrap_err();
     assert!(matches!(e, watch::WatchError::TooManyPods { .. }), "{e}");
     let pages = api
         .requests()

@@ -43,7 +43,7 @@ fn finished_pods_are_not_listed_at_all() {
         NODE,
         &[("nvidia.com/gpu", "1")],
     ));
-    let (pods, _) = client(&api).list(None).unwrap();
+    let (pods, _) = client(&api).list(&super::watch::ListFrom::Cache).unwrap();
     let names: Vec<&str> = pods.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["running"]);
     assert_eq!(
@@ -62,7 +62,7 @@ fn a_page_too_large_is_asked_for_again_shorter() {
     for i in 0..12 {
         api.put_pod(big_pod(&format!("big{i:02}"), 6 << 10));
     }
-    let (pods, _) = client(&api).list(None).unwrap();
+    let (pods, _) = client(&api).list(&super::watch::ListFrom::Cache).unwrap();
     assert_eq!(pods.len(), 12);
     let mut pages = api.pages();
     assert_eq!(pages.remove(0), (0, CACHED), "from the cache first");
@@ -85,7 +85,9 @@ fn a_page_too_large_is_asked_for_again_shorter() {
     // A pod that cannot fit even alone is an error, not a loop.
     let api = FakeApi::start().unwrap();
     api.put_pod(big_pod("huge", BOUND as usize));
-    let e = client(&api).list(None).unwrap_err();
+    let e = client(&api)
+        .list(&super::watch::ListFrom::Cache)
+        .unwrap_err();
     assert!(
         matches!(e, super::watch::WatchError::PageTooLarge { .. }),
         "{e}"

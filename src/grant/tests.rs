@@ -516,3 +516,6 @@ fn jitter_stays_within_its_bound_and_varies() {
 
 #[path = "held_tests.rs"]
 mod held_tests;
+
+#[path = "relist_tests.rs"]
+mod relist_tests;

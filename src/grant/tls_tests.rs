@@ -213,17 +213,23 @@ fn without_the_client_certificate_or_the_ca_the_list_fails() {
     };
     let e = watch::PodClient::new(&anonymous)
         .unwrap()
-        .list(None)
+        .list(&super::watch::ListFrom::Cache)
         .unwrap_err();
     assert!(matches!(e, watch::WatchError::Http { .. }), "{e}");
     let Mode::Requests(mut ep) = resolve(&kubelet_conf(dir.path(), &pki, &front.url, true)) else {
         panic!("kubeconfig not resolved")
     };
-    assert!(watch::PodClient::new(&ep).unwrap().list(None).is_ok());
+    assert!(watch::PodClient::new(&ep)
+        .unwrap()
+        .list(&super::watch::ListFrom::Cache)
+        .is_ok());
     // Another CA: the API server's certificate is not trusted.
     let other = self::pki();
     ep.ca = Some(credentials::Secret::Inline(other.ca_pem.into_bytes()));
-    assert!(watch::PodClient::new(&ep).unwrap().list(None).is_err());
+    assert!(watch::PodClient::new(&ep)
+        .unwrap()
+        .list(&super::watch::ListFrom::Cache)
+        .is_err());
     assert!(api.requests().iter().all(|r| r.starts_with("list")));
 }
 

@@ -29,6 +29,7 @@ use super::model::{Bookmark, Pod, Status, WatchEvent};
 use super::settings::{Endpoint, Mode};
 
 mod list;
+pub use list::ListFrom;
 
 /// Largest list page accepted (a page holds at most [`PAGE`] pods).
 pub const MAX_LIST_BYTES: u64 = 64 << 20;
@@ -337,10 +338,9 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
         std::thread::sleep(*backoff / 2 + jitter(*backoff / 2));
         *backoff = (*backoff * 2).min(BACKOFF_MAX);
     };
-    // What a list again must be no older than: the last version the watch saw.
-    let mut since: Option<String> = None;
+    let mut from = ListFrom::Cache;
     while !stop.load(Ordering::Relaxed) {
-        let mut version = match client.list(since.as_deref()) {
+        let mut version = match client.list(&from) {
             Ok((pods, version)) => {
                 tracing::info!(pods = pods.len(), version = %version, "pod list loaded");
                 cache.set_error(None);
@@ -351,10 +351,18 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
             Err(e) => {
                 tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod list failed");
                 cache.set_error(Some(e.to_string()));
-                // A version the API server cannot serve (504 "too large
-                // resource version" after an etcd restore) must not be asked
-                // for ever: any version next.
-                since = None;
+                // A version the cache cannot serve (410, or 504 "too large
+                // resource version" from a cache that lags it, after an etcd
+                // restore): read from etcd, never older than the cache was.
+                if matches!(
+                    e,
+                    WatchError::Status {
+                        code: 410 | 504,
+                        ..
+                    }
+                ) {
+                    from = ListFrom::Etcd;
+                }
                 pause(&mut backoff);
                 continue;
             }
@@ -368,14 +376,14 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                 }
                 Err(e @ WatchError::Gone { .. }) => {
                     tracing::info!(error = %nri::ErrorChain(&e), "watch expired; listing again");
-                    since = Some(version);
+                    from = ListFrom::NotOlderThan(version);
                     break;
                 }
                 // Resuming from the same version would read the same event
                 // again, for ever: the list has the pod without the event.
                 Err(e @ WatchError::EventTooLarge { .. }) => {
                     tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod watch event skipped; listing again");
-                    since = Some(version);
+                    from = ListFrom::NotOlderThan(version);
                     pause(&mut backoff);
                     break;
                 }

@@ -240,16 +240,16 @@ impl Ledger {
 
     /// The pods being released (`releasing`) whose release lets `pod` claim
     /// `claims`: empty where it fits now; the refusal it meets even without
-    /// them (the lasting reason, for the error) as `Err`. Read without the
-    /// lock: the claim decides.
+    /// them (the lasting reason, for the error) as the inner `Err`. Read
+    /// without the lock: the claim decides.
     pub fn waits_for(
         &self,
         pod: &PodRef,
         claims: &[Claim],
         releasing: &dyn Fn(&str) -> bool,
-    ) -> Result<Vec<String>, LedgerError> {
+    ) -> Result<Result<Vec<String>, LedgerError>, LedgerError> {
         self.store
-            .peek(|s| rules::fits_without(s, pod, claims, releasing))?
+            .peek(|s| rules::fits_without(s, pod, claims, releasing))
     }
 
     /// Whether the ledger holds anything of the pod (claims or containers);

@@ -105,7 +105,8 @@ fn waits_for_names_the_releases_that_let_a_claim_in() {
     .unwrap();
     let releasing = |names: &'static [&'static str]| move |id: &str| names.contains(&id);
     let whole = [pf(Share::Exclusive)];
-    let waits = |claims: &[Claim], names| l.waits_for(&pod("new"), claims, &releasing(names));
+    let waits =
+        |claims: &[Claim], names| l.waits_for(&pod("new"), claims, &releasing(names)).unwrap();
     assert_eq!(waits(&whole, &["vfs"]).unwrap(), ["vfs"]);
     assert!(
         matches!(waits(&whole, &["pf"]), Err(LedgerError::HeldWithPf { .. })),

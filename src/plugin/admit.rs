@@ -138,11 +138,19 @@ impl DevgatePlugin {
             return Err(e);
         }
         let releasing = |sandbox: &str| self.releases.releasing(sandbox);
-        // Refused even without the pods being released: that is the reason.
-        let waiting =
-            self.devices
-                .ledger()
-                .waits_for(&devices::pod_ref(pod), claims, &releasing)?;
+        let waiting = match self.devices.ledger().waits_for(
+            &devices::pod_ref(pod),
+            claims,
+            &releasing,
+        ) {
+            Ok(Ok(waiting)) => waiting,
+            // Refused even without the pods being released: the lasting reason.
+            Ok(Err(lasting)) => return Err(lasting),
+            Err(read) => {
+                tracing::warn!(error = %nri::ErrorChain(&read), "ledger not read for the release wait");
+                return Err(e);
+            }
+        };
         // A device's own teardown (`Releasing`) names no holder: the
         // releases running are waited for.
         if waiting.is_empty()

@@ -335,18 +335,18 @@ impl Devices {
         health: &HealthStore,
     ) -> Result<Arc<super::last_plan::Prepared>, DeviceError> {
         let selected = devices.containers.selects(&ctr.name);
-        let (inventory, settled) = self.fresh_inventory_settled();
+        let read = self.fresh_inventory_settled();
         let key = PlanKey {
             sandbox_id: pod.id.clone(),
             devices: Arc::clone(devices),
             selected,
-            inventory: Arc::clone(&inventory),
+            inventory: Arc::clone(read.inventory()),
             config: Arc::clone(config),
             features,
             env: plan::env_inputs(&config.comm_env, selected, &ctr.env),
         };
         let prepared = self.last_plan.get_or_build(key, || {
-            self.prepare(devices, pod, ctr, config, features, (inventory, settled))
+            self.prepare(devices, pod, ctr, config, features, read)
         })?;
         // An unhealthy GPU is refused before anything is claimed.
         gpu::check_claims(health, &prepared.claims).map_err(|source| DeviceError::Health {
@@ -393,12 +393,12 @@ impl Devices {
     }
 }
 
-/// The pod as the ledger names it.
 /// What [`Devices::admit`] does with a claim the ledger refused: `Ok` to
 /// make it once more (having waited for what may end the refusal), or the
 /// refusal to tell.
 pub type Retry<'a> = dyn Fn(LedgerError, &[crate::ledger::Claim]) -> Result<(), LedgerError> + 'a;
 
+/// The pod as the ledger names it.
 pub(super) fn pod_ref(pod: &PodSandbox) -> PodRef {
     PodRef {
         sandbox_id: pod.id.clone(),

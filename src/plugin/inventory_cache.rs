@@ -12,6 +12,26 @@ use crate::inventory::Inventory;
 /// Reads of the host a change overtook before one is kept anyway.
 const READ_TRIES: u32 = 3;
 
+/// An inventory and how far it can be trusted: `Overtaken` holds the read
+/// before it, also overtaken, so that a plan can check that the two agree
+/// on its devices (see `Devices::plan`).
+#[derive(Clone)]
+pub(super) enum Read {
+    Settled(Arc<Inventory>),
+    Overtaken {
+        last: Arc<Inventory>,
+        before: Arc<Inventory>,
+    },
+}
+
+impl Read {
+    pub(super) fn inventory(&self) -> &Arc<Inventory> {
+        match self {
+            Read::Settled(inv) | Read::Overtaken { last: inv, .. } => inv,
+        }
+    }
+}
+
 impl Devices {
     pub fn inventory(&self) -> Arc<Inventory> {
         self.inventory
@@ -67,29 +87,33 @@ impl Devices {
     /// what a plan is built from. A read already under way (the uevent
     /// thread's, once a burst has passed) is waited for rather than repeated.
     pub fn fresh_inventory(&self) -> Arc<Inventory> {
-        self.fresh_inventory_settled().0
+        self.fresh_inventory_settled().inventory().clone()
     }
 
-    /// [`Devices::fresh_inventory`], and whether it is settled: false where
-    /// the kernel reported changes during each read (see `read_host`).
-    pub(super) fn fresh_inventory_settled(&self) -> (Arc<Inventory>, bool) {
+    /// [`Devices::fresh_inventory`], and whether it is settled (see
+    /// `read_host`).
+    pub(super) fn fresh_inventory_settled(&self) -> Read {
+        // Taken before the look: an overtaken read stored meanwhile moved
+        // the count, so it is never taken as current.
+        let inv = self.inventory();
         if self.is_current() {
-            return (self.inventory(), true);
+            return Read::Settled(inv);
         }
         let _one = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
+        let inv = self.inventory();
         if self.is_current() {
-            return (self.inventory(), true);
+            return Read::Settled(inv);
         }
         self.read_host()
     }
 
     /// Re-reads the host: devices come and go (VFs created, drivers rebound).
     pub fn refresh(&self) -> Arc<Inventory> {
-        self.refresh_settled().0
+        self.refresh_settled().inventory().clone()
     }
 
     /// [`Devices::refresh`], and whether the read is settled.
-    pub(super) fn refresh_settled(&self) -> (Arc<Inventory>, bool) {
+    pub(super) fn refresh_settled(&self) -> Read {
         let _one = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
         self.read_host()
     }
@@ -101,12 +125,13 @@ impl Devices {
     /// The read itself, under `reading`: reads never overlap, so each one
     /// kept is newer than the one before, with its GID cache and `/dev/char`
     /// links. A read during which the kernel reported a change may hold a
-    /// device half-changed (a VF's netdev beside another VF's `uverbsN`): it
-    /// is read again, up to [`READ_TRIES`] times; the last is kept, but not
-    /// taken as current, so the next plan reads the host again, and it is
-    /// said to be unsettled (a plan with RDMA devices is refused from it).
-    fn read_host(&self) -> (Arc<Inventory>, bool) {
+    /// device half-changed (a VF's netdev beside another VF's `uverbsN`, an
+    /// old `nvidia-uvm` major): it is read again, up to [`READ_TRIES`] times;
+    /// the last is kept, but not taken as current, so the next plan reads
+    /// the host again, and it comes with the read before it.
+    fn read_host(&self) -> Read {
         let mut tries = 0;
+        let mut before = None;
         let (generation, inv) = loop {
             let generation = self.changes.generation();
             let inv = Arc::new(self.gpu_facts.discover(&self.host_root));
@@ -119,9 +144,10 @@ impl Devices {
                 break (Some(generation), inv);
             }
             if tries == READ_TRIES {
-                tracing::info!(tries, "the host's devices changed during each read: plans with rdma devices are refused until they settle");
+                tracing::info!(tries, "the host's devices changed during each read: a plan is made from it only where the last two reads agree on it");
                 break (None, inv);
             }
+            before = Some(inv);
         };
         // The new inventory's names may stand for other devices.
         self.gids.clear();
@@ -131,9 +157,15 @@ impl Devices {
             .inventory
             .write()
             .unwrap_or_else(PoisonError::into_inner) = inv.clone();
-        if let Some(generation) = generation {
-            self.read_at.store(generation, Ordering::Release);
+        match (generation, before) {
+            (Some(generation), _) => {
+                self.read_at.store(generation, Ordering::Release);
+                Read::Settled(inv)
+            }
+            (None, before) => Read::Overtaken {
+                before: before.unwrap_or_else(|| Arc::clone(&inv)),
+                last: inv,
+            },
         }
-        (inv, generation.is_some())
     }
 }

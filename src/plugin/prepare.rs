@@ -4,7 +4,6 @@
 //! claim can fail.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use nri::api::{Container, PodSandbox};
 
@@ -18,37 +17,44 @@ use crate::plan::{self, Plan, PlanError};
 
 use super::super::adjust::{to_adjustment, AdjustOptions, HookSpec};
 use super::super::last_plan::Prepared;
+use super::inventory_cache::Read;
 use super::{vf_attachments, DeviceError, Devices, RuntimeFeatures};
 
 impl Devices {
-    /// The plan, from `read` (an inventory, and whether it is settled); a
-    /// device it does not know triggers one re-read before the container is
-    /// refused.
+    /// The plan, from `read`; a device it does not know triggers one re-read
+    /// before the container is refused.
     pub(super) fn plan(
         &self,
         pod: &allocation::PodDevices,
         ctr: &Container,
         config: &Config,
-        read: (Arc<Inventory>, bool),
+        read: Read,
     ) -> Result<Plan, PlanError> {
         // The container's env: a communication variable it sets itself wins.
         let ctx = plan::ContainerContext {
             env: &ctr.env,
             gids: &self.gids,
         };
-        // An unsettled read (the kernel reported changes during each) may
-        // pair a VF's netdev with another VF's uverbs: RDMA is refused from
-        // it, and kubelet's retry meets a settled one.
-        let build = |(inv, settled): (Arc<Inventory>, bool)| {
-            if !settled && !pod.allocation.rdma.is_empty() {
-                return Err(PlanError::HostChanging {
-                    annotation: allocation::DEVICE_ALLOCATED,
-                });
+        let build = |inv: &Inventory| plan::build_for(inv, pod, &ctr.name, config, &ctx);
+        // A read the kernel's changes overtook each time may hold a device
+        // half-changed (a VF's netdev beside another VF's uverbs): its plan
+        // stands where the read before it gives the same, so that none of
+        // this container's devices was changing, and is refused otherwise;
+        // kubelet's retry meets a settled host.
+        let from = |read: Read| match read {
+            Read::Settled(inv) => build(&inv),
+            Read::Overtaken { last, before } => {
+                let plan = build(&last)?;
+                match build(&before) {
+                    Ok(again) if again == plan => Ok(plan),
+                    _ => Err(PlanError::HostChanging {
+                        annotation: allocation::DEVICE_ALLOCATED,
+                    }),
+                }
             }
-            plan::build_for(&inv, pod, &ctr.name, config, &ctx)
         };
-        match build(read) {
-            Err(e) if is_unknown_device(&e) => build(self.refresh_settled()),
+        match from(read) {
+            Err(e) if is_unknown_device(&e) => from(self.refresh_settled()),
             other => other,
         }
     }
@@ -97,7 +103,7 @@ impl Devices {
         ctr: &Container,
         config: &Config,
         features: RuntimeFeatures,
-        read: (Arc<Inventory>, bool),
+        read: Read,
     ) -> Result<Prepared, DeviceError> {
         let mut plan = self.plan(devices, ctr, config, read)?;
         let moved = |p: &Plan| p.network.iter().any(|a| a.netdev.is_none());

@@ -31,10 +31,15 @@ impl Gate {
         })
     }
 
-    /// Returns once a teardown waits at the gate.
+    /// Returns once a teardown waits at the gate; fails after [`LIMIT`].
     fn wait_entered(&self) {
         let state = self.state.lock().unwrap();
-        drop(self.changed.wait_while(state, |s| !s.entered).unwrap());
+        let (state, waited) = self
+            .changed
+            .wait_timeout_while(state, LIMIT, |s| !s.entered)
+            .unwrap();
+        drop(state);
+        assert!(!waited.timed_out(), "no teardown reached the gate");
     }
 }
 

@@ -2,7 +2,8 @@
 //! etcd where that is over the byte bound (see the parent module's doc).
 //! A list after the first is asked no older than what the watch saw, as
 //! client-go's reflector asks: an API server whose cache lags another's
-//! (`resourceVersion=0` is any version) would take the cache back in time.
+//! (`resourceVersion=0` is any version) would take the cache back in time;
+//! where the cache cannot serve that version, the list is read from etcd.
 
 use std::io::BufReader;
 
@@ -10,20 +11,32 @@ use super::{percent_encode, PodClient, WatchError, MAX_LISTED, PAGE};
 use crate::grant::cache::MAX_PODS;
 use crate::grant::model::{Pod, PodList, PodSummary};
 
+/// Where a list is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListFrom {
+    /// The API server's cache, at any version (`resourceVersion=0`): the
+    /// first list.
+    Cache,
+    /// The cache, no older than this version the watch saw
+    /// (`resourceVersionMatch=NotOlderThan`): a list again.
+    NotOlderThan(String),
+    /// etcd, page by page, at its latest version (no `resourceVersion`): where
+    /// the cache cannot serve the version, as client-go's reflector falls back.
+    Etcd,
+}
+
 impl PodClient {
-    /// Every pod of the node and the list's resourceVersion: whole from the
-    /// API server's cache, or page by page from etcd where that is over the
-    /// byte bound (see the module doc). `since`: a version the watch saw, so
-    /// that a list again is no older than it (`resourceVersionMatch=
-    /// NotOlderThan`, served from the cache too); none for the first.
-    pub fn list(&self, since: Option<&str>) -> Result<(Vec<PodSummary>, String), WatchError> {
+    /// Every pod of the node and the list's resourceVersion, read `from`;
+    /// from the cache, page by page from etcd where it is over the byte bound
+    /// (see the module doc).
+    pub fn list(&self, from: &ListFrom) -> Result<(Vec<PodSummary>, String), WatchError> {
         let mut pods = Vec::new();
         let mut listed = 0;
         let mut cont = String::new();
         // `None`: the cached list, which the API server does not page.
-        let mut limit: Option<u32> = None;
+        let mut limit: Option<u32> = (*from == ListFrom::Etcd).then_some(PAGE);
         loop {
-            let page = match self.page(limit, &cont, since) {
+            let page = match self.page(limit, &cont, from) {
                 Ok(page) => page,
                 Err(e @ WatchError::PageTooLarge { .. }) if limit.is_none() && cont.is_empty() => {
                     tracing::warn!(error = %e, limit = PAGE, "grant check: the cached pod list is too large; listing from etcd page by page");
@@ -61,23 +74,18 @@ impl PodClient {
         }
     }
 
-    /// One page of at most `limit` pods, from `cont` on; with no limit, the
-    /// list from the API server's cache, no older than `since` (a continue
-    /// token goes without a version: the API server refuses both).
-    fn page(
-        &self,
-        limit: Option<u32>,
-        cont: &str,
-        since: Option<&str>,
-    ) -> Result<PodList, WatchError> {
-        let mut query = match (limit, cont.is_empty(), since) {
+    /// One page of at most `limit` pods, from `cont` on (from etcd); with no
+    /// limit, the list from the API server's cache as `from` says (a
+    /// continue token goes without a version: the API server refuses both).
+    fn page(&self, limit: Option<u32>, cont: &str, from: &ListFrom) -> Result<PodList, WatchError> {
+        let mut query = match (limit, cont.is_empty(), from) {
             (Some(limit), ..) => format!("limit={limit}&"),
-            (None, true, None) => "resourceVersion=0&".to_string(),
-            (None, true, Some(version)) => format!(
+            (None, true, ListFrom::Cache) => "resourceVersion=0&".to_string(),
+            (None, true, ListFrom::NotOlderThan(version)) => format!(
                 "resourceVersion={}&resourceVersionMatch=NotOlderThan&",
                 percent_encode(version)
             ),
-            (None, false, _) => String::new(),
+            (None, ..) => String::new(),
         };
         if !cont.is_empty() {
             query.push_str("continue=");
