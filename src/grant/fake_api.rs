@@ -144,10 +144,11 @@ impl FakeApi {
         self.shared.changed.notify_all();
     }
 
-    /// Forgets history: watches from any version before now get 410 Gone.
+    /// Forgets history: watches from any version before the current one
+    /// get 410 Gone.
     pub fn compact(&self) {
         let mut s = self.shared.lock();
-        s.compacted_below = s.version + 1;
+        s.compacted_below = s.version;
         s.events.clear();
     }
 
@@ -256,7 +257,6 @@ fn serve(stream: TcpStream, shared: &Shared) {
         let timeout = query_param(query, "timeoutSeconds")
             .and_then(|v| v.parse().ok())
             .unwrap_or(60);
-        shared.lock().requests.push(format!("watch {version}"));
         watch(
             out,
             shared,
@@ -387,7 +387,10 @@ impl Selector {
 fn watch(mut out: TcpStream, shared: &Shared, sel: &Selector, from: u64, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     let (drops, expiries) = {
-        let s = shared.lock();
+        let mut s = shared.lock();
+        // Recorded with what the watch will be told of: a drop or an expiry
+        // after a test saw this request reaches it.
+        s.requests.push(format!("watch {from}"));
         if from < s.compacted_below {
             drop(s);
             let gone = json!({"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"});

@@ -163,6 +163,7 @@ fn gone_relists_and_drops_pods_deleted_meanwhile() {
         "{requests:?}"
     );
     // An ERROR event with 410 in an open watch does the same.
+    assert!(api.wait_requests(LONG, watching_again));
     api.expire_watches();
     assert!(
         api.wait_requests(LONG, |r| r.iter().filter(|x| x.starts_with("list")).count()
@@ -519,3 +520,8 @@ mod held_tests;
 
 #[path = "relist_tests.rs"]
 mod relist_tests;
+
+/// Whether the last request is a watch: one is open (or being answered 410).
+fn watching_again(requests: &[String]) -> bool {
+    requests.last().is_some_and(|r| r.starts_with("watch"))
+}

@@ -351,24 +351,28 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
             Err(e) => {
                 tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod list failed");
                 cache.set_error(Some(e.to_string()));
-                // A version the cache cannot serve (410, or 504 "too large
+                // A version the cache cannot serve (410, or 504 "Too large
                 // resource version" from a cache that lags it, after an etcd
-                // restore): read from etcd, never older than the cache was.
-                if matches!(
-                    e,
+                // restore; other 504s are timeouts): read from etcd, never
+                // older than the cache was, as client-go's reflector does.
+                let unservable = match &e {
+                    WatchError::Status { code: 410, .. } => true,
                     WatchError::Status {
-                        code: 410 | 504,
-                        ..
-                    }
-                ) {
+                        code: 504, message, ..
+                    } => message.contains("Too large resource version"),
+                    _ => false,
+                };
+                if unservable {
                     from = ListFrom::Etcd;
                 }
                 pause(&mut backoff);
                 continue;
             }
         };
+        let mut watches = 0;
         while !stop.load(Ordering::Relaxed) {
             let started = Instant::now();
+            watches += 1;
             match client.watch(&mut version, cache) {
                 Ok(()) => {
                     tracing::debug!(version = %version, "watch ended; resuming");
@@ -377,6 +381,11 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                 Err(e @ WatchError::Gone { .. }) => {
                     tracing::info!(error = %nri::ErrorChain(&e), "watch expired; listing again");
                     from = ListFrom::NotOlderThan(version);
+                    // Gone at the version just listed (API servers behind one
+                    // address whose caches differ): not again at once.
+                    if watches == 1 {
+                        pause(&mut backoff);
+                    }
                     break;
                 }
                 // Resuming from the same version would read the same event

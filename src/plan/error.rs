@@ -7,7 +7,7 @@ use crate::inventory::PciAddr;
 /// annotation, the entry and the reason; `Display` is one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
-    #[error("{annotation}: the node's devices changed during each read of them (devices being made, reloaded or moved), and the last two reads differ on this pod's: refused until they settle")]
+    #[error("{annotation}: rdma: the node's devices changed during each read of them (devices being made, reloaded or moved): refused until they settle")]
     HostChanging { annotation: &'static str },
     #[error("{annotation}: {entry}: no gpu with minor {minor} on this node")]
     UnknownGpu {

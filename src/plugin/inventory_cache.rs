@@ -11,23 +11,21 @@ use crate::inventory::Inventory;
 
 /// Reads of the host a change overtook before one is kept anyway.
 const READ_TRIES: u32 = 3;
+/// The pause before a read again.
+const READ_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// An inventory and how far it can be trusted: `Overtaken` holds the read
-/// before it, also overtaken, so that a plan can check that the two agree
-/// on its devices (see `Devices::plan`).
+/// An inventory and whether it can be trusted whole: an `Overtaken` one was
+/// read while the kernel reported changes, each of the times it was read.
 #[derive(Clone)]
 pub(super) enum Read {
     Settled(Arc<Inventory>),
-    Overtaken {
-        last: Arc<Inventory>,
-        before: Arc<Inventory>,
-    },
+    Overtaken(Arc<Inventory>),
 }
 
 impl Read {
     pub(super) fn inventory(&self) -> &Arc<Inventory> {
         match self {
-            Read::Settled(inv) | Read::Overtaken { last: inv, .. } => inv,
+            Read::Settled(inv) | Read::Overtaken(inv) => inv,
         }
     }
 }
@@ -93,10 +91,10 @@ impl Devices {
     /// [`Devices::fresh_inventory`], and whether it is settled (see
     /// `read_host`).
     pub(super) fn fresh_inventory_settled(&self) -> Read {
-        // Taken before the look: an overtaken read stored meanwhile moved
-        // the count, so it is never taken as current.
+        // Current, and the one taken still the one kept: a read stored
+        // between the two looks (overtaken or settled) is not vouched for.
         let inv = self.inventory();
-        if self.is_current() {
+        if self.is_current() && Arc::ptr_eq(&inv, &self.inventory()) {
             return Read::Settled(inv);
         }
         let _one = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
@@ -125,13 +123,12 @@ impl Devices {
     /// The read itself, under `reading`: reads never overlap, so each one
     /// kept is newer than the one before, with its GID cache and `/dev/char`
     /// links. A read during which the kernel reported a change may hold a
-    /// device half-changed (a VF's netdev beside another VF's `uverbsN`, an
-    /// old `nvidia-uvm` major): it is read again, up to [`READ_TRIES`] times;
-    /// the last is kept, but not taken as current, so the next plan reads
-    /// the host again, and it comes with the read before it.
+    /// device half-changed (a VF's netdev beside another VF's `uverbsN`): it
+    /// is read again, [`READ_PAUSE`] later, up to [`READ_TRIES`] times; the
+    /// last is kept, but not taken as current, so the next plan reads the
+    /// host again, and it is said to be overtaken.
     fn read_host(&self) -> Read {
         let mut tries = 0;
-        let mut before = None;
         let (generation, inv) = loop {
             let generation = self.changes.generation();
             let inv = Arc::new(self.gpu_facts.discover(&self.host_root));
@@ -144,10 +141,11 @@ impl Devices {
                 break (Some(generation), inv);
             }
             if tries == READ_TRIES {
-                tracing::info!(tries, "the host's devices changed during each read: a plan is made from it only where the last two reads agree on it");
+                tracing::info!(tries, "the host's devices changed during each read: plans with rdma devices are refused until they settle");
                 break (None, inv);
             }
-            before = Some(inv);
+            // A burst (a pod's RDMA device moved, VFs made) passes in less.
+            std::thread::sleep(READ_PAUSE);
         };
         // The new inventory's names may stand for other devices.
         self.gids.clear();
@@ -157,15 +155,12 @@ impl Devices {
             .inventory
             .write()
             .unwrap_or_else(PoisonError::into_inner) = inv.clone();
-        match (generation, before) {
-            (Some(generation), _) => {
+        match generation {
+            Some(generation) => {
                 self.read_at.store(generation, Ordering::Release);
                 Read::Settled(inv)
             }
-            (None, before) => Read::Overtaken {
-                before: before.unwrap_or_else(|| Arc::clone(&inv)),
-                last: inv,
-            },
+            None => Read::Overtaken(inv),
         }
     }
 }

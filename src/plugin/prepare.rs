@@ -36,22 +36,15 @@ impl Devices {
             gids: &self.gids,
         };
         let build = |inv: &Inventory| plan::build_for(inv, pod, &ctr.name, config, &ctx);
-        // A read the kernel's changes overtook each time may hold a device
-        // half-changed (a VF's netdev beside another VF's uverbs): its plan
-        // stands where the read before it gives the same, so that none of
-        // this container's devices was changing, and is refused otherwise;
-        // kubelet's retry meets a settled host.
+        // A read the kernel's changes overtook each time may pair a VF's
+        // netdev with another VF's uverbs: RDMA is refused from it, and
+        // kubelet's retry meets a settled host. (Two such reads agreeing
+        // would not do: a change after both walked the pod's VF is missed.)
         let from = |read: Read| match read {
-            Read::Settled(inv) => build(&inv),
-            Read::Overtaken { last, before } => {
-                let plan = build(&last)?;
-                match build(&before) {
-                    Ok(again) if again == plan => Ok(plan),
-                    _ => Err(PlanError::HostChanging {
-                        annotation: allocation::DEVICE_ALLOCATED,
-                    }),
-                }
-            }
+            Read::Overtaken(_) if !pod.allocation.rdma.is_empty() => Err(PlanError::HostChanging {
+                annotation: allocation::DEVICE_ALLOCATED,
+            }),
+            Read::Settled(inv) | Read::Overtaken(inv) => build(&inv),
         };
         match from(read) {
             Err(e) if is_unknown_device(&e) => from(self.refresh_settled()),
