@@ -33,12 +33,16 @@ struct State {
     by_mirror: HashMap<String, String>,
     /// A full list has been loaded at least once.
     synced: bool,
-    /// Why the last list or watch request failed; none once one succeeds.
-    last_error: Option<String>,
+    /// Why the last list or watch request failed, and since when requests
+    /// have failed; none once one succeeds.
+    failure: Option<Failure>,
     /// When the api server last said anything: a list, an event or a bookmark.
     heard: Option<Instant>,
-    /// Since when requests have failed, none succeeding.
-    failing_since: Option<Instant>,
+}
+
+struct Failure {
+    last_error: String,
+    since: Instant,
 }
 
 impl State {
@@ -55,8 +59,9 @@ impl State {
 
     /// See [`DOWN_AFTER`].
     fn down(&self) -> bool {
-        self.failing_since
-            .is_some_and(|t| t.elapsed() >= DOWN_AFTER)
+        self.failure
+            .as_ref()
+            .is_some_and(|f| f.since.elapsed() >= DOWN_AFTER)
     }
 
     fn get(&self, uid: &str) -> Option<Arc<PodSummary>> {
@@ -98,14 +103,10 @@ impl PodCache {
 
     /// A fresh list: replaces everything (pods deleted while the watch was down go).
     pub fn replace_all(&self, pods: impl IntoIterator<Item = PodSummary>) {
-        let (last_error, failing_since) = {
-            let mut s = self.lock();
-            (s.last_error.take(), s.failing_since.take())
-        };
+        let failure = self.lock().failure.take();
         let mut next = State {
             synced: true,
-            last_error,
-            failing_since,
+            failure,
             heard: Some(Instant::now()),
             ..State::default()
         };
@@ -159,11 +160,11 @@ impl PodCache {
     /// Records why the watch failed (`None`: it is connected), for refusals.
     pub fn set_error(&self, error: Option<String>) {
         let mut s = self.lock();
-        s.failing_since = match (&error, s.failing_since) {
-            (None, _) => None,
-            (Some(_), since) => since.or_else(|| Some(Instant::now())),
-        };
-        s.last_error = error.map(|e| e.chars().take(MAX_ERROR).collect());
+        let since = s.failure.as_ref().map(|f| f.since);
+        s.failure = error.map(|e| Failure {
+            last_error: e.chars().take(MAX_ERROR).collect(),
+            since: since.unwrap_or_else(Instant::now),
+        });
         drop(s);
         // A lookup waiting for a pod stops once the watch is down.
         self.changed.notify_all();
@@ -172,13 +173,14 @@ impl PodCache {
     /// Makes the current failure `by` older, as if it had begun earlier.
     #[cfg(test)]
     pub fn failing_for(&self, by: Duration) {
-        let mut s = self.lock();
-        s.failing_since = s.failing_since.and_then(|t| t.checked_sub(by));
+        if let Some(f) = &mut self.lock().failure {
+            f.since = f.since.checked_sub(by).unwrap_or(f.since);
+        }
     }
 
     /// Why the watch last failed, while it has not reconnected.
     pub fn last_error(&self) -> Option<String> {
-        self.lock().last_error.clone()
+        self.lock().failure.as_ref().map(|f| f.last_error.clone())
     }
 
     /// The pod with this UID (or the mirror pod of the static pod with this UID),
@@ -191,10 +193,11 @@ impl PodCache {
                 return Lookup::Found(p);
             }
             let now = Instant::now();
-            if now >= deadline || s.down() {
+            let down = s.down();
+            if now >= deadline || down {
                 return Lookup::Missing {
                     synced: s.synced,
-                    down: s.down(),
+                    down,
                 };
             }
             s = self
