@@ -251,14 +251,17 @@ fn a_pfs_own_netdev_comes_before_its_representors() {
     port("enp29s0_1", "c1pf0vf1");
     port("enp29s0_sf", "pf0sf2");
     port("enp29s0_pf", "pf0");
-    let inv = discover(dir.path());
-    let nic = inv
-        .rdma
-        .iter()
-        .find(|n| n.bus_id == addr("0000:1d:00.0"))
-        .unwrap();
+    let netdevs = || {
+        let inv = discover(dir.path());
+        let nic = inv
+            .rdma
+            .into_iter()
+            .find(|n| n.bus_id == addr("0000:1d:00.0"));
+        nic.unwrap().netdevs
+    };
+    let listed = netdevs();
     assert_eq!(
-        nic.netdevs,
+        listed,
         [
             "enp29s0np0",
             "enp29s0_0",
@@ -268,19 +271,13 @@ fn a_pfs_own_netdev_comes_before_its_representors() {
         ]
     );
     // No port names at all (a driver without devlink ports): by name.
-    for name in &nic.netdevs[1..] {
+    for name in &listed[1..] {
         std::fs::remove_dir_all(net.join(name)).unwrap();
     }
     std::fs::remove_file(net.join("enp29s0np0/phys_port_name")).unwrap();
     port("enp29s0a", "");
     std::fs::remove_file(net.join("enp29s0a/phys_port_name")).unwrap();
-    let inv = discover(dir.path());
-    let nic = inv
-        .rdma
-        .iter()
-        .find(|n| n.bus_id == addr("0000:1d:00.0"))
-        .unwrap();
-    assert_eq!(nic.netdevs, ["enp29s0a", "enp29s0np0"]);
+    assert_eq!(netdevs(), ["enp29s0a", "enp29s0np0"]);
 }
 
 #[test]

@@ -130,31 +130,15 @@ fn a_live_holder_is_not_waited_for() {
         .expected()
         .unwrap()
         .gpus[2];
-    let other = PodSandbox {
-        id: "sandbox-3".into(),
-        uid: "u-3".into(),
-        name: "web-3".into(),
-        annotations: [(
-            crate::allocation::DEVICE_ALLOCATED.to_string(),
-            gpu_allocation(gpu.minor, &gpu.uuid, 100),
-        )]
-        .into(),
-        ..first.clone()
-    };
+    let other = pod_named(
+        &first,
+        "sandbox-3",
+        gpu_allocation(gpu.minor, &gpu.uuid, 100),
+    );
     plugin.adjustment(&other, &ctr()).expect("other holder");
     plugin.stop_pod_sandbox(&other).unwrap();
-    let log = crate::logging::capture::Captured::default();
-    let err = log
-        .run(|| plugin.adjustment(&second, &ctr()))
-        .expect_err("held by the first pod, which runs");
-    assert!(
-        nri::ErrorChain(&err)
-            .to_string()
-            .contains("is held by pod team/web"),
-        "{}",
-        nri::ErrorChain(&err)
-    );
-    assert!(log.lines("waiting for").is_empty(), "{:?}", log.lines(""));
+    // Held by the first pod, which runs.
+    refused_at_once(&plugin, &second, "is held by pod team/web");
     assert!(
         plugin.releases.releasing("sandbox-3"),
         "still being released"
@@ -176,11 +160,11 @@ fn a_share_over_100_percent_waits_for_its_holders_release() {
     let mut plugin = plugin_on(&host, state.path(), "");
     plugin.teardown = gate.clone();
     let share = |id: &str, percent: u32| {
-        let mut pod = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, percent));
-        pod.id = id.into();
-        pod.uid = format!("u-{id}");
-        pod.name = id.into();
-        pod
+        pod_named(
+            &allocated_pod(""),
+            id,
+            gpu_allocation(gpu.minor, &gpu.uuid, percent),
+        )
     };
     plugin.enable_grant_check(&plugin.config().unwrap());
     let (first, second) = (share("first", 60), share("second", 60));
