@@ -14,9 +14,11 @@
 //! with the last version the watch saw and `resourceVersionMatch=NotOlderThan`,
 //! both of which the API server answers whole from its watch cache instead of
 //! reading etcd, where pods are not indexed by node (client-go's reflector
-//! lists so for the same reason). Only a list over the byte bound is read
-//! again from etcd, page by page. Watches ask for a `timeoutSeconds` drawn between the configured one and
-//! twice it, so that nodes that connected together do not all reconnect together.
+//! lists so for the same reason). Only a list over the byte bound, or one at
+//! a version the cache cannot serve (see `list`), is read from etcd, page by
+//! page. Watches ask for a `timeoutSeconds` drawn between the configured one
+//! and twice it, so that nodes that connected together do not all reconnect
+//! together.
 
 use std::io::{BufRead, BufReader, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
