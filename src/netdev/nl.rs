@@ -8,6 +8,7 @@
 //! a negative errno; a dump ends with `NLMSG_DONE`.
 
 use std::io;
+use std::time::Duration;
 
 use super::linkwatch::LinkWatch;
 use netlink_packet_core::{
@@ -24,6 +25,12 @@ const MAX_DATAGRAM: usize = 4 * 1024 * 1024;
 const MAX_DUMP_MESSAGES: usize = 65_536;
 /// Times a dump is asked for while the kernel reports it inconsistent.
 const DUMP_TRIES: usize = 3;
+/// Longest wait for the kernel's next datagram. rtnetlink and RDMA netlink run a
+/// request within the sender's `sendmsg` (`netlink_unicast_kernel`,
+/// net/netlink/af_netlink.c), so the answer is queued before the send returns,
+/// and a dump's next part as soon as the last was read: a reply missing this long
+/// was lost, and the hook fails with that rather than wait for the runtime's kill.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum NlError {
@@ -102,7 +109,30 @@ impl NlSocket {
         sock.connect(&netlink_sys::SocketAddr::new(0, 0))
             .map_err(err)?;
         super::extack::ask(std::os::fd::AsRawFd::as_raw_fd(&sock));
-        Ok(NlSocket { sock, watch: None })
+        let mut sock = NlSocket { sock, watch: None };
+        sock.set_reply_timeout(REPLY_TIMEOUT)?;
+        Ok(sock)
+    }
+
+    /// Bounds each wait for a datagram (`SO_RCVTIMEO`); a wait that runs out
+    /// fails with `TimedOut`.
+    pub fn set_reply_timeout(&mut self, after: Duration) -> Result<(), NlError> {
+        use nix::sys::socket::{setsockopt, sockopt::ReceiveTimeout};
+        let after = nix::sys::time::TimeVal::new(after.as_secs() as _, after.subsec_micros() as _);
+        setsockopt(&self.sock, ReceiveTimeout, &after).map_err(|e| NlError::Socket {
+            op: "set reply timeout",
+            source: e.into(),
+        })
+    }
+
+    /// The bound [`NlSocket::set_reply_timeout`] set, as the kernel holds it.
+    #[cfg(test)]
+    pub fn reply_timeout(&self) -> io::Result<Duration> {
+        use nix::sys::socket::{getsockopt, sockopt::ReceiveTimeout};
+        let t = getsockopt(&self.sock, ReceiveTimeout)?;
+        Ok(Duration::from_micros(
+            (t.tv_sec() as u64) * 1_000_000 + t.tv_usec() as u64,
+        ))
     }
 
     /// With the link notices of the calling thread's netns, which must be the
@@ -135,7 +165,8 @@ impl Transport for NlSocket {
         let mut probe: Vec<u8> = Vec::new();
         let len = self
             .sock
-            .recv(&mut probe, libc::MSG_PEEK | libc::MSG_TRUNC)?;
+            .recv(&mut probe, libc::MSG_PEEK | libc::MSG_TRUNC)
+            .map_err(timed_out)?;
         if len > MAX_DATAGRAM {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -163,6 +194,15 @@ impl Transport for NlSocket {
     fn watches_links(&self) -> bool {
         self.watch.is_some()
     }
+}
+
+/// A blocking receive that ran past its `SO_RCVTIMEO` fails with EAGAIN
+/// (socket(7)); said as what it means here.
+fn timed_out(e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::WouldBlock {
+        return io::Error::new(io::ErrorKind::TimedOut, "no reply from the kernel in time");
+    }
+    e
 }
 
 /// A request/response connection over a transport.
@@ -369,134 +409,4 @@ pub fn raw_attrs(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
 }
 
 #[cfg(test)]
-pub mod script {
-    //! A transport that records what is sent and answers from a script.
-    use std::collections::VecDeque;
-    use std::io;
-
-    use super::{frame, Transport, NLMSG_HDRLEN};
-    use netlink_packet_core::{NLMSG_DONE, NLMSG_ERROR, NLM_F_DUMP_INTR};
-
-    /// What to answer to the next request.
-    pub enum Reply {
-        /// These payloads as messages of `msg_type`, then an ack (errno 0).
-        Ack {
-            msg_type: u16,
-            payloads: Vec<Vec<u8>>,
-        },
-        /// These payloads, then `NLMSG_DONE`.
-        Dump {
-            msg_type: u16,
-            payloads: Vec<Vec<u8>>,
-        },
-        /// An `NLMSG_ERROR` with `-errno`.
-        Errno(i32),
-        /// A dump that failed midway: one payload, then `NLMSG_DONE` with `-errno`.
-        DumpFailed { msg_type: u16, errno: i32 },
-        /// These payloads flagged `NLM_F_DUMP_INTR`, then `NLMSG_DONE`.
-        DumpInterrupted {
-            msg_type: u16,
-            payloads: Vec<Vec<u8>>,
-        },
-    }
-
-    #[derive(Default)]
-    pub struct Script {
-        pub sent: Vec<Vec<u8>>,
-        pub replies: VecDeque<Reply>,
-        pending: VecDeque<Vec<u8>>,
-        /// `ETHTOOL_GDRVINFO` answers by link name: (driver, bus_info).
-        pub drv: Vec<(&'static str, &'static str, &'static str)>,
-        /// The names `drvinfo` was asked for.
-        pub asked: Vec<String>,
-        /// Link notices the kernel queues while `drvinfo` runs, each ioctl
-        /// taking the next batch; `None` in a batch: some were lost.
-        pub during_drvinfo: VecDeque<Option<Vec<Vec<u8>>>>,
-        /// Link notices queued and not yet read.
-        pub queued: Vec<Vec<u8>>,
-        lost: bool,
-    }
-
-    impl Script {
-        pub fn new(replies: Vec<Reply>) -> Script {
-            Script {
-                replies: replies.into(),
-                ..Script::default()
-            }
-        }
-    }
-
-    fn error_msg(seq: u32, errno: i32, request: &[u8]) -> Vec<u8> {
-        let mut body = (-errno).to_ne_bytes().to_vec();
-        body.extend_from_slice(&request[..NLMSG_HDRLEN.min(request.len())]);
-        frame(NLMSG_ERROR, 0, seq, &body)
-    }
-
-    impl Transport for Script {
-        fn send(&mut self, datagram: &[u8]) -> io::Result<()> {
-            let seq = u32::from_ne_bytes([datagram[8], datagram[9], datagram[10], datagram[11]]);
-            self.sent.push(datagram.to_vec());
-            let reply = self.replies.pop_front().unwrap_or(Reply::Errno(0));
-            match reply {
-                Reply::Ack { msg_type, payloads } => {
-                    for p in payloads {
-                        self.pending.push_back(frame(msg_type, 0, seq, &p));
-                    }
-                    self.pending.push_back(error_msg(seq, 0, datagram));
-                }
-                Reply::Dump { msg_type, payloads } => {
-                    for p in payloads {
-                        self.pending.push_back(frame(msg_type, 2, seq, &p));
-                    }
-                    self.pending
-                        .push_back(frame(NLMSG_DONE, 2, seq, &0i32.to_ne_bytes()));
-                }
-                Reply::Errno(e) => self.pending.push_back(error_msg(seq, e, datagram)),
-                Reply::DumpFailed { msg_type, errno } => {
-                    self.pending.push_back(frame(msg_type, 2, seq, &[0; 16]));
-                    self.pending
-                        .push_back(frame(NLMSG_DONE, 2, seq, &(-errno).to_ne_bytes()));
-                }
-                Reply::DumpInterrupted { msg_type, payloads } => {
-                    let flags = 2 | NLM_F_DUMP_INTR;
-                    for p in payloads {
-                        self.pending.push_back(frame(msg_type, flags, seq, &p));
-                    }
-                    self.pending
-                        .push_back(frame(NLMSG_DONE, flags, seq, &0i32.to_ne_bytes()));
-                }
-            }
-            Ok(())
-        }
-
-        fn recv(&mut self) -> io::Result<Vec<u8>> {
-            self.pending
-                .pop_front()
-                .ok_or_else(|| io::Error::new(io::ErrorKind::WouldBlock, "script ran dry"))
-        }
-
-        fn drvinfo(&mut self, name: &str) -> io::Result<Option<crate::netdev::ethtool::Drv>> {
-            self.asked.push(name.to_string());
-            match self.during_drvinfo.pop_front() {
-                Some(Some(batch)) => self.queued.extend(batch),
-                Some(None) => self.lost = true,
-                None => {}
-            }
-            Ok(self.drv.iter().find(|(n, ..)| *n == name).map(|(_, d, b)| {
-                crate::netdev::ethtool::Drv {
-                    driver: d.to_string(),
-                    bus_info: b.to_string(),
-                }
-            }))
-        }
-
-        fn link_notices(&mut self) -> io::Result<Option<Vec<Vec<u8>>>> {
-            let batch = std::mem::take(&mut self.queued);
-            Ok((!std::mem::take(&mut self.lost)).then_some(batch))
-        }
-
-        fn watches_links(&self) -> bool {
-            true
-        }
-    }
-}
+pub mod script;

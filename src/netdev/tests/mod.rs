@@ -8,4 +8,5 @@ mod logic;
 mod msg;
 mod pf_rename;
 mod rig;
+mod socket;
 mod store;
