@@ -43,6 +43,13 @@ pub struct Script {
     /// Link notices queued and not yet read.
     pub queued: Vec<Vec<u8>>,
     lost: bool,
+    /// Every pending message in one datagram, each padded to 4 bytes, as the
+    /// kernel fills one skb with a dump's messages while they fit
+    /// (`netlink_dump`, net/netlink/af_netlink.c).
+    pub packed: bool,
+    /// Messages put before the next request's replies, as a late answer to an
+    /// earlier request would be.
+    pub stale: Vec<Vec<u8>>,
 }
 
 impl Script {
@@ -64,6 +71,7 @@ impl Transport for Script {
     fn send(&mut self, datagram: &[u8]) -> io::Result<()> {
         let seq = u32::from_ne_bytes([datagram[8], datagram[9], datagram[10], datagram[11]]);
         self.sent.push(datagram.to_vec());
+        self.pending.extend(std::mem::take(&mut self.stale));
         let reply = self.replies.pop_front().unwrap_or(Reply::Errno(0));
         match reply {
             Reply::Ack { msg_type, payloads } => {
@@ -98,6 +106,14 @@ impl Transport for Script {
     }
 
     fn recv(&mut self) -> io::Result<Vec<u8>> {
+        if self.packed && !self.pending.is_empty() {
+            let mut datagram = Vec::new();
+            for mut msg in self.pending.drain(..) {
+                msg.resize(super::align4(msg.len()), 0);
+                datagram.extend_from_slice(&msg);
+            }
+            return Ok(datagram);
+        }
         self.pending
             .pop_front()
             .ok_or_else(|| io::Error::new(io::ErrorKind::WouldBlock, "script ran dry"))
