@@ -38,6 +38,9 @@ struct State {
     /// Lists asked no older than a version answer 504, as an API server
     /// whose cache lags the version (after an etcd restore) does.
     cache_lags: bool,
+    /// Lists still to refuse with 429 and this `Retry-After` (seconds), as
+    /// API Priority and Fairness does when the node's flow is over its share.
+    throttled: (usize, u64),
 }
 
 struct Shared {
@@ -164,6 +167,12 @@ impl FakeApi {
         self.shared.lock().cache_lags = true;
     }
 
+    /// Refuses the next `lists` lists with 429 Too Many Requests and
+    /// `Retry-After: <secs>`.
+    pub fn throttle(&self, lists: usize, secs: u64) {
+        self.shared.lock().throttled = (lists, secs);
+    }
+
     /// Makes every list page `pods` made-up pods long, with no end.
     pub fn list_without_end(&self, pods: usize) {
         self.shared.lock().endless_list = pods;
@@ -276,6 +285,18 @@ fn serve(stream: TcpStream, shared: &Shared) {
                 _ => String::new(),
             };
             s.requests.push(format!("list {node}{since}"));
+            if let (left @ 1.., secs) = s.throttled {
+                s.throttled = (left - 1, secs);
+                drop(s);
+                let _ = write_response(
+                    &mut out,
+                    429,
+                    &format!("Retry-After: {secs}\r\n"),
+                    &json!({"kind": "Status", "code": 429, "reason": "TooManyRequests",
+                            "message": "Too many requests, please try again later."}),
+                );
+                return;
+            }
             if s.cache_lags && !since.is_empty() {
                 drop(s);
                 let _ = respond(
@@ -336,10 +357,20 @@ fn serve(stream: TcpStream, shared: &Shared) {
 }
 
 fn respond(out: &mut TcpStream, code: u16, body: &Value) -> std::io::Result<()> {
+    write_response(out, code, "", body)
+}
+
+/// A response with `headers` (each line ending in CRLF) besides the usual ones.
+fn write_response(
+    out: &mut TcpStream,
+    code: u16,
+    headers: &str,
+    body: &Value,
+) -> std::io::Result<()> {
     let body = body.to_string();
     write!(
         out,
-        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
 }

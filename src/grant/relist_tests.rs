@@ -1,6 +1,8 @@
 //! Where a list again is read from: the cache, no older than what the watch
-//! saw; etcd, where the cache cannot serve that version.
+//! saw; etcd, where the cache cannot serve that version. When it is asked
+//! again: no sooner than a server that throttled it said.
 use super::fake_api::CACHED;
+use super::watch::{retry_after, WatchError};
 use super::*;
 
 #[test]
@@ -31,5 +33,58 @@ fn a_list_again_is_no_older_than_the_watch_and_from_etcd_where_the_cache_lags() 
         pages[..2],
         [(0, CACHED), (0, 40)],
         "the first from the cache, then from etcd"
+    );
+}
+
+/// API Priority and Fairness refuses a flow over its share with 429 and
+/// `Retry-After`: each list after such a refusal waits what the server said,
+/// not the 50-100 ms of the first steps of the backoff.
+#[test]
+fn a_throttled_list_is_asked_again_no_sooner_than_the_server_said() {
+    let api = FakeApi::start().unwrap();
+    api.put_pod(pod("ns", "a", "u-a", NODE, &[]));
+    api.throttle(2, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let began = Instant::now();
+    let checker = watching(&dir, &api);
+    assert!(found(&checker, "u-a"));
+    assert!(
+        began.elapsed() >= Duration::from_secs(2),
+        "two refusals, a second each: {:?}",
+        began.elapsed()
+    );
+    let requests = api.requests();
+    let lists = requests.iter().filter(|r| r.starts_with("list")).count();
+    assert_eq!(lists, 3, "{requests:?}");
+}
+
+#[test]
+fn retry_after_is_read_in_seconds_and_bounded() {
+    let header = |v: &str| ureq::http::HeaderValue::from_str(v).unwrap();
+    let cases: &[(&str, Option<u64>)] = &[
+        ("1", Some(1)),
+        (" 7 ", Some(7)),
+        ("0", Some(0)),
+        ("-1", None),
+        ("1.5", None),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", None),
+        ("", None),
+    ];
+    for (text, want) in cases {
+        let got = retry_after(Some(&header(text)));
+        assert_eq!(got, want.map(Duration::from_secs), "{text:?}");
+    }
+    assert_eq!(retry_after(None), None);
+    let told = |secs| WatchError::Status {
+        url: "u".into(),
+        code: 429,
+        message: String::new(),
+        retry_after: Some(Duration::from_secs(secs)),
+    };
+    assert_eq!(told(3).retry_after(), Some(Duration::from_secs(3)));
+    assert_eq!(
+        told(86_400).retry_after(),
+        Some(Duration::from_secs(60)),
+        "a day is asked again after a minute"
     );
 }

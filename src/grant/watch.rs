@@ -7,7 +7,8 @@
 //! resumed from the last version seen; `410 Gone` (as the response or as an ERROR
 //! event) means the version is too old and the cache is rebuilt from a new list;
 //! any other failure reconnects with exponential backoff (100 ms to 5 s), each
-//! pause drawn between half and all of its step.
+//! pause drawn between half and all of its step, and none shorter than the
+//! `Retry-After` of a server that throttled the request (at most a minute).
 //!
 //! Every node lists at once when the API servers restart (each watch then gets
 //! `410`), so the first list is asked with `resourceVersion=0` and a list again
@@ -52,6 +53,9 @@ const PAGE: u32 = 40;
 const MAX_LISTED: usize = 16 * 1024;
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Longest `Retry-After` obeyed: a server that asks for more is asked again
+/// after this, so one misconfigured answer cannot stop the watch for hours.
+const RETRY_AFTER_MAX: Duration = Duration::from_secs(60);
 /// The longest a watch may stay silent: API servers from 1.27 send a bookmark
 /// about once a minute to watchers that allow them, so a connection silent for
 /// longer is dropped (a half-open TCP connection gives no error), and a quiet
@@ -73,6 +77,8 @@ pub enum WatchError {
         url: String,
         code: u16,
         message: String,
+        /// The server's `Retry-After`, where it sent one.
+        retry_after: Option<Duration>,
     },
     #[error("resource version {version} is gone (410)")]
     Gone { version: String },
@@ -182,6 +188,7 @@ impl PodClient {
             source: Box::new(e),
         })?;
         let code = resp.status().as_u16();
+        let retry_after = retry_after(resp.headers().get("retry-after"));
         let body = resp.into_body();
         if code == 200 {
             return Ok((url, body));
@@ -197,6 +204,7 @@ impl PodClient {
             url,
             code,
             message: status.message,
+            retry_after,
         })
     }
 
@@ -282,6 +290,7 @@ fn apply_event(line: &[u8], cache: &PodCache, url: &str) -> Result<Option<String
                 url: url.to_string(),
                 code: s.code,
                 message: format!("watch error event {}: {}", s.reason, s.message),
+                retry_after: None,
             })
         }
     }
@@ -336,8 +345,11 @@ impl PodWatch {
 
 fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
     let mut backoff = BACKOFF_MIN;
-    let pause = |backoff: &mut Duration| {
-        std::thread::sleep(*backoff / 2 + jitter(*backoff / 2));
+    // A server that said when to come back (429 from API Priority and
+    // Fairness, 503 while it starts) is not asked before then.
+    let pause = |backoff: &mut Duration, told: Option<&WatchError>| {
+        let asked = told.and_then(WatchError::retry_after).unwrap_or_default();
+        std::thread::sleep((*backoff / 2 + jitter(*backoff / 2)).max(asked));
         *backoff = (*backoff * 2).min(BACKOFF_MAX);
     };
     let mut from = ListFrom::Cache;
@@ -367,7 +379,7 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                 if unservable {
                     from = ListFrom::Etcd;
                 }
-                pause(&mut backoff);
+                pause(&mut backoff, Some(&e));
                 continue;
             }
         };
@@ -386,7 +398,7 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                     // Gone at the version just listed (API servers behind one
                     // address whose caches differ): not again at once.
                     if watches == 1 {
-                        pause(&mut backoff);
+                        pause(&mut backoff, None);
                     }
                     break;
                 }
@@ -395,7 +407,7 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                 Err(e @ WatchError::EventTooLarge { .. }) => {
                     tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod watch event skipped; listing again");
                     from = ListFrom::NotOlderThan(version);
-                    pause(&mut backoff);
+                    pause(&mut backoff, None);
                     break;
                 }
                 Err(e) => {
@@ -404,11 +416,28 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                     }
                     tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod watch failed");
                     cache.set_error(Some(e.to_string()));
-                    pause(&mut backoff);
+                    pause(&mut backoff, Some(&e));
                 }
             }
         }
     }
+}
+
+impl WatchError {
+    /// How long the server asked to be left alone, at most [`RETRY_AFTER_MAX`].
+    pub(super) fn retry_after(&self) -> Option<Duration> {
+        match self {
+            WatchError::Status { retry_after, .. } => retry_after.map(|d| d.min(RETRY_AFTER_MAX)),
+            _ => None,
+        }
+    }
+}
+
+/// A `Retry-After` header in seconds, the form the API server sends
+/// (RFC 9110 §10.2.3 also allows a date, which it never sends: ignored).
+pub(super) fn retry_after(header: Option<&ureq::http::HeaderValue>) -> Option<Duration> {
+    let secs: u64 = header?.to_str().ok()?.trim().parse().ok()?;
+    Some(Duration::from_secs(secs))
 }
 
 /// A duration drawn evenly from zero to `most`, different in each process
