@@ -106,7 +106,11 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
     let uevents = crate::inventory::uevents::UeventSocket::open();
     let plugin = DevgatePlugin::new(config, options).map_err(NriCmdError::State)?;
     if let Err(e) = uevents.and_then(|sock| plugin.watch_host_changes(sock)) {
-        tracing::warn!(error = %e, "kernel uevents cannot be read: a device the kernel numbers anew (VFs made again, a module reloaded) is seen only when a plan names one the inventory does not know");
+        let period = crate::plugin::POLL_PERIOD;
+        tracing::warn!(error = %e, period_s = period.as_secs(), "kernel uevents cannot be read: the host's devices are read again each period, and a device the kernel numbers anew in between (VFs made again, a module reloaded) is seen before then only when a plan names one the inventory does not know");
+        if let Err(e) = plugin.poll_host_changes(period) {
+            tracing::warn!(error = %e, "the host's devices cannot be read again in the background either: only when a plan names a device the inventory does not know");
+        }
     }
     if preinstalled.is_none() {
         // A runtime-started plugin starts it at Configure, with its `[gpu]`.

@@ -424,6 +424,7 @@ pub use ahead::Ahead;
 
 #[path = "inventory_cache.rs"]
 mod inventory_cache;
+pub use inventory_cache::POLL_PERIOD;
 
 #[path = "prepare.rs"]
 mod prepare;

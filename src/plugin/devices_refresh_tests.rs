@@ -123,6 +123,58 @@ fn a_vf_whose_rdma_device_is_in_the_pod_serves_its_next_container_after_a_re_rea
     assert_eq!(sidecar.linux.devices, owner.linux.devices);
 }
 
+/// The first VF's uverbs as a plan grants it, and its number in the host tree.
+struct Uverbs {
+    path: String,
+    major: u32,
+    minor: u32,
+    dev: std::path::PathBuf,
+}
+
+impl Uverbs {
+    fn of(node: &Node) -> Uverbs {
+        use crate::inventory::model::RdmaCharKind;
+        let vf = &node.fixture.expected().rdma[0].vfs[0];
+        let uverbs = vf
+            .rdma
+            .as_ref()
+            .unwrap()
+            .char_devs
+            .iter()
+            .find(|c| c.kind == RdmaCharKind::Uverbs)
+            .unwrap()
+            .clone();
+        Uverbs {
+            path: format!("/dev/infiniband/{}", uverbs.name),
+            major: uverbs.dev.major,
+            minor: uverbs.dev.minor,
+            dev: node
+                .fixture
+                .root()
+                .join("sys/class/infiniband_verbs")
+                .join(&uverbs.name)
+                .join("dev"),
+        }
+    }
+
+    /// Numbers it anew in the host tree, as the kernel does when the RDMA
+    /// core registers the device again; the new minor.
+    fn renumber(&self) -> u32 {
+        let renumbered = self.minor + 64;
+        std::fs::write(&self.dev, format!("{}:{renumbered}\n", self.major)).unwrap();
+        renumbered
+    }
+
+    /// The minor an adjustment grants it.
+    fn minor_in(&self, adj: &ContainerAdjustment) -> Option<i64> {
+        let devices = &adj.linux.as_ref().unwrap().devices;
+        devices
+            .iter()
+            .find(|d| d.path == self.path)
+            .map(|d| d.minor)
+    }
+}
+
 /// A VF's uverbs numbered anew by the kernel (its PF's VFs made again, an
 /// RDMA device moved between namespaces: the lowest free minor is taken)
 /// while the cache holds the old number. Until the kernel reports a change
@@ -131,40 +183,50 @@ fn a_vf_whose_rdma_device_is_in_the_pod_serves_its_next_container_after_a_re_rea
 /// hold.
 #[test]
 fn a_uverbs_numbered_anew_is_read_again_after_a_uevent() {
-    use crate::inventory::model::RdmaCharKind;
     let node = node();
-    let vf = node.fixture.expected().rdma[0].vfs[0].clone();
-    let uverbs = vf
-        .rdma
-        .as_ref()
-        .unwrap()
-        .char_devs
-        .iter()
-        .find(|c| c.kind == RdmaCharKind::Uverbs)
-        .unwrap()
-        .clone();
-    let path = format!("/dev/infiniband/{}", uverbs.name);
-    let minor_of = |adj: &ContainerAdjustment| {
-        let devices = &adj.linux.as_ref().unwrap().devices;
-        devices.iter().find(|d| d.path == path).map(|d| d.minor)
-    };
+    let uverbs = Uverbs::of(&node);
     let config = Arc::new(Config::default());
     let features = RuntimeFeatures::default();
     let before = node.create("c1", &[], &config, features).unwrap();
-    assert_eq!(minor_of(&before), Some(i64::from(uverbs.dev.minor)));
-    let dev = node
-        .fixture
-        .root()
-        .join("sys/class/infiniband_verbs")
-        .join(&uverbs.name)
-        .join("dev");
-    let renumbered = uverbs.dev.minor + 64;
-    std::fs::write(&dev, format!("{}:{renumbered}\n", uverbs.dev.major)).unwrap();
+    assert_eq!(uverbs.minor_in(&before), Some(i64::from(uverbs.minor)));
+    let renumbered = uverbs.renumber();
     let cached = node.create("c2", &[], &config, features).unwrap();
-    assert_eq!(minor_of(&cached), Some(i64::from(uverbs.dev.minor)));
+    assert_eq!(uverbs.minor_in(&cached), Some(i64::from(uverbs.minor)));
     node.devices.host_changes().bump();
     let after = node.create("c3", &[], &config, features).unwrap();
-    assert_eq!(minor_of(&after), Some(i64::from(renumbered)));
+    assert_eq!(uverbs.minor_in(&after), Some(i64::from(renumbered)));
+}
+
+/// Where the kernel's uevents cannot be read, the host is read again each
+/// period on the inventory thread: a uverbs numbered anew is granted by its
+/// new number once a period has passed, with no uevent.
+#[test]
+fn without_uevents_the_host_is_read_again_each_period() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let node = node();
+    let uverbs = Uverbs::of(&node);
+    let config = Arc::new(Config::default());
+    let features = RuntimeFeatures::default();
+    node.create("c1", &[], &config, features).unwrap();
+    let renumbered = uverbs.renumber();
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&reads);
+    *node.devices.after_read.lock().unwrap() = Some(Box::new(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+    }));
+    node.devices
+        // Long beside a read of the fixture, so that no read is overtaken by
+        // the next period's change three times running (which would refuse
+        // the pod's RDMA devices as changing).
+        .poll_host(std::time::Duration::from_millis(200))
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while reads.load(Ordering::SeqCst) < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(reads.load(Ordering::SeqCst) >= 2, "read again each period");
+    let after = node.create("c2", &[], &config, features).unwrap();
+    assert_eq!(uverbs.minor_in(&after), Some(i64::from(renumbered)));
 }
 
 /// A read of the host during which the kernel reported device changes is

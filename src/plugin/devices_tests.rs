@@ -19,7 +19,7 @@ fn random_mac_is_stable_local_unicast() {
 struct Node {
     dir: tempfile::TempDir,
     fixture: crate::fixture::Fixture,
-    devices: Devices,
+    devices: Arc<Devices>,
     /// Holds GPU minor 0 and the first VF of the first NIC.
     pod: PodSandbox,
     health: crate::gpu::HealthStore,
@@ -49,13 +49,15 @@ fn node() -> Node {
     let fixture = crate::fixture::HostRootBuilder::hgx()
         .build(&dir.path().join("host"))
         .unwrap();
-    let devices = Devices::open(
-        fixture.root(),
-        &dir.path().join("state"),
-        "/plugin/bin/devgate-hook".into(),
-        None,
-    )
-    .unwrap();
+    let devices = Arc::new(
+        Devices::open(
+            fixture.root(),
+            &dir.path().join("state"),
+            "/plugin/bin/devgate-hook".into(),
+            None,
+        )
+        .unwrap(),
+    );
     Node {
         pod: gpu_vf_pod(&fixture),
         health: crate::gpu::HealthStore::new(&dir.path().join("health")),

@@ -1,6 +1,7 @@
 //! The plugin's copy of the node inventory: read at start, read again when
-//! the kernel reports a device change (see [`crate::inventory::uevents`]) or a
-//! plan names a device it does not know.
+//! the kernel reports a device change (see [`crate::inventory::uevents`]), or
+//! every [`POLL_PERIOD`] where its uevents cannot be read, or when a plan names
+//! a device it does not know.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
@@ -13,6 +14,11 @@ use crate::inventory::Inventory;
 const READ_TRIES: u32 = 3;
 /// The pause before a read again.
 const READ_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+/// How often the host counts as changed where the kernel's uevents cannot be
+/// read (a seccomp or LSM policy that denies `NETLINK_KOBJECT_UEVENT`): a
+/// device the kernel numbers anew is then planned from the old read for at
+/// most this long, as long as a host read takes on the inventory thread.
+pub const POLL_PERIOD: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// An inventory and whether it can be trusted whole: an `Overtaken` one was
 /// read while the kernel reported changes, each of the times it was read.
@@ -59,6 +65,32 @@ impl Devices {
     /// known as such (see [`Devices::read_host`]) instead of being taken as
     /// current until the uevent thread gets to the queued change.
     pub fn watch_host(self: &Arc<Self>, sock: UeventSocket) -> std::io::Result<()> {
+        let settled = self.start_reader()?;
+        self.changes.watch(sock, settled).map(drop)
+    }
+
+    /// Where the kernel's uevents cannot be read: counts the host as changed
+    /// every `period` and reads it again, as after a burst of uevents, until
+    /// the cache is dropped.
+    pub fn poll_host(self: &Arc<Self>, period: std::time::Duration) -> std::io::Result<()> {
+        let settled = self.start_reader()?;
+        let devices = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("devgate-host-poll".into())
+            .spawn(move || loop {
+                std::thread::sleep(period);
+                match devices.upgrade() {
+                    Some(d) => d.changes.bump(),
+                    None => return,
+                }
+                settled();
+            })
+            .map(drop)
+    }
+
+    /// Starts the thread that reads the host when the returned callback asks,
+    /// while the cache lives.
+    fn start_reader(self: &Arc<Self>) -> std::io::Result<impl Fn() + Send + 'static> {
         // One read asked for at most: a burst settling during a read asks
         // for one more, not one each.
         let (ask, asked) = std::sync::mpsc::sync_channel::<()>(1);
@@ -73,11 +105,10 @@ impl Devices {
                     }
                 }
             })?;
-        let settled = move || {
+        Ok(move || {
             // Full: a read is asked for already.
             let _ = ask.try_send(());
-        };
-        self.changes.watch(sock, settled).map(drop)
+        })
     }
 
     /// The cached inventory, read again first when the kernel reported a

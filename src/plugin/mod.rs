@@ -41,6 +41,7 @@ use crate::config::{Config, ConfigError};
 use crate::gpu::GpuTeardown;
 use crate::ledger::{LedgerError, Teardown, Teardowns};
 use devices::RuntimeFeatures;
+pub use devices::POLL_PERIOD;
 use gpu_slot::GpuSlot;
 use hook_path::default_hook_path;
 pub use hook_path::{hook_beside, INSTALLED_HOOK};
@@ -197,6 +198,11 @@ impl DevgatePlugin {
         sock: crate::inventory::uevents::UeventSocket,
     ) -> std::io::Result<()> {
         self.devices.watch_host(sock)
+    }
+
+    /// Reads the host again every `period`, where its uevents cannot be read.
+    pub fn poll_host_changes(&self, period: std::time::Duration) -> std::io::Result<()> {
+        self.devices.poll_host(period)
     }
 
     /// Starts the grant check (`crate::grant`, with its pod watch when the config
