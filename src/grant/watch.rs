@@ -22,17 +22,18 @@
 //! together.
 
 use std::io::{BufRead, BufReader, Read};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::cache::PodCache;
 use super::credentials::{self, ClientCert, CredentialError, Secret};
 use super::model::{Bookmark, Pod, Status, WatchEvent};
-use super::settings::{Endpoint, Mode};
+use super::settings::Endpoint;
 
 mod list;
+mod run;
 pub use list::ListFrom;
+pub use run::PodWatch;
+pub(super) use run::{jitter, start};
 
 /// Largest list page accepted (a page holds at most [`PAGE`] pods).
 pub const MAX_LIST_BYTES: u64 = 64 << 20;
@@ -51,8 +52,6 @@ const PAGE: u32 = 40;
 /// the pod garbage collector's default threshold of finished pods
 /// (`--terminated-pod-gc-threshold`, 12500) with the node's running pods.
 const MAX_LISTED: usize = 16 * 1024;
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Longest `Retry-After` obeyed: a server that asks for more is asked again
 /// after this, so one misconfigured answer cannot stop the watch for hours.
 const RETRY_AFTER_MAX: Duration = Duration::from_secs(60);
@@ -320,109 +319,6 @@ fn percent_encode(s: &str) -> String {
     out
 }
 
-/// The watch thread; dropping the handle asks it to stop at its next step.
-pub struct PodWatch {
-    stop: Arc<AtomicBool>,
-}
-
-impl Drop for PodWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-impl PodWatch {
-    /// Starts the list/watch loop on its own thread, filling `cache`.
-    pub fn spawn(client: PodClient, cache: Arc<PodCache>) -> std::io::Result<PodWatch> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        std::thread::Builder::new()
-            .name("devgate-pod-watch".into())
-            .spawn(move || run(&client, &cache, &flag))?;
-        Ok(PodWatch { stop })
-    }
-}
-
-fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
-    let mut backoff = BACKOFF_MIN;
-    // A server that said when to come back (429 from API Priority and
-    // Fairness, 503 while it starts) is not asked before then.
-    let pause = |backoff: &mut Duration, told: Option<&WatchError>| {
-        let asked = told.and_then(WatchError::retry_after).unwrap_or_default();
-        std::thread::sleep((*backoff / 2 + jitter(*backoff / 2)).max(asked));
-        *backoff = (*backoff * 2).min(BACKOFF_MAX);
-    };
-    let mut from = ListFrom::Cache;
-    while !stop.load(Ordering::Relaxed) {
-        let mut version = match client.list(&from) {
-            Ok((pods, version)) => {
-                tracing::info!(pods = pods.len(), version = %version, "pod list loaded");
-                cache.set_error(None);
-                cache.replace_all(pods);
-                backoff = BACKOFF_MIN;
-                version
-            }
-            Err(e) => {
-                tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod list failed");
-                cache.set_error(Some(e.to_string()));
-                // A version the cache cannot serve (410, or 504 "Too large
-                // resource version" from a cache that lags it, after an etcd
-                // restore; other 504s are timeouts): read from etcd, never
-                // older than the cache was, as client-go's reflector does.
-                let unservable = match &e {
-                    WatchError::Status { code: 410, .. } => true,
-                    WatchError::Status {
-                        code: 504, message, ..
-                    } => message.contains("Too large resource version"),
-                    _ => false,
-                };
-                if unservable {
-                    from = ListFrom::Etcd;
-                }
-                pause(&mut backoff, Some(&e));
-                continue;
-            }
-        };
-        let mut watches = 0;
-        while !stop.load(Ordering::Relaxed) {
-            let started = Instant::now();
-            watches += 1;
-            match client.watch(&mut version, cache) {
-                Ok(()) => {
-                    tracing::debug!(version = %version, "watch ended; resuming");
-                    backoff = BACKOFF_MIN;
-                }
-                Err(e @ WatchError::Gone { .. }) => {
-                    tracing::info!(error = %nri::ErrorChain(&e), "watch expired; listing again");
-                    from = ListFrom::NotOlderThan(version);
-                    // Gone at the version just listed (API servers behind one
-                    // address whose caches differ): not again at once.
-                    if watches == 1 {
-                        pause(&mut backoff, None);
-                    }
-                    break;
-                }
-                // Resuming from the same version would read the same event
-                // again, for ever: the list has the pod without the event.
-                Err(e @ WatchError::EventTooLarge { .. }) => {
-                    tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod watch event skipped; listing again");
-                    from = ListFrom::NotOlderThan(version);
-                    pause(&mut backoff, None);
-                    break;
-                }
-                Err(e) => {
-                    if started.elapsed() > BACKOFF_MAX {
-                        backoff = BACKOFF_MIN;
-                    }
-                    tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod watch failed");
-                    cache.set_error(Some(e.to_string()));
-                    pause(&mut backoff, Some(&e));
-                }
-            }
-        }
-    }
-}
-
 impl WatchError {
     /// How long the server asked to be left alone, at most [`RETRY_AFTER_MAX`].
     pub(super) fn retry_after(&self) -> Option<Duration> {
@@ -438,39 +334,4 @@ impl WatchError {
 pub(super) fn retry_after(header: Option<&ureq::http::HeaderValue>) -> Option<Duration> {
     let secs: u64 = header?.to_str().ok()?.trim().parse().ok()?;
     Some(Duration::from_secs(secs))
-}
-
-/// A duration drawn evenly from zero to `most`, different in each process
-/// and call (std's hasher keys are random per process and change with each
-/// `RandomState`, and the clock is hashed too): enough to spread nodes apart,
-/// with no generator to keep.
-pub(super) fn jitter(most: Duration) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    h.write_u128(now.unwrap_or_default().as_nanos());
-    h.write_u64(std::process::id().into());
-    let nanos = u64::try_from(most.as_nanos()).unwrap_or(u64::MAX);
-    Duration::from_nanos(h.finish() % nanos.saturating_add(1))
-}
-
-/// Starts the watch of `ep`: the mode is `Requests`, or `Unavailable` when the
-/// watch cannot start.
-pub(super) fn start(ep: Endpoint, cache: &Arc<PodCache>) -> (Mode, Option<PodWatch>) {
-    let started = PodClient::new(&ep)
-        .map_err(|e| e.to_string())
-        .and_then(|client| PodWatch::spawn(client, Arc::clone(cache)).map_err(|e| e.to_string()));
-    match started {
-        Ok(w) => {
-            tracing::info!(api = %ep.base, node = %ep.node_name, "grant check: watching this node's pods");
-            (Mode::Requests(ep), Some(w))
-        }
-        Err(reason) => {
-            tracing::error!(api = %ep.base, error = %reason, "grant check: cannot start the pod watch");
-            (
-                Mode::Unavailable(format!("pod watch not started: {reason}")),
-                None,
-            )
-        }
-    }
 }
