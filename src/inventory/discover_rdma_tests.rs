@@ -1,0 +1,125 @@
+//! Discovery of RDMA devices that are not where the host's class directory
+//! shows them: moved into a pod's netns, soft devices on a NIC's netdev, two
+//! devices on one function.
+use std::fs;
+use std::path::Path;
+
+use super::*;
+
+/// A VF's RDMA device moved into a pod in exclusive netns mode: gone from the
+/// host's `class/infiniband` (netns-tagged), its uverbs and umad class devices
+/// still there. The VF keeps its device, char devices and port numbers, the
+/// ports' state unknown from here.
+#[test]
+fn an_rdma_device_in_another_netns_is_found_through_its_char_devices() {
+    let (_dir, fixture) = build(HostRootBuilder::hgx());
+    let expected = fixture.expected().clone();
+    let vf = expected.rdma[0]
+        .vfs
+        .iter()
+        .find(|v| v.rdma.is_some())
+        .expect("a vf with an rdma device")
+        .clone();
+    let dev = vf.rdma.clone().unwrap();
+    let root = fixture.root();
+    let class_link = root.join("sys/class/infiniband").join(&dev.name);
+    let ibdir = fs::canonicalize(&class_link).unwrap();
+    fs::remove_file(&class_link).unwrap();
+    fs::remove_dir_all(&ibdir).unwrap();
+
+    let inv = discover(root);
+    assert_eq!(inv.warnings, Vec::<String>::new());
+    let found = inv.rdma[0]
+        .vfs
+        .iter()
+        .find(|v| v.bus_id == vf.bus_id)
+        .and_then(|v| v.rdma.clone())
+        .expect("the vf keeps its rdma device");
+    assert_eq!(found.name, dev.name);
+    assert_eq!(found.char_devs, dev.char_devs);
+    let ports: Vec<(u32, &str)> = found
+        .ports
+        .iter()
+        .map(|p| (p.num, p.state.as_str()))
+        .collect();
+    let want: Vec<(u32, &str)> = dev
+        .ports
+        .iter()
+        .map(|p| (p.num, rdma::HIDDEN_PORT_STATE))
+        .collect();
+    assert_eq!(ports, want);
+    // Everything else is as it was.
+    let mut rest = inv.clone();
+    let mut was = expected;
+    for i in [&mut rest, &mut was] {
+        for v in i.rdma.iter_mut().flat_map(|n| n.vfs.iter_mut()) {
+            if v.bus_id == vf.bus_id {
+                v.rdma = None;
+            }
+        }
+    }
+    assert_eq!(rest, was);
+}
+
+/// `rdma link add siw0 type siw netdev <the NIC's>` (and rxe on older
+/// kernels): the soft device's `device` link is the NIC's PCI function. The
+/// NIC keeps its own device, and nothing warns.
+#[test]
+fn a_soft_rdma_device_on_a_nics_netdev_does_not_take_its_function() {
+    let (_dir, fixture) = build(HostRootBuilder::hgx());
+    let root = fixture.root();
+    let nic = &fixture.expected().rdma[0];
+    let pci = pci_dir_of(root, &nic.rdma.name);
+    for soft in ["siw0", "rxe_ens1f0"] {
+        add_rdma_dev(root, &pci, soft);
+    }
+    let inv = discover(root);
+    assert_eq!(inv.warnings, Vec::<String>::new());
+    assert_eq!(&inv.rdma, &fixture.expected().rdma);
+}
+
+/// The PCI function directory the RDMA device `name` sits on
+/// (`<pci>/infiniband/<name>`), symlinks resolved.
+fn pci_dir_of(root: &Path, name: &str) -> std::path::PathBuf {
+    let own = fs::canonicalize(root.join("sys/class/infiniband").join(name)).unwrap();
+    own.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// An RDMA device `name` on the PCI function at `pci`, as sysfs shows one.
+fn add_rdma_dev(root: &Path, pci: &Path, name: &str) {
+    let dir = pci.join("infiniband").join(name);
+    fs::create_dir_all(dir.join("ports/1")).unwrap();
+    fs::write(dir.join("ports/1/state"), "4: ACTIVE\n").unwrap();
+    fs::write(dir.join("ports/1/link_layer"), "Ethernet\n").unwrap();
+    fs::write(dir.join("node_type"), "1: CA\n").unwrap();
+    // Relative, as sysfs writes them.
+    std::os::unix::fs::symlink("../..", dir.join("device")).unwrap();
+    let canonical_root = fs::canonicalize(root).unwrap();
+    let target = Path::new("../../..").join(dir.strip_prefix(&canonical_root).unwrap());
+    std::os::unix::fs::symlink(target, root.join("sys/class/infiniband").join(name)).unwrap();
+}
+
+/// A second RDMA device on a NIC's PCI function, one no soft-device name
+/// gives away: the first by name stays the function's, as koordlet reports
+/// it, so the scheduler's minors keep meaning the same devices; the other is
+/// named in a warning.
+#[test]
+fn of_two_rdma_devices_on_one_function_the_first_by_name_is_kept() {
+    let (_dir, fixture) = build(HostRootBuilder::hgx());
+    let root = fixture.root();
+    let nic = &fixture.expected().rdma[0];
+    let pci = pci_dir_of(root, &nic.rdma.name);
+    add_rdma_dev(root, &pci, "roce_a");
+    let inv = discover(root);
+    assert_eq!(&inv.rdma, &fixture.expected().rdma);
+    assert_eq!(inv.warnings.len(), 1, "{:?}", inv.warnings);
+    let want = format!(
+        "shares its PCI function with RDMA device {}, which is kept",
+        nic.rdma.name
+    );
+    assert!(
+        inv.warnings[0].contains("roce_a") && inv.warnings[0].contains(&want),
+        "{:?}",
+        inv.warnings
+    );
+}
