@@ -1,11 +1,12 @@
 //! The hook's cgroup v2 device rules against the real kernel (needs root and a
-//! cgroup2 hierarchy at /sys/fs/cgroup/unified, as on the CI host).
+//! cgroup2 hierarchy: /sys/fs/cgroup on a unified host, /sys/fs/cgroup/unified
+//! on a hybrid one such as the CI host).
 //!
 //! A cgroup gets a deny-most device program like runc's; processes in it are
 //! refused a 195:N node with EPERM. After the hook's v2 code the granted node
 //! opens as far as the driver (ENXIO: no driver behind major 195 here), an
 //! ungranted one is still EPERM, and /dev/null, allowed before, still opens.
-//! Probes also join the root of the v1 devices hierarchy, which allows
+//! Probes also join the root of the v1 devices hierarchy of a hybrid host, which allows
 //! everything, so only the BPF program decides.
 
 use std::ffi::CString;
@@ -19,8 +20,33 @@ use devgate::plan::{DeviceKind, DeviceNode};
 use nix::errno::Errno;
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 
-const V2_ROOT: &str = "/sys/fs/cgroup/unified";
-const V1_DEVICES_ROOT: &str = "/sys/fs/cgroup/devices";
+const CGROUP_FS: &str = "/sys/fs/cgroup";
+
+/// The cgroup2 hierarchy: the whole of /sys/fs/cgroup on a unified host, its
+/// `unified` directory on a hybrid one. Asserts root and that there is one.
+fn v2_root() -> PathBuf {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the cgroup tests need root (they make cgroups and attach device programs)"
+    );
+    let fs = Path::new(CGROUP_FS);
+    if fs.join("cgroup.controllers").exists() {
+        return fs.to_path_buf();
+    }
+    let unified = fs.join("unified");
+    assert!(
+        unified.join("cgroup.controllers").exists(),
+        "no cgroup2 hierarchy at {CGROUP_FS} or {}",
+        unified.display()
+    );
+    unified
+}
+
+/// The v1 devices hierarchy of a hybrid host, whose root allows every device.
+fn v1_devices_root() -> Option<PathBuf> {
+    let root = Path::new(CGROUP_FS).join("devices");
+    root.join("cgroup.procs").exists().then_some(root)
+}
 const RUNTIME_SPEC: &str =
     r#"{"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"}]}}}"#;
 
@@ -61,13 +87,10 @@ fn join(procs: &[CString]) -> std::io::Result<()> {
 }
 
 fn procs(cg: &Path) -> Vec<CString> {
-    [
-        cg.join("cgroup.procs"),
-        Path::new(V1_DEVICES_ROOT).join("cgroup.procs"),
-    ]
-    .iter()
-    .map(|p| CString::new(p.as_os_str().as_encoded_bytes()).unwrap())
-    .collect()
+    std::iter::once(cg.join("cgroup.procs"))
+        .chain(v1_devices_root().map(|root| root.join("cgroup.procs")))
+        .map(|p| CString::new(p.as_os_str().as_encoded_bytes()).unwrap())
+        .collect()
 }
 
 /// Opens `node` from a new process in `cg`; the errno, or None when it opened.
@@ -108,7 +131,7 @@ fn node(minor: u32) -> DeviceNode {
 
 #[test]
 fn the_hook_grants_exactly_the_planned_node_on_cgroup_v2() {
-    let dir = Path::new(V2_ROOT).join(format!("devgate-test-{}", std::process::id()));
+    let dir = v2_root().join(format!("devgate-test-{}", std::process::id()));
     std::fs::create_dir(&dir).unwrap();
     let mut cg = Cgroup {
         dir: dir.clone(),
@@ -161,7 +184,7 @@ fn the_hook_grants_exactly_the_planned_node_on_cgroup_v2() {
         .lines()
         .find_map(|l| l.strip_prefix("0::"))
         .expect("a cgroup v2 entry");
-    let found = cgroup_v2::cgroup_dir(Path::new(V2_ROOT), rel).unwrap();
+    let found = cgroup_v2::cgroup_dir(&v2_root(), rel).unwrap();
     assert_eq!(found, dir);
     let spec = devgate::hook::bundle::Bundle::read(bundle.path())
         .unwrap()
@@ -187,7 +210,7 @@ fn the_hook_grants_exactly_the_planned_node_on_cgroup_v2() {
 /// program too, so the grant must replace it there, not add one below.
 #[test]
 fn the_hook_grants_through_a_program_on_the_containers_parent_cgroup() {
-    let scope = Path::new(V2_ROOT).join(format!("devgate-test-scope-{}", std::process::id()));
+    let scope = v2_root().join(format!("devgate-test-scope-{}", std::process::id()));
     std::fs::create_dir(&scope).unwrap();
     let _scope = Cgroup {
         dir: scope.clone(),
@@ -241,6 +264,10 @@ fn the_hook_grants_through_a_program_on_the_containers_parent_cgroup() {
 #[test]
 fn the_unified_hierarchy_is_told_by_statfs() {
     use devgate::hook::cgroup::is_unified;
-    assert!(is_unified(Path::new(V2_ROOT)));
-    assert!(!is_unified(Path::new(V1_DEVICES_ROOT)));
+    assert!(is_unified(&v2_root()));
+    match v1_devices_root() {
+        Some(v1) => assert!(!is_unified(&v1)),
+        // A unified host has no v1 hierarchy to tell apart: a procfs is not one.
+        None => assert!(!is_unified(Path::new("/proc"))),
+    }
 }

@@ -262,11 +262,11 @@ fn a_host_link_already_named_like_the_target_is_left_alone() {
 fn a_pod_link_named_like_the_vf_on_the_host_is_left_alone() {
     require_root();
     let pod = NamedNs::new("dg-hname");
-    let v = Veth::new("dgh0v", "dgh0p", "02:00:00:0a:0c:01");
+    let v = Veth::new("dgn1v", "dgn1p", "02:00:00:0a:0c:01");
     let pods_own = "02:00:00:0a:0c:99";
     net::sh(&[
-        "ip", "-n", &pod.0, "link", "add", "dgh0v", "address", pods_own, "type", "veth", "peer",
-        "name", "dgh0w",
+        "ip", "-n", &pod.0, "link", "add", "dgn1v", "address", pods_own, "type", "veth", "peer",
+        "name", "dgn1w",
     ]);
     let dir = tempfile::tempdir().unwrap();
     let a = action(&v, "0000:ee:0c.0", "net1", "02:00:00:0b:0c:01", 9000);
@@ -278,7 +278,7 @@ fn a_pod_link_named_like_the_vf_on_the_host_is_left_alone() {
         &[],
     ));
     assert_in_pod(In::Named(&pod.0), "net1", "02:00:00:0b:0c:01", 9000);
-    let own = || link(In::Named(&pod.0), "dgh0v").map(|l| l.address);
+    let own = || link(In::Named(&pod.0), "dgn1v").map(|l| l.address);
     assert_eq!(own(), Some(Some(pods_own.to_string())));
     ok(&hook(
         "poststop",

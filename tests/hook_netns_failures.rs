@@ -170,7 +170,7 @@ fn the_pods_next_owner_finishes_a_restore_an_earlier_owner_left() {
 fn a_failed_attach_keeps_the_claims_while_a_vf_of_the_pod_is_saved() {
     require_root();
     let pod = Sleeper::new();
-    let v = Veth::new("dgk0v", "dgk0p", "02:00:00:0a:08:01");
+    let v = Veth::new("dgkc0v", "dgkc0p", "02:00:00:0a:08:01");
     let dir = tempfile::tempdir().unwrap();
     let nets = [action(
         &v,

@@ -129,6 +129,7 @@ pub struct Veth {
 
 impl Veth {
     pub fn new(name: &str, peer: &str, mac: &str) -> Veth {
+        claim_peer(peer);
         // A pair left by an interrupted run goes with its (test-only) peer name;
         // a link named `name` that is not ours makes the add fail loudly.
         quiet(&["ip", "link", "del", peer]);
@@ -142,6 +143,21 @@ impl Veth {
             mac: mac.to_string(),
         }
     }
+}
+
+/// Makes a peer name this process's for good: the tests of one binary run
+/// in parallel threads, and a second pair with the same peer would delete
+/// the first's (above) whenever the two overlap.
+fn claim_peer(peer: &str) {
+    static PEERS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut peers = PEERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    assert!(
+        !peers.iter().any(|p| p == peer),
+        "veth peer {peer} is used twice in this test binary: give each test its own names"
+    );
+    peers.push(peer.to_string());
 }
 
 impl Drop for Veth {
