@@ -297,8 +297,12 @@ mod tests {
         let after_list = c.silent_for().expect("heard at the list");
         std::thread::sleep(Duration::from_millis(30));
         assert!(c.silent_for().unwrap() >= after_list + Duration::from_millis(30));
+        let before = c.silent_for().unwrap();
         c.heard();
-        assert!(c.silent_for().unwrap() < Duration::from_millis(30));
+        assert!(
+            c.silent_for().unwrap() < before,
+            "heard again: the silence starts anew"
+        );
         let list_state = super::super::list_state;
         assert_eq!(
             list_state(true, None, Some(Duration::from_secs(95))),

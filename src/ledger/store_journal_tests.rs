@@ -167,33 +167,57 @@ fn a_corrupt_journal_line_fails_the_read() {
 /// committed before it started, never a document without its lines.
 #[test]
 fn readers_without_the_lock_never_miss_a_committed_line() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
     let dir = tempfile::tempdir().unwrap();
     store_with_pod(dir.path());
-    let done = std::sync::atomic::AtomicBool::new(false);
-    let committed = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|s| {
+    let done = AtomicBool::new(false);
+    let committed = AtomicUsize::new(0);
+    // The writer starts once both readers have read: they are reading while
+    // it writes, however the threads are scheduled.
+    let reading = AtomicUsize::new(0);
+    let reads = std::thread::scope(|s| {
         s.spawn(|| {
+            while reading.load(SeqCst) < 2 {
+                std::thread::yield_now();
+            }
             let (appender, replacer) = (Store::at(dir.path()), Store::at(dir.path()));
             for i in 1..=400 {
                 add(&appender, &format!("c{i:04}"));
-                committed.store(i, std::sync::atomic::Ordering::SeqCst);
+                committed.store(i, SeqCst);
                 if i % 3 == 0 {
                     replacer.begin().unwrap().commit().unwrap();
                 }
             }
-            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            done.store(true, SeqCst);
         });
-        for _ in 0..2 {
-            s.spawn(|| {
-                let reader = Store::at(dir.path());
-                while !done.load(std::sync::atomic::Ordering::SeqCst) {
-                    let before = committed.load(std::sync::atomic::Ordering::SeqCst);
-                    let seen = containers(&reader.read_unlocked().unwrap()).len();
-                    assert!(seen >= before, "saw {seen} of {before} committed");
-                }
-            });
-        }
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let reader = Store::at(dir.path());
+                    let mut reads = 0;
+                    loop {
+                        let finished = done.load(SeqCst);
+                        let before = committed.load(SeqCst);
+                        let seen = containers(&reader.read_unlocked().unwrap()).len();
+                        assert!(seen >= before, "saw {seen} of {before} committed");
+                        reads += 1;
+                        if reads == 1 {
+                            reading.fetch_add(1, SeqCst);
+                        }
+                        if finished {
+                            return reads;
+                        }
+                    }
+                })
+            })
+            .collect();
+        readers
+            .into_iter()
+            .map(|r| r.join().unwrap())
+            .collect::<Vec<usize>>()
     });
+    // Each reader read before the writes, and again once they were done.
+    assert!(reads.iter().all(|&n| n >= 2), "reads: {reads:?}");
 }
 
 /// A reader without the lock that read the new document but the journal

@@ -161,13 +161,17 @@ fn a_state_dir_removed_and_made_again_is_locked_and_written_anew() {
     // Another process locks the new lock file by name: ours must be that file.
     let other = crate::fsutil::lock_exclusive(&state.join(LOCK_FILE)).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
+    let (starting, started) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
         s.spawn(|| {
+            starting.send(()).unwrap();
             let mut txn = store.begin().unwrap();
             tx.send(mark(&txn.state)).unwrap();
             set_mark(&mut txn.state, 8);
             txn.commit().unwrap();
         });
+        // The transaction is being begun: it must wait for the other lock.
+        started.recv().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(
             rx.try_recv().is_err(),

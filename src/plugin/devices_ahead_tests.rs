@@ -136,6 +136,10 @@ fn a_pod_holding_its_claim_is_admitted_while_the_api_server_is_out_of_reach() {
     while checker.cache().last_error().is_none() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    assert!(
+        checker.cache().last_error().is_some(),
+        "the watch of an unreachable api server failed"
+    );
     checker.cache().failing_for(crate::grant::cache::DOWN_AFTER);
     node.devices.set_grant_checker(Arc::new(checker));
     node.create("c1", &[], &config, RuntimeFeatures::default())

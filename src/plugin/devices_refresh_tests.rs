@@ -215,10 +215,10 @@ fn without_uevents_the_host_is_read_again_each_period() {
         counted.fetch_add(1, Ordering::SeqCst);
     }));
     node.devices
-        // Long beside a read of the fixture, so that no read is overtaken by
-        // the next period's change three times running (which would refuse
-        // the pod's RDMA devices as changing).
-        .poll_host(std::time::Duration::from_millis(200))
+        // Long beside a read of the fixture (milliseconds): three reads 20 ms
+        // apart each overtaken by a period's change, which would refuse the
+        // pod's RDMA devices as changing, would need reads nearly this long.
+        .poll_host(std::time::Duration::from_millis(500))
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while reads.load(Ordering::SeqCst) < 2 && std::time::Instant::now() < deadline {
