@@ -431,10 +431,18 @@ fn concurrent_creation_never_gives_one_gpu_two_holders() {
                             &PodSpec::new(&format!("race{i}")).annotation(DEVICE_ALLOCATED, &alloc),
                         )
                         .expect("RunPodSandbox");
-                    let won = cri
-                        .create_container(&pod, &ContainerSpec::shell("main", "true"))
-                        .is_ok();
-                    (minor, won)
+                    match cri.create_container(&pod, &ContainerSpec::shell("main", "true")) {
+                        Ok(_) => (minor, true),
+                        // A loser lost the race for its GPU, not for any other reason.
+                        Err(status) => {
+                            assert!(
+                                status.message().contains("is held by pod"),
+                                "race{i} refused for another reason: {}",
+                                status.message()
+                            );
+                            (minor, false)
+                        }
+                    }
                 })
             })
             .collect();

@@ -45,6 +45,12 @@ impl Podman {
                 &d("run"),
                 "--tmpdir",
                 &d("tmp"),
+                // `system reset` at the end removes every network and volume
+                // podman knows: only this test's.
+                "--network-config-dir",
+                &d("net"),
+                "--volumepath",
+                &d("volumes"),
             ])
             .args([
                 "--storage-driver",

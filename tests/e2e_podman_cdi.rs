@@ -33,21 +33,52 @@ fn generate(root: &Path, config: &Path, extra: &[&str]) {
 /// A CDI spec file in podman's dynamic spec directory, removed on drop.
 struct SpecFile(PathBuf);
 
+/// podman reads every spec of the CDI directories: one left by a run of this
+/// test that was killed is removed, and one of anything else that names
+/// devgate's devices (a node's own install) would decide the lookup instead
+/// of the spec under test, so it fails the test.
+fn no_other_devgate_spec() {
+    for dir in ["/etc/cdi", "/var/run/cdi"] {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for path in entries.flatten().map(|e| e.path()) {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            let pid = name
+                .strip_prefix("devgate-e2e-")
+                .and_then(|rest| rest.strip_suffix(".json"));
+            if let Some(pid) = pid {
+                if !Path::new("/proc").join(pid).exists() {
+                    let _ = std::fs::remove_file(&path);
+                    continue;
+                }
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                !text.contains("devgate.io"),
+                "{} already names devgate's devices; podman would read it beside this test's spec",
+                path.display()
+            );
+        }
+    }
+}
+
 impl Drop for SpecFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
 }
 
-/// Private podman storage (vfs) so the host's is left alone; settings this VM needs.
+/// Private podman storage (vfs), state, networks and volumes, so the host's
+/// are left alone; settings this VM needs.
 fn podman(store: &Path, args: &[&str]) -> std::process::Output {
-    let root = store.join("root");
-    let run = store.join("run");
+    let private = |flag: &str, dir: &str| [flag.to_string(), store.join(dir).display().to_string()];
     Command::new("podman")
-        .arg("--root")
-        .arg(&root)
-        .arg("--runroot")
-        .arg(&run)
+        .args(private("--root", "root"))
+        .args(private("--runroot", "run"))
+        .args(private("--tmpdir", "tmp"))
+        .args(private("--network-config-dir", "net"))
+        .args(private("--volumepath", "volumes"))
         .args(["--storage-driver", "vfs", "--cgroup-manager", "cgroupfs"])
         .args(["--events-backend", "file"])
         .args(args)
@@ -73,6 +104,7 @@ fn podman_runs_a_container_with_a_devgate_rdma_vf_by_pci_address() {
         std::process::id()
     )));
     std::fs::create_dir_all("/var/run/cdi").expect("create /var/run/cdi");
+    no_other_devgate_spec();
     let out = podman(
         dir.path(),
         &["load", "-i", &image_set().workload.to_string_lossy()],

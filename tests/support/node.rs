@@ -65,14 +65,15 @@ impl Node {
     }
 
     /// `devgate status` of this node, run as its own process, with `args`
-    /// after its state and health directories; fails unless it succeeds.
+    /// after its state directory and config (which names the GPU health
+    /// directory the plugin marks); fails unless it succeeds.
     pub fn status(&self, args: &[&str]) -> String {
         let out = std::process::Command::new(DEVGATE)
             .arg("status")
             .arg("--state-dir")
             .arg(self.state_dir())
-            .arg("--health-dir")
-            .arg(self.ctrd.path("health"))
+            .arg("--config")
+            .arg(self.ctrd.path("devgate.toml"))
             .args(args)
             .output()
             .expect("run devgate status");
