@@ -13,6 +13,7 @@ pub mod hook;
 pub mod inventory;
 pub mod ledger;
 pub mod logging;
+pub mod logging_file;
 pub mod netdev;
 pub mod plan;
 pub mod plugin;

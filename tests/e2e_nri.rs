@@ -190,7 +190,8 @@ fn plugin_reconnects_after_containerd_restart() {
 /// Runtime-launched ("pre-installed") mode: containerd starts
 /// `<plugin_path>/10-devgate` itself, with only NRI_PLUGIN_NAME/IDX/SOCKET in
 /// the environment and the connection on fd 3, and sends `10-devgate.conf`
-/// as the Configure payload, whose `failure_policy` the plugin then follows.
+/// as the Configure payload, whose `failure_policy` the plugin then follows;
+/// the plugin logs to `nri.log` in its state directory.
 #[test]
 fn preinstalled_plugin_applies_the_probe() {
     require_root();
@@ -252,6 +253,15 @@ fn preinstalled_plugin_applies_the_probe() {
     assert!(
         state.join("ledger.lock").exists() || state.join("runtime.json").exists(),
         "the launched devgate keeps its state in the instance's directory"
+    );
+    // containerd connects a launched plugin's stderr to the null device: the
+    // log is in the state directory, in the format the runtime's config set.
+    let log = std::fs::read_to_string(state.join("nri.log")).expect("the plugin's log file");
+    assert!(log.contains("started by the runtime"), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with('{') && l.contains("unknown-gpu")),
+        "the refusal, as json: {log}"
     );
     // It cannot reconnect to a descriptor: it must exit with the runtime
     // rather than linger as an orphan.

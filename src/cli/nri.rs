@@ -98,8 +98,11 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
         Some(_) => Config::default(),
         None => Config::load(&args.config).map_err(NriCmdError::Config)?,
     };
-    init_logging(config.log_format)?;
     let options = plugin_options(&args, preinstalled.is_some());
+    // A launched plugin's stderr is the null device: its log goes to a file.
+    let log_file = (preinstalled.is_some() && crate::logging_file::stderr_is_null())
+        .then(|| options.state_dir.join(crate::logging_file::NRI_LOG_FILE));
+    init_logging(config.log_format, log_file.as_deref())?;
     let gpu_config = config.gpu.clone();
     // Opened before the plugin's first read of the host: a device change
     // from then on is queued in it.
@@ -197,9 +200,17 @@ fn exit_on_signal(signals: SigSet, gate: &RequestGate, plugin: &DevgatePlugin) {
 }
 
 /// Logs go to stderr, filtered by `DEVGATE_LOG` (default `info`).
-fn init_logging(format: LogFormat) -> Result<(), NriCmdError> {
+/// The log on stderr, or in `file` where nobody reads stderr.
+fn init_logging(format: LogFormat, file: Option<&std::path::Path>) -> Result<(), NriCmdError> {
     let filter = log_filter(std::env::var(LOG_ENV).ok())?;
-    crate::logging::init_stderr(format, filter).map_err(|e| NriCmdError::Logging(Box::new(e)))
+    let Some(path) = file else {
+        return crate::logging::init_stderr(format, filter)
+            .map_err(|e| NriCmdError::Logging(Box::new(e)));
+    };
+    let log = crate::logging_file::RotatingFile::open(path, crate::hook::MAX_LOG_BYTES)
+        .map_err(|e| NriCmdError::Logging(Box::new(e)))?;
+    crate::logging::init_with(format, filter, std::sync::Arc::new(log), false)
+        .map_err(|e| NriCmdError::Logging(Box::new(e)))
 }
 
 /// The filter `DEVGATE_LOG` asks for: a level, and levels per target.

@@ -30,7 +30,7 @@ mod state;
 
 use std::path::PathBuf;
 
-pub use log::init_log;
+pub use log::{init_log, MAX_LOG_BYTES};
 pub use resolved::{Resolved, ResolvedError, MAX_NETWORKS, RESOLVED_ANNOTATION, RESOLVED_VERSION};
 pub use standalone::{run_hooks_only, ContainerOs, HooksOnly, HooksOnlyError, SysContainerOs};
 pub use state::{State, MAX_STATE_BYTES};

@@ -111,7 +111,7 @@ pub fn registered(roots: &Roots, host: &dyn Host, running: &[Running]) -> Check 
 /// The plugin process runs: whether a runtime configured it since it started.
 fn accepted(roots: &Roots, host: &dyn Host, pid: u32, what: String) -> Check {
     const NAME: &str = "devgate registered";
-    const NOT_ACCEPTED: &str = "the runtime has not accepted the plugin: see the nri checks above and journalctl -u devgate; containerd logs 'plugin \"external:10-devgate[<pid>]\" registered as \"10-devgate\"' when it accepts it. A running plugin is registered only once the runtime configured it (recorded in <state-dir>/runtime.json); if containerd restarted since, wait for the plugin to reconnect";
+    const NOT_ACCEPTED: &str = "the runtime has not accepted the plugin: see the nri checks above and journalctl -u devgate (<state-dir>/nri.log for a plugin the runtime launches); containerd logs 'plugin \"external:10-devgate[<pid>]\" registered as \"10-devgate\"' when it accepts it. A running plugin is registered only once the runtime configured it (recorded in <state-dir>/runtime.json); if containerd restarted since, wait for the plugin to reconnect";
     let state = roots.state_dir.display();
     match super::registration::registration(roots, host, pid) {
         Ok(Registration::Configured(r)) => Check::pass(

@@ -1,0 +1,148 @@
+//! `devgate nri`'s log when nobody reads its stderr: a runtime that launches
+//! a pre-installed plugin gives it only the connection (fd 3) and three
+//! environment variables; Go's `exec.Cmd` with no `Stderr` connects fd 2 to
+//! the null device (os/exec: "If Stdout and Stderr are nil, Run connects the
+//! corresponding file descriptor to the null device"). The log then goes to a
+//! file beside the hook's, kept to two files of at most `max` bytes each: the
+//! plugin runs for months and its state directory is a tmpfs.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+/// The plugin's log in its state directory, beside `hook.log`.
+pub const NRI_LOG_FILE: &str = "nri.log";
+
+/// Whether fd 2 is the null device.
+pub fn stderr_is_null() -> bool {
+    is_null_device(Path::new("/proc/self/fd/2"))
+}
+
+/// Whether `path` is the null device (char 1:3, drivers/char/mem.c).
+fn is_null_device(path: &Path) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    fs::metadata(path).is_ok_and(|meta| {
+        meta.file_type().is_char_device() && meta.rdev() == nix::sys::stat::makedev(1, 3)
+    })
+}
+
+/// An appending log that moves itself to `<path>.1` (replacing the one
+/// before) once a write would take it past its bound, and starts anew.
+pub struct RotatingFile {
+    open: Mutex<Open>,
+}
+
+struct Open {
+    path: PathBuf,
+    file: File,
+    len: u64,
+    max: u64,
+}
+
+impl RotatingFile {
+    /// `path` opened for appending, its directory made (0700) if need be.
+    pub fn open(path: &Path, max: u64) -> io::Result<RotatingFile> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+        }
+        let file = append(path)?;
+        let len = file.metadata()?.len();
+        Ok(RotatingFile {
+            open: Mutex::new(Open {
+                path: path.to_path_buf(),
+                file,
+                len,
+                max,
+            }),
+        })
+    }
+}
+
+impl Open {
+    fn rotate(&mut self) -> io::Result<()> {
+        let mut old = self.path.clone().into_os_string();
+        old.push(".1");
+        fs::rename(&self.path, old)?;
+        self.file = append(&self.path)?;
+        self.len = 0;
+        Ok(())
+    }
+}
+
+impl Write for &RotatingFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if open.len > 0 && open.len + buf.len() as u64 > open.max {
+            // A log that cannot be moved aside is written on: losing lines
+            // would be worse than a long file.
+            let _ = open.rotate();
+        }
+        // Whole events: the formatter hands one line per write.
+        open.file.write_all(buf)?;
+        open.len += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn append(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_moves_aside_once_a_line_would_pass_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state").join(NRI_LOG_FILE);
+        let log = RotatingFile::open(&path, 16).unwrap();
+        let mut w = &log;
+        w.write_all(b"first line\n").unwrap();
+        w.write_all(b"second\n").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"second\n");
+        assert_eq!(
+            fs::read(dir.path().join("state/nri.log.1")).unwrap(),
+            b"first line\n"
+        );
+        // A line longer than the bound is written whole, into a fresh file.
+        w.write_all(b"a line past the bound\n").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"a line past the bound\n");
+        assert_eq!(
+            fs::read(dir.path().join("state/nri.log.1")).unwrap(),
+            b"second\n"
+        );
+        // Opened again: appends, counting what is there.
+        drop(log);
+        let again = RotatingFile::open(&path, 64).unwrap();
+        (&again).write_all(b"after a restart\n").unwrap();
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            b"a line past the bound\nafter a restart\n"
+        );
+    }
+
+    #[test]
+    fn the_null_device_is_told_from_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        fs::write(&file, "").unwrap();
+        assert!(is_null_device(Path::new("/dev/null")));
+        assert!(!is_null_device(&file));
+        assert!(!is_null_device(Path::new("/dev/zero")), "char 1:5");
+        assert!(!is_null_device(&dir.path().join("missing")));
+    }
+}
