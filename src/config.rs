@@ -228,6 +228,22 @@ fn is_pod_pattern(p: &str) -> bool {
 }
 
 impl Config {
+    /// The namespace rule a pod in `namespace` breaks, if any: devices go to
+    /// no pod in `denied_namespaces` and, where `allowed_namespaces` is set,
+    /// only to pods in it. Both modes apply it: the plugin's grant check and
+    /// the hook in hooks-only mode.
+    pub fn namespace_refusal(&self, namespace: &str) -> Option<&'static str> {
+        if self.denied_namespaces.iter().any(|n| n == namespace) {
+            return Some("is in denied_namespaces");
+        }
+        if !self.allowed_namespaces.is_empty()
+            && !self.allowed_namespaces.iter().any(|n| n == namespace)
+        {
+            return Some("is not in allowed_namespaces");
+        }
+        None
+    }
+
     /// runc runs a hook only by an absolute path (runtime-spec config.md, "POSIX-
     /// platform Hooks"), and a relative state directory would be taken from the
     /// hook's working directory, the bundle: refuse both at start, not at the

@@ -276,13 +276,8 @@ impl GrantChecker {
                 },
             )
         };
-        if config.denied_namespaces.iter().any(|n| n == pod.namespace) {
-            return Err(namespace("is in denied_namespaces"));
-        }
-        if !config.allowed_namespaces.is_empty()
-            && !config.allowed_namespaces.iter().any(|n| n == pod.namespace)
-        {
-            return Err(namespace("is not in allowed_namespaces"));
+        if let Some(rule) = config.namespace_refusal(pod.namespace) {
+            return Err(namespace(rule));
         }
         let ignore = config.failure_policy == FailurePolicy::Ignore;
         if config.grant_check == Some(GrantCheck::Off) || *mode == Mode::Off {

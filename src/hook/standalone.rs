@@ -66,6 +66,15 @@ pub enum HooksOnlyError {
     Ledger(#[from] LedgerError),
     #[error("annotation {key}: not a usable identity (at most {MAX_IDENTITY} printable bytes)")]
     Identity { key: &'static str },
+    #[error(
+        "{}: pod {pod}: namespace {namespace} {rule}",
+        crate::allocation::DEVICE_ALLOCATED
+    )]
+    Namespace {
+        pod: String,
+        namespace: String,
+        rule: &'static str,
+    },
     #[error("the plan mounts {count} host paths, which a hook cannot add (use NRI or CDI)")]
     Mounts { count: usize },
     #[error(transparent)]
@@ -279,6 +288,14 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
     }
     let pid = super::creating_pid(stage, state)?;
     let who = identity(state)?;
+    if let Some(rule) = config.namespace_refusal(&who.pod.namespace) {
+        return Err(HooksOnlyError::Namespace {
+            pod: format!("{}/{}", who.pod.namespace, who.pod.name),
+            namespace: who.pod.namespace,
+            rule,
+        }
+        .into());
+    }
     let ledger = Ledger::open(&env.state_dir).map_err(HooksOnlyError::from)?;
     // First, so that the host is read and the pod's network owner looked up
     // after the release of exited pods, this one's included: its VFs are then

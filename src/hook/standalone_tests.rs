@@ -74,6 +74,53 @@ fn the_plan_reaches_the_container_and_poststop_gives_everything_back() {
     assert_eq!(out, Outcome::Nothing);
 }
 
+/// `denied_namespaces` and `allowed_namespaces` hold in hooks-only mode as in
+/// the plugin: a pod they rule out gets nothing, and nothing is claimed.
+#[test]
+fn the_namespace_rules_refuse_before_anything_is_claimed() {
+    let alloc = world().allocation();
+    let in_ns = |ns: &'static str| {
+        [
+            (DEVICE_ALLOCATED, alloc.clone()),
+            ("io.kubernetes.cri.sandbox-namespace", ns.to_string()),
+            ("io.kubernetes.cri.sandbox-name", "train".to_string()),
+        ]
+    };
+    let run = |w: &World, ns: &'static str| {
+        let ann = in_ns(ns);
+        let ann: Vec<(&str, &str)> = ann.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let mut os = FakeOs::default();
+        let out = w.run(
+            Stage::CreateRuntime,
+            &state("c1", "creating", Some(7), &ann),
+            &mut os,
+        );
+        (out, os)
+    };
+    let mut w = world();
+    w.config.denied_namespaces = vec!["tenant-a".into()];
+    let (out, os) = run(&w, "tenant-a");
+    assert_eq!(
+        out.unwrap_err().to_string(),
+        "scheduling.koordinator.sh/device-allocated: pod tenant-a/train: namespace tenant-a is in denied_namespaces"
+    );
+    assert!(os.nodes.is_empty() && os.attached.is_empty());
+    assert!(w.ledger().pods.is_empty() && w.ledger().devices.is_empty());
+
+    let mut w = world();
+    w.config.allowed_namespaces = vec!["ml".into()];
+    let (out, _) = run(&w, "tenant-b");
+    let e = out.unwrap_err().to_string();
+    assert!(
+        e.ends_with("namespace tenant-b is not in allowed_namespaces"),
+        "{e}"
+    );
+    assert!(w.ledger().pods.is_empty());
+    let (out, os) = run(&w, "ml");
+    assert!(matches!(out, Ok(Outcome::Applied { .. })), "{out:?}");
+    assert!(!os.nodes.is_empty());
+}
+
 #[test]
 fn a_failure_after_the_claim_releases_it() {
     let w = world();
