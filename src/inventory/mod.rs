@@ -43,7 +43,7 @@ pub use gpu::{GpuFacts, GpuLibrary, NoGpuLibrary};
 pub use model::*;
 pub use nic::port_health;
 pub use parse::{mlx_minor, plain_name};
-pub(crate) use parse::{parse_dev_num, parse_rdma_char_name};
+pub(crate) use parse::{parse_class, parse_dev_num, parse_rdma_char_name};
 pub use topology::{relation, PcieRelation};
 
 use hostfs::HostFs;

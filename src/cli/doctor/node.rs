@@ -155,9 +155,14 @@ fn plugin_view(roots: &Roots, host: &dyn Host, pid: u32, want: &[(String, u32, u
     ))
 }
 
-/// PCI functions bound to the nvidia driver (`sys/bus/pci/drivers/nvidia/<bdf>`).
+/// GPUs bound to the nvidia driver (`sys/bus/pci/drivers/nvidia/<bdf>`):
+/// display controllers (class 0x03), as the inventory counts them. An
+/// NVSwitch (class 0x0680) binds to `nvidia` too, six beside eight GPUs on an
+/// HGX A100, with no `/proc/driver/nvidia/gpus` entry. An unreadable class
+/// counts as a GPU, as in the inventory.
 fn nvidia_bound(host_root: &std::path::Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(host_root.join("sys/bus/pci/drivers/nvidia")) else {
+    let dir = host_root.join("sys/bus/pci/drivers/nvidia");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
         return 0;
     };
     entries
@@ -166,6 +171,12 @@ fn nvidia_bound(host_root: &std::path::Path) -> usize {
             e.file_name()
                 .to_str()
                 .is_some_and(|n| n.parse::<crate::inventory::PciAddr>().is_ok())
+        })
+        .filter(|e| {
+            read_bounded(&e.path().join("class"))
+                .ok()
+                .and_then(|t| crate::inventory::parse_class(&t))
+                .is_none_or(|class| class >> 16 == 0x03)
         })
         .count()
 }

@@ -384,3 +384,27 @@ fn nvidia_nodes_the_running_plugin_cannot_see_fail() {
         "{c:?}"
     );
 }
+
+/// An HGX A100 binds six NVSwitches (class 0x0680) to the nvidia driver
+/// beside its GPUs, with no `/proc/driver/nvidia/gpus` entry: not GPUs the
+/// inventory misses.
+#[test]
+fn nvswitches_bound_to_the_nvidia_driver_are_not_counted_as_gpus() {
+    let node = healthy();
+    let root = &node.roots.host_root;
+    for i in 0..6 {
+        let bdf = format!("0000:15:0{i}.0");
+        write(
+            &root.join(format!("sys/devices/pci0000:15/{bdf}/class")),
+            "0x068000\n",
+        );
+        std::os::unix::fs::symlink(
+            format!("../../../../devices/pci0000:15/{bdf}"),
+            root.join("sys/bus/pci/drivers/nvidia").join(&bdf),
+        )
+        .unwrap();
+    }
+    let checks = run_checks(&node.roots, &node.host);
+    let c = check(&checks, "nvidia devices");
+    assert_eq!(c.status, Status::Pass, "{c:?}");
+}
