@@ -270,3 +270,46 @@ fn a_missing_state_directory_fails_and_is_not_made() {
     assert!(!text.contains("nothing to clear"), "{text}");
     assert!(!dir.path().join("state").exists(), "not made");
 }
+
+/// A device nothing on the node knows (a mistyped UUID, a MIG instance, an
+/// address of no NIC) is refused, not reported as having nothing to clear.
+#[test]
+fn an_unknown_device_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let fx = node(dir.path());
+    Ledger::open(&dir.path().join("state")).unwrap();
+    let known = fx.expected().gpus[0].uuid.clone();
+    let typo = format!("{}0", &known[..known.len() - 1]);
+    let vf = fx.expected().rdma[0].vfs[0].bus_id.to_string();
+    let (ok, text) = clear(
+        dir.path(),
+        fx.root(),
+        &[
+            &known,
+            &typo,
+            "MIG-5c2e0a1f-4b3d-5e6f-8a9b-0c1d2e3f4a5b",
+            "0000:7f:00.1",
+            &vf,
+        ],
+    );
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(&format!("gpu {known}: nothing to clear")),
+        "{text}"
+    );
+    assert!(text.contains(&format!("{vf}: nothing to clear")), "{text}");
+    for unknown in [
+        format!("gpu {typo}"),
+        "gpu MIG-5c2e0a1f-4b3d-5e6f-8a9b-0c1d2e3f4a5b".to_string(),
+        "0000:7f:00.1".to_string(),
+    ] {
+        assert!(
+            text.contains(&format!("{unknown}: not cleared: unknown device")),
+            "{unknown}: {text}"
+        );
+    }
+    assert!(
+        text.contains("3 of the devices named could not be cleared"),
+        "{text}"
+    );
+}

@@ -91,6 +91,8 @@ pub fn run(args: ClearArgs) -> Result<(), ClearError> {
     }
     let ledger = Ledger::open(&args.state_dir)?;
     let mut refused = 0;
+    // Read once, and only for a device with nothing to clear.
+    let mut inventory = None;
     for target in &args.devices {
         let (name, outcome) = match target {
             Target::Gpu(uuid) => (
@@ -101,7 +103,14 @@ pub fn run(args: ClearArgs) -> Result<(), ClearError> {
         };
         // A device whose state could not be read or written is one line
         // like any other refusal: the devices after it still get theirs.
-        let outcome = outcome.unwrap_or_else(|e| Err(e.to_string()));
+        let mut outcome = outcome.unwrap_or_else(|e| Err(e.to_string()));
+        if outcome.as_ref().is_ok_and(Vec::is_empty) {
+            let inventory =
+                inventory.get_or_insert_with(|| crate::inventory::discover(&args.host_root));
+            if !known(target, &ledger, &health, inventory)? {
+                outcome = Err(UNKNOWN.to_string());
+            }
+        }
         match outcome {
             Ok(done) if done.is_empty() => println!("{name}: nothing to clear"),
             Ok(done) => println!("{name}: {}", done.join("; ")),
@@ -126,6 +135,39 @@ fn running_plugin(state_dir: &Path) -> Option<u32> {
     let proc = Path::new("/proc");
     (crate::hook::liveness::start_ticks(proc, plugin.pid).ok()? == plugin.start_ticks)
         .then_some(plugin.pid)
+}
+
+/// Why a device with nothing to clear is refused when nothing knows it: a
+/// typo, or a MIG instance, would otherwise read as done.
+const UNKNOWN: &str =
+    "unknown device: not in this node's inventory, ledger or gpu health (gpus by their GPU- uuid)";
+
+/// Whether the node has `target`: its inventory, ledger or GPU health names it.
+fn known(
+    target: &Target,
+    ledger: &Ledger,
+    health: &HealthStore,
+    inventory: &crate::inventory::Inventory,
+) -> Result<bool, ClearError> {
+    let state = ledger.snapshot()?;
+    Ok(match target {
+        Target::Gpu(uuid) => {
+            state
+                .devices
+                .contains_key(&DeviceId::Gpu(uuid.clone()).to_string())
+                || health.snapshot()?.gpus.contains_key(uuid)
+                || inventory.gpus.iter().any(|g| g.uuid == *uuid)
+        }
+        Target::Nic(addr) => {
+            [DeviceId::Vf(*addr), DeviceId::Pf(*addr)]
+                .iter()
+                .any(|d| state.devices.contains_key(&d.to_string()))
+                || inventory
+                    .rdma
+                    .iter()
+                    .any(|pf| pf.bus_id == *addr || pf.vfs.iter().any(|vf| vf.bus_id == *addr))
+        }
+    })
 }
 
 /// The pods holding `device`, when any do.
