@@ -216,15 +216,18 @@ fn bad_input_fails_with_one_line() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     let cases = [
+        // A stage is part of the command line: a usage error, exit 2.
         (
             "startContainer",
             state("x", "created", Some(1), &[]),
             "unknown stage",
+            2,
         ),
         (
             "createRuntime",
             "{not json".to_string(),
             "parse the container state",
+            1,
         ),
         (
             "createRuntime",
@@ -233,11 +236,12 @@ fn bad_input_fails_with_one_line() {
                 "\"annotations\":{\"devgate.io/resolved\":\"{}\",",
             ),
             "annotation devgate.io/resolved",
+            1,
         ),
     ];
-    for (stage, input, want) in cases {
+    for (stage, input, want, code) in cases {
         let out = hook(stage, &input, dir.path(), &[]);
-        assert_eq!(out.status.code(), Some(1), "{stage}");
+        assert_eq!(out.status.code(), Some(code), "{stage}");
         let err = stderr(&out);
         assert!(
             err.starts_with("devgate-hook: ") && err.contains(want),

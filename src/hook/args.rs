@@ -49,6 +49,10 @@ pub enum Command {
 pub enum ArgsError {
     #[error("missing the stage")]
     MissingStage,
+    #[error(
+        "unknown stage {stage:?} (prestart, createRuntime, createContainer, poststop or auto)"
+    )]
+    UnknownStage { stage: String },
     #[error("unexpected argument {arg:?}")]
     Unexpected { arg: String },
     #[error("unknown flag {flag:?}")]
@@ -134,7 +138,15 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, ArgsE
         }
         set(&mut out, &name, &flag, value)?;
     }
-    out.stage = stage.ok_or(ArgsError::MissingStage)?;
+    let stage = stage.ok_or(ArgsError::MissingStage)?;
+    // A stage is part of the command line: a misspelt one is a usage error,
+    // told before anything runs.
+    if stage != "auto" && stage.parse::<super::Stage>().is_err() {
+        return Err(ArgsError::UnknownStage {
+            stage: stage.chars().take(64).collect(),
+        });
+    }
+    out.stage = stage;
     Ok(Command::Run(out))
 }
 
@@ -197,6 +209,19 @@ mod tests {
             ("--version", Ok(Command::Version)),
             ("", Err(ArgsError::MissingStage)),
             ("--hooks-only", Err(ArgsError::MissingStage)),
+            (
+                "auto --hooks-only",
+                Ok(args(|a| {
+                    a.stage = "auto".into();
+                    a.hooks_only = true;
+                })),
+            ),
+            (
+                "createruntime",
+                Err(ArgsError::UnknownStage {
+                    stage: "createruntime".to_string(),
+                }),
+            ),
             (
                 "poststop extra",
                 Err(ArgsError::Unexpected {
