@@ -230,9 +230,21 @@ fn warnings_go_to_stderr_and_json_stays_clean() {
     );
 }
 
+/// A root without a sysfs (a wrong `--host-root`, an unmounted `/host/sys`)
+/// fails instead of showing a node without devices; one with a sysfs and no
+/// hostname needs `--node-name` for a device object.
 #[test]
 fn a_missing_hostname_needs_a_node_name() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let status = Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .args(["inventory", "-o", "device-cr", "--host-root"])
+        .arg(dir.path())
+        .output()
+        .expect("run devgate");
+    assert!(!status.status.success());
+    assert!(String::from_utf8_lossy(&status.stderr).contains("no sysfs under"));
+    // A node with a sysfs but no devices: an empty object, once named.
+    std::fs::create_dir_all(dir.path().join("sys/devices")).unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_devgate"))
         .args(["inventory", "-o", "device-cr", "--host-root"])
         .arg(dir.path())

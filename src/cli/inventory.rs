@@ -43,6 +43,8 @@ pub struct InventoryArgs {
 
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryCmdError {
+    #[error("no sysfs under {}: {}/sys/devices is not a directory (give --host-root the root holding the host's sys/ and proc/, with sys mounted)", .root.display(), .root.display())]
+    NoSysfs { root: PathBuf },
     #[error("no node name for the device object (pass --node-name)")]
     NodeName {
         #[source]
@@ -62,6 +64,14 @@ pub enum InventoryCmdError {
 }
 
 pub fn run(args: InventoryArgs) -> Result<(), InventoryCmdError> {
+    // A wrong root, or a container's `/host/sys` left unmounted, reads as a
+    // node without devices: a device object saying so would tell the
+    // scheduler the node has none.
+    if !args.host_root.join("sys/devices").is_dir() {
+        return Err(InventoryCmdError::NoSysfs {
+            root: args.host_root.clone(),
+        });
+    }
     let mut stderr = io::stderr().lock();
     let (gpu, error) = super::gpu_or_default(&args.config);
     if let Some(e) = error {
