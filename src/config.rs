@@ -42,6 +42,37 @@ pub enum ConfigError {
     Invalid { key: String, reason: String },
 }
 
+/// A TOML error of `text` on one line: where (line and column, and the key
+/// written on that line, never its value) and why. toml's own display takes
+/// five lines and quotes the line whole.
+pub fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let why = e.message().lines().collect::<Vec<_>>().join("; ");
+    let Some(at) = e.span().map(|s| s.start.min(text.len())) else {
+        return why;
+    };
+    let before = &text.as_bytes()[..at];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let column = String::from_utf8_lossy(&before[start..]).chars().count() + 1;
+    let written = text[start..].lines().next().unwrap_or_default();
+    let key: String = written
+        .split('=')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .chars()
+        .take(64)
+        .filter(|c| !c.is_control())
+        .collect();
+    match key.is_empty() {
+        true => format!("line {line}, column {column}: {why}"),
+        false => format!("line {line}, column {column}, at {key}: {why}"),
+    }
+}
+
 /// What to do when an allocation cannot be applied exactly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -356,7 +387,7 @@ impl Config {
         }
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             origin: origin.to_string(),
-            message: e.message().to_string(),
+            message: toml_error(text, &e),
         })?;
         config.vf.validate()?;
         config.validate_plan_values()?;

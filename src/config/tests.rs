@@ -167,3 +167,31 @@ fn values_the_plan_refuses_fail_the_config() {
     )
     .unwrap();
 }
+
+/// A parse error says where: its line and column, and the key written on
+/// that line (never the value: a containerd config may hold credentials),
+/// on one line.
+#[test]
+fn parse_errors_name_their_line_and_key() {
+    let cases = [
+        (
+            "log_format = \"json\"\n[gpu]\nkill_grace_ms = \"1000\"\n",
+            "parse config c.toml: line 3, column 17, at kill_grace_ms: invalid type: string \"1000\", expected u64",
+        ),
+        (
+            "[gpu\n",
+            "parse config c.toml: line 1, column 5, at [gpu: invalid table header; expected `.`, `]`",
+        ),
+    ];
+    for (text, want) in cases {
+        let e = Config::parse(text, "c.toml").unwrap_err();
+        assert_eq!(e.to_string(), want);
+    }
+    let e = Config::parse("bogus = 1\n", "c.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("parse config c.toml: line 1, column 1, at bogus: unknown field `bogus`"),
+        "{e}"
+    );
+}

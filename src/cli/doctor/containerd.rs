@@ -40,8 +40,13 @@ impl ContainerdConfig {
 }
 
 fn parse(path: &Path, text: &str) -> Result<toml::Table, String> {
-    text.parse::<toml::Table>()
-        .map_err(|e| format!("parse {}: {}", path.display(), e.message()))
+    text.parse::<toml::Table>().map_err(|e| {
+        format!(
+            "parse {}: {}",
+            path.display(),
+            crate::config::toml_error(text, &e)
+        )
+    })
 }
 
 fn load_text(roots: &Roots, path: &Path, text: &str) -> Result<Effective, String> {
