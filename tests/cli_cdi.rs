@@ -135,9 +135,18 @@ fn stdout_file_and_directory_outputs() {
         .intel_rdma(false)
         .build(&dir.path().join("gpus-only"))
         .unwrap();
-    generated(gpus_only.root(), &["-o", specs.to_str().unwrap()]);
+    let out = generated(gpus_only.root(), &["-o", specs.to_str().unwrap()]);
     assert!(specs.join("devgate.io-gpu.json").exists());
     assert!(!rdma.exists(), "stale rdma spec removed");
+    // Said, since a container asking for such a device is refused from now.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "note: removed {}: a kind without devices",
+            rdma.display()
+        )),
+        "{stderr}"
+    );
 }
 
 /// Each kind in one spec of a directory, however earlier runs named their

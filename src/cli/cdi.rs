@@ -318,12 +318,14 @@ fn write_spec(path: &Path, spec: &cdi::Spec) -> Result<(), CdiCmdError> {
     Ok(())
 }
 
-/// Removes a spec that would name devices that are gone or named elsewhere;
-/// `why` goes to the log.
+/// Removes a spec that would name devices that are gone or named elsewhere,
+/// saying so on stderr: a run before the driver loaded, or against a wrong
+/// `--host-root`, removes the node's spec, and a container asking for a
+/// device of it is refused until the next run.
 fn remove_stale(path: &Path, why: &str) -> Result<(), CdiCmdError> {
     match std::fs::remove_file(path) {
         Ok(()) => {
-            tracing::info!(path = %path.display(), why, "removed cdi spec");
+            eprintln!("note: removed {}: {why}", path.display());
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
