@@ -72,6 +72,13 @@ fn device_mode_cdi_uses_the_spec_where_the_runtime_injects_cdi() {
         run.log
     );
 
+    // The plugin said which config is in force.
+    let output = node.plugin.output();
+    assert!(
+        output.contains("config loaded") && output.contains("devgate.toml"),
+        "{output}"
+    );
+
     // `devgate status` shows the runtime and what it uses.
     let status = node.status(&["-o", "json"]);
     let status: serde_json::Value = serde_json::from_str(&status).expect("status json");

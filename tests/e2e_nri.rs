@@ -110,6 +110,11 @@ fn sigterm_ends_the_plugin_and_its_connection() {
         output.contains("exiting signal=SIGTERM"),
         "output: {output}"
     );
+    // This instance has no devgate.toml: said, since a mistyped path reads so.
+    assert!(
+        output.contains("no config file there: the defaults apply"),
+        "output: {output}"
+    );
     ctrd.wait_for_log(mark, r#"connection to plugin \"10-devgate\" closed"#, SLOW);
 }
 

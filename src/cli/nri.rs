@@ -103,6 +103,15 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
     let log_file = (preinstalled.is_some() && crate::logging_file::stderr_is_null())
         .then(|| options.state_dir.join(crate::logging_file::NRI_LOG_FILE));
     init_logging(config.log_format, log_file.as_deref())?;
+    // Which config is in force: a mistyped --config path, or a ConfigMap key
+    // renamed, reads as no file and so as the defaults.
+    match (&preinstalled, args.config.is_file()) {
+        (Some(_), _) => tracing::info!("config: the runtime's, at Configure"),
+        (None, true) => tracing::info!(config = %args.config.display(), "config loaded"),
+        (None, false) => {
+            tracing::warn!(config = %args.config.display(), "no config file there: the defaults apply")
+        }
+    }
     let gpu_config = config.gpu.clone();
     // Opened before the plugin's first read of the host: a device change
     // from then on is queued in it.
