@@ -439,3 +439,42 @@ fn a_moved_vf_without_a_host_gid_is_a_note() {
     );
     assert!(!text.contains("WARNINGS"), "{text}");
 }
+
+/// A pod the namespace rules refuse (the plugin's first check) gets no plan:
+/// the command fails as the creation would, with its message.
+#[test]
+fn a_pod_the_namespace_rules_refuse_has_no_plan() {
+    let (dir, fx) = fixture();
+    let gpu = &fx.expected().gpus[0];
+    let pod = allocated(&format!(r#"{{"gpu":[{{"minor":{}}}]}}"#, gpu.minor));
+    let config = dir.path().join("config.toml");
+    for (rules, rule) in [
+        ("denied_namespaces = [\"ml\"]\n", "is in denied_namespaces"),
+        (
+            "allowed_namespaces = [\"batch\"]\n",
+            "is not in allowed_namespaces",
+        ),
+    ] {
+        std::fs::write(&config, rules).unwrap();
+        let out = plan_cmd(
+            fx.root(),
+            pod.to_string().as_bytes(),
+            &["--config", config.to_str().unwrap()],
+        );
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "{DEVICE_ALLOCATED}: pod ml/train-0: namespace ml {rule}"
+            )),
+            "{stderr}"
+        );
+    }
+    // Allowed: planned.
+    std::fs::write(&config, "allowed_namespaces = [\"ml\"]\n").unwrap();
+    let plan = plan_ok(fx.root(), &pod, &["--config", config.to_str().unwrap()]);
+    assert!(
+        plan["devices"].as_array().is_some_and(|d| !d.is_empty()),
+        "{plan}"
+    );
+}

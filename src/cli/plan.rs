@@ -64,6 +64,15 @@ pub enum PlanCmdError {
     NoContainers { origin: String },
     #[error("{0}")]
     Config(String),
+    #[error(
+        "{}: pod {pod}: namespace {namespace} {rule}",
+        crate::allocation::DEVICE_ALLOCATED
+    )]
+    Namespace {
+        pod: String,
+        namespace: String,
+        rule: &'static str,
+    },
     #[error(transparent)]
     Allocation(#[from] AllocationError),
     #[error(transparent)]
@@ -169,6 +178,18 @@ pub fn plan_pod(
     let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
     let devices = parse_pod(annotations, labels)?;
+    // The plugin refuses such a pod before it plans (the grant check's first
+    // rule), so the plan would show what the container never gets.
+    let meta = &pod.metadata;
+    if let Some(rule) = config.namespace_refusal(&meta.namespace) {
+        if !devices.allocation.is_empty() {
+            return Err(PlanCmdError::Namespace {
+                pod: format!("{}/{}", meta.namespace, meta.name),
+                namespace: meta.namespace.clone(),
+                rule,
+            });
+        }
+    }
     // Discovery is skipped for a pod without devices: its plan is empty on any
     // node. Otherwise the node as the plugin sees it (NVML's indices and
     // memory where the driver is), with GPU health as warnings.
