@@ -310,6 +310,14 @@ impl Config {
                 ),
             });
         }
+        for entry in &self.gpu.ignored_cgroups {
+            if let Some(reason) = crate::gpu::ignored_cgroup_problem(entry) {
+                return Err(ConfigError::Invalid {
+                    key: "gpu.ignored_cgroups".to_string(),
+                    reason: format!("{entry:?}: {reason}"),
+                });
+            }
+        }
         if self.cdi_spec_dirs.len() > MAX_CDI_SPEC_DIRS
             || !self.cdi_spec_dirs.iter().all(|d| d.is_absolute())
         {

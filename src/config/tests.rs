@@ -126,6 +126,34 @@ fn values_the_plan_refuses_fail_the_config() {
         ("[gpu]\nignored_pods = [\"-kube/x\"]", "gpu.ignored_pods"),
         ("[gpu]\nignored_pods = [\"kube-/x\"]", "gpu.ignored_pods"),
         ("[gpu]\nignored_pods = [\"a/b/c\"]", "gpu.ignored_pods"),
+        // Levels every pod or service is under would hide every tenant's
+        // processes from the teardown; entries the matcher cannot use would
+        // be dropped unseen.
+        (
+            "[gpu]\nignored_cgroups = [\"kubepods.slice\"]",
+            "gpu.ignored_cgroups: \"kubepods.slice\": a level",
+        ),
+        (
+            "[gpu]\nignored_cgroups = [\"/kubepods\"]",
+            "gpu.ignored_cgroups",
+        ),
+        (
+            "[gpu]\nignored_cgroups = [\"/kubepods/burstable/\"]",
+            "gpu.ignored_cgroups",
+        ),
+        (
+            "[gpu]\nignored_cgroups = [\"system.slice\"]",
+            "gpu.ignored_cgroups",
+        ),
+        (
+            "[gpu]\nignored_cgroups = [\"/\"]",
+            "gpu.ignored_cgroups: \"/\": not a unit name",
+        ),
+        ("[gpu]\nignored_cgroups = [\"\"]", "gpu.ignored_cgroups"),
+        (
+            "[gpu]\nignored_cgroups = [\"system.slice/dcgm.service\"]",
+            "gpu.ignored_cgroups",
+        ),
         ("[gpu]\nhealth_dir = \"var/lib/devgate\"", "gpu.health_dir"),
         ("[gpu]\nhealth_dir = \"\"", "gpu.health_dir"),
         (
@@ -155,6 +183,11 @@ fn values_the_plan_refuses_fail_the_config() {
     Config::parse("device_file_mode = 0o660\nhook_timeout_secs = 30", "t").unwrap();
     Config::parse("[gpu]\nreset_command = []", "t").unwrap();
     Config::parse("[gpu]\nignored_pods = [\"monitoring/dcgm-exporter\"]", "t").unwrap();
+    Config::parse(
+        "[gpu]\nignored_cgroups = [\"dcgm.service\", \"/system.slice/nvidia-dcgm.service\", \"/kubepods/burstable/pod6b2c\"]",
+        "t",
+    )
+    .unwrap();
     // The VLAN from a PF section, or from the pod where pods may set it.
     Config::parse(
         "[vf.defaults]\nqos = 3\n[vf.pf.\"0000:3b:00.0\"]\nvlan = 7",

@@ -165,6 +165,20 @@ impl Pattern {
     }
 }
 
+/// Why `entry` of `gpu.ignored_cgroups` cannot stand, if it cannot: one that
+/// would be dropped (no unit name, no absolute path), or one naming a level
+/// every pod or service sits under, which would hide every tenant's
+/// processes from the teardown.
+pub fn ignored_cgroup_problem(entry: &str) -> Option<&'static str> {
+    match pattern(entry) {
+        None => {
+            Some("not a unit name (a.service, a.slice) or an absolute cgroup path other than /")
+        }
+        Some(p) if p.is_shared_level() => Some("a level every pod or service is under"),
+        Some(_) => None,
+    }
+}
+
 fn pattern(path: &str) -> Option<Pattern> {
     let path = path.trim();
     if path.is_empty() || path == "/" {

@@ -38,7 +38,7 @@ mod reset;
 mod scan;
 mod teardown;
 
-pub use cgroup::PodCgroups;
+pub use cgroup::{ignored_cgroup_problem, PodCgroups};
 pub use error::GpuError;
 pub use facts::{NodeFacts, OpenLibrary};
 pub use health::{HealthMonitor, HealthPolicy, HealthState, HealthStore};
