@@ -326,3 +326,19 @@ fn devices_show_their_state_and_holders() {
     assert_eq!(line("gpu GPU-held"), "gpu GPU-held team/web exclusive held");
     assert!(line("gpu GPU-sick").ends_with("- - quarantined: reset failed"));
 }
+
+/// A state directory that is not there (a typo) shows nothing held, as an
+/// idle node's would, and says on stderr that it is not there.
+#[test]
+fn a_missing_state_directory_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("no-such-state");
+    let out = status_output(&state, &dir.path().join("health"), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("no state directory {}", state.display())),
+        "{stderr}"
+    );
+    assert!(!state.exists(), "not made");
+}

@@ -119,6 +119,14 @@ fn health_dir(args: &StatusArgs) -> (PathBuf, Option<String>) {
 }
 
 pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
+    // Reads as a ledger with nothing held; a mistyped directory must not pass
+    // for an idle node unsaid (stderr: the output stays a report).
+    if !args.state_dir.exists() {
+        eprintln!(
+            "devgate status: no state directory {}: nothing is held there (give the plugin's --state-dir)",
+            args.state_dir.display()
+        );
+    }
     let state = Ledger::read(&args.state_dir)?;
     let (health_dir, health_dir_error) = health_dir(&args);
     // A file beside the ledger that cannot be read is said, not allowed to
