@@ -92,6 +92,10 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
     // Before any thread starts, so that all of them inherit the mask.
     let signals = block_exit_signals()?;
     let preinstalled = Preinstalled::from_env()?;
+    // A bad flag fails before the ledger, the uevent socket or NVML are set up.
+    if preinstalled.is_none() {
+        nri::stub::check_identity(&args.name, &args.idx)?;
+    }
     // A runtime-launched plugin gets its config in Configure; until then,
     // and for its log format, the defaults apply.
     let config = match preinstalled {

@@ -272,7 +272,10 @@ impl<P: Plugin> Connector<P> {
 
 /// The runtime's checks on external plugins (`pkg/api/plugin.go`
 /// `CheckPluginIndex`, and `CheckPluginName` from NRI v0.12).
-fn check_identity(name: &str, idx: &str) -> Result<(), StubError> {
+/// Whether `name` and `idx` make a plugin identity the runtime accepts (two
+/// digits; a name of `[A-Za-z0-9_.+-]`): checked before a plugin sets itself
+/// up, and again when it is served.
+pub fn check_identity(name: &str, idx: &str) -> Result<(), StubError> {
     if idx.len() != 2 || !idx.bytes().all(|b| b.is_ascii_digit()) {
         return Err(StubError::InvalidIndex {
             idx: idx.to_string(),
