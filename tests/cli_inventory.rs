@@ -14,6 +14,7 @@ fn inventory(root: &Path, args: &[&str]) -> Output {
         .arg("--host-root")
         .arg(root)
         .args(args)
+        .env_remove("NODE_NAME")
         .output()
         .expect("run devgate");
     assert!(
@@ -292,4 +293,53 @@ fn gpu_health_comes_from_the_configs_health_dir() {
         .iter()
         .filter(|g| g["uuid"] != gpu.uuid.as_str())
         .all(|g| g["health"] == "healthy"));
+}
+
+/// The device object's name: `--node-name`, else `$NODE_NAME` (a Job's
+/// downward API), else the host name, which a process in a UTS namespace of
+/// its own cannot read: it fails rather than name the object after its pod.
+#[test]
+fn the_node_name_comes_from_the_flag_the_environment_or_the_hosts_uts() {
+    let (_dir, fixture) = hgx();
+    let name_of = |out: &Output| -> String {
+        let cr: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&out.stdout).expect("yaml");
+        cr["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let with_env = Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .args(["inventory", "-o", "device-cr", "--host-root"])
+        .arg(fixture.root())
+        .env("NODE_NAME", "node-from-env")
+        .output()
+        .expect("run devgate");
+    assert!(with_env.status.success());
+    assert_eq!(name_of(&with_env), "node-from-env");
+    let flag = inventory(
+        fixture.root(),
+        &["-o", "device-cr", "--node-name", "node-a"],
+    );
+    assert_eq!(name_of(&flag), "node-a");
+
+    // A host root whose init is in another UTS namespace than this process:
+    // the host name this process reads would be its own, not the node's.
+    let own = std::fs::read_link("/proc/self/ns/uts").expect("this process's uts namespace");
+    let init_ns = fixture.root().join("proc/1/ns");
+    std::fs::create_dir_all(&init_ns).unwrap();
+    std::os::unix::fs::symlink("uts:[1]", init_ns.join("uts")).unwrap();
+    let other = Command::new(env!("CARGO_BIN_EXE_devgate"))
+        .args(["inventory", "-o", "device-cr", "--host-root"])
+        .arg(fixture.root())
+        .env_remove("NODE_NAME")
+        .output()
+        .expect("run devgate");
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(!other.status.success(), "{stderr}");
+    assert!(stderr.contains("another UTS namespace"), "{stderr}");
+    // The same namespace: the host name is the node's.
+    std::fs::remove_file(init_ns.join("uts")).unwrap();
+    std::os::unix::fs::symlink(&own, init_ns.join("uts")).unwrap();
+    let same = inventory(fixture.root(), &["-o", "device-cr"]);
+    assert!(!name_of(&same).is_empty());
 }

@@ -27,7 +27,8 @@ pub struct InventoryArgs {
     pub host_root: PathBuf,
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: InventoryFormat,
-    /// Node name for `-o device-cr`; default: the host root's `proc/sys/kernel/hostname`,
+    /// Node name for `-o device-cr`; default: `$NODE_NAME` (a DaemonSet's or
+    /// Job's downward API), else the host root's `proc/sys/kernel/hostname`,
     /// lower-cased as the kubelet does.
     #[arg(long)]
     pub node_name: Option<String>,
@@ -45,6 +46,8 @@ pub struct InventoryArgs {
 pub enum InventoryCmdError {
     #[error("no sysfs under {}: {}/sys/devices is not a directory (give --host-root the root holding the host's sys/ and proc/, with sys mounted)", .root.display(), .root.display())]
     NoSysfs { root: PathBuf },
+    #[error("this process's host name is not the host's (another UTS namespace): pass --node-name or set NODE_NAME")]
+    OtherUts,
     #[error("no node name for the device object (pass --node-name)")]
     NodeName {
         #[source]
@@ -109,14 +112,34 @@ pub fn render(inv: &Inventory, args: &InventoryArgs) -> Result<String, Inventory
             Ok(text)
         }
         InventoryFormat::DeviceCr => {
-            let name = match &args.node_name {
-                Some(name) => name.clone(),
-                None => host_name(&args.host_root)
-                    .map_err(|source| InventoryCmdError::NodeName { source })?
-                    .to_lowercase(),
+            let from_env = || std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty());
+            let name = match args.node_name.clone().or_else(from_env) {
+                Some(name) => name,
+                None => {
+                    other_uts(&args.host_root)?;
+                    host_name(&args.host_root)
+                        .map_err(|source| InventoryCmdError::NodeName { source })?
+                        .to_lowercase()
+                }
             };
             serde_yaml_ng::to_string(&device_cr(inv, &name)).map_err(|e| encode_err("yaml", e))
         }
+    }
+}
+
+/// Fails when this process has a UTS namespace of its own apart from the
+/// host's (a pod without `hostNetwork`): `proc/sys/kernel/hostname` shows the
+/// reader's host name through any procfs, so it would name the pod. Where
+/// either namespace cannot be read (a host root that is a copy), it cannot
+/// tell, and the file is taken.
+fn other_uts(host_root: &std::path::Path) -> Result<(), InventoryCmdError> {
+    let ns = |p: PathBuf| std::fs::read_link(p).ok();
+    match (
+        ns(PathBuf::from("/proc/self/ns/uts")),
+        ns(host_root.join("proc/1/ns/uts")),
+    ) {
+        (Some(own), Some(host)) if own != host => Err(InventoryCmdError::OtherUts),
+        _ => Ok(()),
     }
 }
 
