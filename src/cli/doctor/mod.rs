@@ -6,6 +6,7 @@
 mod cdi;
 mod checks;
 mod containerd;
+mod crio;
 mod grant;
 mod hook;
 mod host;
@@ -133,10 +134,18 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
     let (config_check, config) = checks::config(roots, &running);
     let containerd_config = containerd::ContainerdConfig::load(roots);
     let inventory = crate::inventory::discover(&roots.host_root);
+    let crio = crio::is_crio(roots, host);
+    let (runtime, nri) = match crio {
+        true => (crio::runtime(), crio::nri_enabled(roots)),
+        false => (
+            containerd::version(host),
+            containerd::nri_enabled(host, &containerd_config, &roots.nri_socket),
+        ),
+    };
     vec![
         config_check,
-        containerd::version(host),
-        containerd::nri_enabled(host, &containerd_config, &roots.nri_socket),
+        runtime,
+        nri,
         checks::nri_socket(roots, host),
         checks::registered(roots, host, &running),
         checks::hooks_d(roots),
@@ -146,7 +155,10 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
         node::nvidia(roots, host, &inventory, running::on_socket(roots, &running)),
         node::rdma_netns(roots, &config, &inventory),
         node::vfs(roots, &config),
-        node::cgroup(roots, &containerd_config, &inventory),
+        match crio {
+            true => crio::cgroup(roots),
+            false => node::cgroup(roots, &containerd_config, &inventory),
+        },
         cdi::cdi(host, &containerd_config, &config),
         cdi::specs(roots, host, &config, &inventory),
         grant::grant_check(roots, &config),

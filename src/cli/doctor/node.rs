@@ -309,21 +309,31 @@ pub fn vfs(roots: &Roots, config: &Config) -> Check {
     )
 }
 
-pub fn cgroup(roots: &Roots, containerd: &ContainerdConfig, inventory: &Inventory) -> Check {
-    const NAME: &str = "cgroup";
+pub const CGROUP_CHECK: &str = "cgroup";
+
+/// The host's cgroup version, or the check saying there is none.
+pub fn cgroup_version(roots: &Roots) -> Result<&'static str, Check> {
     let fs = roots.host_root.join("sys/fs/cgroup");
-    let version = if fs.join("cgroup.controllers").exists() {
-        "v2"
+    if fs.join("cgroup.controllers").exists() {
+        Ok("v2")
     } else if fs.join("unified").is_dir() {
-        "v1 (hybrid)"
+        Ok("v1 (hybrid)")
     } else if fs.join("devices").is_dir() {
-        "v1"
+        Ok("v1")
     } else {
-        return Check::warn(
-            NAME,
+        Err(Check::warn(
+            CGROUP_CHECK,
             "no cgroup filesystem under /sys/fs/cgroup",
             "mount cgroup2 on /sys/fs/cgroup",
-        );
+        ))
+    }
+}
+
+pub fn cgroup(roots: &Roots, containerd: &ContainerdConfig, inventory: &Inventory) -> Check {
+    const NAME: &str = CGROUP_CHECK;
+    let version = match cgroup_version(roots) {
+        Ok(version) => version,
+        Err(check) => return check,
     };
     let (runtime, systemd) = cri_runtime(containerd);
     let driver = if systemd { "systemd" } else { "cgroupfs" };

@@ -2,6 +2,7 @@
 //! ([`broken`]).
 mod broken;
 mod broken_hook;
+mod crio;
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;

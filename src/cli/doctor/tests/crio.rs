@@ -1,0 +1,80 @@
+//! A CRI-O node: no containerd, `/etc/crio`. The containerd checks step
+//! aside, NRI's setting comes from CRI-O's config and drop-ins, and nothing
+//! containerd-specific fails the node.
+use super::*;
+
+/// The healthy fake node without containerd, with `/etc/crio` holding `files`.
+fn crio_node(files: &[(&str, &str)]) -> Node {
+    let mut node = healthy();
+    node.host.version = Err("containerd: not found".into());
+    let crio = node.roots.etc_root.join("crio");
+    std::fs::create_dir_all(&crio).unwrap();
+    for (name, text) in files {
+        write(&crio.join(name), text);
+    }
+    node
+}
+
+#[test]
+fn nri_is_read_from_crios_config_and_its_dropins() {
+    let node = crio_node(&[
+        ("crio.conf", "[crio.nri]\nenable_nri = false\n"),
+        ("crio.conf.d/10-nri.conf", "[crio.nri]\nenable_nri = true\n"),
+        (
+            "crio.conf.d/20-other.conf",
+            "[crio.runtime]\nlog_level = \"info\"\n",
+        ),
+    ]);
+    let checks = run_checks(&node.roots, &node.host);
+    let runtime = check(&checks, "containerd");
+    assert_eq!(runtime.status, Status::Warn, "{runtime:?}");
+    assert!(runtime.detail.contains("a CRI-O node"), "{runtime:?}");
+    let nri = check(&checks, "nri enabled");
+    assert_eq!(nri.status, Status::Pass, "{nri:?}");
+    assert!(
+        nri.detail.ends_with("10-nri.conf"),
+        "the drop-in wins: {nri:?}"
+    );
+    let cgroup = check(&checks, "cgroup");
+    assert_eq!(cgroup.status, Status::Pass, "{cgroup:?}");
+    assert!(cgroup.detail.contains("CRI-O"), "{cgroup:?}");
+}
+
+#[test]
+fn nri_off_or_unset_is_a_warning_and_a_broken_config_fails() {
+    let off = crio_node(&[(
+        "crio.conf.d/10-nri.conf",
+        "[crio.nri]\nenable_nri = false\n",
+    )]);
+    let checks = run_checks(&off.roots, &off.host);
+    let nri = check(&checks, "nri enabled");
+    assert_eq!(nri.status, Status::Warn, "{nri:?}");
+    assert!(
+        nri.fix
+            .as_deref()
+            .unwrap_or_default()
+            .contains("--hooks-only"),
+        "{nri:?}"
+    );
+
+    let unset = crio_node(&[("crio.conf", "[crio.runtime]\n")]);
+    let checks = run_checks(&unset.roots, &unset.host);
+    let nri = check(&checks, "nri enabled");
+    assert_eq!(nri.status, Status::Warn, "{nri:?}");
+    assert!(nri.detail.contains("not set"), "{nri:?}");
+
+    let broken = crio_node(&[("crio.conf", "[crio.nri\n")]);
+    let checks = run_checks(&broken.roots, &broken.host);
+    let nri = check(&checks, "nri enabled");
+    assert_eq!(nri.status, Status::Fail, "{nri:?}");
+    assert!(nri.detail.contains("line 1, column"), "{nri:?}");
+}
+
+/// Without `/etc/crio` a node without containerd still fails its check.
+#[test]
+fn no_containerd_and_no_crio_still_fails() {
+    let mut node = healthy();
+    node.host.version = Err("containerd: not found".into());
+    let checks = run_checks(&node.roots, &node.host);
+    assert_eq!(check(&checks, "containerd").status, Status::Fail);
+}
