@@ -1,5 +1,7 @@
 //! The properties the fuzz targets check, shared with the test suite's short
 //! smoke run (`tests/fuzz_smoke.rs`), so CI exercises the same assertions.
+// Each fuzz target includes this file for its one property.
+#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;

@@ -106,6 +106,9 @@ run_e2e_again() {
 step "host setup" ./tests/setup-host.sh
 step "cargo fmt" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
+# The fuzz targets are a crate of their own (cargo-fuzz builds them with
+# nightly and sanitizers): compiled here so that they cannot rot unseen.
+step "fuzz targets compile" cargo check --manifest-path fuzz/Cargo.toml --bins
 step "cargo test (end-to-end under ${RUNTIMES[0]})" under_runtime "${RUNTIMES[0]}" cargo test --workspace --no-fail-fast
 for runtime in "${RUNTIMES[@]:1}"; do
     step "end-to-end tests under $runtime" run_e2e_again "$runtime"
