@@ -322,24 +322,34 @@ fn the_node_name_comes_from_the_flag_the_environment_or_the_hosts_uts() {
     );
     assert_eq!(name_of(&flag), "node-a");
 
-    // A host root whose init is in another UTS namespace than this process:
-    // the host name this process reads would be its own, not the node's.
-    let own = std::fs::read_link("/proc/self/ns/uts").expect("this process's uts namespace");
-    let init_ns = fixture.root().join("proc/1/ns");
-    std::fs::create_dir_all(&init_ns).unwrap();
-    std::os::unix::fs::symlink("uts:[1]", init_ns.join("uts")).unwrap();
-    let other = Command::new(env!("CARGO_BIN_EXE_devgate"))
-        .args(["inventory", "-o", "device-cr", "--host-root"])
-        .arg(fixture.root())
+    // The host's procfs read from a UTS namespace of its own shows that
+    // namespace's name, not the node's: refused.
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the rest needs root (a UTS namespace of its own)"
+    );
+    let unshared = Command::new("unshare")
+        .arg("-u")
+        .arg(env!("CARGO_BIN_EXE_devgate"))
+        .args(["inventory", "-o", "device-cr", "--host-root", "/"])
         .env_remove("NODE_NAME")
         .output()
-        .expect("run devgate");
-    let stderr = String::from_utf8_lossy(&other.stderr);
-    assert!(!other.status.success(), "{stderr}");
+        .expect("run unshare");
+    let stderr = String::from_utf8_lossy(&unshared.stderr);
+    assert!(!unshared.status.success(), "{stderr}");
     assert!(stderr.contains("another UTS namespace"), "{stderr}");
-    // The same namespace: the host name is the node's.
-    std::fs::remove_file(init_ns.join("uts")).unwrap();
-    std::os::unix::fs::symlink(&own, init_ns.join("uts")).unwrap();
-    let same = inventory(fixture.root(), &["-o", "device-cr"]);
-    assert!(!name_of(&same).is_empty());
+    // There, $NODE_NAME names the node.
+    let named = Command::new("unshare")
+        .arg("-u")
+        .arg(env!("CARGO_BIN_EXE_devgate"))
+        .args(["inventory", "-o", "device-cr", "--host-root", "/"])
+        .env("NODE_NAME", "node-b")
+        .output()
+        .expect("run unshare");
+    assert!(
+        named.status.success(),
+        "{}",
+        String::from_utf8_lossy(&named.stderr)
+    );
+    assert_eq!(name_of(&named), "node-b");
 }

@@ -127,19 +127,23 @@ pub fn render(inv: &Inventory, args: &InventoryArgs) -> Result<String, Inventory
     }
 }
 
-/// Fails when this process has a UTS namespace of its own apart from the
-/// host's (a pod without `hostNetwork`): `proc/sys/kernel/hostname` shows the
-/// reader's host name through any procfs, so it would name the pod. Where
-/// either namespace cannot be read (a host root that is a copy), it cannot
-/// tell, and the file is taken.
+/// Fails where `proc/sys/kernel/hostname` under the host root is a procfs
+/// file and this process is not in the initial UTS namespace (a pod without
+/// `hostNetwork`): procfs shows the reader's own host name, whichever procfs
+/// it is read through, so it would name the pod. A host root that is a copy
+/// holds the node's name as a plain file.
 fn other_uts(host_root: &std::path::Path) -> Result<(), InventoryCmdError> {
-    let ns = |p: PathBuf| std::fs::read_link(p).ok();
-    match (
-        ns(PathBuf::from("/proc/self/ns/uts")),
-        ns(host_root.join("proc/1/ns/uts")),
-    ) {
-        (Some(own), Some(host)) if own != host => Err(InventoryCmdError::OtherUts),
-        _ => Ok(()),
+    use nix::sys::statfs::{statfs, PROC_SUPER_MAGIC};
+    let file = host_root.join("proc/sys/kernel/hostname");
+    if !statfs(&file).is_ok_and(|fs| fs.filesystem_type() == PROC_SUPER_MAGIC) {
+        return Ok(());
+    }
+    // `PROC_UTS_INIT_INO` (include/linux/proc_ns.h): the namespace the host's
+    // init and every host process run in. Unreadable counts as another.
+    const INIT_UTS: &str = "uts:[4026531838]";
+    match std::fs::read_link("/proc/self/ns/uts") {
+        Ok(own) if own == std::path::Path::new(INIT_UTS) => Ok(()),
+        _ => Err(InventoryCmdError::OtherUts),
     }
 }
 

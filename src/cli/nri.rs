@@ -107,6 +107,22 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
     let log_file = (preinstalled.is_some() && crate::logging_file::stderr_is_null())
         .then(|| options.state_dir.join(crate::logging_file::NRI_LOG_FILE));
     init_logging(config.log_format, log_file.as_deref())?;
+    let result = start_and_serve(args, config, options, preinstalled, signals);
+    // Said in the log too: a launched plugin's stderr is the null device.
+    if let Err(e) = &result {
+        tracing::error!(error = %nri::ErrorChain(e), "devgate nri stopped");
+    }
+    result
+}
+
+/// `run` once logging is set up: the plugin made, its host watched, served.
+fn start_and_serve(
+    args: NriArgs,
+    config: Config,
+    options: PluginOptions,
+    preinstalled: Option<Preinstalled>,
+    signals: SigSet,
+) -> Result<(), NriCmdError> {
     // Which config is in force: a mistyped --config path, or a ConfigMap key
     // renamed, reads as no file and so as the defaults.
     match (&preinstalled, args.config.is_file()) {
@@ -216,14 +232,22 @@ fn exit_on_signal(signals: SigSet, gate: &RequestGate, plugin: &DevgatePlugin) {
 /// The log on stderr, or in `file` where nobody reads stderr.
 fn init_logging(format: LogFormat, file: Option<&std::path::Path>) -> Result<(), NriCmdError> {
     let filter = log_filter(std::env::var(LOG_ENV).ok())?;
-    let Some(path) = file else {
-        return crate::logging::init_stderr(format, filter)
-            .map_err(|e| NriCmdError::Logging(Box::new(e)));
+    let stderr = |filter| {
+        crate::logging::init_stderr(format, filter).map_err(|e| NriCmdError::Logging(Box::new(e)))
     };
-    let log = crate::logging_file::RotatingFile::open(path, crate::hook::MAX_LOG_BYTES)
-        .map_err(|e| NriCmdError::Logging(Box::new(e)))?;
-    crate::logging::init_with(format, filter, std::sync::Arc::new(log), false)
-        .map_err(|e| NriCmdError::Logging(Box::new(e)))
+    let Some(path) = file else {
+        return stderr(filter);
+    };
+    match crate::logging_file::RotatingFile::open(path, crate::hook::MAX_LOG_BYTES) {
+        Ok(log) => crate::logging::init_with(format, filter, std::sync::Arc::new(log), false)
+            .map_err(|e| NriCmdError::Logging(Box::new(e))),
+        // No log is no reason not to serve: stderr, where nobody may read it.
+        Err(e) => {
+            stderr(filter)?;
+            tracing::error!(path = %path.display(), error = %e, "cannot open the log file: logging to stderr");
+            Ok(())
+        }
+    }
 }
 
 /// The filter `DEVGATE_LOG` asks for: a level, and levels per target.

@@ -151,6 +151,10 @@ fn values_the_plan_refuses_fail_the_config() {
         ),
         ("[gpu]\nignored_cgroups = [\"\"]", "gpu.ignored_cgroups"),
         (
+            "[gpu]\nignored_cgroups = [\"//\"]",
+            "gpu.ignored_cgroups: \"//\": not a unit name",
+        ),
+        (
             "[gpu]\nignored_cgroups = [\"system.slice/dcgm.service\"]",
             "gpu.ignored_cgroups",
         ),

@@ -181,11 +181,13 @@ pub fn ignored_cgroup_problem(entry: &str) -> Option<&'static str> {
 
 fn pattern(path: &str) -> Option<Pattern> {
     let path = path.trim();
-    if path.is_empty() || path == "/" {
-        return None; // the root would take in every process on the node
-    }
     if path.starts_with('/') {
-        return Some(Pattern::Prefix(path.trim_end_matches('/').to_string()));
+        // The root (`/`, `//`) would take in every process on the node.
+        let prefix = path.trim_end_matches('/');
+        return (!prefix.is_empty()).then(|| Pattern::Prefix(prefix.to_string()));
+    }
+    if path.is_empty() {
+        return None;
     }
     // systemd `slice:prefix:name`: the slice holds the whole pod.
     let slice = path.split(':').next().unwrap_or(path);

@@ -39,9 +39,10 @@ struct State {
     /// Lists asked no older than a version answer 504, as an API server
     /// whose cache lags the version (after an etcd restore) does.
     cache_lags: bool,
-    /// Lists still to refuse with 429 and this `Retry-After` (seconds), as
-    /// API Priority and Fairness does when the node's flow is over its share.
-    throttled: (usize, u64),
+    /// Lists still to refuse, with this status and `Retry-After` (seconds):
+    /// 429 as API Priority and Fairness answers a flow over its share, 503 as
+    /// an API server that is starting does.
+    throttled: (usize, u16, u64),
 }
 
 struct Shared {
@@ -168,10 +169,10 @@ impl FakeApi {
         self.shared.lock().cache_lags = true;
     }
 
-    /// Refuses the next `lists` lists with 429 Too Many Requests and
+    /// Refuses the next `lists` lists with `code` (429 or 503) and
     /// `Retry-After: <secs>`.
-    pub fn throttle(&self, lists: usize, secs: u64) {
-        self.shared.lock().throttled = (lists, secs);
+    pub fn throttle(&self, code: u16, lists: usize, secs: u64) {
+        self.shared.lock().throttled = (lists, code, secs);
     }
 
     /// Makes every list page `pods` made-up pods long, with no end.

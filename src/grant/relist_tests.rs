@@ -41,21 +41,24 @@ fn a_list_again_is_no_older_than_the_watch_and_from_etcd_where_the_cache_lags() 
 /// not the 50-100 ms of the first steps of the backoff.
 #[test]
 fn a_throttled_list_is_asked_again_no_sooner_than_the_server_said() {
-    let api = FakeApi::start().unwrap();
-    api.put_pod(pod("ns", "a", "u-a", NODE, &[]));
-    api.throttle(2, 1);
-    let dir = tempfile::tempdir().unwrap();
-    let began = Instant::now();
-    let checker = watching(&dir, &api);
-    assert!(found(&checker, "u-a"));
-    assert!(
-        began.elapsed() >= Duration::from_secs(2),
-        "two refusals, a second each: {:?}",
-        began.elapsed()
-    );
-    let requests = api.requests();
-    let lists = requests.iter().filter(|r| r.starts_with("list")).count();
-    assert_eq!(lists, 3, "{requests:?}");
+    // 429 from API Priority and Fairness, twice; 503 from a starting server.
+    for (code, refusals) in [(429, 2), (503, 1)] {
+        let api = FakeApi::start().unwrap();
+        api.put_pod(pod("ns", "a", "u-a", NODE, &[]));
+        api.throttle(code, refusals, 1);
+        let dir = tempfile::tempdir().unwrap();
+        let began = Instant::now();
+        let checker = watching(&dir, &api);
+        assert!(found(&checker, "u-a"));
+        assert!(
+            began.elapsed() >= Duration::from_secs(refusals as u64),
+            "{code}: {refusals} refusals, a second each: {:?}",
+            began.elapsed()
+        );
+        let requests = api.requests();
+        let lists = requests.iter().filter(|r| r.starts_with("list")).count();
+        assert_eq!(lists, refusals + 1, "{code}: {requests:?}");
+    }
 }
 
 #[test]

@@ -72,14 +72,14 @@ pub(super) fn serve(stream: TcpStream, shared: &Shared) {
                 _ => String::new(),
             };
             s.requests.push(format!("list {node}{since}"));
-            if let (left @ 1.., secs) = s.throttled {
-                s.throttled = (left - 1, secs);
+            if let (left @ 1.., code, secs) = s.throttled {
+                s.throttled = (left - 1, code, secs);
                 drop(s);
                 let _ = write_response(
                     &mut out,
-                    429,
+                    code,
                     &format!("Retry-After: {secs}\r\n"),
-                    &json!({"kind": "Status", "code": 429, "reason": "TooManyRequests",
+                    &json!({"kind": "Status", "code": code,
                             "message": "Too many requests, please try again later."}),
                 );
                 return;

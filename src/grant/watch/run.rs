@@ -37,11 +37,8 @@ impl PodWatch {
 
 fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
     let mut backoff = BACKOFF_MIN;
-    // A server that said when to come back (429 from API Priority and
-    // Fairness, 503 while it starts) is not asked before then.
-    let pause = |backoff: &mut Duration, told: Option<&WatchError>| {
-        let asked = told.and_then(WatchError::retry_after).unwrap_or_default();
-        std::thread::sleep((*backoff / 2 + jitter(*backoff / 2)).max(asked));
+    let pause = |wait: Duration, backoff: &mut Duration| {
+        std::thread::sleep(wait);
         *backoff = (*backoff * 2).min(BACKOFF_MAX);
     };
     let mut from = ListFrom::Cache;
@@ -55,7 +52,8 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                 version
             }
             Err(e) => {
-                tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod list failed");
+                let wait = pause_after(backoff, Some(&e));
+                tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = wait.as_millis() as u64, "pod list failed");
                 cache.set_error(Some(e.to_string()));
                 // A version the cache cannot serve (410, or 504 "Too large
                 // resource version" from a cache that lags it, after an etcd
@@ -71,7 +69,7 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                 if unservable {
                     from = ListFrom::Etcd;
                 }
-                pause(&mut backoff, Some(&e));
+                pause(wait, &mut backoff);
                 continue;
             }
         };
@@ -90,28 +88,42 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                     // Gone at the version just listed (API servers behind one
                     // address whose caches differ): not again at once.
                     if watches == 1 {
-                        pause(&mut backoff, None);
+                        pause(pause_after(backoff, None), &mut backoff);
                     }
                     break;
                 }
                 // Resuming from the same version would read the same event
                 // again, for ever: the list has the pod without the event.
                 Err(e @ WatchError::EventTooLarge { .. }) => {
-                    tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod watch event skipped; listing again");
+                    let wait = pause_after(backoff, None);
+                    tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = wait.as_millis() as u64, "pod watch event skipped; listing again");
                     from = ListFrom::NotOlderThan(version);
-                    pause(&mut backoff, None);
+                    pause(wait, &mut backoff);
                     break;
                 }
                 Err(e) => {
                     if started.elapsed() > BACKOFF_MAX {
                         backoff = BACKOFF_MIN;
                     }
-                    tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = backoff.as_millis() as u64, "pod watch failed");
+                    let wait = pause_after(backoff, Some(&e));
+                    tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = wait.as_millis() as u64, "pod watch failed");
                     cache.set_error(Some(e.to_string()));
-                    pause(&mut backoff, Some(&e));
+                    pause(wait, &mut backoff);
                 }
             }
         }
+    }
+}
+
+/// The pause before the next request: between half and all of the backoff's
+/// step; after a server said when to come back (429 from API Priority and
+/// Fairness, 503 while it starts), no sooner than that, and spread over half
+/// as long again, since it tells every node the same.
+fn pause_after(backoff: Duration, told: Option<&WatchError>) -> Duration {
+    let step = backoff / 2 + jitter(backoff / 2);
+    match told.and_then(WatchError::retry_after) {
+        Some(asked) if asked > step => asked + jitter(asked / 2),
+        _ => step,
     }
 }
 
@@ -147,5 +159,44 @@ pub(in crate::grant) fn start(ep: Endpoint, cache: &Arc<PodCache>) -> (Mode, Opt
                 None,
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn told(secs: u64) -> WatchError {
+        WatchError::Status {
+            url: "u".into(),
+            code: 429,
+            message: String::new(),
+            retry_after: Some(Duration::from_secs(secs)),
+        }
+    }
+
+    /// The backoff's step, or the server's word spread over half as long
+    /// again: nodes the same answer reached do not all come back at once.
+    #[test]
+    fn a_pause_is_the_step_or_the_servers_word_spread() {
+        let step = Duration::from_millis(200);
+        let mut after_word = Vec::new();
+        for _ in 0..64 {
+            let p = pause_after(step, None);
+            assert!(p >= step / 2 && p <= step, "{p:?}");
+            let p = pause_after(step, Some(&told(2)));
+            assert!(
+                p >= Duration::from_secs(2) && p <= Duration::from_secs(3),
+                "{p:?}"
+            );
+            after_word.push(p);
+            // A word shorter than the step leaves the step.
+            let p = pause_after(Duration::from_secs(4), Some(&told(1)));
+            assert!(
+                p >= Duration::from_secs(2) && p <= Duration::from_secs(4),
+                "{p:?}"
+            );
+        }
+        assert!(after_word.iter().any(|p| *p != after_word[0]), "spread");
     }
 }
