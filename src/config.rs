@@ -43,10 +43,11 @@ pub enum ConfigError {
 }
 
 /// A TOML error of `text` on one line: where (line and column, and the key
-/// written on that line, never its value) and why. toml's own display takes
-/// five lines and quotes the line whole.
+/// the line begins with, if it begins with one) and why, without the value
+/// (a containerd config may hold registry credentials). toml's own display
+/// takes five lines and quotes the line whole.
 pub fn toml_error(text: &str, e: &toml::de::Error) -> String {
-    let why = e.message().lines().collect::<Vec<_>>().join("; ");
+    let why = without_value(&e.message().lines().collect::<Vec<_>>().join("; "));
     let Some(at) = e.span().map(|s| s.start.min(text.len())) else {
         return why;
     };
@@ -58,19 +59,38 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> String {
         .map_or(0, |i| i + 1);
     let column = String::from_utf8_lossy(&before[start..]).chars().count() + 1;
     let written = text[start..].lines().next().unwrap_or_default();
-    let key: String = written
-        .split('=')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .chars()
-        .take(64)
-        .filter(|c| !c.is_control())
-        .collect();
-    match key.is_empty() {
-        true => format!("line {line}, column {column}: {why}"),
-        false => format!("line {line}, column {column}, at {key}: {why}"),
+    match leading_key(written) {
+        Some(key) => format!("line {line}, column {column}, at {key}: {why}"),
+        None => format!("line {line}, column {column}: {why}"),
     }
+}
+
+/// The key a TOML line begins with (`key =`, dotted, bare or quoted), bounded;
+/// `None` for any other line (a value continued from the line before, a
+/// table header).
+fn leading_key(line: &str) -> Option<&str> {
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim();
+    let bare = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ' ');
+    let quoted = key.len() >= 2
+        && key.starts_with('"')
+        && key.ends_with('"')
+        && !key[1..key.len() - 1].contains(['"', '\\']);
+    let ok = !key.is_empty() && key.len() <= 64 && (key.chars().all(bare) || quoted);
+    ok.then_some(key)
+}
+
+/// serde's "invalid type: string \"secret\", expected u64" without the value:
+/// "invalid type: string, expected u64".
+fn without_value(why: &str) -> String {
+    for lead in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = why.strip_prefix(lead) {
+            let kind = rest.split([' ', ',']).next().unwrap_or_default();
+            let expected = rest.find(", expected").map_or("", |i| &rest[i..]);
+            return format!("{lead}{kind}{expected}");
+        }
+    }
+    why.to_string()
 }
 
 /// What to do when an allocation cannot be applied exactly.

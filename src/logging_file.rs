@@ -64,13 +64,19 @@ impl RotatingFile {
 }
 
 impl Open {
-    fn rotate(&mut self) -> io::Result<()> {
+    /// Moves the log aside and starts anew. Whatever fails, the count starts
+    /// again, so that a full disk is not asked at every line; a log moved
+    /// aside but not made anew (no space, no inode) is written on where it
+    /// now is, until the next rotation.
+    fn rotate(&mut self) {
+        self.len = 0;
         let mut old = self.path.clone().into_os_string();
         old.push(".1");
-        fs::rename(&self.path, old)?;
-        self.file = append(&self.path)?;
-        self.len = 0;
-        Ok(())
+        // A log removed meanwhile is made anew too.
+        let _ = fs::rename(&self.path, old);
+        if let Ok(file) = append(&self.path) {
+            self.file = file;
+        }
     }
 }
 
@@ -78,9 +84,7 @@ impl Write for &RotatingFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         if open.len > 0 && open.len + buf.len() as u64 > open.max {
-            // A log that cannot be moved aside is written on: losing lines
-            // would be worse than a long file.
-            let _ = open.rotate();
+            open.rotate();
         }
         // Whole events: the formatter hands one line per write.
         open.file.write_all(buf)?;
@@ -133,6 +137,17 @@ mod tests {
             fs::read(&path).unwrap(),
             b"a line past the bound\nafter a restart\n"
         );
+    }
+
+    #[test]
+    fn a_log_removed_meanwhile_is_made_anew_at_the_next_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(NRI_LOG_FILE);
+        let log = RotatingFile::open(&path, 16).unwrap();
+        (&log).write_all(b"first line\n").unwrap();
+        fs::remove_file(&path).unwrap();
+        (&log).write_all(b"second line\n").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"second line\n");
     }
 
     #[test]

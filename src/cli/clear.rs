@@ -107,8 +107,12 @@ pub fn run(args: ClearArgs) -> Result<(), ClearError> {
         if outcome.as_ref().is_ok_and(Vec::is_empty) {
             let inventory =
                 inventory.get_or_insert_with(|| crate::inventory::discover(&args.host_root));
-            if !known(target, &ledger, &health, inventory)? {
-                outcome = Err(UNKNOWN.to_string());
+            // Like any other refusal, a read that fails here is this
+            // device's line: the devices after it still get theirs.
+            match known(target, &ledger, &health, inventory) {
+                Ok(true) => {}
+                Ok(false) => outcome = Err(UNKNOWN.to_string()),
+                Err(e) => outcome = Err(e.to_string()),
             }
         }
         match outcome {

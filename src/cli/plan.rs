@@ -181,11 +181,16 @@ pub fn plan_pod(
     // The plugin refuses such a pod before it plans (the grant check's first
     // rule), so the plan would show what the container never gets.
     let meta = &pod.metadata;
-    if let Some(rule) = config.namespace_refusal(&meta.namespace) {
+    // A pod file without a namespace is created in `default`.
+    let namespace = match meta.namespace.as_str() {
+        "" => "default",
+        ns => ns,
+    };
+    if let Some(rule) = config.namespace_refusal(namespace) {
         if !devices.allocation.is_empty() {
             return Err(PlanCmdError::Namespace {
-                pod: format!("{}/{}", meta.namespace, meta.name),
-                namespace: meta.namespace.clone(),
+                pod: format!("{namespace}/{}", meta.name),
+                namespace: namespace.to_string(),
                 rule,
             });
         }

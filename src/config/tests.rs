@@ -205,19 +205,24 @@ fn values_the_plan_refuses_fail_the_config() {
     .unwrap();
 }
 
-/// A parse error says where: its line and column, and the key written on
-/// that line (never the value: a containerd config may hold credentials),
-/// on one line.
+/// A parse error says where: its line and column, and the key the line
+/// begins with; never a value (a containerd config may hold credentials),
+/// and on one line.
 #[test]
 fn parse_errors_name_their_line_and_key() {
     let cases = [
         (
-            "log_format = \"json\"\n[gpu]\nkill_grace_ms = \"1000\"\n",
-            "parse config c.toml: line 3, column 17, at kill_grace_ms: invalid type: string \"1000\", expected u64",
+            "log_format = \"json\"\n[gpu]\nkill_grace_ms = \"s3cret\"\n",
+            "parse config c.toml: line 3, column 17, at kill_grace_ms: invalid type: string, expected u64",
         ),
         (
             "[gpu\n",
-            "parse config c.toml: line 1, column 5, at [gpu: invalid table header; expected `.`, `]`",
+            "parse config c.toml: line 1, column 5: invalid table header; expected `.`, `]`",
+        ),
+        // A value continued on the next line is no key.
+        (
+            "cdi_spec_dirs = [\n  \"/etc/cdi\",\n  7,\n]\n",
+            "parse config c.toml: line 3, column 3: invalid type: integer, expected path string",
         ),
     ];
     for (text, want) in cases {

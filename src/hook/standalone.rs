@@ -289,9 +289,14 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
     let pid = super::creating_pid(stage, state)?;
     let who = identity(state)?;
     if let Some(rule) = config.namespace_refusal(&who.pod.namespace) {
+        // A container no Kubernetes pod stands behind (podman) has none.
+        let namespace = match who.pod.namespace.as_str() {
+            "" => "(none)".to_string(),
+            ns => ns.to_string(),
+        };
         return Err(HooksOnlyError::Namespace {
-            pod: format!("{}/{}", who.pod.namespace, who.pod.name),
-            namespace: who.pod.namespace,
+            pod: format!("{namespace}/{}", who.pod.name),
+            namespace,
             rule,
         }
         .into());

@@ -116,6 +116,20 @@ fn the_namespace_rules_refuse_before_anything_is_claimed() {
         "{e}"
     );
     assert!(w.ledger().pods.is_empty());
+    // A container no pod stands behind has no namespace: said so.
+    let ann = [(DEVICE_ALLOCATED, alloc.as_str())];
+    let e = w
+        .run(
+            Stage::CreateRuntime,
+            &state("c1", "creating", Some(7), &ann),
+            &mut FakeOs::default(),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with("namespace (none) is not in allowed_namespaces"),
+        "{e}"
+    );
     let (out, os) = run(&w, "ml");
     assert!(matches!(out, Ok(Outcome::Applied { .. })), "{out:?}");
     assert!(!os.nodes.is_empty());

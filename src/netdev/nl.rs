@@ -163,10 +163,14 @@ impl Transport for NlSocket {
         // Peek for the size first (MSG_TRUNC reports the full length), so a large
         // VF list is never cut short.
         let mut probe: Vec<u8> = Vec::new();
-        let len = self
-            .sock
-            .recv(&mut probe, libc::MSG_PEEK | libc::MSG_TRUNC)
-            .map_err(timed_out)?;
+        // With SO_RCVTIMEO a receive a signal interrupts is not restarted
+        // (signal(7)): asked again, with the bound anew.
+        let len = loop {
+            match self.sock.recv(&mut probe, libc::MSG_PEEK | libc::MSG_TRUNC) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other.map_err(timed_out)?,
+            }
+        };
         if len > MAX_DATAGRAM {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,

@@ -1,8 +1,8 @@
 //! A CRI-O node: no containerd, a `/etc/crio`. devgate serves it through
 //! CRI-O's NRI (`[crio.nri] enable_nri`) or through the hooks.d file, so the
 //! containerd checks do not apply; NRI's setting is read from CRI-O's config
-//! and its drop-ins (`crio.conf.d/*.conf`, later files winning, as CRI-O
-//! merges them).
+//! and its drop-ins (`crio.conf.d`, later files winning, as CRI-O merges
+//! them).
 
 use std::path::Path;
 
@@ -30,15 +30,7 @@ pub fn nri_enabled(roots: &Roots) -> Check {
     const NAME: &str = "nri enabled";
     let dir = roots.etc_root.join("crio");
     let mut files = vec![dir.join("crio.conf")];
-    if let Ok(entries) = std::fs::read_dir(dir.join("crio.conf.d")) {
-        let mut dropins: Vec<_> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "conf"))
-            .collect();
-        dropins.sort();
-        files.extend(dropins);
-    }
+    dropins(&dir.join("crio.conf.d"), &mut files);
     let mut setting = None;
     for file in &files {
         match enable_nri(file) {
@@ -59,6 +51,30 @@ pub fn nri_enabled(roots: &Roots) -> Check {
             "CRI-O: enable_nri is not set: on by default from CRI-O 1.30, off before",
             format!("set [crio.nri] enable_nri = true, {HOOKS_FIX}"),
         ),
+    }
+}
+
+/// Most drop-in files read: a node has a handful.
+const MAX_DROPINS: usize = 256;
+
+/// The regular files below `dir`, in the lexical order of their paths, as
+/// CRI-O walks its drop-in directory (Go's `filepath.Walk`: any name, not
+/// only `*.conf`, subdirectories included); at most [`MAX_DROPINS`].
+fn dropins(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    paths.sort();
+    for path in paths {
+        if out.len() > MAX_DROPINS {
+            return;
+        }
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => dropins(&path, out),
+            Ok(m) if m.is_file() => out.push(path),
+            _ => {}
+        }
     }
 }
 

@@ -40,6 +40,23 @@ fn nri_is_read_from_crios_config_and_its_dropins() {
     assert!(cgroup.detail.contains("CRI-O"), "{cgroup:?}");
 }
 
+/// The drop-ins in lexical order, whatever order they were written in: the
+/// last that sets `enable_nri` decides; any file name counts, as in CRI-O.
+#[test]
+fn the_last_dropin_that_sets_nri_decides() {
+    let node = crio_node(&[
+        ("crio.conf.d/20-off", "[crio.nri]\nenable_nri = false\n"),
+        ("crio.conf.d/10-on.conf", "[crio.nri]\nenable_nri = true\n"),
+    ]);
+    let checks = run_checks(&node.roots, &node.host);
+    let nri = check(&checks, "nri enabled");
+    assert_eq!(nri.status, Status::Warn, "{nri:?}");
+    assert!(
+        nri.detail.ends_with("20-off: the plugin cannot connect"),
+        "{nri:?}"
+    );
+}
+
 #[test]
 fn nri_off_or_unset_is_a_warning_and_a_broken_config_fails() {
     let off = crio_node(&[(
