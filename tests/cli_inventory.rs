@@ -240,6 +240,7 @@ fn a_missing_hostname_needs_a_node_name() {
     let status = Command::new(env!("CARGO_BIN_EXE_devgate"))
         .args(["inventory", "-o", "device-cr", "--host-root"])
         .arg(dir.path())
+        .env_remove("NODE_NAME")
         .output()
         .expect("run devgate");
     assert!(!status.status.success());
@@ -249,10 +250,12 @@ fn a_missing_hostname_needs_a_node_name() {
     let status = Command::new(env!("CARGO_BIN_EXE_devgate"))
         .args(["inventory", "-o", "device-cr", "--host-root"])
         .arg(dir.path())
+        .env_remove("NODE_NAME")
         .output()
         .expect("run devgate");
     assert!(!status.status.success());
-    assert!(String::from_utf8_lossy(&status.stderr).contains("--node-name"));
+    assert!(String::from_utf8_lossy(&status.stderr)
+        .contains("no node name for the device object (pass --node-name)"));
     let ok = inventory(dir.path(), &["-o", "device-cr", "--node-name", "empty"]);
     let cr: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&ok.stdout).expect("yaml");
     assert_eq!(cr["spec"]["devices"].as_sequence().map(Vec::len), Some(0));

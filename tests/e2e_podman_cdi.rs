@@ -47,8 +47,11 @@ fn no_other_devgate_spec() {
             let pid = name
                 .strip_prefix("devgate-e2e-")
                 .and_then(|rest| rest.strip_suffix(".json"));
+            // Left by a run that is gone: its pid is not a run of this test
+            // (it may have been taken by another process since).
             if let Some(pid) = pid {
-                if !Path::new("/proc").join(pid).exists() {
+                let exe = std::fs::read_link(Path::new("/proc").join(pid).join("exe")).ok();
+                if exe.is_none() || exe != std::env::current_exe().ok() {
                     let _ = std::fs::remove_file(&path);
                     continue;
                 }

@@ -255,7 +255,7 @@ fn bad_input_fails_with_one_line() {
 fn an_unreadable_config_still_gives_the_vfs_back_at_poststop() {
     require_root();
     let pod = Sleeper::new();
-    let v = Veth::new("dgcf0v", "dgcf0p", "02:00:00:0a:07:01");
+    let v = Veth::new("dgcf0v", "dgcf0p", "02:00:00:0a:09:01");
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("config.toml");
     std::fs::write(&bad, "bogus_key_of_a_newer_release = 1\n").unwrap();
@@ -264,7 +264,7 @@ fn an_unreadable_config_still_gives_the_vfs_back_at_poststop() {
         &v,
         "0000:ee:07.0",
         "net1",
-        "02:00:00:0b:07:01",
+        "02:00:00:0b:09:01",
         9000,
     )];
     let creating = state("cfg1", "creating", Some(pod.pid()), &nets);
@@ -272,13 +272,13 @@ fn an_unreadable_config_still_gives_the_vfs_back_at_poststop() {
 
     // NRI mode acts on what the plugin resolved and never reads the config.
     ok(&hook("createRuntime", &creating, dir.path(), &bad_env));
-    assert_in_pod(In::Pid(pod.pid()), "net1", "02:00:00:0b:07:01", 9000);
+    assert_in_pod(In::Pid(pod.pid()), "net1", "02:00:00:0b:09:01", 9000);
     ok(&hook("poststop", &stopped, dir.path(), &bad_env));
     assert_home(&v);
 
     // Hooks-only mode needs it, and fails, but only after the VF is back.
     ok(&hook("createRuntime", &creating, dir.path(), &[]));
-    assert_in_pod(In::Pid(pod.pid()), "net1", "02:00:00:0b:07:01", 9000);
+    assert_in_pod(In::Pid(pod.pid()), "net1", "02:00:00:0b:09:01", 9000);
     let bin = Path::new(env!("CARGO_BIN_EXE_devgate-hook"));
     let args = ["poststop", "--hooks-only"];
     let out = hook_program_args(bin, &args, &stopped, dir.path(), &bad_env);

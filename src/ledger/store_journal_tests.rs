@@ -177,7 +177,13 @@ fn readers_without_the_lock_never_miss_a_committed_line() {
     let reading = AtomicUsize::new(0);
     let reads = std::thread::scope(|s| {
         s.spawn(|| {
+            // Bounded: a reader that failed its first read never counts.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
             while reading.load(SeqCst) < 2 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the readers never read"
+                );
                 std::thread::yield_now();
             }
             let (appender, replacer) = (Store::at(dir.path()), Store::at(dir.path()));
@@ -194,18 +200,21 @@ fn readers_without_the_lock_never_miss_a_committed_line() {
             .map(|_| {
                 s.spawn(|| {
                     let reader = Store::at(dir.path());
-                    let mut reads = 0;
+                    // Reads begun while the writes went on (some committed,
+                    // not all).
+                    let mut during = 0;
+                    let mut first = true;
                     loop {
                         let finished = done.load(SeqCst);
                         let before = committed.load(SeqCst);
                         let seen = containers(&reader.read_unlocked().unwrap()).len();
                         assert!(seen >= before, "saw {seen} of {before} committed");
-                        reads += 1;
-                        if reads == 1 {
+                        during += usize::from(!finished && before > 0);
+                        if std::mem::take(&mut first) {
                             reading.fetch_add(1, SeqCst);
                         }
                         if finished {
-                            return reads;
+                            return during;
                         }
                     }
                 })
@@ -216,8 +225,11 @@ fn readers_without_the_lock_never_miss_a_committed_line() {
             .map(|r| r.join().unwrap())
             .collect::<Vec<usize>>()
     });
-    // Each reader read before the writes, and again once they were done.
-    assert!(reads.iter().all(|&n| n >= 2), "reads: {reads:?}");
+    // Reads overlapped the writes: the property was put to the test.
+    assert!(
+        reads.iter().sum::<usize>() > 0,
+        "reads during the writes: {reads:?}"
+    );
 }
 
 /// A reader without the lock that read the new document but the journal

@@ -34,10 +34,17 @@ fn a_request_the_kernel_never_answers_fails_once_the_bound_has_passed() {
     // The kernel keeps the bound in jiffies, rounded up (`sock_set_timeout`).
     assert!(sock.reply_timeout().unwrap() >= Duration::from_millis(50));
     let mut conn = Conn::new(Unanswered(sock));
+    let began = std::time::Instant::now();
     // RTM_GETLINK with an empty ifinfomsg.
     let err = conn
         .request("get link", 18, Kind::Dump, &[0u8; 16])
         .expect_err("nothing was sent, so nothing comes back");
+    // It waited: a socket that never blocks would fail at once.
+    assert!(
+        began.elapsed() >= Duration::from_millis(50),
+        "{:?}",
+        began.elapsed()
+    );
     match &err {
         NlError::Socket { op, source } => {
             assert_eq!(*op, "get link");
