@@ -81,12 +81,18 @@ fn leading_key(line: &str) -> Option<&str> {
 }
 
 /// serde's "invalid type: string \"secret\", expected u64" without the value:
-/// "invalid type: string, expected u64".
+/// "invalid type: string, expected u64". The kind ends where the value's
+/// quotes begin ("floating point `1.5`"); what is expected is the last
+/// ", expected" (a value may hold the words).
 fn without_value(why: &str) -> String {
     for lead in ["invalid type: ", "invalid value: "] {
         if let Some(rest) = why.strip_prefix(lead) {
-            let kind = rest.split([' ', ',']).next().unwrap_or_default();
-            let expected = rest.find(", expected").map_or("", |i| &rest[i..]);
+            let kind = rest
+                .split(['`', '"', ','])
+                .next()
+                .unwrap_or_default()
+                .trim();
+            let expected = rest.rfind(", expected").map_or("", |i| &rest[i..]);
             return format!("{lead}{kind}{expected}");
         }
     }

@@ -39,7 +39,12 @@ struct Open {
     file: File,
     len: u64,
     max: u64,
+    /// When the file was last looked at for having been removed.
+    looked: std::time::Instant,
 }
+
+/// How often a write looks whether the log was removed (one `fstat`).
+const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl RotatingFile {
     /// `path` opened for appending, its directory made (0700) if need be.
@@ -58,12 +63,29 @@ impl RotatingFile {
                 file,
                 len,
                 max,
+                looked: std::time::Instant::now(),
             }),
         })
     }
 }
 
 impl Open {
+    /// A log removed by hand (its link count 0) is made anew, at most a
+    /// second later, rather than written into the unlinked file for good.
+    fn reopen_if_removed(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        if self.looked.elapsed() < LOOK_EVERY {
+            return;
+        }
+        self.looked = std::time::Instant::now();
+        if self.file.metadata().is_ok_and(|m| m.nlink() == 0) {
+            if let Ok(file) = append(&self.path) {
+                self.file = file;
+                self.len = 0;
+            }
+        }
+    }
+
     /// Moves the log aside and starts anew. Whatever fails, the count starts
     /// again, so that a full disk is not asked at every line; a log moved
     /// aside but not made anew (no space, no inode) is written on where it
@@ -83,6 +105,7 @@ impl Open {
 impl Write for &RotatingFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.reopen_if_removed();
         if open.len > 0 && open.len + buf.len() as u64 > open.max {
             open.rotate();
         }
@@ -137,6 +160,18 @@ mod tests {
             fs::read(&path).unwrap(),
             b"a line past the bound\nafter a restart\n"
         );
+    }
+
+    #[test]
+    fn a_log_removed_by_hand_is_made_anew_within_a_second() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(NRI_LOG_FILE);
+        let log = RotatingFile::open(&path, 1 << 20).unwrap();
+        (&log).write_all(b"before\n").unwrap();
+        fs::remove_file(&path).unwrap();
+        std::thread::sleep(LOOK_EVERY);
+        (&log).write_all(b"after\n").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"after\n");
     }
 
     #[test]

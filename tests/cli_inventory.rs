@@ -324,12 +324,22 @@ fn the_node_name_comes_from_the_flag_the_environment_or_the_hosts_uts() {
         &["-o", "device-cr", "--node-name", "node-a"],
     );
     assert_eq!(name_of(&flag), "node-a");
+}
 
-    // The host's procfs read from a UTS namespace of its own shows that
-    // namespace's name, not the node's: refused.
+/// The host's procfs read from a UTS namespace of its own shows that
+/// namespace's name, not the node's: refused, unless `$NODE_NAME` names it.
+#[test]
+fn the_hosts_procfs_from_another_uts_namespace_is_refused() {
+    let name_of = |out: &Output| -> String {
+        let cr: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&out.stdout).expect("yaml");
+        cr["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
     assert!(
         nix::unistd::geteuid().is_root(),
-        "the rest needs root (a UTS namespace of its own)"
+        "this test needs root (a UTS namespace of its own)"
     );
     let unshared = Command::new("unshare")
         .arg("-u")

@@ -470,6 +470,23 @@ fn a_pod_the_namespace_rules_refuse_has_no_plan() {
             "{stderr}"
         );
     }
+    // A pod file without a namespace is created in `default`.
+    let mut unplaced = pod.clone();
+    unplaced["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("namespace");
+    std::fs::write(&config, "denied_namespaces = [\"default\"]\n").unwrap();
+    let out = plan_cmd(
+        fx.root(),
+        unplaced.to_string().as_bytes(),
+        &["--config", config.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("pod default/train-0: namespace default is in denied_namespaces"),
+        "{stderr}"
+    );
     // Allowed: planned.
     std::fs::write(&config, "allowed_namespaces = [\"ml\"]\n").unwrap();
     let plan = plan_ok(fx.root(), &pod, &["--config", config.to_str().unwrap()]);

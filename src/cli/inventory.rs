@@ -128,7 +128,7 @@ pub fn render(inv: &Inventory, args: &InventoryArgs) -> Result<String, Inventory
 }
 
 /// Fails where `proc/sys/kernel/hostname` under the host root is a procfs
-/// file and this process is not in the initial UTS namespace (a pod without
+/// file and this process is not in the host's UTS namespace (a pod without
 /// `hostNetwork`): procfs shows the reader's own host name, whichever procfs
 /// it is read through, so it would name the pod. A host root that is a copy
 /// holds the node's name as a plain file.
@@ -138,11 +138,15 @@ fn other_uts(host_root: &std::path::Path) -> Result<(), InventoryCmdError> {
     if !statfs(&file).is_ok_and(|fs| fs.filesystem_type() == PROC_SUPER_MAGIC) {
         return Ok(());
     }
-    // `PROC_UTS_INIT_INO` (include/linux/proc_ns.h): the namespace the host's
-    // init and every host process run in. Unreadable counts as another.
+    // The host's namespace is its init's, where that link can be read (a
+    // node that is itself a container, kind or LXD, has one of its own);
+    // else the initial one, `PROC_UTS_INIT_INO` (include/linux/proc_ns.h).
+    // This process's own unreadable counts as another.
     const INIT_UTS: &str = "uts:[4026531838]";
+    let host = std::fs::read_link(host_root.join("proc/1/ns/uts"))
+        .unwrap_or_else(|_| PathBuf::from(INIT_UTS));
     match std::fs::read_link("/proc/self/ns/uts") {
-        Ok(own) if own == std::path::Path::new(INIT_UTS) => Ok(()),
+        Ok(own) if own == host => Ok(()),
         _ => Err(InventoryCmdError::OtherUts),
     }
 }

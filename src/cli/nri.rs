@@ -107,9 +107,10 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
     let log_file = (preinstalled.is_some() && crate::logging_file::stderr_is_null())
         .then(|| options.state_dir.join(crate::logging_file::NRI_LOG_FILE));
     init_logging(config.log_format, log_file.as_deref())?;
+    let to_file = log_file.is_some();
     let result = start_and_serve(args, config, options, preinstalled, signals);
-    // Said in the log too: a launched plugin's stderr is the null device.
-    if let Err(e) = &result {
+    // Into the log file too: main says it on stderr, here the null device.
+    if let (Err(e), true) = (&result, to_file) {
         tracing::error!(error = %nri::ErrorChain(e), "devgate nri stopped");
     }
     result

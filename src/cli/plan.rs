@@ -142,7 +142,11 @@ pub fn run(args: PlanArgs) -> Result<(), PlanCmdError> {
         args.pod.clone()
     };
     let text = read_bounded(&args.pod, &origin)?;
-    let pod = parse_pod_object(&text, &origin)?;
+    let mut pod = parse_pod_object(&text, &origin)?;
+    // A pod file without a namespace is created in `default`.
+    if pod.metadata.namespace.is_empty() {
+        pod.metadata.namespace = "default".to_string();
+    }
     let container = choose_container(&pod, args.container.as_deref(), &origin)?;
     let config = Config::load(&args.config).map_err(|e| PlanCmdError::Config(e.to_string()))?;
     let plan = plan_pod(&pod, &container, &args.host_root, &config)?;
@@ -181,16 +185,11 @@ pub fn plan_pod(
     // The plugin refuses such a pod before it plans (the grant check's first
     // rule), so the plan would show what the container never gets.
     let meta = &pod.metadata;
-    // A pod file without a namespace is created in `default`.
-    let namespace = match meta.namespace.as_str() {
-        "" => "default",
-        ns => ns,
-    };
-    if let Some(rule) = config.namespace_refusal(namespace) {
+    if let Some(rule) = config.namespace_refusal(&meta.namespace) {
         if !devices.allocation.is_empty() {
             return Err(PlanCmdError::Namespace {
-                pod: format!("{namespace}/{}", meta.name),
-                namespace: namespace.to_string(),
+                pod: format!("{}/{}", meta.namespace, meta.name),
+                namespace: meta.namespace.clone(),
                 rule,
             });
         }

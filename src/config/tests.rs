@@ -237,3 +237,34 @@ fn parse_errors_name_their_line_and_key() {
         "{e}"
     );
 }
+
+/// serde's type errors keep their kinds and what was expected, never the value.
+#[test]
+fn type_errors_lose_their_values() {
+    let cases = [
+        (
+            "invalid type: string \"a, b\", expected u64",
+            "invalid type: string, expected u64",
+        ),
+        (
+            "invalid type: string \"tok, expected xyz\", expected u64",
+            "invalid type: string, expected u64",
+        ),
+        (
+            "invalid type: floating point `1.5`, expected u32",
+            "invalid type: floating point, expected u32",
+        ),
+        (
+            "invalid value: integer `5`, expected one of 1, 2",
+            "invalid value: integer, expected one of 1, 2",
+        ),
+        (
+            "invalid type: unit value, expected a string",
+            "invalid type: unit value, expected a string",
+        ),
+        ("unknown field `x`", "unknown field `x`"),
+    ];
+    for (why, want) in cases {
+        assert_eq!(super::without_value(why), want, "{why}");
+    }
+}

@@ -177,6 +177,14 @@ fn readers_without_the_lock_never_miss_a_committed_line() {
     let reading = AtomicUsize::new(0);
     let reads = std::thread::scope(|s| {
         s.spawn(|| {
+            // `done` on every way out, a panic's included: the readers stop.
+            struct Done<'a>(&'a AtomicBool);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, SeqCst);
+                }
+            }
+            let _done = Done(&done);
             // Bounded: a reader that failed its first read never counts.
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
             while reading.load(SeqCst) < 2 {
@@ -194,7 +202,6 @@ fn readers_without_the_lock_never_miss_a_committed_line() {
                     replacer.begin().unwrap().commit().unwrap();
                 }
             }
-            done.store(true, SeqCst);
         });
         let readers: Vec<_> = (0..2)
             .map(|_| {

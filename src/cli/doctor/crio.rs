@@ -57,9 +57,10 @@ pub fn nri_enabled(roots: &Roots) -> Check {
 /// Most drop-in files read: a node has a handful.
 const MAX_DROPINS: usize = 256;
 
-/// The regular files below `dir`, in the lexical order of their paths, as
-/// CRI-O walks its drop-in directory (Go's `filepath.Walk`: any name, not
-/// only `*.conf`, subdirectories included); at most [`MAX_DROPINS`].
+/// The files below `dir`, in the lexical order of their paths, as CRI-O
+/// walks its drop-in directory (Go's `filepath.Walk`: any name, not only
+/// `*.conf`; subdirectories entered, a link to a file read, a link to a
+/// directory not entered); at most [`MAX_DROPINS`].
 fn dropins(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -72,7 +73,7 @@ fn dropins(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
         }
         match std::fs::symlink_metadata(&path) {
             Ok(m) if m.is_dir() => dropins(&path, out),
-            Ok(m) if m.is_file() => out.push(path),
+            Ok(_) if std::fs::metadata(&path).is_ok_and(|m| m.is_file()) => out.push(path),
             _ => {}
         }
     }

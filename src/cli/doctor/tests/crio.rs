@@ -55,6 +55,23 @@ fn the_last_dropin_that_sets_nri_decides() {
         nri.detail.ends_with("20-off: the plugin cannot connect"),
         "{nri:?}"
     );
+    // A subdirectory's files and a link to a file elsewhere count, in order.
+    let dir = node.roots.etc_root.join("crio/crio.conf.d");
+    write(
+        &dir.join("30-sub/on.conf"),
+        "[crio.nri]\nenable_nri = true\n",
+    );
+    let elsewhere = node.roots.etc_root.join("managed-nri.conf");
+    write(&elsewhere, "[crio.nri]\nenable_nri = false\n");
+    std::os::unix::fs::symlink(&elsewhere, dir.join("40-link.conf")).unwrap();
+    let checks = run_checks(&node.roots, &node.host);
+    let nri = check(&checks, "nri enabled");
+    assert!(nri.detail.contains("40-link.conf"), "{nri:?}");
+    std::fs::remove_file(dir.join("40-link.conf")).unwrap();
+    let checks = run_checks(&node.roots, &node.host);
+    let nri = check(&checks, "nri enabled");
+    assert_eq!(nri.status, Status::Pass, "{nri:?}");
+    assert!(nri.detail.ends_with("30-sub/on.conf"), "{nri:?}");
 }
 
 #[test]
