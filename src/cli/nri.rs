@@ -229,8 +229,8 @@ fn exit_on_signal(signals: SigSet, gate: &RequestGate, plugin: &DevgatePlugin) {
     std::process::exit(0);
 }
 
-/// Logs go to stderr, filtered by `DEVGATE_LOG` (default `info`).
-/// The log on stderr, or in `file` where nobody reads stderr.
+/// The log on stderr, or in `file` where nobody reads stderr, filtered by
+/// `DEVGATE_LOG` (default `info`).
 fn init_logging(format: LogFormat, file: Option<&std::path::Path>) -> Result<(), NriCmdError> {
     let filter = log_filter(std::env::var(LOG_ENV).ok())?;
     let stderr = |filter| {
