@@ -26,6 +26,22 @@ pub const MAX_CONFIG_BYTES: usize = 256 * 1024;
 /// The longest `hook_timeout_secs`: an hour, far past any VF move.
 pub const MAX_HOOK_TIMEOUT_SECS: i64 = 3600;
 
+/// A pod the namespace rules give no devices, as the plugin, the hook in
+/// hooks-only mode and `devgate plan` all refuse it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{}: pod {pod}: namespace {namespace} {rule}",
+    crate::allocation::DEVICE_ALLOCATED
+)]
+pub struct NamespaceRefused {
+    /// `<namespace>/<name>`.
+    pub pod: String,
+    /// The pod's namespace; `(none)` for a container no Kubernetes pod stands
+    /// behind (podman in hooks-only mode).
+    pub namespace: String,
+    pub rule: &'static str,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("read config {path}: {source}")]
@@ -285,20 +301,29 @@ fn is_pod_pattern(p: &str) -> bool {
 }
 
 impl Config {
-    /// The namespace rule a pod in `namespace` breaks, if any: devices go to
-    /// no pod in `denied_namespaces` and, where `allowed_namespaces` is set,
-    /// only to pods in it. Both modes apply it: the plugin's grant check and
-    /// the hook in hooks-only mode.
-    pub fn namespace_refusal(&self, namespace: &str) -> Option<&'static str> {
-        if self.denied_namespaces.iter().any(|n| n == namespace) {
-            return Some("is in denied_namespaces");
-        }
-        if !self.allowed_namespaces.is_empty()
+    /// Refuses pod `name` of `namespace` where a namespace rule says so:
+    /// devices go to no pod in `denied_namespaces` and, where
+    /// `allowed_namespaces` is set, only to pods in it. Both modes apply it:
+    /// the plugin's grant check and the hook in hooks-only mode.
+    pub fn check_namespace(&self, namespace: &str, name: &str) -> Result<(), NamespaceRefused> {
+        let rule = if self.denied_namespaces.iter().any(|n| n == namespace) {
+            "is in denied_namespaces"
+        } else if !self.allowed_namespaces.is_empty()
             && !self.allowed_namespaces.iter().any(|n| n == namespace)
         {
-            return Some("is not in allowed_namespaces");
-        }
-        None
+            "is not in allowed_namespaces"
+        } else {
+            return Ok(());
+        };
+        let namespace = match namespace {
+            "" => "(none)",
+            ns => ns,
+        };
+        Err(NamespaceRefused {
+            pod: format!("{namespace}/{name}"),
+            namespace: namespace.to_string(),
+            rule,
+        })
     }
 
     /// runc runs a hook only by an absolute path (runtime-spec config.md, "POSIX-

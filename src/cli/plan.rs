@@ -64,15 +64,8 @@ pub enum PlanCmdError {
     NoContainers { origin: String },
     #[error("{0}")]
     Config(String),
-    #[error(
-        "{}: pod {pod}: namespace {namespace} {rule}",
-        crate::allocation::DEVICE_ALLOCATED
-    )]
-    Namespace {
-        pod: String,
-        namespace: String,
-        rule: &'static str,
-    },
+    #[error(transparent)]
+    Namespace(#[from] crate::config::NamespaceRefused),
     #[error(transparent)]
     Allocation(#[from] AllocationError),
     #[error(transparent)]
@@ -185,14 +178,8 @@ pub fn plan_pod(
     // The plugin refuses such a pod before it plans (the grant check's first
     // rule), so the plan would show what the container never gets.
     let meta = &pod.metadata;
-    if let Some(rule) = config.namespace_refusal(&meta.namespace) {
-        if !devices.allocation.is_empty() {
-            return Err(PlanCmdError::Namespace {
-                pod: format!("{}/{}", meta.namespace, meta.name),
-                namespace: meta.namespace.clone(),
-                rule,
-            });
-        }
+    if !devices.allocation.is_empty() {
+        config.check_namespace(&meta.namespace, &meta.name)?;
     }
     // Discovery is skipped for a pod without devices: its plan is empty on any
     // node. Otherwise the node as the plugin sees it (NVML's indices and

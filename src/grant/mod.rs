@@ -52,12 +52,8 @@ use cache::{Lookup, PodCache};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GrantError {
-    #[error("{DEVICE_ALLOCATED}: pod {pod}: namespace {namespace} {rule}")]
-    Namespace {
-        pod: String,
-        namespace: String,
-        rule: &'static str,
-    },
+    #[error(transparent)]
+    Namespace(#[from] crate::config::NamespaceRefused),
     #[error(
         "{DEVICE_ALLOCATED}: pod {pod} is not granted {devices}: more than its containers request"
     )]
@@ -266,19 +262,9 @@ impl GrantChecker {
         wait: Duration,
         held: &dyn Fn() -> bool,
     ) -> Result<(Outcome, String), (RefusalKind, GrantError)> {
-        let namespace = |rule| {
-            (
-                RefusalKind::Namespace,
-                GrantError::Namespace {
-                    pod: pod_name.to_string(),
-                    namespace: pod.namespace.to_string(),
-                    rule,
-                },
-            )
-        };
-        if let Some(rule) = config.namespace_refusal(pod.namespace) {
-            return Err(namespace(rule));
-        }
+        config
+            .check_namespace(pod.namespace, pod.name)
+            .map_err(|e| (RefusalKind::Namespace, e.into()))?;
         let ignore = config.failure_policy == FailurePolicy::Ignore;
         if config.grant_check == Some(GrantCheck::Off) || *mode == Mode::Off {
             return Ok((Outcome::Unchecked, "grant_check off".into()));

@@ -66,15 +66,8 @@ pub enum HooksOnlyError {
     Ledger(#[from] LedgerError),
     #[error("annotation {key}: not a usable identity (at most {MAX_IDENTITY} printable bytes)")]
     Identity { key: &'static str },
-    #[error(
-        "{}: pod {pod}: namespace {namespace} {rule}",
-        crate::allocation::DEVICE_ALLOCATED
-    )]
-    Namespace {
-        pod: String,
-        namespace: String,
-        rule: &'static str,
-    },
+    #[error(transparent)]
+    Namespace(#[from] crate::config::NamespaceRefused),
     #[error("the plan mounts {count} host paths, which a hook cannot add (use NRI or CDI)")]
     Mounts { count: usize },
     #[error(transparent)]
@@ -288,19 +281,9 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
     }
     let pid = super::creating_pid(stage, state)?;
     let who = identity(state)?;
-    if let Some(rule) = config.namespace_refusal(&who.pod.namespace) {
-        // A container no Kubernetes pod stands behind (podman) has none.
-        let namespace = match who.pod.namespace.as_str() {
-            "" => "(none)".to_string(),
-            ns => ns.to_string(),
-        };
-        return Err(HooksOnlyError::Namespace {
-            pod: format!("{namespace}/{}", who.pod.name),
-            namespace,
-            rule,
-        }
-        .into());
-    }
+    config
+        .check_namespace(&who.pod.namespace, &who.pod.name)
+        .map_err(HooksOnlyError::from)?;
     let ledger = Ledger::open(&env.state_dir).map_err(HooksOnlyError::from)?;
     // First, so that the host is read and the pod's network owner looked up
     // after the release of exited pods, this one's included: its VFs are then
