@@ -8,15 +8,49 @@ use devgate::inventory::view::InventoryView;
 use devgate::inventory::{Health, LinkLayer};
 use serde_json::Value;
 
+/// `devgate inventory --host-root root args` run to its end, under
+/// `wrapper` (a command it is the arguments of) when not empty, with
+/// `NODE_NAME` set to `node_name` or not set.
+fn run_inventory_as(
+    wrapper: &[&str],
+    root: &Path,
+    args: &[&str],
+    node_name: Option<&str>,
+) -> Output {
+    let devgate = env!("CARGO_BIN_EXE_devgate");
+    let mut cmd = match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(rest).arg(devgate);
+            cmd
+        }
+        None => Command::new(devgate),
+    };
+    cmd.arg("inventory").arg("--host-root").arg(root).args(args);
+    match node_name {
+        Some(name) => cmd.env("NODE_NAME", name),
+        None => cmd.env_remove("NODE_NAME"),
+    };
+    cmd.output().expect("run devgate inventory")
+}
+
+/// [`run_inventory_as`] itself, without a `NODE_NAME`.
+fn run_inventory(root: &Path, args: &[&str]) -> Output {
+    run_inventory_as(&[], root, args, None)
+}
+
+/// The name of the device object `out` printed.
+fn name_of(out: &Output) -> String {
+    let cr: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&out.stdout).expect("yaml");
+    cr["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// [`run_inventory`] that must succeed.
 fn inventory(root: &Path, args: &[&str]) -> Output {
-    let output = Command::new(env!("CARGO_BIN_EXE_devgate"))
-        .arg("inventory")
-        .arg("--host-root")
-        .arg(root)
-        .args(args)
-        .env_remove("NODE_NAME")
-        .output()
-        .expect("run devgate");
+    let output = run_inventory(root, args);
     assert!(
         output.status.success(),
         "devgate failed: {}",
@@ -237,22 +271,12 @@ fn warnings_go_to_stderr_and_json_stays_clean() {
 #[test]
 fn a_missing_hostname_needs_a_node_name() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let status = Command::new(env!("CARGO_BIN_EXE_devgate"))
-        .args(["inventory", "-o", "device-cr", "--host-root"])
-        .arg(dir.path())
-        .env_remove("NODE_NAME")
-        .output()
-        .expect("run devgate");
+    let status = run_inventory(dir.path(), &["-o", "device-cr"]);
     assert!(!status.status.success());
     assert!(String::from_utf8_lossy(&status.stderr).contains("no sysfs under"));
     // A node with a sysfs but no devices: an empty object, once named.
     std::fs::create_dir_all(dir.path().join("sys/devices")).unwrap();
-    let status = Command::new(env!("CARGO_BIN_EXE_devgate"))
-        .args(["inventory", "-o", "device-cr", "--host-root"])
-        .arg(dir.path())
-        .env_remove("NODE_NAME")
-        .output()
-        .expect("run devgate");
+    let status = run_inventory(dir.path(), &["-o", "device-cr"]);
     assert!(!status.status.success());
     assert!(String::from_utf8_lossy(&status.stderr)
         .contains("no node name for the device object (pass --node-name)"));
@@ -304,19 +328,12 @@ fn gpu_health_comes_from_the_configs_health_dir() {
 #[test]
 fn the_node_name_comes_from_the_flag_the_environment_or_the_hosts_uts() {
     let (_dir, fixture) = hgx();
-    let name_of = |out: &Output| -> String {
-        let cr: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&out.stdout).expect("yaml");
-        cr["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    };
-    let with_env = Command::new(env!("CARGO_BIN_EXE_devgate"))
-        .args(["inventory", "-o", "device-cr", "--host-root"])
-        .arg(fixture.root())
-        .env("NODE_NAME", "node-from-env")
-        .output()
-        .expect("run devgate");
+    let with_env = run_inventory_as(
+        &[],
+        fixture.root(),
+        &["-o", "device-cr"],
+        Some("node-from-env"),
+    );
     assert!(with_env.status.success());
     assert_eq!(name_of(&with_env), "node-from-env");
     let flag = inventory(
@@ -330,35 +347,18 @@ fn the_node_name_comes_from_the_flag_the_environment_or_the_hosts_uts() {
 /// namespace's name, not the node's: refused, unless `$NODE_NAME` names it.
 #[test]
 fn the_hosts_procfs_from_another_uts_namespace_is_refused() {
-    let name_of = |out: &Output| -> String {
-        let cr: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&out.stdout).expect("yaml");
-        cr["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    };
     assert!(
         nix::unistd::geteuid().is_root(),
         "this test needs root (a UTS namespace of its own)"
     );
-    let unshared = Command::new("unshare")
-        .arg("-u")
-        .arg(env!("CARGO_BIN_EXE_devgate"))
-        .args(["inventory", "-o", "device-cr", "--host-root", "/"])
-        .env_remove("NODE_NAME")
-        .output()
-        .expect("run unshare");
+    let unshare = ["unshare", "-u"];
+    let root = Path::new("/");
+    let unshared = run_inventory_as(&unshare, root, &["-o", "device-cr"], None);
     let stderr = String::from_utf8_lossy(&unshared.stderr);
     assert!(!unshared.status.success(), "{stderr}");
     assert!(stderr.contains("another UTS namespace"), "{stderr}");
     // There, $NODE_NAME names the node.
-    let named = Command::new("unshare")
-        .arg("-u")
-        .arg(env!("CARGO_BIN_EXE_devgate"))
-        .args(["inventory", "-o", "device-cr", "--host-root", "/"])
-        .env("NODE_NAME", "node-b")
-        .output()
-        .expect("run unshare");
+    let named = run_inventory_as(&unshare, root, &["-o", "device-cr"], Some("node-b"));
     assert!(
         named.status.success(),
         "{}",
