@@ -92,10 +92,8 @@ impl Open {
     /// now is, until the next rotation.
     fn rotate(&mut self) {
         self.len = 0;
-        let mut old = self.path.clone().into_os_string();
-        old.push(".1");
         // A log removed meanwhile is made anew too.
-        let _ = fs::rename(&self.path, old);
+        let _ = fs::rename(&self.path, rotated(&self.path));
         if let Ok(file) = append(&self.path) {
             self.file = file;
         }
@@ -120,12 +118,20 @@ impl Write for &RotatingFile {
     }
 }
 
-fn append(path: &Path) -> io::Result<File> {
+/// A log opened for appending, made (0600) if need be; the hook's log too.
+pub fn append(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
         .open(path)
+}
+
+/// Where a full log is moved: `<path>.1`; the hook's log too.
+pub fn rotated(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".1");
+    PathBuf::from(name)
 }
 
 #[cfg(test)]

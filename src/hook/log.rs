@@ -4,11 +4,12 @@
 //! one past that is moved to `<name>.1` (replacing the previous one) and
 //! started anew.
 
-use std::ffi::OsString;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
+
+use crate::logging_file::{append, rotated};
 use std::sync::Mutex;
 
 use nix::fcntl::{Flock, FlockArg};
@@ -39,12 +40,12 @@ pub fn init_log(path: &Path, level: LevelFilter) -> io::Result<()> {
 /// `path` opened for appending; when it already holds more than `max` bytes,
 /// it becomes `<path>.1` first.
 fn open_rotated(path: &Path, max: u64) -> io::Result<File> {
-    let file = open_append(path)?;
+    let file = append(path)?;
     if file.metadata()?.len() <= max {
         return Ok(file);
     }
     rotate(file, path)?;
-    open_append(path)
+    append(path)
 }
 
 /// Moves the full log `file` to `<path>.1`, unless another hook did first.
@@ -67,20 +68,6 @@ fn rotate(file: File, path: &Path) -> io::Result<()> {
     Ok(())
 }
 
-fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
-}
-
-fn rotated(path: &Path) -> PathBuf {
-    let mut name = OsString::from(path.as_os_str());
-    name.push(".1");
-    PathBuf::from(name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,14 +80,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("hook.log");
         fs::write(&path, "0123456789full").unwrap();
-        let late = open_append(&path).unwrap();
+        let late = append(&path).unwrap();
         let mut first = open_rotated(&path, 10).unwrap();
         first.write_all(b"fresh").unwrap();
         rotate(late, &path).unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"fresh");
         assert_eq!(fs::read(rotated(&path)).unwrap(), b"0123456789full");
         // Gone meanwhile: nothing to rotate.
-        let gone = open_append(&path).unwrap();
+        let gone = append(&path).unwrap();
         fs::remove_file(&path).unwrap();
         rotate(gone, &path).unwrap();
         assert_eq!(fs::read(rotated(&path)).unwrap(), b"0123456789full");
