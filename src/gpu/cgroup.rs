@@ -45,16 +45,12 @@ impl PodCgroups {
     /// may give as a sandbox's parent) is left out: it would take other
     /// tenants' processes for the pod's, to be killed.
     pub fn from_paths<S: AsRef<str>>(paths: &[S]) -> PodCgroups {
-        let patterns = paths
-            .iter()
-            .filter_map(|p| pattern(p.as_ref()))
-            .filter(|p| !p.is_shared_level())
-            .fold(Vec::new(), |mut all, p| {
-                if !all.contains(&p) {
-                    all.push(p);
-                }
-                all
-            });
+        let mut patterns = Vec::new();
+        for p in paths.iter().filter_map(|p| pattern(p.as_ref())) {
+            if !p.is_shared_level() {
+                add(&mut patterns, p);
+            }
+        }
         PodCgroups {
             patterns,
             containers: None,
@@ -108,14 +104,15 @@ impl PodCgroups {
         self
     }
 
-    /// Both sets of patterns, each once (a container restarting in a loop
-    /// brings the same paths each time). `self`'s narrowing, if any, is kept:
-    /// narrow once all paths are merged.
+    /// Both sets of patterns, none taken in by another: every container of a
+    /// pod brings its own cgroup path beneath the pod's (cgroupfs driver:
+    /// `/kubepods/<qos>/pod<uid>/<container id>`), and a container restarting
+    /// in a loop brings a new one each time, so the list stays as long as the
+    /// pod's distinct cgroups, not its containers. `self`'s narrowing, if
+    /// any, is kept: narrow once all paths are merged.
     pub fn merged(mut self, other: PodCgroups) -> PodCgroups {
         for p in other.patterns {
-            if !self.patterns.contains(&p) {
-                self.patterns.push(p);
-            }
+            add(&mut self.patterns, p);
         }
         self
     }
@@ -195,6 +192,27 @@ fn pattern(path: &str) -> Option<Pattern> {
         return None;
     }
     Some(Pattern::Component(slice.to_string()))
+}
+
+/// Adds `new` unless a pattern there already matches every path it does,
+/// and drops those that `new` takes in.
+fn add(patterns: &mut Vec<Pattern>, new: Pattern) {
+    if patterns.iter().any(|p| p.takes_in(&new)) {
+        return;
+    }
+    patterns.retain(|p| !new.takes_in(p));
+    patterns.push(new);
+}
+
+impl Pattern {
+    /// Whether every path `other` matches, `self` matches too.
+    fn takes_in(&self, other: &Pattern) -> bool {
+        match other {
+            // A path beneath a prefix has the prefix's components.
+            Pattern::Prefix(prefix) => matches(self, prefix),
+            Pattern::Component(_) => self == other,
+        }
+    }
 }
 
 fn matches(pattern: &Pattern, path: &str) -> bool {
@@ -277,6 +295,43 @@ mod tests {
         assert_eq!(twice, once);
         let ignored = PodCgroups::ignoring(&["system.slice"]);
         assert!(ignored.contains("0::/system.slice/nvidia-persistenced.service\n"));
+    }
+
+    #[test]
+    fn a_pod_keeps_its_own_cgroups_not_one_per_container() {
+        let parent = "/kubepods/burstable/podX";
+        let mut pod = PodCgroups::from_paths(&[parent]);
+        for n in 0..1000 {
+            let ctr = format!("{parent}/{n:064x}");
+            pod = pod.merged(PodCgroups::from_paths(&[parent, ctr.as_str()]));
+        }
+        assert_eq!(pod, PodCgroups::from_paths(&[parent]));
+        assert!(pod.contains("0::/kubepods/burstable/podX/0000ab\n"));
+
+        // A wider path given later takes the narrower ones' place; what
+        // matches stays the same.
+        let narrow = PodCgroups::from_paths(&[
+            "/kubepods/besteffort/podY/c1",
+            "/kubepods/besteffort/podY/c2",
+        ]);
+        let wide = narrow
+            .clone()
+            .merged(PodCgroups::from_paths(&["/kubepods/besteffort/podY"]));
+        assert_eq!(wide, PodCgroups::from_paths(&["/kubepods/besteffort/podY"]));
+        assert!(narrow.contains("0::/kubepods/besteffort/podY/c1/x\n"));
+        assert!(wide.contains("0::/kubepods/besteffort/podY/c1/x\n"));
+
+        // A slice takes in a cgroupfs-style path through it; a sibling with a
+        // common text prefix is not taken in.
+        let slice = PodCgroups::from_paths(&["kubepods-pod1.slice:cri-containerd:a"]);
+        let through = slice.clone().merged(PodCgroups::from_paths(&[
+            "/kubepods.slice/kubepods-pod1.slice/x.scope",
+        ]));
+        assert_eq!(through, slice);
+        let siblings =
+            PodCgroups::from_paths(&["/kubepods/burstable/podX", "/kubepods/burstable/podXY"]);
+        assert!(siblings.contains("0::/kubepods/burstable/podXY\n"));
+        assert!(siblings.contains("0::/kubepods/burstable/podX\n"));
     }
 
     #[test]
