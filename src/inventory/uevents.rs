@@ -36,6 +36,10 @@ const SETTLE: Duration = Duration::from_millis(200);
 /// Receive buffer asked for (as root, beyond `rmem_max`): a lost message
 /// counts as a change, but a burst should not lose them.
 const RCVBUF: usize = 4 << 20;
+/// Failed reads in a row (other than a lost message) after which the socket
+/// is given up for polling: one that fails this often keeps failing, and
+/// every failure counts as a change, which has each plan read the host.
+pub const GIVE_UP_AFTER: u32 = 10;
 
 /// The subsystems whose devices the inventory reads.
 const SUBSYSTEMS: [&str; 5] = [
@@ -98,35 +102,94 @@ impl HostChanges {
 
     /// Counts the kernel's device uevents on `sock` (those queued since it
     /// was opened first), on a thread of its own, which calls `settled` once
-    /// a burst of them has passed.
+    /// a burst of them has passed. Where reads of the socket keep failing,
+    /// the thread gives it up and counts the host as changed every `period`
+    /// instead (see [`HostChanges::poll`]).
     pub fn watch(
         self: &Arc<Self>,
         sock: UeventSocket,
-        settled: impl Fn() + Send + 'static,
+        period: Duration,
+        settled: impl Fn() -> bool + Send + 'static,
+    ) -> io::Result<std::thread::JoinHandle<()>> {
+        self.watch_reads(move |wait| sock.next(wait), period, settled)
+    }
+
+    /// [`HostChanges::watch`] of what `next` reads ([`UeventSocket::next`]).
+    pub fn watch_reads(
+        self: &Arc<Self>,
+        mut next: impl FnMut(Option<Duration>) -> io::Result<Option<bool>> + Send + 'static,
+        period: Duration,
+        settled: impl Fn() -> bool + Send + 'static,
     ) -> io::Result<std::thread::JoinHandle<()>> {
         let changes = Arc::clone(self);
         std::thread::Builder::new()
             .name("devgate-uevents".into())
-            .spawn(move || changes.follow(&sock, settled))
+            .spawn(move || {
+                let e = changes.follow(&mut next, &settled, SETTLE);
+                // The socket is closed: nothing queues on it any more.
+                drop(next);
+                tracing::warn!(error = %e, failures = GIVE_UP_AFTER, period_s = period.as_secs(), "kernel uevents: reads keep failing: the host's devices are read again each period instead");
+                changes.poll(period, &settled);
+            })
     }
 
-    fn follow(&self, sock: &UeventSocket, settled: impl Fn()) {
+    /// Counts what `next` reads until reads fail [`GIVE_UP_AFTER`] times in
+    /// a row, and returns the last failure. A lost message (`ENOBUFS`) is
+    /// no failure of the socket: the kernel says it dropped one.
+    /// `pause` is the wait after a failed read.
+    fn follow(
+        &self,
+        next: &mut impl FnMut(Option<Duration>) -> io::Result<Option<bool>>,
+        settled: &impl Fn() -> bool,
+        pause: Duration,
+    ) -> io::Error {
         let mut pending = false;
+        let mut failures = 0;
         loop {
-            let got = sock.next(pending.then_some(SETTLE));
-            if let Err(e) = &got {
-                if e.raw_os_error() != Some(libc::ENOBUFS) {
-                    tracing::warn!(error = %e, "kernel uevents: read failed");
-                    std::thread::sleep(SETTLE);
+            let got = next(pending.then_some(SETTLE));
+            match &got {
+                Err(e) if e.raw_os_error() != Some(libc::ENOBUFS) => {
+                    failures += 1;
+                    // Once, not at every try: a socket that fails keeps failing.
+                    if failures == 1 {
+                        tracing::warn!(error = %e, "kernel uevents: read failed");
+                    }
+                    if failures >= GIVE_UP_AFTER {
+                        // Counted as a change and read again now: what
+                        // happened while the reads failed is not known.
+                        self.bump();
+                        settled();
+                        return got.err().unwrap_or_else(|| io::ErrorKind::Other.into());
+                    }
+                    std::thread::sleep(pause);
                 }
+                _ => failures = 0,
             }
-            self.step(got, &mut pending, &settled);
+            self.step(got, &mut pending, settled);
+        }
+    }
+
+    /// Where the kernel's uevents cannot be read: counts the host as changed
+    /// every `period` and calls `settled`, as after a burst, until `settled`
+    /// says that no one reads the host any more.
+    pub fn poll(&self, period: Duration, settled: &impl Fn() -> bool) {
+        loop {
+            std::thread::sleep(period);
+            self.bump();
+            if !settled() {
+                return;
+            }
         }
     }
 
     /// What one read of the socket means: a change is counted and makes a
     /// burst pending; a burst is settled once a wait passes quietly.
-    pub fn step(&self, got: io::Result<Option<bool>>, pending: &mut bool, settled: &impl Fn()) {
+    pub fn step(
+        &self,
+        got: io::Result<Option<bool>>,
+        pending: &mut bool,
+        settled: &impl Fn() -> bool,
+    ) {
         match got {
             Ok(Some(true)) => {
                 self.bump();
@@ -134,7 +197,9 @@ impl HostChanges {
             }
             Ok(Some(false)) => {}
             Ok(None) => {
-                settled();
+                // Whether anyone still reads the host is for `poll`; this
+                // thread ends with its socket.
+                let _ = settled();
                 *pending = false;
             }
             // A message lost (ENOBUFS) may have been a change.

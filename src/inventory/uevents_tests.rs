@@ -74,7 +74,10 @@ fn device_changes_of_the_inventorys_subsystems_count() {
 fn a_burst_is_counted_then_settled_once() {
     let changes = HostChanges::default();
     let settles = Cell::new(0);
-    let settled = || settles.set(settles.get() + 1);
+    let settled = || {
+        settles.set(settles.get() + 1);
+        true
+    };
     let mut pending = false;
     for got in [
         Ok(Some(false)),
@@ -94,6 +97,81 @@ fn a_burst_is_counted_then_settled_once() {
     let lost = io::Error::from_raw_os_error(libc::ENOBUFS);
     changes.step(Err(lost), &mut pending, &settled);
     assert_eq!((changes.generation(), pending), (3, true));
+}
+
+fn failed() -> io::Result<Option<bool>> {
+    Err(io::Error::from_raw_os_error(libc::EIO))
+}
+
+/// Reads that fail ten times in a row give the socket up, with the last
+/// failure, the host counted as changed and a read asked for; a read that
+/// works, or a lost message (the socket works, the kernel dropped one),
+/// starts the count again.
+#[test]
+fn reads_failing_in_a_row_give_the_socket_up() {
+    let lost = || Err(io::Error::from_raw_os_error(libc::ENOBUFS));
+    let mut script: Vec<io::Result<Option<bool>>> = Vec::new();
+    script.extend((0..GIVE_UP_AFTER - 1).map(|_| failed()));
+    script.push(Ok(Some(false)));
+    script.extend((0..GIVE_UP_AFTER - 1).map(|_| failed()));
+    script.push(lost());
+    script.extend((0..GIVE_UP_AFTER - 1).map(|_| failed()));
+    script.push(Err(io::Error::from_raw_os_error(libc::EBADF)));
+    script.push(Ok(Some(true)));
+    let total = script.len();
+    let mut script = script.into_iter();
+    let reads = Cell::new(0);
+    let mut next = |_| {
+        reads.set(reads.get() + 1);
+        script.next().expect("read past the script")
+    };
+    let changes = HostChanges::default();
+    let settles = Cell::new(0);
+    let settled = || {
+        settles.set(settles.get() + 1);
+        true
+    };
+    let e = changes.follow(&mut next, &settled, Duration::ZERO);
+    assert_eq!(e.raw_os_error(), Some(libc::EBADF));
+    assert_eq!(
+        reads.get(),
+        total - 1,
+        "stopped at the tenth failure in a row"
+    );
+    // Each failure counts as a change (the lost message too); the give-up
+    // asks for a read.
+    assert_eq!(changes.generation(), u64::from(3 * (GIVE_UP_AFTER - 1) + 2));
+    assert_eq!(settles.get(), 1);
+}
+
+/// A watch whose reads keep failing turns to polling: the host counts as
+/// changed each period and a read is asked for, until no one reads the host.
+#[test]
+fn a_watch_whose_reads_keep_failing_polls_instead() {
+    let changes = Arc::new(HostChanges::default());
+    let settles = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&settles);
+    let reads = Arc::new(AtomicU64::new(0));
+    let tries = Arc::clone(&reads);
+    let watch = changes
+        .watch_reads(
+            move |_| {
+                tries.fetch_add(1, Ordering::SeqCst);
+                failed()
+            },
+            Duration::from_millis(20),
+            // The give-up's read and four polls; then the reader is gone.
+            move || counter.fetch_add(1, Ordering::SeqCst) < 4,
+        )
+        .expect("watch");
+    watch
+        .join()
+        .expect("the watch thread ends once no one reads");
+    assert_eq!(reads.load(Ordering::SeqCst), u64::from(GIVE_UP_AFTER));
+    assert_eq!(settles.load(Ordering::SeqCst), 5);
+    // A change for each failure (the last one's at the give-up), then one
+    // for each of the four polls.
+    assert_eq!(changes.generation(), u64::from(GIVE_UP_AFTER) + 4);
 }
 
 /// The real kernel's socket receives a uevent asked for through sysfs (a
@@ -154,9 +232,14 @@ fn the_watch_counts_a_real_pci_uevent_and_settles() {
     let settles = Arc::new(AtomicU64::new(0));
     let counter = Arc::clone(&settles);
     changes
-        .watch(UeventSocket::open().expect("uevent socket"), move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-        })
+        .watch(
+            UeventSocket::open().expect("uevent socket"),
+            Duration::from_secs(3600),
+            move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                true
+            },
+        )
         .expect("watch");
     std::fs::write(pci.join("uevent"), "move").expect("ask for a uevent");
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -66,7 +66,7 @@ impl Devices {
     /// current until the uevent thread gets to the queued change.
     pub fn watch_host(self: &Arc<Self>, sock: UeventSocket) -> std::io::Result<()> {
         let settled = self.start_reader()?;
-        self.changes.watch(sock, settled).map(drop)
+        self.changes.watch(sock, POLL_PERIOD, settled).map(drop)
     }
 
     /// Where the kernel's uevents cannot be read: counts the host as changed
@@ -74,23 +74,16 @@ impl Devices {
     /// the cache is dropped.
     pub fn poll_host(self: &Arc<Self>, period: std::time::Duration) -> std::io::Result<()> {
         let settled = self.start_reader()?;
-        let devices = Arc::downgrade(self);
+        let changes = Arc::clone(&self.changes);
         std::thread::Builder::new()
             .name("devgate-host-poll".into())
-            .spawn(move || loop {
-                std::thread::sleep(period);
-                match devices.upgrade() {
-                    Some(d) => d.changes.bump(),
-                    None => return,
-                }
-                settled();
-            })
+            .spawn(move || changes.poll(period, &settled))
             .map(drop)
     }
 
     /// Starts the thread that reads the host when the returned callback asks,
-    /// while the cache lives.
-    fn start_reader(self: &Arc<Self>) -> std::io::Result<impl Fn() + Send + 'static> {
+    /// while the cache lives; the callback returns false once it is gone.
+    fn start_reader(self: &Arc<Self>) -> std::io::Result<impl Fn() -> bool + Send + 'static> {
         // One read asked for at most: a burst settling during a read asks
         // for one more, not one each.
         let (ask, asked) = std::sync::mpsc::sync_channel::<()>(1);
@@ -106,8 +99,12 @@ impl Devices {
                 }
             })?;
         Ok(move || {
-            // Full: a read is asked for already.
-            let _ = ask.try_send(());
+            // Full: a read is asked for already. Disconnected: the reader
+            // found the cache gone and ended.
+            !matches!(
+                ask.try_send(()),
+                Err(std::sync::mpsc::TrySendError::Disconnected(()))
+            )
         })
     }
 
