@@ -18,6 +18,9 @@ pub use comm_env::{CommEnvConfig, CommVar, GidFamily, VarSetting};
 pub use gpu::{GpuComputeMode, GpuConfig, GpuPersistence};
 pub use nvml::NvmlLibraries;
 pub use sriov::SriovConfig;
+mod toml_error;
+pub use toml_error::toml_error;
+mod validate;
 
 /// Default location of the config file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/devgate/config.toml";
@@ -56,63 +59,6 @@ pub enum ConfigError {
     Parse { origin: String, message: String },
     #[error("config key {key}: {reason}")]
     Invalid { key: String, reason: String },
-}
-
-/// A TOML error of `text` on one line: where (line and column, and the key
-/// the line begins with, if it begins with one) and why, without the value
-/// (a containerd config may hold registry credentials). toml's own display
-/// takes five lines and quotes the line whole.
-pub fn toml_error(text: &str, e: &toml::de::Error) -> String {
-    let why = without_value(&e.message().lines().collect::<Vec<_>>().join("; "));
-    let Some(at) = e.span().map(|s| s.start.min(text.len())) else {
-        return why;
-    };
-    let before = &text.as_bytes()[..at];
-    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-    let start = before
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map_or(0, |i| i + 1);
-    let column = String::from_utf8_lossy(&before[start..]).chars().count() + 1;
-    let written = text[start..].lines().next().unwrap_or_default();
-    match leading_key(written) {
-        Some(key) => format!("line {line}, column {column}, at {key}: {why}"),
-        None => format!("line {line}, column {column}: {why}"),
-    }
-}
-
-/// The key a TOML line begins with (`key =`, dotted, bare or quoted), bounded;
-/// `None` for any other line (a value continued from the line before, a
-/// table header).
-fn leading_key(line: &str) -> Option<&str> {
-    let (key, _) = line.split_once('=')?;
-    let key = key.trim();
-    let bare = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ' ');
-    let quoted = key.len() >= 2
-        && key.starts_with('"')
-        && key.ends_with('"')
-        && !key[1..key.len() - 1].contains(['"', '\\']);
-    let ok = !key.is_empty() && key.len() <= 64 && (key.chars().all(bare) || quoted);
-    ok.then_some(key)
-}
-
-/// serde's "invalid type: string \"secret\", expected u64" without the value:
-/// "invalid type: string, expected u64". The kind ends where the value's
-/// quotes begin ("floating point `1.5`"); what is expected is the last
-/// ", expected" (a value may hold the words).
-fn without_value(why: &str) -> String {
-    for lead in ["invalid type: ", "invalid value: "] {
-        if let Some(rest) = why.strip_prefix(lead) {
-            let kind = rest
-                .split(['`', '"', ','])
-                .next()
-                .unwrap_or_default()
-                .trim();
-            let expected = rest.rfind(", expected").map_or("", |i| &rest[i..]);
-            return format!("{lead}{kind}{expected}");
-        }
-    }
-    why.to_string()
 }
 
 /// What to do when an allocation cannot be applied exactly.
@@ -282,24 +228,6 @@ impl Default for HamiConfig {
     }
 }
 
-/// Entries of `cdi_spec_dirs`.
-const MAX_CDI_SPEC_DIRS: usize = 8;
-/// Entries of `gpu.ignored_pods`.
-const MAX_IGNORED_PODS: usize = 64;
-
-/// `<namespace>/<pod-name-prefix>`: a namespace name (RFC 1123 label) and a
-/// non-empty prefix of pod-name characters. An empty prefix would take in
-/// every pod of the namespace, which no daemon's name needs.
-fn is_pod_pattern(p: &str) -> bool {
-    let Some((ns, prefix)) = p.split_once('/') else {
-        return false;
-    };
-    let name_char = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.';
-    crate::allocation::is_dns_label(ns)
-        && (1..=253).contains(&prefix.len())
-        && prefix.bytes().all(name_char)
-}
-
 impl Config {
     /// Refuses pod `name` of `namespace` where a namespace rule says so:
     /// devices go to no pod in `denied_namespaces` and, where
@@ -324,117 +252,6 @@ impl Config {
             namespace: namespace.to_string(),
             rule,
         })
-    }
-
-    /// runc runs a hook only by an absolute path (runtime-spec config.md, "POSIX-
-    /// platform Hooks"), and a relative state directory would be taken from the
-    /// hook's working directory, the bundle: refuse both at start, not at the
-    /// first container with a VF. So are the GPU health directory and a full
-    /// reset without a command.
-    fn validate_hook_paths(&self) -> Result<(), ConfigError> {
-        for (key, value) in [
-            ("hook_path", &self.hook_path),
-            ("hook_state_dir", &self.hook_state_dir),
-        ] {
-            if !value.is_empty() && !value.starts_with('/') {
-                return Err(ConfigError::Invalid {
-                    key: key.to_string(),
-                    reason: format!("a path must be absolute: {value:?}"),
-                });
-            }
-        }
-        // The health marks are read by the hook too, whose working directory
-        // is the bundle: a relative directory would be a different one there.
-        if !self.gpu.health_dir.is_absolute() {
-            return Err(ConfigError::Invalid {
-                key: "gpu.health_dir".to_string(),
-                reason: format!("a path must be absolute: {:?}", self.gpu.health_dir),
-            });
-        }
-        if self.gpu.ignored_pods.len() > MAX_IGNORED_PODS
-            || !self.gpu.ignored_pods.iter().all(|p| is_pod_pattern(p))
-        {
-            return Err(ConfigError::Invalid {
-                key: "gpu.ignored_pods".to_string(),
-                reason: format!(
-                    "at most {MAX_IGNORED_PODS} entries of <namespace>/<daemonset-name>"
-                ),
-            });
-        }
-        for entry in &self.gpu.ignored_cgroups {
-            if let Some(reason) = crate::gpu::ignored_cgroup_problem(entry) {
-                return Err(ConfigError::Invalid {
-                    key: "gpu.ignored_cgroups".to_string(),
-                    reason: format!("{entry:?}: {reason}"),
-                });
-            }
-        }
-        if self.cdi_spec_dirs.len() > MAX_CDI_SPEC_DIRS
-            || !self.cdi_spec_dirs.iter().all(|d| d.is_absolute())
-        {
-            return Err(ConfigError::Invalid {
-                key: "cdi_spec_dirs".to_string(),
-                reason: format!("at most {MAX_CDI_SPEC_DIRS} absolute paths"),
-            });
-        }
-        // Every release would fail on it and quarantine its GPU for good.
-        if self.gpu.full_reset && self.gpu.reset_command.first().is_none_or(|c| c.is_empty()) {
-            return Err(ConfigError::Invalid {
-                key: "gpu.reset_command".to_string(),
-                reason: "gpu.full_reset needs a command".to_string(),
-            });
-        }
-        Ok(())
-    }
-
-    /// The values the plan and the hook take as paths, names, modes and
-    /// times: checked when the config is parsed, so that a bad one fails the
-    /// config (and `devgate doctor`) instead of every container that needs
-    /// devgate; the plan checks them again for a config built in memory.
-    pub fn validate_plan_values(&self) -> Result<(), ConfigError> {
-        let invalid = |key: &str, reason: &str| ConfigError::Invalid {
-            key: key.to_string(),
-            reason: reason.to_string(),
-        };
-        for (key, path) in [
-            ("hami.library_path", &self.hami.library_path),
-            ("hami.lock_dir", &self.hami.lock_dir),
-        ] {
-            let p = Path::new(path);
-            if !p.is_absolute()
-                || p.components().any(|c| c == std::path::Component::ParentDir)
-                || path.contains('\0')
-            {
-                return Err(invalid(key, "must be an absolute path without .."));
-            }
-        }
-        let prefix = &self.rdma.ifname_prefix;
-        // IFNAMSIZ is 16 with the NUL: leave room for 4 digits.
-        if prefix.is_empty()
-            || prefix.len() > 11
-            || !prefix
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            return Err(invalid(
-                "rdma.ifname_prefix",
-                "must be 1 to 11 characters of [A-Za-z0-9_-]",
-            ));
-        }
-        if self.device_file_mode > 0o777 {
-            return Err(invalid(
-                "device_file_mode",
-                "must be at most 0o777 (write it in octal: 0o666; 666 is decimal)",
-            ));
-        }
-        // The OCI runtime spec: a hook's timeout must be greater than zero.
-        if !(1..=MAX_HOOK_TIMEOUT_SECS).contains(&self.hook_timeout_secs) {
-            return Err(invalid(
-                "hook_timeout_secs",
-                "must be 1 to 3600 (runc kills a hook at once with 0)",
-            ));
-        }
-        Ok(())
     }
 
     /// Parse config text; `origin` names it in errors.

@@ -265,6 +265,6 @@ fn type_errors_lose_their_values() {
         ("unknown field `x`", "unknown field `x`"),
     ];
     for (why, want) in cases {
-        assert_eq!(super::without_value(why), want, "{why}");
+        assert_eq!(super::toml_error::without_value(why), want, "{why}");
     }
 }
