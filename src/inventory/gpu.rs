@@ -133,7 +133,8 @@ impl Scan<'_> {
 
     /// Whether the function is a display controller; an unreadable class counts as one.
     fn is_display(&mut self, function: &PciFunction) -> bool {
-        self.class(&function.dir).is_none_or(|c| c >> 16 == 0x03)
+        let class = self.class(&function.dir);
+        super::counts_as_gpu(class)
     }
 
     /// Majors from `proc/devices`; a GPU without them is worth a warning.

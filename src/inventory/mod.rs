@@ -42,8 +42,8 @@ pub use gids::PortGids;
 pub use gpu::{GpuFacts, GpuLibrary, NoGpuLibrary};
 pub use model::*;
 pub use nic::port_health;
+pub(crate) use parse::{counts_as_gpu, parse_class, parse_dev_num, parse_rdma_char_name};
 pub use parse::{mlx_minor, plain_name};
-pub(crate) use parse::{parse_class, parse_dev_num, parse_rdma_char_name};
 pub use topology::{relation, PcieRelation};
 
 use hostfs::HostFs;

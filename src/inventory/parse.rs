@@ -133,6 +133,14 @@ pub(crate) fn parse_class(text: &str) -> Option<u32> {
     u32::from_str_radix(hex, 16).ok()
 }
 
+/// Whether a function bound to `nvidia` counts as a GPU: a display
+/// controller (class 0x03xxxx), not an NVSwitch (0x0680xx), which binds to
+/// `nvidia` too; an unreadable class counts as one, so that a GPU is never
+/// missed for it.
+pub(crate) fn counts_as_gpu(class: Option<u32>) -> bool {
+    class.is_none_or(|c| c >> 16 == 0x03)
+}
+
 /// Class 0x0604xx: a PCI-to-PCI bridge, which is what root ports and switch ports are.
 pub(crate) fn is_bridge_class(class: u32) -> bool {
     class >> 8 == 0x0604

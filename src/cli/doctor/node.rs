@@ -155,11 +155,10 @@ fn plugin_view(roots: &Roots, host: &dyn Host, pid: u32, want: &[(String, u32, u
     ))
 }
 
-/// GPUs bound to the nvidia driver (`sys/bus/pci/drivers/nvidia/<bdf>`):
-/// display controllers (class 0x03), as the inventory counts them. An
-/// NVSwitch (class 0x0680) binds to `nvidia` too, six beside eight GPUs on an
-/// HGX A100, with no `/proc/driver/nvidia/gpus` entry. An unreadable class
-/// counts as a GPU, as in the inventory.
+/// GPUs bound to the nvidia driver (`sys/bus/pci/drivers/nvidia/<bdf>`), as
+/// the inventory counts them ([`crate::inventory::counts_as_gpu`]): not the
+/// NVSwitches, six beside eight GPUs on an HGX A100, with no
+/// `/proc/driver/nvidia/gpus` entry.
 fn nvidia_bound(host_root: &std::path::Path) -> usize {
     let dir = host_root.join("sys/bus/pci/drivers/nvidia");
     let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -173,10 +172,8 @@ fn nvidia_bound(host_root: &std::path::Path) -> usize {
                 .is_some_and(|n| n.parse::<crate::inventory::PciAddr>().is_ok())
         })
         .filter(|e| {
-            read_bounded(&e.path().join("class"))
-                .ok()
-                .and_then(|t| crate::inventory::parse_class(&t))
-                .is_none_or(|class| class >> 16 == 0x03)
+            let class = read_bounded(&e.path().join("class")).ok();
+            crate::inventory::counts_as_gpu(class.and_then(|t| crate::inventory::parse_class(&t)))
         })
         .count()
 }
