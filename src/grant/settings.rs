@@ -210,16 +210,20 @@ fn valid_namespace(s: &str) -> bool {
 /// environment and service account, the kernel's host name under `host_root`
 /// (kubelet's default node name) and kubelet's kubeconfig at `kubelet_conf`.
 pub fn resolve_on_host(cfg: &crate::config::Config, host_root: &Path, kubelet_conf: &Path) -> Mode {
-    let hostname = std::fs::read_to_string(host_root.join("proc/sys/kernel/hostname"))
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default();
     resolve(
         cfg,
         &|k| std::env::var(k).ok(),
         Path::new(SERVICE_ACCOUNT_DIR),
         kubelet_conf,
-        &hostname,
+        &host_name(host_root),
     )
+}
+
+/// The kernel's host name under `host_root`; empty where unreadable.
+pub fn host_name(host_root: &Path) -> String {
+    std::fs::read_to_string(host_root.join("proc/sys/kernel/hostname"))
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// The mode, from the config, environment lookups, the service account directory,

@@ -36,6 +36,9 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
                     n.roots.config.as_deref().unwrap(),
                     "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n",
                 );
+                // Read by doctor's own view: the plugin's is unreadable
+                // (tests/grant.rs has the plugin's).
+                std::fs::remove_file(n.roots.proc_dir.join("4242/environ")).unwrap();
                 write(
                     &n.roots.etc_root.join("kubernetes/kubelet.conf"),
                     "not: [a kubeconfig",

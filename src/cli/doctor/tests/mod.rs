@@ -3,6 +3,7 @@
 mod broken;
 mod broken_hook;
 mod crio;
+mod grant;
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
@@ -113,6 +114,11 @@ fn healthy_from(template: Option<&Path>) -> Node {
     write(
         &roots.proc_dir.join("4242/cmdline"),
         "/usr/local/bin/devgate\0nri\0--socket\0/var/run/nri/nri.sock\0",
+    );
+    // Started from a systemd unit: no API server in its environment.
+    write(
+        &roots.proc_dir.join("4242/environ"),
+        "PATH=/usr/local/bin:/usr/bin\0LANG=C.UTF-8\0",
     );
     write(&roots.proc_dir.join("1/cmdline"), "/sbin/init\0");
     // The plugin's executable: its hook is the devgate-hook next to it.
@@ -270,7 +276,7 @@ fn healthy_node_passes_every_check() {
     );
     assert_eq!(
         check(&checks, "grant check").detail,
-        "pods of node node-a from https://10.0.0.1:6443 with no credentials"
+        "pods of node node-a from https://10.0.0.1:6443 with no credentials, as the running plugin (pid 4242) resolves it"
     );
     let registered = &check(&checks, "devgate registered").detail;
     assert!(registered.contains("pid 4242"), "{registered}");

@@ -1,0 +1,93 @@
+//! The grant check resolves the API server as the running plugin has it:
+//! its environment and its files, read through procfs, not doctor's own.
+use super::{check, healthy, write, Node};
+use crate::cli::doctor::{run_checks, Status};
+
+/// The healthy node's config without `[kube_api]`: the API server is found.
+fn found_not_configured(n: &Node) {
+    write(
+        n.roots.config.as_deref().unwrap(),
+        "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n",
+    );
+}
+
+/// A plugin in a DaemonSet's pod: the API server from its environment and
+/// its service account, the node name from the downward API.
+#[test]
+fn a_plugin_in_a_pod_resolves_from_its_own_environment() {
+    let node = healthy();
+    found_not_configured(&node);
+    let pid = node.roots.proc_dir.join("4242");
+    write(
+        &pid.join("environ"),
+        "KUBERNETES_SERVICE_HOST=10.96.0.1\0KUBERNETES_SERVICE_PORT=443\0NODE_NAME=node-b\0",
+    );
+    let sa = pid.join("root/var/run/secrets/kubernetes.io/serviceaccount");
+    write(&sa.join("token"), "t");
+    write(&sa.join("ca.crt"), "c");
+    let checks = run_checks(&node.roots, &node.host);
+    let got = check(&checks, "grant check");
+    assert_eq!(got.status, Status::Pass, "{got:?}");
+    assert_eq!(
+        got.detail,
+        "pods of node node-b from https://10.96.0.1:443 with a bearer token, as the running plugin (pid 4242) resolves it"
+    );
+}
+
+/// Where the plugin's environment cannot be read, doctor resolves with its
+/// own and says so; with no plugin running, there is nothing to say.
+#[test]
+fn without_the_plugins_environment_doctor_says_whose_it_used() {
+    let node = healthy();
+    found_not_configured(&node);
+    std::fs::remove_file(node.roots.proc_dir.join("4242/environ")).unwrap();
+    let checks = run_checks(&node.roots, &node.host);
+    let got = check(&checks, "grant check");
+    assert_eq!(got.status, Status::Warn, "{got:?}");
+    assert!(
+        got.detail.ends_with("(resolved with doctor's environment: that of the running plugin, pid 4242, is unreadable)"),
+        "{}",
+        got.detail
+    );
+
+    std::fs::remove_file(node.roots.proc_dir.join("4242/cmdline")).unwrap();
+    let checks = run_checks(&node.roots, &node.host);
+    let got = check(&checks, "grant check");
+    assert_eq!(
+        got.detail,
+        "off: allocations are applied as the annotation says, unchecked against the pod's requests"
+    );
+}
+
+/// kubelet's kubeconfig is looked for where the plugin would find it, in its
+/// root: one only the host has leaves a plugin in a pod without an API server.
+#[test]
+fn kubelets_kubeconfig_is_the_one_the_plugin_sees() {
+    let node = healthy();
+    found_not_configured(&node);
+    write(
+        &node.roots.etc_root.join("kubernetes/kubelet.conf"),
+        "not: [a kubeconfig",
+    );
+    let checks = run_checks(&node.roots, &node.host);
+    let got = check(&checks, "grant check");
+    assert_eq!(got.status, Status::Warn, "{got:?}");
+
+    write(
+        &node
+            .roots
+            .proc_dir
+            .join("4242/root/etc/kubernetes/kubelet.conf"),
+        "not: [a kubeconfig",
+    );
+    let checks = run_checks(&node.roots, &node.host);
+    let got = check(&checks, "grant check");
+    assert_eq!(got.status, Status::Fail, "{got:?}");
+    assert!(
+        got.detail.ends_with(
+            "every allocation would be refused, as the running plugin (pid 4242) resolves it"
+        ),
+        "{}",
+        got.detail
+    );
+}
