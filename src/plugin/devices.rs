@@ -8,60 +8,18 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use nri::api::{Container, ContainerAdjustment, PodSandbox};
 
-use crate::allocation::{self, AllocationError, DEVICE_ALLOCATED};
+use crate::allocation;
 use crate::config::Config;
 use crate::gpu::{self, GpuError, HealthStore};
-use crate::hook::ResolvedError;
 use crate::inventory::uevents::HostChanges;
-use crate::inventory::{Inventory, PciAddr};
+use crate::inventory::Inventory;
 use crate::ledger::{ContainerRecord, DeviceId, Ledger, LedgerError, PodRef};
-use crate::plan::{self, PlanError};
+use crate::plan;
 
+pub use super::errors::DeviceError;
 pub use super::last_plan::Admitted;
 use super::last_plan::{LastPlan, PlanKey};
 use super::reads;
-
-#[derive(Debug, thiserror::Error)]
-pub enum DeviceError {
-    #[error(transparent)]
-    Allocation(#[from] AllocationError),
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    /// `entry` names the refused device's entry (`gpu[1]: `), or is empty
-    /// when the refusal concerns the pod as a whole.
-    #[error("{DEVICE_ALLOCATED}: {entry}{source}")]
-    Claim {
-        entry: String,
-        #[source]
-        source: LedgerError,
-    },
-    /// `entry` as in `Claim`: `rdma[0].vfs[1]: `, or empty where unknown.
-    #[error("{DEVICE_ALLOCATED}: {entry}rdma vf {vf} has no host netdev to move into the pod")]
-    NoNetdev { entry: String, vf: PciAddr },
-    #[error(transparent)]
-    Resolved(#[from] ResolvedError),
-    #[error("{DEVICE_ALLOCATED}: {entry}{source}")]
-    Health {
-        entry: String,
-        #[source]
-        source: GpuError,
-    },
-    #[error(transparent)]
-    Grant(#[from] crate::grant::GrantError),
-    /// `device_mode = "cdi"`: the runtime's spec would not give what the plan does.
-    #[error("{DEVICE_ALLOCATED}: {entry}{source}")]
-    Cdi {
-        entry: String,
-        #[source]
-        source: crate::cdi::CdiError,
-    },
-    /// A creation that reached the plugin after the sandbox's stop: a claim
-    /// now would outlive the pod until its removal.
-    #[error(
-        "{DEVICE_ALLOCATED}: the pod's sandbox {sandbox} is stopped: nothing is claimed for it"
-    )]
-    Stopped { sandbox: String },
-}
 
 /// Most sandboxes remembered as stopped until their removal; past it a
 /// stopped one is not remembered (its late creation claims as before).

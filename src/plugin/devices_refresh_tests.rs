@@ -1,6 +1,7 @@
 //! `Devices` when the host or the runtime changed under it: a replaced GPU,
 //! a network owner that never ran.
 use super::*;
+use crate::allocation::DEVICE_ALLOCATED;
 
 /// A GPU replaced after the cache was read (same minor, a new UUID): the
 /// scheduler's UUID disagrees with the cache, and the host is read again

@@ -11,6 +11,7 @@
 pub mod adjust;
 mod admit;
 pub mod devices;
+mod errors;
 pub mod features;
 mod gpu_slot;
 mod hook_path;
@@ -33,8 +34,7 @@ use std::{
 use nri::{
     api::{Container, ContainerUpdate, CreateContainerResponse, Event, PodSandbox},
     stub::CreateReply,
-    ttrpc::Code,
-    EventMask, RpcError, RuntimeInfo,
+    EventMask, RuntimeInfo,
 };
 
 use crate::config::{Config, ConfigError};
@@ -42,6 +42,7 @@ use crate::gpu::GpuTeardown;
 use crate::ledger::{LedgerError, Teardown, Teardowns};
 use devices::RuntimeFeatures;
 pub use devices::POLL_PERIOD;
+pub use errors::PluginError;
 use gpu_slot::GpuSlot;
 use hook_path::default_hook_path;
 pub use hook_path::{hook_beside, INSTALLED_HOOK};
@@ -54,47 +55,6 @@ pub const EVENTS: EventMask = EventMask::of(Event::RUN_POD_SANDBOX)
     .with(Event::STOP_POD_SANDBOX)
     .with(Event::REMOVE_POD_SANDBOX)
     .with(Event::REMOVE_CONTAINER);
-
-#[derive(Debug, thiserror::Error)]
-pub enum PluginError {
-    #[error("devgate refused container {container:?} of pod {namespace}/{pod}")]
-    Probe {
-        namespace: String,
-        pod: String,
-        container: String,
-        #[source]
-        source: probe::ProbeError,
-    },
-    #[error("devgate cannot adjust container {container:?} of pod {namespace}/{pod}: its config from the runtime is invalid")]
-    Config {
-        namespace: String,
-        pod: String,
-        container: String,
-        #[source]
-        source: Arc<ConfigError>,
-    },
-    #[error("devgate refused container {container:?} of pod {namespace}/{pod}")]
-    Devices {
-        namespace: String,
-        pod: String,
-        container: String,
-        #[source]
-        source: Box<devices::DeviceError>,
-    },
-}
-
-/// The one conversion to the wire: the runtime fails the container with
-/// this status and its text (error chain) reaches kubelet. None of these
-/// codes is one the runtime treats as fatal for the connection.
-impl RpcError for PluginError {
-    fn code(&self) -> Code {
-        match self {
-            PluginError::Probe { .. } => Code::INVALID_ARGUMENT,
-            PluginError::Config { .. } => Code::FAILED_PRECONDITION,
-            PluginError::Devices { .. } => Code::FAILED_PRECONDITION,
-        }
-    }
-}
 
 /// Node paths and mode the plugin runs with.
 #[derive(Debug, Clone)]
