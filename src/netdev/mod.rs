@@ -27,6 +27,7 @@ pub mod rtnl;
 pub mod saved;
 pub mod settings;
 mod vf;
+mod vf_prepare;
 pub mod vfinfo;
 
 #[cfg(test)]
