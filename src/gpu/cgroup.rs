@@ -117,6 +117,22 @@ impl PodCgroups {
         self
     }
 
+    /// Drops a removed container's own cgroup (`path`, a cgroupfs path),
+    /// unless `pod`, the pod's own paths, takes it in: runc deletes a
+    /// container's cgroup with it, and a CRI client that places containers
+    /// beside the sandbox instead of beneath a pod cgroup (no
+    /// `cgroup_parent`: `/k8s.io/<id>`) would otherwise leave one pattern
+    /// for every container the pod ever ran. A systemd slice is the pod's
+    /// and stays.
+    pub fn forget_container(&mut self, path: &str, pod: &PodCgroups) {
+        let Some(own @ Pattern::Prefix(_)) = pattern(path) else {
+            return;
+        };
+        if !pod.patterns.iter().any(|p| p.takes_in(&own)) {
+            self.patterns.retain(|p| *p != own);
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.patterns.is_empty()
     }
@@ -332,6 +348,38 @@ mod tests {
             PodCgroups::from_paths(&["/kubepods/burstable/podX", "/kubepods/burstable/podXY"]);
         assert!(siblings.contains("0::/kubepods/burstable/podXY\n"));
         assert!(siblings.contains("0::/kubepods/burstable/podX\n"));
+    }
+
+    /// Containers beside the sandbox (no pod cgroup): each removed one's
+    /// path goes, the pod's own stay, and so does a systemd slice.
+    #[test]
+    fn a_removed_containers_own_cgroup_is_forgotten() {
+        let sandbox = "/k8s.io/5a4d";
+        let own = PodCgroups::from_paths(&[sandbox]);
+        let mut pod = own.clone();
+        for n in 0..100 {
+            let ctr = format!("/k8s.io/{n:064x}");
+            pod = pod.merged(PodCgroups::from_paths(&[ctr.as_str()]));
+            assert!(pod.contains(&format!("0::{ctr}\n")));
+            pod.forget_container(&ctr, &own);
+            assert!(!pod.contains(&format!("0::{ctr}\n")));
+        }
+        assert_eq!(pod, own);
+        // The sandbox's own path is the pod's, whatever container names it.
+        pod.forget_container(sandbox, &own);
+        assert_eq!(pod, own);
+        // A container beneath the pod's cgroup was never added; forgetting
+        // it keeps the pod's.
+        let parent = PodCgroups::from_paths(&["/kubepods/besteffort/podA"]);
+        let mut nested = parent.clone();
+        nested.forget_container("/kubepods/besteffort/podA/c1", &parent);
+        assert_eq!(nested, parent);
+        // systemd: the container's path names the pod's slice.
+        let slice = "kubepods-besteffort-podA.slice:cri-containerd:c1";
+        let systemd = PodCgroups::from_paths(&["kubepods-besteffort-podA.slice"]);
+        let mut kept = systemd.clone();
+        kept.forget_container(slice, &PodCgroups::none());
+        assert_eq!(kept, systemd);
     }
 
     #[test]

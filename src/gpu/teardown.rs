@@ -157,6 +157,27 @@ impl GpuTeardown {
         *entry = std::mem::take(entry).merged(PodCgroups::from_paths(paths));
     }
 
+    /// A removed container's own cgroup, no longer the pod's (see
+    /// [`PodCgroups::forget_container`]); `pod_paths` are the sandbox's.
+    pub fn forget_container_cgroup<S: AsRef<str>>(
+        &self,
+        sandbox_id: &str,
+        pod_paths: &[S],
+        container_path: &str,
+    ) {
+        let mut map = self.pod_cgroups.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = map.get_mut(sandbox_id) {
+            entry.forget_container(container_path, &PodCgroups::from_paths(pod_paths));
+        }
+    }
+
+    /// The pod's cgroups as kept for its release.
+    #[cfg(test)]
+    pub fn pod_cgroups(&self, sandbox_id: &str) -> Option<PodCgroups> {
+        let map = self.pod_cgroups.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(sandbox_id).cloned()
+    }
+
     fn times(&self) -> KillTimes {
         KillTimes {
             grace: Duration::from_millis(self.config.kill_grace_ms),

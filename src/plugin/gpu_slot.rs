@@ -105,6 +105,24 @@ impl GpuSlot {
     }
 }
 
+/// The sandbox's cgroup paths as NRI gives them: `linux.cgroup_parent` (the
+/// pod's cgroup under kubelet) and `linux.cgroups_path`; empty where absent.
+fn pod_paths(pod: &nri::api::PodSandbox) -> [&str; 2] {
+    let linux = pod.linux.as_ref();
+    [
+        linux.map(|l| l.cgroup_parent.as_str()).unwrap_or_default(),
+        linux.map(|l| l.cgroups_path.as_str()).unwrap_or_default(),
+    ]
+}
+
+/// The container's `linux.cgroups_path`; empty where absent.
+fn container_path(ctr: &nri::api::Container) -> &str {
+    ctr.linux
+        .as_ref()
+        .map(|l| l.cgroups_path.as_str())
+        .unwrap_or_default()
+}
+
 /// The plugin's GPU teardown. On a node with GPUs, its health document is
 /// made now when there is none, so that the check at every container creation
 /// keeps a version to look at through its descriptor
@@ -166,21 +184,28 @@ impl super::DevgatePlugin {
         ctr: &nri::api::Container,
         config: &GpuConfig,
     ) {
-        let linux = pod.linux.as_ref();
-        let paths = [
-            linux.map(|l| l.cgroup_parent.as_str()).unwrap_or_default(),
-            linux.map(|l| l.cgroups_path.as_str()).unwrap_or_default(),
-            ctr.linux
-                .as_ref()
-                .map(|l| l.cgroups_path.as_str())
-                .unwrap_or_default(),
-        ];
+        let [parent, sandbox] = pod_paths(pod);
+        let paths = [parent, sandbox, container_path(ctr)];
         let paths: Vec<&str> = paths.into_iter().filter(|p| !p.is_empty()).collect();
         self.gpu.get().set_pod_cgroups(&pod.id, &paths);
         let inventory = self.devices.inventory();
         self.gpu.follow_inventory(&inventory);
         if !inventory.gpus.is_empty() {
             self.start_gpu_health(config);
+        }
+    }
+
+    /// RemoveContainer: the container's own cgroup is gone with it.
+    pub(super) fn forget_container_cgroup(
+        &self,
+        pod: &nri::api::PodSandbox,
+        ctr: &nri::api::Container,
+    ) {
+        let path = container_path(ctr);
+        if !path.is_empty() {
+            self.gpu
+                .get()
+                .forget_container_cgroup(&pod.id, &pod_paths(pod), path);
         }
     }
 }

@@ -333,3 +333,50 @@ fn a_sandbox_whose_start_failed_is_released_when_its_pod_starts_again() {
     assert!(plugin.wait_for_releases(LIMIT));
     assert!(ledger.holds("sb-next").unwrap());
 }
+
+/// The cgroups GPU teardown keeps for a pod stay the pod's own however many
+/// containers it ran: each removed container's own cgroup is forgotten at
+/// its RemoveContainer, whether the runtime placed it beside the sandbox (a
+/// CRI client without `cgroup_parent`) or beneath kubelet's pod cgroup.
+#[test]
+fn a_pods_kept_cgroups_do_not_grow_with_its_containers() {
+    use crate::gpu::PodCgroups;
+    use nri::api::{LinuxContainer, LinuxPodSandbox};
+    use nri::stub::Plugin as _;
+    let state = tempfile::tempdir().unwrap();
+    let host = state.path().join("host");
+    let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
+    let plugin = plugin_on(&host, state.path(), "");
+    let gpu = &fixture.expected().gpus[0];
+    for (parent, sandbox, beneath) in [
+        ("", "/k8s.io/5a4d", false),
+        ("/kubepods/besteffort/podA", "/kubepods/besteffort/podA/5a4d", true),
+    ] {
+        let mut pod = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100));
+        pod.linux = Some(LinuxPodSandbox {
+            cgroup_parent: parent.into(),
+            cgroups_path: sandbox.into(),
+            ..Default::default()
+        })
+        .into();
+        let own = PodCgroups::from_paths(&[parent, sandbox]);
+        for n in 0..20 {
+            let id = format!("{n:064x}");
+            let dir = if beneath { parent } else { "/k8s.io" };
+            let mut c = ctr();
+            c.id = id.clone();
+            c.linux = Some(LinuxContainer {
+                cgroups_path: format!("{dir}/{id}"),
+                ..Default::default()
+            })
+            .into();
+            plugin.adjustment(&pod, &c).unwrap();
+            let kept = plugin.gpu().pod_cgroups(&pod.id).unwrap();
+            assert!(kept.contains(&format!("0::{dir}/{id}\n")), "{kept:?}");
+            plugin.remove_container(&pod, &c).unwrap();
+            assert_eq!(plugin.gpu().pod_cgroups(&pod.id), Some(own.clone()));
+        }
+        plugin.remove_pod_sandbox(&pod).unwrap();
+        assert!(plugin.wait_for_releases(LIMIT));
+    }
+}

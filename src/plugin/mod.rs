@@ -391,6 +391,7 @@ impl nri::Plugin for DevgatePlugin {
 
     fn remove_container(&self, pod: &PodSandbox, ctr: &Container) -> Result<(), PluginError> {
         lifecycle::forget_container(&self.devices, &pod.id, &ctr.id);
+        self.forget_container_cgroup(pod, ctr);
         self.unapplied.forget(&pod.id, Some(&ctr.id));
         Ok(())
     }
