@@ -221,7 +221,9 @@ fn add(patterns: &mut Vec<Pattern>, new: Pattern) {
 }
 
 impl Pattern {
-    /// Whether every path `other` matches, `self` matches too.
+    /// True only where every path `other` matches, `self` matches too (not
+    /// every such pair is found: a prefix is never said to take in a unit
+    /// name, which then stays beside it).
     fn takes_in(&self, other: &Pattern) -> bool {
         match other {
             // A path beneath a prefix has the prefix's components.

@@ -39,7 +39,7 @@ const RCVBUF: usize = 4 << 20;
 /// Failed reads in a row (other than a lost message) after which the socket
 /// is given up for polling: one that fails this often keeps failing, and
 /// every failure counts as a change, which has each plan read the host.
-pub const GIVE_UP_AFTER: u32 = 10;
+const GIVE_UP_AFTER: u32 = 10;
 
 /// The subsystems whose devices the inventory reads.
 const SUBSYSTEMS: [&str; 5] = [
@@ -102,52 +102,57 @@ impl HostChanges {
 
     /// Counts the kernel's device uevents on `sock` (those queued since it
     /// was opened first), on a thread of its own, which calls `settled` once
-    /// a burst of them has passed. Where reads of the socket keep failing,
-    /// the thread gives it up and counts the host as changed every `period`
-    /// instead (see [`HostChanges::poll`]).
+    /// a burst of them has passed, until `settled` says that no one reads
+    /// the host any more. Where reads of the socket keep failing, the thread
+    /// gives it up and counts the host as changed every `period` instead
+    /// (see [`HostChanges::poll`]).
     pub fn watch(
         self: &Arc<Self>,
         sock: UeventSocket,
         period: Duration,
         settled: impl Fn() -> bool + Send + 'static,
     ) -> io::Result<std::thread::JoinHandle<()>> {
-        self.watch_reads(move |wait| sock.next(wait), period, settled)
+        self.watch_reads(move |wait| sock.next(wait), period, settled, SETTLE)
     }
 
-    /// [`HostChanges::watch`] of what `next` reads ([`UeventSocket::next`]).
-    pub fn watch_reads(
+    /// [`HostChanges::watch`] of what `next` reads ([`UeventSocket::next`]),
+    /// pausing `pause` after a failed read.
+    fn watch_reads(
         self: &Arc<Self>,
         mut next: impl FnMut(Option<Duration>) -> io::Result<Option<bool>> + Send + 'static,
         period: Duration,
         settled: impl Fn() -> bool + Send + 'static,
+        pause: Duration,
     ) -> io::Result<std::thread::JoinHandle<()>> {
         let changes = Arc::clone(self);
         std::thread::Builder::new()
             .name("devgate-uevents".into())
             .spawn(move || {
-                let e = changes.follow(&mut next, &settled, SETTLE);
+                let end = changes.follow(&mut next, &settled, pause);
                 // The socket is closed: nothing queues on it any more.
                 drop(next);
-                tracing::warn!(error = %e, failures = GIVE_UP_AFTER, period_s = period.as_secs(), "kernel uevents: reads keep failing: the host's devices are read again each period instead");
-                changes.poll(period, &settled);
+                if let FollowEnd::Failed(e) = end {
+                    tracing::warn!(error = %e, failures = GIVE_UP_AFTER, period_s = period.as_secs(), "kernel uevents: reads keep failing: the host's devices are read again each period instead");
+                    changes.poll(period, &settled);
+                }
             })
     }
 
-    /// Counts what `next` reads until reads fail [`GIVE_UP_AFTER`] times in
-    /// a row, and returns the last failure. A lost message (`ENOBUFS`) is
-    /// no failure of the socket: the kernel says it dropped one.
-    /// `pause` is the wait after a failed read.
+    /// Counts what `next` reads until no one reads the host any more, or
+    /// until reads fail [`GIVE_UP_AFTER`] times in a row. A lost message
+    /// (`ENOBUFS`) is no failure of the socket: the kernel says it dropped
+    /// one. `pause` is the wait after a failed read.
     fn follow(
         &self,
         next: &mut impl FnMut(Option<Duration>) -> io::Result<Option<bool>>,
         settled: &impl Fn() -> bool,
         pause: Duration,
-    ) -> io::Error {
+    ) -> FollowEnd {
         let mut pending = false;
         let mut failures = 0;
         loop {
             let got = next(pending.then_some(SETTLE));
-            match &got {
+            match got {
                 Err(e) if e.raw_os_error() != Some(libc::ENOBUFS) => {
                     failures += 1;
                     // Once, not at every try: a socket that fails keeps failing.
@@ -158,14 +163,23 @@ impl HostChanges {
                         // Counted as a change and read again now: what
                         // happened while the reads failed is not known.
                         self.bump();
-                        settled();
-                        return got.err().unwrap_or_else(|| io::ErrorKind::Other.into());
+                        return match settled() {
+                            true => FollowEnd::Failed(e),
+                            false => FollowEnd::Gone,
+                        };
                     }
                     std::thread::sleep(pause);
+                    if !self.step(Err(e), &mut pending, settled) {
+                        return FollowEnd::Gone;
+                    }
                 }
-                _ => failures = 0,
+                got => {
+                    failures = 0;
+                    if !self.step(got, &mut pending, settled) {
+                        return FollowEnd::Gone;
+                    }
+                }
             }
-            self.step(got, &mut pending, settled);
         }
     }
 
@@ -183,13 +197,14 @@ impl HostChanges {
     }
 
     /// What one read of the socket means: a change is counted and makes a
-    /// burst pending; a burst is settled once a wait passes quietly.
+    /// burst pending; a burst is settled once a wait passes quietly. False
+    /// once `settled` says that no one reads the host any more.
     pub fn step(
         &self,
         got: io::Result<Option<bool>>,
         pending: &mut bool,
         settled: &impl Fn() -> bool,
-    ) {
+    ) -> bool {
         match got {
             Ok(Some(true)) => {
                 self.bump();
@@ -197,10 +212,8 @@ impl HostChanges {
             }
             Ok(Some(false)) => {}
             Ok(None) => {
-                // Whether anyone still reads the host is for `poll`; this
-                // thread ends with its socket.
-                let _ = settled();
                 *pending = false;
+                return settled();
             }
             // A message lost (ENOBUFS) may have been a change.
             Err(_) => {
@@ -208,7 +221,16 @@ impl HostChanges {
                 *pending = true;
             }
         }
+        true
     }
+}
+
+/// Why [`HostChanges::follow`] stopped.
+enum FollowEnd {
+    /// No one reads the host any more.
+    Gone,
+    /// Reads kept failing; the last failure.
+    Failed(io::Error),
 }
 
 /// A socket on the kernel's uevent group.

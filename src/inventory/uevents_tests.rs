@@ -131,8 +131,11 @@ fn reads_failing_in_a_row_give_the_socket_up() {
         settles.set(settles.get() + 1);
         true
     };
-    let e = changes.follow(&mut next, &settled, Duration::ZERO);
-    assert_eq!(e.raw_os_error(), Some(libc::EBADF));
+    let end = changes.follow(&mut next, &settled, Duration::ZERO);
+    assert!(
+        matches!(&end, FollowEnd::Failed(e) if e.raw_os_error() == Some(libc::EBADF)),
+        "gave up with the last failure"
+    );
     assert_eq!(
         reads.get(),
         total - 1,
@@ -162,6 +165,7 @@ fn a_watch_whose_reads_keep_failing_polls_instead() {
             Duration::from_millis(20),
             // The give-up's read and four polls; then the reader is gone.
             move || counter.fetch_add(1, Ordering::SeqCst) < 4,
+            Duration::ZERO,
         )
         .expect("watch");
     watch
@@ -172,6 +176,34 @@ fn a_watch_whose_reads_keep_failing_polls_instead() {
     // A change for each failure (the last one's at the give-up), then one
     // for each of the four polls.
     assert_eq!(changes.generation(), u64::from(GIVE_UP_AFTER) + 4);
+}
+
+/// A watch whose socket works ends once no one reads the host: the settle
+/// after a burst finds the reader gone, and nothing turns to polling.
+#[test]
+fn a_watch_ends_once_no_one_reads_the_host() {
+    let changes = Arc::new(HostChanges::default());
+    let mut script = vec![Ok(Some(true)), Ok(None), Ok(Some(true)), Ok(None)].into_iter();
+    let reads = Arc::new(AtomicU64::new(0));
+    let tries = Arc::clone(&reads);
+    let settles = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&settles);
+    let watch = changes
+        .watch_reads(
+            move |_| {
+                tries.fetch_add(1, Ordering::SeqCst);
+                script.next().expect("read past the script")
+            },
+            Duration::from_millis(1),
+            // The first burst's read is taken; at the second the reader is gone.
+            move || counter.fetch_add(1, Ordering::SeqCst) < 1,
+            Duration::ZERO,
+        )
+        .expect("watch");
+    watch.join().expect("the watch thread ends");
+    assert_eq!(reads.load(Ordering::SeqCst), 4);
+    assert_eq!(settles.load(Ordering::SeqCst), 2, "no poll after the end");
+    assert_eq!(changes.generation(), 2);
 }
 
 /// The real kernel's socket receives a uevent asked for through sysfs (a

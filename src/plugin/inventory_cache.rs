@@ -1,7 +1,8 @@
 //! The plugin's copy of the node inventory: read at start, read again when
 //! the kernel reports a device change (see [`crate::inventory::uevents`]), or
-//! every [`POLL_PERIOD`] where its uevents cannot be read, or when a plan names
-//! a device it does not know.
+//! every [`POLL_PERIOD`] where its uevents cannot be read (the socket cannot
+//! be opened, or its reads keep failing), or when a plan names a device it
+//! does not know.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
@@ -15,7 +16,8 @@ const READ_TRIES: u32 = 3;
 /// The pause before a read again.
 const READ_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 /// How often the host counts as changed where the kernel's uevents cannot be
-/// read (a seccomp or LSM policy that denies `NETLINK_KOBJECT_UEVENT`): a
+/// read (a seccomp or LSM policy that denies `NETLINK_KOBJECT_UEVENT`, or a
+/// socket whose reads keep failing): a
 /// device the kernel numbers anew is then planned from the old read for at
 /// most this long, as long as a host read takes on the inventory thread.
 pub const POLL_PERIOD: std::time::Duration = std::time::Duration::from_secs(30);
@@ -71,7 +73,7 @@ impl Devices {
 
     /// Where the kernel's uevents cannot be read: counts the host as changed
     /// every `period` and reads it again, as after a burst of uevents, until
-    /// the cache is dropped.
+    /// a period after the cache is dropped.
     pub fn poll_host(self: &Arc<Self>, period: std::time::Duration) -> std::io::Result<()> {
         let settled = self.start_reader()?;
         let changes = Arc::clone(&self.changes);

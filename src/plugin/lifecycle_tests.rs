@@ -350,7 +350,11 @@ fn a_pods_kept_cgroups_do_not_grow_with_its_containers() {
     let gpu = &fixture.expected().gpus[0];
     for (parent, sandbox, beneath) in [
         ("", "/k8s.io/5a4d", false),
-        ("/kubepods/besteffort/podA", "/kubepods/besteffort/podA/5a4d", true),
+        (
+            "/kubepods/besteffort/podA",
+            "/kubepods/besteffort/podA/5a4d",
+            true,
+        ),
     ] {
         let mut pod = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100));
         pod.linux = Some(LinuxPodSandbox {
