@@ -6,7 +6,7 @@
 //! those of a plugin in a DaemonSet's pod. Nothing is dialled.
 use std::path::{Path, PathBuf};
 
-use super::host::Roots;
+use super::host::{Host, Roots};
 use super::Check;
 use crate::config::Config;
 use crate::grant::{self, Mode};
@@ -24,7 +24,8 @@ struct PluginView {
 }
 
 impl PluginView {
-    /// `None` where its environment cannot be read (not root, or gone).
+    /// `None` where its environment cannot be read (not root, or gone: the
+    /// kernel gives an exiting process's as empty).
     fn read(proc_dir: &Path, pid: u32) -> Option<PluginView> {
         use std::io::Read;
         let dir = proc_dir.join(pid.to_string());
@@ -32,6 +33,9 @@ impl PluginView {
         std::fs::File::open(dir.join("environ"))
             .and_then(|f| f.take(MAX_ENVIRON_BYTES).read_to_end(&mut environ))
             .ok()?;
+        if environ.is_empty() {
+            return None;
+        }
         Some(PluginView {
             pid,
             environ,
@@ -47,19 +51,34 @@ impl PluginView {
     }
 
     /// `path` (absolute) in the plugin's mount namespace.
-    fn path(&self, path: &str) -> PathBuf {
-        self.root.join(path.trim_start_matches('/'))
+    fn path(&self, path: impl AsRef<Path>) -> PathBuf {
+        let path = path.as_ref();
+        self.root.join(path.strip_prefix("/").unwrap_or(path))
+    }
+
+    /// `config` with the files it names as the plugin finds them: doctor
+    /// read the plugin's config, whose paths are in the plugin's mount
+    /// namespace. A path not set stays unset.
+    fn config(&self, config: &Config) -> Config {
+        let mut config = config.clone();
+        let api = &mut config.kube_api;
+        for file in [&mut api.kubeconfig, &mut api.token_file, &mut api.ca_file] {
+            if !file.as_os_str().is_empty() {
+                *file = self.path(&*file);
+            }
+        }
+        config
     }
 }
 
 /// `plugin`: the pid of the running plugin the checks are about, if any.
-pub fn grant_check(roots: &Roots, config: &Config, plugin: Option<u32>) -> Check {
+pub fn grant_check(roots: &Roots, host: &dyn Host, config: &Config, plugin: Option<u32>) -> Check {
     let hostname = grant::settings::host_name(&roots.host_root);
     let view = plugin.map(|pid| (pid, PluginView::read(&roots.proc_dir, pid)));
     let (mode, whose) = match &view {
         Some((_, Some(p))) => (
             grant::settings::resolve(
-                config,
+                &p.config(config),
                 &|k| p.var(k),
                 &p.path(grant::SERVICE_ACCOUNT_DIR),
                 &p.path(grant::KUBELET_KUBECONFIG),
@@ -70,8 +89,8 @@ pub fn grant_check(roots: &Roots, config: &Config, plugin: Option<u32>) -> Check
         own => (
             grant::settings::resolve(
                 config,
-                &|k| std::env::var(k).ok(),
-                Path::new(grant::SERVICE_ACCOUNT_DIR),
+                &|k| host.env(k),
+                &host.service_account_dir(),
                 &roots.host_path(Path::new(grant::KUBELET_KUBECONFIG)),
                 &hostname,
             ),
@@ -106,5 +125,30 @@ pub fn grant_check(roots: &Roots, config: &Config, plugin: Option<u32>) -> Check
             format!("{reason}: every allocation would be refused{whose}"),
             "fix the kubeconfig or kube_api settings, or set grant_check = \"off\"",
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Variables by exact name, the first of a name as getenv takes it;
+    /// a value that is not UTF-8 is none.
+    #[test]
+    fn the_plugins_variables_are_found_by_exact_name() {
+        let view = PluginView {
+            pid: 1,
+            environ: b"NODE_NAMEX=x\0NODE_NAME=a\0NODE_NAME=b\0BAD=\xff\0EMPTY=\0=odd\0".to_vec(),
+            root: PathBuf::from("/proc/1/root"),
+        };
+        assert_eq!(view.var("NODE_NAME").as_deref(), Some("a"));
+        assert_eq!(view.var("NODE_NAMEX").as_deref(), Some("x"));
+        assert_eq!(view.var("BAD"), None);
+        assert_eq!(view.var("EMPTY").as_deref(), Some(""));
+        assert_eq!(view.var("NODE"), None);
+        assert_eq!(
+            view.path("/var/run/x"),
+            PathBuf::from("/proc/1/root/var/run/x")
+        );
     }
 }

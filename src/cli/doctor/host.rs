@@ -52,6 +52,10 @@ pub trait Host {
     fn char_device(&self, path: &Path) -> std::io::Result<Option<(u32, u32)>>;
     /// The unit of proc(5) process start times (`sysconf(_SC_CLK_TCK)`).
     fn clock_ticks_per_sec(&self) -> u64;
+    /// A variable of doctor's own environment.
+    fn env(&self, key: &str) -> Option<String>;
+    /// Doctor's own service account directory (where doctor runs in a pod).
+    fn service_account_dir(&self) -> PathBuf;
 }
 
 /// The node itself.
@@ -89,6 +93,14 @@ impl Host for RealHost {
 
     fn connect(&self, socket: &Path) -> std::io::Result<()> {
         std::os::unix::net::UnixStream::connect(socket).map(drop)
+    }
+
+    fn env(&self, key: &str) -> Option<String> {
+        std::env::var(key).ok()
+    }
+
+    fn service_account_dir(&self) -> PathBuf {
+        PathBuf::from(crate::grant::SERVICE_ACCOUNT_DIR)
     }
 
     fn char_device(&self, path: &Path) -> std::io::Result<Option<(u32, u32)>> {

@@ -161,7 +161,7 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
         },
         cdi::cdi(host, &containerd_config, &config),
         cdi::specs(roots, host, &config, &inventory),
-        grant::grant_check(roots, &config, running::on_socket(roots, &running)),
+        grant::grant_check(roots, host, &config, running::on_socket(roots, &running)),
     ]
 }
 

@@ -91,3 +91,46 @@ fn kubelets_kubeconfig_is_the_one_the_plugin_sees() {
         got.detail
     );
 }
+
+/// A kubeconfig the plugin's config names is read where the plugin reads
+/// it: doctor took the config from the plugin's root, so its paths are the
+/// plugin's.
+#[test]
+fn a_configured_kubeconfig_is_read_in_the_plugins_root() {
+    let node = healthy();
+    write(
+        node.roots.config.as_deref().unwrap(),
+        "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n[kube_api]\nkubeconfig = \"/host/etc/kubernetes/kubelet.conf\"\nnode_name = \"node-a\"\n",
+    );
+    write(
+        &node
+            .roots
+            .proc_dir
+            .join("4242/root/host/etc/kubernetes/kubelet.conf"),
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{name: c, cluster: {server: \"https://10.0.0.9:6443\"}}]\n\
+         users: [{name: u, user: {token: t0k}}]\n\
+         contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    );
+    let checks = run_checks(&node.roots, &node.host);
+    let got = check(&checks, "grant check");
+    assert_eq!(got.status, Status::Pass, "{got:?}");
+    assert_eq!(
+        got.detail,
+        "pods of node node-a from https://10.0.0.9:6443 with a bearer token, as the running plugin (pid 4242) resolves it"
+    );
+}
+
+/// An exiting process's environment reads as empty: not the plugin's view.
+#[test]
+fn an_empty_environment_is_not_the_plugins() {
+    let node = healthy();
+    write(&node.roots.proc_dir.join("4242/environ"), "");
+    let checks = run_checks(&node.roots, &node.host);
+    let got = check(&checks, "grant check");
+    assert!(
+        got.detail.contains("(resolved with doctor's environment"),
+        "{}",
+        got.detail
+    );
+}

@@ -42,6 +42,16 @@ impl Host for FakeHost {
     fn clock_ticks_per_sec(&self) -> u64 {
         100
     }
+
+    /// Doctor run from a shell on the node: no API server in sight, whatever
+    /// the machine running the tests has.
+    fn env(&self, _key: &str) -> Option<String> {
+        None
+    }
+
+    fn service_account_dir(&self) -> PathBuf {
+        PathBuf::from("/nonexistent/serviceaccount")
+    }
 }
 
 /// A node as `install/bootstrap.sh` leaves it, with the HGX fixture's devices.
