@@ -70,40 +70,60 @@ impl RotatingFile {
 }
 
 impl Open {
-    /// A log removed by hand (its link count 0) is made anew, at most a
-    /// second later, rather than written into the unlinked file for good.
-    fn reopen_if_removed(&mut self) {
-        use std::os::unix::fs::MetadataExt;
+    /// The log as found at its path again, at most a second later: one
+    /// removed by hand is made anew rather than written into, unlinked, for
+    /// good; one another process writing it moved aside (an old plugin
+    /// draining beside its successor) is followed to the new file rather
+    /// than written on at `<path>.1`, where that process's next rotation
+    /// would drop it. What others appended counts towards the bound.
+    fn follow_path(&mut self) {
         if self.looked.elapsed() < LOOK_EVERY {
             return;
         }
         self.looked = std::time::Instant::now();
-        if self.file.metadata().is_ok_and(|m| m.nlink() == 0) {
-            if let Ok(file) = append(&self.path) {
-                self.file = file;
-                self.len = 0;
-            }
+        match self.file.metadata() {
+            Ok(ours) if self.is_at_path(&ours) => self.len = self.len.max(ours.len()),
+            _ => self.reopen(),
+        }
+    }
+
+    /// Whether the file at the path is the one written.
+    fn is_at_path(&self, ours: &fs::Metadata) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(&self.path).is_ok_and(|m| m.dev() == ours.dev() && m.ino() == ours.ino())
+    }
+
+    /// Writes on at the path, counting what is there.
+    fn reopen(&mut self) {
+        if let Ok(file) = append(&self.path) {
+            self.len = file.metadata().map_or(0, |m| m.len());
+            self.file = file;
         }
     }
 
     /// Moves the log aside and starts anew. Whatever fails, the count starts
     /// again, so that a full disk is not asked at every line; a log moved
     /// aside but not made anew (no space, no inode) is written on where it
-    /// now is, until the next rotation.
+    /// now is, until the next rotation. Only the file written is moved: one
+    /// removed meanwhile is made anew, and one another process moved aside
+    /// already is followed to its new file.
     fn rotate(&mut self) {
         self.len = 0;
-        // A log removed meanwhile is made anew too.
-        let _ = fs::rename(&self.path, rotated(&self.path));
-        if let Ok(file) = append(&self.path) {
-            self.file = file;
+        if self
+            .file
+            .metadata()
+            .is_ok_and(|ours| self.is_at_path(&ours))
+        {
+            let _ = fs::rename(&self.path, rotated(&self.path));
         }
+        self.reopen();
     }
 }
 
 impl Write for &RotatingFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        open.reopen_if_removed();
+        open.follow_path();
         if open.len > 0 && open.len + buf.len() as u64 > open.max {
             open.rotate();
         }
@@ -189,6 +209,34 @@ mod tests {
         fs::remove_file(&path).unwrap();
         (&log).write_all(b"second line\n").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"second line\n");
+    }
+
+    /// Two processes writing one log (an old plugin draining beside its
+    /// successor): once one moved it aside, the other writes on in the new
+    /// file within a second, counting what is there, instead of on at
+    /// `<path>.1`; its own rotation then moves the new file aside.
+    #[test]
+    fn a_log_another_process_moved_aside_is_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(NRI_LOG_FILE);
+        let old = dir.path().join("nri.log.1");
+        let (a, b) = (
+            RotatingFile::open(&path, 20).unwrap(),
+            RotatingFile::open(&path, 20).unwrap(),
+        );
+        (&a).write_all(b"a1\n").unwrap();
+        (&b).write_all(b"b1\n").unwrap();
+        (&a).write_all(b"a2\n").unwrap();
+        (&a).write_all(b"a3, a long line\n").unwrap();
+        assert_eq!(fs::read(&old).unwrap(), b"a1\nb1\na2\n");
+        std::thread::sleep(LOOK_EVERY);
+        (&b).write_all(b"b2\n").unwrap();
+        assert_eq!(fs::read(&old).unwrap(), b"a1\nb1\na2\n", "not written on");
+        assert_eq!(fs::read(&path).unwrap(), b"a3, a long line\nb2\n");
+        // What a wrote there counts: b's next line passes the bound.
+        (&b).write_all(b"b3\n").unwrap();
+        assert_eq!(fs::read(&old).unwrap(), b"a3, a long line\nb2\n");
+        assert_eq!(fs::read(&path).unwrap(), b"b3\n");
     }
 
     #[test]
