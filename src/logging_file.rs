@@ -138,6 +138,21 @@ impl Write for &RotatingFile {
     }
 }
 
+/// Appends one line to the log at `path`, its directory made (0700) if need
+/// be: for what must be said before logging is set up. A failure is
+/// dropped: there is nowhere else to say it.
+pub fn append_line(path: &Path, line: &str) {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir);
+    }
+    if let Ok(mut file) = append(path) {
+        let _ = file.write_all(format!("{line}\n").as_bytes());
+    }
+}
+
 /// A log opened for appending, made (0600) if need be; the hook's log too.
 pub fn append(path: &Path) -> io::Result<File> {
     OpenOptions::new()

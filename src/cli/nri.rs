@@ -89,6 +89,38 @@ fn plugin_options(args: &NriArgs, preinstalled: bool) -> PluginOptions {
 }
 
 pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
+    // A launched plugin's stderr is the null device: its log goes to a file,
+    // and so does an error that stops it before that log is set up.
+    let log_file = (Preinstalled::launched() && crate::logging_file::stderr_is_null()).then(|| {
+        plugin_options(&args, true)
+            .state_dir
+            .join(crate::logging_file::NRI_LOG_FILE)
+    });
+    let mut logging = false;
+    let result = set_up_and_serve(args, log_file.as_deref(), &mut logging);
+    if let (Err(e), Some(path)) = (&result, &log_file) {
+        // Into the log file too: main says it on stderr, here the null device.
+        match logging {
+            true => tracing::error!(error = %nri::ErrorChain(e), "devgate nri stopped"),
+            false => crate::logging_file::append_line(
+                path,
+                &format!(
+                    "devgate nri did not start (unix time {}): {}",
+                    crate::ledger::now_unix(),
+                    nri::ErrorChain(e)
+                ),
+            ),
+        }
+    }
+    result
+}
+
+/// `run` up to its logging, which `logging` says is set up, then the rest.
+fn set_up_and_serve(
+    args: NriArgs,
+    log_file: Option<&std::path::Path>,
+    logging: &mut bool,
+) -> Result<(), NriCmdError> {
     // Before any thread starts, so that all of them inherit the mask.
     let signals = block_exit_signals()?;
     let preinstalled = Preinstalled::from_env()?;
@@ -103,17 +135,9 @@ pub fn run(args: NriArgs) -> Result<(), NriCmdError> {
         None => Config::load(&args.config).map_err(NriCmdError::Config)?,
     };
     let options = plugin_options(&args, preinstalled.is_some());
-    // A launched plugin's stderr is the null device: its log goes to a file.
-    let log_file = (preinstalled.is_some() && crate::logging_file::stderr_is_null())
-        .then(|| options.state_dir.join(crate::logging_file::NRI_LOG_FILE));
-    init_logging(config.log_format, log_file.as_deref())?;
-    let to_file = log_file.is_some();
-    let result = start_and_serve(args, config, options, preinstalled, signals);
-    // Into the log file too: main says it on stderr, here the null device.
-    if let (Err(e), true) = (&result, to_file) {
-        tracing::error!(error = %nri::ErrorChain(e), "devgate nri stopped");
-    }
-    result
+    init_logging(config.log_format, log_file)?;
+    *logging = true;
+    start_and_serve(args, config, options, preinstalled, signals)
 }
 
 /// `run` once logging is set up: the plugin made, its host watched, served.

@@ -29,6 +29,12 @@ pub struct Preinstalled {
 }
 
 impl Preinstalled {
+    /// Whether the runtime launched this process: the test
+    /// [`Preinstalled::from_env`] makes before it reads anything.
+    pub fn launched() -> bool {
+        env::var_os(ENV_PLUGIN_SOCKET).is_some()
+    }
+
     /// `None` unless `NRI_PLUGIN_SOCKET` is set, i.e. unless the runtime
     /// launched this process. Takes ownership of the descriptor; a second
     /// call fails.
