@@ -170,9 +170,19 @@ fn a_state_dir_removed_and_made_again_is_locked_and_written_anew() {
             set_mark(&mut txn.state, 8);
             txn.commit().unwrap();
         });
-        // The transaction is being begun: it must wait for the other lock.
+        // The transaction is being begun: it must wait for the other lock,
+        // as the kernel's list of blocked lock requests shows.
         started.recv().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        let ino = fs::metadata(state.join(LOCK_FILE)).unwrap().ino();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !lock_waited_for(ino) {
+            assert!(
+                rx.try_recv().is_err(),
+                "a transaction ran under another's lock"
+            );
+            assert!(std::time::Instant::now() < deadline, "no wait for the lock");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert!(
             rx.try_recv().is_err(),
             "a transaction ran under another's lock"
@@ -187,6 +197,20 @@ fn a_state_dir_removed_and_made_again_is_locked_and_written_anew() {
     });
     let text = fs::read_to_string(state.join(LEDGER_FILE)).unwrap();
     assert!(text.contains("\"claimed_unix\":8"), "{text}");
+}
+
+/// Whether /proc/locks lists a blocked request (`->`, fs/locks.c
+/// `lock_get_status`) for the file with inode `ino`, which it names as
+/// `major:minor:inode`.
+fn lock_waited_for(ino: u64) -> bool {
+    let locks = fs::read_to_string("/proc/locks").unwrap();
+    locks.lines().any(|l| {
+        l.contains("->")
+            && l.split_whitespace().any(|f| {
+                f.rsplit(':').next() == Some(ino.to_string().as_str())
+                    && f.matches(':').count() == 2
+            })
+    })
 }
 
 /// (device, inode) of every file this process holds open.
