@@ -483,7 +483,18 @@ fn unhealthy_gpu_is_refused_until_it_recovers() {
     assert!(err.message().contains(&uuid), "{}", err.message());
     assert!(err.message().contains("xid 79"), "{}", err.message());
     assert!(node.ledger().pods.is_empty());
+    // `devgate status`, with the node's config, shows the GPU as the plugin
+    // judged it.
+    let unhealthy = || {
+        let v: serde_json::Value =
+            serde_json::from_str(&node.status(&["-o", "json"])).expect("status json");
+        assert_eq!(v["gpu_health_dir"].as_str(), health.path().to_str(), "{v}");
+        v["gpu_health"]["gpus"][uuid.as_str()]["unhealthy"].clone()
+    };
+    let shown = unhealthy();
+    assert!(shown.to_string().contains("79"), "{shown}");
     store.clear(&uuid).expect("clear");
+    assert!(unhealthy().is_null(), "cleared");
     cri.create_container(&pod, &ContainerSpec::shell("main", "true"))
         .expect("recovered gpu is handed out");
 }
