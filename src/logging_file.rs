@@ -39,11 +39,13 @@ struct Open {
     file: File,
     len: u64,
     max: u64,
-    /// When the file was last looked at for having been removed.
+    /// When the path was last looked at for the file having been removed or
+    /// moved aside.
     looked: std::time::Instant,
 }
 
-/// How often a write looks whether the log was removed (one `fstat`).
+/// How often a write looks whether the log was removed or moved aside (an
+/// `fstat` of the file and a `stat` of its path).
 const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl RotatingFile {
@@ -102,19 +104,19 @@ impl Open {
     }
 
     /// Moves the log aside and starts anew. Whatever fails, the count starts
-    /// again, so that a full disk is not asked at every line; a log moved
-    /// aside but not made anew (no space, no inode) is written on where it
-    /// now is, until the next rotation. Only the file written is moved: one
+    /// again, so that a full disk or a refused rename is not asked at every
+    /// line; a log moved aside but not made anew (no space, no inode) is
+    /// written on where it now is, and one that cannot be moved on where it
+    /// is, until the next rotation. Only the file written is moved: one
     /// removed meanwhile is made anew, and one another process moved aside
-    /// already is followed to its new file.
+    /// already is followed to its new file. (Two writers passing the bound
+    /// at once may both move theirs: the second then moves the first's new
+    /// file over its old one, a log's worth lost in a window of microseconds.)
     fn rotate(&mut self) {
+        let ours = self.file.metadata().is_ok_and(|m| self.is_at_path(&m));
         self.len = 0;
-        if self
-            .file
-            .metadata()
-            .is_ok_and(|ours| self.is_at_path(&ours))
-        {
-            let _ = fs::rename(&self.path, rotated(&self.path));
+        if ours && fs::rename(&self.path, rotated(&self.path)).is_err() {
+            return;
         }
         self.reopen();
     }
@@ -252,6 +254,23 @@ mod tests {
         (&b).write_all(b"b3\n").unwrap();
         assert_eq!(fs::read(&old).unwrap(), b"a3, a long line\nb2\n");
         assert_eq!(fs::read(&path).unwrap(), b"b3\n");
+    }
+
+    /// A log that cannot be moved aside (here `<path>.1` is a directory) is
+    /// written on where it is, and asked to move again only once it has
+    /// taken in another bound's worth, not at every line.
+    #[test]
+    fn a_log_that_cannot_be_moved_aside_is_not_asked_at_every_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(NRI_LOG_FILE);
+        fs::create_dir_all(dir.path().join("nri.log.1/x")).unwrap();
+        let log = RotatingFile::open(&path, 16).unwrap();
+        for line in [&b"first line\n"[..], b"second\n", b"third\n"] {
+            (&log).write_all(line).unwrap();
+        }
+        assert_eq!(fs::read(&path).unwrap(), b"first line\nsecond\nthird\n");
+        let len = log.open.lock().unwrap().len;
+        assert_eq!(len, 13, "counted from the failed move, not from the file");
     }
 
     #[test]
