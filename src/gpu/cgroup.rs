@@ -117,19 +117,32 @@ impl PodCgroups {
         self
     }
 
-    /// Drops a removed container's own cgroup (`path`, a cgroupfs path),
-    /// unless `pod`, the pod's own paths, takes it in: runc deletes a
-    /// container's cgroup with it, and a CRI client that places containers
-    /// beside the sandbox instead of beneath a pod cgroup (no
-    /// `cgroup_parent`: `/k8s.io/<id>`) would otherwise leave one pattern
-    /// for every container the pod ever ran. A systemd slice is the pod's
-    /// and stays.
-    pub fn forget_container(&mut self, path: &str, pod: &PodCgroups) {
+    /// Drops a removed container's own cgroup (`path`, a cgroupfs path whose
+    /// last part names the container `id`), unless `pod`, the pod's own
+    /// paths, takes it in: runc deletes a container's cgroup with it, and a
+    /// CRI client that places containers beside the sandbox instead of
+    /// beneath a pod cgroup (no `cgroup_parent`: `/k8s.io/<id>`) would
+    /// otherwise leave one pattern for every container the pod ever ran. A
+    /// path naming no container of its own (shared, or an ancestor) and a
+    /// systemd slice, the pod's, stay. A process that outlived its
+    /// container in that cgroup is then no longer the pod's: its GPU is
+    /// quarantined at the release rather than the process ended.
+    pub fn forget_container(&mut self, path: &str, id: &str, pod: &PodCgroups) {
         let Some(own @ Pattern::Prefix(_)) = pattern(path) else {
             return;
         };
-        if !pod.patterns.iter().any(|p| p.takes_in(&own)) {
-            self.patterns.retain(|p| *p != own);
+        let id = id.trim();
+        let names_it = |p: &str| p.rsplit('/').next().is_some_and(|last| last.contains(id));
+        if id.len() < MIN_CONTAINER_ID || id.contains('/') || !names_it(path.trim()) {
+            return;
+        }
+        if pod.patterns.iter().any(|p| p.takes_in(&own)) {
+            return;
+        }
+        self.patterns.retain(|p| *p != own);
+        // A pod path the container's took in (an odd layout) is the pod's again.
+        for p in &pod.patterns {
+            add(&mut self.patterns, p.clone());
         }
     }
 
@@ -243,190 +256,5 @@ fn matches(pattern: &Pattern, path: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const UID: &str = "6b2c1f0e-1a2b-4c3d-8e9f-001122334455";
-
-    #[test]
-    fn nri_paths_match_by_prefix_and_slice() {
-        let table = [
-            (
-                "/kubepods/burstable/podX",
-                "4:pids:/kubepods/burstable/podX/abc\n",
-                true,
-            ),
-            (
-                "/kubepods/burstable/podX",
-                "0::/kubepods/burstable/podX\n",
-                true,
-            ),
-            (
-                "/kubepods/burstable/podX",
-                "0::/kubepods/burstable/podXY/abc\n",
-                false,
-            ),
-            (
-                "/kubepods/burstable/podX/",
-                "0::/kubepods/burstable/podX/c\n",
-                true,
-            ),
-            (
-                "kubepods-pod1.slice:cri-containerd:abc",
-                "0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope\n",
-                true,
-            ),
-            (
-                "kubepods-pod1.slice",
-                "0::/kubepods.slice/kubepods-pod12.slice\n",
-                false,
-            ),
-            ("/", "0::/anything\n", false),
-            // Levels that hold many pods are never taken for one.
-            (
-                "kubepods-besteffort.slice",
-                "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod2.slice/c.scope\n",
-                false,
-            ),
-            (
-                "/kubepods/burstable",
-                "4:pids:/kubepods/burstable/podY/abc\n",
-                false,
-            ),
-            ("system.slice:cri-containerd:abc", "0::/system.slice/x.service\n", false),
-            ("", "0::/\n", false),
-        ];
-        for (nri, proc_cgroup, want) in table {
-            let pod = PodCgroups::from_paths(&[nri]);
-            assert_eq!(pod.contains(proc_cgroup), want, "{nri} vs {proc_cgroup}");
-        }
-    }
-
-    #[test]
-    fn merging_keeps_each_pattern_once_and_ignoring_takes_any_level() {
-        let paths = [
-            "/kubepods/burstable/podX",
-            "kubepods-pod1.slice:cri-containerd:a",
-        ];
-        let once = PodCgroups::from_paths(&paths);
-        let twice = once.clone().merged(PodCgroups::from_paths(&paths));
-        assert_eq!(twice, once);
-        let ignored = PodCgroups::ignoring(&["system.slice"]);
-        assert!(ignored.contains("0::/system.slice/nvidia-persistenced.service\n"));
-    }
-
-    #[test]
-    fn a_pod_keeps_its_own_cgroups_not_one_per_container() {
-        let parent = "/kubepods/burstable/podX";
-        let mut pod = PodCgroups::from_paths(&[parent]);
-        for n in 0..1000 {
-            let ctr = format!("{parent}/{n:064x}");
-            pod = pod.merged(PodCgroups::from_paths(&[parent, ctr.as_str()]));
-        }
-        assert_eq!(pod, PodCgroups::from_paths(&[parent]));
-        assert!(pod.contains("0::/kubepods/burstable/podX/0000ab\n"));
-
-        // A wider path given later takes the narrower ones' place; what
-        // matches stays the same.
-        let narrow = PodCgroups::from_paths(&[
-            "/kubepods/besteffort/podY/c1",
-            "/kubepods/besteffort/podY/c2",
-        ]);
-        let wide = narrow
-            .clone()
-            .merged(PodCgroups::from_paths(&["/kubepods/besteffort/podY"]));
-        assert_eq!(wide, PodCgroups::from_paths(&["/kubepods/besteffort/podY"]));
-        assert!(narrow.contains("0::/kubepods/besteffort/podY/c1/x\n"));
-        assert!(wide.contains("0::/kubepods/besteffort/podY/c1/x\n"));
-
-        // A slice takes in a cgroupfs-style path through it; a sibling with a
-        // common text prefix is not taken in.
-        let slice = PodCgroups::from_paths(&["kubepods-pod1.slice:cri-containerd:a"]);
-        let through = slice.clone().merged(PodCgroups::from_paths(&[
-            "/kubepods.slice/kubepods-pod1.slice/x.scope",
-        ]));
-        assert_eq!(through, slice);
-        let siblings =
-            PodCgroups::from_paths(&["/kubepods/burstable/podX", "/kubepods/burstable/podXY"]);
-        assert!(siblings.contains("0::/kubepods/burstable/podXY\n"));
-        assert!(siblings.contains("0::/kubepods/burstable/podX\n"));
-    }
-
-    /// Containers beside the sandbox (no pod cgroup): each removed one's
-    /// path goes, the pod's own stay, and so does a systemd slice.
-    #[test]
-    fn a_removed_containers_own_cgroup_is_forgotten() {
-        let sandbox = "/k8s.io/5a4d";
-        let own = PodCgroups::from_paths(&[sandbox]);
-        let mut pod = own.clone();
-        for n in 0..100 {
-            let ctr = format!("/k8s.io/{n:064x}");
-            pod = pod.merged(PodCgroups::from_paths(&[ctr.as_str()]));
-            assert!(pod.contains(&format!("0::{ctr}\n")));
-            pod.forget_container(&ctr, &own);
-            assert!(!pod.contains(&format!("0::{ctr}\n")));
-        }
-        assert_eq!(pod, own);
-        // The sandbox's own path is the pod's, whatever container names it.
-        pod.forget_container(sandbox, &own);
-        assert_eq!(pod, own);
-        // A container beneath the pod's cgroup was never added; forgetting
-        // it keeps the pod's.
-        let parent = PodCgroups::from_paths(&["/kubepods/besteffort/podA"]);
-        let mut nested = parent.clone();
-        nested.forget_container("/kubepods/besteffort/podA/c1", &parent);
-        assert_eq!(nested, parent);
-        // systemd: the container's path names the pod's slice.
-        let slice = "kubepods-besteffort-podA.slice:cri-containerd:c1";
-        let systemd = PodCgroups::from_paths(&["kubepods-besteffort-podA.slice"]);
-        let mut kept = systemd.clone();
-        kept.forget_container(slice, &PodCgroups::none());
-        assert_eq!(kept, systemd);
-    }
-
-    #[test]
-    fn uid_matches_both_cgroup_drivers() {
-        let pod = PodCgroups::from_uid(UID);
-        let cgroupfs = format!("9:memory:/kubepods/besteffort/pod{UID}/ctr\n0::/\n");
-        let systemd = format!(
-            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/x.scope\n",
-            UID.replace('-', "_")
-        );
-        assert!(pod.contains(&cgroupfs));
-        assert!(pod.contains(&systemd));
-        assert!(!pod.contains("0::/system.slice/containerd.service\n"));
-        assert!(PodCgroups::from_uid("").is_empty());
-        assert!(PodCgroups::from_uid("../x").is_empty());
-    }
-
-    #[test]
-    fn narrowed_to_containers_matches_their_cgroups_only() {
-        let id = "c0ffee00c0ffee00c0ffee00";
-        let other = "beef0000beef0000beef0000";
-        let pod = PodCgroups::from_uid(UID).only_containers(&[id, "short", "../x"]);
-        let slice = format!(
-            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
-            UID.replace('-', "_")
-        );
-        let table = [
-            (format!("0::/kubepods/besteffort/pod{UID}/{id}\n"), true),
-            (
-                format!("0::/kubepods/besteffort/pod{UID}/{id}/nested\n"),
-                true,
-            ),
-            (format!("{slice}/cri-containerd-{id}.scope\n"), true),
-            (format!("{slice}/crio-{id}.scope\n"), true),
-            (format!("0::/kubepods/besteffort/pod{UID}/{other}\n"), false),
-            (format!("{slice}/cri-containerd-{other}.scope\n"), false),
-            // Ids shorter than a runtime's name nothing.
-            (format!("0::/kubepods/besteffort/pod{UID}/short\n"), false),
-            // The container's id outside the pod's cgroup.
-            (format!("0::/system.slice/{id}\n"), false),
-        ];
-        for (text, want) in table {
-            assert_eq!(pod.contains(&text), want, "{text}");
-        }
-        let nothing = PodCgroups::from_uid(UID).only_containers::<&str>(&[]);
-        assert!(!nothing.contains(&format!("0::/kubepods/besteffort/pod{UID}/{id}\n")));
-    }
-}
+#[path = "cgroup_tests.rs"]
+mod tests;

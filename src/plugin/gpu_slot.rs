@@ -205,7 +205,7 @@ impl super::DevgatePlugin {
         if !path.is_empty() {
             self.gpu
                 .get()
-                .forget_container_cgroup(&pod.id, &pod_paths(pod), path);
+                .forget_container_cgroup(&pod.id, &pod_paths(pod), &ctr.id, path);
         }
     }
 }

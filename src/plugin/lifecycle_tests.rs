@@ -83,7 +83,7 @@ fn only_a_pod_the_ledger_holds_is_released_on_a_worker() {
     };
     plugin.gpu().set_pod_cgroups("plain", &["/kubepods/plain"]);
     plugin.stop_pod_sandbox(&sandbox("plain")).unwrap();
-    assert!(!plugin.gpu().knows_pod_cgroups("plain"));
+    assert!(plugin.gpu().pod_cgroups("plain").is_none());
     plugin.remove_pod_sandbox(&sandbox("plain")).unwrap();
     assert_eq!(plugin.release_workers.threads(), 0);
 
