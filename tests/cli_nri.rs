@@ -50,14 +50,22 @@ fn a_launched_plugin_that_cannot_start_says_why_in_its_log() {
             .arg(dir.path())
             .env_remove("DEVGATE_LOG")
             .envs(env.iter().copied())
+            .stdout(std::process::Stdio::null())
             .stderr(stderr)
-            .status()
+            .output()
             .expect("run devgate nri")
     };
     let bad_socket = [("NRI_PLUGIN_SOCKET", "x")];
-    assert!(!run(&bad_socket, std::process::Stdio::piped()).success());
+    let out = run(&bad_socket, std::process::Stdio::piped());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("NRI_PLUGIN_SOCKET"),
+        "{said}"
+    );
     assert!(!log.exists(), "stderr was there to say it");
-    assert!(!run(&bad_socket, std::process::Stdio::null()).success());
+    assert!(!run(&bad_socket, std::process::Stdio::null())
+        .status
+        .success());
     let text = std::fs::read_to_string(&log).expect("the plugin's log");
     assert!(
         text.starts_with("devgate nri did not start (unix time ")
@@ -82,7 +90,7 @@ fn a_launched_plugin_that_cannot_start_says_why_in_its_log() {
         ("NRI_PLUGIN_IDX", "10"),
         ("DEVGATE_LOG", "no such=level"),
     ];
-    assert!(!run(&launched, std::process::Stdio::null()).success());
+    assert!(!run(&launched, std::process::Stdio::null()).status.success());
     let text = std::fs::read_to_string(&log).unwrap();
     let last = text.lines().last().unwrap_or_default();
     assert!(

@@ -492,7 +492,11 @@ fn unhealthy_gpu_is_refused_until_it_recovers() {
         v["gpu_health"]["gpus"][uuid.as_str()]["unhealthy"].clone()
     };
     let shown = unhealthy();
-    assert!(shown.to_string().contains("79"), "{shown}");
+    assert_eq!(
+        shown["faults"],
+        serde_json::json!([{"kind": "xid", "code": 79}]),
+        "{shown}"
+    );
     store.clear(&uuid).expect("clear");
     assert!(unhealthy().is_null(), "cleared");
     cri.create_container(&pod, &ContainerSpec::shell("main", "true"))

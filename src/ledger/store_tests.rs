@@ -173,9 +173,9 @@ fn a_state_dir_removed_and_made_again_is_locked_and_written_anew() {
         // The transaction is being begun: it must wait for the other lock,
         // as the kernel's list of blocked lock requests shows.
         started.recv().unwrap();
-        let ino = fs::metadata(state.join(LOCK_FILE)).unwrap().ino();
+        let lock = fs::metadata(state.join(LOCK_FILE)).unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !lock_waited_for(ino) {
+        while !lock_waited_for(&lock) {
             assert!(
                 rx.try_recv().is_err(),
                 "a transaction ran under another's lock"
@@ -200,16 +200,24 @@ fn a_state_dir_removed_and_made_again_is_locked_and_written_anew() {
 }
 
 /// Whether /proc/locks lists a blocked request (`->`, fs/locks.c
-/// `lock_get_status`) for the file with inode `ino`, which it names as
-/// `major:minor:inode`.
-fn lock_waited_for(ino: u64) -> bool {
-    let locks = fs::read_to_string("/proc/locks").unwrap();
+/// `lock_get_status`) of this process for the file `meta` describes, which
+/// it names as `major:minor:inode` (hex device numbers).
+fn lock_waited_for(meta: &fs::Metadata) -> bool {
+    let dev = meta.dev();
+    let file = format!(
+        "{:02x}:{:02x}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev),
+        meta.ino()
+    );
+    let pid = std::process::id().to_string();
+    let locks = fs::read_to_string("/proc/locks").expect("/proc/locks");
     locks.lines().any(|l| {
-        l.contains("->")
-            && l.split_whitespace().any(|f| {
-                f.rsplit(':').next() == Some(ino.to_string().as_str())
-                    && f.matches(':').count() == 2
-            })
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        // "N: -> FLOCK ADVISORY WRITE <pid> <maj:min:ino> 0 EOF"
+        fields.get(1) == Some(&"->")
+            && fields.get(5) == Some(&pid.as_str())
+            && fields.get(6) == Some(&file.as_str())
     })
 }
 
