@@ -56,9 +56,12 @@ impl PluginView {
         self.root.join(path.strip_prefix("/").unwrap_or(path))
     }
 
-    /// `config` with the files it names as the plugin finds them: doctor
-    /// read the plugin's config, whose paths are in the plugin's mount
-    /// namespace. A path not set stays unset.
+    /// `config` with the files it names as the plugin opens them, in its
+    /// mount namespace, wherever doctor read the config from: they are the
+    /// plugin's to read. A path not set stays unset; a relative token or CA
+    /// file is taken from the plugin's root (the kubeconfig's must be
+    /// absolute). Paths inside such a kubeconfig (a client certificate's
+    /// file) are still read as doctor sees them.
     fn config(&self, config: &Config) -> Config {
         let mut config = config.clone();
         let api = &mut config.kube_api;
