@@ -23,6 +23,7 @@ pub mod netns;
 pub mod nl;
 pub mod rdma;
 mod restore;
+mod restore_find;
 pub mod rtnl;
 pub mod saved;
 pub mod settings;
