@@ -7,6 +7,7 @@
 //! re-claiming the same devices changes nothing.
 
 mod compose;
+mod containers;
 mod error;
 mod guarded;
 mod journal;
@@ -277,97 +278,6 @@ impl Ledger {
                 .map(|p| p.pod.sandbox_id.clone())
                 .collect()
         })
-    }
-
-    /// The container that moved (or is to move) the pod's VFs into its netns,
-    /// if any; read without the lock.
-    pub fn network_owner(&self, sandbox_id: &str) -> Result<Option<String>, LedgerError> {
-        self.store
-            .peek(|s| s.pods.get(sandbox_id).and_then(|p| p.network_owner.clone()))
-    }
-
-    /// The pod whose network `container_id` owns has it back on the host
-    /// (poststop restored its VFs): no container owns it until the next one
-    /// created moves the VFs in again. The container's record is kept, no
-    /// longer vouching for a network.
-    pub fn give_up_network(&self, container_id: &str) -> Result<(), LedgerError> {
-        let owns = |s: &LedgerState| {
-            s.pods
-                .values()
-                .any(|p| p.network_owner.as_deref() == Some(container_id))
-        };
-        if !self.store.peek(owns)? {
-            return Ok(());
-        }
-        let mut txn = self.store.begin()?;
-        let Some(pod) = txn
-            .state
-            .pods
-            .values_mut()
-            .find(|p| p.network_owner.as_deref() == Some(container_id))
-        else {
-            return Ok(());
-        };
-        pod.network_owner = None;
-        if let Some(rec) = pod.containers.get_mut(container_id) {
-            rec.forget_resolved();
-        }
-        let sandbox_id = pod.pod.sandbox_id.clone();
-        txn.commit_pod(&sandbox_id, &[container_id])
-    }
-
-    /// Records what was applied to a container of a pod that holds claims.
-    pub fn record_container(
-        &self,
-        sandbox_id: &str,
-        container_id: &str,
-        record: ContainerRecord,
-    ) -> Result<(), LedgerError> {
-        let mut txn = self.store.begin()?;
-        let Some(pod) = txn.state.pods.get_mut(sandbox_id) else {
-            return Ok(());
-        };
-        pod.containers.insert(container_id.to_string(), record);
-        txn.commit_pod(sandbox_id, &[container_id])
-    }
-
-    /// Forgets a container record; the pod keeps its claims. The pod's
-    /// network owner stays its owner while `vfs_away` says a VF it moved is
-    /// still away from the host (its restore failed, or the hook was killed):
-    /// the next container of the pod then finds them in the pod as the
-    /// owner's, instead of being refused for a network no one holds until the
-    /// pod goes (kubelet removes a dead container while its pod lives on).
-    pub fn remove_container(
-        &self,
-        sandbox_id: &str,
-        container_id: &str,
-        vfs_away: &dyn Fn(&PodRecord) -> bool,
-    ) -> Result<(), LedgerError> {
-        // Most containers are not devgate's: answer those without the lock.
-        let known = |s: &LedgerState| {
-            s.pods.get(sandbox_id).is_some_and(|p| {
-                p.containers.contains_key(container_id)
-                    || p.network_owner.as_deref() == Some(container_id)
-            })
-        };
-        // A container this process recorded is answered under the lock
-        // straight away: checking the files first would only cost their stats.
-        if self.store.peek_cached(known) != Some(true) && !self.store.peek(known)? {
-            return Ok(());
-        }
-        let mut txn = self.store.begin()?;
-        let Some(pod) = txn.state.pods.get_mut(sandbox_id) else {
-            return Ok(());
-        };
-        let removed = pod.containers.remove(container_id).is_some();
-        let was_owner = pod.network_owner.as_deref() == Some(container_id) && !vfs_away(pod);
-        if was_owner {
-            pod.network_owner = None;
-        }
-        if !removed && !was_owner {
-            return Ok(());
-        }
-        txn.commit_pod(sandbox_id, &[container_id])
     }
 
     /// Marks a device as not to be handed out until cleared.
