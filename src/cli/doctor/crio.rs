@@ -111,9 +111,9 @@ fn enable_nri(path: &Path) -> Result<Option<bool>, String> {
 /// The cgroup check on a CRI-O node: the version; CRI-O's runtime and cgroup
 /// manager are its own config's, not read here.
 pub fn cgroup(roots: &Roots) -> Check {
-    match super::node::cgroup_version(roots) {
+    match super::cgroup::cgroup_version(roots) {
         Ok(version) => Check::pass(
-            super::node::CGROUP_CHECK,
+            super::cgroup::CGROUP_CHECK,
             format!("cgroup {version}; CRI-O's runtime and cgroup manager are not checked here"),
         ),
         Err(check) => check,

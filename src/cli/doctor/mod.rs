@@ -4,6 +4,7 @@
 //! Every check reads below [`Roots`] and asks [`Host`] for what a directory tree
 //! cannot hold, so the checks run on fake trees in tests.
 mod cdi;
+mod cgroup;
 mod checks;
 mod containerd;
 mod crio;
@@ -157,7 +158,7 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
         node::vfs(roots, &config),
         match crio {
             true => crio::cgroup(roots),
-            false => node::cgroup(roots, &containerd_config, &inventory),
+            false => cgroup::cgroup(roots, &containerd_config, &inventory),
         },
         cdi::cdi(host, &containerd_config, &config),
         cdi::specs(roots, host, &config, &inventory),
