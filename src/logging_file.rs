@@ -12,6 +12,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
+use nix::fcntl::{Flock, FlockArg};
+
 /// The plugin's log in its state directory, beside `hook.log`.
 pub const NRI_LOG_FILE: &str = "nri.log";
 
@@ -51,12 +53,7 @@ const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 impl RotatingFile {
     /// `path` opened for appending, its directory made (0700) if need be.
     pub fn open(path: &Path, max: u64) -> io::Result<RotatingFile> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)?;
-        }
+        make_dir_of(path)?;
         let file = append(path)?;
         let len = file.metadata()?.len();
         Ok(RotatingFile {
@@ -107,18 +104,14 @@ impl Open {
     /// again, so that a full disk or a refused rename is not asked at every
     /// line; a log moved aside but not made anew (no space, no inode) is
     /// written on where it now is, and one that cannot be moved on where it
-    /// is, until the next rotation. Only the file written is moved: one
-    /// removed meanwhile is made anew, and one another process moved aside
-    /// already is followed to its new file. (Two writers passing the bound
-    /// at once may both move theirs: the second then moves the first's new
-    /// file over its old one, a log's worth lost in a window of microseconds.)
+    /// is, until the next rotation. Only the file written is moved
+    /// ([`rotate_if_current`]): one removed meanwhile is made anew, and one
+    /// another process moved aside already is followed to its new file.
     fn rotate(&mut self) {
-        let ours = self.file.metadata().is_ok_and(|m| self.is_at_path(&m));
         self.len = 0;
-        if ours && fs::rename(&self.path, rotated(&self.path)).is_err() {
-            return;
+        if rotate_if_current(&self.file, &self.path).is_ok() {
+            self.reopen();
         }
-        self.reopen();
     }
 }
 
@@ -144,15 +137,43 @@ impl Write for &RotatingFile {
 /// be: for what must be said before logging is set up. A failure is
 /// dropped: there is nowhere else to say it.
 pub fn append_line(path: &Path, line: &str) {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        let _ = fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir);
-    }
+    let _ = make_dir_of(path);
     if let Ok(mut file) = append(path) {
         let _ = file.write_all(format!("{line}\n").as_bytes());
     }
+}
+
+/// Makes the directory of the log at `path` (0700) if need be; the hook's
+/// log too.
+pub fn make_dir_of(path: &Path) -> io::Result<()> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir),
+        None => Ok(()),
+    }
+}
+
+/// Moves the log `file` to `<path>.1` if it is still the file at `path`;
+/// whether it did. Writers that find the same log full at the same moment
+/// (hooks of other containers, an old plugin beside its successor) each take
+/// the file's lock in turn, and only the one that still finds it at `path`
+/// renames it, so none renames another's fresh log over the rotated one.
+pub fn rotate_if_current(file: &File, path: &Path) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let locked = Flock::lock(file.try_clone()?, FlockArg::LockExclusive)
+        .map_err(|(_, e)| io::Error::from(e))?;
+    let ours = locked.metadata()?;
+    let current = match fs::metadata(path) {
+        Ok(m) => m.dev() == ours.dev() && m.ino() == ours.ino(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+    };
+    if current {
+        fs::rename(path, rotated(path))?;
+    }
+    Ok(current)
 }
 
 /// A log opened for appending, made (0600) if need be; the hook's log too.

@@ -4,16 +4,14 @@
 //! one past that is moved to `<name>.1` (replacing the previous one) and
 //! started anew.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
-
-use crate::logging_file::{append, rotated};
 use std::sync::Mutex;
 
-use nix::fcntl::{Flock, FlockArg};
 use tracing::level_filters::LevelFilter;
+
+use crate::logging_file::{append, make_dir_of, rotate_if_current};
 
 /// Past this the log is rotated: about 20 000 hook runs at the info level.
 pub const MAX_LOG_BYTES: u64 = 8 << 20;
@@ -21,12 +19,7 @@ pub const MAX_LOG_BYTES: u64 = 8 << 20;
 /// Sends tracing events to `path`, appending. A log that cannot be opened
 /// means no log: the hook's job matters more than its diary.
 pub fn init_log(path: &Path, level: LevelFilter) -> io::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
-    }
+    make_dir_of(path)?;
     let file = open_rotated(path, MAX_LOG_BYTES)?;
     tracing_subscriber::fmt()
         .with_writer(Mutex::new(file))
@@ -44,33 +37,15 @@ fn open_rotated(path: &Path, max: u64) -> io::Result<File> {
     if file.metadata()?.len() <= max {
         return Ok(file);
     }
-    rotate(file, path)?;
+    rotate_if_current(&file, path)?;
     append(path)
-}
-
-/// Moves the full log `file` to `<path>.1`, unless another hook did first.
-/// Hooks of other containers may find the same file full at the same moment:
-/// each takes the file's lock in turn, and only the one that still finds it
-/// at `path` renames it, so no hook renames another's fresh log over the
-/// rotated one.
-fn rotate(file: File, path: &Path) -> io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let locked = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
-    let ours = locked.metadata()?;
-    let current = match fs::metadata(path) {
-        Ok(m) => m.dev() == ours.dev() && m.ino() == ours.ino(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-        Err(e) => return Err(e),
-    };
-    if current {
-        fs::rename(path, rotated(path))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::logging_file::rotated;
+    use std::fs;
     use std::io::Write;
 
     /// A hook that found the log full after another rotated it leaves the
@@ -83,13 +58,13 @@ mod tests {
         let late = append(&path).unwrap();
         let mut first = open_rotated(&path, 10).unwrap();
         first.write_all(b"fresh").unwrap();
-        rotate(late, &path).unwrap();
+        assert!(!rotate_if_current(&late, &path).unwrap());
         assert_eq!(fs::read(&path).unwrap(), b"fresh");
         assert_eq!(fs::read(rotated(&path)).unwrap(), b"0123456789full");
         // Gone meanwhile: nothing to rotate.
         let gone = append(&path).unwrap();
         fs::remove_file(&path).unwrap();
-        rotate(gone, &path).unwrap();
+        assert!(!rotate_if_current(&gone, &path).unwrap());
         assert_eq!(fs::read(rotated(&path)).unwrap(), b"0123456789full");
     }
 
