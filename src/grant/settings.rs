@@ -215,15 +215,8 @@ pub fn resolve_on_host(cfg: &crate::config::Config, host_root: &Path, kubelet_co
         &|k| std::env::var(k).ok(),
         Path::new(SERVICE_ACCOUNT_DIR),
         kubelet_conf,
-        &host_name(host_root),
+        &crate::inventory::host_name(host_root).unwrap_or_default(),
     )
-}
-
-/// The kernel's host name under `host_root`; empty where unreadable.
-pub fn host_name(host_root: &Path) -> String {
-    std::fs::read_to_string(host_root.join("proc/sys/kernel/hostname"))
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default()
 }
 
 /// The mode, from the config, environment lookups, the service account directory,

@@ -24,15 +24,12 @@ struct PluginView {
 }
 
 impl PluginView {
-    /// `None` where its environment cannot be read (not root, or gone: the
-    /// kernel gives an exiting process's as empty).
+    /// `None` where its environment cannot be read (not root, gone: the
+    /// kernel gives an exiting process's as empty, or past the bound).
     fn read(proc_dir: &Path, pid: u32) -> Option<PluginView> {
-        use std::io::Read;
         let dir = proc_dir.join(pid.to_string());
-        let mut environ = Vec::new();
-        std::fs::File::open(dir.join("environ"))
-            .and_then(|f| f.take(MAX_ENVIRON_BYTES).read_to_end(&mut environ))
-            .ok()?;
+        let environ =
+            crate::fsutil::read_file_bounded(&dir.join("environ"), MAX_ENVIRON_BYTES).ok()?;
         if environ.is_empty() {
             return None;
         }
@@ -76,7 +73,7 @@ impl PluginView {
 
 /// `plugin`: the pid of the running plugin the checks are about, if any.
 pub fn grant_check(roots: &Roots, host: &dyn Host, config: &Config, plugin: Option<u32>) -> Check {
-    let hostname = grant::settings::host_name(&roots.host_root);
+    let hostname = crate::inventory::host_name(&roots.host_root).unwrap_or_default();
     let view = plugin.map(|pid| (pid, PluginView::read(&roots.proc_dir, pid)));
     let (mode, whose) = match &view {
         Some((_, Some(p))) => (
