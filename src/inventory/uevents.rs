@@ -151,8 +151,7 @@ impl HostChanges {
         let mut pending = false;
         let mut failures = 0;
         loop {
-            let got = next(pending.then_some(SETTLE));
-            match got {
+            let got = match next(pending.then_some(SETTLE)) {
                 Err(e) if e.raw_os_error() != Some(libc::ENOBUFS) => {
                     failures += 1;
                     // Once, not at every try: a socket that fails keeps failing.
@@ -169,16 +168,15 @@ impl HostChanges {
                         };
                     }
                     std::thread::sleep(pause);
-                    if !self.step(Err(e), &mut pending, settled) {
-                        return FollowEnd::Gone;
-                    }
+                    Err(e)
                 }
                 got => {
                     failures = 0;
-                    if !self.step(got, &mut pending, settled) {
-                        return FollowEnd::Gone;
-                    }
+                    got
                 }
+            };
+            if !self.step(got, &mut pending, settled) {
+                return FollowEnd::Gone;
             }
         }
     }
