@@ -184,9 +184,9 @@ impl super::DevgatePlugin {
         ctr: &nri::api::Container,
         config: &GpuConfig,
     ) {
+        // An absent path (empty) names no cgroup: `PodCgroups::from_paths` drops it.
         let [parent, sandbox] = pod_paths(pod);
         let paths = [parent, sandbox, container_path(ctr)];
-        let paths: Vec<&str> = paths.into_iter().filter(|p| !p.is_empty()).collect();
         self.gpu.get().set_pod_cgroups(&pod.id, &paths);
         let inventory = self.devices.inventory();
         self.gpu.follow_inventory(&inventory);
