@@ -48,8 +48,7 @@ fn the_last_dropin_that_sets_nri_decides() {
         ("crio.conf.d/20-off", "[crio.nri]\nenable_nri = false\n"),
         ("crio.conf.d/10-on.conf", "[crio.nri]\nenable_nri = true\n"),
     ]);
-    let checks = run_checks(&node.roots, &node.host);
-    let nri = check(&checks, "nri enabled");
+    let nri = run_check(&node, "nri enabled");
     assert_eq!(nri.status, Status::Warn, "{nri:?}");
     assert!(
         nri.detail.ends_with("20-off: the plugin cannot connect"),
@@ -64,12 +63,10 @@ fn the_last_dropin_that_sets_nri_decides() {
     let elsewhere = node.roots.etc_root.join("managed-nri.conf");
     write(&elsewhere, "[crio.nri]\nenable_nri = false\n");
     std::os::unix::fs::symlink(&elsewhere, dir.join("40-link.conf")).unwrap();
-    let checks = run_checks(&node.roots, &node.host);
-    let nri = check(&checks, "nri enabled");
+    let nri = run_check(&node, "nri enabled");
     assert!(nri.detail.contains("40-link.conf"), "{nri:?}");
     std::fs::remove_file(dir.join("40-link.conf")).unwrap();
-    let checks = run_checks(&node.roots, &node.host);
-    let nri = check(&checks, "nri enabled");
+    let nri = run_check(&node, "nri enabled");
     assert_eq!(nri.status, Status::Pass, "{nri:?}");
     assert!(nri.detail.ends_with("30-sub/on.conf"), "{nri:?}");
 }
@@ -80,8 +77,7 @@ fn nri_off_or_unset_is_a_warning_and_a_broken_config_fails() {
         "crio.conf.d/10-nri.conf",
         "[crio.nri]\nenable_nri = false\n",
     )]);
-    let checks = run_checks(&off.roots, &off.host);
-    let nri = check(&checks, "nri enabled");
+    let nri = run_check(&off, "nri enabled");
     assert_eq!(nri.status, Status::Warn, "{nri:?}");
     assert!(
         nri.fix
@@ -92,14 +88,12 @@ fn nri_off_or_unset_is_a_warning_and_a_broken_config_fails() {
     );
 
     let unset = crio_node(&[("crio.conf", "[crio.runtime]\n")]);
-    let checks = run_checks(&unset.roots, &unset.host);
-    let nri = check(&checks, "nri enabled");
+    let nri = run_check(&unset, "nri enabled");
     assert_eq!(nri.status, Status::Warn, "{nri:?}");
     assert!(nri.detail.contains("not set"), "{nri:?}");
 
     let broken = crio_node(&[("crio.conf", "[crio.nri\n")]);
-    let checks = run_checks(&broken.roots, &broken.host);
-    let nri = check(&checks, "nri enabled");
+    let nri = run_check(&broken, "nri enabled");
     assert_eq!(nri.status, Status::Fail, "{nri:?}");
     assert!(nri.detail.contains("line 1, column"), "{nri:?}");
 }

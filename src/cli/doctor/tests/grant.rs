@@ -1,7 +1,7 @@
 //! The grant check resolves the API server as the running plugin has it:
 //! its environment and its files, read through procfs, not doctor's own.
-use super::{check, healthy, write, Node};
-use crate::cli::doctor::{run_checks, Status};
+use super::{healthy, run_check, write, Node};
+use crate::cli::doctor::Status;
 
 /// The healthy node's config without `[kube_api]`: the API server is found.
 fn found_not_configured(n: &Node) {
@@ -25,8 +25,7 @@ fn a_plugin_in_a_pod_resolves_from_its_own_environment() {
     let sa = pid.join("root/var/run/secrets/kubernetes.io/serviceaccount");
     write(&sa.join("token"), "t");
     write(&sa.join("ca.crt"), "c");
-    let checks = run_checks(&node.roots, &node.host);
-    let got = check(&checks, "grant check");
+    let got = run_check(&node, "grant check");
     assert_eq!(got.status, Status::Pass, "{got:?}");
     assert_eq!(
         got.detail,
@@ -41,8 +40,7 @@ fn without_the_plugins_environment_doctor_says_whose_it_used() {
     let node = healthy();
     found_not_configured(&node);
     std::fs::remove_file(node.roots.proc_dir.join("4242/environ")).unwrap();
-    let checks = run_checks(&node.roots, &node.host);
-    let got = check(&checks, "grant check");
+    let got = run_check(&node, "grant check");
     assert_eq!(got.status, Status::Warn, "{got:?}");
     assert!(
         got.detail.ends_with("(resolved with doctor's environment: that of the running plugin, pid 4242, is unreadable)"),
@@ -51,8 +49,7 @@ fn without_the_plugins_environment_doctor_says_whose_it_used() {
     );
 
     std::fs::remove_file(node.roots.proc_dir.join("4242/cmdline")).unwrap();
-    let checks = run_checks(&node.roots, &node.host);
-    let got = check(&checks, "grant check");
+    let got = run_check(&node, "grant check");
     assert_eq!(
         got.detail,
         "off: allocations are applied as the annotation says, unchecked against the pod's requests"
@@ -69,8 +66,7 @@ fn kubelets_kubeconfig_is_the_one_the_plugin_sees() {
         &node.roots.etc_root.join("kubernetes/kubelet.conf"),
         "not: [a kubeconfig",
     );
-    let checks = run_checks(&node.roots, &node.host);
-    let got = check(&checks, "grant check");
+    let got = run_check(&node, "grant check");
     assert_eq!(got.status, Status::Warn, "{got:?}");
 
     write(
@@ -80,8 +76,7 @@ fn kubelets_kubeconfig_is_the_one_the_plugin_sees() {
             .join("4242/root/etc/kubernetes/kubelet.conf"),
         "not: [a kubeconfig",
     );
-    let checks = run_checks(&node.roots, &node.host);
-    let got = check(&checks, "grant check");
+    let got = run_check(&node, "grant check");
     assert_eq!(got.status, Status::Fail, "{got:?}");
     assert!(
         got.detail.ends_with(
@@ -112,8 +107,7 @@ fn a_configured_kubeconfig_is_read_in_the_plugins_root() {
          users: [{name: u, user: {token: t0k}}]\n\
          contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
     );
-    let checks = run_checks(&node.roots, &node.host);
-    let got = check(&checks, "grant check");
+    let got = run_check(&node, "grant check");
     assert_eq!(got.status, Status::Pass, "{got:?}");
     assert_eq!(
         got.detail,
@@ -126,8 +120,7 @@ fn a_configured_kubeconfig_is_read_in_the_plugins_root() {
 fn an_empty_environment_is_not_the_plugins() {
     let node = healthy();
     write(&node.roots.proc_dir.join("4242/environ"), "");
-    let checks = run_checks(&node.roots, &node.host);
-    let got = check(&checks, "grant check");
+    let got = run_check(&node, "grant check");
     assert!(
         got.detail.contains("(resolved with doctor's environment"),
         "{}",

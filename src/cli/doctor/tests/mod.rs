@@ -261,6 +261,11 @@ fn cdi_specs_as_generated_pass() {
     );
 }
 
+/// Every check run on `node`, and the one named `name` of them.
+fn run_check(node: &Node, name: &str) -> Check {
+    check(&run_checks(&node.roots, &node.host), name).clone()
+}
+
 fn check<'a>(checks: &'a [Check], name: &str) -> &'a Check {
     checks
         .iter()
