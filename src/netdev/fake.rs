@@ -81,6 +81,9 @@ pub struct Model {
     /// Char devices an RDMA device takes when it next moves (the kernel's
     /// lowest free minors).
     pub renumber_on_move: BTreeMap<String, Vec<super::CharNum>>,
+    /// The driver fills neither spoof checking nor trust in what it reports
+    /// (`ndo_get_vf_config`), though it applies both.
+    pub unreported_flags: bool,
 }
 
 /// What tests compare: the kernel objects, without the call log.
@@ -352,7 +355,11 @@ impl Rtnl for FakeRtnl {
     fn vf_state(&mut self, pf_index: u32, vf: u32) -> Result<Option<VfState>, NlError> {
         let m = self.model.borrow();
         m.pos(self.ns, pf_index)?;
-        Ok(m.vfs.get(&(pf_index, vf)).cloned())
+        let mut state = m.vfs.get(&(pf_index, vf)).cloned();
+        if let Some(s) = state.as_mut().filter(|_| m.unreported_flags) {
+            (s.spoofchk, s.trust) = (None, None);
+        }
+        Ok(state)
     }
 
     fn set_vf(&mut self, pf_index: u32, vf: u32, field: &VfField) -> Result<(), NlError> {
@@ -371,8 +378,8 @@ impl Rtnl for FakeRtnl {
             VfField::Mac(x) => s.mac = x.clone(),
             VfField::Vlan(x) => s.vlan = *x,
             VfField::Rate(x) => s.rate = *x,
-            VfField::SpoofChk(x) => s.spoofchk = *x,
-            VfField::Trust(x) => s.trust = *x,
+            VfField::SpoofChk(x) => s.spoofchk = Some(*x),
+            VfField::Trust(x) => s.trust = Some(*x),
             VfField::LinkState(x) => s.link_state = *x,
         }
         Ok(())

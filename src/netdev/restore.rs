@@ -244,8 +244,8 @@ fn same(now: &super::settings::VfState, field: &super::VfField) -> bool {
         F::Mac(m) => now.mac == *m,
         F::Vlan(v) => now.vlan == *v,
         F::Rate(r) => now.rate == *r,
-        F::SpoofChk(s) => now.spoofchk == *s,
-        F::Trust(t) => now.trust == *t,
+        F::SpoofChk(s) => now.spoofchk == Some(*s),
+        F::Trust(t) => now.trust == Some(*t),
         F::LinkState(l) => now.link_state == *l,
     }
 }

@@ -284,9 +284,16 @@ impl<T: Transport> RtnlConn<T> {
         op: &'static str,
         req: &[u8],
     ) -> Result<Option<(Link, LinkMessage)>, NlError> {
+        self.get_raw(op, req)?
+            .map(|payload| parse_link(op, &payload))
+            .transpose()
+    }
+
+    /// The link's RTM_NEWLINK payload as the kernel sent it.
+    fn get_raw(&mut self, op: &'static str, req: &[u8]) -> Result<Option<Vec<u8>>, NlError> {
         match self.conn.request(op, RTM_GETLINK, Kind::Do, req) {
-            Ok(replies) => match replies.first() {
-                Some(p) => parse_link(op, p).map(Some),
+            Ok(replies) => match replies.into_iter().next() {
+                Some(payload) => Ok(Some(payload)),
                 None => Err(NlError::Malformed {
                     op,
                     reason: "no link in the reply".to_string(),
@@ -364,15 +371,17 @@ impl<T: Transport> Rtnl for RtnlConn<T> {
             LinkRef::Index(pf_index),
             vec![LinkExtentMask::Vf, LinkExtentMask::SkipStats],
         );
-        let Some((link, msg)) = self.get("get pf vf info", &req)? else {
+        let op = "get pf vf info";
+        let Some(payload) = self.get_raw(op, &req)? else {
             return Err(NlError::Kernel {
-                op: "get pf vf info",
+                op,
                 errno: libc::ENODEV,
                 message: None,
             });
         };
+        let (link, msg) = parse_link(op, &payload)?;
         let addr_len = link.mac.as_ref().map_or(6, |m| m.as_bytes().len());
-        Ok(vf_state_from(&msg, addr_len, vf))
+        Ok(vf_state_from(&msg, &payload, addr_len, vf))
     }
 
     fn set_vf(&mut self, pf_index: u32, vf: u32, field: &VfField) -> Result<(), NlError> {

@@ -365,6 +365,15 @@ impl VfConfig {
     }
 }
 
+/// What a setting the pod changed goes back to where the PF never reported its
+/// value before: the restrictive one, so that the next tenant does not inherit
+/// what this one was granted. A trusted VF may change its MAC and enter
+/// promiscuous mode (`ndo_set_vf_trust`), and one without spoof checking may send
+/// frames with any source address.
+pub const RESTRICTIVE_SPOOFCHK: bool = true;
+/// See [`RESTRICTIVE_SPOOFCHK`].
+pub const RESTRICTIVE_TRUST: bool = false;
+
 /// A VF's admin state as the PF reports it (one `IFLA_VF_INFO` of `IFLA_VFINFO_LIST`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VfState {
@@ -372,8 +381,13 @@ pub struct VfState {
     pub mac: HwAddr,
     pub vlan: VlanConfig,
     pub rate: RateConfig,
-    pub spoofchk: bool,
-    pub trust: bool,
+    /// `None`: the driver does not report it (`rtnl_fill_vfinfo` presets the
+    /// setting to -1 before `ndo_get_vf_config`, and a driver may leave it).
+    #[serde(default)]
+    pub spoofchk: Option<bool>,
+    /// `None`: not reported, as for `spoofchk`.
+    #[serde(default)]
+    pub trust: Option<bool>,
     pub link_state: LinkState,
 }
 
@@ -385,8 +399,12 @@ impl VfState {
             mac: Some(self.mac.clone()),
             vlan: changed.vlan.map(|_| self.vlan),
             rate: changed.rate.map(|_| self.rate),
-            spoofchk: changed.spoofchk.map(|_| self.spoofchk),
-            trust: changed.trust.map(|_| self.trust),
+            spoofchk: changed
+                .spoofchk
+                .map(|_| self.spoofchk.unwrap_or(RESTRICTIVE_SPOOFCHK)),
+            trust: changed
+                .trust
+                .map(|_| self.trust.unwrap_or(RESTRICTIVE_TRUST)),
             link_state: changed.link_state.map(|_| self.link_state),
         }
     }

@@ -57,7 +57,12 @@ pub fn set_vf_request(pf_index: u32, vf: u32, field: &VfField) -> Vec<u8> {
 
 /// Picks VF `vf` out of a PF's `IFLA_VFINFO_LIST`. The MAC is cut to the PF's
 /// address length (`ifla_vf_mac.mac` is always 32 bytes).
-pub fn vf_state_from(msg: &LinkMessage, pf_addr_len: usize, vf: u32) -> Option<VfState> {
+pub fn vf_state_from(
+    msg: &LinkMessage,
+    payload: &[u8],
+    pf_addr_len: usize,
+    vf: u32,
+) -> Option<VfState> {
     let list = msg.attributes.iter().find_map(|a| match a {
         LinkAttribute::VfInfoList(l) => Some(l),
         _ => None,
@@ -75,8 +80,8 @@ pub fn vf_state_from(msg: &LinkMessage, pf_addr_len: usize, vf: u32) -> Option<V
             proto: VlanProto::Dot1Q,
         },
         rate: RateConfig { min: 0, max: 0 },
-        spoofchk: false,
-        trust: false,
+        spoofchk: reported_setting(payload, vf, IFLA_VF_SPOOFCHK),
+        trust: reported_setting(payload, vf, IFLA_VF_TRUST),
         link_state: LinkState::Auto,
     };
     let addr_len = pf_addr_len.clamp(1, super::settings::HWADDR_MAX);
@@ -105,8 +110,6 @@ pub fn vf_state_from(msg: &LinkMessage, pf_addr_len: usize, vf: u32) -> Option<V
                     max: r.max_tx_rate,
                 }
             }
-            VfInfo::SpoofCheck(s) => state.spoofchk = s.enabled,
-            VfInfo::Trust(t) => state.trust = t.enabled,
             VfInfo::LinkState(l) => {
                 state.link_state = match l.state {
                     VfLinkState::Enable => LinkState::Enable,
@@ -118,4 +121,36 @@ pub fn vf_state_from(msg: &LinkMessage, pf_addr_len: usize, vf: u32) -> Option<V
         }
     }
     Some(state)
+}
+
+// include/uapi/linux/if_link.h
+const IFLA_VFINFO_LIST: u16 = 22;
+const IFLA_VF_INFO: u16 = 1;
+const IFLA_VF_MAC: u16 = 1;
+const IFLA_VF_SPOOFCHK: u16 = 4;
+const IFLA_VF_TRUST: u16 = 9;
+/// `struct ifinfomsg`, ahead of a link's attributes.
+const IFINFOMSG_LEN: usize = 16;
+
+/// Spoof checking or trust (`struct ifla_vf_spoofchk` / `ifla_vf_trust`:
+/// `vf`, `setting`) of VF `vf`, read from the raw reply: `rtnl_fill_vfinfo`
+/// presets both settings to -1 before asking the driver, so a driver that does
+/// not fill one reports `u32::MAX`, which the parsed message reads as off.
+/// That, or an absent attribute, is `None`.
+fn reported_setting(payload: &[u8], vf: u32, kind: u16) -> Option<bool> {
+    use super::nl::attrs;
+    let list = attrs(payload.get(IFINFOMSG_LEN..)?).find(|(k, _)| *k == IFLA_VFINFO_LIST)?;
+    let entry = attrs(list.1)
+        .filter(|(k, _)| *k == IFLA_VF_INFO)
+        .map(|(_, e)| e)
+        .find(|e| attrs(e).any(|(k, v)| k == IFLA_VF_MAC && first_u32(v) == Some(vf)))?;
+    let (_, value) = attrs(entry).find(|(k, _)| *k == kind)?;
+    match value.get(4..8)?.try_into().map(u32::from_ne_bytes).ok()? {
+        u32::MAX => None,
+        setting => Some(setting != 0),
+    }
+}
+
+fn first_u32(value: &[u8]) -> Option<u32> {
+    value.get(..4)?.try_into().map(u32::from_ne_bytes).ok()
 }

@@ -31,7 +31,7 @@ fn attach_applies_everything_and_detach_puts_it_back() {
         assert_eq!((s.vlan.vlan, s.vlan.qos), (100, 2));
         assert_eq!(
             (s.spoofchk, s.trust, s.link_state),
-            (false, true, LinkState::Enable)
+            (Some(false), Some(true), LinkState::Enable)
         );
         assert_eq!(s.rate, RateConfig { min: 0, max: 1000 });
         assert_eq!(m.rdma["mlx5_3"].1, POD);
@@ -40,6 +40,28 @@ fn attach_applies_everything_and_detach_puts_it_back() {
     assert_eq!(rig.records(), 1);
     assert_eq!(rig.detach("ctr1").unwrap(), 1);
     assert_eq!(rig.m().world(), before);
+    assert_eq!(rig.records(), 0);
+}
+
+#[test]
+fn settings_the_driver_does_not_report_are_restored_to_the_restrictive_value() {
+    let mut m = model();
+    m.unreported_flags = true;
+    // Off and off before the pod: what devgate cannot read back.
+    m.vfs.get_mut(&(PF, 3)).unwrap().spoofchk = Some(false);
+    let mut rig = Rig::new(m);
+    rig.attach(&[action()]).unwrap();
+    let s = rig.m().vfs[&(PF, 3)].clone();
+    assert_eq!((s.spoofchk, s.trust), (Some(false), Some(true)));
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    let s = rig.m().vfs[&(PF, 3)].clone();
+    // The pod's trust is taken back, and spoof checking is left on rather
+    // than assumed off.
+    assert_eq!((s.spoofchk, s.trust), (Some(true), Some(false)));
+    assert_eq!(
+        s.vlan.vlan, 0,
+        "what the PF did report is restored as saved"
+    );
     assert_eq!(rig.records(), 0);
 }
 
@@ -197,7 +219,7 @@ fn a_taken_host_name_keeps_the_record_until_freed() {
         .iter()
         .any(|l| l.ns == POD && l.link.name == "net1" && l.link.up));
     assert_eq!(rig.m().vfs[&(PF, 3)].vlan.vlan, 100);
-    assert!(!rig.m().vfs[&(PF, 3)].spoofchk);
+    assert_eq!(rig.m().vfs[&(PF, 3)].spoofchk, Some(false));
     assert_eq!(rig.m().rdma["mlx5_3"].1, POD);
     rig.m().links.retain(|l| l.link.index != squatter);
     assert_eq!(rig.detach("ctr1").unwrap(), 1);

@@ -257,8 +257,8 @@ fn vf_state_is_parsed_from_the_vfinfo_list() {
             proto: VlanProto::Dot1Ad,
         },
         rate: RateConfig { min: 10, max: 1000 },
-        spoofchk: true,
-        trust: true,
+        spoofchk: Some(true),
+        trust: Some(true),
         link_state: LinkState::Disable,
     };
     assert_eq!(got, want);
@@ -268,6 +268,46 @@ fn vf_state_is_parsed_from_the_vfinfo_list() {
     };
     let mut c = RtnlConn::new(Script::new(vec![reply]));
     assert_eq!(c.vf_state(7, 5).unwrap(), None, "no such vf");
+}
+
+/// `pf_reply` with VF 3's IFLA_VF_SPOOFCHK and IFLA_VF_TRUST settings (the
+/// second u32 of each) replaced, or their attributes dropped for `None`.
+fn pf_reply_with(spoofchk: Option<u32>, trust: Option<u32>) -> Vec<u8> {
+    let mut body = pf_reply();
+    for (kind, setting) in [(4u16, spoofchk), (9u16, trust)] {
+        let mut head = 12u16.to_ne_bytes().to_vec(); // nla_len: 4 + vf + setting
+        head.extend(kind.to_ne_bytes());
+        head.extend(u32s(&[3]));
+        let at = body
+            .windows(head.len())
+            .position(|w| w == head.as_slice())
+            .unwrap();
+        match setting {
+            Some(v) => body[at + 8..at + 12].copy_from_slice(&v.to_ne_bytes()),
+            // Type 0 is no IFLA_VF_* the parser reads: the attribute is gone.
+            None => body[at + 2..at + 4].copy_from_slice(&0u16.to_ne_bytes()),
+        }
+    }
+    body
+}
+
+#[test]
+fn spoofchk_and_trust_the_driver_leaves_unfilled_read_as_not_reported() {
+    let read = |spoofchk, trust| {
+        let reply = Reply::Ack {
+            msg_type: 16,
+            payloads: vec![pf_reply_with(spoofchk, trust)],
+        };
+        let mut c = RtnlConn::new(Script::new(vec![reply]));
+        let s = c.vf_state(7, 3).unwrap().unwrap();
+        (s.spoofchk, s.trust)
+    };
+    // rtnl_fill_vfinfo presets both to -1 before ndo_get_vf_config.
+    assert_eq!(read(Some(u32::MAX), Some(u32::MAX)), (None, None));
+    assert_eq!(read(Some(0), Some(1)), (Some(false), Some(true)));
+    assert_eq!(read(Some(1), Some(0)), (Some(true), Some(false)));
+    // Kernels before IFLA_VF_TRUST (4.4) send no such attribute.
+    assert_eq!(read(Some(1), None), (Some(true), None));
 }
 
 #[test]

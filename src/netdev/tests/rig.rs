@@ -28,8 +28,8 @@ pub fn vf_state() -> VfState {
             proto: VlanProto::Dot1Q,
         },
         rate: RateConfig { min: 0, max: 0 },
-        spoofchk: true,
-        trust: false,
+        spoofchk: Some(true),
+        trust: Some(false),
         link_state: LinkState::Auto,
     }
 }

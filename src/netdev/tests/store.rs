@@ -136,3 +136,24 @@ fn settings_validate_like_sriov_cni() {
     assert!(serde_json::from_str::<VfSettings>(r#"{"vlna": 1}"#).is_err());
     assert!(serde_json::from_str::<VfSettings>(r#"{"link_state": "up"}"#).is_err());
 }
+
+#[test]
+fn saved_vf_states_read_flags_as_reported_or_not() {
+    use crate::netdev::settings::VfState;
+    let state = |flags: &str| {
+        let text = format!(
+            r#"{{"vf": 3, "mac": "02:00:00:00:00:11",
+                "vlan": {{"vlan": 0, "qos": 0, "proto": "802.1Q"}},
+                "rate": {{"min": 0, "max": 0}}, "link_state": "auto"{flags}}}"#
+        );
+        let s: VfState = serde_json::from_str(&text).unwrap();
+        (s.spoofchk, s.trust)
+    };
+    // Records written before "not reported" was kept hold plain booleans.
+    assert_eq!(
+        state(r#", "spoofchk": true, "trust": false"#),
+        (Some(true), Some(false))
+    );
+    assert_eq!(state(r#", "spoofchk": null, "trust": null"#), (None, None));
+    assert_eq!(state(""), (None, None));
+}
