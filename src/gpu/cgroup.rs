@@ -158,6 +158,24 @@ impl PodCgroups {
             .any(|path| self.patterns.iter().any(|p| matches(p, path)) && self.in_containers(path))
     }
 
+    /// Whether node daemons' entries ([`PodCgroups::ignoring`]) take in the
+    /// process. Within kubelet's pods only an entry that itself lies there
+    /// does (a static daemon pod's path, for hooks-only nodes, where
+    /// `gpu.ignored_pods` cannot apply): a prefix above them (`/k8s` under
+    /// kubelet's `--cgroup-root=/k8s`), or a unit name a pod's cgroup happens
+    /// to carry, must not hide a pod's holder of a released GPU.
+    pub fn ignores(&self, proc_cgroup: &str) -> bool {
+        proc_cgroup
+            .lines()
+            .filter_map(|line| line.splitn(3, ':').nth(2))
+            .any(|path| {
+                let in_pods = in_kubelet_pods(path);
+                self.patterns
+                    .iter()
+                    .any(|p| (!in_pods || p.in_kubelet_pods()) && matches(p, path))
+            })
+    }
+
     fn in_containers(&self, path: &str) -> bool {
         let Some(ids) = &self.containers else {
             return true;
@@ -182,6 +200,13 @@ const SHARED_LEVELS: &[&str] = &[
 ];
 
 impl Pattern {
+    fn in_kubelet_pods(&self) -> bool {
+        match self {
+            Pattern::Prefix(path) => in_kubelet_pods(path),
+            Pattern::Component(name) => in_kubelet_pods(name),
+        }
+    }
+
     fn is_shared_level(&self) -> bool {
         let last = match self {
             Pattern::Prefix(path) => path.rsplit('/').next().unwrap_or_default(),
@@ -203,6 +228,18 @@ pub fn ignored_cgroup_problem(entry: &str) -> Option<&'static str> {
         Some(p) if p.is_shared_level() => Some("a level every pod or service is under"),
         Some(_) => None,
     }
+}
+
+/// Whether a cgroup path, or a unit name, lies within kubelet's pods: a
+/// `kubepods` level under the cgroupfs driver (`<cgroup-root>/kubepods/...`)
+/// or the systemd one (`kubepods.slice`, `kubepods-<qos>-pod<uid>.slice`).
+/// kubelet names that level so whatever `--cgroup-root` puts above it.
+fn in_kubelet_pods(path: &str) -> bool {
+    path.split('/').any(|c| {
+        c == "kubepods"
+            || c == "kubepods.slice"
+            || (c.starts_with("kubepods-") && c.ends_with(".slice"))
+    })
 }
 
 fn pattern(path: &str) -> Option<Pattern> {

@@ -75,6 +75,36 @@ fn merging_keeps_each_pattern_once_and_ignoring_takes_any_level() {
 }
 
 #[test]
+fn daemon_entries_take_in_a_kubelet_pod_only_when_they_lie_within_them() {
+    let ignored = PodCgroups::ignoring(&[
+        "/k8s",
+        "nvidia-dcgm.service",
+        "/kubepods/burstable/podstatic",
+        "kubepods-burstable-podstatic2.slice",
+    ]);
+    for (proc_cgroup, want) in [
+        ("0::/k8s/system.slice/exporter.service\n", true),
+        ("0::/system.slice/nvidia-dcgm.service\n", true),
+        // kubelet's pods under `--cgroup-root=/k8s`, either driver.
+        ("0::/k8s/kubepods/besteffort/podX/c1\n", false),
+        ("0::/k8s/kubepods.slice/kubepods-podX.slice/cri-containerd-a.scope\n", false),
+        // A pod's cgroup carrying a daemon's unit name.
+        ("0::/kubepods/podX/c1/nvidia-dcgm.service\n", false),
+        ("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podX.slice/nvidia-dcgm.service\n", false),
+        // Entries naming a pod's own cgroup (a static daemon pod).
+        ("0::/kubepods/burstable/podstatic/c1\n", true),
+        ("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podstatic2.slice/crio-a.scope\n", true),
+        // Every hierarchy of cgroup v1 is looked at.
+        ("4:devices:/k8s/kubepods/podX/c1\n1:name=systemd:/k8s/kubepods/podX/c1\n", false),
+        ("4:devices:/k8s/other/a\n", true),
+    ] {
+        assert_eq!(ignored.ignores(proc_cgroup), want, "{proc_cgroup}");
+        // What a pod's patterns match is unchanged.
+        assert!(ignored.contains(proc_cgroup) || !want, "{proc_cgroup}");
+    }
+}
+
+#[test]
 fn a_pod_keeps_its_own_cgroups_not_one_per_container() {
     let parent = "/kubepods/burstable/podX";
     let mut pod = PodCgroups::from_paths(&[parent]);

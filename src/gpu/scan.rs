@@ -268,7 +268,7 @@ fn membership(host: &dyn Host, pid: u32, pod: &PodCgroups, not_users: &NotUsers)
         // GPU while its NVML is loaded, as this one does: no user. Still a
         // holder for a full reset, which needs every GPU idle.
         Ok(_) if devgate => Membership::Ignored,
-        Ok(text) if not_users.cgroups.contains(&text) => Membership::Ignored,
+        Ok(text) if not_users.cgroups.ignores(&text) => Membership::Ignored,
         Ok(text) if not_users.daemon_pods.contains(&text) => Membership::DaemonPod,
         Ok(_) => Membership::Outside,
         Err(e) if gone(&e) => Membership::Gone,

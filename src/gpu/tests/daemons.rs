@@ -138,3 +138,37 @@ fn a_daemon_holding_only_gpu0_is_no_user(
     assert!(out.failed.is_empty(), "{:?}", out.failed);
     assert!(ledger.snapshot().unwrap().devices.is_empty());
 }
+
+/// `gpu.ignored_cgroups` never applies within kubelet's pods: a prefix above
+/// them (kubelet's `--cgroup-root`) or a unit name a pod's cgroup happens to
+/// carry hides no other pod's holder of a released GPU.
+#[test]
+fn ignored_cgroups_never_hide_another_pods_holder() {
+    use super::teardown::{claim, dev, node};
+    let n = node(|c| c.ignored_cgroups = vec!["/k8s".to_string()]);
+    n.ledger
+        .claim(&pod("a"), &[claim("GPU-0", Share::Exclusive)])
+        .unwrap();
+    n.host
+        .add(100, &[dev(0)], "/k8s/kubepods/besteffort/poduid-a/c1");
+    n.host
+        .add(200, &[dev(0)], "/k8s/system.slice/dcgm-exporter.service");
+    n.host
+        .add(300, &[dev(0)], "/k8s/kubepods/besteffort/poduid-b/c1");
+    n.host.add(
+        400,
+        &[dev(0)],
+        "/k8s/kubepods/besteffort/poduid-c/c1/nvidia-persistenced.service",
+    );
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    let reason = &out.failed[0].reason;
+    assert!(
+        reason.contains("gpu GPU-0 is still open in pids [300, 400]"),
+        "{reason}"
+    );
+    assert!(
+        !n.host.alive(100),
+        "the released pod's own process is ended"
+    );
+    assert!(n.host.alive(200) && n.host.alive(300) && n.host.alive(400));
+}
