@@ -266,6 +266,7 @@ impl Config {
             message: toml_error(text, &e),
         })?;
         config.vf.validate()?;
+        validate::mode_written_in_octal(text)?;
         config.validate_plan_values()?;
         crate::grant::validate(&config)?;
         config.sriov.validate()?;

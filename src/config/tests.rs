@@ -94,6 +94,13 @@ fn nvml_library_is_sonames_or_absolute_paths_tried_in_order() {
 fn values_the_plan_refuses_fail_the_config() {
     for (text, key) in [
         ("device_file_mode = 666", "device_file_mode"),
+        // Within the bound, but decimal: 0o670, not what chmod 440 means.
+        (
+            "device_file_mode = 440",
+            "device_file_mode: must be written in octal, such as 0o660: 440 is 0o670",
+        ),
+        ("device_file_mode = 0x1b6", "device_file_mode"),
+        ("device_file_mode = 438", "device_file_mode"),
         ("hook_timeout_secs = 0", "hook_timeout_secs"),
         ("hook_timeout_secs = -5", "hook_timeout_secs"),
         ("hook_timeout_secs = 100000", "hook_timeout_secs"),
@@ -185,6 +192,8 @@ fn values_the_plan_refuses_fail_the_config() {
     )
     .unwrap();
     Config::parse("device_file_mode = 0o660\nhook_timeout_secs = 30", "t").unwrap();
+    Config::parse("device_file_mode = 0", "t").unwrap();
+    Config::parse("# device_file_mode = 440\n[gpu]\nnvml = false", "t").unwrap();
     Config::parse("[gpu]\nreset_command = []", "t").unwrap();
     Config::parse("[gpu]\nignored_pods = [\"monitoring/dcgm-exporter\"]", "t").unwrap();
     Config::parse(

@@ -135,3 +135,31 @@ impl Config {
         Ok(())
     }
 }
+
+/// `device_file_mode` must be written in octal (`0o660`): TOML keeps no radix
+/// once a number is read, and a mode written as in chmod(1), `440`, would
+/// read as decimal 440, that is 0o670, a group-writable device node, yet pass
+/// the bound. So the text the value was read from is looked at.
+pub(super) fn mode_written_in_octal(text: &str) -> Result<(), ConfigError> {
+    #[derive(serde::Deserialize)]
+    struct Written {
+        device_file_mode: Option<toml::Spanned<u32>>,
+    }
+    // The whole config was read already: a text this cannot read sets no mode.
+    let Ok(Written {
+        device_file_mode: Some(mode),
+    }) = toml::from_str::<Written>(text)
+    else {
+        return Ok(());
+    };
+    let written = text.get(mode.span()).unwrap_or_default();
+    let value = *mode.get_ref();
+    // 0 to 7 read the same in either radix.
+    if written.starts_with("0o") || value < 8 {
+        return Ok(());
+    }
+    Err(ConfigError::Invalid {
+        key: "device_file_mode".to_string(),
+        reason: format!("must be written in octal, such as 0o660: {written} is 0o{value:o}"),
+    })
+}
