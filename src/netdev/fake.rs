@@ -14,8 +14,9 @@ use super::nl::NlError;
 use super::rdma::{NetnsMode, RdmaNl};
 use super::rtnl::{Link, LinkChange, LinkRef, Rtnl};
 use super::saved::SavedNetns;
-use super::settings::{HwAddr, VfState};
+use super::settings::HwAddr;
 use super::vfinfo::VfField;
+use super::vfinfo::VfState;
 use super::{Cause, NetEnv};
 
 pub const HOST: u64 = 1;

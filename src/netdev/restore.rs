@@ -238,7 +238,7 @@ fn restore_pf(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), VfE
 }
 
 /// Whether the PF already reports `field`'s value.
-fn same(now: &super::settings::VfState, field: &super::VfField) -> bool {
+fn same(now: &super::vfinfo::VfState, field: &super::VfField) -> bool {
     use super::VfField as F;
     match field {
         F::Mac(m) => now.mac == *m,

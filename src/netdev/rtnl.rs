@@ -12,8 +12,8 @@ use super::ethtool;
 use super::linkwatch::Changed;
 use super::netns::Netns;
 use super::nl::{Conn, Kind, NlError, NlSocket, Transport};
-use super::settings::{HwAddr, VfState};
-use super::vfinfo::{set_vf_request, vf_state_from, VfField};
+use super::settings::HwAddr;
+use super::vfinfo::{set_vf_request, vf_state_from, VfField, VfState};
 
 // include/uapi/linux/rtnetlink.h
 pub const RTM_NEWLINK: u16 = 16;

@@ -13,7 +13,8 @@ use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 
 use super::netns::NetnsId;
-use super::settings::{HwAddr, VfAttach, VfState};
+use super::settings::{HwAddr, VfAttach};
+use super::vfinfo::VfState;
 use crate::fsutil::{self, BoundedError};
 use crate::inventory::PciAddr;
 

@@ -1,5 +1,5 @@
-//! What to do with one VF: the attach request, its settings, and the PF-side VF
-//! state the kernel reports. Field meanings follow sriov-cni's NetConf
+//! What to do with one VF: the attach request and its settings (the PF-side VF
+//! state the kernel reports is in `vfinfo`). Field meanings follow sriov-cni's NetConf
 //! (`docs/configuration-reference.md`) and include/uapi/linux/if_link.h.
 
 use std::fmt;
@@ -362,50 +362,5 @@ pub struct VfConfig {
 impl VfConfig {
     pub fn is_empty(&self) -> bool {
         *self == VfConfig::default()
-    }
-}
-
-/// What a setting the pod changed goes back to where the PF never reported its
-/// value before: the restrictive one, so that the next tenant does not inherit
-/// what this one was granted. A trusted VF may change its MAC and enter
-/// promiscuous mode (`ndo_set_vf_trust`), and one without spoof checking may send
-/// frames with any source address.
-pub const RESTRICTIVE_SPOOFCHK: bool = true;
-/// See [`RESTRICTIVE_SPOOFCHK`].
-pub const RESTRICTIVE_TRUST: bool = false;
-
-/// A VF's admin state as the PF reports it (one `IFLA_VF_INFO` of `IFLA_VFINFO_LIST`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VfState {
-    pub vf: u32,
-    pub mac: HwAddr,
-    pub vlan: VlanConfig,
-    pub rate: RateConfig,
-    /// `None`: the driver does not report it (`rtnl_fill_vfinfo` presets the
-    /// setting to -1 before `ndo_get_vf_config`, and a driver may leave it).
-    #[serde(default)]
-    pub spoofchk: Option<bool>,
-    /// `None`: not reported, as for `spoofchk`.
-    #[serde(default)]
-    pub trust: Option<bool>,
-    pub link_state: LinkState,
-}
-
-impl VfState {
-    /// What restores this state for the fields `changed` touched. The admin MAC is
-    /// restored whenever it was saved (sriov-cni PR #397: apps can change it).
-    pub fn restore_config(&self, changed: &VfConfig) -> VfConfig {
-        VfConfig {
-            mac: Some(self.mac.clone()),
-            vlan: changed.vlan.map(|_| self.vlan),
-            rate: changed.rate.map(|_| self.rate),
-            spoofchk: changed
-                .spoofchk
-                .map(|_| self.spoofchk.unwrap_or(RESTRICTIVE_SPOOFCHK)),
-            trust: changed
-                .trust
-                .map(|_| self.trust.unwrap_or(RESTRICTIVE_TRUST)),
-            link_state: changed.link_state.map(|_| self.link_state),
-        }
     }
 }

@@ -8,8 +8,8 @@ use std::os::fd::AsRawFd;
 use crate::netdev::nl::script::{Reply, Script};
 use crate::netdev::rdma::{NetnsMode, RdmaConn, RdmaNl};
 use crate::netdev::rtnl::{LinkChange, LinkRef, Rtnl, RtnlConn};
-use crate::netdev::settings::{HwAddr, LinkState, RateConfig, VfState, VlanConfig, VlanProto};
-use crate::netdev::vfinfo::VfField;
+use crate::netdev::settings::{HwAddr, LinkState, RateConfig, VlanConfig, VlanProto};
+use crate::netdev::vfinfo::{VfField, VfState};
 use crate::netdev::Netns;
 
 const REQUEST_ACK: u16 = 0x1 | 0x4;

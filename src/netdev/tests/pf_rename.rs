@@ -3,7 +3,7 @@
 
 use super::rig::*;
 use crate::netdev::fake::HOST;
-use crate::netdev::settings::VfState;
+use crate::netdev::vfinfo::VfState;
 
 /// The PFs' names swapped after the attach: the VF's own PF gets its
 /// settings back, and the PF now named as the record says keeps its VF's.

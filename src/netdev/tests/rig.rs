@@ -3,7 +3,8 @@
 
 use crate::netdev::fake::{FakeNet, Model, HOST};
 use crate::netdev::saved::SavedStore;
-use crate::netdev::settings::{LinkState, RateConfig, VfState, VlanConfig, VlanProto};
+use crate::netdev::settings::{LinkState, RateConfig, VlanConfig, VlanProto};
+use crate::netdev::vfinfo::VfState;
 use crate::netdev::{attach_all, detach_container, Netns, VfAttach, VfError, VfOps, VfSettings};
 
 pub const POD: u64 = 2;

@@ -139,7 +139,7 @@ fn settings_validate_like_sriov_cni() {
 
 #[test]
 fn saved_vf_states_read_flags_as_reported_or_not() {
-    use crate::netdev::settings::VfState;
+    use crate::netdev::vfinfo::VfState;
     let state = |flags: &str| {
         let text = format!(
             r#"{{"vf": 3, "mac": "02:00:00:00:00:11",
