@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::audit_line::{PendingLine, MAX_PENDING};
+use super::audit_line::{log_now, Line, PendingLine, MAX_PENDING};
 use crate::fsutil;
 
 /// File of the counters in the state directory.
@@ -149,17 +149,6 @@ impl Logged {
             && self.devices == d.devices
             && self.reason == d.reason
     }
-}
-
-/// How a decision is logged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Line {
-    /// At info (warn for a refusal): the record of the decision, now.
-    Logged,
-    /// At info, by the writer: the record of a decision that let the container through.
-    Deferred,
-    /// At debug: the decision just logged for the same container.
-    Repeated,
 }
 
 struct Shared {
@@ -381,32 +370,6 @@ impl Drop for Audit {
             let _ = t.join();
         }
         self.shared.write_if_dirty();
-    }
-}
-
-/// Logs a decision's line that is not left to the writer.
-fn log_now(d: &Decision<'_>, line: Line) {
-    match (d.outcome, line) {
-        (Outcome::Refused(kind), _) => tracing::warn!(
-            target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
-            devices = %d.devices, outcome = "refused", rule = kind.as_str(), reason = %d.reason,
-            "device grant refused"
-        ),
-        (_, Line::Logged) => super::audit_line::log(d, std::time::SystemTime::now()),
-        (_, Line::Deferred) => {}
-        (outcome, Line::Repeated) => tracing::debug!(
-            target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
-            outcome = outcome_name(outcome), "device grant, as logged for the container"
-        ),
-    }
-}
-
-pub(super) fn outcome_name(o: Outcome) -> &'static str {
-    match o {
-        Outcome::Granted => "granted",
-        Outcome::Unchecked => "unchecked",
-        Outcome::Unverified => "unverified",
-        Outcome::Refused(_) => "refused",
     }
 }
 

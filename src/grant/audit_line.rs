@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::audit::{outcome_name, Decision, Outcome};
+use super::audit::{Decision, Outcome};
 
 /// Most lines waiting for the writer; past it a line is logged at once, so a
 /// burst of pods never grows the plugin's memory.
@@ -96,6 +96,43 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let year = yoe + era * 400 + i64::from(month <= 2);
     (year, month, day)
+}
+
+/// How a decision is logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Line {
+    /// At info (warn for a refusal): the record of the decision, now.
+    Logged,
+    /// At info, by the writer: the record of a decision that let the container through.
+    Deferred,
+    /// At debug: the decision just logged for the same container.
+    Repeated,
+}
+
+/// Logs a decision's line that is not left to the writer.
+pub(super) fn log_now(d: &Decision<'_>, line: Line) {
+    match (d.outcome, line) {
+        (Outcome::Refused(kind), _) => tracing::warn!(
+            target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
+            devices = %d.devices, outcome = "refused", rule = kind.as_str(), reason = %d.reason,
+            "device grant refused"
+        ),
+        (_, Line::Logged) => log(d, SystemTime::now()),
+        (_, Line::Deferred) => {}
+        (outcome, Line::Repeated) => tracing::debug!(
+            target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
+            outcome = outcome_name(outcome), "device grant, as logged for the container"
+        ),
+    }
+}
+
+pub(super) fn outcome_name(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Granted => "granted",
+        Outcome::Unchecked => "unchecked",
+        Outcome::Unverified => "unverified",
+        Outcome::Refused(_) => "refused",
+    }
 }
 
 #[cfg(test)]
