@@ -1,7 +1,8 @@
-//! A let-through decision's audit line, kept for the counters' writer to log
-//! (see [`super::audit`]): formatting and writing a log line on the
-//! container-start path cost the first container of a pod about as much as
-//! the rest of its admission's user-space work, with caches cold.
+//! Decisions' audit lines: a let-through decision's, kept for the counters'
+//! writer to log (see [`super::audit`]): formatting and writing a log line on
+//! the container-start path cost the first container of a pod about as much as
+//! the rest of its admission's user-space work, with caches cold; and those
+//! logged at once (refusals, repeats at debug).
 
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
