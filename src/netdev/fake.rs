@@ -85,6 +85,8 @@ pub struct Model {
     /// The driver fills neither spoof checking nor trust in what it reports
     /// (`ndo_get_vf_config`), though it applies both.
     pub unreported_flags: bool,
+    /// The driver has no setter for either (EOPNOTSUPP, as `do_setvfinfo` answers).
+    pub unsupported_flags: bool,
 }
 
 /// What tests compare: the kernel objects, without the call log.
@@ -371,6 +373,9 @@ impl Rtnl for FakeRtnl {
             field: field.clone(),
         })?;
         m.pos(self.ns, pf_index)?;
+        if m.unsupported_flags && matches!(field, VfField::SpoofChk(_) | VfField::Trust(_)) {
+            return Err(kernel("fake", libc::EOPNOTSUPP));
+        }
         let s = m
             .vfs
             .get_mut(&(pf_index, vf))

@@ -229,12 +229,27 @@ fn restore_pf(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), VfE
         if now.as_ref().is_some_and(|n| same(n, &field)) {
             continue;
         }
-        at.step(
-            field.step(),
-            host.set_vf(pf.index, rec.attach.vf_index, &field),
-        )?;
+        match host.set_vf(pf.index, rec.attach.vf_index, &field) {
+            // do_setvfinfo: EOPNOTSUPP where the driver has no setter. A
+            // setting it neither reports nor sets was not the pod's to
+            // change either (its attach failed there): nothing to restore.
+            Err(e) if e.errno() == Some(libc::EOPNOTSUPP) && unreported(now.as_ref(), &field) => {
+                tracing::debug!(step = field.step(), "not supported by the driver: left");
+            }
+            other => at.step(field.step(), other)?,
+        }
     }
     Ok(())
+}
+
+/// Whether the PF leaves `field`'s setting unreported (spoof checking and trust only).
+fn unreported(now: Option<&super::vfinfo::VfState>, field: &super::VfField) -> bool {
+    use super::VfField as F;
+    match field {
+        F::SpoofChk(_) => now.is_none_or(|n| n.spoofchk.is_none()),
+        F::Trust(_) => now.is_none_or(|n| n.trust.is_none()),
+        _ => false,
+    }
 }
 
 /// Whether the PF already reports `field`'s value.

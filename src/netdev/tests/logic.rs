@@ -66,6 +66,20 @@ fn settings_the_driver_does_not_report_are_restored_to_the_restrictive_value() {
 }
 
 #[test]
+fn settings_the_driver_neither_reports_nor_sets_fail_the_attach_and_roll_back() {
+    let mut m = model();
+    (m.unreported_flags, m.unsupported_flags) = (true, true);
+    let mut rig = Rig::new(m);
+    let before = rig.m().world();
+    let err = rig.attach(&[action()]).unwrap_err();
+    says(&err, "set pf vf spoofchk");
+    // The rollback put back what was set before the refusal and, the
+    // driver having no setter for them, left spoof checking and trust.
+    assert_eq!(rig.m().world(), before);
+    assert_eq!(rig.records(), 0, "{}", ErrorChain(&err));
+}
+
+#[test]
 fn a_failure_at_any_step_rolls_everything_back() {
     let mut probe = Rig::new(model());
     probe.attach(&[action()]).unwrap();
