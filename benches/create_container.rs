@@ -35,8 +35,12 @@
 //!
 //! `DEVGATE_BENCH_KUBELET=1` gives each pod the labels and annotations kubelet
 //! passes for a Deployment's pod that Koordinator scheduled (see
-//! `kubelet_metadata`), which every request about the pod carries, and each
-//! container the variables kubelet gives every container (`kubelet_env`).
+//! `kubelet_metadata`), which every request about the pod carries, and its
+//! pod cgroup as the sandbox's parent (`/kubepods/besteffort/pod<uid>`, the
+//! cgroupfs driver's), so that containers' cgroups lie beneath the pod's;
+//! and each container the variables kubelet gives every container
+//! (`kubelet_env`). Without it, containerd places each container's cgroup
+//! beside the sandbox's (`/k8s.io/<id>`).
 //!
 //! `DEVGATE_BENCH_PAGES=1` also counts the pages of the plugin's memory each
 //! creation touches, by kind (`create_container/pages.rs`); it flushes the
@@ -69,7 +73,7 @@ use std::time::{Duration, Instant};
 
 use compare::compare;
 use floor::{serve_echo, Echo, Floors, ECHO_ENV};
-use pods::{kubelet_env, kubelet_metadata, wait_released, Pods};
+use pods::{kubelet_env, kubelet_metadata, remove_pod_cgroup, wait_released, Pods};
 use proc::{cpu_ns, process_cpu_ns, rss_kib, wait_releases_ended};
 use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
 use support::{require_root, ContainerSpec, Cri, PodSpec, SLOW};
@@ -335,6 +339,7 @@ fn main() {
         cri.stop_pod(&pod).expect("StopPodSandbox");
         cri.remove_pod(&pod).expect("RemovePodSandbox");
         wait_released(&node.state_dir());
+        remove_pod_cgroup(&pod);
         Pods::Fresh(&spec, node.state_dir())
     } else {
         Pods::Shared(&pod)

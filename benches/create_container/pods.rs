@@ -21,6 +21,12 @@ impl Pods<'_> {
                 let mut spec = PodSpec::new(&format!("{}-{tag}{i}", template.name));
                 spec.annotations = template.annotations.clone();
                 spec.labels = template.labels.clone();
+                // The template's UID-bound fields, for this pod's UID.
+                let spec = if crate::kubelet() {
+                    kubelet_metadata(spec)
+                } else {
+                    spec
+                };
                 cri.run_pod(&spec).expect("RunPodSandbox")
             }
         }
@@ -35,16 +41,40 @@ impl Pods<'_> {
         cri.stop_pod(pod).expect("StopPodSandbox");
         cri.remove_pod(pod).expect("RemovePodSandbox");
         wait_released(state_dir);
+        remove_pod_cgroup(pod);
+    }
+}
+
+/// kubelet's cgroup for a pod under the cgroupfs driver (`--cgroup-root=/`):
+/// `/kubepods/<qos>/pod<uid>`, the parent of its sandbox's and containers'.
+fn pod_cgroup(uid: &str) -> String {
+    format!("/kubepods/besteffort/pod{uid}")
+}
+
+/// Removes the pod's cgroup, as kubelet does once the pod is gone; runc
+/// removes only the sandbox's and the containers' beneath it.
+pub fn remove_pod_cgroup(pod: &Pod) {
+    let parent = pod.config.linux.as_ref().map(|l| l.cgroup_parent.as_str());
+    if let Some(parent) = parent.filter(|p| !p.is_empty()) {
+        let _ = std::fs::remove_dir(format!("/sys/fs/cgroup{parent}"));
     }
 }
 
 /// The labels and annotations kubelet passes for a Deployment's pod that
 /// Koordinator scheduled (`newPodLabels`, `newPodAnnotations` in kubelet's
 /// `kuberuntime_sandbox.go`, and Koordinator's own annotations), beside
-/// devgate's: what a node's runtime sends in every request about the pod.
+/// devgate's: what a node's runtime sends in every request about the pod;
+/// and the pod's cgroup as the sandbox's parent, so that its containers'
+/// cgroups lie beneath it as kubelet places them.
 pub fn kubelet_metadata(spec: PodSpec) -> PodSpec {
     let (uid, name, namespace) = (spec.uid.clone(), spec.name.clone(), spec.namespace.clone());
-    spec.label("app", "trainer")
+    let parent = pod_cgroup(&uid);
+    spec.edit(move |c| {
+        if let Some(linux) = c.linux.as_mut() {
+            linux.cgroup_parent = parent.clone();
+        }
+    })
+    .label("app", "trainer")
         .label("pod-template-hash", "7d9c6b5f4d")
         .label("io.kubernetes.pod.name", &name)
         .label("io.kubernetes.pod.namespace", &namespace)

@@ -231,9 +231,13 @@ fn restore_pf(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), VfE
         }
         match host.set_vf(pf.index, rec.attach.vf_index, &field) {
             // do_setvfinfo: EOPNOTSUPP where the driver has no setter. A
-            // setting it neither reports nor sets was not the pod's to
-            // change either (its attach failed there): nothing to restore.
-            Err(e) if e.errno() == Some(libc::EOPNOTSUPP) && unreported(now.as_ref(), &field) => {
+            // setting it neither reported before the pod nor reports now, nor
+            // sets, was not the pod's to change either (its attach failed
+            // there): nothing to restore.
+            Err(e)
+                if e.errno() == Some(libc::EOPNOTSUPP)
+                    && unreported(state, now.as_ref(), &field) =>
+            {
                 tracing::debug!(step = field.step(), "not supported by the driver: left");
             }
             other => at.step(field.step(), other)?,
@@ -242,12 +246,20 @@ fn restore_pf(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), VfE
     Ok(())
 }
 
-/// Whether the PF leaves `field`'s setting unreported (spoof checking and trust only).
-fn unreported(now: Option<&super::vfinfo::VfState>, field: &super::VfField) -> bool {
+/// Whether the PF left `field`'s setting unreported, both before the pod
+/// (`saved`) and now (spoof checking and trust only).
+fn unreported(
+    saved: &super::vfinfo::VfState,
+    now: Option<&super::vfinfo::VfState>,
+    field: &super::VfField,
+) -> bool {
     use super::VfField as F;
+    let both = |flag: fn(&super::vfinfo::VfState) -> Option<bool>| {
+        flag(saved).is_none() && now.is_some_and(|n| flag(n).is_none())
+    };
     match field {
-        F::SpoofChk(_) => now.is_none_or(|n| n.spoofchk.is_none()),
-        F::Trust(_) => now.is_none_or(|n| n.trust.is_none()),
+        F::SpoofChk(_) => both(|s| s.spoofchk),
+        F::Trust(_) => both(|s| s.trust),
         _ => false,
     }
 }

@@ -47,6 +47,7 @@ pub const RESTRICTIVE_TRUST: bool = false;
 
 /// A VF's admin state as the PF reports it (one `IFLA_VF_INFO` of `IFLA_VFINFO_LIST`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "SavedVfState", into = "SavedVfState")]
 pub struct VfState {
     pub vf: u32,
     pub mac: HwAddr,
@@ -54,12 +55,73 @@ pub struct VfState {
     pub rate: RateConfig,
     /// `None`: the driver does not report it (`rtnl_fill_vfinfo` presets the
     /// setting to -1 before `ndo_get_vf_config`, and a driver may leave it).
-    #[serde(default)]
     pub spoofchk: Option<bool>,
     /// `None`: not reported, as for `spoofchk`.
-    #[serde(default)]
     pub trust: Option<bool>,
     pub link_state: LinkState,
+}
+
+/// [`VfState`] as saved: spoof checking and trust as the booleans every
+/// version of the record has held, the restrictive value standing for one
+/// the driver did not report, which `unreported` names. A version that
+/// knows no `unreported` (a hook or plugin of the release before, during an
+/// upgrade or after a downgrade) reads the record and restores that value.
+#[derive(Serialize, Deserialize)]
+struct SavedVfState {
+    vf: u32,
+    mac: HwAddr,
+    vlan: VlanConfig,
+    rate: RateConfig,
+    spoofchk: bool,
+    trust: bool,
+    link_state: LinkState,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    unreported: Vec<Unreported>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Unreported {
+    Spoofchk,
+    Trust,
+}
+
+impl From<SavedVfState> for VfState {
+    fn from(s: SavedVfState) -> VfState {
+        let reported = |flag, value| (!s.unreported.contains(&flag)).then_some(value);
+        VfState {
+            spoofchk: reported(Unreported::Spoofchk, s.spoofchk),
+            trust: reported(Unreported::Trust, s.trust),
+            vf: s.vf,
+            mac: s.mac,
+            vlan: s.vlan,
+            rate: s.rate,
+            link_state: s.link_state,
+        }
+    }
+}
+
+impl From<VfState> for SavedVfState {
+    fn from(s: VfState) -> SavedVfState {
+        let unreported = [
+            (s.spoofchk.is_none(), Unreported::Spoofchk),
+            (s.trust.is_none(), Unreported::Trust),
+        ];
+        SavedVfState {
+            spoofchk: s.spoofchk.unwrap_or(RESTRICTIVE_SPOOFCHK),
+            trust: s.trust.unwrap_or(RESTRICTIVE_TRUST),
+            unreported: unreported
+                .into_iter()
+                .filter(|u| u.0)
+                .map(|u| u.1)
+                .collect(),
+            vf: s.vf,
+            mac: s.mac,
+            vlan: s.vlan,
+            rate: s.rate,
+            link_state: s.link_state,
+        }
+    }
 }
 
 impl VfState {

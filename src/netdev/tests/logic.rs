@@ -80,6 +80,19 @@ fn settings_the_driver_neither_reports_nor_sets_fail_the_attach_and_roll_back() 
 }
 
 #[test]
+fn a_reported_setting_the_driver_stops_supporting_fails_the_restore() {
+    let mut rig = Rig::new(model());
+    rig.attach(&[action()]).unwrap();
+    // After the attach set them, the driver no longer does (a reload into
+    // another mode): what the pod was given cannot be taken back.
+    rig.m().unsupported_flags = true;
+    let err = rig.detach("ctr1").unwrap_err();
+    says(&err, "set pf vf spoofchk");
+    assert_eq!(rig.records(), 1, "the record stays for a later try");
+    assert_eq!(rig.m().vfs[&(PF, 3)].trust, Some(true));
+}
+
+#[test]
 fn a_failure_at_any_step_rolls_everything_back() {
     let mut probe = Rig::new(model());
     probe.attach(&[action()]).unwrap();

@@ -138,22 +138,46 @@ fn settings_validate_like_sriov_cni() {
 }
 
 #[test]
-fn saved_vf_states_read_flags_as_reported_or_not() {
+fn saved_vf_states_keep_the_booleans_every_version_reads() {
     use crate::netdev::vfinfo::VfState;
-    let state = |flags: &str| {
-        let text = format!(
+    let text = |flags: &str| {
+        format!(
             r#"{{"vf": 3, "mac": "02:00:00:00:00:11",
                 "vlan": {{"vlan": 0, "qos": 0, "proto": "802.1Q"}},
                 "rate": {{"min": 0, "max": 0}}, "link_state": "auto"{flags}}}"#
-        );
-        let s: VfState = serde_json::from_str(&text).unwrap();
+        )
+    };
+    let read = |flags: &str| {
+        let s: VfState = serde_json::from_str(&text(flags)).unwrap();
         (s.spoofchk, s.trust)
     };
-    // Records written before "not reported" was kept hold plain booleans.
+    // Records of the release before: plain booleans.
     assert_eq!(
-        state(r#", "spoofchk": true, "trust": false"#),
+        read(r#", "spoofchk": true, "trust": false"#),
         (Some(true), Some(false))
     );
-    assert_eq!(state(r#", "spoofchk": null, "trust": null"#), (None, None));
-    assert_eq!(state(""), (None, None));
+    assert_eq!(
+        read(r#", "spoofchk": false, "trust": true, "unreported": ["trust"]"#),
+        (Some(false), None)
+    );
+    // Settings not reported are saved as the restrictive value, which a
+    // reader that knows no `unreported` (the release before) restores.
+    let mut state: VfState =
+        serde_json::from_str(&text(r#", "spoofchk": false, "trust": true"#)).unwrap();
+    (state.spoofchk, state.trust) = (None, None);
+    let saved = serde_json::to_value(&state).unwrap();
+    assert_eq!(saved["spoofchk"], true);
+    assert_eq!(saved["trust"], false);
+    assert_eq!(
+        saved["unreported"],
+        serde_json::json!(["spoofchk", "trust"])
+    );
+    assert_eq!(serde_json::from_value::<VfState>(saved).unwrap(), state);
+    state.spoofchk = Some(false);
+    let saved = serde_json::to_value(&state).unwrap();
+    assert_eq!(saved["spoofchk"], false);
+    assert_eq!(saved["unreported"], serde_json::json!(["trust"]));
+    (state.spoofchk, state.trust) = (Some(false), Some(true));
+    let saved = serde_json::to_value(&state).unwrap();
+    assert!(saved.get("unreported").is_none(), "{saved}");
 }
