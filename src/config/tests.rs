@@ -153,6 +153,10 @@ fn values_the_plan_refuses_fail_the_config() {
             "gpu.ignored_cgroups",
         ),
         (
+            "[gpu]\nignored_cgroups = [\"kubepods-burstable-pod1.slice\"]",
+            "gpu.ignored_cgroups: \"kubepods-burstable-pod1.slice\": a pod's slice by name",
+        ),
+        (
             "[gpu]\nignored_cgroups = [\"/\"]",
             "gpu.ignored_cgroups: \"/\": not a unit name",
         ),

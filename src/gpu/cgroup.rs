@@ -58,7 +58,8 @@ impl PodCgroups {
     }
 
     /// Node daemons' cgroups (`gpu.ignored_cgroups`): unit names or path
-    /// prefixes, any level.
+    /// prefixes, any level; see [`PodCgroups::ignores`] for a process within
+    /// kubelet's pods.
     pub fn ignoring<S: AsRef<str>>(paths: &[S]) -> PodCgroups {
         let patterns = paths.iter().filter_map(|p| pattern(p.as_ref())).collect();
         PodCgroups {
@@ -159,21 +160,25 @@ impl PodCgroups {
     }
 
     /// Whether node daemons' entries ([`PodCgroups::ignoring`]) take in the
-    /// process. Within kubelet's pods only an entry that itself lies there
-    /// does (a static daemon pod's path, for hooks-only nodes, where
-    /// `gpu.ignored_pods` cannot apply): a prefix above them (`/k8s` under
-    /// kubelet's `--cgroup-root=/k8s`), or a unit name a pod's cgroup happens
-    /// to carry, must not hide a pod's holder of a released GPU.
+    /// process. A process any of whose hierarchies places it within
+    /// kubelet's pods is taken in only by a path lying there itself (a
+    /// static daemon pod's, for hooks-only nodes, where `gpu.ignored_pods`
+    /// cannot apply): a prefix above the pods (`/k8s` under kubelet's
+    /// `--cgroup-root=/k8s`), or a unit name, which a pod may give a cgroup
+    /// of its own, must not hide a pod's holder of a released GPU.
     pub fn ignores(&self, proc_cgroup: &str) -> bool {
-        proc_cgroup
-            .lines()
-            .filter_map(|line| line.splitn(3, ':').nth(2))
-            .any(|path| {
-                let in_pods = in_kubelet_pods(path);
-                self.patterns
-                    .iter()
-                    .any(|p| (!in_pods || p.in_kubelet_pods()) && matches(p, path))
-            })
+        let paths = || {
+            proc_cgroup
+                .lines()
+                .filter_map(|line| line.splitn(3, ':').nth(2))
+        };
+        let in_pods = paths().any(in_kubelet_pods);
+        let applies = |p: &&Pattern| match p {
+            Pattern::Prefix(prefix) => !in_pods || in_kubelet_pods(prefix),
+            Pattern::Component(_) => !in_pods,
+        };
+        let patterns: Vec<&Pattern> = self.patterns.iter().filter(applies).collect();
+        paths().any(|path| patterns.iter().any(|p| matches(p, path)))
     }
 
     fn in_containers(&self, path: &str) -> bool {
@@ -200,13 +205,6 @@ const SHARED_LEVELS: &[&str] = &[
 ];
 
 impl Pattern {
-    fn in_kubelet_pods(&self) -> bool {
-        match self {
-            Pattern::Prefix(path) => in_kubelet_pods(path),
-            Pattern::Component(name) => in_kubelet_pods(name),
-        }
-    }
-
     fn is_shared_level(&self) -> bool {
         let last = match self {
             Pattern::Prefix(path) => path.rsplit('/').next().unwrap_or_default(),
@@ -217,28 +215,34 @@ impl Pattern {
 }
 
 /// Why `entry` of `gpu.ignored_cgroups` cannot stand, if it cannot: one that
-/// would be dropped (no unit name, no absolute path), or one naming a level
+/// would be dropped (no unit name, no absolute path), one naming a level
 /// every pod or service sits under, which would hide every tenant's
-/// processes from the teardown.
+/// processes from the teardown, or a unit name within kubelet's pods, which
+/// would never apply.
 pub fn ignored_cgroup_problem(entry: &str) -> Option<&'static str> {
     match pattern(entry) {
         None => {
             Some("not a unit name (a.service, a.slice) or an absolute cgroup path other than /")
         }
         Some(p) if p.is_shared_level() => Some("a level every pod or service is under"),
+        // See `PodCgroups::ignores`: a pod may name a cgroup of its own so.
+        Some(Pattern::Component(name)) if in_kubelet_pods(&name) => {
+            Some("a pod's slice by name, which never applies: give its absolute path")
+        }
         Some(_) => None,
     }
 }
 
-/// Whether a cgroup path, or a unit name, lies within kubelet's pods: a
-/// `kubepods` level under the cgroupfs driver (`<cgroup-root>/kubepods/...`)
-/// or the systemd one (`kubepods.slice`, `kubepods-<qos>-pod<uid>.slice`).
-/// kubelet names that level so whatever `--cgroup-root` puts above it.
+/// Whether a cgroup path lies within kubelet's pods: a `kubepods` level
+/// under the cgroupfs driver (`<cgroup-root>/kubepods/...`), or a slice of the
+/// systemd driver's with `kubepods` among its dash-separated names (kubelet's
+/// `CgroupName.ToSystemd` joins the whole path: `kubepods-burstable-pod<uid>.slice`,
+/// and under `--cgroup-root=/k8s` `k8s-kubepods-burstable-pod<uid>.slice`).
 fn in_kubelet_pods(path: &str) -> bool {
     path.split('/').any(|c| {
         c == "kubepods"
-            || c == "kubepods.slice"
-            || (c.starts_with("kubepods-") && c.ends_with(".slice"))
+            || c.strip_suffix(".slice")
+                .is_some_and(|unit| unit.split('-').any(|name| name == "kubepods"))
     })
 }
 

@@ -19,7 +19,7 @@ use netlink_packet_core::{
 pub const NLMSG_HDRLEN: usize = 16;
 /// A reply larger than this is refused rather than buffered (a PF with hundreds
 /// of VFs answers a VF-info GETLINK with tens of KiB; nothing legitimate is near this).
-pub(super) const MAX_DATAGRAM: usize = 4 * 1024 * 1024;
+const MAX_DATAGRAM: usize = 4 * 1024 * 1024;
 /// Most messages accepted in one dump, so a misbehaving peer cannot grow memory forever.
 const MAX_DUMP_MESSAGES: usize = 65_536;
 /// Times a dump is asked for while the kernel reports it inconsistent.

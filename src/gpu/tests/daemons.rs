@@ -139,13 +139,14 @@ fn a_daemon_holding_only_gpu0_is_no_user(
     assert!(ledger.snapshot().unwrap().devices.is_empty());
 }
 
-/// `gpu.ignored_cgroups` never applies within kubelet's pods: a prefix above
-/// them (kubelet's `--cgroup-root`) or a unit name a pod's cgroup happens to
-/// carry hides no other pod's holder of a released GPU.
+/// Within kubelet's pods `gpu.ignored_cgroups` applies only by a path lying
+/// there itself: a prefix above them (kubelet's `--cgroup-root`) or a unit
+/// name a pod's cgroup happens to carry hides no other pod's holder of a
+/// released GPU.
 #[test]
 fn ignored_cgroups_never_hide_another_pods_holder() {
     use super::teardown::{claim, dev, node};
-    let n = node(|c| c.ignored_cgroups = vec!["/k8s".to_string()]);
+    let n = node(|c| c.ignored_cgroups.push("/k8s".to_string()));
     n.ledger
         .claim(&pod("a"), &[claim("GPU-0", Share::Exclusive)])
         .unwrap();
