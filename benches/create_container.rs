@@ -73,7 +73,7 @@ use std::time::{Duration, Instant};
 
 use compare::compare;
 use floor::{serve_echo, Echo, Floors, ECHO_ENV};
-use pods::{kubelet_env, kubelet_metadata, remove_pod_cgroup, wait_released, Pods};
+use pods::{kubelet_env, kubelet_metadata, wait_released, Pods};
 use proc::{cpu_ns, process_cpu_ns, rss_kib, wait_releases_ended};
 use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
 use support::{require_root, ContainerSpec, Cri, PodSpec, SLOW};
@@ -336,10 +336,8 @@ fn main() {
     run_set(&cri, &Pods::Shared(&pod), 5, "warm", &mut warm, None, None);
     let pods = if fresh {
         // The shared pod would hold the devices every fresh pod claims.
-        cri.stop_pod(&pod).expect("StopPodSandbox");
-        cri.remove_pod(&pod).expect("RemovePodSandbox");
+        pods::remove(&cri, &pod);
         wait_released(&node.state_dir());
-        remove_pod_cgroup(&pod);
         Pods::Fresh(&spec, node.state_dir())
     } else {
         Pods::Shared(&pod)
@@ -353,6 +351,9 @@ fn main() {
     if let Some(other) = std::env::var_os("DEVGATE_BENCH_COMPARE") {
         let others: Vec<_> = std::env::split_paths(&other).collect();
         compare(&mut node, &cri, &pods, n, sets, &others);
+        if !fresh {
+            pods::remove(&cri, &pod);
+        }
         return;
     }
     let (mut with, mut without) = (Vec::new(), Vec::new());
@@ -399,6 +400,9 @@ fn main() {
     if let Some(id) = owner_id {
         cri.remove_container(&id)
             .expect("the owner's RemoveContainer");
+    }
+    if !fresh {
+        pods::remove(&cri, &pod);
     }
 
     let creations = (n * sets) as f64;

@@ -38,11 +38,16 @@ impl Pods<'_> {
         let Pods::Fresh(_, state_dir) = self else {
             return;
         };
-        cri.stop_pod(pod).expect("StopPodSandbox");
-        cri.remove_pod(pod).expect("RemovePodSandbox");
+        remove(cri, pod);
         wait_released(state_dir);
-        remove_pod_cgroup(pod);
     }
+}
+
+/// Stops and removes the pod, and its cgroup after it.
+pub fn remove(cri: &Cri, pod: &Pod) {
+    cri.stop_pod(pod).expect("StopPodSandbox");
+    cri.remove_pod(pod).expect("RemovePodSandbox");
+    remove_pod_cgroup(pod);
 }
 
 /// kubelet's cgroup for a pod under the cgroupfs driver (`--cgroup-root=/`):
@@ -52,11 +57,17 @@ fn pod_cgroup(uid: &str) -> String {
 }
 
 /// Removes the pod's cgroup, as kubelet does once the pod is gone; runc
-/// removes only the sandbox's and the containers' beneath it.
-pub fn remove_pod_cgroup(pod: &Pod) {
+/// removes only the sandbox's and the containers' beneath it. In the
+/// unified hierarchy, or in each of cgroup v1's.
+fn remove_pod_cgroup(pod: &Pod) {
     let parent = pod.config.linux.as_ref().map(|l| l.cgroup_parent.as_str());
-    if let Some(parent) = parent.filter(|p| !p.is_empty()) {
-        let _ = std::fs::remove_dir(format!("/sys/fs/cgroup{parent}"));
+    let Some(parent) = parent.filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let hierarchies = std::fs::read_dir(root).into_iter().flatten().flatten();
+    for dir in std::iter::once(root.to_path_buf()).chain(hierarchies.map(|e| e.path())) {
+        let _ = std::fs::remove_dir(format!("{}{parent}", dir.display()));
     }
 }
 
