@@ -152,6 +152,19 @@ fn values_the_plan_refuses_fail_the_config() {
             "[gpu]\nignored_cgroups = [\"system.slice\"]",
             "gpu.ignored_cgroups",
         ),
+        // The systemd driver's QoS slices under `--cgroup-root=/k8s`.
+        (
+            "[gpu]\nignored_cgroups = [\"/k8s.slice/k8s-kubepods.slice\"]",
+            "gpu.ignored_cgroups: \"/k8s.slice/k8s-kubepods.slice\": a level",
+        ),
+        (
+            "[gpu]\nignored_cgroups = [\"/k8s.slice/k8s-kubepods.slice/k8s-kubepods-burstable.slice/\"]",
+            "gpu.ignored_cgroups",
+        ),
+        (
+            "[gpu]\nignored_cgroups = [\"k8s-kubepods-besteffort.slice\"]",
+            "gpu.ignored_cgroups: \"k8s-kubepods-besteffort.slice\": a level",
+        ),
         (
             "[gpu]\nignored_cgroups = [\"kubepods-burstable-pod1.slice\"]",
             "gpu.ignored_cgroups: \"kubepods-burstable-pod1.slice\": a pod's slice by name",

@@ -177,8 +177,12 @@ impl PodCgroups {
             Pattern::Prefix(prefix) => !in_pods || in_kubelet_pods(prefix),
             Pattern::Component(_) => !in_pods,
         };
-        let patterns: Vec<&Pattern> = self.patterns.iter().filter(applies).collect();
-        paths().any(|path| patterns.iter().any(|p| matches(p, path)))
+        paths().any(|path| {
+            self.patterns
+                .iter()
+                .filter(applies)
+                .any(|p| matches(p, path))
+        })
     }
 
     fn in_containers(&self, path: &str) -> bool {
@@ -190,19 +194,32 @@ impl PodCgroups {
     }
 }
 
-/// Cgroups above pod level: kubelet's QoS levels under both drivers and
-/// systemd's top slices.
+/// Cgroups above pod level: kubelet's QoS levels under the cgroupfs driver
+/// and systemd's top slices (the systemd driver's QoS slices are
+/// [`is_qos_slice`]).
 const SHARED_LEVELS: &[&str] = &[
     "kubepods",
     "besteffort",
     "burstable",
-    "kubepods.slice",
-    "kubepods-besteffort.slice",
-    "kubepods-burstable.slice",
     "system.slice",
     "user.slice",
     "machine.slice",
 ];
+
+/// A slice of the systemd driver's above the pods: `kubepods.slice` and its
+/// QoS slices, `kubepods-besteffort.slice`, `kubepods-burstable.slice`, and
+/// the same under a `--cgroup-root`, whose names kubelet puts before theirs
+/// (`k8s-kubepods-burstable.slice`).
+fn is_qos_slice(name: &str) -> bool {
+    let Some(unit) = name.strip_suffix(".slice") else {
+        return false;
+    };
+    let parts: Vec<&str> = unit.split('-').collect();
+    matches!(
+        parts.as_slice(),
+        [.., "kubepods"] | [.., "kubepods", "besteffort" | "burstable"]
+    )
+}
 
 impl Pattern {
     fn is_shared_level(&self) -> bool {
@@ -210,7 +227,7 @@ impl Pattern {
             Pattern::Prefix(path) => path.rsplit('/').next().unwrap_or_default(),
             Pattern::Component(name) => name,
         };
-        SHARED_LEVELS.contains(&last)
+        SHARED_LEVELS.contains(&last) || is_qos_slice(last)
     }
 }
 

@@ -72,11 +72,14 @@ struct SavedVfState {
     mac: HwAddr,
     vlan: VlanConfig,
     rate: RateConfig,
-    spoofchk: bool,
-    trust: bool,
+    /// Always written; read as unreported when absent or null.
+    #[serde(default)]
+    spoofchk: Option<bool>,
+    #[serde(default)]
+    trust: Option<bool>,
     link_state: LinkState,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    unreported: Vec<Unreported>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unreported: Option<Vec<Unreported>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,11 +87,15 @@ struct SavedVfState {
 enum Unreported {
     Spoofchk,
     Trust,
+    /// What a later version may add: read, and left alone.
+    #[serde(other)]
+    Other,
 }
 
 impl From<SavedVfState> for VfState {
     fn from(s: SavedVfState) -> VfState {
-        let reported = |flag, value| (!s.unreported.contains(&flag)).then_some(value);
+        let unreported = s.unreported.unwrap_or_default();
+        let reported = |flag, value: Option<bool>| value.filter(|_| !unreported.contains(&flag));
         VfState {
             spoofchk: reported(Unreported::Spoofchk, s.spoofchk),
             trust: reported(Unreported::Trust, s.trust),
@@ -107,14 +114,15 @@ impl From<VfState> for SavedVfState {
             (s.spoofchk.is_none(), Unreported::Spoofchk),
             (s.trust.is_none(), Unreported::Trust),
         ];
+        let unreported: Vec<_> = unreported
+            .into_iter()
+            .filter(|u| u.0)
+            .map(|u| u.1)
+            .collect();
         SavedVfState {
-            spoofchk: s.spoofchk.unwrap_or(RESTRICTIVE_SPOOFCHK),
-            trust: s.trust.unwrap_or(RESTRICTIVE_TRUST),
-            unreported: unreported
-                .into_iter()
-                .filter(|u| u.0)
-                .map(|u| u.1)
-                .collect(),
+            spoofchk: Some(s.spoofchk.unwrap_or(RESTRICTIVE_SPOOFCHK)),
+            trust: Some(s.trust.unwrap_or(RESTRICTIVE_TRUST)),
+            unreported: (!unreported.is_empty()).then_some(unreported),
             vf: s.vf,
             mac: s.mac,
             vlan: s.vlan,

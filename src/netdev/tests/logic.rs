@@ -83,8 +83,10 @@ fn settings_the_driver_neither_reports_nor_sets_fail_the_attach_and_roll_back() 
 fn a_reported_setting_the_driver_stops_supporting_fails_the_restore() {
     let mut rig = Rig::new(model());
     rig.attach(&[action()]).unwrap();
-    // After the attach set them, the driver no longer does (a reload into
-    // another mode): what the pod was given cannot be taken back.
+    // After the attach set them, the driver neither reports nor sets them
+    // (a reload into another mode): what the pod was given, reported before
+    // it, cannot be taken back.
+    rig.m().unreported_flags = true;
     rig.m().unsupported_flags = true;
     let err = rig.detach("ctr1").unwrap_err();
     says(&err, "set pf vf spoofchk");

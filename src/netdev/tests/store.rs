@@ -140,6 +140,12 @@ fn settings_validate_like_sriov_cni() {
 #[test]
 fn saved_vf_states_keep_the_booleans_every_version_reads() {
     use crate::netdev::vfinfo::VfState;
+    /// The flags as the release before reads them.
+    #[derive(serde::Deserialize)]
+    struct Before {
+        spoofchk: bool,
+        trust: bool,
+    }
     let text = |flags: &str| {
         format!(
             r#"{{"vf": 3, "mac": "02:00:00:00:00:11",
@@ -160,19 +166,25 @@ fn saved_vf_states_keep_the_booleans_every_version_reads() {
         read(r#", "spoofchk": false, "trust": true, "unreported": ["trust"]"#),
         (Some(false), None)
     );
-    // Settings not reported are saved as the restrictive value, which a
-    // reader that knows no `unreported` (the release before) restores.
+    // What a later version may add to the list is read and left alone.
+    assert_eq!(
+        read(r#", "spoofchk": false, "trust": true, "unreported": ["trust", "rss_query"]"#),
+        (Some(false), None)
+    );
+    assert_eq!(
+        read(r#", "spoofchk": false, "trust": true, "unreported": null"#),
+        (Some(false), Some(true))
+    );
+    assert_eq!(read(r#", "spoofchk": null"#), (None, None));
+    // Settings not reported are saved as the restrictive value, which the
+    // release before, knowing no `unreported`, reads and restores.
     let mut state: VfState =
         serde_json::from_str(&text(r#", "spoofchk": false, "trust": true"#)).unwrap();
     (state.spoofchk, state.trust) = (None, None);
-    let saved = serde_json::to_value(&state).unwrap();
-    assert_eq!(saved["spoofchk"], true);
-    assert_eq!(saved["trust"], false);
-    assert_eq!(
-        saved["unreported"],
-        serde_json::json!(["spoofchk", "trust"])
-    );
-    assert_eq!(serde_json::from_value::<VfState>(saved).unwrap(), state);
+    let saved = serde_json::to_string(&state).unwrap();
+    let before: Before = serde_json::from_str(&saved).unwrap();
+    assert_eq!((before.spoofchk, before.trust), (true, false), "{saved}");
+    assert_eq!(serde_json::from_str::<VfState>(&saved).unwrap(), state);
     state.spoofchk = Some(false);
     let saved = serde_json::to_value(&state).unwrap();
     assert_eq!(saved["spoofchk"], false);
