@@ -353,6 +353,7 @@ fn main() {
         compare(&mut node, &cri, &pods, n, sets, &others);
         if !fresh {
             pods::remove(&cri, &pod);
+            wait_released(&node.state_dir());
         }
         return;
     }
@@ -403,6 +404,7 @@ fn main() {
     }
     if !fresh {
         pods::remove(&cri, &pod);
+        wait_released(&node.state_dir());
     }
 
     let creations = (n * sets) as f64;

@@ -56,18 +56,54 @@ fn pod_cgroup(uid: &str) -> String {
     format!("/kubepods/besteffort/pod{uid}")
 }
 
-/// Removes the pod's cgroup, as kubelet does once the pod is gone; runc
-/// removes only the sandbox's and the containers' beneath it. In the
-/// unified hierarchy, or in each of cgroup v1's.
+/// Removes the pod's cgroup, as kubelet does once the pod is gone (runc
+/// removes only the sandbox's and the containers' beneath it), and the QoS
+/// levels above it once empty, which runc made on this host without a
+/// kubelet. In the unified hierarchy, or in each of cgroup v1's.
 fn remove_pod_cgroup(pod: &Pod) {
+    use std::path::{Path, PathBuf};
     let parent = pod.config.linux.as_ref().map(|l| l.cgroup_parent.as_str());
     let Some(parent) = parent.filter(|p| !p.is_empty()) else {
         return;
     };
-    let root = std::path::Path::new("/sys/fs/cgroup");
-    let hierarchies = std::fs::read_dir(root).into_iter().flatten().flatten();
-    for dir in std::iter::once(root.to_path_buf()).chain(hierarchies.map(|e| e.path())) {
-        let _ = std::fs::remove_dir(format!("{}{parent}", dir.display()));
+    let root = Path::new("/sys/fs/cgroup");
+    let hierarchies: Vec<PathBuf> = if root.join("cgroup.controllers").exists() {
+        vec![root.to_path_buf()]
+    } else {
+        let dirs = std::fs::read_dir(root).into_iter().flatten().flatten();
+        dirs.map(|e| e.path()).filter(|p| p.is_dir()).collect()
+    };
+    for hierarchy in hierarchies {
+        let pod_dir = hierarchy.join(parent.trim_start_matches('/'));
+        match remove_cgroup(&pod_dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                eprintln!("bench: pod cgroup {} left: {e}", pod_dir.display());
+                continue;
+            }
+        }
+        // The QoS levels, once no other pod is in them.
+        for level in pod_dir.ancestors().skip(1).take_while(|d| *d != hierarchy) {
+            if std::fs::remove_dir(level).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// `rmdir` of a cgroup, tried again while its last task is still leaving
+/// (EBUSY).
+fn remove_cgroup(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut tries = 0;
+    loop {
+        match std::fs::remove_dir(dir) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
     }
 }
 
