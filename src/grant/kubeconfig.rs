@@ -118,9 +118,34 @@ pub struct Credentials {
     pub token: Option<Secret>,
 }
 
+/// Where the files a kubeconfig names are: relative to its directory, and
+/// absolute ones under `root`, `/` for this process, a process's
+/// `/proc/<pid>/root` to see them as it does.
+#[derive(Debug, Clone, Copy)]
+struct Files<'a> {
+    dir: &'a Path,
+    root: &'a Path,
+}
+
+impl Files<'_> {
+    fn at(&self, file: &str) -> PathBuf {
+        let file = Path::new(file);
+        match file.strip_prefix("/") {
+            Ok(below_root) => self.root.join(below_root),
+            Err(_) => self.dir.join(file),
+        }
+    }
+}
+
 /// Reads and resolves the kubeconfig at `path` (`context` empty: its
 /// `current-context`).
 pub fn load(path: &Path, context: &str) -> Result<Credentials, KubeconfigError> {
+    load_in(path, context, Path::new("/"))
+}
+
+/// [`load`], with the absolute paths the kubeconfig names taken under `root`
+/// (`path` is where this process finds the kubeconfig itself).
+pub fn load_in(path: &Path, context: &str, root: &Path) -> Result<Credentials, KubeconfigError> {
     let read = |source| KubeconfigError::Read {
         path: path.to_path_buf(),
         source,
@@ -134,7 +159,8 @@ pub fn load(path: &Path, context: &str) -> Result<Credentials, KubeconfigError> 
             })
         }
     };
-    parse(&text, path.parent().unwrap_or(Path::new("/")), context)
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    parse_in(&text, Files { dir, root }, context)
 }
 
 fn find<'a, T: Default>(
@@ -151,12 +177,12 @@ fn find<'a, T: Default>(
         })
 }
 
-/// `-data` (base64) if set, else the file (relative to `dir`), else none.
+/// `-data` (base64) if set, else the file, else none.
 fn secret(
     data: &str,
     file: &str,
     field: &'static str,
-    dir: &Path,
+    files: Files<'_>,
 ) -> Result<Option<Secret>, KubeconfigError> {
     if !data.is_empty() {
         let compact: String = data.split_ascii_whitespace().collect();
@@ -168,11 +194,16 @@ fn secret(
                 reason: e.to_string(),
             });
     }
-    Ok((!file.is_empty()).then(|| Secret::File(dir.join(file))))
+    Ok((!file.is_empty()).then(|| Secret::File(files.at(file))))
 }
 
 /// Resolves `text` (a kubeconfig whose relative paths are relative to `dir`).
 pub fn parse(text: &str, dir: &Path, context: &str) -> Result<Credentials, KubeconfigError> {
+    let root = Path::new("/");
+    parse_in(text, Files { dir, root }, context)
+}
+
+fn parse_in(text: &str, files: Files<'_>, context: &str) -> Result<Credentials, KubeconfigError> {
     let file: File =
         serde_yaml_ng::from_str(text).map_err(|e| KubeconfigError::Decode(e.to_string()))?;
     let name = if context.is_empty() {
@@ -231,19 +262,19 @@ pub fn parse(text: &str, dir: &Path, context: &str) -> Result<Credentials, Kubec
         &cluster.certificate_authority_data,
         &cluster.certificate_authority,
         "certificate-authority-data",
-        dir,
+        files,
     )?;
     let cert = secret(
         &user.client_certificate_data,
         &user.client_certificate,
         "client-certificate-data",
-        dir,
+        files,
     )?;
     let key = secret(
         &user.client_key_data,
         &user.client_key,
         "client-key-data",
-        dir,
+        files,
     )?;
     let bad_user = |reason| KubeconfigError::User {
         user: ctx.user.clone(),
@@ -261,7 +292,7 @@ pub fn parse(text: &str, dir: &Path, context: &str) -> Result<Credentials, Kubec
     let token = if !user.token.is_empty() {
         Some(Secret::Inline(user.token.trim().as_bytes().to_vec()))
     } else {
-        (!user.token_file.is_empty()).then(|| Secret::File(dir.join(&user.token_file)))
+        (!user.token_file.is_empty()).then(|| Secret::File(files.at(&user.token_file)))
     };
     if server.starts_with("http://") && (token.is_some() || client.is_some() || ca.is_some()) {
         return Err(bad_server(

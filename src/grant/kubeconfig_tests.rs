@@ -74,6 +74,41 @@ fn kubelet_conf_resolves_to_its_client_certificate() {
     assert_eq!(c.token, None);
 }
 
+/// Read as another process sees it: the kubeconfig where this process finds
+/// it, the absolute files it names under that process's root, the relative
+/// ones beside the kubeconfig.
+#[test]
+fn files_are_taken_under_the_root_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("proc/4242/root");
+    let conf = root.join("etc/kubernetes/kubelet.conf");
+    std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+    let text = KUBELET_CONF.replace(
+        "certificate-authority-data: Q0E=",
+        "certificate-authority: pki/ca.crt",
+    );
+    std::fs::write(&conf, text).unwrap();
+    let c = load_in(&conf, "", &root).unwrap();
+    let pem = root.join("var/lib/kubelet/pki/kubelet-client-current.pem");
+    assert_eq!(
+        c.client,
+        Some(ClientCert {
+            cert: Secret::File(pem.clone()),
+            key: Secret::File(pem),
+        })
+    );
+    assert_eq!(
+        c.ca,
+        Some(Secret::File(root.join("etc/kubernetes/pki/ca.crt")))
+    );
+    // This process's own view: `load`, the root being `/`.
+    let c = load(&conf, "").unwrap();
+    assert_eq!(
+        c.client.unwrap().cert,
+        Secret::File("/var/lib/kubelet/pki/kubelet-client-current.pem".into())
+    );
+}
+
 #[test]
 fn contexts_select_cluster_and_user() {
     let dir = Path::new("/etc/devgate");

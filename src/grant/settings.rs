@@ -234,6 +234,23 @@ pub fn resolve(
     kubelet_conf: &Path,
     hostname: &str,
 ) -> Mode {
+    resolve_in(cfg, env, sa_dir, kubelet_conf, hostname, Path::new("/"))
+}
+
+/// [`resolve`] as another process would, whose root is `root`
+/// (`/proc/<pid>/root`): the paths given are where this process finds its
+/// files, and the absolute paths inside a kubeconfig are taken under `root`.
+/// An absolute symbolic link met on the way (kubelet's
+/// `kubelet-client-current.pem` is one) still resolves in this process's
+/// root: the kernel follows one so even through `/proc/<pid>/root`.
+pub fn resolve_in(
+    cfg: &crate::config::Config,
+    env: &dyn Fn(&str) -> Option<String>,
+    sa_dir: &Path,
+    kubelet_conf: &Path,
+    hostname: &str,
+    root: &Path,
+) -> Mode {
     if cfg.grant_check == Some(GrantCheck::Off) {
         return Mode::Off;
     }
@@ -266,7 +283,7 @@ pub fn resolve(
     // A kubeconfig, configured or found, that cannot be used fails closed: it
     // never turns the check off.
     let via_kubeconfig =
-        |file: &Path, context: &str, what: &str| match kubeconfig::load(file, context) {
+        |file: &Path, context: &str, what: &str| match kubeconfig::load_in(file, context, root) {
             Ok(k) => Mode::Requests(endpoint(k.server, k.token, k.ca, k.client)),
             Err(e) => Mode::Unavailable(format!("{what}: {e}")),
         };

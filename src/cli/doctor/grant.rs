@@ -57,8 +57,8 @@ impl PluginView {
     /// mount namespace, wherever doctor read the config from: they are the
     /// plugin's to read. A path not set stays unset; a relative token or CA
     /// file is taken from the plugin's root (the kubeconfig's must be
-    /// absolute). Paths inside such a kubeconfig (a client certificate's
-    /// file) are still read as doctor sees them.
+    /// absolute). The files a kubeconfig names are taken under the plugin's
+    /// root too ([`grant::settings::resolve_in`]).
     fn config(&self, config: &Config) -> Config {
         let mut config = config.clone();
         let api = &mut config.kube_api;
@@ -77,12 +77,13 @@ pub fn grant_check(roots: &Roots, host: &dyn Host, config: &Config, plugin: Opti
     let view = plugin.map(|pid| (pid, PluginView::read(&roots.proc_dir, pid)));
     let (mode, whose) = match &view {
         Some((_, Some(p))) => (
-            grant::settings::resolve(
+            grant::settings::resolve_in(
                 &p.config(config),
                 &|k| p.var(k),
                 &p.path(grant::SERVICE_ACCOUNT_DIR),
                 &p.path(grant::KUBELET_KUBECONFIG),
                 &hostname,
+                &p.root,
             ),
             format!(", as the running plugin (pid {}) resolves it", p.pid),
         ),

@@ -115,6 +115,40 @@ fn a_configured_kubeconfig_is_read_in_the_plugins_root() {
     );
 }
 
+/// The files kubelet's kubeconfig names are the plugin's too: its client
+/// certificate, which only the plugin's root has here, names the node.
+#[test]
+fn the_kubeconfigs_files_are_read_in_the_plugins_root() {
+    use rcgen::{CertificateParams, DnType, KeyPair};
+    let node = healthy();
+    found_not_configured(&node);
+    let root = node.roots.proc_dir.join("4242/root");
+    write(
+        &root.join("etc/kubernetes/kubelet.conf"),
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{name: c, cluster: {server: \"https://10.0.0.9:6443\"}}]\n\
+         users: [{name: u, user: {client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem, \
+         client-key: /var/lib/kubelet/pki/kubelet-client-current.pem}}]\n\
+         contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    );
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "system:node:node-c");
+    let key = KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    write(
+        &root.join("var/lib/kubelet/pki/kubelet-client-current.pem"),
+        &format!("{}{}", cert.pem(), key.serialize_pem()),
+    );
+    let got = run_check(&node, "grant check");
+    assert_eq!(got.status, Status::Pass, "{got:?}");
+    assert_eq!(
+        got.detail,
+        "pods of node node-c from https://10.0.0.9:6443 with a client certificate, as the running plugin (pid 4242) resolves it"
+    );
+}
+
 /// An exiting process's environment reads as empty: not the plugin's view.
 #[test]
 fn an_empty_environment_is_not_the_plugins() {
