@@ -1,15 +1,15 @@
 //! PF-side VF settings over rtnetlink: one `IFLA_VF_INFO` per RTM_SETLINK
 //! on the PF, and the PF's `IFLA_VFINFO_LIST` read back (include/uapi/linux/
-//! if_link.h; `do_setvfinfo` and `rtnl_fill_vfinfo` in net/core/rtnetlink.c).
+//! if_link.h; `do_setvfinfo` and `rtnl_fill_vfinfo` in net/core/rtnetlink.c),
+//! and the state saved from it.
 
 use netlink_packet_route::link::{
     LinkAttribute, LinkMessage, LinkVfInfo, VfInfo, VfInfoLinkState, VfInfoMac, VfInfoRate,
     VfInfoSpoofCheck, VfInfoTrust, VfLinkState, VfVlan, VfVlanInfo, VlanProtocol,
 };
-
-use super::rtnl::{emit, link_msg};
 use serde::{Deserialize, Serialize};
 
+use super::rtnl::{emit, link_msg};
 use super::settings::{HwAddr, LinkState, RateConfig, VfConfig, VlanConfig, VlanProto};
 
 /// One PF-side VF setting (`IFLA_VFINFO_LIST > IFLA_VF_INFO > ...`).
