@@ -244,8 +244,8 @@ pub fn vf_state_from(
 const IFLA_VFINFO_LIST: u16 = 22;
 const IFLA_VF_INFO: u16 = 1;
 const IFLA_VF_MAC: u16 = 1;
-const IFLA_VF_SPOOFCHK: u16 = 4;
-const IFLA_VF_TRUST: u16 = 9;
+pub(super) const IFLA_VF_SPOOFCHK: u16 = 4;
+pub(super) const IFLA_VF_TRUST: u16 = 9;
 /// `struct ifinfomsg`, ahead of a link's attributes.
 const IFINFOMSG_LEN: usize = 16;
 
@@ -254,7 +254,7 @@ const IFINFOMSG_LEN: usize = 16;
 /// presets both settings to -1 before asking the driver, so a driver that does
 /// not fill one reports `u32::MAX`, which the parsed message reads as off.
 /// That, or an absent attribute, is `None`.
-fn reported_setting(payload: &[u8], vf: u32, kind: u16) -> Option<bool> {
+pub(super) fn reported_setting(payload: &[u8], vf: u32, kind: u16) -> Option<bool> {
     use super::nl::attrs;
     let list = attrs(payload.get(IFINFOMSG_LEN..)?).find(|(k, _)| *k == IFLA_VFINFO_LIST)?;
     let entry = attrs(list.1)
