@@ -153,9 +153,7 @@ impl PodCgroups {
 
     /// Whether any hierarchy in a `/proc/<pid>/cgroup` text places the process in the pod.
     pub fn contains(&self, proc_cgroup: &str) -> bool {
-        proc_cgroup
-            .lines()
-            .filter_map(|line| line.splitn(3, ':').nth(2))
+        hierarchy_paths(proc_cgroup)
             .any(|path| self.patterns.iter().any(|p| matches(p, path)) && self.in_containers(path))
     }
 
@@ -167,17 +165,12 @@ impl PodCgroups {
     /// `--cgroup-root=/k8s`), or a unit name, which a pod may give a cgroup
     /// of its own, must not hide a pod's holder of a released GPU.
     pub fn ignores(&self, proc_cgroup: &str) -> bool {
-        let paths = || {
-            proc_cgroup
-                .lines()
-                .filter_map(|line| line.splitn(3, ':').nth(2))
-        };
-        let in_pods = paths().any(in_kubelet_pods);
+        let in_pods = hierarchy_paths(proc_cgroup).any(in_kubelet_pods);
         let applies = |p: &&Pattern| match p {
             Pattern::Prefix(prefix) => !in_pods || in_kubelet_pods(prefix),
             Pattern::Component(_) => !in_pods,
         };
-        paths().any(|path| {
+        hierarchy_paths(proc_cgroup).any(|path| {
             self.patterns
                 .iter()
                 .filter(applies)
@@ -192,6 +185,14 @@ impl PodCgroups {
         path.split('/')
             .any(|part| ids.iter().any(|id| part.contains(id.as_str())))
     }
+}
+
+/// The path of each hierarchy in a `/proc/<pid>/cgroup` text
+/// (`hierarchy-ID:controllers:path`, cgroups(7)).
+fn hierarchy_paths(proc_cgroup: &str) -> impl Iterator<Item = &str> {
+    proc_cgroup
+        .lines()
+        .filter_map(|line| line.splitn(3, ':').nth(2))
 }
 
 /// Cgroups above pod level: kubelet's QoS levels under the cgroupfs driver
