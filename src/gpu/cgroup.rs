@@ -215,10 +215,11 @@ fn is_qos_slice(name: &str) -> bool {
     let Some(unit) = name.strip_suffix(".slice") else {
         return false;
     };
-    let parts: Vec<&str> = unit.split('-').collect();
+    // The last names, read from the end: no list made at each pod path.
+    let mut names = unit.rsplit('-');
     matches!(
-        parts.as_slice(),
-        [.., "kubepods"] | [.., "kubepods", "besteffort" | "burstable"]
+        (names.next(), names.next()),
+        (Some("kubepods"), _) | (Some("besteffort" | "burstable"), Some("kubepods"))
     )
 }
 
