@@ -88,8 +88,7 @@ impl Open {
 
     /// Whether the file at the path is the one written.
     fn is_at_path(&self, ours: &fs::Metadata) -> bool {
-        use std::os::unix::fs::MetadataExt;
-        fs::metadata(&self.path).is_ok_and(|m| m.dev() == ours.dev() && m.ino() == ours.ino())
+        is_file_at(&self.path, ours).unwrap_or(false)
     }
 
     /// Writes on at the path, counting what is there.
@@ -161,19 +160,24 @@ pub fn make_dir_of(path: &Path) -> io::Result<()> {
 /// the file's lock in turn, and only the one that still finds it at `path`
 /// renames it, so none renames another's fresh log over the rotated one.
 pub fn rotate_if_current(file: &File, path: &Path) -> io::Result<bool> {
-    use std::os::unix::fs::MetadataExt;
     let locked = Flock::lock(file.try_clone()?, FlockArg::LockExclusive)
         .map_err(|(_, e)| io::Error::from(e))?;
-    let ours = locked.metadata()?;
-    let current = match fs::metadata(path) {
-        Ok(m) => m.dev() == ours.dev() && m.ino() == ours.ino(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-        Err(e) => return Err(e),
-    };
+    let current = is_file_at(path, &locked.metadata()?)?;
     if current {
         fs::rename(path, rotated(path))?;
     }
     Ok(current)
+}
+
+/// Whether `path` is the file `ours` describes (device and inode); false
+/// where nothing is there.
+fn is_file_at(path: &Path, ours: &fs::Metadata) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    match fs::metadata(path) {
+        Ok(m) => Ok(m.dev() == ours.dev() && m.ino() == ours.ino()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// A log opened for appending, made (0600) if need be; the hook's log too.
