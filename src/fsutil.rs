@@ -13,6 +13,12 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{openat, renameat, Flock, FlockArg, OFlag};
 use nix::sys::stat::Mode;
 
+/// `path` as seen from `root`, a process's root (`/proc/<pid>/root`) or a
+/// host root: an absolute path is taken below it, as that process opens it.
+pub fn below_root(root: &Path, path: &Path) -> PathBuf {
+    root.join(path.strip_prefix("/").unwrap_or(path))
+}
+
 /// An I/O failure on one file.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {source}")]

@@ -130,9 +130,9 @@ struct Files<'a> {
 impl Files<'_> {
     fn at(&self, file: &str) -> PathBuf {
         let file = Path::new(file);
-        match file.strip_prefix("/") {
-            Ok(below_root) => self.root.join(below_root),
-            Err(_) => self.dir.join(file),
+        match file.is_absolute() {
+            true => crate::fsutil::below_root(self.root, file),
+            false => self.dir.join(file),
         }
     }
 }

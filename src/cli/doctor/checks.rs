@@ -27,8 +27,8 @@ fn plugin_config(roots: &Roots, running: &[Running]) -> Option<(u32, PathBuf)> {
         })
         .and_then(|(pid, config)| {
             let config = config.unwrap_or_else(|| crate::config::DEFAULT_CONFIG_PATH.into());
-            let root = roots.proc_dir.join(pid.to_string()).join("root");
-            let path = root.join(config.strip_prefix("/").unwrap_or(&config));
+            let root = roots.process_root(pid);
+            let path = crate::fsutil::below_root(&root, &config);
             // A root that cannot be read (a fake process tree) says nothing.
             root.is_dir().then_some((pid, path))
         })

@@ -26,17 +26,16 @@ struct PluginView {
 impl PluginView {
     /// `None` where its environment cannot be read (not root, gone: the
     /// kernel gives an exiting process's as empty, or past the bound).
-    fn read(proc_dir: &Path, pid: u32) -> Option<PluginView> {
-        let dir = proc_dir.join(pid.to_string());
-        let environ =
-            crate::fsutil::read_file_bounded(&dir.join("environ"), MAX_ENVIRON_BYTES).ok()?;
+    fn read(roots: &Roots, pid: u32) -> Option<PluginView> {
+        let environ = roots.proc_dir.join(pid.to_string()).join("environ");
+        let environ = crate::fsutil::read_file_bounded(&environ, MAX_ENVIRON_BYTES).ok()?;
         if environ.is_empty() {
             return None;
         }
         Some(PluginView {
             pid,
             environ,
-            root: dir.join("root"),
+            root: roots.process_root(pid),
         })
     }
 
@@ -49,8 +48,7 @@ impl PluginView {
 
     /// `path` (absolute) in the plugin's mount namespace.
     fn path(&self, path: impl AsRef<Path>) -> PathBuf {
-        let path = path.as_ref();
-        self.root.join(path.strip_prefix("/").unwrap_or(path))
+        crate::fsutil::below_root(&self.root, path.as_ref())
     }
 
     /// `config` with the files it names as the plugin opens them, in its
@@ -74,7 +72,7 @@ impl PluginView {
 /// `plugin`: the pid of the running plugin the checks are about, if any.
 pub fn grant_check(roots: &Roots, host: &dyn Host, config: &Config, plugin: Option<u32>) -> Check {
     let hostname = crate::inventory::host_name(&roots.host_root).unwrap_or_default();
-    let view = plugin.map(|pid| (pid, PluginView::read(&roots.proc_dir, pid)));
+    let view = plugin.map(|pid| (pid, PluginView::read(roots, pid)));
     let (mode, whose) = match &view {
         Some((_, Some(p))) => (
             grant::settings::resolve_in(

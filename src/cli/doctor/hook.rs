@@ -41,9 +41,9 @@ fn hook_path(roots: &Roots, config: &Config, running: &[Running]) -> Result<Path
     let target = std::fs::read_link(&exe).map_err(|e| format!("{}: {e}", exe.display()))?;
     // The plugin's choice, made in its own view of the files (a container's,
     // for the DaemonSet): its root is `<proc>/<pid>/root`.
-    let plugin_root = roots.proc_dir.join(pid.to_string()).join("root");
+    let plugin_root = roots.process_root(pid);
     Ok(crate::plugin::hook_beside(&target, |p| {
-        plugin_root.join(p.strip_prefix("/").unwrap_or(p)).is_file()
+        crate::fsutil::below_root(&plugin_root, p).is_file()
     }))
 }
 

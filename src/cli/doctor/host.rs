@@ -31,6 +31,12 @@ pub struct Roots {
 }
 
 impl Roots {
+    /// The root directory of process `pid` (`<proc>/<pid>/root`): the files
+    /// as that process, a plugin in a container perhaps, sees them.
+    pub fn process_root(&self, pid: u32) -> PathBuf {
+        self.proc_dir.join(pid.to_string()).join("root")
+    }
+
     /// `host_path` (absolute, as the node sees it) below the host root, or below
     /// the /etc root for paths under /etc.
     pub fn host_path(&self, host_path: &Path) -> PathBuf {

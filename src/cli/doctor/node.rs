@@ -122,7 +122,7 @@ enum View {
 /// its own, filled at its creation (a privileged container without the
 /// host's `/dev` mounted), misses every node a driver made after it started.
 fn plugin_view(roots: &Roots, host: &dyn Host, pid: u32, want: &[(String, u32, u32)]) -> View {
-    let root = roots.proc_dir.join(pid.to_string()).join("root");
+    let root = roots.process_root(pid);
     if !root.is_dir() {
         return View::Unreadable(pid);
     }
