@@ -100,6 +100,7 @@ fn values_the_plan_refuses_fail_the_config() {
             "device_file_mode: must be written in octal, such as 0o660: 440 is 0o670",
         ),
         ("device_file_mode = 0x1b6", "device_file_mode"),
+        ("\"device\\u005ffile_mode\" = 440", "device_file_mode: must be written in octal"),
         ("device_file_mode = 438", "device_file_mode"),
         ("hook_timeout_secs = 0", "hook_timeout_secs"),
         ("hook_timeout_secs = -5", "hook_timeout_secs"),

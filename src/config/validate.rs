@@ -145,6 +145,12 @@ pub(super) fn mode_written_in_octal(text: &str) -> Result<(), ConfigError> {
     struct Written {
         device_file_mode: Option<toml::Spanned<u32>>,
     }
+    // Read a second time only where the key can be: written out, or behind
+    // an escape in a quoted key (`"device\u005ffile_mode"`). The hook reads
+    // the config at every container of a hooks-only node.
+    if !text.contains("device_file_mode") && !text.contains('\\') {
+        return Ok(());
+    }
     // The whole config was read already: a text this cannot read sets no mode.
     let Ok(Written {
         device_file_mode: Some(mode),
