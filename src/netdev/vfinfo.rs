@@ -188,6 +188,7 @@ pub fn vf_state_from(
         e.0.iter()
             .any(|i| matches!(i, VfInfo::Mac(m) if m.vf_id == vf))
     })?;
+    let (spoofchk, trust) = reported_flags(payload, vf);
     let mut state = VfState {
         vf,
         mac: HwAddr::default(),
@@ -197,8 +198,8 @@ pub fn vf_state_from(
             proto: VlanProto::Dot1Q,
         },
         rate: RateConfig { min: 0, max: 0 },
-        spoofchk: reported_setting(payload, vf, IFLA_VF_SPOOFCHK),
-        trust: reported_setting(payload, vf, IFLA_VF_TRUST),
+        spoofchk,
+        trust,
         link_state: LinkState::Auto,
     };
     let addr_len = pf_addr_len.clamp(1, super::settings::HWADDR_MAX);
@@ -244,28 +245,40 @@ pub fn vf_state_from(
 const IFLA_VFINFO_LIST: u16 = 22;
 const IFLA_VF_INFO: u16 = 1;
 const IFLA_VF_MAC: u16 = 1;
-pub(super) const IFLA_VF_SPOOFCHK: u16 = 4;
-pub(super) const IFLA_VF_TRUST: u16 = 9;
+const IFLA_VF_SPOOFCHK: u16 = 4;
+const IFLA_VF_TRUST: u16 = 9;
 /// `struct ifinfomsg`, ahead of a link's attributes.
 const IFINFOMSG_LEN: usize = 16;
 
-/// Spoof checking or trust (`struct ifla_vf_spoofchk` / `ifla_vf_trust`:
+/// Spoof checking and trust (`struct ifla_vf_spoofchk` / `ifla_vf_trust`:
 /// `vf`, `setting`) of VF `vf`, read from the raw reply: `rtnl_fill_vfinfo`
 /// presets both settings to -1 before asking the driver, so a driver that does
 /// not fill one reports `u32::MAX`, which the parsed message reads as off.
 /// That, or an absent attribute, is `None`.
-pub(super) fn reported_setting(payload: &[u8], vf: u32, kind: u16) -> Option<bool> {
+pub(super) fn reported_flags(payload: &[u8], vf: u32) -> (Option<bool>, Option<bool>) {
+    use super::nl::attrs;
+    let Some(entry) = vf_entry(payload, vf) else {
+        return (None, None);
+    };
+    let setting = |kind: u16| {
+        let (_, value) = attrs(entry).find(|(k, _)| *k == kind)?;
+        match value.get(4..8)?.try_into().map(u32::from_ne_bytes).ok()? {
+            u32::MAX => None,
+            setting => Some(setting != 0),
+        }
+    };
+    (setting(IFLA_VF_SPOOFCHK), setting(IFLA_VF_TRUST))
+}
+
+/// VF `vf`'s `IFLA_VF_INFO` in the PF's `IFLA_VFINFO_LIST`, found by the VF
+/// number of its `IFLA_VF_MAC`.
+fn vf_entry(payload: &[u8], vf: u32) -> Option<&[u8]> {
     use super::nl::attrs;
     let list = attrs(payload.get(IFINFOMSG_LEN..)?).find(|(k, _)| *k == IFLA_VFINFO_LIST)?;
-    let entry = attrs(list.1)
+    attrs(list.1)
         .filter(|(k, _)| *k == IFLA_VF_INFO)
         .map(|(_, e)| e)
-        .find(|e| attrs(e).any(|(k, v)| k == IFLA_VF_MAC && first_u32(v) == Some(vf)))?;
-    let (_, value) = attrs(entry).find(|(k, _)| *k == kind)?;
-    match value.get(4..8)?.try_into().map(u32::from_ne_bytes).ok()? {
-        u32::MAX => None,
-        setting => Some(setting != 0),
-    }
+        .find(|e| attrs(e).any(|(k, v)| k == IFLA_VF_MAC && first_u32(v) == Some(vf)))
 }
 
 fn first_u32(value: &[u8]) -> Option<u32> {
