@@ -1,0 +1,269 @@
+//! A process that uses the GPU as a tenant would, through the CUDA driver API
+//! (libcuda.so.1, loaded at run time, declared here by hand from cuda.h): it
+//! holds a context, or makes the GPU fault. It runs as a child: the test binary
+//! started again with `DEVGATE_GPU_NODE_ROLE` set, so that the testing process
+//! itself never holds a CUDA context (a teardown would find it in the way).
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// The role a child plays, from the environment.
+pub const ROLE_ENV: &str = "DEVGATE_GPU_NODE_ROLE";
+/// The CUDA ordinal the child uses.
+pub const ORDINAL_ENV: &str = "DEVGATE_GPU_NODE_ORDINAL";
+/// The test the child runs (see `gpu_node.rs`).
+pub const CHILD_TEST: &str = "cuda_child";
+
+type CuResult = c_int;
+const CUDA_SUCCESS: CuResult = 0;
+
+/// A kernel storing to address 0: a GPU page fault (NVIDIA's XID 31, "MMU
+/// fault"), which ends the context and leaves the GPU usable.
+const FAULT_PTX: &CStr = c".version 8.0
+.target sm_90
+.address_size 64
+.visible .entry devgate_fault()
+{
+    .reg .u64 %rd<2>;
+    .reg .u32 %r<2>;
+    mov.u64 %rd1, 0;
+    mov.u32 %r1, 1;
+    st.global.u32 [%rd1], %r1;
+    ret;
+}
+";
+
+struct Cuda(*mut c_void);
+
+impl Cuda {
+    fn open() -> Cuda {
+        // SAFETY: a C string; RTLD_NOW resolves everything at once.
+        let lib = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW) };
+        assert!(!lib.is_null(), "dlopen libcuda.so.1 failed");
+        Cuda(lib)
+    }
+
+    /// A function of libcuda; `F` is its `extern "C" fn` type from cuda.h.
+    fn sym<F: Copy>(&self, name: &CStr) -> F {
+        // Where a child stops is where it hangs: stderr reaches the log.
+        eprintln!("cuda child {}: {name:?}", std::process::id());
+        // SAFETY: a live handle and a C string.
+        let ptr = unsafe { libc::dlsym(self.0, name.as_ptr()) };
+        assert!(!ptr.is_null(), "libcuda has no {name:?}");
+        assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
+        // SAFETY: the caller names the declared signature.
+        unsafe { std::mem::transmute_copy::<*mut c_void, F>(&ptr) }
+    }
+
+    fn check(name: &str, code: CuResult) {
+        assert_eq!(code, CUDA_SUCCESS, "{name} failed with CUresult {code}");
+    }
+
+    /// cuInit, then the device's primary context made current (and created).
+    fn context(&self, ordinal: c_int) {
+        type Init = unsafe extern "C" fn(c_uint) -> CuResult;
+        type DeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> CuResult;
+        type Retain = unsafe extern "C" fn(*mut *mut c_void, c_int) -> CuResult;
+        type SetCurrent = unsafe extern "C" fn(*mut c_void) -> CuResult;
+        type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> CuResult;
+        let (mut dev, mut ctx, mut mem) = (0, std::ptr::null_mut(), 0u64);
+        // SAFETY: out pointers to locals, as cuda.h declares.
+        unsafe {
+            Self::check("cuInit", self.sym::<Init>(c"cuInit")(0));
+            Self::check(
+                "cuDeviceGet",
+                self.sym::<DeviceGet>(c"cuDeviceGet")(&mut dev, ordinal),
+            );
+            Self::check(
+                "cuDevicePrimaryCtxRetain",
+                self.sym::<Retain>(c"cuDevicePrimaryCtxRetain")(&mut ctx, dev),
+            );
+            Self::check(
+                "cuCtxSetCurrent",
+                self.sym::<SetCurrent>(c"cuCtxSetCurrent")(ctx),
+            );
+            Self::check(
+                "cuMemAlloc_v2",
+                self.sym::<MemAlloc>(c"cuMemAlloc_v2")(&mut mem, 1 << 20),
+            );
+        }
+    }
+
+    /// Launches [`FAULT_PTX`] and returns what synchronising reports.
+    fn fault(&self) -> CuResult {
+        type Load = unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CuResult;
+        type GetFunction =
+            unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> CuResult;
+        type Launch = unsafe extern "C" fn(
+            *mut c_void,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            *mut c_void,
+            *mut *mut c_void,
+            *mut *mut c_void,
+        ) -> CuResult;
+        type Sync = unsafe extern "C" fn() -> CuResult;
+        let (mut module, mut function) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: a NUL-terminated PTX image, out pointers to locals, a kernel
+        // without parameters on the default stream.
+        unsafe {
+            Self::check(
+                "cuModuleLoadData",
+                self.sym::<Load>(c"cuModuleLoadData")(&mut module, FAULT_PTX.as_ptr().cast()),
+            );
+            Self::check(
+                "cuModuleGetFunction",
+                self.sym::<GetFunction>(c"cuModuleGetFunction")(
+                    &mut function,
+                    module,
+                    c"devgate_fault".as_ptr(),
+                ),
+            );
+            let launch = self.sym::<Launch>(c"cuLaunchKernel");
+            let null = std::ptr::null_mut();
+            Self::check(
+                "cuLaunchKernel",
+                launch(
+                    function,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    0,
+                    null,
+                    null.cast(),
+                    null.cast(),
+                ),
+            );
+            self.sym::<Sync>(c"cuCtxSynchronize")()
+        }
+    }
+}
+
+/// The child's part: hold a context until killed ("hold"), or fault once and
+/// exit ("fault"). Prints one line the parent waits for.
+pub fn child(role: &str) {
+    let ordinal = std::env::var(ORDINAL_ENV)
+        .ok()
+        .and_then(|o| o.parse().ok())
+        .unwrap_or(0);
+    let cuda = Cuda::open();
+    cuda.context(ordinal);
+    match role {
+        "hold" => {
+            println!("{MARK}holding");
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
+        }
+        "fault" => println!("{MARK}fault {}", cuda.fault()),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// A child of this test binary (a copy in `dir`) in `role` on CUDA device
+/// `ordinal`, placed in `cgroup` (its `cgroup.procs`) before it touches the
+/// GPU. Returns once it printed its line, with that line.
+pub fn spawn(
+    role: &str,
+    ordinal: u32,
+    cgroup: Option<&std::path::Path>,
+    dir: &std::path::Path,
+) -> (Child, String) {
+    let mut cmd = Command::new(tenant_program(dir));
+    cmd.args(["--ignored", "--exact", CHILD_TEST, "--nocapture"])
+        .args(["--test-threads", "1"])
+        .env(ROLE_ENV, role)
+        .env(ORDINAL_ENV, ordinal.to_string())
+        .stdout(Stdio::piped());
+    if let Some(cgroup) = cgroup {
+        let procs = std::ffi::CString::new(
+            cgroup
+                .join("cgroup.procs")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: open, write and close only, on a string made before the fork.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd.spawn().expect("start the cuda child");
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(out).lines().map_while(Result::ok);
+        // libtest writes "test <name> ... " before the test runs, on the same line.
+        let found = lines.find_map(|l| l.split_once(MARK).map(|(_, rest)| rest.to_string()));
+        let _ = tx.send(found);
+        // Read to the end: a closed pipe would fail the child's last words.
+        lines.for_each(drop);
+    });
+    match rx.recv_timeout(LINE_TIMEOUT) {
+        Ok(Some(line)) => (child, line),
+        Ok(None) => {
+            let status = child.wait().unwrap();
+            panic!("the cuda child ({role}) ended without its line: {status}");
+        }
+        Err(_) => {
+            let stacks = kernel_stacks(child.id());
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the cuda child ({role}) printed nothing in {LINE_TIMEOUT:?}; its threads:\n{stacks}");
+        }
+    }
+}
+
+/// A copy of this test binary in `dir`: teardown takes a process running
+/// devgate's own program (inode) for another devgate's NVML, no user, and a
+/// tenant's program is never that.
+fn tenant_program(dir: &std::path::Path) -> std::path::PathBuf {
+    let copy = dir.join("gpu-node-tenant");
+    if !copy.exists() {
+        std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+    }
+    copy
+}
+
+/// What starts the child's line.
+const MARK: &str = "devgate-gpu-node: ";
+
+/// How long a child may take to hold a context or fault.
+const LINE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Each thread's kernel stack and wait channel (root only), to show where a
+/// child hangs.
+fn kernel_stacks(pid: u32) -> String {
+    let mut out = String::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    for task in tasks.flatten() {
+        let read = |f: &str| std::fs::read_to_string(task.path().join(f)).unwrap_or_default();
+        out += &format!(
+            "task {} {} wchan {}\n{}",
+            task.file_name().to_string_lossy(),
+            read("comm").trim(),
+            read("wchan"),
+            read("stack")
+        );
+    }
+    out
+}
