@@ -10,18 +10,20 @@ use std::process::{Child, Command, Stdio};
 
 /// The role a child plays, from the environment.
 pub const ROLE_ENV: &str = "DEVGATE_GPU_NODE_ROLE";
-/// The CUDA ordinal the child uses.
-pub const ORDINAL_ENV: &str = "DEVGATE_GPU_NODE_ORDINAL";
+/// The PCI address of the GPU the child uses: CUDA's ordinals follow its own
+/// order and `CUDA_VISIBLE_DEVICES`, not NVML's index.
+pub const BUS_ENV: &str = "DEVGATE_GPU_NODE_BUS";
 /// The test the child runs (see `gpu_node.rs`).
 pub const CHILD_TEST: &str = "cuda_child";
 
 type CuResult = c_int;
 const CUDA_SUCCESS: CuResult = 0;
 
-/// A kernel storing to address 0: a GPU page fault (NVIDIA's XID 31, "MMU
-/// fault"), which ends the context and leaves the GPU usable.
-const FAULT_PTX: &CStr = c".version 8.0
-.target sm_90
+/// A kernel storing to address 0: a GPU page fault (XID 31, "MMU fault", on
+/// the H200), which ends the context and leaves the GPU usable. PTX for sm_70
+/// is compiled by the driver for any later GPU (PTX ISA 7.0: CUDA 11 drivers on).
+const FAULT_PTX: &CStr = c".version 7.0
+.target sm_70
 .address_size 64
 .visible .entry devgate_fault()
 {
@@ -44,15 +46,18 @@ impl Cuda {
         Cuda(lib)
     }
 
-    /// A function of libcuda; `F` is its `extern "C" fn` type from cuda.h.
-    fn sym<F: Copy>(&self, name: &CStr) -> F {
+    /// A function of libcuda.
+    ///
+    /// # Safety
+    /// `F` must be the `unsafe extern "C" fn` type cuda.h declares for `name`.
+    unsafe fn sym<F: Copy>(&self, name: &CStr) -> F {
         // Where a child stops is where it hangs: stderr reaches the log.
         eprintln!("cuda child {}: {name:?}", std::process::id());
         // SAFETY: a live handle and a C string.
         let ptr = unsafe { libc::dlsym(self.0, name.as_ptr()) };
         assert!(!ptr.is_null(), "libcuda has no {name:?}");
         assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
-        // SAFETY: the caller names the declared signature.
+        // SAFETY: same size, and the caller names the declared signature.
         unsafe { std::mem::transmute_copy::<*mut c_void, F>(&ptr) }
     }
 
@@ -60,20 +65,21 @@ impl Cuda {
         assert_eq!(code, CUDA_SUCCESS, "{name} failed with CUresult {code}");
     }
 
-    /// cuInit, then the device's primary context made current (and created).
-    fn context(&self, ordinal: c_int) {
+    /// cuInit, then the primary context of the GPU at PCI address `bus` made
+    /// current (and created).
+    fn context(&self, bus: &CStr) {
         type Init = unsafe extern "C" fn(c_uint) -> CuResult;
-        type DeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> CuResult;
+        type DeviceByBus = unsafe extern "C" fn(*mut c_int, *const c_char) -> CuResult;
         type Retain = unsafe extern "C" fn(*mut *mut c_void, c_int) -> CuResult;
         type SetCurrent = unsafe extern "C" fn(*mut c_void) -> CuResult;
         type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> CuResult;
         let (mut dev, mut ctx, mut mem) = (0, std::ptr::null_mut(), 0u64);
-        // SAFETY: out pointers to locals, as cuda.h declares.
+        // SAFETY: the types cuda.h declares; out pointers to locals.
         unsafe {
             Self::check("cuInit", self.sym::<Init>(c"cuInit")(0));
             Self::check(
-                "cuDeviceGet",
-                self.sym::<DeviceGet>(c"cuDeviceGet")(&mut dev, ordinal),
+                "cuDeviceGetByPCIBusId",
+                self.sym::<DeviceByBus>(c"cuDeviceGetByPCIBusId")(&mut dev, bus.as_ptr()),
             );
             Self::check(
                 "cuDevicePrimaryCtxRetain",
@@ -110,8 +116,8 @@ impl Cuda {
         ) -> CuResult;
         type Sync = unsafe extern "C" fn() -> CuResult;
         let (mut module, mut function) = (std::ptr::null_mut(), std::ptr::null_mut());
-        // SAFETY: a NUL-terminated PTX image, out pointers to locals, a kernel
-        // without parameters on the default stream.
+        // SAFETY: the types cuda.h declares; a NUL-terminated PTX image, out
+        // pointers to locals, a kernel without parameters on the default stream.
         unsafe {
             Self::check(
                 "cuModuleLoadData",
@@ -151,12 +157,9 @@ impl Cuda {
 /// The child's part: hold a context until killed ("hold"), or fault once and
 /// exit ("fault"). Prints one line the parent waits for.
 pub fn child(role: &str) {
-    let ordinal = std::env::var(ORDINAL_ENV)
-        .ok()
-        .and_then(|o| o.parse().ok())
-        .unwrap_or(0);
+    let bus = std::env::var(BUS_ENV).expect("the gpu's pci address");
     let cuda = Cuda::open();
-    cuda.context(ordinal);
+    cuda.context(&std::ffi::CString::new(bus).unwrap());
     match role {
         "hold" => {
             println!("{MARK}holding");
@@ -169,20 +172,50 @@ pub fn child(role: &str) {
     }
 }
 
-/// A child of this test binary (a copy in `dir`) in `role` on CUDA device
-/// `ordinal`, placed in `cgroup` (its `cgroup.procs`) before it touches the
-/// GPU. Returns once it printed its line, with that line.
+/// A child process, killed and reaped when dropped, so that a failing test
+/// leaves no process holding the GPU (or its pod cgroup busy).
+pub struct Tenant(pub Child);
+
+impl Tenant {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Its exit status, waiting up to `limit`; `None` while it still runs.
+    pub fn exited(&mut self, limit: std::time::Duration) -> Option<std::process::ExitStatus> {
+        let start = std::time::Instant::now();
+        loop {
+            match self.0.try_wait().unwrap() {
+                Some(status) => return Some(status),
+                None if start.elapsed() >= limit => return None,
+                None => std::thread::sleep(std::time::Duration::from_millis(20)),
+            }
+        }
+    }
+}
+
+impl Drop for Tenant {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A child of this test binary (a copy in `dir`) in `role` on the GPU at PCI
+/// address `bus`, placed in `cgroup` (its `cgroup.procs`) before it touches
+/// the GPU. Returns once it printed its line, with that line.
 pub fn spawn(
     role: &str,
-    ordinal: u32,
+    bus: &str,
     cgroup: Option<&std::path::Path>,
     dir: &std::path::Path,
-) -> (Child, String) {
+) -> (Tenant, String) {
     let mut cmd = Command::new(tenant_program(dir));
     cmd.args(["--ignored", "--exact", CHILD_TEST, "--nocapture"])
         .args(["--test-threads", "1"])
         .env(ROLE_ENV, role)
-        .env(ORDINAL_ENV, ordinal.to_string())
+        .env(BUS_ENV, bus)
+        .env_remove("CUDA_VISIBLE_DEVICES")
         .stdout(Stdio::piped());
     if let Some(cgroup) = cgroup {
         let procs = std::ffi::CString::new(
@@ -205,8 +238,8 @@ pub fn spawn(
             });
         }
     }
-    let mut child = cmd.spawn().expect("start the cuda child");
-    let out = child.stdout.take().unwrap();
+    let mut child = Tenant(cmd.spawn().expect("start the cuda child"));
+    let out = child.0.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut lines = BufReader::new(out).lines().map_while(Result::ok);
@@ -219,13 +252,11 @@ pub fn spawn(
     match rx.recv_timeout(LINE_TIMEOUT) {
         Ok(Some(line)) => (child, line),
         Ok(None) => {
-            let status = child.wait().unwrap();
+            let status = child.0.wait().unwrap();
             panic!("the cuda child ({role}) ended without its line: {status}");
         }
         Err(_) => {
-            let stacks = kernel_stacks(child.id());
-            let _ = child.kill();
-            let _ = child.wait();
+            let stacks = kernel_stacks(child.pid());
             panic!("the cuda child ({role}) printed nothing in {LINE_TIMEOUT:?}; its threads:\n{stacks}");
         }
     }

@@ -66,14 +66,27 @@ pub fn set_compute_mode(uuid: &str, mode: &str) {
     smi(&["-i", uuid, "-c", mode]);
 }
 
-/// Puts the GPU's compute mode back to Default when dropped, whatever the
-/// test did to it.
-pub struct ComputeModeGuard(pub String);
+/// Puts the GPU's compute mode back to what it was when dropped, whatever
+/// the test did to it.
+pub struct ComputeModeGuard {
+    uuid: String,
+    /// As `nvidia-smi -c` takes it (`DEFAULT`, `EXCLUSIVE_PROCESS`, `PROHIBITED`).
+    mode: String,
+}
+
+impl ComputeModeGuard {
+    pub fn new(uuid: &str) -> ComputeModeGuard {
+        ComputeModeGuard {
+            uuid: uuid.to_string(),
+            mode: compute_mode(uuid).to_uppercase(),
+        }
+    }
+}
 
 impl Drop for ComputeModeGuard {
     fn drop(&mut self) {
         let _ = Command::new("nvidia-smi")
-            .args(["-i", &self.0, "-c", "DEFAULT"])
+            .args(["-i", &self.uuid, "-c", &self.mode])
             .output();
     }
 }
@@ -118,6 +131,8 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// A container cgroup of pod `uid` as kubelet's cgroupfs driver makes it
 /// (`kubepods/besteffort/pod<uid>/<container>`), in the unified hierarchy or,
 /// on a v1 host, the pids one. Removed, with the levels it made, when dropped.
+/// A running kubelet with that driver may remove a pod cgroup it does not
+/// know: run these tests on a node kubelet does not manage, or a drained one.
 pub struct PodCgroup {
     made: Vec<PathBuf>,
     pub leaf: PathBuf,
@@ -135,21 +150,20 @@ impl PodCgroup {
                 .find(|p| p.join("cgroup.procs").exists())
                 .expect("a cgroup hierarchy to place the pod in")
         };
-        let mut made = Vec::new();
-        let mut dir = root;
-        for part in [
-            "kubepods",
-            "besteffort",
-            &format!("pod{uid}"),
-            "ctr-gpu-node",
-        ] {
-            dir = dir.join(part);
-            if !dir.exists() {
-                std::fs::create_dir(&dir).unwrap();
-                made.push(dir.clone());
+        // Built first, so that a level made before a failure is removed too.
+        let mut cgroup = PodCgroup {
+            made: Vec::new(),
+            leaf: root,
+        };
+        let pod = format!("pod{uid}");
+        for part in ["kubepods", "besteffort", &pod, "ctr-gpu-node"] {
+            cgroup.leaf = cgroup.leaf.join(part);
+            if !cgroup.leaf.exists() {
+                std::fs::create_dir(&cgroup.leaf).unwrap();
+                cgroup.made.push(cgroup.leaf.clone());
             }
         }
-        PodCgroup { made, leaf: dir }
+        cgroup
     }
 }
 
