@@ -316,6 +316,11 @@ fn bench(c: &mut Criterion) {
     );
     drop(children);
 
+    let pids = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .count();
+    println!("gpu_teardown_8_gpus_host_proc: {pids} processes");
     c.bench_function("gpu_teardown_8_gpus_host_proc", |b| {
         b.iter(|| t.teardown(black_box(&record)).unwrap())
     });

@@ -45,12 +45,12 @@ impl Users {
     }
 }
 
-/// Processes per scanning thread: below this one thread beats starting more.
+/// Processes per scanning thread. On a 16-core GPU node 2000 processes cost
+/// 64 ms of CPU: 8 threads took 10.9 ms, where 4 threads (one per 400
+/// processes, at most 4, before) took 19.5 ms (docs/gpu-node.md).
 const PIDS_PER_WORKER: usize = 250;
-/// At most this many threads: the pass is short (on a 16-core GPU node, 2000
-/// processes cost 64 ms of CPU, so 8 threads take about 10 ms), and a node
-/// agent does not take every core from the node's pods. Four threads took
-/// 19.5 ms there (docs/gpu-node.md).
+/// At most this many threads, whatever the cores: the pass lasts milliseconds,
+/// and on a large node the pods keep the other cores meanwhile.
 const MAX_WORKERS: usize = 8;
 
 /// One pass over the proc root: which of `targets` each process holds. `skip` is
