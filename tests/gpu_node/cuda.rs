@@ -242,9 +242,13 @@ pub fn spawn(
     let out = child.0.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut lines = BufReader::new(out).lines().map_while(Result::ok);
+        // Bytes, not text: a line that is not UTF-8 must not end the reading.
+        let mut lines = BufReader::new(out).split(b'\n').map_while(Result::ok);
         // libtest writes "test <name> ... " before the test runs, on the same line.
-        let found = lines.find_map(|l| l.split_once(MARK).map(|(_, rest)| rest.to_string()));
+        let found = lines.find_map(|l| {
+            let line = String::from_utf8_lossy(&l).into_owned();
+            line.split_once(MARK).map(|(_, rest)| rest.to_string())
+        });
         let _ = tx.send(found);
         // Read to the end: a closed pipe would fail the child's last words.
         lines.for_each(drop);
@@ -252,8 +256,8 @@ pub fn spawn(
     match rx.recv_timeout(LINE_TIMEOUT) {
         Ok(Some(line)) => (child, line),
         Ok(None) => {
-            let status = child.0.wait().unwrap();
-            panic!("the cuda child ({role}) ended without its line: {status}");
+            let status = child.exited(LINE_TIMEOUT);
+            panic!("the cuda child ({role}) ended without its line: {status:?}");
         }
         Err(_) => {
             let stacks = kernel_stacks(child.pid());

@@ -85,9 +85,16 @@ impl ComputeModeGuard {
 
 impl Drop for ComputeModeGuard {
     fn drop(&mut self) {
-        let _ = Command::new("nvidia-smi")
+        let restored = Command::new("nvidia-smi")
             .args(["-i", &self.uuid, "-c", &self.mode])
-            .output();
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !restored {
+            eprintln!(
+                "compute mode of {} not restored to {}",
+                self.uuid, self.mode
+            );
+        }
     }
 }
 
@@ -170,7 +177,17 @@ impl PodCgroup {
 impl Drop for PodCgroup {
     fn drop(&mut self) {
         for dir in self.made.iter().rev() {
-            let _ = std::fs::remove_dir(dir);
+            // The last task may still be leaving just after it was reaped.
+            let removed = (0..10).any(|_| {
+                let done = std::fs::remove_dir(dir).is_ok();
+                if !done {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                done
+            });
+            if !removed {
+                eprintln!("cgroup {} left", dir.display());
+            }
         }
     }
 }
