@@ -47,7 +47,9 @@ impl Users {
 
 /// Processes per scanning thread. On a 16-core GPU node 2000 processes cost
 /// 64 ms of CPU: 8 threads took 10.9 ms, where 4 threads (one per 400
-/// processes, at most 4, before) took 19.5 ms (docs/gpu-node.md).
+/// processes, at most 4, before) took 19.5 ms (docs/gpu-node.md). Not
+/// measured between 500 and 800 processes, where it now starts 2 or 3
+/// threads and 400 started one.
 const PIDS_PER_WORKER: usize = 250;
 /// At most this many threads, whatever the cores: the pass lasts milliseconds,
 /// and on a large node the pods keep the other cores meanwhile.
