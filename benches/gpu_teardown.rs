@@ -19,49 +19,10 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, Criterion};
 use devgate::config::GpuConfig;
 use devgate::fixture::HostRootBuilder;
-use devgate::gpu::nvml::{ComputeMode, GpuEvent, MemoryHealth, MigDestroyed, NvmlError};
-use devgate::gpu::{ClaimView, GpuTeardown, Nvml, ProcHost};
+use devgate::gpu::{ClaimView, GpuTeardown, NoNvml, ProcHost};
 use devgate::ledger::{Claim, DeviceId, PodRecord, PodRef, Share, Teardown};
 
 const PROCESSES: u32 = 2000;
-
-/// NVML with nothing to report and every reset done: a node where nothing is
-/// left to clean. On a node with the NVIDIA driver loaded, teardown refuses to
-/// run without NVML ([`NoNvml`] would fail every release there).
-struct QuietNvml;
-
-impl Nvml for QuietNvml {
-    fn present(&self) -> bool {
-        true
-    }
-    fn processes(&self, _uuid: &str) -> Result<Vec<u32>, NvmlError> {
-        Ok(Vec::new())
-    }
-    fn reset_application_clocks(&self, _uuid: &str) -> Result<(), NvmlError> {
-        Ok(())
-    }
-    fn reset_locked_clocks(&self, _uuid: &str) -> Result<(), NvmlError> {
-        Ok(())
-    }
-    fn set_compute_mode(&self, _uuid: &str, _mode: ComputeMode) -> Result<(), NvmlError> {
-        Ok(())
-    }
-    fn set_persistence(&self, _uuid: &str, _enabled: bool) -> Result<(), NvmlError> {
-        Ok(())
-    }
-    fn mig_enabled(&self, _uuid: &str) -> Result<bool, NvmlError> {
-        Ok(false)
-    }
-    fn destroy_mig_instances(&self, _uuid: &str) -> Result<MigDestroyed, NvmlError> {
-        Ok(MigDestroyed::default())
-    }
-    fn wait_events(&self, _timeout: Duration) -> Result<Vec<GpuEvent>, NvmlError> {
-        Ok(Vec::new())
-    }
-    fn memory_health(&self, _uuid: &str) -> Result<MemoryHealth, NvmlError> {
-        Ok(MemoryHealth::default())
-    }
-}
 
 /// Every GPU is held by the releasing pod alone.
 struct OnlyHolder;
@@ -134,8 +95,12 @@ fn teardown(proc_root: &Path, state: &Path) -> (GpuTeardown, PodRecord) {
     // driver registers (the char major's 12 bits end at 4095) costs the scan
     // the same.
     inv.nvidia_majors.nvidia = Some(4000);
+    // NVML off (`[gpu] nvml = false`: clocks, modes and MIG left alone), so
+    // that the bench also runs on a node with the NVIDIA driver loaded, where
+    // NVML on but not loaded fails every release, as it must.
     let config = GpuConfig {
         health_dir: state.to_path_buf(),
+        nvml: false,
         ..GpuConfig::default()
     };
     let record = pod(&inv);
@@ -143,7 +108,7 @@ fn teardown(proc_root: &Path, state: &Path) -> (GpuTeardown, PodRecord) {
         inv,
         config,
         Arc::new(ProcHost::new(proc_root)),
-        Arc::new(QuietNvml),
+        Arc::new(NoNvml),
         Arc::new(OnlyHolder),
     );
     (t, record)
