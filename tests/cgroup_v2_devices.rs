@@ -9,12 +9,16 @@
 //! Probes also join the root of the v1 devices hierarchy of a hybrid host, which allows
 //! everything, so only the BPF program decides.
 
+#[path = "common/cgroup_join.rs"]
+mod cgroup_join;
+
 use std::ffi::CString;
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
+use cgroup_join::join;
 use devgate::hook::cgroup_v2::{self, BpfSys, SysBpf};
 use devgate::plan::{DeviceKind, DeviceNode};
 use nix::errno::Errno;
@@ -64,26 +68,6 @@ impl Drop for Cgroup {
         }
         let _ = std::fs::remove_dir(&self.dir);
     }
-}
-
-/// Moves the calling process into each `procs` file; runs between fork and
-/// exec, so only raw calls on prepared strings.
-fn join(procs: &[CString]) -> std::io::Result<()> {
-    for p in procs {
-        // SAFETY: p is a valid C string; the fd is closed below.
-        let fd = unsafe { libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: writes one byte from a static buffer to fd.
-        let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
-        // SAFETY: fd is ours.
-        unsafe { libc::close(fd) };
-        if n != 1 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }
 
 fn procs(cg: &Path) -> Vec<CString> {

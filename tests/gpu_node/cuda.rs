@@ -225,17 +225,10 @@ pub fn spawn(
                 .into_encoded_bytes(),
         )
         .unwrap();
-        // SAFETY: open, write and close only, on a string made before the fork.
+        // SAFETY: join makes raw calls only, on a string made before the fork.
         unsafe {
             use std::os::unix::process::CommandExt;
-            cmd.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                libc::close(fd);
-                Ok(())
-            });
+            cmd.pre_exec(move || crate::cgroup_join::join(std::slice::from_ref(&procs)));
         }
     }
     let mut child = Tenant(cmd.spawn().expect("start the cuda child"));
