@@ -14,6 +14,8 @@ mod gpu_node {
     pub mod cuda;
     pub mod node;
 }
+#[path = "common/cgroup_join.rs"]
+mod cgroup_join;
 
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::ExitStatusExt;
@@ -49,6 +51,33 @@ fn inventory(health: &Path) -> Inventory {
 /// The device number of `/dev/nvidia<minor>` as the inventory places it.
 fn rdev(inv: &Inventory, gpu: &Gpu) -> u64 {
     libc::makedev(inv.nvidia_majors.nvidia.unwrap(), gpu.minor)
+}
+
+/// What each test starts from: the lock, a temporary directory (health
+/// state, the tenant's program), the node's inventory and its first GPU.
+/// Bind `_serial` by name, not `..`: the lock is held while it lives.
+struct OnGpu {
+    _serial: std::sync::MutexGuard<'static, ()>,
+    dir: tempfile::TempDir,
+    inv: Inventory,
+    gpu: Gpu,
+}
+
+fn on_gpu() -> OnGpu {
+    let serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let inv = inventory(dir.path());
+    let gpu = inv
+        .gpus
+        .first()
+        .cloned()
+        .expect("the inventory finds no gpu");
+    OnGpu {
+        _serial: serial,
+        dir,
+        inv,
+        gpu,
+    }
 }
 
 /// Whether NVML lists `pid` among the GPU's processes.
@@ -108,15 +137,17 @@ fn cuda_child() {
     if let Ok(role) = std::env::var(cuda::ROLE_ENV) {
         return cuda::child(&role);
     }
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let inv = inventory(dir.path());
-    let gpu = &inv.gpus[0];
+    let OnGpu {
+        _serial,
+        dir,
+        inv,
+        gpu,
+    } = on_gpu();
     let nvml = nvml();
     let (child, _) = cuda::spawn("hold", &gpu.bus_id.to_string(), None, dir.path());
     let pid = child.pid();
     let listed = eventually(Duration::from_secs(20), || listed(&*nvml, &gpu.uuid, pid));
-    let held = node::holders(rdev(&inv, gpu));
+    let held = node::holders(rdev(&inv, &gpu));
     assert!(listed, "nvml never listed pid {pid}");
     assert!(held.contains(&pid), "{pid} not among {held:?}");
 }
@@ -171,10 +202,12 @@ fn teardown(inv: Inventory, health: &Path, nvml: Arc<dyn Nvml>, gpu: &Gpu) -> Gp
 #[test]
 #[ignore = "needs an NVIDIA GPU and its driver (CI has none); run on a GPU node as root"]
 fn teardown_ends_the_pods_cuda_process_and_resets_the_compute_mode() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let inv = inventory(dir.path());
-    let gpu = inv.gpus[0].clone();
+    let OnGpu {
+        _serial,
+        dir,
+        inv,
+        gpu,
+    } = on_gpu();
     let nvml = nvml();
     // What teardown's clock resets get from this GPU: done, or not supported
     // (skipped); an error would fail the release below.
@@ -213,10 +246,12 @@ fn teardown_ends_the_pods_cuda_process_and_resets_the_compute_mode() {
 #[test]
 #[ignore = "needs an NVIDIA GPU and its driver (CI has none); run on a GPU node as root"]
 fn a_cuda_process_outside_the_pod_keeps_the_gpu_from_release() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let inv = inventory(dir.path());
-    let gpu = inv.gpus[0].clone();
+    let OnGpu {
+        _serial,
+        dir,
+        inv,
+        gpu,
+    } = on_gpu();
     let nvml = nvml();
     let uid = "1a2b3c4d-5e6f-4a0b-9c8d-7e6f5a4b3c2d";
     let _cgroup = PodCgroup::new(uid);
@@ -268,10 +303,12 @@ fn now() -> u64 {
 #[test]
 #[ignore = "needs an NVIDIA GPU and its driver (CI has none); run on a GPU node as root"]
 fn a_gpu_page_fault_reaches_the_health_monitor_and_clears() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let inv = inventory(dir.path());
-    let gpu = inv.gpus[0].clone();
+    let OnGpu {
+        _serial,
+        dir,
+        inv,
+        gpu,
+    } = on_gpu();
     let memory = nvml().memory_health(&gpu.uuid).unwrap();
     println!("memory health: {memory:?}");
     let strict = monitor(&inv, &dir.path().join("strict"), Vec::new());
