@@ -262,7 +262,7 @@ pub(super) fn reported_flags(payload: &[u8], vf: u32) -> (Option<bool>, Option<b
     };
     let setting = |kind: u16| {
         let (_, value) = attrs(entry).find(|(k, _)| *k == kind)?;
-        match value.get(4..8)?.try_into().map(u32::from_ne_bytes).ok()? {
+        match u32_at(value, 4)? {
             u32::MAX => None,
             setting => Some(setting != 0),
         }
@@ -278,9 +278,11 @@ fn vf_entry(payload: &[u8], vf: u32) -> Option<&[u8]> {
     attrs(list.1)
         .filter(|(k, _)| *k == IFLA_VF_INFO)
         .map(|(_, e)| e)
-        .find(|e| attrs(e).any(|(k, v)| k == IFLA_VF_MAC && first_u32(v) == Some(vf)))
+        .find(|e| attrs(e).any(|(k, v)| k == IFLA_VF_MAC && u32_at(v, 0) == Some(vf)))
 }
 
-fn first_u32(value: &[u8]) -> Option<u32> {
-    value.get(..4)?.try_into().map(u32::from_ne_bytes).ok()
+/// The native-endian `u32` at byte `offset` of an attribute's value.
+fn u32_at(value: &[u8], offset: usize) -> Option<u32> {
+    let bytes = value.get(offset..offset.checked_add(4)?)?;
+    bytes.try_into().map(u32::from_ne_bytes).ok()
 }
