@@ -11,13 +11,17 @@ use std::rc::Rc;
 
 use super::netns::Netns;
 use super::nl::NlError;
-use super::rdma::{NetnsMode, RdmaNl};
+use super::rdma::RdmaNl;
 use super::rtnl::{Link, LinkChange, LinkRef, Rtnl};
 use super::saved::SavedNetns;
 use super::settings::HwAddr;
 use super::vfinfo::VfField;
 use super::vfinfo::VfState;
 use super::{Cause, NetEnv};
+
+mod rdma;
+
+use rdma::FakeRdma;
 
 pub const HOST: u64 = 1;
 
@@ -257,11 +261,6 @@ struct FakeRtnl {
     ns: u64,
 }
 
-struct FakeRdma {
-    model: Rc<RefCell<Model>>,
-    ns: u64,
-}
-
 impl NetEnv for FakeNet {
     fn host_netns(&self) -> &Netns {
         &self.host
@@ -389,49 +388,5 @@ impl Rtnl for FakeRtnl {
             VfField::LinkState(x) => s.link_state = *x,
         }
         Ok(())
-    }
-}
-
-impl RdmaNl for FakeRdma {
-    fn dev_index(&mut self, name: &str) -> Result<Option<u32>, NlError> {
-        let m = self.model.borrow();
-        Ok(m.rdma
-            .get(name)
-            .filter(|(_, ns)| m.rdma_shared || *ns == self.ns)
-            .map(|(i, _)| *i))
-    }
-
-    fn set_netns(&mut self, index: u32, netns: &Netns) -> Result<(), NlError> {
-        let mut m = self.model.borrow_mut();
-        // ib_device_set_netns_put: no device moves while the mode is shared.
-        if m.rdma_shared {
-            return Err(kernel("fake rdma set netns", libc::EOPNOTSUPP));
-        }
-        let to = netns.id().ino;
-        let name = m
-            .rdma
-            .iter()
-            .find(|(_, (i, ns))| *i == index && *ns == self.ns)
-            .map(|(n, _)| n.clone())
-            .ok_or(kernel("fake", libc::ENODEV))?;
-        m.mutate(Call::RdmaSetNs {
-            name: name.clone(),
-            to_ns: to,
-        })?;
-        if let Some(dev) = m.rdma.get_mut(&name) {
-            dev.1 = to;
-        }
-        if let Some(chars) = m.renumber_on_move.remove(&name) {
-            m.rdma_chars.insert(name, chars);
-        }
-        Ok(())
-    }
-
-    fn netns_mode(&mut self) -> Result<NetnsMode, NlError> {
-        Ok(if self.model.borrow().rdma_shared {
-            NetnsMode::Shared
-        } else {
-            NetnsMode::Exclusive
-        })
     }
 }

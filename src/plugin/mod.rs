@@ -10,6 +10,7 @@
 
 pub mod adjust;
 mod admit;
+mod configure;
 pub mod devices;
 mod errors;
 pub mod features;
@@ -227,65 +228,7 @@ impl nri::Plugin for DevgatePlugin {
     /// Configure ("failed to start NRI interface", fatal for CRI), so a bad
     /// drop-in file is reported here and on each container it affects.
     fn configure(&self, runtime: &RuntimeInfo) -> Result<(), PluginError> {
-        if self.options.config_from_runtime {
-            let state = Config::parse(&runtime.config, "from the runtime")
-                .map(Arc::new)
-                .map_err(Arc::new);
-            match &state {
-                // The log began in the default format; the runtime's config
-                // names the one to keep.
-                Ok(config) => {
-                    crate::logging::set_format(config.log_format);
-                    self.apply_gpu_config(&config.gpu);
-                }
-                Err(e) => {
-                    tracing::error!(error = %nri::ErrorChain(e), "invalid plugin config; refusing containers that need devgate")
-                }
-            }
-            *self.config.write().unwrap_or_else(PoisonError::into_inner) = state;
-        }
-        if let Ok(config) = self.config() {
-            self.enable_grant_check(&config);
-        }
-        let (mode, runtime_cdi) = self
-            .config()
-            .map(|c| (c.device_mode, c.runtime_cdi))
-            .unwrap_or_default();
-        let features = features::detect(runtime, runtime_cdi);
-        let record = features::RuntimeRecord::new(
-            runtime,
-            features,
-            mode,
-            runtime_cdi,
-            &self.options.host_root,
-        );
-        tracing::info!(
-            runtime = %runtime.name, version = %runtime.version,
-            nri = ?runtime.nri_version, events = %runtime.events,
-            explicit_cgroup_rules = features.explicit_cgroup_rules,
-            cdi_devices = features.cdi_devices, devices_as = ?record.devices_as,
-            "configured"
-        );
-        if record.device_mode != record.devices_as {
-            tracing::warn!(
-                runtime = %runtime.name, version = %runtime.version,
-                ?runtime_cdi,
-                "device_mode = \"cdi\" but this runtime does not inject cdi devices; using device nodes"
-            );
-        }
-        *self
-            .features
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = features;
-        // containerd 1.7 (the sandbox task's pid) and 2.x (the sandbox
-        // status's, cleared at exit) alike; other runtimes are not relied on.
-        let pid_zero = runtime.name == "containerd";
-        self.stopped_pid_zero
-            .store(pid_zero, std::sync::atomic::Ordering::Relaxed);
-        // For `devgate status`; the plugin works the same without it.
-        if let Err(e) = record.save(&self.options.state_dir) {
-            tracing::warn!(error = %nri::ErrorChain(&e), "runtime record not saved");
-        }
+        self.take_runtime(runtime);
         Ok(())
     }
 
