@@ -310,6 +310,8 @@ fn main() {
         },
     );
     let sets = env_usize("DEVGATE_BENCH_SETS", 2);
+    // Dropped after the node, even on a panic.
+    let _sweep = pods::CgroupSweep;
     let mut node = Node::start(&[]);
     let cri = node.cri();
     let spec = PodSpec::new("bench");

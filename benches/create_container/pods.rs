@@ -61,11 +61,35 @@ fn pod_cgroup(uid: &str) -> String {
 /// levels above it once empty, which runc made on this host without a
 /// kubelet. In the unified hierarchy, or in each of cgroup v1's.
 fn remove_pod_cgroup(pod: &Pod) {
-    use std::path::{Path, PathBuf};
     let parent = pod.config.linux.as_ref().map(|l| l.cgroup_parent.as_str());
-    let Some(parent) = parent.filter(|p| !p.is_empty()) else {
-        return;
-    };
+    if let Some(parent) = parent.filter(|p| !p.is_empty()) {
+        remove_cgroup_parent(parent);
+        made().remove(parent);
+    }
+}
+
+/// The pod cgroups [`kubelet_metadata`] gave pods, until removed.
+fn made() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<String>> {
+    static MADE: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    MADE.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Removes, when dropped, the pod cgroups still left: made before a panic
+/// ended the run, once the node (declared after this) has removed its pods
+/// and their processes.
+pub struct CgroupSweep;
+
+impl Drop for CgroupSweep {
+    fn drop(&mut self) {
+        let left = std::mem::take(&mut *made());
+        left.iter().for_each(|parent| remove_cgroup_parent(parent));
+    }
+}
+
+fn remove_cgroup_parent(parent: &str) {
+    use std::path::{Path, PathBuf};
     let root = Path::new("/sys/fs/cgroup");
     let hierarchies: Vec<PathBuf> = if root.join("cgroup.controllers").exists() {
         vec![root.to_path_buf()]
@@ -116,6 +140,7 @@ fn remove_cgroup(dir: &std::path::Path) -> std::io::Result<()> {
 pub fn kubelet_metadata(spec: PodSpec) -> PodSpec {
     let (uid, name, namespace) = (spec.uid.clone(), spec.name.clone(), spec.namespace.clone());
     let parent = pod_cgroup(&uid);
+    made().insert(parent.clone());
     spec.edit(move |c| {
         if let Some(linux) = c.linux.as_mut() {
             linux.cgroup_parent = parent.clone();
