@@ -46,6 +46,11 @@
 //! creation touches, by kind (`create_container/pages.rs`); it flushes the
 //! plugin's TLB before each creation, so its CPU figures are not comparable.
 //!
+//! `DEVGATE_BENCH_STANDING=N` runs N more pods before the sets, each holding a
+//! share of one of the four GPUs the benchmark's pod leaves (the first twelve
+//! also a VF) with one container, kept until the end: a node's other GPU
+//! pods, whose claims and records every ledger transaction then carries.
+//!
 //! `DEVGATE_BENCH_PAUSE_MS=N` waits N ms before each creation (and its pod),
 //! untimed: the plugin's background work then runs between them, as on a node
 //! that starts a pod now and then, instead of within the next one's window.
@@ -66,6 +71,8 @@ mod pages;
 mod pods;
 #[path = "create_container/proc.rs"]
 mod proc;
+#[path = "create_container/standing.rs"]
+mod standing;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -75,6 +82,7 @@ use compare::compare;
 use floor::{serve_echo, Echo, Floors, ECHO_ENV};
 use pods::{kubelet_env, kubelet_metadata, wait_released, Pods};
 use proc::{cpu_ns, process_cpu_ns, rss_kib, wait_releases_ended};
+use standing::Standing;
 use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
 use support::{require_root, ContainerSpec, Cri, PodSpec, SLOW};
 
@@ -349,10 +357,12 @@ fn main() {
         cri.create_container(&pod, &ContainerSpec::shell("owner", "true"))
             .expect("the owner's CreateContainer")
     });
+    let standing = Standing::run(&node, &cri, env_usize("DEVGATE_BENCH_STANDING", 0));
 
     if let Some(other) = std::env::var_os("DEVGATE_BENCH_COMPARE") {
         let others: Vec<_> = std::env::split_paths(&other).collect();
         compare(&mut node, &cri, &pods, n, sets, &others);
+        standing.remove(&cri);
         if !fresh {
             pods::remove(&cri, &pod);
             wait_released(&node.state_dir());
@@ -404,6 +414,8 @@ fn main() {
         cri.remove_container(&id)
             .expect("the owner's RemoveContainer");
     }
+    let standing_pods = standing.len();
+    standing.remove(&cri);
     if !fresh {
         pods::remove(&cri, &pod);
         wait_released(&node.state_dir());
@@ -420,8 +432,12 @@ fn main() {
             "pods with 4 GPUs + 4 VFs, each creation the first container of its pod"
         }
     };
+    let beside = match standing_pods {
+        0 => String::new(),
+        k => format!(", beside {k} standing pods with devices"),
+    };
     println!(
-        "CreateContainer through CRI on {}, {what} ({sets} alternating set pairs of {n})",
+        "CreateContainer through CRI on {}, {what}{beside} ({sets} alternating set pairs of {n})",
         node.ctrd.runtime()
     );
     print_overhead(with, without, n);
