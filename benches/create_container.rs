@@ -46,10 +46,12 @@
 //! creation touches, by kind (`create_container/pages.rs`); it flushes the
 //! plugin's TLB before each creation, so its CPU figures are not comparable.
 //!
-//! `DEVGATE_BENCH_STANDING=N` runs N more pods before the sets, each holding a
-//! share of one of the four GPUs the benchmark's pod leaves (the first twelve
-//! also a VF) with one container, kept until the end: a node's other GPU
-//! pods, whose claims and records every ledger transaction then carries.
+//! `DEVGATE_BENCH_STANDING=N` runs N more pods before the sets and keeps them
+//! until the end, each with one container and an equal share of one of the
+//! four GPUs the benchmark's pod leaves (a whole GPU for N up to 4; at most
+//! 400 pods, 1 % each); the first twelve also hold a VF. They stand for a
+//! node's other GPU pods, whose claims and records every ledger transaction
+//! then carries.
 //!
 //! `DEVGATE_BENCH_PAUSE_MS=N` waits N ms before each creation (and its pod),
 //! untimed: the plugin's background work then runs between them, as on a node
@@ -347,7 +349,7 @@ fn main() {
     let pods = if fresh {
         // The shared pod would hold the devices every fresh pod claims.
         pods::remove(&cri, &pod);
-        wait_released(&node.state_dir());
+        wait_released(&node.state_dir(), &pod);
         Pods::Fresh(&spec, node.state_dir())
     } else {
         Pods::Shared(&pod)
@@ -365,7 +367,7 @@ fn main() {
         standing.remove(&cri);
         if !fresh {
             pods::remove(&cri, &pod);
-            wait_released(&node.state_dir());
+            wait_released(&node.state_dir(), &pod);
         }
         return;
     }
@@ -418,7 +420,7 @@ fn main() {
     standing.remove(&cri);
     if !fresh {
         pods::remove(&cri, &pod);
-        wait_released(&node.state_dir());
+        wait_released(&node.state_dir(), &pod);
     }
 
     let creations = (n * sets) as f64;

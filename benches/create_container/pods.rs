@@ -39,7 +39,7 @@ impl Pods<'_> {
             return;
         };
         remove(cri, pod);
-        wait_released(state_dir);
+        wait_released(state_dir, pod);
     }
 }
 
@@ -63,8 +63,9 @@ fn pod_cgroup(uid: &str) -> String {
 fn remove_pod_cgroup(pod: &Pod) {
     let parent = pod.config.linux.as_ref().map(|l| l.cgroup_parent.as_str());
     if let Some(parent) = parent.filter(|p| !p.is_empty()) {
-        remove_cgroup_parent(parent);
-        made().remove(parent);
+        if remove_cgroup_parent(parent) {
+            made().remove(parent);
+        }
     }
 }
 
@@ -84,11 +85,16 @@ pub struct CgroupSweep;
 impl Drop for CgroupSweep {
     fn drop(&mut self) {
         let left = std::mem::take(&mut *made());
-        left.iter().for_each(|parent| remove_cgroup_parent(parent));
+        for parent in &left {
+            remove_cgroup_parent(parent);
+        }
     }
 }
 
-fn remove_cgroup_parent(parent: &str) {
+/// Whether no hierarchy holds the pod's cgroup any longer. The QoS levels
+/// above it are removed only where this removed the pod's own, so that a
+/// host's kubelet keeps the levels it made.
+fn remove_cgroup_parent(parent: &str) -> bool {
     use std::path::{Path, PathBuf};
     let root = Path::new("/sys/fs/cgroup");
     let hierarchies: Vec<PathBuf> = if root.join("cgroup.controllers").exists() {
@@ -97,13 +103,15 @@ fn remove_cgroup_parent(parent: &str) {
         let dirs = std::fs::read_dir(root).into_iter().flatten().flatten();
         dirs.map(|e| e.path()).filter(|p| p.is_dir()).collect()
     };
+    let mut gone = true;
     for hierarchy in hierarchies {
         let pod_dir = hierarchy.join(parent.trim_start_matches('/'));
         match remove_cgroup(&pod_dir) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => {
                 eprintln!("bench: pod cgroup {} left: {e}", pod_dir.display());
+                gone = false;
                 continue;
             }
         }
@@ -114,6 +122,7 @@ fn remove_cgroup_parent(parent: &str) {
             }
         }
     }
+    gone
 }
 
 /// `rmdir` of a cgroup, tried again while its last task is still leaving
@@ -187,12 +196,13 @@ pub fn kubelet_env(spec: ContainerSpec) -> ContainerSpec {
         .env("PYTHONUNBUFFERED", "1")
 }
 
-/// Waits until the ledger under `state_dir` holds no pod.
-pub fn wait_released(state_dir: &std::path::Path) {
+/// Waits until the ledger under `state_dir` no longer holds `pod` (other
+/// pods, such as standing ones, may stay).
+pub fn wait_released(state_dir: &std::path::Path, pod: &Pod) {
     let deadline = Instant::now() + SLOW;
     while Instant::now() < deadline {
         match devgate::ledger::Ledger::read(state_dir) {
-            Ok(state) if state.pods.is_empty() => return,
+            Ok(state) if !state.pods.contains_key(&pod.id) => return,
             _ => std::thread::sleep(Duration::from_millis(2)),
         }
     }

@@ -15,13 +15,20 @@ pub struct Standing {
 }
 
 impl Standing {
-    /// `n` pods sharing the four free GPUs in equal shares, one GPU each;
-    /// the first twelve also take a VF (the second to fourth of each of the
-    /// four PFs whose first VF is the benchmark's pod's).
+    /// `n` pods sharing the four free GPUs in equal shares, one GPU each
+    /// (up to four pods: a whole GPU each); the first twelve also take a VF
+    /// (the second to fourth of each of the four PFs whose first VF is the
+    /// benchmark's pod's).
     pub fn run(node: &Node, cri: &Cri, n: usize) -> Standing {
+        // A share is at least 1 %: 100 pods on each GPU at most.
+        assert!(
+            n <= 100 * FREE_GPUS.len(),
+            "DEVGATE_BENCH_STANDING: at most {} pods",
+            100 * FREE_GPUS.len()
+        );
         let inv = node.fixture.expected();
         let per_gpu = n.div_ceil(FREE_GPUS.len()).max(1);
-        let percent = (100 / per_gpu).max(1) as u32;
+        let percent = (100 / per_gpu) as u32;
         let pods = (0..n)
             .map(|k| {
                 let gpu = &inv.gpus[FREE_GPUS.start + k % FREE_GPUS.len()];
