@@ -19,6 +19,61 @@ pub fn below_root(root: &Path, path: &Path) -> PathBuf {
     root.join(path.strip_prefix("/").unwrap_or(path))
 }
 
+/// The kernel's bound on links followed in one lookup (`MAXSYMLINKS`).
+const MAX_LINKS: usize = 40;
+
+/// [`below_root`] with the links on the way followed as the process whose
+/// root `root` is follows them: an absolute link from `root`, where the
+/// kernel, walking through `/proc/<pid>/root`, would take it from this
+/// process's root (kubelet's `kubelet-client-current.pem` is such a link).
+/// `..` stops at `root`. A component that is missing or unreadable, or a
+/// link past the kernel's bound, ends the following: the rest is joined as
+/// it is, so that opening the result fails as opening the path would. For
+/// looking, as doctor does, not for opening what a pod controls: a link can
+/// change between this and the open (the hook opens with `openat2`).
+pub fn resolve_below_root(root: &Path, path: &Path) -> PathBuf {
+    use std::path::Component;
+    if root == Path::new("/") {
+        return path.to_path_buf();
+    }
+    let pending = |p: &Path| -> Vec<std::ffi::OsString> {
+        p.components()
+            .rev()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_os_string()),
+                Component::ParentDir => Some("..".into()),
+                _ => None,
+            })
+            .collect()
+    };
+    // Components still to walk, the next one last.
+    let mut todo = pending(path);
+    let mut done = PathBuf::new();
+    let mut links = 0;
+    while let Some(name) = todo.pop() {
+        if name == ".." {
+            done.pop();
+            continue;
+        }
+        let here = done.join(&name);
+        let link = fs::symlink_metadata(root.join(&here))
+            .is_ok_and(|m| m.file_type().is_symlink())
+            .then(|| fs::read_link(root.join(&here)).ok())
+            .flatten();
+        match link {
+            Some(target) if links < MAX_LINKS => {
+                links += 1;
+                if target.is_absolute() {
+                    done.clear();
+                }
+                todo.extend(pending(&target));
+            }
+            _ => done = here,
+        }
+    }
+    root.join(done)
+}
+
 /// An I/O failure on one file.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {source}")]

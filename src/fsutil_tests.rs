@@ -119,3 +119,65 @@ fn errors_name_the_path() {
         "{err}"
     );
 }
+
+/// Links inside another process's root are followed as that process follows
+/// them: an absolute one from its root, a relative one from the link's
+/// directory, `..` never above the root; a loop or a missing component
+/// leaves the path as it is.
+#[test]
+fn links_below_a_root_are_followed_inside_it() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let pki = root.join("var/lib/kubelet/pki");
+    fs::create_dir_all(&pki).unwrap();
+    fs::write(pki.join("client-2026.pem"), "cert").unwrap();
+    symlink(
+        "/var/lib/kubelet/pki/client-2026.pem",
+        pki.join("current.pem"),
+    )
+    .unwrap();
+    symlink("client-2026.pem", pki.join("relative.pem")).unwrap();
+    // An absolute link to a directory, and `..` past the root.
+    symlink("/var/lib", root.join("lib")).unwrap();
+    symlink("/var/loop", root.join("var/loop")).unwrap();
+    let cases = [
+        (
+            "/var/lib/kubelet/pki/current.pem",
+            "var/lib/kubelet/pki/client-2026.pem",
+        ),
+        (
+            "/var/lib/kubelet/pki/relative.pem",
+            "var/lib/kubelet/pki/client-2026.pem",
+        ),
+        (
+            "/lib/kubelet/pki/current.pem",
+            "var/lib/kubelet/pki/client-2026.pem",
+        ),
+        (
+            "/../../var/lib/kubelet/pki/current.pem",
+            "var/lib/kubelet/pki/client-2026.pem",
+        ),
+        (
+            "/var/lib/../lib/kubelet/./pki/current.pem",
+            "var/lib/kubelet/pki/client-2026.pem",
+        ),
+        ("/var/lib/missing/x.pem", "var/lib/missing/x.pem"),
+        ("/var/loop/x", "var/loop/x"),
+    ];
+    for (path, want) in cases {
+        let got = resolve_below_root(&root, Path::new(path));
+        assert_eq!(got, root.join(want), "{path}");
+    }
+    assert_eq!(
+        fs::read_to_string(resolve_below_root(
+            &root,
+            Path::new("/lib/kubelet/pki/current.pem")
+        ))
+        .unwrap(),
+        "cert"
+    );
+    // This process's own root: the path as it is, left to the kernel.
+    let own = Path::new("/var/lib/kubelet/pki/current.pem");
+    assert_eq!(resolve_below_root(Path::new("/"), own), own);
+}

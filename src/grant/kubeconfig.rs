@@ -128,12 +128,17 @@ struct Files<'a> {
 }
 
 impl Files<'_> {
+    /// Where this process finds `file`, with the links on the way followed
+    /// as the process whose root is `root` follows them.
     fn at(&self, file: &str) -> PathBuf {
         let file = Path::new(file);
-        match file.is_absolute() {
-            true => crate::fsutil::below_root(self.root, file),
-            false => self.dir.join(file),
-        }
+        let in_root = match (file.is_absolute(), self.dir.strip_prefix(self.root)) {
+            (true, _) => file.to_path_buf(),
+            (false, Ok(dir)) => Path::new("/").join(dir).join(file),
+            // A directory outside the root: relative to it as it is.
+            (false, Err(_)) => return self.dir.join(file),
+        };
+        crate::fsutil::resolve_below_root(self.root, &in_root)
     }
 }
 

@@ -239,10 +239,11 @@ pub fn resolve(
 
 /// [`resolve`] as another process would, whose root is `root`
 /// (`/proc/<pid>/root`): the paths given are where this process finds its
-/// files, and the absolute paths inside a kubeconfig are taken under `root`.
-/// An absolute symbolic link met on the way (kubelet's
-/// `kubelet-client-current.pem` is one) still resolves in this process's
-/// root: the kernel follows one so even through `/proc/<pid>/root`.
+/// files (their links followed in `root` by the caller), and the paths
+/// inside a kubeconfig are taken under `root`, their links followed there
+/// too ([`crate::fsutil::resolve_below_root`]): the kernel would take an
+/// absolute one met through `/proc/<pid>/root` (kubelet's
+/// `kubelet-client-current.pem` is one) from this process's root.
 pub fn resolve_in(
     cfg: &crate::config::Config,
     env: &dyn Fn(&str) -> Option<String>,

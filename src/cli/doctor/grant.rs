@@ -46,9 +46,10 @@ impl PluginView {
             .and_then(|v| String::from_utf8(v.to_vec()).ok())
     }
 
-    /// `path` (absolute) in the plugin's mount namespace.
+    /// `path` (absolute) in the plugin's mount namespace, its links followed
+    /// as the plugin follows them.
     fn path(&self, path: impl AsRef<Path>) -> PathBuf {
-        crate::fsutil::below_root(&self.root, path.as_ref())
+        crate::fsutil::resolve_below_root(&self.root, path.as_ref())
     }
 
     /// `config` with the files it names as the plugin opens them, in its

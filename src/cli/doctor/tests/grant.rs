@@ -115,38 +115,78 @@ fn a_configured_kubeconfig_is_read_in_the_plugins_root() {
     );
 }
 
-/// The files kubelet's kubeconfig names are the plugin's too: its client
-/// certificate, which only the plugin's root has here, names the node.
-#[test]
-fn the_kubeconfigs_files_are_read_in_the_plugins_root() {
-    use rcgen::{CertificateParams, DnType, KeyPair};
-    let node = healthy();
-    found_not_configured(&node);
-    let root = node.roots.proc_dir.join("4242/root");
+/// kubelet's kubeconfig at `conf` (in the plugin's root), its client
+/// certificate and key at kubelet's usual path.
+fn kubelet_conf_with_client_cert(conf: &std::path::Path) {
     write(
-        &root.join("etc/kubernetes/kubelet.conf"),
+        conf,
         "apiVersion: v1\nkind: Config\n\
          clusters: [{name: c, cluster: {server: \"https://10.0.0.9:6443\"}}]\n\
          users: [{name: u, user: {client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem, \
          client-key: /var/lib/kubelet/pki/kubelet-client-current.pem}}]\n\
          contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
     );
+}
+
+/// A certificate and its key naming node `node`, written at `path`.
+fn node_cert(path: &std::path::Path, node: &str) {
+    use rcgen::{CertificateParams, DnType, KeyPair};
     let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
     params
         .distinguished_name
-        .push(DnType::CommonName, "system:node:node-c");
+        .push(DnType::CommonName, format!("system:node:{node}"));
     let key = KeyPair::generate().unwrap();
     let cert = params.self_signed(&key).unwrap();
-    write(
+    write(path, &format!("{}{}", cert.pem(), key.serialize_pem()));
+}
+
+const NODE_C: &str = "pods of node node-c from https://10.0.0.9:6443 with a client certificate, as the running plugin (pid 4242) resolves it";
+
+/// The files kubelet's kubeconfig names are the plugin's too: its client
+/// certificate, which only the plugin's root has here, names the node.
+#[test]
+fn the_kubeconfigs_files_are_read_in_the_plugins_root() {
+    let node = healthy();
+    found_not_configured(&node);
+    let root = node.roots.proc_dir.join("4242/root");
+    kubelet_conf_with_client_cert(&root.join("etc/kubernetes/kubelet.conf"));
+    node_cert(
         &root.join("var/lib/kubelet/pki/kubelet-client-current.pem"),
-        &format!("{}{}", cert.pem(), key.serialize_pem()),
+        "node-c",
     );
     let got = run_check(&node, "grant check");
     assert_eq!(got.status, Status::Pass, "{got:?}");
-    assert_eq!(
-        got.detail,
-        "pods of node node-c from https://10.0.0.9:6443 with a client certificate, as the running plugin (pid 4242) resolves it"
+    assert_eq!(got.detail, NODE_C);
+}
+
+/// kubelet's `kubelet-client-current.pem` is an absolute link to the dated
+/// certificate it rotates in: followed in the plugin's root, where the
+/// certificate is, not in doctor's, and so is a kubeconfig that is a link.
+#[test]
+fn absolute_links_among_the_files_are_followed_in_the_plugins_root() {
+    use std::os::unix::fs::symlink;
+    let node = healthy();
+    found_not_configured(&node);
+    let root = node.roots.proc_dir.join("4242/root");
+    kubelet_conf_with_client_cert(&root.join("etc/kubernetes/kubelet-real.conf"));
+    symlink(
+        "/etc/kubernetes/kubelet-real.conf",
+        root.join("etc/kubernetes/kubelet.conf"),
+    )
+    .unwrap();
+    let pki = root.join("var/lib/kubelet/pki");
+    node_cert(
+        &pki.join("kubelet-client-2026-12-04-10-00-00.pem"),
+        "node-c",
     );
+    symlink(
+        "/var/lib/kubelet/pki/kubelet-client-2026-12-04-10-00-00.pem",
+        pki.join("kubelet-client-current.pem"),
+    )
+    .unwrap();
+    let got = run_check(&node, "grant check");
+    assert_eq!(got.status, Status::Pass, "{got:?}");
+    assert_eq!(got.detail, NODE_C);
 }
 
 /// An exiting process's environment reads as empty: not the plugin's view.
