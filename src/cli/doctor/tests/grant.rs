@@ -140,23 +140,36 @@ fn node_cert(path: &std::path::Path, node: &str) {
     write(path, &format!("{}{}", cert.pem(), key.serialize_pem()));
 }
 
-const NODE_C: &str = "pods of node node-c from https://10.0.0.9:6443 with a client certificate, as the running plugin (pid 4242) resolves it";
+/// A healthy node with the API server not configured, and the running
+/// plugin's root (pid 4242).
+fn node_and_plugin_root() -> (Node, std::path::PathBuf) {
+    let node = healthy();
+    found_not_configured(&node);
+    let root = node.roots.proc_dir.join("4242/root");
+    (node, root)
+}
+
+/// The check passes with node-c's certificate from kubelet's kubeconfig.
+fn passes_as_node_c(node: &Node) {
+    let got = run_check(node, "grant check");
+    assert_eq!(got.status, Status::Pass, "{got:?}");
+    assert_eq!(
+        got.detail,
+        "pods of node node-c from https://10.0.0.9:6443 with a client certificate, as the running plugin (pid 4242) resolves it"
+    );
+}
 
 /// The files kubelet's kubeconfig names are the plugin's too: its client
 /// certificate, which only the plugin's root has here, names the node.
 #[test]
 fn the_kubeconfigs_files_are_read_in_the_plugins_root() {
-    let node = healthy();
-    found_not_configured(&node);
-    let root = node.roots.proc_dir.join("4242/root");
+    let (node, root) = node_and_plugin_root();
     kubelet_conf_with_client_cert(&root.join("etc/kubernetes/kubelet.conf"));
     node_cert(
         &root.join("var/lib/kubelet/pki/kubelet-client-current.pem"),
         "node-c",
     );
-    let got = run_check(&node, "grant check");
-    assert_eq!(got.status, Status::Pass, "{got:?}");
-    assert_eq!(got.detail, NODE_C);
+    passes_as_node_c(&node);
 }
 
 /// kubelet's `kubelet-client-current.pem` is an absolute link to the dated
@@ -165,9 +178,7 @@ fn the_kubeconfigs_files_are_read_in_the_plugins_root() {
 #[test]
 fn absolute_links_among_the_files_are_followed_in_the_plugins_root() {
     use std::os::unix::fs::symlink;
-    let node = healthy();
-    found_not_configured(&node);
-    let root = node.roots.proc_dir.join("4242/root");
+    let (node, root) = node_and_plugin_root();
     kubelet_conf_with_client_cert(&root.join("etc/kubernetes/kubelet-real.conf"));
     symlink(
         "/etc/kubernetes/kubelet-real.conf",
@@ -184,9 +195,7 @@ fn absolute_links_among_the_files_are_followed_in_the_plugins_root() {
         pki.join("kubelet-client-current.pem"),
     )
     .unwrap();
-    let got = run_check(&node, "grant check");
-    assert_eq!(got.status, Status::Pass, "{got:?}");
-    assert_eq!(got.detail, NODE_C);
+    passes_as_node_c(&node);
 }
 
 /// An exiting process's environment reads as empty: not the plugin's view.
