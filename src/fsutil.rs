@@ -26,11 +26,12 @@ const MAX_LINKS: usize = 40;
 /// root `root` is follows them: an absolute link from `root`, where the
 /// kernel, walking through `/proc/<pid>/root`, would take it from this
 /// process's root (kubelet's `kubelet-client-current.pem` is such a link).
-/// `..` stops at `root`. A component that is missing or unreadable, or a
-/// link past the kernel's bound, ends the following: the rest is joined as
-/// it is, so that opening the result fails as opening the path would. For
-/// looking, as doctor does, not for opening what a pod controls: a link can
-/// change between this and the open (the hook opens with `openat2`).
+/// `..` stops at `root`. The walk ends at a component that is missing,
+/// unreadable or not a directory with more to follow, or at a link past the
+/// kernel's bound: the rest is joined as written, so that opening the result
+/// fails as opening the path would. For looking, as doctor does, not for
+/// opening what a pod controls: a link can change between this and the open
+/// (the hook opens with `openat2`).
 pub fn resolve_below_root(root: &Path, path: &Path) -> PathBuf {
     use std::path::Component;
     if root == Path::new("/") {
@@ -56,22 +57,46 @@ pub fn resolve_below_root(root: &Path, path: &Path) -> PathBuf {
             continue;
         }
         let here = done.join(&name);
-        let link = fs::symlink_metadata(root.join(&here))
-            .is_ok_and(|m| m.file_type().is_symlink())
-            .then(|| fs::read_link(root.join(&here)).ok())
-            .flatten();
-        match link {
-            Some(target) if links < MAX_LINKS => {
+        let full = root.join(&here);
+        let Ok(meta) = fs::symlink_metadata(&full) else {
+            done = here;
+            break;
+        };
+        if !meta.file_type().is_symlink() {
+            done = here;
+            if meta.is_dir() {
+                continue;
+            }
+            break;
+        }
+        match fs::read_link(&full) {
+            Ok(target) if links < MAX_LINKS => {
                 links += 1;
                 if target.is_absolute() {
                     done.clear();
                 }
                 todo.extend(pending(&target));
             }
-            _ => done = here,
+            _ => {
+                done = here;
+                break;
+            }
         }
     }
+    // What the walk did not reach, as written.
+    while let Some(name) = todo.pop() {
+        done.push(name);
+    }
     root.join(done)
+}
+
+/// [`resolve_below_root`] of `joined`, a path [`below_root`] made under
+/// `root`; one not under it, as it is.
+pub fn follow_below_root(root: &Path, joined: &Path) -> PathBuf {
+    match joined.strip_prefix(root) {
+        Ok(rel) if root != Path::new("/") => resolve_below_root(root, &Path::new("/").join(rel)),
+        _ => joined.to_path_buf(),
+    }
 }
 
 /// An I/O failure on one file.

@@ -138,31 +138,30 @@ fn links_below_a_root_are_followed_inside_it() {
     )
     .unwrap();
     symlink("client-2026.pem", pki.join("relative.pem")).unwrap();
-    // An absolute link to a directory, and `..` past the root.
+    fs::write(root.join("var/lib/other.pem"), "other").unwrap();
+    // An absolute link to a directory, relative ones climbing, one past the root.
     symlink("/var/lib", root.join("lib")).unwrap();
+    symlink("../../other.pem", pki.join("up.pem")).unwrap();
+    symlink("../../../..", root.join("var/up")).unwrap();
     symlink("/var/loop", root.join("var/loop")).unwrap();
+    let client = "var/lib/kubelet/pki/client-2026.pem";
     let cases = [
-        (
-            "/var/lib/kubelet/pki/current.pem",
-            "var/lib/kubelet/pki/client-2026.pem",
-        ),
-        (
-            "/var/lib/kubelet/pki/relative.pem",
-            "var/lib/kubelet/pki/client-2026.pem",
-        ),
-        (
-            "/lib/kubelet/pki/current.pem",
-            "var/lib/kubelet/pki/client-2026.pem",
-        ),
-        (
-            "/../../var/lib/kubelet/pki/current.pem",
-            "var/lib/kubelet/pki/client-2026.pem",
-        ),
-        (
-            "/var/lib/../lib/kubelet/./pki/current.pem",
-            "var/lib/kubelet/pki/client-2026.pem",
-        ),
+        ("/var/lib/kubelet/pki/current.pem", client),
+        ("/var/lib/kubelet/pki/relative.pem", client),
+        ("/lib/kubelet/pki/current.pem", client),
+        ("/../../var/lib/kubelet/pki/current.pem", client),
+        ("/var/lib/../lib/kubelet/./pki/current.pem", client),
+        // `..` after a link: the parent of where it led.
+        ("/lib/../x", "var/x"),
+        ("/var/lib/kubelet/pki/up.pem", "var/lib/other.pem"),
+        ("/var/up/var/lib/kubelet/pki/current.pem", client),
+        // Where the walk cannot go on, the rest as written.
         ("/var/lib/missing/x.pem", "var/lib/missing/x.pem"),
+        ("/var/missing/../lib/x", "var/missing/../lib/x"),
+        (
+            "/var/lib/kubelet/pki/client-2026.pem/../x",
+            "var/lib/kubelet/pki/client-2026.pem/../x",
+        ),
         ("/var/loop/x", "var/loop/x"),
     ];
     for (path, want) in cases {

@@ -155,7 +155,10 @@ pub fn load_in(path: &Path, context: &str, root: &Path) -> Result<Credentials, K
         path: path.to_path_buf(),
         source,
     };
-    let text = match crate::fsutil::read_text_bounded(path, MAX_KUBECONFIG_BYTES) {
+    // Read where `root`'s process finds it; its relative files are beside the
+    // path as written, as they are for that process.
+    let file = crate::fsutil::follow_below_root(root, path);
+    let text = match crate::fsutil::read_text_bounded(&file, MAX_KUBECONFIG_BYTES) {
         Ok(text) => text,
         Err(BoundedError::Io(source)) => return Err(read(source)),
         Err(BoundedError::TooLarge { .. }) => {

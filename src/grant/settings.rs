@@ -238,10 +238,10 @@ pub fn resolve(
 }
 
 /// [`resolve`] as another process would, whose root is `root`
-/// (`/proc/<pid>/root`): the paths given are where this process finds its
-/// files (their links followed in `root` by the caller), and the paths
-/// inside a kubeconfig are taken under `root`, their links followed there
-/// too ([`crate::fsutil::resolve_below_root`]): the kernel would take an
+/// (`/proc/<pid>/root`): the paths given are that process's paths below
+/// `root`, and the paths inside a kubeconfig are taken under `root`; the
+/// links of every one are followed in `root`
+/// ([`crate::fsutil::follow_below_root`]), since the kernel would take an
 /// absolute one met through `/proc/<pid>/root` (kubelet's
 /// `kubelet-client-current.pem` is one) from this process's root.
 pub fn resolve_in(
@@ -305,7 +305,7 @@ pub fn resolve_in(
         env("KUBERNETES_SERVICE_HOST"),
         env("KUBERNETES_SERVICE_PORT"),
     ) {
-        if token.exists() {
+        if crate::fsutil::follow_below_root(root, &token).exists() {
             let host = if host.contains(':') {
                 format!("[{host}]")
             } else {
@@ -319,7 +319,7 @@ pub fn resolve_in(
             ));
         }
     }
-    if kubelet_conf.exists() {
+    if crate::fsutil::follow_below_root(root, kubelet_conf).exists() {
         // Found rather than configured: the error says how to turn the check off.
         let what = format!(
             "kubelet's kubeconfig {} (set kube_api.kubeconfig, or grant_check = \"off\")",

@@ -46,10 +46,11 @@ impl PluginView {
             .and_then(|v| String::from_utf8(v.to_vec()).ok())
     }
 
-    /// `path` (absolute) in the plugin's mount namespace, its links followed
-    /// as the plugin follows them.
+    /// `path` (absolute) in the plugin's mount namespace, as written: what
+    /// reads it follows its links in the plugin's root
+    /// ([`crate::fsutil::follow_below_root`]).
     fn path(&self, path: impl AsRef<Path>) -> PathBuf {
-        crate::fsutil::resolve_below_root(&self.root, path.as_ref())
+        crate::fsutil::below_root(&self.root, path.as_ref())
     }
 
     /// `config` with the files it names as the plugin opens them, in its

@@ -43,7 +43,7 @@ fn hook_path(roots: &Roots, config: &Config, running: &[Running]) -> Result<Path
     // for the DaemonSet): its root is `<proc>/<pid>/root`.
     let plugin_root = roots.process_root(pid);
     Ok(crate::plugin::hook_beside(&target, |p| {
-        crate::fsutil::resolve_below_root(&plugin_root, p).is_file()
+        crate::fsutil::below_root(&plugin_root, p).is_file()
     }))
 }
 

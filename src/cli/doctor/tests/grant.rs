@@ -210,3 +210,26 @@ fn an_empty_environment_is_not_the_plugins() {
         got.detail
     );
 }
+
+/// The relative files a kubeconfig names are beside the path the plugin
+/// reads it by, as for the plugin, not beside where its link leads.
+#[test]
+fn a_linked_kubeconfigs_relative_files_are_beside_the_link() {
+    use std::os::unix::fs::symlink;
+    let (node, root) = node_and_plugin_root();
+    write(
+        &root.join("opt/kubelet/kubelet.conf"),
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{name: c, cluster: {server: \"https://10.0.0.9:6443\"}}]\n\
+         users: [{name: u, user: {client-certificate: pki/client.pem, client-key: pki/client.pem}}]\n\
+         contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    );
+    node_cert(&root.join("etc/kubernetes/pki/client.pem"), "node-c");
+    node_cert(&root.join("opt/kubelet/pki/client.pem"), "node-d");
+    symlink(
+        "/opt/kubelet/kubelet.conf",
+        root.join("etc/kubernetes/kubelet.conf"),
+    )
+    .unwrap();
+    passes_as_node_c(&node);
+}
