@@ -73,6 +73,8 @@ mod pages;
 mod pods;
 #[path = "create_container/proc.rs"]
 mod proc;
+#[path = "create_container/report.rs"]
+mod report;
 #[path = "create_container/standing.rs"]
 mod standing;
 #[path = "../tests/support/mod.rs"]
@@ -84,6 +86,7 @@ use compare::compare;
 use floor::{serve_echo, Echo, Floors, ECHO_ENV};
 use pods::{kubelet_env, kubelet_metadata, wait_released, Pods};
 use proc::{cpu_ns, process_cpu_ns, rss_kib, wait_releases_ended};
+use report::{print_overhead, sandbox_cpu};
 use standing::Standing;
 use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
 use support::{require_root, ContainerSpec, Cri, PodSpec, SLOW};
@@ -212,25 +215,6 @@ fn run_set(
     }
 }
 
-/// With a pod per creation, the plugin's CPU in RunPodSandbox (where it
-/// claims the pod's devices) and in the pod's three calls together.
-fn sandbox_cpu(pods: &Pods<'_>, cpu: &Cpu, creations: usize) -> String {
-    if !matches!(pods, Pods::Fresh(..)) {
-        return String::new();
-    }
-    let per = |ns: u64| ns as f64 / 1e6 / creations.max(1) as f64;
-    let mut wall = cpu.sandbox_wall.clone();
-    wall.sort();
-    format!(
-        "; {:.4} ms per RunPodSandbox, {:.4} ms per pod with both; RunPodSandbox median {:.1} ms; \
-         {:.3} ms per pod in all (its five events and its release, from the process's CPU clock)",
-        per(cpu.sandbox_ns),
-        per(cpu.sandbox_ns + cpu.total_ns),
-        pct(&wall, 0.5),
-        per(cpu.pod_ns),
-    )
-}
-
 /// One set with the plugin stopped; it is running again afterwards.
 fn without_plugin(
     node: &mut Node,
@@ -255,52 +239,6 @@ fn without_plugin(
     );
     node.plugin.respawn(&node.ctrd);
     node.plugin.wait_registered(&node.ctrd, SLOW);
-}
-
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1e3
-}
-
-fn report(name: &str, mut v: Vec<Duration>) -> f64 {
-    v.sort();
-    let median = pct(&v, 0.5);
-    println!(
-        "{name:<14} n={:<5} median {median:.3} ms  p90 {:.3} ms  p99 {:.3} ms",
-        v.len(),
-        pct(&v, 0.9),
-        pct(&v, 0.99)
-    );
-    median
-}
-
-/// Each pair's medians, the pooled medians and the two overheads.
-fn print_overhead(with: Vec<Duration>, without: Vec<Duration>, n: usize) {
-    // Each set's median, in the order they ran: a set far from its neighbours
-    // points at drift, not at the plugin.
-    let mut differences = Vec::new();
-    for (set, (w, o)) in with.chunks(n).zip(without.chunks(n)).enumerate() {
-        let median = |v: &[Duration]| {
-            let mut v = v.to_vec();
-            v.sort();
-            pct(&v, 0.5)
-        };
-        let (w, o) = (median(w), median(o));
-        differences.push(w - o);
-        println!("pair {set}: devgate median {w:.3} ms, no plugin {o:.3} ms");
-    }
-    let m_with = report("devgate", with);
-    let m_without = report("no plugin", without);
-    println!("median overhead: {:.3} ms", m_with - m_without);
-    // A step in the machine's speed between two sets moves the pooled medians
-    // above; within a pair the two sets ran next to each other.
-    println!(
-        "pairwise overhead: {:.3} ms, the mean of the pairs' differences of medians",
-        differences.iter().sum::<f64>() / differences.len().max(1) as f64
-    );
 }
 
 fn main() {

@@ -13,91 +13,9 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{openat, renameat, Flock, FlockArg, OFlag};
 use nix::sys::stat::Mode;
 
-/// `path` as seen from `root`, a process's root (`/proc/<pid>/root`) or a
-/// host root: an absolute path is taken below it, as that process opens it.
-pub fn below_root(root: &Path, path: &Path) -> PathBuf {
-    root.join(path.strip_prefix("/").unwrap_or(path))
-}
+mod below;
 
-/// The kernel's bound on links followed in one lookup (`MAXSYMLINKS`).
-const MAX_LINKS: usize = 40;
-
-/// [`below_root`] with the links on the way followed as the process whose
-/// root `root` is follows them: an absolute link from `root`, where the
-/// kernel, walking through `/proc/<pid>/root`, would take it from this
-/// process's root (kubelet's `kubelet-client-current.pem` is such a link).
-/// `..` stops at `root`. The walk ends at a component that is missing,
-/// unreadable or not a directory with more to follow, or at a link past the
-/// kernel's bound: the rest is joined as written, so that opening the result
-/// fails as opening the path would. For looking, as doctor does, not for
-/// opening what a pod controls: a link can change between this and the open
-/// (the hook opens with `openat2`).
-pub fn resolve_below_root(root: &Path, path: &Path) -> PathBuf {
-    use std::path::Component;
-    if root == Path::new("/") {
-        return path.to_path_buf();
-    }
-    let pending = |p: &Path| -> Vec<std::ffi::OsString> {
-        p.components()
-            .rev()
-            .filter_map(|c| match c {
-                Component::Normal(n) => Some(n.to_os_string()),
-                Component::ParentDir => Some("..".into()),
-                _ => None,
-            })
-            .collect()
-    };
-    // Components still to walk, the next one last.
-    let mut todo = pending(path);
-    let mut done = PathBuf::new();
-    let mut links = 0;
-    while let Some(name) = todo.pop() {
-        if name == ".." {
-            done.pop();
-            continue;
-        }
-        let here = done.join(&name);
-        let full = root.join(&here);
-        let Ok(meta) = fs::symlink_metadata(&full) else {
-            done = here;
-            break;
-        };
-        if !meta.file_type().is_symlink() {
-            done = here;
-            if meta.is_dir() {
-                continue;
-            }
-            break;
-        }
-        match fs::read_link(&full) {
-            Ok(target) if links < MAX_LINKS => {
-                links += 1;
-                if target.is_absolute() {
-                    done.clear();
-                }
-                todo.extend(pending(&target));
-            }
-            _ => {
-                done = here;
-                break;
-            }
-        }
-    }
-    // What the walk did not reach, as written.
-    while let Some(name) = todo.pop() {
-        done.push(name);
-    }
-    root.join(done)
-}
-
-/// [`resolve_below_root`] of `joined`, a path [`below_root`] made under
-/// `root`; one not under it, as it is.
-pub fn follow_below_root(root: &Path, joined: &Path) -> PathBuf {
-    match joined.strip_prefix(root) {
-        Ok(rel) if root != Path::new("/") => resolve_below_root(root, &Path::new("/").join(rel)),
-        _ => joined.to_path_buf(),
-    }
-}
+pub use below::{below_root, follow_below_root, resolve_below_root};
 
 /// An I/O failure on one file.
 #[derive(Debug, thiserror::Error)]

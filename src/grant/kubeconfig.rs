@@ -148,8 +148,9 @@ pub fn load(path: &Path, context: &str) -> Result<Credentials, KubeconfigError> 
     load_in(path, context, Path::new("/"))
 }
 
-/// [`load`], with the absolute paths the kubeconfig names taken under `root`
-/// (`path` is where this process finds the kubeconfig itself).
+/// [`load`] as the process whose root is `root` loads it: `path` is its path
+/// below `root`, read with its links followed there; the files it names are
+/// taken under `root` the same way, a relative one beside `path` as written.
 pub fn load_in(path: &Path, context: &str, root: &Path) -> Result<Credentials, KubeconfigError> {
     let read = |source| KubeconfigError::Read {
         path: path.to_path_buf(),

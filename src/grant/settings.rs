@@ -239,11 +239,13 @@ pub fn resolve(
 
 /// [`resolve`] as another process would, whose root is `root`
 /// (`/proc/<pid>/root`): the paths given are that process's paths below
-/// `root`, and the paths inside a kubeconfig are taken under `root`; the
-/// links of every one are followed in `root`
-/// ([`crate::fsutil::follow_below_root`]), since the kernel would take an
-/// absolute one met through `/proc/<pid>/root` (kubelet's
-/// `kubelet-client-current.pem` is one) from this process's root.
+/// `root`, and the paths inside a kubeconfig are taken under `root`. Those
+/// this reads or looks for (a kubeconfig and the files it names, the
+/// service account's token, kubelet's kubeconfig) have their links followed
+/// in `root` ([`crate::fsutil::follow_below_root`]), since the kernel would
+/// take an absolute one met through `/proc/<pid>/root` (kubelet's
+/// `kubelet-client-current.pem` is one) from this process's root; the token
+/// and CA paths handed to the watch stay as given.
 pub fn resolve_in(
     cfg: &crate::config::Config,
     env: &dyn Fn(&str) -> Option<String>,
