@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, Criterion};
 use devgate::config::GpuConfig;
 use devgate::fixture::HostRootBuilder;
-use devgate::gpu::{ClaimView, GpuTeardown, NoNvml, ProcHost};
+use devgate::gpu::{ClaimView, GpuTeardown, Host, NoNvml, ProcHost};
 use devgate::ledger::{Claim, DeviceId, PodRecord, PodRef, Share, Teardown};
 
 const PROCESSES: u32 = 2000;
@@ -281,10 +281,8 @@ fn bench(c: &mut Criterion) {
     );
     drop(children);
 
-    let pids = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .count();
+    // The pids the scan itself lists.
+    let pids = ProcHost::new(Path::new("/proc")).pids().unwrap().len();
     println!("gpu_teardown_8_gpus_host_proc: {pids} processes");
     c.bench_function("gpu_teardown_8_gpus_host_proc", |b| {
         b.iter(|| t.teardown(black_box(&record)).unwrap())
