@@ -2,7 +2,6 @@
 //! holding a GPU's device node, and a pod cgroup as kubelet's cgroupfs driver
 //! names it.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -98,29 +97,19 @@ impl Drop for ComputeModeGuard {
     }
 }
 
-/// Pids with an open file on the char device `rdev`, from /proc/<pid>/fd.
+/// Pids with an open file on the char device `rdev`, as GPU teardown's own
+/// scan of /proc lists them.
 pub fn holders(rdev: u64) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
-            continue;
-        };
-        let holds = fds
-            .flatten()
-            .any(|fd| std::fs::metadata(fd.path()).is_ok_and(|m| m.rdev() == rdev && is_char(&m)));
-        if holds {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
-fn is_char(m: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    m.file_type().is_char_device()
+    use devgate::gpu::{Host, ProcHost};
+    let host = ProcHost::new(Path::new("/proc"));
+    let mut open = Vec::new();
+    let pids = host.pids().expect("list /proc");
+    pids.into_iter()
+        .filter(|&pid| {
+            open.clear();
+            host.open_char_devices(pid, &mut open).is_ok() && open.contains(&rdev)
+        })
+        .collect()
 }
 
 /// Polls `f` every 100 ms for up to `limit`.
