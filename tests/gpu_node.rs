@@ -144,12 +144,24 @@ fn cuda_child() {
         gpu,
     } = on_gpu();
     let nvml = nvml();
-    let (child, _) = cuda::spawn("hold", &gpu.bus_id.to_string(), None, dir.path());
-    let pid = child.pid();
-    let listed = eventually(Duration::from_secs(20), || listed(&*nvml, &gpu.uuid, pid));
+    let (_child, pid) = holding_tenant(&*nvml, &gpu, None, dir.path());
     let held = node::holders(rdev(&inv, &gpu));
-    assert!(listed, "nvml never listed pid {pid}");
     assert!(held.contains(&pid), "{pid} not among {held:?}");
+}
+
+/// A tenant holding `gpu` through CUDA (in the cgroup `leaf` when given), and
+/// its pid, once NVML lists it.
+fn holding_tenant(
+    nvml: &dyn Nvml,
+    gpu: &Gpu,
+    leaf: Option<&Path>,
+    dir: &Path,
+) -> (cuda::Tenant, u32) {
+    let (child, _) = cuda::spawn("hold", &gpu.bus_id.to_string(), leaf, dir);
+    let pid = child.pid();
+    let seen = eventually(Duration::from_secs(20), || listed(nvml, &gpu.uuid, pid));
+    assert!(seen, "nvml never listed pid {pid}");
+    (child, pid)
 }
 
 /// Every GPU is the releasing pod's alone.
@@ -222,12 +234,7 @@ fn teardown_ends_the_pods_cuda_process_and_resets_the_compute_mode() {
     // What a tenant with access to nvidia-smi could leave behind.
     node::set_compute_mode(&gpu.uuid, "EXCLUSIVE_PROCESS");
     let t = teardown(inv, &dir.path().join("health"), Arc::clone(&nvml), &gpu);
-    let bus = gpu.bus_id.to_string();
-    let (mut child, _) = cuda::spawn("hold", &bus, Some(&cgroup.leaf), dir.path());
-    let pid = child.pid();
-    assert!(eventually(Duration::from_secs(20), || listed(
-        &*nvml, &gpu.uuid, pid
-    )));
+    let (mut child, pid) = holding_tenant(&*nvml, &gpu, Some(&cgroup.leaf), dir.path());
     let result = t.teardown(&record(uid, &gpu));
     assert!(result.is_ok(), "{result:?}");
     let status = child.exited(Duration::from_secs(10));
@@ -256,11 +263,7 @@ fn a_cuda_process_outside_the_pod_keeps_the_gpu_from_release() {
     let uid = "1a2b3c4d-5e6f-4a0b-9c8d-7e6f5a4b3c2d";
     let _cgroup = PodCgroup::new(uid);
     let t = teardown(inv, &dir.path().join("health"), Arc::clone(&nvml), &gpu);
-    let (mut child, _) = cuda::spawn("hold", &gpu.bus_id.to_string(), None, dir.path());
-    let pid = child.pid();
-    assert!(eventually(Duration::from_secs(20), || listed(
-        &*nvml, &gpu.uuid, pid
-    )));
+    let (mut child, pid) = holding_tenant(&*nvml, &gpu, None, dir.path());
     let result = t.teardown(&record(uid, &gpu));
     let alive = child.exited(Duration::ZERO).is_none();
     let unclean = result.expect_err("released with another process on the gpu");
