@@ -24,6 +24,7 @@ const MAX_LINKS: usize = 40;
 /// opening what a pod controls: a link can change between this and the open
 /// (the hook opens with `openat2`).
 pub fn resolve_below_root(root: &Path, path: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
     use std::path::Component;
     if root == Path::new("/") {
         return path.to_path_buf();
@@ -77,6 +78,11 @@ pub fn resolve_below_root(root: &Path, path: &Path) -> PathBuf {
     // What the walk did not reach, as written.
     while let Some(name) = todo.pop() {
         done.push(name);
+    }
+    // A trailing `/` asks for a directory (path_resolution(7)): kept, so that
+    // a file there fails with ENOTDIR as it would for that process.
+    if path.as_os_str().as_bytes().ends_with(b"/") && !done.as_os_str().is_empty() {
+        done.push("");
     }
     root.join(done)
 }
@@ -157,6 +163,16 @@ mod tests {
             let got = resolve_below_root(&root, Path::new(path));
             assert_eq!(got, root.join(want), "{path}");
         }
+        // A trailing `/` stays: a file there is not a directory.
+        let slash = resolve_below_root(&root, Path::new("/var/lib/kubelet/pki/current.pem/"));
+        assert_eq!(slash, root.join(format!("{client}/")));
+        let err = fs::read_dir(&slash).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOTDIR), "{err}");
+        assert!(fs::metadata(&slash).is_err());
+        assert_eq!(
+            resolve_below_root(&root, Path::new("/lib/")),
+            root.join("var/lib/")
+        );
         let current = resolve_below_root(&root, Path::new("/lib/kubelet/pki/current.pem"));
         assert_eq!(fs::read_to_string(current).unwrap(), "cert");
         // This process's own root: the path as it is, left to the kernel.
