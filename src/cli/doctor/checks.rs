@@ -28,7 +28,9 @@ fn plugin_config(roots: &Roots, running: &[Running]) -> Option<(u32, PathBuf)> {
         .and_then(|(pid, config)| {
             let config = config.unwrap_or_else(|| crate::config::DEFAULT_CONFIG_PATH.into());
             let root = roots.process_root(pid);
-            let path = crate::fsutil::below_root(&root, &config);
+            // Its links followed in its root, as the plugin follows them: the
+            // kernel would take an absolute one from doctor's root.
+            let path = crate::fsutil::resolve_below_root(&root, &config);
             // A root that cannot be read (a fake process tree) says nothing.
             root.is_dir().then_some((pid, path))
         })

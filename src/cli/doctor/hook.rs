@@ -40,10 +40,11 @@ fn hook_path(roots: &Roots, config: &Config, running: &[Running]) -> Result<Path
     let exe = roots.proc_dir.join(pid.to_string()).join("exe");
     let target = std::fs::read_link(&exe).map_err(|e| format!("{}: {e}", exe.display()))?;
     // The plugin's choice, made in its own view of the files (a container's,
-    // for the DaemonSet): its root is `<proc>/<pid>/root`.
+    // for the DaemonSet): its root is `<proc>/<pid>/root`, where an absolute
+    // link is taken from that root, not doctor's.
     let plugin_root = roots.process_root(pid);
     Ok(crate::plugin::hook_beside(&target, |p| {
-        crate::fsutil::below_root(&plugin_root, p).is_file()
+        crate::fsutil::resolve_below_root(&plugin_root, p).is_file()
     }))
 }
 

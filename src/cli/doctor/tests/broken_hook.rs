@@ -131,3 +131,69 @@ fn without_config_the_running_plugins_own_config_is_checked() {
         "{hook_check:?}"
     );
 }
+
+/// The plugin's files behind absolute links in its own root (a config whose
+/// mount is linked in, a hook beside its executable that is a link): doctor
+/// follows them there, as the plugin does, not from its own root, where the
+/// kernel would take them through `<proc>/<pid>/root`.
+#[test]
+fn absolute_links_in_the_plugins_root_are_followed_there() {
+    use std::os::unix::fs::symlink;
+    let mut node = healthy();
+    node.roots.config = None;
+    let plugin = node.roots.proc_dir.join("4242");
+    let root = plugin.join("root");
+    write(
+        &root.join("configmap/config.toml"),
+        "hook_path = \"/opt/devgate/bin/devgate-hook\"\n[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n",
+    );
+    std::fs::create_dir_all(root.join("etc/devgate")).unwrap();
+    symlink(
+        "/configmap/config.toml",
+        root.join("etc/devgate/config.toml"),
+    )
+    .unwrap();
+    // Only the init container's copy exists on the host.
+    std::fs::remove_file(node.roots.host_root.join("usr/local/bin/devgate-hook")).unwrap();
+    write_script(&node.roots.host_root.join("opt/devgate/bin/devgate-hook"));
+
+    let checks = run_checks(&node.roots, &node.host);
+    let config = check(&checks, "config");
+    assert_eq!(config.status, Status::Pass, "{config:?}");
+    assert!(
+        config
+            .detail
+            .contains("4242/root/configmap/config.toml (devgate nri, pid 4242, reads it)"),
+        "{config:?}"
+    );
+    let hook = check(&checks, "nri hook");
+    assert_eq!(hook.status, Status::Pass, "{hook:?}");
+    assert!(
+        hook.detail.contains("/opt/devgate/bin/devgate-hook"),
+        "{hook:?}"
+    );
+
+    // No hook_path: the hook beside the plugin's executable, a link in its
+    // root to the copy it was installed with.
+    std::fs::remove_file(root.join("configmap/config.toml")).unwrap();
+    write(
+        &root.join("configmap/config.toml"),
+        "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n",
+    );
+    std::fs::remove_file(plugin.join("exe")).unwrap();
+    symlink("/opt/devgate/bin/devgate", plugin.join("exe")).unwrap();
+    write_script(&root.join("image/devgate-hook"));
+    std::fs::create_dir_all(root.join("opt/devgate/bin")).unwrap();
+    symlink(
+        "/image/devgate-hook",
+        root.join("opt/devgate/bin/devgate-hook"),
+    )
+    .unwrap();
+    let checks = run_checks(&node.roots, &node.host);
+    let hook = check(&checks, "nri hook");
+    assert_eq!(hook.status, Status::Pass, "{hook:?}");
+    assert!(
+        hook.detail.contains("/opt/devgate/bin/devgate-hook"),
+        "{hook:?}"
+    );
+}
