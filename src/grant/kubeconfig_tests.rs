@@ -236,3 +236,28 @@ fn files_are_read_bounded() {
         Err(KubeconfigError::Read { .. })
     ));
 }
+
+/// A kubeconfig behind a dangling link: the error names the path as given,
+/// the one the operator wrote, not where the link leads.
+#[test]
+fn a_dangling_link_is_named_as_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("proc/4242/root");
+    let conf = root.join("etc/kubernetes/kubelet.conf");
+    std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink("/opt/kubelet/missing.conf", &conf).unwrap();
+    match load_in(&conf, "", &root) {
+        Err(KubeconfigError::Read { path, source }) => {
+            assert_eq!(path, conf);
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Once the target exists in that root, it is read.
+    std::fs::create_dir_all(root.join("opt/kubelet")).unwrap();
+    std::fs::write(root.join("opt/kubelet/missing.conf"), KUBELET_CONF).unwrap();
+    assert_eq!(
+        load_in(&conf, "", &root).unwrap().server,
+        "https://10.0.0.1:6443"
+    );
+}

@@ -33,6 +33,32 @@ fn a_plugin_in_a_pod_resolves_from_its_own_environment() {
     );
 }
 
+/// Many images link `/var/run` to `/run` by an absolute link: the service
+/// account's token is found through it in the plugin's root.
+#[test]
+fn the_service_accounts_token_is_found_through_an_absolute_link() {
+    let node = healthy();
+    found_not_configured(&node);
+    let pid = node.roots.proc_dir.join("4242");
+    write(
+        &pid.join("environ"),
+        "KUBERNETES_SERVICE_HOST=10.96.0.1\0KUBERNETES_SERVICE_PORT=443\0NODE_NAME=node-b\0",
+    );
+    let sa = pid.join("root/run/secrets/kubernetes.io/serviceaccount");
+    write(&sa.join("token"), "t");
+    write(&sa.join("ca.crt"), "c");
+    std::fs::create_dir_all(pid.join("root/var")).unwrap();
+    std::os::unix::fs::symlink("/run", pid.join("root/var/run")).unwrap();
+    let got = run_check(&node, "grant check");
+    assert_eq!(got.status, Status::Pass, "{got:?}");
+    assert!(
+        got.detail
+            .starts_with("pods of node node-b from https://10.96.0.1:443 with a bearer token"),
+        "{}",
+        got.detail
+    );
+}
+
 /// Where the plugin's environment cannot be read, doctor resolves with its
 /// own and says so; with no plugin running, there is nothing to say.
 #[test]
