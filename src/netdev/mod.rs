@@ -22,6 +22,7 @@ pub mod linkwatch;
 pub mod netns;
 pub mod nl;
 pub mod rdma;
+mod rdma_in_netns;
 mod restore;
 mod restore_find;
 pub mod rtnl;
@@ -55,7 +56,9 @@ pub trait NetEnv {
     fn host_netns(&self) -> &Netns;
     /// rtnetlink in `ns`, or in the host namespace for `None`.
     fn rtnl(&mut self, ns: Option<&Netns>) -> Result<Box<dyn Rtnl>, Cause>;
-    /// RDMA netlink in `ns`, or in the host namespace for `None`.
+    /// RDMA netlink in `ns`, or in the host namespace for `None`. The
+    /// calling thread is in that namespace until the connection drops (see
+    /// `rdma_in_netns`): hold it no longer than its requests.
     fn rdma(&mut self, ns: Option<&Netns>) -> Result<Box<dyn RdmaNl>, Cause>;
     /// The saved namespace, if it still exists.
     fn find_netns(&self, saved: &SavedNetns) -> Option<Netns>;
@@ -73,7 +76,8 @@ pub trait NetEnv {
 }
 
 /// The real environment: sockets are created inside each namespace on the
-/// calling thread, which returns to where it was before the call ends.
+/// calling thread, which returns to where it was before the call ends, or,
+/// for RDMA netlink, when the connection drops.
 pub struct SysNetEnv {
     host: Netns,
     roots: NetnsRoots,
@@ -108,8 +112,10 @@ impl NetEnv for SysNetEnv {
     }
 
     fn rdma(&mut self, ns: Option<&Netns>) -> Result<Box<dyn RdmaNl>, Cause> {
-        let _guard = ns.unwrap_or(&self.host).enter()?;
-        Ok(Box::new(RdmaConn::open()?))
+        // The thread stays in `ns` while the connection lives: the kernel
+        // moves a device only for a caller in the device's namespace.
+        let conn = rdma_in_netns::InNetns::open(ns.unwrap_or(&self.host), RdmaConn::open)?;
+        Ok(Box::new(conn))
     }
 
     fn find_netns(&self, saved: &SavedNetns) -> Option<Netns> {

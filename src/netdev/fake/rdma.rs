@@ -30,6 +30,9 @@ impl RdmaNl for FakeRdma {
             return Err(kernel("fake rdma set netns", libc::EOPNOTSUPP));
         }
         let to = netns.id().ino;
+        // Found in the socket's namespace, and moved only from the caller's
+        // (rdma_dev_change_netns: ENODEV otherwise); a connection's thread
+        // is in its namespace (`NetEnv::rdma`), so both are `self.ns`.
         let name = m
             .rdma
             .iter()
