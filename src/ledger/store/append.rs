@@ -144,6 +144,19 @@ impl Store {
 /// cut short (a signal between pages, a full disk) is cut off again, so that
 /// the next line starts at a line's start.
 fn append(file: &File, line: &[u8], at: u64, durability: Durability) -> std::io::Result<()> {
+    append_then(file, line, at, |f| match durability {
+        Durability::Sync => f.sync_data(),
+        Durability::Memory => Ok(()),
+    })
+}
+
+/// [`append`] with `sync` run once the whole line is written.
+fn append_then(
+    file: &File,
+    line: &[u8],
+    at: u64,
+    sync: impl FnOnce(&File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let mut out = file;
     let written = out.write(line);
     match written {
@@ -157,8 +170,49 @@ fn append(file: &File, line: &[u8], at: u64, durability: Durability) -> std::io:
             return Err(e);
         }
     }
-    if durability == Durability::Sync {
-        file.sync_data()?;
+    // The whole line is written: every reader replays it from here on. A
+    // sync that fails leaves only its survival of a power loss in doubt; an
+    // error would tell the caller nothing was committed (a claim reported
+    // refused while every reader sees it held), as for a replace
+    // (`fsutil::replace`).
+    if let Err(e) = sync(file) {
+        tracing::warn!(error = %nri::ErrorChain(&e), "ledger journal line appended, but it did not sync");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Seek};
+
+    use super::*;
+
+    /// A line written whole stands when its sync fails: readers see it, so
+    /// the transaction is reported made, and the next line follows it.
+    #[test]
+    fn a_whole_line_stands_when_its_sync_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(&path)
+            .unwrap();
+        let mut synced = false;
+        append_then(&file, b"{\"a\":1}\n", 0, |_| {
+            synced = true;
+            Err(std::io::Error::from_raw_os_error(libc::EIO))
+        })
+        .unwrap();
+        assert!(synced);
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"a\":1}\n");
+        // Appended after it, synced: both lines, in order.
+        append_then(&file, b"{\"b\":2}\n", 8, |f| f.sync_data()).unwrap();
+        let mut text = String::new();
+        let mut f = &file;
+        f.rewind().unwrap();
+        f.read_to_string(&mut text).unwrap();
+        assert_eq!(text, "{\"a\":1}\n{\"b\":2}\n");
+    }
 }
