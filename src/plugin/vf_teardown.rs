@@ -36,7 +36,8 @@ impl VfTeardown {
         if vfs.is_empty() {
             return Ok(());
         }
-        let mut env = SysNetEnv::new(NetnsRoots::default()).map_err(|e| e.to_string())?;
+        let mut env = SysNetEnv::new(NetnsRoots::default())
+            .map_err(|e| vfs_unclean(pod, nri::ErrorChain(&e).to_string()))?;
         let mut ops = VfOps {
             env: &mut env,
             store: &self.store,
@@ -69,6 +70,14 @@ impl VfTeardown {
     }
 }
 
+/// A failure of the VF teardown itself (a VF's lock, the namespace handle,
+/// its thread): the pod's VFs are in doubt, not its GPUs, whose teardown is
+/// another's and may have run clean (`Unclean`: one device's failure keeps
+/// no other out of service).
+fn vfs_unclean(pod: &PodRecord, reason: impl Into<String>) -> Unclean {
+    Unclean::of(vfs_of(pod).into_iter().map(DeviceId::Vf), reason)
+}
+
 fn vfs_of(pod: &PodRecord) -> Vec<crate::inventory::PciAddr> {
     pod.claims
         .iter()
@@ -85,7 +94,7 @@ impl Teardown for VfTeardown {
         // never moved it, which is every VF of a pod whose poststop ran. Each
         // is asked under its lock, as detach asks, so a hook moving it now
         // has saved its record (it saves before it moves) or waits for us.
-        if !self.any_moved(pod)? {
+        if !self.any_moved(pod).map_err(|e| vfs_unclean(pod, e))? {
             return Ok(());
         }
         // setns is per thread: detach enters pod namespaces, so it gets a thread
@@ -93,7 +102,7 @@ impl Teardown for VfTeardown {
         std::thread::scope(|s| {
             s.spawn(|| self.detach(pod))
                 .join()
-                .unwrap_or_else(|_| Err("vf teardown thread panicked".into()))
+                .unwrap_or_else(|_| Err(vfs_unclean(pod, "vf teardown thread panicked")))
         })
     }
 }
@@ -158,6 +167,26 @@ mod tests {
         let out = VfTeardown::new(dir.path().to_path_buf()).teardown(&p0);
         let kept = store.load(VF.parse().unwrap()).unwrap().is_some();
         (out, kept)
+    }
+
+    /// A VF teardown that cannot run (here its VF's lock cannot be made)
+    /// names the pod's VFs only: the GPU beside them is not kept for it.
+    #[test]
+    fn a_teardown_that_cannot_run_keeps_only_the_vfs() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("vf"), "not a directory").unwrap();
+        let mut pod = p0();
+        pod.claims.push(Claim {
+            device: DeviceId::Gpu("GPU-1".into()),
+            share: Share::Exclusive,
+            pf: None,
+        });
+        let err = VfTeardown::new(dir.path().to_path_buf())
+            .teardown(&pod)
+            .unwrap_err();
+        let vf = DeviceId::Vf(VF.parse().unwrap());
+        assert_eq!(err.devices, Some([vf].into()), "{}", err.reason);
+        assert!(err.reason.contains("vf"), "{}", err.reason);
     }
 
     #[test]
