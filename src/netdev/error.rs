@@ -48,6 +48,13 @@ pub enum Cause {
         name: String,
         devices: Box<(String, String)>,
     },
+    /// `devices`: the PF link's device, and the VF's PF (`physfn`).
+    #[error("pf {pf} is device {}, but vf {vf}'s pf is {}", .devices.0, .devices.1)]
+    NotItsPf {
+        pf: String,
+        vf: String,
+        devices: Box<(String, String)>,
+    },
     #[error("settings need the pf, but pf {pf:?} is not on this host")]
     NoPf { pf: String },
     #[error("pf {pf} reports no vf {index}")]

@@ -91,6 +91,8 @@ pub struct Model {
     pub unreported_flags: bool,
     /// The driver has no setter for either (EOPNOTSUPP, as `do_setvfinfo` answers).
     pub unsupported_flags: bool,
+    /// VF → its PF's PCI address (sysfs `physfn`).
+    pub physfn: BTreeMap<crate::inventory::PciAddr, crate::inventory::PciAddr>,
 }
 
 /// What tests compare: the kernel objects, without the call log.
@@ -300,6 +302,13 @@ impl NetEnv for FakeNet {
             .ok_or(kernel("fake", libc::ENOENT))?;
         m.arp_notify.insert(index);
         Ok(())
+    }
+
+    fn vf_physfn(
+        &mut self,
+        vf: crate::inventory::PciAddr,
+    ) -> Result<Option<crate::inventory::PciAddr>, Cause> {
+        Ok(self.model.borrow().physfn.get(&vf).copied())
     }
 
     fn rdma_chars(&mut self, ibdev: &str) -> Result<Vec<super::CharNum>, Cause> {

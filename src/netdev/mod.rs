@@ -73,6 +73,12 @@ pub trait NetEnv {
     /// has now, sorted. Their class devices are not netns-tagged: the host's
     /// sysfs lists them wherever the device is.
     fn rdma_chars(&mut self, ibdev: &str) -> Result<Vec<CharNum>, Cause>;
+    /// The PCI address of the PF whose VF `vf` is (sysfs `physfn`); `None`
+    /// where the host's sysfs has no such link.
+    fn vf_physfn(
+        &mut self,
+        vf: crate::inventory::PciAddr,
+    ) -> Result<Option<crate::inventory::PciAddr>, Cause>;
 }
 
 /// The real environment: sockets are created inside each namespace on the
@@ -136,5 +142,26 @@ impl NetEnv for SysNetEnv {
 
     fn rdma_chars(&mut self, ibdev: &str) -> Result<Vec<CharNum>, Cause> {
         chars::rdma_chars(&self.sys_root, ibdev)
+    }
+
+    fn vf_physfn(
+        &mut self,
+        vf: crate::inventory::PciAddr,
+    ) -> Result<Option<crate::inventory::PciAddr>, Cause> {
+        // drivers/pci/iov.c (pci_iov_sysfs_link): `physfn` links a VF to its
+        // PF's device directory, named by the PF's address.
+        let path = self
+            .sys_root
+            .join("bus/pci/devices")
+            .join(vf.to_string())
+            .join("physfn");
+        match std::fs::read_link(&path) {
+            Ok(target) => Ok(target
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.parse().ok())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(Cause::Sysfs { path, source }),
+        }
     }
 }

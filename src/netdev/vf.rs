@@ -172,6 +172,7 @@ fn attach_one(
         // then start over.
         restore(ops, &rec, same_ns.then_some(pod))?;
     }
+    let physfn = at.step("read vf's pf", ops.env.vf_physfn(a.vf_bus_id))?;
     let rec = prepare(
         at,
         host.as_mut(),
@@ -179,6 +180,7 @@ fn attach_one(
         container_id,
         saved_ns,
         a,
+        physfn,
     )?;
     at.step("save state", ops.store.save(&rec))?;
     (ops.checkpoint)("save");

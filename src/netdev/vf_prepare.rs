@@ -45,7 +45,31 @@ fn host_netdev(at: &At<'_>, host: &mut dyn Rtnl, a: &VfAttach) -> Result<super::
     }))
 }
 
-/// Reads everything the record needs; changes nothing.
+/// The PF link named in the plan, refused where its device is known to be
+/// another than the VF's PF (`physfn`): PF names can swap between the plan
+/// and the hook (`net.ifnames=0` and a driver reload), and the VF settings
+/// would then go to another PF's VF of the same number, perhaps another
+/// tenant's, while this VF went into the pod without them.
+fn check_pf(
+    at: &At<'_>,
+    pf: &super::Link,
+    physfn: Option<crate::inventory::PciAddr>,
+    a: &VfAttach,
+) -> Result<(), VfError> {
+    match (&pf.parent, physfn) {
+        (Some(device), Some(its)) if *device != its.to_string() => {
+            Err((at.err("check pf"))(Cause::NotItsPf {
+                pf: pf.name.clone(),
+                vf: a.vf_bus_id.to_string(),
+                devices: Box::new((device.clone(), its.to_string())),
+            }))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Reads everything the record needs; changes nothing. `physfn`: the VF's
+/// PF as sysfs names it, where it does.
 pub(super) fn prepare(
     at: &At<'_>,
     host: &mut dyn Rtnl,
@@ -53,6 +77,7 @@ pub(super) fn prepare(
     container_id: &str,
     netns: SavedNetns,
     a: &VfAttach,
+    physfn: Option<crate::inventory::PciAddr>,
 ) -> Result<SavedVf, VfError> {
     let link = host_netdev(at, host, a)?;
     let taken = at.step(
@@ -70,6 +95,7 @@ pub(super) fn prepare(
     };
     let (pf, pf_index, pf_parent) = match &pf_link {
         Some(l) => {
+            check_pf(at, l, physfn, a)?;
             let state = at.step("read pf vf state", host.vf_state(l.index, a.vf_index))?;
             let state = state.ok_or_else(|| {
                 (at.err("read pf vf state"))(Cause::NoVf {

@@ -46,3 +46,26 @@ fn the_char_devices_of_an_rdma_device_are_read_from_sysfs() {
         "{e}"
     );
 }
+
+/// A VF's PF is read from its `physfn` link in a simulated host's sysfs (laid
+/// out as Linux does, the device directories reached through links); a
+/// function with no such link has none.
+#[test]
+fn a_vfs_pf_is_read_from_its_physfn_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let fx = HostRootBuilder::hgx()
+        .build(&dir.path().join("host"))
+        .unwrap();
+    let inv = fx.expected();
+    let mut env = SysNetEnv::new(NetnsRoots::default())
+        .unwrap()
+        .with_sys_root(fx.root().join("sys"));
+    for nic in inv.rdma.iter().filter(|n| !n.vfs.is_empty()) {
+        for vf in &nic.vfs {
+            assert_eq!(env.vf_physfn(vf.bus_id).unwrap(), Some(nic.bus_id));
+        }
+        assert_eq!(env.vf_physfn(nic.bus_id).unwrap(), None, "a pf has no pf");
+    }
+    let absent = "0000:ff:1f.7".parse().unwrap();
+    assert_eq!(env.vf_physfn(absent).unwrap(), None);
+}

@@ -226,3 +226,38 @@ fn a_lone_representor_is_not_taken_for_the_pf() {
     assert_eq!(set_vf(&rig), before, "no vf setting sent");
     assert_eq!(rig.records(), 1);
 }
+
+/// The PF named in the plan is another PF than the VF's own (the names
+/// swapped between the plan and the hook): nothing is done, no record is
+/// kept, and the other PF's VF of the same number keeps its tenant's settings.
+#[test]
+fn a_pf_that_is_not_the_vfs_own_is_refused_at_attach() {
+    let mut m = model();
+    let other = m.add_link(HOST, "ens2f0", "0c:42:a1:00:00:02", true);
+    for l in m.links.iter_mut() {
+        match l.link.index {
+            i if i == PF => l.link.parent = Some(OTHER_PF_BUS.into()),
+            i if i == other => l.link.parent = Some(OUR_PF_BUS.into()),
+            _ => {}
+        }
+    }
+    let vf = action().vf_bus_id;
+    m.physfn.insert(vf, OUR_PF_BUS.parse().unwrap());
+    let before = super::rig::host_world(&m);
+    let mut rig = Rig::new(m);
+    let err = rig.attach(&[action()]).unwrap_err();
+    says(
+        &err,
+        "check pf: pf ens1f0 is device 0000:5e:00.0, but vf 0000:3b:02.3's pf is 0000:3b:00.0",
+    );
+    assert_eq!(rig.records(), 0);
+    assert_eq!(super::rig::host_world(&rig.m()), before);
+
+    // Its own PF under that name: attached.
+    let mut m = model();
+    m.links[0].link.parent = Some(OUR_PF_BUS.into());
+    m.physfn.insert(vf, OUR_PF_BUS.parse().unwrap());
+    let mut rig = Rig::new(m);
+    rig.attach(&[action()]).unwrap();
+    assert_eq!(rig.records(), 1);
+}
