@@ -16,7 +16,7 @@ use std::time::Instant;
 use super::liveness;
 use super::standalone::{HooksOnly, HooksOnlyError};
 use super::{HookEnv, HookError, Outcome, State};
-use crate::ledger::{Claim, DeviceId, GuardedRelease, Ledger, PodRecord, PodRef};
+use crate::ledger::{Claim, DeviceId, GuardedRelease, Ledger, PodRecord, PodRef, Removal};
 
 /// Quarantines the pod's VFs after a failed restore: they may sit half
 /// configured in a namespace, so they stay out of service until someone looks.
@@ -96,57 +96,51 @@ fn release_guarded(
     }
 }
 
+/// Rounds of [`forget`] that find the pod changed by its other containers'
+/// hooks before it keeps the record for the reap of exited pods.
+const FORGET_ROUNDS: usize = 4;
+
 /// Forgets the container and releases the pod when it was its last. Used
 /// when a create fails after the claim: nothing reached a GPU yet, but the
 /// teardown is cheap and keeps one path.
+///
+/// A pod's last record goes with its claims, in the release's one commit: a
+/// hook killed before it (the runtime's hook timeout) leaves the record, by
+/// whose init the reap of exited pods knows the pod; a pod left with claims
+/// and no container would never be reaped. Whether this container is the
+/// last is decided under the ledger's lock, since its pod's other
+/// containers' hooks may be forgetting theirs at the same moment.
 pub(super) fn forget(
     run: &mut HooksOnly<'_>,
     ledger: &Ledger,
     sandbox_id: &str,
     container_id: &str,
 ) -> Result<bool, HooksOnlyError> {
-    let seen = ledger.snapshot()?.pods.remove(sandbox_id);
-    let Some(seen) = seen else {
-        ledger.remove_container(sandbox_id, container_id, &|p| run.env.vfs_away(p))?;
-        return Ok(false);
-    };
-    if seen.containers.keys().all(|c| c == container_id) {
-        // Its last container: the record goes with the claims, in the
-        // release's one commit. A hook killed before it (the runtime's hook
-        // timeout) leaves the record, by whose init the reap of exited pods
-        // knows the pod; a pod left with claims and no container would never
-        // be reaped.
-        let expected: BTreeSet<String> = seen.containers.keys().cloned().collect();
-        if release_guarded(run, ledger, &seen, &expected)? {
-            return Ok(true);
-        }
-        // A container joined meanwhile, or the pod went: this one goes alone,
-        // and the pod too if the other has gone again since.
-    }
-    ledger.remove_container(sandbox_id, container_id, &|p| run.env.vfs_away(p))?;
-    // Other containers remain: no teardown to build (discovery, NVML), unless
-    // they went meanwhile.
-    let left = ledger
-        .snapshot()?
-        .pods
-        .get(sandbox_id)
-        .map(|p| p.containers.len());
-    if left != Some(0) {
-        return Ok(false);
-    }
-    // Released only if still no container is left under the lock.
-    let released = release_guarded(run, ledger, &seen, &BTreeSet::new());
-    if released.is_err() {
-        // The claims stay: the container's record goes back with them, so
-        // that the reap of exited pods, which knows a pod by its containers'
-        // inits, retries the release once this one's init is gone.
-        if let Some(record) = seen.containers.get(container_id) {
-            if let Err(e) = ledger.record_container(sandbox_id, container_id, record.clone()) {
-                tracing::warn!(pod = %seen.pod, container = container_id, error = %nri::ErrorChain(&e), "failed release: record not kept, the pod is not reaped");
+    for _ in 0..FORGET_ROUNDS {
+        let Some(seen) = ledger.snapshot()?.pods.remove(sandbox_id) else {
+            ledger.remove_container(sandbox_id, container_id, &|p| run.env.vfs_away(p))?;
+            return Ok(false);
+        };
+        if seen.containers.keys().all(|c| c == container_id) {
+            let expected: BTreeSet<String> = seen.containers.keys().cloned().collect();
+            if release_guarded(run, ledger, &seen, &expected)? {
+                return Ok(true);
             }
+            // A container joined meanwhile, or the pod went: look again.
+            continue;
+        }
+        // Other containers remain (no teardown to build: discovery, NVML),
+        // unless they left since the snapshot, which makes this one the last.
+        let removal = ledger
+            .remove_container_unless_last(sandbox_id, container_id, &|p| run.env.vfs_away(p))?;
+        if removal == Removal::Removed {
+            return Ok(false);
         }
     }
-    released
+    // The pod kept changing: the record stays, and the reap of exited pods
+    // releases the pod once every container's init is gone.
+    tracing::warn!(sandbox = sandbox_id, container = container_id, "pod changing while its container is forgotten: its record is left to the reap of exited pods");
+    Ok(false)
 }
 
 /// poststop with a ledger it cannot read (corrupt, or written by a newer

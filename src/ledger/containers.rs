@@ -80,18 +80,58 @@ impl Ledger {
         if self.store.peek_cached(known) != Some(true) && !self.store.peek(known)? {
             return Ok(());
         }
+        self.remove(sandbox_id, container_id, vfs_away, false)
+            .map(drop)
+    }
+
+    /// [`Ledger::remove_container`], unless the container is the only one its
+    /// pod has left, decided under the lock: a pod's last record goes with its
+    /// claims, in the release's one commit, so that a release cut short (the
+    /// hook killed by the runtime's timeout) leaves the pod known by that
+    /// container's init to the reap of exited pods. Two containers of a pod
+    /// stopping together would otherwise each remove its own and leave the
+    /// claims with no container, which nothing reaps.
+    pub fn remove_container_unless_last(
+        &self,
+        sandbox_id: &str,
+        container_id: &str,
+        vfs_away: &dyn Fn(&PodRecord) -> bool,
+    ) -> Result<Removal, LedgerError> {
+        self.remove(sandbox_id, container_id, vfs_away, true)
+    }
+
+    fn remove(
+        &self,
+        sandbox_id: &str,
+        container_id: &str,
+        vfs_away: &dyn Fn(&PodRecord) -> bool,
+        keep_last: bool,
+    ) -> Result<Removal, LedgerError> {
         let mut txn = self.store.begin()?;
         let Some(pod) = txn.state.pods.get_mut(sandbox_id) else {
-            return Ok(());
+            return Ok(Removal::Removed);
         };
+        if keep_last && pod.containers.keys().all(|c| c == container_id) {
+            return Ok(Removal::Last);
+        }
         let removed = pod.containers.remove(container_id).is_some();
         let was_owner = pod.network_owner.as_deref() == Some(container_id) && !vfs_away(pod);
         if was_owner {
             pod.network_owner = None;
         }
         if !removed && !was_owner {
-            return Ok(());
+            return Ok(Removal::Removed);
         }
-        txn.commit_pod(sandbox_id, &[container_id])
+        txn.commit_pod(sandbox_id, &[container_id])?;
+        Ok(Removal::Removed)
     }
+}
+
+/// What [`Ledger::remove_container_unless_last`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// The container has no record left (it had none, or its pod is gone).
+    Removed,
+    /// Kept: it is the last container its pod has (or the pod has none).
+    Last,
 }

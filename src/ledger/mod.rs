@@ -22,6 +22,7 @@ mod unclean;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use compose::Teardowns;
+pub use containers::Removal;
 pub use error::LedgerError;
 pub use guarded::GuardedRelease;
 pub use model::*;
@@ -329,6 +330,8 @@ impl Ledger {
 pub(crate) mod tests;
 #[cfg(test)]
 mod tests_admit;
+#[cfg(test)]
+mod tests_containers;
 #[cfg(test)]
 mod tests_pf;
 #[cfg(test)]

@@ -1,0 +1,54 @@
+//! A container's record forgotten unless it is its pod's last, decided under
+//! the lock (hooks-only poststop of containers stopping together).
+use super::tests::{gpu, ledger, pod, record};
+use super::*;
+
+#[test]
+fn only_the_pods_last_record_is_kept() {
+    let (_d, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    for c in ["c1", "c2"] {
+        l.admit(&pod("p"), &claims, c, record("main"), false)
+            .unwrap();
+    }
+    let containers = |l: &Ledger| -> Vec<String> {
+        l.snapshot().unwrap().pods["p"]
+            .containers
+            .keys()
+            .cloned()
+            .collect()
+    };
+    let away = |_: &PodRecord| false;
+    // c1 has a sibling: it goes.
+    assert_eq!(
+        l.remove_container_unless_last("p", "c1", &away).unwrap(),
+        Removal::Removed
+    );
+    assert_eq!(containers(&l), ["c2"]);
+    // c2 is now the last: it stays, with the claims.
+    assert_eq!(
+        l.remove_container_unless_last("p", "c2", &away).unwrap(),
+        Removal::Last
+    );
+    assert_eq!(containers(&l), ["c2"]);
+    assert_eq!(l.snapshot().unwrap().pods["p"].claims.len(), 1);
+    // A container with no record beside the last one changes nothing.
+    assert_eq!(
+        l.remove_container_unless_last("p", "c9", &away).unwrap(),
+        Removal::Removed
+    );
+    assert_eq!(containers(&l), ["c2"]);
+    // Neither is a pod the ledger does not hold.
+    assert_eq!(
+        l.remove_container_unless_last("gone", "c2", &away).unwrap(),
+        Removal::Removed
+    );
+    // Without the guard the last record goes, the claims staying.
+    l.remove_container("p", "c2", &away).unwrap();
+    assert!(containers(&l).is_empty());
+    assert_eq!(
+        l.remove_container_unless_last("p", "c2", &away).unwrap(),
+        Removal::Last,
+        "a pod with claims and no container is its release's to end"
+    );
+}
