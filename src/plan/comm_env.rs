@@ -132,8 +132,9 @@ pub fn env_inputs(config: &CommEnvConfig, selected: bool, env: &[String]) -> Vec
     if !selected {
         return Vec::new();
     }
-    // HAMi-core's LD_PRELOAD keeps the container's own after it.
-    let preload = std::iter::once("LD_PRELOAD");
+    // HAMi-core's LD_PRELOAD keeps the container's own after it, and its
+    // limits need CUDA's device numbers as the plan sets them.
+    let preload = std::iter::once("LD_PRELOAD").chain(super::gpu::CUDA_ORDER_INPUTS);
     if !config.enabled {
         return preload
             .map(|name| user_value(env, name).map(str::to_owned))

@@ -45,6 +45,14 @@ pub enum PlanError {
         entry: String,
         device: &'static str,
     },
+    /// `value` is the container's, bounded and made one line.
+    #[error("{annotation}: {entry}: HAMi-core keys the pod's per-gpu limits by CUDA device number, which the container's {name}={value} changes: its gpus carry different limits, so each would fall on another gpu than it was granted for")]
+    HamiReordered {
+        annotation: &'static str,
+        entry: String,
+        name: &'static str,
+        value: String,
+    },
     #[error("{annotation}: {entry}: HAMi-core needs a memory limit (resources gpu-memory, or gpu-memory-ratio and a known gpu memory) for a shared gpu")]
     NoGpuMemory {
         annotation: &'static str,

@@ -275,6 +275,64 @@ fn memory_limit(e: &GpuEntry, gpu: &Gpu) -> Option<u64> {
     e.resources.memory_bytes.or_else(derived).filter(|&b| b > 0)
 }
 
+const CUDA_DEVICE_ORDER: &str = "CUDA_DEVICE_ORDER";
+const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+/// The container's variables that decide CUDA's device numbers.
+pub(super) const CUDA_ORDER_INPUTS: [&str; 2] = [CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES];
+
+/// HAMi-core's limits name CUDA device numbers, which are each GPU's rank by
+/// bus id only under `CUDA_DEVICE_ORDER=PCI_BUS_ID` with every GPU visible in
+/// that order ([`hami_core`]). The plan sets the order where the container
+/// does not (also where `comm_env` is off). Where the pod's GPUs carry
+/// different limits, a container that orders or narrows its GPUs itself (its
+/// own `CUDA_DEVICE_ORDER` other than `PCI_BUS_ID`, a `CUDA_VISIBLE_DEVICES`
+/// other than `0,1,...`) would have them fall on other GPUs than granted,
+/// taking memory promised to a co-tenant: it is refused.
+pub(super) fn hami_order(plan: &mut super::Plan, env: &[String]) -> Result<(), PlanError> {
+    if !plan.env.contains_key("CUDA_DEVICE_MEMORY_LIMIT_0")
+        && !plan.env.contains_key("CUDA_DEVICE_SM_LIMIT_0")
+    {
+        return Ok(());
+    }
+    let user = |name| super::comm_env::user_value(env, name);
+    if user(CUDA_DEVICE_ORDER).is_none() {
+        plan.env
+            .insert(CUDA_DEVICE_ORDER.into(), "PCI_BUS_ID".into());
+    }
+    let gpus = plan
+        .env
+        .get("NVIDIA_VISIBLE_DEVICES")
+        .map_or(0, |v| v.split(',').count());
+    let limits = |n: usize| {
+        [
+            plan.env.get(&format!("CUDA_DEVICE_MEMORY_LIMIT_{n}")),
+            plan.env.get(&format!("CUDA_DEVICE_SM_LIMIT_{n}")),
+        ]
+    };
+    if (1..gpus).all(|n| limits(n) == limits(0)) {
+        return Ok(());
+    }
+    let identity = |v: &str| {
+        v.split(',')
+            .map(str::trim)
+            .eq((0..gpus).map(|n| n.to_string()))
+    };
+    let reordered = match (user(CUDA_DEVICE_ORDER), user(CUDA_VISIBLE_DEVICES)) {
+        (Some(order), _) if order.trim() != "PCI_BUS_ID" => Some((CUDA_DEVICE_ORDER, order)),
+        (_, Some(visible)) if !identity(visible) => Some((CUDA_VISIBLE_DEVICES, visible)),
+        _ => None,
+    };
+    match reordered {
+        Some((name, value)) => Err(PlanError::HamiReordered {
+            annotation: ANN,
+            entry: "gpu".into(),
+            name,
+            value: crate::untrusted::one_line(value, 64),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// `LD_PRELOAD` is the container's too (an image preloading tcmalloc or
 /// jemalloc): HAMi-core's library goes first, the container's own list after
 /// it (ld.so(8): separated by colons or spaces), rather than replacing it.

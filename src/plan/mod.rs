@@ -214,6 +214,9 @@ pub fn build_for(
     };
     gpu::plan_gpus(&mut out, inventory, pod)?;
     gpu::keep_own_preload(&mut out.plan, ctx.env);
+    if out.plan.selected {
+        gpu::hami_order(&mut out.plan, ctx.env)?;
+    }
     rdma::plan_rdma(&mut out, inventory, &pod.allocation.rdma)?;
     if pod.vf_settings.is_some() && out.plan.network.is_empty() {
         out.plan.warnings.push(format!(

@@ -34,3 +34,103 @@ fn limits_follow_the_gpus_pci_order_not_the_annotations() {
     );
     assert_eq!(p.env["CUDA_DEVICE_SM_LIMIT_1"], "30");
 }
+
+/// The pod of [`limits_follow_the_gpus_pci_order_not_the_annotations`]: two
+/// GPUs with different limits; with `equal`, both 30 % and 8Gi.
+fn hami_pod(equal: bool) -> crate::allocation::PodDevices {
+    let second = if equal {
+        r#""koordinator.sh/gpu-core":"30","koordinator.sh/gpu-memory":"8Gi","koordinator.sh/gpu-memory-ratio":"10""#
+    } else {
+        r#""koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory":"40Gi","koordinator.sh/gpu-memory-ratio":"50""#
+    };
+    let ann = format!(
+        r#"{{"gpu":[{{"minor":4,"resources":{{"koordinator.sh/gpu-core":"30","koordinator.sh/gpu-memory":"8Gi","koordinator.sh/gpu-memory-ratio":"10"}}}},
+        {{"minor":3,"resources":{{{second}}}}}]}}"#
+    );
+    pod_with(&ann, &[], &[(GPU_ISOLATION_PROVIDER, "HAMi-core")])
+}
+
+fn with_env(
+    pod: &crate::allocation::PodDevices,
+    env: &[&str],
+    config: &Config,
+) -> Result<Plan, PlanError> {
+    let env: Vec<String> = env.iter().map(|e| e.to_string()).collect();
+    let ctx = ContainerContext {
+        env: &env,
+        gids: &NoGids,
+    };
+    build_for(&hgx(), pod, "main", config, &ctx)
+}
+
+/// A container that numbers its GPUs itself would have each limit fall on
+/// another GPU than granted: refused where the limits differ, naming the
+/// variable; the order the plan sets, or one that changes nothing, passes.
+#[test]
+fn a_container_reordering_gpus_with_different_limits_is_refused() {
+    let config = Config::default();
+    let differ = hami_pod(false);
+    for (env, refused) in [
+        ("CUDA_VISIBLE_DEVICES=1,0", Some("CUDA_VISIBLE_DEVICES=1,0")),
+        ("CUDA_VISIBLE_DEVICES=1", Some("CUDA_VISIBLE_DEVICES=1")),
+        (
+            "CUDA_DEVICE_ORDER=FASTEST_FIRST",
+            Some("CUDA_DEVICE_ORDER=FASTEST_FIRST"),
+        ),
+        ("CUDA_VISIBLE_DEVICES=0,1", None),
+        ("CUDA_DEVICE_ORDER=PCI_BUS_ID", None),
+        ("PATH=/bin", None),
+    ] {
+        match (with_env(&differ, &[env], &config), refused) {
+            (Err(e), Some(shown)) => {
+                let text = e.to_string();
+                assert!(
+                    text.starts_with(&format!("{ANN}: gpu: HAMi-core keys"))
+                        && text.contains(&format!("container's {shown} changes")),
+                    "{text}"
+                );
+            }
+            (Ok(p), None) => {
+                // Set by the plan unless the container sets it itself.
+                let own = env.starts_with("CUDA_DEVICE_ORDER=");
+                let want = (!own).then_some("PCI_BUS_ID");
+                assert_eq!(
+                    p.env.get("CUDA_DEVICE_ORDER").map(String::as_str),
+                    want,
+                    "{env}"
+                );
+            }
+            (got, _) => panic!("{env}: {got:?}"),
+        }
+    }
+    // Equal limits: any order gives each GPU its own.
+    let p = with_env(&hami_pod(true), &["CUDA_VISIBLE_DEVICES=1,0"], &config).unwrap();
+    assert_eq!(
+        p.env["CUDA_DEVICE_MEMORY_LIMIT_1"],
+        (8u64 << 30).to_string()
+    );
+    // A value from the pod is shown on one line, bounded.
+    let e = with_env(&differ, &["CUDA_VISIBLE_DEVICES=1\n0"], &config).unwrap_err();
+    assert!(
+        e.to_string().contains("CUDA_VISIBLE_DEVICES=1 0 changes"),
+        "{e}"
+    );
+}
+
+/// With `comm_env` off the plan still sets the order HAMi-core's limits need.
+#[test]
+fn the_order_is_set_for_hami_core_with_comm_env_off() {
+    let mut config = Config::default();
+    config.comm_env.enabled = false;
+    let p = with_env(&hami_pod(false), &[], &config).unwrap();
+    assert_eq!(p.env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+    assert!(!p.env.contains_key("NCCL_IB_HCA"));
+    // The container's own order is left to it where it changes nothing.
+    let p = with_env(
+        &hami_pod(true),
+        &["CUDA_DEVICE_ORDER=FASTEST_FIRST"],
+        &config,
+    )
+    .unwrap();
+    assert!(!p.env.contains_key("CUDA_DEVICE_ORDER"));
+}
