@@ -197,9 +197,14 @@ impl DevgatePlugin {
             .devices
             .claim_ahead(pod, &config, features, gpu.health())
         {
-            Ok(ahead) => tracing::debug!(
-                namespace = %pod.namespace, pod = %pod.name, ?ahead, "sandbox started"
-            ),
+            Ok(ahead) => {
+                if ahead == devices::Ahead::Claimed {
+                    self.ahead_inits.note(&pod.id, pod.pid);
+                }
+                tracing::debug!(
+                    namespace = %pod.namespace, pod = %pod.name, ?ahead, "sandbox started"
+                )
+            }
             // Logged once, when the first container meets it (if it still does).
             Err(e) => tracing::debug!(
                 namespace = %pod.namespace, pod = %pod.name, error = %nri::ErrorChain(&e),

@@ -159,6 +159,7 @@ impl DevgatePlugin {
         if let Some(stale) = self.resync.stale(self.devices.ledger()) {
             self.release_stale(stale);
         }
+        self.release_ended_sandboxes();
         let pending = self.unreleased.pending();
         if !pending.is_empty() {
             let which = Release::Pods(pending);
@@ -209,6 +210,28 @@ impl DevgatePlugin {
         for id in superseded {
             tracing::warn!(namespace = %pod.namespace, pod = %pod.name, sandbox = %id, "releasing a sandbox of the pod whose start failed after its claim");
             self.release_in_background(Release::Pod(id));
+        }
+    }
+
+    /// Releases the claims of sandboxes that ended with no container after
+    /// their start claimed (see `ahead_inits`): the runtime reports nothing
+    /// more for one whose start another NRI plugin refused.
+    fn release_ended_sandboxes(&self) {
+        if self.ahead_inits.is_empty() {
+            return;
+        }
+        let ended = match self.devices.ledger().snapshot() {
+            Ok(state) => self.ahead_inits.ended(&state),
+            Err(e) => {
+                tracing::warn!(error = %nri::ErrorChain(&e), "ledger unreadable: ended sandboxes not looked for");
+                return;
+            }
+        };
+        for id in &ended {
+            tracing::warn!(sandbox = %id, "releasing a sandbox that ended with no container after its start claimed (its start failed after devgate's part)");
+        }
+        if !ended.is_empty() {
+            self.release_in_background(Release::Pods(ended));
         }
     }
 

@@ -10,6 +10,7 @@
 
 pub mod adjust;
 mod admit;
+mod ahead_inits;
 mod configure;
 pub mod devices;
 mod errors;
@@ -94,6 +95,8 @@ pub struct DevgatePlugin {
     health_started: std::sync::atomic::AtomicBool,
     /// The runtime reports a stopped sandbox with pid 0 (containerd).
     stopped_pid_zero: std::sync::atomic::AtomicBool,
+    /// Sandboxes claimed at their start that no container joined yet.
+    ahead_inits: ahead_inits::AheadInits,
     /// Files mapped before the plugin loaded anything on demand.
     startup_files: crate::residency::StartupFiles,
 }
@@ -148,6 +151,7 @@ impl DevgatePlugin {
             unapplied,
             health_started: Default::default(),
             stopped_pid_zero: Default::default(),
+            ahead_inits: ahead_inits::AheadInits::new("/proc".into()),
             startup_files,
         })
     }
@@ -319,12 +323,14 @@ impl nri::Plugin for DevgatePlugin {
     }
 
     fn stop_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
+        self.ahead_inits.forget(&pod.id);
         self.devices.pod_stopped(&pod.id);
         self.release_pod(&pod.id);
         Ok(())
     }
 
     fn remove_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
+        self.ahead_inits.forget(&pod.id);
         self.devices.pod_removed(&pod.id);
         self.gpu.forget_pod(pod, &self.options.state_dir);
         self.unapplied.forget(&pod.id, None);

@@ -367,6 +367,9 @@ mod lifecycle_tests;
 #[path = "release_wait_tests.rs"]
 mod release_wait_tests;
 
+#[path = "ahead_inits_tests.rs"]
+mod ahead_inits_tests;
+
 /// Every pod the runtime names is known to GPU teardown until its sandbox
 /// is removed: `gpu.ignored_pods` finds the node's daemons among them.
 #[tokio::test]

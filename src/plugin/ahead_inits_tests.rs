@@ -1,0 +1,73 @@
+//! A sandbox whose start claimed and which then ended with no container (its
+//! start refused by an NRI plugin called after devgate, its pod deleted) is
+//! released by the retry round, as soon as its init has exited.
+use super::*;
+
+/// A process standing in for the sandbox's init; killed and reaped on drop.
+struct Init(std::process::Child);
+
+impl Drop for Init {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_sandbox_that_ended_without_a_container_is_released() {
+    use nri::stub::Plugin as _;
+    let state = tempfile::tempdir().unwrap();
+    let host = state.path().join("host");
+    let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
+    let plugin = plugin_on(&host, state.path(), "");
+    let ledger = plugin.devices().ledger().clone();
+    let gpus = &fixture.expected().gpus;
+    let sleeper = || {
+        Init(
+            std::process::Command::new("sleep")
+                .arg("600")
+                .spawn()
+                .unwrap(),
+        )
+    };
+
+    // Two sandboxes start and claim; a container joins the second.
+    let (ended, joined) = (sleeper(), sleeper());
+    let mut pods = Vec::new();
+    for (i, init) in [&ended, &joined].into_iter().enumerate() {
+        let mut pod = allocated_pod(&gpu_allocation(gpus[i].minor, &gpus[i].uuid, 100));
+        pod.id = format!("sandbox-{i}");
+        pod.uid = format!("uid-{i}");
+        pod.pid = init.0.id();
+        plugin.run_pod_sandbox(&pod).unwrap();
+        assert!(ledger.holds(&pod.id).unwrap(), "claimed at its start");
+        pods.push(pod);
+    }
+    plugin.adjustment(&pods[1], &ctr()).unwrap();
+
+    // While their inits run, nothing is released.
+    plugin.retry_round();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(ledger.holds("sandbox-0").unwrap() && ledger.holds("sandbox-1").unwrap());
+
+    // Both inits exit; the runtime reports nothing.
+    drop((ended, joined));
+    plugin.retry_round();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(
+        !ledger.holds("sandbox-0").unwrap(),
+        "ended with no container: released"
+    );
+    assert!(
+        ledger.holds("sandbox-1").unwrap(),
+        "a container joined: left to its stop and removal"
+    );
+    let free = ledger.snapshot().unwrap();
+    assert!(
+        !free
+            .devices
+            .keys()
+            .any(|d| d.to_string().contains(&gpus[0].uuid)),
+        "{free:?}"
+    );
+}
