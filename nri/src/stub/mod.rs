@@ -66,6 +66,13 @@ const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(5);
 const REGISTRATION_WAIT: Duration = Duration::from_secs(30);
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(5);
+/// A connection that synchronized but closed sooner than this counts as
+/// turned down, not as one that served: a runtime closes a plugin whose
+/// Synchronize reply it cannot take (updates it fails to apply, a reply too
+/// large or too late), and would do so again at once. The delay then keeps
+/// growing, instead of a full handshake and state dump every 100 ms under
+/// the runtime's NRI lock.
+const SERVED: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StubError {
@@ -218,13 +225,14 @@ impl<P: Plugin> Stub<P> {
 
 impl<P: Plugin> Connector<P> {
     /// Dials `path` for ever; backoff 100 ms doubling to 5 s, reset by
-    /// every connection that got as far as synchronizing, and cut short when
-    /// the runtime creates its socket again ([`SocketWatch`]).
+    /// every connection that synchronized and served for [`SERVED`], and cut
+    /// short when the runtime creates its socket again ([`SocketWatch`]).
     fn redial(&self, path: &Path) -> Result<(), StubError> {
         let mut delay = FIRST_RETRY;
         let mut watch = SocketWatch::new(path);
         let mut warned = false;
         loop {
+            let dialled = std::time::Instant::now();
             let result = match UnixStream::connect(path) {
                 Ok(stream) => self.serve_connection(stream),
                 Err(source) => Err(StubError::Connect {
@@ -233,10 +241,17 @@ impl<P: Plugin> Connector<P> {
                 }),
             };
             match result {
-                Ok(()) => {
+                Ok(()) if dialled.elapsed() >= SERVED => {
                     tracing::info!(socket = %path.display(), "connection to runtime closed; reconnecting");
                     delay = FIRST_RETRY;
                     warned = false;
+                }
+                Ok(()) if !warned => {
+                    tracing::warn!(socket = %path.display(), "the runtime closed the connection soon after synchronizing; retrying with backoff");
+                    warned = true;
+                }
+                Ok(()) => {
+                    tracing::debug!(retry_in_ms = %delay.as_millis(), "the runtime closed the connection soon after synchronizing");
                 }
                 // Warn on the first failure of a series only: a runtime that
                 // is down for minutes would otherwise flood the log.

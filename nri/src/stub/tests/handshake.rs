@@ -111,6 +111,33 @@ async fn reconnects_after_the_runtime_restarts() {
     assert!(plugin.calls().contains(&"close".to_string()));
 }
 
+/// A runtime that closes the plugin right after each Synchronize (an update
+/// it cannot apply, a reply too large or too late) is not redialled every
+/// 100 ms: the waits between connections keep doubling, as after a failure.
+#[tokio::test]
+async fn a_connection_closed_soon_after_synchronizing_backs_off() {
+    let (_dir, path) = socket_dir();
+    let runtime = FakeRuntime::bind(&path, FakeConfig::containerd_1_7()).unwrap();
+    let stub = Stub::new(Recorder::new(create_and_remove()))
+        .with_name("test")
+        .with_idx("42")
+        .with_socket_path(&path);
+    std::thread::spawn(move || stub.run());
+    let mut accepted = Vec::new();
+    for _ in 0..4 {
+        let conn = tokio::time::timeout(LIMIT, runtime.accept())
+            .await
+            .unwrap()
+            .unwrap();
+        accepted.push(std::time::Instant::now());
+        drop(conn);
+    }
+    let waits: Vec<Duration> = accepted.windows(2).map(|w| w[1] - w[0]).collect();
+    // 100, 200 and 400 ms at least (the handshake adds to each).
+    assert!(waits[2] >= Duration::from_millis(350), "{waits:?}");
+    assert!(waits[1] >= Duration::from_millis(180), "{waits:?}");
+}
+
 #[tokio::test]
 async fn given_connection_ends_the_stub_when_closed() {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
