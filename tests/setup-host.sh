@@ -15,8 +15,9 @@ readonly CONTAINERD21_PREFIX=/opt/devgate-test/containerd-2.1
 readonly CACHE=/var/cache/devgate-test
 # gcc and libc6-dev: cargo links with cc, and ring (TLS of the grant check's
 # watch) compiles C; libc6-dev also holds libc.a, which install/build.sh links
-# devgate-hook statically against.
-readonly BOOKWORM_PACKAGES=(runc protobuf-compiler busybox-static iproute2 tar coreutils util-linux podman shellcheck gcc libc6-dev)
+# devgate-hook statically against. g++: checking the fuzz targets runs
+# libfuzzer-sys's build script, which compiles libFuzzer's C++.
+readonly BOOKWORM_PACKAGES=(runc protobuf-compiler busybox-static iproute2 tar coreutils util-linux podman shellcheck gcc g++ libc6-dev)
 
 log() { printf 'setup-host: %s\n' "$*" >&2; }
 die() {
@@ -41,11 +42,13 @@ install_bookworm_packages() {
         return
     fi
     log "installing ${missing[*]}"
-    # Only refresh the system lists when a package is unknown to them.
-    if ! apt-get install -y --no-install-recommends --dry-run "${missing[@]}" >/dev/null 2>&1; then
+    # The system lists are refreshed only when installing from them fails: a
+    # package unknown to them, or lists so old that the versions they name
+    # are gone from the mirror (a dry run would not tell: it downloads nothing).
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"; then
         apt-get update
+        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
     fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 }
 
 # Prints the .deb path of containerd matching $2 from Debian suite $1, downloading it
@@ -53,7 +56,7 @@ install_bookworm_packages() {
 # when the suite has no such version.
 fetch_suite_deb() {
     local suite=$1 glob=$2 pattern existing
-    pattern="$CACHE/debs/containerd_${glob%-\*}-*_amd64.deb"
+    pattern="$CACHE/debs/containerd_${glob%-\*}-*_$(dpkg --print-architecture).deb"
     existing=$(compgen -G "$pattern" | head -n1 || true)
     if [[ -n $existing ]]; then
         printf '%s\n' "$existing"
