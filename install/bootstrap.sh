@@ -3,7 +3,7 @@
 #
 #   install/bootstrap.sh [--prefix DIR] [--bin-dir DIR] [--hooks-dir DIR] [--preinstalled] [--dry-run]
 #   install/bootstrap.sh --node-only [--prefix DIR] [--bin-dir DIR] [--dry-run]   (nodes running the DaemonSet)
-#   install/bootstrap.sh --uninstall [--prefix DIR] [--dry-run]
+#   install/bootstrap.sh --uninstall [--prefix DIR] [--bin-dir DIR] [--dry-run]
 #
 # Idempotent: every file is compared before it is written, and a second run
 # reports "no changes". What it does, in order:

@@ -18,12 +18,41 @@ refuse_live_pods() {
         local why
         why=$(tail -c 300 "$err")
         rm -f "$err"
-        die "cannot read devgate's ledger in /run/devgate with $devgate to see whether pods hold devices ($why): drain the node first; nothing changed"
+        die "cannot read devgate's ledger in /run/devgate with $devgate to see whether pods hold devices ($why): drain the node first, or pass --bin-dir with a directory holding a devgate; nothing changed"
     fi
     rm -f "$err"
     # No ledger, or serde_json's pretty form of its empty pod map.
     [[ -z $status || $status == *'"pods": {}'* ]] ||
         die "pods hold devices in devgate's ledger (devgate status lists them), and their containers' poststop hooks run the devgate-hook this would remove: drain the node first; nothing changed"
+}
+
+# undo_numvfs BDF COUNT: puts the PF's VF count back to COUNT, unless pods
+# hold its VFs or the ledger cannot say (a failure: kept for the next run).
+undo_numvfs() {
+    local key=$1 value=$2
+    local dev=/sys/bus/pci/devices/$key current
+    if ! current=$(cat "$(p "$dev/sriov_numvfs")" 2>/dev/null); then
+        warn "$key is gone: its VF count ($value before devgate) cannot be restored"
+        ((DRY_RUN)) || manifest_drop numvfs "$key"
+        return
+    fi
+    local held=""
+    if ((current != value)) && ! held=$(held_vfs "$(installed_devgate)" "$key"); then
+        warn "cannot read devgate's ledger to see which VFs of $key pods hold: its VF count ($value before devgate) is left until --uninstall runs again"
+        FAILURES=$((FAILURES + 1))
+        return
+    fi
+    if [[ -n $held ]]; then
+        warn "the ledger names VFs of $key ($(echo "$held" | paste -sd, -)), held or quarantined: its VF count ($value before devgate) is left until the node is drained and --uninstall runs again"
+        FAILURES=$((FAILURES + 1))
+        return
+    fi
+    if ((current != value)); then
+        CHANGES=$((CHANGES + 1))
+        ((current == 0)) || write_sysfs "$dev/sriov_numvfs" 0
+        ((value == 0)) || write_sysfs "$dev/sriov_numvfs" "$value"
+    fi
+    ((DRY_RUN)) || manifest_drop numvfs "$key"
 }
 
 uninstall() {
@@ -44,6 +73,12 @@ uninstall() {
         # The unit file goes below; systemd must forget it.
         UNIT_REMOVED=1
     fi
+    # VF counts first: putting one back reads the ledger with the installed
+    # devgate, which a re-run of bootstrap records after them, so that
+    # newest first it would be gone by then.
+    while IFS=$'\t' read -r kind key value; do
+        [[ $kind != numvfs ]] || undo_numvfs "$key" "$value"
+    done < <(tac "$m")
     while IFS=$'\t' read -r kind key value; do
         case $kind in
         created)
@@ -61,31 +96,7 @@ uninstall() {
                 RESTART_CONTAINERD=1
             fi
             ;;
-        numvfs)
-            local dev=/sys/bus/pci/devices/$key current
-            if ! current=$(cat "$(p "$dev/sriov_numvfs")" 2>/dev/null); then
-                warn "$key is gone: its VF count ($value before devgate) cannot be restored"
-                ((DRY_RUN)) || manifest_drop numvfs "$key"
-                continue
-            fi
-            local held=""
-            if ((current != value)) && ! held=$(held_vfs "$(installed_devgate)" "$key"); then
-                warn "cannot read devgate's ledger to see which VFs of $key pods hold: its VF count ($value before devgate) is left until --uninstall runs again"
-                FAILURES=$((FAILURES + 1))
-                continue
-            fi
-            if [[ -n $held ]]; then
-                warn "pods hold VFs of $key ($(echo "$held" | paste -sd, -)): its VF count ($value before devgate) is left until the node is drained and --uninstall runs again"
-                FAILURES=$((FAILURES + 1))
-                continue
-            fi
-            if ((current != value)); then
-                CHANGES=$((CHANGES + 1))
-                ((current == 0)) || write_sysfs "$dev/sriov_numvfs" 0
-                ((value == 0)) || write_sysfs "$dev/sriov_numvfs" "$value"
-            fi
-            ((DRY_RUN)) || manifest_drop numvfs "$key"
-            ;;
+        numvfs) ;; # put back first, above
         dir) dirs+=("$key") ;;
         esac
     done < <(tac "$m")
