@@ -289,27 +289,29 @@ pub(super) const CUDA_ORDER_INPUTS: [&str; 2] = [CUDA_DEVICE_ORDER, CUDA_VISIBLE
 /// other than `0,1,...`) would have them fall on other GPUs than granted,
 /// taking memory promised to a co-tenant: it is refused.
 pub(super) fn hami_order(plan: &mut super::Plan, env: &[String]) -> Result<(), PlanError> {
-    if !plan.env.contains_key("CUDA_DEVICE_MEMORY_LIMIT_0")
-        && !plan.env.contains_key("CUDA_DEVICE_SM_LIMIT_0")
-    {
+    let gpus = plan
+        .env
+        .get("NVIDIA_VISIBLE_DEVICES")
+        .map_or(0, |v| v.split(',').count());
+    let limits: Vec<[Option<&String>; 2]> = (0..gpus)
+        .map(|n| {
+            [
+                plan.env.get(&format!("CUDA_DEVICE_MEMORY_LIMIT_{n}")),
+                plan.env.get(&format!("CUDA_DEVICE_SM_LIMIT_{n}")),
+            ]
+        })
+        .collect();
+    // Any GPU's: an exclusive one of unknown memory and no core share has none.
+    if limits.iter().all(|l| *l == [None, None]) {
         return Ok(());
     }
+    let same = limits.iter().all(|l| *l == limits[0]);
     let user = |name| super::comm_env::user_value(env, name);
     if user(CUDA_DEVICE_ORDER).is_none() {
         plan.env
             .insert(CUDA_DEVICE_ORDER.into(), "PCI_BUS_ID".into());
     }
-    let gpus = plan
-        .env
-        .get("NVIDIA_VISIBLE_DEVICES")
-        .map_or(0, |v| v.split(',').count());
-    let limits = |n: usize| {
-        [
-            plan.env.get(&format!("CUDA_DEVICE_MEMORY_LIMIT_{n}")),
-            plan.env.get(&format!("CUDA_DEVICE_SM_LIMIT_{n}")),
-        ]
-    };
-    if (1..gpus).all(|n| limits(n) == limits(0)) {
+    if same {
         return Ok(());
     }
     let identity = |v: &str| {

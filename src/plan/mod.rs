@@ -167,8 +167,9 @@ impl ContainerContext<'static> {
 /// Builds the plan of `container` in a pod with `pod`'s devices.
 ///
 /// Every entry is resolved and checked whether or not the container is selected, so
-/// all containers of a pod see the same verdict. A pod without devices gives an
-/// empty plan.
+/// all containers of a pod see the same verdict on its devices; a selected
+/// container's own env can refuse it alone (HAMi-core's GPU order,
+/// `gpu::hami_order`). A pod without devices gives an empty plan.
 pub fn build(
     inventory: &Inventory,
     pod: &PodDevices,

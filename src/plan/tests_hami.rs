@@ -117,6 +117,58 @@ fn a_container_reordering_gpus_with_different_limits_is_refused() {
     );
 }
 
+/// The plan cache tells containers apart by the variables that number
+/// their GPUs, as the plan reads them.
+#[test]
+fn the_plan_cache_key_holds_the_containers_gpu_order() {
+    let mut config = Config::default();
+    for enabled in [true, false] {
+        config.comm_env.enabled = enabled;
+        let key = |env: &[&str]| {
+            let env: Vec<String> = env.iter().map(|e| e.to_string()).collect();
+            crate::plan::env_inputs(&config.comm_env, true, &env)
+        };
+        assert_ne!(key(&[]), key(&["CUDA_VISIBLE_DEVICES=1,0"]), "{enabled}");
+        assert_ne!(
+            key(&[]),
+            key(&["CUDA_DEVICE_ORDER=FASTEST_FIRST"]),
+            "{enabled}"
+        );
+        assert_eq!(key(&[]), key(&["PATH=/bin"]), "{enabled}");
+    }
+}
+
+/// A GPU whose entry carries no limit (exclusive, its memory unknown) beside
+/// a shared one still needs the order: the shared GPU's limits are keyed by
+/// its number.
+#[test]
+fn a_gpu_without_limits_beside_a_shared_one_keeps_the_order() {
+    let mut inv = hgx();
+    inv.gpus[3].memory_bytes = None;
+    let ann = r#"{"gpu":[{"minor":3},
+        {"minor":4,"resources":{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory":"8Gi","koordinator.sh/gpu-memory-ratio":"10"}}]}"#;
+    let pod = pod_with(ann, &[], &[(GPU_ISOLATION_PROVIDER, "HAMi-core")]);
+    let mut config = Config::default();
+    config.comm_env.enabled = false;
+    let env = vec!["CUDA_VISIBLE_DEVICES=1".to_string()];
+    let ctx = ContainerContext {
+        env: &env,
+        gids: &NoGids,
+    };
+    let err = build_for(&inv, &pod, "main", &config, &ctx).unwrap_err();
+    assert!(
+        err.to_string().contains("CUDA_VISIBLE_DEVICES=1 changes"),
+        "{err}"
+    );
+    let p = build_for(&inv, &pod, "main", &config, &ContainerContext::NONE).unwrap();
+    assert!(!p.env.contains_key("CUDA_DEVICE_MEMORY_LIMIT_0"));
+    assert_eq!(
+        p.env["CUDA_DEVICE_MEMORY_LIMIT_1"],
+        (8u64 << 30).to_string()
+    );
+    assert_eq!(p.env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+}
+
 /// With `comm_env` off the plan still sets the order HAMi-core's limits need.
 #[test]
 fn the_order_is_set_for_hami_core_with_comm_env_off() {
