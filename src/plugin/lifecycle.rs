@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::gpu::{HealthMonitor, HealthPolicy};
 
-use crate::ledger::{Failed, Ledger, Released, Teardown};
+use crate::ledger::{Failed, GuardedRelease, Ledger, Released, Teardown};
 
 use super::DevgatePlugin;
 
@@ -215,23 +215,45 @@ impl DevgatePlugin {
 
     /// Releases the claims of sandboxes that ended with no container after
     /// their start claimed (see `ahead_inits`): the runtime reports nothing
-    /// more for one whose start another NRI plugin refused.
+    /// more for one whose start another NRI plugin refused. On the retry
+    /// round's thread, each only while still no container is recorded:
+    /// containerd admits none into a stopped sandbox, but the look and the
+    /// release are apart.
     fn release_ended_sandboxes(&self) {
         if self.ahead_inits.is_empty() {
             return;
         }
-        let ended = match self.devices.ledger().snapshot() {
+        let ledger = self.devices.ledger();
+        let ended = match ledger.snapshot() {
             Ok(state) => self.ahead_inits.ended(&state),
             Err(e) => {
                 tracing::warn!(error = %nri::ErrorChain(&e), "ledger unreadable: ended sandboxes not looked for");
                 return;
             }
         };
-        for id in &ended {
+        let none = std::collections::BTreeSet::new();
+        for id in ended {
             tracing::warn!(sandbox = %id, "releasing a sandbox that ended with no container after its start claimed (its start failed after devgate's part)");
-        }
-        if !ended.is_empty() {
-            self.release_in_background(Release::Pods(ended));
+            let which = Release::Pod(id.clone());
+            let _running = self.releases.enter(&which);
+            match ledger.release_pod_if_unchanged(&id, &none, self.teardown.as_ref()) {
+                Ok(GuardedRelease::Released(pod)) => {
+                    tracing::info!(pod = %pod.pod, sandbox = %id, "released devices");
+                    self.gpu.get().forget_pod(&id);
+                }
+                Ok(GuardedRelease::Changed) => {
+                    tracing::info!(sandbox = %id, "a container joined the sandbox: its claims stay");
+                }
+                Ok(GuardedRelease::Absent) => {}
+                Ok(GuardedRelease::Failed { pod, reason }) => {
+                    tracing::error!(pod = %pod.pod, sandbox = %id, reason = %reason, "teardown failed: the devices kept stay the pod's, quarantined, and are retried");
+                    self.unreleased.update(&which, None);
+                }
+                Err(e) => {
+                    tracing::error!(sandbox = %id, error = %nri::ErrorChain(&e), "release failed; retried in the background");
+                    self.unreleased.update(&which, None);
+                }
+            }
         }
     }
 
