@@ -25,8 +25,8 @@ ledger_status() {
     "$1" status --state-dir "$state" -o json
 }
 
-# The devgate that reads the ledger in --uninstall, which is given no
-# --bin-dir: the installed one first.
+# The devgate that reads the ledger in --uninstall: the installed one first,
+# else the one in --bin-dir (where it is given one).
 installed_devgate() {
     local devgate
     devgate=$(p "$BIN/devgate")
