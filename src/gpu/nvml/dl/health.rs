@@ -106,15 +106,16 @@ impl DlNvml {
     fn uuid_of(&self, dev: Handle) -> Result<String, NvmlError> {
         let f: unsafe extern "C" fn(Handle, *mut c_char, c_uint) -> Ret =
             self.sym(c"nvmlDeviceGetUUID", "-")?;
-        let mut buf = [0 as c_char; UUID_BUFFER];
+        let mut buf = [0u8; UUID_BUFFER];
         // SAFETY: the buffer has the documented size.
         check("nvmlDeviceGetUUID", "-", unsafe {
-            f(dev, buf.as_mut_ptr(), UUID_BUFFER as c_uint)
+            f(
+                dev,
+                buf.as_mut_ptr().cast::<c_char>(),
+                UUID_BUFFER as c_uint,
+            )
         })?;
-        // SAFETY: NVML NUL-terminates within the buffer.
-        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
-            .to_string_lossy()
-            .into_owned())
+        Ok(uuid_text(&buf))
     }
 
     /// Frees the event set; the next wait registers every GPU anew.
@@ -201,6 +202,13 @@ impl DlNvml {
     }
 }
 
+/// The text NVML wrote into `buf`, up to its NUL; never read past the
+/// buffer, whatever a driver left in it.
+fn uuid_text(buf: &[u8]) -> String {
+    let text = CStr::from_bytes_until_nul(buf).map_or(buf, |c| c.to_bytes());
+    String::from_utf8_lossy(text).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,5 +267,16 @@ int nvmlDeviceGetUUID(void *d, char *buf, unsigned int n) {
             nvml.sym(c"test_creates", "-").unwrap();
         // SAFETY: the stub's counter, no arguments.
         assert_eq!(unsafe { creates() }, 3);
+    }
+
+    /// A UUID is read up to its NUL, and a buffer with none is read no
+    /// further than its end.
+    #[test]
+    fn a_uuid_is_read_within_its_buffer() {
+        let mut buf = [0u8; super::UUID_BUFFER];
+        buf[..8].copy_from_slice(b"GPU-abcd");
+        assert_eq!(super::uuid_text(&buf), "GPU-abcd");
+        let full = [b'x'; super::UUID_BUFFER];
+        assert_eq!(super::uuid_text(&full), "x".repeat(super::UUID_BUFFER));
     }
 }

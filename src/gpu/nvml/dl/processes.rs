@@ -53,7 +53,7 @@ impl DlNvml {
             // SAFETY: room for `count` entries of the widest layout any driver writes.
             let code = unsafe { f(dev, &mut count, buf.as_mut_ptr().cast()) };
             if code == ERROR_INSUFFICIENT_SIZE {
-                entries = count as usize + 16;
+                entries = room_for(count);
                 continue;
             }
             check(static_name(name), uuid, code)?;
@@ -67,6 +67,18 @@ impl DlNvml {
             reason: reason(ERROR_INSUFFICIENT_SIZE),
         })
     }
+}
+
+/// Most processes asked for on one GPU: a driver reporting more (a broken
+/// one) gets no larger buffer, and the call then fails after its tries, so
+/// the GPU's users stay unknown rather than the process aborting on an
+/// allocation it cannot make.
+const MAX_PROCESSES: usize = 1 << 16;
+
+/// Entries to make room for when the driver says `count` processes: a few
+/// more, for those started meanwhile, within [`MAX_PROCESSES`].
+fn room_for(count: c_uint) -> usize {
+    (count as usize).min(MAX_PROCESSES) + 16
 }
 
 /// The pid (the leading `unsigned int`) of each of `count` entries `stride`
@@ -186,5 +198,12 @@ int nvmlDeviceGetGraphicsRunningProcesses_v3(void *d, unsigned int *n, info *p) 
             assert_eq!(pids(&buf, 1, stride), [41]);
         }
         assert!(pids(&[], 5, NARROW).is_empty());
+    }
+
+    /// The room asked for follows the driver's count, within a bound.
+    #[test]
+    fn room_for_processes_is_bounded() {
+        assert_eq!(super::room_for(3), 19);
+        assert_eq!(super::room_for(c_uint::MAX), super::MAX_PROCESSES + 16);
     }
 }
