@@ -304,7 +304,10 @@ impl GpuTeardown {
     }
 
     /// The devices to scan: the targets, and every GPU when a full reset may follow
-    /// (it needs all of them idle, nvidia-smi(1) `--gpu-reset`).
+    /// (it needs all of them idle, nvidia-smi(1) `--gpu-reset`), but those the
+    /// inventory finds unusable (`NVreg_ExcludedGpus`, off the bus), which
+    /// nothing holds and NVML does not list: asked about, they would leave
+    /// their users unknown and the full reset never run (as `all_gpu_devs`).
     fn watched(&self, targets: &[Target]) -> Vec<(String, u64)> {
         let mut out: Vec<(String, u64)> =
             targets.iter().map(|t| (t.uuid.clone(), t.rdev)).collect();
@@ -313,7 +316,11 @@ impl GpuTeardown {
         }
         let inv = self.inventory.read().unwrap_or_else(|p| p.into_inner());
         if let Some(major) = inv.nvidia_majors.nvidia {
-            for g in &inv.gpus {
+            let usable = inv
+                .gpus
+                .iter()
+                .filter(|g| matches!(g.health, crate::inventory::Health::Healthy));
+            for g in usable {
                 if !out.iter().any(|(u, _)| *u == g.uuid) {
                     out.push((g.uuid.clone(), libc::makedev(major, g.minor)));
                 }

@@ -302,3 +302,26 @@ fn another_devgate_holding_a_gpu_means_no_full_reset() {
     assert_eq!(resets(&n.nvml, "GPU-0"), 1, "the light cleaning ran");
     assert!(n.host.commands.lock().unwrap().is_empty(), "no full reset");
 }
+
+/// A GPU the inventory finds unusable (excluded from the driver), which NVML
+/// does not list, is no unknown user elsewhere: the full reset runs.
+#[test]
+fn an_excluded_gpu_elsewhere_does_not_stop_the_full_reset() {
+    let n = full_reset_node();
+    let mut inv = super::gpu_inventory(195, &[0, 1, 2]);
+    let excluded = inv.gpus[2].uuid.clone();
+    inv.gpus[2].health = crate::inventory::Health::Unhealthy {
+        reason: "excluded by NVreg_ExcludedGpus".into(),
+    };
+    n.teardown.set_inventory(std::sync::Arc::new(inv));
+    // NVML fails for it, as for a GPU it does not enumerate.
+    n.nvml.lost.lock().unwrap().insert(excluded);
+    n.ledger.claim(&pod("a"), &[claim("GPU-0", WHOLE)]).unwrap();
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert!(out.failed.is_empty(), "{:?}", out.failed);
+    assert_eq!(resets(&n.nvml, "GPU-0"), 1);
+    assert!(
+        !n.host.commands.lock().unwrap().is_empty(),
+        "the full reset ran"
+    );
+}
