@@ -71,3 +71,51 @@ fn a_sandbox_that_ended_without_a_container_is_released() {
         "{free:?}"
     );
 }
+
+/// A teardown that fails while told to.
+struct Failing(std::sync::atomic::AtomicBool);
+
+impl Teardown for Failing {
+    fn teardown(&self, _pod: &crate::ledger::PodRecord) -> Result<(), crate::ledger::Unclean> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            Err("vf restore failed".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// An ended sandbox whose teardown fails keeps its claims and is retried by
+/// the next round, which releases it once the teardown succeeds.
+#[test]
+fn an_ended_sandbox_whose_teardown_fails_is_retried() {
+    use nri::stub::Plugin as _;
+    let state = tempfile::tempdir().unwrap();
+    let host = state.path().join("host");
+    let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
+    let mut plugin = plugin_on(&host, state.path(), "");
+    let failing = Arc::new(Failing(true.into()));
+    plugin.teardown = failing.clone();
+    let ledger = plugin.devices().ledger().clone();
+    let gpu = &fixture.expected().gpus[0];
+    let init = Init(
+        std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap(),
+    );
+    let mut pod = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100));
+    pod.pid = init.0.id();
+    plugin.run_pod_sandbox(&pod).unwrap();
+    drop(init);
+
+    plugin.retry_round();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(ledger.holds(&pod.id).unwrap(), "teardown failed: kept");
+    assert!(plugin.unreleased.pending().contains(&pod.id));
+    failing.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    plugin.retry_round();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(!ledger.holds(&pod.id).unwrap(), "released by the retry");
+    assert!(plugin.unreleased.pending().is_empty());
+}

@@ -159,13 +159,15 @@ impl DevgatePlugin {
         if let Some(stale) = self.resync.stale(self.devices.ledger()) {
             self.release_stale(stale);
         }
-        self.release_ended_sandboxes();
         let pending = self.unreleased.pending();
         if !pending.is_empty() {
             let which = Release::Pods(pending);
             let _running = self.releases.enter(&which);
             self.releaser().run(&which);
         }
+        // After the retries: one whose release fails now waits for the next
+        // round, as a failure in the background does.
+        self.release_ended_sandboxes();
         match self.gpu.get().retry_quarantined(self.devices.ledger()) {
             Ok(cleared) => cleared
                 .iter()
