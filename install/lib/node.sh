@@ -26,7 +26,7 @@ ledger_status() {
 }
 
 # The devgate that reads the ledger in --uninstall: the installed one first,
-# else the one in --bin-dir (where it is given one).
+# else the one in the bin dir (--bin-dir, or the checkout's build).
 installed_devgate() {
     local devgate
     devgate=$(p "$BIN/devgate")

@@ -305,9 +305,10 @@ impl GpuTeardown {
 
     /// The devices to scan: the targets, and every GPU when a full reset may follow
     /// (it needs all of them idle, nvidia-smi(1) `--gpu-reset`), but those the
-    /// inventory finds unusable (`NVreg_ExcludedGpus`, off the bus), which
-    /// nothing holds and NVML does not list: asked about, they would leave
-    /// their users unknown and the full reset never run (as `all_gpu_devs`).
+    /// inventory finds unusable (`NVreg_ExcludedGpus`), which nothing holds
+    /// and NVML does not list: asked about, they would leave their users
+    /// unknown and the full reset never run. A lost GPU (XID 79) is still
+    /// asked about: its users are unknown indeed, and no full reset runs.
     fn watched(&self, targets: &[Target]) -> Vec<(String, u64)> {
         let mut out: Vec<(String, u64)> =
             targets.iter().map(|t| (t.uuid.clone(), t.rdev)).collect();

@@ -138,13 +138,12 @@ fn the_plan_cache_key_holds_the_containers_gpu_order() {
     }
 }
 
-/// A GPU whose entry carries no limit (exclusive, its memory unknown) beside
-/// a shared one still needs the order: the shared GPU's limits are keyed by
+/// A GPU whose entry carries no limit (exclusive, no memory asked) beside a
+/// shared one still needs the order: the shared GPU's limits are keyed by
 /// its number.
 #[test]
 fn a_gpu_without_limits_beside_a_shared_one_keeps_the_order() {
-    let mut inv = hgx();
-    inv.gpus[3].memory_bytes = None;
+    let inv = hgx();
     let ann = r#"{"gpu":[{"minor":3},
         {"minor":4,"resources":{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory":"8Gi","koordinator.sh/gpu-memory-ratio":"10"}}]}"#;
     let pod = pod_with(ann, &[], &[(GPU_ISOLATION_PROVIDER, "HAMi-core")]);
