@@ -294,31 +294,11 @@ fn a_node_without_containerd_and_with_a_read_only_usr() {
 /// refuses while any pod holds devices, before it undoes anything.
 #[test]
 fn a_vf_count_is_not_changed_under_a_pod_holding_a_vf() {
-    use devgate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
     let dir = tempfile::tempdir().unwrap();
     let prefix = node(dir.path());
-    let pf_dir = prefix.join("sys/bus/pci/devices").join(PF);
-    for (i, vf) in ["0000:19:00.2", "0000:19:00.3"].iter().enumerate() {
-        let target = format!("../{vf}");
-        std::os::unix::fs::symlink(target, pf_dir.join(format!("virtfn{i}"))).unwrap();
-    }
+    let pf_dir = link_vfs(&prefix);
     let state = prefix.join("run/devgate");
-    let ledger = Ledger::open(&state).unwrap();
-    let pod = PodRef {
-        sandbox_id: "sb-a".into(),
-        namespace: "ns".into(),
-        name: "a".into(),
-        uid: "uid-a".into(),
-    };
-    let hold = |ledger: &Ledger, vf: &str| {
-        let vf = Claim {
-            device: DeviceId::Vf(vf.parse().unwrap()),
-            share: Share::Exclusive,
-            pf: Some(PF.parse().unwrap()),
-        };
-        ledger.claim(&pod, &[vf]).unwrap();
-    };
-    hold(&ledger, "0000:19:00.3");
+    hold_vf(&prefix, "0000:19:00.3");
     let hooks = hooks_dir(dir.path());
     let version = ["--containerd-version", "1.7.24"];
     let numvfs = || std::fs::read_to_string(pf_dir.join("sriov_numvfs")).unwrap();
@@ -338,7 +318,7 @@ fn a_vf_count_is_not_changed_under_a_pod_holding_a_vf() {
     let done = bootstrap(&prefix, &hooks, &version);
     assert!(done.ok, "{}", done.out);
     assert_eq!(numvfs().trim(), "4");
-    hold(&Ledger::open(&state).unwrap(), "0000:19:00.2");
+    hold_vf(&prefix, "0000:19:00.2");
     let kept = bootstrap(&prefix, &hooks, &["--uninstall"]);
     assert!(!kept.ok, "{}", kept.out);
     position(&kept.out, "pods hold devices in devgate's ledger");

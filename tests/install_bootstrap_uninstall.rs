@@ -8,14 +8,10 @@ use bootstrap::*;
 
 #[test]
 fn the_vf_count_is_put_back_before_the_devgate_reading_the_ledger_goes() {
-    use devgate::ledger::{Claim, DeviceId, Ledger, NoTeardown, PodRef, Share};
+    use devgate::ledger::{Ledger, NoTeardown};
     let dir = tempfile::tempdir().unwrap();
     let prefix = node(dir.path());
-    let pf_dir = prefix.join("sys/bus/pci/devices").join(PF);
-    for (i, vf) in ["0000:19:00.2", "0000:19:00.3"].iter().enumerate() {
-        let target = format!("../{vf}");
-        std::os::unix::fs::symlink(target, pf_dir.join(format!("virtfn{i}"))).unwrap();
-    }
+    let pf_dir = link_vfs(&prefix);
     let hooks = hooks_dir(dir.path());
     let version = ["--containerd-version", "1.7.24"];
     let numvfs = || std::fs::read_to_string(pf_dir.join("sriov_numvfs")).unwrap();
@@ -55,20 +51,9 @@ fn the_vf_count_is_put_back_before_the_devgate_reading_the_ledger_goes() {
     );
 
     // The ledger, which the pods have left: read to see that no VF is held.
+    hold_vf(&prefix, "0000:19:00.2");
     let ledger = Ledger::open(&prefix.join("run/devgate")).unwrap();
-    let pod = PodRef {
-        sandbox_id: "sb".into(),
-        namespace: "ns".into(),
-        name: "a".into(),
-        uid: "uid-a".into(),
-    };
-    let vf = Claim {
-        device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
-        share: Share::Exclusive,
-        pf: Some(PF.parse().unwrap()),
-    };
-    ledger.claim(&pod, &[vf]).unwrap();
-    ledger.release_pod("sb", &NoTeardown).unwrap();
+    ledger.release_pod("sb-a", &NoTeardown).unwrap();
 
     // No other devgate to read it with than the installed one.
     let no_bin = dir.path().join("no-bin");

@@ -135,6 +135,35 @@ pub fn node(dir: &Path) -> PathBuf {
     prefix
 }
 
+/// Links [`PF`]'s two VFs (`virtfn0`, `virtfn1`: `0000:19:00.2` and `.3`)
+/// under `prefix`, as sysfs lists them; returns the PF's sysfs directory.
+pub fn link_vfs(prefix: &Path) -> PathBuf {
+    let pf_dir = prefix.join("sys/bus/pci/devices").join(PF);
+    for (i, vf) in ["0000:19:00.2", "0000:19:00.3"].iter().enumerate() {
+        let target = format!("../{vf}");
+        std::os::unix::fs::symlink(target, pf_dir.join(format!("virtfn{i}"))).unwrap();
+    }
+    pf_dir
+}
+
+/// Pod `sb-a` of devgate's ledger under `prefix` claims [`PF`]'s VF `vf`.
+pub fn hold_vf(prefix: &Path, vf: &str) {
+    use devgate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
+    let pod = PodRef {
+        sandbox_id: "sb-a".into(),
+        namespace: "ns".into(),
+        name: "a".into(),
+        uid: "uid-a".into(),
+    };
+    let vf = Claim {
+        device: DeviceId::Vf(vf.parse().unwrap()),
+        share: Share::Exclusive,
+        pf: Some(PF.parse().unwrap()),
+    };
+    let ledger = Ledger::open(&prefix.join("run/devgate")).unwrap();
+    ledger.claim(&pod, &[vf]).unwrap();
+}
+
 pub fn position(out: &str, needle: &str) -> usize {
     out.find(needle)
         .unwrap_or_else(|| panic!("no {needle:?} in:\n{out}"))
