@@ -86,6 +86,22 @@ fn hook_path_and_state_dir_are_checked_as_the_host_sees_them() {
     }
 }
 
+/// The config check passes, reading `file` (as it ends) for the running
+/// plugin, pid 4242.
+fn config_read_from(checks: &[crate::cli::doctor::Check], file: &str) {
+    let config = check(checks, "config");
+    assert_eq!(config.status, Status::Pass, "{config:?}");
+    let read = format!("{file} (devgate nri, pid 4242, reads it)");
+    assert!(config.detail.contains(&read), "{config:?}");
+}
+
+/// The nri hook check passes, naming `hook`.
+fn hook_passes(checks: &[crate::cli::doctor::Check], hook: &str) {
+    let c = check(checks, "nri hook");
+    assert_eq!(c.status, Status::Pass, "{c:?}");
+    assert!(c.detail.contains(hook), "{c:?}");
+}
+
 /// A DaemonSet node: the plugin runs in a container and reads the ConfigMap
 /// mounted there (`--config`), whose `hook_path` is where the init container
 /// put the hook; the host's own file (from `bootstrap.sh --node-only`) names
@@ -116,20 +132,8 @@ fn without_config_the_running_plugins_own_config_is_checked() {
 
     node.roots.config = None;
     let checks = run_checks(&node.roots, &node.host);
-    let config = check(&checks, "config");
-    assert_eq!(config.status, Status::Pass, "{config:?}");
-    assert!(
-        config
-            .detail
-            .contains("4242/root/etc/devgate/config.toml (devgate nri, pid 4242, reads it)"),
-        "{config:?}"
-    );
-    let hook_check = check(&checks, "nri hook");
-    assert_eq!(hook_check.status, Status::Pass, "{hook_check:?}");
-    assert!(
-        hook_check.detail.contains("/opt/devgate/bin/devgate-hook"),
-        "{hook_check:?}"
-    );
+    config_read_from(&checks, "4242/root/etc/devgate/config.toml");
+    hook_passes(&checks, "/opt/devgate/bin/devgate-hook");
 }
 
 /// The plugin's files behind absolute links in its own root (a config whose
@@ -158,24 +162,11 @@ fn absolute_links_in_the_plugins_root_are_followed_there() {
     write_script(&node.roots.host_root.join("opt/devgate/bin/devgate-hook"));
 
     let checks = run_checks(&node.roots, &node.host);
-    let config = check(&checks, "config");
-    assert_eq!(config.status, Status::Pass, "{config:?}");
-    assert!(
-        config
-            .detail
-            .contains("4242/root/configmap/config.toml (devgate nri, pid 4242, reads it)"),
-        "{config:?}"
-    );
-    let hook = check(&checks, "nri hook");
-    assert_eq!(hook.status, Status::Pass, "{hook:?}");
-    assert!(
-        hook.detail.contains("/opt/devgate/bin/devgate-hook"),
-        "{hook:?}"
-    );
+    config_read_from(&checks, "4242/root/configmap/config.toml");
+    hook_passes(&checks, "/opt/devgate/bin/devgate-hook");
 
     // No hook_path: the hook beside the plugin's executable, a link in its
     // root to the copy it was installed with.
-    std::fs::remove_file(root.join("configmap/config.toml")).unwrap();
     write(
         &root.join("configmap/config.toml"),
         "[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n",
@@ -190,10 +181,5 @@ fn absolute_links_in_the_plugins_root_are_followed_there() {
     )
     .unwrap();
     let checks = run_checks(&node.roots, &node.host);
-    let hook = check(&checks, "nri hook");
-    assert_eq!(hook.status, Status::Pass, "{hook:?}");
-    assert!(
-        hook.detail.contains("/opt/devgate/bin/devgate-hook"),
-        "{hook:?}"
-    );
+    hook_passes(&checks, "/opt/devgate/bin/devgate-hook");
 }
