@@ -86,12 +86,7 @@ async fn split_synchronize_is_delivered_once() {
 async fn reconnects_after_the_runtime_restarts() {
     let (_dir, path) = socket_dir();
     let runtime = FakeRuntime::bind(&path, FakeConfig::containerd_1_7()).unwrap();
-    let stub = Stub::new(Recorder::new(create_and_remove()))
-        .with_name("test")
-        .with_idx("42")
-        .with_socket_path(&path);
-    let plugin = Arc::clone(stub.plugin());
-    std::thread::spawn(move || stub.run());
+    let plugin = dialling(Recorder::new(create_and_remove()), &path);
     let first = tokio::time::timeout(LIMIT, runtime.accept())
         .await
         .unwrap()
@@ -118,11 +113,7 @@ async fn reconnects_after_the_runtime_restarts() {
 async fn a_connection_closed_soon_after_synchronizing_backs_off() {
     let (_dir, path) = socket_dir();
     let runtime = FakeRuntime::bind(&path, FakeConfig::containerd_1_7()).unwrap();
-    let stub = Stub::new(Recorder::new(create_and_remove()))
-        .with_name("test")
-        .with_idx("42")
-        .with_socket_path(&path);
-    std::thread::spawn(move || stub.run());
+    dialling(Recorder::new(create_and_remove()), &path);
     let mut accepted = Vec::new();
     for _ in 0..4 {
         let conn = tokio::time::timeout(LIMIT, runtime.accept())

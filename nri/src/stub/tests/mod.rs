@@ -213,6 +213,18 @@ fn socket_dir() -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
+/// Starts `plugin` dialling the socket `path` for ever, on a thread that
+/// ends with the test process; returns the plugin.
+fn dialling(plugin: Recorder, path: &std::path::Path) -> Arc<Recorder> {
+    let stub = Stub::new(plugin)
+        .with_name("test")
+        .with_idx("42")
+        .with_socket_path(path);
+    let plugin = Arc::clone(stub.plugin());
+    std::thread::spawn(move || stub.run());
+    plugin
+}
+
 /// Starts `plugin` dialling a fresh fake runtime; returns the connection.
 async fn connect(
     plugin: Recorder,
@@ -224,13 +236,7 @@ async fn connect(
 ) {
     let (dir, path) = socket_dir();
     let runtime = FakeRuntime::bind(&path, config).unwrap();
-    let stub = Stub::new(plugin)
-        .with_name("test")
-        .with_idx("42")
-        .with_socket_path(&path);
-    let plugin = Arc::clone(stub.plugin());
-    // Redials for ever: the thread ends with the test process.
-    std::thread::spawn(move || stub.run());
+    let plugin = dialling(plugin, &path);
     let conn = tokio::time::timeout(LIMIT, runtime.accept())
         .await
         .expect("plugin connects in time");
