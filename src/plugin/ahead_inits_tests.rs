@@ -6,6 +6,18 @@ use super::*;
 /// A process standing in for the sandbox's init; killed and reaped on drop.
 struct Init(std::process::Child);
 
+impl Init {
+    /// A `sleep` that outlives the test unless dropped.
+    fn start() -> Init {
+        Init(
+            std::process::Command::new("sleep")
+                .arg("600")
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
 impl Drop for Init {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -16,23 +28,12 @@ impl Drop for Init {
 #[test]
 fn a_sandbox_that_ended_without_a_container_is_released() {
     use nri::stub::Plugin as _;
-    let state = tempfile::tempdir().unwrap();
-    let host = state.path().join("host");
-    let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
-    let plugin = plugin_on(&host, state.path(), "");
+    let (plugin, fixture, _state) = hgx_plugin("");
     let ledger = plugin.devices().ledger().clone();
     let gpus = &fixture.expected().gpus;
-    let sleeper = || {
-        Init(
-            std::process::Command::new("sleep")
-                .arg("600")
-                .spawn()
-                .unwrap(),
-        )
-    };
 
     // Two sandboxes start and claim; a container joins the second.
-    let (ended, joined) = (sleeper(), sleeper());
+    let (ended, joined) = (Init::start(), Init::start());
     let mut pods = Vec::new();
     for (i, init) in [&ended, &joined].into_iter().enumerate() {
         let mut pod = allocated_pod(&gpu_allocation(gpus[i].minor, &gpus[i].uuid, 100));
@@ -90,20 +91,12 @@ impl Teardown for Failing {
 #[test]
 fn an_ended_sandbox_whose_teardown_fails_is_retried() {
     use nri::stub::Plugin as _;
-    let state = tempfile::tempdir().unwrap();
-    let host = state.path().join("host");
-    let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
-    let mut plugin = plugin_on(&host, state.path(), "");
+    let (mut plugin, fixture, _state) = hgx_plugin("");
     let failing = Arc::new(Failing(true.into()));
     plugin.teardown = failing.clone();
     let ledger = plugin.devices().ledger().clone();
     let gpu = &fixture.expected().gpus[0];
-    let init = Init(
-        std::process::Command::new("sleep")
-            .arg("600")
-            .spawn()
-            .unwrap(),
-    );
+    let init = Init::start();
     let mut pod = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100));
     pod.pid = init.0.id();
     plugin.run_pod_sandbox(&pod).unwrap();

@@ -343,10 +343,7 @@ fn a_pods_kept_cgroups_do_not_grow_with_its_containers() {
     use crate::gpu::PodCgroups;
     use nri::api::{LinuxContainer, LinuxPodSandbox};
     use nri::stub::Plugin as _;
-    let state = tempfile::tempdir().unwrap();
-    let host = state.path().join("host");
-    let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
-    let plugin = plugin_on(&host, state.path(), "");
+    let (plugin, fixture, _state) = hgx_plugin("");
     let gpu = &fixture.expected().gpus[0];
     for (parent, sandbox, beneath) in [
         ("", "/k8s.io/5a4d", false),

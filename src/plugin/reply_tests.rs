@@ -1,14 +1,8 @@
 //! Replies a pod's containers take from its prepared plan, encoded once.
 use super::*;
 
-/// A plugin on the HGX fixture, with the grant check off.
-fn hgx_plugin() -> (DevgatePlugin, crate::fixture::Fixture, tempfile::TempDir) {
-    let state = tempfile::tempdir().unwrap();
-    let host = state.path().join("host");
-    let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
-    let plugin = plugin_on(&host, state.path(), "grant_check = \"off\"\n");
-    (plugin, fixture, state)
-}
+/// The grant check off.
+const GRANT_OFF: &str = "grant_check = \"off\"\n";
 
 fn container(id: &str) -> Container {
     Container {
@@ -23,7 +17,7 @@ fn container(id: &str) -> Container {
 /// which adds a variable of the container's own, gets its reply built.
 #[tokio::test]
 async fn a_pods_containers_get_its_prepared_adjustment_as_encoded() {
-    let (plugin, fixture, _state) = hgx_plugin();
+    let (plugin, fixture, _state) = hgx_plugin(GRANT_OFF);
     let (p, conn, _dir) = connect(plugin, FakeConfig::containerd_1_7()).await;
     let conn = conn.unwrap();
     let gpu = &fixture.expected().gpus[2];
@@ -77,7 +71,7 @@ fn gpu_pod(fixture: &crate::fixture::Fixture, id: &str) -> PodSandbox {
 #[tokio::test]
 async fn a_sandbox_start_claims_and_never_fails_the_sandbox() {
     for runtime in [FakeConfig::containerd_1_7(), FakeConfig::nri_v0_12()] {
-        let (plugin, fixture, _state) = hgx_plugin();
+        let (plugin, fixture, _state) = hgx_plugin(GRANT_OFF);
         let (p, conn, _dir) = connect(plugin, runtime).await;
         let conn = conn.unwrap();
         let (pod, other) = (gpu_pod(&fixture, "a"), gpu_pod(&fixture, "b"));

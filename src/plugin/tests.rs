@@ -44,6 +44,16 @@ fn plugin_on(host: &std::path::Path, state: &std::path::Path, config: &str) -> D
     DevgatePlugin::new(config, options).unwrap()
 }
 
+/// A plugin on the HGX fixture's host root, `config` before its `[gpu]`
+/// section ([`plugin_on`]); the fixture says what the host has.
+fn hgx_plugin(config: &str) -> (DevgatePlugin, crate::fixture::Fixture, tempfile::TempDir) {
+    let state = tempfile::tempdir().unwrap();
+    let host = state.path().join("host");
+    let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
+    let plugin = plugin_on(&host, state.path(), config);
+    (plugin, fixture, state)
+}
+
 fn plugin(config: Config, config_from_runtime: bool) -> (DevgatePlugin, tempfile::TempDir) {
     let (options, guard) = options(config_from_runtime);
     (DevgatePlugin::new(config, options).unwrap(), guard)
