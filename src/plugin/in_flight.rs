@@ -31,10 +31,7 @@ pub struct Running {
 
 impl InFlight {
     pub fn enter(self: &Arc<Self>, which: &Release) -> Running {
-        let sandboxes: Vec<String> = match which {
-            Release::Pod(id) => vec![id.clone()],
-            Release::Pods(ids) => ids.iter().cloned().collect(),
-        };
+        let sandboxes: Vec<String> = which.ids().cloned().collect();
         let mut s = self.lock();
         s.count += 1;
         for id in &sandboxes {

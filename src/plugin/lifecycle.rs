@@ -23,6 +23,17 @@ pub enum Release {
     Pods(HashSet<String>),
 }
 
+impl Release {
+    /// The sandbox ids it names.
+    pub fn ids(&self) -> impl Iterator<Item = &String> {
+        let (one, many) = match self {
+            Release::Pod(id) => (Some(id), None),
+            Release::Pods(ids) => (None, Some(ids)),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+}
+
 /// Pods whose teardown failed: they keep their claims, quarantined, and the
 /// retry thread tries them again, since no further event may come for them
 /// (RemovePodSandbox was their last). A restart finds them at Synchronize.
@@ -35,20 +46,12 @@ impl Unreleased {
     pub fn update(&self, which: &Release, released: Option<&Released>) {
         let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(released) = released else {
-            match which {
-                Release::Pod(id) => {
-                    set.insert(id.clone());
-                }
-                Release::Pods(ids) => set.extend(ids.iter().cloned()),
-            }
+            set.extend(which.ids().cloned());
             return;
         };
-        match which {
-            Release::Pod(id) => {
-                set.remove(id);
-            }
-            Release::Pods(ids) => set.retain(|id| !ids.contains(id)),
-        }
+        which.ids().for_each(|id| {
+            set.remove(id);
+        });
         set.extend(released.failed.iter().map(|f| f.pod.sandbox_id.clone()));
     }
 
@@ -98,11 +101,13 @@ impl Releaser {
         let released = release(self.devices.ledger(), self.teardown.as_ref(), job);
         self.unreleased.update(job, released.as_ref());
         // A pod the plugin did not tear down (its claims went another way,
-        // or it had none) leaves its cgroup paths behind otherwise.
-        if let (Release::Pod(id), Some(r)) = (job, &released) {
-            if !r.failed.iter().any(|f| &f.pod.sandbox_id == id) {
-                self.gpu.get().forget_pod(id);
-            }
+        // or it had none) leaves its cgroup paths behind otherwise; so does
+        // one released by a retry or a Synchronize, which names many.
+        if let Some(r) = &released {
+            let gpu = self.gpu.get();
+            job.ids()
+                .filter(|id| !r.failed.iter().any(|f| &f.pod.sandbox_id == *id))
+                .for_each(|id| gpu.forget_pod(id));
         }
     }
 }

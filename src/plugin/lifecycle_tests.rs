@@ -70,6 +70,39 @@ fn a_failed_release_is_retried_without_a_further_event() {
         .unwrap();
 }
 
+/// A pod released by a retry or by a Synchronize, each of which names many
+/// pods, has its GPU cgroup paths forgotten as a pod released at its own
+/// event does; one whose teardown still fails keeps them for the next try.
+#[test]
+fn pods_released_together_forget_their_cgroups() {
+    use nri::stub::Plugin as _;
+    let (mut plugin, _state) = plugin(Config::default(), false);
+    let flaky = Arc::new(Flaky(false.into()));
+    plugin.teardown = flaky.clone();
+    let (pod, vf) = pod_holding_a_vf();
+    let ledger = plugin.devices().ledger().clone();
+    ledger.claim(&pod, std::slice::from_ref(&vf)).unwrap();
+    plugin.gpu().set_pod_cgroups("sb", &["/kubepods/sb"]);
+    plugin.release_in_background(lifecycle::Release::Pod("sb".into()));
+    assert!(plugin.wait_for_releases(LIMIT));
+    plugin.retry_round();
+    assert!(plugin.gpu().pod_cgroups("sb").is_some(), "failing: kept");
+    flaky.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    plugin.retry_round();
+    assert!(!ledger.holds("sb").unwrap());
+    assert!(
+        plugin.gpu().pod_cgroups("sb").is_none(),
+        "retried: forgotten"
+    );
+
+    ledger.claim(&pod, &[vf]).unwrap();
+    plugin.gpu().set_pod_cgroups("sb", &["/kubepods/sb"]);
+    plugin.synchronize(Vec::new(), Vec::new()).unwrap();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(!ledger.holds("sb").unwrap());
+    assert!(plugin.gpu().pod_cgroups("sb").is_none(), "gone: forgotten");
+}
+
 /// A pod the ledger holds nothing of needs no release: its stop and its
 /// removal start no worker, and its GPU cgroup paths are forgotten at once.
 /// A pod it holds is released on a worker at its stop.
