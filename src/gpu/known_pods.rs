@@ -1,6 +1,6 @@
-//! The pods of the node by UID, as the runtime names them to the plugin
-//! (Synchronize, every CreateContainer), so that GPU teardown can tell a node
-//! daemon run as a pod from a tenant. Daemons that load NVML (koordlet,
+//! The node's daemon pods by UID, as the runtime names them to the plugin
+//! (Synchronize, RunPodSandbox, every CreateContainer), so that GPU teardown
+//! can tell a node daemon run as a pod from a tenant. Daemons that load NVML (koordlet,
 //! NVIDIA's device plugin, DCGM) keep every GPU open: `nvmlInit` attaches to
 //! each one. Their cgroups carry their pod's UID, which no `ignored_cgroups`
 //! entry can name in advance; `gpu.ignored_pods` names them by namespace and
@@ -74,6 +74,15 @@ impl KnownPods {
         }
     }
 
+    /// How many sandboxes are known.
+    #[cfg(test)]
+    pub fn count(&self) -> usize {
+        self.pods
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
     /// Forgets a removed sandbox; true when it was known.
     pub fn forget(&self, sandbox_id: &str) -> bool {
         let mut pods = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
@@ -134,11 +143,12 @@ impl KnownPods {
 
 /// Whether one of `patterns` names the pod `namespace/name`.
 pub fn is_daemon(patterns: &[String], namespace: &str, name: &str) -> bool {
-    named(patterns, &format!("{namespace}/{name}"))
+    patterns.iter().any(|p| names(p, namespace, name))
 }
 
 fn named(patterns: &[String], pod: &str) -> bool {
-    patterns.iter().any(|p| names(p, pod))
+    pod.split_once('/')
+        .is_some_and(|(ns, name)| is_daemon(patterns, ns, name))
 }
 
 /// `namespace/daemonset` names `namespace/name` when the namespaces are
@@ -146,9 +156,8 @@ fn named(patterns: &[String], pod: &str) -> bool {
 /// (`<daemonset>-<suffix>`, the suffix without `-`): `nvidia-device-plugin`
 /// names `nvidia-device-plugin-x7k2p`, never the MPS control daemon's
 /// `nvidia-device-plugin-mps-control-daemon-x7k2p`, which runs tenants' work.
-fn names(pattern: &str, pod: &str) -> bool {
-    let (Some((pns, daemonset)), Some((ns, name))) = (pattern.split_once('/'), pod.split_once('/'))
-    else {
+fn names(pattern: &str, ns: &str, name: &str) -> bool {
+    let Some((pns, daemonset)) = pattern.split_once('/') else {
         return false;
     };
     let suffix = name

@@ -35,12 +35,15 @@ impl GpuSlot {
         &self.known_pods
     }
 
-    /// Records a pod; a new daemon pod is written for `devgate clear`.
+    /// Records a daemon pod (`gpu.ignored_pods`), written for `devgate
+    /// clear` when new. Teardown asks about no other pod, and a pod whose
+    /// sandbox start a later NRI plugin refused gets no removal event: kept,
+    /// such pods would fill the map on a node whose connection lasts weeks.
     pub fn note_pod(&self, pod: &nri::api::PodSandbox, state_dir: &Path) {
-        if self
-            .known_pods
-            .note(&pod.id, &pod.uid, &pod.namespace, &pod.name)
-            && self.is_daemon(pod)
+        if self.is_daemon(pod)
+            && self
+                .known_pods
+                .note(&pod.id, &pod.uid, &pod.namespace, &pod.name)
         {
             self.save_daemons(state_dir);
         }
@@ -53,19 +56,21 @@ impl GpuSlot {
         }
     }
 
-    /// Exactly the runtime's pods (Synchronize), written for `devgate clear`.
+    /// Exactly the runtime's daemon pods (Synchronize), written for `devgate clear`.
     pub fn sync_pods(&self, pods: &[nri::api::PodSandbox], state_dir: &Path) {
         let ids = pods.iter().map(|p| p.id.as_str()).collect();
         self.known_pods.keep_only(&ids);
-        for pod in pods {
+        for pod in pods.iter().filter(|p| self.is_daemon(p)) {
             self.known_pods
                 .note(&pod.id, &pod.uid, &pod.namespace, &pod.name);
         }
         self.save_daemons(state_dir);
     }
 
+    /// Under the read lock, without a copy: it runs at every creation.
     fn is_daemon(&self, pod: &nri::api::PodSandbox) -> bool {
-        crate::gpu::is_daemon(&self.get().config().ignored_pods, &pod.namespace, &pod.name)
+        let gpu = self.gpu.read().unwrap_or_else(PoisonError::into_inner);
+        crate::gpu::is_daemon(&gpu.config().ignored_pods, &pod.namespace, &pod.name)
     }
 
     fn save_daemons(&self, state_dir: &Path) {

@@ -380,8 +380,10 @@ mod release_wait_tests;
 #[path = "ahead_inits_tests.rs"]
 mod ahead_inits_tests;
 
-/// Every pod the runtime names is known to GPU teardown until its sandbox
-/// is removed: `gpu.ignored_pods` finds the node's daemons among them.
+/// A daemon pod the runtime names (`gpu.ignored_pods`) is known to GPU
+/// teardown until its sandbox is removed; a tenant's pod is not kept, so
+/// that sandboxes whose start failed after devgate's part, which get no
+/// removal, do not pile up.
 #[tokio::test]
 async fn pods_are_known_to_gpu_teardown_until_removed() {
     let (plugin, _state) = plugin(Config::default(), false);
@@ -394,7 +396,22 @@ async fn pods_are_known_to_gpu_teardown_until_removed() {
         namespace: "koordinator-system".to_string(),
         ..Default::default()
     };
+    for i in 0..3 {
+        let tenant = PodSandbox {
+            id: format!("sb-t{i}"),
+            uid: format!("u-t{i}"),
+            name: format!("koordlet-t{i}"),
+            namespace: "team-a".to_string(),
+            ..Default::default()
+        };
+        conn.event(nri::api::Event::RUN_POD_SANDBOX, &tenant, None)
+            .await
+            .unwrap();
+        conn.create_container(&tenant, &ctr()).await.unwrap();
+    }
+    assert_eq!(p.gpu.known_pods().count(), 0, "tenants are not kept");
     conn.create_container(&koordlet, &ctr()).await.unwrap();
+    assert_eq!(p.gpu.known_pods().count(), 1);
     let patterns = crate::config::GpuConfig::default().ignored_pods;
     let its = "0::/kubepods/burstable/podu-k/c1\n";
     assert!(p.gpu.known_pods().cgroups_of(&patterns).contains(its));
