@@ -342,6 +342,8 @@ impl Txn<'_> {
 }
 
 mod append;
+#[cfg(test)]
+pub(super) use append::FAIL_NEXT_SYNC;
 
 #[cfg(test)]
 #[path = "store_tests.rs"]
