@@ -286,8 +286,8 @@ pub(super) const CUDA_ORDER_INPUTS: [&str; 2] = [CUDA_DEVICE_ORDER, CUDA_VISIBLE
 /// does not (also where `comm_env` is off). Where the pod's GPUs carry
 /// different limits, a container that orders or narrows its GPUs itself (its
 /// own `CUDA_DEVICE_ORDER` other than `PCI_BUS_ID`, a `CUDA_VISIBLE_DEVICES`
-/// other than `0,1,...`) would have them fall on other GPUs than granted,
-/// taking memory promised to a co-tenant: it is refused.
+/// other than `0,1,...` or its start) would have them fall on other GPUs than
+/// granted, taking memory promised to a co-tenant: it is refused.
 pub(super) fn hami_order(plan: &mut super::Plan, env: &[String]) -> Result<(), PlanError> {
     let gpus = plan
         .env
@@ -314,14 +314,18 @@ pub(super) fn hami_order(plan: &mut super::Plan, env: &[String]) -> Result<(), P
     if same {
         return Ok(());
     }
-    let identity = |v: &str| {
-        v.split(',')
-            .map(str::trim)
-            .eq((0..gpus).map(|n| n.to_string()))
+    // CUDA numbers the GPUs it is shown in the order listed: the first k by
+    // bus id keep each limit on its own GPU, and an empty list shows none.
+    let in_bus_order = |v: &str| {
+        v.trim().is_empty()
+            || v.split(',')
+                .map(str::trim)
+                .enumerate()
+                .all(|(n, listed)| n < gpus && listed == n.to_string())
     };
     let reordered = match (user(CUDA_DEVICE_ORDER), user(CUDA_VISIBLE_DEVICES)) {
         (Some(order), _) if order.trim() != "PCI_BUS_ID" => Some((CUDA_DEVICE_ORDER, order)),
-        (_, Some(visible)) if !identity(visible) => Some((CUDA_VISIBLE_DEVICES, visible)),
+        (_, Some(visible)) if !in_bus_order(visible) => Some((CUDA_VISIBLE_DEVICES, visible)),
         _ => None,
     };
     match reordered {

@@ -65,7 +65,8 @@ fn with_env(
 
 /// A container that numbers its GPUs itself would have each limit fall on
 /// another GPU than granted: refused where the limits differ, naming the
-/// variable; the order the plan sets, or one that changes nothing, passes.
+/// variable; the order the plan sets, one that changes nothing, or one that
+/// shows the first GPUs by bus id, passes.
 #[test]
 fn a_container_reordering_gpus_with_different_limits_is_refused() {
     let config = Config::default();
@@ -77,7 +78,15 @@ fn a_container_reordering_gpus_with_different_limits_is_refused() {
             "CUDA_DEVICE_ORDER=FASTEST_FIRST",
             Some("CUDA_DEVICE_ORDER=FASTEST_FIRST"),
         ),
+        ("CUDA_VISIBLE_DEVICES=0,0", Some("CUDA_VISIBLE_DEVICES=0,0")),
+        (
+            "CUDA_VISIBLE_DEVICES=0,1,2",
+            Some("CUDA_VISIBLE_DEVICES=0,1,2"),
+        ),
         ("CUDA_VISIBLE_DEVICES=0,1", None),
+        // The first GPU by bus id alone, or none: each limit stays on its GPU.
+        ("CUDA_VISIBLE_DEVICES=0", None),
+        ("CUDA_VISIBLE_DEVICES=", None),
         ("CUDA_DEVICE_ORDER=PCI_BUS_ID", None),
         ("PATH=/bin", None),
     ] {
