@@ -38,7 +38,7 @@ mod fake;
 mod tests;
 
 pub use error::{Cause, VfError};
-pub use netns::{Netns, NetnsError, NetnsId, NetnsRoots};
+pub use netns::{Netns, NetnsError, NetnsGuard, NetnsId, NetnsRoots};
 pub use nl::NlError;
 pub use rdma::{NetnsMode, RdmaConn, RdmaNl};
 pub use restore::{detach_container, detach_vf};

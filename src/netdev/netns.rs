@@ -6,6 +6,7 @@
 //! pattern is: enter, create the socket, leave; then use the socket from anywhere.
 
 use std::fs::{self, File};
+use std::marker::PhantomData;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -89,13 +90,19 @@ impl Netns {
     pub fn enter(&self) -> Result<NetnsGuard, NetnsError> {
         let prev = Netns::current()?;
         if prev.id == self.id {
-            return Ok(NetnsGuard { prev: None });
+            return Ok(NetnsGuard {
+                prev: None,
+                _thread: PhantomData,
+            });
         }
         setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|source| NetnsError::Enter {
             id: self.id,
             source,
         })?;
-        Ok(NetnsGuard { prev: Some(prev) })
+        Ok(NetnsGuard {
+            prev: Some(prev),
+            _thread: PhantomData,
+        })
     }
 
     /// A handle whose identity is made up, for logic tests against a fake kernel.
@@ -109,10 +116,20 @@ impl Netns {
     }
 }
 
-/// Returns the thread to the namespace it was in.
+/// Returns the thread to the namespace it was in. It stays on the thread
+/// that entered:
+///
+/// ```compile_fail
+/// fn sent<T: Send>(_: T) {}
+/// let ns = devgate::netdev::Netns::current().unwrap();
+/// sent(ns.enter().unwrap());
+/// ```
 #[must_use = "the thread leaves the namespace when the guard drops"]
 pub struct NetnsGuard {
     prev: Option<Netns>,
+    /// Neither `Send` nor `Sync`: `setns` moves the calling thread, so the
+    /// guard must drop on the thread that entered.
+    _thread: PhantomData<*const ()>,
 }
 
 impl Drop for NetnsGuard {
