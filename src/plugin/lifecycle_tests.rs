@@ -35,7 +35,9 @@ fn pod_holding_a_vf() -> (crate::ledger::PodRef, crate::ledger::Claim) {
 
 /// A pod whose teardown failed at its last event (RemovePodSandbox) is not
 /// left holding quarantined devices until the next restart: the retry round
-/// runs its teardown again and releases it once that succeeds.
+/// runs its teardown again and releases it once that succeeds. Its GPU
+/// cgroup paths stay for the retries and go with the release, which names
+/// many pods.
 #[test]
 fn a_failed_release_is_retried_without_a_further_event() {
     use crate::ledger::PodRef;
@@ -45,6 +47,7 @@ fn a_failed_release_is_retried_without_a_further_event() {
     let (pod, vf) = pod_holding_a_vf();
     let ledger = plugin.devices().ledger().clone();
     ledger.claim(&pod, std::slice::from_ref(&vf)).unwrap();
+    plugin.gpu().set_pod_cgroups("sb", &["/kubepods/sb"]);
     plugin.release_in_background(lifecycle::Release::Pod("sb".into()));
     assert!(plugin.wait_for_releases(LIMIT));
     assert!(ledger.snapshot().unwrap().pods.contains_key("sb"));
@@ -53,11 +56,16 @@ fn a_failed_release_is_retried_without_a_further_event() {
         ledger.snapshot().unwrap().pods.contains_key("sb"),
         "still failing: kept"
     );
+    assert!(plugin.gpu().pod_cgroups("sb").is_some(), "failing: kept");
     flaky.0.store(true, std::sync::atomic::Ordering::SeqCst);
     plugin.retry_round();
     let snap = ledger.snapshot().unwrap();
     assert!(snap.pods.is_empty() && snap.devices.is_empty(), "{snap:?}");
     assert!(plugin.unreleased.pending().is_empty());
+    assert!(
+        plugin.gpu().pod_cgroups("sb").is_none(),
+        "released: forgotten"
+    );
     // The VF is free for the next pod.
     ledger
         .claim(
@@ -70,37 +78,20 @@ fn a_failed_release_is_retried_without_a_further_event() {
         .unwrap();
 }
 
-/// A pod released by a retry or by a Synchronize, each of which names many
-/// pods, has its GPU cgroup paths forgotten as a pod released at its own
-/// event does; one whose teardown still fails keeps them for the next try.
+/// A pod released by a Synchronize, which names many pods, has its GPU
+/// cgroup paths forgotten as a pod released at its own event does.
 #[test]
-fn pods_released_together_forget_their_cgroups() {
+fn pods_a_synchronize_releases_forget_their_cgroups() {
     use nri::stub::Plugin as _;
-    let (mut plugin, _state) = plugin(Config::default(), false);
-    let flaky = Arc::new(Flaky(false.into()));
-    plugin.teardown = flaky.clone();
+    let (plugin, _state) = plugin(Config::default(), false);
     let (pod, vf) = pod_holding_a_vf();
     let ledger = plugin.devices().ledger().clone();
-    ledger.claim(&pod, std::slice::from_ref(&vf)).unwrap();
-    plugin.gpu().set_pod_cgroups("sb", &["/kubepods/sb"]);
-    plugin.release_in_background(lifecycle::Release::Pod("sb".into()));
-    assert!(plugin.wait_for_releases(LIMIT));
-    plugin.retry_round();
-    assert!(plugin.gpu().pod_cgroups("sb").is_some(), "failing: kept");
-    flaky.0.store(true, std::sync::atomic::Ordering::SeqCst);
-    plugin.retry_round();
-    assert!(!ledger.holds("sb").unwrap());
-    assert!(
-        plugin.gpu().pod_cgroups("sb").is_none(),
-        "retried: forgotten"
-    );
-
     ledger.claim(&pod, &[vf]).unwrap();
     plugin.gpu().set_pod_cgroups("sb", &["/kubepods/sb"]);
     plugin.synchronize(Vec::new(), Vec::new()).unwrap();
     assert!(plugin.wait_for_releases(LIMIT));
     assert!(!ledger.holds("sb").unwrap());
-    assert!(plugin.gpu().pod_cgroups("sb").is_none(), "gone: forgotten");
+    assert!(plugin.gpu().pod_cgroups("sb").is_none());
 }
 
 /// A pod the ledger holds nothing of needs no release: its stop and its
