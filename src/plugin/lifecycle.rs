@@ -101,8 +101,9 @@ impl Releaser {
         let released = release(self.devices.ledger(), self.teardown.as_ref(), job);
         self.unreleased.update(job, released.as_ref());
         // A pod the plugin did not tear down (its claims went another way,
-        // or it had none) leaves its cgroup paths behind otherwise; so does
-        // one released by a retry or a Synchronize, which names many.
+        // or it had none) leaves its cgroup paths behind otherwise, in a
+        // release naming many pods (a retry, a Synchronize) as in one naming
+        // one; GPU teardown forgets those of the pods it ran for.
         if let Some(r) = &released {
             let gpu = self.gpu.get();
             job.ids()

@@ -78,22 +78,6 @@ fn a_failed_release_is_retried_without_a_further_event() {
         .unwrap();
 }
 
-/// A pod released by a Synchronize, which names many pods, has its GPU
-/// cgroup paths forgotten as a pod released at its own event does.
-#[test]
-fn pods_a_synchronize_releases_forget_their_cgroups() {
-    use nri::stub::Plugin as _;
-    let (plugin, _state) = plugin(Config::default(), false);
-    let (pod, vf) = pod_holding_a_vf();
-    let ledger = plugin.devices().ledger().clone();
-    ledger.claim(&pod, &[vf]).unwrap();
-    plugin.gpu().set_pod_cgroups("sb", &["/kubepods/sb"]);
-    plugin.synchronize(Vec::new(), Vec::new()).unwrap();
-    assert!(plugin.wait_for_releases(LIMIT));
-    assert!(!ledger.holds("sb").unwrap());
-    assert!(plugin.gpu().pod_cgroups("sb").is_none());
-}
-
 /// A pod the ledger holds nothing of needs no release: its stop and its
 /// removal start no worker, and its GPU cgroup paths are forgotten at once.
 /// A pod it holds is released on a worker at its stop.
