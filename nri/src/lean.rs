@@ -11,7 +11,7 @@
 //!
 //! Kept under [`Decode::Lean`]:
 //! - `PodSandbox`: `id`, `name`, `uid`, `namespace`, `labels`, `annotations`,
-//!   `linux.cgroup_parent`, `linux.cgroups_path`;
+//!   `linux.cgroup_parent`, `linux.cgroups_path`, `pid`;
 //! - `Container`: `id`, `pod_sandbox_id`, `name`, `state`, `env`, `pid`,
 //!   `linux.cgroups_path`.
 //!
@@ -205,6 +205,7 @@ fn merge_pod(bytes: &[u8], keep: Keep, pod: &mut PodSandbox) -> Result<(), WireE
             (5, LEN) => map_entry(r.bytes()?, keep.labels, &mut pod.labels)?,
             (6, LEN) => map_entry(r.bytes()?, keep.annotations, &mut pod.annotations)?,
             (8, LEN) => merge_pod_linux(r.bytes()?, pod.linux.mut_or_insert_default())?,
+            (9, VARINT) => pod.pid = r.varint()? as u32,
             _ => return Ok(false),
         }
         Ok(true)

@@ -143,6 +143,7 @@ fn lean_pod(pod: &PodSandbox) -> PodSandbox {
         labels: pod.labels.clone(),
         annotations: pod.annotations.clone(),
         linux: linux.into(),
+        pid: pod.pid,
         ..Default::default()
     }
 }

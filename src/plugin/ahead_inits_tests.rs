@@ -25,10 +25,13 @@ impl Drop for Init {
     }
 }
 
-#[test]
-fn a_sandbox_that_ended_without_a_container_is_released() {
-    use nri::stub::Plugin as _;
+/// Through the runtime's socket, as containerd sends them: the init's pid
+/// comes with RunPodSandbox's pod.
+#[tokio::test]
+async fn a_sandbox_that_ended_without_a_container_is_released() {
     let (plugin, fixture, _state) = hgx_plugin("");
+    let (plugin, conn, _dir) = connect(plugin, FakeConfig::containerd_1_7()).await;
+    let conn = conn.unwrap();
     let ledger = plugin.devices().ledger().clone();
     let gpus = &fixture.expected().gpus;
 
@@ -40,11 +43,13 @@ fn a_sandbox_that_ended_without_a_container_is_released() {
         pod.id = format!("sandbox-{i}");
         pod.uid = format!("uid-{i}");
         pod.pid = init.0.id();
-        plugin.run_pod_sandbox(&pod).unwrap();
+        conn.event(nri::api::Event::RUN_POD_SANDBOX, &pod, None)
+            .await
+            .unwrap();
         assert!(ledger.holds(&pod.id).unwrap(), "claimed at its start");
         pods.push(pod);
     }
-    plugin.adjustment(&pods[1], &ctr()).unwrap();
+    conn.create_container(&pods[1], &ctr()).await.unwrap();
 
     // While their inits run, nothing is released.
     plugin.retry_round();
