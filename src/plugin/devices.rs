@@ -61,6 +61,8 @@ pub struct Devices {
     read_at: std::sync::atomic::AtomicU64,
     /// One read of the host at a time (see `inventory_cache`).
     reading: std::sync::Mutex<()>,
+    /// Finishes a VF restore that stopped half done in a live pod.
+    finish_restore: RwLock<Arc<dyn super::vf_finish::FinishRestore>>,
     /// Called after each read of the host, so that tests can change the
     /// host during one.
     #[cfg(test)]
@@ -124,9 +126,21 @@ impl Devices {
             changes: Arc::default(),
             read_at: Default::default(),
             reading: Default::default(),
+            finish_restore: RwLock::new(Arc::new(super::vf_finish::OnWorker::new(
+                state_dir.to_path_buf(),
+            ))),
             #[cfg(test)]
             after_read: Default::default(),
         })
+    }
+
+    /// Replaces how a half-done VF restore is finished.
+    #[cfg(test)]
+    pub(super) fn set_finish_restore(&self, finish: Arc<dyn super::vf_finish::FinishRestore>) {
+        *self
+            .finish_restore
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = finish;
     }
 
     /// Installs the grant check; the first one installed stays.

@@ -153,23 +153,77 @@ fn a_removed_owner_whose_vf_is_still_away_keeps_the_network() {
     );
 }
 
+/// Records the restores it is asked to finish; finishes none.
+#[derive(Default)]
+struct Finishes(std::sync::Mutex<Vec<(String, crate::inventory::PciAddr)>>);
+
+impl crate::plugin::vf_finish::FinishRestore for Finishes {
+    fn finish(&self, sandbox: &str, vf: crate::inventory::PciAddr) {
+        self.0.lock().unwrap().push((sandbox.to_string(), vf));
+    }
+}
+
 /// A restore began on the VF and stopped with it still in the pod (down,
-/// its VLAN perhaps reset): no container of the pod is given it as it is,
-/// and the owner's removal does not keep the network for it.
+/// its VLAN perhaps reset; its poststop killed by the runtime's hook
+/// timeout): no container of the pod is given it as it is. The plugin
+/// finishes that restore and refuses the container once; kubelet's retry,
+/// with the VF home, moves it in again. The owner's removal does not keep
+/// the network for a VF half restored.
 #[test]
-fn a_vf_a_restore_began_on_is_given_to_no_container() {
+fn a_vf_a_restore_began_on_is_finished_before_a_container_gets_it() {
     let node = node();
+    let finishes = Arc::new(Finishes::default());
+    node.devices.set_finish_restore(finishes.clone());
     let config = Arc::new(Config::default());
     let features = RuntimeFeatures::default();
-    node.create("c1", &[], &config, features).unwrap();
-    hook_moved_vf(&node, true);
+    let owner = node.create("c1", &[], &config, features).unwrap();
+    let (saved, net, away) = hook_moved_vf(&node, true);
     node.devices.refresh();
     let e = node.create("c2", &[], &config, features).unwrap_err();
     assert!(
         e.to_string()
-            .ends_with(" has no host netdev to move into the pod"),
+            .starts_with("scheduling.koordinator.sh/device-allocated: rdma[0].vfs[0]: rdma vf ")
+            && e.to_string().contains(" is in the pod half restored "),
         "{e}"
     );
+    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id;
+    assert_eq!(*finishes.0.lock().unwrap(), [("sandbox".to_string(), vf)]);
+    let ledger = node.devices.ledger();
+    assert!(
+        !ledger.snapshot().unwrap().pods["sandbox"]
+            .containers
+            .contains_key("c2"),
+        "nothing recorded for the refused container"
+    );
+
+    // The restore finished: the VF home, its record gone. The retry moves it.
+    std::fs::rename(&away, &net).unwrap();
+    saved.remove(vf).unwrap();
+    let retried = node.create("c2", &[], &config, features).unwrap();
+    assert!(retried.hooks.is_some(), "{retried:?}");
+    assert_eq!(
+        retried.annotations[RESOLVED_ANNOTATION],
+        owner.annotations[RESOLVED_ANNOTATION]
+    );
+    assert_eq!(finishes.0.lock().unwrap().len(), 1);
+    assert_eq!(
+        ledger.snapshot().unwrap().pods["sandbox"]
+            .network_owner
+            .as_deref(),
+        Some("c2")
+    );
+}
+
+/// While the restore is unfinished, the owner's removal gives up the network.
+#[test]
+fn a_removed_owner_whose_vf_is_half_restored_gives_up_the_network() {
+    let node = node();
+    node.devices
+        .set_finish_restore(Arc::new(Finishes::default()));
+    let config = Arc::new(Config::default());
+    node.create("c1", &[], &config, RuntimeFeatures::default())
+        .unwrap();
+    hook_moved_vf(&node, true);
     let vfs_away = |p: &crate::ledger::PodRecord| node.devices.vfs_away(p);
     let ledger = node.devices.ledger();
     ledger.remove_container("sandbox", "c1", &vfs_away).unwrap();

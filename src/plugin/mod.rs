@@ -25,6 +25,7 @@ pub mod reads;
 mod resync;
 mod unapplied;
 pub mod unapplied_record;
+mod vf_finish;
 mod vf_teardown;
 mod workers;
 

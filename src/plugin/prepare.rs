@@ -77,6 +77,31 @@ impl Devices {
             .all(|a| saved.moved_whole(a.vf_bus_id))
     }
 
+    /// Refuses a plan with a VF still in the pod whose restore began (see
+    /// `vf_finish`), having started to finish that restore.
+    fn finish_begun_restores(&self, plan: &Plan, sandbox_id: &str) -> Result<(), DeviceError> {
+        let saved = crate::netdev::SavedStore::new(&self.state_dir);
+        let begun = plan
+            .network
+            .iter()
+            .filter(|a| a.netdev.is_none())
+            .map(|a| a.vf_bus_id)
+            .find(|vf| matches!(saved.load(*vf), Ok(Some(r)) if r.restoring));
+        let Some(vf) = begun else {
+            return Ok(());
+        };
+        let finish = self
+            .finish_restore
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        finish.finish(sandbox_id, vf);
+        Err(DeviceError::RestoreUnfinished {
+            entry: plan.entry_of(&DeviceId::Vf(vf)),
+            vf,
+        })
+    }
+
     /// The plan from a re-read of the host.
     pub(super) fn replan(
         &self,
@@ -108,6 +133,7 @@ impl Devices {
         if away && !owned {
             // Read while the VF was still in a pod that has since given it back.
             plan = self.replan(devices, ctr, config)?;
+            self.finish_begun_restores(&plan, &pod.id)?;
         }
         // Before the reply, so before runc registers the container's rules
         // with systemd; a failure only costs the rules' survival of a

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use crate::inventory::PciAddr;
 use crate::ledger::{DeviceId, Ledger, PodRecord, Teardown, Unclean};
 use crate::netdev::{self, NetnsRoots, SavedStore, SysNetEnv, VfOps};
 
@@ -36,8 +37,35 @@ impl VfTeardown {
         if vfs.is_empty() {
             return Ok(());
         }
-        let mut env = SysNetEnv::new(NetnsRoots::default())
-            .map_err(|e| vfs_unclean(pod, nri::ErrorChain(&e).to_string()))?;
+        let outcomes = self
+            .restore_each(&pod.pod.sandbox_id, vfs)
+            .map_err(|e| vfs_unclean(pod, e))?;
+        // Each VF is restored on its own: one that fails is kept (and
+        // quarantined) without keeping the others.
+        outcomes
+            .into_iter()
+            .filter_map(|(vf, outcome)| {
+                let e = outcome.err()?;
+                Some(Unclean::of(
+                    [DeviceId::Vf(vf)],
+                    nri::ErrorChain(&e).to_string(),
+                ))
+            })
+            .reduce(Unclean::and)
+            .map_or(Ok(()), Err)
+    }
+
+    /// Restores each of `vfs` whose record is the pod `sandbox`'s, on the
+    /// calling thread, which it may move between namespaces while it runs:
+    /// whether each had a record to restore, or why it failed. An error
+    /// when the namespaces cannot be worked with at all.
+    pub(super) fn restore_each(
+        &self,
+        sandbox: &str,
+        vfs: Vec<PciAddr>,
+    ) -> Result<Vec<Restored>, String> {
+        let mut env =
+            SysNetEnv::new(NetnsRoots::default()).map_err(|e| nri::ErrorChain(&e).to_string())?;
         let mut ops = VfOps {
             env: &mut env,
             store: &self.store,
@@ -47,7 +75,6 @@ impl VfTeardown {
         // one released meanwhile by another release, its VF claimed and moved
         // again. Asked under the VF's lock, after the record is read: the
         // ledger records a container before its hook saves a VF.
-        let sandbox = pod.pod.sandbox_id.as_str();
         // An unreadable ledger fails the release's commit anyway.
         let ours = |container: &str| match Ledger::read(&self.state_dir) {
             Ok(state) => state
@@ -55,20 +82,15 @@ impl VfTeardown {
                 .is_none_or(|p| p.pod.sandbox_id == sandbox),
             Err(_) => true,
         };
-        // Each VF is restored on its own: one that fails is kept (and
-        // quarantined) without keeping the others.
-        vfs.into_iter()
-            .filter_map(|vf| {
-                let e = netdev::detach_vf(&mut ops, vf, &ours).err()?;
-                Some(Unclean::of(
-                    [DeviceId::Vf(vf)],
-                    nri::ErrorChain(&e).to_string(),
-                ))
-            })
-            .reduce(Unclean::and)
-            .map_or(Ok(()), Err)
+        Ok(vfs
+            .into_iter()
+            .map(|vf| (vf, netdev::detach_vf(&mut ops, vf, &ours)))
+            .collect())
     }
 }
+
+/// A VF and whether it had a record to restore, or why its restore failed.
+pub(super) type Restored = (PciAddr, Result<bool, netdev::VfError>);
 
 /// A failure of the VF teardown itself (a VF's lock, the namespace handle,
 /// its thread): the pod's VFs are in doubt, not its GPUs, whose teardown is
@@ -78,7 +100,7 @@ fn vfs_unclean(pod: &PodRecord, reason: impl Into<String>) -> Unclean {
     Unclean::of(vfs_of(pod).into_iter().map(DeviceId::Vf), reason)
 }
 
-fn vfs_of(pod: &PodRecord) -> Vec<crate::inventory::PciAddr> {
+fn vfs_of(pod: &PodRecord) -> Vec<PciAddr> {
     pod.claims
         .iter()
         .filter_map(|c| match c.device {

@@ -1,0 +1,208 @@
+//! Finishing a VF restore that began and stopped while its pod lives on.
+//!
+//! A restore marks the VF's record `restoring` before it first touches the VF
+//! (down, its PF settings reset, then moved home). The network owner's
+//! poststop killed by the runtime's hook timeout, or failing on the way,
+//! leaves the VF in the pod half undone: no container may be given it as it
+//! is, and no later one could move it, its netdev not being on the host. The
+//! pod's release would finish the restore, but the pod lives on (its
+//! container restarted), so the plugin finishes it when the pod's next
+//! container asks for the VF, and refuses that one attempt: kubelet's retry
+//! finds the VF home and moves it in again.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::inventory::PciAddr;
+
+use super::vf_teardown::VfTeardown;
+
+/// Finishes the restore begun on a VF of a live pod, off the request path.
+pub trait FinishRestore: Send + Sync {
+    /// Starts finishing the restore begun on `vf`, claimed by the pod
+    /// `sandbox`; a VF already being finished is left to that.
+    fn finish(&self, sandbox: &str, vf: PciAddr);
+}
+
+/// Each restore on a thread of its own: it enters the pod's namespace, and
+/// may wait for the VF's lock held by a hook still at work.
+pub struct OnWorker(Arc<Inner>);
+
+struct Inner {
+    vfs: VfTeardown,
+    running: Mutex<HashSet<PciAddr>>,
+}
+
+impl OnWorker {
+    pub fn new(state_dir: PathBuf) -> OnWorker {
+        OnWorker(Arc::new(Inner {
+            vfs: VfTeardown::new(state_dir),
+            running: Mutex::default(),
+        }))
+    }
+}
+
+impl Inner {
+    fn running(&self) -> std::sync::MutexGuard<'_, HashSet<PciAddr>> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn run(&self, sandbox: &str, vf: PciAddr) {
+        let outcome = self
+            .vfs
+            .restore_each(sandbox, vec![vf])
+            .map(|mut each| each.pop().map(|(_, r)| r));
+        match outcome {
+            Ok(Some(Ok(true))) => tracing::info!(sandbox, vf = %vf, "vf restore finished"),
+            Ok(Some(Ok(false)) | None) => {
+                tracing::debug!(sandbox, vf = %vf, "vf restore finished by another")
+            }
+            Ok(Some(Err(e))) => {
+                tracing::error!(sandbox, vf = %vf, error = %nri::ErrorChain(&e), "vf restore not finished: tried again at the pod's next container")
+            }
+            Err(e) => {
+                tracing::error!(sandbox, vf = %vf, error = %e, "vf restore not finished: tried again at the pod's next container")
+            }
+        }
+    }
+}
+
+impl FinishRestore for OnWorker {
+    fn finish(&self, sandbox: &str, vf: PciAddr) {
+        if !self.0.running().insert(vf) {
+            return;
+        }
+        let inner = Arc::clone(&self.0);
+        let sandbox = sandbox.to_string();
+        let spawned = std::thread::Builder::new()
+            .name("devgate-vf-finish".into())
+            .spawn(move || {
+                inner.run(&sandbox, vf);
+                inner.running().remove(&vf);
+            });
+        if let Err(e) = spawned {
+            self.0.running().remove(&vf);
+            tracing::error!(vf = %vf, error = %e, "vf restore not finished: no thread for it");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Child, Command};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::netdev::saved::SavedNetns;
+    use crate::netdev::{NetnsId, SavedStore, SavedVf};
+
+    fn ip(args: &[&str]) -> bool {
+        Command::new("ip")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// A veth standing in for a VF, and a process alone in a fresh netns
+    /// standing in for the pod; both gone on drop.
+    struct Scene {
+        pod: Child,
+        host: &'static str,
+    }
+
+    impl Drop for Scene {
+        fn drop(&mut self) {
+            let _ = self.pod.kill();
+            let _ = self.pod.wait();
+            ip(&["link", "del", self.host]);
+        }
+    }
+
+    fn wait_until(done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// On a real kernel: the VF's netdev was moved into the pod as `net1`,
+    /// and its restore began (the record says so) and stopped there. The
+    /// worker finishes it: the netdev is home under its own name, the
+    /// record gone.
+    #[test]
+    fn a_half_restored_vf_comes_home() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "needs root: it moves links between namespaces"
+        );
+        let me = std::fs::read_link("/proc/self/ns/net").unwrap();
+        let pod = Command::new("unshare")
+            .args(["-n", "sleep", "600"])
+            .spawn()
+            .unwrap();
+        let ns_path = PathBuf::from(format!("/proc/{}/ns/net", pod.id()));
+        wait_until(|| std::fs::read_link(&ns_path).is_ok_and(|l| l != me));
+        let scene = Scene {
+            pod,
+            host: "dgfin0v",
+        };
+        ip(&["link", "del", scene.host]);
+        assert!(ip(&[
+            "link", "add", scene.host, "type", "veth", "peer", "name", "dgfin0p"
+        ]));
+        assert!(ip(&[
+            "link",
+            "set",
+            scene.host,
+            "address",
+            "02:00:00:0a:09:01"
+        ]));
+        let index: u32 = std::fs::read_to_string(format!("/sys/class/net/{}/ifindex", scene.host))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let pid = scene.pod.id().to_string();
+        assert!(ip(&[
+            "link", "set", scene.host, "netns", &pid, "name", "net1"
+        ]));
+
+        let dir = tempfile::tempdir().unwrap();
+        let vf: PciAddr = "0000:ee:09.1".parse().unwrap();
+        let mut rec = SavedVf::example("c1", &vf.to_string());
+        rec.attach.host_netdev = scene.host.to_string();
+        rec.host.name = scene.host.to_string();
+        rec.host.index = index;
+        rec.host.mac = "02:00:00:0a:09:01".parse().ok();
+        let ns = std::fs::metadata(&ns_path).unwrap();
+        rec.netns = SavedNetns {
+            id: NetnsId {
+                dev: std::os::unix::fs::MetadataExt::dev(&ns),
+                ino: std::os::unix::fs::MetadataExt::ino(&ns),
+            },
+            path: Some(ns_path),
+        };
+        rec.restoring = true;
+        let saved = SavedStore::new(dir.path());
+        saved.save(&rec).unwrap();
+
+        let finish = OnWorker::new(dir.path().to_path_buf());
+        finish.finish("sb", vf);
+        wait_until(|| !finish.0.running().contains(&vf));
+        assert!(
+            std::path::Path::new("/sys/class/net")
+                .join(scene.host)
+                .exists(),
+            "home under its own name"
+        );
+        assert!(!saved.has_record(vf), "its record gone");
+        // Nothing left to finish: a second call restores nothing.
+        finish.finish("sb", vf);
+        wait_until(|| !finish.0.running().contains(&vf));
+        assert!(std::path::Path::new("/sys/class/net")
+            .join(scene.host)
+            .exists());
+    }
+}
