@@ -316,15 +316,15 @@ pub(super) fn hami_order(plan: &mut super::Plan, env: &[String]) -> Result<(), P
     }
     // CUDA numbers the GPUs it is shown in the order listed: the first k by
     // bus id keep each limit on its own GPU, and an empty list shows none.
+    // Compared exactly, as a value CUDA might read otherwise is refused.
     let in_bus_order = |v: &str| {
-        v.trim().is_empty()
+        v.is_empty()
             || v.split(',')
-                .map(str::trim)
                 .enumerate()
                 .all(|(n, listed)| n < gpus && listed == n.to_string())
     };
     let reordered = match (user(CUDA_DEVICE_ORDER), user(CUDA_VISIBLE_DEVICES)) {
-        (Some(order), _) if order.trim() != "PCI_BUS_ID" => Some((CUDA_DEVICE_ORDER, order)),
+        (Some(order), _) if order != "PCI_BUS_ID" => Some((CUDA_DEVICE_ORDER, order)),
         (_, Some(visible)) if !in_bus_order(visible) => Some((CUDA_VISIBLE_DEVICES, visible)),
         _ => None,
     };

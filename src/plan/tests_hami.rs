@@ -80,6 +80,14 @@ fn a_container_reordering_gpus_with_different_limits_is_refused() {
         ),
         ("CUDA_VISIBLE_DEVICES=0,0", Some("CUDA_VISIBLE_DEVICES=0,0")),
         (
+            "CUDA_VISIBLE_DEVICES=0, 1",
+            Some("CUDA_VISIBLE_DEVICES=0, 1"),
+        ),
+        (
+            "CUDA_DEVICE_ORDER=PCI_BUS_ID ",
+            Some("CUDA_DEVICE_ORDER=PCI_BUS_ID "),
+        ),
+        (
             "CUDA_VISIBLE_DEVICES=0,1,2",
             Some("CUDA_VISIBLE_DEVICES=0,1,2"),
         ),
