@@ -120,6 +120,13 @@ mod tests {
             e.starts_with("annotation devgate.io/resolved: unknown field"),
             "{e}"
         );
+        // A name refused is quoted cut, however long the pod made it.
+        let long = FULL.replace("\"net1\"", &format!("\"{}\"", "n".repeat(60_000)));
+        let e = Resolved::parse(&long).unwrap_err().to_string();
+        assert!(
+            e.contains("is not a valid interface name") && e.len() < 200,
+            "{e}"
+        );
     }
 
     const FULL: &str = r#"{"version":1,"networks":[{"pf_netdev":"ens1f0","vf_index":3,

@@ -328,9 +328,11 @@ pub fn check_ifname(field: &'static str, name: &str) -> Result<(), SettingsError
     if ok {
         Ok(())
     } else {
+        // Quoted (escapes keep it one line) and cut: it may be a pod's.
+        let shown: String = name.chars().take(IFNAME_MAX + 1).collect();
         Err(invalid(
             field,
-            format!("{name:?} is not a valid interface name"),
+            format!("{shown:?} is not a valid interface name"),
         ))
     }
 }
