@@ -69,6 +69,8 @@ fn a_sandbox_whose_init_ended_with_no_container_is_released() {
     wait_for("the ended sandbox's claim released", SLOW, || {
         (!held(&ended_gpu)).then_some(())
     });
+    // Rounds pass: the sandbox with a container keeps its claim.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
     assert!(
         held(&kept_gpu),
         "a sandbox with a container is left to its stop and removal"

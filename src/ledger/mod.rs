@@ -260,6 +260,21 @@ impl Ledger {
         self.store.peek(|s| s.pods.contains_key(sandbox_id))
     }
 
+    /// Whether the pod `sandbox_id` claims every one of `vfs`; read without
+    /// the lock.
+    pub fn claims_vfs(
+        &self,
+        sandbox_id: &str,
+        vfs: &[crate::inventory::PciAddr],
+    ) -> Result<bool, LedgerError> {
+        self.store.peek(|s| {
+            s.pods.get(sandbox_id).is_some_and(|p| {
+                vfs.iter()
+                    .all(|vf| p.claims.iter().any(|c| c.device == DeviceId::Vf(*vf)))
+            })
+        })
+    }
+
     /// Sandboxes of pod `uid` other than `sandbox_id` that hold claims and
     /// no container; read without the lock. Kubelet stops a pod's sandbox
     /// before it starts another, so when `sandbox_id` starts these are left

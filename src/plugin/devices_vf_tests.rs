@@ -155,11 +155,14 @@ fn a_removed_owner_whose_vf_is_still_away_keeps_the_network() {
 
 /// Records the restores it is asked to finish; finishes none.
 #[derive(Default)]
-struct Finishes(std::sync::Mutex<Vec<(String, crate::inventory::PciAddr)>>);
+struct Finishes(std::sync::Mutex<Vec<(String, Vec<crate::inventory::PciAddr>)>>);
 
 impl crate::plugin::vf_finish::FinishRestore for Finishes {
-    fn finish(&self, sandbox: &str, vf: crate::inventory::PciAddr) {
-        self.0.lock().unwrap().push((sandbox.to_string(), vf));
+    fn finish(&self, container: &str, vfs: &[crate::inventory::PciAddr]) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((container.to_string(), vfs.to_vec()));
     }
 }
 
@@ -187,7 +190,7 @@ fn a_vf_a_restore_began_on_is_finished_before_a_container_gets_it() {
         "{e}"
     );
     let vf = node.fixture.expected().rdma[0].vfs[0].bus_id;
-    assert_eq!(*finishes.0.lock().unwrap(), [("sandbox".to_string(), vf)]);
+    assert_eq!(*finishes.0.lock().unwrap(), [("c1".to_string(), vec![vf])]);
     let ledger = node.devices.ledger();
     assert!(
         !ledger.snapshot().unwrap().pods["sandbox"]
@@ -230,5 +233,109 @@ fn a_removed_owner_whose_vf_is_half_restored_gives_up_the_network() {
     assert_eq!(
         ledger.snapshot().unwrap().pods["sandbox"].network_owner,
         None
+    );
+}
+
+/// The pod's first NIC's first two VFs, the first moved by `c1` (its record
+/// `restoring` as said) and the second as said: away with a record of `c1`,
+/// or home.
+fn two_vfs(
+    node: &Node,
+    first_restoring: bool,
+    second_away: bool,
+) -> [crate::inventory::PciAddr; 2] {
+    let nic = &node.fixture.expected().rdma[0];
+    let vfs = [nic.vfs[0].bus_id, nic.vfs[1].bus_id];
+    let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
+    for (i, vf) in vfs.iter().enumerate() {
+        if i == 1 && !second_away {
+            continue;
+        }
+        let mut rec = netdev::SavedVf::example("c1", &vf.to_string());
+        rec.restoring = i == 0 && first_restoring;
+        saved.save(&rec).unwrap();
+        let net = node
+            .fixture
+            .root()
+            .join("sys/bus/pci/devices")
+            .join(vf.to_string())
+            .join("net");
+        std::fs::rename(&net, node.dir.path().join(format!("away-{i}"))).unwrap();
+    }
+    vfs
+}
+
+/// A node whose pod has the first NIC's first two VFs, its owner `c1` created.
+fn two_vf_node() -> (Node, Arc<Finishes>) {
+    let mut node = node();
+    let nic = &node.fixture.expected().rdma[0];
+    let allocation = format!(
+        r#"{{"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"1"}},"extension":{{"vfs":[{{"minor":-1,"busID":"{}"}},{{"minor":-1,"busID":"{}"}}]}}}}]}}"#,
+        nic.bus_id, nic.vfs[0].bus_id, nic.vfs[1].bus_id
+    );
+    node.pod
+        .annotations
+        .insert(crate::allocation::DEVICE_ALLOCATED.into(), allocation);
+    let finishes = Arc::new(Finishes::default());
+    node.devices.set_finish_restore(finishes.clone());
+    let owner = node
+        .create(
+            "c1",
+            &[],
+            &Arc::new(Config::default()),
+            RuntimeFeatures::default(),
+        )
+        .unwrap();
+    assert!(owner.hooks.is_some());
+    (node, finishes)
+}
+
+/// The owner's poststop was cut between two VFs: one home, one still in the
+/// pod as it was moved. The pod's next container is refused rather than
+/// started with the one in the pod alone.
+#[test]
+fn a_pod_whose_vfs_are_split_between_host_and_pod_is_refused() {
+    let (node, finishes) = two_vf_node();
+    two_vfs(&node, false, false);
+    node.devices.refresh();
+    // Only the first is away: the second is home.
+    let e = node
+        .create(
+            "c2",
+            &[],
+            &Arc::new(Config::default()),
+            RuntimeFeatures::default(),
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .ends_with(" has no host netdev to move into the pod"),
+        "{e}"
+    );
+    assert!(finishes.0.lock().unwrap().is_empty(), "no restore began");
+}
+
+/// A restore began on one VF of the owner's: every VF that owner moved is
+/// restored, so the next attempt moves them in together.
+#[test]
+fn every_vf_the_owner_moved_is_restored_once_one_restore_began() {
+    let (node, finishes) = two_vf_node();
+    let vfs = two_vfs(&node, true, true);
+    node.devices.refresh();
+    let e = node
+        .create(
+            "c2",
+            &[],
+            &Arc::new(Config::default()),
+            RuntimeFeatures::default(),
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(" is in the pod half restored "),
+        "{e}"
+    );
+    assert_eq!(
+        *finishes.0.lock().unwrap(),
+        [("c1".to_string(), vfs.to_vec())]
     );
 }

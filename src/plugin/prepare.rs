@@ -11,7 +11,7 @@ use crate::allocation;
 use crate::cdi::Class;
 use crate::config::{self, Config};
 use crate::hook::Resolved;
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, PciAddr};
 use crate::ledger::{DeviceId, NetworkNeed};
 use crate::plan::{self, Plan, PlanError};
 
@@ -78,27 +78,46 @@ impl Devices {
     }
 
     /// Refuses a plan with a VF still in the pod whose restore began (see
-    /// `vf_finish`), having started to finish that restore.
+    /// `vf_finish`), having started to finish the restore of every VF of
+    /// the pod's that the same container moved: its restore began, so that
+    /// container ended, and each of its VFs goes home, for the next attempt
+    /// to move them in together. Only VFs the ledger says the pod claims.
     fn finish_begun_restores(&self, plan: &Plan, sandbox_id: &str) -> Result<(), DeviceError> {
         let saved = crate::netdev::SavedStore::new(&self.state_dir);
-        let begun = plan
+        let records: Vec<(PciAddr, crate::netdev::SavedVf)> = plan
             .network
             .iter()
             .filter(|a| a.netdev.is_none())
-            .map(|a| a.vf_bus_id)
-            .find(|vf| matches!(saved.load(*vf), Ok(Some(r)) if r.restoring));
-        let Some(vf) = begun else {
+            .filter_map(|a| Some((a.vf_bus_id, saved.load(a.vf_bus_id).ok()??)))
+            .collect();
+        let Some((first, begun)) = records.iter().find(|(_, r)| r.restoring) else {
             return Ok(());
         };
+        let container = begun.container_id.as_str();
+        let vfs: Vec<PciAddr> = records
+            .iter()
+            .filter(|(_, r)| r.container_id == container)
+            .map(|(vf, _)| *vf)
+            .collect();
+        let claimed =
+            self.ledger
+                .claims_vfs(sandbox_id, &vfs)
+                .map_err(|source| DeviceError::Claim {
+                    entry: String::new(),
+                    source,
+                })?;
+        if !claimed {
+            return Ok(());
+        }
         let finish = self
             .finish_restore
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        finish.finish(sandbox_id, vf);
+        finish.finish(container, &vfs);
         Err(DeviceError::RestoreUnfinished {
-            entry: plan.entry_of(&DeviceId::Vf(vf)),
-            vf,
+            entry: plan.entry_of(&DeviceId::Vf(*first)),
+            vf: *first,
         })
     }
 
@@ -129,7 +148,11 @@ impl Devices {
         // host: asked after the plan, so the answer is no older than what the
         // plan saw, and not asked at all in the usual case.
         let away = moved(&plan);
-        let owned = away && self.network_owned(&pod.id)? && self.moved_whole(&plan);
+        // Some of the pod's VFs home and some away: an owner's restore was cut
+        // between them. Given the ones away as they are, the container would
+        // start without the others.
+        let split = away && plan.network.iter().any(|a| a.netdev.is_some());
+        let owned = away && !split && self.network_owned(&pod.id)? && self.moved_whole(&plan);
         if away && !owned {
             // Read while the VF was still in a pod that has since given it back.
             plan = self.replan(devices, ctr, config)?;

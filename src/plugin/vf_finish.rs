@@ -20,18 +20,20 @@ use super::vf_teardown::VfTeardown;
 
 /// Finishes the restore begun on a VF of a live pod, off the request path.
 pub trait FinishRestore: Send + Sync {
-    /// Starts finishing the restore begun on `vf`, claimed by the pod
-    /// `sandbox`; a VF already being finished is left to that.
-    fn finish(&self, sandbox: &str, vf: PciAddr);
+    /// Starts restoring `vfs`, each only while its record is still
+    /// `container`'s (the one whose restore began); a container whose VFs
+    /// are being restored already is left to that.
+    fn finish(&self, container: &str, vfs: &[PciAddr]);
 }
 
 /// Each restore on a thread of its own: it enters the pod's namespace, and
-/// may wait for the VF's lock held by a hook still at work.
+/// may wait for a VF's lock held by a hook still at work.
 pub struct OnWorker(Arc<Inner>);
 
 struct Inner {
     vfs: VfTeardown,
-    running: Mutex<HashSet<PciAddr>>,
+    /// Containers whose VFs are being restored.
+    running: Mutex<HashSet<String>>,
 }
 
 impl OnWorker {
@@ -43,47 +45,55 @@ impl OnWorker {
     }
 }
 
+/// Takes its container out of `running` however the worker ends.
+struct Running(Arc<Inner>, String);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running().remove(&self.1);
+    }
+}
+
 impl Inner {
-    fn running(&self) -> std::sync::MutexGuard<'_, HashSet<PciAddr>> {
+    fn running(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.running.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn run(&self, sandbox: &str, vf: PciAddr) {
-        let outcome = self
-            .vfs
-            .restore_each(sandbox, vec![vf])
-            .map(|mut each| each.pop().map(|(_, r)| r));
-        match outcome {
-            Ok(Some(Ok(true))) => tracing::info!(sandbox, vf = %vf, "vf restore finished"),
-            Ok(Some(Ok(false)) | None) => {
-                tracing::debug!(sandbox, vf = %vf, "vf restore finished by another")
-            }
-            Ok(Some(Err(e))) => {
-                tracing::error!(sandbox, vf = %vf, error = %nri::ErrorChain(&e), "vf restore not finished: tried again at the pod's next container")
-            }
+    fn run(&self, container: &str, vfs: &[PciAddr]) {
+        // Under each VF's lock: a record another container saved since (the
+        // VF home and moved in again) is not this restore's.
+        let ours = |c: &str| c == container;
+        let outcomes = match self.vfs.restore_each(vfs, &ours) {
+            Ok(outcomes) => outcomes,
             Err(e) => {
-                tracing::error!(sandbox, vf = %vf, error = %e, "vf restore not finished: tried again at the pod's next container")
+                tracing::error!(container, error = %e, "vf restore not finished: tried again at the pod's next container");
+                return;
+            }
+        };
+        for (vf, outcome) in outcomes {
+            match outcome {
+                Ok(true) => tracing::info!(container, vf = %vf, "vf restore finished"),
+                Ok(false) => tracing::debug!(container, vf = %vf, "vf restore finished by another"),
+                Err(e) => {
+                    tracing::error!(container, vf = %vf, error = %nri::ErrorChain(&e), "vf restore not finished: tried again at the pod's next container")
+                }
             }
         }
     }
 }
 
 impl FinishRestore for OnWorker {
-    fn finish(&self, sandbox: &str, vf: PciAddr) {
-        if !self.0.running().insert(vf) {
+    fn finish(&self, container: &str, vfs: &[PciAddr]) {
+        if !self.0.running().insert(container.to_string()) {
             return;
         }
-        let inner = Arc::clone(&self.0);
-        let sandbox = sandbox.to_string();
+        let running = Running(Arc::clone(&self.0), container.to_string());
+        let vfs = vfs.to_vec();
         let spawned = std::thread::Builder::new()
             .name("devgate-vf-finish".into())
-            .spawn(move || {
-                inner.run(&sandbox, vf);
-                inner.running().remove(&vf);
-            });
+            .spawn(move || running.0.run(&running.1, &vfs));
         if let Err(e) = spawned {
-            self.0.running().remove(&vf);
-            tracing::error!(vf = %vf, error = %e, "vf restore not finished: no thread for it");
+            tracing::error!(container, error = %e, "vf restore not finished: no thread for it");
         }
     }
 }
@@ -189,8 +199,12 @@ mod tests {
         saved.save(&rec).unwrap();
 
         let finish = OnWorker::new(dir.path().to_path_buf());
-        finish.finish("sb", vf);
-        wait_until(|| !finish.0.running().contains(&vf));
+        // Only the container whose restore began: another's record is kept.
+        finish.finish("c0", &[vf]);
+        wait_until(|| !finish.0.running().contains("c0"));
+        assert!(saved.has_record(vf), "another container's record kept");
+        finish.finish("c1", &[vf]);
+        wait_until(|| !finish.0.running().contains("c1"));
         assert!(
             std::path::Path::new("/sys/class/net")
                 .join(scene.host)
@@ -198,11 +212,5 @@ mod tests {
             "home under its own name"
         );
         assert!(!saved.has_record(vf), "its record gone");
-        // Nothing left to finish: a second call restores nothing.
-        finish.finish("sb", vf);
-        wait_until(|| !finish.0.running().contains(&vf));
-        assert!(std::path::Path::new("/sys/class/net")
-            .join(scene.host)
-            .exists());
     }
 }

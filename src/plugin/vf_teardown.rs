@@ -37,8 +37,20 @@ impl VfTeardown {
         if vfs.is_empty() {
             return Ok(());
         }
+        // The record is this pod's unless another pod's container holds it:
+        // one released meanwhile by another release, its VF claimed and moved
+        // again. Asked under the VF's lock, after the record is read: the
+        // ledger records a container before its hook saves a VF.
+        let sandbox = pod.pod.sandbox_id.as_str();
+        // An unreadable ledger fails the release's commit anyway.
+        let ours = |container: &str| match Ledger::read(&self.state_dir) {
+            Ok(state) => state
+                .pod_of(container)
+                .is_none_or(|p| p.pod.sandbox_id == sandbox),
+            Err(_) => true,
+        };
         let outcomes = self
-            .restore_each(&pod.pod.sandbox_id, vfs)
+            .restore_each(&vfs, &ours)
             .map_err(|e| vfs_unclean(pod, e))?;
         // Each VF is restored on its own: one that fails is kept (and
         // quarantined) without keeping the others.
@@ -55,14 +67,15 @@ impl VfTeardown {
             .map_or(Ok(()), Err)
     }
 
-    /// Restores each of `vfs` whose record is the pod `sandbox`'s, on the
-    /// calling thread, which it may move between namespaces while it runs:
-    /// whether each had a record to restore, or why it failed. An error
-    /// when the namespaces cannot be worked with at all.
+    /// Restores each of `vfs` whose record's container `ours` accepts
+    /// (asked under the VF's lock), on the calling thread, which it may move
+    /// between namespaces while it runs: whether each had such a record to
+    /// restore, or why it failed. An error when the namespaces cannot be
+    /// worked with at all.
     pub(super) fn restore_each(
         &self,
-        sandbox: &str,
-        vfs: Vec<PciAddr>,
+        vfs: &[PciAddr],
+        ours: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<Restored>, String> {
         let mut env =
             SysNetEnv::new(NetnsRoots::default()).map_err(|e| nri::ErrorChain(&e).to_string())?;
@@ -71,20 +84,9 @@ impl VfTeardown {
             store: &self.store,
             checkpoint: &|_| {},
         };
-        // The record is this pod's unless another pod's container holds it:
-        // one released meanwhile by another release, its VF claimed and moved
-        // again. Asked under the VF's lock, after the record is read: the
-        // ledger records a container before its hook saves a VF.
-        // An unreadable ledger fails the release's commit anyway.
-        let ours = |container: &str| match Ledger::read(&self.state_dir) {
-            Ok(state) => state
-                .pod_of(container)
-                .is_none_or(|p| p.pod.sandbox_id == sandbox),
-            Err(_) => true,
-        };
         Ok(vfs
-            .into_iter()
-            .map(|vf| (vf, netdev::detach_vf(&mut ops, vf, &ours)))
+            .iter()
+            .map(|&vf| (vf, netdev::detach_vf(&mut ops, vf, ours)))
             .collect())
     }
 }
