@@ -290,6 +290,14 @@ fn two_vf_node() -> (Node, Arc<Finishes>) {
     (node, finishes)
 }
 
+/// The pod's next container `c2`, refused: the reason.
+fn refused_next(node: &Node) -> String {
+    let config = Arc::new(Config::default());
+    node.devices.refresh();
+    let e = node.create("c2", &[], &config, RuntimeFeatures::default());
+    e.unwrap_err().to_string()
+}
+
 /// The owner's poststop was cut between two VFs: one home, one still in the
 /// pod as it was moved. The pod's next container is refused rather than
 /// started with the one in the pod alone.
@@ -297,19 +305,9 @@ fn two_vf_node() -> (Node, Arc<Finishes>) {
 fn a_pod_whose_vfs_are_split_between_host_and_pod_is_refused() {
     let (node, finishes) = two_vf_node();
     two_vfs(&node, false, false);
-    node.devices.refresh();
-    // Only the first is away: the second is home.
-    let e = node
-        .create(
-            "c2",
-            &[],
-            &Arc::new(Config::default()),
-            RuntimeFeatures::default(),
-        )
-        .unwrap_err();
+    let e = refused_next(&node);
     assert!(
-        e.to_string()
-            .ends_with(" has no host netdev to move into the pod"),
+        e.ends_with(" has no host netdev to move into the pod"),
         "{e}"
     );
     assert!(finishes.0.lock().unwrap().is_empty(), "no restore began");
@@ -321,21 +319,8 @@ fn a_pod_whose_vfs_are_split_between_host_and_pod_is_refused() {
 fn every_vf_the_owner_moved_is_restored_once_one_restore_began() {
     let (node, finishes) = two_vf_node();
     let vfs = two_vfs(&node, true, true);
-    node.devices.refresh();
-    let e = node
-        .create(
-            "c2",
-            &[],
-            &Arc::new(Config::default()),
-            RuntimeFeatures::default(),
-        )
-        .unwrap_err();
-    assert!(
-        e.to_string().contains(" is in the pod half restored "),
-        "{e}"
-    );
-    assert_eq!(
-        *finishes.0.lock().unwrap(),
-        [("c1".to_string(), vfs.to_vec())]
-    );
+    let e = refused_next(&node);
+    assert!(e.contains(" is in the pod half restored "), "{e}");
+    let asked = finishes.0.lock().unwrap().clone();
+    assert_eq!(asked, [("c1".to_string(), vfs.to_vec())]);
 }
