@@ -78,27 +78,14 @@ async fn a_sandbox_that_ended_without_a_container_is_released() {
     );
 }
 
-/// A teardown that fails while told to.
-struct Failing(std::sync::atomic::AtomicBool);
-
-impl Teardown for Failing {
-    fn teardown(&self, _pod: &crate::ledger::PodRecord) -> Result<(), crate::ledger::Unclean> {
-        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
-            Err("vf restore failed".into())
-        } else {
-            Ok(())
-        }
-    }
-}
-
 /// An ended sandbox whose teardown fails keeps its claims and is retried by
 /// the next round, which releases it once the teardown succeeds.
 #[test]
 fn an_ended_sandbox_whose_teardown_fails_is_retried() {
     use nri::stub::Plugin as _;
     let (mut plugin, fixture, _state) = hgx_plugin("");
-    let failing = Arc::new(Failing(true.into()));
-    plugin.teardown = failing.clone();
+    let flaky = Arc::new(Flaky(false.into()));
+    plugin.teardown = flaky.clone();
     let ledger = plugin.devices().ledger().clone();
     let gpu = &fixture.expected().gpus[0];
     let init = Init::start();
@@ -111,7 +98,7 @@ fn an_ended_sandbox_whose_teardown_fails_is_retried() {
     assert!(plugin.wait_for_releases(LIMIT));
     assert!(ledger.holds(&pod.id).unwrap(), "teardown failed: kept");
     assert!(plugin.unreleased.pending().contains(&pod.id));
-    failing.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    flaky.0.store(true, std::sync::atomic::Ordering::SeqCst);
     plugin.retry_round();
     assert!(plugin.wait_for_releases(LIMIT));
     assert!(!ledger.holds(&pod.id).unwrap(), "released by the retry");

@@ -3,19 +3,6 @@
 use super::*;
 use crate::ledger::Failed;
 
-/// A teardown that fails until told otherwise.
-struct Flaky(std::sync::atomic::AtomicBool);
-
-impl Teardown for Flaky {
-    fn teardown(&self, _pod: &crate::ledger::PodRecord) -> Result<(), crate::ledger::Unclean> {
-        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
-            Ok(())
-        } else {
-            Err("vf restore failed".into())
-        }
-    }
-}
-
 /// Pod "sb" and the VF claim it makes.
 fn pod_holding_a_vf() -> (crate::ledger::PodRef, crate::ledger::Claim) {
     use crate::ledger::{Claim, DeviceId, PodRef, Share};

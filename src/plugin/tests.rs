@@ -44,6 +44,19 @@ fn plugin_on(host: &std::path::Path, state: &std::path::Path, config: &str) -> D
     DevgatePlugin::new(config, options).unwrap()
 }
 
+/// A teardown that fails until told otherwise (`0` set).
+struct Flaky(std::sync::atomic::AtomicBool);
+
+impl Teardown for Flaky {
+    fn teardown(&self, _pod: &crate::ledger::PodRecord) -> Result<(), crate::ledger::Unclean> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err("vf restore failed".into())
+        }
+    }
+}
+
 /// A plugin on the HGX fixture's host root, `config` before its `[gpu]`
 /// section ([`plugin_on`]); the fixture says what the host has.
 fn hgx_plugin(config: &str) -> (DevgatePlugin, crate::fixture::Fixture, tempfile::TempDir) {
