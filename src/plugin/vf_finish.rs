@@ -101,8 +101,8 @@ impl FinishRestore for OnWorker {
 #[cfg(test)]
 mod tests {
     use std::process::{Child, Command};
-    use std::time::{Duration, Instant};
 
+    use super::super::workers::tests::eventually;
     use super::*;
     use crate::netdev::saved::SavedNetns;
     use crate::netdev::{NetnsId, SavedStore, SavedVf};
@@ -129,14 +129,6 @@ mod tests {
         }
     }
 
-    fn wait_until(done: impl Fn() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !done() {
-            assert!(Instant::now() < deadline, "timed out");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
     /// On a real kernel: the VF's netdev was moved into the pod as `net1`,
     /// and its restore began (the record says so) and stopped there. The
     /// worker finishes it: the netdev is home under its own name, the
@@ -153,7 +145,9 @@ mod tests {
             .spawn()
             .unwrap();
         let ns_path = PathBuf::from(format!("/proc/{}/ns/net", pod.id()));
-        wait_until(|| std::fs::read_link(&ns_path).is_ok_and(|l| l != me));
+        eventually("the pod in its own netns", || {
+            std::fs::read_link(&ns_path).is_ok_and(|l| l != me)
+        });
         let scene = Scene {
             pod,
             host: "dgfin0v",
@@ -201,10 +195,10 @@ mod tests {
         let finish = OnWorker::new(dir.path().to_path_buf());
         // Only the container whose restore began: another's record is kept.
         finish.finish("c0", &[vf]);
-        wait_until(|| !finish.0.running().contains("c0"));
+        eventually("c0's worker done", || !finish.0.running().contains("c0"));
         assert!(saved.has_record(vf), "another container's record kept");
         finish.finish("c1", &[vf]);
-        wait_until(|| !finish.0.running().contains("c1"));
+        eventually("c1's worker done", || !finish.0.running().contains("c1"));
         assert!(
             std::path::Path::new("/sys/class/net")
                 .join(scene.host)

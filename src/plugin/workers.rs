@@ -156,4 +156,4 @@ fn set_name(name: &std::ffi::CStr) {
 
 #[cfg(test)]
 #[path = "workers_tests.rs"]
-mod tests;
+pub(super) mod tests;

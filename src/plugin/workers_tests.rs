@@ -27,7 +27,8 @@ fn run(workers: &Workers) -> (i64, String) {
     rx.recv_timeout(Duration::from_secs(10)).unwrap()
 }
 
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+/// Waits up to 10 s for `done`; fails saying `what` was awaited.
+pub(in crate::plugin) fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !done() {
         assert!(Instant::now() < deadline, "{what}");
