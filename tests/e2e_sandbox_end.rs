@@ -9,23 +9,14 @@ mod support;
 
 use devgate::fixture::HostRootBuilder;
 use support::node::{gpu_entry, gpus, Node, DEVICE_ALLOCATED};
-use support::{require_root, wait_for, ContainerSpec, PodSpec, SLOW};
+use support::{require_root, run, wait_for, ContainerSpec, PodSpec, SLOW};
 
 /// The pid runc reports for the sandbox's init (the pause process).
 fn sandbox_init(node: &Node, sandbox_id: &str) -> i32 {
     let root = node.ctrd.path("runc").join("k8s.io");
-    let out = std::process::Command::new("runc")
-        .arg("--root")
-        .arg(&root)
-        .args(["state", sandbox_id])
-        .output()
-        .expect("runc state");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let root = root.to_str().expect("utf-8 runc root");
+    let out = run("runc", &["--root", root, "state", sandbox_id]).expect("runc state");
+    let state: serde_json::Value = serde_json::from_str(&out).unwrap();
     state["pid"].as_i64().expect("pid") as i32
 }
 

@@ -32,7 +32,7 @@ pub use containerd::Containerd;
 pub use cri::{ContainerRun, Cri, Pod};
 pub use images::{image_set, SANDBOX_IMAGE, WORKLOAD_IMAGE};
 pub use plugin::{DevgatePlugin, DEVGATE};
-pub use process::pids_matching;
+pub use process::{pids_matching, run};
 pub use runtime::Runtime;
 pub use spec::{ContainerSpec, PodSpec};
 
