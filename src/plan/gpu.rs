@@ -157,6 +157,10 @@ fn share(e: &GpuEntry) -> Share {
     }
 }
 
+/// HAMi-core's per-device limits, `<prefix><n>` ([`hami_core`]).
+const MEMORY_LIMIT_PREFIX: &str = "CUDA_DEVICE_MEMORY_LIMIT_";
+const SM_LIMIT_PREFIX: &str = "CUDA_DEVICE_SM_LIMIT_";
+
 /// HAMi-core reads per-device limits `CUDA_DEVICE_MEMORY_LIMIT_<n>` and
 /// `CUDA_DEVICE_SM_LIMIT_<n>` (HAMi-core README), `n` being the CUDA device
 /// ordinal it intercepts, and is loaded through `LD_PRELOAD`. Per-device
@@ -176,7 +180,7 @@ fn hami_core(out: &mut Builder, entries: &[GpuEntry], gpus: &[&Gpu]) -> Result<(
             (Some(bytes), _) => {
                 out.plan
                     .env
-                    .insert(format!("CUDA_DEVICE_MEMORY_LIMIT_{n}"), bytes.to_string());
+                    .insert(format!("{MEMORY_LIMIT_PREFIX}{n}"), bytes.to_string());
             }
             (None, true) => {
                 return Err(PlanError::NoGpuMemory {
@@ -189,7 +193,7 @@ fn hami_core(out: &mut Builder, entries: &[GpuEntry], gpus: &[&Gpu]) -> Result<(
         if let Some(core) = e.resources.core_percent {
             out.plan
                 .env
-                .insert(format!("CUDA_DEVICE_SM_LIMIT_{n}"), core.to_string());
+                .insert(format!("{SM_LIMIT_PREFIX}{n}"), core.to_string());
         }
     }
     let hami = &out.config.hami;
@@ -289,6 +293,16 @@ pub(super) const CUDA_ORDER_INPUTS: [&str; 2] = [CUDA_DEVICE_ORDER, CUDA_VISIBLE
 /// other than `0,1,...` or its start) would have them fall on other GPUs than
 /// granted, taking memory promised to a co-tenant: it is refused.
 pub(super) fn hami_order(plan: &mut super::Plan, env: &[String]) -> Result<(), PlanError> {
+    // Any GPU's (an exclusive one of unknown memory and no core share has
+    // none), set by `hami_core` alone: without one, nothing to order, and
+    // nothing formatted for the plan of every GPU container.
+    let limited = plan
+        .env
+        .keys()
+        .any(|k| k.starts_with(MEMORY_LIMIT_PREFIX) || k.starts_with(SM_LIMIT_PREFIX));
+    if !limited {
+        return Ok(());
+    }
     let gpus = plan
         .env
         .get("NVIDIA_VISIBLE_DEVICES")
@@ -296,15 +310,11 @@ pub(super) fn hami_order(plan: &mut super::Plan, env: &[String]) -> Result<(), P
     let limits: Vec<[Option<&String>; 2]> = (0..gpus)
         .map(|n| {
             [
-                plan.env.get(&format!("CUDA_DEVICE_MEMORY_LIMIT_{n}")),
-                plan.env.get(&format!("CUDA_DEVICE_SM_LIMIT_{n}")),
+                plan.env.get(&format!("{MEMORY_LIMIT_PREFIX}{n}")),
+                plan.env.get(&format!("{SM_LIMIT_PREFIX}{n}")),
             ]
         })
         .collect();
-    // Any GPU's: an exclusive one of unknown memory and no core share has none.
-    if limits.iter().all(|l| *l == [None, None]) {
-        return Ok(());
-    }
     let same = limits.iter().all(|l| *l == limits[0]);
     let user = |name| super::comm_env::user_value(env, name);
     if user(CUDA_DEVICE_ORDER).is_none() {
