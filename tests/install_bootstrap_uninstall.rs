@@ -22,17 +22,11 @@ fn the_vf_count_is_put_back_before_the_devgate_reading_the_ledger_goes() {
     // A newer build: the re-run replaces the installed devgate and records
     // it last.
     let newer = dir.path().join("newer");
-    std::fs::create_dir(&newer).unwrap();
     let mut build = std::fs::read(DEVGATE).unwrap();
     build.extend_from_slice(b"a newer build");
-    std::fs::write(newer.join("devgate"), build).unwrap();
-    let hook = env!("CARGO_BIN_EXE_devgate-hook");
-    std::fs::copy(hook, newer.join("devgate-hook")).unwrap();
-    for bin in ["devgate", "devgate-hook"] {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::Permissions::from_mode(0o755);
-        std::fs::set_permissions(newer.join(bin), mode).unwrap();
-    }
+    write_executable(&newer.join("devgate"), build);
+    let hook = std::fs::read(env!("CARGO_BIN_EXE_devgate-hook")).unwrap();
+    write_executable(&newer.join("devgate-hook"), hook);
     let devgate = prefix.join("usr/local/bin/devgate");
     let newer_bin = ["--bin-dir", newer.to_str().unwrap()];
     let rerun = bootstrap(&prefix, &hooks, &[&version[..], &newer_bin].concat());

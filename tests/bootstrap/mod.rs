@@ -41,13 +41,17 @@ pub fn snapshot(root: &Path) -> Tree {
 }
 
 pub fn write(path: &Path, text: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
+    write_bytes(path, text.as_bytes());
 }
 
-/// [`write`], then mode 0755: a script or binary to run.
-pub fn write_executable(path: &Path, text: &str) {
-    write(path, text);
+fn write_bytes(path: &Path, bytes: &[u8]) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// [`write`] (of any bytes), then mode 0755: a script or binary to run.
+pub fn write_executable(path: &Path, contents: impl AsRef<[u8]>) {
+    write_bytes(path, contents.as_ref());
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
