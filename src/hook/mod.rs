@@ -199,16 +199,24 @@ fn attach(
         return Ok(Outcome::Nothing);
     }
     let pid = creating_pid(stage, state)?;
-    if !vouched(env, state)? {
-        return Err(HookError::Unvouched {
+    let vouched_now = || match vouched(env, state)? {
+        true => Ok(()),
+        false => Err(HookError::Unvouched {
             container: state.id.chars().take(64).collect(),
-        });
-    }
-    if let Err(e) = attach_networks(env, &state.id, pid, &resolved.networks, checkpoint) {
-        failed_attach::release(env, &state.id);
+        }),
+    };
+    // Asked first without the VFs' turns: an annotation the ledger never
+    // recorded makes no lock file.
+    vouched_now()?;
+    let networks = &resolved.networks;
+    if let Err(e) = attach_networks(env, &state.id, pid, networks, checkpoint, &vouched_now) {
+        // The released pod's record is gone: nothing of it to forget.
+        if !matches!(e, HookError::Unvouched { .. }) {
+            failed_attach::release(env, &state.id);
+        }
         return Err(e);
     }
-    Ok(Outcome::Attached(resolved.networks.len()))
+    Ok(Outcome::Attached(networks.len()))
 }
 
 /// Whether the ledger holds, for this container, exactly the resolved annotation
@@ -240,14 +248,26 @@ pub(crate) fn creating_pid(stage: Stage, state: &State) -> Result<u32, HookError
     state.pid().ok_or(HookError::NoPid { stage })
 }
 
-/// Moves `networks` into the netns of `pid` for `container_id`, all or nothing.
+/// Moves `networks` into the netns of `pid` for `container_id`, all or nothing,
+/// once `admitted` agrees, asked while the VFs' release turns are held (see
+/// [`crate::ledger::Ledger::lock_devices`]). A release of the pod between an
+/// earlier look and the move would otherwise find no record to restore,
+/// drop the claims, and leave the VF in a dying pod while another claims it.
 pub(crate) fn attach_networks(
     env: &HookEnv,
     container_id: &str,
     pid: u32,
     networks: &[netdev::VfAttach],
     checkpoint: &dyn Fn(&'static str),
+    admitted: &dyn Fn() -> Result<(), HookError>,
 ) -> Result<(), HookError> {
+    let ledger = crate::ledger::Ledger::open(&env.state_dir).map_err(HookError::Ledger)?;
+    let vfs: Vec<_> = networks
+        .iter()
+        .map(|n| crate::ledger::DeviceId::Vf(n.vf_bus_id))
+        .collect();
+    let _turns = ledger.lock_devices(vfs.iter()).map_err(HookError::Ledger)?;
+    admitted()?;
     let pod = netdev::Netns::of_pid(&env.roots.proc_root, pid).map_err(HookError::Netns)?;
     let mut net = SysNetEnv::new(env.roots.clone())
         .map_err(HookError::Netns)?

@@ -83,6 +83,8 @@ pub enum HooksOnlyError {
     },
     #[error("pod {pod}: teardown failed, its devices are quarantined: {reason}")]
     Teardown { pod: String, reason: String },
+    #[error("container {container}: its pod was released before its vfs moved; refused")]
+    Released { container: String },
 }
 
 /// The container side of hooks-only mode, where it touches the OS.

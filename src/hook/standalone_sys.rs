@@ -92,7 +92,18 @@ impl ContainerOs for SysContainerOs {
         networks: &[VfAttach],
         checkpoint: &dyn Fn(&'static str),
     ) -> Result<(), HookError> {
-        super::super::attach_networks(&self.env, container_id, pid, networks, checkpoint)
+        // This hook admitted the container; a release of its pod since (the
+        // reap of exited pods, another container's poststop) took the record.
+        let state_dir = &self.env.state_dir;
+        let admitted = || match Ledger::read(state_dir)?.container(container_id) {
+            Some(_) => Ok(()),
+            None => Err(HooksOnlyError::Released {
+                container: container_id.chars().take(64).collect(),
+            }),
+        };
+        let admitted = || admitted().map_err(HookError::HooksOnly);
+        let env = &self.env;
+        super::super::attach_networks(env, container_id, pid, networks, checkpoint, &admitted)
     }
 
     fn detach(
@@ -202,5 +213,33 @@ mod tests {
         let err = StaticHookTeardown.teardown(&both).unwrap_err();
         let kept: Vec<DeviceId> = err.devices.into_iter().flatten().collect();
         assert_eq!(kept, [DeviceId::Gpu("GPU-1".into())]);
+    }
+
+    /// A container this hook admitted whose pod a release took meanwhile:
+    /// its VFs are not moved, under their release turns.
+    #[test]
+    fn a_container_released_before_its_vfs_move_moves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = HookEnv {
+            host_root: PathBuf::from("/"),
+            state_dir: dir.path().to_path_buf(),
+            roots: crate::netdev::NetnsRoots::default(),
+        };
+        let mut os = SysContainerOs::new(env, PathBuf::from("/x"), PathBuf::from("/x"));
+        let vf: VfAttach = serde_json::from_str(
+            r#"{"vf_index":0,"vf_bus_id":"0000:00:10.1","host_netdev":"veth0","container_ifname":"net1"}"#,
+        )
+        .unwrap();
+        let e = os
+            .attach("c1", std::process::id(), &[vf], &|_| {})
+            .unwrap_err();
+        assert!(
+            matches!(e, HookError::HooksOnly(HooksOnlyError::Released { .. })),
+            "{e}"
+        );
+        assert!(
+            !dir.path().join("vf").exists(),
+            "nothing saved, nothing moved"
+        );
     }
 }

@@ -136,3 +136,86 @@ fn attach_needs_a_creating_container_with_a_pid() {
         assert!(matches!(e, HookError::Unvouched { .. }), "{status}: {e}");
     }
 }
+
+/// A teardown that says when it runs and returns once let go: a release
+/// caught between its teardown and its commit.
+struct Gate {
+    entered: std::sync::mpsc::Sender<()>,
+    go: std::sync::mpsc::Receiver<()>,
+}
+
+impl crate::ledger::Teardown for Gate {
+    fn teardown(&self, _: &crate::ledger::PodRecord) -> Result<(), crate::ledger::Unclean> {
+        self.entered.send(()).unwrap();
+        self.go.recv().unwrap();
+        Ok(())
+    }
+}
+
+/// A release of the pod that found no VF moved (its teardown done, its commit
+/// to come) holds the VF's turn: the hook waits for the commit and then finds
+/// the ledger no longer vouching, rather than moving the VF into a pod whose
+/// claims are about to go.
+#[test]
+fn an_attach_during_its_pods_release_waits_for_it_and_moves_nothing() {
+    use crate::ledger::{Claim, ContainerRecord, DeviceId, Ledger, PodRef, Share};
+    let dir = tempfile::tempdir().unwrap();
+    let pod = PodRef {
+        sandbox_id: "sb".into(),
+        namespace: "ns".into(),
+        name: "p".into(),
+        uid: "uid".into(),
+    };
+    let vf = Claim {
+        device: DeviceId::Vf("0000:00:10.1".parse().unwrap()),
+        share: Share::Exclusive,
+        pf: None,
+    };
+    let record = ContainerRecord {
+        name: "main".into(),
+        devices: Vec::new(),
+        applied_unix: 1,
+        init: None,
+        cgroups: Vec::new(),
+        resolved: Some(ONE_VF.into()),
+        resolved_sha256: None,
+        hooks_only: false,
+    };
+    let ledger = Ledger::open(dir.path()).unwrap();
+    ledger.admit(&pod, &[vf], "c1", record, true).unwrap();
+    // The host's own netns: an attach that got past the ledger would fail
+    // there, before moving anything, with another error than the refusal.
+    let state = State::parse(
+        serde_json::json!({"id": "c1", "status": "creating", "pid": std::process::id(),
+            "annotations": {RESOLVED_ANNOTATION: ONE_VF}})
+        .to_string()
+        .as_bytes(),
+    )
+    .unwrap();
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let release = s.spawn(|| {
+            let gate = Gate {
+                entered: entered_tx,
+                go: go_rx,
+            };
+            ledger.release_pod("sb", &gate).unwrap()
+        });
+        entered.recv().unwrap();
+        let hook = s.spawn(|| {
+            let nop = |_: &'static str| {};
+            run(Stage::CreateRuntime, &state, &env(dir.path()), &nop)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(!hook.is_finished(), "the hook waits for the release");
+        go.send(()).unwrap();
+        assert_eq!(release.join().unwrap().pods, std::slice::from_ref(&pod));
+        let e = hook.join().unwrap().unwrap_err();
+        assert!(matches!(e, HookError::Unvouched { .. }), "{e}");
+    });
+    assert!(
+        !dir.path().join("vf").exists(),
+        "nothing saved, nothing moved"
+    );
+}
