@@ -36,7 +36,7 @@ pub fn detach_container(ops: &mut VfOps<'_>, container_id: &str) -> Result<usize
     let mut restored = 0;
     let mut errors = Vec::new();
     for rec in records {
-        match detach_vf(ops, rec.vf(), &|c| c == container_id) {
+        match detach_vf(ops, rec.vf(), &|r| r.container_id == container_id) {
             Ok(true) => restored += 1,
             Ok(false) => {}
             Err(e) => errors.push(e),
@@ -48,20 +48,20 @@ pub fn detach_container(ops: &mut VfOps<'_>, container_id: &str) -> Result<usize
     }
 }
 
-/// Detaches one VF if it has a record whose container `ours` accepts (asked
-/// under the VF's lock, once the record is read). Returns whether there was
+/// Detaches one VF if it has a record `ours` accepts (asked under the VF's
+/// lock, once the record is read). Returns whether there was
 /// anything to restore.
 pub fn detach_vf(
     ops: &mut VfOps<'_>,
     vf: PciAddr,
-    ours: &dyn Fn(&str) -> bool,
+    ours: &dyn Fn(&SavedVf) -> bool,
 ) -> Result<bool, VfError> {
     let at = At { vf, netdev: "" };
     let _lock = at.step("lock", ops.store.lock(vf))?;
     let Some(rec) = at.step("read saved state", ops.store.load(vf))? else {
         return Ok(false);
     };
-    if !ours(&rec.container_id) {
+    if !ours(&rec) {
         return Ok(false);
     }
     restore(ops, &rec, None)?;

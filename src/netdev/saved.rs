@@ -92,11 +92,27 @@ pub struct SavedVf {
     /// the pod, so no container of the pod is given it as it is.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub restoring: bool,
+    /// Set while the attach that saved the record is still at work, cleared
+    /// once the VF is in the pod as planned. A record left with it (the
+    /// runtime died during createRuntime, so no rollback and no poststop
+    /// ran) may stand for a VF moved but not renamed, configured or up, or
+    /// whose RDMA device stayed behind: no container of the pod is given it
+    /// as it is. Absent, so false, in records written before it, whose
+    /// attaches are taken as whole, as they were then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attaching: bool,
 }
 
 impl SavedVf {
     pub fn vf(&self) -> PciAddr {
         self.attach.vf_bus_id
+    }
+
+    /// Whether a run on the VF stopped part way (or runs now): an attach not
+    /// finished, or a restore begun. Its VF may be anywhere between the
+    /// host's state and the pod's.
+    pub fn cut(&self) -> bool {
+        self.restoring || self.attaching
     }
 }
 
@@ -141,6 +157,7 @@ impl SavedVf {
             pf_parent: None,
             saved_unix: 1,
             restoring: false,
+            attaching: false,
         }
     }
 }
@@ -234,9 +251,10 @@ impl SavedStore {
     }
 
     /// Whether a VF `pod` claims was moved and is away from the host below
-    /// `host_root` as it was moved: a readable record of it no restore has
-    /// begun on, and no netdev of it on the host. A VF a restore began on
-    /// may be half undone (down, its VLAN gone) and does not count.
+    /// `host_root` as it was moved: a readable record of a finished attach
+    /// no restore has begun on, and no netdev of it on the host. A VF a
+    /// restore began on may be half undone (down, its VLAN gone), one whose
+    /// attach was cut half done, and neither counts.
     pub fn vfs_away(&self, host_root: &std::path::Path, pod: &crate::ledger::PodRecord) -> bool {
         pod.claims.iter().any(|c| match c.device {
             crate::ledger::DeviceId::Vf(vf) => {
@@ -246,10 +264,10 @@ impl SavedStore {
         })
     }
 
-    /// Whether `vf` has a readable record no restore has begun on: wherever
-    /// it is, it is as its attach left it.
+    /// Whether `vf` has a readable record of a finished attach no restore
+    /// has begun on: wherever it is, it is as its attach left it.
     pub fn moved_whole(&self, vf: PciAddr) -> bool {
-        matches!(self.load(vf), Ok(Some(r)) if !r.restoring)
+        matches!(self.load(vf), Ok(Some(r)) if !r.cut())
     }
 
     /// Whether every VF `pod` claims that has a record is on the host

@@ -69,7 +69,9 @@ pub fn attach_all(
             let rollbacks = done
                 .iter()
                 .rev()
-                .filter_map(|vf| super::restore::detach_vf(ops, *vf, &|c| c == container_id).err())
+                .filter_map(|vf| {
+                    super::restore::detach_vf(ops, *vf, &|r| r.container_id == container_id).err()
+                })
                 .collect();
             return Err(VfError::with(e, rollbacks));
         }
@@ -159,8 +161,11 @@ fn attach_one(
             }));
         }
         // A second stage (prestart and createRuntime) or a retry: done already?
+        // Only a finished attach counts: one cut after the link came up and
+        // before its mark is done again rather than marked from a look.
         if rec.container_id == container_id
             && same_ns
+            && !rec.attaching
             && rec.attach.saved_form() == a.saved_form()
             && attached(ops, pod, pod_nl.as_mut(), &rec)
             && super::chars::chars_hold(ops, a).unwrap_or(false)
@@ -184,7 +189,13 @@ fn attach_one(
     )?;
     at.step("save state", ops.store.save(&rec))?;
     (ops.checkpoint)("save");
-    let applied = apply(ops, at, host.as_mut(), pod_nl.as_mut(), pod, &rec);
+    let applied = apply(ops, at, host.as_mut(), pod_nl.as_mut(), pod, &rec).and_then(|()| {
+        let whole = SavedVf {
+            attaching: false,
+            ..rec.clone()
+        };
+        at.step("mark attached", ops.store.save(&whole))
+    });
     let Err(failed) = applied else {
         tracing::info!(
             vf = %a.vf_bus_id,

@@ -142,5 +142,6 @@ pub(super) fn prepare(
         pf_parent,
         saved_unix: crate::ledger::now_unix(),
         restoring: false,
+        attaching: true,
     })
 }

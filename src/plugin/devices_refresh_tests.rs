@@ -106,7 +106,7 @@ fn a_vf_whose_rdma_device_is_in_the_pod_serves_its_next_container_after_a_re_rea
     let features = RuntimeFeatures::default();
     let owner = node.create("c1", &[], &config, features).unwrap();
     // The hook moved both into the pod's netns, its record saved first.
-    hook_moved_vf(&node, false);
+    hook_moved_vf(&node, Left::Whole);
     let ibdev = &node.fixture.expected().rdma[0].vfs[0]
         .rdma
         .as_ref()

@@ -138,7 +138,7 @@ fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
     };
     let first = apply("c1");
     // c1's hook moves the VF in, its record saved first; the cache not re-read.
-    let (saved, net, away) = hook_moved_vf(&node, false);
+    let (saved, net, away) = hook_moved_vf(&node, Left::Whole);
     let second = apply("c2");
     assert!(first.hooks.is_some());
     assert!(first.annotations.contains_key(RESOLVED_ANNOTATION));
@@ -338,24 +338,42 @@ fn cdi_mode_names_gpus_and_vfs() {
     assert!(!nodes.linux.as_ref().unwrap().devices.is_empty());
 }
 
-/// The VF's sysfs `net/` directory of node `node`, and where to hide it.
+/// How a hook's run on a VF left its record.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Left {
+    /// A finished attach's.
+    Whole,
+    /// A restore's that began (`restoring`).
+    Restoring,
+    /// An attach's cut before it finished (`attaching`).
+    Attaching,
+}
+
+impl Left {
+    pub(super) fn mark(self, rec: &mut netdev::SavedVf) {
+        rec.restoring = matches!(self, Left::Restoring);
+        rec.attaching = matches!(self, Left::Attaching);
+    }
+}
+
 /// What the owner c1's hook does to the first VF: saves its record first
-/// (marked as a restore's, with `restoring`), then moves its netdev off the
-/// host. The store, and the netdev's place with the one it went to.
+/// (left as `left` says), then moves its netdev off the host. The store,
+/// and the netdev's place with the one it went to.
 fn hook_moved_vf(
     node: &Node,
-    restoring: bool,
+    left: Left,
 ) -> (netdev::SavedStore, std::path::PathBuf, std::path::PathBuf) {
     let vf = node.fixture.expected().rdma[0].vfs[0].bus_id.to_string();
     let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
     let mut rec = netdev::SavedVf::example("c1", &vf);
-    rec.restoring = restoring;
+    left.mark(&mut rec);
     saved.save(&rec).unwrap();
     let (net, away) = vf_net(node);
     std::fs::rename(&net, &away).unwrap();
     (saved, net, away)
 }
 
+/// The VF's sysfs `net/` directory of node `node`, and where to hide it.
 fn vf_net(node: &Node) -> (std::path::PathBuf, std::path::PathBuf) {
     let vf = &node.fixture.expected().rdma[0].vfs[0];
     let net = node

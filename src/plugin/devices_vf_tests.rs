@@ -33,7 +33,7 @@ fn a_vf_moved_into_its_pod_serves_the_pods_further_containers_only() {
     let features = RuntimeFeatures::default();
     let owner = node.create("c1", &[], &config, features).unwrap();
     // The hook moved it, its record saved first.
-    let (_saved, net, away) = hook_moved_vf(&node, false);
+    let (_saved, net, away) = hook_moved_vf(&node, Left::Whole);
     node.devices.refresh();
     let sidecar = node.create("c2", &[], &config, features).unwrap();
     assert!(sidecar.hooks.is_none() && sidecar.annotations.is_empty());
@@ -94,7 +94,7 @@ fn an_owner_whose_vfs_came_home_with_their_records_hands_the_network_over() {
     let owner = node.create("c1", &[], &config, features).unwrap();
     assert!(owner.hooks.is_some());
     // The hook moved it; not re-read.
-    let (_saved, net, away) = hook_moved_vf(&node, false);
+    let (_saved, net, away) = hook_moved_vf(&node, Left::Whole);
 
     let sidecar = node.create("c2", &[], &config, features).unwrap();
     assert!(
@@ -125,7 +125,7 @@ fn a_removed_owner_whose_vf_is_still_away_keeps_the_network() {
     let features = RuntimeFeatures::default();
     let owner = node.create("c1", &[], &config, features).unwrap();
     // In the pod, its restore failed.
-    let (saved, net, away) = hook_moved_vf(&node, false);
+    let (saved, net, away) = hook_moved_vf(&node, Left::Whole);
     node.devices.refresh();
     let vfs_away = |p: &crate::ledger::PodRecord| node.devices.vfs_away(p);
     let ledger = node.devices.ledger();
@@ -170,23 +170,35 @@ impl crate::plugin::vf_finish::FinishRestore for Finishes {
 /// its VLAN perhaps reset; its poststop killed by the runtime's hook
 /// timeout): no container of the pod is given it as it is. The plugin
 /// finishes that restore and refuses the container once; kubelet's retry,
-/// with the VF home, moves it in again. The owner's removal does not keep
-/// the network for a VF half restored.
+/// with the VF home, moves it in again.
 #[test]
 fn a_vf_a_restore_began_on_is_finished_before_a_container_gets_it() {
+    cut_run_is_restored_before_a_container_gets_it(Left::Restoring);
+}
+
+/// The same for an attach cut after the move (the runtime died during
+/// createRuntime: no rollback, no poststop), which may have left the VF in
+/// the pod not renamed, configured or up.
+#[test]
+fn a_vf_whose_attach_was_cut_is_restored_before_a_container_gets_it() {
+    cut_run_is_restored_before_a_container_gets_it(Left::Attaching);
+}
+
+fn cut_run_is_restored_before_a_container_gets_it(left: Left) {
     let node = node();
     let finishes = Arc::new(Finishes::default());
     node.devices.set_finish_restore(finishes.clone());
     let config = Arc::new(Config::default());
     let features = RuntimeFeatures::default();
     let owner = node.create("c1", &[], &config, features).unwrap();
-    let (saved, net, away) = hook_moved_vf(&node, true);
+    let (saved, net, away) = hook_moved_vf(&node, left);
     node.devices.refresh();
     let e = node.create("c2", &[], &config, features).unwrap_err();
     assert!(
         e.to_string()
             .starts_with("scheduling.koordinator.sh/device-allocated: rdma[0].vfs[0]: rdma vf ")
-            && e.to_string().contains(" is in the pod half restored "),
+            && e.to_string()
+                .contains(" is in the pod half restored or half attached "),
         "{e}"
     );
     let vf = node.fixture.expected().rdma[0].vfs[0].bus_id;
@@ -217,33 +229,36 @@ fn a_vf_a_restore_began_on_is_finished_before_a_container_gets_it() {
     );
 }
 
-/// While the restore is unfinished, the owner's removal gives up the network.
+/// While the restore or the attach is unfinished, the owner's removal gives
+/// up the network; a finished attach keeps it.
 #[test]
 fn a_removed_owner_whose_vf_is_half_restored_gives_up_the_network() {
-    let node = node();
-    node.devices
-        .set_finish_restore(Arc::new(Finishes::default()));
-    let config = Arc::new(Config::default());
-    node.create("c1", &[], &config, RuntimeFeatures::default())
-        .unwrap();
-    hook_moved_vf(&node, true);
-    let vfs_away = |p: &crate::ledger::PodRecord| node.devices.vfs_away(p);
-    let ledger = node.devices.ledger();
-    ledger.remove_container("sandbox", "c1", &vfs_away).unwrap();
-    assert_eq!(
-        ledger.snapshot().unwrap().pods["sandbox"].network_owner,
-        None
-    );
+    for (left, kept) in [
+        (Left::Restoring, false),
+        (Left::Attaching, false),
+        (Left::Whole, true),
+    ] {
+        let node = node();
+        node.devices
+            .set_finish_restore(Arc::new(Finishes::default()));
+        let config = Arc::new(Config::default());
+        node.create("c1", &[], &config, RuntimeFeatures::default())
+            .unwrap();
+        hook_moved_vf(&node, left);
+        let vfs_away = |p: &crate::ledger::PodRecord| node.devices.vfs_away(p);
+        let ledger = node.devices.ledger();
+        ledger.remove_container("sandbox", "c1", &vfs_away).unwrap();
+        let owner = ledger.snapshot().unwrap().pods["sandbox"]
+            .network_owner
+            .clone();
+        assert_eq!(owner.is_some(), kept, "{left:?}");
+    }
 }
 
 /// The pod's first NIC's first two VFs, the first moved by `c1` (its record
-/// `restoring` as said) and the second as said: away with a record of `c1`,
+/// left as said) and the second as said: away with a whole record of `c1`,
 /// or home.
-fn two_vfs(
-    node: &Node,
-    first_restoring: bool,
-    second_away: bool,
-) -> [crate::inventory::PciAddr; 2] {
+fn two_vfs(node: &Node, first: Left, second_away: bool) -> [crate::inventory::PciAddr; 2] {
     let nic = &node.fixture.expected().rdma[0];
     let vfs = [nic.vfs[0].bus_id, nic.vfs[1].bus_id];
     let saved = netdev::SavedStore::new(&node.dir.path().join("state"));
@@ -252,7 +267,9 @@ fn two_vfs(
             continue;
         }
         let mut rec = netdev::SavedVf::example("c1", &vf.to_string());
-        rec.restoring = i == 0 && first_restoring;
+        if i == 0 {
+            first.mark(&mut rec);
+        }
         saved.save(&rec).unwrap();
         let net = node
             .fixture
@@ -304,7 +321,7 @@ fn refused_next(node: &Node) -> String {
 #[test]
 fn a_pod_whose_vfs_are_split_between_host_and_pod_is_refused() {
     let (node, finishes) = two_vf_node();
-    two_vfs(&node, false, false);
+    two_vfs(&node, Left::Whole, false);
     let e = refused_next(&node);
     assert!(
         e.ends_with(" has no host netdev to move into the pod"),
@@ -313,14 +330,20 @@ fn a_pod_whose_vfs_are_split_between_host_and_pod_is_refused() {
     assert!(finishes.0.lock().unwrap().is_empty(), "no restore began");
 }
 
-/// A restore began on one VF of the owner's: every VF that owner moved is
-/// restored, so the next attempt moves them in together.
+/// A restore began on one VF of the owner's, or its attach was cut: every
+/// VF that owner moved is restored, so the next attempt moves them in
+/// together.
 #[test]
 fn every_vf_the_owner_moved_is_restored_once_one_restore_began() {
-    let (node, finishes) = two_vf_node();
-    let vfs = two_vfs(&node, true, true);
-    let e = refused_next(&node);
-    assert!(e.contains(" is in the pod half restored "), "{e}");
-    let asked = finishes.0.lock().unwrap().clone();
-    assert_eq!(asked, [("c1".to_string(), vfs.to_vec())]);
+    for left in [Left::Restoring, Left::Attaching] {
+        let (node, finishes) = two_vf_node();
+        let vfs = two_vfs(&node, left, true);
+        let e = refused_next(&node);
+        assert!(
+            e.contains(" is in the pod half restored or half attached "),
+            "{left:?}: {e}"
+        );
+        let asked = finishes.0.lock().unwrap().clone();
+        assert_eq!(asked, [("c1".to_string(), vfs.to_vec())], "{left:?}");
+    }
 }

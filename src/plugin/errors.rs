@@ -72,8 +72,9 @@ pub enum DeviceError {
     /// `entry` as in `Claim`: `rdma[0].vfs[1]: `, or empty where unknown.
     #[error("{DEVICE_ALLOCATED}: {entry}rdma vf {vf} has no host netdev to move into the pod")]
     NoNetdev { entry: String, vf: PciAddr },
-    /// A restore of the VF began and stopped with it still in the pod.
-    #[error("{DEVICE_ALLOCATED}: {entry}rdma vf {vf} is in the pod half restored (its earlier container's restore stopped): devgate finishes the restore, and the next attempt moves it in again")]
+    /// A restore of the VF began, or its attach, and stopped with it still
+    /// in the pod.
+    #[error("{DEVICE_ALLOCATED}: {entry}rdma vf {vf} is in the pod half restored or half attached (an earlier container's hook stopped part way): devgate restores it, and the next attempt moves it in again")]
     RestoreUnfinished { entry: String, vf: PciAddr },
     #[error(transparent)]
     Resolved(#[from] ResolvedError),

@@ -65,10 +65,11 @@ impl Devices {
     }
 
     /// Whether every VF of the plan away from the host is in the pod as its
-    /// owner moved it: saved, and no restore begun on it. One a restore
-    /// began on may be down with its VLAN gone; a container given it as it
-    /// is could bring it up untagged, so the plan is made again and, with
-    /// the VF still away, refused.
+    /// owner moved it: saved, its attach finished, and no restore begun on
+    /// it. One a restore began on may be down with its VLAN gone, one whose
+    /// attach was cut not yet configured; a container given it as it is
+    /// could bring it up untagged, so the plan is made again and, with the
+    /// VF still away, refused.
     fn moved_whole(&self, plan: &Plan) -> bool {
         let saved = crate::netdev::SavedStore::new(&self.state_dir);
         plan.network
@@ -77,11 +78,12 @@ impl Devices {
             .all(|a| saved.moved_whole(a.vf_bus_id))
     }
 
-    /// Refuses a plan with a VF still in the pod whose restore began (see
-    /// `vf_finish`), having started to finish the restore of every VF of
-    /// the pod's that the same container moved: its restore began, so that
-    /// container ended, and each of its VFs goes home, for the next attempt
-    /// to move them in together. Only VFs the ledger says the pod claims.
+    /// Refuses a plan with a VF still in the pod whose restore began or
+    /// whose attach was cut (see `vf_finish`), having started to restore
+    /// every VF of the pod's that the same container moved: that container
+    /// ended (or its start failed with the runtime), and each of its VFs
+    /// goes home, for the next attempt to move them in together. Only VFs
+    /// the ledger says the pod claims.
     fn finish_begun_restores(&self, plan: &Plan, sandbox_id: &str) -> Result<(), DeviceError> {
         let saved = crate::netdev::SavedStore::new(&self.state_dir);
         let records: Vec<(PciAddr, crate::netdev::SavedVf)> = plan
@@ -90,7 +92,7 @@ impl Devices {
             .filter(|a| a.netdev.is_none())
             .filter_map(|a| Some((a.vf_bus_id, saved.load(a.vf_bus_id).ok()??)))
             .collect();
-        let Some((first, begun)) = records.iter().find(|(_, r)| r.restoring) else {
+        let Some((first, begun)) = records.iter().find(|(_, r)| r.cut()) else {
             return Ok(());
         };
         let container = begun.container_id.as_str();

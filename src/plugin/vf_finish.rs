@@ -9,6 +9,11 @@
 //! container restarted), so the plugin finishes it when the pod's next
 //! container asks for the VF, and refuses that one attempt: kubelet's retry
 //! finds the VF home and moves it in again.
+//!
+//! An attach cut part way is restored the same way: its record stays marked
+//! `attaching` when the runtime dies during createRuntime, so that neither
+//! the hook's rollback nor poststop runs, and the VF may sit in the pod
+//! not renamed, configured or up.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -61,8 +66,9 @@ impl Inner {
 
     fn run(&self, container: &str, vfs: &[PciAddr]) {
         // Under each VF's lock: a record another container saved since (the
-        // VF home and moved in again) is not this restore's.
-        let ours = |c: &str| c == container;
+        // VF home and moved in again) is not this restore's, nor one whose
+        // attach, still at work when it was read, has finished since.
+        let ours = |r: &crate::netdev::SavedVf| r.container_id == container && r.cut();
         let outcomes = match self.vfs.restore_each(vfs, &ours) {
             Ok(outcomes) => outcomes,
             Err(e) => {
@@ -135,6 +141,21 @@ mod tests {
     /// record gone.
     #[test]
     fn a_half_restored_vf_comes_home() {
+        half_done_vf_comes_home("dgfin0v", "dgfin0p", |rec| rec.restoring = true);
+    }
+
+    /// The same for an attach cut after the move (the runtime died during
+    /// createRuntime): its record still says `attaching`. While the record
+    /// says the attach finished (it was at work when the plan read it), the
+    /// worker leaves it.
+    #[test]
+    fn a_half_attached_vf_comes_home() {
+        half_done_vf_comes_home("dgfin1v", "dgfin1p", |rec| rec.attaching = true);
+    }
+
+    /// `mark` makes the record of a VF moved into a pod one of a run cut
+    /// part way.
+    fn half_done_vf_comes_home(host: &'static str, peer: &str, mark: fn(&mut SavedVf)) {
         assert!(
             nix::unistd::geteuid().is_root(),
             "needs root: it moves links between namespaces"
@@ -148,13 +169,10 @@ mod tests {
         eventually("the pod in its own netns", || {
             std::fs::read_link(&ns_path).is_ok_and(|l| l != me)
         });
-        let scene = Scene {
-            pod,
-            host: "dgfin0v",
-        };
+        let scene = Scene { pod, host };
         ip(&["link", "del", scene.host]);
         assert!(ip(&[
-            "link", "add", scene.host, "type", "veth", "peer", "name", "dgfin0p"
+            "link", "add", scene.host, "type", "veth", "peer", "name", peer
         ]));
         assert!(ip(&[
             "link",
@@ -188,11 +206,16 @@ mod tests {
             },
             path: Some(ns_path),
         };
-        rec.restoring = true;
         let saved = SavedStore::new(dir.path());
         saved.save(&rec).unwrap();
-
         let finish = OnWorker::new(dir.path().to_path_buf());
+        // A whole record, as a finished attach leaves it, is kept.
+        finish.finish("c1", &[vf]);
+        eventually("c1's worker done", || !finish.0.running().contains("c1"));
+        assert!(saved.has_record(vf), "a finished attach's record kept");
+        mark(&mut rec);
+        saved.save(&rec).unwrap();
+
         // Only the container whose restore began: another's record is kept.
         finish.finish("c0", &[vf]);
         eventually("c0's worker done", || !finish.0.running().contains("c0"));

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use crate::inventory::PciAddr;
 use crate::ledger::{DeviceId, Ledger, PodRecord, Teardown, Unclean};
-use crate::netdev::{self, NetnsRoots, SavedStore, SysNetEnv, VfOps};
+use crate::netdev::{self, NetnsRoots, SavedStore, SavedVf, SysNetEnv, VfOps};
 
 pub struct VfTeardown {
     store: SavedStore,
@@ -43,9 +43,9 @@ impl VfTeardown {
         // ledger records a container before its hook saves a VF.
         let sandbox = pod.pod.sandbox_id.as_str();
         // An unreadable ledger fails the release's commit anyway.
-        let ours = |container: &str| match Ledger::read(&self.state_dir) {
+        let ours = |rec: &SavedVf| match Ledger::read(&self.state_dir) {
             Ok(state) => state
-                .pod_of(container)
+                .pod_of(&rec.container_id)
                 .is_none_or(|p| p.pod.sandbox_id == sandbox),
             Err(_) => true,
         };
@@ -67,15 +67,15 @@ impl VfTeardown {
             .map_or(Ok(()), Err)
     }
 
-    /// Restores each of `vfs` whose record's container `ours` accepts
-    /// (asked under the VF's lock), on the calling thread, which it may move
+    /// Restores each of `vfs` whose record `ours` accepts (asked under the
+    /// VF's lock), on the calling thread, which it may move
     /// between namespaces while it runs: whether each had such a record to
     /// restore, or why it failed. An error when the namespaces cannot be
     /// worked with at all.
     pub(super) fn restore_each(
         &self,
         vfs: &[PciAddr],
-        ours: &dyn Fn(&str) -> bool,
+        ours: &dyn Fn(&SavedVf) -> bool,
     ) -> Result<Vec<Restored>, String> {
         let mut env =
             SysNetEnv::new(NetnsRoots::default()).map_err(|e| nri::ErrorChain(&e).to_string())?;

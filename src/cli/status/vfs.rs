@@ -123,6 +123,7 @@ mod tests {
             pf_parent: None,
             saved_unix: 1,
             restoring: false,
+            attaching: false,
         }
     }
 

@@ -551,3 +551,38 @@ fn rdma_char_devices_numbered_anew_by_the_move_fail_the_attach() {
     assert_eq!(rig.m().world(), before, "put back");
     assert_eq!(rig.records(), 0);
 }
+
+/// An attach cut after the VF is configured and before its record is marked
+/// finished (the process died: no rollback) leaves the record `attaching`,
+/// so nothing takes the VF as whole. A finished attach clears it, and a
+/// later stage of the same container redoes a cut one rather than taking
+/// it as done from a look at the pod.
+#[test]
+fn an_attach_cut_part_way_is_marked_until_one_finishes() {
+    let mut rig = Rig::new(model());
+    let pod = crate::netdev::Netns::fake(POD);
+    let die_at_rdma = |step: &'static str| {
+        if step == "rdma" {
+            panic!("killed");
+        }
+    };
+    let cut = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut ops = VfOps {
+            env: &mut rig.net,
+            store: &rig.store,
+            checkpoint: &die_at_rdma,
+        };
+        attach_all(&mut ops, "ctr1", &pod, None, &[action()])
+    }));
+    assert!(cut.is_err(), "the attach died at its checkpoint");
+    let rec = &rig.store.all().unwrap()[0];
+    assert!(rec.attaching && rec.cut(), "{rec:?}");
+    assert!(!rig.store.moved_whole(rec.vf()));
+    assert_eq!(rig.m().rdma["mlx5_3"].1, POD, "everything applied");
+    let calls = rig.m().calls.len();
+    rig.attach(&[action()]).unwrap();
+    assert!(rig.m().calls.len() > calls, "done again, not taken as done");
+    let rec = &rig.store.all().unwrap()[0];
+    assert!(!rec.attaching && !rec.cut(), "{rec:?}");
+    assert!(rig.store.moved_whole(rec.vf()));
+}

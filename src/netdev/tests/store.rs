@@ -193,3 +193,19 @@ fn saved_vf_states_keep_the_booleans_every_version_reads() {
     let saved = serde_json::to_value(&state).unwrap();
     assert!(saved.get("unreported").is_none(), "{saved}");
 }
+
+/// Records written before the `attaching` mark read as finished attaches,
+/// as they were taken then; a finished attach's record is written without
+/// it, so the release before reads every record of this one.
+#[test]
+fn records_before_the_attaching_mark_read_as_finished() {
+    let mut rec = record("c1", "0000:00:10.1");
+    let whole = serde_json::to_value(&rec).unwrap();
+    assert!(whole.get("attaching").is_none(), "{whole}");
+    let read: SavedVf = serde_json::from_value(whole).unwrap();
+    assert!(!read.attaching && !read.cut());
+    rec.attaching = true;
+    let cut = serde_json::to_value(&rec).unwrap();
+    assert_eq!(cut["attaching"], true);
+    assert!(serde_json::from_value::<SavedVf>(cut).unwrap().cut());
+}
