@@ -22,6 +22,20 @@ pub enum RdmaPlacement {
     None,
 }
 
+/// Where the hook's work on a VF stands, from its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VfProgress {
+    /// Moved into the pod and configured as planned.
+    Attached,
+    /// An attach saved the record and has not finished: at work now, or cut
+    /// (the pod's next container has it restored).
+    Attaching,
+    /// A restore began: at work now, or cut (finished by the pod's next
+    /// container or its release).
+    Restoring,
+}
+
 /// One VF in a pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct VfView {
@@ -29,6 +43,7 @@ pub struct VfView {
     pub container_id: String,
     pub host_netdev: String,
     pub container_ifname: String,
+    pub state: VfProgress,
     pub rdma_device: Option<String>,
     pub rdma: RdmaPlacement,
 }
@@ -46,6 +61,12 @@ impl VfView {
             container_id: saved.container_id.clone(),
             host_netdev: a.host_netdev.clone(),
             container_ifname: a.container_ifname.clone(),
+            // A restore may begin on a cut attach: the restore is what runs.
+            state: match (saved.restoring, saved.attaching) {
+                (true, _) => VfProgress::Restoring,
+                (false, true) => VfProgress::Attaching,
+                (false, false) => VfProgress::Attached,
+            },
             rdma_device: a.rdma_device.clone(),
             rdma,
         }
@@ -60,8 +81,8 @@ pub fn table(vfs: &[VfView]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<14} {:<14} {:<24} RDMA",
-        "VF", "CONTAINER", "NETDEV"
+        "{:<14} {:<14} {:<24} {:<10} RDMA",
+        "VF", "CONTAINER", "NETDEV", "STATE"
     );
     for v in vfs {
         let container: String = v.container_id.chars().take(12).collect();
@@ -73,9 +94,14 @@ pub fn table(vfs: &[VfView]) -> String {
             }
             _ => "-".to_string(),
         };
+        let state = match v.state {
+            VfProgress::Attached => "attached",
+            VfProgress::Attaching => "attaching",
+            VfProgress::Restoring => "restoring",
+        };
         let _ = writeln!(
             out,
-            "{:<14} {:<14} {:<24} {rdma}",
+            "{:<14} {:<14} {:<24} {state:<10} {rdma}",
             v.vf.to_string(),
             container,
             netdev
@@ -162,5 +188,26 @@ mod tests {
         assert_eq!(json["rdma"], "host_shared");
         assert_eq!(json["rdma_device"], "mlx5_9");
         assert_eq!(table(&[]), "");
+    }
+
+    /// A record left by an attach or a restore that has not finished says
+    /// so, in the table and the JSON.
+    #[test]
+    fn an_unfinished_attach_or_restore_is_shown() {
+        let mut rec = saved("0000:19:00.2", None, false);
+        let state = |rec: &SavedVf| {
+            let v = VfView::of(rec);
+            let text = table(std::slice::from_ref(&v));
+            let word = text.lines().nth(1).unwrap().split_whitespace().nth(5);
+            (
+                serde_json::to_value(&v).unwrap()["state"].clone(),
+                word.unwrap().to_string(),
+            )
+        };
+        assert_eq!(state(&rec), ("attached".into(), "attached".into()));
+        rec.attaching = true;
+        assert_eq!(state(&rec), ("attaching".into(), "attaching".into()));
+        rec.restoring = true;
+        assert_eq!(state(&rec), ("restoring".into(), "restoring".into()));
     }
 }
