@@ -83,7 +83,10 @@ pub enum HooksOnlyError {
     },
     #[error("pod {pod}: teardown failed, its devices are quarantined: {reason}")]
     Teardown { pod: String, reason: String },
-    #[error("container {container}: its pod was released before its vfs moved; refused")]
+    #[error(
+        "container {container}: its pod was released, or its network taken over by another \
+         container, before its vfs moved; refused"
+    )]
     Released { container: String },
 }
 

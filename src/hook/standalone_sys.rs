@@ -92,12 +92,14 @@ impl ContainerOs for SysContainerOs {
         networks: &[VfAttach],
         checkpoint: &dyn Fn(&'static str),
     ) -> Result<(), HookError> {
-        // This hook admitted the container; a release of its pod since (the
-        // reap of exited pods, another container's poststop) took the record.
+        // This hook admitted the container as its pod's network owner; a
+        // release of its pod since (the reap of exited pods, another
+        // container's poststop) took the record, or a container created
+        // meanwhile took the network over.
         let state_dir = &self.env.state_dir;
-        let admitted = || match Ledger::read(state_dir)?.container(container_id) {
-            Some(_) => Ok(()),
-            None => Err(HooksOnlyError::Released {
+        let admitted = || match Ledger::read(state_dir)?.pod_of(container_id) {
+            Some(p) if p.network_owner.as_deref() == Some(container_id) => Ok(()),
+            _ => Err(HooksOnlyError::Released {
                 container: container_id.chars().take(64).collect(),
             }),
         };
@@ -215,31 +217,52 @@ mod tests {
         assert_eq!(kept, [DeviceId::Gpu("GPU-1".into())]);
     }
 
-    /// A container this hook admitted whose pod a release took meanwhile:
-    /// its VFs are not moved, under their release turns.
+    /// A container this hook admitted whose pod a release took meanwhile,
+    /// or whose network another container took over: its VFs are not
+    /// moved, asked under their release turns. The owner gets past that
+    /// look (here to the refusal of the host's own netns, this test's).
     #[test]
-    fn a_container_released_before_its_vfs_move_moves_nothing() {
+    fn only_a_container_still_owning_its_pods_network_moves_vfs() {
         let dir = tempfile::tempdir().unwrap();
         let env = HookEnv {
             host_root: PathBuf::from("/"),
             state_dir: dir.path().to_path_buf(),
             roots: crate::netdev::NetnsRoots::default(),
         };
-        let mut os = SysContainerOs::new(env, PathBuf::from("/x"), PathBuf::from("/x"));
         let vf: VfAttach = serde_json::from_str(
             r#"{"vf_index":0,"vf_bus_id":"0000:00:10.1","host_netdev":"veth0","container_ifname":"net1"}"#,
         )
         .unwrap();
-        let e = os
-            .attach("c1", std::process::id(), &[vf], &|_| {})
-            .unwrap_err();
-        assert!(
-            matches!(e, HookError::HooksOnly(HooksOnlyError::Released { .. })),
-            "{e}"
-        );
-        assert!(
-            !dir.path().join("vf").exists(),
-            "nothing saved, nothing moved"
-        );
+        let held = pod(DeviceId::Vf(vf.vf_bus_id));
+        let ledger = Ledger::open(dir.path()).unwrap();
+        for id in ["c1", "c2"] {
+            let record = crate::ledger::ContainerRecord {
+                name: id.into(),
+                devices: Vec::new(),
+                applied_unix: 1,
+                init: None,
+                cgroups: Vec::new(),
+                resolved: None,
+                resolved_sha256: None,
+                hooks_only: true,
+            };
+            ledger
+                .admit(&held.pod, &held.claims, id, record, true)
+                .unwrap();
+        }
+        let mut os = SysContainerOs::new(env, PathBuf::from("/x"), PathBuf::from("/x"));
+        let mut attach = |id: &str| {
+            os.attach(id, std::process::id(), std::slice::from_ref(&vf), &|_| {})
+                .unwrap_err()
+        };
+        for id in ["c2", "gone"] {
+            let e = attach(id);
+            assert!(
+                matches!(e, HookError::HooksOnly(HooksOnlyError::Released { .. })),
+                "{id}: {e}"
+            );
+        }
+        let e = attach("c1");
+        assert!(matches!(e, HookError::Vf(_)), "{e}");
     }
 }
