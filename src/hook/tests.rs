@@ -195,6 +195,9 @@ fn an_attach_during_its_pods_release_waits_for_it_and_moves_nothing() {
     let (entered_tx, entered) = std::sync::mpsc::channel();
     let (go, go_rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
+        // Dropped by a failing assertion below, so the release ends rather
+        // than wait for it and hang the test.
+        let go = go;
         let release = s.spawn(|| {
             let gate = Gate {
                 entered: entered_tx,
