@@ -197,8 +197,9 @@ fn cut_run_is_restored_before_a_container_gets_it(left: Left) {
     assert!(
         e.to_string()
             .starts_with("scheduling.koordinator.sh/device-allocated: rdma[0].vfs[0]: rdma vf ")
-            && e.to_string()
-                .contains(" is in the pod half restored or half attached "),
+            && e.to_string().contains(
+                " is left in the pod by an earlier container's hook that stopped part way "
+            ),
         "{e}"
     );
     let vf = node.fixture.expected().rdma[0].vfs[0].bus_id;
@@ -315,19 +316,25 @@ fn refused_next(node: &Node) -> String {
     e.unwrap_err().to_string()
 }
 
-/// The owner's poststop was cut between two VFs: one home, one still in the
-/// pod as it was moved. The pod's next container is refused rather than
-/// started with the one in the pod alone.
+/// The owner's poststop was cut between two VFs (or its attach, before the
+/// second was saved): one home, one still in the pod as it was moved. The
+/// pod's next container is refused rather than started with the one in the
+/// pod alone, and the one in the pod is brought home, so that the retry
+/// moves both in.
 #[test]
 fn a_pod_whose_vfs_are_split_between_host_and_pod_is_refused() {
     let (node, finishes) = two_vf_node();
-    two_vfs(&node, Left::Whole, false);
+    let vfs = two_vfs(&node, Left::Whole, false);
     let e = refused_next(&node);
     assert!(
-        e.ends_with(" has no host netdev to move into the pod"),
+        e.contains(&format!(
+            "rdma vf {} is left in the pod by an earlier container's hook that stopped part way ",
+            vfs[0]
+        )),
         "{e}"
     );
-    assert!(finishes.0.lock().unwrap().is_empty(), "no restore began");
+    let asked = finishes.0.lock().unwrap().clone();
+    assert_eq!(asked, [("c1".to_string(), vfs.to_vec())]);
 }
 
 /// A restore began on one VF of the owner's, or its attach was cut: every
@@ -340,7 +347,7 @@ fn every_vf_the_owner_moved_is_restored_once_one_restore_began() {
         let vfs = two_vfs(&node, left, true);
         let e = refused_next(&node);
         assert!(
-            e.contains(" is in the pod half restored or half attached "),
+            e.contains(" is left in the pod by an earlier container's hook that stopped part way "),
             "{left:?}: {e}"
         );
         let asked = finishes.0.lock().unwrap().clone();

@@ -73,8 +73,8 @@ pub enum DeviceError {
     #[error("{DEVICE_ALLOCATED}: {entry}rdma vf {vf} has no host netdev to move into the pod")]
     NoNetdev { entry: String, vf: PciAddr },
     /// A restore of the VF began, or its attach, and stopped with it still
-    /// in the pod.
-    #[error("{DEVICE_ALLOCATED}: {entry}rdma vf {vf} is in the pod half restored or half attached (an earlier container's hook stopped part way): devgate restores it, and the next attempt moves it in again")]
+    /// in the pod, or the pod's other VFs are on the host.
+    #[error("{DEVICE_ALLOCATED}: {entry}rdma vf {vf} is left in the pod by an earlier container's hook that stopped part way (half attached, half restored, or the pod's other vfs on the host): devgate brings it home, and the next attempt moves the pod's vfs in again")]
     RestoreUnfinished { entry: String, vf: PciAddr },
     #[error(transparent)]
     Resolved(#[from] ResolvedError),

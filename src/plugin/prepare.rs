@@ -79,28 +79,27 @@ impl Devices {
     }
 
     /// Refuses a plan with a VF still in the pod whose restore began or
-    /// whose attach was cut (see `vf_finish`), having started to restore
-    /// every VF of the pod's that the same container moved: that container
-    /// ended (or its start failed with the runtime), and each of its VFs
-    /// goes home, for the next attempt to move them in together. Only VFs
-    /// the ledger says the pod claims.
-    fn finish_begun_restores(&self, plan: &Plan, sandbox_id: &str) -> Result<(), DeviceError> {
+    /// whose attach was cut, or beside a VF of the pod's on the host (see
+    /// `vf_finish`), having started to restore every VF of the pod's that
+    /// the same container moved: that container ended (or its start failed
+    /// with the runtime), and each of its VFs goes home, for the next
+    /// attempt to move them in together. Only VFs the ledger says the pod
+    /// claims.
+    fn finish_cut_network(&self, plan: &Plan, sandbox_id: &str) -> Result<(), DeviceError> {
         let saved = crate::netdev::SavedStore::new(&self.state_dir);
-        let records: Vec<(PciAddr, crate::netdev::SavedVf)> = plan
+        let away: Vec<(PciAddr, crate::netdev::SavedVf)> = plan
             .network
             .iter()
             .filter(|a| a.netdev.is_none())
             .filter_map(|a| Some((a.vf_bus_id, saved.load(a.vf_bus_id).ok()??)))
             .collect();
-        let Some((first, begun)) = records.iter().find(|(_, r)| r.cut()) else {
+        let split = plan.network.iter().any(|a| a.netdev.is_some());
+        let cut = away.iter().find(|(_, r)| r.cut());
+        let Some((first, left)) = cut.or(away.first().filter(|_| split)) else {
             return Ok(());
         };
-        let container = begun.container_id.as_str();
-        let vfs: Vec<PciAddr> = records
-            .iter()
-            .filter(|(_, r)| r.container_id == container)
-            .map(|(vf, _)| *vf)
-            .collect();
+        let container = left.container_id.as_str();
+        let vfs: Vec<PciAddr> = plan.network.iter().map(|a| a.vf_bus_id).collect();
         let claimed =
             self.ledger
                 .claims_vfs(sandbox_id, &vfs)
@@ -158,7 +157,7 @@ impl Devices {
         if away && !owned {
             // Read while the VF was still in a pod that has since given it back.
             plan = self.replan(devices, ctr, config)?;
-            self.finish_begun_restores(&plan, &pod.id)?;
+            self.finish_cut_network(&plan, &pod.id)?;
         }
         // Before the reply, so before runc registers the container's rules
         // with systemd; a failure only costs the rules' survival of a

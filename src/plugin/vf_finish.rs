@@ -13,22 +13,44 @@
 //! An attach cut part way is restored the same way: its record stays marked
 //! `attaching` when the runtime dies during createRuntime, so that neither
 //! the hook's rollback nor poststop runs, and the VF may sit in the pod
-//! not renamed, configured or up.
+//! not renamed, configured or up. So is a pod whose VFs are split between
+//! the host and the pod (a restore or an attach cut between two VFs): the
+//! ones in the pod come home, for the next attempt to move them all in.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::inventory::PciAddr;
+use crate::ledger::{DeviceId, Ledger};
+use crate::netdev::{SavedStore, SavedVf};
 
 use super::vf_teardown::VfTeardown;
 
 /// Finishes the restore begun on a VF of a live pod, off the request path.
 pub trait FinishRestore: Send + Sync {
-    /// Starts restoring `vfs`, each only while its record is still
-    /// `container`'s (the one whose restore began); a container whose VFs
-    /// are being restored already is left to that.
+    /// Starts restoring `container`'s records among `vfs` (its pod's VFs),
+    /// each only while it is still `container`'s, if once no hook works on
+    /// them they are still left part way ([`left_part_way`]); a container
+    /// whose VFs are being restored already is left to that.
     fn finish(&self, container: &str, vfs: &[PciAddr]);
+}
+
+/// Whether `container`'s records among `vfs` (a pod's VFs) are left part
+/// way: one of them cut, or a VF of the pod with no record (on the host)
+/// beside one of them (the pod's network split between the host and the
+/// pod: a restore or an attach cut between two VFs). An unreadable record
+/// says neither.
+pub(super) fn left_part_way(saved: &SavedStore, container: &str, vfs: &[PciAddr]) -> bool {
+    let records: Vec<_> = vfs.iter().map(|vf| saved.load(*vf)).collect();
+    let mine = || {
+        records.iter().filter_map(|r| match r {
+            Ok(Some(r)) if r.container_id == container => Some(r),
+            _ => None,
+        })
+    };
+    let split = mine().next().is_some() && records.iter().any(|r| matches!(r, Ok(None)));
+    split || mine().any(SavedVf::cut)
 }
 
 /// Each restore on a thread of its own: it enters the pod's namespace, and
@@ -36,6 +58,7 @@ pub trait FinishRestore: Send + Sync {
 pub struct OnWorker(Arc<Inner>);
 
 struct Inner {
+    state_dir: PathBuf,
     vfs: VfTeardown,
     /// Containers whose VFs are being restored.
     running: Mutex<HashSet<String>>,
@@ -44,7 +67,8 @@ struct Inner {
 impl OnWorker {
     pub fn new(state_dir: PathBuf) -> OnWorker {
         OnWorker(Arc::new(Inner {
-            vfs: VfTeardown::new(state_dir),
+            vfs: VfTeardown::new(state_dir.clone()),
+            state_dir,
             running: Mutex::default(),
         }))
     }
@@ -65,10 +89,25 @@ impl Inner {
     }
 
     fn run(&self, container: &str, vfs: &[PciAddr]) {
+        // Under the VFs' release turns, which a hook holds for its whole
+        // attach: one at work when the plan read the records has finished
+        // or died by now, and the records say what is left.
+        let ids: Vec<DeviceId> = vfs.iter().map(|vf| DeviceId::Vf(*vf)).collect();
+        let turns = Ledger::open(&self.state_dir).and_then(|l| l.lock_devices(ids.iter()));
+        let _turns = match turns {
+            Ok(turns) => turns,
+            Err(e) => {
+                tracing::error!(container, error = %nri::ErrorChain(&e), "vf restore not finished: tried again at the pod's next container");
+                return;
+            }
+        };
+        if !left_part_way(&SavedStore::new(&self.state_dir), container, vfs) {
+            tracing::debug!(container, "vf restore not needed: the pod's vfs are whole");
+            return;
+        }
         // Under each VF's lock: a record another container saved since (the
-        // VF home and moved in again) is not this restore's, nor one whose
-        // attach, still at work when it was read, has finished since.
-        let ours = |r: &crate::netdev::SavedVf| r.container_id == container && r.cut();
+        // VF home and moved in again) is not this restore's.
+        let ours = |r: &SavedVf| r.container_id == container;
         let outcomes = match self.vfs.restore_each(vfs, &ours) {
             Ok(outcomes) => outcomes,
             Err(e) => {
@@ -120,6 +159,28 @@ mod tests {
             .is_ok_and(|s| s.success())
     }
 
+    /// An attach at work when the plan read its record holds the VF's
+    /// release turn: the worker waits for it, and once the attach finished
+    /// leaves the VF alone. (A restore would first mark the record.)
+    #[test]
+    fn an_attach_at_work_is_waited_for_and_left_once_it_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let saved = SavedStore::new(dir.path());
+        let vf: PciAddr = "0000:ee:09.4".parse().unwrap();
+        let mut rec = SavedVf::example("c1", &vf.to_string());
+        rec.attaching = true;
+        saved.save(&rec).unwrap();
+        let ledger = Ledger::open(dir.path()).unwrap();
+        let turn = ledger.lock_devices([DeviceId::Vf(vf)].iter()).unwrap();
+        let finish = OnWorker::new(dir.path().to_path_buf());
+        finish.finish("c1", &[vf]);
+        rec.attaching = false;
+        saved.save(&rec).unwrap();
+        drop(turn);
+        eventually("c1's worker done", || !finish.0.running().contains("c1"));
+        assert_eq!(saved.load(vf).unwrap(), Some(rec), "no restore began");
+    }
+
     /// A veth standing in for a VF, and a process alone in a fresh netns
     /// standing in for the pod; both gone on drop.
     struct Scene {
@@ -141,7 +202,10 @@ mod tests {
     /// record gone.
     #[test]
     fn a_half_restored_vf_comes_home() {
-        half_done_vf_comes_home("dgfin0v", "dgfin0p", |rec| rec.restoring = true);
+        half_done_vf_comes_home("dgfin0v", "dgfin0p", |_, rec| {
+            rec.restoring = true;
+            vec![rec.vf()]
+        });
     }
 
     /// The same for an attach cut after the move (the runtime died during
@@ -150,12 +214,43 @@ mod tests {
     /// worker leaves it.
     #[test]
     fn a_half_attached_vf_comes_home() {
-        half_done_vf_comes_home("dgfin1v", "dgfin1p", |rec| rec.attaching = true);
+        half_done_vf_comes_home("dgfin1v", "dgfin1p", |_, rec| {
+            rec.attaching = true;
+            vec![rec.vf()]
+        });
     }
 
-    /// `mark` makes the record of a VF moved into a pod one of a run cut
-    /// part way.
-    fn half_done_vf_comes_home(host: &'static str, peer: &str, mark: fn(&mut SavedVf)) {
+    /// A VF moved whole into a pod whose other VF is on the host with no
+    /// record (a restore, or an attach, cut between the two) comes home.
+    #[test]
+    fn a_vf_in_a_pod_whose_other_vf_is_home_comes_home() {
+        half_done_vf_comes_home("dgfin2v", "dgfin2p", |_, rec| {
+            vec![rec.vf(), "0000:ee:09.2".parse().unwrap()]
+        });
+    }
+
+    /// A VF moved whole comes home beside one of the same attach that was
+    /// cut (here its netdev is nowhere to be found, so its own restore
+    /// fails and keeps its record).
+    #[test]
+    fn a_vf_beside_a_cut_one_comes_home() {
+        half_done_vf_comes_home("dgfin3v", "dgfin3p", |saved, rec| {
+            let mut other = SavedVf::example("c1", "0000:ee:09.3");
+            other.attach.host_netdev = "dgnone3".into();
+            other.host.name = "dgnone3".into();
+            other.attaching = true;
+            saved.save(&other).unwrap();
+            vec![rec.vf(), other.vf()]
+        });
+    }
+
+    /// `leave` makes what a run cut part way leaves of the VF moved into a
+    /// pod (its record) and of the pod's other VFs: the pod's VFs.
+    fn half_done_vf_comes_home(
+        host: &'static str,
+        peer: &str,
+        leave: fn(&SavedStore, &mut SavedVf) -> Vec<PciAddr>,
+    ) {
         assert!(
             nix::unistd::geteuid().is_root(),
             "needs root: it moves links between namespaces"
@@ -213,14 +308,14 @@ mod tests {
         finish.finish("c1", &[vf]);
         eventually("c1's worker done", || !finish.0.running().contains("c1"));
         assert!(saved.has_record(vf), "a finished attach's record kept");
-        mark(&mut rec);
+        let vfs = leave(&saved, &mut rec);
         saved.save(&rec).unwrap();
 
-        // Only the container whose restore began: another's record is kept.
-        finish.finish("c0", &[vf]);
+        // Only the container whose run was cut: another's record is kept.
+        finish.finish("c0", &vfs);
         eventually("c0's worker done", || !finish.0.running().contains("c0"));
         assert!(saved.has_record(vf), "another container's record kept");
-        finish.finish("c1", &[vf]);
+        finish.finish("c1", &vfs);
         eventually("c1's worker done", || !finish.0.running().contains("c1"));
         assert!(
             std::path::Path::new("/sys/class/net")
