@@ -270,6 +270,23 @@ impl SavedStore {
         matches!(self.load(vf), Ok(Some(r)) if !r.cut())
     }
 
+    /// Whether `container`'s records among `vfs` (a pod's VFs) are left part
+    /// way: one of them cut, or a VF of the pod with no record (on the
+    /// host) beside one of them (the pod's network split between the host
+    /// and the pod: a restore or an attach cut between two VFs). An
+    /// unreadable record says neither.
+    pub fn left_part_way(&self, container: &str, vfs: &[PciAddr]) -> bool {
+        let records: Vec<_> = vfs.iter().map(|vf| self.load(*vf)).collect();
+        let mine = || {
+            records.iter().filter_map(|r| match r {
+                Ok(Some(r)) if r.container_id == container => Some(r),
+                _ => None,
+            })
+        };
+        let split = mine().next().is_some() && records.iter().any(|r| matches!(r, Ok(None)));
+        split || mine().any(SavedVf::cut)
+    }
+
     /// Whether every VF `pod` claims that has a record is on the host
     /// (`at_home`): a restore that failed after the netdev came home left
     /// the record, and the owner holds nothing in the pod. Stops at the

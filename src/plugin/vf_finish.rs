@@ -31,26 +31,9 @@ use super::vf_teardown::VfTeardown;
 pub trait FinishRestore: Send + Sync {
     /// Starts restoring `container`'s records among `vfs` (its pod's VFs),
     /// each only while it is still `container`'s, if once no hook works on
-    /// them they are still left part way ([`left_part_way`]); a container
-    /// whose VFs are being restored already is left to that.
+    /// them they are still left part way ([`SavedStore::left_part_way`]); a
+    /// container whose VFs are being restored already is left to that.
     fn finish(&self, container: &str, vfs: &[PciAddr]);
-}
-
-/// Whether `container`'s records among `vfs` (a pod's VFs) are left part
-/// way: one of them cut, or a VF of the pod with no record (on the host)
-/// beside one of them (the pod's network split between the host and the
-/// pod: a restore or an attach cut between two VFs). An unreadable record
-/// says neither.
-pub(super) fn left_part_way(saved: &SavedStore, container: &str, vfs: &[PciAddr]) -> bool {
-    let records: Vec<_> = vfs.iter().map(|vf| saved.load(*vf)).collect();
-    let mine = || {
-        records.iter().filter_map(|r| match r {
-            Ok(Some(r)) if r.container_id == container => Some(r),
-            _ => None,
-        })
-    };
-    let split = mine().next().is_some() && records.iter().any(|r| matches!(r, Ok(None)));
-    split || mine().any(SavedVf::cut)
 }
 
 /// Each restore on a thread of its own: it enters the pod's namespace, and
@@ -101,7 +84,7 @@ impl Inner {
                 return;
             }
         };
-        if !left_part_way(&SavedStore::new(&self.state_dir), container, vfs) {
+        if !SavedStore::new(&self.state_dir).left_part_way(container, vfs) {
             tracing::debug!(container, "vf restore not needed: the pod's vfs are whole");
             return;
         }

@@ -209,3 +209,54 @@ fn records_before_the_attaching_mark_read_as_finished() {
     assert_eq!(cut["attaching"], true);
     assert!(serde_json::from_value::<SavedVf>(cut).unwrap().cut());
 }
+
+/// A container's records among a pod's VFs are left part way when one is
+/// cut, or when a VF of the pod has no record beside one of them.
+#[test]
+fn records_left_part_way() {
+    let vfs: Vec<crate::inventory::PciAddr> = ["0000:00:10.1", "0000:00:10.2"]
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    // Each VF's record: none, a whole one of c1, a cut one of c1, another
+    // container's, or an unreadable file.
+    #[derive(Clone, Copy, Debug)]
+    enum R {
+        None,
+        Whole,
+        Cut,
+        Other,
+        Unreadable,
+    }
+    for (records, want) in [
+        ([R::Whole, R::Whole], false),
+        ([R::None, R::None], false),
+        ([R::Other, R::None], false),
+        ([R::Other, R::Other], false),
+        ([R::Whole, R::Other], false),
+        ([R::Whole, R::Unreadable], false),
+        ([R::Cut, R::Whole], true),
+        ([R::Cut, R::Unreadable], true),
+        ([R::Whole, R::None], true),
+        ([R::None, R::Cut], true),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SavedStore::new(dir.path());
+        for (vf, r) in vfs.iter().zip(records) {
+            let mut rec = record("c1", &vf.to_string());
+            match r {
+                R::None => continue,
+                R::Whole => {}
+                R::Cut => rec.attaching = true,
+                R::Other => rec.container_id = "c0".into(),
+                R::Unreadable => {
+                    fs::create_dir_all(dir.path().join("vf")).unwrap();
+                    fs::write(dir.path().join(format!("vf/{vf}.json")), b"{").unwrap();
+                    continue;
+                }
+            }
+            store.save(&rec).unwrap();
+        }
+        assert_eq!(store.left_part_way("c1", &vfs), want, "{records:?}");
+    }
+}
