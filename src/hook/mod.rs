@@ -16,6 +16,7 @@ pub mod args;
 pub mod bundle;
 pub mod cgroup;
 pub mod cgroup_v2;
+mod cut_network;
 pub mod devnodes;
 pub mod entry;
 mod failed_attach;

@@ -101,3 +101,55 @@ fn an_owner_whose_vfs_are_home_hands_the_network_over() {
     assert_eq!(sb.network_owner.as_deref(), Some("a2"));
     assert_eq!(sb.containers.len(), 3);
 }
+
+/// The owner's attach was cut after the move (its hook killed: podman runs
+/// no poststop for a container it did not create), its record still says
+/// so, while another container of the pod lives on. While the owner's init
+/// lives (its hook may be at work), the next container leaves the VF alone;
+/// once it is gone, the next container restores the owner's VF and takes
+/// the network over, moving it in whole.
+#[test]
+fn an_exited_owner_whose_attach_was_cut_hands_over_its_vfs_restored() {
+    let w = world();
+    let (vf, net) = pod_vf(&w);
+    let mut a1 = FakeOs::default();
+    w.run(Stage::CreateRuntime, &in_pod(&w, "a1", 7), &mut a1)
+        .unwrap();
+    // What a1's hook did: the record saved, the netdev moved.
+    let store = crate::netdev::SavedStore::new(&w.env.state_dir);
+    let mut rec = crate::netdev::SavedVf::example("a1", &vf.to_string());
+    store.save(&rec).unwrap();
+    let away = net.with_extension("in-pod");
+    std::fs::rename(&net, &away).unwrap();
+    let mut b1 = FakeOs::default();
+    w.run(Stage::CreateRuntime, &in_pod(&w, "b1", 8), &mut b1)
+        .unwrap();
+    assert!(b1.attached.is_empty(), "b1 shares a1's network");
+    // It was cut before it finished.
+    rec.attaching = true;
+    store.save(&rec).unwrap();
+
+    let mut c1 = FakeOs::default();
+    w.run(Stage::CreateRuntime, &in_pod(&w, "c1", 9), &mut c1)
+        .unwrap();
+    assert!(
+        c1.detached.borrow().is_empty(),
+        "a live owner's vf left alone"
+    );
+    assert_eq!(w.ledger().pods["sb"].network_owner.as_deref(), Some("a1"));
+
+    set_start(&w.env.roots.proc_root, 7, None);
+    set_start(&w.env.roots.proc_root, 10, Some(1010));
+    let mut d1 = FakeOs {
+        on_detach: Some(std::rc::Rc::new(move || {
+            std::fs::rename(&away, &net).unwrap();
+            store.remove(vf).unwrap();
+        })),
+        ..FakeOs::default()
+    };
+    w.run(Stage::CreateRuntime, &in_pod(&w, "d1", 10), &mut d1)
+        .unwrap();
+    assert_eq!(*d1.detached.borrow(), ["a1"], "the owner's vf restored");
+    assert_eq!(d1.attached.len(), 1, "and moved in again");
+    assert_eq!(w.ledger().pods["sb"].network_owner.as_deref(), Some("d1"));
+}

@@ -295,6 +295,7 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
     // back on the host for this container to move in, not left to a pod
     // released underneath it.
     release::reap_stale(run, &ledger, &who.pod.sandbox_id)?;
+    super::cut_network::restore_cut_network(run, &ledger, &who.pod.sandbox_id)?;
     let inventory = gpu::discover_node(&env.host_root, &config.gpu);
     let plan =
         plan::build(&inventory, &devices, &who.container, config).map_err(HooksOnlyError::from)?;

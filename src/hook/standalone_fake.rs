@@ -33,6 +33,8 @@ pub(super) struct FakeOs {
     pub(super) meanwhile: Option<Rc<dyn Fn()>>,
     /// The UUIDs of each quarantine retry asked for.
     pub(super) retried: Vec<Vec<String>>,
+    /// What a detach does to the host.
+    pub(super) on_detach: Option<Rc<dyn Fn()>>,
 }
 
 /// The GPU teardown side of [`FakeOs`]; fails when `fail` is "gpu".
@@ -95,6 +97,9 @@ impl ContainerOs for FakeOs {
             return Err(fail("detach"));
         }
         self.detached.borrow_mut().push(id.to_string());
+        if let Some(effect) = &self.on_detach {
+            effect();
+        }
         Ok(std::mem::take(&mut self.attached).len())
     }
 
