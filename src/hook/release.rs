@@ -314,10 +314,11 @@ pub(super) fn reap_stale(
             );
             break;
         }
-        // Its last container's poststop (or another reap) is releasing it:
-        // that one finishes it, and this create does not wait on its teardown.
+        // Its last container's poststop (or another reap) is releasing it,
+        // or a hook holds its VFs' turns to move them: that one finishes,
+        // and this create does not wait on it.
         if ledger.releasing(&pod)? {
-            tracing::debug!(pod = %pod.pod, "stale pod: a release of it runs");
+            tracing::debug!(pod = %pod.pod, "stale pod: a release of it, or a move of its vfs, runs");
             continue;
         }
         if !mine {

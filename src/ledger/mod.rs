@@ -234,8 +234,8 @@ impl Ledger {
         }
     }
 
-    /// Whether a release of a pod holding one of `pod`'s devices runs now;
-    /// asked without waiting for it.
+    /// Whether a release of a pod holding one of `pod`'s devices runs now
+    /// (or a hook holds a VF's turn to move it); asked without waiting.
     pub fn releasing(&self, pod: &PodRecord) -> Result<bool, LedgerError> {
         release_lock::any_releasing(self.store.dir(), &pod.claims)
     }
