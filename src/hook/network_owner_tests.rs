@@ -111,23 +111,7 @@ fn an_owner_whose_vfs_are_home_hands_the_network_over() {
 #[test]
 fn an_exited_owner_whose_attach_was_cut_hands_over_its_vfs_restored() {
     let w = world();
-    let (vf, net) = pod_vf(&w);
-    let mut a1 = FakeOs::default();
-    w.run(Stage::CreateRuntime, &in_pod(&w, "a1", 7), &mut a1)
-        .unwrap();
-    // What a1's hook did: the record saved, the netdev moved.
-    let store = crate::netdev::SavedStore::new(&w.env.state_dir);
-    let mut rec = crate::netdev::SavedVf::example("a1", &vf.to_string());
-    store.save(&rec).unwrap();
-    let away = net.with_extension("in-pod");
-    std::fs::rename(&net, &away).unwrap();
-    let mut b1 = FakeOs::default();
-    w.run(Stage::CreateRuntime, &in_pod(&w, "b1", 8), &mut b1)
-        .unwrap();
-    assert!(b1.attached.is_empty(), "b1 shares a1's network");
-    // It was cut before it finished.
-    rec.attaching = true;
-    store.save(&rec).unwrap();
+    let (vf, net, away, store) = owner_cut(&w);
 
     let mut c1 = FakeOs::default();
     w.run(Stage::CreateRuntime, &in_pod(&w, "c1", 9), &mut c1)
@@ -152,4 +136,59 @@ fn an_exited_owner_whose_attach_was_cut_hands_over_its_vfs_restored() {
     assert_eq!(*d1.detached.borrow(), ["a1"], "the owner's vf restored");
     assert_eq!(d1.attached.len(), 1, "and moved in again");
     assert_eq!(w.ledger().pods["sb"].network_owner.as_deref(), Some("d1"));
+}
+
+/// An exited owner's hook may still be at work (its runtime gone): it holds
+/// the VFs' release turns, which the next container waits for before it
+/// looks. Here that attach finishes meanwhile, so the VF is shared as it is.
+#[test]
+fn an_exited_owners_attach_at_work_is_waited_for() {
+    let w = world();
+    let (vf, _, _, store) = owner_cut(&w);
+    set_start(&w.env.roots.proc_root, 7, None);
+    let ledger = Ledger::open(&w.env.state_dir).unwrap();
+    let turn = ledger
+        .lock_devices([crate::ledger::DeviceId::Vf(vf)].iter())
+        .unwrap();
+    std::thread::scope(|s| {
+        let next = s.spawn(|| {
+            let mut c1 = FakeOs::default();
+            let out = w.run(Stage::CreateRuntime, &in_pod(&w, "c1", 9), &mut c1);
+            (out.map_err(|e| e.to_string()), c1.detached.take())
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!next.is_finished(), "the next container waits");
+        let mut rec = store.load(vf).unwrap().unwrap();
+        rec.attaching = false;
+        store.save(&rec).unwrap();
+        drop(turn);
+        let (out, detached) = next.join().unwrap();
+        assert!(out.is_ok(), "{out:?}");
+        assert!(detached.is_empty(), "a finished attach left alone");
+    });
+    assert_eq!(w.ledger().pods["sb"].network_owner.as_deref(), Some("a1"));
+}
+
+/// A pod whose owner a1 (init 7) moved its VF and whose b1 (init 8) shares
+/// it, a1's attach then found cut: the VF, its host netdev's place and
+/// where it went, and the store holding a1's record.
+fn owner_cut(w: &World) -> (PciAddr, PathBuf, PathBuf, crate::netdev::SavedStore) {
+    let (vf, net) = pod_vf(w);
+    let mut a1 = FakeOs::default();
+    w.run(Stage::CreateRuntime, &in_pod(w, "a1", 7), &mut a1)
+        .unwrap();
+    // What a1's hook did: the record saved, the netdev moved.
+    let store = crate::netdev::SavedStore::new(&w.env.state_dir);
+    let mut rec = crate::netdev::SavedVf::example("a1", &vf.to_string());
+    store.save(&rec).unwrap();
+    let away = net.with_extension("in-pod");
+    std::fs::rename(&net, &away).unwrap();
+    let mut b1 = FakeOs::default();
+    w.run(Stage::CreateRuntime, &in_pod(w, "b1", 8), &mut b1)
+        .unwrap();
+    assert!(b1.attached.is_empty(), "b1 shares a1's network");
+    // It was cut before it finished.
+    rec.attaching = true;
+    store.save(&rec).unwrap();
+    (vf, net, away, store)
 }

@@ -271,20 +271,34 @@ impl SavedStore {
     }
 
     /// Whether `container`'s records among `vfs` (a pod's VFs) are left part
-    /// way: one of them cut, or a VF of the pod with no record (on the
-    /// host) beside one of them (the pod's network split between the host
-    /// and the pod: a restore or an attach cut between two VFs). An
+    /// way: one of them cut, or a VF of the pod on the host (`at_home`: its
+    /// netdev there; or no record, since a record is saved before a move and
+    /// dropped only after a full restore) beside one of them away (the pod's
+    /// network split between the host and the pod: a restore or an attach
+    /// cut between two VFs, or a VF's netdev made anew on the host). An
     /// unreadable record says neither.
-    pub fn left_part_way(&self, container: &str, vfs: &[PciAddr]) -> bool {
-        let records: Vec<_> = vfs.iter().map(|vf| self.load(*vf)).collect();
+    pub fn left_part_way(
+        &self,
+        container: &str,
+        vfs: &[PciAddr],
+        at_home: impl Fn(PciAddr) -> bool,
+    ) -> bool {
+        let records: Vec<_> = vfs.iter().map(|vf| (*vf, self.load(*vf))).collect();
         let mine = || {
-            records.iter().filter_map(|r| match r {
-                Ok(Some(r)) if r.container_id == container => Some(r),
+            records.iter().filter_map(|(vf, r)| match r {
+                Ok(Some(r)) if r.container_id == container => Some((*vf, r)),
                 _ => None,
             })
         };
-        let split = mine().next().is_some() && records.iter().any(|r| matches!(r, Ok(None)));
-        split || mine().any(SavedVf::cut)
+        if mine().any(|(_, r)| r.cut()) {
+            return true;
+        }
+        let home = |(vf, r): &(PciAddr, Result<Option<SavedVf>, SavedError>)| match r {
+            Ok(None) => true,
+            Ok(Some(_)) => at_home(*vf),
+            Err(_) => false,
+        };
+        mine().any(|(vf, _)| !at_home(vf)) && records.iter().any(home)
     }
 
     /// Whether every VF `pod` claims that has a record is on the host

@@ -128,6 +128,7 @@ impl Devices {
             reading: Default::default(),
             finish_restore: RwLock::new(Arc::new(super::vf_finish::OnWorker::new(
                 state_dir.to_path_buf(),
+                host_root.to_path_buf(),
             ))),
             #[cfg(test)]
             after_read: Default::default(),

@@ -42,16 +42,19 @@ pub struct OnWorker(Arc<Inner>);
 
 struct Inner {
     state_dir: PathBuf,
+    host_root: PathBuf,
     vfs: VfTeardown,
     /// Containers whose VFs are being restored.
     running: Mutex<HashSet<String>>,
 }
 
 impl OnWorker {
-    pub fn new(state_dir: PathBuf) -> OnWorker {
+    /// `host_root` holds the `sys/` where a VF's netdev on the host shows.
+    pub fn new(state_dir: PathBuf, host_root: PathBuf) -> OnWorker {
         OnWorker(Arc::new(Inner {
             vfs: VfTeardown::new(state_dir.clone()),
             state_dir,
+            host_root,
             running: Mutex::default(),
         }))
     }
@@ -84,7 +87,8 @@ impl Inner {
                 return;
             }
         };
-        if !SavedStore::new(&self.state_dir).left_part_way(container, vfs) {
+        let at_home = |vf| !crate::inventory::netdevs_of(&self.host_root, vf).is_empty();
+        if !SavedStore::new(&self.state_dir).left_part_way(container, vfs, at_home) {
             tracing::debug!(container, "vf restore not needed: the pod's vfs are whole");
             return;
         }
@@ -155,13 +159,57 @@ mod tests {
         saved.save(&rec).unwrap();
         let ledger = Ledger::open(dir.path()).unwrap();
         let turn = ledger.lock_devices([DeviceId::Vf(vf)].iter()).unwrap();
-        let finish = OnWorker::new(dir.path().to_path_buf());
+        let finish = OnWorker::new(dir.path().to_path_buf(), PathBuf::from("/"));
         finish.finish("c1", &[vf]);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(finish.0.running().contains("c1"), "the worker waits");
+        assert_eq!(saved.load(vf).unwrap().as_ref(), Some(&rec), "untouched");
         rec.attaching = false;
         saved.save(&rec).unwrap();
         drop(turn);
         eventually("c1's worker done", || !finish.0.running().contains("c1"));
         assert_eq!(saved.load(vf).unwrap(), Some(rec), "no restore began");
+    }
+
+    /// On a fixture host: c1's VF away (its netdev gone from the host's
+    /// sysfs) beside a VF of the pod whose netdev is on the host with
+    /// another container's record (its restore failed after the netdev came
+    /// home): the pod is split, so c1's VF is restored (the restore marks
+    /// its record, then fails here, with no such link). With that VF away
+    /// too, nothing is.
+    #[test]
+    fn a_vf_on_the_host_with_a_record_splits_the_pod() {
+        for (other_home, restored) in [(true, true), (false, false)] {
+            let dir = tempfile::tempdir().unwrap();
+            let fixture = crate::fixture::HostRootBuilder::hgx()
+                .build(&dir.path().join("host"))
+                .unwrap();
+            let nic = &fixture.expected().rdma[0];
+            let (mine, other) = (nic.vfs[0].bus_id, nic.vfs[1].bus_id);
+            let saved = SavedStore::new(&dir.path().join("state"));
+            for (vf, container, home) in [(mine, "c1", false), (other, "c0", other_home)] {
+                let mut rec = SavedVf::example(container, &vf.to_string());
+                rec.host.name = format!("dgnone-{container}");
+                rec.attach.host_netdev = rec.host.name.clone();
+                rec.attach.container_ifname = "dgnone-pod".into();
+                rec.host.mac = "02:00:00:0d:0e:0f".parse().ok();
+                rec.restoring = container == "c0";
+                saved.save(&rec).unwrap();
+                if !home {
+                    let net = fixture
+                        .root()
+                        .join("sys/bus/pci/devices")
+                        .join(vf.to_string())
+                        .join("net");
+                    std::fs::remove_dir_all(net).unwrap();
+                }
+            }
+            let finish = OnWorker::new(dir.path().join("state"), fixture.root().to_path_buf());
+            finish.finish("c1", &[mine, other]);
+            eventually("c1's worker done", || !finish.0.running().contains("c1"));
+            let rec = saved.load(mine).unwrap().unwrap();
+            assert_eq!(rec.restoring, restored, "other home: {other_home}");
+        }
     }
 
     /// A veth standing in for a VF, and a process alone in a fresh netns
@@ -286,7 +334,7 @@ mod tests {
         };
         let saved = SavedStore::new(dir.path());
         saved.save(&rec).unwrap();
-        let finish = OnWorker::new(dir.path().to_path_buf());
+        let finish = OnWorker::new(dir.path().to_path_buf(), PathBuf::from("/"));
         // A whole record, as a finished attach leaves it, is kept.
         finish.finish("c1", &[vf]);
         eventually("c1's worker done", || !finish.0.running().contains("c1"));

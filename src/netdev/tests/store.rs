@@ -211,7 +211,8 @@ fn records_before_the_attaching_mark_read_as_finished() {
 }
 
 /// A container's records among a pod's VFs are left part way when one is
-/// cut, or when a VF of the pod has no record beside one of them.
+/// cut, or when a VF of the pod is on the host (its netdev there, or no
+/// record) beside one of them away.
 #[test]
 fn records_left_part_way() {
     let vfs: Vec<crate::inventory::PciAddr> = ["0000:00:10.1", "0000:00:10.2"]
@@ -228,17 +229,24 @@ fn records_left_part_way() {
         Other,
         Unreadable,
     }
-    for (records, want) in [
-        ([R::Whole, R::Whole], false),
-        ([R::None, R::None], false),
-        ([R::Other, R::None], false),
-        ([R::Other, R::Other], false),
-        ([R::Whole, R::Other], false),
-        ([R::Whole, R::Unreadable], false),
-        ([R::Cut, R::Whole], true),
-        ([R::Cut, R::Unreadable], true),
-        ([R::Whole, R::None], true),
-        ([R::None, R::Cut], true),
+    // With each VF's netdev on the host or not.
+    const AWAY: [bool; 2] = [false, false];
+    for (records, home, want) in [
+        ([R::Whole, R::Whole], AWAY, false),
+        ([R::Whole, R::Whole], [true, true], false),
+        ([R::None, R::None], [true, true], false),
+        ([R::Other, R::None], [false, true], false),
+        ([R::Other, R::Other], AWAY, false),
+        ([R::Whole, R::Other], AWAY, false),
+        ([R::Whole, R::Unreadable], AWAY, false),
+        ([R::Cut, R::Whole], AWAY, true),
+        ([R::Cut, R::Unreadable], AWAY, true),
+        ([R::Whole, R::None], [false, true], true),
+        ([R::None, R::Cut], [true, false], true),
+        // Another's record on the host (its restore failed after the
+        // netdev came home), or one's own netdev made anew there.
+        ([R::Whole, R::Other], [false, true], true),
+        ([R::Whole, R::Whole], [true, false], true),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let store = SavedStore::new(dir.path());
@@ -257,6 +265,8 @@ fn records_left_part_way() {
             }
             store.save(&rec).unwrap();
         }
-        assert_eq!(store.left_part_way("c1", &vfs), want, "{records:?}");
+        let at_home = |vf| home[vfs.iter().position(|v| *v == vf).unwrap()];
+        let got = store.left_part_way("c1", &vfs, at_home);
+        assert_eq!(got, want, "{records:?} {home:?}");
     }
 }
