@@ -9,15 +9,16 @@
 
 use super::liveness;
 use super::standalone::{HooksOnly, HooksOnlyError};
-use super::HookError;
-use crate::ledger::{DeviceId, Ledger};
+use super::{HookEnv, HookError};
+use crate::inventory::PciAddr;
+use crate::ledger::{DeviceId, Ledger, LedgerState};
 use crate::netdev::SavedStore;
 
 /// Restores the VFs of `sandbox_id`'s network owner when they are left part
 /// way ([`SavedStore::left_part_way`]) and the owner's init is gone; whether
-/// it did. Decided and done under the VFs' release turns, which a hook holds
-/// for its whole attach: one still at work (its runtime gone, say) finishes
-/// first. A failed restore fails the container, its records kept for the
+/// it did. Decided again and done under the VFs' release turns, which a hook
+/// holds for its whole attach: one still at work (its runtime gone, say)
+/// finishes first. A failed restore fails the container, its records kept for the
 /// next try. The turns are given back before this container's own attach,
 /// which takes them again.
 pub(super) fn restore_cut_network(
@@ -25,52 +26,59 @@ pub(super) fn restore_cut_network(
     ledger: &Ledger,
     sandbox_id: &str,
 ) -> Result<bool, HookError> {
-    let claims = |state: &crate::ledger::LedgerState| -> Vec<DeviceId> {
-        state.pods.get(sandbox_id).map_or_else(Vec::new, |pod| {
-            let vfs = pod.claims.iter().map(|c| &c.device);
-            vfs.filter(|d| matches!(d, DeviceId::Vf(_)))
-                .cloned()
-                .collect()
-        })
+    let snapshot = || ledger.snapshot().map_err(HooksOnlyError::from);
+    // Looked at first without the turns, so that a pod whose owner lives,
+    // the usual case, waits for no attach or release of its own.
+    let Some((_, seen)) = cut_owner(run.env, &snapshot()?, sandbox_id) else {
+        return Ok(false);
     };
-    let seen = claims(&ledger.snapshot().map_err(HooksOnlyError::from)?);
-    if seen.is_empty() {
+    let ids: Vec<DeviceId> = seen.iter().map(|vf| DeviceId::Vf(*vf)).collect();
+    let _turns = ledger
+        .lock_devices(ids.iter())
+        .map_err(HooksOnlyError::from)?;
+    let state = snapshot()?;
+    let Some((owner, vfs)) = cut_owner(run.env, &state, sandbox_id) else {
+        return Ok(false);
+    };
+    // Claims that changed meanwhile are not the ones whose turns are held.
+    if vfs != seen {
         return Ok(false);
     }
-    let _turns = ledger
-        .lock_devices(seen.iter())
+    let restored = run.os.detach(&owner, run.checkpoint)?;
+    ledger
+        .give_up_network(&owner)
         .map_err(HooksOnlyError::from)?;
-    let state = ledger.snapshot().map_err(HooksOnlyError::from)?;
-    let Some(pod) = state.pods.get(sandbox_id) else {
-        return Ok(false);
-    };
-    let Some(owner) = pod.network_owner.as_deref() else {
-        return Ok(false);
-    };
-    let vfs: Vec<_> = claims(&state)
-        .into_iter()
-        .filter_map(|d| match d {
-            DeviceId::Vf(vf) if seen.contains(&d) => Some(vf),
+    tracing::info!(
+        sandbox = sandbox_id,
+        owner,
+        restored,
+        "vfs an exited network owner left part way restored: the network goes to this container"
+    );
+    Ok(true)
+}
+
+/// The pod's network owner and its VF claims, when the owner's init is gone
+/// and its records among them are left part way.
+fn cut_owner(
+    env: &HookEnv,
+    state: &LedgerState,
+    sandbox_id: &str,
+) -> Option<(String, Vec<PciAddr>)> {
+    let pod = state.pods.get(sandbox_id)?;
+    let owner = pod.network_owner.as_deref()?;
+    let init = pod.containers.get(owner)?.init.as_ref()?;
+    if !liveness::is_gone(&env.roots.proc_root, init) {
+        return None;
+    }
+    let vfs: Vec<PciAddr> = pod
+        .claims
+        .iter()
+        .filter_map(|c| match c.device {
+            DeviceId::Vf(vf) => Some(vf),
             _ => None,
         })
         .collect();
-    let host_root = &run.env.host_root;
-    let at_home = |vf| !crate::inventory::netdevs_of(host_root, vf).is_empty();
-    if !SavedStore::new(&run.env.state_dir).left_part_way(owner, &vfs, at_home) {
-        return Ok(false);
-    }
-    let gone = pod
-        .containers
-        .get(owner)
-        .and_then(|c| c.init.as_ref())
-        .is_some_and(|init| liveness::is_gone(&run.env.roots.proc_root, init));
-    if !gone {
-        return Ok(false);
-    }
-    let restored = run.os.detach(owner, run.checkpoint)?;
-    ledger
-        .give_up_network(owner)
-        .map_err(HooksOnlyError::from)?;
-    tracing::info!(pod = %pod.pod, owner, restored, "vfs an exited network owner left part way restored: the network goes to this container");
-    Ok(true)
+    let at_home = |vf| !crate::inventory::netdevs_of(&env.host_root, vf).is_empty();
+    let left = SavedStore::new(&env.state_dir).left_part_way(owner, &vfs, at_home);
+    left.then(|| (owner.to_string(), vfs))
 }

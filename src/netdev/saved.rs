@@ -276,7 +276,7 @@ impl SavedStore {
     /// dropped only after a full restore) beside one of them away (the pod's
     /// network split between the host and the pod: a restore or an attach
     /// cut between two VFs, or a VF's netdev made anew on the host). An
-    /// unreadable record says neither.
+    /// unreadable record is no cut, and its VF is home when its netdev is.
     pub fn left_part_way(
         &self,
         container: &str,
@@ -295,8 +295,7 @@ impl SavedStore {
         }
         let home = |(vf, r): &(PciAddr, Result<Option<SavedVf>, SavedError>)| match r {
             Ok(None) => true,
-            Ok(Some(_)) => at_home(*vf),
-            Err(_) => false,
+            Ok(Some(_)) | Err(_) => at_home(*vf),
         };
         mine().any(|(vf, _)| !at_home(vf)) && records.iter().any(home)
     }

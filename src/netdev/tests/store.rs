@@ -239,6 +239,7 @@ fn records_left_part_way() {
         ([R::Other, R::Other], AWAY, false),
         ([R::Whole, R::Other], AWAY, false),
         ([R::Whole, R::Unreadable], AWAY, false),
+        ([R::Whole, R::Unreadable], [false, true], true),
         ([R::Cut, R::Whole], AWAY, true),
         ([R::Cut, R::Unreadable], AWAY, true),
         ([R::Whole, R::None], [false, true], true),
