@@ -237,14 +237,8 @@ mod tests {
         let ledger = Ledger::open(dir.path()).unwrap();
         for id in ["c1", "c2"] {
             let record = crate::ledger::ContainerRecord {
-                name: id.into(),
-                devices: Vec::new(),
-                applied_unix: 1,
-                init: None,
-                cgroups: Vec::new(),
-                resolved: None,
-                resolved_sha256: None,
                 hooks_only: true,
+                ..crate::ledger::tests::record(id)
             };
             ledger
                 .admit(&held.pod, &held.claims, id, record, true)

@@ -158,28 +158,17 @@ impl crate::ledger::Teardown for Gate {
 /// claims are about to go.
 #[test]
 fn an_attach_during_its_pods_release_waits_for_it_and_moves_nothing() {
-    use crate::ledger::{Claim, ContainerRecord, DeviceId, Ledger, PodRef, Share};
+    use crate::ledger::{Claim, ContainerRecord, DeviceId, Ledger, Share};
     let dir = tempfile::tempdir().unwrap();
-    let pod = PodRef {
-        sandbox_id: "sb".into(),
-        namespace: "ns".into(),
-        name: "p".into(),
-        uid: "uid".into(),
-    };
+    let pod = crate::ledger::tests::pod("sb");
     let vf = Claim {
         device: DeviceId::Vf("0000:00:10.1".parse().unwrap()),
         share: Share::Exclusive,
         pf: None,
     };
     let record = ContainerRecord {
-        name: "main".into(),
-        devices: Vec::new(),
-        applied_unix: 1,
-        init: None,
-        cgroups: Vec::new(),
         resolved: Some(ONE_VF.into()),
-        resolved_sha256: None,
-        hooks_only: false,
+        ..crate::ledger::tests::record("main")
     };
     let ledger = Ledger::open(dir.path()).unwrap();
     ledger.admit(&pod, &[vf], "c1", record, true).unwrap();

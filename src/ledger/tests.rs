@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use super::*;
 
-pub(super) fn pod(id: &str) -> PodRef {
+pub(crate) fn pod(id: &str) -> PodRef {
     PodRef {
         sandbox_id: id.to_string(),
         namespace: "ns".to_string(),
