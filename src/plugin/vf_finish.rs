@@ -89,7 +89,10 @@ impl Inner {
         };
         let at_home = |vf| !crate::inventory::netdevs_of(&self.host_root, vf).is_empty();
         if !SavedStore::new(&self.state_dir).left_part_way(container, vfs, at_home) {
-            tracing::debug!(container, "vf restore not needed: the pod's vfs are whole");
+            tracing::info!(
+                container,
+                "vf restore not needed: the pod's vfs are whole once no hook works on them"
+            );
             return;
         }
         // Under each VF's lock: a record another container saved since (the
