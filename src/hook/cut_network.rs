@@ -78,7 +78,7 @@ fn cut_owner(
             _ => None,
         })
         .collect();
-    let at_home = |vf| !crate::inventory::netdevs_of(&env.host_root, vf).is_empty();
+    let at_home = |vf| crate::inventory::has_netdev(&env.host_root, vf);
     let left = SavedStore::new(&env.state_dir).left_part_way(owner, &vfs, at_home);
     left.then(|| (owner.to_string(), vfs))
 }

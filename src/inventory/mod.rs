@@ -84,21 +84,19 @@ fn discover_in(fs: HostFs, gpu_library: &dyn GpuLibrary) -> Inventory {
     }
 }
 
-/// The netdevs of the PCI function `addr` as the host's namespace sees them
-/// now, read as discovery reads them: a netdev moved into a pod's namespace
-/// is not listed (sysfs tags netdevs by namespace, lib/kobject_ns.c). Empty
+/// Whether the PCI function `addr` has a netdev in the host's namespace now,
+/// read as discovery reads them: a netdev moved into a pod's namespace is
+/// not listed (sysfs tags netdevs by namespace, lib/kobject_ns.c). False
 /// when the function cannot be read.
-pub fn netdevs_of(host_root: &Path, addr: PciAddr) -> Vec<String> {
+pub fn has_netdev(host_root: &Path, addr: PciAddr) -> bool {
     let mut scan = Scan {
         fs: HostFs::new(host_root),
         gpu_library: &NoGpuLibrary,
         warnings: Vec::new(),
     };
     let rel = Path::new("sys/bus/pci/devices").join(addr.to_string());
-    match scan.pci_function(&rel) {
-        Ok(f) => scan.netdevs(&f),
-        Err(_) => Vec::new(),
-    }
+    scan.pci_function(&rel)
+        .is_ok_and(|f| !scan.netdevs(&f).is_empty())
 }
 
 /// The node's host name from `proc/sys/kernel/hostname` below `host_root`.

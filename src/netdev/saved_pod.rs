@@ -25,7 +25,7 @@ impl SavedStore {
     pub fn vfs_away(&self, host_root: &Path, pod: &PodRecord) -> bool {
         pod.claims.iter().any(|c| match c.device {
             DeviceId::Vf(vf) => {
-                self.moved_whole(vf) && crate::inventory::netdevs_of(host_root, vf).is_empty()
+                self.moved_whole(vf) && !crate::inventory::has_netdev(host_root, vf)
             }
             _ => false,
         })

@@ -226,9 +226,7 @@ impl Devices {
         // after the netdev came home left the records, which the next
         // owner's hook finishes before moving the VFs in again.
         let owner_idle = |rec: &crate::ledger::PodRecord| {
-            saved.none_away(rec, |vf| {
-                !crate::inventory::netdevs_of(&self.host_root, vf).is_empty()
-            })
+            saved.none_away(rec, |vf| crate::inventory::has_netdev(&self.host_root, vf))
         };
         let claim = || {
             self.ledger.admit_or_take_over(

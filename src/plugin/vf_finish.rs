@@ -87,7 +87,7 @@ impl Inner {
                 return;
             }
         };
-        let at_home = |vf| !crate::inventory::netdevs_of(&self.host_root, vf).is_empty();
+        let at_home = |vf| crate::inventory::has_netdev(&self.host_root, vf);
         if !SavedStore::new(&self.state_dir).left_part_way(container, vfs, at_home) {
             tracing::info!(
                 container,
