@@ -70,14 +70,7 @@ fn cut_owner(
     if !liveness::is_gone(&env.roots.proc_root, init) {
         return None;
     }
-    let vfs: Vec<PciAddr> = pod
-        .claims
-        .iter()
-        .filter_map(|c| match c.device {
-            DeviceId::Vf(vf) => Some(vf),
-            _ => None,
-        })
-        .collect();
+    let vfs: Vec<PciAddr> = pod.vfs().collect();
     let at_home = |vf| crate::inventory::has_netdev(&env.host_root, vf);
     let left = SavedStore::new(&env.state_dir).left_part_way(owner, &vfs, at_home);
     left.then(|| (owner.to_string(), vfs))

@@ -268,10 +268,9 @@ impl Ledger {
         vfs: &[crate::inventory::PciAddr],
     ) -> Result<bool, LedgerError> {
         self.store.peek(|s| {
-            s.pods.get(sandbox_id).is_some_and(|p| {
-                vfs.iter()
-                    .all(|vf| p.claims.iter().any(|c| c.device == DeviceId::Vf(*vf)))
-            })
+            s.pods
+                .get(sandbox_id)
+                .is_some_and(|p| vfs.iter().all(|vf| p.vfs().any(|claimed| claimed == *vf)))
         })
     }
 

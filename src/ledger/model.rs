@@ -208,6 +208,16 @@ pub struct PodRecord {
     pub network_owner: Option<String>,
 }
 
+impl PodRecord {
+    /// The VFs the pod claims, in claim order.
+    pub fn vfs(&self) -> impl Iterator<Item = PciAddr> + '_ {
+        self.claims.iter().filter_map(|c| match c.device {
+            DeviceId::Vf(vf) => Some(vf),
+            _ => None,
+        })
+    }
+}
+
 /// The whole ledger document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerState {

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::{SavedError, SavedStore, SavedVf};
 use crate::inventory::PciAddr;
-use crate::ledger::{DeviceId, PodRecord};
+use crate::ledger::PodRecord;
 
 impl SavedStore {
     /// Whether no VF `pod` claims has a record: its network owner moved
@@ -23,12 +23,8 @@ impl SavedStore {
     /// restore began on may be half undone (down, its VLAN gone), one whose
     /// attach was cut half done, and neither counts.
     pub fn vfs_away(&self, host_root: &Path, pod: &PodRecord) -> bool {
-        pod.claims.iter().any(|c| match c.device {
-            DeviceId::Vf(vf) => {
-                self.moved_whole(vf) && !crate::inventory::has_netdev(host_root, vf)
-            }
-            _ => false,
-        })
+        pod.vfs()
+            .any(|vf| self.moved_whole(vf) && !crate::inventory::has_netdev(host_root, vf))
     }
 
     /// Whether `vf` has a readable record of a finished attach no restore
@@ -72,9 +68,6 @@ impl SavedStore {
     /// the record, and the owner holds nothing in the pod. Stops at the
     /// first VF away, the usual answer while the owner runs.
     pub fn none_away(&self, pod: &PodRecord, at_home: impl Fn(PciAddr) -> bool) -> bool {
-        !pod.claims.iter().any(|c| match c.device {
-            DeviceId::Vf(vf) => self.has_record(vf) && !at_home(vf),
-            _ => false,
-        })
+        !pod.vfs().any(|vf| self.has_record(vf) && !at_home(vf))
     }
 }

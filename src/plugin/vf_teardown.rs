@@ -23,7 +23,7 @@ impl VfTeardown {
 
     /// Whether a VF of `pod` has a saved record: something moved it.
     fn any_moved(&self, pod: &PodRecord) -> Result<bool, String> {
-        for vf in vfs_of(pod) {
+        for vf in pod.vfs() {
             let _lock = self.store.lock(vf).map_err(|e| e.to_string())?;
             if self.store.has_record(vf) {
                 return Ok(true);
@@ -33,7 +33,7 @@ impl VfTeardown {
     }
 
     fn detach(&self, pod: &PodRecord) -> Result<(), Unclean> {
-        let vfs = vfs_of(pod);
+        let vfs: Vec<PciAddr> = pod.vfs().collect();
         if vfs.is_empty() {
             return Ok(());
         }
@@ -99,17 +99,7 @@ pub(super) type Restored = (PciAddr, Result<bool, netdev::VfError>);
 /// another's and may have run clean (`Unclean`: one device's failure keeps
 /// no other out of service).
 fn vfs_unclean(pod: &PodRecord, reason: impl Into<String>) -> Unclean {
-    Unclean::of(vfs_of(pod).into_iter().map(DeviceId::Vf), reason)
-}
-
-fn vfs_of(pod: &PodRecord) -> Vec<PciAddr> {
-    pod.claims
-        .iter()
-        .filter_map(|c| match c.device {
-            DeviceId::Vf(addr) => Some(addr),
-            _ => None,
-        })
-        .collect()
+    Unclean::of(pod.vfs().map(DeviceId::Vf), reason)
 }
 
 impl Teardown for VfTeardown {
