@@ -11,7 +11,7 @@ use super::liveness;
 use super::standalone::{HooksOnly, HooksOnlyError};
 use super::{HookEnv, HookError};
 use crate::inventory::PciAddr;
-use crate::ledger::{DeviceId, Ledger, LedgerState};
+use crate::ledger::{Ledger, LedgerState};
 use crate::netdev::SavedStore;
 
 /// Restores the VFs of `sandbox_id`'s network owner when they are left part
@@ -32,10 +32,7 @@ pub(super) fn restore_cut_network(
     let Some((_, seen)) = cut_owner(run.env, &snapshot()?, sandbox_id) else {
         return Ok(false);
     };
-    let ids: Vec<DeviceId> = seen.iter().map(|vf| DeviceId::Vf(*vf)).collect();
-    let _turns = ledger
-        .lock_devices(ids.iter())
-        .map_err(HooksOnlyError::from)?;
+    let _turns = ledger.lock_vfs(&seen).map_err(HooksOnlyError::from)?;
     let state = snapshot()?;
     let Some((owner, vfs)) = cut_owner(run.env, &state, sandbox_id) else {
         return Ok(false);

@@ -263,11 +263,8 @@ pub(crate) fn attach_networks(
     admitted: &dyn Fn() -> Result<(), HookError>,
 ) -> Result<(), HookError> {
     let ledger = crate::ledger::Ledger::open(&env.state_dir).map_err(HookError::Ledger)?;
-    let vfs: Vec<_> = networks
-        .iter()
-        .map(|n| crate::ledger::DeviceId::Vf(n.vf_bus_id))
-        .collect();
-    let _turns = ledger.lock_devices(vfs.iter()).map_err(HookError::Ledger)?;
+    let vfs: Vec<_> = networks.iter().map(|n| n.vf_bus_id).collect();
+    let _turns = ledger.lock_vfs(&vfs).map_err(HookError::Ledger)?;
     admitted()?;
     let pod = netdev::Netns::of_pid(&env.roots.proc_root, pid).map_err(HookError::Netns)?;
     let mut net = SysNetEnv::new(env.roots.clone())

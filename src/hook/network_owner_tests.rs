@@ -147,9 +147,7 @@ fn an_exited_owners_attach_at_work_is_waited_for() {
     let (vf, _, _, store) = owner_cut(&w);
     set_start(&w.env.roots.proc_root, 7, None);
     let ledger = Ledger::open(&w.env.state_dir).unwrap();
-    let turn = ledger
-        .lock_devices([crate::ledger::DeviceId::Vf(vf)].iter())
-        .unwrap();
+    let turn = ledger.lock_vfs(&[vf]).unwrap();
     std::thread::scope(|s| {
         let next = s.spawn(|| {
             let mut c1 = FakeOs::default();

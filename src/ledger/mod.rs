@@ -306,19 +306,17 @@ impl Ledger {
     /// for one running; held until the value is dropped. For work on a device
     /// no pod holds, such as a quarantined GPU's retry.
     pub fn lock_device(&self, device: &DeviceId) -> Result<DeviceLocks, LedgerError> {
-        self.lock_devices(std::iter::once(device))
+        release_lock::lock_devices(self.store.dir(), std::iter::once(device))
     }
 
-    /// [`Ledger::lock_device`] for several devices, taken in name order as a
+    /// [`Ledger::lock_device`] for the VFs `vfs`, taken in name order as a
     /// release takes them. The hook holds its VFs' turns from its last look
     /// at the ledger until they are moved, so that a release of the pod
     /// either commits before that look (which then refuses) or finds their
     /// records saved and restores them.
-    pub fn lock_devices<'d>(
-        &self,
-        devices: impl Iterator<Item = &'d DeviceId>,
-    ) -> Result<DeviceLocks, LedgerError> {
-        release_lock::lock_devices(self.store.dir(), devices)
+    pub fn lock_vfs(&self, vfs: &[crate::inventory::PciAddr]) -> Result<DeviceLocks, LedgerError> {
+        let ids: Vec<DeviceId> = vfs.iter().map(|vf| DeviceId::Vf(*vf)).collect();
+        release_lock::lock_devices(self.store.dir(), ids.iter())
     }
 
     /// Names the PF of VF claims recorded before claims named it, so that

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::inventory::PciAddr;
-use crate::ledger::{DeviceId, Ledger};
+use crate::ledger::Ledger;
 use crate::netdev::{SavedStore, SavedVf};
 
 use super::vf_teardown::VfTeardown;
@@ -78,8 +78,7 @@ impl Inner {
         // Under the VFs' release turns, which a hook holds for its whole
         // attach: one at work when the plan read the records has finished
         // or died by now, and the records say what is left.
-        let ids: Vec<DeviceId> = vfs.iter().map(|vf| DeviceId::Vf(*vf)).collect();
-        let turns = Ledger::open(&self.state_dir).and_then(|l| l.lock_devices(ids.iter()));
+        let turns = Ledger::open(&self.state_dir).and_then(|l| l.lock_vfs(vfs));
         let _turns = match turns {
             Ok(turns) => turns,
             Err(e) => {
@@ -161,7 +160,7 @@ mod tests {
         rec.attaching = true;
         saved.save(&rec).unwrap();
         let ledger = Ledger::open(dir.path()).unwrap();
-        let turn = ledger.lock_devices([DeviceId::Vf(vf)].iter()).unwrap();
+        let turn = ledger.lock_vfs(&[vf]).unwrap();
         let finish = OnWorker::new(dir.path().to_path_buf(), PathBuf::from("/"));
         finish.finish("c1", &[vf]);
         std::thread::sleep(std::time::Duration::from_millis(200));
