@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::inventory::PciAddr;
 use crate::ledger::Ledger;
-use crate::netdev::{SavedStore, SavedVf};
+use crate::netdev::SavedVf;
 
 use super::vf_teardown::VfTeardown;
 
@@ -31,7 +31,7 @@ use super::vf_teardown::VfTeardown;
 pub trait FinishRestore: Send + Sync {
     /// Starts restoring `container`'s records among `vfs` (its pod's VFs),
     /// each only while it is still `container`'s, if once no hook works on
-    /// them they are still left part way ([`SavedStore::left_part_way`]); a
+    /// them they are still left part way ([`crate::netdev::SavedStore::left_part_way`]); a
     /// container whose VFs are being restored already is left to that.
     fn finish(&self, container: &str, vfs: &[PciAddr]);
 }
@@ -41,7 +41,6 @@ pub trait FinishRestore: Send + Sync {
 pub struct OnWorker(Arc<Inner>);
 
 struct Inner {
-    state_dir: PathBuf,
     host_root: PathBuf,
     vfs: VfTeardown,
     /// Containers whose VFs are being restored.
@@ -52,8 +51,7 @@ impl OnWorker {
     /// `host_root` holds the `sys/` where a VF's netdev on the host shows.
     pub fn new(state_dir: PathBuf, host_root: PathBuf) -> OnWorker {
         OnWorker(Arc::new(Inner {
-            vfs: VfTeardown::new(state_dir.clone()),
-            state_dir,
+            vfs: VfTeardown::new(state_dir),
             host_root,
             running: Mutex::default(),
         }))
@@ -78,7 +76,7 @@ impl Inner {
         // Under the VFs' release turns, which a hook holds for its whole
         // attach: one at work when the plan read the records has finished
         // or died by now, and the records say what is left.
-        let turns = Ledger::open(&self.state_dir).and_then(|l| l.lock_vfs(vfs));
+        let turns = Ledger::open(self.vfs.state_dir()).and_then(|l| l.lock_vfs(vfs));
         let _turns = match turns {
             Ok(turns) => turns,
             Err(e) => {
@@ -87,7 +85,7 @@ impl Inner {
             }
         };
         let at_home = |vf| crate::inventory::has_netdev(&self.host_root, vf);
-        if !SavedStore::new(&self.state_dir).left_part_way(container, vfs, at_home) {
+        if !self.vfs.store().left_part_way(container, vfs, at_home) {
             tracing::info!(
                 container,
                 "vf restore not needed: the pod's vfs are whole once no hook works on them"

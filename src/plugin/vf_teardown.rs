@@ -21,6 +21,16 @@ impl VfTeardown {
         }
     }
 
+    /// Where the saved VF records are.
+    pub(super) fn store(&self) -> &SavedStore {
+        &self.store
+    }
+
+    /// The state directory, the ledger's and the records'.
+    pub(super) fn state_dir(&self) -> &std::path::Path {
+        &self.state_dir
+    }
+
     /// Whether a VF of `pod` has a saved record: something moved it.
     fn any_moved(&self, pod: &PodRecord) -> Result<bool, String> {
         for vf in pod.vfs() {
