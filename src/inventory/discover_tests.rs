@@ -280,6 +280,37 @@ fn a_pfs_own_netdev_comes_before_its_representors() {
     assert_eq!(netdevs(), ["enp29s0a", "enp29s0np0"]);
 }
 
+/// A VF function with a netdev per port lists them all, so that the plan can
+/// refuse it: the hook moves one netdev per VF.
+#[test]
+fn a_vf_with_a_netdev_per_port_lists_the_others() {
+    let (dir, fixture) = build(HostRootBuilder::hgx().gpus(1).nics(1).vfs_per_pf(2));
+    let vf = fixture.expected().rdma[0].vfs[0].clone();
+    let first = vf.netdev.clone().expect("the fixture's vf has a netdev");
+    let net = dir
+        .path()
+        .join(format!("sys/bus/pci/devices/{}/net", vf.bus_id));
+    for name in ["zz1", "zz0"] {
+        std::fs::create_dir_all(net.join(format!("{first}{name}"))).unwrap();
+    }
+    let inv = discover(dir.path());
+    let found = inv.rdma[0]
+        .vfs
+        .iter()
+        .find(|v| v.bus_id == vf.bus_id)
+        .unwrap();
+    assert_eq!(found.netdev.as_deref(), Some(first.as_str()));
+    assert_eq!(
+        found.more_netdevs,
+        [format!("{first}zz0"), format!("{first}zz1")]
+    );
+    let view = serde_json::to_value(crate::inventory::view::InventoryView::new(&inv)).unwrap();
+    let vfs = &view["rdma"][0]["vfs"];
+    assert_eq!(vfs[0]["more_netdevs"][1], format!("{first}zz1"));
+    // One netdev, as every other VF: the field is left out.
+    assert!(vfs[1].get("more_netdevs").is_none(), "{vfs}");
+}
+
 #[test]
 fn knobs_change_what_is_discovered() {
     let b = HostRootBuilder::hgx()

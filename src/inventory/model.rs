@@ -261,6 +261,12 @@ pub struct Vf {
     pub bus_id: PciAddr,
     /// Host netdev name, `None` when bound to vfio-pci or already moved away.
     pub netdev: Option<String>,
+    /// Its other host netdevs, sorted: a function with a netdev per port (a
+    /// dual-port VF, as ConnectX-3's were). The hook moves one netdev per VF,
+    /// and one left behind would read as the VF being on the host, so the
+    /// plan refuses such a VF.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_netdevs: Vec<String>,
     pub rdma: Option<RdmaDev>,
     pub driver: Option<String>,
 }

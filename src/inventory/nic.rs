@@ -167,11 +167,12 @@ impl Scan<'_> {
             let Some(function) = self.ok(function) else {
                 continue;
             };
-            let netdev = self.netdevs(&function).into_iter().next();
+            let mut netdevs = self.netdevs(&function).into_iter();
             out.push(Vf {
                 index,
                 bus_id: function.addr,
-                netdev,
+                netdev: netdevs.next(),
+                more_netdevs: netdevs.collect(),
                 rdma: vf_rdma.remove(&function.addr).map(|(dev, _)| dev),
                 driver: self.driver(&function),
             });

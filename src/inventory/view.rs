@@ -112,6 +112,10 @@ pub struct VfView {
     pub index: u32,
     pub bus_id: String,
     pub netdev: Option<String>,
+    /// A function's netdevs after `netdev`, present only when it has more
+    /// than one (which the plan refuses).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_netdevs: Vec<String>,
     pub rdma: Option<String>,
     pub driver: Option<String>,
     pub char_devices: Vec<CharDevView>,
@@ -220,6 +224,7 @@ fn vf_view(vf: &Vf) -> VfView {
         index: vf.index,
         bus_id: vf.bus_id.to_string(),
         netdev: vf.netdev.clone(),
+        more_netdevs: vf.more_netdevs.clone(),
         rdma: vf.rdma.as_ref().map(|r| r.name.clone()),
         driver: vf.driver.clone(),
         char_devices: vf.rdma.as_ref().map(char_dev_views).unwrap_or_default(),

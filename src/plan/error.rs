@@ -154,6 +154,16 @@ pub enum PlanError {
         entry: String,
         bus: PciAddr,
     },
+    /// A VF with a netdev per port: the hook moves one netdev per VF into the
+    /// pod, and the one left on the host would make the VF read as home.
+    #[error("{annotation}: {entry}: rdma vf {bus} has more than one netdev ({netdev}, {}); devgate moves exactly one per vf into a pod", more.join(", "))]
+    VfNetdevs {
+        annotation: &'static str,
+        entry: String,
+        bus: PciAddr,
+        netdev: String,
+        more: Vec<String>,
+    },
     #[error("{annotation}: {entry}: {bus} has no rdma device")]
     NoRdmaDevice {
         annotation: &'static str,

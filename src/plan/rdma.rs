@@ -244,6 +244,15 @@ fn network(
     dev: &RdmaDev,
     entry: &str,
 ) -> Result<(), PlanError> {
+    if let (Some(netdev), false) = (&vf.netdev, vf.more_netdevs.is_empty()) {
+        return Err(PlanError::VfNetdevs {
+            annotation: ANN,
+            entry: entry.to_string(),
+            bus: vf.bus_id,
+            netdev: netdev.clone(),
+            more: vf.more_netdevs.clone(),
+        });
+    }
     for name in vf.netdev.iter().chain(nic.netdevs.first()) {
         plain_name(entry, name, MAX_IFNAME)?;
     }

@@ -69,6 +69,7 @@ fn nic(i: u32) -> RdmaNic {
                 index: j,
                 bus_id: vf_bus(i, j),
                 netdev: Some(format!("ens{i}f0v{j}")),
+                more_netdevs: Vec::new(),
                 rdma: Some(rdma_dev(format!("mlx5_{n}"), n, layer)),
                 driver: Some("mlx5_core".into()),
             }

@@ -91,6 +91,19 @@ fn node_without_what_is_asked() {
     let e = build(&inv, &pod(&ann), "main", &Config::default()).unwrap_err();
     assert!(matches!(e, PlanError::NoRdmaDevice { .. }), "{e}");
 
+    // A netdev per port: one would stay on the host when the hook moves the other.
+    let mut inv = hgx();
+    inv.rdma[0].vfs[0].more_netdevs = vec!["ens0f0v0d1".into()];
+    let e = build(&inv, &pod(&ann), "main", &Config::default()).unwrap_err();
+    assert!(matches!(e, PlanError::VfNetdevs { .. }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{DEVICE_ALLOCATED}: rdma[0].vfs[0]: rdma vf {} has more than one netdev (ens0f0v0, ens0f0v0d1); devgate moves exactly one per vf into a pod",
+            vf_bus(0, 0)
+        )
+    );
+
     // Its netdev already moved into the pod (or elsewhere): still `net1`,
     // with no host netdev; whether that will do is the plugin's to judge.
     let mut inv = hgx();
