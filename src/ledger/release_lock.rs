@@ -119,7 +119,9 @@ fn locked_now(dir: &Path, device: &super::DeviceId) -> Result<bool, LedgerError>
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(source) => return Err(LedgerError::Io { path, source }),
     };
-    match Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+    // Shared: a release holds its turn exclusively, and two probes at once
+    // must not each take the other for a release (flock(2)).
+    match Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
         Ok(_unlocked_on_drop) => Ok(false),
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(true),
         Err((_, errno)) => Err(LedgerError::Io {
@@ -156,5 +158,22 @@ mod tests {
             assert_eq!(file_name(device), want);
         }
         assert_eq!(file_name(&"x".repeat(500)).len(), MAX_NAME + 5);
+    }
+
+    /// A probe running in another process reads as no release; a release's
+    /// turn reads as one.
+    #[test]
+    fn a_probe_is_not_taken_for_a_release() {
+        let state = tempfile::tempdir().unwrap();
+        let device = super::super::DeviceId::Gpu("GPU-1".into());
+        let dir = state.path().join(LOCK_DIR);
+        assert!(!locked_now(&dir, &device).unwrap(), "no lock file yet");
+        let turn = lock_devices(state.path(), std::iter::once(&device)).unwrap();
+        assert!(locked_now(&dir, &device).unwrap());
+        drop(turn);
+        let path = dir.join(file_name(&device.to_string()));
+        let other = File::open(&path).unwrap();
+        let _probe = Flock::lock(other, nix::fcntl::FlockArg::LockSharedNonblock).unwrap();
+        assert!(!locked_now(&dir, &device).unwrap());
     }
 }
