@@ -127,6 +127,12 @@ mod tests {
             e.contains("is not a valid interface name") && e.len() < 200,
             "{e}"
         );
+        let long = FULL.replace("\"mlx5_5\"", &format!("\"{}\"", "m".repeat(60_000)));
+        let e = Resolved::parse(&long).unwrap_err().to_string();
+        assert!(
+            e.contains("is not an rdma device name") && e.len() < 200,
+            "{e}"
+        );
     }
 
     const FULL: &str = r#"{"version":1,"networks":[{"pf_netdev":"ens1f0","vf_index":3,

@@ -49,9 +49,10 @@ impl State {
             && state.id.len() <= MAX_ID_LEN
             && state.id.bytes().all(|b| b.is_ascii_graphic());
         if !id_ok {
+            // Quoted (escapes keep it one line) and cut: stdin may hold 1 MiB.
+            let shown: String = state.id.chars().take(MAX_ID_LEN + 1).collect();
             return Err(HookError::State(format!(
-                "container id {:?} is not usable",
-                state.id
+                "container id {shown:?} is not usable"
             )));
         }
         Ok(state)
@@ -107,6 +108,13 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+        // An id refused is quoted cut, however long the runtime sent it.
+        let long = format!(
+            r#"{{"id":"{} x","status":"creating"}}"#,
+            "a".repeat(500_000)
+        );
+        let e = State::parse(long.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("is not usable") && e.len() < 400, "{}", e.len());
         let big = vec![b' '; MAX_STATE_BYTES as usize + 10];
         assert!(matches!(
             State::read(&big[..]),

@@ -303,9 +303,11 @@ impl VfAttach {
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
             if !ok {
+                // Cut as interface names are: the annotation may hold 64 KiB.
+                let shown: String = dev.chars().take(IBDEV_NAME_MAX + 1).collect();
                 return Err(invalid(
                     "rdma_device",
-                    format!("{dev:?} is not an rdma device name"),
+                    format!("{shown:?} is not an rdma device name"),
                 ));
             }
         }
