@@ -63,11 +63,12 @@ pub struct Drv {
     pub bus_info: String,
 }
 
-/// `ETHTOOL_GDRVINFO` for the link `name` in the netns of socket `fd`.
-/// `None` when there is no such link or its driver reports nothing
+/// `ETHTOOL_GDRVINFO` for the link `name` in the netns of socket `fd`: the
+/// name's bytes as the kernel holds them, which need not be UTF-8 (a pod's
+/// rename). `None` when there is no such link or its driver reports nothing
 /// (ENODEV, EOPNOTSUPP).
-pub fn drvinfo(fd: RawFd, name: &str) -> io::Result<Option<Drv>> {
-    let bytes = name.as_bytes();
+pub fn drvinfo(fd: RawFd, name: &[u8]) -> io::Result<Option<Drv>> {
+    let bytes = name;
     if bytes.is_empty() || bytes.len() >= IFNAMSIZ || bytes.contains(&0) {
         return Ok(None);
     }
@@ -307,7 +308,7 @@ mod tests {
     fn names_the_kernel_cannot_hold_are_no_link() {
         let long = "x".repeat(IFNAMSIZ);
         for name in ["", long.as_str(), "a\0b"] {
-            assert_eq!(drvinfo(-1, name).unwrap(), None, "{name:?}");
+            assert_eq!(drvinfo(-1, name.as_bytes()).unwrap(), None, "{name:?}");
         }
     }
 }

@@ -131,6 +131,7 @@ impl Model {
                 up: false,
                 altnames: Vec::new(),
                 parent: None,
+                raw_name: None,
             },
         });
         self.next_index

@@ -8,8 +8,9 @@
 //! home: no restore could find it. Such a message is rewritten before it is
 //! parsed again: an alias that is not UTF-8, which devgate never reads,
 //! dropped; a name read
-//! lossily (the VF is found by its PCI parent or MAC, and renamed by index);
-//! an altname that is not UTF-8 dropped.
+//! lossily, its bytes kept beside it for what asks the kernel by name
+//! (ethtool, on kernels that send no PCI parent; the VF is found by its PCI
+//! parent or MAC, and renamed by index); an altname that is not UTF-8 dropped.
 
 use super::nl::{align4, nla, raw_attrs};
 use netlink_packet_core::NLA_TYPE_MASK;
@@ -55,6 +56,17 @@ pub fn mend(payload: &[u8]) -> Option<Vec<u8>> {
     }
     // Bytes the walk did not reach are a framing error, not text to mend.
     (mended && walked >= body.len()).then_some(out)
+}
+
+/// The message's `IFLA_IFNAME` bytes when they are not UTF-8: the name the
+/// kernel knows the link by, which [`mend`] replaced with a lossy reading.
+pub fn raw_name(payload: &[u8]) -> Option<Vec<u8>> {
+    let body = payload.get(IFINFOMSG_LEN..)?;
+    raw_attrs(body)
+        .find(|(kind, _)| kind & NLA_TYPE_MASK == IFLA_IFNAME)
+        .map(|(_, value)| strip_nul(value))
+        .filter(|name| std::str::from_utf8(name).is_err())
+        .map(<[u8]>::to_vec)
 }
 
 fn strip_nul(value: &[u8]) -> &[u8] {

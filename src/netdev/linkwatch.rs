@@ -97,10 +97,11 @@ pub fn link_messages(data: &[u8], out: &mut Vec<Vec<u8>>) -> bool {
     true
 }
 
-/// One link notice: the link's ifindex, and its name then (`None` for a
-/// deletion, or a notice without `IFLA_IFNAME`); `Some(None)` for a notice
-/// that changes no link's name or existence.
-fn notice(msg: &[u8]) -> Option<Option<(u32, Option<String>)>> {
+/// One link notice: the link's ifindex, and its name's bytes then (`None`
+/// for a deletion, or a notice without `IFLA_IFNAME`); `Some(None)` for a
+/// notice that changes no link's name or existence. Bytes, not text: two
+/// names that are not UTF-8 may read the same lossily (`n\xff`, `n\xfe`).
+fn notice(msg: &[u8]) -> Option<Option<(u32, Option<Vec<u8>>)>> {
     let kind = u16::from_ne_bytes([*msg.get(4)?, *msg.get(5)?]);
     let body = msg.get(NLMSG_HDRLEN..)?;
     // `struct ifinfomsg`: family, pad, type, then the ifindex; 16 bytes.
@@ -113,9 +114,7 @@ fn notice(msg: &[u8]) -> Option<Option<(u32, Option<String>)>> {
     }
     let name = super::nl::attrs(body.get(16..)?)
         .find(|(k, _)| *k == IFLA_IFNAME)
-        .map(|(_, v)| {
-            String::from_utf8_lossy(v.split(|&c| c == 0).next().unwrap_or(v)).into_owned()
-        });
+        .map(|(_, v)| v.split(|&c| c == 0).next().unwrap_or(v).to_vec());
     Some(Some((index, name.filter(|_| kind == RTM_NEWLINK))))
 }
 
@@ -124,7 +123,7 @@ fn notice(msg: &[u8]) -> Option<Option<(u32, Option<String>)>> {
 #[derive(Debug, Default)]
 pub struct Changed {
     all: bool,
-    links: Vec<(u32, Option<String>)>,
+    links: Vec<(u32, Option<Vec<u8>>)>,
 }
 
 impl Changed {
@@ -151,7 +150,8 @@ impl Changed {
     /// deleted or renamed. Its other notices (carrier, operstate, MTU, up or
     /// down) carry the same name and say nothing of the name's meaning; a
     /// rename away from `name` carries another, however briefly it held.
-    pub fn renamed_or_gone(&self, index: u32, name: &str) -> bool {
+    pub fn renamed_or_gone(&self, index: u32, name: impl AsRef<[u8]>) -> bool {
+        let name = name.as_ref();
         self.all
             || self
                 .links

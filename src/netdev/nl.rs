@@ -77,7 +77,7 @@ pub trait Transport {
     fn recv(&mut self) -> io::Result<Vec<u8>>;
     /// `ETHTOOL_GDRVINFO` for a link of the socket's netns (see
     /// [`super::ethtool`]); `None` where the transport has no links.
-    fn drvinfo(&mut self, _name: &str) -> io::Result<Option<super::ethtool::Drv>> {
+    fn drvinfo(&mut self, _name: &[u8]) -> io::Result<Option<super::ethtool::Drv>> {
         Ok(None)
     }
     /// The link notices of the socket's netns since the last call (see

@@ -39,6 +39,16 @@ pub struct Link {
     pub altnames: Vec<String>,
     /// `IFLA_PARENT_DEV_NAME`: the PCI address of a VF netdev (absent on virtual links).
     pub parent: Option<String>,
+    /// The name's bytes where they are not UTF-8 (a pod's rename), which
+    /// `name` holds read lossily: what the kernel knows the link by.
+    pub raw_name: Option<Vec<u8>>,
+}
+
+impl Link {
+    /// The name as the kernel holds it.
+    pub fn name_bytes(&self) -> &[u8] {
+        self.raw_name.as_deref().unwrap_or(self.name.as_bytes())
+    }
 }
 
 /// Which link.
@@ -157,9 +167,11 @@ pub fn del_altname_request(index: u32, name: &str) -> Vec<u8> {
 
 /// Reads a GETLINK reply into a [`Link`].
 pub fn parse_link(op: &'static str, payload: &[u8]) -> Result<(Link, LinkMessage), NlError> {
+    let mut raw_name = None;
     let msg = LinkMessage::parse(payload).or_else(|e| {
         // Text a pod wrote that is not UTF-8 (see `lenient`).
         let mended = super::lenient::mend(payload).ok_or(e)?;
+        raw_name = super::lenient::raw_name(payload);
         LinkMessage::parse(&mended)
     });
     let msg = msg.map_err(|e| NlError::Malformed {
@@ -174,6 +186,7 @@ pub fn parse_link(op: &'static str, payload: &[u8]) -> Result<(Link, LinkMessage
         up: msg.header.flags.contains(LinkFlags::Up),
         altnames: Vec::new(),
         parent: None,
+        raw_name,
     };
     for attr in &msg.attributes {
         match attr {
@@ -253,16 +266,12 @@ impl<T: Transport> RtnlConn<T> {
         if !self.parent_by_ethtool || link.parent.is_some() {
             return Ok(false);
         }
-        // A name read lossily (`lenient`) is not the one the kernel knows,
-        // and may be another link's: nothing asked by it would be this
-        // link's. A name really holding U+FFFD goes without it too.
-        if link.name.contains('\u{fffd}') {
-            return Ok(false);
-        }
+        // Asked by the name's bytes, not by a lossy reading of them (which
+        // may be another link's name), and checked against notices by bytes.
         let drv = self
             .conn
             .transport_mut()
-            .drvinfo(&link.name)
+            .drvinfo(link.name_bytes())
             .map_err(|source| NlError::Socket {
                 op: "ethtool drvinfo",
                 source,
@@ -271,7 +280,7 @@ impl<T: Transport> RtnlConn<T> {
             return Ok(false);
         };
         self.notices("watch links")?;
-        if self.changed.renamed_or_gone(link.index, &link.name) {
+        if self.changed.renamed_or_gone(link.index, link.name_bytes()) {
             tracing::warn!(link = %link.name, "the link was renamed or deleted while its pci function was read: taken as unknown");
             return Ok(true);
         }

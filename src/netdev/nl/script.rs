@@ -33,9 +33,9 @@ pub struct Script {
     pub sent: Vec<Vec<u8>>,
     pub replies: VecDeque<Reply>,
     pending: VecDeque<Vec<u8>>,
-    /// `ETHTOOL_GDRVINFO` answers by link name: (driver, bus_info).
-    pub drv: Vec<(&'static str, &'static str, &'static str)>,
-    /// The names `drvinfo` was asked for.
+    /// `ETHTOOL_GDRVINFO` answers by link name's bytes: (driver, bus_info).
+    pub drv: Vec<(&'static [u8], &'static str, &'static str)>,
+    /// The names `drvinfo` was asked for, read lossily.
     pub asked: Vec<String>,
     /// Link notices the kernel queues while `drvinfo` runs, each ioctl
     /// taking the next batch; `None` in a batch: some were lost.
@@ -119,8 +119,8 @@ impl Transport for Script {
             .ok_or_else(|| io::Error::new(io::ErrorKind::WouldBlock, "script ran dry"))
     }
 
-    fn drvinfo(&mut self, name: &str) -> io::Result<Option<crate::netdev::ethtool::Drv>> {
-        self.asked.push(name.to_string());
+    fn drvinfo(&mut self, name: &[u8]) -> io::Result<Option<crate::netdev::ethtool::Drv>> {
+        self.asked.push(String::from_utf8_lossy(name).into_owned());
         match self.during_drvinfo.pop_front() {
             Some(Some(batch)) => self.queued.extend(batch),
             Some(None) => self.lost = true,

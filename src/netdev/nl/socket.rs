@@ -96,7 +96,7 @@ impl Transport for NlSocket {
         Ok(buf)
     }
 
-    fn drvinfo(&mut self, name: &str) -> io::Result<Option<crate::netdev::ethtool::Drv>> {
+    fn drvinfo(&mut self, name: &[u8]) -> io::Result<Option<crate::netdev::ethtool::Drv>> {
         use std::os::fd::AsRawFd;
         crate::netdev::ethtool::drvinfo(self.sock.as_raw_fd(), name)
     }

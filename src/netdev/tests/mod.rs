@@ -2,6 +2,7 @@
 mod altnames;
 mod chars;
 mod ethtool;
+mod ethtool_bytes;
 mod framing;
 mod identity;
 mod lenient;
