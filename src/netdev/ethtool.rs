@@ -68,8 +68,7 @@ pub struct Drv {
 /// rename). `None` when there is no such link or its driver reports nothing
 /// (ENODEV, EOPNOTSUPP).
 pub fn drvinfo(fd: RawFd, name: &[u8]) -> io::Result<Option<Drv>> {
-    let bytes = name;
-    if bytes.is_empty() || bytes.len() >= IFNAMSIZ || bytes.contains(&0) {
+    if name.is_empty() || name.len() >= IFNAMSIZ || name.contains(&0) {
         return Ok(None);
     }
     let _no_modules = NoModuleLoading::new()?;
@@ -81,7 +80,7 @@ pub fn drvinfo(fd: RawFd, name: &[u8]) -> io::Result<Option<Drv>> {
         data: &mut info,
         _pad: [0; 16],
     };
-    req.name[..bytes.len()].copy_from_slice(bytes);
+    req.name[..name.len()].copy_from_slice(name);
     // SAFETY: `req` and `info` live across the call; the kernel writes at most
     // `sizeof(struct ethtool_drvinfo)` through `data` and reads `req`.
     let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL as _, &mut req as *mut IfReqData) };

@@ -23,12 +23,22 @@ const IFLA_ALT_IFNAME: u16 = 53;
 /// `struct ifinfomsg`.
 const IFINFOMSG_LEN: usize = 16;
 
+/// A link message made readable.
+pub struct Mended {
+    /// The message with its text attributes made UTF-8.
+    pub payload: Vec<u8>,
+    /// The `IFLA_IFNAME` bytes it replaced with a lossy reading: the name
+    /// the kernel knows the link by.
+    pub raw_name: Option<Vec<u8>>,
+}
+
 /// The message with its text attributes made UTF-8; `None` when it has no
 /// such attribute to mend (its failure lies elsewhere).
-pub fn mend(payload: &[u8]) -> Option<Vec<u8>> {
+pub fn mend(payload: &[u8]) -> Option<Mended> {
     let header = payload.get(..IFINFOMSG_LEN)?;
     let body = &payload[IFINFOMSG_LEN..];
     let mut out = header.to_vec();
+    let mut raw_name = None;
     let mut mended = false;
     let mut walked = 0;
     for (raw_kind, value) in raw_attrs(body) {
@@ -36,8 +46,10 @@ pub fn mend(payload: &[u8]) -> Option<Vec<u8>> {
         match raw_kind & NLA_TYPE_MASK {
             IFLA_IFALIAS if !is_text(value) => mended = true,
             IFLA_IFNAME if !is_text(value) => {
-                let name = String::from_utf8_lossy(strip_nul(value)).into_owned();
+                let raw = strip_nul(value);
+                let name = String::from_utf8_lossy(raw).into_owned();
                 out.extend(nla(raw_kind, &with_nul(name.as_bytes())));
+                raw_name = Some(raw.to_vec());
                 mended = true;
             }
             IFLA_PROP_LIST => {
@@ -55,21 +67,14 @@ pub fn mend(payload: &[u8]) -> Option<Vec<u8>> {
         }
     }
     // Bytes the walk did not reach are a framing error, not text to mend.
-    (mended && walked >= body.len()).then_some(out)
+    (mended && walked >= body.len()).then_some(Mended {
+        payload: out,
+        raw_name,
+    })
 }
 
-/// The message's `IFLA_IFNAME` bytes when they are not UTF-8: the name the
-/// kernel knows the link by, which [`mend`] replaced with a lossy reading.
-pub fn raw_name(payload: &[u8]) -> Option<Vec<u8>> {
-    let body = payload.get(IFINFOMSG_LEN..)?;
-    raw_attrs(body)
-        .find(|(kind, _)| kind & NLA_TYPE_MASK == IFLA_IFNAME)
-        .map(|(_, value)| strip_nul(value))
-        .filter(|name| std::str::from_utf8(name).is_err())
-        .map(<[u8]>::to_vec)
-}
-
-fn strip_nul(value: &[u8]) -> &[u8] {
+/// The attribute's text up to its first NUL (the kernel ends strings with one).
+pub(super) fn strip_nul(value: &[u8]) -> &[u8] {
     value.split(|&b| b == 0).next().unwrap_or_default()
 }
 

@@ -114,7 +114,7 @@ fn notice(msg: &[u8]) -> Option<Option<(u32, Option<Vec<u8>>)>> {
     }
     let name = super::nl::attrs(body.get(16..)?)
         .find(|(k, _)| *k == IFLA_IFNAME)
-        .map(|(_, v)| v.split(|&c| c == 0).next().unwrap_or(v).to_vec());
+        .map(|(_, v)| super::lenient::strip_nul(v).to_vec());
     Some(Some((index, name.filter(|_| kind == RTM_NEWLINK))))
 }
 

@@ -171,8 +171,8 @@ pub fn parse_link(op: &'static str, payload: &[u8]) -> Result<(Link, LinkMessage
     let msg = LinkMessage::parse(payload).or_else(|e| {
         // Text a pod wrote that is not UTF-8 (see `lenient`).
         let mended = super::lenient::mend(payload).ok_or(e)?;
-        raw_name = super::lenient::raw_name(payload);
-        LinkMessage::parse(&mended)
+        raw_name = mended.raw_name;
+        LinkMessage::parse(&mended.payload)
     });
     let msg = msg.map_err(|e| NlError::Malformed {
         op,
