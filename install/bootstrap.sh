@@ -3,6 +3,7 @@
 #
 #   install/bootstrap.sh [--prefix DIR] [--bin-dir DIR] [--hooks-dir DIR] [--preinstalled] [--dry-run]
 #   install/bootstrap.sh --node-only [--prefix DIR] [--bin-dir DIR] [--dry-run]   (nodes running the DaemonSet)
+#   install/bootstrap.sh --hooks-only [--prefix DIR] [--bin-dir DIR] [--hooks-dir DIR] [--dry-run]   (podman, CRI-O without NRI)
 #   install/bootstrap.sh --uninstall [--prefix DIR] [--bin-dir DIR] [--dry-run]
 #
 # Idempotent: every file is compared before it is written, and a second run
@@ -35,6 +36,10 @@
 #      does not run with one that cannot register.
 # --node-only does steps 2, 3 and 6 for a node whose plugin is the DaemonSet's,
 # and removes the unit or pre-installed plugin an earlier install left.
+# --hooks-only does steps 1, 2, 5 and 6 for a node whose runtime runs
+# devgate-hook from hooks.d (podman, CRI-O without NRI): no NRI, no plugin
+# (an earlier install's unit or pre-installed plugin is removed), and it fails
+# when no hooks.d directory took devgate's file.
 # Every path is below --prefix (default /), so tests run it into a directory;
 # with a prefix other than / no service is started or restarted.
 # --uninstall reverses what the recorded installs did, restoring each file it
@@ -63,6 +68,7 @@ DRY_RUN=0
 UNINSTALL=0
 PREINSTALLED=0
 NODE_ONLY=0
+HOOKS_ONLY=0
 CONTAINERD_VERSION=${DEVGATE_CONTAINERD_VERSION:-}
 CHANGES=0
 FAILURES=0
@@ -77,7 +83,7 @@ die() {
 }
 
 usage() {
-    sed -n '2,6p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,7p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -90,6 +96,7 @@ parse_args() {
         --containerd-version) CONTAINERD_VERSION=${2:?--containerd-version needs a version} && shift ;;
         --preinstalled) PREINSTALLED=1 ;;
         --node-only) NODE_ONLY=1 ;;
+        --hooks-only) HOOKS_ONLY=1 ;;
         --dry-run) DRY_RUN=1 ;;
         --uninstall) UNINSTALL=1 ;;
         -h | --help) usage 0 ;;
@@ -98,6 +105,8 @@ parse_args() {
         shift
     done
     ((!(PREINSTALLED && NODE_ONLY))) || die "--node-only installs no plugin: --preinstalled makes no sense with it"
+    ((!(HOOKS_ONLY && (PREINSTALLED || NODE_ONLY)))) ||
+        die "--hooks-only installs no plugin and no DaemonSet node: it takes neither --preinstalled nor --node-only"
     [[ $PREFIX == /* ]] || die "--prefix must be an absolute path, got $PREFIX"
     PREFIX=${PREFIX%/}
 }
@@ -186,11 +195,15 @@ main() {
         check_register_wait
         check_bin_dir
         check_numvfs
-        check_containerd
+        ((HOOKS_ONLY)) || check_containerd
         load_pending
         trap save_pending EXIT
         install_devgate
-        enable_nri
+        if ((HOOKS_ONLY)); then
+            ! has_containerd || warn "containerd runs here and never reads hooks.d: its pods get no devices without the plugin (install without --hooks-only)"
+        else
+            enable_nri
+        fi
         prepare_node
         restart_services
         ((FAILURES != 0)) || clear_pending

@@ -67,6 +67,8 @@ fn containerd_configs_it_must_not_touch_or_cannot_edit() {
             None,
         ),
         ("1.7.24", "[plugins.cri]\n", false, None),
+        // A version 1 config: 2.x migrates it as it loads, NRI on.
+        ("2.1.9", "[plugins.cri]\n", true, None),
         ("1.6.20", "version = 2\n", false, None),
         // NRI already on, as written by hand: no rewrite, no restart.
         ("2.1.9", "version = 3\n[plugins]", true, None),
@@ -96,6 +98,12 @@ fn containerd_configs_it_must_not_touch_or_cannot_edit() {
             "case {i}:\n{}",
             run.out
         );
+        // containerd 1.7 has no `config migrate`: the refusal of a version 1
+        // config names what to do instead.
+        if config == "[plugins.cri]\n" && !ok {
+            position(&run.out, "with version = 2 at its top");
+            assert!(!run.out.contains("migrate"), "{}", run.out);
+        }
     }
 }
 
@@ -256,6 +264,20 @@ fn a_linked_config_or_an_imported_nri_table_is_refused_untouched() {
     let run = bootstrap(&multi, &hooks, &version);
     assert!(!run.ok, "{}", run.out);
     position(&run.out, "/etc/containerd/conf.d/nri.toml (imported by");
+    // A long import whose NRI table comes first: found all the same, not
+    // lost to a reader that stopped at the first match.
+    let long = dir.path().join("imports-long");
+    write(&long.join("etc/containerd/config.toml"), main);
+    let mut text = "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n[x]\n".to_string();
+    text.push_str(&"key = 1\n".repeat(50_000));
+    write(&long.join("etc/containerd/conf.d/nri.toml"), &text);
+    let run = bootstrap(&long, &hooks, &version);
+    assert!(!run.ok, "{}", run.out);
+    position(&run.out, "/etc/containerd/conf.d/nri.toml (imported by");
+    assert_eq!(
+        std::fs::read_to_string(long.join("etc/containerd/config.toml")).unwrap(),
+        main
+    );
 }
 
 /// A write that fails (a full disk; here the temporary name is taken by a

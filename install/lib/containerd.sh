@@ -89,7 +89,9 @@ check_imports() {
         [[ $pattern == /* ]] || pattern=$dir/$pattern
         while read -r file; do
             [[ -n $file ]] || continue
-            grep -v '^[[:space:]]*#' "$file" | grep -q 'io\.containerd\.nri\.v1\.nri' || continue
+            # One grep: with pipefail, `grep -v | grep -q` fails when -q stops
+            # reading early and the first grep dies of SIGPIPE.
+            grep -Eq '^[^#]*io\.containerd\.nri\.v1\.nri' "$file" || continue
             rc=0
             nri_enabled_config "$need" <"$file" >/dev/null || rc=$?
             ((rc != 5)) || die "$(shut_out "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG)")"
@@ -144,8 +146,16 @@ enable_nri() {
             RESTART_CONTAINERD=1
         return 0
     fi
-    grep -Eq '^[[:space:]]*version[[:space:]]*=[[:space:]]*[23]([[:space:]]|#|$)' "$cfg" ||
-        die "$CONTAINERD_CONFIG is not a version 2 or 3 config: run 'containerd config migrate' first"
+    if ! grep -Eq '^[[:space:]]*version[[:space:]]*=[[:space:]]*[23]([[:space:]]|#|$)' "$cfg"; then
+        # A version 1 config (no version line, as Docker's containerd.io
+        # package ships): 2.x migrates it as it loads and has NRI on, while
+        # 1.7 reads the NRI table only in a version 2 layout.
+        if ((!need)); then
+            ((check)) || log "$CONTAINERD_CONFIG is a version 1 config: containerd $major.$minor migrates it as it loads, with NRI on; left as it is"
+            return 0
+        fi
+        die "$CONTAINERD_CONFIG is not a version 2 or 3 config: containerd $major.$minor reads NRI's settings only from a version 2 config; rewrite it in that layout with version = 2 at its top (containerd config default prints one), then run this again"
+    fi
     check_imports "$cfg" "$need"
     new=$(mktemp)
     nri_enabled_config "$need" <"$cfg" >"$new" || rc=$?

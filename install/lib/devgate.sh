@@ -42,6 +42,13 @@ remove_unit() {
     systemctl_do daemon-reload
 }
 
+# A pre-installed plugin an earlier install left; containerd forgets it only
+# when it restarts.
+remove_preinstalled() {
+    ! remove_owned "$PREINSTALLED_PLUGIN" || RESTART_CONTAINERD=1
+    remove_owned "$PREINSTALLED_CONF" || true
+}
+
 # --node-only: a node whose plugin is the DaemonSet's. Its config (read for
 # the VFs and the RDMA mode) is written when absent; a plugin an earlier
 # install left would run beside the DaemonSet's on the same ledger: removed.
@@ -50,8 +57,7 @@ prepare_for_daemonset() {
         put_file "$SCRIPT_DIR/config.toml" "$CONFIG" 644 || true
     fi
     remove_unit || true
-    ! remove_owned "$PREINSTALLED_PLUGIN" || RESTART_CONTAINERD=1
-    remove_owned "$PREINSTALLED_CONF" || true
+    remove_preinstalled
 }
 
 install_devgate() {
@@ -74,17 +80,27 @@ install_devgate() {
         # containerd starts pre-installed plugins itself, only when it starts.
         ! put_file "$BIN_DIR/devgate" "$PREINSTALLED_PLUGIN" 755 || RESTART_CONTAINERD=1
         ! put_link "$PREINSTALLED_CONF" "$CONFIG" || RESTART_CONTAINERD=1
+    elif ((HOOKS_ONLY)); then
+        # The runtime runs devgate-hook from hooks.d; a plugin from an
+        # earlier install would apply the same pods again through NRI.
+        remove_unit || true
+        remove_preinstalled
     else
         # Likewise a pre-installed plugin from before, which containerd
         # would start beside this one.
-        ! remove_owned "$PREINSTALLED_PLUGIN" || RESTART_CONTAINERD=1
-        remove_owned "$PREINSTALLED_CONF" || true
+        remove_preinstalled
         if put_text "$UNIT" 644 < <(unit_text); then
             RESTART_DEVGATE=1
             ((DRY_RUN)) || manifest_put unit devgate.service -
         fi
     fi
-    local hook dir found=0
+    install_hooks_d
+}
+
+# Step 5. In --hooks-only mode the hooks.d file is the whole install: a node
+# where no directory took it fails the run.
+install_hooks_d() {
+    local hook dir found=0 placed=0
     for hook in "$HOOKS_SRC"/*.json; do
         [[ -f $hook ]] || continue
         found=1
@@ -96,7 +112,12 @@ install_devgate() {
                 continue
             fi
             put_file "$hook" "$dir/$(basename "$hook")" 644 || true
+            placed=1
         done
     done
     ((found)) || warn "no $HOOKS_SRC/*.json: CRI-O and podman will not run devgate-hook"
+    if ((HOOKS_ONLY && !placed)); then
+        warn "--hooks-only: no hooks.d directory took devgate's file, so no runtime will run devgate-hook"
+        FAILURES=$((FAILURES + 1))
+    fi
 }

@@ -71,8 +71,9 @@ restart_services() {
         systemctl_do restart containerd.service
         restarted=1
     fi
-    # --node-only removed devgate's unit: nothing of devgate's to restart.
-    if ((RESTART_DEVGATE && !PREINSTALLED && !NODE_ONLY)); then
+    # --node-only and --hooks-only removed devgate's unit: nothing of
+    # devgate's to restart (a hook runs afresh at each container).
+    if ((RESTART_DEVGATE && !PREINSTALLED && !NODE_ONLY && !HOOKS_ONLY)); then
         systemctl_do daemon-reload
         systemctl_do enable devgate.service
         systemctl_do restart devgate.service
@@ -80,7 +81,7 @@ restart_services() {
     fi
     # Only containerd is known to run NRI here (step 3 saw to it): CRI-O's
     # may be off, and podman has none.
-    ((restarted && !NODE_ONLY)) && has_containerd && services_run || return 0
+    ((restarted && !NODE_ONLY && !HOOKS_ONLY)) && has_containerd && services_run || return 0
     registered_since "$since" && return 0
     if ((PREINSTALLED)) && ((RESTART_CONTAINERD)); then
         unregistered_preinstalled

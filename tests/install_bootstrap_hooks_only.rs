@@ -1,0 +1,127 @@
+//! `install/bootstrap.sh --hooks-only`: a node whose runtime runs
+//! devgate-hook from hooks.d (podman, CRI-O without NRI) gets the binaries,
+//! the config and the hooks.d files, and no NRI change and no plugin; one
+//! switched from a plugin install loses the plugin.
+mod bootstrap;
+
+use std::path::Path;
+
+use bootstrap::*;
+
+const HOOKS_D: [&str; 2] = [
+    "etc/containers/oci/hooks.d/devgate.json",
+    "usr/share/containers/oci/hooks.d/devgate.json",
+];
+
+fn fresh(dir: &Path, name: &str) -> std::path::PathBuf {
+    let prefix = dir.join(name);
+    std::fs::create_dir_all(&prefix).unwrap();
+    prefix
+}
+
+#[test]
+fn hooks_only_installs_the_hook_side_and_no_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    let prefix = fresh(dir.path(), "podman");
+    let args = ["--hooks-only", "--containerd-version", "none"];
+
+    let run = bootstrap(&prefix, &hooks, &args);
+    assert!(run.ok, "{}", run.out);
+    for file in [
+        "usr/local/bin/devgate",
+        "usr/local/bin/devgate-hook",
+        "etc/devgate/config.toml",
+    ]
+    .into_iter()
+    .chain(HOOKS_D)
+    {
+        assert!(prefix.join(file).is_file(), "{file} missing:\n{}", run.out);
+    }
+    for absent in [
+        "etc/systemd/system/devgate.service",
+        "opt/nri/plugins/10-devgate",
+        "etc/containerd/config.toml",
+    ] {
+        assert!(!prefix.join(absent).exists(), "{absent}:\n{}", run.out);
+    }
+    assert!(!run.out.contains("systemctl"), "{}", run.out);
+
+    let again = bootstrap(&prefix, &hooks, &args);
+    assert!(again.ok, "{}", again.out);
+    position(&again.out, "no changes");
+
+    let gone = bootstrap(&prefix, &hooks, &["--uninstall"]);
+    assert!(gone.ok, "{}", gone.out);
+    for file in ["usr/local/bin/devgate-hook"].into_iter().chain(HOOKS_D) {
+        assert!(!prefix.join(file).exists(), "{file} left:\n{}", gone.out);
+    }
+}
+
+/// A node switched from either plugin install: the plugin goes (it would
+/// apply the same pods through NRI), containerd's config stays as it was.
+#[test]
+fn hooks_only_takes_away_an_earlier_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    for (name, mode, plugin, says) in [
+        (
+            "systemd",
+            None,
+            "etc/systemd/system/devgate.service",
+            "systemctl disable --now devgate.service",
+        ),
+        (
+            "preinstalled",
+            Some("--preinstalled"),
+            "opt/nri/plugins/10-devgate",
+            "systemctl restart containerd.service",
+        ),
+    ] {
+        let prefix = fresh(dir.path(), name);
+        let version = ["--containerd-version", "1.7.24"];
+        let args: Vec<&str> = mode.into_iter().chain(version).collect();
+        let installed = bootstrap(&prefix, &hooks, &args);
+        assert!(installed.ok, "{name}: {}", installed.out);
+        assert!(prefix.join(plugin).exists(), "{name}: {}", installed.out);
+        let ctrd = prefix.join("etc/containerd/config.toml");
+        let config = std::fs::read_to_string(&ctrd).unwrap();
+
+        let switched = bootstrap(&prefix, &hooks, &["--hooks-only", version[0], version[1]]);
+        assert!(switched.ok, "{name}: {}", switched.out);
+        assert!(!prefix.join(plugin).exists(), "{name}: {}", switched.out);
+        position(&switched.out, says);
+        position(&switched.out, "never reads hooks.d");
+        assert_eq!(std::fs::read_to_string(&ctrd).unwrap(), config, "{name}");
+        assert!(HOOKS_D.iter().all(|f| prefix.join(f).is_file()), "{name}");
+    }
+}
+
+#[test]
+fn hooks_only_refuses_other_modes_and_a_missing_hooks_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    for other in ["--node-only", "--preinstalled"] {
+        let prefix = fresh(dir.path(), other.trim_start_matches('-'));
+        let run = bootstrap(&prefix, &hooks, &["--hooks-only", other]);
+        assert!(!run.ok, "{}", run.out);
+        position(&run.out, "it takes neither --preinstalled nor --node-only");
+        assert!(
+            std::fs::read_dir(&prefix).unwrap().next().is_none(),
+            "{}",
+            run.out
+        );
+    }
+    // Without a hooks.d file to install, the mode would install nothing a
+    // runtime runs.
+    let empty = dir.path().join("no-hooks");
+    std::fs::create_dir_all(&empty).unwrap();
+    let prefix = fresh(dir.path(), "bare");
+    let run = bootstrap(
+        &prefix,
+        &empty,
+        &["--hooks-only", "--containerd-version", "none"],
+    );
+    assert!(!run.ok, "{}", run.out);
+    position(&run.out, "no hooks.d directory took devgate's file");
+}
