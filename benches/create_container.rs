@@ -46,6 +46,10 @@
 //! creation touches, by kind (`create_container/pages.rs`); it flushes the
 //! plugin's TLB before each creation, so its CPU figures are not comparable.
 //!
+//! `DEVGATE_BENCH_THREADS=1` also splits the plugin's CPU in the creations by
+//! thread (`create_container/threads.rs`): work off the request path that
+//! lands inside a creation's window shows under its own thread's name.
+//!
 //! `DEVGATE_BENCH_STANDING=N` runs N more pods before the sets and keeps them
 //! until the end, each with one container and an equal share of one of the
 //! four GPUs the benchmark's pod leaves (a whole GPU for N up to 4; at most
@@ -79,6 +83,8 @@ mod report;
 mod standing;
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "create_container/threads.rs"]
+mod threads;
 
 use std::time::{Duration, Instant};
 
@@ -132,6 +138,8 @@ struct Cpu {
     sandbox_wall: Vec<Duration>,
     /// The pages each creation touched, with `DEVGATE_BENCH_PAGES=1`.
     pages: Option<pages::Touched>,
+    /// Each thread's share of the creations, with `DEVGATE_BENCH_THREADS=1`.
+    threads: Option<threads::Threads>,
 }
 
 impl Cpu {
@@ -139,6 +147,7 @@ impl Cpu {
         let pages = std::env::var_os("DEVGATE_BENCH_PAGES").map(|_| pages::Touched::default());
         Cpu {
             pages,
+            threads: threads::Threads::from_env(),
             ..Cpu::default()
         }
     }
@@ -182,11 +191,35 @@ fn run_set(
         if let Some((pid, Cpu { pages: Some(_), .. }, _)) = plugin.as_ref() {
             pages::Touched::clear(*pid);
         }
+        let window = match plugin.as_ref() {
+            Some((
+                pid,
+                Cpu {
+                    threads: Some(_), ..
+                },
+                _,
+            )) => Some(threads::Threads::begin(*pid)),
+            _ => None,
+        };
         let before = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
         let start = Instant::now();
         let id = cri.create_container(&pod, &spec).expect("CreateContainer");
         out.push(start.elapsed());
         let created = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
+        if let (
+            Some((
+                pid,
+                Cpu {
+                    threads: Some(threads),
+                    ..
+                },
+                _,
+            )),
+            Some(window),
+        ) = (plugin.as_mut(), window)
+        {
+            threads.end(*pid, window);
+        }
         if let Some((
             pid,
             Cpu {
@@ -391,6 +424,9 @@ fn main() {
     floors.print();
     if let Some(pages) = cpu.pages.as_ref().and_then(pages::Touched::report) {
         println!("plugin pages touched per CreateContainer: {pages}");
+    }
+    if let Some(threads) = &cpu.threads {
+        threads.report();
     }
     println!(
         "plugin rss: {:.1} MiB idle, {:.1} MiB after {} creations",
