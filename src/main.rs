@@ -31,6 +31,8 @@ enum Cmd {
     Doctor(cli::doctor::DoctorArgs),
     /// Return devices to service: a GPU's health mark and quarantine, a NIC's quarantine.
     Clear(cli::clear::ClearArgs),
+    /// Exit 0 when the plugin runs and a runtime configured it (a readiness probe).
+    Ready(cli::ready::ReadyArgs),
 }
 
 /// Parses the command line. A runtime launches a pre-installed NRI plugin
@@ -78,6 +80,7 @@ fn main() -> ExitCode {
         Cmd::Doctor(args) => cli::doctor::run(args).map_err(Into::into),
         Cmd::Cdi(args) => cli::cdi::run(args).map_err(Into::into),
         Cmd::Clear(args) => cli::clear::run(args).map_err(Into::into),
+        Cmd::Ready(args) => cli::ready::run(args).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -290,6 +290,14 @@ fn daemonset_image_serves_gpu_and_vf_pods_through_containerd() {
         },
     );
 
+    // The manifest's readiness probe, run in the agent as kubelet runs it.
+    let probe = strs(&main["readinessProbe"]["exec"]["command"]);
+    let probe: Vec<&str> = probe.iter().map(String::as_str).collect();
+    assert!(!probe.is_empty(), "no readiness probe in the manifest");
+    let (code, out, err) = cri.exec(&id, &probe).expect("readiness probe");
+    assert_eq!(code, 0, "readiness probe: {out}{err}");
+    assert!(out.contains("configured by containerd"), "{out}{err}");
+
     driver_nodes_made_later_show_in_the_agent(&cri, &id, host_dev, &host_dev_before);
 
     // The GPU health monitor loads the host's NVML through the /usr mount.

@@ -132,8 +132,23 @@ fn probe_annotation_reaches_the_container_environment() {
     assert_eq!(probe_from_inside(&cri, &plain, "probe"), "unset");
 }
 
+/// `devgate ready` for the instance's plugin: whether it succeeded, and its output.
+fn ready(ctrd: &Containerd) -> (bool, String) {
+    let out = std::process::Command::new(support::DEVGATE)
+        .arg("ready")
+        .arg("--state-dir")
+        .arg(ctrd.path("devgate-state"))
+        .output()
+        .expect("run devgate ready");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
 /// After a SIGKILL, containers still start (without the plugin), and a
-/// restarted plugin applies the probe again. The 2 s bound runs from the moment
+/// restarted plugin applies the probe again. `devgate ready` (the
+/// DaemonSet's readiness probe) follows: ready, not ready once the plugin is
+/// gone, ready again once the new process is configured. The 2 s bound runs from the moment
 /// the new process is spawned to a CreateContainer whose spec has the env: it
 /// covers process start, connect, register, configure and synchronize.
 #[test]
@@ -144,11 +159,15 @@ fn plugin_recovers_from_kill_within_two_seconds() {
     let cri = ctrd.cri();
     let pod = probe_pod(&cri, "crash", "after-crash");
     assert_eq!(probe_from_inside(&cri, &pod, "before"), "after-crash");
+    let (ok, said) = ready(&ctrd);
+    assert!(ok && said.contains("configured by containerd"), "{said}");
 
     let mark = ctrd.log_mark();
     plugin.kill();
     ctrd.wait_for_log(mark, r#"connection to plugin \"10-devgate\" closed"#, SLOW);
     assert_eq!(probe_from_inside(&cri, &pod, "without"), "unset");
+    let (ok, said) = ready(&ctrd);
+    assert!(!ok && said.contains("is no longer that plugin"), "{said}");
 
     let respawned = Instant::now();
     plugin.respawn(&ctrd);
@@ -159,6 +178,8 @@ fn plugin_recovers_from_kill_within_two_seconds() {
         "probe applied {elapsed:?} after restart"
     );
     assert_eq!(probe_from_inside(&cri, &pod, "after"), "after-crash");
+    let (ok, said) = ready(&ctrd);
+    assert!(ok, "{said}");
 }
 
 /// containerd never reconnects to external plugins: the running devgate must

@@ -125,6 +125,22 @@ fn daemonset_mounts_what_devgate_needs_and_matches_rbac() {
         );
     }
     assert_eq!(spec["hostPID"].as_bool(), Some(true));
+    assert_eq!(
+        spec["nodeSelector"]["kubernetes.io/os"].as_str(),
+        Some("linux")
+    );
+    // A rollout waits for each new plugin to be configured by the runtime,
+    // in the state directory the plugin writes.
+    let plugin = &spec["containers"][0];
+    let probe = strs(&plugin["readinessProbe"]["exec"]["command"]);
+    assert_eq!(probe[..2], ["/usr/local/bin/devgate", "ready"]);
+    let state = strs(&plugin["args"])
+        .into_iter()
+        .find(|a| a.starts_with("--state-dir="))
+        .unwrap();
+    assert!(probe.contains(&state), "{probe:?} {state}");
+    let ds_spec = &of_kind(&ds, "DaemonSet")[0]["spec"];
+    assert!(ds_spec["minReadySeconds"].as_u64().is_some_and(|s| s > 0));
     // Longer than the plugin's wait for teardowns at exit (RELEASE_WAIT, 20 s).
     let grace = spec["terminationGracePeriodSeconds"].as_u64();
     assert!(grace.is_some_and(|g| g > 20), "{grace:?}");

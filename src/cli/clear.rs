@@ -134,11 +134,8 @@ pub fn run(args: ClearArgs) -> Result<(), ClearError> {
 /// keeps every GPU open, and is no user of any. Known by the pid and start
 /// time it recorded, never by a name a pod's process could take.
 fn running_plugin(state_dir: &Path) -> Option<u32> {
-    let record = crate::plugin::features::RuntimeRecord::load(state_dir).ok()??;
-    let plugin = record.plugin?;
-    let proc = Path::new("/proc");
-    (crate::hook::liveness::start_ticks(proc, plugin.pid).ok()? == plugin.start_ticks)
-        .then_some(plugin.pid)
+    let record = super::ready::configured(state_dir, Path::new("/proc")).ok()?;
+    record.plugin.map(|p| p.pid)
 }
 
 /// Why a device with nothing to clear is refused when nothing knows it: a

@@ -5,6 +5,7 @@ pub mod doctor;
 pub mod inventory;
 pub mod nri;
 pub mod plan;
+pub mod ready;
 pub mod status;
 
 use crate::config::{Config, ConfigError, GpuConfig};

@@ -1,0 +1,112 @@
+//! `devgate ready`: whether the plugin of a state directory runs and a
+//! runtime configured it, for a DaemonSet's readiness probe. A plugin
+//! process that runs but was never accepted (another socket, NRI off, a
+//! config the runtime refuses) serves no pod, and a rollout that counted it
+//! available would go on to the next node.
+//!
+//! The plugin records each Configure in `<state-dir>/runtime.json` with its
+//! pid and start time (`RuntimeRecord::plugin`); a record whose process is
+//! gone, or was replaced by another under the same pid, is an earlier
+//! plugin's. Like `devgate doctor`'s `devgate registered`, it cannot show
+//! that the runtime still holds the connection after the runtime restarted.
+use std::path::{Path, PathBuf};
+
+use crate::plugin::features::{FeaturesError, RuntimeRecord};
+
+#[derive(clap::Args, Debug)]
+pub struct ReadyArgs {
+    /// The plugin's `--state-dir`, where it records each Configure.
+    #[arg(long, default_value = "/run/devgate")]
+    pub state_dir: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadyError {
+    #[error("not ready: no runtime configured devgate (no {})", .0.display())]
+    NoRecord(PathBuf),
+    #[error("not ready: the runtime record names no plugin process (written by an older release)")]
+    NoProcess,
+    #[error("not ready: pid {0}, which a runtime configured last, is no longer that plugin")]
+    Gone(u32),
+    #[error("not ready")]
+    Record(#[from] FeaturesError),
+}
+
+/// The running plugin a runtime configured, from the record in `state_dir`,
+/// its process looked for in `proc_dir`.
+pub fn configured(state_dir: &Path, proc_dir: &Path) -> Result<RuntimeRecord, ReadyError> {
+    let record = RuntimeRecord::load(state_dir)?
+        .ok_or_else(|| ReadyError::NoRecord(RuntimeRecord::path(state_dir)))?;
+    let plugin = record.plugin.as_ref().ok_or(ReadyError::NoProcess)?;
+    // Known by its pid and start time, never by a name another process could take.
+    match crate::hook::liveness::start_ticks(proc_dir, plugin.pid) {
+        Ok(ticks) if ticks == plugin.start_ticks => Ok(record),
+        _ => Err(ReadyError::Gone(plugin.pid)),
+    }
+}
+
+pub fn run(args: ReadyArgs) -> Result<(), ReadyError> {
+    let record = configured(&args.state_dir, Path::new("/proc"))?;
+    let pid = record.plugin.as_ref().map_or(0, |p| p.pid);
+    println!(
+        "ready: devgate nri (pid {pid}) configured by {} {} at unix time {}",
+        record.runtime, record.version, record.configured_unix
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nri::RuntimeInfo;
+
+    /// A record as this process would write it at Configure.
+    fn record(state: &Path) -> RuntimeRecord {
+        let info = RuntimeInfo {
+            name: "containerd".into(),
+            version: "1.7.24".into(),
+            ..RuntimeInfo::default()
+        };
+        let record = RuntimeRecord::new(
+            &info,
+            Default::default(),
+            Default::default(),
+            Default::default(),
+            Path::new("/"),
+        );
+        record.save(state).unwrap();
+        record
+    }
+
+    #[test]
+    fn ready_only_while_the_configured_plugin_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc = Path::new("/proc");
+        assert!(matches!(
+            configured(dir.path(), proc),
+            Err(ReadyError::NoRecord(_))
+        ));
+
+        let mut written = record(dir.path());
+        let found = configured(dir.path(), proc).unwrap();
+        assert_eq!(found.plugin, written.plugin);
+
+        // Another process under the recorded pid: an earlier plugin's record.
+        let plugin = written.plugin.as_mut().unwrap();
+        plugin.start_ticks += 1;
+        let pid = plugin.pid;
+        written.save(dir.path()).unwrap();
+        assert!(matches!(configured(dir.path(), proc), Err(ReadyError::Gone(p)) if p == pid));
+
+        written.plugin = None;
+        written.save(dir.path()).unwrap();
+        assert!(matches!(
+            configured(dir.path(), proc),
+            Err(ReadyError::NoProcess)
+        ));
+
+        std::fs::write(RuntimeRecord::path(dir.path()), b"{").unwrap();
+        let err = configured(dir.path(), proc).unwrap_err();
+        assert!(matches!(err, ReadyError::Record(_)), "{err}");
+    }
+}
