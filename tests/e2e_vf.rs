@@ -224,3 +224,77 @@ fn a_restarted_container_gets_its_vf_again() {
     delete_and_wait(&node, &pod, &[&first, &again], host_name);
     drop(stand_in);
 }
+
+/// The VF is the pod's, in the namespace all its containers share: when the
+/// container that owns it (moved it in) stops while another container of the
+/// pod runs on (a sidecar, a second app container), the VF stays in the pod
+/// for that one, and a container created in the stopped one's place finds it
+/// there; the pod's removal brings it home.
+#[test]
+fn a_stopped_owner_leaves_the_vf_to_the_containers_still_running() {
+    require_root();
+    let node = Node::start_with(HostRootBuilder::hgx().vf_netdev_prefix("dgsb"), &[]);
+    let stand_in = StandIn::new(&node, "dgsbpeer", "02:00:00:de:0e:01");
+    let host_name = &stand_in.host_name;
+    let cri = node.cri();
+    let pod = cri
+        .run_pod(&stand_in.pod("siblings"))
+        .expect("RunPodSandbox");
+    let has_net1 = |id: &str| {
+        let (code, out, err) = cri
+            .exec(id, &["ip", "-o", "link", "show", "net1"])
+            .expect("exec");
+        assert_eq!(code, 0, "net1 missing in {id}: {out} {err}");
+    };
+    let mut ids = Vec::new();
+    for name in ["main", "side"] {
+        let id = cri
+            .create_container(&pod, &ContainerSpec::shell(name, "sleep 300"))
+            .expect("CreateContainer");
+        cri.start_container(&id).expect("StartContainer");
+        has_net1(&id);
+        ids.push(id);
+    }
+    // Which one moved the VF in: the first on a real NIC, the second here,
+    // since the simulated sysfs still lists the moved netdev under its VF,
+    // which reads as an owner that moved nothing.
+    let owner = node.ledger().pods[&pod.id]
+        .network_owner
+        .clone()
+        .expect("a network owner");
+    let (stopped, running) = match ids.iter().position(|id| *id == owner) {
+        Some(0) => (0, 1),
+        Some(_) => (1, 0),
+        None => panic!("owner {owner} is neither container"),
+    };
+
+    cri.stop_container(&ids[stopped], 0).expect("StopContainer");
+    // containerd runs poststop once the task is deleted after its exit.
+    let log = node.state_dir().join("hook.log");
+    wait_for("the owner's poststop", SLOW, || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines()
+            .any(|l| l.contains("hook done") && l.contains("poststop") && l.contains(&ids[stopped]))
+            .then_some(())
+    });
+    has_net1(&ids[running]);
+    assert!(link(In::Host, host_name).is_none(), "the VF left the pod");
+
+    let name = ["main", "side"][stopped];
+    let restart = ContainerSpec::shell(name, "sleep 300").edit(move |c| {
+        if let Some(m) = c.metadata.as_mut() {
+            m.attempt = 1;
+        }
+        c.log_path = format!("{name}-1.log");
+    });
+    let again = cri
+        .create_container(&pod, &restart)
+        .expect("CreateContainer in its place");
+    cri.start_container(&again).expect("StartContainer");
+    has_net1(&again);
+    ids.push(again);
+
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    delete_and_wait(&node, &pod, &ids, host_name);
+    drop(stand_in);
+}

@@ -26,6 +26,7 @@ mod log;
 pub mod membership;
 mod release;
 mod resolved;
+mod siblings;
 mod standalone;
 mod state;
 
@@ -285,6 +286,10 @@ fn detach(
     env: &HookEnv,
     checkpoint: &dyn Fn(&'static str),
 ) -> Result<Outcome, HookError> {
+    if let Some((sandbox, pid)) = pod_runs_on(env, &state.id) {
+        tracing::info!(container = %state.id, sandbox = %sandbox, pid, "vfs stay in the pod: another of its containers runs in its network namespace; the pod's release restores them");
+        return Ok(Outcome::Nothing);
+    }
     // A failed restore keeps the owner: where the VFs are still in the pod,
     // its next container finds them there; where they came home, the plugin
     // hands the network on (an owner whose VFs are all on the host holds
@@ -301,6 +306,21 @@ fn detach(
             Ok(Outcome::Detached(n))
         }
     }
+}
+
+/// The pod of `container_id` and a process of another of its containers,
+/// while one runs in the namespace the container's VFs were moved into (see
+/// [`siblings`]). `None` for a container without moved VFs, and wherever the
+/// answer cannot be read: poststop then restores, as it always did.
+fn pod_runs_on(env: &HookEnv, container_id: &str) -> Option<(String, u32)> {
+    let store = SavedStore::new(&env.state_dir);
+    // Unreadable records are left to detach_networks, which says so.
+    let scan = store.scan_container(container_id).ok()?;
+    let netns = scan.records.first()?.netns.id;
+    let ledger = crate::ledger::Ledger::read(&env.state_dir).ok()?;
+    let sandbox = ledger.pod_of(container_id)?.pod.sandbox_id.clone();
+    let pid = siblings::running_beside(&env.roots.proc_root, netns, &sandbox)?;
+    Some((sandbox, pid))
 }
 
 /// Restores every VF saved for `container_id`; how many there were.
