@@ -318,9 +318,15 @@ fn pod_runs_on(env: &HookEnv, container_id: &str) -> Option<(String, u32)> {
     let scan = store.scan_container(container_id).ok()?;
     let netns = scan.records.first()?.netns.id;
     let ledger = crate::ledger::Ledger::read(&env.state_dir).ok()?;
-    let sandbox = ledger.pod_of(container_id)?.pod.sandbox_id.clone();
-    let pid = siblings::running_beside(&env.roots.proc_root, netns, &sandbox)?;
-    Some((sandbox, pid))
+    let pod = ledger.pod_of(container_id)?;
+    let others: Vec<&str> = pod
+        .containers
+        .keys()
+        .map(String::as_str)
+        .filter(|id| *id != container_id)
+        .collect();
+    let pid = siblings::running_beside(&env.roots.proc_root, netns, &others)?;
+    Some((pod.pod.sandbox_id.clone(), pid))
 }
 
 /// Restores every VF saved for `container_id`; how many there were.

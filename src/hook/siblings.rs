@@ -3,15 +3,17 @@
 //! container of the pod shares: the owner's poststop giving them back would
 //! take `net1` (and, in exclusive mode, the RDMA device) from a sidecar or a
 //! second app container that runs on, until a container is next created in
-//! the pod, which may be never. So the VFs stay while any process other than
-//! the sandbox's own (the pause process, in the sandbox's cgroup) is in the
-//! namespace; the pod's release at StopPodSandbox restores them then, as it
-//! does for a poststop that never ran. In a pod whose other containers have
-//! all exited, poststop restores as before.
+//! the pod, which may be never. So the VFs stay while a process of another
+//! container the ledger records for the pod (the plugin records each one,
+//! selected or not) is in the namespace, known by its cgroup, whose path
+//! names its container (`/k8s.io/<id>`, `.../pod<uid>/<id>`,
+//! `cri-containerd-<id>.scope`, `crio-<id>.scope`); the pod's release at
+//! StopPodSandbox restores them then, as it does for a poststop that never
+//! ran. In a pod whose other containers have all exited, poststop restores as
+//! before.
 //!
 //! Only the pod itself is affected either way: its devices stay claimed until
-//! its release, so a pod process that lingers in the namespace, or one
-//! placed in a cgroup named after the sandbox, changes only when its own VFs
+//! its release, so whatever its processes do changes only when its own VFs
 //! go home.
 
 use std::path::Path;
@@ -20,10 +22,15 @@ use crate::netdev::NetnsId;
 
 /// Most processes looked at; more than any node runs.
 const MAX_PROCS: usize = 1 << 20;
+/// More than any host mounts (one line per hierarchy).
+const MAX_LINES: usize = 64;
 
-/// A process other than the sandbox's own in the namespace `netns`, found in
-/// `proc_root`: its pid, or `None` when there is none.
-pub(crate) fn running_beside(proc_root: &Path, netns: NetnsId, sandbox_id: &str) -> Option<u32> {
+/// A process of one of the containers `others` in the namespace `netns`,
+/// found in `proc_root`: its pid, or `None` when there is none.
+pub(crate) fn running_beside(proc_root: &Path, netns: NetnsId, others: &[&str]) -> Option<u32> {
+    if others.is_empty() {
+        return None;
+    }
     let want = format!("net:[{}]", netns.ino);
     let entries = std::fs::read_dir(proc_root).ok()?;
     entries.flatten().take(MAX_PROCS).find_map(|entry| {
@@ -32,10 +39,16 @@ pub(crate) fn running_beside(proc_root: &Path, netns: NetnsId, sandbox_id: &str)
         if link.as_os_str() != want.as_str() {
             return None;
         }
-        // A process gone meanwhile, or one whose cgroup cannot be read, is
-        // not counted: the restore then goes ahead, as it always did.
-        let sandboxes = super::membership::own_cgroups(proc_root, pid, sandbox_id).ok()?;
-        sandboxes.is_empty().then_some(pid)
+        // A process gone meanwhile is not counted: the restore then goes
+        // ahead, as it always did.
+        let text = super::cgroup::read_bounded(&entry.path().join("cgroup")).ok()?;
+        let theirs = text.lines().take(MAX_LINES).any(|line| {
+            let path = line.splitn(3, ':').nth(2).unwrap_or("");
+            others
+                .iter()
+                .any(|id| super::membership::own_prefix(path, id).is_some())
+        });
+        theirs.then_some(pid)
     })
 }
 
@@ -44,72 +57,60 @@ mod tests {
     use super::*;
 
     const SANDBOX: &str = "5a3c0ffee0ddf00d5a3c0ffee0ddf00d5a3c0ffee0ddf00d5a3c0ffee0ddf00d";
+    const SIDE: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     const NETNS: NetnsId = NetnsId {
         dev: 4,
         ino: 4026532300,
     };
 
+    /// A process: pid, netns inode, cgroup path.
+    type Proc = (u32, u64, String);
+
     /// A process in `proc` with its netns link and cgroup file.
-    fn process(proc: &Path, pid: u32, ino: u64, cgroup: &str) {
+    fn process(proc: &Path, (pid, ino, cgroup): &Proc) {
         let dir = proc.join(pid.to_string());
         std::fs::create_dir_all(dir.join("ns")).unwrap();
         std::os::unix::fs::symlink(format!("net:[{ino}]"), dir.join("ns/net")).unwrap();
         std::fs::write(dir.join("cgroup"), format!("0::{cgroup}\n")).unwrap();
     }
 
-    /// A process: pid, netns inode, cgroup path.
-    type Proc = (u32, u64, String);
-
     #[test]
-    fn only_processes_outside_the_sandbox_keep_the_network() {
-        let cases: &[(&str, &[Proc], Option<u32>)] = &[
-            ("empty namespace", &[], None),
+    fn only_the_pods_other_containers_keep_the_network() {
+        let pause = (10, NETNS.ino, format!("/k8s.io/{SANDBOX}"));
+        let cases: &[(&str, Vec<Proc>, Option<u32>)] = &[
+            ("empty namespace", vec![], None),
+            ("the pause process alone", vec![pause.clone()], None),
             (
-                "the pause process alone (cgroupfs)",
-                &[(10, NETNS.ino, format!("/k8s.io/{SANDBOX}"))],
-                None,
-            ),
-            (
-                "the pause process alone (systemd)",
-                &[(
-                    10,
-                    NETNS.ino,
-                    format!("/kubepods.slice/kubepods-pod1.slice/cri-containerd-{SANDBOX}.scope"),
-                )],
-                None,
-            ),
-            (
-                "a sidecar runs on",
-                &[
-                    (10, NETNS.ino, format!("/k8s.io/{SANDBOX}")),
-                    (
-                        11,
-                        NETNS.ino,
-                        "/k8s.io/0123456789abcdef0123456789abcdef".to_string(),
-                    ),
-                ],
+                "a sidecar runs on (cgroupfs)",
+                vec![pause.clone(), (11, NETNS.ino, format!("/k8s.io/{SIDE}"))],
                 Some(11),
             ),
             (
-                "another pod's process",
-                &[
-                    (10, NETNS.ino, format!("/k8s.io/{SANDBOX}")),
-                    (
-                        12,
-                        NETNS.ino + 1,
-                        "/k8s.io/0123456789abcdef0123456789abcdef".to_string(),
-                    ),
-                ],
+                "a sidecar runs on (systemd)",
+                vec![(
+                    12,
+                    NETNS.ino,
+                    format!("/kubepods.slice/kubepods-pod1.slice/cri-containerd-{SIDE}.scope"),
+                )],
+                Some(12),
+            ),
+            (
+                "the sidecar's id in another namespace",
+                vec![(13, NETNS.ino + 1, format!("/k8s.io/{SIDE}"))],
+                None,
+            ),
+            (
+                "a process of no recorded container",
+                vec![(14, NETNS.ino, "/user.slice/user-0.slice".to_string())],
                 None,
             ),
         ];
         for (what, procs, want) in cases {
             let dir = tempfile::tempdir().unwrap();
             std::fs::create_dir_all(dir.path().join("self")).unwrap();
-            for (pid, ino, cgroup) in procs.iter() {
-                process(dir.path(), *pid, *ino, cgroup);
-            }
-            assert_eq!(running_beside(dir.path(), NETNS, SANDBOX), *want, "{what}");
+            procs.iter().for_each(|p| process(dir.path(), p));
+            assert_eq!(running_beside(dir.path(), NETNS, &[SIDE]), *want, "{what}");
+            assert_eq!(running_beside(dir.path(), NETNS, &[]), None, "{what}");
         }
     }
 
@@ -118,8 +119,8 @@ mod tests {
     #[test]
     fn a_process_gone_between_the_reads_is_not_counted() {
         let dir = tempfile::tempdir().unwrap();
-        process(dir.path(), 11, NETNS.ino, "/k8s.io/0123456789abcdef");
+        process(dir.path(), &(11, NETNS.ino, format!("/k8s.io/{SIDE}")));
         std::fs::remove_file(dir.path().join("11/cgroup")).unwrap();
-        assert_eq!(running_beside(dir.path(), NETNS, SANDBOX), None);
+        assert_eq!(running_beside(dir.path(), NETNS, &[SIDE]), None);
     }
 }

@@ -149,7 +149,7 @@ fn further_containers_share_the_plan_and_the_network_owner_moves_on() {
     assert_eq!(first.mounts, second.mounts);
 
     // c1's poststop gives the VF back (c2 has exited too: one still running
-    // would keep it in the pod, see hook::siblings); then c1 is removed.
+    // would keep it in the pod, see the hook's siblings); then c1 is removed.
     std::fs::rename(&away, &net).unwrap();
     saved
         .remove(node.fixture.expected().rdma[0].vfs[0].bus_id)
