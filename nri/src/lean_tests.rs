@@ -494,12 +494,33 @@ fn malformed_requests_fail_and_never_panic() {
         decode(&bad, POD_AND_CONTAINER, Keep::ALL, None),
         Err(WireError::NotUtf8 { field: 2 })
     );
+    // A group left open, one closed by another's tag, one nested too deep.
     let group = [0x0a, 1, 3 << 3 | 3];
     assert_eq!(
         decode(&group, POD_AND_CONTAINER, Keep::ALL, None),
-        Err(WireError::WireType {
-            field: 3,
-            wire_type: 3
-        })
+        Err(WireError::Group { field: 3, at: 1 })
     );
+    let crossed = [3 << 3 | 3, 5 << 3 | 4];
+    assert_eq!(
+        decode(&crossed, POD_AND_CONTAINER, Keep::ALL, None),
+        Err(WireError::Group { field: 5, at: 2 })
+    );
+    let deep = vec![3 << 3 | 3; 40];
+    assert!(decode(&deep, POD_AND_CONTAINER, Keep::ALL, None).is_err());
+}
+
+/// An unknown group (proto2's wire types 3 and 4), nested or not, is skipped
+/// as protobuf's own parsers skip it: the request reads as without it.
+#[test]
+fn unknown_groups_are_skipped() {
+    let req = create(full_pod(), full_container());
+    let bytes = req.write_to_bytes().unwrap();
+    let plain = decode(&bytes, POD_AND_CONTAINER, Keep::ALL, None);
+    assert!(plain.is_ok());
+    let mut grouped = bytes.clone();
+    // Group 99 { varint 1 = 5; group 2 { fixed32 3 }; } (keys as varints).
+    grouped.extend_from_slice(&[
+        0x9b, 0x06, 0x08, 5, 0x13, 0x1d, 1, 2, 3, 4, 0x14, 0x9c, 0x06,
+    ]);
+    assert_eq!(decode(&grouped, POD_AND_CONTAINER, Keep::ALL, None), plain);
 }

@@ -7,6 +7,12 @@ pub(crate) const VARINT: u8 = 0;
 pub(crate) const I64: u8 = 1;
 pub(crate) const LEN: u8 = 2;
 pub(crate) const I32: u8 = 5;
+/// Proto2 groups: a start tag, the group's fields, an end tag of the same number.
+const START_GROUP: u8 = 3;
+const END_GROUP: u8 = 4;
+/// Groups nested deeper than this are refused, as protobuf's own parsers
+/// bound recursion (its default recursion limit is 100).
+const MAX_GROUP_DEPTH: usize = 32;
 
 /// Why bytes are not the protobuf message they should be.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -17,6 +23,8 @@ pub enum WireError {
     VarintTooLong { at: usize },
     #[error("field {field} has wire type {wire_type}, which this decoder does not read")]
     WireType { field: u64, wire_type: u8 },
+    #[error("group {field} is not closed, or closed where none is open, at byte {at}")]
+    Group { field: u64, at: usize },
     #[error("field {field} is not utf-8")]
     NotUtf8 { field: u64 },
 }
@@ -90,15 +98,37 @@ impl<'a> Reader<'a> {
         std::str::from_utf8(self.bytes()?).map_err(|_| WireError::NotUtf8 { field })
     }
 
-    /// Skips a field the caller does not keep. Groups (wire types 3 and 4)
-    /// are refused: proto3 has none and neither NRI nor ttrpc sends them.
+    /// Skips a field the caller does not keep, a group with everything in
+    /// it as protobuf's parsers do (proto3 has none and neither NRI nor ttrpc
+    /// sends them, but an unknown field of any wire type is skipped).
     fn skip(&mut self, field: u64, wire_type: u8) -> Result<(), WireError> {
+        self.skip_within(field, wire_type, 0)
+    }
+
+    fn skip_within(&mut self, field: u64, wire_type: u8, depth: usize) -> Result<(), WireError> {
         match wire_type {
             VARINT => self.varint().map(drop),
             I64 => self.take(8).map(drop),
             LEN => self.bytes().map(drop),
             I32 => self.take(4).map(drop),
+            START_GROUP if depth < MAX_GROUP_DEPTH => self.skip_group(field, depth + 1),
+            END_GROUP => Err(WireError::Group {
+                field,
+                at: self.pos,
+            }),
             _ => Err(WireError::WireType { field, wire_type }),
         }
+    }
+
+    /// Everything up to and including the end tag of group `field`.
+    fn skip_group(&mut self, field: u64, depth: usize) -> Result<(), WireError> {
+        let open = self.pos;
+        while let Some((inner, wire_type)) = self.key()? {
+            if wire_type == END_GROUP && inner == field {
+                return Ok(());
+            }
+            self.skip_within(inner, wire_type, depth)?;
+        }
+        Err(WireError::Group { field, at: open })
     }
 }

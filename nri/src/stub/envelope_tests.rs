@@ -87,13 +87,7 @@ fn refuses_malformed_envelopes() {
             overlong_varint_after(4 << 3),
             WireError::VarintTooLong { at: 1 },
         ),
-        (
-            vec![7 << 3 | 3],
-            WireError::WireType {
-                field: 7,
-                wire_type: 3,
-            },
-        ),
+        (vec![7 << 3 | 3], WireError::Group { field: 7, at: 1 }),
         (vec![2 << 3 | 2, 1, 0xff], WireError::NotUtf8 { field: 2 }),
     ];
     for (bytes, want) in cases {
