@@ -113,10 +113,24 @@ shut_out() { # file
     printf '%s' "$1 sets disable_connections = true in [$NRI_SECTION], which keeps devgate nri from ever connecting: set it to false$or"
 }
 
+# k3s and RKE2 run a containerd of their own (its socket under /run/k3s),
+# configured from a template under /var/lib/rancher/<k3s|rke2>/agent/etc/containerd
+# that they render at each start: an edit of /etc/containerd/config.toml
+# would never reach it, and a node taken for one without containerd would
+# install a plugin that never registers. Refused unless
+# --containerd-version none says NRI was enabled there by hand.
+readonly EMBEDDED_SOCKET=/run/k3s/containerd/containerd.sock
+
+check_embedded() {
+    [[ $CONTAINERD_VERSION != none && -e $(p "$EMBEDDED_SOCKET") ]] || return 0
+    die "$EMBEDDED_SOCKET is k3s's or RKE2's own containerd, configured from config.toml.tmpl under /var/lib/rancher/<k3s|rke2>/agent/etc/containerd, which this script does not edit: enable NRI there ([$NRI_SECTION] disable = false), restart k3s or rke2, then run this again with --containerd-version none; nothing changed"
+}
+
 # enable_nri [check]: with check 1, every refusal is made and nothing is
 # written (bootstrap's look before its first change).
 enable_nri() {
     local check=${1:-0} major minor need=1 cfg new rc=0
+    check_embedded
     if ! has_containerd; then
         local sign
         # A containerd outside the PATH (a tarball in /usr/local/bin under

@@ -1,7 +1,9 @@
-//! `install/bootstrap.sh --hooks-only`: a node whose runtime runs
-//! devgate-hook from hooks.d (podman, CRI-O without NRI) gets the binaries,
-//! the config and the hooks.d files, and no NRI change and no plugin; one
-//! switched from a plugin install loses the plugin.
+//! `install/bootstrap.sh` on nodes other than a plain containerd one.
+//! `--hooks-only`: a node whose runtime runs devgate-hook from hooks.d
+//! (podman, CRI-O without NRI) gets the binaries, the config and the hooks.d
+//! files, and no NRI change and no plugin; one switched from a plugin install
+//! loses the plugin. A k3s or RKE2 node, whose containerd reads a config
+//! bootstrap does not edit, is refused before any change.
 mod bootstrap;
 
 use std::path::Path;
@@ -124,4 +126,28 @@ fn hooks_only_refuses_other_modes_and_a_missing_hooks_file() {
     );
     assert!(!run.ok, "{}", run.out);
     position(&run.out, "no hooks.d directory took devgate's file");
+}
+
+/// k3s's and RKE2's containerd renders its config from a template at each
+/// start: refused, naming it, before any change, unless `--containerd-version
+/// none` says NRI was enabled there by hand.
+#[test]
+fn an_embedded_containerd_is_refused_before_any_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    let prefix = fresh(dir.path(), "k3s");
+    let socket = prefix.join("run/k3s/containerd/containerd.sock");
+    std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
+    std::fs::write(&socket, b"").unwrap();
+    let before = snapshot(&prefix);
+    for args in [&[][..], &["--containerd-version", "1.7.24"][..]] {
+        let run = bootstrap(&prefix, &hooks, args);
+        assert!(!run.ok, "{args:?}: {}", run.out);
+        position(&run.out, "config.toml.tmpl");
+        assert_eq!(snapshot(&prefix), before, "{args:?}: {}", run.out);
+    }
+    let run = bootstrap(&prefix, &hooks, &["--containerd-version", "none"]);
+    assert!(run.ok, "{}", run.out);
+    assert!(prefix.join("etc/systemd/system/devgate.service").exists());
+    assert!(!prefix.join("etc/containerd/config.toml").exists());
 }
