@@ -180,6 +180,29 @@ fn a_failed_attach_fails_the_container_and_leaves_the_vf_on_the_host() {
     drop(stand_in);
 }
 
+/// `net1` is in the netns of container `id`.
+fn has_net1(cri: &support::Cri, id: &str) {
+    let (code, out, err) = cri
+        .exec(id, &["ip", "-o", "link", "show", "net1"])
+        .expect("exec");
+    assert_eq!(code, 0, "net1 missing in {id}: {out} {err}");
+}
+
+/// A container `name` running `sleep 300`, created and started in `pod`;
+/// `attempt` 1 is the kubelet's restart of it (the same name, the next attempt).
+fn sleeper(cri: &support::Cri, pod: &Pod, name: &str, attempt: u32) -> String {
+    let log = format!("{name}-{attempt}.log");
+    let spec = ContainerSpec::shell(name, "sleep 300").edit(move |c| {
+        if let Some(m) = c.metadata.as_mut() {
+            m.attempt = attempt;
+        }
+        c.log_path = log.clone();
+    });
+    let id = cri.create_container(pod, &spec).expect("CreateContainer");
+    cri.start_container(&id).expect("StartContainer");
+    id
+}
+
 /// A container that stops gives its VF back to the host at poststop; the one
 /// the kubelet starts in its place (a new container, the exited one still
 /// recorded until garbage collection) moves it into the pod again.
@@ -193,32 +216,13 @@ fn a_restarted_container_gets_its_vf_again() {
     let pod = cri
         .run_pod(&stand_in.pod("restart"))
         .expect("RunPodSandbox");
-    let has_net1 = |id: &str| {
-        let (code, out, err) = cri
-            .exec(id, &["ip", "-o", "link", "show", "net1"])
-            .expect("exec");
-        assert_eq!(code, 0, "net1 missing in {id}: {out} {err}");
-    };
-    let first = cri
-        .create_container(&pod, &ContainerSpec::shell("main", "sleep 300"))
-        .expect("CreateContainer");
-    cri.start_container(&first).expect("StartContainer");
-    has_net1(&first);
+    let first = sleeper(&cri, &pod, "main", 0);
+    has_net1(&cri, &first);
 
     cri.stop_container(&first, 0).expect("StopContainer");
     wait_for("vf back on the host", SLOW, || link(In::Host, host_name));
-    // The kubelet's restart: the same name, the next attempt.
-    let restart = ContainerSpec::shell("main", "sleep 300").edit(|c| {
-        if let Some(m) = c.metadata.as_mut() {
-            m.attempt = 1;
-        }
-        c.log_path = "main-1.log".to_string();
-    });
-    let again = cri
-        .create_container(&pod, &restart)
-        .expect("CreateContainer in its place");
-    cri.start_container(&again).expect("StartContainer");
-    has_net1(&again);
+    let again = sleeper(&cri, &pod, "main", 1);
+    has_net1(&cri, &again);
     assert!(link(In::Host, host_name).is_none(), "the VF is in the pod");
 
     delete_and_wait(&node, &pod, &[&first, &again], host_name);
@@ -240,19 +244,10 @@ fn a_stopped_owner_leaves_the_vf_to_the_containers_still_running() {
     let pod = cri
         .run_pod(&stand_in.pod("siblings"))
         .expect("RunPodSandbox");
-    let has_net1 = |id: &str| {
-        let (code, out, err) = cri
-            .exec(id, &["ip", "-o", "link", "show", "net1"])
-            .expect("exec");
-        assert_eq!(code, 0, "net1 missing in {id}: {out} {err}");
-    };
     let mut ids = Vec::new();
     for name in ["main", "side"] {
-        let id = cri
-            .create_container(&pod, &ContainerSpec::shell(name, "sleep 300"))
-            .expect("CreateContainer");
-        cri.start_container(&id).expect("StartContainer");
-        has_net1(&id);
+        let id = sleeper(&cri, &pod, name, 0);
+        has_net1(&cri, &id);
         ids.push(id);
     }
     // Which one moved the VF in: the first on a real NIC, the second here,
@@ -277,21 +272,11 @@ fn a_stopped_owner_leaves_the_vf_to_the_containers_still_running() {
             .any(|l| l.contains("hook done") && l.contains("poststop") && l.contains(&ids[stopped]))
             .then_some(())
     });
-    has_net1(&ids[running]);
+    has_net1(&cri, &ids[running]);
     assert!(link(In::Host, host_name).is_none(), "the VF left the pod");
 
-    let name = ["main", "side"][stopped];
-    let restart = ContainerSpec::shell(name, "sleep 300").edit(move |c| {
-        if let Some(m) = c.metadata.as_mut() {
-            m.attempt = 1;
-        }
-        c.log_path = format!("{name}-1.log");
-    });
-    let again = cri
-        .create_container(&pod, &restart)
-        .expect("CreateContainer in its place");
-    cri.start_container(&again).expect("StartContainer");
-    has_net1(&again);
+    let again = sleeper(&cri, &pod, ["main", "side"][stopped], 1);
+    has_net1(&cri, &again);
     ids.push(again);
 
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
