@@ -195,12 +195,18 @@ main() {
         check_register_wait
         check_bin_dir
         check_numvfs
-        ((HOOKS_ONLY)) || check_containerd
+        if ((HOOKS_ONLY)); then
+            check_hooks_only
+        else
+            check_containerd
+        fi
         load_pending
         trap save_pending EXIT
         install_devgate
         if ((HOOKS_ONLY)); then
-            ! has_containerd || warn "containerd runs here and never reads hooks.d: its pods get no devices without the plugin (install without --hooks-only)"
+            if has_containerd || [[ -e $(p "$EMBEDDED_SOCKET") ]]; then
+                warn "containerd runs here and never reads hooks.d: its pods get no devices without the plugin (install without --hooks-only)"
+            fi
         else
             enable_nri
         fi

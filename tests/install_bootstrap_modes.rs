@@ -67,8 +67,11 @@ fn containerd_configs_it_must_not_touch_or_cannot_edit() {
             None,
         ),
         ("1.7.24", "[plugins.cri]\n", false, None),
-        // A version 1 config: 2.x migrates it as it loads, NRI on.
+        // A version 1 config: 2.x migrates it as it loads, NRI on, unless
+        // it names NRI, which is not read in that layout.
         ("2.1.9", "[plugins.cri]\n", true, None),
+        ("2.1.9", "disabled_plugins = [\"io.containerd.nri.v1.nri\"]\n", false, None),
+        ("2.1.9", "# nri\n[plugins.cri]\n", true, None),
         ("1.6.20", "version = 2\n", false, None),
         // NRI already on, as written by hand: no rewrite, no restart.
         ("2.1.9", "version = 3\n[plugins]", true, None),

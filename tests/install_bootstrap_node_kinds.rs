@@ -125,7 +125,36 @@ fn hooks_only_refuses_other_modes_and_a_missing_hooks_file() {
         &["--hooks-only", "--containerd-version", "none"],
     );
     assert!(!run.ok, "{}", run.out);
-    position(&run.out, "no hooks.d directory took devgate's file");
+    position(
+        &run.out,
+        "no runtime would run devgate-hook; nothing changed",
+    );
+    assert!(
+        std::fs::read_dir(&prefix).unwrap().next().is_none(),
+        "{}",
+        run.out
+    );
+}
+
+/// The plugin an earlier install left releases the pods it admitted; while
+/// pods hold devices, `--hooks-only` does not take it away.
+#[test]
+fn hooks_only_keeps_a_plugin_whose_pods_hold_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    let prefix = node(dir.path());
+    let version = ["--containerd-version", "1.7.24"];
+    let installed = bootstrap(&prefix, &hooks, &version);
+    assert!(installed.ok, "{}", installed.out);
+    hold_vf(&prefix, "0000:19:00.2");
+    let before = snapshot(&prefix);
+    let switched = bootstrap(&prefix, &hooks, &["--hooks-only", version[0], version[1]]);
+    assert!(!switched.ok, "{}", switched.out);
+    position(
+        &switched.out,
+        "only the NRI plugin this would remove releases",
+    );
+    assert_eq!(snapshot(&prefix), before, "{}", switched.out);
 }
 
 /// k3s's and RKE2's containerd renders its config from a template at each
@@ -150,4 +179,15 @@ fn an_embedded_containerd_is_refused_before_any_change() {
     assert!(run.ok, "{}", run.out);
     assert!(prefix.join("etc/systemd/system/devgate.service").exists());
     assert!(!prefix.join("etc/containerd/config.toml").exists());
+    // Nor does that containerd read hooks.d.
+    let hooks_only = fresh(dir.path(), "k3s-hooks");
+    std::fs::create_dir_all(hooks_only.join("run/k3s/containerd")).unwrap();
+    std::fs::write(hooks_only.join("run/k3s/containerd/containerd.sock"), b"").unwrap();
+    let run = bootstrap(
+        &hooks_only,
+        &hooks,
+        &["--hooks-only", "--containerd-version", "none"],
+    );
+    assert!(run.ok, "{}", run.out);
+    position(&run.out, "never reads hooks.d");
 }

@@ -165,6 +165,10 @@ enable_nri() {
         # package ships): 2.x migrates it as it loads and has NRI on, while
         # 1.7 reads the NRI table only in a version 2 layout.
         if ((!need)); then
+            # NRI's settings in a version 1 layout (`[plugins.nri]`,
+            # `disabled_plugins`) are not read here: refused, not guessed at.
+            ! grep -Eq '^[^#]*\<nri\>' "$cfg" ||
+                die "$CONTAINERD_CONFIG is a version 1 config that names NRI, which this script reads only in version 2 and 3 configs: check by hand that it leaves NRI on (containerd config migrate prints it as version 3), or migrate it; nothing changed"
             ((check)) || log "$CONTAINERD_CONFIG is a version 1 config: containerd $major.$minor migrates it as it loads, with NRI on; left as it is"
             return 0
         fi

@@ -49,6 +49,23 @@ remove_preinstalled() {
     remove_owned "$PREINSTALLED_CONF" || true
 }
 
+# Before any change, --hooks-only: the plugin of an earlier install, which it
+# removes, is what releases the pods it admitted (their hooks leave that to
+# it), and the hooks.d file must have somewhere to go.
+check_hooks_only() {
+    if [[ -n $(manifest_get unit devgate.service) || -n $(manifest_kind "$PREINSTALLED_PLUGIN") ]]; then
+        refuse_live_pods "only the NRI plugin this would remove releases the pods it admitted"
+    fi
+    local hook dir
+    for hook in "$HOOKS_SRC"/*.json; do
+        [[ -f $hook ]] || continue
+        for dir in "${HOOKS_DIRS[@]}"; do
+            ! dir_writable "$dir" || return 0
+        done
+    done
+    die "--hooks-only: no $HOOKS_SRC/*.json, or no hooks.d directory to put it in, so no runtime would run devgate-hook; nothing changed"
+}
+
 # --node-only: a node whose plugin is the DaemonSet's. Its config (read for
 # the VFs and the RDMA mode) is written when absent; a plugin an earlier
 # install left would run beside the DaemonSet's on the same ledger: removed.

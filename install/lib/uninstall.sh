@@ -11,6 +11,7 @@
 # After --node-only too: putting containerd's config back turns 1.7's NRI
 # off under the DaemonSet's plugin, whose pods' releases would never come.
 refuse_live_pods() {
+    local because=$1
     local devgate status err
     devgate=$(installed_devgate)
     err=$(mktemp)
@@ -23,7 +24,7 @@ refuse_live_pods() {
     rm -f "$err"
     # No ledger, or serde_json's pretty form of its empty pod map.
     [[ -z $status || $status == *'"pods": {}'* ]] ||
-        die "pods hold devices in devgate's ledger (devgate status lists them), and their containers' poststop hooks run the devgate-hook this would remove: drain the node first; nothing changed"
+        die "pods hold devices in devgate's ledger (devgate status lists them), and $because: drain the node first; nothing changed"
 }
 
 # undo_numvfs BDF COUNT: puts the PF's VF count back to COUNT, unless pods
@@ -63,7 +64,7 @@ uninstall() {
         log "nothing installed (no $MANIFEST)"
         return
     fi
-    refuse_live_pods
+    refuse_live_pods "their containers' poststop hooks run the devgate-hook this would remove"
     # Nothing is owed to services being taken away.
     clear_pending
     local UNIT_REMOVED=0

@@ -314,8 +314,14 @@ fn detach(
 /// answer cannot be read: poststop then restores, as it always did.
 fn pod_runs_on(env: &HookEnv, container_id: &str) -> Option<(String, u32)> {
     let store = SavedStore::new(&env.state_dir);
-    // Unreadable records are left to detach_networks, which says so.
+    // Unreadable records are left to detach_networks, which says so. A VF
+    // an attach or restore left part way (it may sit in the pod untagged,
+    // its PF settings reset) is finished now, whoever runs on: only whole
+    // moves stay.
     let scan = store.scan_container(container_id).ok()?;
+    if scan.records.iter().any(|r| r.cut()) {
+        return None;
+    }
     let netns = scan.records.first()?.netns.id;
     let ledger = crate::ledger::Ledger::read(&env.state_dir).ok()?;
     let pod = ledger.pod_of(container_id)?;

@@ -211,3 +211,64 @@ fn an_attach_during_its_pods_release_waits_for_it_and_moves_nothing() {
         "nothing saved, nothing moved"
     );
 }
+
+/// The owner's VFs stay in the pod only while another container the ledger
+/// records for the pod runs in their namespace, and only when every move was
+/// whole: a VF an attach or restore left part way is restored at poststop.
+#[test]
+fn vfs_stay_for_a_running_sibling_only_when_whole() {
+    use crate::ledger::{ContainerRecord, Ledger, PodRef};
+    const OWNER: &str = "0wner0000000000000000000000000000000000000000000000000000000000";
+    const SIDE: &str = "51de0000000000000000000000000000000000000000000000000000000000";
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let proc = dir.path().join("proc");
+    let mut env = env(&state);
+    env.roots.proc_root = proc.clone();
+    let mut rec = crate::netdev::SavedVf::example(OWNER, "0000:00:10.1");
+    let store = SavedStore::new(&state);
+    store.save(&rec).unwrap();
+    assert_eq!(pod_runs_on(&env, OWNER), None, "no pod in the ledger");
+
+    let pod = PodRef {
+        sandbox_id: "sb".into(),
+        namespace: "ns".into(),
+        name: "p".into(),
+        uid: "u".into(),
+    };
+    let ledger = Ledger::open(&state).unwrap();
+    let record = || ContainerRecord {
+        name: "c".into(),
+        devices: Vec::new(),
+        applied_unix: 0,
+        init: None,
+        cgroups: Vec::new(),
+        resolved: None,
+        resolved_sha256: None,
+        hooks_only: false,
+    };
+    let gpu = crate::ledger::Claim {
+        device: crate::ledger::DeviceId::Gpu("GPU-0".into()),
+        share: crate::ledger::Share::Exclusive,
+        pf: None,
+    };
+    for id in [OWNER, SIDE] {
+        ledger
+            .admit(&pod, std::slice::from_ref(&gpu), id, record(), false)
+            .unwrap();
+    }
+    assert!(Ledger::read(&state).unwrap().pod_of(SIDE).is_some());
+    assert_eq!(pod_runs_on(&env, OWNER), None, "the sibling does not run");
+
+    // The sibling's process, in the VF's namespace and its own cgroup.
+    let side = proc.join("77");
+    std::fs::create_dir_all(side.join("ns")).unwrap();
+    let ns = format!("net:[{}]", rec.netns.id.ino);
+    std::os::unix::fs::symlink(ns, side.join("ns/net")).unwrap();
+    std::fs::write(side.join("cgroup"), format!("0::/k8s.io/{SIDE}\n")).unwrap();
+    assert_eq!(pod_runs_on(&env, OWNER), Some(("sb".to_string(), 77)));
+
+    rec.attaching = true;
+    store.save(&rec).unwrap();
+    assert_eq!(pod_runs_on(&env, OWNER), None, "a cut attach is finished");
+}
