@@ -99,6 +99,18 @@ fn vf_moves_into_the_pod_as_net1_and_comes_back() {
     drop(stand_in);
 }
 
+/// Waits until the hook's poststop for container `id` has run: containerd
+/// runs it once the task is deleted after its exit.
+fn poststop_ran(node: &Node, id: &str) {
+    let log = node.state_dir().join("hook.log");
+    wait_for("the container's poststop", SLOW, || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines()
+            .any(|l| l.contains("hook done") && l.contains("poststop") && l.contains(id))
+            .then_some(())
+    });
+}
+
 /// Deletes the pod as kubelet does and waits until devgate gave everything
 /// back: the VF on the host (its link, returned) and every claim released.
 fn delete_and_wait(node: &Node, pod: &Pod, containers: &[&str], host_name: &str) -> IpLink {
@@ -233,7 +245,8 @@ fn a_restarted_container_gets_its_vf_again() {
 /// container that owns it (moved it in) stops while another container of the
 /// pod runs on (a sidecar, a second app container), the VF stays in the pod
 /// for that one, and a container created in the stopped one's place finds it
-/// there; the pod's removal brings it home.
+/// there; the pod's stop brings it home before the runtime removes the
+/// namespace.
 #[test]
 fn a_stopped_owner_leaves_the_vf_to_the_containers_still_running() {
     require_root();
@@ -264,22 +277,38 @@ fn a_stopped_owner_leaves_the_vf_to_the_containers_still_running() {
     };
 
     cri.stop_container(&ids[stopped], 0).expect("StopContainer");
-    // containerd runs poststop once the task is deleted after its exit.
-    let log = node.state_dir().join("hook.log");
-    wait_for("the owner's poststop", SLOW, || {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        text.lines()
-            .any(|l| l.contains("hook done") && l.contains("poststop") && l.contains(&ids[stopped]))
-            .then_some(())
-    });
+    poststop_ran(&node, &ids[stopped]);
     has_net1(&cri, &ids[running]);
     assert!(link(In::Host, host_name).is_none(), "the VF left the pod");
 
     let again = sleeper(&cri, &pod, ["main", "side"][stopped], 1);
     has_net1(&cri, &again);
-    ids.push(again);
 
-    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    // The pod deleted as kubelet does: its containers stopped together, the
+    // owner's poststop while the other still runs. The VF is in the pod
+    // until StopPodSandbox, whose reply comes only once it is home: the
+    // runtime removes the namespace after it.
+    let owner = node.ledger().pods[&pod.id]
+        .network_owner
+        .clone()
+        .expect("a network owner");
+    let mut live = vec![ids[running].clone(), again];
+    live.sort_by_key(|id| *id != owner);
+    for id in &live {
+        cri.stop_container(id, 0).expect("StopContainer");
+        poststop_ran(&node, id);
+    }
+    assert!(
+        link(In::Host, host_name).is_none(),
+        "restored before the pod's stop"
+    );
+    cri.stop_pod(&pod).expect("StopPodSandbox");
+    assert!(
+        link(In::Host, host_name).is_some(),
+        "the VF is not home when StopPodSandbox returns"
+    );
+
+    let ids: Vec<&str> = ids.iter().chain(&live).map(String::as_str).collect();
     delete_and_wait(&node, &pod, &ids, host_name);
     drop(stand_in);
 }

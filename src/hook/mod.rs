@@ -38,7 +38,7 @@ pub use standalone::{run_hooks_only, ContainerOs, HooksOnly, HooksOnlyError, Sys
 pub use state::{State, MAX_STATE_BYTES};
 
 use crate::config::ConfigError;
-use crate::netdev::{self, NetnsError, NetnsRoots, SavedStore, SysNetEnv, VfError, VfOps};
+use crate::netdev::{self, NetnsError, NetnsRoots, SavedStore, SavedVf, SysNetEnv, VfError, VfOps};
 
 /// Default directory of saved VF state and the hook log.
 pub const DEFAULT_STATE_DIR: &str = "/run/devgate";
@@ -286,8 +286,22 @@ fn detach(
     env: &HookEnv,
     checkpoint: &dyn Fn(&'static str),
 ) -> Result<Outcome, HookError> {
-    if let Some((sandbox, pid)) = pod_runs_on(env, &state.id) {
-        tracing::info!(container = %state.id, sandbox = %sandbox, pid, "vfs stay in the pod: another of its containers runs in its network namespace; the pod's release restores them");
+    // Read once here: the common case, a container without VFs, stops at it.
+    let scan = SavedStore::new(&env.state_dir)
+        .scan_container(&state.id)
+        .map_err(VfError::Records)?;
+    let log_unreadable = || {
+        for e in &scan.unreadable {
+            tracing::error!(container = %state.id, error = %nri::ErrorChain(e), "saved vf record skipped");
+        }
+    };
+    if scan.records.is_empty() {
+        log_unreadable();
+        return Ok(Outcome::Nothing);
+    }
+    if let Some((sandbox, pid)) = pod_runs_on(env, &state.id, &scan.records) {
+        log_unreadable();
+        tracing::info!(container = %state.id, sandbox = %sandbox, pid, "vfs stay in the pod: another of its containers runs in its network namespace; the pod's stop restores them");
         return Ok(Outcome::Nothing);
     }
     // A failed restore keeps the owner: where the VFs are still in the pod,
@@ -309,20 +323,17 @@ fn detach(
 }
 
 /// The pod of `container_id` and a process of another of its containers,
-/// while one runs in the namespace the container's VFs were moved into (see
-/// [`siblings`]). `None` for a container without moved VFs, and wherever the
-/// answer cannot be read: poststop then restores, as it always did.
-fn pod_runs_on(env: &HookEnv, container_id: &str) -> Option<(String, u32)> {
-    let store = SavedStore::new(&env.state_dir);
-    // Unreadable records are left to detach_networks, which says so. A VF
-    // an attach or restore left part way (it may sit in the pod untagged,
-    // its PF settings reset) is finished now, whoever runs on: only whole
-    // moves stay.
-    let scan = store.scan_container(container_id).ok()?;
-    if scan.records.iter().any(|r| r.cut()) {
+/// while one runs in the namespace the container's VFs (`records`) were
+/// moved into (see [`siblings`]). `None` wherever the answer cannot be read:
+/// poststop then restores, as it always did.
+fn pod_runs_on(env: &HookEnv, container_id: &str, records: &[SavedVf]) -> Option<(String, u32)> {
+    // A VF an attach or restore left part way (it may sit in the pod
+    // untagged, its PF settings reset) is finished now, whoever runs on:
+    // only whole moves stay.
+    if records.iter().any(|r| r.cut()) {
         return None;
     }
-    let netns = scan.records.first()?.netns.id;
+    let netns = records.first()?.netns.id;
     let ledger = crate::ledger::Ledger::read(&env.state_dir).ok()?;
     let pod = ledger.pod_of(container_id)?;
     let others: Vec<&str> = pod

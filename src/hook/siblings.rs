@@ -7,9 +7,10 @@
 //! container the ledger records for the pod (the plugin records each one,
 //! selected or not) is in the namespace, known by its cgroup, whose path
 //! names its container (`/k8s.io/<id>`, `.../pod<uid>/<id>`,
-//! `cri-containerd-<id>.scope`, `crio-<id>.scope`); the pod's release at
-//! StopPodSandbox restores them then, as it does for a poststop that never
-//! ran. In a pod whose other containers have all exited, poststop restores as
+//! `cri-containerd-<id>.scope`, `crio-<id>.scope`); the plugin restores them
+//! at the pod's StopPodSandbox, before it answers and so before the runtime
+//! removes the namespace (`plugin::vf_teardown`), as its release does for a
+//! poststop that never ran. In a pod whose other containers have all exited, poststop restores as
 //! before.
 //!
 //! Only the pod itself is affected either way: its devices stay claimed until

@@ -215,11 +215,12 @@ fn an_attach_during_its_pods_release_waits_for_it_and_moves_nothing() {
 /// The owner's VFs stay in the pod only while another container the ledger
 /// records for the pod runs in their namespace, and only when every move was
 /// whole: a VF an attach or restore left part way is restored at poststop.
+/// Staying, poststop changes nothing: the record and the owner are kept.
 #[test]
 fn vfs_stay_for_a_running_sibling_only_when_whole() {
     use crate::ledger::{ContainerRecord, Ledger, PodRef};
-    const OWNER: &str = "0wner0000000000000000000000000000000000000000000000000000000000";
-    const SIDE: &str = "51de0000000000000000000000000000000000000000000000000000000000";
+    const OWNER: &str = "0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e";
+    const SIDE: &str = "51de51de51de51de51de51de51de51de51de51de51de51de51de51de51de51de";
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let proc = dir.path().join("proc");
@@ -228,7 +229,9 @@ fn vfs_stay_for_a_running_sibling_only_when_whole() {
     let mut rec = crate::netdev::SavedVf::example(OWNER, "0000:00:10.1");
     let store = SavedStore::new(&state);
     store.save(&rec).unwrap();
-    assert_eq!(pod_runs_on(&env, OWNER), None, "no pod in the ledger");
+    let runs_on =
+        |rec: &crate::netdev::SavedVf| pod_runs_on(&env, OWNER, std::slice::from_ref(rec));
+    assert_eq!(runs_on(&rec), None, "no pod in the ledger");
 
     let pod = PodRef {
         sandbox_id: "sb".into(),
@@ -258,7 +261,7 @@ fn vfs_stay_for_a_running_sibling_only_when_whole() {
             .unwrap();
     }
     assert!(Ledger::read(&state).unwrap().pod_of(SIDE).is_some());
-    assert_eq!(pod_runs_on(&env, OWNER), None, "the sibling does not run");
+    assert_eq!(runs_on(&rec), None, "the sibling does not run");
 
     // The sibling's process, in the VF's namespace and its own cgroup.
     let side = proc.join("77");
@@ -266,9 +269,22 @@ fn vfs_stay_for_a_running_sibling_only_when_whole() {
     let ns = format!("net:[{}]", rec.netns.id.ino);
     std::os::unix::fs::symlink(ns, side.join("ns/net")).unwrap();
     std::fs::write(side.join("cgroup"), format!("0::/k8s.io/{SIDE}\n")).unwrap();
-    assert_eq!(pod_runs_on(&env, OWNER), Some(("sb".to_string(), 77)));
+    assert_eq!(runs_on(&rec), Some(("sb".to_string(), 77)));
+
+    let owner_state =
+        State::parse(format!(r#"{{"id":"{OWNER}","status":"stopped"}}"#).as_bytes()).unwrap();
+    let nop = |_: &'static str| {};
+    let out = run(Stage::Poststop, &owner_state, &env, &nop).unwrap();
+    assert_eq!(out, Outcome::Nothing);
+    assert_eq!(
+        store.for_container(OWNER).unwrap().len(),
+        1,
+        "the record stays"
+    );
 
     rec.attaching = true;
-    store.save(&rec).unwrap();
-    assert_eq!(pod_runs_on(&env, OWNER), None, "a cut attach is finished");
+    assert_eq!(runs_on(&rec), None, "a cut attach is finished");
+    rec.attaching = false;
+    rec.restoring = true;
+    assert_eq!(runs_on(&rec), None, "a cut restore is finished");
 }

@@ -260,6 +260,12 @@ impl Ledger {
         self.store.peek(|s| s.pods.contains_key(sandbox_id))
     }
 
+    /// The pod's record, if the ledger holds anything of it; read without
+    /// the lock.
+    pub fn pod(&self, sandbox_id: &str) -> Result<Option<PodRecord>, LedgerError> {
+        self.store.peek(|s| s.pods.get(sandbox_id).cloned())
+    }
+
     /// Whether the pod `sandbox_id` claims every one of `vfs`; read without
     /// the lock.
     pub fn claims_vfs(

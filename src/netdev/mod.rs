@@ -20,6 +20,7 @@ mod find_pf;
 pub(crate) mod lenient;
 pub mod linkwatch;
 pub mod netns;
+mod netns_mounts;
 pub mod nl;
 pub mod rdma;
 mod rdma_in_netns;

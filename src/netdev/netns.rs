@@ -190,7 +190,7 @@ impl NetnsRoots {
                 }
             }
         }
-        self.scan_proc(id)
+        super::netns_mounts::find(&self.proc_root, id).or_else(|| self.scan_proc(id))
     }
 
     fn scan_proc(&self, id: NetnsId) -> Option<Netns> {

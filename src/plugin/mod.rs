@@ -82,6 +82,8 @@ pub struct DevgatePlugin {
     gpu: Arc<GpuSlot>,
     /// Run before a pod's claims are dropped: GPU cleanup, VF restore.
     teardown: Arc<dyn Teardown + Send + Sync>,
+    /// The VF restore a pod's stop runs before its reply.
+    stop_vfs: vf_teardown::VfTeardown,
     /// Releases running in the background.
     releases: Arc<in_flight::InFlight>,
     /// The threads they run on.
@@ -138,6 +140,7 @@ impl DevgatePlugin {
             Box::new(Arc::clone(&gpu)),
         ]));
         let unapplied = unapplied_record::UnappliedRecord::new(&options.state_dir);
+        let stop_vfs = vf_teardown::VfTeardown::new(options.state_dir.clone());
         Ok(DevgatePlugin {
             config: RwLock::new(Ok(Arc::new(config))),
             options,
@@ -145,6 +148,7 @@ impl DevgatePlugin {
             features: RwLock::new(RuntimeFeatures::default()),
             gpu,
             teardown,
+            stop_vfs,
             releases: Arc::default(),
             release_workers: workers::Workers::default(),
             unreleased: Arc::default(),
@@ -326,6 +330,8 @@ impl nri::Plugin for DevgatePlugin {
     fn stop_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
         self.ahead_inits.forget(&pod.id);
         self.devices.pod_stopped(&pod.id);
+        self.stop_vfs
+            .restore_before_stop(self.devices.ledger(), &pod.id);
         self.release_pod(&pod.id);
         Ok(())
     }

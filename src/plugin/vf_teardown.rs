@@ -3,11 +3,20 @@
 //! Detach is idempotent, so VFs the hook already restored cost one file lookup.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::inventory::PciAddr;
 use crate::ledger::{DeviceId, Ledger, PodRecord, Teardown, Unclean};
 use crate::netdev::{self, NetnsRoots, SavedStore, SavedVf, SysNetEnv, VfOps};
 
+/// How long a pod's stop waits for its VFs' restore: the runtime gives a
+/// plugin's answer 2 s (containerd's `plugin_request_timeout`) and cuts off
+/// a plugin that misses it. A restore still running then (a VF's lock held
+/// by a hook that hangs) goes on without the reply; the release after it
+/// waits for the same locks.
+const STOP_RESTORE_WAIT: Duration = Duration::from_millis(1200);
+
+#[derive(Clone)]
 pub struct VfTeardown {
     store: SavedStore,
     state_dir: PathBuf,
@@ -98,6 +107,55 @@ impl VfTeardown {
             .iter()
             .map(|&vf| (vf, netdev::detach_vf(&mut ops, vf, ours)))
             .collect())
+    }
+}
+
+impl VfTeardown {
+    /// Restores, before the runtime hears back from StopPodSandbox, the VFs
+    /// of the pod that are still in its network namespace: its network
+    /// owner's poststop left them to a container of the pod that ran on, or
+    /// never ran. containerd tears the pod's network down and removes the
+    /// namespace once its NRI plugins have answered StopPodSandbox
+    /// (`stopPodSandbox`: containers, sandbox task, NRI, then CNI and the
+    /// netns); a VF still in it then comes home only when the kernel's
+    /// namespace cleanup gets to it (`default_device_exit_net`, run from a
+    /// workqueue), under its pod name, or not at all where a driver loses it
+    /// (sriov-cni #349). The pod's release, which runs after the reply, finds
+    /// them restored; a failure here is left to it, which keeps the VF and
+    /// retries.
+    pub(super) fn restore_before_stop(&self, ledger: &Ledger, sandbox_id: &str) {
+        let pod = match ledger.pod(sandbox_id) {
+            Ok(Some(pod)) if pod.vfs().next().is_some() => pod,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(sandbox = %sandbox_id, error = %nri::ErrorChain(&e), "ledger unreadable: the pod's vfs are left to its release");
+                return;
+            }
+        };
+        let (done, finished) = std::sync::mpsc::sync_channel(1);
+        let vfs = self.clone();
+        let name = pod.pod.name.clone();
+        let spawned = std::thread::Builder::new()
+            .name("vf-stop".into())
+            .spawn(move || {
+                let _ = done.send(vfs.teardown(&pod));
+            });
+        let outcome = match spawned {
+            Ok(_) => finished.recv_timeout(STOP_RESTORE_WAIT).ok(),
+            Err(e) => {
+                tracing::warn!(sandbox = %sandbox_id, error = %e, "no thread for the vf restore at the pod's stop: its release makes it");
+                return;
+            }
+        };
+        match outcome {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                tracing::warn!(sandbox = %sandbox_id, pod = %name, reason = %e.reason, "vf restore at the pod's stop failed: its release retries it");
+            }
+            None => {
+                tracing::warn!(sandbox = %sandbox_id, pod = %name, wait_ms = STOP_RESTORE_WAIT.as_millis() as u64, "vf restore at the pod's stop still runs: answered without it");
+            }
+        }
     }
 }
 
@@ -224,6 +282,27 @@ mod tests {
             .save(&SavedVf::example("p0-main", VF))
             .unwrap();
         assert_eq!(teardown.any_moved(&p0), Ok(true));
+    }
+
+    /// A pod's stop waits for its VFs' restore so long and no longer: with
+    /// a VF's lock held (a hook that hangs), it answers in time, the record
+    /// kept for the restore that goes on and for the release.
+    #[test]
+    fn a_stop_answers_in_time_while_a_vf_lock_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(dir.path()).unwrap();
+        assert!(ledger.claim(&pod_ref("p0"), &[vf_claim()]).unwrap());
+        let store = SavedStore::new(dir.path());
+        store.save(&SavedVf::example("p0-main", VF)).unwrap();
+        let held = store.lock(VF.parse().unwrap()).unwrap();
+        let began = std::time::Instant::now();
+        VfTeardown::new(dir.path().to_path_buf()).restore_before_stop(&ledger, "sb-p0");
+        assert!(
+            began.elapsed() >= STOP_RESTORE_WAIT,
+            "it waited for the restore"
+        );
+        assert!(store.load(VF.parse().unwrap()).unwrap().is_some());
+        drop(held);
     }
 
     #[test]
