@@ -38,8 +38,9 @@
 # and removes the unit or pre-installed plugin an earlier install left.
 # --hooks-only does steps 1, 2, 5 and 6 for a node whose runtime runs
 # devgate-hook from hooks.d (podman, CRI-O without NRI): no NRI, no plugin
-# (an earlier install's unit or pre-installed plugin is removed), and it fails
-# when no hooks.d directory took devgate's file.
+# (an earlier install's unit or pre-installed plugin is removed, and
+# containerd restarted to forget the latter), and it fails when no hooks.d
+# directory took devgate's file, or a pre-installed plugin stays in place.
 # Every path is below --prefix (default /), so tests run it into a directory;
 # with a prefix other than / no service is started or restarted.
 # --uninstall reverses what the recorded installs did, restoring each file it

@@ -107,7 +107,27 @@ fn containerd_configs_it_must_not_touch_or_cannot_edit() {
             position(&run.out, "with version = 2 at its top");
             assert!(!run.out.contains("migrate"), "{}", run.out);
         }
+        if version == "2.1.9" && !config.contains("version") && !ok {
+            position(&run.out, "is a version 1 config that names NRI, which");
+        }
     }
+    // A version 1 config's imports are migrated with it: one that names NRI
+    // is refused, named, as the config itself would be.
+    let prefix = dir.path().join("imports");
+    let path = prefix.join("etc/containerd/config.toml");
+    let config = "imports = [\"conf.d/*.toml\"]\n[plugins.cri]\n";
+    write(&path, config);
+    write(
+        &prefix.join("etc/containerd/conf.d/nri.toml"),
+        "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
+    );
+    let run = bootstrap(&prefix, &hooks, &["--containerd-version", "2.1.9"]);
+    assert!(!run.ok, "{}", run.out);
+    position(
+        &run.out,
+        "is a version 1 config that names NRI in /etc/containerd/conf.d/nri.toml",
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), config);
 }
 
 #[test]

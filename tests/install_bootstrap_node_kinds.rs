@@ -96,6 +96,45 @@ fn hooks_only_takes_away_an_earlier_plugin() {
         position(&switched.out, "never reads hooks.d");
         assert_eq!(std::fs::read_to_string(&ctrd).unwrap(), config, "{name}");
         assert!(HOOKS_D.iter().all(|f| prefix.join(f).is_file()), "{name}");
+        assert!(
+            !prefix.join("etc/nri/conf.d/10-devgate.conf").exists(),
+            "{name}"
+        );
+        let again = bootstrap(&prefix, &hooks, &["--hooks-only", version[0], version[1]]);
+        assert!(again.ok, "{name}: {}", again.out);
+        position(&again.out, "no changes");
+    }
+}
+
+/// A pre-installed plugin that stays where containerd starts it after the
+/// switch (edited since it was written, or the file it replaced put back)
+/// would apply the same pods again through NRI: the run fails, naming it.
+#[test]
+fn hooks_only_fails_where_a_pre_installed_plugin_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    let plugin = "opt/nri/plugins/10-devgate";
+    let version = ["--containerd-version", "1.7.24"];
+    for case in ["edited", "replaced"] {
+        let prefix = fresh(dir.path(), case);
+        let original = b"#!/bin/sh\n# a plugin put here by hand\n";
+        if case == "replaced" {
+            write_executable(&prefix.join(plugin), original);
+        }
+        let installed = bootstrap(&prefix, &hooks, &["--preinstalled", version[0], version[1]]);
+        assert!(installed.ok, "{case}: {}", installed.out);
+        let edited = b"#!/bin/sh\n# changed after the install\n";
+        if case == "edited" {
+            std::fs::write(prefix.join(plugin), edited).unwrap();
+        }
+
+        let switched = bootstrap(&prefix, &hooks, &["--hooks-only", version[0], version[1]]);
+        assert!(!switched.ok, "{case}: {}", switched.out);
+        position(&switched.out, "/opt/nri/plugins/10-devgate is still there");
+        let left = std::fs::read(prefix.join(plugin)).unwrap();
+        let expected: &[u8] = if case == "edited" { edited } else { original };
+        assert_eq!(left, expected, "{case}: {}", switched.out);
+        assert!(HOOKS_D.iter().all(|f| prefix.join(f).is_file()), "{case}");
     }
 }
 

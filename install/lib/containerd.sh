@@ -81,24 +81,29 @@ nri_enabled_config() {
 # of the main file would not take effect (`devgate doctor` merges imports the
 # same way). An imported table that already turns NRI on is fine.
 check_imports() {
-    local cfg=$1 need=$2 dir pattern file rc
+    local cfg=$1 need=$2 file rc
+    while read -r file; do
+        # One grep: with pipefail, `grep -v | grep -q` fails when -q stops
+        # reading early and the first grep dies of SIGPIPE.
+        grep -Eq '^[^#]*io\.containerd\.nri\.v1\.nri' "$file" || continue
+        rc=0
+        nri_enabled_config "$need" <"$file" >/dev/null || rc=$?
+        ((rc != 5)) || die "$(shut_out "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG)")"
+        ((rc == 4)) ||
+            die "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG) configures NRI without enabling it, which overrides an edit of $CONTAINERD_CONFIG: set disable = false there by hand"
+    done < <(imported_files "$cfg")
+}
+
+# The host paths of the files a config imports, one per line.
+imported_files() {
+    local dir pattern
     dir=$(dirname "$CONTAINERD_CONFIG")
     while read -r pattern; do
         [[ -n $pattern ]] || continue
         # containerd resolves a relative import against the config's directory.
         [[ $pattern == /* ]] || pattern=$dir/$pattern
-        while read -r file; do
-            [[ -n $file ]] || continue
-            # One grep: with pipefail, `grep -v | grep -q` fails when -q stops
-            # reading early and the first grep dies of SIGPIPE.
-            grep -Eq '^[^#]*io\.containerd\.nri\.v1\.nri' "$file" || continue
-            rc=0
-            nri_enabled_config "$need" <"$file" >/dev/null || rc=$?
-            ((rc != 5)) || die "$(shut_out "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG)")"
-            ((rc == 4)) ||
-                die "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG) configures NRI without enabling it, which overrides an edit of $CONTAINERD_CONFIG: set disable = false there by hand"
-        done < <(compgen -G "$(p "$pattern")" || true)
-    done < <(imports_text "$cfg" | grep -oE "\"[^\"]*\"|'[^']*'" | tr -d "\"'")
+        compgen -G "$(p "$pattern")" || true
+    done < <(imports_text "$1" | grep -oE "\"[^\"]*\"|'[^']*'" | tr -d "\"'")
 }
 
 # The `imports = [...]` array of a config, over as many lines as it takes.
@@ -167,8 +172,14 @@ enable_nri() {
         if ((!need)); then
             # NRI's settings in a version 1 layout (`[plugins.nri]`,
             # `disabled_plugins`) are not read here: refused, not guessed at.
-            ! grep -Eq '^[^#]*\<nri\>' "$cfg" ||
-                die "$CONTAINERD_CONFIG is a version 1 config that names NRI, which this script reads only in version 2 and 3 configs: check by hand that it leaves NRI on (containerd config migrate prints it as version 3), or migrate it; nothing changed"
+            # Its imports are migrated alike.
+            local file where
+            while read -r file; do
+                grep -Eq '^[^#]*\<nri\>' "$file" || continue
+                where=""
+                [[ $file == "$cfg" ]] || where=" in /${file#"$(p /)"}"
+                die "$CONTAINERD_CONFIG is a version 1 config that names NRI$where, which this script reads only in version 2 and 3 configs: check by hand that it leaves NRI on (containerd config migrate prints it as version 3), or migrate it; nothing changed"
+            done < <(printf '%s\n' "$cfg"; imported_files "$cfg")
             ((check)) || log "$CONTAINERD_CONFIG is a version 1 config: containerd $major.$minor migrates it as it loads, with NRI on; left as it is"
             return 0
         fi

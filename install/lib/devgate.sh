@@ -42,11 +42,19 @@ remove_unit() {
     systemctl_do daemon-reload
 }
 
-# A pre-installed plugin an earlier install left; containerd forgets it only
-# when it restarts.
+# A pre-installed plugin an earlier install left (or the file it replaced, put
+# back); containerd forgets it only when it restarts. One that stays (changed
+# since it was written, or what it replaced was a devgate too) would run
+# beside what this install sets up: the run fails, naming it.
 remove_preinstalled() {
-    ! remove_owned "$PREINSTALLED_PLUGIN" || RESTART_CONTAINERD=1
-    remove_owned "$PREINSTALLED_CONF" || true
+    local had
+    had=$(manifest_kind "$PREINSTALLED_PLUGIN")
+    ! undo_owned "$PREINSTALLED_PLUGIN" || RESTART_CONTAINERD=1
+    undo_owned "$PREINSTALLED_CONF" || true
+    if [[ -n $had ]] && ((!DRY_RUN)) && [[ -e $(p "$PREINSTALLED_PLUGIN") ]]; then
+        warn "$PREINSTALLED_PLUGIN is still there, and containerd starts whatever it is as an NRI plugin: remove it by hand, then restart containerd"
+        FAILURES=$((FAILURES + 1))
+    fi
 }
 
 # Before any change, --hooks-only: the plugin of an earlier install, which it
@@ -123,7 +131,8 @@ install_hooks_d() {
         found=1
         for dir in "${HOOKS_DIRS[@]}"; do
             # /usr is read-only on image-based hosts (Fedora CoreOS, RHCOS,
-            # Flatcar): said, not fatal, as containerd never reads hooks.d.
+            # Flatcar): said, not fatal: containerd never reads hooks.d, podman
+            # reads /etc's too, and CRI-O does where its hooks_dir lists it.
             if ! dir_writable "$dir"; then
                 warn "$dir is on a read-only file system: $(basename "$hook") not installed there; CRI-O reads only /usr/share/containers/oci/hooks.d unless its hooks_dir lists /etc/containers/oci/hooks.d"
                 continue

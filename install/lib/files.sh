@@ -208,6 +208,16 @@ remove_owned() {
     manifest_drop created "$path"
 }
 
+# undo_owned PATH: removes the file devgate created at PATH, or puts back the
+# one it replaced there; true when it changed something.
+undo_owned() {
+    case $(manifest_kind "$1") in
+    created) remove_owned "$1" ;;
+    modified) restore_owned "$1" ;;
+    *) return 1 ;;
+    esac
+}
+
 # Restores a file devgate modified, when nobody changed it since. Returns 0
 # when it did (or would, in a dry run).
 restore_owned() {

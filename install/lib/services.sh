@@ -126,10 +126,7 @@ unregistered_preinstalled() {
     FAILURES=$((FAILURES + 1))
     local path
     for path in "$PREINSTALLED_PLUGIN" "$PREINSTALLED_CONF"; do
-        case $(manifest_kind "$path") in
-        created) remove_owned "$path" || true ;;
-        modified) restore_owned "$path" || true ;;
-        esac
+        undo_owned "$path" || true
     done
     systemctl_do restart containerd.service
 }

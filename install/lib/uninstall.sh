@@ -92,8 +92,8 @@ uninstall() {
             fi
             ;;
         modified)
-            # containerd restarts only onto a config actually put back.
-            if restore_owned "$key" && [[ $key == "$CONTAINERD_CONFIG" ]]; then
+            # containerd restarts only onto a config or plugin actually put back.
+            if restore_owned "$key" && [[ $key == "$CONTAINERD_CONFIG" || $key == "$PREINSTALLED_PLUGIN" ]]; then
                 RESTART_CONTAINERD=1
             fi
             ;;
