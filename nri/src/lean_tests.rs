@@ -505,8 +505,14 @@ fn malformed_requests_fail_and_never_panic() {
         decode(&crossed, POD_AND_CONTAINER, Keep::ALL, None),
         Err(WireError::Group { field: 5, at: 2 })
     );
-    let deep = vec![3 << 3 | 3; 40];
-    assert!(decode(&deep, POD_AND_CONTAINER, Keep::ALL, None).is_err());
+    // 32 groups nested and closed are skipped; a 33rd inside is refused
+    // as too deep (its tag ends at byte 33), not as left open.
+    let nested = |n: usize| [vec![3 << 3 | 3; n], vec![3 << 3 | 4; n]].concat();
+    assert!(decode(&nested(32), POD_AND_CONTAINER, Keep::ALL, None).is_ok());
+    assert_eq!(
+        decode(&nested(33), POD_AND_CONTAINER, Keep::ALL, None),
+        Err(WireError::TooDeep { field: 3, at: 33 })
+    );
 }
 
 /// An unknown group (proto2's wire types 3 and 4), nested or not, is skipped

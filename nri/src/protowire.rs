@@ -25,6 +25,8 @@ pub enum WireError {
     WireType { field: u64, wire_type: u8 },
     #[error("group {field} is not closed, or closed where none is open, at byte {at}")]
     Group { field: u64, at: usize },
+    #[error("group {field} at byte {at} is nested more than {MAX_GROUP_DEPTH} deep")]
+    TooDeep { field: u64, at: usize },
     #[error("field {field} is not utf-8")]
     NotUtf8 { field: u64 },
 }
@@ -112,6 +114,10 @@ impl<'a> Reader<'a> {
             LEN => self.bytes().map(drop),
             I32 => self.take(4).map(drop),
             START_GROUP if depth < MAX_GROUP_DEPTH => self.skip_group(field, depth + 1),
+            START_GROUP => Err(WireError::TooDeep {
+                field,
+                at: self.pos,
+            }),
             END_GROUP => Err(WireError::Group {
                 field,
                 at: self.pos,
