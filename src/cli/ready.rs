@@ -24,10 +24,18 @@ pub struct ReadyArgs {
 pub enum ReadyError {
     #[error("not ready: no runtime configured devgate (no {})", .0.display())]
     NoRecord(PathBuf),
-    #[error("not ready: the runtime record names no plugin process (written by an older release)")]
+    #[error("not ready: the runtime record names no plugin process (written by an older release, or the plugin could not read its own start time)")]
     NoProcess,
     #[error("not ready: pid {0}, which a runtime configured last, is no longer that plugin")]
     Gone(u32),
+    #[error(
+        "not ready: cannot tell whether pid {pid}, which a runtime configured last, still runs"
+    )]
+    Unreadable {
+        pid: u32,
+        #[source]
+        source: crate::hook::liveness::LivenessError,
+    },
     #[error("not ready")]
     Record(#[from] FeaturesError),
 }
@@ -41,7 +49,16 @@ pub fn configured(state_dir: &Path, proc_dir: &Path) -> Result<RuntimeRecord, Re
     // Known by its pid and start time, never by a name another process could take.
     match crate::hook::liveness::start_ticks(proc_dir, plugin.pid) {
         Ok(ticks) if ticks == plugin.start_ticks => Ok(record),
-        _ => Err(ReadyError::Gone(plugin.pid)),
+        Ok(_) => Err(ReadyError::Gone(plugin.pid)),
+        Err(crate::hook::liveness::LivenessError::Read { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Err(ReadyError::Gone(plugin.pid))
+        }
+        Err(source) => Err(ReadyError::Unreadable {
+            pid: plugin.pid,
+            source,
+        }),
     }
 }
 
@@ -97,6 +114,17 @@ mod tests {
         let pid = plugin.pid;
         written.save(dir.path()).unwrap();
         assert!(matches!(configured(dir.path(), proc), Err(ReadyError::Gone(p)) if p == pid));
+
+        // No process under the pid; one whose start cannot be read.
+        let fake = dir.path().join("proc");
+        std::fs::create_dir_all(fake.join(pid.to_string())).unwrap();
+        assert!(matches!(configured(dir.path(), &fake), Err(ReadyError::Gone(p)) if p == pid));
+        std::fs::write(fake.join(pid.to_string()).join("stat"), "1 (x) S").unwrap();
+        let err = configured(dir.path(), &fake).unwrap_err();
+        assert!(
+            matches!(err, ReadyError::Unreadable { pid: p, .. } if p == pid),
+            "{err}"
+        );
 
         written.plugin = None;
         written.save(dir.path()).unwrap();
