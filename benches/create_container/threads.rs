@@ -43,14 +43,20 @@ impl Threads {
         Window(sample(pid))
     }
 
+    /// A thread that ended within the window is not seen (its time is in
+    /// the process's CPU clock, not here); one started in it counts from zero.
     pub fn end(&mut self, pid: u32, window: Window) {
         self.windows += 1;
+        let mut ran = BTreeMap::<String, u64>::new();
         for (tid, (name, ns)) in sample(pid) {
-            // A thread started within the window counts from zero.
             let was = window.0.get(&tid).map_or(0, |(_, ns)| *ns);
+            *ran.entry(name).or_default() += ns.saturating_sub(was);
+        }
+        // Threads of one name (release workers) ran in a window once.
+        for (name, ns) in ran {
             let entry = self.by_name.entry(name).or_default();
-            entry.0 += ns.saturating_sub(was);
-            entry.1 += usize::from(ns > was);
+            entry.0 += ns;
+            entry.1 += usize::from(ns > 0);
         }
     }
 
