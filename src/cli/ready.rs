@@ -50,8 +50,10 @@ pub fn configured(state_dir: &Path, proc_dir: &Path) -> Result<RuntimeRecord, Re
     match crate::hook::liveness::start_ticks(proc_dir, plugin.pid) {
         Ok(ticks) if ticks == plugin.start_ticks => Ok(record),
         Ok(_) => Err(ReadyError::Gone(plugin.pid)),
+        // ESRCH: it exited while its stat was read.
         Err(crate::hook::liveness::LivenessError::Read { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound =>
+            if source.kind() == std::io::ErrorKind::NotFound
+                || source.raw_os_error() == Some(libc::ESRCH) =>
         {
             Err(ReadyError::Gone(plugin.pid))
         }

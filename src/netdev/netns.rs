@@ -5,10 +5,10 @@
 //! socket stays bound to the namespace it was created in (af_netlink.c), so the
 //! pattern is: enter, create the socket, leave; then use the socket from anywhere.
 
-use std::fs::{self, File};
+use std::fs;
 use std::marker::PhantomData;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::sched::{setns, CloneFlags};
@@ -57,7 +57,13 @@ impl Netns {
             path: path.to_path_buf(),
             source,
         };
-        let file = File::open(path).map_err(err)?;
+        // Whatever the path turns out to be, opening it neither waits (a
+        // FIFO) nor takes a terminal; the identity is checked by the caller.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path)
+            .map_err(err)?;
         let meta = file.metadata().map_err(err)?;
         Ok(Netns {
             fd: file.into(),
@@ -108,7 +114,7 @@ impl Netns {
     /// A handle whose identity is made up, for logic tests against a fake kernel.
     #[cfg(test)]
     pub fn fake(ino: u64) -> Netns {
-        let file = File::open("/dev/null").expect("open /dev/null");
+        let file = fs::File::open("/dev/null").expect("open /dev/null");
         Netns {
             fd: file.into(),
             id: NetnsId { dev: 0, ino },

@@ -4,7 +4,11 @@
 //! runtimes keep it in different places: `/var/run/netns` (containerd's
 //! default, CRI-O, `ip netns`), or under containerd's state directory
 //! (`netns_mounts_under_state_dir`). Every such mount shows in mountinfo with
-//! the file system type `nsfs` (proc(5)).
+//! the file system type `nsfs` (proc(5)). The host's mount table is pid 1's:
+//! a plugin run by the DaemonSet (`hostPID`, privileged) sees it there and
+//! reaches its mount points through `/proc/1/root`; its own table, read when
+//! pid 1's cannot be, shows only the bind mounts propagated into its
+//! container.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
@@ -17,15 +21,28 @@ use super::netns::{Netns, NetnsId};
 /// few MiB of it at most.
 const MAX_MOUNTINFO_BYTES: u64 = 16 << 20;
 
-/// The namespace `id`, opened through an `nsfs` mount in `proc_root`'s
-/// `self/mountinfo`, if one shows it.
+/// The namespace `id`, opened through an `nsfs` mount of pid 1's mount
+/// table under `proc_root`, or of this process's where that is another.
 pub(super) fn find(proc_root: &Path, id: NetnsId) -> Option<Netns> {
+    let host = proc_root.join("1");
+    let own = proc_root.join("self");
+    let same = |link: &str| {
+        let ns = |p: &Path| std::fs::read_link(p.join(link)).ok();
+        ns(&host).is_some() && ns(&host) == ns(&own)
+    };
+    find_in(&host, id).or_else(|| (!same("ns/mnt")).then(|| find_in(&own, id)).flatten())
+}
+
+/// [`find`] in the mount table of the process at `proc_pid`, its mount
+/// points reached through its root.
+fn find_in(proc_pid: &Path, id: NetnsId) -> Option<Netns> {
     let text =
-        crate::fsutil::read_file_bounded(&proc_root.join("self/mountinfo"), MAX_MOUNTINFO_BYTES)
-            .ok()?;
+        crate::fsutil::read_file_bounded(&proc_pid.join("mountinfo"), MAX_MOUNTINFO_BYTES).ok()?;
+    let root = proc_pid.join("root");
     text.split(|&b| b == b'\n')
         .filter_map(nsfs_mount_point)
-        .find_map(|path| {
+        .find_map(|point| {
+            let path = root.join(point.strip_prefix("/").ok()?);
             // The mount point's stat is the namespace's inode: the same test
             // as the saved identity, before anything is opened.
             let meta = std::fs::metadata(&path).ok()?;

@@ -331,7 +331,7 @@ impl nri::Plugin for DevgatePlugin {
         self.ahead_inits.forget(&pod.id);
         self.devices.pod_stopped(&pod.id);
         self.stop_vfs
-            .restore_before_stop(self.devices.ledger(), &pod.id);
+            .restore_before_stop(self.devices.ledger(), &pod.id, &self.releases);
         self.release_pod(&pod.id);
         Ok(())
     }

@@ -3,7 +3,12 @@
 //! Detach is idempotent, so VFs the hook already restored cost one file lookup.
 
 use std::path::PathBuf;
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::Arc;
 use std::time::Duration;
+
+use super::in_flight::InFlight;
+use super::lifecycle::Release;
 
 use crate::inventory::PciAddr;
 use crate::ledger::{DeviceId, Ledger, PodRecord, Teardown, Unclean};
@@ -122,8 +127,21 @@ impl VfTeardown {
     /// workqueue), under its pod name, or not at all where a driver loses it
     /// (sriov-cni #349). The pod's release, which runs after the reply, finds
     /// them restored; a failure here is left to it, which keeps the VF and
-    /// retries.
-    pub(super) fn restore_before_stop(&self, ledger: &Ledger, sandbox_id: &str) {
+    /// retries. The restore counts among `releases` (an admission waiting for
+    /// the pod's devices waits for it too); where one of the pod already runs
+    /// (a stop the runtime retries), the answer waits for that instead.
+    pub(super) fn restore_before_stop(
+        &self,
+        ledger: &Ledger,
+        sandbox_id: &str,
+        releases: &Arc<InFlight>,
+    ) {
+        if releases.releasing(sandbox_id) {
+            if !releases.wait_released(sandbox_id, STOP_RESTORE_WAIT) {
+                tracing::warn!(sandbox = %sandbox_id, "the pod's release still runs at its stop: answered without it");
+            }
+            return;
+        }
         let pod = match ledger.pod(sandbox_id) {
             Ok(Some(pod)) if pod.vfs().next().is_some() => pod,
             Ok(_) => return,
@@ -132,28 +150,30 @@ impl VfTeardown {
                 return;
             }
         };
+        let running = releases.enter(&Release::Pod(sandbox_id.to_string()));
         let (done, finished) = std::sync::mpsc::sync_channel(1);
         let vfs = self.clone();
         let name = pod.pod.name.clone();
         let spawned = std::thread::Builder::new()
             .name("vf-stop".into())
             .spawn(move || {
+                let _running = running;
                 let _ = done.send(vfs.teardown(&pod));
             });
-        let outcome = match spawned {
-            Ok(_) => finished.recv_timeout(STOP_RESTORE_WAIT).ok(),
-            Err(e) => {
-                tracing::warn!(sandbox = %sandbox_id, error = %e, "no thread for the vf restore at the pod's stop: its release makes it");
-                return;
-            }
-        };
-        match outcome {
-            Some(Ok(())) => {}
-            Some(Err(e)) => {
+        if let Err(e) = spawned {
+            tracing::warn!(sandbox = %sandbox_id, error = %e, "no thread for the vf restore at the pod's stop: its release makes it");
+            return;
+        }
+        match finished.recv_timeout(STOP_RESTORE_WAIT) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
                 tracing::warn!(sandbox = %sandbox_id, pod = %name, reason = %e.reason, "vf restore at the pod's stop failed: its release retries it");
             }
-            None => {
+            Err(RecvTimeoutError::Timeout) => {
                 tracing::warn!(sandbox = %sandbox_id, pod = %name, wait_ms = STOP_RESTORE_WAIT.as_millis() as u64, "vf restore at the pod's stop still runs: answered without it");
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                tracing::error!(sandbox = %sandbox_id, pod = %name, "vf restore at the pod's stop ended without an outcome: its release makes it");
             }
         }
     }
@@ -294,15 +314,26 @@ mod tests {
         assert!(ledger.claim(&pod_ref("p0"), &[vf_claim()]).unwrap());
         let store = SavedStore::new(dir.path());
         store.save(&SavedVf::example("p0-main", VF)).unwrap();
-        let held = store.lock(VF.parse().unwrap()).unwrap();
+        let vf = VF.parse().unwrap();
+        let held = store.lock(vf).unwrap();
+        let releases = Arc::new(InFlight::default());
+        let teardown = VfTeardown::new(dir.path().to_path_buf());
         let began = std::time::Instant::now();
-        VfTeardown::new(dir.path().to_path_buf()).restore_before_stop(&ledger, "sb-p0");
+        teardown.restore_before_stop(&ledger, "sb-p0", &releases);
         assert!(
             began.elapsed() >= STOP_RESTORE_WAIT,
             "it waited for the restore"
         );
-        assert!(store.load(VF.parse().unwrap()).unwrap().is_some());
+        assert!(store.load(vf).unwrap().is_some());
+        assert!(releases.releasing("sb-p0"), "the restore still runs");
+        // A stop the runtime sends again waits for that restore, and starts
+        // no other.
+        teardown.restore_before_stop(&ledger, "sb-p0", &releases);
+        assert!(began.elapsed() >= STOP_RESTORE_WAIT * 2);
+        // Nothing left to restore once the lock is free: the thread ends.
+        store.remove(vf).unwrap();
         drop(held);
+        assert!(releases.wait_released("sb-p0", Duration::from_secs(10)));
     }
 
     #[test]
