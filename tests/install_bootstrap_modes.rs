@@ -108,26 +108,36 @@ fn containerd_configs_it_must_not_touch_or_cannot_edit() {
             assert!(!run.out.contains("migrate"), "{}", run.out);
         }
         if version == "2.1.9" && !config.contains("version") && !ok {
-            position(&run.out, "is a version 1 config that names NRI, which");
+            position(
+                &run.out,
+                "is a version 1 config that names NRI: this script",
+            );
         }
     }
     // A version 1 config's imports are migrated with it: one that names NRI
     // is refused, named, as the config itself would be.
     let prefix = dir.path().join("imports");
-    let path = prefix.join("etc/containerd/config.toml");
     let config = "imports = [\"conf.d/*.toml\"]\n[plugins.cri]\n";
-    write(&path, config);
-    write(
-        &prefix.join("etc/containerd/conf.d/nri.toml"),
-        "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
-    );
+    let path = importing_nri_off(&prefix, config);
     let run = bootstrap(&prefix, &hooks, &["--containerd-version", "2.1.9"]);
     assert!(!run.ok, "{}", run.out);
     position(
         &run.out,
-        "is a version 1 config that names NRI in /etc/containerd/conf.d/nri.toml",
+        "is a version 1 config that imports /etc/containerd/conf.d/nri.toml, which names NRI:",
     );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), config);
+}
+
+/// A containerd config `main` under `prefix` and the file its
+/// `imports = ["conf.d/*.toml"]` finds, which turns NRI off; the config's path.
+fn importing_nri_off(prefix: &Path, main: &str) -> std::path::PathBuf {
+    let cfg = prefix.join("etc/containerd/config.toml");
+    write(&cfg, main);
+    write(
+        &prefix.join("etc/containerd/conf.d/nri.toml"),
+        "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
+    );
+    cfg
 }
 
 #[test]
@@ -251,13 +261,8 @@ fn a_linked_config_or_an_imported_nri_table_is_refused_untouched() {
     assert_eq!(std::fs::read_to_string(&real).unwrap(), "version = 2\n");
 
     let imports = dir.path().join("imports");
-    let cfg = imports.join("etc/containerd/config.toml");
     let main = "version = 2\nimports = [\"conf.d/*.toml\"]\n";
-    write(&cfg, main);
-    write(
-        &imports.join("etc/containerd/conf.d/nri.toml"),
-        "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
-    );
+    let cfg = importing_nri_off(&imports, main);
     let run = bootstrap(&imports, &hooks, &version);
     assert!(!run.ok, "{}", run.out);
     position(&run.out, "/etc/containerd/conf.d/nri.toml (imported by");

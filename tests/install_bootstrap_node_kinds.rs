@@ -135,6 +135,10 @@ fn hooks_only_fails_where_a_pre_installed_plugin_stays() {
         let expected: &[u8] = if case == "edited" { edited } else { original };
         assert_eq!(left, expected, "{case}: {}", switched.out);
         assert!(HOOKS_D.iter().all(|f| prefix.join(f).is_file()), "{case}");
+        // No longer in the manifest, it still fails the next run.
+        let again = bootstrap(&prefix, &hooks, &["--hooks-only", version[0], version[1]]);
+        assert!(!again.ok, "{case}: {}", again.out);
+        position(&again.out, "/opt/nri/plugins/10-devgate is still there");
     }
 }
 

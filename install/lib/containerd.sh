@@ -176,9 +176,9 @@ enable_nri() {
             local file where
             while read -r file; do
                 grep -Eq '^[^#]*\<nri\>' "$file" || continue
-                where=""
-                [[ $file == "$cfg" ]] || where=" in /${file#"$(p /)"}"
-                die "$CONTAINERD_CONFIG is a version 1 config that names NRI$where, which this script reads only in version 2 and 3 configs: check by hand that it leaves NRI on (containerd config migrate prints it as version 3), or migrate it; nothing changed"
+                where=" names NRI"
+                [[ $file == "$cfg" ]] || where=" imports /${file#"$(p /)"}, which names NRI"
+                die "$CONTAINERD_CONFIG is a version 1 config that$where: this script reads NRI's settings only where the main config is version 2 or 3; check by hand that they leave NRI on (containerd config migrate prints the result as version 3), or migrate the config; nothing changed"
             done < <(printf '%s\n' "$cfg"; imported_files "$cfg")
             ((check)) || log "$CONTAINERD_CONFIG is a version 1 config: containerd $major.$minor migrates it as it loads, with NRI on; left as it is"
             return 0

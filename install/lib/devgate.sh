@@ -43,15 +43,14 @@ remove_unit() {
 }
 
 # A pre-installed plugin an earlier install left (or the file it replaced, put
-# back); containerd forgets it only when it restarts. One that stays (changed
-# since it was written, or what it replaced was a devgate too) would run
-# beside what this install sets up: the run fails, naming it.
+# back); containerd forgets it only when it restarts. Any file that stays
+# there (changed since it was written, what it replaced, one put there by
+# hand) would run beside what this install sets up: every run fails, naming
+# it, until it is gone.
 remove_preinstalled() {
-    local had
-    had=$(manifest_kind "$PREINSTALLED_PLUGIN")
     ! undo_owned "$PREINSTALLED_PLUGIN" || RESTART_CONTAINERD=1
     undo_owned "$PREINSTALLED_CONF" || true
-    if [[ -n $had ]] && ((!DRY_RUN)) && [[ -e $(p "$PREINSTALLED_PLUGIN") ]]; then
+    if ((!DRY_RUN)) && [[ -e $(p "$PREINSTALLED_PLUGIN") || -L $(p "$PREINSTALLED_PLUGIN") ]]; then
         warn "$PREINSTALLED_PLUGIN is still there, and containerd starts whatever it is as an NRI plugin: remove it by hand, then restart containerd"
         FAILURES=$((FAILURES + 1))
     fi
