@@ -142,8 +142,14 @@ impl VfTeardown {
             }
             return;
         }
+        // Looked at without the VFs' locks, which a hook that hangs may
+        // hold: at the pod's stop none of its hooks moves a VF in (its
+        // containers have stopped, and the runtime admits none into a
+        // stopping sandbox), and a restore under way keeps its record until
+        // it ends. So with no record there is nothing to wait for, which is
+        // every pod whose poststop gave its VFs back.
         let pod = match ledger.pod(sandbox_id) {
-            Ok(Some(pod)) if pod.vfs().next().is_some() => pod,
+            Ok(Some(pod)) if pod.vfs().any(|vf| self.store.has_record(vf)) => pod,
             Ok(_) => return,
             Err(e) => {
                 tracing::warn!(sandbox = %sandbox_id, error = %nri::ErrorChain(&e), "ledger unreadable: the pod's vfs are left to its release");
