@@ -266,14 +266,17 @@ fn a_stopped_owner_leaves_the_vf_to_the_containers_still_running() {
     // Which one moved the VF in: the first on a real NIC, the second here,
     // since the simulated sysfs still lists the moved netdev under its VF,
     // which reads as an owner that moved nothing.
-    let owner = node.ledger().pods[&pod.id]
-        .network_owner
-        .clone()
-        .expect("a network owner");
-    let (stopped, running) = match ids.iter().position(|id| *id == owner) {
+    let owner = || {
+        node.ledger().pods[&pod.id]
+            .network_owner
+            .clone()
+            .expect("a network owner")
+    };
+    let first_owner = owner();
+    let (stopped, running) = match ids.iter().position(|id| *id == first_owner) {
         Some(0) => (0, 1),
         Some(_) => (1, 0),
-        None => panic!("owner {owner} is neither container"),
+        None => panic!("owner {first_owner} is neither container"),
     };
 
     cri.stop_container(&ids[stopped], 0).expect("StopContainer");
@@ -288,10 +291,7 @@ fn a_stopped_owner_leaves_the_vf_to_the_containers_still_running() {
     // owner's poststop while the other still runs. The VF is in the pod
     // until StopPodSandbox, whose reply comes only once it is home: the
     // runtime removes the namespace after it.
-    let owner = node.ledger().pods[&pod.id]
-        .network_owner
-        .clone()
-        .expect("a network owner");
+    let owner = owner();
     let mut live = vec![ids[running].clone(), again];
     live.sort_by_key(|id| *id != owner);
     for id in &live {

@@ -19,10 +19,9 @@
 
 use std::path::Path;
 
+use crate::netdev::netns::pids_in;
 use crate::netdev::NetnsId;
 
-/// Most processes looked at; more than any node runs.
-const MAX_PROCS: usize = 1 << 20;
 /// More than any host mounts (one line per hierarchy).
 const MAX_LINES: usize = 64;
 
@@ -32,17 +31,10 @@ pub(crate) fn running_beside(proc_root: &Path, netns: NetnsId, others: &[&str]) 
     if others.is_empty() {
         return None;
     }
-    let want = format!("net:[{}]", netns.ino);
-    let entries = std::fs::read_dir(proc_root).ok()?;
-    entries.flatten().take(MAX_PROCS).find_map(|entry| {
-        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-        let link = std::fs::read_link(entry.path().join("ns/net")).ok()?;
-        if link.as_os_str() != want.as_str() {
-            return None;
-        }
+    pids_in(proc_root, netns).find_map(|(pid, dir)| {
         // A process gone meanwhile is not counted: the restore then goes
         // ahead, as it always did.
-        let text = super::cgroup::read_bounded(&entry.path().join("cgroup")).ok()?;
+        let text = super::cgroup::read_bounded(&dir.join("cgroup")).ok()?;
         let theirs = text.lines().take(MAX_LINES).any(|line| {
             let path = line.splitn(3, ':').nth(2).unwrap_or("");
             others

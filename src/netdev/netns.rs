@@ -200,26 +200,32 @@ impl NetnsRoots {
     }
 
     fn scan_proc(&self, id: NetnsId) -> Option<Netns> {
-        let want = format!("net:[{}]", id.ino);
-        let entries = fs::read_dir(&self.proc_root).ok()?;
-        for entry in entries.flatten().take(MAX_PROC_SCAN) {
-            let name = entry.file_name();
-            if !name.as_encoded_bytes().iter().all(u8::is_ascii_digit) {
-                continue;
-            }
-            let link = entry.path().join("ns/net");
-            let matches = fs::read_link(&link)
-                .map(|t| t.as_os_str() == want.as_str())
-                .unwrap_or(false);
-            if matches {
-                // The process may have exited or changed namespace since the readlink.
-                if let Some(ns) = Netns::open(&link).ok().filter(|ns| ns.id == id) {
-                    return Some(ns);
-                }
-            }
-        }
-        None
+        pids_in(&self.proc_root, id).find_map(|(_, dir)| {
+            // The process may have exited or changed namespace since the readlink.
+            Netns::open(&dir.join("ns/net"))
+                .ok()
+                .filter(|ns| ns.id == id)
+        })
     }
+}
+
+/// The processes under `proc_root` whose network namespace link names `id`'s
+/// inode, each with its directory, at most [`MAX_PROC_SCAN`] looked at. The
+/// link is read, not opened: a caller that needs the namespace itself opens
+/// it and checks its identity, since the process may have moved meanwhile.
+pub(crate) fn pids_in(proc_root: &Path, id: NetnsId) -> impl Iterator<Item = (u32, PathBuf)> {
+    let want = format!("net:[{}]", id.ino);
+    fs::read_dir(proc_root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(MAX_PROC_SCAN)
+        .filter_map(move |entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let dir = entry.path();
+            let link = fs::read_link(dir.join("ns/net")).ok()?;
+            (link.as_os_str() == want.as_str()).then_some((pid, dir))
+        })
 }
 
 impl AsRawFd for Netns {

@@ -26,11 +26,13 @@ const MAX_MOUNTINFO_BYTES: u64 = 16 << 20;
 pub(super) fn find(proc_root: &Path, id: NetnsId) -> Option<Netns> {
     let host = proc_root.join("1");
     let own = proc_root.join("self");
-    let same = |link: &str| {
-        let ns = |p: &Path| std::fs::read_link(p.join(link)).ok();
-        ns(&host).is_some() && ns(&host) == ns(&own)
-    };
-    find_in(&host, id).or_else(|| (!same("ns/mnt")).then(|| find_in(&own, id)).flatten())
+    find_in(&host, id).or_else(|| {
+        let mnt = |p: &Path| std::fs::read_link(p.join("ns/mnt")).ok();
+        let host_mnt = mnt(&host);
+        // Pid 1's table, read already, is this process's too.
+        let same = host_mnt.is_some() && host_mnt == mnt(&own);
+        (!same).then(|| find_in(&own, id)).flatten()
+    })
 }
 
 /// [`find`] in the mount table of the process at `proc_pid`, its mount
