@@ -5,8 +5,9 @@
 
 use std::collections::BTreeMap;
 
-/// Each thread's CPU time and name, by thread id.
-fn sample(pid: u32) -> BTreeMap<u32, (String, u64)> {
+/// Each thread's name, CPU time and timeslices (how often it was put on a
+/// CPU: schedstat's third field), by thread id.
+fn sample(pid: u32) -> BTreeMap<u32, (String, u64, u64, u64)> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return BTreeMap::new();
     };
@@ -15,23 +16,32 @@ fn sample(pid: u32) -> BTreeMap<u32, (String, u64)> {
             let t = t.ok()?;
             let tid = t.file_name().to_str()?.parse::<u32>().ok()?;
             let stat = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
-            let ns = stat.split_whitespace().next()?.parse::<u64>().ok()?;
+            let mut fields = stat.split_whitespace();
+            let ns = fields.next()?.parse::<u64>().ok()?;
+            let slices = fields.nth(1)?.parse::<u64>().ok()?;
             let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
-            Some((tid, (comm.trim_end().to_string(), ns)))
+            let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+            let sleeps = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+                .trim()
+                .parse::<u64>()
+                .ok()?;
+            Some((tid, (comm.trim_end().to_string(), ns, slices, sleeps)))
         })
         .collect()
 }
 
-/// CPU time per thread name over the windows measured, and in how many of
-/// them each name ran.
+/// CPU time and timeslices per thread name over the windows measured, and in
+/// how many of them each name ran.
 #[derive(Default)]
 pub struct Threads {
-    by_name: BTreeMap<String, (u64, usize)>,
+    by_name: BTreeMap<String, (u64, u64, u64, usize)>,
     windows: usize,
 }
 
 /// A window begun: the threads' times at its start.
-pub struct Window(BTreeMap<u32, (String, u64)>);
+pub struct Window(BTreeMap<u32, (String, u64, u64, u64)>);
 
 impl Threads {
     /// `Some` when `DEVGATE_BENCH_THREADS` is set.
@@ -47,24 +57,33 @@ impl Threads {
     /// the process's CPU clock, not here); one started in it counts from zero.
     pub fn end(&mut self, pid: u32, window: Window) {
         self.windows += 1;
-        let mut ran = BTreeMap::<String, u64>::new();
-        for (tid, (name, ns)) in sample(pid) {
-            let was = window.0.get(&tid).map_or(0, |(_, ns)| *ns);
-            *ran.entry(name).or_default() += ns.saturating_sub(was);
+        let mut ran = BTreeMap::<String, (u64, u64, u64)>::new();
+        for (tid, (name, ns, slices, sleeps)) in sample(pid) {
+            let was = window.0.get(&tid).map_or((0, 0, 0), |w| (w.1, w.2, w.3));
+            let entry = ran.entry(name).or_default();
+            entry.0 += ns.saturating_sub(was.0);
+            entry.1 += slices.saturating_sub(was.1);
+            entry.2 += sleeps.saturating_sub(was.2);
         }
         // Threads of one name (release workers) ran in a window once.
-        for (name, ns) in ran {
+        for (name, (ns, slices, sleeps)) in ran {
             let entry = self.by_name.entry(name).or_default();
             entry.0 += ns;
-            entry.1 += usize::from(ns > 0);
+            entry.1 += slices;
+            entry.2 += sleeps;
+            entry.3 += usize::from(ns > 0);
         }
     }
 
     pub fn report(&self) {
-        for (name, (ns, ran)) in &self.by_name {
-            let per = *ns as f64 / 1e6 / self.windows.max(1) as f64;
+        let windows = self.windows.max(1) as f64;
+        for (name, (ns, slices, sleeps, ran)) in &self.by_name {
+            let per = *ns as f64 / 1e6 / windows;
+            let slices = *slices as f64 / windows;
+            let sleeps = *sleeps as f64 / windows;
             println!(
-                "thread {name}: {per:.4} ms per CreateContainer, running in {ran} of {} windows",
+                "thread {name}: {per:.4} ms, {slices:.2} timeslices and {sleeps:.2} sleeps \
+                 per CreateContainer, running in {ran} of {} windows",
                 self.windows
             );
         }

@@ -25,6 +25,7 @@
 mod envelope;
 mod plugin;
 mod preinstalled;
+mod readable;
 mod rpc;
 mod service;
 mod session;
