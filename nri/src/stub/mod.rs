@@ -25,7 +25,6 @@
 mod envelope;
 mod plugin;
 mod preinstalled;
-mod readable;
 mod rpc;
 mod service;
 mod session;

@@ -7,12 +7,10 @@
 //! write per reply is all the transport needs: no reactor, no task hand-offs.
 
 use std::{
-    io::{self, Write},
-    os::{fd::AsFd, unix::net::UnixStream},
-    time::{Duration, Instant},
+    io::{self, Read, Write},
+    os::unix::net::UnixStream,
+    time::Duration,
 };
-
-use super::readable::{recv_now, wait_readable};
 
 use crate::frame::{
     append_mux_frames, decode_mux_header, ConnId, TtrpcHeader, MAX_PEER_PAYLOAD, MUX_HEADER_LEN,
@@ -63,8 +61,6 @@ pub(super) struct Wire {
     /// A received message's payload buffer, given back by [`Wire::recycle`]
     /// to hold the next one instead of a fresh allocation.
     spare: Vec<u8>,
-    /// Longest one [`Wire::read`] waits for bytes (`None`: forever).
-    read_timeout: Option<Duration>,
 }
 
 fn invalid(what: String) -> io::Error {
@@ -85,7 +81,6 @@ impl Wire {
             message: Vec::new(),
             wbuf: Vec::new(),
             spare: Vec::new(),
-            read_timeout: None,
         }
     }
 
@@ -95,19 +90,9 @@ impl Wire {
         self.spare = payload;
     }
 
-    /// Bounds each wait for bytes (`None`: wait forever); one that ends
-    /// unanswered fails [`Wire::read`] with `WouldBlock`, as a socket's
-    /// receive timeout would.
-    pub(super) fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        if timeout.is_some_and(|t| t.is_zero()) {
-            // As `set_read_timeout` of the standard library refuses it.
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "a zero read timeout",
-            ));
-        }
-        self.read_timeout = timeout;
-        Ok(())
+    /// Bounds each blocking read (`None`: wait forever).
+    pub(super) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.stream.set_read_timeout(timeout)
     }
 
     #[cfg(test)]
@@ -179,20 +164,14 @@ impl Wire {
         if self.rlen == self.rbuf.len() {
             self.rbuf.resize(self.rlen + READ_CHUNK, 0);
         }
-        let deadline = self.read_timeout.map(|t| Instant::now() + t);
         loop {
-            wait_readable(self.stream.as_fd(), deadline)?;
-            match recv_now(self.stream.as_fd(), &mut self.rbuf[self.rlen..]) {
+            match self.stream.read(&mut self.rbuf[self.rlen..]) {
                 Ok(0) => return Ok(false),
                 Ok(n) => {
                     self.rlen += n;
                     return Ok(true);
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
-                    ) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }

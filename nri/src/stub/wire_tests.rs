@@ -1,8 +1,4 @@
-use std::{
-    io::{Read, Write},
-    thread,
-    time::Instant,
-};
+use std::{io::Write, thread, time::Instant};
 
 use super::*;
 use crate::frame::{TTRPC_REQUEST, TTRPC_RESPONSE};
@@ -261,69 +257,4 @@ fn a_read_timeout_ends_a_silent_wait_and_resets_to_waiting_forever() {
     assert_eq!((msg.header.stream_id, msg.payload), (7, b"late".to_vec()));
     drop(late.join().unwrap());
     assert!(wire.read().unwrap().is_none());
-}
-
-/// `voluntary_ctxt_switches` of a thread of this process: how often it slept.
-fn sleeps_of(tid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// Whether a thread of this process sleeps (state `S`) now.
-fn asleep(tid: i32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
-    // The state follows the parenthesized name, which may hold spaces.
-    stat.rsplit_once(") ")
-        .is_some_and(|(_, rest)| rest.starts_with('S'))
-}
-
-#[test]
-fn a_wait_for_the_next_request_sleeps_through_the_runtime_reading_the_reply() {
-    let (ours, mut peer) = UnixStream::pair().unwrap();
-    let mut wire = Wire::new(ours);
-    let header = TtrpcHeader {
-        length: 0,
-        stream_id: 1,
-        kind: TTRPC_RESPONSE,
-        flags: 0,
-    };
-    wire.write(PLUGIN_SERVICE_CONN, header, &[7; 3000]).unwrap();
-    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-    let waiter = thread::spawn(move || {
-        // SAFETY: gettid has no preconditions.
-        tid_tx.send(unsafe { libc::gettid() }).unwrap();
-        wire.read().unwrap().map(|m| m.header.stream_id)
-    });
-    let tid = tid_rx.recv().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !asleep(tid) {
-        assert!(Instant::now() < deadline, "the reader never slept");
-        thread::sleep(Duration::from_millis(1));
-    }
-    thread::sleep(Duration::from_millis(20));
-    let before = sleeps_of(tid);
-
-    // The runtime reads the reply: room to write again, which wakes a
-    // thread blocked in recv(2) for nothing.
-    let mut reply = vec![0; frame(1, &ttrpc(1, &[7; 3000])).len()];
-    peer.read_exact(&mut reply).unwrap();
-    thread::sleep(Duration::from_millis(50));
-    assert_eq!(sleeps_of(tid), before, "woken by the reply's read");
-
-    peer.write_all(&frame(1, &ttrpc(9, b"next"))).unwrap();
-    assert_eq!(waiter.join().unwrap(), Some(9));
-}
-
-#[test]
-fn a_zero_read_timeout_is_refused() {
-    let (ours, _peer) = UnixStream::pair().unwrap();
-    let mut wire = Wire::new(ours);
-    let err = wire.set_read_timeout(Some(Duration::ZERO)).unwrap_err();
-    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
 }
