@@ -48,7 +48,8 @@
 //!
 //! `DEVGATE_BENCH_THREADS=1` also splits the plugin's CPU in the creations by
 //! thread (`create_container/threads.rs`): work off the request path that
-//! lands inside a creation's window shows under its own thread's name.
+//! lands inside a creation's window shows under its own thread's name, with
+//! how often each thread was put on a CPU and how often it slept.
 //!
 //! `DEVGATE_BENCH_STANDING=N` runs N more pods before the sets and keeps them
 //! until the end, each with one container and an equal share of one of the
