@@ -9,7 +9,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{require_root, ContainerSpec, Containerd, Cri, DevgatePlugin, Pod, PodSpec, SLOW};
+use support::{
+    require_root, ContainerSpec, Containerd, Cri, DevgatePlugin, Pod, PodSpec, Runtime, SLOW,
+};
 
 const PROBE_ANNOTATION: &str = "devgate.io/probe";
 
@@ -301,4 +303,32 @@ fn preinstalled_plugin_applies_the_probe() {
     support::wait_for("the launched devgate to exit", SLOW, || {
         support::pids_matching(&needle).is_empty().then_some(())
     });
+}
+
+/// The runtime's request timeout bounds the plugin's waits (a creation
+/// waiting for a release, a pod's stop waiting for its VFs): containerd 2.x
+/// states its `plugin_request_timeout` in Configure (NRI v0.7 and later),
+/// and the plugin takes it; 1.7 (NRI v0.6.1) states none, and the plugin
+/// keeps NRI's default of 2 s.
+#[test]
+fn the_runtimes_request_timeout_is_taken_where_it_is_stated() {
+    require_root();
+    let mut ctrd = Containerd::prepare();
+    ctrd.set_nri(r#"  plugin_request_timeout = "1500ms""#);
+    ctrd.start();
+    let plugin = DevgatePlugin::launch(&ctrd, &[]);
+    let want = match ctrd.runtime() {
+        Runtime::Containerd17 => "request_timeout_ms=2000",
+        Runtime::Containerd21 => "request_timeout_ms=1500",
+    };
+    let deadline = Instant::now() + SLOW;
+    loop {
+        let out = plugin.output();
+        if let Some(line) = out.lines().find(|l| l.contains(" configured ")) {
+            assert!(line.contains(want), "want {want}: {line}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no configured line: {out}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -227,3 +227,56 @@ fn config_keys_are_validated() {
     }
     let _ = PathBuf::new();
 }
+
+/// A runtime that answers sooner than 2 s caps the wait for a pod the watch
+/// has not delivered below `grant_wait_ms`, and the refusal names the wait
+/// it made.
+#[test]
+fn the_wait_for_an_unknown_pod_is_capped_below_grant_wait_ms() {
+    let api = FakeApi::start().unwrap();
+    api.put_pod(pod(
+        "team",
+        "legit",
+        "u-legit",
+        NODE,
+        &[("nvidia.com/gpu", "1")],
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let checker = watching(&dir, &api);
+    assert!(found(&checker, "u-legit"));
+    let config = Arc::new(Config {
+        grant_wait_ms: 1500,
+        ..Config::default()
+    });
+    checker.cap_wait(Duration::from_millis(150));
+    let t = Instant::now();
+    let e = checker
+        .check(
+            &config,
+            id("team", "ghost", "u-ghost"),
+            "main",
+            &alloc(ONE_GPU),
+        )
+        .unwrap_err()
+        .to_string();
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(150), "{took:?}");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    assert!(e.contains("after 150 ms"), "{e}");
+    // A cap above grant_wait_ms leaves it.
+    checker.cap_wait(Duration::from_secs(60));
+    let config = Arc::new(Config {
+        grant_wait_ms: 50,
+        ..Config::default()
+    });
+    let e = checker
+        .check(
+            &config,
+            id("team", "ghost", "u-ghost"),
+            "main",
+            &alloc(ONE_GPU),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("after 50 ms"), "{e}");
+}

@@ -35,6 +35,7 @@ pub mod settings;
 pub mod watch;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -107,6 +108,9 @@ pub struct GrantChecker {
     audit: Audit,
     /// The last decision that let a pod through (see [`last`]).
     last: Mutex<Option<last::LastDecision>>,
+    /// Longest wait for a pod the watch has not delivered, whatever
+    /// `grant_wait_ms` says (ms; see [`GrantChecker::cap_wait`]).
+    wait_cap_ms: AtomicU64,
     // Held for its lifetime: dropping it stops the watch thread.
     _watch: Option<watch::PodWatch>,
 }
@@ -162,8 +166,24 @@ impl GrantChecker {
             cache,
             audit: Audit::open(state_dir),
             last: Mutex::new(None),
+            wait_cap_ms: AtomicU64::new(u64::MAX),
             _watch: handle,
         }
+    }
+
+    /// Bounds the wait for a pod the watch has not delivered to `cap`, below
+    /// `grant_wait_ms` where the runtime answers sooner than the 2 s that
+    /// setting is bounded for.
+    pub fn cap_wait(&self, cap: Duration) {
+        let ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX);
+        self.wait_cap_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// How long a creation waits for a pod the watch has not delivered.
+    fn wait_ms(&self, config: &Config) -> u64 {
+        config
+            .grant_wait_ms
+            .min(self.wait_cap_ms.load(Ordering::Relaxed))
     }
 
     /// The mode in force: the one resolved at start, or an API server found
@@ -231,7 +251,7 @@ impl GrantChecker {
         *last = None;
         let pod_name = format!("{}/{}", pod.namespace, pod.name);
         let devices = check::describe(alloc);
-        let wait = Duration::from_millis(config.grant_wait_ms);
+        let wait = Duration::from_millis(self.wait_ms(config));
         let result = self.decide(config, mode, pod, &pod_name, alloc, wait, held);
         let (outcome, reason) = match &result {
             Ok((outcome, reason)) => (*outcome, reason.clone()),
@@ -340,7 +360,7 @@ impl GrantChecker {
                         pod: pod_name.to_string(),
                         uid: pod.uid.to_string(),
                         state: match down {
-                            false => format!(" after {} ms", config.grant_wait_ms),
+                            false => format!(" after {} ms", self.wait_ms(config)),
                             true => String::new(),
                         } + &list_state(
                             synced,

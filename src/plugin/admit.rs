@@ -12,14 +12,11 @@ use crate::config::FailurePolicy;
 use crate::ledger::{Claim, LedgerError};
 
 /// How long a creation refused for a device another pod holds waits for that
-/// pod's release, before its claim is made once more.
+/// pod's release, before its claim is made once more. The wait ends earlier
+/// where the runtime's request timeout says so ([`super::budget::Waits::answer_by`]
+/// after the creation's handling began, which may have waited for the grant
+/// check): the runtime holds its other NRI calls while it waits.
 const RELEASE_WAIT: Duration = Duration::from_secs(1);
-/// The wait ends this long after the creation's handling began, whatever is
-/// left of [`RELEASE_WAIT`]: the runtime gives a plugin's answer 2 s
-/// (containerd's `plugin_request_timeout`), and holds its other NRI calls
-/// while it waits, and the handling before the claim may have waited for the
-/// grant check.
-const ANSWER_BY: Duration = Duration::from_millis(1500);
 
 /// Whether the pod carries an allocation, valid or not.
 fn has_allocation(pod: &PodSandbox) -> bool {
@@ -110,7 +107,7 @@ impl DevgatePlugin {
     }
 
     /// Waits for the releases that may end refusal `e` of `claims`, up to
-    /// [`RELEASE_WAIT`] and never past [`ANSWER_BY`] from `began`; `Ok` when
+    /// [`RELEASE_WAIT`] and never past the budget's `answer_by` from `began`; `Ok` when
     /// the claim is worth making once more: after a wait, or where a release
     /// ended between the refusal and this look. A claim waits only where the
     /// ledger, without the pods being released, would take it: a device a
@@ -125,8 +122,9 @@ impl DevgatePlugin {
         claims: &[Claim],
         began: Instant,
     ) -> Result<(), LedgerError> {
-        let end = Instant::now()
-            + RELEASE_WAIT.min((began + ANSWER_BY).saturating_duration_since(Instant::now()));
+        let answer_by = began + self.budget.waits().answer_by;
+        let end =
+            Instant::now() + RELEASE_WAIT.min(answer_by.saturating_duration_since(Instant::now()));
         let left = || end.saturating_duration_since(Instant::now());
         if !matches!(
             e,

@@ -30,8 +30,12 @@ impl DevgatePlugin {
             }
             *self.config.write().unwrap_or_else(PoisonError::into_inner) = state;
         }
+        self.budget.take(runtime);
         if let Ok(config) = self.config() {
             self.enable_grant_check(&config);
+        }
+        if let Some(grant) = self.devices.grant_checker() {
+            grant.cap_wait(self.budget.waits().answer_by);
         }
         let (mode, runtime_cdi) = self
             .config()
@@ -48,6 +52,7 @@ impl DevgatePlugin {
         tracing::info!(
             runtime = %runtime.name, version = %runtime.version,
             nri = ?runtime.nri_version, events = %runtime.events,
+            request_timeout_ms = self.budget.timeout().as_millis() as u64,
             explicit_cgroup_rules = features.explicit_cgroup_rules,
             cdi_devices = features.cdi_devices, devices_as = ?record.devices_as,
             "configured"

@@ -11,6 +11,7 @@
 pub mod adjust;
 mod admit;
 mod ahead_inits;
+pub mod budget;
 mod configure;
 pub mod devices;
 mod errors;
@@ -102,6 +103,8 @@ pub struct DevgatePlugin {
     ahead_inits: ahead_inits::AheadInits,
     /// Files mapped before the plugin loaded anything on demand.
     startup_files: crate::residency::StartupFiles,
+    /// The runtime's request timeout, which bounds the waits of a request.
+    budget: budget::Budget,
 }
 
 impl DevgatePlugin {
@@ -158,6 +161,7 @@ impl DevgatePlugin {
             stopped_pid_zero: Default::default(),
             ahead_inits: ahead_inits::AheadInits::new("/proc".into()),
             startup_files,
+            budget: budget::Budget::default(),
         })
     }
 
@@ -330,8 +334,12 @@ impl nri::Plugin for DevgatePlugin {
     fn stop_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
         self.ahead_inits.forget(&pod.id);
         self.devices.pod_stopped(&pod.id);
-        self.stop_vfs
-            .restore_before_stop(self.devices.ledger(), &pod.id, &self.releases);
+        self.stop_vfs.restore_before_stop(
+            self.devices.ledger(),
+            &pod.id,
+            &self.releases,
+            self.budget.waits().stop_restore,
+        );
         self.release_pod(&pod.id);
         Ok(())
     }

@@ -14,13 +14,6 @@ use crate::inventory::PciAddr;
 use crate::ledger::{DeviceId, Ledger, PodRecord, Teardown, Unclean};
 use crate::netdev::{self, NetnsRoots, SavedStore, SavedVf, SysNetEnv, VfOps};
 
-/// How long a pod's stop waits for its VFs' restore: the runtime gives a
-/// plugin's answer 2 s (containerd's `plugin_request_timeout`) and cuts off
-/// a plugin that misses it. A restore still running then (a VF's lock held
-/// by a hook that hangs) goes on without the reply; the release after it
-/// waits for the same locks.
-const STOP_RESTORE_WAIT: Duration = Duration::from_millis(1200);
-
 #[derive(Clone)]
 pub struct VfTeardown {
     store: SavedStore,
@@ -130,14 +123,21 @@ impl VfTeardown {
     /// retries. The restore counts among `releases` (an admission waiting for
     /// the pod's devices waits for it too); where one of the pod already runs
     /// (a stop the runtime retries), the answer waits for that instead.
+    ///
+    /// Either wait ends after `wait` (the [`super::budget::Waits`] of the
+    /// runtime's request timeout, which cuts off a plugin that misses it): a
+    /// restore still running then (a VF's lock held by a hook that hangs)
+    /// goes on without the reply, and the release after it waits for the
+    /// same locks.
     pub(super) fn restore_before_stop(
         &self,
         ledger: &Ledger,
         sandbox_id: &str,
         releases: &Arc<InFlight>,
+        wait: Duration,
     ) {
         if releases.releasing(sandbox_id) {
-            if !releases.wait_released(sandbox_id, STOP_RESTORE_WAIT) {
+            if !releases.wait_released(sandbox_id, wait) {
                 tracing::warn!(sandbox = %sandbox_id, "the pod's release still runs at its stop: answered without it");
             }
             return;
@@ -170,13 +170,13 @@ impl VfTeardown {
             tracing::warn!(sandbox = %sandbox_id, error = %e, "no thread for the vf restore at the pod's stop: its release makes it");
             return;
         }
-        match finished.recv_timeout(STOP_RESTORE_WAIT) {
+        match finished.recv_timeout(wait) {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 tracing::warn!(sandbox = %sandbox_id, pod = %name, reason = %e.reason, "vf restore at the pod's stop failed: its release retries it");
             }
             Err(RecvTimeoutError::Timeout) => {
-                tracing::warn!(sandbox = %sandbox_id, pod = %name, wait_ms = STOP_RESTORE_WAIT.as_millis() as u64, "vf restore at the pod's stop still runs: answered without it");
+                tracing::warn!(sandbox = %sandbox_id, pod = %name, wait_ms = wait.as_millis() as u64, "vf restore at the pod's stop still runs: answered without it");
             }
             Err(RecvTimeoutError::Disconnected) => {
                 tracing::error!(sandbox = %sandbox_id, pod = %name, "vf restore at the pod's stop ended without an outcome: its release makes it");
@@ -324,18 +324,21 @@ mod tests {
         let held = store.lock(vf).unwrap();
         let releases = Arc::new(InFlight::default());
         let teardown = VfTeardown::new(dir.path().to_path_buf());
+        // A runtime that waits 250 ms for an answer, not 2 s.
+        let waits = super::super::budget::Waits::for_timeout(Duration::from_millis(250));
+        let wait = waits.stop_restore;
         let began = std::time::Instant::now();
-        teardown.restore_before_stop(&ledger, "sb-p0", &releases);
-        assert!(
-            began.elapsed() >= STOP_RESTORE_WAIT,
-            "it waited for the restore"
-        );
+        teardown.restore_before_stop(&ledger, "sb-p0", &releases, wait);
+        let took = began.elapsed();
+        assert!(took >= wait, "it waited for the restore");
+        let at_default = super::super::budget::Waits::for_timeout(Duration::from_secs(2));
+        assert!(took < at_default.stop_restore, "answered after {took:?}");
         assert!(store.load(vf).unwrap().is_some());
         assert!(releases.releasing("sb-p0"), "the restore still runs");
         // A stop the runtime sends again waits for that restore, and starts
         // no other.
-        teardown.restore_before_stop(&ledger, "sb-p0", &releases);
-        assert!(began.elapsed() >= STOP_RESTORE_WAIT * 2);
+        teardown.restore_before_stop(&ledger, "sb-p0", &releases, wait);
+        assert!(began.elapsed() >= wait * 2);
         // Nothing left to restore once the lock is free: the thread ends.
         store.remove(vf).unwrap();
         drop(held);

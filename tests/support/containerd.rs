@@ -47,6 +47,17 @@ impl Containerd {
         ctrd
     }
 
+    /// Adds `lines` to the NRI section of the config [`Containerd::prepare`]
+    /// wrote; takes effect at the next [`Containerd::start`].
+    pub fn set_nri(&self, lines: &str) {
+        let path = self.config_path();
+        let text = std::fs::read_to_string(&path).expect("read containerd config");
+        let section = "[plugins.\"io.containerd.nri.v1.nri\"]\n";
+        assert!(text.contains(section), "no NRI section in {text}");
+        let text = text.replacen(section, &format!("{section}{lines}\n"), 1);
+        std::fs::write(&path, text).expect("write containerd config");
+    }
+
     /// A started instance with the test images imported.
     pub fn launch() -> Containerd {
         let mut ctrd = Containerd::prepare();

@@ -1,0 +1,132 @@
+//! The waits a request's handling may spend, fitted to how long the runtime
+//! waits for the plugin's answer.
+//!
+//! containerd and CRI-O give a plugin 2 s by default and let operators
+//! change it (containerd's `plugin_request_timeout`, CRI-O's
+//! `nri_plugin_request_timeout`); NRI v0.7 and later state it in Configure
+//! (`request_timeout`). An answer later than that is worse than a refusal:
+//! the runtime drops the plugin's connection, and what it creates before the
+//! plugin is back gets nothing of it. So each wait on the request path ends
+//! within a share of the timeout stated, and of 2 s where none is.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use nri::RuntimeInfo;
+
+/// What containerd and CRI-O wait for a plugin's answer unless configured
+/// otherwise, and what a runtime that does not state its own is taken to.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest [`Waits::answer_by`]: what it is at the default timeout.
+const ANSWER_BY_MAX: Duration = Duration::from_millis(1500);
+/// The longest [`Waits::stop_restore`]: what it is at the default timeout.
+const STOP_RESTORE_MAX: Duration = Duration::from_millis(1200);
+
+/// The waits for one request timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waits {
+    /// A creation answers by then, counted from its start, whatever it
+    /// waits for: the API watch's copy of its pod (the grant check), then
+    /// the release of a device it claims. Three quarters of the timeout
+    /// leave the rest to the plan, the claim and the runtime.
+    pub answer_by: Duration,
+    /// Longest a pod's stop waits for the restore of its VFs, which
+    /// otherwise goes on after the answer (three fifths of the timeout).
+    pub stop_restore: Duration,
+}
+
+impl Waits {
+    /// The waits for a runtime that waits `timeout`; never longer than at
+    /// the default, since the runtime holds its other NRI calls meanwhile.
+    pub fn for_timeout(timeout: Duration) -> Waits {
+        Waits {
+            answer_by: (timeout * 3 / 4).min(ANSWER_BY_MAX),
+            stop_restore: (timeout * 3 / 5).min(STOP_RESTORE_MAX),
+        }
+    }
+}
+
+/// The runtime's request timeout, as the last Configure stated it.
+#[derive(Debug)]
+pub struct Budget {
+    timeout_ms: AtomicU64,
+}
+
+impl Default for Budget {
+    fn default() -> Budget {
+        Budget {
+            timeout_ms: AtomicU64::new(DEFAULT_REQUEST_TIMEOUT.as_millis() as u64),
+        }
+    }
+}
+
+impl Budget {
+    /// Takes the timeout `runtime` states; one that states none (NRI before
+    /// v0.7, as containerd 1.7's) or a nonsensical one leaves the default.
+    pub fn take(&self, runtime: &RuntimeInfo) {
+        let ms = u64::try_from(runtime.request_timeout_ms)
+            .ok()
+            .filter(|ms| *ms > 0)
+            .unwrap_or(DEFAULT_REQUEST_TIMEOUT.as_millis() as u64);
+        self.timeout_ms.store(ms, Ordering::Relaxed);
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
+    }
+
+    pub fn waits(&self) -> Waits {
+        Waits::for_timeout(self.timeout())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn waits_are_shares_of_the_timeout_up_to_those_of_the_default() {
+        for (timeout, answer_by, stop_restore) in [
+            (ms(2000), ms(1500), ms(1200)),
+            (ms(1000), ms(750), ms(600)),
+            (ms(400), ms(300), ms(240)),
+            (
+                ms(1),
+                Duration::from_micros(750),
+                Duration::from_micros(600),
+            ),
+            (ms(10_000), ms(1500), ms(1200)),
+        ] {
+            assert_eq!(
+                Waits::for_timeout(timeout),
+                Waits {
+                    answer_by,
+                    stop_restore
+                },
+                "{timeout:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_runtime_stating_no_timeout_or_a_negative_one_gets_the_default() {
+        let budget = Budget::default();
+        assert_eq!(budget.timeout(), DEFAULT_REQUEST_TIMEOUT);
+        for (stated, taken) in [
+            (1000, ms(1000)),
+            (0, DEFAULT_REQUEST_TIMEOUT),
+            (-5, DEFAULT_REQUEST_TIMEOUT),
+            (30_000, ms(30_000)),
+        ] {
+            budget.take(&RuntimeInfo {
+                request_timeout_ms: stated,
+                ..RuntimeInfo::default()
+            });
+            assert_eq!(budget.timeout(), taken, "{stated}");
+        }
+    }
+}
