@@ -36,6 +36,8 @@ pub enum ReadyError {
         #[source]
         source: crate::hook::liveness::LivenessError,
     },
+    #[error("not ready: the config the runtime sent is invalid, so containers that need devgate are refused: {0}")]
+    Config(String),
     #[error("not ready")]
     Record(#[from] FeaturesError),
 }
@@ -48,7 +50,10 @@ pub fn configured(state_dir: &Path, proc_dir: &Path) -> Result<RuntimeRecord, Re
     let plugin = record.plugin.as_ref().ok_or(ReadyError::NoProcess)?;
     // Known by its pid and start time, never by a name another process could take.
     match crate::hook::liveness::start_ticks(proc_dir, plugin.pid) {
-        Ok(ticks) if ticks == plugin.start_ticks => Ok(record),
+        Ok(ticks) if ticks == plugin.start_ticks => match &record.config_error {
+            Some(why) => Err(ReadyError::Config(why.clone())),
+            None => Ok(record),
+        },
         Ok(_) => Err(ReadyError::Gone(plugin.pid)),
         // ESRCH: it exited while its stat was read.
         Err(crate::hook::liveness::LivenessError::Read { source, .. })
@@ -134,6 +139,14 @@ mod tests {
             configured(dir.path(), proc),
             Err(ReadyError::NoProcess)
         ));
+
+        // The plugin runs, but with the config the runtime sent invalid.
+        let mut invalid = record(dir.path());
+        invalid.config_error = Some("config from the runtime: unknown field `gpus`".into());
+        invalid.save(dir.path()).unwrap();
+        let err = configured(dir.path(), proc).unwrap_err();
+        assert!(matches!(err, ReadyError::Config(_)), "{err}");
+        assert!(err.to_string().contains("unknown field `gpus`"), "{err}");
 
         std::fs::write(RuntimeRecord::path(dir.path()), b"{").unwrap();
         let err = configured(dir.path(), proc).unwrap_err();

@@ -42,13 +42,17 @@ impl DevgatePlugin {
             .map(|c| (c.device_mode, c.runtime_cdi))
             .unwrap_or_default();
         let features = features::detect(runtime, runtime_cdi);
-        let record = features::RuntimeRecord::new(
+        let mut record = features::RuntimeRecord::new(
             runtime,
             features,
             mode,
             runtime_cdi,
             &self.options.host_root,
         );
+        record.config_error = self
+            .config()
+            .err()
+            .map(|e| nri::ErrorChain(&e).to_string().chars().take(1024).collect());
         tracing::info!(
             runtime = %runtime.name, version = %runtime.version,
             nri = ?runtime.nri_version, events = %runtime.events,

@@ -132,6 +132,11 @@ pub struct RuntimeRecord {
     /// (absent in records of older releases).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_root: Option<PathBuf>,
+    /// Why the config the runtime sent a plugin it launched is invalid:
+    /// containers that need devgate are refused until the runtime sends a
+    /// valid one, and `devgate ready` says not ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_error: Option<String>,
 }
 
 impl RuntimeRecord {
@@ -155,6 +160,7 @@ impl RuntimeRecord {
             configured_unix: crate::ledger::now_unix(),
             plugin: crate::hook::liveness::identify(Path::new("/proc"), std::process::id()),
             host_root: std::path::absolute(host_root).ok(),
+            config_error: None,
         }
     }
 

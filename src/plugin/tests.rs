@@ -182,7 +182,7 @@ fn log_format(plugin: &DevgatePlugin) -> LogFormat {
 
 #[tokio::test]
 async fn runtime_config_is_used_when_preinstalled() {
-    let (plugin, _state) = plugin(Config::default(), true);
+    let (plugin, state) = plugin(Config::default(), true);
     let runtime = FakeConfig {
         config: "log_format = \"json\"\n".to_string(),
         ..FakeConfig::containerd_1_7()
@@ -190,6 +190,10 @@ async fn runtime_config_is_used_when_preinstalled() {
     let (plugin, conn, _dir) = connect(plugin, runtime).await;
     conn.unwrap();
     assert_eq!(log_format(&plugin), LogFormat::Json);
+    let record = features::RuntimeRecord::load(&state.path().join("state"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.config_error, None);
 }
 
 #[tokio::test]
@@ -206,7 +210,7 @@ async fn runtime_config_is_ignored_otherwise() {
 
 #[tokio::test]
 async fn bad_runtime_config_refuses_only_containers_that_need_devgate() {
-    let (plugin, _state) = plugin(Config::default(), true);
+    let (plugin, state) = plugin(Config::default(), true);
     let runtime = FakeConfig {
         config: "no_such_key = 1\n".to_string(),
         ..FakeConfig::containerd_1_7()
@@ -227,6 +231,12 @@ async fn bad_runtime_config_refuses_only_containers_that_need_devgate() {
         "{}",
         status.message()
     );
+    // The record says so, for `devgate status` and `devgate ready`.
+    let record = features::RuntimeRecord::load(&state.path().join("state"))
+        .unwrap()
+        .unwrap();
+    let why = record.config_error.expect("the invalid config recorded");
+    assert!(why.contains("no_such_key"), "{why}");
 }
 
 /// The allocation annotation giving a pod `percent` of GPU `minor`

@@ -55,6 +55,12 @@ pub fn table(record: Option<&RuntimeRecord>) -> String {
         mode(r.devices_as),
         mode(r.device_mode)
     );
+    if let Some(why) = &r.config_error {
+        let _ = writeln!(
+            out,
+            "  config:                   INVALID, containers that need devgate are refused: {why}"
+        );
+    }
     out
 }
 
@@ -77,12 +83,21 @@ mod tests {
             configured_unix: 0,
             plugin: None,
             host_root: None,
+            config_error: None,
         };
         let t = table(Some(&rec));
+        assert!(!t.contains("config:"), "{t}");
         assert!(t.starts_with("RUNTIME: containerd 2.1.9+unknown (nri v0.8.0)\n"));
         assert!(t.contains("explicit cgroup rules:    no"));
         assert!(t.contains("cdi device injection:     yes (runtime_cdi auto)"));
         assert!(t.contains("devices as:               cdi names (device_mode cdi names)"));
         assert!(table(None).contains("none has configured"));
+        let invalid = RuntimeRecord {
+            config_error: Some("unknown field `gpus`".into()),
+            ..rec
+        };
+        assert!(table(Some(&invalid)).contains(
+            "config:                   INVALID, containers that need devgate are refused: unknown field `gpus`"
+        ));
     }
 }
