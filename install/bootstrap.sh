@@ -122,6 +122,8 @@ readonly CONTAINERD_CONFIG=/etc/containerd/config.toml
 readonly UNIT=/etc/systemd/system/devgate.service
 readonly PREINSTALLED_PLUGIN=/opt/nri/plugins/10-devgate
 readonly PREINSTALLED_CONF=/etc/nri/conf.d/10-devgate.conf
+# containerd's NRI socket unless its config sets socket_path (check_nri_paths).
+NRI_SOCKET=/var/run/nri/nri.sock
 # podman reads both (a file in /etc overrides one of the same name in
 # /usr/share); CRI-O's default hooks_dir is only /usr/share's.
 readonly HOOKS_DIRS=(/etc/containers/oci/hooks.d /usr/share/containers/oci/hooks.d)

@@ -23,6 +23,13 @@ containerd_major_minor() {
     printf '%s %s\n' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
 }
 
+# awk: `nri` matches the NRI table's header in either TOML quoting
+# (containerd 2.x writes [plugins.'io.containerd.nri.v1.nri'] in `containerd
+# config default`); the program sets q to a single quote.
+readonly NRI_HEADER_AWK='BEGIN {
+    nri = "^[ \t]*\\[[ \t]*plugins[ \t]*\\.[ \t]*[\"" q "]io\\.containerd\\.nri\\.v1\\.nri[\"" q "][ \t]*\\][ \t]*(#.*)?$"
+}'
+
 # Prints the containerd config with NRI enabled, reading the current one on
 # stdin. Exit 3: the file names the NRI plugin in a form this edit does not
 # know (dotted keys, disabled_plugins): fail rather than guess. Exit 4: NRI is
@@ -36,13 +43,8 @@ nri_enabled_config() {
     # `devgate nri` dials the socket; a pre-installed plugin is started by
     # containerd itself.
     ((!PREINSTALLED)) || conn=0
-    # The table header in either TOML quoting: containerd 2.x writes
-    # [plugins.'io.containerd.nri.v1.nri'] in `containerd config default`.
-    awk -v need="$need_section" -v conn="$conn" -v q="'" '
+    awk -v need="$need_section" -v conn="$conn" -v q="'" "$NRI_HEADER_AWK"'
         function header(line) { return line ~ /^[ \t]*\[/ }
-        BEGIN {
-            nri = "^[ \t]*\\[[ \t]*plugins[ \t]*\\.[ \t]*[\"" q "]io\\.containerd\\.nri\\.v1\\.nri[\"" q "][ \t]*\\][ \t]*(#.*)?$"
-        }
         $0 ~ nri {
             found = 1; in_nri = 1; print; next
         }
@@ -210,4 +212,64 @@ enable_nri() {
         RESTART_CONTAINERD=1
     fi
     rm -f "$new"
+}
+
+# The value of `key` in the NRI table of the config on stdin, its quotes
+# taken off; nothing where the table does not set it as a string.
+nri_value() {
+    awk -v key="$1" -v q="'" "$NRI_HEADER_AWK"'
+        /^[ \t]*\[/ { in_nri = ($0 ~ nri); next }
+        in_nri {
+            line = $0
+            sub(/^[ \t]*/, "", line)
+            if (index(line, key) != 1) next
+            rest = substr(line, length(key) + 1)
+            if (rest !~ /^[ \t]*=/) next
+            sub(/^[ \t]*=[ \t]*/, "", rest)
+            c = substr(rest, 1, 1)
+            if (c != "\"" && c != q) next
+            end = index(substr(rest, 2), c)
+            if (end > 0) { print substr(rest, 2, end - 1); exit }
+        }'
+}
+
+# `key` of the NRI table containerd uses: the last file naming the table,
+# an imported one replacing the main config's whole (see check_imports).
+nri_setting() {
+    local cfg file src
+    cfg=$(p "$CONTAINERD_CONFIG")
+    [[ -f $cfg ]] || return 0
+    src=$cfg
+    while read -r file; do
+        if grep -Eq '^[^#]*io\.containerd\.nri\.v1\.nri' "$file"; then src=$file; fi
+    done < <(imported_files "$cfg")
+    nri_value "$1" <"$src"
+}
+
+# Before any change: where containerd's NRI listens and looks for plugins.
+# The unit dials the socket_path the config sets; a pre-installed plugin
+# must lie where containerd looks for one, and the DaemonSet mounts
+# /var/run/nri. A path the unit cannot carry as written is refused.
+check_nri_paths() {
+    local socket
+    socket=$(nri_setting socket_path)
+    if [[ -n $socket && $socket != /var/run/nri/nri.sock && $socket != /run/nri/nri.sock ]]; then
+        [[ $socket =~ ^/[A-Za-z0-9._/-]+$ ]] ||
+            die "$CONTAINERD_CONFIG sets the NRI socket_path $socket, which the unit cannot name as written: use an absolute path of letters, digits and ._-/; nothing changed"
+        NRI_SOCKET=$socket
+        if ((NODE_ONLY)); then
+            warn "containerd's NRI socket is $socket: set the DaemonSet's --socket and its nri volume's hostPath to match"
+        elif ((!PREINSTALLED)); then
+            log "containerd's NRI socket, from $CONTAINERD_CONFIG: $socket"
+        fi
+    fi
+    ((PREINSTALLED)) || return 0
+    local key want set
+    for key in plugin_path plugin_config_path; do
+        want=$(dirname "$PREINSTALLED_PLUGIN")
+        [[ $key == plugin_path ]] || want=$(dirname "$PREINSTALLED_CONF")
+        set=$(nri_setting "$key")
+        [[ -z $set || ${set%/} == "$want" ]] ||
+            die "$CONTAINERD_CONFIG sets the NRI $key $set, where --preinstalled installs into $want: install without --preinstalled, or set $key back; nothing changed"
+    done
 }

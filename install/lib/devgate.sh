@@ -18,7 +18,7 @@ Wants=containerd.service
 StartLimitIntervalSec=0
 
 [Service]
-ExecStart=$BIN/devgate nri --config $CONFIG --socket /var/run/nri/nri.sock --state-dir /run/devgate
+ExecStart=$BIN/devgate nri --config $CONFIG --socket $NRI_SOCKET --state-dir /run/devgate
 # The plugin reconnects when containerd restarts; a crash is restarted here.
 Restart=always
 RestartSec=1

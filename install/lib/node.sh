@@ -127,6 +127,7 @@ check_numvfs() {
 # Before any change: every refusal containerd's config would meet.
 check_containerd() {
     enable_nri 1
+    check_nri_paths
 }
 
 prepare_node() {

@@ -1,0 +1,143 @@
+//! `install/bootstrap.sh` on a containerd whose NRI table moves its socket or
+//! its plugin directories: the unit dials the socket the config names (the
+//! table of the last file naming it, an import replacing the main config's),
+//! a pre-installed plugin is refused where containerd would not look for it,
+//! and a path the unit cannot carry is refused, each before any change.
+mod bootstrap;
+
+use std::path::Path;
+
+use bootstrap::*;
+
+const UNIT: &str = "etc/systemd/system/devgate.service";
+
+/// A node of [`node`] whose containerd config's NRI table (in containerd
+/// 2.x's quoting) holds `table`.
+fn node_with_nri(dir: &Path, table: &str) -> std::path::PathBuf {
+    let prefix = node(dir);
+    write(
+        &prefix.join("etc/containerd/config.toml"),
+        &format!("version = 3\n\n[plugins.'io.containerd.nri.v1.nri']\n  disable = false\n{table}\n[plugins.'io.containerd.cri.v1.runtime']\n  enable_cdi = true\n"),
+    );
+    prefix
+}
+
+fn exec_start(prefix: &Path) -> String {
+    let unit = std::fs::read_to_string(prefix.join(UNIT)).unwrap();
+    unit.lines()
+        .find(|l| l.starts_with("ExecStart="))
+        .unwrap()
+        .to_string()
+}
+
+const VERSION: [&str; 2] = ["--containerd-version", "2.1.9"];
+
+#[test]
+fn the_unit_dials_the_socket_the_config_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    let prefix = node_with_nri(
+        dir.path(),
+        "  socket_path = \"/run/containerd/nri.sock\"  # moved\n",
+    );
+    let run = bootstrap(&prefix, &hooks, &VERSION);
+    assert!(run.ok, "{}", run.out);
+    assert!(
+        exec_start(&prefix).contains(" --socket /run/containerd/nri.sock "),
+        "{}",
+        exec_start(&prefix)
+    );
+    position(
+        &run.out,
+        "containerd's NRI socket, from /etc/containerd/config.toml: /run/containerd/nri.sock",
+    );
+
+    // An imported file's table replaces the main config's whole.
+    let mut main = std::fs::read_to_string(prefix.join("etc/containerd/config.toml")).unwrap();
+    main.insert_str(0, "imports = ['conf.d/*.toml']\n");
+    write(&prefix.join("etc/containerd/config.toml"), &main);
+    write(
+        &prefix.join("etc/containerd/conf.d/nri.toml"),
+        "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  socket_path = '/var/lib/nri/api.sock'\n",
+    );
+    let again = bootstrap(&prefix, &hooks, &VERSION);
+    assert!(again.ok, "{}", again.out);
+    assert!(
+        exec_start(&prefix).contains(" --socket /var/lib/nri/api.sock "),
+        "{}",
+        exec_start(&prefix)
+    );
+
+    // The default socket, under either name, is the default.
+    let prefix = node_with_nri(
+        &dir.path().join("plain"),
+        "  socket_path = \"/run/nri/nri.sock\"\n",
+    );
+    let run = bootstrap(&prefix, &hooks, &VERSION);
+    assert!(run.ok, "{}", run.out);
+    assert!(
+        exec_start(&prefix).contains(" --socket /var/run/nri/nri.sock "),
+        "{}",
+        exec_start(&prefix)
+    );
+}
+
+#[test]
+fn paths_the_install_cannot_follow_are_refused_before_any_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    for (name, table, args, refusal) in [
+        (
+            "spaced",
+            "  socket_path = \"/run/my nri/nri.sock\"\n",
+            &[][..],
+            "sets the NRI socket_path /run/my nri/nri.sock, which the unit cannot name as written",
+        ),
+        (
+            "plugins",
+            "  plugin_path = \"/usr/libexec/nri\"\n",
+            &["--preinstalled"][..],
+            "sets the NRI plugin_path /usr/libexec/nri, where --preinstalled installs into /opt/nri/plugins",
+        ),
+        (
+            "confs",
+            "  plugin_config_path = '/etc/containerd/nri.d'\n",
+            &["--preinstalled"][..],
+            "sets the NRI plugin_config_path /etc/containerd/nri.d, where --preinstalled installs into /etc/nri/conf.d",
+        ),
+    ] {
+        let prefix = node_with_nri(&dir.path().join(name), table);
+        let before = snapshot(&prefix);
+        let args: Vec<&str> = VERSION.iter().chain(args).copied().collect();
+        let run = bootstrap(&prefix, &hooks, &args);
+        assert!(!run.ok, "{name}: {}", run.out);
+        position(&run.out, refusal);
+        position(&run.out, "nothing changed");
+        assert_eq!(snapshot(&prefix), before, "{name} changed:\n{}", run.out);
+    }
+
+    // The directories as containerd's defaults name them are no refusal.
+    let prefix = node_with_nri(
+        &dir.path().join("defaults"),
+        "  plugin_path = \"/opt/nri/plugins/\"\n  plugin_config_path = \"/etc/nri/conf.d\"\n",
+    );
+    let run = bootstrap(&prefix, &hooks, &["--preinstalled", VERSION[0], VERSION[1]]);
+    assert!(run.ok, "{}", run.out);
+    assert!(prefix.join("opt/nri/plugins/10-devgate").is_file());
+}
+
+/// The DaemonSet mounts /var/run/nri: a node-only install on a moved socket
+/// says what to change there.
+#[test]
+fn a_node_only_install_on_a_moved_socket_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    let prefix = node_with_nri(dir.path(), "  socket_path = \"/run/containerd/nri.sock\"\n");
+    let run = bootstrap(&prefix, &hooks, &["--node-only", VERSION[0], VERSION[1]]);
+    assert!(run.ok, "{}", run.out);
+    position(
+        &run.out,
+        "containerd's NRI socket is /run/containerd/nri.sock: set the DaemonSet's --socket and its nri volume's hostPath to match",
+    );
+    assert!(!prefix.join(UNIT).exists());
+}
