@@ -22,12 +22,11 @@ fn node_with_nri(dir: &Path, table: &str) -> std::path::PathBuf {
     prefix
 }
 
-fn exec_start(prefix: &Path) -> String {
+/// Asserts that the installed unit's `devgate nri` dials `socket`.
+fn assert_dials(prefix: &Path, socket: &str) {
     let unit = std::fs::read_to_string(prefix.join(UNIT)).unwrap();
-    unit.lines()
-        .find(|l| l.starts_with("ExecStart="))
-        .unwrap()
-        .to_string()
+    let exec = unit.lines().find(|l| l.starts_with("ExecStart=")).unwrap();
+    assert!(exec.contains(&format!(" --socket {socket} ")), "{exec}");
 }
 
 const VERSION: [&str; 2] = ["--containerd-version", "2.1.9"];
@@ -42,11 +41,7 @@ fn the_unit_dials_the_socket_the_config_names() {
     );
     let run = bootstrap(&prefix, &hooks, &VERSION);
     assert!(run.ok, "{}", run.out);
-    assert!(
-        exec_start(&prefix).contains(" --socket /run/containerd/nri.sock "),
-        "{}",
-        exec_start(&prefix)
-    );
+    assert_dials(&prefix, "/run/containerd/nri.sock");
     position(
         &run.out,
         "containerd's NRI socket, from /etc/containerd/config.toml: /run/containerd/nri.sock",
@@ -62,11 +57,7 @@ fn the_unit_dials_the_socket_the_config_names() {
     );
     let again = bootstrap(&prefix, &hooks, &VERSION);
     assert!(again.ok, "{}", again.out);
-    assert!(
-        exec_start(&prefix).contains(" --socket /var/lib/nri/api.sock "),
-        "{}",
-        exec_start(&prefix)
-    );
+    assert_dials(&prefix, "/var/lib/nri/api.sock");
 
     // The default socket, under either name, is the default.
     let prefix = node_with_nri(
@@ -75,11 +66,7 @@ fn the_unit_dials_the_socket_the_config_names() {
     );
     let run = bootstrap(&prefix, &hooks, &VERSION);
     assert!(run.ok, "{}", run.out);
-    assert!(
-        exec_start(&prefix).contains(" --socket /var/run/nri/nri.sock "),
-        "{}",
-        exec_start(&prefix)
-    );
+    assert_dials(&prefix, "/var/run/nri/nri.sock");
 }
 
 #[test]

@@ -244,39 +244,24 @@ fn the_wait_for_an_unknown_pod_is_capped_below_grant_wait_ms() {
     let dir = tempfile::tempdir().unwrap();
     let checker = watching(&dir, &api);
     assert!(found(&checker, "u-legit"));
-    let config = Arc::new(Config {
-        grant_wait_ms: 1500,
-        ..Config::default()
-    });
+    // The refusal of a pod the API server never heard of, and how long it took.
+    let refuse = |grant_wait_ms: u64| {
+        let config = Arc::new(Config {
+            grant_wait_ms,
+            ..Config::default()
+        });
+        let t = Instant::now();
+        let ghost = id("team", "ghost", "u-ghost");
+        let e = checker.check(&config, ghost, "main", &alloc(ONE_GPU));
+        (e.unwrap_err().to_string(), t.elapsed())
+    };
     checker.cap_wait(Duration::from_millis(150));
-    let t = Instant::now();
-    let e = checker
-        .check(
-            &config,
-            id("team", "ghost", "u-ghost"),
-            "main",
-            &alloc(ONE_GPU),
-        )
-        .unwrap_err()
-        .to_string();
-    let took = t.elapsed();
+    let (e, took) = refuse(1500);
     assert!(took >= Duration::from_millis(150), "{took:?}");
     assert!(took < Duration::from_millis(1500), "{took:?}");
     assert!(e.contains("after 150 ms"), "{e}");
     // A cap above grant_wait_ms leaves it.
     checker.cap_wait(Duration::from_secs(60));
-    let config = Arc::new(Config {
-        grant_wait_ms: 50,
-        ..Config::default()
-    });
-    let e = checker
-        .check(
-            &config,
-            id("team", "ghost", "u-ghost"),
-            "main",
-            &alloc(ONE_GPU),
-        )
-        .unwrap_err()
-        .to_string();
+    let (e, _) = refuse(50);
     assert!(e.contains("after 50 ms"), "{e}");
 }
