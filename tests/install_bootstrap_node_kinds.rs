@@ -234,3 +234,54 @@ fn an_embedded_containerd_is_refused_before_any_change() {
     assert!(run.ok, "{}", run.out);
     position(&run.out, "never reads hooks.d");
 }
+
+/// The hooks.d directories CRI-O and podman are configured to read get
+/// devgate's file too: the `hooks_dir` of the last of CRI-O's config files
+/// that sets it (a drop-in after crio.conf), and containers.conf's, each a
+/// TOML array that may span lines; the uninstall takes them away again.
+#[test]
+fn hooks_dirs_the_runtimes_configure_get_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    let prefix = fresh(dir.path(), "crio");
+    write(
+        &prefix.join("etc/crio/crio.conf"),
+        "[crio.runtime]\nhooks_dir = [\"/etc/crio/superseded.d\"]\n",
+    );
+    write(
+        &prefix.join("etc/crio/crio.conf.d/10-hooks.conf"),
+        "[crio.runtime]\nhooks_dir = [\n  \"/usr/share/containers/oci/hooks.d\",  # the default\n  \"/opt/crio/hooks.d\",\n]\n",
+    );
+    write(
+        &prefix.join("etc/containers/containers.conf"),
+        "[engine]\nhooks_dir = ['/var/lib/podman/hooks']\n",
+    );
+    let args = ["--hooks-only", "--containerd-version", "none"];
+    let run = bootstrap(&prefix, &hooks, &args);
+    assert!(run.ok, "{}", run.out);
+    let placed = [
+        "opt/crio/hooks.d/devgate.json",
+        "var/lib/podman/hooks/devgate.json",
+    ];
+    for file in placed.into_iter().chain(HOOKS_D) {
+        assert!(prefix.join(file).is_file(), "{file} missing:\n{}", run.out);
+    }
+    assert!(
+        !prefix.join("etc/crio/superseded.d").exists(),
+        "{}",
+        run.out
+    );
+    let again = bootstrap(&prefix, &hooks, &args);
+    assert!(again.ok, "{}", again.out);
+    position(&again.out, "no changes");
+
+    let gone = bootstrap(&prefix, &hooks, &["--uninstall"]);
+    assert!(gone.ok, "{}", gone.out);
+    for file in placed.into_iter().chain(HOOKS_D) {
+        assert!(!prefix.join(file).exists(), "{file} left:\n{}", gone.out);
+    }
+    // With the directories it made for them.
+    for made in ["opt/crio", "var/lib/podman"] {
+        assert!(!prefix.join(made).exists(), "{made} left:\n{}", gone.out);
+    }
+}

@@ -105,12 +105,14 @@ imported_files() {
         # containerd resolves a relative import against the config's directory.
         [[ $pattern == /* ]] || pattern=$dir/$pattern
         compgen -G "$(p "$pattern")" || true
-    done < <(imports_text "$1" | grep -oE "\"[^\"]*\"|'[^']*'" | tr -d "\"'")
+    done < <(toml_strings imports "$1")
 }
 
-# The `imports = [...]` array of a config, over as many lines as it takes.
-imports_text() {
-    awk '/^[[:space:]]*imports[[:space:]]*=/ { on = 1 } on { sub(/#.*/, ""); print; if (/\]/) on = 0 }' "$1"
+# The strings of the array `key = [...]` in a TOML file, over as many lines
+# as it takes, one per line (a path holding a quote or `#` is not one).
+toml_strings() {
+    awk -v key="$1" '$0 ~ "^[[:space:]]*" key "[[:space:]]*=" { on = 1 } on { sub(/#.*/, ""); print; if (/\]/) on = 0 }' "$2" |
+        { grep -oE "\"[^\"]*\"|'[^']*'" || true; } | tr -d "\"'"
 }
 
 shut_out() { # file

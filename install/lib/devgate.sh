@@ -64,9 +64,11 @@ check_hooks_only() {
         refuse_live_pods "only the NRI plugin this would remove releases the pods it admitted"
     fi
     local hook dir
+    local -a dirs
+    mapfile -t dirs < <(hooks_dirs)
     for hook in "$HOOKS_SRC"/*.json; do
         [[ -f $hook ]] || continue
-        for dir in "${HOOKS_DIRS[@]}"; do
+        for dir in "${dirs[@]}"; do
             ! dir_writable "$dir" || return 0
         done
     done
@@ -121,14 +123,49 @@ install_devgate() {
     install_hooks_d
 }
 
+# The hooks.d directories devgate's file goes into: the defaults, and those
+# the `hooks_dir` of CRI-O's config (crio.conf, then its drop-ins in order)
+# and of podman's containers.conf (/usr/share's, /etc's, then its drop-ins)
+# names, from the last file of each that sets it, as each runtime reads it.
+hooks_dirs() {
+    local dir
+    {
+        printf '%s\n' "${HOOKS_DIRS[@]}"
+        last_array hooks_dir /etc/crio/crio.conf '/etc/crio/crio.conf.d/*.conf'
+        last_array hooks_dir /usr/share/containers/containers.conf /etc/containers/containers.conf \
+            '/etc/containers/containers.conf.d/*.conf'
+    } | awk '!seen[$0]++' | while read -r dir; do
+        if [[ $dir =~ ^/[A-Za-z0-9._/-]+$ ]]; then
+            printf '%s\n' "$dir"
+        else
+            warn "hooks_dir $dir is not an absolute path of letters, digits and ._-/: devgate's hooks.d file is not put there"
+        fi
+    done
+}
+
+# last_array KEY FILE...: the strings of array KEY in the last of the files
+# (host paths, globs allowed, taken in order) that sets it.
+last_array() {
+    local key=$1 pattern file last=""
+    shift
+    for pattern in "$@"; do
+        while read -r file; do
+            if [[ -f $file ]] && grep -Eq "^[[:space:]]*${key}[[:space:]]*=" "$file"; then last=$file; fi
+        done < <(compgen -G "$(p "$pattern")" || true)
+    done
+    [[ -z $last ]] || toml_strings "$key" "$last"
+}
+
 # Step 5. In --hooks-only mode the hooks.d file is the whole install: a node
 # where no directory took it fails the run.
 install_hooks_d() {
     local hook dir found=0 placed=0
+    local -a dirs
+    mapfile -t dirs < <(hooks_dirs)
     for hook in "$HOOKS_SRC"/*.json; do
         [[ -f $hook ]] || continue
         found=1
-        for dir in "${HOOKS_DIRS[@]}"; do
+        for dir in "${dirs[@]}"; do
             # /usr is read-only on image-based hosts (Fedora CoreOS, RHCOS,
             # Flatcar): said, not fatal: containerd never reads hooks.d, podman
             # reads /etc's too, and CRI-O does where its hooks_dir lists it.
