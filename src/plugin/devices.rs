@@ -4,7 +4,7 @@
 //! the claim succeeded (the claim is the last step that can fail).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 
 use nri::api::{Container, ContainerAdjustment, PodSandbox};
 
@@ -20,10 +20,6 @@ pub use super::errors::DeviceError;
 pub use super::last_plan::Admitted;
 use super::last_plan::{LastPlan, PlanKey};
 use super::reads;
-
-/// Most sandboxes remembered as stopped until their removal; past it a
-/// stopped one is not remembered (its late creation claims as before).
-const MAX_STOPPED: usize = 4096;
 
 /// What the runtime supports, from ConfigureRequest.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -52,7 +48,7 @@ pub struct Devices {
     /// The runtime's CDI specs, for `device_mode = "cdi"`.
     cdi_specs: crate::cdi::SpecDirs,
     /// Sandboxes stopped and not yet removed (StopPodSandbox to RemovePodSandbox).
-    stopped: std::sync::Mutex<std::collections::HashSet<String>>,
+    stopped: super::stopped_pods::StoppedPods,
     /// The host's `/dev/char` links for granted devices (see [`crate::devchar`]).
     dev_char: crate::devchar::DevCharLinks,
     /// The kernel's device changes, and how many of them the cached
@@ -141,7 +137,7 @@ impl Devices {
         *self
             .finish_restore
             .write()
-            .unwrap_or_else(PoisonError::into_inner) = finish;
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = finish;
     }
 
     /// Installs the grant check; the first one installed stays.
@@ -286,7 +282,7 @@ impl Devices {
         if devices.allocation.is_empty() {
             return Ok(None);
         }
-        if self.is_stopped(&pod.id) {
+        if self.stopped.contains(&pod.id) {
             return Err(DeviceError::Stopped {
                 sandbox: pod.id.clone(),
             });
@@ -336,31 +332,17 @@ impl Devices {
         self.last_plan.forget(sandbox_id);
     }
 
-    /// StopPodSandbox: the runtime checked the sandbox was ready before a
-    /// creation reaches the plugin, so a creation can still arrive after the
-    /// stop; it is refused until the removal.
+    /// StopPodSandbox: a creation that still arrives is refused until the
+    /// removal (see [`super::stopped_pods`]).
     pub fn pod_stopped(&self, sandbox_id: &str) {
         self.forget_pod(sandbox_id);
-        let mut stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
-        if stopped.len() < MAX_STOPPED {
-            stopped.insert(sandbox_id.to_string());
-        }
+        self.stopped.stopped(sandbox_id);
     }
 
     /// RemovePodSandbox.
     pub fn pod_removed(&self, sandbox_id: &str) {
         self.forget_pod(sandbox_id);
-        self.stopped
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(sandbox_id);
-    }
-
-    fn is_stopped(&self, sandbox_id: &str) -> bool {
-        self.stopped
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(sandbox_id)
+        self.stopped.removed(sandbox_id);
     }
 }
 

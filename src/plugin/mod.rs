@@ -24,6 +24,7 @@ mod lifecycle;
 pub mod probe;
 pub mod reads;
 mod resync;
+mod stopped_pods;
 mod unapplied;
 pub mod unapplied_record;
 mod vf_finish;
