@@ -137,6 +137,11 @@ pub struct RuntimeRecord {
     /// valid one, and `devgate ready` says not ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_error: Option<String>,
+    /// How long the runtime waits for an answer, in milliseconds, where it
+    /// states it (NRI v0.7 and later); the waits of a request are shares of
+    /// it (`plugin::budget`), of 2 s where it is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout_ms: Option<u64>,
 }
 
 impl RuntimeRecord {
@@ -161,6 +166,9 @@ impl RuntimeRecord {
             plugin: crate::hook::liveness::identify(Path::new("/proc"), std::process::id()),
             host_root: std::path::absolute(host_root).ok(),
             config_error: None,
+            request_timeout_ms: u64::try_from(runtime.request_timeout_ms)
+                .ok()
+                .filter(|ms| *ms > 0),
         }
     }
 

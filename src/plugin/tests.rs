@@ -355,6 +355,8 @@ async fn configure_records_the_runtime_and_the_features_in_use() {
     );
     // Not stated by NRI v0.8: inferred from the release.
     assert_eq!(r.nri_version.as_deref(), Some("v0.8.0"));
+    // The fake runtime states its 2 s, as NRI v0.7 and later do.
+    assert_eq!(r.request_timeout_ms, Some(2000));
     assert!(r.cdi_devices && !r.explicit_cgroup_rules);
     assert_eq!(
         (r.device_mode, r.devices_as),

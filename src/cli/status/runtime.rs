@@ -55,6 +55,16 @@ pub fn table(record: Option<&RuntimeRecord>) -> String {
         mode(r.devices_as),
         mode(r.device_mode)
     );
+    let _ = match r.request_timeout_ms {
+        Some(ms) => writeln!(
+            out,
+            "  request timeout:          {ms} ms (stated by the runtime)"
+        ),
+        None => writeln!(
+            out,
+            "  request timeout:          not stated (NRI's default of 2000 ms assumed)"
+        ),
+    };
     if let Some(why) = &r.config_error {
         let _ = writeln!(
             out,
@@ -84,8 +94,13 @@ mod tests {
             plugin: None,
             host_root: None,
             config_error: None,
+            request_timeout_ms: Some(1500),
         };
         let t = table(Some(&rec));
+        assert!(
+            t.contains("request timeout:          1500 ms (stated by the runtime)"),
+            "{t}"
+        );
         assert!(!t.contains("config:"), "{t}");
         assert!(t.starts_with("RUNTIME: containerd 2.1.9+unknown (nri v0.8.0)\n"));
         assert!(t.contains("explicit cgroup rules:    no"));
@@ -94,8 +109,10 @@ mod tests {
         assert!(table(None).contains("none has configured"));
         let invalid = RuntimeRecord {
             config_error: Some("unknown field `gpus`".into()),
+            request_timeout_ms: None,
             ..rec
         };
+        assert!(table(Some(&invalid)).contains("not stated (NRI's default of 2000 ms assumed)"));
         assert!(table(Some(&invalid)).contains(
             "config:                   INVALID, containers that need devgate are refused: unknown field `gpus`"
         ));
