@@ -244,18 +244,22 @@ fn hooks_dirs_the_runtimes_configure_get_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let hooks = hooks_dir(dir.path());
     let prefix = fresh(dir.path(), "crio");
-    write(
-        &prefix.join("etc/crio/crio.conf"),
-        "[crio.runtime]\nhooks_dir = [\"/etc/crio/superseded.d\"]\n",
-    );
-    write(
-        &prefix.join("etc/crio/crio.conf.d/10-hooks.conf"),
-        "[crio.runtime]\nhooks_dir = [\n  \"/usr/share/containers/oci/hooks.d\",  # the default\n  \"/opt/crio/hooks.d\",\n]\n",
-    );
-    write(
-        &prefix.join("etc/containers/containers.conf"),
-        "[engine]\nhooks_dir = ['/var/lib/podman/hooks']\n",
-    );
+    for (file, text) in [
+        (
+            "etc/crio/crio.conf",
+            "[crio.runtime]\nhooks_dir = [\"/etc/crio/superseded.d\"]\n",
+        ),
+        (
+            "etc/crio/crio.conf.d/10-hooks.conf",
+            "[crio.runtime]\nhooks_dir = [\n  \"/usr/share/containers/oci/hooks.d\",  # the default\n  \"/opt/crio/hooks.d\",\n]\n",
+        ),
+        (
+            "etc/containers/containers.conf",
+            "[engine]\nhooks_dir = ['/var/lib/podman/hooks']\n",
+        ),
+    ] {
+        write(&prefix.join(file), text);
+    }
     let args = ["--hooks-only", "--containerd-version", "none"];
     let run = bootstrap(&prefix, &hooks, &args);
     assert!(run.ok, "{}", run.out);
