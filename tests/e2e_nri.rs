@@ -305,11 +305,25 @@ fn preinstalled_plugin_applies_the_probe() {
     });
 }
 
+/// The line of the plugin's log holding `needle`, once it is there.
+fn plugin_line(plugin: &DevgatePlugin, needle: &str) -> String {
+    let deadline = Instant::now() + SLOW;
+    loop {
+        let out = plugin.output();
+        if let Some(line) = out.lines().find(|l| l.contains(needle)) {
+            return line.to_string();
+        }
+        assert!(Instant::now() < deadline, "no line with {needle}: {out}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The runtime's request timeout bounds the plugin's waits (a creation
-/// waiting for a release, a pod's stop waiting for its VFs): containerd 2.x
-/// states its `plugin_request_timeout` in Configure (NRI v0.7 and later),
-/// and the plugin takes it; 1.7 (NRI v0.6.1) states none, and the plugin
-/// keeps NRI's default of 2 s.
+/// waiting for a release, a pod's stop waiting for its VFs). containerd 2.x
+/// states its `plugin_request_timeout` in Configure (NRI v0.7 and later);
+/// 1.7 (NRI v0.6.1) states none there, and the plugin keeps NRI's default of
+/// 2 s at Configure. Both send each request's deadline, which the plugin
+/// fits the waits of that request to.
 #[test]
 fn the_runtimes_request_timeout_is_taken_where_it_is_stated() {
     require_root();
@@ -317,18 +331,17 @@ fn the_runtimes_request_timeout_is_taken_where_it_is_stated() {
     ctrd.set_nri(r#"  plugin_request_timeout = "1500ms""#);
     ctrd.start();
     let plugin = DevgatePlugin::launch(&ctrd, &[]);
-    let want = match ctrd.runtime() {
+    let stated = match ctrd.runtime() {
         Runtime::Containerd17 => "request_timeout_ms=2000",
         Runtime::Containerd21 => "request_timeout_ms=1500",
     };
-    let deadline = Instant::now() + SLOW;
-    loop {
-        let out = plugin.output();
-        if let Some(line) = out.lines().find(|l| l.contains(" configured ")) {
-            assert!(line.contains(want), "want {want}: {line}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "no configured line: {out}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let line = plugin_line(&plugin, " configured ");
+    assert!(line.contains(stated), "want {stated}: {line}");
+    // A pod's start is a request like any other.
+    let _pod = ctrd
+        .cri()
+        .run_pod(&PodSpec::new("deadline"))
+        .expect("RunPodSandbox");
+    let line = plugin_line(&plugin, "request_deadline_ms=");
+    assert!(line.contains("request_deadline_ms=1500 "), "{line}");
 }

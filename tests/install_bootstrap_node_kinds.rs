@@ -251,7 +251,7 @@ fn hooks_dirs_the_runtimes_configure_get_the_file() {
         ),
         (
             "etc/crio/crio.conf.d/10-hooks.conf",
-            "[crio.runtime]\nhooks_dir = [\n  \"/usr/share/containers/oci/hooks.d\",  # the default\n  \"/opt/crio/hooks.d\",\n]\n",
+            "[crio.runtime]\nhooks_dir = [\n  \"/usr/share/containers/oci/hooks.d\",  # the default\n  \"/opt/crio/hooks.d\",\n  \"relative/hooks.d\",\n]\n",
         ),
         (
             "etc/containers/containers.conf",
@@ -263,6 +263,8 @@ fn hooks_dirs_the_runtimes_configure_get_the_file() {
     let args = ["--hooks-only", "--containerd-version", "none"];
     let run = bootstrap(&prefix, &hooks, &args);
     assert!(run.ok, "{}", run.out);
+    let refused = "hooks_dir relative/hooks.d is not an absolute path";
+    assert_eq!(run.out.matches(refused).count(), 1, "{}", run.out);
     let placed = [
         "opt/crio/hooks.d/devgate.json",
         "var/lib/podman/hooks/devgate.json",

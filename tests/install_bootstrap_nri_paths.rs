@@ -58,6 +58,15 @@ fn the_unit_dials_the_socket_the_config_names() {
     let again = bootstrap(&prefix, &hooks, &VERSION);
     assert!(again.ok, "{}", again.out);
     assert_dials(&prefix, "/var/lib/nri/api.sock");
+    // One that sets no socket_path leaves the default, whatever the main
+    // config's table said.
+    write(
+        &prefix.join("etc/containerd/conf.d/nri.toml"),
+        "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n",
+    );
+    let third = bootstrap(&prefix, &hooks, &VERSION);
+    assert!(third.ok, "{}", third.out);
+    assert_dials(&prefix, "/var/run/nri/nri.sock");
 
     // The default socket, under either name, is the default.
     let prefix = node_with_nri(
@@ -102,6 +111,15 @@ fn paths_the_install_cannot_follow_are_refused_before_any_change() {
         position(&run.out, "nothing changed");
         assert_eq!(snapshot(&prefix), before, "{name} changed:\n{}", run.out);
     }
+
+    // A socket the unit could not name is no matter where containerd hands
+    // the plugin its connection.
+    let prefix = node_with_nri(
+        &dir.path().join("handed"),
+        "  socket_path = \"/run/my nri/nri.sock\"\n",
+    );
+    let run = bootstrap(&prefix, &hooks, &["--preinstalled", VERSION[0], VERSION[1]]);
+    assert!(run.ok, "{}", run.out);
 
     // The directories as containerd's defaults name them are no refusal.
     let prefix = node_with_nri(

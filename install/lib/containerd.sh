@@ -111,7 +111,8 @@ imported_files() {
 # The strings of the array `key = [...]` in a TOML file, over as many lines
 # as it takes, one per line (a path holding a quote or `#` is not one).
 toml_strings() {
-    awk -v key="$1" '$0 ~ "^[[:space:]]*" key "[[:space:]]*=" { on = 1 } on { sub(/#.*/, ""); print; if (/\]/) on = 0 }' "$2" |
+    # [ \t], not [[:space:]]: mawk before 1.3.4 knows no character classes.
+    awk -v key="$1" '$0 ~ "^[ \t]*" key "[ \t]*=" { on = 1 } on { sub(/#.*/, ""); print; if (/\]/) on = 0 }' "$2" |
         { grep -oE "\"[^\"]*\"|'[^']*'" || true; } | tr -d "\"'"
 }
 
@@ -255,13 +256,14 @@ nri_setting() {
 check_nri_paths() {
     local socket
     socket=$(nri_setting socket_path)
+    # A pre-installed plugin is handed its connection by containerd.
     if [[ -n $socket && $socket != /var/run/nri/nri.sock && $socket != /run/nri/nri.sock ]]; then
-        [[ $socket =~ ^/[A-Za-z0-9._/-]+$ ]] ||
-            die "$CONTAINERD_CONFIG sets the NRI socket_path $socket, which the unit cannot name as written: use an absolute path of letters, digits and ._-/; nothing changed"
-        NRI_SOCKET=$socket
         if ((NODE_ONLY)); then
             warn "containerd's NRI socket is $socket: set the DaemonSet's --socket and its nri volume's hostPath to match"
         elif ((!PREINSTALLED)); then
+            [[ $socket =~ ^/[A-Za-z0-9._/-]+$ ]] ||
+                die "$CONTAINERD_CONFIG sets the NRI socket_path $socket, which the unit cannot name as written: use an absolute path of letters, digits and ._-/; nothing changed"
+            NRI_SOCKET=$socket
             log "containerd's NRI socket, from $CONTAINERD_CONFIG: $socket"
         fi
     fi

@@ -64,11 +64,10 @@ check_hooks_only() {
         refuse_live_pods "only the NRI plugin this would remove releases the pods it admitted"
     fi
     local hook dir
-    local -a dirs
-    mapfile -t dirs < <(hooks_dirs)
+    load_hooks_targets
     for hook in "$HOOKS_SRC"/*.json; do
         [[ -f $hook ]] || continue
-        for dir in "${dirs[@]}"; do
+        for dir in "${HOOKS_TARGETS[@]}"; do
             ! dir_writable "$dir" || return 0
         done
     done
@@ -123,6 +122,12 @@ install_devgate() {
     install_hooks_d
 }
 
+# hooks_dirs, read once per run (its warnings said once): HOOKS_TARGETS.
+HOOKS_TARGETS=()
+load_hooks_targets() {
+    ((${#HOOKS_TARGETS[@]})) || mapfile -t HOOKS_TARGETS < <(hooks_dirs)
+}
+
 # The hooks.d directories devgate's file goes into: the defaults, and those
 # the `hooks_dir` of CRI-O's config (crio.conf, then its drop-ins in order)
 # and of podman's containers.conf (/usr/share's, /etc's, then its drop-ins)
@@ -160,12 +165,11 @@ last_array() {
 # where no directory took it fails the run.
 install_hooks_d() {
     local hook dir found=0 placed=0
-    local -a dirs
-    mapfile -t dirs < <(hooks_dirs)
+    load_hooks_targets
     for hook in "$HOOKS_SRC"/*.json; do
         [[ -f $hook ]] || continue
         found=1
-        for dir in "${dirs[@]}"; do
+        for dir in "${HOOKS_TARGETS[@]}"; do
             # /usr is read-only on image-based hosts (Fedora CoreOS, RHCOS,
             # Flatcar): said, not fatal: containerd never reads hooks.d, podman
             # reads /etc's too, and CRI-O does where its hooks_dir lists it.

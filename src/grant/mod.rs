@@ -360,7 +360,7 @@ impl GrantChecker {
                         pod: pod_name.to_string(),
                         uid: pod.uid.to_string(),
                         state: match down {
-                            false => format!(" after {} ms", self.wait_ms(config)),
+                            false => format!(" after {} ms", wait.as_millis()),
                             true => String::new(),
                         } + &list_state(
                             synced,

@@ -46,16 +46,22 @@ impl Waits {
     }
 }
 
-/// The runtime's request timeout, as the last Configure stated it.
+/// The runtime's request timeout, as the last Configure stated it, and the
+/// deadline of the request being answered, which every runtime sends
+/// (`nri::stub::request_timeout`): containerd 1.7 states no timeout at
+/// Configure, yet holds each request to its `plugin_request_timeout`.
 #[derive(Debug)]
 pub struct Budget {
     timeout_ms: AtomicU64,
+    /// The last request deadline logged, in tens of milliseconds.
+    noted: AtomicU64,
 }
 
 impl Default for Budget {
     fn default() -> Budget {
         Budget {
             timeout_ms: AtomicU64::new(DEFAULT_REQUEST_TIMEOUT.as_millis() as u64),
+            noted: AtomicU64::new(0),
         }
     }
 }
@@ -75,8 +81,29 @@ impl Budget {
         Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
     }
 
+    /// The waits of the request this thread answers: shares of the shorter
+    /// of the stated timeout and the request's own deadline.
     pub fn waits(&self) -> Waits {
-        Waits::for_timeout(self.timeout())
+        let stated = self.timeout();
+        let timeout = nri::stub::request_timeout().map_or(stated, |own| own.min(stated));
+        Waits::for_timeout(timeout)
+    }
+
+    /// Logs the deadline of the request this thread answers when it is not
+    /// the one logged last (to 10 ms: what is left of the runtime's timeout
+    /// when it sent the request, a little under the timeout itself).
+    pub fn note_request(&self) {
+        let Some(own) = nri::stub::request_timeout() else {
+            return;
+        };
+        let tens = own.as_millis().div_ceil(10) as u64;
+        if self.noted.swap(tens, Ordering::Relaxed) != tens {
+            tracing::info!(
+                request_deadline_ms = tens * 10,
+                stated_ms = self.timeout().as_millis() as u64,
+                "the runtime's deadline for a request: the waits of one are shares of it"
+            );
+        }
     }
 }
 
@@ -128,5 +155,26 @@ mod tests {
             });
             assert_eq!(budget.timeout(), taken, "{stated}");
         }
+    }
+
+    /// containerd 1.7 states no timeout at Configure but holds each request
+    /// to its own deadline: the shorter of the two sets the waits.
+    #[test]
+    fn a_requests_own_deadline_shortens_the_waits() {
+        let budget = Budget::default();
+        let short = nri::stub::with_request_timeout(ms(1000), || budget.waits());
+        assert_eq!(short, Waits::for_timeout(ms(1000)));
+        // A longer one than the stated timeout leaves the stated one.
+        budget.take(&RuntimeInfo {
+            request_timeout_ms: 800,
+            ..RuntimeInfo::default()
+        });
+        let long = nri::stub::with_request_timeout(ms(1500), || budget.waits());
+        assert_eq!(long, Waits::for_timeout(ms(800)));
+        assert_eq!(
+            budget.waits(),
+            Waits::for_timeout(ms(800)),
+            "outside a request"
+        );
     }
 }

@@ -34,9 +34,7 @@ impl DevgatePlugin {
         if let Ok(config) = self.config() {
             self.enable_grant_check(&config);
         }
-        if let Some(grant) = self.devices.grant_checker() {
-            grant.cap_wait(self.budget.waits().answer_by);
-        }
+        self.fit_waits();
         let (mode, runtime_cdi) = self
             .config()
             .map(|c| (c.device_mode, c.runtime_cdi))
@@ -80,6 +78,17 @@ impl DevgatePlugin {
         // For `devgate status`; the plugin works the same without it.
         if let Err(e) = record.save(&self.options.state_dir) {
             tracing::warn!(error = %nri::ErrorChain(&e), "runtime record not saved");
+        }
+    }
+
+    /// Fits the waits of the request being answered to its deadline and to
+    /// the timeout Configure stated: the grant check's wait for a pod the
+    /// watch has not delivered is capped here; the others read the budget
+    /// when they wait.
+    pub(super) fn fit_waits(&self) {
+        self.budget.note_request();
+        if let Some(grant) = self.devices.grant_checker() {
+            grant.cap_wait(self.budget.waits().answer_by);
         }
     }
 }

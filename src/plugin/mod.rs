@@ -251,6 +251,7 @@ impl nri::Plugin for DevgatePlugin {
         pod: &PodSandbox,
         ctr: &Container,
     ) -> Result<CreateContainerResponse, PluginError> {
+        self.fit_waits();
         self.gpu.note_pod(pod, &self.options.state_dir);
         let adjustment = self.adjustment(pod, ctr)?;
         self.unapplied.forget_replaced(&pod.id, &ctr.name);
@@ -325,6 +326,7 @@ impl nri::Plugin for DevgatePlugin {
 
     /// Never fails: a refusal is the first container's (see `devices::ahead`).
     fn run_pod_sandbox(&self, pod: &PodSandbox) -> Result<(), PluginError> {
+        self.fit_waits();
         self.resync.note_run(&pod.id);
         self.gpu.note_pod(pod, &self.options.state_dir);
         self.release_superseded(pod);

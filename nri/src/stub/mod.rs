@@ -22,6 +22,7 @@
 //!   descriptor ([`Preinstalled::from_env`]); when that closes the runtime
 //!   is done with us and [`Stub::run`] returns.
 
+mod deadline;
 mod envelope;
 mod plugin;
 mod preinstalled;
@@ -43,7 +44,10 @@ use std::{
     time::Duration,
 };
 
+#[cfg(feature = "test-util")]
+pub use self::deadline::with_request_timeout;
 pub use self::{
+    deadline::request_timeout,
     plugin::{CreateReply, EncodedReply, Plugin, RpcError, RuntimeInfo},
     preinstalled::{Preinstalled, ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET},
 };

@@ -121,7 +121,10 @@ impl<P: Plugin> Service<P> {
         handler: impl FnOnce() -> Result<T, P::Error>,
     ) -> Result<T, Status> {
         let start = Instant::now();
-        let result = handler();
+        let result = {
+            let _deadline = super::deadline::RequestScope::enter(timeout_nano);
+            handler()
+        };
         let took = start.elapsed();
         let budget = self.budget(timeout_nano);
         if took > budget {

@@ -62,7 +62,7 @@ pub fn table(record: Option<&RuntimeRecord>) -> String {
         ),
         None => writeln!(
             out,
-            "  request timeout:          not stated (NRI's default of 2000 ms assumed)"
+            "  request timeout:          not stated at Configure (each request's deadline, at most 2000 ms, bounds its waits)"
         ),
     };
     if let Some(why) = &r.config_error {
@@ -112,7 +112,9 @@ mod tests {
             request_timeout_ms: None,
             ..rec
         };
-        assert!(table(Some(&invalid)).contains("not stated (NRI's default of 2000 ms assumed)"));
+        assert!(table(Some(&invalid)).contains(
+            "not stated at Configure (each request's deadline, at most 2000 ms, bounds its waits)"
+        ));
         assert!(table(Some(&invalid)).contains(
             "config:                   INVALID, containers that need devgate are refused: unknown field `gpus`"
         ));

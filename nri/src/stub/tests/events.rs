@@ -165,6 +165,29 @@ async fn misleading_error_codes_are_replaced() {
     }
 }
 
+/// A handler sees the deadline the runtime gave its request (what is left
+/// of the runtime's request timeout when it sent it), and none once it
+/// returned.
+#[tokio::test]
+async fn a_handler_sees_its_requests_deadline() {
+    let config = FakeConfig {
+        request_timeout: Duration::from_millis(1234),
+        ..FakeConfig::containerd_1_7()
+    };
+    let (p, conn, _dir) = connect(Recorder::new(create_and_remove()), config).await;
+    let conn = conn.unwrap();
+    conn.create_container(&pod("p"), &ctr("c")).await.unwrap();
+    let seen = p.deadlines.lock().unwrap().clone();
+    let [Some(deadline)] = seen[..] else {
+        panic!("{seen:?}");
+    };
+    assert!(
+        deadline <= Duration::from_millis(1234) && deadline > Duration::from_millis(1000),
+        "{deadline:?}"
+    );
+    assert_eq!(crate::stub::request_timeout(), None);
+}
+
 #[tokio::test]
 async fn a_late_reply_does_not_confuse_the_next_request() {
     let plugin = Recorder {

@@ -46,6 +46,8 @@ struct Recorder {
     /// Told when that CreateContainer's stall begins.
     stalling: Mutex<Option<std::sync::mpsc::Sender<()>>>,
     decode: crate::Decode,
+    /// The runtime's deadline each CreateContainer handler saw.
+    deadlines: Mutex<Vec<Option<Duration>>>,
 }
 
 impl Recorder {
@@ -111,6 +113,10 @@ impl Plugin for Recorder {
         pod: &PodSandbox,
         ctr: &Container,
     ) -> Result<CreateContainerResponse, Refusal> {
+        self.deadlines
+            .lock()
+            .unwrap()
+            .push(crate::stub::request_timeout());
         if let Some(stall) = self.stall.lock().unwrap().take() {
             if let Some(tx) = self.stalling.lock().unwrap().take() {
                 let _ = tx.send(());
