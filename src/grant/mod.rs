@@ -176,7 +176,10 @@ impl GrantChecker {
     /// setting is bounded for.
     pub fn cap_wait(&self, cap: Duration) {
         let ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX);
-        self.wait_cap_ms.store(ms, Ordering::Relaxed);
+        // Set at each request: the same cap each time writes nothing.
+        if self.wait_cap_ms.load(Ordering::Relaxed) != ms {
+            self.wait_cap_ms.store(ms, Ordering::Relaxed);
+        }
     }
 
     /// How long a creation waits for a pod the watch has not delivered.

@@ -97,7 +97,10 @@ impl Budget {
             return;
         };
         let tens = own.as_millis().div_ceil(10) as u64;
-        if self.noted.swap(tens, Ordering::Relaxed) != tens {
+        // Read first: the same deadline each time writes nothing.
+        if self.noted.load(Ordering::Relaxed) != tens
+            && self.noted.swap(tens, Ordering::Relaxed) != tens
+        {
             tracing::info!(
                 request_deadline_ms = tens * 10,
                 stated_ms = self.timeout().as_millis() as u64,
