@@ -12,8 +12,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use nri::RuntimeInfo;
-
 /// What containerd and CRI-O wait for a plugin's answer unless configured
 /// otherwise, and what a runtime that does not state its own is taken to.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -46,64 +44,39 @@ impl Waits {
     }
 }
 
-/// The runtime's request timeout, as the last Configure stated it, and the
-/// deadline of the request being answered, which every runtime sends
-/// (`nri::stub::request_timeout`): containerd 1.7 states no timeout at
-/// Configure, yet holds each request to its `plugin_request_timeout`.
-#[derive(Debug)]
+/// The waits of the request being answered, from how long the runtime waits
+/// for its answer (`nri::stub::request_timeout`: the shorter of the timeout
+/// the runtime stated at Configure and the request's own deadline, which
+/// every runtime sends; containerd 1.7 states no timeout at Configure, yet
+/// holds each request to its `plugin_request_timeout`).
+#[derive(Debug, Default)]
 pub struct Budget {
-    timeout_ms: AtomicU64,
-    /// The last request deadline logged, in tens of milliseconds.
+    /// The last request timeout logged, in tens of milliseconds.
     noted: AtomicU64,
 }
 
-impl Default for Budget {
-    fn default() -> Budget {
-        Budget {
-            timeout_ms: AtomicU64::new(DEFAULT_REQUEST_TIMEOUT.as_millis() as u64),
-            noted: AtomicU64::new(0),
-        }
-    }
-}
-
 impl Budget {
-    /// Takes the timeout `runtime` states; one that states none (NRI before
-    /// v0.7, as containerd 1.7's) or a nonsensical one leaves the default.
-    pub fn take(&self, runtime: &RuntimeInfo) {
-        let ms = u64::try_from(runtime.request_timeout_ms)
-            .ok()
-            .filter(|ms| *ms > 0)
-            .unwrap_or(DEFAULT_REQUEST_TIMEOUT.as_millis() as u64);
-        self.timeout_ms.store(ms, Ordering::Relaxed);
-    }
-
-    pub fn timeout(&self) -> Duration {
-        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
-    }
-
-    /// The waits of the request this thread answers: shares of the shorter
-    /// of the stated timeout and the request's own deadline.
+    /// The waits of the request this thread answers; those of the default
+    /// timeout outside a request.
     pub fn waits(&self) -> Waits {
-        let stated = self.timeout();
-        let timeout = nri::stub::request_timeout().map_or(stated, |own| own.min(stated));
-        Waits::for_timeout(timeout)
+        Waits::for_timeout(nri::stub::request_timeout().unwrap_or(DEFAULT_REQUEST_TIMEOUT))
     }
 
-    /// Logs the deadline of the request this thread answers when it is not
-    /// the one logged last (to 10 ms: what is left of the runtime's timeout
-    /// when it sent the request, a little under the timeout itself).
+    /// Logs how long the runtime waits for the request this thread answers
+    /// when it is not what was logged last (to 10 ms: what is left of the
+    /// runtime's timeout when it sent the request is a little under it).
     pub fn note_request(&self) {
-        let Some(own) = nri::stub::request_timeout() else {
+        let Some(timeout) = nri::stub::request_timeout() else {
             return;
         };
-        let tens = own.as_millis().div_ceil(10) as u64;
+        let tens = timeout.as_millis().div_ceil(10) as u64;
         // Read first: the same deadline each time writes nothing.
         if self.noted.load(Ordering::Relaxed) != tens
             && self.noted.swap(tens, Ordering::Relaxed) != tens
         {
             tracing::info!(
                 request_deadline_ms = tens * 10,
-                stated_ms = self.timeout().as_millis() as u64,
+                answer_by_ms = Waits::for_timeout(timeout).answer_by.as_millis() as u64,
                 "the runtime's deadline for a request: the waits of one are shares of it"
             );
         }
@@ -142,41 +115,18 @@ mod tests {
         }
     }
 
+    /// Each request's waits are shares of how long the runtime waits for
+    /// it; outside a request, of the default.
     #[test]
-    fn a_runtime_stating_no_timeout_or_a_negative_one_gets_the_default() {
-        let budget = Budget::default();
-        assert_eq!(budget.timeout(), DEFAULT_REQUEST_TIMEOUT);
-        for (stated, taken) in [
-            (1000, ms(1000)),
-            (0, DEFAULT_REQUEST_TIMEOUT),
-            (-5, DEFAULT_REQUEST_TIMEOUT),
-            (30_000, ms(30_000)),
-        ] {
-            budget.take(&RuntimeInfo {
-                request_timeout_ms: stated,
-                ..RuntimeInfo::default()
-            });
-            assert_eq!(budget.timeout(), taken, "{stated}");
-        }
-    }
-
-    /// containerd 1.7 states no timeout at Configure but holds each request
-    /// to its own deadline: the shorter of the two sets the waits.
-    #[test]
-    fn a_requests_own_deadline_shortens_the_waits() {
+    fn a_requests_timeout_sets_its_waits() {
         let budget = Budget::default();
         let short = nri::stub::with_request_timeout(ms(1000), || budget.waits());
         assert_eq!(short, Waits::for_timeout(ms(1000)));
-        // A longer one than the stated timeout leaves the stated one.
-        budget.take(&RuntimeInfo {
-            request_timeout_ms: 800,
-            ..RuntimeInfo::default()
-        });
-        let long = nri::stub::with_request_timeout(ms(1500), || budget.waits());
-        assert_eq!(long, Waits::for_timeout(ms(800)));
+        let long = nri::stub::with_request_timeout(ms(5000), || budget.waits());
+        assert_eq!(long, Waits::for_timeout(DEFAULT_REQUEST_TIMEOUT));
         assert_eq!(
             budget.waits(),
-            Waits::for_timeout(ms(800)),
+            Waits::for_timeout(DEFAULT_REQUEST_TIMEOUT),
             "outside a request"
         );
     }

@@ -30,13 +30,14 @@ impl DevgatePlugin {
             }
             *self.config.write().unwrap_or_else(PoisonError::into_inner) = state;
         }
-        self.budget.take(runtime);
-        if let Ok(config) = self.config() {
-            self.enable_grant_check(&config);
+        // One read of the config in force, for all that follows.
+        let config = self.config();
+        if let Ok(config) = &config {
+            self.enable_grant_check(config);
         }
-        self.fit_waits();
-        let (mode, runtime_cdi) = self
-            .config()
+        self.cap_grant_wait();
+        let (mode, runtime_cdi) = config
+            .as_ref()
             .map(|c| (c.device_mode, c.runtime_cdi))
             .unwrap_or_default();
         let features = features::detect(runtime, runtime_cdi);
@@ -47,14 +48,16 @@ impl DevgatePlugin {
             runtime_cdi,
             &self.options.host_root,
         );
-        record.config_error = self
-            .config()
+        record.config_error = config
             .err()
             .map(|e| nri::ErrorChain(&e).to_string().chars().take(1024).collect());
         tracing::info!(
             runtime = %runtime.name, version = %runtime.version,
             nri = ?runtime.nri_version, events = %runtime.events,
-            request_timeout_ms = self.budget.timeout().as_millis() as u64,
+            request_timeout_ms = runtime
+                .stated_request_timeout()
+                .unwrap_or(super::budget::DEFAULT_REQUEST_TIMEOUT)
+                .as_millis() as u64,
             explicit_cgroup_rules = features.explicit_cgroup_rules,
             cdi_devices = features.cdi_devices, devices_as = ?record.devices_as,
             "configured"
@@ -81,12 +84,16 @@ impl DevgatePlugin {
         }
     }
 
-    /// Fits the waits of the request being answered to its deadline and to
-    /// the timeout Configure stated: the grant check's wait for a pod the
-    /// watch has not delivered is capped here; the others read the budget
-    /// when they wait.
+    /// Fits the waits of the request being answered to how long the runtime
+    /// waits for it, and says so when that changed.
     pub(super) fn fit_waits(&self) {
         self.budget.note_request();
+        self.cap_grant_wait();
+    }
+
+    /// The grant check's wait for a pod the watch has not delivered is
+    /// capped here; the other waits read the budget when they wait.
+    fn cap_grant_wait(&self) {
         if let Some(grant) = self.devices.grant_checker() {
             grant.cap_wait(self.budget.waits().answer_by);
         }

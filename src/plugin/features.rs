@@ -166,9 +166,9 @@ impl RuntimeRecord {
             plugin: crate::hook::liveness::identify(Path::new("/proc"), std::process::id()),
             host_root: std::path::absolute(host_root).ok(),
             config_error: None,
-            request_timeout_ms: u64::try_from(runtime.request_timeout_ms)
-                .ok()
-                .filter(|ms| *ms > 0),
+            request_timeout_ms: runtime
+                .stated_request_timeout()
+                .map(|t| t.as_millis() as u64),
         }
     }
 

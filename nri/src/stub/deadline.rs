@@ -1,4 +1,5 @@
-//! The runtime's deadline for the request a handler is answering.
+//! How long the runtime waits for the answer to the request a handler is
+//! answering.
 //!
 //! A runtime bounds each request to a plugin with its request timeout
 //! (containerd's `plugin_request_timeout`, 2 s unless configured) and sends
@@ -6,9 +7,9 @@
 //! it makes the runtime drop the plugin's connection. NRI v0.7 and later
 //! also state the timeout in Configure, but containerd 1.7 (NRI v0.6) states
 //! nothing there: each request's own deadline is the one word on it every
-//! runtime gives. Handlers run on the stub's thread, one at a time, so the
-//! deadline of the request being answered is kept for that thread while its
-//! handler runs.
+//! runtime gives. The stub takes the shorter of the two for each request
+//! (`Service::call`); handlers run on the stub's thread, one at a time, so
+//! it is kept for that thread while the handler runs.
 
 use std::cell::Cell;
 use std::time::Duration;
@@ -17,35 +18,30 @@ thread_local! {
     static CURRENT: Cell<Option<Duration>> = const { Cell::new(None) };
 }
 
-/// How long the runtime gives the request this thread is answering, as its
-/// `timeout_nano` said; `None` outside a handler, or where the runtime set
-/// no deadline.
+/// How long the runtime waits for the answer to the request this thread is
+/// handling: the shorter of the timeout it stated at Configure (2 s where it
+/// stated none) and the request's own deadline. `None` outside a handler.
 pub fn request_timeout() -> Option<Duration> {
     CURRENT.with(Cell::get)
 }
 
-/// Runs `f` as a handler of a request whose deadline is `timeout`, for tests
-/// of code that reads [`request_timeout`].
+/// Runs `f` as a handler of a request the runtime waits `timeout` for, for
+/// tests of code that reads [`request_timeout`].
 #[cfg(feature = "test-util")]
 pub fn with_request_timeout<R>(timeout: Duration, f: impl FnOnce() -> R) -> R {
-    let nanos = i64::try_from(timeout.as_nanos()).unwrap_or(i64::MAX);
-    let _scope = RequestScope::enter(nanos);
+    let _scope = RequestScope::enter(timeout);
     f()
 }
 
-/// Keeps a request's deadline for this thread until it is dropped.
+/// Keeps a request's timeout for this thread until it is dropped.
 pub(super) struct RequestScope {
     before: Option<Duration>,
 }
 
 impl RequestScope {
-    pub(super) fn enter(timeout_nano: i64) -> RequestScope {
-        let timeout = u64::try_from(timeout_nano)
-            .ok()
-            .filter(|n| *n > 0)
-            .map(Duration::from_nanos);
+    pub(super) fn enter(timeout: Duration) -> RequestScope {
         RequestScope {
-            before: CURRENT.with(|c| c.replace(timeout)),
+            before: CURRENT.with(|c| c.replace(Some(timeout))),
         }
     }
 }
@@ -61,21 +57,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_requests_deadline_is_seen_only_while_it_is_handled() {
+    fn a_requests_timeout_is_seen_only_while_it_is_handled() {
+        let ms = Duration::from_millis;
         assert_eq!(request_timeout(), None);
         {
-            let _scope = RequestScope::enter(1_500_000_000);
-            assert_eq!(request_timeout(), Some(Duration::from_millis(1500)));
+            let _scope = RequestScope::enter(ms(1500));
+            assert_eq!(request_timeout(), Some(ms(1500)));
             {
-                let _none = RequestScope::enter(0);
-                assert_eq!(request_timeout(), None, "no deadline set");
+                let _inner = RequestScope::enter(ms(700));
+                assert_eq!(request_timeout(), Some(ms(700)));
             }
-            assert_eq!(request_timeout(), Some(Duration::from_millis(1500)));
+            assert_eq!(request_timeout(), Some(ms(1500)));
             // Another thread answers no request.
             assert_eq!(std::thread::spawn(request_timeout).join().unwrap(), None);
         }
-        assert_eq!(request_timeout(), None);
-        let _negative = RequestScope::enter(-5);
         assert_eq!(request_timeout(), None);
     }
 }

@@ -49,6 +49,17 @@ pub struct RuntimeInfo {
     pub events: EventMask,
 }
 
+impl RuntimeInfo {
+    /// The request timeout the runtime stated at Configure (NRI v0.7 and
+    /// later); `None` where it stated none, or one that is not positive.
+    pub fn stated_request_timeout(&self) -> Option<std::time::Duration> {
+        u64::try_from(self.request_timeout_ms)
+            .ok()
+            .filter(|ms| *ms > 0)
+            .map(std::time::Duration::from_millis)
+    }
+}
+
 /// A reply to CreateContainer: a message to encode, or one encoded before.
 #[derive(Debug, Clone)]
 pub enum CreateReply {

@@ -197,7 +197,7 @@ impl<P: Plugin> Service<P> {
         req: &api::ConfigureRequest,
     ) -> Result<api::ConfigureResponse, Status> {
         let info = self.runtime_info(req)?;
-        self.set_request_timeout(info.request_timeout_ms);
+        self.set_request_timeout(&info);
         self.call(t, "configure", || self.plugin.configure(&info))?;
         tracing::info!(
             runtime = %info.name,

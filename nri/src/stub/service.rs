@@ -56,6 +56,15 @@ pub(crate) fn status_of<E: RpcError>(err: &E) -> Status {
     ttrpc::get_status(code, ErrorChain(err).to_string())
 }
 
+/// `configured`, or a request's deadline (`timeout_nano`) where it is
+/// shorter; one that is not positive sets none.
+fn shorter_of(configured: Duration, timeout_nano: i64) -> Duration {
+    match u64::try_from(timeout_nano) {
+        Ok(nanos) if nanos > 0 => configured.min(Duration::from_nanos(nanos)),
+        _ => configured,
+    }
+}
+
 impl<P: Plugin> Service<P> {
     pub(super) fn new(plugin: Arc<P>) -> Service<P> {
         Service {
@@ -66,12 +75,11 @@ impl<P: Plugin> Service<P> {
         }
     }
 
-    /// Records the runtime's request timeout from Configure (ms, 0 = unset).
-    pub(super) fn set_request_timeout(&self, ms: i64) {
-        if let Ok(ms) = u64::try_from(ms) {
-            if ms > 0 {
-                self.request_timeout_ms.store(ms, Ordering::Relaxed);
-            }
+    /// Records the request timeout the runtime stated at Configure, if any.
+    pub(super) fn set_request_timeout(&self, info: &RuntimeInfo) {
+        if let Some(timeout) = info.stated_request_timeout() {
+            let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+            self.request_timeout_ms.store(ms, Ordering::Relaxed);
         }
     }
 
@@ -99,16 +107,12 @@ impl<P: Plugin> Service<P> {
         Some((buf.pods, buf.containers))
     }
 
-    /// Time a handler should take: three quarters of the runtime's timeout
-    /// for this request (`timeout_nano`, 0 if unset), leaving room for the
-    /// reply to travel.
-    fn budget(&self, timeout_nano: i64) -> Duration {
+    /// How long the runtime waits for the answer to a request: the shorter
+    /// of the timeout it stated at Configure (2 s where it stated none) and
+    /// the request's own deadline (`timeout_nano`, 0 if unset).
+    fn request_timeout(&self, timeout_nano: i64) -> Duration {
         let configured = Duration::from_millis(self.request_timeout_ms.load(Ordering::Relaxed));
-        let total = match u64::try_from(timeout_nano) {
-            Ok(nanos) if nanos > 0 => configured.min(Duration::from_nanos(nanos)),
-            _ => configured,
-        };
-        total * 3 / 4
+        shorter_of(configured, timeout_nano)
     }
 
     /// Runs one handler; errors leave here as ttrpc statuses, and this is
@@ -121,12 +125,14 @@ impl<P: Plugin> Service<P> {
         handler: impl FnOnce() -> Result<T, P::Error>,
     ) -> Result<T, Status> {
         let start = Instant::now();
+        let timeout = self.request_timeout(timeout_nano);
         let result = {
-            let _deadline = super::deadline::RequestScope::enter(timeout_nano);
+            let _timeout = super::deadline::RequestScope::enter(timeout);
             handler()
         };
         let took = start.elapsed();
-        let budget = self.budget(timeout_nano);
+        // Three quarters, leaving room for the reply to travel.
+        let budget = timeout * 3 / 4;
         if took > budget {
             tracing::error!(
                 method,
@@ -225,5 +231,38 @@ fn event_name(event: Event) -> &'static str {
         Event::POST_UPDATE_CONTAINER => "post_update_container",
         Event::REMOVE_CONTAINER => "remove_container",
         _ => "state_change",
+    }
+}
+
+#[cfg(test)]
+mod timeout_tests {
+    use super::*;
+
+    #[test]
+    fn a_requests_timeout_is_the_shorter_of_the_stated_one_and_its_deadline() {
+        let ms = Duration::from_millis;
+        for (configured, timeout_nano, want) in [
+            (ms(2000), 0, ms(2000)),
+            (ms(2000), -5, ms(2000)),
+            (ms(2000), 1_500_000_000, ms(1500)),
+            (ms(1000), 1_500_000_000, ms(1000)),
+        ] {
+            assert_eq!(shorter_of(configured, timeout_nano), want, "{timeout_nano}");
+        }
+    }
+
+    #[test]
+    fn only_a_positive_stated_timeout_counts() {
+        for (stated, want) in [
+            (1000, Some(Duration::from_millis(1000))),
+            (0, None),
+            (-5, None),
+        ] {
+            let info = RuntimeInfo {
+                request_timeout_ms: stated,
+                ..RuntimeInfo::default()
+            };
+            assert_eq!(info.stated_request_timeout(), want, "{stated}");
+        }
     }
 }
