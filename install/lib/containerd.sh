@@ -85,15 +85,20 @@ nri_enabled_config() {
 check_imports() {
     local cfg=$1 need=$2 file rc
     while read -r file; do
-        # One grep: with pipefail, `grep -v | grep -q` fails when -q stops
-        # reading early and the first grep dies of SIGPIPE.
-        grep -Eq '^[^#]*io\.containerd\.nri\.v1\.nri' "$file" || continue
+        names_nri "$file" || continue
         rc=0
         nri_enabled_config "$need" <"$file" >/dev/null || rc=$?
         ((rc != 5)) || die "$(shut_out "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG)")"
         ((rc == 4)) ||
             die "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG) configures NRI without enabling it, which overrides an edit of $CONTAINERD_CONFIG: set disable = false there by hand"
     done < <(imported_files "$cfg")
+}
+
+# Whether a config file names the NRI plugin outside a comment. One grep:
+# with pipefail, `grep -v | grep -q` fails when -q stops reading early and
+# the first grep dies of SIGPIPE.
+names_nri() {
+    grep -Eq '^[^#]*io\.containerd\.nri\.v1\.nri' "$1"
 }
 
 # The host paths of the files a config imports, one per line.
@@ -244,7 +249,7 @@ nri_setting() {
     [[ -f $cfg ]] || return 0
     src=$cfg
     while read -r file; do
-        if grep -Eq '^[^#]*io\.containerd\.nri\.v1\.nri' "$file"; then src=$file; fi
+        if names_nri "$file"; then src=$file; fi
     done < <(imported_files "$cfg")
     nri_value "$1" <"$src"
 }
