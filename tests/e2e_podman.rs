@@ -189,17 +189,24 @@ fn setup(tag: &str, fault: Option<&str>) -> Setup {
 impl Setup {
     /// `podman run --detach` of `sleep 300` named `name` with the annotation.
     fn run(&self, name: &str) -> Output {
+        self.run_in(name, None)
+    }
+
+    /// [`Setup::run`] in the podman pod `pod`, when given: podman writes
+    /// CRI-O's `io.kubernetes.cri-o.SandboxID`, the pod's id, into the spec
+    /// of each of its containers.
+    fn run_in(&self, name: &str, pod: Option<&str>) -> Output {
         let netns = format!("ns:/run/netns/{}", self.pod_ns.0);
         // podman 4.3 reads --annotation as a CSV list (pflag StringSlice): quote it.
         let annotation = format!(
             "\"{}\"",
             format!("{DEVICE_ALLOCATED}={}", self.alloc).replace('"', "\"\"")
         );
-        self.podman.cmd(&[
-            "run",
-            "--detach",
-            "--name",
-            name,
+        let mut args = vec!["run", "--detach", "--name", name];
+        if let Some(pod) = pod {
+            args.extend(["--pod", pod]);
+        }
+        args.extend([
             "--network",
             &netns,
             "--ulimit",
@@ -211,7 +218,8 @@ impl Setup {
             WORKLOAD_IMAGE,
             "sleep",
             "300",
-        ])
+        ]);
+        self.podman.cmd(&args)
     }
 
     fn log(&self) -> String {
@@ -331,4 +339,55 @@ fn a_hook_killed_midway_is_undone_by_the_next_create() {
     s.podman.ok(&["stop", "--time", "1", "dgpk2"]);
     s.podman.ok(&["rm", "dgpk2"]);
     s.assert_all_back();
+}
+
+/// A podman pod of two containers in one network namespace (a pod without
+/// an infra container, each joining the pinned namespace): the first moves
+/// the VF in as `net1`; its removal (podman runs poststop hooks there)
+/// leaves the VF to the second, still running, whose removal brings it home
+/// and releases the pod.
+#[test]
+fn a_pods_first_container_leaves_the_vf_to_the_one_still_running() {
+    require_root();
+    let s = setup("dgpp", None);
+    s.podman
+        .ok(&["pod", "create", "--infra=false", "--name", "dgpp"]);
+    for name in ["dgpp1", "dgpp2"] {
+        let out = s.run_in(name, Some("dgpp"));
+        assert!(
+            out.status.success(),
+            "{name}: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            s.log()
+        );
+    }
+    let held = Ledger::open(&s.state).unwrap().snapshot().unwrap();
+    assert_eq!(held.pods.len(), 1, "one pod: {held:?}");
+    let pod = held.pods.values().next().unwrap();
+    assert_eq!(pod.containers.len(), 2, "{pod:?}");
+    let first = s.podman.ok(&["inspect", "--format", "{{.Id}}", "dgpp1"]);
+    assert_eq!(pod.network_owner.as_deref(), Some(first.trim()));
+    let net1 = |what: &str| {
+        let (code, out) = s.podman.exec("dgpp2", "ip -o link show net1");
+        assert_eq!(code, 0, "{what}: net1 missing in dgpp2: {out}\n{}", s.log());
+        assert!(out.contains(VF_MAC), "{what}: {out}");
+    };
+    net1("both running");
+
+    s.podman.ok(&["stop", "--time", "1", "dgpp1"]);
+    s.podman.ok(&["rm", "dgpp1"]);
+    assert!(s.log().contains("vfs stay in the pod"), "{}", s.log());
+    net1("the owner removed");
+    assert!(link(In::Host, &s.host_name).is_none(), "the VF came home");
+    let held = Ledger::open(&s.state).unwrap().snapshot().unwrap();
+    assert_eq!(
+        held.pods.len(),
+        1,
+        "the pod still holds its devices: {held:?}"
+    );
+
+    s.podman.ok(&["stop", "--time", "1", "dgpp2"]);
+    s.podman.ok(&["rm", "dgpp2"]);
+    s.assert_all_back();
+    s.podman.ok(&["pod", "rm", "dgpp"]);
 }

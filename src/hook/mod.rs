@@ -21,6 +21,7 @@ pub mod devnodes;
 pub mod entry;
 mod failed_attach;
 mod inroot;
+mod kept_network;
 pub mod liveness;
 mod log;
 pub mod membership;

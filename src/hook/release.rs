@@ -160,8 +160,9 @@ fn restore_without_ledger(
     Err(HooksOnlyError::from(e).into())
 }
 
-/// poststop: restore the container's VFs, forget it, and release the pod
-/// with its last container.
+/// poststop: restore the container's VFs, unless another container of the
+/// pod runs in their namespace ([`super::kept_network`]), forget it, and
+/// release the pod with its last container.
 pub(super) fn stop(run: &mut HooksOnly<'_>, state: &State) -> Result<Outcome, HookError> {
     // The pod is found by the container, not by annotations: poststop may see fewer.
     let read = Ledger::open(&run.env.state_dir)
@@ -177,7 +178,14 @@ pub(super) fn stop(run: &mut HooksOnly<'_>, state: &State) -> Result<Outcome, Ho
         // The NRI plugin admitted it: its hook and its release do the work.
         return Ok(Outcome::Nothing);
     }
-    let networks = match run.os.detach(&state.id, run.checkpoint) {
+    if let Some((other, pid)) = pod
+        .as_ref()
+        .and_then(|p| super::kept_network::kept_for(run.env, p, &state.id))
+    {
+        tracing::info!(container = %state.id, other = %other, pid, "vfs stay in the pod: another of its containers runs in its network namespace; the poststop of the pod's last container restores them");
+        return Ok(Outcome::Nothing);
+    }
+    let mut networks = match run.os.detach(&state.id, run.checkpoint) {
         Ok(n) => n,
         Err(e) => {
             // The record and claims stay, so a later release retries.
@@ -195,6 +203,9 @@ pub(super) fn stop(run: &mut HooksOnly<'_>, state: &State) -> Result<Outcome, Ho
             ledger
                 .give_up_network(&state.id)
                 .map_err(HooksOnlyError::from)?;
+            // Before the decision whether this container is the pod's last:
+            // an owner that kept its VFs for this one goes with them.
+            networks += super::kept_network::restore_left(run, &ledger, &pod, &state.id)?;
             forget(run, &ledger, &pod.pod.sandbox_id, &state.id)?
         }
         None => false,

@@ -11,7 +11,8 @@
 //! at the pod's StopPodSandbox, before it answers and so before the runtime
 //! removes the namespace (`plugin::vf_teardown`), as its release does for a
 //! poststop that never ran. In a pod whose other containers have all exited, poststop restores as
-//! before.
+//! before. Hooks-only mode, which records each container's init, asks
+//! [`init_beside`] instead (`super::kept_network`).
 //!
 //! Only the pod itself is affected either way: its devices stay claimed until
 //! its release, so whatever its processes do changes only when its own VFs
@@ -19,6 +20,7 @@
 
 use std::path::Path;
 
+use crate::ledger::PodRecord;
 use crate::netdev::netns::pids_in;
 use crate::netdev::NetnsId;
 
@@ -43,6 +45,35 @@ pub(crate) fn running_beside(proc_root: &Path, netns: NetnsId, others: &[&str]) 
         });
         theirs.then_some(pid)
     })
+}
+
+/// A container of `pod` other than `except` whose recorded init still runs
+/// (the same pid and start time) in the namespace `netns`: its id and pid.
+/// Hooks-only mode records each container's init at its createRuntime, so
+/// its containers are known by their inits, whatever their cgroup paths
+/// (podman's `libpod-<id>.scope` among them). An init that cannot be read
+/// counts as not running: the restore then goes ahead, as it always did.
+pub(crate) fn init_beside<'p>(
+    proc_root: &Path,
+    netns: NetnsId,
+    pod: &'p PodRecord,
+    except: &str,
+) -> Option<(&'p str, u32)> {
+    let want = netns.to_string();
+    pod.containers
+        .iter()
+        .filter(|(id, _)| id.as_str() != except)
+        .find_map(|(id, record)| {
+            let init = record.init.as_ref()?;
+            let dir = proc_root.join(init.pid.to_string());
+            let link = std::fs::read_link(dir.join("ns/net")).ok()?;
+            if link.as_os_str() != want.as_str() {
+                return None;
+            }
+            // Read after the link: a pid reused meanwhile has another start.
+            let start = super::liveness::start_ticks(proc_root, init.pid).ok()?;
+            (start == init.start_ticks).then_some((id.as_str(), init.pid))
+        })
 }
 
 #[cfg(test)]
@@ -115,5 +146,91 @@ mod tests {
         process(dir.path(), &(11, NETNS.ino, format!("/k8s.io/{SIDE}")));
         std::fs::remove_file(dir.path().join("11/cgroup")).unwrap();
         assert_eq!(running_beside(dir.path(), NETNS, &[SIDE]), None);
+    }
+
+    /// A pod of three recorded containers: "owner" (init 20), "side" (init
+    /// 21), whose inits started at tick 500 + pid, and one with no known init.
+    fn pod() -> PodRecord {
+        let record = |pid: Option<u32>| crate::ledger::ContainerRecord {
+            name: String::new(),
+            devices: Vec::new(),
+            applied_unix: 0,
+            init: pid.map(|pid| crate::ledger::InitProcess {
+                pid,
+                start_ticks: 500 + u64::from(pid),
+            }),
+            cgroups: Vec::new(),
+            resolved: None,
+            resolved_sha256: None,
+            hooks_only: true,
+        };
+        PodRecord {
+            pod: crate::ledger::PodRef::default(),
+            claims: Vec::new(),
+            claimed_unix: 0,
+            containers: [("owner", Some(20)), ("side", Some(21)), ("unknown", None)]
+                .into_iter()
+                .map(|(id, pid)| (id.to_string(), record(pid)))
+                .collect(),
+            network_owner: Some("owner".to_string()),
+        }
+    }
+
+    /// A process `pid` started at `start`, in the namespace `ino`.
+    fn init(proc: &Path, pid: u32, start: u64, ino: u64) {
+        process(proc, &(pid, ino, "/libpod_parent/libpod-x".to_string()));
+        let stat =
+            format!("{pid} (sleep) S 0 {pid} {pid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n");
+        std::fs::write(proc.join(pid.to_string()).join("stat"), stat).unwrap();
+    }
+
+    #[test]
+    fn a_recorded_init_running_in_the_namespace_keeps_the_network() {
+        /// What, the side container's init if it runs (its start tick and
+        /// netns inode), and the container found beside the owner.
+        type Case = (
+            &'static str,
+            Option<(u64, u64)>,
+            Option<(&'static str, u32)>,
+        );
+        let cases: &[Case] = &[
+            (
+                "its init runs in the namespace",
+                Some((521, NETNS.ino)),
+                Some(("side", 21)),
+            ),
+            ("its init exited", None, None),
+            (
+                "its pid is another process's now",
+                Some((999, NETNS.ino)),
+                None,
+            ),
+            (
+                "its init is in another namespace",
+                Some((521, NETNS.ino + 1)),
+                None,
+            ),
+        ];
+        let pod = pod();
+        for (what, side, want) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            // The owner itself still shows in the namespace: never counted.
+            init(dir.path(), 20, 520, NETNS.ino);
+            if let Some((start, ino)) = side {
+                init(dir.path(), 21, *start, *ino);
+            }
+            assert_eq!(
+                init_beside(dir.path(), NETNS, &pod, "owner"),
+                *want,
+                "{what}"
+            );
+        }
+        // Asked for the side container, the owner's init counts.
+        let dir = tempfile::tempdir().unwrap();
+        init(dir.path(), 20, 520, NETNS.ino);
+        assert_eq!(
+            init_beside(dir.path(), NETNS, &pod, "side"),
+            Some(("owner", 20))
+        );
     }
 }

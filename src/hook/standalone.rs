@@ -13,9 +13,11 @@
 //! runs them only when it deletes a container the runtime created (libpod
 //! `postDeleteHooks`), so there the next createRuntime releases it.
 //!
-//! At poststop: restore the container's VFs, forget the container, and release
-//! the pod's claims after its GPU teardown when it was the pod's last
-//! container (its cgroups, recorded at creation, mark its processes); a failed restore or teardown quarantines the devices. Each
+//! At poststop: restore the container's VFs, unless another container of the
+//! pod runs in their namespace ([`super::kept_network`]), forget the
+//! container, and release the pod's claims after its GPU teardown when it was
+//! the pod's last container (its cgroups, recorded at creation, mark its
+//! processes); a failed restore or teardown quarantines the devices. Each
 //! createRuntime first releases pods whose containers all exited without a
 //! poststop ([`super::release`]).
 //!

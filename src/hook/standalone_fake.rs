@@ -35,6 +35,11 @@ pub(super) struct FakeOs {
     pub(super) retried: Vec<Vec<String>>,
     /// What a detach does to the host.
     pub(super) on_detach: Option<Rc<dyn Fn()>>,
+    /// Where a detach removes the container's saved VF records, as the
+    /// real restore does.
+    pub(super) store: Option<crate::netdev::SavedStore>,
+    /// The container whose detach fails.
+    pub(super) refuse_detach: Option<&'static str>,
 }
 
 /// The GPU teardown side of [`FakeOs`]; fails when `fail` is "gpu".
@@ -93,10 +98,15 @@ impl ContainerOs for FakeOs {
     }
 
     fn detach(&mut self, id: &str, _: &dyn Fn(&'static str)) -> Result<usize, HookError> {
-        if self.fail == Some("detach") {
+        if self.fail == Some("detach") || self.refuse_detach == Some(id) {
             return Err(fail("detach"));
         }
         self.detached.borrow_mut().push(id.to_string());
+        if let Some(store) = &self.store {
+            for rec in store.for_container(id).unwrap() {
+                store.remove(rec.vf()).unwrap();
+            }
+        }
         if let Some(effect) = &self.on_detach {
             effect();
         }

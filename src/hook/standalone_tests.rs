@@ -434,3 +434,6 @@ fn admit_as_plugin(w: &World, container: &str, resolved: Option<&str>) {
 
 #[path = "network_owner_tests.rs"]
 mod network_owner;
+
+#[path = "kept_network_tests.rs"]
+mod kept_network;

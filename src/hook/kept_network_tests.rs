@@ -1,0 +1,187 @@
+//! Hooks-only mode: a network owner that stops while another container of
+//! its pod runs in the pod's namespace leaves the VFs there, and the pod's
+//! last poststop brings them home with the owner's record.
+
+use super::*;
+use crate::netdev::{SavedStore, SavedVf};
+
+/// The pod's namespace, as [`SavedVf::example`] records it.
+const POD_NS: u64 = 4026532000;
+
+/// A CRI-O container of pod "sb" carrying the world's allocation.
+fn in_pod(w: &World, id: &str, pid: u32) -> State {
+    let alloc = w.allocation();
+    state(
+        id,
+        "creating",
+        Some(pid),
+        &[
+            (DEVICE_ALLOCATED, alloc.as_str()),
+            ("io.kubernetes.cri-o.SandboxID", "sb"),
+            ("io.kubernetes.pod.namespace", "ns"),
+            ("io.kubernetes.pod.name", "p"),
+        ],
+    )
+}
+
+fn stopped(id: &str) -> State {
+    state(id, "stopped", None, &[])
+}
+
+/// Puts `pid` of the world's procfs in the namespace `ino`.
+fn in_netns(w: &World, pid: u32, ino: u64) {
+    let ns = w.env.roots.proc_root.join(pid.to_string()).join("ns");
+    std::fs::create_dir_all(&ns).unwrap();
+    let _ = std::fs::remove_file(ns.join("net"));
+    std::os::unix::fs::symlink(format!("net:[{ino}]"), ns.join("net")).unwrap();
+}
+
+/// A fake container side whose restores remove the saved records.
+fn restoring(w: &World) -> FakeOs {
+    FakeOs {
+        store: Some(SavedStore::new(&w.env.state_dir)),
+        ..FakeOs::default()
+    }
+}
+
+/// Owner "a1" (init 7) moved the pod's VF into the pod's namespace and
+/// "b1" (init 8) runs beside it there; the store holding a1's record.
+fn pod_of_two(w: &World) -> SavedStore {
+    for pid in [7, 8] {
+        in_netns(w, pid, POD_NS);
+    }
+    let mut a1 = FakeOs::default();
+    w.run(Stage::CreateRuntime, &in_pod(w, "a1", 7), &mut a1)
+        .unwrap();
+    assert_eq!(a1.attached.len(), 1);
+    let vf = w.fixture.expected().rdma[0].vfs[1].bus_id;
+    let store = SavedStore::new(&w.env.state_dir);
+    store
+        .save(&SavedVf::example("a1", &vf.to_string()))
+        .unwrap();
+    let mut b1 = FakeOs::default();
+    w.run(Stage::CreateRuntime, &in_pod(w, "b1", 8), &mut b1)
+        .unwrap();
+    assert!(b1.attached.is_empty(), "b1 shares a1's network");
+    store
+}
+
+#[test]
+fn an_owner_leaves_its_vfs_to_a_container_still_running_until_the_last_stops() {
+    let w = world();
+    let store = pod_of_two(&w);
+    set_start(&w.env.roots.proc_root, 7, None);
+    let mut os = restoring(&w);
+    let out = w.run(Stage::Poststop, &stopped("a1"), &mut os).unwrap();
+    assert!(matches!(out, Outcome::Nothing), "{out:?}");
+    assert!(os.detached.borrow().is_empty(), "the VF stays for b1");
+    let l = w.ledger();
+    assert_eq!(l.pods["sb"].network_owner.as_deref(), Some("a1"));
+    assert_eq!(l.pods["sb"].containers.len(), 2);
+    assert_eq!(store.for_container("a1").unwrap().len(), 1);
+
+    set_start(&w.env.roots.proc_root, 8, None);
+    let mut os = restoring(&w);
+    let out = w.run(Stage::Poststop, &stopped("b1"), &mut os).unwrap();
+    assert!(
+        matches!(
+            out,
+            Outcome::Released {
+                pod_released: true,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert_eq!(*os.detached.borrow(), ["b1", "a1"], "a1's VF restored");
+    assert!(store.all().unwrap().is_empty());
+    assert_eq!(*os.gpu_torn.borrow(), ["sb"]);
+    assert!(w.ledger().pods.is_empty(), "the pod released");
+}
+
+/// Where nothing of the pod is seen running beside the owner in the VFs'
+/// namespace, its poststop restores them as it always did.
+#[test]
+fn an_owner_restores_its_vfs_when_no_other_container_is_seen_running() {
+    type Change = fn(&World, &SavedStore);
+    let cases: &[(&str, Change)] = &[
+        ("b1 exited", |w, _| {
+            set_start(&w.env.roots.proc_root, 8, None)
+        }),
+        ("b1 in another namespace", |w, _| in_netns(w, 8, POD_NS + 1)),
+        ("b1's pid is another process's", |w, _| {
+            set_start(&w.env.roots.proc_root, 8, Some(5))
+        }),
+        ("a1's VF left part way", |_, store| {
+            let mut rec = store.for_container("a1").unwrap().remove(0);
+            rec.restoring = true;
+            store.save(&rec).unwrap();
+        }),
+    ];
+    for (what, change) in cases {
+        let w = world();
+        let store = pod_of_two(&w);
+        set_start(&w.env.roots.proc_root, 7, None);
+        change(&w, &store);
+        let mut os = restoring(&w);
+        w.run(Stage::Poststop, &stopped("a1"), &mut os).unwrap();
+        assert_eq!(*os.detached.borrow(), ["a1"], "{what}");
+        assert!(store.all().unwrap().is_empty(), "{what}");
+        let l = w.ledger();
+        assert_eq!(l.pods["sb"].network_owner, None, "{what}");
+        assert!(!l.pods["sb"].containers.contains_key("a1"), "{what}");
+    }
+}
+
+/// A container created in the pod after the owner stopped finds the VF in
+/// the namespace and keeps it there past the stop of the one before it.
+#[test]
+fn a_container_created_after_the_owner_stopped_keeps_the_vfs() {
+    let w = world();
+    let store = pod_of_two(&w);
+    set_start(&w.env.roots.proc_root, 7, None);
+    w.run(Stage::Poststop, &stopped("a1"), &mut restoring(&w))
+        .unwrap();
+    in_netns(&w, 9, POD_NS);
+    let mut c1 = FakeOs::default();
+    w.run(Stage::CreateRuntime, &in_pod(&w, "c1", 9), &mut c1)
+        .unwrap();
+    assert!(c1.attached.is_empty(), "the VF is in the pod already");
+
+    set_start(&w.env.roots.proc_root, 8, None);
+    let mut os = restoring(&w);
+    w.run(Stage::Poststop, &stopped("b1"), &mut os).unwrap();
+    assert_eq!(*os.detached.borrow(), ["b1"], "c1 still runs on the VF");
+    assert_eq!(store.for_container("a1").unwrap().len(), 1);
+
+    set_start(&w.env.roots.proc_root, 9, None);
+    let mut os = restoring(&w);
+    w.run(Stage::Poststop, &stopped("c1"), &mut os).unwrap();
+    assert_eq!(*os.detached.borrow(), ["c1", "a1"]);
+    assert!(w.ledger().pods.is_empty(), "the pod released");
+}
+
+/// A restore of the VFs an owner kept that fails quarantines them and keeps
+/// the pod, its owner's record and claims, for the reap of exited pods.
+#[test]
+fn a_failed_restore_of_kept_vfs_quarantines_them_and_keeps_the_pod() {
+    let w = world();
+    let store = pod_of_two(&w);
+    set_start(&w.env.roots.proc_root, 7, None);
+    w.run(Stage::Poststop, &stopped("a1"), &mut restoring(&w))
+        .unwrap();
+    set_start(&w.env.roots.proc_root, 8, None);
+    let mut os = FakeOs {
+        refuse_detach: Some("a1"),
+        ..restoring(&w)
+    };
+    w.run(Stage::Poststop, &stopped("b1"), &mut os).unwrap_err();
+    let l = w.ledger();
+    assert_eq!(l.pods["sb"].network_owner.as_deref(), Some("a1"));
+    assert!(l.pods["sb"].containers.contains_key("a1"));
+    let vf = w.fixture.expected().rdma[0].vfs[1].bus_id;
+    let vf_record = &l.devices[&crate::ledger::DeviceId::Vf(vf).to_string()];
+    assert!(vf_record.quarantine.is_some(), "{vf_record:?}");
+    assert_eq!(store.for_container("a1").unwrap().len(), 1);
+    assert!(os.gpu_torn.borrow().is_empty(), "nothing released");
+}
