@@ -291,17 +291,13 @@ fn detach(
     let scan = SavedStore::new(&env.state_dir)
         .scan_container(&state.id)
         .map_err(VfError::Records)?;
-    let log_unreadable = || {
-        for e in &scan.unreadable {
-            tracing::error!(container = %state.id, error = %nri::ErrorChain(e), "saved vf record skipped");
-        }
-    };
+    for e in &scan.unreadable {
+        tracing::error!(container = %state.id, error = %nri::ErrorChain(e), "saved vf record skipped");
+    }
     if scan.records.is_empty() {
-        log_unreadable();
         return Ok(Outcome::Nothing);
     }
     if let Some((sandbox, pid)) = pod_runs_on(env, &state.id, &scan.records) {
-        log_unreadable();
         tracing::info!(container = %state.id, sandbox = %sandbox, pid, "vfs stay in the pod: another of its containers runs in its network namespace; the pod's stop restores them");
         return Ok(Outcome::Nothing);
     }
@@ -309,7 +305,9 @@ fn detach(
     // its next container finds them there; where they came home, the plugin
     // hands the network on (an owner whose VFs are all on the host holds
     // nothing), and the next owner's hook finishes this restore first.
-    match detach_networks(env, &state.id, checkpoint)? {
+    // The records just read name the VFs: each is read again under its lock.
+    let vfs: Vec<_> = scan.records.iter().map(SavedVf::vf).collect();
+    match restore_listed(env, &state.id, &vfs, checkpoint)? {
         0 => Ok(Outcome::Nothing),
         n => {
             // The VFs are back on the host: the pod's next container (this
@@ -353,21 +351,33 @@ pub(crate) fn detach_networks(
     container_id: &str,
     checkpoint: &dyn Fn(&'static str),
 ) -> Result<usize, HookError> {
-    let store = SavedStore::new(&env.state_dir);
     // The common case, a container without VFs, reads one directory and stops.
-    let held = store
+    let held = SavedStore::new(&env.state_dir)
         .for_container(container_id)
         .map_err(VfError::Records)?;
-    if held.is_empty() {
+    let vfs: Vec<_> = held.iter().map(SavedVf::vf).collect();
+    restore_listed(env, container_id, &vfs, checkpoint)
+}
+
+/// Restores the VFs `vfs`, found in the records of `container_id`, each
+/// while its record is still the container's; how many there were.
+fn restore_listed(
+    env: &HookEnv,
+    container_id: &str,
+    vfs: &[crate::inventory::PciAddr],
+    checkpoint: &dyn Fn(&'static str),
+) -> Result<usize, HookError> {
+    if vfs.is_empty() {
         return Ok(0);
     }
+    let store = SavedStore::new(&env.state_dir);
     let mut net = SysNetEnv::new(env.roots.clone()).map_err(HookError::Netns)?;
     let mut ops = VfOps {
         env: &mut net,
         store: &store,
         checkpoint,
     };
-    Ok(netdev::detach_container(&mut ops, container_id)?)
+    Ok(netdev::detach_listed(&mut ops, container_id, vfs)?)
 }
 
 #[cfg(test)]

@@ -33,10 +33,22 @@ pub fn detach_container(ops: &mut VfOps<'_>, container_id: &str) -> Result<usize
         .store
         .for_container(container_id)
         .map_err(VfError::Records)?;
+    let vfs: Vec<PciAddr> = records.iter().map(SavedVf::vf).collect();
+    detach_listed(ops, container_id, &vfs)
+}
+
+/// [`detach_container`] for the VFs its caller already found in the
+/// container's records, which lists them only once: each record is read
+/// again under its VF's lock and restored only while still the container's.
+pub fn detach_listed(
+    ops: &mut VfOps<'_>,
+    container_id: &str,
+    vfs: &[PciAddr],
+) -> Result<usize, VfError> {
     let mut restored = 0;
     let mut errors = Vec::new();
-    for rec in records {
-        match detach_vf(ops, rec.vf(), &|r| r.container_id == container_id) {
+    for &vf in vfs {
+        match detach_vf(ops, vf, &|r| r.container_id == container_id) {
             Ok(true) => restored += 1,
             Ok(false) => {}
             Err(e) => errors.push(e),

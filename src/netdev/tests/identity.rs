@@ -102,3 +102,27 @@ fn a_vf_neither_in_its_pod_nor_on_the_host_keeps_its_pf_settings() {
     assert_eq!(rig.detach("ctr1").unwrap(), 1);
     assert_eq!(rig.m().world(), before);
 }
+
+/// VFs listed from a container's records are each read again under their
+/// lock: one whose record is another container's by then, or gone (restored
+/// meanwhile), is left alone; one still the container's goes home.
+#[test]
+fn a_listed_vf_is_restored_only_while_its_record_is_the_containers() {
+    let mut rig = Rig::new(model());
+    let before = host_world(&rig.m());
+    rig.attach(&[action()]).unwrap();
+    let vf = action().vf_bus_id;
+    let mut rec = rig.store.load(vf).unwrap().unwrap();
+    rec.container_id = "ctr2".to_string();
+    rig.store.save(&rec).unwrap();
+    assert_eq!(rig.detach_listed("ctr1", &[vf]).unwrap(), 0);
+    assert_eq!(rig.records(), 1, "ctr2's record kept");
+    assert_ne!(host_world(&rig.m()), before, "the VF stays in the pod");
+
+    rec.container_id = "ctr1".to_string();
+    rig.store.save(&rec).unwrap();
+    assert_eq!(rig.detach_listed("ctr1", &[vf]).unwrap(), 1);
+    assert_eq!(host_world(&rig.m()), before);
+    assert_eq!(rig.records(), 0);
+    assert_eq!(rig.detach_listed("ctr1", &[vf]).unwrap(), 0, "nothing left");
+}

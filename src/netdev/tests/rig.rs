@@ -110,6 +110,20 @@ impl Rig {
         detach_container(&mut ops, container)
     }
 
+    /// [`crate::netdev::detach_listed`] of `vfs` for `container`.
+    pub fn detach_listed(
+        &mut self,
+        container: &str,
+        vfs: &[crate::inventory::PciAddr],
+    ) -> Result<usize, VfError> {
+        let mut ops = VfOps {
+            env: &mut self.net,
+            store: &self.store,
+            checkpoint: &nop,
+        };
+        crate::netdev::detach_listed(&mut ops, container, vfs)
+    }
+
     pub fn m(&self) -> std::cell::RefMut<'_, Model> {
         self.net.model.borrow_mut()
     }
