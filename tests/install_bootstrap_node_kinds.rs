@@ -2,8 +2,10 @@
 //! `--hooks-only`: a node whose runtime runs devgate-hook from hooks.d
 //! (podman, CRI-O without NRI) gets the binaries, the config and the hooks.d
 //! files, and no NRI change and no plugin; one switched from a plugin install
-//! loses the plugin. A k3s or RKE2 node, whose containerd reads a config
-//! bootstrap does not edit, is refused before any change.
+//! loses the plugin. `--node-only`: a node whose plugin is the DaemonSet's
+//! gets NRI enabled and the config, and no plugin. A k3s or RKE2 node, whose
+//! containerd reads a config bootstrap does not edit, is refused before any
+//! change.
 mod bootstrap;
 
 use std::path::Path;
@@ -290,4 +292,104 @@ fn hooks_dirs_the_runtimes_configure_get_the_file() {
     for made in ["opt/crio", "var/lib/podman"] {
         assert!(!prefix.join(made).exists(), "{made} left:\n{}", gone.out);
     }
+}
+
+/// A node whose plugin is the DaemonSet's: `--node-only` enables NRI and
+/// writes the config, installs no plugin, and takes away the one an earlier
+/// install left, which would run beside the DaemonSet's on the same ledger.
+#[test]
+fn node_only_prepares_the_node_and_leaves_the_plugin_to_the_daemonset() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("node");
+    std::fs::create_dir_all(&prefix).unwrap();
+    let hooks = hooks_dir(dir.path());
+    let version = ["--containerd-version", "1.7.24"];
+    let unit = prefix.join("etc/systemd/system/devgate.service");
+    let plugin = prefix.join("opt/nri/plugins/10-devgate");
+    let ctrd = prefix.join("etc/containerd/config.toml");
+
+    let fresh = bootstrap(&prefix, &hooks, &["--node-only", version[0], version[1]]);
+    assert!(fresh.ok, "{}", fresh.out);
+    assert!(!unit.exists() && !plugin.exists(), "{}", fresh.out);
+    assert!(
+        !prefix.join("usr/local/bin/devgate").exists(),
+        "{}",
+        fresh.out
+    );
+    assert!(prefix.join("etc/devgate/config.toml").exists());
+    assert!(std::fs::read_to_string(&ctrd)
+        .unwrap()
+        .contains("disable = false"));
+
+    let systemd = bootstrap(&prefix, &hooks, &version);
+    assert!(systemd.ok && unit.exists(), "{}", systemd.out);
+    let switched = bootstrap(&prefix, &hooks, &["--node-only", version[0], version[1]]);
+    assert!(switched.ok, "{}", switched.out);
+    assert!(!unit.exists(), "{}", switched.out);
+    position(&switched.out, "systemctl disable --now devgate.service");
+
+    let both = bootstrap(&prefix, &hooks, &["--node-only", "--preinstalled"]);
+    assert!(!both.ok, "{}", both.out);
+}
+
+/// Without a `devgate` to read the node preparation with, `--node-only` (as
+/// on a node that has only the DaemonSet's image) stops before its first
+/// change, naming `--bin-dir`, instead of after editing containerd's config.
+#[test]
+fn node_only_without_devgate_stops_before_any_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("node");
+    let empty = dir.path().join("no-binaries");
+    std::fs::create_dir_all(&empty).unwrap();
+    let hooks = hooks_dir(dir.path());
+    let ctrd = prefix.join("etc/containerd/config.toml");
+    let config = "version = 2\n";
+    write(&ctrd, config);
+    for mode in [&["--node-only"][..], &[]] {
+        let args = [
+            mode,
+            &[
+                "--containerd-version",
+                "1.7.24",
+                "--bin-dir",
+                empty.to_str().unwrap(),
+            ],
+        ]
+        .concat();
+        let run = bootstrap(&prefix, &hooks, &args);
+        assert!(!run.ok, "{}", run.out);
+        assert!(run.out.contains("nothing changed"), "{}", run.out);
+        assert_eq!(
+            run.out.contains("--bin-dir with a directory"),
+            !mode.is_empty(),
+            "{}",
+            run.out
+        );
+        assert_eq!(std::fs::read_to_string(&ctrd).unwrap(), config);
+        assert!(!prefix.join("etc/devgate").exists(), "{}", run.out);
+        assert!(!prefix.join("var/lib/devgate").exists(), "{}", run.out);
+    }
+    // A full install needs the hook as well: without it, nothing is copied.
+    let half = dir.path().join("devgate-only");
+    std::fs::create_dir_all(&half).unwrap();
+    std::os::unix::fs::symlink(DEVGATE, half.join("devgate")).unwrap();
+    let args = [
+        "--containerd-version",
+        "1.7.24",
+        "--bin-dir",
+        half.to_str().unwrap(),
+    ];
+    let run = bootstrap(&prefix, &hooks, &args);
+    assert!(!run.ok, "{}", run.out);
+    assert!(
+        run.out.contains("no devgate-hook in --bin-dir"),
+        "{}",
+        run.out
+    );
+    assert!(
+        !prefix.join("usr/local/bin/devgate").exists(),
+        "{}",
+        run.out
+    );
+    assert_eq!(std::fs::read_to_string(&ctrd).unwrap(), config);
 }

@@ -2,7 +2,9 @@
 //! its plugin directories: the unit dials the socket the config names (the
 //! table of the last file naming it, an import replacing the main config's),
 //! a pre-installed plugin is refused where containerd would not look for it,
-//! and a path the unit cannot carry is refused, each before any change.
+//! and a path the unit cannot carry is refused, each before any change; so is
+//! a table that shuts out plugin connections, unless containerd starts
+//! devgate itself.
 mod bootstrap;
 
 use std::path::Path;
@@ -145,4 +147,28 @@ fn a_node_only_install_on_a_moved_socket_says_so() {
         "containerd's NRI socket is /run/containerd/nri.sock: set the DaemonSet's --socket and its nri volume's hostPath to match",
     );
     assert!(!prefix.join(UNIT).exists());
+}
+
+/// `disable_connections = true` keeps every plugin that dials the socket out:
+/// refused for `devgate nri`, named in the error; taken as it is for a
+/// pre-installed devgate, which containerd starts itself.
+#[test]
+fn shut_out_connections_are_refused_unless_preinstalled() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    let config = "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  disable_connections = true\n";
+    for (mode, ok) in [(&[][..], false), (&["--preinstalled"], true)] {
+        let prefix = dir.path().join(format!("node-{ok}"));
+        write(&prefix.join("etc/containerd/config.toml"), config);
+        let args = [mode, &["--containerd-version", "1.7.24"]].concat();
+        let run = bootstrap(&prefix, &hooks, &args);
+        assert_eq!(run.ok, ok, "{}", run.out);
+        if !ok {
+            position(&run.out, "sets disable_connections = true in [plugins.\"io.containerd.nri.v1.nri\"], which keeps devgate nri from ever connecting");
+            let bin = prefix.join("usr/local/bin");
+            assert!(!bin.exists(), "refused before any change: {}", run.out);
+        }
+        let after = std::fs::read_to_string(prefix.join("etc/containerd/config.toml")).unwrap();
+        assert_eq!(after, config);
+    }
 }

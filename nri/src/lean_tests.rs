@@ -3,14 +3,14 @@ use protobuf::{Message, MessageField};
 use super::*;
 use crate::api::{self, ContainerState};
 
-fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+pub(super) fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
 
-fn resources() -> api::LinuxResources {
+pub(super) fn resources() -> api::LinuxResources {
     let mut r = api::LinuxResources::default();
     r.memory.mut_or_insert_default().limit = MessageField::some(api::OptionalInt64 {
         value: 1 << 30,
@@ -22,7 +22,7 @@ fn resources() -> api::LinuxResources {
 }
 
 /// A pod with every field set, kept or not.
-fn full_pod() -> PodSandbox {
+pub(super) fn full_pod() -> PodSandbox {
     let mut linux = LinuxPodSandbox {
         cgroup_parent: "kubepods-besteffort.slice".into(),
         cgroups_path: "kubepods-besteffort.slice:cri-containerd:abc".into(),
@@ -58,7 +58,7 @@ fn full_pod() -> PodSandbox {
 }
 
 /// A container with every field set, kept or not.
-fn full_container() -> Container {
+pub(super) fn full_container() -> Container {
     let hook = api::Hook {
         path: "/usr/local/bin/h".into(),
         args: vec!["h".into(), "x".into()],
@@ -129,7 +129,7 @@ fn full_container() -> Container {
 }
 
 /// What a lean decode keeps of `pod`: the module docs' list.
-fn lean_pod(pod: &PodSandbox) -> PodSandbox {
+pub(super) fn lean_pod(pod: &PodSandbox) -> PodSandbox {
     let linux = pod.linux.as_ref().map(|l| LinuxPodSandbox {
         cgroup_parent: l.cgroup_parent.clone(),
         cgroups_path: l.cgroups_path.clone(),
@@ -148,7 +148,7 @@ fn lean_pod(pod: &PodSandbox) -> PodSandbox {
     }
 }
 
-fn lean_container(ctr: &Container) -> Container {
+pub(super) fn lean_container(ctr: &Container) -> Container {
     let linux = ctr.linux.as_ref().map(|l| LinuxContainer {
         cgroups_path: l.cgroups_path.clone(),
         ..Default::default()
@@ -165,7 +165,7 @@ fn lean_container(ctr: &Container) -> Container {
     }
 }
 
-fn create(pod: PodSandbox, container: Container) -> api::CreateContainerRequest {
+pub(super) fn create(pod: PodSandbox, container: Container) -> api::CreateContainerRequest {
     api::CreateContainerRequest {
         pod: MessageField::some(pod),
         container: MessageField::some(container),
@@ -351,137 +351,6 @@ fn an_entry_not_kept_is_not_validated_and_a_kept_one_is() {
 }
 
 #[test]
-fn env_is_kept_at_the_events_named() {
-    let keep = Keep {
-        env: EnvAt::Only {
-            events: EventMask::of(Event::CREATE_CONTAINER),
-            pods_annotated: Keys::All,
-        },
-        ..Keep::ALL
-    };
-    let (pod, ctr) = (full_pod(), full_container());
-    let no_env = Container {
-        env: Vec::new(),
-        ..lean_container(&ctr)
-    };
-    let create = create(pod.clone(), ctr.clone()).write_to_bytes().unwrap();
-    let at = |event| decode(&create, POD_AND_CONTAINER, keep, Some(event)).unwrap();
-    assert_eq!(at(Event::CREATE_CONTAINER).container, lean_container(&ctr));
-    // The same message as another event's request: every other field kept.
-    assert_eq!(at(Event::REMOVE_CONTAINER).container, no_env);
-    assert_eq!(at(Event::REMOVE_CONTAINER).pod, lean_pod(&pod));
-
-    let change = |event: i32| api::StateChangeEvent {
-        event: protobuf::EnumOrUnknown::from_i32(event),
-        pod: MessageField::some(pod.clone()),
-        container: MessageField::some(ctr.clone()),
-        ..Default::default()
-    };
-    let remove = change(Event::REMOVE_CONTAINER as i32);
-    let parts = decode(&remove.write_to_bytes().unwrap(), STATE_CHANGE, keep, None).unwrap();
-    assert_eq!(parts.container, no_env);
-    // An event this proto does not know: the env is kept.
-    let newer = change(99).write_to_bytes().unwrap();
-    let parts = decode(&newer, STATE_CHANGE, keep, None).unwrap();
-    assert_eq!(parts.container, lean_container(&ctr));
-    // Fields in any order are valid protobuf: the container before the
-    // event and the pod is decoded knowing both.
-    let reordered = [
-        api::StateChangeEvent {
-            container: remove.container.clone(),
-            ..Default::default()
-        },
-        api::StateChangeEvent {
-            event: remove.event,
-            pod: remove.pod.clone(),
-            ..Default::default()
-        },
-    ]
-    .map(|part| part.write_to_bytes().unwrap())
-    .concat();
-    let parts = decode(&reordered, STATE_CHANGE, keep, None).unwrap();
-    assert_eq!(parts.event.enum_value(), Ok(Event::REMOVE_CONTAINER));
-    assert_eq!((parts.pod, parts.container), (lean_pod(&pod), no_env));
-
-    // An env variable not kept is not validated: here it is not UTF-8.
-    let bad_env = [0x12, 4, 0x42, 2, 0xc3, 0x28];
-    let bad = |event| decode(&bad_env, POD_AND_CONTAINER, keep, Some(event));
-    assert!(bad(Event::REMOVE_CONTAINER).is_ok());
-    assert_eq!(
-        bad(Event::CREATE_CONTAINER),
-        Err(WireError::NotUtf8 { field: 8 })
-    );
-}
-
-#[test]
-fn env_is_kept_for_pods_annotated_as_named() {
-    let keep = Keep {
-        env: EnvAt::Only {
-            events: EventMask::of(Event::CREATE_CONTAINER),
-            pods_annotated: Keys::Only(&["empty", "absent"]),
-        },
-        ..Keep::ALL
-    };
-    let ctr = full_container();
-    let with = |annotations| {
-        let pod = PodSandbox {
-            annotations,
-            ..full_pod()
-        };
-        let bytes = create(pod, ctr.clone()).write_to_bytes().unwrap();
-        let parts = decode(
-            &bytes,
-            POD_AND_CONTAINER,
-            keep,
-            Some(Event::CREATE_CONTAINER),
-        );
-        parts.unwrap().container.env
-    };
-    // An empty value is an annotation all the same.
-    assert_eq!(with(map(&[("empty", "")])), ctr.env);
-    assert_eq!(with(map(&[("other", "x")])), Vec::<String>::new());
-    assert_eq!(with(HashMap::new()), Vec::<String>::new());
-    // The pod after its container: decoded first all the same.
-    let pod = PodSandbox {
-        annotations: map(&[("absent", "now present")]),
-        ..Default::default()
-    };
-    let bytes = [
-        create(PodSandbox::default(), ctr.clone()),
-        create(pod, Container::default()),
-    ]
-    .map(|part| part.write_to_bytes().unwrap())
-    .concat();
-    let parts = decode(
-        &bytes,
-        POD_AND_CONTAINER,
-        keep,
-        Some(Event::CREATE_CONTAINER),
-    )
-    .unwrap();
-    assert_eq!(parts.container.env, ctr.env);
-    // A key the annotations' own keys skip is never seen on the pod.
-    let narrowed = Keep {
-        annotations: Keys::Only(&["other"]),
-        ..keep
-    };
-    let bytes = create(
-        PodSandbox {
-            annotations: map(&[("empty", "")]),
-            ..Default::default()
-        },
-        ctr.clone(),
-    );
-    let parts = decode(
-        &bytes.write_to_bytes().unwrap(),
-        POD_AND_CONTAINER,
-        narrowed,
-        Some(Event::CREATE_CONTAINER),
-    );
-    assert!(parts.unwrap().container.env.is_empty());
-}
-
-#[test]
 fn malformed_requests_fail_and_never_panic() {
     let req = create(full_pod(), full_container());
     let bytes = req.write_to_bytes().unwrap();
@@ -530,3 +399,6 @@ fn unknown_groups_are_skipped() {
     ]);
     assert_eq!(decode(&grouped, POD_AND_CONTAINER, Keep::ALL, None), plain);
 }
+
+#[path = "lean_env_tests.rs"]
+mod env;

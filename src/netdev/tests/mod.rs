@@ -1,6 +1,7 @@
 //! Unit tests of the netlink messages, the attach/detach logic and the records.
 mod altnames;
 mod chars;
+mod edges;
 mod ethtool;
 mod ethtool_bytes;
 mod framing;

@@ -124,6 +124,17 @@ impl Rig {
         crate::netdev::detach_listed(&mut ops, container, vfs)
     }
 
+    /// Attaches `action()` for `container` into the namespace `ns`.
+    pub fn attach_as(&mut self, container: &str, ns: u64) -> Result<(), VfError> {
+        let mut ops = VfOps {
+            env: &mut self.net,
+            store: &self.store,
+            checkpoint: &nop,
+        };
+        let pod = crate::netdev::Netns::fake(ns);
+        attach_all(&mut ops, container, &pod, None, &[action()])
+    }
+
     pub fn m(&self) -> std::cell::RefMut<'_, Model> {
         self.net.model.borrow_mut()
     }
