@@ -10,18 +10,12 @@ const POD_NS: u64 = 4026532000;
 
 /// A CRI-O container of pod "sb" carrying the world's allocation.
 fn in_pod(w: &World, id: &str, pid: u32) -> State {
-    let alloc = w.allocation();
-    state(
-        id,
-        "creating",
-        Some(pid),
-        &[
-            (DEVICE_ALLOCATED, alloc.as_str()),
-            ("io.kubernetes.cri-o.SandboxID", "sb"),
-            ("io.kubernetes.pod.namespace", "ns"),
-            ("io.kubernetes.pod.name", "p"),
-        ],
-    )
+    let keys = [
+        ("io.kubernetes.cri-o.SandboxID", "sb"),
+        ("io.kubernetes.pod.namespace", "ns"),
+        ("io.kubernetes.pod.name", "p"),
+    ];
+    w.creating(id, pid, &keys)
 }
 
 fn stopped(id: &str) -> State {

@@ -19,16 +19,7 @@ fn pod_vf(w: &World) -> (PciAddr, PathBuf) {
 }
 
 fn in_pod(w: &World, id: &str, pid: u32) -> State {
-    let alloc = w.allocation();
-    state(
-        id,
-        "creating",
-        Some(pid),
-        &[
-            (DEVICE_ALLOCATED, alloc.as_str()),
-            ("io.kubernetes.cri.sandbox-id", "sb"),
-        ],
-    )
+    w.creating(id, pid, &[("io.kubernetes.cri.sandbox-id", "sb")])
 }
 
 /// What the hook's attach leaves for a VF it moved: its saved record.

@@ -224,13 +224,16 @@ impl World {
         pid: u32,
         os: &mut FakeOs,
     ) -> Result<Outcome, HookError> {
+        self.run(Stage::CreateRuntime, &self.creating(id, pid, &[]), os)
+    }
+
+    /// The state of container `id` (init `pid`) at its creation, carrying
+    /// the world's allocation and the runtime's annotations `keys`.
+    pub(super) fn creating(&self, id: &str, pid: u32, keys: &[(&str, &str)]) -> State {
         let alloc = self.allocation();
-        let ann = [(crate::allocation::DEVICE_ALLOCATED, alloc.as_str())];
-        self.run(
-            Stage::CreateRuntime,
-            &state(id, "creating", Some(pid), &ann),
-            os,
-        )
+        let mut ann = vec![(crate::allocation::DEVICE_ALLOCATED, alloc.as_str())];
+        ann.extend_from_slice(keys);
+        state(id, "creating", Some(pid), &ann)
     }
 
     pub(super) fn ledger(&self) -> crate::ledger::LedgerState {
