@@ -3,104 +3,134 @@
 //! so the owner's poststop giving them back would take `net1` (and, in
 //! exclusive mode, the RDMA device) from a sidecar or a second app container
 //! (CRI-O without an infra container, `drop_infra_ctr`, makes the first app
-//! container the owner). No process stops the pod in this mode, so the VFs
-//! stay with the owner's record, its network kept, and the poststop of a
-//! later container of the pod that finds none of the others running in
-//! that namespace restores them and forgets the owner, before it decides
-//! whether it is the pod's last. Where no poststop runs (podman's runtime
-//! did not create the container), the reap of exited pods restores them,
-//! as for any exited owner.
+//! container the owner; a podman pod's containers share its namespace). No
+//! process sees the pod stop in this mode, so the VFs stay with the owner's
+//! record, its network kept, and a later container of the pod that leaves
+//! (its poststop, or its failed creation) and finds none of the others
+//! running in that namespace restores them and forgets the owner, before it
+//! decides whether it is the pod's last. Where nothing of the pod leaves
+//! through a hook (podman runs poststop only at a container's removal), the
+//! reap of exited pods at a later createRuntime restores them, as for any
+//! exited owner.
 //!
-//! Which containers run is told by the inits the hook records at
-//! createRuntime ([`siblings::init_beside`]); what cannot be read counts as
-//! not running, so the VFs go home, as they always did.
+//! Only containers the hook ran for count (those carrying the allocation
+//! annotation, which CRI-O copies into each container of the pod), told by
+//! the inits recorded at createRuntime ([`siblings::init_beside`]); an init
+//! that cannot be read counts as not running, so the VFs go home, as they
+//! always did.
+
+use std::collections::BTreeSet;
 
 use super::standalone::{HooksOnly, HooksOnlyError};
 use super::{liveness, siblings, HookEnv, HookError};
 use crate::ledger::{Ledger, PodRecord};
-use crate::netdev::{NetnsId, SavedStore};
+use crate::netdev::{NetnsId, SavedStore, SavedVf};
 
-/// The namespace every VF saved for `container_id` moved into whole; `None`
-/// when it has none, or a record is cut part way, unreadable, or names
-/// another namespace: such VFs are restored now, whoever runs on.
-fn moved_whole_into(env: &HookEnv, container_id: &str) -> Option<NetnsId> {
-    let scan = SavedStore::new(&env.state_dir)
+/// The readable records saved for `container_id`; none when the store
+/// cannot be listed. Records of other containers that cannot be read are
+/// left to the restores that name their VFs.
+fn saved(env: &HookEnv, container_id: &str) -> Vec<SavedVf> {
+    SavedStore::new(&env.state_dir)
         .scan_container(container_id)
-        .ok()?;
-    if !scan.unreadable.is_empty() {
-        return None;
-    }
-    let netns = scan.records.first()?.netns.id;
-    let whole = scan.records.iter().all(|r| !r.cut() && r.netns.id == netns);
-    whole.then_some(netns)
+        .map(|scan| scan.records)
+        .unwrap_or_default()
 }
 
-/// Another container of `pod` whose init runs in the namespace the VFs of
-/// `container_id` moved into: its id and pid. The VFs then stay for it.
+/// Another container of `pod` whose init runs in a namespace one of
+/// `records` moved a VF into, other than those in `except`.
+fn running_beside(
+    env: &HookEnv,
+    pod: &PodRecord,
+    records: &[SavedVf],
+    except: &[&str],
+) -> Option<(String, u32)> {
+    let mut seen: Vec<NetnsId> = Vec::new();
+    records.iter().find_map(|r| {
+        if seen.contains(&r.netns.id) {
+            return None;
+        }
+        seen.push(r.netns.id);
+        siblings::init_beside(&env.roots.proc_root, r.netns.id, pod, except)
+            .map(|(id, pid)| (id.to_string(), pid))
+    })
+}
+
+/// At the poststop of `container_id`: another container of `pod` whose init
+/// runs in the namespace its VFs moved into whole; its id and pid. The VFs
+/// then stay for it. A VF cut part way is finished now, whoever runs on, and
+/// an owner whose init was not recorded could never be proven exited: its
+/// VFs go home.
 pub(super) fn kept_for(
     env: &HookEnv,
     pod: &PodRecord,
     container_id: &str,
 ) -> Option<(String, u32)> {
-    // An owner whose init was not recorded could never be proven exited,
-    // and its VFs would wait for a restore that never comes.
     pod.containers.get(container_id)?.init.as_ref()?;
-    let netns = moved_whole_into(env, container_id)?;
-    siblings::init_beside(&env.roots.proc_root, netns, pod, container_id)
-        .map(|(id, pid)| (id.to_string(), pid))
+    let records = saved(env, container_id);
+    if records.iter().any(SavedVf::cut) {
+        return None;
+    }
+    running_beside(env, pod, &records, &[container_id])
 }
 
-/// The exited containers of `pod`, other than `stopping`, with VFs saved
-/// and no container of the pod running beside them any more.
-fn left_behind(env: &HookEnv, pod: &PodRecord, stopping: &str) -> Vec<String> {
-    let has_saved = |id: &str| {
-        SavedStore::new(&env.state_dir)
-            .scan_container(id)
-            .map_or(true, |s| !s.records.is_empty() || !s.unreadable.is_empty())
+/// The exited containers of `pod`, other than `leaving`, with VFs saved
+/// and no other container of the pod, `leaving` aside, running beside them.
+fn left_behind(env: &HookEnv, pod: &PodRecord, leaving: &str) -> Vec<String> {
+    let exited = |record: &crate::ledger::ContainerRecord| {
+        let init = record.init.as_ref();
+        init.is_some_and(|init| liveness::is_gone(&env.roots.proc_root, init))
     };
     pod.containers
         .iter()
-        .filter(|(id, _)| id.as_str() != stopping)
-        .filter(|(_, record)| {
-            record
-                .init
-                .as_ref()
-                .is_some_and(|init| liveness::is_gone(&env.roots.proc_root, init))
+        .filter(|(id, record)| id.as_str() != leaving && exited(record))
+        .filter(|(id, _)| {
+            let records = saved(env, id);
+            !records.is_empty() && running_beside(env, pod, &records, &[id, leaving]).is_none()
         })
         .map(|(id, _)| id.clone())
-        .filter(|id| has_saved(id) && kept_for(env, pod, id).is_none())
         .collect()
 }
 
-/// At the poststop of `stopping`, a container of the pod `seen` (as read
-/// before its own restore): restores the VFs exited containers kept for
-/// others that no longer run, gives up their network and forgets them; how
-/// many VFs came home. Decided again under the VFs' release turns, so that a
-/// container of the pod admitted meanwhile, running in the namespace, keeps
-/// them. A failed restore quarantines the pod's VFs and fails the stage,
-/// the records kept for the reap of exited pods.
+/// As `leaving`, a container of the pod `seen`, goes (its poststop after its
+/// own restore, or its failed creation): restores the VFs exited containers
+/// kept for others that no longer run, and forgets those containers; how
+/// many VFs came home. Decided again under the VFs' release turns, and each
+/// container's network given up before its VFs move, while the pod's
+/// containers are still those the decision saw
+/// ([`Ledger::give_up_network_if_unchanged`]): a container admitted
+/// meanwhile keeps the VFs. A failed restore quarantines the pod's VFs and
+/// fails the caller, the records kept for the reap of exited pods.
 pub(super) fn restore_left(
     run: &mut HooksOnly<'_>,
     ledger: &Ledger,
     seen: &PodRecord,
-    stopping: &str,
+    leaving: &str,
 ) -> Result<usize, HookError> {
-    if left_behind(run.env, seen, stopping).is_empty() {
+    if left_behind(run.env, seen, leaving).is_empty() {
         return Ok(0);
     }
     let vfs: Vec<_> = seen.vfs().collect();
     let _turns = ledger.lock_vfs(&vfs).map_err(HooksOnlyError::from)?;
     let sandbox_id = &seen.pod.sandbox_id;
-    let Some(pod) = ledger
-        .snapshot()
-        .map_err(HooksOnlyError::from)?
+    let state = ledger.snapshot().map_err(HooksOnlyError::from)?;
+    // Claims that changed meanwhile are not the ones whose turns are held.
+    let Some(pod) = state
         .pods
-        .remove(sandbox_id)
+        .get(sandbox_id)
+        .filter(|p| p.vfs().eq(vfs.iter().copied()))
     else {
         return Ok(0);
     };
+    let mut expected: BTreeSet<String> = pod.containers.keys().cloned().collect();
     let mut restored = 0;
-    for id in left_behind(run.env, &pod, stopping) {
+    for id in left_behind(run.env, pod, leaving) {
+        if !ledger
+            .give_up_network_if_unchanged(sandbox_id, &id, &expected)
+            .map_err(HooksOnlyError::from)?
+        {
+            tracing::info!(pod = %pod.pod, container = %id, "vfs kept: the pod's containers changed meanwhile");
+            break;
+        }
         match run.os.detach(&id, run.checkpoint) {
             Ok(n) => restored += n,
             Err(e) => {
@@ -109,11 +139,33 @@ pub(super) fn restore_left(
                 return Err(e);
             }
         }
-        ledger.give_up_network(&id).map_err(HooksOnlyError::from)?;
         ledger
             .remove_container(sandbox_id, &id, &|p| run.env.vfs_away(p))
             .map_err(HooksOnlyError::from)?;
-        tracing::info!(pod = %pod.pod, container = %id, stopping, "vfs an exited network owner kept for its pod restored: no other container of the pod runs");
+        expected.remove(&id);
+        tracing::info!(pod = %pod.pod, container = %id, leaving, "vfs an exited container kept for its pod restored: no other container of the pod runs");
     }
     Ok(restored)
+}
+
+/// [`restore_left`] for `leaving`, whose creation failed after its
+/// admission: it held the pod's other containers' VFs in place while its
+/// init ran, and no poststop of its own may follow. A failure is logged
+/// (the VFs quarantined): the creation fails anyway.
+pub(super) fn restore_left_at_failure(
+    run: &mut HooksOnly<'_>,
+    ledger: &Ledger,
+    sandbox_id: &str,
+    leaving: &str,
+) {
+    let restored = ledger
+        .snapshot()
+        .map_err(|e| HookError::from(HooksOnlyError::from(e)))
+        .and_then(|mut state| match state.pods.remove(sandbox_id) {
+            Some(pod) => restore_left(run, ledger, &pod, leaving),
+            None => Ok(0),
+        });
+    if let Err(e) = restored {
+        tracing::error!(sandbox = sandbox_id, container = leaving, error = %nri::ErrorChain(&e), "vfs kept for the pod not restored");
+    }
 }

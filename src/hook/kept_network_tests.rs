@@ -156,7 +156,10 @@ fn a_container_created_after_the_owner_stopped_keeps_the_vfs() {
 }
 
 /// A restore of the VFs an owner kept that fails quarantines them and keeps
-/// the pod, its owner's record and claims, for the reap of exited pods.
+/// the pod, its owner's record and claims, for the reap of exited pods. The
+/// network was given up before the restore began: a container created in
+/// the pod meanwhile takes it over and finishes the restore
+/// ([`crate::netdev`]'s takeover of an unfinished restore).
 #[test]
 fn a_failed_restore_of_kept_vfs_quarantines_them_and_keeps_the_pod() {
     let w = world();
@@ -171,11 +174,65 @@ fn a_failed_restore_of_kept_vfs_quarantines_them_and_keeps_the_pod() {
     };
     w.run(Stage::Poststop, &stopped("b1"), &mut os).unwrap_err();
     let l = w.ledger();
-    assert_eq!(l.pods["sb"].network_owner.as_deref(), Some("a1"));
+    assert_eq!(l.pods["sb"].network_owner, None);
     assert!(l.pods["sb"].containers.contains_key("a1"));
     let vf = w.fixture.expected().rdma[0].vfs[1].bus_id;
     let vf_record = &l.devices[&crate::ledger::DeviceId::Vf(vf).to_string()];
     assert!(vf_record.quarantine.is_some(), "{vf_record:?}");
     assert_eq!(store.for_container("a1").unwrap().len(), 1);
     assert!(os.gpu_torn.borrow().is_empty(), "nothing released");
+}
+
+/// A record of another pod's VF that cannot be read (a newer release's, or
+/// edited by hand) changes nothing of this pod's decisions: the VF stays
+/// while a container of the pod runs beside it.
+#[test]
+fn an_unreadable_record_elsewhere_does_not_take_the_vfs_from_a_running_container() {
+    let w = world();
+    let store = pod_of_two(&w);
+    std::fs::write(w.env.state_dir.join("vf/0000:99:00.1.json"), "{").unwrap();
+    set_start(&w.env.roots.proc_root, 7, None);
+    let mut os = restoring(&w);
+    w.run(Stage::Poststop, &stopped("a1"), &mut os).unwrap();
+    assert!(os.detached.borrow().is_empty(), "b1 runs on the VF");
+
+    in_netns(&w, 9, POD_NS);
+    w.run(
+        Stage::CreateRuntime,
+        &in_pod(&w, "c1", 9),
+        &mut FakeOs::default(),
+    )
+    .unwrap();
+    set_start(&w.env.roots.proc_root, 8, None);
+    let mut os = restoring(&w);
+    w.run(Stage::Poststop, &stopped("b1"), &mut os).unwrap();
+    assert_eq!(*os.detached.borrow(), ["b1"], "c1 runs on the VF");
+    assert_eq!(store.for_container("a1").unwrap().len(), 1);
+    assert_eq!(w.ledger().pods["sb"].network_owner.as_deref(), Some("a1"));
+}
+
+/// A container whose creation fails after its admission held the VFs in
+/// place while its init ran: with no other container of the pod running
+/// in their namespace, its failure gives them back and forgets their owner.
+#[test]
+fn a_creation_failing_after_its_admission_gives_back_vfs_kept_for_no_one() {
+    let w = world();
+    let store = pod_of_two(&w);
+    set_start(&w.env.roots.proc_root, 7, None);
+    w.run(Stage::Poststop, &stopped("a1"), &mut restoring(&w))
+        .unwrap();
+    // b1 runs on, but no longer in the pod's namespace.
+    in_netns(&w, 8, POD_NS + 1);
+    in_netns(&w, 9, POD_NS);
+    let mut os = FakeOs {
+        fail: Some("nodes"),
+        ..restoring(&w)
+    };
+    w.run(Stage::CreateRuntime, &in_pod(&w, "s1", 9), &mut os)
+        .unwrap_err();
+    assert_eq!(*os.detached.borrow(), ["a1"]);
+    assert!(store.all().unwrap().is_empty());
+    let l = w.ledger();
+    assert_eq!(l.pods["sb"].network_owner, None);
+    assert_eq!(l.pods["sb"].containers.keys().collect::<Vec<_>>(), ["b1"]);
 }

@@ -47,8 +47,9 @@ pub(crate) fn running_beside(proc_root: &Path, netns: NetnsId, others: &[&str]) 
     })
 }
 
-/// A container of `pod` other than `except` whose recorded init still runs
-/// (the same pid and start time) in the namespace `netns`: its id and pid.
+/// A container of `pod`, other than those in `except`, whose recorded init
+/// still runs (the same pid and start time) in the namespace `netns`: its id
+/// and pid.
 /// Hooks-only mode records each container's init at its createRuntime, so
 /// its containers are known by their inits, whatever their cgroup paths
 /// (podman's `libpod-<id>.scope` among them). An init that cannot be read
@@ -57,12 +58,12 @@ pub(crate) fn init_beside<'p>(
     proc_root: &Path,
     netns: NetnsId,
     pod: &'p PodRecord,
-    except: &str,
+    except: &[&str],
 ) -> Option<(&'p str, u32)> {
     let want = netns.to_string();
     pod.containers
         .iter()
-        .filter(|(id, _)| id.as_str() != except)
+        .filter(|(id, _)| !except.contains(&id.as_str()))
         .find_map(|(id, record)| {
             let init = record.init.as_ref()?;
             let dir = proc_root.join(init.pid.to_string());
@@ -220,17 +221,18 @@ mod tests {
                 init(dir.path(), 21, *start, *ino);
             }
             assert_eq!(
-                init_beside(dir.path(), NETNS, &pod, "owner"),
+                init_beside(dir.path(), NETNS, &pod, &["owner"]),
                 *want,
                 "{what}"
             );
         }
-        // Asked for the side container, the owner's init counts.
+        // Both running: whichever is not left out counts.
         let dir = tempfile::tempdir().unwrap();
         init(dir.path(), 20, 520, NETNS.ino);
-        assert_eq!(
-            init_beside(dir.path(), NETNS, &pod, "side"),
-            Some(("owner", 20))
-        );
+        init(dir.path(), 21, 521, NETNS.ino);
+        let beside = |except: &[&str]| init_beside(dir.path(), NETNS, &pod, except);
+        assert_eq!(beside(&["side"]), Some(("owner", 20)));
+        assert_eq!(beside(&["owner"]), Some(("side", 21)));
+        assert_eq!(beside(&["side", "owner"]), None);
     }
 }

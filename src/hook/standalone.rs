@@ -383,14 +383,22 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
             );
             Err(failed)
         }
-        Err(failed) => match release::forget(run, &ledger, &who.pod.sandbox_id, &state.id) {
-            Ok(_) => Err(failed),
-            Err(release) => Err(HooksOnlyError::Release {
-                failed: Box::new(failed),
-                release: Box::new(release),
+        Err(failed) => {
+            super::kept_network::restore_left_at_failure(
+                run,
+                &ledger,
+                &who.pod.sandbox_id,
+                &state.id,
+            );
+            match release::forget(run, &ledger, &who.pod.sandbox_id, &state.id) {
+                Ok(_) => Err(failed),
+                Err(release) => Err(HooksOnlyError::Release {
+                    failed: Box::new(failed),
+                    release: Box::new(release),
+                }
+                .into()),
             }
-            .into()),
-        },
+        }
     }
 }
 

@@ -41,6 +41,38 @@ impl Ledger {
         txn.commit_pod(&sandbox_id, &[container_id])
     }
 
+    /// [`Ledger::give_up_network`] of `container_id` in the pod `sandbox_id`,
+    /// only while the pod's containers are `expected`; whether they were
+    /// (`Ok(true)` also where the container owned nothing). A restore
+    /// decided on `expected` gives the network up before it moves anything:
+    /// a container admitted into the pod's network before this is seen, and
+    /// the caller leaves the VFs to it; one admitted after finds no owner,
+    /// and is refused ([`LedgerError::NetworkReturned`]) or takes the
+    /// network over, moving the VFs in once they are home.
+    pub fn give_up_network_if_unchanged(
+        &self,
+        sandbox_id: &str,
+        container_id: &str,
+        expected: &std::collections::BTreeSet<String>,
+    ) -> Result<bool, LedgerError> {
+        let mut txn = self.store.begin()?;
+        let Some(pod) = txn.state.pods.get_mut(sandbox_id) else {
+            return Ok(false);
+        };
+        if !pod.containers.keys().eq(expected.iter()) {
+            return Ok(false);
+        }
+        if pod.network_owner.as_deref() != Some(container_id) {
+            return Ok(true);
+        }
+        pod.network_owner = None;
+        if let Some(rec) = pod.containers.get_mut(container_id) {
+            rec.forget_resolved();
+        }
+        txn.commit_pod(sandbox_id, &[container_id])?;
+        Ok(true)
+    }
+
     /// Records what was applied to a container of a pod that holds claims.
     pub fn record_container(
         &self,

@@ -52,3 +52,32 @@ fn only_the_pods_last_record_is_kept() {
         "a pod with claims and no container is its release's to end"
     );
 }
+
+/// A restore decided on the pod's containers gives the owner's network up
+/// only while they are still those: a container admitted since keeps it.
+#[test]
+fn the_network_is_given_up_only_while_the_pods_containers_are_those_seen() {
+    let (_d, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    l.admit(&pod("p"), &claims, "c1", record("main"), true)
+        .unwrap();
+    let owner = |l: &Ledger| l.network_owner("p").unwrap();
+    assert_eq!(owner(&l).as_deref(), Some("c1"));
+    let seen: std::collections::BTreeSet<String> = ["c1".to_string()].into();
+    l.admit(&pod("p"), &claims, "c2", record("side"), false)
+        .unwrap();
+    assert!(!l.give_up_network_if_unchanged("p", "c1", &seen).unwrap());
+    assert_eq!(
+        owner(&l).as_deref(),
+        Some("c1"),
+        "c2 was admitted meanwhile"
+    );
+
+    let now: std::collections::BTreeSet<String> = ["c1".to_string(), "c2".to_string()].into();
+    // Another container than the owner: nothing to give up.
+    assert!(l.give_up_network_if_unchanged("p", "c2", &now).unwrap());
+    assert_eq!(owner(&l).as_deref(), Some("c1"));
+    assert!(l.give_up_network_if_unchanged("p", "c1", &now).unwrap());
+    assert_eq!(owner(&l), None);
+    assert!(!l.give_up_network_if_unchanged("gone", "c1", &now).unwrap());
+}
