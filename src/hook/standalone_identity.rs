@@ -11,7 +11,8 @@ use crate::ledger::PodRef;
 pub(super) const MAX_IDENTITY: usize = 256;
 
 /// Who the container is, from the runtime's annotations; a container outside
-/// a pod (podman) is its own pod.
+/// a pod (podman's, run without `--pod`) is its own pod; a podman pod
+/// writes CRI-O's sandbox key.
 pub(super) struct Identity {
     pub(super) pod: PodRef,
     pub(super) container: String,
