@@ -344,8 +344,9 @@ fn a_hook_killed_midway_is_undone_by_the_next_create() {
 /// A podman pod of two containers in one network namespace (a pod without
 /// an infra container, each joining the pinned namespace): the first moves
 /// the VF in as `net1`; its removal (podman runs poststop hooks there)
-/// leaves the VF to the second, still running, whose removal brings it home
-/// and releases the pod.
+/// leaves the VF to the second, still running. A third created then finds
+/// it in the pod and keeps it past the second's removal; the last removal
+/// brings it home and releases the pod.
 #[test]
 fn a_pods_first_container_leaves_the_vf_to_the_one_still_running() {
     require_root();
@@ -367,17 +368,25 @@ fn a_pods_first_container_leaves_the_vf_to_the_one_still_running() {
     assert_eq!(pod.containers.len(), 2, "{pod:?}");
     let first = s.podman.ok(&["inspect", "--format", "{{.Id}}", "dgpp1"]);
     assert_eq!(pod.network_owner.as_deref(), Some(first.trim()));
-    let net1 = |what: &str| {
-        let (code, out) = s.podman.exec("dgpp2", "ip -o link show net1");
-        assert_eq!(code, 0, "{what}: net1 missing in dgpp2: {out}\n{}", s.log());
+    let net1 = |name: &str, what: &str| {
+        let (code, out) = s.podman.exec(name, "ip -o link show net1");
+        assert_eq!(
+            code,
+            0,
+            "{what}: net1 missing in {name}: {out}\n{}",
+            s.log()
+        );
         assert!(out.contains(VF_MAC), "{what}: {out}");
     };
-    net1("both running");
+    let remove = |name: &str| {
+        s.podman.ok(&["stop", "--time", "1", name]);
+        s.podman.ok(&["rm", name]);
+    };
+    net1("dgpp2", "both running");
 
-    s.podman.ok(&["stop", "--time", "1", "dgpp1"]);
-    s.podman.ok(&["rm", "dgpp1"]);
+    remove("dgpp1");
     assert!(s.log().contains("vfs stay in the pod"), "{}", s.log());
-    net1("the owner removed");
+    net1("dgpp2", "the owner removed");
     assert!(link(In::Host, &s.host_name).is_none(), "the VF came home");
     let held = Ledger::open(&s.state).unwrap().snapshot().unwrap();
     assert_eq!(
@@ -386,8 +395,17 @@ fn a_pods_first_container_leaves_the_vf_to_the_one_still_running() {
         "the pod still holds its devices: {held:?}"
     );
 
-    s.podman.ok(&["stop", "--time", "1", "dgpp2"]);
-    s.podman.ok(&["rm", "dgpp2"]);
+    // A container created in the pod now finds the VF there, and keeps it
+    // past the removal of the one before it.
+    let out = s.run_in("dgpp3", Some("dgpp"));
+    assert!(out.status.success(), "{}", s.log());
+    net1("dgpp3", "created after the owner went");
+    remove("dgpp2");
+    net1("dgpp3", "the second removed");
+
+    remove("dgpp3");
+    let restored = "vfs an exited container kept for its pod restored";
+    assert!(s.log().contains(restored), "{}", s.log());
     s.assert_all_back();
     s.podman.ok(&["pod", "rm", "dgpp"]);
 }
