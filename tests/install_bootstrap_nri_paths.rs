@@ -80,6 +80,24 @@ fn the_unit_dials_the_socket_the_config_names() {
     assert_dials(&prefix, "/var/run/nri/nri.sock");
 }
 
+/// TOML's multi-line strings, written on one line as a path is, name the
+/// socket too, in either quotes.
+#[test]
+fn a_socket_path_in_triple_quotes_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    for (i, value) in [r#""""/run/a/nri.sock""""#, "'''/run/a/nri.sock'''"]
+        .iter()
+        .enumerate()
+    {
+        let table = format!("  socket_path = {value}\n");
+        let prefix = node_with_nri(&dir.path().join(i.to_string()), &table);
+        let run = bootstrap(&prefix, &hooks, &VERSION);
+        assert!(run.ok, "{value}: {}", run.out);
+        assert_dials(&prefix, "/run/a/nri.sock");
+    }
+}
+
 #[test]
 fn paths_the_install_cannot_follow_are_refused_before_any_change() {
     let dir = tempfile::tempdir().unwrap();

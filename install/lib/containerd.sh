@@ -236,6 +236,13 @@ nri_value() {
             sub(/^[ \t]*=[ \t]*/, "", rest)
             c = substr(rest, 1, 1)
             if (c != "\"" && c != q) next
+            # A multi-line string (triple quotes) on one line, as a path is.
+            t = c c c
+            if (substr(rest, 1, 3) == t) {
+                end = index(substr(rest, 4), t)
+                if (end > 0) { print substr(rest, 4, end - 1); exit }
+                next
+            }
             end = index(substr(rest, 2), c)
             if (end > 0) { print substr(rest, 2, end - 1); exit }
         }'
