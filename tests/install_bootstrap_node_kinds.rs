@@ -257,7 +257,8 @@ fn hooks_dirs_the_runtimes_configure_get_the_file() {
         ),
         (
             "etc/containers/containers.conf",
-            "[engine]\nhooks_dir = ['/var/lib/podman/hooks']\n",
+            // A multi-line basic string, on one line.
+            "[engine]\nhooks_dir = [\"\"\"/var/lib/podman/hooks\"\"\"]\n",
         ),
     ] {
         write(&prefix.join(file), text);
@@ -267,6 +268,8 @@ fn hooks_dirs_the_runtimes_configure_get_the_file() {
     assert!(run.ok, "{}", run.out);
     let refused = "hooks_dir relative/hooks.d is not an absolute path";
     assert_eq!(run.out.matches(refused).count(), 1, "{}", run.out);
+    let any_refused = "is not an absolute path";
+    assert_eq!(run.out.matches(any_refused).count(), 1, "{}", run.out);
     let placed = [
         "opt/crio/hooks.d/devgate.json",
         "var/lib/podman/hooks/devgate.json",

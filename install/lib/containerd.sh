@@ -114,11 +114,12 @@ imported_files() {
 }
 
 # The strings of the array `key = [...]` in a TOML file, over as many lines
-# as it takes, one per line (a path holding a quote or `#` is not one).
+# as it takes, one per line, in any of TOML's quotes (multi-line ones written
+# on one line); a path holding a quote or `#` is not one.
 toml_strings() {
     # [ \t], not [[:space:]]: mawk before 1.3.4 knows no character classes.
     awk -v key="$1" '$0 ~ "^[ \t]*" key "[ \t]*=" { on = 1 } on { sub(/#.*/, ""); print; if (/\]/) on = 0 }' "$2" |
-        { grep -oE "\"[^\"]*\"|'[^']*'" || true; } | tr -d "\"'"
+        { grep -oE "'''[^']*'''|\"\"\"[^\"]*\"\"\"|\"[^\"]*\"|'[^']*'" || true; } | tr -d "\"'"
 }
 
 shut_out() { # file
