@@ -77,16 +77,7 @@ fn an_owner_leaves_its_vfs_to_a_container_still_running_until_the_last_stops() {
     set_start(&w.env.roots.proc_root, 8, None);
     let mut os = restoring(&w);
     let out = w.run(Stage::Poststop, &stopped("b1"), &mut os).unwrap();
-    assert!(
-        matches!(
-            out,
-            Outcome::Released {
-                pod_released: true,
-                ..
-            }
-        ),
-        "{out:?}"
-    );
+    assert!(released_pod(&out), "{out:?}");
     assert_eq!(*os.detached.borrow(), ["b1", "a1"], "a1's VF restored");
     assert!(store.all().unwrap().is_empty());
     assert_eq!(*os.gpu_torn.borrow(), ["sb"]);

@@ -263,16 +263,7 @@ fn only_the_pods_last_container_builds_a_teardown() {
         ["c2"]
     );
     let out = w.run(Stage::Poststop, &stopped("c2"), &mut os).unwrap();
-    assert!(
-        matches!(
-            out,
-            Outcome::Released {
-                pod_released: true,
-                ..
-            }
-        ),
-        "{out:?}"
-    );
+    assert!(released_pod(&out), "{out:?}");
     assert_eq!(*os.gpu_torn.borrow(), ["sb"]);
     assert!(w.ledger().pods.is_empty() && w.ledger().devices.is_empty());
 }

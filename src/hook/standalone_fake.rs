@@ -280,3 +280,14 @@ pub(super) fn state(
     }
     State::parse(s.to_string().as_bytes()).unwrap()
 }
+
+/// Whether a poststop's outcome released the pod.
+pub(super) fn released_pod(out: &Outcome) -> bool {
+    matches!(
+        out,
+        Outcome::Released {
+            pod_released: true,
+            ..
+        }
+    )
+}
