@@ -26,14 +26,20 @@ use super::{liveness, siblings, HookEnv, HookError};
 use crate::ledger::{Ledger, PodRecord};
 use crate::netdev::{NetnsId, SavedStore, SavedVf};
 
-/// The readable records saved for `container_id`; none when the store
-/// cannot be listed. Records of other containers that cannot be read are
-/// left to the restores that name their VFs.
-fn saved(env: &HookEnv, container_id: &str) -> Vec<SavedVf> {
-    SavedStore::new(&env.state_dir)
-        .scan_container(container_id)
-        .map(|scan| scan.records)
-        .unwrap_or_default()
+/// The readable records saved for the VFs `pod` claims: each read by its
+/// VF (a stop looks at its pod's few, not at the node's); one that cannot
+/// be read is left to the restores that name its VF.
+fn pod_records(env: &HookEnv, pod: &PodRecord) -> Vec<SavedVf> {
+    let store = SavedStore::new(&env.state_dir);
+    pod.vfs()
+        .filter_map(|vf| store.load(vf).ok().flatten())
+        .collect()
+}
+
+/// The records among `records` that `container_id` saved.
+fn of(records: &[SavedVf], container_id: &str) -> Vec<SavedVf> {
+    let mine = records.iter().filter(|r| r.container_id == container_id);
+    mine.cloned().collect()
 }
 
 /// Another container of `pod` whose init runs in a namespace one of
@@ -55,18 +61,21 @@ fn running_beside(
     })
 }
 
-/// At the poststop of `container_id`: another container of `pod` whose init
-/// runs in the namespace its VFs moved into whole; its id and pid. The VFs
-/// then stay for it. A VF cut part way is finished now, whoever runs on, and
-/// an owner whose init was not recorded could never be proven exited: its
-/// VFs go home.
+/// At the poststop of `container_id`, the network owner of `pod`: another
+/// container of the pod whose init runs in the namespace its VFs moved into
+/// whole; its id and pid. The VFs then stay for it. A VF cut part way is
+/// finished now, whoever runs on, and an owner whose init was not recorded
+/// could never be proven exited: their VFs go home.
 pub(super) fn kept_for(
     env: &HookEnv,
     pod: &PodRecord,
     container_id: &str,
 ) -> Option<(String, u32)> {
+    if pod.network_owner.as_deref() != Some(container_id) {
+        return None;
+    }
     pod.containers.get(container_id)?.init.as_ref()?;
-    let records = saved(env, container_id);
+    let records = of(&pod_records(env, pod), container_id);
     if records.iter().any(SavedVf::cut) {
         return None;
     }
@@ -76,18 +85,27 @@ pub(super) fn kept_for(
 /// The exited containers of `pod`, other than `leaving`, with VFs saved
 /// and no other container of the pod, `leaving` aside, running beside them.
 fn left_behind(env: &HookEnv, pod: &PodRecord, leaving: &str) -> Vec<String> {
-    let exited = |record: &crate::ledger::ContainerRecord| {
-        let init = record.init.as_ref();
-        init.is_some_and(|init| liveness::is_gone(&env.roots.proc_root, init))
-    };
-    pod.containers
+    let exited: Vec<&String> = pod
+        .containers
         .iter()
-        .filter(|(id, record)| id.as_str() != leaving && exited(record))
-        .filter(|(id, _)| {
-            let records = saved(env, id);
-            !records.is_empty() && running_beside(env, pod, &records, &[id, leaving]).is_none()
+        .filter(|(id, record)| {
+            let init = record.init.as_ref();
+            id.as_str() != leaving
+                && init.is_some_and(|init| liveness::is_gone(&env.roots.proc_root, init))
         })
-        .map(|(id, _)| id.clone())
+        .map(|(id, _)| id)
+        .collect();
+    if exited.is_empty() {
+        return Vec::new();
+    }
+    let records = pod_records(env, pod);
+    exited
+        .into_iter()
+        .filter(|id| {
+            let theirs = of(&records, id);
+            !theirs.is_empty() && running_beside(env, pod, &theirs, &[id, leaving]).is_none()
+        })
+        .cloned()
         .collect()
 }
 
@@ -95,18 +113,19 @@ fn left_behind(env: &HookEnv, pod: &PodRecord, leaving: &str) -> Vec<String> {
 /// own restore, or its failed creation): restores the VFs exited containers
 /// kept for others that no longer run, and forgets those containers; how
 /// many VFs came home. Decided again under the VFs' release turns, and each
-/// container's network given up before its VFs move, while the pod's
-/// containers are still those the decision saw
-/// ([`Ledger::give_up_network_if_unchanged`]): a container admitted
-/// meanwhile keeps the VFs. A failed restore quarantines the pod's VFs and
-/// fails the caller, the records kept for the reap of exited pods.
+/// container's network given up before its VFs move, unless a container
+/// joined the pod meanwhile ([`Ledger::give_up_network_unless_joined`]),
+/// which keeps the VFs. A failed restore quarantines the pod's VFs and fails
+/// the caller, the records kept: the pod's next container takes the network
+/// over and finishes the restore before it moves them in, or the reap of
+/// exited pods restores them.
 pub(super) fn restore_left(
     run: &mut HooksOnly<'_>,
     ledger: &Ledger,
     seen: &PodRecord,
     leaving: &str,
 ) -> Result<usize, HookError> {
-    if left_behind(run.env, seen, leaving).is_empty() {
+    if seen.vfs().next().is_none() || left_behind(run.env, seen, leaving).is_empty() {
         return Ok(0);
     }
     let vfs: Vec<_> = seen.vfs().collect();
@@ -121,14 +140,14 @@ pub(super) fn restore_left(
     else {
         return Ok(0);
     };
-    let mut expected: BTreeSet<String> = pod.containers.keys().cloned().collect();
+    let known: BTreeSet<String> = pod.containers.keys().cloned().collect();
     let mut restored = 0;
     for id in left_behind(run.env, pod, leaving) {
         if !ledger
-            .give_up_network_if_unchanged(sandbox_id, &id, &expected)
+            .give_up_network_unless_joined(sandbox_id, &id, &known)
             .map_err(HooksOnlyError::from)?
         {
-            tracing::info!(pod = %pod.pod, container = %id, "vfs kept: the pod's containers changed meanwhile");
+            tracing::info!(pod = %pod.pod, container = %id, "vfs kept: a container joined the pod meanwhile");
             break;
         }
         match run.os.detach(&id, run.checkpoint) {
@@ -142,7 +161,6 @@ pub(super) fn restore_left(
         ledger
             .remove_container(sandbox_id, &id, &|p| run.env.vfs_away(p))
             .map_err(HooksOnlyError::from)?;
-        expected.remove(&id);
         tracing::info!(pod = %pod.pod, container = %id, leaving, "vfs an exited container kept for its pod restored: no other container of the pod runs");
     }
     Ok(restored)

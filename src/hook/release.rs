@@ -182,7 +182,7 @@ pub(super) fn stop(run: &mut HooksOnly<'_>, state: &State) -> Result<Outcome, Ho
         .as_ref()
         .and_then(|p| super::kept_network::kept_for(run.env, p, &state.id))
     {
-        tracing::info!(container = %state.id, other = %other, pid, "vfs stay in the pod: another of its containers runs in its network namespace; the poststop of the pod's last container restores them");
+        tracing::info!(container = %state.id, other = %other, pid, "vfs stay in the pod: another of its containers runs in its network namespace; a later container of the pod that leaves with none of the others running restores them");
         return Ok(Outcome::Nothing);
     }
     let mut networks = match run.os.detach(&state.id, run.checkpoint) {

@@ -42,24 +42,25 @@ impl Ledger {
     }
 
     /// [`Ledger::give_up_network`] of `container_id` in the pod `sandbox_id`,
-    /// only while the pod's containers are `expected`; whether they were
-    /// (`Ok(true)` also where the container owned nothing). A restore
-    /// decided on `expected` gives the network up before it moves anything:
-    /// a container admitted into the pod's network before this is seen, and
-    /// the caller leaves the VFs to it; one admitted after finds no owner,
-    /// and is refused ([`LedgerError::NetworkReturned`]) or takes the
-    /// network over, moving the VFs in once they are home.
-    pub fn give_up_network_if_unchanged(
+    /// unless a container not in `seen` joined the pod; whether none did
+    /// (`Ok(true)` also where the container owned nothing). Containers that
+    /// left meanwhile change nothing. A restore decided on `seen` gives the
+    /// network up before it moves anything: a container admitted into the
+    /// pod's network before this is found, and the caller leaves the VFs to
+    /// it; one admitted after finds no owner, and is refused
+    /// ([`LedgerError::NetworkReturned`]) or takes the network over, moving
+    /// the VFs in once they are home.
+    pub fn give_up_network_unless_joined(
         &self,
         sandbox_id: &str,
         container_id: &str,
-        expected: &std::collections::BTreeSet<String>,
+        seen: &std::collections::BTreeSet<String>,
     ) -> Result<bool, LedgerError> {
         let mut txn = self.store.begin()?;
         let Some(pod) = txn.state.pods.get_mut(sandbox_id) else {
             return Ok(false);
         };
-        if !pod.containers.keys().eq(expected.iter()) {
+        if !pod.containers.keys().all(|id| seen.contains(id)) {
             return Ok(false);
         }
         if pod.network_owner.as_deref() != Some(container_id) {

@@ -54,30 +54,36 @@ fn only_the_pods_last_record_is_kept() {
 }
 
 /// A restore decided on the pod's containers gives the owner's network up
-/// only while they are still those: a container admitted since keeps it.
+/// unless a container joined since: it keeps it. One that left changes
+/// nothing.
 #[test]
-fn the_network_is_given_up_only_while_the_pods_containers_are_those_seen() {
+fn the_network_is_given_up_unless_a_container_joined() {
     let (_d, l) = ledger();
     let claims = [gpu("GPU-1", Share::Exclusive)];
     l.admit(&pod("p"), &claims, "c1", record("main"), true)
         .unwrap();
     let owner = |l: &Ledger| l.network_owner("p").unwrap();
     assert_eq!(owner(&l).as_deref(), Some("c1"));
-    let seen: std::collections::BTreeSet<String> = ["c1".to_string()].into();
+    let set = |ids: &[&str]| -> std::collections::BTreeSet<String> {
+        ids.iter().map(|id| id.to_string()).collect()
+    };
     l.admit(&pod("p"), &claims, "c2", record("side"), false)
         .unwrap();
-    assert!(!l.give_up_network_if_unchanged("p", "c1", &seen).unwrap());
-    assert_eq!(
-        owner(&l).as_deref(),
-        Some("c1"),
-        "c2 was admitted meanwhile"
-    );
+    assert!(!l
+        .give_up_network_unless_joined("p", "c1", &set(&["c1"]))
+        .unwrap());
+    assert_eq!(owner(&l).as_deref(), Some("c1"), "c2 joined meanwhile");
 
-    let now: std::collections::BTreeSet<String> = ["c1".to_string(), "c2".to_string()].into();
     // Another container than the owner: nothing to give up.
-    assert!(l.give_up_network_if_unchanged("p", "c2", &now).unwrap());
+    let both = set(&["c1", "c2"]);
+    assert!(l.give_up_network_unless_joined("p", "c2", &both).unwrap());
     assert_eq!(owner(&l).as_deref(), Some("c1"));
-    assert!(l.give_up_network_if_unchanged("p", "c1", &now).unwrap());
+    // c2 left since: the owner's network goes all the same.
+    let away = |_: &PodRecord| false;
+    l.remove_container("p", "c2", &away).unwrap();
+    assert!(l.give_up_network_unless_joined("p", "c1", &both).unwrap());
     assert_eq!(owner(&l), None);
-    assert!(!l.give_up_network_if_unchanged("gone", "c1", &now).unwrap());
+    assert!(!l
+        .give_up_network_unless_joined("gone", "c1", &both)
+        .unwrap());
 }
