@@ -14,19 +14,16 @@ use std::time::Duration;
 
 /// What containerd and CRI-O wait for a plugin's answer unless configured
 /// otherwise, and what a runtime that does not state its own is taken to.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-/// The longest [`Waits::answer_by`]: what it is at the default timeout.
-const ANSWER_BY_MAX: Duration = Duration::from_millis(1500);
-/// The longest [`Waits::stop_restore`]: what it is at the default timeout.
-const STOP_RESTORE_MAX: Duration = Duration::from_millis(1200);
+pub use nri::stub::DEFAULT_REQUEST_TIMEOUT;
 
 /// The waits for one request timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Waits {
     /// A creation answers by then, counted from its start, whatever it
     /// waits for: the API watch's copy of its pod (the grant check), then
-    /// the release of a device it claims. Three quarters of the timeout
-    /// leave the rest to the plan, the claim and the runtime.
+    /// the release of a device it claims. The stub's answer budget (three
+    /// quarters of the timeout) leaves the rest to the plan, the claim and
+    /// the runtime.
     pub answer_by: Duration,
     /// Longest a pod's stop waits for the restore of its VFs, which
     /// otherwise goes on after the answer (three fifths of the timeout).
@@ -37,9 +34,10 @@ impl Waits {
     /// The waits for a runtime that waits `timeout`; never longer than at
     /// the default, since the runtime holds its other NRI calls meanwhile.
     pub fn for_timeout(timeout: Duration) -> Waits {
+        let timeout = timeout.min(DEFAULT_REQUEST_TIMEOUT);
         Waits {
-            answer_by: (timeout * 3 / 4).min(ANSWER_BY_MAX),
-            stop_restore: (timeout * 3 / 5).min(STOP_RESTORE_MAX),
+            answer_by: nri::stub::answer_budget(timeout),
+            stop_restore: timeout * 3 / 5,
         }
     }
 }

@@ -331,7 +331,8 @@ mod tests {
         teardown.restore_before_stop(&ledger, "sb-p0", &releases, wait);
         let took = began.elapsed();
         assert!(took >= wait, "it waited for the restore");
-        let at_default = super::super::budget::Waits::for_timeout(Duration::from_secs(2));
+        let at_default =
+            super::super::budget::Waits::for_timeout(super::super::budget::DEFAULT_REQUEST_TIMEOUT);
         assert!(took < at_default.stop_restore, "answered after {took:?}");
         assert!(store.load(vf).unwrap().is_some());
         assert!(releases.releasing("sb-p0"), "the restore still runs");

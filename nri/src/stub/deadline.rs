@@ -14,6 +14,16 @@
 use std::cell::Cell;
 use std::time::Duration;
 
+/// The runtime's default request timeout (`pkg/api/timeouts.go`): what a
+/// runtime that states none at Configure waits for an answer.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// By when a handler answers a request the runtime waits `timeout` for:
+/// three quarters of it, leaving room for the reply to travel.
+pub fn answer_budget(timeout: Duration) -> Duration {
+    timeout * 3 / 4
+}
+
 thread_local! {
     static CURRENT: Cell<Option<Duration>> = const { Cell::new(None) };
 }

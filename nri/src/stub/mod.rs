@@ -47,7 +47,7 @@ use std::{
 #[cfg(feature = "test-util")]
 pub use self::deadline::with_request_timeout;
 pub use self::{
-    deadline::request_timeout,
+    deadline::{answer_budget, request_timeout, DEFAULT_REQUEST_TIMEOUT},
     plugin::{CreateReply, EncodedReply, Plugin, RpcError, RuntimeInfo},
     preinstalled::{Preinstalled, ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET},
 };

@@ -23,9 +23,8 @@ use super::{Plugin, RpcError, RuntimeInfo};
 use crate::ErrorChain;
 use crate::{api, api::Event, NriVersion};
 
-/// The runtime's default request timeout (`pkg/api/timeouts.go`), used
-/// until Configure tells otherwise.
-const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 2000;
+/// [`super::DEFAULT_REQUEST_TIMEOUT`], used until Configure tells otherwise.
+const DEFAULT_REQUEST_TIMEOUT_MS: u64 = super::DEFAULT_REQUEST_TIMEOUT.as_millis() as u64;
 
 pub(super) struct Service<P> {
     pub(super) plugin: Arc<P>,
@@ -131,8 +130,7 @@ impl<P: Plugin> Service<P> {
             handler()
         };
         let took = start.elapsed();
-        // Three quarters, leaving room for the reply to travel.
-        let budget = timeout * 3 / 4;
+        let budget = super::answer_budget(timeout);
         if took > budget {
             tracing::error!(
                 method,

@@ -62,7 +62,8 @@ pub fn table(record: Option<&RuntimeRecord>) -> String {
         ),
         None => writeln!(
             out,
-            "  request timeout:          not stated at Configure (each request's deadline, at most 2000 ms, bounds its waits)"
+            "  request timeout:          not stated at Configure (each request's deadline, at most {} ms, bounds its waits)",
+            nri::stub::DEFAULT_REQUEST_TIMEOUT.as_millis()
         ),
     };
     if let Some(why) = &r.config_error {
