@@ -33,10 +33,7 @@ impl Ledger {
         else {
             return Ok(());
         };
-        pod.network_owner = None;
-        if let Some(rec) = pod.containers.get_mut(container_id) {
-            rec.forget_resolved();
-        }
+        give_up(pod, container_id);
         let sandbox_id = pod.pod.sandbox_id.clone();
         txn.commit_pod(&sandbox_id, &[container_id])
     }
@@ -66,10 +63,7 @@ impl Ledger {
         if pod.network_owner.as_deref() != Some(container_id) {
             return Ok(true);
         }
-        pod.network_owner = None;
-        if let Some(rec) = pod.containers.get_mut(container_id) {
-            rec.forget_resolved();
-        }
+        give_up(pod, container_id);
         txn.commit_pod(sandbox_id, &[container_id])?;
         Ok(true)
     }
@@ -167,4 +161,13 @@ pub enum Removal {
     Removed,
     /// Kept: it is the last container its pod has (or the pod has none).
     Last,
+}
+
+/// `pod`'s network given up by its owner `container_id`, whose record no
+/// longer vouches for one.
+fn give_up(pod: &mut PodRecord, container_id: &str) {
+    pod.network_owner = None;
+    if let Some(rec) = pod.containers.get_mut(container_id) {
+        rec.forget_resolved();
+    }
 }
