@@ -52,10 +52,14 @@ fn library_attach_and_detach_in_a_named_netns() {
     assert_in_pod(In::Named(&pod.0), "net1", "02:00:00:0b:00:01", 9000);
     assert!(link(In::Host, &v.name).is_none());
     drop(ns);
-    assert_eq!(netdev::detach_container(&mut ops, "lib1").unwrap(), 1);
+    let detach = |ops: &mut VfOps| {
+        let vfs = store.vfs_of("lib1").unwrap();
+        netdev::detach_listed(ops, "lib1", &vfs).unwrap()
+    };
+    assert_eq!(detach(&mut ops), 1);
     assert_home(&v);
     assert!(link(In::Named(&pod.0), "net1").is_none());
-    assert_eq!(netdev::detach_container(&mut ops, "lib1").unwrap(), 0);
+    assert_eq!(detach(&mut ops), 0);
     assert_home(&v);
 }
 

@@ -352,10 +352,9 @@ pub(crate) fn detach_networks(
     checkpoint: &dyn Fn(&'static str),
 ) -> Result<usize, HookError> {
     // The common case, a container without VFs, reads one directory and stops.
-    let held = SavedStore::new(&env.state_dir)
-        .for_container(container_id)
+    let vfs = SavedStore::new(&env.state_dir)
+        .vfs_of(container_id)
         .map_err(VfError::Records)?;
-    let vfs: Vec<_> = held.iter().map(SavedVf::vf).collect();
     restore_listed(env, container_id, &vfs, checkpoint)
 }
 

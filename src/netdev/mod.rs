@@ -42,7 +42,7 @@ pub use error::{Cause, VfError};
 pub use netns::{Netns, NetnsError, NetnsGuard, NetnsId, NetnsRoots};
 pub use nl::NlError;
 pub use rdma::{NetnsMode, RdmaConn, RdmaNl};
-pub use restore::{detach_container, detach_listed, detach_vf};
+pub use restore::{detach_listed, detach_vf};
 pub use rtnl::{Link, LinkChange, LinkRef, Rtnl, RtnlConn};
 pub use saved::{ContainerScan, SavedError, SavedStore, SavedVf};
 pub use settings::{CharNum, HwAddr, LinkState, SettingsError, VfAttach, VfSettings, VlanProto};

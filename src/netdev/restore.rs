@@ -27,19 +27,10 @@ use super::saved::SavedVf;
 use super::vf::{vf_fields, VfOps};
 use crate::inventory::PciAddr;
 
-/// Detaches every VF recorded for `container_id`; returns how many were restored.
-pub fn detach_container(ops: &mut VfOps<'_>, container_id: &str) -> Result<usize, VfError> {
-    let records = ops
-        .store
-        .for_container(container_id)
-        .map_err(VfError::Records)?;
-    let vfs: Vec<PciAddr> = records.iter().map(SavedVf::vf).collect();
-    detach_listed(ops, container_id, &vfs)
-}
-
-/// [`detach_container`] for the VFs its caller already found in the
-/// container's records, which lists them only once: each record is read
-/// again under its VF's lock and restored only while still the container's.
+/// Detaches the VFs `vfs` found in the records of `container_id`
+/// ([`super::SavedStore::vfs_of`], or a caller's own scan, so that they are
+/// listed once): each record is read again under its VF's lock and restored
+/// only while still the container's. Returns how many were restored.
 pub fn detach_listed(
     ops: &mut VfOps<'_>,
     container_id: &str,

@@ -319,6 +319,13 @@ impl SavedStore {
         }
         Ok(scan.records)
     }
+
+    /// The VFs of [`SavedStore::for_container`]'s records: what
+    /// [`super::detach_listed`] restores for the container.
+    pub fn vfs_of(&self, container_id: &str) -> Result<Vec<PciAddr>, SavedError> {
+        let records = self.for_container(container_id)?;
+        Ok(records.iter().map(SavedVf::vf).collect())
+    }
 }
 
 /// What [`SavedStore::scan_container`] found.

@@ -5,7 +5,7 @@ use crate::netdev::fake::{FakeNet, Model, HOST};
 use crate::netdev::saved::SavedStore;
 use crate::netdev::settings::{LinkState, RateConfig, VlanConfig, VlanProto};
 use crate::netdev::vfinfo::VfState;
-use crate::netdev::{attach_all, detach_container, Netns, VfAttach, VfError, VfOps, VfSettings};
+use crate::netdev::{attach_all, Netns, VfAttach, VfError, VfOps, VfSettings};
 
 pub const POD: u64 = 2;
 pub const PF: u32 = 11;
@@ -107,7 +107,8 @@ impl Rig {
             store: &self.store,
             checkpoint: &nop,
         };
-        detach_container(&mut ops, container)
+        let vfs = self.store.vfs_of(container).map_err(VfError::Records)?;
+        crate::netdev::detach_listed(&mut ops, container, &vfs)
     }
 
     /// [`crate::netdev::detach_listed`] of `vfs` for `container`.
