@@ -21,7 +21,7 @@
 use std::path::Path;
 
 use crate::ledger::PodRecord;
-use crate::netdev::netns::pids_in;
+use crate::netdev::netns::{links_to, pids_in};
 use crate::netdev::NetnsId;
 
 /// More than any host mounts (one line per hierarchy).
@@ -66,9 +66,7 @@ pub(crate) fn init_beside<'p>(
         .filter(|(id, _)| !except.contains(&id.as_str()))
         .find_map(|(id, record)| {
             let init = record.init.as_ref()?;
-            let dir = proc_root.join(init.pid.to_string());
-            let link = std::fs::read_link(dir.join("ns/net")).ok()?;
-            if link.as_os_str() != want.as_str() {
+            if !links_to(&proc_root.join(init.pid.to_string()), &want) {
                 return None;
             }
             // Read after the link: a pid reused meanwhile has another start.

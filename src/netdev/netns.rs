@@ -214,7 +214,7 @@ impl NetnsRoots {
 /// link is read, not opened: a caller that needs the namespace itself opens
 /// it and checks its identity, since the process may have moved meanwhile.
 pub(crate) fn pids_in(proc_root: &Path, id: NetnsId) -> impl Iterator<Item = (u32, PathBuf)> {
-    let want = format!("net:[{}]", id.ino);
+    let want = id.to_string();
     fs::read_dir(proc_root)
         .into_iter()
         .flatten()
@@ -223,9 +223,15 @@ pub(crate) fn pids_in(proc_root: &Path, id: NetnsId) -> impl Iterator<Item = (u3
         .filter_map(move |entry| {
             let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
             let dir = entry.path();
-            let link = fs::read_link(dir.join("ns/net")).ok()?;
-            (link.as_os_str() == want.as_str()).then_some((pid, dir))
+            links_to(&dir, &want).then_some((pid, dir))
         })
+}
+
+/// Whether the process of `proc_dir` (`/proc/<pid>`) is in the namespace
+/// whose link text (`NetnsId`'s display, `net:[<inode>]`) is `want`; read,
+/// not opened.
+pub(crate) fn links_to(proc_dir: &Path, want: &str) -> bool {
+    fs::read_link(proc_dir.join("ns/net")).is_ok_and(|link| link.as_os_str() == want)
 }
 
 impl AsRawFd for Netns {
