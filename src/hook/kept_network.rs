@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 
 use super::standalone::{HooksOnly, HooksOnlyError};
 use super::{liveness, siblings, HookEnv, HookError};
-use crate::ledger::{Ledger, PodRecord};
+use crate::ledger::{GiveUp, Ledger, PodRecord};
 use crate::netdev::{NetnsId, SavedStore, SavedVf};
 
 /// The readable records saved for the VFs `pod` claims: each read by its
@@ -80,6 +80,42 @@ pub(super) fn kept_for(
         return None;
     }
     running_beside(env, pod, &records, &[container_id])
+}
+
+/// The poststop of `container_id`, a container of `seen` (its pod as first
+/// read) that found no other container of the pod running beside its VFs:
+/// gives its network up and restores its VFs; how many came home, `None`
+/// where they stay. Decided again under the VFs' release turns and the
+/// ledger's lock, as [`restore_left`] does: a container admitted into the
+/// pod's network since the first look, or running beside the VFs now,
+/// keeps them there, the owner's record kept for the pod's last container
+/// to leave; one admitted after the network was given up finds no owner and
+/// takes it over once the VFs are home, instead of starting without them.
+pub(super) fn restore_own(
+    run: &mut HooksOnly<'_>,
+    ledger: &Ledger,
+    seen: &PodRecord,
+    container_id: &str,
+) -> Result<Option<usize>, HookError> {
+    if seen.network_owner.as_deref() != Some(container_id) {
+        // It owns no network to keep or give up (ownership goes only to a
+        // container being admitted): whatever it saved goes home.
+        return run.os.detach(container_id, run.checkpoint).map(Some);
+    }
+    let vfs: Vec<_> = seen.vfs().collect();
+    let _turns = ledger.lock_vfs(&vfs).map_err(HooksOnlyError::from)?;
+    (run.checkpoint)("restore-turns");
+    let known: BTreeSet<String> = seen.containers.keys().cloned().collect();
+    let env = run.env;
+    let kept = |now: &PodRecord| kept_for(env, now, container_id).is_some();
+    let given = ledger
+        .give_up_network_unless(&seen.pod.sandbox_id, container_id, &known, &kept)
+        .map_err(HooksOnlyError::from)?;
+    if given == GiveUp::Kept {
+        tracing::info!(pod = %seen.pod, container = %container_id, "vfs stay in the pod: a container joined it or runs beside them since the first look");
+        return Ok(None);
+    }
+    run.os.detach(container_id, run.checkpoint).map(Some)
 }
 
 /// The exited containers of `pod`, other than `leaving`, with VFs saved

@@ -2,6 +2,8 @@
 //! its pod runs in the pod's namespace leaves the VFs there, and the pod's
 //! last poststop brings them home with the owner's record.
 
+use std::cell::Cell;
+
 use super::*;
 use crate::netdev::{SavedStore, SavedVf};
 
@@ -226,4 +228,113 @@ fn a_creation_failing_after_its_admission_gives_back_vfs_kept_for_no_one() {
     let l = w.ledger();
     assert_eq!(l.pods["sb"].network_owner, None);
     assert_eq!(l.pods["sb"].containers.keys().collect::<Vec<_>>(), ["b1"]);
+}
+
+/// Stops b1 while a1 runs (b1 moved nothing), then ends a1's init: a1's
+/// poststop is next, with nothing of the pod running beside its VF.
+fn owner_alone_and_exited(w: &World) -> SavedStore {
+    let store = pod_of_two(w);
+    set_start(&w.env.roots.proc_root, 8, None);
+    w.run(Stage::Poststop, &stopped("b1"), &mut restoring(w))
+        .unwrap();
+    set_start(&w.env.roots.proc_root, 7, None);
+    in_netns(w, 9, POD_NS);
+    store
+}
+
+/// createRuntime of "c1" (init 9) at the checkpoint `at` of another hook;
+/// how many VFs it moved in, once it ran.
+fn admit_c1_at<'w>(
+    w: &'w World,
+    at: &'static str,
+    moved: &'w Cell<Option<usize>>,
+) -> impl Fn(&'static str) + 'w {
+    move |name| {
+        if name == at && moved.get().is_none() {
+            let mut c1 = FakeOs::default();
+            w.run(Stage::CreateRuntime, &in_pod(w, "c1", 9), &mut c1)
+                .unwrap();
+            moved.set(Some(c1.attached.len()));
+        }
+    }
+}
+
+/// A container admitted into the pod between the owner's first look and its
+/// decision under the VFs' turns keeps the VF in the pod: the owner's
+/// poststop gives nothing up, and the joiner's own stop brings it home.
+#[test]
+fn a_container_admitted_while_the_owner_stops_keeps_the_vfs() {
+    let w = world();
+    let store = owner_alone_and_exited(&w);
+    let moved = Cell::new(None);
+    let mut os = restoring(&w);
+    let at_turns = admit_c1_at(&w, "restore-turns", &moved);
+    let out = w
+        .run_with(Stage::Poststop, &stopped("a1"), &mut os, &at_turns)
+        .unwrap();
+    assert_eq!(moved.get(), Some(0), "c1 joins a1's network");
+    assert!(matches!(out, Outcome::Nothing), "{out:?}");
+    assert!(os.detached.borrow().is_empty(), "the VF stays for c1");
+    let l = w.ledger();
+    assert_eq!(l.pods["sb"].network_owner.as_deref(), Some("a1"));
+    assert!(l.pods["sb"].containers.contains_key("a1"));
+    assert_eq!(store.for_container("a1").unwrap().len(), 1);
+
+    set_start(&w.env.roots.proc_root, 9, None);
+    let mut os = restoring(&w);
+    let out = w.run(Stage::Poststop, &stopped("c1"), &mut os).unwrap();
+    assert!(released_pod(&out), "{out:?}");
+    assert_eq!(*os.detached.borrow(), ["c1", "a1"], "a1's VF restored");
+    assert!(store.all().unwrap().is_empty());
+}
+
+/// A container admitted once the owner gave the network up finds no owner:
+/// it takes the network over (its hook moves the VF in once it is home)
+/// instead of starting beside a VF on its way out.
+#[test]
+fn a_container_admitted_after_the_owner_gave_up_takes_the_network() {
+    let w = world();
+    let store = owner_alone_and_exited(&w);
+    let moved = Cell::new(None);
+    let mut os = restoring(&w);
+    let at_restore = admit_c1_at(&w, "fake-detached", &moved);
+    w.run_with(Stage::Poststop, &stopped("a1"), &mut os, &at_restore)
+        .unwrap();
+    assert_eq!(moved.get(), Some(1), "c1 moves the VF in");
+    assert_eq!(*os.detached.borrow(), ["a1"]);
+    assert!(store.for_container("a1").unwrap().is_empty());
+    let l = w.ledger();
+    assert_eq!(l.pods["sb"].network_owner.as_deref(), Some("c1"));
+    assert!(!l.pods["sb"].containers.contains_key("a1"), "a1 forgotten");
+}
+
+/// The owner's own restore failing after it gave the network up quarantines
+/// the VF and keeps the owner's record for a later release; the pod's next
+/// container takes the network over (its hook finishes that restore before
+/// it moves the VF in) rather than join a network on its way out.
+#[test]
+fn a_failed_restore_of_the_owners_vfs_leaves_the_network_to_the_next_container() {
+    let w = world();
+    let store = owner_alone_and_exited(&w);
+    let mut os = FakeOs {
+        refuse_detach: Some("a1"),
+        ..restoring(&w)
+    };
+    w.run(Stage::Poststop, &stopped("a1"), &mut os).unwrap_err();
+    let l = w.ledger();
+    assert_eq!(l.pods["sb"].network_owner, None);
+    assert!(
+        l.pods["sb"].containers.contains_key("a1"),
+        "kept for a release"
+    );
+    let vf = w.fixture.expected().rdma[0].vfs[1].bus_id;
+    let vf_record = &l.devices[&crate::ledger::DeviceId::Vf(vf).to_string()];
+    assert!(vf_record.quarantine.is_some(), "{vf_record:?}");
+    assert_eq!(store.for_container("a1").unwrap().len(), 1);
+
+    let mut c1 = FakeOs::default();
+    w.run(Stage::CreateRuntime, &in_pod(&w, "c1", 9), &mut c1)
+        .unwrap();
+    assert_eq!(c1.attached.len(), 1, "c1 moves the VF in");
+    assert_eq!(w.ledger().pods["sb"].network_owner.as_deref(), Some("c1"));
 }

@@ -185,10 +185,17 @@ pub(super) fn stop(run: &mut HooksOnly<'_>, state: &State) -> Result<Outcome, Ho
         tracing::info!(container = %state.id, other = %other, pid, "vfs stay in the pod: another of its containers runs in its network namespace; a later container of the pod that leaves with none of the others running restores them");
         return Ok(Outcome::Nothing);
     }
-    let mut networks = match run.os.detach(&state.id, run.checkpoint) {
-        Ok(n) => n,
+    let restored = match &pod {
+        Some(pod) => super::kept_network::restore_own(run, &ledger, pod, &state.id),
+        None => run.os.detach(&state.id, run.checkpoint).map(Some),
+    };
+    let mut networks = match restored {
+        Ok(Some(n)) => n,
+        Ok(None) => return Ok(Outcome::Nothing),
         Err(e) => {
-            // The record and claims stay, so a later release retries.
+            // The record and claims stay, so a later release retries; the
+            // network was given up first, so the pod's next container takes
+            // it over and finishes this restore before it moves the VFs in.
             if let Some(pod) = &pod {
                 quarantine_vfs(&ledger, pod, &nri::ErrorChain(&e).to_string());
             }
@@ -197,12 +204,6 @@ pub(super) fn stop(run: &mut HooksOnly<'_>, state: &State) -> Result<Outcome, Ho
     };
     let pod_released = match pod {
         Some(pod) => {
-            // Its VFs are back on the host: no container of the pod owns the
-            // network from now on, while the pod's release (its GPU teardown)
-            // may still run with this container's record kept.
-            ledger
-                .give_up_network(&state.id)
-                .map_err(HooksOnlyError::from)?;
             // Before the decision whether this container is the pod's last:
             // an owner that kept its VFs for this one goes with them.
             networks += super::kept_network::restore_left(run, &ledger, &pod, &state.id)?;

@@ -97,7 +97,7 @@ impl ContainerOs for FakeOs {
         Ok(())
     }
 
-    fn detach(&mut self, id: &str, _: &dyn Fn(&'static str)) -> Result<usize, HookError> {
+    fn detach(&mut self, id: &str, checkpoint: &dyn Fn(&'static str)) -> Result<usize, HookError> {
         if self.fail == Some("detach") || self.refuse_detach == Some(id) {
             return Err(fail("detach"));
         }
@@ -110,6 +110,7 @@ impl ContainerOs for FakeOs {
         if let Some(effect) = &self.on_detach {
             effect();
         }
+        checkpoint("fake-detached");
         Ok(std::mem::take(&mut self.attached).len())
     }
 
@@ -207,11 +208,22 @@ impl World {
         state: &State,
         os: &mut FakeOs,
     ) -> Result<Outcome, HookError> {
+        self.run_with(stage, state, os, &|_| {})
+    }
+
+    /// [`World::run`] with `checkpoint` called at the hook's checkpoints.
+    pub(super) fn run_with(
+        &self,
+        stage: Stage,
+        state: &State,
+        os: &mut FakeOs,
+        checkpoint: &dyn Fn(&'static str),
+    ) -> Result<Outcome, HookError> {
         let run = HooksOnly {
             env: &self.env,
             config: &self.config,
             os,
-            checkpoint: &|_| {},
+            checkpoint,
             reap_until: self.reap_until,
         };
         run_hooks_only(stage, state, run)

@@ -53,19 +53,33 @@ impl Ledger {
         container_id: &str,
         seen: &std::collections::BTreeSet<String>,
     ) -> Result<bool, LedgerError> {
+        let given = self.give_up_network_unless(sandbox_id, container_id, seen, &|_| false)?;
+        Ok(given == GiveUp::Given)
+    }
+
+    /// [`Ledger::give_up_network_unless_joined`], where `keep`, asked under
+    /// the lock of the pod as it stands, can also keep the network (another
+    /// of its containers runs on it), and a pod gone is told apart.
+    pub fn give_up_network_unless(
+        &self,
+        sandbox_id: &str,
+        container_id: &str,
+        seen: &std::collections::BTreeSet<String>,
+        keep: &dyn Fn(&PodRecord) -> bool,
+    ) -> Result<GiveUp, LedgerError> {
         let mut txn = self.store.begin()?;
         let Some(pod) = txn.state.pods.get_mut(sandbox_id) else {
-            return Ok(false);
+            return Ok(GiveUp::PodGone);
         };
-        if !pod.containers.keys().all(|id| seen.contains(id)) {
-            return Ok(false);
+        if !pod.containers.keys().all(|id| seen.contains(id)) || keep(pod) {
+            return Ok(GiveUp::Kept);
         }
         if pod.network_owner.as_deref() != Some(container_id) {
-            return Ok(true);
+            return Ok(GiveUp::Given);
         }
         give_up(pod, container_id);
         txn.commit_pod(sandbox_id, &[container_id])?;
-        Ok(true)
+        Ok(GiveUp::Given)
     }
 
     /// Records what was applied to a container of a pod that holds claims.
@@ -161,6 +175,17 @@ pub enum Removal {
     Removed,
     /// Kept: it is the last container its pod has (or the pod has none).
     Last,
+}
+
+/// What [`Ledger::give_up_network_unless`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveUp {
+    /// No container owns the pod's network now (or the one asked owned none).
+    Given,
+    /// The owner keeps it: a container joined the pod, or `keep` said so.
+    Kept,
+    /// The pod has no record: a release took it, VFs first.
+    PodGone,
 }
 
 /// `pod`'s network given up by its owner `container_id`, whose record no

@@ -22,7 +22,7 @@ mod unclean;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use compose::Teardowns;
-pub use containers::Removal;
+pub use containers::{GiveUp, Removal};
 pub use error::LedgerError;
 pub use guarded::GuardedRelease;
 pub use model::*;

@@ -87,3 +87,29 @@ fn the_network_is_given_up_unless_a_container_joined() {
         .give_up_network_unless_joined("gone", "c1", &both)
         .unwrap());
 }
+
+/// `keep`, asked of the pod as it stands under the lock, keeps the owner's
+/// network as a joined container does; a pod gone is told apart.
+#[test]
+fn the_network_is_kept_where_the_pod_as_it_stands_says_so() {
+    let (_d, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    l.admit(&pod("p"), &claims, "c1", record("main"), true)
+        .unwrap();
+    let seen: std::collections::BTreeSet<String> = ["c1".to_string()].into();
+    let asked = std::cell::Cell::new(0);
+    let runs_beside = |p: &PodRecord| {
+        asked.set(asked.get() + 1);
+        p.network_owner.as_deref() == Some("c1")
+    };
+    let kept = l.give_up_network_unless("p", "c1", &seen, &runs_beside);
+    assert_eq!(kept.unwrap(), GiveUp::Kept);
+    assert_eq!(asked.get(), 1);
+    assert_eq!(l.network_owner("p").unwrap().as_deref(), Some("c1"));
+
+    let given = l.give_up_network_unless("p", "c1", &seen, &|_| false);
+    assert_eq!(given.unwrap(), GiveUp::Given);
+    assert_eq!(l.network_owner("p").unwrap(), None);
+    let gone = l.give_up_network_unless("gone", "c1", &seen, &|_| false);
+    assert_eq!(gone.unwrap(), GiveUp::PodGone);
+}
