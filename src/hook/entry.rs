@@ -111,26 +111,29 @@ pub fn main_with(
 }
 
 /// The node config, which only hooks-only mode reads (NRI mode acts on what
-/// the plugin resolved). An unreadable one fails the run, but a poststop
-/// first gives the container's VFs back: they need nothing from the config,
-/// and a typo or a key newer than this binary must not leave them in the pod.
-/// The claims stay, so the GPU teardown and the release wait for a config
-/// that loads.
-fn hooks_only_config(
+/// the plugin resolved), at `path`. An unreadable one fails the run, but a
+/// poststop first gives the container's VFs back as NRI mode's poststop does
+/// (kept while another container of the pod runs beside them): they need
+/// nothing from the config, and a typo or a key newer than this binary must
+/// not leave them in the pod. The claims stay, so the GPU teardown and the
+/// release wait for a config that loads.
+pub(super) fn hooks_only_config(
     stage: Stage,
     state: &State,
     env: &HookEnv,
+    path: &Path,
     checkpoint: &dyn Fn(&'static str),
 ) -> Result<Config, HookError> {
-    let path = std::env::var_os(CONFIG_ENV)
-        .map_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH), PathBuf::from);
-    let err = match Config::load(&path) {
+    let err = match Config::load(path) {
         Ok(config) => return Ok(config),
         Err(e) => e,
     };
     if stage == Stage::Poststop {
-        match super::detach_networks(env, &state.id, checkpoint) {
-            Ok(n) => tracing::warn!(restored = n, "config unreadable: vfs restored, claims kept"),
+        match super::detach(state, env, checkpoint) {
+            Ok(outcome) => tracing::warn!(
+                ?outcome,
+                "config unreadable: vfs restored unless the pod runs on them, claims kept"
+            ),
             Err(e) => {
                 tracing::error!(error = %nri::ErrorChain(&e), "config unreadable and vfs not restored")
             }
@@ -175,7 +178,9 @@ fn run(args: &HookArgs, not_delegated: Option<String>) -> Result<(), HookError> 
         }
     };
     let outcome = if args.hooks_only {
-        let config = hooks_only_config(stage, &state, &env, &checkpoint)?;
+        let path = std::env::var_os(CONFIG_ENV)
+            .map_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH), PathBuf::from);
+        let config = hooks_only_config(stage, &state, &env, &path, &checkpoint)?;
         let mut os = SysContainerOs::new(
             env.clone(),
             args.cgroup_root.clone(),
