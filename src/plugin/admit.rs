@@ -92,6 +92,7 @@ impl DevgatePlugin {
                     namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
                     error = %nri::ErrorChain(&source), "container refused"
                 );
+                self.release_refused(&pod.id);
                 return Err(PluginError::Devices {
                     namespace: pod.namespace.clone(),
                     pod: pod.name.clone(),

@@ -111,6 +111,31 @@ impl Releaser {
                 .for_each(|id| gpu.forget_pod(id));
         }
     }
+
+    /// Releases sandbox `id` now, unless a container of it is recorded by then.
+    fn run_unjoined(&self, id: &str) {
+        let ledger = self.devices.ledger();
+        let none = std::collections::BTreeSet::new();
+        let which = Release::Pod(id.to_string());
+        match ledger.release_pod_if_unchanged(id, &none, self.teardown.as_ref()) {
+            Ok(GuardedRelease::Released(pod)) => {
+                tracing::info!(pod = %pod.pod, sandbox = %id, "released devices");
+                self.gpu.get().forget_pod(id);
+            }
+            Ok(GuardedRelease::Changed) => {
+                tracing::info!(sandbox = %id, "a container joined the sandbox: its claims stay");
+            }
+            Ok(GuardedRelease::Absent) => {}
+            Ok(GuardedRelease::Failed { pod, reason }) => {
+                tracing::error!(pod = %pod.pod, sandbox = %id, reason = %reason, "teardown failed: the devices kept stay the pod's, quarantined, and are retried");
+                self.unreleased.update(&which, None);
+            }
+            Err(e) => {
+                tracing::error!(sandbox = %id, error = %nri::ErrorChain(&e), "release failed; retried in the background");
+                self.unreleased.update(&which, None);
+            }
+        }
+    }
 }
 
 pub fn forget_container(devices: &super::devices::Devices, sandbox_id: &str, container_id: &str) {
@@ -239,28 +264,46 @@ impl DevgatePlugin {
                 return;
             }
         };
-        let none = std::collections::BTreeSet::new();
+        let releaser = self.releaser();
         for id in ended {
             tracing::warn!(sandbox = %id, "releasing a sandbox that ended with no container after its start claimed (its start failed after devgate's part)");
-            let which = Release::Pod(id.clone());
-            let _running = self.releases.enter(&which);
-            match ledger.release_pod_if_unchanged(&id, &none, self.teardown.as_ref()) {
-                Ok(GuardedRelease::Released(pod)) => {
-                    tracing::info!(pod = %pod.pod, sandbox = %id, "released devices");
-                    self.gpu.get().forget_pod(&id);
+            let _running = self.releases.enter(&Release::Pod(id.clone()));
+            releaser.run_unjoined(&id);
+        }
+    }
+
+    /// Releases the claim of the pod whose container was just refused, where
+    /// no container of the pod is recorded: a claim made at the sandbox's
+    /// start, ahead of a container refused for what only the container shows
+    /// (its own variables, a GPU turned unhealthy since). A refusal claims
+    /// nothing; kubelet's retry claims again. Guarded under the ledger's lock,
+    /// so that a pod a container joined meanwhile keeps its claims.
+    pub(super) fn release_refused(&self, sandbox_id: &str) {
+        let unjoined = |state: &crate::ledger::LedgerState| {
+            state
+                .pods
+                .get(sandbox_id)
+                .is_some_and(|p| p.containers.is_empty() && p.network_owner.is_none())
+        };
+        match self.devices.ledger().snapshot() {
+            Ok(state) if unjoined(&state) => {
+                tracing::info!(sandbox = %sandbox_id, "releasing the claim made ahead of a refused container");
+                // On a worker, as every teardown: the stub's thread answers on.
+                let releaser = self.releaser();
+                let id = sandbox_id.to_string();
+                let running = self.releases.enter(&Release::Pod(id.clone()));
+                let job = Box::new(move || {
+                    let _running = running;
+                    releaser.run_unjoined(&id);
+                });
+                if let Err(job) = self.release_workers.submit(job) {
+                    tracing::warn!("releasing inline");
+                    job();
                 }
-                Ok(GuardedRelease::Changed) => {
-                    tracing::info!(sandbox = %id, "a container joined the sandbox: its claims stay");
-                }
-                Ok(GuardedRelease::Absent) => {}
-                Ok(GuardedRelease::Failed { pod, reason }) => {
-                    tracing::error!(pod = %pod.pod, sandbox = %id, reason = %reason, "teardown failed: the devices kept stay the pod's, quarantined, and are retried");
-                    self.unreleased.update(&which, None);
-                }
-                Err(e) => {
-                    tracing::error!(sandbox = %id, error = %nri::ErrorChain(&e), "release failed; retried in the background");
-                    self.unreleased.update(&which, None);
-                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(sandbox = %sandbox_id, error = %nri::ErrorChain(&e), "ledger unreadable: a refused container's claim kept until its pod's release");
             }
         }
     }

@@ -376,3 +376,49 @@ fn a_pods_kept_cgroups_do_not_grow_with_its_containers() {
         assert!(plugin.wait_for_releases(LIMIT));
     }
 }
+
+/// A container refused for what only it shows (its GPU turned unhealthy
+/// after the sandbox's start claimed) leaves no claim: the claim made ahead
+/// goes, and the retry once the GPU is healthy claims again. A pod that has
+/// an admitted container keeps its claim when a later one is refused.
+#[test]
+fn a_refused_first_container_leaves_no_claim_made_ahead() {
+    use crate::gpu::health::Fault;
+    use nri::stub::Plugin as _;
+    let (plugin, fixture, state) = hgx_plugin("");
+    let ledger = plugin.devices().ledger().clone();
+    let health = crate::gpu::HealthStore::new(&state.path().join("health"));
+    let gpus = &fixture.expected().gpus;
+    let with = |id: &str, n: usize| {
+        let mut pod = allocated_pod(&gpu_allocation(gpus[n].minor, &gpus[n].uuid, 100));
+        (pod.id, pod.uid) = (id.to_string(), format!("uid-{id}"));
+        plugin.run_pod_sandbox(&pod).unwrap();
+        assert!(ledger.holds(id).unwrap(), "claimed at the start");
+        pod
+    };
+    let named = |id: &str| Container {
+        id: id.into(),
+        ..ctr()
+    };
+
+    let first = with("first", 0);
+    health
+        .mark(&gpus[0].uuid, &[Fault::DoubleBitEcc], 1)
+        .unwrap();
+    let e = nri::ErrorChain(&plugin.adjustment(&first, &named("c1")).unwrap_err()).to_string();
+    assert!(e.contains(crate::allocation::DEVICE_ALLOCATED), "{e}");
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(!ledger.holds("first").unwrap(), "nothing claimed");
+    assert!(health.clear(&gpus[0].uuid).unwrap());
+    plugin.adjustment(&first, &named("c1")).unwrap();
+    assert!(ledger.holds("first").unwrap(), "the retry claims");
+
+    let ran = with("ran", 1);
+    plugin.adjustment(&ran, &named("c2")).unwrap();
+    health
+        .mark(&gpus[1].uuid, &[Fault::DoubleBitEcc], 1)
+        .unwrap();
+    plugin.adjustment(&ran, &named("c3")).unwrap_err();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(ledger.holds("ran").unwrap(), "c2 runs on its devices");
+}
