@@ -344,6 +344,12 @@ impl Devices {
         self.forget_pod(sandbox_id);
         self.stopped.removed(sandbox_id);
     }
+
+    /// Synchronize: the sandboxes the runtime lists, stopped ones included;
+    /// a stopped one not among them was removed while the plugin was away.
+    pub fn pods_listed(&self, listed: &std::collections::HashSet<&str>) {
+        self.stopped.keep_listed(listed);
+    }
 }
 
 /// What [`Devices::admit`] does with a claim the ledger refused: `Ok` to

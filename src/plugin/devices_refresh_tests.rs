@@ -72,7 +72,8 @@ fn an_owner_that_never_ran_gives_the_network_to_the_next_container() {
 /// A creation that reaches the plugin after its sandbox's StopPodSandbox
 /// (the runtime checked the sandbox ready just before) claims nothing, so
 /// the devices are not held until the sandbox's removal; a sandbox removed
-/// is forgotten.
+/// is forgotten, as is one a Synchronize no longer lists (its removal
+/// missed while the plugin was away).
 #[test]
 fn a_creation_after_the_sandbox_stopped_claims_nothing() {
     let node = node();
@@ -91,6 +92,16 @@ fn a_creation_after_the_sandbox_stopped_claims_nothing() {
     node.create("next", &[], &config, RuntimeFeatures::default())
         .unwrap();
     assert_eq!(node.devices.ledger().snapshot().unwrap().pods.len(), 1);
+
+    node.devices.pod_stopped("gone");
+    node.devices.pod_stopped(&node.pod.id);
+    node.devices.pods_listed(&[node.pod.id.as_str()].into());
+    let e = node.create("later", &[], &config, RuntimeFeatures::default());
+    assert!(
+        matches!(e, Err(DeviceError::Stopped { .. })),
+        "still listed"
+    );
+    assert!(!node.devices.stopped.contains("gone"), "its removal missed");
 }
 
 /// Exclusive RDMA netns mode: the pod's owner moved its VF's netdev and RDMA

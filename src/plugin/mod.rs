@@ -291,6 +291,8 @@ impl nri::Plugin for DevgatePlugin {
             .stopped_pid_zero
             .load(std::sync::atomic::Ordering::Relaxed);
         self.gpu.sync_pods(&pods, &self.options.state_dir);
+        self.devices
+            .pods_listed(&pods.iter().map(|p| p.id.as_str()).collect());
         let live = lifecycle::live_pods(&pods, &containers, stopped_pid_zero);
         // One read of the ledger for both: the pods gone, and the containers
         // it records (the others run without their allocation). The report

@@ -28,6 +28,16 @@ impl StoppedPods {
             .remove(sandbox_id);
     }
 
+    /// Synchronize: keeps only the sandboxes the runtime still lists (it
+    /// lists a stopped one until its removal), so that a RemovePodSandbox
+    /// missed while the plugin was away does not hold a place for good.
+    pub(super) fn keep_listed(&self, listed: &HashSet<&str>) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|id| listed.contains(id.as_str()));
+    }
+
     pub(super) fn contains(&self, sandbox_id: &str) -> bool {
         self.0
             .lock()
@@ -52,5 +62,11 @@ mod tests {
         }
         assert!(pods.contains(&format!("sb-{}", MAX_STOPPED - 1)));
         assert!(!pods.contains(&format!("sb-{MAX_STOPPED}")));
+
+        // A Synchronize that no longer lists them frees their places.
+        pods.keep_listed(&["sb-7"].into());
+        assert!(pods.contains("sb-7") && !pods.contains("sb-8"));
+        pods.stopped(&format!("sb-{MAX_STOPPED}"));
+        assert!(pods.contains(&format!("sb-{MAX_STOPPED}")));
     }
 }
