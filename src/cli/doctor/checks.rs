@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use super::host::{is_executable_file, read_bounded, Host, Roots};
 use super::registration::Registration;
-use super::running::Running;
+use super::running::{same_socket, Running};
 use super::Check;
 use crate::config::Config;
 
@@ -22,7 +22,7 @@ fn plugin_config(roots: &Roots, running: &[Running]) -> Option<(u32, PathBuf)> {
                 pid,
                 socket,
                 config,
-            } if *socket == roots.nri_socket => Some((*pid, config.clone())),
+            } if same_socket(socket, &roots.nri_socket) => Some((*pid, config.clone())),
             _ => None,
         })
         .and_then(|(pid, config)| {
@@ -78,7 +78,7 @@ pub fn registered(roots: &Roots, host: &dyn Host, running: &[Running]) -> Check 
     let want = &roots.nri_socket;
     for r in running {
         match r {
-            Running::Socket { pid, socket, .. } if socket == want => {
+            Running::Socket { pid, socket, .. } if same_socket(socket, want) => {
                 let what = format!("devgate nri (pid {pid}) on {}", want.display());
                 return accepted(roots, host, *pid, what);
             }

@@ -202,7 +202,7 @@ pub fn nri_enabled(host: &dyn Host, config: &ContainerdConfig, socket: &Path) ->
         found.push(format!("{path} sets disable_connections = true: only pre-installed plugins run, and devgate nri on the socket never connects"));
         fixes.push("set disable_connections = false, unless devgate is pre-installed (bootstrap.sh --preinstalled)".to_string());
     }
-    if let Some(s) = configured.filter(|s| Path::new(s) != socket) {
+    if let Some(s) = configured.filter(|s| !super::running::same_socket(Path::new(s), socket)) {
         found.push(format!("its socket_path is {s}, not {}", socket.display()));
         fixes.push(format!("run devgate nri (and doctor) with --socket {s}"));
     }

@@ -7,7 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::host::{is_executable_file, Roots};
-use super::running::Running;
+use super::running::{same_socket, Running};
 use super::Check;
 use crate::config::Config;
 
@@ -27,7 +27,7 @@ fn hook_path(roots: &Roots, config: &Config, running: &[Running]) -> Result<Path
     let pid = running
         .iter()
         .min_by_key(|r| match r {
-            Running::Socket { socket, .. } if *socket == roots.nri_socket => 0,
+            Running::Socket { socket, .. } if same_socket(socket, &roots.nri_socket) => 0,
             Running::Socket { .. } => 1,
             Running::Preinstalled { .. } => 2,
         })

@@ -11,11 +11,25 @@ const DEFAULT_SOCKET: &str = "/var/run/nri/nri.sock";
 /// Longest command line read per process.
 const MAX_CMDLINE_BYTES: u64 = 64 * 1024;
 
+/// Whether two socket paths name one socket, taking `/var/run` for `/run`:
+/// a symlink to it on every systemd host (FHS 3.0, 5.13), and containerd's
+/// default NRI socket and devgate's are spelled one each way. Lexical: the
+/// paths may lie under a root other than this host's.
+pub(super) fn same_socket(a: &Path, b: &Path) -> bool {
+    fn under_run(p: &Path) -> PathBuf {
+        match p.strip_prefix("/var/run") {
+            Ok(rest) => Path::new("/run").join(rest),
+            Err(_) => p.to_path_buf(),
+        }
+    }
+    a == b || under_run(a) == under_run(b)
+}
+
 /// The pid of the plugin the checks are about: `devgate nri` on the socket
 /// checked, else a pre-installed one (which the runtime connects itself).
 pub(super) fn on_socket(roots: &Roots, running: &[Running]) -> Option<u32> {
     running.iter().find_map(|r| match r {
-        Running::Socket { pid, socket, .. } if *socket == roots.nri_socket => Some(*pid),
+        Running::Socket { pid, socket, .. } if same_socket(socket, &roots.nri_socket) => Some(*pid),
         Running::Preinstalled { pid } => Some(*pid),
         Running::Socket { .. } => None,
     })

@@ -301,6 +301,31 @@ fn healthy_node_passes_every_check() {
     );
 }
 
+/// containerd's default NRI socket is `/run/nri/nri.sock`, devgate's
+/// `/var/run/nri/nri.sock`, the same file on a systemd host: spelled either
+/// way, in containerd's config or doctor's `--socket`, the node is healthy.
+#[test]
+fn the_socket_under_run_or_var_run_is_one_socket() {
+    for (in_config, checked) in [
+        ("/run/nri/nri.sock", "/var/run/nri/nri.sock"),
+        ("/var/run/nri/nri.sock", "/run/nri/nri.sock"),
+    ] {
+        let mut node = healthy();
+        let config = CONTAINERD_CONFIG.replace(
+            "disable = false\n",
+            &format!("disable = false\n  socket_path = \"{in_config}\"\n"),
+        );
+        write(&node.roots.containerd_config, &config);
+        node.roots.nri_socket = checked.into();
+        let checks = run_checks(&node.roots, &node.host);
+        let report = table(&checks);
+        assert!(
+            checks.iter().all(|c| c.status == Status::Pass),
+            "{checked}: {report}"
+        );
+    }
+}
+
 /// The exit status follows the checks: a healthy node, and one with warnings
 /// only, exit 0; one failed check makes it 1, naming the count.
 #[test]
