@@ -198,19 +198,37 @@ fn hook_file_problem(roots: &Roots, hook: &str) -> Option<String> {
     })
 }
 
-pub fn hooks_d(roots: &Roots) -> Check {
+/// The hooks.d file: on a CRI-O node, in a directory CRI-O's `hooks_dir`
+/// names (it reads no other); elsewhere, in podman's default directories.
+pub fn hooks_d(roots: &Roots, crio: bool) -> Check {
     const NAME: &str = "hooks.d";
-    let dirs = [
-        roots.host_path(Path::new("/etc/containers/oci/hooks.d")),
-        roots.host_path(Path::new("/usr/share/containers/oci/hooks.d")),
-    ];
-    let files: Vec<_> = dirs.iter().flat_map(|d| devgate_hook_files(d)).collect();
+    let dirs = match crio {
+        true => match super::crio::hooks_dirs(roots) {
+            Ok(dirs) => dirs,
+            Err(e) => return Check::fail(NAME, e, "fix CRI-O's config file"),
+        },
+        false => vec![
+            PathBuf::from("/etc/containers/oci/hooks.d"),
+            PathBuf::from("/usr/share/containers/oci/hooks.d"),
+        ],
+    };
+    let files: Vec<_> = dirs
+        .iter()
+        .flat_map(|d| devgate_hook_files(&roots.host_path(d)))
+        .collect();
     if files.is_empty() {
-        return Check::warn(
-            NAME,
-            "no devgate file in /etc/containers/oci/hooks.d or /usr/share/containers/oci/hooks.d",
-            "only CRI-O and podman need it (containerd gets the hooks through NRI): install hooks/*.json there (install/bootstrap.sh does)",
-        );
+        let listed: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        let (detail, fix) = match crio {
+            true => (
+                format!("no devgate file in CRI-O's hooks_dir ({}), the only directories CRI-O reads", listed.join(", ")),
+                "install hooks/*.json there (install/bootstrap.sh puts it in every hooks_dir CRI-O's config names), unless CRI-O's NRI serves devgate",
+            ),
+            false => (
+                format!("no devgate file in {}", listed.join(" or ")),
+                "only CRI-O and podman need it (containerd gets the hooks through NRI): install hooks/*.json there (install/bootstrap.sh does)",
+            ),
+        };
+        return Check::warn(NAME, detail, fix);
     }
     let mut good = Vec::new();
     for (file, hook) in files {

@@ -4,7 +4,7 @@
 //! and its drop-ins (`crio.conf.d`, later files winning, as CRI-O merges
 //! them).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::host::{read_bounded, Host, Roots};
 use super::Check;
@@ -25,32 +25,85 @@ pub fn runtime() -> Check {
     )
 }
 
-/// `[crio.nri] enable_nri` as CRI-O's config and its drop-ins set it.
-pub fn nri_enabled(roots: &Roots) -> Check {
-    const NAME: &str = "nri enabled";
+/// CRI-O's config and its drop-ins, in the order CRI-O merges them.
+fn config_files(roots: &Roots) -> Vec<PathBuf> {
     let dir = roots.etc_root.join("crio");
     let mut files = vec![dir.join("crio.conf")];
     dropins(&dir.join("crio.conf.d"), &mut files);
+    files
+}
+
+/// The value at `key` (a table path) in the last of CRI-O's config files
+/// that sets it, with that file; a file that cannot be read or parsed is an
+/// error naming it.
+fn last_setting(roots: &Roots, key: &[&str]) -> Result<Option<(toml::Value, PathBuf)>, String> {
     let mut setting = None;
-    for file in &files {
-        match enable_nri(file) {
-            Ok(Some(on)) => setting = Some((on, file.display().to_string())),
-            Ok(None) => {}
-            Err(e) => return Check::fail(NAME, e, "fix CRI-O's config file"),
+    for file in config_files(roots) {
+        if let Some(value) = setting_in(&file, key)? {
+            setting = Some((value, file));
         }
     }
+    Ok(setting)
+}
+
+/// `[crio.nri] enable_nri` as CRI-O's config and its drop-ins set it.
+pub fn nri_enabled(roots: &Roots) -> Check {
+    const NAME: &str = "nri enabled";
+    let setting = match last_setting(roots, &["crio", "nri", "enable_nri"]) {
+        Ok(setting) => setting,
+        Err(e) => return Check::fail(NAME, e, "fix CRI-O's config file"),
+    };
     match setting {
-        Some((true, file)) => Check::pass(NAME, format!("CRI-O: enable_nri = true in {file}")),
-        Some((false, file)) => Check::warn(
+        Some((toml::Value::Boolean(true), file)) => Check::pass(
             NAME,
-            format!("CRI-O: enable_nri = false in {file}: the plugin cannot connect"),
+            format!("CRI-O: enable_nri = true in {}", file.display()),
+        ),
+        Some((toml::Value::Boolean(false), file)) => Check::warn(
+            NAME,
+            format!(
+                "CRI-O: enable_nri = false in {}: the plugin cannot connect",
+                file.display()
+            ),
             format!("set [crio.nri] enable_nri = true and restart CRI-O, {HOOKS_FIX}"),
+        ),
+        Some((other, file)) => Check::fail(
+            NAME,
+            format!(
+                "{}: [crio.nri] enable_nri is {other}, not true or false",
+                file.display()
+            ),
+            "fix CRI-O's config file",
         ),
         None => Check::warn(
             NAME,
             "CRI-O: enable_nri is not set: on by default from CRI-O 1.30, off before",
             format!("set [crio.nri] enable_nri = true, {HOOKS_FIX}"),
         ),
+    }
+}
+
+/// Where CRI-O reads hooks.d files from when its config names none.
+const DEFAULT_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";
+
+/// The directories CRI-O reads hooks.d files from (host paths): `[crio.runtime]
+/// hooks_dir` of the last of its config files that sets it, else CRI-O's
+/// default. Only these: a file in another hooks.d directory, which podman
+/// reads, CRI-O never runs.
+pub fn hooks_dirs(roots: &Roots) -> Result<Vec<PathBuf>, String> {
+    let Some((value, file)) = last_setting(roots, &["crio", "runtime", "hooks_dir"])? else {
+        return Ok(vec![PathBuf::from(DEFAULT_HOOKS_DIR)]);
+    };
+    let dirs = value.as_array().map(|dirs| {
+        dirs.iter()
+            .map(|d| d.as_str().map(PathBuf::from))
+            .collect::<Option<Vec<_>>>()
+    });
+    match dirs.flatten() {
+        Some(dirs) => Ok(dirs),
+        None => Err(format!(
+            "{}: [crio.runtime] hooks_dir is {value}, not a list of paths",
+            file.display()
+        )),
     }
 }
 
@@ -79,9 +132,9 @@ fn dropins(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-/// `enable_nri` of one file, if it sets it; an unreadable or broken file is
-/// an error naming it, a missing one sets nothing.
-fn enable_nri(path: &Path) -> Result<Option<bool>, String> {
+/// The value at `key` in one file, if it sets it; an unreadable or broken
+/// file is an error naming it, a missing one sets nothing.
+fn setting_in(path: &Path, key: &[&str]) -> Result<Option<toml::Value>, String> {
     let text = match read_bounded(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -94,18 +147,13 @@ fn enable_nri(path: &Path) -> Result<Option<bool>, String> {
             crate::config::toml_error(&text, &e)
         )
     })?;
-    let value = doc
-        .get("crio")
-        .and_then(|c| c.get("nri"))
-        .and_then(|n| n.get("enable_nri"));
-    match value {
-        None => Ok(None),
-        Some(toml::Value::Boolean(on)) => Ok(Some(*on)),
-        Some(other) => Err(format!(
-            "{}: [crio.nri] enable_nri is {other}, not true or false",
-            path.display()
-        )),
-    }
+    let Some((last, tables)) = key.split_last() else {
+        return Ok(None);
+    };
+    let table = tables
+        .iter()
+        .try_fold(&doc, |t, name| t.get(*name).and_then(toml::Value::as_table));
+    Ok(table.and_then(|t| t.get(*last)).cloned())
 }
 
 /// The cgroup check on a CRI-O node: the version; CRI-O's runtime and cgroup

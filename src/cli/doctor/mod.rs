@@ -149,7 +149,7 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
         nri,
         checks::nri_socket(roots, host),
         checks::registered(roots, host, &running),
-        checks::hooks_d(roots),
+        checks::hooks_d(roots, crio),
         checks::state_dirs(roots, &config),
         hook::nri_hook(roots, &config, &running),
         node::inventory(&inventory),

@@ -106,3 +106,33 @@ fn no_containerd_and_no_crio_still_fails() {
     let checks = run_checks(&node.roots, &node.host);
     assert_eq!(check(&checks, "containerd").status, Status::Fail);
 }
+
+/// CRI-O reads hooks.d files only from its `hooks_dir` (by default
+/// /usr/share/containers/oci/hooks.d): the file in /etc's directory alone,
+/// which podman reads, warns on a CRI-O node, until a drop-in lists /etc's.
+#[test]
+fn the_hooks_file_is_looked_for_where_crio_reads_hooks() {
+    let node = crio_node(&[]);
+    let hooks = run_check(&node, "hooks.d");
+    assert_eq!(hooks.status, Status::Warn, "{hooks:?}");
+    assert!(
+        hooks
+            .detail
+            .contains("CRI-O's hooks_dir (/usr/share/containers/oci/hooks.d)"),
+        "{hooks:?}"
+    );
+    let dropin = node.roots.etc_root.join("crio/crio.conf.d/10-hooks.conf");
+    let listed = "[crio.runtime]\nhooks_dir = [\"/opt/hooks\", \"/etc/containers/oci/hooks.d\"]\n";
+    write(&dropin, listed);
+    let hooks = run_check(&node, "hooks.d");
+    assert_eq!(hooks.status, Status::Pass, "{hooks:?}");
+    assert!(hooks.detail.contains("hooks.d/devgate.json"), "{hooks:?}");
+
+    write(
+        &dropin,
+        "[crio.runtime]\nhooks_dir = \"/etc/containers/oci/hooks.d\"\n",
+    );
+    let hooks = run_check(&node, "hooks.d");
+    assert_eq!(hooks.status, Status::Fail, "{hooks:?}");
+    assert!(hooks.detail.contains("not a list of paths"), "{hooks:?}");
+}
