@@ -23,9 +23,10 @@ impl Systemd {
     fn new(dir: &Path, prefix: &Path) -> Systemd {
         let dir = dir.join("systemd");
         let script = format!(
-            "#!/bin/sh\necho \"$*\" >> {calls}\ncase \"$1\" in restart)\n  if [ -e {registers} ]; then mkdir -p {run} && touch {run}/runtime.json; fi ;;\nesac\n",
+            "#!/bin/sh\necho \"$*\" >> {calls}\ncase \"$*\" in \"restart devgate.service\") rm -f {old} ;; \"restart containerd.service\")\n  if [ -e {old} ]; then mkdir -p {run} && touch {run}/runtime.json; fi ;;\nesac\ncase \"$1\" in restart)\n  if [ -e {registers} ]; then mkdir -p {run} && touch {run}/runtime.json; fi ;;\nesac\n",
             calls = dir.join("calls").display(),
             registers = dir.join("registers").display(),
+            old = dir.join("old-plugin-runs").display(),
             run = prefix.join("run/devgate").display(),
         );
         write_executable(&dir.join("systemctl"), &script);
@@ -39,6 +40,12 @@ impl Systemd {
         } else {
             let _ = std::fs::remove_file(flag);
         }
+    }
+
+    /// A devgate already running, which registers with containerd when
+    /// containerd restarts, until devgate's own restart ends it.
+    fn old_plugin_runs(&self) {
+        write(&self.dir.join("old-plugin-runs"), "");
     }
 
     fn calls(&self) -> Vec<String> {
@@ -201,10 +208,10 @@ fn an_unregistered_unit_fails_the_run_and_stays() {
     assert_eq!(
         systemd.calls(),
         [
-            "restart containerd.service",
             "daemon-reload",
             "enable devgate.service",
-            "restart devgate.service"
+            "restart devgate.service",
+            "restart containerd.service"
         ],
         "{}",
         failed.out
@@ -212,6 +219,30 @@ fn an_unregistered_unit_fails_the_run_and_stays() {
     systemd.registers(true);
     let again = systemd.run(&prefix, &hooks, &["--containerd-version", "1.7.24"]);
     assert!(again.ok, "{}", again.out);
+}
+
+/// A devgate already running reconnects to a restarted containerd and
+/// registers: the unit is restarted first, so that only the new binary's
+/// registration counts, and one that never registers fails the run.
+#[test]
+fn the_plugin_the_unit_replaces_does_not_count_as_registered() {
+    let Rig {
+        _dir,
+        prefix,
+        hooks,
+        systemd,
+    } = rig();
+    systemd.old_plugin_runs();
+    let failed = systemd.run(&prefix, &hooks, &["--containerd-version", "1.7.24"]);
+    assert!(
+        !failed.ok && failed.out.contains("did not register"),
+        "{}",
+        failed.out
+    );
+    assert!(
+        !prefix.join("run/devgate/runtime.json").exists(),
+        "the old plugin was gone when containerd came back"
+    );
 }
 
 /// Without containerd (CRI-O, podman) nothing says the runtime runs NRI:

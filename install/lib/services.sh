@@ -67,16 +67,19 @@ clear_pending() {
 restart_services() {
     local since restarted=0
     since=$(date +%s)
-    if ((RESTART_CONTAINERD)) && has_containerd; then
-        systemctl_do restart containerd.service
-        restarted=1
-    fi
+    # devgate's unit first: the plugin it replaces would otherwise reconnect
+    # to the restarted containerd and register, vouching for a new binary
+    # that may never start. The new one waits for containerd's socket.
     # --node-only and --hooks-only removed devgate's unit: nothing of
     # devgate's to restart (a hook runs afresh at each container).
     if ((RESTART_DEVGATE && !PREINSTALLED && !NODE_ONLY && !HOOKS_ONLY)); then
         systemctl_do daemon-reload
         systemctl_do enable devgate.service
         systemctl_do restart devgate.service
+        restarted=1
+    fi
+    if ((RESTART_CONTAINERD)) && has_containerd; then
+        systemctl_do restart containerd.service
         restarted=1
     fi
     # Only containerd is known to run NRI here (step 3 saw to it): CRI-O's
