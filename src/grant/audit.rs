@@ -1,17 +1,15 @@
 //! One structured log line per grant decision and counters that `devgate status`
 //! (another process) reads from the state directory.
 //!
-//! The log line is the record of each decision, one per container: a
-//! container given again the decision just logged for it (same pod, container,
-//! outcome, devices and reason) is counted and logged at debug only. That keeps
-//! a container kubelet restarts in a loop from writing the same line each time.
-//! Refusals are always logged, as they are made. A decision that lets a
+//! The log line is the record of each decision, one per decision: a container
+//! kubelet restarts has its line again at each start. Refusals are logged as
+//! they are made. A decision that lets a
 //! container through is logged by the counters' writer, with the time it was
 //! made (`decided`), together with the counters' write: formatting and writing
 //! the line cost a pod's first container about 30 µs of its creation with
 //! caches cold (see `audit_line`). Lines still follow the order of their
-//! decisions: a line logged at once (a refusal, a debug line, a line the full
-//! queue does not take) first logs the lines of earlier decisions still
+//! decisions: a line logged at once (a refusal, a line the full queue does
+//! not take) first logs the lines of earlier decisions still
 //! waiting, after any the writer is logging.
 //! The counters are diagnostics: a small JSON file that a background thread
 //! replaces atomically, at most once per [`FLUSH_INTERVAL`], never sooner than
@@ -124,31 +122,8 @@ struct State {
     /// container creation two context switches.
     waiting: bool,
     stop: bool,
-    /// The last decision logged at info: one slot, so a pod whose
-    /// containers arrive between another pod's logs its decision again.
-    last_logged: Option<Logged>,
     /// Lines of decisions counted since the last write, for the writer to log.
     pending: Vec<PendingLine>,
-}
-
-/// What makes a decision the same one again.
-#[derive(Debug, PartialEq, Eq)]
-struct Logged {
-    uid: String,
-    container: String,
-    outcome: Outcome,
-    devices: String,
-    reason: String,
-}
-
-impl Logged {
-    fn is(&self, d: &Decision<'_>) -> bool {
-        self.uid == d.uid
-            && self.container == d.container
-            && self.outcome == d.outcome
-            && self.devices == d.devices
-            && self.reason == d.reason
-    }
 }
 
 struct Shared {
@@ -294,19 +269,9 @@ impl Audit {
     /// the queue to be logged before it.
     fn count(&self, d: &Decision<'_>) -> (Line, Option<Vec<PendingLine>>) {
         let mut s = self.shared.lock();
-        let line = match &s.last_logged {
-            Some(last) if !matches!(d.outcome, Outcome::Refused(_)) && last.is(d) => Line::Repeated,
-            _ => Line::Logged,
-        };
-        if line == Line::Logged {
-            s.last_logged = Some(Logged {
-                uid: d.uid.to_string(),
-                container: d.container.to_string(),
-                outcome: d.outcome,
-                devices: d.devices.to_string(),
-                reason: d.reason.to_string(),
-            });
-        }
+        // Every decision has its line, a container's repeated one too (the
+        // issue's contract: every grant and refusal).
+        let line = Line::Logged;
         // Refusals are logged as they are made; without a writer, or with
         // too many lines waiting for it, so is every decision.
         let line = match line {
@@ -344,11 +309,7 @@ impl Audit {
                 self.shared.wake.notify_all();
             }
         }
-        let now = match line {
-            Line::Logged => true,
-            Line::Deferred => false,
-            Line::Repeated => tracing::enabled!(target: "devgate::audit", tracing::Level::DEBUG),
-        };
+        let now = line == Line::Logged;
         (line, now.then(|| std::mem::take(&mut s.pending)))
     }
 

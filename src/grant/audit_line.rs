@@ -106,8 +106,6 @@ pub(super) enum Line {
     Logged,
     /// At info, by the writer: the record of a decision that let the container through.
     Deferred,
-    /// At debug: the decision just logged for the same container.
-    Repeated,
 }
 
 /// Logs a decision's line that is not left to the writer.
@@ -120,10 +118,6 @@ pub(super) fn log_now(d: &Decision<'_>, line: Line) {
         ),
         (_, Line::Logged) => log(d, SystemTime::now()),
         (_, Line::Deferred) => {}
-        (outcome, Line::Repeated) => tracing::debug!(
-            target: "devgate::audit", pod = %d.pod, uid = %d.uid, container = %d.container,
-            outcome = outcome_name(outcome), "device grant, as logged for the container"
-        ),
     }
 }
 
