@@ -112,11 +112,20 @@ impl Releaser {
         }
     }
 
-    /// Releases sandbox `id` now, unless a container of it is recorded by then.
-    fn run_unjoined(&self, id: &str) {
+    /// Releases sandbox `id` now, unless a container of it is recorded by
+    /// then. One that fails is retried by the retry round, whose release
+    /// checks no container set, only where `ended`: no container can join a
+    /// sandbox that ended (containerd admits none into a stopped one). A live
+    /// sandbox's failure keeps its claims, the devices quarantined, for its
+    /// stop's release or its next refused container.
+    fn run_unjoined(&self, id: &str, ended: bool) {
         let ledger = self.devices.ledger();
         let none = std::collections::BTreeSet::new();
-        let which = Release::Pod(id.to_string());
+        let retry = || {
+            if ended {
+                self.unreleased.update(&Release::Pod(id.to_string()), None);
+            }
+        };
         match ledger.release_pod_if_unchanged(id, &none, self.teardown.as_ref()) {
             Ok(GuardedRelease::Released(pod)) => {
                 tracing::info!(pod = %pod.pod, sandbox = %id, "released devices");
@@ -127,12 +136,12 @@ impl Releaser {
             }
             Ok(GuardedRelease::Absent) => {}
             Ok(GuardedRelease::Failed { pod, reason }) => {
-                tracing::error!(pod = %pod.pod, sandbox = %id, reason = %reason, "teardown failed: the devices kept stay the pod's, quarantined, and are retried");
-                self.unreleased.update(&which, None);
+                tracing::error!(pod = %pod.pod, sandbox = %id, reason = %reason, retried = ended, "teardown failed: the devices kept stay the pod's, quarantined");
+                retry();
             }
             Err(e) => {
-                tracing::error!(sandbox = %id, error = %nri::ErrorChain(&e), "release failed; retried in the background");
-                self.unreleased.update(&which, None);
+                tracing::error!(sandbox = %id, error = %nri::ErrorChain(&e), retried = ended, "release failed");
+                retry();
             }
         }
     }
@@ -268,7 +277,7 @@ impl DevgatePlugin {
         for id in ended {
             tracing::warn!(sandbox = %id, "releasing a sandbox that ended with no container after its start claimed (its start failed after devgate's part)");
             let _running = self.releases.enter(&Release::Pod(id.clone()));
-            releaser.run_unjoined(&id);
+            releaser.run_unjoined(&id, true);
         }
     }
 
@@ -294,7 +303,7 @@ impl DevgatePlugin {
                 let running = self.releases.enter(&Release::Pod(id.clone()));
                 let job = Box::new(move || {
                     let _running = running;
-                    releaser.run_unjoined(&id);
+                    releaser.run_unjoined(&id, false);
                 });
                 if let Err(job) = self.release_workers.submit(job) {
                     tracing::warn!("releasing inline");
@@ -338,61 +347,5 @@ impl DevgatePlugin {
     /// none is left.
     pub fn wait_for_releases(&self, limit: Duration) -> bool {
         self.releases.wait_idle(limit)
-    }
-}
-
-/// The sandbox ids of the runtime's pods that still run, from a Synchronize.
-/// The runtime also lists sandboxes that were stopped but not yet removed
-/// (containerd keeps them until RemovePodSandbox, which for a finished Job's
-/// pod comes only when the pod object is deleted). A pod stopped while the
-/// plugin was away would keep its devices that long, refusing every pod the
-/// scheduler gives them to. A stopped sandbox has no task, so containerd
-/// reports its pid as 0 (`nriPodSandbox`; the sandbox exit handler clears
-/// it); a pid of 0 alone is not trusted, since it is also what a failed
-/// task lookup gives: such a pod counts as stopped only when none of its
-/// containers runs either (the runtime lists no exited container). Only for
-/// a runtime known to report stopped sandboxes so (`stopped_pid_zero`);
-/// for any other, every listed pod is live.
-pub fn live_pods(
-    pods: &[nri::api::PodSandbox],
-    containers: &[nri::api::Container],
-    stopped_pid_zero: bool,
-) -> HashSet<String> {
-    let with_running: HashSet<&str> = containers
-        .iter()
-        .map(|c| c.pod_sandbox_id.as_str())
-        .collect();
-    pods.iter()
-        .filter(|p| !stopped_pid_zero || p.pid != 0 || with_running.contains(p.id.as_str()))
-        .map(|p| p.id.clone())
-        .collect()
-}
-
-#[cfg(test)]
-mod live_tests {
-    use super::*;
-
-    #[test]
-    fn a_stopped_sandbox_without_running_containers_is_not_live() {
-        let pod = |id: &str, pid: u32| nri::api::PodSandbox {
-            id: id.into(),
-            pid,
-            ..Default::default()
-        };
-        let ctr = |pod: &str| nri::api::Container {
-            id: format!("{pod}-c"),
-            pod_sandbox_id: pod.into(),
-            ..Default::default()
-        };
-        let pods = [pod("running", 41), pod("stopped", 0), pod("no-pid", 0)];
-        let sorted = |live: HashSet<String>| {
-            let mut v: Vec<String> = live.into_iter().collect();
-            v.sort();
-            v
-        };
-        let live = live_pods(&pods, &[ctr("no-pid")], true);
-        assert_eq!(sorted(live), ["no-pid", "running"]);
-        let live = live_pods(&pods, &[], false);
-        assert_eq!(sorted(live), ["no-pid", "running", "stopped"]);
     }
 }

@@ -21,6 +21,7 @@ mod hook_path;
 mod in_flight;
 mod last_plan;
 mod lifecycle;
+mod live_pods;
 pub mod probe;
 pub mod reads;
 mod resync;
@@ -293,7 +294,7 @@ impl nri::Plugin for DevgatePlugin {
         self.gpu.sync_pods(&pods, &self.options.state_dir);
         self.devices
             .pods_listed(&pods.iter().map(|p| p.id.as_str()).collect());
-        let live = lifecycle::live_pods(&pods, &containers, stopped_pid_zero);
+        let live = live_pods::live_pods(&pods, &containers, stopped_pid_zero);
         // One read of the ledger for both: the pods gone, and the containers
         // it records (the others run without their allocation). The report
         // parses annotations and logs: outside the read, which holds the

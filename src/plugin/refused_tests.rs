@@ -1,0 +1,94 @@
+//! A container refused after its sandbox's start claimed, with no container
+//! of the pod recorded, leaves no claim.
+use super::*;
+use crate::gpu::health::Fault;
+use nri::stub::Plugin as _;
+
+/// Pod `id` with GPU `n` of the fixture, its sandbox started (claimed).
+fn started(
+    plugin: &DevgatePlugin,
+    fixture: &crate::fixture::Fixture,
+    id: &str,
+    n: usize,
+) -> PodSandbox {
+    let gpu = &fixture.expected().gpus[n];
+    let mut pod = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100));
+    (pod.id, pod.uid) = (id.to_string(), format!("uid-{id}"));
+    plugin.run_pod_sandbox(&pod).unwrap();
+    assert!(
+        plugin.devices().ledger().holds(id).unwrap(),
+        "claimed at the start"
+    );
+    pod
+}
+
+fn named(id: &str) -> Container {
+    Container {
+        id: id.into(),
+        ..ctr()
+    }
+}
+
+/// A container refused for what only it shows (its GPU turned unhealthy
+/// after the sandbox's start claimed) leaves no claim: the claim made ahead
+/// goes, and the retry once the GPU is healthy claims again. A pod that has
+/// an admitted container keeps its claim when a later one is refused.
+#[test]
+fn a_refused_first_container_leaves_no_claim_made_ahead() {
+    let (plugin, fixture, state) = hgx_plugin("");
+    let ledger = plugin.devices().ledger().clone();
+    let health = crate::gpu::HealthStore::new(&state.path().join("health"));
+    let gpus = &fixture.expected().gpus;
+
+    let first = started(&plugin, &fixture, "first", 0);
+    health
+        .mark(&gpus[0].uuid, &[Fault::DoubleBitEcc], 1)
+        .unwrap();
+    let e = nri::ErrorChain(&plugin.adjustment(&first, &named("c1")).unwrap_err()).to_string();
+    assert!(e.contains(crate::allocation::DEVICE_ALLOCATED), "{e}");
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(!ledger.holds("first").unwrap(), "nothing claimed");
+    assert!(health.clear(&gpus[0].uuid).unwrap());
+    plugin.adjustment(&first, &named("c1")).unwrap();
+    assert!(ledger.holds("first").unwrap(), "the retry claims");
+
+    let ran = started(&plugin, &fixture, "ran", 1);
+    plugin.adjustment(&ran, &named("c2")).unwrap();
+    health
+        .mark(&gpus[1].uuid, &[Fault::DoubleBitEcc], 1)
+        .unwrap();
+    plugin.adjustment(&ran, &named("c3")).unwrap_err();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(ledger.holds("ran").unwrap(), "c2 runs on its devices");
+}
+
+/// That release failing keeps the pod's claim (its devices quarantined), and
+/// the retry round does not release it behind a container admitted since:
+/// only a sandbox that ended is retried so, unguarded.
+#[test]
+fn a_failed_release_of_a_refused_containers_claim_stays_the_pods() {
+    let (mut plugin, fixture, state) = hgx_plugin("");
+    let flaky = Arc::new(Flaky(false.into()));
+    plugin.teardown = flaky.clone();
+    let ledger = plugin.devices().ledger().clone();
+    let health = crate::gpu::HealthStore::new(&state.path().join("health"));
+    let uuid = &fixture.expected().gpus[0].uuid;
+
+    let pod = started(&plugin, &fixture, "sb", 0);
+    health.mark(uuid, &[Fault::DoubleBitEcc], 1).unwrap();
+    plugin.adjustment(&pod, &named("c1")).unwrap_err();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(ledger.holds("sb").unwrap(), "its teardown failed");
+    assert!(
+        plugin.unreleased.pending().is_empty(),
+        "not retried unguarded"
+    );
+
+    assert!(health.clear(uuid).unwrap());
+    plugin.adjustment(&pod, &named("c1")).unwrap();
+    flaky.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    plugin.retry_round();
+    assert!(ledger.snapshot().unwrap().pods["sb"]
+        .containers
+        .contains_key("c1"));
+}
