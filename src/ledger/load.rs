@@ -141,15 +141,12 @@ pub(super) fn load(base: &Path, locked: bool) -> Result<Loaded, LedgerError> {
             doc: Some(doc_key),
             journal: journal_key,
         };
-        let torn = if locked && torn {
-            cut_tail(base, complete)?;
-            key.journal = journal_key.map(|k| JournalKey {
-                size: complete,
-                ..k
-            });
-            false
+        let (torn, journal) = if locked && torn {
+            let (cut_key, cut) = cut_tail(base, complete)?;
+            key.journal = Some(cut_key);
+            (false, Some(cut))
         } else {
-            torn
+            (torn, journal)
         };
         let mut loaded = loaded(state, key, Some(doc), journal, torn);
         loaded.other_generations = replayed.other_generations;
@@ -254,16 +251,24 @@ fn read_journal(
     Ok((Some(key), Some(file), replayed))
 }
 
-/// Cuts the journal back to its complete lines (under the lock: the writer of
-/// the tail is gone, and the next line must not be appended to its half).
-fn cut_tail(base: &Path, complete: u64) -> Result<(), LedgerError> {
+/// Cuts the journal back to its first `complete` bytes, its complete lines
+/// (under the lock: the writer of the tail is gone, and the next line must
+/// not be appended to its half); the new file's key and the file. A file of
+/// those lines takes the journal's name rather than the file being cut in
+/// place, as the fold empties it: a reader without the lock that has the old
+/// one open reads it whole, the cut line included (and reads again), never
+/// the cut line's start joined to the end of a line appended after the cut,
+/// which could parse as a line no one wrote.
+fn cut_tail(base: &Path, complete: u64) -> Result<(JournalKey, File), LedgerError> {
     let path = base.join(JOURNAL_FILE);
-    let file = fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .map_err(io(path.clone()))?;
     tracing::warn!(path = %path.display(), at = complete, "ledger journal ends in a cut line: cutting it off");
-    file.set_len(complete).map_err(io(path))
+    let bytes = read_whole(&path)?
+        .map(|whole| whole.bytes)
+        .unwrap_or_default();
+    let lines = bytes.get(..complete as usize).unwrap_or(&bytes);
+    let meta = fsutil::replace_file_meta(&path, lines)?;
+    let file = File::open(&path).map_err(io(path))?;
+    Ok((JournalKey::of(&meta), file))
 }
 
 fn too_large(path: PathBuf) -> LedgerError {

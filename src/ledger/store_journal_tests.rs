@@ -106,26 +106,41 @@ fn lines_of_an_older_generation_are_ignored() {
 }
 
 /// A writer killed inside its `write` leaves part of a line: no reader takes
-/// it, and the next writer cuts it off before its own line.
+/// it, and the next writer cuts it off before its own line. The cut puts a
+/// file of the complete lines in the journal's place: a reader that has the
+/// old one open reads it as it was, never the cut line's start joined to the
+/// end of the line appended after the cut.
 #[test]
 fn a_line_cut_short_is_ignored_then_cut_off() {
+    use std::io::Read;
     let dir = tempfile::tempdir().unwrap();
     let store = store_with_pod(dir.path());
     add(&store, "a");
     let whole = journal_len(dir.path());
-    let mut file = fs::OpenOptions::new()
-        .append(true)
-        .open(dir.path().join(JOURNAL_FILE))
-        .unwrap();
+    let journal = dir.path().join(JOURNAL_FILE);
+    let mut file = fs::OpenOptions::new().append(true).open(&journal).unwrap();
     file.write_all(b"{\"g\":1,\"sandbox\":\"s\",\"pod\":nu")
         .unwrap();
+    let cut = fs::read(&journal).unwrap();
+    let (mut held, before) = (
+        fs::File::open(&journal).unwrap(),
+        ino(dir.path(), JOURNAL_FILE),
+    );
     let theirs = Store::at(dir.path());
     assert_eq!(containers(&theirs.read_unlocked().unwrap()), ["a"]);
     add(&theirs, "b");
-    let text = fs::read_to_string(dir.path().join(JOURNAL_FILE)).unwrap();
+    let text = fs::read_to_string(&journal).unwrap();
     assert!(!text.contains("nu{"), "{text}");
     assert_eq!(text.lines().count(), 2);
     assert!(journal_len(dir.path()) > whole);
+    assert_ne!(
+        ino(dir.path(), JOURNAL_FILE),
+        before,
+        "replaced, not cut in place"
+    );
+    let mut seen = Vec::new();
+    held.read_to_end(&mut seen).unwrap();
+    assert_eq!(seen, cut, "the old version as it was");
     assert_eq!(containers(&store.read_unlocked().unwrap()), ["a", "b"]);
 }
 
