@@ -59,6 +59,29 @@ fn an_rdma_device_in_another_netns_is_found_through_its_char_devices() {
         }
     }
     assert_eq!(rest, was);
+
+    // Without `ib_umad` no node names its ports: a VF's one port, 1.
+    for c in dev
+        .char_devs
+        .iter()
+        .filter(|c| c.kind != crate::inventory::RdmaCharKind::Uverbs)
+    {
+        fs::remove_file(root.join("sys/class/infiniband_mad").join(&c.name)).unwrap();
+    }
+    let inv = discover(root);
+    assert_eq!(inv.warnings, Vec::<String>::new());
+    let found = inv.rdma[0]
+        .vfs
+        .iter()
+        .find(|v| v.bus_id == vf.bus_id)
+        .and_then(|v| v.rdma.clone())
+        .expect("found by its uverbs node alone");
+    let ports: Vec<(u32, &str)> = found
+        .ports
+        .iter()
+        .map(|p| (p.num, p.state.as_str()))
+        .collect();
+    assert_eq!(ports, [(1, rdma::HIDDEN_PORT_STATE)]);
 }
 
 /// `rdma link add siw0 type siw netdev <the NIC's>` (and rxe on older

@@ -131,7 +131,8 @@ impl Scan<'_> {
     /// pod leaves the host's `class/infiniband`, which is netns-tagged
     /// (drivers/infiniband/core/device.c `ib_class`), while its uverbs and umad
     /// class devices, which are not, stay with a `device` link to its PCI
-    /// function. Its ports' state and link layer cannot be read from here.
+    /// function. Its ports' state and link layer cannot be read from here;
+    /// its port numbers come from its umad nodes, else port 1.
     pub(super) fn hidden_rdma_dev(
         &mut self,
         name: String,
@@ -150,6 +151,13 @@ impl Scan<'_> {
         let mut nums: Vec<u32> = char_devs.iter().filter_map(|c| c.port).collect();
         nums.sort_unstable();
         nums.dedup();
+        if nums.is_empty() {
+            // Only umad and issm nodes name ports, and a node without `ib_umad`
+            // (RoCE-only nodes often lack it) has none. What moves into a pod
+            // is a VF, which has one port, 1: so the pod's further containers
+            // are given the same NCCL_IB_HCA and UCX_NET_DEVICES as its first.
+            nums.push(1);
+        }
         let ports = nums
             .into_iter()
             .map(|num| RdmaPort {
