@@ -10,6 +10,10 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::ledger::Ledger;
 
+/// Most live pods kept for a retry: a node's pods, and every pod started
+/// since, many times over.
+const MAX_LIVE: usize = 65536;
+
 #[derive(Default)]
 pub struct PendingSync(Mutex<Option<HashSet<String>>>);
 
@@ -28,9 +32,19 @@ impl PendingSync {
     /// claim anything, so a read under the same lock either counts it live
     /// or ran before its claim.
     pub fn note_run(&self, sandbox_id: &str) {
-        if let Some(live) = self.lock().as_mut() {
-            live.insert(sandbox_id.to_string());
+        let mut pending = self.lock();
+        let Some(live) = pending.as_mut() else {
+            return;
+        };
+        if live.len() >= MAX_LIVE {
+            // Bounded while the ledger stays unreadable: what is owed is
+            // given up, and the pods gone keep their claims until the next
+            // connection's Synchronize, which is never a wrong release.
+            tracing::warn!(pods = live.len(), "synchronize retry given up: the ledger stayed unreadable while many pods started; pods gone while the plugin was away keep their claims until the next synchronize");
+            *pending = None;
+            return;
         }
+        live.insert(sandbox_id.to_string());
     }
 
     /// The pods to release: those the ledger holds that were neither live at
@@ -53,5 +67,29 @@ impl PendingSync {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<HashSet<String>>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pods run since an unanswered Synchronize are live for its retry, up
+    /// to a bound past which the retry is given up (nothing released).
+    #[test]
+    fn pods_run_since_are_live_and_the_set_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(dir.path()).unwrap();
+        let pending = PendingSync::default();
+        pending.note_run("before");
+        assert!(pending.stale(&ledger).is_none(), "nothing owed");
+        pending.keep(HashSet::from(["a".to_string()]));
+        pending.note_run("b");
+        assert!(pending.lock().as_ref().unwrap().contains("b"));
+        for n in 0..MAX_LIVE {
+            pending.note_run(&n.to_string());
+        }
+        assert!(pending.lock().is_none(), "given up at the bound");
+        assert!(pending.stale(&ledger).is_none());
     }
 }
