@@ -23,10 +23,11 @@ impl Systemd {
     fn new(dir: &Path, prefix: &Path) -> Systemd {
         let dir = dir.join("systemd");
         let script = format!(
-            "#!/bin/sh\necho \"$*\" >> {calls}\ncase \"$*\" in \"restart devgate.service\") rm -f {old} ;; \"restart containerd.service\")\n  if [ -e {old} ]; then mkdir -p {run} && touch {run}/runtime.json; fi ;;\nesac\ncase \"$1\" in restart)\n  if [ -e {registers} ]; then mkdir -p {run} && touch {run}/runtime.json; fi ;;\nesac\n",
+            "#!/bin/sh\necho \"$*\" >> {calls}\ncase \"$*\" in \"restart devgate.service\") rm -f {old}\n  if [ -e {early} ]; then mkdir -p {run} && touch {run}/runtime.json; fi ;; \"restart containerd.service\")\n  if [ -e {old} ]; then mkdir -p {run} && touch {run}/runtime.json; fi ;;\nesac\ncase \"$1\" in restart)\n  if [ -e {registers} ]; then mkdir -p {run} && touch {run}/runtime.json; fi ;;\nesac\n",
             calls = dir.join("calls").display(),
             registers = dir.join("registers").display(),
             old = dir.join("old-plugin-runs").display(),
+            early = dir.join("registers-before-containerd").display(),
             run = prefix.join("run/devgate").display(),
         );
         write_executable(&dir.join("systemctl"), &script);
@@ -46,6 +47,12 @@ impl Systemd {
     /// containerd restarts, until devgate's own restart ends it.
     fn old_plugin_runs(&self) {
         write(&self.dir.join("old-plugin-runs"), "");
+    }
+
+    /// The new plugin registers with the containerd it finds at its start,
+    /// the one about to restart, and never with the restarted one.
+    fn registers_only_before_containerd(&self) {
+        write(&self.dir.join("registers-before-containerd"), "");
     }
 
     fn calls(&self) -> Vec<String> {
@@ -242,6 +249,15 @@ fn the_plugin_the_unit_replaces_does_not_count_as_registered() {
     assert!(
         !prefix.join("run/devgate/runtime.json").exists(),
         "the old plugin was gone when containerd came back"
+    );
+    // Nor does the new plugin's registration with the containerd about to
+    // restart: only a Configure from the restarted one counts.
+    systemd.registers_only_before_containerd();
+    let failed = systemd.run(&prefix, &hooks, &["--containerd-version", "1.7.24"]);
+    assert!(
+        !failed.ok && failed.out.contains("did not register"),
+        "{}",
+        failed.out
     );
 }
 

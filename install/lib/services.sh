@@ -79,6 +79,9 @@ restart_services() {
         restarted=1
     fi
     if ((RESTART_CONTAINERD)) && has_containerd; then
+        # Only a Configure from the restarted containerd counts: the new
+        # plugin may have registered with the old one within the second.
+        if services_run; then rm -f "$(p /run/devgate/runtime.json)"; fi
         systemctl_do restart containerd.service
         restarted=1
     fi

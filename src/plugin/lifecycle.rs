@@ -129,7 +129,11 @@ impl Releaser {
         match ledger.release_pod_if_unchanged(id, &none, self.teardown.as_ref()) {
             Ok(GuardedRelease::Released(pod)) => {
                 tracing::info!(pod = %pod.pod, sandbox = %id, "released devices");
-                self.gpu.get().forget_pod(id);
+                // A live sandbox's cgroups stay: a container admitted once the
+                // release's locks dropped may have noted them already.
+                if ended {
+                    self.gpu.get().forget_pod(id);
+                }
             }
             Ok(GuardedRelease::Changed) => {
                 tracing::info!(sandbox = %id, "a container joined the sandbox: its claims stay");
