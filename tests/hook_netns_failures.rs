@@ -276,18 +276,27 @@ fn an_unreadable_config_still_gives_the_vfs_back_at_poststop() {
     ok(&hook("poststop", &stopped, dir.path(), &bad_env));
     assert_home(&v);
 
-    // Hooks-only mode needs it, and fails, but only after the VF is back.
+    // Hooks-only mode needs it, and fails. A container the plugin admitted
+    // is left to the plugin's own hook, config or not.
     ok(&hook("createRuntime", &creating, dir.path(), &[]));
     assert_in_pod(In::Pid(pod.pid()), "net1", "02:00:00:0b:09:01", 9000);
     let bin = Path::new(env!("CARGO_BIN_EXE_devgate-hook"));
     let args = ["poststop", "--hooks-only"];
-    let out = hook_program_args(bin, &args, &stopped, dir.path(), &bad_env);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("bogus_key_of_a_newer_release"),
-        "{}",
-        stderr(&out)
-    );
+    let stop_without_config = || {
+        let out = hook_program_args(bin, &args, &stopped, dir.path(), &bad_env);
+        assert_eq!(out.status.code(), Some(1));
+        let err = stderr(&out);
+        assert!(err.contains("bogus_key_of_a_newer_release"), "{err}");
+    };
+    stop_without_config();
+    assert_in_pod(In::Pid(pod.pid()), "net1", "02:00:00:0b:09:01", 9000);
+    // One the hooks.d hook admitted has its VF back first.
+    let ledger = devgate::ledger::Ledger::open(dir.path()).unwrap();
+    let state = ledger.snapshot().unwrap();
+    let mut record = state.pods["sb-cfg1"].containers["cfg1"].clone();
+    record.hooks_only = true;
+    ledger.record_container("sb-cfg1", "cfg1", record).unwrap();
+    stop_without_config();
     assert_home(&v);
     assert_eq!(records(dir.path()), 0);
 }

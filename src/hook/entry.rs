@@ -110,38 +110,6 @@ pub fn main_with(
     }
 }
 
-/// The node config, which only hooks-only mode reads (NRI mode acts on what
-/// the plugin resolved), at `path`. An unreadable one fails the run, but a
-/// poststop first gives the container's VFs back as NRI mode's poststop does
-/// (kept while another container of the pod runs beside them): they need
-/// nothing from the config, and a typo or a key newer than this binary must
-/// not leave them in the pod. The claims stay, so the GPU teardown and the
-/// release wait for a config that loads.
-pub(super) fn hooks_only_config(
-    stage: Stage,
-    state: &State,
-    env: &HookEnv,
-    path: &Path,
-    checkpoint: &dyn Fn(&'static str),
-) -> Result<Config, HookError> {
-    let err = match Config::load(path) {
-        Ok(config) => return Ok(config),
-        Err(e) => e,
-    };
-    if stage == Stage::Poststop {
-        match super::detach(state, env, checkpoint) {
-            Ok(outcome) => tracing::warn!(
-                ?outcome,
-                "config unreadable: vfs restored unless the pod runs on them, claims kept"
-            ),
-            Err(e) => {
-                tracing::error!(error = %nri::ErrorChain(&e), "config unreadable and vfs not restored")
-            }
-        }
-    }
-    Err(err.into())
-}
-
 /// Runs the stage. A hooks-only run that a static hook could not hand to
 /// `devgate` (`not_delegated`) admits nothing (fail closed: the GPUs would be
 /// set up without NVML's view) but still tears down, since a VF must go back
@@ -180,12 +148,31 @@ fn run(args: &HookArgs, not_delegated: Option<String>) -> Result<(), HookError> 
     let outcome = if args.hooks_only {
         let path = std::env::var_os(CONFIG_ENV)
             .map_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH), PathBuf::from);
-        let config = hooks_only_config(stage, &state, &env, &path, &checkpoint)?;
         let mut os = SysContainerOs::new(
             env.clone(),
             args.cgroup_root.clone(),
             args.cgroup2_root.clone(),
         );
+        // Only hooks-only mode reads the config (NRI mode acts on what the
+        // plugin resolved). One that does not load fails the run, but a
+        // poststop first does its network part, which needs none.
+        let config = match Config::load(&path) {
+            Ok(config) => config,
+            Err(e) => {
+                if stage == Stage::Poststop {
+                    let defaults = Config::default();
+                    let mut run = super::HooksOnly {
+                        env: &env,
+                        config: &defaults,
+                        os: &mut os,
+                        checkpoint: &checkpoint,
+                        reap_until: started,
+                    };
+                    super::release::leave_without_config(&mut run, &state);
+                }
+                return Err(e.into());
+            }
+        };
         let run = super::HooksOnly {
             env: &env,
             config: &config,

@@ -100,7 +100,7 @@ pub(super) fn restore_own(
     if seen.network_owner.as_deref() != Some(container_id) {
         // It owns no network to keep or give up (ownership goes only to a
         // container being admitted): whatever it saved goes home.
-        return run.os.detach(container_id, run.checkpoint).map(Some);
+        return detach_or_quarantine(run, ledger, seen, container_id).map(Some);
     }
     let vfs: Vec<_> = seen.vfs().collect();
     let _turns = ledger.lock_vfs(&vfs).map_err(HooksOnlyError::from)?;
@@ -115,7 +115,25 @@ pub(super) fn restore_own(
         tracing::info!(pod = %seen.pod, container = %container_id, "vfs stay in the pod: a container joined it or runs beside them since the first look");
         return Ok(None);
     }
-    run.os.detach(container_id, run.checkpoint).map(Some)
+    detach_or_quarantine(run, ledger, seen, container_id).map(Some)
+}
+
+/// Restores the VFs `container_id` saved; a failure quarantines the pod's
+/// VFs (they may sit half configured), its record and claims kept: the pod's
+/// next container takes the network over and finishes the restore, or the
+/// reap of exited pods does.
+fn detach_or_quarantine(
+    run: &mut HooksOnly<'_>,
+    ledger: &Ledger,
+    seen: &PodRecord,
+    container_id: &str,
+) -> Result<usize, HookError> {
+    run.os
+        .detach(container_id, run.checkpoint)
+        .inspect_err(|e| {
+            let reason = nri::ErrorChain(e).to_string();
+            super::release::quarantine_pod_vfs(ledger, &seen.pod.sandbox_id, &reason);
+        })
 }
 
 /// The exited containers of `pod`, other than `leaving`, with VFs saved

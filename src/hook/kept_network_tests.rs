@@ -338,3 +338,36 @@ fn a_failed_restore_of_the_owners_vfs_leaves_the_network_to_the_next_container()
     assert_eq!(c1.attached.len(), 1, "c1 moves the VF in");
     assert_eq!(w.ledger().pods["sb"].network_owner.as_deref(), Some("c1"));
 }
+
+/// A poststop whose config cannot be read does its network part all the
+/// same: the owner leaves its VF to a container still running beside it,
+/// and that container's poststop, its config still unreadable, brings the
+/// VF home; the claims stay for a release with a config.
+#[test]
+fn a_poststop_without_its_config_keeps_and_restores_vfs_as_with_it() {
+    let w = world();
+    let store = pod_of_two(&w);
+    let leave = |id: &str, os: &mut FakeOs| {
+        let defaults = Config::default();
+        let mut run = HooksOnly {
+            env: &w.env,
+            config: &defaults,
+            os,
+            checkpoint: &|_| {},
+            reap_until: w.reap_until,
+        };
+        crate::hook::release::leave_without_config(&mut run, &stopped(id));
+    };
+    set_start(&w.env.roots.proc_root, 7, None);
+    let mut os = restoring(&w);
+    leave("a1", &mut os);
+    assert!(os.detached.borrow().is_empty(), "the VF stays for b1");
+    assert_eq!(store.for_container("a1").unwrap().len(), 1);
+
+    set_start(&w.env.roots.proc_root, 8, None);
+    let mut os = restoring(&w);
+    leave("b1", &mut os);
+    assert_eq!(*os.detached.borrow(), ["b1", "a1"], "a1's VF restored");
+    assert!(store.all().unwrap().is_empty());
+    assert!(!w.ledger().pods["sb"].claims.is_empty(), "claims kept");
+}

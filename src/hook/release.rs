@@ -160,55 +160,98 @@ fn restore_without_ledger(
     Err(HooksOnlyError::from(e).into())
 }
 
-/// poststop: restore the container's VFs, unless another container of the
-/// pod runs in their namespace ([`super::kept_network`]), forget it, and
-/// release the pod with its last container.
-pub(super) fn stop(run: &mut HooksOnly<'_>, state: &State) -> Result<Outcome, HookError> {
+/// What a poststop's network part leaves to the rest of the stop.
+pub(super) struct Left {
+    /// VFs that came home.
+    pub(super) networks: usize,
+    pod: Option<PodRecord>,
+    ledger: Ledger,
+}
+
+/// poststop's network part, which reads no config: restores the container's
+/// VFs, unless another container of the pod runs in their namespace
+/// ([`super::kept_network`]), and those exited containers of the pod kept
+/// for it. `None` where the container leaves nothing to do: the NRI plugin
+/// admitted it, or its VFs stay in the pod.
+pub(super) fn leave_network(
+    run: &mut HooksOnly<'_>,
+    state: &State,
+) -> Result<Option<Left>, HookError> {
     // The pod is found by the container, not by annotations: poststop may see fewer.
     let read = Ledger::open(&run.env.state_dir)
         .and_then(|ledger| Ok((ledger.snapshot()?.pod_of(&state.id).cloned(), ledger)));
     let (pod, ledger) = match read {
         Ok(read) => read,
-        Err(e) => return restore_without_ledger(run, state, e),
+        Err(e) => return restore_without_ledger(run, state, e).map(|_| None),
     };
     if pod
         .as_ref()
         .is_some_and(|p| p.containers[&state.id].by_plugin())
     {
         // The NRI plugin admitted it: its hook and its release do the work.
-        return Ok(Outcome::Nothing);
+        return Ok(None);
     }
     if let Some((other, pid)) = pod
         .as_ref()
         .and_then(|p| super::kept_network::kept_for(run.env, p, &state.id))
     {
         tracing::info!(container = %state.id, other = %other, pid, "vfs stay in the pod: another of its containers runs in its network namespace; a later container of the pod that leaves with none of the others running restores them");
-        return Ok(Outcome::Nothing);
+        return Ok(None);
     }
     let restored = match &pod {
-        Some(pod) => super::kept_network::restore_own(run, &ledger, pod, &state.id),
-        None => run.os.detach(&state.id, run.checkpoint).map(Some),
+        // A failed restore there quarantines the pod's VFs, the record and
+        // claims kept for a later release.
+        Some(pod) => super::kept_network::restore_own(run, &ledger, pod, &state.id)?,
+        None => Some(run.os.detach(&state.id, run.checkpoint)?),
     };
-    let mut networks = match restored {
-        Ok(Some(n)) => n,
-        Ok(None) => return Ok(Outcome::Nothing),
-        Err(e) => {
-            // The record and claims stay, so a later release retries; the
-            // network was given up first, so the pod's next container takes
-            // it over and finishes this restore before it moves the VFs in.
-            if let Some(pod) = &pod {
-                quarantine_vfs(&ledger, pod, &nri::ErrorChain(&e).to_string());
-            }
-            return Err(e);
+    let Some(mut networks) = restored else {
+        return Ok(None);
+    };
+    if let Some(pod) = &pod {
+        // Before the decision whether this container is the pod's last:
+        // an owner that kept its VFs for this one goes with them.
+        networks += super::kept_network::restore_left(run, &ledger, pod, &state.id)?;
+    }
+    Ok(Some(Left {
+        networks,
+        pod,
+        ledger,
+    }))
+}
+
+/// A poststop whose config cannot be read: its network part, which needs
+/// none, so that a typo or a key newer than this binary neither leaves VFs
+/// in a pod nor takes them from a container still running beside them. The
+/// claims stay, so the GPU teardown and the release wait for a config that
+/// loads.
+pub(super) fn leave_without_config(run: &mut HooksOnly<'_>, state: &State) {
+    match leave_network(run, state) {
+        Ok(left) => {
+            let restored = left.map_or(0, |l| l.networks);
+            tracing::warn!(
+                restored,
+                "config unreadable: vfs restored unless the pod runs on them, claims kept"
+            );
         }
+        Err(e) => {
+            tracing::error!(error = %nri::ErrorChain(&e), "config unreadable and vfs not restored")
+        }
+    }
+}
+
+/// poststop: [`leave_network`], then forget the container, and release the
+/// pod with its last container.
+pub(super) fn stop(run: &mut HooksOnly<'_>, state: &State) -> Result<Outcome, HookError> {
+    let Some(Left {
+        networks,
+        pod,
+        ledger,
+    }) = leave_network(run, state)?
+    else {
+        return Ok(Outcome::Nothing);
     };
     let pod_released = match pod {
-        Some(pod) => {
-            // Before the decision whether this container is the pod's last:
-            // an owner that kept its VFs for this one goes with them.
-            networks += super::kept_network::restore_left(run, &ledger, &pod, &state.id)?;
-            forget(run, &ledger, &pod.pod.sandbox_id, &state.id)?
-        }
+        Some(pod) => forget(run, &ledger, &pod.pod.sandbox_id, &state.id)?,
         None => false,
     };
     if networks == 0 && !pod_released {

@@ -281,14 +281,6 @@ fn vfs_stay_for_a_running_sibling_only_when_whole() {
         1,
         "the record stays"
     );
-    // So does a hooks-only poststop whose config cannot be read.
-    let bad = dir.path().join("config.toml");
-    std::fs::write(&bad, "bogus_key_of_a_newer_release = 1\n").unwrap();
-    let read = super::entry::hooks_only_config(Stage::Poststop, &owner_state, &env, &bad, &nop);
-    assert!(read.is_err());
-    let kept = store.for_container(OWNER).unwrap();
-    assert_eq!(kept, [rec.clone()], "no restore begun");
-
     rec.attaching = true;
     assert_eq!(runs_on(&rec), None, "a cut attach is finished");
     rec.attaching = false;
