@@ -6,6 +6,20 @@ use std::path::Path;
 
 use super::*;
 
+/// The inventory of `root`, with no warning, and the RDMA device of the first
+/// NIC's VF `bus_id`.
+fn discover_vf_rdma(root: &Path, bus_id: crate::inventory::PciAddr) -> (Inventory, RdmaDev) {
+    let inv = discover(root);
+    assert_eq!(inv.warnings, Vec::<String>::new());
+    let found = inv.rdma[0]
+        .vfs
+        .iter()
+        .find(|v| v.bus_id == bus_id)
+        .and_then(|v| v.rdma.clone())
+        .expect("the vf keeps its rdma device");
+    (inv, found)
+}
+
 /// A VF's RDMA device moved into a pod in exclusive netns mode: gone from the
 /// host's `class/infiniband` (netns-tagged), its uverbs and umad class devices
 /// still there. The VF keeps its device, char devices and port numbers, the
@@ -27,14 +41,7 @@ fn an_rdma_device_in_another_netns_is_found_through_its_char_devices() {
     fs::remove_file(&class_link).unwrap();
     fs::remove_dir_all(&ibdir).unwrap();
 
-    let inv = discover(root);
-    assert_eq!(inv.warnings, Vec::<String>::new());
-    let found = inv.rdma[0]
-        .vfs
-        .iter()
-        .find(|v| v.bus_id == vf.bus_id)
-        .and_then(|v| v.rdma.clone())
-        .expect("the vf keeps its rdma device");
+    let (inv, found) = discover_vf_rdma(root, vf.bus_id);
     assert_eq!(found.name, dev.name);
     assert_eq!(found.char_devs, dev.char_devs);
     let ports: Vec<(u32, &str)> = found
@@ -68,14 +75,7 @@ fn an_rdma_device_in_another_netns_is_found_through_its_char_devices() {
     {
         fs::remove_file(root.join("sys/class/infiniband_mad").join(&c.name)).unwrap();
     }
-    let inv = discover(root);
-    assert_eq!(inv.warnings, Vec::<String>::new());
-    let found = inv.rdma[0]
-        .vfs
-        .iter()
-        .find(|v| v.bus_id == vf.bus_id)
-        .and_then(|v| v.rdma.clone())
-        .expect("found by its uverbs node alone");
+    let (_, found) = discover_vf_rdma(root, vf.bus_id);
     let ports: Vec<(u32, &str)> = found
         .ports
         .iter()
