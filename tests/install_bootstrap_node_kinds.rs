@@ -239,8 +239,9 @@ fn an_embedded_containerd_is_refused_before_any_change() {
 
 /// The hooks.d directories CRI-O and podman are configured to read get
 /// devgate's file too: the `hooks_dir` of the last of CRI-O's config files
-/// that sets it (a drop-in after crio.conf), and containers.conf's, each a
-/// TOML array that may span lines; the uninstall takes them away again.
+/// that sets it (a drop-in after crio.conf, any name, in a subdirectory as
+/// CRI-O walks them), and containers.conf's, each a TOML array that may span
+/// lines; the uninstall takes them away again.
 #[test]
 fn hooks_dirs_the_runtimes_configure_get_the_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -252,7 +253,7 @@ fn hooks_dirs_the_runtimes_configure_get_the_file() {
             "[crio.runtime]\nhooks_dir = [\"/etc/crio/superseded.d\"]\n",
         ),
         (
-            "etc/crio/crio.conf.d/10-hooks.conf",
+            "etc/crio/crio.conf.d/10-site/hooks",
             "[crio.runtime]\nhooks_dir = [\n  \"/usr/share/containers/oci/hooks.d\",  # the default\n  \"/opt/crio/hooks.d\",\n  \"relative/hooks.d\",\n]\n",
         ),
         (

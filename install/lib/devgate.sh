@@ -136,7 +136,9 @@ hooks_dirs() {
     local dir
     {
         printf '%s\n' "${HOOKS_DIRS[@]}"
-        last_array hooks_dir /etc/crio/crio.conf '/etc/crio/crio.conf.d/*.conf'
+        local crio=()
+        mapfile -t crio < <(crio_config_files)
+        last_array_in hooks_dir "${crio[@]}"
         last_array hooks_dir /usr/share/containers/containers.conf /etc/containers/containers.conf \
             '/etc/containers/containers.conf.d/*.conf'
     } | awk '!seen[$0]++' | while read -r dir; do
@@ -151,14 +153,48 @@ hooks_dirs() {
 # last_array KEY FILE...: the strings of array KEY in the last of the files
 # (host paths, globs allowed, taken in order) that sets it.
 last_array() {
-    local key=$1 pattern file last=""
+    local key=$1 pattern file files=()
     shift
     for pattern in "$@"; do
-        while read -r file; do
-            if [[ -f $file ]] && grep -Eq "^[[:space:]]*${key}[[:space:]]*=" "$file"; then last=$file; fi
-        done < <(compgen -G "$(p "$pattern")" || true)
+        while read -r file; do files+=("$file"); done < <(compgen -G "$(p "$pattern")" || true)
+    done
+    last_array_in "$key" "${files[@]}"
+}
+
+# last_array_in KEY FILE...: as last_array, the files given as they are.
+last_array_in() {
+    local key=$1 file last=""
+    shift
+    for file in "$@"; do
+        if [[ -f $file ]] && grep -Eq "^[[:space:]]*${key}[[:space:]]*=" "$file"; then last=$file; fi
     done
     [[ -z $last ]] || toml_strings "$key" "$last"
+}
+
+# CRI-O's config files in the order it merges them: crio.conf, then every
+# file of its drop-in tree (CRI-O walks it with Go's filepath.Walk: entries
+# of each directory by name, any name, subdirectories entered in place, a
+# link to a file read, a link to a directory not entered), as `devgate
+# doctor` reads them.
+crio_config_files() {
+    printf '%s\n' "$(p /etc/crio/crio.conf)"
+    crio_walk "$(p /etc/crio/crio.conf.d)" 0
+}
+
+# crio_walk DIR DEPTH: the files below DIR in walk order; a bounded depth
+# keeps a looping tree finite.
+crio_walk() {
+    local dir=$1 depth=$2 entry
+    [[ -d $dir && $depth -lt 16 ]] || return 0
+    while IFS= read -r entry; do
+        if [[ -L $entry ]]; then
+            [[ ! -f $entry ]] || printf '%s\n' "$entry"
+        elif [[ -d $entry ]]; then
+            crio_walk "$entry" $((depth + 1))
+        elif [[ -f $entry ]]; then
+            printf '%s\n' "$entry"
+        fi
+    done < <(find "$dir" -mindepth 1 -maxdepth 1 -print 2>/dev/null | LC_ALL=C sort)
 }
 
 # Step 5. In --hooks-only mode the hooks.d file is the whole install: a node
