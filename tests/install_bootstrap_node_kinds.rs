@@ -240,8 +240,9 @@ fn an_embedded_containerd_is_refused_before_any_change() {
 /// The hooks.d directories CRI-O and podman are configured to read get
 /// devgate's file too: the `hooks_dir` of the last of CRI-O's config files
 /// that sets it (a drop-in after crio.conf, any name, in a subdirectory as
-/// CRI-O walks them), and containers.conf's, each a TOML array that may span
-/// lines; the uninstall takes them away again.
+/// CRI-O walks them) in `[crio.runtime]`, and containers.conf's in
+/// `[engine]`, each a TOML array that may span lines, a key of that name in
+/// another table not one of them; the uninstall takes them away again.
 #[test]
 fn hooks_dirs_the_runtimes_configure_get_the_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -257,9 +258,13 @@ fn hooks_dirs_the_runtimes_configure_get_the_file() {
             "[crio.runtime]\nhooks_dir = [\n  \"/usr/share/containers/oci/hooks.d\",  # the default\n  \"/opt/crio/hooks.d\",\n  \"relative/hooks.d\",\n]\n",
         ),
         (
+            "etc/crio/crio.conf.d/20-other.conf",
+            "[crio.api]\nhooks_dir = [\"/etc/crio/decoy.d\"]\n",
+        ),
+        (
             "etc/containers/containers.conf",
             // A multi-line basic string, on one line.
-            "[engine]\nhooks_dir = [\"\"\"/var/lib/podman/hooks\"\"\"]\n",
+            "[containers]\nhooks_dir = [\"/etc/containers/decoy.d\"]\n[ engine ]\nhooks_dir = [\"\"\"/var/lib/podman/hooks\"\"\"]\n",
         ),
     ] {
         write(&prefix.join(file), text);
@@ -278,11 +283,14 @@ fn hooks_dirs_the_runtimes_configure_get_the_file() {
     for file in placed.into_iter().chain(HOOKS_D) {
         assert!(prefix.join(file).is_file(), "{file} missing:\n{}", run.out);
     }
-    assert!(
-        !prefix.join("etc/crio/superseded.d").exists(),
-        "{}",
-        run.out
-    );
+    let unread = [
+        "etc/crio/superseded.d",
+        "etc/crio/decoy.d",
+        "etc/containers/decoy.d",
+    ];
+    for dir in unread {
+        assert!(!prefix.join(dir).exists(), "{dir}: {}", run.out);
+    }
     let again = bootstrap(&prefix, &hooks, &args);
     assert!(again.ok, "{}", again.out);
     position(&again.out, "no changes");

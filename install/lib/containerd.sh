@@ -115,11 +115,32 @@ imported_files() {
 
 # The strings of the array `key = [...]` in a TOML file, over as many lines
 # as it takes, one per line, in any of TOML's quotes (multi-line ones written
-# on one line); a path holding a quote or `#` is not one.
-toml_strings() {
-    # [ \t], not [[:space:]]: mawk before 1.3.4 knows no character classes.
-    awk -v key="$1" '$0 ~ "^[ \t]*" key "[ \t]*=" { on = 1 } on { sub(/#.*/, ""); print; if (/\]/) on = 0 }' "$2" |
+# on one line); a path holding a quote or `#` is not one. With TABLE, only
+# the key in that table (`[crio.runtime]`) counts, as the runtime reads it.
+toml_strings() { # KEY FILE [TABLE]
+    toml_key 0 "$@" |
         { grep -oE "'''[^']*'''|\"\"\"[^\"]*\"\"\"|\"[^\"]*\"|'[^']*'" || true; } | tr -d "\"'"
+}
+
+# Whether a TOML file sets KEY (in TABLE when given), even to an empty array.
+toml_sets() { # KEY FILE [TABLE]
+    toml_key 1 "$@"
+}
+
+# toml_key CHECK KEY FILE [TABLE]: the lines of KEY's value (CHECK 0), or
+# whether it is there (CHECK 1). A table header outside a value names the
+# table the keys below it are in (its quotes and blanks dropped); an array
+# of tables (`[[x]]`) is none a caller asks for.
+toml_key() {
+    # [ \t], not [[:space:]]: mawk before 1.3.4 knows no character classes.
+    awk -v check="$1" -v key="$2" -v table="${4-*}" '
+        !on && /^[ \t]*\[\[/ { cur = "\001"; next }
+        !on && /^[ \t]*\[/ {
+            cur = $0; sub(/^[ \t]*\[/, "", cur); sub(/\].*$/, "", cur); gsub("[\"\047 \t]", "", cur); next
+        }
+        !on && (table == "*" || cur == table) && $0 ~ "^[ \t]*" key "[ \t]*=" { on = 1; found = 1 }
+        on { sub(/#.*/, ""); if (!check) print; if (/\]/) on = 0 }
+        END { if (check) exit !found }' "$3"
 }
 
 shut_out() { # file

@@ -138,8 +138,8 @@ hooks_dirs() {
         printf '%s\n' "${HOOKS_DIRS[@]}"
         local crio=()
         mapfile -t crio < <(crio_config_files)
-        last_array_in hooks_dir "${crio[@]}"
-        last_array hooks_dir /usr/share/containers/containers.conf /etc/containers/containers.conf \
+        last_array_in crio.runtime hooks_dir "${crio[@]}"
+        last_array engine hooks_dir /usr/share/containers/containers.conf /etc/containers/containers.conf \
             '/etc/containers/containers.conf.d/*.conf'
     } | awk '!seen[$0]++' | while read -r dir; do
         if [[ $dir =~ ^/[A-Za-z0-9._/-]+$ ]]; then
@@ -150,25 +150,25 @@ hooks_dirs() {
     done
 }
 
-# last_array KEY FILE...: the strings of array KEY in the last of the files
-# (host paths, globs allowed, taken in order) that sets it.
+# last_array TABLE KEY FILE...: the strings of array KEY of TABLE in the
+# last of the files (host paths, globs allowed, taken in order) that sets it.
 last_array() {
-    local key=$1 pattern file files=()
-    shift
+    local table=$1 key=$2 pattern file files=()
+    shift 2
     for pattern in "$@"; do
         while read -r file; do files+=("$file"); done < <(compgen -G "$(p "$pattern")" || true)
     done
-    last_array_in "$key" "${files[@]}"
+    last_array_in "$table" "$key" "${files[@]}"
 }
 
-# last_array_in KEY FILE...: as last_array, the files given as they are.
+# last_array_in TABLE KEY FILE...: as last_array, the files given as they are.
 last_array_in() {
-    local key=$1 file last=""
-    shift
+    local table=$1 key=$2 file last=""
+    shift 2
     for file in "$@"; do
-        if [[ -f $file ]] && grep -Eq "^[[:space:]]*${key}[[:space:]]*=" "$file"; then last=$file; fi
+        if [[ -f $file ]] && toml_sets "$key" "$file" "$table"; then last=$file; fi
     done
-    [[ -z $last ]] || toml_strings "$key" "$last"
+    [[ -z $last ]] || toml_strings "$key" "$last" "$table"
 }
 
 # CRI-O's config files in the order it merges them: crio.conf, then every

@@ -221,7 +221,7 @@ pub fn hooks_d(roots: &Roots, crio: bool) -> Check {
         let (detail, fix) = match crio {
             true => (
                 format!("no devgate file in CRI-O's hooks_dir ({}), the only directories CRI-O reads", listed.join(", ")),
-                "install hooks/*.json there (install/bootstrap.sh puts it in the hooks_dir of crio.conf and of its drop-ins named *.conf), unless CRI-O's NRI serves devgate",
+                "install hooks/*.json there (install/bootstrap.sh puts it in the hooks_dir that crio.conf and its drop-ins set), unless CRI-O's NRI serves devgate",
             ),
             false => (
                 format!("no devgate file in {}", listed.join(" or ")),
