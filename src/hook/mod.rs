@@ -25,6 +25,7 @@ mod kept_network;
 pub mod liveness;
 mod log;
 pub mod membership;
+mod poststop;
 mod release;
 mod resolved;
 mod siblings;
@@ -34,12 +35,14 @@ mod state;
 use std::path::PathBuf;
 
 pub use log::{init_log, MAX_LOG_BYTES};
+#[cfg(test)]
+use poststop::pod_runs_on;
 pub use resolved::{Resolved, ResolvedError, MAX_NETWORKS, RESOLVED_ANNOTATION, RESOLVED_VERSION};
 pub use standalone::{run_hooks_only, ContainerOs, HooksOnly, HooksOnlyError, SysContainerOs};
 pub use state::{State, MAX_STATE_BYTES};
 
 use crate::config::ConfigError;
-use crate::netdev::{self, NetnsError, NetnsRoots, SavedStore, SavedVf, SysNetEnv, VfError, VfOps};
+use crate::netdev::{self, NetnsError, NetnsRoots, SavedStore, SysNetEnv, VfError, VfOps};
 
 /// Default directory of saved VF state and the hook log.
 pub const DEFAULT_STATE_DIR: &str = "/run/devgate";
@@ -185,7 +188,7 @@ pub fn run(
     match stage {
         Stage::Prestart | Stage::CreateRuntime => attach(stage, state, env, checkpoint),
         Stage::CreateContainer => Ok(Outcome::Nothing),
-        Stage::Poststop => detach(state, env, checkpoint),
+        Stage::Poststop => poststop::detach(state, env, checkpoint),
     }
 }
 
@@ -282,69 +285,6 @@ pub(crate) fn attach_networks(
     Ok(())
 }
 
-fn detach(
-    state: &State,
-    env: &HookEnv,
-    checkpoint: &dyn Fn(&'static str),
-) -> Result<Outcome, HookError> {
-    // Read once here: the common case, a container without VFs, stops at it.
-    let scan = SavedStore::new(&env.state_dir)
-        .scan_container(&state.id)
-        .map_err(VfError::Records)?;
-    for e in &scan.unreadable {
-        tracing::error!(container = %state.id, error = %nri::ErrorChain(e), "saved vf record skipped");
-    }
-    if scan.records.is_empty() {
-        return Ok(Outcome::Nothing);
-    }
-    if let Some((sandbox, pid)) = pod_runs_on(env, &state.id, &scan.records) {
-        tracing::info!(container = %state.id, sandbox = %sandbox, pid, "vfs stay in the pod: another of its containers runs in its network namespace; the pod's stop restores them");
-        return Ok(Outcome::Nothing);
-    }
-    // A failed restore keeps the owner: where the VFs are still in the pod,
-    // its next container finds them there; where they came home, the plugin
-    // hands the network on (an owner whose VFs are all on the host holds
-    // nothing), and the next owner's hook finishes this restore first.
-    // The records just read name the VFs: each is read again under its lock.
-    let vfs: Vec<_> = scan.records.iter().map(SavedVf::vf).collect();
-    match restore_listed(env, &state.id, &vfs, checkpoint)? {
-        0 => Ok(Outcome::Nothing),
-        n => {
-            // The VFs are back on the host: the pod's next container (this
-            // one restarted, say) moves them in again.
-            let ledger = crate::ledger::Ledger::open(&env.state_dir).map_err(HookError::Ledger)?;
-            ledger
-                .give_up_network(&state.id)
-                .map_err(HookError::Ledger)?;
-            Ok(Outcome::Detached(n))
-        }
-    }
-}
-
-/// The pod of `container_id` and a process of another of its containers,
-/// while one runs in the namespace the container's VFs (`records`) were
-/// moved into (see [`siblings`]). `None` wherever the answer cannot be read:
-/// poststop then restores, as it always did.
-fn pod_runs_on(env: &HookEnv, container_id: &str, records: &[SavedVf]) -> Option<(String, u32)> {
-    // A VF an attach or restore left part way (it may sit in the pod
-    // untagged, its PF settings reset) is finished now, whoever runs on:
-    // only whole moves stay.
-    if records.iter().any(|r| r.cut()) {
-        return None;
-    }
-    let netns = records.first()?.netns.id;
-    let ledger = crate::ledger::Ledger::read(&env.state_dir).ok()?;
-    let pod = ledger.pod_of(container_id)?;
-    let others: Vec<&str> = pod
-        .containers
-        .keys()
-        .map(String::as_str)
-        .filter(|id| *id != container_id)
-        .collect();
-    let pid = siblings::running_beside(&env.roots.proc_root, netns, &others)?;
-    Some((pod.pod.sandbox_id.clone(), pid))
-}
-
 /// Restores every VF saved for `container_id`; how many there were.
 pub(crate) fn detach_networks(
     env: &HookEnv,
@@ -379,5 +319,7 @@ fn restore_listed(
     Ok(netdev::detach_listed(&mut ops, container_id, vfs)?)
 }
 
+#[cfg(test)]
+mod poststop_tests;
 #[cfg(test)]
 mod tests;

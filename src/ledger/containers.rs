@@ -82,6 +82,35 @@ impl Ledger {
         Ok(GiveUp::Given)
     }
 
+    /// The network `container_id` gave up before a restore of its VFs that
+    /// failed, taken back, its record vouching again for what it did
+    /// (`before`), unless a container took the network over meanwhile: the
+    /// VFs may sit in the pod, where its next container relies on them as
+    /// the owner's, as [`Ledger::remove_container`] keeps an owner whose VFs
+    /// are away. Whether it took the network back.
+    pub fn take_network_back(
+        &self,
+        sandbox_id: &str,
+        container_id: &str,
+        before: &ContainerRecord,
+    ) -> Result<bool, LedgerError> {
+        let mut txn = self.store.begin()?;
+        let Some(pod) = txn.state.pods.get_mut(sandbox_id) else {
+            return Ok(false);
+        };
+        if pod.network_owner.is_some() {
+            return Ok(false);
+        }
+        let Some(rec) = pod.containers.get_mut(container_id) else {
+            return Ok(false);
+        };
+        rec.resolved.clone_from(&before.resolved);
+        rec.resolved_sha256.clone_from(&before.resolved_sha256);
+        pod.network_owner = Some(container_id.to_string());
+        txn.commit_pod(sandbox_id, &[container_id])?;
+        Ok(true)
+    }
+
     /// Records what was applied to a container of a pod that holds claims.
     pub fn record_container(
         &self,

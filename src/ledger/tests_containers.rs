@@ -113,3 +113,36 @@ fn the_network_is_kept_where_the_pod_as_it_stands_says_so() {
     let gone = l.give_up_network_unless("gone", "c1", &seen, &|_| false);
     assert_eq!(gone.unwrap(), GiveUp::PodGone);
 }
+
+/// A network given up before a restore that failed is taken back, the
+/// owner's record vouching again for its annotation, unless a container
+/// took it over meanwhile; a pod gone has none to take.
+#[test]
+fn a_network_given_up_is_taken_back_unless_taken_over() {
+    let (_d, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    let mut vouching = record("main");
+    vouching.resolved_sha256 = Some("ab".repeat(32));
+    l.admit(&pod("p"), &claims, "c1", vouching.clone(), true)
+        .unwrap();
+    let pods = |l: &Ledger| l.snapshot().unwrap().pods;
+    let before = pods(&l)["p"].containers["c1"].clone();
+    assert_eq!(before.resolved_sha256, vouching.resolved_sha256);
+    l.give_up_network("c1").unwrap();
+    assert_eq!(pods(&l)["p"].containers["c1"].resolved_sha256, None);
+
+    assert!(l.take_network_back("p", "c1", &before).unwrap());
+    let p = &pods(&l)["p"];
+    assert_eq!(p.network_owner.as_deref(), Some("c1"));
+    assert_eq!(p.containers["c1"].resolved_sha256, before.resolved_sha256);
+
+    // c2 took the network over once c1 gave it up: c1 takes nothing back.
+    l.give_up_network("c1").unwrap();
+    l.admit(&pod("p"), &claims, "c2", record("next"), true)
+        .unwrap();
+    assert!(!l.take_network_back("p", "c1", &before).unwrap());
+    let p = &pods(&l)["p"];
+    assert_eq!(p.network_owner.as_deref(), Some("c2"));
+    assert_eq!(p.containers["c1"].resolved_sha256, None);
+    assert!(!l.take_network_back("gone", "c1", &before).unwrap());
+}
