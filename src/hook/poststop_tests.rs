@@ -9,16 +9,7 @@ const OWNER: &str = "0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0
 const JOIN: &str = "j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0j0";
 
 fn record() -> ContainerRecord {
-    ContainerRecord {
-        name: "c".into(),
-        devices: Vec::new(),
-        applied_unix: 0,
-        init: None,
-        cgroups: Vec::new(),
-        resolved: None,
-        resolved_sha256: None,
-        hooks_only: false,
-    }
+    crate::ledger::tests::record("c")
 }
 
 /// A pod whose network OWNER moved its VF in (its saved record), under
@@ -75,6 +66,19 @@ fn owner(p: &Pod) -> Option<String> {
     p.ledger.network_owner("sb").unwrap()
 }
 
+/// JOIN admitted as the plugin admits a container of a pod whose VFs its
+/// network owner moved in: relying on them, moving none.
+fn join(p: &Pod) -> Result<crate::ledger::Admission, crate::ledger::LedgerError> {
+    p.ledger.admit_or_take_over(
+        &p.pod,
+        std::slice::from_ref(&p.vf),
+        JOIN,
+        record(),
+        NetworkNeed::InPod,
+        &|_| false,
+    )
+}
+
 /// A container admitted into the pod's network between the poststop's
 /// first look and its turns relies on the VF the owner moved in (the plugin
 /// moved none for it): the VF stays in the pod, its record and the owner
@@ -85,16 +89,7 @@ fn a_container_that_joined_meanwhile_keeps_the_vfs_in_the_pod() {
     assert_eq!(owner(&p).as_deref(), Some(OWNER));
     let join = |at: &'static str| {
         if at == "restore-turns" {
-            p.ledger
-                .admit_or_take_over(
-                    &p.pod,
-                    std::slice::from_ref(&p.vf),
-                    JOIN,
-                    record(),
-                    NetworkNeed::InPod,
-                    &|_| false,
-                )
-                .unwrap();
+            join(&p).unwrap();
         }
     };
     let stopped =
@@ -132,17 +127,7 @@ fn the_owner_gives_the_network_up_before_the_restore() {
     let given = poststop::give_up(&p.env, &p.ledger, &seen, OWNER, &records).unwrap();
     assert_eq!(given, crate::ledger::GiveUp::Given);
     assert_eq!(owner(&p), None);
-    let e = p
-        .ledger
-        .admit_or_take_over(
-            &p.pod,
-            std::slice::from_ref(&p.vf),
-            JOIN,
-            record(),
-            NetworkNeed::InPod,
-            &|_| false,
-        )
-        .unwrap_err();
+    let e = join(&p).unwrap_err();
     assert!(
         matches!(e, crate::ledger::LedgerError::NetworkReturned { .. }),
         "{e}"
