@@ -240,9 +240,10 @@ fn an_embedded_containerd_is_refused_before_any_change() {
 /// The hooks.d directories CRI-O and podman are configured to read get
 /// devgate's file too: the `hooks_dir` of the last of CRI-O's config files
 /// that sets it (a drop-in after crio.conf, any name, in a subdirectory as
-/// CRI-O walks them) in `[crio.runtime]`, and containers.conf's in
-/// `[engine]`, each a TOML array that may span lines, a key of that name in
-/// another table not one of them; the uninstall takes them away again.
+/// CRI-O walks them) in `[crio.runtime]`, a dotted key included, and
+/// containers.conf's in `[engine]`, each a TOML array that may span lines, a
+/// key of that name in another table not one of them; the uninstall takes
+/// them away again.
 #[test]
 fn hooks_dirs_the_runtimes_configure_get_the_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -255,7 +256,8 @@ fn hooks_dirs_the_runtimes_configure_get_the_file() {
         ),
         (
             "etc/crio/crio.conf.d/10-site/hooks",
-            "[crio.runtime]\nhooks_dir = [\n  \"/usr/share/containers/oci/hooks.d\",  # the default\n  \"/opt/crio/hooks.d\",\n  \"relative/hooks.d\",\n]\n",
+            // A dotted key: `[crio.runtime] hooks_dir` to TOML.
+            "[crio]\nruntime.hooks_dir = [\n  \"/usr/share/containers/oci/hooks.d\",  # the default\n  \"/opt/crio/hooks.d\",\n  \"relative/hooks.d\",\n]\n",
         ),
         (
             "etc/crio/crio.conf.d/20-other.conf",

@@ -129,8 +129,10 @@ toml_sets() { # KEY FILE [TABLE]
 
 # toml_key CHECK KEY FILE [TABLE]: the lines of KEY's value (CHECK 0), or
 # whether it is there (CHECK 1). A table header outside a value names the
-# table the keys below it are in (its quotes and blanks dropped); an array
-# of tables (`[[x]]`) is none a caller asks for.
+# table the keys below it are in, and a dotted key (`runtime.hooks_dir`
+# under `[crio]`) is its table's path joined to it, their quotes and blanks
+# dropped, as TOML reads them; an array of tables (`[[x]]`) is none a caller
+# asks for.
 toml_key() {
     # [ \t], not [[:space:]]: mawk before 1.3.4 knows no character classes.
     awk -v check="$1" -v key="$2" -v table="${4-*}" '
@@ -138,7 +140,13 @@ toml_key() {
         !on && /^[ \t]*\[/ {
             cur = $0; sub(/^[ \t]*\[/, "", cur); sub(/\].*$/, "", cur); gsub("[\"\047 \t]", "", cur); next
         }
-        !on && (table == "*" || cur == table) && $0 ~ "^[ \t]*" key "[ \t]*=" { on = 1; found = 1 }
+        !on && /=/ && !/^[ \t]*#/ {
+            left = substr($0, 1, index($0, "=") - 1); gsub("[\"\047 \t]", "", left)
+            full = (cur == "") ? left : cur "." left
+            if ((table == "*" && left == key) || full == table "." key) {
+                on = 1; found = 1; $0 = substr($0, index($0, "=") + 1)
+            }
+        }
         on { sub(/#.*/, ""); if (!check) print; if (/\]/) on = 0 }
         END { if (check) exit !found }' "$3"
 }
