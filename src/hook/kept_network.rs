@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 
 use super::standalone::{HooksOnly, HooksOnlyError};
 use super::{liveness, siblings, HookEnv, HookError};
-use crate::ledger::{GiveUp, Ledger, PodRecord};
+use crate::ledger::{DeviceLocks, GiveUp, Ledger, LedgerError, PodRecord};
 use crate::netdev::{NetnsId, SavedStore, SavedVf};
 
 /// The readable records saved for the VFs `pod` claims: each read by its
@@ -103,19 +103,42 @@ pub(super) fn restore_own(
         return detach_or_quarantine(run, ledger, seen, container_id).map(Some);
     }
     let vfs: Vec<_> = seen.vfs().collect();
-    let _turns = ledger.lock_vfs(&vfs).map_err(HooksOnlyError::from)?;
-    (run.checkpoint)("restore-turns");
-    let known: BTreeSet<String> = seen.containers.keys().cloned().collect();
     let env = run.env;
     let kept = |now: &PodRecord| kept_for(env, now, container_id).is_some();
-    let given = ledger
-        .give_up_network_unless(&seen.pod.sandbox_id, container_id, &known, &kept)
+    let (given, _turns) = give_up_in_turn(ledger, seen, container_id, &vfs, run.checkpoint, &kept)
         .map_err(HooksOnlyError::from)?;
     if given == GiveUp::Kept {
-        tracing::info!(pod = %seen.pod, container = %container_id, "vfs stay in the pod: a container joined it or runs beside them since the first look");
         return Ok(None);
     }
     detach_or_quarantine(run, ledger, seen, container_id).map(Some)
+}
+
+/// The release turns of `vfs` taken, for the caller to hold through their
+/// restore (an attach of a container that takes the network over waits for
+/// the VFs to be home), then the network of `seen` (the pod as first read)
+/// given up by its owner `container_id` before they move, decided again
+/// under the ledger's lock: a container admitted into the pod since the
+/// first look, or one `keep` finds running beside the VFs now, keeps them
+/// in the pod. A container that owns no network gives nothing up.
+pub(super) fn give_up_in_turn(
+    ledger: &Ledger,
+    seen: &PodRecord,
+    container_id: &str,
+    vfs: &[crate::inventory::PciAddr],
+    checkpoint: &dyn Fn(&'static str),
+    keep: &dyn Fn(&PodRecord) -> bool,
+) -> Result<(GiveUp, DeviceLocks), LedgerError> {
+    let turns = ledger.lock_vfs(vfs)?;
+    checkpoint("restore-turns");
+    if seen.network_owner.as_deref() != Some(container_id) {
+        return Ok((GiveUp::Given, turns));
+    }
+    let known: BTreeSet<String> = seen.containers.keys().cloned().collect();
+    let given = ledger.give_up_network_unless(&seen.pod.sandbox_id, container_id, &known, keep)?;
+    if given == GiveUp::Kept {
+        tracing::info!(pod = %seen.pod, container = %container_id, "vfs stay in the pod: a container joined it or runs beside them since the first look");
+    }
+    Ok((given, turns))
 }
 
 /// Restores the VFs `container_id` saved; a failure quarantines the pod's

@@ -1,8 +1,7 @@
 //! NRI mode's poststop: a container's saved VFs go home, unless another
 //! container of its pod runs on them or joined the pod's network meanwhile.
 
-use std::collections::BTreeSet;
-
+use super::kept_network::give_up_in_turn;
 use super::{restore_listed, siblings, HookEnv, HookError, Outcome, State};
 use crate::ledger::{GiveUp, Ledger, PodRecord};
 use crate::netdev::{SavedStore, SavedVf, VfError};
@@ -40,12 +39,15 @@ pub(super) fn detach(
         return restore_unseen(env, &state.id, &vfs, checkpoint);
     };
     let ledger = Ledger::open(&env.state_dir).map_err(HookError::Ledger)?;
-    // Held through the restore: the attach of a container that takes the
-    // network over waits for the VFs to be home before it moves them in.
-    let _turns = ledger.lock_vfs(&vfs).map_err(HookError::Ledger)?;
-    checkpoint("restore-turns");
-    if give_up(env, &ledger, &seen, &state.id, &scan.records)? == GiveUp::Kept {
-        tracing::info!(container = %state.id, "vfs stay in the pod: a container joined it or runs beside them since the first look");
+    // A container admitted into the pod since the first look relies on the
+    // VFs the owner moved in (the plugin admitted it without moving any),
+    // and one running beside them now uses them: both keep them in the pod,
+    // its stop restoring them. One admitted after finds no owner and is
+    // refused, or takes the network over once the VFs are home.
+    let keep = |now: &PodRecord| runs_beside(env, now, &state.id, &scan.records).is_some();
+    let (given, _turns) = give_up_in_turn(&ledger, &seen, &state.id, &vfs, checkpoint, &keep)
+        .map_err(HookError::Ledger)?;
+    if given == GiveUp::Kept {
         return Ok(Outcome::Nothing);
     }
     // The network was given up first. A restore that fails takes it back
@@ -101,32 +103,6 @@ fn restore_unseen(
             Ok(Outcome::Detached(n))
         }
     }
-}
-
-/// The network of the pod `seen` (as first read) given up by `container_id`
-/// before its VFs go home, decided again under the ledger's lock: a
-/// container admitted into the pod since the first look relies on the VFs
-/// the owner moved in (the plugin admitted it without moving any), and one
-/// running beside them now uses them, so both keep them where they are, the
-/// pod's stop restoring them. One admitted after finds no owner and is
-/// refused, or takes the network over once the VFs are home.
-pub(super) fn give_up(
-    env: &HookEnv,
-    ledger: &Ledger,
-    seen: &PodRecord,
-    container_id: &str,
-    records: &[SavedVf],
-) -> Result<GiveUp, HookError> {
-    if seen.network_owner.as_deref() != Some(container_id) {
-        // It owns no network to keep or give up: ownership goes only to a
-        // container being admitted. Whatever it saved goes home.
-        return Ok(GiveUp::Given);
-    }
-    let known: BTreeSet<String> = seen.containers.keys().cloned().collect();
-    let keep = |now: &PodRecord| runs_beside(env, now, container_id, records).is_some();
-    ledger
-        .give_up_network_unless(&seen.pod.sandbox_id, container_id, &known, &keep)
-        .map_err(HookError::Ledger)
 }
 
 /// The pod's sandbox and a process of another of its containers, while one
