@@ -116,6 +116,25 @@ pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String, BoundedError
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e).into())
 }
 
+/// Room a procfs file's read starts with: `/proc/<pid>/stat` and
+/// `/proc/<pid>/cgroup` are a few hundred bytes.
+const PROC_TEXT_ROOM: usize = 1024;
+
+/// A procfs file, whole, at most `limit` bytes, as text. procfs shows a size
+/// of 0 whatever a file holds, so std's `read_to_string` would start with
+/// 32-byte probes and double from there (six reads and an `fstat` for a
+/// stat line); a buffer with room for a usual file takes it in one read and
+/// finds the end with a second. Bytes that are not UTF-8 are `InvalidData`.
+pub fn read_proc_text(path: &Path, limit: u64) -> Result<String, BoundedError> {
+    let file = File::open(path)?;
+    let room =
+        usize::try_from(limit.saturating_add(1)).map_or(PROC_TEXT_ROOM, |l| l.min(PROC_TEXT_ROOM));
+    let mut buf = Vec::with_capacity(room);
+    read_bounded(file, limit, &mut buf)?;
+    String::from_utf8(buf)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e).into())
+}
+
 /// Opens (creating, mode 0600) the lock file `path`, for `flock`.
 pub fn open_lock_file(path: &Path) -> Result<File, FsError> {
     OpenOptions::new()

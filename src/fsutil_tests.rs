@@ -119,3 +119,45 @@ fn errors_name_the_path() {
         "{err}"
     );
 }
+
+/// The read syscalls this thread has made (proc(5) `/proc/<pid>/io`, `syscr`),
+/// counted by the kernel.
+fn reads_so_far() -> u64 {
+    let io = fs::read_to_string("/proc/thread-self/io").unwrap();
+    let line = io.lines().find(|l| l.starts_with("syscr:")).unwrap();
+    line["syscr:".len()..].trim().parse().unwrap()
+}
+
+/// A stat line is taken in one read and its end found with a second, where
+/// `read_to_string` probes 32 bytes at a time; a file longer than the first
+/// room is still read whole, and one past the limit is refused.
+#[test]
+fn proc_files_are_read_in_two_reads_and_bounded() {
+    let between = |f: &dyn Fn()| {
+        let before = reads_so_far();
+        f();
+        reads_so_far() - before
+    };
+    let idle = between(&|| {});
+    let stat = || {
+        let text = read_proc_text(Path::new("/proc/thread-self/stat"), 4096).unwrap();
+        assert!(text.ends_with('\n') && text.contains(") "), "{text}");
+    };
+    assert_eq!(between(&stat) - idle, 2);
+    let std_reads = between(&|| {
+        fs::read_to_string("/proc/thread-self/stat").unwrap();
+    }) - idle;
+    assert!(std_reads > 2, "read_to_string took {std_reads} reads");
+
+    let dir = tempfile::tempdir().unwrap();
+    let long = dir.path().join("long");
+    fs::write(&long, "x".repeat(5000)).unwrap();
+    assert_eq!(read_proc_text(&long, 5000).unwrap().len(), 5000);
+    assert!(matches!(
+        read_proc_text(&long, 4999),
+        Err(BoundedError::TooLarge { limit: 4999 })
+    ));
+    fs::write(&long, b"\xff").unwrap();
+    let err = std::io::Error::from(read_proc_text(&long, 10).unwrap_err());
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+}

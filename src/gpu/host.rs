@@ -12,6 +12,10 @@ use std::time::Duration;
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
+use crate::fsutil::read_proc_text;
+use crate::hook::cgroup::MAX_PROC_CGROUP_BYTES;
+use crate::hook::liveness::MAX_STAT_BYTES;
+
 /// A signal teardown sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
@@ -165,7 +169,10 @@ impl Host for ProcHost {
     }
 
     fn cgroup(&self, pid: u32) -> io::Result<String> {
-        std::fs::read_to_string(self.pid_path(pid, "cgroup"))
+        Ok(read_proc_text(
+            &self.pid_path(pid, "cgroup"),
+            MAX_PROC_CGROUP_BYTES,
+        )?)
     }
 
     fn nvidia_driver_loaded(&self) -> bool {
@@ -185,7 +192,7 @@ impl Host for ProcHost {
     }
 
     fn start_time(&self, pid: u32) -> io::Result<Option<u64>> {
-        match std::fs::read_to_string(self.pid_path(pid, "stat")) {
+        match read_proc_text(&self.pid_path(pid, "stat"), MAX_STAT_BYTES).map_err(io::Error::from) {
             Ok(text) => Ok(parse_stat(&text)),
             Err(e) if gone(&e) => Ok(None),
             Err(e) => Err(e),

@@ -18,14 +18,14 @@
 //! `/proc/<pid>/cgroup` is under the v1 controller (a hybrid host mounts both
 //! kinds and runc then uses v1); otherwise its `0::` cgroup v2 entry is used.
 
-use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::fs;
+use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 
 use crate::plan::{DeviceKind, DeviceNode};
 
 /// `/proc/<pid>/cgroup` has one line per hierarchy; a few hundred bytes.
-const MAX_PROC_CGROUP_BYTES: u64 = 64 * 1024;
+pub(crate) const MAX_PROC_CGROUP_BYTES: u64 = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
@@ -205,13 +205,7 @@ pub(super) fn read_bounded(path: &Path) -> Result<String, CgroupError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut text = String::new();
-    File::open(path)
-        .map_err(err)?
-        .take(MAX_PROC_CGROUP_BYTES)
-        .read_to_string(&mut text)
-        .map_err(err)?;
-    Ok(text)
+    crate::fsutil::read_proc_text(path, MAX_PROC_CGROUP_BYTES).map_err(|e| err(e.into()))
 }
 
 #[cfg(test)]
