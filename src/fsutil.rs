@@ -111,14 +111,23 @@ pub fn read_whole_bounded(path: &Path, limit: u64) -> Result<WholeFile, BoundedE
 /// [`read_file_bounded`] for a text file: bytes that are not UTF-8 are an
 /// `InvalidData` read error, as `read_to_string` reports them.
 pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String, BoundedError> {
-    let bytes = read_file_bounded(path, limit)?;
+    text(read_file_bounded(path, limit)?)
+}
+
+/// Bytes as text; bytes that are not UTF-8 are an `InvalidData` read error,
+/// as `read_to_string` reports them.
+fn text(bytes: Vec<u8>) -> Result<String, BoundedError> {
     String::from_utf8(bytes)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e).into())
 }
 
-/// Room a procfs file's read starts with: `/proc/<pid>/stat` and
-/// `/proc/<pid>/cgroup` are a few hundred bytes.
-const PROC_TEXT_ROOM: usize = 1024;
+/// `/proc/<pid>/stat` is one line of a few hundred bytes.
+pub const MAX_PROC_STAT_BYTES: u64 = 4096;
+/// `/proc/<pid>/cgroup` has one line per hierarchy; a few hundred bytes.
+pub const MAX_PROC_CGROUP_BYTES: u64 = 64 * 1024;
+/// Room a procfs file's read starts with: a stat or cgroup file is a few
+/// hundred bytes.
+const PROC_TEXT_ROOM: u64 = 1024;
 
 /// A procfs file, whole, at most `limit` bytes, as text. procfs shows a size
 /// of 0 whatever a file holds, so std's `read_to_string` would start with
@@ -127,12 +136,9 @@ const PROC_TEXT_ROOM: usize = 1024;
 /// finds the end with a second. Bytes that are not UTF-8 are `InvalidData`.
 pub fn read_proc_text(path: &Path, limit: u64) -> Result<String, BoundedError> {
     let file = File::open(path)?;
-    let room =
-        usize::try_from(limit.saturating_add(1)).map_or(PROC_TEXT_ROOM, |l| l.min(PROC_TEXT_ROOM));
-    let mut buf = Vec::with_capacity(room);
+    let mut buf = Vec::with_capacity(limit.saturating_add(1).min(PROC_TEXT_ROOM) as usize);
     read_bounded(file, limit, &mut buf)?;
-    String::from_utf8(buf)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e).into())
+    text(buf)
 }
 
 /// Opens (creating, mode 0600) the lock file `path`, for `flock`.

@@ -24,9 +24,6 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::plan::{DeviceKind, DeviceNode};
 
-/// `/proc/<pid>/cgroup` has one line per hierarchy; a few hundred bytes.
-pub(crate) const MAX_PROC_CGROUP_BYTES: u64 = 64 * 1024;
-
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
     #[error("read {path}: {source}")]
@@ -205,7 +202,8 @@ pub(super) fn read_bounded(path: &Path) -> Result<String, CgroupError> {
         path: path.to_path_buf(),
         source,
     };
-    crate::fsutil::read_proc_text(path, MAX_PROC_CGROUP_BYTES).map_err(|e| err(e.into()))
+    crate::fsutil::read_proc_text(path, crate::fsutil::MAX_PROC_CGROUP_BYTES)
+        .map_err(|e| err(e.into()))
 }
 
 #[cfg(test)]

@@ -4,11 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::fsutil::read_proc_text;
+use crate::fsutil::{read_proc_text, MAX_PROC_STAT_BYTES};
 use crate::ledger::InitProcess;
 
-/// `/proc/<pid>/stat` is one line of a few hundred bytes.
-pub const MAX_STAT_BYTES: u64 = 4096;
 /// `starttime` is field 22; fields 3.. follow the `)` that ends `comm`.
 const START_FIELD_AFTER_COMM: usize = 22 - 3;
 
@@ -31,7 +29,7 @@ pub fn start_ticks(proc_root: &Path, pid: u32) -> Result<u64, LivenessError> {
         path: path.clone(),
         source,
     };
-    let text = read_proc_text(&path, MAX_STAT_BYTES).map_err(|e| read(e.into()))?;
+    let text = read_proc_text(&path, MAX_PROC_STAT_BYTES).map_err(|e| read(e.into()))?;
     // `comm` may hold spaces and parentheses; the last `)` ends it.
     let rest = text.rsplit_once(')').map(|(_, r)| r);
     rest.and_then(|r| r.split_ascii_whitespace().nth(START_FIELD_AFTER_COMM))
