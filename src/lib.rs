@@ -17,6 +17,7 @@ pub mod logging_file;
 pub mod netdev;
 pub mod plan;
 pub mod plugin;
+pub mod proc_stat;
 pub mod recent;
 pub mod residency;
 pub mod untrusted;

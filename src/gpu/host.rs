@@ -13,6 +13,7 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
 use crate::fsutil::{read_proc_text, MAX_PROC_CGROUP_BYTES, MAX_PROC_STAT_BYTES};
+use crate::proc_stat::StatLine;
 
 /// A signal teardown sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -348,24 +349,12 @@ pub fn gone(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::NotFound || err.raw_os_error() == Some(libc::ESRCH)
 }
 
-/// The start time of a `stat` line, `None` for a zombie or dead process (proc(5):
-/// state is field 3, num_threads field 20, starttime field 22; comm may hold spaces
-/// and parentheses, so split at the last `)`). A zombie main thread whose process
-/// still has other threads is alive: a thread of a killed CUDA process stuck in
-/// the driver keeps its GPU files open after the main thread exits.
+/// The start time of a `stat` line, `None` for a process that has exited
+/// ([`StatLine::exited`]: dead, or a zombie with no thread left).
 pub fn parse_stat(text: &str) -> Option<u64> {
-    let (_, rest) = text.rsplit_once(')')?;
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?;
-    // After the state come fields 4..: num_threads is the 17th, starttime the 19th.
-    let threads: u64 = fields.nth(16)?.parse().ok()?;
-    let start = fields.nth(1)?;
-    match state {
-        "X" | "x" => return None,
-        "Z" if threads <= 1 => return None,
-        _ => {}
-    }
-    start.parse().ok()
+    StatLine::parse(text)
+        .filter(|stat| !stat.exited())
+        .map(|stat| stat.start_ticks)
 }
 
 mod command;

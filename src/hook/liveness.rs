@@ -6,9 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::fsutil::{read_proc_text, MAX_PROC_STAT_BYTES};
 use crate::ledger::InitProcess;
-
-/// `starttime` is field 22; fields 3.. follow the `)` that ends `comm`.
-const START_FIELD_AFTER_COMM: usize = 22 - 3;
+use crate::proc_stat::StatLine;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LivenessError {
@@ -30,10 +28,8 @@ pub fn start_ticks(proc_root: &Path, pid: u32) -> Result<u64, LivenessError> {
         source,
     };
     let text = read_proc_text(&path, MAX_PROC_STAT_BYTES).map_err(|e| read(e.into()))?;
-    // `comm` may hold spaces and parentheses; the last `)` ends it.
-    let rest = text.rsplit_once(')').map(|(_, r)| r);
-    rest.and_then(|r| r.split_ascii_whitespace().nth(START_FIELD_AFTER_COMM))
-        .and_then(|f| f.parse().ok())
+    StatLine::parse(&text)
+        .map(|stat| stat.start_ticks)
         .ok_or(LivenessError::Malformed { path })
 }
 
