@@ -1,4 +1,5 @@
-//! Each way of breaking the healthy node fails or warns the check that owns it.
+//! Each way of breaking the healthy node's runtime, plugin, CDI and hooks
+//! fails or warns the check that owns it (broken_devices.rs: its devices).
 use std::os::unix::fs::PermissionsExt;
 
 use super::{check, healthy, healthy_from, write, Node, CONTAINERD_CONFIG};
@@ -6,17 +7,21 @@ use crate::cli::doctor::{run_checks, Check, Status};
 
 type Breakage = fn(&mut Node);
 
+/// A case's name, its breakage, the check that must report it, the status and
+/// a text the report holds.
+pub(super) type Case = (&'static str, Breakage, &'static str, Status, &'static str);
+
 /// The healthy node's API server, kept by configs a case rewrites for
 /// something else.
-const API: &str = "[kube_api]\nurl = \"https://10.0.0.1:6443\"\n";
+pub(super) const API: &str = "[kube_api]\nurl = \"https://10.0.0.1:6443\"\n";
 
 /// The healthy node's config with CDI names stated to be injected.
 const CDI_ON: &str =
     "device_mode = \"cdi\"\nruntime_cdi = \"on\"\n[sriov.num_vfs]\n\"0000:19:00.0\" = 4\n[kube_api]\nurl = \"https://10.0.0.1:6443\"\n";
 
 #[test]
-fn each_broken_setup_fails_or_warns_its_own_check() {
-    let cases: &[(&str, Breakage, &str, Status, &str)] = &[
+fn each_broken_runtime_or_plugin_setup_fails_or_warns_its_own_check() {
+    let cases: &[Case] = &[
         (
             "no api server for the grant check",
             |n| {
@@ -283,183 +288,31 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             Status::Warn,
             "no devgate file",
         ),
-        (
-            "state dir is a file",
-            |n| {
-                std::fs::remove_dir_all(&n.roots.state_dir).unwrap();
-                std::fs::create_dir(&n.roots.state_dir).unwrap();
-                std::fs::remove_dir(&n.roots.state_dir).unwrap();
-            },
-            "state dirs",
-            Status::Warn,
-            "missing",
-        ),
-        (
-            "no devices",
-            |n| {
-                std::fs::remove_dir_all(n.roots.host_root.join("sys/bus")).unwrap();
-                std::fs::remove_dir_all(n.roots.host_root.join("sys/class")).unwrap();
-                std::fs::remove_dir_all(n.roots.host_root.join("proc/driver")).unwrap();
-            },
-            "inventory",
-            Status::Warn,
-            "no NVIDIA GPU",
-        ),
-        (
-            "gpu node missing",
-            |n| {
-                let minor = n.fixture.gpus[3].minor;
-                n.host
-                    .devs
-                    .remove(&n.roots.host_root.join(format!("dev/nvidia{minor}")));
-            },
-            "nvidia devices",
-            Status::Fail,
-            "is not a char device",
-        ),
-        (
-            "gpu node wrong numbers",
-            |n| {
-                n.host
-                    .devs
-                    .insert(n.roots.host_root.join("dev/nvidiactl"), (195, 254));
-            },
-            "nvidia devices",
-            Status::Fail,
-            "is 195:254, not 195:255",
-        ),
-        (
-            "no nvidia-uvm",
-            |n| {
-                n.host
-                    .devs
-                    .remove(&n.roots.host_root.join("dev/nvidia-uvm"));
-            },
-            "nvidia devices",
-            Status::Warn,
-            "nvidia-uvm",
-        ),
-        (
-            "no /proc/driver/nvidia",
-            |n| {
-                std::fs::rename(
-                    n.roots.host_root.join("proc/driver/nvidia"),
-                    n.roots.host_root.join("proc/driver/nv"),
-                )
-                .unwrap();
-            },
-            "nvidia devices",
-            Status::Fail,
-            "8 GPUs bound to the nvidia driver, but no /proc/driver/nvidia",
-        ),
-        (
-            "a gpu missing from /proc/driver/nvidia",
-            |n| {
-                let bdf = n.fixture.gpus[0].bus_id;
-                std::fs::remove_dir_all(
-                    n.roots
-                        .host_root
-                        .join(format!("proc/driver/nvidia/gpus/{bdf}")),
-                )
-                .unwrap();
-            },
-            "nvidia devices",
-            Status::Fail,
-            "8 GPUs bound to the nvidia driver, 7 in the inventory",
-        ),
-        (
-            "rdma exclusive in config, shared kernel",
-            |n| {
-                write(
-                    n.roots.config.as_deref().unwrap(),
-                    &format!("[rdma]\nnetns_mode = \"exclusive\"\n{API}"),
-                )
-            },
-            "rdma netns mode",
-            Status::Fail,
-            "kernel is shared, config rdma.netns_mode is exclusive",
-        ),
-        (
-            "rdma exclusive without modprobe file",
-            |n| {
-                write(
-                    n.roots.config.as_deref().unwrap(),
-                    &format!("[rdma]\nnetns_mode = \"exclusive\"\n{API}"),
-                );
-                write(
-                    &n.roots
-                        .host_root
-                        .join("sys/module/ib_core/parameters/netns_mode"),
-                    "N\n",
-                );
-            },
-            "rdma netns mode",
-            Status::Warn,
-            "after a reboot",
-        ),
-        (
-            "vf count differs",
-            |n| {
-                write(
-                    n.roots.config.as_deref().unwrap(),
-                    &format!("[sriov.num_vfs]\n\"0000:19:00.0\" = 8\n{API}"),
-                )
-            },
-            "vfs",
-            Status::Fail,
-            "has 4 VFs, config wants 8",
-        ),
-        (
-            "vf count kept by no udev rule",
-            |n| {
-                write(
-                    &n.roots.etc_root.join("udev/rules.d/70-devgate-sriov.rules"),
-                    "# ACTION==\"add|bind\", SUBSYSTEM==\"pci\", KERNEL==\"0000:19:00.0\", ATTR{sriov_numvfs}=\"4\"\n",
-                )
-            },
-            "vfs",
-            Status::Warn,
-            "no /etc/udev/rules.d rule gives 0000:19:00.0 its VFs again after a reboot",
-        ),
-        (
-            "vf pf absent",
-            |n| {
-                write(
-                    n.roots.config.as_deref().unwrap(),
-                    &format!("[sriov.num_vfs]\n\"0000:77:00.0\" = 8\n{API}"),
-                )
-            },
-            "vfs",
-            Status::Fail,
-            "0000:77:00.0",
-        ),
-        (
-            "env-only gpus under systemd",
-            |n| {
-                write(&n.roots.containerd_config, &CONTAINERD_CONFIG.replace("runc.options]", "nvidia.options]").replace("version = 2\n", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"nvidia\"\n"))
-            },
-            "cgroup",
-            Status::Warn,
-            "daemon-reload",
-        ),
-        (
-            "no /dev/char links under systemd",
-            |n| std::fs::remove_dir_all(n.roots.host_root.join("dev/char")).unwrap(),
-            "cgroup",
-            Status::Warn,
-            "no /dev/char/<major>:<minor> leads to /dev/nvidia",
-        ),
-        (
-            "no cgroup fs",
-            |n| {
-                std::fs::remove_file(n.roots.host_root.join("sys/fs/cgroup/cgroup.controllers"))
-                    .unwrap()
-            },
-            "cgroup",
-            Status::Warn,
-            "no cgroup filesystem",
-        ),
     ];
+    each_broken_setup_fails_or_warns_its_check(cases);
+}
+
+/// Cases whose breakage may also show in a second check: a broken config or a
+/// removed device tree, a missing state directory that holds no runtime record
+/// either, a plugin not running whose hook then cannot be found beside it, a
+/// hook binary that the hooks.d file and the plugin both name. The check a case
+/// names is the one that must say so.
+const ALSO_ELSEWHERE: &[&str] = &[
+    "bad config",
+    "state dir is a file",
+    "no devices",
+    "no /proc/driver/nvidia",
+    "a gpu missing from /proc/driver/nvidia",
+    "nri off in an import",
+    "env-only gpus under systemd",
+    "plugin not running",
+    "hook not executable",
+];
+
+/// Breaks a copy of the healthy node for each case and asserts that the named
+/// check, and no other unless the case is in [`ALSO_ELSEWHERE`], reports it
+/// with its status, its text and a fix.
+pub(super) fn each_broken_setup_fails_or_warns_its_check(cases: &[Case]) {
     let template = healthy();
     for (case, breakage, name, status, needle) in cases {
         let mut node = healthy_from(Some(&template.roots.host_root));
@@ -473,23 +326,7 @@ fn each_broken_setup_fails_or_warns_its_own_check() {
             .iter()
             .filter(|o| o.name != *name && o.status != Status::Pass)
             .collect();
-        // A broken config or a removed device tree may show in a second place,
-        // a missing state directory holds no runtime record either, without a
-        // running plugin the hook next to it cannot be found, and the hooks.d
-        // file and the plugin name one hook binary; the check named is the one
-        // that must say so.
-        if !matches!(
-            *case,
-            "bad config"
-                | "state dir is a file"
-                | "no devices"
-                | "no /proc/driver/nvidia"
-                | "a gpu missing from /proc/driver/nvidia"
-                | "nri off in an import"
-                | "env-only gpus under systemd"
-                | "plugin not running"
-                | "hook not executable"
-        ) {
+        if !ALSO_ELSEWHERE.contains(case) {
             assert!(
                 others.is_empty(),
                 "{case}: other checks also changed: {others:?}"

@@ -1,6 +1,7 @@
 //! Every check on a healthy fake node, then on fakes broken one way each
 //! ([`broken`]).
 mod broken;
+mod broken_devices;
 mod broken_hook;
 mod crio;
 mod grant;
