@@ -1,0 +1,131 @@
+//! `devgate plan`'s warnings and notes: what the plan would meet at admission.
+use super::*;
+
+/// With `--state-dir`, devices another pod holds are warnings in the plan; the
+/// ledger is read, never written.
+#[test]
+fn devices_held_by_other_pods_are_warnings() {
+    use devgate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
+    let (dir, fx) = fixture();
+    let gpu = &fx.expected().gpus[2];
+    let state = dir.path().join("state");
+    let holder = PodRef {
+        sandbox_id: "s1".into(),
+        namespace: "ml".into(),
+        name: "other".into(),
+        uid: "u1".into(),
+    };
+    let claim = Claim {
+        device: DeviceId::Gpu(gpu.uuid.clone()),
+        share: Share::Exclusive,
+        pf: None,
+    };
+    // ...and a VF of the NIC this plan asks for whole.
+    let nic = &fx.expected().rdma[0];
+    let vf = Claim {
+        device: DeviceId::Vf(nic.vfs[0].bus_id),
+        share: Share::Exclusive,
+        pf: Some(nic.bus_id),
+    };
+    Ledger::open(&state)
+        .unwrap()
+        .claim(&holder, &[claim, vf])
+        .unwrap();
+    let before = std::fs::read(state.join("ledger.json")).unwrap();
+
+    let annotation = format!(
+        r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}],"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"100"}}}}]}}"#,
+        gpu.minor, gpu.uuid, nic.bus_id
+    );
+    let out = plan_cmd_with_state(
+        fx.root(),
+        allocated(&annotation).to_string().as_bytes(),
+        &state,
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let warning = format!("gpu {} is held by ml/other (exclusive)", gpu.uuid);
+    let pf_vf = format!(
+        "pf {} conflicts with vf {}, held by pod ml/other: a pf used whole excludes its vfs from other pods",
+        nic.bus_id, nic.vfs[0].bus_id
+    );
+    for warning in [warning, pf_vf] {
+        assert!(
+            plan["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| w == &json!(warning)),
+            "{warning}: {plan}"
+        );
+    }
+    assert_eq!(std::fs::read(state.join("ledger.json")).unwrap(), before);
+}
+
+/// The plan reads GPU health where the node config keeps it, as the plugin
+/// does: an unhealthy GPU shows as a warning.
+#[test]
+fn unhealthy_gpus_are_warnings() {
+    let (dir, fx) = fixture();
+    let gpu = &fx.expected().gpus[1];
+    let health = dir.path().join("health");
+    devgate::gpu::HealthStore::new(&health)
+        .mark(&gpu.uuid, &[devgate::gpu::health::Fault::DoubleBitEcc], 1)
+        .unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[gpu]\nhealth_dir = \"{}\"\n", health.display()),
+    )
+    .unwrap();
+    let annotation = format!(r#"{{"gpu":[{{"minor":{}}}]}}"#, gpu.minor);
+    let plan = plan_ok(
+        fx.root(),
+        &allocated(&annotation),
+        &["--config", config.to_str().unwrap()],
+    );
+    let warnings = plan["warnings"].to_string();
+    assert!(
+        warnings.contains(&format!("gpu[0]: gpu minor {} is unhealthy", gpu.minor)),
+        "{plan}"
+    );
+}
+
+/// A VF whose netdev moves into the pod takes its addresses, and so its GID
+/// slots, from the pod: no index from the host's table, a note rather than a
+/// warning, shown under NOTES by the table.
+#[test]
+fn a_moved_vf_without_a_host_gid_is_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let fx = HostRootBuilder::hgx()
+        .build(&dir.path().join("root"))
+        .unwrap();
+    let inv = fx.expected();
+    let nic = &inv.rdma[1];
+    let vf = &nic.vfs[0];
+    let ann = format!(
+        r#"{{"rdma":[{{"minor":1,"id":"{}","extension":{{"vfs":[{{"busID":"{}"}}]}}}}]}}"#,
+        nic.bus_id, vf.bus_id
+    );
+    let p = allocated(&ann);
+    let plan = plan_ok(fx.root(), &p, &[]);
+    assert!(plan["env"].get("NCCL_IB_GID_INDEX").is_none(), "{plan}");
+    assert_eq!(plan["warnings"], json!([]));
+    let notes = plan["notes"].to_string();
+    assert!(
+        notes.contains("NCCL_IB_GID_INDEX not set") && notes.contains("moves into the pod"),
+        "{plan}"
+    );
+
+    let text = plan_table(fx.root(), &p, &[]);
+    assert!(
+        text.contains("\nNOTES\ncomm_env: NCCL_IB_GID_INDEX not set"),
+        "{text}"
+    );
+    assert!(!text.contains("WARNINGS"), "{text}");
+}
