@@ -244,7 +244,7 @@ mod tests {
 
     #[test]
     fn a_release_by_another_hook_meanwhile_waits_and_finds_the_pod_gone() {
-        use super::super::tests::{Enters, LetsAnotherTry};
+        use super::super::tests_release::{Enters, LetsAnotherTry};
         let (_d, hook1, hook2) = two_handles();
         hook1
             .admit(&pod("p"), &claims(), "c1", record(), false)

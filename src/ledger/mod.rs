@@ -365,4 +365,6 @@ mod tests_containers;
 #[cfg(test)]
 mod tests_pf;
 #[cfg(test)]
+mod tests_release;
+#[cfg(test)]
 mod tests_unclean;

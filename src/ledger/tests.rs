@@ -1,5 +1,4 @@
-use std::sync::{mpsc, Arc, Barrier};
-use std::time::Duration;
+use std::sync::{Arc, Barrier};
 
 use std::collections::HashSet;
 
@@ -47,13 +46,6 @@ pub(super) fn ledger() -> (tempfile::TempDir, Ledger) {
     let dir = tempfile::tempdir().unwrap();
     let l = Ledger::open(dir.path()).unwrap();
     (dir, l)
-}
-
-struct Failing;
-impl Teardown for Failing {
-    fn teardown(&self, _pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
-        Err("vf restore failed".into())
-    }
 }
 
 #[test]
@@ -219,148 +211,6 @@ fn a_pod_whose_shares_are_counted_otherwise_now_keeps_its_claims() {
     assert_eq!(snap.pods["a"].claims[0].share, share(100));
     let e = l.claim(&pod("a"), &[gpu("GPU-2", share(0))]).unwrap_err();
     assert!(matches!(e, LedgerError::ClaimMismatch { .. }), "{e}");
-}
-
-#[test]
-fn failed_teardown_keeps_record_and_quarantines() {
-    let (_d, l) = ledger();
-    let vf = Claim {
-        device: DeviceId::Vf("0000:19:00.2".parse().unwrap()),
-        share: Share::Exclusive,
-        pf: None,
-    };
-    l.claim(&pod("a"), std::slice::from_ref(&vf)).unwrap();
-    let rel = l.release_pod("a", &Failing).unwrap();
-    assert_eq!(rel.failed.len(), 1);
-    let snap = l.snapshot().unwrap();
-    assert!(snap.pods.contains_key("a"));
-    let err = l.claim(&pod("b"), std::slice::from_ref(&vf)).unwrap_err();
-    assert!(matches!(
-        err,
-        LedgerError::Held { .. } | LedgerError::Quarantined { .. }
-    ));
-    let err = l.release_pod("a", &Failing).map(|r| r.failed.len());
-    assert_eq!(err.unwrap(), 1, "a second failure keeps it");
-    let err = l.claim(&pod("b"), std::slice::from_ref(&vf)).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "vf 0000:19:00.2 is quarantined: vf restore failed"
-    );
-    // A later reconcile whose teardown works releases it and returns the VF.
-    l.release_pod("a", &NoTeardown).unwrap();
-    let snap = l.snapshot().unwrap();
-    assert!(snap.pods.is_empty() && snap.devices.is_empty(), "{snap:?}");
-    l.claim(&pod("b"), &[vf]).unwrap();
-}
-
-/// A teardown that lets a second release start (`go`), then gives it a while
-/// to run a teardown of its own (`entered`) before finishing: the window in
-/// which two releases of one pod would both tear it down.
-pub(super) struct LetsAnotherTry {
-    go: mpsc::Sender<()>,
-    entered: mpsc::Receiver<()>,
-    pub seen: std::cell::RefCell<Vec<String>>,
-}
-
-impl LetsAnotherTry {
-    /// The teardown, and the two ends the second release uses.
-    pub fn new() -> (LetsAnotherTry, mpsc::Receiver<()>, mpsc::Sender<()>) {
-        let (go, started) = mpsc::channel();
-        let (enters, entered) = mpsc::channel();
-        let t = LetsAnotherTry {
-            go,
-            entered,
-            seen: Default::default(),
-        };
-        (t, started, enters)
-    }
-}
-
-impl Teardown for LetsAnotherTry {
-    fn teardown(&self, pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
-        self.seen.borrow_mut().push(pod.pod.sandbox_id.clone());
-        let _ = self.go.send(());
-        match self.entered.recv_timeout(Duration::from_millis(300)) {
-            Ok(()) => Err("torn down by two releases at once".into()),
-            Err(_) => Ok(()),
-        }
-    }
-}
-
-/// The second release's teardown: says it ran.
-pub(super) struct Enters(pub mpsc::Sender<()>);
-
-impl Teardown for Enters {
-    fn teardown(&self, _pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
-        let _ = self.0.send(());
-        Ok(())
-    }
-}
-
-/// Two releases of one pod at once (StopPodSandbox's and RemovePodSandbox's,
-/// a Synchronize's, the retry's), here of pods with exclusive GPUs: the
-/// second waits for the first to commit and finds the pod gone, so the GPU
-/// is never torn down (reset) again after a new pod may have taken it.
-#[test]
-fn a_second_release_of_a_pod_waits_for_the_first_and_tears_down_nothing() {
-    let (d, l) = ledger();
-    l.claim(&pod("a"), &[gpu("GPU-1", Share::Exclusive)])
-        .unwrap();
-    l.claim(&pod("b"), &[gpu("GPU-2", Share::Exclusive)])
-        .unwrap();
-    let (first, started, enters) = LetsAnotherTry::new();
-    let dir = d.path().to_path_buf();
-    let second = std::thread::scope(|s| {
-        let second = s.spawn(move || {
-            started.recv().unwrap();
-            let other = Ledger::open(&dir).unwrap();
-            other.release_pod("b", &Enters(enters)).unwrap()
-        });
-        let gone = l.stale_pods(&HashSet::new()).unwrap();
-        let rel = l.release_pods(&gone, &first).unwrap();
-        assert_eq!(rel.failed, Vec::new());
-        assert_eq!(rel.pods, vec![pod("a"), pod("b")]);
-        second.join().unwrap()
-    });
-    assert_eq!(*first.seen.borrow(), ["a", "b"]);
-    assert!(
-        second.pods.is_empty() && second.failed.is_empty(),
-        "{second:?}"
-    );
-    assert!(l.snapshot().unwrap().pods.is_empty());
-}
-
-/// A GPU of a pod whose teardown failed stays quarantined after the retry
-/// succeeds: only the GPU retry, which cleans it first, returns it.
-#[test]
-fn a_retried_teardown_returns_nics_but_not_gpus() {
-    let (_d, l) = ledger();
-    let gpu = Claim {
-        device: DeviceId::Gpu("GPU-1".into()),
-        share: Share::Exclusive,
-        pf: None,
-    };
-    let pf = Claim {
-        device: DeviceId::Pf("0000:19:00.0".parse().unwrap()),
-        share: Share::Exclusive,
-        pf: None,
-    };
-    l.claim(&pod("a"), &[gpu.clone(), pf.clone()]).unwrap();
-    l.release_pod("a", &Failing).unwrap();
-    l.release_pod("a", &NoTeardown).unwrap();
-    l.claim(&pod("b"), std::slice::from_ref(&pf)).unwrap();
-    let err = l.claim(&pod("c"), std::slice::from_ref(&gpu)).unwrap_err();
-    assert!(matches!(err, LedgerError::Quarantined { .. }), "{err}");
-}
-
-#[test]
-fn release_of_unknown_pod_changes_nothing() {
-    let (d, l) = ledger();
-    assert_eq!(
-        l.release_pod("nope", &NoTeardown).unwrap(),
-        Released::default()
-    );
-    assert!(!d.path().join("ledger.json").exists());
 }
 
 #[test]
