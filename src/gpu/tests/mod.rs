@@ -10,6 +10,7 @@ mod real_proc;
 mod real_recreated;
 mod recreated;
 mod teardown;
+mod teardown_shared;
 
 use crate::fixture::HostRootBuilder;
 use crate::inventory::Inventory;

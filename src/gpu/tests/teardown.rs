@@ -14,7 +14,7 @@ use crate::gpu::{check_claims, GpuTeardown, Retried};
 use crate::ledger::{Claim, DeviceId, Ledger, Share};
 
 pub(super) struct Node {
-    _dir: tempfile::TempDir,
+    pub dir: tempfile::TempDir,
     pub ledger: Ledger,
     pub host: Arc<FakeHost>,
     pub nvml: Arc<FakeNvml>,
@@ -40,7 +40,7 @@ pub(super) fn node(config: impl FnOnce(&mut GpuConfig)) -> Node {
         Arc::new(ledger.clone()),
     );
     Node {
-        _dir: dir,
+        dir,
         ledger,
         host,
         nvml,
@@ -225,102 +225,6 @@ fn a_gpu_that_cannot_list_processes_is_released_on_the_proc_scan() {
         "the pod's process found in /proc is ended"
     );
     assert!(n.ledger.snapshot().unwrap().pods.is_empty());
-}
-
-#[test]
-fn a_shared_gpu_is_reset_by_its_last_holder_only() {
-    let n = node(|_| {});
-    n.nvml.mig.lock().unwrap().insert("GPU-1".into());
-    n.ledger.claim(&pod("a"), &[claim("GPU-1", HALF)]).unwrap();
-    n.ledger.claim(&pod("b"), &[claim("GPU-1", HALF)]).unwrap();
-    n.host.add(10, &[dev(1)], "/kubepods/poduid-a");
-    n.host.add(20, &[dev(1)], "/kubepods/poduid-b");
-    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
-    assert_eq!(out.failed, vec![]);
-    assert!(!n.host.alive(10) && n.host.alive(20));
-    assert!(n.nvml.calls().is_empty(), "b still uses it");
-
-    let out = n.ledger.release_pod("sb-b", &n.teardown).unwrap();
-    assert_eq!(out.failed, vec![]);
-    assert!(!n.host.alive(20));
-    assert_eq!(resets(&n.nvml, "GPU-1"), 1);
-    assert!(!n.nvml.calls().contains(&Call::DestroyMig("GPU-1".into())));
-}
-
-#[test]
-fn pods_sharing_a_gpu_released_together_reset_it_once() {
-    let n = node(|_| {});
-    n.ledger.claim(&pod("a"), &[claim("GPU-2", HALF)]).unwrap();
-    n.ledger.claim(&pod("b"), &[claim("GPU-2", HALF)]).unwrap();
-    let gone = n.ledger.stale_pods(&HashSet::new()).unwrap();
-    let out = n.ledger.release_pods(&gone, &n.teardown).unwrap();
-    assert_eq!((out.pods.len(), out.failed.len()), (2, 0));
-    assert_eq!(resets(&n.nvml, "GPU-2"), 1);
-}
-
-/// Runs a teardown, then waits before the ledger commits the release: the
-/// window in which a concurrent release of a pod sharing the GPU would still
-/// see this pod as a holder.
-struct CommitsLate<'a>(&'a GpuTeardown);
-
-impl crate::ledger::Teardown for CommitsLate<'_> {
-    fn teardown(&self, pod: &crate::ledger::PodRecord) -> Result<(), crate::ledger::Unclean> {
-        let out = crate::ledger::Teardown::teardown(self.0, pod);
-        std::thread::sleep(std::time::Duration::from_millis(150));
-        out
-    }
-}
-
-/// Pods a and b share GPU-1 and are released at once, each by its own
-/// process (two poststop hooks), each with its own memory of what it released.
-fn release_both_at_once(n: &Node) -> Vec<String> {
-    n.ledger.claim(&pod("a"), &[claim("GPU-1", HALF)]).unwrap();
-    n.ledger.claim(&pod("b"), &[claim("GPU-1", HALF)]).unwrap();
-    let dir = n._dir.path().join("ledger");
-    let other = GpuTeardown::new(
-        gpu_inventory(195, &[0, 1, 2]),
-        GpuConfig {
-            health_dir: n._dir.path().join("health"),
-            ..GpuConfig::default()
-        },
-        n.host.clone(),
-        n.nvml.clone(),
-        Arc::new(Ledger::open(&dir).unwrap()),
-    );
-    let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| n.ledger.release_pod("sb-a", &CommitsLate(&n.teardown)));
-        let b = s.spawn(|| {
-            let ledger = Ledger::open(&dir).unwrap();
-            ledger.release_pod("sb-b", &CommitsLate(&other))
-        });
-        (a.join().unwrap().unwrap(), b.join().unwrap().unwrap())
-    });
-    a.failed
-        .into_iter()
-        .chain(b.failed)
-        .map(|f| f.reason)
-        .collect()
-}
-
-#[test]
-fn pods_sharing_a_gpu_released_at_once_reset_it_once() {
-    let n = node(|_| {});
-    assert_eq!(release_both_at_once(&n), Vec::<String>::new());
-    assert_eq!(resets(&n.nvml, "GPU-1"), 1, "the last holder resets it");
-    assert!(n.ledger.snapshot().unwrap().pods.is_empty());
-}
-
-#[test]
-fn pods_sharing_a_gpu_released_at_once_find_an_outside_user() {
-    let n = node(|_| {});
-    n.host.add(30, &[dev(1)], "/user.slice");
-    let failed = release_both_at_once(&n);
-    assert_eq!(failed.len(), 1, "the last holder checks: {failed:?}");
-    assert!(failed[0].contains("pids [30]"), "{failed:?}");
-    let quarantined = n.ledger.snapshot().unwrap().devices["gpu GPU-1"]
-        .quarantine
-        .clone();
-    assert!(quarantined.is_some());
 }
 
 #[test]

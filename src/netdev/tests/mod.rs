@@ -9,6 +9,7 @@ mod identity;
 mod lenient;
 mod logic;
 mod msg;
+mod msg_rdma;
 mod pf_rename;
 mod rig;
 mod socket;

@@ -1,18 +1,17 @@
 //! The bytes sent to the kernel, compared with messages assembled by hand from
-//! the uapi layouts (include/uapi/linux/{netlink,rtnetlink,if_link}.h,
-//! include/uapi/rdma/rdma_netlink.h). The real `RtnlConn`/`RdmaConn` code runs;
-//! only the socket is a script.
+//! the uapi layouts (include/uapi/linux/{netlink,rtnetlink,if_link}.h). The
+//! real `RtnlConn` code runs; only the socket is a script. The RDMA messages
+//! are in msg_rdma.rs.
 
 use std::os::fd::AsRawFd;
 
 use crate::netdev::nl::script::{Reply, Script};
-use crate::netdev::rdma::{NetnsMode, RdmaConn, RdmaNl};
 use crate::netdev::rtnl::{LinkChange, LinkRef, Rtnl, RtnlConn};
 use crate::netdev::settings::{HwAddr, LinkState, RateConfig, VlanConfig, VlanProto};
 use crate::netdev::vfinfo::{VfField, VfState};
 use crate::netdev::Netns;
 
-const REQUEST_ACK: u16 = 0x1 | 0x4;
+pub(super) const REQUEST_ACK: u16 = 0x1 | 0x4;
 
 /// `struct nlmsghdr` (seq as given, port 0).
 fn nlmsghdr(len: u32, msg_type: u16, flags: u16, seq: u32) -> Vec<u8> {
@@ -34,7 +33,7 @@ fn ifinfomsg(index: i32, flags: u32, change: u32) -> Vec<u8> {
 }
 
 /// `struct nlattr` + value + padding to 4.
-fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
+pub(super) fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
     let mut v = ((4 + value.len()) as u16).to_ne_bytes().to_vec();
     v.extend(kind.to_ne_bytes());
     v.extend(value);
@@ -44,11 +43,11 @@ fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
     v
 }
 
-fn u32s(values: &[u32]) -> Vec<u8> {
+pub(super) fn u32s(values: &[u32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_ne_bytes()).collect()
 }
 
-fn message(msg_type: u16, flags: u16, body: &[u8]) -> Vec<u8> {
+pub(super) fn message(msg_type: u16, flags: u16, body: &[u8]) -> Vec<u8> {
     let mut v = nlmsghdr(16 + body.len() as u32, msg_type, flags, 1);
     v.extend(body);
     v
@@ -343,62 +342,6 @@ fn link_reply_is_parsed() {
     assert_eq!(link.mtu, 1500);
     assert!(link.up);
     assert_eq!(link.mac.unwrap().to_string(), "0c:42:a1:00:00:01");
-}
-
-#[test]
-fn rdma_move_is_nldev_set_with_index_and_fd() {
-    let ns = Netns::fake(42);
-    let mut c = RdmaConn::new(Script::new(vec![Reply::Errno(0)]));
-    c.set_netns(3, &ns).unwrap();
-    // (RDMA_NL_NLDEV 5 << 10) | RDMA_NLDEV_CMD_SET 2; DEV_INDEX(1), NET_NS_FD(68).
-    let mut body = attr(1, &u32s(&[3]));
-    body.extend(attr(68, &u32s(&[ns.as_raw_fd() as u32])));
-    assert_eq!(
-        c.transport().sent[0],
-        message((5 << 10) | 2, REQUEST_ACK, &body)
-    );
-}
-
-#[test]
-fn rdma_get_dumps_and_matches_the_name() {
-    let dev = |i: u32, name: &[u8]| {
-        let mut p = attr(1, &u32s(&[i]));
-        p.extend(attr(2, name));
-        p.extend(attr(6, &[0u8; 8])); // NODE_GUID
-        p
-    };
-    let reply = Reply::Dump {
-        msg_type: (5 << 10) | 1,
-        payloads: vec![dev(1, b"mlx5_0\0"), dev(4, b"mlx5_3\0")],
-    };
-    let mut c = RdmaConn::new(Script::new(vec![reply]));
-    assert_eq!(c.dev_index("mlx5_3").unwrap(), Some(4));
-    // RDMA_NLDEV_CMD_GET(1) with NLM_F_REQUEST | NLM_F_DUMP, no attributes.
-    assert_eq!(
-        c.transport().sent[0],
-        message((5 << 10) | 1, 0x1 | 0x300, &[])
-    );
-    let mut c = RdmaConn::new(Script::new(vec![Reply::Dump {
-        msg_type: (5 << 10) | 1,
-        payloads: vec![dev(1, b"mlx5_0\0")],
-    }]));
-    assert_eq!(c.dev_index("mlx5_3").unwrap(), None);
-}
-
-#[test]
-fn rdma_netns_mode_is_sys_get() {
-    for (raw, want) in [(0u8, NetnsMode::Exclusive), (1, NetnsMode::Shared)] {
-        let reply = Reply::Ack {
-            msg_type: (5 << 10) | 6,
-            payloads: vec![attr(66, &[raw])],
-        };
-        let mut c = RdmaConn::new(Script::new(vec![reply]));
-        assert_eq!(c.netns_mode().unwrap(), want);
-        assert_eq!(
-            c.transport().sent[0],
-            message((5 << 10) | 6, REQUEST_ACK, &[])
-        );
-    }
 }
 
 #[test]
