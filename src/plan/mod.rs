@@ -291,3 +291,5 @@ mod tests_comm_env_ports;
 mod tests_errors;
 #[cfg(test)]
 mod tests_hami;
+#[cfg(test)]
+mod tests_rdma;
