@@ -8,7 +8,7 @@ use std::path::Path;
 use super::*;
 use crate::fixture::{Fixture, HostRootBuilder};
 
-fn build(b: HostRootBuilder) -> (tempfile::TempDir, Fixture) {
+pub(super) fn build(b: HostRootBuilder) -> (tempfile::TempDir, Fixture) {
     let dir = tempfile::tempdir().expect("tempdir");
     let fixture = b.build(dir.path()).expect("fixture");
     (dir, fixture)
@@ -235,82 +235,6 @@ fn check_hgx_affinity(inv: &Inventory) {
     assert_eq!(minors, [8, 9, 2, 3, 4, 5, 6, 7, 10, 11]);
 }
 
-/// In switchdev mode a PF's `net/` also holds its VFs' representors, whose
-/// names may sort first: the PF's own netdev (its `phys_port_name` a
-/// physical port's, or none) is listed first.
-#[test]
-fn a_pfs_own_netdev_comes_before_its_representors() {
-    let (dir, _fixture) = build(HostRootBuilder::hgx().gpus(1).nics(2));
-    let net = dir.path().join("sys/bus/pci/devices/0000:1d:00.0/net");
-    let port = |name: &str, port: &str| {
-        std::fs::create_dir_all(net.join(name)).unwrap();
-        std::fs::write(net.join(name).join("phys_port_name"), format!("{port}\n")).unwrap();
-    };
-    port("enp29s0np0", "p0");
-    port("enp29s0_0", "pf0vf0");
-    port("enp29s0_1", "c1pf0vf1");
-    port("enp29s0_sf", "pf0sf2");
-    port("enp29s0_pf", "pf0");
-    let netdevs = || {
-        let inv = discover(dir.path());
-        let nic = inv
-            .rdma
-            .into_iter()
-            .find(|n| n.bus_id == addr("0000:1d:00.0"));
-        nic.unwrap().netdevs
-    };
-    let listed = netdevs();
-    assert_eq!(
-        listed,
-        [
-            "enp29s0np0",
-            "enp29s0_0",
-            "enp29s0_1",
-            "enp29s0_pf",
-            "enp29s0_sf"
-        ]
-    );
-    // No port names at all (a driver without devlink ports): by name.
-    for name in &listed[1..] {
-        std::fs::remove_dir_all(net.join(name)).unwrap();
-    }
-    std::fs::remove_file(net.join("enp29s0np0/phys_port_name")).unwrap();
-    port("enp29s0a", "");
-    std::fs::remove_file(net.join("enp29s0a/phys_port_name")).unwrap();
-    assert_eq!(netdevs(), ["enp29s0a", "enp29s0np0"]);
-}
-
-/// A VF function with a netdev per port lists them all, so that the plan can
-/// refuse it: the hook moves one netdev per VF.
-#[test]
-fn a_vf_with_a_netdev_per_port_lists_the_others() {
-    let (dir, fixture) = build(HostRootBuilder::hgx().gpus(1).nics(1).vfs_per_pf(2));
-    let vf = fixture.expected().rdma[0].vfs[0].clone();
-    let first = vf.netdev.clone().expect("the fixture's vf has a netdev");
-    let net = dir
-        .path()
-        .join(format!("sys/bus/pci/devices/{}/net", vf.bus_id));
-    for name in ["zz1", "zz0"] {
-        std::fs::create_dir_all(net.join(format!("{first}{name}"))).unwrap();
-    }
-    let inv = discover(dir.path());
-    let found = inv.rdma[0]
-        .vfs
-        .iter()
-        .find(|v| v.bus_id == vf.bus_id)
-        .unwrap();
-    assert_eq!(found.netdev.as_deref(), Some(first.as_str()));
-    assert_eq!(
-        found.more_netdevs,
-        [format!("{first}zz0"), format!("{first}zz1")]
-    );
-    let view = serde_json::to_value(crate::inventory::view::InventoryView::new(&inv)).unwrap();
-    let vfs = &view["rdma"][0]["vfs"];
-    assert_eq!(vfs[0]["more_netdevs"][1], format!("{first}zz1"));
-    // One netdev, as every other VF: the field is left out.
-    assert!(vfs[1].get("more_netdevs").is_none(), "{vfs}");
-}
-
 #[test]
 fn knobs_change_what_is_discovered() {
     let b = HostRootBuilder::hgx()
@@ -446,3 +370,6 @@ fn lexical_join(base: &Path, rel: &Path) -> std::path::PathBuf {
 
 #[path = "discover_rdma_tests.rs"]
 mod rdma_devices;
+
+#[path = "discover_netdev_tests.rs"]
+mod netdevs;
