@@ -95,6 +95,14 @@ fn numa(node: u32) -> Topology {
     }
 }
 
+/// The allocation annotation of one VF: VF `vf` of mlx5 PF 0, RDMA minor 0.
+pub fn one_vf_allocation(vf: u32) -> String {
+    format!(
+        r#"{{"rdma":[{{"minor":0,"extension":{{"vfs":[{{"busID":"{}"}}]}}}}]}}"#,
+        vf_bus(0, vf)
+    )
+}
+
 pub fn hgx() -> Inventory {
     let gpus = (0..8)
         .map(|i| Gpu {

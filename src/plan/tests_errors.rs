@@ -1,5 +1,5 @@
 //! The plan's refusals: every unsatisfiable allocation and node, one error each.
-use super::testinv::{hgx, pf_bus, uuid, vf_bus};
+use super::testinv::{hgx, one_vf_allocation, pf_bus, uuid, vf_bus};
 use super::tests::{plan, pod};
 use super::*;
 use crate::inventory::{Health, Vf};
@@ -84,10 +84,7 @@ fn node_without_what_is_asked() {
 
     let mut inv = hgx();
     inv.rdma[0].vfs[0].rdma = None;
-    let ann = format!(
-        r#"{{"rdma":[{{"minor":0,"extension":{{"vfs":[{{"busID":"{}"}}]}}}}]}}"#,
-        vf_bus(0, 0)
-    );
+    let ann = one_vf_allocation(0);
     let e = build(&inv, &pod(&ann), "main", &Config::default()).unwrap_err();
     assert!(matches!(e, PlanError::NoRdmaDevice { .. }), "{e}");
 
@@ -279,10 +276,7 @@ fn hami_preload_keeps_the_containers_own() {
 /// annotation and the VF, instead of at the hook.
 #[test]
 fn pod_vf_settings_that_conflict_with_the_nodes() {
-    let ann = format!(
-        r#"{{"rdma":[{{"minor":0,"extension":{{"vfs":[{{"busID":"{}"}}]}}}}]}}"#,
-        vf_bus(0, 1)
-    );
+    let ann = one_vf_allocation(1);
     let mut config = Config::default();
     config.vf.defaults.min_tx_rate = Some(1000);
     config.vf.pod_settings = vec![

@@ -1,7 +1,7 @@
 //! RDMA devices in the plan: VFs and a whole PF, the pod's VF settings where
 //! the node allows them, and the `[rdma]` config's knobs.
 
-use super::testinv::{hgx, pf_bus, uuid, vf_bus};
+use super::testinv::{hgx, one_vf_allocation, pf_bus, uuid, vf_bus};
 use super::tests::{paths, plan, pod, pod_with};
 use super::*;
 use crate::config::{MacPolicy, RdmaNetnsMode};
@@ -89,10 +89,7 @@ fn rdma_vfs_and_pf() {
 /// `[vf] pod_settings` allows each one; anything else refuses the pod.
 #[test]
 fn pod_vf_settings_only_where_the_node_allows() {
-    let ann = format!(
-        r#"{{"rdma":[{{"minor":0,"extension":{{"vfs":[{{"busID":"{}"}}]}}}}]}}"#,
-        vf_bus(0, 1)
-    );
+    let ann = one_vf_allocation(1);
     let pod_settings = [(crate::allocation::VF_SETTINGS, r#"{"vlan":30,"mtu":9000}"#)];
     let mut config = Config::default();
     config.vf.defaults.vlan = Some(7);
@@ -147,10 +144,7 @@ fn pod_vf_settings_only_where_the_node_allows() {
 
 #[test]
 fn rdma_config_knobs() {
-    let ann = format!(
-        r#"{{"rdma":[{{"minor":0,"extension":{{"vfs":[{{"busID":"{}"}}]}}}}]}}"#,
-        vf_bus(0, 1)
-    );
+    let ann = one_vf_allocation(1);
     let mut config = Config::default();
     config.rdma.allow_issm = true;
     config.rdma.netns_mode = RdmaNetnsMode::Exclusive;
