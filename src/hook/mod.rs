@@ -26,6 +26,7 @@ pub mod liveness;
 mod log;
 pub mod membership;
 mod poststop;
+mod reap;
 mod release;
 mod resolved;
 mod siblings;

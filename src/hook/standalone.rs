@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 
 use super::bundle;
 use super::{
-    cgroup, devnodes, liveness, membership, release, HookEnv, HookError, Outcome, Stage, State,
-    RESOLVED_ANNOTATION,
+    cgroup, devnodes, liveness, membership, reap, release, HookEnv, HookError, Outcome, Stage,
+    State, RESOLVED_ANNOTATION,
 };
 use crate::allocation::{self, AllocationError};
 use crate::config::Config;
@@ -229,7 +229,7 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
     // after the release of exited pods, this one's included: its VFs are then
     // back on the host for this container to move in, not left to a pod
     // released underneath it.
-    release::reap_stale(run, &ledger, &who.pod.sandbox_id)?;
+    reap::reap_stale(run, &ledger, &who.pod.sandbox_id)?;
     super::cut_network::restore_cut_network(run, &ledger, &who.pod.sandbox_id)?;
     let inventory = gpu::discover_node(&env.host_root, &config.gpu);
     let plan =

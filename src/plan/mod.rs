@@ -290,6 +290,8 @@ mod tests_comm_env_ports;
 #[cfg(test)]
 mod tests_errors;
 #[cfg(test)]
+mod tests_gid_fakes;
+#[cfg(test)]
 mod tests_hami;
 #[cfg(test)]
 mod tests_rdma;

@@ -3,7 +3,8 @@
 use super::comm_env::roce_v2_index;
 use super::testinv::hgx;
 use super::tests::pod;
-use super::tests_comm_env::{gid, rdma, roce_table, FakeTable, LINK_LOCAL, V4};
+use super::tests_comm_env::rdma;
+use super::tests_gid_fakes::{gid, roce_table, FakeTable, LINK_LOCAL, V4};
 use super::*;
 use crate::config::GidFamily;
 use crate::inventory::GidEntry;

@@ -1,0 +1,122 @@
+//! Hooks-only reaping of exited pods: a createRuntime releases pods whose
+//! containers all exited without a poststop (the runtime or host crashed,
+//! the hook was killed) before it admits, since no long-running process
+//! reconciles in this mode. Each pod goes through the same guarded release
+//! as a poststop's ([`super::release`]).
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use super::liveness;
+use super::release::{quarantine_vfs, release_guarded};
+use super::standalone::{HooksOnly, HooksOnlyError};
+use super::{HookEnv, HookError};
+use crate::ledger::{Ledger, PodRecord, PodRef};
+
+/// A pod whose every container has a recorded init that has exited.
+fn is_stale(env: &HookEnv, pod: &PodRecord) -> bool {
+    !pod.containers.is_empty()
+        && pod.containers.values().all(|c| {
+            c.init
+                .as_ref()
+                .is_some_and(|init| liveness::is_gone(&env.roots.proc_root, init))
+        })
+}
+
+/// Where this hook starts among the other exited pods: the clock's
+/// nanoseconds, which differ from one hook to the next.
+fn rotation() -> usize {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as usize)
+}
+
+/// Releases pods whose containers are all gone; the pods released. A pod
+/// whose teardown fails keeps its claims (its devices quarantined) and does
+/// not stop the caller: its own devices are decided by the ledger.
+///
+/// The creating container's own pod (`own`, its sandbox id) goes first and
+/// always: its new container needs what the exited ones held. Others go
+/// until [`HooksOnly::reap_until`], at least one tried per call and from a
+/// point that moves from call to call, so that successive hooks work through
+/// a backlog even past a pod whose release keeps failing; the rest wait for
+/// the next hook, and a container that needs their devices is refused until
+/// then (kubelet retries).
+pub(super) fn reap_stale(
+    run: &mut HooksOnly<'_>,
+    ledger: &Ledger,
+    own: &str,
+) -> Result<Vec<PodRef>, HooksOnlyError> {
+    let stale: Vec<PodRecord> = ledger
+        .snapshot()?
+        .pods
+        .into_values()
+        .filter(|p| is_stale(run.env, p))
+        .collect();
+    let (mut order, mut others): (Vec<PodRecord>, Vec<PodRecord>) =
+        stale.into_iter().partition(|p| p.pod.sandbox_id == own);
+    // The others from a point that moves from hook to hook: a pod whose
+    // release keeps failing stays exited, and would otherwise take every
+    // hook's first turn, leaving those after it for good.
+    if !others.is_empty() {
+        let turn = rotation() % others.len();
+        others.rotate_left(turn);
+    }
+    order.extend(others);
+    let mut released = Vec::new();
+    let mut tried = 0;
+    let total = order.len();
+    for (done, pod) in order.into_iter().enumerate() {
+        let mine = pod.pod.sandbox_id == own;
+        if !mine && tried > 0 && Instant::now() >= run.reap_until {
+            tracing::warn!(
+                left = total - done,
+                "exited pods left for a later hook: this one's time for them is spent"
+            );
+            break;
+        }
+        // Its last container's poststop (or another reap) is releasing it,
+        // or a hook holds its VFs' turns to move them: that one finishes,
+        // and this create does not wait on it.
+        if ledger.releasing(&pod)? {
+            tracing::debug!(pod = %pod.pod, "stale pod: a release of it, or a move of its vfs, runs");
+            continue;
+        }
+        if !mine {
+            tried += 1;
+        }
+        let restored: Result<Vec<usize>, HookError> = pod
+            .containers
+            .keys()
+            .map(|id| run.os.detach(id, &|_| {}))
+            .collect();
+        if let Err(e) = restored {
+            let reason = nri::ErrorChain(&e).to_string();
+            tracing::warn!(pod = %pod.pod, error = %reason, "stale pod: vf restore failed");
+            quarantine_vfs(ledger, &pod, &reason);
+            continue;
+        }
+        let expected: BTreeSet<String> = pod.containers.keys().cloned().collect();
+        match release_guarded(run, ledger, &pod, &expected) {
+            Ok(true) => {
+                tracing::info!(pod = %pod.pod, "stale pod released");
+                released.push(pod.pod);
+            }
+            // A container joined meanwhile: the pod stays with it, without
+            // the exited ones (their VFs are back, their network role free).
+            Ok(false) => {
+                for id in &expected {
+                    if let Err(e) =
+                        ledger.remove_container(&pod.pod.sandbox_id, id, &|p| run.env.vfs_away(p))
+                    {
+                        tracing::warn!(pod = %pod.pod, container = %id, error = %nri::ErrorChain(&e), "exited container not forgotten");
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(pod = %pod.pod, error = %nri::ErrorChain(&e), "stale pod kept")
+            }
+        }
+    }
+    Ok(released)
+}
