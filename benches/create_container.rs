@@ -18,7 +18,8 @@
 //!
 //! `cargo bench --bench create_container` (root). `DEVGATE_BENCH_CREATES=N`
 //! sets the creations per set (default 500; smoke runs without `--bench` use 10),
-//! `DEVGATE_BENCH_SETS=N` the number of set pairs (default 2). With
+//! `DEVGATE_BENCH_SETS=N` the number of set pairs (default 8, and 2 for
+//! smoke runs and for `DEVGATE_BENCH_NEW_PODS`). With
 //! `DEVGATE_BENCH_PLAIN=1` the pod has no allocation: the plugin's cost for a
 //! container it gives nothing (receiving and answering the runtime's messages).
 //! With `DEVGATE_BENCH_NEW_PODS=1` every creation is the first container of a
@@ -291,7 +292,10 @@ fn main() {
             (true, true) => 100,
         },
     );
-    let sets = env_usize("DEVGATE_BENCH_SETS", 2);
+    // Eight pairs in a full run of the default modes: this VM's medians move
+    // by half within minutes, and two pairs of 500 read the median overhead
+    // anywhere from -0.5 to +1.5 ms where eight read it within 0.2 ms.
+    let sets = env_usize("DEVGATE_BENCH_SETS", if full && !fresh { 8 } else { 2 });
     // Dropped after the node, even on a panic.
     let _sweep = pods::CgroupSweep;
     let mut node = Node::start(&[]);
