@@ -65,8 +65,28 @@ pub fn print_overhead(with: Vec<Duration>, without: Vec<Duration>, n: usize) {
     println!("median overhead: {:.3} ms", m_with - m_without);
     // A step in the machine's speed between two sets moves the pooled medians
     // above; within a pair the two sets ran next to each other.
+    let (mean, se) = mean_and_error(&differences);
+    let spread = se.map_or(String::new(), |se| {
+        format!(
+            " ± {se:.3} (standard error over {} pairs)",
+            differences.len()
+        )
+    });
     println!(
-        "pairwise overhead: {:.3} ms, the mean of the pairs' differences of medians",
-        differences.iter().sum::<f64>() / differences.len().max(1) as f64
+        "pairwise overhead: {mean:.3} ms{spread}, the mean of the pairs' differences of medians"
     );
+}
+
+/// The mean of `v` and its standard error (the sample standard deviation over
+/// the square root of the count), which needs two values at least. This VM's
+/// medians move between sets, so the error says how far a run's overhead can
+/// be trusted: with 2 pairs of 500 it is often ±0.5 ms.
+fn mean_and_error(v: &[f64]) -> (f64, Option<f64>) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n.max(1.0);
+    if v.len() < 2 {
+        return (mean, None);
+    }
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, Some((var / n).sqrt()))
 }
