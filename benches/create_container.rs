@@ -94,7 +94,7 @@ use compare::compare;
 use floor::{serve_echo, Echo, Floors, ECHO_ENV};
 use pods::{kubelet_env, kubelet_metadata, wait_released, Pods};
 use proc::{cpu_ns, process_cpu_ns, rss_kib, wait_releases_ended};
-use report::{print_overhead, sandbox_cpu};
+use report::{print_overhead, print_set_cpu, sandbox_cpu};
 use standing::Standing;
 use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
 use support::{require_root, ContainerSpec, Cri, PodSpec, SLOW};
@@ -350,6 +350,8 @@ fn main() {
     let (mut with, mut without) = (Vec::new(), Vec::new());
     let mut cpu = Cpu::new();
     let mut floors = Floors::start();
+    // The plugin's CPU per creation in each set with it, in the order they ran.
+    let mut set_cpu = Vec::new();
     for set in 0..sets {
         let tag = format!("w{set}-");
         // ABBA: odd pairs run without the plugin first, so that drift within a
@@ -371,6 +373,7 @@ fn main() {
         }
         let pid = node.plugin.pid().expect("plugin pid");
         let after_each = vec![&mut floors.echo, &mut floors.committer];
+        let set_start = cpu.create_ns;
         run_set(
             &cri,
             &pods,
@@ -380,6 +383,7 @@ fn main() {
             Some((pid, &mut cpu, after_each)),
             None,
         );
+        set_cpu.push((cpu.create_ns - set_start) as f64 / 1e6 / n as f64);
         if set % 2 == 0 {
             without_set(&mut node, &mut floors);
         }
@@ -426,6 +430,7 @@ fn main() {
         per(cpu.total_ns),
         sandbox_cpu(&pods, &cpu, n * sets),
     );
+    print_set_cpu(&set_cpu);
     floors.print();
     if let Some(pages) = cpu.pages.as_ref().and_then(pages::Touched::report) {
         println!("plugin pages touched per CreateContainer: {pages}");

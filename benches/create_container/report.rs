@@ -90,3 +90,15 @@ fn mean_and_error(v: &[f64]) -> (f64, Option<f64>) {
     let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
     (mean, Some((var / n).sqrt()))
 }
+
+/// The plugin's CPU per CreateContainer in each set with it: the spread
+/// within a run, which the pooled figure hides.
+pub fn print_set_cpu(per_set: &[f64]) {
+    let sets: Vec<String> = per_set.iter().map(|ms| format!("{ms:.3}")).collect();
+    let (mean, se) = mean_and_error(per_set);
+    let spread = se.map_or(String::new(), |se| format!(", mean {mean:.3} ± {se:.3}"));
+    println!(
+        "plugin cpu by set: {} ms per CreateContainer{spread}",
+        sets.join(", ")
+    );
+}
