@@ -93,7 +93,7 @@ use std::time::{Duration, Instant};
 use compare::compare;
 use floor::{serve_echo, Echo, Floors, ECHO_ENV};
 use pods::{kubelet_env, kubelet_metadata, wait_released, Pods};
-use proc::{cpu_ns, process_cpu_ns, rss_kib, wait_releases_ended};
+use proc::{cpu_ns, ms_each, process_cpu_ns, rss_kib, wait_releases_ended};
 use report::{print_overhead, print_set_cpu, sandbox_cpu};
 use standing::Standing;
 use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
@@ -293,8 +293,9 @@ fn main() {
         },
     );
     // Eight pairs in a full run of the default modes: this VM's medians move
-    // by half within minutes, and two pairs of 500 read the median overhead
-    // anywhere from -0.5 to +1.5 ms where eight read it within 0.2 ms.
+    // by half within minutes, and on 6 December runs of two pairs of 500 read
+    // the median overhead anywhere from -0.03 to +1.49 ms within half an hour;
+    // the report gives the pairs' standard error (0.12 to 0.59 ms over eight).
     let sets = env_usize("DEVGATE_BENCH_SETS", if full && !fresh { 8 } else { 2 });
     // Dropped after the node, even on a panic.
     let _sweep = pods::CgroupSweep;
@@ -383,7 +384,7 @@ fn main() {
             Some((pid, &mut cpu, after_each)),
             None,
         );
-        set_cpu.push((cpu.create_ns - set_start) as f64 / 1e6 / n as f64);
+        set_cpu.push(ms_each(cpu.create_ns - set_start, n));
         if set % 2 == 0 {
             without_set(&mut node, &mut floors);
         }
@@ -403,7 +404,7 @@ fn main() {
         wait_released(&node.state_dir(), &pod);
     }
 
-    let creations = (n * sets) as f64;
+    let creations = n * sets;
     let what = match (plain, fresh, owner) {
         (true, _, _) => "pod without an allocation",
         (false, false, false) => "pod with 4 GPUs + 4 VFs, each creation its pod's network owner",
@@ -423,12 +424,12 @@ fn main() {
         node.ctrd.runtime()
     );
     print_overhead(with, without, n);
-    let per = |ns: u64| ns as f64 / 1e6 / creations;
+    let per = |ns: u64| ms_each(ns, creations);
     println!(
         "plugin cpu: {:.3} ms per CreateContainer, {:.3} ms with its RemoveContainer ({creations} creations){}",
         per(cpu.create_ns),
         per(cpu.total_ns),
-        sandbox_cpu(&pods, &cpu, n * sets),
+        sandbox_cpu(&pods, &cpu, creations),
     );
     print_set_cpu(&set_cpu);
     floors.print();

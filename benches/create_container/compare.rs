@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::pods::Pods;
+use crate::proc::ms_each;
 use crate::support::node::Node;
 use crate::support::{self, Cri, SLOW};
 use crate::{pages, run_set, sandbox_cpu, Cpu};
@@ -23,7 +24,6 @@ pub fn compare(
         .chain(others.iter().cloned())
         .collect();
     let mut cpus: Vec<Cpu> = builds.iter().map(|_| Cpu::new()).collect();
-    let per = |ns: u64, count: usize| ns as f64 / 1e6 / count as f64;
     for set in 0..sets {
         let mut order: Vec<usize> = (0..builds.len()).collect();
         if set % 2 == 1 {
@@ -41,7 +41,7 @@ pub fn compare(
                 &builds[i],
                 &mut cpus[i],
             );
-            line += &format!(" [{i}] {:.3}", per(cpus[i].create_ns - before, n));
+            line += &format!(" [{i}] {:.3}", ms_each(cpus[i].create_ns - before, n));
         }
         println!("{line} ms per CreateContainer");
     }
@@ -49,8 +49,8 @@ pub fn compare(
         println!(
             "[{i}] {}: {:.4} ms per CreateContainer, {:.4} ms with its RemoveContainer ({} creations){}",
             build.display(),
-            per(cpu.create_ns, n * sets),
-            per(cpu.total_ns, n * sets),
+            ms_each(cpu.create_ns, n * sets),
+            ms_each(cpu.total_ns, n * sets),
             n * sets,
             sandbox_cpu(pods, cpu, n * sets),
         );

@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 
-use crate::proc::cpu_ns;
+use crate::proc::{cpu_ns, ms_each};
 
 /// Set in the environment of the floor processes this bench starts: `-` for a
 /// bare echo, else the directory of the ledger-like file it replaces.
@@ -112,7 +112,7 @@ impl Floors {
     }
 
     pub fn print(&self) {
-        let floor = |e: &Echo| e.cpu_ns as f64 / 1e6 / e.pings.max(1) as f64;
+        let floor = |e: &Echo| ms_each(e.cpu_ns, e.pings.max(1) as usize);
         println!(
             "floor: {:.3} ms per message for a process that only receives {} bytes and answers; \
              {:.3} ms with one crash-safe 3 KiB ledger write (pinged after each creation)",

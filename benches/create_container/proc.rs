@@ -5,6 +5,11 @@ use std::time::{Duration, Instant};
 
 use crate::support::SLOW;
 
+/// `ns` nanoseconds of CPU spread over `count` requests, in milliseconds each.
+pub fn ms_each(ns: u64, count: usize) -> f64 {
+    ns as f64 / 1e6 / count as f64
+}
+
 /// CPU time of all of a process's threads, in nanoseconds: the first field of each
 /// `/proc/<pid>/task/<tid>/schedstat` (time on a CPU, nanosecond precision, unlike
 /// the clock ticks of `stat`). Threads that ended are not counted: the plugin's

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::pods::Pods;
+use crate::proc::ms_each;
 use crate::Cpu;
 
 /// With a pod per creation, the plugin's CPU in RunPodSandbox (where it
@@ -12,7 +13,7 @@ pub fn sandbox_cpu(pods: &Pods<'_>, cpu: &Cpu, creations: usize) -> String {
     if !matches!(pods, Pods::Fresh(..)) {
         return String::new();
     }
-    let per = |ns: u64| ns as f64 / 1e6 / creations.max(1) as f64;
+    let per = |ns: u64| ms_each(ns, creations.max(1));
     let mut wall = cpu.sandbox_wall.clone();
     wall.sort();
     format!(
@@ -80,7 +81,7 @@ pub fn print_overhead(with: Vec<Duration>, without: Vec<Duration>, n: usize) {
 /// The mean of `v` and its standard error (the sample standard deviation over
 /// the square root of the count), which needs two values at least. This VM's
 /// medians move between sets, so the error says how far a run's overhead can
-/// be trusted: with 2 pairs of 500 it is often ±0.5 ms.
+/// be trusted.
 fn mean_and_error(v: &[f64]) -> (f64, Option<f64>) {
     let n = v.len() as f64;
     let mean = v.iter().sum::<f64>() / n.max(1.0);

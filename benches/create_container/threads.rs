@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::proc::ms_each;
+
 /// Each thread's name, CPU time and timeslices (how often it was put on a
 /// CPU: schedstat's third field), by thread id.
 fn sample(pid: u32) -> BTreeMap<u32, (String, u64, u64, u64)> {
@@ -78,7 +80,7 @@ impl Threads {
     pub fn report(&self) {
         let windows = self.windows.max(1) as f64;
         for (name, (ns, slices, sleeps, ran)) in &self.by_name {
-            let per = *ns as f64 / 1e6 / windows;
+            let per = ms_each(*ns, self.windows.max(1));
             let slices = *slices as f64 / windows;
             let sleeps = *sleeps as f64 / windows;
             println!(
