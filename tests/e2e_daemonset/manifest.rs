@@ -72,12 +72,7 @@ impl HostPaths {
 
 /// The CRI mounts of a container spec of the manifest: its volumeMounts, each
 /// resolved through the pod's volumes (hostPath, or the ConfigMap's directory).
-pub(super) fn mounts(
-    ctr: &Value,
-    volumes: &Value,
-    hosts: &HostPaths,
-    config_dir: &Path,
-) -> Vec<Mount> {
+fn mounts(ctr: &Value, volumes: &Value, hosts: &HostPaths, config_dir: &Path) -> Vec<Mount> {
     let volume = |name: &str| {
         volumes
             .as_sequence()
@@ -109,7 +104,7 @@ pub(super) fn mounts(
 
 /// The mount kubelet adds to every container for its termination message: a
 /// file of its own, at `terminationMessagePath` (default `/dev/termination-log`).
-pub(super) fn termination_log(ctr: &Value, config_dir: &Path) -> Mount {
+fn termination_log(ctr: &Value, config_dir: &Path) -> Mount {
     let name = ctr["name"].as_str().expect("container name");
     let file = config_dir.with_file_name(format!("termination-log-{name}"));
     std::fs::write(&file, "").expect("termination log file");
@@ -165,7 +160,7 @@ pub(super) fn container(
 }
 
 /// `text` with the line setting `key` replaced by one setting it to `value`.
-pub(super) fn set(text: &str, key: &str, value: &str) -> String {
+fn set(text: &str, key: &str, value: &str) -> String {
     let line = text
         .lines()
         .find(|l| l.starts_with(&format!("{key} =")))
