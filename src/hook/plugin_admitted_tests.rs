@@ -82,12 +82,7 @@ fn containers_the_plugin_admitted_are_the_plugins() {
 /// What the NRI plugin records when it admits `container` (with `resolved`,
 /// the annotation it gives the pod's network owner).
 fn admit_as_plugin(w: &World, container: &str, resolved: Option<&str>) {
-    let pod = PodRef {
-        sandbox_id: "sb-nri".into(),
-        namespace: "ns".into(),
-        name: "nri".into(),
-        uid: "uid-nri".into(),
-    };
+    let pod = crate::ledger::tests::pod("sb-nri");
     let record = ContainerRecord {
         name: "main".into(),
         devices: vec!["/dev/nvidia0".into()],

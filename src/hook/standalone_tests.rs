@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::allocation::DEVICE_ALLOCATED;
-use crate::ledger::{Claim, DeviceId, PodRef, Share};
+use crate::ledger::{Claim, DeviceId, Share};
 
 #[path = "standalone_fake.rs"]
 mod fake;
