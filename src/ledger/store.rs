@@ -144,9 +144,13 @@ impl Store {
         &self.dir
     }
 
-    fn io(&self, name: &str) -> impl FnOnce(std::io::Error) -> LedgerError + '_ {
-        let path = self.dir.join(name);
-        move |source| LedgerError::Io { path, source }
+    /// The error of an I/O step on `name`; its path is made only on failure,
+    /// as every transaction passes this on its way.
+    fn io(&self, name: &'static str) -> impl FnOnce(std::io::Error) -> LedgerError + '_ {
+        move |source| LedgerError::Io {
+            path: self.dir.join(name),
+            source,
+        }
     }
 
     /// Takes the exclusive lock and reads the current state. The cached copy

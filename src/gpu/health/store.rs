@@ -28,6 +28,12 @@ const PATH_RECHECK: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone)]
 pub struct HealthStore {
     dir: PathBuf,
+    /// `dir`'s `health.json`, joined once: [`HealthStore::current`] looks at
+    /// it at every creation while there is no such file.
+    file: PathBuf,
+    /// The document while there is no file, shared rather than made anew at
+    /// each look.
+    empty: Arc<HealthState>,
     /// The last document read by [`HealthStore::current`], checked at every
     /// container creation: kept while the file is that version.
     cache: Arc<Mutex<Option<Cached>>>,
@@ -70,12 +76,14 @@ impl HealthStore {
     pub fn new(dir: &Path) -> HealthStore {
         HealthStore {
             dir: dir.to_path_buf(),
+            file: dir.join(HEALTH_FILE),
+            empty: Arc::default(),
             cache: Arc::new(Mutex::new(None)),
         }
     }
 
     pub fn path(&self) -> PathBuf {
-        self.dir.join(HEALTH_FILE)
+        self.file.clone()
     }
 
     /// The plugin's gate before a claim: fails for an unhealthy GPU. (A quarantined
@@ -101,14 +109,18 @@ impl HealthStore {
         if let Some(cached) = cache.as_ref().filter(|c| c.still_current()) {
             return Ok(cached.state.clone());
         }
-        let path = self.path();
-        let meta = match fs::metadata(&path) {
+        let meta = match fs::metadata(&self.file) {
             Ok(meta) => meta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 *cache = None;
-                return Ok(Arc::default());
+                return Ok(self.empty.clone());
             }
-            Err(source) => return Err(GpuError::HealthIo { path, source }),
+            Err(source) => {
+                return Err(GpuError::HealthIo {
+                    path: self.path(),
+                    source,
+                })
+            }
         };
         if let Some(cached) = cache.as_mut().filter(|c| c.key == FileKey::of(&meta)) {
             cached.ctime = ctime(&meta);
@@ -116,7 +128,7 @@ impl HealthStore {
             return Ok(cached.state.clone());
         }
         let Some((state, read)) = self.read()? else {
-            return Ok(Arc::default());
+            return Ok(self.empty.clone());
         };
         let state = Arc::new(state);
         if let Some((meta, pin)) = read {
