@@ -28,12 +28,8 @@ const PATH_RECHECK: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone)]
 pub struct HealthStore {
     dir: PathBuf,
-    /// `dir`'s `health.json`, joined once: [`HealthStore::current`] looks at
-    /// it at every creation while there is no such file.
+    /// `dir`'s `health.json`, joined once.
     file: PathBuf,
-    /// The document while there is no file, shared rather than made anew at
-    /// each look.
-    empty: Arc<HealthState>,
     /// The last document read by [`HealthStore::current`], checked at every
     /// container creation: kept while the file is that version.
     cache: Arc<Mutex<Option<Cached>>>,
@@ -77,7 +73,6 @@ impl HealthStore {
         HealthStore {
             dir: dir.to_path_buf(),
             file: dir.join(HEALTH_FILE),
-            empty: Arc::default(),
             cache: Arc::new(Mutex::new(None)),
         }
     }
@@ -113,7 +108,7 @@ impl HealthStore {
             Ok(meta) => meta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 *cache = None;
-                return Ok(self.empty.clone());
+                return Ok(Arc::default());
             }
             Err(source) => {
                 return Err(GpuError::HealthIo {
@@ -128,7 +123,7 @@ impl HealthStore {
             return Ok(cached.state.clone());
         }
         let Some((state, read)) = self.read()? else {
-            return Ok(self.empty.clone());
+            return Ok(Arc::default());
         };
         let state = Arc::new(state);
         if let Some((meta, pin)) = read {
@@ -194,7 +189,7 @@ impl HealthStore {
     pub fn create_if_absent(&self) -> Result<(), GpuError> {
         self.create_dir()?;
         let _lock = self.lock()?;
-        match fs::symlink_metadata(self.path()) {
+        match fs::symlink_metadata(&self.file) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 self.write_atomic(&HealthState::default())
             }
@@ -247,13 +242,12 @@ impl HealthStore {
     }
 
     fn write_atomic(&self, state: &HealthState) -> Result<(), GpuError> {
-        let path = self.path();
         let mut text = serde_json::to_vec_pretty(state).map_err(|e| GpuError::HealthCorrupt {
-            path: path.clone(),
+            path: self.path(),
             reason: e.to_string(),
         })?;
         text.push(b'\n');
-        fsutil::replace_file(&path, &text).map_err(health_io)
+        fsutil::replace_file(&self.file, &text).map_err(health_io)
     }
 }
 
