@@ -8,7 +8,22 @@ use devgate::gpu::health::Fault;
 use devgate::gpu::HealthStore;
 use devgate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
 
+/// Taken shared by every test that starts a process, and exclusively by the
+/// one whose open GPU node must have no holder but this process: a child
+/// another test starts holds a copy of every descriptor of this process,
+/// close-on-exec ones included, from its fork until its exec, and a clear
+/// scanning `/proc` in that window counts it as a user.
+static SPAWNS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// `devgate clear` with `extra` arguments, while no test holds [`SPAWNS`]
+/// exclusively.
 fn clear(dir: &Path, host: &Path, extra: &[&str]) -> (bool, String) {
+    let _spawns = SPAWNS.read().unwrap_or_else(|p| p.into_inner());
+    run_clear(dir, host, extra)
+}
+
+/// `devgate clear`, for a caller that holds [`SPAWNS`] itself.
+fn run_clear(dir: &Path, host: &Path, extra: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
         .arg("clear")
         .arg("--state-dir")
@@ -187,13 +202,15 @@ fn the_running_plugins_own_gpu_handles_do_not_refuse_a_clear() {
         ),
     )
     .unwrap();
+    // No other test starts a process while this one holds the node.
+    let _spawns = SPAWNS.write().unwrap_or_else(|p| p.into_inner());
     let _held = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH)
         .open(&node)
         .unwrap();
 
-    let (ok, text) = clear(dir.path(), fx.root(), &[&gpu.uuid]);
+    let (ok, text) = run_clear(dir.path(), fx.root(), &[&gpu.uuid]);
     assert!(!ok, "{text}");
     let me = std::process::id();
     assert!(text.contains(&format!("pids [{me}]")), "{text}");
@@ -223,10 +240,10 @@ fn the_running_plugins_own_gpu_handles_do_not_refuse_a_clear() {
     };
     // A plugin that exited, its pid now another process's: that process counts.
     record(start + 1);
-    let (ok, text) = clear(dir.path(), fx.root(), &[&gpu.uuid]);
+    let (ok, text) = run_clear(dir.path(), fx.root(), &[&gpu.uuid]);
     assert!(!ok && text.contains(&format!("pids [{me}]")), "{text}");
     record(start);
-    let (ok, text) = clear(dir.path(), fx.root(), &[&gpu.uuid]);
+    let (ok, text) = run_clear(dir.path(), fx.root(), &[&gpu.uuid]);
     assert!(ok, "{text}");
     assert!(
         text.contains(&format!("gpu {}: cleaned, quarantine cleared", gpu.uuid)),
