@@ -81,6 +81,8 @@ mod pods;
 mod proc;
 #[path = "create_container/report.rs"]
 mod report;
+#[path = "create_container/set.rs"]
+mod set;
 #[path = "create_container/standing.rs"]
 mod standing;
 #[path = "../tests/support/mod.rs"]
@@ -88,16 +90,17 @@ mod support;
 #[path = "create_container/threads.rs"]
 mod threads;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use compare::compare;
-use floor::{serve_echo, Echo, Floors, ECHO_ENV};
-use pods::{kubelet_env, kubelet_metadata, wait_released, Pods};
-use proc::{cpu_ns, ms_each, process_cpu_ns, rss_kib, wait_releases_ended};
+use floor::{serve_echo, Floors, ECHO_ENV};
+use pods::{kubelet_metadata, wait_released, Pods};
+use proc::{ms_each, rss_kib};
 use report::{print_overhead, print_set_cpu, sandbox_cpu};
+use set::{run_set, without_plugin, Cpu, Watched};
 use standing::Standing;
 use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
-use support::{require_root, ContainerSpec, Cri, PodSpec, SLOW};
+use support::{require_root, ContainerSpec, PodSpec};
 
 fn env_usize(key: &str, default: usize) -> usize {
     std::env::var(key)
@@ -124,156 +127,6 @@ fn pod_allocation(node: &Node) -> String {
         .map(|(i, nic)| vf_entry(i, nic.bus_id, nic.vfs[0].bus_id))
         .collect();
     allocation(&gpus, &rdma)
-}
-
-/// Plugin CPU over a set: creation calls alone, and creation plus removal;
-/// with a pod per creation, also its RunPodSandbox calls (the pod's claim).
-#[derive(Default)]
-struct Cpu {
-    create_ns: u64,
-    total_ns: u64,
-    sandbox_ns: u64,
-    /// With a pod per creation, the process's CPU from before the pod's
-    /// RunPodSandbox until its release ended: its five events and the release.
-    pod_ns: u64,
-    /// Each RunPodSandbox call's wall time, with a pod per creation.
-    sandbox_wall: Vec<Duration>,
-    /// The pages each creation touched, with `DEVGATE_BENCH_PAGES=1`.
-    pages: Option<pages::Touched>,
-    /// Each thread's share of the creations, with `DEVGATE_BENCH_THREADS=1`.
-    threads: Option<threads::Threads>,
-}
-
-impl Cpu {
-    fn new() -> Cpu {
-        let pages = std::env::var_os("DEVGATE_BENCH_PAGES").map(|_| pages::Touched::default());
-        Cpu {
-            pages,
-            threads: threads::Threads::from_env(),
-            ..Cpu::default()
-        }
-    }
-}
-
-/// The floor processes pinged after each creation: both, or none in the sets
-/// of a build compared.
-type AfterEach<'a> = Vec<&'a mut Echo>;
-
-/// Creates and removes `n` containers, timing each creation; with `plugin`, also
-/// adds that process's CPU time to `cpu` (the removal's RemoveContainer event is
-/// answered before the CRI call returns, so each window holds its own work only).
-/// `at_request`, given in the sets without the plugin, is pinged untimed right
-/// before each CreateContainer: the floor in the state the plugin is woken in.
-fn run_set(
-    cri: &Cri,
-    pods: &Pods<'_>,
-    n: usize,
-    tag: &str,
-    out: &mut Vec<Duration>,
-    plugin: Option<(u32, &mut Cpu, AfterEach<'_>)>,
-    mut at_request: Option<&mut Echo>,
-) {
-    let mut plugin = plugin;
-    let pause = Duration::from_millis(env_usize("DEVGATE_BENCH_PAUSE_MS", 0) as u64);
-    for i in 0..n {
-        // Untimed: pods as far apart as a node starts them, not back to back.
-        std::thread::sleep(pause);
-        let whole = plugin
-            .as_ref()
-            .map_or(0, |(pid, _, _)| process_cpu_ns(*pid));
-        let started = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
-        let run = Instant::now();
-        let pod = pods.get(cri, tag, i);
-        let run = run.elapsed();
-        let spec = ContainerSpec::shell(&format!("{tag}{i}"), "true");
-        let spec = if kubelet() { kubelet_env(spec) } else { spec };
-        if let Some(echo) = at_request.as_mut() {
-            echo.ping();
-        }
-        if let Some((pid, Cpu { pages: Some(_), .. }, _)) = plugin.as_ref() {
-            pages::Touched::clear(*pid);
-        }
-        let window = match plugin.as_ref() {
-            Some((
-                pid,
-                Cpu {
-                    threads: Some(_), ..
-                },
-                _,
-            )) => Some(threads::Threads::begin(*pid)),
-            _ => None,
-        };
-        let before = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
-        let start = Instant::now();
-        let id = cri.create_container(&pod, &spec).expect("CreateContainer");
-        out.push(start.elapsed());
-        let created = plugin.as_ref().map_or(0, |(pid, _, _)| cpu_ns(*pid));
-        if let (
-            Some((
-                pid,
-                Cpu {
-                    threads: Some(threads),
-                    ..
-                },
-                _,
-            )),
-            Some(window),
-        ) = (plugin.as_mut(), window)
-        {
-            threads.end(*pid, window);
-        }
-        if let Some((
-            pid,
-            Cpu {
-                pages: Some(pages), ..
-            },
-            _,
-        )) = plugin.as_mut()
-        {
-            pages.count(*pid);
-        }
-        if let Some((_, _, floors)) = plugin.as_mut() {
-            floors.iter_mut().for_each(|f| f.ping());
-        }
-        cri.remove_container(&id).expect("RemoveContainer");
-        if let Some((pid, cpu, _)) = plugin.as_mut() {
-            cpu.sandbox_ns += before - started;
-            cpu.sandbox_wall.push(run);
-            cpu.create_ns += created - before;
-            cpu.total_ns += cpu_ns(*pid) - before;
-        }
-        pods.done(cri, &pod);
-        if let Some((pid, cpu, _)) = plugin.as_mut() {
-            wait_releases_ended(*pid);
-            cpu.pod_ns += process_cpu_ns(*pid).saturating_sub(whole);
-        }
-    }
-}
-
-/// One set with the plugin stopped; it is running again afterwards.
-fn without_plugin(
-    node: &mut Node,
-    cri: &Cri,
-    pods: &Pods<'_>,
-    n: usize,
-    set: usize,
-    out: &mut Vec<Duration>,
-    at_request: &mut Echo,
-) {
-    node.plugin.kill();
-    // containerd notices the closed connection on its next write; give it a moment.
-    std::thread::sleep(Duration::from_millis(200));
-    run_set(
-        cri,
-        pods,
-        n,
-        &format!("n{set}-"),
-        out,
-        None,
-        Some(at_request),
-    );
-    node.plugin.respawn(&node.ctrd);
-    node.plugin.wait_registered(&node.ctrd, SLOW);
 }
 
 fn main() {
@@ -375,15 +228,12 @@ fn main() {
         let pid = node.plugin.pid().expect("plugin pid");
         let after_each = vec![&mut floors.echo, &mut floors.committer];
         let set_start = cpu.create_ns;
-        run_set(
-            &cri,
-            &pods,
-            n,
-            &tag,
-            &mut with,
-            Some((pid, &mut cpu, after_each)),
-            None,
-        );
+        let watched = Watched {
+            pid,
+            cpu: &mut cpu,
+            after_each,
+        };
+        run_set(&cri, &pods, n, &tag, &mut with, Some(watched), None);
         set_cpu.push(ms_each(cpu.create_ns - set_start, n));
         if set % 2 == 0 {
             without_set(&mut node, &mut floors);

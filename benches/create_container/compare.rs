@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use crate::pods::Pods;
 use crate::proc::ms_each;
+use crate::set::{run_set, Cpu, Watched};
 use crate::support::node::Node;
 use crate::support::{self, Cri, SLOW};
-use crate::{pages, run_set, sandbox_cpu, Cpu};
+use crate::{pages, sandbox_cpu};
 
 /// `sets` rounds, each a set of this build and one of every build in `others`,
 /// in an order reversed every other round (ABBA for two builds), printing the
@@ -87,7 +88,11 @@ fn run_build(
         n,
         tag,
         &mut Vec::new(),
-        Some((pid, cpu, Vec::new())),
+        Some(Watched {
+            pid,
+            cpu,
+            after_each: Vec::new(),
+        }),
         None,
     );
 }

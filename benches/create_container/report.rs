@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::pods::Pods;
 use crate::proc::ms_each;
-use crate::Cpu;
+use crate::set::Cpu;
 
 /// With a pod per creation, the plugin's CPU in RunPodSandbox (where it
 /// claims the pod's devices) and in the pod's three calls together.
