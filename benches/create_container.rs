@@ -96,7 +96,7 @@ use compare::compare;
 use floor::{serve_echo, Floors, ECHO_ENV};
 use pods::{kubelet_metadata, wait_released, Pods};
 use proc::{ms_each, rss_kib};
-use report::{print_overhead, print_set_cpu, sandbox_cpu};
+use report::{cpu_in_all, print_overhead, print_set_cpu};
 use set::{run_set, without_plugin, Cpu, Watched};
 use standing::Standing;
 use support::node::{allocation, gpu_entry, vf_entry, Node, DEVICE_ALLOCATED};
@@ -279,7 +279,7 @@ fn main() {
         "plugin cpu: {:.3} ms per CreateContainer, {:.3} ms with its RemoveContainer ({creations} creations){}",
         per(cpu.create_ns),
         per(cpu.total_ns),
-        sandbox_cpu(&pods, &cpu, creations),
+        cpu_in_all(&pods, &cpu, creations),
     );
     print_set_cpu(&set_cpu);
     floors.print();

@@ -8,7 +8,7 @@ use crate::proc::ms_each;
 use crate::set::{run_set, Cpu, Watched};
 use crate::support::node::Node;
 use crate::support::{self, Cri, SLOW};
-use crate::{pages, sandbox_cpu};
+use crate::{cpu_in_all, pages};
 
 /// `sets` rounds, each a set of this build and one of every build in `others`,
 /// in an order reversed every other round (ABBA for two builds), printing the
@@ -53,7 +53,7 @@ pub fn compare(
             ms_each(cpu.create_ns, n * sets),
             ms_each(cpu.total_ns, n * sets),
             n * sets,
-            sandbox_cpu(pods, cpu, n * sets),
+            cpu_in_all(pods, cpu, n * sets),
         );
         if let Some(pages) = cpu.pages.as_ref().and_then(pages::Touched::report) {
             println!("[{i}] pages touched per CreateContainer: {pages}");

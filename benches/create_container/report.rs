@@ -1,5 +1,5 @@
 //! What a run prints: each set's medians and the overheads between them, and
-//! the plugin's CPU in a pod's sandbox start.
+//! the plugin's CPU beyond its calls.
 
 use std::time::Duration;
 
@@ -7,13 +7,20 @@ use crate::pods::Pods;
 use crate::proc::ms_each;
 use crate::set::Cpu;
 
-/// With a pod per creation, the plugin's CPU in RunPodSandbox (where it
-/// claims the pod's devices) and in the pod's three calls together.
-pub fn sandbox_cpu(pods: &Pods<'_>, cpu: &Cpu, creations: usize) -> String {
-    if !matches!(pods, Pods::Fresh(..)) {
-        return String::new();
-    }
+/// What the plugin spent beyond its creation and removal calls. With a pod
+/// per creation: its CPU in RunPodSandbox (where it claims the pod's devices),
+/// in the pod's three calls together, and in all. With one pod: its CPU per
+/// creation in all, every thread, from each creation's start to the end of its
+/// removal, so that work a creation leaves for later (an audit line, a journal
+/// fold) is counted too.
+pub fn cpu_in_all(pods: &Pods<'_>, cpu: &Cpu, creations: usize) -> String {
     let per = |ns: u64| ms_each(ns, creations.max(1));
+    if !matches!(pods, Pods::Fresh(..)) {
+        return format!(
+            "; {:.4} ms per creation in all (every thread, from the process's CPU clock)",
+            per(cpu.pod_ns)
+        );
+    }
     let mut wall = cpu.sandbox_wall.clone();
     wall.sort();
     format!(

@@ -18,8 +18,10 @@ pub struct Cpu {
     pub create_ns: u64,
     pub total_ns: u64,
     pub sandbox_ns: u64,
-    /// With a pod per creation, the process's CPU from before the pod's
-    /// RunPodSandbox until its release ended: its five events and the release.
+    /// The process's CPU, every thread, from before each creation's pod is
+    /// got until its release ended: with a pod per creation its five events
+    /// and the release; with one pod, the creation, the removal and what they
+    /// left for later.
     pub pod_ns: u64,
     /// Each RunPodSandbox call's wall time, with a pod per creation.
     pub sandbox_wall: Vec<Duration>,
