@@ -1,5 +1,5 @@
 //! What a run prints: each set's medians and the overheads between them, and
-//! the plugin's CPU beyond its calls.
+//! the plugin's CPU over more than a creation's own call.
 
 use std::time::Duration;
 
@@ -7,12 +7,12 @@ use crate::pods::Pods;
 use crate::proc::ms_each;
 use crate::set::Cpu;
 
-/// What the plugin spent beyond its creation and removal calls. With a pod
-/// per creation: its CPU in RunPodSandbox (where it claims the pod's devices),
-/// in the pod's three calls together, and in all. With one pod: its CPU per
-/// creation in all, every thread, from each creation's start to the end of its
-/// removal, so that work a creation leaves for later (an audit line, a journal
-/// fold) is counted too.
+/// The plugin's CPU over more than a creation's own call. With a pod per
+/// creation: in RunPodSandbox (where it claims the pod's devices), in the
+/// pod's three calls together, and in all. With one pod: per creation in all,
+/// every thread, from each creation's start to the end of its removal, so that
+/// work a creation leaves for later (an audit line, a journal fold) is counted
+/// too.
 pub fn cpu_in_all(pods: &Pods<'_>, cpu: &Cpu, creations: usize) -> String {
     let per = |ns: u64| ms_each(ns, creations.max(1));
     if !matches!(pods, Pods::Fresh(..)) {
