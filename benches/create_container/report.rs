@@ -18,7 +18,7 @@ pub fn cpu_in_all(pods: &Pods<'_>, cpu: &Cpu, creations: usize) -> String {
     if !matches!(pods, Pods::Fresh(..)) {
         return format!(
             "; {:.4} ms per creation in all (every thread, from the process's CPU clock)",
-            per(cpu.pod_ns)
+            per(cpu.in_all_ns)
         );
     }
     let mut wall = cpu.sandbox_wall.clone();
@@ -29,7 +29,7 @@ pub fn cpu_in_all(pods: &Pods<'_>, cpu: &Cpu, creations: usize) -> String {
         per(cpu.sandbox_ns),
         per(cpu.sandbox_ns + cpu.total_ns),
         pct(&wall, 0.5),
-        per(cpu.pod_ns),
+        per(cpu.in_all_ns),
     )
 }
 

@@ -22,7 +22,7 @@ pub struct Cpu {
     /// got until its release ended: with a pod per creation its five events
     /// and the release; with one pod, the creation, the removal and what they
     /// left for later.
-    pub pod_ns: u64,
+    pub in_all_ns: u64,
     /// Each RunPodSandbox call's wall time, with a pod per creation.
     pub sandbox_wall: Vec<Duration>,
     /// The pages each creation touched, with `DEVGATE_BENCH_PAGES=1`.
@@ -127,7 +127,7 @@ pub fn run_set(
         pods.done(cri, &pod);
         if let Some(w) = plugin.as_mut() {
             wait_releases_ended(w.pid);
-            w.cpu.pod_ns += process_cpu_ns(w.pid).saturating_sub(whole);
+            w.cpu.in_all_ns += process_cpu_ns(w.pid).saturating_sub(whole);
         }
     }
 }
