@@ -183,7 +183,8 @@ pub enum LogFormat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum RdmaNetnsMode {
-    /// Kernel default: RDMA devices are visible in every netns; no move.
+    /// Kernel default: RDMA devices are visible in every netns; no move,
+    /// unless the kernel is found exclusive (`plan::rdma::moves_rdma`).
     #[default]
     Shared,
     /// `ib_core netns_mode=0`: the RDMA device must be moved into the pod netns.

@@ -5,6 +5,7 @@ use std::fs;
 use std::path::Path;
 
 use super::*;
+use crate::config::RdmaNetnsMode;
 
 /// The inventory of `root`, with no warning, and the RDMA device of the first
 /// NIC's VF `bus_id`.
@@ -142,6 +143,36 @@ fn of_two_rdma_devices_on_one_function_the_first_by_name_is_kept() {
     );
     assert!(
         inv.warnings[0].contains("roce_a") && inv.warnings[0].contains(&want),
+        "{:?}",
+        inv.warnings
+    );
+}
+
+/// ib_core's `netns_mode` parameter gives the kernel's mode (`Y` shared, `N`
+/// exclusive); absent (ib_core not loaded), none; anything else is a warning.
+#[test]
+fn the_kernels_rdma_netns_mode_is_read_from_ib_core() {
+    let (_dir, fixture) = build(HostRootBuilder::hgx());
+    let root = fixture.root();
+    let param = root.join(crate::inventory::NETNS_MODE_PARAM);
+    assert_eq!(discover(root).rdma_netns_mode, None);
+    fs::create_dir_all(param.parent().unwrap()).unwrap();
+    for (text, want) in [
+        ("Y\n", Some(RdmaNetnsMode::Shared)),
+        ("N\n", Some(RdmaNetnsMode::Exclusive)),
+        ("1", Some(RdmaNetnsMode::Shared)),
+        ("0", Some(RdmaNetnsMode::Exclusive)),
+    ] {
+        fs::write(&param, text).unwrap();
+        let inv = discover(root);
+        assert_eq!(inv.rdma_netns_mode, want, "{text:?}");
+        assert_eq!(inv.warnings, Vec::<String>::new());
+    }
+    fs::write(&param, "maybe\n").unwrap();
+    let inv = discover(root);
+    assert_eq!(inv.rdma_netns_mode, None);
+    assert!(
+        inv.warnings.iter().any(|w| w.contains("netns_mode")),
         "{:?}",
         inv.warnings
     );

@@ -44,6 +44,7 @@ pub use model::*;
 pub use nic::port_health;
 pub(crate) use parse::{counts_as_gpu, parse_class, parse_dev_num, parse_rdma_char_name};
 pub use parse::{mlx_minor, plain_name};
+pub use rdma::{parse_netns_mode, NETNS_MODE_PARAM};
 pub use topology::{relation, PcieRelation};
 
 use hostfs::HostFs;
@@ -75,11 +76,17 @@ fn discover_in(fs: HostFs, gpu_library: &dyn GpuLibrary) -> Inventory {
     let nvidia_majors = scan.nvidia_majors(!gpus.is_empty());
     let rdma = scan.rdma_nics();
     let rdma_cm = scan.rdma_cm(!rdma.is_empty());
+    let rdma_netns_mode = if rdma.is_empty() {
+        None
+    } else {
+        scan.netns_mode()
+    };
     Inventory {
         gpus,
         nvidia_majors,
         rdma,
         rdma_cm,
+        rdma_netns_mode,
         warnings: scan.warnings,
     }
 }

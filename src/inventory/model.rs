@@ -294,6 +294,10 @@ pub struct Inventory {
     pub rdma: Vec<RdmaNic>,
     /// `/dev/infiniband/rdma_cm` (a misc device), from `sys/class/misc/rdma_cm/dev`.
     pub rdma_cm: Option<DevNum>,
+    /// The kernel's RDMA netns mode, read where RDMA devices exist and ib_core
+    /// is loaded (`sys/module/ib_core/parameters/netns_mode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_netns_mode: Option<crate::config::RdmaNetnsMode>,
     /// What could not be read, one line each; never fatal.
     pub warnings: Vec<String>,
 }

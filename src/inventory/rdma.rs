@@ -11,6 +11,7 @@ use super::parse::{
 };
 use super::pci::PciFunction;
 use super::Scan;
+use crate::config::RdmaNetnsMode;
 
 pub(super) const INFINIBAND_CLASS: &str = "sys/class/infiniband";
 /// uverbs: one node per device (drivers/infiniband/core/uverbs_main.c).
@@ -19,6 +20,9 @@ const VERBS_CLASS: &str = "sys/class/infiniband_verbs";
 const MAD_CLASS: &str = "sys/class/infiniband_mad";
 /// `rdma_cm` is a misc device with a dynamic minor (drivers/infiniband/core/ucma.c).
 const RDMA_CM_DEV: &str = "sys/class/misc/rdma_cm/dev";
+/// ib_core's `netns_mode` parameter, which `rdma system set netns` also
+/// changes (`rdma_compatdev_set`, drivers/infiniband/core/device.c).
+pub const NETNS_MODE_PARAM: &str = "sys/module/ib_core/parameters/netns_mode";
 
 /// Char devices in a stable order: uverbs, then umad and issm by port.
 fn sort_char_devs(devs: &mut [RdmaCharDev]) {
@@ -94,6 +98,17 @@ impl Scan<'_> {
             self.warn(InventoryError::malformed(RDMA_CM_DEV, &text));
         }
         dev
+    }
+
+    /// The kernel's RDMA netns mode; `None` where ib_core is not loaded.
+    pub(super) fn netns_mode(&mut self) -> Option<RdmaNetnsMode> {
+        let text = self.fs.read(NETNS_MODE_PARAM);
+        let text = self.optional(text)?;
+        let mode = parse_netns_mode(&text);
+        if mode.is_none() {
+            self.warn(InventoryError::malformed(NETNS_MODE_PARAM, &text));
+        }
+        mode
     }
 
     /// One RDMA device and the PCI function its `device` link points to.
@@ -227,5 +242,15 @@ impl Scan<'_> {
             self.warn(InventoryError::malformed(path, &text));
         }
         value
+    }
+}
+
+/// ib_core's `netns_mode` parameter: a bool, `Y` for shared (the kernel's
+/// default, `ib_devices_shared_netns`) and `N` for exclusive.
+pub fn parse_netns_mode(text: &str) -> Option<RdmaNetnsMode> {
+    match text.trim() {
+        "Y" | "1" => Some(RdmaNetnsMode::Shared),
+        "N" | "0" => Some(RdmaNetnsMode::Exclusive),
+        _ => None,
     }
 }

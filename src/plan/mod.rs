@@ -212,6 +212,7 @@ pub fn build_for(
         plan,
         comm: comm_env::Inputs::default(),
         pod_vf_settings: pod.vf_settings.as_ref(),
+        move_rdma: rdma::moves_rdma(config, inventory),
     };
     gpu::plan_gpus(&mut out, inventory, pod)?;
     gpu::keep_own_preload(&mut out.plan, ctx.env);
@@ -248,6 +249,8 @@ struct Builder<'a> {
     comm: comm_env::Inputs,
     /// The pod's own VF settings, already allowed by the config.
     pod_vf_settings: Option<&'a VfSettings>,
+    /// Whether a VF's RDMA device goes into the pod netns ([`rdma::moves_rdma`]).
+    move_rdma: bool,
 }
 
 impl Builder<'_> {

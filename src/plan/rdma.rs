@@ -13,6 +13,19 @@ use crate::ledger::{Claim, DeviceId, Share};
 /// Linux IFNAMSIZ without the NUL.
 const MAX_IFNAME: usize = 15;
 
+/// Whether VF RDMA devices move into the pod netns: where the config says
+/// the node is exclusive, and wherever the kernel is, whatever the config
+/// says. In exclusive mode a device left in the host's namespace cannot be
+/// opened from the pod's (`rdma_dev_access_netns`,
+/// drivers/infiniband/core/device.c), so the pod would get dead verbs nodes.
+/// A configured exclusive mode on a shared kernel still moves: the hook then
+/// refuses the container, since the kernel moves no RDMA device in shared
+/// mode and the isolation the config asks for cannot be had.
+pub(super) fn moves_rdma(config: &crate::config::Config, inv: &Inventory) -> bool {
+    config.rdma.netns_mode == RdmaNetnsMode::Exclusive
+        || inv.rdma_netns_mode == Some(RdmaNetnsMode::Exclusive)
+}
+
 pub(super) fn plan_rdma(
     out: &mut Builder,
     inv: &Inventory,
@@ -98,9 +111,9 @@ fn pf_whole(out: &mut Builder, nic: &RdmaNic, e: &RdmaEntry, entry: &str) -> Res
             pf: None,
         },
     );
-    if out.config.rdma.netns_mode == RdmaNetnsMode::Exclusive {
+    if out.move_rdma {
         out.plan.warnings.push(format!(
-            "{entry}: pf {} is used without vfs while rdma netns_mode is exclusive: it stays in the host netns",
+            "{entry}: pf {} is used without vfs while rdma netns mode is exclusive: it stays in the host netns",
             nic.bus_id
         ));
     }
@@ -290,7 +303,7 @@ fn network(
     }
     let n = out.plan.network.len() + 1;
     let container_ifname = format!("{}{n}", out.config.rdma.ifname_prefix);
-    let move_rdma = out.config.rdma.netns_mode == RdmaNetnsMode::Exclusive;
+    let move_rdma = out.move_rdma;
     let rdma_chars = if move_rdma {
         granted_chars(out, dev)
             .into_iter()

@@ -139,6 +139,7 @@ pub fn hgx() -> Inventory {
             major: 10,
             minor: 58,
         }),
+        rdma_netns_mode: None,
         warnings: vec![],
     }
 }

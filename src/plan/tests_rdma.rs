@@ -215,3 +215,34 @@ fn rdma_config_knobs() {
     );
     assert!(whole.network.is_empty());
 }
+
+/// The kernel's mode decides as much as the config: on an exclusive kernel a
+/// VF's RDMA device moves even where the config says shared, since one left
+/// in the host's namespace cannot be opened from the pod's.
+#[test]
+fn rdma_move_follows_an_exclusive_kernel() {
+    let ann = one_vf_allocation(1);
+    let moves = |config: RdmaNetnsMode, kernel: Option<RdmaNetnsMode>| {
+        let mut inv = hgx();
+        inv.rdma_netns_mode = kernel;
+        let mut cfg = Config::default();
+        cfg.rdma.netns_mode = config;
+        let p = build(&inv, &pod(&ann), "main", &cfg).unwrap();
+        let n = &p.network[0];
+        assert_eq!(n.move_rdma, !n.rdma_chars.is_empty(), "{n:?}");
+        n.move_rdma
+    };
+    use RdmaNetnsMode::{Exclusive, Shared};
+    for (config, kernel, want) in [
+        (Shared, None, false),
+        (Shared, Some(Shared), false),
+        (Shared, Some(Exclusive), true),
+        (Exclusive, Some(Exclusive), true),
+        // Configured exclusive on a shared kernel: the hook refuses the
+        // container rather than start it without the isolation asked for.
+        (Exclusive, Some(Shared), true),
+        (Exclusive, None, true),
+    ] {
+        assert_eq!(moves(config, kernel), want, "{config:?} on {kernel:?}");
+    }
+}

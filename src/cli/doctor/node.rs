@@ -217,16 +217,10 @@ fn udev_keeps_numvfs(roots: &Roots, pf: &str, count: u32) -> bool {
 pub fn rdma_netns(roots: &Roots, config: &Config, inv: &Inventory) -> Check {
     const NAME: &str = "rdma netns mode";
     let want = config.rdma.netns_mode;
-    // ib_core's netns_mode parameter is a bool: Y = shared, N = exclusive
-    // (drivers/infiniband/core/device.c, ib_devices_shared_netns).
-    let param = roots
-        .host_root
-        .join("sys/module/ib_core/parameters/netns_mode");
-    let kernel = match read_bounded(&param).map(|t| t.trim().to_string()) {
-        Ok(v) if v == "Y" || v == "1" => Some(RdmaNetnsMode::Shared),
-        Ok(v) if v == "N" || v == "0" => Some(RdmaNetnsMode::Exclusive),
-        _ => None,
-    };
+    let param = roots.host_root.join(crate::inventory::NETNS_MODE_PARAM);
+    let kernel = read_bounded(&param)
+        .ok()
+        .and_then(|t| crate::inventory::parse_netns_mode(&t));
     let name = |m: RdmaNetnsMode| match m {
         RdmaNetnsMode::Shared => "shared",
         RdmaNetnsMode::Exclusive => "exclusive",
@@ -238,13 +232,18 @@ pub fn rdma_netns(roots: &Roots, config: &Config, inv: &Inventory) -> Check {
             "ib_core is not loaded (no /sys/module/ib_core/parameters/netns_mode)",
             "load the RDMA drivers",
         ),
-        Some(k) if k != want => Check::fail(
+        // The hook refuses every VF pod: the kernel moves no RDMA device.
+        Some(RdmaNetnsMode::Shared) if want == RdmaNetnsMode::Exclusive => Check::fail(
             NAME,
-            format!("kernel is {}, config rdma.netns_mode is {}", name(k), name(want)),
-            match want {
-                RdmaNetnsMode::Exclusive => "write `options ib_core netns_mode=0` to /etc/modprobe.d (install/bootstrap.sh does) and reboot, or set rdma.netns_mode = \"shared\"",
-                RdmaNetnsMode::Shared => "set rdma.netns_mode = \"exclusive\", or remove `options ib_core netns_mode=0` from /etc/modprobe.d and reboot",
-            },
+            "kernel is shared, config rdma.netns_mode is exclusive: pods with VFs are refused",
+            "write `options ib_core netns_mode=0` to /etc/modprobe.d (install/bootstrap.sh does) and reboot, or set rdma.netns_mode = \"shared\"",
+        ),
+        // The plan follows the kernel (`plan::rdma::moves_rdma`): pods work,
+        // but the config no longer says how the node is set up.
+        Some(RdmaNetnsMode::Exclusive) if want == RdmaNetnsMode::Shared => Check::warn(
+            NAME,
+            "kernel is exclusive, config rdma.netns_mode is shared: devgate follows the kernel and moves each VF's RDMA device into its pod",
+            "set rdma.netns_mode = \"exclusive\", or remove `options ib_core netns_mode=0` from /etc/modprobe.d and reboot",
         ),
         Some(RdmaNetnsMode::Exclusive) if !modprobe_sets_exclusive(roots) => Check::warn(
             NAME,

@@ -122,6 +122,20 @@ fn each_broken_device_setup_fails_or_warns_its_own_check() {
             "after a reboot",
         ),
         (
+            "rdma exclusive kernel, shared in config",
+            |n| {
+                write(
+                    &n.roots
+                        .host_root
+                        .join("sys/module/ib_core/parameters/netns_mode"),
+                    "N\n",
+                );
+            },
+            "rdma netns mode",
+            Status::Warn,
+            "devgate follows the kernel",
+        ),
+        (
             "vf count differs",
             |n| {
                 write(
