@@ -378,3 +378,6 @@ mod vf;
 
 #[path = "devices_cdi_tests.rs"]
 mod cdi;
+
+#[path = "devices_rules_tests.rs"]
+mod rules;
