@@ -142,47 +142,21 @@ fn bad_allocations_fail_closed_with_their_reason() {
     let pf0 = inv.rdma[0].bus_id;
     let vf_of_pf1 = inv.rdma[1].vfs[0].bus_id;
     let huge = format!(r#"{{"gpu":[{}]}}"#, vec![gpu_entry(2, &g2); 2000].join(","));
-    let cases: Vec<(&str, String, &str)> = vec![
-        ("malformed", "{\"gpu\":[".to_string(), "malformed"),
-        (
-            "unknown-minor",
-            gpus(&[gpu_entry(9, &g2)]),
-            "no gpu with minor 9",
-        ),
-        (
-            "other-uuid",
-            gpus(&[gpu_entry(2, &g3)]),
-            "is the uuid of gpu minor 3",
-        ),
-        (
-            "vf-of-other-pf",
-            allocation(&[], &[vf_entry(0, pf0, vf_of_pf1)]),
-            "not to pf",
-        ),
-        (
-            "bus-not-vf",
-            allocation(&[], &[vf_entry(0, pf0, pf0)]),
-            "is a pf, not a vf",
-        ),
-        (
-            "path-like",
-            gpus(&[gpu_entry(2, "../../dev/sda")]),
-            "gpu[0]",
-        ),
-        (
-            "duplicate",
-            gpus(&[gpu_entry(2, &g2), gpu_entry(2, &g2)]),
-            "duplicate",
-        ),
-        ("over-100", gpus(&[gpu_share_entry(2, &g2, 150)]), "gpu[0]"),
-        (
-            "negative",
-            r#"{"gpu":[{"minor":-2}]}"#.to_string(),
-            "negative",
-        ),
-        ("oversized", huge, "over the limit"),
+    // (case, annotation, entry, reason): the message names all three.
+    #[rustfmt::skip]
+    let cases: Vec<(&str, String, &str, &str)> = vec![
+        ("malformed", "{\"gpu\":[".to_string(), "-", "malformed"),
+        ("unknown-minor", gpus(&[gpu_entry(9, &g2)]), "gpu[0]", "no gpu with minor 9"),
+        ("other-uuid", gpus(&[gpu_entry(2, &g3)]), "gpu[0]", "is the uuid of gpu minor 3"),
+        ("vf-of-other-pf", allocation(&[], &[vf_entry(0, pf0, vf_of_pf1)]), "rdma[0].vfs[0]", "not to pf"),
+        ("bus-not-vf", allocation(&[], &[vf_entry(0, pf0, pf0)]), "rdma[0].vfs[0]", "is a pf, not a vf"),
+        ("path-like", gpus(&[gpu_entry(2, "../../dev/sda")]), "gpu[0]", "has characters not allowed there"),
+        ("duplicate", gpus(&[gpu_entry(2, &g2), gpu_entry(2, &g2)]), "gpu[1]", "duplicate"),
+        ("over-100", gpus(&[gpu_share_entry(2, &g2, 150)]), "gpu[0]", "150 is out of range"),
+        ("negative", r#"{"gpu":[{"minor":-2}]}"#.to_string(), "gpu[0]", "minor -2 is negative"),
+        ("oversized", huge, "-", "over the limit"),
     ];
-    for (name, alloc, reason) in cases {
+    for (name, alloc, entry, reason) in cases {
         let pod = cri
             .run_pod(&PodSpec::new(name).annotation(DEVICE_ALLOCATED, &alloc))
             .expect("RunPodSandbox");
@@ -190,7 +164,8 @@ fn bad_allocations_fail_closed_with_their_reason() {
             .create_container(&pod, &ContainerSpec::shell("main", "true"))
             .expect_err(name);
         let msg = err.message();
-        assert!(msg.contains(DEVICE_ALLOCATED), "{name}: {msg}");
+        let named = format!("{DEVICE_ALLOCATED}: {entry}: ");
+        assert!(msg.contains(&named), "{name}: want {named:?} in {msg}");
         assert!(msg.contains(reason), "{name}: want {reason:?} in {msg}");
         assert!(node.ledger().pods.is_empty(), "{name} left a claim");
     }
