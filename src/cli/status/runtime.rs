@@ -13,6 +13,14 @@ fn mode(m: DeviceMode) -> &'static str {
     }
 }
 
+/// `device_mode` as the config spells it.
+fn configured(m: DeviceMode) -> &'static str {
+    match m {
+        DeviceMode::Nodes => "nodes",
+        DeviceMode::Cdi => "cdi",
+    }
+}
+
 fn stated(c: RuntimeCdi) -> &'static str {
     match c {
         RuntimeCdi::Auto => "auto",
@@ -53,7 +61,7 @@ pub fn table(record: Option<&RuntimeRecord>) -> String {
         out,
         "  devices as:               {} (device_mode {})",
         mode(r.devices_as),
-        mode(r.device_mode)
+        configured(r.device_mode)
     );
     let _ = match r.request_timeout_ms {
         Some(ms) => writeln!(
@@ -106,7 +114,7 @@ mod tests {
         assert!(t.starts_with("RUNTIME: containerd 2.1.9+unknown (nri v0.8.0)\n"));
         assert!(t.contains("explicit cgroup rules:    no"));
         assert!(t.contains("cdi device injection:     yes (runtime_cdi auto)"));
-        assert!(t.contains("devices as:               cdi names (device_mode cdi names)"));
+        assert!(t.contains("devices as:               cdi names (device_mode cdi)"));
         assert!(table(None).contains("none has configured"));
         let invalid = RuntimeRecord {
             config_error: Some("unknown field `gpus`".into()),
