@@ -155,6 +155,22 @@ fn check_json(fixture: &Fixture) {
     assert_eq!(nics[7]["vfs"][3]["char_devices"][0]["dev"], "510:9");
     assert_eq!(nics[9]["health"], "unhealthy");
     assert!(json.get("warnings").is_none());
+    // No ib_core in the fixture: the kernel's mode is unknown.
+    assert_eq!(json["rdma_netns_mode"], Value::Null);
+    std::fs::create_dir_all(fixture.root().join("sys/module/ib_core/parameters")).unwrap();
+    std::fs::write(
+        fixture
+            .root()
+            .join("sys/module/ib_core/parameters/netns_mode"),
+        "N\n",
+    )
+    .unwrap();
+    let out = inventory(fixture.root(), &["-o", "json"]);
+    let json: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["rdma_netns_mode"], "exclusive");
+    let table = String::from_utf8(inventory(fixture.root(), &[]).stdout).unwrap();
+    assert!(table.contains("netns mode exclusive"), "{table}");
+    std::fs::remove_dir_all(fixture.root().join("sys/module/ib_core")).unwrap();
 }
 
 fn check_device_cr(fixture: &Fixture) {

@@ -8,6 +8,7 @@
 //!   "version": 1,
 //!   "nvidia_majors": {"nvidia": 195, "nvidia_uvm": 508, "nvidia_caps": 511},  // null if absent
 //!   "rdma_cm": "10:58",                                    // null if absent
+//!   "rdma_netns_mode": "shared",      // the kernel's, or "exclusive"; null without RDMA devices or ib_core
 //!   "gpus": [{
 //!     "index": 0, "minor": 2, "uuid": "GPU-...", "bus_id": "0000:18:00.0",
 //!     "device": "195:2",                                   // /dev/nvidiaN; null without a major
@@ -49,6 +50,9 @@ pub struct InventoryView {
     pub version: u32,
     pub nvidia_majors: NvidiaMajors,
     pub rdma_cm: Option<String>,
+    /// The kernel's RDMA netns mode (ib_core's `netns_mode`).
+    #[serde(default)]
+    pub rdma_netns_mode: Option<crate::config::RdmaNetnsMode>,
     pub gpus: Vec<GpuView>,
     pub rdma: Vec<RdmaView>,
 }
@@ -127,6 +131,7 @@ impl InventoryView {
             version: VIEW_VERSION,
             nvidia_majors: inv.nvidia_majors,
             rdma_cm: inv.rdma_cm.map(|d| d.to_string()),
+            rdma_netns_mode: inv.rdma_netns_mode,
             gpus: inv.gpus.iter().map(|g| gpu_view(g, inv)).collect(),
             rdma: inv.rdma.iter().map(rdma_view).collect(),
         }

@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use crate::config::RdmaNetnsMode;
 use crate::inventory::view::{health_words, link_layer_name};
 use crate::inventory::{relation, Health, Inventory, RdmaCharKind, RdmaDev, Topology};
 
@@ -17,7 +18,16 @@ pub(super) fn render(inv: &Inventory) -> String {
         opt(m.nvidia_caps)
     );
     out.push_str(&gpu_table(inv));
-    let _ = writeln!(out, "\nRDMA NICs (rdma_cm {})", opt(inv.rdma_cm));
+    let mode = inv.rdma_netns_mode.map(|m| match m {
+        RdmaNetnsMode::Shared => "shared",
+        RdmaNetnsMode::Exclusive => "exclusive",
+    });
+    let _ = writeln!(
+        out,
+        "\nRDMA NICs (rdma_cm {}, netns mode {})",
+        opt(inv.rdma_cm),
+        opt(mode)
+    );
     out.push_str(&nic_table(inv));
     if inv.rdma.iter().any(|n| !n.vfs.is_empty()) {
         out.push_str("\nVFs\n");
