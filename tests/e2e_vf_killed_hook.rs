@@ -13,14 +13,13 @@ mod net;
 #[path = "hook_netns/stand_in.rs"]
 mod stand_in;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use devgate::fixture::HostRootBuilder;
 use net::{link, In};
 use stand_in::StandIn;
 use support::node::Node;
-use support::{require_root, wait_for, ContainerSpec, DEVGATE, SLOW};
+use support::{require_root, wait_for, ContainerSpec, SLOW};
 
 const MAC: &str = "02:00:00:de:0c:02";
 
@@ -28,25 +27,18 @@ const MAC: &str = "02:00:00:de:0c:02";
 /// its first createRuntime (its fault injection, `DEVGATE_HOOK_FAULT`),
 /// whole after.
 fn killed_once_hook(dir: &Path, point: &str) -> String {
-    let real = Path::new(DEVGATE).with_file_name("devgate-hook");
-    let path = dir.join("devgate-hook");
     let mark = dir.join("killed");
-    std::fs::write(
-        &path,
+    stand_in::wrapped_hook(dir, |real| {
         format!(
-            "#!/bin/sh\n\
-             if [ \"$1\" = createRuntime ] && [ ! -e {mark} ]; then\n\
+            "if [ \"$1\" = createRuntime ] && [ ! -e {mark} ]; then\n\
              : > {mark}\n\
              DEVGATE_HOOK_FAULT=abort-after:{point} exec {real} \"$@\"\n\
              fi\n\
              exec {real} \"$@\"\n",
             mark = mark.display(),
             real = real.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.display().to_string()
+        )
+    })
 }
 
 #[test]

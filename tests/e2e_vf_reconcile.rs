@@ -12,31 +12,24 @@ mod net;
 #[path = "hook_netns/stand_in.rs"]
 mod stand_in;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use devgate::fixture::HostRootBuilder;
 use net::{link, In};
 use stand_in::StandIn;
 use support::node::Node;
-use support::{require_root, wait_for, ContainerSpec, DEVGATE, SLOW};
+use support::{require_root, wait_for, ContainerSpec, SLOW};
 
 const MAC: &str = "02:00:00:de:0c:01";
 
 /// A hook that runs the real one at createRuntime and does nothing at poststop.
 fn createruntime_only_hook(dir: &Path) -> String {
-    let real = Path::new(DEVGATE).with_file_name("devgate-hook");
-    let path = dir.join("devgate-hook");
-    std::fs::write(
-        &path,
+    stand_in::wrapped_hook(dir, |real| {
         format!(
-            "#!/bin/sh\n[ \"$1\" = poststop ] && exit 0\nexec {} \"$@\"\n",
+            "[ \"$1\" = poststop ] && exit 0\nexec {} \"$@\"\n",
             real.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.display().to_string()
+        )
+    })
 }
 
 #[test]

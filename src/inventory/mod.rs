@@ -134,6 +134,20 @@ impl Scan<'_> {
         result.map_err(|e| self.warn(e)).ok()
     }
 
+    /// `text` as `parse` reads it, or a warning naming `path`.
+    fn parsed<T>(
+        &mut self,
+        path: &Path,
+        text: &str,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Option<T> {
+        let value = parse(text);
+        if value.is_none() {
+            self.warn(InventoryError::malformed(path, text));
+        }
+        value
+    }
+
     /// Like `ok`, but a missing file is normal and not worth a warning.
     fn optional<T>(&mut self, result: Result<T, InventoryError>) -> Option<T> {
         match result {

@@ -139,13 +139,8 @@ impl Scan<'_> {
         let Some(text) = self.optional(text) else {
             return 0;
         };
-        parse_decimal(&text).unwrap_or_else(|| {
-            self.warn(InventoryError::malformed(
-                function.dir.as_path().join(name),
-                &text,
-            ));
-            0
-        })
+        self.parsed(&function.dir.as_path().join(name), &text, parse_decimal)
+            .unwrap_or(0)
     }
 
     /// The PF's `virtfnN` links, in N order.

@@ -70,14 +70,7 @@ impl Scan<'_> {
     pub(super) fn class(&mut self, dir: &RealPath) -> Option<u32> {
         let text = self.fs.read_in(dir, "class");
         let text = self.ok(text)?;
-        let class = parse_class(&text);
-        if class.is_none() {
-            self.warn(InventoryError::malformed(
-                dir.as_path().join("class"),
-                &text,
-            ));
-        }
-        class
+        self.parsed(&dir.as_path().join("class"), &text, parse_class)
     }
 
     /// NUMA node, root complex, switch and bridge path, from the resolved directory.

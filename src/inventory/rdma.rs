@@ -93,22 +93,14 @@ impl Scan<'_> {
         } else {
             self.optional(text)?
         };
-        let dev = parse_dev_num(&text);
-        if dev.is_none() {
-            self.warn(InventoryError::malformed(RDMA_CM_DEV, &text));
-        }
-        dev
+        self.parsed(Path::new(RDMA_CM_DEV), &text, parse_dev_num)
     }
 
     /// The kernel's RDMA netns mode; `None` where ib_core is not loaded.
     pub(super) fn netns_mode(&mut self) -> Option<RdmaNetnsMode> {
         let text = self.fs.read(NETNS_MODE_PARAM);
         let text = self.optional(text)?;
-        let mode = parse_netns_mode(&text);
-        if mode.is_none() {
-            self.warn(InventoryError::malformed(NETNS_MODE_PARAM, &text));
-        }
-        mode
+        self.parsed(Path::new(NETNS_MODE_PARAM), &text, parse_netns_mode)
     }
 
     /// One RDMA device and the PCI function its `device` link points to.
@@ -227,21 +219,13 @@ impl Scan<'_> {
     fn dev_num(&mut self, path: &Path) -> Option<DevNum> {
         let text = self.fs.read(path);
         let text = self.ok(text)?;
-        let dev = parse_dev_num(&text);
-        if dev.is_none() {
-            self.warn(InventoryError::malformed(path, &text));
-        }
-        dev
+        self.parsed(path, &text, parse_dev_num)
     }
 
     fn decimal(&mut self, path: &Path) -> Option<u32> {
         let text = self.fs.read(path);
         let text = self.ok(text)?;
-        let value = parse_decimal(&text);
-        if value.is_none() {
-            self.warn(InventoryError::malformed(path, &text));
-        }
-        value
+        self.parsed(path, &text, parse_decimal)
     }
 }
 

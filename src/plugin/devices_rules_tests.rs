@@ -41,37 +41,39 @@ fn rules_and_nodes(adj: &ContainerAdjustment) -> (Vec<Allowed>, Vec<Allowed>) {
     (rules, nodes)
 }
 
-#[test]
-fn nri_v0_10_gets_a_rule_for_every_node_of_every_container() {
+/// Containers `ids` of one pod on a runtime with `explicit` rules or
+/// without: each one's rules and nodes, sorted.
+fn created(ids: &[&str], explicit: bool) -> Vec<(Vec<Allowed>, Vec<Allowed>)> {
     let node = node();
     let config = Arc::new(Config::default());
-    let explicit = RuntimeFeatures {
-        explicit_cgroup_rules: true,
+    let features = RuntimeFeatures {
+        explicit_cgroup_rules: explicit,
         ..RuntimeFeatures::default()
     };
+    ids.iter()
+        .map(|id| {
+            let adj = node.create(id, &[], &config, features).unwrap();
+            let (mut rules, mut nodes) = rules_and_nodes(&adj);
+            rules.sort();
+            nodes.sort();
+            (rules, nodes)
+        })
+        .collect()
+}
+
+#[test]
+fn nri_v0_10_gets_a_rule_for_every_node_of_every_container() {
     // The pod's first container, then a further one from the prepared plan.
-    for id in ["c1", "c2"] {
-        let adj = node.create(id, &[], &config, explicit).unwrap();
-        let (mut rules, mut nodes) = rules_and_nodes(&adj);
+    for (rules, nodes) in created(&["c1", "c2"], true) {
         assert!(nodes.len() >= 3, "the gpu's and the vf's nodes: {nodes:?}");
-        rules.sort();
-        nodes.sort();
-        assert_eq!(rules, nodes, "{id}");
+        assert_eq!(rules, nodes);
     }
 }
 
 #[test]
 fn nri_v0_6_gets_nodes_without_rules() {
-    let node = node();
-    let adj = node
-        .create(
-            "c1",
-            &[],
-            &Arc::new(Config::default()),
-            RuntimeFeatures::default(),
-        )
-        .unwrap();
-    let (rules, nodes) = rules_and_nodes(&adj);
-    assert!(!nodes.is_empty());
-    assert!(rules.is_empty(), "{rules:?}");
+    for (rules, nodes) in created(&["c1"], false) {
+        assert!(!nodes.is_empty());
+        assert!(rules.is_empty(), "{rules:?}");
+    }
 }

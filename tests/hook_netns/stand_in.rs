@@ -1,11 +1,14 @@
 //! The fixture's VF 1 of NIC 0 with a veth pair standing in for its netdev, and
 //! the pod spec that allocates it: the set-up of the VF end-to-end tests.
 
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
 use devgate::inventory::Vf;
 
 use crate::net::Veth;
 use crate::support::node::{allocation, vf_entry, Node, DEVICE_ALLOCATED};
-use crate::support::PodSpec;
+use crate::support::{PodSpec, DEVGATE};
 
 pub struct StandIn {
     // Each test crate that includes this module reads its own part.
@@ -39,4 +42,17 @@ impl StandIn {
             .own_netns()
             .annotation(DEVICE_ALLOCATED, &self.alloc)
     }
+}
+
+/// A `devgate-hook` in `dir` that runs `body`, a shell script given the real
+/// hook's path: for hooks that skip or break a stage. Its path, for the
+/// config's `hook_path`.
+// Each test crate that includes this module reads its own part.
+#[allow(dead_code)]
+pub fn wrapped_hook(dir: &Path, body: impl Fn(&Path) -> String) -> String {
+    let real = Path::new(DEVGATE).with_file_name("devgate-hook");
+    let path = dir.join("devgate-hook");
+    std::fs::write(&path, format!("#!/bin/sh\n{}", body(&real))).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
 }

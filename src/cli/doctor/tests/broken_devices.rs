@@ -110,12 +110,7 @@ fn each_broken_device_setup_fails_or_warns_its_own_check() {
                     n.roots.config.as_deref().unwrap(),
                     &format!("[rdma]\nnetns_mode = \"exclusive\"\n{API}"),
                 );
-                write(
-                    &n.roots
-                        .host_root
-                        .join("sys/module/ib_core/parameters/netns_mode"),
-                    "N\n",
-                );
+                kernel_exclusive(n);
             },
             "rdma netns mode",
             Status::Warn,
@@ -123,14 +118,7 @@ fn each_broken_device_setup_fails_or_warns_its_own_check() {
         ),
         (
             "rdma exclusive kernel, shared in config",
-            |n| {
-                write(
-                    &n.roots
-                        .host_root
-                        .join("sys/module/ib_core/parameters/netns_mode"),
-                    "N\n",
-                );
-            },
+            kernel_exclusive,
             "rdma netns mode",
             Status::Warn,
             "devgate follows the kernel",
@@ -199,4 +187,12 @@ fn each_broken_device_setup_fails_or_warns_its_own_check() {
         ),
     ];
     each_broken_setup_fails_or_warns_its_check(cases);
+}
+
+/// ib_core loaded in exclusive RDMA netns mode.
+fn kernel_exclusive(n: &mut super::Node) {
+    write(
+        &n.roots.host_root.join(crate::inventory::NETNS_MODE_PARAM),
+        "N\n",
+    );
 }
