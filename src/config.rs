@@ -191,6 +191,16 @@ pub enum RdmaNetnsMode {
     Exclusive,
 }
 
+impl RdmaNetnsMode {
+    /// As the config spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RdmaNetnsMode::Shared => "shared",
+            RdmaNetnsMode::Exclusive => "exclusive",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RdmaConfig {

@@ -157,14 +157,9 @@ fn check_json(fixture: &Fixture) {
     assert!(json.get("warnings").is_none());
     // No ib_core in the fixture: the kernel's mode is unknown.
     assert_eq!(json["rdma_netns_mode"], Value::Null);
-    std::fs::create_dir_all(fixture.root().join("sys/module/ib_core/parameters")).unwrap();
-    std::fs::write(
-        fixture
-            .root()
-            .join("sys/module/ib_core/parameters/netns_mode"),
-        "N\n",
-    )
-    .unwrap();
+    let param = fixture.root().join(devgate::inventory::NETNS_MODE_PARAM);
+    std::fs::create_dir_all(param.parent().unwrap()).unwrap();
+    std::fs::write(&param, "N\n").unwrap();
     let out = inventory(fixture.root(), &["-o", "json"]);
     let json: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(json["rdma_netns_mode"], "exclusive");

@@ -24,7 +24,7 @@ use serde::Serialize;
 
 pub use host::{Host, RealHost, Roots};
 
-use crate::config::{Config, RdmaNetnsMode};
+use crate::config::Config;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DoctorFormat {
@@ -197,11 +197,7 @@ pub fn node_prep(config: &Config) -> String {
     for (pf, n) in &config.sriov.num_vfs {
         let _ = writeln!(out, "sriov_numvfs {pf} {n}");
     }
-    let mode = match config.rdma.netns_mode {
-        RdmaNetnsMode::Shared => "shared",
-        RdmaNetnsMode::Exclusive => "exclusive",
-    };
-    let _ = writeln!(out, "rdma_netns_mode {mode}");
+    let _ = writeln!(out, "rdma_netns_mode {}", config.rdma.netns_mode.as_str());
     out
 }
 

@@ -221,15 +221,11 @@ pub fn rdma_netns(roots: &Roots, config: &Config, inv: &Inventory) -> Check {
     let kernel = read_bounded(&param)
         .ok()
         .and_then(|t| crate::inventory::parse_netns_mode(&t));
-    let name = |m: RdmaNetnsMode| match m {
-        RdmaNetnsMode::Shared => "shared",
-        RdmaNetnsMode::Exclusive => "exclusive",
-    };
     match kernel {
         None if inv.rdma.is_empty() => Check::pass(NAME, "no RDMA devices: nothing to check"),
         None => Check::warn(
             NAME,
-            "ib_core is not loaded (no /sys/module/ib_core/parameters/netns_mode)",
+            format!("ib_core is not loaded (no /{})", crate::inventory::NETNS_MODE_PARAM),
             "load the RDMA drivers",
         ),
         // The hook refuses every VF pod: the kernel moves no RDMA device.
@@ -250,7 +246,7 @@ pub fn rdma_netns(roots: &Roots, config: &Config, inv: &Inventory) -> Check {
             "exclusive now, but no /etc/modprobe.d file keeps it after a reboot",
             "write `options ib_core netns_mode=0` to /etc/modprobe.d/devgate-rdma.conf (install/bootstrap.sh does)",
         ),
-        Some(k) => Check::pass(NAME, format!("{}, as configured", name(k))),
+        Some(k) => Check::pass(NAME, format!("{}, as configured", k.as_str())),
     }
 }
 

@@ -18,10 +18,7 @@ pub(super) fn render(inv: &Inventory) -> String {
         opt(m.nvidia_caps)
     );
     out.push_str(&gpu_table(inv));
-    let mode = inv.rdma_netns_mode.map(|m| match m {
-        RdmaNetnsMode::Shared => "shared",
-        RdmaNetnsMode::Exclusive => "exclusive",
-    });
+    let mode = inv.rdma_netns_mode.map(RdmaNetnsMode::as_str);
     let _ = writeln!(
         out,
         "\nRDMA NICs (rdma_cm {}, netns mode {})",
