@@ -157,6 +157,16 @@ pub enum DeviceMode {
     Cdi,
 }
 
+impl DeviceMode {
+    /// As the config spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceMode::Nodes => "nodes",
+            DeviceMode::Cdi => "cdi",
+        }
+    }
+}
+
 /// What the operator states about the runtime's CDI injection (`runtime_cdi`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -169,6 +179,17 @@ pub enum RuntimeCdi {
     On,
     /// Never name CDI devices (the spec is not in the runtime's CDI directories).
     Off,
+}
+
+impl RuntimeCdi {
+    /// As the config spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeCdi::Auto => "auto",
+            RuntimeCdi::On => "on",
+            RuntimeCdi::Off => "off",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

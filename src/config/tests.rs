@@ -295,3 +295,25 @@ fn type_errors_lose_their_values() {
         assert_eq!(super::toml_error::without_value(why), want, "{why}");
     }
 }
+
+/// What `devgate status`, doctor and the inventory print of these settings is
+/// what the config file says.
+#[test]
+fn enum_settings_print_as_the_config_spells_them() {
+    fn spelled<T: Serialize>(value: T) -> String {
+        serde_json::to_value(value)
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+    for m in [DeviceMode::Nodes, DeviceMode::Cdi] {
+        assert_eq!(m.as_str(), spelled(m));
+    }
+    for c in [RuntimeCdi::Auto, RuntimeCdi::On, RuntimeCdi::Off] {
+        assert_eq!(c.as_str(), spelled(c));
+    }
+    for r in [RdmaNetnsMode::Shared, RdmaNetnsMode::Exclusive] {
+        assert_eq!(r.as_str(), spelled(r));
+    }
+}

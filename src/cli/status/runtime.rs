@@ -3,29 +3,13 @@
 //! Configure).
 use std::fmt::Write as _;
 
-use crate::config::{DeviceMode, RuntimeCdi};
+use crate::config::DeviceMode;
 use crate::plugin::features::RuntimeRecord;
 
 fn mode(m: DeviceMode) -> &'static str {
     match m {
         DeviceMode::Nodes => "device nodes",
         DeviceMode::Cdi => "cdi names",
-    }
-}
-
-/// `device_mode` as the config spells it.
-fn configured(m: DeviceMode) -> &'static str {
-    match m {
-        DeviceMode::Nodes => "nodes",
-        DeviceMode::Cdi => "cdi",
-    }
-}
-
-fn stated(c: RuntimeCdi) -> &'static str {
-    match c {
-        RuntimeCdi::Auto => "auto",
-        RuntimeCdi::On => "on",
-        RuntimeCdi::Off => "off",
     }
 }
 
@@ -55,13 +39,13 @@ pub fn table(record: Option<&RuntimeRecord>) -> String {
         out,
         "  cdi device injection:     {} (runtime_cdi {})",
         yes_no(r.cdi_devices),
-        stated(r.runtime_cdi)
+        r.runtime_cdi.as_str()
     );
     let _ = writeln!(
         out,
         "  devices as:               {} (device_mode {})",
         mode(r.devices_as),
-        configured(r.device_mode)
+        r.device_mode.as_str()
     );
     let _ = match r.request_timeout_ms {
         Some(ms) => writeln!(
@@ -86,6 +70,7 @@ pub fn table(record: Option<&RuntimeRecord>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::RuntimeCdi;
 
     #[test]
     fn shows_runtime_and_features_in_use() {
