@@ -92,16 +92,10 @@ fn killed_at(point: &str, tag: &str) {
         .expect("CreateContainer, second attempt");
     cri.start_container(&second)
         .expect("StartContainer, second attempt");
-    let netns = cri.netns_path(&second).expect("spec");
-    let show = net::sh(&[
-        "nsenter",
-        &format!("--net={netns}"),
-        "ip",
-        "-o",
-        "link",
-        "show",
-        "net1",
-    ]);
+    let (code, show, err) = cri
+        .exec(&second, &["ip", "-o", "link", "show", "net1"])
+        .expect("exec");
+    assert_eq!(code, 0, "net1 missing in the pod: {show} {err}");
     assert!(show.contains(MAC), "net1 in the pod: {show}");
     assert!(
         link(In::Host, host_name).is_none(),
