@@ -14,7 +14,9 @@
 //! rename of a 3 KiB document on tmpfs, made as the ledger makes it: without
 //! the fsyncs, which do nothing there). A third process like the first is
 //! pinged in the sets without the plugin, untimed, right before each
-//! CreateContainer: the floor where the runtime would wake the plugin.
+//! CreateContainer: the floor where the runtime would wake the plugin. The
+//! report gives the plugin's CPU and the first floor set by set too, so that a
+//! set's figure reads against the machine's state in the same minutes.
 //!
 //! `cargo bench --bench create_container` (root). `DEVGATE_BENCH_CREATES=N`
 //! sets the creations per set (default 500; smoke runs without `--bench` use 10),
@@ -206,6 +208,7 @@ fn main() {
     let mut floors = Floors::start();
     // The plugin's CPU per creation in each set with it, in the order they ran.
     let mut set_cpu = Vec::new();
+    let mut set_floor = Vec::new();
     for set in 0..sets {
         let tag = format!("w{set}-");
         // ABBA: odd pairs run without the plugin first, so that drift within a
@@ -226,6 +229,7 @@ fn main() {
             without_set(&mut node, &mut floors);
         }
         let pid = node.plugin.pid().expect("plugin pid");
+        let floor_start = floors.echo.mark();
         let after_each = vec![&mut floors.echo, &mut floors.committer];
         let set_start = cpu.create_ns;
         let watched = Watched {
@@ -235,6 +239,7 @@ fn main() {
         };
         run_set(&cri, &pods, n, &tag, &mut with, Some(watched), None);
         set_cpu.push(ms_each(cpu.create_ns - set_start, n));
+        set_floor.push(floors.echo.since(floor_start));
         if set % 2 == 0 {
             without_set(&mut node, &mut floors);
         }
@@ -281,7 +286,7 @@ fn main() {
         per(cpu.total_ns),
         cpu_in_all(&pods, &cpu, creations),
     );
-    print_set_cpu(&set_cpu);
+    print_set_cpu(&set_cpu, &set_floor);
     floors.print();
     if let Some(pages) = cpu.pages.as_ref().and_then(pages::Touched::report) {
         println!("plugin pages touched per CreateContainer: {pages}");

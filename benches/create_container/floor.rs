@@ -50,6 +50,16 @@ impl Echo {
         self.cpu_ns += cpu_ns(self.child.id()) - before;
         self.pings += 1;
     }
+
+    /// Where the figures stand now, for [`Echo::since`].
+    pub fn mark(&self) -> (u64, u64) {
+        (self.cpu_ns, self.pings)
+    }
+
+    /// CPU per ping since `mark`, in ms.
+    pub fn since(&self, (cpu_ns, pings): (u64, u64)) -> f64 {
+        ms_each(self.cpu_ns - cpu_ns, (self.pings - pings).max(1) as usize)
+    }
 }
 
 impl Drop for Echo {

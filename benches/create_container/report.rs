@@ -101,12 +101,20 @@ fn mean_and_error(v: &[f64]) -> (f64, Option<f64>) {
 
 /// The plugin's CPU per CreateContainer in each set with it: the spread
 /// within a run, which the pooled figure hides.
-pub fn print_set_cpu(per_set: &[f64]) {
-    let sets: Vec<String> = per_set.iter().map(|ms| format!("{ms:.3}")).collect();
+/// Beside it, the floor process's CPU per ping in the same sets: whether a
+/// set's figure follows the machine's state or something of the plugin's.
+pub fn print_set_cpu(per_set: &[f64], floor_per_set: &[f64]) {
+    let list = |v: &[f64]| {
+        v.iter()
+            .map(|ms| format!("{ms:.3}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let (mean, se) = mean_and_error(per_set);
     let spread = se.map_or(String::new(), |se| format!(", mean {mean:.3} ± {se:.3}"));
     println!(
         "plugin cpu by set: {} ms per CreateContainer{spread}",
-        sets.join(", ")
+        list(per_set)
     );
+    println!("floor by set: {} ms per message", list(floor_per_set));
 }
