@@ -347,7 +347,7 @@ impl Txn<'_> {
 
 mod append;
 #[cfg(test)]
-pub(super) use append::FAIL_NEXT_SYNC;
+pub(super) use append::{FAIL_NEXT_SYNC, SHORT_NEXT_WRITE};
 
 #[cfg(test)]
 #[path = "store_tests.rs"]

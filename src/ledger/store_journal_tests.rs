@@ -31,10 +31,14 @@ fn store_with_pod(dir: &Path) -> Store {
 
 /// Admits container `c` to pod `s` as the plugin does: a journal line.
 fn add(store: &Store, c: &str) {
-    let mut txn = store.begin().unwrap();
+    try_add(store, c).unwrap();
+}
+
+fn try_add(store: &Store, c: &str) -> Result<(), LedgerError> {
+    let mut txn = store.begin()?;
     let pod = txn.state.pods.get_mut("s").unwrap();
     pod.containers.insert(c.to_string(), record(c));
-    txn.commit_pod("s", &[c]).unwrap();
+    txn.commit_pod("s", &[c])
 }
 
 fn containers(state: &LedgerState) -> Vec<String> {
@@ -357,4 +361,40 @@ fn a_line_that_did_not_sync_is_carried_by_the_document() {
         containers(&theirs.read_unlocked().unwrap()),
         ["a", "b", "c"]
     );
+}
+
+/// A line a full disk cut short stays as it is: the transaction fails, no
+/// reader takes the half line, and the next transaction puts a file of the
+/// complete lines in the journal's place before it appends. Cut in place, a
+/// reader without the lock that had read part of it could join its start to
+/// the end of the line appended next.
+#[test]
+fn a_line_written_in_part_is_left_for_the_next_transaction_to_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = store_with_pod(dir.path());
+    add(&ours, "a");
+    let whole = journal_len(dir.path());
+    let before = ino(dir.path(), JOURNAL_FILE);
+    SHORT_NEXT_WRITE.set(true);
+    assert!(try_add(&ours, "b").is_err(), "a line written in part fails");
+    assert!(!SHORT_NEXT_WRITE.get(), "the line's write was cut");
+    assert!(journal_len(dir.path()) > whole, "the half line left");
+    assert_eq!(
+        ino(dir.path(), JOURNAL_FILE),
+        before,
+        "nothing cut in place"
+    );
+    let theirs = Store::at(dir.path());
+    assert_eq!(containers(&theirs.read_unlocked().unwrap()), ["a"]);
+    add(&ours, "c");
+    assert_ne!(
+        ino(dir.path(), JOURNAL_FILE),
+        before,
+        "cut by a new file in its place"
+    );
+    let text = fs::read_to_string(dir.path().join(JOURNAL_FILE)).unwrap();
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(text.ends_with('\n'));
+    assert_eq!(containers(&theirs.read_unlocked().unwrap()), ["a", "c"]);
+    assert_eq!(containers(&ours.read_unlocked().unwrap()), ["a", "c"]);
 }

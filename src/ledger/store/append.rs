@@ -64,7 +64,7 @@ impl Txn<'_> {
             return self.commit();
         };
         let text = &h.text;
-        let synced = append(&file, text, at.size, h.durability).map_err(store.io(JOURNAL_FILE))?;
+        let synced = append(&file, text, h.durability).map_err(store.io(JOURNAL_FILE))?;
         let journal = Some(JournalKey {
             size: at.size + text.len() as u64,
             ..at
@@ -158,11 +158,15 @@ impl Store {
 }
 
 /// One `write` of a whole line at the end of the journal (`O_APPEND`). A write
-/// cut short (a signal between pages, a full disk) is cut off again, so that
-/// the next line starts at a line's start. False when the line is written
-/// but did not sync.
-fn append(file: &File, line: &[u8], at: u64, durability: Durability) -> std::io::Result<bool> {
-    append_then(file, line, at, |f| {
+/// cut short (a signal between pages, a full disk) leaves a line without its
+/// newline, which no reader takes; the next locked load cuts it off by putting
+/// a file of the complete lines in the journal's place (`load::cut_tail`), so
+/// the next line starts at a line's start. Cutting it here in place instead
+/// could join, for a reader without the lock that read part of it, its start
+/// to the end of the line appended next. False when the line is written but
+/// did not sync.
+fn append(file: &File, line: &[u8], durability: Durability) -> std::io::Result<bool> {
+    append_then(file, line, |f| {
         #[cfg(test)]
         if FAIL_NEXT_SYNC.take() {
             return Err(std::io::Error::from_raw_os_error(libc::EIO));
@@ -179,27 +183,30 @@ thread_local! {
     /// Fails this thread's next journal sync with EIO, whatever the filesystem.
     pub(in crate::ledger) static FAIL_NEXT_SYNC: std::cell::Cell<bool> =
         const { std::cell::Cell::new(false) };
+    /// Writes only the first half of this thread's next journal line, as a
+    /// full disk would.
+    pub(in crate::ledger) static SHORT_NEXT_WRITE: std::cell::Cell<bool> =
+        const { std::cell::Cell::new(false) };
 }
 
 /// [`append`] with `sync` run once the whole line is written.
 fn append_then(
     file: &File,
     line: &[u8],
-    at: u64,
     sync: impl FnOnce(&File) -> std::io::Result<()>,
 ) -> std::io::Result<bool> {
     let mut out = file;
-    let written = out.write(line);
-    match written {
-        Ok(n) if n == line.len() => {}
-        Ok(_) => {
-            file.set_len(at)?;
-            return Err(std::io::Error::other("journal line written in part"));
-        }
-        Err(e) => {
-            let _ = file.set_len(at);
-            return Err(e);
-        }
+    #[cfg(test)]
+    let line_now = if SHORT_NEXT_WRITE.take() {
+        &line[..line.len() / 2]
+    } else {
+        line
+    };
+    #[cfg(not(test))]
+    let line_now = line;
+    match out.write(line_now)? {
+        n if n == line.len() => {}
+        _ => return Err(std::io::Error::other("journal line written in part")),
     }
     // The whole line is written: every reader replays it from here on. A
     // sync that fails leaves only its survival of a power loss in doubt; an
@@ -232,7 +239,7 @@ mod tests {
             .open(&path)
             .unwrap();
         let mut synced = false;
-        let stands = append_then(&file, b"{\"a\":1}\n", 0, |_| {
+        let stands = append_then(&file, b"{\"a\":1}\n", |_| {
             synced = true;
             Err(std::io::Error::from_raw_os_error(libc::EIO))
         });
@@ -240,7 +247,7 @@ mod tests {
         assert!(!stands.unwrap(), "reported unsynced");
         assert_eq!(std::fs::read(&path).unwrap(), b"{\"a\":1}\n");
         // Appended after it, synced: both lines, in order.
-        assert!(append_then(&file, b"{\"b\":2}\n", 8, |f| f.sync_data()).unwrap());
+        assert!(append_then(&file, b"{\"b\":2}\n", |f| f.sync_data()).unwrap());
         let mut text = String::new();
         let mut f = &file;
         f.rewind().unwrap();
