@@ -266,6 +266,7 @@ impl nri::Plugin for DevgatePlugin {
         pod: &PodSandbox,
         ctr: &Container,
     ) -> Result<CreateReply, PluginError> {
+        self.fit_waits();
         self.gpu.note_pod(pod, &self.options.state_dir);
         let (admitted, probe) = self.admitted(pod, ctr)?;
         self.unapplied.forget_replaced(&pod.id, &ctr.name);

@@ -11,9 +11,23 @@ fn started(
     id: &str,
     n: usize,
 ) -> PodSandbox {
+    started_with(plugin, fixture, id, n, &[])
+}
+
+/// [`started`], the pod also annotated with `annotations`.
+fn started_with(
+    plugin: &DevgatePlugin,
+    fixture: &crate::fixture::Fixture,
+    id: &str,
+    n: usize,
+    annotations: &[(&str, &str)],
+) -> PodSandbox {
     let gpu = &fixture.expected().gpus[n];
     let mut pod = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100));
     (pod.id, pod.uid) = (id.to_string(), format!("uid-{id}"));
+    for (key, value) in annotations {
+        pod.annotations.insert(key.to_string(), value.to_string());
+    }
     plugin.run_pod_sandbox(&pod).unwrap();
     assert!(
         plugin.devices().ledger().holds(id).unwrap(),
@@ -60,6 +74,24 @@ fn a_refused_first_container_leaves_no_claim_made_ahead() {
     plugin.adjustment(&ran, &named("c3")).unwrap_err();
     assert!(plugin.wait_for_releases(LIMIT));
     assert!(ledger.holds("ran").unwrap(), "c2 runs on its devices");
+}
+
+/// A container refused before its allocation is looked at, for its pod's
+/// probe value (over its bound), leaves no claim made ahead either; the
+/// refusal names the probe's annotation.
+#[test]
+fn a_container_refused_for_its_pods_probe_leaves_no_claim_made_ahead() {
+    let (plugin, fixture, _state) = hgx_plugin("");
+    let long = "z".repeat(300);
+    let probe = [(super::probe::PROBE_ANNOTATION, long.as_str())];
+    let pod = started_with(&plugin, &fixture, "probed", 0, &probe);
+    let e = nri::ErrorChain(&plugin.adjustment(&pod, &named("c1")).unwrap_err()).to_string();
+    assert!(e.contains(super::probe::PROBE_ANNOTATION), "{e}");
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(
+        !plugin.devices().ledger().holds("probed").unwrap(),
+        "nothing claimed"
+    );
 }
 
 /// That release failing keeps the pod's claim (its devices quarantined), and

@@ -111,3 +111,34 @@ async fn a_sandbox_start_claims_and_never_fails_the_sandbox() {
         assert!(p.devices().ledger().snapshot().unwrap().pods.is_empty());
     }
 }
+
+/// A creation fits the grant check's wait for a pod the watch has not
+/// delivered to its own request's deadline, as a sandbox's start does: where
+/// the runtime waits 400 ms for the answer, the refusal comes after 300 ms
+/// (`nri::stub::answer_budget`), not after `grant_wait_ms`.
+#[test]
+fn a_creation_caps_the_grant_wait_at_its_request_deadline() {
+    use crate::grant::fake_api::{pod as api_pod, FakeApi};
+    use nri::stub::Plugin as _;
+    let (plugin, fixture, state) = hgx_plugin("grant_wait_ms = 1500\n");
+    let api = FakeApi::start().unwrap();
+    api.put_pod(api_pod("team", "other", "u-other", "node-a", &[]));
+    let mode = crate::grant::Mode::Requests(api.endpoint("node-a"));
+    let checker = crate::grant::GrantChecker::with_mode(mode, &state.path().join("grant"));
+    let listed = checker
+        .cache()
+        .wait_for("u-other", std::time::Duration::from_secs(20));
+    assert!(matches!(listed, crate::grant::cache::Lookup::Found(_)));
+    plugin.devices().set_grant_checker(Arc::new(checker));
+    let gpu = &fixture.expected().gpus[0];
+    let mut pod = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100));
+    pod.uid = "u-ghost".to_string();
+    let began = std::time::Instant::now();
+    let timeout = std::time::Duration::from_millis(400);
+    let refused = nri::stub::with_request_timeout(timeout, || {
+        plugin.create_container_reply(&pod, &container("c")).err()
+    });
+    let e = nri::ErrorChain(&refused.expect("refused")).to_string();
+    assert!(e.contains("after 300 ms"), "{e}");
+    assert!(began.elapsed() < std::time::Duration::from_millis(1500));
+}
