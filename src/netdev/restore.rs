@@ -211,6 +211,17 @@ fn restore_rdma(
     };
     match at.step("find rdma device", rdma.dev_index(name))? {
         Some(_) => Ok(()),
+        // An attach that never finished and whose device is nowhere never
+        // moved it: the move looks the device up on the host first, and a
+        // name gone from the host (renamed or removed since the inventory
+        // was read) fails it there. Kept as an error, such a record would
+        // hold the VF down and quarantined for good. After a finished attach
+        // the device went into the pod, and missing now it may be hidden in
+        // a namespace of the pod's making: the record stays.
+        None if rec.attaching => {
+            tracing::warn!(vf = %rec.attach.vf_bus_id, rdma = name, "rdma device found nowhere: the unfinished attach never moved it");
+            Ok(())
+        }
         None => Err((at.err("find rdma device"))(Cause::NotFound {
             what: "rdma device",
             name: name.to_string(),

@@ -217,3 +217,31 @@ fn an_attach_cut_part_way_is_marked_until_one_finishes() {
     assert!(!rec.attaching && !rec.cut(), "{rec:?}");
     assert!(rig.store.moved_whole(rec.vf()));
 }
+
+/// An RDMA device the plan names that is not on the host (renamed or gone
+/// since the inventory was read) fails the attach before anything of it
+/// moved. Putting the VF back then finds it nowhere, which for an attach
+/// that never finished means it never moved: the VF comes home as it was
+/// and no record stays to hold it down and quarantined.
+#[test]
+fn an_rdma_device_missing_at_the_attach_leaves_the_vf_as_it_was() {
+    let mut a = action();
+    a.rdma_device = Some("mlx5_9".to_string());
+    let mut rig = Rig::new(model());
+    let before = rig.m().world();
+    let err = rig.attach(&[a]).unwrap_err();
+    says(&err, "rdma device mlx5_9");
+    let chain = nri::ErrorChain(&err).to_string();
+    assert!(!chain.contains("rollback"), "{chain}");
+    assert_eq!(rig.m().world(), before, "put back");
+    assert_eq!(rig.records(), 0);
+
+    // After a finished attach, a device found nowhere at the detach may be
+    // hidden in a namespace the pod made: the record stays.
+    let mut rig = Rig::new(model());
+    rig.attach(&[action()]).unwrap();
+    rig.m().rdma.remove("mlx5_3");
+    let err = rig.detach("ctr1").unwrap_err();
+    says(&err, "rdma device mlx5_3 not found");
+    assert_eq!(rig.records(), 1, "kept for a later try");
+}
