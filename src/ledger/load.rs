@@ -121,6 +121,19 @@ pub(super) fn load(base: &Path, locked: bool) -> Result<Loaded, LedgerError> {
     for attempt in 0..MAX_UNLOCKED_TRIES {
         let Some((mut state, doc_key, doc)) = read_document(base)? else {
             let key = current_key(None, base)?;
+            // The first claim of an empty ledger writes the document, and it
+            // is only ever replaced, so journal lines without one are changes
+            // to a document lost outside devgate: read as empty, the ledger
+            // would give the devices they claim out again.
+            if let Some(journal) = key.journal.filter(|j| j.size > 0) {
+                return Err(LedgerError::Corrupt {
+                    path: base.join(LEDGER_FILE),
+                    reason: format!(
+                        "missing, while {JOURNAL_FILE} beside it holds {} bytes of changes to it (drain the node, then remove both files to start empty)",
+                        journal.size
+                    ),
+                });
+            }
             let key = Key { doc: None, ..key };
             let state = LedgerState::default();
             return Ok(loaded(state, key, None, None, false));

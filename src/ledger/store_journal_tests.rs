@@ -398,3 +398,24 @@ fn a_line_written_in_part_is_left_for_the_next_transaction_to_cut_off() {
     assert_eq!(containers(&theirs.read_unlocked().unwrap()), ["a", "c"]);
     assert_eq!(containers(&ours.read_unlocked().unwrap()), ["a", "c"]);
 }
+
+/// Journal lines without their document (lost outside devgate: the first
+/// claim writes the document, and it is only ever replaced) fail every read
+/// and transaction rather than read as an empty ledger, which would give the
+/// devices they claim out again.
+#[test]
+fn a_journal_without_its_document_fails_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_pod(dir.path());
+    add(&store, "a");
+    fs::remove_file(dir.path().join(LEDGER_FILE)).unwrap();
+    let err = Store::at(dir.path()).read_unlocked().unwrap_err();
+    assert!(matches!(err, LedgerError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains(JOURNAL_FILE), "{err}");
+    let err = Store::open(dir.path()).unwrap().begin().err().unwrap();
+    assert!(matches!(err, LedgerError::Corrupt { .. }), "{err}");
+    // An empty journal is no change: the ledger is empty.
+    fs::write(dir.path().join(JOURNAL_FILE), b"").unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.begin().unwrap().state, LedgerState::default());
+}
