@@ -129,10 +129,11 @@ fn sorted_devices(claims: &[Claim]) -> Vec<&DeviceId> {
 /// `key`: the device's key in `state.devices`.
 fn check_claim(state: &LedgerState, claim: &Claim, key: &str) -> Result<(), LedgerError> {
     check_pf_and_vfs(state, claim)?;
-    let Some(record) = state.devices.get(key) else {
-        return Ok(());
-    };
-    if let Some(q) = &record.quarantine {
+    let record = state.devices.get(key);
+    // A share is held to 100 even where the device has no holder yet: the
+    // parser bounds each share, and the ledger keeps its own rule.
+    let holders = record.map_or(&[][..], |r| r.holders.as_slice());
+    if let Some(q) = record.and_then(|r| r.quarantine.as_ref()) {
         return Err(LedgerError::Quarantined {
             device: claim.device.clone(),
             reason: q.reason.clone(),
@@ -147,7 +148,7 @@ fn check_claim(state: &LedgerState, claim: &Claim, key: &str) -> Result<(), Ledg
     };
     let (mut core, mut mem) = match claim.share {
         Share::Exclusive => {
-            if let Some(h) = record.holders.first() {
+            if let Some(h) = holders.first() {
                 return Err(LedgerError::Held {
                     device: claim.device.clone(),
                     holder: other(h),
@@ -157,7 +158,7 @@ fn check_claim(state: &LedgerState, claim: &Claim, key: &str) -> Result<(), Ledg
         }
         Share::Shared { core, memory_ratio } => (core, memory_ratio),
     };
-    for h in &record.holders {
+    for h in holders {
         match h.share {
             Share::Exclusive => {
                 return Err(LedgerError::Held {

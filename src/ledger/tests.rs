@@ -85,6 +85,23 @@ fn shares_sum_to_at_most_100() {
     assert!(matches!(err, LedgerError::Held { .. }), "{err}");
 }
 
+/// The first share of a GPU is held to 100 too: the ledger keeps its rule
+/// whatever its callers checked, and claims nothing.
+#[test]
+fn a_first_share_over_100_is_refused() {
+    let (_d, l) = ledger();
+    let err = l
+        .claim(&pod("a"), &[gpu("GPU-1", shared(150, 10))])
+        .unwrap_err();
+    assert!(
+        matches!(err, LedgerError::Overcommitted { core: 150, .. }),
+        "{err}"
+    );
+    assert!(l.snapshot().unwrap().devices.is_empty());
+    l.claim(&pod("a"), &[gpu("GPU-1", shared(100, 100))])
+        .unwrap();
+}
+
 #[test]
 fn claims_are_all_or_nothing_and_idempotent_per_pod() {
     let (_d, l) = ledger();
