@@ -111,6 +111,25 @@ impl Ledger {
         self.store.read_unlocked()
     }
 
+    /// The sandbox ids holding `device`, read under the ledger's lock. A
+    /// teardown asks whether its pod is a shared GPU's last holder while it
+    /// holds the device's release lock; a new pod's claim checks that lock
+    /// under the ledger's lock and commits before unlocking. Read under the
+    /// same lock, the answer is from before that claim's check (which then
+    /// finds the release running) or after its commit (which it then names):
+    /// never a GPU reset as if no one else held it while a claim of it lands.
+    pub fn holders_now(&self, device: &DeviceId) -> Result<Vec<String>, LedgerError> {
+        let txn = self.store.begin()?;
+        let holders = txn
+            .state
+            .devices
+            .get(&device.to_string())
+            .map(|r| r.holders.iter().map(|h| h.sandbox_id.clone()).collect())
+            .unwrap_or_default();
+        txn.unchanged();
+        Ok(holders)
+    }
+
     /// The ledger under `dir` for a reader: a missing directory is an empty
     /// ledger, and nothing is created (`devgate status` on a fresh node).
     pub fn read(dir: &std::path::Path) -> Result<LedgerState, LedgerError> {

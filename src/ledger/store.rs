@@ -290,6 +290,14 @@ impl Txn<'_> {
         self.key.journal.is_some_and(|k| k.size > 0)
     }
 
+    /// Ends a transaction that changed nothing: its state goes back to the
+    /// cache, so that the next transaction need not read the files again.
+    pub fn unchanged(mut self) {
+        let state = std::mem::take(&mut self.state);
+        let pins = std::mem::take(&mut self.pins);
+        self.store.remember(self.key, state, pins);
+    }
+
     /// Writes the whole state (the journal folded in, its generation bumped)
     /// and releases the lock (held until the new document is in place: the
     /// transaction's drop unlocks when this returns); the state moves into the

@@ -360,3 +360,38 @@ fn a_record_vouches_for_its_annotation_by_text_or_by_digest() {
         );
     }
 }
+
+/// A teardown's question whether its pod is a GPU's last holder is answered
+/// under the ledger's lock: a claim of the GPU being made (its transaction
+/// open, as another process's) is waited for and then named, where a read
+/// without the lock would answer from before it.
+#[test]
+fn holders_now_waits_for_a_claim_being_made() {
+    let (dir, l) = ledger();
+    let device = DeviceId::Gpu("GPU-1".to_string());
+    let other = Ledger::open(dir.path()).unwrap();
+    let mut txn = other.store.begin().unwrap();
+    std::thread::scope(|s| {
+        let asked = s.spawn(|| l.holders_now(&device).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!asked.is_finished(), "waits for the lock");
+        assert!(l.snapshot().unwrap().devices.is_empty(), "unlocked: before");
+        txn.state.devices.insert(
+            device.to_string(),
+            DeviceRecord {
+                device: device.clone(),
+                holders: vec![Holder {
+                    sandbox_id: "b".to_string(),
+                    share: shared(50, 50),
+                }],
+                quarantine: None,
+            },
+        );
+        txn.commit().unwrap();
+        assert_eq!(asked.join().unwrap(), ["b"]);
+    });
+    // The read changed nothing and left the ledger to the next transaction.
+    assert_eq!(l.holders_now(&device).unwrap(), ["b"]);
+    l.claim(&pod("c"), &[gpu("GPU-1", shared(50, 50))]).unwrap();
+    assert_eq!(l.holders_now(&device).unwrap(), ["b", "c"]);
+}

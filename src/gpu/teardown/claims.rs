@@ -15,11 +15,7 @@ pub trait ClaimView: Send + Sync {
 
 impl ClaimView for Ledger {
     fn holders(&self, device: &DeviceId) -> Result<Vec<String>, String> {
-        let state = self.snapshot().map_err(|e| e.to_string())?;
-        let holders = state.devices.get(&device.to_string()).map(|r| &r.holders);
-        Ok(holders
-            .map(|h| h.iter().map(|h| h.sandbox_id.clone()).collect())
-            .unwrap_or_default())
+        self.holders_now(device).map_err(|e| e.to_string())
     }
 
     fn siblings(&self, pod: &PodRef) -> Result<Vec<String>, String> {
