@@ -94,7 +94,11 @@ impl Ledger {
         // Held until the commit below; read again once held, since a release
         // of a pod sharing a device may have committed while this one waited.
         let _held = release_lock::lock_claimed(self.store.dir(), &chosen)?;
-        let chosen = chosen_now()?;
+        // Only pods of the first read: one selected now that was not then
+        // (its claim made while this release waited) holds devices not locked.
+        let locked: HashSet<String> = chosen.into_iter().map(|p| p.pod.sandbox_id).collect();
+        let mut chosen = chosen_now()?;
+        chosen.retain(|p| locked.contains(&p.pod.sandbox_id));
         // Each pod is looked up again just before its teardown: one released
         // by another release while an earlier pod's teardown ran may have its
         // devices in a new pod's hands by now.

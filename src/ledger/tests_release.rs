@@ -156,3 +156,26 @@ fn release_of_unknown_pod_changes_nothing() {
     );
     assert!(!d.path().join("ledger.json").exists());
 }
+
+/// A release tears down only pods its first read chose, whose devices it
+/// locked: a pod of a chosen id claimed while it waited for those locks
+/// keeps its claims.
+#[test]
+fn a_release_leaves_a_pod_claimed_while_it_waited() {
+    let (_d, l) = ledger();
+    l.claim(&pod("a"), &[gpu("GPU-1", Share::Exclusive)])
+        .unwrap();
+    let turn = l.lock_device(&DeviceId::Gpu("GPU-1".to_string())).unwrap();
+    let ids: HashSet<String> = ["a", "x"].map(String::from).into();
+    std::thread::scope(|s| {
+        let released = s.spawn(|| l.release_pods(&ids, &NoTeardown).unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!released.is_finished(), "waits for the device's turn");
+        l.claim(&pod("x"), &[gpu("GPU-2", Share::Exclusive)])
+            .unwrap();
+        drop(turn);
+        assert_eq!(released.join().unwrap().pods, vec![pod("a")]);
+    });
+    assert!(!l.holds("a").unwrap());
+    assert!(l.holds("x").unwrap(), "not locked, not released");
+}
