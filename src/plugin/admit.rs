@@ -39,31 +39,41 @@ impl DevgatePlugin {
     }
 
     /// What the container is given, and the probe's variable if it asked.
+    /// A refusal, whatever its reason (the pod's probe value, the config,
+    /// the allocation), claims nothing: the claim the sandbox's start made
+    /// goes, unless a container of the pod holds it.
     pub(super) fn admitted(
         &self,
         pod: &PodSandbox,
         ctr: &Container,
     ) -> Result<(devices::Admitted, Option<KeyValue>), PluginError> {
-        let probe = probe::probe_env(pod).map_err(|source| {
-            self.refused_before_admission(pod);
-            PluginError::Probe {
-                namespace: pod.namespace.clone(),
-                pod: pod.name.clone(),
-                container: ctr.name.clone(),
-                source,
-            }
+        let admitted = self.admit(pod, ctr);
+        if admitted.is_err() && has_allocation(pod) {
+            self.release_refused(&pod.id);
+        }
+        admitted
+    }
+
+    /// [`Self::admitted`] before a refusal's claim is given back.
+    fn admit(
+        &self,
+        pod: &PodSandbox,
+        ctr: &Container,
+    ) -> Result<(devices::Admitted, Option<KeyValue>), PluginError> {
+        let probe = probe::probe_env(pod).map_err(|source| PluginError::Probe {
+            namespace: pod.namespace.clone(),
+            pod: pod.name.clone(),
+            container: ctr.name.clone(),
+            source,
         })?;
         if probe.is_none() && !has_allocation(pod) {
             return Ok((devices::Admitted::Nothing, None));
         }
-        let config = self.config().map_err(|source| {
-            self.refused_before_admission(pod);
-            PluginError::Config {
-                namespace: pod.namespace.clone(),
-                pod: pod.name.clone(),
-                container: ctr.name.clone(),
-                source,
-            }
+        let config = self.config().map_err(|source| PluginError::Config {
+            namespace: pod.namespace.clone(),
+            pod: pod.name.clone(),
+            container: ctr.name.clone(),
+            source,
         })?;
         let features = *self.features.read().unwrap_or_else(PoisonError::into_inner);
         let gpu = self.gpu.get();
@@ -98,7 +108,6 @@ impl DevgatePlugin {
                     namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
                     error = %nri::ErrorChain(&source), "container refused"
                 );
-                self.release_refused(&pod.id);
                 return Err(PluginError::Devices {
                     namespace: pod.namespace.clone(),
                     pod: pod.name.clone(),
@@ -111,16 +120,6 @@ impl DevgatePlugin {
             self.note_device_pod(pod, ctr, &config.gpu);
         }
         Ok((admitted, probe))
-    }
-
-    /// A container refused before its allocation was looked at (its pod's
-    /// probe value, the config) claims nothing either: the claim its
-    /// sandbox's start made goes, as for a refusal of the allocation, unless
-    /// a container of the pod holds it.
-    fn refused_before_admission(&self, pod: &PodSandbox) {
-        if has_allocation(pod) {
-            self.release_refused(&pod.id);
-        }
     }
 
     /// Waits for the releases that may end refusal `e` of `claims`, up to
