@@ -67,9 +67,11 @@ impl Ledger {
     pub fn fold_journal(&self) -> Result<(), LedgerError> {
         let txn = self.store.begin()?;
         if txn.has_journal() {
-            txn.commit()?;
+            txn.commit()
+        } else {
+            txn.unchanged();
+            Ok(())
         }
-        Ok(())
     }
 
     /// Releases the selected pods. Teardown runs outside the ledger lock (it may
