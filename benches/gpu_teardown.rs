@@ -84,6 +84,7 @@ fn pod(inv: &devgate::inventory::Inventory) -> PodRecord {
         claimed_unix: 0,
         containers: Default::default(),
         network_owner: None,
+        admitted: 0,
     }
 }
 

@@ -192,6 +192,7 @@ fn record(uid: &str, gpu: &Gpu) -> PodRecord {
         claimed_unix: 0,
         containers: Default::default(),
         network_owner: None,
+        admitted: 0,
     }
 }
 

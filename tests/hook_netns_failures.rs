@@ -211,6 +211,49 @@ fn a_failed_attach_keeps_the_claims_while_a_vf_of_the_pod_is_saved() {
     assert_eq!(records(dir.path()), 0);
 }
 
+/// A failed attach releases its pod's claims only where its container was
+/// the only one ever recorded in the pod: a live pod whose earlier container
+/// ran and was removed (kubelet removes a dead container while its pod lives
+/// on) keeps them, for the teardown at its sandbox's stop.
+#[test]
+fn a_failed_attach_releases_only_a_pod_no_earlier_container_ran_in() {
+    require_root();
+    let pod = Sleeper::new();
+    let v = Veth::new("dgra0v", "dgra0p", "02:00:00:0a:09:01");
+    let dir = tempfile::tempdir().unwrap();
+    let vf = "0000:ee:0a.0";
+    let good = [action(&v, vf, "net1", "02:00:00:0b:09:01", 9000)];
+    let mut gone = good.clone();
+    gone[0].host_netdev = "dgra9v".to_string();
+    let create = |id: &str, key: &str, nets: &[_]| {
+        let st = state(id, "creating", Some(pod.pid()), nets);
+        hook_in_pod("createRuntime", &st, dir.path(), key, &[vf])
+    };
+    let held = |key: &str| {
+        let snapshot = devgate::ledger::Ledger::read(dir.path()).unwrap();
+        snapshot.pods.contains_key(&format!("sb-{key}"))
+    };
+
+    fails_with(&create("o1", "once", &gone), "dgra9v");
+    assert!(!held("once"), "its only container never ran");
+
+    ok(&create("t1", "twice", &good));
+    ok(&hook_unvouched(
+        "poststop",
+        &state("t1", "stopped", None, &[]),
+        dir.path(),
+        &[],
+    ));
+    assert_home(&v);
+    devgate::ledger::Ledger::open(dir.path())
+        .unwrap()
+        .remove_container("sb-twice", "t1", &|_| false)
+        .unwrap();
+    fails_with(&create("t2", "twice", &gone), "dgra9v");
+    assert!(held("twice"), "t1 ran on the pod's devices");
+    assert_eq!(records(dir.path()), 0);
+}
+
 #[test]
 fn bad_input_fails_with_one_line() {
     require_root();

@@ -3,14 +3,12 @@
 //! nothing stays claimed for a container that never ran. The kubelet's retry
 //! claims again at its CreateContainer.
 
-use std::collections::BTreeSet;
-
 use super::HookEnv;
 use crate::ledger::{Ledger, LedgerError, NoTeardown};
 use crate::netdev::SavedStore;
 
-/// Forgets the container's record and, when it was the pod's only container,
-/// releases the pod's claims. Nothing is released while a VF of the pod is
+/// Forgets the container's record and, when it was the only container ever
+/// recorded in the pod, releases the pod's claims. Nothing is released while a VF of the pod is
 /// still saved (a restore failed): poststop, which runc runs after a failed
 /// create, the pod's next network owner or its release restores it first.
 /// Best effort: the attach error is what the runtime reports, so a ledger
@@ -55,8 +53,12 @@ fn forget(env: &HookEnv, container_id: &str) -> Result<Option<String>, LedgerErr
         tracing::warn!(container = %container_id, sandbox = %sandbox, "a vf of the pod is not restored: its pod keeps its claims");
         return Ok(None);
     }
-    // Only with no container left, checked under the lock: one the plugin
-    // admits meanwhile keeps the pod's claims.
-    let released = ledger.release_pod_if_unchanged(&sandbox, &BTreeSet::new(), &NoTeardown)?;
+    // Only with no container left and none before this one, checked under
+    // the lock: one the plugin admits meanwhile keeps the pod's claims, and so
+    // does a live pod an earlier container ran in (kubelet removes a dead
+    // container while its pod lives on): its devices were used, and go with
+    // their teardown when its sandbox stops. This container never ran, so
+    // its devices need none.
+    let released = ledger.release_pod_unjoined(&sandbox, 1, &NoTeardown)?;
     Ok(matches!(released, crate::ledger::GuardedRelease::Released(_)).then_some(sandbox))
 }

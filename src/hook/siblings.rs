@@ -172,6 +172,7 @@ mod tests {
                 .map(|(id, pid)| (id.to_string(), record(pid)))
                 .collect(),
             network_owner: Some("owner".to_string()),
+            admitted: 0,
         }
     }
 

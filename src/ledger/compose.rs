@@ -49,6 +49,7 @@ mod tests {
             claimed_unix: 0,
             containers: Default::default(),
             network_owner: None,
+            admitted: 0,
         };
         let ok = Teardowns(vec![Box::new(NoTeardown), Box::new(NoTeardown)]);
         assert_eq!(ok.teardown(&pod), Ok(()));

@@ -122,7 +122,7 @@ impl Ledger {
         let Some(pod) = txn.state.pods.get_mut(sandbox_id) else {
             return Ok(());
         };
-        pod.containers.insert(container_id.to_string(), record);
+        pod.put_container(container_id.to_string(), record);
         txn.commit_pod(sandbox_id, &[container_id])
     }
 
@@ -184,7 +184,7 @@ impl Ledger {
         if keep_last && pod.containers.keys().all(|c| c == container_id) {
             return Ok(Removal::Last);
         }
-        let removed = pod.containers.remove(container_id).is_some();
+        let removed = pod.remove_container(container_id);
         let was_owner = pod.network_owner.as_deref() == Some(container_id) && !vfs_away(pod);
         if was_owner {
             pod.network_owner = None;

@@ -47,6 +47,34 @@ impl Ledger {
         expected: &BTreeSet<String>,
         teardown: &dyn Teardown,
     ) -> Result<GuardedRelease, LedgerError> {
+        self.release_pod_while(sandbox_id, &|pod| same_set(pod, expected), teardown)
+    }
+
+    /// Releases `sandbox_id` after `teardown` if it holds no container and
+    /// at most `admitted` containers were ever recorded in it
+    /// ([`PodRecord::admitted`]), both before the teardown and again under the
+    /// ledger lock: a claim made for containers that never ran. A live pod
+    /// whose containers came and went (kubelet removes a dead one and starts
+    /// the next) is [`GuardedRelease::Changed`] and keeps its devices until
+    /// its sandbox stops.
+    pub fn release_pod_unjoined(
+        &self,
+        sandbox_id: &str,
+        admitted: u32,
+        teardown: &dyn Teardown,
+    ) -> Result<GuardedRelease, LedgerError> {
+        let unjoined = |pod: &PodRecord| pod.containers.is_empty() && pod.admitted() <= admitted;
+        self.release_pod_while(sandbox_id, &unjoined, teardown)
+    }
+
+    /// The release of both: `unchanged` is asked of the pod's record before
+    /// the teardown and again under the lock.
+    fn release_pod_while(
+        &self,
+        sandbox_id: &str,
+        unchanged: &dyn Fn(&PodRecord) -> bool,
+        teardown: &dyn Teardown,
+    ) -> Result<GuardedRelease, LedgerError> {
         let seen_now = || {
             self.store
                 .read_unlocked()
@@ -60,7 +88,7 @@ impl Ledger {
         let Some(seen) = seen_now()? else {
             return Ok(GuardedRelease::Absent);
         };
-        if !same_set(&seen, expected) {
+        if !unchanged(&seen) {
             return Ok(GuardedRelease::Changed);
         }
         let outcome = teardown.teardown(&seen);
@@ -68,25 +96,19 @@ impl Ledger {
         let Some(now) = txn.state.pods.get(sandbox_id) else {
             return Ok(GuardedRelease::Absent);
         };
-        let unchanged = same_set(now, expected);
+        let still = unchanged(now);
         let result = match outcome {
             // The clean devices leave only a pod nobody joined meanwhile: a
             // new container was admitted with all of them.
             Err(unclean) => {
-                keep_unclean(
-                    &mut txn.state,
-                    sandbox_id,
-                    &seen.claims,
-                    &unclean,
-                    unchanged,
-                );
+                keep_unclean(&mut txn.state, sandbox_id, &seen.claims, &unclean, still);
                 prune_empty(&mut txn.state);
                 GuardedRelease::Failed {
                     pod: seen,
                     reason: unclean.reason,
                 }
             }
-            Ok(()) if unchanged => {
+            Ok(()) if still => {
                 drop_pod(&mut txn.state, sandbox_id);
                 // A VF a failed restore quarantined is back once one succeeds.
                 lift_restored(&mut txn.state, &seen.claims);

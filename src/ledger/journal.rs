@@ -13,8 +13,8 @@
 //! write of the document bumps the generation (with the journal folded in) and
 //! then empties the journal, so lines a crash left behind between the two are
 //! ignored. A line is a change to one pod: the records of the containers it
-//! touched (null for one removed) and the pod's network owner, in the field
-//! `gen`. Lines of the first form, which releases before it wrote (the pod's
+//! touched (null for one removed), the pod's network owner and its count of
+//! containers ever recorded, in the field `gen`. Lines of the first form, which releases before it wrote (the pod's
 //! whole record, or null for a pod gone, in the field `g`), are still read. A
 //! change carries `g` too, as [`NO_GENERATION`], so that a reader of that
 //! release skips it as a line of another generation: after a downgrade that
@@ -55,6 +55,7 @@ struct ChangeOut<'a> {
     sandbox: &'a str,
     containers: Touched<'a>,
     owner: Option<&'a str>,
+    admitted: u32,
 }
 
 /// The records of the containers a change touched, as a map, null for one gone.
@@ -102,6 +103,10 @@ struct LineIn {
     #[serde(default)]
     containers: BTreeMap<String, Option<ContainerRecord>>,
     owner: Option<String>,
+    /// The pod's count of containers ever recorded; absent from the lines
+    /// of releases before it, whose pods read it from their containers.
+    #[serde(default)]
+    admitted: Option<u32>,
     #[serde(default)]
     devices: BTreeMap<String, Option<DeviceRecord>>,
 }
@@ -125,6 +130,7 @@ pub(super) fn encode(
             ids: containers,
         },
         owner: pod.network_owner.as_deref(),
+        admitted: pod.admitted,
     };
     // Compact JSON escapes every newline inside strings: one line per change.
     serde_json::to_writer(&mut *buf, &line)?;
@@ -211,6 +217,10 @@ fn apply(state: &mut LedgerState, line: LineIn) -> Result<bool, &'static str> {
                 put(&mut pod.containers, id, record);
             }
             pod.network_owner = line.owner;
+            // Set, as every field a line carries: replayed twice, the same.
+            if let Some(admitted) = line.admitted {
+                pod.admitted = admitted;
+            }
         }
         (None, None, Some(g)) if g == now && g != NO_GENERATION => {
             put(&mut state.pods, line.sandbox, line.pod);

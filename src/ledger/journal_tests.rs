@@ -26,6 +26,7 @@ fn pod(id: &str, containers: &[&str]) -> PodRecord {
             .map(|c| (c.to_string(), record(c)))
             .collect::<BTreeMap<_, _>>(),
         network_owner: None,
+        admitted: 0,
     }
 }
 
@@ -97,6 +98,11 @@ fn owned(mut p: PodRecord, owner: &str) -> PodRecord {
     p
 }
 
+fn counted(mut p: PodRecord, admitted: u32) -> PodRecord {
+    p.admitted = admitted;
+    p
+}
+
 #[test]
 fn a_line_is_one_line_whatever_its_strings_hold() {
     let from = state(3, &[pod("s", &["a", "b"])]);
@@ -110,7 +116,7 @@ fn a_line_is_one_line_whatever_its_strings_hold() {
         String::from_utf8_lossy(&text)
     );
     assert!(
-        text.ends_with(b",\"gone\":null},\"owner\":null}\n"),
+        text.ends_with(b",\"gone\":null},\"owner\":null,\"admitted\":0}\n"),
         "{}",
         String::from_utf8_lossy(&text)
     );
@@ -162,6 +168,11 @@ fn changes_apply_in_order_to_their_pod_of_their_generation() {
             "the owner set with its container",
             change(&b_owns, "s", &["b"]),
             state(5, &[owned(pod("s", &["a", "b"]), "b"), pod("t", &["c"])]),
+        ),
+        (
+            "the count of containers ever recorded set with them",
+            change(&state(5, &[counted(pod("s", &["a", "b"]), 3)]), "s", &["b"]),
+            state(5, &[counted(pod("s", &["a", "b"]), 3), pod("t", &["c"])]),
         ),
         (
             "added, then removed",

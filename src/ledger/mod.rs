@@ -219,7 +219,7 @@ impl Ledger {
             // Only the owner gets the annotation, so only it may be vouched for.
             record.forget_resolved();
         }
-        rec.containers.insert(container_id.to_string(), record);
+        rec.put_container(container_id.to_string(), record);
         if let Some(keys) = &claimed {
             txn.commit_claim(&pod.sandbox_id, keys)?;
         } else {

@@ -206,9 +206,49 @@ pub struct PodRecord {
     /// when it is removed the next container created takes over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_owner: Option<String>,
+    /// How many containers were ever recorded in the pod, counted as each is
+    /// first recorded (see [`PodRecord::put_container`]); read through
+    /// [`PodRecord::admitted`]. Kubelet removes a dead container while its pod
+    /// lives on, so an empty `containers` does not tell a claim made at the
+    /// sandbox's start, which a refused first container gives back, from a
+    /// live pod whose containers came and went, which keeps its devices until
+    /// its sandbox stops.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub admitted: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl PodRecord {
+    /// Records `record` as `container_id`'s, counting a container not
+    /// recorded before. The journal's lines carry the count the writer
+    /// reached, so every reader holds the same.
+    pub fn put_container(&mut self, container_id: String, record: ContainerRecord) {
+        if self.containers.insert(container_id, record).is_none() {
+            self.admitted = self.admitted.saturating_add(1);
+        }
+    }
+
+    /// Forgets `container_id`'s record; whether there was one. The count of
+    /// containers ever recorded keeps at least those the pod held, for a
+    /// record written before the count existed.
+    pub fn remove_container(&mut self, container_id: &str) -> bool {
+        self.admitted = self.admitted();
+        self.containers.remove(container_id).is_some()
+    }
+
+    /// Containers ever recorded in the pod, at least those it holds now (a
+    /// record written before the count existed counts those) and its network
+    /// owner, kept while a VF it moved is away.
+    pub fn admitted(&self) -> u32 {
+        let held = u32::try_from(self.containers.len()).unwrap_or(u32::MAX);
+        self.admitted
+            .max(held)
+            .max(u32::from(self.network_owner.is_some()))
+    }
+
     /// The VFs the pod claims, in claim order.
     pub fn vfs(&self) -> impl Iterator<Item = PciAddr> + '_ {
         self.claims.iter().filter_map(|c| match c.device {

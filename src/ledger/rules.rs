@@ -53,6 +53,7 @@ pub(super) fn claim_in(
             claimed_unix: now_unix(),
             containers: Default::default(),
             network_owner: None,
+            admitted: 0,
         },
     );
     Ok(Some(keys))

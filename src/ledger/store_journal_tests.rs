@@ -23,6 +23,7 @@ fn store_with_pod(dir: &Path) -> Store {
         claimed_unix: 1,
         containers: Default::default(),
         network_owner: None,
+        admitted: 0,
     };
     txn.state.pods.insert("s".to_string(), pod);
     txn.commit().unwrap();

@@ -21,6 +21,7 @@ fn set_mark(state: &mut LedgerState, v: u64) {
         claimed_unix: v,
         containers: Default::default(),
         network_owner: None,
+        admitted: 0,
     };
     state.pods.insert("mark".into(), pod);
 }

@@ -146,3 +146,98 @@ fn a_network_given_up_is_taken_back_unless_taken_over() {
     assert_eq!(p.containers["c1"].resolved_sha256, None);
     assert!(!l.take_network_back("gone", "c1", &before).unwrap());
 }
+
+/// Each container first recorded in a pod counts once, whether admitted or
+/// recorded, again or removed, and every reader holds the writer's count:
+/// another process replaying the journal, and the document once folded.
+#[test]
+fn a_pod_counts_each_container_first_recorded_once_for_every_reader() {
+    let (d, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    let away = |_: &PodRecord| false;
+    l.claim(&pod("p"), &claims).unwrap();
+    let count = |l: &Ledger| l.snapshot().unwrap().pods["p"].admitted();
+    assert_eq!(count(&l), 0, "claimed ahead of any container");
+    l.admit(&pod("p"), &claims, "c1", record("main"), false)
+        .unwrap();
+    l.admit(&pod("p"), &claims, "c1", record("main"), false)
+        .unwrap();
+    l.record_container("p", "c2", record("side")).unwrap();
+    l.remove_container("p", "c1", &away).unwrap();
+    l.remove_container("p", "c2", &away).unwrap();
+    assert!(l.snapshot().unwrap().pods["p"].containers.is_empty());
+    assert_eq!(count(&l), 2);
+    let other = Ledger::open(d.path()).unwrap();
+    assert_eq!(count(&other), 2, "replayed from the journal");
+    l.fold_journal().unwrap();
+    assert_eq!(count(&Ledger::open(d.path()).unwrap()), 2, "the document");
+}
+
+/// A record from before the count: its containers and its network owner
+/// count, and a container removed keeps them counted.
+#[test]
+fn a_record_without_the_count_counts_what_it_holds() {
+    let (_d, l) = ledger();
+    l.claim(&pod("p"), &[gpu("GPU-1", Share::Exclusive)])
+        .unwrap();
+    let mut rec = l.snapshot().unwrap().pods["p"].clone();
+    rec.containers.insert("c1".to_string(), record("main"));
+    rec.containers.insert("c2".to_string(), record("side"));
+    assert_eq!(rec.admitted, 0);
+    assert_eq!(rec.admitted(), 2);
+    assert!(rec.remove_container("c1"));
+    assert!(!rec.remove_container("c1"));
+    assert_eq!(rec.admitted(), 2);
+    let mut owned = l.snapshot().unwrap().pods["p"].clone();
+    owned.network_owner = Some("c1".to_string());
+    assert_eq!(owned.admitted(), 1);
+}
+
+/// The release of a claim made for containers that never ran: a pod none
+/// joined goes; one whose containers came and went keeps its devices, as
+/// does one a container joins while its teardown runs.
+#[test]
+fn only_a_pod_no_container_joined_is_released_unjoined() {
+    struct Joins<'a>(&'a Ledger);
+    impl Teardown for Joins<'_> {
+        fn teardown(&self, _: &PodRecord) -> Result<(), super::Unclean> {
+            let claims = [gpu("GPU-2", Share::Exclusive)];
+            self.0
+                .admit(&pod("q"), &claims, "c9", record("main"), false)
+                .unwrap();
+            self.0.remove_container("q", "c9", &|_| false).unwrap();
+            Ok(())
+        }
+    }
+    let (_d, l) = ledger();
+    let away = |_: &PodRecord| false;
+    l.claim(&pod("ahead"), &[gpu("GPU-1", Share::Exclusive)])
+        .unwrap();
+    assert!(matches!(
+        l.release_pod_unjoined("ahead", 0, &NoTeardown).unwrap(),
+        GuardedRelease::Released(_)
+    ));
+
+    let claims = [gpu("GPU-3", Share::Exclusive)];
+    l.admit(&pod("ran"), &claims, "c1", record("main"), false)
+        .unwrap();
+    l.remove_container("ran", "c1", &away).unwrap();
+    assert_eq!(
+        l.release_pod_unjoined("ran", 0, &NoTeardown).unwrap(),
+        GuardedRelease::Changed
+    );
+    assert!(l.holds("ran").unwrap());
+    // Its only container was the one that failed: it goes with its claims.
+    assert!(matches!(
+        l.release_pod_unjoined("ran", 1, &NoTeardown).unwrap(),
+        GuardedRelease::Released(_)
+    ));
+
+    l.claim(&pod("q"), &[gpu("GPU-2", Share::Exclusive)])
+        .unwrap();
+    assert_eq!(
+        l.release_pod_unjoined("q", 0, &Joins(&l)).unwrap(),
+        GuardedRelease::Changed
+    );
+    assert!(l.holds("q").unwrap(), "a container ran meanwhile");
+}

@@ -78,7 +78,7 @@ impl AheadInits {
             let Some(pod) = state.pods.get(id) else {
                 return false;
             };
-            if !pod.containers.is_empty() || pod.network_owner.is_some() {
+            if pod.admitted() > 0 {
                 return false;
             }
             if liveness::is_gone(&self.proc_root, init) {

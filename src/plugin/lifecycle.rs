@@ -120,13 +120,12 @@ impl Releaser {
     /// stop's release or its next refused container.
     fn run_unjoined(&self, id: &str, ended: bool) {
         let ledger = self.devices.ledger();
-        let none = std::collections::BTreeSet::new();
         let retry = || {
             if ended {
                 self.unreleased.update(&Release::Pod(id.to_string()), None);
             }
         };
-        match ledger.release_pod_if_unchanged(id, &none, self.teardown.as_ref()) {
+        match ledger.release_pod_unjoined(id, 0, self.teardown.as_ref()) {
             Ok(GuardedRelease::Released(pod)) => {
                 tracing::info!(pod = %pod.pod, sandbox = %id, "released devices");
                 // A live sandbox's cgroups stay: a container admitted once the
@@ -286,17 +285,19 @@ impl DevgatePlugin {
     }
 
     /// Releases the claim of the pod whose container was just refused, where
-    /// no container of the pod is recorded: a claim made at the sandbox's
-    /// start, ahead of a container refused for what only the container shows
-    /// (its own variables, a GPU turned unhealthy since). A refusal claims
-    /// nothing; kubelet's retry claims again. Guarded under the ledger's lock,
-    /// so that a pod a container joined meanwhile keeps its claims.
+    /// no container of the pod was ever recorded: a claim made at the
+    /// sandbox's start, ahead of a container refused for what only the
+    /// container shows (its own variables, a GPU turned unhealthy since). A
+    /// refusal claims nothing; kubelet's retry claims again. A live pod whose
+    /// earlier containers were removed keeps its devices: they are its own
+    /// until its sandbox stops. Guarded under the ledger's lock, so that a
+    /// pod a container joined meanwhile keeps its claims.
     pub(super) fn release_refused(&self, sandbox_id: &str) {
         let unjoined = |state: &crate::ledger::LedgerState| {
             state
                 .pods
                 .get(sandbox_id)
-                .is_some_and(|p| p.containers.is_empty() && p.network_owner.is_none())
+                .is_some_and(|p| p.containers.is_empty() && p.admitted() == 0)
         };
         match self.devices.ledger().snapshot() {
             Ok(state) if unjoined(&state) => {

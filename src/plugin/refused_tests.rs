@@ -1,5 +1,5 @@
 //! A container refused after its sandbox's start claimed, with no container
-//! of the pod recorded, leaves no claim.
+//! of the pod ever recorded, leaves no claim.
 use super::*;
 use crate::gpu::health::Fault;
 use nri::stub::Plugin as _;
@@ -74,6 +74,34 @@ fn a_refused_first_container_leaves_no_claim_made_ahead() {
     plugin.adjustment(&ran, &named("c3")).unwrap_err();
     assert!(plugin.wait_for_releases(LIMIT));
     assert!(ledger.holds("ran").unwrap(), "c2 runs on its devices");
+}
+
+/// A live pod whose containers were all removed (kubelet removes a dead
+/// container before it starts the next) keeps its devices when its next
+/// container is refused: they were used, and stay its own until its sandbox
+/// stops, instead of going to another pod in between with no teardown.
+#[test]
+fn a_pod_whose_containers_came_and_went_keeps_its_claim_when_the_next_is_refused() {
+    let (plugin, fixture, state) = hgx_plugin("");
+    let ledger = plugin.devices().ledger().clone();
+    let health = crate::gpu::HealthStore::new(&state.path().join("health"));
+    let uuid = &fixture.expected().gpus[0].uuid;
+
+    let pod = started(&plugin, &fixture, "restarts", 0);
+    plugin.adjustment(&pod, &named("c1")).unwrap();
+    plugin.remove_container(&pod, &named("c1")).unwrap();
+    let record = ledger.snapshot().unwrap().pods["restarts"].clone();
+    assert!(record.containers.is_empty(), "c1 removed");
+    assert_eq!(record.admitted(), 1);
+
+    health.mark(uuid, &[Fault::DoubleBitEcc], 1).unwrap();
+    plugin.adjustment(&pod, &named("c2")).unwrap_err();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(ledger.holds("restarts").unwrap(), "c1 ran on its devices");
+    // Its sandbox's stop releases it, as any pod's.
+    plugin.stop_pod_sandbox(&pod).unwrap();
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(!ledger.holds("restarts").unwrap());
 }
 
 /// A container refused before its allocation is looked at, for its pod's

@@ -248,6 +248,7 @@ mod tests {
             claimed_unix: 1,
             containers: Default::default(),
             network_owner: None,
+            admitted: 0,
         }
     }
 

@@ -169,6 +169,7 @@ mod tests {
             claimed_unix: 0,
             containers: Default::default(),
             network_owner: None,
+            admitted: 0,
         }
     }
 

@@ -125,6 +125,7 @@ fn unknown_siblings_narrow_the_release_to_its_own_containers() {
         claimed_unix: 1,
         containers: [(OLD_CTR.to_string(), record("main"))].into(),
         network_owner: None,
+        admitted: 0,
     };
     teardown.teardown(&record).unwrap();
     assert_eq!(n.host.signals(), vec![(100, Signal::Term)]);
