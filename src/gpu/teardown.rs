@@ -212,6 +212,13 @@ impl GpuTeardown {
         }
     }
 
+    /// Forgets that `sandbox` gave its GPUs up: the ledger kept the pod, so
+    /// it holds them still.
+    fn unmark_released(&self, sandbox: &str) {
+        let mut released = self.released.lock().unwrap_or_else(|p| p.into_inner());
+        released.retain(|(s, _)| s != sandbox);
+    }
+
     /// Ends the pod's users of `targets`, then checks and resets those it held
     /// last. A GPU a process of the pod still holds is left in doubt, not
     /// the others.

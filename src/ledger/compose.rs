@@ -9,6 +9,10 @@ impl<T: Teardown + ?Sized> Teardown for Arc<T> {
     fn teardown(&self, pod: &PodRecord) -> Result<(), Unclean> {
         (**self).teardown(pod)
     }
+
+    fn kept(&self, pod: &PodRecord) {
+        (**self).kept(pod);
+    }
 }
 
 /// Runs every teardown, in order, even after one fails, so each device kind gets its
@@ -22,6 +26,10 @@ impl Teardown for Teardowns {
             .filter_map(|t| t.teardown(pod).err())
             .reduce(Unclean::and)
             .map_or(Ok(()), Err)
+    }
+
+    fn kept(&self, pod: &PodRecord) {
+        self.0.iter().for_each(|t| t.kept(pod));
     }
 }
 

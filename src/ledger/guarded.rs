@@ -92,9 +92,32 @@ impl Ledger {
             return Ok(GuardedRelease::Changed);
         }
         let outcome = teardown.teardown(&seen);
+        match self.commit_guarded(sandbox_id, &seen, outcome, unchanged) {
+            Ok((result, false)) => Ok(result),
+            // Kept whole: a container joined meanwhile, or the commit failed.
+            Ok((result, true)) => {
+                teardown.kept(&seen);
+                Ok(result)
+            }
+            Err(e) => {
+                teardown.kept(&seen);
+                Err(e)
+            }
+        }
+    }
+
+    /// The ledger's side of [`Self::release_pod_while`], under the lock;
+    /// with whether the pod kept every claim.
+    fn commit_guarded(
+        &self,
+        sandbox_id: &str,
+        seen: &PodRecord,
+        outcome: Result<(), super::Unclean>,
+        unchanged: &dyn Fn(&PodRecord) -> bool,
+    ) -> Result<(GuardedRelease, bool), LedgerError> {
         let mut txn = self.store.begin()?;
         let Some(now) = txn.state.pods.get(sandbox_id) else {
-            return Ok(GuardedRelease::Absent);
+            return Ok((GuardedRelease::Absent, false));
         };
         let still = unchanged(now);
         let result = match outcome {
@@ -103,19 +126,20 @@ impl Ledger {
             Err(unclean) => {
                 keep_unclean(&mut txn.state, sandbox_id, &seen.claims, &unclean, still);
                 prune_empty(&mut txn.state);
-                GuardedRelease::Failed {
-                    pod: seen,
+                let failed = GuardedRelease::Failed {
+                    pod: seen.clone(),
                     reason: unclean.reason,
-                }
+                };
+                (failed, !still)
             }
             Ok(()) if still => {
                 drop_pod(&mut txn.state, sandbox_id);
                 // A VF a failed restore quarantined is back once one succeeds.
                 lift_restored(&mut txn.state, &seen.claims);
                 prune_empty(&mut txn.state);
-                GuardedRelease::Released(seen)
+                (GuardedRelease::Released(seen.clone()), false)
             }
-            Ok(()) => return Ok(GuardedRelease::Changed),
+            Ok(()) => return Ok((GuardedRelease::Changed, true)),
         };
         txn.commit()?;
         Ok(result)

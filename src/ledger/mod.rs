@@ -50,6 +50,13 @@ pub enum NetworkNeed {
 /// reconcile retries them.
 pub trait Teardown {
     fn teardown(&self, pod: &PodRecord) -> Result<(), Unclean>;
+
+    /// The pod keeps its claims after [`Teardown::teardown`] ran for it: a
+    /// container joined it meanwhile (a guarded release, see `guarded`), or
+    /// the release's commit failed. What the teardown noted of the pod as
+    /// gone is undone, so that no later release takes the devices the pod
+    /// still holds for free of it. Nothing by default.
+    fn kept(&self, _pod: &PodRecord) {}
 }
 
 /// A teardown with nothing to do.

@@ -112,6 +112,20 @@ impl Ledger {
                 outcomes.push((pod, outcome));
             }
         }
+        let committed = self.commit_released(&outcomes);
+        if committed.is_err() {
+            // The pods keep their claims: their teardown's notes are undone.
+            outcomes.iter().for_each(|(pod, _)| teardown.kept(pod));
+        }
+        committed
+    }
+
+    /// The ledger's side of [`Self::release_where`], under the lock: each pod
+    /// torn down, as its teardown went.
+    fn commit_released(
+        &self,
+        outcomes: &[(PodRecord, Result<(), super::Unclean>)],
+    ) -> Result<Released, LedgerError> {
         let mut txn = self.store.begin()?;
         let mut out = Released::default();
         for (pod, outcome) in outcomes {
@@ -119,7 +133,7 @@ impl Ledger {
                 Ok(()) => {
                     drop_pod(&mut txn.state, &pod.pod.sandbox_id);
                     lift_restored(&mut txn.state, &pod.claims);
-                    out.pods.push(pod.pod);
+                    out.pods.push(pod.pod.clone());
                 }
                 // Released meanwhile by another release that succeeded: its
                 // devices are clean, and a quarantine now would hold none.
@@ -128,10 +142,10 @@ impl Ledger {
                 // for the retry; the others are handed back now.
                 Err(unclean) => {
                     let sandbox = &pod.pod.sandbox_id;
-                    let kept = keep_unclean(&mut txn.state, sandbox, &pod.claims, &unclean, true);
+                    let kept = keep_unclean(&mut txn.state, sandbox, &pod.claims, unclean, true);
                     out.failed.push(Failed {
-                        pod: pod.pod,
-                        reason: unclean.reason,
+                        pod: pod.pod.clone(),
+                        reason: unclean.reason.clone(),
                         kept,
                     });
                 }

@@ -151,6 +151,10 @@ impl Teardown for GpuSlot {
     fn teardown(&self, pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
         self.get().teardown(pod)
     }
+
+    fn kept(&self, pod: &PodRecord) {
+        self.get().kept(pod);
+    }
 }
 
 impl super::DevgatePlugin {

@@ -24,10 +24,11 @@ impl Teardown for GpuTeardown {
         let unclean = Fault::gpus_of(&faults);
         let clean = targets.iter().map(|t| t.uuid.as_str());
         self.mark_released(sandbox, clean.filter(|u| !unclean.contains(u)));
+        // The pod's cgroup paths stay: the ledger may keep the pod (a
+        // container joined it meanwhile), and one keeping a GPU needs them
+        // for its retry. The plugin forgets them once the release committed,
+        // and at the sandbox's removal.
         if faults.is_empty() {
-            // Every pod's paths are kept (an RDMA-only pod's too): forgotten
-            // here; a pod keeping a GPU needs them for its retry.
-            self.forget_pod(sandbox);
             return Ok(());
         }
         let gpus: Vec<DeviceId> = unclean
@@ -36,5 +37,9 @@ impl Teardown for GpuTeardown {
             .collect();
         let errors: Vec<GpuError> = faults.into_iter().map(|f| f.error).collect();
         Err(Unclean::of(gpus, nri::ErrorChain::join(&errors)))
+    }
+
+    fn kept(&self, pod: &PodRecord) {
+        self.unmark_released(&pod.pod.sandbox_id);
     }
 }

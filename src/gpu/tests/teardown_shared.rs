@@ -107,3 +107,48 @@ fn pods_sharing_a_gpu_released_at_once_find_an_outside_user() {
         .clone();
     assert!(quarantined.is_some());
 }
+
+/// Runs the GPU teardown, then admits a container into the pod before the
+/// ledger decides: a guarded release then keeps the pod whole.
+struct JoinedMeanwhile<'a>(&'a Node);
+
+impl crate::ledger::Teardown for JoinedMeanwhile<'_> {
+    fn teardown(&self, pod: &crate::ledger::PodRecord) -> Result<(), crate::ledger::Unclean> {
+        let out = crate::ledger::Teardown::teardown(&self.0.teardown, pod);
+        let record = crate::ledger::tests::record("main");
+        let claims = [claim("GPU-1", HALF)];
+        self.0
+            .ledger
+            .admit(&pod.pod, &claims, "c-new", record, false)
+            .unwrap();
+        out
+    }
+
+    fn kept(&self, pod: &crate::ledger::PodRecord) {
+        crate::ledger::Teardown::kept(&self.0.teardown, pod);
+    }
+}
+
+/// A pod whose release is called off (a container joined it while its
+/// teardown ran) holds its share still: the release of the other pod on the
+/// GPU is not its last holder's, so it neither resets the GPU nor takes the
+/// kept pod's process for an outsider.
+#[test]
+fn a_pod_kept_by_its_release_still_holds_its_share() {
+    let n = node(|_| {});
+    n.ledger.claim(&pod("a"), &[claim("GPU-1", HALF)]).unwrap();
+    n.ledger.claim(&pod("b"), &[claim("GPU-1", HALF)]).unwrap();
+    n.teardown.set_pod_cgroups("sb-a", &["/kubepods/poduid-a"]);
+    let kept = n
+        .ledger
+        .release_pod_unjoined("sb-a", 0, &JoinedMeanwhile(&n));
+    assert_eq!(kept.unwrap(), crate::ledger::GuardedRelease::Changed);
+    assert!(n.ledger.holds("sb-a").unwrap());
+    assert!(n.teardown.pod_cgroups("sb-a").is_some(), "a's paths kept");
+
+    n.host.add(10, &[dev(1)], "/kubepods/poduid-a");
+    let out = n.ledger.release_pod("sb-b", &n.teardown).unwrap();
+    assert_eq!(out.failed, vec![]);
+    assert!(n.host.alive(10), "a's process is a's");
+    assert_eq!(resets(&n.nvml, "GPU-1"), 0, "a still holds GPU-1");
+}
