@@ -158,9 +158,12 @@ fn set(out: &mut Builder, name: &str, value: String) {
 }
 
 /// The container's own value of `name`. NRI sends the env as `NAME=value`;
-/// a bare `NAME` is someone's entry too, read as empty and left alone.
+/// a bare `NAME` is someone's entry too, read as empty and left alone. A
+/// name given twice (an image's env and the pod's both name it) is read as
+/// its last entry, the one the process gets: runc sets the entries in order
+/// (libcontainer `populateProcessEnvironment`), so the last one wins.
 pub(super) fn user_value<'e>(env: &'e [String], name: &str) -> Option<&'e str> {
-    env.iter().find_map(|e| match e.split_once('=') {
+    env.iter().rev().find_map(|e| match e.split_once('=') {
         Some((k, v)) if k == name => Some(v),
         None if e == name => Some(""),
         _ => None,

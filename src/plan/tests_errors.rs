@@ -263,12 +263,15 @@ fn hami_preload_keeps_the_containers_own() {
         env_inputs(&Config::default().comm_env, true, &env)
     };
     assert_ne!(inputs(&[]), inputs(&["LD_PRELOAD=/lib/a.so"]));
-    // The plan reads the container's list as its cache key does (the first
+    // The plan reads the container's list as its cache key does (the last
     // entry, a bare name as empty): equal keys, equal values.
-    let bare_first = ["LD_PRELOAD", "LD_PRELOAD=/lib/a.so"];
-    assert_eq!(inputs(&bare_first), inputs(&["LD_PRELOAD"]));
-    assert_eq!(preload_with(&bare_first), preload_with(&["LD_PRELOAD"]));
-    assert_eq!(preload_with(&bare_first), hami);
+    let bare_last = ["LD_PRELOAD=/lib/a.so", "LD_PRELOAD"];
+    assert_eq!(inputs(&bare_last), inputs(&["LD_PRELOAD"]));
+    assert_eq!(preload_with(&bare_last), preload_with(&["LD_PRELOAD"]));
+    assert_eq!(preload_with(&bare_last), hami);
+    let given_twice = ["LD_PRELOAD=/lib/b.so", "LD_PRELOAD=/lib/a.so"];
+    assert_eq!(inputs(&given_twice), inputs(&["LD_PRELOAD=/lib/a.so"]));
+    assert_eq!(preload_with(&given_twice), format!("{hami}:/lib/a.so"));
 }
 
 /// A pod's VF settings within their ranges that, over the node's, leave a

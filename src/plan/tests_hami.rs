@@ -134,6 +134,42 @@ fn a_container_reordering_gpus_with_different_limits_is_refused() {
     );
 }
 
+/// A variable given twice is read as the process gets it, its last entry:
+/// an earlier harmless one hides no reordering, and an earlier reordering
+/// one overridden is no refusal.
+#[test]
+fn a_variable_given_twice_is_read_as_its_last_entry() {
+    let config = Config::default();
+    let differ = hami_pod(false);
+    for (env, refused) in [
+        (
+            ["CUDA_VISIBLE_DEVICES=0,1", "CUDA_VISIBLE_DEVICES=1,0"],
+            true,
+        ),
+        (
+            [
+                "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+                "CUDA_DEVICE_ORDER=FASTEST_FIRST",
+            ],
+            true,
+        ),
+        (
+            ["CUDA_VISIBLE_DEVICES=1,0", "CUDA_VISIBLE_DEVICES=0,1"],
+            false,
+        ),
+    ] {
+        match with_env(&differ, &env, &config) {
+            Err(e) => assert!(
+                refused
+                    && e.to_string()
+                        .contains(&format!("container's {} changes", env[1])),
+                "{env:?}: {e}"
+            ),
+            Ok(_) => assert!(!refused, "{env:?}"),
+        }
+    }
+}
+
 /// The plan cache tells containers apart by the variables that number
 /// their GPUs, as the plan reads them.
 #[test]
