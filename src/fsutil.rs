@@ -135,10 +135,29 @@ const PROC_TEXT_ROOM: u64 = 1024;
 /// stat line); a buffer with room for a usual file takes it in one read and
 /// finds the end with a second. Bytes that are not UTF-8 are `InvalidData`.
 pub fn read_proc_text(path: &Path, limit: u64) -> Result<String, BoundedError> {
+    text(read_proc_bytes(path, limit)?)
+}
+
+/// A `/proc/<pid>/stat` line as [`read_proc_text`] reads it, with bytes that
+/// are not UTF-8 replaced (U+FFFD) instead of refused. They can only be in
+/// the command name (`comm`): whatever the process named itself
+/// (`prctl(PR_SET_NAME)`), cut by the kernel at 15 bytes, perhaps inside a
+/// character (`TASK_COMM_LEN`). Every field read follows its closing `)`
+/// (proc(5)), digits and a state letter, which the replacement leaves as
+/// they are, so such a process is identified like any other.
+pub fn read_proc_stat(path: &Path) -> Result<String, BoundedError> {
+    let bytes = read_proc_bytes(path, MAX_PROC_STAT_BYTES)?;
+    Ok(match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
+
+fn read_proc_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedError> {
     let file = File::open(path)?;
     let mut buf = Vec::with_capacity(limit.saturating_add(1).min(PROC_TEXT_ROOM) as usize);
     read_bounded(file, limit, &mut buf)?;
-    text(buf)
+    Ok(buf)
 }
 
 /// Opens (creating, mode 0600) the lock file `path`, for `flock`.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
-use crate::fsutil::{read_proc_text, MAX_PROC_CGROUP_BYTES, MAX_PROC_STAT_BYTES};
+use crate::fsutil::{read_proc_stat, read_proc_text, MAX_PROC_CGROUP_BYTES};
 use crate::proc_stat::StatLine;
 
 /// A signal teardown sends.
@@ -191,9 +191,7 @@ impl Host for ProcHost {
     }
 
     fn start_time(&self, pid: u32) -> io::Result<Option<u64>> {
-        match read_proc_text(&self.pid_path(pid, "stat"), MAX_PROC_STAT_BYTES)
-            .map_err(io::Error::from)
-        {
+        match read_proc_stat(&self.pid_path(pid, "stat")).map_err(io::Error::from) {
             Ok(text) => Ok(parse_stat(&text)),
             Err(e) if gone(&e) => Ok(None),
             Err(e) => Err(e),

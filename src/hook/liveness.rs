@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::fsutil::{read_proc_text, MAX_PROC_STAT_BYTES};
+use crate::fsutil::read_proc_stat;
 use crate::ledger::InitProcess;
 use crate::proc_stat::StatLine;
 
@@ -27,7 +27,7 @@ pub fn start_ticks(proc_root: &Path, pid: u32) -> Result<u64, LivenessError> {
         path: path.clone(),
         source,
     };
-    let text = read_proc_text(&path, MAX_PROC_STAT_BYTES).map_err(|e| read(e.into()))?;
+    let text = read_proc_stat(&path).map_err(|e| read(e.into()))?;
     StatLine::parse(&text)
         .map(|stat| stat.start_ticks)
         .ok_or(LivenessError::Malformed { path })
@@ -94,6 +94,21 @@ mod tests {
         std::fs::remove_dir_all(proc.join("42")).unwrap();
         assert!(is_gone(proc, &init));
         assert!(identify(proc, 42).is_none());
+    }
+
+    /// A command name cut inside a character (the kernel keeps 15 bytes of
+    /// what a process names itself) is no reason not to identify it.
+    #[test]
+    fn a_command_name_that_is_not_utf8_leaves_the_start_time_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc = dir.path();
+        std::fs::create_dir_all(proc.join("42")).unwrap();
+        let bytes = stat("a", 98765).into_bytes();
+        // After `(a`: the first two bytes of a three-byte character.
+        let at = bytes.iter().position(|&b| b == b'(').unwrap() + 2;
+        let cut = [&bytes[..at], b"\xe6\x95", &bytes[at..]].concat();
+        std::fs::write(proc.join("42/stat"), cut).unwrap();
+        assert_eq!(start_ticks(proc, 42).unwrap(), 98765);
     }
 
     #[test]

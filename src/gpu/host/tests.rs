@@ -288,3 +288,29 @@ fn a_signal_reaches_only_the_process_that_started_then() {
     // Reaped: gone, not an error.
     assert_eq!(host.signal(pid, start, Signal::Term).unwrap(), Sent::Gone);
 }
+
+/// A process whose command name is not UTF-8 (the kernel cuts a name at 15
+/// bytes, perhaps inside a character, and a process may name itself any
+/// bytes) is identified by its start time like any other, on the real
+/// procfs: one that could not be would be neither ended as the pod's nor
+/// counted among its survivors. A thread of this test names itself (the
+/// kernel lets only a thread group rename its own), and `/proc/<tid>` reads
+/// as a process.
+#[test]
+fn a_process_whose_name_is_not_utf8_has_a_start_time() {
+    let (named, tid) = std::sync::mpsc::channel();
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        std::fs::write("/proc/thread-self/comm", b"a\xe6\x95").unwrap();
+        // SAFETY: gettid has no preconditions.
+        named.send(unsafe { libc::gettid() } as u32).unwrap();
+        wait.recv().ok();
+    });
+    let tid = tid.recv().unwrap();
+    let stat = std::fs::read(format!("/proc/{tid}/stat")).unwrap();
+    assert!(String::from_utf8(stat).is_err(), "the name is not UTF-8");
+    let start = ProcHost::new(Path::new("/proc")).start_time(tid);
+    done.send(()).unwrap();
+    thread.join().unwrap();
+    assert!(start.unwrap().is_some());
+}
