@@ -11,6 +11,10 @@ use super::Scan;
 /// Where the PCI core links the functions a driver is bound to (drivers/base/bus.c).
 const NVIDIA_DRIVER_DIR: &str = "sys/bus/pci/drivers/nvidia";
 
+/// The first minor of the driver's control devices under its major:
+/// `nvidia-modeset` is 254 and `nvidiactl` 255, so GPUs number below.
+const FIRST_CONTROL_MINOR: u32 = 254;
+
 /// What a GPU management library (NVML) knows about one GPU.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GpuFacts {
@@ -48,11 +52,53 @@ impl Scan<'_> {
             .filter_map(|(name, addr)| self.gpu(name, addr))
             .collect();
         found.sort_by_key(|(gpu, _)| gpu.bus_id);
+        let mut found = self.unambiguous(found);
         for (position, (gpu, library_index)) in found.iter_mut().enumerate() {
             // NVML orders by PCI bus id too, but only NVML's own index is authoritative.
             gpu.index = library_index.unwrap_or(position as u32);
         }
         found.into_iter().map(|(gpu, _)| gpu).collect()
+    }
+
+    /// `found` without the GPUs whose device minor or UUID another GPU
+    /// reports too, or whose minor is a control device's (`nvidia-modeset`
+    /// 195:254, `nvidiactl` 195:255), each with a warning: a node
+    /// `/dev/nvidia<minor>`, or an id, naming two devices would give a
+    /// container another GPU than the one its allocation and its
+    /// `NVIDIA_VISIBLE_DEVICES` name. The driver numbers its GPUs uniquely,
+    /// so only a broken or hand-made procfs reads so.
+    fn unambiguous(&mut self, found: Vec<(Gpu, Option<u32>)>) -> Vec<(Gpu, Option<u32>)> {
+        let clash = |g: &Gpu| -> Option<String> {
+            if g.minor >= FIRST_CONTROL_MINOR {
+                return Some(format!("device minor {} is a control device's", g.minor));
+            }
+            let others = found
+                .iter()
+                .map(|(o, _)| o)
+                .filter(|o| o.bus_id != g.bus_id);
+            others.into_iter().find_map(|o| {
+                let what = if o.minor == g.minor {
+                    format!("device minor {}", g.minor)
+                } else if o.uuid == g.uuid {
+                    format!("uuid {}", g.uuid)
+                } else {
+                    return None;
+                };
+                Some(format!("{what} is also the gpu's at {}", o.bus_id))
+            })
+        };
+        let clashes: Vec<Option<String>> = found.iter().map(|(g, _)| clash(g)).collect();
+        let mut kept = Vec::with_capacity(found.len());
+        for (entry, clash) in found.into_iter().zip(clashes) {
+            match clash {
+                Some(what) => self.warn(InventoryError::Device {
+                    device: entry.0.bus_id.to_string(),
+                    what: format!("{what}: left out"),
+                }),
+                None => kept.push(entry),
+            }
+        }
+        kept
     }
 
     fn gpu(&mut self, name: &str, addr: PciAddr) -> Option<(Gpu, Option<u32>)> {

@@ -32,6 +32,31 @@ fn replace_with_link(path: &Path, target: &str) {
     symlink(target, path).expect("symlink");
 }
 
+/// The GPUs' procfs directories, in bus order.
+fn gpu_dirs(root: &Path) -> Vec<PathBuf> {
+    let dir = root.join("proc/driver/nvidia/gpus");
+    let mut dirs: Vec<PathBuf> = fs::read_dir(dir)
+        .expect("gpus")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Sets the value of the `field` line of a GPU's information file.
+fn set_info_line(gpu: &Path, field: &str, value: &str) {
+    let path = gpu.join("information");
+    let text = fs::read_to_string(&path).expect("read");
+    let text: Vec<String> = text
+        .lines()
+        .map(|l| match l.starts_with(&format!("{field}:")) {
+            true => format!("{field}: \t {value}"),
+            false => l.to_string(),
+        })
+        .collect();
+    fs::write(path, text.join("\n") + "\n").expect("write");
+}
+
 /// Each case damages a fresh fixture; the check says what discovery still found, and the
 /// needle is a piece of the expected warning.
 #[test]
@@ -76,6 +101,32 @@ fn damage_yields_warnings() {
             },
             |inv| inv.gpus.len() == 1 && inv.gpus[0].bus_id.to_string() != "0000:18:00.0",
             "GPU UUID: unexpected value \"GPU-????????",
+        ),
+        (
+            "two gpus that report one minor",
+            |root, _| {
+                for gpu in gpu_dirs(root) {
+                    set_info_line(&gpu, "Device Minor", "7");
+                }
+            },
+            |inv| inv.gpus.is_empty(),
+            "device minor 7 is also the gpu's at",
+        ),
+        (
+            "two gpus that report one uuid",
+            |root, _| {
+                for gpu in gpu_dirs(root) {
+                    set_info_line(&gpu, "GPU UUID", "GPU-8beb1b46-e182-bed9-588e-9531af0df695");
+                }
+            },
+            |inv| inv.gpus.is_empty(),
+            "uuid GPU-8beb1b46-e182-bed9-588e-9531af0df695 is also the gpu's at",
+        ),
+        (
+            "a gpu that reports nvidiactl's minor",
+            |root, _| set_info_line(&gpu_dirs(root)[0], "Device Minor", "255"),
+            |inv| inv.gpus.len() == 1,
+            "device minor 255 is a control device's: left out",
         ),
         (
             "bus location disagrees",
