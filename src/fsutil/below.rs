@@ -13,16 +13,25 @@ pub fn below_root(root: &Path, path: &Path) -> PathBuf {
 /// The kernel's bound on links followed in one lookup (`MAXSYMLINKS`).
 const MAX_LINKS: usize = 40;
 
+/// Put after a link the walk leaves unfollowed: a name with a NUL, which no
+/// path-taking call accepts (a C string ends there), so that the kernel
+/// never follows the link from this process's root.
+const UNFOLLOWED: &str = "\0unfollowed link";
+
 /// [`below_root`] with the links on the way followed as the process whose
 /// root `root` is follows them: an absolute link from `root`, where the
 /// kernel, walking through `/proc/<pid>/root`, would take it from this
 /// process's root (kubelet's `kubelet-client-current.pem` is such a link).
 /// `..` stops at `root`. The walk ends at a component that is missing,
-/// unreadable or not a directory with more to follow, or at a link past the
-/// kernel's bound: the rest is joined as written, so that opening the result
-/// fails as opening the path would. For looking, as doctor does, not for
-/// opening what a pod controls: a link can change between this and the open
-/// (the hook opens with `openat2`).
+/// unreadable or not a directory with more to follow: the rest is joined as
+/// written, so that opening the result fails as opening the path would. A
+/// link it does not follow (past the kernel's bound, or unreadable) would be
+/// followed by the kernel from this process's root, outside `root`: the
+/// result then names nothing any call can open (an empty component, a NUL,
+/// which every path-taking call refuses), as the path fails for that process
+/// (ELOOP). For looking, as doctor does, not for opening what a pod
+/// controls: a link can change between this and the open (the hook opens
+/// with `openat2`).
 pub fn resolve_below_root(root: &Path, path: &Path) -> PathBuf {
     use std::os::unix::ffi::OsStrExt;
     use std::path::Component;
@@ -71,6 +80,7 @@ pub fn resolve_below_root(root: &Path, path: &Path) -> PathBuf {
             }
             _ => {
                 done = here;
+                done.push(UNFOLLOWED);
                 break;
             }
         }
@@ -134,8 +144,8 @@ mod tests {
     /// Links inside another process's root are followed as that process follows
     /// them: an absolute one from its root, a relative one from the link's
     /// directory, `..` never above the root; where the walk cannot go on (a
-    /// missing component, a file with more to follow, a loop), the rest is left
-    /// as written.
+    /// missing component, a file with more to follow), the rest is left as
+    /// written, and after a loop the result names nothing.
     #[test]
     fn links_below_a_root_are_followed_inside_it() {
         let (_tmp, root) = plugin_root();
@@ -157,7 +167,7 @@ mod tests {
                 "/var/lib/kubelet/pki/client-2026.pem/../x",
                 "var/lib/kubelet/pki/client-2026.pem/../x",
             ),
-            ("/var/loop/x", "var/loop/x"),
+            ("/var/loop/x", "var/loop/\0unfollowed link/x"),
         ];
         for (path, want) in cases {
             let got = resolve_below_root(&root, Path::new(path));
@@ -178,6 +188,34 @@ mod tests {
         // This process's own root: the path as it is, left to the kernel.
         let own = Path::new("/var/lib/kubelet/pki/current.pem");
         assert_eq!(resolve_below_root(Path::new("/"), own), own);
+    }
+
+    /// A chain of links longer than the kernel follows, whose last link
+    /// leads out of the root, never reads what lies outside: the walk stops
+    /// where the kernel would fail (ELOOP).
+    #[test]
+    fn a_chain_past_the_kernels_bound_names_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, outside) = (tmp.path().join("root"), tmp.path().join("outside"));
+        fs::create_dir_all(&root).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(outside.join("secret"), "x").unwrap();
+        for n in 0..=MAX_LINKS {
+            symlink(format!("l{}", n + 1), root.join(format!("l{n}"))).unwrap();
+        }
+        let last = root.join(format!("l{}", MAX_LINKS + 1));
+        symlink(&outside, last).unwrap();
+        let got = resolve_below_root(&root, Path::new("/l0/secret"));
+        assert!(got.starts_with(&root), "{got:?}");
+        let err = fs::read(&got).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+        assert!(!got.exists());
+        // Within the bound, the chain is followed to its end, inside the root.
+        let short = resolve_below_root(&root, Path::new(&format!("/l{}/secret", MAX_LINKS - 2)));
+        assert_eq!(
+            short,
+            root.join(outside.strip_prefix("/").unwrap()).join("secret")
+        );
     }
 
     /// A path joined under the root is followed there; one outside it, and
