@@ -77,3 +77,34 @@ fn a_vf_with_a_netdev_per_port_lists_the_others() {
     // One netdev, as every other VF: the field is left out.
     assert!(vfs[1].get("more_netdevs").is_none(), "{vfs}");
 }
+
+/// A netdev renamed to bytes that are not UTF-8 is listed all the same, so
+/// that a VF with it beside another netdev is still seen to have two, and
+/// the plan, which takes only plain names, refuses either.
+#[test]
+fn a_netdev_name_that_is_not_utf8_is_listed() {
+    use std::os::unix::ffi::OsStrExt;
+    let (dir, fixture) = build(HostRootBuilder::hgx().gpus(1).nics(1).vfs_per_pf(2));
+    let vfs = &fixture.expected().rdma[0].vfs;
+    let net = |n: usize| {
+        dir.path()
+            .join(format!("sys/bus/pci/devices/{}/net", vfs[n].bus_id))
+    };
+    let odd = std::ffi::OsStr::from_bytes(b"ens\xff");
+    std::fs::create_dir_all(net(0).join(odd)).unwrap();
+    let only = net(1);
+    std::fs::remove_dir_all(&only).unwrap();
+    std::fs::create_dir_all(only.join(odd)).unwrap();
+    let inv = discover(dir.path());
+    let found = |n: usize| {
+        let vf = inv.rdma[0].vfs.iter().find(|v| v.bus_id == vfs[n].bus_id);
+        vf.unwrap().clone()
+    };
+    let first = vfs[0].netdev.clone().unwrap();
+    let two = found(0);
+    let mut names: Vec<String> = two.netdev.into_iter().chain(two.more_netdevs).collect();
+    names.sort();
+    assert_eq!(names, ["ens\u{fffd}".to_string(), first]);
+    assert_eq!(found(1).netdev.as_deref(), Some("ens\u{fffd}"));
+    assert!(!crate::inventory::plain_name("ens\u{fffd}", 15));
+}

@@ -265,14 +265,18 @@ impl HostFs {
     }
 }
 
-/// The names of an open directory, sorted and bounded.
+/// The names of an open directory, sorted and bounded. A name that is not
+/// UTF-8 is listed with its bad bytes replaced (U+FFFD) rather than left
+/// out: a netdev may be renamed to any bytes but `/`, `:` and whitespace
+/// (`dev_valid_name`), and a VF's second netdev dropped here would hide it
+/// from the plan, which refuses a VF with several netdevs and any netdev
+/// name that is not plain. Opened, such a name finds no entry: its bytes are
+/// not the entry's.
 pub(super) fn list_dir(dir: &mut Dir, path: &Path) -> Result<Vec<String>> {
     let mut names = Vec::new();
     for entry in dir.iter() {
         let entry = entry.map_err(|e| io_err(path, e.into()))?;
-        let Ok(name) = entry.file_name().to_str() else {
-            continue;
-        };
+        let name = entry.file_name().to_string_lossy();
         if name == "." || name == ".." {
             continue;
         }
@@ -281,7 +285,7 @@ pub(super) fn list_dir(dir: &mut Dir, path: &Path) -> Result<Vec<String>> {
                 path: path.to_path_buf(),
             });
         }
-        names.push(name.to_owned());
+        names.push(name.into_owned());
     }
     names.sort();
     Ok(names)
