@@ -326,3 +326,38 @@ fn the_policy_covers_pods_and_is_bound_fail_closed() {
     assert!(vap.spec.get("paramKind").is_none());
     assert!(binding.spec.get("paramRef").is_none());
 }
+
+const HINT: &str = "scheduling.koordinator.sh/device-allocate-hint";
+const DEVICE_LEVEL: &str =
+    r#"{"rdma":{"allocateStrategy":"RequestsAsCount","exclusivePolicy":"DeviceLevel"}}"#;
+
+/// The allocation hint is the pod author's at creation; once the pod exists,
+/// only a listed user changes or removes it, and a binding carries it only
+/// from one: the grant check reads the RDMA strategy from the live pod.
+#[test]
+fn the_hint_is_set_at_creation_and_changed_only_by_listed_users() {
+    let p = policy();
+    let null = serde_json::Value::Null;
+    let hinted = pod(&[(HINT, DEVICE_LEVEL)]);
+    assert!(admit(&p, TENANT, "CREATE", hinted.clone(), null.clone()).is_ok());
+    let cases = [
+        ("added", pod(&[]), hinted.clone()),
+        ("changed", pod(&[(HINT, "{}")]), hinted.clone()),
+        ("removed", hinted.clone(), pod(&[])),
+    ];
+    for (what, old, new) in cases {
+        let e = admit(&p, TENANT, "UPDATE", new.clone(), old.clone()).unwrap_err();
+        assert!(e.contains(HINT) && e.contains(TENANT), "{what}: {e}");
+        assert!(admit(&p, SCHEDULER, "UPDATE", new, old).is_ok(), "{what}");
+    }
+    // Unchanged, other annotations may change.
+    let relabelled = pod(&[(HINT, DEVICE_LEVEL), ("team", "a")]);
+    assert!(admit(&p, TENANT, "UPDATE", relabelled, hinted).is_ok());
+    let binding = serde_json::json!({
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": { "name": "p", "annotations": { HINT: DEVICE_LEVEL } },
+        "target": { "kind": "Node", "name": "n1" },
+    });
+    assert!(admit(&p, TENANT, "CREATE", binding.clone(), null.clone()).is_err());
+    assert!(admit(&p, SCHEDULER, "CREATE", binding, null).is_ok());
+}
