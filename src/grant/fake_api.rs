@@ -33,9 +33,9 @@ struct State {
     /// The pages listed: (`continue` offset, `limit`); [`CACHED`] for a
     /// list from the cache.
     pages: Vec<(usize, usize)>,
-    /// When not 0, every list page holds this many made-up pods and a
+    /// When set, every list page holds this many made-up pods and a
     /// `continue` token: a server that never ends its list.
-    endless_list: usize,
+    endless_list: Option<usize>,
     /// Lists asked no older than a version answer 504, as an API server
     /// whose cache lags the version (after an etcd restore) does.
     cache_lags: bool,
@@ -177,7 +177,7 @@ impl FakeApi {
 
     /// Makes every list page `pods` made-up pods long, with no end.
     pub fn list_without_end(&self, pods: usize) {
-        self.shared.lock().endless_list = pods;
+        self.shared.lock().endless_list = Some(pods);
     }
 
     /// Request lines seen so far (`list ...` or `watch <version>`).

@@ -61,3 +61,20 @@ fn a_list_without_end_is_cut_off() {
         .count();
     assert_eq!(pages, cache::MAX_PODS / 500 + 1);
 }
+
+/// A server whose list pages hold no pod yet never end is cut off too,
+/// after a bounded number of pages, instead of being asked for ever.
+#[test]
+fn a_list_of_empty_pages_without_end_is_cut_off() {
+    let api = FakeApi::start().unwrap();
+    api.list_without_end(0);
+    let client = watch::PodClient::new(&endpoint(&api)).unwrap();
+    let e = client.list(&super::watch::ListFrom::Etcd).unwrap_err();
+    assert!(matches!(e, watch::WatchError::TooManyPods { .. }), "{e}");
+    let pages = api
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("list"))
+        .count();
+    assert_eq!(pages, watch::MAX_PAGES + 1);
+}

@@ -31,7 +31,7 @@ use super::settings::Endpoint;
 
 mod list;
 mod run;
-pub use list::ListFrom;
+pub use list::{ListFrom, MAX_PAGES};
 pub use run::PodWatch;
 pub(super) use run::{jitter, start};
 

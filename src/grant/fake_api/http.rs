@@ -93,9 +93,9 @@ pub(super) fn serve(stream: TcpStream, shared: &Shared) {
                 );
                 return;
             }
-            if s.endless_list > 0 {
+            if let Some(per_page) = s.endless_list {
                 let page = s.requests.len();
-                let items: Vec<Value> = (0..s.endless_list)
+                let items: Vec<Value> = (0..per_page)
                     .map(|i| {
                         pod(
                             "ns",
