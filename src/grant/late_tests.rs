@@ -45,36 +45,26 @@ fn a_kubelet_kubeconfig_written_after_start_turns_the_check_on() {
     );
 }
 
-/// A server whose pod list never ends: the client gives up past the most
-/// pods a node can run instead of growing without bound.
-#[test]
-fn a_list_without_end_is_cut_off() {
+/// Lists `from` a server whose list pages hold `per_page` pods each and
+/// never end: the list fails as too many pods; how many pages it asked for.
+fn pages_before_cut_off(per_page: usize, from: &watch::ListFrom) -> usize {
     let api = FakeApi::start().unwrap();
-    api.list_without_end(500);
+    api.list_without_end(per_page);
     let client = watch::PodClient::new(&endpoint(&api)).unwrap();
-    let e = client.list(&super::watch::ListFrom::Cache).unwrap_err();
+    let e = client.list(from).unwrap_err();
     assert!(matches!(e, watch::WatchError::TooManyPods { .. }), "{e}");
-    let pages = api
-        .requests()
-        .iter()
-        .filter(|r| r.starts_with("list"))
-        .count();
-    assert_eq!(pages, cache::MAX_PODS / 500 + 1);
+    let requests = api.requests();
+    requests.iter().filter(|r| r.starts_with("list")).count()
 }
 
-/// A server whose list pages hold no pod yet never end is cut off too,
-/// after a bounded number of pages, instead of being asked for ever.
+/// A server whose pod list never ends: the client gives up past the most
+/// pods a node can run instead of growing without bound; and where its pages
+/// hold no pod (a field selector's pages may be empty), after a bounded
+/// number of pages instead of asking for ever.
 #[test]
-fn a_list_of_empty_pages_without_end_is_cut_off() {
-    let api = FakeApi::start().unwrap();
-    api.list_without_end(0);
-    let client = watch::PodClient::new(&endpoint(&api)).unwrap();
-    let e = client.list(&super::watch::ListFrom::Etcd).unwrap_err();
-    assert!(matches!(e, watch::WatchError::TooManyPods { .. }), "{e}");
-    let pages = api
-        .requests()
-        .iter()
-        .filter(|r| r.starts_with("list"))
-        .count();
-    assert_eq!(pages, watch::MAX_PAGES + 1);
+fn a_list_without_end_is_cut_off() {
+    let cached = pages_before_cut_off(500, &watch::ListFrom::Cache);
+    assert_eq!(cached, cache::MAX_PODS / 500 + 1);
+    let empty = pages_before_cut_off(0, &watch::ListFrom::Etcd);
+    assert_eq!(empty, watch::MAX_PAGES + 1);
 }
