@@ -27,7 +27,7 @@ const UNFOLLOWED: &str = "\0unfollowed link";
 /// written, so that opening the result fails as opening the path would. A
 /// link it does not follow (past the kernel's bound, or unreadable) would be
 /// followed by the kernel from this process's root, outside `root`: the
-/// result then names nothing any call can open (an empty component, a NUL,
+/// result then names nothing any call can open (a component holding a NUL,
 /// which every path-taking call refuses), as the path fails for that process
 /// (ELOOP). For looking, as doctor does, not for opening what a pod
 /// controls: a link can change between this and the open (the hook opens

@@ -8,9 +8,10 @@ use crate::ledger::{Ledger, LedgerError, NoTeardown};
 use crate::netdev::SavedStore;
 
 /// Forgets the container's record and, when it was the only container ever
-/// recorded in the pod, releases the pod's claims. Nothing is released while a VF of the pod is
-/// still saved (a restore failed): poststop, which runc runs after a failed
-/// create, the pod's next network owner or its release restores it first.
+/// recorded in the pod, releases the pod's claims. Nothing is released while
+/// a VF of the pod is still saved (a restore failed): poststop, which runc
+/// runs after a failed create, the pod's next network owner or its release
+/// restores it first.
 /// Best effort: the attach error is what the runtime reports, so a ledger
 /// error here is only logged.
 pub(super) fn release(env: &HookEnv, container_id: &str) {

@@ -72,11 +72,8 @@ impl Scan<'_> {
             if g.minor >= FIRST_CONTROL_MINOR {
                 return Some(format!("device minor {} is a control device's", g.minor));
             }
-            let others = found
-                .iter()
-                .map(|(o, _)| o)
-                .filter(|o| o.bus_id != g.bus_id);
-            others.into_iter().find_map(|o| {
+            let others = found.iter().map(|(o, _)| o);
+            others.filter(|o| o.bus_id != g.bus_id).find_map(|o| {
                 let what = if o.minor == g.minor {
                     format!("device minor {}", g.minor)
                 } else if o.uuid == g.uuid {

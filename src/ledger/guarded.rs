@@ -63,8 +63,7 @@ impl Ledger {
         admitted: u32,
         teardown: &dyn Teardown,
     ) -> Result<GuardedRelease, LedgerError> {
-        let unjoined = |pod: &PodRecord| pod.containers.is_empty() && pod.admitted() <= admitted;
-        self.release_pod_while(sandbox_id, &unjoined, teardown)
+        self.release_pod_while(sandbox_id, &|pod| pod.unjoined(admitted), teardown)
     }
 
     /// The release of both: `unchanged` is asked of the pod's record before
@@ -92,18 +91,12 @@ impl Ledger {
             return Ok(GuardedRelease::Changed);
         }
         let outcome = teardown.teardown(&seen);
-        match self.commit_guarded(sandbox_id, &seen, outcome, unchanged) {
-            Ok((result, false)) => Ok(result),
-            // Kept whole: a container joined meanwhile, or the commit failed.
-            Ok((result, true)) => {
-                teardown.kept(&seen);
-                Ok(result)
-            }
-            Err(e) => {
-                teardown.kept(&seen);
-                Err(e)
-            }
+        let committed = self.commit_guarded(sandbox_id, &seen, outcome, unchanged);
+        // Kept whole: a container joined meanwhile, or the commit failed.
+        if !matches!(committed, Ok((_, false))) {
+            teardown.kept(&seen);
         }
+        committed.map(|(result, _)| result)
     }
 
     /// The ledger's side of [`Self::release_pod_while`], under the lock;

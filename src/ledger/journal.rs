@@ -14,12 +14,12 @@
 //! then empties the journal, so lines a crash left behind between the two are
 //! ignored. A line is a change to one pod: the records of the containers it
 //! touched (null for one removed), the pod's network owner and its count of
-//! containers ever recorded, in the field `gen`. Lines of the first form, which releases before it wrote (the pod's
-//! whole record, or null for a pod gone, in the field `g`), are still read. A
-//! change carries `g` too, as [`NO_GENERATION`], so that a reader of that
-//! release skips it as a line of another generation: after a downgrade that
-//! followed a crash (no fold at exit), such a reader lacks the changes' container
-//! records. A claim (field `set`: records set whole) names no generation in the
+//! containers ever recorded, in the field `gen`. Lines of the first form,
+//! which releases before it wrote (the pod's whole record, or null for a pod
+//! gone, in the field `g`), are still read. A change carries `g` too, as
+//! [`NO_GENERATION`], so that a reader of that release skips it as a line of
+//! another generation: after a downgrade that followed a crash (no fold at
+//! exit), such a reader lacks the changes' container records. A claim (field `set`: records set whole) names no generation in the
 //! fields of either earlier form, so that every reader of those refuses the
 //! ledger ("a line names no generation") rather than miss a claim and give
 //! its devices out twice. Replaying a line twice changes nothing, and lines

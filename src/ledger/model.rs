@@ -239,6 +239,13 @@ impl PodRecord {
         self.containers.remove(container_id).is_some()
     }
 
+    /// Whether the pod holds no container and at most `at_most` were ever
+    /// recorded in it: a claim made for containers that never ran (0: one
+    /// made at the sandbox's start that no container joined).
+    pub fn unjoined(&self, at_most: u32) -> bool {
+        self.containers.is_empty() && self.admitted() <= at_most
+    }
+
     /// Containers ever recorded in the pod, at least those it holds now (a
     /// record written before the count existed counts those) and its network
     /// owner, kept while a VF it moved is away.

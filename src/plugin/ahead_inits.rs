@@ -78,7 +78,7 @@ impl AheadInits {
             let Some(pod) = state.pods.get(id) else {
                 return false;
             };
-            if pod.admitted() > 0 {
+            if !pod.unjoined(0) {
                 return false;
             }
             if liveness::is_gone(&self.proc_root, init) {

@@ -294,10 +294,7 @@ impl DevgatePlugin {
     /// pod a container joined meanwhile keeps its claims.
     pub(super) fn release_refused(&self, sandbox_id: &str) {
         let unjoined = |state: &crate::ledger::LedgerState| {
-            state
-                .pods
-                .get(sandbox_id)
-                .is_some_and(|p| p.containers.is_empty() && p.admitted() == 0)
+            state.pods.get(sandbox_id).is_some_and(|p| p.unjoined(0))
         };
         match self.devices.ledger().snapshot() {
             Ok(state) if unjoined(&state) => {
