@@ -12,6 +12,8 @@ use std::io;
 use std::path::Path;
 
 use super::error::At;
+use super::rdma::RdmaNl;
+use super::saved::SavedVf;
 use super::settings::{CharNum, VfAttach};
 use super::vf::VfOps;
 use super::{Cause, Netns, VfError};
@@ -83,26 +85,51 @@ fn line(path: &Path) -> Result<Option<String>, Cause> {
     }
 }
 
-/// Moves the VF's RDMA device into the pod (exclusive mode), then checks its
-/// char devices against the container's nodes.
-pub(super) fn move_rdma(
+/// The index of the RDMA device an attach moves, found on the host by the
+/// name the plan gives it, before the VF is touched: a device gone or
+/// renamed since the inventory refuses the VF with nothing changed. `None`
+/// when the attach moves none.
+pub(super) fn rdma_to_move(
     ops: &mut VfOps<'_>,
     at: &At<'_>,
-    pod: &Netns,
     a: &VfAttach,
-) -> Result<(), VfError> {
-    let name = a.rdma_device.as_deref().unwrap_or_default();
-    // The netns mode was checked for the whole batch (`check_rdma_mode`), and
-    // cannot change while the pod's namespace exists (rdma_compatdev_set).
+) -> Result<Option<u32>, VfError> {
+    if !a.move_rdma {
+        return Ok(None);
+    }
     let mut rdma = at.step("open rdma netlink", ops.env.rdma(None))?;
-    let index = at
-        .step("find rdma device", rdma.dev_index(name))?
+    host_index(at, rdma.as_mut(), a).map(Some)
+}
+
+fn host_index(at: &At<'_>, rdma: &mut dyn RdmaNl, a: &VfAttach) -> Result<u32, VfError> {
+    let name = a.rdma_device.as_deref().unwrap_or_default();
+    at.step("find rdma device", rdma.dev_index(name))?
         .ok_or_else(|| {
             (at.err("find rdma device"))(Cause::NotFound {
                 what: "rdma device",
                 name: name.to_string(),
             })
-        })?;
+        })
+}
+
+/// Moves the VF's RDMA device into the pod (exclusive mode), the device
+/// `rec` saved the index of, then checks its char devices against the
+/// container's nodes.
+pub(super) fn move_rdma(
+    ops: &mut VfOps<'_>,
+    at: &At<'_>,
+    pod: &Netns,
+    rec: &SavedVf,
+) -> Result<(), VfError> {
+    let a = &rec.attach;
+    let name = a.rdma_device.as_deref().unwrap_or_default();
+    // The netns mode was checked for the whole batch (`check_rdma_mode`), and
+    // cannot change while the pod's namespace exists (rdma_compatdev_set).
+    let mut rdma = at.step("open rdma netlink", ops.env.rdma(None))?;
+    let index = match rec.rdma_index {
+        Some(index) => index,
+        None => host_index(at, rdma.as_mut(), a)?,
+    };
     at.step("move rdma device", rdma.set_netns(index, pod))?;
     if a.rdma_chars.is_empty() {
         return Ok(());

@@ -59,6 +59,10 @@ pub enum Call {
         name: String,
         to_ns: u64,
     },
+    RdmaRename {
+        index: u32,
+        name: String,
+    },
     ArpNotify {
         ns: u64,
         name: String,

@@ -26,6 +26,7 @@ pub mod rdma;
 mod rdma_in_netns;
 mod restore;
 mod restore_find;
+mod restore_rdma;
 pub mod rtnl;
 pub mod saved;
 pub mod settings;

@@ -32,10 +32,35 @@ pub enum NetnsMode {
 
 /// RDMA device operations, in one namespace.
 pub trait RdmaNl {
-    /// The device index of `name`, `None` if it is not visible in this namespace.
-    fn dev_index(&mut self, name: &str) -> Result<Option<u32>, NlError>;
+    /// Every device visible in this namespace, as `(index, name)`.
+    fn devices(&mut self) -> Result<Vec<(u32, String)>, NlError>;
     fn set_netns(&mut self, index: u32, netns: &Netns) -> Result<(), NlError>;
+    /// Names device `index` `name`. Names are unique across namespaces
+    /// (`ib_device_rename` looks the new one up among every device), so a
+    /// name held anywhere is refused with EEXIST.
+    fn rename(&mut self, index: u32, name: &str) -> Result<(), NlError>;
     fn netns_mode(&mut self) -> Result<NetnsMode, NlError>;
+
+    /// The device index of `name`, `None` if it is not visible in this namespace.
+    fn dev_index(&mut self, name: &str) -> Result<Option<u32>, NlError> {
+        Ok(self
+            .devices()?
+            .into_iter()
+            .find(|(_, n)| n == name)
+            .map(|(i, _)| i))
+    }
+
+    /// The name device `index` has now, `None` if it is not visible in this
+    /// namespace. The kernel gives each device an index of its own for its
+    /// whole life (`assign_name`: `xa_alloc_cyclic`), through renames and
+    /// moves, so it names the device where its name may not.
+    fn dev_name(&mut self, index: u32) -> Result<Option<String>, NlError> {
+        Ok(self
+            .devices()?
+            .into_iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, n)| n))
+    }
 }
 
 pub struct RdmaConn<T> {
@@ -56,6 +81,16 @@ impl RdmaConn<NlSocket> {
 pub fn set_netns_payload(index: u32, netns_fd: u32) -> Vec<u8> {
     let mut out = nla(RDMA_NLDEV_ATTR_DEV_INDEX, &index.to_ne_bytes());
     out.extend(nla(RDMA_NLDEV_NET_NS_FD, &netns_fd.to_ne_bytes()));
+    out
+}
+
+/// SET: `DEV_INDEX` u32 + `DEV_NAME` NUL-terminated, as iproute2's
+/// `rdma dev set <dev> name <name>` (nldev_set_doit → ib_device_rename).
+pub fn rename_payload(index: u32, name: &str) -> Vec<u8> {
+    let mut out = nla(RDMA_NLDEV_ATTR_DEV_INDEX, &index.to_ne_bytes());
+    let mut strz = name.as_bytes().to_vec();
+    strz.push(0);
+    out.extend(nla(RDMA_NLDEV_ATTR_DEV_NAME, &strz));
     out
 }
 
@@ -91,19 +126,27 @@ impl<T: Transport> RdmaConn<T> {
 }
 
 impl<T: Transport> RdmaNl for RdmaConn<T> {
-    fn dev_index(&mut self, name: &str) -> Result<Option<u32>, NlError> {
-        // nldev_get_doit needs an index, so dump and match the name, as iproute2 does.
+    fn devices(&mut self) -> Result<Vec<(u32, String)>, NlError> {
+        // A dump, as iproute2 lists them: nldev_get_doit answers one index
+        // and errs for one not visible here.
         let replies = self.conn.request(
             "list rdma devices",
             nldev_type(RDMA_NLDEV_CMD_GET),
             Kind::Dump,
             &[],
         )?;
-        Ok(replies
-            .iter()
-            .filter_map(|p| parse_dev(p))
-            .find(|(_, n)| n == name)
-            .map(|(i, _)| i))
+        Ok(replies.iter().filter_map(|p| parse_dev(p)).collect())
+    }
+
+    fn rename(&mut self, index: u32, name: &str) -> Result<(), NlError> {
+        self.conn
+            .request(
+                "rename rdma device",
+                nldev_type(RDMA_NLDEV_CMD_SET),
+                Kind::Do,
+                &rename_payload(index, name),
+            )
+            .map(drop)
     }
 
     fn set_netns(&mut self, index: u32, netns: &Netns) -> Result<(), NlError> {

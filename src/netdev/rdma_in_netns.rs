@@ -40,12 +40,16 @@ impl<C> InNetns<C> {
 }
 
 impl<C: RdmaNl> RdmaNl for InNetns<C> {
-    fn dev_index(&mut self, name: &str) -> Result<Option<u32>, NlError> {
-        self.conn.dev_index(name)
+    fn devices(&mut self) -> Result<Vec<(u32, String)>, NlError> {
+        self.conn.devices()
     }
 
     fn set_netns(&mut self, index: u32, netns: &Netns) -> Result<(), NlError> {
         self.conn.set_netns(index, netns)
+    }
+
+    fn rename(&mut self, index: u32, name: &str) -> Result<(), NlError> {
+        self.conn.rename(index, name)
     }
 
     fn netns_mode(&mut self) -> Result<NetnsMode, NlError> {
@@ -73,11 +77,15 @@ mod tests {
     }
 
     impl RdmaNl for Probe {
-        fn dev_index(&mut self, _: &str) -> Result<Option<u32>, NlError> {
+        fn devices(&mut self) -> Result<Vec<(u32, String)>, NlError> {
             self.here();
-            Ok(Some(3))
+            Ok(vec![(3, "mlx5_3".to_string())])
         }
         fn set_netns(&mut self, _: u32, _: &Netns) -> Result<(), NlError> {
+            self.here();
+            Ok(())
+        }
+        fn rename(&mut self, _: u32, _: &str) -> Result<(), NlError> {
             self.here();
             Ok(())
         }
@@ -108,9 +116,10 @@ mod tests {
             assert_eq!(Netns::current().unwrap().id(), pod.id());
             conn.netns_mode().unwrap();
             let index = conn.dev_index("mlx5_3").unwrap().unwrap();
+            conn.rename(index, "mlx5_3").unwrap();
             conn.set_netns(index, &home).unwrap();
             drop(conn);
-            assert_eq!(*seen.borrow(), vec![pod.id(); 3]);
+            assert_eq!(*seen.borrow(), vec![pod.id(); 4]);
             assert_eq!(Netns::current().unwrap().id(), home.id());
 
             let failed = InNetns::<Probe>::open(&pod, || {

@@ -19,9 +19,10 @@
 
 use super::error::{At, Cause, VfError};
 use super::netns::Netns;
-use super::rdma::NetnsMode;
 pub(crate) use super::restore_find::is_ours;
 use super::restore_find::{foreign_altnames, host_name_free, locate};
+pub(crate) use super::restore_rdma::find_rdma;
+use super::restore_rdma::restore_rdma;
 use super::rtnl::{LinkChange, LinkRef, Rtnl};
 use super::saved::SavedVf;
 use super::vf::{vf_fields, VfOps};
@@ -175,58 +176,6 @@ fn quiesce_in_pod(
         at.step("delete altname", pod_nl.del_altname(link.index, name))?;
     }
     Ok(true)
-}
-
-fn restore_rdma(
-    ops: &mut VfOps<'_>,
-    at: &At<'_>,
-    rec: &SavedVf,
-    pod: Option<&Netns>,
-) -> Result<(), VfError> {
-    let name = rec.attach.rdma_device.as_deref().unwrap_or_default();
-    // Without RDMA netlink there is no RDMA core, so nothing was moved (an
-    // attach that failed opening it is being rolled back).
-    let unsupported = |c: &Cause| matches!(c, Cause::Netlink(e) if e.is_unsupported());
-    if let Some(pod) = pod {
-        // Exclusive mode hides the device from other namespaces: ask inside the pod's.
-        let mut rdma = match ops.env.rdma(Some(pod)) {
-            Err(c) if unsupported(&c) => return Ok(()),
-            other => at.step("open pod rdma netlink", other)?,
-        };
-        // Shared mode: the device never left the host, and the kernel refuses
-        // to move it (ib_device_set_netns_put); the mode cannot change while
-        // a namespace other than the host's exists (rdma_compatdev_set).
-        if at.step("read rdma netns mode", rdma.netns_mode())? == NetnsMode::Shared {
-            return Ok(());
-        }
-        if let Some(index) = at.step("find rdma device", rdma.dev_index(name))? {
-            let host = ops.env.host_netns();
-            return at.step("return rdma device", rdma.set_netns(index, host));
-        }
-    }
-    // Gone with its netns: rdma_dev_exit_net returns it to init_net.
-    let mut rdma = match ops.env.rdma(None) {
-        Err(c) if unsupported(&c) => return Ok(()),
-        other => at.step("open host rdma netlink", other)?,
-    };
-    match at.step("find rdma device", rdma.dev_index(name))? {
-        Some(_) => Ok(()),
-        // An attach that never finished and whose device is nowhere never
-        // moved it: the move looks the device up on the host first, and a
-        // name gone from the host (renamed or removed since the inventory
-        // was read) fails it there. Kept as an error, such a record would
-        // hold the VF down and quarantined for good. After a finished attach
-        // the device went into the pod, and missing now it may be hidden in
-        // a namespace of the pod's making: the record stays.
-        None if rec.attaching => {
-            tracing::warn!(vf = %rec.attach.vf_bus_id, rdma = name, "rdma device found nowhere: the unfinished attach never moved it");
-            Ok(())
-        }
-        None => Err((at.err("find rdma device"))(Cause::NotFound {
-            what: "rdma device",
-            name: name.to_string(),
-        })),
-    }
 }
 
 fn restore_pf(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), VfError> {

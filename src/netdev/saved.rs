@@ -86,6 +86,14 @@ pub struct SavedVf {
     /// where neither rtnetlink nor ethtool named the PF's device.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pf_parent: Option<String>,
+    /// The RDMA device's index, with `attach.move_rdma`, read on the host
+    /// before the move. The device keeps it for its life, through renames
+    /// and moves (`assign_name`: `xa_alloc_cyclic`), so the restore finds it
+    /// by it: a pod allowed to rename its device, or a device of another
+    /// name's making that took the old name, cannot mislead the restore.
+    /// Absent in records written before it, which find the device by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_index: Option<u32>,
     pub saved_unix: u64,
     /// Set before a restore first touches the VF: from then on it may be
     /// down, its PF settings (the tenant VLAN) reset, and no longer whole in
@@ -158,6 +166,7 @@ impl SavedVf {
             pf: None,
             pf_index: None,
             pf_parent: None,
+            rdma_index: None,
             saved_unix: 1,
             restoring: false,
             attaching: false,

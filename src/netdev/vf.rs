@@ -178,7 +178,7 @@ fn attach_one(
         restore(ops, &rec, same_ns.then_some(pod))?;
     }
     let physfn = at.step("read vf's pf", ops.env.vf_physfn(a.vf_bus_id))?;
-    let rec = prepare(
+    let mut rec = prepare(
         at,
         host.as_mut(),
         pod_nl.as_mut(),
@@ -187,6 +187,7 @@ fn attach_one(
         a,
         physfn,
     )?;
+    rec.rdma_index = super::chars::rdma_to_move(ops, at, a)?;
     at.step("save state", ops.store.save(&rec))?;
     (ops.checkpoint)("save");
     let applied = apply(ops, at, host.as_mut(), pod_nl.as_mut(), pod, &rec).and_then(|()| {
@@ -235,13 +236,11 @@ fn attached(ops: &mut VfOps<'_>, pod: &Netns, pod_nl: &mut dyn Rtnl, rec: &Saved
         pod_nl.link(LinkRef::Name(&rec.attach.container_ifname)),
         Ok(Some(l)) if l.up && is_ours(&l, rec)
     );
-    let rdma = match (rec.attach.move_rdma, rec.attach.rdma_device.as_deref()) {
-        (true, Some(name)) => ops
+    let rdma = !rec.attach.move_rdma
+        || ops
             .env
             .rdma(Some(pod))
-            .is_ok_and(|mut nl| matches!(nl.dev_index(name), Ok(Some(_)))),
-        _ => true,
-    };
+            .is_ok_and(|mut nl| matches!(super::restore::find_rdma(nl.as_mut(), rec), Ok(Some(_))));
     netdev && rdma
 }
 
@@ -318,7 +317,7 @@ fn apply(
     at.step("bring up", pod_nl.set_link(link.index, &up))?;
     (ops.checkpoint)("configure");
     if a.move_rdma {
-        super::chars::move_rdma(ops, at, pod, a)?;
+        super::chars::move_rdma(ops, at, pod, rec)?;
     }
     (ops.checkpoint)("rdma");
     Ok(())

@@ -140,6 +140,8 @@ pub(super) fn prepare(
         pf,
         pf_index,
         pf_parent,
+        // Read with the RDMA netlink, by the attach (`chars::rdma_to_move`).
+        rdma_index: None,
         saved_unix: crate::ledger::now_unix(),
         restoring: false,
         attaching: true,

@@ -147,6 +147,7 @@ mod tests {
             pf: None,
             pf_index: None,
             pf_parent: None,
+            rdma_index: None,
             saved_unix: 1,
             restoring: false,
             attaching: false,

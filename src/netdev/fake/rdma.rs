@@ -14,13 +14,50 @@ pub(super) struct FakeRdma {
     pub(super) ns: u64,
 }
 
+impl FakeRdma {
+    /// The name of device `index` where this connection sees it.
+    fn visible(&self, m: &Model, index: u32) -> Option<String> {
+        m.rdma
+            .iter()
+            .find(|(_, (i, ns))| *i == index && (m.rdma_shared || *ns == self.ns))
+            .map(|(n, _)| n.clone())
+    }
+}
+
 impl RdmaNl for FakeRdma {
-    fn dev_index(&mut self, name: &str) -> Result<Option<u32>, NlError> {
+    fn devices(&mut self) -> Result<Vec<(u32, String)>, NlError> {
         let m = self.model.borrow();
         Ok(m.rdma
-            .get(name)
-            .filter(|(_, ns)| m.rdma_shared || *ns == self.ns)
-            .map(|(i, _)| *i))
+            .iter()
+            .filter(|(_, (_, ns))| m.rdma_shared || *ns == self.ns)
+            .map(|(n, (i, _))| (*i, n.clone()))
+            .collect())
+    }
+
+    fn rename(&mut self, index: u32, name: &str) -> Result<(), NlError> {
+        let mut m = self.model.borrow_mut();
+        // nldev_set_doit finds the device in the socket's namespace.
+        let old = self
+            .visible(&m, index)
+            .ok_or(kernel("fake rdma rename", libc::EINVAL))?;
+        if old == name {
+            return Ok(());
+        }
+        // ib_device_rename: a name any device holds, in any namespace.
+        if m.rdma.contains_key(name) {
+            return Err(kernel("fake rdma rename", libc::EEXIST));
+        }
+        m.mutate(Call::RdmaRename {
+            index,
+            name: name.to_string(),
+        })?;
+        if let Some(dev) = m.rdma.remove(&old) {
+            m.rdma.insert(name.to_string(), dev);
+        }
+        if let Some(chars) = m.rdma_chars.remove(&old) {
+            m.rdma_chars.insert(name.to_string(), chars);
+        }
+        Ok(())
     }
 
     fn set_netns(&mut self, index: u32, netns: &Netns) -> Result<(), NlError> {

@@ -11,6 +11,7 @@ mod logic;
 mod msg;
 mod msg_rdma;
 mod pf_rename;
+mod rdma_identity;
 mod rig;
 mod socket;
 mod store;

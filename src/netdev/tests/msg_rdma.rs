@@ -64,3 +64,35 @@ fn rdma_netns_mode_is_sys_get() {
         );
     }
 }
+
+#[test]
+fn rdma_rename_is_nldev_set_with_index_and_nul_terminated_name() {
+    let mut c = RdmaConn::new(Script::new(vec![Reply::Errno(0)]));
+    c.rename(5, "mlx5_3").unwrap();
+    // RDMA_NLDEV_CMD_SET(2); DEV_INDEX(1) u32, DEV_NAME(2) with its NUL, as
+    // iproute2's mnl_attr_put_strz (the policy is NLA_NUL_STRING).
+    let mut body = attr(1, &u32s(&[5]));
+    body.extend(attr(2, b"mlx5_3\0"));
+    assert_eq!(
+        c.transport().sent[0],
+        message((5 << 10) | 2, REQUEST_ACK, &body)
+    );
+}
+
+#[test]
+fn rdma_dev_name_dumps_and_matches_the_index() {
+    let dump = || Reply::Dump {
+        msg_type: (5 << 10) | 1,
+        payloads: vec![
+            [attr(1, &u32s(&[1])), attr(2, b"mlx5_0\0")].concat(),
+            [attr(1, &u32s(&[4])), attr(2, b"tenant0\0")].concat(),
+        ],
+    };
+    let mut c = RdmaConn::new(Script::new(vec![dump(), dump()]));
+    assert_eq!(c.dev_name(4).unwrap().as_deref(), Some("tenant0"));
+    assert_eq!(
+        c.transport().sent[0],
+        message((5 << 10) | 1, 0x1 | 0x300, &[])
+    );
+    assert_eq!(c.dev_name(5).unwrap(), None);
+}
