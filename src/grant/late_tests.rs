@@ -68,3 +68,26 @@ fn a_list_without_end_is_cut_off() {
     let empty = pages_before_cut_off(0, &watch::ListFrom::Etcd);
     assert_eq!(empty, watch::MAX_PAGES + 1);
 }
+
+/// A server, or a proxy before it, that ends each watch at once with 200 and
+/// no event: the watch is asked again after growing pauses, as after a
+/// failed one, rather than as fast as the node can ask.
+#[test]
+fn a_watch_ended_at_once_is_asked_again_only_after_a_pause() {
+    let api = FakeApi::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut ep = endpoint(&api);
+    // The fake ends a watch when its timeout is up: at once.
+    ep.watch_timeout_secs = 0;
+    let checker = GrantChecker::with_mode(Mode::Requests(ep), dir.path());
+    let watched = |r: &[String]| r.iter().any(|r| r.starts_with("watch"));
+    assert!(api.wait_requests(LONG, watched));
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(checker);
+    let requests = api.requests();
+    let watches = requests.iter().filter(|r| r.starts_with("watch")).count();
+    // Pauses of 50–100, 100–200, 200–400, 400–800 ms and on: at most six
+    // watches in 1.5 s, where without them there were thousands.
+    assert!((2..=8).contains(&watches), "{watches} watches");
+    assert!(requests[0].starts_with("list"), "{requests:?}");
+}

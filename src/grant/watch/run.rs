@@ -11,6 +11,11 @@ use crate::grant::settings::{Endpoint, Mode};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// A watch ended by the server sooner than this with no event is taken as
+/// refused rather than done (client-go's reflector: "very short watch"):
+/// a proxy or server that closes each watch at once would otherwise be
+/// asked again without a pause, as fast as the node can.
+const SHORT_WATCH: Duration = Duration::from_secs(1);
 
 /// The watch thread; dropping the handle asks it to stop at its next step.
 pub struct PodWatch {
@@ -76,8 +81,14 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
         let mut watches = 0;
         while !stop.load(Ordering::Relaxed) {
             let started = Instant::now();
+            let resumed_at = version.clone();
             watches += 1;
             match client.watch(&mut version, cache) {
+                Ok(()) if started.elapsed() < SHORT_WATCH && version == resumed_at => {
+                    let wait = pause_after(backoff, None);
+                    tracing::warn!(version = %version, retry_ms = wait.as_millis() as u64, "watch ended at once with no event; resuming after a pause");
+                    pause(wait, &mut backoff);
+                }
                 Ok(()) => {
                     tracing::debug!(version = %version, "watch ended; resuming");
                     backoff = BACKOFF_MIN;
