@@ -14,6 +14,7 @@ mod host;
 mod node;
 mod registration;
 mod running;
+mod scan;
 #[cfg(test)]
 mod tests;
 
@@ -163,6 +164,7 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
         cdi::cdi(host, &containerd_config, &config),
         cdi::specs(roots, host, &config, &inventory),
         grant::grant_check(roots, host, &config, running::on_socket(roots, &running)),
+        scan::gpu_scan(roots, running::on_socket(roots, &running)),
     ]
 }
 

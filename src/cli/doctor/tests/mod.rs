@@ -142,6 +142,11 @@ fn healthy_from(template: Option<&Path>) -> Node {
         &format!("cpu 1 2 3\nbtime {BOOT}\n"),
     );
     write(&roots.proc_dir.join("4242/stat"), &proc_stat(1000));
+    // Root's full set, as a privileged container or a plain unit has it.
+    write(
+        &roots.proc_dir.join("4242/status"),
+        "Name:\tdevgate\nCapEff:\t000001ffffffffff\n",
+    );
     write_script(&root.join("usr/local/bin/devgate-hook"));
     write(
         &etc.join("containers/oci/hooks.d/devgate.json"),
@@ -281,9 +286,9 @@ fn healthy_node_passes_every_check() {
     let checks = run_checks(&node.roots, &node.host);
     let report = table(&checks);
     assert!(checks.iter().all(|c| c.status == Status::Pass), "{report}");
-    assert_eq!(checks.len(), 16, "{report}");
+    assert_eq!(checks.len(), 17, "{report}");
     assert!(
-        report.contains("16 passed, 0 warnings, 0 failed"),
+        report.contains("17 passed, 0 warnings, 0 failed"),
         "{report}"
     );
     assert!(check(&checks, "cgroup").detail.contains("systemd driver"));
@@ -339,5 +344,5 @@ fn exit_status_fails_only_on_a_failed_check() {
     assert!(super::verdict(&checks).is_ok(), "warnings alone exit 0");
     checks[1].status = Status::Fail;
     let err = super::verdict(&checks).unwrap_err();
-    assert_eq!(err.to_string(), "1 of 16 checks failed");
+    assert_eq!(err.to_string(), "1 of 17 checks failed");
 }

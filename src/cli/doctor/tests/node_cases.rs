@@ -117,3 +117,43 @@ fn nvswitches_bound_to_the_nvidia_driver_are_not_counted_as_gpus() {
     let c = check(&checks, "nvidia devices");
     assert_eq!(c.status, Status::Pass, "{c:?}");
 }
+
+/// A plugin that may not follow other processes' descriptors (no
+/// CAP_SYS_PTRACE, or a confining profile) would count GPUs they hold as
+/// free at teardown: warned, with the fix.
+#[test]
+fn a_plugin_that_cannot_follow_other_processes_descriptors_warns() {
+    let node = healthy();
+    let pid_dir = node.roots.proc_dir.join("4242");
+    let c = run_check(&node, "gpu process scan");
+    assert_eq!(c.status, Status::Pass, "{c:?}");
+    assert_eq!(
+        c.detail,
+        "devgate nri (pid 4242) has CAP_SYS_PTRACE and runs unconfined"
+    );
+
+    // CAP_SYS_PTRACE (bit 19) dropped.
+    write(&pid_dir.join("status"), "CapEff:\t000001fffff7ffff\n");
+    let c = run_check(&node, "gpu process scan");
+    assert_eq!(c.status, Status::Warn, "{c:?}");
+    assert!(c.detail.contains("lacks CAP_SYS_PTRACE"), "{c:?}");
+    assert!(c.fix.as_deref().unwrap().contains("CapabilityBoundingSet"));
+
+    write(&pid_dir.join("status"), "CapEff:\t000001ffffffffff\n");
+    write(
+        &pid_dir.join("attr/current"),
+        "cri-containerd.apparmor.d (enforce)\n",
+    );
+    let c = run_check(&node, "gpu process scan");
+    assert_eq!(c.status, Status::Warn, "{c:?}");
+    assert!(
+        c.detail
+            .contains("confined by \"cri-containerd.apparmor.d (enforce)\""),
+        "{c:?}"
+    );
+
+    std::fs::remove_file(pid_dir.join("status")).unwrap();
+    let c = run_check(&node, "gpu process scan");
+    assert_eq!(c.status, Status::Warn, "{c:?}");
+    assert!(c.detail.contains("no CapEff"), "{c:?}");
+}
