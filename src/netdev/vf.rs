@@ -162,10 +162,12 @@ fn attach_one(
         }
         // A second stage (prestart and createRuntime) or a retry: done already?
         // Only a finished attach counts: one cut after the link came up and
-        // before its mark is done again rather than marked from a look.
+        // before its mark is done again rather than marked from a look; and
+        // never one whose restore began, which may have reset its PF
+        // settings (the tenant VLAN) while a pod process raised it again.
         if rec.container_id == container_id
             && same_ns
-            && !rec.attaching
+            && !rec.cut()
             && rec.attach.saved_form() == a.saved_form()
             && attached(ops, pod, pod_nl.as_mut(), &rec)
             && super::chars::chars_hold(ops, a).unwrap_or(false)

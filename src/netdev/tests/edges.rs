@@ -245,3 +245,34 @@ fn an_rdma_device_missing_at_the_attach_leaves_the_vf_as_it_was() {
     says(&err, "rdma device mlx5_3 not found");
     assert_eq!(rig.records(), 1, "kept for a later try");
 }
+
+/// A restore cut after it reset the VF's PF settings leaves the VF in the
+/// pod without its tenant VLAN; a process of the pod with NET_ADMIN may
+/// raise its link again. The same container's next attach (podman starting
+/// it again) does not take that for done: it restores the VF and attaches it
+/// anew, whole.
+#[test]
+fn a_vf_whose_restore_began_is_not_taken_for_attached() {
+    let mut rig = Rig::new(model());
+    rig.attach(&[action()]).unwrap();
+    let vf = "0000:3b:02.3".parse().unwrap();
+    let mut rec = rig.store.load(vf).unwrap().unwrap();
+    rec.restoring = true;
+    rig.store.save(&rec).unwrap();
+    rig.m().vfs.insert((PF, 3), vf_state());
+    assert_eq!(rig.m().vfs[&(PF, 3)].vlan.vlan, 0, "reset by the restore");
+
+    rig.attach(&[action()]).unwrap();
+    assert_eq!(
+        rig.m().vfs[&(PF, 3)].vlan.vlan,
+        100,
+        "the tenant VLAN again"
+    );
+    let rec = rig.store.load(vf).unwrap().unwrap();
+    assert!(!rec.cut(), "{rec:?}");
+    assert!(rig
+        .m()
+        .links
+        .iter()
+        .any(|l| l.ns == POD && l.link.name == "net1" && l.link.up));
+}
