@@ -21,22 +21,38 @@ pub fn one_line(text: &str, max: usize) -> String {
 }
 
 fn is_format(c: char) -> bool {
-    // Unicode's format characters (category Cf) that change how a line reads
-    // or hide text (the Arabic letter mark is a bidirectional mark too; tag
-    // characters spell ASCII no one sees), and the variation selectors.
+    // Unicode's default-ignorable code points (DerivedCoreProperties.txt:
+    // drawn as nothing; among them every variation selector, and the tag
+    // characters, which spell ASCII no one sees) and its other format
+    // characters (category Cf: prepended marks and interlinear annotation),
+    // which change how a line reads or hide text.
     matches!(c,
         '\u{2028}' | '\u{2029}'
         | '\u{00ad}'
+        | '\u{034f}'
+        | '\u{0600}'..='\u{0605}'
         | '\u{061c}'
-        | '\u{180e}'
+        | '\u{06dd}'
+        | '\u{070f}'
+        | '\u{0890}'..='\u{0891}'
+        | '\u{08e2}'
+        | '\u{115f}'..='\u{1160}'
+        | '\u{17b4}'..='\u{17b5}'
+        | '\u{180b}'..='\u{180f}'
         | '\u{200b}'..='\u{200f}'
         | '\u{202a}'..='\u{202e}'
         | '\u{2060}'..='\u{206f}'
+        | '\u{3164}'
         | '\u{fe00}'..='\u{fe0f}'
         | '\u{feff}'
-        | '\u{fff9}'..='\u{fffb}'
+        | '\u{ffa0}'
+        | '\u{fff0}'..='\u{fffb}'
+        | '\u{110bd}'
+        | '\u{110cd}'
+        | '\u{13430}'..='\u{1345f}'
+        | '\u{1bca0}'..='\u{1bca3}'
         | '\u{1d173}'..='\u{1d17a}'
-        | '\u{e0000}'..='\u{e007f}')
+        | '\u{e0000}'..='\u{e0fff}')
 }
 
 #[cfg(test)]
@@ -54,5 +70,12 @@ mod tests {
         assert_eq!(one_line("a\u{061c}b\u{00ad}c\u{206f}d", 100), "a b c d");
         // Tag characters spell hidden ASCII; variation selectors hide too.
         assert_eq!(one_line("a\u{e0041}b\u{fe0f}c", 100), "a b c");
+        // Every block of them, not only the first.
+        assert_eq!(
+            one_line("a\u{e0100}b\u{180b}c\u{1bca0}d\u{13430}e\u{034f}f", 100),
+            "a b c d e f"
+        );
+        // Visible text of those scripts stays.
+        assert_eq!(one_line("\u{1820}\u{13000}", 100), "\u{1820}\u{13000}");
     }
 }
