@@ -25,8 +25,21 @@ const MAX_FOLLOWED: usize = 4096;
 
 pub(super) struct AheadInits {
     proc_root: PathBuf,
-    inits: Mutex<HashMap<String, InitProcess>>,
+    inits: Mutex<Followed>,
 }
+
+/// The followed sandboxes, each with its init and the number its note got.
+#[derive(Default)]
+struct Followed {
+    by_id: HashMap<String, (InitProcess, u64)>,
+    notes: u64,
+}
+
+/// Where the notes stood when a ledger snapshot was taken ([`AheadInits::mark`]):
+/// a sandbox noted after it claimed after the snapshot was read, so the
+/// snapshot's not holding it says nothing.
+#[derive(Clone, Copy)]
+pub(super) struct Mark(u64);
 
 impl AheadInits {
     /// Processes read under `proc_root` (`/proc`: the runtime's pids are the
@@ -38,7 +51,7 @@ impl AheadInits {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, InitProcess>> {
+    fn lock(&self) -> MutexGuard<'_, Followed> {
         self.inits.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -53,28 +66,39 @@ impl AheadInits {
             return;
         };
         let mut inits = self.lock();
-        if inits.len() < MAX_FOLLOWED || inits.contains_key(sandbox_id) {
-            inits.insert(sandbox_id.to_string(), init);
+        if inits.by_id.len() < MAX_FOLLOWED || inits.by_id.contains_key(sandbox_id) {
+            inits.notes += 1;
+            let n = inits.notes;
+            inits.by_id.insert(sandbox_id.to_string(), (init, n));
         }
+    }
+
+    /// Taken before the ledger snapshot that [`AheadInits::ended`] is given.
+    pub(super) fn mark(&self) -> Mark {
+        Mark(self.lock().notes)
     }
 
     /// The runtime reported the sandbox stopped or removed: its release
     /// follows that event.
     pub(super) fn forget(&self, sandbox_id: &str) {
-        self.lock().remove(sandbox_id);
+        self.lock().by_id.remove(sandbox_id);
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.lock().by_id.is_empty()
     }
 
-    /// The followed sandboxes to release now, by the ledger's `state`: their
-    /// init has exited and no container of theirs is recorded. Those, and
-    /// those a container joined or the ledger no longer holds, are no longer
-    /// followed.
-    pub(super) fn ended(&self, state: &LedgerState) -> HashSet<String> {
+    /// The followed sandboxes to release now, by the ledger's `state`, read
+    /// after `mark` was taken: their init has exited and no container of
+    /// theirs is recorded. Those, and those a container joined or the ledger
+    /// no longer holds, are no longer followed; a sandbox noted after the
+    /// mark is left to the next look, as `state` may predate its claim.
+    pub(super) fn ended(&self, state: &LedgerState, mark: Mark) -> HashSet<String> {
         let mut ended = HashSet::new();
-        self.lock().retain(|id, init| {
+        self.lock().by_id.retain(|id, (init, noted)| {
+            if *noted > mark.0 {
+                return true;
+            }
             let Some(pod) = state.pods.get(id) else {
                 return false;
             };
@@ -137,7 +161,7 @@ mod tests {
         }
         inits.note("unreported", 0);
         inits.note("unreadable", 79);
-        assert!(inits.ended(&l.snapshot().unwrap()).is_empty());
+        assert!(inits.ended(&l.snapshot().unwrap(), inits.mark()).is_empty());
 
         // a's init exits; b's pid is taken by a later process; c's init
         // exits after a container joined; d runs on.
@@ -146,12 +170,37 @@ mod tests {
         let record = crate::ledger::tests::record("main");
         l.record_container("c", "c1", record).unwrap();
         std::fs::remove_dir_all(proc_root.join("73")).unwrap();
-        let ended = inits.ended(&l.snapshot().unwrap());
+        let ended = inits.ended(&l.snapshot().unwrap(), inits.mark());
         assert_eq!(ended, HashSet::from(["a".to_string(), "b".to_string()]));
         // Only d is still followed, until its stop is reported.
-        assert!(inits.ended(&l.snapshot().unwrap()).is_empty());
+        assert!(inits.ended(&l.snapshot().unwrap(), inits.mark()).is_empty());
         assert!(!inits.is_empty());
         inits.forget("d");
         assert!(inits.is_empty());
+    }
+
+    /// A sandbox claimed and noted while a look at the ledger was under way
+    /// is not in that look's snapshot; it stays followed rather than being
+    /// dropped as one the ledger no longer holds, and ends at a later look.
+    #[test]
+    fn a_sandbox_noted_after_the_snapshot_stays_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc_root = dir.path().join("proc");
+        let d = proc_root.join("81");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("stat"), stat(500)).unwrap();
+        let l = Ledger::open(&dir.path().join("state")).unwrap();
+        let inits = AheadInits::new(proc_root.clone());
+
+        let mark = inits.mark();
+        let before = l.snapshot().unwrap();
+        claim(&l, "s");
+        inits.note("s", 81);
+        assert!(inits.ended(&before, mark).is_empty());
+        assert!(!inits.is_empty(), "still followed");
+
+        std::fs::remove_dir_all(&d).unwrap();
+        let ended = inits.ended(&l.snapshot().unwrap(), inits.mark());
+        assert_eq!(ended, HashSet::from(["s".to_string()]));
     }
 }

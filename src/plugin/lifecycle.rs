@@ -269,8 +269,9 @@ impl DevgatePlugin {
             return;
         }
         let ledger = self.devices.ledger();
+        let mark = self.ahead_inits.mark();
         let ended = match ledger.snapshot() {
-            Ok(state) => self.ahead_inits.ended(&state),
+            Ok(state) => self.ahead_inits.ended(&state, mark),
             Err(e) => {
                 tracing::warn!(error = %nri::ErrorChain(&e), "ledger unreadable: ended sandboxes not looked for");
                 return;
