@@ -17,7 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::{declared_kind, spec_yaml, CdiError, Class, DeviceNode, Spec, MAX_SPEC_BYTES};
+use super::{declared_kind, spec_named, CdiError, Class, DeviceNode, Spec, MAX_SPEC_BYTES};
 
 /// Spec files read per directory; more leave the directory unchecked.
 const MAX_SPEC_FILES: usize = 1024;
@@ -96,12 +96,10 @@ impl Loaded {
             let Ok(entries) = std::fs::read_dir(dir) else {
                 continue;
             };
-            let mut paths: Vec<(PathBuf, bool)> = entries
+            let mut paths: Vec<PathBuf> = entries
                 .flatten()
-                .filter_map(|e| {
-                    let path = e.path();
-                    spec_yaml(&path).map(|yaml| (path, yaml))
-                })
+                .map(|e| e.path())
+                .filter(|path| spec_named(path))
                 .take(MAX_SPEC_FILES + 1)
                 .collect();
             if paths.len() > MAX_SPEC_FILES {
@@ -110,25 +108,23 @@ impl Loaded {
                 continue;
             }
             paths.sort();
-            for (path, yaml) in paths {
-                loaded.read_file(path, yaml, priority);
+            for path in paths {
+                loaded.read_file(path, priority);
             }
         }
         loaded
     }
 
-    fn read_file(&mut self, path: PathBuf, yaml: bool, priority: usize) {
+    fn read_file(&mut self, path: PathBuf, priority: usize) {
         let meta = std::fs::metadata(&path);
         self.files
             .push((path.clone(), meta.as_ref().ok().map(Stamp::from)));
         let why = match meta {
-            Ok(m) if m.is_file() && m.len() <= MAX_SPEC_BYTES => {
-                match read_spec(&path, yaml, priority) {
-                    Ok(Some(found)) => return self.found.push(found),
-                    Ok(None) => return,
-                    Err(why) => why,
-                }
-            }
+            Ok(m) if m.is_file() && m.len() <= MAX_SPEC_BYTES => match read_spec(&path, priority) {
+                Ok(Some(found)) => return self.found.push(found),
+                Ok(None) => return,
+                Err(why) => why,
+            },
             Ok(m) if m.is_file() => format!("larger than {MAX_SPEC_BYTES} bytes"),
             Ok(_) => return,
             // A link to where this process cannot see (outside its mounts)
@@ -199,23 +195,25 @@ impl Loaded {
 
 /// The spec `path` holds, if it declares one of devgate's kinds; an error
 /// when it cannot be read at all.
-fn read_spec(path: &Path, yaml: bool, priority: usize) -> Result<Option<Found>, String> {
+fn read_spec(path: &Path, priority: usize) -> Result<Option<Found>, String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
     // Not UTF-8: no spec to the runtime's JSON or YAML parser either.
     let Ok(text) = String::from_utf8(bytes) else {
         return Ok(None);
     };
-    let Some(kind) = declared_kind(&text, yaml) else {
+    let Some(kind) = declared_kind(&text) else {
         return Ok(None);
     };
     if !Class::ALL.iter().any(|c| c.kind() == kind) {
         return Ok(None);
     }
-    // devgate writes JSON, which is YAML too; a `.yaml` spec converted by
-    // hand is read as YAML. One CDI would drop as invalid is not trusted.
+    // devgate writes JSON, which is YAML too; a spec converted by hand is
+    // read as YAML whatever its file's name, as CDI reads it. One CDI would
+    // drop as invalid is not trusted, nor one whose keys only CDI's
+    // case-blind decoding reads as a spec's.
     let parsed = match serde_json::from_str::<Spec>(&text) {
-        Err(_) if yaml => serde_yaml_ng::from_str::<Spec>(&text).map_err(|e| e.to_string()),
-        other => other.map_err(|e| e.to_string()),
+        Ok(spec) => Ok(spec),
+        Err(_) => serde_yaml_ng::from_str::<Spec>(&text).map_err(|e| e.to_string()),
     };
     let spec = parsed
         .map_err(|e| format!("not a spec as devgate cdi generate writes it: {e}"))

@@ -181,38 +181,64 @@ pub struct DeviceNode {
 pub const MAX_SPEC_BYTES: u64 = 16 << 20;
 
 /// Whether `path` is named as CDI loads specs, `*.json` or `*.yaml`
-/// (`pkg/cdi/spec-dirs.go`); `Some(true)` for YAML.
-pub fn spec_yaml(path: &std::path::Path) -> Option<bool> {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some("json") => Some(false),
-        Some("yaml") => Some(true),
-        _ => None,
+/// (`pkg/cdi/spec-dirs.go`); either is read as YAML, JSON being YAML too.
+pub fn spec_named(path: &std::path::Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("json" | "yaml")
+    )
+}
+
+/// The `kind` a CDI spec file declares, read as CDI reads every spec file
+/// whatever its name (`ParseSpec`: sigs.k8s.io/yaml, so YAML, of which JSON
+/// is a subset, turned into JSON and decoded by Go's encoding/json): the
+/// top-level key that matches `kind` without regard to case (the last, as
+/// encoding/json sets it key after key). `None` when the text declares none
+/// or does not parse, as CDI loads no spec from it either.
+pub fn declared_kind(text: &str) -> Option<String> {
+    let top = match serde_json::from_str::<TopLevel>(text) {
+        Ok(top) => top,
+        Err(_) => serde_yaml_ng::from_str::<TopLevel>(text).ok()?,
+    };
+    let (_, value) = top.0.into_iter().rfind(|(k, _)| go_fold_eq(k, "kind"))?;
+    value.as_str().map(str::to_owned)
+}
+
+/// A document's top-level keys with their values, in the order written
+/// (serde_json's map sorts them).
+struct TopLevel(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for TopLevel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = TopLevel;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a mapping")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<TopLevel, A::Error> {
+                let mut keys = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    keys.push(entry);
+                }
+                Ok(TopLevel(keys))
+            }
+        }
+        d.deserialize_map(Keys)
     }
 }
 
-/// The `kind` a CDI spec file declares, from its text: a JSON document's
-/// top-level `kind` (JSON is YAML too: devgate writes JSON whatever the
-/// file's name), or in other YAML the unindented `kind:` line (a spec
-/// converted by hand, read this far only). `None` when the text declares
-/// none or does not parse.
-pub fn declared_kind(text: &str, yaml: bool) -> Option<String> {
-    if let Ok(doc) = serde_json::from_str::<serde_json::Value>(text) {
-        return doc.get("kind")?.as_str().map(str::to_owned);
-    }
-    if !yaml {
-        return None;
-    }
-    text.lines().find_map(|line| {
-        let value = line.strip_prefix("kind:")?;
-        // A comment ends the value; quotes around it are YAML's own.
-        let value = value.split(" #").next().unwrap_or_default().trim();
-        let unquoted = value
-            .strip_prefix('"')
-            .and_then(|v| v.strip_suffix('"'))
-            .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
-            .unwrap_or(value);
-        (!unquoted.is_empty()).then(|| unquoted.to_owned())
-    })
+/// Go's `strings.EqualFold` against a lower-case ASCII `name`: ASCII letters
+/// in either case, and the Kelvin sign, which folds to `k`.
+fn go_fold_eq(key: &str, name: &str) -> bool {
+    let folded = key.chars().map(|c| match c {
+        '\u{212a}' => 'k',
+        c => c.to_ascii_lowercase(),
+    });
+    folded.eq(name.chars())
 }
 
 #[cfg(test)]

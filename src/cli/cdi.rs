@@ -136,7 +136,7 @@ fn remove_other_specs(
         return Ok(());
     };
     for path in entries.flatten().map(|e| e.path()) {
-        if cdi::spec_yaml(&path).is_none() {
+        if !cdi::spec_named(&path) {
             continue;
         }
         // Compared by name: every file written is in `dir`, however `-o`
@@ -177,7 +177,7 @@ enum Output {
 
 impl Output {
     fn of(path: &Path) -> Output {
-        let spec_name = cdi::spec_yaml(path).is_some();
+        let spec_name = cdi::spec_named(path);
         if path.is_dir() || path.as_os_str().to_string_lossy().ends_with('/') {
             Output::Dir
         } else if path.exists() || spec_name {
@@ -286,11 +286,10 @@ fn declares_one_of(path: &Path, classes: &[Class]) -> bool {
 /// The kind the spec at `path` declares: only a regular file (what CDI
 /// loads, never a link followed elsewhere) of bounded size is read.
 fn kind_in(path: &Path) -> Option<String> {
-    let yaml = cdi::spec_yaml(path) == Some(true);
     let regular = std::fs::symlink_metadata(path)
         .is_ok_and(|m| m.is_file() && m.len() <= cdi::MAX_SPEC_BYTES);
     let text = regular.then(|| std::fs::read_to_string(path).ok())??;
-    cdi::declared_kind(&text, yaml)
+    cdi::declared_kind(&text)
 }
 
 /// `<dir>/<stem>-<class>.<ext>` for `<dir>/<stem>.<ext>`.
