@@ -71,6 +71,8 @@ pub struct ProcHost {
     /// Whether the kernel gives `<pid>/fd` the count of open descriptors as
     /// its size (Linux 6.2), known on first use.
     fd_dir_sizes: Arc<OnceLock<bool>>,
+    /// Whether the proc root is the kernel's procfs, known on first use.
+    procfs: Arc<OnceLock<bool>>,
 }
 
 impl ProcHost {
@@ -79,6 +81,7 @@ impl ProcHost {
             proc_root: proc_root.to_path_buf(),
             root_dir: Arc::default(),
             fd_dir_sizes: Arc::default(),
+            procfs: Arc::default(),
         }
     }
 
@@ -139,30 +142,15 @@ impl Host for ProcHost {
             let dir = self.open_fd_dir(pid)?;
             char_devices_in(dir.as_fd(), out)?
         };
-        if listed > 0 {
-            return Ok(());
-        }
-        // A process whose main thread exited (a killed CUDA process with a
-        // thread stuck in the driver) lists no fd under `<pid>/fd`: the
-        // exited leader has no file table (exit_files). Its live threads
-        // share one, under `<pid>/task/<tid>/fd`. A process of one thread
-        // (every kernel thread) has no other table to look at, and one stat
-        // spares the walk of its tasks.
-        if !self.has_other_threads(pid) {
-            return Ok(());
-        }
-        let Ok(tasks) = std::fs::read_dir(self.pid_path(pid, "task")) else {
-            return Ok(());
-        };
-        for task in tasks.flatten() {
-            let fd_dir = task.path().join("fd");
-            let Ok(dir) = open_dir(None, fd_dir.as_path()) else {
-                continue;
-            };
-            // A thread that ended meanwhile: the others still hold the table.
-            if char_devices_in(dir.as_fd(), out).unwrap_or(0) > 0 {
-                break;
-            }
+        // A process of one thread (every kernel thread) has no other table
+        // to look at, and one stat spares the walk of its tasks. Any other
+        // may have threads with tables of their own (`threads`), and one
+        // whose main thread exited (a killed CUDA process with a thread stuck
+        // in the driver) lists nothing under `<pid>/fd`: the exited leader
+        // has no file table (exit_files), its live threads' are under
+        // `<pid>/task/<tid>/fd`.
+        if self.has_other_threads(pid) {
+            self.thread_tables(pid, listed > 0, out);
         }
         Ok(())
     }
@@ -358,6 +346,7 @@ pub fn parse_stat(text: &str) -> Option<u64> {
 mod command;
 mod counts;
 mod pidfd;
+mod threads;
 use counts::PidName;
 pub use pidfd::Sent;
 

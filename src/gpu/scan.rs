@@ -60,6 +60,16 @@ const MAX_WORKERS: usize = 8;
 /// are split over a few threads: the pass is one open, one getdents and a stat per
 /// fd for every process, and runs while the ledger is locked.
 pub fn scan(host: &dyn Host, targets: &[u64], skip: &[u32]) -> Result<Users, GpuError> {
+    scan_on(host, targets, skip, cores().min(MAX_WORKERS))
+}
+
+/// [`scan`] on at most `most_workers` threads.
+pub(super) fn scan_on(
+    host: &dyn Host,
+    targets: &[u64],
+    skip: &[u32],
+    most_workers: usize,
+) -> Result<Users, GpuError> {
     let mut users = Users::default();
     if targets.is_empty() {
         return Ok(users);
@@ -67,8 +77,7 @@ pub fn scan(host: &dyn Host, targets: &[u64], skip: &[u32]) -> Result<Users, Gpu
     let pids = host
         .pids()
         .map_err(|source| GpuError::ListProcesses { source })?;
-    let cores = cores();
-    let workers = (pids.len() / PIDS_PER_WORKER).clamp(1, cores.min(MAX_WORKERS));
+    let workers = (pids.len() / PIDS_PER_WORKER).clamp(1, most_workers.max(1));
     let found = if workers == 1 {
         scan_pids(host, &pids, targets, skip)?
     } else {
@@ -76,11 +85,24 @@ pub fn scan(host: &dyn Host, targets: &[u64], skip: &[u32]) -> Result<Users, Gpu
             let chunk = pids.len().div_ceil(workers);
             let mut parts = pids.chunks(chunk);
             let first = parts.next().unwrap_or_default();
-            // This thread takes the first part itself: one thread fewer to start.
-            let handles: Vec<_> = parts
-                .map(|part| s.spawn(move || scan_pids(host, part, targets, skip)))
-                .collect();
-            let mut found = scan_pids(host, first, targets, skip)?;
+            // This thread takes the first part itself: one thread fewer to
+            // start; and every part no thread could be started for (a node
+            // out of pids), rather than fail the release.
+            let mut own = vec![first];
+            let mut handles = Vec::new();
+            for part in parts {
+                let spawned = std::thread::Builder::new()
+                    .name("devgate-gpu-scan".into())
+                    .spawn_scoped(s, move || scan_pids(host, part, targets, skip));
+                match spawned {
+                    Ok(h) => handles.push(h),
+                    Err(_) => own.push(part),
+                }
+            }
+            let mut found = Vec::new();
+            for part in own {
+                found.extend(scan_pids(host, part, targets, skip)?);
+            }
             for h in handles {
                 let part = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
                 found.extend(part);

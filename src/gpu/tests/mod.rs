@@ -8,7 +8,9 @@ mod partial;
 mod real_forked;
 mod real_proc;
 mod real_recreated;
+mod real_threads;
 mod recreated;
+mod scan_threads;
 mod teardown;
 mod teardown_shared;
 
