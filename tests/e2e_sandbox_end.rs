@@ -1,10 +1,9 @@
 //! A sandbox that claimed its pod's devices at its start and ended with no
 //! container, against a real containerd (1.7.24 and 2.1.9: the suite runs
-//! under both). containerd sends the plugins nothing more for a sandbox whose
-//! start a later NRI plugin refused, nor for one whose init died before the
-//! kubelet stopped it: the plugin follows the init it was told of at
-//! RunPodSandbox, and its retry round releases the claim once that init has
-//! exited with still no container recorded.
+//! under both). containerd sends the plugins nothing for a sandbox whose
+//! init died before the kubelet stopped it: the plugin follows the init it
+//! was told of at RunPodSandbox, and its retry round releases the claim once
+//! that init has exited with still no container recorded.
 mod support;
 
 use devgate::fixture::HostRootBuilder;

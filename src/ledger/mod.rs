@@ -309,10 +309,9 @@ impl Ledger {
     /// Sandboxes of pod `uid` other than `sandbox_id` that hold claims and
     /// no container; read without the lock. Kubelet stops a pod's sandbox
     /// before it starts another, so when `sandbox_id` starts these are left
-    /// from a start that failed after the claim (an NRI plugin called after
-    /// devgate refused it, and containerd then sends no RemovePodSandbox: it
-    /// registers that only once every plugin agreed), or are stopped ones
-    /// whose release is owed anyway.
+    /// from a start that failed after the claim with no event devgate saw
+    /// (see `plugin::ahead_inits`), or are stopped ones whose release is
+    /// owed anyway.
     pub fn superseded(&self, uid: &str, sandbox_id: &str) -> Result<Vec<String>, LedgerError> {
         if uid.is_empty() {
             return Ok(Vec::new());

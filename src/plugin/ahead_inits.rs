@@ -1,13 +1,14 @@
 //! Sandboxes claimed at their start that no container has joined yet, with
 //! their init process.
 //!
-//! The runtime sends nothing more for a sandbox whose start an NRI plugin
-//! called after devgate refused: no RemovePodSandbox (containerd sends one
-//! only for a start that fails after the NRI call). Its claim goes when the
-//! pod's next sandbox starts (`release_superseded`), but a pod deleted before
-//! kubelet starts another never supersedes it, and its devices would stay
-//! held, refusing every pod the scheduler gives them to, until the next
-//! Synchronize. The sandbox's init (the pause process; containerd reports its
+//! A sandbox can end with no event the plugin sees: its init dies before
+//! kubelet stops it, or a runtime sends nothing after a start an NRI plugin
+//! called after devgate refused (containerd's CRI plugin does send
+//! StopPodSandbox and RemovePodSandbox then, in its NRI `RunPodSandbox`, and
+//! they release the claim). Its claim goes when the pod's next sandbox starts
+//! (`release_superseded`), but a pod deleted before kubelet starts another
+//! never supersedes it, and its devices would stay held, refusing every pod
+//! the scheduler gives them to, until the next Synchronize. The sandbox's init (the pause process; containerd reports its
 //! pid in RunPodSandbox, the task being made before the NRI call) ends with
 //! the sandbox: once it has certainly exited with still no container
 //! recorded, the claim is released. No container joins a stopped sandbox.
