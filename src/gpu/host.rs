@@ -137,11 +137,18 @@ impl Host for ProcHost {
         // A process that holds no descriptor (every kernel thread: half the
         // pids of a node) needs no listing where the kernel counts them.
         let listed = if self.fd_count(pid)? == Some(0) {
-            0
+            Listing {
+                entries: 0,
+                refused: false,
+            }
         } else {
             let dir = self.open_fd_dir(pid)?;
             char_devices_in(dir.as_fd(), out)?
         };
+        // Its threads' tables ask the same access of the same process.
+        if listed.refused {
+            return Ok(());
+        }
         // A process of one thread (every kernel thread) has no other table
         // to look at, and one stat spares the walk of its tasks. Any other
         // may have threads with tables of their own (`threads`), and one
@@ -150,7 +157,7 @@ impl Host for ProcHost {
         // has no file table (exit_files), its live threads' are under
         // `<pid>/task/<tid>/fd`.
         if self.has_other_threads(pid) {
-            self.thread_tables(pid, listed > 0, out);
+            self.thread_tables(pid, listed.entries > 0, out);
         }
         Ok(())
     }
@@ -203,8 +210,16 @@ impl Host for ProcHost {
     }
 }
 
-/// The char devices open in an fd directory, into `out`; how many entries
-/// it lists. Each fd's magic link is followed to the open file itself,
+/// What [`char_devices_in`] listed of an fd directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Listing {
+    /// How many entries it listed.
+    entries: usize,
+    /// Whether it stopped refused access to the process.
+    refused: bool,
+}
+
+/// The char devices open in an fd directory, into `out`; what it listed. Each fd's magic link is followed to the open file itself,
 /// whatever mount namespace its path lives in (a path name would not say
 /// which device it is), with `AT_STATX_DONT_SYNC`: a file on a hung network
 /// or FUSE mount is answered from cached attributes instead of blocking the
@@ -215,10 +230,13 @@ impl Host for ProcHost {
 /// reason stops the listing: every other descriptor of the process would be
 /// refused too. A refusal of the file itself (a security module's) is that
 /// descriptor's alone.
-fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<usize> {
-    let mut listed = 0;
+fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<Listing> {
+    let mut listed = Listing {
+        entries: 0,
+        refused: false,
+    };
     for_each_entry(dir, |name| {
-        listed += 1;
+        listed.entries += 1;
         let mut stx = std::mem::MaybeUninit::<libc::statx>::zeroed();
         // SAFETY: a NUL-terminated name relative to an open directory, and a
         // buffer of the size statx fills.
@@ -234,6 +252,7 @@ fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<usize>
         if rc != 0 {
             // Closed meanwhile, or a dangling link in a test tree; or refused.
             return if last_call_refused() && process_refused(dir, name) {
+                listed.refused = true;
                 Flow::Stop
             } else {
                 Flow::Next

@@ -162,8 +162,11 @@ fn a_process_whose_descriptors_cannot_be_followed_is_left_after_one_refusal() {
         };
         let mut devs = Vec::new();
         match char_devices_in(dir.as_fd(), &mut devs) {
-            Ok(1) if devs.is_empty() => 0,
-            Ok(n) => 10 + n.min(100) as i32,
+            Ok(Listing {
+                entries: 1,
+                refused: true,
+            }) if devs.is_empty() => 0,
+            Ok(n) => 10 + n.entries.min(100) as i32,
             Err(_) => 5,
         }
     });
@@ -193,8 +196,11 @@ fn a_file_refused_alone_does_not_end_its_process_listing() {
         };
         let mut devs = Vec::new();
         match char_devices_in(dir.as_fd(), &mut devs) {
-            Ok(2) if devs == [libc::makedev(1, 5)] => 0,
-            Ok(n) => 10 + n.min(100) as i32,
+            Ok(Listing {
+                entries: 2,
+                refused: false,
+            }) if devs == [libc::makedev(1, 5)] => 0,
+            Ok(n) => 10 + n.entries.min(100) as i32,
             Err(_) => 5,
         }
     });

@@ -44,18 +44,23 @@ impl ProcHost {
             if tid == pid && main_read {
                 continue;
             }
-            let shared = compare
-                && read.len() <= MAX_COMPARED
-                && read.iter().any(|&other| same_files(other, tid));
-            if shared {
-                continue;
+            if compare && read.len() <= MAX_COMPARED {
+                match tables(&read, tid) {
+                    Table::Shared => continue,
+                    // kcmp asks the access a listing asks (ptrace read,
+                    // fs/kcmp.c): the listing would be refused too.
+                    Table::Refused => return,
+                    Table::Own => {}
+                }
             }
             // A thread that ended meanwhile has nothing to list.
             let Ok(dir) = open_dir(None, task.path().join("fd").as_path()) else {
                 continue;
             };
-            if char_devices_in(dir.as_fd(), out).is_ok() {
-                read.push(tid);
+            match char_devices_in(dir.as_fd(), out) {
+                Ok(listed) if listed.refused => return,
+                Ok(_) => read.push(tid),
+                Err(_) => {}
             }
         }
     }
@@ -69,15 +74,30 @@ impl ProcHost {
     }
 }
 
-/// Whether tasks `a` and `b` share one file table. `false` where the kernel
-/// cannot say (no `kcmp`, a task gone, access refused): the table is then
-/// read, which is never wrong, only slower.
-fn same_files(a: u32, b: u32) -> bool {
-    let (Ok(a), Ok(b)) = (libc::pid_t::try_from(a), libc::pid_t::try_from(b)) else {
-        return false;
-    };
-    // SAFETY: kcmp takes two pids, a type and two unused words, and touches
-    // no memory of ours.
-    let rc = unsafe { libc::syscall(libc::SYS_kcmp, a, b, KCMP_FILES, 0, 0) };
-    rc == 0
+/// How thread `tid`'s file table stands to those `read` already.
+enum Table {
+    Shared,
+    /// Access to the process refused.
+    Refused,
+    /// Its own, or the kernel cannot say (no `kcmp`, a task gone): it is
+    /// read, which is never wrong, only slower.
+    Own,
+}
+
+fn tables(read: &[u32], tid: u32) -> Table {
+    for &other in read {
+        let (Ok(a), Ok(b)) = (libc::pid_t::try_from(other), libc::pid_t::try_from(tid)) else {
+            return Table::Own;
+        };
+        // SAFETY: kcmp takes two pids, a type and two unused words, and
+        // touches no memory of ours.
+        let rc = unsafe { libc::syscall(libc::SYS_kcmp, a, b, KCMP_FILES, 0, 0) };
+        if rc == 0 {
+            return Table::Shared;
+        }
+        if rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
+            return Table::Refused;
+        }
+    }
+    Table::Own
 }
