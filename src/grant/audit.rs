@@ -161,8 +161,11 @@ impl Shared {
         };
         lines.iter().for_each(PendingLine::log);
         drop(logging);
-        // Counters are diagnostics: a failed write is logged, never fails a container.
-        if let Err(e) = fsutil::replace_file(&self.path, &bytes) {
+        // Counters are diagnostics: a failed write is logged, never fails a
+        // container. No lock is shared with another plugin writing the same
+        // file (one draining beside its successor): a temporary name of this
+        // process's own, so that neither renames a file both wrote into.
+        if let Err(e) = fsutil::replace_file_mode(&self.path, &bytes, 0o600) {
             tracing::warn!(path = %self.path.display(), error = %nri::ErrorChain(&e), "write grant counters");
         }
     }

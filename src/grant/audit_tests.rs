@@ -62,6 +62,28 @@ fn flush_writes_now_and_only_what_changed() {
     assert_eq!(read_counters(dir.path()).unwrap().unchecked, 1);
 }
 
+/// A plugin draining beside its successor writes the same counters file
+/// with no lock between them: another writer's temporary file, half
+/// written, is neither written into nor renamed into place.
+#[test]
+fn another_plugins_half_written_counters_are_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let theirs = dir.path().join(format!("{COUNTERS_FILE}.tmp"));
+    std::fs::write(&theirs, b"{\"granted\":").unwrap();
+    let audit = Audit::open(dir.path());
+    audit.record(&Decision {
+        pod: "ns/p",
+        uid: "u",
+        container: "c",
+        devices: "gpu minors [0]",
+        outcome: Outcome::Unchecked,
+        reason: "grant_check off",
+    });
+    audit.flush();
+    assert_eq!(read_counters(dir.path()).unwrap().unchecked, 1);
+    assert_eq!(std::fs::read(&theirs).unwrap(), b"{\"granted\":");
+}
+
 #[test]
 fn a_corrupt_file_is_an_error_for_readers_and_zero_for_the_plugin() {
     let dir = tempfile::tempdir().unwrap();
