@@ -73,6 +73,30 @@ fn containerd_configs_it_must_not_touch_or_cannot_edit() {
         ("2.1.9", "disabled_plugins = [\"io.containerd.nri.v1.nri\"]\n", false, None),
         ("2.1.9", "# nri\n[plugins.cri]\n", true, None),
         ("1.6.20", "version = 2\n", false, None),
+        // CRLF line endings: neither the table's header nor its keys read as
+        // such, so an edit would add a second table, which containerd
+        // refuses to load; refused, unless nothing needs reading or adding.
+        (
+            "1.7.24",
+            "version = 2\r\n[plugins.\"io.containerd.nri.v1.nri\"]\r\n  disable = true\r\n",
+            false,
+            None,
+        ),
+        ("1.7.24", "version = 2\r\n[plugins.cri]\r\n", false, None),
+        ("2.1.9", "version = 3\r\n[plugins]\r\n", true, None),
+        // The table under another spelling, or a quoted key in it.
+        (
+            "1.7.24",
+            "version = 2\n[\"plugins\".\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
+            false,
+            None,
+        ),
+        (
+            "1.7.24",
+            "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  \"disable\" = true\n",
+            false,
+            None,
+        ),
         // NRI already on, as written by hand: no rewrite, no restart.
         ("2.1.9", "version = 3\n[plugins]", true, None),
         (
@@ -106,6 +130,12 @@ fn containerd_configs_it_must_not_touch_or_cannot_edit() {
         if config == "[plugins.cri]\n" && !ok {
             position(&run.out, "with version = 2 at its top");
             assert!(!run.out.contains("migrate"), "{}", run.out);
+        }
+        if config.contains('\r') && !ok {
+            position(
+                &run.out,
+                "has CRLF line endings, which this edit does not read",
+            );
         }
         if version == "2.1.9" && !config.contains("version") && !ok {
             position(

@@ -190,3 +190,40 @@ fn shut_out_connections_are_refused_unless_preinstalled() {
         assert_eq!(after, config);
     }
 }
+
+/// A full temporary directory (a small `/tmp` tmpfs) fails the run at the
+/// first file written through it, the devgate unit: neither it nor the
+/// containerd config the run would create for NRI is installed empty, and
+/// nothing is restarted onto them.
+#[test]
+fn a_full_temporary_directory_installs_no_empty_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    let prefix = dir.path().join("node");
+    write(&prefix.join("etc/os-release"), "ID=debian\nVERSION_ID=12\n");
+    let tmp = dir.path().join("full-tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4k", "tmpfs"])
+        .arg(&tmp)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(mounted, "mount a tmpfs (tests run as root)");
+    // Filled: a file can still be made there, but nothing written to it.
+    let _ = std::fs::write(tmp.join("filler"), vec![b'x'; 64 * 1024]);
+    let env: [(&str, &std::ffi::OsStr); 1] = [("TMPDIR", tmp.as_os_str())];
+    let run = bootstrap_with_env(&prefix, &hooks, &["--containerd-version", "1.7.24"], &env);
+    let _ = std::process::Command::new("umount").arg(&tmp).status();
+    assert!(!run.ok, "{}", run.out);
+    position(
+        &run.out,
+        "cannot write a temporary file for /etc/systemd/system/devgate.service",
+    );
+    assert!(!prefix.join(UNIT).exists(), "{}", run.out);
+    assert!(
+        !prefix.join("etc/containerd/config.toml").exists(),
+        "{}",
+        run.out
+    );
+    assert!(!run.out.contains("systemctl restart"), "{}", run.out);
+}

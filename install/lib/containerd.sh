@@ -37,7 +37,10 @@ readonly NRI_HEADER_AWK='BEGIN {
 # written), so the file must not be rewritten, nor containerd restarted.
 # Exit 5: the table sets `disable_connections = true`, which keeps `devgate
 # nri` (not a pre-installed plugin) out for ever: an operator's choice that
-# is refused, not undone.
+# is refused, not undone. Exit 6: the file has CRLF line endings and names
+# the NRI plugin or needs its table: the line patterns read neither a
+# header nor a key so ended, and a second table of the same name would keep
+# containerd from starting.
 nri_enabled_config() {
     local need_section=$1 conn=1
     # `devgate nri` dials the socket; a pre-installed plugin is started by
@@ -45,9 +48,14 @@ nri_enabled_config() {
     ((!PREINSTALLED)) || conn=0
     awk -v need="$need_section" -v conn="$conn" -v q="'" "$NRI_HEADER_AWK"'
         function header(line) { return line ~ /^[ \t]*\[/ }
+        /\r$/ { cr = 1 }
         $0 ~ nri {
             found = 1; in_nri = 1; print; next
         }
+        # The NRI table under another spelling (["plugins"."io.containerd.nri.v1.nri"]),
+        # or a quoted key in it: not read, so neither added to nor guessed at.
+        header($0) && /^[^#]*io\.containerd\.nri\.v1\.nri/ { odd = 1 }
+        in_nri && /^[ \t]*["\047]/ { odd = 1 }
         header($0) {
             if (in_nri && !set && need == 1) { print "  disable = false"; changed = 1 }
             in_nri = 0; print; next
@@ -65,6 +73,7 @@ nri_enabled_config() {
         /io\.containerd\.nri\.v1\.nri/ { odd = 1 }
         { print }
         END {
+            if (cr && (odd || found || need == 1)) exit 6
             if (odd) exit 3
             if (shut) exit 5
             if (in_nri && !set && need == 1) { print "  disable = false"; changed = 1 }
@@ -89,6 +98,7 @@ check_imports() {
         rc=0
         nri_enabled_config "$need" <"$file" >/dev/null || rc=$?
         ((rc != 5)) || die "$(shut_out "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG)")"
+        ((rc != 6)) || die "$(crlf "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG)")"
         ((rc == 4)) ||
             die "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG) configures NRI without enabling it, which overrides an edit of $CONTAINERD_CONFIG: set disable = false there by hand"
     done < <(imported_files "$cfg")
@@ -156,6 +166,11 @@ shut_out() { # file
     # The DaemonSet's plugin dials the socket: no other way for --node-only.
     ((!NODE_ONLY)) || or=""
     printf '%s' "$1 sets disable_connections = true in [$NRI_SECTION], which keeps devgate nri from ever connecting: set it to false$or"
+}
+
+# The refusal of a config with CRLF line endings (exit 6 above).
+crlf() { # file
+    printf '%s' "$1 has CRLF line endings, which this edit does not read: convert it to LF (sed -i 's/\r\$//' FILE), then run this again; nothing changed"
 }
 
 # k3s and RKE2 run a containerd of their own (its socket under /run/k3s),
@@ -230,8 +245,9 @@ enable_nri() {
     nri_enabled_config "$need" <"$cfg" >"$new" || rc=$?
     if ((rc == 3)); then
         rm -f "$new"
-        die "$CONTAINERD_CONFIG names io.containerd.nri.v1.nri outside a [$NRI_SECTION] table: set disable = false there by hand"
+        die "$CONTAINERD_CONFIG names io.containerd.nri.v1.nri outside a [$NRI_SECTION] table, or with a quoted key in it: set disable = false there by hand"
     fi
+    ((rc != 6)) || { rm -f "$new"; die "$(crlf "$CONTAINERD_CONFIG")"; }
     if ((rc == 4)); then
         rm -f "$new"
         return 0

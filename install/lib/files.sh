@@ -154,8 +154,13 @@ put_file() {
 # put_text DEST MODE: like put_file with the text on stdin.
 put_text() {
     local tmp rc=0
-    tmp=$(mktemp)
-    cat >"$tmp"
+    # Callers test put_text, which turns errexit off in it: a temporary file
+    # not made or not written whole (a full /tmp) must not be installed.
+    tmp=$(mktemp) || die "cannot make a temporary file for $1"
+    cat >"$tmp" || {
+        rm -f "$tmp"
+        die "cannot write a temporary file for $1"
+    }
     put_file "$tmp" "$1" "$2" || rc=$?
     rm -f "$tmp"
     return "$rc"

@@ -65,7 +65,7 @@ clear_pending() {
 }
 
 restart_services() {
-    local since restarted=0
+    local since restarted=0 failures containerd_restarted=0
     since=$(date +%s)
     # devgate's unit first: the plugin it replaces would otherwise reconnect
     # to the restarted containerd and register, vouching for a new binary
@@ -73,23 +73,30 @@ restart_services() {
     # --node-only and --hooks-only removed devgate's unit: nothing of
     # devgate's to restart (a hook runs afresh at each container).
     if ((RESTART_DEVGATE && !PREINSTALLED && !NODE_ONLY && !HOOKS_ONLY)); then
+        failures=$FAILURES
         systemctl_do daemon-reload
         systemctl_do enable devgate.service
         systemctl_do restart devgate.service
         restarted=1
+        # Paid: a registration that fails below is reported, and not paid
+        # again by the next run (save_pending keeps only what is owed).
+        ((FAILURES != failures)) || RESTART_DEVGATE=0
     fi
     if ((RESTART_CONTAINERD)) && has_containerd; then
         # Only a Configure from the restarted containerd counts: the new
         # plugin may have registered with the old one within the second.
         if services_run; then rm -f "$(p /run/devgate/runtime.json)"; fi
+        failures=$FAILURES
         systemctl_do restart containerd.service
         restarted=1
+        containerd_restarted=1
+        ((FAILURES != failures)) || RESTART_CONTAINERD=0
     fi
     # Only containerd is known to run NRI here (step 3 saw to it): CRI-O's
     # may be off, and podman has none.
     ((restarted && !NODE_ONLY && !HOOKS_ONLY)) && has_containerd && services_run || return 0
     registered_since "$since" && return 0
-    if ((PREINSTALLED)) && ((RESTART_CONTAINERD)); then
+    if ((PREINSTALLED && containerd_restarted)); then
         unregistered_preinstalled
     else
         warn "devgate did not register with the runtime within ${REGISTER_WAIT}s of the restarts: see journalctl -u devgate and devgate doctor"
