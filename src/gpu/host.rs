@@ -219,8 +219,9 @@ struct Listing {
     refused: bool,
 }
 
-/// The char devices open in an fd directory, into `out`; what it listed. Each fd's magic link is followed to the open file itself,
-/// whatever mount namespace its path lives in (a path name would not say
+/// The char devices open in an fd directory, into `out`; what it listed.
+/// Each fd's magic link is followed to the open file itself, whatever
+/// mount namespace its path lives in (a path name would not say
 /// which device it is), with `AT_STATX_DONT_SYNC`: a file on a hung network
 /// or FUSE mount is answered from cached attributes instead of blocking the
 /// teardown (statx(2)).
