@@ -247,8 +247,14 @@ impl Default for RdmaConfig {
 pub struct HamiConfig {
     /// Host path of HAMi-core's libvgpu.so; mounted at the same path in the container.
     pub library_path: String,
-    /// Host lock directory HAMi-core needs shared across containers.
+    /// HAMi-core's lock directory in the container, shared by every
+    /// HAMi-core container on the node.
     pub lock_dir: String,
+    /// The host directory bound there: devgate's own (see
+    /// [`crate::plan::ensure_hami_lock_dir`]), never one any user could make
+    /// first, such as a host `/tmp` path a user could turn into a link to a
+    /// directory of theirs, which runc's bind would follow.
+    pub host_lock_dir: String,
 }
 
 impl Default for HamiConfig {
@@ -256,6 +262,7 @@ impl Default for HamiConfig {
         HamiConfig {
             library_path: "/usr/local/vgpu/libvgpu.so".to_string(),
             lock_dir: "/tmp/vgpulock".to_string(),
+            host_lock_dir: "/run/devgate/vgpulock".to_string(),
         }
     }
 }

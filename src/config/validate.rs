@@ -97,6 +97,7 @@ impl Config {
         for (key, path) in [
             ("hami.library_path", &self.hami.library_path),
             ("hami.lock_dir", &self.hami.lock_dir),
+            ("hami.host_lock_dir", &self.hami.host_lock_dir),
         ] {
             let p = Path::new(path);
             if !p.is_absolute()

@@ -201,8 +201,12 @@ fn hami_core(out: &mut Builder, entries: &[GpuEntry], gpus: &[&Gpu]) -> Result<(
         .env
         .insert(LD_PRELOAD.into(), hami.library_path.clone());
     out.plan.mounts.push(host_bind(&hami.library_path, "ro"));
-    // Shared by every HAMi-core container on the node (HAMi issue #696).
-    out.plan.mounts.push(host_bind(&hami.lock_dir, "rw"));
+    // Shared by every HAMi-core container on the node (HAMi issue #696),
+    // from a directory of devgate's own.
+    out.plan.mounts.push(Mount {
+        destination: hami.lock_dir.clone(),
+        ..host_bind(&hami.host_lock_dir, "rw")
+    });
     Ok(())
 }
 

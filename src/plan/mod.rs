@@ -9,12 +9,14 @@ mod config_check;
 mod error;
 mod gid_cache;
 mod gpu;
+mod hami_lock;
 mod rdma;
 
 pub use comm_env::{env_inputs, GidSource, HostGids, NoGids};
 pub use error::PlanError;
 pub use gid_cache::GidCache;
 pub use gpu::{gpu_node, CTL_NODE, UVM_NODES};
+pub use hami_lock::{ensure_hami_lock_dir, HamiLockError};
 
 use std::collections::BTreeMap;
 

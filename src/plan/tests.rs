@@ -178,7 +178,9 @@ fn shared_gpu_with_and_without_hami() {
     assert_eq!(mounts[0].0, "/usr/local/vgpu/libvgpu.so");
     assert_eq!(mounts[0].1, "/usr/local/vgpu/libvgpu.so");
     assert!(mounts[0].2.contains(&"ro".to_string()));
-    assert_eq!(mounts[1].0, "/tmp/vgpulock");
+    assert_eq!(mounts[1].0, "/run/devgate/vgpulock");
+    assert_eq!(mounts[1].1, "/tmp/vgpulock");
+    assert!(mounts[1].2.contains(&"rw".to_string()));
     assert!(p.warnings.is_empty());
 
     // The label alone does nothing for whole GPUs, as in koordlet.

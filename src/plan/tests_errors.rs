@@ -148,11 +148,14 @@ fn node_without_what_is_asked() {
 #[test]
 fn bad_config_is_refused() {
     type Edit = fn(&mut Config);
-    let cases: [(&str, Edit); 5] = [
+    let cases: [(&str, Edit); 6] = [
         ("hami.library_path", |c| {
             c.hami.library_path = "libvgpu.so".into()
         }),
         ("hami.lock_dir", |c| c.hami.lock_dir = "/tmp/../etc".into()),
+        ("hami.host_lock_dir", |c| {
+            c.hami.host_lock_dir = "run/x".into()
+        }),
         ("rdma.ifname_prefix", |c| {
             c.rdma.ifname_prefix = "a/b".into()
         }),

@@ -93,6 +93,9 @@ pub enum DeviceError {
         #[source]
         source: crate::cdi::CdiError,
     },
+    /// HAMi-core's lock directory is not one only root controls.
+    #[error("{DEVICE_ALLOCATED}: a shared GPU's HAMi-core needs its lock directory")]
+    HamiLock(#[source] crate::plan::HamiLockError),
     /// A creation that reached the plugin after the sandbox's stop: a claim
     /// now would outlive the pod until its removal.
     #[error(

@@ -159,6 +159,13 @@ impl Devices {
             plan = self.replan(devices, ctr, config)?;
             self.finish_cut_network(&plan, &pod.id)?;
         }
+        // Bound read-write into the container: made, and checked to be
+        // root's alone, before any container is given it.
+        let lock_dir = &config.hami.host_lock_dir;
+        if plan.mounts.iter().any(|m| m.source == *lock_dir) {
+            crate::plan::ensure_hami_lock_dir(std::path::Path::new(lock_dir))
+                .map_err(DeviceError::HamiLock)?;
+        }
         // Before the reply, so before runc registers the container's rules
         // with systemd; a failure only costs the rules' survival of a
         // daemon-reload under the systemd driver, so it is said, not fatal.

@@ -402,6 +402,9 @@ mod lifecycle_tests;
 #[path = "refused_tests.rs"]
 mod refused_tests;
 
+#[path = "hami_tests.rs"]
+mod hami_tests;
+
 #[path = "release_wait_tests.rs"]
 mod release_wait_tests;
 
