@@ -137,10 +137,7 @@ impl Host for ProcHost {
         // A process that holds no descriptor (every kernel thread: half the
         // pids of a node) needs no listing where the kernel counts them.
         let listed = if self.fd_count(pid)? == Some(0) {
-            Listing {
-                entries: 0,
-                refused: false,
-            }
+            Listing::default()
         } else {
             let dir = self.open_fd_dir(pid)?;
             char_devices_in(dir.as_fd(), out)?
@@ -211,7 +208,7 @@ impl Host for ProcHost {
 }
 
 /// What [`char_devices_in`] listed of an fd directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Listing {
     /// How many entries it listed.
     entries: usize,
@@ -232,10 +229,7 @@ struct Listing {
 /// refused too. A refusal of the file itself (a security module's) is that
 /// descriptor's alone.
 fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<Listing> {
-    let mut listed = Listing {
-        entries: 0,
-        refused: false,
-    };
+    let mut listed = Listing::default();
     for_each_entry(dir, |name| {
         listed.entries += 1;
         let mut stx = std::mem::MaybeUninit::<libc::statx>::zeroed();

@@ -14,16 +14,6 @@ pub(super) struct FakeRdma {
     pub(super) ns: u64,
 }
 
-impl FakeRdma {
-    /// The name of device `index` where this connection sees it.
-    fn visible(&self, m: &Model, index: u32) -> Option<String> {
-        m.rdma
-            .iter()
-            .find(|(_, (i, ns))| *i == index && (m.rdma_shared || *ns == self.ns))
-            .map(|(n, _)| n.clone())
-    }
-}
-
 impl RdmaNl for FakeRdma {
     fn devices(&mut self) -> Result<Vec<(u32, String)>, NlError> {
         let m = self.model.borrow();
@@ -35,11 +25,11 @@ impl RdmaNl for FakeRdma {
     }
 
     fn rename(&mut self, index: u32, name: &str) -> Result<(), NlError> {
-        let mut m = self.model.borrow_mut();
         // nldev_set_doit finds the device in the socket's namespace.
         let old = self
-            .visible(&m, index)
+            .dev_name(index)?
             .ok_or(kernel("fake rdma rename", libc::EINVAL))?;
+        let mut m = self.model.borrow_mut();
         if old == name {
             return Ok(());
         }
