@@ -17,7 +17,7 @@ use super::saved::SavedVf;
 use super::settings::{CharNum, VfAttach};
 use super::vf::VfOps;
 use super::{Cause, Netns, VfError};
-use crate::inventory::{parse_dev_num, parse_rdma_char_name};
+use crate::inventory::{parse_dev_num, parse_rdma_char_name, PciAddr};
 
 /// The char device classes (not netns-tagged: `ib_class` is, these are not).
 const CLASSES: [&str; 2] = ["class/infiniband_verbs", "class/infiniband_mad"];
@@ -71,6 +71,34 @@ pub(super) fn rdma_chars(sys_root: &Path, ibdev: &str) -> Result<Vec<CharNum>, C
     }
     out.sort();
     Ok(out)
+}
+
+/// RDMA devices one PCI function has at most: a port each (mlx4's two ports
+/// share one device), and a soft device or two on its netdev.
+const MAX_FUNCTION_DEVICES: usize = 64;
+
+/// The RDMA devices of the PCI function `pci` in the reader's namespace:
+/// the entries of `bus/pci/devices/<pci>/infiniband/`, sorted.
+pub(super) fn function_rdma(sys_root: &Path, pci: PciAddr) -> Result<Vec<String>, Cause> {
+    let dir = sys_root
+        .join("bus/pci/devices")
+        .join(pci.to_string())
+        .join("infiniband");
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(Cause::Sysfs { path: dir, source }),
+    };
+    let mut names = Vec::new();
+    for entry in entries.take(MAX_FUNCTION_DEVICES) {
+        let entry = entry.map_err(|source| Cause::Sysfs {
+            path: dir.clone(),
+            source,
+        })?;
+        names.extend(entry.file_name().to_str().map(str::to_string));
+    }
+    names.sort();
+    Ok(names)
 }
 
 /// One trimmed line, `None` when the file is gone.
@@ -158,13 +186,12 @@ fn nodes_hold(want: &[CharNum], now: &[CharNum]) -> bool {
 
 /// Whether the moved RDMA device's char devices are still those the
 /// container's nodes name: a second stage after a crash between the move and
-/// its check must not take the VF as attached without it.
-pub(super) fn chars_hold(ops: &mut VfOps<'_>, a: &VfAttach) -> Result<bool, Cause> {
-    let (Some(name), false) = (a.rdma_device.as_deref(), a.rdma_chars.is_empty()) else {
-        return Ok(true);
-    };
-    if !a.move_rdma {
+/// its check must not take the VF as attached without it. `now` is the
+/// device's name in the pod, which the pod may have changed: the char
+/// devices' `ibdev` says the name the device has.
+pub(super) fn chars_hold(ops: &mut VfOps<'_>, a: &VfAttach, now: &str) -> Result<bool, Cause> {
+    if a.rdma_chars.is_empty() || !a.move_rdma {
         return Ok(true);
     }
-    Ok(nodes_hold(&a.rdma_chars, &ops.env.rdma_chars(name)?))
+    Ok(nodes_hold(&a.rdma_chars, &ops.env.rdma_chars(now)?))
 }

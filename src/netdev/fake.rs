@@ -97,6 +97,9 @@ pub struct Model {
     pub unsupported_flags: bool,
     /// VF → its PF's PCI address (sysfs `physfn`).
     pub physfn: BTreeMap<crate::inventory::PciAddr, crate::inventory::PciAddr>,
+    /// RDMA device index → the PCI function it belongs to (sysfs
+    /// `<function>/infiniband/<name>`).
+    pub rdma_parent: BTreeMap<u32, crate::inventory::PciAddr>,
 }
 
 /// What tests compare: the kernel objects, without the call log.
@@ -314,6 +317,10 @@ impl NetEnv for FakeNet {
         vf: crate::inventory::PciAddr,
     ) -> Result<Option<crate::inventory::PciAddr>, Cause> {
         Ok(self.model.borrow().physfn.get(&vf).copied())
+    }
+
+    fn vf_rdma(&mut self, vf: crate::inventory::PciAddr) -> Result<Vec<String>, Cause> {
+        Ok(rdma::function_devices(&self.model.borrow(), vf))
     }
 
     fn rdma_chars(&mut self, ibdev: &str) -> Result<Vec<super::CharNum>, Cause> {

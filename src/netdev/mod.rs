@@ -81,6 +81,10 @@ pub trait NetEnv {
         &mut self,
         vf: crate::inventory::PciAddr,
     ) -> Result<Option<crate::inventory::PciAddr>, Cause>;
+    /// The names of the RDMA devices of the PCI function `vf` that the
+    /// host's namespace holds now (sysfs `<vf>/infiniband/`, whose entries
+    /// are netns-tagged with `ib_class`), sorted.
+    fn vf_rdma(&mut self, vf: crate::inventory::PciAddr) -> Result<Vec<String>, Cause>;
 }
 
 /// The real environment: sockets are created inside each namespace on the
@@ -144,6 +148,10 @@ impl NetEnv for SysNetEnv {
 
     fn rdma_chars(&mut self, ibdev: &str) -> Result<Vec<CharNum>, Cause> {
         chars::rdma_chars(&self.sys_root, ibdev)
+    }
+
+    fn vf_rdma(&mut self, vf: crate::inventory::PciAddr) -> Result<Vec<String>, Cause> {
+        chars::function_rdma(&self.sys_root, vf)
     }
 
     fn vf_physfn(

@@ -7,7 +7,8 @@
 //! device of another's making may take the old name meanwhile: found by
 //! name, the first would stay in the pod (and the VF quarantined for good)
 //! and the second would be taken for the VF's. Records from before the index
-//! was saved find it by name, as they did.
+//! was saved find it by name, as they did. A device made anew while away
+//! (a new index) is found as its function's.
 
 use super::error::{At, Cause, VfError};
 use super::netns::Netns;
@@ -63,15 +64,13 @@ pub(super) fn restore_rdma(
         Err(c) if unsupported(&c) => return Ok(()),
         other => at.step("open host rdma netlink", other)?,
     };
-    match at.step("find rdma device", find_rdma(rdma.as_mut(), rec))? {
+    let found = match at.step("find rdma device", find_rdma(rdma.as_mut(), rec))? {
+        Some(found) => Some(found),
+        None => remade(ops, at, rdma.as_mut(), rec)?,
+    };
+    match found {
         Some((_, now)) if now == name => Ok(()),
-        // Renamed while away. A name another device holds now is refused
-        // (EEXIST), and the record stays: the inventory names devices by
-        // what the host called them.
-        Some((index, now)) => {
-            tracing::info!(vf = %rec.attach.vf_bus_id, rdma = name, renamed = %now, "rdma device renamed in the pod: its name put back");
-            at.step("rename rdma device", rdma.rename(index, name))
-        }
+        Some((index, now)) => rename_back(at, rdma.as_mut(), rec, index, &now),
         // An attach that never finished and whose device is nowhere never
         // moved it: the move looks the device up on the host first, and a
         // name gone from the host (renamed or removed since the inventory
@@ -88,4 +87,57 @@ pub(super) fn restore_rdma(
             name: name.to_string(),
         })),
     }
+}
+
+/// The VF's RDMA device made anew while the pod ran (a driver rebind, a
+/// devlink reload, the driver's recovery from a firmware fault): the saved
+/// index names nothing, and the device is registered in the host's
+/// namespace under a new index, the VF's function its parent. One device of
+/// the function is taken for it; none or several, no guess.
+fn remade(
+    ops: &mut VfOps<'_>,
+    at: &At<'_>,
+    rdma: &mut dyn RdmaNl,
+    rec: &SavedVf,
+) -> Result<Option<(u32, String)>, VfError> {
+    let names = at.step(
+        "read vf's rdma devices",
+        ops.env.vf_rdma(rec.attach.vf_bus_id),
+    )?;
+    let [now] = names.as_slice() else {
+        return Ok(None);
+    };
+    let Some(index) = at.step("find rdma device", rdma.dev_index(now))? else {
+        return Ok(None);
+    };
+    tracing::info!(vf = %rec.attach.vf_bus_id, rdma = now.as_str(), index, "the vf's rdma device was made anew while away");
+    Ok(Some((index, now.clone())))
+}
+
+/// Renamed while away: the host's name put back, since the inventory names
+/// devices by it. A name that a device in another namespace holds (one of
+/// the pod's making) is refused (EEXIST, `ib_device_rename`) until that
+/// namespace goes, and the record stays for a later try. A name a device on
+/// the host took meanwhile is never freed: the device stays under the name
+/// it has, which the inventory reads next time.
+fn rename_back(
+    at: &At<'_>,
+    rdma: &mut dyn RdmaNl,
+    rec: &SavedVf,
+    index: u32,
+    now: &str,
+) -> Result<(), VfError> {
+    let name = rec.attach.rdma_device.as_deref().unwrap_or_default();
+    tracing::info!(vf = %rec.attach.vf_bus_id, rdma = name, renamed = now, "rdma device renamed while away: its name put back");
+    match rdma.rename(index, name) {
+        Err(e) if e.errno() == Some(libc::EEXIST) && host_holds(rdma, name) => {
+            tracing::warn!(vf = %rec.attach.vf_bus_id, rdma = name, kept = now, "a host rdma device took the name: the vf's keeps the name it has");
+            Ok(())
+        }
+        other => at.step("rename rdma device", other),
+    }
+}
+
+fn host_holds(rdma: &mut dyn RdmaNl, name: &str) -> bool {
+    matches!(rdma.dev_index(name), Ok(Some(_)))
 }

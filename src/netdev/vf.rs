@@ -169,8 +169,7 @@ fn attach_one(
             && same_ns
             && !rec.cut()
             && rec.attach.saved_form() == a.saved_form()
-            && attached(ops, pod, pod_nl.as_mut(), &rec)
-            && super::chars::chars_hold(ops, a).unwrap_or(false)
+            && attached(ops, pod, pod_nl.as_mut(), &rec, a)
         {
             tracing::debug!(vf = %a.vf_bus_id, container = container_id, "vf already attached");
             return Ok(());
@@ -231,19 +230,32 @@ fn attach_one(
 }
 
 /// True when the VF is in the pod under its container name and up, and its
-/// RDMA device, where it moves, is there too: the move comes last, so a run
-/// cut short after the link came up has the netdev in place without it.
-fn attached(ops: &mut VfOps<'_>, pod: &Netns, pod_nl: &mut dyn Rtnl, rec: &SavedVf) -> bool {
+/// RDMA device, where it moves, is there too with the char devices the
+/// container's nodes name (`a`'s, which records do not keep): the move
+/// comes last, so a run cut short after the link came up has the netdev in
+/// place without it.
+fn attached(
+    ops: &mut VfOps<'_>,
+    pod: &Netns,
+    pod_nl: &mut dyn Rtnl,
+    rec: &SavedVf,
+    a: &VfAttach,
+) -> bool {
     let netdev = matches!(
         pod_nl.link(LinkRef::Name(&rec.attach.container_ifname)),
         Ok(Some(l)) if l.up && is_ours(&l, rec)
     );
-    let rdma = !rec.attach.move_rdma
-        || ops
-            .env
-            .rdma(Some(pod))
-            .is_ok_and(|mut nl| matches!(super::restore::find_rdma(nl.as_mut(), rec), Ok(Some(_))));
-    netdev && rdma
+    if !netdev || !rec.attach.move_rdma {
+        return netdev;
+    }
+    // The connection keeps this thread in the pod's namespace: dropped
+    // before the char devices are read.
+    let found = ops
+        .env
+        .rdma(Some(pod))
+        .ok()
+        .and_then(|mut nl| super::restore::find_rdma(nl.as_mut(), rec).ok().flatten());
+    found.is_some_and(|(_, now)| super::chars::chars_hold(ops, a, &now).unwrap_or(false))
 }
 
 /// The PF-side fields to send, in sriov-cni `ApplyVFConfig` order.

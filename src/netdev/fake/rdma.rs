@@ -7,7 +7,7 @@ use std::rc::Rc;
 use super::super::netns::Netns;
 use super::super::nl::NlError;
 use super::super::rdma::{NetnsMode, RdmaNl};
-use super::{kernel, Call, Model};
+use super::{kernel, Call, Model, HOST};
 
 pub(super) struct FakeRdma {
     pub(super) model: Rc<RefCell<Model>>,
@@ -86,4 +86,14 @@ impl RdmaNl for FakeRdma {
             NetnsMode::Exclusive
         })
     }
+}
+
+/// The devices of the PCI function `vf` that the host's sysfs lists: the
+/// host's own (`ib_class` is netns-tagged), or all in shared mode.
+pub(super) fn function_devices(m: &Model, vf: crate::inventory::PciAddr) -> Vec<String> {
+    m.rdma
+        .iter()
+        .filter(|(_, (i, ns))| (*ns == HOST || m.rdma_shared) && m.rdma_parent.get(i) == Some(&vf))
+        .map(|(n, _)| n.clone())
+        .collect()
 }

@@ -69,3 +69,24 @@ fn a_vfs_pf_is_read_from_its_physfn_link() {
     let absent = "0000:ff:1f.7".parse().unwrap();
     assert_eq!(env.vf_physfn(absent).unwrap(), None);
 }
+
+/// A function's RDMA devices are the entries of its `infiniband` directory in
+/// a simulated host's sysfs; a function with none, or absent, has none.
+#[test]
+fn a_functions_rdma_devices_are_read_from_its_infiniband_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let fx = HostRootBuilder::hgx()
+        .build(&dir.path().join("host"))
+        .unwrap();
+    let inv = fx.expected();
+    let mut env = SysNetEnv::new(NetnsRoots::default())
+        .unwrap()
+        .with_sys_root(fx.root().join("sys"));
+    let vf = &inv.rdma[0].vfs[0];
+    let name = vf.rdma.as_ref().unwrap().name.clone();
+    assert_eq!(env.vf_rdma(vf.bus_id).unwrap(), vec![name]);
+    let gpu = inv.gpus[0].bus_id;
+    assert!(env.vf_rdma(gpu).unwrap().is_empty(), "a gpu has none");
+    let absent = "0000:ff:1f.7".parse().unwrap();
+    assert!(env.vf_rdma(absent).unwrap().is_empty());
+}
