@@ -92,11 +92,12 @@ impl ProcHost {
             .as_ref()
     }
 
-    /// Opens `<pid>/fd`, relative to the root when it could be opened.
-    fn open_fd_dir(&self, pid: u32) -> io::Result<OwnedFd> {
+    /// Opens the directory `<pid>/<leaf>`, relative to the root when it
+    /// could be opened.
+    fn open_pid_dir(&self, pid: u32, leaf: &str) -> io::Result<OwnedFd> {
         match self.root() {
-            Some(root) => open_dir(Some(root), PidName::new(pid, "fd")?.as_cstr()),
-            None => open_dir(None, self.pid_path(pid, "fd").as_path()),
+            Some(root) => open_dir(Some(root), PidName::new(pid, leaf)?.as_cstr()),
+            None => open_dir(None, self.pid_path(pid, leaf).as_path()),
         }
     }
 
@@ -139,7 +140,7 @@ impl Host for ProcHost {
         let listed = if self.fd_count(pid)? == Some(0) {
             Listing::default()
         } else {
-            let dir = self.open_fd_dir(pid)?;
+            let dir = self.open_pid_dir(pid, "fd")?;
             char_devices_in(dir.as_fd(), out)?
         };
         // Its threads' tables ask the same access of the same process.
@@ -154,7 +155,7 @@ impl Host for ProcHost {
         // has no file table (exit_files), its live threads' are under
         // `<pid>/task/<tid>/fd`.
         if self.has_other_threads(pid) {
-            self.thread_tables(pid, listed.entries > 0, out);
+            self.thread_tables(pid, listed.entries > 0, out)?;
         }
         Ok(())
     }

@@ -6,7 +6,7 @@ mod forking;
 mod no_nvml;
 mod partial;
 mod real_forked;
-mod real_proc;
+pub(super) mod real_proc;
 mod real_recreated;
 mod real_threads;
 mod recreated;

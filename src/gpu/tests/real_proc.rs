@@ -18,7 +18,7 @@ use crate::inventory::Inventory;
 use crate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
 
 /// The tests share /dev/full: one at a time.
-pub(super) static SERIAL: Mutex<()> = Mutex::new(());
+pub(in crate::gpu) static SERIAL: Mutex<()> = Mutex::new(());
 const FULL: (u32, u32) = (1, 7);
 
 pub(super) fn require_root() {
