@@ -61,16 +61,21 @@ fn effective_caps(status: &str) -> Option<u64> {
 }
 
 /// The security label confining the process, if one does: the LSM's
-/// `attr/current` (AppArmor `profile (enforce)`; SELinux `user:role:type:level`),
-/// read as unconfined where absent, empty, unconfined, a complain-mode
-/// profile, or SELinux's super-privileged container type `spc_t`.
+/// `attr/current`, read as unconfined where absent or empty; for AppArmor
+/// (`profile (mode)`), `unconfined` or a profile in complain or unconfined
+/// mode; for SELinux (`user:role:type:level`), an unconfined type or the
+/// super-privileged container type `spc_t`. Only the type confines: a user
+/// `unconfined_u` with the type `container_t` is confined.
 fn confinement(dir: &Path) -> Option<String> {
     let label = read_bounded(&dir.join("attr/current")).ok()?;
     let label = label.trim_matches(|c: char| c == '\0' || c.is_whitespace());
-    let free = label.is_empty()
-        || label.contains("unconfined")
-        || label.ends_with("(complain)")
-        || label.split(':').nth(2) == Some("spc_t");
+    let free = match label.rsplit_once(" (") {
+        Some((_, mode)) => matches!(mode, "complain)" | "unconfined)"),
+        None => match label.split(':').nth(2) {
+            Some(kind) => kind == "spc_t" || kind.starts_with("unconfined_"),
+            None => label.is_empty() || label == "unconfined",
+        },
+    };
     (!free).then(|| label.to_string())
 }
 
@@ -100,6 +105,8 @@ mod tests {
             "cri-containerd.apparmor.d (complain)\n",
             "system_u:system_r:spc_t:s0\0",
             "system_u:system_r:unconfined_service_t:s0",
+            "unconfined_u:unconfined_r:unconfined_t:s0-s0:c0.c1023",
+            "devgate (unconfined)\n",
         ] {
             assert_eq!(label(free), None, "{free:?}");
         }
@@ -111,6 +118,14 @@ mod tests {
             label("system_u:system_r:container_t:s0:c1,c2").as_deref(),
             Some("system_u:system_r:container_t:s0:c1,c2")
         );
+        // The user or a profile's name saying so confines nothing.
+        for confined in [
+            "unconfined_u:system_r:container_t:s0",
+            "unconfined-devgate (enforce)",
+            "kernel-unconfined",
+        ] {
+            assert_eq!(label(confined).as_deref(), Some(confined));
+        }
         std::fs::remove_file(dir.path().join("attr/current")).unwrap();
         assert_eq!(confinement(dir.path()), None, "no security module");
     }
