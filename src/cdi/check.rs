@@ -197,8 +197,8 @@ impl Loaded {
 /// when it cannot be read at all.
 fn read_spec(path: &Path, priority: usize) -> Result<Option<Found>, String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    // Not UTF-8: no spec to the runtime's JSON or YAML parser either.
-    let Ok(text) = String::from_utf8(bytes) else {
+    // Neither UTF-8 nor UTF-16: no spec to the runtime's parser either.
+    let Some(text) = super::spec_text(bytes) else {
         return Ok(None);
     };
     let Some(kind) = declared_kind(&text) else {

@@ -190,23 +190,83 @@ pub fn spec_named(path: &std::path::Path) -> bool {
 }
 
 /// The `kind` a CDI spec file declares, read as CDI reads every spec file
-/// whatever its name (`ParseSpec`: sigs.k8s.io/yaml, so YAML, of which JSON
-/// is a subset, turned into JSON and decoded by Go's encoding/json): the
-/// top-level key that matches `kind` without regard to case (the last, as
-/// encoding/json sets it key after key). `None` when the text declares none
-/// or does not parse, as CDI loads no spec from it either.
+/// whatever its name (`ParseSpec`: sigs.k8s.io/yaml's `UnmarshalStrict`).
+/// That reads the first YAML document (JSON is YAML too), merge keys
+/// applied, refuses a mapping that names a key twice, and turns it into
+/// JSON through a Go map, whose keys `json.Marshal` sorts; encoding/json
+/// then sets the field at every key that matches `kind` without regard to
+/// case, so the byte-greatest such key wins, wherever it is written. `None`
+/// when the text declares none or does not parse, as CDI loads no spec from
+/// it either.
 pub fn declared_kind(text: &str) -> Option<String> {
-    let top = match serde_json::from_str::<TopLevel>(text) {
-        Ok(top) => top,
-        Err(_) => serde_yaml_ng::from_str::<TopLevel>(text).ok()?,
+    let keys = match serde_json::from_str::<TopLevel>(text) {
+        Ok(top) => top.0,
+        Err(_) => yaml_top_level(text)?,
     };
-    let (_, value) = top.0.into_iter().rfind(|(k, _)| go_fold_eq(k, "kind"))?;
-    value.as_str().map(str::to_owned)
+    let mut names: Vec<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
+    names.sort_unstable();
+    if names.windows(2).any(|w| w[0] == w[1]) {
+        return None;
+    }
+    keys.into_iter()
+        .filter(|(k, _)| go_fold_eq(k, "kind"))
+        .max_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()))?
+        .1
 }
 
-/// A document's top-level keys with their values, in the order written
-/// (serde_json's map sorts them).
-struct TopLevel(Vec<(String, serde_json::Value)>);
+/// The first YAML document's top-level keys, with the values that are
+/// strings (a tag such as `!foo` set aside, as Go's YAML reads a local
+/// tag's scalar). A merge key's mappings are merged; a document with a key
+/// twice is refused by the parser.
+fn yaml_top_level(text: &str) -> Option<Vec<(String, Option<String>)>> {
+    use serde::Deserialize;
+    use serde_yaml_ng::Value;
+    let doc = serde_yaml_ng::Deserializer::from_str(text).next()?;
+    let mut value = Value::deserialize(doc).ok()?;
+    value.apply_merge().ok()?;
+    let Value::Mapping(map) = value else {
+        return None;
+    };
+    let text_of = |v: Value| match v {
+        Value::String(s) => Some(s),
+        Value::Tagged(t) => match t.value {
+            Value::String(s) => Some(s),
+            _ => None,
+        },
+        _ => None,
+    };
+    Some(
+        map.into_iter()
+            .filter_map(|(k, v)| Some((text_of(k)?, text_of(v))))
+            .collect(),
+    )
+}
+
+/// The text of a spec file's bytes: UTF-8, or UTF-16 after its byte-order
+/// mark, which Go's YAML reader decodes too (`yaml_parser_determine_encoding`).
+/// `None` for anything else, which no runtime's parser reads either.
+pub fn spec_text(bytes: Vec<u8>) -> Option<String> {
+    let units = |be: bool| {
+        bytes[2..]
+            .chunks(2)
+            .map(|c| match (c, be) {
+                ([a, b], true) => Some(u16::from_be_bytes([*a, *b])),
+                ([a, b], false) => Some(u16::from_le_bytes([*a, *b])),
+                _ => None,
+            })
+            .collect::<Option<Vec<u16>>>()
+    };
+    match bytes.get(..2) {
+        Some([0xff, 0xfe]) => String::from_utf16(&units(false)?).ok(),
+        Some([0xfe, 0xff]) => String::from_utf16(&units(true)?).ok(),
+        _ => String::from_utf8(bytes).ok(),
+    }
+}
+
+/// A document's top-level keys with the values that are strings, in the
+/// order written (serde_json's map sorts them and keeps one of a key named
+/// twice).
+struct TopLevel(Vec<(String, Option<String>)>);
 
 impl<'de> serde::Deserialize<'de> for TopLevel {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -221,8 +281,8 @@ impl<'de> serde::Deserialize<'de> for TopLevel {
                 mut map: A,
             ) -> Result<TopLevel, A::Error> {
                 let mut keys = Vec::new();
-                while let Some(entry) = map.next_entry()? {
-                    keys.push(entry);
+                while let Some((key, value)) = map.next_entry::<String, serde_json::Value>()? {
+                    keys.push((key, value.as_str().map(str::to_owned)));
                 }
                 Ok(TopLevel(keys))
             }

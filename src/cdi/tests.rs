@@ -344,17 +344,66 @@ fn the_kind_a_spec_file_declares() {
         ("devices:\n  - kind: devgate.io/gpu\n", None),
         ("kind:\n", None),
         // encoding/json matches keys without regard to case (the Kelvin
-        // sign folds to k), the last match winning.
+        // sign folds to k), and gets them sorted (Go's json.Marshal of the
+        // map YAML gave): the byte-greatest match wins, wherever written.
         (r#"{"Kind":"devgate.io/gpu"}"#, Some("devgate.io/gpu")),
         ("KIND: devgate.io/rdma\n", Some("devgate.io/rdma")),
         ("\u{212a}ind: devgate.io/gpu\n", Some("devgate.io/gpu")),
         (
             r#"{"kind":"vendor.com/x","KIND":"devgate.io/gpu"}"#,
+            Some("vendor.com/x"),
+        ),
+        (
+            "kind: devgate.io/gpu\nKind: nvidia.com/gpu\n",
+            Some("devgate.io/gpu"),
+        ),
+        (
+            "kind: nvidia.com/gpu\n\u{212a}ind: devgate.io/gpu\n",
             Some("devgate.io/gpu"),
         ),
         ("kinds: devgate.io/gpu\n", None),
+        // A key twice: sigs.k8s.io/yaml's UnmarshalStrict refuses the file.
+        (r#"{"kind":"devgate.io/gpu","kind":"devgate.io/gpu"}"#, None),
+        ("kind: devgate.io/gpu\nkind: devgate.io/gpu\n", None),
+        // The first document is the spec; the rest is never read.
+        (
+            "kind: devgate.io/gpu\n---\nkind: vendor.com/x\n",
+            Some("devgate.io/gpu"),
+        ),
+        // Merge keys are applied, and a local tag's scalar is its text.
+        (
+            "base: &b {kind: devgate.io/gpu}\n<<: *b\n",
+            Some("devgate.io/gpu"),
+        ),
+        ("kind: !foo devgate.io/gpu\n", Some("devgate.io/gpu")),
     ];
     for (text, want) in cases {
         assert_eq!(declared_kind(text).as_deref(), *want, "{text:?}");
     }
+}
+
+/// Spec files are read as UTF-8, or as UTF-16 after a byte-order mark (Go's
+/// YAML decodes both); other bytes are no text.
+#[test]
+fn spec_text_is_utf8_or_utf16_after_its_mark() {
+    let text = "kind: devgate.io/gpu\n";
+    assert_eq!(spec_text(text.as_bytes().to_vec()).as_deref(), Some(text));
+    for big in [false, true] {
+        let mut bytes = if big {
+            vec![0xfe, 0xff]
+        } else {
+            vec![0xff, 0xfe]
+        };
+        for unit in text.encode_utf16() {
+            bytes.extend(if big {
+                unit.to_be_bytes()
+            } else {
+                unit.to_le_bytes()
+            });
+        }
+        let read = spec_text(bytes).unwrap();
+        assert_eq!(declared_kind(&read).as_deref(), Some("devgate.io/gpu"));
+        assert_eq!(spec_text(vec![0xff, 0xfe, 0x41]), None, "an odd byte");
+    }
+    assert_eq!(spec_text(vec![0xc3, 0x28]), None);
 }

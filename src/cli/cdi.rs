@@ -288,7 +288,7 @@ fn declares_one_of(path: &Path, classes: &[Class]) -> bool {
 fn kind_in(path: &Path) -> Option<String> {
     let regular = std::fs::symlink_metadata(path)
         .is_ok_and(|m| m.is_file() && m.len() <= cdi::MAX_SPEC_BYTES);
-    let text = regular.then(|| std::fs::read_to_string(path).ok())??;
+    let text = cdi::spec_text(regular.then(|| std::fs::read(path).ok())??)?;
     cdi::declared_kind(&text)
 }
 
