@@ -320,3 +320,34 @@ fn a_bad_register_wait_stops_before_any_change() {
         assert_eq!(snapshot(&prefix), before, "{wait}");
     }
 }
+
+/// A run that pays the restarts an earlier, stopped run owed and then fails
+/// (devgate does not register) owes none: the next run restarts nothing.
+#[test]
+fn restarts_paid_by_a_run_that_then_fails_are_not_owed_again() {
+    let Rig {
+        _dir,
+        prefix,
+        hooks,
+        systemd,
+    } = rig();
+    let args = ["--containerd-version", "1.7.24"];
+    let blocker = prefix.join("etc/containerd/config.toml.devgate-new");
+    std::fs::create_dir_all(&blocker).unwrap();
+    let stopped = systemd.run(&prefix, &hooks, &args);
+    assert!(!stopped.ok, "{}", stopped.out);
+    assert_eq!(systemd.calls(), Vec::<String>::new(), "{}", stopped.out);
+    std::fs::remove_dir_all(&blocker).unwrap();
+    let paid = systemd.run(&prefix, &hooks, &args);
+    assert!(!paid.ok, "{}", paid.out);
+    position(&paid.out, "restarts owed by an earlier run");
+    assert!(
+        systemd.calls().contains(&"restart containerd.service".to_string()),
+        "{}",
+        paid.out
+    );
+    let again = systemd.run(&prefix, &hooks, &args);
+    assert!(again.ok, "{}", again.out);
+    assert!(!again.out.contains("restarts owed"), "{}", again.out);
+    assert_eq!(systemd.calls(), Vec::<String>::new(), "{}", again.out);
+}

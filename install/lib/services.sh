@@ -46,13 +46,18 @@ load_pending() {
     log "restarts owed by an earlier run that stopped: $(tr '\n' ' ' <"$f")"
 }
 
-# The EXIT trap: on failure, records the restarts this run owes.
+# The EXIT trap: on failure, records the restarts this run owes, and only
+# those: one that paid an earlier run's restarts and then failed (devgate did
+# not register) owes none, and the record of them goes.
 save_pending() {
     local status=$? f
     ((status != 0 && !DRY_RUN)) || return 0
-    ((RESTART_CONTAINERD || RESTART_DEVGATE)) || return 0
     f=$(pending_file)
     [[ -d $(dirname "$f") ]] || return 0
+    if ((!RESTART_CONTAINERD && !RESTART_DEVGATE)); then
+        rm -f "$f"
+        return 0
+    fi
     {
         ((RESTART_CONTAINERD)) && echo containerd
         ((RESTART_DEVGATE)) && echo devgate
