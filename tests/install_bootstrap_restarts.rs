@@ -342,7 +342,9 @@ fn restarts_paid_by_a_run_that_then_fails_are_not_owed_again() {
     assert!(!paid.ok, "{}", paid.out);
     position(&paid.out, "restarts owed by an earlier run");
     assert!(
-        systemd.calls().contains(&"restart containerd.service".to_string()),
+        systemd
+            .calls()
+            .contains(&"restart containerd.service".to_string()),
         "{}",
         paid.out
     );

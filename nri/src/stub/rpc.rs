@@ -113,7 +113,7 @@ impl<P: Plugin> Service<P> {
         if req.service != PLUGIN_SERVICE {
             return Err(ttrpc::get_status(
                 Code::UNIMPLEMENTED,
-                format!("service {}", req.service),
+                format!("service {}", clipped(req.service)),
             ));
         }
         let (t, p) = (req.timeout_nano, req.payload);
@@ -186,7 +186,7 @@ impl<P: Plugin> Service<P> {
             "RemoveContainer" => self.event::<api::RemoveContainerRequest>(t, p, out),
             other => Err(ttrpc::get_status(
                 Code::UNIMPLEMENTED,
-                format!("method {other}"),
+                format!("method {}", clipped(other)),
             )),
         }
     }
@@ -273,4 +273,15 @@ impl<P: Plugin> Service<P> {
         }
         finish(out, &api::Empty::default())
     }
+}
+
+/// A peer's name echoed in an error, cut to a bound at a character: the
+/// reply must stay far below ttrpc's limit whatever the request named.
+fn clipped(name: &str) -> &str {
+    const MAX: usize = 256;
+    let mut end = name.len().min(MAX);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
 }

@@ -163,6 +163,13 @@ fn answer<P: Plugin>(service: &Service<P>, payload: &[u8], out: &mut Vec<u8>) {
     if let Err(status) = result {
         out.clear();
         envelope::encode_status(out, status);
+        if out.len() > TTRPC_MAX_PAYLOAD {
+            // An error text that long (a plugin's) would end the connection
+            // as a reply would.
+            out.clear();
+            let short = "error reply over the ttrpc limit";
+            envelope::encode_status(out, ttrpc::get_status(Code::RESOURCE_EXHAUSTED, short));
+        }
     } else if out.len() > TTRPC_MAX_PAYLOAD {
         // Sent, it would end the connection (the runtime refuses a message
         // over the limit), and the plugin with it for every later request.

@@ -114,6 +114,15 @@ impl Wire {
                 }
             }
             if !self.split_frame()? && !self.fill()? {
+                // Closed with part of a frame or message read: not a close
+                // between messages, which the caller takes as the runtime's
+                // goodbye.
+                if self.rpos < self.rlen || self.conns.iter().any(|c| c.pos < c.buf.len()) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "runtime closed the stream in the middle of a message",
+                    ));
+                }
                 return Ok(None);
             }
         }

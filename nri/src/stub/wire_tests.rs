@@ -193,13 +193,6 @@ fn a_reply_goes_out_as_frames_the_go_side_can_read() {
 }
 
 #[test]
-fn end_of_stream_mid_message_is_the_end() {
-    let msg = ttrpc(1, b"cut short");
-    let mut wire = wire_fed_by(vec![frame(1, &msg[..12])]);
-    assert!(wire.read().unwrap().is_none());
-}
-
-#[test]
 fn buffers_grown_for_a_large_message_are_given_back() {
     let big = vec![7u8; 3 * KEEP_CAPACITY];
     let msg = ttrpc(1, &big);
@@ -257,4 +250,24 @@ fn a_read_timeout_ends_a_silent_wait_and_resets_to_waiting_forever() {
     assert_eq!((msg.header.stream_id, msg.payload), (7, b"late".to_vec()));
     drop(late.join().unwrap());
     assert!(wire.read().unwrap().is_none());
+}
+
+/// A stream that ends within a frame, or within a message that spans
+/// frames, is an error: only a close between messages is the runtime's
+/// goodbye.
+#[test]
+fn a_stream_closed_mid_message_is_an_error() {
+    let msg = ttrpc(1, &[7u8; 100]);
+    let whole = frame(1, &msg);
+    for cut in [
+        whole[..5].to_vec(),
+        whole[..60].to_vec(),
+        frame(1, &msg[..40]),
+    ] {
+        let mut wire = wire_fed_by(vec![cut]);
+        let err = wire.read().expect_err("an error");
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
+    }
+    let mut wire = wire_fed_by(vec![whole]);
+    assert_eq!(read_all(&mut wire).len(), 1, "a close after it is no error");
 }

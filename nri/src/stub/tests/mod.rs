@@ -129,6 +129,13 @@ impl Plugin for Recorder {
                 code,
             });
         }
+        // A container named `huge-error` gets an error over it.
+        if ctr.name == "huge-error" {
+            return Err(Refusal {
+                what: "x".repeat(crate::frame::TTRPC_MAX_PAYLOAD + 1),
+                code: Code::INTERNAL,
+            });
+        }
         self.note(format!(
             "create {} in {}: env {:?}, mounts {}, pod labels {}",
             ctr.name,

@@ -133,6 +133,11 @@ fn unknown_methods_and_services_are_unimplemented_as_in_go_ttrpc() {
     let resp = rt.call("NoSuchMethod", Vec::new());
     assert_eq!(resp.status.code(), Code::UNIMPLEMENTED);
     assert_eq!(resp.status.message(), "method NoSuchMethod");
+    // The name echoed is cut: a long one cannot swell the reply.
+    let long = "é".repeat(500_000);
+    let resp = rt.call(&long, Vec::new());
+    assert_eq!(resp.status.code(), Code::UNIMPLEMENTED);
+    assert_eq!(resp.status.message(), format!("method {}", "é".repeat(128)));
     // A request that does not decode is refused, and the stub keeps serving.
     let resp = rt.call("CreateContainer", vec![0xff, 0xff, 0xff]);
     assert_eq!(resp.status.code(), Code::INVALID_ARGUMENT);
@@ -185,6 +190,15 @@ fn a_reply_over_the_ttrpc_limit_fails_the_call_and_keeps_the_connection() {
         "{}",
         resp.status.message()
     );
+    let resp = rt.call("CreateContainer", request("c").write_to_bytes().unwrap());
+    assert_eq!(resp.status.code(), Code::OK);
+    // An error as long: its text is not sent.
+    let resp = rt.call(
+        "CreateContainer",
+        request("huge-error").write_to_bytes().unwrap(),
+    );
+    assert_eq!(resp.status.code(), Code::RESOURCE_EXHAUSTED);
+    assert_eq!(resp.status.message(), "error reply over the ttrpc limit");
     let resp = rt.call("CreateContainer", request("c").write_to_bytes().unwrap());
     assert_eq!(resp.status.code(), Code::OK);
 }
