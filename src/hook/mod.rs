@@ -25,6 +25,7 @@ mod kept_network;
 pub mod liveness;
 mod log;
 pub mod membership;
+mod pinned;
 mod poststop;
 mod reap;
 mod release;
@@ -205,7 +206,8 @@ fn attach(
     if resolved.networks.is_empty() {
         return Ok(Outcome::Nothing);
     }
-    let pid = creating_pid(stage, state)?;
+    let init = pinned::Pinned::open(&env.roots.proc_root, creating_pid(stage, state)?)
+        .map_err(HookError::Netns)?;
     let vouched_now = || match vouched(env, state)? {
         true => Ok(()),
         false => Err(HookError::Unvouched {
@@ -216,7 +218,7 @@ fn attach(
     // recorded makes no lock file.
     vouched_now()?;
     let networks = &resolved.networks;
-    if let Err(e) = attach_networks(env, &state.id, pid, networks, checkpoint, &vouched_now) {
+    if let Err(e) = attach_networks(env, &state.id, &init, networks, checkpoint, &vouched_now) {
         // The released pod's record is gone: nothing of it to forget.
         if !matches!(e, HookError::Unvouched { .. }) {
             failed_attach::release(env, &state.id);
@@ -255,7 +257,7 @@ pub(crate) fn creating_pid(stage: Stage, state: &State) -> Result<u32, HookError
     state.pid().ok_or(HookError::NoPid { stage })
 }
 
-/// Moves `networks` into the netns of `pid` for `container_id`, all or nothing,
+/// Moves `networks` into the netns of `init` for `container_id`, all or nothing,
 /// once `admitted` agrees, asked while the VFs' release turns are held (see
 /// [`crate::ledger::Ledger::lock_devices`]). A release of the pod between an
 /// earlier look and the move would otherwise find no record to restore,
@@ -263,7 +265,7 @@ pub(crate) fn creating_pid(stage: Stage, state: &State) -> Result<u32, HookError
 pub(crate) fn attach_networks(
     env: &HookEnv,
     container_id: &str,
-    pid: u32,
+    init: &pinned::Pinned,
     networks: &[netdev::VfAttach],
     checkpoint: &dyn Fn(&'static str),
     admitted: &dyn Fn() -> Result<(), HookError>,
@@ -272,7 +274,7 @@ pub(crate) fn attach_networks(
     let vfs: Vec<_> = networks.iter().map(|n| n.vf_bus_id).collect();
     let _turns = ledger.lock_vfs(&vfs).map_err(HookError::Ledger)?;
     admitted()?;
-    let pod = netdev::Netns::of_pid(&env.roots.proc_root, pid).map_err(HookError::Netns)?;
+    let pod = init.netns().map_err(HookError::Netns)?;
     let mut net = SysNetEnv::new(env.roots.clone())
         .map_err(HookError::Netns)?
         .with_sys_root(env.host_root.join("sys"));

@@ -104,6 +104,11 @@ pub trait ContainerOs {
     ) -> Result<usize, HookError>;
     /// Allows `nodes` in the device cgroup of `pid`.
     fn allow(&mut self, state: &State, pid: u32, nodes: &[DeviceNode]) -> Result<(), HookError>;
+    /// Holds the process `pid` from now on: the attach moves VFs into its
+    /// network namespace only while it is that process.
+    fn pin(&mut self, _pid: u32) -> Result<(), HookError> {
+        Ok(())
+    }
     /// Moves `networks` into the netns of `pid`, all or nothing.
     fn attach(
         &mut self,
@@ -220,6 +225,7 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
         return Ok(Outcome::Nothing);
     }
     let pid = super::creating_pid(stage, state)?;
+    run.os.pin(pid)?;
     let who = identity(state)?;
     config
         .check_namespace(&who.pod.namespace, &who.pod.name)

@@ -22,6 +22,8 @@ pub struct SysContainerOs {
     /// The container's `config.json`, read at first need: the nodes and the
     /// device program both come from it, and a hook run serves one container.
     bundle: Option<Bundle>,
+    /// The container's init, held since the hook began.
+    init: Option<super::super::pinned::Pinned>,
 }
 
 impl SysContainerOs {
@@ -31,6 +33,7 @@ impl SysContainerOs {
             cgroup_root,
             cgroup2_root,
             bundle: None,
+            init: None,
         }
     }
 
@@ -45,6 +48,13 @@ impl SysContainerOs {
 }
 
 impl ContainerOs for SysContainerOs {
+    fn pin(&mut self, pid: u32) -> Result<(), HookError> {
+        let init = super::super::pinned::Pinned::open(&self.env.roots.proc_root, pid)
+            .map_err(HookError::Netns)?;
+        self.init = Some(init);
+        Ok(())
+    }
+
     fn make_nodes(
         &mut self,
         state: &State,
@@ -104,8 +114,22 @@ impl ContainerOs for SysContainerOs {
             }),
         };
         let admitted = || admitted().map_err(HookError::HooksOnly);
+        let init = match self.init.take() {
+            Some(init) if init.pid() == pid => init,
+            _ => super::super::pinned::Pinned::open(&self.env.roots.proc_root, pid)
+                .map_err(HookError::Netns)?,
+        };
         let env = &self.env;
-        super::super::attach_networks(env, container_id, pid, networks, checkpoint, &admitted)
+        let moved = super::super::attach_networks(
+            env,
+            container_id,
+            &init,
+            networks,
+            checkpoint,
+            &admitted,
+        );
+        self.init = Some(init);
+        moved
     }
 
     fn detach(

@@ -64,7 +64,34 @@ impl Netns {
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
             .open(path)
             .map_err(err)?;
-        let meta = file.metadata().map_err(err)?;
+        Netns::of_file(file).map_err(err)
+    }
+
+    /// Opens `name` under the open directory `dir` (a process's proc
+    /// directory: `ns/net`), whose path `shown` names it in errors.
+    pub fn open_at(dir: BorrowedFd<'_>, name: &Path, shown: &Path) -> Result<Netns, NetnsError> {
+        let err = |source| NetnsError::Open {
+            path: shown.join(name),
+            source,
+        };
+        let flags = nix::fcntl::OFlag::O_RDONLY
+            | nix::fcntl::OFlag::O_NONBLOCK
+            | nix::fcntl::OFlag::O_NOCTTY
+            | nix::fcntl::OFlag::O_CLOEXEC;
+        let fd = nix::fcntl::openat(
+            Some(dir.as_raw_fd()),
+            name,
+            flags,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| err(e.into()))?;
+        // SAFETY: openat returned a new descriptor that nothing else owns.
+        let file = unsafe { <fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        Netns::of_file(file).map_err(err)
+    }
+
+    fn of_file(file: fs::File) -> std::io::Result<Netns> {
+        let meta = file.metadata()?;
         Ok(Netns {
             fd: file.into(),
             id: NetnsId {
