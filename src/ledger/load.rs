@@ -120,7 +120,16 @@ pub(super) fn current_key(dir: Option<&File>, base: &Path) -> Result<Key, Ledger
 pub(super) fn load(base: &Path, locked: bool) -> Result<Loaded, LedgerError> {
     for attempt in 0..MAX_UNLOCKED_TRIES {
         let Some((mut state, doc_key, doc)) = read_document(base)? else {
+            #[cfg(test)]
+            if let Some(meanwhile) = ON_MISSING_DOCUMENT.take() {
+                meanwhile();
+            }
             let key = current_key(None, base)?;
+            // A node's first claim wrote the document since it was looked
+            // for, and a change may be appended already: read again.
+            if !locked && key.doc.is_some() && attempt + 1 < MAX_UNLOCKED_TRIES {
+                continue;
+            }
             // The first claim of an empty ledger writes the document, and it
             // is only ever replaced, so journal lines without one are changes
             // to a document lost outside devgate: read as empty, the ledger
@@ -289,4 +298,12 @@ fn too_large(path: PathBuf) -> LedgerError {
         path,
         reason: "larger than 16 MiB".to_string(),
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Runs once, on this thread, when a read finds no document: what other
+    /// processes may do in that moment.
+    pub(in crate::ledger) static ON_MISSING_DOCUMENT: std::cell::Cell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::Cell::new(None) };
 }

@@ -364,3 +364,7 @@ mod tests;
 #[cfg(test)]
 #[path = "store_journal_tests.rs"]
 mod journal_tests;
+
+#[cfg(test)]
+#[path = "store_first_tests.rs"]
+mod first_tests;
