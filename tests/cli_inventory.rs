@@ -234,7 +234,13 @@ fn check_device_cr(fixture: &Fixture) {
                         vf["busID"].as_str().expect("vf busID")
                     })
                     .collect();
-                let mut want: Vec<String> = nic.vfs.iter().map(|v| v.bus_id.to_string()).collect();
+                // Only VFs with an RDMA device are offered.
+                let mut want: Vec<String> = nic
+                    .vfs
+                    .iter()
+                    .filter(|v| v.rdma.is_some())
+                    .map(|v| v.bus_id.to_string())
+                    .collect();
                 want.sort();
                 assert_eq!(vfs, want, "{id}");
             }

@@ -164,9 +164,13 @@ fn gpu_device(gpu: &Gpu) -> DeviceInfo {
 }
 
 fn rdma_device(nic: &RdmaNic, minor: u32) -> DeviceInfo {
+    // A VF without an RDMA device (bound to vfio-pci for DPDK, or to no
+    // driver) cannot be granted as one: offered, the scheduler would pick
+    // it and the pod's every container would fail.
     let mut vfs: Vec<VirtualFunction> = nic
         .vfs
         .iter()
+        .filter(|vf| vf.rdma.is_some())
         .map(|vf| VirtualFunction {
             minor: -1,
             bus_id: vf.bus_id.to_string(),

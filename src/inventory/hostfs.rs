@@ -26,8 +26,10 @@ use super::hostdir::HostDir;
 
 /// sysfs attributes are at most a page; 64 KiB also covers `proc/devices`.
 pub(crate) const MAX_FILE_BYTES: u64 = 64 * 1024;
-/// Far above any real `sys/bus/pci/devices` or `sys/class/infiniband_mad`.
-pub(crate) const MAX_DIR_ENTRIES: usize = 4096;
+/// Above any real `sys/bus/pci/devices` or `sys/class/infiniband_mad`: the
+/// latter has a `umad` and an `issm` per port, 4096 for 16 PFs of 127 VFs,
+/// and the kernel allows 8192 ports of each (`RDMA_MAX_PORTS`).
+pub(crate) const MAX_DIR_ENTRIES: usize = 32768;
 /// The kernel's own limit per lookup (MAXSYMLINKS, include/linux/namei.h).
 pub(crate) const MAX_SYMLINKS: usize = 40;
 /// `openat2` attempts before resolving in user space instead.
