@@ -11,7 +11,7 @@ use crate::ledger::tests::record;
 use crate::ledger::{Ledger, PodRecord, PodRef};
 
 /// A store whose document holds pod `s` with no container.
-fn store_with_pod(dir: &Path) -> Store {
+pub(super) fn store_with_pod(dir: &Path) -> Store {
     let store = Store::open(dir).unwrap();
     let mut txn = store.begin().unwrap();
     let pod = PodRecord {
@@ -31,7 +31,7 @@ fn store_with_pod(dir: &Path) -> Store {
 }
 
 /// Admits container `c` to pod `s` as the plugin does: a journal line.
-fn add(store: &Store, c: &str) {
+pub(super) fn add(store: &Store, c: &str) {
     try_add(store, c).unwrap();
 }
 

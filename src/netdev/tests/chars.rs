@@ -3,12 +3,21 @@
 use crate::fixture::HostRootBuilder;
 use crate::netdev::{CharNum, NetEnv, NetnsRoots, SysNetEnv};
 
-#[test]
-fn the_char_devices_of_an_rdma_device_are_read_from_sysfs() {
+/// The HGX fixture's host root, and the real environment reading its sysfs.
+fn hgx() -> (tempfile::TempDir, crate::fixture::Fixture, SysNetEnv) {
     let dir = tempfile::tempdir().unwrap();
     let fx = HostRootBuilder::hgx()
         .build(&dir.path().join("host"))
         .unwrap();
+    let env = SysNetEnv::new(NetnsRoots::default())
+        .unwrap()
+        .with_sys_root(fx.root().join("sys"));
+    (dir, fx, env)
+}
+
+#[test]
+fn the_char_devices_of_an_rdma_device_are_read_from_sysfs() {
+    let (_dir, fx, mut env) = hgx();
     let inv = fx.expected();
     let dev = inv.rdma[0].vfs[0].rdma.clone().unwrap();
     let mut want: Vec<CharNum> = dev
@@ -22,9 +31,6 @@ fn the_char_devices_of_an_rdma_device_are_read_from_sysfs() {
         .collect();
     want.sort();
     assert!(!want.is_empty());
-    let mut env = SysNetEnv::new(NetnsRoots::default())
-        .unwrap()
-        .with_sys_root(fx.root().join("sys"));
     assert_eq!(env.rdma_chars(&dev.name).unwrap(), want);
     assert!(env.rdma_chars("mlx5_999").unwrap().is_empty());
     // Renumbered: the new minor is what is read.
@@ -52,14 +58,8 @@ fn the_char_devices_of_an_rdma_device_are_read_from_sysfs() {
 /// function with no such link has none.
 #[test]
 fn a_vfs_pf_is_read_from_its_physfn_link() {
-    let dir = tempfile::tempdir().unwrap();
-    let fx = HostRootBuilder::hgx()
-        .build(&dir.path().join("host"))
-        .unwrap();
+    let (_dir, fx, mut env) = hgx();
     let inv = fx.expected();
-    let mut env = SysNetEnv::new(NetnsRoots::default())
-        .unwrap()
-        .with_sys_root(fx.root().join("sys"));
     for nic in inv.rdma.iter().filter(|n| !n.vfs.is_empty()) {
         for vf in &nic.vfs {
             assert_eq!(env.vf_physfn(vf.bus_id).unwrap(), Some(nic.bus_id));
@@ -74,14 +74,8 @@ fn a_vfs_pf_is_read_from_its_physfn_link() {
 /// a simulated host's sysfs; a function with none, or absent, has none.
 #[test]
 fn a_functions_rdma_devices_are_read_from_its_infiniband_directory() {
-    let dir = tempfile::tempdir().unwrap();
-    let fx = HostRootBuilder::hgx()
-        .build(&dir.path().join("host"))
-        .unwrap();
+    let (_dir, fx, mut env) = hgx();
     let inv = fx.expected();
-    let mut env = SysNetEnv::new(NetnsRoots::default())
-        .unwrap()
-        .with_sys_root(fx.root().join("sys"));
     let vf = &inv.rdma[0].vfs[0];
     let name = vf.rdma.as_ref().unwrap().name.clone();
     assert_eq!(env.vf_rdma(vf.bus_id).unwrap(), vec![name]);
