@@ -22,8 +22,42 @@ pub const CONFIG_SOURCE: &str = "kubernetes.io/config.source";
 pub struct PodList {
     #[serde(default)]
     pub metadata: ListMeta,
-    #[serde(default)]
-    pub items: Vec<Pod>,
+    #[serde(default, deserialize_with = "summaries")]
+    pub items: Listed,
+}
+
+/// A list page's pods, each summed up as it is read, so that a page holds
+/// one whole `Pod` at a time: a page may be 64 MiB of pods a tenant wrote.
+#[derive(Debug, Default)]
+pub struct Listed {
+    /// Summaries of the pods that have not finished ([`Pod::finished`]).
+    pub pods: Vec<PodSummary>,
+    /// How many pods the page held.
+    pub count: usize,
+}
+
+fn summaries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Listed, D::Error> {
+    struct Items;
+    impl<'de> serde::de::Visitor<'de> for Items {
+        type Value = Listed;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of pods")
+        }
+        fn visit_unit<E>(self) -> Result<Listed, E> {
+            Ok(Listed::default())
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Listed, A::Error> {
+            let mut out = Listed::default();
+            while let Some(pod) = seq.next_element::<Pod>()? {
+                out.count += 1;
+                if !pod.finished() {
+                    out.pods.push(pod.summary());
+                }
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_any(Items)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -73,11 +107,28 @@ pub const READ_ANNOTATIONS: [&str; 2] = [CONFIG_MIRROR, request::RdmaStrategy::H
 fn read_annotations<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<BTreeMap<String, String>, D::Error> {
-    struct Wanted;
+    kept_entries(d, &READ_ANNOTATIONS)
+}
+
+/// A container's requests or limits with the device resources only: a pod
+/// may name tens of thousands of extended resources.
+fn device_resources<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    kept_entries(d, &request::DEVICE_RESOURCES)
+}
+
+/// A map of strings with the entries of `keys` only, the others skipped
+/// without being kept; `null` is empty.
+fn kept_entries<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    keys: &'static [&'static str],
+) -> Result<BTreeMap<String, String>, D::Error> {
+    struct Wanted(&'static [&'static str]);
     impl<'de> serde::de::Visitor<'de> for Wanted {
         type Value = BTreeMap<String, String>;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a map of annotations")
+            f.write_str("a map of strings")
         }
         fn visit_unit<E>(self) -> Result<Self::Value, E> {
             Ok(BTreeMap::new())
@@ -88,7 +139,7 @@ fn read_annotations<'de, D: serde::Deserializer<'de>>(
         ) -> Result<Self::Value, A::Error> {
             let mut out = BTreeMap::new();
             while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                if READ_ANNOTATIONS.contains(&key.as_ref()) {
+                if self.0.contains(&key.as_ref()) {
                     out.insert(key.into_owned(), map.next_value::<String>()?);
                 } else {
                     map.next_value::<serde::de::IgnoredAny>()?;
@@ -97,7 +148,7 @@ fn read_annotations<'de, D: serde::Deserializer<'de>>(
             Ok(out)
         }
     }
-    d.deserialize_any(Wanted)
+    d.deserialize_any(Wanted(keys))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -122,9 +173,9 @@ pub struct Container {
 
 #[derive(Debug, Default, Deserialize)]
 pub struct Resources {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "device_resources")]
     pub requests: BTreeMap<String, String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "device_resources")]
     pub limits: BTreeMap<String, String>,
 }
 
@@ -221,3 +272,7 @@ impl Pod {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "model_tests.rs"]
+mod tests;

@@ -9,7 +9,7 @@ use std::io::BufReader;
 
 use super::{percent_encode, PodClient, WatchError, MAX_LISTED, PAGE};
 use crate::grant::cache::MAX_PODS;
-use crate::grant::model::{Pod, PodList, PodSummary};
+use crate::grant::model::{PodList, PodSummary};
 
 /// The most pages one list reads. A page filtered by the node's field
 /// selector may hold no pod and still name a continuation (etcd reads
@@ -61,13 +61,8 @@ impl PodClient {
                 }
                 Err(e) => return Err(e),
             };
-            listed += page.items.len();
-            pods.extend(
-                page.items
-                    .iter()
-                    .filter(|p| !p.finished())
-                    .map(Pod::summary),
-            );
+            listed += page.items.count;
+            pods.extend(page.items.pods);
             // Pages of a bounded size, but a server that never ends the list
             // must not grow it without bound.
             pages += 1;
