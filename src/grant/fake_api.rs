@@ -39,6 +39,9 @@ struct State {
     /// Lists asked no older than a version answer 504, as an API server
     /// whose cache lags the version (after an etcd restore) does.
     cache_lags: bool,
+    /// Watches still to answer 504 "Too large resource version", as an API
+    /// server whose watch cache lags the version asked.
+    watch_lags: usize,
     /// Lists still to refuse, with this status and `Retry-After` (seconds):
     /// 429 as API Priority and Fairness answers a flow over its share, 503 as
     /// an API server that is starting does.
@@ -167,6 +170,11 @@ impl FakeApi {
     /// Makes lists asked no older than a version fail with 504.
     pub fn lag_cache(&self) {
         self.shared.lock().cache_lags = true;
+    }
+
+    /// Answers the next `watches` watches 504 "Too large resource version".
+    pub fn lag_watches(&self, watches: usize) {
+        self.shared.lock().watch_lags = watches;
     }
 
     /// Refuses the next `lists` lists with `code` (429 or 503) and

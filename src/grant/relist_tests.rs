@@ -91,3 +91,32 @@ fn retry_after_is_read_in_seconds_and_bounded() {
         "a day is asked again after a minute"
     );
 }
+
+/// A watch cache that lags the version a watch resumes from answers the
+/// watch 504 "Too large resource version" for as long as it lags: the watch
+/// lists from etcd then, instead of asking the same version again and again
+/// with the cache frozen.
+#[test]
+fn a_watch_from_a_version_the_cache_lags_lists_from_etcd() {
+    let api = FakeApi::start().unwrap();
+    api.put_pod(pod("ns", "a", "u-a", NODE, &[]));
+    let dir = tempfile::tempdir().unwrap();
+    let checker = watching(&dir, &api);
+    assert!(found(&checker, "u-a"));
+    assert!(api.wait_requests(LONG, watching_again));
+    api.lag_watches(1);
+    api.drop_watches();
+    let lists = |r: &[String]| r.iter().filter(|x| x.starts_with("list")).count();
+    assert!(
+        api.wait_requests(LONG, |r| lists(r) >= 2),
+        "{:?}",
+        api.requests()
+    );
+    assert_eq!(
+        api.pages().last(),
+        Some(&(0, 40)),
+        "from etcd, page by page"
+    );
+    api.put_pod(pod("ns", "b", "u-b", NODE, &[]));
+    assert!(found(&checker, "u-b"));
+}

@@ -327,6 +327,12 @@ impl WatchError {
             _ => None,
         }
     }
+
+    /// 504 "Too large resource version": a cache behind the version asked
+    /// (after an etcd restore); other 504s are timeouts.
+    pub(super) fn too_large_version(&self) -> bool {
+        matches!(self, WatchError::Status { code: 504, message, .. } if message.contains("Too large resource version"))
+    }
 }
 
 /// A `Retry-After` header in seconds, the form the API server sends

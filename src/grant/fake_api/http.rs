@@ -215,6 +215,14 @@ fn watch(mut out: TcpStream, shared: &Shared, sel: &Selector, from: u64, timeout
             let _ = respond(&mut out, 410, &gone);
             return;
         }
+        if s.watch_lags > 0 {
+            s.watch_lags -= 1;
+            drop(s);
+            let lags =
+                json!({"kind": "Status", "code": 504, "message": "Too large resource version"});
+            let _ = respond(&mut out, 504, &lags);
+            return;
+        }
         (s.drops, s.expiries)
     };
     if write!(

@@ -64,13 +64,8 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                 // resource version" from a cache that lags it, after an etcd
                 // restore; other 504s are timeouts): read from etcd, never
                 // older than the cache was, as client-go's reflector does.
-                let unservable = match &e {
-                    WatchError::Status { code: 410, .. } => true,
-                    WatchError::Status {
-                        code: 504, message, ..
-                    } => message.contains("Too large resource version"),
-                    _ => false,
-                };
+                let unservable =
+                    matches!(e, WatchError::Status { code: 410, .. }) || e.too_large_version();
                 if unservable {
                     from = ListFrom::Etcd;
                 }
@@ -101,6 +96,17 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                     if watches == 1 {
                         pause(pause_after(backoff, None), &mut backoff);
                     }
+                    break;
+                }
+                // A watch cache that lags the version (after an etcd
+                // restore) answers each watch from it so, for as long as it
+                // lags: read from etcd and watch from what it gives, as
+                // client-go's reflector does.
+                Err(e @ WatchError::Status { code: 504, .. }) if e.too_large_version() => {
+                    let wait = pause_after(backoff, None);
+                    tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = wait.as_millis() as u64, "pod watch from a version the server's cache lacks; listing from etcd");
+                    from = ListFrom::Etcd;
+                    pause(wait, &mut backoff);
                     break;
                 }
                 // Resuming from the same version would read the same event
