@@ -208,6 +208,15 @@ fn serve(stub: Stub<DevgatePlugin>, signals: SigSet) -> Result<(), NriCmdError> 
     if result.is_ok() {
         tracing::info!("runtime closed the connection; exiting");
     }
+    // A plugin the runtime launched ends with its connection: teardowns in
+    // progress (a VF half way home, a GPU being reset) finish first, as at
+    // a signal, rather than be cut for the next start to redo.
+    if !plugin.wait_for_releases(RELEASE_WAIT) {
+        tracing::warn!(
+            waited_s = RELEASE_WAIT.as_secs(),
+            "teardown still running at exit; the next start finishes it"
+        );
+    }
     // The grant counters are written in the background; the last ones now.
     plugin.flush_at_exit();
     result?;

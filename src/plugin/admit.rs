@@ -101,6 +101,9 @@ impl DevgatePlugin {
                     namespace = %pod.namespace, pod = %pod.name, container = %ctr.name,
                     error = %nri::ErrorChain(&source), "allocation not applied (failure_policy = ignore)"
                 );
+                // Started without its devices, it leaves the claim its
+                // sandbox's start made to no one, as a refusal does.
+                self.release_refused(&pod.id);
                 devices::Admitted::Nothing
             }
             Err(source) => {

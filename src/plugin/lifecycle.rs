@@ -118,14 +118,24 @@ impl Releaser {
     /// sandbox that ended (containerd admits none into a stopped one). A live
     /// sandbox's failure keeps its claims, the devices quarantined, for its
     /// stop's release or its next refused container.
+    ///
+    /// A live sandbox's claims go back without a teardown: none of its
+    /// containers was ever given the devices (no VF moved, no GPU opened
+    /// through devgate), and a teardown, which ends the pod's processes
+    /// holding a GPU and resets it, runs before the guard's look: the pod's
+    /// next container, admitted meanwhile, would start under it.
     fn run_unjoined(&self, id: &str, ended: bool) {
         let ledger = self.devices.ledger();
+        let teardown: &dyn Teardown = match ended {
+            true => self.teardown.as_ref(),
+            false => &crate::ledger::NoTeardown,
+        };
         let retry = || {
             if ended {
                 self.unreleased.update(&Release::Pod(id.to_string()), None);
             }
         };
-        match ledger.release_pod_unjoined(id, 0, self.teardown.as_ref()) {
+        match ledger.release_pod_unjoined(id, 0, teardown) {
             Ok(GuardedRelease::Released(pod)) => {
                 tracing::info!(pod = %pod.pod, sandbox = %id, "released devices");
                 // A live sandbox's cgroups stay: a container admitted once the

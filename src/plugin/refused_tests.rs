@@ -122,33 +122,57 @@ fn a_container_refused_for_its_pods_probe_leaves_no_claim_made_ahead() {
     );
 }
 
-/// That release failing keeps the pod's claim (its devices quarantined), and
-/// the retry round does not release it behind a container admitted since:
-/// only a sandbox that ended is retried so, unguarded.
+/// The claim made ahead of a refused container goes back without a
+/// teardown: no container of the pod was ever given the devices, and a
+/// teardown (the pod's processes on a GPU ended, the GPU reset) would run
+/// before the guard's look, under a next container admitted meanwhile. A
+/// teardown that would fail changes nothing; kubelet's retry claims anew.
 #[test]
-fn a_failed_release_of_a_refused_containers_claim_stays_the_pods() {
+fn a_refused_containers_claim_goes_back_without_a_teardown() {
     let (mut plugin, fixture, state) = hgx_plugin("");
-    let flaky = Arc::new(Flaky(false.into()));
-    plugin.teardown = flaky.clone();
+    plugin.teardown = Arc::new(Flaky(false.into()));
     let ledger = plugin.devices().ledger().clone();
     let health = crate::gpu::HealthStore::new(&state.path().join("health"));
     let uuid = &fixture.expected().gpus[0].uuid;
 
     let pod = started(&plugin, &fixture, "sb", 0);
+    assert!(
+        ledger.holds("sb").unwrap(),
+        "claimed at the sandbox's start"
+    );
     health.mark(uuid, &[Fault::DoubleBitEcc], 1).unwrap();
     plugin.adjustment(&pod, &named("c1")).unwrap_err();
     assert!(plugin.wait_for_releases(LIMIT));
-    assert!(ledger.holds("sb").unwrap(), "its teardown failed");
-    assert!(
-        plugin.unreleased.pending().is_empty(),
-        "not retried unguarded"
-    );
+    assert!(!ledger.holds("sb").unwrap(), "given back, no teardown run");
+    assert!(plugin.unreleased.pending().is_empty());
 
     assert!(health.clear(uuid).unwrap());
     plugin.adjustment(&pod, &named("c1")).unwrap();
-    flaky.0.store(true, std::sync::atomic::Ordering::SeqCst);
-    plugin.retry_round();
     assert!(ledger.snapshot().unwrap().pods["sb"]
         .containers
         .contains_key("c1"));
+}
+
+/// Under `failure_policy = "ignore"` a container whose allocation cannot be
+/// applied starts without it: the claim its sandbox's start made goes back
+/// as a refusal's does, rather than sit unused until the sandbox stops.
+#[test]
+fn an_ignored_failure_gives_back_the_claim_made_ahead() {
+    let (plugin, fixture, state) = hgx_plugin("failure_policy = \"ignore\"\n");
+    let ledger = plugin.devices().ledger().clone();
+    let health = crate::gpu::HealthStore::new(&state.path().join("health"));
+    let pod = started(&plugin, &fixture, "ig", 0);
+    assert!(
+        ledger.holds("ig").unwrap(),
+        "claimed at the sandbox's start"
+    );
+    let uuid = &fixture.expected().gpus[0].uuid;
+    health.mark(uuid, &[Fault::DoubleBitEcc], 1).unwrap();
+    let adjust = plugin.adjustment(&pod, &named("c1")).unwrap();
+    assert!(
+        adjust.linux.as_ref().is_none_or(|l| l.devices.is_empty()),
+        "started without its devices"
+    );
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(!ledger.holds("ig").unwrap());
 }
