@@ -82,6 +82,9 @@ pub struct Released {
     pub pods: Vec<PodRef>,
     /// Pods whose teardown failed.
     pub failed: Vec<Failed>,
+    /// Pods a container joined while their teardown ran: they keep their
+    /// claims.
+    pub joined: Vec<PodRecord>,
 }
 
 /// A pod whose teardown failed: the devices it could not clean stay its,

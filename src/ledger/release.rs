@@ -113,9 +113,13 @@ impl Ledger {
             }
         }
         let committed = self.commit_released(&outcomes);
-        if committed.is_err() {
+        match &committed {
             // The pods keep their claims: their teardown's notes are undone.
-            outcomes.iter().for_each(|(pod, _)| teardown.kept(pod));
+            Err(_) => outcomes.iter().for_each(|(pod, _)| teardown.kept(pod)),
+            Ok(released) => released.joined.iter().for_each(|pod| {
+                tracing::warn!(pod = %pod.pod, sandbox = %pod.pod.sandbox_id, "a container joined the pod during its release: its claims stay");
+                teardown.kept(pod);
+            }),
         }
         committed
     }
@@ -130,6 +134,12 @@ impl Ledger {
         let mut out = Released::default();
         for (pod, outcome) in outcomes {
             match outcome {
+                // A container admitted while the teardown ran (a pod the
+                // runtime reported gone at Synchronize that was not: a
+                // containerd 1.7 sandbox whose task it could not look up has
+                // pid 0) uses the claims: dropped, its devices would go to
+                // the next pod under it.
+                Ok(()) if joined_since(&txn.state, pod) => out.joined.push(pod.clone()),
                 Ok(()) => {
                     drop_pod(&mut txn.state, &pod.pod.sandbox_id);
                     lift_restored(&mut txn.state, &pod.claims);
@@ -155,4 +165,14 @@ impl Ledger {
         txn.commit()?;
         Ok(out)
     }
+}
+
+/// Whether `pod`'s record now holds a container it did not hold when `pod`
+/// was read.
+fn joined_since(state: &LedgerState, pod: &PodRecord) -> bool {
+    state.pods.get(&pod.pod.sandbox_id).is_some_and(|now| {
+        now.containers
+            .keys()
+            .any(|c| !pod.containers.contains_key(c))
+    })
 }

@@ -179,3 +179,34 @@ fn a_release_leaves_a_pod_claimed_while_it_waited() {
     assert!(!l.holds("a").unwrap());
     assert!(l.holds("x").unwrap(), "not locked, not released");
 }
+
+/// A container admitted into a pod while the pod's release tears it down (a
+/// pod the runtime reported gone that was not) keeps the pod's claims: the
+/// commit drops no pod that holds a container it did not hold when read.
+#[test]
+fn a_container_admitted_during_the_teardown_keeps_the_pods_claims() {
+    let (d, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    l.admit(&pod("a"), &claims, "c1", super::tests::record("c1"), false)
+        .unwrap();
+    struct Joins<'a>(&'a Ledger);
+    impl Teardown for Joins<'_> {
+        fn teardown(&self, _pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
+            let claims = [gpu("GPU-1", Share::Exclusive)];
+            self.0
+                .admit(&pod("a"), &claims, "c2", super::tests::record("c2"), false)
+                .unwrap();
+            Ok(())
+        }
+    }
+    let other = Ledger::open(d.path()).unwrap();
+    let released = l
+        .release_pods(&HashSet::from(["a".to_string()]), &Joins(&other))
+        .unwrap();
+    assert!(released.pods.is_empty(), "{released:?}");
+    assert_eq!(released.joined.len(), 1);
+    let snap = l.snapshot().unwrap();
+    assert!(snap.pods["a"].containers.contains_key("c2"));
+    let e = l.claim(&pod("b"), &claims).unwrap_err();
+    assert!(matches!(e, LedgerError::Held { .. }), "{e}");
+}

@@ -106,8 +106,12 @@ impl Releaser {
         // one; GPU teardown forgets those of the pods it ran for.
         if let Some(r) = &released {
             let gpu = self.gpu.get();
+            let kept = |id: &str| {
+                r.failed.iter().any(|f| f.pod.sandbox_id == id)
+                    || r.joined.iter().any(|p| p.pod.sandbox_id == id)
+            };
             job.ids()
-                .filter(|id| !r.failed.iter().any(|f| &f.pod.sandbox_id == *id))
+                .filter(|id| !kept(id))
                 .for_each(|id| gpu.forget_pod(id));
         }
     }
