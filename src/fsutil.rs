@@ -370,6 +370,18 @@ fn replace(
 }
 
 /// Makes entries added, renamed or removed in `dir` durable.
+/// Opens the directory `path`, relative to `at` where given, for reading
+/// its entries or opening files beneath it (`openat`).
+pub fn open_dir_at<P: ?Sized + nix::NixPath>(
+    at: Option<&std::os::fd::OwnedFd>,
+    path: &P,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let fd = openat(at.map(|d| d.as_raw_fd()), path, flags, Mode::empty())?;
+    // SAFETY: openat returned a new descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
 pub fn sync_dir(dir: &Path) -> Result<(), FsError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(at(dir))
 }

@@ -4,15 +4,14 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use nix::fcntl::{openat, OFlag};
-use nix::sys::stat::Mode;
-
-use crate::fsutil::{read_proc_stat, read_proc_text, MAX_PROC_CGROUP_BYTES};
+use crate::fsutil::{
+    open_dir_at as open_dir, read_proc_stat, read_proc_text, MAX_PROC_CGROUP_BYTES,
+};
 use crate::proc_stat::StatLine;
 
 /// A signal teardown sends.
@@ -287,13 +286,6 @@ fn last_call_refused() -> bool {
         io::Error::last_os_error().raw_os_error(),
         Some(libc::EACCES | libc::EPERM)
     )
-}
-
-fn open_dir<P: ?Sized + nix::NixPath>(at: Option<&OwnedFd>, path: &P) -> io::Result<OwnedFd> {
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-    let fd = openat(at.map(|d| d.as_raw_fd()), path, flags, Mode::empty())?;
-    // SAFETY: openat returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Whether [`for_each_entry`] goes on to the next entry.

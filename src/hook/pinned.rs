@@ -7,11 +7,8 @@
 //! the start, a dead process's files are gone (ENOENT from `proc_pident_lookup`
 //! once `get_proc_task` finds no task), never another's.
 
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-
-use nix::fcntl::{openat, OFlag};
-use nix::sys::stat::Mode;
 
 use crate::netdev::{Netns, NetnsError};
 
@@ -25,13 +22,10 @@ impl Pinned {
     /// `<proc_root>/<pid>`, opened now.
     pub(crate) fn open(proc_root: &Path, pid: u32) -> Result<Pinned, NetnsError> {
         let path = proc_root.join(pid.to_string());
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-        let fd = openat(None, &path, flags, Mode::empty()).map_err(|e| NetnsError::Open {
+        let dir = crate::fsutil::open_dir_at(None, &path).map_err(|source| NetnsError::Open {
             path: path.clone(),
-            source: e.into(),
+            source,
         })?;
-        // SAFETY: openat returned a new descriptor that nothing else owns.
-        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(Pinned { pid, dir, path })
     }
 

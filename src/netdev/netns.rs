@@ -8,7 +8,7 @@
 use std::fs;
 use std::marker::PhantomData;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use nix::sched::{setns, CloneFlags};
@@ -53,41 +53,40 @@ pub struct Netns {
 impl Netns {
     /// Opens a namespace file (`/proc/<pid>/ns/net`, `/run/netns/<name>`).
     pub fn open(path: &Path) -> Result<Netns, NetnsError> {
-        let err = |source| NetnsError::Open {
-            path: path.to_path_buf(),
-            source,
-        };
-        // Whatever the path turns out to be, opening it neither waits (a
-        // FIFO) nor takes a terminal; the identity is checked by the caller.
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(path)
-            .map_err(err)?;
-        Netns::of_file(file).map_err(err)
+        Netns::open_in(None, path, || path.to_path_buf())
     }
 
     /// Opens `name` under the open directory `dir` (a process's proc
     /// directory: `ns/net`), whose path `shown` names it in errors.
     pub fn open_at(dir: BorrowedFd<'_>, name: &Path, shown: &Path) -> Result<Netns, NetnsError> {
-        let err = |source| NetnsError::Open {
-            path: shown.join(name),
-            source,
-        };
+        Netns::open_in(Some(dir), name, || shown.join(name))
+    }
+
+    fn open_in(
+        dir: Option<BorrowedFd<'_>>,
+        name: &Path,
+        shown: impl FnOnce() -> PathBuf,
+    ) -> Result<Netns, NetnsError> {
+        // Whatever the path turns out to be, opening it neither waits (a
+        // FIFO) nor takes a terminal; the identity is checked by the caller.
         let flags = nix::fcntl::OFlag::O_RDONLY
             | nix::fcntl::OFlag::O_NONBLOCK
             | nix::fcntl::OFlag::O_NOCTTY
             | nix::fcntl::OFlag::O_CLOEXEC;
-        let fd = nix::fcntl::openat(
-            Some(dir.as_raw_fd()),
+        let opened = nix::fcntl::openat(
+            dir.map(|d| d.as_raw_fd()),
             name,
             flags,
             nix::sys::stat::Mode::empty(),
-        )
-        .map_err(|e| err(e.into()))?;
-        // SAFETY: openat returned a new descriptor that nothing else owns.
-        let file = unsafe { <fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        Netns::of_file(file).map_err(err)
+        );
+        let opened = opened.map_err(std::io::Error::from).and_then(|fd| {
+            // SAFETY: openat returned a new descriptor that nothing else owns.
+            Netns::of_file(unsafe { <fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+        });
+        opened.map_err(|source| NetnsError::Open {
+            path: shown(),
+            source,
+        })
     }
 
     fn of_file(file: fs::File) -> std::io::Result<Netns> {
