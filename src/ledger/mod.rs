@@ -82,8 +82,8 @@ pub struct Released {
     pub pods: Vec<PodRef>,
     /// Pods whose teardown failed.
     pub failed: Vec<Failed>,
-    /// Pods a container joined while their teardown ran: they keep their
-    /// claims.
+    /// Pods a container joined while their teardown ran: they keep every
+    /// claim (a failed teardown's unclean ones quarantined, as in `failed`).
     pub joined: Vec<PodRecord>,
 }
 

@@ -133,13 +133,18 @@ impl Ledger {
         let mut txn = self.store.begin()?;
         let mut out = Released::default();
         for (pod, outcome) in outcomes {
+            // A container admitted while the teardown ran (a pod the runtime
+            // reported gone at Synchronize that was not: a containerd 1.7
+            // sandbox whose task it could not look up has pid 0) uses the
+            // claims: dropped, its devices would go to the next pod under
+            // it. As a guarded release does (`commit_guarded`), such a pod
+            // keeps every claim, the clean ones of a failed teardown too.
+            let joined = joined_since(&txn.state, pod);
+            if joined {
+                out.joined.push(pod.clone());
+            }
             match outcome {
-                // A container admitted while the teardown ran (a pod the
-                // runtime reported gone at Synchronize that was not: a
-                // containerd 1.7 sandbox whose task it could not look up has
-                // pid 0) uses the claims: dropped, its devices would go to
-                // the next pod under it.
-                Ok(()) if joined_since(&txn.state, pod) => out.joined.push(pod.clone()),
+                Ok(()) if joined => {}
                 Ok(()) => {
                     drop_pod(&mut txn.state, &pod.pod.sandbox_id);
                     lift_restored(&mut txn.state, &pod.claims);
@@ -152,7 +157,7 @@ impl Ledger {
                 // for the retry; the others are handed back now.
                 Err(unclean) => {
                     let sandbox = &pod.pod.sandbox_id;
-                    let kept = keep_unclean(&mut txn.state, sandbox, &pod.claims, unclean, true);
+                    let kept = keep_unclean(&mut txn.state, sandbox, &pod.claims, unclean, !joined);
                     out.failed.push(Failed {
                         pod: pod.pod.clone(),
                         reason: unclean.reason.clone(),

@@ -210,3 +210,44 @@ fn a_container_admitted_during_the_teardown_keeps_the_pods_claims() {
     let e = l.claim(&pod("b"), &claims).unwrap_err();
     assert!(matches!(e, LedgerError::Held { .. }), "{e}");
 }
+
+/// The same with a teardown that cleaned one device and not the other: the
+/// unclean one is quarantined, and the clean one stays the pod's too, since
+/// the container admitted meanwhile was given it (as a guarded release keeps
+/// a pod that changed).
+#[test]
+fn a_container_admitted_during_a_failed_teardown_keeps_the_clean_claims() {
+    let (d, l) = ledger();
+    let claims = [
+        gpu("GPU-1", Share::Exclusive),
+        gpu("GPU-2", Share::Exclusive),
+    ];
+    l.admit(&pod("a"), &claims, "c1", super::tests::record("c1"), false)
+        .unwrap();
+    struct JoinsAndFails<'a>(&'a Ledger, DeviceId);
+    impl Teardown for JoinsAndFails<'_> {
+        fn teardown(&self, pod_now: &PodRecord) -> Result<(), crate::ledger::Unclean> {
+            self.0
+                .admit(
+                    &pod("a"),
+                    &pod_now.claims,
+                    "c2",
+                    super::tests::record("c2"),
+                    false,
+                )
+                .unwrap();
+            Err(crate::ledger::Unclean::of([self.1.clone()], "reset failed"))
+        }
+    }
+    let other = Ledger::open(d.path()).unwrap();
+    let td = JoinsAndFails(&other, claims[0].device.clone());
+    let released = l
+        .release_pods(&HashSet::from(["a".to_string()]), &td)
+        .unwrap();
+    assert_eq!((released.failed.len(), released.joined.len()), (1, 1));
+    let snap = l.snapshot().unwrap();
+    let held: Vec<&DeviceId> = snap.pods["a"].claims.iter().map(|c| &c.device).collect();
+    assert_eq!(held, [&claims[0].device, &claims[1].device]);
+    let e = l.claim(&pod("b"), &claims[1..]).unwrap_err();
+    assert!(matches!(e, LedgerError::Held { .. }), "{e}");
+}

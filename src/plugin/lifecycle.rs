@@ -52,7 +52,16 @@ impl Unreleased {
         which.ids().for_each(|id| {
             set.remove(id);
         });
-        set.extend(released.failed.iter().map(|f| f.pod.sandbox_id.clone()));
+        // A pod a container joined is live: its stop's release tears it
+        // down, never a retry that would drop it under that container.
+        let joined = |id: &str| released.joined.iter().any(|p| p.pod.sandbox_id == id);
+        set.extend(
+            released
+                .failed
+                .iter()
+                .filter(|f| !joined(&f.pod.sandbox_id))
+                .map(|f| f.pod.sandbox_id.clone()),
+        );
     }
 
     pub fn pending(&self) -> HashSet<String> {

@@ -212,9 +212,26 @@ fn unreleased_keeps_failures_and_releases_the_ledger_could_not_make() {
         }],
         ..Released::default()
     };
-    let both = ["a".to_string(), "b".to_string()].into_iter().collect();
-    u.update(&Release::Pods(both), Some(&outcome));
+    let both: std::collections::HashSet<String> =
+        ["a".to_string(), "b".to_string()].into_iter().collect();
+    u.update(&Release::Pods(both.clone()), Some(&outcome));
     assert_eq!(u.pending(), ["b".to_string()].into_iter().collect());
+    // A container joined b while its teardown failed: b is live, and left
+    // to its stop's release, never to a retry that would drop it.
+    let joined = crate::ledger::PodRecord {
+        pod: outcome.failed[0].pod.clone(),
+        claims: Vec::new(),
+        claimed_unix: 1,
+        containers: Default::default(),
+        network_owner: None,
+        admitted: 0,
+    };
+    let outcome = Released {
+        joined: vec![joined],
+        ..outcome
+    };
+    u.update(&Release::Pods(both), Some(&outcome));
+    assert!(u.pending().is_empty(), "{:?}", u.pending());
 }
 
 /// A Synchronize that cannot read the ledger does not leave the pods gone
