@@ -5,17 +5,24 @@ use super::fake_api::CACHED;
 use super::watch::{retry_after, WatchError};
 use super::*;
 
-#[test]
-fn a_list_again_is_no_older_than_the_watch_and_from_etcd_where_the_cache_lags() {
+/// A fake API server holding pod `a`, and a checker that listed it and
+/// watches again.
+fn watching_pod_a() -> (FakeApi, tempfile::TempDir, GrantChecker) {
     let api = FakeApi::start().unwrap();
     api.put_pod(pod("ns", "a", "u-a", NODE, &[]));
     let dir = tempfile::tempdir().unwrap();
     let checker = watching(&dir, &api);
     assert!(found(&checker, "u-a"));
+    assert!(api.wait_requests(LONG, watching_again));
+    (api, dir, checker)
+}
+
+#[test]
+fn a_list_again_is_no_older_than_the_watch_and_from_etcd_where_the_cache_lags() {
+    let (api, _dir, _checker) = watching_pod_a();
     // The watch expires and the cache lags the version it saw: 504 to a
     // list no older than it, after which the list comes from etcd, page by
     // page.
-    assert!(api.wait_requests(LONG, watching_again));
     api.lag_cache();
     api.expire_watches();
     let lists = |r: &[String]| r.iter().filter(|x| x.starts_with("list")).count();
@@ -98,12 +105,7 @@ fn retry_after_is_read_in_seconds_and_bounded() {
 /// with the cache frozen.
 #[test]
 fn a_watch_from_a_version_the_cache_lags_lists_from_etcd() {
-    let api = FakeApi::start().unwrap();
-    api.put_pod(pod("ns", "a", "u-a", NODE, &[]));
-    let dir = tempfile::tempdir().unwrap();
-    let checker = watching(&dir, &api);
-    assert!(found(&checker, "u-a"));
-    assert!(api.wait_requests(LONG, watching_again));
+    let (api, _dir, checker) = watching_pod_a();
     api.lag_watches(1);
     api.drop_watches();
     let lists = |r: &[String]| r.iter().filter(|x| x.starts_with("list")).count();
