@@ -13,6 +13,9 @@ const END_GROUP: u8 = 4;
 /// Groups nested deeper than this are refused, as protobuf's own parsers
 /// bound recursion (its default recursion limit is 100).
 const MAX_GROUP_DEPTH: usize = 32;
+/// The largest field number protobuf allows (encoding guide: numbers are
+/// 1 to 2^29 - 1); 0 is never a field.
+const MAX_FIELD: u64 = (1 << 29) - 1;
 
 /// Why bytes are not the protobuf message they should be.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -21,6 +24,8 @@ pub enum WireError {
     Truncated { at: usize },
     #[error("varint too long at byte {at}")]
     VarintTooLong { at: usize },
+    #[error("field number {field} at byte {at} is outside 1 to 2^29 - 1")]
+    FieldNumber { field: u64, at: usize },
     #[error("field {field} has wire type {wire_type}, which this decoder does not read")]
     WireType { field: u64, wire_type: u8 },
     #[error("group {field} is not closed, or closed where none is open, at byte {at}")]
@@ -59,8 +64,13 @@ impl<'a> Reader<'a> {
         if self.pos == self.buf.len() {
             return Ok(None);
         }
+        let at = self.pos;
         let key = self.varint()?;
-        Ok(Some((key >> 3, (key & 7) as u8)))
+        let field = key >> 3;
+        if field == 0 || field > MAX_FIELD {
+            return Err(WireError::FieldNumber { field, at });
+        }
+        Ok(Some((field, (key & 7) as u8)))
     }
 
     pub(crate) fn varint(&mut self) -> Result<u64, WireError> {
@@ -72,6 +82,11 @@ impl<'a> Reader<'a> {
                 .get(self.pos)
                 .ok_or(WireError::Truncated { at: self.pos })?;
             self.pos += 1;
+            // The tenth byte holds the value's 64th bit alone: more would
+            // overflow u64, which protobuf's parsers refuse rather than wrap.
+            if shift == 63 && byte > 1 {
+                return Err(WireError::VarintTooLong { at: start });
+            }
             value |= u64::from(byte & 0x7f) << shift;
             if byte & 0x80 == 0 {
                 return Ok(value);

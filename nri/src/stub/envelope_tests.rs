@@ -79,7 +79,7 @@ fn overlong_varint_after(key: u8) -> Vec<u8> {
 
 #[test]
 fn refuses_malformed_envelopes() {
-    let cases: [(Vec<u8>, WireError); 6] = [
+    let cases: [(Vec<u8>, WireError); 11] = [
         (vec![1 << 3 | 2, 5, b'a'], WireError::Truncated { at: 2 }),
         (vec![1 << 3 | 2], WireError::Truncated { at: 1 }),
         (vec![4 << 3, 0x80], WireError::Truncated { at: 2 }),
@@ -89,10 +89,40 @@ fn refuses_malformed_envelopes() {
         ),
         (vec![7 << 3 | 3], WireError::Group { field: 7, at: 1 }),
         (vec![2 << 3 | 2, 1, 0xff], WireError::NotUtf8 { field: 2 }),
+        // Ten bytes whose last carries more than the 64th bit overflow u64.
+        (
+            [vec![4 << 3], vec![0xff; 9], vec![0x02]].concat(),
+            WireError::VarintTooLong { at: 1 },
+        ),
+        // Field 0 is no field, in a key of its own or after a good one (key 2:
+        // field 0, wire type 2).
+        (vec![0], WireError::FieldNumber { field: 0, at: 0 }),
+        (
+            vec![4 << 3, 1, 2, 0],
+            WireError::FieldNumber { field: 0, at: 2 },
+        ),
+        // Past the largest field number, also as a field that is skipped:
+        // keys 2^33 (field 2^30) and 2^32 (field 2^29, one past the largest).
+        (
+            vec![0x80, 0x80, 0x80, 0x80, 0x20, 0],
+            WireError::FieldNumber {
+                field: 1 << 30,
+                at: 0,
+            },
+        ),
+        (
+            vec![2 << 3 | 2, 0, 0x80, 0x80, 0x80, 0x80, 0x10, 7],
+            WireError::FieldNumber {
+                field: 1 << 29,
+                at: 2,
+            },
+        ),
     ];
     for (bytes, want) in cases {
         assert_eq!(RequestView::decode(&bytes), Err(want), "{bytes:?}");
     }
+    // The largest field number, 2^29 - 1 (key 2^32 - 8), is a field to skip.
+    assert!(RequestView::decode(&[0xf8, 0xff, 0xff, 0xff, 0x0f, 7]).is_ok());
     // A length that does not fit in memory is truncation, not an overflow:
     // the payload's length, 0xff × 9 then 0x01, is 2^64 - 1.
     let mut huge = overlong_varint_after(3 << 3 | 2);

@@ -220,7 +220,7 @@ impl<P: Plugin> Service<P> {
     ) -> Result<api::SynchronizeResponse, Status> {
         // A split sync (NRI v0.7+) must be acknowledged chunk by chunk with
         // `more` echoed and no updates, or the runtime drops the plugin.
-        let Some((pods, containers)) = self.collect_sync(req) else {
+        let Some((pods, containers)) = self.collect_sync(req)? else {
             return Ok(api::SynchronizeResponse {
                 more: true,
                 ..Default::default()

@@ -35,10 +35,41 @@ pub(super) struct Service<P> {
     sync: Mutex<SyncBuffer>,
 }
 
+/// The most pods and containers together that a split Synchronize may
+/// carry: far past any node (kubelet's default is 110 pods), and a bound on
+/// what a runtime that never sends its last chunk makes this process hold.
+const MAX_SYNC_OBJECTS: usize = 1 << 16;
+
+/// A Synchronize's pods and containers, once its last chunk is in.
+type Synced = (Vec<api::PodSandbox>, Vec<api::Container>);
+
 #[derive(Default)]
 struct SyncBuffer {
     pods: Vec<api::PodSandbox>,
     containers: Vec<api::Container>,
+}
+
+impl SyncBuffer {
+    /// Adds one chunk; everything collected once the last one is in, or an
+    /// error, with the buffer emptied, once the chunks hold more than `max`
+    /// objects.
+    fn add(&mut self, req: api::SynchronizeRequest, max: usize) -> Result<Option<Synced>, Status> {
+        let held = self.pods.len() + self.containers.len();
+        if held.saturating_add(req.pods.len() + req.containers.len()) > max {
+            *self = SyncBuffer::default();
+            return Err(ttrpc::get_status(
+                Code::RESOURCE_EXHAUSTED,
+                format!("synchronize carries more than {max} pods and containers"),
+            ));
+        }
+        self.pods.extend(req.pods);
+        self.containers.extend(req.containers);
+        if req.more {
+            return Ok(None);
+        }
+        let all = mem::take(self);
+        Ok(Some((all.pods, all.containers)))
+    }
 }
 
 /// Converts a plugin error into the status the runtime sees.
@@ -95,15 +126,11 @@ impl<P: Plugin> Service<P> {
     pub(super) fn collect_sync(
         &self,
         req: api::SynchronizeRequest,
-    ) -> Option<(Vec<api::PodSandbox>, Vec<api::Container>)> {
+    ) -> Result<Option<Synced>, Status> {
         let mut buf = self.sync.lock().unwrap_or_else(PoisonError::into_inner);
-        buf.pods.extend(req.pods);
-        buf.containers.extend(req.containers);
-        if req.more {
-            return None;
-        }
-        let buf = mem::take(&mut *buf);
-        Some((buf.pods, buf.containers))
+        buf.add(req, MAX_SYNC_OBJECTS).inspect_err(|status| {
+            tracing::error!(error = %status.message, "synchronize refused");
+        })
     }
 
     /// How long the runtime waits for the answer to a request: the shorter
@@ -262,5 +289,33 @@ mod timeout_tests {
             };
             assert_eq!(info.stated_request_timeout(), want, "{stated}");
         }
+    }
+}
+
+#[cfg(test)]
+mod sync_buffer_tests {
+    use super::*;
+
+    fn chunk(pods: usize, containers: usize, more: bool) -> api::SynchronizeRequest {
+        api::SynchronizeRequest {
+            pods: vec![api::PodSandbox::default(); pods],
+            containers: vec![api::Container::default(); containers],
+            more,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn chunks_past_the_bound_are_refused_and_dropped() {
+        let mut buf = SyncBuffer::default();
+        assert_eq!(buf.add(chunk(2, 3, true), 10), Ok(None));
+        assert_eq!(buf.add(chunk(2, 3, true), 10), Ok(None));
+        let err = buf.add(chunk(1, 0, false), 10).unwrap_err();
+        assert_eq!(err.code(), Code::RESOURCE_EXHAUSTED);
+        assert!(err.message.contains("more than 10"), "{}", err.message);
+        assert!(buf.pods.is_empty() && buf.containers.is_empty());
+        // The next Synchronize starts afresh, and the bound itself is allowed.
+        let (pods, containers) = buf.add(chunk(4, 6, false), 10).unwrap().unwrap();
+        assert_eq!((pods.len(), containers.len()), (4, 6));
     }
 }
