@@ -14,6 +14,9 @@ use crate::fsutil::{
 };
 use crate::proc_stat::StatLine;
 
+/// The devices a listing keeps: those given, or every one (`None`).
+pub type Wanted<'a> = Option<&'a [u64]>;
+
 /// A signal teardown sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
@@ -34,9 +37,12 @@ impl Signal {
 pub trait Host: Send + Sync {
     /// The pids under the proc root.
     fn pids(&self) -> io::Result<Vec<u32>>;
-    /// Appends the device numbers (`st_rdev`) of the char devices `pid` holds open.
-    /// `NotFound` when the process is gone.
-    fn open_char_devices(&self, pid: u32, out: &mut Vec<u64>) -> io::Result<()>;
+    /// Appends the device numbers (`st_rdev`) of the char devices `pid` holds open,
+    /// of those in `wanted` only where it is given; a descriptor opened with
+    /// `O_PATH`, which opens nothing, is left out. `NotFound` when the
+    /// process is gone.
+    fn open_char_devices(&self, pid: u32, wanted: Wanted<'_>, out: &mut Vec<u64>)
+        -> io::Result<()>;
     /// The text of `<proc>/<pid>/cgroup`.
     fn cgroup(&self, pid: u32) -> io::Result<String>;
     /// The start time of a live process (field 22 of `<proc>/<pid>/stat`), `None` once it
@@ -133,14 +139,19 @@ impl Host for ProcHost {
         Ok(pids)
     }
 
-    fn open_char_devices(&self, pid: u32, out: &mut Vec<u64>) -> io::Result<()> {
+    fn open_char_devices(
+        &self,
+        pid: u32,
+        wanted: Wanted<'_>,
+        out: &mut Vec<u64>,
+    ) -> io::Result<()> {
         // A process that holds no descriptor (every kernel thread: half the
         // pids of a node) needs no listing where the kernel counts them.
         let listed = if self.fd_count(pid)? == Some(0) {
             Listing::default()
         } else {
             let dir = self.open_pid_dir(pid, "fd")?;
-            char_devices_in(dir.as_fd(), out)?
+            char_devices_in(dir.as_fd(), wanted, out)?
         };
         // Its threads' tables ask the same access of the same process.
         if listed.refused {
@@ -154,7 +165,7 @@ impl Host for ProcHost {
         // has no file table (exit_files), its live threads' are under
         // `<pid>/task/<tid>/fd`.
         if self.has_other_threads(pid) {
-            self.thread_tables(pid, listed.entries > 0, out)?;
+            self.thread_tables(pid, listed.entries > 0, wanted, out)?;
         }
         Ok(())
     }
@@ -228,7 +239,15 @@ struct Listing {
 /// reason stops the listing: every other descriptor of the process would be
 /// refused too. A refusal of the file itself (a security module's) is that
 /// descriptor's alone.
-fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<Listing> {
+///
+/// Only a wanted device's descriptor is asked how it was opened
+/// ([`path_only`]): three more syscalls, where every process holds some
+/// char device (`/dev/null`, a terminal) and few a GPU.
+fn char_devices_in(
+    dir: BorrowedFd<'_>,
+    wanted: Wanted<'_>,
+    out: &mut Vec<u64>,
+) -> io::Result<Listing> {
     let mut listed = Listing::default();
     for_each_entry(dir, |name| {
         listed.entries += 1;
@@ -255,8 +274,12 @@ fn char_devices_in(dir: BorrowedFd<'_>, out: &mut Vec<u64>) -> io::Result<Listin
         }
         // SAFETY: statx succeeded and filled the buffer.
         let stx = unsafe { stx.assume_init() };
-        if u32::from(stx.stx_mode) & libc::S_IFMT == libc::S_IFCHR {
-            out.push(libc::makedev(stx.stx_rdev_major, stx.stx_rdev_minor));
+        if u32::from(stx.stx_mode) & libc::S_IFMT != libc::S_IFCHR {
+            return Flow::Next;
+        }
+        let rdev = libc::makedev(stx.stx_rdev_major, stx.stx_rdev_minor);
+        if wanted.is_none_or(|w| w.contains(&rdev)) && !path_only::opened_as_path(dir, name) {
+            out.push(rdev);
         }
         Flow::Next
     })?;
@@ -352,6 +375,7 @@ pub fn parse_stat(text: &str) -> Option<u64> {
 
 mod command;
 mod counts;
+mod path_only;
 mod pidfd;
 mod threads;
 use counts::PidName;

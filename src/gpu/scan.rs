@@ -134,7 +134,7 @@ fn scan_pids(
     let mut devs = Vec::with_capacity(64);
     for &pid in pids.iter().filter(|p| !skip.contains(p)) {
         devs.clear();
-        match host.open_char_devices(pid, &mut devs) {
+        match host.open_char_devices(pid, Some(targets), &mut devs) {
             Ok(()) => {}
             Err(e) if gone(&e) => continue,
             Err(source) => return Err(GpuError::ProcessUnreadable { pid, source }),
@@ -308,7 +308,7 @@ fn membership(host: &dyn Host, pid: u32, pod: &PodCgroups, not_users: &NotUsers)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::host::{Sent, Signal};
+    use crate::gpu::host::{Sent, Signal, Wanted};
     use crate::gpu::kill::{self, KillTimes};
     use crate::gpu::tests::fake_host::{FakeHost, FakeProc};
     use std::io;
@@ -325,8 +325,13 @@ mod tests {
         fn pids(&self) -> io::Result<Vec<u32>> {
             self.inner.pids()
         }
-        fn open_char_devices(&self, pid: u32, out: &mut Vec<u64>) -> io::Result<()> {
-            self.inner.open_char_devices(pid, out)
+        fn open_char_devices(
+            &self,
+            pid: u32,
+            wanted: Wanted<'_>,
+            out: &mut Vec<u64>,
+        ) -> io::Result<()> {
+            self.inner.open_char_devices(pid, wanted, out)
         }
         fn cgroup(&self, pid: u32) -> io::Result<String> {
             let text = self.inner.cgroup(pid);

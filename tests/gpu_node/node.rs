@@ -107,7 +107,7 @@ pub fn holders(rdev: u64) -> Vec<u32> {
     pids.into_iter()
         .filter(|&pid| {
             open.clear();
-            host.open_char_devices(pid, &mut open).is_ok() && open.contains(&rdev)
+            host.open_char_devices(pid, None, &mut open).is_ok() && open.contains(&rdev)
         })
         .collect()
 }

@@ -34,9 +34,9 @@ fn a_tree_of_links_reads_like_proc() {
     let host = ProcHost::new(dir.path());
     assert_eq!(host.pids().unwrap(), vec![7]);
     let mut devs = Vec::new();
-    host.open_char_devices(7, &mut devs).unwrap();
+    host.open_char_devices(7, None, &mut devs).unwrap();
     assert_eq!(devs, vec![libc::makedev(1, 7); 200]);
-    let err = host.open_char_devices(8, &mut devs).unwrap_err();
+    let err = host.open_char_devices(8, None, &mut devs).unwrap_err();
     assert!(gone(&err));
 }
 
@@ -45,7 +45,7 @@ fn this_process_holds_its_open_char_device() {
     let file = std::fs::File::open("/dev/full").unwrap();
     let host = ProcHost::new(Path::new("/proc"));
     let mut devs = Vec::new();
-    host.open_char_devices(std::process::id(), &mut devs)
+    host.open_char_devices(std::process::id(), None, &mut devs)
         .unwrap();
     assert!(devs.contains(&libc::makedev(1, 7)), "{devs:?}");
     assert!(host.start_time(std::process::id()).unwrap().is_some());
@@ -75,10 +75,10 @@ fn the_threads_of_a_process_listing_no_fd_are_walked_only_when_it_has_several() 
     assert!(host.has_other_threads(9));
     assert!(!host.has_other_threads(8));
     let mut devs = Vec::new();
-    host.open_char_devices(9, &mut devs).unwrap();
+    host.open_char_devices(9, None, &mut devs).unwrap();
     assert_eq!(devs, vec![libc::makedev(1, 7)]);
     devs.clear();
-    host.open_char_devices(8, &mut devs).unwrap();
+    host.open_char_devices(8, None, &mut devs).unwrap();
     assert!(devs.is_empty(), "{devs:?}");
     // No `task` to count: looked at, as before.
     assert!(host.has_other_threads(7));
@@ -161,7 +161,7 @@ fn a_process_whose_descriptors_cannot_be_followed_is_left_after_one_refusal() {
             return 4;
         };
         let mut devs = Vec::new();
-        match char_devices_in(dir.as_fd(), &mut devs) {
+        match char_devices_in(dir.as_fd(), None, &mut devs) {
             Ok(Listing {
                 entries: 1,
                 refused: true,
@@ -195,7 +195,7 @@ fn a_file_refused_alone_does_not_end_its_process_listing() {
             return 4;
         };
         let mut devs = Vec::new();
-        match char_devices_in(dir.as_fd(), &mut devs) {
+        match char_devices_in(dir.as_fd(), None, &mut devs) {
             Ok(Listing {
                 entries: 2,
                 refused: false,
@@ -248,7 +248,7 @@ fn the_kernel_counts_descriptors_where_it_can_and_a_process_holding_none_is_seen
     }
     let count = host.fd_count(pid as u32);
     let mut devs = Vec::new();
-    let listed = host.open_char_devices(pid as u32, &mut devs);
+    let listed = host.open_char_devices(pid as u32, None, &mut devs);
     let mine = host.fd_count(std::process::id()).unwrap();
     // SAFETY: the child forked above.
     unsafe {
@@ -319,4 +319,63 @@ fn a_process_whose_name_is_not_utf8_has_a_start_time() {
     done.send(()).unwrap();
     thread.join().unwrap();
     assert!(start.unwrap().is_some());
+}
+
+/// A child that closed every descriptor it inherited and opened `/dev/full`
+/// (1:7) with `flags`, waiting for its end; its pid once the open is seen.
+fn child_holding_full(flags: libc::c_int) -> libc::pid_t {
+    const FULL: &CStr = c"/dev/full";
+    // SAFETY: the child calls only async-signal-safe functions and never
+    // returns into the harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe {
+            libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+            libc::open(FULL.as_ptr(), flags);
+            loop {
+                libc::pause();
+            }
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if std::fs::read_link(format!("/proc/{pid}/fd/0"))
+            .is_ok_and(|l| l == Path::new("/dev/full"))
+        {
+            return pid;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    panic!("the child did not open /dev/full");
+}
+
+/// A descriptor opened with `O_PATH` names the device without opening it:
+/// it is no use of the device, and is not listed; a real open is, wanted
+/// or among every device.
+#[test]
+fn a_device_node_held_with_o_path_is_not_an_open_device() {
+    let full = libc::makedev(1, 7);
+    let host = ProcHost::new(Path::new("/proc"));
+    let mut seen = Vec::new();
+    for flags in [libc::O_PATH, libc::O_RDONLY] {
+        let pid = child_holding_full(flags | libc::O_CLOEXEC);
+        let (mut wanted, mut all, mut other) = (Vec::new(), Vec::new(), Vec::new());
+        let reads = [
+            host.open_char_devices(pid as u32, Some(&[full]), &mut wanted),
+            host.open_char_devices(pid as u32, None, &mut all),
+            host.open_char_devices(pid as u32, Some(&[libc::makedev(1, 3)]), &mut other),
+        ];
+        // SAFETY: the child forked above.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        assert!(reads.iter().all(Result::is_ok), "{reads:?}");
+        assert!(other.is_empty(), "{other:?}");
+        seen.push((wanted, all));
+    }
+    assert_eq!(seen[0], (vec![], vec![]), "held with O_PATH");
+    assert_eq!(seen[1], (vec![full], vec![full]), "opened");
 }

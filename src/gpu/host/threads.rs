@@ -15,7 +15,7 @@ use std::os::fd::AsFd;
 use std::sync::OnceLock;
 
 use super::counts::PidName;
-use super::{char_devices_in, for_each_entry, gone, open_dir, Flow, ProcHost};
+use super::{char_devices_in, for_each_entry, gone, open_dir, Flow, ProcHost, Wanted};
 
 /// `kcmp(2)`'s `KCMP_FILES`: whether two tasks share one file table.
 const KCMP_FILES: libc::c_int = 2;
@@ -38,6 +38,7 @@ impl ProcHost {
         &self,
         pid: u32,
         main_read: bool,
+        wanted: Wanted<'_>,
         out: &mut Vec<u64>,
     ) -> io::Result<()> {
         let tasks = match self.open_pid_dir(pid, "task") {
@@ -78,7 +79,7 @@ impl ProcHost {
                 Err(e) if gone(&e) || refused(&e) => continue,
                 Err(e) => return Err(e),
             };
-            let listed = match char_devices_in(dir.as_fd(), out) {
+            let listed = match char_devices_in(dir.as_fd(), wanted, out) {
                 Ok(listed) => listed,
                 Err(e) if gone(&e) => continue,
                 Err(e) => return Err(e),

@@ -116,12 +116,12 @@ fn devices_of_many_tables_are_gathered_without_repeats() {
     }
     let host = ProcHost::new(dir.path());
     let mut devs = Vec::new();
-    host.open_char_devices(9, &mut devs).unwrap();
+    host.open_char_devices(9, None, &mut devs).unwrap();
     devs.sort_unstable();
     devs.dedup();
     assert_eq!(devs, [libc::makedev(1, 3), libc::makedev(1, 7)]);
     let mut all = Vec::new();
-    host.open_char_devices(9, &mut all).unwrap();
+    host.open_char_devices(9, None, &mut all).unwrap();
     assert!(all.len() <= COMPACT_PAST + 4, "{} entries", all.len());
 }
 
@@ -148,7 +148,7 @@ fn a_table_is_read_where_a_filter_refuses_kcmp() {
             }
             let t = thread(true);
             let mut devs = Vec::new();
-            let read = ProcHost::new(Path::new("/proc")).open_char_devices(me, &mut devs);
+            let read = ProcHost::new(Path::new("/proc")).open_char_devices(me, None, &mut devs);
             t.end();
             match read {
                 Ok(()) if devs.contains(&libc::makedev(1, 7)) => 0,

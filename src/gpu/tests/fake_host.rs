@@ -6,7 +6,7 @@ use std::io;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::gpu::host::{Host, Sent, Signal};
+use crate::gpu::host::{Host, Sent, Signal, Wanted};
 
 #[derive(Debug, Clone, Default)]
 pub struct FakeProc {
@@ -82,9 +82,15 @@ impl Host for FakeHost {
         Ok(self.procs.lock().unwrap().keys().copied().collect())
     }
 
-    fn open_char_devices(&self, pid: u32, out: &mut Vec<u64>) -> io::Result<()> {
+    fn open_char_devices(
+        &self,
+        pid: u32,
+        wanted: Wanted<'_>,
+        out: &mut Vec<u64>,
+    ) -> io::Result<()> {
         let procs = self.procs.lock().unwrap();
-        out.extend(&procs.get(&pid).ok_or_else(not_found)?.devs);
+        let devs = &procs.get(&pid).ok_or_else(not_found)?.devs;
+        out.extend(devs.iter().filter(|d| wanted.is_none_or(|w| w.contains(d))));
         Ok(())
     }
 

@@ -124,7 +124,7 @@ impl Holder {
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             let mut devs = Vec::new();
-            if host.open_char_devices(self.pid(), &mut devs).is_ok() && devs.contains(&want) {
+            if host.open_char_devices(self.pid(), None, &mut devs).is_ok() && devs.contains(&want) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -334,8 +334,9 @@ fn a_holder_whose_main_thread_exited_is_still_seen() {
                 .is_some_and(|r| r.trim_start().starts_with('Z'))
         });
         let mut devs = Vec::new();
-        seen =
-            leader_gone && host.open_char_devices(pid, &mut devs).is_ok() && devs.contains(&want);
+        seen = leader_gone
+            && host.open_char_devices(pid, None, &mut devs).is_ok()
+            && devs.contains(&want);
         std::thread::sleep(Duration::from_millis(5));
     }
     // SAFETY: the child forked above.
@@ -383,7 +384,7 @@ fn another_process_of_this_program_is_no_user() {
     let out = s.ledger.release_pod("sb-real", &s.teardown).unwrap();
     assert!(out.failed.is_empty(), "{:?}", out.failed);
     let mut devs = Vec::new();
-    host.open_char_devices(copy.0.as_raw() as u32, &mut devs)
+    host.open_char_devices(copy.0.as_raw() as u32, None, &mut devs)
         .unwrap();
     assert!(devs.contains(&libc::makedev(FULL.0, FULL.1)), "still held");
 }

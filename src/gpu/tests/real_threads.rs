@@ -21,7 +21,7 @@ fn a_device_open_only_in_a_threads_own_table_is_found() {
     let full = libc::makedev(1, 7);
     let holds = || {
         let mut out = Vec::new();
-        host.open_char_devices(me, &mut out).unwrap();
+        host.open_char_devices(me, None, &mut out).unwrap();
         out.contains(&full)
     };
     assert!(!holds(), "the test process holds /dev/full already");
