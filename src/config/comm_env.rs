@@ -145,6 +145,8 @@ impl Default for CommEnvConfig {
 /// Names devgate sets for other reasons; a communication variable must not take them.
 const RESERVED: [&str; 3] = ["NVIDIA_VISIBLE_DEVICES", "LD_PRELOAD", "DEVGATE_PROBE"];
 const RESERVED_PREFIXES: [&str; 2] = ["CUDA_DEVICE_MEMORY_LIMIT_", "CUDA_DEVICE_SM_LIMIT_"];
+/// The container's own to set, never the node's (see `check_name`).
+const RENUMBERS_GPUS: &str = "CUDA_VISIBLE_DEVICES";
 
 impl CommEnvConfig {
     pub fn setting(&self, var: CommVar) -> &VarSetting {
@@ -223,6 +225,14 @@ fn check_name(name: &str) -> Result<(), String> {
     }
     if RESERVED.contains(&name) || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p)) {
         return Err(format!("{name} is set by devgate for another purpose"));
+    }
+    // CUDA numbers the GPUs in the order this lists them, and HAMi-core's
+    // per-GPU limits name those numbers: a node-wide list (`{gpu_uuids}`
+    // is in the annotation's order) would put one GPU's limit on another.
+    if name == RENUMBERS_GPUS {
+        return Err(format!(
+            "{name} renumbers the container's GPUs, whose HAMi-core limits are set by number"
+        ));
     }
     Ok(())
 }

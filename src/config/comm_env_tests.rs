@@ -65,6 +65,14 @@ fn bad_settings_are_refused_with_their_key() {
             "set by devgate for another purpose",
         ),
         (
+            "[comm_env.extra]\nCUDA_VISIBLE_DEVICES = \"{gpu_uuids}\"\n",
+            "comm_env.extra.CUDA_VISIBLE_DEVICES: CUDA_VISIBLE_DEVICES renumbers",
+        ),
+        (
+            "[comm_env]\nNCCL_IB_HCA = \"CUDA_VISIBLE_DEVICES\"\n",
+            "comm_env.NCCL_IB_HCA: CUDA_VISIBLE_DEVICES renumbers",
+        ),
+        (
             "[comm_env.extra]\nX = \"{gpu_uuid}\"\n",
             "unknown placeholder {gpu_uuid}",
         ),
