@@ -12,8 +12,8 @@ const NRI_FIX: &str = "set [plugins.\"io.containerd.nri.v1.nri\"] disable = fals
 /// What the checks need from containerd's config, imports merged in.
 #[derive(Debug, Default)]
 pub struct Effective {
-    /// The NRI plugin's table, from the last file that has one (containerd replaces
-    /// a plugin's whole table with an imported one).
+    /// The NRI plugin's table, imports merged in as the running containerd
+    /// merges them ([`Merge`]).
     pub nri: Option<toml::Table>,
     pub disabled_plugins: Vec<String>,
     /// The CRI plugin's table (`io.containerd.grpc.v1.cri` in version 2 configs,
@@ -27,13 +27,30 @@ pub struct ContainerdConfig {
     pub loaded: Result<Option<Effective>, String>,
 }
 
+/// How an imported file's plugin tables combine with those before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Merge {
+    /// containerd 1.x: an imported plugin table replaces the whole table
+    /// (services/server/config/config.go `mergeConfig`).
+    Replace,
+    /// containerd 2.x: tables merge key by key, the later value winning
+    /// (containerd PR #9982, "Allow sections of Plugins to be merged").
+    Deep,
+}
+
 impl ContainerdConfig {
-    pub fn load(roots: &Roots) -> ContainerdConfig {
+    pub fn load(roots: &Roots, host: &dyn Host) -> ContainerdConfig {
+        let deep = host
+            .containerd_version()
+            .ok()
+            .and_then(|l| parse_version(&l))
+            .is_some_and(|(major, _)| major >= 2);
+        let how = if deep { Merge::Deep } else { Merge::Replace };
         let path = roots.containerd_config.clone();
         let loaded = match read_bounded(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(format!("read {}: {e}", path.display())),
-            Ok(text) => load_text(roots, &path, &text).map(Some),
+            Ok(text) => load_text(roots, &path, &text, how).map(Some),
         };
         ContainerdConfig { path, loaded }
     }
@@ -49,10 +66,10 @@ fn parse(path: &Path, text: &str) -> Result<toml::Table, String> {
     })
 }
 
-fn load_text(roots: &Roots, path: &Path, text: &str) -> Result<Effective, String> {
+fn load_text(roots: &Roots, path: &Path, text: &str, how: Merge) -> Result<Effective, String> {
     let main = parse(path, text)?;
     let mut eff = Effective::default();
-    merge(&mut eff, &main);
+    merge(&mut eff, &main, how);
     let imports: Vec<&str> = main
         .get("imports")
         .and_then(|v| v.as_array())
@@ -61,7 +78,7 @@ fn load_text(roots: &Roots, path: &Path, text: &str) -> Result<Effective, String
     let dir = path.parent().unwrap_or(Path::new("/"));
     for import in expand_imports(roots, dir, &imports) {
         let text = read_bounded(&import).map_err(|e| format!("read {}: {e}", import.display()))?;
-        merge(&mut eff, &parse(&import, &text)?);
+        merge(&mut eff, &parse(&import, &text)?, how);
     }
     Ok(eff)
 }
@@ -101,7 +118,7 @@ fn expand_imports(roots: &Roots, config_dir: &Path, imports: &[&str]) -> Vec<Pat
     out
 }
 
-fn merge(eff: &mut Effective, file: &toml::Table) {
+fn merge(eff: &mut Effective, file: &toml::Table, how: Merge) {
     if let Some(list) = file.get("disabled_plugins").and_then(|v| v.as_array()) {
         let names = list.iter().filter_map(|v| v.as_str()).map(String::from);
         eff.disabled_plugins.extend(names);
@@ -110,11 +127,29 @@ fn merge(eff: &mut Effective, file: &toml::Table) {
         return;
     };
     if let Some(t) = plugins.get(NRI_PLUGIN).and_then(|v| v.as_table()) {
-        eff.nri = Some(t.clone());
+        merge_table(&mut eff.nri, t, how);
     }
     for cri in ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"] {
         if let Some(t) = plugins.get(cri).and_then(|v| v.as_table()) {
-            eff.cri = Some(t.clone());
+            merge_table(&mut eff.cri, t, how);
+        }
+    }
+}
+
+fn merge_table(into: &mut Option<toml::Table>, from: &toml::Table, how: Merge) {
+    match (into, how) {
+        (Some(into), Merge::Deep) => merge_deep(into, from),
+        (into, _) => *into = Some(from.clone()),
+    }
+}
+
+fn merge_deep(into: &mut toml::Table, from: &toml::Table) {
+    for (key, value) in from {
+        match (into.get_mut(key), value) {
+            (Some(toml::Value::Table(inner)), toml::Value::Table(more)) => merge_deep(inner, more),
+            _ => {
+                into.insert(key.clone(), value.clone());
+            }
         }
     }
 }
@@ -239,4 +274,30 @@ pub fn cri_runtime(config: &ContainerdConfig) -> (String, bool) {
         .and_then(|v| v.as_bool())
         .unwrap_or(false);
     (name, systemd)
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::*;
+
+    fn table(text: &str) -> toml::Table {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn an_import_replaces_a_plugin_table_on_1x_and_merges_into_it_on_2x() {
+        let main = table("disable = false\n[a]\nx = 1\ny = 2\n");
+        let import = table("socket_path = \"/s\"\n[a]\ny = 3\n");
+        let mut replaced = Some(main.clone());
+        merge_table(&mut replaced, &import, Merge::Replace);
+        assert_eq!(replaced, Some(import.clone()));
+        let mut merged = Some(main);
+        merge_table(&mut merged, &import, Merge::Deep);
+        let want = table("disable = false\nsocket_path = \"/s\"\n[a]\nx = 1\ny = 3\n");
+        assert_eq!(merged, Some(want));
+        // The first table found is taken whole either way.
+        let mut first = None;
+        merge_table(&mut first, &import, Merge::Deep);
+        assert_eq!(first, Some(import));
+    }
 }

@@ -134,7 +134,7 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
     // The running plugins, listed once for the checks that look at them.
     let running = running::running_plugins(&roots.proc_dir);
     let (config_check, config) = checks::config(roots, &running);
-    let containerd_config = containerd::ContainerdConfig::load(roots);
+    let containerd_config = containerd::ContainerdConfig::load(roots, host);
     let inventory = crate::inventory::discover(&roots.host_root);
     let crio = crio::is_crio(roots, host);
     let (runtime, nri) = match crio {

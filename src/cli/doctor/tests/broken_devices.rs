@@ -176,6 +176,26 @@ fn each_broken_device_setup_fails_or_warns_its_own_check() {
             "no /dev/char/<major>:<minor> leads to /dev/nvidia",
         ),
         (
+            "no /dev/char links, systemd set in the main file, a 2.x drop-in beside it",
+            |n| {
+                // containerd 2.x merges the drop-in's table into the main
+                // file's, so runc keeps the systemd driver.
+                n.host.version = Ok("containerd x v2.1.9 y".into());
+                write(
+                    &n.roots.containerd_config,
+                    "version = 3\nimports = [\"conf.d/*.toml\"]\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n",
+                );
+                write(
+                    &n.roots.etc_root.join("containerd/conf.d/10-cdi.toml"),
+                    "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\n  enable_cdi = true\n",
+                );
+                std::fs::remove_dir_all(n.roots.host_root.join("dev/char")).unwrap();
+            },
+            "cgroup",
+            Status::Warn,
+            "no /dev/char/<major>:<minor> leads to /dev/nvidia",
+        ),
+        (
             "no cgroup fs",
             |n| {
                 std::fs::remove_file(n.roots.host_root.join("sys/fs/cgroup/cgroup.controllers"))
