@@ -100,6 +100,18 @@ pub struct Model {
     /// RDMA device index → the PCI function it belongs to (sysfs
     /// `<function>/infiniband/<name>`).
     pub rdma_parent: BTreeMap<u32, crate::inventory::PciAddr>,
+    /// What a pod's container does to a link right after a given call.
+    pub meddle: Option<Meddle>,
+}
+
+/// A container with `NET_ADMIN` acting on a link in its netns between two
+/// of the hook's calls: it names the link `altname` and brings it up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Meddle {
+    /// After the n-th mutating call (0-based).
+    pub after: usize,
+    pub index: u32,
+    pub altname: String,
 }
 
 /// What tests compare: the kernel objects, without the call log.
@@ -162,6 +174,13 @@ impl Model {
         self.calls.push(call);
         if self.fail_at == Some(n) {
             return Err(kernel("fake", libc::EIO));
+        }
+        if let Some(m) = self.meddle.take_if(|m| m.after + 1 == n) {
+            let link = self.links.iter_mut().find(|l| l.link.index == m.index);
+            if let Some(l) = link.filter(|l| l.ns != HOST) {
+                l.link.altnames.push(m.altname);
+                l.link.up = true;
+            }
         }
         Ok(())
     }

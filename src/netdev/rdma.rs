@@ -103,9 +103,14 @@ pub fn parse_dev(payload: &[u8]) -> Option<(u32, String)> {
             RDMA_NLDEV_ATTR_DEV_INDEX if value.len() >= 4 => {
                 index = Some(u32::from_ne_bytes([value[0], value[1], value[2], value[3]]));
             }
+            // `ib_device_rename` takes any bytes, and a pod with NET_ADMIN
+            // names its device as it likes: a name that is not UTF-8 is
+            // read lossily (U+FFFD, which no name devgate sets or looks up
+            // holds), so the device is still listed by its index and renamed
+            // back, never lost.
             RDMA_NLDEV_ATTR_DEV_NAME => {
                 let end = value.iter().position(|b| *b == 0).unwrap_or(value.len());
-                name = std::str::from_utf8(&value[..end]).ok().map(str::to_string);
+                name = Some(String::from_utf8_lossy(&value[..end]).into_owned());
             }
             _ => {}
         }

@@ -6,10 +6,14 @@
 //! Order: a VF still in its live pod is brought down there first, so that no
 //! traffic leaves the pod once its tenant VLAN and spoof check are gone (other
 //! containers of the pod may still run in the netns); then the RDMA device
-//! (dranet #177 / PR #180: from a socket inside the pod netns), then the
-//! PF-side settings (sriov-cni resets the VF config before releasing the
-//! netdev: some drivers refuse netdev changes while the admin MAC pins them;
-//! bringing a link down is not one of them), then the netdev itself. The netdev is found wherever it is: in the
+//! (dranet #177 / PR #180: from a socket inside the pod netns); then the
+//! netdev moves home, down, before anything of the PF side changes: a move
+//! the kernel refuses (a name the pod gave it, taken on the host) leaves it
+//! whole in its pod, tenant VLAN and spoof check kept, never in the pod
+//! without them; then the PF-side settings (sriov-cni resets the VF config
+//! before the netdev's own settings: some drivers refuse a MAC change while
+//! the admin MAC pins it), then the netdev's name, MAC, MTU and link state
+//! on the host. The netdev is found wherever it is: in the
 //! pod netns under its container name; or, when the netns is gone, on the host
 //! where the kernel put it back (`default_device_exit_net`: its pod name, or
 //! `dev<ifindex>` when that is taken). Each stage runs even if an earlier one
@@ -110,12 +114,20 @@ pub(crate) fn restore(
     if rec.attach.move_rdma {
         errors.extend(restore_rdma(ops, &at, rec, pod).err());
     }
+    if let (true, Some(pod)) = (in_pod, pod) {
+        if let Err(e) = bring_home(ops, &at, host.as_mut(), rec, pod) {
+            // Nothing of the PF side changed: the VF stays whole in its pod.
+            errors.push(e);
+            let first = errors.remove(0);
+            return Err(VfError::with(first, errors));
+        }
+    }
     errors.extend(restore_pf(&at, host.as_mut(), rec).err());
     // A VF whose RDMA device or PF settings (the tenant's VLAN, MAC, trust)
     // could not be put back comes home but stays down until a later detach
     // restores it whole: up on the host, it would carry the tenant's traffic.
     let whole = errors.is_empty();
-    errors.extend(restore_netdev(ops, &at, host.as_mut(), rec, pod, whole).err());
+    errors.extend(restore_netdev(&at, host.as_mut(), rec, whole).err());
     if let Some(e) = VfError::all(errors) {
         return Err(e);
     }
@@ -149,9 +161,8 @@ fn found_on_host(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), 
 /// name is taken on the host, nothing is touched: the VF stays whole in the
 /// pod (its PF settings such as the tenant VLAN, its RDMA device) and the
 /// record stays for a later try, rather than a netdev left up in the pod
-/// without its isolation. Otherwise it goes down in the pod before its PF
-/// settings are reset, and stays down if an earlier step of `restore` failed.
-/// Whether it is in the pod.
+/// without its isolation. Otherwise it goes down in the pod before anything
+/// else changes. Whether it is in the pod.
 fn quiesce_in_pod(
     ops: &mut VfOps<'_>,
     at: &At<'_>,
@@ -169,13 +180,50 @@ fn quiesce_in_pod(
     if link.up {
         at.step("bring down", pod_nl.set_link(link.index, &down()))?;
     }
-    // Before the PF settings are reset: a name the pod gave it that is taken
-    // on the host would fail the move home (the kernel checks altnames too),
-    // leaving it in the pod without its tenant VLAN.
-    for name in foreign_altnames(&link, rec) {
+    Ok(true)
+}
+
+/// Moves a VF found in its live pod home under its saved name, before its
+/// PF settings are reset. A name it holds that the host has would fail the
+/// move (`__dev_change_net_namespace` checks altnames too, net/core/dev.c):
+/// the names the pod gave it go, and so does a saved altname another host
+/// link took meanwhile, as the kernel drops one when a dying netns hands a
+/// device back (`default_device_exit_net`). Read again here, not at
+/// [`quiesce_in_pod`]: the pod's containers may have named it since. The
+/// kernel closes a device it moves (`dev_close`), so it arrives down
+/// whatever the pod did since it was brought down.
+fn bring_home(
+    ops: &mut VfOps<'_>,
+    at: &At<'_>,
+    host: &mut dyn Rtnl,
+    rec: &SavedVf,
+    pod: &Netns,
+) -> Result<(), VfError> {
+    let names = [rec.attach.container_ifname.as_str(), &rec.host.name];
+    let mut pod_nl = at.step("open pod netlink", ops.env.rtnl(Some(pod)))?;
+    let Some(link) = at.step("find netdev in pod", locate(pod_nl.as_mut(), rec, &names))? else {
+        // Gone from the pod meanwhile: `restore_netdev` looks on the host.
+        return Ok(());
+    };
+    let mut dropped = foreign_altnames(&link, rec);
+    for name in &link.altnames {
+        if !dropped.contains(&name.as_str())
+            && at
+                .step("check host altname", host.link(LinkRef::Name(name)))?
+                .is_some()
+        {
+            dropped.push(name);
+        }
+    }
+    for name in dropped {
         at.step("delete altname", pod_nl.del_altname(link.index, name))?;
     }
-    Ok(true)
+    let home = LinkChange {
+        netns: Some(ops.env.host_netns()),
+        name: Some(&rec.host.name),
+        ..LinkChange::default()
+    };
+    at.step("move to host netns", pod_nl.set_link(link.index, &home))
 }
 
 fn restore_pf(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), VfError> {
@@ -240,32 +288,16 @@ fn same(now: &super::vfinfo::VfState, field: &super::VfField) -> bool {
     }
 }
 
+/// The VF's netdev on the host (brought home, or handed back by the kernel
+/// with its netns) gets its saved name, MAC, MTU and link state.
 fn restore_netdev(
-    ops: &mut VfOps<'_>,
     at: &At<'_>,
     host: &mut dyn Rtnl,
     rec: &SavedVf,
-    pod: Option<&Netns>,
     whole: bool,
 ) -> Result<(), VfError> {
     let saved = &rec.host;
     let ifname = rec.attach.container_ifname.as_str();
-    if let Some(pod) = pod {
-        let mut pod_nl = at.step("open pod netlink", ops.env.rtnl(Some(pod)))?;
-        let in_pod = at.step(
-            "find netdev in pod",
-            locate(pod_nl.as_mut(), rec, &[ifname, &saved.name]),
-        )?;
-        if let Some(link) = in_pod {
-            // `quiesce_in_pod` checked the host name and brought it down.
-            let home = LinkChange {
-                netns: Some(ops.env.host_netns()),
-                name: Some(&saved.name),
-                ..LinkChange::default()
-            };
-            at.step("move to host netns", pod_nl.set_link(link.index, &home))?;
-        }
-    }
     let found = at.step(
         "find netdev on host",
         locate(host, rec, &[&saved.name, ifname]),

@@ -122,11 +122,27 @@ pub(super) fn link_msg(index: u32, attributes: Vec<LinkAttribute>) -> LinkMessag
     msg
 }
 
-/// RTM_GETLINK by index or name, with `mask` as IFLA_EXT_MASK.
+/// IFLA_ALT_IFNAME (include/uapi/linux/if_link.h).
+const IFLA_ALT_IFNAME: u16 = 53;
+/// IFNAMSIZ: a name this long or longer can only be an altname.
+const IFNAMSIZ: usize = 16;
+
+/// RTM_GETLINK by index or name, with `mask` as IFLA_EXT_MASK. A name finds
+/// an altname too (`__dev_get_by_name` looks both up); one too long for
+/// IFLA_IFNAME, whose policy takes at most 15 bytes (rtnetlink.c
+/// `ifla_policy`), goes as IFLA_ALT_IFNAME, which `rtnl_dev_get` takes since
+/// Linux 5.5.
 pub fn getlink_request(by: LinkRef<'_>, mask: Vec<LinkExtentMask>) -> Vec<u8> {
     let mut attrs = Vec::new();
     let index = match by {
         LinkRef::Index(i) => i,
+        LinkRef::Name(n) if n.len() >= IFNAMSIZ => {
+            let mut name = n.as_bytes().to_vec();
+            name.push(0);
+            let nla = netlink_packet_core::DefaultNla::new(IFLA_ALT_IFNAME, name);
+            attrs.push(LinkAttribute::Other(nla));
+            0
+        }
         LinkRef::Name(n) => {
             attrs.push(LinkAttribute::IfName(n.to_string()));
             0

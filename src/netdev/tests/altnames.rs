@@ -99,3 +99,47 @@ fn altnames_of_a_vf_home_under_its_own_name_go_too() {
     assert_eq!(rig.detach("ctr1").unwrap(), 1);
     assert_eq!(host_world(&rig.m()), before);
 }
+
+/// A host link took one of the VF's own altnames while the VF was in its
+/// pod (another pod's VF came home holding it): the move home would fail.
+/// The host's holder keeps it, as the kernel's own return of a device from
+/// a dying netns does, and the VF comes home without it.
+#[test]
+fn a_saved_altname_another_host_link_took_is_dropped_and_the_vf_comes_home() {
+    let mut rig = Rig::new(model_with_altname());
+    rig.attach(&[action()]).unwrap();
+    let other = rig.m().add_link(HOST, "ens9", "0e:00:00:00:00:99", true);
+    {
+        let mut m = rig.m();
+        let l = m.links.iter_mut().find(|l| l.link.index == other).unwrap();
+        l.link.altnames.push(HOST_ALTNAME.into());
+    }
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    let m = rig.m();
+    let vf = m.links.iter().find(|l| l.link.index == VF_NETDEV).unwrap();
+    assert_eq!((vf.ns, vf.link.name.as_str()), (HOST, "ens1f0v3"));
+    assert!(vf.link.altnames.is_empty(), "{:?}", vf.link.altnames);
+    let holder = m.links.iter().find(|l| l.link.index == other).unwrap();
+    assert_eq!(holder.link.altnames, [HOST_ALTNAME]);
+    assert_eq!(m.vfs[&(PF, 3)].vlan.vlan, 0, "pf settings restored");
+}
+
+/// The pod's container names its VF after a host link (the PF) and brings
+/// it up again after the hook brought it down: the name is read again and
+/// dropped before the move, and the VF comes home as it left.
+#[test]
+fn a_name_the_pod_gives_its_vf_during_the_restore_is_dropped_before_the_move() {
+    let mut rig = Rig::new(model_with_altname());
+    let before = host_world(&rig.m());
+    rig.attach(&[action()]).unwrap();
+    let start = rig.m().calls.len();
+    rig.m().meddle = Some(crate::netdev::fake::Meddle {
+        after: start,
+        index: VF_NETDEV,
+        altname: "ens1f0".into(),
+    });
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    assert!(rig.m().meddle.is_none(), "the pod acted");
+    assert_eq!(host_world(&rig.m()), before);
+    assert_eq!(rig.records(), 0);
+}

@@ -276,3 +276,46 @@ fn a_vf_whose_restore_began_is_not_taken_for_attached() {
         .iter()
         .any(|l| l.ns == POD && l.link.name == "net1" && l.link.up));
 }
+
+/// The kernel refuses the move home (a name taken on the host, found after
+/// it was checked): nothing of the PF side has changed, so the VF stays in
+/// its pod with its tenant VLAN and spoof check, down, and the record stays
+/// for a later try.
+#[test]
+fn a_refused_move_home_leaves_the_vf_whole_in_its_pod() {
+    let is_move = |c: &Call| {
+        matches!(
+            c,
+            Call::SetLink {
+                ns: POD,
+                to_ns: Some(HOST),
+                ..
+            }
+        )
+    };
+    let mut probe = Rig::new(model());
+    probe.attach(&[action()]).unwrap();
+    let start = probe.m().calls.len();
+    probe.detach("ctr1").unwrap();
+    let restore = probe.m().calls[start..].to_vec();
+    let moved = restore.iter().position(is_move).expect("moved home");
+    let set_vf = restore.iter().position(|c| matches!(c, Call::SetVf { .. }));
+    assert!(set_vf.is_some_and(|s| s > moved), "{restore:?}");
+
+    let mut rig = Rig::new(model());
+    let before = rig.m().world();
+    rig.attach(&[action()]).unwrap();
+    let attached = rig.m().vfs[&(PF, 3)].clone();
+    rig.m().fail_at = Some(start + moved);
+    rig.detach("ctr1").unwrap_err();
+    {
+        let m = rig.m();
+        let vf = m.links.iter().find(|l| l.link.index == VF_NETDEV).unwrap();
+        assert_eq!((vf.ns, vf.link.up), (POD, false), "{:?}", m.calls);
+        assert_eq!(m.vfs[&(PF, 3)], attached, "pf settings untouched");
+    }
+    assert_eq!(rig.records(), 1, "kept for a later try");
+    rig.m().fail_at = None;
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    assert_eq!(rig.m().world(), before);
+}

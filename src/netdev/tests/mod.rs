@@ -1,4 +1,5 @@
 //! Unit tests of the netlink messages, the attach/detach logic and the records.
+mod altname_lookup;
 mod altnames;
 mod chars;
 mod edges;

@@ -24,7 +24,7 @@ fn nlmsghdr(len: u32, msg_type: u16, flags: u16, seq: u32) -> Vec<u8> {
 }
 
 /// `struct ifinfomsg`: family, pad, type, index, flags, change.
-fn ifinfomsg(index: i32, flags: u32, change: u32) -> Vec<u8> {
+pub(super) fn ifinfomsg(index: i32, flags: u32, change: u32) -> Vec<u8> {
     let mut v = vec![0u8, 0, 0, 0];
     v.extend(index.to_ne_bytes());
     v.extend(flags.to_ne_bytes());
@@ -53,7 +53,7 @@ pub(super) fn message(msg_type: u16, flags: u16, body: &[u8]) -> Vec<u8> {
     v
 }
 
-fn sent_by(f: impl FnOnce(&mut RtnlConn<Script>)) -> Vec<u8> {
+pub(super) fn sent_by(f: impl FnOnce(&mut RtnlConn<Script>)) -> Vec<u8> {
     let mut conn = RtnlConn::new(Script::new(vec![Reply::Errno(0)]));
     f(&mut conn);
     conn.transport().sent[0].clone()

@@ -47,6 +47,12 @@ fn rdma_get_dumps_and_matches_the_name() {
         payloads: vec![dev(1, b"mlx5_0\0")],
     }]));
     assert_eq!(c.dev_index("mlx5_3").unwrap(), None);
+    // A name a pod made that is not UTF-8: still listed by its index.
+    let mut c = RdmaConn::new(Script::new(vec![Reply::Dump {
+        msg_type: (5 << 10) | 1,
+        payloads: vec![dev(4, b"\xffpod\0")],
+    }]));
+    assert_eq!(c.dev_name(4).unwrap().as_deref(), Some("\u{fffd}pod"));
 }
 
 #[test]
