@@ -13,6 +13,7 @@ pub use vf::{MacPolicy, VfConfig, VfLinkState, VfSettingName, VfSettings};
 pub mod comm_env;
 mod gpu;
 mod nvml;
+mod pci_keys;
 pub mod sriov;
 pub use comm_env::{CommEnvConfig, CommVar, GidFamily, VarSetting};
 pub use gpu::{GpuComputeMode, GpuConfig, GpuPersistence};

@@ -21,6 +21,7 @@ pub const MAX_VFS_PER_PF: u32 = 65535;
 #[serde(default, deny_unknown_fields)]
 pub struct SriovConfig {
     /// VFs per PF, keyed by the PF's PCI address; a PF not listed is left alone.
+    #[serde(deserialize_with = "super::pci_keys::unique")]
     pub num_vfs: BTreeMap<PciAddr, u32>,
 }
 
@@ -57,6 +58,10 @@ mod tests {
             ("[sriov.num_vfs]\n\"../x\" = 1\n", "pci address"),
             ("[sriov.num_vfs]\n\"0000:19:00.0\" = -1\n", "u32"),
             ("[sriov]\nnumvfs = {}\n", "numvfs"),
+            (
+                "[sriov.num_vfs]\n\"0000:19:00.0\" = 8\n\"19:00.0\" = 4\n",
+                "0000:19:00.0 is named twice",
+            ),
         ] {
             let e = Config::parse(text, "t").unwrap_err();
             assert!(e.to_string().contains(want), "{text}: {e}");

@@ -21,6 +21,7 @@ use crate::inventory::PciAddr;
 pub struct VfConfig {
     pub defaults: VfSettings,
     /// Per-PF overrides, keyed by PCI address; set fields replace the defaults.
+    #[serde(deserialize_with = "super::pci_keys::unique")]
     pub pf: BTreeMap<PciAddr, VfSettings>,
     /// The settings a pod may set for its own VFs (annotation
     /// `devgate.io/vf-settings`), over the node's; none by default, since a
@@ -321,6 +322,15 @@ mod tests {
             ("[vf.pf.\"../x\"]\nvlan = 1\n", "pci address"),
             ("[vf.defaults]\nbogus = 1\n", "bogus"),
             ("[vf]\npod_settings = [\"vlan\", \"vendor\"]\n", "vendor"),
+            // One PF written two ways: neither's settings may be dropped.
+            (
+                "[vf.pf.\"0000:3b:00.0\"]\nvlan = 100\n[vf.pf.\"3b:00.0\"]\nmtu = 9000\n",
+                "0000:3b:00.0 is named twice, as \"0000:3b:00.0\" and \"3b:00.0\"",
+            ),
+            (
+                "[vf.pf.\"0000:3b:00.0\"]\nvlan = 100\n[vf.pf.\"0000:3B:00.0\"]\nmtu = 9000\n",
+                "named twice",
+            ),
         ];
         for (text, want) in bad {
             let e = Config::parse(text, "t").unwrap_err();
