@@ -7,6 +7,7 @@ use super::registration::Registration;
 use super::running::{same_socket, Running};
 use super::Check;
 use crate::config::Config;
+use crate::plugin::features::RuntimeRecord;
 
 /// At most this many hooks.d files are read per directory.
 const MAX_HOOK_FILES: usize = 256;
@@ -125,6 +126,10 @@ fn accepted(roots: &Roots, host: &dyn Host, pid: u32, what: String) -> Check {
         ),
         Ok(Registration::NotSinceStart { started_unix, last }) => {
             let last = match last {
+                Some(RuntimeRecord { plugin: Some(p), configured_unix, .. }) => format!(
+                    "the last configure in {state}, at unix time {configured_unix}, was of another process (pid {}, started at tick {})",
+                    p.pid, p.start_ticks
+                ),
                 Some(r) => format!("the last configure in {state} was at unix time {}", r.configured_unix),
                 None => format!("no configure recorded in {state}"),
             };

@@ -154,6 +154,20 @@ fn merge_deep(into: &mut toml::Table, from: &toml::Table) {
     }
 }
 
+impl ContainerdConfig {
+    /// Whether NRI's `disable_connections = true` keeps every plugin but the
+    /// pre-installed ones out (NRI then starts no socket listener).
+    pub fn shuts_out_connections(&self) -> bool {
+        let nri = match &self.loaded {
+            Ok(Some(eff)) => eff.nri.as_ref(),
+            _ => None,
+        };
+        nri.and_then(|t| t.get("disable_connections"))
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+    }
+}
+
 /// The version in a `containerd --version` line ("containerd <module> v1.7.24 <commit>").
 pub fn version_word(line: &str) -> Option<&str> {
     line.split_whitespace().nth(2)

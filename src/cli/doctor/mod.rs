@@ -15,6 +15,7 @@ mod node;
 mod registration;
 mod running;
 mod scan;
+mod sockless;
 #[cfg(test)]
 mod tests;
 
@@ -26,6 +27,7 @@ use serde::Serialize;
 pub use host::{Host, RealHost, Roots};
 
 use crate::config::Config;
+use sockless::Sockless;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DoctorFormat {
@@ -144,13 +146,15 @@ pub fn run_checks(roots: &Roots, host: &dyn Host) -> Vec<Check> {
             containerd::nri_enabled(host, &containerd_config, &roots.nri_socket),
         ),
     };
+    let hooks_d = checks::hooks_d(roots, crio);
+    let sockless = Sockless::of(crio, &nri, &hooks_d, &containerd_config, &running);
     vec![
         config_check,
         runtime,
         nri,
-        checks::nri_socket(roots, host),
-        checks::registered(roots, host, &running),
-        checks::hooks_d(roots, crio),
+        Sockless::soften(sockless, checks::nri_socket(roots, host)),
+        Sockless::soften(sockless, checks::registered(roots, host, &running)),
+        hooks_d,
         checks::state_dirs(roots, &config),
         hook::nri_hook(roots, &config, &running),
         node::inventory(&inventory),

@@ -5,9 +5,9 @@
 //! "10-devgate"` at info level, in a log whose place depends on the node. But a
 //! runtime sends Configure only to a plugin whose RegisterPlugin it accepted
 //! (NRI api.proto: RegisterPlugin, then Configure and Synchronize), and
-//! `devgate nri` records every Configure in `<state-dir>/runtime.json`. A
-//! record written after the process started therefore shows that this process
-//! was registered. It cannot show that the runtime still holds the connection
+//! `devgate nri` records every Configure in `<state-dir>/runtime.json`, with
+//! the pid and start time of the process that wrote it. A record naming this
+//! process therefore shows that it was registered. It cannot show that the runtime still holds the connection
 //! (a runtime that restarted since then has not re-registered it yet); the
 //! `nri socket` check covers a runtime that is down.
 use std::path::{Path, PathBuf};
@@ -53,13 +53,23 @@ pub fn registration(
     let boot = boot_time(&roots.proc_dir)?;
     let started_unix = boot.saturating_add(ticks / host.clock_ticks_per_sec().max(1));
     let record = RuntimeRecord::load(&roots.state_dir)?;
-    // Both times are whole seconds, each rounded down: allow one second.
     Ok(match record {
-        Some(r) if r.configured_unix.saturating_add(1) >= started_unix => {
-            Registration::Configured(r)
-        }
+        Some(r) if configured_this(&r, pid, ticks, started_unix) => Registration::Configured(r),
         last => Registration::NotSinceStart { started_unix, last },
     })
+}
+
+/// Whether `r` records a Configure of the process `pid` that started at
+/// `ticks`. A record naming its plugin answers exactly, whatever the clock
+/// did since (a boot-time step by NTP moves `btime`, read in the clock of
+/// now; a restart within the second of a Configure is the same second).
+/// Only a record of an older release, naming none, is judged by its time,
+/// both times whole seconds rounded down: one second is allowed.
+fn configured_this(r: &RuntimeRecord, pid: u32, ticks: u64, started_unix: u64) -> bool {
+    match &r.plugin {
+        Some(p) => p.pid == pid && p.start_ticks == ticks,
+        None => r.configured_unix.saturating_add(1) >= started_unix,
+    }
 }
 
 /// `btime` of proc(5) `/proc/stat`: the boot time in seconds since the epoch.

@@ -2,7 +2,7 @@
 //! fails or warns the check that owns it (broken_devices.rs: its devices).
 use std::os::unix::fs::PermissionsExt;
 
-use super::{check, healthy, healthy_from, write, Node, CONTAINERD_CONFIG};
+use super::{check, healthy, healthy_from, write, write_record_of, Node, BOOT, CONTAINERD_CONFIG};
 use crate::cli::doctor::{run_checks, Check, Status};
 
 type Breakage = fn(&mut Node);
@@ -177,6 +177,13 @@ fn each_broken_runtime_or_plugin_setup_fails_or_warns_its_own_check() {
             "the last configure in",
         ),
         (
+            "the record names an earlier start of the plugin, though written after this one",
+            |n| write_record_of(&n.roots.state_dir, super::BOOT + 20, 4242, 999),
+            "devgate registered",
+            Status::Fail,
+            "was of another process (pid 4242, started at tick 999)",
+        ),
+        (
             "plugin start time unreadable",
             |n| std::fs::remove_file(n.roots.proc_dir.join("4242/stat")).unwrap(),
             "devgate registered",
@@ -333,4 +340,41 @@ pub(super) fn each_broken_setup_fails_or_warns_its_check(cases: &[Case]) {
             );
         }
     }
+}
+
+/// A record naming the running plugin shows it was configured, whatever the
+/// clock did since it started (NTP stepped it back past the start here).
+#[test]
+fn a_record_naming_the_running_plugin_passes_whatever_the_clock_says() {
+    let node = healthy();
+    write_record_of(&node.roots.state_dir, BOOT + 5, 4242, 1000);
+    let checks = run_checks(&node.roots, &node.host);
+    let c = check(&checks, "devgate registered");
+    assert_eq!(c.status, Status::Pass, "{c:?}");
+}
+
+/// containerd with `disable_connections = true` runs only pre-installed
+/// plugins and listens on no socket: with devgate pre-installed and running,
+/// the missing socket is what the node is built to have, a warning; with
+/// devgate nri on the socket instead, it fails as before.
+#[test]
+fn a_preinstalled_plugin_behind_shut_connections_needs_no_socket() {
+    let shut = "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  disable_connections = true\n";
+    let mut node = healthy();
+    write(&node.roots.containerd_config, shut);
+    write(
+        &node.roots.proc_dir.join("4242/cmdline"),
+        "/opt/nri/plugins/10-devgate\0",
+    );
+    node.host.socket_up = false;
+    let checks = run_checks(&node.roots, &node.host);
+    let socket = check(&checks, "nri socket");
+    assert_eq!(socket.status, Status::Warn, "{socket:?}");
+    assert!(socket.detail.contains("pre-installed"), "{socket:?}");
+    assert_eq!(check(&checks, "devgate registered").status, Status::Pass);
+    let mut node = healthy();
+    write(&node.roots.containerd_config, shut);
+    node.host.socket_up = false;
+    let checks = run_checks(&node.roots, &node.host);
+    assert_eq!(check(&checks, "nri socket").status, Status::Fail);
 }

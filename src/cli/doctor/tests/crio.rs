@@ -136,3 +136,35 @@ fn the_hooks_file_is_looked_for_where_crio_reads_hooks() {
     assert_eq!(hooks.status, Status::Fail, "{hooks:?}");
     assert!(hooks.detail.contains("not a list of paths"), "{hooks:?}");
 }
+
+/// A hooks-only CRI-O node (`bootstrap.sh --hooks-only`): NRI off, no socket
+/// and no plugin, the hooks.d file where CRI-O reads it. The node works as
+/// built: the socket and the plugin's absence warn, naming the mode, and
+/// nothing fails. Without the hooks.d file nothing serves devgate: they fail.
+#[test]
+fn a_hooks_only_node_without_socket_or_plugin_passes_with_warnings() {
+    let mut node = crio_node(&[
+        (
+            "crio.conf.d/10-nri.conf",
+            "[crio.nri]\nenable_nri = false\n",
+        ),
+        (
+            "crio.conf.d/10-hooks.conf",
+            "[crio.runtime]\nhooks_dir = [\"/etc/containers/oci/hooks.d\"]\n",
+        ),
+    ]);
+    node.host.socket_up = false;
+    std::fs::remove_dir_all(node.roots.proc_dir.join("4242")).unwrap();
+    let checks = run_checks(&node.roots, &node.host);
+    assert!(crate::cli::doctor::verdict(&checks).is_ok(), "{checks:?}");
+    for name in ["nri socket", "devgate registered"] {
+        let c = check(&checks, name);
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        assert!(c.detail.contains("hooks-only mode"), "{c:?}");
+    }
+    std::fs::remove_file(node.roots.etc_root.join("crio/crio.conf.d/10-hooks.conf")).unwrap();
+    let checks = run_checks(&node.roots, &node.host);
+    for name in ["nri socket", "devgate registered"] {
+        assert_eq!(check(&checks, name).status, Status::Fail, "{name}");
+    }
+}

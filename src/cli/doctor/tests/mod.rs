@@ -210,12 +210,26 @@ fn proc_stat(start_ticks: u64) -> String {
 
 /// The record `devgate nri` writes at Configure.
 fn write_record(state_dir: &Path, configured_unix: u64) {
-    let record = serde_json::json!({
+    write(
+        &state_dir.join("runtime.json"),
+        &record(configured_unix).to_string(),
+    );
+}
+
+/// A record as this release writes it, naming the plugin process.
+fn write_record_of(state_dir: &Path, configured_unix: u64, pid: u32, start_ticks: u64) {
+    let mut record = record(configured_unix);
+    record["plugin"] = serde_json::json!({"pid": pid, "start_ticks": start_ticks});
+    write(&state_dir.join("runtime.json"), &record.to_string());
+}
+
+/// A record of an older release, which names no plugin process.
+fn record(configured_unix: u64) -> serde_json::Value {
+    serde_json::json!({
         "runtime": "containerd", "version": "1.7.24", "nri_version": "v0.6.1",
         "events": "0x60c", "explicit_cgroup_rules": false, "cdi_devices": false,
         "device_mode": "nodes", "devices_as": "nodes", "configured_unix": configured_unix,
-    });
-    write(&state_dir.join("runtime.json"), &record.to_string());
+    })
 }
 
 fn healthy() -> Node {
