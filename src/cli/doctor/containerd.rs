@@ -5,7 +5,7 @@ use super::host::{read_bounded, Host, Roots};
 use super::Check;
 
 const NRI_PLUGIN: &str = "io.containerd.nri.v1.nri";
-/// At most this many imported config files are read.
+/// At most this many imported config files are read, and listed per file.
 const MAX_IMPORTS: usize = 64;
 const NRI_FIX: &str = "set [plugins.\"io.containerd.nri.v1.nri\"] disable = false (install/bootstrap.sh does it and keeps a backup), then restart containerd";
 
@@ -66,26 +66,46 @@ fn parse(path: &Path, text: &str) -> Result<toml::Table, String> {
     })
 }
 
+/// The config with its imports merged in the order containerd loads them
+/// (`LoadConfig`, services/server/config/config.go): breadth first, the
+/// imports of an imported file too, each file once (the main config among
+/// them, which a glob in its own directory matches).
 fn load_text(roots: &Roots, path: &Path, text: &str, how: Merge) -> Result<Effective, String> {
     let main = parse(path, text)?;
     let mut eff = Effective::default();
     merge(&mut eff, &main, how);
-    let imports: Vec<&str> = main
-        .get("imports")
-        .and_then(|v| v.as_array())
-        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
-        .unwrap_or_default();
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    for import in expand_imports(roots, dir, &imports) {
+    let mut loaded = vec![path.to_path_buf()];
+    let mut pending: std::collections::VecDeque<PathBuf> = imports_of(roots, path, &main).into();
+    while let Some(import) = pending.pop_front() {
+        if loaded.contains(&import) {
+            continue;
+        }
+        if loaded.len() > MAX_IMPORTS {
+            break;
+        }
         let text = read_bounded(&import).map_err(|e| format!("read {}: {e}", import.display()))?;
-        merge(&mut eff, &parse(&import, &text)?, how);
+        let file = parse(&import, &text)?;
+        merge(&mut eff, &file, how);
+        pending.extend(imports_of(roots, &import, &file));
+        loaded.push(import);
     }
     Ok(eff)
 }
 
-/// containerd resolves a relative import against the config's directory and
-/// expands globs (containerd 1.7 services/server/config/config.go). Only a `*`
-/// in the file name is expanded here, which is how drop-in directories are named.
+/// The files `file` (at `path`) imports.
+fn imports_of(roots: &Roots, path: &Path, file: &toml::Table) -> Vec<PathBuf> {
+    let imports: Vec<&str> = file
+        .get("imports")
+        .and_then(|v| v.as_array())
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    expand_imports(roots, path.parent().unwrap_or(Path::new("/")), &imports)
+}
+
+/// containerd resolves a relative import against the importing file's
+/// directory and expands globs (containerd 1.7 services/server/config/config.go
+/// `resolveImports`). Only a `*` in the file name is expanded here, which is
+/// how drop-in directories are named.
 fn expand_imports(roots: &Roots, config_dir: &Path, imports: &[&str]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for import in imports {

@@ -119,6 +119,44 @@ fn each_broken_runtime_or_plugin_setup_fails_or_warns_its_own_check() {
             "disable = true",
         ),
         (
+            "nri off in an import of an import",
+            |n| {
+                write(
+                    &n.roots.containerd_config,
+                    &format!("imports = [\"conf.d/*.toml\"]\n{CONTAINERD_CONFIG}"),
+                );
+                write(
+                    &n.roots.etc_root.join("containerd/conf.d/10-more.toml"),
+                    "version = 2\nimports = [\"/etc/containerd/nested/nri.toml\"]\n",
+                );
+                write(
+                    &n.roots.etc_root.join("containerd/nested/nri.toml"),
+                    "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
+                );
+            },
+            "nri enabled",
+            Status::Fail,
+            "disable = true",
+        ),
+        (
+            "nri off in an import, the main config matched again by a glob",
+            |n| {
+                // containerd loads each file once: the main config's own
+                // table does not come back after the drop-in's.
+                write(
+                    &n.roots.containerd_config,
+                    &format!("imports = [\"conf.d/*.toml\", \"*.toml\"]\n{CONTAINERD_CONFIG}"),
+                );
+                write(
+                    &n.roots.etc_root.join("containerd/conf.d/50-nri.toml"),
+                    "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
+                );
+            },
+            "nri enabled",
+            Status::Fail,
+            "disable = true",
+        ),
+        (
             "other socket",
             |n| {
                 write(&n.roots.containerd_config, "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  socket_path = \"/run/other.sock\"\n")
