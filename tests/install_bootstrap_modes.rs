@@ -158,18 +158,6 @@ fn containerd_configs_it_must_not_touch_or_cannot_edit() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), config);
 }
 
-/// A containerd config `main` under `prefix` and the file its
-/// `imports = ["conf.d/*.toml"]` finds, which turns NRI off; the config's path.
-fn importing_nri_off(prefix: &Path, main: &str) -> std::path::PathBuf {
-    let cfg = prefix.join("etc/containerd/config.toml");
-    write(&cfg, main);
-    write(
-        &prefix.join("etc/containerd/conf.d/nri.toml"),
-        "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
-    );
-    cfg
-}
-
 /// One plugin per node: switching between the systemd unit and the
 /// pre-installed plugin removes the other, so two never share the ledger.
 #[test]
@@ -206,74 +194,6 @@ fn switching_modes_leaves_one_plugin() {
     let undo = bootstrap(&prefix, &hooks, &["--uninstall"]);
     assert!(undo.ok, "{}", undo.out);
     assert!(!unit.exists() && !plugin.exists(), "{}", undo.out);
-}
-
-/// Configs bootstrap must not edit: a symbolic link (replacing it would leave
-/// a file of mode 0777 and the real config behind), and one whose imported
-/// file configures NRI (containerd would use that table, not the edit).
-#[test]
-fn a_linked_config_or_an_imported_nri_table_is_refused_untouched() {
-    let dir = tempfile::tempdir().unwrap();
-    let hooks = hooks_dir(dir.path());
-    let version = ["--containerd-version", "1.7.24"];
-
-    let linked = dir.path().join("linked");
-    let real = linked.join("etc/containerd/real.toml");
-    write(&real, "version = 2\n");
-    let cfg = linked.join("etc/containerd/config.toml");
-    std::os::unix::fs::symlink("real.toml", &cfg).unwrap();
-    let run = bootstrap(&linked, &hooks, &version);
-    assert!(!run.ok, "{}", run.out);
-    position(&run.out, "is a symbolic link");
-    assert!(cfg.is_symlink());
-    assert_eq!(std::fs::read_to_string(&real).unwrap(), "version = 2\n");
-
-    let imports = dir.path().join("imports");
-    let main = "version = 2\nimports = [\"conf.d/*.toml\"]\n";
-    let cfg = importing_nri_off(&imports, main);
-    let run = bootstrap(&imports, &hooks, &version);
-    assert!(!run.ok, "{}", run.out);
-    position(&run.out, "/etc/containerd/conf.d/nri.toml (imported by");
-    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), main);
-    assert!(
-        !run.out.contains("systemctl restart containerd"),
-        "{}",
-        run.out
-    );
-    // An imported table that turns NRI on, and a comment naming it, are fine.
-    let on = dir.path().join("imports-on");
-    write(&on.join("etc/containerd/config.toml"), main);
-    write(
-        &on.join("etc/containerd/conf.d/nri.toml"),
-        "# io.containerd.nri.v1.nri\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n",
-    );
-    let run = bootstrap(&on, &hooks, &version);
-    assert!(run.ok, "{}", run.out);
-    // An array over several lines is read whole.
-    let multi = dir.path().join("imports-multi");
-    let main = "version = 2\nimports = [\n  \"/etc/other.toml\", # a comment \"x\"\n  \"conf.d/*.toml\",\n]\n";
-    write(&multi.join("etc/containerd/config.toml"), main);
-    write(
-        &multi.join("etc/containerd/conf.d/nri.toml"),
-        "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
-    );
-    let run = bootstrap(&multi, &hooks, &version);
-    assert!(!run.ok, "{}", run.out);
-    position(&run.out, "/etc/containerd/conf.d/nri.toml (imported by");
-    // A long import whose NRI table comes first: found all the same, not
-    // lost to a reader that stopped at the first match.
-    let long = dir.path().join("imports-long");
-    write(&long.join("etc/containerd/config.toml"), main);
-    let mut text = "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n[x]\n".to_string();
-    text.push_str(&"key = 1\n".repeat(50_000));
-    write(&long.join("etc/containerd/conf.d/nri.toml"), &text);
-    let run = bootstrap(&long, &hooks, &version);
-    assert!(!run.ok, "{}", run.out);
-    position(&run.out, "/etc/containerd/conf.d/nri.toml (imported by");
-    assert_eq!(
-        std::fs::read_to_string(long.join("etc/containerd/config.toml")).unwrap(),
-        main
-    );
 }
 
 /// A write that fails (a full disk; here the temporary name is taken by a

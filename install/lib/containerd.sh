@@ -87,7 +87,8 @@ nri_enabled_config() {
         }'
 }
 
-# Dies when a file the config imports has an NRI table that leaves NRI off:
+# Dies when a file the config imports (directly or through another import)
+# has an NRI table that leaves NRI off:
 # containerd replaces a plugin's whole table with an imported one, so an edit
 # of the main file would not take effect (`devgate doctor` merges imports the
 # same way). An imported table that already turns NRI on is fine.
@@ -111,16 +112,30 @@ names_nri() {
     grep -Eq '^[^#]*io\.containerd\.nri\.v1\.nri' "$1"
 }
 
-# The host paths of the files a config imports, one per line.
+# The files a config (as this run reads it, under --prefix) imports, one per
+# line and in the same form, in the order containerd loads them
+# (`LoadConfig`, services/server/config/config.go): breadth first, an
+# imported file's own imports too, each resolved against the directory of the
+# file that names it (`resolveImports`), each file once, and never the config
+# itself, which a glob in its own directory matches. At most 64.
 imported_files() {
-    local dir pattern
-    dir=$(dirname "$CONTAINERD_CONFIG")
-    while read -r pattern; do
-        [[ -n $pattern ]] || continue
-        # containerd resolves a relative import against the config's directory.
-        [[ $pattern == /* ]] || pattern=$dir/$pattern
-        compgen -G "$(p "$pattern")" || true
-    done < <(toml_strings imports "$1")
+    local file pattern match i=0
+    local -a queue=("$1")
+    local -A seen=(["$1"]=1)
+    while ((i < ${#queue[@]} && ${#queue[@]} <= 65)); do
+        file=${queue[i]}
+        i=$((i + 1))
+        while read -r pattern; do
+            [[ -n $pattern ]] || continue
+            [[ $pattern == /* ]] || pattern=$(dirname "/${file#"$(p /)"}")/$pattern
+            while read -r match; do
+                [[ -n $match && -z ${seen[$match]:-} ]] || continue
+                seen[$match]=1
+                queue+=("$match")
+                printf '%s\n' "$match"
+            done < <(compgen -G "$(p "$pattern")" || true)
+        done < <(toml_strings imports "$file")
+    done
 }
 
 # The strings of the array `key = [...]` in a TOML file, over as many lines

@@ -226,3 +226,15 @@ pub fn path_without_containerd(dir: &Path) -> PathBuf {
     }
     bin
 }
+
+/// A containerd config `main` under `prefix` and the file its
+/// `imports = ["conf.d/*.toml"]` finds, which turns NRI off; the config's path.
+pub fn importing_nri_off(prefix: &Path, main: &str) -> PathBuf {
+    let cfg = prefix.join("etc/containerd/config.toml");
+    write(&cfg, main);
+    write(
+        &prefix.join("etc/containerd/conf.d/nri.toml"),
+        "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
+    );
+    cfg
+}
