@@ -75,8 +75,25 @@ CHANGES=0
 FAILURES=0
 RESTART_CONTAINERD=0
 RESTART_DEVGATE=0
+# The service whose restart a file change under way will owe (see owing).
+IN_FLIGHT=
+# Temporary files, removed at exit however bootstrap ends (see make_temp).
+TEMPS=()
 
 log() { printf 'bootstrap: %s\n' "$*"; }
+# make_temp VAR: a temporary file's path into VAR, the file removed when
+# bootstrap exits, on an error too: one may be a copy of containerd's config,
+# which can hold registry credentials. Not in a subshell, so that it is
+# remembered.
+make_temp() {
+    local t
+    t=$(mktemp) || die "cannot make a temporary file"
+    TEMPS+=("$t")
+    printf -v "$1" '%s' "$t"
+}
+remove_temps() {
+    ((${#TEMPS[@]} == 0)) || rm -f "${TEMPS[@]}"
+}
 warn() { printf 'bootstrap: warning: %s\n' "$*" >&2; }
 die() {
     printf 'bootstrap: error: %s\n' "$*" >&2
@@ -189,6 +206,7 @@ check_bin_dir() {
 }
 
 main() {
+    trap remove_temps EXIT
     parse_args "$@"
     ((DRY_RUN)) || [[ $(id -u) -eq 0 ]] || die "must run as root"
     check_os
@@ -204,7 +222,13 @@ main() {
             check_containerd
         fi
         load_pending
-        trap save_pending EXIT
+        trap 'save_pending; remove_temps' EXIT
+        # A run cut by a signal ends through exit, so that save_pending sees
+        # it failed (bash gives an EXIT trap a status of 0 on a fatal
+        # signal) and records what it owes.
+        trap 'exit 129' HUP
+        trap 'exit 130' INT
+        trap 'exit 143' TERM
         install_devgate
         if ((HOOKS_ONLY)); then
             if has_containerd || [[ -e $(p "$EMBEDDED_SOCKET") ]]; then

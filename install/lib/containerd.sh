@@ -231,8 +231,8 @@ enable_nri() {
         if ((!need || check)); then
             return 0
         fi
-        ! put_text "$CONTAINERD_CONFIG" 644 < <(printf 'version = 2\n\n[%s]\n  disable = false\n' "$NRI_SECTION") ||
-            RESTART_CONTAINERD=1
+        owing containerd put_text "$CONTAINERD_CONFIG" 644 < <(printf 'version = 2\n\n[%s]\n  disable = false\n' "$NRI_SECTION") ||
+            true
         return 0
     fi
     if ! grep -Eq '^[[:space:]]*version[[:space:]]*=[[:space:]]*[23]([[:space:]]|#|$)' "$cfg"; then
@@ -256,7 +256,7 @@ enable_nri() {
         die "$CONTAINERD_CONFIG is not a version 2 or 3 config: containerd $major.$minor reads NRI's settings only from a version 2 config; rewrite it in that layout with version = 2 at its top (containerd config default prints one), then run this again"
     fi
     check_imports "$cfg" "$need"
-    new=$(mktemp)
+    make_temp new
     nri_enabled_config "$need" <"$cfg" >"$new" || rc=$?
     if ((rc == 3)); then
         rm -f "$new"
@@ -277,9 +277,7 @@ enable_nri() {
         return 0
     fi
     # Keep the file's mode: containerd configs may hold registry credentials.
-    if put_file "$new" "$CONTAINERD_CONFIG" "$(stat -c '%a' "$cfg")"; then
-        RESTART_CONTAINERD=1
-    fi
+    owing containerd put_file "$new" "$CONTAINERD_CONFIG" "$(stat -c '%a' "$cfg")" || true
     rm -f "$new"
 }
 

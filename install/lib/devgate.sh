@@ -48,7 +48,7 @@ remove_unit() {
 # hand) would run beside what this install sets up: every run fails, naming
 # it, until it is gone.
 remove_preinstalled() {
-    ! undo_owned "$PREINSTALLED_PLUGIN" || RESTART_CONTAINERD=1
+    owing containerd undo_owned "$PREINSTALLED_PLUGIN" || true
     undo_owned "$PREINSTALLED_CONF" || true
     if ((!DRY_RUN)) && [[ -e $(p "$PREINSTALLED_PLUGIN") || -L $(p "$PREINSTALLED_PLUGIN") ]]; then
         warn "$PREINSTALLED_PLUGIN is still there, and containerd starts whatever it is as an NRI plugin: remove it by hand, then restart containerd"
@@ -93,18 +93,18 @@ install_devgate() {
     local b
     for b in devgate devgate-hook; do
         [[ -x $BIN_DIR/$b ]] || die "$BIN_DIR/$b not found: build with install/build.sh or pass --bin-dir"
-        ! put_file "$BIN_DIR/$b" "$BIN/$b" 755 || RESTART_DEVGATE=1
+        owing devgate put_file "$BIN_DIR/$b" "$BIN/$b" 755 || true
     done
     if [[ ! -e $(p "$CONFIG") ]]; then
-        ! put_file "$SCRIPT_DIR/config.toml" "$CONFIG" 644 || RESTART_DEVGATE=1
+        owing devgate put_file "$SCRIPT_DIR/config.toml" "$CONFIG" 644 || true
     fi
     if ((PREINSTALLED)); then
         # A systemd install from before would run a second plugin on the
         # same ledger.
         remove_unit || true
         # containerd starts pre-installed plugins itself, only when it starts.
-        ! put_file "$BIN_DIR/devgate" "$PREINSTALLED_PLUGIN" 755 || RESTART_CONTAINERD=1
-        ! put_link "$PREINSTALLED_CONF" "$CONFIG" || RESTART_CONTAINERD=1
+        owing containerd put_file "$BIN_DIR/devgate" "$PREINSTALLED_PLUGIN" 755 || true
+        owing containerd put_link "$PREINSTALLED_CONF" "$CONFIG" || true
     elif ((HOOKS_ONLY)); then
         # The runtime runs devgate-hook from hooks.d; a plugin from an
         # earlier install would apply the same pods again through NRI.
@@ -114,8 +114,7 @@ install_devgate() {
         # Likewise a pre-installed plugin from before, which containerd
         # would start beside this one.
         remove_preinstalled
-        if put_text "$UNIT" 644 < <(unit_text); then
-            RESTART_DEVGATE=1
+        if owing devgate put_text "$UNIT" 644 < <(unit_text); then
             ((DRY_RUN)) || manifest_put unit devgate.service -
         fi
     fi

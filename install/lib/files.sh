@@ -156,7 +156,7 @@ put_text() {
     local tmp rc=0
     # Callers test put_text, which turns errexit off in it: a temporary file
     # not made or not written whole (a full /tmp) must not be installed.
-    tmp=$(mktemp) || die "cannot make a temporary file for $1"
+    make_temp tmp
     cat >"$tmp" || {
         rm -f "$tmp"
         die "cannot write a temporary file for $1"

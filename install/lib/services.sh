@@ -52,6 +52,8 @@ load_pending() {
 save_pending() {
     local status=$? f
     ((status != 0 && !DRY_RUN)) || return 0
+    [[ $IN_FLIGHT != containerd ]] || RESTART_CONTAINERD=1
+    [[ $IN_FLIGHT != devgate ]] || RESTART_DEVGATE=1
     f=$(pending_file)
     [[ -d $(dirname "$f") ]] || return 0
     if ((!RESTART_CONTAINERD && !RESTART_DEVGATE)); then
@@ -63,6 +65,24 @@ save_pending() {
         ((RESTART_DEVGATE)) && echo devgate
     } >"$f" 2>/dev/null || true
     return 0
+}
+
+# owing SERVICE CMD...: runs CMD (put_file, put_text, put_link, undo_owned),
+# which returns 0 when it changed a file SERVICE reads; then SERVICE owes a
+# restart. The debt counts from before CMD runs: a run that stops inside it
+# (a signal, the manifest not written after the file went into place)
+# records it at exit, at worst one restart more than was needed.
+owing() {
+    local service=$1 rc=0
+    shift
+    IN_FLIGHT=$service
+    "$@" || rc=$?
+    IN_FLIGHT=
+    ((rc == 0)) || return "$rc"
+    case $service in
+    containerd) RESTART_CONTAINERD=1 ;;
+    devgate) RESTART_DEVGATE=1 ;;
+    esac
 }
 
 clear_pending() {

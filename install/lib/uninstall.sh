@@ -14,7 +14,7 @@ refuse_live_pods() {
     local because=$1
     local devgate status err
     devgate=$(installed_devgate)
-    err=$(mktemp)
+    make_temp err
     if ! status=$(ledger_status "$devgate" 2>"$err"); then
         local why
         why=$(tail -c 300 "$err")
