@@ -27,7 +27,7 @@ pub(crate) use super::restore_find::is_ours;
 use super::restore_find::{foreign_altnames, host_name_free, locate};
 pub(crate) use super::restore_rdma::find_rdma;
 use super::restore_rdma::restore_rdma;
-use super::rtnl::{LinkChange, LinkRef, Rtnl};
+use super::rtnl::{Link, LinkChange, LinkRef, Rtnl};
 use super::saved::SavedVf;
 use super::vf::{vf_fields, VfOps};
 use crate::inventory::PciAddr;
@@ -170,9 +170,7 @@ fn quiesce_in_pod(
     rec: &SavedVf,
     pod: &Netns,
 ) -> Result<bool, VfError> {
-    let names = [rec.attach.container_ifname.as_str(), &rec.host.name];
-    let mut pod_nl = at.step("open pod netlink", ops.env.rtnl(Some(pod)))?;
-    let in_pod = at.step("find netdev in pod", locate(pod_nl.as_mut(), rec, &names))?;
+    let (mut pod_nl, in_pod) = in_pod(ops, at, rec, pod)?;
     let Some(link) = in_pod else {
         return Ok(false);
     };
@@ -199,9 +197,8 @@ fn bring_home(
     rec: &SavedVf,
     pod: &Netns,
 ) -> Result<(), VfError> {
-    let names = [rec.attach.container_ifname.as_str(), &rec.host.name];
-    let mut pod_nl = at.step("open pod netlink", ops.env.rtnl(Some(pod)))?;
-    let Some(link) = at.step("find netdev in pod", locate(pod_nl.as_mut(), rec, &names))? else {
+    let (mut pod_nl, in_pod) = in_pod(ops, at, rec, pod)?;
+    let Some(link) = in_pod else {
         // Gone from the pod meanwhile: `restore_netdev` looks on the host.
         return Ok(());
     };
@@ -224,6 +221,19 @@ fn bring_home(
         ..LinkChange::default()
     };
     at.step("move to host netns", pod_nl.set_link(link.index, &home))
+}
+
+/// Netlink in the pod's netns, and the VF there under its pod or host name.
+fn in_pod(
+    ops: &mut VfOps<'_>,
+    at: &At<'_>,
+    rec: &SavedVf,
+    pod: &Netns,
+) -> Result<(Box<dyn Rtnl>, Option<Link>), VfError> {
+    let names = [rec.attach.container_ifname.as_str(), &rec.host.name];
+    let mut pod_nl = at.step("open pod netlink", ops.env.rtnl(Some(pod)))?;
+    let link = at.step("find netdev in pod", locate(pod_nl.as_mut(), rec, &names))?;
+    Ok((pod_nl, link))
 }
 
 fn restore_pf(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), VfError> {
