@@ -105,13 +105,15 @@ pub struct Model {
 }
 
 /// A container with `NET_ADMIN` acting on a link in its netns between two
-/// of the hook's calls: it names the link `altname` and brings it up.
+/// of the hook's calls: it names the link `altname` and brings it up, and
+/// moves it into a namespace of its own making where `to_ns` says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Meddle {
     /// After the n-th mutating call (0-based).
     pub after: usize,
     pub index: u32,
     pub altname: String,
+    pub to_ns: Option<u64>,
 }
 
 /// What tests compare: the kernel objects, without the call log.
@@ -180,6 +182,10 @@ impl Model {
             if let Some(l) = link.filter(|l| l.ns != HOST) {
                 l.link.altnames.push(m.altname);
                 l.link.up = true;
+                if let Some(to) = m.to_ns {
+                    l.ns = to;
+                    self.namespaces.insert(to);
+                }
             }
         }
         Ok(())

@@ -199,8 +199,11 @@ fn bring_home(
 ) -> Result<(), VfError> {
     let (mut pod_nl, in_pod) = in_pod(ops, at, rec, pod)?;
     let Some(link) = in_pod else {
-        // Gone from the pod meanwhile: `restore_netdev` looks on the host.
-        return Ok(());
+        // Gone from the pod since it was brought down there: a container
+        // with NET_ADMIN moved it into a namespace of its own, or renamed it
+        // past finding. Its PF settings are reset only once it is on the
+        // host; anywhere else it may be up, and keeps them.
+        return found_on_host(at, host, rec);
     };
     let mut dropped = foreign_altnames(&link, rec);
     for name in &link.altnames {

@@ -35,10 +35,20 @@ pub(super) struct Service<P> {
     sync: Mutex<SyncBuffer>,
 }
 
-/// The most pods and containers together that a split Synchronize may
-/// carry: far past any node (kubelet's default is 110 pods), and a bound on
-/// what a runtime that never sends its last chunk makes this process hold.
-const MAX_SYNC_OBJECTS: usize = 1 << 16;
+/// What a split Synchronize may carry in all: pods and containers together
+/// (far past any node: kubelet's default is 110 pods), and their encoded
+/// bytes (each chunk up to ttrpc's 4 MiB). A bound on what a runtime that
+/// never sends its last chunk makes this process hold.
+const MAX_SYNC: SyncBound = SyncBound {
+    objects: 1 << 16,
+    bytes: 64 << 20,
+};
+
+#[derive(Debug, Clone, Copy)]
+struct SyncBound {
+    objects: usize,
+    bytes: u64,
+}
 
 /// A Synchronize's pods and containers, once its last chunk is in.
 type Synced = (Vec<api::PodSandbox>, Vec<api::Container>);
@@ -47,21 +57,34 @@ type Synced = (Vec<api::PodSandbox>, Vec<api::Container>);
 struct SyncBuffer {
     pods: Vec<api::PodSandbox>,
     containers: Vec<api::Container>,
+    /// The encoded size of the chunks held.
+    bytes: u64,
 }
 
 impl SyncBuffer {
     /// Adds one chunk; everything collected once the last one is in, or an
-    /// error, with the buffer emptied, once the chunks hold more than `max`
-    /// objects.
-    fn add(&mut self, req: api::SynchronizeRequest, max: usize) -> Result<Option<Synced>, Status> {
+    /// error, with the buffer emptied, once the chunks hold more than `max`.
+    fn add(
+        &mut self,
+        req: api::SynchronizeRequest,
+        max: SyncBound,
+    ) -> Result<Option<Synced>, Status> {
         let held = self.pods.len() + self.containers.len();
-        if held.saturating_add(req.pods.len() + req.containers.len()) > max {
+        let objects = held.saturating_add(req.pods.len() + req.containers.len());
+        let bytes = self
+            .bytes
+            .saturating_add(protobuf::Message::compute_size(&req));
+        if objects > max.objects || bytes > max.bytes {
             *self = SyncBuffer::default();
             return Err(ttrpc::get_status(
                 Code::RESOURCE_EXHAUSTED,
-                format!("synchronize carries more than {max} pods and containers"),
+                format!(
+                    "synchronize carries more than {} pods and containers or {} bytes",
+                    max.objects, max.bytes
+                ),
             ));
         }
+        self.bytes = bytes;
         self.pods.extend(req.pods);
         self.containers.extend(req.containers);
         if req.more {
@@ -128,7 +151,7 @@ impl<P: Plugin> Service<P> {
         req: api::SynchronizeRequest,
     ) -> Result<Option<Synced>, Status> {
         let mut buf = self.sync.lock().unwrap_or_else(PoisonError::into_inner);
-        buf.add(req, MAX_SYNC_OBJECTS).inspect_err(|status| {
+        buf.add(req, MAX_SYNC).inspect_err(|status| {
             tracing::error!(error = %status.message, "synchronize refused");
         })
     }
@@ -308,14 +331,40 @@ mod sync_buffer_tests {
     #[test]
     fn chunks_past_the_bound_are_refused_and_dropped() {
         let mut buf = SyncBuffer::default();
-        assert_eq!(buf.add(chunk(2, 3, true), 10), Ok(None));
-        assert_eq!(buf.add(chunk(2, 3, true), 10), Ok(None));
-        let err = buf.add(chunk(1, 0, false), 10).unwrap_err();
+        assert_eq!(buf.add(chunk(2, 3, true), TEN), Ok(None));
+        assert_eq!(buf.add(chunk(2, 3, true), TEN), Ok(None));
+        let err = buf.add(chunk(1, 0, false), TEN).unwrap_err();
         assert_eq!(err.code(), Code::RESOURCE_EXHAUSTED);
         assert!(err.message.contains("more than 10"), "{}", err.message);
         assert!(buf.pods.is_empty() && buf.containers.is_empty());
+        assert_eq!(buf.bytes, 0);
         // The next Synchronize starts afresh, and the bound itself is allowed.
-        let (pods, containers) = buf.add(chunk(4, 6, false), 10).unwrap().unwrap();
+        let (pods, containers) = buf.add(chunk(4, 6, false), TEN).unwrap().unwrap();
         assert_eq!((pods.len(), containers.len()), (4, 6));
+    }
+
+    const TEN: SyncBound = SyncBound {
+        objects: 10,
+        bytes: 1 << 20,
+    };
+
+    /// Few objects, each large (a pod's annotations): the bytes bound them.
+    #[test]
+    fn chunks_past_the_byte_bound_are_refused() {
+        let big = || {
+            let mut req = chunk(1, 0, true);
+            req.pods[0].annotations.insert("k".into(), "v".repeat(600));
+            req
+        };
+        let bound = SyncBound {
+            objects: 10,
+            bytes: 1000,
+        };
+        let mut buf = SyncBuffer::default();
+        assert_eq!(buf.add(big(), bound), Ok(None));
+        let err = buf.add(big(), bound).unwrap_err();
+        assert_eq!(err.code(), Code::RESOURCE_EXHAUSTED);
+        assert!(err.message.contains("1000 bytes"), "{}", err.message);
+        assert!(buf.pods.is_empty() && buf.bytes == 0);
     }
 }

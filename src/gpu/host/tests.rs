@@ -332,8 +332,13 @@ fn child_holding_full(flags: libc::c_int) -> libc::pid_t {
     if pid == 0 {
         // SAFETY: as above.
         unsafe {
-            libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
-            libc::open(FULL.as_ptr(), flags);
+            // Without close_range (before Linux 5.9, or a seccomp filter),
+            // the open would not be descriptor 0: the child ends at once.
+            if libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) != 0
+                || libc::open(FULL.as_ptr(), flags) != 0
+            {
+                libc::_exit(1);
+            }
             loop {
                 libc::pause();
             }
@@ -348,7 +353,12 @@ fn child_holding_full(flags: libc::c_int) -> libc::pid_t {
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
-    panic!("the child did not open /dev/full");
+    // SAFETY: the child forked above, not left behind by a failed test.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    panic!("the child did not open /dev/full as its descriptor 0");
 }
 
 /// A descriptor opened with `O_PATH` names the device without opening it:

@@ -137,6 +137,7 @@ fn a_name_the_pod_gives_its_vf_during_the_restore_is_dropped_before_the_move() {
         after: start,
         index: VF_NETDEV,
         altname: "ens1f0".into(),
+        to_ns: None,
     });
     assert_eq!(rig.detach("ctr1").unwrap(), 1);
     assert!(rig.m().meddle.is_none(), "the pod acted");

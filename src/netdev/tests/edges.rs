@@ -319,3 +319,27 @@ fn a_refused_move_home_leaves_the_vf_whole_in_its_pod() {
     assert_eq!(rig.detach("ctr1").unwrap(), 1);
     assert_eq!(rig.m().world(), before);
 }
+
+/// A container with NET_ADMIN moves its VF into a namespace of its own after
+/// the hook brought it down, and brings it up there: found neither in the
+/// pod nor on the host, it keeps its tenant VLAN and spoof check, and the
+/// record stays for a later try.
+#[test]
+fn a_vf_a_container_moved_away_during_the_restore_keeps_its_pf_settings() {
+    let mut rig = Rig::new(model());
+    rig.attach(&[action()]).unwrap();
+    let attached = rig.m().vfs[&(PF, 3)].clone();
+    let start = rig.m().calls.len();
+    rig.m().meddle = Some(crate::netdev::fake::Meddle {
+        after: start,
+        index: VF_NETDEV,
+        altname: "x0".into(),
+        to_ns: Some(7),
+    });
+    let err = rig.detach("ctr1").unwrap_err();
+    says(&err, "find netdev");
+    let m = rig.m();
+    assert!(m.meddle.is_none(), "the container acted");
+    assert_eq!(m.vfs[&(PF, 3)], attached, "pf settings untouched");
+    assert_eq!(rig.records(), 1, "kept for a later try");
+}
