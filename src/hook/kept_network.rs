@@ -235,9 +235,12 @@ pub(super) fn restore_left(
                 return Err(e);
             }
         }
-        ledger
-            .remove_container(sandbox_id, &id, &|p| run.env.vfs_away(p))
-            .map_err(HooksOnlyError::from)?;
+        // Only the record judged exited: an id admitted again keeps its own.
+        if let Some(stale) = pod.containers.get(&id) {
+            ledger
+                .remove_container_if(sandbox_id, &id, stale, &|p| run.env.vfs_away(p))
+                .map_err(HooksOnlyError::from)?;
+        }
         tracing::info!(pod = %pod.pod, container = %id, leaving, "vfs an exited container kept for its pod restored: no other container of the pod runs");
     }
     Ok(restored)

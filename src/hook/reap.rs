@@ -104,10 +104,13 @@ pub(super) fn reap_stale(
             }
             // A container joined meanwhile: the pod stays with it, without
             // the exited ones (their VFs are back, their network role free).
+            // A container admitted again under an exited one's id keeps its
+            // record.
             Ok(false) => {
-                for id in &expected {
+                for (id, record) in &pod.containers {
+                    let away = |p: &PodRecord| run.env.vfs_away(p);
                     if let Err(e) =
-                        ledger.remove_container(&pod.pod.sandbox_id, id, &|p| run.env.vfs_away(p))
+                        ledger.remove_container_if(&pod.pod.sandbox_id, id, record, &away)
                     {
                         tracing::warn!(pod = %pod.pod, container = %id, error = %nri::ErrorChain(&e), "exited container not forgotten");
                     }

@@ -150,8 +150,24 @@ impl Ledger {
         if self.store.peek_cached(known) != Some(true) && !self.store.peek(known)? {
             return Ok(());
         }
-        self.remove(sandbox_id, container_id, vfs_away, false)
+        self.remove(sandbox_id, container_id, vfs_away, false, None)
             .map(drop)
+    }
+
+    /// [`Ledger::remove_container`] of a container judged gone from its
+    /// record `stale`, only while its record is still that one, decided under
+    /// the lock. A runtime that reuses container ids (podman's `start` and
+    /// `restart`) may have admitted the id again meanwhile, with a record of
+    /// its own that must stay. Whether the stale record was removed.
+    pub fn remove_container_if(
+        &self,
+        sandbox_id: &str,
+        container_id: &str,
+        stale: &ContainerRecord,
+        vfs_away: &dyn Fn(&PodRecord) -> bool,
+    ) -> Result<bool, LedgerError> {
+        let removal = self.remove(sandbox_id, container_id, vfs_away, false, Some(stale))?;
+        Ok(removal == Removal::Removed)
     }
 
     /// [`Ledger::remove_container`], unless the container is the only one its
@@ -167,7 +183,7 @@ impl Ledger {
         container_id: &str,
         vfs_away: &dyn Fn(&PodRecord) -> bool,
     ) -> Result<Removal, LedgerError> {
-        self.remove(sandbox_id, container_id, vfs_away, true)
+        self.remove(sandbox_id, container_id, vfs_away, true, None)
     }
 
     fn remove(
@@ -176,6 +192,7 @@ impl Ledger {
         container_id: &str,
         vfs_away: &dyn Fn(&PodRecord) -> bool,
         keep_last: bool,
+        only_if: Option<&ContainerRecord>,
     ) -> Result<Removal, LedgerError> {
         let mut txn = self.store.begin()?;
         let Some(pod) = txn.state.pods.get_mut(sandbox_id) else {
@@ -183,6 +200,9 @@ impl Ledger {
         };
         if keep_last && pod.containers.keys().all(|c| c == container_id) {
             return Ok(Removal::Last);
+        }
+        if only_if.is_some_and(|stale| pod.containers.get(container_id) != Some(stale)) {
+            return Ok(Removal::Readmitted);
         }
         let removed = pod.remove_container(container_id);
         let was_owner = pod.network_owner.as_deref() == Some(container_id) && !vfs_away(pod);
@@ -204,6 +224,8 @@ pub enum Removal {
     Removed,
     /// Kept: it is the last container its pod has (or the pod has none).
     Last,
+    /// Kept: its record is not the one judged gone (the id admitted again).
+    Readmitted,
 }
 
 /// What [`Ledger::give_up_network_unless`] did.

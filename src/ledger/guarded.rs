@@ -112,7 +112,10 @@ impl Ledger {
         let Some(now) = txn.state.pods.get(sandbox_id) else {
             return Ok((GuardedRelease::Absent, false));
         };
-        let still = unchanged(now);
+        // The records too, not only the ids: a runtime that reuses
+        // container ids (podman's `start`) may have admitted one again
+        // meanwhile, under the id of a container judged gone.
+        let still = unchanged(now) && now.containers == seen.containers;
         let result = match outcome {
             // The clean devices leave only a pod nobody joined meanwhile: a
             // new container was admitted with all of them.

@@ -241,3 +241,51 @@ fn only_a_pod_no_container_joined_is_released_unjoined() {
     );
     assert!(l.holds("q").unwrap(), "a container ran meanwhile");
 }
+
+/// A runtime that reuses container ids (podman's `start`) admits an id again
+/// while a hook releases its pod, judged gone from the old record: the
+/// release keeps the pod, and the old record's removal leaves the new one.
+#[test]
+fn a_container_admitted_again_under_its_id_keeps_its_pod_and_record() {
+    use crate::ledger::{GuardedRelease, Teardown, Unclean};
+    struct Readmits<'a>(&'a Ledger, ContainerRecord);
+    impl Teardown for Readmits<'_> {
+        fn teardown(&self, _: &PodRecord) -> Result<(), Unclean> {
+            let claims = [gpu("GPU-1", Share::Exclusive)];
+            self.0
+                .admit(&pod("p"), &claims, "c1", self.1.clone(), false)
+                .unwrap();
+            Ok(())
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (hook1, hook2) = (
+        Ledger::open(dir.path()).unwrap(),
+        Ledger::open(dir.path()).unwrap(),
+    );
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    let old = record("main");
+    hook1
+        .admit(&pod("p"), &claims, "c1", old.clone(), false)
+        .unwrap();
+    let new = ContainerRecord {
+        applied_unix: old.applied_unix + 60,
+        ..old.clone()
+    };
+    let ids = ["c1".to_string()].into_iter().collect();
+    let out = hook1
+        .release_pod_if_unchanged("p", &ids, &Readmits(&hook2, new.clone()))
+        .unwrap();
+    assert_eq!(out, GuardedRelease::Changed);
+    assert!(!hook1
+        .remove_container_if("p", "c1", &old, &|_| false)
+        .unwrap());
+    let state = hook2.snapshot().unwrap();
+    assert_eq!(state.pods["p"].containers["c1"], new);
+    assert_eq!(state.pods["p"].claims, claims);
+    // The record judged gone, still there, goes.
+    assert!(hook1
+        .remove_container_if("p", "c1", &new, &|_| false)
+        .unwrap());
+    assert!(hook1.snapshot().unwrap().pods["p"].containers.is_empty());
+}
