@@ -181,16 +181,24 @@ fn a_device_whose_state_cannot_be_read_does_not_stop_the_rest() {
 fn the_running_plugins_own_gpu_handles_do_not_refuse_a_clear() {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let fx = node(dir.path());
-    // Not a GPU the other tests clear: they run as threads of this process,
-    // whose descriptor below would be a user of theirs.
+    // The node's `nvidia` major is 1 and its GPUs' minors 0 to 7, so that
+    // GPU 7's node is `/dev/full`'s device (1:7), which a process can hold
+    // open without NVIDIA's driver. The other tests run as threads of this
+    // process on nodes of their own, with the real major.
+    std::fs::write(dir.path().join("devgate.toml"), "[gpu]\nnvml = false\n").unwrap();
+    let fx = HostRootBuilder::hgx()
+        .nvidia_major(1)
+        .gpu_minors((0..8).collect())
+        .build(&dir.path().join("host"))
+        .unwrap();
     let gpu = fx.expected().gpus[7].clone();
+    assert_eq!(gpu.minor, 7);
     let ledger = Ledger::open(&dir.path().join("state")).unwrap();
     ledger
         .quarantine(&DeviceId::Gpu(gpu.uuid.clone()), "teardown failed")
         .unwrap();
-    // This test process stands for the plugin: it holds the GPU's node (an
-    // O_PATH descriptor: no driver is needed to hold one).
+    // This test process stands for the plugin: it holds the GPU's node open
+    // (a descriptor opened with O_PATH would open nothing, and not count).
     let node = dir.path().join("nvidia-node");
     nix::sys::stat::mknod(
         &node,
@@ -206,7 +214,7 @@ fn the_running_plugins_own_gpu_handles_do_not_refuse_a_clear() {
     let _spawns = SPAWNS.write().unwrap_or_else(|p| p.into_inner());
     let _held = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_PATH)
+        .custom_flags(libc::O_CLOEXEC)
         .open(&node)
         .unwrap();
 

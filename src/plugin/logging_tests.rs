@@ -72,3 +72,35 @@ fn synchronize_names_containers_that_run_without_their_allocation() {
         assert!(lines[0].contains(want), "{want}: {}", lines[0]);
     }
 }
+
+/// The runtime took the plugin's reply as failed (the plugin killed between
+/// its record and its reply, or the reply later than the runtime's timeout)
+/// and created the container without it: recorded in the ledger, it lacks
+/// its nodes in the runtime's listing, and the next Synchronize names it;
+/// one that carries them is not named.
+#[test]
+fn synchronize_names_a_recorded_container_that_lacks_its_nodes() {
+    let (p, fixture, _state) = hgx_plugin("grant_check = \"off\"\n");
+    let gpu = &fixture.expected().gpus[0];
+    let pod = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100));
+    let ctr = |id: &str, devices: Vec<nri::api::LinuxDevice>| nri::api::Container {
+        id: id.into(),
+        pod_sandbox_id: pod.id.clone(),
+        name: id.into(),
+        state: nri::api::ContainerState::CONTAINER_RUNNING.into(),
+        linux: protobuf::MessageField::some(nri::api::LinuxContainer {
+            devices,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let given = p.adjustment(&pod, &ctr("with", Vec::new())).unwrap();
+    p.adjustment(&pod, &ctr("without", Vec::new())).unwrap();
+    let nodes = given.linux.devices.clone();
+    assert!(!nodes.is_empty());
+    let listed = vec![ctr("with", nodes), ctr("without", Vec::new())];
+    p.synchronize(vec![pod.clone()], listed).unwrap();
+    let found = unapplied_record::load(&p.options.state_dir).unwrap();
+    let ids: Vec<&str> = found.iter().map(|u| u.id.as_str()).collect();
+    assert_eq!(ids, ["without"]);
+}

@@ -303,7 +303,11 @@ impl nri::Plugin for DevgatePlugin {
         let read = self.devices.ledger().stale_pods_and(&live, |ledger| {
             containers
                 .iter()
-                .filter(|c| ledger.container(&c.id).is_some())
+                .filter(|c| {
+                    ledger
+                        .container(&c.id)
+                        .is_some_and(|rec| unapplied::carries(c, &rec.devices))
+                })
                 .map(|c| c.id.clone())
                 .collect::<std::collections::HashSet<String>>()
         });

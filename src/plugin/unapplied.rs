@@ -4,7 +4,13 @@
 //! such a container started with neither its devices nor its VFs, and nothing
 //! can add them to a running container. Synchronize names each one, so that
 //! an operator can restart it; the ledger, which records every container the
-//! plugin admitted, tells them apart.
+//! plugin admitted, tells them apart. A container the ledger records may
+//! still have started without its adjustment: the plugin killed between its
+//! record and its reply, or the reply later than the runtime's timeout, both
+//! of which the runtime takes as the plugin's failure and creates the
+//! container without it (NRI `isFatalError`). The runtime lists each
+//! container with the device nodes of its final spec, so one recorded is
+//! applied only where it carries the nodes its record names ([`carries`]).
 
 use std::collections::HashMap;
 
@@ -42,6 +48,17 @@ pub fn unapplied<'a>(
         .collect()
 }
 
+/// Whether the runtime's container `c` has every device node `paths` names
+/// (the nodes the plugin gave it, paths inside the container).
+pub fn carries(c: &Container, paths: &[String]) -> bool {
+    let listed = c
+        .linux
+        .as_ref()
+        .map(|l| l.devices.as_slice())
+        .unwrap_or_default();
+    paths.iter().all(|p| listed.iter().any(|d| d.path == *p))
+}
+
 /// Logs each container [`unapplied`] finds, and returns them for the record.
 pub fn report(
     pods: &[PodSandbox],
@@ -56,7 +73,7 @@ pub fn report(
             tracing::error!(
                 namespace = %pod.namespace, pod = %pod.name, container = %ctr.name, id = %ctr.id,
                 annotation = allocation::DEVICE_ALLOCATED,
-                "container runs without its allocation: created while devgate was not connected; restart it to get its devices"
+                "container runs without its allocation: created while devgate was not connected, or without its answer; restart it to get its devices"
             );
             Unapplied {
                 namespace: pod.namespace.clone(),
