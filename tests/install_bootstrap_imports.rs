@@ -96,10 +96,7 @@ fn nested_imports_are_followed_and_the_config_is_not_its_own_import() {
     );
     let run = bootstrap(&nested, &hooks, &version);
     assert!(!run.ok, "{}", run.out);
-    position(
-        &run.out,
-        "/etc/containerd/conf.d/../nested/nri.toml (imported by",
-    );
+    position(&run.out, "/etc/containerd/nested/nri.toml (imported by");
     assert_eq!(
         std::fs::read_to_string(nested.join("etc/containerd/config.toml")).unwrap(),
         main
@@ -116,4 +113,32 @@ fn nested_imports_are_followed_and_the_config_is_not_its_own_import() {
     let text = std::fs::read_to_string(&cfg).unwrap();
     assert!(text.contains("disable = false"), "{text}");
     position(&run.out, "systemctl restart containerd.service");
+}
+
+/// More imported files than bootstrap reads (64, as `devgate doctor`) are
+/// refused before any change, rather than the rest left unread.
+#[test]
+fn a_config_importing_more_than_64_files_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    let prefix = dir.path().join("many");
+    let main = "version = 2\nimports = [\"conf.d/*.toml\"]\n";
+    write(&prefix.join("etc/containerd/config.toml"), main);
+    for i in 0..65 {
+        write(
+            &prefix.join(format!("etc/containerd/conf.d/{i:02}.toml")),
+            "version = 2\n",
+        );
+    }
+    let run = bootstrap(&prefix, &hooks, &["--containerd-version", "1.7.24"]);
+    assert!(!run.ok, "{}", run.out);
+    position(&run.out, "imports more than 64 files");
+    assert_eq!(
+        std::fs::read_to_string(prefix.join("etc/containerd/config.toml")).unwrap(),
+        main
+    );
+    // 64 are read.
+    std::fs::remove_file(prefix.join("etc/containerd/conf.d/64.toml")).unwrap();
+    let run = bootstrap(&prefix, &hooks, &["--containerd-version", "1.7.24"]);
+    assert!(run.ok, "{}", run.out);
 }

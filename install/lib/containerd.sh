@@ -94,7 +94,8 @@ nri_enabled_config() {
 # same way). An imported table that already turns NRI on is fine.
 check_imports() {
     local cfg=$1 need=$2 file rc
-    while read -r file; do
+    imported_files "$cfg"
+    for file in "${IMPORTED[@]}"; do
         names_nri "$file" || continue
         rc=0
         nri_enabled_config "$need" <"$file" >/dev/null || rc=$?
@@ -102,7 +103,7 @@ check_imports() {
         ((rc != 6)) || die "$(crlf "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG)")"
         ((rc == 4)) ||
             die "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG) configures NRI without enabling it, which overrides an edit of $CONTAINERD_CONFIG: set disable = false there by hand"
-    done < <(imported_files "$cfg")
+    done
 }
 
 # Whether a config file names the NRI plugin outside a comment. One grep:
@@ -112,27 +113,40 @@ names_nri() {
     grep -Eq '^[^#]*io\.containerd\.nri\.v1\.nri' "$1"
 }
 
-# The files a config (as this run reads it, under --prefix) imports, one per
-# line and in the same form, in the order containerd loads them
+# The most files imports may bring in; a config importing more is refused
+# (`devgate doctor` reads as many).
+readonly MAX_IMPORTS=64
+
+# IMPORTED: the files a config (as this run reads it, under --prefix)
+# imports, in the same form, in the order containerd loads them
 # (`LoadConfig`, services/server/config/config.go): breadth first, an
 # imported file's own imports too, each resolved against the directory of the
-# file that names it (`resolveImports`), each file once, and never the config
-# itself, which a glob in its own directory matches. At most 64.
+# file that names it (`resolveImports`) and cleaned as containerd cleans it
+# (`..` taken lexically, links not followed), each file once, and never the
+# config itself, which a glob in its own directory matches. Set in this shell,
+# not printed, so that too many stops bootstrap.
+IMPORTED=()
 imported_files() {
-    local file pattern match i=0
-    local -a queue=("$1")
-    local -A seen=(["$1"]=1)
-    while ((i < ${#queue[@]} && ${#queue[@]} <= 65)); do
+    local file pattern match i=0 main
+    main=$(realpath -ms -- "$1")
+    local -a queue=("$main")
+    local -A seen=(["$main"]=1)
+    IMPORTED=()
+    while ((i < ${#queue[@]})); do
         file=${queue[i]}
         i=$((i + 1))
         while read -r pattern; do
             [[ -n $pattern ]] || continue
             [[ $pattern == /* ]] || pattern=$(dirname "/${file#"$(p /)"}")/$pattern
             while read -r match; do
-                [[ -n $match && -z ${seen[$match]:-} ]] || continue
+                [[ -n $match ]] || continue
+                match=$(realpath -ms -- "$match")
+                [[ -z ${seen[$match]:-} ]] || continue
                 seen[$match]=1
                 queue+=("$match")
-                printf '%s\n' "$match"
+                IMPORTED+=("$match")
+                ((${#IMPORTED[@]} <= MAX_IMPORTS)) ||
+                    die "$CONTAINERD_CONFIG imports more than $MAX_IMPORTS files, with its imports' own imports: check them by hand, or gather them; nothing changed"
             done < <(compgen -G "$(p "$pattern")" || true)
         done < <(toml_strings imports "$file")
     done
@@ -244,12 +258,13 @@ enable_nri() {
             # `disabled_plugins`) are not read here: refused, not guessed at.
             # Its imports are migrated alike.
             local file where
-            while read -r file; do
+            imported_files "$cfg"
+            for file in "$cfg" "${IMPORTED[@]}"; do
                 grep -Eq '^[^#]*\<nri\>' "$file" || continue
                 where=" names NRI"
                 [[ $file == "$cfg" ]] || where=" imports /${file#"$(p /)"}, which names NRI"
                 die "$CONTAINERD_CONFIG is a version 1 config that$where: this script reads NRI's settings only where the main config is version 2 or 3; check by hand that they leave NRI on (containerd config migrate prints the result as version 3), or migrate the config; nothing changed"
-            done < <(printf '%s\n' "$cfg"; imported_files "$cfg")
+            done
             ((check)) || log "$CONTAINERD_CONFIG is a version 1 config: containerd $major.$minor migrates it as it loads, with NRI on; left as it is"
             return 0
         fi
@@ -314,9 +329,10 @@ nri_setting() {
     cfg=$(p "$CONTAINERD_CONFIG")
     [[ -f $cfg ]] || return 0
     src=$cfg
-    while read -r file; do
+    imported_files "$cfg"
+    for file in "${IMPORTED[@]}"; do
         if names_nri "$file"; then src=$file; fi
-    done < <(imported_files "$cfg")
+    done
     nri_value "$1" <"$src"
 }
 

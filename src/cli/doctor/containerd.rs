@@ -5,7 +5,8 @@ use super::host::{read_bounded, Host, Roots};
 use super::Check;
 
 const NRI_PLUGIN: &str = "io.containerd.nri.v1.nri";
-/// At most this many imported config files are read, and listed per file.
+/// At most this many imported config files are read; a config importing
+/// more fails its check (install/bootstrap.sh refuses it alike).
 const MAX_IMPORTS: usize = 64;
 const NRI_FIX: &str = "set [plugins.\"io.containerd.nri.v1.nri\"] disable = false (install/bootstrap.sh does it and keeps a backup), then restart containerd";
 
@@ -74,14 +75,17 @@ fn load_text(roots: &Roots, path: &Path, text: &str, how: Merge) -> Result<Effec
     let main = parse(path, text)?;
     let mut eff = Effective::default();
     merge(&mut eff, &main, how);
-    let mut loaded = vec![path.to_path_buf()];
+    let mut loaded = vec![clean(path)];
     let mut pending: std::collections::VecDeque<PathBuf> = imports_of(roots, path, &main).into();
     while let Some(import) = pending.pop_front() {
         if loaded.contains(&import) {
             continue;
         }
         if loaded.len() > MAX_IMPORTS {
-            break;
+            return Err(format!(
+                "{} imports more than {MAX_IMPORTS} files, with its imports' own imports: only so many are read",
+                path.display()
+            ));
         }
         let text = read_bounded(&import).map_err(|e| format!("read {}: {e}", import.display()))?;
         let file = parse(&import, &text)?;
@@ -134,7 +138,27 @@ fn expand_imports(roots: &Roots, config_dir: &Path, imports: &[&str]) -> Vec<Pat
             _ => out.push(path),
         }
     }
-    out.truncate(MAX_IMPORTS);
+    out.iter().map(|p| clean(p)).collect()
+}
+
+/// `path` with `.` and `..` taken lexically, as Go's `filepath.Clean`, which
+/// containerd applies before it tells a file it loaded already: links are
+/// not followed.
+fn clean(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            // Above the root is the root.
+            Component::ParentDir => {
+                if !out.pop() && !out.has_root() {
+                    out.push(part);
+                }
+            }
+            other => out.push(other),
+        }
+    }
     out
 }
 
@@ -333,5 +357,23 @@ mod merge_tests {
         let mut first = None;
         merge_table(&mut first, &import, Merge::Deep);
         assert_eq!(first, Some(import));
+    }
+
+    #[test]
+    fn import_paths_are_cleaned_as_go_cleans_them() {
+        for (path, want) in [
+            (
+                "/etc/containerd/conf.d/../nested/a.toml",
+                "/etc/containerd/nested/a.toml",
+            ),
+            (
+                "/etc/./containerd//config.toml",
+                "/etc/containerd/config.toml",
+            ),
+            ("/../etc/a.toml", "/etc/a.toml"),
+            ("a/../../b.toml", "../b.toml"),
+        ] {
+            assert_eq!(clean(Path::new(path)), Path::new(want), "{path}");
+        }
     }
 }

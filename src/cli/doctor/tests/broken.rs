@@ -157,6 +157,26 @@ fn each_broken_runtime_or_plugin_setup_fails_or_warns_its_own_check() {
             "disable = true",
         ),
         (
+            "more than 64 imported files",
+            |n| {
+                write(
+                    &n.roots.containerd_config,
+                    &format!("imports = [\"conf.d/*.toml\"]\n{CONTAINERD_CONFIG}"),
+                );
+                for i in 0..65 {
+                    write(
+                        &n.roots
+                            .etc_root
+                            .join(format!("containerd/conf.d/{i:02}.toml")),
+                        "version = 2\n",
+                    );
+                }
+            },
+            "nri enabled",
+            Status::Fail,
+            "imports more than 64 files",
+        ),
+        (
             "other socket",
             |n| {
                 write(&n.roots.containerd_config, "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  socket_path = \"/run/other.sock\"\n")
