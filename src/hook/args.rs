@@ -32,8 +32,12 @@ pub struct HookArgs {
     pub hooks_only: bool,
     /// Where the cgroup v1 hierarchies are mounted (hooks-only mode).
     pub cgroup_root: PathBuf,
-    /// Where the cgroup v2 hierarchy is mounted (hooks-only mode; on a hybrid host
-    /// usually `/sys/fs/cgroup/unified`).
+    /// Where the cgroup v2 hierarchy is mounted on a unified host (hooks-only
+    /// mode). The hook works on cgroup v2 only when this is a cgroup2
+    /// filesystem, as runc and crun decide by `/sys/fs/cgroup`: on a hybrid
+    /// host it stays `/sys/fs/cgroup` (a tmpfs there), never the
+    /// `/sys/fs/cgroup/unified` mount, which the runtimes' device rules do
+    /// not use.
     pub cgroup2_root: PathBuf,
 }
 

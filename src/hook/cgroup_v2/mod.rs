@@ -57,6 +57,10 @@ pub enum CgroupV2Error {
         "rule {rule} is of type a without full rwm access: all access to runc, only that access to crun; refused rather than guessed"
     )]
     AllPartial { rule: String },
+    #[error(
+        "rule {rule} allows a device another rule allows with an access neither holds: one access to runc, each alone to crun; refused rather than guessed"
+    )]
+    SplitAccess { rule: String },
     #[error(transparent)]
     Program(#[from] ProgramError),
     #[error("cgroup path {path:?} is not absolute and plain")]

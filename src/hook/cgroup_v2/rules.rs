@@ -251,9 +251,32 @@ impl Ruleset {
     pub fn from_rules(rules: &[Rule]) -> Result<Ruleset, CgroupV2Error> {
         let mut set = Ruleset::default();
         for r in rules {
+            set.refuse_split(r)?;
             set.apply(r)?;
         }
         Ok(set)
+    }
+
+    /// Two allow rules of one device whose accesses neither holds the other
+    /// (`c 195:0 r`, then `c 195:0 w`): runc merges them, and a program
+    /// rebuilt so allows `rw`; crun's (libcrun ebpf.c) checks each rule
+    /// alone, so `rw` matches neither and is denied. Refused rather than
+    /// widen crun's containers. Deny exceptions merged are stricter than
+    /// crun's, never wider.
+    fn refuse_split(&self, r: &Rule) -> Result<(), CgroupV2Error> {
+        if r.kind == DevType::All || !r.allow || self.default_allow {
+            return Ok(());
+        }
+        let Some(old) = self.exceptions.get(&key(r)) else {
+            return Ok(());
+        };
+        let both = old.0 & r.access.0;
+        if both != old.0 && both != r.access.0 {
+            return Err(CgroupV2Error::SplitAccess {
+                rule: format!("{r:?}"),
+            });
+        }
+        Ok(())
     }
 
     pub fn apply(&mut self, r: &Rule) -> Result<(), CgroupV2Error> {

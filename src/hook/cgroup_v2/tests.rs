@@ -312,3 +312,33 @@ fn the_kernel_verifier_accepts_generated_programs() {
         }
     }
 }
+
+/// `c 195:0 r` then `c 195:0 w` is `rw` to runc and neither to crun, which
+/// checks each rule alone: refused. An access one of them holds whole is
+/// what both read alike, and kept.
+#[test]
+fn allow_rules_of_one_device_with_split_access_are_refused() {
+    let rules = |a: &str, b: &str| {
+        format!(
+            r#"{{"linux":{{"resources":{{"devices":[{{"allow":false,"access":"rwm"}},{{"allow":true,"type":"c","major":195,"minor":0,"access":"{a}"}},{{"allow":true,"type":"c","major":195,"minor":0,"access":"{b}"}}]}}}}}}"#
+        )
+    };
+    let e = ruleset(&spec(&rules("r", "w")), &[]).unwrap_err();
+    assert!(matches!(e, CgroupV2Error::SplitAccess { .. }), "{e}");
+    for (a, b) in [("r", "rw"), ("rw", "r"), ("rwm", "w")] {
+        let set = ruleset(&spec(&rules(a, b)), &[]).unwrap();
+        let want = if a.len() > b.len() { a } else { b };
+        let bits = want
+            .chars()
+            .map(|c| match c {
+                'm' => 1,
+                'r' => 2,
+                _ => 4,
+            })
+            .sum::<u8>();
+        assert!(
+            listed(&set).contains(&(DevType::Char, Some(195), Some(0), bits)),
+            "{a} {b}"
+        );
+    }
+}
