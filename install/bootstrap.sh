@@ -126,6 +126,9 @@ parse_args() {
     ((!(HOOKS_ONLY && (PREINSTALLED || NODE_ONLY)))) ||
         die "--hooks-only installs no plugin and no DaemonSet node: it takes neither --preinstalled nor --node-only"
     [[ $PREFIX == /* ]] || die "--prefix must be an absolute path, got $PREFIX"
+    # In normal form (no `//`, `.` or `..`, links kept): paths under it are
+    # compared and cut as text, against imports cleaned the same way.
+    PREFIX=$(realpath -ms -- "$PREFIX")
     PREFIX=${PREFIX%/}
 }
 

@@ -199,7 +199,10 @@ fn the_running_plugins_own_gpu_handles_do_not_refuse_a_clear() {
         .unwrap();
     // This test process stands for the plugin: it holds the GPU's node open
     // (a descriptor opened with O_PATH would open nothing, and not count).
-    let node = dir.path().join("nvidia-node");
+    // The node lies in /dev: a devtmpfs, where device nodes open, which a
+    // `nodev` /dev/shm (systemd's, Docker's) refuses.
+    let nodes = tempfile::tempdir_in("/dev").unwrap();
+    let node = nodes.path().join("nvidia-node");
     nix::sys::stat::mknod(
         &node,
         nix::sys::stat::SFlag::S_IFCHR,

@@ -4,7 +4,6 @@
 //! reconciles in this mode. Each pod goes through the same guarded release
 //! as a poststop's ([`super::release`]).
 
-use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::liveness;
@@ -85,6 +84,13 @@ pub(super) fn reap_stale(
         if !mine {
             tried += 1;
         }
+        // Read again before its VFs come home: podman may have started a
+        // container again under an exited one's id since the snapshot, and
+        // its VFs are its own. The release below checks under the lock.
+        if !unchanged_since(ledger, &pod)? {
+            tracing::debug!(pod = %pod.pod, "stale pod: its containers changed meanwhile");
+            continue;
+        }
         let restored: Result<Vec<usize>, HookError> = pod
             .containers
             .keys()
@@ -96,8 +102,7 @@ pub(super) fn reap_stale(
             quarantine_vfs(ledger, &pod, &reason);
             continue;
         }
-        let expected: BTreeSet<String> = pod.containers.keys().cloned().collect();
-        match release_guarded(run, ledger, &pod, &expected) {
+        match release_guarded(run, ledger, &pod) {
             Ok(true) => {
                 tracing::info!(pod = %pod.pod, "stale pod released");
                 released.push(pod.pod);
@@ -122,4 +127,12 @@ pub(super) fn reap_stale(
         }
     }
     Ok(released)
+}
+
+/// Whether the ledger still holds `seen` with the very container records it
+/// was judged by.
+fn unchanged_since(ledger: &Ledger, seen: &PodRecord) -> Result<bool, HooksOnlyError> {
+    let now = ledger.snapshot()?;
+    let same = now.pods.get(&seen.pod.sandbox_id).map(|p| &p.containers) == Some(&seen.containers);
+    Ok(same)
 }

@@ -9,8 +9,6 @@
 //! concurrently, so a pod goes only if its container set is still what the
 //! decision was based on ([`Ledger::release_pod_if_unchanged`]).
 
-use std::collections::BTreeSet;
-
 use super::standalone::{HooksOnly, HooksOnlyError};
 use super::{HookEnv, HookError, Outcome, State};
 use crate::ledger::{Claim, DeviceId, GuardedRelease, Ledger, PodRecord, Removal};
@@ -59,14 +57,14 @@ pub(super) fn vfs_still_saved(env: &HookEnv, container_id: &str) -> bool {
 }
 
 /// Releases the pod after its GPU teardown if its containers are still
-/// `expected` when the ledger commits; true when released. `seen` is the
+/// those of `seen`, records and all, when the ledger commits; true when
+/// released. `seen` is the
 /// pod as the caller read it: its containers' recorded cgroups, the one
 /// being forgotten included, tell the teardown which processes are the pod's.
 pub(super) fn release_guarded(
     run: &mut HooksOnly<'_>,
     ledger: &Ledger,
     seen: &PodRecord,
-    expected: &BTreeSet<String>,
 ) -> Result<bool, HooksOnlyError> {
     let mut cgroups: Vec<String> = Vec::new();
     for path in seen.containers.values().flat_map(|c| &c.cgroups) {
@@ -78,7 +76,7 @@ pub(super) fn release_guarded(
     let teardown = run
         .os
         .gpu_teardown(run.config, ledger, sandbox_id, &cgroups);
-    match ledger.release_pod_if_unchanged(sandbox_id, expected, teardown.as_ref())? {
+    match ledger.release_pod_if_unchanged(sandbox_id, &seen.containers, teardown.as_ref())? {
         GuardedRelease::Released(_) => Ok(true),
         GuardedRelease::Changed => {
             tracing::info!(pod = %seen.pod, "pod kept: its containers changed meanwhile");
@@ -119,8 +117,7 @@ pub(super) fn forget(
             return Ok(false);
         };
         if seen.containers.keys().all(|c| c == container_id) {
-            let expected: BTreeSet<String> = seen.containers.keys().cloned().collect();
-            if release_guarded(run, ledger, &seen, &expected)? {
+            if release_guarded(run, ledger, &seen)? {
                 return Ok(true);
             }
             // A container joined meanwhile, or the pod went: look again.

@@ -7,10 +7,12 @@
 //! so the set is compared again under the lock and the pod is kept when it
 //! changed: the new container keeps the claims it was admitted with.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use super::unclean::keep_unclean;
-use super::{drop_pod, lift_restored, prune_empty, Ledger, LedgerError, PodRecord, Teardown};
+use super::{
+    drop_pod, lift_restored, prune_empty, ContainerRecord, Ledger, LedgerError, PodRecord, Teardown,
+};
 
 /// What [`Ledger::release_pod_if_unchanged`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,17 +27,17 @@ pub enum GuardedRelease {
     Absent,
 }
 
-fn container_set(pod: &PodRecord) -> BTreeSet<&str> {
-    pod.containers.keys().map(String::as_str).collect()
-}
-
-fn same_set(pod: &PodRecord, expected: &BTreeSet<String>) -> bool {
-    container_set(pod) == expected.iter().map(String::as_str).collect()
+/// The pod's containers are the ones the caller judged, records and all: a
+/// runtime that reuses container ids (podman's `start`) may have admitted one
+/// again under the id of a container judged gone, with a record of its own.
+fn same_containers(pod: &PodRecord, expected: &BTreeMap<String, ContainerRecord>) -> bool {
+    pod.containers == *expected
 }
 
 impl Ledger {
-    /// Releases `sandbox_id` after `teardown` if its container ids are exactly
-    /// `expected`, both before the teardown and again under the ledger lock.
+    /// Releases `sandbox_id` after `teardown` if its containers are exactly
+    /// `expected` (their records, not only their ids), both before the
+    /// teardown and again under the ledger lock.
     ///
     /// Like [`Ledger::release_pod`], the teardown runs unlocked and the pod
     /// holds its claims until it is done. A failed teardown quarantines the
@@ -44,10 +46,10 @@ impl Ledger {
     pub fn release_pod_if_unchanged(
         &self,
         sandbox_id: &str,
-        expected: &BTreeSet<String>,
+        expected: &BTreeMap<String, ContainerRecord>,
         teardown: &dyn Teardown,
     ) -> Result<GuardedRelease, LedgerError> {
-        self.release_pod_while(sandbox_id, &|pod| same_set(pod, expected), teardown)
+        self.release_pod_while(sandbox_id, &|pod| same_containers(pod, expected), teardown)
     }
 
     /// Releases `sandbox_id` after `teardown` if it holds no container and
@@ -112,10 +114,7 @@ impl Ledger {
         let Some(now) = txn.state.pods.get(sandbox_id) else {
             return Ok((GuardedRelease::Absent, false));
         };
-        // The records too, not only the ids: a runtime that reuses
-        // container ids (podman's `start`) may have admitted one again
-        // meanwhile, under the id of a container judged gone.
-        let still = unchanged(now) && now.containers == seen.containers;
+        let still = unchanged(now);
         let result = match outcome {
             // The clean devices leave only a pod nobody joined meanwhile: a
             // new container was admitted with all of them.
@@ -165,8 +164,9 @@ mod tests {
         }
     }
 
-    fn set(ids: &[&str]) -> BTreeSet<String> {
-        ids.iter().map(|s| s.to_string()).collect()
+    /// The containers `ids`, each with the record the tests admit them with.
+    fn set(ids: &[&str]) -> BTreeMap<String, ContainerRecord> {
+        ids.iter().map(|s| (s.to_string(), record())).collect()
     }
 
     /// A teardown that lets another ledger handle act while it runs, the way

@@ -272,9 +272,20 @@ fn a_container_admitted_again_under_its_id_keeps_its_pod_and_record() {
         applied_unix: old.applied_unix + 60,
         ..old.clone()
     };
-    let ids = ["c1".to_string()].into_iter().collect();
+    let judged = [("c1".to_string(), old.clone())].into_iter().collect();
     let out = hook1
-        .release_pod_if_unchanged("p", &ids, &Readmits(&hook2, new.clone()))
+        .release_pod_if_unchanged("p", &judged, &Readmits(&hook2, new.clone()))
+        .unwrap();
+    assert_eq!(out, GuardedRelease::Changed);
+    // Admitted again before the release began: no teardown runs at all.
+    struct Untouched;
+    impl Teardown for Untouched {
+        fn teardown(&self, _: &PodRecord) -> Result<(), Unclean> {
+            panic!("the new container's devices were torn down");
+        }
+    }
+    let out = hook1
+        .release_pod_if_unchanged("p", &judged, &Untouched)
         .unwrap();
     assert_eq!(out, GuardedRelease::Changed);
     assert!(!hook1

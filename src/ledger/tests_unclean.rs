@@ -120,7 +120,7 @@ fn a_guarded_release_frees_the_clean_devices_of_an_unchanged_pod() {
     let (_d, l) = ledger();
     pod_of_three(&l);
     let out = l
-        .release_pod_if_unchanged("a", &BTreeSet::new(), &FailsFor(vec![gpu2()]))
+        .release_pod_if_unchanged("a", &Default::default(), &FailsFor(vec![gpu2()]))
         .unwrap();
     assert!(matches!(out, GuardedRelease::Failed { .. }), "{out:?}");
     let state = l.snapshot().unwrap();
@@ -142,7 +142,7 @@ fn a_guarded_release_frees_the_clean_devices_of_an_unchanged_pod() {
         }
     }
     let out = l
-        .release_pod_if_unchanged("a", &BTreeSet::new(), &JoinsThenFails(&l, &claims))
+        .release_pod_if_unchanged("a", &Default::default(), &JoinsThenFails(&l, &claims))
         .unwrap();
     assert!(matches!(out, GuardedRelease::Failed { .. }), "{out:?}");
     let state = l.snapshot().unwrap();

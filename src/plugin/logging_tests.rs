@@ -98,7 +98,27 @@ fn synchronize_names_a_recorded_container_that_lacks_its_nodes() {
     p.adjustment(&pod, &ctr("without", Vec::new())).unwrap();
     let nodes = given.linux.devices.clone();
     assert!(!nodes.is_empty());
-    let listed = vec![ctr("with", nodes), ctr("without", Vec::new())];
+    // A container the hook set up from hooks.d while the plugin was down:
+    // its nodes are the hook's, never in the spec.
+    let by_hook = crate::ledger::ContainerRecord {
+        name: "by-hook".into(),
+        devices: vec![format!("/dev/nvidia{}", gpu.minor)],
+        applied_unix: 1,
+        init: None,
+        cgroups: Vec::new(),
+        resolved: None,
+        resolved_sha256: None,
+        hooks_only: true,
+    };
+    p.devices()
+        .ledger()
+        .record_container(&pod.id, "by-hook", by_hook)
+        .unwrap();
+    let listed = vec![
+        ctr("with", nodes),
+        ctr("without", Vec::new()),
+        ctr("by-hook", Vec::new()),
+    ];
     p.synchronize(vec![pod.clone()], listed).unwrap();
     let found = unapplied_record::load(&p.options.state_dir).unwrap();
     let ids: Vec<&str> = found.iter().map(|u| u.id.as_str()).collect();

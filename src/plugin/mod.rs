@@ -304,9 +304,12 @@ impl nri::Plugin for DevgatePlugin {
             containers
                 .iter()
                 .filter(|c| {
+                    // A container the hook set up (hooks.d beside NRI while
+                    // the plugin was down) has its nodes made by the hook,
+                    // never in the spec.
                     ledger
                         .container(&c.id)
-                        .is_some_and(|rec| unapplied::carries(c, &rec.devices))
+                        .is_some_and(|rec| rec.hooks_only || unapplied::carries(c, &rec.devices))
                 })
                 .map(|c| c.id.clone())
                 .collect::<std::collections::HashSet<String>>()
