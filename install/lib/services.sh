@@ -52,8 +52,7 @@ load_pending() {
 save_pending() {
     local status=$? f
     ((status != 0 && !DRY_RUN)) || return 0
-    [[ $IN_FLIGHT != containerd ]] || RESTART_CONTAINERD=1
-    [[ $IN_FLIGHT != devgate ]] || RESTART_DEVGATE=1
+    [[ -z $IN_FLIGHT ]] || owe "$IN_FLIGHT"
     f=$(pending_file)
     [[ -d $(dirname "$f") ]] || return 0
     if ((!RESTART_CONTAINERD && !RESTART_DEVGATE)); then
@@ -79,7 +78,12 @@ owing() {
     "$@" || rc=$?
     IN_FLIGHT=
     ((rc == 0)) || return "$rc"
-    case $service in
+    owe "$service"
+}
+
+# owe SERVICE: SERVICE (containerd or devgate) is to be restarted.
+owe() {
+    case $1 in
     containerd) RESTART_CONTAINERD=1 ;;
     devgate) RESTART_DEVGATE=1 ;;
     esac

@@ -87,7 +87,7 @@ pub(super) fn reap_stale(
         // Read again before its VFs come home: podman may have started a
         // container again under an exited one's id since the snapshot, and
         // its VFs are its own. The release below checks under the lock.
-        if !unchanged_since(ledger, &pod)? {
+        if !ledger.unchanged_since(&pod)? {
             tracing::debug!(pod = %pod.pod, "stale pod: its containers changed meanwhile");
             continue;
         }
@@ -127,12 +127,4 @@ pub(super) fn reap_stale(
         }
     }
     Ok(released)
-}
-
-/// Whether the ledger still holds `seen` with the very container records it
-/// was judged by.
-fn unchanged_since(ledger: &Ledger, seen: &PodRecord) -> Result<bool, HooksOnlyError> {
-    let now = ledger.snapshot()?;
-    let same = now.pods.get(&seen.pod.sandbox_id).map(|p| &p.containers) == Some(&seen.containers);
-    Ok(same)
 }

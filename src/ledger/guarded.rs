@@ -35,6 +35,15 @@ fn same_containers(pod: &PodRecord, expected: &BTreeMap<String, ContainerRecord>
 }
 
 impl Ledger {
+    /// Whether the ledger still holds the pod `seen` with the very container
+    /// records it was judged by ([`Self::release_pod_if_unchanged`]'s test,
+    /// read without the lock).
+    pub fn unchanged_since(&self, seen: &PodRecord) -> Result<bool, LedgerError> {
+        let now = self.snapshot()?;
+        let pod = now.pods.get(&seen.pod.sandbox_id);
+        Ok(pod.is_some_and(|p| same_containers(p, &seen.containers)))
+    }
+
     /// Releases `sandbox_id` after `teardown` if its containers are exactly
     /// `expected` (their records, not only their ids), both before the
     /// teardown and again under the ledger lock.

@@ -101,14 +101,9 @@ fn synchronize_names_a_recorded_container_that_lacks_its_nodes() {
     // A container the hook set up from hooks.d while the plugin was down:
     // its nodes are the hook's, never in the spec.
     let by_hook = crate::ledger::ContainerRecord {
-        name: "by-hook".into(),
         devices: vec![format!("/dev/nvidia{}", gpu.minor)],
-        applied_unix: 1,
-        init: None,
-        cgroups: Vec::new(),
-        resolved: None,
-        resolved_sha256: None,
         hooks_only: true,
+        ..crate::ledger::tests::record("by-hook")
     };
     p.devices()
         .ledger()

@@ -41,12 +41,11 @@ enum Merge {
 
 impl ContainerdConfig {
     pub fn load(roots: &Roots, host: &dyn Host) -> ContainerdConfig {
-        let deep = host
-            .containerd_version()
-            .ok()
-            .and_then(|l| parse_version(&l))
-            .is_some_and(|(major, _)| major >= 2);
-        let how = if deep { Merge::Deep } else { Merge::Replace };
+        let how = if is_2x(host) {
+            Merge::Deep
+        } else {
+            Merge::Replace
+        };
         let path = roots.containerd_config.clone();
         let loaded = match read_bounded(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -55,6 +54,27 @@ impl ContainerdConfig {
         };
         ContainerdConfig { path, loaded }
     }
+
+    /// Whether NRI's `disable_connections = true` keeps every plugin but the
+    /// pre-installed ones out (NRI then starts no socket listener).
+    pub fn shuts_out_connections(&self) -> bool {
+        let nri = match &self.loaded {
+            Ok(Some(eff)) => eff.nri.as_ref(),
+            _ => None,
+        };
+        nri.and_then(|t| t.get("disable_connections"))
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+    }
+}
+
+/// Whether the running containerd is 2.x or later (its version read from
+/// `containerd --version`): NRI is on by default, and imports merge deep.
+fn is_2x(host: &dyn Host) -> bool {
+    host.containerd_version()
+        .ok()
+        .and_then(|l| parse_version(&l))
+        .is_some_and(|(major, _)| major >= 2)
 }
 
 fn parse(path: &Path, text: &str) -> Result<toml::Table, String> {
@@ -198,20 +218,6 @@ fn merge_deep(into: &mut toml::Table, from: &toml::Table) {
     }
 }
 
-impl ContainerdConfig {
-    /// Whether NRI's `disable_connections = true` keeps every plugin but the
-    /// pre-installed ones out (NRI then starts no socket listener).
-    pub fn shuts_out_connections(&self) -> bool {
-        let nri = match &self.loaded {
-            Ok(Some(eff)) => eff.nri.as_ref(),
-            _ => None,
-        };
-        nri.and_then(|t| t.get("disable_connections"))
-            .and_then(|v| v.as_bool())
-            .unwrap_or(false)
-    }
-}
-
 /// The version in a `containerd --version` line ("containerd <module> v1.7.24 <commit>").
 pub fn version_word(line: &str) -> Option<&str> {
     line.split_whitespace().nth(2)
@@ -242,11 +248,7 @@ pub fn nri_enabled(host: &dyn Host, config: &ContainerdConfig, socket: &Path) ->
     const NAME: &str = "nri enabled";
     let path = config.path.display();
     // 2.x turns NRI on by default, 1.7 off (containerd docs/NRI.md).
-    let on_by_default = host
-        .containerd_version()
-        .ok()
-        .and_then(|l| parse_version(&l))
-        .is_some_and(|(major, _)| major >= 2);
+    let on_by_default = is_2x(host);
     let eff = match &config.loaded {
         Err(e) => return Check::fail(NAME, e.clone(), "fix containerd's config file"),
         Ok(None) if on_by_default => {
@@ -279,11 +281,6 @@ pub fn nri_enabled(host: &dyn Host, config: &ContainerdConfig, socket: &Path) ->
             NRI_FIX,
         );
     }
-    let shut = eff
-        .nri
-        .as_ref()
-        .and_then(|t| t.get("disable_connections"))
-        .and_then(|v| v.as_bool());
     let configured = eff
         .nri
         .as_ref()
@@ -291,7 +288,7 @@ pub fn nri_enabled(host: &dyn Host, config: &ContainerdConfig, socket: &Path) ->
         .and_then(|v| v.as_str());
     let mut found = Vec::new();
     let mut fixes = Vec::new();
-    if shut == Some(true) {
+    if config.shuts_out_connections() {
         found.push(format!("{path} sets disable_connections = true: only pre-installed plugins run, and devgate nri on the socket never connects"));
         fixes.push("set disable_connections = false, unless devgate is pre-installed (bootstrap.sh --preinstalled)".to_string());
     }
