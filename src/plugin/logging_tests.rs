@@ -105,14 +105,28 @@ fn synchronize_names_a_recorded_container_that_lacks_its_nodes() {
         hooks_only: true,
         ..crate::ledger::tests::record("by-hook")
     };
-    p.devices()
-        .ledger()
+    // The same from a ledger written before records said `hooks_only`:
+    // only hooks-only mode records the container's init.
+    let by_old_hook = crate::ledger::ContainerRecord {
+        devices: vec![format!("/dev/nvidia{}", gpu.minor)],
+        init: Some(crate::ledger::InitProcess {
+            pid: std::process::id(),
+            start_ticks: 1,
+        }),
+        ..crate::ledger::tests::record("by-old-hook")
+    };
+    let ledger = p.devices().ledger();
+    ledger
         .record_container(&pod.id, "by-hook", by_hook)
+        .unwrap();
+    ledger
+        .record_container(&pod.id, "by-old-hook", by_old_hook)
         .unwrap();
     let listed = vec![
         ctr("with", nodes),
         ctr("without", Vec::new()),
         ctr("by-hook", Vec::new()),
+        ctr("by-old-hook", Vec::new()),
     ];
     p.synchronize(vec![pod.clone()], listed).unwrap();
     let found = unapplied_record::load(&p.options.state_dir).unwrap();

@@ -306,10 +306,11 @@ impl nri::Plugin for DevgatePlugin {
                 .filter(|c| {
                     // A container the hook set up (hooks.d beside NRI while
                     // the plugin was down) has its nodes made by the hook,
-                    // never in the spec.
+                    // never in the spec; `by_plugin` also knows such records
+                    // from before `hooks_only` existed.
                     ledger
                         .container(&c.id)
-                        .is_some_and(|rec| rec.hooks_only || unapplied::carries(c, &rec.devices))
+                        .is_some_and(|rec| !rec.by_plugin() || unapplied::carries(c, &rec.devices))
                 })
                 .map(|c| c.id.clone())
                 .collect::<std::collections::HashSet<String>>()

@@ -128,48 +128,49 @@ fn devices_of_many_tables_are_gathered_without_repeats() {
 /// `kcmp` refused by a seccomp filter (EPERM, as container runtimes' default
 /// filters answer it) tells nothing of access to the process: the thread's
 /// own table is read. Taken for a refused process, it was skipped.
+///
+/// A filter binds its thread for good, so the check runs in a process of its
+/// own: this test binary spawned again for this test alone. A child forked
+/// from the multi-threaded harness could hang on a lock another thread held
+/// at the fork as soon as it allocated.
 #[test]
 fn a_table_is_read_where_a_filter_refuses_kcmp() {
-    let _serial = crate::gpu::tests::real_proc::SERIAL
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    // SAFETY: the child runs the check and leaves with _exit, never
-    // returning into the harness.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork");
-    if pid == 0 {
-        let code = std::panic::catch_unwind(|| {
-            if !refuse_kcmp() {
-                return 100;
-            }
-            let me = std::process::id();
-            if kcmp_files(me, me).is_some() {
-                return 101;
-            }
-            let t = thread(true);
-            let mut devs = Vec::new();
-            let read = ProcHost::new(Path::new("/proc")).open_char_devices(me, None, &mut devs);
-            t.end();
-            match read {
-                Ok(()) if devs.contains(&libc::makedev(1, 7)) => 0,
-                Ok(()) => 1,
-                Err(_) => 2,
-            }
-        })
-        .unwrap_or(102);
-        // SAFETY: ends the child without unwinding or atexit handlers.
-        unsafe { libc::_exit(code) };
+    if std::env::var_os(KCMP_REFUSED_CHILD).is_some() {
+        assert!(refuse_kcmp(), "no seccomp filter installed");
+        let me = std::process::id();
+        assert!(kcmp_files(me, me).is_none(), "kcmp allowed");
+        let t = thread(true);
+        let mut devs = Vec::new();
+        let read = ProcHost::new(Path::new("/proc")).open_char_devices(me, None, &mut devs);
+        t.end();
+        read.expect("scan");
+        assert!(
+            devs.contains(&libc::makedev(1, 7)),
+            "the thread's device missed: {devs:?}"
+        );
+        return;
     }
-    let mut status = 0;
-    // SAFETY: waits for the child forked above.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert!(libc::WIFEXITED(status), "status {status}");
-    assert_eq!(
-        libc::WEXITSTATUS(status),
-        0,
-        "100: no filter, 101: kcmp allowed, 102: panicked, 2: failed, 1: the thread's device missed"
+    let name = module_path!()
+        .split_once("::")
+        .map(|(_, path)| format!("{path}::a_table_is_read_where_a_filter_refuses_kcmp"))
+        .expect("module path");
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", &name, "--test-threads=1", "--nocapture"])
+        .env(KCMP_REFUSED_CHILD, "1")
+        .output()
+        .expect("spawn the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Set in the process that [`a_table_is_read_where_a_filter_refuses_kcmp`]
+/// spawns to run its check.
+const KCMP_REFUSED_CHILD: &str = "DEVGATE_TEST_KCMP_REFUSED_CHILD";
 
 /// Installs a seccomp filter on this thread (and threads it starts) that
 /// answers kcmp with EPERM and allows every other call.
