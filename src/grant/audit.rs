@@ -19,8 +19,10 @@
 //! their writes, whether the check is on or off (with `grant_check = "off"`
 //! every annotated container is still counted, as `unchecked`), and a burst
 //! of containers costs one write.
-//! Another process (`devgate status`) sees a decision within the interval; a
-//! plugin killed outright loses at most the last interval's counts and lines.
+//! Another process (`devgate status`) sees a decision within the interval, and
+//! a refusal (with every count before it) by the time its container's error
+//! is returned; a plugin killed outright loses at most the last interval's
+//! counts and lines of let-through decisions.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -250,7 +252,10 @@ impl Audit {
         Audit { shared, flusher }
     }
 
-    /// Counts the decision and logs it.
+    /// Counts the decision and logs it. A refusal's counts are written before
+    /// it returns: the refused container's error is what sends an operator to
+    /// `devgate status`, which must already count it. Refusals are rare and
+    /// off the path of a container that starts.
     pub fn record(&self, d: &Decision<'_>) {
         let (line, earlier) = self.count(d);
         if let Some(earlier) = earlier {
@@ -262,7 +267,7 @@ impl Audit {
             earlier.iter().for_each(PendingLine::log);
             log_now(d, line);
         }
-        if self.flusher.is_none() {
+        if self.flusher.is_none() || matches!(d.outcome, Outcome::Refused(_)) {
             self.shared.write_if_dirty();
         }
     }

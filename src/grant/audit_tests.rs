@@ -163,6 +163,22 @@ fn the_write_a_decision_wakes_comes_after_its_container_is_answered() {
     assert_eq!(read_counters(dir.path()).unwrap().granted, 2);
 }
 
+/// A refusal is in the counters file (with the counts before it) when its
+/// decision returns: `devgate status`, run on the refused container's error,
+/// shows it without waiting out the writer's interval.
+#[test]
+fn a_refusal_is_written_before_its_decision_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = Audit::open(dir.path());
+    wait_until_waiting(&audit);
+    audit.record(&decision("u1", Outcome::Granted));
+    audit.record(&decision("u2", Outcome::Refused(RefusalKind::Namespace)));
+    let c = read_counters(dir.path()).unwrap();
+    assert_eq!((c.granted, c.refused), (1, 1));
+    assert_eq!(c.refused_by_reason["namespace"], 1);
+    assert_eq!(c.last_refusal.unwrap().pod, "ns/p");
+}
+
 /// Until the writer waits for a decision (it found nothing to write at its start).
 fn wait_until_waiting(audit: &Audit) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -304,13 +320,32 @@ fn a_line_logged_at_once_follows_the_waiting_lines_of_earlier_decisions() {
                 .collect()
         };
         // The writer cannot log while a write is held under way: the lines
-        // below it are logged by the refusal.
+        // below it are logged by the refusal, which then waits to write the
+        // counters.
         let held = audit.shared.writing.lock().unwrap();
         audit.record(&decision("u1", Outcome::Granted));
-        audit.record(&decision("u2", Outcome::Refused(RefusalKind::Mismatch)));
-        audit.record(&decision("u3", Outcome::Granted));
-        audit.record(&decision("u3", Outcome::Granted));
-        assert_eq!(uids(), ["u1", "u2"], "{:?}", log.lines(""));
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
+        std::thread::scope(|s| {
+            let refusal = s.spawn(|| {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    audit.record(&decision("u2", Outcome::Refused(RefusalKind::Mismatch)))
+                })
+            });
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while uids().len() < 2 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            assert!(
+                !refusal.is_finished(),
+                "the refusal waits for the write under way"
+            );
+            audit.record(&decision("u3", Outcome::Granted));
+            audit.record(&decision("u3", Outcome::Granted));
+            assert_eq!(uids(), ["u1", "u2"], "{:?}", log.lines(""));
+            drop(held);
+            refusal.join().unwrap();
+        });
+        assert_eq!(read_counters(dir.path()).unwrap().refused, 1);
         let lines = log.lines("devgate::audit");
         assert!(
             lines[0].contains("INFO") && lines[0].contains("outcome=\"granted\""),
@@ -318,7 +353,6 @@ fn a_line_logged_at_once_follows_the_waiting_lines_of_earlier_decisions() {
             lines[0]
         );
         assert!(lines[1].contains("device grant refused"), "{}", lines[1]);
-        drop(held);
         drop(audit);
         assert_eq!(uids(), ["u1", "u2", "u3", "u3"], "nothing logged twice");
         let lines = log.lines("devgate::audit");
