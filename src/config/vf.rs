@@ -218,6 +218,13 @@ pub enum VfSettingName {
 }
 
 impl VfSettingName {
+    /// Set through the PF's netdev (`IFLA_VF_INFO`, as sriov-cni does): all
+    /// but the MAC, which the VF's own netdev also takes, and the MTU, which
+    /// only it takes.
+    pub fn through_pf(self) -> bool {
+        !matches!(self, VfSettingName::Mac | VfSettingName::Mtu)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             VfSettingName::Mac => "mac",

@@ -139,6 +139,15 @@ pub enum PlanError {
         reason: &'static str,
         pf: PciAddr,
     },
+    /// A setting the PF applies to its VF, where the PF has no netdev on
+    /// the host to take it.
+    #[error("{annotation}: {entry}: {setting} is set through the vf's pf, and pf {pf} has no netdev on this host")]
+    VfSettingWithoutPf {
+        annotation: &'static str,
+        entry: String,
+        setting: &'static str,
+        pf: PciAddr,
+    },
     /// The pod's settings over the node's: each within its range, together not.
     #[error("{annotation}: {entry}: {setting} {reason} over the node's settings for pf {pf}")]
     VfSettingsConflict {

@@ -120,6 +120,37 @@ fn pf_whole(out: &mut Builder, nic: &RdmaNic, e: &RdmaEntry, entry: &str) -> Res
     Ok(())
 }
 
+/// Settings the PF applies need its netdev; without one on the host the hook
+/// would refuse the container at createRuntime, after its claim and from a
+/// message that names no entry. Refused here, blaming the annotation that set
+/// the setting.
+fn without_pf(
+    out: &Builder,
+    nic: &RdmaNic,
+    settings: &crate::config::VfSettings,
+    entry: &str,
+) -> Result<(), PlanError> {
+    if !nic.netdevs.is_empty() {
+        return Ok(());
+    }
+    let Some(setting) = settings.set_names().into_iter().find(|n| n.through_pf()) else {
+        return Ok(());
+    };
+    let by_pod = out
+        .pod_vf_settings
+        .is_some_and(|p| p.set_names().contains(&setting));
+    Err(PlanError::VfSettingWithoutPf {
+        annotation: if by_pod {
+            crate::allocation::VF_SETTINGS
+        } else {
+            ANN
+        },
+        entry: entry.to_string(),
+        setting: setting.as_str(),
+        pf: nic.bus_id,
+    })
+}
+
 /// Records a device for the communication-library variables; a VF sits below its
 /// PF's switch, so the PF's NUMA node is the VF's. `moved`: its netdev goes into
 /// the pod, where it gets its addresses.
@@ -294,6 +325,7 @@ fn network(
             },
         });
     }
+    without_pf(out, nic, &settings, entry)?;
     if out.plan.network.len() >= crate::hook::MAX_NETWORKS {
         return Err(PlanError::TooManyVfs {
             annotation: ANN,

@@ -246,3 +246,42 @@ fn rdma_move_follows_an_exclusive_kernel() {
         assert_eq!(moves(config, kernel), want, "{config:?} on {kernel:?}");
     }
 }
+
+/// A setting the PF applies to its VF (`spoofchk`, a VLAN, ...) where the PF
+/// has no netdev on the host refuses the container at creation, naming the
+/// entry and the annotation that set it; the MAC and MTU, which the VF's own
+/// netdev takes, do not.
+#[test]
+fn pf_side_vf_settings_need_a_pf_netdev() {
+    let ann = one_vf_allocation(1);
+    let mut inv = hgx();
+    for nic in &mut inv.rdma {
+        nic.netdevs.clear();
+    }
+    let mut config = Config::default();
+    config.vf.defaults.mtu = Some(9000);
+    config.vf.defaults.mac = Some(MacPolicy::Random);
+    let p = build(&inv, &pod(&ann), "main", &config).unwrap();
+    assert_eq!(p.network[0].pf_netdev, None);
+
+    config.vf.defaults.spoofchk = Some(true);
+    let err = build(&inv, &pod(&ann), "main", &config).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "scheduling.koordinator.sh/device-allocated: rdma[0].vfs[0]: spoofchk is set through the vf's pf, and pf {} has no netdev on this host",
+            pf_bus(0)
+        )
+    );
+
+    // The pod's own setting is blamed on the pod's annotation.
+    config.vf.defaults.spoofchk = None;
+    config.vf.pod_settings = vec![crate::config::VfSettingName::Vlan];
+    let pod_settings = [(crate::allocation::VF_SETTINGS, r#"{"vlan":30}"#)];
+    let err = build(&inv, &pod_with(&ann, &pod_settings, &[]), "main", &config).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("devgate.io/vf-settings: rdma[0].vfs[0]: vlan is set through"),
+        "{err}"
+    );
+}
