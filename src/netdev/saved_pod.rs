@@ -63,6 +63,21 @@ impl SavedStore {
         mine().any(|(vf, _)| !at_home(vf)) && records.iter().any(home)
     }
 
+    /// Whether a record of `container`'s among `vfs` has its VF away from
+    /// the host (`at_home` false): what a poststop stopped between giving
+    /// the pod's network up and beginning its restore leaves, whole records
+    /// of VFs no container of the pod may use.
+    pub fn away_of(
+        &self,
+        container: &str,
+        vfs: &[PciAddr],
+        at_home: impl Fn(PciAddr) -> bool,
+    ) -> bool {
+        vfs.iter().any(|vf| {
+            matches!(self.load(*vf), Ok(Some(r)) if r.container_id == container) && !at_home(*vf)
+        })
+    }
+
     /// Whether every VF `pod` claims that has a record is on the host
     /// (`at_home`): a restore that failed after the netdev came home left
     /// the record, and the owner holds nothing in the pod. Stops at the

@@ -158,7 +158,8 @@ fn a_removed_owner_whose_vf_is_still_away_keeps_the_network() {
 struct Finishes(std::sync::Mutex<Vec<(String, Vec<crate::inventory::PciAddr>)>>);
 
 impl crate::plugin::vf_finish::FinishRestore for Finishes {
-    fn finish(&self, container: &str, vfs: &[crate::inventory::PciAddr]) {
+    fn finish(&self, sandbox: &str, container: &str, vfs: &[crate::inventory::PciAddr]) {
+        assert_eq!(sandbox, "sandbox");
         self.0
             .lock()
             .unwrap()
@@ -222,6 +223,44 @@ fn cut_run_is_restored_before_a_container_gets_it(left: Left) {
         owner.annotations[RESOLVED_ANNOTATION]
     );
     assert_eq!(finishes.0.lock().unwrap().len(), 1);
+    assert_eq!(
+        ledger.snapshot().unwrap().pods["sandbox"]
+            .network_owner
+            .as_deref(),
+        Some("c2")
+    );
+}
+
+/// The owner's poststop gave the pod's network up and was killed before its
+/// restore began: the VF is in the pod, whole, and no container owns it. The
+/// pod's next container starts that restore and is refused once, rather than
+/// refused for good for a VF with no netdev on the host.
+#[test]
+fn a_vf_whose_owner_gave_the_network_up_is_restored_before_a_container_gets_it() {
+    let node = node();
+    let finishes = Arc::new(Finishes::default());
+    node.devices.set_finish_restore(finishes.clone());
+    let config = Arc::new(Config::default());
+    let features = RuntimeFeatures::default();
+    node.create("c1", &[], &config, features).unwrap();
+    let (saved, net, away) = hook_moved_vf(&node, Left::Whole);
+    node.devices.refresh();
+    let ledger = node.devices.ledger();
+    ledger.give_up_network("c1").unwrap();
+    let e = node.create("c2", &[], &config, features).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(" is left in the pod by an earlier container's hook"),
+        "{e}"
+    );
+    let vf = node.fixture.expected().rdma[0].vfs[0].bus_id;
+    assert_eq!(*finishes.0.lock().unwrap(), [("c1".to_string(), vec![vf])]);
+
+    // Home again: the retry moves it in and owns the network.
+    std::fs::rename(&away, &net).unwrap();
+    saved.remove(vf).unwrap();
+    let retried = node.create("c2", &[], &config, features).unwrap();
+    assert!(retried.hooks.is_some(), "{retried:?}");
     assert_eq!(
         ledger.snapshot().unwrap().pods["sandbox"]
             .network_owner

@@ -79,13 +79,20 @@ impl Devices {
     }
 
     /// Refuses a plan with a VF still in the pod whose restore began or
-    /// whose attach was cut, or beside a VF of the pod's on the host (see
+    /// whose attach was cut, or beside a VF of the pod's on the host, or
+    /// while the pod's network has no owner (`given_up`: the owner's
+    /// poststop gave it up and was stopped before its restore began; see
     /// `vf_finish`), having started to restore every VF of the pod's that
     /// the same container moved: that container ended (or its start failed
     /// with the runtime), and each of its VFs goes home, for the next
     /// attempt to move them in together. Only VFs the ledger says the pod
     /// claims.
-    fn finish_cut_network(&self, plan: &Plan, sandbox_id: &str) -> Result<(), DeviceError> {
+    fn finish_cut_network(
+        &self,
+        plan: &Plan,
+        sandbox_id: &str,
+        given_up: bool,
+    ) -> Result<(), DeviceError> {
         let saved = crate::netdev::SavedStore::new(&self.state_dir);
         let away: Vec<(PciAddr, crate::netdev::SavedVf)> = plan
             .network
@@ -95,7 +102,7 @@ impl Devices {
             .collect();
         let split = plan.network.iter().any(|a| a.netdev.is_some());
         let cut = away.iter().find(|(_, r)| r.cut());
-        let Some((first, left)) = cut.or(away.first().filter(|_| split)) else {
+        let Some((first, left)) = cut.or(away.first().filter(|_| split || given_up)) else {
             return Ok(());
         };
         let container = left.container_id.as_str();
@@ -115,7 +122,7 @@ impl Devices {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        finish.finish(container, &vfs);
+        finish.finish(sandbox_id, container, &vfs);
         Err(DeviceError::RestoreUnfinished {
             entry: plan.entry_of(&DeviceId::Vf(*first)),
             vf: *first,
@@ -153,11 +160,13 @@ impl Devices {
         // between them. Given the ones away as they are, the container would
         // start without the others.
         let split = away && plan.network.iter().any(|a| a.netdev.is_some());
-        let owned = away && !split && self.network_owned(&pod.id)? && self.moved_whole(&plan);
+        let has_owner = away && !split && self.network_owned(&pod.id)?;
+        let owned = has_owner && self.moved_whole(&plan);
         if away && !owned {
             // Read while the VF was still in a pod that has since given it back.
             plan = self.replan(devices, ctr, config)?;
-            self.finish_cut_network(&plan, &pod.id)?;
+            let given_up = !split && !has_owner;
+            self.finish_cut_network(&plan, &pod.id, given_up)?;
         }
         // Bound read-write into the container: made, and checked to be
         // root's alone, before any container is given it.

@@ -29,11 +29,14 @@ use super::vf_teardown::VfTeardown;
 
 /// Finishes the restore begun on a VF of a live pod, off the request path.
 pub trait FinishRestore: Send + Sync {
-    /// Starts restoring `container`'s records among `vfs` (its pod's VFs),
-    /// each only while it is still `container`'s, if once no hook works on
-    /// them they are still left part way ([`crate::netdev::SavedStore::left_part_way`]); a
-    /// container whose VFs are being restored already is left to that.
-    fn finish(&self, container: &str, vfs: &[PciAddr]);
+    /// Starts restoring `container`'s records among `vfs` (the VFs of pod
+    /// `sandbox`), each only while it is still `container`'s, if once no
+    /// hook works on them they are still left part way
+    /// ([`crate::netdev::SavedStore::left_part_way`]), or still away while
+    /// the pod's network is no longer `container`'s (its poststop gave it
+    /// up and stopped before its restore began); a container whose VFs are
+    /// being restored already is left to that.
+    fn finish(&self, sandbox: &str, container: &str, vfs: &[PciAddr]);
 }
 
 /// Each restore on a thread of its own: it enters the pod's namespace, and
@@ -72,20 +75,30 @@ impl Inner {
         self.running.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn run(&self, container: &str, vfs: &[PciAddr]) {
+    fn run(&self, sandbox: &str, container: &str, vfs: &[PciAddr]) {
         // Under the VFs' release turns, which a hook holds for its whole
-        // attach: one at work when the plan read the records has finished
-        // or died by now, and the records say what is left.
-        let turns = Ledger::open(self.vfs.state_dir()).and_then(|l| l.lock_vfs(vfs));
-        let _turns = match turns {
-            Ok(turns) => turns,
+        // attach and its poststop from giving the network up to the end of
+        // its restore: one at work when the plan read the records has
+        // finished or died by now, and the records and the ledger say what
+        // is left.
+        let read = Ledger::open(self.vfs.state_dir()).and_then(|l| {
+            let turns = l.lock_vfs(vfs)?;
+            let owner = l.network_owner(sandbox)?;
+            Ok((turns, owner))
+        });
+        let (_turns, owner) = match read {
+            Ok(read) => read,
             Err(e) => {
                 tracing::error!(container, error = %nri::ErrorChain(&e), "vf restore not finished: tried again at the pod's next container");
                 return;
             }
         };
         let at_home = |vf| crate::inventory::has_netdev(&self.host_root, vf);
-        if !self.vfs.store().left_part_way(container, vfs, at_home) {
+        let store = self.vfs.store();
+        let given_up = owner.as_deref() != Some(container);
+        let left = store.left_part_way(container, vfs, at_home)
+            || (given_up && store.away_of(container, vfs, at_home));
+        if !left {
             tracing::info!(
                 container,
                 "vf restore not needed: the pod's vfs are whole once no hook works on them"
@@ -115,15 +128,15 @@ impl Inner {
 }
 
 impl FinishRestore for OnWorker {
-    fn finish(&self, container: &str, vfs: &[PciAddr]) {
+    fn finish(&self, sandbox: &str, container: &str, vfs: &[PciAddr]) {
         if !self.0.running().insert(container.to_string()) {
             return;
         }
         let running = Running(Arc::clone(&self.0), container.to_string());
-        let vfs = vfs.to_vec();
+        let (sandbox, vfs) = (sandbox.to_string(), vfs.to_vec());
         let spawned = std::thread::Builder::new()
             .name("devgate-vf-finish".into())
-            .spawn(move || running.0.run(&running.1, &vfs));
+            .spawn(move || running.0.run(&sandbox, &running.1, &vfs));
         if let Err(e) = spawned {
             tracing::error!(container, error = %e, "vf restore not finished: no thread for it");
         }
@@ -138,6 +151,27 @@ mod tests {
     use super::*;
     use crate::netdev::saved::SavedNetns;
     use crate::netdev::{NetnsId, SavedStore, SavedVf};
+
+    /// The ledger in `state_dir` with pod `sandbox` claiming `vfs`, whose
+    /// network `owner` owns.
+    fn owned_by(state_dir: &std::path::Path, owner: &str, vfs: &[PciAddr]) {
+        let ledger = Ledger::open(state_dir).unwrap();
+        let pod = crate::ledger::tests::pod("sandbox");
+        let record = crate::ledger::tests::record(owner);
+        let claims: Vec<crate::ledger::Claim> = vfs
+            .iter()
+            .map(|vf| crate::ledger::Claim {
+                device: crate::ledger::DeviceId::Vf(*vf),
+                share: crate::ledger::Share::Exclusive,
+                pf: None,
+            })
+            .collect();
+        ledger.admit(&pod, &claims, owner, record, true).unwrap();
+        assert_eq!(
+            ledger.network_owner("sandbox").unwrap().as_deref(),
+            Some(owner)
+        );
+    }
 
     fn ip(args: &[&str]) -> bool {
         Command::new("ip")
@@ -157,10 +191,11 @@ mod tests {
         let mut rec = SavedVf::example("c1", &vf.to_string());
         rec.attaching = true;
         saved.save(&rec).unwrap();
+        owned_by(dir.path(), "c1", &[vf]);
         let ledger = Ledger::open(dir.path()).unwrap();
         let turn = ledger.lock_vfs(&[vf]).unwrap();
         let finish = OnWorker::new(dir.path().to_path_buf(), PathBuf::from("/"));
-        finish.finish("c1", &[vf]);
+        finish.finish("sandbox", "c1", &[vf]);
         std::thread::sleep(std::time::Duration::from_millis(200));
         assert!(finish.0.running().contains("c1"), "the worker waits");
         assert_eq!(saved.load(vf).unwrap().as_ref(), Some(&rec), "untouched");
@@ -204,8 +239,9 @@ mod tests {
                     std::fs::remove_dir_all(net).unwrap();
                 }
             }
+            owned_by(&dir.path().join("state"), "c1", &[mine, other]);
             let finish = OnWorker::new(dir.path().join("state"), fixture.root().to_path_buf());
-            finish.finish("c1", &[mine, other]);
+            finish.finish("sandbox", "c1", &[mine, other]);
             eventually("c1's worker done", || !finish.0.running().contains("c1"));
             let rec = saved.load(mine).unwrap().unwrap();
             assert_eq!(rec.restoring, restored, "other home: {other_home}");
@@ -233,7 +269,7 @@ mod tests {
     /// record gone.
     #[test]
     fn a_half_restored_vf_comes_home() {
-        half_done_vf_comes_home("dgfin0v", "dgfin0p", |_, rec| {
+        half_done_vf_comes_home("dgfin0v", "dgfin0p", |_, _, rec| {
             rec.restoring = true;
             vec![rec.vf()]
         });
@@ -245,7 +281,7 @@ mod tests {
     /// worker leaves it.
     #[test]
     fn a_half_attached_vf_comes_home() {
-        half_done_vf_comes_home("dgfin1v", "dgfin1p", |_, rec| {
+        half_done_vf_comes_home("dgfin1v", "dgfin1p", |_, _, rec| {
             rec.attaching = true;
             vec![rec.vf()]
         });
@@ -255,7 +291,7 @@ mod tests {
     /// record (a restore, or an attach, cut between the two) comes home.
     #[test]
     fn a_vf_in_a_pod_whose_other_vf_is_home_comes_home() {
-        half_done_vf_comes_home("dgfin2v", "dgfin2p", |_, rec| {
+        half_done_vf_comes_home("dgfin2v", "dgfin2p", |_, _, rec| {
             vec![rec.vf(), "0000:ee:09.2".parse().unwrap()]
         });
     }
@@ -265,7 +301,7 @@ mod tests {
     /// fails and keeps its record).
     #[test]
     fn a_vf_beside_a_cut_one_comes_home() {
-        half_done_vf_comes_home("dgfin3v", "dgfin3p", |saved, rec| {
+        half_done_vf_comes_home("dgfin3v", "dgfin3p", |_, saved, rec| {
             let mut other = SavedVf::example("c1", "0000:ee:09.3");
             other.attach.host_netdev = "dgnone3".into();
             other.host.name = "dgnone3".into();
@@ -275,12 +311,27 @@ mod tests {
         });
     }
 
+    /// A VF moved whole whose container no longer owns the pod's network:
+    /// its poststop gave the network up and was killed before its restore
+    /// began (the record not yet marked). No container may use it; it comes
+    /// home.
+    #[test]
+    fn a_vf_whose_owner_gave_the_network_up_comes_home() {
+        half_done_vf_comes_home("dgfin4v", "dgfin4p", |state_dir, _, rec| {
+            let ledger = Ledger::open(state_dir).unwrap();
+            ledger.give_up_network("c1").unwrap();
+            assert_eq!(ledger.network_owner("sandbox").unwrap(), None);
+            vec![rec.vf()]
+        });
+    }
+
     /// `leave` makes what a run cut part way leaves of the VF moved into a
-    /// pod (its record) and of the pod's other VFs: the pod's VFs.
+    /// pod (its record), of the pod's other VFs and of the ledger in the
+    /// state directory: the pod's VFs.
     fn half_done_vf_comes_home(
         host: &'static str,
         peer: &str,
-        leave: fn(&SavedStore, &mut SavedVf) -> Vec<PciAddr>,
+        leave: fn(&std::path::Path, &SavedStore, &mut SavedVf) -> Vec<PciAddr>,
     ) {
         assert!(
             nix::unistd::geteuid().is_root(),
@@ -334,19 +385,21 @@ mod tests {
         };
         let saved = SavedStore::new(dir.path());
         saved.save(&rec).unwrap();
+        owned_by(dir.path(), "c1", &[vf]);
         let finish = OnWorker::new(dir.path().to_path_buf(), PathBuf::from("/"));
-        // A whole record, as a finished attach leaves it, is kept.
-        finish.finish("c1", &[vf]);
+        // A whole record, as a finished attach leaves it, is kept while its
+        // container owns the pod's network.
+        finish.finish("sandbox", "c1", &[vf]);
         eventually("c1's worker done", || !finish.0.running().contains("c1"));
         assert!(saved.has_record(vf), "a finished attach's record kept");
-        let vfs = leave(&saved, &mut rec);
+        let vfs = leave(dir.path(), &saved, &mut rec);
         saved.save(&rec).unwrap();
 
         // Only the container whose run was cut: another's record is kept.
-        finish.finish("c0", &vfs);
+        finish.finish("sandbox", "c0", &vfs);
         eventually("c0's worker done", || !finish.0.running().contains("c0"));
         assert!(saved.has_record(vf), "another container's record kept");
-        finish.finish("c1", &vfs);
+        finish.finish("sandbox", "c1", &vfs);
         eventually("c1's worker done", || !finish.0.running().contains("c1"));
         assert!(
             std::path::Path::new("/sys/class/net")
