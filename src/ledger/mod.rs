@@ -94,6 +94,9 @@ pub struct Failed {
     pub pod: PodRef,
     pub reason: String,
     pub kept: Vec<DeviceId>,
+    /// [`PodRecord::admitted`] as the release read the pod: a retry releases
+    /// it only while no container was admitted since.
+    pub admitted: u32,
 }
 
 /// The ledger under one state directory.

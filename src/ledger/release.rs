@@ -1,6 +1,6 @@
 //! Releasing pods: their teardown first, outside the lock, then their claims.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::rules::{drop_pod, lift_restored, prune_empty};
 use super::unclean::keep_unclean;
@@ -16,7 +16,7 @@ impl Ledger {
         sandbox_id: &str,
         teardown: &dyn Teardown,
     ) -> Result<Released, LedgerError> {
-        self.release_where(teardown, |id| id == sandbox_id)
+        self.release_where(teardown, |p| p.pod.sandbox_id == sandbox_id)
     }
 
     /// Releases exactly these pods (those a Synchronize found gone, or whose
@@ -26,7 +26,24 @@ impl Ledger {
         sandbox_ids: &HashSet<String>,
         teardown: &dyn Teardown,
     ) -> Result<Released, LedgerError> {
-        self.release_where(teardown, |id| sandbox_ids.contains(id))
+        self.release_where(teardown, |p| sandbox_ids.contains(&p.pod.sandbox_id))
+    }
+
+    /// Releases pods whose release failed before, each only while no
+    /// container was admitted into it since: `pods` maps each to its
+    /// [`PodRecord::admitted`] at that failure (`None` where unknown). A pod
+    /// taken for gone that was not (a containerd 1.7 sandbox reported with
+    /// pid 0) may have admitted one; it is live, and its stop releases it.
+    pub fn release_retried(
+        &self,
+        pods: &HashMap<String, Option<u32>>,
+        teardown: &dyn Teardown,
+    ) -> Result<Released, LedgerError> {
+        self.release_where(teardown, |p| match pods.get(&p.pod.sandbox_id) {
+            Some(Some(then)) => p.admitted() <= *then,
+            Some(None) => true,
+            None => false,
+        })
     }
 
     /// The pods the ledger holds that the runtime no longer reports (`live` =
@@ -81,11 +98,11 @@ impl Ledger {
     fn release_where(
         &self,
         teardown: &dyn Teardown,
-        select: impl Fn(&str) -> bool,
+        select: impl Fn(&PodRecord) -> bool,
     ) -> Result<Released, LedgerError> {
         let chosen_now = || {
             self.store.peek(|s| {
-                let pods = s.pods.values().filter(|p| select(&p.pod.sandbox_id));
+                let pods = s.pods.values().filter(|p| select(p));
                 pods.cloned().collect::<Vec<PodRecord>>()
             })
         };
@@ -103,23 +120,38 @@ impl Ledger {
         chosen.retain(|p| locked.contains(&p.pod.sandbox_id));
         // Each pod is looked up again just before its teardown: one released
         // by another release while an earlier pod's teardown ran may have its
-        // devices in a new pod's hands by now.
+        // devices in a new pod's hands by now, and one a container joined
+        // meanwhile is live (its processes are that container's).
         let mut outcomes: Vec<(PodRecord, Result<(), super::Unclean>)> = Vec::new();
+        let mut joined_before = Vec::new();
         for pod in chosen {
             let id = &pod.pod.sandbox_id;
-            if self.store.peek(|s| s.pods.contains_key(id))? {
-                let outcome = teardown.teardown(&pod);
-                outcomes.push((pod, outcome));
+            match self
+                .store
+                .peek(|s| s.pods.get(id).map(|now| joined(&pod, now)))?
+            {
+                None => {}
+                Some(true) => joined_before.push(pod),
+                Some(false) => {
+                    let outcome = teardown.teardown(&pod);
+                    outcomes.push((pod, outcome));
+                }
             }
         }
-        let committed = self.commit_released(&outcomes);
-        match &committed {
+        let mut committed = self.commit_released(&outcomes);
+        match &mut committed {
             // The pods keep their claims: their teardown's notes are undone.
             Err(_) => outcomes.iter().for_each(|(pod, _)| teardown.kept(pod)),
-            Ok(released) => released.joined.iter().for_each(|pod| {
-                tracing::warn!(pod = %pod.pod, sandbox = %pod.pod.sandbox_id, "a container joined the pod during its release: its claims stay");
-                teardown.kept(pod);
-            }),
+            Ok(released) => {
+                released.joined.iter().for_each(|pod| {
+                    tracing::warn!(pod = %pod.pod, sandbox = %pod.pod.sandbox_id, "a container joined the pod during its release: its claims stay");
+                    teardown.kept(pod);
+                });
+                for pod in joined_before {
+                    tracing::warn!(pod = %pod.pod, sandbox = %pod.pod.sandbox_id, "a container joined the pod before its teardown: its claims stay, nothing torn down");
+                    released.joined.push(pod);
+                }
+            }
         }
         committed
     }
@@ -139,7 +171,11 @@ impl Ledger {
             // claims: dropped, its devices would go to the next pod under
             // it. As a guarded release does (`commit_guarded`), such a pod
             // keeps every claim, the clean ones of a failed teardown too.
-            let joined = joined_since(&txn.state, pod);
+            let joined = txn
+                .state
+                .pods
+                .get(&pod.pod.sandbox_id)
+                .is_some_and(|now| joined(pod, now));
             if joined {
                 out.joined.push(pod.clone());
             }
@@ -162,6 +198,7 @@ impl Ledger {
                         pod: pod.pod.clone(),
                         reason: unclean.reason.clone(),
                         kept,
+                        admitted: pod.admitted(),
                     });
                 }
             }
@@ -172,12 +209,10 @@ impl Ledger {
     }
 }
 
-/// Whether `pod`'s record now holds a container it did not hold when `pod`
-/// was read.
-fn joined_since(state: &LedgerState, pod: &PodRecord) -> bool {
-    state.pods.get(&pod.pod.sandbox_id).is_some_and(|now| {
-        now.containers
-            .keys()
-            .any(|c| !pod.containers.contains_key(c))
-    })
+/// Whether the pod's record `now` holds a container `then` (the record read
+/// before) did not.
+fn joined(then: &PodRecord, now: &PodRecord) -> bool {
+    now.containers
+        .keys()
+        .any(|c| !then.containers.contains_key(c))
 }

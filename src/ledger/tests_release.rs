@@ -251,3 +251,97 @@ fn a_container_admitted_during_a_failed_teardown_keeps_the_clean_claims() {
     let e = l.claim(&pod("b"), &claims[1..]).unwrap_err();
     assert!(matches!(e, LedgerError::Held { .. }), "{e}");
 }
+
+/// A container admitted into a pod while an earlier pod's teardown of the
+/// same release ran: that pod is not torn down (its processes are the new
+/// container's) and keeps its claims.
+#[test]
+fn a_pod_a_container_joined_before_its_teardown_is_not_torn_down() {
+    let (d, l) = ledger();
+    for (id, uuid) in [("a", "GPU-1"), ("b", "GPU-2")] {
+        let claims = [gpu(uuid, Share::Exclusive)];
+        l.admit(
+            &pod(id),
+            &claims,
+            &format!("{id}1"),
+            super::tests::record("c"),
+            false,
+        )
+        .unwrap();
+    }
+    struct JoinsB<'a>(&'a Ledger, std::sync::Mutex<Vec<String>>);
+    impl Teardown for JoinsB<'_> {
+        fn teardown(&self, torn: &PodRecord) -> Result<(), crate::ledger::Unclean> {
+            let claims = [gpu("GPU-2", Share::Exclusive)];
+            self.0
+                .admit(&pod("b"), &claims, "b2", super::tests::record("b2"), false)
+                .unwrap();
+            self.1.lock().unwrap().push(torn.pod.sandbox_id.clone());
+            Ok(())
+        }
+    }
+    let other = Ledger::open(d.path()).unwrap();
+    let td = JoinsB(&other, Default::default());
+    let released = l
+        .release_pods(&HashSet::from(["a".to_string(), "b".to_string()]), &td)
+        .unwrap();
+    assert_eq!(*td.1.lock().unwrap(), ["a"], "b never torn down");
+    let ids = |pods: Vec<&PodRef>| {
+        pods.into_iter()
+            .map(|p| p.sandbox_id.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(released.pods.iter().collect()), ["a"]);
+    assert_eq!(ids(released.joined.iter().map(|p| &p.pod).collect()), ["b"]);
+    let snap = l.snapshot().unwrap();
+    assert!(snap.pods["b"].containers.contains_key("b2"));
+    assert!(!snap.pods.contains_key("a"));
+}
+
+/// A pod whose release failed is retried only while no container was
+/// admitted into it since: one that admitted a container (taken for gone,
+/// it was not) keeps its claims and is not torn down; its stop releases it.
+#[test]
+fn a_retry_leaves_a_pod_that_admitted_a_container_since_its_failure() {
+    let (_d, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    l.admit(&pod("a"), &claims, "c1", super::tests::record("c1"), false)
+        .unwrap();
+    let failed = l
+        .release_pods(&HashSet::from(["a".to_string()]), &Failing)
+        .unwrap();
+    assert_eq!(failed.failed.len(), 1);
+    let then = failed.failed[0].admitted;
+    assert_eq!(then, 1);
+    l.admit(&pod("a"), &claims, "c3", super::tests::record("c3"), false)
+        .unwrap();
+    struct Counts(std::sync::atomic::AtomicU32);
+    impl Teardown for Counts {
+        fn teardown(&self, _pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+    }
+    let td = Counts(Default::default());
+    let retry = std::collections::HashMap::from([("a".to_string(), Some(then))]);
+    let released = l.release_retried(&retry, &td).unwrap();
+    assert_eq!(released, Released::default());
+    assert_eq!(td.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert!(l.snapshot().unwrap().pods["a"]
+        .containers
+        .contains_key("c3"));
+
+    // Without a count (the ledger could not tell), or with the pod as it
+    // was, the retry releases it.
+    for admitted in [None, Some(2)] {
+        let (_d, l) = ledger();
+        for c in ["c1", "c3"] {
+            l.admit(&pod("a"), &claims, c, super::tests::record(c), false)
+                .unwrap();
+        }
+        let retry = std::collections::HashMap::from([("a".to_string(), admitted)]);
+        let released = l.release_retried(&retry, &td).unwrap();
+        assert_eq!(released.pods.len(), 1, "{admitted:?}");
+        assert!(!l.holds("a").unwrap());
+    }
+}

@@ -3,7 +3,7 @@
 //! than the runtime's 2 s request timeout, so it runs on a blocking thread and the
 //! event is answered at once; the ledger keeps the claims until it is done.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -18,57 +18,82 @@ use super::DevgatePlugin;
 #[derive(Debug, Clone)]
 pub enum Release {
     Pod(String),
-    /// These sandbox ids: pods a Synchronize found gone, or pods whose
-    /// teardown failed and is retried.
+    /// These sandbox ids: pods a Synchronize found gone.
     Pods(HashSet<String>),
+    /// Pods whose release failed, tried again (see [`Unreleased`]).
+    Retry(HashMap<String, Option<u32>>),
 }
 
 impl Release {
     /// The sandbox ids it names.
     pub fn ids(&self) -> impl Iterator<Item = &String> {
-        let (one, many) = match self {
-            Release::Pod(id) => (Some(id), None),
-            Release::Pods(ids) => (None, Some(ids)),
+        let (one, many, retried) = match self {
+            Release::Pod(id) => (Some(id), None, None),
+            Release::Pods(ids) => (None, Some(ids), None),
+            Release::Retry(pods) => (None, None, Some(pods)),
         };
-        one.into_iter().chain(many.into_iter().flatten())
+        let retried = retried.into_iter().flat_map(HashMap::keys);
+        one.into_iter()
+            .chain(many.into_iter().flatten())
+            .chain(retried)
     }
 }
 
 /// Pods whose teardown failed: they keep their claims, quarantined, and the
 /// retry thread tries them again, since no further event may come for them
 /// (RemovePodSandbox was their last). A restart finds them at Synchronize.
+/// Each with the containers ever admitted into it when its release failed
+/// (`None` where the ledger could not tell): a retry leaves a pod that
+/// admitted one since, which is live (taken for gone, it was not) and is
+/// released by its stop.
 #[derive(Default)]
-pub struct Unreleased(Mutex<HashSet<String>>);
+pub struct Unreleased(Mutex<HashMap<String, Option<u32>>>);
 
 impl Unreleased {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<u32>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Records the outcome of a release of `which`: `None` when the ledger
     /// could not be read or written, so that every pod of it is tried again.
     pub fn update(&self, which: &Release, released: Option<&Released>) {
-        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut pods = self.lock();
         let Some(released) = released else {
-            set.extend(which.ids().cloned());
+            for id in which.ids() {
+                pods.entry(id.clone()).or_insert(None);
+            }
             return;
         };
         which.ids().for_each(|id| {
-            set.remove(id);
+            pods.remove(id);
         });
         // A pod a container joined is live: its stop's release tears it
         // down, never a retry that would drop it under that container.
         let joined = |id: &str| released.joined.iter().any(|p| p.pod.sandbox_id == id);
-        set.extend(
+        pods.extend(
             released
                 .failed
                 .iter()
                 .filter(|f| !joined(&f.pod.sandbox_id))
-                .map(|f| f.pod.sandbox_id.clone()),
+                .map(|f| (f.pod.sandbox_id.clone(), Some(f.admitted))),
         );
     }
 
+    /// A release of `id` failed, the pod having admitted `admitted`
+    /// containers then.
+    pub fn failed(&self, id: &str, admitted: u32) {
+        self.lock().insert(id.to_string(), Some(admitted));
+    }
+
+    #[cfg(test)]
     pub fn pending(&self) -> HashSet<String> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.lock().keys().cloned().collect()
+    }
+
+    /// The release that tries every pending pod again, if any.
+    pub fn retry(&self) -> Option<Release> {
+        let pods = self.lock();
+        (!pods.is_empty()).then(|| Release::Retry(pods.clone()))
     }
 }
 
@@ -77,13 +102,17 @@ pub fn release(ledger: &Ledger, teardown: &dyn Teardown, which: &Release) -> Opt
     let result = match which {
         Release::Pod(id) => ledger.release_pod(id, teardown),
         Release::Pods(ids) => ledger.release_pods(ids, teardown),
+        Release::Retry(pods) => ledger.release_retried(pods, teardown),
     };
     match result {
         Ok(released) => {
             for pod in &released.pods {
                 tracing::info!(pod = %pod, sandbox = %pod.sandbox_id, "released devices");
             }
-            for Failed { pod, reason, kept } in &released.failed {
+            for Failed {
+                pod, reason, kept, ..
+            } in &released.failed
+            {
                 let kept: Vec<String> = kept.iter().map(ToString::to_string).collect();
                 tracing::error!(pod = %pod, sandbox = %pod.sandbox_id, reason = %reason, kept = ?kept, "teardown failed: the devices kept stay the pod's, quarantined, and are retried; any others of the pod are released");
             }
@@ -143,9 +172,13 @@ impl Releaser {
             true => self.teardown.as_ref(),
             false => &crate::ledger::NoTeardown,
         };
-        let retry = || {
-            if ended {
-                self.unreleased.update(&Release::Pod(id.to_string()), None);
+        let retry = |admitted: Option<u32>| {
+            if !ended {
+                return;
+            }
+            match admitted {
+                Some(n) => self.unreleased.failed(id, n),
+                None => self.unreleased.update(&Release::Pod(id.to_string()), None),
             }
         };
         match ledger.release_pod_unjoined(id, 0, teardown) {
@@ -163,11 +196,11 @@ impl Releaser {
             Ok(GuardedRelease::Absent) => {}
             Ok(GuardedRelease::Failed { pod, reason }) => {
                 tracing::error!(pod = %pod.pod, sandbox = %id, reason = %reason, retried = ended, "teardown failed: the devices kept stay the pod's, quarantined");
-                retry();
+                retry(Some(pod.admitted()));
             }
             Err(e) => {
                 tracing::error!(sandbox = %id, error = %nri::ErrorChain(&e), retried = ended, "release failed");
-                retry();
+                retry(None);
             }
         }
     }
@@ -225,9 +258,7 @@ impl DevgatePlugin {
         if let Some(stale) = self.resync.stale(self.devices.ledger()) {
             self.release_stale(stale);
         }
-        let pending = self.unreleased.pending();
-        if !pending.is_empty() {
-            let which = Release::Pods(pending);
+        if let Some(which) = self.unreleased.retry() {
             let _running = self.releases.enter(&which);
             self.releaser().run(&which);
         }

@@ -209,6 +209,7 @@ fn unreleased_keeps_failures_and_releases_the_ledger_could_not_make() {
             pod: b,
             reason: "vf restore failed".into(),
             kept: Vec::new(),
+            admitted: 3,
         }],
         ..Released::default()
     };
@@ -216,6 +217,21 @@ fn unreleased_keeps_failures_and_releases_the_ledger_could_not_make() {
         ["a".to_string(), "b".to_string()].into_iter().collect();
     u.update(&Release::Pods(both.clone()), Some(&outcome));
     assert_eq!(u.pending(), ["b".to_string()].into_iter().collect());
+    // The retry releases b only while no container was admitted since its
+    // failure, when it had admitted 3; a pod the ledger could not read is
+    // retried whatever it admitted.
+    u.update(&Release::Pod("c".into()), None);
+    let Some(Release::Retry(retry)) = u.retry() else {
+        panic!("no retry")
+    };
+    assert_eq!(
+        retry,
+        [("b".to_string(), Some(3)), ("c".to_string(), None)]
+            .into_iter()
+            .collect()
+    );
+    u.update(&Release::Retry(retry), Some(&Released::default()));
+    u.update(&Release::Pods(both.clone()), Some(&outcome));
     // A container joined b while its teardown failed: b is live, and left
     // to its stop's release, never to a retry that would drop it.
     let joined = crate::ledger::PodRecord {
