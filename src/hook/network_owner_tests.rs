@@ -65,6 +65,52 @@ fn a_container_of_a_pod_whose_containers_exited_moves_the_vfs_in_again() {
     assert_eq!(l.pods["sb"].containers.keys().collect::<Vec<_>>(), ["new"]);
 }
 
+/// The reap of an exited pod gives the pod's network up before its VFs go
+/// home, under their release turns, as a poststop does: a container admitted
+/// into the pod meanwhile finds no owner whose VFs it could run on.
+#[test]
+fn the_reap_gives_the_network_up_before_the_vfs_go_home() {
+    let w = world();
+    let (vf, net) = pod_vf(&w);
+    let mut old = FakeOs::default();
+    w.run(Stage::CreateRuntime, &in_pod(&w, "old", 7), &mut old)
+        .unwrap();
+    assert_eq!(w.ledger().pods["sb"].network_owner.as_deref(), Some("old"));
+    let away = net.with_extension("in-pod");
+    std::fs::rename(&net, &away).unwrap();
+    set_start(&w.env.roots.proc_root, 7, None);
+    let state_dir = w.env.state_dir.clone();
+    let at_detach = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let seen = at_detach.clone();
+    let mut new = FakeOs {
+        on_detach: Some(std::rc::Rc::new(move || {
+            let ledger = Ledger::open(&state_dir).unwrap();
+            let owner = ledger.network_owner("sb").unwrap();
+            // Another process's attach would wait for the turn held.
+            let free = std::process::Command::new("flock")
+                .args(["-n", "-x"])
+                .arg(
+                    state_dir
+                        .join("release-locks")
+                        .join(format!("vf_{vf}.lock")),
+                )
+                .arg("true")
+                .status()
+                .unwrap()
+                .success();
+            seen.borrow_mut().push((owner, free));
+            std::fs::rename(&away, &net).unwrap();
+        })),
+        ..FakeOs::default()
+    };
+    w.run(Stage::CreateRuntime, &in_pod(&w, "new", 8), &mut new)
+        .unwrap();
+    assert_eq!(*new.detached.borrow(), ["old"]);
+    assert_eq!(*at_detach.borrow(), [(None, false)], "owner, turn free");
+    assert_eq!(*new.gpu_torn.borrow(), ["sb"], "the exited pod released");
+    assert_eq!(w.ledger().pods["sb"].network_owner.as_deref(), Some("new"));
+}
+
 /// An owner whose VFs are in the pod keeps the network; one whose VFs are
 /// back on the host (its poststop restored them and died before forgetting
 /// it) hands it to the next container created, which moves them in.

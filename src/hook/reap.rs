@@ -6,11 +6,12 @@
 
 use std::time::Instant;
 
+use super::kept_network::give_up_in_turn;
 use super::liveness;
 use super::release::{quarantine_vfs, release_guarded};
 use super::standalone::{HooksOnly, HooksOnlyError};
 use super::{HookEnv, HookError};
-use crate::ledger::{Ledger, PodRecord, PodRef};
+use crate::ledger::{GiveUp, Ledger, PodRecord, PodRef};
 
 /// A pod whose every container has a recorded init that has exited.
 fn is_stale(env: &HookEnv, pod: &PodRecord) -> bool {
@@ -91,11 +92,28 @@ pub(super) fn reap_stale(
             tracing::debug!(pod = %pod.pod, "stale pod: its containers changed meanwhile");
             continue;
         }
+        // Under the VFs' release turns, the pod's network given up before
+        // they move, as a poststop does ([`give_up_in_turn`]): a container
+        // admitted into the pod to run on them came before (the pod changed,
+        // and is left to it) or finds no owner, never the VFs going home
+        // under it.
+        let mut pod = pod;
+        let owner = pod.network_owner.clone().unwrap_or_default();
+        let vfs: Vec<_> = pod.vfs().collect();
+        let (given, turns) = give_up_in_turn(ledger, &pod, &owner, &vfs, &|_| {}, &|_| false)?;
+        if given != GiveUp::Given {
+            tracing::debug!(pod = %pod.pod, "stale pod: its containers changed meanwhile");
+            continue;
+        }
+        // The record as given up: what the release below compares.
+        pod.give_up_network(&owner);
         let restored: Result<Vec<usize>, HookError> = pod
             .containers
             .keys()
             .map(|id| run.os.detach(id, &|_| {}))
             .collect();
+        // The release takes the pod's device locks itself.
+        drop(turns);
         if let Err(e) = restored {
             let reason = nri::ErrorChain(&e).to_string();
             tracing::warn!(pod = %pod.pod, error = %reason, "stale pod: vf restore failed");

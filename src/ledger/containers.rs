@@ -33,7 +33,7 @@ impl Ledger {
         else {
             return Ok(());
         };
-        give_up(pod, container_id);
+        pod.give_up_network(container_id);
         let sandbox_id = pod.pod.sandbox_id.clone();
         txn.commit_pod(&sandbox_id, &[container_id])
     }
@@ -77,7 +77,7 @@ impl Ledger {
         if pod.network_owner.as_deref() != Some(container_id) {
             return Ok(GiveUp::Given);
         }
-        give_up(pod, container_id);
+        pod.give_up_network(container_id);
         txn.commit_pod(sandbox_id, &[container_id])?;
         Ok(GiveUp::Given)
     }
@@ -237,13 +237,4 @@ pub enum GiveUp {
     Kept,
     /// The pod has no record: a release took it, VFs first.
     PodGone,
-}
-
-/// `pod`'s network given up by its owner `container_id`, whose record no
-/// longer vouches for one.
-fn give_up(pod: &mut PodRecord, container_id: &str) {
-    pod.network_owner = None;
-    if let Some(rec) = pod.containers.get_mut(container_id) {
-        rec.forget_resolved();
-    }
 }

@@ -222,6 +222,15 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl PodRecord {
+    /// The pod's network given up by its owner `container_id`, whose record
+    /// no longer vouches for one.
+    pub fn give_up_network(&mut self, container_id: &str) {
+        self.network_owner = None;
+        if let Some(rec) = self.containers.get_mut(container_id) {
+            rec.forget_resolved();
+        }
+    }
+
     /// Records `record` as `container_id`'s, counting a container not
     /// recorded before. The journal's lines carry the count the writer
     /// reached, so every reader holds the same.
