@@ -181,6 +181,19 @@ pub fn lock_exclusive(path: &Path) -> Result<Flock<File>, FsError> {
     })
 }
 
+/// [`lock_exclusive`] without waiting: `None` while another holds it.
+pub fn try_lock_exclusive(path: &Path) -> Result<Option<Flock<File>>, FsError> {
+    let file = open_lock_file(path)?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(held) => Ok(Some(held)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, errno)) => Err(FsError {
+            path: path.to_path_buf(),
+            source: errno.into(),
+        }),
+    }
+}
+
 /// Replaces `path` with `bytes`: a temporary file beside it (mode 0600), fsync,
 /// rename over `path`, then fsync of the directory, since the rename is durable
 /// only once the directory entry is on disk. Callers hold the file's lock.

@@ -219,10 +219,14 @@ pub enum VfSettingName {
 
 impl VfSettingName {
     /// Set through the PF's netdev (`IFLA_VF_INFO`, as sriov-cni does): all
-    /// but the MAC, which the VF's own netdev also takes, and the MTU, which
-    /// only it takes.
+    /// but the MAC, which the VF's own netdev also takes, the MTU, which only
+    /// it takes, and a priority or protocol, which go only with a VLAN
+    /// (`netdev::VfSettings::pf_config`).
     pub fn through_pf(self) -> bool {
-        !matches!(self, VfSettingName::Mac | VfSettingName::Mtu)
+        !matches!(
+            self,
+            VfSettingName::Mac | VfSettingName::Mtu | VfSettingName::Qos | VfSettingName::VlanProto
+        )
     }
 
     pub fn as_str(self) -> &'static str {

@@ -130,15 +130,26 @@ pub(super) fn give_up_in_turn(
 ) -> Result<(GiveUp, DeviceLocks), LedgerError> {
     let turns = ledger.lock_vfs(vfs)?;
     checkpoint("restore-turns");
+    let given = give_up_holding_turns(ledger, seen, container_id, keep)?;
+    Ok((given, turns))
+}
+
+/// [`give_up_in_turn`]'s decision, for a caller that holds the VFs' turns.
+pub(super) fn give_up_holding_turns(
+    ledger: &Ledger,
+    seen: &PodRecord,
+    container_id: &str,
+    keep: &dyn Fn(&PodRecord) -> bool,
+) -> Result<GiveUp, LedgerError> {
     if seen.network_owner.as_deref() != Some(container_id) {
-        return Ok((GiveUp::Given, turns));
+        return Ok(GiveUp::Given);
     }
     let known: BTreeSet<String> = seen.containers.keys().cloned().collect();
     let given = ledger.give_up_network_unless(&seen.pod.sandbox_id, container_id, &known, keep)?;
     if given == GiveUp::Kept {
         tracing::info!(pod = %seen.pod, container = %container_id, "vfs stay in the pod: a container joined it or runs beside them since the first look");
     }
-    Ok((given, turns))
+    Ok(given)
 }
 
 /// Restores the VFs `container_id` saved; a failure quarantines the pod's

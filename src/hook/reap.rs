@@ -6,12 +6,12 @@
 
 use std::time::Instant;
 
-use super::kept_network::give_up_in_turn;
+use super::kept_network::give_up_holding_turns;
 use super::liveness;
 use super::release::{quarantine_vfs, release_guarded};
 use super::standalone::{HooksOnly, HooksOnlyError};
 use super::{HookEnv, HookError};
-use crate::ledger::{GiveUp, Ledger, PodRecord, PodRef};
+use crate::ledger::{DeviceLocks, GiveUp, Ledger, PodRecord, PodRef};
 
 /// A pod whose every container has a recorded init that has exited.
 fn is_stale(env: &HookEnv, pod: &PodRecord) -> bool {
@@ -21,6 +21,46 @@ fn is_stale(env: &HookEnv, pod: &PodRecord) -> bool {
                 .as_ref()
                 .is_some_and(|init| liveness::is_gone(&env.roots.proc_root, init))
         })
+}
+
+/// The stale `pod`'s network given up under its VFs' release turns, before
+/// they go home, as a poststop does ([`super::kept_network::give_up_in_turn`]):
+/// a container admitted into the pod to run on them came before (the pod
+/// changed, and is left to it) or finds no owner, never the VFs going home
+/// under it. The pod as given up (what the release compares) and the turns;
+/// `None` where the pod changed, a hook or a release holds a turn (this
+/// create waits on neither), or the ledger failed (logged: another pod's
+/// trouble fails no create).
+fn give_up(ledger: &Ledger, mut pod: PodRecord) -> Option<(PodRecord, DeviceLocks)> {
+    let vfs: Vec<_> = pod.vfs().collect();
+    let owner = pod.network_owner.clone().unwrap_or_default();
+    // A container podman started again under a judged id since the
+    // snapshot has a record of its own: the pod changed.
+    let changed = |now: &PodRecord| now.containers != pod.containers;
+    let given = ledger.try_lock_vfs(&vfs).and_then(|turns| match turns {
+        Some(turns) => {
+            give_up_holding_turns(ledger, &pod, &owner, &changed).map(|given| Some((given, turns)))
+        }
+        None => Ok(None),
+    });
+    match given {
+        Ok(Some((GiveUp::Given, turns))) => {
+            pod.give_up_network(&owner);
+            Some((pod, turns))
+        }
+        Ok(Some((_, _))) => {
+            tracing::debug!(pod = %pod.pod, "stale pod: its containers changed meanwhile");
+            None
+        }
+        Ok(None) => {
+            tracing::debug!(pod = %pod.pod, "stale pod: a hook or a release holds its vfs");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(pod = %pod.pod, error = %nri::ErrorChain(&e), "stale pod kept");
+            None
+        }
+    }
 }
 
 /// Where this hook starts among the other exited pods: the clock's
@@ -92,21 +132,9 @@ pub(super) fn reap_stale(
             tracing::debug!(pod = %pod.pod, "stale pod: its containers changed meanwhile");
             continue;
         }
-        // Under the VFs' release turns, the pod's network given up before
-        // they move, as a poststop does ([`give_up_in_turn`]): a container
-        // admitted into the pod to run on them came before (the pod changed,
-        // and is left to it) or finds no owner, never the VFs going home
-        // under it.
-        let mut pod = pod;
-        let owner = pod.network_owner.clone().unwrap_or_default();
-        let vfs: Vec<_> = pod.vfs().collect();
-        let (given, turns) = give_up_in_turn(ledger, &pod, &owner, &vfs, &|_| {}, &|_| false)?;
-        if given != GiveUp::Given {
-            tracing::debug!(pod = %pod.pod, "stale pod: its containers changed meanwhile");
+        let Some((pod, turns)) = give_up(ledger, pod) else {
             continue;
-        }
-        // The record as given up: what the release below compares.
-        pod.give_up_network(&owner);
+        };
         let restored: Result<Vec<usize>, HookError> = pod
             .containers
             .keys()

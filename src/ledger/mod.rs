@@ -356,6 +356,16 @@ impl Ledger {
         release_lock::lock_devices(self.store.dir(), ids.iter())
     }
 
+    /// [`Self::lock_vfs`] without waiting: `None` while a hook or a release
+    /// holds any of their turns.
+    pub fn try_lock_vfs(
+        &self,
+        vfs: &[crate::inventory::PciAddr],
+    ) -> Result<Option<DeviceLocks>, LedgerError> {
+        let ids: Vec<DeviceId> = vfs.iter().map(|vf| DeviceId::Vf(*vf)).collect();
+        release_lock::try_lock_devices(self.store.dir(), ids.iter())
+    }
+
     /// Names the PF of VF claims recorded before claims named it, so that
     /// the rule against a PF held whole beside a VF of it covers the pods
     /// admitted by an earlier release too. Writes only when it names one.

@@ -76,6 +76,28 @@ pub(super) fn lock_devices<'d>(
     Ok(DeviceLocks { _held: held })
 }
 
+/// [`lock_devices`] without waiting: `None` (nothing held) while any of
+/// them is held by another.
+pub(super) fn try_lock_devices<'d>(
+    state_dir: &Path,
+    devices: impl Iterator<Item = &'d super::DeviceId>,
+) -> Result<Option<DeviceLocks>, LedgerError> {
+    let names: BTreeSet<String> = devices.map(|d| file_name(&d.to_string())).collect();
+    if names.is_empty() {
+        return Ok(Some(DeviceLocks { _held: Vec::new() }));
+    }
+    let dir = state_dir.join(LOCK_DIR);
+    create_dir(&dir)?;
+    let mut held = Vec::new();
+    for name in &names {
+        match fsutil::try_lock_exclusive(&dir.join(name))? {
+            Some(lock) => held.push(lock),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(DeviceLocks { _held: held }))
+}
+
 /// Whether a release of a pod holding any of `claims` runs now (a device's
 /// lock taken): asked without waiting.
 pub(super) fn any_releasing(

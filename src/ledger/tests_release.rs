@@ -345,3 +345,21 @@ fn a_retry_leaves_a_pod_that_admitted_a_container_since_its_failure() {
         assert!(!l.holds("a").unwrap());
     }
 }
+
+/// A VF's turn tried without waiting: refused while another holds it (a hook
+/// moving the VF, a release), taken once it is free.
+#[test]
+fn a_vf_turn_is_tried_without_waiting() {
+    let (d, l) = ledger();
+    let vf: crate::inventory::PciAddr = "0000:19:00.2".parse().unwrap();
+    let other = Ledger::open(d.path()).unwrap();
+    let held = other.lock_vfs(&[vf]).unwrap();
+    assert!(l.try_lock_vfs(&[vf]).unwrap().is_none());
+    drop(held);
+    let taken = l.try_lock_vfs(&[vf]).unwrap();
+    assert!(taken.is_some());
+    assert!(
+        other.try_lock_vfs(&[vf]).unwrap().is_none(),
+        "held by the try"
+    );
+}

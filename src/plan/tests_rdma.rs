@@ -261,6 +261,9 @@ fn pf_side_vf_settings_need_a_pf_netdev() {
     let mut config = Config::default();
     config.vf.defaults.mtu = Some(9000);
     config.vf.defaults.mac = Some(MacPolicy::Random);
+    // A priority of 0 and a protocol go only with a VLAN: none here.
+    config.vf.defaults.qos = Some(0);
+    config.vf.defaults.vlan_proto = Some(crate::netdev::VlanProto::Dot1Q);
     let p = build(&inv, &pod(&ann), "main", &config).unwrap();
     assert_eq!(p.network[0].pf_netdev, None);
 

@@ -141,12 +141,17 @@ impl Releaser {
         // A pod the plugin did not tear down (its claims went another way,
         // or it had none) leaves its cgroup paths behind otherwise, in a
         // release naming many pods (a retry, a Synchronize) as in one naming
-        // one; GPU teardown forgets those of the pods it ran for.
+        // one; GPU teardown forgets those of the pods it ran for. A pod the
+        // release left (a retry's pod that admitted a container since) is
+        // live: the ledger still holds it.
         if let Some(r) = &released {
             let gpu = self.gpu.get();
+            let ledger = self.devices.ledger();
             let kept = |id: &str| {
                 r.failed.iter().any(|f| f.pod.sandbox_id == id)
                     || r.joined.iter().any(|p| p.pod.sandbox_id == id)
+                    || (!r.pods.iter().any(|p| p.sandbox_id == id)
+                        && ledger.holds(id).unwrap_or(true))
             };
             job.ids()
                 .filter(|id| !kept(id))

@@ -20,6 +20,48 @@ fn pod_holding_a_vf() -> (crate::ledger::PodRef, crate::ledger::Claim) {
     (pod, vf)
 }
 
+/// A pod whose release failed and that admitted a container since (taken
+/// for gone, it was not: a containerd 1.7 sandbox reported with pid 0) is
+/// live: the retry round neither tears it down nor forgets its GPU cgroup
+/// paths, and leaves it to its stop's release.
+#[test]
+fn a_retry_leaves_a_failed_pod_that_admitted_a_container_since() {
+    let (mut plugin, _state) = plugin(Config::default(), false);
+    let flaky = Arc::new(Flaky(false.into()));
+    plugin.teardown = flaky.clone();
+    let (pod, vf) = pod_holding_a_vf();
+    let ledger = plugin.devices().ledger().clone();
+    let claims = std::slice::from_ref(&vf);
+    ledger
+        .admit(
+            &pod,
+            claims,
+            "c1",
+            crate::ledger::tests::record("c1"),
+            false,
+        )
+        .unwrap();
+    plugin.gpu().set_pod_cgroups("sb", &["/kubepods/sb"]);
+    plugin.release_in_background(lifecycle::Release::Pod("sb".into()));
+    assert!(plugin.wait_for_releases(LIMIT));
+    assert!(plugin.unreleased.pending().contains("sb"));
+    ledger
+        .admit(
+            &pod,
+            claims,
+            "c3",
+            crate::ledger::tests::record("c3"),
+            false,
+        )
+        .unwrap();
+    flaky.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    plugin.retry_round();
+    let snap = ledger.snapshot().unwrap();
+    assert!(snap.pods["sb"].containers.contains_key("c3"), "{snap:?}");
+    assert!(plugin.gpu().pod_cgroups("sb").is_some(), "live: kept");
+    assert!(plugin.unreleased.pending().is_empty(), "left to its stop");
+}
+
 /// A pod whose teardown failed at its last event (RemovePodSandbox) is not
 /// left holding quarantined devices until the next restart: the retry round
 /// runs its teardown again and releases it once that succeeds. Its GPU

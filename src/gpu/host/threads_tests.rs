@@ -150,6 +150,10 @@ fn a_table_is_read_where_a_filter_refuses_kcmp() {
         );
         return;
     }
+    // The child holds /dev/full, which tests scanning the real /proc look for.
+    let _serial = crate::gpu::tests::real_proc::SERIAL
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     let name = module_path!()
         .split_once("::")
         .map(|(_, path)| format!("{path}::a_table_is_read_where_a_filter_refuses_kcmp"))
