@@ -11,7 +11,7 @@ use super::liveness;
 use super::release::{quarantine_vfs, release_guarded};
 use super::standalone::{HooksOnly, HooksOnlyError};
 use super::{HookEnv, HookError};
-use crate::ledger::{DeviceLocks, GiveUp, Ledger, PodRecord, PodRef};
+use crate::ledger::{DeviceLocks, GiveUp, Ledger, LedgerError, PodRecord, PodRef};
 
 /// A pod whose every container has a recorded init that has exited.
 fn is_stale(env: &HookEnv, pod: &PodRecord) -> bool {
@@ -28,38 +28,31 @@ fn is_stale(env: &HookEnv, pod: &PodRecord) -> bool {
 /// a container admitted into the pod to run on them came before (the pod
 /// changed, and is left to it) or finds no owner, never the VFs going home
 /// under it. The pod as given up (what the release compares) and the turns;
-/// `None` where the pod changed, a hook or a release holds a turn (this
-/// create waits on neither), or the ledger failed (logged: another pod's
-/// trouble fails no create).
-fn give_up(ledger: &Ledger, mut pod: PodRecord) -> Option<(PodRecord, DeviceLocks)> {
+/// `None` where the pod changed or a hook or a release holds a turn (this
+/// create waits on neither).
+fn give_up(
+    ledger: &Ledger,
+    mut pod: PodRecord,
+) -> Result<Option<(PodRecord, DeviceLocks)>, LedgerError> {
     let vfs: Vec<_> = pod.vfs().collect();
     let owner = pod.network_owner.clone().unwrap_or_default();
     // A container podman started again under a judged id since the
     // snapshot has a record of its own: the pod changed.
     let changed = |now: &PodRecord| now.containers != pod.containers;
-    let given = ledger.try_lock_vfs(&vfs).and_then(|turns| match turns {
-        Some(turns) => {
-            give_up_holding_turns(ledger, &pod, &owner, &changed).map(|given| Some((given, turns)))
-        }
-        None => Ok(None),
-    });
-    match given {
-        Ok(Some((GiveUp::Given, turns))) => {
+    let Some(turns) = ledger.try_lock_vfs(&vfs)? else {
+        tracing::debug!(pod = %pod.pod, "stale pod: a hook or a release holds its vfs");
+        return Ok(None);
+    };
+    match give_up_holding_turns(ledger, &pod, &owner, &changed)? {
+        GiveUp::Given => {
             pod.give_up_network(&owner);
-            Some((pod, turns))
+            Ok(Some((pod, turns)))
         }
-        Ok(Some((_, _))) => {
+        GiveUp::Kept => {
             tracing::debug!(pod = %pod.pod, "stale pod: its containers changed meanwhile");
-            None
+            Ok(None)
         }
-        Ok(None) => {
-            tracing::debug!(pod = %pod.pod, "stale pod: a hook or a release holds its vfs");
-            None
-        }
-        Err(e) => {
-            tracing::warn!(pod = %pod.pod, error = %nri::ErrorChain(&e), "stale pod kept");
-            None
-        }
+        GiveUp::PodGone => Ok(None),
     }
 }
 
@@ -115,11 +108,28 @@ pub(super) fn reap_stale(
             );
             break;
         }
+        // Whether to go on with the pod after a look at the ledger that had
+        // to say `want`. The creating container's own pod fails its create
+        // on a ledger error; another pod's trouble fails no create (logged,
+        // left for a later hook).
+        let id = pod.pod.clone();
+        let go_on = |read: Result<bool, LedgerError>, want: bool, why: &str| match read {
+            Ok(said) if said == want => Ok(true),
+            Ok(_) => {
+                tracing::debug!(pod = %id, "stale pod: {why}");
+                Ok(false)
+            }
+            Err(e) if mine => Err(HooksOnlyError::from(e)),
+            Err(e) => {
+                tracing::warn!(pod = %id, error = %nri::ErrorChain(&e), "stale pod kept");
+                Ok(false)
+            }
+        };
         // Its last container's poststop (or another reap) is releasing it,
         // or a hook holds its VFs' turns to move them: that one finishes,
         // and this create does not wait on it.
-        if ledger.releasing(&pod)? {
-            tracing::debug!(pod = %pod.pod, "stale pod: a release of it, or a move of its vfs, runs");
+        let why = "a release of it, or a move of its vfs, runs";
+        if !go_on(ledger.releasing(&pod), false, why)? {
             continue;
         }
         if !mine {
@@ -128,11 +138,18 @@ pub(super) fn reap_stale(
         // Read again before its VFs come home: podman may have started a
         // container again under an exited one's id since the snapshot, and
         // its VFs are its own. The release below checks under the lock.
-        if !ledger.unchanged_since(&pod)? {
-            tracing::debug!(pod = %pod.pod, "stale pod: its containers changed meanwhile");
+        let why = "its containers changed meanwhile";
+        if !go_on(ledger.unchanged_since(&pod), true, why)? {
             continue;
         }
-        let Some((pod, turns)) = give_up(ledger, pod) else {
+        let given = match give_up(ledger, pod) {
+            Ok(given) => given,
+            Err(e) => {
+                go_on(Err(e), true, "")?;
+                None
+            }
+        };
+        let Some((pod, turns)) = given else {
             continue;
         };
         let restored: Result<Vec<usize>, HookError> = pod

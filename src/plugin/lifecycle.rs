@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::gpu::{HealthMonitor, HealthPolicy};
@@ -39,63 +39,9 @@ impl Release {
     }
 }
 
-/// Pods whose teardown failed: they keep their claims, quarantined, and the
-/// retry thread tries them again, since no further event may come for them
-/// (RemovePodSandbox was their last). A restart finds them at Synchronize.
-/// Each with the containers ever admitted into it when its release failed
-/// (`None` where the ledger could not tell): a retry leaves a pod that
-/// admitted one since, which is live (taken for gone, it was not) and is
-/// released by its stop.
-#[derive(Default)]
-pub struct Unreleased(Mutex<HashMap<String, Option<u32>>>);
-
-impl Unreleased {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<u32>>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Records the outcome of a release of `which`: `None` when the ledger
-    /// could not be read or written, so that every pod of it is tried again.
-    pub fn update(&self, which: &Release, released: Option<&Released>) {
-        let mut pods = self.lock();
-        let Some(released) = released else {
-            for id in which.ids() {
-                pods.entry(id.clone()).or_insert(None);
-            }
-            return;
-        };
-        which.ids().for_each(|id| {
-            pods.remove(id);
-        });
-        // A pod a container joined is live: its stop's release tears it
-        // down, never a retry that would drop it under that container.
-        let joined = |id: &str| released.joined.iter().any(|p| p.pod.sandbox_id == id);
-        pods.extend(
-            released
-                .failed
-                .iter()
-                .filter(|f| !joined(&f.pod.sandbox_id))
-                .map(|f| (f.pod.sandbox_id.clone(), Some(f.admitted))),
-        );
-    }
-
-    /// A release of `id` failed, the pod having admitted `admitted`
-    /// containers then.
-    pub fn failed(&self, id: &str, admitted: u32) {
-        self.lock().insert(id.to_string(), Some(admitted));
-    }
-
-    #[cfg(test)]
-    pub fn pending(&self) -> HashSet<String> {
-        self.lock().keys().cloned().collect()
-    }
-
-    /// The release that tries every pending pod again, if any.
-    pub fn retry(&self) -> Option<Release> {
-        let pods = self.lock();
-        (!pods.is_empty()).then(|| Release::Retry(pods.clone()))
-    }
-}
+#[path = "lifecycle_unreleased.rs"]
+mod unreleased;
+pub use unreleased::Unreleased;
 
 /// Runs one release and logs its outcome; returns it for tests.
 pub fn release(ledger: &Ledger, teardown: &dyn Teardown, which: &Release) -> Option<Released> {

@@ -26,9 +26,20 @@ fn pod_holding_a_vf() -> (crate::ledger::PodRef, crate::ledger::Claim) {
 /// paths, and leaves it to its stop's release.
 #[test]
 fn a_retry_leaves_a_failed_pod_that_admitted_a_container_since() {
+    /// Fails its first teardown; counts them all.
+    #[derive(Default)]
+    struct FailsFirst(std::sync::atomic::AtomicU32);
+    impl crate::ledger::Teardown for FailsFirst {
+        fn teardown(&self, _pod: &crate::ledger::PodRecord) -> Result<(), crate::ledger::Unclean> {
+            match self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 => Err("vf restore failed".into()),
+                _ => Ok(()),
+            }
+        }
+    }
     let (mut plugin, _state) = plugin(Config::default(), false);
-    let flaky = Arc::new(Flaky(false.into()));
-    plugin.teardown = flaky.clone();
+    let teardowns = Arc::new(FailsFirst::default());
+    plugin.teardown = teardowns.clone();
     let (pod, vf) = pod_holding_a_vf();
     let ledger = plugin.devices().ledger().clone();
     let claims = std::slice::from_ref(&vf);
@@ -54,8 +65,9 @@ fn a_retry_leaves_a_failed_pod_that_admitted_a_container_since() {
             false,
         )
         .unwrap();
-    flaky.0.store(true, std::sync::atomic::Ordering::SeqCst);
     plugin.retry_round();
+    let torn = teardowns.0.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(torn, 1, "the retry tore nothing down");
     let snap = ledger.snapshot().unwrap();
     assert!(snap.pods["sb"].containers.contains_key("c3"), "{snap:?}");
     assert!(plugin.gpu().pod_cgroups("sb").is_some(), "live: kept");
