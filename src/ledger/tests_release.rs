@@ -362,4 +362,16 @@ fn a_vf_turn_is_tried_without_waiting() {
         other.try_lock_vfs(&[vf]).unwrap().is_none(),
         "held by the try"
     );
+    drop(taken);
+
+    // Two VFs, the second held: the try takes neither, and leaves the first
+    // free (a lock it took on the way is let go).
+    let second: crate::inventory::PciAddr = "0000:19:00.3".parse().unwrap();
+    let held = other.lock_vfs(&[second]).unwrap();
+    assert!(l.try_lock_vfs(&[vf, second]).unwrap().is_none());
+    assert!(
+        other.try_lock_vfs(&[vf]).unwrap().is_some(),
+        "the first let go"
+    );
+    drop(held);
 }
