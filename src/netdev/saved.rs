@@ -128,6 +128,13 @@ impl SavedVf {
 mod pod;
 
 #[cfg(test)]
+thread_local! {
+    /// Fails this thread's next sync of the records' directory with EIO.
+    pub(crate) static FAIL_NEXT_DIR_SYNC: std::cell::Cell<bool> =
+        const { std::cell::Cell::new(false) };
+}
+
+#[cfg(test)]
 impl SavedVf {
     /// A record of a veth stand-in with no PF, for tests.
     pub(crate) fn example(container: &str, bdf: &str) -> SavedVf {
@@ -234,17 +241,32 @@ impl SavedStore {
         fsutil::replace_file(&path, &text).map_err(saved_io)
     }
 
-    /// Drops a record; a missing one is fine.
+    /// Drops a record; a missing one is fine. The record is gone once the
+    /// unlink returns: a directory that then fails to sync (disk-backed
+    /// state only) is warned about, as `fsutil::replace` does, not taken
+    /// for a restore that failed, which would quarantine a VF that is home.
     pub fn remove(&self, vf: PciAddr) -> Result<(), SavedError> {
         let path = self.path(vf, "json");
         match fs::remove_file(&path) {
-            Ok(()) => self.sync_dir(),
+            Ok(()) => {
+                if let Err(e) = self.sync_dir() {
+                    tracing::warn!(path = %path.display(), error = %nri::ErrorChain(&e), "vf record removed, but its directory did not sync");
+                }
+                Ok(())
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(source) => Err(SavedError::Io { path, source }),
         }
     }
 
     fn sync_dir(&self) -> Result<(), SavedError> {
+        #[cfg(test)]
+        if FAIL_NEXT_DIR_SYNC.take() {
+            return Err(SavedError::Io {
+                path: self.dir.clone(),
+                source: std::io::Error::from_raw_os_error(libc::EIO),
+            });
+        }
         fsutil::sync_dir(&self.dir).map_err(saved_io)
     }
 

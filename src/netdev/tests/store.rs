@@ -271,3 +271,21 @@ fn records_left_part_way() {
         assert_eq!(got, want, "{records:?} {home:?}");
     }
 }
+
+/// A record's removal is done once the unlink returns: a directory that then
+/// fails to sync is no failed removal (its VF is home, and a failed restore
+/// would quarantine it).
+#[test]
+fn a_removal_whose_directory_fails_to_sync_still_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SavedStore::new(dir.path());
+    let rec = record("c1", "0000:3b:02.3");
+    store.save(&rec).unwrap();
+    crate::netdev::saved::FAIL_NEXT_DIR_SYNC.set(true);
+    store.remove(rec.vf()).unwrap();
+    assert!(
+        !crate::netdev::saved::FAIL_NEXT_DIR_SYNC.get(),
+        "the sync was tried"
+    );
+    assert!(!store.has_record(rec.vf()));
+}
