@@ -69,6 +69,6 @@ fn cut_owner(
     }
     let vfs: Vec<PciAddr> = pod.vfs().collect();
     let at_home = |vf| crate::inventory::has_netdev(&env.host_root, vf);
-    let left = SavedStore::new(&env.state_dir).left_part_way(owner, &vfs, at_home);
+    let left = SavedStore::new(&env.state_dir).left_part_way(owner, &vfs, at_home, false);
     left.then(|| (owner.to_string(), vfs))
 }

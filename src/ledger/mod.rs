@@ -99,6 +99,11 @@ pub struct Failed {
     pub admitted: u32,
 }
 
+/// The device ids of `vfs`, whose turns are their release locks.
+fn vf_ids(vfs: &[crate::inventory::PciAddr]) -> Vec<DeviceId> {
+    vfs.iter().map(|vf| DeviceId::Vf(*vf)).collect()
+}
+
 /// The ledger under one state directory.
 #[derive(Debug, Clone)]
 pub struct Ledger {
@@ -352,8 +357,7 @@ impl Ledger {
     /// either commits before that look (which then refuses) or finds their
     /// records saved and restores them.
     pub fn lock_vfs(&self, vfs: &[crate::inventory::PciAddr]) -> Result<DeviceLocks, LedgerError> {
-        let ids: Vec<DeviceId> = vfs.iter().map(|vf| DeviceId::Vf(*vf)).collect();
-        release_lock::lock_devices(self.store.dir(), ids.iter())
+        release_lock::lock_devices(self.store.dir(), vf_ids(vfs).iter())
     }
 
     /// [`Self::lock_vfs`] without waiting: `None` while a hook or a release
@@ -362,8 +366,7 @@ impl Ledger {
         &self,
         vfs: &[crate::inventory::PciAddr],
     ) -> Result<Option<DeviceLocks>, LedgerError> {
-        let ids: Vec<DeviceId> = vfs.iter().map(|vf| DeviceId::Vf(*vf)).collect();
-        release_lock::try_lock_devices(self.store.dir(), ids.iter())
+        release_lock::try_lock_devices(self.store.dir(), vf_ids(vfs).iter())
     }
 
     /// Names the PF of VF claims recorded before claims named it, so that

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::fcntl::Flock;
 
@@ -58,20 +58,29 @@ pub(super) fn lock_claimed(
     lock_devices(state_dir, devices)
 }
 
+/// The lock files of `devices`, in name order, their directory made; none
+/// (and no directory) for no device.
+fn lock_paths<'d>(
+    state_dir: &Path,
+    devices: impl Iterator<Item = &'d super::DeviceId>,
+) -> Result<Vec<PathBuf>, LedgerError> {
+    let names: BTreeSet<String> = devices.map(|d| file_name(&d.to_string())).collect();
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let dir = state_dir.join(LOCK_DIR);
+    create_dir(&dir)?;
+    Ok(names.iter().map(|name| dir.join(name)).collect())
+}
+
 /// Locks `devices`, in name order.
 pub(super) fn lock_devices<'d>(
     state_dir: &Path,
     devices: impl Iterator<Item = &'d super::DeviceId>,
 ) -> Result<DeviceLocks, LedgerError> {
-    let names: BTreeSet<String> = devices.map(|d| file_name(&d.to_string())).collect();
-    if names.is_empty() {
-        return Ok(DeviceLocks { _held: Vec::new() });
-    }
-    let dir = state_dir.join(LOCK_DIR);
-    create_dir(&dir)?;
-    let held = names
+    let held = lock_paths(state_dir, devices)?
         .iter()
-        .map(|name| fsutil::lock_exclusive(&dir.join(name)).map_err(LedgerError::from))
+        .map(|path| fsutil::lock_exclusive(path).map_err(LedgerError::from))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(DeviceLocks { _held: held })
 }
@@ -82,15 +91,9 @@ pub(super) fn try_lock_devices<'d>(
     state_dir: &Path,
     devices: impl Iterator<Item = &'d super::DeviceId>,
 ) -> Result<Option<DeviceLocks>, LedgerError> {
-    let names: BTreeSet<String> = devices.map(|d| file_name(&d.to_string())).collect();
-    if names.is_empty() {
-        return Ok(Some(DeviceLocks { _held: Vec::new() }));
-    }
-    let dir = state_dir.join(LOCK_DIR);
-    create_dir(&dir)?;
     let mut held = Vec::new();
-    for name in &names {
-        match fsutil::try_lock_exclusive(&dir.join(name))? {
+    for path in lock_paths(state_dir, devices)? {
+        match fsutil::try_lock_exclusive(&path)? {
             Some(lock) => held.push(lock),
             None => return Ok(None),
         }

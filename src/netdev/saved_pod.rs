@@ -38,13 +38,18 @@ impl SavedStore {
     /// netdev there; or no record, since a record is saved before a move and
     /// dropped only after a full restore) beside one of them away (the pod's
     /// network split between the host and the pod: a restore or an attach
-    /// cut between two VFs, or a VF's netdev made anew on the host). An
-    /// unreadable record is no cut, and its VF is home when its netdev is.
+    /// cut between two VFs, or a VF's netdev made anew on the host); or,
+    /// with `given_up` (the pod's network no longer `container`'s: its
+    /// poststop gave it up and stopped before its restore began), one of
+    /// them away at all, whole records of VFs no container of the pod may
+    /// use. An unreadable record is no cut, and its VF is home when its
+    /// netdev is.
     pub fn left_part_way(
         &self,
         container: &str,
         vfs: &[PciAddr],
         at_home: impl Fn(PciAddr) -> bool,
+        given_up: bool,
     ) -> bool {
         let records: Vec<_> = vfs.iter().map(|vf| (*vf, self.load(*vf))).collect();
         let mine = || {
@@ -60,22 +65,7 @@ impl SavedStore {
             Ok(None) => true,
             Ok(Some(_)) | Err(_) => at_home(*vf),
         };
-        mine().any(|(vf, _)| !at_home(vf)) && records.iter().any(home)
-    }
-
-    /// Whether a record of `container`'s among `vfs` has its VF away from
-    /// the host (`at_home` false): what a poststop stopped between giving
-    /// the pod's network up and beginning its restore leaves, whole records
-    /// of VFs no container of the pod may use.
-    pub fn away_of(
-        &self,
-        container: &str,
-        vfs: &[PciAddr],
-        at_home: impl Fn(PciAddr) -> bool,
-    ) -> bool {
-        vfs.iter().any(|vf| {
-            matches!(self.load(*vf), Ok(Some(r)) if r.container_id == container) && !at_home(*vf)
-        })
+        mine().any(|(vf, _)| !at_home(vf)) && (given_up || records.iter().any(home))
     }
 
     /// Whether every VF `pod` claims that has a record is on the host

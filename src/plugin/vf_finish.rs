@@ -32,10 +32,9 @@ pub trait FinishRestore: Send + Sync {
     /// Starts restoring `container`'s records among `vfs` (the VFs of pod
     /// `sandbox`), each only while it is still `container`'s, if once no
     /// hook works on them they are still left part way
-    /// ([`crate::netdev::SavedStore::left_part_way`]), or still away while
-    /// the pod's network is no longer `container`'s (its poststop gave it
-    /// up and stopped before its restore began); a container whose VFs are
-    /// being restored already is left to that.
+    /// ([`crate::netdev::SavedStore::left_part_way`], the pod's network
+    /// given up counting where it is no longer `container`'s); a container
+    /// whose VFs are being restored already is left to that.
     fn finish(&self, sandbox: &str, container: &str, vfs: &[PciAddr]);
 }
 
@@ -94,11 +93,12 @@ impl Inner {
             }
         };
         let at_home = |vf| crate::inventory::has_netdev(&self.host_root, vf);
-        let store = self.vfs.store();
         let given_up = owner.as_deref() != Some(container);
-        let left = store.left_part_way(container, vfs, at_home)
-            || (given_up && store.away_of(container, vfs, at_home));
-        if !left {
+        if !self
+            .vfs
+            .store()
+            .left_part_way(container, vfs, at_home, given_up)
+        {
             tracing::info!(
                 container,
                 "vf restore not needed: the pod's vfs are whole once no hook works on them"

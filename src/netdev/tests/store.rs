@@ -267,8 +267,15 @@ fn records_left_part_way() {
             store.save(&rec).unwrap();
         }
         let at_home = |vf| home[vfs.iter().position(|v| *v == vf).unwrap()];
-        let got = store.left_part_way("c1", &vfs, at_home);
+        let got = store.left_part_way("c1", &vfs, at_home, false);
         assert_eq!(got, want, "{records:?} {home:?}");
+        // With the pod's network given up, any of c1's VFs away is left.
+        let away = vfs
+            .iter()
+            .zip(records)
+            .any(|(vf, r)| matches!(r, R::Whole | R::Cut) && !at_home(*vf));
+        let given_up = store.left_part_way("c1", &vfs, at_home, true);
+        assert_eq!(given_up, want || away, "given up: {records:?} {home:?}");
     }
 }
 
