@@ -10,6 +10,7 @@ mod support;
 #[path = "e2e_devices/ledger.rs"]
 mod ledger;
 
+use devgate::fixture::HostRootBuilder;
 use support::node::{
     allocation, gpu_entry, gpu_share_entry, gpus, vf_entry, Node, DEVICE_ALLOCATED, GPU2_NODES,
 };
@@ -127,6 +128,48 @@ fn rdma_pf_gets_its_verbs_nodes_and_rdma_cm() {
         .collect();
     got.sort();
     assert_eq!(got, want, "log: {}", run.log);
+}
+
+/// On a kernel in exclusive RDMA netns mode a whole PF's RDMA device stays in
+/// the host's network namespace, where a pod with a namespace of its own
+/// cannot open it: such a pod is refused with nothing claimed (containerd
+/// tells the plugin the sandbox's network namespace), and a host-network pod
+/// gets the PF.
+#[test]
+fn a_whole_pf_on_an_exclusive_kernel_goes_only_to_host_network_pods() {
+    require_root();
+    let exclusive = Some(devgate::config::RdmaNetnsMode::Exclusive);
+    let node = Node::start_with(HostRootBuilder::hgx().rdma_netns_mode(exclusive), &[]);
+    let cri = node.cri();
+    let nic = &node.fixture.expected().rdma[1];
+    let alloc = format!(r#"{{"rdma":[{{"minor":1,"id":"{}"}}]}}"#, nic.bus_id);
+    let own = cri
+        .run_pod(
+            &PodSpec::new("own")
+                .own_netns()
+                .annotation(DEVICE_ALLOCATED, &alloc),
+        )
+        .expect("RunPodSandbox");
+    let err = cri
+        .create_container(&own, &ContainerSpec::shell("main", "true"))
+        .expect_err("a whole pf for a pod with its own network namespace");
+    let want = format!(
+        "{DEVICE_ALLOCATED}: rdma[0]: pf {} is used without vfs, so its rdma device stays in the host network namespace",
+        nic.bus_id
+    );
+    assert!(err.message().contains(&want), "{}", err.message());
+    assert!(node.ledger().pods.is_empty(), "{:?}", node.ledger());
+    cri.delete_pod(&own, &[]);
+
+    let host = cri
+        .run_pod(&PodSpec::new("host").annotation(DEVICE_ALLOCATED, &alloc))
+        .expect("RunPodSandbox");
+    let run = cri
+        .run_container(&host, &ContainerSpec::shell("main", "ls /dev/infiniband"))
+        .expect("a host-network pod gets the pf");
+    let uverbs = &nic.rdma.char_devs[0].name;
+    assert!(run.log.contains(uverbs.as_str()), "{uverbs}: {}", run.log);
+    assert!(node.ledger().pods.values().any(|p| p.pod.name == "host"));
 }
 
 /// Each class of bad input fails creation with a message naming the

@@ -11,7 +11,9 @@
 //!
 //! Kept under [`Decode::Lean`]:
 //! - `PodSandbox`: `id`, `name`, `uid`, `namespace`, `labels`, `annotations`,
-//!   `linux.cgroup_parent`, `linux.cgroups_path`, `pid`;
+//!   `linux.cgroup_parent`, `linux.cgroups_path`, the `network` entries of
+//!   `linux.namespaces` (whether the pod has a network namespace of its own),
+//!   `pid`;
 //! - `Container`: `id`, `pod_sandbox_id`, `name`, `state`, `env`, `pid`,
 //!   `linux.cgroups_path`.
 //!
@@ -34,7 +36,7 @@ use std::collections::HashMap;
 
 use protobuf::EnumOrUnknown;
 
-use crate::api::{Container, Event, LinuxContainer, LinuxPodSandbox, PodSandbox};
+use crate::api::{Container, Event, LinuxContainer, LinuxNamespace, LinuxPodSandbox, PodSandbox};
 use crate::event::EventMask;
 use crate::protowire::{each_field, WireError, LEN, VARINT};
 
@@ -217,10 +219,37 @@ fn merge_pod_linux(bytes: &[u8], linux: &mut LinuxPodSandbox) -> Result<(), Wire
         match (field, wire_type) {
             (3, LEN) => linux.cgroup_parent = r.str(field)?.to_owned(),
             (4, LEN) => linux.cgroups_path = r.str(field)?.to_owned(),
+            (5, LEN) => network_namespace(r.bytes()?, &mut linux.namespaces)?,
             _ => return Ok(false),
         }
         Ok(true)
     })
+}
+
+/// A `LinuxNamespace` (`type = 1; path = 2`), kept if it is of type
+/// `network`: a pod the runtime gave none shares the host's network
+/// (`hostNetwork`). The other types are stepped over unvalidated.
+fn network_namespace(bytes: &[u8], list: &mut Vec<LinuxNamespace>) -> Result<(), WireError> {
+    const NETWORK: &[u8] = b"network";
+    let (mut kind, mut path): (&[u8], &[u8]) = (&[], &[]);
+    each_field(bytes, |r, field, wire_type| {
+        match (field, wire_type) {
+            (1, LEN) => kind = r.bytes()?,
+            (2, LEN) => path = r.bytes()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    if kind != NETWORK {
+        return Ok(());
+    }
+    let path = std::str::from_utf8(path).map_err(|_| WireError::NotUtf8 { field: 2 })?;
+    list.push(LinuxNamespace {
+        type_: "network".to_owned(),
+        path: path.to_owned(),
+        ..Default::default()
+    });
+    Ok(())
 }
 
 fn merge_container(bytes: &[u8], env: bool, ctr: &mut Container) -> Result<(), WireError> {

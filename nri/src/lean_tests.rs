@@ -26,11 +26,14 @@ pub(super) fn full_pod() -> PodSandbox {
     let mut linux = LinuxPodSandbox {
         cgroup_parent: "kubepods-besteffort.slice".into(),
         cgroups_path: "kubepods-besteffort.slice:cri-containerd:abc".into(),
-        namespaces: vec![api::LinuxNamespace {
-            type_: "network".into(),
-            path: "/var/run/netns/cni-1".into(),
-            ..Default::default()
-        }],
+        namespaces: ["ipc", "network", "uts"]
+            .iter()
+            .map(|t| api::LinuxNamespace {
+                type_: t.to_string(),
+                path: format!("/var/run/netns/cni-1-{t}"),
+                ..Default::default()
+            })
+            .collect(),
         ..Default::default()
     };
     linux.pod_overhead = MessageField::some(resources());
@@ -133,6 +136,12 @@ pub(super) fn lean_pod(pod: &PodSandbox) -> PodSandbox {
     let linux = pod.linux.as_ref().map(|l| LinuxPodSandbox {
         cgroup_parent: l.cgroup_parent.clone(),
         cgroups_path: l.cgroups_path.clone(),
+        namespaces: l
+            .namespaces
+            .iter()
+            .filter(|n| n.type_ == "network")
+            .cloned()
+            .collect(),
         ..Default::default()
     });
     PodSandbox {
@@ -402,3 +411,55 @@ fn unknown_groups_are_skipped() {
 
 #[path = "lean_env_tests.rs"]
 mod env;
+
+#[test]
+fn only_network_namespaces_are_kept_and_only_they_are_validated() {
+    // pod (1) { linux (8) { namespaces (5) { type (1), path (2) = 0xc3 0x28 } } }:
+    // the path is not UTF-8.
+    let pod_with = |kind: &[u8]| {
+        let mut ns = vec![0x0a, kind.len() as u8];
+        ns.extend(kind);
+        ns.extend([0x12, 2, 0xc3, 0x28]);
+        let mut linux = vec![0x2a, ns.len() as u8];
+        linux.extend(ns);
+        let mut pod = vec![0x42, linux.len() as u8];
+        pod.extend(linux);
+        let mut bytes = vec![0x0a, pod.len() as u8];
+        bytes.extend(pod);
+        bytes
+    };
+    let parts = decode(&pod_with(b"ipc"), POD_AND_CONTAINER, Keep::ALL, None).unwrap();
+    assert!(parts.pod.linux.namespaces.is_empty());
+    assert_eq!(
+        decode(&pod_with(b"network"), POD_AND_CONTAINER, Keep::ALL, None),
+        Err(WireError::NotUtf8 { field: 2 })
+    );
+
+    let mut pod = full_pod();
+    pod.linux
+        .mut_or_insert_default()
+        .namespaces
+        .push(api::LinuxNamespace {
+            type_: "network".into(),
+            ..Default::default()
+        });
+    let req = create(pod, Container::default());
+    let parts = decode(
+        &req.write_to_bytes().unwrap(),
+        POD_AND_CONTAINER,
+        Keep::ALL,
+        None,
+    )
+    .unwrap();
+    let kept: Vec<(&str, &str)> = parts
+        .pod
+        .linux
+        .namespaces
+        .iter()
+        .map(|n| (n.type_.as_str(), n.path.as_str()))
+        .collect();
+    assert_eq!(
+        kept,
+        [("network", "/var/run/netns/cni-1-network"), ("network", "")]
+    );
+}

@@ -193,6 +193,7 @@ pub fn plan_pod(
     let ctx = plan::ContainerContext {
         env: &env,
         gids: &plan::HostGids { root: host_root },
+        network: plan::PodNetwork::Unknown,
     };
     Ok(plan::build_for(
         &inventory, &devices, container, config, &ctx,

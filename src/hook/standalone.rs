@@ -104,6 +104,9 @@ pub trait ContainerOs {
     ) -> Result<usize, HookError>;
     /// Allows `nodes` in the device cgroup of `pid`.
     fn allow(&mut self, state: &State, pid: u32, nodes: &[DeviceNode]) -> Result<(), HookError>;
+    /// Whether the container has a network namespace of its own, as its
+    /// bundle's spec says.
+    fn network(&mut self, state: &State) -> Result<plan::PodNetwork, HookError>;
     /// Holds the process `pid` from now on: the attach moves VFs into its
     /// network namespace only while it is that process.
     fn pin(&mut self, _pid: u32) -> Result<(), HookError> {
@@ -238,8 +241,12 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
     reap::reap_stale(run, &ledger, &who.pod.sandbox_id)?;
     super::cut_network::restore_cut_network(run, &ledger, &who.pod.sandbox_id)?;
     let inventory = gpu::discover_node(&env.host_root, &config.gpu);
-    let plan =
-        plan::build(&inventory, &devices, &who.container, config).map_err(HooksOnlyError::from)?;
+    let ctx = plan::ContainerContext {
+        network: run.os.network(state)?,
+        ..plan::ContainerContext::NONE
+    };
+    let plan = plan::build_for(&inventory, &devices, &who.container, config, &ctx)
+        .map_err(HooksOnlyError::from)?;
     // No process here retries quarantined GPUs on a timer: the next container
     // to want one does, before the ledger would refuse it.
     release::retry_quarantined(run, &ledger, &plan.claims);

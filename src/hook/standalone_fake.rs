@@ -40,6 +40,8 @@ pub(super) struct FakeOs {
     pub(super) store: Option<crate::netdev::SavedStore>,
     /// The container whose detach fails.
     pub(super) refuse_detach: Option<&'static str>,
+    /// The container's network namespace as its spec would say.
+    pub(super) network: crate::plan::PodNetwork,
 }
 
 /// The GPU teardown side of [`FakeOs`]; fails when `fail` is "gpu".
@@ -67,6 +69,10 @@ fn fail(step: &'static str) -> HookError {
 }
 
 impl ContainerOs for FakeOs {
+    fn network(&mut self, _: &State) -> Result<crate::plan::PodNetwork, HookError> {
+        Ok(self.network)
+    }
+
     fn make_nodes(&mut self, _: &State, _: u32, nodes: &[DeviceNode]) -> Result<usize, HookError> {
         if self.fail == Some("nodes") {
             return Err(fail("nodes"));

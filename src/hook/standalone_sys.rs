@@ -48,6 +48,10 @@ impl SysContainerOs {
 }
 
 impl ContainerOs for SysContainerOs {
+    fn network(&mut self, state: &State) -> Result<crate::plan::PodNetwork, HookError> {
+        Ok(self.bundle(state)?.spec.network())
+    }
+
     fn pin(&mut self, pid: u32) -> Result<(), HookError> {
         let init = super::super::pinned::Pinned::open(&self.env.roots.proc_root, pid)
             .map_err(HookError::Netns)?;

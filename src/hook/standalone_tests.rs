@@ -335,3 +335,46 @@ mod network_owner;
 
 #[path = "kept_network_tests.rs"]
 mod kept_network;
+
+/// A PF used whole on a kernel in exclusive RDMA netns mode: refused for a
+/// container whose spec gives it a network namespace of its own, with nothing
+/// made or claimed; given to one on the host's network.
+#[test]
+fn a_whole_pf_on_an_exclusive_kernel_needs_the_host_network() {
+    let w = world();
+    let param = w.fixture.root().join(crate::inventory::NETNS_MODE_PARAM);
+    std::fs::create_dir_all(param.parent().unwrap()).unwrap();
+    std::fs::write(&param, "N\n").unwrap();
+    let pf = w.fixture.expected().rdma[0].bus_id;
+    let alloc = format!(r#"{{"rdma":[{{"minor":0,"id":"{pf}"}}]}}"#);
+    let ann = [(DEVICE_ALLOCATED, alloc.as_str())];
+    let mut os = FakeOs {
+        network: crate::plan::PodNetwork::Own,
+        ..FakeOs::default()
+    };
+    let err = w
+        .run(
+            Stage::CreateRuntime,
+            &state("c1", "creating", Some(7), &ann),
+            &mut os,
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("stays in the host network namespace"),
+        "{err}"
+    );
+    assert!(os.nodes.is_empty());
+    assert!(!w.env.state_dir.join("ledger.json").exists() || w.ledger().pods.is_empty());
+
+    os.network = crate::plan::PodNetwork::Host;
+    w.run(
+        Stage::CreateRuntime,
+        &state("c1", "creating", Some(7), &ann),
+        &mut os,
+    )
+    .unwrap();
+    let paths: Vec<&str> = os.nodes.iter().map(|n| n.path.as_str()).collect();
+    assert!(paths.contains(&"/dev/infiniband/rdma_cm"), "{paths:?}");
+    assert_eq!(w.ledger().pods["c1"].claims[0].device, DeviceId::Pf(pf));
+}

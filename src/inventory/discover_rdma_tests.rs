@@ -177,3 +177,17 @@ fn the_kernels_rdma_netns_mode_is_read_from_ib_core() {
         inv.warnings
     );
 }
+
+/// The simulated host's knob writes what discovery reads.
+#[test]
+fn the_fixture_writes_the_kernels_rdma_netns_mode() {
+    for mode in [
+        None,
+        Some(RdmaNetnsMode::Shared),
+        Some(RdmaNetnsMode::Exclusive),
+    ] {
+        let (_dir, fixture) = build(HostRootBuilder::hgx().rdma_netns_mode(mode));
+        assert_eq!(discover(fixture.root()).rdma_netns_mode, mode);
+        assert_eq!(fixture.expected().rdma_netns_mode, mode);
+    }
+}

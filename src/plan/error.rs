@@ -148,6 +148,14 @@ pub enum PlanError {
         setting: &'static str,
         pf: PciAddr,
     },
+    /// A whole PF's RDMA device stays in the host's network namespace, which
+    /// the kernel's exclusive mode keeps from the pod's own.
+    #[error("{annotation}: {entry}: pf {pf} is used without vfs, so its rdma device stays in the host network namespace, which this node's exclusive rdma netns mode keeps from the pod's own: allocate its vfs or run the pod on the host network")]
+    PfInHostNetns {
+        annotation: &'static str,
+        entry: String,
+        pf: PciAddr,
+    },
     /// The pod's settings over the node's: each within its range, together not.
     #[error("{annotation}: {entry}: {setting} {reason} over the node's settings for pf {pf}")]
     VfSettingsConflict {

@@ -156,6 +156,23 @@ pub struct ContainerContext<'a> {
     pub env: &'a [String],
     /// GID tables of RoCE ports, read only for the ports the container gets.
     pub gids: &'a dyn GidSource,
+    /// The pod's network namespace, as the runtime gives it.
+    pub network: PodNetwork,
+}
+
+/// Whether a pod has a network namespace of its own. A whole PF's RDMA device
+/// stays in the host's namespace, which the kernel in exclusive RDMA netns mode
+/// keeps from every other (`rdma_dev_access_netns`,
+/// drivers/infiniband/core/device.c).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PodNetwork {
+    /// Not told (the `plan` command, CDI specs).
+    #[default]
+    Unknown,
+    /// The host's (`hostNetwork`): the runtime gave the pod no network namespace.
+    Host,
+    /// A namespace of its own.
+    Own,
 }
 
 impl ContainerContext<'static> {
@@ -163,6 +180,7 @@ impl ContainerContext<'static> {
     pub const NONE: ContainerContext<'static> = ContainerContext {
         env: &[],
         gids: &NoGids,
+        network: PodNetwork::Unknown,
     };
 }
 
@@ -215,6 +233,8 @@ pub fn build_for(
         comm: comm_env::Inputs::default(),
         pod_vf_settings: pod.vf_settings.as_ref(),
         move_rdma: rdma::moves_rdma(config, inventory),
+        rdma_exclusive: inventory.rdma_netns_mode == Some(crate::config::RdmaNetnsMode::Exclusive),
+        network: ctx.network,
     };
     gpu::plan_gpus(&mut out, inventory, pod)?;
     gpu::keep_own_preload(&mut out.plan, ctx.env);
@@ -253,6 +273,10 @@ struct Builder<'a> {
     pod_vf_settings: Option<&'a VfSettings>,
     /// Whether a VF's RDMA device goes into the pod netns ([`rdma::moves_rdma`]).
     move_rdma: bool,
+    /// The kernel's RDMA netns mode is exclusive: a device is reachable only
+    /// from the namespace it is in.
+    rdma_exclusive: bool,
+    network: PodNetwork,
 }
 
 impl Builder<'_> {

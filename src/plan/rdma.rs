@@ -111,13 +111,32 @@ fn pf_whole(out: &mut Builder, nic: &RdmaNic, e: &RdmaEntry, entry: &str) -> Res
             pf: None,
         },
     );
-    if out.move_rdma {
-        out.plan.warnings.push(format!(
-            "{entry}: pf {} is used without vfs while rdma netns mode is exclusive: it stays in the host netns",
-            nic.bus_id
-        ));
+    host_netns(out, nic, entry)
+}
+
+/// A whole PF's RDMA device stays in the host's network namespace. Where the
+/// kernel is in exclusive mode a pod with a namespace of its own could not
+/// open it: refused, as nothing would work. A pod whose namespace is not told
+/// (or a node whose exclusive mode only the config asks for) gets a warning.
+fn host_netns(out: &mut Builder, nic: &RdmaNic, entry: &str) -> Result<(), PlanError> {
+    use super::PodNetwork;
+    match out.network {
+        PodNetwork::Own if out.rdma_exclusive => Err(PlanError::PfInHostNetns {
+            annotation: ANN,
+            entry: entry.to_string(),
+            pf: nic.bus_id,
+        }),
+        PodNetwork::Host => Ok(()),
+        PodNetwork::Own | PodNetwork::Unknown => {
+            if out.move_rdma {
+                out.plan.warnings.push(format!(
+                    "{entry}: pf {} is used without vfs while rdma netns mode is exclusive: it stays in the host netns",
+                    nic.bus_id
+                ));
+            }
+            Ok(())
+        }
     }
-    Ok(())
 }
 
 /// Settings the PF applies need its netdev; without one on the host the hook

@@ -319,6 +319,7 @@ fn variables_by_case() {
         let ctx = ContainerContext {
             env: &c.env,
             gids: &c.gids,
+            network: crate::plan::PodNetwork::Unknown,
         };
         let p = build_for(&hgx(), &pod(&c.ann), "main", &c.config, &ctx)
             .unwrap_or_else(|e| panic!("{}: {e}", c.name));
@@ -354,6 +355,7 @@ fn unselected_container_reads_nothing_and_gets_nothing() {
     let ctx = ContainerContext {
         env: &[],
         gids: &gids,
+        network: crate::plan::PodNetwork::Unknown,
     };
     let plan = build_for(&hgx(), &p, "sidecar", &Config::default(), &ctx).unwrap();
     assert!(plan.env.is_empty());

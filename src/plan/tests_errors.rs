@@ -248,6 +248,7 @@ fn hami_preload_keeps_the_containers_own() {
         let ctx = ContainerContext {
             env: &env,
             gids: &NoGids,
+            network: crate::plan::PodNetwork::Unknown,
         };
         let p = build_for(&hgx(), &pod, "main", &Config::default(), &ctx).unwrap();
         p.env["LD_PRELOAD"].clone()

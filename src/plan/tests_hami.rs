@@ -59,6 +59,7 @@ fn with_env(
     let ctx = ContainerContext {
         env: &env,
         gids: &NoGids,
+        network: crate::plan::PodNetwork::Unknown,
     };
     build_for(&hgx(), pod, "main", config, &ctx)
 }
@@ -206,6 +207,7 @@ fn a_gpu_without_limits_beside_a_shared_one_keeps_the_order() {
     let ctx = ContainerContext {
         env: &env,
         gids: &NoGids,
+        network: crate::plan::PodNetwork::Unknown,
     };
     let err = build_for(&inv, &pod, "main", &config, &ctx).unwrap_err();
     assert!(

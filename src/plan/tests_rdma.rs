@@ -288,3 +288,58 @@ fn pf_side_vf_settings_need_a_pf_netdev() {
         "{err}"
     );
 }
+
+/// A whole PF's RDMA device stays in the host's network namespace. With the
+/// kernel in exclusive mode a pod in a namespace of its own could not open
+/// it: refused, naming the entry; a pod on the host network gets it; where
+/// the pod's namespace is not told, or only the config says exclusive, a
+/// warning.
+#[test]
+fn a_whole_pf_in_exclusive_mode_needs_the_host_network() {
+    let ann = r#"{"rdma":[{"minor":1}]}"#;
+    let build_as = |network: PodNetwork, config: RdmaNetnsMode, kernel: Option<RdmaNetnsMode>| {
+        let mut inv = hgx();
+        inv.rdma_netns_mode = kernel;
+        let mut cfg = Config::default();
+        cfg.rdma.netns_mode = config;
+        let ctx = ContainerContext {
+            network,
+            ..ContainerContext::NONE
+        };
+        build_for(&inv, &pod(ann), "main", &cfg, &ctx)
+    };
+    use PodNetwork::{Host, Own, Unknown};
+    use RdmaNetnsMode::{Exclusive, Shared};
+    let err = build_as(Own, Shared, Some(Exclusive)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "scheduling.koordinator.sh/device-allocated: rdma[0]: pf {} is used without vfs, so its rdma device stays in the host network namespace, which this node's exclusive rdma netns mode keeps from the pod's own: allocate its vfs or run the pod on the host network",
+            pf_bus(1)
+        )
+    );
+    assert!(build_as(Own, Exclusive, Some(Exclusive)).is_err());
+    // (network, config, kernel, warned)
+    for (network, config, kernel, warned) in [
+        (Host, Shared, Some(Exclusive), false),
+        (Host, Exclusive, Some(Exclusive), false),
+        (Unknown, Shared, Some(Exclusive), true),
+        (Own, Exclusive, Some(Shared), true),
+        (Own, Exclusive, None, true),
+        (Own, Shared, Some(Shared), false),
+        (Own, Shared, None, false),
+    ] {
+        let p = build_as(network, config, kernel)
+            .unwrap_or_else(|e| panic!("{network:?} {config:?} {kernel:?}: {e}"));
+        assert_eq!(p.claims[0].device, DeviceId::Pf(pf_bus(1)));
+        let warned_here = p
+            .warnings
+            .iter()
+            .any(|w| w.contains("stays in the host netns"));
+        assert_eq!(
+            warned_here, warned,
+            "{network:?} {config:?} {kernel:?}: {:?}",
+            p.warnings
+        );
+    }
+}

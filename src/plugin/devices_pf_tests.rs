@@ -89,3 +89,77 @@ fn a_vf_claimed_before_claims_named_their_pf_is_named_at_start() {
     let err = create_whole_pf(&devices, nic.bus_id, &health).unwrap_err();
     assert!(err.to_string().contains("held by pod ns/a"), "{err}");
 }
+
+/// With the kernel's RDMA netns mode exclusive, a PF used whole goes only to
+/// a pod on the host network: the runtime's sandbox names a network
+/// namespace of its own for any other, and that pod is refused with nothing
+/// claimed.
+#[test]
+fn a_whole_pf_on_an_exclusive_kernel_goes_only_to_a_host_network_pod() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = crate::fixture::HostRootBuilder::hgx()
+        .rdma_netns_mode(Some(crate::config::RdmaNetnsMode::Exclusive))
+        .build(&dir.path().join("host"))
+        .unwrap();
+    let devices = Devices::open(
+        fixture.root(),
+        &dir.path().join("state"),
+        "/plugin/bin/devgate-hook".into(),
+        None,
+    )
+    .unwrap();
+    let health = crate::gpu::HealthStore::new(&dir.path().join("health"));
+    let pf = fixture.expected().rdma[0].bus_id;
+    let create = |id: &str, namespaces: &[&str]| {
+        let mut pod = PodSandbox {
+            id: id.into(),
+            uid: format!("uid-{id}"),
+            namespace: "ns".into(),
+            name: id.into(),
+            ..Default::default()
+        };
+        pod.annotations.insert(
+            crate::allocation::DEVICE_ALLOCATED.into(),
+            format!(r#"{{"rdma":[{{"minor":0,"id":"{pf}"}}]}}"#),
+        );
+        let linux = pod.linux.mut_or_insert_default();
+        for t in namespaces {
+            linux.namespaces.push(nri::api::LinuxNamespace {
+                type_: t.to_string(),
+                path: format!("/var/run/netns/{id}"),
+                ..Default::default()
+            });
+        }
+        devices.apply(
+            &pod,
+            &container(&format!("{id}-c"), &[]),
+            &Arc::new(Config::default()),
+            RuntimeFeatures::default(),
+            &health,
+        )
+    };
+    let err = create("own", &["network"]).unwrap_err();
+    assert!(
+        err.to_string().starts_with(&format!(
+            "scheduling.koordinator.sh/device-allocated: rdma[0]: pf {pf} is used without vfs, so its rdma device stays in the host network namespace"
+        )),
+        "{err}"
+    );
+    assert!(!devices
+        .ledger()
+        .snapshot()
+        .unwrap()
+        .pods
+        .contains_key("own"));
+
+    let adjustment = create("host", &[]).unwrap();
+    let paths: Vec<&str> = adjustment
+        .linux
+        .devices
+        .iter()
+        .map(|d| d.path.as_str())
+        .collect();
+    assert!(paths.contains(&"/dev/infiniband/rdma_cm"), "{paths:?}");
+    let state = devices.ledger().snapshot().unwrap();
+    assert_eq!(state.pods["host"].claims[0].device, DeviceId::Pf(pf));
+}

@@ -28,12 +28,14 @@ impl Devices {
         pod: &allocation::PodDevices,
         ctr: &Container,
         config: &Config,
+        network: plan::PodNetwork,
         read: Read,
     ) -> Result<Plan, PlanError> {
         // The container's env: a communication variable it sets itself wins.
         let ctx = plan::ContainerContext {
             env: &ctr.env,
             gids: &self.gids,
+            network,
         };
         let build = |inv: &Inventory| plan::build_for(inv, pod, &ctr.name, config, &ctx);
         // A read the kernel's changes overtook each time may pair a VF's
@@ -135,8 +137,9 @@ impl Devices {
         pod: &allocation::PodDevices,
         ctr: &Container,
         config: &Config,
+        network: plan::PodNetwork,
     ) -> Result<Plan, PlanError> {
-        self.plan(pod, ctr, config, self.refresh_settled())
+        self.plan(pod, ctr, config, network, self.refresh_settled())
     }
 
     /// The plan and all that can be derived from it before the claim, so that
@@ -150,7 +153,8 @@ impl Devices {
         features: RuntimeFeatures,
         read: Read,
     ) -> Result<Prepared, DeviceError> {
-        let mut plan = self.plan(devices, ctr, config, read)?;
+        let network = super::reads::pod_network(pod);
+        let mut plan = self.plan(devices, ctr, config, network, read)?;
         let moved = |p: &Plan| p.network.iter().any(|a| a.netdev.is_none());
         // Whether the pod's network is owned matters only for a VF not on the
         // host: asked after the plan, so the answer is no older than what the
@@ -164,7 +168,7 @@ impl Devices {
         let owned = has_owner && self.moved_whole(&plan);
         if away && !owned {
             // Read while the VF was still in a pod that has since given it back.
-            plan = self.replan(devices, ctr, config)?;
+            plan = self.replan(devices, ctr, config, network)?;
             let given_up = !split && !has_owner;
             self.finish_cut_network(&plan, &pod.id, given_up)?;
         }

@@ -63,6 +63,18 @@ pub fn labels(pod: &PodSandbox) -> Kept<'_> {
     }
 }
 
+/// Whether the pod has a network namespace of its own, from the `network`
+/// entries the decode keeps of its namespaces: the runtime gives a
+/// `hostNetwork` pod none. A pod reported without its Linux part is unknown.
+pub fn pod_network(pod: &PodSandbox) -> crate::plan::PodNetwork {
+    use crate::plan::PodNetwork;
+    match pod.linux.as_ref() {
+        None => PodNetwork::Unknown,
+        Some(l) if l.namespaces.iter().any(|n| n.type_ == "network") => PodNetwork::Own,
+        Some(_) => PodNetwork::Host,
+    }
+}
+
 impl<'a> Kept<'a> {
     /// The value under `key`, which must be one [`LEAN`] keeps.
     pub fn get(self, key: &str) -> Option<&'a str> {
@@ -117,6 +129,26 @@ mod tests {
         for key in keys {
             assert!(LEAN.annotations.keeps(key.as_bytes()), "{key}");
         }
+    }
+
+    #[test]
+    fn a_pod_without_a_network_namespace_is_on_the_host_network() {
+        use crate::plan::PodNetwork;
+        let with = |types: &[&str]| {
+            let mut pod = PodSandbox::default();
+            let linux = pod.linux.mut_or_insert_default();
+            for t in types {
+                linux.namespaces.push(nri::api::LinuxNamespace {
+                    type_: t.to_string(),
+                    ..Default::default()
+                });
+            }
+            pod_network(&pod)
+        };
+        assert_eq!(pod_network(&PodSandbox::default()), PodNetwork::Unknown);
+        assert_eq!(with(&[]), PodNetwork::Host);
+        assert_eq!(with(&["ipc", "uts"]), PodNetwork::Host);
+        assert_eq!(with(&["ipc", "network"]), PodNetwork::Own);
     }
 
     // The check is a debug assertion: a release build reads on.
