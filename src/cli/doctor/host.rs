@@ -67,11 +67,20 @@ pub trait Host {
 /// The node itself.
 pub struct RealHost {
     /// The containerd binary, found through PATH when not absolute.
-    pub containerd: PathBuf,
+    containerd: PathBuf,
+    /// `containerd --version`, run once per doctor run: several checks ask.
+    version: std::cell::OnceCell<Result<String, String>>,
 }
 
-impl Host for RealHost {
-    fn containerd_version(&self) -> Result<String, String> {
+impl RealHost {
+    pub fn new(containerd: PathBuf) -> RealHost {
+        RealHost {
+            containerd,
+            version: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn run_containerd_version(&self) -> Result<String, String> {
         let child = Command::new(&self.containerd)
             .arg("--version")
             .stdin(Stdio::null())
@@ -95,6 +104,14 @@ impl Host for RealHost {
             .take(MAX_VERSION_BYTES)
             .read_to_string(&mut text);
         Ok(text.lines().next().unwrap_or_default().to_string())
+    }
+}
+
+impl Host for RealHost {
+    fn containerd_version(&self) -> Result<String, String> {
+        self.version
+            .get_or_init(|| self.run_containerd_version())
+            .clone()
     }
 
     fn connect(&self, socket: &Path) -> std::io::Result<()> {
@@ -145,9 +162,8 @@ mod tests {
     #[test]
     fn real_host_touches() {
         let dir = tempfile::tempdir().unwrap();
-        let host = RealHost {
-            containerd: dir.path().join("containerd"),
-        };
+        let containerd = dir.path().join("containerd");
+        let host = RealHost::new(containerd.clone());
         assert_eq!(
             host.char_device(Path::new("/dev/null")).unwrap(),
             Some((1, 3))
@@ -160,14 +176,22 @@ mod tests {
         host.connect(&sock).unwrap();
 
         assert!(host.containerd_version().is_err());
-        let script = "#!/bin/sh\necho 'containerd github.com/containerd/containerd 1.7.24~ds1 x'\n";
-        std::fs::write(&host.containerd, script).unwrap();
+        // Each run counts itself in a file beside the binary.
+        let script = "#!/bin/sh\necho x >> \"$0.runs\"\necho 'containerd github.com/containerd/containerd 1.7.24~ds1 x'\n";
+        std::fs::write(&containerd, script).unwrap();
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&host.containerd, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(
-            host.containerd_version().unwrap(),
-            "containerd github.com/containerd/containerd 1.7.24~ds1 x"
-        );
+        std::fs::set_permissions(&containerd, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // The failure is kept for the run: a binary installed meanwhile is not asked.
+        assert!(host.containerd_version().is_err());
+        let host = RealHost::new(containerd.clone());
+        for _ in 0..3 {
+            assert_eq!(
+                host.containerd_version().unwrap(),
+                "containerd github.com/containerd/containerd 1.7.24~ds1 x"
+            );
+        }
+        let runs = std::fs::read_to_string(dir.path().join("containerd.runs")).unwrap();
+        assert_eq!(runs.lines().count(), 1, "run once per doctor run");
     }
 
     #[test]

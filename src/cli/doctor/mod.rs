@@ -227,9 +227,7 @@ pub fn run(args: DoctorArgs) -> Result<(), DoctorError> {
         state_dir: args.state_dir,
         nri_socket: args.socket,
     };
-    let host = RealHost {
-        containerd: args.containerd,
-    };
+    let host = RealHost::new(args.containerd);
     let checks = run_checks(&roots, &host);
     match args.output {
         DoctorFormat::Table => print!("{}", table(&checks)),

@@ -332,9 +332,7 @@ mod tests {
             state_dir: "/run/devgate".into(),
             nri_socket: "/var/run/nri/nri.sock".into(),
         };
-        let host = RealHost {
-            containerd: "containerd".into(),
-        };
+        let host = RealHost::new("containerd".into());
         let want = [("null".to_string(), 1, 3), ("zero".to_string(), 1, 5)];
         let own = plugin_view(&roots, &host, std::process::id(), &want);
         let other = plugin_view(&roots, &host, child.id(), &want);

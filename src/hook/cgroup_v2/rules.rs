@@ -101,8 +101,8 @@ pub const RUNC_DEFAULTS: [(Option<&str>, Rule); 11] = [
     (None, Rule::new(true, DevType::Char, 10, 200, RWM)),
 ];
 
-/// The parts of an OCI `config.json` that decide device access, the root
-/// the device nodes go into, and the container's namespaces.
+/// The parts of an OCI `config.json` that decide device access, and the
+/// root the device nodes go into.
 #[derive(Debug, Default, Deserialize)]
 pub struct Spec {
     #[serde(default)]
@@ -123,15 +123,6 @@ struct Linux {
     devices: Option<Vec<SpecDevice>>,
     #[serde(default)]
     resources: Option<Resources>,
-    #[serde(default)]
-    namespaces: Option<Vec<SpecNamespace>>,
-}
-
-/// runtime-spec config-linux.md "Namespaces"; the path is not read.
-#[derive(Debug, Default, Deserialize)]
-struct SpecNamespace {
-    #[serde(default, rename = "type")]
-    kind: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -174,23 +165,6 @@ fn number(v: Option<i64>, index: usize) -> Result<Option<u32>, CgroupV2Error> {
 }
 
 impl Spec {
-    /// Whether the container gets a network namespace of its own: a type the
-    /// list does not name is the runtime's (runtime-spec config-linux.md,
-    /// "Namespaces"), so a container without a `network` entry is on the
-    /// host's network. A spec without its `linux` part is not told.
-    pub fn network(&self) -> crate::plan::PodNetwork {
-        use crate::plan::PodNetwork;
-        let Some(linux) = &self.linux else {
-            return PodNetwork::Unknown;
-        };
-        let listed = linux.namespaces.iter().flatten();
-        if listed.into_iter().any(|n| n.kind == "network") {
-            PodNetwork::Own
-        } else {
-            PodNetwork::Host
-        }
-    }
-
     /// `root.path` as written (runtime-spec config.md: absolute, or relative
     /// to the bundle).
     pub fn root_path(&self) -> Option<&std::path::Path> {

@@ -342,25 +342,3 @@ fn allow_rules_of_one_device_with_split_access_are_refused() {
         );
     }
 }
-
-/// runtime-spec config-linux.md: a namespace type not listed is the
-/// runtime's, so a container without a `network` entry shares the host's.
-#[test]
-fn the_network_namespace_is_read_from_the_spec() {
-    use crate::plan::PodNetwork::{Host, Own, Unknown};
-    for (json, want) in [
-        ("{}", Unknown),
-        (r#"{"linux":{}}"#, Host),
-        (
-            r#"{"linux":{"namespaces":[{"type":"pid"},{"type":"mount"}]}}"#,
-            Host,
-        ),
-        (r#"{"linux":{"namespaces":[{"type":"network"}]}}"#, Own),
-        (
-            r#"{"linux":{"namespaces":[{"type":"network","path":"/run/netns/cni-1"}]}}"#,
-            Own,
-        ),
-    ] {
-        assert_eq!(spec(json).network(), want, "{json}");
-    }
-}
