@@ -12,8 +12,16 @@ fn random_mac_is_stable_local_unicast() {
     let a = pod_mac("uid-1", &vf);
     assert_eq!(a, pod_mac("uid-1", &vf));
     assert_ne!(a, pod_mac("uid-2", &vf));
+    assert_ne!(a, pod_mac("uid-1", &"0000:19:00.2".parse().unwrap()));
     assert_eq!(a[0] & 0x03, 0x02);
+    // Pinned: a release that derived it otherwise would give a pod's VF,
+    // moved in again after its owner stopped, another MAC.
+    assert_eq!(a, PINNED_MAC);
 }
+
+/// `pod_mac("uid-1", 0000:19:00.1)`: the first six bytes of SHA-256 of
+/// `uid-1\0000:19:00.1`, the first with bit 1 set and bit 0 cleared.
+const PINNED_MAC: [u8; 6] = [0xc2, 0x32, 0x38, 0x4f, 0xc0, 0x6f];
 
 /// A plugin's devices on the HGX fixture, under a temporary directory.
 struct Node {

@@ -71,12 +71,16 @@ fn netdev_settings(cfg: &config::VfSettings, pod_uid: &str, vf: &PciAddr) -> net
 }
 
 pub(super) fn pod_mac(pod_uid: &str, vf: &PciAddr) -> [u8; 6] {
-    use std::hash::{Hash, Hasher};
-    // SipHash with fixed keys: the same pod and VF give the same MAC in every process.
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    pod_uid.hash(&mut h);
-    vf.hash(&mut h);
-    let b = h.finish().to_be_bytes();
+    // SHA-256 of the pod's UID and the VF's address: the same pod and VF give
+    // the same MAC in every process and every release (std's hasher is not
+    // specified to stay the same from one Rust release to the next, and a
+    // VF moved in again after its owner stopped must keep the pod's MAC).
+    let mut input = Vec::with_capacity(pod_uid.len() + 16);
+    input.extend_from_slice(pod_uid.as_bytes());
+    input.push(0);
+    input.extend_from_slice(vf.to_string().as_bytes());
+    let digest = ring::digest::digest(&ring::digest::SHA256, &input);
+    let b = digest.as_ref();
     // Locally administered (bit 1), unicast (bit 0 clear): IEEE 802 section 8.2.
     [(b[0] & 0xfc) | 0x02, b[1], b[2], b[3], b[4], b[5]]
 }
