@@ -170,6 +170,10 @@ fn a_whole_pf_on_an_exclusive_kernel_goes_only_to_host_network_pods() {
     let uverbs = &nic.rdma.char_devs[0].name;
     assert!(run.log.contains(uverbs.as_str()), "{uverbs}: {}", run.log);
     assert!(node.ledger().pods.values().any(|p| p.pod.name == "host"));
+    // Known to be on the host's network, not admitted as a pod whose
+    // namespaces went unreported (those get the plan's warning).
+    let log = node.plugin.output();
+    assert!(!log.contains("stays in the host netns"), "{log}");
 }
 
 /// Each class of bad input fails creation with a message naming the

@@ -7,125 +7,21 @@
 //! container or image store.
 mod support;
 
+#[path = "e2e_podman/harness.rs"]
+mod harness;
 #[path = "hook_netns/net.rs"]
 mod net;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
+use std::process::Output;
 
 use devgate::allocation::DEVICE_ALLOCATED;
 use devgate::fixture::HostRootBuilder;
-use devgate::hook::FAULT_ENV;
 use devgate::ledger::Ledger;
+use harness::{annotation_arg, hooks_dir, hooks_only, Podman, ULIMITS};
 use net::{link, In, NamedNs, Veth};
 use support::node::{allocation, gpu_entry, vf_entry};
-use support::{image_set, require_root, wait_for, SLOW, WORKLOAD_IMAGE};
-
-/// podman with its own root, runroot and tmpdir; everything removed on drop.
-struct Podman {
-    dir: PathBuf,
-    hooks: PathBuf,
-}
-
-impl Podman {
-    fn new(dir: &Path, hooks: PathBuf) -> Podman {
-        Podman {
-            dir: dir.to_path_buf(),
-            hooks,
-        }
-    }
-
-    fn cmd(&self, args: &[&str]) -> Output {
-        let d = |p: &str| self.dir.join(p).display().to_string();
-        Command::new("podman")
-            .args([
-                "--root",
-                &d("root"),
-                "--runroot",
-                &d("run"),
-                "--tmpdir",
-                &d("tmp"),
-                // `system reset` at the end removes every network and volume
-                // podman knows: only this test's.
-                "--network-config-dir",
-                &d("net"),
-                "--volumepath",
-                &d("volumes"),
-            ])
-            .args([
-                "--storage-driver",
-                "overlay",
-                "--cgroup-manager",
-                "cgroupfs",
-            ])
-            .args(["--events-backend", "none", "--hooks-dir"])
-            .arg(&self.hooks)
-            .args(args)
-            .output()
-            .expect("spawn podman (tests/setup-host.sh installs it)")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.cmd(args);
-        assert!(
-            out.status.success(),
-            "podman {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// `sh -c script` in a running container: (exit code, stdout + stderr).
-    fn exec(&self, name: &str, script: &str) -> (i32, String) {
-        let out = self.cmd(&["exec", name, "sh", "-c", script]);
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code().unwrap_or(-1), text)
-    }
-}
-
-impl Drop for Podman {
-    fn drop(&mut self) {
-        let _ = self.cmd(&["rm", "--force", "--all", "--time", "0"]);
-        let _ = self.cmd(&["system", "reset", "--force"]);
-    }
-}
-
-/// The shipped hooks file, with the hook binary, state and host root of this test.
-fn hooks_dir(
-    dir: &Path,
-    host_root: &Path,
-    state: &Path,
-    config: &Path,
-    fault: Option<&str>,
-) -> PathBuf {
-    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks/devgate.json");
-    let mut hook: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&shipped).unwrap()).unwrap();
-    assert_eq!(hook["version"], "1.0.0");
-    assert_eq!(hook["hook"]["path"], "/usr/local/bin/devgate-hook");
-    let mut args: Vec<String> = serde_json::from_value(hook["hook"]["args"].clone()).unwrap();
-    let at = args.iter().position(|a| a == "--state-dir").unwrap();
-    args[at + 1] = state.display().to_string();
-    args.extend(["--host-root".to_string(), host_root.display().to_string()]);
-    hook["hook"]["path"] = env!("CARGO_BIN_EXE_devgate-hook").into();
-    hook["hook"]["args"] = args.into();
-    let mut env = vec![format!("DEVGATE_CONFIG={}", config.display())];
-    env.extend(fault.map(|f| format!("{FAULT_ENV}={f}")));
-    hook["hook"]["env"] = env.into();
-    let hooks = dir.join(if fault.is_some() {
-        "hooks-fault.d"
-    } else {
-        "hooks.d"
-    });
-    std::fs::create_dir_all(&hooks).unwrap();
-    std::fs::write(hooks.join("devgate.json"), hook.to_string()).unwrap();
-    hooks
-}
+use support::{require_root, wait_for, SLOW, WORKLOAD_IMAGE};
 
 /// A simulated HGX host with a veth stand-in for one VF, podman with the
 /// hooks file, and a pinned netns for the container; names start with `tag`.
@@ -160,16 +56,7 @@ fn setup(tag: &str, fault: Option<&str>) -> Setup {
         &[gpu_entry(gpu.minor, &gpu.uuid)],
         &[vf_entry(0, pf.bus_id, vf.bus_id)],
     );
-    let state = dir.path().join("state");
-    let config = dir.path().join("config.toml");
-    std::fs::write(&config, "log_format = \"text\"\n").unwrap();
-    let hooks = hooks_dir(dir.path(), fixture.root(), &state, &config, fault);
-    let podman = Podman::new(dir.path(), hooks);
-    podman.ok(&[
-        "load",
-        "--input",
-        &image_set().workload.display().to_string(),
-    ]);
+    let (podman, state, config) = hooks_only(dir.path(), fixture.root(), fault);
     // The container's own netns, pinned like a pod's: a veth stand-in would die
     // with an unpinned one (a real VF returns to the host), leaving nothing to restore.
     let pod_ns = NamedNs::new(tag);
@@ -197,28 +84,14 @@ impl Setup {
     /// of each of its containers.
     fn run_in(&self, name: &str, pod: Option<&str>) -> Output {
         let netns = format!("ns:/run/netns/{}", self.pod_ns.0);
-        // podman 4.3 reads --annotation as a CSV list (pflag StringSlice): quote it.
-        let annotation = format!(
-            "\"{}\"",
-            format!("{DEVICE_ALLOCATED}={}", self.alloc).replace('"', "\"\"")
-        );
+        let annotation = annotation_arg(DEVICE_ALLOCATED, &self.alloc);
         let mut args = vec!["run", "--detach", "--name", name];
         if let Some(pod) = pod {
             args.extend(["--pod", pod]);
         }
-        args.extend([
-            "--network",
-            &netns,
-            "--ulimit",
-            "nofile=1024:1024",
-            "--ulimit",
-            "nproc=1024:1024",
-            "--annotation",
-            &annotation,
-            WORKLOAD_IMAGE,
-            "sleep",
-            "300",
-        ]);
+        args.extend(["--network", &netns]);
+        args.extend(ULIMITS);
+        args.extend(["--annotation", &annotation, WORKLOAD_IMAGE, "sleep", "300"]);
         self.podman.cmd(&args)
     }
 

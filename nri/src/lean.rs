@@ -11,7 +11,7 @@
 //!
 //! Kept under [`Decode::Lean`]:
 //! - `PodSandbox`: `id`, `name`, `uid`, `namespace`, `labels`, `annotations`,
-//!   `linux.cgroup_parent`, `linux.cgroups_path`, the `network` entries of
+//!   `linux.cgroup_parent`, `linux.cgroups_path`, the `type` of each of
 //!   `linux.namespaces` (whether the pod has a network namespace of its own),
 //!   `pid`;
 //! - `Container`: `id`, `pod_sandbox_id`, `name`, `state`, `env`, `pid`,
@@ -219,34 +219,28 @@ fn merge_pod_linux(bytes: &[u8], linux: &mut LinuxPodSandbox) -> Result<(), Wire
         match (field, wire_type) {
             (3, LEN) => linux.cgroup_parent = r.str(field)?.to_owned(),
             (4, LEN) => linux.cgroups_path = r.str(field)?.to_owned(),
-            (5, LEN) => network_namespace(r.bytes()?, &mut linux.namespaces)?,
+            (5, LEN) => namespace_type(r.bytes()?, &mut linux.namespaces)?,
             _ => return Ok(false),
         }
         Ok(true)
     })
 }
 
-/// A `LinuxNamespace` (`type = 1; path = 2`), kept if it is of type
-/// `network`: a pod the runtime gave none shares the host's network
-/// (`hostNetwork`). The other types are stepped over unvalidated.
-fn network_namespace(bytes: &[u8], list: &mut Vec<LinuxNamespace>) -> Result<(), WireError> {
-    const NETWORK: &[u8] = b"network";
-    let (mut kind, mut path): (&[u8], &[u8]) = (&[], &[]);
+/// A `LinuxNamespace` (`type = 1; path = 2`): its type is kept, its path
+/// stepped over unvalidated. A pod the runtime gave no `network` namespace
+/// shares the host's network (`hostNetwork`); an empty list is a runtime that
+/// reported none, which the types kept tell apart.
+fn namespace_type(bytes: &[u8], list: &mut Vec<LinuxNamespace>) -> Result<(), WireError> {
+    let mut kind = "";
     each_field(bytes, |r, field, wire_type| {
         match (field, wire_type) {
-            (1, LEN) => kind = r.bytes()?,
-            (2, LEN) => path = r.bytes()?,
+            (1, LEN) => kind = r.str(field)?,
             _ => return Ok(false),
         }
         Ok(true)
     })?;
-    if kind != NETWORK {
-        return Ok(());
-    }
-    let path = std::str::from_utf8(path).map_err(|_| WireError::NotUtf8 { field: 2 })?;
     list.push(LinuxNamespace {
-        type_: "network".to_owned(),
-        path: path.to_owned(),
+        type_: kind.to_owned(),
         ..Default::default()
     });
     Ok(())

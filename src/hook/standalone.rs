@@ -104,9 +104,9 @@ pub trait ContainerOs {
     ) -> Result<usize, HookError>;
     /// Allows `nodes` in the device cgroup of `pid`.
     fn allow(&mut self, state: &State, pid: u32, nodes: &[DeviceNode]) -> Result<(), HookError>;
-    /// Whether the container has a network namespace of its own, as its
-    /// bundle's spec says.
-    fn network(&mut self, state: &State) -> Result<plan::PodNetwork, HookError>;
+    /// Whether the pinned process (see [`ContainerOs::pin`]) is in a network
+    /// namespace of its own, or in the host's.
+    fn network(&self) -> plan::PodNetwork;
     /// Holds the process `pid` from now on: the attach moves VFs into its
     /// network namespace only while it is that process.
     fn pin(&mut self, _pid: u32) -> Result<(), HookError> {
@@ -242,7 +242,7 @@ fn create(run: &mut HooksOnly<'_>, stage: Stage, state: &State) -> Result<Outcom
     super::cut_network::restore_cut_network(run, &ledger, &who.pod.sandbox_id)?;
     let inventory = gpu::discover_node(&env.host_root, &config.gpu);
     let ctx = plan::ContainerContext {
-        network: run.os.network(state)?,
+        network: run.os.network(),
         ..plan::ContainerContext::NONE
     };
     let plan = plan::build_for(&inventory, &devices, &who.container, config, &ctx)

@@ -40,7 +40,7 @@ pub(super) struct FakeOs {
     pub(super) store: Option<crate::netdev::SavedStore>,
     /// The container whose detach fails.
     pub(super) refuse_detach: Option<&'static str>,
-    /// The container's network namespace as its spec would say.
+    /// Where the container's process is, as the real side would find it.
     pub(super) network: crate::plan::PodNetwork,
 }
 
@@ -69,8 +69,8 @@ fn fail(step: &'static str) -> HookError {
 }
 
 impl ContainerOs for FakeOs {
-    fn network(&mut self, _: &State) -> Result<crate::plan::PodNetwork, HookError> {
-        Ok(self.network)
+    fn network(&self) -> crate::plan::PodNetwork {
+        self.network
     }
 
     fn make_nodes(&mut self, _: &State, _: u32, nodes: &[DeviceNode]) -> Result<usize, HookError> {

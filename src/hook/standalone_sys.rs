@@ -48,8 +48,26 @@ impl SysContainerOs {
 }
 
 impl ContainerOs for SysContainerOs {
-    fn network(&mut self, state: &State) -> Result<crate::plan::PodNetwork, HookError> {
-        Ok(self.bundle(state)?.spec.network())
+    /// The pinned process's network namespace against the host's: the
+    /// hook's own, as `SysNetEnv` takes it (the runtime runs createRuntime
+    /// and prestart hooks in its namespaces, runtime-spec config.md). Not
+    /// the spec's: a `network` entry with a path may join the host's
+    /// (podman's pod of `--network host`, whose containers join its infra
+    /// container's namespace by path). Unknown, with a warning, where either
+    /// cannot be read.
+    fn network(&self) -> crate::plan::PodNetwork {
+        use crate::plan::PodNetwork;
+        let Some(init) = &self.init else {
+            return PodNetwork::Unknown;
+        };
+        match (init.netns(), crate::netdev::Netns::current()) {
+            (Ok(own), Ok(host)) if own.id() == host.id() => PodNetwork::Host,
+            (Ok(_), Ok(_)) => PodNetwork::Own,
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(pid = init.pid(), error = %e, "network namespace not compared with the hook's");
+                PodNetwork::Unknown
+            }
+        }
     }
 
     fn pin(&mut self, pid: u32) -> Result<(), HookError> {
@@ -287,5 +305,51 @@ mod tests {
         }
         let e = attach("c1");
         assert!(matches!(e, HookError::Vf(_)), "{e}");
+    }
+
+    /// The pinned process is compared with the hook's own namespace: here
+    /// through a fake proc root whose pids are this thread and a thread in a
+    /// network namespace of its own.
+    #[test]
+    fn the_network_is_the_hosts_where_the_process_shares_the_hooks() {
+        use crate::plan::PodNetwork;
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "a network namespace of its own needs root (CI runs as root)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let proc_root = dir.path().join("proc");
+        std::fs::create_dir(&proc_root).unwrap();
+        let task = |tid: i32| format!("/proc/self/task/{tid}");
+        let link = |pid: u32, target: String| {
+            std::os::unix::fs::symlink(target, proc_root.join(pid.to_string())).unwrap()
+        };
+        link(7, task(nix::unistd::gettid().as_raw()));
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let apart = std::thread::spawn(move || {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare netns");
+            tid_tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            let _ = done_rx.recv();
+        });
+        link(8, task(tid_rx.recv().unwrap()));
+        let env = HookEnv {
+            host_root: PathBuf::from("/"),
+            state_dir: dir.path().to_path_buf(),
+            roots: crate::netdev::NetnsRoots {
+                proc_root,
+                ..crate::netdev::NetnsRoots::default()
+            },
+        };
+        let mut os = SysContainerOs::new(env, PathBuf::from("/x"), PathBuf::from("/x"));
+        assert_eq!(os.network(), PodNetwork::Unknown, "nothing pinned");
+        os.pin(7).unwrap();
+        assert_eq!(os.network(), PodNetwork::Host);
+        os.pin(8).unwrap();
+        assert_eq!(os.network(), PodNetwork::Own);
+        done_tx.send(()).unwrap();
+        apart.join().unwrap();
+        // The process gone: not told.
+        assert_eq!(os.network(), PodNetwork::Unknown);
     }
 }

@@ -311,6 +311,7 @@ impl Devices {
             config: Arc::clone(config),
             features,
             env: plan::env_inputs(&config.comm_env, selected, &ctr.env),
+            network: reads::pod_network(pod),
         };
         let prepared = self.last_plan.get_or_build(key, || {
             self.prepare(devices, pod, ctr, config, features, read)

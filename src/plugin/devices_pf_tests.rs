@@ -138,7 +138,7 @@ fn a_whole_pf_on_an_exclusive_kernel_goes_only_to_a_host_network_pod() {
             &health,
         )
     };
-    let err = create("own", &["network"]).unwrap_err();
+    let err = create("own", &["mount", "network"]).unwrap_err();
     assert!(
         err.to_string().starts_with(&format!(
             "scheduling.koordinator.sh/device-allocated: rdma[0]: pf {pf} is used without vfs, so its rdma device stays in the host network namespace"
@@ -152,7 +152,7 @@ fn a_whole_pf_on_an_exclusive_kernel_goes_only_to_a_host_network_pod() {
         .pods
         .contains_key("own"));
 
-    let adjustment = create("host", &[]).unwrap();
+    let adjustment = create("host", &["mount", "ipc"]).unwrap();
     let paths: Vec<&str> = adjustment
         .linux
         .devices

@@ -153,6 +153,8 @@ pub struct PlanKey {
     /// The container's own values of the variables the plan reads
     /// (`plan::env_inputs`).
     pub env: Vec<Option<String>>,
+    /// The pod's network namespace as the request reports it.
+    pub network: crate::plan::PodNetwork,
 }
 
 impl PlanKey {
@@ -164,6 +166,7 @@ impl PlanKey {
             && Arc::ptr_eq(&self.config, &other.config)
             && self.features == other.features
             && self.env == other.env
+            && self.network == other.network
     }
 }
 
@@ -219,6 +222,7 @@ mod tests {
             config: Arc::clone(cfg),
             features: RuntimeFeatures::default(),
             env: vec![None],
+            network: crate::plan::PodNetwork::Unknown,
         }
     }
 
@@ -260,7 +264,7 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &again));
         assert_eq!(built, 1);
 
-        let changes: [fn(&mut PlanKey); 7] = [
+        let changes: [fn(&mut PlanKey); 8] = [
             |k| k.sandbox_id = "p2".into(),
             |k| k.devices = Arc::new(PodDevices::default()),
             |k| k.selected = false,
@@ -268,6 +272,7 @@ mod tests {
             |k| k.config = Arc::new(Config::default()),
             |k| k.features.explicit_cgroup_rules = true,
             |k| k.env = vec![Some("=mlx5_0".into())],
+            |k| k.network = crate::plan::PodNetwork::Own,
         ];
         for (i, change) in changes.iter().enumerate() {
             // Back to the base entry, then one input changed.

@@ -153,6 +153,7 @@ impl Devices {
         features: RuntimeFeatures,
         read: Read,
     ) -> Result<Prepared, DeviceError> {
+        // As the plan's key has it (`reads::pod_network`).
         let network = super::reads::pod_network(pod);
         let mut plan = self.plan(devices, ctr, config, network, read)?;
         let moved = |p: &Plan| p.network.iter().any(|a| a.netdev.is_none());

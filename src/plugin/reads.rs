@@ -63,15 +63,20 @@ pub fn labels(pod: &PodSandbox) -> Kept<'_> {
     }
 }
 
-/// Whether the pod has a network namespace of its own, from the `network`
-/// entries the decode keeps of its namespaces: the runtime gives a
-/// `hostNetwork` pod none. A pod reported without its Linux part is unknown.
+/// Whether the pod has a network namespace of its own, from the types of
+/// its namespaces the decode keeps: the runtime gives a `hostNetwork` pod
+/// none. A pod reported without namespaces (every sandbox has a mount
+/// namespace at least; containerd sends none where it could not read the
+/// sandbox's spec) is unknown.
 pub fn pod_network(pod: &PodSandbox) -> crate::plan::PodNetwork {
     use crate::plan::PodNetwork;
-    match pod.linux.as_ref() {
-        None => PodNetwork::Unknown,
-        Some(l) if l.namespaces.iter().any(|n| n.type_ == "network") => PodNetwork::Own,
-        Some(_) => PodNetwork::Host,
+    let Some(linux) = pod.linux.as_ref().filter(|l| !l.namespaces.is_empty()) else {
+        return PodNetwork::Unknown;
+    };
+    if linux.namespaces.iter().any(|n| n.type_ == "network") {
+        PodNetwork::Own
+    } else {
+        PodNetwork::Host
     }
 }
 
@@ -132,7 +137,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_without_a_network_namespace_is_on_the_host_network() {
+    fn a_pod_without_a_network_namespace_is_on_the_host_network_if_any_are_reported() {
         use crate::plan::PodNetwork;
         let with = |types: &[&str]| {
             let mut pod = PodSandbox::default();
@@ -146,8 +151,8 @@ mod tests {
             pod_network(&pod)
         };
         assert_eq!(pod_network(&PodSandbox::default()), PodNetwork::Unknown);
-        assert_eq!(with(&[]), PodNetwork::Host);
-        assert_eq!(with(&["ipc", "uts"]), PodNetwork::Host);
+        assert_eq!(with(&[]), PodNetwork::Unknown);
+        assert_eq!(with(&["ipc", "mount"]), PodNetwork::Host);
         assert_eq!(with(&["ipc", "network"]), PodNetwork::Own);
     }
 

@@ -1,0 +1,91 @@
+//! Hooks-only mode with podman 4.3 on a kernel in exclusive RDMA netns mode:
+//! a PF used whole keeps its RDMA device in the host's network namespace, so
+//! it goes to a container on the host's network (`--network host`, or
+//! joining a host-network container's namespace by path, as the containers
+//! of a podman pod of `--network host` join its infra container's), and a
+//! container with a network namespace of its own is refused with nothing
+//! claimed. Needs root; fails without it.
+mod support;
+
+#[path = "e2e_podman/harness.rs"]
+mod harness;
+
+use devgate::allocation::DEVICE_ALLOCATED;
+use devgate::config::RdmaNetnsMode;
+use devgate::fixture::HostRootBuilder;
+use devgate::ledger::Ledger;
+use harness::{annotation_arg, hooks_only, ULIMITS};
+use support::{require_root, WORKLOAD_IMAGE};
+
+#[test]
+fn a_whole_pf_on_an_exclusive_kernel_goes_only_to_host_network_containers() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = HostRootBuilder::hgx()
+        .rdma_netns_mode(Some(RdmaNetnsMode::Exclusive))
+        .build(&dir.path().join("host"))
+        .unwrap();
+    let nic = &fixture.expected().rdma[1];
+    let uverbs = &nic.rdma.char_devs[0].name;
+    let alloc = format!(r#"{{"rdma":[{{"minor":1,"id":"{}"}}]}}"#, nic.bus_id);
+    let (podman, state, _config) = hooks_only(dir.path(), fixture.root(), None);
+    let annotation = annotation_arg(DEVICE_ALLOCATED, &alloc);
+    let run = |placement: &[&str]| {
+        let mut args = vec!["run", "--rm"];
+        args.extend_from_slice(placement);
+        args.extend(ULIMITS);
+        args.extend([
+            "--annotation",
+            &annotation,
+            WORKLOAD_IMAGE,
+            "ls",
+            "/dev/infiniband",
+        ]);
+        podman.cmd(&args)
+    };
+    let log = || std::fs::read_to_string(state.join("hook.log")).unwrap_or_default();
+    let claims = || {
+        Ledger::open(&state)
+            .and_then(|l| l.snapshot())
+            .map(|s| s.pods.len())
+            .unwrap_or(0)
+    };
+
+    // `--network none`: a namespace of its own, with nothing in it.
+    let own = run(&["--network", "none"]);
+    assert!(
+        !own.status.success(),
+        "a container in its own netns started"
+    );
+    let refusal = format!(
+        "rdma[0]: pf {} is used without vfs, so its rdma device stays in the host network namespace",
+        nic.bus_id
+    );
+    assert!(log().contains(&refusal), "{}", log());
+    assert_eq!(claims(), 0, "a refused container left a claim");
+
+    let host = run(&["--network", "host"]);
+    let out = String::from_utf8_lossy(&host.stdout);
+    assert!(
+        host.status.success() && out.contains(uverbs.as_str()),
+        "--network host: {out}{}\n{}",
+        String::from_utf8_lossy(&host.stderr),
+        log()
+    );
+
+    // A container joining another's namespace by path, the host's here, as
+    // the containers of a podman pod of `--network host` join its infra
+    // container's: its spec lists a `network` namespace.
+    let mut sleeper = vec!["run", "--detach", "--name", "dgpnhost", "--network", "host"];
+    sleeper.extend(ULIMITS);
+    sleeper.extend([WORKLOAD_IMAGE, "sleep", "300"]);
+    podman.ok(&sleeper);
+    let joined = run(&["--network", "container:dgpnhost"]);
+    let out = String::from_utf8_lossy(&joined.stdout);
+    assert!(
+        joined.status.success() && out.contains(uverbs.as_str()),
+        "a container in a host-network container's namespace: {out}{}\n{}",
+        String::from_utf8_lossy(&joined.stderr),
+        log()
+    );
+}
