@@ -44,11 +44,10 @@ fn a_whole_pf_on_an_exclusive_kernel_goes_only_to_host_network_containers() {
         podman.cmd(&args)
     };
     let log = || std::fs::read_to_string(state.join("hook.log")).unwrap_or_default();
+    // The hook opens the ledger before it plans: a refusal finds it there.
     let claims = || {
-        Ledger::open(&state)
-            .and_then(|l| l.snapshot())
-            .map(|s| s.pods.len())
-            .unwrap_or(0)
+        let ledger = Ledger::open(&state).and_then(|l| l.snapshot());
+        ledger.expect("read the ledger").pods.len()
     };
 
     // `--network none`: a namespace of its own, with nothing in it.

@@ -20,7 +20,8 @@ fn random_mac_is_stable_local_unicast() {
 }
 
 /// `pod_mac("uid-1", 0000:19:00.1)`: the first six bytes of SHA-256 of
-/// `uid-1\0000:19:00.1`, the first with bit 1 set and bit 0 cleared.
+/// `"uid-1"`, a NUL byte and `"0000:19:00.1"`, the first with bit 1 set and
+/// bit 0 cleared.
 const PINNED_MAC: [u8; 6] = [0xc2, 0x32, 0x38, 0x4f, 0xc0, 0x6f];
 
 /// A plugin's devices on the HGX fixture, under a temporary directory.
