@@ -113,17 +113,20 @@ pub(super) fn reap_stale(
         // on a ledger error; another pod's trouble fails no create (logged,
         // left for a later hook).
         let id = pod.pod.clone();
+        let kept = |e: LedgerError| {
+            if mine {
+                return Err(HooksOnlyError::from(e));
+            }
+            tracing::warn!(pod = %id, error = %nri::ErrorChain(&e), "stale pod kept");
+            Ok(())
+        };
         let go_on = |read: Result<bool, LedgerError>, want: bool, why: &str| match read {
             Ok(said) if said == want => Ok(true),
             Ok(_) => {
                 tracing::debug!(pod = %id, "stale pod: {why}");
                 Ok(false)
             }
-            Err(e) if mine => Err(HooksOnlyError::from(e)),
-            Err(e) => {
-                tracing::warn!(pod = %id, error = %nri::ErrorChain(&e), "stale pod kept");
-                Ok(false)
-            }
+            Err(e) => kept(e).map(|()| false),
         };
         // Its last container's poststop (or another reap) is releasing it,
         // or a hook holds its VFs' turns to move them: that one finishes,
@@ -145,7 +148,7 @@ pub(super) fn reap_stale(
         let given = match give_up(ledger, pod) {
             Ok(given) => given,
             Err(e) => {
-                go_on(Err(e), true, "")?;
+                kept(e)?;
                 None
             }
         };

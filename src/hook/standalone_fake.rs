@@ -169,10 +169,13 @@ pub(super) struct World {
 }
 
 pub(super) fn world() -> World {
+    world_on(HostRootBuilder::hgx())
+}
+
+/// [`world`] on the host `builder` writes.
+pub(super) fn world_on(builder: HostRootBuilder) -> World {
     let dir = tempfile::tempdir().unwrap();
-    let fixture = HostRootBuilder::hgx()
-        .build(&dir.path().join("host"))
-        .unwrap();
+    let fixture = builder.build(&dir.path().join("host")).unwrap();
     // A procfs where the test's container inits 7, 8 and 9 run.
     let proc_root = dir.path().join("proc");
     for pid in [7, 8, 9] {

@@ -341,10 +341,8 @@ mod kept_network;
 /// made or claimed; given to one on the host's network.
 #[test]
 fn a_whole_pf_on_an_exclusive_kernel_needs_the_host_network() {
-    let w = world();
-    let param = w.fixture.root().join(crate::inventory::NETNS_MODE_PARAM);
-    std::fs::create_dir_all(param.parent().unwrap()).unwrap();
-    std::fs::write(&param, "N\n").unwrap();
+    let exclusive = Some(crate::config::RdmaNetnsMode::Exclusive);
+    let w = world_on(crate::fixture::HostRootBuilder::hgx().rdma_netns_mode(exclusive));
     let pf = w.fixture.expected().rdma[0].bus_id;
     let alloc = format!(r#"{{"rdma":[{{"minor":0,"id":"{pf}"}}]}}"#);
     let ann = [(DEVICE_ALLOCATED, alloc.as_str())];
