@@ -1,10 +1,12 @@
-//! Hooks-only mode with podman 4.3 on a kernel in exclusive RDMA netns mode:
-//! a PF used whole keeps its RDMA device in the host's network namespace, so
-//! it goes to a container on the host's network (`--network host`, or
-//! joining a host-network container's namespace by path, as the containers
-//! of a podman pod of `--network host` join its infra container's), and a
-//! container with a network namespace of its own is refused with nothing
-//! claimed. Needs root; fails without it.
+//! Hooks-only mode with podman 4.3 and the namespaces the hook runs beside.
+//! On a kernel in exclusive RDMA netns mode a PF used whole keeps its RDMA
+//! device in the host's network namespace, so it goes to a container on the
+//! host's network (`--network host`, or joining a host-network container's
+//! namespace by path, as the containers of a podman pod of `--network host`
+//! join its infra container's), and a container with a network namespace of
+//! its own is refused with nothing claimed. Stage `auto` listed at
+//! createContainer too, which runs in the container's namespaces, fails the
+//! container there. Needs root; fails without it.
 mod support;
 
 #[path = "e2e_podman/harness.rs"]
@@ -87,4 +89,54 @@ fn a_whole_pf_on_an_exclusive_kernel_goes_only_to_host_network_containers() {
         String::from_utf8_lossy(&joined.stderr),
         log()
     );
+}
+
+/// The hooks.d file listing `auto` at createContainer as well: that run is
+/// inside the container's namespaces, with the creation's status and the
+/// init's pid as the container numbers it (1, the host's init here), so it
+/// is refused with the fix in its message and the container does not start;
+/// the shipped stages start it.
+#[test]
+fn stage_auto_refuses_a_run_inside_the_container() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = HostRootBuilder::hgx()
+        .build(&dir.path().join("host"))
+        .unwrap();
+    let gpu = &fixture.expected().gpus[0];
+    let alloc = format!(r#"{{"gpu":[{{"minor":{}}}]}}"#, gpu.minor);
+    let (podman, state, _config) = hooks_only(dir.path(), fixture.root(), None);
+    let annotation = annotation_arg(DEVICE_ALLOCATED, &alloc);
+    let node = format!("/dev/nvidia{}", gpu.minor);
+    let run = || {
+        let mut args = vec!["run", "--rm"];
+        args.extend(ULIMITS);
+        args.extend(["--annotation", &annotation, WORKLOAD_IMAGE, "ls", &node]);
+        podman.cmd(&args)
+    };
+    let log = || std::fs::read_to_string(state.join("hook.log")).unwrap_or_default();
+    let shipped = run();
+    assert!(
+        shipped.status.success(),
+        "the shipped stages: {}{}\n{}",
+        String::from_utf8_lossy(&shipped.stdout),
+        String::from_utf8_lossy(&shipped.stderr),
+        log()
+    );
+
+    let file = podman.hooks.join("devgate.json");
+    let mut hook: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    hook["stages"] = serde_json::json!(["createRuntime", "createContainer", "poststop"]);
+    std::fs::write(&file, hook.to_string()).unwrap();
+    let refused = run();
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!refused.status.success(), "started: {out}\n{}", log());
+    let reason = "runs in the container's namespaces, as createContainer or startContainer hooks \
+                  do; list devgate-hook at createRuntime (or prestart) and poststop only";
+    assert!(log().contains(reason), "{out}\n{}", log());
 }

@@ -122,9 +122,10 @@ fn run(args: &HookArgs, not_delegated: Option<String>) -> Result<(), HookError> 
         other => Some(other.parse()?),
     };
     let state = State::read(std::io::stdin().lock())?;
+    let roots = NetnsRoots::default();
     let stage = match fixed {
         Some(stage) => stage,
-        None => Stage::from_status(&state.status)?,
+        None => super::auto_stage::resolve(&state, &roots.proc_root)?,
     };
     if let (Some(reason), Stage::Prestart | Stage::CreateRuntime) = (not_delegated, stage) {
         return Err(HookError::NotHandedOver { stage, reason });
@@ -132,7 +133,7 @@ fn run(args: &HookArgs, not_delegated: Option<String>) -> Result<(), HookError> 
     let env = HookEnv {
         host_root: args.host_root.clone(),
         state_dir: args.state_dir.clone(),
-        roots: NetnsRoots::default(),
+        roots,
     };
     let fault = std::env::var(FAULT_ENV).ok();
     let checkpoint = |name: &'static str| {

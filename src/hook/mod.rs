@@ -13,6 +13,7 @@
 //! so logs go to a file and the binary prints one line, on failure only.
 
 pub mod args;
+mod auto_stage;
 pub mod bundle;
 pub mod cgroup;
 pub mod cgroup_v2;
@@ -109,6 +110,12 @@ pub enum HookError {
     Stage(String),
     #[error("stage auto: container status {0:?} is neither creating, created nor stopped")]
     AutoStage(String),
+    #[error(
+        "stage auto: container status {status:?} at a stage that runs in the container's \
+         namespaces, as createContainer or startContainer hooks do; list devgate-hook at \
+         createRuntime (or prestart) and poststop only"
+    )]
+    AutoInContainer { status: String },
     #[error("read the container state from stdin")]
     Stdin(#[source] std::io::Error),
     #[error("the container state on stdin is larger than {MAX_STATE_BYTES} bytes")]
