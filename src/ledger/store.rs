@@ -328,20 +328,23 @@ impl Txn<'_> {
                 limit: MAX_LEDGER_BYTES,
             });
         }
-        let (meta, file) = fsutil::replace_in(&h.dir, &store.dir, LEDGER_FILE, text, h.durability)
+        let replaced = fsutil::replace_in(&h.dir, &store.dir, LEDGER_FILE, text, h.durability)
             .map_err(LedgerError::from)?;
-        let doc = Some(FileKey::of(&meta));
+        let doc = Some(FileKey::of(&replaced.meta));
         // The new generation leaves every journal line behind: emptying the
-        // journal only saves readers from skipping them.
+        // journal only saves readers from skipping them. Not after a
+        // directory that did not sync: a power loss may bring the old
+        // document back, which needs them; the next fold empties it.
         let journal = match self.key.journal {
             None => Some((None, None)),
             Some(k) if k.size == 0 => Some((Some(k), self.pins.journal.take())),
+            Some(_) if !replaced.dir_synced => None,
             Some(_) => store.empty_journal(h).map(|(k, pin)| (Some(k), Some(pin))),
         };
         match journal {
             Some((journal, pin)) => {
                 let pins = Pins {
-                    doc: Some(Arc::new(file)),
+                    doc: Some(Arc::new(replaced.file)),
                     journal: pin,
                 };
                 store.remember(Key { doc, journal }, state, pins);
@@ -364,6 +367,10 @@ mod tests;
 #[cfg(test)]
 #[path = "store_journal_tests.rs"]
 mod journal_tests;
+
+#[cfg(test)]
+#[path = "store_sync_tests.rs"]
+mod sync_tests;
 
 #[cfg(test)]
 #[path = "store_first_tests.rs"]
