@@ -399,6 +399,9 @@ async fn runtime_cdi_on_lets_containerd_1_7_30_take_cdi_names() {
 #[path = "lifecycle_tests.rs"]
 mod lifecycle_tests;
 
+#[path = "lifecycle_retry_tests.rs"]
+mod lifecycle_retry_tests;
+
 #[path = "refused_tests.rs"]
 mod refused_tests;
 
