@@ -18,10 +18,8 @@ mod replace;
 pub use below::{below_root, follow_below_root, resolve_below_root};
 #[cfg(test)]
 use replace::parent_dir;
-#[cfg(test)]
-pub(crate) use replace::FAIL_NEXT_DIR_SYNC;
 pub use replace::{
-    replace_file, replace_file_meta, replace_file_mode, replace_in, Durability, FileKey, Replaced,
+    replace_file, replace_file_meta, replace_file_mode, replace_in, Durability, FileKey,
 };
 
 /// An I/O failure on one file.

@@ -33,7 +33,7 @@ pub fn replace_file_meta(path: &Path, bytes: &[u8]) -> Result<fs::Metadata, FsEr
         0o600,
         Durability::Sync,
     )
-    .map(|r| r.meta)
+    .map(|(meta, _)| meta)
 }
 
 /// [`replace_file`] with the new file's `mode` set before the rename, so that
@@ -127,7 +127,7 @@ pub fn replace_in(
     name: &str,
     bytes: &[u8],
     durability: Durability,
-) -> Result<Replaced, FsError> {
+) -> Result<(fs::Metadata, File), FsError> {
     replace(
         Some(dir),
         dir_path,
@@ -147,25 +147,6 @@ pub(super) fn parent_dir(path: &Path) -> &Path {
         .unwrap_or(Path::new("."))
 }
 
-/// A file put in place by [`replace_in`].
-#[derive(Debug)]
-pub struct Replaced {
-    /// The new file's metadata (the rename keeps its inode, size and mtime).
-    pub meta: fs::Metadata,
-    /// The new file, still open.
-    pub file: File,
-    /// False where the directory failed to sync after the rename: every
-    /// reader sees the new file, but a power loss may bring the old one back.
-    pub dir_synced: bool,
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Fails this thread's next directory sync after a durable replace with EIO.
-    pub(crate) static FAIL_NEXT_DIR_SYNC: std::cell::Cell<bool> =
-        const { std::cell::Cell::new(false) };
-}
-
 /// The replacement itself: names relative to `open` when the caller holds the
 /// directory open, whole paths under `dir_path` otherwise.
 fn replace(
@@ -176,7 +157,7 @@ fn replace(
     bytes: &[u8],
     mode: u32,
     durability: Durability,
-) -> Result<Replaced, FsError> {
+) -> Result<(fs::Metadata, File), FsError> {
     let mut tmp_name = name.to_os_string();
     tmp_name.push(tmp_suffix);
     let (tmp, dst) = (dir_path.join(&tmp_name), dir_path.join(name));
@@ -214,19 +195,8 @@ fn replace(
         Some(_) => Ok(()),
         None => sync_dir(dir_path),
     };
-    #[cfg(test)]
-    let synced = match synced {
-        Ok(()) if durable && FAIL_NEXT_DIR_SYNC.take() => {
-            Err(at(dir_path)(std::io::Error::from_raw_os_error(libc::EIO)))
-        }
-        other => other,
-    };
-    if let Err(e) = &synced {
-        tracing::warn!(file = %dst.display(), error = %nri::ErrorChain(e), "replaced, but its directory did not sync");
+    if let Err(e) = synced {
+        tracing::warn!(file = %dst.display(), error = %nri::ErrorChain(&e), "replaced, but its directory did not sync");
     }
-    Ok(Replaced {
-        meta,
-        file,
-        dir_synced: synced.is_ok(),
-    })
+    Ok((meta, file))
 }

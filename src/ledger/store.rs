@@ -328,23 +328,20 @@ impl Txn<'_> {
                 limit: MAX_LEDGER_BYTES,
             });
         }
-        let replaced = fsutil::replace_in(&h.dir, &store.dir, LEDGER_FILE, text, h.durability)
+        let (meta, file) = fsutil::replace_in(&h.dir, &store.dir, LEDGER_FILE, text, h.durability)
             .map_err(LedgerError::from)?;
-        let doc = Some(FileKey::of(&replaced.meta));
+        let doc = Some(FileKey::of(&meta));
         // The new generation leaves every journal line behind: emptying the
-        // journal only saves readers from skipping them. Not after a
-        // directory that did not sync: a power loss may bring the old
-        // document back, which needs them; the next fold empties it.
+        // journal only saves readers from skipping them.
         let journal = match self.key.journal {
             None => Some((None, None)),
             Some(k) if k.size == 0 => Some((Some(k), self.pins.journal.take())),
-            Some(_) if !replaced.dir_synced => None,
             Some(_) => store.empty_journal(h).map(|(k, pin)| (Some(k), Some(pin))),
         };
         match journal {
             Some((journal, pin)) => {
                 let pins = Pins {
-                    doc: Some(Arc::new(replaced.file)),
+                    doc: Some(Arc::new(file)),
                     journal: pin,
                 };
                 store.remember(Key { doc, journal }, state, pins);
@@ -367,10 +364,6 @@ mod tests;
 #[cfg(test)]
 #[path = "store_journal_tests.rs"]
 mod journal_tests;
-
-#[cfg(test)]
-#[path = "store_sync_tests.rs"]
-mod sync_tests;
 
 #[cfg(test)]
 #[path = "store_first_tests.rs"]

@@ -144,10 +144,10 @@ impl Store {
     pub(super) fn empty_journal(&self, h: &mut Handles) -> Option<(JournalKey, Arc<File>)> {
         let emptied = crate::fsutil::replace_in(&h.dir, &self.dir, JOURNAL_FILE, b"", h.durability);
         match emptied {
-            Ok(emptied) => {
+            Ok((meta, file)) => {
                 // Appends open the new file; the old one stays only as readers' copy.
                 h.journal = None;
-                Some((JournalKey::of(&emptied.meta), Arc::new(emptied.file)))
+                Some((JournalKey::of(&meta), Arc::new(file)))
             }
             Err(e) => {
                 tracing::warn!(error = %nri::ErrorChain(&e), "ledger journal not emptied: its lines are of an older generation");
