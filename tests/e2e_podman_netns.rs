@@ -92,10 +92,11 @@ fn a_whole_pf_on_an_exclusive_kernel_goes_only_to_host_network_containers() {
 }
 
 /// The hooks.d file listing `auto` at createContainer as well: that run is
-/// inside the container's namespaces, with the creation's status and the
-/// init's pid as the container numbers it (1, the host's init here), so it
-/// is refused with the fix in its message and the container does not start;
-/// the shipped stages start it.
+/// inside the container, with a creation's status and the init's pid as the
+/// container numbers it (1, the host's init here; the init's host pid under
+/// `--pid host`, where it is the hook's parent), so it is refused with the
+/// fix in its message and the container does not start; the shipped stages
+/// start it, in either pid namespace.
 #[test]
 fn stage_auto_refuses_a_run_inside_the_container() {
     require_root();
@@ -108,35 +109,43 @@ fn stage_auto_refuses_a_run_inside_the_container() {
     let (podman, state, _config) = hooks_only(dir.path(), fixture.root(), None);
     let annotation = annotation_arg(DEVICE_ALLOCATED, &alloc);
     let node = format!("/dev/nvidia{}", gpu.minor);
-    let run = || {
+    let run = |pid_ns: &[&str]| {
         let mut args = vec!["run", "--rm"];
+        args.extend_from_slice(pid_ns);
         args.extend(ULIMITS);
         args.extend(["--annotation", &annotation, WORKLOAD_IMAGE, "ls", &node]);
-        podman.cmd(&args)
+        let out = podman.cmd(&args);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
     };
     let log = || std::fs::read_to_string(state.join("hook.log")).unwrap_or_default();
-    let shipped = run();
-    assert!(
-        shipped.status.success(),
-        "the shipped stages: {}{}\n{}",
-        String::from_utf8_lossy(&shipped.stdout),
-        String::from_utf8_lossy(&shipped.stderr),
-        log()
-    );
+    let reason = "runs in the container's namespaces, as createContainer or startContainer hooks \
+                  do; list devgate-hook at createRuntime (or prestart) and poststop only";
+    let pid_nss: [&[&str]; 2] = [&[], &["--pid", "host"]];
+    for pid_ns in pid_nss {
+        let (ok, out) = run(pid_ns);
+        assert!(ok, "the shipped stages, {pid_ns:?}: {out}\n{}", log());
+    }
+    assert!(!log().contains(reason), "{}", log());
 
     let file = podman.hooks.join("devgate.json");
     let mut hook: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     hook["stages"] = serde_json::json!(["createRuntime", "createContainer", "poststop"]);
     std::fs::write(&file, hook.to_string()).unwrap();
-    let refused = run();
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&refused.stdout),
-        String::from_utf8_lossy(&refused.stderr)
-    );
-    assert!(!refused.status.success(), "started: {out}\n{}", log());
-    let reason = "runs in the container's namespaces, as createContainer or startContainer hooks \
-                  do; list devgate-hook at createRuntime (or prestart) and poststop only";
-    assert!(log().contains(reason), "{out}\n{}", log());
+    for pid_ns in pid_nss {
+        let before = log().matches(reason).count();
+        let (ok, out) = run(pid_ns);
+        assert!(!ok, "started, {pid_ns:?}: {out}\n{}", log());
+        assert_eq!(
+            log().matches(reason).count(),
+            before + 1,
+            "{pid_ns:?}: {out}\n{}",
+            log()
+        );
+    }
 }

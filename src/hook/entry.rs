@@ -122,10 +122,9 @@ fn run(args: &HookArgs, not_delegated: Option<String>) -> Result<(), HookError> 
         other => Some(other.parse()?),
     };
     let state = State::read(std::io::stdin().lock())?;
-    let roots = NetnsRoots::default();
     let stage = match fixed {
         Some(stage) => stage,
-        None => super::auto_stage::resolve(&state, &roots.proc_root)?,
+        None => super::auto_stage::resolve(&state)?,
     };
     if let (Some(reason), Stage::Prestart | Stage::CreateRuntime) = (not_delegated, stage) {
         return Err(HookError::NotHandedOver { stage, reason });
@@ -133,7 +132,7 @@ fn run(args: &HookArgs, not_delegated: Option<String>) -> Result<(), HookError> 
     let env = HookEnv {
         host_root: args.host_root.clone(),
         state_dir: args.state_dir.clone(),
-        roots,
+        roots: NetnsRoots::default(),
     };
     let fault = std::env::var(FAULT_ENV).ok();
     let checkpoint = |name: &'static str| {
