@@ -124,7 +124,8 @@ fn stage_auto_refuses_a_run_inside_the_container() {
     };
     let log = || std::fs::read_to_string(state.join("hook.log")).unwrap_or_default();
     let reason = "runs in the container's namespaces, as createContainer or startContainer hooks \
-                  do; list devgate-hook at createRuntime (or prestart) and poststop only";
+                  do (";
+    let fix = "list devgate-hook at createRuntime (or prestart) and poststop only";
     let pid_nss: [&[&str]; 2] = [&[], &["--pid", "host"]];
     for pid_ns in pid_nss {
         let (ok, out) = run(pid_ns);
@@ -137,15 +138,21 @@ fn stage_auto_refuses_a_run_inside_the_container() {
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     hook["stages"] = serde_json::json!(["createRuntime", "createContainer", "poststop"]);
     std::fs::write(&file, hook.to_string()).unwrap();
-    for pid_ns in pid_nss {
-        let before = log().matches(reason).count();
+    // Told by the hook's pid namespace, and under `--pid host` by its parent.
+    let whys = [
+        "/proc numbers this hook apart from its own pid namespace",
+        "the container's init is this hook's parent",
+    ];
+    for (pid_ns, why) in pid_nss.into_iter().zip(whys) {
+        let refusals = || {
+            log()
+                .lines()
+                .filter(|l| l.contains(reason) && l.contains(why) && l.contains(fix))
+                .count()
+        };
+        let before = refusals();
         let (ok, out) = run(pid_ns);
         assert!(!ok, "started, {pid_ns:?}: {out}\n{}", log());
-        assert_eq!(
-            log().matches(reason).count(),
-            before + 1,
-            "{pid_ns:?}: {out}\n{}",
-            log()
-        );
+        assert_eq!(refusals(), before + 1, "{pid_ns:?}: {out}\n{}", log());
     }
 }

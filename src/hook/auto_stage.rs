@@ -47,12 +47,13 @@ impl Own {
 }
 
 fn resolve_as(state: &State, own: &Own) -> Result<Stage, HookError> {
-    let inside = || HookError::AutoInContainer {
+    let inside = |why| HookError::AutoInContainer {
         status: state.status.chars().take(32).collect(),
+        why,
     };
     // crun's startContainer status: never a stage this hook runs at.
     if state.status == "starting" {
-        return Err(inside());
+        return Err(inside("crun's startContainer status"));
     }
     let stage = Stage::from_status(&state.status)?;
     if stage != Stage::CreateRuntime {
@@ -61,7 +62,12 @@ fn resolve_as(state: &State, own: &Own) -> Result<Stage, HookError> {
     match &own.in_proc {
         // A pid namespace other than the one `/proc` numbers: the
         // container's own (a runtime's `/proc` is its pid namespace's).
-        Ok(in_proc) if *in_proc != own.pid => return Err(inside()),
+        Ok(in_proc) if *in_proc != own.pid => {
+            return Err(inside(
+                "/proc numbers this hook apart from its own pid namespace, which is then the \
+                 container's, unless /proc is not the runtime's",
+            ))
+        }
         Ok(_) => {}
         // Told apart only to catch a misconfiguration: a hook that cannot
         // read `/proc` fails the run's later steps anyway.
@@ -73,7 +79,7 @@ fn resolve_as(state: &State, own: &Own) -> Result<Stage, HookError> {
     // (hostPID), whose state numbers its init as the host does. At
     // createRuntime the parent is the runtime, never the init it created.
     if state.pid() == Some(own.parent) {
-        return Err(inside());
+        return Err(inside("the container's init is this hook's parent"));
     }
     Ok(stage)
 }

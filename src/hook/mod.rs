@@ -112,10 +112,10 @@ pub enum HookError {
     AutoStage(String),
     #[error(
         "stage auto: container status {status:?} at a stage that runs in the container's \
-         namespaces, as createContainer or startContainer hooks do; list devgate-hook at \
-         createRuntime (or prestart) and poststop only"
+         namespaces, as createContainer or startContainer hooks do ({why}); list devgate-hook \
+         at createRuntime (or prestart) and poststop only"
     )]
-    AutoInContainer { status: String },
+    AutoInContainer { status: String, why: &'static str },
     #[error("read the container state from stdin")]
     Stdin(#[source] std::io::Error),
     #[error("the container state on stdin is larger than {MAX_STATE_BYTES} bytes")]
