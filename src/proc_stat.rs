@@ -8,6 +8,9 @@
 pub struct StatLine {
     /// Field 3: `R`, `S`, `D`, `Z` (zombie), `X` (dead), ...
     pub state: u8,
+    /// Field 4: the parent's pid, as the pid namespace of the reader's
+    /// `/proc` numbers it (0 for a parent outside it).
+    pub ppid: u32,
     /// Field 20.
     pub num_threads: u64,
     /// Field 22: with the pid, the process's identity (a pid is reused).
@@ -24,11 +27,13 @@ impl StatLine {
             [state] => *state,
             _ => return None,
         };
-        // After field 3, num_threads is the 17th field on, starttime the 19th.
-        let num_threads = fields.nth(20 - 4)?.parse().ok()?;
+        let ppid = fields.next()?.parse().ok()?;
+        // After field 4, num_threads is the 16th field on, starttime the 18th.
+        let num_threads = fields.nth(20 - 5)?.parse().ok()?;
         let start_ticks = fields.nth(22 - 21)?.parse().ok()?;
         Some(StatLine {
             state,
+            ppid,
             num_threads,
             start_ticks,
         })
@@ -52,20 +57,37 @@ mod tests {
     use super::*;
 
     fn line(comm: &str, state: &str, threads: &str, start: &str) -> String {
-        format!("42 ({comm}) {state} 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 {threads} 0 {start} 1000 10 18446744073709551615 1 1 0 0 0 17 0 0\n")
+        with_parent(comm, state, "1", threads, start)
+    }
+
+    fn with_parent(comm: &str, state: &str, ppid: &str, threads: &str, start: &str) -> String {
+        format!("42 ({comm}) {state} {ppid} 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 {threads} 0 {start} 1000 10 18446744073709551615 1 1 0 0 0 17 0 0\n")
     }
 
     #[test]
-    fn fields_3_20_22_whatever_the_command_name() {
-        let at = |state: u8, num_threads: u64, start_ticks: u64| StatLine {
+    fn fields_3_4_20_22_whatever_the_command_name() {
+        let at = |state: u8, ppid: u32, num_threads: u64, start_ticks: u64| StatLine {
             state,
+            ppid,
             num_threads,
             start_ticks,
         };
         let table: &[(String, Option<StatLine>)] = &[
-            (line("sleep", "S", "1", "98765"), Some(at(b'S', 1, 98765))),
-            (line("a b) S 9 (x", "R", "4", "7"), Some(at(b'R', 4, 7))),
-            (line("", "D", "2", "0"), Some(at(b'D', 2, 0))),
+            (
+                line("sleep", "S", "1", "98765"),
+                Some(at(b'S', 1, 1, 98765)),
+            ),
+            (line("a b) S 9 (x", "R", "4", "7"), Some(at(b'R', 1, 4, 7))),
+            (line("", "D", "2", "0"), Some(at(b'D', 1, 2, 0))),
+            (
+                with_parent("x", "S", "0", "1", "7"),
+                Some(at(b'S', 0, 1, 7)),
+            ),
+            (
+                with_parent("x", "S", "4194304", "3", "7"),
+                Some(at(b'S', 4194304, 3, 7)),
+            ),
+            (with_parent("x", "S", "-1", "1", "7"), None),
             (line("x", "SS", "1", "7"), None),
             (line("x", "S", "many", "7"), None),
             (line("x", "S", "1", "-7"), None),

@@ -96,7 +96,8 @@ fn a_whole_pf_on_an_exclusive_kernel_goes_only_to_host_network_containers() {
 /// container numbers it (1, the host's init here; the init's host pid under
 /// `--pid host`, where it is the hook's parent), so it is refused with the
 /// fix in its message and the container does not start; the shipped stages
-/// start it, in either pid namespace.
+/// start it, in either pid namespace, and the claim the createRuntime run
+/// left for a container never created is reaped by the next create.
 #[test]
 fn stage_auto_refuses_a_run_inside_the_container() {
     require_root();
@@ -123,6 +124,10 @@ fn stage_auto_refuses_a_run_inside_the_container() {
         (out.status.success(), text)
     };
     let log = || std::fs::read_to_string(state.join("hook.log")).unwrap_or_default();
+    let claims = || {
+        let ledger = Ledger::open(&state).and_then(|l| l.snapshot());
+        ledger.expect("read the ledger").pods.len()
+    };
     let reason = "runs in the container's namespaces, as createContainer or startContainer hooks \
                   do (";
     let fix = "list devgate-hook at createRuntime (or prestart) and poststop only";
@@ -134,8 +139,8 @@ fn stage_auto_refuses_a_run_inside_the_container() {
     assert!(!log().contains(reason), "{}", log());
 
     let file = podman.hooks.join("devgate.json");
-    let mut hook: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let shipped = std::fs::read_to_string(&file).unwrap();
+    let mut hook: serde_json::Value = serde_json::from_str(&shipped).unwrap();
     hook["stages"] = serde_json::json!(["createRuntime", "createContainer", "poststop"]);
     std::fs::write(&file, hook.to_string()).unwrap();
     // Told by the hook's pid namespace, and under `--pid host` by its parent.
@@ -154,5 +159,13 @@ fn stage_auto_refuses_a_run_inside_the_container() {
         let (ok, out) = run(pid_ns);
         assert!(!ok, "started, {pid_ns:?}: {out}\n{}", log());
         assert_eq!(refusals(), before + 1, "{pid_ns:?}: {out}\n{}", log());
+        // The createRuntime run before it claimed, and podman runs no
+        // poststop for a container it never created: a later create reaps
+        // the exited container's pod (the run before's, here).
+        assert_eq!(claims(), 1, "{pid_ns:?}: {}", log());
     }
+    std::fs::write(&file, shipped).unwrap();
+    let (ok, out) = run(&[]);
+    assert!(ok, "the shipped stages again: {out}\n{}", log());
+    assert_eq!(claims(), 0, "a claim left: {}", log());
 }

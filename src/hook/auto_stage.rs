@@ -14,25 +14,32 @@
 //! operator who lists the hook at createContainer or startContainer too gets
 //! a container that fails to start, not one set up against another process.
 
+use std::path::Path;
+
 use super::{HookError, Stage, State};
 
 /// The stage a run of `devgate-hook auto` takes for `state`.
 pub(crate) fn resolve(state: &State) -> Result<Stage, HookError> {
-    resolve_as(state, &Own::current())
+    resolve_as(state, Own::current)
 }
 
+/// How many of the hook's ancestors are looked at: a hooks.d entry may run
+/// the hook through wrappers (`timeout`, a shell, `flock`), each a process.
+const MAX_ANCESTORS: usize = 16;
+
 /// The hook's own pid, as its pid namespace and as `/proc` number it, and
-/// its parent's, as its pid namespace numbers it.
+/// its ancestors', its parent first, as `/proc` numbers them.
 #[derive(Debug)]
 struct Own {
     pid: u32,
     in_proc: std::io::Result<u32>,
-    parent: u32,
+    ancestors: Vec<u32>,
 }
 
 impl Own {
     fn current() -> Own {
-        let in_proc = std::fs::read_link("/proc/self").and_then(|target| {
+        let proc_root = Path::new("/proc");
+        let in_proc = std::fs::read_link(proc_root.join("self")).and_then(|target| {
             target
                 .to_str()
                 .and_then(|t| t.parse().ok())
@@ -41,12 +48,33 @@ impl Own {
         Own {
             pid: std::process::id(),
             in_proc,
-            parent: std::os::unix::process::parent_id(),
+            ancestors: ancestors(proc_root, std::os::unix::process::parent_id()),
         }
     }
 }
 
-fn resolve_as(state: &State, own: &Own) -> Result<Stage, HookError> {
+/// `first` and its ancestors up to pid 1, read from `<proc_root>/<pid>/stat`,
+/// at most [`MAX_ANCESTORS`]; as far as they can be read.
+fn ancestors(proc_root: &Path, first: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut pid = first;
+    while pid > 1 && out.len() < MAX_ANCESTORS {
+        out.push(pid);
+        let stat = crate::fsutil::read_proc_stat(&proc_root.join(pid.to_string()).join("stat"));
+        match stat
+            .ok()
+            .as_deref()
+            .and_then(crate::proc_stat::StatLine::parse)
+        {
+            Some(line) => pid = line.ppid,
+            None => break,
+        }
+    }
+    out
+}
+
+/// `own` is asked for only at a creation's status: a poststop reads nothing.
+fn resolve_as(state: &State, own: impl FnOnce() -> Own) -> Result<Stage, HookError> {
     let inside = |why| HookError::AutoInContainer {
         status: state.status.chars().take(32).collect(),
         why,
@@ -59,6 +87,7 @@ fn resolve_as(state: &State, own: &Own) -> Result<Stage, HookError> {
     if stage != Stage::CreateRuntime {
         return Ok(stage);
     }
+    let own = own();
     match &own.in_proc {
         // A pid namespace other than the one `/proc` numbers: the
         // container's own (a runtime's `/proc` is its pid namespace's).
@@ -75,11 +104,19 @@ fn resolve_as(state: &State, own: &Own) -> Result<Stage, HookError> {
             tracing::warn!(error = %e, "stage auto: /proc/self unreadable, pid namespace not compared")
         }
     }
-    // The init as parent: a container in the runtime's pid namespace
-    // (hostPID), whose state numbers its init as the host does. At
-    // createRuntime the parent is the runtime, never the init it created.
-    if state.pid() == Some(own.parent) {
-        return Err(inside("the container's init is this hook's parent"));
+    // crun's createContainer passes pid 0; at createRuntime and prestart
+    // every runtime passes the init's pid (runtime-spec `runtime.md`).
+    if state.pid == Some(0) {
+        return Err(inside("pid 0, as crun passes to createContainer hooks"));
+    }
+    // The init among the hook's ancestors: a container in the runtime's
+    // pid namespace (hostPID), whose state numbers its init as the host
+    // does. At createRuntime the hook descends from the runtime, never from
+    // the init the runtime created.
+    if state.pid().is_some_and(|pid| own.ancestors.contains(&pid)) {
+        return Err(inside(
+            "the container's init is this hook's parent or an ancestor",
+        ));
     }
     Ok(stage)
 }
@@ -105,14 +142,14 @@ mod tests {
         Own {
             pid: 70,
             in_proc: Ok(70),
-            parent: 50,
+            ancestors: vec![50, 40, 30],
         }
     }
 
     #[test]
     fn a_run_inside_the_container_is_refused_with_the_fix() {
         let check =
-            |status: &str, pid: Option<i64>, own: Own| resolve_as(&state(status, pid), &own);
+            |status: &str, pid: Option<i64>, own: Own| resolve_as(&state(status, pid), || own);
         let inside =
             |r: Result<Stage, HookError>| matches!(r, Err(HookError::AutoInContainer { .. }));
         // createRuntime and prestart (runc `creating`, crun `created`).
@@ -127,7 +164,7 @@ mod tests {
         let in_pidns = || Own {
             pid: 3,
             in_proc: Ok(4242),
-            parent: 1,
+            ancestors: vec![],
         };
         for (status, pid) in [
             ("creating", Some(1)),
@@ -136,12 +173,21 @@ mod tests {
         ] {
             assert!(inside(check(status, pid, in_pidns())), "{status} {pid:?}");
         }
-        // In the host's pid namespace (hostPID): the init is the parent.
+        // In the host's pid namespace (hostPID): the init is the parent, or
+        // a wrapper's (`timeout` in the hooks.d entry).
         let host_pidns = || Own {
             pid: 70,
             in_proc: Ok(70),
-            parent: 60,
+            ancestors: vec![60, 40, 30],
         };
+        let wrapped = || Own {
+            pid: 70,
+            in_proc: Ok(70),
+            ancestors: vec![65, 60, 40, 30],
+        };
+        assert!(inside(check("creating", Some(60), wrapped())));
+        // crun's createContainer: pid 0.
+        assert!(inside(check("created", Some(0), runtime_child())));
         for status in ["creating", "created"] {
             let e = check(status, Some(60), host_pidns()).unwrap_err();
             let text = e.to_string();
@@ -154,20 +200,18 @@ mod tests {
         }
         // crun's startContainer.
         assert!(inside(check("starting", Some(0), runtime_child())));
-        // A stop is not compared: the init is gone by then.
-        assert_eq!(
-            check("stopped", Some(60), host_pidns()).unwrap(),
-            Stage::Poststop
-        );
+        // A stop reads nothing of the hook's own process: the init is gone.
+        let stop = resolve_as(&state("stopped", Some(60)), || panic!("read at a stop"));
+        assert_eq!(stop.unwrap(), Stage::Poststop);
         assert!(matches!(
             check("running", Some(60), runtime_child()),
             Err(HookError::AutoStage(_))
         ));
-        // `/proc` unreadable: only the parent is compared.
+        // `/proc` unreadable: only the ancestors are compared.
         let unread = || Own {
             pid: 70,
             in_proc: Err(std::io::Error::other("no /proc")),
-            parent: 50,
+            ancestors: vec![50],
         };
         assert_eq!(
             check("creating", Some(60), unread()).unwrap(),
@@ -180,21 +224,43 @@ mod tests {
         );
     }
 
-    /// The test process as a runtime's hook sees itself, and a process that
-    /// shares its mount namespace (a spec without one of its own) is not
-    /// taken for the container the hook runs in.
+    /// The test process as a runtime's hook sees itself (this test runs in
+    /// the pid namespace its `/proc` numbers), and its ancestors read from
+    /// the kernel: a child's are its parent, then this process and up.
     #[test]
-    fn the_hooks_own_process_is_read_from_the_kernel() {
+    fn the_hooks_own_process_and_ancestors_are_read_from_the_kernel() {
         let own = Own::current();
         assert_eq!(own.in_proc.as_ref().ok(), Some(&own.pid));
-        assert_eq!(own.parent, nix::unistd::getppid().as_raw() as u32);
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
+        assert_eq!(own.ancestors[0], std::os::unix::process::parent_id());
+        // `sh` waits for `sleep` (no exec of the last command: `; :`).
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait; :"])
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let stage = resolve(&state("creating", Some(child.id().into()))).unwrap();
+        let mut first = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(shell.stdout.as_mut().unwrap()),
+            &mut first,
+        )
+        .unwrap();
+        let sleep: u32 = first.trim().parse().unwrap();
+        let chain = ancestors(Path::new("/proc"), sleep);
+        assert_eq!(chain[..3], [sleep, shell.id(), own.pid], "{chain:?}");
+        assert!(chain.len() <= MAX_ANCESTORS);
+        // A process that is neither the hook's ancestor nor in another pid
+        // namespace: createRuntime.
+        let stage = resolve(&state("creating", Some(sleep.into()))).unwrap();
         assert_eq!(stage, Stage::CreateRuntime);
-        child.kill().unwrap();
-        child.wait().unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(sleep as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        shell.wait().unwrap();
+        assert!(
+            ancestors(Path::new("/proc"), u32::MAX).len() <= 1,
+            "no such process"
+        );
     }
 }
