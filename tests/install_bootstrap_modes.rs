@@ -52,6 +52,33 @@ fn containerd_configs_it_must_not_touch_or_cannot_edit() {
             true,
             Some("version = 2\n[ plugins.'io.containerd.nri.v1.nri' ]\n  socket_path = '/x'\n  disable = false\n"),
         ),
+        // A table beneath NRI's, as `containerd config default` of 2.2 writes
+        // ([plugins.'io.containerd.nri.v1.nri'.default_validator]): NRI's
+        // own keys end at its header.
+        (
+            "2.2.0",
+            "version = 3\n[plugins.'io.containerd.nri.v1.nri']\n  disable = false\n\n  [plugins.'io.containerd.nri.v1.nri'.default_validator]\n    enable = false\n",
+            true,
+            None,
+        ),
+        (
+            "2.2.0",
+            "version = 3\n[plugins.'io.containerd.nri.v1.nri']\n  disable = true\n  [plugins.'io.containerd.nri.v1.nri'.default_validator]\n    enable = false\n",
+            true,
+            Some("version = 3\n[plugins.'io.containerd.nri.v1.nri']\n  disable = false\n  [plugins.'io.containerd.nri.v1.nri'.default_validator]\n    enable = false\n"),
+        ),
+        (
+            "1.7.24",
+            "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  socket_path = \"/x\"\n  [plugins.\"io.containerd.nri.v1.nri\".x]\n    y = 1\n",
+            true,
+            Some("version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  socket_path = \"/x\"\n  disable = false\n  [plugins.\"io.containerd.nri.v1.nri\".x]\n    y = 1\n"),
+        ),
+        (
+            "1.7.24",
+            "version = 2\n[plugins.\"io.containerd.nri.v1.nri\".x]\n  y = 1\n",
+            true,
+            Some("version = 2\n[plugins.\"io.containerd.nri.v1.nri\".x]\n  y = 1\n\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n"),
+        ),
         // External plugins shut out, `devgate nri` among them: the
         // operator's choice is refused, not undone.
         (

@@ -25,9 +25,13 @@ containerd_major_minor() {
 
 # awk: `nri` matches the NRI table's header in either TOML quoting
 # (containerd 2.x writes [plugins.'io.containerd.nri.v1.nri'] in `containerd
-# config default`); the program sets q to a single quote.
+# config default`), `nri_sub` the header of a table beneath it (containerd
+# 2.2 writes [plugins.'io.containerd.nri.v1.nri'.default_validator] there);
+# the program sets q to a single quote.
 readonly NRI_HEADER_AWK='BEGIN {
-    nri = "^[ \t]*\\[[ \t]*plugins[ \t]*\\.[ \t]*[\"" q "]io\\.containerd\\.nri\\.v1\\.nri[\"" q "][ \t]*\\][ \t]*(#.*)?$"
+    prefix = "^[ \t]*\\[[ \t]*plugins[ \t]*\\.[ \t]*[\"" q "]io\\.containerd\\.nri\\.v1\\.nri[\"" q "][ \t]*"
+    nri = prefix "\\][ \t]*(#.*)?$"
+    nri_sub = prefix "\\.[^]#]*\\][ \t]*(#.*)?$"
 }'
 
 # Prints the containerd config with NRI enabled, reading the current one on
@@ -51,6 +55,13 @@ nri_enabled_config() {
         /\r$/ { cr = 1 }
         $0 ~ nri {
             found = 1; in_nri = 1; print; next
+        }
+        # A table beneath the NRI one: the NRI table ends there, as at any
+        # other header, and a table that the file defines only by this one
+        # is added at the end (TOML lets a table follow its sub-tables).
+        $0 ~ nri_sub {
+            if (in_nri && !set && need == 1) { print "  disable = false"; changed = 1 }
+            in_nri = 0; print; next
         }
         # The NRI table under another spelling (["plugins"."io.containerd.nri.v1.nri"]),
         # or a quoted key in it: not read, so neither added to nor guessed at.
