@@ -345,3 +345,33 @@ fn the_runtimes_request_timeout_is_taken_where_it_is_stated() {
     let line = plugin_line(&plugin, "request_deadline_ms=");
     assert!(line.contains("request_deadline_ms=1500 "), "{line}");
 }
+
+/// An invalid config file does not stop the plugin, which would leave the
+/// node's containers created without their devices: it registers, refuses
+/// the containers that ask devgate for something with the config's error,
+/// lets the others through, and `devgate ready` fails, which stops a
+/// rollout on this node.
+#[test]
+fn an_invalid_config_file_refuses_containers_that_need_devgate() {
+    require_root();
+    let ctrd = Containerd::launch();
+    std::fs::write(ctrd.path("devgate.toml"), "no_such_key = 1\n").unwrap();
+    let plugin = DevgatePlugin::launch(&ctrd, &[]);
+    let cri = ctrd.cri();
+    let asks = probe_pod(&cri, "asks", "v");
+    let spec = ContainerSpec::shell("probe", "true");
+    let refused = cri
+        .create_container(&asks, &spec)
+        .expect_err("a container that asks devgate, under an invalid config");
+    assert!(
+        refused.message().contains("no_such_key"),
+        "{}",
+        refused.message()
+    );
+    let plain = cri.run_pod(&PodSpec::new("plain")).expect("RunPodSandbox");
+    assert_eq!(probe_from_inside(&cri, &plain, "probe"), "unset");
+    let (ok, text) = ready(&ctrd);
+    assert!(!ok && text.contains("no_such_key"), "{text}");
+    let log = plugin.output();
+    assert!(log.contains("invalid config; refusing containers"), "{log}");
+}

@@ -59,8 +59,6 @@ const fn devgate_default_config() -> &'static str {
 
 #[derive(Debug, thiserror::Error)]
 pub enum NriCmdError {
-    #[error("load config")]
-    Config(#[source] ConfigError),
     // The filter's parse error repeats its own cause in its text, so it is
     // kept as text rather than chained.
     #[error("invalid {LOG_ENV}={value:?}: {reason}")]
@@ -129,31 +127,43 @@ fn set_up_and_serve(
         nri::stub::check_identity(&args.name, &args.idx)?;
     }
     // A runtime-launched plugin gets its config in Configure; until then,
-    // and for its log format, the defaults apply.
-    let config = match preinstalled {
-        Some(_) => Config::default(),
-        None => Config::load(&args.config).map_err(NriCmdError::Config)?,
+    // and for its log format, the defaults apply. An invalid file does not
+    // stop the plugin: exited, it would leave the node's containers created
+    // without their devices (a runtime creates them as usual while no plugin
+    // is connected); connected, it refuses those that ask devgate for any,
+    // with the config's error, and `devgate ready` fails, which stops a
+    // rollout there.
+    let (config, invalid) = match preinstalled {
+        Some(_) => (Config::default(), None),
+        None => match Config::load(&args.config) {
+            Ok(config) => (config, None),
+            Err(e) => (Config::default(), Some(e)),
+        },
     };
     let options = plugin_options(&args, preinstalled.is_some());
     init_logging(config.log_format, log_file)?;
     *logging = true;
-    start_and_serve(args, config, options, preinstalled, signals)
+    start_and_serve(args, config, invalid, options, preinstalled, signals)
 }
 
 /// `run` once logging is set up: the plugin made, its host watched, served.
 fn start_and_serve(
     args: NriArgs,
     config: Config,
+    invalid: Option<ConfigError>,
     options: PluginOptions,
     preinstalled: Option<Preinstalled>,
     signals: SigSet,
 ) -> Result<(), NriCmdError> {
     // Which config is in force: a mistyped --config path, or a ConfigMap key
     // renamed, reads as no file and so as the defaults.
-    match (&preinstalled, args.config.is_file()) {
-        (Some(_), _) => tracing::info!("config: the runtime's, at Configure"),
-        (None, true) => tracing::info!(config = %args.config.display(), "config loaded"),
-        (None, false) => {
+    match (&preinstalled, &invalid, args.config.is_file()) {
+        (Some(_), _, _) => tracing::info!("config: the runtime's, at Configure"),
+        (None, Some(e), _) => {
+            tracing::error!(config = %args.config.display(), error = %nri::ErrorChain(e), "invalid config; refusing containers that need devgate until it is mended and the plugin restarted")
+        }
+        (None, None, true) => tracing::info!(config = %args.config.display(), "config loaded"),
+        (None, None, false) => {
             tracing::warn!(config = %args.config.display(), "no config file there: the defaults apply")
         }
     }
@@ -162,6 +172,9 @@ fn start_and_serve(
     // from then on is queued in it.
     let uevents = crate::inventory::uevents::UeventSocket::open();
     let plugin = DevgatePlugin::new(config, options).map_err(NriCmdError::State)?;
+    if let Some(e) = invalid {
+        plugin.refuse_for_config(e);
+    }
     if let Err(e) = uevents.and_then(|sock| plugin.watch_host_changes(sock)) {
         let period = crate::plugin::POLL_PERIOD;
         tracing::warn!(error = %e, period_s = period.as_secs(), "kernel uevents cannot be read: the host's devices are read again each period, and a device the kernel numbers anew in between (VFs made again, a module reloaded) is seen before then only when a plan names one the inventory does not know");
@@ -238,9 +251,11 @@ fn block_exit_signals() -> Result<SigSet, NriCmdError> {
 /// default stop timeout (90 s) and the kubelet's grace period (30 s).
 const RELEASE_WAIT: Duration = Duration::from_secs(20);
 
-/// Waits for SIGTERM or SIGINT, then for the request and the teardowns in
-/// progress, writes the last grant counters, folds the ledger's journal and exits. Claims need nothing more: every ledger
-/// change is on disk when its transaction ends.
+/// Waits for SIGTERM or SIGINT, then for the teardowns in progress (requests
+/// still answered) and the request in progress, writes the last grant
+/// counters, folds the ledger's journal and exits
+/// ([`DevgatePlugin::drain_for_exit`]). Claims need nothing more: every
+/// ledger change is on disk when its transaction ends.
 fn exit_on_signal(signals: SigSet, gate: &RequestGate, plugin: &DevgatePlugin) {
     match signals.wait() {
         Ok(signal) => tracing::info!(signal = %signal.as_str(), "exiting"),
@@ -250,15 +265,8 @@ fn exit_on_signal(signals: SigSet, gate: &RequestGate, plugin: &DevgatePlugin) {
             return;
         }
     }
-    // Held until the process is gone: no request starts after this point.
-    let _between_requests = gate.hold();
-    if !plugin.wait_for_releases(RELEASE_WAIT) {
-        tracing::warn!(
-            waited_s = RELEASE_WAIT.as_secs(),
-            "teardown still running at exit; the next start finishes it"
-        );
-    }
-    plugin.flush_at_exit();
+    // Held until the process is gone: no request starts after the drain.
+    let _between_requests = plugin.drain_for_exit(gate, RELEASE_WAIT);
     std::process::exit(0);
 }
 

@@ -10,6 +10,13 @@ use super::{features, DevgatePlugin};
 use crate::config::Config;
 
 impl DevgatePlugin {
+    /// Puts an invalid config file in force: every container that asks
+    /// devgate for devices is refused with its error, and the runtime
+    /// record names it (`devgate ready` fails, `devgate status` shows it).
+    pub fn refuse_for_config(&self, error: crate::config::ConfigError) {
+        *self.config.write().unwrap_or_else(PoisonError::into_inner) = Err(Arc::new(error));
+    }
+
     /// Configure's work. Never fails: a bad config is reported here and on
     /// each container it affects.
     pub(super) fn take_runtime(&self, runtime: &RuntimeInfo) {

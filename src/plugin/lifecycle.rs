@@ -356,4 +356,28 @@ impl DevgatePlugin {
     pub fn wait_for_releases(&self, limit: Duration) -> bool {
         self.releases.wait_idle(limit)
     }
+
+    /// Before the process exits on a signal: lets the teardowns in progress
+    /// finish (a VF half way home, a GPU being reset; at most `limit`)
+    /// while the runtime's requests are still answered, then keeps requests
+    /// out for as long as the returned guard lives, and writes what
+    /// [`DevgatePlugin::flush_at_exit`] writes. A request held instead would
+    /// pass the runtime's timeout (containerd's `plugin_request_timeout`,
+    /// 2 s), which ends the connection, and the runtime then creates that
+    /// container without its devices (containerd/nri `isFatalError`).
+    pub fn drain_for_exit<'g>(
+        &self,
+        requests: &'g nri::stub::RequestGate,
+        limit: Duration,
+    ) -> std::sync::MutexGuard<'g, ()> {
+        if !self.wait_for_releases(limit) {
+            tracing::warn!(
+                waited_s = limit.as_secs(),
+                "teardown still running at exit; the next start finishes it"
+            );
+        }
+        let kept_out = requests.hold();
+        self.flush_at_exit();
+        kept_out
+    }
 }

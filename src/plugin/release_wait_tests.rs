@@ -5,7 +5,7 @@ use std::sync::{Condvar, Mutex};
 
 /// A teardown that ends only once opened.
 #[derive(Default)]
-struct Gate {
+pub(super) struct Gate {
     state: Mutex<GateState>,
     changed: Condvar,
 }
@@ -17,7 +17,7 @@ struct GateState {
 }
 
 impl Gate {
-    fn open(&self) {
+    pub(super) fn open(&self) {
         self.state.lock().unwrap().open = true;
         self.changed.notify_all();
     }
@@ -32,7 +32,7 @@ impl Gate {
     }
 
     /// Returns once a teardown waits at the gate; fails after [`LIMIT`].
-    fn wait_entered(&self) {
+    pub(super) fn wait_entered(&self) {
         let state = self.state.lock().unwrap();
         let (state, waited) = self
             .changed
@@ -55,7 +55,7 @@ impl Teardown for Gate {
 
 /// A plugin on the HGX fixture whose teardown is `gate`, and two pods
 /// allocated the same whole GPU: the first one created, holding it.
-fn two_pods_one_gpu(
+pub(super) fn two_pods_one_gpu(
     state: &std::path::Path,
     gate: &Arc<Gate>,
 ) -> (DevgatePlugin, PodSandbox, PodSandbox) {

@@ -411,6 +411,9 @@ mod hami_tests;
 #[path = "release_wait_tests.rs"]
 mod release_wait_tests;
 
+#[path = "exit_tests.rs"]
+mod exit_tests;
+
 #[path = "ahead_inits_tests.rs"]
 mod ahead_inits_tests;
 
