@@ -131,8 +131,8 @@ fn set_up_and_serve(
     // stop the plugin: exited, it would leave the node's containers created
     // without their devices (a runtime creates them as usual while no plugin
     // is connected); connected, it refuses those that ask devgate for any,
-    // with the config's error, and `devgate ready` fails, which stops a
-    // rollout there.
+    // with the config's error, keeps the GPUs of pods that end, and `devgate
+    // ready` fails, which stops a rollout there.
     let (config, invalid) = match preinstalled {
         Some(_) => (Config::default(), None),
         None => match Config::load(&args.config) {
@@ -172,6 +172,7 @@ fn start_and_serve(
     // from then on is queued in it.
     let uevents = crate::inventory::uevents::UeventSocket::open();
     let plugin = DevgatePlugin::new(config, options).map_err(NriCmdError::State)?;
+    let config_invalid = invalid.is_some();
     if let Some(e) = invalid {
         plugin.refuse_for_config(e);
     }
@@ -182,8 +183,9 @@ fn start_and_serve(
             tracing::warn!(error = %e, "the host's devices cannot be read again in the background either: only when a plan names a device the inventory does not know");
         }
     }
-    if preinstalled.is_none() {
-        // A runtime-started plugin starts it at Configure, with its `[gpu]`.
+    if preinstalled.is_none() && !config_invalid {
+        // A runtime-started plugin starts it at Configure, with its `[gpu]`;
+        // under an invalid config its `[gpu]` is unknown.
         plugin.start_gpu_health(&gpu_config);
     }
     let stub = match preinstalled {

@@ -3,17 +3,20 @@
 //! Configure, after it was built with the defaults.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::config::GpuConfig;
 use crate::gpu::{GpuTeardown, KnownPods};
 use crate::inventory::Inventory;
-use crate::ledger::{PodRecord, Teardown};
+use crate::ledger::{DeviceId, PodRecord, Teardown, Unclean};
 
 pub struct GpuSlot {
     gpu: RwLock<Arc<GpuTeardown>>,
     /// Outlives a rebuild: the pods are the runtime's, not the config's.
     known_pods: Arc<KnownPods>,
+    /// Set while the config in force is invalid (see [`GpuSlot::hold`]).
+    held: AtomicBool,
 }
 
 impl GpuSlot {
@@ -22,7 +25,23 @@ impl GpuSlot {
         GpuSlot {
             gpu: RwLock::new(Arc::new(gpu.with_known_pods(Arc::clone(&known_pods)))),
             known_pods,
+            held: AtomicBool::new(false),
         }
+    }
+
+    /// While `held`, the GPU part of a teardown fails, keeping the pod's
+    /// GPUs (quarantined) for a start with a valid config: the invalid
+    /// config's `[gpu]` is unknown, and the defaults in its place would
+    /// tear GPUs down as the operator did not ask (MIG instances destroyed,
+    /// clocks and compute mode reset, the operator's ignored daemons taken
+    /// for leftovers, another NVML library).
+    pub fn hold(&self, held: bool) {
+        self.held.store(held, Ordering::Release);
+    }
+
+    /// Whether [`GpuSlot::hold`] holds the GPUs.
+    pub fn held(&self) -> bool {
+        self.held.load(Ordering::Acquire)
     }
 
     pub fn get(&self) -> Arc<GpuTeardown> {
@@ -148,7 +167,21 @@ pub(super) fn plugin_teardown(
 }
 
 impl Teardown for GpuSlot {
-    fn teardown(&self, pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
+    fn teardown(&self, pod: &PodRecord) -> Result<(), Unclean> {
+        if self.held() {
+            let gpus: Vec<DeviceId> = pod
+                .claims
+                .iter()
+                .filter(|c| matches!(c.device, DeviceId::Gpu(_)))
+                .map(|c| c.device.clone())
+                .collect();
+            if !gpus.is_empty() {
+                return Err(Unclean::of(
+                    gpus,
+                    "devgate's config is invalid: the gpus wait for a start with a valid one",
+                ));
+            }
+        }
         self.get().teardown(pod)
     }
 

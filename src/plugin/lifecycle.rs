@@ -216,6 +216,10 @@ impl DevgatePlugin {
         // After the retries: one whose release fails now waits for the next
         // round, as a failure in the background does.
         self.release_ended_sandboxes();
+        // Its cleanup follows `[gpu]`, unknown under an invalid config.
+        if self.gpu.held() {
+            return;
+        }
         match self.gpu.get().retry_quarantined(self.devices.ledger()) {
             Ok(cleared) => cleared
                 .iter()
@@ -370,14 +374,26 @@ impl DevgatePlugin {
         requests: &'g nri::stub::RequestGate,
         limit: Duration,
     ) -> std::sync::MutexGuard<'g, ()> {
-        if !self.wait_for_releases(limit) {
-            tracing::warn!(
-                waited_s = limit.as_secs(),
-                "teardown still running at exit; the next start finishes it"
-            );
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let idle = self.wait_for_releases(left);
+            let kept_out = requests.hold();
+            // The request in progress when the wait ended may have started a
+            // release (a pod's stop): waited for too, with the time left.
+            let still_idle = self.wait_for_releases(Duration::ZERO);
+            if !still_idle && idle && std::time::Instant::now() < deadline {
+                drop(kept_out);
+                continue;
+            }
+            if !still_idle {
+                tracing::warn!(
+                    waited_s = limit.as_secs(),
+                    "teardown still running at exit; the next start finishes it"
+                );
+            }
+            self.flush_at_exit();
+            return kept_out;
         }
-        let kept_out = requests.hold();
-        self.flush_at_exit();
-        kept_out
     }
 }

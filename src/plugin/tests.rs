@@ -414,6 +414,9 @@ mod release_wait_tests;
 #[path = "exit_tests.rs"]
 mod exit_tests;
 
+#[path = "invalid_config_tests.rs"]
+mod invalid_config_tests;
+
 #[path = "ahead_inits_tests.rs"]
 mod ahead_inits_tests;
 

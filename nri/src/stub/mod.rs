@@ -135,7 +135,7 @@ struct Connector<P> {
 
 /// Held by the stub while a handler runs and its reply is written. Whoever
 /// holds it knows no request is half handled or unanswered and none starts: a
-/// process that exits on a signal takes it first, so that it ends between
+/// process that exits on a signal takes it before it exits, so that it ends between
 /// requests, never inside one.
 #[derive(Clone, Default)]
 pub struct RequestGate(Arc<std::sync::Mutex<()>>);
