@@ -131,8 +131,8 @@ fn set_up_and_serve(
     // stop the plugin: exited, it would leave the node's containers created
     // without their devices (a runtime creates them as usual while no plugin
     // is connected); connected, it refuses those that ask devgate for any,
-    // with the config's error, keeps the GPUs of pods that end, and `devgate
-    // ready` fails, which stops a rollout there.
+    // with the config's error, releases no pod (its `[gpu]` is unknown), and
+    // `devgate ready` fails, which stops a rollout there.
     let (config, invalid) = match preinstalled {
         Some(_) => (Config::default(), None),
         None => match Config::load(&args.config) {

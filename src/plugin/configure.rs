@@ -13,7 +13,8 @@ impl DevgatePlugin {
     /// Puts an invalid config file in force: every container that asks
     /// devgate for devices is refused with its error, and the runtime
     /// record names it (`devgate ready` fails, `devgate status` shows it).
-    /// GPU teardown waits for a valid config ([`super::GpuSlot::hold`]).
+    /// Releases wait for a start with a valid config
+    /// ([`super::gpu_slot::GpuSlot::hold`]).
     pub fn refuse_for_config(&self, error: crate::config::ConfigError) {
         self.gpu.hold(true);
         *self.config.write().unwrap_or_else(PoisonError::into_inner) = Err(Arc::new(error));
@@ -36,7 +37,7 @@ impl DevgatePlugin {
                 }
                 Err(e) => {
                     self.gpu.hold(true);
-                    tracing::error!(error = %nri::ErrorChain(e), "invalid plugin config; refusing containers that need devgate, and keeping the gpus of pods that end until a valid one")
+                    tracing::error!(error = %nri::ErrorChain(e), "invalid plugin config; refusing containers that need devgate, and releasing no pod until a valid one")
                 }
             }
             *self.config.write().unwrap_or_else(PoisonError::into_inner) = state;

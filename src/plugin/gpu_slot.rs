@@ -9,7 +9,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use crate::config::GpuConfig;
 use crate::gpu::{GpuTeardown, KnownPods};
 use crate::inventory::Inventory;
-use crate::ledger::{DeviceId, PodRecord, Teardown, Unclean};
+use crate::ledger::{PodRecord, Teardown};
 
 pub struct GpuSlot {
     gpu: RwLock<Arc<GpuTeardown>>,
@@ -29,12 +29,13 @@ impl GpuSlot {
         }
     }
 
-    /// While `held`, the GPU part of a teardown fails, keeping the pod's
-    /// GPUs (quarantined) for a start with a valid config: the invalid
-    /// config's `[gpu]` is unknown, and the defaults in its place would
-    /// tear GPUs down as the operator did not ask (MIG instances destroyed,
-    /// clocks and compute mode reset, the operator's ignored daemons taken
-    /// for leftovers, another NVML library).
+    /// While `held` (the config in force is invalid), no release that tears
+    /// down runs: the config's `[gpu]` is unknown, and the defaults in its
+    /// place would tear GPUs down as the operator did not ask (MIG
+    /// instances destroyed, clocks and compute mode reset, the operator's
+    /// ignored daemons taken for leftovers, another NVML library). The
+    /// pods' claims stay as they are, unquarantined, for a start with a
+    /// valid config, which releases them as after a time without the plugin.
     pub fn hold(&self, held: bool) {
         self.held.store(held, Ordering::Release);
     }
@@ -167,21 +168,7 @@ pub(super) fn plugin_teardown(
 }
 
 impl Teardown for GpuSlot {
-    fn teardown(&self, pod: &PodRecord) -> Result<(), Unclean> {
-        if self.held() {
-            let gpus: Vec<DeviceId> = pod
-                .claims
-                .iter()
-                .filter(|c| matches!(c.device, DeviceId::Gpu(_)))
-                .map(|c| c.device.clone())
-                .collect();
-            if !gpus.is_empty() {
-                return Err(Unclean::of(
-                    gpus,
-                    "devgate's config is invalid: the gpus wait for a start with a valid one",
-                ));
-            }
-        }
+    fn teardown(&self, pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
         self.get().teardown(pod)
     }
 

@@ -1,6 +1,7 @@
 //! A plugin whose config file is invalid: it refuses what asks devgate for
-//! devices, and keeps the GPUs of pods that end for a start with a valid
-//! config, whose `[gpu]` the defaults must not stand in for.
+//! devices, and releases no pod, whose teardown would follow a `[gpu]` the
+//! defaults must not stand in for; a start with a valid config releases
+//! them, as after a time without the plugin.
 use super::*;
 
 /// The error of a config file with a key devgate does not know.
@@ -8,14 +9,17 @@ fn invalid() -> crate::config::ConfigError {
     Config::parse("no_such_key = 1\n", "test").unwrap_err()
 }
 
-#[test]
-fn an_invalid_config_refuses_devices_and_keeps_the_gpus_of_pods_that_end() {
+#[tokio::test]
+async fn an_invalid_config_refuses_devices_and_leaves_releases_to_a_valid_one() {
     use nri::stub::Plugin as _;
-    let (plugin, fixture, _state) = hgx_plugin("");
+    let state = tempfile::tempdir().unwrap();
+    let host = state.path().join("host");
+    let fixture = crate::fixture::HostRootBuilder::hgx().build(&host).unwrap();
     let (gpu, vf) = (
         &fixture.expected().gpus[0],
         &fixture.expected().rdma[0].vfs[1],
     );
+    let plugin = plugin_on(&host, state.path(), "");
     let held = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100));
     plugin
         .adjustment(&held, &ctr())
@@ -35,21 +39,25 @@ fn an_invalid_config_refuses_devices_and_keeps_the_gpus_of_pods_that_end() {
     assert!(text.contains("no_such_key"), "{text}");
     assert!(!plugin.devices().ledger().holds("sandbox-2").unwrap());
 
-    // The holder ends: its GPU stays held, quarantined, not torn down with
-    // the defaults' `[gpu]`.
+    // The holder ends: nothing torn down with the defaults' `[gpu]`, nothing
+    // quarantined, the claim kept; the retry round leaves it too.
     plugin.stop_pod_sandbox(&held).unwrap();
+    plugin.remove_pod_sandbox(&held).unwrap();
     assert!(plugin.wait_for_releases(LIMIT));
-    let snap = plugin.devices().ledger().snapshot().unwrap();
-    let pod = snap.pods.get(&held.id).expect("the pod keeps its gpu");
-    assert!(
-        pod.claims
-            .iter()
-            .any(|c| c.device == crate::ledger::DeviceId::Gpu(gpu.uuid.clone())),
-        "{pod:?}"
-    );
-
-    // With the GPU teardown let go again, the retry releases it.
-    plugin.gpu.hold(false);
     plugin.retry_round();
+    let snap = plugin.devices().ledger().snapshot().unwrap();
+    assert!(snap.pods.contains_key(&held.id), "{snap:?}");
+    assert!(
+        snap.devices.values().all(|d| d.quarantine.is_none()),
+        "{snap:?}"
+    );
+    drop(plugin);
+
+    // The next start, with a valid config: the runtime no longer lists the
+    // pod, and its Synchronize releases it.
+    let plugin = plugin_on(&host, state.path(), "");
+    let (plugin, conn, _dir) = connect(plugin, FakeConfig::containerd_1_7()).await;
+    conn.unwrap();
+    assert!(plugin.wait_for_releases(LIMIT));
     assert!(!plugin.devices().ledger().holds(&held.id).unwrap());
 }

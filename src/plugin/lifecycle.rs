@@ -80,8 +80,25 @@ struct Releaser {
 }
 
 impl Releaser {
+    /// Whether `job` waits for a start with a valid config
+    /// ([`super::gpu_slot::GpuSlot::hold`]): its pods keep their claims, as
+    /// the pods that end while no plugin runs do, and that start releases
+    /// them (the runtime no longer lists them, or containerd lists them
+    /// stopped).
+    fn left_for_a_valid_config(&self, job: &Release) -> bool {
+        if !self.gpu.held() {
+            return false;
+        }
+        let pods: Vec<&str> = job.ids().map(String::as_str).collect();
+        tracing::warn!(?pods, "invalid config: nothing torn down or released; a start with a valid config releases these pods");
+        true
+    }
+
     /// Runs one release and records its outcome for the retry round.
     fn run(&self, job: &Release) {
+        if self.left_for_a_valid_config(job) {
+            return;
+        }
         let released = release(self.devices.ledger(), self.teardown.as_ref(), job);
         self.unreleased.update(job, released.as_ref());
         // A pod the plugin did not tear down (its claims went another way,
@@ -118,6 +135,9 @@ impl Releaser {
     /// holding a GPU and resets it, runs before the guard's look: the pod's
     /// next container, admitted meanwhile, would start under it.
     fn run_unjoined(&self, id: &str, ended: bool) {
+        if ended && self.left_for_a_valid_config(&Release::Pod(id.to_string())) {
+            return;
+        }
         let ledger = self.devices.ledger();
         let teardown: &dyn Teardown = match ended {
             true => self.teardown.as_ref(),
