@@ -16,24 +16,9 @@ async fn requests_are_answered_while_an_exit_waits_for_teardowns() {
     plugin.stop_pod_sandbox(&first).unwrap();
     gate.wait_entered();
 
-    let dir = tempfile::Builder::new()
-        .prefix("dg")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let path = dir.path().join("s");
-    let runtime = FakeRuntime::bind(&path, FakeConfig::containerd_1_7()).unwrap();
-    let stub = Stub::new(plugin)
-        .with_name("devgate")
-        .with_idx("10")
-        .with_socket_path(&path);
-    let plugin = Arc::clone(stub.plugin());
-    let requests = stub.request_gate();
-    // Redials for ever: the thread ends with the test process.
-    std::thread::spawn(move || stub.run());
-    let conn = tokio::time::timeout(LIMIT, runtime.accept())
-        .await
-        .unwrap()
-        .unwrap();
+    let ((plugin, conn, _dir), requests) =
+        connect_gated(plugin, FakeConfig::containerd_1_7()).await;
+    let conn = conn.unwrap();
 
     let (drained_tx, drained) = std::sync::mpsc::channel();
     let (exit_tx, exit_rx) = std::sync::mpsc::channel::<()>();

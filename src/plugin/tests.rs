@@ -92,15 +92,24 @@ fn ctr() -> Container {
     }
 }
 
-/// Runs the plugin against a fake runtime on a short socket path.
-async fn connect(
-    plugin: DevgatePlugin,
-    config: FakeConfig,
-) -> (
+/// The plugin served by the stub, its connection with the fake runtime, and
+/// the socket's directory.
+type Connected = (
     Arc<DevgatePlugin>,
     Result<PluginConn, FakeError>,
     tempfile::TempDir,
-) {
+);
+
+/// Runs the plugin against a fake runtime on a short socket path.
+async fn connect(plugin: DevgatePlugin, config: FakeConfig) -> Connected {
+    connect_gated(plugin, config).await.0
+}
+
+/// [`connect`], and the stub's request gate.
+async fn connect_gated(
+    plugin: DevgatePlugin,
+    config: FakeConfig,
+) -> (Connected, nri::stub::RequestGate) {
     let dir = tempfile::Builder::new()
         .prefix("dg")
         .tempdir_in("/tmp")
@@ -112,10 +121,11 @@ async fn connect(
         .with_idx("10")
         .with_socket_path(&path);
     let plugin = Arc::clone(stub.plugin());
+    let requests = stub.request_gate();
     // Redials for ever: the thread ends with the test process.
     std::thread::spawn(move || stub.run());
     let conn = tokio::time::timeout(LIMIT, runtime.accept()).await.unwrap();
-    (plugin, conn, dir)
+    ((plugin, conn, dir), requests)
 }
 
 #[tokio::test]
@@ -174,69 +184,6 @@ fn rpc_status(err: ttrpc::Error) -> ttrpc::proto::Status {
         ttrpc::Error::RpcStatus(status) => status,
         other => panic!("not a status: {other:?}"),
     }
-}
-
-fn log_format(plugin: &DevgatePlugin) -> LogFormat {
-    plugin.config().expect("valid config").log_format
-}
-
-#[tokio::test]
-async fn runtime_config_is_used_when_preinstalled() {
-    let (plugin, state) = plugin(Config::default(), true);
-    let runtime = FakeConfig {
-        config: "log_format = \"json\"\n".to_string(),
-        ..FakeConfig::containerd_1_7()
-    };
-    let (plugin, conn, _dir) = connect(plugin, runtime).await;
-    conn.unwrap();
-    assert_eq!(log_format(&plugin), LogFormat::Json);
-    let record = features::RuntimeRecord::load(&state.path().join("state"))
-        .unwrap()
-        .unwrap();
-    assert_eq!(record.config_error, None);
-}
-
-#[tokio::test]
-async fn runtime_config_is_ignored_otherwise() {
-    let (plugin, _state) = plugin(Config::default(), false);
-    let runtime = FakeConfig {
-        config: "log_format = \"json\"\n".to_string(),
-        ..FakeConfig::containerd_1_7()
-    };
-    let (plugin, conn, _dir) = connect(plugin, runtime).await;
-    conn.unwrap();
-    assert_eq!(log_format(&plugin), LogFormat::Text);
-}
-
-#[tokio::test]
-async fn bad_runtime_config_refuses_only_containers_that_need_devgate() {
-    let (plugin, state) = plugin(Config::default(), true);
-    let runtime = FakeConfig {
-        config: "no_such_key = 1\n".to_string(),
-        ..FakeConfig::containerd_1_7()
-    };
-    let (_p, conn, _dir) = connect(plugin, runtime).await;
-    // Configure succeeds: containerd 1.7 would exit otherwise.
-    let conn = conn.unwrap();
-    let plain = conn.create_container(&pod(None), &ctr()).await.unwrap();
-    assert!(plain.adjust.env.is_empty());
-    let err = conn
-        .create_container(&pod(Some("v")), &ctr())
-        .await
-        .unwrap_err();
-    let status = rpc_status(err);
-    assert_eq!(status.code(), Code::FAILED_PRECONDITION);
-    assert!(
-        status.message().contains("no_such_key"),
-        "{}",
-        status.message()
-    );
-    // The record says so, for `devgate status` and `devgate ready`.
-    let record = features::RuntimeRecord::load(&state.path().join("state"))
-        .unwrap()
-        .unwrap();
-    let why = record.config_error.expect("the invalid config recorded");
-    assert!(why.contains("no_such_key"), "{why}");
 }
 
 /// The allocation annotation giving a pod `percent` of GPU `minor`
@@ -414,8 +361,8 @@ mod release_wait_tests;
 #[path = "exit_tests.rs"]
 mod exit_tests;
 
-#[path = "invalid_config_tests.rs"]
-mod invalid_config_tests;
+#[path = "config_tests.rs"]
+mod config_tests;
 
 #[path = "ahead_inits_tests.rs"]
 mod ahead_inits_tests;
