@@ -15,6 +15,7 @@ pub mod budget;
 mod configure;
 pub mod devices;
 mod errors;
+mod exit;
 pub mod features;
 mod gpu_slot;
 mod hook_path;
