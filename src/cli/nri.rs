@@ -172,7 +172,6 @@ fn start_and_serve(
     // from then on is queued in it.
     let uevents = crate::inventory::uevents::UeventSocket::open();
     let plugin = DevgatePlugin::new(config, options).map_err(NriCmdError::State)?;
-    let config_invalid = invalid.is_some();
     if let Some(e) = invalid {
         plugin.refuse_for_config(e);
     }
@@ -183,7 +182,7 @@ fn start_and_serve(
             tracing::warn!(error = %e, "the host's devices cannot be read again in the background either: only when a plan names a device the inventory does not know");
         }
     }
-    if preinstalled.is_none() && !config_invalid {
+    if preinstalled.is_none() && plugin.config().is_ok() {
         // A runtime-started plugin starts it at Configure, with its `[gpu]`;
         // under an invalid config its `[gpu]` is unknown.
         plugin.start_gpu_health(&gpu_config);

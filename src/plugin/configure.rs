@@ -13,10 +13,9 @@ impl DevgatePlugin {
     /// Puts an invalid config file in force: every container that asks
     /// devgate for devices is refused with its error, and the runtime
     /// record names it (`devgate ready` fails, `devgate status` shows it).
-    /// Releases wait for a start with a valid config
-    /// ([`super::gpu_slot::GpuSlot::hold`]).
+    /// Releases wait for a start with a valid config (see
+    /// `lifecycle::Releaser`).
     pub fn refuse_for_config(&self, error: crate::config::ConfigError) {
-        self.gpu.hold(true);
         *self.config.write().unwrap_or_else(PoisonError::into_inner) = Err(Arc::new(error));
     }
 
@@ -33,10 +32,8 @@ impl DevgatePlugin {
                 Ok(config) => {
                     crate::logging::set_format(config.log_format);
                     self.apply_gpu_config(&config.gpu);
-                    self.gpu.hold(false);
                 }
                 Err(e) => {
-                    self.gpu.hold(true);
                     tracing::error!(error = %nri::ErrorChain(e), "invalid plugin config; refusing containers that need devgate, and releasing no pod until a valid one")
                 }
             }

@@ -3,7 +3,6 @@
 //! Configure, after it was built with the defaults.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::config::GpuConfig;
@@ -15,8 +14,6 @@ pub struct GpuSlot {
     gpu: RwLock<Arc<GpuTeardown>>,
     /// Outlives a rebuild: the pods are the runtime's, not the config's.
     known_pods: Arc<KnownPods>,
-    /// Set while the config in force is invalid (see [`GpuSlot::hold`]).
-    held: AtomicBool,
 }
 
 impl GpuSlot {
@@ -25,24 +22,7 @@ impl GpuSlot {
         GpuSlot {
             gpu: RwLock::new(Arc::new(gpu.with_known_pods(Arc::clone(&known_pods)))),
             known_pods,
-            held: AtomicBool::new(false),
         }
-    }
-
-    /// While `held` (the config in force is invalid), no release that tears
-    /// down runs: the config's `[gpu]` is unknown, and the defaults in its
-    /// place would tear GPUs down as the operator did not ask (MIG
-    /// instances destroyed, clocks and compute mode reset, the operator's
-    /// ignored daemons taken for leftovers, another NVML library). The
-    /// pods' claims stay as they are, unquarantined, for a start with a
-    /// valid config, which releases them as after a time without the plugin.
-    pub fn hold(&self, held: bool) {
-        self.held.store(held, Ordering::Release);
-    }
-
-    /// Whether [`GpuSlot::hold`] holds the GPUs.
-    pub fn held(&self) -> bool {
-        self.held.load(Ordering::Acquire)
     }
 
     pub fn get(&self) -> Arc<GpuTeardown> {

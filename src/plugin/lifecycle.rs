@@ -77,16 +77,26 @@ struct Releaser {
     teardown: Arc<dyn Teardown + Send + Sync>,
     unreleased: Arc<Unreleased>,
     gpu: Arc<super::gpu_slot::GpuSlot>,
+    config: Arc<std::sync::RwLock<super::ConfigState>>,
 }
 
 impl Releaser {
-    /// Whether `job` waits for a start with a valid config
-    /// ([`super::gpu_slot::GpuSlot::hold`]): its pods keep their claims, as
-    /// the pods that end while no plugin runs do, and that start releases
-    /// them (the runtime no longer lists them, or containerd lists them
-    /// stopped).
+    /// Whether `job` waits for a start with a valid config: while the config
+    /// in force is invalid, no release that tears down runs, since a
+    /// teardown follows `[gpu]`, which is unknown then, and the defaults in
+    /// its place would tear GPUs down as the operator did not ask (MIG
+    /// instances destroyed, clocks and compute mode reset, the operator's
+    /// ignored daemons taken for leftovers, another NVML library). Its pods
+    /// keep their claims, unquarantined, as the pods that end while no
+    /// plugin runs do, and that start releases them (the runtime no longer
+    /// lists them, or containerd lists them stopped).
     fn left_for_a_valid_config(&self, job: &Release) -> bool {
-        if !self.gpu.held() {
+        if self
+            .config
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_ok()
+        {
             return false;
         }
         let pods: Vec<&str> = job.ids().map(String::as_str).collect();
@@ -237,7 +247,7 @@ impl DevgatePlugin {
         // round, as a failure in the background does.
         self.release_ended_sandboxes();
         // Its cleanup follows `[gpu]`, unknown under an invalid config.
-        if self.gpu.held() {
+        if self.config().is_err() {
             return;
         }
         match self.gpu.get().retry_quarantined(self.devices.ledger()) {
@@ -254,6 +264,7 @@ impl DevgatePlugin {
             teardown: Arc::clone(&self.teardown),
             unreleased: Arc::clone(&self.unreleased),
             gpu: Arc::clone(&self.gpu),
+            config: Arc::clone(&self.config),
         }
     }
 

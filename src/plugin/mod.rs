@@ -79,7 +79,9 @@ pub struct PluginOptions {
 type ConfigState = Result<Arc<Config>, Arc<ConfigError>>;
 
 pub struct DevgatePlugin {
-    config: RwLock<ConfigState>,
+    /// Shared with the releases, which wait while it is invalid
+    /// (`lifecycle::Releaser`).
+    config: Arc<RwLock<ConfigState>>,
     options: PluginOptions,
     devices: Arc<devices::Devices>,
     features: RwLock<RuntimeFeatures>,
@@ -148,7 +150,7 @@ impl DevgatePlugin {
         let unapplied = unapplied_record::UnappliedRecord::new(&options.state_dir);
         let stop_vfs = vf_teardown::VfTeardown::new(options.state_dir.clone());
         Ok(DevgatePlugin {
-            config: RwLock::new(Ok(Arc::new(config))),
+            config: Arc::new(RwLock::new(Ok(Arc::new(config)))),
             options,
             devices: Arc::new(devices),
             features: RwLock::new(RuntimeFeatures::default()),
