@@ -96,6 +96,14 @@ pub(crate) fn restore(
         }
     };
     let mut host = at.step("open host netlink", ops.env.rtnl(None))?;
+    // What only reads comes before the mark: a VF still in its pod whose
+    // host name is taken (or whose pod netlink fails) was not touched, and
+    // stays whole there for the pod's next container (README: an owner whose
+    // restore failed before it touched them keeps the network).
+    let found = match pod {
+        Some(pod) => find_in_pod(ops, &at, host.as_mut(), rec, pod)?,
+        None => None,
+    };
     if !rec.restoring {
         let marked = SavedVf {
             restoring: true,
@@ -103,12 +111,15 @@ pub(crate) fn restore(
         };
         at.step("mark restoring", ops.store.save(&marked))?;
     }
-    let in_pod = match pod {
-        Some(pod) => quiesce_in_pod(ops, &at, host.as_mut(), rec, pod)?,
-        None => false,
-    };
-    if !in_pod {
-        found_on_host(&at, host.as_mut(), rec)?;
+    let in_pod = found.is_some();
+    match found {
+        Some((mut pod_nl, link)) if link.up => {
+            at.step("bring down", pod_nl.set_link(link.index, &down()))?;
+        }
+        Some(_) => {}
+        // Not in its pod: in neither place, it stays marked (cut), since
+        // the pod no longer has it whole.
+        None => found_on_host(&at, host.as_mut(), rec)?,
     }
     let mut errors = Vec::new();
     if rec.attach.move_rdma {
@@ -160,25 +171,23 @@ fn found_on_host(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), 
 /// A VF still in its live pod comes home only under its saved name. When that
 /// name is taken on the host, nothing is touched: the VF stays whole in the
 /// pod (its PF settings such as the tenant VLAN, its RDMA device) and the
-/// record stays for a later try, rather than a netdev left up in the pod
-/// without its isolation. Otherwise it goes down in the pod before anything
-/// else changes. Whether it is in the pod.
-fn quiesce_in_pod(
+/// record stays, unmarked, for a later try, rather than a netdev left up in
+/// the pod without its isolation. Otherwise the caller brings it down in the
+/// pod before anything else changes. The pod's netlink and the link, when
+/// it is there.
+fn find_in_pod(
     ops: &mut VfOps<'_>,
     at: &At<'_>,
     host: &mut dyn Rtnl,
     rec: &SavedVf,
     pod: &Netns,
-) -> Result<bool, VfError> {
-    let (mut pod_nl, in_pod) = in_pod(ops, at, rec, pod)?;
+) -> Result<Option<(Box<dyn Rtnl>, Link)>, VfError> {
+    let (pod_nl, in_pod) = in_pod(ops, at, rec, pod)?;
     let Some(link) = in_pod else {
-        return Ok(false);
+        return Ok(None);
     };
     host_name_free(at, host, rec, None)?;
-    if link.up {
-        at.step("bring down", pod_nl.set_link(link.index, &down()))?;
-    }
-    Ok(true)
+    Ok(Some((pod_nl, link)))
 }
 
 /// Moves a VF found in its live pod home under its saved name, before its
@@ -187,7 +196,7 @@ fn quiesce_in_pod(
 /// the names the pod gave it go, and so does a saved altname another host
 /// link took meanwhile, as the kernel drops one when a dying netns hands a
 /// device back (`default_device_exit_net`). Read again here, not at
-/// [`quiesce_in_pod`]: the pod's containers may have named it since. The
+/// [`find_in_pod`]: the pod's containers may have named it since. The
 /// kernel closes a device it moves (`dev_close`), so it arrives down
 /// whatever the pod did since it was brought down.
 fn bring_home(

@@ -239,6 +239,11 @@ fn a_taken_host_name_keeps_the_record_until_freed() {
     assert_eq!(rig.m().vfs[&(PF, 3)].vlan.vlan, 100);
     assert_eq!(rig.m().vfs[&(PF, 3)].spoofchk, Some(false));
     assert_eq!(rig.m().rdma["mlx5_3"].1, POD);
+    // Untouched, its record is not marked: the pod's next container finds
+    // the VF whole, rather than refused as one a restore began on.
+    let rec = &rig.store.all().unwrap()[0];
+    assert!(!rec.restoring, "{rec:?}");
+    assert!(rig.store.moved_whole(rec.vf()));
     rig.m().links.retain(|l| l.link.index != squatter);
     assert_eq!(rig.detach("ctr1").unwrap(), 1);
     assert_eq!(rig.records(), 0);
