@@ -26,6 +26,9 @@ pub use containers::{GiveUp, Removal};
 pub use error::LedgerError;
 pub use guarded::GuardedRelease;
 pub use model::*;
+#[cfg(test)]
+pub use release::gone;
+pub use release::Gone;
 pub use release_lock::DeviceLocks;
 pub use rules::pf_vf_conflict;
 pub use store::Store;

@@ -2,6 +2,10 @@
 
 use std::collections::{HashMap, HashSet};
 
+/// Pods taken for gone, each with the containers ever admitted into it when
+/// so taken ([`PodRecord::admitted`]; `None` where the ledger could not tell).
+pub type Gone = HashMap<String, Option<u32>>;
+
 use super::rules::{drop_pod, lift_restored, prune_empty};
 use super::unclean::keep_unclean;
 use super::{
@@ -19,24 +23,16 @@ impl Ledger {
         self.release_where(teardown, |p| p.pod.sandbox_id == sandbox_id)
     }
 
-    /// Releases exactly these pods (those a Synchronize found gone, or whose
-    /// teardown failed before); ids the ledger does not hold are skipped.
+    /// Releases pods taken for gone (by a Synchronize, or whose release
+    /// failed before), each only while no container was admitted into it
+    /// since: `pods` maps each to its [`PodRecord::admitted`] when so taken
+    /// (`None` where unknown). A pod taken for gone that was not (a
+    /// containerd 1.7 sandbox reported with pid 0) may have admitted one; it
+    /// is live, and its stop releases it. Ids the ledger does not hold are
+    /// skipped.
     pub fn release_pods(
         &self,
-        sandbox_ids: &HashSet<String>,
-        teardown: &dyn Teardown,
-    ) -> Result<Released, LedgerError> {
-        self.release_where(teardown, |p| sandbox_ids.contains(&p.pod.sandbox_id))
-    }
-
-    /// Releases pods whose release failed before, each only while no
-    /// container was admitted into it since: `pods` maps each to its
-    /// [`PodRecord::admitted`] at that failure (`None` where unknown). A pod
-    /// taken for gone that was not (a containerd 1.7 sandbox reported with
-    /// pid 0) may have admitted one; it is live, and its stop releases it.
-    pub fn release_retried(
-        &self,
-        pods: &HashMap<String, Option<u32>>,
+        pods: &Gone,
         teardown: &dyn Teardown,
     ) -> Result<Released, LedgerError> {
         self.release_where(teardown, |p| match pods.get(&p.pod.sandbox_id) {
@@ -47,11 +43,12 @@ impl Ledger {
     }
 
     /// The pods the ledger holds that the runtime no longer reports (`live` =
-    /// sandbox ids it has). Read at once, so that a pod admitted afterwards is
-    /// never taken for one of them. Pods of hooks-only mode (podman, or CRI-O
+    /// sandbox ids it has), each with the containers admitted into it at this
+    /// read, so that a pod admitted afterwards, or one a container joins
+    /// afterwards, is never released as one of them. Pods of hooks-only mode (podman, or CRI-O
     /// without NRI on the same node) are never among them: no NRI runtime
     /// reports them, and their own hooks release them when their inits exit.
-    pub fn stale_pods(&self, live: &HashSet<String>) -> Result<HashSet<String>, LedgerError> {
+    pub fn stale_pods(&self, live: &HashSet<String>) -> Result<Gone, LedgerError> {
         self.stale_pods_and(live, |_| ()).map(|(stale, ())| stale)
     }
 
@@ -61,7 +58,7 @@ impl Ledger {
         &self,
         live: &HashSet<String>,
         also: impl FnOnce(&LedgerState) -> R,
-    ) -> Result<(HashSet<String>, R), LedgerError> {
+    ) -> Result<(Gone, R), LedgerError> {
         self.store.peek(|s| {
             let stale = s
                 .pods
@@ -71,9 +68,8 @@ impl Ledger {
                 .filter(|p| {
                     p.containers.is_empty() || p.containers.values().any(ContainerRecord::by_plugin)
                 })
-                .map(|p| &p.pod.sandbox_id)
-                .filter(|id| !live.contains(id.as_str()))
-                .cloned()
+                .filter(|p| !live.contains(p.pod.sandbox_id.as_str()))
+                .map(|p| (p.pod.sandbox_id.clone(), Some(p.admitted())))
                 .collect();
             (stale, also(s))
         })
@@ -215,4 +211,10 @@ fn joined(then: &PodRecord, now: &PodRecord) -> bool {
     now.containers
         .keys()
         .any(|c| !then.containers.contains_key(c))
+}
+
+/// These ids taken for gone with no count: released whatever joined them.
+#[cfg(test)]
+pub fn gone(ids: &[&str]) -> Gone {
+    ids.iter().map(|id| (id.to_string(), None)).collect()
 }

@@ -167,7 +167,13 @@ fn stale_pods_are_chosen_once_and_released_exactly() {
         .unwrap();
     let live = ["live".to_string()].into_iter().collect();
     let stale = l.stale_pods(&live).unwrap();
-    assert_eq!(stale, ["gone".to_string()].into_iter().collect());
+    assert_eq!(
+        stale,
+        super::gone(&["gone"])
+            .into_keys()
+            .map(|id| (id, Some(0)))
+            .collect()
+    );
     // Admitted after the runtime's list was taken: not in `live`, kept.
     l.claim(&pod("new"), &[gpu("GPU-3", Share::Exclusive)])
         .unwrap();
@@ -208,8 +214,10 @@ fn hooks_only_pods_are_never_stale_to_the_plugin() {
     l.admit(&pod("mixed"), &claim("GPU-3"), "c4", record(false), false)
         .unwrap();
     let stale = l.stale_pods(&HashSet::new()).unwrap();
-    let want = ["k8s".to_string(), "mixed".to_string()];
-    assert_eq!(stale, want.into_iter().collect());
+    let mut ids: Vec<&String> = stale.keys().collect();
+    ids.sort();
+    assert_eq!(ids, ["k8s", "mixed"]);
+    assert_eq!((stale["k8s"], stale["mixed"]), (Some(1), Some(2)));
 }
 
 /// A pod admitted by a release of devgate that counted its shares otherwise

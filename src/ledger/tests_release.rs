@@ -1,7 +1,7 @@
 //! Releasing a pod: a failed teardown keeps its record and quarantines its
 //! devices, two releases of one pod at once tear down once, a retried teardown
 //! returns what it can, an unknown pod changes nothing.
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -166,7 +166,7 @@ fn a_release_leaves_a_pod_claimed_while_it_waited() {
     l.claim(&pod("a"), &[gpu("GPU-1", Share::Exclusive)])
         .unwrap();
     let turn = l.lock_device(&DeviceId::Gpu("GPU-1".to_string())).unwrap();
-    let ids: HashSet<String> = ["a", "x"].map(String::from).into();
+    let ids = super::gone(&["a", "x"]);
     std::thread::scope(|s| {
         let released = s.spawn(|| l.release_pods(&ids, &NoTeardown).unwrap());
         std::thread::sleep(Duration::from_millis(100));
@@ -201,7 +201,7 @@ fn a_container_admitted_during_the_teardown_keeps_the_pods_claims() {
     }
     let other = Ledger::open(d.path()).unwrap();
     let released = l
-        .release_pods(&HashSet::from(["a".to_string()]), &Joins(&other))
+        .release_pods(&super::gone(&["a"]), &Joins(&other))
         .unwrap();
     assert!(released.pods.is_empty(), "{released:?}");
     assert_eq!(released.joined.len(), 1);
@@ -241,9 +241,7 @@ fn a_container_admitted_during_a_failed_teardown_keeps_the_clean_claims() {
     }
     let other = Ledger::open(d.path()).unwrap();
     let td = JoinsAndFails(&other, claims[0].device.clone());
-    let released = l
-        .release_pods(&HashSet::from(["a".to_string()]), &td)
-        .unwrap();
+    let released = l.release_pods(&super::gone(&["a"]), &td).unwrap();
     assert_eq!((released.failed.len(), released.joined.len()), (1, 1));
     let snap = l.snapshot().unwrap();
     let held: Vec<&DeviceId> = snap.pods["a"].claims.iter().map(|c| &c.device).collect();
@@ -282,9 +280,7 @@ fn a_pod_a_container_joined_before_its_teardown_is_not_torn_down() {
     }
     let other = Ledger::open(d.path()).unwrap();
     let td = JoinsB(&other, Default::default());
-    let released = l
-        .release_pods(&HashSet::from(["a".to_string(), "b".to_string()]), &td)
-        .unwrap();
+    let released = l.release_pods(&super::gone(&["a", "b"]), &td).unwrap();
     assert_eq!(*td.1.lock().unwrap(), ["a"], "b never torn down");
     let ids = |pods: Vec<&PodRef>| {
         pods.into_iter()
@@ -307,9 +303,7 @@ fn a_retry_leaves_a_pod_that_admitted_a_container_since_its_failure() {
     let claims = [gpu("GPU-1", Share::Exclusive)];
     l.admit(&pod("a"), &claims, "c1", super::tests::record("c1"), false)
         .unwrap();
-    let failed = l
-        .release_pods(&HashSet::from(["a".to_string()]), &Failing)
-        .unwrap();
+    let failed = l.release_pods(&super::gone(&["a"]), &Failing).unwrap();
     assert_eq!(failed.failed.len(), 1);
     let then = failed.failed[0].admitted;
     assert_eq!(then, 1);
@@ -324,7 +318,7 @@ fn a_retry_leaves_a_pod_that_admitted_a_container_since_its_failure() {
     }
     let td = Counts(Default::default());
     let retry = std::collections::HashMap::from([("a".to_string(), Some(then))]);
-    let released = l.release_retried(&retry, &td).unwrap();
+    let released = l.release_pods(&retry, &td).unwrap();
     assert_eq!(released, Released::default());
     assert_eq!(td.0.load(std::sync::atomic::Ordering::SeqCst), 0);
     assert!(l.snapshot().unwrap().pods["a"]
@@ -340,7 +334,7 @@ fn a_retry_leaves_a_pod_that_admitted_a_container_since_its_failure() {
                 .unwrap();
         }
         let retry = std::collections::HashMap::from([("a".to_string(), admitted)]);
-        let released = l.release_retried(&retry, &td).unwrap();
+        let released = l.release_pods(&retry, &td).unwrap();
         assert_eq!(released.pods.len(), 1, "{admitted:?}");
         assert!(!l.holds("a").unwrap());
     }
@@ -374,4 +368,32 @@ fn a_vf_turn_is_tried_without_waiting() {
         "the first let go"
     );
     drop(held);
+}
+
+/// A pod a Synchronize took for gone that a container joins before its
+/// release reads the ledger (a containerd 1.7 sandbox reported with pid 0
+/// whose container kubelet restarts) is live: nothing of it is torn down and
+/// its claims stay.
+#[test]
+fn a_pod_a_container_joins_after_it_was_taken_for_gone_is_kept() {
+    struct Counts(std::sync::atomic::AtomicU32);
+    impl Teardown for Counts {
+        fn teardown(&self, _pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+    }
+    let (_d, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    l.admit(&pod("p"), &claims, "c1", super::tests::record("c1"), false)
+        .unwrap();
+    let gone = l.stale_pods(&HashSet::new()).unwrap();
+    assert_eq!(gone, HashMap::from([("p".to_string(), Some(1))]));
+    l.admit(&pod("p"), &claims, "c2", super::tests::record("c2"), false)
+        .unwrap();
+    let td = Counts(Default::default());
+    let released = l.release_pods(&gone, &td).unwrap();
+    assert_eq!(released, Released::default());
+    assert_eq!(td.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert!(l.holds("p").unwrap());
 }

@@ -168,6 +168,9 @@ fn found_on_host(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), 
     }
 }
 
+/// A VF found in its pod: the pod's netlink, and the link there.
+type InPod = (Box<dyn Rtnl>, Link);
+
 /// A VF still in its live pod comes home only under its saved name. When that
 /// name is taken on the host, nothing is touched: the VF stays whole in the
 /// pod (its PF settings such as the tenant VLAN, its RDMA device) and the
@@ -181,7 +184,7 @@ fn find_in_pod(
     host: &mut dyn Rtnl,
     rec: &SavedVf,
     pod: &Netns,
-) -> Result<Option<(Box<dyn Rtnl>, Link)>, VfError> {
+) -> Result<Option<InPod>, VfError> {
     let (pod_nl, in_pod) = in_pod(ops, at, rec, pod)?;
     let Some(link) = in_pod else {
         return Ok(None);

@@ -128,7 +128,7 @@ mod tests {
     fn a_sandbox_is_released_when_its_last_release_ends() {
         let releases = Arc::new(InFlight::default());
         let a = releases.enter(&Release::Pod("a".into()));
-        let ab = releases.enter(&Release::Pods(["a", "b"].map(String::from).into()));
+        let ab = releases.enter(&Release::Pods(crate::ledger::gone(&["a", "b"])));
         let c = releases.enter(&Release::Pod("c".into()));
         assert!(releases.releasing("a") && releases.releasing("b"));
         drop(a);

@@ -3,14 +3,13 @@
 //! than the runtime's 2 s request timeout, so it runs on a blocking thread and the
 //! event is answered at once; the ledger keeps the claims until it is done.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::gpu::{HealthMonitor, HealthPolicy};
 
-use crate::ledger::{Failed, GuardedRelease, Ledger, Released, Teardown};
+use crate::ledger::{Failed, Gone, GuardedRelease, Ledger, Released, Teardown};
 
 use super::DevgatePlugin;
 
@@ -18,24 +17,26 @@ use super::DevgatePlugin;
 #[derive(Debug, Clone)]
 pub enum Release {
     Pod(String),
-    /// These sandbox ids: pods a Synchronize found gone.
-    Pods(HashSet<String>),
-    /// Pods whose release failed, tried again (see [`Unreleased`]).
-    Retry(HashMap<String, Option<u32>>),
+    /// Pods taken for gone: by a Synchronize, or whose release failed (see
+    /// [`Unreleased`]); each released only while no container joined it.
+    Pods(Gone),
 }
 
 impl Release {
+    /// The sandbox ids it names, each with the containers admitted into it
+    /// when it was taken for gone (`None` where unknown, and for a stop).
+    pub fn pods(&self) -> impl Iterator<Item = (&String, Option<u32>)> {
+        let (one, many) = match self {
+            Release::Pod(id) => (Some((id, None)), None),
+            Release::Pods(pods) => (None, Some(pods)),
+        };
+        let many = many.into_iter().flatten().map(|(id, n)| (id, *n));
+        one.into_iter().chain(many)
+    }
+
     /// The sandbox ids it names.
     pub fn ids(&self) -> impl Iterator<Item = &String> {
-        let (one, many, retried) = match self {
-            Release::Pod(id) => (Some(id), None, None),
-            Release::Pods(ids) => (None, Some(ids), None),
-            Release::Retry(pods) => (None, None, Some(pods)),
-        };
-        let retried = retried.into_iter().flat_map(HashMap::keys);
-        one.into_iter()
-            .chain(many.into_iter().flatten())
-            .chain(retried)
+        self.pods().map(|(id, _)| id)
     }
 }
 
@@ -47,8 +48,7 @@ pub use unreleased::Unreleased;
 pub fn release(ledger: &Ledger, teardown: &dyn Teardown, which: &Release) -> Option<Released> {
     let result = match which {
         Release::Pod(id) => ledger.release_pod(id, teardown),
-        Release::Pods(ids) => ledger.release_pods(ids, teardown),
-        Release::Retry(pods) => ledger.release_retried(pods, teardown),
+        Release::Pods(pods) => ledger.release_pods(pods, teardown),
     };
     match result {
         Ok(released) => {
@@ -361,7 +361,7 @@ impl DevgatePlugin {
     }
 
     /// Releases the claims of pods the runtime no longer has.
-    pub(super) fn release_stale(&self, stale: HashSet<String>) {
+    pub(super) fn release_stale(&self, stale: Gone) {
         if !stale.is_empty() {
             tracing::info!(
                 pods = stale.len(),

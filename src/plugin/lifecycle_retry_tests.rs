@@ -28,24 +28,30 @@ fn unreleased_keeps_failures_and_releases_the_ledger_could_not_make() {
         }],
         ..Released::default()
     };
-    let both: std::collections::HashSet<String> =
-        ["a".to_string(), "b".to_string()].into_iter().collect();
+    let both = crate::ledger::gone(&["a", "b"]);
     u.update(&Release::Pods(both.clone()), Some(&outcome));
     assert_eq!(u.pending(), ["b".to_string()].into_iter().collect());
     // The retry releases b only while no container was admitted since its
     // failure, when it had admitted 3; a pod the ledger could not read is
-    // retried whatever it admitted.
+    // retried whatever it admitted, one taken for gone with a count keeps
+    // it.
     u.update(&Release::Pod("c".into()), None);
-    let Some(Release::Retry(retry)) = u.retry() else {
+    let counted = std::collections::HashMap::from([("d".to_string(), Some(2))]);
+    u.update(&Release::Pods(counted), None);
+    let Some(Release::Pods(retry)) = u.retry() else {
         panic!("no retry")
     };
     assert_eq!(
         retry,
-        [("b".to_string(), Some(3)), ("c".to_string(), None)]
-            .into_iter()
-            .collect()
+        [
+            ("b".to_string(), Some(3)),
+            ("c".to_string(), None),
+            ("d".to_string(), Some(2))
+        ]
+        .into_iter()
+        .collect()
     );
-    u.update(&Release::Retry(retry), Some(&Released::default()));
+    u.update(&Release::Pods(retry), Some(&Released::default()));
     u.update(&Release::Pods(both.clone()), Some(&outcome));
     // A container joined b while its teardown failed: b is live, and left
     // to its stop's release, never to a retry that would drop it.
@@ -114,6 +120,35 @@ fn a_synchronize_that_cannot_read_the_ledger_is_retried() {
     plugin.retry_round();
     assert!(plugin.wait_for_releases(LIMIT));
     assert!(ledger.snapshot().unwrap().pods.contains_key("sb"));
+}
+
+/// A pod the runtime did not list at a Synchronize whose ledger read failed
+/// (a containerd 1.7 sandbox reported with pid 0, its only container
+/// exited) that creates a container once the ledger reads again exists: the
+/// retry round's read counts it live and releases nothing of it.
+#[test]
+fn a_pod_that_creates_a_container_after_a_failed_synchronize_is_live() {
+    use nri::stub::Plugin as _;
+    let (plugin, fixture, _state) = hgx_plugin("");
+    let gpu = &fixture.expected().gpus[1];
+    let pod = allocated_pod(&gpu_allocation(gpu.minor, &gpu.uuid, 100));
+    let named = |id: &str| Container {
+        id: id.into(),
+        ..ctr()
+    };
+    plugin.create_container(&pod, &named("c1")).unwrap();
+    let ledger = plugin.devices().ledger().clone();
+    ledger.fold_journal().unwrap();
+    let document = plugin.options.state_dir.join("ledger.json");
+    let good = std::fs::read(&document).unwrap();
+    std::fs::write(&document, b"{not json").unwrap();
+    plugin.synchronize(Vec::new(), Vec::new()).unwrap();
+    std::fs::write(&document, good).unwrap();
+    plugin.create_container(&pod, &named("c2")).unwrap();
+    plugin.retry_round();
+    assert!(plugin.wait_for_releases(LIMIT));
+    let snap = ledger.snapshot().unwrap();
+    assert!(snap.pods[&pod.id].containers.contains_key("c2"), "{snap:?}");
 }
 
 /// A sandbox start that an NRI plugin called after devgate refused gets no

@@ -26,8 +26,8 @@ impl Unreleased {
     pub fn update(&self, which: &Release, released: Option<&Released>) {
         let mut pods = self.lock();
         let Some(released) = released else {
-            for id in which.ids() {
-                pods.entry(id.clone()).or_insert(None);
+            for (id, admitted) in which.pods() {
+                pods.entry(id.clone()).or_insert(admitted);
             }
             return;
         };
@@ -60,6 +60,6 @@ impl Unreleased {
     /// The release that tries every pending pod again, if any.
     pub fn retry(&self) -> Option<Release> {
         let pods = self.lock();
-        (!pods.is_empty()).then(|| Release::Retry(pods.clone()))
+        (!pods.is_empty()).then(|| Release::Pods(pods.clone()))
     }
 }

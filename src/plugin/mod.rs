@@ -225,6 +225,15 @@ impl DevgatePlugin {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+
+    /// What every creation notes before it can claim: its pod exists, so a
+    /// Synchronize retry owed (`resync`) counts it live, as it does a pod
+    /// run since; the GPU bookkeeping of its pod.
+    fn note_creation(&self, pod: &PodSandbox) {
+        self.fit_waits();
+        self.resync.note_run(&pod.id);
+        self.gpu.note_pod(pod, &self.options.state_dir);
+    }
 }
 
 impl nri::Plugin for DevgatePlugin {
@@ -255,8 +264,7 @@ impl nri::Plugin for DevgatePlugin {
         pod: &PodSandbox,
         ctr: &Container,
     ) -> Result<CreateContainerResponse, PluginError> {
-        self.fit_waits();
-        self.gpu.note_pod(pod, &self.options.state_dir);
+        self.note_creation(pod);
         let adjustment = self.adjustment(pod, ctr)?;
         self.unapplied.forget_replaced(&pod.id, &ctr.name);
         Ok(adjust::create_response(adjustment))
@@ -269,8 +277,7 @@ impl nri::Plugin for DevgatePlugin {
         pod: &PodSandbox,
         ctr: &Container,
     ) -> Result<CreateReply, PluginError> {
-        self.fit_waits();
-        self.gpu.note_pod(pod, &self.options.state_dir);
+        self.note_creation(pod);
         let (admitted, probe) = self.admitted(pod, ctr)?;
         self.unapplied.forget_replaced(&pod.id, &ctr.name);
         tracing::debug!(

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
-use crate::ledger::Ledger;
+use crate::ledger::{Gone, Ledger};
 
 /// Most live pods kept for a retry: a node's pods, and every pod started
 /// since, many times over.
@@ -50,7 +50,7 @@ impl PendingSync {
     /// The pods to release: those the ledger holds that were neither live at
     /// the Synchronize nor run since. `None` when nothing is owed, or while
     /// the ledger still cannot be read (kept for the next round).
-    pub fn stale(&self, ledger: &Ledger) -> Option<HashSet<String>> {
+    pub fn stale(&self, ledger: &Ledger) -> Option<Gone> {
         let mut pending = self.lock();
         let live = pending.as_ref()?;
         match ledger.stale_pods(live) {

@@ -2,8 +2,6 @@
 //! the failing one stays the pod's, quarantined, until a retry cleans it
 //! (fake host and NVML, real ledger).
 
-use std::collections::HashSet;
-
 use super::fake_host::FakeProc;
 use super::pod;
 use super::teardown::{claim, dev, node, resets, Node, HALF};
@@ -87,7 +85,7 @@ fn a_gpu_whose_reset_fails_is_kept_and_the_others_go_back_reset() {
     // Once the GPU can be reset, the retry ends the pod; the GPU retry then
     // returns it to service.
     n.nvml.failing.lock().unwrap().clear();
-    let again = HashSet::from(["sb-a".to_string()]);
+    let again = crate::ledger::gone(&["sb-a"]);
     let out = n.ledger.release_pods(&again, &n.teardown).unwrap();
     assert_eq!(out.pods, vec![pod("a")]);
     assert_eq!(resets(&n.nvml, "GPU-1"), 1);
@@ -140,7 +138,7 @@ fn a_shared_gpu_given_up_clean_is_reset_by_its_last_holder() {
         .unwrap();
     n.ledger.claim(&pod("b"), &[claim("GPU-0", HALF)]).unwrap();
     n.nvml.failing.lock().unwrap().insert("GPU-1".into());
-    let both = HashSet::from(["sb-a".to_string(), "sb-b".to_string()]);
+    let both = crate::ledger::gone(&["sb-a", "sb-b"]);
     let out = n.ledger.release_pods(&both, &n.teardown).unwrap();
     assert_eq!(out.pods, vec![pod("b")]);
     assert_eq!(out.failed.len(), 1);
