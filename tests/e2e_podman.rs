@@ -18,7 +18,7 @@ use std::process::Output;
 use devgate::allocation::DEVICE_ALLOCATED;
 use devgate::fixture::HostRootBuilder;
 use devgate::ledger::Ledger;
-use harness::{annotation_arg, hooks_dir, hooks_only, Podman, ULIMITS};
+use harness::{annotation_arg, hook_log, hooks_dir, hooks_only, Podman, ULIMITS};
 use net::{link, In, NamedNs, Veth};
 use support::node::{allocation, gpu_entry, vf_entry};
 use support::{require_root, wait_for, SLOW, WORKLOAD_IMAGE};
@@ -96,7 +96,7 @@ impl Setup {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.state.join("hook.log")).unwrap_or_default()
+        hook_log(&self.state)
     }
 
     /// The VF is back on the host under its name and MAC, the ledger holds

@@ -15,8 +15,7 @@ mod harness;
 use devgate::allocation::DEVICE_ALLOCATED;
 use devgate::config::RdmaNetnsMode;
 use devgate::fixture::HostRootBuilder;
-use devgate::ledger::Ledger;
-use harness::{annotation_arg, hooks_only, ULIMITS};
+use harness::{annotation_arg, hook_log, hooks_only, ledger_pods, ULIMITS};
 use support::{require_root, WORKLOAD_IMAGE};
 
 #[test]
@@ -45,12 +44,9 @@ fn a_whole_pf_on_an_exclusive_kernel_goes_only_to_host_network_containers() {
         ]);
         podman.cmd(&args)
     };
-    let log = || std::fs::read_to_string(state.join("hook.log")).unwrap_or_default();
+    let log = || hook_log(&state);
     // The hook opens the ledger before it plans: a refusal finds it there.
-    let claims = || {
-        let ledger = Ledger::open(&state).and_then(|l| l.snapshot());
-        ledger.expect("read the ledger").pods.len()
-    };
+    let claims = || ledger_pods(&state);
 
     // `--network none`: a namespace of its own, with nothing in it.
     let own = run(&["--network", "none"]);
@@ -123,11 +119,8 @@ fn stage_auto_refuses_a_run_inside_the_container() {
         );
         (out.status.success(), text)
     };
-    let log = || std::fs::read_to_string(state.join("hook.log")).unwrap_or_default();
-    let claims = || {
-        let ledger = Ledger::open(&state).and_then(|l| l.snapshot());
-        ledger.expect("read the ledger").pods.len()
-    };
+    let log = || hook_log(&state);
+    let claims = || ledger_pods(&state);
     let reason = "runs in the container's namespaces, as createContainer or startContainer hooks \
                   do (";
     let fix = "list devgate-hook at createRuntime (or prestart) and poststop only";

@@ -144,3 +144,15 @@ pub const ULIMITS: [&str; 4] = [
 pub fn annotation_arg(key: &str, value: &str) -> String {
     format!("\"{}\"", format!("{key}={value}").replace('"', "\"\""))
 }
+
+/// What the hook logged so far in the state directory (empty before its
+/// first run).
+pub fn hook_log(state: &Path) -> String {
+    std::fs::read_to_string(state.join("hook.log")).unwrap_or_default()
+}
+
+/// The pods the ledger in `state` holds claims for.
+pub fn ledger_pods(state: &Path) -> usize {
+    let ledger = devgate::ledger::Ledger::open(state).and_then(|l| l.snapshot());
+    ledger.expect("read the ledger").pods.len()
+}
