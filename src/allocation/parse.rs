@@ -13,6 +13,9 @@ use super::raw::{RawEntry, RawQuantity, RawVf, UniqueMap};
 use super::*;
 use crate::inventory::PciAddr;
 
+#[path = "parse_unapplied.rs"]
+mod unapplied;
+
 const ANN: &str = DEVICE_ALLOCATED;
 /// Longest value echoed back in an error message.
 const MAX_ECHO: usize = 64;
@@ -43,7 +46,10 @@ pub fn parse_allocation(bytes: &[u8]) -> Result<Allocation, AllocationError> {
         check_name("-", "device type", kind, MAX_TYPE_LEN, NameRule::Token)?;
         match kind.as_str() {
             "gpu" | "rdma" | "fpga" => p.device_type(kind, raw)?,
-            _ => p.out.ignored_types.push(kind.clone()),
+            _ => {
+                p.device_type(kind, raw)?;
+                p.out.ignored_types.push(kind.clone());
+            }
         }
     }
     Ok(p.out)
@@ -153,6 +159,18 @@ impl Parser {
             let entry = format!("{kind}[{i}]");
             self.count(&entry)?;
             super::spelling::check_entry(&entry, raw)?;
+            if !matches!(kind, "gpu" | "rdma" | "fpga") {
+                // Not applied, but read as koordinator reads every type
+                // (`map[DeviceType][]*DeviceAllocation`, so `null` entries
+                // too): an annotation it cannot read leaves every device of
+                // the pod uncounted there, those devgate would grant too.
+                let e: Option<RawEntry> =
+                    serde_json::from_str(raw.get()).map_err(|e| malformed(&entry, e))?;
+                if let Some(e) = e {
+                    self.other(&entry, e)?;
+                }
+                continue;
+            }
             let e: RawEntry = serde_json::from_str(raw.get()).map_err(|e| malformed(&entry, e))?;
             match kind {
                 "gpu" => {
@@ -195,6 +213,7 @@ impl Parser {
     }
 
     fn gpu(&mut self, entry: &str, e: RawEntry) -> Result<GpuEntry, AllocationError> {
+        self.unapplied_vfs(entry, e.extension.as_ref())?;
         let minor = device_minor(entry, e.minor)?;
         self.unique(entry, format!("gpu minor {minor}"))?;
         let uuid = non_empty(e.id);
@@ -265,6 +284,7 @@ impl Parser {
     }
 
     fn fpga(&mut self, entry: &str, e: RawEntry) -> Result<FpgaEntry, AllocationError> {
+        self.unapplied_vfs(entry, e.extension.as_ref())?;
         let minor = device_minor(entry, e.minor)?;
         self.unique(entry, format!("fpga minor {minor}"))?;
         let id = non_empty(e.id);
