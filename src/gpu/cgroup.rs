@@ -14,6 +14,11 @@ enum Pattern {
     Prefix(String),
     /// A single path component, e.g. a systemd slice name: it occurs in the path.
     Component(String),
+    /// A pod's systemd slice as kubelet names it under the default cgroup
+    /// root (`kubepods-burstable-pod<uid>.slice`): a component that is it,
+    /// or that ends in it after the names of another root (`--cgroup-root=/k8s`:
+    /// `k8s-kubepods-burstable-pod<uid>.slice`, `CgroupName.ToSystemd`).
+    PodSlice(String),
 }
 
 /// The cgroups of one pod.
@@ -77,7 +82,7 @@ impl PodCgroups {
         let mut patterns = vec![Pattern::Component(format!("pod{uid}"))];
         let slice_uid = uid.replace('-', "_");
         for qos in ["", "besteffort-", "burstable-"] {
-            patterns.push(Pattern::Component(format!(
+            patterns.push(Pattern::PodSlice(format!(
                 "kubepods-{qos}pod{slice_uid}.slice"
             )));
         }
@@ -168,7 +173,7 @@ impl PodCgroups {
         let in_pods = hierarchy_paths(proc_cgroup).any(in_kubelet_pods);
         let applies = |p: &&Pattern| match p {
             Pattern::Prefix(prefix) => !in_pods || in_kubelet_pods(prefix),
-            Pattern::Component(_) => !in_pods,
+            Pattern::Component(_) | Pattern::PodSlice(_) => !in_pods,
         };
         hierarchy_paths(proc_cgroup).any(|path| {
             self.patterns
@@ -227,7 +232,7 @@ impl Pattern {
     fn is_shared_level(&self) -> bool {
         let last = match self {
             Pattern::Prefix(path) => path.rsplit('/').next().unwrap_or_default(),
-            Pattern::Component(name) => name,
+            Pattern::Component(name) | Pattern::PodSlice(name) => name,
         };
         SHARED_LEVELS.contains(&last) || is_qos_slice(last)
     }
@@ -301,7 +306,7 @@ impl Pattern {
         match other {
             // A path beneath a prefix has the prefix's components.
             Pattern::Prefix(prefix) => matches(self, prefix),
-            Pattern::Component(_) => self == other,
+            Pattern::Component(_) | Pattern::PodSlice(_) => self == other,
         }
     }
 }
@@ -312,6 +317,10 @@ fn matches(pattern: &Pattern, path: &str) -> bool {
             .strip_prefix(prefix.as_str())
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')),
         Pattern::Component(name) => path.split('/').any(|c| c == name),
+        Pattern::PodSlice(name) => path.split('/').any(|c| {
+            c.strip_suffix(name.as_str())
+                .is_some_and(|root| root.is_empty() || root.ends_with('-'))
+        }),
     }
 }
 

@@ -208,6 +208,19 @@ fn uid_matches_both_cgroup_drivers() {
     );
     assert!(pod.contains(&cgroupfs));
     assert!(pod.contains(&systemd));
+    // Under kubelet's --cgroup-root=/k8s, both drivers.
+    let slice_uid = UID.replace('-', "_");
+    let rooted = [
+        format!("0::/k8s.slice/k8s-kubepods.slice/k8s-kubepods-burstable.slice/k8s-kubepods-burstable-pod{slice_uid}.slice/cri-containerd-x.scope\n"),
+        format!("0::/k8s.slice/k8s-kubepods.slice/k8s-kubepods-pod{slice_uid}.slice/x.scope\n"),
+        format!("0::/k8s/kubepods/burstable/pod{UID}/ctr\n"),
+    ];
+    for text in rooted {
+        assert!(pod.contains(&text), "{text}");
+    }
+    // Another pod's, whose UID ends like this one's.
+    let other = format!("0::/kubepods.slice/kubepods-pod1{slice_uid}.slice/x.scope\n");
+    assert!(!pod.contains(&other));
     assert!(!pod.contains("0::/system.slice/containerd.service\n"));
     assert!(PodCgroups::from_uid("").is_empty());
     assert!(PodCgroups::from_uid("../x").is_empty());
