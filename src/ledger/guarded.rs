@@ -139,7 +139,7 @@ impl Ledger {
             Ok(()) if still => {
                 drop_pod(&mut txn.state, sandbox_id);
                 // A VF a failed restore quarantined is back once one succeeds.
-                lift_restored(&mut txn.state, &seen.claims);
+                lift_restored(&mut txn.state, sandbox_id, &seen.claims);
                 prune_empty(&mut txn.state);
                 (GuardedRelease::Released(seen.clone()), false)
             }

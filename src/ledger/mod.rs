@@ -343,7 +343,7 @@ impl Ledger {
     /// Marks a device as not to be handed out until cleared.
     pub fn quarantine(&self, device: &DeviceId, reason: &str) -> Result<(), LedgerError> {
         let mut txn = self.store.begin()?;
-        quarantine_in(&mut txn.state, device, reason);
+        quarantine_in(&mut txn.state, device, reason, None);
         txn.commit()
     }
 

@@ -179,7 +179,7 @@ impl Ledger {
                 Ok(()) if joined => {}
                 Ok(()) => {
                     drop_pod(&mut txn.state, &pod.pod.sandbox_id);
-                    lift_restored(&mut txn.state, &pod.claims);
+                    lift_restored(&mut txn.state, &pod.pod.sandbox_id, &pod.claims);
                     out.pods.push(pod.pod.clone());
                 }
                 // Released meanwhile by another release that succeeded: its

@@ -279,7 +279,15 @@ pub fn pf_vf_conflict(state: &LedgerState, claim: &Claim) -> Option<LedgerError>
     check_pf_and_vfs(state, claim).err()
 }
 
-pub(super) fn quarantine_in(state: &mut LedgerState, device: &DeviceId, reason: &str) {
+/// Quarantines `device` for `reason`, a failed teardown of pod `by`'s or
+/// (`None`) anything else; a quarantine in force keeps its reason, and
+/// stays set by one pod only while no other cause joined it.
+pub(super) fn quarantine_in(
+    state: &mut LedgerState,
+    device: &DeviceId,
+    reason: &str,
+    by: Option<&str>,
+) {
     let rec = state
         .devices
         .entry(device.to_string())
@@ -288,11 +296,16 @@ pub(super) fn quarantine_in(state: &mut LedgerState, device: &DeviceId, reason: 
             holders: Vec::new(),
             quarantine: None,
         });
-    if rec.quarantine.is_none() {
-        rec.quarantine = Some(Quarantine {
-            reason: reason.to_string(),
-            since_unix: now_unix(),
-        });
+    match &mut rec.quarantine {
+        None => {
+            rec.quarantine = Some(Quarantine {
+                reason: reason.to_string(),
+                since_unix: now_unix(),
+                set_by: by.map(str::to_string),
+            });
+        }
+        Some(q) if q.set_by.as_deref() != by => q.set_by = None,
+        Some(_) => {}
     }
 }
 
@@ -315,20 +328,33 @@ pub(super) fn drop_claims(state: &mut LedgerState, sandbox_id: &str, claims: &[C
     }
 }
 
-/// A pod's teardown succeeded: its NICs (VFs, PFs) are back as they were, so a
+/// Pod `sandbox_id`'s teardown of `claims` succeeded (the pod, or these
+/// claims, already dropped): its NICs (VFs, PFs) are back as they were, so a
 /// quarantine a failed earlier attempt put on them ends with it, once nobody
-/// holds them. GPUs stay quarantined: the GPU retry cleans them first
-/// (`gpu::GpuTeardown::retry_quarantined`), since a GPU can also be quarantined
-/// for what the teardown found on it.
-pub(super) fn lift_restored(state: &mut LedgerState, claims: &[Claim]) {
+/// holds them. A GPU nobody holds stays quarantined: the GPU retry cleans it
+/// first (`gpu::GpuTeardown::retry_quarantined`), since a GPU can also be
+/// quarantined for what the teardown found on it. A GPU other pods still
+/// share, quarantined by this pod's failure alone (its leftover process),
+/// is as a first successful release would have left it, the last holder's
+/// release cleaning it: it goes back to them, rather than stay refused to
+/// new shares until they all end.
+pub(super) fn lift_restored(state: &mut LedgerState, sandbox_id: &str, claims: &[Claim]) {
     for claim in claims {
-        if matches!(claim.device, DeviceId::Gpu(_)) {
+        let Some(rec) = state.devices.get_mut(&claim.device.to_string()) else {
             continue;
-        }
-        if let Some(rec) = state.devices.get_mut(&claim.device.to_string()) {
-            if rec.holders.is_empty() {
-                rec.quarantine = None;
+        };
+        let lift = match claim.device {
+            DeviceId::Gpu(_) => {
+                !rec.holders.is_empty()
+                    && rec
+                        .quarantine
+                        .as_ref()
+                        .is_some_and(|q| q.set_by.as_deref() == Some(sandbox_id))
             }
+            _ => rec.holders.is_empty(),
+        };
+        if lift {
+            rec.quarantine = None;
         }
     }
 }

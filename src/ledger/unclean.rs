@@ -97,11 +97,11 @@ pub(super) fn keep_unclean(
 ) -> Vec<DeviceId> {
     let (kept, freed) = unclean.split(claims);
     for claim in &kept {
-        quarantine_in(state, &claim.device, &unclean.reason);
+        quarantine_in(state, &claim.device, &unclean.reason, Some(sandbox_id));
     }
     if free && !freed.is_empty() {
         drop_claims(state, sandbox_id, &freed);
-        lift_restored(state, &freed);
+        lift_restored(state, sandbox_id, &freed);
     }
     kept.into_iter().map(|c| c.device).collect()
 }

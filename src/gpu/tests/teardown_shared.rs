@@ -152,3 +152,45 @@ fn a_pod_kept_by_its_release_still_holds_its_share() {
     assert!(n.host.alive(10), "a's process is a's");
     assert_eq!(resets(&n.nvml, "GPU-1"), 0, "a still holds GPU-1");
 }
+
+/// A GPU two pods share, quarantined by one pod's failed release alone (a
+/// process of it that survived being ended): once that pod's retry
+/// succeeds, the GPU is as a first successful release would have left it,
+/// and takes new shares beside the other pod, without a reset (its last
+/// holder's release resets it). A quarantine another cause joined stays.
+#[test]
+fn a_shared_gpu_quarantined_by_one_pods_leftover_returns_once_that_pod_is_released() {
+    use super::fake_host::FakeProc;
+    for other_cause in [false, true] {
+        let n = node(|_| {});
+        n.ledger.claim(&pod("a"), &[claim("GPU-1", HALF)]).unwrap();
+        n.ledger.claim(&pod("b"), &[claim("GPU-1", HALF)]).unwrap();
+        let stuck = FakeProc {
+            devs: vec![dev(1)],
+            cgroup: "0::/kubepods/poduid-a/c1\n".into(),
+            start: 1,
+            unkillable: true,
+            ..FakeProc::default()
+        };
+        n.host.add_proc(10, stuck);
+        let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+        assert_eq!(out.failed.len(), 1, "{out:?}");
+        if other_cause {
+            let gpu = crate::ledger::DeviceId::Gpu("GPU-1".into());
+            n.ledger.quarantine(&gpu, "xid 79").unwrap();
+        }
+        let refused = n.ledger.claim(&pod("c"), &[claim("GPU-1", HALF)]);
+        assert!(refused.is_err(), "quarantined while a's process runs");
+
+        n.host.procs.lock().unwrap().remove(&10);
+        let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+        assert_eq!((out.pods.len(), out.failed.len()), (1, 0), "{out:?}");
+        let quarantine = n.ledger.snapshot().unwrap().devices["gpu GPU-1"]
+            .quarantine
+            .clone();
+        assert_eq!(quarantine.is_some(), other_cause, "{quarantine:?}");
+        let claimed = n.ledger.claim(&pod("c"), &[claim("GPU-1", HALF)]);
+        assert_eq!(claimed.is_ok(), !other_cause, "{claimed:?}");
+        assert_eq!(resets(&n.nvml, "GPU-1"), 0, "b still holds GPU-1");
+    }
+}
