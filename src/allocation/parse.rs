@@ -13,8 +13,13 @@ use super::raw::{RawEntry, RawQuantity, RawVf, UniqueMap};
 use super::*;
 use crate::inventory::PciAddr;
 
+#[path = "parse_containers.rs"]
+mod containers;
 #[path = "parse_unapplied.rs"]
 mod unapplied;
+
+pub(crate) use containers::is_dns_label;
+pub(super) use containers::parse_containers;
 
 const ANN: &str = DEVICE_ALLOCATED;
 /// Longest value echoed back in an error message.
@@ -89,60 +94,6 @@ fn nesting_depth(bytes: &[u8]) -> usize {
     deepest
 }
 
-/// Parses `devgate.io/containers`: comma-separated container names.
-pub(super) fn parse_containers(text: &str) -> Result<ContainerSelector, AllocationError> {
-    const ANN: &str = CONTAINERS;
-    // 64 names of at most 63 characters, with separators and spaces.
-    let limit = MAX_CONTAINERS * 66;
-    if text.len() > limit {
-        return Err(AllocationError::TooLarge {
-            annotation: ANN,
-            len: text.len(),
-            limit,
-        });
-    }
-    let mut names: Vec<String> = Vec::new();
-    for (i, name) in text.split(',').map(str::trim).enumerate() {
-        let entry = format!("[{i}]");
-        if names.len() == MAX_CONTAINERS {
-            return Err(AllocationError::TooMany {
-                annotation: ANN,
-                entry,
-                what: "containers",
-                limit: MAX_CONTAINERS,
-            });
-        }
-        if !is_dns_label(name) {
-            return Err(AllocationError::BadName {
-                annotation: ANN,
-                entry,
-                field: "container name".into(),
-                value: clip(name),
-            });
-        }
-        if let Some(first) = names.iter().position(|n| n == name) {
-            return Err(AllocationError::Duplicate {
-                annotation: ANN,
-                entry,
-                what: format!("container {name}"),
-                first: format!("[{first}]"),
-            });
-        }
-        names.push(name.to_string());
-    }
-    Ok(ContainerSelector::Only(names))
-}
-
-/// A container or namespace name: an RFC 1123 label, as Kubernetes validates it.
-pub(crate) fn is_dns_label(s: &str) -> bool {
-    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes().all(|b| alnum(b) || b == b'-')
-        && s.bytes().next().is_some_and(alnum)
-        && s.bytes().last().is_some_and(alnum)
-}
-
 #[derive(Default)]
 struct Parser {
     out: Allocation,
@@ -155,20 +106,17 @@ impl Parser {
     fn device_type(&mut self, kind: &str, raw: &RawValue) -> Result<(), AllocationError> {
         let list: Option<Vec<Box<RawValue>>> =
             serde_json::from_str(raw.get()).map_err(|e| malformed(kind, e))?;
+        let applied = matches!(kind, "gpu" | "rdma" | "fpga");
         for (i, raw) in list.unwrap_or_default().iter().enumerate() {
             let entry = format!("{kind}[{i}]");
-            self.count(&entry)?;
+            // What is not applied counts toward no limit of devgate's: the
+            // annotation's size bounds it, and koordinator takes any number.
+            if applied {
+                self.count(&entry)?;
+            }
             super::spelling::check_entry(&entry, raw)?;
-            if !matches!(kind, "gpu" | "rdma" | "fpga") {
-                // Not applied, but read as koordinator reads every type
-                // (`map[DeviceType][]*DeviceAllocation`, so `null` entries
-                // too): an annotation it cannot read leaves every device of
-                // the pod uncounted there, those devgate would grant too.
-                let e: Option<RawEntry> =
-                    serde_json::from_str(raw.get()).map_err(|e| malformed(&entry, e))?;
-                if let Some(e) = e {
-                    self.other(&entry, e)?;
-                }
+            if !applied {
+                unapplied::entry(&entry, raw)?;
                 continue;
             }
             let e: RawEntry = serde_json::from_str(raw.get()).map_err(|e| malformed(&entry, e))?;
@@ -213,7 +161,7 @@ impl Parser {
     }
 
     fn gpu(&mut self, entry: &str, e: RawEntry) -> Result<GpuEntry, AllocationError> {
-        self.unapplied_vfs(entry, e.extension.as_ref())?;
+        unapplied::unapplied_vfs(entry, e.extension.as_ref())?;
         let minor = device_minor(entry, e.minor)?;
         self.unique(entry, format!("gpu minor {minor}"))?;
         let uuid = non_empty(e.id);
@@ -284,7 +232,7 @@ impl Parser {
     }
 
     fn fpga(&mut self, entry: &str, e: RawEntry) -> Result<FpgaEntry, AllocationError> {
-        self.unapplied_vfs(entry, e.extension.as_ref())?;
+        unapplied::unapplied_vfs(entry, e.extension.as_ref())?;
         let minor = device_minor(entry, e.minor)?;
         self.unique(entry, format!("fpga minor {minor}"))?;
         let id = non_empty(e.id);

@@ -52,6 +52,7 @@ fn tolerated_inputs() {
         ("unknown type", r#"{"npu":[{"minor":1}],"gpu":[{"minor":0}]}"#),
         ("unknown type, null entries", r#"{"xpu":null,"npu":[null,{"minor":-3,"id":"npu-0","resources":{"huawei.com/npu-core":"-0.5"},"extension":{"vfs":[{"minor":7,"busID":"x"}],"other":[1]}}]}"#),
         ("vfs under a gpu", r#"{"gpu":[{"minor":0,"extension":{"vfs":[{"minor":-1,"busID":"0000:01:00.2"}]}}]}"#),
+        ("unknown type's quantities as go reads them", r#"{"npu":[{"resources":{"a":null,"b":"-1.5Gi","c":"+2","d":1e3,"e":"99999999999999999999Ei"}}]}"#),
         ("unknown keys everywhere", r#"{"gpu":[{"minor":0,"moduleID":3,"x":{"y":[1]}}],"rdma":[{"minor":1,"extension":{"priority":"VFPriorityHigh","bondSlaves":["a"],"vfs":[{"busID":"0000:01:00.2","extra":true}]}}]}"#),
         ("missing id", r#"{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"}}]}"#),
         ("empty id", r#"{"gpu":[{"minor":0,"id":""}]}"#),
@@ -69,6 +70,10 @@ fn tolerated_inputs() {
     for (name, input) in table {
         assert!(parse(input).is_ok(), "{name}: {:?}", parse(input));
     }
+    // Entries devgate does not apply count toward none of its limits.
+    let many = vec![r#"{"minor":1}"#; 2 * MAX_ENTRIES].join(",");
+    let text = format!(r#"{{"gpu":[{{"minor":0}}],"npu":[{many}]}}"#);
+    assert_eq!(parse(&text).unwrap().gpus.len(), 1);
     let a = parse(r#"{"npu":[],"gpu":[],"xpu":null}"#).unwrap();
     assert_eq!(a.ignored_types, vec!["npu".to_string(), "xpu".to_string()]);
     assert!(a.is_empty());
@@ -149,6 +154,9 @@ fn rejected_inputs() {
         ("unknown type's minor a string", r#"{"gpu":[{"minor":0}],"npu":[{"minor":"x"}]}"#, "npu[0]", |e| matches!(e, AllocationError::Malformed { .. })),
         ("unknown type's minor over int32", r#"{"npu":[{"minor":2147483648}]}"#, "npu[0]", |e| matches!(e, AllocationError::OutOfRange { .. })),
         ("unknown type's id a number", r#"{"npu":[{"id":5}]}"#, "npu[0]", |e| matches!(e, AllocationError::Malformed { .. })),
+        ("unknown type's quantity not one", r#"{"gpu":[{"minor":0}],"npu":[{"resources":{"huawei.com/npu":"abc"}}]}"#, "npu[0]", |e| matches!(e, AllocationError::Quantity { reason: QuantityError::Malformed(_), .. })),
+        ("unknown type's quantity signed twice", r#"{"npu":[{"resources":{"a":"-+1"}}]}"#, "npu[0]", |e| matches!(e, AllocationError::Quantity { .. })),
+        ("unknown type's quantity a sign", r#"{"npu":[{"resources":{"a":"-"}}]}"#, "npu[0]", |e| matches!(e, AllocationError::Quantity { .. })),
         ("unknown type's quantity a bool", r#"{"npu":[{"resources":{"huawei.com/npu-core":true}}]}"#, "npu[0]", |e| matches!(e, AllocationError::Malformed { .. })),
         ("unknown type's entry an array", r#"{"npu":[[3]]}"#, "npu[0]", |e| matches!(e, AllocationError::Malformed { .. })),
         ("gpu vf busID a number", r#"{"gpu":[{"minor":0,"extension":{"vfs":[{"busID":7}]}}]}"#, "gpu[0].vfs[0]", |e| matches!(e, AllocationError::Malformed { .. })),
