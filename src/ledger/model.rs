@@ -94,9 +94,10 @@ pub struct Holder {
 pub struct Quarantine {
     pub reason: String,
     pub since_unix: u64,
-    /// The pod whose failed teardown alone set it (`None`: set otherwise,
-    /// or by several): a GPU other pods still share is returned to them
-    /// once that pod's release succeeds (see `rules::lift_restored`).
+    /// The pod whose own processes, outliving its teardown, alone set it
+    /// (`None`: set otherwise, or by several): a GPU other pods still share
+    /// is returned to them once that pod's release succeeds (see
+    /// `rules::lift_restored`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set_by: Option<String>,
 }

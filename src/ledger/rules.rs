@@ -279,9 +279,10 @@ pub fn pf_vf_conflict(state: &LedgerState, claim: &Claim) -> Option<LedgerError>
     check_pf_and_vfs(state, claim).err()
 }
 
-/// Quarantines `device` for `reason`, a failed teardown of pod `by`'s or
-/// (`None`) anything else; a quarantine in force keeps its reason, and
-/// stays set by one pod only while no other cause joined it.
+/// Quarantines `device` for `reason`: pod `by`'s own processes that
+/// outlived its teardown, or (`None`) anything else; a quarantine in force
+/// keeps its reason, and stays set by one pod only while no other cause
+/// joined it.
 pub(super) fn quarantine_in(
     state: &mut LedgerState,
     device: &DeviceId,

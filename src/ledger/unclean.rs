@@ -18,6 +18,11 @@ pub struct Unclean {
     /// The devices left unclean; `None` when the teardown cannot tell, which
     /// keeps every device of the pod.
     pub devices: Option<BTreeSet<DeviceId>>,
+    /// Only the pod's own processes were left (they outlived being ended):
+    /// nothing of the devices themselves (a reset, an outside user) is in
+    /// doubt, so that pod's later successful release ends the quarantine
+    /// of a GPU others still share (`rules::lift_restored`).
+    pub pods_own: bool,
 }
 
 impl Unclean {
@@ -26,6 +31,7 @@ impl Unclean {
         Unclean {
             reason: reason.into(),
             devices: None,
+            pods_own: false,
         }
     }
 
@@ -34,7 +40,13 @@ impl Unclean {
         Unclean {
             reason: reason.into(),
             devices: Some(devices.into_iter().collect()),
+            pods_own: false,
         }
+    }
+
+    /// Said of a failure where only the pod's own processes were left.
+    pub fn pods_own(self, pods_own: bool) -> Unclean {
+        Unclean { pods_own, ..self }
     }
 
     /// Both failures: the reasons joined, the devices of either (all when
@@ -50,6 +62,7 @@ impl Unclean {
         Unclean {
             reason: format!("{}; {}", self.reason, other.reason),
             devices,
+            pods_own: self.pods_own && other.pods_own,
         }
     }
 
@@ -97,7 +110,8 @@ pub(super) fn keep_unclean(
 ) -> Vec<DeviceId> {
     let (kept, freed) = unclean.split(claims);
     for claim in &kept {
-        quarantine_in(state, &claim.device, &unclean.reason, Some(sandbox_id));
+        let by = unclean.pods_own.then_some(sandbox_id);
+        quarantine_in(state, &claim.device, &unclean.reason, by);
     }
     if free && !freed.is_empty() {
         drop_claims(state, sandbox_id, &freed);
@@ -162,6 +176,29 @@ mod tests {
             assert_eq!(names(&k), kept, "{unclean:?}");
             assert_eq!(names(&f), freed, "{unclean:?}");
         }
+    }
+
+    /// A quarantine names the pod that set it only where its own processes
+    /// alone were left, and no one pod once another cause joined it.
+    #[test]
+    fn a_quarantine_names_its_pod_only_for_that_pods_own_processes() {
+        let claims = [claim(gpu("GPU-1"))];
+        let set_by = |state: &LedgerState| {
+            let q = state.devices["gpu GPU-1"].quarantine.clone();
+            q.expect("quarantined").set_by
+        };
+        let stuck = |pods_own| Unclean::of([gpu("GPU-1")], "x").pods_own(pods_own);
+        for (pods_own, want) in [(true, Some("a")), (false, None)] {
+            let mut state = LedgerState::default();
+            keep_unclean(&mut state, "a", &claims, &stuck(pods_own), true);
+            assert_eq!(set_by(&state).as_deref(), want);
+            keep_unclean(&mut state, "a", &claims, &stuck(pods_own), true);
+            assert_eq!(set_by(&state).as_deref(), want, "the same pod again");
+            keep_unclean(&mut state, "b", &claims, &stuck(true), true);
+            assert_eq!(set_by(&state), None, "another pod's failure joined it");
+        }
+        let mixed = Unclean::all("x").pods_own(true).and(Unclean::all("y"));
+        assert!(!mixed.pods_own);
     }
 
     #[test]

@@ -36,7 +36,11 @@ impl Teardown for GpuTeardown {
             .map(|u| DeviceId::Gpu(u.to_string()))
             .collect();
         let errors: Vec<GpuError> = faults.into_iter().map(|f| f.error).collect();
-        Err(Unclean::of(gpus, nri::ErrorChain::join(&errors)))
+        // A reset, an outside user, NVML: the GPU itself is in doubt.
+        let pods_own = errors
+            .iter()
+            .all(|e| matches!(e, GpuError::Survived { .. } | GpuError::StillForking { .. }));
+        Err(Unclean::of(gpus, nri::ErrorChain::join(&errors)).pods_own(pods_own))
     }
 
     fn kept(&self, pod: &PodRecord) {
