@@ -221,6 +221,9 @@ fn uid_matches_both_cgroup_drivers() {
     // Another pod's, whose UID ends like this one's.
     let other = format!("0::/kubepods.slice/kubepods-pod1{slice_uid}.slice/x.scope\n");
     assert!(!pod.contains(&other));
+    // Its name after something not a root's names.
+    let glued = format!("0::/x.slice/xkubepods-pod{slice_uid}.slice/x.scope\n");
+    assert!(!pod.contains(&glued));
     assert!(!pod.contains("0::/system.slice/containerd.service\n"));
     assert!(PodCgroups::from_uid("").is_empty());
     assert!(PodCgroups::from_uid("../x").is_empty());
