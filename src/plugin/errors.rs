@@ -93,9 +93,16 @@ pub enum DeviceError {
         #[source]
         source: crate::cdi::CdiError,
     },
-    /// HAMi-core's lock directory is not one only root controls.
-    #[error("{DEVICE_ALLOCATED}: a shared GPU's HAMi-core needs its lock directory")]
-    HamiLock(#[source] crate::plan::HamiLockError),
+    /// HAMi-core's lock directory is not one only root controls; `entry`
+    /// as in `Claim`, the first shared GPU's.
+    #[error(
+        "{DEVICE_ALLOCATED}: {entry}a shared GPU's HAMi-core needs its lock directory: {source}"
+    )]
+    HamiLock {
+        entry: String,
+        #[source]
+        source: crate::plan::HamiLockError,
+    },
     /// A creation that reached the plugin after the sandbox's stop: a claim
     /// now would outlive the pod until its removal.
     #[error(

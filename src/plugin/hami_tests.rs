@@ -53,6 +53,11 @@ fn hami_cores_lock_directory_is_roots_or_the_container_is_refused() {
     let text = nri::ErrorChain(&e).to_string();
     assert!(text.contains("hami.host_lock_dir"), "{text}");
     assert!(text.contains("owned by uid 65534, not root"), "{text}");
+    let entry = format!(
+        "{}: gpu[0]: a shared GPU's",
+        crate::allocation::DEVICE_ALLOCATED
+    );
+    assert!(text.contains(&entry), "{text}");
     assert!(plugin.wait_for_releases(LIMIT));
     assert!(!plugin.devices().ledger().holds("second").unwrap());
 }

@@ -177,8 +177,12 @@ impl Devices {
         // root's alone, before any container is given it.
         let lock_dir = &config.hami.host_lock_dir;
         if plan.mounts.iter().any(|m| m.source == *lock_dir) {
-            crate::plan::ensure_hami_lock_dir(std::path::Path::new(lock_dir))
-                .map_err(DeviceError::HamiLock)?;
+            crate::plan::ensure_hami_lock_dir(std::path::Path::new(lock_dir)).map_err(
+                |source| DeviceError::HamiLock {
+                    entry: first_shared_gpu(&plan),
+                    source,
+                },
+            )?;
         }
         // Before the reply, so before runc registers the container's rules
         // with systemd; a failure only costs the rules' survival of a
@@ -332,4 +336,13 @@ fn is_unknown_device(e: &PlanError) -> bool {
             | PlanError::GpuIdMismatch { .. }
             | PlanError::PfMinorMismatch { .. }
     )
+}
+
+/// The entry (`gpu[1]: `) of the plan's first shared GPU, which HAMi-core's
+/// lock directory is bound for; empty if none.
+fn first_shared_gpu(plan: &Plan) -> String {
+    let shared = plan.claims.iter().find(|c| {
+        matches!(c.device, DeviceId::Gpu(_)) && c.share != crate::ledger::Share::Exclusive
+    });
+    shared.map(|c| plan.entry_of(&c.device)).unwrap_or_default()
 }
