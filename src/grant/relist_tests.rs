@@ -122,3 +122,30 @@ fn a_watch_from_a_version_the_cache_lags_lists_from_etcd() {
     api.put_pod(pod("ns", "b", "u-b", NODE, &[]));
     assert!(found(&checker, "u-b"));
 }
+
+/// A watch event that does not decode (from a server or proxy that does not
+/// speak the API) is not read again from the same version for ever, each
+/// resumed watch keeping the watch up: the pods are listed again, and while
+/// that list fails too the watch counts as down, so that lookups stop
+/// waiting.
+#[test]
+fn a_watch_event_that_does_not_decode_lists_again() {
+    let (api, _dir, checker) = watching_pod_a();
+    let mut odd = pod("ns", "odd", "u-odd", NODE, &[]);
+    odd["status"]["phase"] = serde_json::json!(5);
+    api.put_pod(odd);
+    let lists = |r: &[String]| r.iter().filter(|x| x.starts_with("list")).count();
+    assert!(
+        api.wait_requests(LONG, |r| lists(r) >= 2),
+        "{:?}",
+        api.requests()
+    );
+    let deadline = std::time::Instant::now() + LONG;
+    while !matches!(
+        checker.cache().wait_for("u-none", Duration::ZERO),
+        Lookup::Missing { down: true, .. }
+    ) {
+        assert!(std::time::Instant::now() < deadline, "never down");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -110,8 +110,12 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                     break;
                 }
                 // Resuming from the same version would read the same event
-                // again, for ever: the list has the pod without the event.
-                Err(e @ WatchError::EventTooLarge { .. }) => {
+                // again, for ever: the list has the pod without the event
+                // (one too large), or fails steadily until the watch counts
+                // as down (one that does not decode, from a server or proxy
+                // that does not speak the API), where each resumed watch's
+                // answer would keep it up.
+                Err(e @ (WatchError::EventTooLarge { .. } | WatchError::Decode { .. })) => {
                     let wait = pause_after(backoff, None);
                     tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = wait.as_millis() as u64, "pod watch event skipped; listing again");
                     from = ListFrom::NotOlderThan(version);
