@@ -21,7 +21,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// include/uapi/linux/netlink.h; group 1 holds the kernel's own messages
 /// (udevd re-sends them to group 2, with its own header).
@@ -150,8 +150,23 @@ impl HostChanges {
     ) -> FollowEnd {
         let mut pending = false;
         let mut failures = 0;
+        // A burst settles SETTLE after its last change, however many
+        // messages of no interest (a pod's veth, its queues) come between.
+        let mut settle_by = Instant::now();
         loop {
-            let got = match next(pending.then_some(SETTLE)) {
+            let wait = match pending {
+                true => match settle_by.saturating_duration_since(Instant::now()) {
+                    left if left.is_zero() => {
+                        if !self.step(Ok(None), &mut pending, settled) {
+                            return FollowEnd::Gone;
+                        }
+                        continue;
+                    }
+                    left => Some(left),
+                },
+                false => None,
+            };
+            let got = match next(wait) {
                 Err(e) if e.raw_os_error() != Some(libc::ENOBUFS) => {
                     failures += 1;
                     // Once, not at every try: a socket that fails keeps failing.
@@ -175,6 +190,9 @@ impl HostChanges {
                     got
                 }
             };
+            if !matches!(got, Ok(Some(false) | None)) {
+                settle_by = Instant::now() + SETTLE;
+            }
             if !self.step(got, &mut pending, settled) {
                 return FollowEnd::Gone;
             }

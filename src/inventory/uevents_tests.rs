@@ -281,3 +281,44 @@ fn the_watch_counts_a_real_pci_uevent_and_settles() {
     assert!(changes.generation() >= 1, "{pci:?}: no change counted");
     assert!(settles.load(Ordering::SeqCst) >= 1, "never settled");
 }
+
+/// A burst settles SETTLE after its last change, however many messages of
+/// no interest (a pod's veth and queues) keep coming: each wait is what is
+/// left of it, not a fresh SETTLE, so the read is asked for while they go on.
+#[test]
+fn messages_of_no_interest_do_not_hold_a_burst_open() {
+    let reads = Cell::new(0);
+    let waits = std::cell::RefCell::new(Vec::new());
+    let mut next = |wait: Option<Duration>| {
+        reads.set(reads.get() + 1);
+        waits.borrow_mut().push(wait);
+        match reads.get() {
+            1 => Ok(Some(true)),
+            // Each a quarter of SETTLE apart (a sleep is never shorter).
+            2..=40 => {
+                std::thread::sleep(SETTLE / 4);
+                Ok(Some(false))
+            }
+            _ => Ok(None),
+        }
+    };
+    let changes = HostChanges::default();
+    let settled_at = Cell::new(None);
+    let settled = || {
+        settled_at.set(Some(reads.get()));
+        false
+    };
+    let end = changes.follow(&mut next, &settled, Duration::ZERO);
+    assert!(matches!(end, FollowEnd::Gone));
+    let at = settled_at.get().expect("settled");
+    assert!(
+        at <= 6,
+        "read asked for after {at} reads, not once SETTLE passed"
+    );
+    let waits = waits.borrow();
+    assert_eq!(waits[0], None, "nothing pending before the change");
+    assert!(
+        waits[2..].iter().all(|w| w.is_some_and(|w| w < SETTLE)),
+        "{waits:?}"
+    );
+}
