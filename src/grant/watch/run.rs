@@ -47,13 +47,19 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
         *backoff = (*backoff * 2).min(BACKOFF_MAX);
     };
     let mut from = ListFrom::Cache;
+    // A list after a watch event skipped keeps the backoff grown: a watch
+    // that fails so again after a list that works would otherwise list and
+    // watch ten times a second.
+    let mut skipped = false;
     while !stop.load(Ordering::Relaxed) {
         let mut version = match client.list(&from) {
             Ok((pods, version)) => {
                 tracing::info!(pods = pods.len(), version = %version, "pod list loaded");
                 cache.set_error(None);
                 cache.replace_all(pods);
-                backoff = BACKOFF_MIN;
+                if !std::mem::take(&mut skipped) {
+                    backoff = BACKOFF_MIN;
+                }
                 version
             }
             Err(e) => {
@@ -119,6 +125,7 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                     let wait = pause_after(backoff, None);
                     tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = wait.as_millis() as u64, "pod watch event skipped; listing again");
                     from = ListFrom::NotOlderThan(version);
+                    skipped = true;
                     pause(wait, &mut backoff);
                     break;
                 }
