@@ -52,7 +52,7 @@ pub fn parse_allocation(bytes: &[u8]) -> Result<Allocation, AllocationError> {
         match kind.as_str() {
             "gpu" | "rdma" | "fpga" => p.device_type(kind, raw)?,
             _ => {
-                p.device_type(kind, raw)?;
+                unapplied::device_type(kind, raw)?;
                 p.out.ignored_types.push(kind.clone());
             }
         }
@@ -104,21 +104,10 @@ struct Parser {
 
 impl Parser {
     fn device_type(&mut self, kind: &str, raw: &RawValue) -> Result<(), AllocationError> {
-        let list: Option<Vec<Box<RawValue>>> =
-            serde_json::from_str(raw.get()).map_err(|e| malformed(kind, e))?;
-        let applied = matches!(kind, "gpu" | "rdma" | "fpga");
-        for (i, raw) in list.unwrap_or_default().iter().enumerate() {
+        for (i, raw) in entries(kind, raw)?.iter().enumerate() {
             let entry = format!("{kind}[{i}]");
-            // What is not applied counts toward no limit of devgate's: the
-            // annotation's size bounds it, and koordinator takes any number.
-            if applied {
-                self.count(&entry)?;
-            }
+            self.count(&entry)?;
             super::spelling::check_entry(&entry, raw)?;
-            if !applied {
-                unapplied::entry(&entry, raw)?;
-                continue;
-            }
             let e: RawEntry = serde_json::from_str(raw.get()).map_err(|e| malformed(&entry, e))?;
             match kind {
                 "gpu" => {
@@ -242,6 +231,13 @@ impl Parser {
         resources(entry, e.resources)?;
         Ok(FpgaEntry { minor, id })
     }
+}
+
+/// The entries of device type `kind` (`null`: none), each as its JSON text.
+fn entries(kind: &str, raw: &RawValue) -> Result<Vec<Box<RawValue>>, AllocationError> {
+    let list: Option<Vec<Box<RawValue>>> =
+        serde_json::from_str(raw.get()).map_err(|e| malformed(kind, e))?;
+    Ok(list.unwrap_or_default())
 }
 
 /// Go's `omitempty` drops empty strings, so an empty `id` means "not filled".

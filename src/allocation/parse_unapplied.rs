@@ -23,10 +23,22 @@ struct RawOther {
     extension: Option<RawExtension>,
 }
 
+/// The entries of a device type devgate does not apply (`npu`). They count
+/// toward no limit of devgate's: the annotation's size bounds them, and
+/// koordinator takes any number.
+pub(super) fn device_type(kind: &str, raw: &RawValue) -> Result<(), AllocationError> {
+    for (i, raw) in super::entries(kind, raw)?.iter().enumerate() {
+        let at = format!("{kind}[{i}]");
+        super::super::spelling::check_entry(&at, raw)?;
+        entry(&at, raw)?;
+    }
+    Ok(())
+}
+
 /// One entry of a type devgate does not apply (`npu[0]`): `null`, or an
 /// object whose fields have Go's types (`Minor int32`, `ID string`,
 /// quantities in Go's grammar, VFs as [`unapplied_vfs`] reads them).
-pub(super) fn entry(entry: &str, raw: &RawValue) -> Result<(), AllocationError> {
+fn entry(entry: &str, raw: &RawValue) -> Result<(), AllocationError> {
     let e: Option<RawOther> = serde_json::from_str(raw.get()).map_err(|e| malformed(entry, e))?;
     let Some(e) = e else {
         return Ok(());

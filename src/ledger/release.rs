@@ -2,16 +2,16 @@
 
 use std::collections::{HashMap, HashSet};
 
-/// Pods taken for gone, each with the containers ever admitted into it when
-/// so taken ([`PodRecord::admitted`]; `None` where the ledger could not tell).
-pub type Gone = HashMap<String, Option<u32>>;
-
 use super::rules::{drop_pod, lift_restored, prune_empty};
 use super::unclean::keep_unclean;
 use super::{
     release_lock, ContainerRecord, Failed, Ledger, LedgerError, LedgerState, PodRecord, Released,
     Teardown,
 };
+
+/// Pods taken for gone, each with the containers ever admitted into it when
+/// so taken ([`PodRecord::admitted`]; `None` where the ledger could not tell).
+pub type Gone = HashMap<String, Option<u32>>;
 
 impl Ledger {
     /// Releases one pod after its teardown ran. Unknown pods are a no-op.
