@@ -9,14 +9,21 @@ fn log_format(plugin: &DevgatePlugin) -> LogFormat {
     plugin.config().expect("valid config").log_format
 }
 
-#[tokio::test]
-async fn runtime_config_is_used_when_preinstalled() {
-    let (plugin, state) = plugin(Config::default(), true);
+/// A plugin (`preinstalled`: started by the runtime, which sends its
+/// config) connected to a containerd 1.7 that sends `config`; with the
+/// plugin's state directory.
+async fn sent_config(preinstalled: bool, config: &str) -> (Connected, tempfile::TempDir) {
+    let (plugin, state) = plugin(Config::default(), preinstalled);
     let runtime = FakeConfig {
-        config: "log_format = \"json\"\n".to_string(),
+        config: config.to_string(),
         ..FakeConfig::containerd_1_7()
     };
-    let (plugin, conn, _dir) = connect(plugin, runtime).await;
+    (connect(plugin, runtime).await, state)
+}
+
+#[tokio::test]
+async fn runtime_config_is_used_when_preinstalled() {
+    let ((plugin, conn, _dir), state) = sent_config(true, "log_format = \"json\"\n").await;
     conn.unwrap();
     assert_eq!(log_format(&plugin), LogFormat::Json);
     let record = features::RuntimeRecord::load(&state.path().join("state"))
@@ -27,24 +34,14 @@ async fn runtime_config_is_used_when_preinstalled() {
 
 #[tokio::test]
 async fn runtime_config_is_ignored_otherwise() {
-    let (plugin, _state) = plugin(Config::default(), false);
-    let runtime = FakeConfig {
-        config: "log_format = \"json\"\n".to_string(),
-        ..FakeConfig::containerd_1_7()
-    };
-    let (plugin, conn, _dir) = connect(plugin, runtime).await;
+    let ((plugin, conn, _dir), _state) = sent_config(false, "log_format = \"json\"\n").await;
     conn.unwrap();
     assert_eq!(log_format(&plugin), LogFormat::Text);
 }
 
 #[tokio::test]
 async fn bad_runtime_config_refuses_only_containers_that_need_devgate() {
-    let (plugin, state) = plugin(Config::default(), true);
-    let runtime = FakeConfig {
-        config: "no_such_key = 1\n".to_string(),
-        ..FakeConfig::containerd_1_7()
-    };
-    let (_p, conn, _dir) = connect(plugin, runtime).await;
+    let ((_p, conn, _dir), state) = sent_config(true, "no_such_key = 1\n").await;
     // Configure succeeds: containerd 1.7 would exit otherwise.
     let conn = conn.unwrap();
     let plain = conn.create_container(&pod(None), &ctr()).await.unwrap();

@@ -22,6 +22,16 @@ pub struct FakeProc {
     pub devgate: bool,
 }
 
+/// A process of pod a (`uid-a`) holding `devs`.
+pub fn in_pod(devs: Vec<u64>) -> FakeProc {
+    FakeProc {
+        devs,
+        cgroup: "0::/kubepods/poduid-a/c1\n".into(),
+        start: 1,
+        ..FakeProc::default()
+    }
+}
+
 #[derive(Default)]
 pub struct FakeHost {
     pub procs: Mutex<BTreeMap<u32, FakeProc>>,

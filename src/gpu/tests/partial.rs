@@ -2,7 +2,7 @@
 //! the failing one stays the pod's, quarantined, until a retry cleans it
 //! (fake host and NVML, real ledger).
 
-use super::fake_host::FakeProc;
+use super::fake_host::{in_pod, FakeProc};
 use super::pod;
 use super::teardown::{claim, dev, node, resets, Node, HALF};
 use crate::ledger::{DeviceId, Share};
@@ -21,16 +21,6 @@ fn quarantined(n: &Node, uuid: &str) -> bool {
     let state = n.ledger.snapshot().unwrap();
     let rec = state.devices.get(&DeviceId::Gpu(uuid.into()).to_string());
     rec.is_some_and(|r| r.quarantine.is_some())
-}
-
-/// A process of pod a holding `devs`.
-fn in_pod(devs: Vec<u64>) -> FakeProc {
-    FakeProc {
-        devs,
-        cgroup: "0::/kubepods/poduid-a/c1\n".into(),
-        start: 1,
-        ..FakeProc::default()
-    }
 }
 
 fn pod_of_three(n: &Node) {

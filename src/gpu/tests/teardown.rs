@@ -268,11 +268,8 @@ fn nvml_failure_and_survivors_fail_the_teardown() {
         .claim(&pod("a"), &[claim("GPU-0", Share::Exclusive)])
         .unwrap();
     let stuck = FakeProc {
-        devs: vec![dev(0)],
-        cgroup: "0::/kubepods/poduid-a\n".into(),
-        start: 1,
         unkillable: true,
-        ..FakeProc::default()
+        ..super::fake_host::in_pod(vec![dev(0)])
     };
     n.host.add_proc(50, stuck);
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();

@@ -160,17 +160,14 @@ fn a_pod_kept_by_its_release_still_holds_its_share() {
 /// holder's release resets it). A quarantine another cause joined stays.
 #[test]
 fn a_shared_gpu_quarantined_by_one_pods_leftover_returns_once_that_pod_is_released() {
-    use super::fake_host::FakeProc;
+    use super::fake_host::{in_pod, FakeProc};
     for other_cause in [false, true] {
         let n = node(|_| {});
         n.ledger.claim(&pod("a"), &[claim("GPU-1", HALF)]).unwrap();
         n.ledger.claim(&pod("b"), &[claim("GPU-1", HALF)]).unwrap();
         let stuck = FakeProc {
-            devs: vec![dev(1)],
-            cgroup: "0::/kubepods/poduid-a/c1\n".into(),
-            start: 1,
             unkillable: true,
-            ..FakeProc::default()
+            ..in_pod(vec![dev(1)])
         };
         n.host.add_proc(10, stuck);
         let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
