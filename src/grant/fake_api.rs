@@ -42,6 +42,9 @@ struct State {
     /// Watches still to answer 504 "Too large resource version", as an API
     /// server whose watch cache lags the version asked.
     watch_lags: usize,
+    /// When set, every watch answers 200 and then an ERROR event with this
+    /// code, as an API server whose watch of etcd fails does.
+    watch_error: Option<u16>,
     /// Lists still to refuse, with this status and `Retry-After` (seconds):
     /// 429 as API Priority and Fairness answers a flow over its share, 503 as
     /// an API server that is starting does.
@@ -175,6 +178,12 @@ impl FakeApi {
     /// Answers the next `watches` watches 504 "Too large resource version".
     pub fn lag_watches(&self, watches: usize) {
         self.shared.lock().watch_lags = watches;
+    }
+
+    /// Every watch from now on sends an ERROR event with `code` first.
+    pub fn fail_watches(&self, code: u16) {
+        self.shared.lock().watch_error = Some(code);
+        self.drop_watches();
     }
 
     /// Refuses the next `lists` lists with `code` (429 or 503) and

@@ -149,3 +149,22 @@ fn a_watch_event_that_does_not_decode_lists_again() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// An ERROR event other than 410 (a server whose own watch of etcd fails
+/// answers every watch so) is not resumed from the same version for ever,
+/// the cache frozen while each resumed watch's answer keeps it up: the pods
+/// are listed again, as client-go's reflector does, so a pod bound since is
+/// found.
+#[test]
+fn a_watch_error_event_lists_again() {
+    let (api, _dir, checker) = watching_pod_a();
+    api.fail_watches(500);
+    api.put_pod(pod("ns", "b", "u-b", NODE, &[]));
+    assert!(found(&checker, "u-b"), "{:?}", api.requests());
+    let lists = api
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("list"))
+        .count();
+    assert!(lists >= 2, "{:?}", api.requests());
+}

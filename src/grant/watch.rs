@@ -5,8 +5,9 @@
 //! changes"): a list gives a resourceVersion; a watch from it streams one JSON
 //! event per line; a watch that ends normally (the server's `timeoutSeconds`) is
 //! resumed from the last version seen; `410 Gone` (as the response or as an ERROR
-//! event) means the version is too old and the cache is rebuilt from a new list;
-//! any other failure reconnects with exponential backoff (100 ms to 5 s), each
+//! event) means the version is too old and the cache is rebuilt from a new list,
+//! as any other ERROR event does (client-go's reflector lists again after
+//! one); any other failure reconnects with exponential backoff (100 ms to 5 s), each
 //! pause drawn between half and all of its step, and none shorter than the
 //! `Retry-After` of a server that throttled the request (at most a minute).
 //!
@@ -103,6 +104,14 @@ pub enum WatchError {
     PageTooLarge { url: String, max: u64 },
     #[error("watch event from {url} is larger than {MAX_EVENT_BYTES} bytes")]
     EventTooLarge { url: String },
+    /// An ERROR event other than 410 (which is [`WatchError::Gone`]).
+    #[error("watch {url}: error event {code} {reason}: {message}")]
+    ErrorEvent {
+        url: String,
+        code: u16,
+        reason: String,
+        message: String,
+    },
 }
 
 /// A client of the core v1 pods endpoint, for one node.
@@ -285,11 +294,11 @@ fn apply_event(line: &[u8], cache: &PodCache, url: &str) -> Result<Option<String
             if s.code == 410 {
                 return Err(WatchError::Gone { version: s.message });
             }
-            Err(WatchError::Status {
+            Err(WatchError::ErrorEvent {
                 url: url.to_string(),
                 code: s.code,
-                message: format!("watch error event {}: {}", s.reason, s.message),
-                retry_after: None,
+                reason: s.reason,
+                message: s.message,
             })
         }
     }
@@ -331,7 +340,7 @@ impl WatchError {
     /// 504 "Too large resource version": a cache behind the version asked
     /// (after an etcd restore); other 504s are timeouts.
     pub(super) fn too_large_version(&self) -> bool {
-        matches!(self, WatchError::Status { code: 504, message, .. } if message.contains("Too large resource version"))
+        matches!(self, WatchError::Status { code: 504, message, .. } | WatchError::ErrorEvent { code: 504, message, .. } if message.contains("Too large resource version"))
     }
 }
 

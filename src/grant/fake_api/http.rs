@@ -204,7 +204,7 @@ impl Selector {
 
 fn watch(mut out: TcpStream, shared: &Shared, sel: &Selector, from: u64, timeout: Duration) {
     let deadline = Instant::now() + timeout;
-    let (drops, expiries) = {
+    let (drops, expiries, failing) = {
         let mut s = shared.lock();
         // Recorded with what the watch will be told of: a drop or an expiry
         // after a test saw this request reaches it.
@@ -223,7 +223,7 @@ fn watch(mut out: TcpStream, shared: &Shared, sel: &Selector, from: u64, timeout
             let _ = respond(&mut out, 504, &lags);
             return;
         }
-        (s.drops, s.expiries)
+        (s.drops, s.expiries, s.watch_error)
     };
     if write!(
         out,
@@ -231,6 +231,12 @@ fn watch(mut out: TcpStream, shared: &Shared, sel: &Selector, from: u64, timeout
     )
     .is_err()
     {
+        return;
+    }
+    if let Some(code) = failing {
+        let failed = json!({"type": "ERROR", "object": {"kind": "Status", "code": code, "reason": "InternalError", "message": "etcd watch failed"}});
+        let _ = chunk(&mut out, &failed);
+        let _ = write!(out, "0\r\n\r\n");
         return;
     }
     let mut sent = from;

@@ -108,7 +108,7 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                 // restore) answers each watch from it so, for as long as it
                 // lags: read from etcd and watch from what it gives, as
                 // client-go's reflector does.
-                Err(e @ WatchError::Status { code: 504, .. }) if e.too_large_version() => {
+                Err(e) if e.too_large_version() => {
                     let wait = pause_after(backoff, None);
                     tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = wait.as_millis() as u64, "pod watch from a version the server's cache lacks; listing from etcd");
                     from = ListFrom::Etcd;
@@ -120,8 +120,15 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                 // (one too large), or fails steadily until the watch counts
                 // as down (one that does not decode, from a server or proxy
                 // that does not speak the API), where each resumed watch's
-                // answer would keep it up.
-                Err(e @ (WatchError::EventTooLarge { .. } | WatchError::Decode { .. })) => {
+                // answer would keep it up. An ERROR event (a 500 from the
+                // server's watch) lists again too, as client-go's reflector
+                // does: its ListAndWatch returns on any error event, and the
+                // next round lists.
+                Err(
+                    e @ (WatchError::EventTooLarge { .. }
+                    | WatchError::Decode { .. }
+                    | WatchError::ErrorEvent { .. }),
+                ) => {
                     let wait = pause_after(backoff, None);
                     tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = wait.as_millis() as u64, "pod watch event skipped; listing again");
                     from = ListFrom::NotOlderThan(version);
