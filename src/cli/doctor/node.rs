@@ -16,18 +16,29 @@ pub fn inventory(inv: &Inventory) -> Check {
         inv.gpus.len(),
         inv.rdma.len()
     );
-    if let Some(first) = inv.warnings.first() {
-        return Check::warn(
+    let warned = inv
+        .warnings
+        .first()
+        .map(|first| format!("{} warnings, first: {first}", inv.warnings.len()));
+    // A node devgate serves has devices (the DaemonSet selects such nodes):
+    // an empty inventory is a driver not loaded or a sysfs not read, and
+    // every allocation sent here would be refused.
+    if inv.gpus.is_empty() && inv.rdma.is_empty() {
+        let detail = match &warned {
+            Some(w) => format!("no NVIDIA GPU and no RDMA device found; {w}"),
+            None => "no NVIDIA GPU and no RDMA device found".to_string(),
+        };
+        return Check::fail(
             NAME,
-            format!("{found}; {} warnings, first: {first}", inv.warnings.len()),
-            "devgate inventory lists every warning; fix the driver or sysfs entry it names",
+            detail,
+            "load the nvidia and RDMA drivers; devgate refuses every allocation on this node until then",
         );
     }
-    if inv.gpus.is_empty() && inv.rdma.is_empty() {
+    if let Some(w) = warned {
         return Check::warn(
             NAME,
-            "no NVIDIA GPU and no RDMA device found",
-            "load the nvidia and RDMA drivers; devgate refuses every allocation on this node until then",
+            format!("{found}; {w}"),
+            "devgate inventory lists every warning; fix the driver or sysfs entry it names",
         );
     }
     Check::pass(NAME, found)

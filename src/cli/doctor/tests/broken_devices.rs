@@ -26,7 +26,7 @@ fn each_broken_device_setup_fails_or_warns_its_own_check() {
                 std::fs::remove_dir_all(n.roots.host_root.join("proc/driver")).unwrap();
             },
             "inventory",
-            Status::Warn,
+            Status::Fail,
             "no NVIDIA GPU",
         ),
         (
