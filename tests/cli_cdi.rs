@@ -122,6 +122,15 @@ fn stdout_file_and_directory_outputs() {
     generated(hgx.root(), &["-o", fresh.to_str().unwrap()]);
     assert!(fresh.join("devgate.io-gpu.json").is_file());
     assert!(fresh.join("devgate.io-rdma.json").is_file());
+    // A file in a directory that does not exist yet (`-o
+    // /etc/cdi/devgate.json` on a fresh node): the directory is made.
+    let in_fresh = dir.path().join("fresh-etc/cdi/devgate.json");
+    generated(hgx.root(), &["-o", in_fresh.to_str().unwrap()]);
+    assert_eq!(
+        kinds(&std::fs::read_to_string(&in_fresh).unwrap()),
+        ["devgate.io/gpu"]
+    );
+    assert!(in_fresh.with_file_name("devgate-rdma.json").is_file());
 
     // A directory gets one file per kind; a kind the node no longer has loses
     // its stale spec, so the runtime cannot resolve devices that are gone.

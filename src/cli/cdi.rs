@@ -238,6 +238,15 @@ fn write_file(
     for (class, _) in rest {
         check_replaceable(&beside(file, *class), classes)?;
     }
+    // `/etc/cdi` exists only once something made it (neither bookworm's
+    // podman nor containerd does), and `-o /etc/cdi/devgate.json` is how
+    // the README names the spec.
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| CdiCmdError::Mkdir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
     write_spec(file, first)?;
     let mut written = vec![(*first_class, file.to_path_buf())];
     for (class, spec) in rest {
