@@ -284,18 +284,33 @@ fn warnings_go_to_stderr_and_json_stays_clean() {
 
 /// A root without a sysfs (a wrong `--host-root`, an unmounted `/host/sys`)
 /// fails instead of showing a node without devices; one with a sysfs and no
-/// hostname needs `--node-name` for a device object.
+/// hostname names its device object after this machine, with a warning,
+/// and needs `--node-name` from a UTS namespace of its own.
 #[test]
-fn a_missing_hostname_needs_a_node_name() {
+fn a_missing_hostname_is_this_machines_or_needs_a_node_name() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root (a UTS namespace of its own)"
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let status = run_inventory(dir.path(), &["-o", "device-cr"]);
     assert!(!status.status.success());
     assert!(String::from_utf8_lossy(&status.stderr).contains("no sysfs under"));
     // A node with a sysfs but no devices: an empty object, once named.
     std::fs::create_dir_all(dir.path().join("sys/devices")).unwrap();
+    let own = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let own = own.trim();
     let status = run_inventory(dir.path(), &["-o", "device-cr"]);
-    assert!(!status.status.success());
-    assert!(String::from_utf8_lossy(&status.stderr)
+    let stderr = String::from_utf8_lossy(&status.stderr);
+    assert!(status.status.success(), "{stderr}");
+    assert_eq!(name_of(&status), own.to_lowercase());
+    assert!(
+        stderr.contains("no proc/sys/kernel/hostname under") && stderr.contains("--node-name"),
+        "{stderr}"
+    );
+    let unshared = run_inventory_as(&["unshare", "-u"], dir.path(), &["-o", "device-cr"], None);
+    assert!(!unshared.status.success());
+    assert!(String::from_utf8_lossy(&unshared.stderr)
         .contains("no node name for the device object (pass --node-name)"));
     let ok = inventory(dir.path(), &["-o", "device-cr", "--node-name", "empty"]);
     let cr: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&ok.stdout).expect("yaml");

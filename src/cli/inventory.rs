@@ -115,16 +115,35 @@ pub fn render(inv: &Inventory, args: &InventoryArgs) -> Result<String, Inventory
             let from_env = || std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty());
             let name = match args.node_name.clone().or_else(from_env) {
                 Some(name) => name,
-                None => {
-                    other_uts(&args.host_root)?;
-                    host_name(&args.host_root)
-                        .map_err(|source| InventoryCmdError::NodeName { source })?
-                        .to_lowercase()
-                }
+                None => node_host_name(&args.host_root)?,
             };
             serde_yaml_ng::to_string(&device_cr(inv, &name)).map_err(|e| encode_err("yaml", e))
         }
     }
+}
+
+/// The node's name as kubelet takes it by default: the host name, lower
+/// case. A host root without `proc/sys/kernel/hostname` (a copy that left
+/// procfs out) is named after this machine, when this process shares the
+/// machine's UTS namespace, with a warning.
+fn node_host_name(host_root: &std::path::Path) -> Result<String, InventoryCmdError> {
+    other_uts(host_root)?;
+    let name = match host_name(host_root) {
+        Ok(name) => name,
+        Err(e) if e.is_not_found() => {
+            let machine = std::path::Path::new("/");
+            other_uts(machine).map_err(|_| InventoryCmdError::NodeName { source: e })?;
+            let own =
+                host_name(machine).map_err(|source| InventoryCmdError::NodeName { source })?;
+            eprintln!(
+                "devgate: warning: no proc/sys/kernel/hostname under {}: the device object is named after this machine ({own}); pass --node-name to name it",
+                host_root.display()
+            );
+            own
+        }
+        Err(source) => return Err(InventoryCmdError::NodeName { source }),
+    };
+    Ok(name.to_lowercase())
 }
 
 /// Fails where `proc/sys/kernel/hostname` under the host root is a procfs
