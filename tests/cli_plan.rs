@@ -371,3 +371,45 @@ fn a_pod_the_namespace_rules_refuse_has_no_plan() {
         "{plan}"
     );
 }
+
+/// A whole PF's RDMA device stays in the host's network namespace: on a
+/// kernel in exclusive RDMA netns mode, a pod with a network of its own (no
+/// `hostNetwork`) is refused as the plugin refuses it at creation, and a
+/// `hostNetwork` pod gets it.
+#[test]
+fn a_whole_pf_in_exclusive_mode_follows_the_pods_host_network() {
+    use devgate::config::RdmaNetnsMode;
+    let dir = tempfile::tempdir().unwrap();
+    let fx = HostRootBuilder::hgx()
+        .rdma_netns_mode(Some(RdmaNetnsMode::Exclusive))
+        .build(&dir.path().join("root"))
+        .unwrap();
+    let whole = &fx.expected().rdma[3];
+    let ann = format!(r#"{{"rdma":[{{"minor":3,"id":"{}"}}]}}"#, whole.bus_id);
+    let pod = allocated(&ann);
+    let out = plan_cmd(fx.root(), pod.to_string().as_bytes(), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{DEVICE_ALLOCATED}: rdma[0]: pf {} is used without vfs, so its rdma device stays in the host network namespace",
+            whole.bus_id
+        )),
+        "{stderr}"
+    );
+    let mut on_host = pod.clone();
+    on_host["spec"]["hostNetwork"] = json!(true);
+    let plan = plan_ok(fx.root(), &on_host, &[]);
+    assert!(
+        plan["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["path"].as_str().unwrap().starts_with("/dev/infiniband/")),
+        "{plan}"
+    );
+    assert!(
+        !plan["warnings"].to_string().contains("host netns"),
+        "{plan}"
+    );
+}

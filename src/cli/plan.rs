@@ -87,6 +87,9 @@ pub struct PodObject {
 pub struct PodMeta {
     pub name: String,
     pub namespace: String,
+    /// Tells this pod from an earlier one of the same name (a StatefulSet's
+    /// pod made again) whose sandbox still holds its devices.
+    pub uid: String,
     pub annotations: Option<BTreeMap<String, String>>,
     pub labels: Option<BTreeMap<String, String>>,
 }
@@ -96,6 +99,10 @@ pub struct PodMeta {
 pub struct PodSpec {
     pub containers: Option<Vec<ContainerName>>,
     pub init_containers: Option<Vec<ContainerName>>,
+    /// Whether the pod runs in the host's network namespace; the runtime
+    /// gives any other pod one of its own, which decides a whole PF's fate
+    /// in exclusive RDMA netns mode as it does at creation.
+    pub host_network: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -193,7 +200,10 @@ pub fn plan_pod(
     let ctx = plan::ContainerContext {
         env: &env,
         gids: &plan::HostGids { root: host_root },
-        network: plan::PodNetwork::Unknown,
+        network: match pod.spec.host_network {
+            Some(true) => plan::PodNetwork::Host,
+            _ => plan::PodNetwork::Own,
+        },
     };
     Ok(plan::build_for(
         &inventory, &devices, container, config, &ctx,
@@ -257,6 +267,7 @@ fn with_ledger_warnings(mut plan: Plan, state_dir: &Path, me: &PodMeta) -> Plan 
     match Ledger::open(state_dir).and_then(|l| l.snapshot()) {
         Ok(state) => {
             for claim in &plan.claims {
+                plan.warnings.extend(quarantined(&state, claim));
                 plan.warnings.extend(held_by_others(&state, claim, me));
                 plan.warnings.extend(pf_vf_warning(&state, claim, me));
             }
@@ -274,10 +285,28 @@ fn held_by_others(state: &LedgerState, claim: &Claim, me: &PodMeta) -> Option<St
         .holders
         .iter()
         .filter_map(|h| state.pods.get(&h.sandbox_id).map(|p| (p, h)))
-        .filter(|(p, _)| p.pod.name != me.name || p.pod.namespace != me.namespace)
+        .filter(|(p, _)| !same_pod(&p.pod, me))
         .map(|(p, h)| format!("{} ({})", p.pod, share_text(&h.share)))
         .collect();
     (!others.is_empty()).then(|| format!("{} is held by {}", claim.device, others.join(", ")))
+}
+
+/// Whether the ledger's `pod` is `me`: by name, and by UID where both
+/// know it.
+fn same_pod(pod: &crate::ledger::PodRef, me: &PodMeta) -> bool {
+    let uid_agrees = pod.uid.is_empty() || me.uid.is_empty() || pod.uid == me.uid;
+    pod.name == me.name && pod.namespace == me.namespace && uid_agrees
+}
+
+/// A quarantined device is given to no pod: the plugin refuses the claim.
+fn quarantined(state: &LedgerState, claim: &Claim) -> Option<String> {
+    let record = state.devices.get(&claim.device.to_string())?;
+    let q = record.quarantine.as_ref()?;
+    Some(format!(
+        "{} is quarantined: {}",
+        claim.device,
+        one_line(&q.reason)
+    ))
 }
 
 /// A PF held whole beside a VF of it, held by a pod other than this one.

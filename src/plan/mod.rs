@@ -166,7 +166,8 @@ pub struct ContainerContext<'a> {
 /// drivers/infiniband/core/device.c).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum PodNetwork {
-    /// Not told (the `plan` command, CDI specs).
+    /// Not told (CDI specs; a sandbox the runtime reports without its
+    /// namespaces).
     #[default]
     Unknown,
     /// The host's (`hostNetwork`): the runtime gave the pod no network namespace.

@@ -129,3 +129,56 @@ fn a_moved_vf_without_a_host_gid_is_a_note() {
     );
     assert!(!text.contains("WARNINGS"), "{text}");
 }
+
+/// A quarantined GPU, and a GPU an earlier pod of the same name (another
+/// UID: a StatefulSet's pod made again) still holds, are warnings: the
+/// plugin refuses both claims.
+#[test]
+fn quarantined_devices_and_earlier_pods_of_the_same_name_are_warnings() {
+    use devgate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
+    let (dir, fx) = fixture();
+    let (quarantined, held) = (&fx.expected().gpus[0], &fx.expected().gpus[1]);
+    let state = dir.path().join("state");
+    let ledger = Ledger::open(&state).unwrap();
+    ledger
+        .quarantine(
+            &DeviceId::Gpu(quarantined.uuid.clone()),
+            "still open in pid 42 outside the pod",
+        )
+        .unwrap();
+    let earlier = PodRef {
+        sandbox_id: "s-old".into(),
+        namespace: "ml".into(),
+        name: "train-0".into(),
+        uid: "old-uid".into(),
+    };
+    let claim = Claim {
+        device: DeviceId::Gpu(held.uuid.clone()),
+        share: Share::Exclusive,
+        pf: None,
+    };
+    ledger.claim(&earlier, &[claim]).unwrap();
+    let annotation = format!(
+        r#"{{"gpu":[{{"minor":{}}},{{"minor":{}}}]}}"#,
+        quarantined.minor, held.minor
+    );
+    let out = plan_cmd_with_state(
+        fx.root(),
+        allocated(&annotation).to_string().as_bytes(),
+        &state,
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let warnings = plan["warnings"].as_array().unwrap();
+    for want in [
+        format!(
+            "gpu {} is quarantined: still open in pid 42 outside the pod",
+            quarantined.uuid
+        ),
+        format!("gpu {} is held by ml/train-0 (exclusive)", held.uuid),
+    ] {
+        assert!(warnings.iter().any(|w| w == &json!(want)), "{want}: {plan}");
+    }
+}
