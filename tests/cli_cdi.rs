@@ -226,6 +226,28 @@ fn switching_between_file_and_directory_keeps_one_spec_per_kind() {
         ["vendor.com/x"]
     );
 
+    // A link to a spec of devgate's kept elsewhere (an earlier `-o` outside
+    // the directory): CDI reads it as that spec, so the link goes (its
+    // target stays); a FIFO so named is not waited on.
+    let elsewhere = dir.path().join("kept-gpu.json");
+    std::fs::copy(specs.join("devgate.io-gpu.json"), &elsewhere).unwrap();
+    let link = specs.join("linked.json");
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+    let fifo = specs.join("fifo.json");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let out = generated(hgx.root(), &["-o", specs.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(std::fs::symlink_metadata(&link).is_err(), "{stderr}");
+    assert!(
+        stderr.contains("linked.json: it also declared devgate.io/gpu;"),
+        "{stderr}"
+    );
+    assert_eq!(
+        kinds(&std::fs::read_to_string(&elsewhere).unwrap()),
+        ["devgate.io/gpu"]
+    );
+    std::fs::remove_file(&fifo).unwrap();
+
     // A node without RDMA devices: a spec of that kind under any name is
     // stale, and goes too.
     let stray = specs.join("old-rdma.json");

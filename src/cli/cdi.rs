@@ -125,8 +125,9 @@ fn generate(args: GenerateArgs) -> Result<(), CdiCmdError> {
 /// CDI refuses a device that two specs of one directory both name, so each
 /// kind is kept in the files this run wrote alone: an earlier run may have
 /// named the directory and this one a file, or the other way round, or
-/// another file. Only regular `*.json`/`*.yaml` files (what CDI loads) are
-/// read; one that cannot be read or declares another kind is left alone.
+/// another file. Only `*.json`/`*.yaml` files (what CDI loads, links to
+/// regular files included) are read; one that cannot be read or declares
+/// another kind is left alone. A link is removed, not its target.
 fn remove_other_specs(
     dir: &Path,
     classes: &[Class],
@@ -292,13 +293,27 @@ fn declares_one_of(path: &Path, classes: &[Class]) -> bool {
     kind_in(path).is_some_and(|k| classes.iter().any(|c| c.kind() == k))
 }
 
-/// The kind the spec at `path` declares: only a regular file (what CDI
-/// loads, never a link followed elsewhere) of bounded size is read.
+/// The kind the spec at `path` declares. A link counts as the file it
+/// points at, as CDI reads it (`ReadSpec` reads the path, links followed);
+/// only a regular file of bounded size is read, opened without blocking so
+/// that a FIFO so named cannot hold the command.
 fn kind_in(path: &Path) -> Option<String> {
-    let regular = std::fs::symlink_metadata(path)
-        .is_ok_and(|m| m.is_file() && m.len() <= cdi::MAX_SPEC_BYTES);
-    let text = cdi::spec_text(regular.then(|| std::fs::read(path).ok())??)?;
-    cdi::declared_kind(&text)
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > cdi::MAX_SPEC_BYTES {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(cdi::MAX_SPEC_BYTES)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    cdi::declared_kind(&cdi::spec_text(bytes)?)
 }
 
 /// `<dir>/<stem>-<class>.<ext>` for `<dir>/<stem>.<ext>`.
