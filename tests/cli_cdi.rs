@@ -294,6 +294,19 @@ fn a_file_holding_another_kind_is_not_replaced() {
     generated(hgx.root(), &["-o", path]);
     assert_eq!(names_in(&specs), ["devgate-rdma.json", "devgate.json"]);
 
+    // An existing file CDI would not load: refused, the specs beside it kept.
+    let conf = specs.join("devgate.conf");
+    std::fs::write(&conf, "").unwrap();
+    let out = generate(hgx.root(), &["-o", conf.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("not named *.json or *.yaml"), "{stderr}");
+    assert_eq!(
+        names_in(&specs),
+        ["devgate-rdma.json", "devgate.conf", "devgate.json"]
+    );
+    std::fs::remove_file(&conf).unwrap();
+
     let vendor = specs.join("vendor.yaml");
     let theirs = "cdiVersion: 0.6.0\nkind: vendor.com/x\ndevices: []\n";
     std::fs::write(&vendor, theirs).unwrap();

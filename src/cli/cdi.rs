@@ -83,6 +83,8 @@ pub enum CdiCmdError {
     Stdout(#[source] std::io::Error),
     #[error("{path} is a cdi spec of kind {kind}, which this run does not write: name another file, or remove it first")]
     OtherKind { path: PathBuf, kind: String },
+    #[error("{path} is a file not named *.json or *.yaml, which CDI never loads: name a spec file or a directory")]
+    NotSpecNamed { path: PathBuf },
 }
 
 pub fn run(args: CdiArgs) -> Result<(), CdiCmdError> {
@@ -108,7 +110,7 @@ fn generate(args: GenerateArgs) -> Result<(), CdiCmdError> {
         }
         return Ok(());
     };
-    let (dir, written) = match Output::of(&out) {
+    let (dir, written) = match Output::of(&out)? {
         Output::Dir => (out.clone(), write_dir(&out, &classes, &generated.specs)?),
         Output::File => {
             let dir = match out.parent() {
@@ -177,14 +179,21 @@ enum Output {
 }
 
 impl Output {
-    fn of(path: &Path) -> Output {
+    /// An existing file CDI would not load is refused: the spec would go
+    /// where no runtime reads it, and the specs beside it that declare its
+    /// kinds would then be removed as duplicates.
+    fn of(path: &Path) -> Result<Output, CdiCmdError> {
         let spec_name = cdi::spec_named(path);
         if path.is_dir() || path.as_os_str().to_string_lossy().ends_with('/') {
-            Output::Dir
-        } else if path.exists() || spec_name {
-            Output::File
+            Ok(Output::Dir)
+        } else if spec_name {
+            Ok(Output::File)
+        } else if path.exists() {
+            Err(CdiCmdError::NotSpecNamed {
+                path: path.to_path_buf(),
+            })
         } else {
-            Output::Dir
+            Ok(Output::Dir)
         }
     }
 }
