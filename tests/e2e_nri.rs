@@ -187,7 +187,8 @@ fn plugin_recovers_from_kill_within_two_seconds() {
 /// containerd never reconnects to external plugins: the running devgate must
 /// notice the closed connection and dial again (backoff 100 ms to 5 s), and be
 /// back within 2 s of containerd serving again, however long it was down: the
-/// backoff's wait ends when containerd creates its socket.
+/// backoff's wait ends when containerd creates its socket. `devgate ready`
+/// says not ready while no runtime holds the plugin, and ready once back.
 #[test]
 fn plugin_reconnects_after_containerd_restart() {
     require_root();
@@ -197,6 +198,9 @@ fn plugin_reconnects_after_containerd_restart() {
     ctrd.kill();
     // Long enough for the backoff to reach its 5 s cap.
     std::thread::sleep(Duration::from_secs(7));
+    // Meanwhile the readiness probe says the runtime dropped the plugin.
+    let (ok, said) = ready(&ctrd);
+    assert!(!ok && said.contains("closed its connection"), "{said}");
     ctrd.start();
     let serving = Instant::now();
     plugin.wait_registered_after(&ctrd, mark, SLOW);
@@ -213,6 +217,8 @@ fn plugin_reconnects_after_containerd_restart() {
     let cri = ctrd.cri();
     let pod = probe_pod(&cri, "restarted", "after-restart");
     assert_eq!(probe_from_inside(&cri, &pod, "probe"), "after-restart");
+    let (ok, said) = ready(&ctrd);
+    assert!(ok, "{said}");
 }
 
 /// Runtime-launched ("pre-installed") mode: containerd starts

@@ -130,11 +130,12 @@ pub fn run(args: ClearArgs) -> Result<(), ClearError> {
     }
 }
 
-/// The plugin that last configured itself, while it still runs: its NVML
-/// keeps every GPU open, and is no user of any. Known by the pid and start
-/// time it recorded, never by a name a pod's process could take.
+/// The plugin that last configured itself, while it still runs (connected
+/// or not, its config valid or not): its NVML keeps every GPU open, and is
+/// no user of any. Known by the pid and start time it recorded, never by a
+/// name a pod's process could take.
 fn running_plugin(state_dir: &Path) -> Option<u32> {
-    let record = super::ready::configured(state_dir, Path::new("/proc")).ok()?;
+    let record = super::ready::recorded_and_running(state_dir, Path::new("/proc")).ok()?;
     record.plugin.map(|p| p.pid)
 }
 

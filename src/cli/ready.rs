@@ -7,8 +7,10 @@
 //! The plugin records each Configure in `<state-dir>/runtime.json` with its
 //! pid and start time (`RuntimeRecord::plugin`); a record whose process is
 //! gone, or was replaced by another under the same pid, is an earlier
-//! plugin's. Like `devgate doctor`'s `devgate registered`, it cannot show
-//! that the runtime still holds the connection after the runtime restarted.
+//! plugin's. The plugin marks its record when the runtime closes the
+//! connection (`disconnected_unix`), until a runtime configures it again. A
+//! runtime that died without closing it (the kernel closes a dead process's
+//! socket, so only a hung one) is not seen.
 use std::path::{Path, PathBuf};
 
 use crate::plugin::features::{FeaturesError, RuntimeRecord};
@@ -38,22 +40,36 @@ pub enum ReadyError {
     },
     #[error("not ready: the config the runtime sent is invalid, so containers that need devgate are refused: {0}")]
     Config(String),
+    #[error("not ready: the runtime closed its connection to pid {pid} at unix time {since}, and has not configured it again")]
+    Disconnected { pid: u32, since: u64 },
     #[error("not ready")]
     Record(#[from] FeaturesError),
 }
 
-/// The running plugin a runtime configured, from the record in `state_dir`,
-/// its process looked for in `proc_dir`.
+/// The running plugin a runtime configured and still holds, from the record
+/// in `state_dir`, its process looked for in `proc_dir`.
 pub fn configured(state_dir: &Path, proc_dir: &Path) -> Result<RuntimeRecord, ReadyError> {
+    let record = recorded_and_running(state_dir, proc_dir)?;
+    let pid = record.plugin.as_ref().map_or(0, |p| p.pid);
+    match (&record.config_error, record.disconnected_unix) {
+        (_, Some(since)) => Err(ReadyError::Disconnected { pid, since }),
+        (Some(why), None) => Err(ReadyError::Config(why.clone())),
+        (None, None) => Ok(record),
+    }
+}
+
+/// The record in `state_dir` while the plugin process that wrote it still
+/// runs, whether or not a runtime holds it now.
+pub fn recorded_and_running(
+    state_dir: &Path,
+    proc_dir: &Path,
+) -> Result<RuntimeRecord, ReadyError> {
     let record = RuntimeRecord::load(state_dir)?
         .ok_or_else(|| ReadyError::NoRecord(RuntimeRecord::path(state_dir)))?;
     let plugin = record.plugin.as_ref().ok_or(ReadyError::NoProcess)?;
     // Known by its pid and start time, never by a name another process could take.
     match crate::hook::liveness::start_ticks(proc_dir, plugin.pid) {
-        Ok(ticks) if ticks == plugin.start_ticks => match &record.config_error {
-            Some(why) => Err(ReadyError::Config(why.clone())),
-            None => Ok(record),
-        },
+        Ok(ticks) if ticks == plugin.start_ticks => Ok(record),
         Ok(_) => Err(ReadyError::Gone(plugin.pid)),
         // ESRCH: it exited while its stat was read.
         Err(crate::hook::liveness::LivenessError::Read { source, .. })
@@ -151,5 +167,42 @@ mod tests {
         std::fs::write(RuntimeRecord::path(dir.path()), b"{").unwrap();
         let err = configured(dir.path(), proc).unwrap_err();
         assert!(matches!(err, ReadyError::Record(_)), "{err}");
+    }
+
+    /// The plugin marks its own record when the runtime closes the
+    /// connection: not ready until a runtime configures it again, yet still
+    /// the running plugin (whose NVML `devgate clear` must not count). A
+    /// successor's record is never marked by its predecessor.
+    #[test]
+    fn not_ready_once_the_runtime_closed_the_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc = Path::new("/proc");
+        assert!(
+            !RuntimeRecord::note_disconnected(dir.path()).unwrap(),
+            "no record"
+        );
+        record(dir.path());
+        assert!(RuntimeRecord::note_disconnected(dir.path()).unwrap());
+        assert!(
+            !RuntimeRecord::note_disconnected(dir.path()).unwrap(),
+            "once"
+        );
+        let err = configured(dir.path(), proc).unwrap_err();
+        assert!(
+            matches!(err, ReadyError::Disconnected { pid, .. } if pid == std::process::id()),
+            "{err}"
+        );
+        assert!(err.to_string().contains("closed its connection"), "{err}");
+        assert!(recorded_and_running(dir.path(), proc).is_ok());
+        // The next Configure writes a record without the mark.
+        record(dir.path());
+        assert!(configured(dir.path(), proc).is_ok());
+
+        let mut successor = record(dir.path());
+        successor.plugin.as_mut().unwrap().start_ticks += 1;
+        successor.save(dir.path()).unwrap();
+        assert!(!RuntimeRecord::note_disconnected(dir.path()).unwrap());
+        let kept = RuntimeRecord::load(dir.path()).unwrap().unwrap();
+        assert_eq!(kept.disconnected_unix, None);
     }
 }

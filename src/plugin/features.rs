@@ -142,6 +142,12 @@ pub struct RuntimeRecord {
     /// it (`plugin::budget`), of 2 s where it is absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_timeout_ms: Option<u64>,
+    /// When the runtime closed the connection this record's Configure came
+    /// on (a runtime restarting, or one that dropped the plugin): the
+    /// plugin serves no creation until a runtime configures it again, which
+    /// writes a record without it. `devgate ready` says not ready meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disconnected_unix: Option<u64>,
 }
 
 impl RuntimeRecord {
@@ -169,7 +175,23 @@ impl RuntimeRecord {
             request_timeout_ms: runtime
                 .stated_request_timeout()
                 .map(|t| t.as_millis() as u64),
+            disconnected_unix: None,
         }
+    }
+
+    /// Marks the record of this process's last Configure as disconnected,
+    /// once; a record of another process (a successor's) is left as it is.
+    /// Whether it marked one.
+    pub fn note_disconnected(state_dir: &Path) -> Result<bool, FeaturesError> {
+        let Some(mut record) = Self::load(state_dir)? else {
+            return Ok(false);
+        };
+        let me = crate::hook::liveness::identify(Path::new("/proc"), std::process::id());
+        if record.plugin.is_none() || record.plugin != me || record.disconnected_unix.is_some() {
+            return Ok(false);
+        }
+        record.disconnected_unix = Some(crate::ledger::now_unix());
+        record.save(state_dir).map(|()| true)
     }
 
     pub fn path(state_dir: &Path) -> PathBuf {

@@ -259,6 +259,21 @@ impl nri::Plugin for DevgatePlugin {
         Ok(())
     }
 
+    /// The runtime's record says so until a runtime configures the plugin
+    /// again, so that a readiness probe does not count a plugin no runtime
+    /// holds.
+    fn on_close(&self) {
+        match features::RuntimeRecord::note_disconnected(&self.options.state_dir) {
+            Ok(true) => {
+                tracing::info!("runtime connection closed; recorded until the next configure")
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %nri::ErrorChain(&e), "runtime record not marked disconnected")
+            }
+        }
+    }
+
     fn create_container(
         &self,
         pod: &PodSandbox,

@@ -117,6 +117,15 @@ fn accepted(roots: &Roots, host: &dyn Host, pid: u32, what: String) -> Check {
     const NOT_ACCEPTED: &str = "the runtime has not accepted the plugin: see the nri checks above and journalctl -u devgate (<state-dir>/nri.log for a plugin the runtime launches); containerd logs 'plugin \"external:10-devgate[<pid>]\" registered as \"10-devgate\"' when it accepts it. A running plugin is registered only once the runtime configured it (recorded in <state-dir>/runtime.json); if containerd restarted since, wait for the plugin to reconnect";
     let state = roots.state_dir.display();
     match super::registration::registration(roots, host, pid) {
+        Ok(Registration::Configured(RuntimeRecord {
+            disconnected_unix: Some(since),
+            runtime,
+            ..
+        })) => Check::fail(
+            NAME,
+            format!("{what}; {runtime} closed its connection at unix time {since} and has not configured it again"),
+            NOT_ACCEPTED,
+        ),
         Ok(Registration::Configured(r)) => Check::pass(
             NAME,
             format!(

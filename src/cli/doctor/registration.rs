@@ -7,9 +7,10 @@
 //! (NRI api.proto: RegisterPlugin, then Configure and Synchronize), and
 //! `devgate nri` records every Configure in `<state-dir>/runtime.json`, with
 //! the pid and start time of the process that wrote it. A record naming this
-//! process therefore shows that it was registered. It cannot show that the runtime still holds the connection
-//! (a runtime that restarted since then has not re-registered it yet); the
-//! `nri socket` check covers a runtime that is down.
+//! process therefore shows that it was registered; the plugin marks the
+//! record when the runtime closes that connection (`disconnected_unix`),
+//! until a runtime configures it again. The `nri socket` check covers a
+//! runtime that is down.
 use std::path::{Path, PathBuf};
 
 use super::host::{read_bounded, Host, Roots};

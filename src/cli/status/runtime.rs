@@ -58,6 +58,12 @@ pub fn table(record: Option<&RuntimeRecord>) -> String {
             nri::stub::DEFAULT_REQUEST_TIMEOUT.as_millis()
         ),
     };
+    if let Some(since) = r.disconnected_unix {
+        let _ = writeln!(
+            out,
+            "  connection:               CLOSED by the runtime at unix time {since}; the plugin serves no creation until a runtime configures it again"
+        );
+    }
     if let Some(why) = &r.config_error {
         let _ = writeln!(
             out,
@@ -89,6 +95,7 @@ mod tests {
             host_root: None,
             config_error: None,
             request_timeout_ms: Some(1500),
+            disconnected_unix: None,
         };
         let t = table(Some(&rec));
         assert!(
@@ -112,5 +119,12 @@ mod tests {
         assert!(table(Some(&invalid)).contains(
             "config:                   INVALID, containers that need devgate are refused: unknown field `gpus`"
         ));
+        assert!(!t.contains("connection:"), "{t}");
+        let closed = RuntimeRecord {
+            disconnected_unix: Some(1_700_000_000),
+            ..invalid
+        };
+        assert!(table(Some(&closed))
+            .contains("connection:               CLOSED by the runtime at unix time 1700000000;"));
     }
 }

@@ -242,6 +242,19 @@ fn each_broken_runtime_or_plugin_setup_fails_or_warns_its_own_check() {
             "was of another process (pid 4242, started at tick 999)",
         ),
         (
+            "the runtime closed the connection since it configured the plugin",
+            |n| {
+                let path = n.roots.state_dir.join("runtime.json");
+                let text = std::fs::read_to_string(&path).unwrap();
+                let mut record: serde_json::Value = serde_json::from_str(&text).unwrap();
+                record["disconnected_unix"] = serde_json::json!(super::BOOT + 30);
+                write(&path, &record.to_string());
+            },
+            "devgate registered",
+            Status::Fail,
+            "closed its connection at unix time",
+        ),
+        (
             "plugin start time unreadable",
             |n| std::fs::remove_file(n.roots.proc_dir.join("4242/stat")).unwrap(),
             "devgate registered",
