@@ -342,3 +342,41 @@ fn a_missing_state_directory_is_said() {
     );
     assert!(!state.exists(), "not made");
 }
+
+/// The runtime record names the plugin process that wrote it: status says
+/// whether it still runs (table and JSON), so that the record of a plugin
+/// that exited does not read as the node's present state.
+#[test]
+fn the_runtime_records_plugin_is_shown_running_or_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, health) = (dir.path().join("state"), dir.path().join("health"));
+    std::fs::create_dir_all(&state).unwrap();
+    let me = std::process::id();
+    let ticks = devgate::hook::liveness::start_ticks(std::path::Path::new("/proc"), me).unwrap();
+    let write_record = |start_ticks: u64| {
+        let record = serde_json::json!({
+            "runtime": "containerd", "version": "1.7.24", "nri_version": "v0.6.1",
+            "events": "0x60c", "explicit_cgroup_rules": false, "cdi_devices": false,
+            "device_mode": "nodes", "devices_as": "nodes", "configured_unix": 1_700_000_000u64,
+            "plugin": {"pid": me, "start_ticks": start_ticks},
+        });
+        std::fs::write(state.join("runtime.json"), record.to_string()).unwrap();
+    };
+    for (start_ticks, running, line) in [
+        (ticks, true, format!("plugin:                   pid {me}, running\n")),
+        (
+            ticks + 1,
+            false,
+            format!("plugin:                   pid {me}, NOT RUNNING: this record is of a plugin that exited"),
+        ),
+    ] {
+        write_record(start_ticks);
+        let (ok, table) = status(&state, &health, &[]);
+        assert!(ok && table.contains(&line), "{table}");
+        let (ok, json) = status(&state, &health, &["-o", "json"]);
+        let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert!(ok);
+        assert_eq!(json["runtime_plugin_running"], running, "{json}");
+        assert_eq!(json["runtime"]["plugin"]["pid"], me, "{json}");
+    }
+}

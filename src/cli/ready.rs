@@ -66,10 +66,17 @@ pub fn recorded_and_running(
 ) -> Result<RuntimeRecord, ReadyError> {
     let record = RuntimeRecord::load(state_dir)?
         .ok_or_else(|| ReadyError::NoRecord(RuntimeRecord::path(state_dir)))?;
+    writer_runs(&record, proc_dir)?;
+    Ok(record)
+}
+
+/// Whether the plugin process that wrote `record` still runs, looked for in
+/// `proc_dir`: known by its pid and start time, never by a name another
+/// process could take.
+pub fn writer_runs(record: &RuntimeRecord, proc_dir: &Path) -> Result<(), ReadyError> {
     let plugin = record.plugin.as_ref().ok_or(ReadyError::NoProcess)?;
-    // Known by its pid and start time, never by a name another process could take.
     match crate::hook::liveness::start_ticks(proc_dir, plugin.pid) {
-        Ok(ticks) if ticks == plugin.start_ticks => Ok(record),
+        Ok(ticks) if ticks == plugin.start_ticks => Ok(()),
         Ok(_) => Err(ReadyError::Gone(plugin.pid)),
         // ESRCH: it exited while its stat was read.
         Err(crate::hook::liveness::LivenessError::Read { source, .. })

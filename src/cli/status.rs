@@ -72,6 +72,10 @@ struct StatusView<'a> {
     gpu_nic_pairs: &'a [PodPairs],
     /// The runtime devgate was last configured by, and the features in use.
     runtime: Option<&'a crate::plugin::features::RuntimeRecord>,
+    /// Whether the plugin process that wrote `runtime` still runs; absent
+    /// where the record names none or its process cannot be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runtime_plugin_running: Option<bool>,
     /// Grant check decisions: granted, refused and why.
     grants: &'a crate::grant::GrantCounters,
     /// VFs in pods, and where their RDMA devices are.
@@ -135,6 +139,13 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
     let (runtime_record, runtime_error) = or_said(crate::plugin::features::RuntimeRecord::load(
         &args.state_dir,
     ));
+    let plugin_running = runtime_record.as_ref().and_then(|r| {
+        match super::ready::writer_runs(r, std::path::Path::new("/proc")) {
+            Ok(()) => Some(true),
+            Err(super::ready::ReadyError::Gone(_)) => Some(false),
+            Err(_) => None,
+        }
+    });
     let (grants, grants_error) = or_said(crate::grant::audit::read_counters(&args.state_dir));
     let (unapplied, unapplied_error) =
         or_said(crate::plugin::unapplied_record::load(&args.state_dir));
@@ -173,6 +184,7 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
                 gpu_health_dir_error: health_dir_error.as_deref(),
                 gpu_nic_pairs: &pairs,
                 runtime: runtime_record.as_ref(),
+                runtime_plugin_running: plugin_running,
                 grants: &grants,
                 vfs: &vfs,
                 unapplied_containers: &unapplied,
@@ -185,7 +197,10 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
             println!("{}", serde_json::to_string_pretty(&view)?)
         }
         StatusFormat::Table => {
-            println!("{}", runtime::table(runtime_record.as_ref()));
+            println!(
+                "{}",
+                runtime::table(runtime_record.as_ref(), plugin_running)
+            );
             print!("{}", table(&state));
             print!("\n{}", crate::gpu::health::table(&health));
             print!("\n{}", crate::grant::audit::table(&grants));

@@ -21,14 +21,25 @@ fn yes_no(b: bool) -> &'static str {
     }
 }
 
-/// A few people-readable lines.
-pub fn table(record: Option<&RuntimeRecord>) -> String {
+/// A few people-readable lines; `running`: whether the plugin process that
+/// wrote the record still runs, where that is known.
+pub fn table(record: Option<&RuntimeRecord>, running: Option<bool>) -> String {
     let Some(r) = record else {
         return "RUNTIME: none has configured devgate yet\n".to_string();
     };
     let mut out = String::new();
     let nri = r.nri_version.as_deref().unwrap_or("unknown");
     let _ = writeln!(out, "RUNTIME: {} {} (nri {nri})", r.runtime, r.version);
+    if let (Some(p), Some(running)) = (&r.plugin, running) {
+        let _ = match running {
+            true => writeln!(out, "  plugin:                   pid {}, running", p.pid),
+            false => writeln!(
+                out,
+                "  plugin:                   pid {}, NOT RUNNING: this record is of a plugin that exited (configured at unix time {})",
+                p.pid, r.configured_unix
+            ),
+        };
+    }
     let _ = writeln!(out, "  events subscribed:        {}", r.events);
     let _ = writeln!(
         out,
@@ -97,7 +108,7 @@ mod tests {
             request_timeout_ms: Some(1500),
             disconnected_unix: None,
         };
-        let t = table(Some(&rec));
+        let t = table(Some(&rec), None);
         assert!(
             t.contains("request timeout:          1500 ms (stated by the runtime)"),
             "{t}"
@@ -107,16 +118,16 @@ mod tests {
         assert!(t.contains("explicit cgroup rules:    no"));
         assert!(t.contains("cdi device injection:     yes (runtime_cdi auto)"));
         assert!(t.contains("devices as:               cdi names (device_mode cdi)"));
-        assert!(table(None).contains("none has configured"));
+        assert!(table(None, None).contains("none has configured"));
         let invalid = RuntimeRecord {
             config_error: Some("unknown field `gpus`".into()),
             request_timeout_ms: None,
             ..rec
         };
-        assert!(table(Some(&invalid)).contains(
+        assert!(table(Some(&invalid), None).contains(
             "not stated at Configure (each request's deadline, at most 2000 ms, bounds its waits)"
         ));
-        assert!(table(Some(&invalid)).contains(
+        assert!(table(Some(&invalid), None).contains(
             "config:                   INVALID, containers that need devgate are refused: unknown field `gpus`"
         ));
         assert!(!t.contains("connection:"), "{t}");
@@ -124,7 +135,21 @@ mod tests {
             disconnected_unix: Some(1_700_000_000),
             ..invalid
         };
-        assert!(table(Some(&closed))
+        assert!(table(Some(&closed), None)
             .contains("connection:               CLOSED by the runtime at unix time 1700000000;"));
+        assert!(!t.contains("plugin:"), "{t}");
+        let named = RuntimeRecord {
+            plugin: Some(crate::ledger::InitProcess {
+                pid: 77,
+                start_ticks: 5,
+            }),
+            ..closed
+        };
+        assert!(
+            table(Some(&named), Some(true)).contains("plugin:                   pid 77, running\n")
+        );
+        assert!(table(Some(&named), Some(false)).contains(
+            "plugin:                   pid 77, NOT RUNNING: this record is of a plugin that exited"
+        ));
     }
 }
