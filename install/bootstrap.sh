@@ -186,7 +186,7 @@ check_os() {
 # (step 6), so a run without it would stop halfway, its edits made.
 check_bin_dir() {
     if [[ ! -x $BIN_DIR/devgate ]]; then
-        ((!NODE_ONLY)) || die "--node-only reads [sriov] and [rdma] from the config with devgate, and there is none at $BIN_DIR/devgate: pass --bin-dir with a directory holding it (the image's /usr/local/bin/devgate will do); nothing changed"
+        ((!NODE_ONLY)) || die "--node-only reads [sriov] and [rdma] from the config with devgate, and there is none at $BIN_DIR/devgate: pass --bin-dir with a directory holding it (the image's /usr/local/bin/devgate, on a node whose glibc is as new as the image builder's, or a build for the node); nothing changed"
         die "no devgate in --bin-dir $BIN_DIR (cargo build --release, or install/build.sh); nothing changed"
     fi
     # A full install copies both, devgate first.

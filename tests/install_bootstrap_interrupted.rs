@@ -164,3 +164,32 @@ fn a_refused_config_leaves_no_temporary_copy() {
     assert!(!failed.ok, "{}", failed.out);
     assert_eq!(stage.temps_left(), Vec::<PathBuf>::new(), "{}", failed.out);
 }
+
+/// A signal between a file's copy under its temporary name and the rename
+/// leaves no copy behind: beside the NRI plugin, an executable would be
+/// started by containerd as another plugin.
+#[test]
+fn a_signal_before_a_rename_leaves_no_staged_copy() {
+    let stage = Stage::new();
+    let stubs = stage.dir.path().join("stubs");
+    write_executable(
+        &stubs.join("mv"),
+        "#!/bin/sh\ncase \"$2\" in *.devgate-new) kill -TERM $PPID; exit 1 ;; esac\nexec /bin/mv \"$@\"\n",
+    );
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", stubs.display());
+    let run = bootstrap_with_path(&stage.prefix, &stage.hooks, ARGS, Some(path.as_ref()));
+    assert!(!run.ok, "{}", run.out);
+    let mut staged = Vec::new();
+    let mut dirs = vec![stage.prefix.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() && !path.is_symlink() {
+                dirs.push(path);
+            } else if path.to_string_lossy().ends_with(".devgate-new") {
+                staged.push(path);
+            }
+        }
+    }
+    assert!(staged.is_empty(), "{staged:?}\n{}", run.out);
+}

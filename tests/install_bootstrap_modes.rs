@@ -360,3 +360,21 @@ fn binaries_that_do_not_run_here_stop_before_any_change() {
         }
     }
 }
+
+/// A dry run shows the containerd config's edit without its context lines:
+/// a config ending in a registry's credentials keeps them out of the output.
+#[test]
+fn a_dry_run_shows_no_lines_around_an_edit() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    let hooks = hooks_dir(dir.path());
+    let config = format!(
+        "{CONTAINERD_CONFIG}\n  [plugins.\"io.containerd.grpc.v1.cri\".registry.configs.\"r.example\".auth]\n    username = \"ci\"\n    password = \"s3cret-token\"\n"
+    );
+    std::fs::write(prefix.join("etc/containerd/config.toml"), config).unwrap();
+    let dry = bootstrap(&prefix, &hooks, &["--dry-run"]);
+    assert!(dry.ok, "{}", dry.out);
+    assert!(dry.out.contains("+  disable = false"), "{}", dry.out);
+    assert!(!dry.out.contains("s3cret-token"), "{}", dry.out);
+    assert!(!dry.out.contains("username"), "{}", dry.out);
+}

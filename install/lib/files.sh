@@ -115,9 +115,11 @@ put_file() {
     CHANGES=$((CHANGES + 1))
     if ((DRY_RUN)); then
         log "would install $dest (mode $mode)"
-        # Show edits of text files (the containerd config) as a diff.
+        # Show edits of text files (the containerd config) as a diff, without
+        # context lines: the lines around an edit may be a registry's
+        # credentials, and a dry run's output goes to tickets and CI logs.
         if [[ -f $target ]] && grep -Iq . "$target" && grep -Iq . "$src"; then
-            diff -u --label "$dest" --label "$dest (new)" "$target" "$src" | sed 's/^/    /' || true
+            diff -U0 --label "$dest" --label "$dest (new)" "$target" "$src" | sed 's/^/    /' || true
         fi
         return 0
     fi
@@ -140,6 +142,10 @@ put_file() {
             kind=created
         fi
     fi
+    # Removed at exit however bootstrap ends: a signal between the install
+    # and the rename would otherwise leave an executable beside the target,
+    # which NRI, in its plugin directory, would start as another plugin.
+    TEMPS+=("$target.devgate-new")
     install -m "$mode" "$src" "$target.devgate-new" || {
         rm -f "$target.devgate-new"
         die "cannot write $dest"
