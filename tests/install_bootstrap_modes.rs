@@ -378,3 +378,26 @@ fn a_dry_run_shows_no_lines_around_an_edit() {
     assert!(!dry.out.contains("s3cret-token"), "{}", dry.out);
     assert!(!dry.out.contains("username"), "{}", dry.out);
 }
+
+/// A file of someone else's where `--preinstalled` links the plugin's config
+/// (`/etc/nri/conf.d/10-devgate.conf`) is refused before any change: the
+/// unit of an earlier install still runs the plugin, and no pre-installed
+/// copy waits for containerd's next start.
+#[test]
+fn a_foreign_preinstalled_config_is_refused_before_any_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("node");
+    std::fs::create_dir_all(&prefix).unwrap();
+    let hooks = hooks_dir(dir.path());
+    let version = ["--containerd-version", "1.7.24"];
+    assert!(bootstrap(&prefix, &hooks, &version).ok);
+    let conf = prefix.join("etc/nri/conf.d/10-devgate.conf");
+    write(&conf, "failure_policy = \"ignore\"\n");
+    let before = snapshot(&prefix);
+    let pre = bootstrap(&prefix, &hooks, &["--preinstalled", version[0], version[1]]);
+    assert!(!pre.ok, "{}", pre.out);
+    position(&pre.out, "10-devgate.conf exists and is not devgate's link");
+    position(&pre.out, "nothing changed");
+    assert_eq!(snapshot(&prefix), before, "{}", pre.out);
+    assert!(!pre.out.contains("disable --now"), "{}", pre.out);
+}

@@ -128,6 +128,20 @@ check_numvfs() {
 check_containerd() {
     enable_nri 1
     check_nri_paths
+    check_preinstalled_conf
+}
+
+# Before any change: with --preinstalled, the config containerd hands the
+# plugin goes where only devgate's own link may be; a file there would be
+# refused after the unit was removed and the plugin copied in.
+check_preinstalled_conf() {
+    ((PREINSTALLED)) || return 0
+    local link
+    link=$(p "$PREINSTALLED_CONF")
+    if [[ -L $link && $(readlink "$link") == "$CONFIG" ]] || [[ ! -e $link && ! -L $link ]]; then
+        return 0
+    fi
+    die "$PREINSTALLED_CONF exists and is not devgate's link to $CONFIG: move it away first; nothing changed"
 }
 
 prepare_node() {
