@@ -37,7 +37,9 @@ fn a_linked_config_or_an_imported_nri_table_is_refused_untouched() {
         "{}",
         run.out
     );
-    // An imported table that turns NRI on, and a comment naming it, are fine.
+    // An imported table that turns NRI on, and a comment naming it, are
+    // fine: NRI is on, so the main file stays as it is and containerd is not
+    // restarted for it.
     let on = dir.path().join("imports-on");
     write(&on.join("etc/containerd/config.toml"), main);
     write(
@@ -46,6 +48,19 @@ fn a_linked_config_or_an_imported_nri_table_is_refused_untouched() {
     );
     let run = bootstrap(&on, &hooks, &version);
     assert!(run.ok, "{}", run.out);
+    position(
+        &run.out,
+        "NRI is enabled by /etc/containerd/conf.d/nri.toml",
+    );
+    assert_eq!(
+        std::fs::read_to_string(on.join("etc/containerd/config.toml")).unwrap(),
+        main
+    );
+    assert!(
+        !run.out.contains("systemctl restart containerd"),
+        "{}",
+        run.out
+    );
     // An array over several lines is read whole.
     let multi = dir.path().join("imports-multi");
     let main = "version = 2\nimports = [\n  \"/etc/other.toml\", # a comment \"x\"\n  \"conf.d/*.toml\",\n]\n";

@@ -102,9 +102,14 @@ nri_enabled_config() {
 # has an NRI table that leaves NRI off:
 # containerd replaces a plugin's whole table with an imported one, so an edit
 # of the main file would not take effect (`devgate doctor` merges imports the
-# same way). An imported table that already turns NRI on is fine.
+# same way). An imported table that already turns NRI on is fine, and is
+# named in NRI_ON_BY_IMPORT: containerd applies it after the main file
+# (replacing the table on 1.x, key by key on 2.x), so NRI is on whatever the
+# main file's table says, and an edit of it would only restart containerd.
+NRI_ON_BY_IMPORT=
 check_imports() {
     local cfg=$1 need=$2 file rc
+    NRI_ON_BY_IMPORT=
     imported_files "$cfg"
     for file in "${IMPORTED[@]}"; do
         names_nri "$file" || continue
@@ -114,6 +119,7 @@ check_imports() {
         ((rc != 6)) || die "$(crlf "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG)")"
         ((rc == 4)) ||
             die "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG) configures NRI without enabling it, which overrides an edit of $CONTAINERD_CONFIG: set disable = false there by hand"
+        NRI_ON_BY_IMPORT="/${file#"$(p /)"}"
     done
 }
 
@@ -300,6 +306,11 @@ enable_nri() {
     ((rc == 0)) || die "cannot edit $CONTAINERD_CONFIG"
     if ((check)); then
         rm -f "$new"
+        return 0
+    fi
+    if [[ -n $NRI_ON_BY_IMPORT ]]; then
+        rm -f "$new"
+        log "NRI is enabled by $NRI_ON_BY_IMPORT, which $CONTAINERD_CONFIG imports: $CONTAINERD_CONFIG left as it is"
         return 0
     fi
     # Keep the file's mode: containerd configs may hold registry credentials.
