@@ -308,10 +308,21 @@ fn a_missing_hostname_is_this_machines_or_needs_a_node_name() {
         stderr.contains("no proc/sys/kernel/hostname under") && stderr.contains("--node-name"),
         "{stderr}"
     );
-    let unshared = run_inventory_as(&["unshare", "-u"], dir.path(), &["-o", "device-cr"], None);
-    assert!(!unshared.status.success());
-    assert!(String::from_utf8_lossy(&unshared.stderr)
-        .contains("no node name for the device object (pass --node-name)"));
+    // In a UTS namespace of its own, and in one with a pid namespace of its
+    // own too (a container without the host's pids, whose pid 1 shares its
+    // UTS namespace): refused.
+    for wrapper in [
+        &["unshare", "-u"][..],
+        &["unshare", "-u", "-p", "-f", "--mount-proc"],
+    ] {
+        let unshared = run_inventory_as(wrapper, dir.path(), &["-o", "device-cr"], None);
+        assert!(!unshared.status.success(), "{wrapper:?}");
+        assert!(
+            String::from_utf8_lossy(&unshared.stderr)
+                .contains("no node name for the device object (pass --node-name)"),
+            "{wrapper:?}"
+        );
+    }
     let ok = inventory(dir.path(), &["-o", "device-cr", "--node-name", "empty"]);
     let cr: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&ok.stdout).expect("yaml");
     assert_eq!(cr["spec"]["devices"].as_sequence().map(Vec::len), Some(0));

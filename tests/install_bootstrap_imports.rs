@@ -61,6 +61,20 @@ fn a_linked_config_or_an_imported_nri_table_is_refused_untouched() {
         "{}",
         run.out
     );
+    // On 2.x an imported table without `disable` merges into the main one,
+    // whose `disable = true` stays in force: the main file is edited.
+    let merged = dir.path().join("imports-merged");
+    let main3 = "version = 3\nimports = [\"conf.d/*.toml\"]\n[plugins.'io.containerd.nri.v1.nri']\n  disable = true\n";
+    write(&merged.join("etc/containerd/config.toml"), main3);
+    write(
+        &merged.join("etc/containerd/conf.d/nri.toml"),
+        "[plugins.'io.containerd.nri.v1.nri']\n  socket_path = \"/var/run/nri/nri.sock\"\n",
+    );
+    let run = bootstrap(&merged, &hooks, &["--containerd-version", "2.1.9"]);
+    assert!(run.ok, "{}", run.out);
+    let edited = std::fs::read_to_string(merged.join("etc/containerd/config.toml")).unwrap();
+    assert!(edited.contains("disable = false"), "{edited}\n{}", run.out);
+    assert!(!run.out.contains("NRI is enabled by"), "{}", run.out);
     // An array over several lines is read whole.
     let multi = dir.path().join("imports-multi");
     let main = "version = 2\nimports = [\n  \"/etc/other.toml\", # a comment \"x\"\n  \"conf.d/*.toml\",\n]\n";

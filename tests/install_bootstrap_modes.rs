@@ -362,14 +362,15 @@ fn binaries_that_do_not_run_here_stop_before_any_change() {
 }
 
 /// A dry run shows the containerd config's edit without its context lines:
-/// a config ending in a registry's credentials keeps them out of the output.
+/// a config ending in a registry's credentials keeps them out of the output,
+/// its last line without a newline too.
 #[test]
 fn a_dry_run_shows_no_lines_around_an_edit() {
     let dir = tempfile::tempdir().unwrap();
     let prefix = node(dir.path());
     let hooks = hooks_dir(dir.path());
     let config = format!(
-        "{CONTAINERD_CONFIG}\n  [plugins.\"io.containerd.grpc.v1.cri\".registry.configs.\"r.example\".auth]\n    username = \"ci\"\n    password = \"s3cret-token\"\n"
+        "{CONTAINERD_CONFIG}\n  [plugins.\"io.containerd.grpc.v1.cri\".registry.configs.\"r.example\".auth]\n    username = \"ci\"\n    password = \"s3cret-token\""
     );
     std::fs::write(prefix.join("etc/containerd/config.toml"), config).unwrap();
     let dry = bootstrap(&prefix, &hooks, &["--dry-run"]);

@@ -102,10 +102,12 @@ nri_enabled_config() {
 # has an NRI table that leaves NRI off:
 # containerd replaces a plugin's whole table with an imported one, so an edit
 # of the main file would not take effect (`devgate doctor` merges imports the
-# same way). An imported table that already turns NRI on is fine, and is
-# named in NRI_ON_BY_IMPORT: containerd applies it after the main file
-# (replacing the table on 1.x, key by key on 2.x), so NRI is on whatever the
-# main file's table says, and an edit of it would only restart containerd.
+# same way). An imported table that already turns NRI on is fine; one that
+# sets `disable = false` itself is named in NRI_ON_BY_IMPORT: containerd
+# applies it after the main file (replacing the table on 1.x, key by key on
+# 2.x), so NRI is on whatever the main file's table says, and an edit of it
+# would only restart containerd. (On 2.x an imported table without the key
+# leaves the main file's `disable` in force, which is edited as before.)
 NRI_ON_BY_IMPORT=
 check_imports() {
     local cfg=$1 need=$2 file rc
@@ -119,8 +121,18 @@ check_imports() {
         ((rc != 6)) || die "$(crlf "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG)")"
         ((rc == 4)) ||
             die "/${file#"$(p /)"} (imported by $CONTAINERD_CONFIG) configures NRI without enabling it, which overrides an edit of $CONTAINERD_CONFIG: set disable = false there by hand"
-        NRI_ON_BY_IMPORT="/${file#"$(p /)"}"
+        if nri_sets_enabled <"$file"; then
+            NRI_ON_BY_IMPORT="/${file#"$(p /)"}"
+        fi
     done
+}
+
+# Whether the NRI table of the config on stdin sets `disable = false`.
+nri_sets_enabled() {
+    awk -v q="'" "$NRI_HEADER_AWK"'
+        /^[ \t]*\[/ { in_nri = ($0 ~ nri); next }
+        in_nri && /^[ \t]*disable[ \t]*=[ \t]*false[ \t]*(#.*)?$/ { on = 1 }
+        END { exit !on }'
 }
 
 # Whether a config file names the NRI plugin outside a comment. One grep:

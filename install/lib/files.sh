@@ -119,7 +119,9 @@ put_file() {
         # context lines: the lines around an edit may be a registry's
         # credentials, and a dry run's output goes to tickets and CI logs.
         if [[ -f $target ]] && grep -Iq . "$target" && grep -Iq . "$src"; then
-            diff -U0 --label "$dest" --label "$dest (new)" "$target" "$src" | sed 's/^/    /' || true
+            # A last line without its newline would show as changed: compared
+            # with one added, as the edit writes it.
+            diff -U0 --label "$dest" --label "$dest (new)" <(sed '$a\' "$target") "$src" | sed 's/^/    /' || true
         fi
         return 0
     fi

@@ -309,6 +309,11 @@ fn declares_one_of(path: &Path, classes: &[Class]) -> bool {
 fn kind_in(path: &Path) -> Option<String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
+    // Never opened unless a regular file: a link to a device node (opening
+    // some has effects of its own) is not followed into it.
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)

@@ -131,8 +131,12 @@ fn node_host_name(host_root: &std::path::Path) -> Result<String, InventoryCmdErr
     let name = match host_name(host_root) {
         Ok(name) => name,
         Err(e) if e.is_not_found() => {
+            // The initial UTS namespace itself, not init's: in a container
+            // without the host's pid namespace, pid 1 is the container's.
+            if !in_initial_uts() {
+                return Err(InventoryCmdError::NodeName { source: e });
+            }
             let machine = std::path::Path::new("/");
-            other_uts(machine).map_err(|_| InventoryCmdError::NodeName { source: e })?;
             let own =
                 host_name(machine).map_err(|source| InventoryCmdError::NodeName { source })?;
             eprintln!(
@@ -144,6 +148,15 @@ fn node_host_name(host_root: &std::path::Path) -> Result<String, InventoryCmdErr
         Err(source) => return Err(InventoryCmdError::NodeName { source }),
     };
     Ok(name.to_lowercase())
+}
+
+/// The initial UTS namespace's link, `PROC_UTS_INIT_INO`
+/// (include/linux/proc_ns.h).
+const INIT_UTS: &str = "uts:[4026531838]";
+
+/// Whether this process is in the initial UTS namespace.
+fn in_initial_uts() -> bool {
+    std::fs::read_link("/proc/self/ns/uts").is_ok_and(|l| l == std::path::Path::new(INIT_UTS))
 }
 
 /// Fails where `proc/sys/kernel/hostname` under the host root is a procfs
@@ -159,9 +172,7 @@ fn other_uts(host_root: &std::path::Path) -> Result<(), InventoryCmdError> {
     }
     // The host's namespace is its init's, where that link can be read (a
     // node that is itself a container, kind or LXD, has one of its own);
-    // else the initial one, `PROC_UTS_INIT_INO` (include/linux/proc_ns.h).
-    // This process's own unreadable counts as another.
-    const INIT_UTS: &str = "uts:[4026531838]";
+    // else the initial one. This process's own unreadable counts as another.
     let host = std::fs::read_link(host_root.join("proc/1/ns/uts"))
         .unwrap_or_else(|_| PathBuf::from(INIT_UTS));
     match std::fs::read_link("/proc/self/ns/uts") {

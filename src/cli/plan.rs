@@ -312,11 +312,24 @@ fn quarantined(state: &LedgerState, claim: &Claim) -> Option<String> {
 /// A PF held whole beside a VF of it, held by a pod other than this one.
 fn pf_vf_warning(state: &LedgerState, claim: &Claim, me: &PodMeta) -> Option<String> {
     let err = crate::ledger::pf_vf_conflict(state, claim)?;
-    let mine = format!("{}/{}", me.namespace, me.name);
-    match &err {
-        crate::ledger::LedgerError::HeldWithPf { holder, .. } if *holder == mine => None,
-        _ => Some(err.to_string()),
+    if let crate::ledger::LedgerError::HeldWithPf { other, .. } = &err {
+        let holders = state
+            .devices
+            .get(&other.to_string())
+            .map(|r| r.holders.as_slice())
+            .unwrap_or_default();
+        let mine = !holders.is_empty()
+            && holders.iter().all(|h| {
+                state
+                    .pods
+                    .get(&h.sandbox_id)
+                    .is_some_and(|p| same_pod(&p.pod, me))
+            });
+        if mine {
+            return None;
+        }
     }
+    Some(err.to_string())
 }
 
 fn share_text(share: &Share) -> String {

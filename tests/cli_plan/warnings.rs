@@ -157,10 +157,17 @@ fn quarantined_devices_and_earlier_pods_of_the_same_name_are_warnings() {
         share: Share::Exclusive,
         pf: None,
     };
-    ledger.claim(&earlier, &[claim]).unwrap();
+    // ...and a VF of the NIC this plan asks for whole.
+    let nic = &fx.expected().rdma[0];
+    let vf = Claim {
+        device: DeviceId::Vf(nic.vfs[0].bus_id),
+        share: Share::Exclusive,
+        pf: Some(nic.bus_id),
+    };
+    ledger.claim(&earlier, &[claim, vf]).unwrap();
     let annotation = format!(
-        r#"{{"gpu":[{{"minor":{}}},{{"minor":{}}}]}}"#,
-        quarantined.minor, held.minor
+        r#"{{"gpu":[{{"minor":{}}},{{"minor":{}}}],"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"100"}}}}]}}"#,
+        quarantined.minor, held.minor, nic.bus_id
     );
     let out = plan_cmd_with_state(
         fx.root(),
@@ -178,6 +185,10 @@ fn quarantined_devices_and_earlier_pods_of_the_same_name_are_warnings() {
             quarantined.uuid
         ),
         format!("gpu {} is held by ml/train-0 (exclusive)", held.uuid),
+        format!(
+            "pf {} conflicts with vf {}, held by pod ml/train-0: a pf used whole excludes its vfs from other pods",
+            nic.bus_id, nic.vfs[0].bus_id
+        ),
     ] {
         assert!(warnings.iter().any(|w| w == &json!(want)), "{want}: {plan}");
     }

@@ -129,6 +129,11 @@ fn run(client: &PodClient, cache: &PodCache, stop: &AtomicBool) {
                     | WatchError::Decode { .. }
                     | WatchError::ErrorEvent { .. }),
                 ) => {
+                    // A watch that served for a while before it failed so
+                    // starts its pauses from the shortest, as below.
+                    if started.elapsed() > BACKOFF_MAX {
+                        backoff = BACKOFF_MIN;
+                    }
                     let wait = pause_after(backoff, None);
                     tracing::warn!(error = %nri::ErrorChain(&e), retry_ms = wait.as_millis() as u64, "pod watch event skipped; listing again");
                     from = ListFrom::NotOlderThan(version);
