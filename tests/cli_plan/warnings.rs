@@ -1,69 +1,81 @@
 //! `devgate plan`'s warnings and notes: what the plan would meet at admission.
 use super::*;
 
-/// With `--state-dir`, devices another pod holds are warnings in the plan; the
-/// ledger is read, never written.
-#[test]
-fn devices_held_by_other_pods_are_warnings() {
-    use devgate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
-    let (dir, fx) = fixture();
-    let gpu = &fx.expected().gpus[2];
-    let state = dir.path().join("state");
+use devgate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
+
+/// `holder` (pod `ml/<name>`) holds `gpu` whole and the first VF of the
+/// fixture's first NIC, which the plans below ask for whole.
+fn holds(state: &Path, fx: &Fixture, name: &str, uid: &str, gpu: &str) -> Ledger {
     let holder = PodRef {
-        sandbox_id: "s1".into(),
+        sandbox_id: format!("s-{uid}"),
         namespace: "ml".into(),
-        name: "other".into(),
-        uid: "u1".into(),
+        name: name.into(),
+        uid: uid.into(),
     };
-    let claim = Claim {
-        device: DeviceId::Gpu(gpu.uuid.clone()),
+    let gpu = Claim {
+        device: DeviceId::Gpu(gpu.to_string()),
         share: Share::Exclusive,
         pf: None,
     };
-    // ...and a VF of the NIC this plan asks for whole.
     let nic = &fx.expected().rdma[0];
     let vf = Claim {
         device: DeviceId::Vf(nic.vfs[0].bus_id),
         share: Share::Exclusive,
         pf: Some(nic.bus_id),
     };
-    Ledger::open(&state)
-        .unwrap()
-        .claim(&holder, &[claim, vf])
-        .unwrap();
-    let before = std::fs::read(state.join("ledger.json")).unwrap();
+    let ledger = Ledger::open(state).unwrap();
+    ledger.claim(&holder, &[gpu, vf]).unwrap();
+    ledger
+}
 
+/// The plan of `annotation` against the ledger in `state`, which must
+/// succeed, and the warnings `want` among its warnings.
+fn warns(fx: &Fixture, state: &Path, annotation: &str, want: &[String]) {
+    let out = plan_cmd_with_state(
+        fx.root(),
+        allocated(annotation).to_string().as_bytes(),
+        state,
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let warnings = plan["warnings"].as_array().unwrap();
+    for want in want {
+        assert!(warnings.iter().any(|w| w == &json!(want)), "{want}: {plan}");
+    }
+}
+
+/// The warning of a VF that pod `holder` holds of the NIC asked for whole.
+fn pf_vf_warning(fx: &Fixture, holder: &str) -> String {
+    let nic = &fx.expected().rdma[0];
+    format!(
+        "pf {} conflicts with vf {}, held by pod {holder}: a pf used whole excludes its vfs from other pods",
+        nic.bus_id, nic.vfs[0].bus_id
+    )
+}
+
+/// With `--state-dir`, devices another pod holds are warnings in the plan; the
+/// ledger is read, never written.
+#[test]
+fn devices_held_by_other_pods_are_warnings() {
+    let (dir, fx) = fixture();
+    let gpu = &fx.expected().gpus[2];
+    let state = dir.path().join("state");
+    holds(&state, &fx, "other", "u1", &gpu.uuid);
+    let before = std::fs::read(state.join("ledger.json")).unwrap();
+    let nic = &fx.expected().rdma[0];
     let annotation = format!(
         r#"{{"gpu":[{{"minor":{},"id":"{}","resources":{{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}}}],"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"100"}}}}]}}"#,
         gpu.minor, gpu.uuid, nic.bus_id
     );
-    let out = plan_cmd_with_state(
-        fx.root(),
-        allocated(&annotation).to_string().as_bytes(),
+    let held = format!("gpu {} is held by ml/other (exclusive)", gpu.uuid);
+    warns(
+        &fx,
         &state,
-        &[],
+        &annotation,
+        &[held, pf_vf_warning(&fx, "ml/other")],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let warning = format!("gpu {} is held by ml/other (exclusive)", gpu.uuid);
-    let pf_vf = format!(
-        "pf {} conflicts with vf {}, held by pod ml/other: a pf used whole excludes its vfs from other pods",
-        nic.bus_id, nic.vfs[0].bus_id
-    );
-    for warning in [warning, pf_vf] {
-        assert!(
-            plan["warnings"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|w| w == &json!(warning)),
-            "{warning}: {plan}"
-        );
-    }
     assert_eq!(std::fs::read(state.join("ledger.json")).unwrap(), before);
 }
 
@@ -130,66 +142,33 @@ fn a_moved_vf_without_a_host_gid_is_a_note() {
     assert!(!text.contains("WARNINGS"), "{text}");
 }
 
-/// A quarantined GPU, and a GPU an earlier pod of the same name (another
-/// UID: a StatefulSet's pod made again) still holds, are warnings: the
-/// plugin refuses both claims.
+/// A quarantined GPU, and a GPU and a VF an earlier pod of the same name
+/// (another UID: a StatefulSet's pod made again) still holds, are
+/// warnings: the plugin refuses these claims.
 #[test]
 fn quarantined_devices_and_earlier_pods_of_the_same_name_are_warnings() {
-    use devgate::ledger::{Claim, DeviceId, Ledger, PodRef, Share};
     let (dir, fx) = fixture();
     let (quarantined, held) = (&fx.expected().gpus[0], &fx.expected().gpus[1]);
     let state = dir.path().join("state");
-    let ledger = Ledger::open(&state).unwrap();
+    let ledger = holds(&state, &fx, "train-0", "old-uid", &held.uuid);
     ledger
         .quarantine(
             &DeviceId::Gpu(quarantined.uuid.clone()),
             "still open in pid 42 outside the pod",
         )
         .unwrap();
-    let earlier = PodRef {
-        sandbox_id: "s-old".into(),
-        namespace: "ml".into(),
-        name: "train-0".into(),
-        uid: "old-uid".into(),
-    };
-    let claim = Claim {
-        device: DeviceId::Gpu(held.uuid.clone()),
-        share: Share::Exclusive,
-        pf: None,
-    };
-    // ...and a VF of the NIC this plan asks for whole.
     let nic = &fx.expected().rdma[0];
-    let vf = Claim {
-        device: DeviceId::Vf(nic.vfs[0].bus_id),
-        share: Share::Exclusive,
-        pf: Some(nic.bus_id),
-    };
-    ledger.claim(&earlier, &[claim, vf]).unwrap();
     let annotation = format!(
         r#"{{"gpu":[{{"minor":{}}},{{"minor":{}}}],"rdma":[{{"minor":0,"id":"{}","resources":{{"koordinator.sh/rdma":"100"}}}}]}}"#,
         quarantined.minor, held.minor, nic.bus_id
     );
-    let out = plan_cmd_with_state(
-        fx.root(),
-        allocated(&annotation).to_string().as_bytes(),
-        &state,
-        &[],
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let warnings = plan["warnings"].as_array().unwrap();
-    for want in [
+    let want = [
         format!(
             "gpu {} is quarantined: still open in pid 42 outside the pod",
             quarantined.uuid
         ),
         format!("gpu {} is held by ml/train-0 (exclusive)", held.uuid),
-        format!(
-            "pf {} conflicts with vf {}, held by pod ml/train-0: a pf used whole excludes its vfs from other pods",
-            nic.bus_id, nic.vfs[0].bus_id
-        ),
-    ] {
-        assert!(warnings.iter().any(|w| w == &json!(want)), "{want}: {plan}");
-    }
+        pf_vf_warning(&fx, "ml/train-0"),
+    ];
+    warns(&fx, &state, &annotation, &want);
 }
