@@ -121,7 +121,7 @@ put_file() {
         if [[ -f $target ]] && grep -Iq . "$target" && grep -Iq . "$src"; then
             # A last line without its newline would show as changed: compared
             # with one added, as the edit writes it.
-            diff -U0 --label "$dest" --label "$dest (new)" <(sed '$a\' "$target") "$src" | sed 's/^/    /' || true
+            diff -U0 --label "$dest" --label "$dest (new)" <(awk 1 "$target") "$src" | sed 's/^/    /' || true
         fi
         return 0
     fi
