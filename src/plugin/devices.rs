@@ -235,7 +235,16 @@ impl Devices {
             )
         };
         let admission = match claim() {
-            Err(e) => retry(e, &prepared.claims).and_then(|()| claim()),
+            // The wait may have let the holder's release mark a GPU
+            // unhealthy (pages it left pending retirement), or the health
+            // monitor mark one: health is asked again before the claim.
+            Err(e) => match retry(e, &prepared.claims) {
+                Ok(()) => {
+                    healthy(health, &prepared)?;
+                    claim()
+                }
+                Err(e) => Err(e),
+            },
             other => other,
         };
         let admission = admission.map_err(|source| DeviceError::Claim {
@@ -317,13 +326,7 @@ impl Devices {
             self.prepare(devices, pod, ctr, config, features, read)
         })?;
         // An unhealthy GPU is refused before anything is claimed.
-        gpu::check_claims(health, &prepared.claims).map_err(|source| DeviceError::Health {
-            entry: match &source {
-                GpuError::Unhealthy { uuid, .. } => prepared.entry_of(&DeviceId::Gpu(uuid.clone())),
-                _ => String::new(),
-            },
-            source,
-        })?;
+        healthy(health, &prepared)?;
         self.check_cdi(&prepared, config)?;
         Ok(prepared)
     }
@@ -389,6 +392,18 @@ pub use inventory_cache::POLL_PERIOD;
 #[path = "prepare.rs"]
 mod prepare;
 pub(crate) use prepare::network_need;
+
+/// Refuses a plan that claims a GPU the health store marks unhealthy,
+/// naming its entry.
+fn healthy(health: &HealthStore, prepared: &super::last_plan::Prepared) -> Result<(), DeviceError> {
+    gpu::check_claims(health, &prepared.claims).map_err(|source| DeviceError::Health {
+        entry: match &source {
+            GpuError::Unhealthy { uuid, .. } => prepared.entry_of(&DeviceId::Gpu(uuid.clone())),
+            _ => String::new(),
+        },
+        source,
+    })
+}
 
 #[cfg(test)]
 use vf_attach::pod_mac;

@@ -97,6 +97,43 @@ fn a_creation_waits_for_the_release_of_the_holder() {
     );
 }
 
+/// A GPU marked unhealthy while the creation waits for the holder's release
+/// (pages the holder left pending retirement, which its teardown marks) is
+/// refused once the release ends, and nothing is claimed for the pod.
+#[test]
+fn a_gpu_marked_unhealthy_during_the_wait_is_refused() {
+    use nri::stub::Plugin as _;
+    let state = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let (plugin, first, second) = two_pods_one_gpu(state.path(), &gate);
+    plugin.stop_pod_sandbox(&first).unwrap();
+    gate.wait_entered();
+    let snap = plugin.devices().ledger().snapshot().unwrap();
+    let Some(crate::ledger::DeviceId::Gpu(uuid)) = snap.pods[&first.id]
+        .claims
+        .first()
+        .map(|c| c.device.clone())
+    else {
+        panic!("the first pod holds no gpu: {snap:?}");
+    };
+    let marker = {
+        let gate = Arc::clone(&gate);
+        let health = plugin.gpu().health().clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            health
+                .mark(&uuid, &[crate::gpu::health::Fault::RetiredPagesPending], 1)
+                .unwrap();
+            gate.open();
+        })
+    };
+    let err = plugin.adjustment(&second, &ctr()).unwrap_err();
+    marker.join().unwrap();
+    let text = nri::ErrorChain(&err).to_string();
+    assert!(text.contains("is unhealthy"), "{text}");
+    assert!(!plugin.devices().ledger().holds("sandbox-2").unwrap());
+}
+
 /// A release that outlasts the wait leaves the refusal as it was, naming
 /// the holder, and nothing claimed for the refused pod.
 #[test]
