@@ -153,8 +153,10 @@ pub fn observe(
         return faults;
     };
     if let Some(now) = r.dbe_volatile {
-        // The counter restarts at 0 when the driver loads: a drop is a new baseline.
-        if dbe_seen.is_some_and(|seen| now > seen) {
+        // The counter restarts at 0 when the driver loads: a drop to 0 is a
+        // new baseline; a drop to more than 0 is a restart followed by
+        // errors, each of them new.
+        if dbe_seen.is_some_and(|seen| now > seen || (now < seen && now > 0)) {
             faults.push(Fault::DoubleBitEcc);
         }
         *dbe_seen = Some(now);

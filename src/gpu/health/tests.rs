@@ -156,6 +156,18 @@ fn a_rising_double_bit_count_is_a_fault_and_a_driver_reload_is_not() {
         "counter reset"
     );
     assert_eq!(seen, Some(0));
+    // Up to 7, then a reload and 2 errors before the next reading: below
+    // what was seen, yet above 0, so new.
+    assert_eq!(
+        observe(&[], Some(&reading(7)), &mut seen, &[]),
+        vec![Fault::DoubleBitEcc]
+    );
+    assert_eq!(
+        observe(&[], Some(&reading(2)), &mut seen, &[]),
+        vec![Fault::DoubleBitEcc],
+        "a restart followed by errors"
+    );
+    assert_eq!(seen, Some(2));
 }
 
 #[test]
