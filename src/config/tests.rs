@@ -113,6 +113,12 @@ fn values_the_plan_refuses_fail_the_config() {
         ("[rdma]\nifname_prefix = \"a/b\"", "rdma.ifname_prefix"),
         ("[hami]\nlibrary_path = \"libvgpu.so\"", "hami.library_path"),
         (
+            "[hami]\nlibrary_path = \"/opt/v gpu/libvgpu.so\"",
+            "hami.library_path: must hold no space",
+        ),
+        ("[hami]\nlibrary_path = \"/opt/a:b/libvgpu.so\"", "hami.library_path"),
+        ("[hami]\nlibrary_path = \"/opt/$LIB/libvgpu.so\"", "hami.library_path"),
+        (
             "[vf.defaults]\nqos = 3\n[vf.pf.\"0000:3b:00.0\"]\nmtu = 9000",
             "vf.pf.\"0000:3b:00.0\".qos",
         ),

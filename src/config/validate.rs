@@ -107,6 +107,16 @@ impl Config {
                 return Err(invalid(key, "must be an absolute path without .."));
             }
         }
+        // The library goes into LD_PRELOAD, which ld.so splits at spaces and
+        // colons and in which it expands `$LIB`, `$ORIGIN` and `$PLATFORM`
+        // (ld.so(8)): such a path would preload something else, or nothing,
+        // and the shares' limits would go unenforced without a word.
+        if self.hami.library_path.contains([' ', ':', '\t', '\n', '$']) {
+            return Err(invalid(
+                "hami.library_path",
+                "must hold no space, colon, tab, newline or $, which LD_PRELOAD reads as separators or substitutions",
+            ));
+        }
         let prefix = &self.rdma.ifname_prefix;
         // IFNAMSIZ is 16 with the NUL: leave room for 4 digits.
         if prefix.is_empty()
