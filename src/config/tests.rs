@@ -114,7 +114,7 @@ fn values_the_plan_refuses_fail_the_config() {
         ("[hami]\nlibrary_path = \"libvgpu.so\"", "hami.library_path"),
         (
             "[hami]\nlibrary_path = \"/opt/v gpu/libvgpu.so\"",
-            "hami.library_path: must hold no space",
+            "hami.library_path: must hold no space, colon or $",
         ),
         ("[hami]\nlibrary_path = \"/opt/a:b/libvgpu.so\"", "hami.library_path"),
         ("[hami]\nlibrary_path = \"/opt/$LIB/libvgpu.so\"", "hami.library_path"),

@@ -99,15 +99,14 @@ fn a_creation_waits_for_the_release_of_the_holder() {
 
 /// A GPU marked unhealthy while the creation waits for the holder's release
 /// (pages the holder left pending retirement, which its teardown marks) is
-/// refused once the release ends, and nothing is claimed for the pod.
+/// refused once the wait ends, and nothing is claimed for the pod. The wait
+/// is a retry that marks the GPU and reports the release done, so that the
+/// mark falls after the first health check whatever the machine's speed.
 #[test]
 fn a_gpu_marked_unhealthy_during_the_wait_is_refused() {
-    use nri::stub::Plugin as _;
     let state = tempfile::tempdir().unwrap();
     let gate = Arc::new(Gate::default());
     let (plugin, first, second) = two_pods_one_gpu(state.path(), &gate);
-    plugin.stop_pod_sandbox(&first).unwrap();
-    gate.wait_entered();
     let snap = plugin.devices().ledger().snapshot().unwrap();
     let Some(crate::ledger::DeviceId::Gpu(uuid)) = snap.pods[&first.id]
         .claims
@@ -116,19 +115,28 @@ fn a_gpu_marked_unhealthy_during_the_wait_is_refused() {
     else {
         panic!("the first pod holds no gpu: {snap:?}");
     };
-    let marker = {
-        let gate = Arc::clone(&gate);
-        let health = plugin.gpu().health().clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            health
-                .mark(&uuid, &[crate::gpu::health::Fault::RetiredPagesPending], 1)
-                .unwrap();
-            gate.open();
-        })
+    let health = plugin.gpu().health().clone();
+    let waited = std::sync::atomic::AtomicBool::new(false);
+    let retry = |_: crate::ledger::LedgerError, _: &[crate::ledger::Claim]| {
+        waited.store(true, std::sync::atomic::Ordering::SeqCst);
+        health
+            .mark(&uuid, &[crate::gpu::health::Fault::RetiredPagesPending], 1)
+            .unwrap();
+        Ok(())
     };
-    let err = plugin.adjustment(&second, &ctr()).unwrap_err();
-    marker.join().unwrap();
+    let config = plugin.config().unwrap();
+    let err = plugin
+        .devices()
+        .admit(
+            &second,
+            &ctr(),
+            &config,
+            Default::default(),
+            &health,
+            &retry,
+        )
+        .expect_err("refused");
+    assert!(waited.load(std::sync::atomic::Ordering::SeqCst));
     let text = nri::ErrorChain(&err).to_string();
     assert!(text.contains("is unhealthy"), "{text}");
     assert!(!plugin.devices().ledger().holds("sandbox-2").unwrap());

@@ -2,7 +2,7 @@
 //!
 //! Faults: critical XIDs (NVML events; application XIDs ignored as in k8s-device-plugin
 //! `internal/rm/health.go`), double-bit ECC errors (events, or the volatile counter
-//! rising), pages pending retirement and pending or failed row remaps (nvidia-smi
+//! rising, or restarting with errors already counted), pages pending retirement and pending or failed row remaps (nvidia-smi
 //! `retired_pages.pending`, `remapped_rows`). Unlike Koordinator's koordlet, which never
 //! returns a GPU to service until it restarts, a GPU here recovers after a number of
 //! consecutive clean checks and a quiet period with no new fault. A pending retirement
@@ -80,7 +80,8 @@ pub struct GpuHealth {
     /// Consecutive clean checks while unhealthy.
     #[serde(default)]
     pub clean_checks: u32,
-    /// The volatile double-bit ECC count last seen; a rise is a fault.
+    /// The volatile double-bit ECC count last seen; a rise is a fault, and so
+    /// is a drop to more than 0 (a driver restart followed by errors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dbe_seen: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -155,7 +156,9 @@ pub fn observe(
     if let Some(now) = r.dbe_volatile {
         // The counter restarts at 0 when the driver loads: a drop to 0 is a
         // new baseline; a drop to more than 0 is a restart followed by
-        // errors, each of them new.
+        // errors, each of them new. (As many errors after a restart as were
+        // seen before it read as no change: only a driver-load marker could
+        // tell.)
         if dbe_seen.is_some_and(|seen| now > seen || (now < seen && now > 0)) {
             faults.push(Fault::DoubleBitEcc);
         }
