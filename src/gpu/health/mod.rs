@@ -192,11 +192,15 @@ pub fn apply(
         health.clean_checks = 0;
         return add_faults(uuid, health, &obs.faults, now);
     }
-    let cond = health.unhealthy.as_ref()?;
+    let cond = health.unhealthy.as_mut()?;
     if !obs.complete {
         health.clean_checks = 0;
         return None;
     }
+    // A fault time ahead of the clock (the clock stepped back since, by NTP
+    // or by hand) counts as now: the quiet period runs from here, instead
+    // of being stretched by the step.
+    cond.last_fault_unix = cond.last_fault_unix.min(now);
     health.clean_checks = health.clean_checks.saturating_add(1);
     let quiet = now.saturating_sub(cond.last_fault_unix) >= recovery.quiet_secs;
     if health.clean_checks < recovery.clean_checks.max(1) || !quiet {

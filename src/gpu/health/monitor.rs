@@ -98,11 +98,11 @@ impl HealthMonitor {
         let readings: BTreeMap<String, (Option<MemoryHealth>, Option<Fault>)> =
             uuids.iter().map(|u| (u.clone(), self.reading(u))).collect();
         let interval = self.policy.interval.as_secs().max(1);
-        let counts = now
-            >= self
-                .last_counted
-                .load(Ordering::Relaxed)
-                .saturating_add(interval);
+        // A check counts an interval after the last one counted, or at once
+        // where the clock stepped back since: otherwise no check would count
+        // until the clock caught up with the step.
+        let last = self.last_counted.load(Ordering::Relaxed);
+        let counts = now < last || now >= last.saturating_add(interval);
         if counts {
             self.last_counted.store(now, Ordering::Relaxed);
         }

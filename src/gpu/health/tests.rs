@@ -73,6 +73,31 @@ fn a_gpu_nvml_reports_lost_is_unhealthy() {
     HealthStore::new(dir.path()).check("GPU-0").unwrap();
 }
 
+/// The clock stepped back (NTP, by hand) after a fault: checks still count
+/// and the quiet period runs from the step, so the GPU recovers as it would
+/// have, instead of only once the clock caught up with its old reading.
+#[test]
+fn a_clock_stepped_back_does_not_hold_recovery_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let nvml = Arc::new(FakeNvml::default());
+    let m = monitor(dir.path(), &nvml, policy(2, 100));
+    nvml.push_events(vec![xid("GPU-0", 48)]);
+    m.step(10_000).unwrap();
+    assert!(m.step(5_000).unwrap().is_empty(), "1 clean check");
+    assert!(
+        m.step(5_050).unwrap().is_empty(),
+        "2 clean checks, not quiet yet"
+    );
+    let store = HealthStore::new(dir.path());
+    assert_eq!(store.snapshot().unwrap().gpus["GPU-0"].clean_checks, 2);
+    assert_eq!(
+        m.step(5_100).unwrap(),
+        vec![Transition::Recovered {
+            uuid: "GPU-0".into()
+        }]
+    );
+}
+
 #[test]
 fn a_gpu_recovers_after_clean_checks_and_a_quiet_period() {
     let dir = tempfile::tempdir().unwrap();
