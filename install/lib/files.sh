@@ -174,14 +174,23 @@ put_text() {
     return "$rc"
 }
 
-# put_link DEST TARGET: a symlink, created when absent; never replaces a file.
-put_link() {
+# link_place DEST TARGET [MORE]: returns 1 when DEST is already devgate's
+# link to TARGET, 0 when nothing is there; dies otherwise (MORE is added to
+# the refusal).
+link_place() {
     local link
     link=$(p "$1")
     if [[ -L $link && $(readlink "$link") == "$2" ]]; then
         return 1
     fi
-    [[ ! -e $link && ! -L $link ]] || die "$1 exists and is not devgate's link to $2: move it away first"
+    [[ ! -e $link && ! -L $link ]] || die "$1 exists and is not devgate's link to $2: move it away first${3-}"
+}
+
+# put_link DEST TARGET: a symlink, created when absent; never replaces a file.
+put_link() {
+    local link
+    link_place "$1" "$2" || return 1
+    link=$(p "$1")
     CHANGES=$((CHANGES + 1))
     if ((DRY_RUN)); then
         log "would link $1 -> $2"

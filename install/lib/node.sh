@@ -136,12 +136,7 @@ check_containerd() {
 # refused after the unit was removed and the plugin copied in.
 check_preinstalled_conf() {
     ((PREINSTALLED)) || return 0
-    local link
-    link=$(p "$PREINSTALLED_CONF")
-    if [[ -L $link && $(readlink "$link") == "$CONFIG" ]] || [[ ! -e $link && ! -L $link ]]; then
-        return 0
-    fi
-    die "$PREINSTALLED_CONF exists and is not devgate's link to $CONFIG: move it away first; nothing changed"
+    link_place "$PREINSTALLED_CONF" "$CONFIG" "; nothing changed" || true
 }
 
 prepare_node() {

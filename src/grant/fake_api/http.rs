@@ -234,10 +234,7 @@ fn watch(mut out: TcpStream, shared: &Shared, sel: &Selector, from: u64, timeout
         return;
     }
     if let Some(code) = failing {
-        let failed = json!({"type": "ERROR", "object": {"kind": "Status", "code": code, "reason": "InternalError", "message": "etcd watch failed"}});
-        let _ = chunk(&mut out, &failed);
-        let _ = write!(out, "0\r\n\r\n");
-        return;
+        return end_with_error(&mut out, code, "InternalError", "etcd watch failed");
     }
     let mut sent = from;
     let mut s = shared.lock();
@@ -247,10 +244,7 @@ fn watch(mut out: TcpStream, shared: &Shared, sel: &Selector, from: u64, timeout
             return;
         }
         if s.expiries != expiries {
-            let gone = json!({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}});
-            let _ = chunk(&mut out, &gone);
-            let _ = write!(out, "0\r\n\r\n");
-            return;
+            return end_with_error(&mut out, 410, "Expired", "too old resource version");
         }
         let pending: Vec<Value> = s
             .events
@@ -288,4 +282,11 @@ fn watch(mut out: TcpStream, shared: &Shared, sel: &Selector, from: u64, timeout
             .unwrap_or_else(PoisonError::into_inner)
             .0;
     }
+}
+
+/// Sends an ERROR event with a Status of `code` and ends the watch's stream.
+fn end_with_error(out: &mut TcpStream, code: u16, reason: &str, message: &str) {
+    let event = json!({"type": "ERROR", "object": {"kind": "Status", "code": code, "reason": reason, "message": message}});
+    let _ = chunk(out, &event);
+    let _ = write!(out, "0\r\n\r\n");
 }
