@@ -322,7 +322,8 @@ fn a_gpu_page_fault_reaches_the_health_monitor_and_clears() {
     // The first step registers each monitor's events; a quiet GPU stays healthy.
     assert_eq!(strict.step(now()).unwrap(), Vec::new());
     assert_eq!(lenient.step(now()).unwrap(), Vec::new());
-    events.wait_events(Duration::from_millis(10)).unwrap();
+    let first = events.wait_events(Duration::from_millis(10)).unwrap();
+    assert_eq!(first.unwatched, vec![], "every GPU registers for events");
 
     let (mut child, line) = cuda::spawn("fault", &gpu.bus_id.to_string(), None, dir.path());
     let status = child.exited(Duration::from_secs(30));
@@ -330,7 +331,11 @@ fn a_gpu_page_fault_reaches_the_health_monitor_and_clears() {
     assert_ne!(line, "fault 0", "the kernel did not fault");
     let mut xid = None;
     eventually(Duration::from_secs(30), || {
-        for e in events.wait_events(Duration::from_millis(500)).unwrap() {
+        for e in events
+            .wait_events(Duration::from_millis(500))
+            .unwrap()
+            .events
+        {
             if let (true, EventKind::Xid(code)) = (e.uuid == gpu.uuid, e.kind) {
                 xid = Some(code);
             }

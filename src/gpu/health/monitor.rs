@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::{apply, observe, Fault, HealthStore, Observation, Recovery, Transition};
 use crate::config::GpuConfig;
-use crate::gpu::nvml::{GpuEvent, MemoryHealth, Nvml, NvmlError};
+use crate::gpu::nvml::{EventWait, GpuEvent, MemoryHealth, Nvml, NvmlError};
 use crate::gpu::GpuError;
 use crate::inventory::Inventory;
 
@@ -43,6 +43,16 @@ pub struct HealthMonitor {
     /// the first event, ignored application XIDs included, and clean checks
     /// count once an interval, however often a tenant's XIDs wake it.
     last_counted: AtomicU64,
+    /// NVML said events are not supported here, and the log said so once.
+    told_unsupported: AtomicBool,
+}
+
+/// What a wait for events learnt.
+struct Waited {
+    /// `None`: the wait failed, so nothing is known of any GPU's events.
+    seen: Option<EventWait>,
+    /// The wait returned at once: the loop paces itself instead.
+    at_once: bool,
 }
 
 impl HealthMonitor {
@@ -59,36 +69,56 @@ impl HealthMonitor {
             uuids,
             policy,
             last_counted: AtomicU64::new(0),
+            told_unsupported: AtomicBool::new(false),
         }
     }
 
     /// One check at `now` (unix seconds). Blocks up to one interval for events.
     pub fn step(&self, now: u64) -> Result<Vec<Transition>, GpuError> {
-        let (events, events_ok) = self.wait();
-        self.check(events, events_ok, now)
+        let waited = self.wait();
+        self.check(waited.seen, now)
     }
 
-    /// The events of up to one interval, and whether the wait worked.
-    fn wait(&self) -> (Vec<GpuEvent>, bool) {
+    /// The events of up to one interval. Where NVML cannot give events at
+    /// all (NOT_SUPPORTED), the wait counts as one that saw none: the
+    /// readings are all there is to know, and recovery must not wait for
+    /// events that never come.
+    fn wait(&self) -> Waited {
         match self.nvml.wait_events(self.policy.interval) {
-            Ok(events) => (events, true),
+            Ok(seen) => Waited {
+                seen: Some(seen),
+                at_once: false,
+            },
+            Err(e) if e.events_unsupported() => {
+                if !self.told_unsupported.swap(true, Ordering::Relaxed) {
+                    tracing::info!(error = %nri::ErrorChain(&e), "gpu health: nvml gives no events here, judging by memory readings alone");
+                }
+                Waited {
+                    seen: Some(EventWait::default()),
+                    at_once: true,
+                }
+            }
             Err(e) => {
                 tracing::warn!(error = %nri::ErrorChain(&e), "gpu health: event wait failed");
-                (Vec::new(), false)
+                Waited {
+                    seen: None,
+                    at_once: true,
+                }
             }
         }
     }
 
-    /// Folds `events` and each GPU's memory readings into the store. If the wait
-    /// failed (`events_ok` false) nothing is known about any GPU: no check counts
-    /// as clean. (k8s-device-plugin marks every device unhealthy then; a transient
-    /// NVML error should not drain a node, so this only holds recovery back.)
-    fn check(
-        &self,
-        events: Vec<GpuEvent>,
-        events_ok: bool,
-        now: u64,
-    ) -> Result<Vec<Transition>, GpuError> {
+    /// Folds what the wait `seen` and each GPU's memory readings into the
+    /// store. Where the wait failed (`seen` is `None`), or a GPU was not
+    /// registered for events, nothing is known of that GPU's events: its
+    /// check does not count as clean. (k8s-device-plugin marks every device
+    /// unhealthy then; a transient NVML error should not drain a node, so
+    /// this only holds recovery back.)
+    fn check(&self, seen: Option<EventWait>, now: u64) -> Result<Vec<Transition>, GpuError> {
+        let (events, watched) = match seen {
+            Some(mut w) => (std::mem::take(&mut w.events), Some(w)),
+            None => (Vec::new(), None),
+        };
         let mut by_gpu: BTreeMap<String, Vec<GpuEvent>> = BTreeMap::new();
         for e in events {
             by_gpu.entry(e.uuid.clone()).or_default().push(e);
@@ -122,9 +152,10 @@ impl HealthMonitor {
                 if faults.is_empty() && !counts {
                     continue;
                 }
+                let events_known = watched.as_ref().is_some_and(|w| w.watches(uuid));
                 let obs = Observation {
                     faults,
-                    complete: events_ok && reading.is_some(),
+                    complete: events_known && reading.is_some(),
                 };
                 out.extend(apply(uuid, entry, &obs, self.policy.recovery, now));
             }
@@ -171,8 +202,8 @@ impl HealthMonitor {
             }
         }
         while !stop.load(Ordering::Relaxed) {
-            let (events, waited) = self.wait();
-            let stored = match self.check(events, waited, crate::ledger::now_unix()) {
+            let waited = self.wait();
+            let stored = match self.check(waited.seen, crate::ledger::now_unix()) {
                 Ok(changes) => {
                     changes.iter().for_each(log_transition);
                     true
@@ -184,7 +215,7 @@ impl HealthMonitor {
             };
             // An event wait that fails (NVML without event support, or a driver
             // in trouble) returns at once: one check per interval, not a spin.
-            if !stored || !waited {
+            if !stored || waited.at_once {
                 std::thread::sleep(self.policy.interval);
             }
         }

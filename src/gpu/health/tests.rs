@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::config::GpuConfig;
 use crate::gpu::nvml::fake::FakeNvml;
+use crate::gpu::nvml::Unwatched;
 use crate::gpu::tests::gpu_inventory;
 use crate::inventory::Health;
 
@@ -159,6 +160,56 @@ fn pending_retired_pages_hold_a_gpu_out_until_they_clear() {
             uuid: "GPU-0".into()
         }]
     );
+}
+
+/// NVML without events (NOT_SUPPORTED) still reads memory health: a GPU
+/// held out by its readings comes back when they clear, instead of never.
+#[test]
+fn without_event_support_a_gpu_recovers_by_its_readings() {
+    let dir = tempfile::tempdir().unwrap();
+    let nvml = Arc::new(FakeNvml::default());
+    nvml.events_unsupported
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let m = monitor(dir.path(), &nvml, policy(1, 0));
+    let pending = |on| MemoryHealth {
+        retired_pages_pending: Some(on),
+        ..MemoryHealth::default()
+    };
+    nvml.set_health("GPU-0", pending(true));
+    assert_eq!(m.step(10).unwrap().len(), 1);
+    nvml.set_health("GPU-0", pending(false));
+    assert_eq!(
+        m.step(20).unwrap(),
+        vec![Transition::Recovered {
+            uuid: "GPU-0".into()
+        }]
+    );
+}
+
+/// A GPU NVML could not register for events may have had XIDs nobody saw:
+/// it does not recover while so, the others do; one NVML could not name
+/// may be any GPU, so none does; registered again, it recovers.
+#[test]
+fn a_gpu_not_registered_for_events_holds_its_recovery_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let nvml = Arc::new(FakeNvml::default());
+    let m = monitor(dir.path(), &nvml, policy(1, 0));
+    nvml.push_events(vec![xid("GPU-0", 79), xid("GPU-1", 79)]);
+    assert_eq!(m.step(10).unwrap().len(), 2);
+    *nvml.unwatched.lock().unwrap() = vec![Unwatched::Gpu("GPU-0".into())];
+    assert_eq!(
+        m.step(20).unwrap(),
+        vec![Transition::Recovered {
+            uuid: "GPU-1".into()
+        }]
+    );
+    assert!(m.step(30).unwrap().is_empty(), "GPU-0 unwatched");
+    nvml.push_events(vec![xid("GPU-1", 79)]);
+    m.step(40).unwrap();
+    *nvml.unwatched.lock().unwrap() = vec![Unwatched::Unnamed];
+    assert!(m.step(50).unwrap().is_empty(), "any GPU may be unwatched");
+    nvml.unwatched.lock().unwrap().clear();
+    assert_eq!(m.step(60).unwrap().len(), 2);
 }
 
 #[test]

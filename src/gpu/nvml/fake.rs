@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{ComputeMode, GpuEvent, MemoryHealth, MigDestroyed, Nvml, NvmlError};
+use super::{
+    ComputeMode, EventWait, GpuEvent, MemoryHealth, MigDestroyed, Nvml, NvmlError, Unwatched,
+};
 
 /// One change requested of the fake.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +36,8 @@ pub struct FakeNvml {
     pub processes_unsupported: std::sync::atomic::AtomicBool,
     /// Every `wait_events` fails at once, as NVML without event support does.
     pub events_unsupported: std::sync::atomic::AtomicBool,
+    /// GPUs every wait reports as not registered for events.
+    pub unwatched: Mutex<Vec<Unwatched>>,
     /// `wait_events` calls so far.
     pub waits: std::sync::atomic::AtomicUsize,
 }
@@ -131,7 +135,7 @@ impl Nvml for FakeNvml {
             gpu_instances: 1,
         })
     }
-    fn wait_events(&self, _timeout: Duration) -> Result<Vec<GpuEvent>, NvmlError> {
+    fn wait_events(&self, _timeout: Duration) -> Result<EventWait, NvmlError> {
         use std::sync::atomic::Ordering::Relaxed;
         self.waits.fetch_add(1, Relaxed);
         if self.events_unsupported.load(Relaxed) {
@@ -141,7 +145,10 @@ impl Nvml for FakeNvml {
                 reason: "not supported",
             });
         }
-        Ok(self.events.lock().unwrap().pop_front().unwrap_or_default())
+        Ok(EventWait {
+            events: self.events.lock().unwrap().pop_front().unwrap_or_default(),
+            unwatched: self.unwatched.lock().unwrap().clone(),
+        })
     }
     fn memory_health(&self, uuid: &str) -> Result<MemoryHealth, NvmlError> {
         self.not_lost(uuid, "nvmlDeviceGetHandleByUUID")?;

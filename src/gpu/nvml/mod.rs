@@ -38,6 +38,18 @@ pub enum NvmlError {
     Load { library: String, reason: String },
 }
 
+impl NvmlError {
+    /// NVML's word that events cannot be had at all on this node (an event
+    /// set NOT_SUPPORTED, or a library without the calls): lasting, not a
+    /// fault, so memory readings are all there is to know.
+    pub fn events_unsupported(&self) -> bool {
+        matches!(
+            self,
+            NvmlError::Events { code: 3 | 13, .. } | NvmlError::NotSupported { .. }
+        )
+    }
+}
+
 /// nvmlComputeMode_t values (nvml.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ComputeMode {
@@ -68,6 +80,33 @@ pub enum EventKind {
 pub struct GpuEvent {
     pub uuid: String,
     pub kind: EventKind,
+}
+
+/// What one wait for events saw.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EventWait {
+    pub events: Vec<GpuEvent>,
+    /// GPUs that report events but could not be registered for them (each
+    /// wait tries again): what befell them may be missing from `events`.
+    pub unwatched: Vec<Unwatched>,
+}
+
+/// A GPU missing from an event set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unwatched {
+    Gpu(String),
+    /// NVML could not name it: it may be any GPU.
+    Unnamed,
+}
+
+impl EventWait {
+    /// Whether the events cover GPU `uuid`.
+    pub fn watches(&self, uuid: &str) -> bool {
+        self.unwatched.iter().all(|u| match u {
+            Unwatched::Gpu(other) => other != uuid,
+            Unwatched::Unnamed => false,
+        })
+    }
 }
 
 /// Memory readings; `None` where the device does not support one.
@@ -106,7 +145,7 @@ pub trait Nvml: Send + Sync {
     /// Compute instances first, then GPU instances (nvidia-smi `mig -dci`, `-dgi`).
     fn destroy_mig_instances(&self, uuid: &str) -> Result<MigDestroyed, NvmlError>;
     /// XID and double-bit ECC events of every GPU, waiting up to `timeout` for the first.
-    fn wait_events(&self, timeout: Duration) -> Result<Vec<GpuEvent>, NvmlError>;
+    fn wait_events(&self, timeout: Duration) -> Result<EventWait, NvmlError>;
     fn memory_health(&self, uuid: &str) -> Result<MemoryHealth, NvmlError>;
 }
 
@@ -139,8 +178,8 @@ impl Nvml for NoNvml {
     fn destroy_mig_instances(&self, _uuid: &str) -> Result<MigDestroyed, NvmlError> {
         Ok(MigDestroyed::default())
     }
-    fn wait_events(&self, _timeout: Duration) -> Result<Vec<GpuEvent>, NvmlError> {
-        Ok(Vec::new())
+    fn wait_events(&self, _timeout: Duration) -> Result<EventWait, NvmlError> {
+        Ok(EventWait::default())
     }
     fn memory_health(&self, _uuid: &str) -> Result<MemoryHealth, NvmlError> {
         Ok(MemoryHealth::default())
@@ -240,7 +279,7 @@ impl Nvml for LazyNvml {
     fn destroy_mig_instances(&self, uuid: &str) -> Result<MigDestroyed, NvmlError> {
         self.get().destroy_mig_instances(uuid)
     }
-    fn wait_events(&self, timeout: Duration) -> Result<Vec<GpuEvent>, NvmlError> {
+    fn wait_events(&self, timeout: Duration) -> Result<EventWait, NvmlError> {
         self.get().wait_events(timeout)
     }
     fn memory_health(&self, uuid: &str) -> Result<MemoryHealth, NvmlError> {

@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use super::{
     check, events_check, optional, static_name, DlNvml, EventData, EventSet, Handle, Ret,
-    ERROR_TIMEOUT, EVENT_DOUBLE_BIT_ECC, EVENT_XID_CRITICAL, SUCCESS, UUID_BUFFER,
+    ERROR_TIMEOUT, EVENT_DOUBLE_BIT_ECC, EVENT_XID_CRITICAL, UUID_BUFFER,
 };
-use crate::gpu::nvml::{EventKind, GpuEvent, MemoryHealth, NvmlError};
+use crate::gpu::nvml::{EventKind, EventWait, GpuEvent, MemoryHealth, NvmlError, Unwatched};
 
 impl DlNvml {
-    pub(super) fn wait(&self, timeout: Duration) -> Result<Vec<GpuEvent>, NvmlError> {
-        let set = self.event_set()?;
+    pub(super) fn wait(&self, timeout: Duration) -> Result<EventWait, NvmlError> {
+        let (set, unwatched) = self.event_set()?;
         let wait: unsafe extern "C" fn(Handle, *mut EventData, c_uint) -> Ret =
             self.sym(c"nvmlEventSetWait_v2", "-")?;
         let mut out = Vec::new();
@@ -59,7 +59,10 @@ impl DlNvml {
                 }
             }
         }
-        Ok(out)
+        Ok(EventWait {
+            events: out,
+            unwatched,
+        })
     }
 
     pub(super) fn memory(&self, uuid: &str) -> Result<MemoryHealth, NvmlError> {
@@ -126,36 +129,40 @@ impl DlNvml {
             self.sym::<unsafe extern "C" fn(Handle) -> Ret>(c"nvmlEventSetFree", "-"),
         ) {
             // SAFETY: a set NVML created, no longer reachable from `events`.
-            unsafe { free(set.0) };
+            unsafe { free(set.set) };
         }
     }
 
-    fn event_set(&self) -> Result<Handle, NvmlError> {
+    /// The event set, with the GPUs it still misses: those that failed to
+    /// register before are tried again first, so a GPU that failed once is
+    /// not left unwatched for the plugin's life.
+    fn event_set(&self) -> Result<(Handle, Vec<Unwatched>), NvmlError> {
         let mut guard = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(set) = guard.as_ref() {
-            return Ok(set.0);
+        if let Some(kept) = guard.as_mut() {
+            let before = std::mem::take(&mut kept.unwatched);
+            for (i, _) in before {
+                if let Registered::Failed(gpu) = self.register(i, kept.set, false) {
+                    kept.unwatched.push((i, gpu));
+                }
+            }
+            return Ok((kept.set, unwatched_of(kept)));
         }
-        let set = self.register_all()?;
-        *guard = Some(EventSet(set));
-        Ok(set)
+        let kept = self.register_all()?;
+        let out = (kept.set, unwatched_of(&kept));
+        *guard = Some(kept);
+        Ok(out)
     }
 
     /// An event set with XID and double-bit ECC events of every device that supports
     /// them (k8s-device-plugin `internal/rm/health.go` does the same).
-    fn register_all(&self) -> Result<Handle, NvmlError> {
+    fn register_all(&self) -> Result<EventSet, NvmlError> {
         let create: unsafe extern "C" fn(*mut Handle) -> Ret =
             self.sym(c"nvmlEventSetCreate", "-")?;
         let count: unsafe extern "C" fn(*mut c_uint) -> Ret =
             self.sym(c"nvmlDeviceGetCount_v2", "-")?;
-        let by_index: unsafe extern "C" fn(c_uint, *mut Handle) -> Ret =
-            self.sym(c"nvmlDeviceGetHandleByIndex_v2", "-")?;
-        let supported: unsafe extern "C" fn(Handle, *mut c_ulonglong) -> Ret =
-            self.sym(c"nvmlDeviceGetSupportedEventTypes", "-")?;
-        let register: unsafe extern "C" fn(Handle, c_ulonglong, Handle) -> Ret =
-            self.sym(c"nvmlDeviceRegisterEvents", "-")?;
         let free: unsafe extern "C" fn(Handle) -> Ret = self.sym(c"nvmlEventSetFree", "-")?;
         let (mut set, mut n): (Handle, c_uint) = (std::ptr::null_mut(), 0);
-        // SAFETY: out pointers to locals; handles come from NVML.
+        // SAFETY: out pointers to locals; the set comes from NVML.
         unsafe {
             events_check("nvmlEventSetCreate", create(&mut set))?;
             if let Err(e) = events_check("nvmlDeviceGetCount_v2", count(&mut n)) {
@@ -163,27 +170,66 @@ impl DlNvml {
                 free(set);
                 return Err(e);
             }
-            for i in 0..n {
-                let mut dev: Handle = std::ptr::null_mut();
-                let mut types: c_ulonglong = 0;
-                if by_index(i, &mut dev) != SUCCESS || supported(dev, &mut types) != SUCCESS {
-                    tracing::warn!(index = i, "nvml: gpu not watched for events");
-                    continue;
+        }
+        let unwatched = (0..n)
+            .filter_map(|i| match self.register(i, set, true) {
+                Registered::Failed(gpu) => Some((i, gpu)),
+                Registered::Watched | Registered::Unsupported => None,
+            })
+            .collect();
+        Ok(EventSet { set, unwatched })
+    }
+
+    /// Registers GPU `index` in `set` for the events it reports. One GPU that
+    /// cannot register (lost, or busy) must not stop the others being
+    /// watched; its memory readings still are. `first`: warn, where a retry
+    /// that fails again only says so at debug level.
+    fn register(&self, index: c_uint, set: Handle, first: bool) -> Registered {
+        let mut gpu = Unwatched::Unnamed;
+        let mut attempt = || -> Result<Registered, NvmlError> {
+            let by_index: unsafe extern "C" fn(c_uint, *mut Handle) -> Ret =
+                self.sym(c"nvmlDeviceGetHandleByIndex_v2", "-")?;
+            let supported: unsafe extern "C" fn(Handle, *mut c_ulonglong) -> Ret =
+                self.sym(c"nvmlDeviceGetSupportedEventTypes", "-")?;
+            let register: unsafe extern "C" fn(Handle, c_ulonglong, Handle) -> Ret =
+                self.sym(c"nvmlDeviceRegisterEvents", "-")?;
+            let (mut dev, mut types): (Handle, c_ulonglong) = (std::ptr::null_mut(), 0);
+            // SAFETY: out pointers to locals.
+            events_check("nvmlDeviceGetHandleByIndex_v2", unsafe {
+                by_index(index, &mut dev)
+            })?;
+            if let Ok(uuid) = self.uuid_of(dev) {
+                gpu = Unwatched::Gpu(uuid);
+            }
+            // SAFETY: a handle from NVML, an out pointer to a local.
+            events_check("nvmlDeviceGetSupportedEventTypes", unsafe {
+                supported(dev, &mut types)
+            })?;
+            let wanted = types & (EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC);
+            if wanted == 0 {
+                return Ok(Registered::Unsupported);
+            }
+            // SAFETY: handles from NVML.
+            events_check("nvmlDeviceRegisterEvents", unsafe {
+                register(dev, wanted, set)
+            })?;
+            Ok(Registered::Watched)
+        };
+        match attempt() {
+            Ok(done) => done,
+            // A GPU too old for events: its readings are all there is to
+            // learn (nvml.h: the set stays usable); k8s-device-plugin skips
+            // such a GPU too.
+            Err(e) if e.events_unsupported() => Registered::Unsupported,
+            Err(e) => {
+                if first {
+                    tracing::warn!(index, ?gpu, error = %nri::ErrorChain(&e), "nvml: gpu not watched for events, trying again at each check");
+                } else {
+                    tracing::debug!(index, ?gpu, error = %nri::ErrorChain(&e), "nvml: gpu still not watched for events");
                 }
-                let wanted = types & (EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC);
-                if wanted == 0 {
-                    continue;
-                }
-                // One GPU that cannot register (lost, or NOT_SUPPORTED, after
-                // which nvml.h says the set is still usable) must not stop
-                // the others being watched; its memory readings still are.
-                if let Err(e) = events_check("nvmlDeviceRegisterEvents", register(dev, wanted, set))
-                {
-                    tracing::warn!(index = i, error = %nri::ErrorChain(&e), "nvml: gpu not watched for events");
-                }
+                Registered::Failed(gpu)
             }
         }
-        Ok(set)
     }
 
     fn read_u32_flag(
@@ -202,6 +248,19 @@ impl DlNvml {
     }
 }
 
+/// What registering one GPU for events came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Registered {
+    Watched,
+    /// The GPU reports none of the events watched, or none at all.
+    Unsupported,
+    Failed(Unwatched),
+}
+
+fn unwatched_of(set: &EventSet) -> Vec<Unwatched> {
+    set.unwatched.iter().map(|(_, gpu)| gpu.clone()).collect()
+}
+
 /// The text NVML wrote into `buf`, up to its NUL; never read past the
 /// buffer, whatever a driver left in it.
 fn uuid_text(buf: &[u8]) -> String {
@@ -214,12 +273,12 @@ mod tests {
     use super::*;
     use crate::gpu::nvml::Nvml;
 
-    /// Two GPUs; the second cannot register for events (lost). The first
-    /// reports XID 79, after which two waits answer GPU_IS_LOST and later
-    /// ones time out quietly.
+    /// Two GPUs; the second fails its first three registrations for events
+    /// (lost). The first reports XID 79, after which two waits answer
+    /// GPU_IS_LOST and later ones time out quietly.
     const SOURCE: &str = r#"
 typedef struct { void *device; unsigned long long type, data; unsigned int gi, ci; } ev;
-static int waits = 0, creates = 0;
+static int waits = 0, creates = 0, second = 0;
 int test_creates(void) { return creates; }
 int nvmlInit_v2(void) { return 0; }
 int nvmlShutdown(void) { return 0; }
@@ -228,7 +287,7 @@ int nvmlEventSetFree(void *s) { return 0; }
 int nvmlDeviceGetCount_v2(unsigned int *n) { *n = 2; return 0; }
 int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **d) { *d = (void *)(unsigned long)(i + 1); return 0; }
 int nvmlDeviceGetSupportedEventTypes(void *d, unsigned long long *t) { *t = 0xa; return 0; }
-int nvmlDeviceRegisterEvents(void *d, unsigned long long t, void *s) { return d == (void *)2 ? 15 : 0; }
+int nvmlDeviceRegisterEvents(void *d, unsigned long long t, void *s) { return d == (void *)2 && ++second <= 3 ? 15 : 0; }
 int nvmlEventSetWait_v2(void *s, ev *e, unsigned int ms) {
     ++waits;
     if (waits == 2 || waits == 3) return 15;
@@ -237,32 +296,39 @@ int nvmlEventSetWait_v2(void *s, ev *e, unsigned int ms) {
     return 0;
 }
 int nvmlDeviceGetUUID(void *d, char *buf, unsigned int n) {
-    const char *u = "GPU-0";
+    const char *u = d == (void *)2 ? "GPU-1" : "GPU-0";
     for (unsigned int i = 0; i < 6; i++) buf[i] = u[i];
     return 0;
 }
 "#;
 
     /// A GPU that cannot register does not stop the others being watched,
-    /// and an event read before a failing wait is kept: XID 79 comes just
+    /// and is named as unwatched until a later wait registers it in the kept
+    /// set; an event read before a failing wait is kept: XID 79 comes just
     /// before the GPU is lost.
     #[test]
     fn events_read_before_a_lost_gpu_fails_the_wait_are_kept() {
         let dir = tempfile::tempdir().unwrap();
         let lib = crate::fixture::build_c_library(dir.path(), "libevents.so", SOURCE).unwrap();
         let nvml = DlNvml::open(lib.to_str().unwrap()).unwrap();
-        let events = nvml.wait_events(Duration::from_millis(10)).unwrap();
+        let wait = || nvml.wait_events(Duration::from_millis(10));
+        let second = vec![Unwatched::Gpu("GPU-1".into())];
         assert_eq!(
-            events,
-            vec![GpuEvent {
-                uuid: "GPU-0".into(),
-                kind: EventKind::Xid(79),
-            }]
+            wait().unwrap(),
+            EventWait {
+                events: vec![GpuEvent {
+                    uuid: "GPU-0".into(),
+                    kind: EventKind::Xid(79),
+                }],
+                unwatched: second.clone(),
+            }
         );
         // Each failed wait drops its set: the next one waits on a new set,
         // which fails once more here, then times out quietly.
-        assert!(nvml.wait_events(Duration::from_millis(10)).is_err());
-        assert_eq!(nvml.wait_events(Duration::from_millis(10)).unwrap(), vec![]);
+        assert!(wait().is_err());
+        assert_eq!(wait().unwrap().unwatched, second);
+        // The kept set takes the GPU at its next try.
+        assert_eq!(wait().unwrap(), EventWait::default());
         let creates: unsafe extern "C" fn() -> std::ffi::c_int =
             nvml.sym(c"test_creates", "-").unwrap();
         // SAFETY: the stub's counter, no arguments.

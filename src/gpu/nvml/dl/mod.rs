@@ -14,7 +14,7 @@ mod processes;
 
 pub use facts::NvmlGpuLibrary;
 
-use super::{ComputeMode, GpuEvent, MemoryHealth, MigDestroyed, Nvml, NvmlError};
+use super::{ComputeMode, EventWait, MemoryHealth, MigDestroyed, Nvml, NvmlError, Unwatched};
 
 type Handle = *mut c_void;
 type Ret = c_int;
@@ -54,7 +54,12 @@ pub struct DlNvml {
     initialised: bool,
 }
 
-struct EventSet(Handle);
+struct EventSet {
+    set: Handle,
+    /// GPUs that report events but failed to register (a GPU briefly busy,
+    /// a driver call that failed), by index: tried again at each wait.
+    unwatched: Vec<(c_uint, Unwatched)>,
+}
 
 // SAFETY: both are opaque handles NVML allows on any thread.
 unsafe impl Send for DlNvml {}
@@ -223,7 +228,7 @@ impl Nvml for DlNvml {
         self.destroy_all(uuid)
     }
 
-    fn wait_events(&self, timeout: Duration) -> Result<Vec<GpuEvent>, NvmlError> {
+    fn wait_events(&self, timeout: Duration) -> Result<EventWait, NvmlError> {
         self.wait(timeout)
     }
 
