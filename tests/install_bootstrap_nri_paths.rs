@@ -1,6 +1,7 @@
 //! `install/bootstrap.sh` on a containerd whose NRI table moves its socket or
-//! its plugin directories: the unit dials the socket the config names (the
-//! table of the last file naming it, an import replacing the main config's),
+//! its plugin directories: the unit dials the socket the config names (an
+//! import's table replacing the main config's on containerd 1.x, merged with
+//! it key by key on 2.x),
 //! a pre-installed plugin is refused where containerd would not look for it,
 //! and a path the unit cannot carry is refused, each before any change; so is
 //! a table that shuts out plugin connections, unless containerd starts
@@ -49,7 +50,7 @@ fn the_unit_dials_the_socket_the_config_names() {
         "containerd's NRI socket, from /etc/containerd/config.toml: /run/containerd/nri.sock",
     );
 
-    // An imported file's table replaces the main config's whole.
+    // An imported file's socket_path wins over the main config's.
     let mut main = std::fs::read_to_string(prefix.join("etc/containerd/config.toml")).unwrap();
     main.insert_str(0, "imports = ['conf.d/*.toml']\n");
     write(&prefix.join("etc/containerd/config.toml"), &main);
@@ -60,15 +61,15 @@ fn the_unit_dials_the_socket_the_config_names() {
     let again = bootstrap(&prefix, &hooks, &VERSION);
     assert!(again.ok, "{}", again.out);
     assert_dials(&prefix, "/var/lib/nri/api.sock");
-    // One that sets no socket_path leaves the default, whatever the main
-    // config's table said.
+    // containerd 2.x merges the tables key by key: one that sets no
+    // socket_path leaves the main config's in force.
     write(
         &prefix.join("etc/containerd/conf.d/nri.toml"),
         "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n",
     );
     let third = bootstrap(&prefix, &hooks, &VERSION);
     assert!(third.ok, "{}", third.out);
-    assert_dials(&prefix, "/var/run/nri/nri.sock");
+    assert_dials(&prefix, "/run/containerd/nri.sock");
 
     // The default socket, under either name, is the default.
     let prefix = node_with_nri(
@@ -78,6 +79,34 @@ fn the_unit_dials_the_socket_the_config_names() {
     let run = bootstrap(&prefix, &hooks, &VERSION);
     assert!(run.ok, "{}", run.out);
     assert_dials(&prefix, "/var/run/nri/nri.sock");
+}
+
+/// containerd 1.x replaces a plugin's whole table with an imported one: an
+/// imported NRI table without socket_path puts the default back, whatever
+/// the main config's table said.
+#[test]
+fn on_containerd_1_an_imported_table_replaces_the_socket_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    let prefix = node(dir.path());
+    write(
+        &prefix.join("etc/containerd/config.toml"),
+        "version = 2\nimports = ['conf.d/*.toml']\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  socket_path = \"/run/containerd/nri.sock\"\n",
+    );
+    let nri = prefix.join("etc/containerd/conf.d/nri.toml");
+    write(
+        &nri,
+        "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n",
+    );
+    let version = ["--containerd-version", "1.7.24"];
+    let run = bootstrap(&prefix, &hooks, &version);
+    assert!(run.ok, "{}", run.out);
+    assert_dials(&prefix, "/var/run/nri/nri.sock");
+
+    write(&nri, "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  socket_path = '/var/lib/nri/api.sock'\n");
+    let again = bootstrap(&prefix, &hooks, &version);
+    assert!(again.ok, "{}", again.out);
+    assert_dials(&prefix, "/var/lib/nri/api.sock");
 }
 
 /// TOML's multi-line strings, written on one line as a path is, name the

@@ -356,18 +356,23 @@ nri_value() {
         }'
 }
 
-# `key` of the NRI table containerd uses: the last file naming the table,
-# an imported one replacing the main config's whole (see check_imports).
+# `key` of the NRI table containerd uses. containerd 1.x replaces a
+# plugin's whole table with an imported one, so the last file naming the
+# table holds it; 2.x merges tables key by key (containerd PR #9982), so the
+# last file setting the key does, the main config first (see check_imports).
 nri_setting() {
-    local cfg file src
+    local cfg file value set major
     cfg=$(p "$CONTAINERD_CONFIG")
     [[ -f $cfg ]] || return 0
-    src=$cfg
+    read -r major _ < <(containerd_major_minor)
+    value=$(nri_value "$1" <"$cfg")
     imported_files "$cfg"
     for file in "${IMPORTED[@]}"; do
-        if names_nri "$file"; then src=$file; fi
+        names_nri "$file" || continue
+        set=$(nri_value "$1" <"$file")
+        if [[ -n $set ]] || ((major == 1)); then value=$set; fi
     done
-    nri_value "$1" <"$src"
+    printf '%s' "$value"
 }
 
 # Before any change: where containerd's NRI listens and looks for plugins.
