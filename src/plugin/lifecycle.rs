@@ -212,12 +212,17 @@ impl DevgatePlugin {
             return;
         }
         let gpu = self.gpu.get();
+        let devices = Arc::clone(&self.devices);
         let monitor = HealthMonitor::new(
             gpu.nvml(),
             gpu.health().clone(),
             &inventory,
             HealthPolicy::from_config(config),
-        );
+        )
+        .following(move || {
+            let inventory = devices.inventory();
+            inventory.gpus.iter().map(|g| g.uuid.clone()).collect()
+        });
         std::thread::spawn(move || monitor.run(&AtomicBool::new(false)));
     }
 

@@ -33,11 +33,14 @@ impl HealthPolicy {
     }
 }
 
+/// The UUIDs of the GPUs a check reads.
+type GpuList = Box<dyn Fn() -> Vec<String> + Send + Sync>;
+
 /// Watches the GPUs of an inventory.
 pub struct HealthMonitor {
     nvml: Arc<dyn Nvml>,
     store: HealthStore,
-    uuids: Vec<String>,
+    gpus: GpuList,
     policy: HealthPolicy,
     /// When a clean check last counted (unix seconds): the wait returns at
     /// the first event, ignored application XIDs included, and clean checks
@@ -62,15 +65,23 @@ impl HealthMonitor {
         inventory: &Inventory,
         policy: HealthPolicy,
     ) -> HealthMonitor {
-        let uuids = inventory.gpus.iter().map(|g| g.uuid.clone()).collect();
+        let uuids: Vec<String> = inventory.gpus.iter().map(|g| g.uuid.clone()).collect();
         HealthMonitor {
             nvml,
             store,
-            uuids,
+            gpus: Box::new(move || uuids.clone()),
             policy,
             last_counted: AtomicU64::new(0),
             told_unsupported: AtomicBool::new(false),
         }
+    }
+
+    /// Reads the GPUs `gpus` names at each check instead of the inventory's
+    /// at the start: a GPU that comes after (a driver loaded late, a GPU
+    /// back on the bus) has its memory readings checked too.
+    pub fn following(mut self, gpus: impl Fn() -> Vec<String> + Send + Sync + 'static) -> Self {
+        self.gpus = Box::new(gpus);
+        self
     }
 
     /// One check at `now` (unix seconds). Blocks up to one interval for events.
@@ -123,7 +134,7 @@ impl HealthMonitor {
         for e in events {
             by_gpu.entry(e.uuid.clone()).or_default().push(e);
         }
-        let mut uuids: BTreeSet<String> = self.uuids.iter().cloned().collect();
+        let mut uuids: BTreeSet<String> = (self.gpus)().into_iter().collect();
         uuids.extend(by_gpu.keys().cloned());
         let readings: BTreeMap<String, (Option<MemoryHealth>, Option<Fault>)> =
             uuids.iter().map(|u| (u.clone(), self.reading(u))).collect();
@@ -186,7 +197,7 @@ impl HealthMonitor {
 
     /// Checks until `stop` is set. Without NVML there is nothing to watch.
     pub fn run(&self, stop: &AtomicBool) {
-        if !self.nvml.present() && self.uuids.is_empty() {
+        if !self.nvml.present() && (self.gpus)().is_empty() {
             tracing::info!("gpu health: no nvml and no gpus, not monitoring");
             return;
         }

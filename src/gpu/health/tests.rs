@@ -162,6 +162,29 @@ fn pending_retired_pages_hold_a_gpu_out_until_they_clear() {
     );
 }
 
+/// A monitor following the inventory reads a GPU that came after its
+/// start; one fixed at the start would never look at it.
+#[test]
+fn a_gpu_that_comes_later_has_its_readings_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let nvml = Arc::new(FakeNvml::default());
+    let gpus = Arc::new(std::sync::Mutex::new(vec!["GPU-0".to_string()]));
+    let listed = Arc::clone(&gpus);
+    let m =
+        monitor(dir.path(), &nvml, policy(1, 0)).following(move || listed.lock().unwrap().clone());
+    let failed = MemoryHealth {
+        remap_failed: Some(true),
+        ..MemoryHealth::default()
+    };
+    nvml.set_health("GPU-7", failed);
+    assert!(m.step(10).unwrap().is_empty());
+    gpus.lock().unwrap().push("GPU-7".into());
+    assert!(matches!(
+        m.step(20).unwrap().as_slice(),
+        [Transition::Unhealthy { uuid, .. }] if uuid == "GPU-7"
+    ));
+}
+
 /// NVML without events (NOT_SUPPORTED) still reads memory health: a GPU
 /// held out by its readings comes back when they clear, instead of never.
 #[test]
