@@ -212,4 +212,28 @@ mod tests {
         let kept = RuntimeRecord::load(dir.path()).unwrap().unwrap();
         assert_eq!(kept.disconnected_unix, None);
     }
+
+    /// A plugin marking its record and a Configure storing one take the
+    /// record's lock: a plugin whose connection closes while a successor
+    /// (a rollout) writes its record waits, then finds the successor's and
+    /// leaves it as it is, instead of writing its own back over it.
+    #[test]
+    fn marking_waits_for_a_configure_writing_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let mine = record(dir.path());
+        let held = crate::fsutil::lock_exclusive(&dir.path().join("runtime.lock")).unwrap();
+        let state = dir.path().to_path_buf();
+        let marking = std::thread::spawn(move || RuntimeRecord::note_disconnected(&state));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let read = RuntimeRecord::load(dir.path()).unwrap().unwrap();
+        assert_eq!(read.disconnected_unix, None, "marked under the lock");
+        let mut successor = mine;
+        successor.plugin.as_mut().unwrap().start_ticks += 1;
+        successor.save(dir.path()).unwrap();
+        drop(held);
+        assert!(!marking.join().unwrap().unwrap());
+        let kept = RuntimeRecord::load(dir.path()).unwrap().unwrap();
+        assert_eq!(kept.plugin, successor.plugin);
+        assert_eq!(kept.disconnected_unix, None);
+    }
 }

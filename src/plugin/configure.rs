@@ -88,7 +88,7 @@ impl DevgatePlugin {
         self.stopped_pid_zero
             .store(pid_zero, std::sync::atomic::Ordering::Relaxed);
         // For `devgate status`; the plugin works the same without it.
-        if let Err(e) = record.save(&self.options.state_dir) {
+        if let Err(e) = record.store(&self.options.state_dir) {
             tracing::warn!(error = %nri::ErrorChain(&e), "runtime record not saved");
         }
     }

@@ -11,8 +11,11 @@
 //!   silently (containerd#12650), so those get raw nodes whatever the config
 //!   says; `runtime_cdi = "off"` keeps raw nodes everywhere.
 //! - Events: the stub subscribes only to events the runtime's NRI accepts.
+
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
+use nix::fcntl::Flock;
 use nri::RuntimeInfo;
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +29,9 @@ use super::devices::RuntimeFeatures;
 /// pre-installed plugin without a new record is undone) take it as the
 /// runtime's acceptance of the plugin.
 pub const RUNTIME_FILE: &str = "runtime.json";
+/// Held while a plugin replaces the record or marks it: two plugins
+/// overlapping (a rollout) must not write one's read back over the other's.
+const RUNTIME_LOCK: &str = "runtime.lock";
 /// Upper bound when reading the record back.
 const MAX_RECORD_BYTES: u64 = 64 * 1024;
 
@@ -57,6 +63,8 @@ pub enum FeaturesError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("lock runtime record")]
+    Lock(#[source] FsError),
 }
 
 /// The features of `runtime`, with what the config states about its CDI injection.
@@ -183,6 +191,7 @@ impl RuntimeRecord {
     /// once; a record of another process (a successor's) is left as it is.
     /// Whether it marked one.
     pub fn note_disconnected(state_dir: &Path) -> Result<bool, FeaturesError> {
+        let _held = Self::lock(state_dir)?;
         let Some(mut record) = Self::load(state_dir)? else {
             return Ok(false);
         };
@@ -196,6 +205,17 @@ impl RuntimeRecord {
 
     pub fn path(state_dir: &Path) -> PathBuf {
         state_dir.join(RUNTIME_FILE)
+    }
+
+    /// [`Self::save`] under the record's lock, as a plugin's Configure does:
+    /// a predecessor marking its own record waits, then finds this one.
+    pub fn store(&self, state_dir: &Path) -> Result<(), FeaturesError> {
+        let _held = Self::lock(state_dir)?;
+        self.save(state_dir)
+    }
+
+    fn lock(state_dir: &Path) -> Result<Flock<File>, FeaturesError> {
+        fsutil::lock_exclusive(&state_dir.join(RUNTIME_LOCK)).map_err(FeaturesError::Lock)
     }
 
     /// Replaces the record atomically.
