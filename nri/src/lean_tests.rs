@@ -385,13 +385,16 @@ fn malformed_requests_fail_and_never_panic() {
         decode(&crossed, POD_AND_CONTAINER, Keep::ALL, None),
         Err(WireError::Group { field: 5, at: 2 })
     );
-    // 32 groups nested and closed are skipped; a 33rd inside is refused
-    // as too deep (its tag ends at byte 33), not as left open.
+    // 100 groups nested and closed are skipped, as the full decoder skips
+    // them; a 101st inside is refused as too deep (its tag ends at byte
+    // 101), not as left open.
     let nested = |n: usize| [vec![3 << 3 | 3; n], vec![3 << 3 | 4; n]].concat();
-    assert!(decode(&nested(32), POD_AND_CONTAINER, Keep::ALL, None).is_ok());
+    assert!(api::CreateContainerRequest::parse_from_bytes(&nested(40)).is_ok());
+    assert!(decode(&nested(40), POD_AND_CONTAINER, Keep::ALL, None).is_ok());
+    assert!(decode(&nested(100), POD_AND_CONTAINER, Keep::ALL, None).is_ok());
     assert_eq!(
-        decode(&nested(33), POD_AND_CONTAINER, Keep::ALL, None),
-        Err(WireError::TooDeep { field: 3, at: 33 })
+        decode(&nested(101), POD_AND_CONTAINER, Keep::ALL, None),
+        Err(WireError::TooDeep { field: 3, at: 101 })
     );
 }
 

@@ -128,12 +128,13 @@ async fn read_frames<R: AsyncRead + Unpin>(
 ) -> io::Result<()> {
     let mut header = [0u8; HEADER_LEN];
     loop {
-        match rd.read_exact(&mut header).await {
-            Ok(_) => {}
-            // The peer closed the stream; dropping `readers` ends every conn.
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e),
+        // The peer closed the stream between frames; dropping `readers`
+        // ends every conn. A close within a header is an error, as within a
+        // payload.
+        if rd.read(&mut header[..1]).await? == 0 {
+            return Ok(());
         }
+        rd.read_exact(&mut header[1..]).await?;
         let (conn, len) = decode_header(header);
         if len > MAX_PEER_PAYLOAD {
             return Err(io::Error::new(

@@ -108,6 +108,17 @@ async fn peer_close_is_eof_on_every_connection() {
     assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
 }
 
+/// A peer gone within a frame's header died mid-message: an error, not the
+/// clean close of a peer gone between frames.
+#[tokio::test]
+async fn a_close_within_a_header_is_an_error() {
+    let (mux, _conns, mut peer) = mux_pair(&[1]);
+    peer.write_all(&[0, 0, 0, 1, 0]).await.unwrap();
+    drop(peer);
+    let err = mux.closed().await.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+}
+
 #[tokio::test]
 async fn oversized_peer_frame_is_an_error() {
     let (mux, _conns, mut peer) = mux_pair(&[1]);

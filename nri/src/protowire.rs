@@ -11,8 +11,9 @@ pub(crate) const I32: u8 = 5;
 const START_GROUP: u8 = 3;
 const END_GROUP: u8 = 4;
 /// Groups nested deeper than this are refused, as protobuf's own parsers
-/// bound recursion (its default recursion limit is 100).
-const MAX_GROUP_DEPTH: usize = 32;
+/// bound recursion: rust-protobuf's default recursion limit is 100, so the
+/// full decoder skips what the lean one skips (Go's limit is higher still).
+const MAX_GROUP_DEPTH: usize = 100;
 /// The largest field number protobuf allows (encoding guide: numbers are
 /// 1 to 2^29 - 1); 0 is never a field.
 const MAX_FIELD: u64 = (1 << 29) - 1;
