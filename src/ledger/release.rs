@@ -205,12 +205,16 @@ impl Ledger {
     }
 }
 
-/// Whether the pod's record `now` holds a container `then` (the record read
-/// before) did not.
+/// Whether a container joined the pod since its record `then` was read: its
+/// record `now` counts more admissions, or holds a container `then` did not.
+/// The count also catches one admitted and removed in between (a creation
+/// that failed after the plugins answered): it proved the pod live.
 fn joined(then: &PodRecord, now: &PodRecord) -> bool {
-    now.containers
-        .keys()
-        .any(|c| !then.containers.contains_key(c))
+    now.admitted() > then.admitted()
+        || now
+            .containers
+            .keys()
+            .any(|c| !then.containers.contains_key(c))
 }
 
 /// These ids taken for gone with no count: released whatever joined them.

@@ -211,6 +211,36 @@ fn a_container_admitted_during_the_teardown_keeps_the_pods_claims() {
     assert!(matches!(e, LedgerError::Held { .. }), "{e}");
 }
 
+/// A container admitted and removed again while the teardown ran (a
+/// creation that failed after the plugins answered) proved the pod live
+/// too: it keeps its claims, though it holds no container it did not hold.
+#[test]
+fn a_container_in_and_out_during_the_teardown_keeps_the_pods_claims() {
+    let (d, l) = ledger();
+    let claims = [gpu("GPU-1", Share::Exclusive)];
+    l.admit(&pod("a"), &claims, "c1", super::tests::record("c1"), false)
+        .unwrap();
+    let gone = l.stale_pods(&HashSet::new()).unwrap();
+    assert_eq!(gone.get("a"), Some(&Some(1)));
+    struct InAndOut<'a>(&'a Ledger);
+    impl Teardown for InAndOut<'_> {
+        fn teardown(&self, _pod: &PodRecord) -> Result<(), crate::ledger::Unclean> {
+            let claims = [gpu("GPU-1", Share::Exclusive)];
+            self.0
+                .admit(&pod("a"), &claims, "c2", super::tests::record("c2"), false)
+                .unwrap();
+            self.0.remove_container("a", "c2", &|_| false).unwrap();
+            Ok(())
+        }
+    }
+    let other = Ledger::open(d.path()).unwrap();
+    let released = l.release_pods(&gone, &InAndOut(&other)).unwrap();
+    assert!(released.pods.is_empty(), "{released:?}");
+    assert_eq!(released.joined.len(), 1);
+    let e = l.claim(&pod("b"), &claims).unwrap_err();
+    assert!(matches!(e, LedgerError::Held { .. }), "{e}");
+}
+
 /// The same with a teardown that cleaned one device and not the other: the
 /// unclean one is quarantined, and the clean one stays the pod's too, since
 /// the container admitted meanwhile was given it (as a guarded release keeps
