@@ -4,6 +4,29 @@ use super::lifecycle_tests::pod_holding_a_vf;
 use super::*;
 use crate::ledger::Failed;
 
+/// A pod taken for gone whose release failed is retried with its count; its
+/// stop's release failing too (the ledger unreadable) drops the count: the
+/// pod is gone whatever it admitted since, and the retry must not skip it.
+#[test]
+fn a_stop_that_fails_after_a_counted_failure_is_retried_uncounted() {
+    use lifecycle::{Release, Unreleased};
+    let u = Unreleased::default();
+    let counted = std::collections::HashMap::from([("p".to_string(), Some(1))]);
+    u.update(&Release::Pods(counted), None);
+    u.update(&Release::Pod("p".into()), None);
+    let Some(Release::Pods(retry)) = u.retry() else {
+        panic!("no retry")
+    };
+    assert_eq!(retry["p"], None);
+    // A count coming after leaves the uncounted entry as it is.
+    let again = std::collections::HashMap::from([("p".to_string(), Some(4))]);
+    u.update(&Release::Pods(again), None);
+    let Some(Release::Pods(retry)) = u.retry() else {
+        panic!("no retry")
+    };
+    assert_eq!(retry["p"], None);
+}
+
 /// What the retry round takes up: pods whose teardown failed, and every pod
 /// of a release the ledger could not carry out; a pod released is dropped.
 #[test]

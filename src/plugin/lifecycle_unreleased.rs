@@ -27,7 +27,17 @@ impl Unreleased {
         let mut pods = self.lock();
         let Some(released) = released else {
             for (id, admitted) in which.pods() {
-                pods.entry(id.clone()).or_insert(admitted);
+                match admitted {
+                    // A release no count guards (a stop's or a removal's):
+                    // the pod is gone whatever it admitted, so no count
+                    // kept from an earlier release may guard its retry.
+                    None => {
+                        pods.insert(id.clone(), None);
+                    }
+                    Some(_) => {
+                        pods.entry(id.clone()).or_insert(admitted);
+                    }
+                }
             }
             return;
         };
