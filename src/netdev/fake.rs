@@ -80,8 +80,9 @@ pub struct Model {
     /// Add the old name as an altname on rename (what udev does on many hosts).
     pub altname_on_rename: bool,
     pub calls: Vec<Call>,
-    /// Fail the n-th mutating call (0-based) with EIO.
+    /// Fail the n-th mutating call (0-based) with EIO, or `fail_errno`.
     pub fail_at: Option<usize>,
+    pub fail_errno: Option<i32>,
     pub next_index: u32,
     /// Links (by index) with arp_notify set; a move to another netns clears it.
     pub arp_notify: BTreeSet<u32>,
@@ -175,7 +176,7 @@ impl Model {
         let n = self.calls.len();
         self.calls.push(call);
         if self.fail_at == Some(n) {
-            return Err(kernel("fake", libc::EIO));
+            return Err(kernel("fake", self.fail_errno.unwrap_or(libc::EIO)));
         }
         if let Some(m) = self.meddle.take_if(|m| m.after + 1 == n) {
             let link = self.links.iter_mut().find(|l| l.link.index == m.index);

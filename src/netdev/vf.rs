@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use super::error::{At, Cause, VfError};
 use super::netns::Netns;
+use super::nl::NlError;
 use super::rdma::NetnsMode;
 use super::restore::{is_ours, restore};
 use super::rtnl::{LinkChange, LinkRef, Rtnl};
@@ -30,7 +31,8 @@ use super::vfinfo::VfField;
 use super::NetEnv;
 use crate::inventory::PciAddr;
 
-/// i40e/iavf apply a VF MAC asynchronously through the PF: sriov-cni retries 20×100 ms.
+/// i40e/iavf apply a VF MAC asynchronously through the PF, and the VF may
+/// refuse one (EAGAIN, EBUSY) while it resets: sriov-cni retries 20×100 ms.
 const MAC_TRIES: u32 = 20;
 const MAC_RETRY: Duration = Duration::from_millis(100);
 
@@ -347,7 +349,13 @@ fn set_mac(at: &At<'_>, nl: &mut dyn Rtnl, index: u32, mac: &super::HwAddr) -> R
         if attempt > 0 {
             std::thread::sleep(MAC_RETRY);
         }
-        at.step("set mac", nl.set_link(index, &change))?;
+        match nl.set_link(index, &change) {
+            // A VF still resetting after its PF-side MAC was set (i40e,
+            // ice) may refuse for a while, as its read-back may lag:
+            // sriov-cni's retry covers both, and so does this one.
+            Err(e) if transient(&e) && attempt + 1 < MAC_TRIES => continue,
+            done => at.step("set mac", done)?,
+        }
         let now = at.step("set mac", nl.link(LinkRef::Index(index)))?;
         match now.and_then(|l| l.mac) {
             Some(m) if m == *mac => return Ok(()),
@@ -358,4 +366,9 @@ fn set_mac(at: &At<'_>, nl: &mut dyn Rtnl, index: u32, mac: &super::HwAddr) -> R
         want: mac.to_string(),
         got,
     }))
+}
+
+/// An answer a VF gives while its driver is busy resetting it.
+fn transient(e: &NlError) -> bool {
+    matches!(e.errno(), Some(libc::EAGAIN | libc::EBUSY))
 }

@@ -112,6 +112,35 @@ fn a_failure_at_any_step_rolls_everything_back() {
     }
 }
 
+/// A VF still resetting after its PF-side MAC was set may answer its own
+/// MAC's set with EAGAIN or EBUSY for a while: tried again, as sriov-cni
+/// does, not a failed attach.
+#[test]
+fn a_busy_vf_gets_its_mac_on_a_later_try() {
+    let mut probe = Rig::new(model());
+    probe.attach(&[action()]).unwrap();
+    let set_mac = probe
+        .m()
+        .calls
+        .iter()
+        .position(|c| matches!(c, Call::SetLink { mac: Some(_), .. }))
+        .expect("a mac set");
+    for errno in [libc::EAGAIN, libc::EBUSY] {
+        let mut rig = Rig::new(model());
+        {
+            let mut m = rig.m();
+            (m.fail_at, m.fail_errno) = (Some(set_mac), Some(errno));
+        }
+        rig.attach(&[action()]).unwrap();
+        let m = rig.m();
+        let net1 = m.links.iter().find(|l| l.link.name == "net1").unwrap();
+        assert_eq!(
+            net1.link.mac.as_ref().unwrap().to_string(),
+            "02:00:00:00:00:11"
+        );
+    }
+}
+
 #[test]
 fn detach_twice_or_without_a_record_changes_nothing() {
     let mut rig = Rig::new(model());
