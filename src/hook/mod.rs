@@ -320,7 +320,9 @@ fn restore_listed(
         return Ok(0);
     }
     let store = SavedStore::new(&env.state_dir);
-    let mut net = SysNetEnv::new(env.roots.clone()).map_err(HookError::Netns)?;
+    let mut net = SysNetEnv::new(env.roots.clone())
+        .map_err(HookError::Netns)?
+        .with_sys_root(env.host_root.join("sys"));
     let mut ops = VfOps {
         env: &mut net,
         store: &store,

@@ -144,11 +144,14 @@ impl DevgatePlugin {
         let teardown: Arc<dyn Teardown + Send + Sync> = Arc::new(Teardowns(vec![
             // VFs first: a VF's RDMA device and netdev go back before the
             // GPU cleanup ends any leftover process of the pod.
-            Box::new(vf_teardown::VfTeardown::new(options.state_dir.clone())),
+            Box::new(vf_teardown::VfTeardown::new(
+                options.state_dir.clone(),
+                &options.host_root,
+            )),
             Box::new(Arc::clone(&gpu)),
         ]));
         let unapplied = unapplied_record::UnappliedRecord::new(&options.state_dir);
-        let stop_vfs = vf_teardown::VfTeardown::new(options.state_dir.clone());
+        let stop_vfs = vf_teardown::VfTeardown::new(options.state_dir.clone(), &options.host_root);
         Ok(DevgatePlugin {
             config: Arc::new(RwLock::new(Ok(Arc::new(config)))),
             options,

@@ -53,7 +53,7 @@ impl OnWorker {
     /// `host_root` holds the `sys/` where a VF's netdev on the host shows.
     pub fn new(state_dir: PathBuf, host_root: PathBuf) -> OnWorker {
         OnWorker(Arc::new(Inner {
-            vfs: VfTeardown::new(state_dir),
+            vfs: VfTeardown::new(state_dir, &host_root),
             host_root,
             running: Mutex::default(),
         }))

@@ -2,7 +2,7 @@
 //! VFs whose poststop never ran (runtime crash, hook killed, netns already gone).
 //! Detach is idempotent, so VFs the hook already restored cost one file lookup.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,13 +18,16 @@ use crate::netdev::{self, NetnsRoots, SavedStore, SavedVf, SysNetEnv, VfOps};
 pub struct VfTeardown {
     store: SavedStore,
     state_dir: PathBuf,
+    /// `<host-root>/sys`, where a VF's RDMA device made anew shows.
+    sys_root: PathBuf,
 }
 
 impl VfTeardown {
-    pub fn new(state_dir: PathBuf) -> VfTeardown {
+    pub fn new(state_dir: PathBuf, host_root: &Path) -> VfTeardown {
         VfTeardown {
             store: SavedStore::new(&state_dir),
             state_dir,
+            sys_root: host_root.join("sys"),
         }
     }
 
@@ -94,8 +97,9 @@ impl VfTeardown {
         vfs: &[PciAddr],
         ours: &dyn Fn(&SavedVf) -> bool,
     ) -> Result<Vec<Restored>, String> {
-        let mut env =
-            SysNetEnv::new(NetnsRoots::default()).map_err(|e| nri::ErrorChain(&e).to_string())?;
+        let mut env = SysNetEnv::new(NetnsRoots::default())
+            .map_err(|e| nri::ErrorChain(&e).to_string())?
+            .with_sys_root(self.sys_root.clone());
         let mut ops = VfOps {
             env: &mut env,
             store: &self.store,
@@ -273,7 +277,7 @@ mod tests {
         let store = SavedStore::new(dir.path());
         store.save(&SavedVf::example(record_of, VF)).unwrap();
         let p0 = p0();
-        let out = VfTeardown::new(dir.path().to_path_buf()).teardown(&p0);
+        let out = VfTeardown::new(dir.path().to_path_buf(), Path::new("/")).teardown(&p0);
         let kept = store.load(VF.parse().unwrap()).unwrap().is_some();
         (out, kept)
     }
@@ -290,7 +294,7 @@ mod tests {
             share: Share::Exclusive,
             pf: None,
         });
-        let err = VfTeardown::new(dir.path().to_path_buf())
+        let err = VfTeardown::new(dir.path().to_path_buf(), Path::new("/"))
             .teardown(&pod)
             .unwrap_err();
         let vf = DeviceId::Vf(VF.parse().unwrap());
@@ -301,7 +305,7 @@ mod tests {
     #[test]
     fn vfs_on_the_host_need_no_restore_and_a_moved_one_is_found() {
         let dir = tempfile::tempdir().unwrap();
-        let teardown = VfTeardown::new(dir.path().to_path_buf());
+        let teardown = VfTeardown::new(dir.path().to_path_buf(), Path::new("/"));
         let p0 = p0();
         assert_eq!(teardown.any_moved(&p0), Ok(false));
         assert_eq!(teardown.teardown(&p0), Ok(()));
@@ -324,7 +328,7 @@ mod tests {
         let vf = VF.parse().unwrap();
         let held = store.lock(vf).unwrap();
         let releases = Arc::new(InFlight::default());
-        let teardown = VfTeardown::new(dir.path().to_path_buf());
+        let teardown = VfTeardown::new(dir.path().to_path_buf(), Path::new("/"));
         // A runtime that waits 250 ms for an answer, not 2 s.
         let waits = super::super::budget::Waits::for_timeout(Duration::from_millis(250));
         let wait = waits.stop_restore;
