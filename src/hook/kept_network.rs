@@ -172,6 +172,7 @@ fn detach_or_quarantine(
 
 /// The exited containers of `pod`, other than `leaving`, with VFs saved
 /// and no other container of the pod, `leaving` aside, running beside them.
+/// A network owner forgotten with its VFs away counts as exited.
 fn left_behind(env: &HookEnv, pod: &PodRecord, leaving: &str) -> Vec<String> {
     let exited: Vec<&String> = pod
         .containers
@@ -182,6 +183,7 @@ fn left_behind(env: &HookEnv, pod: &PodRecord, leaving: &str) -> Vec<String> {
                 && init.is_some_and(|init| liveness::is_gone(&env.roots.proc_root, init))
         })
         .map(|(id, _)| id)
+        .chain(pod.forgotten_owner().filter(|id| id.as_str() != leaving))
         .collect();
     if exited.is_empty() {
         return Vec::new();

@@ -3,6 +3,7 @@
 //! last poststop brings them home with the owner's record.
 
 use std::cell::Cell;
+use std::path::PathBuf;
 
 use super::*;
 use crate::netdev::{SavedStore, SavedVf};
@@ -146,6 +147,76 @@ fn a_container_created_after_the_owner_stopped_keeps_the_vfs() {
     w.run(Stage::Poststop, &stopped("c1"), &mut os).unwrap();
     assert_eq!(*os.detached.borrow(), ["c1", "a1"]);
     assert!(w.ledger().pods.is_empty(), "the pod released");
+}
+
+/// `pod_of_two` with the VF's netdev away from the host (in the pod), then
+/// a1 exited and started again under its id (podman's `start`) with b1
+/// running: it finds the VF in the pod, and its creation failing after that
+/// forgets its record but keeps it the owner, the VF being away. The
+/// netdev's host directory and where it was moved.
+fn owner_forgotten_with_its_vf_away(w: &World) -> (PathBuf, PathBuf) {
+    pod_of_two(w);
+    let vf = w.fixture.expected().rdma[0].vfs[1].bus_id;
+    let pci = w.env.host_root.join("sys/bus/pci/devices");
+    let net = pci.join(vf.to_string()).join("net");
+    let away = net.with_extension("in-pod");
+    std::fs::rename(&net, &away).unwrap();
+    set_start(&w.env.roots.proc_root, 7, None);
+    w.run(Stage::Poststop, &stopped("a1"), &mut restoring(w))
+        .unwrap();
+    in_netns(w, 9, POD_NS);
+    let mut again = FakeOs {
+        fail: Some("nodes"),
+        ..restoring(w)
+    };
+    w.run(Stage::CreateRuntime, &in_pod(w, "a1", 9), &mut again)
+        .unwrap_err();
+    assert!(again.attached.is_empty(), "the VF is in the pod already");
+    let l = w.ledger();
+    assert_eq!(l.pods["sb"].network_owner.as_deref(), Some("a1"));
+    assert!(!l.pods["sb"].containers.contains_key("a1"));
+    (net, away)
+}
+
+/// The pod's last poststop restores a forgotten owner's VF before the
+/// release, instead of releasing the pod with the VF left configured in the
+/// namespace and its record holding it from every later pod.
+#[test]
+fn an_owner_forgotten_with_its_vfs_away_has_them_restored_by_the_last_poststop() {
+    let w = world();
+    owner_forgotten_with_its_vf_away(&w);
+    set_start(&w.env.roots.proc_root, 8, None);
+    let mut os = restoring(&w);
+    let out = w.run(Stage::Poststop, &stopped("b1"), &mut os).unwrap();
+    assert!(released_pod(&out), "{out:?}");
+    assert_eq!(*os.detached.borrow(), ["b1", "a1"], "a1's VF restored");
+    let store = SavedStore::new(&w.env.state_dir);
+    assert!(store.all().unwrap().is_empty());
+    assert!(w.ledger().pods.is_empty(), "the pod released");
+}
+
+/// The same where the pod's last container exited without a poststop
+/// (podman runs one only at removal): the reap of exited pods at the next
+/// createRuntime restores the forgotten owner's VF too.
+#[test]
+fn the_reap_restores_the_vfs_of_an_owner_forgotten_with_them_away() {
+    let w = world();
+    let (net, away) = owner_forgotten_with_its_vf_away(&w);
+    set_start(&w.env.roots.proc_root, 8, None);
+    in_netns(&w, 10, POD_NS + 1);
+    let mut c1 = FakeOs {
+        on_detach: Some(std::rc::Rc::new(move || {
+            if away.exists() {
+                std::fs::rename(&away, &net).unwrap();
+            }
+        })),
+        ..restoring(&w)
+    };
+    w.run(Stage::CreateRuntime, &in_pod(&w, "c1", 10), &mut c1)
+        .unwrap();
+    assert_eq!(*c1.detached.borrow(), ["b1", "a1"], "a1's VF restored");
+    assert_eq!(*c1.gpu_torn.borrow(), ["sb"], "the exited pod released");
+    assert_eq!(c1.attached.len(), 1, "the VF moved in again");
 }
 
 /// A restore of the VFs an owner kept that fails quarantines them and keeps

@@ -145,6 +145,8 @@ pub(super) fn reap_stale(
         if !go_on(ledger.unchanged_since(&pod), true, why)? {
             continue;
         }
+        // Before the network is given up, which makes it no one's.
+        let forgotten = pod.forgotten_owner().cloned();
         let given = match give_up(ledger, pod) {
             Ok(given) => given,
             Err(e) => {
@@ -158,6 +160,7 @@ pub(super) fn reap_stale(
         let restored: Result<Vec<usize>, HookError> = pod
             .containers
             .keys()
+            .chain(forgotten.as_ref())
             .map(|id| run.os.detach(id, &|_| {}))
             .collect();
         // The release takes the pod's device locks itself.

@@ -271,6 +271,15 @@ impl PodRecord {
             .max(u32::from(self.network_owner.is_some()))
     }
 
+    /// The pod's network owner when its record went while a VF it moved
+    /// stayed away ([`super::Ledger::remove_container`] keeps it so): no
+    /// init of its runs, and its VFs still wait for their restore.
+    pub fn forgotten_owner(&self) -> Option<&String> {
+        self.network_owner
+            .as_ref()
+            .filter(|owner| !self.containers.contains_key(*owner))
+    }
+
     /// The VFs the pod claims, in claim order.
     pub fn vfs(&self) -> impl Iterator<Item = PciAddr> + '_ {
         self.claims.iter().filter_map(|c| match c.device {
