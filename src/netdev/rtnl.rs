@@ -60,8 +60,9 @@ pub enum LinkRef<'a> {
 
 /// One RTM_SETLINK. `do_setlink` applies the namespace move first, then the
 /// address, MTU, name and flags, so a move and a rename are one request: the
-/// device never shows its host name in the target namespace, and if that name
-/// is taken there the kernel uses the new name for the move itself.
+/// device arrives under its host name and is renamed at once (a rename that
+/// fails leaves the host name there), and if that name is taken there the
+/// kernel uses the new name for the move itself.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LinkChange<'a> {
     pub netns: Option<&'a Netns>,
