@@ -24,15 +24,17 @@ pub type OpenLibrary = dyn Fn() -> Option<Box<dyn GpuLibrary>> + Send + Sync;
 pub struct NodeFacts {
     /// `None`: NVML is off (`[gpu] nvml = false`, or not yet configured).
     open: RwLock<Option<Arc<OpenLibrary>>>,
-    /// Per GPU the last read asked about, what it learnt; `None` before the first.
-    seen: Mutex<Option<BTreeMap<PciAddr, GpuFacts>>>,
+    /// Per GPU the last read asked about, its UUID and what it learnt;
+    /// `None` before the first.
+    seen: Mutex<Option<BTreeMap<PciAddr, (String, GpuFacts)>>>,
 }
 
 impl NodeFacts {
-    /// NVML from the first of `libraries` that loads, for the machine's own
-    /// root only; `None` turns it off.
-    pub fn nvml(host_root: &Path, libraries: Option<NvmlLibraries>) -> NodeFacts {
-        NodeFacts::with_library(nvml_opener(host_root, libraries))
+    /// NVML from the first of `libraries` that loads; `None` turns it off.
+    /// It gives facts only of GPUs it names as the host root does (by UUID
+    /// at the same bus id), so a simulated root never takes the driver's.
+    pub fn nvml(libraries: Option<NvmlLibraries>) -> NodeFacts {
+        NodeFacts::with_library(nvml_opener(libraries))
     }
 
     pub fn with_library(open: Option<Arc<OpenLibrary>>) -> NodeFacts {
@@ -43,9 +45,8 @@ impl NodeFacts {
     }
 
     /// Puts another `[gpu]` NVML setting in force; the next read asks afresh.
-    pub fn set_nvml(&self, host_root: &Path, libraries: Option<NvmlLibraries>) {
-        *self.open.write().unwrap_or_else(PoisonError::into_inner) =
-            nvml_opener(host_root, libraries);
+    pub fn set_nvml(&self, libraries: Option<NvmlLibraries>) {
+        *self.open.write().unwrap_or_else(PoisonError::into_inner) = nvml_opener(libraries);
         *self.seen.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
@@ -83,25 +84,30 @@ impl NodeFacts {
     }
 }
 
-fn nvml_opener(host_root: &Path, libraries: Option<NvmlLibraries>) -> Option<Arc<OpenLibrary>> {
-    let root = host_root.to_path_buf();
+fn nvml_opener(libraries: Option<NvmlLibraries>) -> Option<Arc<OpenLibrary>> {
     let libraries = libraries?;
     Some(Arc::new(move || {
-        super::nvml::NvmlGpuLibrary::for_root(&root, libraries.candidates())
+        super::nvml::NvmlGpuLibrary::open(libraries.candidates())
             .map(|l| Box::new(l) as Box<dyn GpuLibrary>)
     }))
 }
 
-/// The last read's facts; notes which GPUs this read asked about.
+/// The last read's facts; notes which GPUs this read asked about. A GPU
+/// at a known bus id under another UUID (one replaced) is not noted, so the
+/// library is asked afresh.
 struct Kept<'a> {
-    known: &'a BTreeMap<PciAddr, GpuFacts>,
+    known: &'a BTreeMap<PciAddr, (String, GpuFacts)>,
     asked: RefCell<BTreeSet<PciAddr>>,
 }
 
 impl GpuLibrary for Kept<'_> {
-    fn gpu(&self, bus_id: PciAddr) -> Option<GpuFacts> {
+    fn gpu(&self, bus_id: PciAddr, uuid: &str) -> Option<GpuFacts> {
+        let (known_uuid, facts) = self.known.get(&bus_id)?;
+        if known_uuid != uuid {
+            return None;
+        }
         self.asked.borrow_mut().insert(bus_id);
-        self.known.get(&bus_id).cloned()
+        Some(facts.clone())
     }
 }
 
@@ -109,23 +115,22 @@ impl GpuLibrary for Kept<'_> {
 struct Asking<'a> {
     open: Option<&'a OpenLibrary>,
     library: OnceCell<Option<Box<dyn GpuLibrary>>>,
-    learnt: RefCell<BTreeMap<PciAddr, GpuFacts>>,
+    learnt: RefCell<BTreeMap<PciAddr, (String, GpuFacts)>>,
     /// A GPU the library, which is on, gave no facts for.
     missed: Cell<bool>,
 }
 
 impl GpuLibrary for Asking<'_> {
-    fn gpu(&self, bus_id: PciAddr) -> Option<GpuFacts> {
+    fn gpu(&self, bus_id: PciAddr, uuid: &str) -> Option<GpuFacts> {
         let library = self
             .library
             .get_or_init(|| self.open.and_then(|open| open()));
-        let facts = library.as_ref().and_then(|l| l.gpu(bus_id));
+        let facts = library.as_ref().and_then(|l| l.gpu(bus_id, uuid));
         if facts.is_none() && self.open.is_some() {
             self.missed.set(true);
         }
-        self.learnt
-            .borrow_mut()
-            .insert(bus_id, facts.clone().unwrap_or_default());
+        let learnt = (uuid.to_string(), facts.clone().unwrap_or_default());
+        self.learnt.borrow_mut().insert(bus_id, learnt);
         facts
     }
 }
@@ -141,7 +146,7 @@ mod tests {
     struct Backwards;
 
     impl GpuLibrary for Backwards {
-        fn gpu(&self, bus_id: PciAddr) -> Option<GpuFacts> {
+        fn gpu(&self, bus_id: PciAddr, _uuid: &str) -> Option<GpuFacts> {
             Some(GpuFacts {
                 index: Some(255 - u32::from(bus_id.bus)),
                 memory_bytes: Some(80 << 30),
@@ -230,13 +235,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fixture = host(dir.path());
         let (loads, facts) = counting();
-        facts.set_nvml(fixture.root(), None);
+        facts.set_nvml(None);
         let inv = facts.discover(fixture.root());
         assert_eq!(indices(&inv), [0, 1, 2, 3]);
         assert!(inv.gpus.iter().all(|g| g.memory_bytes.is_none()));
         assert_eq!(loads.load(Ordering::SeqCst), 0);
-        // A simulated root never loads the real driver's library, whatever the config.
-        let on = NodeFacts::nvml(fixture.root(), Some(NvmlLibraries::default()));
+        // A simulated root never takes the real driver's facts, whatever the
+        // config: no library here, and on a GPU node its UUIDs are not the
+        // driver's GPUs'.
+        let on = NodeFacts::nvml(Some(NvmlLibraries::default()));
         assert_eq!(indices(&on.discover(fixture.root())), [0, 1, 2, 3]);
     }
 }

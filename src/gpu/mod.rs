@@ -50,12 +50,12 @@ pub use teardown::{ClaimView, GpuTeardown, Retried};
 use crate::config::GpuConfig;
 use crate::ledger::Claim;
 
-/// Discovery of `host_root` with NVML's indices and memory when the root is the
-/// machine's own, `[gpu] nvml` is on and one of `nvml_library` loads; plain
-/// discovery otherwise.
+/// Discovery of `host_root` with NVML's indices and memory where `[gpu] nvml`
+/// is on, one of `nvml_library` loads and NVML names the root's GPUs as it
+/// does (the machine's own root); plain discovery otherwise.
 pub fn discover_node(host_root: &std::path::Path, gpu: &GpuConfig) -> crate::inventory::Inventory {
     let libraries = gpu.nvml.then(|| gpu.nvml_library.clone());
-    NodeFacts::nvml(host_root, libraries).discover(host_root)
+    NodeFacts::nvml(libraries).discover(host_root)
 }
 
 /// [`discover_node`] with the GPU health kept under `health_dir` merged in, as

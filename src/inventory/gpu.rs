@@ -26,8 +26,10 @@ pub struct GpuFacts {
 
 /// A source of GPU facts beyond sysfs and procfs. Absent is normal: see [`NoGpuLibrary`].
 pub trait GpuLibrary {
-    /// Facts about the GPU at `bus_id`, or `None` when the library does not know it.
-    fn gpu(&self, bus_id: PciAddr) -> Option<GpuFacts>;
+    /// Facts about the GPU at `bus_id`, which the host root names `uuid`;
+    /// `None` when the library does not know it, or knows another GPU there
+    /// (a simulated host root read on a machine with GPUs of its own).
+    fn gpu(&self, bus_id: PciAddr, uuid: &str) -> Option<GpuFacts>;
 }
 
 /// No GPU library: indices follow PCI bus order, memory is unknown.
@@ -35,7 +37,7 @@ pub trait GpuLibrary {
 pub struct NoGpuLibrary;
 
 impl GpuLibrary for NoGpuLibrary {
-    fn gpu(&self, _bus_id: PciAddr) -> Option<GpuFacts> {
+    fn gpu(&self, _bus_id: PciAddr, _uuid: &str) -> Option<GpuFacts> {
         None
     }
 }
@@ -116,10 +118,9 @@ impl Scan<'_> {
         let topology = self.topology(&function);
         // The library lists no excluded GPU: asking about one would make every
         // read start it again (see `gpu::facts`).
-        let facts = if info.excluded {
-            Default::default()
-        } else {
-            self.gpu_library.gpu(addr).unwrap_or_default()
+        let facts = match &info.uuid {
+            Some(uuid) if !info.excluded => self.gpu_library.gpu(addr, uuid).unwrap_or_default(),
+            _ => Default::default(),
         };
         let health = match (facts.health, info.excluded) {
             (Some(health), _) => health,

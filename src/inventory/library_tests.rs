@@ -10,7 +10,7 @@ use crate::fixture::HostRootBuilder;
 struct Table(BTreeMap<PciAddr, GpuFacts>);
 
 impl GpuLibrary for Table {
-    fn gpu(&self, bus_id: PciAddr) -> Option<GpuFacts> {
+    fn gpu(&self, bus_id: PciAddr, _uuid: &str) -> Option<GpuFacts> {
         self.0.get(&bus_id).cloned()
     }
 }
@@ -67,7 +67,7 @@ fn the_librarys_index_memory_and_health_win() {
 struct Asked(std::sync::Mutex<Vec<PciAddr>>);
 
 impl GpuLibrary for Asked {
-    fn gpu(&self, bus_id: PciAddr) -> Option<GpuFacts> {
+    fn gpu(&self, bus_id: PciAddr, _uuid: &str) -> Option<GpuFacts> {
         self.0.lock().unwrap().push(bus_id);
         None
     }

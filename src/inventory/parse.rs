@@ -28,7 +28,9 @@ pub(crate) fn parse_gpu_information(text: &str) -> GpuInformation {
             "GPU UUID" => info.uuid = Some(value.to_owned()),
             "Bus Location" => info.bus_location = Some(value.to_owned()),
             "Device Minor" => info.minor = value.parse().ok(),
-            "GPU Excluded" => info.excluded = value.eq_ignore_ascii_case("yes"),
+            // Drivers before the 460 series name it `Blacklisted`
+            // (`NVreg_GpuBlacklist`), in the same place.
+            "GPU Excluded" | "Blacklisted" => info.excluded = value.eq_ignore_ascii_case("yes"),
             _ => {}
         }
     }

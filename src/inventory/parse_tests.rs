@@ -20,8 +20,16 @@ fn gpu_information_lines() {
         minor: Some(2),
         excluded: false,
     };
-    let table: [(&str, GpuInformation); 5] = [
+    let table: [(&str, GpuInformation); 6] = [
         (H100_INFORMATION, full.clone()),
+        (
+            "Device Minor: \t 0\nBlacklisted:\t Yes\n",
+            GpuInformation {
+                minor: Some(0),
+                excluded: true,
+                ..GpuInformation::default()
+            },
+        ),
         ("", GpuInformation::default()),
         (
             "Device Minor:  seven\nGPU Excluded: Yes\n",

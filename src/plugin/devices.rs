@@ -96,7 +96,7 @@ impl Devices {
         hook_path: PathBuf,
         nvml: Option<crate::config::NvmlLibraries>,
     ) -> Result<Devices, LedgerError> {
-        let gpu_facts = gpu::NodeFacts::nvml(host_root, nvml);
+        let gpu_facts = gpu::NodeFacts::nvml(nvml);
         let inv = gpu_facts.discover(host_root);
         for w in &inv.warnings {
             tracing::warn!(warning = %w, "inventory");

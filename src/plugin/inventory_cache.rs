@@ -49,7 +49,7 @@ impl Devices {
     /// Puts a runtime-sent `[gpu] nvml` setting in force for the next read
     /// of the host.
     pub fn set_nvml(&self, nvml: Option<crate::config::NvmlLibraries>) {
-        self.gpu_facts.set_nvml(&self.host_root, nvml);
+        self.gpu_facts.set_nvml(nvml);
     }
 
     /// The kernel's device changes this cache follows.

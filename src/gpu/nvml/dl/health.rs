@@ -106,7 +106,7 @@ impl DlNvml {
         Ok(health)
     }
 
-    fn uuid_of(&self, dev: Handle) -> Result<String, NvmlError> {
+    pub(super) fn uuid_of(&self, dev: Handle) -> Result<String, NvmlError> {
         let f: unsafe extern "C" fn(Handle, *mut c_char, c_uint) -> Ret =
             self.sym(c"nvmlDeviceGetUUID", "-")?;
         let mut buf = [0u8; UUID_BUFFER];
