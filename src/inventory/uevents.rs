@@ -78,9 +78,36 @@ pub fn parse(msg: &[u8]) -> Option<Uevent<'_>> {
     })
 }
 
-/// Whether the event can change what an inventory read.
-pub fn changes_inventory(ev: &Uevent<'_>) -> bool {
-    SUBSYSTEMS.contains(&ev.subsystem) && ACTIONS.contains(&ev.action)
+/// What a uevent says of what an inventory read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Nothing it reads.
+    Nothing,
+    /// Where a PCI function's netdev is: it leaves the host's namespace
+    /// (`remove` there, `dev_change_net_namespace` in net/core/dev.c) when a
+    /// hook moves a VF into a pod and comes back (`add`) with its restore,
+    /// and the inventory says whether each VF is home. Read again once the
+    /// burst passes; the device numbers read stand, so a read it overtakes
+    /// is no less current and no plan waits for it.
+    Moved,
+    /// A device added, removed, renamed or rebound: what was read may name
+    /// other devices now.
+    Changed,
+}
+
+/// What the event changes of what an inventory read. Virtual netdevs (a
+/// pod's veth, under `/devices/virtual`) are nothing it reads.
+pub fn meaning(ev: &Uevent<'_>) -> Seen {
+    if !ACTIONS.contains(&ev.action) {
+        return Seen::Nothing;
+    }
+    if SUBSYSTEMS.contains(&ev.subsystem) {
+        Seen::Changed
+    } else if ev.subsystem == "net" && ev.devpath.starts_with("/devices/pci") {
+        Seen::Moved
+    } else {
+        Seen::Nothing
+    }
 }
 
 /// A count of the host's device changes, as uevents report them.
@@ -119,7 +146,7 @@ impl HostChanges {
     /// pausing `pause` after a failed read.
     fn watch_reads(
         self: &Arc<Self>,
-        mut next: impl FnMut(Option<Duration>) -> io::Result<Option<bool>> + Send + 'static,
+        mut next: impl FnMut(Option<Duration>) -> io::Result<Option<Seen>> + Send + 'static,
         period: Duration,
         settled: impl Fn() -> bool + Send + 'static,
         pause: Duration,
@@ -144,7 +171,7 @@ impl HostChanges {
     /// one. `pause` is the wait after a failed read.
     fn follow(
         &self,
-        next: &mut impl FnMut(Option<Duration>) -> io::Result<Option<bool>>,
+        next: &mut impl FnMut(Option<Duration>) -> io::Result<Option<Seen>>,
         settled: &impl Fn() -> bool,
         pause: Duration,
     ) -> FollowEnd {
@@ -190,7 +217,7 @@ impl HostChanges {
                     got
                 }
             };
-            if !matches!(got, Ok(Some(false) | None)) {
+            if !matches!(got, Ok(Some(Seen::Nothing) | None)) {
                 settle_by = Instant::now() + SETTLE;
             }
             if !self.step(got, &mut pending, settled) {
@@ -213,20 +240,22 @@ impl HostChanges {
     }
 
     /// What one read of the socket means: a change is counted and makes a
-    /// burst pending; a burst is settled once a wait passes quietly. False
-    /// once `settled` says that no one reads the host any more.
+    /// burst pending, a netdev moved makes one pending only; a burst is
+    /// settled once a wait passes quietly. False once `settled` says that
+    /// no one reads the host any more.
     pub fn step(
         &self,
-        got: io::Result<Option<bool>>,
+        got: io::Result<Option<Seen>>,
         pending: &mut bool,
         settled: &impl Fn() -> bool,
     ) -> bool {
         match got {
-            Ok(Some(true)) => {
+            Ok(Some(Seen::Changed)) => {
                 self.bump();
                 *pending = true;
             }
-            Ok(Some(false)) => {}
+            Ok(Some(Seen::Moved)) => *pending = true,
+            Ok(Some(Seen::Nothing)) => {}
             Ok(None) => {
                 *pending = false;
                 return settled();
@@ -275,13 +304,13 @@ impl UeventSocket {
         Ok(UeventSocket { sock })
     }
 
-    /// The next message: whether it changes an inventory; `None` when
+    /// The next message: what it changes of an inventory; `None` when
     /// `wait` passed without one.
-    pub fn next(&self, wait: Option<Duration>) -> io::Result<Option<bool>> {
+    pub fn next(&self, wait: Option<Duration>) -> io::Result<Option<Seen>> {
         Ok(self.message(wait)?.map(|m| match m {
-            Message::Kernel(msg) => parse(&msg).is_some_and(|ev| changes_inventory(&ev)),
-            Message::Truncated => true,
-            Message::Other => false,
+            Message::Kernel(msg) => parse(&msg).map_or(Seen::Nothing, |ev| meaning(&ev)),
+            Message::Truncated => Seen::Changed,
+            Message::Other => Seen::Nothing,
         }))
     }
 

@@ -41,7 +41,7 @@ fn kernel_messages_are_parsed_and_others_are_not() {
     let bare = message(&["remove@/devices/x"]);
     let bare = parse(&bare).unwrap();
     assert_eq!(bare.subsystem, "");
-    assert!(!changes_inventory(&bare));
+    assert_eq!(meaning(&bare), Seen::Nothing);
 }
 
 #[test]
@@ -66,8 +66,55 @@ fn device_changes_of_the_inventorys_subsystems_count() {
             devpath: "/devices/x",
             subsystem,
         };
-        assert_eq!(changes_inventory(&ev), counts, "{action} {subsystem}");
+        assert_eq!(
+            meaning(&ev) == Seen::Changed,
+            counts,
+            "{action} {subsystem}"
+        );
     }
+}
+
+/// A PCI function's netdev leaving the host's namespace for a pod's, or
+/// coming back, or renamed, is a move the inventory reads again for: it
+/// says where each VF's netdev is. A veth made for a pod is nothing.
+#[test]
+fn a_pci_netdev_moving_is_read_again_and_a_veth_is_nothing() {
+    let vf = "/devices/pci0000:3a/0000:3a:00.0/0000:3b:02.3/net/ens1f0v3";
+    let veth = "/devices/virtual/net/veth1a2b3c";
+    let cases = [
+        ("remove", vf, Seen::Moved),
+        ("add", vf, Seen::Moved),
+        ("move", vf, Seen::Moved),
+        ("change", vf, Seen::Nothing),
+        ("add", veth, Seen::Nothing),
+        ("remove", veth, Seen::Nothing),
+    ];
+    for (action, devpath, seen) in cases {
+        let ev = Uevent {
+            action,
+            devpath,
+            subsystem: "net",
+        };
+        assert_eq!(meaning(&ev), seen, "{action} {devpath}");
+    }
+    // A burst of moves asks for one read once it passes, and leaves the
+    // count of changes, so no read it overtakes is taken as stale.
+    let changes = HostChanges::default();
+    let settles = Cell::new(0);
+    let settled = || {
+        settles.set(settles.get() + 1);
+        true
+    };
+    let mut pending = false;
+    for _ in 0..4 {
+        changes.step(Ok(Some(Seen::Moved)), &mut pending, &settled);
+    }
+    assert_eq!((changes.generation(), pending, settles.get()), (0, true, 0));
+    changes.step(Ok(None), &mut pending, &settled);
+    assert_eq!(
+        (changes.generation(), pending, settles.get()),
+        (0, false, 1)
+    );
 }
 
 #[test]
@@ -80,10 +127,10 @@ fn a_burst_is_counted_then_settled_once() {
     };
     let mut pending = false;
     for got in [
-        Ok(Some(false)),
-        Ok(Some(true)),
-        Ok(Some(true)),
-        Ok(Some(false)),
+        Ok(Some(Seen::Nothing)),
+        Ok(Some(Seen::Changed)),
+        Ok(Some(Seen::Changed)),
+        Ok(Some(Seen::Nothing)),
     ] {
         changes.step(got, &mut pending, &settled);
     }
@@ -99,7 +146,7 @@ fn a_burst_is_counted_then_settled_once() {
     assert_eq!((changes.generation(), pending), (3, true));
 }
 
-fn failed() -> io::Result<Option<bool>> {
+fn failed() -> io::Result<Option<Seen>> {
     Err(io::Error::from_raw_os_error(libc::EIO))
 }
 
@@ -110,14 +157,14 @@ fn failed() -> io::Result<Option<bool>> {
 #[test]
 fn reads_failing_in_a_row_give_the_socket_up() {
     let lost = || Err(io::Error::from_raw_os_error(libc::ENOBUFS));
-    let mut script: Vec<io::Result<Option<bool>>> = Vec::new();
+    let mut script: Vec<io::Result<Option<Seen>>> = Vec::new();
     script.extend((0..GIVE_UP_AFTER - 1).map(|_| failed()));
-    script.push(Ok(Some(false)));
+    script.push(Ok(Some(Seen::Nothing)));
     script.extend((0..GIVE_UP_AFTER - 1).map(|_| failed()));
     script.push(lost());
     script.extend((0..GIVE_UP_AFTER - 1).map(|_| failed()));
     script.push(Err(io::Error::from_raw_os_error(libc::EBADF)));
-    script.push(Ok(Some(true)));
+    script.push(Ok(Some(Seen::Changed)));
     let total = script.len();
     let mut script = script.into_iter();
     let reads = Cell::new(0);
@@ -183,7 +230,13 @@ fn a_watch_whose_reads_keep_failing_polls_instead() {
 #[test]
 fn a_watch_ends_once_no_one_reads_the_host() {
     let changes = Arc::new(HostChanges::default());
-    let mut script = vec![Ok(Some(true)), Ok(None), Ok(Some(true)), Ok(None)].into_iter();
+    let mut script = vec![
+        Ok(Some(Seen::Changed)),
+        Ok(None),
+        Ok(Some(Seen::Changed)),
+        Ok(None),
+    ]
+    .into_iter();
     let reads = Arc::new(AtomicU64::new(0));
     let tries = Arc::clone(&reads);
     let settles = Arc::new(AtomicU64::new(0));
@@ -244,7 +297,7 @@ fn the_real_socket_receives_the_kernels_uevents() {
         devpath: "",
         subsystem: &subsystem,
     };
-    assert!(!changes_inventory(&ev));
+    assert_eq!(meaning(&ev), Seen::Nothing);
 }
 
 /// The watch end to end on the real kernel: a PCI device's `move` is
@@ -293,11 +346,11 @@ fn messages_of_no_interest_do_not_hold_a_burst_open() {
         reads.set(reads.get() + 1);
         waits.borrow_mut().push(wait);
         match reads.get() {
-            1 => Ok(Some(true)),
+            1 => Ok(Some(Seen::Changed)),
             // Each a quarter of SETTLE apart (a sleep is never shorter).
             2..=40 => {
                 std::thread::sleep(SETTLE / 4);
-                Ok(Some(false))
+                Ok(Some(Seen::Nothing))
             }
             _ => Ok(None),
         }
