@@ -307,6 +307,13 @@ fn network(
     dev: &RdmaDev,
     entry: &str,
 ) -> Result<(), PlanError> {
+    if out.network == super::PodNetwork::Host {
+        return Err(PlanError::VfInHostNetns {
+            annotation: ANN,
+            entry: entry.to_string(),
+            vf: vf.bus_id,
+        });
+    }
     if let (Some(netdev), false) = (&vf.netdev, vf.more_netdevs.is_empty()) {
         return Err(PlanError::VfNetdevs {
             annotation: ANN,
