@@ -36,6 +36,8 @@ pub enum NvmlError {
     },
     #[error("load nvml from {library}: {reason}")]
     Load { library: String, reason: String },
+    #[error("mig: {left} gpu instances are still on gpu {uuid} after each was destroyed")]
+    MigLeft { uuid: String, left: usize },
 }
 
 impl NvmlError {

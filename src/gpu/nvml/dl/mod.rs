@@ -20,6 +20,7 @@ type Handle = *mut c_void;
 type Ret = c_int;
 
 const SUCCESS: Ret = 0;
+const ERROR_INVALID_ARGUMENT: Ret = 2;
 const ERROR_NOT_SUPPORTED: Ret = 3;
 const ERROR_INSUFFICIENT_SIZE: Ret = 7;
 const ERROR_TIMEOUT: Ret = 10;
@@ -207,9 +208,18 @@ impl Nvml for DlNvml {
         self.device_call(c"nvmlDeviceResetApplicationsClocks", uuid)
     }
 
+    /// Both locks reset, whichever the GPU lacks: one it does not support
+    /// (memory clock locks came with Ampere) must not keep the other locked.
     fn reset_locked_clocks(&self, uuid: &str) -> Result<(), NvmlError> {
-        self.device_call(c"nvmlDeviceResetGpuLockedClocks", uuid)?;
-        self.device_call(c"nvmlDeviceResetMemoryLockedClocks", uuid)
+        let gpu = self.device_call(c"nvmlDeviceResetGpuLockedClocks", uuid);
+        let memory = self.device_call(c"nvmlDeviceResetMemoryLockedClocks", uuid);
+        let unsupported =
+            |r: &Result<(), NvmlError>| matches!(r, Err(NvmlError::NotSupported { .. }));
+        match (gpu, memory) {
+            (Err(e), _) | (_, Err(e)) if !matches!(e, NvmlError::NotSupported { .. }) => Err(e),
+            (gpu, memory) if unsupported(&gpu) && unsupported(&memory) => gpu,
+            _ => Ok(()),
+        }
     }
 
     fn set_compute_mode(&self, uuid: &str, mode: ComputeMode) -> Result<(), NvmlError> {
@@ -337,6 +347,49 @@ int nvmlShutdown(void) {{ FILE *f = fopen("{}", "a"); if (f) {{ fputs("x", f); f
             drop(opened);
             let shutdowns = std::fs::read_to_string(&mark).unwrap_or_default();
             assert_eq!(shutdowns, want, "{name}");
+        }
+    }
+
+    /// A GPU without GPU clock locks (NOT_SUPPORTED) still has its memory
+    /// clock lock reset; a real failure of either fails the reset.
+    #[test]
+    fn each_clock_lock_is_reset_whichever_the_gpu_lacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let mark = dir.path().join("memory-reset");
+        let source = |gpu: i32, memory: i32| {
+            format!(
+                r#"#include <stdio.h>
+int nvmlInit_v2(void) {{ return 0; }}
+int nvmlShutdown(void) {{ return 0; }}
+int nvmlDeviceGetHandleByUUID(const char *u, void **d) {{ *d = (void *)1; return 0; }}
+int nvmlDeviceResetGpuLockedClocks(void *d) {{ return {gpu}; }}
+int nvmlDeviceResetMemoryLockedClocks(void *d) {{ FILE *f = fopen("{}", "a"); if (f) {{ fputs("x", f); fclose(f); }} return {memory}; }}
+"#,
+                mark.display()
+            )
+        };
+        // (gpu lock's answer, memory lock's, reset ok, not supported)
+        for (gpu, memory, ok, unsupported) in [
+            (3, 0, true, false),
+            (0, 3, true, false),
+            (3, 3, false, true),
+            (999, 0, false, false),
+            (0, 999, false, false),
+        ] {
+            let sub = dir.path().join(format!("{gpu}-{memory}"));
+            std::fs::create_dir(&sub).unwrap();
+            let lib =
+                crate::fixture::build_c_library(&sub, "libnvml.so", &source(gpu, memory)).unwrap();
+            let nvml = DlNvml::open(lib.to_str().unwrap()).unwrap();
+            let _ = std::fs::remove_file(&mark);
+            let reset = nvml.reset_locked_clocks("GPU-1");
+            assert_eq!(reset.is_ok(), ok, "{gpu} {memory}: {reset:?}");
+            let not_supported = matches!(reset, Err(NvmlError::NotSupported { .. }));
+            assert_eq!(not_supported, unsupported, "{gpu} {memory}: {reset:?}");
+            assert!(
+                mark.exists(),
+                "{gpu} {memory}: the memory lock was not reset"
+            );
         }
     }
 }
