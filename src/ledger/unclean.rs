@@ -18,11 +18,13 @@ pub struct Unclean {
     /// The devices left unclean; `None` when the teardown cannot tell, which
     /// keeps every device of the pod.
     pub devices: Option<BTreeSet<DeviceId>>,
-    /// Only the pod's own processes were left (they outlived being ended):
-    /// nothing of the devices themselves (a reset, an outside user) is in
-    /// doubt, so that pod's later successful release ends the quarantine
-    /// of a GPU others still share (`rules::lift_restored`).
-    pub pods_own: bool,
+    /// The devices whose only fault is the pod's own processes left on them
+    /// (they outlived being ended): nothing of the device itself (a reset,
+    /// an outside user) is in doubt, so that pod's later successful release
+    /// ends the quarantine of such a GPU others still share
+    /// (`rules::lift_restored`). Told per device: another device's reset
+    /// failing in the same release puts no doubt on this one.
+    pub pods_own: BTreeSet<DeviceId>,
 }
 
 impl Unclean {
@@ -31,7 +33,7 @@ impl Unclean {
         Unclean {
             reason: reason.into(),
             devices: None,
-            pods_own: false,
+            pods_own: BTreeSet::new(),
         }
     }
 
@@ -40,18 +42,37 @@ impl Unclean {
         Unclean {
             reason: reason.into(),
             devices: Some(devices.into_iter().collect()),
-            pods_own: false,
+            pods_own: BTreeSet::new(),
         }
     }
 
-    /// Said of a failure where only the pod's own processes were left.
-    pub fn pods_own(self, pods_own: bool) -> Unclean {
+    /// Says which of its devices only the pod's own processes were left on.
+    pub fn pods_own(self, devices: impl IntoIterator<Item = DeviceId>) -> Unclean {
+        let named = |d: &DeviceId| self.devices.as_ref().is_some_and(|all| all.contains(d));
+        let pods_own = devices.into_iter().filter(named).collect();
         Unclean { pods_own, ..self }
     }
 
+    /// Its devices in doubt for more than the pod's own processes; `None`
+    /// when it cannot tell which.
+    fn doubted(&self) -> Option<BTreeSet<DeviceId>> {
+        let devices = self.devices.as_ref()?;
+        Some(devices.difference(&self.pods_own).cloned().collect())
+    }
+
     /// Both failures: the reasons joined, the devices of either (all when
-    /// either cannot tell).
+    /// either cannot tell); a device is the pod's own processes' alone when
+    /// neither puts it in doubt otherwise.
     pub fn and(self, other: Unclean) -> Unclean {
+        let pods_own = match (self.doubted(), other.doubted()) {
+            (Some(a), Some(b)) => self
+                .pods_own
+                .union(&other.pods_own)
+                .filter(|d| !a.contains(*d) && !b.contains(*d))
+                .cloned()
+                .collect(),
+            _ => BTreeSet::new(),
+        };
         let devices = match (self.devices, other.devices) {
             (Some(mut a), Some(b)) => {
                 a.extend(b);
@@ -62,7 +83,7 @@ impl Unclean {
         Unclean {
             reason: format!("{}; {}", self.reason, other.reason),
             devices,
-            pods_own: self.pods_own && other.pods_own,
+            pods_own,
         }
     }
 
@@ -110,7 +131,10 @@ pub(super) fn keep_unclean(
 ) -> Vec<DeviceId> {
     let (kept, freed) = unclean.split(claims);
     for claim in &kept {
-        let by = unclean.pods_own.then_some(sandbox_id);
+        let by = unclean
+            .pods_own
+            .contains(&claim.device)
+            .then_some(sandbox_id);
         quarantine_in(state, &claim.device, &unclean.reason, by);
     }
     if free && !freed.is_empty() {
@@ -187,7 +211,10 @@ mod tests {
             let q = state.devices["gpu GPU-1"].quarantine.clone();
             q.expect("quarantined").set_by
         };
-        let stuck = |pods_own| Unclean::of([gpu("GPU-1")], "x").pods_own(pods_own);
+        let stuck = |pods_own: bool| {
+            let own = pods_own.then(|| gpu("GPU-1"));
+            Unclean::of([gpu("GPU-1")], "x").pods_own(own)
+        };
         for (pods_own, want) in [(true, Some("a")), (false, None)] {
             let mut state = LedgerState::default();
             keep_unclean(&mut state, "a", &claims, &stuck(pods_own), true);
@@ -197,8 +224,29 @@ mod tests {
             keep_unclean(&mut state, "b", &claims, &stuck(true), true);
             assert_eq!(set_by(&state), None, "another pod's failure joined it");
         }
-        let mixed = Unclean::all("x").pods_own(true).and(Unclean::all("y"));
-        assert!(!mixed.pods_own);
+        let mixed = stuck(true).and(Unclean::all("y"));
+        assert!(mixed.pods_own.is_empty(), "the other side cannot tell");
+    }
+
+    /// Told per device: a GPU only the pod's own processes were left on keeps
+    /// the pod's name on its quarantine, whatever failed on another device
+    /// of the same release (a VF's restore, another GPU's reset); one that a
+    /// second failure also names does not.
+    #[test]
+    fn another_devices_failure_leaves_a_gpu_the_pods_own() {
+        let (x, y) = (gpu("GPU-X"), gpu("GPU-Y"));
+        let claims = [claim(x.clone()), claim(y.clone())];
+        let own_x = Unclean::of([x.clone()], "x survived").pods_own([x.clone()]);
+        let y_reset = Unclean::of([y.clone()], "y reset failed");
+        let both = own_x.clone().and(y_reset);
+        assert_eq!(both.pods_own, BTreeSet::from([x.clone()]));
+        let mut state = LedgerState::default();
+        keep_unclean(&mut state, "a", &claims, &both, true);
+        let set_by = |id: &str| state.devices[id].quarantine.clone().unwrap().set_by;
+        assert_eq!(set_by("gpu GPU-X").as_deref(), Some("a"));
+        assert_eq!(set_by("gpu GPU-Y"), None);
+        let x_reset = Unclean::of([x.clone()], "x reset failed");
+        assert!(own_x.and(x_reset).pods_own.is_empty());
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! A pod's release as the ledger runs it: its GPUs cleaned, and those that
 //! could not be named, so that the ledger keeps only them.
 
+use std::collections::BTreeSet;
+
 use crate::ledger::{Claim, DeviceId, PodRecord, Teardown, Unclean};
 
 use super::super::GpuError;
@@ -35,11 +37,21 @@ impl Teardown for GpuTeardown {
             .iter()
             .map(|u| DeviceId::Gpu(u.to_string()))
             .collect();
-        let errors: Vec<GpuError> = faults.into_iter().map(|f| f.error).collect();
-        // A reset, an outside user, NVML: the GPU itself is in doubt.
-        let pods_own = errors
+        // A reset, an outside user, NVML: the GPU itself is in doubt. Only a
+        // GPU no such fault names has the pod's own processes alone left.
+        let own =
+            |e: &GpuError| matches!(e, GpuError::Survived { .. } | GpuError::StillForking { .. });
+        let doubted: BTreeSet<&str> = faults
             .iter()
-            .all(|e| matches!(e, GpuError::Survived { .. } | GpuError::StillForking { .. }));
+            .filter(|f| !own(&f.error))
+            .flat_map(|f| f.gpus.iter().map(String::as_str))
+            .collect();
+        let pods_own: Vec<DeviceId> = unclean
+            .iter()
+            .filter(|u| !doubted.contains(*u))
+            .map(|u| DeviceId::Gpu(u.to_string()))
+            .collect();
+        let errors: Vec<GpuError> = faults.into_iter().map(|f| f.error).collect();
         Err(Unclean::of(gpus, nri::ErrorChain::join(&errors)).pods_own(pods_own))
     }
 

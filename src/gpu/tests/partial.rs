@@ -118,6 +118,30 @@ fn a_survivor_keeps_only_the_gpu_it_holds() {
     assert_eq!((resets(&n.nvml, "GPU-0"), resets(&n.nvml, "GPU-1")), (0, 0));
 }
 
+/// A survivor on one GPU and a failed reset of another in the same release:
+/// the survivor's GPU is quarantined in the pod's name (its only fault the
+/// pod's own process, so the pod's later clean release lifts it for the
+/// GPU's other holders), the other in no one's.
+#[test]
+fn a_survivors_gpu_stays_the_pods_own_beside_another_gpus_failed_reset() {
+    let n = node(|_| {});
+    let gpus = [claim("GPU-0", WHOLE), claim("GPU-1", WHOLE)];
+    n.ledger.claim(&pod("a"), &gpus).unwrap();
+    n.host.add(50, &[dev(0)], "/kubepods/poduid-a/c1");
+    let stuck = FakeProc {
+        unkillable: true,
+        ..in_pod(vec![dev(1)])
+    };
+    n.host.add_proc(51, stuck);
+    n.nvml.failing.lock().unwrap().insert("GPU-0".into());
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    assert_eq!(out.failed.len(), 1);
+    let state = n.ledger.snapshot().unwrap();
+    let set_by = |id: &str| state.devices[id].quarantine.clone().unwrap().set_by;
+    assert_eq!(set_by("gpu GPU-1").as_deref(), Some("sb-a"));
+    assert_eq!(set_by("gpu GPU-0"), None);
+}
+
 /// Pods a and b share GPU-0 and are released together; a's other GPU fails.
 /// a gave GPU-0 up clean, so b is its last holder and resets it, once.
 #[test]
