@@ -57,8 +57,14 @@ pub enum LedgerError {
         other: DeviceId,
         holder: String,
     },
-    #[error("pod {pod} already holds a different set of devices")]
-    ClaimMismatch { pod: String },
+    /// `device`: the first that differs; `held`: the pod holds it and the
+    /// container does not ask it, else the other way round.
+    #[error("pod {pod} already holds a different set of devices: {device} {}", held_word(*.held))]
+    ClaimMismatch {
+        pod: String,
+        device: DeviceId,
+        held: bool,
+    },
     /// The pod's earlier release kept these (its teardown could not clean
     /// them) and gave the others back: its containers get devices again once
     /// a retry of that teardown succeeds.
@@ -79,4 +85,11 @@ pub enum LedgerError {
     /// the admission: admitted, it would start without them.
     #[error("pod {pod} gave its vfs back to the host while this container was planned: the next try moves them in")]
     NetworkReturned { pod: String },
+}
+
+fn held_word(held: bool) -> &'static str {
+    match held {
+        true => "is among them and not asked now",
+        false => "is asked and not among them (a device renumbered since the pod's claim, or its annotation changed)",
+    }
 }

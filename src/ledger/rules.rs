@@ -87,9 +87,32 @@ fn mismatch(
                 reason,
             }
         }
-        _ => LedgerError::ClaimMismatch {
-            pod: pod.to_string(),
-        },
+        _ => {
+            let asked_only = claims
+                .iter()
+                .find(|c| !existing.claims.iter().any(|e| e.device == c.device));
+            let (device, held) = match asked_only {
+                Some(c) => (c.device.clone(), false),
+                None => {
+                    let held_only = existing
+                        .claims
+                        .iter()
+                        .find(|e| !claims.iter().any(|c| c.device == e.device));
+                    // Same devices in other shares: the first asked names it.
+                    let c = held_only.or(claims.first()).or(existing.claims.first());
+                    (
+                        c.map(|c| c.device.clone())
+                            .unwrap_or(DeviceId::Gpu(String::new())),
+                        held_only.is_some(),
+                    )
+                }
+            };
+            LedgerError::ClaimMismatch {
+                pod: pod.to_string(),
+                device,
+                held,
+            }
+        }
     }
 }
 

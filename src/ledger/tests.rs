@@ -125,6 +125,29 @@ fn claims_are_all_or_nothing_and_idempotent_per_pod() {
         .claim(&pod("a"), &[gpu("GPU-3", Share::Exclusive)])
         .unwrap_err();
     assert!(matches!(err, LedgerError::ClaimMismatch { .. }), "{err}");
+    // The message names the device that differs, and how.
+    assert!(
+        err.to_string()
+            .contains("gpu GPU-3 is asked and not among them"),
+        "{err}"
+    );
+    let both = [
+        gpu("GPU-2", Share::Exclusive),
+        gpu("GPU-4", Share::Exclusive),
+    ];
+    let err = l.claim(&pod("a"), &both).unwrap_err();
+    assert!(err.to_string().contains("gpu GPU-4 is asked"), "{err}");
+    let pair = [
+        gpu("GPU-5", Share::Exclusive),
+        gpu("GPU-6", Share::Exclusive),
+    ];
+    l.claim(&pod("c"), &pair).unwrap();
+    let err = l.claim(&pod("c"), &pair[..1]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("gpu GPU-6 is among them and not asked now"),
+        "{err}"
+    );
 }
 
 #[test]

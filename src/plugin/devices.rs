@@ -254,7 +254,8 @@ impl Devices {
                 | LedgerError::Quarantined { device, .. }
                 | LedgerError::Overcommitted { device, .. }
                 | LedgerError::Releasing { device }
-                | LedgerError::DuplicateClaim { device } => prepared.entry_of(device),
+                | LedgerError::DuplicateClaim { device }
+                | LedgerError::ClaimMismatch { device, .. } => prepared.entry_of(device),
                 _ => String::new(),
             },
             source,

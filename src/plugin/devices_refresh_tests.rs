@@ -40,6 +40,44 @@ fn a_gpu_uuid_the_cache_does_not_match_is_checked_by_a_re_read() {
     assert_eq!(visible.map(|e| e.value.as_str()), Some(new_uuid));
 }
 
+/// A container whose allocation resolves to other devices than its pod's
+/// claim (a GPU renumbered since, or the annotation changed) is refused
+/// naming the annotation, the entry and the device that differs.
+#[test]
+fn a_claim_that_differs_from_the_pods_names_the_entry_and_the_device() {
+    let node = node();
+    let config = Arc::new(Config::default());
+    node.create("c1", &[], &config, RuntimeFeatures::default())
+        .unwrap();
+    let inv = node.fixture.expected();
+    let (was, now) = (&inv.gpus[0], &inv.gpus[1]);
+    let mut pod = node.pod.clone();
+    let ann = pod.annotations.get_mut(DEVICE_ALLOCATED).unwrap();
+    *ann = ann.replace(&was.uuid, &now.uuid).replace(
+        &format!(r#""minor":{},"id""#, was.minor),
+        &format!(r#""minor":{},"id""#, now.minor),
+    );
+    let e = node
+        .devices
+        .apply(
+            &pod,
+            &container("c2", &[]),
+            &config,
+            RuntimeFeatures::default(),
+            &node.health,
+        )
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.starts_with(&format!("{DEVICE_ALLOCATED}: gpu[0]: ")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("gpu {} is asked and not among them", now.uuid)),
+        "{text}"
+    );
+}
+
 /// The runtime failed the network owner's creation after the plugin answered
 /// and never said so: its hook never ran and no VF of the pod was moved. The
 /// next container created takes the pod's network over and moves the VFs.

@@ -374,7 +374,11 @@ fn what_is_tried_again_without_a_wait() {
         holder: "team/web".into(),
     };
     let releasing = || LedgerError::Releasing { device: device() };
-    let mismatch = || LedgerError::ClaimMismatch { pod: "p".into() };
+    let mismatch = || LedgerError::ClaimMismatch {
+        pod: "p".into(),
+        device: device(),
+        held: false,
+    };
     let again = |e: LedgerError| plugin.wait_for_release(&second, &ctr(), e, &claims, began);
     let held_by_web = |r: Result<(), LedgerError>| matches!(r, Err(LedgerError::Held { holder, .. }) if holder == "team/web");
     assert!(held_by_web(again(held())), "a live holder");
