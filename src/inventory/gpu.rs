@@ -55,9 +55,21 @@ impl Scan<'_> {
             .collect();
         found.sort_by_key(|(gpu, _)| gpu.bus_id);
         let mut found = self.unambiguous(found);
+        // NVML orders by PCI bus id too, but only NVML's own index is
+        // authoritative. A GPU it does not know (lost, or excluded) numbers
+        // after those it does: its PCI position may be an index NVML gave
+        // another GPU. Without the library, PCI order.
+        let known = found.iter().filter_map(|(_, i)| *i).max();
+        let mut after = known.map_or(0, |max| max.saturating_add(1));
         for (position, (gpu, library_index)) in found.iter_mut().enumerate() {
-            // NVML orders by PCI bus id too, but only NVML's own index is authoritative.
-            gpu.index = library_index.unwrap_or(position as u32);
+            gpu.index = match (*library_index, known) {
+                (Some(index), _) => index,
+                (None, Some(_)) => {
+                    after = after.saturating_add(1);
+                    after - 1
+                }
+                (None, None) => position as u32,
+            };
         }
         found.into_iter().map(|(gpu, _)| gpu).collect()
     }

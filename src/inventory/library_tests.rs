@@ -41,7 +41,11 @@ fn the_librarys_index_memory_and_health_win() {
     for (pos, gpu) in inv.gpus.iter().enumerate() {
         assert_eq!(gpu.bus_id, buses[pos]);
         if pos == last {
-            assert_eq!(gpu.index, pos as u32, "unknown to the library: PCI order");
+            assert_eq!(
+                gpu.index,
+                10 + last as u32,
+                "unknown to the library: after its indices"
+            );
             assert_eq!(gpu.memory_bytes, None);
             assert_eq!(gpu.health, Health::Healthy);
             continue;
@@ -60,6 +64,39 @@ fn the_librarys_index_memory_and_health_win() {
         assert_eq!(gpu.uuid, plain.gpus[pos].uuid);
         assert_eq!(gpu.minor, plain.gpus[pos].minor);
     }
+}
+
+/// NVML numbers only the GPUs it knows, so one it lost shifts the rest down
+/// a place: the lost GPU's PCI position is the next GPU's index. It takes a
+/// number after the library's instead, so no two GPUs share one.
+#[test]
+fn a_gpu_the_library_lost_takes_no_index_another_gpu_has() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = HostRootBuilder::hgx().build(dir.path()).unwrap();
+    let buses: Vec<PciAddr> = discover(fixture.root())
+        .gpus
+        .iter()
+        .map(|g| g.bus_id)
+        .collect();
+    let table = buses
+        .iter()
+        .enumerate()
+        .filter(|(pos, _)| *pos != 1)
+        .map(|(pos, bus)| {
+            let index = if pos == 0 { 0 } else { pos as u32 - 1 };
+            let facts = GpuFacts {
+                index: Some(index),
+                ..GpuFacts::default()
+            };
+            (*bus, facts)
+        })
+        .collect();
+    let inv = discover_with(fixture.root(), &Table(table));
+    let mut indices: Vec<u32> = inv.gpus.iter().map(|g| g.index).collect();
+    assert_eq!(indices[1], buses.len() as u32 - 1, "after the library's");
+    indices.sort_unstable();
+    indices.dedup();
+    assert_eq!(indices.len(), buses.len(), "{indices:?}");
 }
 
 /// A library that records the GPUs it is asked about and knows none.
