@@ -219,6 +219,25 @@ fn the_reap_restores_the_vfs_of_an_owner_forgotten_with_them_away() {
     assert_eq!(c1.attached.len(), 1, "the VF moved in again");
 }
 
+/// A restore that fails in the reap does not keep the pod's other
+/// containers' VFs from theirs: each is tried, and the pod is kept.
+#[test]
+fn the_reap_tries_every_containers_restore() {
+    let w = world();
+    owner_forgotten_with_its_vf_away(&w);
+    set_start(&w.env.roots.proc_root, 8, None);
+    in_netns(&w, 10, POD_NS + 1);
+    let mut c1 = FakeOs {
+        refuse_detach: Some("b1"),
+        ..restoring(&w)
+    };
+    let _ = w.run(Stage::CreateRuntime, &in_pod(&w, "c1", 10), &mut c1);
+    assert_eq!(*c1.detached.borrow(), ["a1"], "a1's tried after b1 failed");
+    let store = SavedStore::new(&w.env.state_dir);
+    assert!(store.for_container("a1").unwrap().is_empty());
+    assert!(c1.gpu_torn.borrow().is_empty(), "the pod is kept");
+}
+
 /// A restore of the VFs an owner kept that fails quarantines them and keeps
 /// the pod, its owner's record and claims, for the reap of exited pods. The
 /// network was given up before the restore began: a container created in

@@ -157,12 +157,14 @@ pub(super) fn reap_stale(
         let Some((pod, turns)) = given else {
             continue;
         };
-        let restored: Result<Vec<usize>, HookError> = pod
-            .containers
-            .keys()
-            .chain(forgotten.as_ref())
-            .map(|id| run.os.detach(id, &|_| {}))
-            .collect();
+        // Each container's VFs are tried, whichever failed before: one
+        // restore failing leaves the others' records for no later round.
+        let mut restored: Result<(), HookError> = Ok(());
+        for id in pod.containers.keys().chain(forgotten.as_ref()) {
+            if let Err(e) = run.os.detach(id, &|_| {}) {
+                restored = restored.and(Err(e));
+            }
+        }
         // The release takes the pod's device locks itself.
         drop(turns);
         if let Err(e) = restored {
