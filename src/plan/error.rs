@@ -156,15 +156,6 @@ pub enum PlanError {
         entry: String,
         pf: PciAddr,
     },
-    /// A VF's netdev goes into the pod's network namespace, and a pod on the
-    /// host network has none: the hook would refuse it at createRuntime,
-    /// after its claim and naming no entry.
-    #[error("{annotation}: {entry}: vf {vf} moves into the pod's network namespace, and a pod on the host network (hostNetwork) has none of its own: allocate it no vfs, or run it off the host network")]
-    VfInHostNetns {
-        annotation: &'static str,
-        entry: String,
-        vf: PciAddr,
-    },
     /// The pod's settings over the node's: each within its range, together not.
     #[error("{annotation}: {entry}: {setting} {reason} over the node's settings for pf {pf}")]
     VfSettingsConflict {

@@ -307,13 +307,6 @@ fn network(
     dev: &RdmaDev,
     entry: &str,
 ) -> Result<(), PlanError> {
-    if out.network == super::PodNetwork::Host {
-        return Err(PlanError::VfInHostNetns {
-            annotation: ANN,
-            entry: entry.to_string(),
-            vf: vf.bus_id,
-        });
-    }
     if let (Some(netdev), false) = (&vf.netdev, vf.more_netdevs.is_empty()) {
         return Err(PlanError::VfNetdevs {
             annotation: ANN,

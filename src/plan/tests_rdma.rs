@@ -289,33 +289,6 @@ fn pf_side_vf_settings_need_a_pf_netdev() {
     );
 }
 
-/// A pod on the host network has no namespace of its own for a VF to move
-/// into: refused at the plan, naming the entry, before any claim; the same
-/// VF off the host network, or where the pod's namespace is not told, is
-/// planned as ever.
-#[test]
-fn a_vf_for_a_pod_on_the_host_network_is_refused() {
-    let ann = one_vf_allocation(1);
-    let build_as = |network: PodNetwork| {
-        let ctx = ContainerContext {
-            network,
-            ..ContainerContext::NONE
-        };
-        build_for(&hgx(), &pod(&ann), "main", &Config::default(), &ctx)
-    };
-    let err = build_as(PodNetwork::Host).unwrap_err();
-    let text = err.to_string();
-    assert!(
-        text.starts_with("scheduling.koordinator.sh/device-allocated: rdma[0].vfs[0]: vf "),
-        "{text}"
-    );
-    assert!(text.contains("(hostNetwork) has none of its own"), "{text}");
-    for network in [PodNetwork::Own, PodNetwork::Unknown] {
-        let p = build_as(network).unwrap();
-        assert_eq!(p.network.len(), 1, "{network:?}");
-    }
-}
-
 /// A whole PF's RDMA device stays in the host's network namespace. With the
 /// kernel in exclusive mode a pod in a namespace of its own could not open
 /// it: refused, naming the entry; a pod on the host network gets it; where
