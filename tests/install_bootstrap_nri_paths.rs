@@ -109,6 +109,24 @@ fn on_containerd_1_an_imported_table_replaces_the_socket_path() {
     assert_dials(&prefix, "/var/lib/nri/api.sock");
 }
 
+/// `--containerd-version none` with a containerd config left on the node
+/// (containerd removed): there are no NRI settings to read, and no version
+/// to read them by.
+#[test]
+fn without_containerd_its_config_is_not_read_for_nri_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = hooks_dir(dir.path());
+    let prefix = node_with_nri(dir.path(), "  socket_path = \"/run/containerd/nri.sock\"\n");
+    let run = bootstrap(&prefix, &hooks, &["--containerd-version", "none"]);
+    assert!(run.ok, "{}", run.out);
+    assert!(
+        !run.out.contains("cannot read the containerd version"),
+        "{}",
+        run.out
+    );
+    position(&run.out, "no containerd on this node");
+}
+
 /// TOML's multi-line strings, written on one line as a path is, name the
 /// socket too, in either quotes.
 #[test]

@@ -363,7 +363,8 @@ nri_value() {
 nri_setting() {
     local cfg file value set major
     cfg=$(p "$CONTAINERD_CONFIG")
-    [[ -f $cfg ]] || return 0
+    # No containerd (--containerd-version none): no NRI to read settings of.
+    has_containerd && [[ -f $cfg ]] || return 0
     read -r major _ < <(containerd_major_minor)
     value=$(nri_value "$1" <"$cfg")
     imported_files "$cfg"
