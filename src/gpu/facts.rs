@@ -59,9 +59,10 @@ impl NodeFacts {
             let kept = Kept {
                 known,
                 asked: RefCell::default(),
+                stranger: Cell::new(false),
             };
             let inv = discover_with(host_root, &kept);
-            if kept.asked.into_inner().iter().eq(known.keys()) {
+            if !kept.stranger.get() && kept.asked.into_inner().iter().eq(known.keys()) {
                 return inv;
             }
         }
@@ -92,22 +93,25 @@ fn nvml_opener(libraries: Option<NvmlLibraries>) -> Option<Arc<OpenLibrary>> {
     }))
 }
 
-/// The last read's facts; notes which GPUs this read asked about. A GPU
-/// at a known bus id under another UUID (one replaced) is not noted, so the
-/// library is asked afresh.
+/// The last read's facts; notes which GPUs this read asked about, and
+/// whether one was a stranger to it (a GPU come since, or one replaced at a
+/// known bus id): the library is then asked afresh.
 struct Kept<'a> {
     known: &'a BTreeMap<PciAddr, (String, GpuFacts)>,
     asked: RefCell<BTreeSet<PciAddr>>,
+    stranger: Cell<bool>,
 }
 
 impl GpuLibrary for Kept<'_> {
     fn gpu(&self, bus_id: PciAddr, uuid: &str) -> Option<GpuFacts> {
-        let (known_uuid, facts) = self.known.get(&bus_id)?;
-        if known_uuid != uuid {
-            return None;
-        }
         self.asked.borrow_mut().insert(bus_id);
-        Some(facts.clone())
+        match self.known.get(&bus_id) {
+            Some((known_uuid, facts)) if known_uuid == uuid => Some(facts.clone()),
+            _ => {
+                self.stranger.set(true);
+                None
+            }
+        }
     }
 }
 
@@ -200,12 +204,24 @@ mod tests {
 
         // A GPU leaves the driver: the others' indices may move, so it asks again.
         let gone = first.gpus[0].bus_id.to_string();
-        std::fs::remove_file(fixture.root().join("sys/bus/pci/drivers/nvidia").join(gone)).unwrap();
+        let link = fixture
+            .root()
+            .join("sys/bus/pci/drivers/nvidia")
+            .join(&gone);
+        let target = std::fs::read_link(&link).unwrap();
+        std::fs::remove_file(&link).unwrap();
         let fewer = facts.discover(fixture.root());
         assert_eq!(fewer.gpus.len(), 3);
         assert_eq!(loads.load(Ordering::SeqCst), 2);
         facts.discover(fixture.root());
         assert_eq!(loads.load(Ordering::SeqCst), 2);
+
+        // It comes back: a GPU the kept facts never saw asks again too.
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let back = facts.discover(fixture.root());
+        assert_eq!(back.gpus.len(), 4);
+        assert_eq!(loads.load(Ordering::SeqCst), 3);
+        assert!(back.gpus.iter().all(|g| g.memory_bytes == Some(80 << 30)));
     }
 
     /// A library that does not load yet (the driver's userspace still being
