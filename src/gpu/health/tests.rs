@@ -233,6 +233,26 @@ fn a_gpu_not_registered_for_events_holds_its_recovery_back() {
     assert!(m.step(50).unwrap().is_empty(), "any GPU may be unwatched");
     nvml.unwatched.lock().unwrap().clear();
     assert_eq!(m.step(60).unwrap().len(), 2);
+
+    // A GPU NVML calls lost and cannot name holds no other back: its own
+    // reading keeps it out (GPU_IS_LOST).
+    nvml.push_events(vec![xid("GPU-1", 79)]);
+    m.step(70).unwrap();
+    nvml.lost.lock().unwrap().insert("GPU-0".into());
+    *nvml.unwatched.lock().unwrap() = vec![Unwatched::Lost];
+    let changes = m.step(80).unwrap();
+    assert!(
+        changes.contains(&Transition::Recovered {
+            uuid: "GPU-1".into()
+        }),
+        "{changes:?}"
+    );
+    assert!(
+        !changes
+            .iter()
+            .any(|t| matches!(t, Transition::Recovered { uuid } if uuid == "GPU-0")),
+        "{changes:?}"
+    );
 }
 
 #[test]

@@ -97,6 +97,10 @@ pub struct EventWait {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unwatched {
     Gpu(String),
+    /// NVML says the GPU is lost (GPU_IS_LOST) and cannot name it: the lost
+    /// GPU's own memory reading says so too (`Fault::Lost`), which keeps it
+    /// out; the others' events are whole.
+    Lost,
     /// NVML could not name it: it may be any GPU.
     Unnamed,
 }
@@ -106,8 +110,19 @@ impl EventWait {
     pub fn watches(&self, uuid: &str) -> bool {
         self.unwatched.iter().all(|u| match u {
             Unwatched::Gpu(other) => other != uuid,
+            Unwatched::Lost => true,
             Unwatched::Unnamed => false,
         })
+    }
+}
+
+impl NvmlError {
+    /// NVML's GPU_IS_LOST, from any call.
+    pub fn gpu_lost(&self) -> bool {
+        matches!(
+            self,
+            NvmlError::Events { code: 15, .. } | NvmlError::Call { code: 15, .. }
+        )
     }
 }
 

@@ -198,8 +198,10 @@ impl DlNvml {
             events_check("nvmlDeviceGetHandleByIndex_v2", unsafe {
                 by_index(index, &mut dev)
             })?;
-            if let Ok(uuid) = self.uuid_of(dev) {
-                gpu = Unwatched::Gpu(uuid);
+            match self.uuid_of(dev) {
+                Ok(uuid) => gpu = Unwatched::Gpu(uuid),
+                Err(e) if e.gpu_lost() => gpu = Unwatched::Lost,
+                Err(_) => {}
             }
             // SAFETY: a handle from NVML, an out pointer to a local.
             events_check("nvmlDeviceGetSupportedEventTypes", unsafe {
@@ -222,6 +224,9 @@ impl DlNvml {
             // such a GPU too.
             Err(e) if e.events_unsupported() => Registered::Unsupported,
             Err(e) => {
+                if gpu == Unwatched::Unnamed && e.gpu_lost() {
+                    gpu = Unwatched::Lost;
+                }
                 if first {
                     tracing::warn!(index, ?gpu, error = %nri::ErrorChain(&e), "nvml: gpu not watched for events, trying again at each check");
                 } else {
