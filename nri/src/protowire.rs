@@ -11,8 +11,10 @@ pub(crate) const I32: u8 = 5;
 const START_GROUP: u8 = 3;
 const END_GROUP: u8 = 4;
 /// Groups nested deeper than this are refused, as protobuf's own parsers
-/// bound recursion: rust-protobuf's default recursion limit is 100, so the
-/// full decoder skips what the lean one skips (Go's limit is higher still).
+/// bound recursion: rust-protobuf's default recursion limit is 100. It counts
+/// the messages a group sits in too, so within the request's nested messages
+/// the full decoder refuses a few levels sooner; Go's limit is higher still,
+/// and no runtime sends groups (proto3).
 const MAX_GROUP_DEPTH: usize = 100;
 /// The largest field number protobuf allows (encoding guide: numbers are
 /// 1 to 2^29 - 1); 0 is never a field.

@@ -98,7 +98,8 @@ fn mismatch(
                         .claims
                         .iter()
                         .find(|e| !claims.iter().any(|c| c.device == e.device));
-                    // Same devices in other shares: the first asked names it.
+                    // Not reached (`same_claims` compares devices alone, and
+                    // a device named twice is refused before): the first.
                     let c = held_only.or(claims.first()).or(existing.claims.first());
                     (
                         c.map(|c| c.device.clone())
