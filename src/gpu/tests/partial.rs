@@ -83,11 +83,9 @@ fn a_gpu_whose_reset_fails_is_kept_and_the_others_go_back_reset() {
     assert!(!quarantined(&n, "GPU-1"));
 }
 
-/// A process of the pod that outlives SIGKILL keeps the GPU it holds, not
-/// the one its ended sibling held, which is reset and handed back.
-#[test]
-fn a_survivor_keeps_only_the_gpu_it_holds() {
-    let n = node(|_| {});
+/// Pod a holds GPU-0 and GPU-1: process 50 holds GPU-0 and ends, 51 holds
+/// GPU-1 and outlives SIGKILL; 51, as added.
+fn survivor_beside_a_sibling(n: &Node) -> FakeProc {
     let gpus = [claim("GPU-0", WHOLE), claim("GPU-1", WHOLE)];
     n.ledger.claim(&pod("a"), &gpus).unwrap();
     n.host.add(50, &[dev(0)], "/kubepods/poduid-a/c1");
@@ -96,6 +94,16 @@ fn a_survivor_keeps_only_the_gpu_it_holds() {
         ..in_pod(vec![dev(1)])
     };
     n.host.add_proc(51, stuck.clone());
+    stuck
+}
+
+/// A process of the pod that outlives SIGKILL keeps the GPU it holds, not
+/// the one its ended sibling held, which is reset and handed back.
+#[test]
+fn a_survivor_keeps_only_the_gpu_it_holds() {
+    let n = node(|_| {});
+    let stuck = survivor_beside_a_sibling(&n);
+    let gpus = [claim("GPU-0", WHOLE), claim("GPU-1", WHOLE)];
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     failed_with(&out, "pids [51] of the released pod outlived SIGKILL");
     assert_eq!(claimed_gpus(&n, "sb-a"), ["gpu GPU-1"]);
@@ -125,14 +133,7 @@ fn a_survivor_keeps_only_the_gpu_it_holds() {
 #[test]
 fn a_survivors_gpu_stays_the_pods_own_beside_another_gpus_failed_reset() {
     let n = node(|_| {});
-    let gpus = [claim("GPU-0", WHOLE), claim("GPU-1", WHOLE)];
-    n.ledger.claim(&pod("a"), &gpus).unwrap();
-    n.host.add(50, &[dev(0)], "/kubepods/poduid-a/c1");
-    let stuck = FakeProc {
-        unkillable: true,
-        ..in_pod(vec![dev(1)])
-    };
-    n.host.add_proc(51, stuck);
+    survivor_beside_a_sibling(&n);
     n.nvml.failing.lock().unwrap().insert("GPU-0".into());
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     assert_eq!(out.failed.len(), 1);
