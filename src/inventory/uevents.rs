@@ -96,14 +96,16 @@ pub enum Seen {
 }
 
 /// What the event changes of what an inventory read. Virtual netdevs (a
-/// pod's veth, under `/devices/virtual`) are nothing it reads.
+/// pod's veth, under `/devices/virtual`) are nothing it reads; a device's
+/// netdev is, wherever its bus sits (`/devices/pci0000:00/...`, or below a
+/// platform's PCIe controller on a device-tree machine).
 pub fn meaning(ev: &Uevent<'_>) -> Seen {
     if !ACTIONS.contains(&ev.action) {
         return Seen::Nothing;
     }
     if SUBSYSTEMS.contains(&ev.subsystem) {
         Seen::Changed
-    } else if ev.subsystem == "net" && ev.devpath.starts_with("/devices/pci") {
+    } else if ev.subsystem == "net" && !ev.devpath.starts_with("/devices/virtual/") {
         Seen::Moved
     } else {
         Seen::Nothing

@@ -82,8 +82,10 @@ fn device_changes_of_the_inventorys_subsystems_count() {
 fn a_pci_netdev_moving_is_read_again_and_a_veth_is_nothing() {
     let vf = "/devices/pci0000:3a/0000:3a:00.0/0000:3b:02.3/net/ens1f0v3";
     let veth = "/devices/virtual/net/veth1a2b3c";
+    let dt = "/devices/platform/soc/3c0000.pcie/pci0000:00/0000:00:00.0/0000:01:00.2/net/eth2";
     let cases = [
         ("remove", vf, Seen::Moved),
+        ("add", dt, Seen::Moved),
         ("add", vf, Seen::Moved),
         ("move", vf, Seen::Moved),
         ("change", vf, Seen::Nothing),
