@@ -167,6 +167,14 @@ impl HookEnv {
     pub fn vfs_away(&self, pod: &crate::ledger::PodRecord) -> bool {
         crate::netdev::SavedStore::new(&self.state_dir).vfs_away(&self.host_root, pod)
     }
+
+    /// The kernel's network side, reading the host's sysfs below `host_root`:
+    /// for an attach and a restore alike.
+    fn net(&self) -> Result<SysNetEnv, HookError> {
+        Ok(SysNetEnv::new(self.roots.clone())
+            .map_err(HookError::Netns)?
+            .with_sys_root(self.host_root.join("sys")))
+    }
 }
 
 /// What a run did, for the log.
@@ -282,9 +290,7 @@ pub(crate) fn attach_networks(
     let _turns = ledger.lock_vfs(&vfs).map_err(HookError::Ledger)?;
     admitted()?;
     let pod = init.netns().map_err(HookError::Netns)?;
-    let mut net = SysNetEnv::new(env.roots.clone())
-        .map_err(HookError::Netns)?
-        .with_sys_root(env.host_root.join("sys"));
+    let mut net = env.net()?;
     let store = SavedStore::new(&env.state_dir);
     let mut ops = VfOps {
         env: &mut net,
@@ -320,9 +326,7 @@ fn restore_listed(
         return Ok(0);
     }
     let store = SavedStore::new(&env.state_dir);
-    let mut net = SysNetEnv::new(env.roots.clone())
-        .map_err(HookError::Netns)?
-        .with_sys_root(env.host_root.join("sys"));
+    let mut net = env.net()?;
     let mut ops = VfOps {
         env: &mut net,
         store: &store,

@@ -83,7 +83,7 @@ pub fn parse(msg: &[u8]) -> Option<Uevent<'_>> {
 pub enum Seen {
     /// Nothing it reads.
     Nothing,
-    /// Where a PCI function's netdev is: it leaves the host's namespace
+    /// Where a device's netdev is: it leaves the host's namespace
     /// (`remove` there, `dev_change_net_namespace` in net/core/dev.c) when a
     /// hook moves a VF into a pod and comes back (`add`) with its restore,
     /// and the inventory says whether each VF is home. Read again once the

@@ -88,16 +88,10 @@ fn mismatch(
             }
         }
         _ => {
-            let asked_only = claims
-                .iter()
-                .find(|c| !existing.claims.iter().any(|e| e.device == c.device));
-            let (device, held) = match asked_only {
+            let (device, held) = match first_missing(claims, &existing.claims) {
                 Some(c) => (c.device.clone(), false),
                 None => {
-                    let held_only = existing
-                        .claims
-                        .iter()
-                        .find(|e| !claims.iter().any(|c| c.device == e.device));
+                    let held_only = first_missing(&existing.claims, claims);
                     // Not reached (`same_claims` compares devices alone, and
                     // a device named twice is refused before): the first.
                     let c = held_only.or(claims.first()).or(existing.claims.first());
@@ -115,6 +109,13 @@ fn mismatch(
             }
         }
     }
+}
+
+/// The first of `claims` whose device `others` does not name.
+fn first_missing<'a>(claims: &'a [Claim], others: &[Claim]) -> Option<&'a Claim> {
+    claims
+        .iter()
+        .find(|c| !others.iter().any(|o| o.device == c.device))
 }
 
 /// The same devices; their shares are the recorded ones. A pod's annotation

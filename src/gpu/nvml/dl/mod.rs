@@ -213,11 +213,11 @@ impl Nvml for DlNvml {
     fn reset_locked_clocks(&self, uuid: &str) -> Result<(), NvmlError> {
         let gpu = self.device_call(c"nvmlDeviceResetGpuLockedClocks", uuid);
         let memory = self.device_call(c"nvmlDeviceResetMemoryLockedClocks", uuid);
-        let unsupported =
-            |r: &Result<(), NvmlError>| matches!(r, Err(NvmlError::NotSupported { .. }));
         match (gpu, memory) {
             (Err(e), _) | (_, Err(e)) if !matches!(e, NvmlError::NotSupported { .. }) => Err(e),
-            (gpu, memory) if unsupported(&gpu) && unsupported(&memory) => gpu,
+            // Past the arm above, an error is NOT_SUPPORTED: both, and the
+            // GPU has neither lock.
+            (Err(e), Err(_)) => Err(e),
             _ => Ok(()),
         }
     }
