@@ -315,3 +315,53 @@ fn a_file_holding_another_kind_is_not_replaced() {
     assert_eq!(std::fs::read_to_string(&vendor).unwrap(), theirs);
     assert!(!specs.join("vendor-rdma.yaml").exists());
 }
+
+/// `out` failed, saying `what` on stderr.
+fn refused(out: Output, what: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(what), "{stderr}");
+}
+
+/// What would tell the runtime the node has no devices, or put the specs
+/// where none looks, is refused with nothing written or removed.
+#[test]
+fn a_root_without_sysfs_or_a_new_non_spec_name_changes_nothing() {
+    let (dir, hgx, specs) = hgx_and_specs_dir();
+    generated(hgx.root(), &["-o", specs.to_str().unwrap()]);
+    let before = names_in(&specs);
+    assert_eq!(before, ["devgate.io-gpu.json", "devgate.io-rdma.json"]);
+
+    // A wrong root, or a container's /host/sys left unmounted: before, it
+    // read as a node without devices and both specs were removed.
+    let empty = dir.path().join("empty-root");
+    std::fs::create_dir(&empty).unwrap();
+    refused(
+        generate(&empty, &["-o", specs.to_str().unwrap()]),
+        "no sysfs under",
+    );
+    refused(generate(&empty, &[]), "no sysfs under");
+    assert_eq!(names_in(&specs), before);
+
+    // A new name with an extension CDI does not load: not made a directory.
+    let yml = specs.join("devgate.yml");
+    refused(
+        generate(hgx.root(), &["-o", yml.to_str().unwrap()]),
+        "not *.json or *.yaml",
+    );
+    assert!(!yml.exists());
+    assert_eq!(names_in(&specs), before);
+    // Ending in `/`, a dotted name is a directory.
+    let dotted = dir.path().join("cdi.d");
+    generated(hgx.root(), &["-o", &format!("{}/", dotted.display())]);
+    assert_eq!(names_in(&dotted), before);
+
+    // Nothing to print is an error, not an empty success.
+    let no_gpus = HostRootBuilder::hgx()
+        .gpus(0)
+        .build(&dir.path().join("no-gpus"))
+        .unwrap();
+    let out = generate(no_gpus.root(), &["--kind", "gpu"]);
+    assert!(out.stdout.is_empty());
+    refused(out, "no spec to print");
+}

@@ -1,17 +1,19 @@
 //! `devgate cdi generate`: CDI specs for the node's GPUs and RDMA devices.
 //!
-//! Without `-o` the specs go to stdout (one JSON document per kind). `-o DIR`
+//! Without `-o` the specs go to stdout (one JSON document per kind; none is
+//! refused). `-o DIR`
 //! (an existing directory, e.g. `/etc/cdi`) writes one file per kind, named as
 //! CDI's own tooling names them (`devgate.io-gpu.json`), and removes the file of
 //! a kind that has no devices, since a spec without devices is invalid and a
 //! stale one would name devices that are gone; a path that does not exist and
-//! is not named `*.json`/`*.yaml`, or ends in `/`, is such a directory, created.
+//! has no extension, or ends in `/`, is such a directory, created (a new
+//! `devgate.yml` is refused: CDI loads only `*.json` and `*.yaml`). A host
+//! root without sysfs is refused before anything is written or removed.
 //! `-o FILE` gets one kind (a spec holds one); a second goes beside it. A
 //! file that is a spec of a kind the run does not write (another vendor's,
 //! or the other kind under `--kind`) is refused, with nothing written.
 //! Either way, any other spec file in that directory that declares a kind
 //! written or asked for is removed: CDI refuses a device two specs name.
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::cdi::{self, CdiError, Class};
@@ -81,10 +83,16 @@ pub enum CdiCmdError {
     },
     #[error("write to stdout")]
     Stdout(#[source] std::io::Error),
+    #[error(transparent)]
+    NoSysfs(#[from] super::NoSysfs),
+    #[error("no gpu or rdma devices on this node: no spec to print")]
+    NothingToPrint,
     #[error("{path} is a cdi spec of kind {kind}, which this run does not write: name another file, or remove it first")]
     OtherKind { path: PathBuf, kind: String },
     #[error("{path} is a file not named *.json or *.yaml, which CDI never loads: name a spec file or a directory")]
     NotSpecNamed { path: PathBuf },
+    #[error("{path} does not exist and is named like a file, but not *.json or *.yaml, which CDI never loads: name a spec file, or a directory (ending in / when its name has a dot)")]
+    NewNotSpecNamed { path: PathBuf },
 }
 
 pub fn run(args: CdiArgs) -> Result<(), CdiCmdError> {
@@ -95,6 +103,9 @@ pub fn run(args: CdiArgs) -> Result<(), CdiCmdError> {
 
 fn generate(args: GenerateArgs) -> Result<(), CdiCmdError> {
     let config = Config::load(&args.config)?;
+    // Before anything is removed as stale: such a root reads as a node
+    // without devices, and every devgate spec in the directory would go.
+    super::require_sysfs(&args.host_root)?;
     let inv = crate::gpu::discover_node(&args.host_root, &config.gpu);
     let classes: Vec<Class> = args.kind.map_or(Class::ALL.to_vec(), |k| vec![k]);
     let generated = cdi::generate(&inv, &config, &classes, &args.cdi_version)?;
@@ -103,12 +114,17 @@ fn generate(args: GenerateArgs) -> Result<(), CdiCmdError> {
         eprintln!("warning: {w}");
     }
     let Some(out) = args.output else {
-        let mut stdout = std::io::stdout().lock();
-        for (_, spec) in &generated.specs {
-            let text = serde_json::to_string_pretty(spec)?;
-            writeln!(stdout, "{text}").map_err(CdiCmdError::Stdout)?;
+        // Nothing printed with success would read as a spec, and an empty
+        // one is invalid: refused, as `-o FILE` refuses it.
+        if generated.specs.is_empty() {
+            return Err(CdiCmdError::NothingToPrint);
         }
-        return Ok(());
+        let mut text = String::new();
+        for (_, spec) in &generated.specs {
+            text.push_str(&serde_json::to_string_pretty(spec)?);
+            text.push('\n');
+        }
+        return super::to_stdout(&text).map_err(CdiCmdError::Stdout);
     };
     let (dir, written) = match Output::of(&out)? {
         Output::Dir => (out.clone(), write_dir(&out, &classes, &generated.specs)?),
@@ -172,8 +188,7 @@ fn remove_other_specs(
 #[derive(Debug, PartialEq, Eq)]
 enum Output {
     /// An existing directory, a path ending in `/`, or a path that does not
-    /// exist and is not named like a spec (CDI loads `*.json` and `*.yaml`
-    /// only): one file per kind, created as needed.
+    /// exist and has no extension: one file per kind, created as needed.
     Dir,
     File,
 }
@@ -181,7 +196,9 @@ enum Output {
 impl Output {
     /// An existing file CDI would not load is refused: the spec would go
     /// where no runtime reads it, and the specs beside it that declare its
-    /// kinds would then be removed as duplicates.
+    /// kinds would then be removed as duplicates. So is a new path with an
+    /// extension other than a spec's (CDI loads `*.json` and `*.yaml` only):
+    /// made a directory, it would hide the specs where no runtime looks.
     fn of(path: &Path) -> Result<Output, CdiCmdError> {
         let spec_name = cdi::spec_named(path);
         if path.is_dir() || path.as_os_str().to_string_lossy().ends_with('/') {
@@ -190,6 +207,12 @@ impl Output {
             Ok(Output::File)
         } else if path.exists() {
             Err(CdiCmdError::NotSpecNamed {
+                path: path.to_path_buf(),
+            })
+        } else if path.extension().is_some() {
+            // `devgate.yml`, `devgate.jsn`: meant as a spec file, which CDI
+            // would never load, not as a directory to make.
+            Err(CdiCmdError::NewNotSpecNamed {
                 path: path.to_path_buf(),
             })
         } else {

@@ -44,8 +44,8 @@ pub struct InventoryArgs {
 
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryCmdError {
-    #[error("no sysfs under {}: {}/sys/devices is not a directory (give --host-root the root holding the host's sys/ and proc/, with sys mounted)", .root.display(), .root.display())]
-    NoSysfs { root: PathBuf },
+    #[error(transparent)]
+    NoSysfs(#[from] super::NoSysfs),
     #[error("this process's host name is not the host's (another UTS namespace): pass --node-name or set NODE_NAME")]
     OtherUts,
     #[error("no node name for the device object (pass --node-name)")]
@@ -67,14 +67,7 @@ pub enum InventoryCmdError {
 }
 
 pub fn run(args: InventoryArgs) -> Result<(), InventoryCmdError> {
-    // A wrong root, or a container's `/host/sys` left unmounted, reads as a
-    // node without devices: a device object saying so would tell the
-    // scheduler the node has none.
-    if !args.host_root.join("sys/devices").is_dir() {
-        return Err(InventoryCmdError::NoSysfs {
-            root: args.host_root.clone(),
-        });
-    }
+    super::require_sysfs(&args.host_root)?;
     let mut stderr = io::stderr().lock();
     let (gpu, error) = super::gpu_or_default(&args.config);
     if let Some(e) = error {
@@ -94,11 +87,7 @@ pub fn run(args: InventoryArgs) -> Result<(), InventoryCmdError> {
         let _ = writeln!(stderr, "devgate: warning: {warning}");
     }
     let text = render(&inv, &args)?;
-    let mut stdout = io::stdout().lock();
-    stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-        .map_err(|source| InventoryCmdError::Write { source })
+    super::to_stdout(&text).map_err(|source| InventoryCmdError::Write { source })
 }
 
 /// The text `run` prints for `inv`.
