@@ -101,6 +101,55 @@ fn a_closed_pipe_ends_the_report_without_a_panic() {
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{stderr}");
 }
 
+/// A report that cannot be written (stdout on a full disk) is the command's
+/// error, exit 1 with one line, not a panic; the same for each command that
+/// prints a report.
+#[test]
+fn a_failed_write_to_stdout_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().to_str().unwrap();
+    let health = dir.path().join("health");
+    let runs: [&[&str]; 3] = [
+        &[
+            "status",
+            "--state-dir",
+            state,
+            "--health-dir",
+            health.to_str().unwrap(),
+        ],
+        &[
+            "status",
+            "-o",
+            "json",
+            "--state-dir",
+            state,
+            "--health-dir",
+            health.to_str().unwrap(),
+        ],
+        &[
+            "doctor",
+            "--print-node-prep",
+            "--config",
+            "/nonexistent/devgate.toml",
+        ],
+    ];
+    for args in runs {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
+            .args(args)
+            .stdout(full)
+            .output()
+            .expect("run devgate");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("write to stdout"), "{args:?}: {stderr}");
+    }
+}
+
 /// `devgate status` with the state under `dir` and `config`, no `--health-dir`.
 fn status_with_config(
     dir: &std::path::Path,

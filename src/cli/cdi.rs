@@ -81,8 +81,8 @@ pub enum CdiCmdError {
         #[source]
         source: std::io::Error,
     },
-    #[error("write to stdout")]
-    Stdout(#[source] std::io::Error),
+    #[error(transparent)]
+    Stdout(#[from] super::StdoutError),
     #[error(transparent)]
     NoSysfs(#[from] super::NoSysfs),
     #[error("no gpu or rdma devices on this node: no spec to print")]
@@ -124,7 +124,7 @@ fn generate(args: GenerateArgs) -> Result<(), CdiCmdError> {
             text.push_str(&serde_json::to_string_pretty(spec)?);
             text.push('\n');
         }
-        return super::to_stdout(&text).map_err(CdiCmdError::Stdout);
+        return Ok(super::to_stdout(&text)?);
     };
     let (dir, written) = match Output::of(&out)? {
         Output::Dir => (out.clone(), write_dir(&out, &classes, &generated.specs)?),

@@ -72,6 +72,8 @@ pub enum ClearError {
     Refused(usize),
     #[error("no state directory {}: give the plugin's --state-dir", .0.display())]
     NoStateDir(std::path::PathBuf),
+    #[error(transparent)]
+    Stdout(#[from] super::StdoutError),
 }
 
 /// What clearing one device did, or why it could not.
@@ -91,6 +93,7 @@ pub fn run(args: ClearArgs) -> Result<(), ClearError> {
     }
     let ledger = Ledger::open(&args.state_dir)?;
     let mut refused = 0;
+    let mut unreported = None;
     // Read once, and only for a device with nothing to clear.
     let mut inventory = None;
     for target in &args.devices {
@@ -115,18 +118,24 @@ pub fn run(args: ClearArgs) -> Result<(), ClearError> {
                 Err(e) => outcome = Err(e.to_string()),
             }
         }
-        match outcome {
-            Ok(done) if done.is_empty() => println!("{name}: nothing to clear"),
-            Ok(done) => println!("{name}: {}", done.join("; ")),
+        let line = match outcome {
+            Ok(done) if done.is_empty() => format!("{name}: nothing to clear\n"),
+            Ok(done) => format!("{name}: {}\n", done.join("; ")),
             Err(why) => {
                 refused += 1;
-                println!("{name}: not cleared: {why}");
+                format!("{name}: not cleared: {why}\n")
             }
+        };
+        // The devices after it are still cleared, as asked; the failed
+        // report is the command's error.
+        if let Err(e) = super::to_stdout(&line) {
+            unreported.get_or_insert(e);
         }
     }
-    match refused {
-        0 => Ok(()),
-        n => Err(ClearError::Refused(n)),
+    match (refused, unreported) {
+        (0, None) => Ok(()),
+        (0, Some(e)) => Err(e.into()),
+        (n, _) => Err(ClearError::Refused(n)),
     }
 }
 

@@ -59,11 +59,8 @@ pub enum InventoryCmdError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error("write to stdout")]
-    Write {
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Write(#[from] super::StdoutError),
 }
 
 pub fn run(args: InventoryArgs) -> Result<(), InventoryCmdError> {
@@ -87,7 +84,7 @@ pub fn run(args: InventoryArgs) -> Result<(), InventoryCmdError> {
         let _ = writeln!(stderr, "devgate: warning: {warning}");
     }
     let text = render(&inv, &args)?;
-    super::to_stdout(&text).map_err(|source| InventoryCmdError::Write { source })
+    Ok(super::to_stdout(&text)?)
 }
 
 /// The text `run` prints for `inv`.

@@ -35,13 +35,20 @@ pub(crate) fn require_sysfs(root: &Path) -> Result<(), NoSysfs> {
     }
 }
 
+/// Writing a command's report to stdout failed.
+#[derive(Debug, thiserror::Error)]
+#[error("write to stdout")]
+pub struct StdoutError(#[source] pub std::io::Error);
+
 /// Writes `text` to stdout and flushes it. `print!` panics when the write
 /// fails (a full disk, a closed descriptor); a command reports it as its
 /// error instead. A closed pipe ends the process by SIGPIPE (see `main`).
-pub(crate) fn to_stdout(text: &str) -> std::io::Result<()> {
+pub(crate) fn to_stdout(text: &str) -> Result<(), StdoutError> {
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(text.as_bytes())?;
-    stdout.flush()
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(StdoutError)
 }
 
 /// The config's `[gpu]` section, or the defaults and why the config did not

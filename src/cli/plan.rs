@@ -72,6 +72,8 @@ pub enum PlanCmdError {
     Plan(#[from] PlanError),
     #[error("encode plan: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error(transparent)]
+    Stdout(#[from] super::StdoutError),
 }
 
 /// The parts of a Pod object devgate reads; everything else is ignored.
@@ -151,11 +153,11 @@ pub fn run(args: PlanArgs) -> Result<(), PlanCmdError> {
     let config = Config::load(&args.config).map_err(|e| PlanCmdError::Config(e.to_string()))?;
     let plan = plan_pod(&pod, &container, &args.host_root, &config)?;
     let plan = with_ledger_warnings(plan, &args.state_dir, &pod.metadata);
-    match args.output {
-        PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
-        PlanFormat::Table => print!("{}", table(&plan)),
-    }
-    Ok(())
+    let text = match args.output {
+        PlanFormat::Json => serde_json::to_string_pretty(&plan)? + "\n",
+        PlanFormat::Table => table(&plan),
+    };
+    Ok(super::to_stdout(&text)?)
 }
 
 /// Parses a Pod object: JSON when it looks like JSON, YAML otherwise.

@@ -44,6 +44,8 @@ pub enum ReadyError {
     Disconnected { pid: u32, since: u64 },
     #[error("not ready")]
     Record(#[from] FeaturesError),
+    #[error(transparent)]
+    Stdout(#[from] super::StdoutError),
 }
 
 /// The running plugin a runtime configured and still holds, from the record
@@ -95,11 +97,10 @@ pub fn writer_runs(record: &RuntimeRecord, proc_dir: &Path) -> Result<(), ReadyE
 pub fn run(args: ReadyArgs) -> Result<(), ReadyError> {
     let record = configured(&args.state_dir, Path::new("/proc"))?;
     let pid = record.plugin.as_ref().map_or(0, |p| p.pid);
-    println!(
-        "ready: devgate nri (pid {pid}) configured by {} {} at unix time {}",
+    Ok(super::to_stdout(&format!(
+        "ready: devgate nri (pid {pid}) configured by {} {} at unix time {}\n",
         record.runtime, record.version, record.configured_unix
-    );
-    Ok(())
+    ))?)
 }
 
 #[cfg(test)]

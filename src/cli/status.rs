@@ -54,6 +54,8 @@ pub enum StatusCmdError {
     Runtime(#[from] crate::plugin::features::FeaturesError),
     #[error(transparent)]
     Grants(#[from] crate::grant::audit::AuditError),
+    #[error(transparent)]
+    Stdout(#[from] super::StdoutError),
 }
 
 /// `-o json`: the ledger's devices and pods, and GPU health.
@@ -174,7 +176,7 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
     } else {
         Vec::new()
     };
-    match args.output {
+    let text = match args.output {
         StatusFormat::Json => {
             let ledger = devices::json(&state)?;
             let view = StatusView {
@@ -194,35 +196,35 @@ pub fn run(args: StatusArgs) -> Result<(), StatusCmdError> {
                 grants_error: grants_error.as_deref(),
                 unapplied_error: unapplied_error.as_deref(),
             };
-            println!("{}", serde_json::to_string_pretty(&view)?)
+            serde_json::to_string_pretty(&view)? + "\n"
         }
         StatusFormat::Table => {
-            println!(
-                "{}",
-                runtime::table(runtime_record.as_ref(), plugin_running)
-            );
-            print!("{}", table(&state));
-            print!("\n{}", crate::gpu::health::table(&health));
-            print!("\n{}", crate::grant::audit::table(&grants));
+            let mut out = runtime::table(runtime_record.as_ref(), plugin_running);
+            out.push('\n');
+            out.push_str(&table(&state));
+            let _ = write!(out, "\n{}", crate::gpu::health::table(&health));
+            let _ = write!(out, "\n{}", crate::grant::audit::table(&grants));
             if !vfs.is_empty() {
-                print!("\n{}", vfs::table(&vfs));
+                let _ = write!(out, "\n{}", vfs::table(&vfs));
             }
             if let Some(e) = &vf_state_error {
-                println!("\nVFS: saved state unreadable: {e}");
+                let _ = writeln!(out, "\nVFS: saved state unreadable: {e}");
             }
             if !pairs.is_empty() {
-                print!("\n{}", pairs::table(&pairs));
+                let _ = write!(out, "\n{}", pairs::table(&pairs));
             }
             if !unapplied.is_empty() {
-                print!("\n{}", unapplied::table(&unapplied));
+                let _ = write!(out, "\n{}", unapplied::table(&unapplied));
             }
             for (what, e) in unreadable {
                 if let Some(e) = e {
-                    println!("\n{}: unreadable: {e}", what.to_uppercase());
+                    let _ = writeln!(out, "\n{}: unreadable: {e}", what.to_uppercase());
                 }
             }
+            out
         }
-    }
+    };
+    super::to_stdout(&text)?;
     Ok(())
 }
 

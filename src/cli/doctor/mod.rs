@@ -79,6 +79,8 @@ pub enum DoctorError {
     Config(#[source] crate::config::ConfigError),
     #[error("encode report: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error(transparent)]
+    Stdout(#[from] super::StdoutError),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -213,8 +215,7 @@ pub fn run(args: DoctorArgs) -> Result<(), DoctorError> {
             .config
             .unwrap_or_else(|| crate::config::DEFAULT_CONFIG_PATH.into());
         let config = Config::load(&path).map_err(DoctorError::Config)?;
-        print!("{}", node_prep(&config));
-        return Ok(());
+        return Ok(super::to_stdout(&node_prep(&config))?);
     }
     let roots = Roots {
         proc_dir: args.proc_dir.unwrap_or_else(|| args.host_root.join("proc")),
@@ -229,10 +230,11 @@ pub fn run(args: DoctorArgs) -> Result<(), DoctorError> {
     };
     let host = RealHost::new(args.containerd);
     let checks = run_checks(&roots, &host);
-    match args.output {
-        DoctorFormat::Table => print!("{}", table(&checks)),
-        DoctorFormat::Json => println!("{}", serde_json::to_string_pretty(&checks)?),
-    }
+    let text = match args.output {
+        DoctorFormat::Table => table(&checks),
+        DoctorFormat::Json => serde_json::to_string_pretty(&checks)? + "\n",
+    };
+    super::to_stdout(&text)?;
     verdict(&checks)
 }
 
