@@ -384,6 +384,21 @@ fn the_node_name_comes_from_the_flag_the_environment_or_the_hosts_uts() {
         &["-o", "device-cr", "--node-name", "node-a"],
     );
     assert_eq!(name_of(&flag), "node-a");
+    // Lower-cased as kubelet makes a given name; one the API server would
+    // refuse is refused here, with nothing printed.
+    let upper = inventory(
+        fixture.root(),
+        &["-o", "device-cr", "--node-name", "Node-A"],
+    );
+    assert_eq!(name_of(&upper), "node-a");
+    for bad in ["", "node_a", "-node", "node a"] {
+        let flag = format!("--node-name={bad}");
+        let out = run_inventory(fixture.root(), &["-o", "device-cr", &flag]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad:?}: {stderr}");
+        assert!(stderr.contains("is not a node's name"), "{bad:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{bad:?}");
+    }
 }
 
 /// The host's procfs read from a UTS namespace of its own shows that

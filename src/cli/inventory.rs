@@ -46,6 +46,8 @@ pub struct InventoryArgs {
 pub enum InventoryCmdError {
     #[error(transparent)]
     NoSysfs(#[from] super::NoSysfs),
+    #[error("node name {name:?} is not a node's name (lower case, a DNS-1123 subdomain of at most 253 characters): pass --node-name or set NODE_NAME")]
+    BadNodeName { name: String },
     #[error("this process's host name is not the host's (another UTS namespace): pass --node-name or set NODE_NAME")]
     OtherUts,
     #[error("no node name for the device object (pass --node-name)")]
@@ -100,11 +102,34 @@ pub fn render(inv: &Inventory, args: &InventoryArgs) -> Result<String, Inventory
         InventoryFormat::DeviceCr => {
             let from_env = || std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty());
             let name = match args.node_name.clone().or_else(from_env) {
-                Some(name) => name,
-                None => node_host_name(&args.host_root)?,
+                Some(name) => node_name(&name)?,
+                None => node_name(&node_host_name(&args.host_root)?)?,
             };
             serde_yaml_ng::to_string(&device_cr(inv, &name)).map_err(|e| encode_err("yaml", e))
         }
+    }
+}
+
+/// A node's name as the API server takes it: lower case, as kubelet makes
+/// its host name and `--hostname-override` (`nodeutil.GetHostname`), then a
+/// DNS-1123 subdomain (at most 253 characters of `a-z`, `0-9`, `-` and `.`,
+/// starting and ending with a letter or digit). An object named otherwise
+/// would be refused by the API server or name no node, and the scheduler
+/// would never see the node's devices.
+fn node_name(given: &str) -> Result<String, InventoryCmdError> {
+    let name = given.trim().to_lowercase();
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.chars().all(|c| alnum(c) || c == '-' || c == '.')
+        && name.starts_with(alnum)
+        && name.ends_with(alnum);
+    if ok {
+        Ok(name)
+    } else {
+        Err(InventoryCmdError::BadNodeName {
+            name: given.chars().take(256).collect(),
+        })
     }
 }
 
@@ -133,7 +158,7 @@ fn node_host_name(host_root: &std::path::Path) -> Result<String, InventoryCmdErr
         }
         Err(source) => return Err(InventoryCmdError::NodeName { source }),
     };
-    Ok(name.to_lowercase())
+    Ok(name)
 }
 
 /// The initial UTS namespace's link, `PROC_UTS_INIT_INO`
@@ -174,5 +199,29 @@ fn encode_err(
     InventoryCmdError::Encode {
         format,
         source: Box::new(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node_name;
+
+    #[test]
+    fn node_names_are_lower_case_dns_subdomains() {
+        for (given, want) in [
+            ("node-a", Some("node-a")),
+            ("Node-A.Example.COM", Some("node-a.example.com")),
+            ("gpu-07\n", Some("gpu-07")),
+            ("7", Some("7")),
+            ("", None),
+            ("node_a", None),
+            ("node-", None),
+            (".node", None),
+            ("nöde", None),
+        ] {
+            assert_eq!(node_name(given).ok().as_deref(), want, "{given:?}");
+        }
+        assert!(node_name(&"a".repeat(253)).is_ok());
+        assert!(node_name(&"a".repeat(254)).is_err());
     }
 }
