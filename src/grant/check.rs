@@ -148,15 +148,19 @@ fn check_rdma(req: &DeviceRequest, alloc: &Allocation) -> Result<(), Mismatch> {
     if req.rdma == 0 {
         return Err(Mismatch::RdmaNotRequested { allocated });
     }
-    // Above 100: N whole devices. Up to 100: one device with that share, or with a
-    // joint GPU allocation up to one per allocated GPU (one NIC per GPU's PCIe root).
-    // The pod's allocate hint can ask otherwise.
+    // Above 100: N whole devices for N × 100, and none for another value, which
+    // Koordinator asks as one device of that share, which no device fits
+    // (`DefaultDeviceHandler.CalcDesiredRequestsAndCount`). Up to 100: one
+    // device with that share, or with a joint GPU allocation up to one per
+    // allocated GPU (one NIC per GPU's PCIe root). The pod's allocate hint can
+    // ask otherwise.
     let (allowed, per_device) = match req.rdma_strategy {
         RdmaStrategy::RequestsAsCount { device_level } => {
             (req.rdma, if device_level { FULL } else { 1 })
         }
         RdmaStrategy::ApplyForAll => (u64::MAX, req.rdma.min(FULL)),
-        RdmaStrategy::Default if req.rdma > FULL => (req.rdma.div_ceil(FULL), FULL),
+        RdmaStrategy::Default if req.rdma > FULL && req.rdma % FULL == 0 => (req.rdma / FULL, FULL),
+        RdmaStrategy::Default if req.rdma > FULL => (0, FULL),
         RdmaStrategy::Default => (alloc.gpus.len().max(1) as u64, req.rdma),
     };
     if allocated as u64 > allowed {

@@ -182,6 +182,21 @@ fn allocations_against_requests() {
             Some("3 rdma devices are allocated, but the pod's request of koordinator.sh/rdma 200 allows 2"),
         ),
         (
+            // Koordinator asks for N whole devices only for a multiple of 100
+            // (`DefaultDeviceHandler.CalcDesiredRequestsAndCount`); 150 is one
+            // device of share 150, which none fits: no allocation is right.
+            "two whole pfs for a request of 150",
+            req(0, 0, 0, 0, 150),
+            alloc(&[], &[vf(0, 100, 0), vf(1, 100, 0)]),
+            Some("koordinator.sh/rdma 150 allows 0"),
+        ),
+        (
+            "one whole pf for a request of 150",
+            req(0, 0, 0, 0, 150),
+            alloc(&[], &[vf(0, 100, 0)]),
+            Some("koordinator.sh/rdma 150 allows 0"),
+        ),
+        (
             "gpu only requested, rdma forged beside it",
             req(100, 100, 0, 0, 0),
             alloc(&[whole(0)], &[vf(0, 1, 1)]),
