@@ -118,13 +118,7 @@ pub fn render(inv: &Inventory, args: &InventoryArgs) -> Result<String, Inventory
 /// would never see the node's devices.
 fn node_name(given: &str) -> Result<String, InventoryCmdError> {
     let name = given.trim().to_lowercase();
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    let ok = !name.is_empty()
-        && name.len() <= 253
-        && name.chars().all(|c| alnum(c) || c == '-' || c == '.')
-        && name.starts_with(alnum)
-        && name.ends_with(alnum);
-    if ok {
+    if crate::grant::settings::valid_node_name(&name) {
         Ok(name)
     } else {
         Err(InventoryCmdError::BadNodeName {

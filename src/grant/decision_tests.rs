@@ -217,6 +217,15 @@ fn config_keys_are_validated() {
             "not an absolute path",
         ),
         (
+            "[kube_api]\nurl = \"https://h\"\ntoken_file = \"token\"",
+            "kube_api.token_file",
+        ),
+        (
+            "[kube_api]\nurl = \"https://h\"\nca_file = \"ca.crt\"",
+            "kube_api.ca_file",
+        ),
+        ("[kube_api]\nnode_name = \"node-\"", "kube_api.node_name"),
+        (
             "[kube_api]\nkubeconfig = \"/k\"\nurl = \"https://h\"",
             "set no url, token_file or ca_file",
         ),

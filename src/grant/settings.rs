@@ -119,13 +119,22 @@ pub fn validate(cfg: &crate::config::Config) -> Result<(), ConfigError> {
         ));
     }
     let api = &cfg.kube_api;
-    if !api.kubeconfig.as_os_str().is_empty() {
-        if !api.kubeconfig.is_absolute() {
+    // Relative, each would be read from the plugin's working directory
+    // (`/` under systemd, the image's WORKDIR in the DaemonSet): a mistake
+    // said at start, not a refusal of every pod later.
+    for (key, path) in [
+        ("kube_api.kubeconfig", &api.kubeconfig),
+        ("kube_api.token_file", &api.token_file),
+        ("kube_api.ca_file", &api.ca_file),
+    ] {
+        if !path.as_os_str().is_empty() && !path.is_absolute() {
             return Err(invalid(
-                "kube_api.kubeconfig",
-                format!("{} is not an absolute path", api.kubeconfig.display()),
+                key,
+                format!("{} is not an absolute path", path.display()),
             ));
         }
+    }
+    if !api.kubeconfig.as_os_str().is_empty() {
         if !api.url.is_empty()
             || !api.token_file.as_os_str().is_empty()
             || !api.ca_file.as_os_str().is_empty()
@@ -190,12 +199,15 @@ pub fn validate(cfg: &crate::config::Config) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// RFC 1123 subdomain: lower-case alphanumerics, `-` and `.`, at most 253.
-fn valid_node_name(s: &str) -> bool {
+/// RFC 1123 subdomain: lower-case alphanumerics, `-` and `.`, at most 253,
+/// starting and ending with an alphanumeric.
+pub(crate) fn valid_node_name(s: &str) -> bool {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
     !s.is_empty()
         && s.len() <= 253
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && s.bytes().all(|b| alnum(b) || b == b'-' || b == b'.')
+        && s.bytes().next().is_some_and(alnum)
+        && s.bytes().last().is_some_and(alnum)
 }
 
 /// RFC 1123 label: lower-case alphanumerics and `-`, at most 63.
