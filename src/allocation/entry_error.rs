@@ -48,7 +48,7 @@ pub(super) fn out_of_range(
         annotation: ANN,
         entry: entry.to_string(),
         field: field.to_string(),
-        value: value.unsigned_abs(),
+        value: i128::from(value),
         range,
     }
 }

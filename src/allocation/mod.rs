@@ -122,7 +122,8 @@ pub enum AllocationError {
         annotation: &'static str,
         entry: String,
         field: String,
-        value: u64,
+        /// As the pod wrote it, its sign kept.
+        value: i128,
         range: &'static str,
     },
     #[error("{annotation}: {entry}: {field}: {reason}")]

@@ -296,7 +296,7 @@ fn percent(entry: &str, name: &str, value: u64, min: u64) -> Result<u32, Allocat
             annotation: ANN,
             entry: entry.to_string(),
             field: format!("resources[{name}]"),
-            value,
+            value: i128::from(value),
             range,
         }),
     }

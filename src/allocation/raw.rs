@@ -21,6 +21,11 @@ pub(super) struct RawEntry {
 pub(super) struct RawExtension {
     /// Each read as a [`RawVf`] on its own, so that an error names the VF.
     pub vfs: Option<Vec<Box<serde_json::value::RawValue>>>,
+    /// Huawei vNPU's template, unread here; typed only so that a value Go's
+    /// `string` field refuses (a number, an array) is refused: Koordinator
+    /// could not read the annotation, and would count none of its devices.
+    #[serde(rename = "gpuSharedResourceTemplate")]
+    pub _template: Option<String>,
 }
 
 #[derive(Deserialize)]

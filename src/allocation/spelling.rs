@@ -14,7 +14,7 @@ use super::{AllocationError, DEVICE_ALLOCATED};
 /// `DeviceAllocation` (apis/extension/device_share.go).
 const ENTRY: &[&str] = &["minor", "id", "resources", "extension"];
 /// `DeviceAllocationExtension`.
-const EXTENSION: &[&str] = &["vfs"];
+const EXTENSION: &[&str] = &["vfs", "gpuSharedResourceTemplate"];
 /// `VirtualFunction`.
 const VF: &[&str] = &["minor", "busID"];
 

@@ -161,6 +161,10 @@ fn rejected_inputs() {
         ("unknown type's entry an array", r#"{"npu":[[3]]}"#, "npu[0]", |e| matches!(e, AllocationError::Malformed { .. })),
         ("gpu vf busID a number", r#"{"gpu":[{"minor":0,"extension":{"vfs":[{"busID":7}]}}]}"#, "gpu[0].vfs[0]", |e| matches!(e, AllocationError::Malformed { .. })),
         ("fpga vfs not a list", r#"{"fpga":[{"minor":0,"extension":{"vfs":{}}}]}"#, "fpga[0]", |e| matches!(e, AllocationError::Malformed { .. })),
+        ("template a number", r#"{"gpu":[{"minor":0,"extension":{"gpuSharedResourceTemplate":5}}]}"#, "gpu[0]", |e| matches!(e, AllocationError::Malformed { .. })),
+        ("template spelled otherwise", r#"{"npu":[{"extension":{"GPUSharedResourceTemplate":"vir01"}}]}"#, "npu[0]", |e| matches!(e, AllocationError::Malformed { .. })),
+        ("unknown type's template an array", r#"{"npu":[{"extension":{"gpuSharedResourceTemplate":[1]}}]}"#, "npu[0]", |e| matches!(e, AllocationError::Malformed { .. })),
+        ("unknown type's minor under int32", r#"{"npu":[{"minor":-3000000000}]}"#, "npu[0]", |e| matches!(e, AllocationError::OutOfRange { value: -3_000_000_000, .. })),
         ("unknown type's vf minor not whole", r#"{"npu":[{"extension":{"vfs":[{"minor":0.5}]}}]}"#, "npu[0].vfs[0]", |e| matches!(e, AllocationError::Malformed { .. })),
     ];
     for (name, input, entry, check) in table {
