@@ -144,8 +144,8 @@ readonly PREINSTALLED_PLUGIN=/opt/nri/plugins/10-devgate
 readonly PREINSTALLED_CONF=/etc/nri/conf.d/10-devgate.conf
 # containerd's NRI socket unless its config sets socket_path (check_nri_paths).
 NRI_SOCKET=/var/run/nri/nri.sock
-# podman reads both (a file in /etc overrides one of the same name in
-# /usr/share); CRI-O's default hooks_dir is only /usr/share's.
+# The usual hooks.d directories. podman and CRI-O read only their hooks_dir,
+# /usr/share's alone by default; /etc's serves where it is listed there.
 readonly HOOKS_DIRS=(/etc/containers/oci/hooks.d /usr/share/containers/oci/hooks.d)
 readonly MODPROBE=/etc/modprobe.d/devgate-rdma.conf
 # The kernel forgets sriov_numvfs at every boot and driver reload: this rule

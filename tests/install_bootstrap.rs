@@ -289,6 +289,48 @@ fn a_node_without_containerd_and_with_a_read_only_usr() {
     position(&again.out, "no changes");
 }
 
+/// `--hooks-only` on such a host: podman and CRI-O read only
+/// /usr/share/containers/oci/hooks.d unless their config lists another, so
+/// the file in /etc alone serves no runtime: the run fails, saying where to
+/// list it. Once containers.conf lists /etc's directory, it succeeds.
+#[test]
+fn hooks_only_fails_where_no_runtime_reads_the_directory_that_took_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    std::fs::remove_dir_all(prefix.join("etc/containerd")).unwrap();
+    let _usr = ReadOnly::mount(&prefix.join("usr/share"));
+    let hooks = hooks_dir(dir.path());
+    let args = ["--hooks-only", "--containerd-version", "none"];
+    let run = bootstrap(&prefix, &hooks, &args);
+    assert!(!run.ok, "{}", run.out);
+    position(
+        &run.out,
+        "podman reads hooks.d files only from /usr/share/containers/oci/hooks.d",
+    );
+    position(
+        &run.out,
+        "[engine] hooks_dir in /etc/containers/containers.conf.d",
+    );
+    position(&run.out, "no hooks.d directory that podman or CRI-O reads");
+
+    write(
+        &prefix.join("etc/containers/containers.conf.d/10-hooks.conf"),
+        "[engine]\nhooks_dir = [\"/usr/share/containers/oci/hooks.d\", \"/etc/containers/oci/hooks.d\"]\n",
+    );
+    let listed = bootstrap(&prefix, &hooks, &args);
+    assert!(listed.ok, "{}", listed.out);
+    assert!(
+        !listed.out.contains("podman reads hooks.d files only"),
+        "{}",
+        listed.out
+    );
+    // CRI-O's default is still /usr/share's alone: said, not fatal.
+    position(&listed.out, "CRI-O reads hooks.d files only from");
+    assert!(prefix
+        .join("etc/containers/oci/hooks.d/devgate.json")
+        .is_file());
+}
+
 /// Changing a PF's VF count destroys its VFs: while a pod holds one (in the
 /// ledger), bootstrap refuses the change, naming the VF; `--uninstall`
 /// refuses while any pod holds devices, before it undoes anything.

@@ -128,18 +128,13 @@ load_hooks_targets() {
 }
 
 # The hooks.d directories devgate's file goes into: the defaults, and those
-# the `hooks_dir` of CRI-O's config (crio.conf, then its drop-ins in order)
-# and of podman's containers.conf (/usr/share's, /etc's, then its drop-ins)
-# names, from the last file of each that sets it, as each runtime reads it.
+# podman and CRI-O read.
 hooks_dirs() {
     local dir
     {
         printf '%s\n' "${HOOKS_DIRS[@]}"
-        local crio=()
-        mapfile -t crio < <(crio_config_files)
-        last_array_in crio.runtime hooks_dir "${crio[@]}"
-        last_array engine hooks_dir /usr/share/containers/containers.conf /etc/containers/containers.conf \
-            '/etc/containers/containers.conf.d/*.conf'
+        runtime_hooks_dirs CRI-O
+        runtime_hooks_dirs podman
     } | awk '!seen[$0]++' | while read -r dir; do
         if [[ $dir =~ ^/[A-Za-z0-9._/-]+$ ]]; then
             printf '%s\n' "$dir"
@@ -147,6 +142,26 @@ hooks_dirs() {
             warn "hooks_dir $dir is not an absolute path of letters, digits and ._-/: devgate's hooks.d file is not put there"
         fi
     done
+}
+
+# runtime_hooks_dirs podman|CRI-O: the only directories that runtime reads
+# hooks.d files from: the `hooks_dir` of the last of its config files that
+# sets it (CRI-O: crio.conf, then its drop-ins in order; podman:
+# containers.conf, /usr/share's, /etc's, then /etc's drop-ins), else its
+# default, /usr/share/containers/oci/hooks.d alone (podman 4 reads /etc's
+# only where containers.conf lists it: containers/common sets the default).
+runtime_hooks_dirs() {
+    local dirs=()
+    if [[ $1 == podman ]]; then
+        mapfile -t dirs < <(last_array engine hooks_dir /usr/share/containers/containers.conf \
+            /etc/containers/containers.conf '/etc/containers/containers.conf.d/*.conf')
+    else
+        local crio=()
+        mapfile -t crio < <(crio_config_files)
+        mapfile -t dirs < <(last_array_in crio.runtime hooks_dir "${crio[@]}")
+    fi
+    ((${#dirs[@]})) || dirs=(/usr/share/containers/oci/hooks.d)
+    printf '%s\n' "${dirs[@]}"
 }
 
 # last_array TABLE KEY FILE...: the strings of array KEY of TABLE in the
@@ -197,28 +212,51 @@ crio_walk() {
 }
 
 # Step 5. In --hooks-only mode the hooks.d file is the whole install: a node
-# where no directory took it fails the run.
+# where no directory podman or CRI-O reads took it fails the run.
 install_hooks_d() {
-    local hook dir found=0 placed=0
+    local hook dir found=0 placed=()
     load_hooks_targets
     for hook in "$HOOKS_SRC"/*.json; do
         [[ -f $hook ]] || continue
         found=1
         for dir in "${HOOKS_TARGETS[@]}"; do
             # /usr is read-only on image-based hosts (Fedora CoreOS, RHCOS,
-            # Flatcar): said, not fatal: containerd never reads hooks.d, podman
-            # reads /etc's too, and CRI-O does where its hooks_dir lists it.
+            # Flatcar): said, and fatal below only where no runtime reads
+            # the directories that took the file.
             if ! dir_writable "$dir"; then
-                warn "$dir is on a read-only file system: $(basename "$hook") not installed there; CRI-O reads only /usr/share/containers/oci/hooks.d unless its hooks_dir lists /etc/containers/oci/hooks.d"
+                warn "$dir is on a read-only file system: $(basename "$hook") not installed there"
                 continue
             fi
             put_file "$hook" "$dir/$(basename "$hook")" 644 || true
-            placed=1
+            placed+=("$dir")
         done
     done
-    ((found)) || warn "no $HOOKS_SRC/*.json: CRI-O and podman will not run devgate-hook"
-    if ((HOOKS_ONLY && !placed)); then
-        warn "--hooks-only: no hooks.d directory took devgate's file, so no runtime will run devgate-hook"
+    if ((!found)); then
+        warn "no $HOOKS_SRC/*.json: CRI-O and podman will not run devgate-hook"
+        return 0
+    fi
+    hooks_read "${placed[@]}"
+}
+
+# hooks_read DIR...: says which runtime reads none of DIR, the directories
+# that took devgate's file; with --hooks-only, a node where neither podman
+# nor CRI-O reads one fails the run (the hooks.d file is the whole install).
+hooks_read() {
+    local runtime dirs=() read=0 dir
+    for runtime in podman CRI-O; do
+        mapfile -t dirs < <(runtime_hooks_dirs "$runtime")
+        for dir in "${dirs[@]}"; do
+            if printf '%s\n' "$@" | grep -qxF -- "$dir"; then
+                read=1
+                continue 2
+            fi
+        done
+        local where="[engine] hooks_dir in /etc/containers/containers.conf.d/*.conf"
+        [[ $runtime == podman ]] || where="[crio.runtime] hooks_dir in /etc/crio/crio.conf.d/*.conf"
+        warn "$runtime reads hooks.d files only from ${dirs[*]}, which did not take devgate's file: list /etc/containers/oci/hooks.d in $where (keeping the directories listed)"
+    done
+    if ((HOOKS_ONLY && !read)); then
+        warn "--hooks-only: no hooks.d directory that podman or CRI-O reads took devgate's file, so no runtime will run devgate-hook"
         FAILURES=$((FAILURES + 1))
     fi
 }

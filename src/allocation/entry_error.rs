@@ -48,7 +48,7 @@ pub(super) fn out_of_range(
         annotation: ANN,
         entry: entry.to_string(),
         field: field.to_string(),
-        value: i128::from(value),
+        value,
         range,
     }
 }

@@ -123,7 +123,7 @@ pub enum AllocationError {
         entry: String,
         field: String,
         /// As the pod wrote it, its sign kept.
-        value: i128,
+        value: i64,
         range: &'static str,
     },
     #[error("{annotation}: {entry}: {field}: {reason}")]

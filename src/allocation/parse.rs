@@ -296,7 +296,8 @@ fn percent(entry: &str, name: &str, value: u64, min: u64) -> Result<u32, Allocat
             annotation: ANN,
             entry: entry.to_string(),
             field: format!("resources[{name}]"),
-            value: i128::from(value),
+            // A quantity past int64 is refused before (Go's `Quantity`).
+            value: i64::try_from(value).unwrap_or(i64::MAX),
             range,
         }),
     }

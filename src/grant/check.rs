@@ -159,7 +159,9 @@ fn check_rdma(req: &DeviceRequest, alloc: &Allocation) -> Result<(), Mismatch> {
             (req.rdma, if device_level { FULL } else { 1 })
         }
         RdmaStrategy::ApplyForAll => (u64::MAX, req.rdma.min(FULL)),
-        RdmaStrategy::Default if req.rdma > FULL && req.rdma % FULL == 0 => (req.rdma / FULL, FULL),
+        RdmaStrategy::Default if req.rdma > FULL && req.rdma.is_multiple_of(FULL) => {
+            (req.rdma / FULL, FULL)
+        }
         RdmaStrategy::Default if req.rdma > FULL => (0, FULL),
         RdmaStrategy::Default => (alloc.gpus.len().max(1) as u64, req.rdma),
     };

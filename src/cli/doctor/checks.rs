@@ -213,18 +213,32 @@ fn hook_file_problem(roots: &Roots, hook: &str) -> Option<String> {
 }
 
 /// The hooks.d file: on a CRI-O node, in a directory CRI-O's `hooks_dir`
-/// names (it reads no other); elsewhere, in podman's default directories.
+/// names (it reads no other); elsewhere, in the usual directories, and
+/// warned about unless in one podman's `hooks_dir` names.
 pub fn hooks_d(roots: &Roots, crio: bool) -> Check {
     const NAME: &str = "hooks.d";
-    let dirs = match crio {
+    let (dirs, podman) = match crio {
         true => match super::crio::hooks_dirs(roots) {
-            Ok(dirs) => dirs,
+            Ok(dirs) => (dirs, None),
             Err(e) => return Check::fail(NAME, e, "fix CRI-O's config file"),
         },
-        false => vec![
-            PathBuf::from("/etc/containers/oci/hooks.d"),
-            PathBuf::from("/usr/share/containers/oci/hooks.d"),
-        ],
+        false => match super::crio::podman_hooks_dirs(roots) {
+            Ok(podman) => {
+                let mut dirs = vec![
+                    PathBuf::from("/etc/containers/oci/hooks.d"),
+                    PathBuf::from("/usr/share/containers/oci/hooks.d"),
+                ];
+                dirs.extend(
+                    podman
+                        .iter()
+                        .filter(|d| !dirs.contains(d))
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                );
+                (dirs, Some(podman))
+            }
+            Err(e) => return Check::fail(NAME, e, "fix podman's containers.conf"),
+        },
     };
     let files: Vec<_> = dirs
         .iter()
@@ -245,6 +259,7 @@ pub fn hooks_d(roots: &Roots, crio: bool) -> Check {
         return Check::warn(NAME, detail, fix);
     }
     let mut good = Vec::new();
+    let mut read_by_podman = false;
     for (file, hook) in files {
         let problem = match &hook {
             Err(e) => Some(format!("{}: {e}", file.display())),
@@ -257,14 +272,34 @@ pub fn hooks_d(roots: &Roots, crio: bool) -> Check {
                 p,
                 "install devgate-hook where the file points (install/bootstrap.sh installs both)",
             ),
-            None => good.push(format!(
-                "{} -> {}",
-                file.display(),
-                hook.unwrap_or_default()
-            )),
+            None => {
+                read_by_podman |= podman.as_ref().is_some_and(|dirs| {
+                    dirs.iter()
+                        .any(|d| file.parent() == Some(roots.host_path(d).as_path()))
+                });
+                good.push(format!(
+                    "{} -> {}",
+                    file.display(),
+                    hook.unwrap_or_default()
+                ))
+            }
         }
     }
-    Check::pass(NAME, good.join(", "))
+    match podman {
+        Some(dirs) if !read_by_podman => {
+            let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+            Check::warn(
+                NAME,
+                format!(
+                    "{}, but podman reads hooks.d files only from {}",
+                    good.join(", "),
+                    dirs.join(", ")
+                ),
+                "for podman, list the file's directory in [engine] hooks_dir of /etc/containers/containers.conf.d/*.conf, keeping the ones listed (containerd gets the hooks through NRI: nothing to do for it)",
+            )
+        }
+        _ => Check::pass(NAME, good.join(", ")),
+    }
 }
 
 fn probe_writable(dir: &Path) -> std::io::Result<()> {

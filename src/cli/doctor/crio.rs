@@ -37,8 +37,16 @@ fn config_files(roots: &Roots) -> Vec<PathBuf> {
 /// that sets it, with that file; a file that cannot be read or parsed is an
 /// error naming it.
 fn last_setting(roots: &Roots, key: &[&str]) -> Result<Option<(toml::Value, PathBuf)>, String> {
+    last_setting_in(config_files(roots), key)
+}
+
+/// [`last_setting`] over `files`, in the order given.
+fn last_setting_in(
+    files: Vec<PathBuf>,
+    key: &[&str],
+) -> Result<Option<(toml::Value, PathBuf)>, String> {
     let mut setting = None;
-    for file in config_files(roots) {
+    for file in files {
         if let Some(value) = setting_in(&file, key)? {
             setting = Some((value, file));
         }
@@ -82,7 +90,7 @@ pub fn nri_enabled(roots: &Roots) -> Check {
     }
 }
 
-/// Where CRI-O reads hooks.d files from when its config names none.
+/// Where CRI-O and podman read hooks.d files from when their config names none.
 const DEFAULT_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";
 
 /// The directories CRI-O reads hooks.d files from (host paths): `[crio.runtime]
@@ -90,7 +98,45 @@ const DEFAULT_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";
 /// default. Only these: a file in another hooks.d directory, which podman
 /// reads, CRI-O never runs.
 pub fn hooks_dirs(roots: &Roots) -> Result<Vec<PathBuf>, String> {
-    let Some((value, file)) = last_setting(roots, &["crio", "runtime", "hooks_dir"])? else {
+    dirs_or_default(
+        last_setting(roots, &["crio", "runtime", "hooks_dir"])?,
+        "[crio.runtime]",
+    )
+}
+
+/// The directories podman reads hooks.d files from (host paths): `[engine]
+/// hooks_dir` of the last of its containers.conf files that sets it
+/// (/usr/share's, /etc's, then /etc's `containers.conf.d/*.conf` by name),
+/// else the default containers/common sets, /usr/share's directory alone:
+/// podman 4 reads /etc/containers/oci/hooks.d only where it is listed.
+pub fn podman_hooks_dirs(roots: &Roots) -> Result<Vec<PathBuf>, String> {
+    let mut files = vec![
+        roots.host_path(Path::new("/usr/share/containers/containers.conf")),
+        roots.host_path(Path::new("/etc/containers/containers.conf")),
+    ];
+    let dropins = roots.host_path(Path::new("/etc/containers/containers.conf.d"));
+    if let Ok(entries) = std::fs::read_dir(&dropins) {
+        let mut confs: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "conf"))
+            .collect();
+        confs.sort();
+        confs.truncate(MAX_DROPINS);
+        files.extend(confs);
+    }
+    dirs_or_default(
+        last_setting_in(files, &["engine", "hooks_dir"])?,
+        "[engine]",
+    )
+}
+
+/// A `hooks_dir` setting's paths, or the default directory where none is set.
+fn dirs_or_default(
+    setting: Option<(toml::Value, PathBuf)>,
+    table: &str,
+) -> Result<Vec<PathBuf>, String> {
+    let Some((value, file)) = setting else {
         return Ok(vec![PathBuf::from(DEFAULT_HOOKS_DIR)]);
     };
     let dirs = value.as_array().map(|dirs| {
@@ -101,7 +147,7 @@ pub fn hooks_dirs(roots: &Roots) -> Result<Vec<PathBuf>, String> {
     match dirs.flatten() {
         Some(dirs) => Ok(dirs),
         None => Err(format!(
-            "{}: [crio.runtime] hooks_dir is {value}, not a list of paths",
+            "{}: {table} hooks_dir is {value}, not a list of paths",
             file.display()
         )),
     }

@@ -2,6 +2,9 @@
 //! fails or warns the check that owns it (broken_devices.rs: its devices).
 use std::os::unix::fs::PermissionsExt;
 
+/// The hooks.d file of the healthy node, below its host root.
+const USR_HOOKS_D: &str = "usr/share/containers/oci/hooks.d/devgate.json";
+
 use super::{check, healthy, healthy_from, write, write_record_of, Node, BOOT, CONTAINERD_CONFIG};
 use crate::cli::doctor::{run_checks, Check, Status};
 
@@ -346,25 +349,34 @@ fn each_broken_runtime_or_plugin_setup_fails_or_warns_its_own_check() {
         ),
         (
             "hooks.d file garbage",
-            |n| {
-                write(
-                    &n.roots.etc_root.join("containers/oci/hooks.d/devgate.json"),
-                    "{",
-                )
-            },
+            |n| write(&n.roots.host_root.join(USR_HOOKS_D), "{"),
             "hooks.d",
             Status::Fail,
             "devgate.json",
         ),
         (
             "no hooks.d file",
-            |n| {
-                std::fs::remove_file(n.roots.etc_root.join("containers/oci/hooks.d/devgate.json"))
-                    .unwrap()
-            },
+            |n| std::fs::remove_file(n.roots.host_root.join(USR_HOOKS_D)).unwrap(),
             "hooks.d",
             Status::Warn,
             "no devgate file",
+        ),
+        (
+            // podman 4 reads /etc's directory only where containers.conf
+            // lists it (containers/common's default is /usr/share's alone).
+            "hooks.d file in /etc's directory alone",
+            |n| {
+                let etc = n.roots.etc_root.join("containers/oci/hooks.d");
+                std::fs::create_dir_all(&etc).unwrap();
+                std::fs::rename(
+                    n.roots.host_root.join(USR_HOOKS_D),
+                    etc.join("devgate.json"),
+                )
+                .unwrap()
+            },
+            "hooks.d",
+            Status::Warn,
+            "podman reads hooks.d files only from /usr/share/containers/oci/hooks.d",
         ),
     ];
     each_broken_setup_fails_or_warns_its_check(cases);

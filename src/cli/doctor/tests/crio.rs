@@ -107,12 +107,24 @@ fn no_containerd_and_no_crio_still_fails() {
     assert_eq!(check(&checks, "containerd").status, Status::Fail);
 }
 
+/// Moves the healthy node's hooks.d file from /usr/share's directory to /etc's.
+fn hooks_file_in_etc(node: &super::Node) {
+    let etc = node.roots.etc_root.join("containers/oci/hooks.d");
+    std::fs::create_dir_all(&etc).unwrap();
+    let usr = node
+        .roots
+        .host_root
+        .join("usr/share/containers/oci/hooks.d/devgate.json");
+    std::fs::rename(usr, etc.join("devgate.json")).unwrap();
+}
+
 /// CRI-O reads hooks.d files only from its `hooks_dir` (by default
 /// /usr/share/containers/oci/hooks.d): the file in /etc's directory alone,
 /// which podman reads, warns on a CRI-O node, until a drop-in lists /etc's.
 #[test]
 fn the_hooks_file_is_looked_for_where_crio_reads_hooks() {
     let node = crio_node(&[]);
+    hooks_file_in_etc(&node);
     let hooks = run_check(&node, "hooks.d");
     assert_eq!(hooks.status, Status::Warn, "{hooks:?}");
     assert!(
@@ -153,6 +165,7 @@ fn a_hooks_only_node_without_socket_or_plugin_passes_with_warnings() {
             "[crio.runtime]\nhooks_dir = [\"/etc/containers/oci/hooks.d\"]\n",
         ),
     ]);
+    hooks_file_in_etc(&node);
     node.host.socket_up = false;
     std::fs::remove_dir_all(node.roots.proc_dir.join("4242")).unwrap();
     let checks = run_checks(&node.roots, &node.host);

@@ -148,8 +148,9 @@ fn healthy_from(template: Option<&Path>) -> Node {
         "Name:\tdevgate\nCapEff:\t000001ffffffffff\n",
     );
     write_script(&root.join("usr/local/bin/devgate-hook"));
+    // Where podman (and CRI-O) read it by default.
     write(
-        &etc.join("containers/oci/hooks.d/devgate.json"),
+        &root.join("usr/share/containers/oci/hooks.d/devgate.json"),
         r#"{"version":"1.0.0","hook":{"path":"/usr/local/bin/devgate-hook","args":["devgate-hook","createRuntime"]},"when":{"always":true},"stages":["createRuntime"]}"#,
     );
     std::fs::create_dir_all(&roots.state_dir).unwrap();
