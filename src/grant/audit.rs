@@ -313,7 +313,12 @@ impl Audit {
                 }
             }
             s.dirty = true;
-            if self.flusher.is_some() && s.waiting {
+            // A refusal's counters are written by `record` itself: woken for
+            // it, the writer would settle from the refusal and write a
+            // decision that comes just after it sooner than SETTLE, inside
+            // that decision's creation.
+            let refused = matches!(d.outcome, Outcome::Refused(_));
+            if self.flusher.is_some() && s.waiting && !refused {
                 self.shared.wake.notify_all();
             }
         }
