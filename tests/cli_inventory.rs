@@ -424,3 +424,38 @@ fn the_hosts_procfs_from_another_uts_namespace_is_refused() {
     );
     assert_eq!(name_of(&named), "node-b");
 }
+
+/// A report that cannot be written (stdout on a full disk) fails with one
+/// line, exit 1, not a panic: `inventory` and `cdi generate` alike.
+#[test]
+fn a_failed_write_to_stdout_is_an_error_not_a_panic() {
+    let (_dir, fixture) = hgx();
+    let root = fixture.root().to_str().unwrap();
+    let runs: [&[&str]; 3] = [
+        &["inventory", "--host-root", root],
+        &["inventory", "-o", "json", "--host-root", root],
+        &[
+            "cdi",
+            "generate",
+            "--config",
+            "/nonexistent/devgate.toml",
+            "--host-root",
+            root,
+        ],
+    ];
+    for args in runs {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
+            .args(args)
+            .stdout(full)
+            .output()
+            .expect("run devgate");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("write to stdout"), "{args:?}: {stderr}");
+    }
+}

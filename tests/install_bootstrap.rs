@@ -291,8 +291,9 @@ fn a_node_without_containerd_and_with_a_read_only_usr() {
 
 /// `--hooks-only` on such a host: podman and CRI-O read only
 /// /usr/share/containers/oci/hooks.d unless their config lists another, so
-/// the file in /etc alone serves no runtime: the run fails, saying where to
-/// list it. Once containers.conf lists /etc's directory, it succeeds.
+/// the file in /etc alone would serve no runtime: the run is refused before
+/// any change, saying where to list it. Once containers.conf lists /etc's
+/// directory, it succeeds.
 #[test]
 fn hooks_only_fails_where_no_runtime_reads_the_directory_that_took_the_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -312,6 +313,16 @@ fn hooks_only_fails_where_no_runtime_reads_the_directory_that_took_the_file() {
         "[engine] hooks_dir in /etc/containers/containers.conf.d",
     );
     position(&run.out, "no hooks.d directory that podman or CRI-O reads");
+    // Refused before any change.
+    position(&run.out, "nothing changed");
+    assert!(
+        !prefix.join("usr/local/bin/devgate-hook").exists(),
+        "{}",
+        run.out
+    );
+    assert!(!prefix
+        .join("etc/containers/oci/hooks.d/devgate.json")
+        .exists());
 
     write(
         &prefix.join("etc/containers/containers.conf.d/10-hooks.conf"),

@@ -63,15 +63,23 @@ check_hooks_only() {
     if [[ -n $(manifest_get unit devgate.service) || -n $(manifest_kind "$PREINSTALLED_PLUGIN") ]]; then
         refuse_live_pods "only the NRI plugin this would remove releases the pods it admitted"
     fi
-    local hook dir
+    local hook dir writable=()
     load_hooks_targets
     for hook in "$HOOKS_SRC"/*.json; do
         [[ -f $hook ]] || continue
         for dir in "${HOOKS_TARGETS[@]}"; do
-            ! dir_writable "$dir" || return 0
+            ! dir_writable "$dir" || writable+=("$dir")
         done
+        break
     done
-    die "--hooks-only: no $HOOKS_SRC/*.json, or no hooks.d directory to put it in, so no runtime would run devgate-hook; nothing changed"
+    ((${#writable[@]})) ||
+        die "--hooks-only: no $HOOKS_SRC/*.json, or no hooks.d directory to put it in, so no runtime would run devgate-hook; nothing changed"
+    local runtime
+    for runtime in podman CRI-O; do
+        ! read_by "$runtime" "${writable[@]}" || return 0
+    done
+    hooks_unread_warnings "${writable[@]}"
+    die "--hooks-only: no hooks.d directory that podman or CRI-O reads can take devgate's file (${writable[*]} can), so no runtime would run devgate-hook; nothing changed"
 }
 
 # --node-only: a node whose plugin is the DaemonSet's. Its config (read for
@@ -235,28 +243,35 @@ install_hooks_d() {
         warn "no $HOOKS_SRC/*.json: CRI-O and podman will not run devgate-hook"
         return 0
     fi
-    hooks_read "${placed[@]}"
+    # Said where the file is the whole install: on a containerd node podman
+    # and CRI-O may not even be there. (check_hooks_only refused a node
+    # where neither reads a directory the file could go into.)
+    ((!HOOKS_ONLY)) || hooks_unread_warnings "${placed[@]}"
 }
 
-# hooks_read DIR...: says which runtime reads none of DIR, the directories
-# that took devgate's file; with --hooks-only, a node where neither podman
-# nor CRI-O reads one fails the run (the hooks.d file is the whole install).
-hooks_read() {
-    local runtime dirs=() read=0 dir
-    for runtime in podman CRI-O; do
-        mapfile -t dirs < <(runtime_hooks_dirs "$runtime")
-        for dir in "${dirs[@]}"; do
-            if printf '%s\n' "$@" | grep -qxF -- "$dir"; then
-                read=1
-                continue 2
-            fi
+# read_by RUNTIME DIR...: whether RUNTIME reads hooks.d files from one of DIR.
+read_by() {
+    local runtime=$1 dirs=() dir placed
+    shift
+    mapfile -t dirs < <(runtime_hooks_dirs "$runtime")
+    for dir in "${dirs[@]}"; do
+        for placed in "$@"; do
+            [[ $placed != "$dir" ]] || return 0
         done
-        local where="[engine] hooks_dir in /etc/containers/containers.conf.d/*.conf"
-        [[ $runtime == podman ]] || where="[crio.runtime] hooks_dir in /etc/crio/crio.conf.d/*.conf"
-        warn "$runtime reads hooks.d files only from ${dirs[*]}, which did not take devgate's file: list /etc/containers/oci/hooks.d in $where (keeping the directories listed)"
     done
-    if ((HOOKS_ONLY && !read)); then
-        warn "--hooks-only: no hooks.d directory that podman or CRI-O reads took devgate's file, so no runtime will run devgate-hook"
-        FAILURES=$((FAILURES + 1))
-    fi
+    return 1
+}
+
+# hooks_unread_warnings DIR...: a warning for each of podman and CRI-O that
+# reads none of DIR, the directories that take devgate's file, naming where
+# to list /etc's.
+hooks_unread_warnings() {
+    local runtime dirs=() where
+    for runtime in podman CRI-O; do
+        ! read_by "$runtime" "$@" || continue
+        mapfile -t dirs < <(runtime_hooks_dirs "$runtime")
+        where="[engine] hooks_dir in /etc/containers/containers.conf.d/*.conf"
+        [[ $runtime == podman ]] || where="[crio.runtime] hooks_dir in /etc/crio/crio.conf.d/*.conf"
+        warn "$runtime reads hooks.d files only from ${dirs[*]}, which do not take devgate's file: list /etc/containers/oci/hooks.d in $where (keeping the directories listed)"
+    done
 }

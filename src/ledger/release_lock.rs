@@ -60,7 +60,7 @@ pub(super) fn lock_claimed(
 
 /// The lock files of `devices`, in name order, their directory made; none
 /// (and no directory) for no device.
-fn lock_paths<'d>(
+pub(super) fn lock_paths<'d>(
     state_dir: &Path,
     devices: impl Iterator<Item = &'d super::DeviceId>,
 ) -> Result<Vec<PathBuf>, LedgerError> {

@@ -176,7 +176,7 @@ fn a_state_dir_removed_and_made_again_is_locked_and_written_anew() {
         started.recv().unwrap();
         let lock = fs::metadata(state.join(LOCK_FILE)).unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !lock_waited_for(&lock) {
+        while !crate::ledger::tests::lock_waited_for(&lock) {
             assert!(
                 rx.try_recv().is_err(),
                 "a transaction ran under another's lock"
@@ -198,28 +198,6 @@ fn a_state_dir_removed_and_made_again_is_locked_and_written_anew() {
     });
     let text = fs::read_to_string(state.join(LEDGER_FILE)).unwrap();
     assert!(text.contains("\"claimed_unix\":8"), "{text}");
-}
-
-/// Whether /proc/locks lists a blocked request (`->`, fs/locks.c
-/// `lock_get_status`) of this process for the file `meta` describes, which
-/// it names as `major:minor:inode` (hex device numbers).
-fn lock_waited_for(meta: &fs::Metadata) -> bool {
-    let dev = meta.dev();
-    let file = format!(
-        "{:02x}:{:02x}:{}",
-        nix::sys::stat::major(dev),
-        nix::sys::stat::minor(dev),
-        meta.ino()
-    );
-    let pid = std::process::id().to_string();
-    let locks = fs::read_to_string("/proc/locks").expect("/proc/locks");
-    locks.lines().any(|l| {
-        let fields: Vec<&str> = l.split_whitespace().collect();
-        // "N: -> FLOCK ADVISORY WRITE <pid> <maj:min:ino> 0 EOF"
-        fields.get(1) == Some(&"->")
-            && fields.get(5) == Some(&pid.as_str())
-            && fields.get(6) == Some(&file.as_str())
-    })
 }
 
 /// (device, inode) of every file this process holds open.

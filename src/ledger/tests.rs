@@ -426,3 +426,26 @@ fn holders_now_waits_for_a_claim_being_made() {
     l.claim(&pod("c"), &[gpu("GPU-1", shared(50, 50))]).unwrap();
     assert_eq!(l.holders_now(&device).unwrap(), ["b", "c"]);
 }
+
+/// Whether /proc/locks lists a blocked request (`->`, fs/locks.c
+/// `lock_get_status`) of this process for the file `meta` describes, which
+/// it names as `major:minor:inode` (hex device numbers).
+pub(crate) fn lock_waited_for(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let dev = meta.dev();
+    let file = format!(
+        "{:02x}:{:02x}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev),
+        meta.ino()
+    );
+    let pid = std::process::id().to_string();
+    let locks = std::fs::read_to_string("/proc/locks").expect("/proc/locks");
+    locks.lines().any(|l| {
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        // "N: -> FLOCK ADVISORY WRITE <pid> <maj:min:ino> 0 EOF"
+        fields.get(1) == Some(&"->")
+            && fields.get(5) == Some(&pid.as_str())
+            && fields.get(6) == Some(&file.as_str())
+    })
+}

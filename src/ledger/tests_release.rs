@@ -162,14 +162,26 @@ fn release_of_unknown_pod_changes_nothing() {
 /// keeps its claims.
 #[test]
 fn a_release_leaves_a_pod_claimed_while_it_waited() {
-    let (_d, l) = ledger();
+    let (d, l) = ledger();
     l.claim(&pod("a"), &[gpu("GPU-1", Share::Exclusive)])
         .unwrap();
-    let turn = l.lock_device(&DeviceId::Gpu("GPU-1".to_string())).unwrap();
+    let device = DeviceId::Gpu("GPU-1".to_string());
+    let turn = l.lock_device(&device).unwrap();
+    let lock_file =
+        &super::release_lock::lock_paths(d.path(), std::iter::once(&device)).unwrap()[0];
+    let lock = std::fs::metadata(lock_file).unwrap();
     let ids = super::gone(&["a", "x"]);
     std::thread::scope(|s| {
         let released = s.spawn(|| l.release_pods(&ids, &NoTeardown).unwrap());
-        std::thread::sleep(Duration::from_millis(100));
+        // Its first read made: it waits for the device's turn.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !super::tests::lock_waited_for(&lock) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never waited for the device's turn"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
         assert!(!released.is_finished(), "waits for the device's turn");
         l.claim(&pod("x"), &[gpu("GPU-2", Share::Exclusive)])
             .unwrap();

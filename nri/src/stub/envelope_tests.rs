@@ -138,8 +138,30 @@ fn every_prefix_of_a_request_decodes_or_fails_without_panicking() {
     let bytes = request("svc", "method", &[7; 300], 42)
         .write_to_bytes()
         .unwrap();
+    let whole = RequestView::decode(&bytes).unwrap();
+    assert_eq!(
+        (
+            whole.service,
+            whole.method,
+            whole.payload.len(),
+            whole.timeout_nano
+        ),
+        ("svc", "method", 300, 42)
+    );
+    // A prefix ends at a field's boundary, and reads as the fields before it
+    // (each as sent, or absent), or inside one, and is truncated.
     for end in 0..bytes.len() {
-        let _ = RequestView::decode(&bytes[..end]);
+        match RequestView::decode(&bytes[..end]) {
+            Ok(view) => {
+                assert!(view.service.is_empty() || view.service == "svc", "{end}");
+                assert!(view.method.is_empty() || view.method == "method", "{end}");
+                assert!(
+                    view.payload.is_empty() || view.payload.len() == 300,
+                    "{end}"
+                );
+            }
+            Err(e) => assert!(matches!(e, WireError::Truncated { .. }), "{end}: {e}"),
+        }
     }
 }
 

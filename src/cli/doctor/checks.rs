@@ -222,23 +222,26 @@ pub fn hooks_d(roots: &Roots, crio: bool) -> Check {
             Ok(dirs) => (dirs, None),
             Err(e) => return Check::fail(NAME, e, "fix CRI-O's config file"),
         },
-        false => match super::crio::podman_hooks_dirs(roots) {
-            Ok(podman) => {
-                let mut dirs = vec![
-                    PathBuf::from("/etc/containers/oci/hooks.d"),
-                    PathBuf::from("/usr/share/containers/oci/hooks.d"),
-                ];
-                dirs.extend(
-                    podman
-                        .iter()
-                        .filter(|d| !dirs.contains(d))
-                        .cloned()
-                        .collect::<Vec<_>>(),
-                );
-                (dirs, Some(podman))
+        false => {
+            let mut dirs = vec![
+                PathBuf::from("/etc/containers/oci/hooks.d"),
+                PathBuf::from("/usr/share/containers/oci/hooks.d"),
+            ];
+            // Asked only where podman is installed: on a containerd node
+            // hooks.d serves nothing, and podman's config is not its own.
+            let podman =
+                match podman_installed(roots).then(|| super::crio::podman_hooks_dirs(roots)) {
+                    None => None,
+                    Some(Ok(podman)) => Some(podman),
+                    Some(Err(e)) => return Check::warn(NAME, e, "fix podman's containers.conf"),
+                };
+            for dir in podman.iter().flatten() {
+                if !dirs.contains(dir) {
+                    dirs.push(dir.clone());
+                }
             }
-            Err(e) => return Check::fail(NAME, e, "fix podman's containers.conf"),
-        },
+            (dirs, podman)
+        }
     };
     let files: Vec<_> = dirs
         .iter()
@@ -300,6 +303,13 @@ pub fn hooks_d(roots: &Roots, crio: bool) -> Check {
         }
         _ => Check::pass(NAME, good.join(", ")),
     }
+}
+
+/// Whether the host has podman where its packages put it.
+fn podman_installed(roots: &Roots) -> bool {
+    ["/usr/bin/podman", "/usr/local/bin/podman", "/bin/podman"]
+        .iter()
+        .any(|p| roots.host_path(Path::new(p)).exists())
 }
 
 fn probe_writable(dir: &Path) -> std::io::Result<()> {

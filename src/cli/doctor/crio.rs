@@ -131,26 +131,39 @@ pub fn podman_hooks_dirs(roots: &Roots) -> Result<Vec<PathBuf>, String> {
     )
 }
 
-/// A `hooks_dir` setting's paths, or the default directory where none is set.
+/// A `hooks_dir` setting's paths, or the default directory where none is set
+/// (or the list is empty, as bootstrap takes it). podman 5's `{append = true}`
+/// element adds the list to the ones before it, taken here as the default.
 fn dirs_or_default(
     setting: Option<(toml::Value, PathBuf)>,
     table: &str,
 ) -> Result<Vec<PathBuf>, String> {
+    let default = || vec![PathBuf::from(DEFAULT_HOOKS_DIR)];
     let Some((value, file)) = setting else {
-        return Ok(vec![PathBuf::from(DEFAULT_HOOKS_DIR)]);
+        return Ok(default());
     };
-    let dirs = value.as_array().map(|dirs| {
-        dirs.iter()
-            .map(|d| d.as_str().map(PathBuf::from))
-            .collect::<Option<Vec<_>>>()
-    });
-    match dirs.flatten() {
-        Some(dirs) => Ok(dirs),
-        None => Err(format!(
+    let bad = || {
+        format!(
             "{}: {table} hooks_dir is {value}, not a list of paths",
             file.display()
-        )),
+        )
+    };
+    let mut dirs = Vec::new();
+    for element in value.as_array().ok_or_else(bad)? {
+        match element {
+            toml::Value::String(dir) => dirs.push(PathBuf::from(dir)),
+            toml::Value::Table(t) if t.get("append") == Some(&toml::Value::Boolean(true)) => {
+                dirs.extend(default())
+            }
+            toml::Value::Table(_) => {}
+            _ => return Err(bad()),
+        }
     }
+    if dirs.is_empty() {
+        dirs = default();
+    }
+    dirs.dedup();
+    Ok(dirs)
 }
 
 /// Most drop-in files read: a node has a handful.

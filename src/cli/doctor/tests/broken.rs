@@ -364,8 +364,9 @@ fn each_broken_runtime_or_plugin_setup_fails_or_warns_its_own_check() {
         (
             // podman 4 reads /etc's directory only where containers.conf
             // lists it (containers/common's default is /usr/share's alone).
-            "hooks.d file in /etc's directory alone",
+            "hooks.d file in /etc's directory alone, on a host with podman",
             |n| {
+                write(&n.roots.host_root.join("usr/bin/podman"), "");
                 let etc = n.roots.etc_root.join("containers/oci/hooks.d");
                 std::fs::create_dir_all(&etc).unwrap();
                 std::fs::rename(
@@ -377,6 +378,20 @@ fn each_broken_runtime_or_plugin_setup_fails_or_warns_its_own_check() {
             "hooks.d",
             Status::Warn,
             "podman reads hooks.d files only from /usr/share/containers/oci/hooks.d",
+        ),
+        (
+            // On a containerd node podman's config is not doctor's to fail.
+            "podman's containers.conf broken",
+            |n| {
+                write(&n.roots.host_root.join("usr/bin/podman"), "");
+                write(
+                    &n.roots.etc_root.join("containers/containers.conf"),
+                    "[engine",
+                );
+            },
+            "hooks.d",
+            Status::Warn,
+            "containers.conf",
         ),
     ];
     each_broken_setup_fails_or_warns_its_check(cases);

@@ -181,3 +181,37 @@ fn a_hooks_only_node_without_socket_or_plugin_passes_with_warnings() {
         assert_eq!(check(&checks, name).status, Status::Fail, "{name}");
     }
 }
+
+/// podman reads the `hooks_dir` its containers.conf files set, the last
+/// one winning (drop-ins by name), `{append = true}` (podman 5) adding the
+/// default; without podman on the host, the file's place is not judged.
+#[test]
+fn podman_reads_the_hooks_dir_its_containers_conf_sets() {
+    let node = super::healthy();
+    let etc = node.roots.etc_root.join("containers/oci/hooks.d");
+    std::fs::create_dir_all(&etc).unwrap();
+    let usr = node
+        .roots
+        .host_root
+        .join("usr/share/containers/oci/hooks.d/devgate.json");
+    std::fs::rename(usr, etc.join("devgate.json")).unwrap();
+    assert_eq!(run_check(&node, "hooks.d").status, Status::Pass);
+
+    write(&node.roots.host_root.join("usr/bin/podman"), "");
+    assert_eq!(run_check(&node, "hooks.d").status, Status::Warn);
+    let dropins = node.roots.etc_root.join("containers/containers.conf.d");
+    write(
+        &dropins.join("10-hooks.conf"),
+        "[engine]\nhooks_dir = [\"/etc/containers/oci/hooks.d\", {append = true}]\n",
+    );
+    let hooks = run_check(&node, "hooks.d");
+    assert_eq!(hooks.status, Status::Pass, "{hooks:?}");
+    // A later drop-in replaces the list.
+    write(
+        &dropins.join("20-hooks.conf"),
+        "[engine]\nhooks_dir = [\"/opt/hooks\"]\n",
+    );
+    let hooks = run_check(&node, "hooks.d");
+    assert_eq!(hooks.status, Status::Warn, "{hooks:?}");
+    assert!(hooks.detail.contains("only from /opt/hooks"), "{hooks:?}");
+}
