@@ -31,6 +31,23 @@ impl Gate {
         })
     }
 
+    /// Opens the gate once `log` says a creation waits for the release, on a
+    /// thread of its own: a creation slower to come than a fixed delay would
+    /// otherwise find the release over, and not wait.
+    fn open_once_waited(
+        self: &Arc<Self>,
+        log: &crate::logging::capture::Captured,
+    ) -> std::thread::JoinHandle<()> {
+        let (gate, log) = (Arc::clone(self), log.clone());
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + LIMIT;
+            while log.lines("waiting for").is_empty() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            gate.open();
+        })
+    }
+
     /// Returns once a teardown waits at the gate; fails after [`LIMIT`].
     pub(super) fn wait_entered(&self) {
         let state = self.state.lock().unwrap();
@@ -336,7 +353,7 @@ fn a_share_of_a_gpu_being_torn_down_waits_for_the_teardown() {
     // The release holds the GPU's release lock through its teardown.
     gate.wait_entered();
     let log = crate::logging::capture::Captured::default();
-    let opener = gate.open_later();
+    let opener = gate.open_once_waited(&log);
     log.run(|| plugin.adjustment(&share("joining"), &ctr()))
         .expect("admitted once the teardown ended");
     opener.join().unwrap();
