@@ -20,6 +20,10 @@ pub struct NriVersion {
 
 /// First release with the pod-update and validation events (12-14).
 const V0_10: NriVersion = NriVersion::new(0, 10, 0);
+/// First release that synchronizes the plugins it launches (commit b881bc4:
+/// v0.6.1's `startPlugins` registers and configures them only; its
+/// `syncFn` runs for external connections alone).
+const V0_7: NriVersion = NriVersion::new(0, 7, 0);
 /// The pre-release CRI-O 1.33 vendors (`v0.9.1-0.20250219030224-e597e7849f24`),
 /// whose `LAST` is 14: the pod-update events (12, 13) without validation.
 const V0_9_1: NriVersion = NriVersion::new(0, 9, 1);
@@ -73,6 +77,13 @@ impl NriVersion {
             "cri-o" | "crio" | "CRI-O" => crio_nri(major, minor),
             _ => None,
         }
+    }
+
+    /// Whether a runtime with this NRI version sends Synchronize to a plugin
+    /// it launched (a pre-installed one); every version does to a plugin
+    /// that connects to its socket.
+    pub fn synchronizes_launched(self) -> bool {
+        self >= V0_7
     }
 
     /// The events a runtime with this NRI version accepts in a subscription.

@@ -71,6 +71,16 @@ impl DevgatePlugin {
             cdi_devices = features.cdi_devices, devices_as = ?record.devices_as,
             "configured"
         );
+        if self.options.config_from_runtime
+            && runtime
+                .nri_version
+                .is_some_and(|v| !v.synchronizes_launched())
+        {
+            tracing::warn!(
+                runtime = %runtime.name, version = %runtime.version, nri = ?runtime.nri_version,
+                "this runtime never synchronizes a plugin it launches: pods removed while devgate was not running keep their claims, refusing those devices to later pods, until a runtime synchronizes devgate; run it on the runtime's socket (install/bootstrap.sh without --preinstalled), where every connection synchronizes, or use containerd 1.7.26 or later"
+            );
+        }
         if record.device_mode != record.devices_as {
             tracing::warn!(
                 runtime = %runtime.name, version = %runtime.version,

@@ -375,3 +375,34 @@ mod reply;
 
 #[path = "logging_tests.rs"]
 mod logging;
+
+/// A plugin containerd 1.7.25 or older launched is never synchronized (its
+/// NRI v0.6.1 syncs socket connections only): said at Configure, with the
+/// way out; not on 1.7.26 or later, and not for a plugin on the socket.
+#[test]
+fn a_launched_plugin_that_will_not_be_synchronized_says_so() {
+    use nri::stub::Plugin as _;
+    const SAID: &str = "never synchronizes a plugin it launches";
+    let runtime = |version: &str| nri::RuntimeInfo {
+        name: "containerd".into(),
+        version: version.into(),
+        nri_version: nri::NriVersion::infer_from_runtime("containerd", version),
+        ..Default::default()
+    };
+    for (launched, version, said) in [
+        (true, "1.7.24", true),
+        (true, "1.7.26", false),
+        (true, "2.1.9", false),
+        (false, "1.7.24", false),
+    ] {
+        let (plugin, _state) = plugin(Config::default(), launched);
+        let log = crate::logging::capture::Captured::default();
+        log.run(|| plugin.configure(&runtime(version))).unwrap();
+        assert_eq!(
+            !log.lines(SAID).is_empty(),
+            said,
+            "launched {launched}, containerd {version}: {:?}",
+            log.lines("")
+        );
+    }
+}
