@@ -227,9 +227,23 @@ impl<P: Plugin> Service<P> {
             });
         };
         let (n_pods, n_containers) = (pods.len(), containers.len());
+        let start = std::time::Instant::now();
         let update = self.call(t, "synchronize", || {
             self.plugin.synchronize(pods, containers)
         })?;
+        let (took, timeout) = (start.elapsed(), self.request_timeout(t));
+        if took > timeout {
+            self.mark_sync_too_late();
+            tracing::error!(
+                took_ms = %took.as_millis(),
+                timeout_ms = %timeout.as_millis(),
+                "synchronize outlasted the runtime's deadline: the runtime dropped this plugin; reconnecting"
+            );
+            return Err(ttrpc::get_status(
+                Code::DEADLINE_EXCEEDED,
+                "synchronize outlasted the runtime's deadline",
+            ));
+        }
         self.mark_synchronized();
         tracing::info!(
             pods = n_pods,

@@ -31,6 +31,9 @@ pub(super) struct Service<P> {
     request_timeout_ms: AtomicU64,
     /// Set once the initial Synchronize was answered: the connection is up.
     synchronized: AtomicBool,
+    /// Set when the initial Synchronize was answered past the runtime's
+    /// deadline: the runtime dropped the plugin, and the connection must go.
+    sync_too_late: AtomicBool,
     /// Chunks of a split Synchronize, until the last one arrives.
     sync: Mutex<SyncBuffer>,
 }
@@ -124,6 +127,7 @@ impl<P: Plugin> Service<P> {
             plugin,
             request_timeout_ms: AtomicU64::new(DEFAULT_REQUEST_TIMEOUT_MS),
             synchronized: AtomicBool::new(false),
+            sync_too_late: AtomicBool::new(false),
             sync: Mutex::new(SyncBuffer::default()),
         }
     }
@@ -144,6 +148,18 @@ impl<P: Plugin> Service<P> {
         self.synchronized.load(Ordering::Relaxed)
     }
 
+    pub(super) fn mark_sync_too_late(&self) {
+        self.sync_too_late.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the runtime gave up on the initial Synchronize: NRI v0.7 and
+    /// later then close the connection; v0.6.1 (containerd 1.7.25 and older)
+    /// only logs it and never adds the plugin, leaving the connection open
+    /// with nothing more to come on it.
+    pub(super) fn sync_too_late(&self) -> bool {
+        self.sync_too_late.load(Ordering::Relaxed)
+    }
+
     /// Adds one Synchronize chunk; returns everything collected once the
     /// last chunk (`more == false`) is in.
     pub(super) fn collect_sync(
@@ -159,7 +175,7 @@ impl<P: Plugin> Service<P> {
     /// How long the runtime waits for the answer to a request: the shorter
     /// of the timeout it stated at Configure (2 s where it stated none) and
     /// the request's own deadline (`timeout_nano`, 0 if unset).
-    fn request_timeout(&self, timeout_nano: i64) -> Duration {
+    pub(super) fn request_timeout(&self, timeout_nano: i64) -> Duration {
         let configured = Duration::from_millis(self.request_timeout_ms.load(Ordering::Relaxed));
         shorter_of(configured, timeout_nano)
     }

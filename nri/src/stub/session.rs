@@ -113,6 +113,15 @@ impl<P: Plugin> Connector<P> {
                     if let Err(e) = written {
                         return Ok(Err(e));
                     }
+                    // The runtime gave up on it: whether it closes (NRI
+                    // v0.7+) or keeps a connection it sends nothing more on
+                    // (v0.6.1), only a new connection serves again.
+                    if service.sync_too_late() {
+                        return Ok(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "the runtime's deadline for synchronize passed",
+                        )));
+                    }
                     reset_buffer(&mut reply);
                     wire.recycle(msg.payload);
                 }

@@ -43,6 +43,8 @@ struct Recorder {
     refuse_with: Option<Code>,
     /// Delays the first CreateContainer this long.
     stall: Mutex<Option<Duration>>,
+    /// Delays each Synchronize this long.
+    sync_stall: Option<Duration>,
     /// Told when that CreateContainer's stall begins.
     stalling: Mutex<Option<std::sync::mpsc::Sender<()>>>,
     decode: crate::Decode,
@@ -88,6 +90,9 @@ impl Plugin for Recorder {
         pods: Vec<PodSandbox>,
         containers: Vec<Container>,
     ) -> Result<Vec<ContainerUpdate>, Refusal> {
+        if let Some(stall) = self.sync_stall {
+            std::thread::sleep(stall);
+        }
         self.synced
             .lock()
             .unwrap()

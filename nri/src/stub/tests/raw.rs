@@ -53,10 +53,16 @@ impl RawRuntime {
 
     /// Calls `method` of the Plugin service; returns the response.
     fn call(&mut self, method: &str, payload: Vec<u8>) -> Response {
+        self.call_within(method, payload, 0)
+    }
+
+    /// [`RawRuntime::call`] with the request's deadline, `timeout_nano`.
+    fn call_within(&mut self, method: &str, payload: Vec<u8>, timeout_nano: i64) -> Response {
         let req = Request {
             service: "nri.pkg.api.v1alpha1.Plugin".to_string(),
             method: method.to_string(),
             payload,
+            timeout_nano,
             ..Default::default()
         };
         let stream_id = self.next_stream;
@@ -92,8 +98,16 @@ fn registered_after(
     events: EventMask,
     delay: std::time::Duration,
 ) -> (RawRuntime, std::thread::JoinHandle<Result<(), StubError>>) {
+    registered_plugin(Recorder::new(events), delay)
+}
+
+/// [`registered_after`] for `plugin`.
+fn registered_plugin(
+    plugin: Recorder,
+    delay: std::time::Duration,
+) -> (RawRuntime, std::thread::JoinHandle<Result<(), StubError>>) {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
-    let stub = Stub::new(Recorder::new(events))
+    let stub = Stub::new(plugin)
         .with_name("raw")
         .with_idx("10")
         .with_connection(ours);
@@ -214,4 +228,42 @@ fn a_registration_answered_after_the_runtimes_5_s_is_kept() {
     let resp = rt.call("NoSuchMethod", Vec::new());
     assert_eq!(resp.status.code(), Code::UNIMPLEMENTED, "still serving");
     assert!(!running.is_finished(), "the stub gave up");
+}
+
+/// A Synchronize answered past the runtime's deadline: the runtime dropped
+/// the plugin. containerd 1.7.25 and older (NRI v0.6.1) keep the connection
+/// open and never send on it again, so the stub answers with the deadline's
+/// error and ends the connection itself, to be dialled again.
+#[test]
+fn a_synchronize_answered_too_late_ends_the_connection() {
+    let plugin = Recorder {
+        sync_stall: Some(std::time::Duration::from_millis(300)),
+        ..Recorder::new(create_and_remove())
+    };
+    let (mut rt, running) = registered_plugin(plugin, std::time::Duration::ZERO);
+    let configure = crate::api::ConfigureRequest {
+        runtime_name: "containerd".into(),
+        runtime_version: "1.7.24".into(),
+        request_timeout: 100,
+        ..Default::default()
+    };
+    let reply = rt.call("Configure", configure.write_to_bytes().unwrap());
+    assert_eq!(reply.status.code(), Code::OK);
+    let sync = crate::api::SynchronizeRequest::default()
+        .write_to_bytes()
+        .unwrap();
+    let reply = rt.call_within("Synchronize", sync, 100_000_000);
+    assert_eq!(reply.status.code(), Code::DEADLINE_EXCEEDED, "{reply:?}");
+    // The runtime keeps its end open: the stub closes the connection.
+    rt.stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let read = rt.stream.read_to_end(&mut rest);
+    assert!(matches!(read, Ok(0)), "{read:?} {rest:?}");
+    let result = running.join().unwrap();
+    assert!(
+        matches!(result, Err(StubError::Refused { .. })),
+        "{result:?}"
+    );
 }
