@@ -353,9 +353,10 @@ impl DevgatePlugin {
                     let _running = running;
                     releaser.run_unjoined(&id, false);
                 });
-                if let Err(job) = self.release_workers.submit(job) {
-                    tracing::warn!("releasing inline");
-                    job();
+                if self.release_workers.submit(job).is_err() {
+                    // Admitted none: the retry leaves it if one joins since.
+                    self.unreleased.failed(sandbox_id, 0);
+                    tracing::warn!(sandbox = %sandbox_id, "no thread to release on: left to the retry round");
                 }
             }
             Ok(_) => {}
@@ -381,13 +382,20 @@ impl DevgatePlugin {
         let running = self.releases.enter(&which);
         // On a worker: the stub's thread must keep answering the runtime
         // while teardown waits on processes.
+        let pods = which.clone();
         let job = Box::new(move || {
             let _running = running;
             releaser.run(&which);
         });
-        if let Err(job) = self.release_workers.submit(job) {
-            tracing::warn!("releasing inline");
-            job();
+        // Never on the caller's thread: the stub's must answer within the
+        // runtime's deadline, and a teardown may wait seconds on processes.
+        // The retry round (its own thread) tries every pod of it instead.
+        if self.release_workers.submit(job).is_err() {
+            self.unreleased.update(&pods, None);
+            tracing::warn!(
+                pods = pods.ids().count(),
+                "no thread to release on: left to the retry round"
+            );
         }
     }
 

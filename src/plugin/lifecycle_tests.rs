@@ -147,6 +147,33 @@ fn only_a_pod_the_ledger_holds_is_released_on_a_worker() {
     assert!(ledger.snapshot().unwrap().pods.is_empty());
 }
 
+/// A process that can start no thread (a pids limit reached) does not tear a
+/// stopped pod down on the stub's thread, which must answer the runtime
+/// within its deadline: the release is left to the retry round, which runs
+/// it on its own thread.
+#[test]
+fn without_a_thread_to_release_on_the_retry_round_releases() {
+    use nri::stub::Plugin as _;
+    let (mut plugin, _state) = plugin(Config::default(), false);
+    plugin.release_workers = super::workers::Workers::without_threads();
+    let ledger = plugin.devices().ledger().clone();
+    let (pod, vf) = pod_holding_a_vf();
+    ledger.claim(&pod, &[vf]).unwrap();
+    let sandbox = nri::api::PodSandbox {
+        id: "sb".into(),
+        ..Default::default()
+    };
+    plugin.stop_pod_sandbox(&sandbox).unwrap();
+    assert!(
+        ledger.holds("sb").unwrap(),
+        "not released on the stub's thread"
+    );
+    assert!(plugin.unreleased.pending().contains("sb"));
+    plugin.retry_round();
+    assert!(!ledger.holds("sb").unwrap());
+    assert!(plugin.unreleased.pending().is_empty());
+}
+
 /// The hook beside the plugin when it is there; the installed one for a
 /// plugin the runtime started from its plugin directory.
 #[test]

@@ -41,6 +41,9 @@ impl Shared {
 
 pub struct Workers {
     shared: Arc<Shared>,
+    /// False in tests standing for a process that can start no thread
+    /// (`EAGAIN` under a pids limit).
+    can_spawn: bool,
 }
 
 impl Default for Workers {
@@ -57,6 +60,16 @@ impl Workers {
                 wake: Condvar::new(),
                 linger,
             }),
+            can_spawn: true,
+        }
+    }
+
+    /// Workers that can start no thread, as under an exhausted pids limit.
+    #[cfg(test)]
+    pub fn without_threads() -> Workers {
+        Workers {
+            can_spawn: false,
+            ..Workers::default()
         }
     }
 
@@ -76,14 +89,18 @@ impl Workers {
         let slot = Arc::new(Mutex::new(Some(job)));
         let taken = Arc::clone(&slot);
         let shared = Arc::clone(&self.shared);
-        let spawned = std::thread::Builder::new()
-            .name("release".into())
-            .spawn(move || {
-                let first = taken.lock().unwrap_or_else(PoisonError::into_inner).take();
-                if let Some(first) = first {
-                    work(&shared, first);
-                }
-            });
+        let spawned = if self.can_spawn {
+            std::thread::Builder::new()
+                .name("release".into())
+                .spawn(move || {
+                    let first = taken.lock().unwrap_or_else(PoisonError::into_inner).take();
+                    if let Some(first) = first {
+                        work(&shared, first);
+                    }
+                })
+        } else {
+            Err(std::io::Error::from_raw_os_error(libc::EAGAIN))
+        };
         match spawned {
             Ok(_) => {
                 s.threads += 1;
