@@ -1,5 +1,7 @@
 //! `devgate status`: a state directory holding an unreadable VF record still
 //! shows the rest, with the record's error; one it cannot read at all fails.
+#[path = "support/full_stdout.rs"]
+mod full_stdout;
 use std::process::Command;
 
 /// `devgate status` on `state` and `health`, run to its end.
@@ -134,19 +136,7 @@ fn a_failed_write_to_stdout_is_an_error_not_a_panic() {
         ],
     ];
     for args in runs {
-        let full = std::fs::OpenOptions::new()
-            .write(true)
-            .open("/dev/full")
-            .unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_devgate"))
-            .args(args)
-            .stdout(full)
-            .output()
-            .expect("run devgate");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-        assert!(stderr.contains("write to stdout"), "{args:?}: {stderr}");
+        full_stdout::fails_cleanly(args);
     }
 }
 

@@ -188,13 +188,7 @@ fn a_hooks_only_node_without_socket_or_plugin_passes_with_warnings() {
 #[test]
 fn podman_reads_the_hooks_dir_its_containers_conf_sets() {
     let node = super::healthy();
-    let etc = node.roots.etc_root.join("containers/oci/hooks.d");
-    std::fs::create_dir_all(&etc).unwrap();
-    let usr = node
-        .roots
-        .host_root
-        .join("usr/share/containers/oci/hooks.d/devgate.json");
-    std::fs::rename(usr, etc.join("devgate.json")).unwrap();
+    hooks_file_in_etc(&node);
     assert_eq!(run_check(&node, "hooks.d").status, Status::Pass);
 
     write(&node.roots.host_root.join("usr/bin/podman"), "");
