@@ -78,7 +78,7 @@ impl DevgatePlugin {
         {
             tracing::warn!(
                 runtime = %runtime.name, version = %runtime.version, nri = ?runtime.nri_version,
-                "this runtime never synchronizes a plugin it launches: pods removed while devgate was not running keep their claims, refusing those devices to later pods, until a runtime synchronizes devgate; run it on the runtime's socket (install/bootstrap.sh without --preinstalled), where every connection synchronizes, or use containerd 1.7.26 or later"
+                "this runtime's NRI (before v0.7) never synchronizes a plugin it launches: pods removed while devgate was not running keep their claims, refusing those devices to later pods, until a runtime synchronizes devgate; run it on the runtime's socket (for containerd, install/bootstrap.sh without --preinstalled), where every connection synchronizes, or use a runtime with NRI v0.7 or later (containerd 1.7.26, CRI-O 1.32)"
             );
         }
         if record.device_mode != record.devices_as {

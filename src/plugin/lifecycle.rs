@@ -353,10 +353,11 @@ impl DevgatePlugin {
                     let _running = running;
                     releaser.run_unjoined(&id, false);
                 });
-                if self.release_workers.submit(job).is_err() {
-                    // Admitted none: the retry leaves it if one joins since.
-                    self.unreleased.failed(sandbox_id, 0);
-                    tracing::warn!(sandbox = %sandbox_id, "no thread to release on: left to the retry round");
+                if let Err(job) = self.release_workers.submit(job) {
+                    // It tears nothing down (the pod is live), so it waits
+                    // on no process, only on the devices' release turns.
+                    tracing::warn!("releasing inline");
+                    job();
                 }
             }
             Ok(_) => {}

@@ -70,6 +70,10 @@ const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(5);
 const REGISTRATION_WAIT: Duration = Duration::from_secs(30);
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(5);
+/// The wait before dialling again after a Synchronize the runtime gave up
+/// on: each try holds the runtime's sync of its pods for its whole deadline,
+/// so one that keeps running late is not repeated every few seconds.
+const LATE_SYNC_RETRY: Duration = Duration::from_secs(30);
 /// A connection that synchronized but closed sooner than this counts as
 /// turned down, not as one that served: a runtime closes a plugin whose
 /// Synchronize reply it cannot take (updates it fails to apply, a reply too
@@ -112,6 +116,10 @@ pub enum StubError {
         #[source]
         source: Option<io::Error>,
     },
+    #[error(
+        "the plugin answered synchronize after the runtime's deadline, so the runtime dropped it"
+    )]
+    SyncTooLate,
 }
 
 enum Transport {
@@ -256,6 +264,10 @@ impl<P: Plugin> Connector<P> {
                 }
                 Ok(()) => {
                     tracing::debug!(retry_in_ms = %delay.as_millis(), "the runtime closed the connection soon after synchronizing");
+                }
+                Err(StubError::SyncTooLate) => {
+                    tracing::warn!(retry_in_s = LATE_SYNC_RETRY.as_secs(), "synchronize ran past the runtime's deadline; if it keeps doing so, raise the runtime's plugin request timeout");
+                    delay = LATE_SYNC_RETRY;
                 }
                 // Warn on the first failure of a series only: a runtime that
                 // is down for minutes would otherwise flood the log.

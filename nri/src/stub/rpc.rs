@@ -231,7 +231,7 @@ impl<P: Plugin> Service<P> {
         let update = self.call(t, "synchronize", || {
             self.plugin.synchronize(pods, containers)
         })?;
-        let (took, timeout) = (start.elapsed(), self.request_timeout(t));
+        let (took, timeout) = (start.elapsed(), self.runtime_deadline(t));
         if took > timeout {
             self.mark_sync_too_late();
             tracing::error!(

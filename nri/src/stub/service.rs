@@ -153,9 +153,9 @@ impl<P: Plugin> Service<P> {
     }
 
     /// Whether the runtime gave up on the initial Synchronize: NRI v0.7 and
-    /// later then close the connection; v0.6.1 (containerd 1.7.25 and older)
-    /// only logs it and never adds the plugin, leaving the connection open
-    /// with nothing more to come on it.
+    /// later then close the plugin (`plugin.synchronize`, 4e60cd0); v0.6.1
+    /// (containerd 1.7.25 and older) only logs it and never adds the plugin,
+    /// leaving the connection open with nothing more to come on it.
     pub(super) fn sync_too_late(&self) -> bool {
         self.sync_too_late.load(Ordering::Relaxed)
     }
@@ -172,10 +172,22 @@ impl<P: Plugin> Service<P> {
         })
     }
 
+    /// How long the runtime waited for the answer to a request, to judge one
+    /// answered: the request's own deadline when it carries one (ttrpc sends
+    /// what is left of the runtime's; NRI v0.6.1 states no timeout at
+    /// Configure, so an operator's longer `plugin_request_timeout` shows only
+    /// here), else the timeout stated at Configure (2 s where none was).
+    pub(super) fn runtime_deadline(&self, timeout_nano: i64) -> Duration {
+        match u64::try_from(timeout_nano) {
+            Ok(ns) if ns > 0 => Duration::from_nanos(ns),
+            _ => Duration::from_millis(self.request_timeout_ms.load(Ordering::Relaxed)),
+        }
+    }
+
     /// How long the runtime waits for the answer to a request: the shorter
     /// of the timeout it stated at Configure (2 s where it stated none) and
     /// the request's own deadline (`timeout_nano`, 0 if unset).
-    pub(super) fn request_timeout(&self, timeout_nano: i64) -> Duration {
+    fn request_timeout(&self, timeout_nano: i64) -> Duration {
         let configured = Duration::from_millis(self.request_timeout_ms.load(Ordering::Relaxed));
         shorter_of(configured, timeout_nano)
     }

@@ -34,6 +34,9 @@ impl<P: Plugin> Connector<P> {
         let closed = self.exchange(&service, &mut wire);
         self.plugin.on_close();
         let closed = closed?;
+        if service.sync_too_late() {
+            return Err(StubError::SyncTooLate);
+        }
         // Closed before the handshake finished: the runtime refused the
         // plugin (e.g. at Configure); count it as a failure so that the
         // next attempt backs off instead of looping every 100 ms.

@@ -262,8 +262,30 @@ fn a_synchronize_answered_too_late_ends_the_connection() {
     let read = rt.stream.read_to_end(&mut rest);
     assert!(matches!(read, Ok(0)), "{read:?} {rest:?}");
     let result = running.join().unwrap();
-    assert!(
-        matches!(result, Err(StubError::Refused { .. })),
-        "{result:?}"
-    );
+    assert!(matches!(result, Err(StubError::SyncTooLate)), "{result:?}");
+}
+
+/// The request's own deadline decides: NRI v0.6.1 states no timeout at
+/// Configure, and a runtime whose operator raised it sends the longer
+/// deadline with the request only. A Synchronize within it is answered.
+#[test]
+fn a_synchronize_within_the_requests_own_deadline_is_answered() {
+    let plugin = Recorder {
+        sync_stall: Some(std::time::Duration::from_millis(300)),
+        ..Recorder::new(create_and_remove())
+    };
+    let (mut rt, _running) = registered_plugin(plugin, std::time::Duration::ZERO);
+    let configure = crate::api::ConfigureRequest {
+        runtime_name: "containerd".into(),
+        runtime_version: "1.7.24".into(),
+        request_timeout: 100,
+        ..Default::default()
+    };
+    let reply = rt.call("Configure", configure.write_to_bytes().unwrap());
+    assert_eq!(reply.status.code(), Code::OK);
+    let sync = crate::api::SynchronizeRequest::default()
+        .write_to_bytes()
+        .unwrap();
+    let reply = rt.call_within("Synchronize", sync, 10_000_000_000);
+    assert_eq!(reply.status.code(), Code::OK, "{reply:?}");
 }
