@@ -234,7 +234,7 @@ impl DevgatePlugin {
     pub fn retry_quarantined_every(&self) {
         loop {
             let secs = self.gpu.get().config().health_interval_secs;
-            std::thread::sleep(Duration::from_secs(secs.max(1)));
+            self.round_wake.wait(Duration::from_secs(secs.max(1)));
             self.retry_round();
         }
     }
@@ -393,9 +393,12 @@ impl DevgatePlugin {
         // The retry round (its own thread) tries every pod of it instead.
         if self.release_workers.submit(job).is_err() {
             self.unreleased.update(&pods, None);
+            // Now, not an interval later: until it runs, a creation wanting
+            // these devices is refused rather than waiting for them.
+            self.round_wake.wake();
             tracing::warn!(
                 pods = pods.ids().count(),
-                "no thread to release on: left to the retry round"
+                "no thread to release on: left to the retry round, started now"
             );
         }
     }

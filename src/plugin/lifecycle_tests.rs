@@ -169,6 +169,8 @@ fn without_a_thread_to_release_on_the_retry_round_releases() {
         "not released on the stub's thread"
     );
     assert!(plugin.unreleased.pending().contains("sb"));
+    // The retry thread's wait ends at once, not an interval later.
+    assert!(plugin.round_wake.wait(std::time::Duration::from_secs(60)));
     plugin.retry_round();
     assert!(!ledger.holds("sb").unwrap());
     assert!(plugin.unreleased.pending().is_empty());

@@ -26,6 +26,7 @@ mod live_pods;
 pub mod probe;
 pub mod reads;
 mod resync;
+mod round_wake;
 mod stopped_pods;
 mod unapplied;
 pub mod unapplied_record;
@@ -96,6 +97,8 @@ pub struct DevgatePlugin {
     release_workers: workers::Workers,
     /// Pods whose teardown failed, retried in the background.
     unreleased: Arc<lifecycle::Unreleased>,
+    /// Starts the retry thread's next round early.
+    round_wake: round_wake::RoundWake,
     /// A Synchronize whose gone pods are still to be looked for.
     resync: resync::PendingSync,
     /// Containers running without their allocation, for `devgate status`.
@@ -163,6 +166,7 @@ impl DevgatePlugin {
             releases: Arc::default(),
             release_workers: workers::Workers::default(),
             unreleased: Arc::default(),
+            round_wake: Default::default(),
             resync: Default::default(),
             unapplied,
             health_started: Default::default(),
