@@ -230,12 +230,16 @@ fn a_registration_answered_after_the_runtimes_5_s_is_kept() {
     assert!(!running.is_finished(), "the stub gave up");
 }
 
-/// A Synchronize answered past the runtime's deadline: the runtime dropped
-/// the plugin. containerd 1.7.25 and older (NRI v0.6.1) keep the connection
-/// open and never send on it again, so the stub answers with the deadline's
-/// error and ends the connection itself, to be dialled again.
-#[test]
-fn a_synchronize_answered_too_late_ends_the_connection() {
+/// A stub whose Synchronize takes 300 ms, configured by containerd 1.7.24
+/// stating a 100 ms request timeout, and the reply to a Synchronize that
+/// carries `timeout_nano`.
+fn synchronized_within(
+    timeout_nano: i64,
+) -> (
+    RawRuntime,
+    std::thread::JoinHandle<Result<(), StubError>>,
+    Response,
+) {
     let plugin = Recorder {
         sync_stall: Some(std::time::Duration::from_millis(300)),
         ..Recorder::new(create_and_remove())
@@ -252,7 +256,17 @@ fn a_synchronize_answered_too_late_ends_the_connection() {
     let sync = crate::api::SynchronizeRequest::default()
         .write_to_bytes()
         .unwrap();
-    let reply = rt.call_within("Synchronize", sync, 100_000_000);
+    let reply = rt.call_within("Synchronize", sync, timeout_nano);
+    (rt, running, reply)
+}
+
+/// A Synchronize answered past the runtime's deadline: the runtime dropped
+/// the plugin. containerd 1.7.25 and older (NRI v0.6.1) keep the connection
+/// open and never send on it again, so the stub answers with the deadline's
+/// error and ends the connection itself, to be dialled again.
+#[test]
+fn a_synchronize_answered_too_late_ends_the_connection() {
+    let (mut rt, running, reply) = synchronized_within(100_000_000);
     assert_eq!(reply.status.code(), Code::DEADLINE_EXCEEDED, "{reply:?}");
     // The runtime keeps its end open: the stub closes the connection.
     rt.stream
@@ -270,22 +284,6 @@ fn a_synchronize_answered_too_late_ends_the_connection() {
 /// deadline with the request only. A Synchronize within it is answered.
 #[test]
 fn a_synchronize_within_the_requests_own_deadline_is_answered() {
-    let plugin = Recorder {
-        sync_stall: Some(std::time::Duration::from_millis(300)),
-        ..Recorder::new(create_and_remove())
-    };
-    let (mut rt, _running) = registered_plugin(plugin, std::time::Duration::ZERO);
-    let configure = crate::api::ConfigureRequest {
-        runtime_name: "containerd".into(),
-        runtime_version: "1.7.24".into(),
-        request_timeout: 100,
-        ..Default::default()
-    };
-    let reply = rt.call("Configure", configure.write_to_bytes().unwrap());
-    assert_eq!(reply.status.code(), Code::OK);
-    let sync = crate::api::SynchronizeRequest::default()
-        .write_to_bytes()
-        .unwrap();
-    let reply = rt.call_within("Synchronize", sync, 10_000_000_000);
+    let (_rt, _running, reply) = synchronized_within(10_000_000_000);
     assert_eq!(reply.status.code(), Code::OK, "{reply:?}");
 }
