@@ -34,9 +34,6 @@ impl<P: Plugin> Connector<P> {
         let closed = self.exchange(&service, &mut wire);
         self.plugin.on_close();
         let closed = closed?;
-        if service.sync_too_late() {
-            return Err(StubError::SyncTooLate);
-        }
         // Closed before the handshake finished: the runtime refused the
         // plugin (e.g. at Configure); count it as a failure so that the
         // next attempt backs off instead of looping every 100 ms.
@@ -53,7 +50,8 @@ impl<P: Plugin> Connector<P> {
 
     /// Sends the registration, then answers requests until the stream
     /// closes (`Ok(Ok)`) or fails (`Ok(Err)`). The registration reply must
-    /// come within [`REGISTRATION_WAIT`].
+    /// come within [`REGISTRATION_WAIT`]; a Synchronize answered past the
+    /// runtime's deadline ends the connection ([`StubError::SyncTooLate`]).
     fn exchange(&self, service: &Service<P>, wire: &mut Wire) -> Result<io::Result<()>, StubError> {
         let register = |reason: String| StubError::Register { reason };
         let req = api::RegisterPluginRequest {
@@ -120,10 +118,7 @@ impl<P: Plugin> Connector<P> {
                     // v0.7+) or keeps a connection it sends nothing more on
                     // (v0.6.1), only a new connection serves again.
                     if service.sync_too_late() {
-                        return Ok(Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            "the runtime's deadline for synchronize passed",
-                        )));
+                        return Err(StubError::SyncTooLate);
                     }
                     reset_buffer(&mut reply);
                     wire.recycle(msg.payload);

@@ -261,8 +261,13 @@ pub fn hooks_d(roots: &Roots, crio: bool) -> Check {
         };
         return Check::warn(NAME, detail, fix);
     }
+    let read_by_podman = podman.as_ref().is_some_and(|dirs| {
+        files.iter().any(|(file, _)| {
+            dirs.iter()
+                .any(|d| file.parent() == Some(roots.host_path(d).as_path()))
+        })
+    });
     let mut good = Vec::new();
-    let mut read_by_podman = false;
     for (file, hook) in files {
         let problem = match &hook {
             Err(e) => Some(format!("{}: {e}", file.display())),
@@ -275,17 +280,11 @@ pub fn hooks_d(roots: &Roots, crio: bool) -> Check {
                 p,
                 "install devgate-hook where the file points (install/bootstrap.sh installs both)",
             ),
-            None => {
-                read_by_podman |= podman.as_ref().is_some_and(|dirs| {
-                    dirs.iter()
-                        .any(|d| file.parent() == Some(roots.host_path(d).as_path()))
-                });
-                good.push(format!(
-                    "{} -> {}",
-                    file.display(),
-                    hook.unwrap_or_default()
-                ))
-            }
+            None => good.push(format!(
+                "{} -> {}",
+                file.display(),
+                hook.unwrap_or_default()
+            )),
         }
     }
     match podman {
