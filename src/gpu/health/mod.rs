@@ -51,7 +51,9 @@ impl fmt::Display for Fault {
             Fault::RetiredPagesPending => f.write_str("retired pages pending"),
             Fault::RowRemapPending => f.write_str("row remap pending"),
             Fault::RowRemapFailed => f.write_str("row remap failed"),
-            Fault::Lost { code: 15 } => f.write_str("gpu is lost (nvml)"),
+            Fault::Lost {
+                code: super::nvml::GPU_IS_LOST,
+            } => f.write_str("gpu is lost (nvml)"),
             Fault::Lost { code } => write!(f, "gpu needs a reset (nvml code {code})"),
         }
     }

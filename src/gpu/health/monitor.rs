@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use super::{apply, observe, Fault, HealthStore, Observation, Recovery, Transition};
 use crate::config::GpuConfig;
-use crate::gpu::nvml::{EventWait, GpuEvent, MemoryHealth, Nvml, NvmlError};
+use crate::gpu::nvml::{
+    EventWait, GpuEvent, MemoryHealth, Nvml, NvmlError, GPU_IS_LOST, RESET_REQUIRED,
+};
 use crate::gpu::GpuError;
 use crate::inventory::Inventory;
 
@@ -185,7 +187,7 @@ impl HealthMonitor {
                 tracing::warn!(gpu = uuid, error = %nri::ErrorChain(&e), "gpu health: read failed");
                 let lost = match e {
                     NvmlError::Call {
-                        code: code @ (15 | 16),
+                        code: code @ (GPU_IS_LOST | RESET_REQUIRED),
                         ..
                     } => Some(Fault::Lost { code }),
                     _ => None,

@@ -63,7 +63,7 @@ impl FakeNvml {
         Err(NvmlError::Call {
             call,
             uuid: uuid.to_string(),
-            code: 15,
+            code: super::GPU_IS_LOST,
             reason: "gpu is lost",
         })
     }

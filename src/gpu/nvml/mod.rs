@@ -17,6 +17,11 @@ use crate::config::GpuComputeMode;
 /// toolkit open the same soname).
 pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
 
+/// `NVML_ERROR_GPU_IS_LOST`: the GPU fell off the bus (XID 79).
+pub const GPU_IS_LOST: i32 = 15;
+/// `NVML_ERROR_RESET_REQUIRED`: the GPU needs a reset before further use.
+pub const RESET_REQUIRED: i32 = 16;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NvmlError {
     #[error("nvml {call} on gpu {uuid} failed: {reason} (code {code})")]
@@ -121,7 +126,13 @@ impl NvmlError {
     pub fn gpu_lost(&self) -> bool {
         matches!(
             self,
-            NvmlError::Events { code: 15, .. } | NvmlError::Call { code: 15, .. }
+            NvmlError::Events {
+                code: GPU_IS_LOST,
+                ..
+            } | NvmlError::Call {
+                code: GPU_IS_LOST,
+                ..
+            }
         )
     }
 }
