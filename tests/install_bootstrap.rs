@@ -259,17 +259,30 @@ impl Drop for ReadOnly {
     }
 }
 
+/// A node without containerd whose /usr is read-only, as on an image-based
+/// host: its scratch directory, prefix, the read-only mount and the hooks
+/// source directory.
+fn image_based_node() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    ReadOnly,
+    std::path::PathBuf,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = node(dir.path());
+    std::fs::remove_dir_all(prefix.join("etc/containerd")).unwrap();
+    let usr = ReadOnly::mount(&prefix.join("usr/share"));
+    let hooks = hooks_dir(dir.path());
+    (dir, prefix, usr, hooks)
+}
+
 /// A CRI-O or podman node on an image-based host: no containerd, and a
 /// read-only /usr. Bootstrap installs devgate, the unit and the hooks.d file
 /// in /etc, says why /usr's is missing, leaves containerd's NRI alone and
 /// prepares the node, instead of stopping halfway.
 #[test]
 fn a_node_without_containerd_and_with_a_read_only_usr() {
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = node(dir.path());
-    std::fs::remove_dir_all(prefix.join("etc/containerd")).unwrap();
-    let _usr = ReadOnly::mount(&prefix.join("usr/share"));
-    let hooks = hooks_dir(dir.path());
+    let (_dir, prefix, _usr, hooks) = image_based_node();
     let run = bootstrap(&prefix, &hooks, &["--containerd-version", "none"]);
     assert!(run.ok, "{}", run.out);
     position(&run.out, "no containerd on this node");
@@ -296,11 +309,7 @@ fn a_node_without_containerd_and_with_a_read_only_usr() {
 /// directory, it succeeds.
 #[test]
 fn hooks_only_fails_where_no_runtime_reads_the_directory_that_took_the_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = node(dir.path());
-    std::fs::remove_dir_all(prefix.join("etc/containerd")).unwrap();
-    let _usr = ReadOnly::mount(&prefix.join("usr/share"));
-    let hooks = hooks_dir(dir.path());
+    let (_dir, prefix, _usr, hooks) = image_based_node();
     let args = ["--hooks-only", "--containerd-version", "none"];
     let run = bootstrap(&prefix, &hooks, &args);
     assert!(!run.ok, "{}", run.out);
