@@ -119,7 +119,10 @@ impl<P: Plugin> Service<P> {
         let (t, p) = (req.timeout_nano, req.payload);
         match req.method {
             "Configure" => reply(p, out, |r| self.configure(t, &r)),
-            "Synchronize" => reply(p, out, |r| self.synchronize(t, r)),
+            "Synchronize" => {
+                self.admit_sync(p)?;
+                reply(p, out, |r| self.synchronize(t, r))
+            }
             "Shutdown" => reply(p, out, |_: api::Empty| {
                 tracing::info!("runtime is shutting down");
                 self.plugin.shutdown();

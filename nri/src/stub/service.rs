@@ -20,6 +20,7 @@ use std::{
 use ttrpc::{Code, Status};
 
 use super::{Plugin, RpcError, RuntimeInfo};
+use crate::protowire;
 use crate::ErrorChain;
 use crate::{api, api::Event, NriVersion};
 
@@ -65,6 +66,30 @@ struct SyncBuffer {
 }
 
 impl SyncBuffer {
+    /// Checks a chunk still encoded against `max`, counting its pods and
+    /// containers without building them: a chunk of up to 4 MiB of empty
+    /// entries (two bytes each) would otherwise make this process build two
+    /// million messages before `add` could refuse them. A chunk that is not
+    /// valid protobuf passes with what was counted up to the fault, for the
+    /// decoder to name it.
+    fn admit(&mut self, payload: &[u8], max: SyncBound) -> Result<(), Status> {
+        let mut entries = 0usize;
+        // SynchronizeRequest: pods = 1, containers = 2 (api.proto), each
+        // entry one length-delimited field.
+        let _ = protowire::each_field(payload, |_, field, wire_type| {
+            if matches!(field, 1 | 2) && wire_type == protowire::LEN {
+                entries += 1;
+            }
+            Ok(false)
+        });
+        let objects = self.objects().saturating_add(entries);
+        let bytes = self.bytes.saturating_add(payload.len() as u64);
+        if objects > max.objects || bytes > max.bytes {
+            return Err(self.exhausted(max));
+        }
+        Ok(())
+    }
+
     /// Adds one chunk; everything collected once the last one is in, or an
     /// error, with the buffer emptied, once the chunks hold more than `max`.
     fn add(
@@ -72,20 +97,14 @@ impl SyncBuffer {
         req: api::SynchronizeRequest,
         max: SyncBound,
     ) -> Result<Option<Synced>, Status> {
-        let held = self.pods.len() + self.containers.len();
-        let objects = held.saturating_add(req.pods.len() + req.containers.len());
+        let objects = self
+            .objects()
+            .saturating_add(req.pods.len() + req.containers.len());
         let bytes = self
             .bytes
             .saturating_add(protobuf::Message::compute_size(&req));
         if objects > max.objects || bytes > max.bytes {
-            *self = SyncBuffer::default();
-            return Err(ttrpc::get_status(
-                Code::RESOURCE_EXHAUSTED,
-                format!(
-                    "synchronize carries more than {} pods and containers or {} bytes",
-                    max.objects, max.bytes
-                ),
-            ));
+            return Err(self.exhausted(max));
         }
         self.bytes = bytes;
         self.pods.extend(req.pods);
@@ -96,6 +115,27 @@ impl SyncBuffer {
         let all = mem::take(self);
         Ok(Some((all.pods, all.containers)))
     }
+
+    fn objects(&self) -> usize {
+        self.pods.len() + self.containers.len()
+    }
+
+    /// Drops what was collected: the runtime's Synchronize has failed, and
+    /// its next one starts afresh.
+    fn exhausted(&mut self, max: SyncBound) -> Status {
+        *self = SyncBuffer::default();
+        ttrpc::get_status(
+            Code::RESOURCE_EXHAUSTED,
+            format!(
+                "synchronize carries more than {} pods and containers or {} bytes",
+                max.objects, max.bytes
+            ),
+        )
+    }
+}
+
+fn sync_refused(status: &Status) {
+    tracing::error!(error = %status.message, "synchronize refused");
 }
 
 /// Converts a plugin error into the status the runtime sees.
@@ -162,14 +202,19 @@ impl<P: Plugin> Service<P> {
 
     /// Adds one Synchronize chunk; returns everything collected once the
     /// last chunk (`more == false`) is in.
+    /// Refuses a Synchronize chunk that would take the collected chunks past
+    /// their bound, before it is decoded.
+    pub(super) fn admit_sync(&self, payload: &[u8]) -> Result<(), Status> {
+        let mut buf = self.sync.lock().unwrap_or_else(PoisonError::into_inner);
+        buf.admit(payload, MAX_SYNC).inspect_err(sync_refused)
+    }
+
     pub(super) fn collect_sync(
         &self,
         req: api::SynchronizeRequest,
     ) -> Result<Option<Synced>, Status> {
         let mut buf = self.sync.lock().unwrap_or_else(PoisonError::into_inner);
-        buf.add(req, MAX_SYNC).inspect_err(|status| {
-            tracing::error!(error = %status.message, "synchronize refused");
-        })
+        buf.add(req, MAX_SYNC).inspect_err(sync_refused)
     }
 
     /// How long the runtime waited for the answer to a request, to judge one
@@ -375,6 +420,44 @@ mod sync_buffer_tests {
         objects: 10,
         bytes: 1 << 20,
     };
+
+    /// A chunk is counted still encoded, against what the buffer holds:
+    /// pods (field 1) and containers (field 2), each one length-delimited
+    /// entry, and other fields not at all.
+    #[test]
+    fn chunks_are_counted_before_they_are_decoded() {
+        let mut buf = SyncBuffer::default();
+        assert_eq!(buf.add(chunk(2, 4, true), TEN), Ok(None));
+        // Four entries and `more`: ten in all, the bound itself.
+        let four = [
+            [0x0a, 0x00],
+            [0x12, 0x00],
+            [0x12, 0x00],
+            [0x0a, 0x00],
+            [0x18, 0x01],
+        ]
+        .concat();
+        assert_eq!(buf.admit(&four, TEN), Ok(()));
+        assert_eq!(buf.objects(), 6, "admitting adds nothing");
+        let five = [four.as_slice(), &[0x0a, 0x00]].concat();
+        let err = buf.admit(&five, TEN).unwrap_err();
+        assert_eq!(err.code(), Code::RESOURCE_EXHAUSTED);
+        assert!(buf.pods.is_empty() && buf.containers.is_empty() && buf.bytes == 0);
+        // Invalid protobuf is counted up to its fault and left to the decoder.
+        let cut = [[0x0a, 0x00].repeat(3), vec![0x0a, 0x05]].concat();
+        assert_eq!(buf.admit(&cut, TEN), Ok(()));
+        let past = [[0x12, 0x00].repeat(11), vec![0x0a, 0x05]].concat();
+        assert!(buf.admit(&past, TEN).is_err());
+        // The bytes bound the chunk's encoded size (ten bytes here).
+        let ten_bytes = SyncBound {
+            objects: 10,
+            bytes: 10,
+        };
+        let mut buf = SyncBuffer::default();
+        assert!(buf.admit(&four, ten_bytes).is_ok());
+        let longer = [four.as_slice(), &[0x18, 0x00]].concat();
+        assert!(buf.admit(&longer, ten_bytes).is_err());
+    }
 
     /// Few objects, each large (a pod's annotations): the bytes bound them.
     #[test]

@@ -230,6 +230,27 @@ fn a_registration_answered_after_the_runtimes_5_s_is_kept() {
     assert!(!running.is_finished(), "the stub gave up");
 }
 
+/// A Synchronize chunk naming more pods than the stub holds is refused
+/// before it is decoded: its entries here are not valid pods, which a
+/// decode would report instead. At the bound itself the chunk is decoded
+/// (and its entries found invalid), and the stub serves on.
+#[test]
+fn a_synchronize_over_the_bound_is_refused_before_it_is_decoded() {
+    let (mut rt, _running) = registered(create_and_remove());
+    // Pods (field 1), each a pod whose first field is cut short.
+    let pods = |n: usize| [0x0a, 0x01, 0x08].repeat(n);
+    let reply = rt.call("Synchronize", pods((1 << 16) + 1));
+    assert_eq!(reply.status.code(), Code::RESOURCE_EXHAUSTED, "{reply:?}");
+    assert!(
+        reply.status.message().contains("more than 65536"),
+        "{reply:?}"
+    );
+    let reply = rt.call("Synchronize", pods(1 << 16));
+    assert_eq!(reply.status.code(), Code::INVALID_ARGUMENT, "{reply:?}");
+    let reply = rt.call("Synchronize", Vec::new());
+    assert_eq!(reply.status.code(), Code::OK, "{reply:?}");
+}
+
 /// A stub whose Synchronize takes 300 ms, configured by containerd 1.7.24
 /// stating a 100 ms request timeout, and the reply to a Synchronize that
 /// carries `timeout_nano`.
