@@ -33,6 +33,11 @@ pub enum Cause {
     HostNameTaken { name: String, index: u32 },
     #[error("vf is attached to container {holder}")]
     Held { holder: String },
+    /// The saved record's container cannot be matched to a pod (the ledger
+    /// unreadable): restoring it could pull the VF out of a pod that holds
+    /// it now, so it is left as it is.
+    #[error("whose container {container} is cannot be told: {reason}")]
+    HolderUnknown { container: String, reason: String },
     #[error("vf netdev {name} not found in its pod or on the host")]
     Lost { name: String },
     #[error("host netdev {name} belongs to {parent}, not to this vf")]

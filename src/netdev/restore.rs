@@ -44,7 +44,7 @@ pub fn detach_listed(
     let mut restored = 0;
     let mut errors = Vec::new();
     for &vf in vfs {
-        match detach_vf(ops, vf, &|r| r.container_id == container_id) {
+        match detach_vf(ops, vf, &|r| Ok(r.container_id == container_id)) {
             Ok(true) => restored += 1,
             Ok(false) => {}
             Err(e) => errors.push(e),
@@ -62,14 +62,14 @@ pub fn detach_listed(
 pub fn detach_vf(
     ops: &mut VfOps<'_>,
     vf: PciAddr,
-    ours: &dyn Fn(&SavedVf) -> bool,
+    ours: &dyn Fn(&SavedVf) -> Result<bool, Cause>,
 ) -> Result<bool, VfError> {
     let at = At { vf, netdev: "" };
     let _lock = at.step("lock", ops.store.lock(vf))?;
     let Some(rec) = at.step("read saved state", ops.store.load(vf))? else {
         return Ok(false);
     };
-    if !ours(&rec) {
+    if !at.step("check the record's container", ours(&rec))? {
         return Ok(false);
     }
     restore(ops, &rec, None)?;

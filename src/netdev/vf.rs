@@ -72,7 +72,8 @@ pub fn attach_all(
                 .iter()
                 .rev()
                 .filter_map(|vf| {
-                    super::restore::detach_vf(ops, *vf, &|r| r.container_id == container_id).err()
+                    super::restore::detach_vf(ops, *vf, &|r| Ok(r.container_id == container_id))
+                        .err()
                 })
                 .collect();
             return Err(VfError::with(e, rollbacks));

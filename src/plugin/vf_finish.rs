@@ -107,7 +107,7 @@ impl Inner {
         }
         // Under each VF's lock: a record another container saved since (the
         // VF home and moved in again) is not this restore's.
-        let ours = |r: &SavedVf| r.container_id == container;
+        let ours = |r: &SavedVf| Ok(r.container_id == container);
         let outcomes = match self.vfs.restore_each(vfs, &ours) {
             Ok(outcomes) => outcomes,
             Err(e) => {

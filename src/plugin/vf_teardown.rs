@@ -62,12 +62,16 @@ impl VfTeardown {
         // again. Asked under the VF's lock, after the record is read: the
         // ledger records a container before its hook saves a VF.
         let sandbox = pod.pod.sandbox_id.as_str();
-        // An unreadable ledger fails the release's commit anyway.
+        // With the ledger unreadable the record may be another pod's: the
+        // VF is kept (and retried), never pulled out of a pod that holds it.
         let ours = |rec: &SavedVf| match Ledger::read(&self.state_dir) {
-            Ok(state) => state
+            Ok(state) => Ok(state
                 .pod_of(&rec.container_id)
-                .is_none_or(|p| p.pod.sandbox_id == sandbox),
-            Err(_) => true,
+                .is_none_or(|p| p.pod.sandbox_id == sandbox)),
+            Err(e) => Err(netdev::Cause::HolderUnknown {
+                container: rec.container_id.clone(),
+                reason: nri::ErrorChain(&e).to_string(),
+            }),
         };
         let outcomes = self
             .restore_each(&vfs, &ours)
@@ -95,7 +99,7 @@ impl VfTeardown {
     pub(super) fn restore_each(
         &self,
         vfs: &[PciAddr],
-        ours: &dyn Fn(&SavedVf) -> bool,
+        ours: &dyn Fn(&SavedVf) -> Result<bool, netdev::Cause>,
     ) -> Result<Vec<Restored>, String> {
         let mut env = SysNetEnv::new(NetnsRoots::default())
             .map_err(|e| nri::ErrorChain(&e).to_string())?
@@ -258,7 +262,17 @@ mod tests {
 
     /// Pod q holds the VF now, its container q1 has it moved in (its record
     /// saved); a late teardown of p0, which held it before, runs.
-    fn late_teardown(record_of: &str) -> (Result<(), Unclean>, bool) {
+    /// What it returned, and the VF's record after: `Some(restoring)`.
+    fn late_teardown(record_of: &str) -> (Result<(), Unclean>, Option<bool>) {
+        late_teardown_with(record_of, |_| {})
+    }
+
+    /// [`late_teardown`], `meanwhile` done to the state directory before the
+    /// teardown runs.
+    fn late_teardown_with(
+        record_of: &str,
+        meanwhile: impl FnOnce(&Path),
+    ) -> (Result<(), Unclean>, Option<bool>) {
         let dir = tempfile::tempdir().unwrap();
         let record = ContainerRecord {
             name: "main".into(),
@@ -276,10 +290,11 @@ mod tests {
             .unwrap();
         let store = SavedStore::new(dir.path());
         store.save(&SavedVf::example(record_of, VF)).unwrap();
+        meanwhile(dir.path());
         let p0 = p0();
         let out = VfTeardown::new(dir.path().to_path_buf(), Path::new("/")).teardown(&p0);
-        let kept = store.load(VF.parse().unwrap()).unwrap().is_some();
-        (out, kept)
+        let record = store.load(VF.parse().unwrap()).unwrap();
+        (out, record.map(|r| r.restoring))
     }
 
     /// A VF teardown that cannot run (here its VF's lock cannot be made)
@@ -353,13 +368,29 @@ mod tests {
 
     #[test]
     fn a_vf_another_pod_holds_now_is_not_restored_for_the_old_one() {
-        assert_eq!(late_teardown("q1"), (Ok(()), true));
+        assert_eq!(late_teardown("q1"), (Ok(()), Some(false)));
         // A record of no other pod's container is the old pod's: restored
         // (here it fails, since the stand-in link does not exist).
-        let (out, kept) = late_teardown("p0-gone");
-        assert!(kept);
+        let (out, record) = late_teardown("p0-gone");
+        assert_eq!(record, Some(true), "its restore began and is kept");
         // The failure names its VF, which the release keeps alone.
         let vf = DeviceId::Vf(VF.parse().unwrap());
         assert_eq!(out.unwrap_err().devices, Some([vf].into()));
+    }
+
+    /// With the ledger unreadable, whose the record is cannot be told: the
+    /// VF is kept as it is (its record untouched, no restore begun) and the
+    /// failure names it, instead of restoring it out of the pod that may
+    /// hold it now.
+    #[test]
+    fn a_vf_whose_holder_cannot_be_told_is_kept() {
+        let (out, record) = late_teardown_with("q1", |dir| {
+            std::fs::write(dir.join("ledger.json"), b"{not json").unwrap();
+        });
+        assert_eq!(record, Some(false), "the record was left untouched");
+        let err = out.unwrap_err();
+        let vf = DeviceId::Vf(VF.parse().unwrap());
+        assert_eq!(err.devices, Some([vf].into()));
+        assert!(err.reason.contains("cannot be told"), "{}", err.reason);
     }
 }
