@@ -156,6 +156,11 @@ impl PodCgroups {
         self.patterns.is_empty()
     }
 
+    /// Whether no process can belong: no pattern, or narrowed to no container.
+    pub fn names_nothing(&self) -> bool {
+        self.is_empty() || self.containers.as_ref().is_some_and(Vec::is_empty)
+    }
+
     /// Whether any hierarchy in a `/proc/<pid>/cgroup` text places the process in the pod.
     pub fn contains(&self, proc_cgroup: &str) -> bool {
         hierarchy_paths(proc_cgroup)

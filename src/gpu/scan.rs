@@ -213,6 +213,9 @@ impl NotUsers {
 /// The live processes in the pod's cgroups, whether or not they hold a GPU
 /// (zombies, which run nothing, left out).
 pub fn pod_processes(host: &dyn Host, pod: &PodCgroups) -> Result<Vec<u32>, GpuError> {
+    if pod.names_nothing() {
+        return Ok(Vec::new());
+    }
     let pids = host
         .pids()
         .map_err(|source| GpuError::ListProcesses { source })?;

@@ -221,11 +221,12 @@ impl GpuTeardown {
 
     /// Ends the pod's users of `targets`, then checks and resets those it held
     /// last. A GPU a process of the pod still holds is left in doubt, not
-    /// the others.
-    fn clean(&self, pod: &PodCgroups, targets: &[Target]) -> Vec<Fault> {
+    /// the others; all of them while a process of `granted` (the pod's
+    /// containers given its GPUs) runs.
+    fn clean(&self, pod: &PodCgroups, granted: &PodCgroups, targets: &[Target]) -> Vec<Fault> {
         let mut skip = vec![std::process::id()];
         skip.extend(&self.skipped);
-        let ended = match self.end_pod_users(pod, targets, &skip) {
+        let ended = match self.end_pod_users(pod, granted, targets, &skip) {
             Ok(ended) => ended,
             Err(e) => return vec![Fault::all(targets, e)],
         };

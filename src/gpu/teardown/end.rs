@@ -68,11 +68,13 @@ pub(super) struct Ended {
 impl GpuTeardown {
     /// Ends the pod's processes holding `targets` and looks again, until none
     /// is left or a process cannot be ended (it outlived SIGKILL, or forked
-    /// faster than it was ended for `END_ROUNDS` rounds). An error here is a
-    /// scan that failed, which leaves every target in doubt.
+    /// faster than it was ended for `END_ROUNDS` rounds), or a process of
+    /// `granted` runs on holding none. An error here is a scan that failed,
+    /// which leaves every target in doubt.
     pub(super) fn end_pod_users(
         &self,
         pod: &PodCgroups,
+        granted: &PodCgroups,
         targets: &[Target],
         skip: &[u32],
     ) -> Result<Ended, GpuError> {
@@ -103,10 +105,16 @@ impl GpuTeardown {
         loop {
             let found = split_now(&users);
             if found.pod.is_empty() {
+                // None holds a GPU now, but a process of a container given
+                // them still running (one the runtime lost, whose cgroup and
+                // device rules live on) could open any of them later.
+                let left = pod_processes(self.host.as_ref(), granted)?;
+                let stuck = (!left.is_empty())
+                    .then(|| Fault::all(targets, GpuError::PodRunsOn { pids: left }));
                 return Ok(Ended {
                     users,
                     split: found,
-                    stuck: None,
+                    stuck,
                 });
             }
             // Still the pod's after the rounds: a process that forks as it is

@@ -18,7 +18,13 @@ impl Teardown for GpuTeardown {
         let (targets, mut faults) = self.targets(pod);
         let unplaced = !faults.is_empty();
         if !targets.is_empty() {
-            faults.extend(self.clean(&self.pod_cgroups_of(pod), &targets));
+            let cgroups = self.pod_cgroups_of(pod);
+            // The containers devgate gave devices: only their device rules
+            // let a process open the pod's GPUs (the sandbox's, or a new
+            // sandbox's of the same pod, cannot).
+            let ids: Vec<&str> = pod.containers.keys().map(String::as_str).collect();
+            let granted = cgroups.clone().only_containers(&ids);
+            faults.extend(self.clean(&cgroups, &granted, &targets));
         }
         if unplaced {
             Fault::widen(&mut faults, pod.claims.iter().filter_map(Claim::gpu));

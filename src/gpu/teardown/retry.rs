@@ -65,7 +65,7 @@ impl GpuTeardown {
         let errors = match self.target(uuid, Share::Exclusive, None) {
             Ok(mut t) => {
                 t.whole = false; // its MIG layout may be the node's, not a tenant's
-                let faults = self.clean(&PodCgroups::none(), &[t]);
+                let faults = self.clean(&PodCgroups::none(), &PodCgroups::none(), &[t]);
                 faults.into_iter().map(|f| f.error).collect()
             }
             Err(e) => vec![e],
