@@ -34,8 +34,6 @@ pub enum GpuError {
     Survived { pids: Vec<u32> },
     #[error("pids {pids:?} of the released pod still hold it after {rounds} rounds of ending its processes (a process forks as it is ended)")]
     StillForking { pids: Vec<u32>, rounds: usize },
-    #[error("pids {pids:?} of the released pod still run, holding no gpu: their container's device rules let them open the pod's gpus, so none is handed on")]
-    PodRunsOn { pids: Vec<u32> },
     #[error("gpu {uuid} is still open in pids {pids:?} outside the released pod")]
     OutsideUsers { uuid: String, pids: Vec<u32> },
     #[error(transparent)]

@@ -213,8 +213,16 @@ impl NotUsers {
 /// The live processes in the pod's cgroups, whether or not they hold a GPU
 /// (zombies, which run nothing, left out).
 pub fn pod_processes(host: &dyn Host, pod: &PodCgroups) -> Result<Vec<u32>, GpuError> {
+    Ok(pod_processes_pinned(host, pod)?.into_keys().collect())
+}
+
+/// [`pod_processes`], each with its start time, to be ended by.
+pub fn pod_processes_pinned(
+    host: &dyn Host,
+    pod: &PodCgroups,
+) -> Result<BTreeMap<u32, u64>, GpuError> {
     if pod.names_nothing() {
-        return Ok(Vec::new());
+        return Ok(BTreeMap::new());
     }
     let pids = host
         .pids()
@@ -222,7 +230,10 @@ pub fn pod_processes(host: &dyn Host, pod: &PodCgroups) -> Result<Vec<u32>, GpuE
     Ok(pids
         .into_iter()
         .filter(|&pid| host.cgroup(pid).is_ok_and(|c| pod.contains(&c)))
-        .filter(|&pid| matches!(super::kill::start_time(host, pid), Ok(Some(_))))
+        .filter_map(|pid| match super::kill::start_time(host, pid) {
+            Ok(Some(start)) => Some((pid, start)),
+            _ => None,
+        })
         .collect())
 }
 

@@ -200,8 +200,6 @@ impl<P: Plugin> Service<P> {
         self.sync_too_late.load(Ordering::Relaxed)
     }
 
-    /// Adds one Synchronize chunk; returns everything collected once the
-    /// last chunk (`more == false`) is in.
     /// Refuses a Synchronize chunk that would take the collected chunks past
     /// their bound, before it is decoded.
     pub(super) fn admit_sync(&self, payload: &[u8]) -> Result<(), Status> {
@@ -209,6 +207,8 @@ impl<P: Plugin> Service<P> {
         buf.admit(payload, MAX_SYNC).inspect_err(sync_refused)
     }
 
+    /// Adds one Synchronize chunk; returns everything collected once the
+    /// last chunk (`more == false`) is in.
     pub(super) fn collect_sync(
         &self,
         req: api::SynchronizeRequest,

@@ -6,7 +6,9 @@ use std::collections::BTreeSet;
 
 use super::super::cgroup::PodCgroups;
 use super::super::kill;
-use super::super::scan::{add_nvml_users, pod_processes, scan, split, NotUsers, Split, Users};
+use super::super::scan::{
+    add_nvml_users, pod_processes, pod_processes_pinned, scan, split, NotUsers, Split, Users,
+};
 use super::super::GpuError;
 use super::{GpuTeardown, Target, END_ROUNDS};
 
@@ -68,9 +70,10 @@ pub(super) struct Ended {
 impl GpuTeardown {
     /// Ends the pod's processes holding `targets` and looks again, until none
     /// is left or a process cannot be ended (it outlived SIGKILL, or forked
-    /// faster than it was ended for `END_ROUNDS` rounds), or a process of
-    /// `granted` runs on holding none. An error here is a scan that failed,
-    /// which leaves every target in doubt.
+    /// faster than it was ended for `END_ROUNDS` rounds); with none holding
+    /// them, ends the processes of `granted` (the pod's recorded containers)
+    /// likewise. An error here is a scan that failed, which leaves every
+    /// target in doubt.
     pub(super) fn end_pod_users(
         &self,
         pod: &PodCgroups,
@@ -104,27 +107,29 @@ impl GpuTeardown {
         let mut round = 0;
         loop {
             let found = split_now(&users);
-            if found.pod.is_empty() {
-                // None holds a GPU now, but a process of a container given
-                // them still running (one the runtime lost, whose cgroup and
-                // device rules live on) could open any of them later.
-                let left = pod_processes(self.host.as_ref(), granted)?;
-                let stuck = (!left.is_empty())
-                    .then(|| Fault::all(targets, GpuError::PodRunsOn { pids: left }));
+            // With no holder left, a process of a container the ledger
+            // recorded that runs on (one the runtime lost, its cgroup and
+            // device rules alive, or one still dying of the runtime's
+            // SIGKILL) could open any of the GPUs later: ended too.
+            let to_end = match found.pod.is_empty() {
+                true => pod_processes_pinned(self.host.as_ref(), granted)?,
+                false => found.pod.clone(),
+            };
+            if to_end.is_empty() {
                 return Ok(Ended {
                     users,
                     split: found,
-                    stuck,
+                    stuck: None,
                 });
             }
             // Still the pod's after the rounds: a process that forks as it is
             // ended, faster than it is ended.
             let (error, now) = if round == END_ROUNDS {
-                let pids = found.pod.keys().copied().collect();
+                let pids = to_end.keys().copied().collect();
                 let rounds = END_ROUNDS;
                 (GpuError::StillForking { pids, rounds }, found)
             } else {
-                match kill::end(self.host.as_ref(), &found.pod, self.times()) {
+                match kill::end(self.host.as_ref(), &to_end, self.times()) {
                     Ok(ended) => {
                         tracing::info!(terminated = ?ended.terminated, killed = ?ended.killed, "ended the released pod's gpu users");
                         // A process ended can leave a child it forked

@@ -5,6 +5,7 @@
 use super::fake_host::{in_pod, FakeProc};
 use super::pod;
 use super::teardown::{claim, dev, node, resets, Node, HALF};
+use crate::gpu::host::Signal;
 use crate::ledger::{DeviceId, Share};
 
 const WHOLE: Share = Share::Exclusive;
@@ -226,37 +227,56 @@ fn a_survivor_beside_a_process_holding_no_gpu_keeps_every_gpu() {
     assert_eq!(claimed_gpus(&n, "sb-a").len(), 3);
 }
 
-/// A process of a container given the pod's GPUs still runs at the
-/// release, holding none (a container the runtime lost, its cgroup and
-/// device rules alive): it could open any of them later, so every GPU
-/// stays, none reset. A process of the pod whose container devgate gave
-/// nothing (the sandbox's) keeps none. Once it has gone, the release goes
-/// through.
+/// A process of a container the pod recorded still runs at the release,
+/// holding no GPU (a container the runtime lost, its cgroup and device rules
+/// alive): it could open any of them later, so it is ended as a holder is,
+/// and the GPUs go back reset. A process of the pod in no recorded container
+/// (the sandbox's) has no rule for them and is left.
 #[test]
-fn a_granted_containers_process_holding_no_gpu_keeps_every_gpu() {
+fn a_recorded_containers_process_holding_no_gpu_is_ended() {
     let n = node(|_| {});
     let gpus = [claim("GPU-0", WHOLE), claim("GPU-1", WHOLE)];
-    let granted = "0123456789abcdef";
+    let recorded = "0123456789abcdef";
     let record = crate::ledger::tests::record("main");
     n.ledger
-        .admit(&pod("a"), &gpus, granted, record, true)
+        .admit(&pod("a"), &gpus, recorded, record, true)
         .unwrap();
     n.host.add(70, &[], "/kubepods/poduid-a/fedcba9876543210");
     n.host
-        .add(60, &[], &format!("/kubepods/poduid-a/{granted}"));
-    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
-    failed_with(&out, "pids [60] of the released pod still run");
-    assert!(n.host.alive(60) && n.host.signals().is_empty());
-    assert_eq!(claimed_gpus(&n, "sb-a").len(), 2);
-    assert_eq!(resets(&n.nvml, "GPU-0") + resets(&n.nvml, "GPU-1"), 0);
-    n.host.procs.lock().unwrap().remove(&60);
+        .add(60, &[], &format!("/kubepods/poduid-a/{recorded}"));
     let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
     assert!(out.failed.is_empty(), "{:?}", out.failed);
-    assert!(claimed_gpus(&n, "sb-a").is_empty());
+    assert!(!n.host.alive(60));
+    assert_eq!(n.host.signals(), [(60, Signal::Term)]);
     assert!(
         n.host.alive(70),
         "the sandbox's process is not the release's"
     );
+    assert!(claimed_gpus(&n, "sb-a").is_empty());
+    assert_eq!(resets(&n.nvml, "GPU-0"), 1);
+}
+
+/// Such a process that outlives SIGKILL keeps every GPU: it holds none,
+/// so none can be told apart as the one it would open.
+#[test]
+fn a_recorded_containers_survivor_holding_no_gpu_keeps_every_gpu() {
+    let n = node(|_| {});
+    let gpus = [claim("GPU-0", WHOLE), claim("GPU-1", WHOLE)];
+    let recorded = "0123456789abcdef";
+    let record = crate::ledger::tests::record("main");
+    n.ledger
+        .admit(&pod("a"), &gpus, recorded, record, true)
+        .unwrap();
+    let stuck = FakeProc {
+        unkillable: true,
+        cgroup: format!("0::/kubepods/poduid-a/{recorded}\n"),
+        ..in_pod(Vec::new())
+    };
+    n.host.add_proc(60, stuck);
+    let out = n.ledger.release_pod("sb-a", &n.teardown).unwrap();
+    failed_with(&out, "outlived SIGKILL");
+    assert_eq!(claimed_gpus(&n, "sb-a").len(), 2);
+    assert_eq!(resets(&n.nvml, "GPU-0") + resets(&n.nvml, "GPU-1"), 0);
 }
 
 /// A survivor of SIGKILL beside a child another process forked as it was
