@@ -82,7 +82,7 @@ pub(super) fn release_guarded(
             tracing::info!(pod = %seen.pod, "pod kept: its containers changed meanwhile");
             Ok(false)
         }
-        GuardedRelease::Absent => Ok(false),
+        GuardedRelease::Absent | GuardedRelease::Busy => Ok(false),
         // The claims stay and the devices are quarantined.
         GuardedRelease::Failed { pod, reason } => Err(HooksOnlyError::Teardown {
             pod: pod.pod.to_string(),

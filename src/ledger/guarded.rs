@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 
 use super::unclean::keep_unclean;
 use super::{
-    drop_pod, lift_restored, prune_empty, ContainerRecord, Ledger, LedgerError, PodRecord, Teardown,
+    drop_pod, lift_restored, prune_empty, ContainerRecord, Ledger, LedgerError, NoTeardown,
+    PodRecord, Teardown,
 };
 
 /// What [`Ledger::release_pod_if_unchanged`] did.
@@ -25,6 +26,17 @@ pub enum GuardedRelease {
     Failed { pod: PodRecord, reason: String },
     /// No such pod (never claimed, or released by someone else).
     Absent,
+    /// Another release holds the turn of one of the pod's devices, and the
+    /// caller would not wait for it ([`Ledger::release_pod_unjoined_now`]):
+    /// nothing was done.
+    Busy,
+}
+
+/// Whether a release waits for its devices' turns (`release_lock`).
+#[derive(Clone, Copy)]
+enum Turns {
+    Wait,
+    Try,
 }
 
 /// The pod's containers are the ones the caller judged, records and all: a
@@ -58,7 +70,8 @@ impl Ledger {
         expected: &BTreeMap<String, ContainerRecord>,
         teardown: &dyn Teardown,
     ) -> Result<GuardedRelease, LedgerError> {
-        self.release_pod_while(sandbox_id, &|pod| same_containers(pod, expected), teardown)
+        let unchanged = |pod: &PodRecord| same_containers(pod, expected);
+        self.release_pod_while(sandbox_id, &unchanged, teardown, Turns::Wait)
     }
 
     /// Releases `sandbox_id` after `teardown` if it holds no container and
@@ -74,7 +87,22 @@ impl Ledger {
         admitted: u32,
         teardown: &dyn Teardown,
     ) -> Result<GuardedRelease, LedgerError> {
-        self.release_pod_while(sandbox_id, &|pod| pod.unjoined(admitted), teardown)
+        let unchanged = |pod: &PodRecord| pod.unjoined(admitted);
+        self.release_pod_while(sandbox_id, &unchanged, teardown, Turns::Wait)
+    }
+
+    /// [`Self::release_pod_unjoined`] with no teardown (a live sandbox none
+    /// of whose containers was given the devices), where waiting for the
+    /// devices' turns is no option: another pod's teardown may hold a
+    /// shared GPU's for seconds, past a runtime's request deadline.
+    /// [`GuardedRelease::Busy`] when one is held.
+    pub fn release_pod_unjoined_now(
+        &self,
+        sandbox_id: &str,
+        admitted: u32,
+    ) -> Result<GuardedRelease, LedgerError> {
+        let unchanged = |pod: &PodRecord| pod.unjoined(admitted);
+        self.release_pod_while(sandbox_id, &unchanged, &NoTeardown, Turns::Try)
     }
 
     /// The release of both: `unchanged` is asked of the pod's record before
@@ -84,6 +112,7 @@ impl Ledger {
         sandbox_id: &str,
         unchanged: &dyn Fn(&PodRecord) -> bool,
         teardown: &dyn Teardown,
+        turns: Turns,
     ) -> Result<GuardedRelease, LedgerError> {
         let seen_now = || {
             self.store
@@ -94,7 +123,17 @@ impl Ledger {
             return Ok(GuardedRelease::Absent);
         };
         // Held until the commit: see `release_lock`. Read again once held.
-        let _held = super::release_lock::lock_claimed(self.store.dir(), &[seen])?;
+        let dir = self.store.dir();
+        let _held = match turns {
+            Turns::Wait => super::release_lock::lock_claimed(dir, &[seen])?,
+            Turns::Try => {
+                let devices = seen.claims.iter().map(|c| &c.device);
+                match super::release_lock::try_lock_devices(dir, devices)? {
+                    Some(held) => held,
+                    None => return Ok(GuardedRelease::Busy),
+                }
+            }
+        };
         let Some(seen) = seen_now()? else {
             return Ok(GuardedRelease::Absent);
         };

@@ -153,6 +153,25 @@ impl Releaser {
             true => self.teardown.as_ref(),
             false => &crate::ledger::NoTeardown,
         };
+        self.unjoined_done(id, ended, ledger.release_pod_unjoined(id, 0, teardown));
+    }
+
+    /// [`Self::run_unjoined`] for a live sandbox on the stub's own thread
+    /// (no worker could start): only if no other release holds a turn of
+    /// its devices, which another pod's teardown may keep past the
+    /// runtime's deadline; else its claim stays for its stop's release or
+    /// its next container.
+    fn run_unjoined_now(&self, id: &str) {
+        let released = self.devices.ledger().release_pod_unjoined_now(id, 0);
+        self.unjoined_done(id, false, released);
+    }
+
+    fn unjoined_done(
+        &self,
+        id: &str,
+        ended: bool,
+        released: Result<GuardedRelease, crate::ledger::LedgerError>,
+    ) {
         let retry = |admitted: Option<u32>| {
             if !ended {
                 return;
@@ -162,7 +181,7 @@ impl Releaser {
                 None => self.unreleased.update(&Release::Pod(id.to_string()), None),
             }
         };
-        match ledger.release_pod_unjoined(id, 0, teardown) {
+        match released {
             Ok(GuardedRelease::Released(pod)) => {
                 tracing::info!(pod = %pod.pod, sandbox = %id, "released devices");
                 // A live sandbox's cgroups stay: a container admitted once the
@@ -175,6 +194,9 @@ impl Releaser {
                 tracing::info!(sandbox = %id, "a container joined the sandbox: its claims stay");
             }
             Ok(GuardedRelease::Absent) => {}
+            Ok(GuardedRelease::Busy) => {
+                tracing::warn!(sandbox = %id, "another release holds a device of the sandbox: its claim stays until its stop or its next container");
+            }
             Ok(GuardedRelease::Failed { pod, reason }) => {
                 tracing::error!(pod = %pod.pod, sandbox = %id, reason = %reason, retried = ended, "teardown failed: the devices kept stay the pod's, quarantined");
                 retry(Some(pod.admitted()));
@@ -354,10 +376,11 @@ impl DevgatePlugin {
                     releaser.run_unjoined(&id, false);
                 });
                 if let Err(job) = self.release_workers.submit(job) {
-                    // It tears nothing down (the pod is live), so it waits
-                    // on no process, only on the devices' release turns.
-                    tracing::warn!("releasing inline");
-                    job();
+                    // It tears nothing down (the pod is live), but another
+                    // release may hold its devices' turns for seconds.
+                    drop(job);
+                    tracing::warn!("no thread to release on: releasing now unless another release holds the devices");
+                    self.releaser().run_unjoined_now(sandbox_id);
                 }
             }
             Ok(_) => {}

@@ -176,6 +176,40 @@ fn without_a_thread_to_release_on_the_retry_round_releases() {
     assert!(plugin.unreleased.pending().is_empty());
 }
 
+/// A claim made ahead of a refused container, with no thread to release it
+/// on (a pids limit reached), goes on the stub's thread only where no other
+/// release holds a turn of its devices: another pod's teardown may hold one
+/// for seconds, past the runtime's deadline. While one is held the claim
+/// stays and the stub goes on; once free, the next refusal releases it.
+#[test]
+fn without_a_thread_a_refused_containers_claim_waits_for_no_other_release() {
+    let (mut plugin, _state) = plugin(Config::default(), false);
+    plugin.release_workers = super::workers::Workers::without_threads();
+    let ledger = plugin.devices().ledger().clone();
+    let (pod, vf) = pod_holding_a_vf();
+    ledger.claim(&pod, std::slice::from_ref(&vf)).unwrap();
+    // Another release's turn, held until the refusal is through (or, where
+    // the refusal waits for it, 5 s).
+    let (through, held_until) = std::sync::mpsc::channel::<()>();
+    let (taken, turn_taken) = std::sync::mpsc::channel();
+    let other = {
+        let ledger = ledger.clone();
+        std::thread::spawn(move || {
+            let _turn = ledger.lock_device(&vf.device).unwrap();
+            taken.send(()).unwrap();
+            let _ = held_until.recv_timeout(std::time::Duration::from_secs(5));
+        })
+    };
+    turn_taken.recv().unwrap();
+    plugin.release_refused("sb");
+    let kept = ledger.holds("sb").unwrap();
+    let _ = through.send(());
+    other.join().unwrap();
+    assert!(kept, "released only after waiting for the other release");
+    plugin.release_refused("sb");
+    assert!(!ledger.holds("sb").unwrap());
+}
+
 /// The hook beside the plugin when it is there; the installed one for a
 /// plugin the runtime started from its plugin directory.
 #[test]

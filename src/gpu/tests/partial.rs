@@ -33,6 +33,17 @@ fn pod_of_three(n: &Node) {
     n.ledger.claim(&pod("a"), &gpus).unwrap();
 }
 
+/// Pod a holding GPU-0 and GPU-1 whole, with one container recorded: its id.
+fn pod_of_two_recorded(n: &Node) -> &'static str {
+    let gpus = [claim("GPU-0", WHOLE), claim("GPU-1", WHOLE)];
+    let recorded = "0123456789abcdef";
+    let record = crate::ledger::tests::record("main");
+    n.ledger
+        .admit(&pod("a"), &gpus, recorded, record, true)
+        .unwrap();
+    recorded
+}
+
 /// A node whose releases end with `gpu.full_reset`.
 fn full_reset_node() -> Node {
     node(|c| {
@@ -235,12 +246,7 @@ fn a_survivor_beside_a_process_holding_no_gpu_keeps_every_gpu() {
 #[test]
 fn a_recorded_containers_process_holding_no_gpu_is_ended() {
     let n = node(|_| {});
-    let gpus = [claim("GPU-0", WHOLE), claim("GPU-1", WHOLE)];
-    let recorded = "0123456789abcdef";
-    let record = crate::ledger::tests::record("main");
-    n.ledger
-        .admit(&pod("a"), &gpus, recorded, record, true)
-        .unwrap();
+    let recorded = pod_of_two_recorded(&n);
     n.host.add(70, &[], "/kubepods/poduid-a/fedcba9876543210");
     n.host
         .add(60, &[], &format!("/kubepods/poduid-a/{recorded}"));
@@ -261,12 +267,7 @@ fn a_recorded_containers_process_holding_no_gpu_is_ended() {
 #[test]
 fn a_recorded_containers_survivor_holding_no_gpu_keeps_every_gpu() {
     let n = node(|_| {});
-    let gpus = [claim("GPU-0", WHOLE), claim("GPU-1", WHOLE)];
-    let recorded = "0123456789abcdef";
-    let record = crate::ledger::tests::record("main");
-    n.ledger
-        .admit(&pod("a"), &gpus, recorded, record, true)
-        .unwrap();
+    let recorded = pod_of_two_recorded(&n);
     let stuck = FakeProc {
         unkillable: true,
         cgroup: format!("0::/kubepods/poduid-a/{recorded}\n"),
