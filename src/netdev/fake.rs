@@ -103,6 +103,11 @@ pub struct Model {
     pub rdma_parent: BTreeMap<u32, crate::inventory::PciAddr>,
     /// What a pod's container does to a link right after a given call.
     pub meddle: Option<Meddle>,
+    /// Namespaces no longer found (unmounted, no handle left) whose cleanup
+    /// has not run yet: namespace → the pauses until it runs.
+    pub dying: BTreeMap<u64, u32>,
+    /// What the environment's pauses waited in all.
+    pub paused: std::time::Duration,
 }
 
 /// A container with `NET_ADMIN` acting on a link in its netns between two
@@ -190,6 +195,35 @@ impl Model {
             }
         }
         Ok(())
+    }
+
+    /// The namespace is no longer found, and its cleanup (physical links
+    /// home) runs after `pauses` of the environment, as the kernel's
+    /// `cleanup_net` workqueue does some time after the last reference.
+    pub fn start_dying(&mut self, ns: u64, pauses: u32) {
+        self.dying.insert(ns, pauses);
+        self.run_cleanups();
+    }
+
+    fn pause(&mut self, step: std::time::Duration) {
+        self.paused += step;
+        for left in self.dying.values_mut() {
+            *left = left.saturating_sub(1);
+        }
+        self.run_cleanups();
+    }
+
+    fn run_cleanups(&mut self) {
+        let due: Vec<u64> = self
+            .dying
+            .iter()
+            .filter(|(_, left)| **left == 0)
+            .map(|(ns, _)| *ns)
+            .collect();
+        for ns in due {
+            self.dying.remove(&ns);
+            self.destroy_ns(ns);
+        }
     }
 
     /// The namespace dies: physical links go home, virtual ones vanish.
@@ -317,8 +351,10 @@ impl NetEnv for FakeNet {
     }
 
     fn find_netns(&self, saved: &SavedNetns) -> Option<Netns> {
-        let alive = self.model.borrow().namespaces.contains(&saved.id.ino);
-        alive.then(|| Netns::fake(saved.id.ino))
+        let m = self.model.borrow();
+        let ino = saved.id.ino;
+        let alive = m.namespaces.contains(&ino) && !m.dying.contains_key(&ino);
+        alive.then(|| Netns::fake(ino))
     }
 
     fn set_arp_notify(&mut self, ns: &Netns, ifname: &str) -> Result<(), Cause> {
@@ -347,6 +383,14 @@ impl NetEnv for FakeNet {
 
     fn vf_rdma(&mut self, vf: crate::inventory::PciAddr) -> Result<Vec<String>, Cause> {
         Ok(rdma::function_devices(&self.model.borrow(), vf))
+    }
+
+    fn pause(&mut self, step: std::time::Duration) {
+        self.model.borrow_mut().pause(step);
+    }
+
+    fn paused(&self) -> std::time::Duration {
+        self.model.borrow().paused
     }
 
     fn rdma_chars(&mut self, ibdev: &str) -> Result<Vec<super::CharNum>, Cause> {

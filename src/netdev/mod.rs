@@ -85,6 +85,13 @@ pub trait NetEnv {
     /// host's namespace holds now (sysfs `<vf>/infiniband/`, whose entries
     /// are netns-tagged with `ib_class`), sorted.
     fn vf_rdma(&mut self, vf: crate::inventory::PciAddr) -> Result<Vec<String>, Cause>;
+    /// Waits `step` (the real environment sleeps): a VF whose namespace died
+    /// comes home from a kernel workqueue some time after the namespace is
+    /// gone.
+    fn pause(&mut self, step: std::time::Duration);
+    /// What [`NetEnv::pause`] waited in all, so that the VFs of one pod
+    /// share one bound.
+    fn paused(&self) -> std::time::Duration;
 }
 
 /// The real environment: sockets are created inside each namespace on the
@@ -94,6 +101,7 @@ pub struct SysNetEnv {
     host: Netns,
     roots: NetnsRoots,
     sys_root: std::path::PathBuf,
+    paused: std::time::Duration,
 }
 
 impl SysNetEnv {
@@ -103,6 +111,7 @@ impl SysNetEnv {
             host: Netns::current()?,
             roots,
             sys_root: std::path::PathBuf::from("/sys"),
+            paused: std::time::Duration::ZERO,
         })
     }
 
@@ -152,6 +161,15 @@ impl NetEnv for SysNetEnv {
 
     fn vf_rdma(&mut self, vf: crate::inventory::PciAddr) -> Result<Vec<String>, Cause> {
         chars::function_rdma(&self.sys_root, vf)
+    }
+
+    fn pause(&mut self, step: std::time::Duration) {
+        std::thread::sleep(step);
+        self.paused += step;
+    }
+
+    fn paused(&self) -> std::time::Duration {
+        self.paused
     }
 
     fn vf_physfn(

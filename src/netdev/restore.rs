@@ -21,6 +21,8 @@
 //! A VF found neither in its pod nor on the host changes nothing: it may be up
 //! wherever it is.
 
+use std::time::Duration;
+
 use super::error::{At, Cause, VfError};
 use super::netns::Netns;
 pub(crate) use super::restore_find::is_ours;
@@ -102,7 +104,10 @@ pub(crate) fn restore(
     // restore failed before it touched them keeps the network).
     let found = match pod {
         Some(pod) => find_in_pod(ops, &at, host.as_mut(), rec, pod)?,
-        None => None,
+        None => {
+            wait_home(ops, &at, host.as_mut(), rec)?;
+            None
+        }
     };
     if !rec.restoring {
         let marked = SavedVf {
@@ -159,13 +164,49 @@ pub(crate) fn restore(
 /// check) and RDMA device stay as they are, and so does the record, until a
 /// later try finds it: resetting them would leave it up without them.
 fn found_on_host(at: &At<'_>, host: &mut dyn Rtnl, rec: &SavedVf) -> Result<(), VfError> {
-    let names = [rec.host.name.as_str(), &rec.attach.container_ifname];
-    match at.step("find netdev on host", locate(host, rec, &names))? {
+    match at.step("find netdev on host", locate(host, rec, &home_names(rec)))? {
         Some(_) => Ok(()),
         None => Err((at.err("find netdev"))(Cause::Lost {
             name: rec.host.name.clone(),
         })),
     }
+}
+
+/// The names a VF comes home under: its own, or the one it had in its pod
+/// (a namespace's cleanup keeps that one where the host has it free).
+fn home_names(rec: &SavedVf) -> [&str; 2] {
+    [rec.host.name.as_str(), &rec.attach.container_ifname]
+}
+
+/// How long the VFs of one restore, whose namespace is gone, are looked for
+/// on the host in all before they count as lost, and how often.
+pub(crate) const HOME_WAIT: Duration = Duration::from_secs(1);
+const HOME_STEP: Duration = Duration::from_millis(20);
+
+/// A VF whose pod namespace can no longer be found comes home when the
+/// kernel's namespace cleanup gets to it: a workqueue run after the last
+/// reference drops (`cleanup_net`, net/core/net_namespace.c, after
+/// `synchronize_rcu`; `default_device_exit_net` moves it). podman runs
+/// poststop hooks right after tearing its container's network down
+/// (`--rm`), so the hook may look in between. It is looked for before
+/// anything is marked, up to [`HOME_WAIT`] for all of one restore's VFs;
+/// [`found_on_host`] judges it after.
+fn wait_home(
+    ops: &mut VfOps<'_>,
+    at: &At<'_>,
+    host: &mut dyn Rtnl,
+    rec: &SavedVf,
+) -> Result<(), VfError> {
+    while ops.env.paused() < HOME_WAIT {
+        if at
+            .step("find netdev on host", locate(host, rec, &home_names(rec)))?
+            .is_some()
+        {
+            break;
+        }
+        ops.env.pause(HOME_STEP);
+    }
+    Ok(())
 }
 
 /// A VF found in its pod: the pod's netlink, and the link there.

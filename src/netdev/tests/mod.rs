@@ -2,6 +2,7 @@
 mod altname_lookup;
 mod altnames;
 mod chars;
+mod dying;
 mod edges;
 mod ethtool;
 mod ethtool_bytes;
