@@ -197,6 +197,32 @@ mod tests {
     use super::super::{Claim, ContainerRecord, DeviceId, Share};
     use super::*;
 
+    /// Without waiting: where the turn of one of the pod's devices is held
+    /// (the second in name order here), nothing is done and no turn stays
+    /// taken; once free, the pod goes.
+    #[test]
+    fn a_release_that_does_not_wait_takes_no_turn_while_one_is_held() {
+        let d = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(d.path()).unwrap();
+        let gpu = |n: u8| DeviceId::Gpu(format!("GPU-{n}"));
+        let claim = |n| Claim {
+            device: gpu(n),
+            share: Share::Exclusive,
+            pf: None,
+        };
+        ledger.claim(&pod("a"), &[claim(1), claim(2)]).unwrap();
+        let held = ledger.lock_device(&gpu(2)).unwrap();
+        let out = ledger.release_pod_unjoined_now("a", 0).unwrap();
+        assert_eq!(out, GuardedRelease::Busy);
+        assert!(ledger.holds("a").unwrap());
+        let first = super::super::release_lock::try_lock_devices(d.path(), [gpu(1)].iter());
+        assert!(first.unwrap().is_some(), "the first device's turn is free");
+        drop(held);
+        let out = ledger.release_pod_unjoined_now("a", 0).unwrap();
+        assert!(matches!(out, GuardedRelease::Released(_)), "{out:?}");
+        assert!(!ledger.holds("a").unwrap());
+    }
+
     fn claims() -> Vec<Claim> {
         vec![Claim {
             device: DeviceId::Gpu("GPU-1".to_string()),

@@ -104,10 +104,13 @@ pub(crate) fn restore(
     // restore failed before it touched them keeps the network).
     let found = match pod {
         Some(pod) => find_in_pod(ops, &at, host.as_mut(), rec, pod)?,
-        None => {
-            wait_home(ops, &at, host.as_mut(), rec)?;
+        // A record marked restoring was looked for already, right after
+        // its namespace went.
+        None if !rec.restoring => {
+            wait_home(ops, host.as_mut(), rec);
             None
         }
+        None => None,
     };
     if !rec.restoring {
         let marked = SavedVf {
@@ -189,24 +192,16 @@ const HOME_STEP: Duration = Duration::from_millis(20);
 /// `synchronize_rcu`; `default_device_exit_net` moves it). podman runs
 /// poststop hooks right after tearing its container's network down
 /// (`--rm`), so the hook may look in between. It is looked for before
-/// anything is marked, up to [`HOME_WAIT`] for all of one restore's VFs;
-/// [`found_on_host`] judges it after.
-fn wait_home(
-    ops: &mut VfOps<'_>,
-    at: &At<'_>,
-    host: &mut dyn Rtnl,
-    rec: &SavedVf,
-) -> Result<(), VfError> {
+/// anything is marked, up to [`HOME_WAIT`] for all of one restore's VFs, a
+/// record not yet marked only; [`found_on_host`] judges it after.
+fn wait_home(ops: &mut VfOps<'_>, host: &mut dyn Rtnl, rec: &SavedVf) {
     while ops.env.paused() < HOME_WAIT {
-        if at
-            .step("find netdev on host", locate(host, rec, &home_names(rec)))?
-            .is_some()
-        {
+        // A lookup that fails is left to `found_on_host`, after the mark.
+        if !matches!(locate(host, rec, &home_names(rec)), Ok(None)) {
             break;
         }
         ops.env.pause(HOME_STEP);
     }
-    Ok(())
 }
 
 /// A VF found in its pod: the pod's netlink, and the link there.
