@@ -50,6 +50,11 @@ pub enum Call {
         index: u32,
         name: String,
     },
+    AddAltname {
+        ns: u64,
+        index: u32,
+        name: String,
+    },
     SetVf {
         pf: u32,
         vf: u32,
@@ -443,6 +448,21 @@ impl Rtnl for FakeRtnl {
         let before = m.links[i].link.altnames.len();
         m.links[i].link.altnames.retain(|a| a != name);
         Ok(m.links[i].link.altnames.len() != before)
+    }
+
+    fn add_altname(&mut self, index: u32, name: &str) -> Result<bool, NlError> {
+        let mut m = self.model.borrow_mut();
+        m.mutate(Call::AddAltname {
+            ns: self.ns,
+            index,
+            name: name.to_string(),
+        })?;
+        let i = m.pos(self.ns, index)?;
+        if m.name_in_use(self.ns, name) {
+            return Ok(false);
+        }
+        m.links[i].link.altnames.push(name.to_string());
+        Ok(true)
     }
 
     fn vf_state(&mut self, pf_index: u32, vf: u32) -> Result<Option<VfState>, NlError> {

@@ -401,6 +401,16 @@ fn restore_netdev(
     for name in dropped {
         at.step("delete altname", host.del_altname(link.index, name))?;
     }
+    // Host altnames (udev's predictable names) the pod deleted in its netns,
+    // where they moved with the device, or the kernel dropped when a dying
+    // netns handed it back beside a link holding one: put back, unless
+    // another host link holds one now.
+    let lacking = saved.altnames.iter().flatten();
+    for name in lacking.filter(|n| **n != saved.name && !link.altnames.contains(n)) {
+        if !at.step("restore altname", host.add_altname(link.index, name))? {
+            tracing::warn!(vf = %rec.vf(), altname = %name, "a host link holds the vf's saved altname: not restored");
+        }
+    }
     if saved.mac.is_some() && link.mac != saved.mac {
         let change = LinkChange {
             mac: saved.mac.as_ref(),

@@ -19,6 +19,7 @@ use super::vfinfo::{set_vf_request, vf_state_from, VfField, VfState};
 pub const RTM_NEWLINK: u16 = 16;
 pub const RTM_GETLINK: u16 = 18;
 pub const RTM_SETLINK: u16 = 19;
+pub const RTM_NEWLINKPROP: u16 = 108;
 pub const RTM_DELLINKPROP: u16 = 109;
 
 /// Lookups of one link, in all, while notices keep overtaking the ethtool
@@ -80,6 +81,8 @@ pub trait Rtnl {
     fn set_link(&mut self, index: u32, change: &LinkChange<'_>) -> Result<(), NlError>;
     /// False when the link has no such altname.
     fn del_altname(&mut self, index: u32, name: &str) -> Result<bool, NlError>;
+    /// False when the name is taken in the namespace (by this link or another).
+    fn add_altname(&mut self, index: u32, name: &str) -> Result<bool, NlError>;
     /// The PF's view of VF `vf`, `None` when the PF reports no such VF.
     fn vf_state(&mut self, pf_index: u32, vf: u32) -> Result<Option<VfState>, NlError>;
     fn set_vf(&mut self, pf_index: u32, vf: u32, field: &VfField) -> Result<(), NlError>;
@@ -177,7 +180,8 @@ pub fn setlink_request(index: u32, change: &LinkChange<'_>) -> Vec<u8> {
     emit(&msg)
 }
 
-pub fn del_altname_request(index: u32, name: &str) -> Vec<u8> {
+/// The body of RTM_NEWLINKPROP and RTM_DELLINKPROP for one altname.
+pub fn altname_request(index: u32, name: &str) -> Vec<u8> {
     let prop = vec![Prop::AltIfName(name.to_string())];
     emit(&link_msg(index, vec![LinkAttribute::PropList(prop)]))
 }
@@ -378,7 +382,7 @@ impl<T: Transport> Rtnl for RtnlConn<T> {
     }
 
     fn del_altname(&mut self, index: u32, name: &str) -> Result<bool, NlError> {
-        let req = del_altname_request(index, name);
+        let req = altname_request(index, name);
         match self
             .conn
             .request("delete altname", RTM_DELLINKPROP, Kind::Do, &req)
@@ -386,6 +390,19 @@ impl<T: Transport> Rtnl for RtnlConn<T> {
             Ok(_) => Ok(true),
             // netdev_name_node_alt_destroy: ENOENT when the name is not an altname of the link.
             Err(e) if e.errno() == Some(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn add_altname(&mut self, index: u32, name: &str) -> Result<bool, NlError> {
+        let req = altname_request(index, name);
+        match self
+            .conn
+            .request("add altname", RTM_NEWLINKPROP, Kind::Do, &req)
+        {
+            Ok(_) => Ok(true),
+            // netdev_name_node_alt_create: EEXIST when the namespace has the name.
+            Err(e) if e.errno() == Some(libc::EEXIST) => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -144,3 +144,39 @@ fn a_name_the_pod_gives_its_vf_during_the_restore_is_dropped_before_the_move() {
     assert_eq!(host_world(&rig.m()), before);
     assert_eq!(rig.records(), 0);
 }
+
+/// A pod that deleted the VF's host altname in its netns (altnames move
+/// with their device): the restore puts it back; where a host link holds
+/// that name meanwhile, the VF comes home without it, and the restore still
+/// succeeds.
+#[test]
+fn a_host_altname_the_pod_deleted_is_put_back_unless_taken() {
+    for taken in [false, true] {
+        let mut rig = Rig::new(model_with_altname());
+        let before = host_world(&rig.m());
+        rig.attach(&[action()]).unwrap();
+        rig.m()
+            .links
+            .iter_mut()
+            .find(|l| l.link.index == VF_NETDEV)
+            .unwrap()
+            .link
+            .altnames
+            .retain(|a| a != HOST_ALTNAME);
+        if taken {
+            let other = rig.m().add_link(HOST, "eth7", "0e:00:00:00:00:77", false);
+            let mut m = rig.m();
+            let l = m.links.iter_mut().find(|l| l.link.index == other).unwrap();
+            l.link.altnames.push(HOST_ALTNAME.to_string());
+        }
+        assert_eq!(rig.detach("ctr1").unwrap(), 1, "taken {taken}");
+        assert_eq!(rig.records(), 0);
+        let m = rig.m();
+        let vf = m.links.iter().find(|l| l.link.index == VF_NETDEV).unwrap();
+        assert_eq!(vf.ns, HOST);
+        assert_eq!(vf.link.altnames.contains(&HOST_ALTNAME.to_string()), !taken);
+        if !taken {
+            assert_eq!(host_world(&m), before);
+        }
+    }
+}

@@ -189,6 +189,19 @@ fn delete_altname_is_dellinkprop() {
 }
 
 #[test]
+fn add_altname_is_newlinkprop_and_a_taken_name_is_no_error() {
+    let got = sent_by(|c| {
+        c.add_altname(12, "enp59s2f3").unwrap();
+    });
+    // RTM_NEWLINKPROP(108): IFLA_PROP_LIST(52)|NLA_F_NESTED > IFLA_ALT_IFNAME(53).
+    let mut body = ifinfomsg(12, 0, 0);
+    body.extend(attr(52 | 0x8000, &attr(53, b"enp59s2f3\0")));
+    assert_eq!(got, message(108, REQUEST_ACK, &body));
+    let mut c = RtnlConn::new(Script::new(vec![Reply::Errno(libc::EEXIST)]));
+    assert!(!c.add_altname(12, "enp59s2f3").unwrap());
+}
+
+#[test]
 fn missing_altname_and_missing_link_are_not_errors() {
     let mut c = RtnlConn::new(Script::new(vec![
         Reply::Errno(libc::ENOENT),
