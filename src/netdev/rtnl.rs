@@ -335,6 +335,26 @@ impl<T: Transport> RtnlConn<T> {
     }
 }
 
+impl<T: Transport> RtnlConn<T> {
+    /// One altname added or deleted: false where the kernel answers
+    /// `benign`, the name already as asked.
+    fn altname_op(
+        &mut self,
+        op: &'static str,
+        msg_type: u16,
+        index: u32,
+        name: &str,
+        benign: i32,
+    ) -> Result<bool, NlError> {
+        let req = altname_request(index, name);
+        match self.conn.request(op, msg_type, Kind::Do, &req) {
+            Ok(_) => Ok(true),
+            Err(e) if e.errno() == Some(benign) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
 impl<T: Transport> Rtnl for RtnlConn<T> {
     /// On a kernel that needs ethtool for the parent, a lookup a notice
     /// overtook is made again, up to [`PARENT_TRIES`] in all: udev renames a
@@ -382,29 +402,13 @@ impl<T: Transport> Rtnl for RtnlConn<T> {
     }
 
     fn del_altname(&mut self, index: u32, name: &str) -> Result<bool, NlError> {
-        let req = altname_request(index, name);
-        match self
-            .conn
-            .request("delete altname", RTM_DELLINKPROP, Kind::Do, &req)
-        {
-            Ok(_) => Ok(true),
-            // netdev_name_node_alt_destroy: ENOENT when the name is not an altname of the link.
-            Err(e) if e.errno() == Some(libc::ENOENT) => Ok(false),
-            Err(e) => Err(e),
-        }
+        // netdev_name_node_alt_destroy: ENOENT when the name is not an altname of the link.
+        self.altname_op("delete altname", RTM_DELLINKPROP, index, name, libc::ENOENT)
     }
 
     fn add_altname(&mut self, index: u32, name: &str) -> Result<bool, NlError> {
-        let req = altname_request(index, name);
-        match self
-            .conn
-            .request("add altname", RTM_NEWLINKPROP, Kind::Do, &req)
-        {
-            Ok(_) => Ok(true),
-            // netdev_name_node_alt_create: EEXIST when the namespace has the name.
-            Err(e) if e.errno() == Some(libc::EEXIST) => Ok(false),
-            Err(e) => Err(e),
-        }
+        // netdev_name_node_alt_create: EEXIST when the namespace has the name.
+        self.altname_op("add altname", RTM_NEWLINKPROP, index, name, libc::EEXIST)
     }
 
     fn vf_state(&mut self, pf_index: u32, vf: u32) -> Result<Option<VfState>, NlError> {
