@@ -404,11 +404,20 @@ fn restore_netdev(
     // Host altnames (udev's predictable names) the pod deleted in its netns,
     // where they moved with the device, or the kernel dropped when a dying
     // netns handed it back beside a link holding one: put back, unless
-    // another host link holds one now.
+    // another host link holds one now. A name is cosmetic beside the VF's
+    // isolation: one that cannot be added is warned of, and the restore goes
+    // on. (None of them is among `dropped`, whose names the record did not
+    // save, and the pod name, which attach could not give a VF holding it.)
     let lacking = saved.altnames.iter().flatten();
     for name in lacking.filter(|n| **n != saved.name && !link.altnames.contains(n)) {
-        if !at.step("restore altname", host.add_altname(link.index, name))? {
-            tracing::warn!(vf = %rec.vf(), altname = %name, "a host link holds the vf's saved altname: not restored");
+        match host.add_altname(link.index, name) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(vf = %rec.vf(), altname = %name, "the vf's saved altname is taken on the host: not restored")
+            }
+            Err(e) => {
+                tracing::warn!(vf = %rec.vf(), altname = %name, error = %e, "the vf's saved altname could not be restored")
+            }
         }
     }
     if saved.mac.is_some() && link.mac != saved.mac {

@@ -3,7 +3,7 @@
 //! home whole; the host's own altnames stay.
 
 use super::rig::*;
-use crate::netdev::fake::HOST;
+use crate::netdev::fake::{Call, HOST};
 
 const HOST_ALTNAME: &str = "enp59s2f3";
 
@@ -179,4 +179,39 @@ fn a_host_altname_the_pod_deleted_is_put_back_unless_taken() {
             assert_eq!(host_world(&m), before);
         }
     }
+}
+
+/// A saved altname the kernel refuses for another reason than its being
+/// taken (a link's property list full, EINVAL): the restore goes on and
+/// succeeds, the VF home and whole but for that name.
+#[test]
+fn an_altname_the_kernel_refuses_does_not_fail_the_restore() {
+    let deleted_in_pod = |rig: &Rig| {
+        let mut m = rig.m();
+        let vf = m.links.iter_mut().find(|l| l.link.index == VF_NETDEV);
+        vf.unwrap().link.altnames.retain(|a| a != HOST_ALTNAME);
+    };
+    // Where the restore adds the name, among its calls.
+    let mut rig = Rig::new(model_with_altname());
+    rig.attach(&[action()]).unwrap();
+    deleted_in_pod(&rig);
+    let attached = rig.m().calls.len();
+    rig.detach("ctr1").unwrap();
+    let calls = rig.m().calls.clone();
+    let add = calls
+        .iter()
+        .position(|c| matches!(c, Call::AddAltname { .. }));
+    let add = add.expect("the restore adds the name");
+    assert!(add >= attached);
+
+    let mut rig = Rig::new(model_with_altname());
+    rig.attach(&[action()]).unwrap();
+    deleted_in_pod(&rig);
+    (rig.m().fail_at, rig.m().fail_errno) = (Some(add), Some(libc::EINVAL));
+    assert_eq!(rig.detach("ctr1").unwrap(), 1);
+    assert_eq!(rig.records(), 0);
+    let m = rig.m();
+    let vf = m.links.iter().find(|l| l.link.index == VF_NETDEV).unwrap();
+    assert_eq!((vf.ns, vf.link.name.as_str()), (HOST, "ens1f0v3"));
+    assert!(!vf.link.altnames.contains(&HOST_ALTNAME.to_string()));
 }
