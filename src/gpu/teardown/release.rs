@@ -19,9 +19,10 @@ impl Teardown for GpuTeardown {
         let unplaced = !faults.is_empty();
         if !targets.is_empty() {
             let cgroups = self.pod_cgroups_of(pod);
-            // The containers devgate gave devices: only their device rules
-            // let a process open the pod's GPUs (the sandbox's, or a new
-            // sandbox's of the same pod, cannot).
+            // The containers the ledger recorded for the sandbox (every one
+            // of a pod with an allocation, given the GPUs or not): only they
+            // can have device rules for the GPUs (the sandbox's processes,
+            // or a new sandbox's of the same pod, have none).
             let ids: Vec<&str> = pod.containers.keys().map(String::as_str).collect();
             let granted = cgroups.clone().only_containers(&ids);
             faults.extend(self.clean(&cgroups, &granted, &targets));
