@@ -378,12 +378,10 @@ impl DevgatePlugin {
                 if let Err(job) = self.release_workers.submit(job) {
                     // It tears nothing down (the pod is live), but another
                     // release may hold its devices' turns for seconds.
-                    // Its count of the release running stays until done.
-                    let running = self.releases.enter(&Release::Pod(sandbox_id.to_string()));
-                    drop(job);
                     tracing::warn!("no thread to release on: releasing now unless another release holds the devices");
                     self.releaser().run_unjoined_now(sandbox_id);
-                    drop(running);
+                    // Its count of the release running ends only now.
+                    drop(job);
                 }
             }
             Ok(_) => {}

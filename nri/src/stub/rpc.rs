@@ -121,7 +121,7 @@ impl<P: Plugin> Service<P> {
             "Configure" => reply(p, out, |r| self.configure(t, &r)),
             "Synchronize" => {
                 self.admit_sync(p)?;
-                reply(p, out, |r| self.synchronize(t, r))
+                reply(p, out, |r| self.synchronize(t, r, p.len()))
             }
             "Shutdown" => reply(p, out, |_: api::Empty| {
                 tracing::info!("runtime is shutting down");
@@ -220,10 +220,11 @@ impl<P: Plugin> Service<P> {
         &self,
         t: i64,
         req: api::SynchronizeRequest,
+        encoded: usize,
     ) -> Result<api::SynchronizeResponse, Status> {
         // A split sync (NRI v0.7+) must be acknowledged chunk by chunk with
         // `more` echoed and no updates, or the runtime drops the plugin.
-        let Some((pods, containers)) = self.collect_sync(req)? else {
+        let Some((pods, containers)) = self.collect_sync(req, encoded) else {
             return Ok(api::SynchronizeResponse {
                 more: true,
                 ..Default::default()

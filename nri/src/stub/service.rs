@@ -90,30 +90,18 @@ impl SyncBuffer {
         Ok(())
     }
 
-    /// Adds one chunk; everything collected once the last one is in, or an
-    /// error, with the buffer emptied, once the chunks hold more than `max`.
-    fn add(
-        &mut self,
-        req: api::SynchronizeRequest,
-        max: SyncBound,
-    ) -> Result<Option<Synced>, Status> {
-        let objects = self
-            .objects()
-            .saturating_add(req.pods.len() + req.containers.len());
-        let bytes = self
-            .bytes
-            .saturating_add(protobuf::Message::compute_size(&req));
-        if objects > max.objects || bytes > max.bytes {
-            return Err(self.exhausted(max));
-        }
-        self.bytes = bytes;
+    /// Adds one chunk [`SyncBuffer::admit`] let in, `encoded` bytes long
+    /// (decoded, it holds just the pods and containers admit counted);
+    /// everything collected once the last one is in.
+    fn add(&mut self, req: api::SynchronizeRequest, encoded: usize) -> Option<Synced> {
+        self.bytes = self.bytes.saturating_add(encoded as u64);
         self.pods.extend(req.pods);
         self.containers.extend(req.containers);
         if req.more {
-            return Ok(None);
+            return None;
         }
         let all = mem::take(self);
-        Ok(Some((all.pods, all.containers)))
+        Some((all.pods, all.containers))
     }
 
     fn objects(&self) -> usize {
@@ -207,14 +195,16 @@ impl<P: Plugin> Service<P> {
         buf.admit(payload, MAX_SYNC).inspect_err(sync_refused)
     }
 
-    /// Adds one Synchronize chunk; returns everything collected once the
-    /// last chunk (`more == false`) is in.
+    /// Adds one Synchronize chunk, admitted and `encoded` bytes long;
+    /// returns everything collected once the last chunk (`more == false`)
+    /// is in.
     pub(super) fn collect_sync(
         &self,
         req: api::SynchronizeRequest,
-    ) -> Result<Option<Synced>, Status> {
+        encoded: usize,
+    ) -> Option<Synced> {
         let mut buf = self.sync.lock().unwrap_or_else(PoisonError::into_inner);
-        buf.add(req, MAX_SYNC).inspect_err(sync_refused)
+        buf.add(req, encoded)
     }
 
     /// How long the runtime waited for the answer to a request, to judge one
@@ -401,18 +391,30 @@ mod sync_buffer_tests {
         }
     }
 
+    /// A chunk through the stub's two steps: admitted still encoded, then
+    /// added decoded.
+    fn feed(
+        buf: &mut SyncBuffer,
+        req: api::SynchronizeRequest,
+        max: SyncBound,
+    ) -> Result<Option<Synced>, Status> {
+        let encoded = protobuf::Message::write_to_bytes(&req).unwrap();
+        buf.admit(&encoded, max)?;
+        Ok(buf.add(req, encoded.len()))
+    }
+
     #[test]
     fn chunks_past_the_bound_are_refused_and_dropped() {
         let mut buf = SyncBuffer::default();
-        assert_eq!(buf.add(chunk(2, 3, true), TEN), Ok(None));
-        assert_eq!(buf.add(chunk(2, 3, true), TEN), Ok(None));
-        let err = buf.add(chunk(1, 0, false), TEN).unwrap_err();
+        assert_eq!(feed(&mut buf, chunk(2, 3, true), TEN), Ok(None));
+        assert_eq!(feed(&mut buf, chunk(2, 3, true), TEN), Ok(None));
+        let err = feed(&mut buf, chunk(1, 0, false), TEN).unwrap_err();
         assert_eq!(err.code(), Code::RESOURCE_EXHAUSTED);
         assert!(err.message.contains("more than 10"), "{}", err.message);
         assert!(buf.pods.is_empty() && buf.containers.is_empty());
         assert_eq!(buf.bytes, 0);
         // The next Synchronize starts afresh, and the bound itself is allowed.
-        let (pods, containers) = buf.add(chunk(4, 6, false), TEN).unwrap().unwrap();
+        let (pods, containers) = feed(&mut buf, chunk(4, 6, false), TEN).unwrap().unwrap();
         assert_eq!((pods.len(), containers.len()), (4, 6));
     }
 
@@ -427,7 +429,7 @@ mod sync_buffer_tests {
     #[test]
     fn chunks_are_counted_before_they_are_decoded() {
         let mut buf = SyncBuffer::default();
-        assert_eq!(buf.add(chunk(2, 4, true), TEN), Ok(None));
+        assert_eq!(feed(&mut buf, chunk(2, 4, true), TEN), Ok(None));
         // Four entries and `more`: ten in all, the bound itself.
         let four = [
             [0x0a, 0x00],
@@ -472,8 +474,8 @@ mod sync_buffer_tests {
             bytes: 1000,
         };
         let mut buf = SyncBuffer::default();
-        assert_eq!(buf.add(big(), bound), Ok(None));
-        let err = buf.add(big(), bound).unwrap_err();
+        assert_eq!(feed(&mut buf, big(), bound), Ok(None));
+        let err = feed(&mut buf, big(), bound).unwrap_err();
         assert_eq!(err.code(), Code::RESOURCE_EXHAUSTED);
         assert!(err.message.contains("1000 bytes"), "{}", err.message);
         assert!(buf.pods.is_empty() && buf.bytes == 0);
